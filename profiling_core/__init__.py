@@ -1,0 +1,44 @@
+"""profiling_core: learn to read PyTorch profiles by experiment.
+
+Public surface (everything else is private):
+
+- ``ExperimentConfig``: what to run, validated at construction.
+- ``run_experiment(config, ...)`` / ``run_sweep(configs, ...)``: real torch.profiler runs, each in a fresh
+  worker process, landing atomically in a ``RunStore``.
+- ``RunStore``: list, open, delete and import runs.
+- ``open_trace(path, engine="auto")``: SQL over a Chrome/Kineto trace (perfetto's trace_processor, or the
+  offline SQLite mirror of its tables).
+- the exception classes in ``profiling_core.errors``.
+
+Nothing here imports streamlit; only the worker imports torch.
+"""
+from __future__ import annotations
+
+from .config import ExperimentConfig
+from .errors import (ConfigError, DeviceBusyError, DoesNotFitError, EngineUnavailableError,
+                     InvalidRunIdError, ProfilingError, QueryError, RunNotFoundError, RunStoreError,
+                     TraceError, TraceFormatError, TraceTooLargeError, WorkerError)
+
+__all__ = [
+    "ExperimentConfig", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace",
+    "ProfilingError", "ConfigError", "DoesNotFitError", "WorkerError", "InvalidRunIdError",
+    "RunNotFoundError", "RunStoreError", "DeviceBusyError", "TraceError", "TraceFormatError",
+    "TraceTooLargeError", "EngineUnavailableError", "QueryError",
+]
+
+_LAZY = {
+    "run_experiment": ("runner", "run_experiment"),
+    "run_sweep": ("sweep", "run_sweep"),
+    "RunStore": ("store", "RunStore"),
+    "Run": ("store", "Run"),
+    "open_trace": ("trace", "open_trace"),
+}
+
+
+def __getattr__(name: str):
+    # Lazy so that importing the config in the worker (or a notebook) stays cheap.
+    if name in _LAZY:
+        import importlib
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(f".{mod}", __name__), attr)
+    raise AttributeError(f"module 'profiling_core' has no attribute {name!r}")

@@ -1,0 +1,188 @@
+"""ExperimentConfig: one profiling experiment of the study's workload, validated at construction.
+
+The workload is ``torch.add(torch.matmul(x, w), b)`` inside ``record_function("matmul_add")``
+(see ``profiling_core.workload``).  A config is frozen, serialises to JSON for the worker process
+and back, and refuses bad values with a message naming the field, the value and what is allowed::
+
+    >>> ExperimentConfig(size=0)
+    Traceback (most recent call last):
+    ...
+    profiling_core.errors.ConfigError: size must be an integer from 1 to 65536, got 0
+
+This module does not import torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+from .errors import ConfigError, DoesNotFitError
+
+DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+DEVICES = ("auto", "cuda", "cpu")
+SIZE_RANGE = (1, 65536)
+BATCH_RANGE = (1, 4096)
+WARMUP_RANGE = (0, 10000)
+WAIT_RANGE = (0, 1000)
+ACTIVE_RANGE = (1, 1000)
+REPEAT_RANGE = (1, 100)
+MAX_ITERATIONS = 5000
+TIMEOUT_RANGE = (1.0, 7200.0)
+ROW_LIMIT_RANGE = (-1, 1000)
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(name, value, f"an integer from {lo} to {hi}")
+    return value
+
+
+def _check_choice(name: str, value: Any, choices) -> str:
+    if value not in choices:
+        raise ConfigError(name, value, "one of " + ", ".join(repr(c) for c in choices))
+    return value
+
+
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(name, value, "true or false")
+    return value
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """What to run and how to profile it.  Every field has the study's default."""
+
+    size: int = 64
+    """Square matrix size n: x is (n, n) or (batch, n, n), w is (n, n), b is (n,)."""
+    dtype: str = "bf16"
+    """Element type: bf16, fp16 or fp32."""
+    batch: Optional[int] = None
+    """None, or a leading batch dimension (turns aten::mm into aten::bmm)."""
+    warmup: int = 0
+    """Calls of the workload before profiling starts; 0 is a cold run."""
+    compile: str = "off"
+    """torch.compile mode, or 'off' for eager."""
+    wait: int = 1
+    """Profiler schedule: steps skipped before warm-up."""
+    warmup_steps: int = 1
+    """Profiler schedule: steps traced but discarded."""
+    active: int = 3
+    """Profiler schedule: steps recorded."""
+    repeat: int = 1
+    """Profiler schedule: how many wait/warm-up/active cycles."""
+    device: str = "auto"
+    """auto (cuda when available), cuda or cpu."""
+    record_shapes: bool = True
+    with_flops: bool = False
+    with_stack: bool = False
+    profile_memory: bool = False
+    timeout_s: float = 600.0
+    """Wall-clock limit of the worker process; past it the worker is killed."""
+    row_limit: int = -1
+    """Rows of the profiler table (-1: all)."""
+
+    def __post_init__(self) -> None:
+        _check_int("size", self.size, *SIZE_RANGE)
+        _check_choice("dtype", self.dtype, tuple(DTYPES))
+        if self.batch is not None:
+            _check_int("batch", self.batch, *BATCH_RANGE)
+        _check_int("warmup", self.warmup, *WARMUP_RANGE)
+        _check_choice("compile", self.compile, COMPILE_MODES)
+        _check_int("wait", self.wait, *WAIT_RANGE)
+        _check_int("warmup_steps", self.warmup_steps, *WAIT_RANGE)
+        _check_int("active", self.active, *ACTIVE_RANGE)
+        _check_int("repeat", self.repeat, *REPEAT_RANGE)
+        if self.iterations > MAX_ITERATIONS:
+            raise ConfigError("schedule", self.iterations,
+                              f"at most {MAX_ITERATIONS} iterations ((wait + warmup_steps + active) x repeat)")
+        _check_choice("device", self.device, DEVICES)
+        for name in ("record_shapes", "with_flops", "with_stack", "profile_memory"):
+            _check_bool(name, getattr(self, name))
+        t = self.timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not TIMEOUT_RANGE[0] <= t <= TIMEOUT_RANGE[1]:
+            raise ConfigError("timeout_s", t, f"a number of seconds from {TIMEOUT_RANGE[0]:g} to {TIMEOUT_RANGE[1]:g}")
+        object.__setattr__(self, "timeout_s", float(t))
+        _check_int("row_limit", self.row_limit, *ROW_LIMIT_RANGE)
+
+    # --- derived -------------------------------------------------------------------------------
+    @property
+    def iterations(self) -> int:
+        """Profiled loop iterations the schedule implies: (wait + warmup_steps + active) x repeat."""
+        return (self.wait + self.warmup_steps + self.active) * self.repeat
+
+    @property
+    def recorded_steps(self) -> int:
+        """ProfilerStep#N slices the trace will hold: active x repeat."""
+        return self.active * self.repeat
+
+    @property
+    def is_warm(self) -> bool:
+        return self.warmup > 0
+
+    @property
+    def element_bytes(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def name(self) -> str:
+        """The study's artifact name: ``<size>_<dtype>_<cold|warm>_<eager|compile>[_<mode>][_b<batch>]``."""
+        parts = [str(self.size), self.dtype, "warm" if self.is_warm else "cold",
+                 "eager" if self.compile == "off" else "compile"]
+        if self.compile not in ("off", "default"):
+            parts.append(self.compile)
+        if self.batch is not None:
+            parts.append(f"b{self.batch}")
+        return "_".join(parts)
+
+    def gemm_flops(self) -> int:
+        """Floating-point operations of one matmul: 2 * batch * n^3."""
+        return 2 * (self.batch or 1) * self.size ** 3
+
+    def tensor_bytes(self) -> int:
+        """Bytes the workload holds at its peak: x, w, b, the matmul result and the sum."""
+        n, bsz, e = self.size, (self.batch or 1), self.element_bytes
+        return e * (3 * bsz * n * n + n * n + n)
+
+    def check_fits(self, available_bytes: int, where: str) -> None:
+        """Raise DoesNotFitError when the tensors need more than ``available_bytes`` (with 10 % slack)."""
+        need = self.tensor_bytes()
+        if need > 0.9 * available_bytes:
+            raise DoesNotFitError(
+                f"size {self.size}, batch {self.batch or 1}, {self.dtype} needs {need / 2**30:.2f} GiB of tensors "
+                f"but {where} has {available_bytes / 2**30:.2f} GiB available; choose a smaller size or batch")
+
+    # --- JSON --------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ExperimentConfig":
+        if not isinstance(data, dict):
+            raise ConfigError("config", data, "a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError("config", unknown[0], "one of the fields " + ", ".join(sorted(known)))
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ExperimentConfig":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError("config", text[:60], f"valid JSON ({exc.msg})") from None
+        return cls.from_dict(data)
+
+    def replace(self, **changes) -> "ExperimentConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def field_names() -> list[str]:
+    return [f.name for f in fields(ExperimentConfig)]
