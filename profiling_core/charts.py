@@ -1,0 +1,377 @@
+"""Charts: pure functions, DataFrame in, Altair chart out.
+
+Every function takes a tidy DataFrame whose columns carry their unit (``dur_us``, ``start_us``),
+returns an ``alt.Chart`` (or a layer of charts) and touches nothing else: no Streamlit, no files,
+no trace sessions. The app draws them with ``st.altair_chart`` and ``profiling_core.export`` turns
+them into PNG/SVG/HTML. They are tested through ``chart.to_dict()``.
+
+Column contracts are stated in each docstring; a missing column raises ``ValueError`` naming it
+and the columns that were given, so a page never shows a half-drawn chart.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional, Sequence
+
+import altair as alt
+import pandas as pd
+
+__all__ = [
+    "step_timeline", "overhead_vs_compute", "gpu_busy_fraction", "crossover_points",
+    "kernel_durations_by_step", "kernel_spread", "grouped_bars", "launch_latency",
+    "dispatch_flame", "cold_vs_warm", "sync_idle", "empty_chart",
+]
+
+WIDTH = 640
+"""Default width in pixels; the app stretches charts to the container, exports keep this width."""
+
+# Categories of trace events, in the order the legend shows them, with one colour each.
+CATEGORY_COLORS = {
+    "step": "#c7c7c7",
+    "annotation": "#9467bd",
+    "cpu_op": "#1f77b4",
+    "runtime": "#ff7f0e",
+    "driver": "#d62728",
+    "kernel": "#2ca02c",
+    "memcpy": "#8c564b",
+    "memset": "#e377c2",
+    "other": "#7f7f7f",
+}
+
+
+def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} needs column(s) {', '.join(missing)}; "
+                         f"got {', '.join(map(str, df.columns)) or 'no columns'}")
+
+
+def _us_format(values: pd.Series) -> str:
+    """A d3 number format that keeps µs values readable whatever their range."""
+    top = float(values.abs().max()) if len(values) else 0.0
+    return ",.0f" if top >= 100 else ",.2f"
+
+
+def empty_chart(message: str, *, height: int = 80) -> alt.Chart:
+    """A chart with one line of text: used where a panel has no data (e.g. GPU lanes on a CPU trace)."""
+    return (alt.Chart(pd.DataFrame({"message": [message]}))
+            .mark_text(fontSize=13, color="#666")
+            .encode(text="message:N")
+            .properties(width=WIDTH, height=height))
+
+
+# --- timeline ------------------------------------------------------------------------------------
+
+def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
+                  title: str = "Step timeline", lane_order: Optional[Sequence[str]] = None) -> alt.LayerChart:
+    """Gantt chart of trace slices on their lanes (CPU thread, GPU stream), launch→kernel links on top.
+
+    slices: ``lane`` (str), ``name`` (str), ``start_us``, ``end_us`` (float, relative to any origin),
+    optional ``category`` (a key of CATEGORY_COLORS; colours the bars) and ``depth`` (int; nested
+    slices are drawn thinner so the parent stays visible).
+    links: optional, one row per launch→kernel flow: ``launch_us``, ``kernel_us``, ``launch_lane``,
+    ``kernel_lane`` and optional ``name`` (the kernel).
+    """
+    _require(slices, ["lane", "name", "start_us", "end_us"], "step_timeline")
+    data = slices.copy()
+    if "category" not in data.columns:
+        data["category"] = "other"
+    if "depth" not in data.columns:
+        data["depth"] = 0
+    data["dur_us"] = data["end_us"] - data["start_us"]
+    # Deeper slices are thinner bars, so a parent and its children stay distinguishable on one lane.
+    data["thickness"] = (1.0 - 0.12 * data["depth"].clip(lower=0, upper=6)).round(2)
+    order = list(lane_order) if lane_order else list(dict.fromkeys(data["lane"]))
+    cats = [c for c in CATEGORY_COLORS if c in set(data["category"])] or ["other"]
+    y = alt.Y("lane:N", sort=order, title=None, axis=alt.Axis(labelLimit=220))
+    bars = (alt.Chart(data).mark_bar(opacity=0.85, stroke="white", strokeWidth=0.3)
+            .encode(x=alt.X("start_us:Q", title="time (µs)", axis=alt.Axis(format=",.0f")),
+                    x2="end_us:Q",
+                    y=y,
+                    yOffset=alt.YOffset("depth:O", title=None),
+                    color=alt.Color("category:N", title="event",
+                                    scale=alt.Scale(domain=cats, range=[CATEGORY_COLORS[c] for c in cats])),
+                    tooltip=[alt.Tooltip("name:N"), alt.Tooltip("lane:N"), alt.Tooltip("category:N"),
+                             alt.Tooltip("start_us:Q", format=",.2f", title="start (µs)"),
+                             alt.Tooltip("dur_us:Q", format=",.2f", title="duration (µs)")]))
+    layers = [bars]
+    if links is not None and len(links):
+        _require(links, ["launch_us", "kernel_us", "launch_lane", "kernel_lane"], "step_timeline links")
+        ln = links.copy()
+        if "name" not in ln.columns:
+            ln["name"] = ""
+        ln["latency_us"] = ln["kernel_us"] - ln["launch_us"]
+        layers.append(
+            alt.Chart(ln).mark_rule(color="#444", strokeDash=[3, 2], strokeWidth=1)
+            .encode(x="launch_us:Q", x2="kernel_us:Q", y=alt.Y("launch_lane:N", sort=order), y2="kernel_lane:N",
+                    tooltip=[alt.Tooltip("name:N", title="kernel"),
+                             alt.Tooltip("latency_us:Q", format=",.2f", title="launch → start (µs)")]))
+    n_lanes = max(1, len(order))
+    return (alt.layer(*layers).properties(title=title, width=WIDTH, height=max(90, 46 * n_lanes))
+            .resolve_scale(y="shared"))
+
+
+# --- overhead vs compute -------------------------------------------------------------------------
+
+def crossover_points(sweep: pd.DataFrame, a: str = "cpu_us_per_step", b: str = "gpu_busy_us_per_step"
+                     ) -> pd.DataFrame:
+    """Where curve ``b`` overtakes curve ``a`` along ``size``, per ``mode`` (log-log interpolation).
+
+    sweep: ``size``, ``mode`` (optional), and the two columns. Returns ``mode``, ``size`` (float, the
+    interpolated crossing), ``value_us``; empty when the curves never cross inside the sweep.
+    """
+    _require(sweep, ["size", a, b], "crossover_points")
+    data = sweep.copy()
+    if "mode" not in data.columns:
+        data["mode"] = "eager"
+    rows = []
+    for mode, g in data.sort_values("size").groupby("mode", sort=False):
+        g = g[(g[a] > 0) & (g[b] > 0)]
+        xs, ya, yb = list(g["size"]), list(g[a]), list(g[b])
+        for i in range(1, len(xs)):
+            d0 = math.log(yb[i - 1]) - math.log(ya[i - 1])
+            d1 = math.log(yb[i]) - math.log(ya[i])
+            if d0 < 0 <= d1 or d0 > 0 >= d1:
+                t = 0.0 if d1 == d0 else d0 / (d0 - d1)
+                lx = math.log(xs[i - 1]) + t * (math.log(xs[i]) - math.log(xs[i - 1]))
+                lv = math.log(ya[i - 1]) + t * (math.log(ya[i]) - math.log(ya[i - 1]))
+                rows.append({"mode": mode, "size": math.exp(lx), "value_us": math.exp(lv)})
+                break
+    return pd.DataFrame(rows, columns=["mode", "size", "value_us"])
+
+
+def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU busy time per step"
+                        ) -> alt.LayerChart:
+    """Log-log lines of CPU time per step and GPU busy time per step against matrix size; crossings marked.
+
+    sweep: ``size``, ``cpu_us_per_step``, ``gpu_busy_us_per_step``, optional ``mode`` (eager /
+    compile mode; drawn as dashes so both overlay).
+    """
+    _require(sweep, ["size", "cpu_us_per_step", "gpu_busy_us_per_step"], "overhead_vs_compute")
+    data = sweep.copy()
+    if "mode" not in data.columns:
+        data["mode"] = "eager"
+    long = data.melt(id_vars=["size", "mode"], value_vars=["cpu_us_per_step", "gpu_busy_us_per_step"],
+                     var_name="metric", value_name="us_per_step")
+    long["metric"] = long["metric"].map({"cpu_us_per_step": "CPU per step",
+                                         "gpu_busy_us_per_step": "GPU busy per step"})
+    long = long[long["us_per_step"] > 0]
+    x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n (n×n)",
+              axis=alt.Axis(format=",.0f"))
+    lines = (alt.Chart(long).mark_line(point=True)
+             .encode(x=x,
+                     y=alt.Y("us_per_step:Q", scale=alt.Scale(type="log"), title="µs per step"),
+                     color=alt.Color("metric:N", title=None,
+                                     scale=alt.Scale(domain=["CPU per step", "GPU busy per step"],
+                                                     range=["#1f77b4", "#2ca02c"])),
+                     strokeDash=alt.StrokeDash("mode:N", title="mode"),
+                     tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
+                              alt.Tooltip("us_per_step:Q", format=",.2f", title="µs per step")]))
+    layers = [lines]
+    cross = crossover_points(data)
+    if len(cross):
+        cross["label"] = cross.apply(lambda r: f"crossover {r['mode']}: n≈{r['size']:,.0f}", axis=1)
+        layers.append(alt.Chart(cross).mark_rule(color="#d62728", strokeDash=[4, 3])
+                      .encode(x="size:Q", tooltip=["label:N"]))
+        layers.append(alt.Chart(cross).mark_point(shape="diamond", size=120, color="#d62728", filled=True)
+                      .encode(x="size:Q", y="value_us:Q", tooltip=["label:N"]))
+        layers.append(alt.Chart(cross).mark_text(align="left", dx=6, dy=-10, color="#d62728")
+                      .encode(x="size:Q", y="value_us:Q", text="label:N"))
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=320)
+
+
+def gpu_busy_fraction(sweep: pd.DataFrame, *, title: str = "GPU busy fraction of the step") -> alt.Chart:
+    """GPU busy time as a share of the step, against size (log x), one line per mode.
+
+    sweep: ``size``, ``gpu_busy_fraction`` (0..1), optional ``mode``.
+    """
+    _require(sweep, ["size", "gpu_busy_fraction"], "gpu_busy_fraction")
+    data = sweep.copy()
+    if "mode" not in data.columns:
+        data["mode"] = "eager"
+    return (alt.Chart(data).mark_line(point=True)
+            .encode(x=alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n",
+                            axis=alt.Axis(format=",.0f")),
+                    y=alt.Y("gpu_busy_fraction:Q", title="GPU busy / step time",
+                            scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+                    color=alt.Color("mode:N", title="mode"),
+                    tooltip=["mode:N", alt.Tooltip("size:Q", format=",.0f"),
+                             alt.Tooltip("gpu_busy_fraction:Q", format=".1%", title="busy")])
+            .properties(title=title, width=WIDTH, height=240))
+
+
+# --- kernel variance -----------------------------------------------------------------------------
+
+def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel duration per step"
+                             ) -> alt.FacetChart:
+    """Per kernel (one row each, own y scale): duration across steps, median (solid) and mean (dashed) rules.
+
+    durations: ``step`` (int), ``kernel`` (str), ``dur_us``; optional ``run`` to compare runs
+    (one colour per run).
+    """
+    _require(durations, ["step", "kernel", "dur_us"], "kernel_durations_by_step")
+    data = durations.copy()
+    if "run" not in data.columns:
+        data["run"] = "this run"
+    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 60)
+    grouped = data.groupby(["run", "kernel_short"])["dur_us"]
+    data["median_us"] = grouped.transform("median")
+    data["mean_us"] = grouped.transform("mean")
+    color = alt.Color("run:N", title="run")
+    base = alt.Chart().encode(color=color)
+    lines = base.mark_line(point=True).encode(
+        x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("dur_us:Q", title="duration (µs)", scale=alt.Scale(zero=False)),
+        tooltip=["run:N", "kernel:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs"),
+                 alt.Tooltip("median_us:Q", format=",.2f", title="median µs"),
+                 alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
+    median = base.mark_rule(strokeWidth=1.5, opacity=0.8).encode(
+        y="median_us:Q", tooltip=["run:N", alt.Tooltip("median_us:Q", format=",.2f", title="median µs")])
+    mean = base.mark_rule(strokeDash=[6, 3], strokeWidth=1.5, opacity=0.8).encode(
+        y="mean_us:Q", tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
+    return (alt.layer(lines, median, mean, data=data).properties(width=WIDTH, height=170)
+            .facet(row=alt.Row("kernel_short:N", title=None,
+                               header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
+                                                 labelOrient="top", labelFontWeight="bold")))
+            .resolve_scale(y="independent")
+            .properties(title=alt.TitleParams(title, subtitle="solid rule: median, dashed rule: mean")))
+
+
+def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel durations") -> alt.FacetChart:
+    """Per kernel (one row each, own x scale): box plot (min..max whiskers, quartiles, median) per run,
+    mean as a red tick.
+
+    durations: ``kernel``, ``dur_us``, optional ``run``.
+    """
+    _require(durations, ["kernel", "dur_us"], "kernel_spread")
+    data = durations.copy()
+    if "run" not in data.columns:
+        data["run"] = "this run"
+    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 60)
+    data["mean_us"] = data.groupby(["run", "kernel_short"])["dur_us"].transform("mean")
+    y = alt.Y("run:N", title=None, axis=alt.Axis(labelLimit=260))
+    box = alt.Chart().mark_boxplot(extent="min-max", size=14).encode(
+        x=alt.X("dur_us:Q", title="duration (µs)", scale=alt.Scale(zero=False)), y=y,
+        color=alt.Color("run:N", title="run", legend=None))
+    mean = alt.Chart().mark_tick(color="#d62728", thickness=2, size=18).encode(
+        x="mean_us:Q", y=y, tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
+    n_runs = max(1, data["run"].nunique())
+    return (alt.layer(box, mean, data=data).properties(width=WIDTH, height=30 * n_runs + 10)
+            .facet(row=alt.Row("kernel_short:N", title=None,
+                               header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
+                                                 labelOrient="top", labelFontWeight="bold")))
+            .resolve_scale(x="independent")
+            .properties(title=alt.TitleParams(title, subtitle="box: quartiles and median, whiskers: min..max, "
+                                                              "red tick: mean")))
+
+
+# --- generic comparisons -------------------------------------------------------------------------
+
+def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional[str] = None,
+                 title: str = "", value_title: Optional[str] = None, log: bool = False) -> alt.Chart:
+    """Horizontal bars of ``value`` per ``category``, side by side per ``group`` (e.g. eager vs compile).
+
+    df: the three named columns (``group`` optional). Values are labelled at the bar end.
+    """
+    cols = [category, value] + ([group] if group else [])
+    _require(df, cols, "grouped_bars")
+    data = df[cols].copy()
+    data[category] = data[category].astype(str)
+    fmt = _us_format(data[value]) if value.endswith("_us") else ",.3~g"
+    scale = alt.Scale(type="symlog") if log else alt.Scale()
+    enc = dict(x=alt.X(f"{value}:Q", title=value_title or value, scale=scale),
+               y=alt.Y(f"{category}:N", title=None, sort=list(dict.fromkeys(data[category])),
+                       axis=alt.Axis(labelLimit=320)),
+               tooltip=[f"{c}:N" for c in cols if c != value] + [alt.Tooltip(f"{value}:Q", format=fmt)])
+    if group:
+        enc["color"] = alt.Color(f"{group}:N", title=group)
+        enc["yOffset"] = alt.YOffset(f"{group}:N")
+    base = alt.Chart(data).encode(**enc)
+    bars = base.mark_bar()
+    labels = base.mark_text(align="left", dx=3, fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
+    n = data[category].nunique() * (data[group].nunique() if group else 1)
+    return alt.layer(bars, labels).properties(title=title, width=WIDTH, height=max(60, 22 * n + 20))
+
+
+def launch_latency(latency: pd.DataFrame, *, title: str = "Launch latency: kernel start − launch call start"
+                   ) -> alt.Chart:
+    """Points of launch latency per kernel across steps.
+
+    latency: ``kernel``, ``latency_us``, optional ``step`` and ``launch`` (the launch call's name).
+    """
+    _require(latency, ["kernel", "latency_us"], "launch_latency")
+    data = latency.copy()
+    if "step" not in data.columns:
+        data["step"] = range(len(data))
+    if "launch" not in data.columns:
+        data["launch"] = ""
+    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 48)
+    return (alt.Chart(data).mark_point(size=70, opacity=0.85, filled=True)
+            .encode(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
+                    y=alt.Y("latency_us:Q", title="latency (µs)"),
+                    color=alt.Color("kernel_short:N", title="kernel",
+                                    legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
+                    shape=alt.Shape("launch:N", title="launch call"),
+                    tooltip=["kernel:N", "launch:N", "step:O",
+                             alt.Tooltip("latency_us:Q", format=",.2f", title="µs")])
+            .properties(title=title, width=WIDTH, height=260))
+
+
+def dispatch_flame(chain: pd.DataFrame, *, title: str = "Dispatch chain (flame view)") -> alt.LayerChart:
+    """Icicle/flame view of nested slices: depth down, time across; GPU ops at the bottom.
+
+    chain: ``name``, ``start_us``, ``end_us``, ``depth`` (int, 0 = outermost), optional ``category``.
+    """
+    _require(chain, ["name", "start_us", "end_us", "depth"], "dispatch_flame")
+    data = chain.copy()
+    if "category" not in data.columns:
+        data["category"] = "cpu_op"
+    data["dur_us"] = data["end_us"] - data["start_us"]
+    span = float(data["end_us"].max() - data["start_us"].min()) if len(data) else 1.0
+    # Only label slices wide enough to hold their name.
+    data["label"] = data.apply(lambda r: r["name"] if r["dur_us"] > span * len(str(r["name"])) / 110
+                               else "", axis=1)
+    cats = [c for c in CATEGORY_COLORS if c in set(data["category"])] or ["other"]
+    base = alt.Chart(data).encode(
+        x=alt.X("start_us:Q", title="time (µs)", axis=alt.Axis(format=",.0f")),
+        y=alt.Y("depth:O", title="depth", axis=alt.Axis(labels=True)))
+    bars = base.mark_bar(stroke="white", strokeWidth=0.5).encode(
+        x2="end_us:Q",
+        color=alt.Color("category:N", title="event",
+                        scale=alt.Scale(domain=cats, range=[CATEGORY_COLORS[c] for c in cats])),
+        tooltip=["name:N", "category:N", "depth:O",
+                 alt.Tooltip("start_us:Q", format=",.2f", title="start (µs)"),
+                 alt.Tooltip("dur_us:Q", format=",.2f", title="duration (µs)")])
+    text = base.mark_text(align="left", dx=3, fontSize=10, color="white").encode(text="label:N")
+    return alt.layer(bars, text).properties(title=title, width=WIDTH,
+                                            height=max(80, 28 * (int(data["depth"].max()) + 1 if len(data) else 1)))
+
+
+def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs warm") -> alt.Chart:
+    """Bars of each profiled step's duration, one colour per run (cold / warm side by side).
+
+    steps: ``step``, ``dur_us``, ``label`` (e.g. "cold", "warm").
+    """
+    _require(steps, ["step", "dur_us", "label"], "cold_vs_warm")
+    return (alt.Chart(steps).mark_bar()
+            .encode(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
+                    xOffset="label:N",
+                    y=alt.Y("dur_us:Q", title="step duration (µs)"),
+                    color=alt.Color("label:N", title=None),
+                    tooltip=["label:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")])
+            .properties(title=title, width=WIDTH, height=260))
+
+
+def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited for") -> alt.Chart:
+    """Stacked horizontal bar(s): GPU busy vs idle during each synchronize call.
+
+    parts: ``label`` (which sync), ``part`` ("GPU busy" / "GPU idle"), ``dur_us``.
+    """
+    _require(parts, ["label", "part", "dur_us"], "sync_idle")
+    return (alt.Chart(parts).mark_bar()
+            .encode(x=alt.X("dur_us:Q", title="µs", stack="zero"),
+                    y=alt.Y("label:N", title=None, axis=alt.Axis(labelLimit=320)),
+                    color=alt.Color("part:N", title=None,
+                                    scale=alt.Scale(domain=["GPU busy", "GPU idle"], range=["#2ca02c", "#d9d9d9"])),
+                    tooltip=["label:N", "part:N", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")])
+            .properties(title=title, width=WIDTH, height=max(60, 30 * parts["label"].nunique() + 20)))

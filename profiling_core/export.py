@@ -1,0 +1,150 @@
+"""Export: charts to PNG and SVG (vl-convert, offline), DataFrames to CSV, pages to one HTML file.
+
+- ``chart_png(chart)`` / ``chart_svg(chart)``: render an Altair chart's Vega-Lite spec with vl-convert,
+  which bundles Vega in-process (no browser, no network).
+- ``dataframe_csv(df)``: UTF-8 CSV bytes without the index.
+- ``html_report(...)``: one self-contained HTML file: charts inlined as SVG, tables as HTML, findings,
+  configs and the environment. It loads nothing from the network, so it opens offline and can be mailed.
+
+No Streamlit here; the app wraps these in cached download buttons.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+import altair as alt
+import pandas as pd
+
+__all__ = ["chart_spec", "chart_png", "chart_svg", "dataframe_csv", "ReportSection", "html_report",
+           "safe_filename"]
+
+ChartLike = Union[alt.TopLevelMixin, Mapping[str, Any]]
+
+
+def _vl_version() -> Optional[str]:
+    """The Vega-Lite version Altair writes (``"6.4"``), if vl-convert bundles it; else vl-convert's default."""
+    import vl_convert as vlc
+    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    return wanted if wanted in vlc.get_vegalite_versions() else None
+
+
+def chart_spec(chart: ChartLike) -> dict:
+    """The chart's Vega-Lite spec as a plain dict (a dict passes through unchanged)."""
+    if isinstance(chart, Mapping):
+        return dict(chart)
+    return chart.to_dict()
+
+
+def chart_png(chart: ChartLike, *, scale: float = 2.0) -> bytes:
+    """PNG bytes of the chart (``scale`` 2 for crisp slides)."""
+    import vl_convert as vlc
+    return vlc.vegalite_to_png(chart_spec(chart), scale=scale, vl_version=_vl_version())
+
+
+def chart_svg(chart: ChartLike) -> str:
+    """SVG text of the chart; text stays text, so it scales and can be searched."""
+    import vl_convert as vlc
+    return vlc.vegalite_to_svg(chart_spec(chart), vl_version=_vl_version())
+
+
+def dataframe_csv(df: pd.DataFrame) -> bytes:
+    """UTF-8 CSV bytes of the DataFrame, without the index."""
+    return df.to_csv(index=False).encode("utf-8")
+
+
+def safe_filename(text: str, default: str = "export") -> str:
+    """A file-name-safe slug of ``text`` (letters, digits, ``-``, ``_``, ``.``)."""
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(text)).strip("._")
+    while "__" in slug:
+        slug = slug.replace("__", "_")
+    return slug[:120] or default
+
+
+# --- HTML report ----------------------------------------------------------------------------------
+
+@dataclass
+class ReportSection:
+    """One block of a report: a heading, optional prose, charts, tables and findings."""
+
+    title: str
+    text: str = ""
+    charts: Sequence[ChartLike] = field(default_factory=list)
+    tables: Sequence[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    findings: Sequence[Any] = field(default_factory=list)
+    """Objects with ``title`` and ``text`` (profiling_core.findings.Finding), or (title, text) pairs."""
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1000px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;
+margin-top:1.8em} h3{font-size:1.05em}
+table{border-collapse:collapse;font-size:.85em;margin:.6em 0} th,td{border:1px solid #ddd;padding:3px 7px;
+text-align:right} th{background:#f4f4f4} td:first-child,th:first-child{text-align:left}
+.chart{margin:1em 0;overflow-x:auto} .finding{background:#f6f8fa;border-left:4px solid #1f77b4;
+padding:.5em .9em;margin:.6em 0} .meta{color:#666;font-size:.85em} pre{background:#f6f8fa;padding:.6em;
+overflow-x:auto;font-size:.85em}
+"""
+
+
+def _finding_html(f: Any) -> str:
+    if isinstance(f, (tuple, list)):
+        title, text = f[0], f[1]
+    else:
+        title, text = getattr(f, "title", ""), getattr(f, "text", str(f))
+    return f'<div class="finding"><strong>{html.escape(str(title))}</strong><br>{html.escape(str(text))}</div>'
+
+
+def _table_html(df: pd.DataFrame, max_rows: int = 200) -> str:
+    shown = df.head(max_rows)
+    note = f'<p class="meta">first {max_rows} of {len(df)} rows</p>' if len(df) > max_rows else ""
+    return shown.to_html(index=False, escape=True, border=0, float_format=lambda v: f"{v:,.3f}") + note
+
+
+def _kv_html(data: Mapping[str, Any]) -> str:
+    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>"
+                   for k, v in data.items())
+    return f"<table>{rows}</table>"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, sort_keys=True, default=str)
+    return str(v)
+
+
+def html_report(title: str, sections: Iterable[ReportSection], *,
+                configs: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                environment: Optional[Mapping[str, Any]] = None,
+                generated: Optional[_dt.datetime] = None) -> str:
+    """One self-contained HTML page: sections (charts as inline SVG, tables, findings), configs, environment.
+
+    configs maps a label (run id or name) to its config dict. Nothing is fetched from the network when
+    the file is opened.
+    """
+    when = (generated or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             f"<style>{_CSS}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1><p class='meta'>generated {when} by profiling_core</p>"]
+    for sec in sections:
+        parts.append(f"<h2>{html.escape(sec.title)}</h2>")
+        if sec.text:
+            parts.extend(f"<p>{html.escape(p)}</p>" for p in sec.text.split("\n\n") if p.strip())
+        for f in sec.findings:
+            parts.append(_finding_html(f))
+        for ch in sec.charts:
+            parts.append(f"<div class='chart'>{chart_svg(ch)}</div>")
+        for name, df in sec.tables:
+            parts.append(f"<h3>{html.escape(name)}</h3>{_table_html(df)}")
+    if configs:
+        parts.append("<h2>Configurations</h2>")
+        for label, cfg in configs.items():
+            parts.append(f"<h3>{html.escape(str(label))}</h3>{_kv_html(cfg or {})}")
+    if environment:
+        parts.append(f"<h2>Environment</h2>{_kv_html(environment)}")
+    parts.append("</body></html>")
+    return "\n".join(parts)

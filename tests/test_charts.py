@@ -1,0 +1,180 @@
+"""Charts are pure: DataFrame in, Altair chart out; checked through chart.to_dict()."""
+from __future__ import annotations
+
+import json
+
+import altair as alt
+import pandas as pd
+import pytest
+
+from profiling_core import charts as C
+
+
+def _marks(spec: dict) -> list[str]:
+    """Every mark type in a (possibly layered / faceted) Vega-Lite spec."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            mark = node.get("mark")
+            if mark is not None:
+                found.append(mark if isinstance(mark, str) else mark.get("type"))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(spec)
+    return found
+
+
+def _datasets(spec: dict) -> list[list[dict]]:
+    return list(spec.get("datasets", {}).values())
+
+
+@pytest.fixture
+def slices():
+    return pd.DataFrame({
+        "lane": ["CPU thread 1"] * 3 + ["GPU stream 7"],
+        "name": ["ProfilerStep#0", "aten::mm", "cudaLaunchKernel", "gemm"],
+        "start_us": [0.0, 10.0, 20.0, 60.0], "end_us": [120.0, 50.0, 25.0, 80.0],
+        "depth": [0, 1, 2, 0], "category": ["step", "cpu_op", "runtime", "kernel"]})
+
+
+@pytest.fixture
+def sweep():
+    sizes = [64, 256, 1024, 4096, 8192]
+    return pd.DataFrame({
+        "size": sizes * 2, "mode": ["eager"] * 5 + ["compile"] * 5,
+        "cpu_us_per_step": [140.0] * 5 + [380.0] * 5,
+        "gpu_busy_us_per_step": [3.0, 5.0, 30.0, 180.0, 1400.0] * 2,
+        "gpu_busy_fraction": [0.02, 0.03, 0.18, 0.56, 0.9] * 2})
+
+
+@pytest.fixture
+def durations():
+    return pd.DataFrame({"step": [0, 1, 2, 0, 1, 2], "kernel": ["gemm"] * 3 + ["add"] * 3,
+                         "dur_us": [169.0, 175.0, 168.6, 5.0, 5.2, 5.1]})
+
+
+def test_step_timeline_draws_bars_and_links(slices):
+    links = pd.DataFrame({"launch_us": [20.0], "kernel_us": [60.0], "launch_lane": ["CPU thread 1"],
+                          "kernel_lane": ["GPU stream 7"], "name": ["gemm"]})
+    spec = C.step_timeline(slices, links).to_dict()
+    assert _marks(spec) == ["bar", "rule"]
+    bar = spec["layer"][0]["encoding"]
+    assert bar["x"]["field"] == "start_us" and bar["x2"]["field"] == "end_us"
+    assert bar["y"]["sort"] == ["CPU thread 1", "GPU stream 7"]
+    rule = spec["layer"][1]["encoding"]
+    assert rule["y"]["field"] == "launch_lane" and rule["y2"]["field"] == "kernel_lane"
+    rows = [r for d in _datasets(spec) for r in d if "latency_us" in r]
+    assert rows[0]["latency_us"] == 40.0
+
+
+def test_step_timeline_without_links_or_optional_columns(slices):
+    spec = C.step_timeline(slices[["lane", "name", "start_us", "end_us"]]).to_dict()
+    assert _marks(spec) == ["bar"]
+
+
+def test_missing_column_is_named():
+    with pytest.raises(ValueError, match=r"needs column\(s\) end_us; got lane, name, start_us"):
+        C.step_timeline(pd.DataFrame({"lane": [], "name": [], "start_us": []}))
+
+
+def test_crossover_is_interpolated_in_log_space(sweep):
+    cross = C.crossover_points(sweep)
+    assert list(cross["mode"]) == ["eager", "compile"]
+    eager = cross.iloc[0]
+    assert 1024 < eager["size"] < 4096
+    assert eager["value_us"] == pytest.approx(140.0)
+
+
+def test_no_crossover_when_curves_do_not_cross(sweep):
+    flat = sweep.assign(gpu_busy_us_per_step=1.0)
+    assert C.crossover_points(flat).empty
+    spec = C.overhead_vs_compute(flat).to_dict()
+    assert _marks(spec) == ["line"]
+
+
+def test_overhead_vs_compute_is_log_log_with_crossover(sweep):
+    spec = C.overhead_vs_compute(sweep).to_dict()
+    line = spec["layer"][0]["encoding"]
+    assert line["x"]["scale"]["type"] == "log" and line["y"]["scale"]["type"] == "log"
+    assert line["strokeDash"]["field"] == "mode"
+    assert _marks(spec) == ["line", "rule", "point", "text"]
+    labels = [r["label"] for d in _datasets(spec) for r in d if "label" in r]
+    assert any(lbl.startswith("crossover eager: n≈") for lbl in labels)
+
+
+def test_gpu_busy_fraction_axis_is_percent(sweep):
+    spec = C.gpu_busy_fraction(sweep).to_dict()
+    assert spec["encoding"]["y"]["axis"]["format"] == "%"
+    assert spec["encoding"]["y"]["scale"]["domain"] == [0, 1]
+
+
+def test_kernel_durations_by_step_facets_per_kernel_with_median_and_mean(durations):
+    spec = C.kernel_durations_by_step(durations).to_dict()
+    assert spec["facet"]["row"]["field"] == "kernel_short"
+    assert spec["resolve"]["scale"]["y"] == "independent"
+    assert _marks(spec) == ["line", "rule", "rule"]
+    rows = _datasets(spec)[0]
+    gemm = [r for r in rows if r["kernel"] == "gemm"][0]
+    assert gemm["median_us"] == pytest.approx(169.0)
+    assert gemm["mean_us"] == pytest.approx((169.0 + 175.0 + 168.6) / 3)
+
+
+def test_kernel_spread_compares_runs(durations):
+    two = pd.concat([durations.assign(run="a"), durations.assign(run="b")])
+    spec = C.kernel_spread(two).to_dict()
+    assert _marks(spec) == ["boxplot", "tick"]
+    assert spec["spec"]["layer"][0]["mark"]["extent"] == "min-max"
+    assert {r["run"] for r in _datasets(spec)[0]} == {"a", "b"}
+
+
+def test_grouped_bars_groups_and_labels():
+    df = pd.DataFrame({"metric": ["CPU per step", "CPU per step"], "cpu_us": [140.0, 380.0],
+                       "mode": ["eager", "compile"]})
+    spec = C.grouped_bars(df, category="metric", value="cpu_us", group="mode", title="t").to_dict()
+    assert _marks(spec) == ["bar", "text"]
+    enc = spec["layer"][0]["encoding"]
+    assert enc["yOffset"]["field"] == "mode" and enc["color"]["field"] == "mode"
+    assert spec["title"] == "t"
+
+
+def test_launch_latency_shapes_by_launch_call():
+    df = pd.DataFrame({"kernel": ["gemm", "add"], "latency_us": [10.0, 12.0], "step": [0, 0],
+                       "launch": ["cuLaunchKernelEx", "cudaLaunchKernel"]})
+    spec = C.launch_latency(df).to_dict()
+    assert spec["mark"]["type"] == "point"
+    assert spec["encoding"]["shape"]["field"] == "launch"
+
+
+def test_dispatch_flame_labels_only_wide_slices(slices):
+    spec = C.dispatch_flame(slices[slices.lane == "CPU thread 1"]).to_dict()
+    assert _marks(spec) == ["bar", "text"]
+    rows = _datasets(spec)[0]
+    labels = {r["name"]: r["label"] for r in rows}
+    assert labels["ProfilerStep#0"] == "ProfilerStep#0"
+    assert labels["cudaLaunchKernel"] == ""
+
+
+def test_cold_vs_warm_and_sync_idle():
+    steps = pd.DataFrame({"step": [0, 1, 0, 1], "dur_us": [2900.0, 100.0, 101.0, 99.0],
+                          "label": ["cold", "cold", "warm", "warm"]})
+    assert C.cold_vs_warm(steps).to_dict()["encoding"]["xOffset"]["field"] == "label"
+    parts = pd.DataFrame({"label": ["sync"] * 2, "part": ["GPU busy", "GPU idle"], "dur_us": [26.0, 1754.0]})
+    spec = C.sync_idle(parts).to_dict()
+    assert spec["encoding"]["color"]["scale"]["domain"] == ["GPU busy", "GPU idle"]
+
+
+def test_empty_chart_carries_the_reason():
+    spec = C.empty_chart("No GPU lanes: CPU trace").to_dict()
+    assert _datasets(spec)[0] == [{"message": "No GPU lanes: CPU trace"}]
+
+
+def test_every_chart_is_valid_json_without_pandas_types(slices, sweep, durations):
+    charts = [C.step_timeline(slices), C.overhead_vs_compute(sweep), C.gpu_busy_fraction(sweep),
+              C.kernel_durations_by_step(durations), C.kernel_spread(durations), C.dispatch_flame(slices)]
+    for ch in charts:
+        assert isinstance(ch, alt.TopLevelMixin)
+        json.dumps(ch.to_dict())
