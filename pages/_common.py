@@ -1,0 +1,395 @@
+"""What every page shares: the run store, cached analyses, background jobs, chart + download blocks.
+
+Pages are UI only; everything they need from ``profiling_core`` goes through here, so caching lives in one
+place and is keyed by run id (or trace path + mtime), never by mutable objects:
+
+- ``st.cache_resource`` holds open trace sessions (one per trace file version, shared, behind a lock);
+- ``st.cache_data`` holds DataFrames and findings per run id (each caller gets a copy);
+- long work (a profile, a sweep) runs in a background ``Job`` kept in ``st.session_state``, so switching
+  pages or moving a display-only slider never starts it again, and the Cancel button can reach it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from profiling_core import ExperimentConfig, RunStore
+from profiling_core import charts
+from profiling_core import export
+from profiling_core.errors import ConfigError, ProfilingError, WorkerError
+
+CURRENT_RUN = "current_run_id"
+"""session_state key of the run the analysis pages show."""
+
+SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+DTYPES = ["bf16", "fp16", "fp32"]
+COMPILE_MODES = ["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+DEVICES = ["auto", "cuda", "cpu"]
+PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in the left bar and pick the "
+                  "downloaded `trace.json` (the file stays in your browser; nothing is uploaded).")
+
+
+# --- the run store ----------------------------------------------------------------------------------
+
+def store() -> RunStore:
+    """The run store (``./runs`` or ``$PROFILING_RUNS_DIR``), looked up on every call (cheap)."""
+    return RunStore()
+
+
+def _store_stamp() -> tuple[str, int]:
+    root = store().root
+    try:
+        return str(root.resolve()), root.stat().st_mtime_ns
+    except OSError:
+        return str(root), 0
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _runs_frame(root: str, mtime_ns: int) -> pd.DataFrame:
+    rows = []
+    for run in RunStore(root).list():
+        cfg = run.meta.get("config") or {}
+        device = run.meta.get("device") or {}
+        rows.append({
+            "run_id": run.run_id, "name": run.name, "source": run.meta.get("source", ""),
+            "status": run.status, "started_at": str(run.meta.get("started_at", ""))[:19].replace("T", " "),
+            "size": cfg.get("size"), "dtype": cfg.get("dtype"), "compile": cfg.get("compile"),
+            "warmup": cfg.get("warmup"), "active": cfg.get("active"),
+            "device": device.get("name") or device.get("type") or cfg.get("device") or "",
+            "wall_s": (run.meta.get("timings") or {}).get("wall_s"),
+        })
+    return pd.DataFrame(rows, columns=["run_id", "name", "source", "status", "started_at", "size", "dtype",
+                                       "compile", "warmup", "active", "device", "wall_s"])
+
+
+def runs_frame() -> pd.DataFrame:
+    """Runs in the store, newest first (cached until the store's folder changes)."""
+    root, mtime = _store_stamp()
+    return _runs_frame(root, mtime)
+
+
+def load_run(run_id: str):
+    return store().load(run_id)
+
+
+def current_run_id() -> Optional[str]:
+    """The run the pages show: the one chosen last, else the newest in the store."""
+    rid = st.session_state.get(CURRENT_RUN)
+    runs = runs_frame()
+    if rid and rid in set(runs["run_id"]):
+        return rid
+    return runs["run_id"].iloc[0] if len(runs) else None
+
+
+def set_current_run(run_id: Optional[str]) -> None:
+    st.session_state[CURRENT_RUN] = run_id
+
+
+def run_label(run_id: str) -> str:
+    runs = runs_frame()
+    row = runs[runs["run_id"] == run_id]
+    if not len(row):
+        return run_id
+    r = row.iloc[0]
+    return f"{r['name']}  ·  {r['started_at']}  ·  {run_id[-4:]}"
+
+
+def run_picker(label: str, key: str, *, default: Optional[str] = None, help: Optional[str] = None
+               ) -> Optional[str]:
+    """A selectbox of the store's runs (by label), returning the chosen run id."""
+    runs = runs_frame()
+    if not len(runs):
+        return None
+    ids = list(runs["run_id"])
+    default = default if default in ids else current_run_id()
+    index = ids.index(default) if default in ids else 0
+    return st.selectbox(label, ids, index=index, format_func=run_label, key=key, help=help)
+
+
+def _trace_stamp(run_id: str) -> tuple[str, int]:
+    path = load_run(run_id).trace_path
+    try:
+        return str(path), path.stat().st_mtime_ns
+    except OSError:
+        return str(path), 0
+
+
+# --- environment --------------------------------------------------------------------------------
+
+@st.cache_resource(show_spinner="Asking torch about this machine ...")
+def environment() -> dict:
+    """torch / CUDA versions and the device (asked once of a subprocess, then kept)."""
+    from profiling_core.runner import environment_info
+    return dict(environment_info())
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} GiB"
+
+
+@st.cache_data(show_spinner=False, ttl=30)
+def _store_size(root: str, mtime_ns: int) -> int:
+    return RunStore(root).size_bytes()
+
+
+def store_summary() -> tuple[str, str]:
+    """The run store's folder and its size on disk."""
+    root, mtime = _store_stamp()
+    n = len(runs_frame())
+    return root, f"{n} run{'s' if n != 1 else ''}, {human_bytes(_store_size(root, mtime))}"
+
+
+def sql_engine() -> tuple[str, str]:
+    """Which SQL engine opens traces here, and why (from the newest run's session when there is one)."""
+    rid = current_run_id()
+    if rid is None:
+        return "not chosen yet", "the engine is picked when the first trace is opened"
+    try:
+        s = session(rid)
+        return str(getattr(s, "engine", "?")), str(getattr(s, "engine_reason", ""))
+    except Exception as exc:  # an unreadable trace must not break the home page
+        return "unavailable", f"{type(exc).__name__}: {exc}"
+
+
+# --- chart blocks with downloads ----------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def _png(spec_json: str) -> bytes:
+    return export.chart_png(json.loads(spec_json))
+
+
+@functools.lru_cache(maxsize=64)
+def _svg(spec_json: str) -> str:
+    return export.chart_svg(json.loads(spec_json))
+
+
+def chart_block(chart: alt.TopLevelMixin, data: Optional[pd.DataFrame], name: str, key: str) -> None:
+    """Draw ``chart`` and, under it, PNG / SVG / CSV download buttons (images rendered only on click)."""
+    st.altair_chart(chart, width="stretch", key=f"chart_{key}")
+    spec_json = json.dumps(chart.to_dict(), sort_keys=True, default=str)
+    base = export.safe_filename(name)
+    cols = st.columns([1, 1, 1, 5])
+    cols[0].download_button("PNG", data=lambda: _png(spec_json), file_name=f"{base}.png", mime="image/png",
+                            key=f"png_{key}", on_click="ignore", icon=":material/image:")
+    cols[1].download_button("SVG", data=lambda: _svg(spec_json), file_name=f"{base}.svg",
+                            mime="image/svg+xml", key=f"svg_{key}", on_click="ignore", icon=":material/draw:")
+    if data is not None:
+        cols[2].download_button("CSV", data=export.dataframe_csv(data), file_name=f"{base}.csv", mime="text/csv",
+                                key=f"csv_{key}", on_click="ignore", icon=":material/table:")
+
+
+def table_block(df: pd.DataFrame, name: str, key: str, **kwargs) -> None:
+    """A DataFrame with a CSV download button."""
+    st.dataframe(df, hide_index=True, **kwargs)
+    st.download_button("CSV", data=export.dataframe_csv(df), file_name=f"{export.safe_filename(name)}.csv",
+                       mime="text/csv", key=f"csv_{key}", on_click="ignore", icon=":material/table:")
+
+
+def report_button(title: str, sections: list, *, configs: Optional[dict] = None, key: str) -> None:
+    """Download one self-contained HTML report of the page (charts inlined as SVG; built on click)."""
+    env = {k: v for k, v in environment().items() if v is not None}
+
+    def build() -> str:
+        return export.html_report(title, sections, configs=configs, environment=env)
+
+    st.download_button("Download HTML report", data=build, file_name=f"{export.safe_filename(title)}.html",
+                       mime="text/html", key=f"report_{key}", on_click="ignore", icon=":material/description:")
+
+
+# --- background jobs ----------------------------------------------------------------------------
+
+@dataclass
+class Job:
+    """Work running in a background thread, kept in session_state across reruns and page switches."""
+
+    label: str
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    message: str = "starting ..."
+    fraction: float = 0.0
+    result: Any = None
+    error: Optional[BaseException] = None
+    error_text: str = ""
+    started: float = field(default_factory=time.monotonic)
+    finished: Optional[float] = None
+    thread: Optional[threading.Thread] = None
+
+    @property
+    def running(self) -> bool:
+        return self.finished is None
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+        self.message = "cancelling ..."
+
+    def status(self, message: str) -> None:
+        self.message = str(message)
+
+    def progress(self, p: Any) -> None:
+        self.fraction = float(getattr(p, "fraction", 0.0))
+        self.message = str(getattr(p, "message", p))
+
+
+def _jobs() -> dict:
+    return st.session_state.setdefault("_jobs", {})
+
+
+def start_job(key: str, label: str, fn: Callable[[Job], Any]) -> Job:
+    """Run ``fn(job)`` in a background thread; ``fn`` reports through ``job.status`` / ``job.progress``."""
+    job = Job(label)
+
+    def target():
+        try:
+            job.result = fn(job)
+        except BaseException as exc:  # shown on the page, never raised into the server
+            job.error = exc
+            job.error_text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        finally:
+            job.fraction = 1.0
+            job.finished = time.monotonic()
+
+    job.thread = threading.Thread(target=target, name=f"job-{key}", daemon=True)
+    _jobs()[key] = job
+    job.thread.start()
+    return job
+
+
+def get_job(key: str) -> Optional[Job]:
+    return _jobs().get(key)
+
+
+def pop_job(key: str) -> Optional[Job]:
+    return _jobs().pop(key, None)
+
+
+def follow_job(key: str, *, poll_s: float = 0.2) -> Optional[Job]:
+    """If a job runs under ``key``: show its progress and a Cancel button until it ends; return it.
+
+    Clicking anything reruns the page; the job keeps running in its thread and this picks it up again.
+    """
+    job = get_job(key)
+    if job is None:
+        return None
+    if job.running:
+        with st.container(border=True):
+            st.button("Cancel", key=f"cancel_{key}", on_click=job.cancel, icon=":material/stop_circle:")
+            bar = st.progress(0.0, text=f"{job.label}: {job.message}")
+            while job.running:
+                elapsed = time.monotonic() - job.started
+                bar.progress(min(max(job.fraction, 0.0), 1.0), text=f"{job.label}: {job.message} ({elapsed:.0f} s)")
+                time.sleep(poll_s)
+            bar.progress(1.0, text=f"{job.label}: {job.message}")
+    return job
+
+
+def show_error(exc: BaseException, what: str = "The run failed") -> None:
+    """One readable error box; the worker's stderr tail folded away."""
+    if isinstance(exc, WorkerError):
+        st.error(f"**{what}** ({exc.kind}): {exc.message}", icon=":material/error:")
+        if exc.stderr_tail:
+            with st.expander("worker stderr (last lines)"):
+                st.code(exc.stderr_tail, language="text")
+    elif isinstance(exc, (ProfilingError, ValueError)):
+        st.error(f"**{what}**: {exc}", icon=":material/error:")
+    else:
+        st.error(f"**{what}**: {type(exc).__name__}: {exc}", icon=":material/error:")
+
+
+# --- the profile form -------------------------------------------------------------------------------
+
+def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str = "Run profile",
+                show_size: bool = True, show_compile: bool = True) -> Optional[ExperimentConfig]:
+    """The experiment knobs in one st.form; returns a validated config on submit (errors shown inline)."""
+    d = {**ExperimentConfig().to_dict(), "size": 64, "active": 3, **(defaults or {})}
+    with st.form(key):
+        c1, c2, c3 = st.columns(3)
+        size = d["size"]
+        if show_size:
+            preset = c1.select_slider("Matrix size n (n×n)", options=SIZES,
+                                      value=d["size"] if d["size"] in SIZES else 64, key=f"{key}_size")
+            free = c1.number_input("… or any size (0 = use the slider)", min_value=0, max_value=65536,
+                                   value=0 if d["size"] in SIZES else d["size"], step=1, key=f"{key}_free")
+            size = int(free) if free else int(preset)
+        dtype = c2.selectbox("dtype", DTYPES, index=DTYPES.index(d["dtype"]), key=f"{key}_dtype")
+        device = c3.selectbox("Device", DEVICES, index=DEVICES.index(d["device"]), key=f"{key}_device",
+                              help="auto: CUDA when available, else CPU")
+        batch = c2.number_input("Batch (0 = none; 8 turns aten::mm into aten::bmm)", min_value=0, max_value=4096,
+                                value=int(d["batch"] or 0), key=f"{key}_batch")
+        warmup = c3.number_input("Warm-up calls before profiling (0 = cold)", min_value=0, max_value=10000,
+                                 value=int(d["warmup"]), key=f"{key}_warmup")
+        compile_mode = d["compile"]
+        if show_compile:
+            compile_mode = c1.selectbox("torch.compile", COMPILE_MODES, index=COMPILE_MODES.index(d["compile"]),
+                                        key=f"{key}_compile", help="off = eager")
+        st.caption("Profiler schedule: wait → warm-up → active steps, repeated")
+        s1, s2, s3, s4 = st.columns(4)
+        wait = s1.slider("wait", 0, 10, int(d["wait"]), key=f"{key}_wait")
+        warm_steps = s2.slider("warmup", 0, 10, int(d["warmup_steps"]), key=f"{key}_wsteps")
+        active = s3.slider("active", 1, 50, int(d["active"]), key=f"{key}_active")
+        repeat = s4.slider("repeat", 1, 5, int(d["repeat"]), key=f"{key}_repeat")
+        submitted = st.form_submit_button(submit_label, type="primary", icon=":material/play_arrow:")
+    if not submitted:
+        return None
+    try:
+        return ExperimentConfig(size=size, dtype=dtype, batch=int(batch) or None, warmup=int(warmup),
+                                compile=compile_mode, wait=wait, warmup_steps=warm_steps, active=active,
+                                repeat=repeat, device=device)
+    except ConfigError as exc:
+        st.error(str(exc), icon=":material/error:")
+        return None
+
+
+def start_profile(key: str, config: ExperimentConfig) -> Job:
+    """Start one profile in the background (a fresh worker process behind the device lock)."""
+    from profiling_core import run_experiment
+
+    def work(job: Job):
+        return run_experiment(config, store=store(), on_status=job.status, cancel_event=job.cancel_event)
+
+    return start_job(key, f"Profiling {config.name}", work)
+
+
+def finish_profile(key: str) -> Optional[str]:
+    """Follow the profile job under ``key``; when it ends, show the outcome, make it current, return its id."""
+    job = follow_job(key)
+    if job is None or job.running:
+        return None
+    pop_job(key)
+    if job.error is not None:
+        show_error(job.error)
+        return None
+    run = job.result
+    set_current_run(run.run_id)
+    st.toast(f"Run {run.run_id} saved", icon=":material/check_circle:")
+    return run.run_id
+
+
+def sidebar() -> None:
+    """The sidebar every page shares: the current run and the store."""
+    with st.sidebar:
+        rid = current_run_id()
+        if rid:
+            st.caption("Current run")
+            st.markdown(f"**{run_label(rid).split('  ·  ')[0]}**  \n`{rid}`")
+        else:
+            st.caption("No runs yet: start with **Profile**.")
+        st.caption(f"Run store: `{store().root}`")
+
+
+def fmt_us(v: Optional[float]) -> str:
+    if v is None or pd.isna(v):
+        return "–"
+    return f"{v / 1000:,.2f} ms" if abs(v) >= 10000 else f"{v:,.1f} µs"

@@ -1,0 +1,69 @@
+"""Home: what the app answers, this machine, recent runs, a quick start."""
+import streamlit as st
+
+from pages import _common as ui
+
+st.title("Reading PyTorch profiles, by experiment")
+st.markdown(
+    "One tiny workload, `torch.add(torch.matmul(x, w), b)` inside `record_function(\"matmul_add\")`, profiled "
+    "with `torch.profiler` on **your** machine. Every number and statement on these pages is derived from the "
+    "trace in front of you, never from a fixed text.")
+
+QUESTIONS = [
+    ("Profile", "pages/profile.py", "How do I read the profiler table: self vs total, # of calls, the footers?"),
+    ("Overhead vs compute", "pages/overhead.py", "When is the step bound by CPU overhead, when by GPU compute?"),
+    ("Dispatch and launch", "pages/dispatch.py", "Why is the first profiled step so long (cold start)?"),
+    ("Dispatch and launch", "pages/dispatch.py", "Why is the GPU lane offset from the CPU lane (launch latency)?"),
+    ("Dispatch and launch", "pages/dispatch.py", "What is the dispatch chain from ProfilerStep to the kernel?"),
+    ("Dispatch and launch", "pages/dispatch.py", "Which kernels are launched how (cudaLaunchKernel, cuLaunchKernelEx)?"),
+    ("Dispatch and launch", "pages/dispatch.py", "Why is cudaDeviceSynchronize so long?"),
+    ("Kernel variance", "pages/variance.py", "Why does the same kernel take different times?"),
+    ("Compile vs eager", "pages/compile_vs_eager.py", "What does torch.compile change in the trace?"),
+    ("Compile vs eager", "pages/compile_vs_eager.py", "What does compile cost on the CPU (incl. reduce-overhead)?"),
+]
+
+left, right = st.columns([3, 2], gap="large")
+with left:
+    st.subheader("The ten questions")
+    for i, (title, path, question) in enumerate(QUESTIONS, start=1):
+        st.page_link(path, label=f"{i}. {question}", help=f"answered on the {title} page")
+
+    st.subheader("Quick start")
+    st.markdown(
+        "1. **Profile**: pick a size (64 is instant), dtype and device, press *Run profile*; read the table, "
+        "the step timeline and the findings.\n"
+        "2. **Overhead vs compute**: sweep sizes 64 … 8192 and see where GPU time overtakes CPU time.\n"
+        "3. **Runs** keeps every run; compare two side by side. **Trace lab** opens any Chrome/Kineto trace "
+        "and gives you a read-only SQL console over it.\n"
+        "4. Every chart has PNG / SVG / CSV downloads; each page offers a one-file HTML report.")
+
+with right:
+    st.subheader("This machine")
+    env = ui.environment()
+    cuda = env.get("cuda_available")
+    c1, c2 = st.columns(2)
+    c1.metric("Device", "CUDA" if cuda else "CPU only")
+    c2.metric("torch", env.get("torch") or "not importable")
+    st.markdown(
+        f"- **Device name**: {env.get('device_name') or '–'}"
+        f"{' × ' + str(env.get('device_count')) if (env.get('device_count') or 0) > 1 else ''}\n"
+        f"- **CUDA build**: {env.get('cuda_build') or 'none (CPU wheel)'}\n"
+        f"- **Python**: {env.get('python', '–')} on {env.get('host', '–')}")
+    if env.get("error"):
+        st.warning(env["error"])
+    if not cuda:
+        st.info("No CUDA device here: profiles run on the CPU. GPU-only panels (GPU lanes, launch latency, "
+                "kernel variance, sync wait) explain why they are empty.", icon=":material/info:")
+    engine, reason = ui.sql_engine()
+    st.markdown(f"- **SQL engine**: `{engine}` — {reason}")
+    root, size = ui.store_summary()
+    st.markdown(f"- **Run store**: `{root}` ({size})")
+
+st.subheader("Recent runs")
+runs = ui.runs_frame()
+if len(runs):
+    st.dataframe(runs.head(10), hide_index=True, width="stretch",
+                 column_config={"run_id": st.column_config.TextColumn("run id", width="medium")})
+    st.page_link("pages/runs.py", label="All runs →")
+else:
+    st.caption("No runs yet. Open **Profile** and press *Run profile*.")

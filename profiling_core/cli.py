@@ -1,0 +1,206 @@
+"""Command line: ``python -m profiling_core {run,sweep,ls,show,rm,import,analyze}``.
+
+Human output by default; ``--json`` prints one JSON object.  Every failure exits non-zero with a one-line
+reason on stderr and no traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from typing import Optional
+
+from .config import COMPILE_MODES, DEVICES, DTYPES, ExperimentConfig
+from .errors import ProfilingError, WorkerError
+from .store import RunStore
+
+
+def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    if not sweep:
+        p.add_argument("--size", type=int, default=64, help="square matrix size n (default 64)")
+    p.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
+    p.add_argument("--batch", type=int, default=None, help="leading batch dimension (aten::bmm)")
+    p.add_argument("--warmup", type=int, nargs="?", const=10, default=0, metavar="N",
+                   help="warm-up calls before profiling (flag alone: 10; default 0 = cold)")
+    if not sweep:
+        p.add_argument("--compile", nargs="?", const="default", default="off", choices=COMPILE_MODES,
+                       metavar="MODE", help="torch.compile mode (flag alone: default); " + ", ".join(COMPILE_MODES))
+    p.add_argument("--wait", type=int, default=1, help="schedule: wait steps (default 1)")
+    p.add_argument("--warmup-steps", type=int, default=1, help="schedule: warm-up steps (default 1)")
+    p.add_argument("--active", type=int, default=3, help="schedule: active steps (default 3)")
+    p.add_argument("--repeat", type=int, default=1, help="schedule: cycles (default 1)")
+    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--no-record-shapes", action="store_true", help="do not record input shapes")
+    p.add_argument("--with-flops", action="store_true")
+    p.add_argument("--with-stack", action="store_true")
+    p.add_argument("--profile-memory", action="store_true")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before the worker is killed")
+    p.add_argument("--no-wait", action="store_true", help="fail at once if the device is busy")
+
+
+def _common_fields(a: argparse.Namespace) -> dict:
+    return dict(dtype=a.dtype, batch=a.batch, warmup=a.warmup, wait=a.wait, warmup_steps=a.warmup_steps,
+                active=a.active, repeat=a.repeat, device=a.device, record_shapes=not a.no_record_shapes,
+                with_flops=a.with_flops, with_stack=a.with_stack, profile_memory=a.profile_memory,
+                timeout_s=a.timeout)
+
+
+def _store(a: argparse.Namespace) -> RunStore:
+    return RunStore(a.store)
+
+
+def _timing_line(meta: dict) -> str:
+    t = meta.get("timings", {})
+    keys = ["process_start_s", "torch_import_s", "device_init_s", "tensors_s", "warmup_s", "profile_s",
+            "export_s", "wall_s"]
+    return "  ".join(f"{k.removesuffix('_s')} {t[k]:.3f}s" for k in keys if isinstance(t.get(k), (int, float)))
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from .runner import run_experiment
+    cfg = ExperimentConfig(size=a.size, compile=a.compile, **_common_fields(a))
+    status = None if a.json else (lambda m: print(f"  … {m}", file=sys.stderr))
+    run = run_experiment(cfg, store=_store(a), on_status=status, wait_for_device=not a.no_wait)
+    if a.json:
+        print(json.dumps({**run.to_dict(), "config": cfg.to_dict(), "timings": run.meta.get("timings"),
+                          "device": run.meta.get("device")}))
+    else:
+        dev = run.meta.get("device", {})
+        print(f"run {run.run_id}  ({cfg.name} on {dev.get('type')} {dev.get('name') or ''})".rstrip())
+        print(f"  trace  {run.trace_path}\n  table  {run.table_path}")
+        print(f"  {_timing_line(run.meta)}")
+    return 0
+
+
+def _parse_list(text: str, conv=str) -> list:
+    return [conv(x) for x in text.split(",") if x.strip()]
+
+
+def cmd_sweep(a: argparse.Namespace) -> int:
+    from .sweep import run_sweep, sweep_configs
+    try:
+        sizes = _parse_list(a.sizes, int)
+    except ValueError:
+        raise ProfilingError(f"--sizes must be comma-separated integers, got {a.sizes!r}") from None
+    modes = _parse_list(a.compile_modes)
+    configs = sweep_configs(sizes, modes, **_common_fields(a))
+    cancel = threading.Event()
+
+    def progress(p):
+        if a.json:
+            return
+        width = 30
+        filled = int(width * p.fraction)
+        bar = "#" * filled + "-" * (width - filled)
+        print(f"\r[{bar}] {p.done}/{p.total} {p.message}".ljust(100), end="" if p.current else "\n",
+              file=sys.stderr, flush=True)
+
+    try:
+        result = run_sweep(configs, store=_store(a), on_progress=progress, cancel_event=cancel)
+    except KeyboardInterrupt:
+        cancel.set()
+        print("\ncancelled", file=sys.stderr)
+        return 130
+    if a.json:
+        print(json.dumps({"runs": [r.to_dict() for r in result.runs],
+                          "errors": [{"name": c.name, "error": str(e)} for c, e in result.errors],
+                          "cancelled": result.cancelled, "wall_s": round(result.wall_s, 3)}))
+    else:
+        for r in result.runs:
+            print(f"ok    {r.run_id}   {_timing_line(r.meta)}")
+        for c, e in result.errors:
+            print(f"FAIL  {c.name}: {e}")
+        print(f"{len(result.runs)} ok, {len(result.errors)} failed, {result.wall_s:.1f} s")
+    return 0 if not result.errors and not result.cancelled else 1
+
+
+def cmd_ls(a: argparse.Namespace) -> int:
+    runs = _store(a).list()
+    if a.json:
+        print(json.dumps([{**r.to_dict(), "started_at": r.meta.get("started_at"),
+                           "device": (r.meta.get("device") or {}).get("name")} for r in runs]))
+        return 0
+    if not runs:
+        print(f"no runs in {_store(a).root}")
+    for r in runs:
+        dev = (r.meta.get("device") or {})
+        print(f"{r.run_id:60s} {r.status:8s} {dev.get('type') or r.meta.get('source', ''):6s} "
+              f"{str(r.meta.get('started_at', ''))[:19]}")
+    return 0
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    run = _store(a).load(a.run_id)
+    if a.json:
+        print(json.dumps({**run.to_dict(), "meta": run.meta}))
+        return 0
+    print(json.dumps(run.meta, indent=1, default=str))
+    print(run.table_text())
+    return 0
+
+
+def cmd_rm(a: argparse.Namespace) -> int:
+    store = _store(a)
+    for rid in a.run_ids:
+        store.delete(rid)
+        if not a.json:
+            print(f"deleted {rid}")
+    if a.json:
+        print(json.dumps({"deleted": a.run_ids}))
+    return 0
+
+
+def cmd_import(a: argparse.Namespace) -> int:
+    run = _store(a).import_trace(a.path, name=a.name)
+    print(json.dumps(run.to_dict()) if a.json else f"imported {a.path} as run {run.run_id}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m profiling_core",
+                                     description="Run torch.profiler experiments of the matmul+add study and "
+                                                 "read their traces.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help_):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--store", default=None, help="run store folder (default ./runs or $PROFILING_RUNS_DIR)")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(func=func)
+        return p
+
+    _config_args(add("run", cmd_run, "profile one experiment in a fresh worker"))
+    p = add("sweep", cmd_sweep, "profile a list of experiments (sizes x compile modes)")
+    p.add_argument("--sizes", default="64,128,256,512,1024,2048,4096,8192")
+    p.add_argument("--compile-modes", default="off,default", help="comma list of: " + ", ".join(COMPILE_MODES))
+    _config_args(p, sweep=True)
+    add("ls", cmd_ls, "list runs")
+    add("show", cmd_show, "show a run's meta and table").add_argument("run_id")
+    add("rm", cmd_rm, "delete runs").add_argument("run_ids", nargs="+")
+    p = add("import", cmd_import, "import an external trace file as a run")
+    p.add_argument("path")
+    p.add_argument("--name", default=None)
+    try:
+        from . import analyze_cli
+    except ImportError:
+        analyze_cli = None
+    if analyze_cli is not None:
+        analyze_cli.add_parser(sub)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        return a.func(a)
+    except WorkerError as exc:
+        print("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
+        return 3
+    except (ProfilingError, OSError) as exc:
+        print("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,85 @@
+"""Device lock: two callers (two browser sessions, the CLI and the app) never profile one device at once.
+
+An exclusive ``fcntl.flock`` on ``<lock dir>/<device>.lock``; the holder writes who it is into
+``<device>.holder`` so a waiter can say what it waits for.  The kernel drops the lock when the holder dies, so
+a crashed run never leaves the device locked.  The lock folder is shared by every run store on the machine:
+``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from .errors import DeviceBusyError
+
+ENV_LOCK_DIR = "PROFILING_LOCK_DIR"
+
+
+def lock_dir() -> Path:
+    d = Path(os.environ.get(ENV_LOCK_DIR) or Path(tempfile.gettempdir()) / "profiling_core-locks")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def device_key(device: str) -> str:
+    """The lock a config's device maps to.  'auto' means the GPU when this machine has an NVIDIA driver."""
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda" or os.path.exists("/dev/nvidiactl"):
+        return "cuda"
+    return "cpu"
+
+
+def holder(device: str) -> Optional[dict]:
+    try:
+        return json.loads((lock_dir() / f"{device}.holder").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Optional[float] = None,
+                on_wait: Optional[Callable[[str], None]] = None, poll_s: float = 0.1) -> Iterator[None]:
+    """Hold the lock of ``device`` (a key from ``device_key``) for the duration of the block.
+
+    wait=False raises DeviceBusyError at once when another caller holds it; otherwise ``on_wait`` is called
+    about once a second with a line saying who holds it, until the lock is free or ``timeout_s`` passes.
+    """
+    path = lock_dir() / f"{device}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        t0 = time.monotonic()
+        last = -1.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                h = holder(device) or {}
+                who = f"pid {h.get('pid', '?')} ({h.get('what', 'a run')})"
+                if not wait:
+                    raise DeviceBusyError(f"device {device} is busy: {who} is profiling on it") from None
+                waited = time.monotonic() - t0
+                if timeout_s is not None and waited > timeout_s:
+                    raise DeviceBusyError(f"device {device} stayed busy for {waited:.0f} s: {who}") from None
+                if on_wait and waited - last >= 1.0:
+                    last = waited
+                    on_wait(f"waiting for device lock '{device}' held by {who} ({waited:.0f} s)")
+                time.sleep(poll_s)
+        tmp = lock_dir() / f"{device}.holder.{os.getpid()}"
+        tmp.write_text(json.dumps({"pid": os.getpid(), "what": what, "since": time.time()}))
+        os.replace(tmp, lock_dir() / f"{device}.holder")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                (lock_dir() / f"{device}.holder").unlink()
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

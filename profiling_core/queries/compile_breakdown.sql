@@ -1,0 +1,77 @@
+-- Per ProfilerStep#N: torch.compile's CPU rows (cache lookup, compiled region, prologue, CompiledFxGraph hash) and GPU work.
+-- CPU rows: TorchDynamo Cache Lookup, Torch-Compiled Region, AOTDispatcher Runtime Wrapper Prologue, ## Call CompiledFxGraph
+-- <hash>, cudaGraphLaunch; GPU work launched in the step: kernels, memcpy by kind, memset, launch calls.
+WITH step AS (
+  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts, s.dur, tt.utid
+  FROM slice s JOIN thread_track tt ON tt.id = s.track_id
+  WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
+),
+gpu_op AS (
+  SELECT id, ts, dur, name, lower(category) AS cat, arg_set_id FROM slice
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+),
+by_flow AS (
+  SELECT f.slice_out AS launch_id, g.id AS gpu_id FROM flow f JOIN gpu_op g ON g.id = f.slice_in
+),
+launch_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM slice
+  WHERE lower(category) IN ('cuda_runtime', 'cuda_driver', 'runtime') AND arg_set_id IS NOT NULL
+),
+gpu_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM gpu_op
+  WHERE arg_set_id IS NOT NULL AND id NOT IN (SELECT gpu_id FROM by_flow)
+),
+launch AS (
+  SELECT launch_id, gpu_id FROM by_flow
+  UNION
+  SELECT l.id, g.id FROM gpu_corr g JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
+),
+cpu AS (
+  SELECT st.step_id,
+    SUM(s.name = 'TorchDynamo Cache Lookup') AS cache_lookups,
+    SUM(CASE WHEN s.name = 'TorchDynamo Cache Lookup' THEN s.dur ELSE 0 END) AS cache_lookup_ns,
+    SUM(s.name GLOB 'Torch-Compiled Region*') AS compiled_regions,
+    SUM(CASE WHEN s.name GLOB 'Torch-Compiled Region*' THEN s.dur ELSE 0 END) AS compiled_region_ns,
+    SUM(s.name = 'AOTDispatcher Runtime Wrapper Prologue') AS prologues,
+    SUM(CASE WHEN s.name = 'AOTDispatcher Runtime Wrapper Prologue' THEN s.dur ELSE 0 END) AS prologue_ns,
+    SUM(s.name GLOB '## Call CompiledFxGraph *') AS fx_graph_calls,
+    SUM(CASE WHEN s.name GLOB '## Call CompiledFxGraph *' THEN s.dur ELSE 0 END) AS fx_graph_ns,
+    group_concat(DISTINCT CASE WHEN s.name GLOB '## Call CompiledFxGraph *'
+      THEN trim(replace(substr(s.name, 25), '##', '')) END) AS fx_graph_hash,
+    SUM(s.name IN ('cudaGraphLaunch', 'hipGraphLaunch', 'cuGraphLaunch')) AS graph_launches
+  FROM step st
+  JOIN thread_track tt ON tt.utid = st.utid
+  JOIN slice s ON s.track_id = tt.id
+  WHERE s.ts >= st.ts AND s.ts < st.ts + st.dur
+  GROUP BY st.step_id
+),
+gpu AS (
+  SELECT st.step_id,
+    COUNT(DISTINCT CASE WHEN g.cat = 'kernel' THEN g.id END) AS kernels,
+    COUNT(DISTINCT CASE WHEN g.cat IN ('gpu_memcpy', 'memcpy') THEN g.id END) AS memcpys,
+    COUNT(DISTINCT CASE WHEN g.cat IN ('gpu_memcpy', 'memcpy') AND g.name GLOB 'Memcpy DtoD*' THEN g.id END) AS memcpy_dtod,
+    COUNT(DISTINCT CASE WHEN g.cat IN ('gpu_memcpy', 'memcpy') AND g.name GLOB 'Memcpy HtoD*' THEN g.id END) AS memcpy_htod,
+    COUNT(DISTINCT CASE WHEN g.cat IN ('gpu_memcpy', 'memcpy') AND g.name GLOB 'Memcpy DtoH*' THEN g.id END) AS memcpy_dtoh,
+    COUNT(DISTINCT CASE WHEN g.cat IN ('gpu_memset', 'memset') THEN g.id END) AS memsets,
+    COUNT(DISTINCT p.launch_id) AS launches,
+    COUNT(DISTINCT CASE WHEN g.cat = 'kernel' THEN p.launch_id END) AS kernel_launches
+  FROM step st
+  JOIN slice l ON l.ts >= st.ts AND l.ts < st.ts + st.dur
+  JOIN launch p ON p.launch_id = l.id
+  JOIN gpu_op g ON g.id = p.gpu_id
+  GROUP BY st.step_id
+)
+SELECT st.step, st.ts AS start_ns, st.dur AS cpu_dur_ns,
+  coalesce(c.cache_lookups, 0) AS cache_lookups, coalesce(c.cache_lookup_ns, 0) AS cache_lookup_ns,
+  coalesce(c.compiled_regions, 0) AS compiled_regions, coalesce(c.compiled_region_ns, 0) AS compiled_region_ns,
+  coalesce(c.prologues, 0) AS prologues, coalesce(c.prologue_ns, 0) AS prologue_ns,
+  coalesce(c.fx_graph_calls, 0) AS fx_graph_calls, coalesce(c.fx_graph_ns, 0) AS fx_graph_ns, c.fx_graph_hash,
+  coalesce(c.graph_launches, 0) AS graph_launches,
+  coalesce(g.kernels, 0) AS kernels, coalesce(g.memcpys, 0) AS memcpys, coalesce(g.memcpy_dtod, 0) AS memcpy_dtod,
+  coalesce(g.memcpy_htod, 0) AS memcpy_htod, coalesce(g.memcpy_dtoh, 0) AS memcpy_dtoh,
+  coalesce(g.memsets, 0) AS memsets, coalesce(g.launches, 0) AS launches,
+  coalesce(g.kernel_launches, 0) AS kernel_launches
+FROM step st
+LEFT JOIN cpu c ON c.step_id = st.step_id
+LEFT JOIN gpu g ON g.step_id = st.step_id
+ORDER BY st.ts

@@ -1,0 +1,66 @@
+-- GPU busy time as a union of GPU op intervals: over the whole trace, and over the ops launched inside ProfilerSteps.
+-- scope 'trace': all kernels/memcpys/memsets; window = first to last event of the trace (any category but Trace).
+-- scope 'steps': ops launched inside a step; window = first step start to the later of last step end and last op end.
+WITH step AS (
+  SELECT s.id AS step_id, s.ts, s.dur FROM slice s
+  WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
+),
+gpu_op AS (
+  SELECT id, ts, dur, arg_set_id FROM slice
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+),
+by_flow AS (
+  SELECT f.slice_out AS launch_id, g.id AS gpu_id FROM flow f JOIN gpu_op g ON g.id = f.slice_in
+),
+launch_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM slice
+  WHERE lower(category) IN ('cuda_runtime', 'cuda_driver', 'runtime') AND arg_set_id IS NOT NULL
+),
+gpu_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM gpu_op
+  WHERE arg_set_id IS NOT NULL AND id NOT IN (SELECT gpu_id FROM by_flow)
+),
+launch AS (
+  SELECT launch_id, gpu_id FROM by_flow
+  UNION
+  SELECT l.id, g.id FROM gpu_corr g JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
+),
+ops AS (
+  SELECT 'trace' AS scope, id, ts, ts + dur AS end_ts FROM gpu_op
+  UNION
+  SELECT 'steps', g.id, g.ts, g.ts + g.dur
+  FROM launch p JOIN slice l ON l.id = p.launch_id JOIN gpu_op g ON g.id = p.gpu_id
+  JOIN step st ON l.ts >= st.ts AND l.ts < st.ts + st.dur
+),
+prev AS (
+  SELECT scope, ts, end_ts,
+    MAX(end_ts) OVER (PARTITION BY scope ORDER BY ts, end_ts
+                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM ops
+),
+island AS (
+  SELECT scope, ts, end_ts,
+    SUM(CASE WHEN prev_end IS NULL OR ts > prev_end THEN 1 ELSE 0 END)
+      OVER (PARTITION BY scope ORDER BY ts, end_ts ROWS UNBOUNDED PRECEDING) AS island
+  FROM prev
+),
+busy AS (
+  SELECT scope, SUM(e - b) AS busy_ns, SUM(n) AS gpu_ops, MIN(b) AS first_gpu_start_ns, MAX(e) AS last_gpu_end_ns
+  FROM (SELECT scope, island, MIN(ts) AS b, MAX(end_ts) AS e, COUNT(*) AS n FROM island GROUP BY scope, island)
+  GROUP BY scope
+),
+trace_window AS (
+  SELECT MIN(ts) AS b, MAX(ts + dur) AS e FROM slice WHERE category IS NOT NULL AND category <> 'Trace'
+),
+step_window AS (
+  SELECT MIN(ts) AS b, MAX(ts + dur) AS e FROM step
+)
+SELECT 'trace' AS scope, coalesce(bu.gpu_ops, 0) AS gpu_ops, coalesce(bu.busy_ns, 0) AS busy_ns,
+  w.b AS window_start_ns, MAX(w.e, coalesce(bu.last_gpu_end_ns, w.e)) AS window_end_ns,
+  bu.first_gpu_start_ns, bu.last_gpu_end_ns
+FROM trace_window w LEFT JOIN busy bu ON bu.scope = 'trace'
+UNION ALL
+SELECT 'steps', coalesce(bu.gpu_ops, 0), coalesce(bu.busy_ns, 0),
+  w.b, MAX(w.e, coalesce(bu.last_gpu_end_ns, w.e)), bu.first_gpu_start_ns, bu.last_gpu_end_ns
+FROM step_window w LEFT JOIN busy bu ON bu.scope = 'steps'
+WHERE w.b IS NOT NULL

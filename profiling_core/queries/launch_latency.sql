@@ -1,0 +1,37 @@
+-- Each GPU op (kernel, memcpy, memset) with the CPU call that launched it and the queueing delay (GPU start - launch start).
+-- Pairs come from the flow table (ac2g flows); ops without a flow are paired by args.correlation (older traces).
+WITH step AS (
+  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts, s.dur FROM slice s
+  WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
+),
+gpu_op AS (
+  SELECT id, ts, dur, name, lower(category) AS cat, arg_set_id, track_id FROM slice
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+),
+by_flow AS (
+  SELECT f.slice_out AS launch_id, g.id AS gpu_id, 'flow' AS paired_by FROM flow f JOIN gpu_op g ON g.id = f.slice_in
+),
+launch_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM slice
+  WHERE lower(category) IN ('cuda_runtime', 'cuda_driver', 'runtime') AND arg_set_id IS NOT NULL
+),
+gpu_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM gpu_op
+  WHERE arg_set_id IS NOT NULL AND id NOT IN (SELECT gpu_id FROM by_flow)
+),
+launch AS (
+  SELECT launch_id, gpu_id, paired_by FROM by_flow
+  UNION
+  SELECT l.id, g.id, 'correlation' FROM gpu_corr g JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
+)
+SELECT g.id AS gpu_id, g.name AS gpu_name, g.cat AS gpu_category, g.ts AS gpu_start_ns, g.dur AS gpu_dur_ns,
+  t.tid AS stream,
+  l.id AS launch_id, l.name AS launch_name, l.ts AS launch_start_ns, l.dur AS launch_dur_ns,
+  g.ts - l.ts AS latency_ns, p.paired_by,
+  (SELECT st.step FROM step st WHERE l.ts >= st.ts AND l.ts < st.ts + st.dur ORDER BY st.ts LIMIT 1) AS step
+FROM launch p
+JOIN slice l ON l.id = p.launch_id
+JOIN gpu_op g ON g.id = p.gpu_id
+JOIN thread_track tt ON tt.id = g.track_id
+JOIN thread t USING (utid)
+ORDER BY g.ts, g.id

@@ -1,0 +1,40 @@
+-- How each GPU op was launched: launch API, the CPU op the launch sits in, and whether an occupancy query precedes it.
+-- An occupancy query is a cudaOccupancy*/cuOccupancy*/hipOccupancy* call before the launch under the same parent op.
+WITH gpu_op AS (
+  SELECT id, ts, dur, name, lower(category) AS cat, arg_set_id FROM slice
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+),
+by_flow AS (
+  SELECT f.slice_out AS launch_id, g.id AS gpu_id FROM flow f JOIN gpu_op g ON g.id = f.slice_in
+),
+launch_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM slice
+  WHERE lower(category) IN ('cuda_runtime', 'cuda_driver', 'runtime') AND arg_set_id IS NOT NULL
+),
+gpu_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM gpu_op
+  WHERE arg_set_id IS NOT NULL AND id NOT IN (SELECT gpu_id FROM by_flow)
+),
+launch AS (
+  SELECT launch_id, gpu_id FROM by_flow
+  UNION
+  SELECT l.id, g.id FROM gpu_corr g JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
+),
+occupancy AS (
+  SELECT id, ts, parent_id FROM slice
+  WHERE name GLOB 'cudaOccupancy*' OR name GLOB 'hipOccupancy*' OR name GLOB 'cuOccupancy*'
+),
+path AS (
+  SELECT g.name AS gpu_name, g.cat AS gpu_category, l.name AS launch_api, l.id AS launch_id,
+    coalesce(par.name, '') AS parent_op,
+    EXISTS (SELECT 1 FROM occupancy o WHERE o.parent_id = l.parent_id AND o.ts <= l.ts) AS occupancy_before
+  FROM launch p
+  JOIN slice l ON l.id = p.launch_id
+  JOIN gpu_op g ON g.id = p.gpu_id
+  LEFT JOIN slice par ON par.id = l.parent_id
+)
+SELECT gpu_name, gpu_category, launch_api, parent_op,
+  COUNT(*) AS count, SUM(occupancy_before) AS with_occupancy_query
+FROM path
+GROUP BY gpu_name, gpu_category, launch_api, parent_op
+ORDER BY gpu_name, launch_api, parent_op

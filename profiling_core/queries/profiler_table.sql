@@ -1,0 +1,68 @@
+-- The profiler table (key_averages) rebuilt from the trace: per name and lane, calls, self/total CPU and device time (ns).
+-- CPU rows: self = duration minus the durations of its child slices; device time of a CPU op = GPU ops whose launch call
+-- has that op as parent (self) or lies inside it on the same thread (total). GPU rows (kernels, memcpy, memset,
+-- gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
+WITH gpu_op AS (
+  SELECT id, ts, dur, arg_set_id FROM slice
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+),
+by_flow AS (
+  SELECT f.slice_out AS launch_id, g.id AS gpu_id FROM flow f JOIN gpu_op g ON g.id = f.slice_in
+),
+launch_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM slice
+  WHERE lower(category) IN ('cuda_runtime', 'cuda_driver', 'runtime') AND arg_set_id IS NOT NULL
+),
+gpu_corr AS (
+  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM gpu_op
+  WHERE arg_set_id IS NOT NULL AND id NOT IN (SELECT gpu_id FROM by_flow)
+),
+launch AS (
+  SELECT launch_id, gpu_id FROM by_flow
+  UNION
+  SELECT l.id, g.id FROM gpu_corr g JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
+),
+launched AS (
+  SELECT l.id AS launch_id, l.parent_id, l.ts, tt.utid, g.dur AS gpu_dur
+  FROM launch p JOIN slice l ON l.id = p.launch_id JOIN gpu_op g ON g.id = p.gpu_id
+  JOIN thread_track tt ON tt.id = l.track_id
+),
+cpu AS (
+  SELECT s.id, s.name, s.ts, s.dur, tt.utid FROM slice s JOIN thread_track tt ON tt.id = s.track_id
+  WHERE s.category IS NOT NULL
+    AND lower(s.category) NOT IN ('trace', 'kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset',
+                                  'gpu_user_annotation', 'python_function', 'ac2g', 'flow')
+),
+child AS (
+  SELECT parent_id AS id, SUM(dur) AS child_ns FROM slice
+  WHERE parent_id IS NOT NULL AND parent_id IN (SELECT id FROM cpu) GROUP BY parent_id
+),
+self_dev AS (
+  SELECT parent_id AS id, SUM(gpu_dur) AS ns FROM launched WHERE parent_id IS NOT NULL GROUP BY parent_id
+),
+total_dev AS (
+  SELECT c.id, SUM(x.gpu_dur) AS ns FROM cpu c
+  JOIN launched x ON x.utid = c.utid AND x.ts >= c.ts AND x.ts < c.ts + c.dur
+  GROUP BY c.id
+),
+cpu_rows AS (
+  SELECT CASE WHEN c.name GLOB 'ProfilerStep#*' THEN 'ProfilerStep*' ELSE c.name END AS name, 'cpu' AS lane,
+    c.dur - coalesce(ch.child_ns, 0) AS self_cpu_ns, c.dur AS cpu_total_ns,
+    coalesce(sd.ns, 0) AS self_device_ns, coalesce(td.ns, 0) AS device_total_ns
+  FROM cpu c
+  LEFT JOIN child ch ON ch.id = c.id
+  LEFT JOIN self_dev sd ON sd.id = c.id
+  LEFT JOIN total_dev td ON td.id = c.id
+),
+gpu_rows AS (
+  SELECT CASE WHEN name GLOB 'ProfilerStep#*' THEN 'ProfilerStep*' ELSE name END AS name, 'gpu' AS lane,
+    0 AS self_cpu_ns, 0 AS cpu_total_ns, dur AS self_device_ns, dur AS device_total_ns
+  FROM slice
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset', 'gpu_user_annotation')
+)
+SELECT name, lane, COUNT(*) AS calls,
+  SUM(self_cpu_ns) AS self_cpu_ns, SUM(cpu_total_ns) AS cpu_total_ns,
+  SUM(self_device_ns) AS self_device_ns, SUM(device_total_ns) AS device_total_ns
+FROM (SELECT * FROM cpu_rows UNION ALL SELECT * FROM gpu_rows)
+GROUP BY name, lane
+ORDER BY self_device_ns DESC, self_cpu_ns DESC, name

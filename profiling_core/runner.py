@@ -1,0 +1,121 @@
+"""Run one experiment: device lock → fresh worker → atomic run folder.  The notebook/CLI entry point.
+
+    >>> from profiling_core import ExperimentConfig, run_experiment
+    >>> run = run_experiment(ExperimentConfig(size=64, dtype="fp32", device="cpu", warmup=3))
+    >>> run.trace_path, run.meta["timings"]
+"""
+from __future__ import annotations
+
+import functools
+import json
+import platform
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from typing import Callable, Optional
+
+from .config import ExperimentConfig
+from .errors import WorkerError
+from .lock import device_key, device_lock
+from .store import Run, RunStore
+from .worker import run_in_worker
+
+
+def _trace_versions(trace_path) -> dict:
+    """Driver/runtime versions Kineto wrote into the trace's top level (first 4 KB are enough)."""
+    out = {}
+    try:
+        with open(trace_path, "rb") as f:
+            head = f.read(8192).decode("utf-8", "replace")
+    except OSError:
+        return out
+    import re
+    for key in ("cuda_driver_version", "cuda_runtime_version", "cupti_version", "schemaVersion"):
+        m = re.search(rf'"{key}"\s*:\s*"?([0-9.]+)', head)
+        if m:
+            out[key] = m.group(1)
+    return out
+
+
+def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None,
+                   on_status: Optional[Callable[[str], None]] = None, wait_for_device: bool = True,
+                   lock_timeout_s: Optional[float] = None, cancel_event: Optional[threading.Event] = None,
+                   prestart: bool = False) -> Run:
+    """Profile ``config`` in a fresh worker process and save it as a run.
+
+    Args:
+        config: the experiment.
+        store: where the run lands (default: ``RunStore()``: ./runs or $PROFILING_RUNS_DIR).
+        on_status: called with one-line progress messages (including "waiting for device lock ...").
+        wait_for_device: False fails fast with DeviceBusyError when another caller profiles on the device.
+        lock_timeout_s: give up waiting for the device after this long (None: wait as long as it takes).
+        cancel_event: set it to kill the worker; the run then raises WorkerError(kind="cancelled").
+        prestart: take a standby worker with torch already imported (and keep one ready for the next run).
+
+    Returns:
+        The complete ``Run``.  On any failure raises ``WorkerError`` (or ``RunStoreError`` when the store cannot
+        be written); nothing half-written stays in the store.
+    """
+    store = store or RunStore()
+    status = on_status or (lambda _m: None)
+    key = device_key(config.device)
+    run_id, staging = store.begin(config.name)
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    try:
+        with device_lock(key, what=f"{config.name} ({run_id})", wait=wait_for_device,
+                         timeout_s=lock_timeout_s, on_wait=status):
+            t_locked = time.perf_counter()
+            facts = run_in_worker(config, staging, cancel_event=cancel_event, on_status=status, prestart=prestart)
+    except BaseException:
+        store.abort(staging)
+        raise
+    wall = time.perf_counter() - t0
+    timings = dict(facts.get("timings", {}))
+    timings["lock_wait_s"] = round(t_locked - t0, 6)
+    timings["wall_s"] = round(wall, 6)
+    meta = {
+        "name": config.name,
+        "status": "ok",
+        "source": "experiment",
+        "config": config.to_dict(),
+        "started_at": started.isoformat(),
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
+                 "python": platform.python_version()},
+        "device": facts.get("device", {}),
+        "versions": {"torch": facts.get("device", {}).get("torch"),
+                     "cuda_runtime": facts.get("device", {}).get("cuda_runtime"),
+                     **_trace_versions(staging / "trace.json")},
+        "timings": timings,
+        "prestarted": facts.get("prestarted", False),
+        "peak_device_memory_bytes": facts.get("peak_device_memory_bytes"),
+        "peak_host_rss_bytes": facts.get("peak_host_rss_bytes"),
+        "profiler_cycles": facts.get("cycles"),
+    }
+    status(f"saving run {run_id}")
+    try:
+        return store.commit(run_id, staging, meta)
+    except BaseException:
+        store.abort(staging)
+        raise
+
+
+@functools.lru_cache(maxsize=1)
+def environment_info() -> dict:
+    """torch/CUDA versions and the device this machine would profile on (asked of a subprocess, cached)."""
+    code = ("import json, torch, platform; c = torch.cuda.is_available(); "
+            "print(json.dumps({'torch': torch.__version__, 'cuda_build': torch.version.cuda, "
+            "'cuda_available': c, 'device_count': torch.cuda.device_count() if c else 0, "
+            "'device_name': torch.cuda.get_device_name(0) if c else (platform.processor() or platform.machine()), "
+            "'cpu_threads': torch.get_num_threads()}))")
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        info = json.loads(out.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, ValueError, IndexError, OSError) as exc:
+        info = {"torch": None, "error": f"could not import torch in a subprocess: {exc}"}
+    info["python"] = platform.python_version()
+    info["host"] = socket.gethostname()
+    return info

@@ -1,0 +1,279 @@
+"""The run store: one folder per run under a root, written atomically.
+
+Layout::
+
+    <root>/<run_id>/trace.json      Chrome/Kineto trace (trace.json.gz for gzip imports)
+    <root>/<run_id>/table.txt       profiler table (key_averages().table)
+    <root>/<run_id>/meta.json       config, versions, device, host, timings, peak memory, status
+    <root>/<run_id>/worker.log      the worker's stderr
+    <root>/.staging/<run_id>/       a run being written (never listed)
+    <root>/.trash/                  a run being deleted (never listed)
+
+A run becomes visible only by ``os.rename`` of its complete staging folder, so a crash, a kill or a write
+error leaves no half run.  Run ids are plain names (letters, digits, ``._-``) checked before any path is
+built, so nothing can escape the root.
+
+The root is ``./runs`` unless ``PROFILING_RUNS_DIR`` or an explicit root says otherwise.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Optional
+
+from .config import ExperimentConfig
+from .errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceFormatError, TraceTooLargeError
+
+ENV_ROOT = "PROFILING_RUNS_DIR"
+DEFAULT_ROOT = "runs"
+META_FILE = "meta.json"
+TRACE_FILE = "trace.json"
+TRACE_GZ_FILE = "trace.json.gz"
+TABLE_FILE = "table.txt"
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,159}$")
+IMPORT_MAX_BYTES = 512 * 2**20
+
+
+def default_root() -> Path:
+    return Path(os.environ.get(ENV_ROOT) or DEFAULT_ROOT)
+
+
+def validate_run_id(run_id: object) -> str:
+    """Return run_id if it is a plain name; raise InvalidRunIdError otherwise."""
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id) or ".." in run_id:
+        raise InvalidRunIdError(
+            f"run id must be 1-160 letters, digits, '.', '_' or '-' (starting with a letter or digit, "
+            f"no '..'), got {run_id!r}")
+    return run_id
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    return (s or "trace")[:80]
+
+
+def new_run_id(name: str) -> str:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return validate_run_id(f"{stamp}-{_slug(name)}-{secrets.token_hex(2)}")
+
+
+@dataclass
+class Run:
+    """One complete run in the store."""
+
+    run_id: str
+    run_dir: Path
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def trace_path(self) -> Path:
+        gz = self.run_dir / TRACE_GZ_FILE
+        return gz if gz.exists() else self.run_dir / TRACE_FILE
+
+    @property
+    def table_path(self) -> Path:
+        return self.run_dir / TABLE_FILE
+
+    @property
+    def meta_path(self) -> Path:
+        return self.run_dir / META_FILE
+
+    @property
+    def name(self) -> str:
+        return self.meta.get("name") or self.run_id
+
+    @property
+    def status(self) -> str:
+        return self.meta.get("status", "unknown")
+
+    @property
+    def config(self) -> Optional[ExperimentConfig]:
+        data = self.meta.get("config")
+        if not data:
+            return None
+        try:
+            return ExperimentConfig.from_dict(data)
+        except ConfigError:
+            return None
+
+    def table_text(self) -> str:
+        try:
+            return self.table_path.read_text()
+        except OSError:
+            return ""
+
+    def to_dict(self) -> dict:
+        return {"run_id": self.run_id, "run_dir": str(self.run_dir), "trace_path": str(self.trace_path),
+                "table_path": str(self.table_path), "status": self.status, "name": self.name}
+
+
+class RunStore:
+    """Folders of complete runs under ``root``."""
+
+    def __init__(self, root: Optional[os.PathLike | str] = None):
+        self.root = Path(root) if root is not None else default_root()
+
+    # --- paths -----------------------------------------------------------------------------------
+    def _dir(self, run_id: str) -> Path:
+        run_id = validate_run_id(run_id)
+        path = (self.root / run_id)
+        if path.resolve().parent != self.root.resolve():
+            raise InvalidRunIdError(f"run id {run_id!r} resolves outside the run store {self.root}")
+        return path
+
+    def _ensure(self) -> None:
+        try:
+            (self.root / ".staging").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunStoreError(f"cannot create the run store at {self.root}: {exc.strerror}") from None
+
+    # --- writing ---------------------------------------------------------------------------------
+    def begin(self, name: str) -> tuple[str, Path]:
+        """Reserve a run id and make its staging folder.  Pair with ``commit`` or ``abort``."""
+        self._ensure()
+        for _ in range(20):
+            run_id = new_run_id(name)
+            if not (self.root / run_id).exists():
+                staging = self.root / ".staging" / run_id
+                try:
+                    staging.mkdir()
+                except FileExistsError:
+                    continue
+                except OSError as exc:
+                    raise RunStoreError(f"cannot write to the run store at {self.root}: {exc.strerror}") from None
+                return run_id, staging
+        raise RunStoreError("could not reserve a unique run id")
+
+    def commit(self, run_id: str, staging: Path, meta: dict) -> Run:
+        """Write meta.json into the staging folder, fsync, then rename it into place (atomic)."""
+        final = self._dir(run_id)
+        meta = dict(meta, run_id=run_id)
+        try:
+            tmp = staging / (META_FILE + ".tmp")
+            with open(tmp, "w") as f:
+                json.dump(meta, f, indent=1, default=str)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, staging / META_FILE)
+            for child in staging.iterdir():
+                if child.is_file():
+                    with open(child, "rb") as f:
+                        os.fsync(f.fileno())
+            os.rename(staging, final)
+        except OSError as exc:
+            self.abort(staging)
+            raise RunStoreError(f"could not save run {run_id}: {exc.strerror or exc}") from None
+        return Run(run_id, final, meta)
+
+    def abort(self, staging: Path) -> None:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    def cleanup_staging(self, older_than_s: float = 24 * 3600) -> int:
+        """Remove staging folders left by crashed processes (older than ``older_than_s``)."""
+        n = 0
+        for p in (self.root / ".staging").glob("*"):
+            try:
+                if time.time() - p.stat().st_mtime > older_than_s:
+                    shutil.rmtree(p, ignore_errors=True)
+                    n += 1
+            except OSError:
+                pass
+        return n
+
+    # --- reading ---------------------------------------------------------------------------------
+    def _read(self, path: Path) -> Run:
+        try:
+            meta = json.loads((path / META_FILE).read_text())
+            if not isinstance(meta, dict):
+                raise ValueError("meta.json is not an object")
+        except (OSError, ValueError) as exc:
+            meta = {"status": "corrupt", "error": f"meta.json unreadable: {exc}", "name": path.name}
+        return Run(path.name, path, meta)
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self.list())
+
+    def list(self) -> list[Run]:
+        """Complete runs, newest first."""
+        if not self.root.is_dir():
+            return []
+        runs = [self._read(p) for p in self.root.iterdir()
+                if p.is_dir() and not p.name.startswith(".") and RUN_ID_RE.match(p.name)]
+        return sorted(runs, key=lambda r: (str(r.meta.get("started_at", "")), r.run_id), reverse=True)
+
+    def load(self, run_id: str) -> Run:
+        path = self._dir(run_id)
+        if not path.is_dir():
+            raise RunNotFoundError(f"no run {run_id!r} in {self.root}")
+        return self._read(path)
+
+    def delete(self, run_id: str) -> None:
+        path = self._dir(run_id)
+        if not path.is_dir():
+            raise RunNotFoundError(f"no run {run_id!r} in {self.root}")
+        trash = self.root / ".trash"
+        trash.mkdir(exist_ok=True)
+        target = trash / f"{run_id}.{secrets.token_hex(3)}"
+        os.rename(path, target)  # disappears from listings atomically
+        shutil.rmtree(target, ignore_errors=True)
+
+    def size_bytes(self) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for f in files:
+                try:
+                    total += os.path.getsize(os.path.join(dirpath, f))
+                except OSError:
+                    pass
+        return total
+
+    # --- import ----------------------------------------------------------------------------------
+    def import_trace(self, source: os.PathLike | str, name: Optional[str] = None,
+                     max_bytes: int = IMPORT_MAX_BYTES) -> Run:
+        """Copy an external Chrome/Kineto trace (.json or .json.gz) into the store as a run."""
+        src = Path(source)
+        try:
+            size = src.stat().st_size
+            with open(src, "rb") as f:
+                head = f.read(2)
+        except OSError as exc:
+            raise RunStoreError(f"cannot read {src}: {exc.strerror}") from None
+        if size > max_bytes:
+            raise TraceTooLargeError(f"{src.name} is {size / 2**20:.1f} MiB; the import cap is "
+                                     f"{max_bytes / 2**20:.0f} MiB")
+        is_gz = head == b"\x1f\x8b"
+        _sniff_json(src, is_gz)
+        run_id, staging = self.begin(name or src.name.removesuffix(".gz").removesuffix(".json"))
+        try:
+            shutil.copyfile(src, staging / (TRACE_GZ_FILE if is_gz else TRACE_FILE))
+        except OSError as exc:
+            self.abort(staging)
+            raise RunStoreError(f"could not copy {src.name} into the store: {exc.strerror}") from None
+        meta = {"name": name or src.name, "status": "ok", "source": "import", "original_filename": src.name,
+                "size_bytes": size, "started_at": datetime.now(timezone.utc).isoformat(),
+                "host": socket.gethostname(), "config": None}
+        return self.commit(run_id, staging, meta)
+
+
+def _sniff_json(src: Path, is_gz: bool) -> None:
+    """Refuse early what cannot be a JSON trace; the full check happens when the trace is opened."""
+    try:
+        opener = gzip.open if is_gz else open
+        with opener(src, "rb") as f:
+            head = f.read(4096).lstrip()
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceFormatError(f"{src.name} is not a readable gzip file: {exc}") from None
+    if head.startswith(b"\xef\xbb\xbf"):
+        head = head[3:].lstrip()
+    if not head[:1] in (b"{", b"["):
+        raise TraceFormatError(f"{src.name} is not a JSON trace (it does not start with '{{' or '['); "
+                               "expected a Chrome/Kineto trace as written by torch.profiler's export_chrome_trace")

@@ -1,0 +1,77 @@
+"""Sweeps: a list of configs, one fresh worker each, with progress and cancellation.
+
+``on_progress`` receives a ``SweepProgress`` before each run and after the last; a Streamlit progress bar
+(``bar.progress(p.fraction, text=p.message)``) and the CLI's terminal bar both use it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+from .config import ExperimentConfig
+from .errors import ProfilingError, WorkerError
+from .runner import run_experiment
+from .store import Run, RunStore
+
+
+@dataclass(frozen=True)
+class SweepProgress:
+    done: int
+    total: int
+    current: Optional[str]
+    message: str
+    failed: int = 0
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+@dataclass
+class SweepResult:
+    runs: list[Run] = field(default_factory=list)
+    errors: list[tuple[ExperimentConfig, ProfilingError]] = field(default_factory=list)
+    cancelled: bool = False
+    wall_s: float = 0.0
+
+
+def sweep_configs(sizes: Iterable[int], compile_modes: Iterable[str] = ("off",), **common) -> list[ExperimentConfig]:
+    """The cross product sizes × compile modes, other fields from ``common``."""
+    return [ExperimentConfig(size=s, compile=m, **common) for s in sizes for m in compile_modes]
+
+
+def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] = None,
+              on_progress: Optional[Callable[[SweepProgress], None]] = None,
+              cancel_event: Optional[threading.Event] = None, prestart: bool = False,
+              on_status: Optional[Callable[[str], None]] = None) -> SweepResult:
+    """Run each config in its own fresh worker, in order.  A failed run is recorded and the sweep goes on;
+    a set ``cancel_event`` kills the current worker and stops the sweep."""
+    configs = list(configs)
+    store = store or RunStore()
+    result = SweepResult()
+    report = on_progress or (lambda _p: None)
+    t0 = time.perf_counter()
+    for i, cfg in enumerate(configs):
+        if cancel_event is not None and cancel_event.is_set():
+            result.cancelled = True
+            break
+        report(SweepProgress(i, len(configs), cfg.name, f"[{i + 1}/{len(configs)}] {cfg.name}", len(result.errors)))
+        try:
+            result.runs.append(run_experiment(cfg, store=store, cancel_event=cancel_event, prestart=prestart,
+                                              on_status=on_status))
+        except WorkerError as exc:
+            if exc.kind == "cancelled":
+                result.cancelled = True
+                break
+            result.errors.append((cfg, exc))
+        except ProfilingError as exc:
+            result.errors.append((cfg, exc))
+    result.wall_s = time.perf_counter() - t0
+    done = len(result.runs) + len(result.errors)
+    msg = "cancelled" if result.cancelled else "done"
+    report(SweepProgress(done, len(configs), None,
+                         f"{msg}: {len(result.runs)} ok, {len(result.errors)} failed in {result.wall_s:.1f} s",
+                         len(result.errors)))
+    return result

@@ -1,0 +1,75 @@
+"""Reading a trace file's bytes: gzip detected by magic bytes, size capped while streaming."""
+from __future__ import annotations
+
+import os
+import zlib
+
+from ..errors import TraceFormatError, TraceTooLargeError
+
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # uncompressed bytes
+_GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 4 * 1024 * 1024
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def read_trace_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | bytearray:
+    """Return the (decompressed) JSON bytes of ``path``.
+
+    Raises TraceError subclasses for a missing file, gzip garbage or a size past ``max_bytes``.
+    A .gz is streamed in chunks and refused as soon as its output passes the cap, so a
+    gzip bomb never lands in memory.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+            if head == _GZIP_MAGIC:
+                f.seek(0)
+                return _read_gzip(f, path, max_bytes)
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise TraceTooLargeError(
+                    f"{os.fspath(path)} is {_mib(size)} ({size} bytes), over the cap of "
+                    f"{_mib(max_bytes)} ({max_bytes} bytes); pass a larger max_bytes to open it")
+            return head + f.read()
+    except FileNotFoundError:
+        raise TraceFormatError(f"no such trace file: {os.fspath(path)}") from None
+    except IsADirectoryError:
+        raise TraceFormatError(f"{os.fspath(path)} is a directory, not a trace file") from None
+    except PermissionError as e:
+        raise TraceFormatError(f"cannot read {os.fspath(path)}: {e.strerror}") from None
+
+
+def _read_gzip(f, path, max_bytes: int) -> bytearray:
+    out = bytearray()
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    pending = b""
+    try:
+        while True:
+            if not pending:
+                pending = f.read(_CHUNK)
+                if not pending:
+                    break
+            # max_length bounds each step's output, so a bomb never inflates past the cap.
+            out += d.decompress(pending, max_bytes + 1 - len(out))
+            if len(out) > max_bytes:
+                raise TraceTooLargeError(
+                    f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
+                    f"(the cap, {max_bytes} bytes); stopped reading it; pass a larger max_bytes to open it")
+            pending = d.unconsumed_tail
+            if d.eof:
+                rest = d.unused_data or f.read(_CHUNK)
+                if rest[:2] != _GZIP_MAGIC:
+                    break  # trailing bytes after the last member are ignored, as gzip(1) does
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # concatenated members are legal
+                pending = rest
+        if not d.eof:
+            raise TraceFormatError(f"{os.fspath(path)} is a truncated gzip file (unexpected end of stream)")
+    except zlib.error as e:
+        raise TraceFormatError(f"{os.fspath(path)} is not a valid gzip file: {e}") from None
+    return out
+
+
+__all__ = ["read_trace_bytes", "DEFAULT_MAX_BYTES"]

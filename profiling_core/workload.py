@@ -1,0 +1,198 @@
+"""The study's workload, profiled exactly as the study does.  Runs only inside a worker process.
+
+``fn(x, w, b) = torch.add(torch.matmul(x, w), b)`` inside ``record_function("matmul_add")``; optional
+``torch.compile`` of the inner function (so the compiled region sits inside ``matmul_add`` as in the study's
+traces); ``warmup`` calls before profiling; then ``torch.profiler.profile`` with CPU (and CUDA) activities and
+``schedule(wait, warmup, active, repeat)``, ``prof.step()`` per iteration.  Each finished cycle is exported
+through ``on_trace_ready``; with ``repeat > 1`` the cycles' traces are merged into one file so the trace holds
+``active x repeat`` ProfilerStep slices.
+
+This is the only module (with ``worker``) that imports torch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from pathlib import Path
+from typing import Callable
+
+from .config import ExperimentConfig
+
+TRACE_FILE = "trace.json"
+TABLE_FILE = "table.txt"
+
+
+class Phase:
+    """Wall-clock timer of named phases, in seconds."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    def run(self, name: str, func: Callable):
+        t0 = time.perf_counter()
+        try:
+            return func()
+        finally:
+            self.timings[name] = round(time.perf_counter() - t0, 6)
+
+
+def _mem_available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def resolve_device(torch, wanted: str) -> str:
+    if wanted == "cpu":
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if wanted == "cuda":
+        from .errors import WorkerError
+        raise WorkerError("device", "device 'cuda' was asked for but torch.cuda.is_available() is False "
+                          f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); use device 'cpu' or 'auto'")
+    return "cpu"
+
+
+def device_info(torch, device: str) -> dict:
+    info = {"type": device, "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
+            "cpu_threads": torch.get_num_threads()}
+    if device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        info.update(name=p.name, total_memory_bytes=p.total_memory, multi_processor_count=p.multi_processor_count,
+                    compute_capability=f"{p.major}.{p.minor}", cudnn=torch.backends.cudnn.version())
+    else:
+        import platform
+        info.update(name=platform.processor() or platform.machine(), total_memory_bytes=None)
+    return info
+
+
+def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
+    """Run one experiment and write trace.json and table.txt into ``out_dir``.  Returns facts for meta.json."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    device = resolve_device(torch, config.device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.dtype]
+
+    def init_device():
+        if device == "cuda":
+            torch.cuda.init()
+            free, _total = torch.cuda.mem_get_info()
+            config.check_fits(free, "the GPU (free memory)")
+        else:
+            config.check_fits(_mem_available_bytes(), "this machine (MemAvailable)")
+
+    timer.run("device_init_s", init_device)
+
+    n = config.size
+    shape = (config.batch, n, n) if config.batch else (n, n)
+
+    def make_tensors():
+        g = torch.Generator(device=device).manual_seed(0)
+        x = torch.randn(shape, device=device, dtype=dtype, generator=g)
+        w = torch.randn((n, n), device=device, dtype=dtype, generator=g)
+        b = torch.randn((n,), device=device, dtype=dtype, generator=g)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return x, w, b
+
+    x, w, b = timer.run("tensors_s", make_tensors)
+
+    def inner(x, w, b):
+        return torch.add(torch.matmul(x, w), b)
+
+    if config.compile != "off":
+        # Importing torch._dynamo is paid here (about 1 s); the compile itself happens at the first call.
+        inner = timer.run("compile_setup_s", lambda: torch.compile(inner, mode=config.compile))
+
+    def fn(x, w, b):
+        with record_function("matmul_add"):
+            return inner(x, w, b)
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def warm():
+        for _ in range(config.warmup):
+            fn(x, w, b)
+        sync()
+
+    timer.run("warmup_s", warm)
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    sort_by = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+    cycles: list[tuple[Path, str]] = []
+
+    export_s = [0.0]
+
+    def on_trace_ready(prof):
+        t0 = time.perf_counter()
+        k = len(cycles)
+        path = out_dir / f"cycle{k}.json"
+        prof.export_chrome_trace(str(path))
+        try:
+            table = prof.key_averages().table(sort_by=sort_by, row_limit=config.row_limit)
+        except (KeyError, AttributeError, ValueError):
+            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=config.row_limit)
+        cycles.append((path, table))
+        export_s[0] += time.perf_counter() - t0
+
+    def profile_loop():
+        with profile(activities=activities,
+                     schedule=schedule(wait=config.wait, warmup=config.warmup_steps,
+                                       active=config.active, repeat=config.repeat),
+                     on_trace_ready=on_trace_ready,
+                     record_shapes=config.record_shapes, with_flops=config.with_flops,
+                     with_stack=config.with_stack, profile_memory=config.profile_memory) as prof:
+            for _ in range(config.iterations):
+                fn(x, w, b)
+                prof.step()
+        sync()
+
+    timer.run("profile_s", profile_loop)
+    timer.run("export_s", lambda: _merge_cycles(cycles, out_dir, config))
+    # on_trace_ready ran inside the profiling loop: move its time from profiling to export.
+    timer.timings["profile_s"] = round(timer.timings["profile_s"] - export_s[0], 6)
+    timer.timings["export_s"] = round(timer.timings["export_s"] + export_s[0], 6)
+
+    facts = {"device": device_info(torch, device)}
+    if device == "cuda":
+        facts["peak_device_memory_bytes"] = torch.cuda.max_memory_allocated()
+    facts["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    facts["cycles"] = len(cycles)
+    return facts
+
+
+def _merge_cycles(cycles: list[tuple[Path, str]], out_dir: Path, config: ExperimentConfig) -> None:
+    if not cycles:
+        from .errors import WorkerError
+        raise WorkerError("export", "the profiler produced no trace (no schedule cycle completed)")
+    trace_path = out_dir / TRACE_FILE
+    if len(cycles) == 1:
+        os.replace(cycles[0][0], trace_path)
+        tables = cycles[0][1]
+    else:
+        merged = json.loads(cycles[0][0].read_text())
+        seen_meta = {json.dumps(e, sort_keys=True) for e in merged["traceEvents"] if e.get("ph") == "M"}
+        for path, _ in cycles[1:]:
+            for e in json.loads(path.read_text())["traceEvents"]:
+                if e.get("ph") == "M":
+                    key = json.dumps(e, sort_keys=True)
+                    if key in seen_meta:
+                        continue
+                    seen_meta.add(key)
+                merged["traceEvents"].append(e)
+        trace_path.write_text(json.dumps(merged))
+        for path, _ in cycles:
+            path.unlink()
+        tables = "\n".join(f"== profiler cycle {k + 1} of {len(cycles)} ==\n{t}" for k, (_, t) in enumerate(cycles))
+    (out_dir / TABLE_FILE).write_text(tables + ("" if tables.endswith("\n") else "\n"))

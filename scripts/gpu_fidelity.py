@@ -1,0 +1,102 @@
+"""Fidelity of the profiler's kernel durations against CUDA events, and the profiler's own overhead.
+
+    python scripts/gpu_fidelity.py --out DIR [--sizes 1024,2048,4096,8192]
+
+For each size (bf16, warm): in ONE process,
+  1. the app's own workload and profiler setup (profiling_core.workload.run_workload, schedule 0/0/20) writes a
+     trace to DIR/fidelity_<size>/trace.json — the app later reads the GEMM kernel's median duration from it;
+  2. the same GEMM (torch.matmul on tensors of the same shape) timed 50 times, each between two CUDA events
+     (median), and by triton.testing.do_bench when triton is there;
+  3. the profiler's overhead: wall time per iteration of the study's step (matmul + add, synchronised) over
+     50 iterations without the profiler, against 50 iterations inside torch.profiler.profile (CPU+CUDA,
+     prof.step() each iteration).
+Writes DIR/fidelity.json.  Needs a CUDA GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from profiling_core import ExperimentConfig  # noqa: E402
+from profiling_core.workload import Phase, run_workload  # noqa: E402
+
+
+def cuda_event_ms(fn, reps: int = 50) -> list[float]:
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return times
+
+
+def step_wall_us(fn, reps: int, profiled: bool) -> list[float]:
+    out = []
+    if profiled:
+        from torch.profiler import ProfilerActivity, profile
+        ctx = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+    else:
+        import contextlib
+        ctx = contextlib.nullcontext()
+    with ctx as prof:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            out.append((time.perf_counter() - t0) * 1e6)
+            if profiled:
+                prof.step()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--sizes", default="1024,2048,4096,8192")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "sizes": {}}
+    for n in [int(s) for s in a.sizes.split(",")]:
+        cfg = ExperimentConfig(size=n, dtype="bf16", warmup=10, wait=0, warmup_steps=0, active=20, device="cuda")
+        d = out / f"fidelity_{n}"
+        d.mkdir(exist_ok=True)
+        run_workload(cfg, d, Phase())
+        x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        for _ in range(10):
+            torch.matmul(x, w)
+        torch.cuda.synchronize()
+        ev = cuda_event_ms(lambda: torch.matmul(x, w))
+        row = {"cuda_event_median_us": statistics.median(ev) * 1000, "cuda_event_min_us": min(ev) * 1000,
+               "cuda_event_max_us": max(ev) * 1000, "reps": len(ev)}
+        try:
+            from triton.testing import do_bench
+            row["do_bench_us"] = do_bench(lambda: torch.matmul(x, w), warmup=25, rep=100) * 1000
+        except Exception as exc:  # noqa: BLE001 - optional
+            row["do_bench_error"] = str(exc)
+        step = lambda: torch.add(torch.matmul(x, w), b)  # noqa: E731
+        plain = step_wall_us(step, 50, profiled=False)
+        prof = step_wall_us(step, 50, profiled=True)
+        row.update(step_wall_plain_median_us=statistics.median(plain), step_wall_profiled_median_us=statistics.median(prof),
+                   profiler_overhead_us=statistics.median(prof) - statistics.median(plain))
+        results["sizes"][str(n)] = row
+        print(n, json.dumps(row), flush=True)
+    (out / "fidelity.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
