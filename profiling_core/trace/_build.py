@@ -55,7 +55,7 @@ class Model:
     depth: list[int]
     parent_id: list[Any]
     arg_set_id: list[Any]
-    flows: list[tuple]          # (id, slice_out, slice_in)
+    flows: list[tuple]          # (id, slice_out, slice_in, trace_id)
     args: list[tuple]           # (arg_set_id, raw JSON bytes-like)
     stats: LoadStats
 
@@ -242,8 +242,7 @@ class _Collector:
             p = self.ids.num(e.pid)
             if p is not None:
                 self.proc_names[p] = value
-                if self.thread(e.pid, e.pid) is not None:
-                    pass
+                self.thread(e.pid, e.pid)  # TP creates each process's main thread
         else:
             t = self.thread(e.pid, e.tid)
             if t is not None:
@@ -267,3 +266,181 @@ class _Collector:
             self.stats.skip("E_before_B")
             return
         self.add_slice(bidx, bts, ts - bts, th, b)
+
+
+class _Nester:
+    """Second pass, in (ts, slices before flows, longer first, file order): ids, depth, tracks, flows."""
+
+    def __init__(self, c: _Collector) -> None:
+        self.c = c
+        self.lanes_of: dict[int, list[list]] = {}
+        self.track_ids: dict[tuple, int] = {}
+        self.tracks: list[tuple] = []      # (key, type)
+        self.open_flows: dict[tuple, int] = {}
+        self.pending: dict[int, list] = {}
+        self.flows: list[tuple] = []       # (slice_out, slice_in, trace_id)
+        self.trace_ids: dict[tuple, int] = {}
+
+    def track(self, key: tuple, kind: str) -> int:
+        tid = self.track_ids.get(key)
+        if tid is None:
+            tid = self.track_ids[key] = len(self.tracks)
+            self.tracks.append((key, kind))
+        return tid
+
+    def top(self, t: int) -> int | None:
+        """The slice a flow event on thread t binds to: the most recently begun open slice."""
+        lanes = self.lanes_of.get(t)
+        if not lanes:
+            return None
+        best = None
+        for st in lanes:
+            if st and (best is None or st[-1][2] >= best[2]):
+                best = st[-1]
+        return None if best is None else best[1]
+
+    def run(self):
+        c = self.c
+        ns, nf = len(c.s_ts), len(c.f_ts)
+        ts = np.array(c.s_ts + c.f_ts, dtype=np.int64)
+        negdur = np.concatenate([-np.array(c.s_dur, dtype=np.int64), np.zeros(nf, dtype=np.int64)])
+        kind = np.concatenate([np.zeros(ns, dtype=np.int8), np.ones(nf, dtype=np.int8)])
+        idx = np.array(c.s_idx + c.f_idx, dtype=np.int64)
+        order = np.lexsort((idx, negdur, kind, ts)).tolist()
+        del ts, negdur, kind, idx
+        s_ts, s_dur, s_th = c.s_ts, c.s_dur, c.s_th
+        o_ts, o_dur, o_track, o_depth, o_parent, o_k = [], [], [], [], [], []
+        lanes_of, pending, stats = self.lanes_of, self.pending, c.stats
+        for k in order:
+            if k >= ns:
+                self.flow_event(k - ns)
+                continue
+            sid = len(o_ts)
+            s = s_ts[k]
+            d = s_dur[k]
+            t = s_th[k]
+            depth, parent = 0, None
+            if t >= 0:
+                e = s + d
+                lanes = lanes_of.get(t)
+                if lanes is None:
+                    lanes = lanes_of[t] = [[]]
+                li = 0
+                for st in lanes:
+                    while st and st[-1][0] <= s:
+                        st.pop()
+                    if not st or e <= st[-1][0]:
+                        break
+                    li += 1
+                else:
+                    st = []
+                    lanes.append(st)
+                    stats.spill_tracks += 1
+                track = self.track(("thread", t, li), "thread_execution")
+                depth = len(st)
+                if st:
+                    parent = st[-1][1]
+                st.append((e, sid, s))
+                if t in pending:
+                    self.bind_pending(t, sid)
+            elif t == -1:
+                track = self.track(("global",), "legacy_chrome_global_instants")
+            else:
+                track = self.track(("process", -2 - t), "legacy_chrome_process_instants")
+            o_ts.append(s)
+            o_dur.append(d)
+            o_track.append(track)
+            o_depth.append(depth)
+            o_parent.append(parent)
+            o_k.append(k)
+        for keys in pending.values():
+            stats.skip("flow_end_without_next_slice", len(keys))
+        return o_ts, o_dur, o_track, o_depth, o_parent, o_k
+
+    def bind_pending(self, t: int, sid: int) -> None:
+        for key in self.pending.pop(t):
+            out = self.open_flows.get(key)
+            if out is None:
+                self.c.stats.skip("flow_end_without_start")
+            else:
+                self.flows.append((out, sid, self.trace_ids[key]))
+
+    def flow_event(self, j: int) -> None:
+        ph, key, t, enclosing = self.c.f_rest[j]
+        skip = self.c.stats.skip
+        if ph == "f" and not enclosing:
+            self.pending.setdefault(t, []).append(key)
+            return
+        sid = self.top(t)
+        if sid is None:
+            skip("flow_no_enclosing_slice")
+            return
+        if ph == "s":
+            if key in self.open_flows:
+                skip("flow_duplicate_id")
+            else:
+                self.open_flows[key] = sid
+                self.trace_ids.setdefault(key, len(self.trace_ids))
+            return
+        out = self.open_flows.get(key)
+        if out is None:
+            skip("flow_end_without_start")
+            return
+        self.flows.append((out, sid, self.trace_ids[key]))
+        if ph == "t":
+            self.open_flows[key] = sid
+
+
+def build(events: list[Event], stats: LoadStats) -> Model:
+    """Turn decoded events into the rows of the mirror's tables."""
+    stats.events = len(events)
+    c = _Collector(stats)
+    c.run(events)
+    n = _Nester(c)
+    o_ts, o_dur, o_track, o_depth, o_parent, o_k = n.run()
+    processes, threads, utid_of, upid_of = _processes_and_threads(c)
+    tracks = []
+    for tid, (key, kind) in enumerate(n.tracks):
+        if key[0] == "thread":
+            tracks.append((tid, None, kind, utid_of[key[1]], None))
+        elif key[0] == "process":
+            tracks.append((tid, None, kind, None, upid_of.get(key[1])))
+        else:
+            tracks.append((tid, None, kind, None, None))
+    s_name, s_cat, s_args = c.s_name, c.s_cat, c.s_args
+    stats.slices = len(o_ts)
+    stats.flows = len(n.flows)
+    return Model(
+        processes=processes, threads=threads, tracks=tracks,
+        ts=o_ts, dur=o_dur, track_id=o_track,
+        category=[s_cat[k] for k in o_k], name=[s_name[k] for k in o_k],
+        depth=o_depth, parent_id=o_parent, arg_set_id=[s_args[k] for k in o_k],
+        flows=[(i, a, b, tr) for i, (a, b, tr) in enumerate(n.flows)],
+        args=c.args, stats=stats)
+
+
+def _processes_and_threads(c: _Collector):
+    """upid/utid 0 are trace_processor's placeholders (pid 0 / tid 0, no name); then in first-seen order."""
+    processes = [(0, 0, None, 0)]
+    threads = [(0, 0, None, 0, 1)]
+    upid_of: dict[int, int] = {}
+    utid_of: dict[int, int] = {}
+    main_of: dict[int, int] = {}  # pid -> thread index of its main thread
+    for t, (p, q, _praw, _traw) in enumerate(c.thread_keys):
+        if q == p and p not in main_of:
+            main_of[p] = t
+    for t, (p, q, praw, _traw) in enumerate(c.thread_keys):
+        if p not in upid_of:
+            upid = upid_of[p] = len(processes)
+            name = c.proc_names.get(p, c.proc_raw.get(p))
+            processes.append((upid, p, name, int(type(praw) is str)))
+            m = main_of.get(p)
+            if m is None:  # TP gives every process a main thread (tid = pid)
+                threads.append((len(threads), p, None, upid, 1))
+            elif m != t:
+                utid_of[m] = len(threads)
+                threads.append((len(threads), p, c.thread_names.get(m), upid, 1))
+        if t not in utid_of:
+            utid_of[t] = len(threads)
+            threads.append((len(threads), q, c.thread_names.get(t), upid_of[p], int(q == p)))
+    return processes, threads, utid_of, upid_of

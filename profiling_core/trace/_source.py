@@ -73,3 +73,33 @@ def _read_gzip(f, path, max_bytes: int) -> bytearray:
 
 
 __all__ = ["read_trace_bytes", "DEFAULT_MAX_BYTES"]
+
+
+def check_size(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    """Raise TraceTooLargeError if ``path`` (decompressed) is over ``max_bytes``; keeps nothing in memory."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) != _GZIP_MAGIC:
+                size = os.fstat(f.fileno()).st_size
+                if size > max_bytes:
+                    raise TraceTooLargeError(
+                        f"{os.fspath(path)} is {_mib(size)} ({size} bytes), over the cap of "
+                        f"{_mib(max_bytes)} ({max_bytes} bytes); pass a larger max_bytes to open it")
+                return
+            f.seek(0)
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            total = 0
+            while chunk := f.read(_CHUNK):
+                while chunk:
+                    total += len(d.decompress(chunk, _CHUNK))
+                    chunk = d.unconsumed_tail
+                    if total > max_bytes:
+                        raise TraceTooLargeError(
+                            f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
+                            f"(the cap, {max_bytes} bytes); pass a larger max_bytes to open it")
+                if d.eof:
+                    break
+    except FileNotFoundError:
+        raise TraceFormatError(f"no such trace file: {os.fspath(path)}") from None
+    except zlib.error as e:
+        raise TraceFormatError(f"{os.fspath(path)} is not a valid gzip file: {e}") from None

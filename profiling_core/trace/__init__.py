@@ -1,0 +1,18 @@
+"""SQL over Chrome/Kineto traces.
+
+``open_trace(path, engine="auto")`` returns a ``TraceSession`` whose ``query(sql)`` gives a pandas
+DataFrame. Two engines answer the same SQL (trace_processor's table and column names):
+
+- ``"perfetto"``: a real trace_processor (perfetto's Python API; binary from ``$PERFETTO_BIN``).
+- ``"sqlite"``: an offline SQLite mirror of trace_processor's tables (``slice``, ``thread``,
+  ``thread_track``, ``process``, ``track``, ``flow``, ``args``, ``extract_arg``) built by this package.
+
+docs/SQL.md lists the subset, the rules, and every known difference between the two.
+"""
+from __future__ import annotations
+
+from ._build import LoadStats
+from ._session import TraceSession, open_trace
+from ._source import DEFAULT_MAX_BYTES
+
+__all__ = ["open_trace", "TraceSession", "LoadStats", "DEFAULT_MAX_BYTES"]

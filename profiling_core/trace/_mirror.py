@@ -1,0 +1,176 @@
+"""The offline engine: a read-only SQLite database shaped like trace_processor's tables.
+
+Built once per trace into a temporary file (deleted on close), so a large trace does not sit in
+RSS. User SQL runs under an authorizer that allows reading only, plus ``PRAGMA query_only``.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sqlite3
+import tempfile
+import threading
+from typing import Any
+
+from ..errors import QueryError
+from . import _schema
+from ._build import LoadStats, Model
+
+_QUOTED = re.compile(r'\."((?:[^"\\]|\\.)*)"')
+_INDEX = re.compile(r"\[\d+\]")
+_SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEY_PART = re.compile(r"^(.*?)((?:\[\d+\])*)$")
+
+
+@functools.lru_cache(maxsize=4096)
+def _tp_key(fullkey: str | None) -> str | None:
+    """json_tree's '$."a b"[0].c' -> trace_processor's 'args.a b[0].c'."""
+    if fullkey is None:
+        return None
+    return "args" + _QUOTED.sub(lambda m: "." + m.group(1), fullkey[1:])
+
+
+@functools.lru_cache(maxsize=4096)
+def _tp_flat_key(fullkey: str | None) -> str | None:
+    key = _tp_key(fullkey)
+    return None if key is None else _INDEX.sub("", key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _json_path(key: str) -> str | None:
+    """trace_processor's arg key ('args.External id', 'args.grid[0]') -> a JSON path."""
+    if not key.startswith("args."):
+        return None
+    path = "$"
+    for part in key[5:].split("."):
+        name, idx = _KEY_PART.match(part).groups()
+        if not name:
+            return None
+        path += "." + (name if _SIMPLE.match(name) else '"' + name.replace('"', '\\"') + '"') + idx
+    return path
+
+
+# What user SQL may do: read, call functions (never load_extension), read-only pragmas.
+_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
+_READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
+                 "foreign_key_list", "function_list", "table_list", "collation_list"}
+_ACTION_NAMES = {getattr(sqlite3, n): n[7:].lower() for n in dir(sqlite3)
+                 if n.startswith("SQLITE_") and isinstance(getattr(sqlite3, n), int)
+                 and n not in ("SQLITE_OK", "SQLITE_DENY", "SQLITE_IGNORE")}
+
+
+class MirrorBackend:
+    """Owns the SQLite file and connections of one loaded trace."""
+
+    def __init__(self, model: Model, stats: LoadStats, tmp_dir: str | None = None) -> None:
+        fd, self.db_path = tempfile.mkstemp(prefix="trace-mirror-", suffix=".sqlite", dir=tmp_dir)
+        os.close(fd)
+        self.stats = stats
+        self._lock = threading.Lock()
+        self._denied: str | None = None
+        try:
+            self._conn = sqlite3.connect(self.db_path, check_same_thread=False)
+            _fill(self._conn, model)
+            # A second, read-only connection serves extract_arg (a UDF cannot query its own connection).
+            self._aux = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, check_same_thread=False)
+            self._register(self._conn)
+            self._conn.execute("PRAGMA query_only = ON")
+            self._conn.set_authorizer(self._authorize)
+        except BaseException:
+            self.close()
+            raise
+
+    def _register(self, conn: sqlite3.Connection) -> None:
+        conn.create_function("_tp_key", 1, _tp_key, deterministic=True)
+        conn.create_function("_tp_flat_key", 1, _tp_flat_key, deterministic=True)
+        conn.create_function("extract_arg", 2, self._extract_arg, deterministic=True)
+
+    def _extract_arg(self, arg_set_id: Any, key: Any) -> Any:
+        if arg_set_id is None or type(key) is not str:
+            return None
+        path = _json_path(key)
+        if path is None:
+            return None
+        row = self._aux.execute(
+            "SELECT json_extract(CAST(raw AS TEXT), ?), json_type(CAST(raw AS TEXT), ?) "
+            "FROM _args_raw WHERE arg_set_id = ?", (path, path, arg_set_id)).fetchone()
+        if row is None or row[1] in ("object", "array"):
+            return None
+        return row[0]
+
+    def _authorize(self, action: int, arg1: Any, arg2: Any, db: Any, source: Any) -> int:
+        if action in _ALLOWED:
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_FUNCTION:
+            if (arg2 or "").lower() == "load_extension":
+                self._denied = "load_extension() is not allowed: extensions cannot be loaded"
+                return sqlite3.SQLITE_DENY
+            return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_PRAGMA and arg2 is None and (arg1 or "").lower() in _READ_PRAGMAS:
+            return sqlite3.SQLITE_OK
+        what = _ACTION_NAMES.get(action, str(action))
+        detail = f" {arg1}" if arg1 else ""
+        self._denied = (f"the trace is read-only: {what.upper()}{detail} is not allowed "
+                        "(only SELECT/WITH queries and read-only PRAGMAs such as table_info)")
+        return sqlite3.SQLITE_DENY
+
+    def query_rows(self, sql: str) -> tuple[list[str], list[tuple]]:
+        if not isinstance(sql, str):
+            raise QueryError(f"query must be a string, got {type(sql).__name__}")
+        with self._lock:
+            if self._conn is None:
+                raise QueryError("the trace session is closed")
+            self._denied = None
+            try:
+                cur = self._conn.execute(sql)
+                rows = cur.fetchall()
+                cols = [d[0] for d in cur.description] if cur.description else []
+            except sqlite3.Warning as e:  # e.g. more than one statement
+                raise QueryError(f"{e} (run one statement at a time)") from None
+            except sqlite3.Error as e:
+                if self._denied:
+                    raise QueryError(self._denied) from None
+                raise QueryError(f"SQL error: {e}") from None
+            except OverflowError as e:
+                raise QueryError(f"SQL error: {e}") from None
+        return cols, rows
+
+    def close(self) -> None:
+        for name in ("_conn", "_aux"):
+            conn = getattr(self, name, None)
+            if conn is not None:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            setattr(self, name, None)
+        path = getattr(self, "db_path", None)
+        if path:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            self.db_path = None
+
+
+def _fill(conn: sqlite3.Connection, m: Model) -> None:
+    conn.execute("PRAGMA journal_mode = OFF")
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.execute("PRAGMA temp_store = MEMORY")
+    conn.executescript(_schema.TABLES)
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO process VALUES (?,?,?,?,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,0)",
+                     [(u, u, pid, name) for u, pid, name, _syn in m.processes])
+    conn.executemany("INSERT INTO thread VALUES (?,?,?,?,NULL,NULL,?,?,?,0,NULL)",
+                     [(u, u, tid, name, upid, main, int(u == 0)) for u, tid, name, upid, main in m.threads])
+    conn.executemany("INSERT INTO _track VALUES (?,?,?,NULL,NULL,NULL,0,NULL,?,?)", m.tracks)
+    conn.executemany("INSERT INTO _slice VALUES (?,?,?,?,?,?,?,?,?)",
+                     zip(range(len(m.ts)), m.ts, m.dur, m.track_id, m.category, m.name,
+                         m.depth, m.parent_id, m.arg_set_id))
+    conn.executemany("INSERT INTO flow VALUES (?,?,?,?,NULL)", m.flows)
+    conn.executemany("INSERT INTO _args_raw VALUES (?,?)", m.args)
+    conn.execute("COMMIT")
+    conn.executescript(_schema.VIEWS)
+    conn.executescript(_schema.INDEXES)
+    conn.execute("ANALYZE")

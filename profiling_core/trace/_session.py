@@ -1,0 +1,144 @@
+"""open_trace() and TraceSession: one loaded trace, SQL in, DataFrame out."""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EngineUnavailableError, QueryError, TraceFormatError
+from ._source import DEFAULT_MAX_BYTES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ._build import LoadStats
+
+ENGINES = ("auto", "perfetto", "sqlite")
+
+
+class TraceSession:
+    """A trace opened for SQL. Use ``query(sql)``; close it (or use ``with``) when done.
+
+    Attributes:
+        path: the trace file.
+        engine: ``"perfetto"`` (a real trace_processor) or ``"sqlite"`` (the offline mirror).
+        engine_reason: one line saying why this engine was chosen.
+        load_stats: for the mirror, what was read and what was skipped (``LoadStats``);
+            None for perfetto.
+    """
+
+    def __init__(self, path: str, engine: str, engine_reason: str, backend: Any,
+                 load_stats: LoadStats | None = None) -> None:
+        self.path = path
+        self.engine = engine
+        self.engine_reason = engine_reason
+        self.load_stats = load_stats
+        self._backend = backend
+
+    def query(self, sql: str) -> pd.DataFrame:
+        """Run one read-only SQL statement; returns its rows as a DataFrame.
+
+        Raises QueryError for SQL errors, writes, ATTACH, extension loading, or a closed session.
+        """
+        if self._backend is None:
+            raise QueryError("the trace session is closed")
+        return self._backend.query_df(sql)
+
+    def close(self) -> None:
+        """Release the engine (and delete the mirror's temporary database). Idempotent."""
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._backend is None
+
+    def __enter__(self) -> TraceSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"TraceSession({self.path!r}, engine={self.engine!r}, {state})"
+
+
+class _MirrorAdapter:
+    def __init__(self, backend) -> None:
+        self._b = backend
+
+    def query_df(self, sql: str):
+        import pandas as pd
+        cols, rows = self._b.query_rows(sql)
+        return pd.DataFrame.from_records(rows, columns=cols) if rows else pd.DataFrame(
+            {c: pd.Series(dtype=object) for c in cols})
+
+    def close(self) -> None:
+        self._b.close()
+
+
+def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "") -> TraceSession:
+    from ._build import LoadStats, build
+    from ._decode import decode_events
+    from ._mirror import MirrorBackend
+    from ._source import read_trace_bytes
+
+    stats = LoadStats()
+    data = read_trace_bytes(path, max_bytes)
+    events = decode_events(data, os.fspath(path), stats.skipped)
+    model = build(events, stats)
+    del events
+    if stats.events and not stats.slices and stats.skipped_total >= stats.events:
+        raise TraceFormatError(
+            f"{os.fspath(path)}: none of its {stats.events} events could be used "
+            f"(skipped: {_fmt_skipped(stats.skipped)})")
+    backend = MirrorBackend(model, stats)
+    del model, data
+    return TraceSession(os.fspath(path), "sqlite", reason or "sqlite: the offline SQLite mirror was asked for",
+                        _MirrorAdapter(backend), stats)
+
+
+def _fmt_skipped(skipped: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(skipped.items())) or "nothing"
+
+
+def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int = DEFAULT_MAX_BYTES,
+               perfetto_bin: str | None = None, perfetto_timeout_s: float = 5.0) -> TraceSession:
+    """Open a Chrome/Kineto JSON trace (``.json`` or gzip, detected by content) for SQL.
+
+    Args:
+        path: the trace file.
+        engine: ``"perfetto"`` (trace_processor; raises EngineUnavailableError if it cannot run),
+            ``"sqlite"`` (the offline mirror of trace_processor's tables), or ``"auto"``
+            (default): perfetto if a binary is given (``perfetto_bin`` or ``$PERFETTO_BIN``) or can be
+            fetched within ``perfetto_timeout_s``, else the mirror; ``engine_reason`` says which and why.
+        max_bytes: refuse traces larger than this once decompressed (default 512 MiB) with
+            TraceTooLargeError.
+        perfetto_bin: path of a ``trace_processor_shell`` binary (overrides ``$PERFETTO_BIN``).
+        perfetto_timeout_s: how long auto mode waits for perfetto to start before falling back.
+
+    Returns:
+        A TraceSession; close it when done (or use it as a context manager).
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if not isinstance(max_bytes, int) or max_bytes <= 0:
+        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    path = os.fspath(path)
+    if engine == "sqlite":
+        return open_mirror(path, max_bytes)
+    from ._perfetto import open_perfetto
+    binary = perfetto_bin or os.environ.get("PERFETTO_BIN") or None
+    if engine == "perfetto":
+        return open_perfetto(path, binary, max_bytes=max_bytes, timeout_s=None)
+    try:
+        return open_perfetto(path, binary, max_bytes=max_bytes, timeout_s=perfetto_timeout_s)
+    except EngineUnavailableError as e:
+        return open_mirror(path, max_bytes, reason=f"perfetto: {e}; using the offline SQLite mirror")
