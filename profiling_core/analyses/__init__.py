@@ -1,0 +1,23 @@
+"""Analyses of one trace, one per study question: pure functions, trace session in, DataFrame out.
+
+Units are in column names (``start_ns`` timestamps are integer ns on the trace clock; durations are float
+``*_us``). Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once and returns a
+:class:`Report`; ``profiling_core.findings`` turns a report into short statements with evidence.
+"""
+from __future__ import annotations
+
+from .compile import compile_breakdown
+from .gemm import gemm_flops_from_dims, gemm_throughput
+from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
+from .launches import dispatch_chain, dispatch_chains, launch_latency, launch_paths
+from .report import Report, analyze
+from .steps import cpu_vs_gpu, gpu_busy, steps
+from .table import profiler_table
+from .timing import cold_start_gap, sync_wait
+
+__all__ = [
+    "analyze", "Report",
+    "steps", "cpu_vs_gpu", "gpu_busy", "gpu_ops", "kernel_stats", "kernel_durations_by_step",
+    "launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains", "cold_start_gap", "sync_wait",
+    "compile_breakdown", "gemm_throughput", "gemm_flops_from_dims", "profiler_table",
+]

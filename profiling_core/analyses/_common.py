@@ -1,0 +1,41 @@
+"""Helpers shared by the analyses: run a named query, convert ns columns to µs."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..queries import load_query
+
+GPU_OP_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+"""Categories (lower-cased) of GPU work: 2022+ Kineto names and the 2021 ones (Kernel, Memcpy, Memset)."""
+
+
+def run_query(session, name: str) -> pd.DataFrame:
+    """Run the shipped query ``name`` on ``session`` and return its DataFrame (a copy the caller may change)."""
+    return session.query(load_query(name)).copy()
+
+
+def us(df: pd.DataFrame, mapping: dict[str, str]) -> pd.DataFrame:
+    """Add float µs columns from integer ns ones: ``mapping`` is ``{ns_column: us_column}``; drops the ns columns."""
+    for ns_col, us_col in mapping.items():
+        df[us_col] = pd.to_numeric(df[ns_col], errors="coerce").astype("float64") / 1000.0
+    return df.drop(columns=list(mapping))
+
+
+def nullable_int(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    """Cast columns holding integers or NULLs to pandas' nullable Int64 (timestamps in ns stay exact)."""
+    for c in cols:
+        df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
+    return df
+
+
+def ints(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
+    """Cast count columns to plain int64 (NULL counts become 0)."""
+    for c in cols:
+        df[c] = pd.to_numeric(df[c], errors="coerce").fillna(0).astype("int64")
+    return df
+
+
+def ratio(num: pd.Series, den: pd.Series) -> pd.Series:
+    """num / den as float, NaN where den is 0 or missing."""
+    den = pd.to_numeric(den, errors="coerce").astype("float64")
+    return pd.to_numeric(num, errors="coerce").astype("float64") / den.where(den > 0)

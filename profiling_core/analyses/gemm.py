@@ -1,0 +1,110 @@
+"""Achieved GEMM throughput where the FLOPs are known (from the experiment config or recorded shapes)."""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+import pandas as pd
+
+from ._common import ints, nullable_int, run_query
+
+__all__ = ["gemm_throughput", "gemm_flops_from_dims"]
+
+_KEY = re.compile(r"\[(\d+)\]\[(\d+)\]$")
+
+
+def _prod(xs) -> int:
+    return math.prod(int(x) for x in xs) if xs else 1
+
+
+def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
+    """FLOPs (2·M·K·N per product, times the batch) of one GEMM op from its recorded ``Input Dims``.
+
+    Args:
+        op: ``aten::mm``, ``aten::bmm``, ``aten::addmm``, ``aten::baddbmm``, ``aten::matmul`` or ``aten::linear``.
+        dims: the op's input shapes, e.g. ``[[64, 64], [64, 64]]`` for mm.
+
+    Returns:
+        The FLOP count, or None when the shapes do not fit the op.
+    """
+    try:
+        if op == "aten::addmm" or op == "aten::baddbmm":
+            a, b = dims[1], dims[2]
+        elif op == "aten::linear":
+            x, w = dims[0], dims[1]
+            if len(w) != 2 or not x or x[-1] != w[1]:
+                return None
+            return 2 * _prod(x[:-1]) * w[1] * w[0]
+        else:
+            a, b = dims[0], dims[1]
+        if len(a) < 2 or len(b) < 1:
+            return None
+        if len(b) == 1:  # matrix @ vector
+            return 2 * _prod(a[:-1]) * a[-1] if a[-1] == b[0] else None
+        m, k, k2, n = a[-2], a[-1], b[-2], b[-1]
+        if k != k2:
+            return None
+        batch = max(_prod(a[:-2]), _prod(b[:-2]))
+        return 2 * batch * m * k * n
+    except (IndexError, TypeError):
+        return None
+
+
+def _dims_by_op(session) -> dict[int, list[list[int]]]:
+    df = run_query(session, "gemm_shapes")
+    out: dict[int, dict[int, dict[int, int]]] = {}
+    for sid, key, val in zip(df["id"], df["key"], df["int_value"]):
+        m = _KEY.search(str(key))
+        if m is None or pd.isna(val):
+            continue
+        out.setdefault(int(sid), {}).setdefault(int(m.group(1)), {})[int(m.group(2))] = int(val)
+    return {sid: [[d[j] for j in sorted(d)] for _, d in sorted(inp.items())] for sid, inp in out.items()}
+
+
+def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None) -> pd.DataFrame:
+    """Achieved TFLOP/s of each GEMM op whose FLOPs are known.
+
+    GEMM ops are the innermost of aten::mm/bmm/addmm/baddbmm/matmul/linear (an aten::matmul that calls aten::mm
+    counts once, as the mm). FLOPs come from ``config.gemm_flops()`` when an ``ExperimentConfig`` is given
+    (the study's workload: one GEMM per call), else from the op's recorded ``Input Dims`` (record_shapes=True).
+    Time is the summed duration of the GPU kernels the op launched; on a CPU-only trace it is the op's CPU
+    duration (``device`` says which).
+
+    Args:
+        session: a trace session.
+        peak_tflops: the peak the user sets (e.g. ~989 for a dense bf16 H100/H200); None leaves the fraction NaN.
+        config: an ``ExperimentConfig`` whose ``gemm_flops()`` gives the FLOPs of every GEMM op, or None.
+
+    Returns:
+        DataFrame in time order: ``id``, ``op``, ``start_ns``, ``device`` (``gpu`` or ``cpu``), ``time_us``,
+        ``flops``, ``tflops``, ``peak_tflops``, ``fraction_of_peak``, ``flops_from`` (``config`` or ``shapes``),
+        ``kernel_names``. Ops whose FLOPs are unknown are left out; empty when none is known.
+    """
+    ops = run_query(session, "gemm_ops")
+    ops = ints(ops, "id", "inner_gemms")
+    ops = nullable_int(ops, "start_ns")
+    ops = ops[ops["inner_gemms"] == 0]
+    dims = _dims_by_op(session) if config is None else {}
+    rows = []
+    for r in ops.itertuples(index=False):
+        if config is not None:
+            flops, src = int(config.gemm_flops()), "config"
+        else:
+            flops, src = (gemm_flops_from_dims(r.name, dims[r.id]) if r.id in dims else None), "shapes"
+        if flops is None:
+            continue
+        kernel_ns = pd.to_numeric(r.kernel_ns, errors="coerce")
+        on_gpu = not pd.isna(kernel_ns) and kernel_ns > 0
+        time_ns = float(kernel_ns) if on_gpu else float(r.cpu_dur_ns)
+        tflops = flops / time_ns / 1e3 if time_ns > 0 else float("nan")
+        rows.append({
+            "id": r.id, "op": r.name, "start_ns": r.start_ns, "device": "gpu" if on_gpu else "cpu",
+            "time_us": time_ns / 1000.0, "flops": flops, "tflops": tflops,
+            "peak_tflops": float(peak_tflops) if peak_tflops else float("nan"),
+            "fraction_of_peak": tflops / float(peak_tflops) if peak_tflops else float("nan"),
+            "flops_from": src, "kernel_names": r.kernel_names if on_gpu else None,
+        })
+    cols = ["id", "op", "start_ns", "device", "time_us", "flops", "tflops", "peak_tflops", "fraction_of_peak",
+            "flops_from", "kernel_names"]
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,73 @@
+"""GPU kernel durations: statistics per kernel name and per step (study question 8)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ._common import ints, nullable_int, run_query, us
+
+__all__ = ["kernel_stats", "kernel_durations_by_step", "gpu_ops"]
+
+
+def gpu_ops(session) -> pd.DataFrame:
+    """Every GPU op of the trace (kernels, memcpys, memsets) in time order.
+
+    Args:
+        session: a trace session.
+
+    Returns:
+        DataFrame with ``id``, ``name``, ``category`` (lower case), ``start_ns``, ``dur_us``, ``device`` (the GPU
+        lane's pid), ``stream`` (its tid). Empty on CPU-only traces.
+    """
+    df = run_query(session, "kernels")
+    df = nullable_int(df, "start_ns", "device", "stream")
+    df["category"] = df["category"].astype("object")
+    return us(df, {"dur_ns": "dur_us"})
+
+
+def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Duration statistics per GPU kernel name over the whole trace (category kernel only).
+
+    Args:
+        session: a trace session.
+        ops: the result of :func:`gpu_ops` when already computed.
+
+    Returns:
+        DataFrame, one row per kernel name sorted by total time (largest first): ``name``, ``count``,
+        ``total_us``, ``mean_us``, ``median_us``, ``min_us``, ``max_us``, ``std_us`` (population standard
+        deviation, 0 for a single launch), ``cv`` (std / mean). Empty on traces without kernels.
+    """
+    df = gpu_ops(session) if ops is None else ops
+    k = df[df["category"] == "kernel"]
+    cols = ["name", "count", "total_us", "mean_us", "median_us", "min_us", "max_us", "std_us", "cv"]
+    if k.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object" if c == "name" else "float64") for c in cols})
+    g = k.groupby("name", sort=False)["dur_us"]
+    out = pd.DataFrame({
+        "count": g.count(), "total_us": g.sum(), "mean_us": g.mean(), "median_us": g.median(),
+        "min_us": g.min(), "max_us": g.max(), "std_us": g.std(ddof=0).fillna(0.0),
+    })
+    out["cv"] = out["std_us"] / out["mean_us"].where(out["mean_us"] > 0)
+    out = out.reset_index().sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
+    out["count"] = out["count"].astype("int64")
+    return out[cols].reset_index(drop=True)
+
+
+def kernel_durations_by_step(session) -> pd.DataFrame:
+    """Long table of kernel durations per step, for charting the spread of one kernel over steps.
+
+    A kernel belongs to the step whose window holds its launch call.
+
+    Args:
+        session: a trace session.
+
+    Returns:
+        DataFrame with ``step``, ``name``, ``occurrence`` (0 for the first launch of that name in the step),
+        ``gpu_id``, ``start_ns``, ``dur_us``, ``launch_name``, in time order. Empty without steps or kernels.
+    """
+    df = run_query(session, "per_step_kernels")
+    df = df[df["category"].astype("object") == "kernel"].copy()
+    df = ints(df, "step", "gpu_id")
+    df = nullable_int(df, "start_ns")
+    df = us(df, {"dur_ns": "dur_us"})
+    df["occurrence"] = df.groupby(["step", "name"]).cumcount().astype("int64")
+    return df[["step", "name", "occurrence", "gpu_id", "start_ns", "dur_us", "launch_name"]].reset_index(drop=True)

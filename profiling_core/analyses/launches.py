@@ -1,0 +1,108 @@
+"""How work reaches the GPU: launch latency, launch paths, the dispatch chain (study questions 4, 5 and 6)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import pandas as pd
+
+from ._common import ints, nullable_int, run_query, us
+
+__all__ = ["launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains"]
+
+
+def launch_latency(session) -> pd.DataFrame:
+    """Per GPU op (kernel, memcpy, memset): the call that launched it and the delay until the GPU started it.
+
+    Launch call and GPU op are paired by the trace's flow events (``ac2g``); ops without a flow are paired by
+    ``args.correlation`` (2021-era traces whose ``async`` flows trace_processor does not import).
+
+    Args:
+        session: a trace session.
+
+    Returns:
+        DataFrame in GPU time order: ``gpu_id``, ``gpu_name``, ``gpu_category``, ``stream``, ``launch_id``,
+        ``launch_name``, ``launch_start_ns``, ``gpu_start_ns``, ``launch_dur_us``, ``gpu_dur_us``, ``latency_us``
+        (GPU op start − launch call start), ``paired_by`` (``flow`` or ``correlation``), ``step`` (the step whose
+        window holds the launch, or NA). Empty on CPU-only traces.
+    """
+    df = run_query(session, "launch_latency")
+    df = ints(df, "gpu_id", "launch_id")
+    df = nullable_int(df, "stream", "launch_start_ns", "gpu_start_ns", "step")
+    for c in ("gpu_name", "gpu_category", "launch_name", "paired_by"):
+        df[c] = df[c].astype("object")
+    df = us(df, {"launch_dur_ns": "launch_dur_us", "gpu_dur_ns": "gpu_dur_us", "latency_ns": "latency_us"})
+    return df[["gpu_id", "gpu_name", "gpu_category", "stream", "launch_id", "launch_name", "launch_start_ns",
+               "gpu_start_ns", "launch_dur_us", "gpu_dur_us", "latency_us", "paired_by", "step"]]
+
+
+def launch_paths(session) -> pd.DataFrame:
+    """Per GPU op name: which API call(s) launched it, from which CPU op, and whether an occupancy query preceded.
+
+    An occupancy query is a ``cudaOccupancy*`` / ``cuOccupancy*`` / ``hipOccupancy*`` call that starts before the
+    launch call under the same parent op (the A100 pattern of the study; cuBLAS 13 on an H200 launches GEMMs with
+    ``cuLaunchKernelEx`` and no such query).
+
+    Args:
+        session: a trace session.
+
+    Returns:
+        DataFrame with ``name``, ``category``, ``launch_apis`` (distinct API names joined by ``", "``),
+        ``parent_ops`` (distinct parent op names joined by ``", "``), ``count`` (launches of that op),
+        ``occupancy_queries`` (launches preceded by an occupancy query) and ``occupancy_query_before`` (bool),
+        sorted by name. Empty on CPU-only traces.
+    """
+    df = run_query(session, "launch_path")
+    cols = ["name", "category", "launch_apis", "parent_ops", "count", "occupancy_queries", "occupancy_query_before"]
+    if df.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    df = ints(df, "count", "with_occupancy_query")
+    rows = []
+    for (name, cat), g in df.groupby(["gpu_name", "gpu_category"], sort=True):
+        occ = int(g["with_occupancy_query"].sum())
+        rows.append({
+            "name": name, "category": cat,
+            "launch_apis": ", ".join(sorted(set(g["launch_api"].astype(str)))),
+            "parent_ops": ", ".join(sorted(p for p in set(g["parent_op"].astype(str)) if p)),
+            "count": int(g["count"].sum()), "occupancy_queries": occ, "occupancy_query_before": occ > 0,
+        })
+    return pd.DataFrame(rows, columns=cols)
+
+
+def dispatch_chains(session) -> pd.DataFrame:
+    """The dispatch tree of every step (see :func:`dispatch_chain`), all steps in one frame with a ``step`` column."""
+    df = run_query(session, "dispatch_chain")
+    df = ints(df, "step", "id", "depth")
+    df = nullable_int(df, "parent_id", "start_ns")
+    for c in ("name", "category", "lane"):
+        df[c] = df[c].astype("object")
+    df = us(df, {"dur_ns": "dur_us"})
+    return df[["step", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us"]]
+
+
+def dispatch_chain(session, step: Optional[int] = None, chains: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The slice tree of one step: the CPU slices inside it on its thread, then the GPU ops its launches produced.
+
+    Typical eager chain: ProfilerStep#N → matmul_add → aten::matmul → aten::mm → cuLaunchKernelEx → GEMM kernel.
+
+    Args:
+        session: a trace session.
+        step: the N of ``ProfilerStep#N``; None takes the first step in time order.
+        chains: the result of :func:`dispatch_chains` when already computed.
+
+    Returns:
+        DataFrame with ``step``, ``id``, ``parent_id`` (NA for the step itself; a GPU op's parent is its launch
+        call), ``depth`` (0 for the step), ``name``, ``category``, ``lane`` (``cpu`` or ``gpu``), ``start_ns``,
+        ``dur_us``; CPU rows in time order, then GPU rows. Empty when the trace has no steps.
+
+    Raises:
+        ValueError: ``step`` is not a step of this trace (the message lists the steps).
+    """
+    df = dispatch_chains(session) if chains is None else chains
+    if df.empty:
+        return df.copy()
+    known = list(dict.fromkeys(df.sort_values("start_ns")["step"].tolist()))
+    if step is None:
+        step = known[0]
+    if step not in known:
+        raise ValueError(f"no ProfilerStep#{step} in this trace; steps: {', '.join(map(str, known))}")
+    return df[df["step"] == step].reset_index(drop=True)

@@ -1,0 +1,118 @@
+"""One facade that runs every analysis once: ``analyze(session) -> Report``."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pandas as pd
+
+from .compile import compile_breakdown
+from .gemm import gemm_throughput
+from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
+from .launches import dispatch_chains, launch_latency, launch_paths
+from .steps import cpu_vs_gpu, gpu_busy, steps
+from .table import profiler_table
+from .timing import cold_start_gap, sync_wait
+
+__all__ = ["Report", "analyze"]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every analysis of one trace, computed once. DataFrames are as the functions of the same name return them."""
+
+    engine: str
+    """The SQL engine that answered (``perfetto`` or ``sqlite``)."""
+    steps: pd.DataFrame
+    cpu_vs_gpu: pd.DataFrame
+    gpu_busy: pd.DataFrame
+    gpu_ops: pd.DataFrame
+    kernel_stats: pd.DataFrame
+    kernel_durations_by_step: pd.DataFrame
+    launch_latency: pd.DataFrame
+    launch_paths: pd.DataFrame
+    dispatch_chains: pd.DataFrame
+    """The dispatch tree of every step (``step`` column); ``dispatch_chain(session, step)`` gives one."""
+    cold_start_gap: pd.DataFrame
+    sync_wait: pd.DataFrame
+    compile_breakdown: pd.DataFrame
+    gemm_throughput: pd.DataFrame
+    profiler_table: pd.DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+    """Headline numbers; see :func:`analyze`."""
+
+    @property
+    def has_gpu(self) -> bool:
+        """True when the trace holds any GPU op (kernel, memcpy, memset)."""
+        return not self.gpu_ops.empty
+
+
+def _median(s: pd.Series) -> Optional[float]:
+    s = pd.to_numeric(s, errors="coerce").dropna()
+    return float(s.median()) if len(s) else None
+
+
+def _summary(r: Report) -> dict[str, Any]:
+    busy = r.gpu_busy.set_index("scope") if not r.gpu_busy.empty else r.gpu_busy
+    scope = "steps" if "steps" in busy.index else "trace"
+    has_gpu = r.has_gpu
+    n_steps = len(r.steps)
+    apis = sorted(set(r.launch_latency["launch_name"].astype(str))) if not r.launch_latency.empty else []
+    regions = int(r.compile_breakdown["compiled_regions"].sum()) if n_steps else 0
+    dtod = int((r.gpu_ops["name"].astype(str).str.startswith("Memcpy DtoD")).sum()) if has_gpu else 0
+    return {
+        "engine": r.engine,
+        "steps": n_steps,
+        "has_gpu": has_gpu,
+        "gpu_ops": int(len(r.gpu_ops)),
+        "kernels": int((r.gpu_ops["category"] == "kernel").sum()) if has_gpu else 0,
+        "gpu_busy_scope": scope,
+        "gpu_busy_us": float(busy.loc[scope, "busy_us"]) if has_gpu and scope in busy.index else 0.0,
+        "gpu_busy_fraction": (float(busy.loc[scope, "busy_fraction"])
+                              if has_gpu and scope in busy.index and pd.notna(busy.loc[scope, "busy_fraction"])
+                              else None),
+        "cpu_step_median_us": _median(r.steps["cpu_dur_us"]),
+        "gpu_step_median_us": _median(r.steps["gpu_busy_us"]) if has_gpu else None,
+        "launch_latency_median_us": _median(r.launch_latency["latency_us"]),
+        "launch_apis": apis,
+        "compiled_regions_per_step": regions / n_steps if n_steps else None,
+        "memcpy_dtod": dtod,
+    }
+
+
+def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report:
+    """Run every analysis on ``session`` once.
+
+    Args:
+        session: a trace session from ``profiling_core.open_trace``.
+        config: the ``ExperimentConfig`` the trace came from, if known (gives GEMM FLOPs).
+        peak_tflops: the peak TFLOP/s the user sets for ``gemm_throughput``'s fraction of peak.
+
+    Returns:
+        A :class:`Report`. ``summary`` holds: ``engine``, ``steps``, ``has_gpu``, ``gpu_ops``, ``kernels``,
+        ``gpu_busy_scope``/``gpu_busy_us``/``gpu_busy_fraction`` (from :func:`gpu_busy`, the ``steps`` scope when the
+        trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us``,
+        ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
+        ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``.
+    """
+    st = steps(session)
+    ops = gpu_ops(session)
+    r = Report(
+        engine=str(getattr(session, "engine", "unknown")),
+        steps=st,
+        cpu_vs_gpu=cpu_vs_gpu(session, steps_df=st),
+        gpu_busy=gpu_busy(session),
+        gpu_ops=ops,
+        kernel_stats=kernel_stats(session, ops=ops),
+        kernel_durations_by_step=kernel_durations_by_step(session),
+        launch_latency=launch_latency(session),
+        launch_paths=launch_paths(session),
+        dispatch_chains=dispatch_chains(session),
+        cold_start_gap=cold_start_gap(session),
+        sync_wait=sync_wait(session),
+        compile_breakdown=compile_breakdown(session),
+        gemm_throughput=gemm_throughput(session, peak_tflops=peak_tflops, config=config),
+        profiler_table=profiler_table(session),
+    )
+    r.summary.update(_summary(r))
+    return r

@@ -1,0 +1,87 @@
+"""Profiler steps: CPU time per step against GPU busy time (study questions 1 and 2)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ._common import ints, nullable_int, ratio, run_query, us
+
+__all__ = ["steps", "cpu_vs_gpu", "gpu_busy"]
+
+_STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
+
+
+def steps(session) -> pd.DataFrame:
+    """One row per ``ProfilerStep#N`` in time order.
+
+    Only the CPU slice of a step counts (newer traces repeat it as a ``gpu_user_annotation``). GPU ops (kernel,
+    memcpy, memset) belong to the step whose window holds their *launch call*, paired by flow events or, where a
+    trace has none, by ``args.correlation``; they may run after the step ends.
+
+    Args:
+        session: a trace session from ``profiling_core.open_trace``.
+
+    Returns:
+        DataFrame with columns ``step`` (N), ``name``, ``slice_id``, ``start_ns``, ``cpu_dur_us`` (the step slice),
+        ``gpu_busy_us`` (union of the intervals of the GPU ops launched in the step), ``gpu_busy_in_step_us`` (union
+        of all GPU op intervals clipped to the step window), ``gpu_busy_fraction`` (``gpu_busy_in_step_us /
+        cpu_dur_us``: the share of the step's wall time the GPU was busy, 0..1), ``gpu_ops``, ``kernels`` (ops of
+        category kernel launched in the step), ``memcpys``, ``memsets``, ``launches`` (calls that launched GPU
+        work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
+        ``last_gpu_end_ns``. Empty (same columns) when the trace has no steps.
+    """
+    df = run_query(session, "steps")
+    df = ints(df, *_STEP_COUNTS)
+    df = nullable_int(df, "start_ns", "first_gpu_start_ns", "last_gpu_end_ns")
+    df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
+                 "gpu_busy_in_step_ns": "gpu_busy_in_step_us"})
+    df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
+    cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
+            "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
+            "first_gpu_start_ns", "last_gpu_end_ns"]
+    return df[cols].reset_index(drop=True)
+
+
+def cpu_vs_gpu(session, overhead_below: float = 0.5, steps_df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per step: CPU time against GPU busy time, and whether the step is overhead-bound or compute-bound.
+
+    Args:
+        session: a trace session.
+        overhead_below: a step whose GPU was busy for less than this share of its wall time
+            (``gpu_busy_fraction``) is ``overhead-bound``; otherwise ``compute-bound``. Default 0.5.
+        steps_df: the result of :func:`steps` when already computed (saves a query).
+
+    Returns:
+        DataFrame with ``step``, ``cpu_dur_us``, ``gpu_busy_us``, ``gpu_busy_fraction``, ``gpu_to_cpu``
+        (``gpu_busy_us / cpu_dur_us``: GPU work launched per unit of CPU time; above 1 the GPU is the bottleneck)
+        and ``bound`` (``overhead-bound``, ``compute-bound``, or ``no-gpu`` when the step launched no GPU work).
+    """
+    df = steps(session) if steps_df is None else steps_df
+    out = df[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "gpu_ops"]].copy()
+    out["gpu_to_cpu"] = ratio(out["gpu_busy_us"], out["cpu_dur_us"])
+    out["bound"] = "compute-bound"
+    out.loc[out["gpu_busy_fraction"] < overhead_below, "bound"] = "overhead-bound"
+    out.loc[out["gpu_ops"] == 0, "bound"] = "no-gpu"
+    return out.drop(columns=["gpu_ops"]).reset_index(drop=True)
+
+
+def gpu_busy(session) -> pd.DataFrame:
+    """GPU busy time (union of kernel, memcpy and memset intervals) over the trace and over the profiled steps.
+
+    Args:
+        session: a trace session.
+
+    Returns:
+        DataFrame with one row per ``scope``: ``trace`` (all GPU ops; window from the first to the last event of
+        the trace) and, when the trace has ProfilerSteps, ``steps`` (ops launched inside a step; window from the
+        first step's start to the later of the last step's end and the last such op's end). Columns ``scope``,
+        ``gpu_ops``, ``busy_us``, ``window_us``, ``busy_fraction`` (busy / window, NaN without a window),
+        ``window_start_ns``, ``first_gpu_start_ns``, ``last_gpu_end_ns``.
+    """
+    df = run_query(session, "gpu_busy")
+    df = ints(df, "gpu_ops")
+    df = nullable_int(df, "window_start_ns", "window_end_ns", "first_gpu_start_ns", "last_gpu_end_ns")
+    df["window_us"] = (df["window_end_ns"] - df["window_start_ns"]).astype("Float64").astype("float64") / 1000.0
+    df = us(df, {"busy_ns": "busy_us"})
+    df["busy_fraction"] = ratio(df["busy_us"], df["window_us"])
+    return df[["scope", "gpu_ops", "busy_us", "window_us", "busy_fraction", "window_start_ns",
+               "first_gpu_start_ns", "last_gpu_end_ns"]].reset_index(drop=True)
