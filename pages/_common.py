@@ -124,6 +124,103 @@ def _trace_stamp(run_id: str) -> tuple[str, int]:
         return str(path), 0
 
 
+# --- trace sessions and analyses -------------------------------------------------------------------
+
+class _LockedSession:
+    """A trace session shared by every browser tab (st.cache_resource): one query at a time."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self._lock = threading.RLock()
+
+    def query(self, sql: str, *args, **kwargs):
+        with self._lock:
+            return self._inner.query(sql, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@st.cache_resource(show_spinner="Opening the trace ...", max_entries=8)
+def _open_session(path: str, mtime_ns: int) -> _LockedSession:
+    from profiling_core import open_trace
+    return _LockedSession(open_trace(path))
+
+
+def session(run_id: str) -> _LockedSession:
+    """The open trace session of a run (kept per trace path + mtime)."""
+    return _open_session(*_trace_stamp(run_id))
+
+
+@st.cache_data(show_spinner="Analysing the trace ...", max_entries=64)
+def _report(path: str, mtime_ns: int, config_json: str):
+    from profiling_core.analyses import analyze
+    config = ExperimentConfig.from_json(config_json) if config_json else None
+    return analyze(_open_session(path, mtime_ns), config=config)
+
+
+def report(run_id: str):
+    """Every analysis of a run (``profiling_core.analyses.Report``), computed once per trace version."""
+    run = load_run(run_id)
+    cfg = run.config
+    return _report(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _findings(path: str, mtime_ns: int, config_json: str) -> list:
+    try:
+        from profiling_core.findings import findings as find
+    except ImportError:
+        return []
+    config = ExperimentConfig.from_json(config_json) if config_json else None
+    rep = _report(path, mtime_ns, config_json)
+    try:
+        return list(find(rep, config=config))
+    except TypeError:
+        return list(find(rep))
+
+
+def findings(run_id: str) -> list:
+    """Findings (id, question, title, text, evidence) derived from the run's trace; [] when unavailable."""
+    run = load_run(run_id)
+    cfg = run.config
+    return _findings(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
+
+
+def show_findings(items: list, *, questions: Optional[set] = None) -> None:
+    """Findings as callouts; ``questions`` keeps only those answering these study question numbers."""
+    shown = [f for f in items if questions is None or getattr(f, "question", None) in questions]
+    if not shown:
+        st.caption("No findings for this question in this trace.")
+        return
+    for f in shown:
+        with st.container(border=True):
+            q = getattr(f, "question", None)
+            st.markdown(f"**{getattr(f, 'title', '')}**" + (f"  ·  study question {q}" if q else ""))
+            st.markdown(getattr(f, "text", str(f)))
+            ev = getattr(f, "evidence", None)
+            if isinstance(ev, pd.DataFrame):
+                if not ev.empty:
+                    with st.expander("evidence"):
+                        st.dataframe(ev, hide_index=True)
+            elif ev:
+                with st.expander("evidence"):
+                    st.json(ev if isinstance(ev, (dict, list)) else {"evidence": str(ev)}, expanded=True)
+
+
+def config_summary(run_id: str) -> str:
+    run = load_run(run_id)
+    cfg = run.config
+    dev = (run.meta.get("device") or {})
+    where = dev.get("name") or dev.get("type") or ""
+    if cfg is None:
+        return f"imported trace `{run.meta.get('original_filename', run.name)}`"
+    sched = f"schedule {cfg.wait}/{cfg.warmup_steps}/{cfg.active}×{cfg.repeat}"
+    return (f"`{cfg.name}` · {cfg.size}² {cfg.dtype}{' · batch ' + str(cfg.batch) if cfg.batch else ''} · "
+            f"{'warm (' + str(cfg.warmup) + ' calls)' if cfg.warmup else 'cold'} · "
+            f"{'eager' if cfg.compile == 'off' else 'compile ' + cfg.compile} · {sched} · {where}")
+
+
 # --- environment --------------------------------------------------------------------------------
 
 @st.cache_resource(show_spinner="Asking torch about this machine ...")

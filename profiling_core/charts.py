@@ -375,3 +375,60 @@ def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited 
                                     scale=alt.Scale(domain=["GPU busy", "GPU idle"], range=["#2ca02c", "#d9d9d9"])),
                     tooltip=["label:N", "part:N", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")])
             .properties(title=title, width=WIDTH, height=max(60, 30 * parts["label"].nunique() + 20)))
+
+
+# --- shaping analysis output for the charts above ---------------------------------------------------
+
+_CATEGORY_OF = {"cpu_op": "cpu_op", "operator": "cpu_op", "cuda_runtime": "runtime", "runtime": "runtime",
+                "cuda_driver": "driver", "kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy",
+                "gpu_memset": "memset", "memset": "memset", "user_annotation": "annotation",
+                "gpu_user_annotation": "annotation"}
+
+
+def chart_category(category: str, name: str = "") -> str:
+    """The colour class of a trace event (a key of CATEGORY_COLORS) from its category and name."""
+    if str(name).startswith("ProfilerStep#"):
+        return "step"
+    return _CATEGORY_OF.get(str(category).lower(), "other")
+
+
+def timeline_from_chain(chain: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Slices and launch→GPU links for :func:`step_timeline` from one step of ``analyses.dispatch_chain``.
+
+    chain: ``id``, ``parent_id``, ``depth``, ``name``, ``category``, ``lane`` (cpu/gpu), ``start_ns``, ``dur_us``.
+    Times become µs from the step's start; GPU rows sit on a "GPU" lane, linked to their launch call.
+    """
+    _require(chain, ["id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us"],
+             "timeline_from_chain")
+    if chain.empty:
+        return (pd.DataFrame(columns=["lane", "name", "start_us", "end_us", "depth", "category"]),
+                pd.DataFrame(columns=["launch_us", "kernel_us", "launch_lane", "kernel_lane", "name"]))
+    t0 = int(chain["start_ns"].min())
+    df = chain.copy()
+    df["start_us"] = (df["start_ns"].astype("int64") - t0) / 1000.0
+    df["end_us"] = df["start_us"] + df["dur_us"].astype(float)
+    df["category"] = [chart_category(c, n) for c, n in zip(df["category"], df["name"])]
+    is_gpu = df["lane"].astype(str) == "gpu"
+    df["lane"] = is_gpu.map({True: "GPU", False: "CPU"})
+    df["depth"] = df["depth"].astype(int).where(~is_gpu, 0)
+    slices = df[["lane", "name", "start_us", "end_us", "depth", "category"]].reset_index(drop=True)
+    starts = dict(zip(df["id"].astype("int64"), df["start_us"]))
+    gpu = df[is_gpu & df["parent_id"].notna()]
+    links = pd.DataFrame({
+        "launch_us": [starts.get(int(p)) for p in gpu["parent_id"]],
+        "kernel_us": list(gpu["start_us"]),
+        "launch_lane": "CPU", "kernel_lane": "GPU", "name": list(gpu["name"])})
+    return slices, links.dropna(subset=["launch_us"]).reset_index(drop=True)
+
+
+def flame_from_chain(chain: pd.DataFrame) -> pd.DataFrame:
+    """Rows for :func:`dispatch_flame` from one step of ``analyses.dispatch_chain`` (GPU ops one level below
+    their launch call)."""
+    slices, _ = timeline_from_chain(chain)
+    out = slices.copy()
+    if len(chain):
+        depth_of = dict(zip(chain["id"].astype("int64"), chain["depth"].astype(int)))
+        gpu = chain["lane"].astype(str).to_numpy() == "gpu"
+        out.loc[gpu, "depth"] = [depth_of.get(int(p), 0) + 1 if pd.notna(p) else 0
+                                 for p in chain.loc[gpu, "parent_id"]]
+    return out

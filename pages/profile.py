@@ -1,0 +1,105 @@
+"""Profile: run one experiment, then read its table, its step timeline and what the trace says (question 1)."""
+import json
+
+import streamlit as st
+
+from pages import _common as ui
+from profiling_core import charts
+from profiling_core.export import ReportSection
+
+st.title("Profile")
+st.caption("Run the workload under torch.profiler with your knobs; read the table, the timeline, the findings.")
+
+config = ui.config_form("profile_form")
+if config is not None:
+    ui.start_profile("profile", config)
+ui.finish_profile("profile")
+
+rid = ui.current_run_id()
+if rid is None:
+    st.info("No run yet: set the knobs above and press **Run profile** (size 64 on the CPU takes a few seconds).")
+    st.stop()
+
+run = ui.load_run(rid)
+rep = ui.report(rid)
+st.subheader(run.name)
+st.markdown(ui.config_summary(rid))
+
+# --- the profiler table --------------------------------------------------------------------------
+st.header("1 · The profiler table", divider="gray")
+with st.expander("How to read it: self vs total, # of calls, the footers", expanded=False):
+    st.markdown(
+        "- **Self CPU** is the time spent in the op itself, its children excluded; **CPU total** includes "
+        "everything it called. `aten::matmul` has a small self time and a large total because `aten::mm` "
+        "does the work.\n"
+        "- **# of Calls** counts invocations over all profiled steps; averages divide by it.\n"
+        "- The footers *Self CPU time total* and *Self CUDA time total* sum the **self** columns.\n"
+        "- Trap: summing *Self CUDA* over all rows double counts — the kernel row, the aten op that launched it "
+        "and the GPU-side `matmul_add` annotation all carry the same device time (the table can show >100 %). "
+        "GPU busy time comes from GPU events as a union of intervals (below).")
+table_text = run.table_text()
+left, right = st.columns([3, 2])
+with left:
+    if table_text:
+        st.code(table_text, language="text", wrap_lines=False)
+    else:
+        st.caption("This run has no profiler table text (an imported trace); the table rebuilt from the trace "
+                   "is on the right.")
+with right:
+    st.markdown("**Rebuilt from the trace** (µs)")
+    ui.table_block(rep.profiler_table.drop(columns=["cpu_avg_us"]), f"{run.name}_profiler_table",
+                   key="profile_table", height=320)
+s = rep.summary
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Profiled steps", s.get("steps", 0))
+c2.metric("CPU per step (median)", ui.fmt_us(s.get("cpu_step_median_us")))
+c3.metric("GPU busy per step (median)", ui.fmt_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
+frac = s.get("gpu_busy_fraction")
+c4.metric("GPU busy fraction", f"{frac:.1%}" if frac is not None else "–",
+          help="union of kernel/memcpy/memset intervals over the steps' window")
+
+# --- the step timeline ---------------------------------------------------------------------------
+st.header("2 · A step on the timeline", divider="gray")
+chains = rep.dispatch_chains
+steps = list(dict.fromkeys(chains.sort_values("start_ns")["step"])) if len(chains) else []
+if not steps:
+    st.info("This trace has no ProfilerStep slices, so there is no step to draw.")
+    chart_data = None
+else:
+    step = st.select_slider("Step", options=steps, value=steps[0], key="profile_step",
+                            help="display only: moving it never re-runs the profile")
+    chain = chains[chains["step"] == step]
+    slices, links = charts.timeline_from_chain(chain)
+    if not rep.has_gpu:
+        st.caption("CPU lane only: this trace has no GPU events (recorded on the CPU), so there is no GPU lane "
+                   "and no launch → kernel links.")
+    timeline = charts.step_timeline(slices, links, title=f"ProfilerStep#{step}: CPU and GPU lanes")
+    ui.chart_block(timeline, slices, f"{run.name}_step{step}_timeline", key="profile_timeline")
+    if len(links):
+        st.caption("Dashed lines join each launch call (CPU) to the GPU op it started; their slope is the "
+                   "launch latency (see *Dispatch and launch*).")
+    chart_data = timeline
+
+# --- findings ------------------------------------------------------------------------------------
+st.header("3 · What this trace says", divider="gray")
+found = ui.findings(rid)
+ui.show_findings(found)
+
+# --- downloads -----------------------------------------------------------------------------------
+st.header("4 · Take it with you", divider="gray")
+d1, d2, d3, d4 = st.columns(4)
+d1.download_button("Trace JSON", data=lambda: run.trace_path.read_bytes(), file_name=f"{run.name}.{run.trace_path.name}",
+                   mime="application/json", key="dl_trace", on_click="ignore", icon=":material/download:")
+d2.download_button("Table text", data=table_text or "", file_name=f"{run.name}.txt", mime="text/plain",
+                   key="dl_table", on_click="ignore", icon=":material/download:", disabled=not table_text)
+d3.download_button("Meta JSON", data=json.dumps(run.meta, indent=1, default=str), file_name=f"{run.name}.meta.json",
+                   mime="application/json", key="dl_meta", on_click="ignore", icon=":material/download:")
+with d4:
+    ui.report_button(
+        f"Profile {run.name}",
+        [ReportSection("Profiler table", text=table_text and "See the table text download.",
+                       tables=[("profiler table (rebuilt, µs)", rep.profiler_table), ("steps", rep.steps)]),
+         ReportSection("Step timeline", charts=[chart_data] if chart_data is not None else []),
+         ReportSection("Findings", findings=found)],
+        configs={rid: (run.meta.get("config") or {"source": "imported trace"})}, key="profile")
+st.info("**Open the trace in Perfetto:** " + ui.PERFETTO_HOWTO, icon=":material/open_in_new:")

@@ -1,0 +1,4 @@
+import streamlit as st
+
+st.title("trace_lab")
+st.info("coming")

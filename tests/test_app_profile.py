@@ -1,0 +1,56 @@
+"""AppTest: the Profile page runs a real (tiny, CPU) profile through its own controls."""
+from __future__ import annotations
+
+import pytest
+
+from conftest_app import FAST_PROFILE, app, download, errors_of, media, runs_dir, seed_run  # noqa: F401
+
+
+def fill_profile_form(at, prefix: str = "profile_form", **values):
+    v = {**FAST_PROFILE, **values}
+    at.select_slider(key=f"{prefix}_size").set_value(v["size"])
+    at.selectbox(key=f"{prefix}_dtype").set_value(v["dtype"])
+    at.selectbox(key=f"{prefix}_device").set_value(v["device"])
+    at.slider(key=f"{prefix}_wait").set_value(v["wait"])
+    at.slider(key=f"{prefix}_wsteps").set_value(v["warmup_steps"])
+    at.slider(key=f"{prefix}_active").set_value(v["active"])
+    return at
+
+
+def submit(at, label: str):
+    [btn] = [b for b in at.button if b.label == label]
+    return btn.click().run()
+
+
+def test_profile_page_renders_without_runs(runs_dir):
+    at = app("profile")
+    assert not errors_of(at)
+    assert any("No run yet" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+def test_profile_end_to_end_with_exports(runs_dir, media):
+    at = app("profile")
+    fill_profile_form(at)
+    submit(at, "Run profile")
+    assert not errors_of(at), errors_of(at)
+    runs = list(runs_dir.iterdir())
+    assert [p.name for p in runs if not p.name.startswith(".")], "no run was saved"
+    assert at.subheader[0].value == "64_fp32_cold_eager"
+    code = [c.value for c in at.code]
+    assert any("Self CPU time total" in c for c in code)
+    assert download(at, media, "png_profile_timeline")[:8] == b"\x89PNG\r\n\x1a\n"
+    assert download(at, media, "svg_profile_timeline").lstrip().startswith(b"<svg")
+    assert download(at, media, "csv_profile_timeline").startswith(b"lane,name,start_us,end_us")
+    assert download(at, media, "dl_trace").lstrip().startswith(b"{")
+    assert b"<svg" in download(at, media, "report_profile")
+
+
+def test_display_slider_does_not_rerun_the_profile(seed_run, runs_dir):
+    at = app("profile")
+    assert not errors_of(at)
+    before = sorted(p.name for p in runs_dir.iterdir())
+    steps = at.select_slider(key="profile_step")
+    steps.set_value(steps.options[-1]).run()
+    assert not errors_of(at)
+    assert sorted(p.name for p in runs_dir.iterdir()) == before
