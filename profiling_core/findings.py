@@ -299,7 +299,7 @@ def _q8_variance(r) -> list[Finding]:
     if int(k["count"]) >= 3:
         skew = (k["mean_us"] / k["median_us"] - 1) * 100 if k["median_us"] > 0 else 0.0
         ev["mean_above_median_pct"] = _num(skew)
-        text += (f" The mean is {skew:.1f}% {'above' if skew >= 0 else 'below'} the median"
+        text += (f" The mean is {abs(skew):.1f}% {'above' if skew >= 0 else 'below'} the median"
                  + (": a few slow launches pull it up; read the median." if skew > 2 else "."))
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
 

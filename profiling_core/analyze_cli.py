@@ -1,0 +1,159 @@
+"""``python -m profiling_core analyze PATH [--engine E] [--json] [--peak-tflops X]``.
+
+Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one
+JSON object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
+``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``gemm``, ``findings``). A file that cannot
+be read exits with status 2 and a one-line reason on stderr. Standalone: ``python -m profiling_core.analyze_cli``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any, Optional
+
+from .errors import ProfilingError
+
+__all__ = ["add_parser", "run", "build_json", "main"]
+
+ENGINES = ("auto", "perfetto", "sqlite")
+
+
+def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("path", help="a Chrome/Kineto trace (.json or .json.gz)")
+    p.add_argument("--engine", choices=ENGINES, default="auto", help="SQL engine (default auto)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    p.add_argument("--peak-tflops", type=float, default=None, metavar="X",
+                   help="peak TFLOP/s of the device, for the GEMM fraction of peak")
+    p.set_defaults(func=run)
+    return p
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Register the ``analyze`` subcommand on an ``argparse`` subparsers object; returns its parser."""
+    return _configure(subparsers.add_parser("analyze", help="analyse a trace: steps, kernels, launches, findings",
+                                            description=__doc__.splitlines()[0]))
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe scalars: NaN/NA → None, numpy numbers → Python numbers."""
+    if x is None:
+        return None
+    if hasattr(x, "item") and not isinstance(x, (list, dict, str)):
+        try:
+            x = x.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+        return None
+    try:
+        import pandas as pd
+        if x is pd.NA:
+            return None
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _records(df, cols: list[str]) -> list[dict]:
+    return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
+
+
+def build_json(report, found) -> dict:
+    """The ``--json`` object for a :class:`~profiling_core.analyses.Report` and its findings."""
+    s = report.summary
+    return {
+        "engine": report.engine,
+        "steps": _records(report.steps, ["step", "cpu_dur_us", "gpu_busy_us", "kernels", "launches",
+                                         "gpu_busy_fraction"]),
+        "kernels": _records(report.kernel_stats, ["name", "count", "median_us", "mean_us", "min_us", "max_us",
+                                                  "std_us"]),
+        "launch_latency_median_us": _clean(s["launch_latency_median_us"]),
+        "launch_apis": list(s["launch_apis"]),
+        "compiled_regions_per_step": _clean(s["compiled_regions_per_step"]),
+        "memcpy_dtod": int(s["memcpy_dtod"]),
+        "gpu_busy_fraction": _clean(s["gpu_busy_fraction"]),
+        "gpu_busy_us": _clean(s["gpu_busy_us"]),
+        "has_gpu": bool(s["has_gpu"]),
+        "gemm": _records(report.gemm_throughput, ["op", "device", "time_us", "flops", "tflops",
+                                                  "fraction_of_peak"]),
+        "findings": [{"id": f.id, "question": f.question, "text": f.text, "evidence": _clean(f.evidence)}
+                     for f in found],
+    }
+
+
+def _fmt(x: Optional[float], unit: str = " µs", nd: int = 1) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}{unit}"
+
+
+def _human(path: str, report, found) -> str:
+    s = report.summary
+    lines = [f"{path}  (engine {report.engine})",
+             f"  steps {s['steps']}   GPU ops {s['gpu_ops']}   kernels {s['kernels']}" +
+             ("" if s["has_gpu"] else "   (no GPU lane)")]
+    if s["steps"]:
+        lines.append(f"  CPU per step (median) {_fmt(s['cpu_step_median_us'])}   GPU busy per step (median) "
+                     f"{_fmt(s['gpu_step_median_us'])}")
+    if s["has_gpu"]:
+        frac = s["gpu_busy_fraction"]
+        lines.append(f"  GPU busy {_fmt(s['gpu_busy_us'])}" + (f" ({100 * frac:.1f}% of the window)" if frac is not
+                                                                 None else ""))
+        lines.append(f"  launch latency (median) {_fmt(s['launch_latency_median_us'])}   launch APIs: "
+                     + (", ".join(s["launch_apis"]) or "none"))
+    if s["compiled_regions_per_step"]:
+        lines.append(f"  compiled regions per step {s['compiled_regions_per_step']:g}   memcpy DtoD {s['memcpy_dtod']}")
+    ks = report.kernel_stats.head(5)
+    if len(ks):
+        lines.append("  kernels (by total time):")
+        for r in ks.itertuples(index=False):
+            name = r.name if len(r.name) <= 70 else r.name[:69] + "…"
+            lines.append(f"    {r.count:>5}×  median {r.median_us:9.2f} µs  min {r.min_us:9.2f}  max {r.max_us:9.2f}"
+                         f"  {name}")
+    if len(report.gemm_throughput):
+        g = report.gemm_throughput
+        lines.append(f"  GEMM: median {g['tflops'].median():.3f} TFLOP/s over {len(g)} op(s) on {g['device'].iloc[0]}"
+                     + (f", {100 * g['fraction_of_peak'].median():.1f}% of peak" if g["fraction_of_peak"].notna().any()
+                        else ""))
+    lines.append("  findings:")
+    for f in found:
+        lines.append(f"    Q{f.question} {f.title}: {f.text}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``analyze`` subcommand; returns the exit status (0, or 2 when the trace cannot be read)."""
+    from .analyses import analyze
+    from .findings import findings
+    from .trace import open_trace
+    try:
+        session = open_trace(args.path, engine=args.engine)
+        report = analyze(session, peak_tflops=args.peak_tflops)
+        found = findings(report)
+    except (ProfilingError, OSError) as exc:
+        print("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
+        return 2
+    finally:
+        close = getattr(locals().get("session"), "close", None)
+        if callable(close):
+            close()
+    if args.json:
+        print(json.dumps(build_json(report, found), ensure_ascii=False))
+    else:
+        print(_human(args.path, report, found))
+    return 0
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """Entry point of ``python -m profiling_core.analyze_cli``."""
+    parser = _configure(argparse.ArgumentParser(prog="python -m profiling_core.analyze_cli",
+                                                description=__doc__.splitlines()[0]))
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
