@@ -1,6 +1,7 @@
 -- The profiler table (key_averages) rebuilt from the trace: per name and lane, calls, self/total CPU and device time (ns).
 -- CPU rows: self = duration minus the durations of its child slices; device time of a CPU op = GPU ops whose launch call
--- has that op as parent (self) or lies inside it on the same thread (total). GPU rows (kernels, memcpy, memset,
+-- has that op as parent (self) or lies inside it on the same thread (total; a launch call itself gets none, as in
+-- torch's table). GPU rows (kernels, memcpy, memset,
 -- gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
 WITH gpu_op AS (
   SELECT id, ts, dur, arg_set_id FROM slice
@@ -42,7 +43,7 @@ self_dev AS (
 ),
 total_dev AS (
   SELECT c.id, SUM(x.gpu_dur) AS ns FROM cpu c
-  JOIN launched x ON x.utid = c.utid AND x.ts >= c.ts AND x.ts < c.ts + c.dur
+  JOIN launched x ON x.utid = c.utid AND x.ts >= c.ts AND x.ts < c.ts + c.dur AND x.launch_id <> c.id
   GROUP BY c.id
 ),
 cpu_rows AS (

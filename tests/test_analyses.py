@@ -1,0 +1,497 @@
+"""Analyses against independent expectations: a plain json.load scan of each trace (loops, no SQL, no code under
+test), the profiler tables torch itself wrote next to the H200 traces, and hand counts read off the JSON.
+
+The scan pairs launch calls with GPU ops by ``args.correlation`` (the analyses use the flow table first), takes
+``ts``/``dur`` as the JSON's float µs (the engines store integer ns), and so agrees only to ~1 ns per event.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import statistics
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from profiling_core.analyses import (analyze, cold_start_gap, compile_breakdown, cpu_vs_gpu, dispatch_chain,
+                                     gemm_flops_from_dims, gemm_throughput, gpu_busy, kernel_durations_by_step,
+                                     kernel_stats, launch_latency, launch_paths, profiler_table, steps, sync_wait)
+from profiling_core.config import ExperimentConfig
+from profiling_core.trace import open_trace
+
+DATA = Path(__file__).parent / "data"
+H200 = sorted(p.stem for p in (DATA / "h200").glob("*.json"))
+CPU_TRACE = DATA / "cpu" / "64_fp32_warm_eager.json"
+THIRD = sorted(p for p in (DATA / "third_party").iterdir() if ".json" in p.name)
+ALL = [DATA / "h200" / f"{n}.json" for n in H200] + [CPU_TRACE] + THIRD
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver", "runtime"}
+NS = 0.0011  # µs: the engines round each ts and dur to whole ns
+
+
+# --- the independent scan -----------------------------------------------------------------------------------------
+
+def _load(path: Path) -> list[dict]:
+    op = gzip.open if path.name.endswith(".gz") else open
+    with op(path, "rt", encoding="utf-8") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def _union(intervals) -> float:
+    total, end = 0.0, None
+    for b, e in sorted(intervals):
+        if end is None or b > end:
+            total += e - b
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
+class Scan:
+    """Everything the tests need, computed from the raw events with loops."""
+
+    def __init__(self, path: Path):
+        ev = _load(path)
+        self.xs = [e for e in ev if e.get("ph") == "X"]
+        for e in self.xs:
+            e["ts"], e["dur"] = float(e["ts"]), float(e.get("dur", 0))
+        cat = lambda e: str(e.get("cat") or "").lower()  # noqa: E731
+        self.gpu = sorted((e for e in self.xs if cat(e) in GPU_CATS), key=lambda e: e["ts"])
+        self.steps = sorted((e for e in self.xs if str(e.get("name", "")).startswith("ProfilerStep#")
+                             and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+        by_corr: dict = {}
+        for e in self.xs:
+            if cat(e) in LAUNCH_CATS and "correlation" in (e.get("args") or {}):
+                by_corr.setdefault(e["args"]["correlation"], e)
+        self.pairs = []  # (launch event, gpu event)
+        for g in self.gpu:
+            c = (g.get("args") or {}).get("correlation")
+            if c in by_corr:
+                self.pairs.append((by_corr[c], g))
+
+    def in_step(self, st):
+        return [(l, g) for l, g in self.pairs if st["ts"] <= l["ts"] < st["ts"] + st["dur"]]
+
+    def step_rows(self):
+        rows = []
+        for st in self.steps:
+            ps = self.in_step(st)
+            rows.append({"step": int(st["name"].split("#")[1]), "cpu_dur_us": st["dur"],
+                         "kernels": sum(1 for _, g in ps if g["cat"].lower() == "kernel"),
+                         "launches": len({id(l) for l, _ in ps}),
+                         "gpu_busy_us": _union((g["ts"], g["ts"] + g["dur"]) for _, g in ps), "n_ops": len(ps)})
+        return rows
+
+    def named(self, name, tid=None):
+        return [e for e in self.xs if e.get("name") == name and (tid is None or e.get("tid") == tid)]
+
+
+@lru_cache(maxsize=None)
+def scan(path) -> Scan:
+    return Scan(Path(path))
+
+
+@lru_cache(maxsize=None)
+def session(path):
+    return open_trace(str(path), engine="sqlite")
+
+
+@lru_cache(maxsize=None)
+def report(path):
+    return analyze(session(path))
+
+
+def h200(name: str) -> Path:
+    return DATA / "h200" / f"{name}.json"
+
+
+# --- steps, GPU busy, CPU vs GPU ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_steps_match_the_scan(path):
+    got = steps(session(path))
+    want = scan(path).step_rows()
+    assert got["step"].tolist() == [w["step"] for w in want]
+    assert got["start_ns"].is_monotonic_increasing
+    for (_, g), w in zip(got.iterrows(), want):
+        assert g["cpu_dur_us"] == pytest.approx(w["cpu_dur_us"], abs=NS)
+        assert g["kernels"] == w["kernels"]
+        assert g["launches"] == w["launches"]
+        assert g["gpu_busy_us"] == pytest.approx(w["gpu_busy_us"], abs=NS * (1 + w["n_ops"]))
+        assert 0.0 <= g["gpu_busy_fraction"] <= 1.0
+
+
+def test_steps_hand_counts_h200():
+    # read off the JSON: 3 steps, each with one GEMM (cuLaunchKernelEx) and one add (cudaLaunchKernel)
+    s = steps(session(h200("64_bf16_cold_eager")))
+    assert s["step"].tolist() == [2, 3, 4]
+    assert s["kernels"].tolist() == [2, 2, 2] and s["launches"].tolist() == [2, 2, 2]
+    assert s["cpu_dur_us"].tolist() == pytest.approx([187.518, 69.256, 63.311], abs=NS)
+    assert s["gpu_busy_us"].tolist() == pytest.approx([1.92 + 0.864] * 3, abs=3 * NS)
+    # a20: 20 steps numbered 0..19; compile: memcpy + memset + GEMM launched per step
+    assert steps(session(h200("4096_bf16_warm_eager_a20")))["step"].tolist() == list(range(20))
+    c = steps(session(h200("4096_bf16_warm_compile")))
+    assert c["kernels"].tolist() == [1, 1, 1] and c["launches"].tolist() == [3, 3, 3]
+
+
+def test_gpu_user_annotation_step_not_counted_twice():
+    path = DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    raw = [e for e in scan(path).xs if e.get("name") == "ProfilerStep#1"]
+    assert {e["cat"] for e in raw} == {"user_annotation", "gpu_user_annotation"}
+    s = steps(session(path))
+    assert s["step"].tolist() == [1, 2]
+    assert s["cpu_dur_us"].iloc[0] == pytest.approx(9288.291, abs=NS)
+
+
+@pytest.mark.parametrize("name", H200)
+def test_gpu_busy_is_a_union_not_a_sum(name):
+    sc = scan(h200(name))
+    g = gpu_busy(session(h200(name))).set_index("scope")
+    want = _union((e["ts"], e["ts"] + e["dur"]) for e in sc.gpu)
+    assert g.loc["trace", "busy_us"] == pytest.approx(want, abs=NS * len(sc.gpu))
+    assert g.loc["trace", "gpu_ops"] == len(sc.gpu)
+    launched = [x for st in sc.steps for x in sc.in_step(st)]
+    b = _union((gg["ts"], gg["ts"] + gg["dur"]) for _, gg in launched)
+    end = max([st["ts"] + st["dur"] for st in sc.steps] + [gg["ts"] + gg["dur"] for _, gg in launched])
+    assert g.loc["steps", "busy_fraction"] == pytest.approx(b / (end - sc.steps[0]["ts"]), rel=1e-4)
+
+
+def test_cpu_vs_gpu_bound():
+    small = cpu_vs_gpu(session(h200("64_bf16_cold_eager")))
+    assert set(small["bound"]) == {"overhead-bound"}
+    big = cpu_vs_gpu(session(h200("4096_bf16_warm_eager_a20")))
+    # steady state: CPU ~60 µs per step against ~190 µs of GPU work per step
+    assert (big["bound"].iloc[2:] == "compute-bound").all()
+    assert (big["gpu_to_cpu"].iloc[2:] > 1).all()
+    cpu = cpu_vs_gpu(session(CPU_TRACE))
+    assert set(cpu["bound"]) == {"no-gpu"}
+
+
+# --- kernels ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [h200(n) for n in H200] + THIRD, ids=lambda p: p.name)
+def test_kernel_stats_match_the_scan(path):
+    durs: dict[str, list[float]] = {}
+    for e in scan(path).gpu:
+        if e["cat"].lower() == "kernel":
+            durs.setdefault(e["name"], []).append(e["dur"])
+    got = kernel_stats(session(path)).set_index("name")
+    assert set(got.index) == set(durs)
+    for name, d in durs.items():
+        r = got.loc[name]
+        assert r["count"] == len(d)
+        assert r["median_us"] == pytest.approx(statistics.median(d), abs=NS)
+        assert r["mean_us"] == pytest.approx(statistics.fmean(d), abs=NS)
+        assert r["min_us"] == pytest.approx(min(d), abs=NS) and r["max_us"] == pytest.approx(max(d), abs=NS)
+        assert r["std_us"] == pytest.approx(statistics.pstdev(d), abs=10 * NS)
+
+
+def test_kernel_variance_h200_a20():
+    ks = kernel_stats(session(h200("4096_bf16_warm_eager_a20"))).iloc[0]
+    # STUDY.md, measured on the H200: median 169.4 µs, min 168.6, max 175.2 over 20 steps
+    assert ks["name"] == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT" and ks["count"] == 20
+    assert (round(ks["median_us"], 1), round(ks["min_us"], 1), round(ks["max_us"], 1)) == (169.4, 168.6, 175.2)
+    by_step = kernel_durations_by_step(session(h200("4096_bf16_warm_eager_a20")))
+    gemm = by_step[by_step["name"] == ks["name"]]
+    assert gemm["step"].tolist() == list(range(20))
+    assert (gemm["occurrence"] == 0).all()
+    assert gemm["dur_us"].iloc[0] == pytest.approx(175.199, abs=NS)  # step 0, read off the JSON
+
+
+def test_cpu_trace_has_no_gpu_results():
+    s = session(CPU_TRACE)
+    assert kernel_stats(s).empty and launch_latency(s).empty and launch_paths(s).empty
+    assert kernel_durations_by_step(s).empty
+    g = gpu_busy(s)
+    assert g["gpu_ops"].tolist() == [0, 0] and g["busy_us"].tolist() == [0.0, 0.0]
+    lanes = s.query("select count(*) as n from slice where lower(category) in ('kernel','gpu_memcpy','gpu_memset')")
+    assert int(lanes["n"].iloc[0]) == 0
+    assert report(CPU_TRACE).summary["gpu_busy_fraction"] is None
+
+
+# --- launches -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [h200(n) for n in H200] + THIRD, ids=lambda p: p.name)
+def test_launch_latency_matches_the_scan(path):
+    sc = scan(path)
+    want = sorted(g["ts"] - l["ts"] for l, g in sc.pairs)
+    got = launch_latency(session(path))
+    assert len(got) == len(want)
+    assert sorted(got["latency_us"]) == pytest.approx(want, abs=2 * NS)
+    assert set(got["launch_name"]) == {l["name"] for l, _ in sc.pairs}
+
+
+def test_launch_latency_falls_back_to_correlation_on_2021_traces():
+    got = launch_latency(session(DATA / "third_party" / "gpu_metrics_input.json"))
+    assert len(got) == 32 and set(got["paired_by"]) == {"correlation"}
+    assert set(launch_latency(session(h200("64_bf16_cold_eager")))["paired_by"]) == {"flow"}
+
+
+def _parent_op(sc: Scan, launch: dict):
+    best = None
+    for e in sc.xs:
+        if (e.get("tid") == launch.get("tid") and e.get("pid") == launch.get("pid") and e is not launch
+                and str(e.get("cat")).lower() not in LAUNCH_CATS
+                and e["ts"] <= launch["ts"] and launch["ts"] + launch["dur"] <= e["ts"] + e["dur"]):
+            if best is None or e["dur"] < best["dur"]:
+                best = e
+    return best
+
+
+@pytest.mark.parametrize("path", [h200(n) for n in H200] + [DATA / "third_party" / "gpu_metrics_input.json"],
+                         ids=lambda p: p.name)
+def test_launch_paths_match_the_scan(path):
+    sc = scan(path)
+    apis: dict[str, set] = {}
+    occ: dict[str, int] = {}
+    for l, g in sc.pairs:
+        if g["cat"].lower() != "kernel":
+            continue
+        apis.setdefault(g["name"], set()).add(l["name"])
+        parent = _parent_op(sc, l)
+        hit = parent is not None and any(
+            e["name"].startswith(("cudaOccupancy", "cuOccupancy", "hipOccupancy")) and e.get("tid") == l.get("tid")
+            and parent["ts"] <= e["ts"] <= l["ts"] and e["ts"] + e["dur"] <= parent["ts"] + parent["dur"]
+            for e in sc.xs)
+        occ[g["name"]] = occ.get(g["name"], 0) + int(hit)
+    got = launch_paths(session(path))
+    got = got[got["category"] == "kernel"].set_index("name")
+    assert set(got.index) == set(apis)
+    for name in apis:
+        assert set(got.loc[name, "launch_apis"].split(", ")) == apis[name]
+        assert got.loc[name, "occupancy_queries"] == occ[name]
+
+
+def test_launch_paths_h200_pattern():
+    lp = launch_paths(session(h200("64_bf16_cold_eager"))).set_index("name")
+    assert lp.loc["nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT", "launch_apis"] == "cuLaunchKernelEx"
+    assert not lp["occupancy_query_before"].any()
+    ro = launch_paths(session(h200("64_bf16_warm_compile_ro"))).set_index("name")
+    assert ro.loc["nvjet_sm90_tst_64x8_64x16_1x4_h_badd_NNT", "launch_apis"] == "cudaGraphLaunch"
+    # the 2021 A100-era sample queries occupancy before its GEMMs (cudaOccupancyMaxActiveBlocksPerMultiprocessor)
+    old = launch_paths(session(DATA / "third_party" / "gpu_metrics_input.json")).set_index("name")
+    assert old.loc["volta_sgemm_128x32_nt", "occupancy_query_before"]
+
+
+@pytest.mark.parametrize("name,mm", [("64_bf16_cold_eager", "aten::mm"), ("64_bf16_warm_eager_b8", "aten::bmm")])
+def test_dispatch_chain_eager(name, mm):
+    ch = dispatch_chain(session(h200(name)), step=4)
+    by_id = ch.set_index("id")
+
+    def path_to(gpu_name):
+        cur = ch.loc[ch["name"] == gpu_name, "id"].iloc[0]
+        out = []
+        while cur is not None and not (isinstance(cur, float) and math.isnan(cur)) and cur in by_id.index:
+            out.append(by_id.at[cur, "name"])
+            p = by_id.at[cur, "parent_id"]
+            cur = None if p is None or p is getattr(__import__("pandas"), "NA") else int(p)
+        return out[::-1]
+
+    gemm = [n for n in ch["name"] if n.startswith("nvjet")][0]
+    assert path_to(gemm) == ["ProfilerStep#4", "matmul_add", "aten::matmul", mm, "cuLaunchKernelEx", gemm]
+    add = [n for n in ch["name"] if "elementwise_kernel" in n][0]
+    assert path_to(add) == ["ProfilerStep#4", "matmul_add", "aten::add", "cudaLaunchKernel", add]
+    assert ch.loc[ch["lane"] == "gpu", "depth"].tolist() == [5, 4]
+    assert dispatch_chain(session(h200(name)))["step"].iloc[0] == 2  # default: the first step
+    with pytest.raises(ValueError, match="steps: 2, 3, 4"):
+        dispatch_chain(session(h200(name)), step=99)
+
+
+# --- timing: cold start, sync ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [h200(n) for n in H200] + [CPU_TRACE], ids=lambda p: p.name)
+def test_cold_start_gap_matches_the_scan(path):
+    sc = scan(path)
+    regions = [e for e in sc.named("matmul_add") if e["cat"] != "gpu_user_annotation"]
+    want = []
+    for r in sorted(regions, key=lambda e: e["ts"]):
+        inner = [e for e in sc.xs if e.get("tid") == r.get("tid") and e.get("pid") == r.get("pid")
+                 and e["name"].startswith("aten::") and r["ts"] <= e["ts"]
+                 and e["ts"] + e["dur"] <= r["ts"] + r["dur"]]
+        want.append(min(e["ts"] for e in inner) - r["ts"])
+    got = cold_start_gap(session(path))
+    assert got["gap_us"].tolist() == pytest.approx(want, abs=2 * NS)
+
+
+def test_cold_start_first_step_h200_a20():
+    s = steps(session(h200("4096_bf16_warm_eager_a20")))
+    # read off the JSON: ProfilerStep#0 923.587 µs (aten::mm's cudaMemsetAsync alone 347.865 µs), later ~60 µs
+    assert s["cpu_dur_us"].iloc[0] == pytest.approx(923.587, abs=NS)
+    assert s["cpu_dur_us"].iloc[1:].median() < 100
+
+
+@pytest.mark.parametrize("name", H200)
+def test_sync_wait_matches_the_scan(name):
+    sc = scan(h200(name))
+    syncs = sc.named("cudaDeviceSynchronize")
+    got = sync_wait(session(h200(name)))
+    assert len(got) == len(syncs) == 1
+    y = syncs[0]
+    busy = _union((max(g["ts"], y["ts"]), min(g["ts"] + g["dur"], y["ts"] + y["dur"])) for g in sc.gpu
+                  if g["ts"] < y["ts"] + y["dur"] and g["ts"] + g["dur"] > y["ts"])
+    assert got["dur_us"].iloc[0] == pytest.approx(y["dur"], abs=NS)
+    assert got["gpu_busy_us"].iloc[0] == pytest.approx(busy, abs=10 * NS)
+    assert got["idle_pct"].iloc[0] == pytest.approx(100 * (1 - busy / y["dur"]), abs=0.01)
+
+
+# --- torch.compile --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", H200)
+def test_compile_breakdown_matches_the_scan(name):
+    sc = scan(h200(name))
+    got = compile_breakdown(session(h200(name)))
+    assert len(got) == len(sc.steps)
+    for (_, g), st in zip(got.iterrows(), sc.steps):
+        inside = [e for e in sc.xs if e.get("tid") == st["tid"] and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
+        count = lambda pred: sum(1 for e in inside if pred(e["name"]))  # noqa: E731
+        assert g["cache_lookups"] == count(lambda n: n == "TorchDynamo Cache Lookup")
+        assert g["compiled_regions"] == count(lambda n: n.startswith("Torch-Compiled Region"))
+        assert g["prologues"] == count(lambda n: n == "AOTDispatcher Runtime Wrapper Prologue")
+        assert g["graph_launches"] == count(lambda n: n == "cudaGraphLaunch")
+        fx = {e["name"].split()[3] for e in inside if e["name"].startswith("## Call CompiledFxGraph")}
+        assert (g["fx_graph_hash"] or None) == (fx.pop() if fx else None)
+        ops = [gg for _, gg in sc.in_step(st)]
+        assert g["memcpy_dtod"] == sum(1 for o in ops if o["name"].startswith("Memcpy DtoD"))
+        assert g["memsets"] == sum(1 for o in ops if o["cat"] == "gpu_memset")
+        assert g["kernels"] == sum(1 for o in ops if o["cat"] == "kernel")
+
+
+def test_compile_breakdown_hand_counts():
+    c = compile_breakdown(session(h200("4096_bf16_warm_compile")))
+    assert c["fx_graph_hash"].tolist() == ["fdglgmd3lpajgitslcjwivmbiarou7wpb27vlq7abgsnrkbk2rq5"] * 3
+    assert c[["memcpy_dtod", "memsets", "kernel_launches", "launches"]].values.tolist() == [[1, 1, 1, 3]] * 3
+    assert c["cache_lookup_us"].tolist() == pytest.approx([22.43, 19.082, 18.734], abs=NS)
+    ro = compile_breakdown(session(h200("64_bf16_warm_compile_ro")))
+    assert ro["graph_launches"].tolist() == [1, 1, 1]
+    eager = compile_breakdown(session(h200("4096_bf16_warm_eager")))
+    assert eager["compiled_regions"].sum() == 0 and eager["fx_graph_hash"].isna().all()
+
+
+# --- GEMM throughput ------------------------------------------------------------------------------------------------
+
+def test_gemm_throughput_from_recorded_shapes_on_cpu():
+    sc = scan(CPU_TRACE)
+    mms = sorted(sc.named("aten::mm"), key=lambda e: e["ts"])
+    dims = mms[0]["args"]["Input Dims"]
+    assert dims == [[64, 64], [64, 64]]
+    got = gemm_throughput(session(CPU_TRACE), peak_tflops=1.0)
+    assert got["op"].tolist() == ["aten::mm"] * 3 and set(got["device"]) == {"cpu"}
+    want = [2 * 64 ** 3 / (e["dur"] * 1e-6) / 1e12 for e in mms]
+    assert got["tflops"].tolist() == pytest.approx(want, rel=1e-4)
+    assert got["fraction_of_peak"].tolist() == pytest.approx(want, rel=1e-4)
+
+
+def test_gemm_throughput_from_config_on_h200():
+    cfg = ExperimentConfig(size=4096, warmup=10)
+    got = gemm_throughput(session(h200("4096_bf16_warm_eager")), peak_tflops=989.0, config=cfg)
+    ks = [e for e in scan(h200("4096_bf16_warm_eager")).gpu if e["name"].startswith("nvjet")]
+    want = [2 * 4096 ** 3 / (k["dur"] * 1e-6) / 1e12 for k in ks]
+    assert got["device"].tolist() == ["gpu"] * 3
+    assert got["tflops"].tolist() == pytest.approx(want, rel=1e-4)
+    assert 0.5 < got["fraction_of_peak"].median() < 1.0
+    # without a config or recorded shapes (record_shapes was off on the H200) there is nothing to compute
+    assert gemm_throughput(session(h200("4096_bf16_warm_eager"))).empty
+
+
+@pytest.mark.parametrize("op,dims,flops", [
+    ("aten::mm", [[64, 32], [32, 16]], 2 * 64 * 32 * 16),
+    ("aten::bmm", [[8, 64, 64], [8, 64, 64]], 2 * 8 * 64 ** 3),
+    ("aten::addmm", [[16], [64, 32], [32, 16], [], []], 2 * 64 * 32 * 16),
+    ("aten::matmul", [[8, 64, 64], [64, 64]], 2 * 8 * 64 ** 3),
+    ("aten::linear", [[4, 32], [16, 32], [16]], 2 * 4 * 32 * 16),
+    ("aten::mm", [[64, 32], [31, 16]], None),
+])
+def test_gemm_flops_from_dims(op, dims, flops):
+    assert gemm_flops_from_dims(op, dims) == flops
+
+
+# --- the profiler table against torch's own .txt ------------------------------------------------------------------
+
+_UNIT = {"us": 1.0, "ms": 1000.0, "s": 1e6}
+
+
+def _t(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def parse_table(path: Path) -> list[dict]:
+    lines = path.read_text().splitlines()
+    header = next(l for l in lines if "Self CPU %" in l)
+    cuda = "Self CUDA" in header
+    rows = []
+    for line in lines:
+        if line.startswith("-") or not line.strip() or "Self CPU %" in line or line.startswith("Self "):
+            continue
+        width = header.index("Name") + len("Name")  # the name column is right-aligned up to "Name"
+        name, rest = line[:width].strip(), line[width:].split()
+        if not rest or not rest[-1].isdigit():
+            continue
+        row = {"name": name, "self_cpu_us": _t(rest[1]), "cpu_total_us": _t(rest[3]), "calls": int(rest[-1])}
+        if cuda:
+            row.update(self_device_us=_t(rest[5]), device_total_us=_t(rest[7]))
+        rows.append(row)
+    return rows
+
+
+def _match(table, row):
+    lane = "gpu" if row["cpu_total_us"] == 0 and row.get("self_device_us", 0) > 0 else "cpu"
+    cand = table[table["lane"] == lane]
+    if row["name"].endswith("..."):
+        return cand[cand["name"].str.startswith(row["name"][:-3])]
+    return cand[cand["name"] == row["name"]]
+
+
+# torch's own table nests the profiler's "Activity Buffer Request" (a pid -1 lane in the JSON, 358.783 µs) inside
+# the first aten::mm, takes its time out of aten::mm's self CPU and counts that call's GPU work (175.967 µs) a second
+# time in the CUDA totals of everything above it; the trace alone cannot reproduce that nesting. For those rows only calls and CPU total are compared.
+_TORCH_ONLY = {"4096_bf16_warm_eager_a20": {"Activity Buffer Request", "aten::mm", "aten::matmul", "ProfilerStep*",
+                                            "matmul_add"}}
+_ABR_US = {"4096_bf16_warm_eager_a20": 358.783}
+
+
+@pytest.mark.parametrize("path", [h200(n) for n in H200] + [CPU_TRACE], ids=lambda p: p.stem)
+def test_profiler_table_matches_torch(path):
+    want = parse_table(path.with_suffix(".txt"))
+    got = profiler_table(session(path))
+    torch_only = _TORCH_ONLY.get(path.stem, set())
+    assert len(got) == len(want)
+    for row in want:
+        m = _match(got, row)
+        assert len(m) == 1, row["name"]
+        g = m.iloc[0]
+        tol = lambda v: max(0.0015 * g["calls"], 5e-4 * v + 0.0011)  # noqa: E731  (ms are printed to 1 µs)
+        assert g["calls"] == row["calls"], row["name"]
+        assert g["cpu_total_us"] == pytest.approx(row["cpu_total_us"], abs=tol(row["cpu_total_us"])), row["name"]
+        if row["name"] in torch_only:
+            continue
+        assert g["self_cpu_us"] == pytest.approx(row["self_cpu_us"], abs=tol(row["self_cpu_us"])), row["name"]
+        if "self_device_us" in row:
+            assert g["self_device_us"] == pytest.approx(row["self_device_us"], abs=tol(row["self_device_us"]))
+            assert g["device_total_us"] == pytest.approx(row["device_total_us"], abs=tol(row["device_total_us"]))
+
+
+def test_profiler_table_footer_self_cpu_total():
+    for name in H200:
+        txt = (DATA / "h200" / f"{name}.txt").read_text()
+        total = _t(re.search(r"Self CPU time total: (\S+)", txt).group(1))
+        got = profiler_table(session(h200(name)))["self_cpu_us"].sum() - _ABR_US.get(name, 0.0)
+        assert got == pytest.approx(total, abs=max(1.0, 1e-3 * total)), name
+
+
+# --- the facade -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_analyze_runs_everywhere(path):
+    r = report(path)
+    assert r.engine == "sqlite"
+    assert r.summary["steps"] == len(scan(path).steps)
+    assert r.summary["has_gpu"] == bool(scan(path).gpu)
+    assert r.summary["gpu_ops"] == len(scan(path).gpu)
