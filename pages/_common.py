@@ -490,3 +490,74 @@ def fmt_us(v: Optional[float]) -> str:
     if v is None or pd.isna(v):
         return "–"
     return f"{v / 1000:,.2f} ms" if abs(v) >= 10000 else f"{v:,.1f} µs"
+
+
+# --- sweeps and per-run summaries ---------------------------------------------------------------------
+
+def start_sweep(key: str, configs: list[ExperimentConfig], label: str) -> Job:
+    """Run ``configs`` one fresh worker each in the background; progress and cancel through the job."""
+    from profiling_core import run_sweep
+
+    def work(job: Job):
+        return run_sweep(configs, store=store(), on_progress=job.progress, cancel_event=job.cancel_event,
+                         on_status=lambda m: setattr(job, "message", f"{job.message.split(' · ')[0]} · {m}"))
+
+    return start_job(key, label, work)
+
+
+def finish_sweep(key: str, state_key: str, widget_key: Optional[str] = None) -> Optional[list[str]]:
+    """Follow the sweep job under ``key``; when it ends, keep its run ids in ``st.session_state[state_key]``
+    (and select them in the run multiselect ``widget_key``, which must not be drawn yet in this run)."""
+    job = follow_job(key)
+    if job is None or job.running:
+        return None
+    pop_job(key)
+    if job.error is not None:
+        show_error(job.error, "The sweep failed")
+        return None
+    res = job.result
+    st.session_state[state_key] = [r.run_id for r in res.runs]
+    if widget_key and res.runs:
+        st.session_state[widget_key] = [r.run_id for r in res.runs]
+    if res.runs:
+        set_current_run(res.runs[-1].run_id)
+    for cfg, exc in res.errors:
+        show_error(exc, f"{cfg.name} failed")
+    msg = f"{len(res.runs)} run(s) in {res.wall_s:.1f} s"
+    (st.warning if res.cancelled else st.success)(("Cancelled after " if res.cancelled else "Done: ") + msg)
+    return [r.run_id for r in res.runs]
+
+
+def mode_label(run_id: str) -> str:
+    """eager, or the torch.compile mode; for imported traces guessed from the trace's compiled regions."""
+    cfg = load_run(run_id).config
+    if cfg is not None:
+        return "eager" if cfg.compile == "off" else cfg.compile
+    cb = report(run_id).compile_breakdown
+    if len(cb) and cb["graph_launches"].sum() > 0:
+        return "compile (CUDA graphs)"
+    return "compile" if len(cb) and cb["compiled_regions"].sum() > 0 else "eager"
+
+
+def run_size(run_id: str) -> Optional[int]:
+    cfg = load_run(run_id).config
+    if cfg is not None:
+        return cfg.size
+    name = load_run(run_id).name
+    head = name.split("_", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def step_summary(run_id: str) -> dict:
+    """Median per-step numbers of one run (CPU µs, GPU busy µs, busy fraction, launches, GPU ops)."""
+    rep = report(run_id)
+    st_ = rep.steps
+    med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
+    return {"run_id": run_id, "name": load_run(run_id).name, "size": run_size(run_id), "mode": mode_label(run_id),
+            "steps": len(st_), "cpu_us_per_step": med("cpu_dur_us"), "gpu_busy_us_per_step": med("gpu_busy_us"),
+            "gpu_busy_fraction": med("gpu_busy_fraction"), "launches_per_step": med("launches"),
+            "gpu_ops_per_step": med("gpu_ops"), "has_gpu": rep.has_gpu}
+
+
+def summaries(run_ids: list[str]) -> pd.DataFrame:
+    return pd.DataFrame([step_summary(r) for r in run_ids])

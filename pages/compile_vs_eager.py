@@ -1,4 +1,106 @@
+"""Compile vs eager: what torch.compile changes in the trace, and what it costs on the CPU (questions 9, 10)."""
+import pandas as pd
 import streamlit as st
 
-st.title("compile_vs_eager")
-st.info("coming")
+from pages import _common as ui
+from profiling_core import ExperimentConfig, charts
+from profiling_core.errors import ConfigError
+from profiling_core.export import ReportSection
+
+st.title("Compile vs eager")
+st.caption("torch.compile fuses add(matmul) into one addmm: fewer launches, new CPU rows (Dynamo cache lookup, "
+           "the compiled region, the AOT prologue, the compiled FX graph). Is the step cheaper on the CPU?")
+
+cuda = bool(ui.environment().get("cuda_available"))
+with st.form("compile_form"):
+    c1, c2, c3 = st.columns(3)
+    size = c1.select_slider("Size", ui.SIZES, value=64, key="compile_size")
+    dtype = c1.selectbox("dtype", ui.DTYPES, index=0 if cuda else 2, key="compile_dtype")
+    modes = c2.multiselect("Compile modes (eager always runs)", ui.COMPILE_MODES[1:],
+                           default=["default", "reduce-overhead"] if cuda else ["default"], key="compile_modes",
+                           help="reduce-overhead uses CUDA graphs (cudaGraphLaunch) on a GPU")
+    device = c2.selectbox("Device", ui.DEVICES, key="compile_device")
+    warmup = c3.number_input("Warm-up calls", 0, 1000, 3, key="compile_warmup",
+                             help="compiling happens in the warm-up; keep it > 0 to profile the compiled steady state")
+    active = c3.slider("Active steps", 1, 50, 5, key="compile_active")
+    go = st.form_submit_button("Run eager + compiled", type="primary", icon=":material/play_arrow:")
+if go:
+    try:
+        configs = [ExperimentConfig(size=size, dtype=dtype, device=device, warmup=int(warmup), compile=m, wait=0,
+                                    warmup_steps=0, active=active) for m in ["off", *modes]]
+        ui.start_sweep("compile", configs, f"Eager + {len(modes)} compile mode(s)")
+    except ConfigError as exc:
+        st.error(str(exc))
+ui.finish_sweep("compile", "compile_runs", "compile_chosen")
+
+runs = ui.runs_frame()
+default = [r for r in st.session_state.get("compile_runs", []) if r in set(runs["run_id"])] or list(
+    runs["run_id"].head(2))
+chosen = st.multiselect("Runs to compare (the first eager one is the baseline)", list(runs["run_id"]),
+                        default=default, format_func=ui.run_label, key="compile_chosen")
+if not chosen:
+    st.info("No runs yet: press **Run eager + compiled** above.")
+    st.stop()
+
+
+def per_step(run_id: str) -> dict:
+    rep = ui.report(run_id)
+    cb = rep.compile_breakdown
+    med = (lambda c: float(cb[c].median())) if len(cb) else (lambda c: float("nan"))
+    return {"run": f"{ui.mode_label(run_id)} · {run_id[-4:]}", "mode": ui.mode_label(run_id),
+            "CPU per step (µs)": med("cpu_dur_us"), "launches per step": med("launches"),
+            "kernels per step": med("kernels"), "memcpy DtoD per step": med("memcpy_dtod"),
+            "memsets per step": med("memsets"), "cudaGraphLaunch per step": med("graph_launches"),
+            "Dynamo cache lookup (µs)": med("cache_lookup_us"), "compiled region (µs)": med("compiled_region_us"),
+            "AOT prologue (µs)": med("prologue_us"), "CompiledFxGraph (µs)": med("fx_graph_us"),
+            "FX graph hash": ", ".join(sorted({h for h in cb["fx_graph_hash"].dropna()})) if len(cb) else ""}
+
+
+table = pd.DataFrame([per_step(r) for r in chosen])
+metrics = [c for c in table.columns if c not in ("run", "mode", "FX graph hash")]
+long = table.melt(id_vars=["run"], value_vars=metrics, var_name="metric", value_name="value")
+
+st.header("Per step, by mode", divider="gray")
+cpu = charts.grouped_bars(long[long["metric"] == "CPU per step (µs)"].rename(columns={"value": "cpu_us"}),
+                          category="run", value="cpu_us", title="CPU time per step (median)",
+                          value_title="µs per step")
+ui.chart_block(cpu, table[["run", "CPU per step (µs)"]], "compile_cpu_per_step", key="compile_cpu")
+counts = long[long["metric"].isin(["launches per step", "kernels per step", "memcpy DtoD per step",
+                                   "memsets per step", "cudaGraphLaunch per step"])]
+ops = charts.grouped_bars(counts, category="metric", value="value", group="run",
+                          title="Launches and GPU ops per step (median)", value_title="per step")
+ui.chart_block(ops, counts, "compile_gpu_ops", key="compile_ops")
+if not any(ui.report(r).has_gpu for r in chosen):
+    st.info("No GPU lane in these traces (recorded on the CPU): GPU op counts (memcpy DtoD, GEMM, memset) and "
+            "cudaGraphLaunch are zero. The CPU-side rows of torch.compile are still there.", icon=":material/info:")
+
+st.header("The compiled region, broken down", divider="gray")
+region = long[long["metric"].isin(["Dynamo cache lookup (µs)", "compiled region (µs)", "AOT prologue (µs)",
+                                   "CompiledFxGraph (µs)"])]
+reg = charts.grouped_bars(region, category="metric", value="value", group="run",
+                          title="torch.compile's CPU rows per step (median µs)", value_title="µs per step")
+ui.chart_block(reg, region, "compile_region", key="compile_region")
+hashes = table[["run", "FX graph hash"]]
+if hashes["FX graph hash"].str.len().gt(0).any():
+    st.caption("The same `CompiledFxGraph` hash in every step means every step hit the compile cache:")
+    st.dataframe(hashes, hide_index=True)
+
+st.header("Deltas against eager", divider="gray")
+base_rows = table[table["mode"] == "eager"]
+if base_rows.empty:
+    st.caption("Add an eager run to the comparison to see deltas.")
+    delta = table.set_index("run")[metrics].T.reset_index(names="metric")
+else:
+    base = base_rows.iloc[0]
+    delta = pd.DataFrame({"metric": metrics, "eager": [base[m] for m in metrics]})
+    for _, row in table.iterrows():
+        if row["run"] == base["run"]:
+            continue
+        delta[row["run"]] = [row[m] for m in metrics]
+        delta[f"Δ {row['run']}"] = [row[m] - base[m] for m in metrics]
+ui.table_block(delta.round(2), "compile_deltas", key="compile_delta", width="stretch")
+
+for r in chosen:
+    ui.show_findings(ui.findings(r), questions={9, 10})
+ui.report_button("Compile vs eager", [ReportSection("Per step", charts=[cpu, ops, reg], tables=[("deltas", delta)])],
+                 configs={r: ui.load_run(r).meta.get("config") or {} for r in chosen}, key="compile")

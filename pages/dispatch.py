@@ -1,4 +1,136 @@
+"""Dispatch and launch: from ProfilerStep to the kernel, and the time in between (questions 3-7)."""
+import pandas as pd
 import streamlit as st
 
-st.title("dispatch")
-st.info("coming")
+from pages import _common as ui
+from profiling_core import ExperimentConfig, charts
+from profiling_core.errors import ConfigError
+from profiling_core.export import ReportSection
+
+st.title("Dispatch and launch")
+st.caption("How a Python call becomes a kernel: the dispatch chain, the launch call of each kernel, the delay "
+           "until the GPU starts it, the cold first step, and the synchronize at the end.")
+
+rid = ui.run_picker("Run", key="dispatch_run")
+if rid is None:
+    st.info("No run yet: profile one on the **Profile** page, or run the cold/warm pair below.")
+rep = ui.report(rid) if rid else None
+no_gpu = rep is not None and not rep.has_gpu
+if no_gpu:
+    st.info("This trace has no GPU lane (recorded on the CPU): launch paths, launch latency and sync wait need "
+            "GPU events and stay empty; the dispatch chain and the cold start are shown from the CPU side.",
+            icon=":material/info:")
+report_sections = []
+
+# --- question 5: the dispatch chain ----------------------------------------------------------------
+st.header("The dispatch chain of a step", divider="gray")
+if rep is not None and len(rep.dispatch_chains):
+    chains = rep.dispatch_chains
+    steps = list(dict.fromkeys(chains.sort_values("start_ns")["step"]))
+    step = st.selectbox("Step", steps, key="dispatch_step", format_func=lambda s: f"ProfilerStep#{s}")
+    chain = chains[chains["step"] == step]
+    depth_of = dict(zip(chain["id"], chain["depth"]))
+    lines = []
+    for _, r in chain.iterrows():
+        d = r["depth"] if r["lane"] == "cpu" else depth_of.get(r["parent_id"], 0) + 1
+        where = "GPU" if r["lane"] == "gpu" else r["category"]
+        lines.append(f"{'   ' * int(d)}{'└─ ' if d else ''}{str(r['name'])[:90]}  [{where}, {r['dur_us']:,.1f} µs]")
+    st.code("\n".join(lines), language="text")
+    flame_df = charts.flame_from_chain(chain)
+    flame = charts.dispatch_flame(flame_df, title=f"ProfilerStep#{step}: nesting over time")
+    ui.chart_block(flame, flame_df, f"dispatch_chain_step{step}", key="dispatch_flame")
+    report_sections.append(ReportSection("Dispatch chain", text="\n".join(lines), charts=[flame]))
+else:
+    st.caption("No ProfilerStep slices in this trace.")
+
+# --- question 6: launch paths ---------------------------------------------------------------------
+st.header("How each kernel was launched", divider="gray")
+if rep is not None and len(rep.launch_paths):
+    lp = rep.launch_paths
+    ui.table_block(lp, "launch_paths", key="dispatch_paths", width="stretch")
+    occ = lp[lp["occupancy_query_before"]]
+    if len(occ):
+        st.markdown(f"**Pattern: occupancy query before the launch** (as on the A100 in the post) for "
+                    f"{', '.join('`' + str(n)[:50] + '`' for n in occ['name'])}.")
+    else:
+        st.markdown("**Pattern: no occupancy query** precedes any launch in this trace; the launch APIs are "
+                    f"{', '.join('`' + a + '`' for a in sorted(set(', '.join(lp['launch_apis']).split(', '))))}.")
+else:
+    st.caption("No launch calls paired with GPU ops in this trace (no GPU lane).")
+
+# --- question 4: launch latency -------------------------------------------------------------------
+st.header("Launch latency: why the GPU lane is offset", divider="gray")
+if rep is not None and len(rep.launch_latency):
+    ll = rep.launch_latency.rename(columns={"gpu_name": "kernel", "launch_name": "launch"})
+    ll = ll[["kernel", "launch", "step", "latency_us", "gpu_category"]].copy()
+    ll["step"] = ll["step"].astype("float").fillna(-1).astype(int)
+    lat = charts.launch_latency(ll)
+    ui.chart_block(lat, ll, "launch_latency", key="dispatch_latency")
+    st.caption(f"Median launch → start: {ui.fmt_us(ll['latency_us'].median())}; "
+               f"max {ui.fmt_us(ll['latency_us'].max())}. A growing latency means the CPU runs ahead of a busy GPU "
+               "(queueing); a flat small one means the GPU waits for the CPU.")
+    report_sections.append(ReportSection("Launch latency", charts=[lat]))
+else:
+    st.caption("No launch → GPU op pairs (no GPU lane).")
+
+# --- question 3: cold start -----------------------------------------------------------------------
+st.header("Cold start: the first step, cold vs warm", divider="gray")
+with st.form("coldwarm_form"):
+    c1, c2, c3 = st.columns(3)
+    size = c1.select_slider("Size", ui.SIZES, value=64, key="cw_size")
+    dtype = c2.selectbox("dtype", ui.DTYPES, index=0 if ui.environment().get("cuda_available") else 2,
+                         key="cw_dtype")
+    device = c3.selectbox("Device", ui.DEVICES, key="cw_device")
+    go = st.form_submit_button("Run cold + warm pair (schedule 0/0/3)", icon=":material/play_arrow:")
+if go:
+    try:
+        pair = [ExperimentConfig(size=size, dtype=dtype, device=device, warmup=w, wait=0, warmup_steps=0, active=3)
+                for w in (0, 10)]
+        ui.start_sweep("coldwarm", pair, "Cold + warm pair")
+    except ConfigError as exc:
+        st.error(str(exc))
+new_pair = ui.finish_sweep("coldwarm", "coldwarm_runs")
+if new_pair and len(new_pair) == 2:
+    st.session_state["cw_cold"], st.session_state["cw_warm"] = new_pair
+pair_ids = [r for r in st.session_state.get("coldwarm_runs", []) if r in set(ui.runs_frame()["run_id"])]
+cold_id = ui.run_picker("Cold run", key="cw_cold", default=pair_ids[0] if pair_ids else rid)
+warm_id = ui.run_picker("Warm run", key="cw_warm", default=pair_ids[1] if len(pair_ids) > 1 else rid)
+if cold_id and warm_id:
+    rows = []
+    for label, r in (("cold", cold_id), ("warm", warm_id)):
+        s = ui.report(r).steps
+        rows.append(pd.DataFrame({"step": range(len(s)), "dur_us": s["cpu_dur_us"].to_numpy(),
+                                  "label": f"{label} · {ui.load_run(r).name}"}))
+    cw = pd.concat(rows, ignore_index=True)
+    cwc = charts.cold_vs_warm(cw, title="Step duration by position in the profile (CPU)")
+    ui.chart_block(cwc, cw, "cold_vs_warm", key="dispatch_coldwarm")
+    a, b = st.columns(2)
+    for col, (label, r) in zip((a, b), (("cold", cold_id), ("warm", warm_id))):
+        g = ui.report(r).cold_start_gap
+        col.markdown(f"**{label}**: `matmul_add` start → first aten op")
+        col.dataframe(g[["step", "region_dur_us", "first_aten", "gap_us"]], hide_index=True)
+    report_sections.append(ReportSection("Cold vs warm", charts=[cwc]))
+
+# --- question 7: sync wait ------------------------------------------------------------------------
+st.header("The synchronize at the end: busy or idle?", divider="gray")
+if rep is not None and len(rep.sync_wait):
+    sw = rep.sync_wait
+    parts = pd.concat([
+        pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU busy",
+                      "dur_us": sw["gpu_busy_us"]}),
+        pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU idle",
+                      "dur_us": sw["dur_us"] - sw["gpu_busy_us"]})], ignore_index=True)
+    syn = charts.sync_idle(parts)
+    ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
+    for _, r in sw.iterrows():
+        st.markdown(f"- `{r['name']}` lasted {ui.fmt_us(r['dur_us'])} while the GPU was busy "
+                    f"{ui.fmt_us(r['gpu_busy_us'])}: **{r['idle_pct']:.0f} % idle**.")
+    report_sections.append(ReportSection("Sync wait", charts=[syn]))
+else:
+    st.caption("No synchronize call in this trace (CPU traces have none: there is no device to wait for).")
+
+if rid:
+    ui.show_findings(ui.findings(rid), questions={3, 4, 5, 6, 7})
+    ui.report_button("Dispatch and launch", report_sections + [ReportSection("Findings", findings=[
+        f for f in ui.findings(rid) if getattr(f, "question", 0) in (3, 4, 5, 6, 7)])],
+        configs={rid: ui.load_run(rid).meta.get("config") or {}}, key="dispatch")

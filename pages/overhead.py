@@ -1,4 +1,77 @@
+"""Overhead vs compute: sweep the size; where does GPU time overtake CPU time per step? (question 2)"""
 import streamlit as st
 
-st.title("overhead")
-st.info("coming")
+from pages import _common as ui
+from profiling_core import ExperimentConfig, charts
+from profiling_core.errors import ConfigError
+from profiling_core.export import ReportSection
+
+st.title("Overhead vs compute")
+st.caption("At 64² the GPU idles while the CPU launches; at 4096² the GPU works. Sweep sizes and see where the "
+           "curves of CPU time per step and GPU busy time per step cross.")
+
+cuda = bool(ui.environment().get("cuda_available"))
+with st.form("sweep_form"):
+    c1, c2, c3 = st.columns(3)
+    sizes = c1.multiselect("Sizes", ui.SIZES, default=ui.SIZES if cuda else [64, 256, 1024], key="sweep_sizes",
+                           help="each size is one fresh worker process")
+    modes = c1.multiselect("Modes", ["off", "default", "reduce-overhead"], default=["off"], key="sweep_modes",
+                           format_func=lambda m: "eager" if m == "off" else f"compile ({m})",
+                           help="overlay eager and torch.compile")
+    dtype = c2.selectbox("dtype", ui.DTYPES, index=0 if cuda else 2, key="sweep_dtype")
+    device = c2.selectbox("Device", ui.DEVICES, index=0, key="sweep_device")
+    warmup = c3.number_input("Warm-up calls", 0, 1000, 3, key="sweep_warmup")
+    active = c3.slider("Active steps", 1, 50, 10, key="sweep_active")
+    go = st.form_submit_button("Run sweep", type="primary", icon=":material/play_arrow:")
+if go:
+    try:
+        configs = [ExperimentConfig(size=s, compile=m, dtype=dtype, device=device, warmup=int(warmup),
+                                    wait=0, warmup_steps=1 if warmup == 0 else 0, active=active)
+                   for m in modes for s in sorted(sizes)]
+        if not configs:
+            st.warning("Pick at least one size and one mode.")
+        else:
+            ui.start_sweep("sweep", configs, f"Sweep of {len(configs)} runs")
+    except ConfigError as exc:
+        st.error(str(exc))
+ui.finish_sweep("sweep", "overhead_runs", "overhead_chosen")
+
+# --- which runs to chart ---------------------------------------------------------------------------
+runs = ui.runs_frame()
+default = [r for r in st.session_state.get("overhead_runs", []) if r in set(runs["run_id"])]
+if not default and len(runs):
+    default = list(runs["run_id"].head(12))
+chosen = st.multiselect("Runs in the chart (the last sweep by default)", list(runs["run_id"]), default=default,
+                        format_func=ui.run_label, key="overhead_chosen")
+if not chosen:
+    st.info("No runs to chart yet: run a sweep above.")
+    st.stop()
+
+sweep = ui.summaries(chosen).dropna(subset=["size"]).sort_values(["mode", "size"])
+if sweep.empty:
+    st.info("None of the chosen runs has a known matrix size.")
+    st.stop()
+st.header("CPU time per step against GPU busy time per step", divider="gray")
+if not sweep["has_gpu"].any():
+    st.info("These runs have no GPU lane (recorded on the CPU): GPU busy time is zero, so only the CPU curve is "
+            "drawn and there is no crossover. Run the sweep on a CUDA device to see the GPU take over.",
+            icon=":material/info:")
+cols = ["size", "mode", "cpu_us_per_step", "gpu_busy_us_per_step", "gpu_busy_fraction", "run_id"]
+main = charts.overhead_vs_compute(sweep[cols])
+ui.chart_block(main, sweep[cols], "overhead_vs_compute", key="overhead_main")
+cross = charts.crossover_points(sweep)
+if len(cross):
+    for _, r in cross.iterrows():
+        st.success(f"**{r['mode']}**: GPU busy time per step overtakes CPU time per step near n ≈ {r['size']:,.0f} "
+                   f"(~{ui.fmt_us(r['value_us'])} per step). Below it the step is overhead-bound; above it, "
+                   "compute-bound.")
+elif sweep["has_gpu"].any():
+    st.caption("The curves do not cross inside this sweep: extend the sizes to find the crossover.")
+
+st.header("GPU busy fraction of the step", divider="gray")
+frac = charts.gpu_busy_fraction(sweep[cols])
+ui.chart_block(frac, sweep[cols], "gpu_busy_fraction", key="overhead_frac")
+st.dataframe(sweep[cols], hide_index=True, width="stretch")
+ui.report_button("Overhead vs compute",
+                 [ReportSection("CPU vs GPU per step", charts=[main, frac], tables=[("sweep", sweep[cols])])],
+                 configs={r: (ui.load_run(r).meta.get("config") or {}) for r in chosen}, key="overhead")

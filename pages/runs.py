@@ -1,4 +1,90 @@
+"""Runs: the history of every profile and imported trace; open, compare side by side, delete."""
+import pandas as pd
 import streamlit as st
 
-st.title("runs")
-st.info("coming")
+from pages import _common as ui
+from profiling_core import charts
+from profiling_core.export import ReportSection
+
+st.title("Runs")
+runs = ui.runs_frame()
+root, size = ui.store_summary()
+st.caption(f"Run store `{root}` · {size}")
+if runs.empty:
+    st.info("No runs yet: profile one on the **Profile** page or import a trace in the **Trace lab**.")
+    st.stop()
+
+ui.table_block(runs, "runs", key="runs_table", width="stretch")
+
+st.header("Open a run", divider="gray")
+c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
+with c1:
+    pick = ui.run_picker("Run", key="runs_open")
+if c2.button("Open on the Profile page", key="runs_open_btn", icon=":material/open_in_new:"):
+    ui.set_current_run(pick)
+    st.switch_page("pages/profile.py")
+
+st.header("Compare two runs", divider="gray")
+a_col, b_col = st.columns(2)
+with a_col:
+    a = ui.run_picker("A", key="runs_a")
+with b_col:
+    b = ui.run_picker("B", key="runs_b", default=next((r for r in runs["run_id"] if r != a), a))
+ra, rb = ui.report(a), ui.report(b)
+name_a, name_b = f"A · {ui.load_run(a).name}", f"B · {ui.load_run(b).name}"
+
+steps = pd.concat([pd.DataFrame({"step": range(len(r.steps)), "dur_us": r.steps["cpu_dur_us"].to_numpy(),
+                                 "label": n}) for r, n in ((ra, name_a), (rb, name_b))], ignore_index=True)
+step_chart = charts.cold_vs_warm(steps, title="CPU time of each profiled step")
+ui.chart_block(step_chart, steps, "compare_steps", key="runs_steps")
+
+summary = ui.summaries([a, b]).drop(columns=["run_id"])
+summary.insert(0, "run", [name_a, name_b])
+st.dataframe(summary, hide_index=True, width="stretch")
+
+st.subheader("Kernels")
+ka, kb = ra.kernel_stats.assign(run=name_a), rb.kernel_stats.assign(run=name_b)
+kernels = pd.concat([ka, kb], ignore_index=True)
+if kernels.empty:
+    st.caption("Neither trace has GPU kernels (CPU-only traces); compare the profiler tables instead:")
+    ta = ra.profiler_table[["name", "calls", "self_cpu_us", "cpu_total_us"]].assign(run=name_a)
+    tb = rb.profiler_table[["name", "calls", "self_cpu_us", "cpu_total_us"]].assign(run=name_b)
+    both = pd.concat([ta, tb], ignore_index=True)
+    top = both.groupby("name")["self_cpu_us"].max().sort_values(ascending=False).head(8).index
+    kchart = charts.grouped_bars(both[both["name"].isin(top)], category="name", value="self_cpu_us", group="run",
+                                 title="Self CPU time by op", value_title="µs (all steps)")
+    ui.chart_block(kchart, both, "compare_ops", key="runs_kernels")
+else:
+    kernels["kernel"] = kernels["name"].astype(str).str.slice(0, 60)
+    kchart = charts.grouped_bars(kernels, category="kernel", value="median_us", group="run",
+                                 title="Median kernel duration", value_title="µs")
+    ui.chart_block(kchart, kernels, "compare_kernels", key="runs_kernels")
+
+st.subheader("Findings")
+fa, fb = st.columns(2)
+with fa:
+    st.markdown(f"**{name_a}**")
+    ui.show_findings(ui.findings(a))
+with fb:
+    st.markdown(f"**{name_b}**")
+    ui.show_findings(ui.findings(b))
+ui.report_button("Compare runs", [ReportSection("Steps", charts=[step_chart], tables=[("summary", summary)]),
+                                  ReportSection("Kernels", charts=[kchart]),
+                                  ReportSection(name_a, findings=ui.findings(a)),
+                                  ReportSection(name_b, findings=ui.findings(b))],
+                 configs={a: ui.load_run(a).meta.get("config") or {}, b: ui.load_run(b).meta.get("config") or {}},
+                 key="runs")
+
+st.header("Delete a run", divider="gray")
+with st.form("delete_form"):
+    victim = st.selectbox("Run", list(runs["run_id"]), format_func=ui.run_label, key="runs_delete")
+    sure = st.checkbox("Yes, delete it (its folder is removed from the store)", key="runs_delete_sure")
+    if st.form_submit_button("Delete", icon=":material/delete:"):
+        if not sure:
+            st.warning("Tick the box to confirm.")
+        else:
+            ui.store().delete(victim)
+            if st.session_state.get(ui.CURRENT_RUN) == victim:
+                ui.set_current_run(None)
+            st.toast(f"Deleted {victim}.", icon=":material/delete:")
+            st.rerun()

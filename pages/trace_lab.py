@@ -1,4 +1,101 @@
+"""Trace lab: bring any Chrome/Kineto trace, run the same analyses, and ask it your own SQL (read-only)."""
+import tempfile
+from pathlib import Path
+
 import streamlit as st
 
-st.title("trace_lab")
-st.info("coming")
+from pages import _common as ui
+from profiling_core import charts
+from profiling_core.errors import ProfilingError
+from profiling_core.queries import list_queries, load_query
+
+st.title("Trace lab")
+st.caption("Upload a trace written by torch.profiler (`export_chrome_trace`, .json or .json.gz), or any "
+           "Chrome/Kineto trace. It is copied into the run store, so every page can analyse it.")
+
+# --- upload --------------------------------------------------------------------------------------
+cap = st.get_option("server.maxUploadSize")
+upload = st.file_uploader(f"Trace file (up to {cap} MB)", type=["json", "gz"], key="lab_upload")
+imported = st.session_state.setdefault("lab_imported", {})
+if upload is not None and upload.file_id not in imported:
+    run = None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / Path(upload.name).name
+        path.write_bytes(upload.getbuffer())
+        try:
+            with st.spinner(f"Importing {upload.name} ..."):
+                stem = Path(upload.name).name.removesuffix(".gz").removesuffix(".json")
+                run = ui.store().import_trace(path, name=stem)
+                ui.report(run.run_id)  # parse now: a broken trace is refused here, not on another page
+        except (ProfilingError, ValueError) as exc:
+            ui.show_error(exc, f"Could not import {upload.name}")
+            if run is not None:
+                ui.store().delete(run.run_id)
+            imported[upload.file_id] = None  # do not retry the same upload on every rerun
+        else:
+            imported[upload.file_id] = run.run_id
+            ui.set_current_run(run.run_id)
+            st.success(f"Imported as run `{run.run_id}`; it is now the current run of every page.")
+
+rid = ui.run_picker("Trace to explore", key="lab_run")
+if rid is None:
+    st.info("No trace yet: upload one above, or profile on the **Profile** page.")
+    st.stop()
+rep = ui.report(rid)
+sess = ui.session(rid)
+s = rep.summary
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Profiler steps", s.get("steps", 0))
+c2.metric("GPU ops", s.get("gpu_ops", 0))
+c3.metric("CPU per step (median)", ui.fmt_us(s.get("cpu_step_median_us")))
+c4.metric("SQL engine", sess.engine, help=sess.engine_reason)
+
+st.header("The same analyses", divider="gray")
+st.caption("Open this trace on any page: it is the current run now. A quick look:")
+if len(rep.steps):
+    steps = rep.steps[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "launches", "kernels"]]
+    st.dataframe(steps, hide_index=True, width="stretch")
+if len(rep.kernel_stats):
+    top = rep.kernel_stats.head(10).assign(kernel=lambda d: d["name"].astype(str).str.slice(0, 60))
+    kc = charts.grouped_bars(top, category="kernel", value="total_us", title="Kernels by total time",
+                             value_title="µs")
+    ui.chart_block(kc, rep.kernel_stats, "lab_kernels", key="lab_kernels")
+elif not rep.has_gpu:
+    st.caption("No GPU lane in this trace: kernel panels are empty.")
+cols = st.columns(4)
+for col, (path, label) in zip(cols, [("pages/profile.py", "Profile"), ("pages/dispatch.py", "Dispatch and launch"),
+                                     ("pages/variance.py", "Kernel variance"), ("pages/runs.py", "Runs")]):
+    col.page_link(path, label=label + " →")
+
+# --- SQL console -----------------------------------------------------------------------------------
+st.header("SQL console (read-only)", divider="gray")
+QUESTION_OF = {"profiler_table": "Q1", "steps": "Q1-2", "gpu_busy": "Q2", "cold_start_gap": "Q3",
+               "launch_latency": "Q4", "dispatch_chain": "Q5", "launch_path": "Q6", "sync_wait": "Q7",
+               "per_step_kernels": "Q8", "kernel_stats": "Q8", "kernels": "Q8", "compile_breakdown": "Q9-10",
+               "gemm_ops": "Q10", "gemm_shapes": "Q10"}
+examples = list_queries()
+names = sorted(examples, key=lambda n: (QUESTION_OF.get(n, "Z"), n))
+
+
+def _load_example():
+    st.session_state["lab_sql"] = load_query(st.session_state["lab_example"])
+
+
+st.selectbox("Example queries, by study question", names, key="lab_example", on_change=_load_example,
+             format_func=lambda n: f"{QUESTION_OF.get(n, 'explore')} · {n} — {examples[n]}")
+st.session_state.setdefault("lab_sql", load_query(names[0]))
+st.caption("Tables as in Perfetto's trace_processor: `slice`, `thread_track`, `thread`, `process`, `track`, "
+           "`flow`, `args` and `extract_arg(arg_set_id, 'args.…')`. Writes are refused.")
+with st.form("sql_form"):
+    sql = st.text_area("SQL", key="lab_sql", height=220)
+    run_sql = st.form_submit_button("Run query", type="primary", icon=":material/play_arrow:")
+if run_sql:
+    try:
+        result = sess.query(sql)
+    except ProfilingError as exc:
+        st.error(f"**Query failed**: {exc}", icon=":material/error:")
+    except Exception as exc:  # an engine error we did not anticipate still shows as one line
+        st.error(f"**Query failed**: {type(exc).__name__}: {exc}", icon=":material/error:")
+    else:
+        st.caption(f"{len(result):,} rows")
+        ui.table_block(result, "query_result", key="lab_result", width="stretch")

@@ -426,7 +426,7 @@ def flame_from_chain(chain: pd.DataFrame) -> pd.DataFrame:
     their launch call)."""
     slices, _ = timeline_from_chain(chain)
     out = slices.copy()
-    if len(chain):
+    if len(chain) and (chain["lane"].astype(str) == "gpu").any():
         depth_of = dict(zip(chain["id"].astype("int64"), chain["depth"].astype(int)))
         gpu = chain["lane"].astype(str).to_numpy() == "gpu"
         out.loc[gpu, "depth"] = [depth_of.get(int(p), 0) + 1 if pd.notna(p) else 0

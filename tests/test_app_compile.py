@@ -1,0 +1,38 @@
+"""AppTest: Compile vs eager runs through its form and compares compiled traces."""
+from __future__ import annotations
+
+import pytest
+
+from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir  # noqa: F401
+
+
+@pytest.mark.slow
+def test_compile_page_runs_eager_through_its_form(runs_dir, media):
+    at = app("compile_vs_eager")
+    assert not errors_of(at)
+    at.multiselect(key="compile_modes").set_value([])
+    at.selectbox(key="compile_dtype").set_value("fp32")
+    at.selectbox(key="compile_device").set_value("cpu")
+    at.slider(key="compile_active").set_value(2)
+    [go] = [b for b in at.button if b.label == "Run eager + compiled"]
+    go.click().run()
+    assert not errors_of(at), errors_of(at)
+    assert download(at, media, "png_compile_cpu")[:4] == b"\x89PNG"
+    assert download(at, media, "csv_compile_delta").startswith(b"metric,")
+
+
+def test_compile_vs_eager_on_h200_traces(runs_dir, media):
+    eager = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "4096_bf16_warm_eager")
+    comp = import_trace(runs_dir, H200 / "4096_bf16_warm_compile.json", "4096_bf16_warm_compile")
+    ro = import_trace(runs_dir, H200 / "64_bf16_warm_compile_ro.json", "64_bf16_warm_compile_ro")
+    at = app("compile_vs_eager")
+    at.multiselect(key="compile_chosen").set_value([eager, comp, ro]).run()
+    assert not errors_of(at)
+    delta = at.dataframe[-1].value if "metric" in at.dataframe[-1].value else at.dataframe[0].value
+    tables = [d.value for d in at.dataframe if "metric" in d.value.columns]
+    delta = tables[0].set_index("metric")
+    assert delta.loc["launches per step", "eager"] >= 2
+    compiled_cols = [c for c in delta.columns if c.startswith("compile") and not c.startswith("Δ")]
+    assert any(delta.loc["memcpy DtoD per step", c] >= 1 for c in compiled_cols)
+    assert any(delta.loc["cudaGraphLaunch per step", c] >= 1 for c in compiled_cols)
+    assert download(at, media, "svg_compile_region").lstrip().startswith(b"<svg")

@@ -1,0 +1,39 @@
+"""AppTest: Dispatch and launch (chain, launch paths, latency, cold vs warm, sync wait)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir, seed_run  # noqa: F401
+
+
+def test_dispatch_on_a_cpu_trace_says_why_gpu_panels_are_empty(seed_run):
+    at = app("dispatch")
+    assert not errors_of(at)
+    assert any("no GPU lane" in i.value for i in at.info)
+    assert "aten::mm" in at.code[0].value
+
+
+def test_dispatch_on_an_h200_trace(runs_dir, media):
+    rid = import_trace(runs_dir, H200 / "64_bf16_cold_eager.json", "64_bf16_cold_eager")
+    at = app("dispatch")
+    assert not errors_of(at)
+    tree = at.code[0].value
+    assert "ProfilerStep#" in tree and "aten::mm" in tree and "cuLaunchKernelEx" in tree
+    text = " ".join(m.value for m in at.markdown)
+    assert "no occupancy query" in text and "idle" in text
+    assert download(at, media, "png_dispatch_latency")[:4] == b"\x89PNG"
+    assert download(at, media, "csv_dispatch_sync").startswith(b"id,name")
+    assert download(at, media, "svg_dispatch_flame").lstrip().startswith(b"<svg")
+
+
+@pytest.mark.slow
+def test_cold_warm_pair_through_the_form(runs_dir, media):
+    at = app("dispatch")
+    at.select_slider(key="cw_size").set_value(64)
+    at.selectbox(key="cw_dtype").set_value("fp32")
+    at.selectbox(key="cw_device").set_value("cpu")
+    [go] = [b for b in at.button if b.label.startswith("Run cold + warm pair")]
+    go.click().run()
+    assert not errors_of(at), errors_of(at)
+    csv = download(at, media, "csv_dispatch_coldwarm").decode()
+    assert "cold · 64_fp32_cold_eager" in csv and "warm · 64_fp32_warm_eager" in csv

@@ -1,0 +1,23 @@
+"""AppTest: the home page (thin frame + shared sidebar)."""
+from __future__ import annotations
+
+from conftest_app import app, errors_of, runs_dir, seed_run  # noqa: F401
+
+
+def test_home_renders_on_an_empty_store(runs_dir):
+    at = app()
+    assert not errors_of(at)
+    text = " ".join(m.value for m in at.markdown)
+    assert "SQL engine" in text and "Run store" in text and str(runs_dir) in text
+    assert "No runs yet" in " ".join(c.value for c in at.caption)
+    assert at.metric[1].label == "torch"
+
+
+def test_home_lists_recent_runs_and_the_engine(seed_run):
+    at = app()
+    assert not errors_of(at)
+    assert seed_run in list(at.dataframe[0].value["run_id"])
+    engine_line = next(m.value for m in at.markdown if "SQL engine" in m.value)
+    assert "sqlite" in engine_line or "perfetto" in engine_line
+    sidebar = " ".join(m.value for m in at.sidebar.markdown)
+    assert seed_run in sidebar

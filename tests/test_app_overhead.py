@@ -1,0 +1,41 @@
+"""AppTest: Overhead vs compute sweeps sizes through its own form and charts them."""
+from __future__ import annotations
+
+import pytest
+
+from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir  # noqa: F401
+
+
+def test_overhead_renders_without_runs(runs_dir):
+    at = app("overhead")
+    assert not errors_of(at)
+    assert any("No runs to chart" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+def test_overhead_sweep_end_to_end(runs_dir, media):
+    at = app("overhead")
+    at.multiselect(key="sweep_sizes").set_value([64, 128])
+    at.multiselect(key="sweep_modes").set_value(["off"])
+    at.selectbox(key="sweep_dtype").set_value("fp32")
+    at.selectbox(key="sweep_device").set_value("cpu")
+    at.slider(key="sweep_active").set_value(2)
+    [go] = [b for b in at.button if b.label == "Run sweep"]
+    go.click().run()
+    assert not errors_of(at), errors_of(at)
+    assert any("Done: 2 run(s)" in s.value for s in at.success)
+    assert len(at.multiselect(key="overhead_chosen").value) == 2
+    assert download(at, media, "png_overhead_main")[:4] == b"\x89PNG"
+    assert download(at, media, "svg_overhead_frac").lstrip().startswith(b"<svg")
+    csv = download(at, media, "csv_overhead_main").decode()
+    assert csv.startswith("size,mode,cpu_us_per_step,gpu_busy_us_per_step") and "\n64," in csv
+    # CPU-only traces: the page says why the GPU curve is flat
+    assert any("no GPU lane" in i.value for i in at.info)
+
+
+def test_overhead_marks_the_crossover_on_gpu_traces(runs_dir):
+    for n in ("64_bf16_cold_eager", "4096_bf16_warm_eager"):
+        import_trace(runs_dir, H200 / f"{n}.json", n)
+    at = app("overhead")
+    assert not errors_of(at)
+    assert any("overtakes CPU time per step near n" in s.value for s in at.success)
