@@ -1,0 +1,137 @@
+"""The ``analyze`` subcommand: its JSON against independent scans, the human summary, and bad files."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiling_core import analyze_cli
+
+try:
+    from test_analyses import DATA, H200, THIRD, _union, scan
+except ImportError:  # tests/ made a package
+    from tests.test_analyses import DATA, H200, THIRD, _union, scan
+
+ROOT = Path(__file__).parents[1]
+CPU_TRACE = DATA / "cpu" / "64_fp32_warm_eager.json"
+
+
+def run_json(path, capsys, *extra) -> dict:
+    assert analyze_cli.main([str(path), "--json", "--engine", "sqlite", *extra]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1  # one object on one line
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("name", H200)
+def test_json_matches_a_scan(name, capsys):
+    path = DATA / "h200" / f"{name}.json"
+    sc = scan(path)
+    got = run_json(path, capsys)
+    assert got["engine"] == "sqlite"
+    want = sc.step_rows()
+    assert [s["step"] for s in got["steps"]] == [w["step"] for w in want]
+    for g, w in zip(got["steps"], want):
+        assert g["cpu_dur_us"] == pytest.approx(w["cpu_dur_us"], abs=0.002)
+        assert g["gpu_busy_us"] == pytest.approx(w["gpu_busy_us"], abs=0.01)
+        assert (g["kernels"], g["launches"]) == (w["kernels"], w["launches"])
+    per: dict[str, list[float]] = {}
+    for e in sc.gpu:
+        if e["cat"] == "kernel":
+            per.setdefault(e["name"], []).append(e["dur"])
+    kernels = {k["name"]: k for k in got["kernels"]}
+    assert set(kernels) == set(per)
+    for n, d in per.items():
+        assert kernels[n]["count"] == len(d)
+        assert kernels[n]["median_us"] == pytest.approx(statistics.median(d), abs=0.002)
+        assert kernels[n]["min_us"] == pytest.approx(min(d), abs=0.002)
+        assert kernels[n]["max_us"] == pytest.approx(max(d), abs=0.002)
+        assert kernels[n]["mean_us"] == pytest.approx(statistics.fmean(d), abs=0.002)
+    lat = [g["ts"] - l["ts"] for l, g in sc.pairs]
+    assert got["launch_latency_median_us"] == pytest.approx(statistics.median(lat), abs=0.003)
+    assert set(got["launch_apis"]) == {l["name"] for l, _ in sc.pairs}
+    regions = sum(1 for e in sc.xs if e["name"].startswith("Torch-Compiled Region"))
+    assert got["compiled_regions_per_step"] == pytest.approx(regions / len(sc.steps))
+    assert got["memcpy_dtod"] == sum(1 for e in sc.gpu if e["name"].startswith("Memcpy DtoD"))
+    launched = [g for st in sc.steps for _, g in sc.in_step(st)]
+    end = max([s["ts"] + s["dur"] for s in sc.steps] + [g["ts"] + g["dur"] for g in launched])
+    busy = _union((g["ts"], g["ts"] + g["dur"]) for g in launched)
+    assert got["gpu_busy_fraction"] == pytest.approx(busy / (end - sc.steps[0]["ts"]), rel=1e-4)
+    assert got["findings"] and all({"id", "text"} <= set(f) for f in got["findings"])
+
+
+def test_json_hand_counts(capsys):
+    got = run_json(DATA / "h200" / "64_bf16_warm_compile_ro.json", capsys)
+    assert set(got["launch_apis"]) == {"cudaGraphLaunch", "cudaLaunchKernel"}
+    assert got["compiled_regions_per_step"] == 1.0 and got["memcpy_dtod"] == 3
+    got = run_json(DATA / "h200" / "4096_bf16_warm_compile.json", capsys)
+    assert set(got["launch_apis"]) == {"cuLaunchKernelEx", "cudaMemcpyAsync", "cudaMemsetAsync"}
+    assert [s["kernels"] for s in got["steps"]] == [1, 1, 1]
+
+
+def test_json_cpu_only(capsys):
+    got = run_json(CPU_TRACE, capsys)
+    assert [s["step"] for s in got["steps"]] == [2, 3, 4]
+    assert got["kernels"] == [] and got["launch_apis"] == [] and got["memcpy_dtod"] == 0
+    assert got["gpu_busy_fraction"] is None and got["launch_latency_median_us"] is None
+    assert all(s["kernels"] == 0 and s["gpu_busy_us"] == 0 for s in got["steps"])
+    assert any("no GPU lane" in f["text"] for f in got["findings"])
+    assert [g["op"] for g in got["gemm"]] == ["aten::mm"] * 3
+
+
+def test_peak_tflops_gives_a_fraction(capsys):
+    got = run_json(CPU_TRACE, capsys, "--peak-tflops", "2.0")
+    assert all(g["fraction_of_peak"] == pytest.approx(g["tflops"] / 2.0) for g in got["gemm"])
+
+
+@pytest.mark.parametrize("path", THIRD, ids=lambda p: p.name)
+def test_json_on_third_party_traces(path, capsys):
+    got = run_json(path, capsys)
+    assert len(got["steps"]) == len(scan(path).steps)
+    json.dumps(got, allow_nan=False)  # strict JSON: no NaN
+
+
+def test_human_output(capsys):
+    assert analyze_cli.main([str(DATA / "h200" / "64_bf16_cold_eager.json")]) == 0
+    out = capsys.readouterr().out
+    assert "steps 3" in out and "findings:" in out and "Q6 " in out
+    assert "nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT" in out
+    assert analyze_cli.main([str(CPU_TRACE)]) == 0
+    assert "(no GPU lane)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content,why", [(None, "no such"), ('{"traceEvents": [', "JSON"), ("hello", "JSON")])
+def test_bad_file_exits_nonzero_with_one_line(tmp_path, capsys, content, why):
+    p = tmp_path / "bad.json"
+    if content is not None:
+        p.write_text(content)
+    assert analyze_cli.main([str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
+    assert why.lower() in err.lower()
+
+
+def test_add_parser_registers_analyze():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    analyze_cli.add_parser(sub)
+    a = parser.parse_args(["analyze", "x.json", "--engine", "perfetto", "--json", "--peak-tflops", "989"])
+    assert (a.path, a.engine, a.json, a.peak_tflops, a.func) == ("x.json", "perfetto", True, 989.0, analyze_cli.run)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["analyze", "x.json", "--engine", "nope"])
+
+
+@pytest.mark.parametrize("argv", [["-m", "profiling_core.analyze_cli"], ["-m", "profiling_core", "analyze"]])
+def test_module_entry_points(argv):
+    ok = subprocess.run([sys.executable, *argv, str(DATA / "h200" / "64_bf16_cold_eager.json"), "--json"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["steps"][0]["step"] == 2
+    bad = subprocess.run([sys.executable, *argv, str(DATA / "nope.json")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
