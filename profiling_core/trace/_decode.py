@@ -31,44 +31,22 @@ class Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw()
 
 
-class _Trace(msgspec.Struct, gc=False):
-    traceEvents: list[Event] | None = None  # noqa: N815 (JSON key)
-
-
 class _RawTrace(msgspec.Struct, gc=False):
     traceEvents: msgspec.Raw = msgspec.Raw()  # noqa: N815
 
 
-_EventsOrTrace = _Trace | list[Event]
-_DECODER = msgspec.json.Decoder(_EventsOrTrace, float_hook=str)
-_RAW_DECODER = msgspec.json.Decoder(_RawTrace | list[msgspec.Raw], float_hook=str)
+_RAW_DECODER = msgspec.json.Decoder(_RawTrace | list[msgspec.Raw])
 _RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_BATCH_DECODER = msgspec.json.Decoder(list[Event], float_hook=str)
 _ONE_DECODER = msgspec.json.Decoder(Event, float_hook=str)
+BATCH = 16384
 
 
-def decode_events(data: bytes | bytearray, source: str, skipped: dict[str, int]) -> list[Event]:
-    """Decode a whole Chrome trace (object with traceEvents, or a bare list of events).
+def split_events(data: bytes | bytearray, source: str) -> list[msgspec.Raw]:
+    """The trace's events as zero-copy raw JSON slices (an object with traceEvents, or a bare list).
 
-    Entries of traceEvents that are not JSON objects are skipped and counted in ``skipped``.
     Raises TraceFormatError for anything that is not such a document.
     """
-    try:
-        doc = _DECODER.decode(data)
-    except msgspec.ValidationError:
-        return _decode_leniently(data, source, skipped)
-    except msgspec.DecodeError as e:
-        raise TraceFormatError(f"{source} is not valid JSON: {_short(e)}") from None
-    except RecursionError:
-        raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
-    if isinstance(doc, list):
-        return doc
-    if doc.traceEvents is None:
-        raise TraceFormatError(f"{source} is a JSON object without a 'traceEvents' list; "
-                               "expected a Chrome/Kineto trace")
-    return doc.traceEvents
-
-
-def _decode_leniently(data, source: str, skipped: dict[str, int]) -> list[Event]:
     try:
         doc = _RAW_DECODER.decode(data)
     except msgspec.ValidationError:
@@ -79,28 +57,37 @@ def _decode_leniently(data, source: str, skipped: dict[str, int]) -> list[Event]
     except RecursionError:
         raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
     if isinstance(doc, list):
-        raws = doc
-    else:
-        if not len(doc.traceEvents) or bytes(doc.traceEvents) == b"null":
-            raise TraceFormatError(f"{source} is a JSON object without a 'traceEvents' list; "
-                                   "expected a Chrome/Kineto trace")
+        return doc
+    if not len(doc.traceEvents) or bytes(doc.traceEvents) == b"null":
+        raise TraceFormatError(f"{source} is a JSON object without a 'traceEvents' list; "
+                               "expected a Chrome/Kineto trace")
+    try:
+        return _RAW_LIST_DECODER.decode(doc.traceEvents)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        raise TraceFormatError(f"{source}: 'traceEvents' must be a list of events") from None
+    except RecursionError:
+        raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
+
+
+def iter_batches(raws: list[msgspec.Raw], size: int = BATCH):
+    """Typed events, ``size`` at a time (so only one batch of Structs is alive at once).
+
+    Entries that are not JSON objects (or nest too deeply) come back as Event(ph=None).
+    """
+    for start in range(0, len(raws), size):
+        chunk = raws[start:start + size]
         try:
-            raws = _RAW_LIST_DECODER.decode(doc.traceEvents)
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            raise TraceFormatError(f"{source}: 'traceEvents' must be a list of events") from None
-    out: list[Event] = []
-    bad = 0
-    for raw in raws:
-        if isinstance(raw, msgspec.Raw):
+            yield start, _BATCH_DECODER.decode(b"[" + b",".join(chunk) + b"]")
+            continue
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            pass
+        out: list[Event] = []
+        for raw in chunk:  # slow path: find and drop the bad entries one by one
             try:
                 out.append(_ONE_DECODER.decode(raw))
-                continue
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-                pass
-        bad += 1
-    if bad:
-        skipped["not_an_event_object"] = skipped.get("not_an_event_object", 0) + bad
-    return out
+                out.append(Event(ph=None))  # counted by the builder as missing_or_bad_ph
+        yield start, out
 
 
 def _short(e: Exception) -> str:

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import functools
 import os
+import queue
 import re
 import sqlite3
 import tempfile
 import threading
 from typing import Any
 
-from ..errors import QueryError
+from ..errors import QueryError, TraceFormatError
 from . import _schema
-from ._build import LoadStats, Model
+from ._build import LoadStats, Model, build, new_collector
+from ._decode import iter_batches, split_events
+from ._source import read_trace_bytes
 
 _QUOTED = re.compile(r'\."((?:[^"\\]|\\.)*)"')
 _INDEX = re.compile(r"\[\d+\]")
@@ -55,25 +58,34 @@ def _json_path(key: str) -> str | None:
 _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE}
 _READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
                  "foreign_key_list", "function_list", "table_list", "collation_list"}
-_ACTION_NAMES = {getattr(sqlite3, n): n[7:].lower() for n in dir(sqlite3)
-                 if n.startswith("SQLITE_") and isinstance(getattr(sqlite3, n), int)
-                 and n not in ("SQLITE_OK", "SQLITE_DENY", "SQLITE_IGNORE")}
+_ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + n): n for n in (
+    "CREATE_INDEX", "CREATE_TABLE", "CREATE_TEMP_INDEX", "CREATE_TEMP_TABLE", "CREATE_TEMP_TRIGGER",
+    "CREATE_TEMP_VIEW", "CREATE_TRIGGER", "CREATE_VIEW", "DELETE", "DROP_INDEX", "DROP_TABLE",
+    "DROP_TEMP_INDEX", "DROP_TEMP_TABLE", "DROP_TEMP_TRIGGER", "DROP_TEMP_VIEW", "DROP_TRIGGER",
+    "DROP_VIEW", "INSERT", "PRAGMA", "READ", "SELECT", "TRANSACTION", "UPDATE", "ATTACH", "DETACH",
+    "ALTER_TABLE", "REINDEX", "ANALYZE", "CREATE_VTABLE", "DROP_VTABLE", "FUNCTION", "SAVEPOINT",
+    "RECURSIVE") if hasattr(sqlite3, "SQLITE_" + n)}
+_SCHEMA_TABLES = ("sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema")
 
 
 class MirrorBackend:
     """Owns the SQLite file and connections of one loaded trace."""
 
-    def __init__(self, model: Model, stats: LoadStats, tmp_dir: str | None = None) -> None:
+    def __init__(self, path: str, max_bytes: int, tmp_dir: str | None = None) -> None:
         fd, self.db_path = tempfile.mkstemp(prefix="trace-mirror-", suffix=".sqlite", dir=tmp_dir)
         os.close(fd)
-        self.stats = stats
+        self.stats = LoadStats()
         self._lock = threading.Lock()
         self._denied: str | None = None
+        self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"
+        self._conn = self._aux = None
         try:
             self._conn = sqlite3.connect(self.db_path, check_same_thread=False)
-            _fill(self._conn, model)
+            _load(self._conn, path, max_bytes, self.stats, self.args_path)
+            self._conn.execute("ATTACH DATABASE ? AS argsdb", (self.args_path,))
+            self._conn.executescript(_schema.ARGS_VIEW)
             # A second, read-only connection serves extract_arg (a UDF cannot query its own connection).
-            self._aux = sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, check_same_thread=False)
+            self._aux = sqlite3.connect(f"file:{self.args_path}?mode=ro", uri=True, check_same_thread=False)
             self._register(self._conn)
             self._conn.execute("PRAGMA query_only = ON")
             self._conn.set_authorizer(self._authorize)
@@ -107,11 +119,13 @@ class MirrorBackend:
                 self._denied = "load_extension() is not allowed: extensions cannot be loaded"
                 return sqlite3.SQLITE_DENY
             return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_PRAGMA and arg2 is None and (arg1 or "").lower() in _READ_PRAGMAS:
+        if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _READ_PRAGMAS:
             return sqlite3.SQLITE_OK
-        what = _ACTION_NAMES.get(action, str(action))
+        if action == sqlite3.SQLITE_UPDATE and arg1 in _SCHEMA_TABLES:
+            return sqlite3.SQLITE_OK  # SQLite's own schema reload; user writes still meet query_only
+        what = _ACTION_NAMES.get(action, f"action {action}").replace("_", " ")
         detail = f" {arg1}" if arg1 else ""
-        self._denied = (f"the trace is read-only: {what.upper()}{detail} is not allowed "
+        self._denied = (f"the trace is read-only: {what}{detail} is not allowed "
                         "(only SELECT/WITH queries and read-only PRAGMAs such as table_info)")
         return sqlite3.SQLITE_DENY
 
@@ -145,21 +159,90 @@ class MirrorBackend:
                 except sqlite3.Error:
                     pass
             setattr(self, name, None)
-        path = getattr(self, "db_path", None)
-        if path:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
+        for name in ("db_path", "args_path"):
+            path = getattr(self, name, None)
+            if path:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                setattr(self, name, None)
+
+
+class _ArgsWriter:
+    """Writes (arg_set_id, raw JSON) rows into the args database from a second thread.
+
+    sqlite3 releases the GIL while SQLite copies rows into pages, so this overlaps with parsing.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.queue: queue.Queue = queue.Queue(maxsize=4)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="trace-args-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        conn = None
+        try:
+            conn = sqlite3.connect(self.path)
+            conn.execute("PRAGMA journal_mode = OFF")
+            conn.execute("PRAGMA synchronous = OFF")
+            conn.execute(_schema.ARGS_TABLE)
+            conn.execute("BEGIN")
+            while (rows := self.queue.get()) is not None:
+                conn.executemany("INSERT INTO _args_raw VALUES (?,?)", rows)
+            conn.execute("COMMIT")
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            self.error = e
+            while self.queue.get() is not None:  # drain so the producer never blocks
                 pass
-            self.db_path = None
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def put(self, rows: list) -> None:
+        self.queue.put(rows)
+
+    def finish(self) -> None:
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
-def _fill(conn: sqlite3.Connection, m: Model) -> None:
+def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats, args_path: str) -> None:
+    """Read, decode (a batch at a time), build and insert; args go in while the JSON is in memory."""
     conn.execute("PRAGMA journal_mode = OFF")
     conn.execute("PRAGMA synchronous = OFF")
-    conn.execute("PRAGMA temp_store = MEMORY")
     conn.executescript(_schema.TABLES)
+    data = read_trace_bytes(path, max_bytes)
+    raws = split_events(data, os.fspath(path))
+    stats.events = len(raws)
+    collector = new_collector(stats)
+    writer = _ArgsWriter(args_path)
+    try:
+        for start, batch in iter_batches(raws):
+            collector.run(start, batch)
+            writer.put(collector.args)
+            collector.args = []
+    finally:
+        writer.finish()
+    del raws, data
+    model = build(collector)
+    del collector
+    if stats.events and not stats.slices and stats.skipped_total >= stats.events:
+        raise TraceFormatError(
+            f"{os.fspath(path)}: none of its {stats.events} events could be used "
+            f"(skipped: {', '.join(f'{k}: {v}' for k, v in sorted(stats.skipped.items()))})")
     conn.execute("BEGIN")
+    _insert(conn, model)
+    conn.execute("COMMIT")
+    conn.executescript(_schema.VIEWS)
+    conn.executescript(_schema.INDEXES)
+
+
+def _insert(conn: sqlite3.Connection, m: Model) -> None:
     conn.executemany("INSERT INTO process VALUES (?,?,?,?,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,0)",
                      [(u, u, pid, name) for u, pid, name, _syn in m.processes])
     conn.executemany("INSERT INTO thread VALUES (?,?,?,?,NULL,NULL,?,?,?,0,NULL)",
@@ -169,8 +252,3 @@ def _fill(conn: sqlite3.Connection, m: Model) -> None:
                      zip(range(len(m.ts)), m.ts, m.dur, m.track_id, m.category, m.name,
                          m.depth, m.parent_id, m.arg_set_id))
     conn.executemany("INSERT INTO flow VALUES (?,?,?,?,NULL)", m.flows)
-    conn.executemany("INSERT INTO _args_raw VALUES (?,?)", m.args)
-    conn.execute("COMMIT")
-    conn.executescript(_schema.VIEWS)
-    conn.executescript(_schema.INDEXES)
-    conn.execute("ANALYZE")

@@ -22,8 +22,11 @@ CREATE TABLE _slice (
   category TEXT, name TEXT, depth INTEGER NOT NULL, parent_id INTEGER, arg_set_id INTEGER);
 CREATE TABLE flow (
   id INTEGER PRIMARY KEY, slice_out INTEGER, slice_in INTEGER, trace_id INTEGER, arg_set_id INTEGER);
-CREATE TABLE _args_raw (arg_set_id INTEGER PRIMARY KEY, raw BLOB NOT NULL);
 """
+
+# Arguments live in their own database file, written by a second thread while the main thread parses.
+ARGS_TABLE = "CREATE TABLE _args_raw (arg_set_id INTEGER PRIMARY KEY, raw BLOB NOT NULL);"
+
 
 VIEWS = """
 CREATE VIEW slice AS
@@ -42,7 +45,11 @@ CREATE VIEW thread_track AS
 CREATE VIEW process_track AS
   SELECT id, name, type, parent_id, source_arg_set_id, machine_id, upid
   FROM _track WHERE upid IS NOT NULL;
-CREATE VIEW args AS
+"""
+
+# A TEMP view, because it reads the attached args database (a main-schema view may not).
+ARGS_VIEW = """
+CREATE TEMP VIEW args AS
   SELECT a.arg_set_id * 4294967296 + j.id AS id,
          a.arg_set_id AS arg_set_id,
          _tp_flat_key(j.fullkey) AS flat_key,
@@ -54,7 +61,7 @@ CREATE VIEW args AS
                      WHEN 'true' THEN 'bool' WHEN 'false' THEN 'bool' ELSE 'null' END AS value_type,
          CASE j.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
                      ELSE CAST(j.atom AS TEXT) END AS display_value
-  FROM _args_raw a, json_tree(CAST(a.raw AS TEXT)) j
+  FROM argsdb._args_raw a, json_tree(CAST(a.raw AS TEXT)) j
   WHERE j.type NOT IN ('object', 'array');
 """
 
@@ -63,7 +70,6 @@ INDEXES = """
 CREATE INDEX _slice_track_ts ON _slice(track_id, ts);
 CREATE INDEX _slice_name ON _slice(name);
 CREATE INDEX _slice_category ON _slice(category);
-CREATE INDEX _slice_parent ON _slice(parent_id);
 CREATE INDEX _flow_out ON flow(slice_out);
 CREATE INDEX _flow_in ON flow(slice_in);
 CREATE INDEX _thread_upid ON thread(upid);

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EngineUnavailableError, QueryError, TraceFormatError
+from ..errors import EngineUnavailableError, QueryError
 from ._source import DEFAULT_MAX_BYTES
 
 if TYPE_CHECKING:
@@ -85,28 +85,11 @@ class _MirrorAdapter:
 
 
 def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "") -> TraceSession:
-    from ._build import LoadStats, build
-    from ._decode import decode_events
     from ._mirror import MirrorBackend
-    from ._source import read_trace_bytes
 
-    stats = LoadStats()
-    data = read_trace_bytes(path, max_bytes)
-    events = decode_events(data, os.fspath(path), stats.skipped)
-    model = build(events, stats)
-    del events
-    if stats.events and not stats.slices and stats.skipped_total >= stats.events:
-        raise TraceFormatError(
-            f"{os.fspath(path)}: none of its {stats.events} events could be used "
-            f"(skipped: {_fmt_skipped(stats.skipped)})")
-    backend = MirrorBackend(model, stats)
-    del model, data
+    backend = MirrorBackend(path, max_bytes)
     return TraceSession(os.fspath(path), "sqlite", reason or "sqlite: the offline SQLite mirror was asked for",
-                        _MirrorAdapter(backend), stats)
-
-
-def _fmt_skipped(skipped: dict[str, int]) -> str:
-    return ", ".join(f"{k}: {v}" for k, v in sorted(skipped.items())) or "nothing"
+                        _MirrorAdapter(backend), backend.stats)
 
 
 def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int = DEFAULT_MAX_BYTES,

@@ -33,7 +33,8 @@ def read_trace_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} is {_mib(size)} ({size} bytes), over the cap of "
                     f"{_mib(max_bytes)} ({max_bytes} bytes); pass a larger max_bytes to open it")
-            return head + f.read()
+            f.seek(0)
+            return f.read()
     except FileNotFoundError:
         raise TraceFormatError(f"no such trace file: {os.fspath(path)}") from None
     except IsADirectoryError:
