@@ -1,0 +1,270 @@
+"""The SQLite mirror against plain scans of the JSON done here (json.load), never against itself."""
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import shutil
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from profiling_core.errors import QueryError
+from profiling_core.trace import open_trace
+
+DATA = Path(__file__).parent / "data" / "traces"
+H200 = sorted(p.name for p in DATA.glob("*_bf16_*.json"))
+THIRD_PARTY = ["inference_rank_1.json.gz", "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+               "gpu_metrics_input.json", "gaunernst_bert-small-uncased__1016001.json.gz",
+               "event_sync_trace.json.gz", "triton_example.json.gz", "trace.json.gz",
+               "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"]
+ALL = H200 + THIRD_PARTY
+
+
+def events(name: str) -> list[dict]:
+    path = DATA / name
+    opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
+    with opener(path, "rt") as f:
+        doc = json.load(f, parse_float=Decimal)
+    return doc["traceEvents"] if isinstance(doc, dict) else doc
+
+
+def ns(v) -> int:
+    return int(Decimal(v) * 1000)
+
+
+@pytest.fixture(scope="module")
+def session():
+    opened = {}
+    yield lambda name: opened.setdefault(name, open_trace(DATA / name, engine="sqlite"))
+    for s in opened.values():
+        s.close()
+
+
+def q1(s, sql):
+    return s.query(sql).iloc[0, 0]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_x_events_by_category(session, name):
+    want = collections.Counter()
+    want_dur = collections.Counter()
+    for e in events(name):
+        if e.get("ph") == "X":
+            want[e.get("cat") or None] += 1
+            want_dur[e.get("cat") or None] += ns(e["dur"])
+    df = session(name).query("select category, count(*) n, sum(dur) d from slice "
+                             "where dur > 0 or category is not null group by category")
+    got = {r.category: (r.n, r.d) for r in df.itertuples()}
+    for cat, n in want.items():
+        # instants (0-duration, ph i) share categories with X events in some traces; add them back
+        n_inst = sum(1 for e in events(name) if e.get("ph") in ("i", "I") and (e.get("cat") or None) == cat
+                     and e.get("s") != "g")
+        assert got[cat] == (n + n_inst, want_dur[cat]), cat
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_no_event_is_lost(session, name):
+    evs = events(name)
+    n_x = sum(1 for e in evs if e.get("ph") == "X")
+    n_i = sum(1 for e in evs if e.get("ph") in ("i", "I"))
+    s = session(name)
+    assert q1(s, "select count(*) from slice") == n_x + n_i
+    assert s.load_stats.slices == n_x + n_i
+    assert s.load_stats.events == len(evs)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_kernels(session, name):
+    want = collections.Counter(e["name"] for e in events(name)
+                               if e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel"))
+    df = session(name).query("select name, count(*) n from slice where category in ('kernel', 'Kernel') "
+                             "group by name")
+    assert dict(zip(df["name"], df["n"])) == dict(want)
+
+
+@pytest.mark.parametrize("name", H200)
+def test_flow_pairs_by_id(session, name):
+    """Each ac2g id with an s and an f gives one flow: launch (s's enclosing slice) -> kernel (f's)."""
+    evs = events(name)
+    xs = [e for e in evs if e.get("ph") == "X"]
+
+    def enclosing(e):  # the innermost X on the same pid/tid that contains ts
+        cands = [x for x in xs if x["pid"] == e["pid"] and x["tid"] == e["tid"]
+                 and ns(x["ts"]) <= ns(e["ts"]) <= ns(x["ts"]) + ns(x["dur"])]
+        return min(cands, key=lambda x: ns(x["dur"]))["name"]
+
+    starts = {e["id"]: e for e in evs if e.get("ph") == "s"}
+    want = collections.Counter((enclosing(starts[e["id"]]), enclosing(e))
+                               for e in evs if e.get("ph") == "f" and e["id"] in starts)
+    df = session(name).query("select so.name a, si.name b, count(*) n from flow f "
+                             "join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in group by 1, 2")
+    assert {(r.a, r.b): r.n for r in df.itertuples()} == dict(want)
+
+
+@pytest.mark.parametrize("name", H200)
+def test_extract_arg_correlation(session, name):
+    want = sorted(e["args"]["correlation"] for e in events(name)
+                  if e.get("ph") == "X" and e.get("cat") == "kernel")
+    df = session(name).query("select extract_arg(arg_set_id, 'args.correlation') c from slice "
+                             "where category = 'kernel' order by c")
+    assert [int(c) for c in df["c"]] == want
+
+
+def test_args_view_flattens_like_trace_processor(session):
+    s = session("4096_bf16_warm_compile.json")
+    df = s.query("select key, flat_key, int_value, real_value, value_type, display_value from args "
+                 "where arg_set_id = (select arg_set_id from slice where category = 'kernel' limit 1)")
+    rows = {r.key: r for r in df.itertuples()}
+    assert rows["args.grid[1]"].flat_key == "args.grid"
+    assert rows["args.grid[1]"].int_value == 66
+    assert rows["args.External id"].value_type == "int"
+    assert rows["args.blocks per SM"].value_type == "real"
+    assert rows["args.blocks per SM"].display_value == "1.0"
+    assert q1(s, "select extract_arg(arg_set_id, 'args.grid[0]') from slice where category = 'kernel' limit 1") == 2
+    assert q1(s, "select extract_arg(arg_set_id, 'args.nope') from slice where category = 'kernel' limit 1") is None
+
+
+def test_string_pids_get_numbers_and_names(session):
+    s = session("4096_bf16_warm_compile.json")
+    df = s.query("select p.pid, p.name pname, t.tid, t.name tname from slice sl "
+                 "join thread_track tt on sl.track_id = tt.id join thread t using(utid) "
+                 "join process p using(upid) where sl.name = 'PyTorch Profiler (0)'")
+    assert df["pname"].tolist() == ["Spans"]
+    assert df["tname"].tolist() == ["PyTorch Profiler"]
+    assert int(df["pid"][0]) > 0 and int(df["tid"][0]) > 0
+
+
+def test_global_instants_on_global_track(session):
+    s = session("4096_bf16_warm_compile.json")
+    df = s.query("select s.name, s.category, s.dur, t.type from slice s join track t on s.track_id = t.id "
+                 "where s.name in ('Iteration Start: PyTorch Profiler', 'Record Window End') order by s.ts")
+    assert df["name"].tolist() == ["Iteration Start: PyTorch Profiler", "Record Window End"]
+    assert df["category"].isna().all()
+    assert (df["dur"] == 0).all()
+    assert set(df["type"]) == {"legacy_chrome_global_instants"}
+
+
+def test_thread_instants_are_zero_duration_slices(session):
+    name = "gaunernst_bert-small-uncased__1016001.json.gz"
+    want = sum(1 for e in events(name) if e.get("ph") == "i" and e.get("s") != "g")
+    s = session(name)
+    assert q1(s, "select count(*) from slice s join thread_track tt on s.track_id = tt.id "
+                 "where s.category = 'cpu_instant_event' and s.dur = 0") == want
+
+
+def test_gpu_lanes_are_named_threads(session):
+    s = session("4096_bf16_warm_compile.json")
+    df = s.query("select distinct p.pid, t.tid, t.name from slice s join thread_track tt on s.track_id = tt.id "
+                 "join thread t using(utid) join process p using(upid) where s.category = 'kernel'")
+    assert df.values.tolist() == [[0, 7, "stream 7 "]]
+
+
+def test_ts_keeps_nanoseconds_of_absolute_timestamps(session):
+    name = "4096_bf16_warm_compile.json"
+    want = sorted(ns(e["ts"]) for e in events(name) if e.get("ph") == "X")
+    got = session(name).query("select ts from slice where track_id in (select id from thread_track) order by ts")
+    assert got["ts"].tolist() == want
+
+
+def test_gz_and_json_give_identical_answers(tmp_path):
+    src = DATA / "64_bf16_cold_eager.json"
+    gz = tmp_path / "trace.bin"  # gzip detected by content, not by name
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    sql = ["select * from slice order by id", "select * from flow order by id", "select * from thread order by utid",
+           "select * from process order by upid", "select * from args order by id", "select * from track order by id"]
+    with open_trace(src, engine="sqlite") as a, open_trace(gz, engine="sqlite") as b:
+        for q in sql:
+            assert a.query(q).equals(b.query(q)), q
+
+
+def _write(tmp_path, evs, name="t.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps({"traceEvents": evs}))
+    return p
+
+
+def test_overlapping_events_are_kept_on_a_spill_track(tmp_path):
+    """Two kernels on one stream that overlap without nesting: both stay, the second on another track."""
+    evs = [
+        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 10.0, "dur": 5.0},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 14.3, "dur": 5.0},  # starts before k1 ends
+        {"ph": "X", "cat": "kernel", "name": "k3", "pid": 0, "tid": 7, "ts": 20.0, "dur": 1.0},
+        {"ph": "X", "cat": "kernel", "name": "k4", "pid": 0, "tid": 7, "ts": 20.5, "dur": 0.2},  # nested in k3
+    ]
+    with open_trace(_write(tmp_path, evs), engine="sqlite") as s:
+        df = s.query("select s.name, s.depth, s.track_id, tt.utid from slice s join thread_track tt "
+                     "on s.track_id = tt.id order by s.ts")
+        assert df["name"].tolist() == ["k1", "k2", "k3", "k4"]
+        assert df["depth"].tolist() == [0, 0, 0, 1]
+        assert df["track_id"][0] != df["track_id"][1]       # k2 spilled
+        assert df["track_id"][2] == df["track_id"][0]       # k3 back on the first track
+        assert df["utid"].nunique() == 1                    # same thread
+        assert s.load_stats.spill_tracks == 1
+        assert q1(s, "select sum(dur) from slice") == 11_200
+
+
+def test_bare_list_duplicates_and_unknown_phases(tmp_path):
+    e = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
+    p = tmp_path / "list.json"
+    p.write_text(json.dumps([e, e, {"ph": "C", "name": "c", "pid": 1, "ts": 1, "args": {"v": 1}},
+                             {"ph": "X", "name": "bad", "pid": 1, "tid": 1, "ts": 1, "dur": -1}]))
+    with open_trace(p, engine="sqlite") as s:
+        assert q1(s, "select count(*) from slice") == 2   # duplicates are kept, like trace_processor
+        assert s.load_stats.skipped == {"unsupported_phase:C": 1, "X_negative_dur": 1}
+
+
+def test_flow_finish_without_bp_binds_to_next_slice(tmp_path):
+    evs = [
+        {"ph": "X", "name": "launch", "pid": 1, "tid": 1, "ts": 1, "dur": 5},
+        {"ph": "s", "id": 5, "cat": "ac2g", "name": "ac2g", "pid": 1, "tid": 1, "ts": 2},
+        {"ph": "f", "id": 5, "cat": "ac2g", "name": "ac2g", "pid": 0, "tid": 7, "ts": 8},
+        {"ph": "X", "name": "kernel", "pid": 0, "tid": 7, "ts": 9, "dur": 1},
+    ]
+    with open_trace(_write(tmp_path, evs), engine="sqlite") as s:
+        df = s.query("select so.name a, si.name b from flow f join slice so on so.id = f.slice_out "
+                     "join slice si on si.id = f.slice_in")
+        assert df.values.tolist() == [["launch", "kernel"]]
+
+
+@pytest.mark.parametrize("sql,needle", [
+    ("insert into flow values (100, 1, 2, 3, 4)", "read-only: INSERT flow"),
+    ("attach database ':memory:' as x", "read-only: ATTACH"),
+    ("select load_extension('/tmp/x.so')", "load_extension() is not allowed"),
+    ("pragma query_only = 0", "read-only: PRAGMA query_only"),
+    ("pragma journal_mode = wal", "read-only: PRAGMA journal_mode"),
+    ("create table t(x)", "read-only"),
+    ("drop table flow", "read-only"),
+    ("update flow set slice_in = 0", "read-only: UPDATE flow"),
+    ("delete from flow", "read-only: DELETE flow"),
+    ("begin", "read-only: TRANSACTION"),
+    ("select * from no_such_table", "SQL error: no such table: no_such_table"),
+    ("select 1; select 2", "one statement"),
+])
+def test_read_only_refusals(session, sql, needle):
+    s = session("64_bf16_cold_eager.json")
+    with pytest.raises(QueryError, match=None) as ei:
+        s.query(sql)
+    assert needle in str(ei.value)
+    assert q1(s, "select count(*) from flow") == 6  # still intact and usable
+
+
+def test_read_only_pragmas_allowed(session):
+    s = session("64_bf16_cold_eager.json")
+    cols = s.query("select name from pragma_table_info('slice')")["name"].tolist()
+    assert cols[:9] == ["id", "ts", "dur", "track_id", "category", "name", "depth", "parent_id", "arg_set_id"]
+    assert {"cat", "slice_id"} <= set(cols)
+
+
+def test_close_deletes_the_database_and_refuses_queries(tmp_path):
+    p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
+    s = open_trace(p, engine="sqlite")
+    backend = s._backend._b
+    files = [backend.db_path, backend.args_path]
+    assert all(Path(f).exists() for f in files)
+    s.close()
+    s.close()  # idempotent
+    assert not any(Path(f).exists() for f in files)
+    with pytest.raises(QueryError, match="closed"):
+        s.query("select 1")
