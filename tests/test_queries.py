@@ -75,7 +75,7 @@ def test_unknown_query_lists_the_known_ones(bad):
 @pytest.mark.parametrize("name", query_names())
 def test_queries_use_only_trace_processor_tables(name):
     sql = re.sub(r"--[^\n]*", "", load_query(name))
-    ctes = set(re.findall(r"(\w+)\s+AS\s*\(", sql, flags=re.I))
+    ctes = set(re.findall(r"(\w+)\s*(?:\([\w\s,]*\))?\s+AS\s*\(", sql, flags=re.I))
     used = set(re.findall(r"\b(?:FROM|JOIN)\s+(\w+)", sql, flags=re.I))
     unknown = used - ctes - TP_TABLES
     assert not unknown, f"{name} reads {sorted(unknown)}"

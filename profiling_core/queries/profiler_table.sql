@@ -1,9 +1,8 @@
 -- The profiler table (key_averages) rebuilt from the trace: per name and lane, calls, self/total CPU and device time (ns).
 -- CPU rows: self = duration minus the durations of its child slices; device time of a CPU op = GPU ops whose launch call
--- has that op as parent (self) or lies inside it on the same thread (total; a launch call itself gets none, as in
--- torch's table). GPU rows (kernels, memcpy, memset,
--- gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
-WITH gpu_op AS (
+-- has that op as parent (self) or as an ancestor (total; a launch call itself gets none, as in torch's table).
+-- GPU rows (kernels, memcpy, memset, gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
+WITH RECURSIVE gpu_op AS (
   SELECT id, ts, dur, arg_set_id FROM slice
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
@@ -41,10 +40,14 @@ child AS (
 self_dev AS (
   SELECT parent_id AS id, SUM(gpu_dur) AS ns FROM launched WHERE parent_id IS NOT NULL GROUP BY parent_id
 ),
+-- every ancestor of a launch call (parent_id chain) gets the launched GPU time in its total
+ancestor (id, gpu_dur) AS (
+  SELECT parent_id, gpu_dur FROM launched WHERE parent_id IS NOT NULL
+  UNION ALL
+  SELECT s.parent_id, a.gpu_dur FROM ancestor a JOIN slice s ON s.id = a.id WHERE s.parent_id IS NOT NULL
+),
 total_dev AS (
-  SELECT c.id, SUM(x.gpu_dur) AS ns FROM cpu c
-  JOIN launched x ON x.utid = c.utid AND x.ts >= c.ts AND x.ts < c.ts + c.dur AND x.launch_id <> c.id
-  GROUP BY c.id
+  SELECT id, SUM(gpu_dur) AS ns FROM ancestor GROUP BY id
 ),
 cpu_rows AS (
   SELECT CASE WHEN c.name GLOB 'ProfilerStep#*' THEN 'ProfilerStep*' ELSE c.name END AS name, 'cpu' AS lane,
