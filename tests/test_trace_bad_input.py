@@ -1,0 +1,149 @@
+"""Bad input gives a clear TraceError (exact class, message), never a crash, a hang or unbounded memory."""
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiling_core.errors import TraceError, TraceFormatError, TraceTooLargeError
+from profiling_core.trace import open_trace
+
+GOOD = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}
+
+
+def _doc(*events) -> bytes:
+    return json.dumps({"traceEvents": list(events)}).encode()
+
+
+CASES = {
+    "empty file": (b"", TraceFormatError, "is not valid JSON"),
+    "truncated json": (_doc(GOOD)[:-7], TraceFormatError, "is not valid JSON"),
+    "not json": (b"hello, world", TraceFormatError, "is not valid JSON"),
+    "json number": (b"42", TraceFormatError, "top level must be a JSON object with 'traceEvents'"),
+    "no traceEvents": (b'{"schemaVersion": 1}', TraceFormatError, "without a 'traceEvents' list"),
+    "traceEvents not a list": (b'{"traceEvents": {"a": 1}}', TraceFormatError, "'traceEvents' must be a list"),
+    "gzip garbage": (b"\x1f\x8b\x08\x00" + b"garbage" * 10, TraceFormatError, "not a valid gzip file"),
+    "truncated gzip": (gzip.compress(_doc(GOOD) * 3)[:-12], TraceFormatError, "truncated gzip"),
+    "events without ts or dur": (_doc({"ph": "X", "name": "a", "pid": 1, "tid": 1},
+                                      {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 1}),
+                                 TraceFormatError, "X_missing_or_bad_dur: 1, X_missing_or_bad_ts: 1"),
+    "only negative durations": (_doc(dict(GOOD, dur=-5)), TraceFormatError, "X_negative_dur: 1"),
+    "only unknown phases": (_doc({"ph": "Z", "ts": 1}, {"ph": 7}), TraceFormatError,
+                            "missing_or_bad_ph: 1, unsupported_phase:Z: 1"),
+    "deeply nested args": (b'{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "args": ' + b"[" * 100_000
+                           + b"]" * 100_000 + b"}]}", TraceFormatError, "nests JSON arrays/objects too deeply"),
+    "deeply nested top": (b"[" * 100_000 + b"]" * 100_000, TraceFormatError, "too deeply"),
+    "event not an object": (b'{"traceEvents": [1, "x", null]}', TraceFormatError, "missing_or_bad_ph: 3"),
+    "huge timestamp": (_doc(dict(GOOD, ts=10 ** 30)), TraceFormatError, "ts_out_of_range: 1"),
+    "nan timestamp as text": (_doc(dict(GOOD, ts="nan")), TraceFormatError, "X_missing_or_bad_ts: 1"),
+    "list pid": (_doc(dict(GOOD, pid=[1])), TraceFormatError, "bad_pid_or_tid: 1"),
+}
+
+
+@pytest.mark.parametrize("data,error,needle", list(CASES.values()), ids=list(CASES))
+def test_bad_input(tmp_path, data, error, needle):
+    p = tmp_path / "bad.json"
+    p.write_bytes(data)
+    with pytest.raises(error) as ei:
+        open_trace(p, engine="sqlite")
+    assert type(ei.value) is error
+    assert needle in str(ei.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(TraceFormatError, match="no such trace file"):
+        open_trace(tmp_path / "nope.json", engine="sqlite")
+
+
+def test_directory(tmp_path):
+    with pytest.raises(TraceFormatError, match="is a directory"):
+        open_trace(tmp_path, engine="sqlite")
+
+
+def test_too_large_plain(tmp_path):
+    p = tmp_path / "big.json"
+    p.write_bytes(_doc(*[GOOD] * 1000))
+    with pytest.raises(TraceTooLargeError, match=r"over the cap of .*\(10000 bytes\)"):
+        open_trace(p, engine="sqlite", max_bytes=10_000)
+
+
+def test_gzip_bomb_stops_at_the_cap(tmp_path):
+    """~1 GiB of zeros in ~1 MB of gzip: refused after reading only past the cap, not all of it."""
+    p = tmp_path / "bomb.json.gz"
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = b" " * (1 << 20)
+    with open(p, "wb") as f:
+        for _ in range(1024):
+            f.write(comp.compress(chunk))
+        f.write(comp.flush())
+    with pytest.raises(TraceTooLargeError, match="decompresses to more than 8.0 MiB"):
+        open_trace(p, engine="sqlite", max_bytes=8 << 20)
+
+
+def test_some_bad_events_are_skipped_and_counted(tmp_path):
+    p = tmp_path / "mixed.json"
+    p.write_bytes(_doc(GOOD, dict(GOOD, dur=-1), {"ph": "Q"}, {"ph": "X", "ts": "x", "dur": 1}, 5))
+    with open_trace(p, engine="sqlite") as s:
+        assert s.query("select count(*) n from slice")["n"][0] == 1
+        assert s.load_stats.skipped == {"X_negative_dur": 1, "unsupported_phase:Q": 1,
+                                        "X_missing_or_bad_ts": 1, "missing_or_bad_ph": 1}
+
+
+def test_empty_trace_is_valid(tmp_path):
+    p = tmp_path / "empty.json"
+    p.write_bytes(b'{"traceEvents": []}')
+    with open_trace(p, engine="sqlite") as s:
+        assert s.query("select count(*) n from slice")["n"][0] == 0
+
+
+def test_bad_engine_and_cap_arguments(tmp_path):
+    with pytest.raises(ValueError, match="engine must be one of auto, perfetto, sqlite, got 'duckdb'"):
+        open_trace(tmp_path / "x.json", engine="duckdb")
+    with pytest.raises(ValueError, match="max_bytes must be a positive int, got 0"):
+        open_trace(tmp_path / "x.json", engine="sqlite", max_bytes=0)
+
+
+# -- a small fuzz: random events and random byte damage never escape as anything but TraceError --
+
+_scalar = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70),
+                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8))
+_value = st.recursive(_scalar, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=4), c, max_size=3),
+                      max_leaves=8)
+_event = st.fixed_dictionaries(
+    {"ph": st.sampled_from(["X", "i", "I", "s", "f", "t", "M", "B", "E", "C", "b", "?", ""])},
+    optional={"name": _value, "cat": _value, "pid": _value, "tid": _value, "ts": _value, "dur": _value,
+              "id": _value, "bp": st.sampled_from(["e", "x"]), "s": st.sampled_from(["g", "p", "t", "z"]),
+              "args": _value})
+
+
+def _try(tmp_path, data: bytes) -> None:
+    p = tmp_path / "fuzz.json"
+    p.write_bytes(data)
+    try:
+        with open_trace(p, engine="sqlite") as s:
+            s.query("select count(*), sum(dur), max(depth) from slice")
+            s.query("select count(*) from flow f join slice a on a.id = f.slice_out")
+            s.query("select count(*), max(extract_arg(arg_set_id, 'args.a')) from slice")
+            s.query("select count(*) from args")
+    except TraceError:
+        pass
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(evs=st.lists(_event, max_size=12))
+def test_fuzz_events(tmp_path, evs):
+    _try(tmp_path, json.dumps({"traceEvents": evs}).encode())
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 400), junk=st.binary(max_size=8), gz=st.booleans())
+def test_fuzz_damaged_bytes(tmp_path, cut, junk, gz):
+    base = _doc(GOOD, {"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 2},
+                {"ph": "f", "id": 1, "bp": "e", "pid": 1, "tid": 1, "ts": 2}, dict(GOOD, args={"a": [1, {"b": 2}]}))
+    data = gzip.compress(base) if gz else base
+    cut = min(cut, len(data))
+    _try(tmp_path, data[:cut] + junk + data[cut + len(junk):])
