@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import re
 import statistics
 from functools import lru_cache
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from profiling_core.analyses import (analyze, cold_start_gap, compile_breakdown, cpu_vs_gpu, dispatch_chain,
@@ -286,12 +286,11 @@ def test_dispatch_chain_eager(name, mm):
     by_id = ch.set_index("id")
 
     def path_to(gpu_name):
-        cur = ch.loc[ch["name"] == gpu_name, "id"].iloc[0]
-        out = []
-        while cur is not None and not (isinstance(cur, float) and math.isnan(cur)) and cur in by_id.index:
+        cur, out = int(ch.loc[ch["name"] == gpu_name, "id"].iloc[0]), []
+        while cur is not None:
             out.append(by_id.at[cur, "name"])
-            p = by_id.at[cur, "parent_id"]
-            cur = None if p is None or p is getattr(__import__("pandas"), "NA") else int(p)
+            parent = by_id.at[cur, "parent_id"]
+            cur = None if pd.isna(parent) else int(parent)
         return out[::-1]
 
     gemm = [n for n in ch["name"] if n.startswith("nvjet")][0]
