@@ -19,8 +19,8 @@ def _fetch_binary(timeout_s: float | None) -> str:
 
     def fetch() -> None:
         try:
-            from perfetto.trace_processor.platform import PLATFORM_DELEGATE
-            result["path"] = PLATFORM_DELEGATE().get_shell_path(None)
+            from perfetto.trace_processor.platform import PlatformDelegate
+            result["path"] = PlatformDelegate().get_shell_path(None)
         except BaseException as e:  # noqa: BLE001 - reported below
             result["error"] = e
 
@@ -31,7 +31,8 @@ def _fetch_binary(timeout_s: float | None) -> str:
         raise EngineUnavailableError(
             f"no trace_processor binary (set PERFETTO_BIN); fetching one did not finish in {timeout_s:g} s")
     if "error" in result:
-        err = str(result["error"]).splitlines()[0][:160] if str(result["error"]) else type(result["error"]).__name__
+        e = result["error"]
+        err = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" if str(e).strip() else type(e).__name__
         raise EngineUnavailableError(f"no trace_processor binary (set PERFETTO_BIN); fetching one failed: {err}")
     return result["path"]
 
