@@ -18,6 +18,7 @@ from .errors import ProfilingError
 __all__ = ["add_parser", "run", "build_json", "main"]
 
 ENGINES = ("auto", "perfetto", "sqlite")
+DESCRIPTION = "Analyse a Chrome/Kineto trace: steps, kernels, launches, compile rows and findings per study question."
 
 
 def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -33,7 +34,7 @@ def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``analyze`` subcommand on an ``argparse`` subparsers object; returns its parser."""
     return _configure(subparsers.add_parser("analyze", help="analyse a trace: steps, kernels, launches, findings",
-                                            description=__doc__.splitlines()[0]))
+                                            description=DESCRIPTION))
 
 
 def _clean(x: Any) -> Any:
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Optional[list[str]] = None) -> int:
     """Entry point of ``python -m profiling_core.analyze_cli``."""
     parser = _configure(argparse.ArgumentParser(prog="python -m profiling_core.analyze_cli",
-                                                description=__doc__.splitlines()[0]))
+                                                description=DESCRIPTION))
     return run(parser.parse_args(argv))
 
 

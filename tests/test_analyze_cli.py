@@ -97,11 +97,11 @@ def test_json_on_third_party_traces(path, capsys):
 
 
 def test_human_output(capsys):
-    assert analyze_cli.main([str(DATA / "h200" / "64_bf16_cold_eager.json")]) == 0
+    assert analyze_cli.main([str(DATA / "h200" / "64_bf16_cold_eager.json"), "--engine", "sqlite"]) == 0
     out = capsys.readouterr().out
     assert "steps 3" in out and "findings:" in out and "Q6 " in out
     assert "nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT" in out
-    assert analyze_cli.main([str(CPU_TRACE)]) == 0
+    assert analyze_cli.main([str(CPU_TRACE), "--engine", "sqlite"]) == 0
     assert "(no GPU lane)" in capsys.readouterr().out
 
 
@@ -110,7 +110,7 @@ def test_bad_file_exits_nonzero_with_one_line(tmp_path, capsys, content, why):
     p = tmp_path / "bad.json"
     if content is not None:
         p.write_text(content)
-    assert analyze_cli.main([str(p)]) == 2
+    assert analyze_cli.main([str(p), "--engine", "sqlite"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
     assert why.lower() in err.lower()
@@ -128,10 +128,11 @@ def test_add_parser_registers_analyze():
 
 @pytest.mark.parametrize("argv", [["-m", "profiling_core.analyze_cli"], ["-m", "profiling_core", "analyze"]])
 def test_module_entry_points(argv):
-    ok = subprocess.run([sys.executable, *argv, str(DATA / "h200" / "64_bf16_cold_eager.json"), "--json"],
+    ok = subprocess.run([sys.executable, *argv, str(DATA / "h200" / "64_bf16_cold_eager.json"), "--json",
+                         "--engine", "sqlite"],
                         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["steps"][0]["step"] == 2
-    bad = subprocess.run([sys.executable, *argv, str(DATA / "nope.json")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
+    bad = subprocess.run([sys.executable, *argv, str(DATA / "nope.json"), "--engine", "sqlite"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
