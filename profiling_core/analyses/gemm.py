@@ -59,7 +59,9 @@ def _dims_by_op(session) -> dict[int, list[list[int]]]:
         if m is None or pd.isna(val):
             continue
         out.setdefault(int(sid), {}).setdefault(int(m.group(1)), {})[int(m.group(2))] = int(val)
-    return {sid: [[d[j] for j in sorted(d)] for _, d in sorted(inp.items())] for sid, inp in out.items()}
+    # inputs without dims (scalars, empty lists) have no rows: keep every input at its own position
+    return {sid: [[inp[i][j] for j in sorted(inp[i])] if i in inp else [] for i in range(max(inp) + 1)]
+            for sid, inp in out.items()}
 
 
 def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None) -> pd.DataFrame:
