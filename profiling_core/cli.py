@@ -97,7 +97,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
 
     try:
-        result = run_sweep(configs, store=_store(a), on_progress=progress, cancel_event=cancel)
+        result = run_sweep(configs, store=_store(a), on_progress=progress, cancel_event=cancel,
+                           prestart=a.standby)
     except KeyboardInterrupt:
         cancel.set()
         print("\ncancelled", file=sys.stderr)
@@ -174,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sweep", cmd_sweep, "profile a list of experiments (sizes x compile modes)")
     p.add_argument("--sizes", default="64,128,256,512,1024,2048,4096,8192")
     p.add_argument("--compile-modes", default="off,default", help="comma list of: " + ", ".join(COMPILE_MODES))
+    p.add_argument("--standby", type=int, default=2, metavar="N",
+                   help="standby workers that import torch while the current run profiles (0: none; default 2)")
     _config_args(p, sweep=True)
     add("ls", cmd_ls, "list runs")
     add("show", cmd_show, "show a run's meta and table").add_argument("run_id")

@@ -43,7 +43,7 @@ def _trace_versions(trace_path) -> dict:
 def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None,
                    on_status: Optional[Callable[[str], None]] = None, wait_for_device: bool = True,
                    lock_timeout_s: Optional[float] = None, cancel_event: Optional[threading.Event] = None,
-                   prestart: bool = False) -> Run:
+                   prestart: int = 0) -> Run:
     """Profile ``config`` in a fresh worker process and save it as a run.
 
     Args:
@@ -53,7 +53,8 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         wait_for_device: False fails fast with DeviceBusyError when another caller profiles on the device.
         lock_timeout_s: give up waiting for the device after this long (None: wait as long as it takes).
         cancel_event: set it to kill the worker; the run then raises WorkerError(kind="cancelled").
-        prestart: take a standby worker with torch already imported (and keep one ready for the next run).
+        prestart: 0 spawns a fresh worker; N > 0 takes a standby worker with torch already imported (CUDA
+            untouched, so a cold run stays cold) and keeps N standbys starting for the next runs.
 
     Returns:
         The complete ``Run``.  On any failure raises ``WorkerError`` (or ``RunStoreError`` when the store cannot

@@ -44,7 +44,7 @@ def sweep_configs(sizes: Iterable[int], compile_modes: Iterable[str] = ("off",),
 
 def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] = None,
               on_progress: Optional[Callable[[SweepProgress], None]] = None,
-              cancel_event: Optional[threading.Event] = None, prestart: bool = False,
+              cancel_event: Optional[threading.Event] = None, prestart: int = 0,
               on_status: Optional[Callable[[str], None]] = None) -> SweepResult:
     """Run each config in its own fresh worker, in order.  A failed run is recorded and the sweep goes on;
     a set ``cancel_event`` kills the current worker and stops the sweep."""

@@ -106,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     t_spawn = float(os.environ.get(SPAWN_ENV, "0") or 0)
     standby = argv[:1] == ["--standby"]
     t0 = time.perf_counter()
-    import torch  # noqa: F401  - paid here so it is measured (and, for a standby, paid ahead)
+    # Paid here so it is measured as import (and, for a standby, paid ahead).  torch.profiler's first
+    # profile() imports torch._dynamo (seconds on a GPU host): import it now so it is not booked as profiling.
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.profiler  # noqa: F401
     torch_import_s = time.perf_counter() - t0
     if standby:
         sys.stdout.write("ready\n")
@@ -174,51 +178,71 @@ def _kill(p: subprocess.Popen) -> None:
 
 
 class StandbyPool:
-    """Keeps one spare worker with torch imported and CUDA untouched, so a click doesn't pay the import.
+    """Keeps spare workers with torch (and torch._dynamo, which the profiler imports) already imported and
+    CUDA untouched, so a click doesn't pay the import and a cold run stays cold.
 
-    Thread-safe.  ``take()`` returns a ready standby or None (the caller then spawns a fresh worker).
+    Thread-safe.  ``warm(n)`` keeps ``n`` standbys starting or ready; ``take()`` returns a ready one or None
+    (the caller then spawns a fresh worker).  A sweep keeps a few so that the next runs' imports overlap the
+    current run.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proc: Optional[_Proc] = None
-        self._ready = threading.Event()
+        self._procs: list[tuple[_Proc, threading.Event]] = []
 
-    def warm(self) -> None:
+    def _prune(self) -> None:
+        self._procs = [(p, r) for p, r in self._procs if p.popen.poll() is None]
+
+    def warm(self, n: int = 1) -> None:
         with self._lock:
-            if self._proc is not None and self._proc.popen.poll() is None:
-                return
-            self._ready.clear()
-            self._proc = _spawn(["--standby"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
-            proc = self._proc
-        threading.Thread(target=self._wait_ready, args=(proc,), daemon=True).start()
+            self._prune()
+            while len(self._procs) < n:
+                proc = _spawn(["--standby"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL)
+                ready = threading.Event()
+                self._procs.append((proc, ready))
+                threading.Thread(target=self._wait_ready, args=(proc, ready), daemon=True).start()
 
-    def _wait_ready(self, proc: _Proc) -> None:
+    @staticmethod
+    def _wait_ready(proc: _Proc, ready: threading.Event) -> None:
         line = proc.popen.stdout.readline()
         if line.strip() == b"ready":
-            self._ready.set()
+            ready.set()
 
     def wait_ready(self, timeout: float) -> bool:
-        """Block until the standby has imported torch (True) or ``timeout`` passes (False)."""
-        return self._ready.wait(timeout)
+        """Block until one standby has finished its imports (True) or ``timeout`` passes (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                self._prune()
+                if any(r.is_set() for _, r in self._procs):
+                    return True
+                if not self._procs:
+                    return False
+            time.sleep(0.02)
+        return False
 
     def take(self, timeout: float = 0.0) -> Optional[_Proc]:
+        """A ready standby (the oldest), waiting up to ``timeout`` for one; None when there is none."""
+        if timeout > 0:
+            self.wait_ready(timeout)
         with self._lock:
-            proc = self._proc
-        if proc is None or not self._ready.wait(timeout) or proc.popen.poll() is not None:
-            return None
+            self._prune()
+            for i, (proc, ready) in enumerate(self._procs):
+                if ready.is_set():
+                    del self._procs[i]
+                    return proc
+        return None
+
+    def size(self) -> int:
         with self._lock:
-            if self._proc is not proc:
-                return None
-            self._proc = None
-            self._ready.clear()
-        return proc
+            self._prune()
+            return len(self._procs)
 
     def close(self) -> None:
         with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is not None:
+            procs, self._procs = self._procs, []
+        for proc, _ in procs:
             _kill(proc.popen)
 
 
@@ -230,10 +254,11 @@ def standby_pool() -> StandbyPool:
 
 
 def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Optional[threading.Event] = None,
-                  on_status: Optional[Callable[[str], None]] = None, prestart: bool = False) -> dict:
+                  on_status: Optional[Callable[[str], None]] = None, prestart: int = 0) -> dict:
     """Run ``config`` in a worker writing into ``staging``; return the worker's result facts.
 
-    Raises WorkerError on any failure; never lets the worker's failure propagate otherwise.
+    prestart: 0 always spawns a fresh worker; N > 0 takes a ready standby when there is one and keeps N
+    standbys starting for the runs that follow.  Raises WorkerError on any failure.
     """
     (staging / CONFIG_FILE).write_text(config.to_json())
     log_path = staging / LOG_FILE
@@ -253,7 +278,7 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
         with open(log_path, "ab") as log:
             proc = _spawn([str(staging)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
     if prestart:
-        _POOL.warm()  # the next click finds one ready
+        _POOL.warm(int(prestart))  # the next click finds one ready
     status(f"profiling {config.name} in worker pid {proc.popen.pid}")
     deadline = time.monotonic() + config.timeout_s
     p = proc.popen

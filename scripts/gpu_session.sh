@@ -9,7 +9,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 SETS=${1:-spine,sweep,variance,coldwarm,click}
 t0=$(date +%s.%N)
 for s in ${SETS//,/ }; do
-  extra=""; [ "$s" != spine ] && extra="--prestart"
+  extra=""; extra="--prestart 3"
   timeout 400 python3 scripts/gpu_study.py --out "$W/$s" --sets "$s" --store "$W/store_$s" $extra 2>&1 | tail -60
 done
 t1=$(date +%s.%N)
