@@ -10,6 +10,7 @@ Usage: python scripts/fuzz_traces.py [-n 10000] [--seed 1] [--timeout 10]
 from __future__ import annotations
 
 import argparse
+import copy
 import gzip
 import json
 import os
@@ -54,13 +55,13 @@ def _mutate_events(rng: random.Random, evs: list) -> list:
             continue
         op = rng.random()
         if op < 0.5:
-            e[rng.choice(["ph", "ts", "dur", "pid", "tid", "name", "cat", "id", "bp", "s", "args"])] = rng.choice(ODD)
+            e[rng.choice(["ph", "ts", "dur", "pid", "tid", "name", "cat", "id", "bp", "s", "args"])] = copy.deepcopy(rng.choice(ODD))
         elif op < 0.7:
             e["ph"] = rng.choice(PHASES)
         elif op < 0.85 and e:
             e.pop(rng.choice(list(e)))
         else:
-            evs.append(rng.choice(ODD))
+            evs.append(copy.deepcopy(rng.choice(ODD)))
     return evs
 
 

@@ -191,7 +191,7 @@ class _ArgsWriter:
             conn.execute(_schema.ARGS_TABLE)
             conn.execute("BEGIN")
             while (rows := self.queue.get()) is not None:
-                conn.executemany("INSERT INTO _args_raw VALUES (?,?)", rows)
+                conn.executemany("INSERT INTO _args_raw VALUES (?,?)", _valid_utf8(rows))
             conn.execute("COMMIT")
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self.error = e
@@ -209,6 +209,15 @@ class _ArgsWriter:
         self.thread.join()
         if self.error is not None:
             raise self.error
+
+
+def _valid_utf8(rows: list[tuple]) -> list[tuple]:
+    """Raw args are not UTF-8-checked by the decoder; repair the few that are not valid (U+FFFD)."""
+    try:
+        b"".join(r[1] for r in rows).decode("utf-8")
+        return rows
+    except UnicodeDecodeError:
+        return [(a, b.decode("utf-8", "replace").encode("utf-8")) for a, b in rows]
 
 
 def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats, args_path: str) -> None:
