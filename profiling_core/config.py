@@ -57,7 +57,8 @@ class ExperimentConfig:
     """What to run and how to profile it.  Every field has the study's default."""
 
     size: int = 64
-    """Square matrix size n: x is (n, n) or (batch, n, n), w is (n, n), b is (n,)."""
+    """Square matrix size n: x, w are (n, n) and b is (n,); with a batch, x, w and b are all (batch, n, n)
+    as in the study (so torch.matmul dispatches aten::bmm; a 2-D w would be folded into aten::mm)."""
     dtype: str = "bf16"
     """Element type: bf16, fp16 or fp32."""
     batch: Optional[int] = None
@@ -144,8 +145,10 @@ class ExperimentConfig:
 
     def tensor_bytes(self) -> int:
         """Bytes the workload holds at its peak: x, w, b, the matmul result and the sum."""
-        n, bsz, e = self.size, (self.batch or 1), self.element_bytes
-        return e * (3 * bsz * n * n + n * n + n)
+        n, e = self.size, self.element_bytes
+        if self.batch:
+            return e * 5 * self.batch * n * n
+        return e * (4 * n * n + n)
 
     def check_fits(self, available_bytes: int, where: str) -> None:
         """Raise DoesNotFitError when the tensors need more than ``available_bytes`` (with 10 % slack)."""

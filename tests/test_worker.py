@@ -1,0 +1,190 @@
+"""Real torch.profiler runs on the CPU, each in a fresh worker process; traces checked by a plain JSON scan."""
+import json
+import os
+import re
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import scan_trace
+from profiling_core import ExperimentConfig, RunStore, WorkerError, run_experiment
+
+pytestmark = pytest.mark.slow
+
+SMALL = dict(size=32, dtype="fp32", device="cpu")
+
+
+def x_names(events):
+    return Counter(e["name"] for e in events if e.get("ph") == "X")
+
+
+def test_cpu_profile_has_study_slices_per_step(store):
+    cfg = ExperimentConfig(**SMALL, warmup=2, wait=1, warmup_steps=1, active=2, repeat=2)
+    run = run_experiment(cfg, store=store)
+    events = scan_trace(run.trace_path)
+    names = x_names(events)
+    steps = sorted(n for n in names if re.fullmatch(r"ProfilerStep#\d+", n))
+    assert len(steps) == cfg.active * cfg.repeat == 4
+    # one matmul_add, aten::matmul and aten::add per recorded step
+    assert names["matmul_add"] == 4 and names["aten::matmul"] == 4 and names["aten::add"] == 4
+    assert "aten::mm" in names
+    assert not any(e.get("cat") == "kernel" for e in events)  # CPU run: no GPU lane
+    # artifacts and meta
+    assert run.table_path.read_text().count("matmul_add") >= 1
+    meta = json.loads(run.meta_path.read_text())
+    assert meta["status"] == "ok" and meta["config"] == cfg.to_dict()
+    assert meta["device"]["type"] == "cpu" and meta["versions"]["torch"].startswith("2.")
+    for key in ("process_start_s", "torch_import_s", "device_init_s", "warmup_s", "profile_s", "export_s", "wall_s"):
+        assert meta["timings"][key] >= 0
+    assert set(os.listdir(run.run_dir)) >= {"trace.json", "table.txt", "meta.json"}
+    assert not list((store.root / ".staging").iterdir())
+
+
+def test_batch_dimension_dispatches_bmm(store):
+    run = run_experiment(ExperimentConfig(**SMALL, batch=4, wait=0, warmup_steps=0, active=2), store=store)
+    names = x_names(scan_trace(run.trace_path))
+    assert names["aten::bmm"] == 2 and "aten::mm" not in names
+
+
+def test_cold_and_warm_runs_differ_only_in_warmup(store):
+    cold = run_experiment(ExperimentConfig(**SMALL, wait=0, warmup_steps=0, active=2), store=store)
+    warm = run_experiment(ExperimentConfig(**SMALL, warmup=5, wait=0, warmup_steps=0, active=2), store=store)
+    assert cold.meta["name"].endswith("_cold_eager") and warm.meta["name"].endswith("_warm_eager")
+    # the warm-up calls are not profiled: both traces hold exactly the active steps' matmul_add
+    assert x_names(scan_trace(cold.trace_path))["matmul_add"] == 2
+    assert x_names(scan_trace(warm.trace_path))["matmul_add"] == 2
+    # each run is its own process
+    assert cold.meta["timings"]["torch_import_s"] > 0 and warm.meta["timings"]["torch_import_s"] > 0
+
+
+def test_compile_on_cpu_shows_compiled_region(store):
+    run = run_experiment(ExperimentConfig(**SMALL, warmup=1, compile="default", wait=0, warmup_steps=0, active=2),
+                         store=store)
+    names = x_names(scan_trace(run.trace_path))
+    regions = [n for n in names if n.startswith("Torch-Compiled Region")]
+    assert regions and sum(names[n] for n in regions) == 2
+    assert any(n.startswith("## Call CompiledFxGraph") for n in names)
+
+
+def _slow_config(**kw):
+    # big enough to keep the worker busy for many seconds on a 2-core machine
+    return ExperimentConfig(size=1024, dtype="fp32", device="cpu", wait=0, warmup_steps=0, active=400, **kw)
+
+
+def test_worker_killed_mid_run_leaves_no_run(store):
+    pids = []
+
+    def status(msg):
+        m = re.search(r"worker pid (\d+)", msg)
+        if m:
+            pids.append(int(m.group(1)))
+
+    def killer():
+        while not pids:
+            time.sleep(0.05)
+        time.sleep(3.0)  # inside the profiling loop by now
+        os.kill(pids[0], signal.SIGKILL)
+
+    t = threading.Thread(target=killer)
+    t.start()
+    with pytest.raises(WorkerError) as info:
+        run_experiment(_slow_config(), store=store, on_status=status)
+    t.join()
+    assert info.value.kind == "crash" and "SIGKILL" in info.value.message
+    assert store.list() == [] and not list((store.root / ".staging").iterdir())
+
+
+def test_timeout_kills_worker_and_leaves_no_run(store):
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        run_experiment(_slow_config(timeout_s=2), store=store)
+    assert info.value.kind == "timeout" and "timeout of 2 s" in info.value.message
+    assert time.monotonic() - t0 < 30
+    assert store.list() == [] and not list((store.root / ".staging").iterdir())
+
+
+def test_cancel_kills_worker(store):
+    cancel = threading.Event()
+    threading.Timer(2.0, cancel.set).start()
+    with pytest.raises(WorkerError) as info:
+        run_experiment(_slow_config(), store=store, cancel_event=cancel)
+    assert info.value.kind == "cancelled"
+    assert store.list() == []
+
+
+def test_allocation_guard_refuses_before_allocating(store):
+    # 3 x 4096 x 16384^2 fp32 = 12 TiB: refused by the worker before any tensor exists
+    cfg = ExperimentConfig(size=16384, dtype="fp32", batch=4096, device="cpu")
+    with pytest.raises(WorkerError) as info:
+        run_experiment(cfg, store=store)
+    assert info.value.kind == "does_not_fit"
+    assert "GiB of tensors" in info.value.message and "choose a smaller size or batch" in info.value.message
+    assert store.list() == []
+
+
+def test_compile_failure_without_c_compiler(store, tmp_path, monkeypatch):
+    # Inductor on the CPU needs a C++ compiler: hide every compiler from the worker's PATH.
+    import sys
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(sys.executable, bindir / "python3")
+    monkeypatch.setenv("PATH", str(bindir))
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(WorkerError) as info:
+        # batched: bmm plus a broadcast add that Inductor must generate C++ for (2-D becomes one extern addmm)
+        run_experiment(ExperimentConfig(**SMALL, batch=2, warmup=1, compile="default", active=1, wait=0,
+                                        warmup_steps=0),
+                       store=store)
+    assert info.value.kind == "compile", info.value
+    assert info.value.stderr_tail  # the worker's own traceback tail comes back
+    assert store.list() == []
+
+
+def test_earlier_runs_survive_a_failed_run(store):
+    ok = run_experiment(ExperimentConfig(**SMALL, wait=0, warmup_steps=0, active=1), store=store)
+    with pytest.raises(WorkerError):
+        run_experiment(_slow_config(timeout_s=1), store=store)
+    assert [r.run_id for r in store.list()] == [ok.run_id]
+    assert scan_trace(store.load(ok.run_id).trace_path)
+
+
+def test_two_concurrent_runs_serialise(store):
+    spans, waits = {}, []
+    lock = threading.Lock()
+
+    def go(tag):
+        def status(msg):
+            with lock:
+                if msg.startswith("waiting for device lock"):
+                    waits.append(tag)
+                if msg.startswith("profiling"):
+                    spans[tag] = [time.monotonic(), None]
+        run_experiment(ExperimentConfig(**SMALL, wait=0, warmup_steps=0, active=2), store=store, on_status=status)
+        spans[tag][1] = time.monotonic()
+
+    threads = [threading.Thread(target=go, args=(t,)) for t in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (a0, a1), (b0, b1) = spans["a"], spans["b"]
+    assert a1 <= b0 or b1 <= a0, "the two workers profiled at the same time"
+    assert waits, "the second caller never saw that it waits"
+    assert len(store.list()) == 2
+
+
+def test_standby_worker_runs_and_reports_prestart(store):
+    from profiling_core.worker import standby_pool
+    pool = standby_pool()
+    try:
+        pool.warm(1)
+        assert pool.wait_ready(120)
+        run = run_experiment(ExperimentConfig(**SMALL, wait=0, warmup_steps=0, active=2), store=store, prestart=1)
+        assert run.meta["prestarted"] is True
+        assert x_names(scan_trace(run.trace_path))["matmul_add"] == 2
+    finally:
+        pool.close()
