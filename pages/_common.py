@@ -116,6 +116,17 @@ def run_picker(label: str, key: str, *, default: Optional[str] = None, help: Opt
     return st.selectbox(label, ids, index=index, format_func=run_label, key=key, help=help)
 
 
+def newest_run(*, warm: bool) -> Optional[str]:
+    """The newest run profiled warm (warm-up calls > 0) or cold; imported traces count by their name."""
+    for _, r in runs_frame().iterrows():
+        if pd.notna(r["warmup"]):
+            if (r["warmup"] > 0) == warm:
+                return r["run_id"]
+        elif ("_warm_" in str(r["name"])) == warm:
+            return r["run_id"]
+    return current_run_id()
+
+
 def _trace_stamp(run_id: str) -> tuple[str, int]:
     path = load_run(run_id).trace_path
     try:
@@ -276,7 +287,12 @@ def _svg(spec_json: str) -> str:
 
 def chart_block(chart: alt.TopLevelMixin, data: Optional[pd.DataFrame], name: str, key: str) -> None:
     """Draw ``chart`` and, under it, PNG / SVG / CSV download buttons (images rendered only on click)."""
-    st.altair_chart(chart, width="stretch", key=f"chart_{key}")
+    shown = chart
+    if not isinstance(chart, alt.FacetChart):
+        # Streamlit's default autosize ("fit") squeezes charts with a discrete y axis into a sliver;
+        # fit the width only and keep the height the chart asks for.
+        shown = chart.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
+    st.altair_chart(shown, width="stretch", key=f"chart_{key}")
     spec_json = json.dumps(chart.to_dict(), sort_keys=True, default=str)
     base = export.safe_filename(name)
     cols = st.columns([1, 1, 1, 5])

@@ -48,6 +48,8 @@ if not chosen:
     st.stop()
 
 sweep = ui.summaries(chosen).dropna(subset=["size"]).sort_values(["mode", "size"])
+if sweep["has_gpu"].nunique() > 1:  # CPU-only and GPU runs chosen together: keep their curves apart
+    sweep["mode"] = sweep["mode"] + sweep["has_gpu"].map({True: " · GPU", False: " · CPU only"})
 if sweep.empty:
     st.info("None of the chosen runs has a known matrix size.")
     st.stop()

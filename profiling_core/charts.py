@@ -90,7 +90,8 @@ def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
                     y=y,
                     yOffset=alt.YOffset("depth:O", title=None),
                     color=alt.Color("category:N", title="event",
-                                    scale=alt.Scale(domain=cats, range=[CATEGORY_COLORS[c] for c in cats])),
+                                    scale=alt.Scale(domain=cats, range=[CATEGORY_COLORS[c] for c in cats]),
+                                    legend=alt.Legend(orient="top", direction="horizontal")),
                     tooltip=[alt.Tooltip("name:N"), alt.Tooltip("lane:N"), alt.Tooltip("category:N"),
                              alt.Tooltip("start_us:Q", format=",.2f", title="start (µs)"),
                              alt.Tooltip("dur_us:Q", format=",.2f", title="duration (µs)")]))
@@ -107,7 +108,7 @@ def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
                     tooltip=[alt.Tooltip("name:N", title="kernel"),
                              alt.Tooltip("latency_us:Q", format=",.2f", title="launch → start (µs)")]))
     n_lanes = max(1, len(order))
-    return (alt.layer(*layers).properties(title=title, width=WIDTH, height=max(90, 46 * n_lanes))
+    return (alt.layer(*layers).properties(title=title, width=WIDTH, height=max(120, 70 * n_lanes))
             .resolve_scale(y="shared"))
 
 
@@ -338,7 +339,8 @@ def dispatch_flame(chain: pd.DataFrame, *, title: str = "Dispatch chain (flame v
     bars = base.mark_bar(stroke="white", strokeWidth=0.5).encode(
         x2="end_us:Q",
         color=alt.Color("category:N", title="event",
-                        scale=alt.Scale(domain=cats, range=[CATEGORY_COLORS[c] for c in cats])),
+                        scale=alt.Scale(domain=cats, range=[CATEGORY_COLORS[c] for c in cats]),
+                        legend=alt.Legend(orient="top", direction="horizontal")),
         tooltip=["name:N", "category:N", "depth:O",
                  alt.Tooltip("start_us:Q", format=",.2f", title="start (µs)"),
                  alt.Tooltip("dur_us:Q", format=",.2f", title="duration (µs)")])

@@ -1,0 +1,145 @@
+"""One real browser: `streamlit run streamlit_app.py` headless, driven by Debian's Chromium through Playwright.
+
+Runs a CPU profile from the Profile page, waits for the Altair chart to render, downloads its PNG, and saves
+a screenshot of every page under test-output/screenshots/. Skips when /usr/bin/chromium or the playwright
+package is missing (CI installs Chromium with apt; never `playwright install`, which downloads browsers).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest_app import H200, ROOT, import_trace
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = os.environ.get("CHROMIUM_BIN", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = ROOT / "test-output" / "screenshots"
+PAGES = ["", "profile", "overhead", "variance", "compile_vs_eager", "dispatch", "runs", "trace_lab"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
+    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (pip install playwright)")
+    runs = tmp_path_factory.mktemp("browser") / "runs"
+    for name in ("64_bf16_cold_eager", "4096_bf16_warm_eager", "4096_bf16_warm_compile"):
+        import_trace(runs, H200 / f"{name}.json", name)  # GPU traces, so GPU panels have something to show
+    port = _free_port()
+    log = open(runs.parent / "streamlit.log", "w")
+    env = dict(os.environ, PROFILING_RUNS_DIR=str(runs), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.port", str(port),
+         "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            log.close()
+            pytest.fail("streamlit did not start:\n" + (runs.parent / "streamlit.log").read_text()[-3000:])
+        time.sleep(0.3)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser_page(server):
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+        page = context.new_page()
+        yield page
+        context.close()
+        browser.close()
+
+
+def _wait_idle(page, timeout_s: float = 120, quiet_s: float = 2.0) -> None:
+    """Wait until the script run has finished: the 'running' status widget absent for ``quiet_s`` in a row."""
+    deadline = time.monotonic() + timeout_s
+    quiet_since = None
+    while time.monotonic() < deadline:
+        if page.locator('[data-testid="stStatusWidget"]').count():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return
+        page.wait_for_timeout(200)
+    raise AssertionError("the app did not finish its script run in time")
+
+
+def _shot(page, name: str) -> Path:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = page.evaluate("() => Math.max(...Array.from(document.querySelectorAll('*')).map(e => e.scrollHeight))")
+    page.set_viewport_size({"width": 1400, "height": min(max(int(height), 1000), 6000)})
+    page.wait_for_timeout(800)
+    path = SHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    return path
+
+
+def test_profile_in_a_real_browser(server, browser_page, tmp_path):
+    page = browser_page
+    page.goto(f"{server}/profile")
+    page.get_by_role("button", name="Run profile").wait_for(timeout=60_000)
+    # fp32 on the CPU (the form's dtype selectbox), everything else at its default (64², schedule 1/1/3)
+    page.get_by_label("dtype", exact=True).first.click()
+    page.get_by_role("option", name="fp32", exact=True).click()
+    page.get_by_role("button", name="Run profile").click()
+    page.get_by_text("64_fp32_cold_eager").first.wait_for(timeout=120_000)
+    _wait_idle(page)
+    chart = page.locator('[data-testid="stVegaLiteChart"]').first
+    chart.locator("canvas, svg").first.wait_for(timeout=60_000)
+    assert page.get_by_text("Self CPU time total").count() >= 1
+    with page.expect_download(timeout=60_000) as info:
+        page.locator(".st-key-png_profile_timeline button").click()  # our button, keyed; not the chart toolbar's
+    target = tmp_path / info.value.suggested_filename
+    info.value.save_as(target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert target.name.endswith("_timeline.png")
+    _shot(page, "profile")
+
+
+def test_screenshot_every_page(server, browser_page):
+    page = browser_page
+    for name in PAGES:
+        page.goto(f"{server}/{name}")
+        page.locator('[data-testid="stMain"]').wait_for(timeout=60_000)
+        page.locator("h1").first.wait_for(timeout=60_000)
+        _wait_idle(page)
+        exceptions = page.locator('[data-testid="stException"]')
+        assert exceptions.count() == 0, f"{name or 'home'}: {exceptions.first.inner_text()}"
+        shot = _shot(page, name or "home")
+        assert shot.stat().st_size > 10_000
