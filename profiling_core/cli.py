@@ -60,7 +60,7 @@ def _timing_line(meta: dict) -> str:
 def cmd_run(a: argparse.Namespace) -> int:
     from .runner import run_experiment
     cfg = ExperimentConfig(size=a.size, compile=a.compile, **_common_fields(a))
-    status = None if a.json else (lambda m: print(f"  … {m}", file=sys.stderr))
+    status = None if a.json else (lambda m: print(f"  … {m}", flush=True))
     run = run_experiment(cfg, store=_store(a), on_status=status, wait_for_device=not a.no_wait)
     if a.json:
         print(json.dumps({**run.to_dict(), "config": cfg.to_dict(), "timings": run.meta.get("timings"),

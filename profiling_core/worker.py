@@ -65,7 +65,7 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     timer = workload.Phase()
     timer.timings["process_start_s"] = round(max(0.0, t_main - t_spawn), 6) if t_spawn else None
     timer.timings["torch_import_s"] = round(torch_import_s, 6)
-    current = {"phase": "config"}
+    current = {"phase": "setup"}
     orig_run = timer.run
 
     def tracked(name, func):
@@ -83,7 +83,10 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     except BaseException as exc:  # noqa: BLE001 - every failure must become error.json
         traceback.print_exc(file=sys.stderr)
         kind = _classify(exc, current["phase"])
-        msg = f"{type(exc).__name__} during {current['phase'].removesuffix('_s')}: {exc}".strip()
+        if isinstance(exc, WorkerError):
+            msg = exc.message
+        else:
+            msg = f"{type(exc).__name__} during {current['phase'].removesuffix('_s')}: {exc}".strip()
         _write_json(staging / ERROR_FILE, {"kind": kind, "message": msg[:2000]})
         return 2
     finally:

@@ -1,0 +1,78 @@
+"""The CLI end to end, as a user runs it: real subprocesses, real worker, real files."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, scan_trace
+
+
+def cli(*args, store=None, check=True):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [sys.executable, "-m", "profiling_core", *args] + (["--store", str(store)] if store else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+@pytest.mark.slow
+def test_run_json_ls_show_rm(tmp_path):
+    store = tmp_path / "runs"
+    p = cli("run", "--size", "32", "--dtype", "fp32", "--device", "cpu", "--warmup", "--wait", "0",
+            "--warmup-steps", "0", "--active", "2", "--json", store=store)
+    out = json.loads(p.stdout)
+    for key in ("run_id", "run_dir", "trace_path", "table_path", "status"):
+        assert key in out
+    assert out["status"] == "ok" and out["config"]["warmup"] == 10  # --warmup alone means 10
+    names = [e["name"] for e in scan_trace(out["trace_path"]) if e.get("ph") == "X"]
+    assert sum(n.startswith("ProfilerStep#") for n in names) == 2
+    assert Path(out["table_path"]).read_text().strip()
+
+    ls = json.loads(cli("ls", "--json", store=store).stdout)
+    assert [r["run_id"] for r in ls] == [out["run_id"]]
+    assert out["run_id"] in cli("ls", store=store).stdout
+    shown = json.loads(cli("show", out["run_id"], "--json", store=store).stdout)
+    assert shown["meta"]["config"]["size"] == 32
+    assert "matmul_add" in cli("show", out["run_id"], store=store).stdout
+    cli("rm", out["run_id"], store=store)
+    assert json.loads(cli("ls", "--json", store=store).stdout) == []
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["run", "--size", "0"], "size must be an integer from 1 to 65536, got 0"),
+    (["run", "--size", "16384", "--batch", "4096", "--dtype", "fp32", "--device", "cpu"], "does_not_fit"),
+    (["show", "../../etc"], "run id must be"),
+    (["show", "nope"], "no run 'nope'"),
+    (["run", "--device", "cuda", "--size", "8"], "cuda"),
+])
+def test_failures_exit_nonzero_with_one_line_and_no_traceback(tmp_path, args, needle):
+    p = cli(*args, store=tmp_path / "runs", check=False)
+    assert p.returncode != 0
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in p.stderr
+
+
+def test_import_and_analyze_registered(tmp_path):
+    from conftest import DATA
+    store = tmp_path / "runs"
+    p = cli("import", str(DATA / "h200" / "64_bf16_cold_eager.json"), "--json", store=store)
+    run = json.loads(p.stdout)
+    assert Path(run["trace_path"]).exists()
+    help_ = cli("--help").stdout
+    for sub in ("run", "sweep", "ls", "show", "rm", "import", "analyze"):
+        assert sub in help_
+
+
+@pytest.mark.slow
+def test_sweep_with_progress(tmp_path):
+    p = cli("sweep", "--sizes", "16,32", "--compile-modes", "off", "--dtype", "fp32", "--device", "cpu",
+            "--wait", "0", "--warmup-steps", "0", "--active", "1", "--standby", "1", "--json", store=tmp_path / "r")
+    out = json.loads(p.stdout)
+    assert len(out["runs"]) == 2 and out["errors"] == [] and out["cancelled"] is False
+    assert sorted(r["name"] for r in out["runs"]) == ["16_fp32_cold_eager", "32_fp32_cold_eager"]

@@ -1,0 +1,60 @@
+"""Device lock: exclusive, visible to the waiter, fail-fast on request, released when the holder dies."""
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from profiling_core import DeviceBusyError
+from profiling_core.lock import device_lock
+
+
+@pytest.fixture(autouse=True)
+def own_lock_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFILING_LOCK_DIR", str(tmp_path / "locks"))
+
+
+def test_second_caller_waits_and_sees_who_holds_it():
+    order, messages = [], []
+    held = threading.Event()
+
+    def first():
+        with device_lock("cpu", what="run A"):
+            held.set()
+            order.append("A in")
+            time.sleep(1.5)
+            order.append("A out")
+
+    t = threading.Thread(target=first)
+    t.start()
+    held.wait()
+    with device_lock("cpu", what="run B", on_wait=messages.append):
+        order.append("B in")
+    t.join()
+    assert order == ["A in", "A out", "B in"]
+    assert messages and "held by pid" in messages[0] and "run A" in messages[0]
+
+
+def test_fail_fast_and_timeout():
+    with device_lock("cuda", what="holder"):
+        with pytest.raises(DeviceBusyError, match="device cuda is busy: pid .* \\(holder\\) is profiling on it"):
+            with device_lock("cuda", wait=False):
+                pass
+        with pytest.raises(DeviceBusyError, match="stayed busy"):
+            with device_lock("cuda", timeout_s=0.3):
+                pass
+
+
+def test_lock_of_a_killed_holder_is_released(tmp_path):
+    code = ("import time; from profiling_core.lock import device_lock\n"
+            "with device_lock('cpu', what='doomed'):\n    print('held', flush=True); time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert p.stdout.readline().strip() == b"held"
+    with pytest.raises(DeviceBusyError):
+        with device_lock("cpu", wait=False):
+            pass
+    p.kill()
+    p.wait()
+    with device_lock("cpu", wait=False):
+        pass

@@ -1,0 +1,123 @@
+"""Run store: atomic writes, listing, loading, deleting, importing, and refusal of ids that escape the root."""
+import gzip
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA
+from profiling_core import (InvalidRunIdError, RunNotFoundError, RunStore, RunStoreError, TraceFormatError,
+                            TraceTooLargeError)
+from profiling_core.store import validate_run_id
+
+H200 = DATA / "h200" / "64_bf16_cold_eager.json"
+
+
+def make_run(store, name="x", files=("trace.json", "table.txt")):
+    run_id, staging = store.begin(name)
+    for f in files:
+        (staging / f).write_text("{}")
+    return store.commit(run_id, staging, {"name": name, "status": "ok", "started_at": name})
+
+
+@pytest.mark.parametrize("bad", ["..", "../etc", "a/b", "/etc/passwd", ".staging", ".trash", "", "a\\b",
+                                 "x" * 161, "run id", "..hidden", "a..b", None, 5, "-start"])
+def test_run_ids_that_could_escape_are_refused(store, bad):
+    with pytest.raises(InvalidRunIdError, match="run id must be"):
+        store.load(bad)
+    with pytest.raises(InvalidRunIdError):
+        store.delete(bad)
+
+
+def test_valid_ids_pass():
+    assert validate_run_id("20261129-120000-64_bf16_cold_eager-ab12") == "20261129-120000-64_bf16_cold_eager-ab12"
+
+
+def test_commit_makes_a_run_visible_atomically(store):
+    run_id, staging = store.begin("64_bf16_cold_eager")
+    (staging / "trace.json").write_text("{}")
+    assert store.list() == []  # a staging folder is never listed
+    run = store.commit(run_id, staging, {"name": "n", "status": "ok"})
+    assert not staging.exists() and run.run_dir.is_dir()
+    assert json.loads((run.run_dir / "meta.json").read_text())["run_id"] == run_id
+    assert [r.run_id for r in store.list()] == [run_id]
+
+
+def test_write_error_while_saving_keeps_only_complete_runs(store, monkeypatch):
+    first = make_run(store, "a")
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    run_id, staging = store.begin("b")
+    (staging / "trace.json").write_text("{}")
+    monkeypatch.setattr(os, "rename", disk_full)
+    with pytest.raises(RunStoreError, match="could not save run .*No space left on device"):
+        store.commit(run_id, staging, {"status": "ok"})
+    monkeypatch.undo()
+    assert [r.run_id for r in store.list()] == [first.run_id]
+    assert not staging.exists()
+    assert (first.run_dir / "trace.json").read_text() == "{}"
+
+
+def test_list_newest_first_load_and_delete(store):
+    a, b = make_run(store, "2026-01-01"), make_run(store, "2026-02-01")
+    assert [r.run_id for r in store.list()] == [b.run_id, a.run_id]
+    assert store.load(a.run_id).meta["name"] == "2026-01-01"
+    store.delete(a.run_id)
+    assert [r.run_id for r in store.list()] == [b.run_id]
+    with pytest.raises(RunNotFoundError, match="no run"):
+        store.load(a.run_id)
+    with pytest.raises(RunNotFoundError):
+        store.delete(a.run_id)
+
+
+def test_corrupt_meta_is_listed_as_corrupt_not_fatal(store):
+    run = make_run(store)
+    (run.run_dir / "meta.json").write_text("{not json")
+    [listed] = store.list()
+    assert listed.status == "corrupt" and "meta.json unreadable" in listed.meta["error"]
+
+
+def test_root_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROFILING_RUNS_DIR", str(tmp_path / "elsewhere"))
+    assert RunStore().root == tmp_path / "elsewhere"
+
+
+def test_import_json_and_gzip_traces(store, tmp_path):
+    run = store.import_trace(H200)
+    assert run.trace_path.read_bytes() == H200.read_bytes()
+    assert run.meta["source"] == "import" and run.config is None
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(H200.read_bytes()))
+    run2 = store.import_trace(gz, name="zipped")
+    assert run2.trace_path.name == "trace.json.gz"
+    assert gzip.decompress(run2.trace_path.read_bytes()) == H200.read_bytes()
+
+
+@pytest.mark.parametrize("content,error,match", [
+    (b"hello world", TraceFormatError, "not a JSON trace"),
+    (b"\x1f\x8b garbage", TraceFormatError, "not a readable gzip file"),
+])
+def test_import_refuses_what_cannot_be_a_trace(store, tmp_path, content, error, match):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    with pytest.raises(error, match=match):
+        store.import_trace(p)
+    assert store.list() == []
+
+
+def test_import_size_cap(store, tmp_path):
+    p = tmp_path / "big.json"
+    p.write_bytes(b"[" + b" " * 2048 + b"]")
+    with pytest.raises(TraceTooLargeError, match="the import cap is"):
+        store.import_trace(p, max_bytes=1024)
+
+
+def test_stale_staging_is_cleaned(store):
+    _, staging = store.begin("stale")
+    os.utime(staging, (0, 0))
+    assert store.cleanup_staging(older_than_s=60) == 1
+    assert not staging.exists()
