@@ -6,7 +6,9 @@ For each size (bf16, warm): in ONE process,
   1. the app's own workload and profiler setup (profiling_core.workload.run_workload, schedule 0/0/20) writes a
      trace to DIR/fidelity_<size>/trace.json — the app later reads the GEMM kernel's median duration from it;
   2. the same GEMM (torch.matmul on tensors of the same shape) timed 50 times, each between two CUDA events
-     (median), and by triton.testing.do_bench when triton is there;
+     (median; includes the wait for the launch when the GPU is idle), 20 queued back to back between two
+     events (per GEMM; what the kernel itself takes), and by triton.testing.do_bench when triton is there
+     (it flushes L2 between reps);
   3. the profiler's overhead: wall time per iteration of the study's step (matmul + add, synchronised) over
      50 iterations without the profiler, against 50 iterations inside torch.profiler.profile (CPU+CUDA,
      prof.step() each iteration).
@@ -82,6 +84,12 @@ def main() -> int:
         ev = cuda_event_ms(lambda: torch.matmul(x, w))
         row = {"cuda_event_median_us": statistics.median(ev) * 1000, "cuda_event_min_us": min(ev) * 1000,
                "cuda_event_max_us": max(ev) * 1000, "reps": len(ev)}
+        # Back-to-back: 20 GEMMs queued between two events (no launch gap inside), per GEMM; median of 10.
+        def queued():
+            for _ in range(20):
+                torch.matmul(x, w)
+        q = [t / 20 for t in cuda_event_ms(queued, reps=10)]
+        row["cuda_event_queued_median_us"] = statistics.median(q) * 1000
         try:
             from triton.testing import do_bench
             row["do_bench_us"] = do_bench(lambda: torch.matmul(x, w), warmup=25, rep=100) * 1000
