@@ -21,17 +21,21 @@ launch AS (
   SELECT l.id, g.id FROM gpu_corr g JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
 ),
 occupancy AS (
-  SELECT id, ts, parent_id FROM slice
-  WHERE name GLOB 'cudaOccupancy*' OR name GLOB 'hipOccupancy*' OR name GLOB 'cuOccupancy*'
+  -- the earliest occupancy query under each parent (one row per parent, so the join below is a lookup)
+  SELECT parent_id, MIN(ts) AS first_ts FROM slice
+  WHERE (name GLOB 'cudaOccupancy*' OR name GLOB 'hipOccupancy*' OR name GLOB 'cuOccupancy*')
+    AND parent_id IS NOT NULL
+  GROUP BY parent_id
 ),
 path AS (
   SELECT g.name AS gpu_name, g.cat AS gpu_category, l.name AS launch_api, l.id AS launch_id,
     coalesce(par.name, '') AS parent_op,
-    EXISTS (SELECT 1 FROM occupancy o WHERE o.parent_id = l.parent_id AND o.ts <= l.ts) AS occupancy_before
+    coalesce(o.first_ts <= l.ts, 0) AS occupancy_before
   FROM launch p
   JOIN slice l ON l.id = p.launch_id
   JOIN gpu_op g ON g.id = p.gpu_id
   LEFT JOIN slice par ON par.id = l.parent_id
+  LEFT JOIN occupancy o ON o.parent_id = l.parent_id
 )
 SELECT gpu_name, gpu_category, launch_api, parent_op,
   COUNT(*) AS count, SUM(occupancy_before) AS with_occupancy_query

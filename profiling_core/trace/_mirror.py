@@ -24,6 +24,8 @@ _QUOTED = re.compile(r'\."((?:[^"\\]|\\.)*)"')
 _INDEX = re.compile(r"\[\d+\]")
 _SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY_PART = re.compile(r"^(.*?)((?:\[\d+\])*)$")
+_BULK_AFTER = 256  # extract_arg calls for one key before all its values are read at once
+_BULK_KEYS = 16    # at most this many keys kept that way per trace
 
 
 @functools.lru_cache(maxsize=4096)
@@ -77,6 +79,8 @@ class MirrorBackend:
         self.stats = LoadStats()
         self._lock = threading.Lock()
         self._denied: str | None = None
+        self._arg_calls: dict[str, int] = {}
+        self._arg_tables: dict[str, dict] = {}
         self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"
         self._conn = self._aux = None
         try:
@@ -101,15 +105,37 @@ class MirrorBackend:
     def _extract_arg(self, arg_set_id: Any, key: Any) -> Any:
         if arg_set_id is None or type(key) is not str:
             return None
+        table = self._arg_tables.get(key)
+        if table is not None and type(arg_set_id) is int:
+            return table.get(arg_set_id)
         path = _json_path(key)
         if path is None:
             return None
+        n = self._arg_calls[key] = self._arg_calls.get(key, 0) + 1
+        if n >= _BULK_AFTER and type(arg_set_id) is int and key not in self._arg_tables \
+                and len(self._arg_tables) < _BULK_KEYS:
+            # A query asks this key of many rows (e.g. args.correlation of every launch): read it for all
+            # arg sets in one pass in SQLite, then answer from a dict (~0.1 µs instead of ~5 µs a call).
+            self._arg_tables[key] = table = self._bulk_arg(key, path)
+            return table.get(arg_set_id)
         row = self._aux.execute(
             "SELECT json_extract(CAST(raw AS TEXT), ?), json_type(CAST(raw AS TEXT), ?) "
             "FROM _args_raw WHERE arg_set_id = ?", (path, path, arg_set_id)).fetchone()
         if row is None or row[1] in ("object", "array"):
             return None
         return row[0]
+
+    def _bulk_arg(self, key: str, path: str) -> dict:
+        """{arg_set_id: value} of ``key`` for every arg set that has it as a scalar (same rules as one call)."""
+        sql = ("SELECT arg_set_id, json_extract(CAST(raw AS TEXT), ?1) FROM _args_raw "
+               "WHERE json_type(CAST(raw AS TEXT), ?1) NOT IN ('object', 'array')")
+        first = key[5:].split(".")[0].split("[")[0]
+        params: tuple = (path,)
+        if _SIMPLE.match(first):
+            # Only arg sets whose text holds the key's name can hold it (one written with \u escapes has a backslash).
+            sql += " AND (instr(raw, ?2) OR instr(raw, X'5C'))"
+            params = (path, ('"' + first + '"').encode())
+        return {a: v for a, v in self._aux.execute(sql, params) if v is not None}
 
     def _authorize(self, action: int, arg1: Any, arg2: Any, db: Any, source: Any) -> int:
         if action in _ALLOWED:
