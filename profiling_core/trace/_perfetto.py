@@ -2,11 +2,16 @@
 
 The binary comes from ``perfetto_bin`` / ``$PERFETTO_BIN``, else from the perfetto package's
 pinned download (cached under ~/.local/share/perfetto). In auto mode that download gets a short,
-hard time bound (it runs in a daemon thread), so an offline machine falls back to the mirror fast.
+hard time bound and its output is captured, so an offline machine falls back to the mirror fast and quietly.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import platform
+import random
+import subprocess
+import sys
 import threading
 
 from ..errors import EngineUnavailableError, QueryError, TraceError
@@ -14,27 +19,51 @@ from ._source import check_size
 
 
 def _fetch_binary(timeout_s: float | None) -> str:
-    """Path of the perfetto package's own trace_processor_shell (download it if needed)."""
-    result: dict = {}
+    """Path of the perfetto package's pinned trace_processor_shell (download it if needed).
 
-    def fetch() -> None:
+    Does what ``perfetto.prebuilts.perfetto_prebuilts.get_perfetto_prebuilt`` does (same manifest, same
+    cache path, same SHA-256 check), but runs curl with its output captured and a hard timeout, so an
+    offline machine prints nothing (no "Downloading ..." line, no curl error) and falls back fast.
+    """
+    prefix = "no trace_processor binary (set PERFETTO_BIN); "
+    try:
+        from perfetto.prebuilts.manifests.trace_processor_shell import TRACE_PROCESSOR_SHELL_MANIFEST
+    except ImportError as e:
+        raise EngineUnavailableError(f"{prefix}the perfetto package has no prebuilt manifest ({e})") from None
+    plat, machine = sys.platform.lower(), platform.machine().lower()
+    entry = next((m for m in TRACE_PROCESSOR_SHELL_MANIFEST
+                  if m.get("platform") == plat and machine in m.get("machine", [])), None)
+    if entry is None or not entry.get("url"):
+        raise EngineUnavailableError(f"{prefix}no prebuilt trace_processor for {plat}-{machine}")
+    cache = os.path.join(os.path.expanduser("~"), ".local", "share", "perfetto", "prebuilts")
+    root, ext = os.path.splitext(entry["file_name"])
+    bin_path = os.path.join(cache, f"{root}-{entry['sha256'][:16]}{ext}")
+    if os.path.exists(bin_path):  # only ever created by an atomic rename after the SHA-256 check
+        return bin_path
+    tmp_path = f"{bin_path}.{os.getpid()}.{random.randint(0, 1 << 30)}.tmp"
+    try:
+        os.makedirs(cache, exist_ok=True)
+        p = subprocess.run(["curl", "-f", "-sS", "-L", "-o", tmp_path, entry["url"]], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s)
+        if p.returncode != 0:
+            err = (p.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {p.returncode}"])[0]
+            raise EngineUnavailableError(f"{prefix}fetching one failed: {err[:160]}")
+        with open(tmp_path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        if digest != entry["sha256"]:
+            raise EngineUnavailableError(f"{prefix}fetching one failed: checksum mismatch for {entry['url']}")
+        os.chmod(tmp_path, 0o755)
+        os.replace(tmp_path, bin_path)
+        return bin_path
+    except subprocess.TimeoutExpired:
+        raise EngineUnavailableError(f"{prefix}fetching one did not finish in {timeout_s:g} s") from None
+    except OSError as e:  # no curl, unwritable cache...
+        raise EngineUnavailableError(f"{prefix}fetching one failed: {type(e).__name__}: {e}") from None
+    finally:
         try:
-            from perfetto.trace_processor.platform import PlatformDelegate
-            result["path"] = PlatformDelegate().get_shell_path(None)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            result["error"] = e
-
-    th = threading.Thread(target=fetch, name="perfetto-fetch", daemon=True)
-    th.start()
-    th.join(timeout_s)
-    if th.is_alive():
-        raise EngineUnavailableError(
-            f"no trace_processor binary (set PERFETTO_BIN); fetching one did not finish in {timeout_s:g} s")
-    if "error" in result:
-        e = result["error"]
-        err = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" if str(e).strip() else type(e).__name__
-        raise EngineUnavailableError(f"no trace_processor binary (set PERFETTO_BIN); fetching one failed: {err}")
-    return result["path"]
+            os.unlink(tmp_path)
+        except OSError:
+            pass
 
 
 class PerfettoBackend:
