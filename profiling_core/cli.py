@@ -84,7 +84,15 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     except ValueError:
         raise ProfilingError(f"--sizes must be comma-separated integers, got {a.sizes!r}") from None
     modes = _parse_list(a.compile_modes)
-    configs = sweep_configs(sizes, modes, **_common_fields(a))
+    common = _common_fields(a)
+    if a.warmups:
+        try:
+            warmups = _parse_list(a.warmups, int)
+        except ValueError:
+            raise ProfilingError(f"--warmups must be comma-separated integers, got {a.warmups!r}") from None
+        configs = [c for w in warmups for c in sweep_configs(sizes, modes, **{**common, "warmup": w})]
+    else:
+        configs = sweep_configs(sizes, modes, **common)
     cancel = threading.Event()
 
     def progress(p):
@@ -175,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("sweep", cmd_sweep, "profile a list of experiments (sizes x compile modes)")
     p.add_argument("--sizes", default="64,128,256,512,1024,2048,4096,8192")
     p.add_argument("--compile-modes", default="off,default", help="comma list of: " + ", ".join(COMPILE_MODES))
+    p.add_argument("--warmups", default=None, metavar="N,N",
+                   help="several warm-up counts, e.g. 0,10 for cold and warm (overrides --warmup)")
     p.add_argument("--standby", type=int, default=2, metavar="N",
                    help="standby workers that import torch while the current run profiles (0: none; default 2)")
     _config_args(p, sweep=True)

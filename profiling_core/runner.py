@@ -92,6 +92,8 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
                      **_trace_versions(staging / "trace.json")},
         "timings": timings,
         "prestarted": facts.get("prestarted", False),
+        # False means the run started with no CUDA context in its process: a cold run was honestly cold.
+        "cuda_initialized_before_run": facts.get("cuda_initialized_before_run"),
         "peak_device_memory_bytes": facts.get("peak_device_memory_bytes"),
         "peak_host_rss_bytes": facts.get("peak_host_rss_bytes"),
         "profiler_cycles": facts.get("cycles"),

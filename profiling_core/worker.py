@@ -65,6 +65,8 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     timer = workload.Phase()
     timer.timings["process_start_s"] = round(max(0.0, t_main - t_spawn), 6) if t_spawn else None
     timer.timings["torch_import_s"] = round(torch_import_s, 6)
+    import torch
+    cuda_was_initialized = torch.cuda.is_initialized()
     current = {"phase": "setup"}
     orig_run = timer.run
 
@@ -93,6 +95,7 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
         shutil.rmtree(cache, ignore_errors=True)
     facts["timings"] = timer.timings
     facts["prestarted"] = prestarted
+    facts["cuda_initialized_before_run"] = cuda_was_initialized
     _write_json(staging / RESULT_FILE, facts)
     return 0
 
@@ -103,19 +106,28 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _preimport(compile_too: bool) -> float:
+    """Import what the run will import anyway, so it is measured as import (and, for a standby, paid ahead).
+
+    torch.profiler's first profile() imports torch._dynamo (seconds on a GPU host) and torch.compile() imports
+    Inductor.  None of this touches CUDA: a standby stays cold (checked per run: meta records whether CUDA was
+    initialised before the run started).
+    """
+    t0 = time.perf_counter()
+    import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401
+    import torch.profiler  # noqa: F401
+    if compile_too:
+        import torch._inductor.compile_fx  # noqa: F401
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     t_main = time.time()
     argv = sys.argv[1:] if argv is None else argv
     t_spawn = float(os.environ.get(SPAWN_ENV, "0") or 0)
-    standby = argv[:1] == ["--standby"]
-    t0 = time.perf_counter()
-    # Paid here so it is measured as import (and, for a standby, paid ahead).  torch.profiler's first
-    # profile() imports torch._dynamo (seconds on a GPU host): import it now so it is not booked as profiling.
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
-    import torch.profiler  # noqa: F401
-    torch_import_s = time.perf_counter() - t0
-    if standby:
+    if argv[:1] == ["--standby"]:
+        torch_import_s = _preimport(compile_too=True)
         sys.stdout.write("ready\n")
         sys.stdout.flush()
         line = sys.stdin.readline().strip()
@@ -127,9 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         log = open(staging / LOG_FILE, "a", buffering=1)
         os.dup2(log.fileno(), 2)
         sys.stderr = log
-    else:
-        staging = Path(argv[0])
-    return _child_main(staging, t_spawn, t_main, torch_import_s, standby)
+        return _child_main(staging, t_spawn, t_main, torch_import_s, True)
+    staging = Path(argv[0])
+    try:
+        compile_too = json.loads((staging / CONFIG_FILE).read_text()).get("compile", "off") != "off"
+    except (OSError, ValueError, AttributeError):
+        compile_too = False
+    return _child_main(staging, t_spawn, t_main, _preimport(compile_too), False)
 
 
 # ---------------------------------------------------------------------------------------- parent side

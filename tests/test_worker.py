@@ -155,8 +155,10 @@ def test_earlier_runs_survive_a_failed_run(store):
 def test_two_concurrent_runs_serialise(store):
     spans, waits = {}, []
     lock = threading.Lock()
+    barrier = threading.Barrier(2)
 
     def go(tag):
+        barrier.wait()
         def status(msg):
             with lock:
                 if msg.startswith("waiting for device lock"):
@@ -172,8 +174,8 @@ def test_two_concurrent_runs_serialise(store):
     for t in threads:
         t.join()
     (a0, a1), (b0, b1) = spans["a"], spans["b"]
-    assert a1 <= b0 or b1 <= a0, "the two workers profiled at the same time"
-    assert waits, "the second caller never saw that it waits"
+    assert a1 <= b0 or b1 <= a0, f"the two workers profiled at the same time: {spans}"
+    assert waits, f"the second caller never saw that it waits: {spans}"
     assert len(store.list()) == 2
 
 
@@ -185,6 +187,7 @@ def test_standby_worker_runs_and_reports_prestart(store):
         assert pool.wait_ready(120)
         run = run_experiment(ExperimentConfig(**SMALL, wait=0, warmup_steps=0, active=2), store=store, prestart=1)
         assert run.meta["prestarted"] is True
+        assert run.meta["cuda_initialized_before_run"] is False
         assert x_names(scan_trace(run.trace_path))["matmul_add"] == 2
     finally:
         pool.close()
