@@ -90,6 +90,37 @@ def main() -> int:
                 torch.matmul(x, w)
         q = [t / 20 for t in cuda_event_ms(queued, reps=10)]
         row["cuda_event_queued_median_us"] = statistics.median(q) * 1000
+        # CUDA graph of 20 GEMMs replayed between two events: GPU time with no launch gaps at any size.
+        g = torch.cuda.CUDAGraph()
+        s_ = torch.cuda.Stream()
+        s_.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s_):
+            for _ in range(3):
+                torch.matmul(x, w)
+        torch.cuda.current_stream().wait_stream(s_)
+        with torch.cuda.graph(g):
+            for _ in range(20):
+                torch.matmul(x, w)
+        gr = [t / 20 for t in cuda_event_ms(g.replay, reps=10)]
+        row["cuda_graph_median_us"] = statistics.median(gr) * 1000
+        # The same GEMM instances two ways: CUDA events around each matmul inside a profiled loop of 20 steps;
+        # the trace (events_trace.json) gives the kernel durations of exactly these instances.
+        from torch.profiler import ProfilerActivity, profile, record_function
+        evs = []
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                s0, e0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                with record_function("matmul_add"):
+                    s0.record()
+                    y = torch.matmul(x, w)
+                    e0.record()
+                    torch.add(y, b)
+                evs.append((s0, e0))
+                prof.step()
+        torch.cuda.synchronize()
+        prof.export_chrome_trace(str(d / "events_trace.json"))
+        row["in_loop_event_us"] = [s0.elapsed_time(e0) * 1000 for s0, e0 in evs]
+        row["in_loop_event_median_us"] = statistics.median(row["in_loop_event_us"])
         try:
             from triton.testing import do_bench
             row["do_bench_us"] = do_bench(lambda: torch.matmul(x, w), warmup=25, rep=100) * 1000
