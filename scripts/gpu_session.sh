@@ -13,8 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$W/n
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$W/nvidia-smi.txt"
 if [[ $STEPS == *cli* ]]; then
   S="$W/cli_store"; t0=$(date +%s.%N)
-  python3 -m profiling_core sweep --store "$S" --sizes 64,4096 --compile-modes off,default,reduce-overhead --standby 3 --json > "$W/cli_cold.json"
-  python3 -m profiling_core sweep --store "$S" --sizes 64,4096 --compile-modes off,default,reduce-overhead --warmup --standby 3 --json > "$W/cli_warm.json"
+  python3 -m profiling_core sweep --store "$S" --sizes 64,4096 --compile-modes off,default,reduce-overhead --warmups 0,10 --standby 3 --json > "$W/cli_coldwarm.json"
   python3 -m profiling_core sweep --store "$S" --sizes 64,4096 --compile-modes off --batch 8 --warmup --standby 3 --json > "$W/cli_batch.json"
   t1=$(date +%s.%N)
   echo "CLI study set wall: $(python3 -c "print(round($t1-$t0,1))") s" | tee "$W/cli_wall.txt"
@@ -26,6 +25,10 @@ for m in sorted(glob.glob('$S/*/meta.json')):
     d=json.load(open(m)); t=d['timings']; print(d['name'], ' '.join(f'{k}={v:.3f}' for k,v in t.items()))" | tee "$W/cli_timings.txt"
   (cd "$S" && tar czf "$W/cli_runs.tgz" --exclude=worker.log */)
   rm -rf "$S"
+fi
+if [[ $STEPS == *spine* ]]; then
+  timeout 300 python3 scripts/gpu_study.py --out "$W/spine" --sets spine --store "$W/store_spine" --prestart 3 2>&1 | grep -E "^== |FAIL|^spine"
+  rm -rf "$W/store_spine"
 fi
 [[ $STEPS == *click* ]] && timeout 300 python3 scripts/gpu_click.py --out "$W/click" 2>&1 | tail -20 && rm -rf "$W/click/store"
 if [[ $STEPS == *study* ]]; then
