@@ -31,6 +31,7 @@ PAGES = {
     ],
 }
 
+ui.new_script_run()
 page = st.navigation(PAGES)
 ui.sidebar()
 page.run()

@@ -39,6 +39,24 @@ PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in th
                   "downloaded `trace.json` (the file stays in your browser; nothing is uploaded).")
 
 
+# --- one script run's memo ------------------------------------------------------------------------
+
+_MEMO = "_rerun_memo"
+
+
+def new_script_run() -> None:
+    """Called by the frame at the top of every script run: forget the previous run's memo."""
+    st.session_state[_MEMO] = {}
+
+
+def _memo(key: tuple, make: Callable[[], Any]) -> Any:
+    """``make()`` once per script run (cache_data copies are not free when a page asks ten times)."""
+    memo = st.session_state.setdefault(_MEMO, {})
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
 # --- the run store ----------------------------------------------------------------------------------
 
 def store() -> RunStore:
@@ -73,13 +91,19 @@ def _runs_frame(root: str, mtime_ns: int) -> pd.DataFrame:
 
 
 def runs_frame() -> pd.DataFrame:
-    """Runs in the store, newest first (cached until the store's folder changes)."""
-    root, mtime = _store_stamp()
-    return _runs_frame(root, mtime)
+    """Runs in the store, newest first (cached until the store's folder changes). Do not modify it."""
+    return _memo(("runs",), lambda: _runs_frame(*_store_stamp()))
 
 
 def load_run(run_id: str):
-    return store().load(run_id)
+    return _memo(("run", run_id), lambda: store().load(run_id))
+
+
+def forget_runs() -> None:
+    """After a run was added or deleted in this script run."""
+    memo = st.session_state.setdefault(_MEMO, {})
+    for k in [k for k in memo if k[0] in ("runs", "run", "labels")]:
+        del memo[k]
 
 
 def current_run_id() -> Optional[str]:
@@ -95,13 +119,20 @@ def set_current_run(run_id: Optional[str]) -> None:
     st.session_state[CURRENT_RUN] = run_id
 
 
-def run_label(run_id: str) -> str:
+def _labels() -> dict:
     runs = runs_frame()
-    row = runs[runs["run_id"] == run_id]
-    if not len(row):
-        return run_id
-    r = row.iloc[0]
-    return f"{r['name']}  ·  {r['started_at']}  ·  {run_id[-4:]}"
+    return _memo(("labels",), lambda: {r.run_id: f"{r.name}  ·  {r.started_at}  ·  {r.run_id[-4:]}"
+                                       for r in runs.itertuples()})
+
+
+def run_label(run_id: str) -> str:
+    return _labels().get(run_id, run_id)
+
+
+def label_of() -> Callable[[str], str]:
+    """A format_func for run ids that needs no script run (AppTest calls format_funcs from outside one)."""
+    labels = dict(_labels())
+    return lambda run_id: labels.get(run_id, run_id)
 
 
 def run_picker(label: str, key: str, *, default: Optional[str] = None, help: Optional[str] = None
@@ -113,7 +144,7 @@ def run_picker(label: str, key: str, *, default: Optional[str] = None, help: Opt
     ids = list(runs["run_id"])
     default = default if default in ids else current_run_id()
     index = ids.index(default) if default in ids else 0
-    return st.selectbox(label, ids, index=index, format_func=run_label, key=key, help=help)
+    return st.selectbox(label, ids, index=index, format_func=label_of(), key=key, help=help)
 
 
 def newest_run(*, warm: bool) -> Optional[str]:
@@ -171,10 +202,12 @@ def _report(path: str, mtime_ns: int, config_json: str):
 
 
 def report(run_id: str):
-    """Every analysis of a run (``profiling_core.analyses.Report``), computed once per trace version."""
-    run = load_run(run_id)
-    cfg = run.config
-    return _report(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
+    """Every analysis of a run (``profiling_core.analyses.Report``), computed once per trace version.
+    Treat its DataFrames as read-only."""
+    def make():
+        cfg = load_run(run_id).config
+        return _report(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
+    return _memo(("report", run_id), make)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -193,9 +226,10 @@ def _findings(path: str, mtime_ns: int, config_json: str) -> list:
 
 def findings(run_id: str) -> list:
     """Findings (id, question, title, text, evidence) derived from the run's trace; [] when unavailable."""
-    run = load_run(run_id)
-    cfg = run.config
-    return _findings(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
+    def make():
+        cfg = load_run(run_id).config
+        return _findings(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
+    return _memo(("findings", run_id), make)
 
 
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:
@@ -285,15 +319,27 @@ def _svg(spec_json: str) -> str:
     return export.chart_svg(json.loads(spec_json))
 
 
-def chart_block(chart: alt.TopLevelMixin, data: Optional[pd.DataFrame], name: str, key: str) -> None:
-    """Draw ``chart`` and, under it, PNG / SVG / CSV download buttons (images rendered only on click)."""
-    shown = chart
-    if not isinstance(chart, alt.FacetChart):
+@st.cache_data(show_spinner=False, max_entries=256)
+def _chart_spec(name: str, frames: tuple, kwargs_json: str) -> dict:
+    chart = getattr(charts, name)(*frames, **json.loads(kwargs_json))
+    return chart.to_dict()
+
+
+def chart(name: str, *frames: Optional[pd.DataFrame], **kwargs) -> dict:
+    """The Vega-Lite spec of ``profiling_core.charts.<name>(*frames, **kwargs)``, cached by the frames' content,
+    so a rerun on the same data costs a hash instead of building and validating an Altair chart."""
+    return _chart_spec(name, tuple(frames), json.dumps(kwargs, sort_keys=True, default=str))
+
+
+def chart_block(spec: dict, data: Optional[pd.DataFrame], name: str, key: str) -> None:
+    """Draw a chart spec (from :func:`chart`) and PNG / SVG / CSV download buttons (images made only on click)."""
+    shown = dict(spec)
+    if "facet" not in spec:
         # Streamlit's default autosize ("fit") squeezes charts with a discrete y axis into a sliver;
         # fit the width only and keep the height the chart asks for.
-        shown = chart.properties(autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
-    st.altair_chart(shown, width="stretch", key=f"chart_{key}")
-    spec_json = json.dumps(chart.to_dict(), sort_keys=True, default=str)
+        shown["autosize"] = {"type": "fit-x", "contains": "padding"}
+    st.vega_lite_chart(shown, width="stretch", key=f"chart_{key}")
+    spec_json = json.dumps(spec, sort_keys=True, default=str)
     base = export.safe_filename(name)
     cols = st.columns([1, 1, 1, 5])
     cols[0].download_button("PNG", data=lambda: _png(spec_json), file_name=f"{base}.png", mime="image/png",
@@ -301,14 +347,14 @@ def chart_block(chart: alt.TopLevelMixin, data: Optional[pd.DataFrame], name: st
     cols[1].download_button("SVG", data=lambda: _svg(spec_json), file_name=f"{base}.svg",
                             mime="image/svg+xml", key=f"svg_{key}", on_click="ignore", icon=":material/draw:")
     if data is not None:
-        cols[2].download_button("CSV", data=export.dataframe_csv(data), file_name=f"{base}.csv", mime="text/csv",
-                                key=f"csv_{key}", on_click="ignore", icon=":material/table:")
+        cols[2].download_button("CSV", data=lambda: export.dataframe_csv(data), file_name=f"{base}.csv",
+                                mime="text/csv", key=f"csv_{key}", on_click="ignore", icon=":material/table:")
 
 
 def table_block(df: pd.DataFrame, name: str, key: str, **kwargs) -> None:
     """A DataFrame with a CSV download button."""
     st.dataframe(df, hide_index=True, **kwargs)
-    st.download_button("CSV", data=export.dataframe_csv(df), file_name=f"{export.safe_filename(name)}.csv",
+    st.download_button("CSV", data=lambda: export.dataframe_csv(df), file_name=f"{export.safe_filename(name)}.csv",
                        mime="text/csv", key=f"csv_{key}", on_click="ignore", icon=":material/table:")
 
 
@@ -485,6 +531,7 @@ def finish_profile(key: str) -> Optional[str]:
         show_error(job.error)
         return None
     run = job.result
+    forget_runs()
     set_current_run(run.run_id)
     st.toast(f"Run {run.run_id} saved", icon=":material/check_circle:")
     return run.run_id
@@ -532,6 +579,7 @@ def finish_sweep(key: str, state_key: str, widget_key: Optional[str] = None) -> 
         show_error(job.error, "The sweep failed")
         return None
     res = job.result
+    forget_runs()
     st.session_state[state_key] = [r.run_id for r in res.runs]
     if widget_key and res.runs:
         st.session_state[widget_key] = [r.run_id for r in res.runs]

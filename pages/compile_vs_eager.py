@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import ExperimentConfig, charts
+from profiling_core import ExperimentConfig
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
 
@@ -37,7 +37,7 @@ runs = ui.runs_frame()
 default = [r for r in st.session_state.get("compile_runs", []) if r in set(runs["run_id"])] or list(
     runs["run_id"].head(2))
 chosen = st.multiselect("Runs to compare (the first eager one is the baseline)", list(runs["run_id"]),
-                        default=default, format_func=ui.run_label, key="compile_chosen")
+                        default=default, format_func=ui.label_of(), key="compile_chosen")
 if not chosen:
     st.info("No runs yet: press **Run eager + compiled** above.")
     st.stop()
@@ -61,13 +61,13 @@ metrics = [c for c in table.columns if c not in ("run", "mode", "FX graph hash")
 long = table.melt(id_vars=["run"], value_vars=metrics, var_name="metric", value_name="value")
 
 st.header("Per step, by mode", divider="gray")
-cpu = charts.grouped_bars(long[long["metric"] == "CPU per step (µs)"].rename(columns={"value": "cpu_us"}),
+cpu = ui.chart("grouped_bars", long[long["metric"] == "CPU per step (µs)"].rename(columns={"value": "cpu_us"}),
                           category="run", value="cpu_us", title="CPU time per step (median)",
                           value_title="µs per step")
 ui.chart_block(cpu, table[["run", "CPU per step (µs)"]], "compile_cpu_per_step", key="compile_cpu")
 counts = long[long["metric"].isin(["launches per step", "kernels per step", "memcpy DtoD per step",
                                    "memsets per step", "cudaGraphLaunch per step"])]
-ops = charts.grouped_bars(counts, category="metric", value="value", group="run",
+ops = ui.chart("grouped_bars", counts, category="metric", value="value", group="run",
                           title="Launches and GPU ops per step (median)", value_title="per step")
 ui.chart_block(ops, counts, "compile_gpu_ops", key="compile_ops")
 if not any(ui.report(r).has_gpu for r in chosen):
@@ -77,7 +77,7 @@ if not any(ui.report(r).has_gpu for r in chosen):
 st.header("The compiled region, broken down", divider="gray")
 region = long[long["metric"].isin(["Dynamo cache lookup (µs)", "compiled region (µs)", "AOT prologue (µs)",
                                    "CompiledFxGraph (µs)"])]
-reg = charts.grouped_bars(region, category="metric", value="value", group="run",
+reg = ui.chart("grouped_bars", region, category="metric", value="value", group="run",
                           title="torch.compile's CPU rows per step (median µs)", value_title="µs per step")
 ui.chart_block(reg, region, "compile_region", key="compile_region")
 hashes = table[["run", "FX graph hash"]]

@@ -37,7 +37,7 @@ if rep is not None and len(rep.dispatch_chains):
         lines.append(f"{'   ' * int(d)}{'└─ ' if d else ''}{str(r['name'])[:90]}  [{where}, {r['dur_us']:,.1f} µs]")
     st.code("\n".join(lines), language="text")
     flame_df = charts.flame_from_chain(chain)
-    flame = charts.dispatch_flame(flame_df, title=f"ProfilerStep#{step}: nesting over time")
+    flame = ui.chart("dispatch_flame", flame_df, title=f"ProfilerStep#{step}: nesting over time")
     ui.chart_block(flame, flame_df, f"dispatch_chain_step{step}", key="dispatch_flame")
     report_sections.append(ReportSection("Dispatch chain", text="\n".join(lines), charts=[flame]))
 else:
@@ -64,7 +64,7 @@ if rep is not None and len(rep.launch_latency):
     ll = rep.launch_latency.rename(columns={"gpu_name": "kernel", "launch_name": "launch"})
     ll = ll[["kernel", "launch", "step", "latency_us", "gpu_category"]].copy()
     ll["step"] = ll["step"].astype("float").fillna(-1).astype(int)
-    lat = charts.launch_latency(ll)
+    lat = ui.chart("launch_latency", ll)
     ui.chart_block(lat, ll, "launch_latency", key="dispatch_latency")
     st.caption(f"Median launch → start: {ui.fmt_us(ll['latency_us'].median())}; "
                f"max {ui.fmt_us(ll['latency_us'].max())}. A growing latency means the CPU runs ahead of a busy GPU "
@@ -103,7 +103,7 @@ if cold_id and warm_id:
         rows.append(pd.DataFrame({"step": range(len(s)), "dur_us": s["cpu_dur_us"].to_numpy(),
                                   "label": f"{label} · {ui.load_run(r).name}"}))
     cw = pd.concat(rows, ignore_index=True)
-    cwc = charts.cold_vs_warm(cw, title="Step duration by position in the profile (CPU)")
+    cwc = ui.chart("cold_vs_warm", cw, title="Step duration by position in the profile (CPU)")
     ui.chart_block(cwc, cw, "cold_vs_warm", key="dispatch_coldwarm")
     a, b = st.columns(2)
     for col, (label, r) in zip((a, b), (("cold", cold_id), ("warm", warm_id))):
@@ -121,7 +121,7 @@ if rep is not None and len(rep.sync_wait):
                       "dur_us": sw["gpu_busy_us"]}),
         pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU idle",
                       "dur_us": sw["dur_us"] - sw["gpu_busy_us"]})], ignore_index=True)
-    syn = charts.sync_idle(parts)
+    syn = ui.chart("sync_idle", parts)
     ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
     for _, r in sw.iterrows():
         st.markdown(f"- `{r['name']}` lasted {ui.fmt_us(r['dur_us'])} while the GPU was busy "

@@ -42,7 +42,7 @@ default = [r for r in st.session_state.get("overhead_runs", []) if r in set(runs
 if not default and len(runs):
     default = list(runs["run_id"].head(12))
 chosen = st.multiselect("Runs in the chart (the last sweep by default)", list(runs["run_id"]), default=default,
-                        format_func=ui.run_label, key="overhead_chosen")
+                        format_func=ui.label_of(), key="overhead_chosen")
 if not chosen:
     st.info("No runs to chart yet: run a sweep above.")
     st.stop()
@@ -59,7 +59,7 @@ if not sweep["has_gpu"].any():
             "drawn and there is no crossover. Run the sweep on a CUDA device to see the GPU take over.",
             icon=":material/info:")
 cols = ["size", "mode", "cpu_us_per_step", "gpu_busy_us_per_step", "gpu_busy_fraction", "run_id"]
-main = charts.overhead_vs_compute(sweep[cols])
+main = ui.chart("overhead_vs_compute", sweep[cols])
 ui.chart_block(main, sweep[cols], "overhead_vs_compute", key="overhead_main")
 cross = charts.crossover_points(sweep)
 if len(cross):
@@ -71,7 +71,7 @@ elif sweep["has_gpu"].any():
     st.caption("The curves do not cross inside this sweep: extend the sizes to find the crossover.")
 
 st.header("GPU busy fraction of the step", divider="gray")
-frac = charts.gpu_busy_fraction(sweep[cols])
+frac = ui.chart("gpu_busy_fraction", sweep[cols])
 ui.chart_block(frac, sweep[cols], "gpu_busy_fraction", key="overhead_frac")
 st.dataframe(sweep[cols], hide_index=True, width="stretch")
 ui.report_button("Overhead vs compute",

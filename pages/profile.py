@@ -73,7 +73,7 @@ else:
     if not rep.has_gpu:
         st.caption("CPU lane only: this trace has no GPU events (recorded on the CPU), so there is no GPU lane "
                    "and no launch → kernel links.")
-    timeline = charts.step_timeline(slices, links, title=f"ProfilerStep#{step}: CPU and GPU lanes")
+    timeline = ui.chart("step_timeline", slices, links, title=f"ProfilerStep#{step}: CPU and GPU lanes")
     ui.chart_block(timeline, slices, f"{run.name}_step{step}_timeline", key="profile_timeline")
     if len(links):
         st.caption("Dashed lines join each launch call (CPU) to the GPU op it started; their slope is the "

@@ -3,7 +3,6 @@ import pandas as pd
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import charts
 from profiling_core.export import ReportSection
 
 st.title("Runs")
@@ -35,7 +34,7 @@ name_a, name_b = f"A · {ui.load_run(a).name}", f"B · {ui.load_run(b).name}"
 
 steps = pd.concat([pd.DataFrame({"step": range(len(r.steps)), "dur_us": r.steps["cpu_dur_us"].to_numpy(),
                                  "label": n}) for r, n in ((ra, name_a), (rb, name_b))], ignore_index=True)
-step_chart = charts.cold_vs_warm(steps, title="CPU time of each profiled step")
+step_chart = ui.chart("cold_vs_warm", steps, title="CPU time of each profiled step")
 ui.chart_block(step_chart, steps, "compare_steps", key="runs_steps")
 
 summary = ui.summaries([a, b]).drop(columns=["run_id"])
@@ -51,12 +50,12 @@ if kernels.empty:
     tb = rb.profiler_table[["name", "calls", "self_cpu_us", "cpu_total_us"]].assign(run=name_b)
     both = pd.concat([ta, tb], ignore_index=True)
     top = both.groupby("name")["self_cpu_us"].max().sort_values(ascending=False).head(8).index
-    kchart = charts.grouped_bars(both[both["name"].isin(top)], category="name", value="self_cpu_us", group="run",
+    kchart = ui.chart("grouped_bars", both[both["name"].isin(top)], category="name", value="self_cpu_us", group="run",
                                  title="Self CPU time by op", value_title="µs (all steps)")
     ui.chart_block(kchart, both, "compare_ops", key="runs_kernels")
 else:
     kernels["kernel"] = kernels["name"].astype(str).str.slice(0, 60)
-    kchart = charts.grouped_bars(kernels, category="kernel", value="median_us", group="run",
+    kchart = ui.chart("grouped_bars", kernels, category="kernel", value="median_us", group="run",
                                  title="Median kernel duration", value_title="µs")
     ui.chart_block(kchart, kernels, "compare_kernels", key="runs_kernels")
 
@@ -77,7 +76,7 @@ ui.report_button("Compare runs", [ReportSection("Steps", charts=[step_chart], ta
 
 st.header("Delete a run", divider="gray")
 with st.form("delete_form"):
-    victim = st.selectbox("Run", list(runs["run_id"]), format_func=ui.run_label, key="runs_delete")
+    victim = st.selectbox("Run", list(runs["run_id"]), format_func=ui.label_of(), key="runs_delete")
     sure = st.checkbox("Yes, delete it (its folder is removed from the store)", key="runs_delete_sure")
     if st.form_submit_button("Delete", icon=":material/delete:"):
         if not sure:

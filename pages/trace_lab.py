@@ -5,7 +5,6 @@ from pathlib import Path
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import charts
 from profiling_core.errors import ProfilingError
 from profiling_core.queries import list_queries, load_query
 
@@ -34,6 +33,7 @@ if upload is not None and upload.file_id not in imported:
             imported[upload.file_id] = None  # do not retry the same upload on every rerun
         else:
             imported[upload.file_id] = run.run_id
+            ui.forget_runs()
             ui.set_current_run(run.run_id)
             st.success(f"Imported as run `{run.run_id}`; it is now the current run of every page.")
 
@@ -41,6 +41,7 @@ rid = ui.run_picker("Trace to explore", key="lab_run")
 if rid is None:
     st.info("No trace yet: upload one above, or profile on the **Profile** page.")
     st.stop()
+ui.set_current_run(rid)
 rep = ui.report(rid)
 sess = ui.session(rid)
 s = rep.summary
@@ -51,13 +52,13 @@ c3.metric("CPU per step (median)", ui.fmt_us(s.get("cpu_step_median_us")))
 c4.metric("SQL engine", sess.engine, help=sess.engine_reason)
 
 st.header("The same analyses", divider="gray")
-st.caption("Open this trace on any page: it is the current run now. A quick look:")
+st.caption("This trace is now the current run of every page. A quick look:")
 if len(rep.steps):
     steps = rep.steps[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "launches", "kernels"]]
     st.dataframe(steps, hide_index=True, width="stretch")
 if len(rep.kernel_stats):
     top = rep.kernel_stats.head(10).assign(kernel=lambda d: d["name"].astype(str).str.slice(0, 60))
-    kc = charts.grouped_bars(top, category="kernel", value="total_us", title="Kernels by total time",
+    kc = ui.chart("grouped_bars", top, category="kernel", value="total_us", title="Kernels by total time",
                              value_title="µs")
     ui.chart_block(kc, rep.kernel_stats, "lab_kernels", key="lab_kernels")
 elif not rep.has_gpu:
@@ -74,7 +75,7 @@ QUESTION_OF = {"profiler_table": "Q1", "steps": "Q1-2", "gpu_busy": "Q2", "cold_
                "per_step_kernels": "Q8", "kernel_stats": "Q8", "kernels": "Q8", "compile_breakdown": "Q9-10",
                "gemm_ops": "Q10", "gemm_shapes": "Q10"}
 examples = list_queries()
-names = sorted(examples, key=lambda n: (QUESTION_OF.get(n, "Z"), n))
+names = sorted(examples, key=lambda n: (QUESTION_OF.get(n, "Q0"), n))  # the explore examples first
 
 
 def _load_example():

@@ -3,7 +3,6 @@ import pandas as pd
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import charts
 from profiling_core.export import ReportSection
 
 st.title("Kernel variance")
@@ -48,7 +47,7 @@ keep = dur.groupby("kernel")["dur_us"].sum().sort_values(ascending=False).head(t
 dur = dur[dur["kernel"].isin(keep)]
 
 st.header("Per-step durations", divider="gray")
-per_step = charts.kernel_durations_by_step(dur)
+per_step = ui.chart("kernel_durations_by_step", dur)
 ui.chart_block(per_step, dur, "kernel_durations_by_step", key="variance_steps")
 
 stats = (dur.groupby("kernel")["dur_us"].agg(count="count", median_us="median", mean_us="mean", min_us="min",
@@ -70,7 +69,7 @@ if other and other != rid:
     d2, _ = durations(other)
     both.append(d2[d2["kernel"].isin(keep)].assign(run=f"B · {ui.load_run(other).name}"))
 spread_df = pd.concat(both, ignore_index=True)
-spread = charts.kernel_spread(spread_df)
+spread = ui.chart("kernel_spread", spread_df)
 ui.chart_block(spread, spread_df, "kernel_spread", key="variance_spread")
 st.caption("Box: quartiles and median; whiskers: min..max; red tick: the mean.")
 

@@ -114,11 +114,14 @@ def test_profile_in_a_real_browser(server, browser_page, tmp_path):
     page = browser_page
     page.goto(f"{server}/profile")
     page.get_by_role("button", name="Run profile").wait_for(timeout=60_000)
+    _wait_idle(page)
     # fp32 on the CPU (the form's dtype selectbox), everything else at its default (64², schedule 1/1/3)
     page.get_by_label("dtype", exact=True).first.click()
     page.get_by_role("option", name="fp32", exact=True).click()
     page.get_by_role("button", name="Run profile").click()
-    page.get_by_text("64_fp32_cold_eager").first.wait_for(timeout=120_000)
+    # the run's own heading (not the progress bar's text), then the page's last section: the run is drawn
+    page.get_by_role("heading", name="64_fp32_cold_eager").wait_for(timeout=120_000)
+    page.get_by_role("heading", name="4 · Take it with you").wait_for(timeout=60_000)
     _wait_idle(page)
     chart = page.locator('[data-testid="stVegaLiteChart"]').first
     chart.locator("canvas, svg").first.wait_for(timeout=60_000)
