@@ -135,6 +135,17 @@ def test_profile_in_a_real_browser(server, browser_page, tmp_path):
     _shot(page, "profile")
 
 
+def test_sweep_shows_progress_and_cancels(server, browser_page):
+    page = browser_page
+    page.goto(f"{server}/overhead")
+    page.get_by_role("button", name="Run sweep").wait_for(timeout=60_000)
+    _wait_idle(page)
+    page.get_by_role("button", name="Run sweep").click()
+    page.locator('[data-testid="stProgress"]').first.wait_for(timeout=60_000)
+    page.locator(".st-key-cancel_sweep button").click()
+    page.get_by_text("Cancelled after").wait_for(timeout=120_000)
+
+
 def test_screenshot_every_page(server, browser_page):
     page = browser_page
     for name in PAGES:
