@@ -7,6 +7,7 @@ absolute epoch timestamps keep their nanoseconds.
 """
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -69,15 +70,134 @@ def split_events(data: bytes | bytearray, source: str) -> list[msgspec.Raw]:
         raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
 
 
-def iter_batches(raws: list[msgspec.Raw], size: int = BATCH):
+class NotStreamable(Exception):
+    """The document is not a plain ``{... "traceEvents": [...] ...}`` / ``[...]`` that can be split while read."""
+
+
+_WS = b" \t\r\n"
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+_CUT_TRIES = 16
+
+
+def stream_events(chunks):
+    """Split the trace's event list into raw JSON slices while its bytes arrive (``chunks``: an iterator).
+
+    Yields lists of msgspec.Raw, in file order, whose concatenation is exactly what
+    :func:`split_events` returns for the whole document; only about one chunk is held at a time.
+    A cut is made after a ``},`` once ``[`` + the bytes up to it + ``]`` decode as a list: that holds
+    only where the ``},`` ends a top-level event (inside a string or a nested value the brackets
+    cannot balance). At the end, the list's closing bracket is where msgspec reports trailing
+    characters, and the document around the list (``head`` + ``[]`` + tail) must decode on its own.
+
+    Raises NotStreamable for anything else (invalid JSON, no ``traceEvents`` list, duplicate keys...):
+    the caller then reads the whole document the ordinary way, which reports the error.
+    """
+    it = iter(chunks)
+    buf = bytearray()
+    eof = False
+
+    def more() -> bool:
+        nonlocal eof
+        for c in it:
+            if c:
+                buf.extend(c)
+                return True
+        eof = True
+        return False
+
+    # 1. the start of the event list
+    while not buf.lstrip(_WS) and more():
+        pass
+    body = buf.lstrip(_WS)
+    if not body:
+        raise NotStreamable("empty")
+    head: bytes | None = None
+    if body[:1] == b"[":
+        pos = len(buf) - len(body) + 1
+    elif body[:1] == b"{":
+        while (i := buf.find(b'"traceEvents"')) < 0:
+            if len(buf) > (64 << 20) or not more():
+                raise NotStreamable("no traceEvents key")
+        j = i + len(b'"traceEvents"')
+        while True:
+            rest = bytes(buf[j:j + 256]).lstrip(_WS)
+            if rest[:1] == b":" and rest[1:].lstrip(_WS)[:1] == b"[":
+                break
+            if len(buf) - j > 256 or not more():
+                raise NotStreamable("traceEvents is not a list")
+        head = bytes(buf[:i])
+        _check_doc(head, None)
+        pos = buf.index(b"[", j) + 1
+    else:
+        raise NotStreamable("not an object or a list")
+    del buf[:pos]
+    # 2. the events, a chunk at a time
+    cuts = 0
+    while not eof:
+        more()
+        if eof:
+            break
+        cut = len(buf)
+        for _ in range(_CUT_TRIES):
+            cut = buf.rfind(b"},", 0, cut)
+            if cut < 0:
+                break
+            try:
+                raws = _RAW_LIST_DECODER.decode(b"[" + buf[:cut + 1] + b"]")
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                continue
+            del buf[:cut + 2]
+            cuts += 1
+            yield raws
+            break
+    # 3. the last events, the closing bracket and what follows the list
+    text = b"[" + buf
+    buf.clear()
+    try:
+        raws = _RAW_LIST_DECODER.decode(text)
+        end = len(text)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+        m = _TRAILING.search(str(e))
+        if head is None or m is None:
+            raise NotStreamable("bad end") from None
+        for end in (int(m.group(1)) - 1, int(m.group(1))):  # msgspec counts that byte from 1
+            try:
+                raws = _RAW_LIST_DECODER.decode(text[:end])
+                break
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                pass
+        else:
+            raise NotStreamable("bad end")
+    if cuts and not raws:
+        raise NotStreamable("a comma before the closing bracket")  # [..., {...},] is not JSON
+    if head is not None:
+        _check_doc(head, bytes(text[end:]))
+    yield raws
+
+
+def _check_doc(head: bytes, tail: bytes | None) -> None:
+    """``head`` + an empty traceEvents list + ``tail`` must be a valid document (tail None = not read yet)."""
+    if tail is not None and b'"traceEvents"' in tail:
+        raise NotStreamable("traceEvents twice")
+    doc = head + b'"traceEvents":[]' + (b"}" if tail is None else tail)
+    try:
+        d = _RAW_DECODER.decode(doc)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raise NotStreamable("invalid document around traceEvents") from None
+    if isinstance(d, list) or bytes(d.traceEvents) != b"[]":
+        raise NotStreamable("unexpected document")
+
+
+def iter_batches(raws: list[msgspec.Raw], size: int = BATCH, base: int = 0):
     """Typed events, ``size`` at a time (so only one batch of Structs is alive at once).
 
     Entries that are not JSON objects (or nest too deeply) come back as Event(ph=None).
+    ``base`` is the file index of ``raws[0]``.
     """
     for start in range(0, len(raws), size):
         chunk = raws[start:start + size]
         try:
-            yield start, _BATCH_DECODER.decode(b"[" + b",".join(chunk) + b"]")
+            yield base + start, _BATCH_DECODER.decode(b"[" + b",".join(chunk) + b"]")
             continue
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             pass
@@ -87,7 +207,7 @@ def iter_batches(raws: list[msgspec.Raw], size: int = BATCH):
                 out.append(_ONE_DECODER.decode(raw))
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                 out.append(Event(ph=None))  # counted by the builder as missing_or_bad_ph
-        yield start, out
+        yield base + start, out
 
 
 def _short(e: Exception) -> str:

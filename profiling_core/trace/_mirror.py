@@ -6,6 +6,7 @@ RSS. User SQL runs under an authorizer that allows reading only, plus ``PRAGMA q
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import queue
 import re
@@ -17,14 +18,15 @@ from typing import Any
 from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._build import LoadStats, Model, build, new_collector
-from ._decode import iter_batches, split_events
-from ._source import read_trace_bytes
+from ._decode import NotStreamable, iter_batches, split_events, stream_events
+from ._source import iter_trace_chunks, read_trace_bytes
 
 _QUOTED = re.compile(r'\."((?:[^"\\]|\\.)*)"')
 _INDEX = re.compile(r"\[\d+\]")
 _SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY_PART = re.compile(r"^(.*?)((?:\[\d+\])*)$")
 _BULK_AFTER = 256  # extract_arg calls for one key before all its values are read at once
+_STREAM_CHUNK = 4 << 20  # bytes of JSON read (and split into events) at a time
 _BULK_KEYS = 16    # at most this many keys kept that way per trace
 
 
@@ -251,21 +253,25 @@ def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats,
     conn.execute("PRAGMA journal_mode = OFF")
     conn.execute("PRAGMA synchronous = OFF")
     conn.executescript(_schema.TABLES)
-    data = read_trace_bytes(path, max_bytes)
-    raws = split_events(data, os.fspath(path))
-    stats.events = len(raws)
-    collector = new_collector(stats)
-    writer = _ArgsWriter(args_path)
+    gc_was = gc.isenabled()
+    gc.disable()  # the loader makes millions of small objects and no cycles
     try:
-        for start, batch in iter_batches(raws):
-            collector.run(start, batch)
-            writer.put(collector.args)
-            collector.args = []
+        try:
+            collector = _collect(stream_events(iter_trace_chunks(path, max_bytes, _STREAM_CHUNK)), stats, args_path)
+        except NotStreamable:
+            # Not a plain trace document (or not valid JSON): read it whole, which reports any error exactly.
+            stats.__init__()
+            os.unlink(args_path)
+            data = read_trace_bytes(path, max_bytes)
+            raws = split_events(data, os.fspath(path))
+            del data
+            collector = _collect(iter([raws]), stats, args_path)
+            del raws
+        model = build(collector)
+        del collector
     finally:
-        writer.finish()
-    del raws, data
-    model = build(collector)
-    del collector
+        if gc_was:
+            gc.enable()
     if stats.events and not stats.slices and stats.skipped_total >= stats.events:
         raise TraceFormatError(
             f"{os.fspath(path)}: none of its {stats.events} events could be used "
@@ -273,8 +279,28 @@ def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats,
     conn.execute("BEGIN")
     _insert(conn, model)
     conn.execute("COMMIT")
+    del model
     conn.executescript(_schema.VIEWS)
     conn.executescript(_schema.INDEXES)
+
+
+def _collect(chunks, stats: LoadStats, args_path: str):
+    """Feed every event of ``chunks`` (lists of raw events) to a new collector; args go to their database."""
+    collector = new_collector(stats)
+    writer = _ArgsWriter(args_path)
+    n = 0
+    try:
+        for raws in chunks:
+            for start, batch in iter_batches(raws, base=n):
+                collector.run(start, batch)
+                writer.put(collector.args)
+                collector.args = []
+            n += len(raws)
+            del raws
+    finally:
+        writer.finish()
+    stats.events = n
+    return collector
 
 
 def _insert(conn: sqlite3.Connection, m: Model) -> None:

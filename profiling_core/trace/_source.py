@@ -22,19 +22,44 @@ def read_trace_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES
     A .gz is streamed in chunks and refused as soon as its output passes the cap, so a
     gzip bomb never lands in memory.
     """
+    out = bytearray()
+    for chunk in iter_trace_chunks(path, max_bytes):
+        if not out and len(chunk) == _size_hint(path):
+            return chunk  # a plain file read in one go
+        out += chunk
+    return out
+
+
+def _size_hint(path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return -1
+
+
+def iter_trace_chunks(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, chunk: int | None = None):
+    """The (decompressed) JSON bytes of ``path``, a chunk at a time (the whole file when ``chunk`` is None).
+
+    Raises the same TraceError subclasses, with the same messages, as :func:`read_trace_bytes`.
+    """
     try:
         with open(path, "rb") as f:
             head = f.read(2)
             if head == _GZIP_MAGIC:
                 f.seek(0)
-                return _read_gzip(f, path, max_bytes)
+                yield from _iter_gzip(f, path, max_bytes, chunk or _CHUNK)
+                return
             size = os.fstat(f.fileno()).st_size
             if size > max_bytes:
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} is {_mib(size)} ({size} bytes), over the cap of "
                     f"{_mib(max_bytes)} ({max_bytes} bytes); pass a larger max_bytes to open it")
             f.seek(0)
-            return f.read()
+            if chunk is None:
+                yield f.read()
+                return
+            while data := f.read(chunk):
+                yield data
     except FileNotFoundError:
         raise TraceFormatError(f"no such trace file: {os.fspath(path)}") from None
     except IsADirectoryError:
@@ -43,8 +68,8 @@ def read_trace_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES
         raise TraceFormatError(f"cannot read {os.fspath(path)}: {e.strerror}") from None
 
 
-def _read_gzip(f, path, max_bytes: int) -> bytearray:
-    out = bytearray()
+def _iter_gzip(f, path, max_bytes: int, chunk: int):
+    total = 0
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
     pending = b""
     try:
@@ -54,11 +79,14 @@ def _read_gzip(f, path, max_bytes: int) -> bytearray:
                 if not pending:
                     break
             # max_length bounds each step's output, so a bomb never inflates past the cap.
-            out += d.decompress(pending, max_bytes + 1 - len(out))
-            if len(out) > max_bytes:
+            out = d.decompress(pending, min(chunk, max_bytes + 1 - total))
+            total += len(out)
+            if total > max_bytes:
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
                     f"(the cap, {max_bytes} bytes); stopped reading it; pass a larger max_bytes to open it")
+            if out:
+                yield out
             pending = d.unconsumed_tail
             if d.eof:
                 rest = d.unused_data or f.read(_CHUNK)
@@ -66,14 +94,21 @@ def _read_gzip(f, path, max_bytes: int) -> bytearray:
                     break  # trailing bytes after the last member are ignored, as gzip(1) does
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # concatenated members are legal
                 pending = rest
+        # Output held back by max_length when the input ran out: drain it.
+        while not d.eof and (out := d.decompress(b"", min(chunk, max_bytes + 1 - total))):
+            total += len(out)
+            if total > max_bytes:
+                raise TraceTooLargeError(
+                    f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
+                    f"(the cap, {max_bytes} bytes); stopped reading it; pass a larger max_bytes to open it")
+            yield out
         if not d.eof:
             raise TraceFormatError(f"{os.fspath(path)} is a truncated gzip file (unexpected end of stream)")
     except zlib.error as e:
         raise TraceFormatError(f"{os.fspath(path)} is not a valid gzip file: {e}") from None
-    return out
 
 
-__all__ = ["read_trace_bytes", "DEFAULT_MAX_BYTES"]
+__all__ = ["read_trace_bytes", "iter_trace_chunks", "DEFAULT_MAX_BYTES"]
 
 
 def check_size(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
