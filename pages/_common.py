@@ -16,10 +16,8 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 

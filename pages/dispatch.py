@@ -34,7 +34,8 @@ if rep is not None and len(rep.dispatch_chains):
     for _, r in chain.iterrows():
         d = r["depth"] if r["lane"] == "cpu" else depth_of.get(r["parent_id"], 0) + 1
         where = "GPU" if r["lane"] == "gpu" else r["category"]
-        lines.append(f"{'   ' * int(d)}{'└─ ' if d else ''}{str(r['name'])[:90]}  [{where}, {r['dur_us']:,.1f} µs]")
+        indent = "   " * int(d) + ("└─ " if d else "")
+        lines.append(f"{indent}{str(r['name'])[:90]}  [{where}, {r['dur_us']:,.1f} µs]")
     st.code("\n".join(lines), language="text")
     flame_df = charts.flame_from_chain(chain)
     flame = ui.chart("dispatch_flame", flame_df, title=f"ProfilerStep#{step}: nesting over time")

@@ -15,7 +15,7 @@ QUESTIONS = [
     ("Dispatch and launch", "pages/dispatch.py", "Why is the first profiled step so long (cold start)?"),
     ("Dispatch and launch", "pages/dispatch.py", "Why is the GPU lane offset from the CPU lane (launch latency)?"),
     ("Dispatch and launch", "pages/dispatch.py", "What is the dispatch chain from ProfilerStep to the kernel?"),
-    ("Dispatch and launch", "pages/dispatch.py", "Which kernels are launched how (cudaLaunchKernel, cuLaunchKernelEx)?"),
+    ("Dispatch and launch", "pages/dispatch.py", "How is each kernel launched (cudaLaunchKernel, cuLaunchKernelEx)?"),
     ("Dispatch and launch", "pages/dispatch.py", "Why is cudaDeviceSynchronize so long?"),
     ("Kernel variance", "pages/variance.py", "Why does the same kernel take different times?"),
     ("Compile vs eager", "pages/compile_vs_eager.py", "What does torch.compile change in the trace?"),

@@ -88,7 +88,8 @@ ui.show_findings(found)
 # --- downloads -----------------------------------------------------------------------------------
 st.header("4 · Take it with you", divider="gray")
 d1, d2, d3, d4 = st.columns(4)
-d1.download_button("Trace JSON", data=lambda: run.trace_path.read_bytes(), file_name=f"{run.name}.{run.trace_path.name}",
+d1.download_button("Trace JSON", data=lambda: run.trace_path.read_bytes(),
+                   file_name=f"{run.name}.{run.trace_path.name}",
                    mime="application/json", key="dl_trace", on_click="ignore", icon=":material/download:")
 d2.download_button("Table text", data=table_text or "", file_name=f"{run.name}.txt", mime="text/plain",
                    key="dl_table", on_click="ignore", icon=":material/download:", disabled=not table_text)

@@ -67,7 +67,11 @@ other = ui.run_picker("Second run", key="variance_other",
 both = [dur.assign(run=f"A · {ui.load_run(rid).name}")]
 if other and other != rid:
     d2, _ = durations(other)
-    both.append(d2[d2["kernel"].isin(keep)].assign(run=f"B · {ui.load_run(other).name}"))
+    d2 = d2[d2["kernel"].isin(keep)]
+    if d2.empty:
+        st.caption(f"The second run has none of these kernels ({ui.load_run(other).name} ran other ones); "
+                   "pick a run of the same kind to compare.")
+    both.append(d2.assign(run=f"B · {ui.load_run(other).name}"))
 spread_df = pd.concat(both, ignore_index=True)
 spread = ui.chart("kernel_spread", spread_df)
 ui.chart_block(spread, spread_df, "kernel_spread", key="variance_spread")

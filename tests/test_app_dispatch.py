@@ -14,7 +14,7 @@ def test_dispatch_on_a_cpu_trace_says_why_gpu_panels_are_empty(seed_run):
 
 
 def test_dispatch_on_an_h200_trace(runs_dir, media):
-    rid = import_trace(runs_dir, H200 / "64_bf16_cold_eager.json", "64_bf16_cold_eager")
+    import_trace(runs_dir, H200 / "64_bf16_cold_eager.json", "64_bf16_cold_eager")
     at = app("dispatch")
     assert not errors_of(at)
     tree = at.code[0].value

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import FAST_PROFILE, app, download, errors_of, import_trace, H200, media, runs_dir  # noqa: F401
+from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir  # noqa: F401
 from test_app_profile import fill_profile_form, submit
 
 

@@ -7,7 +7,6 @@ package is missing (CI installs Chromium with apt; never `playwright install`, w
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -38,7 +37,7 @@ def _free_port() -> int:
 def server(tmp_path_factory):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
-    pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed (pip install playwright)")
+    pytest.importorskip("playwright.sync_api", reason="no playwright package (pip install playwright)")
     runs = tmp_path_factory.mktemp("browser") / "runs"
     for name in ("64_bf16_cold_eager", "4096_bf16_warm_eager", "4096_bf16_warm_compile"):
         import_trace(runs, H200 / f"{name}.json", name)  # GPU traces, so GPU panels have something to show
