@@ -4,10 +4,16 @@
 The ~100 MB trace is built from HTA's trace_diff_control_a100/control.json.gz by repeating its events
 with shifted pids (each copy is another "rank" in the same file), so it stays a valid Kineto trace.
 It is written under a temporary directory and deleted afterwards. Each measurement runs in a fresh
-child process; peak RSS is that child's ru_maxrss (resource.getrusage(RUSAGE_CHILDREN)).
+child process; wall = the child's whole life (interpreter start, imports, load, analyses); peak RSS = that
+child's own ru_maxrss (os.wait4), so one run's peak never leaks into another's.
+
+Rows per trace: the mirror's load alone (open_trace), the mirror's load + every analysis
+(profiling_core.analyses.analyze + profiling_core.findings.findings, pandas imported after the load), and
+HTA 0.5.0 (TraceAnalysis load + get_gpu_kernel_breakdown + get_temporal_breakdown) when --hta-python is given.
+A baseline child (python + sqlite3 + pandas imported, nothing else) gives the RSS that is not the trace's.
 
 Usage:
-    python scripts/bench_trace.py [--sizes 35,100] [--analyses] [--hta-python /tmp/hta-venv/bin/python]
+    python scripts/bench_trace.py [--sizes 35,100] [--repeat 3] [--hta-python /tmp/hta-venv/bin/python]
 """
 from __future__ import annotations
 
@@ -39,7 +45,7 @@ QUERIES = {
                           "(select arg_set_id from slice where category = 'kernel' limit 1)",
 }
 
-CHILD = r'''
+CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 t0 = time.perf_counter()
@@ -47,51 +53,52 @@ from profiling_core.trace import open_trace
 s = open_trace({path!r}, engine="sqlite")
 t1 = time.perf_counter()
 out = {{"load_s": t1 - t0, "slices": s.load_stats.slices, "flows": s.load_stats.flows,
-        "rss_after_load_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "queries": {{}}}}
-for name, sql in {queries!r}.items():
-    q0 = time.perf_counter()
-    s.query(sql)
-    out["queries"][name] = time.perf_counter() - q0
+        "rss_after_load_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}
 if {analyses!r}:
-    try:
-        import profiling_core.analyses as an
-    except ImportError as e:
-        out["analyses"] = "not available: %s" % e
-    else:
-        res = {{}}
-        for fname in sorted(n for n in dir(an) if not n.startswith("_") and callable(getattr(an, n))):
-            f = getattr(an, fname)
-            a0 = time.perf_counter()
-            try:
-                f(s)
-                res[fname] = time.perf_counter() - a0
-            except TypeError:
-                continue
-            except Exception as e:  # report, do not stop the benchmark
-                res[fname] = "error: %s" % (str(e)[:80],)
-        out["analyses"] = res
+    from profiling_core.analyses import analyze
+    from profiling_core.findings import findings
+    t2 = time.perf_counter()
+    report = analyze(s)
+    t3 = time.perf_counter()
+    found = findings(report)
+    t4 = time.perf_counter()
+    out.update(import_s=t2 - t1, analyze_s=t3 - t2, findings_s=t4 - t3, findings=len(found))
+if {queries!r}:
+    out["queries"] = {{}}
+    for name, sql in {queries!r}.items():
+        q0 = time.perf_counter()
+        s.query(sql)
+        out["queries"][name] = time.perf_counter() - q0
 s.close()
 out["total_s"] = time.perf_counter() - t0
 print(json.dumps(out))
-'''
+"""
 
-HTA_CHILD = r'''
-import json, os, sys, time, shutil, tempfile
+BASELINE = r"""
+import json, sqlite3, time
+t0 = time.perf_counter()
+import pandas
+print(json.dumps({"total_s": time.perf_counter() - t0}))
+"""
+
+HTA_CHILD = r"""
+import json, os, sys, time, shutil, tempfile, logging
+logging.disable(logging.WARNING)
 t0 = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 t1 = time.perf_counter()
 d = tempfile.mkdtemp()
-shutil.copy({path!r}, os.path.join(d, "rank-0.json"))
+os.symlink({path!r}, os.path.join(d, "rank-0.json"))
 ta = TraceAnalysis(trace_dir=d)
 t2 = time.perf_counter()
-ta.get_gpu_kernel_breakdown(visualize=False)
+kb = ta.get_gpu_kernel_breakdown(visualize=False)
 t3 = time.perf_counter()
-ta.get_temporal_breakdown(visualize=False)
+tb = ta.get_temporal_breakdown(visualize=False)
 t4 = time.perf_counter()
 shutil.rmtree(d)
 print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "kernel_breakdown_s": t3 - t2,
                   "temporal_breakdown_s": t4 - t3, "total_s": t4 - t0}}))
-'''
+"""
 
 
 def make_trace(target_mb: float, out_path: str) -> float:
@@ -125,24 +132,34 @@ def make_trace(target_mb: float, out_path: str) -> float:
 
 
 def run_child(code: str, python: str = sys.executable) -> dict:
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Run ``code`` in a fresh ``python``; its JSON result plus wall_s and its own peak RSS (os.wait4)."""
     t0 = time.perf_counter()
-    p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=600)
+    p = subprocess.Popen([python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = p.stdout.read(), p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
-        raise RuntimeError(f"child failed ({p.returncode}): {p.stderr[-2000:]}")
-    res = json.loads(p.stdout.strip().splitlines()[-1])
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    # ru_maxrss of RUSAGE_CHILDREN is the largest child so far; run the biggest trace last.
-    res["peak_rss_mib"] = max(before, after) / 1024
+        raise RuntimeError(f"child failed ({p.returncode}): {err.decode(errors='replace')[-2000:]}")
+    res = json.loads(out.decode().strip().splitlines()[-1])
+    res["peak_rss_mib"] = usage.ru_maxrss / 1024
     res["wall_s"] = wall
     return res
+
+
+def best(runs: list[dict]) -> dict:
+    """The run with the median wall time (its own peak RSS; the peak is the largest of the runs)."""
+    runs = sorted(runs, key=lambda r: r["wall_s"])
+    r = dict(runs[len(runs) // 2])
+    r["peak_rss_mib"] = max(x["peak_rss_mib"] for x in runs)
+    return r
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="35,100", help="trace sizes in MB, comma-separated (35 = control.json as is)")
-    ap.add_argument("--analyses", action="store_true", help="also time profiling_core.analyses if it exists")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement (the median wall is shown)")
+    ap.add_argument("--queries", action="store_true", help="also time a few single queries after the load")
     ap.add_argument("--hta-python", help="a python with holistictraceanalysis installed, to time HTA the same way")
     ap.add_argument("--keep", help="directory to keep the generated traces in (default: a temp dir, deleted)")
     args = ap.parse_args(argv)
@@ -150,6 +167,7 @@ def main(argv=None) -> int:
     tmp = args.keep or tempfile.mkdtemp(prefix="bench-trace-")
     os.makedirs(tmp, exist_ok=True)
     rows = []
+    base = best([run_child(BASELINE) for _ in range(args.repeat)])
     try:
         for mb in sizes:
             path = os.path.join(tmp, f"bench_{int(mb)}mb.json")
@@ -157,31 +175,50 @@ def main(argv=None) -> int:
                 real = make_trace(mb, path)
             else:
                 real = os.path.getsize(path) / 1e6
-            res = run_child(CHILD.format(root=ROOT, path=path, queries=QUERIES, analyses=args.analyses))
-            rows.append(("profiling_core (sqlite mirror)", real, res))
+            load = best([run_child(CHILD.format(root=ROOT, path=path, queries=None, analyses=False))
+                         for _ in range(args.repeat)])
+            full = best([run_child(CHILD.format(root=ROOT, path=path, queries=QUERIES if args.queries else None,
+                                                analyses=True)) for _ in range(args.repeat)])
+            hta = None
             if args.hta_python:
-                hres = run_child(HTA_CHILD.format(path=path), python=args.hta_python)
-                rows.append(("HTA 0.5.0", real, hres))
+                hta = best([run_child(HTA_CHILD.format(path=path), python=args.hta_python)
+                            for _ in range(max(1, args.repeat - 1))])
+            rows.append((real, load, full, hta))
     finally:
         if not args.keep:
             for n in os.listdir(tmp):
                 os.unlink(os.path.join(tmp, n))
             os.rmdir(tmp)
-    print(f"\nmachine: {os.cpu_count()} cores, python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}")
-    print(f"{'engine':32} {'JSON MB':>8} {'load s':>8} {'total s':>8} {'peak RSS MiB':>13} {'RSS/JSON':>9}")
-    for engine, mb, r in rows:
-        print(f"{engine:32} {mb:8.1f} {r['load_s']:8.2f} {r['total_s']:8.2f} {r['peak_rss_mib']:13.0f} "
-              f"{r['peak_rss_mib'] * 1.048576 / mb:9.2f}")
-    for engine, mb, r in rows:
-        if "queries" in r:
-            print(f"\nqueries on {mb:.0f} MB ({r['slices']} slices, {r['flows']} flows):")
-            for q, t in r["queries"].items():
-                print(f"  {q:40} {t * 1000:8.1f} ms")
-        if "analyses" in r:
-            print(f"analyses on {mb:.0f} MB: {r['analyses']}")
-        if "kernel_breakdown_s" in r:
-            print(f"\nHTA on {mb:.0f} MB: import {r['import_s']:.2f} s, load {r['load_s']:.2f} s, kernel breakdown "
-                  f"{r['kernel_breakdown_s']:.2f} s, temporal breakdown {r['temporal_breakdown_s']:.2f} s")
+    model = ""
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        pass
+    print(f"\nmachine: {os.cpu_count()} cores ({model}), python {sys.version.split()[0]}, "
+          f"{time.strftime('%Y-%m-%d')}; each row: median wall of {args.repeat} fresh processes, largest peak RSS")
+    print(f"baseline (python + sqlite3 + pandas imported): {base['peak_rss_mib']:.0f} MiB, {base['wall_s']:.2f} s\n")
+    print("| JSON | engine | wall s | peak RSS MiB | above baseline MiB | RSS / JSON | speed-up vs HTA |")
+    print("|---|---|---|---|---|---|---|")
+    for mb, load, full, hta in rows:
+        mib = mb * 1e6 / 2**20
+        for name, r in (("mirror: load (open_trace)", load), ("mirror: load + all analyses + findings", full),
+                        ("HTA 0.5.0: load + kernel + temporal breakdown", hta)):
+            if r is None:
+                continue
+            speed = f"{hta['wall_s'] / r['wall_s']:.1f}×" if hta else "–"
+            print(f"| {mb:.1f} MB | {name} | {r['wall_s']:.2f} | {r['peak_rss_mib']:.0f} | "
+                  f"{r['peak_rss_mib'] - base['peak_rss_mib']:.0f} | {r['peak_rss_mib'] / mib:.2f}× | {speed} |")
+    for mb, load, full, hta in rows:
+        print(f"\n{mb:.1f} MB ({full['slices']:,} slices, {full['flows']:,} flows): load {full['load_s']:.2f} s, "
+              f"pandas+analyses import {full['import_s']:.2f} s, analyze {full['analyze_s']:.2f} s, "
+              f"findings {full['findings_s']:.2f} s ({full['findings']} findings), "
+              f"RSS after load {load['rss_after_load_mib']:.0f} MiB")
+        for q, t in (full.get("queries") or {}).items():
+            print(f"  {q:40} {t * 1000:8.1f} ms")
+        if hta:
+            print(f"  HTA: import {hta['import_s']:.2f} s, load {hta['load_s']:.2f} s, kernel breakdown "
+                  f"{hta['kernel_breakdown_s']:.2f} s, temporal breakdown {hta['temporal_breakdown_s']:.2f} s")
     return 0
 
 
