@@ -7,18 +7,24 @@ from conftest_app import app, download, errors_of, import_trace, H200, media, ru
 
 
 @pytest.mark.slow
-def test_compile_page_runs_eager_through_its_form(runs_dir, media):
+def test_compile_page_runs_eager_and_compiled_through_its_form(runs_dir, media):
     at = app("compile_vs_eager")
     assert not errors_of(at)
-    at.multiselect(key="compile_modes").set_value([])
+    at.multiselect(key="compile_modes").set_value(["default"])
     at.selectbox(key="compile_dtype").set_value("fp32")
     at.selectbox(key="compile_device").set_value("cpu")
     at.slider(key="compile_active").set_value(2)
     [go] = [b for b in at.button if b.label == "Run eager + compiled"]
     go.click().run()
     assert not errors_of(at), errors_of(at)
+    assert any("Done: 2 run(s)" in s.value for s in at.success)
+    delta = [d.value for d in at.dataframe if "metric" in d.value.columns][0].set_index("metric")
+    compiled = [c for c in delta.columns if c.startswith("default") and not c.startswith("Δ")][0]
+    assert delta.loc["compiled region (µs)", "eager"] == 0
+    assert delta.loc["compiled region (µs)", compiled] > 0  # Torch-Compiled Region rows, on the CPU too
     assert download(at, media, "png_compile_cpu")[:4] == b"\x89PNG"
     assert download(at, media, "csv_compile_delta").startswith(b"metric,")
+    assert b"<svg" in download(at, media, "report_compile")
 
 
 def test_compile_vs_eager_on_h200_traces(runs_dir, media):

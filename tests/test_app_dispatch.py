@@ -24,6 +24,8 @@ def test_dispatch_on_an_h200_trace(runs_dir, media):
     assert download(at, media, "png_dispatch_latency")[:4] == b"\x89PNG"
     assert download(at, media, "csv_dispatch_sync").startswith(b"id,name")
     assert download(at, media, "svg_dispatch_flame").lstrip().startswith(b"<svg")
+    report = download(at, media, "report_dispatch").decode()
+    assert report.count("<svg") >= 3 and "cuLaunchKernelEx" in report
 
 
 @pytest.mark.slow
