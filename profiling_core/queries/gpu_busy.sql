@@ -12,8 +12,10 @@ gpu_op AS (
 by_flow AS (
   SELECT f.slice_out AS launch_id, g.id AS gpu_id FROM flow f JOIN gpu_op g ON g.id = f.slice_in
 ),
+-- (DISTINCT keeps launch_corr a materialised, indexed table; CROSS JOIN scans gpu_corr first,
+-- so launch_corr is never computed when every GPU op has a flow)
 launch_corr AS (
-  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM slice
+  SELECT DISTINCT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM slice
   WHERE lower(category) IN ('cuda_runtime', 'cuda_driver', 'runtime') AND arg_set_id IS NOT NULL
 ),
 gpu_corr AS (
@@ -23,7 +25,7 @@ gpu_corr AS (
 launch AS (
   SELECT launch_id, gpu_id FROM by_flow
   UNION
-  SELECT l.id, g.id FROM gpu_corr g JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
+  SELECT l.id, g.id FROM gpu_corr g CROSS JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
 ),
 ops AS (
   SELECT 'trace' AS scope, id, ts, ts + dur AS end_ts FROM gpu_op
