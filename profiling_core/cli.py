@@ -106,7 +106,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
     try:
         result = run_sweep(configs, store=_store(a), on_progress=progress, cancel_event=cancel,
-                           prestart=a.standby)
+                           prestart=0 if a.fresh_interpreter else 1)
     except KeyboardInterrupt:
         cancel.set()
         print("\ncancelled", file=sys.stderr)
@@ -185,8 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-modes", default="off,default", help="comma list of: " + ", ".join(COMPILE_MODES))
     p.add_argument("--warmups", default=None, metavar="N,N",
                    help="several warm-up counts, e.g. 0,10 for cold and warm (overrides --warmup)")
-    p.add_argument("--standby", type=int, default=2, metavar="N",
-                   help="standby workers that import torch while the current run profiles (0: none; default 2)")
+    p.add_argument("--fresh-interpreter", action="store_true",
+                   help="start each run in a new interpreter that imports torch itself (default: fork each run "
+                        "from a prestarted worker that imported torch once and never touched CUDA)")
     _config_args(p, sweep=True)
     add("ls", cmd_ls, "list runs")
     add("show", cmd_show, "show a run's meta and table").add_argument("run_id")

@@ -53,8 +53,8 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         wait_for_device: False fails fast with DeviceBusyError when another caller profiles on the device.
         lock_timeout_s: give up waiting for the device after this long (None: wait as long as it takes).
         cancel_event: set it to kill the worker; the run then raises WorkerError(kind="cancelled").
-        prestart: 0 spawns a fresh worker; N > 0 takes a standby worker with torch already imported (CUDA
-            untouched, so a cold run stays cold) and keeps N standbys starting for the next runs.
+        prestart: 0 starts a fresh interpreter; 1 forks the run from the fork server, which imported torch once
+            and never touched CUDA (so a cold run stays cold) — what the app and sweeps use.
 
     Returns:
         The complete ``Run``.  On any failure raises ``WorkerError`` (or ``RunStoreError`` when the store cannot

@@ -3,9 +3,10 @@
 A fresh process makes a cold run honestly cold: no CUDA context, no cuBLAS handle, no reused compile cache
 in memory.  Protocol (files, not pipes, so a crash can't leave the parent reading half a message):
 
-- the parent makes a staging folder holding ``config.json`` and starts ``python -m profiling_core.worker DIR``
-  (or hands DIR on stdin to a *standby* worker started earlier with ``--standby``, which has imported torch
-  but not touched CUDA);
+- the parent makes a staging folder holding ``config.json`` and starts ``python -m profiling_core.worker DIR``,
+  or (``prestart``) asks the *fork server* (``--zygote``: a process that imported torch, torch._dynamo and
+  Inductor once and never touched CUDA) to fork a new process for DIR — as cold as a fresh interpreter
+  (no CUDA context, no cuBLAS handle, nothing compiled), without paying seconds of imports per run;
 - the worker writes ``trace.json``, ``table.txt`` and then ``result.json`` (timings and device facts), or
   ``error.json`` ({kind, message}) when the experiment fails; its stderr goes to ``worker.log``;
 - the parent enforces the timeout (the whole process group is killed), and turns every failure — an error the
@@ -107,10 +108,10 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _preimport(compile_too: bool) -> float:
-    """Import what the run will import anyway, so it is measured as import (and, for a standby, paid ahead).
+    """Import what the run will import anyway, so it is measured as import (and, for the fork server, paid once).
 
     torch.profiler's first profile() imports torch._dynamo (seconds on a GPU host) and torch.compile() imports
-    Inductor.  None of this touches CUDA: a standby stays cold (checked per run: meta records whether CUDA was
+    Inductor.  None of this touches CUDA: a forked run stays cold (checked per run: meta records whether CUDA was
     initialised before the run started).
     """
     t0 = time.perf_counter()
@@ -122,24 +123,73 @@ def _preimport(compile_too: bool) -> float:
     return time.perf_counter() - t0
 
 
+def _zygote_main() -> int:
+    """Fork server: import once (no CUDA), then fork one child per run read from stdin.
+
+    Protocol on stdin: ``<token> <staging dir>`` per line; on stdout: ``ready``, then ``started <token> <pid>``
+    and ``exited <token> <returncode>`` (negative: killed by that signal).  Each child is a new process in its
+    own session with no CUDA context, no cuBLAS handle and nothing compiled: as cold as a fresh interpreter,
+    without paying the imports again.  The zygote runs no torch op, so forking it is safe.
+    """
+    import_s = _preimport(compile_too=True)
+    tokens: dict[int, str] = {}
+    tokens_lock = threading.Lock()
+
+    def say(line: str) -> None:
+        os.write(1, (line + "\n").encode())  # one small write: atomic, no Python-level lock held at fork
+
+    def reaper() -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                time.sleep(0.05)
+                continue
+            rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            with tokens_lock:
+                token = tokens.pop(pid, None)
+            if token is not None:
+                say(f"exited {token} {rc}")
+
+    threading.Thread(target=reaper, daemon=True).start()
+    say("ready")
+    for line in sys.stdin:
+        parts = line.strip().split(" ", 1)
+        if len(parts) != 2:
+            continue
+        token, staging = parts
+        t_fork = time.time()
+        with tokens_lock:
+            pid = os.fork()
+            if pid == 0:  # the run's own process
+                try:
+                    os.setsid()
+                    log = os.open(os.path.join(staging, LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    devnull = os.open(os.devnull, os.O_RDWR)
+                    os.dup2(devnull, 0)
+                    os.dup2(devnull, 1)
+                    os.dup2(log, 2)
+                    rc = _child_main(Path(staging), t_fork, time.time(), import_s, True)
+                except BaseException:  # noqa: BLE001
+                    traceback.print_exc()
+                    rc = 70
+                finally:
+                    try:
+                        sys.stderr.flush()
+                    except Exception:  # noqa: BLE001
+                        pass
+                os._exit(rc)
+            tokens[pid] = token
+        say(f"started {token} {pid}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     t_main = time.time()
     argv = sys.argv[1:] if argv is None else argv
     t_spawn = float(os.environ.get(SPAWN_ENV, "0") or 0)
-    if argv[:1] == ["--standby"]:
-        torch_import_s = _preimport(compile_too=True)
-        sys.stdout.write("ready\n")
-        sys.stdout.flush()
-        line = sys.stdin.readline().strip()
-        if not line:
-            return 0
-        staging = Path(line)
-        # A standby's start is paid before the click; what the user waits for starts now.
-        t_spawn = t_main = time.time()
-        log = open(staging / LOG_FILE, "a", buffering=1)
-        os.dup2(log.fileno(), 2)
-        sys.stderr = log
-        return _child_main(staging, t_spawn, t_main, torch_import_s, True)
+    if argv[:1] == ["--zygote"]:
+        return _zygote_main()
     staging = Path(argv[0])
     try:
         compile_too = json.loads((staging / CONFIG_FILE).read_text()).get("compile", "off") != "off"
@@ -185,7 +235,8 @@ def _spawn(args: list[str], stdin, stdout, stderr) -> _Proc:
     return _Proc(p, t)
 
 
-def _kill(p: subprocess.Popen) -> None:
+def _kill(p) -> None:
+    """SIGKILL the worker's whole process group (its own session) and reap it."""
     try:
         os.killpg(p.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -196,111 +247,139 @@ def _kill(p: subprocess.Popen) -> None:
         pass
 
 
-class StandbyPool:
-    """Keeps spare workers with torch (and torch._dynamo, which the profiler imports) already imported and
-    CUDA untouched, so a click doesn't pay the import and a cold run stays cold.
-
-    Thread-safe.  ``warm(n)`` keeps ``n`` standbys starting or ready; ``take()`` returns a ready one or None
-    (the caller then spawns a fresh worker).  A sweep keeps a few so that the next runs' imports overlap the
-    current run.
-    """
+class ForkServer:
+    """Parent side of the fork server (see ``_zygote_main``).  Thread-safe; started lazily or by ``warm()``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._procs: list[tuple[_Proc, threading.Event]] = []
+        self._proc: Optional[subprocess.Popen] = None
+        self._ready = threading.Event()
+        self._runs: dict[str, dict] = {}
+        self._counter = 0
 
-    def _prune(self) -> None:
-        self._procs = [(p, r) for p, r in self._procs if p.popen.poll() is None]
-
-    def warm(self, n: int = 1) -> None:
+    def warm(self) -> None:
+        """Start the zygote if it is not running (its imports then happen in the background)."""
         with self._lock:
-            self._prune()
-            while len(self._procs) < n:
-                proc = _spawn(["--standby"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL)
-                ready = threading.Event()
-                self._procs.append((proc, ready))
-                threading.Thread(target=self._wait_ready, args=(proc, ready), daemon=True).start()
+            if self._proc is not None and self._proc.poll() is None:
+                return
+            self._ready.clear()
+            env = _child_env()
+            self._proc = subprocess.Popen([sys.executable, "-m", "profiling_core.worker", "--zygote"],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+                                          close_fds=True)
+            threading.Thread(target=self._read, args=(self._proc,), daemon=True).start()
 
-    @staticmethod
-    def _wait_ready(proc: _Proc, ready: threading.Event) -> None:
-        line = proc.popen.stdout.readline()
-        if line.strip() == b"ready":
-            ready.set()
+    def _read(self, proc: subprocess.Popen) -> None:
+        for raw in proc.stdout:
+            parts = raw.decode(errors="replace").split()
+            if parts == ["ready"]:
+                self._ready.set()
+            elif len(parts) == 3 and parts[0] in ("started", "exited"):
+                with self._lock:
+                    run = self._runs.get(parts[1])
+                if run is not None:
+                    run[parts[0]] = int(parts[2])
+                    run["event_" + parts[0]].set()
+        # the zygote died: wake everyone waiting on it
+        self._ready.clear()
+        with self._lock:
+            for run in self._runs.values():
+                run.setdefault("exited", None)
+                run["event_started"].set()
+                run["event_exited"].set()
 
     def wait_ready(self, timeout: float) -> bool:
-        """Block until one standby has finished its imports (True) or ``timeout`` passes (False)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                self._prune()
-                if any(r.is_set() for _, r in self._procs):
-                    return True
-                if not self._procs:
-                    return False
-            time.sleep(0.02)
-        return False
+        """Block until the zygote has finished its imports (True) or ``timeout`` passes (False)."""
+        return self._ready.wait(timeout)
 
-    def take(self, timeout: float = 0.0) -> Optional[_Proc]:
-        """A ready standby (the oldest), waiting up to ``timeout`` for one; None when there is none."""
-        if timeout > 0:
-            self.wait_ready(timeout)
+    def submit(self, staging: Path, timeout: float = 300.0) -> Optional[dict]:
+        """Fork a run for ``staging``; returns its record (``started`` pid, later ``exited`` code) or None when
+        the zygote is not ready within ``timeout``."""
+        self.warm()
+        if not self._ready.wait(timeout):
+            return None
         with self._lock:
-            self._prune()
-            for i, (proc, ready) in enumerate(self._procs):
-                if ready.is_set():
-                    del self._procs[i]
-                    return proc
-        return None
+            self._counter += 1
+            token = f"r{self._counter}"
+            run = {"event_started": threading.Event(), "event_exited": threading.Event()}
+            self._runs[token] = run
+            proc = self._proc
+        try:
+            proc.stdin.write(f"{token} {staging}\n".encode())
+            proc.stdin.flush()
+        except (OSError, AttributeError):
+            return None
+        if not run["event_started"].wait(30) or run.get("started") is None:
+            return None
+        run["token"] = token
+        return run
 
-    def size(self) -> int:
+    def forget(self, run: dict) -> None:
         with self._lock:
-            self._prune()
-            return len(self._procs)
+            self._runs.pop(run.get("token", ""), None)
 
     def close(self) -> None:
         with self._lock:
-            procs, self._procs = self._procs, []
-        for proc, _ in procs:
-            _kill(proc.popen)
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            _kill(proc)
 
 
-_POOL = StandbyPool()
+_SERVER = ForkServer()
 
 
-def standby_pool() -> StandbyPool:
-    return _POOL
+def fork_server() -> ForkServer:
+    return _SERVER
+
+
+class _Forked:
+    """A forked run, with the subset of Popen's interface run_in_worker uses."""
+
+    def __init__(self, run: dict):
+        self.run = run
+        self.pid = run["started"]
+        self.returncode: Optional[int] = None
+
+    def wait(self, timeout: float) -> Optional[int]:
+        if not self.run["event_exited"].wait(timeout):
+            raise subprocess.TimeoutExpired("forked run", timeout)
+        self.returncode = self.run.get("exited")
+        return self.returncode
 
 
 def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Optional[threading.Event] = None,
                   on_status: Optional[Callable[[str], None]] = None, prestart: int = 0) -> dict:
     """Run ``config`` in a worker writing into ``staging``; return the worker's result facts.
 
-    prestart: 0 always spawns a fresh worker; N > 0 takes a ready standby when there is one and keeps N
-    standbys starting for the runs that follow.  Raises WorkerError on any failure.
+    prestart: 0 starts a fresh interpreter; > 0 forks the run from the fork server (torch, torch._dynamo and
+    Inductor imported once, CUDA never touched), falling back to a fresh interpreter if the server fails.
+    Raises WorkerError on any failure.
     """
     (staging / CONFIG_FILE).write_text(config.to_json())
     log_path = staging / LOG_FILE
     status = on_status or (lambda _msg: None)
-    proc = _POOL.take() if prestart else None
-    if proc is not None:
-        status("handing the experiment to a standby worker (torch already imported)")
-        try:
-            proc.popen.stdin.write((str(staging) + "\n").encode())
-            proc.popen.stdin.flush()
-            proc.popen.stdin.close()
-        except OSError:
-            _kill(proc.popen)
-            proc = None
-    if proc is None:
+    p = None
+    if prestart:
+        status("forking the run from the prestarted worker (torch already imported, CUDA untouched)")
+        run = _SERVER.submit(staging)
+        if run is not None:
+            p = _Forked(run)
+    if p is None:
         status("starting a fresh worker process")
         with open(log_path, "ab") as log:
-            proc = _spawn([str(staging)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-    if prestart:
-        _POOL.warm(int(prestart))  # the next click finds one ready
-    status(f"profiling {config.name} in worker pid {proc.popen.pid}")
+            p = _spawn([str(staging)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log).popen
+    status(f"profiling {config.name} in worker pid {p.pid}")
+    try:
+        return _wait(p, config, staging, log_path, cancel_event)
+    finally:
+        if isinstance(p, _Forked):
+            _SERVER.forget(p.run)
+
+
+def _wait(p, config: ExperimentConfig, staging: Path, log_path: Path,
+          cancel_event: Optional[threading.Event]) -> dict:
     deadline = time.monotonic() + config.timeout_s
-    p = proc.popen
     while True:
         try:
             rc = p.wait(timeout=0.1)

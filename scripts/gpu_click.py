@@ -2,7 +2,7 @@
 
     python scripts/gpu_click.py --out DIR
 
-With a standby worker ready (as the app keeps one): time run_experiment (click → run folder on disk) and then
+With the fork server ready (as the app keeps it): time run_experiment (click → run folder on disk) and then
 open_trace + analyze + findings (→ everything a page charts), for a warm eager run and a warm compile run, three
 times each.  Then the OOM paths: a config the allocation guard refuses, and the same with the guard off
 (PROFILING_CORE_SKIP_FIT_CHECK=1) so the CUDA allocator itself runs out.  Writes DIR/click.json.
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from profiling_core import ExperimentConfig, RunStore, WorkerError, open_trace, run_experiment  # noqa: E402
-from profiling_core.worker import standby_pool  # noqa: E402
+from profiling_core.worker import fork_server  # noqa: E402
 
 
 def main() -> int:
@@ -29,8 +29,8 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     store = RunStore(out / "store")
-    pool = standby_pool()
-    pool.warm(1)
+    pool = fork_server()
+    pool.warm()
     from profiling_core.analyses import analyze
     from profiling_core.findings import findings
     rows = []

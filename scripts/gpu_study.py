@@ -7,7 +7,7 @@ Sets:
   sweep     sizes 64..8192, warm, eager / compile default / reduce-overhead, schedule 0/0/10
   variance  4096 and 8192, warm eager, schedule 0/0/20
   coldwarm  64 and 4096 cold vs warm eager, schedule 0/0/3
-  click     click-to-artifacts: a warm eager run with a standby worker ready (as the app does), three times
+  click     click-to-artifacts: a warm eager run with the fork server ready (as the app keeps it), three times
 
 Writes DIR/summary.json (per run: name, run_id, wall and phase timings, status) and DIR/runs.tar.gz (each run's
 trace.json, table.txt and meta.json).  Prints a table.
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from profiling_core import ExperimentConfig, RunStore, run_experiment  # noqa: E402
 from profiling_core.errors import ProfilingError  # noqa: E402
 from profiling_core.sweep import run_sweep  # noqa: E402
-from profiling_core.worker import standby_pool  # noqa: E402
+from profiling_core.worker import fork_server  # noqa: E402
 
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 
@@ -62,7 +62,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--store", default=None)
     ap.add_argument("--sets", default="spine,sweep,variance,coldwarm,click")
-    ap.add_argument("--prestart", type=int, default=0, help="standby workers kept for sweeps (imports paid ahead)")
+    ap.add_argument("--prestart", type=int, default=0, help="1: fork runs from the prestarted worker (imports paid once)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,11 +71,11 @@ def main() -> int:
     all_runs = []
     for name in a.sets.split(","):
         if name == "click":
-            pool = standby_pool()
+            pool = fork_server()
             pool.warm()
             rows = []
             for i in range(3):
-                # the standby is ready, as it is when a user clicks after looking at a page
+                # the fork server is ready, as it is when a user clicks after looking at a page
                 pool.wait_ready(timeout=120)
                 t0 = time.perf_counter()
                 run = run_experiment(ExperimentConfig(size=4096, warmup=10), store=store, prestart=1)

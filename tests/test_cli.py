@@ -72,7 +72,7 @@ def test_import_and_analyze_registered(tmp_path):
 @pytest.mark.slow
 def test_sweep_with_progress(tmp_path):
     p = cli("sweep", "--sizes", "16,32", "--compile-modes", "off", "--dtype", "fp32", "--device", "cpu",
-            "--wait", "0", "--warmup-steps", "0", "--active", "1", "--standby", "1", "--json", store=tmp_path / "r")
+            "--wait", "0", "--warmup-steps", "0", "--active", "1", "--json", store=tmp_path / "r")
     out = json.loads(p.stdout)
     assert len(out["runs"]) == 2 and out["errors"] == [] and out["cancelled"] is False
     assert sorted(r["name"] for r in out["runs"]) == ["16_fp32_cold_eager", "32_fp32_cold_eager"]

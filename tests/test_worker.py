@@ -74,7 +74,8 @@ def _slow_config(**kw):
     return ExperimentConfig(size=1024, dtype="fp32", device="cpu", wait=0, warmup_steps=0, active=400, **kw)
 
 
-def test_worker_killed_mid_run_leaves_no_run(store):
+@pytest.mark.parametrize("prestart", [0, 1], ids=["fresh", "forked"])
+def test_worker_killed_mid_run_leaves_no_run(store, prestart):
     pids = []
 
     def status(msg):
@@ -91,7 +92,7 @@ def test_worker_killed_mid_run_leaves_no_run(store):
     t = threading.Thread(target=killer)
     t.start()
     with pytest.raises(WorkerError) as info:
-        run_experiment(_slow_config(), store=store, on_status=status)
+        run_experiment(_slow_config(), store=store, on_status=status, prestart=prestart)
     t.join()
     assert info.value.kind == "crash" and "SIGKILL" in info.value.message
     assert store.list() == [] and not list((store.root / ".staging").iterdir())
@@ -179,15 +180,21 @@ def test_two_concurrent_runs_serialise(store):
     assert len(store.list()) == 2
 
 
-def test_standby_worker_runs_and_reports_prestart(store):
-    from profiling_core.worker import standby_pool
-    pool = standby_pool()
+def test_forked_worker_runs_cold_and_reports_prestart(store):
+    from profiling_core.worker import fork_server
+    pool = fork_server()
     try:
-        pool.warm(1)
+        pool.warm()
         assert pool.wait_ready(120)
         run = run_experiment(ExperimentConfig(**SMALL, wait=0, warmup_steps=0, active=2), store=store, prestart=1)
         assert run.meta["prestarted"] is True
         assert run.meta["cuda_initialized_before_run"] is False
         assert x_names(scan_trace(run.trace_path))["matmul_add"] == 2
+        # a compiled run forked from the same server compiles from scratch and shows its compiled region
+        comp = run_experiment(ExperimentConfig(**SMALL, warmup=1, compile="default", wait=0, warmup_steps=0,
+                                               active=2), store=store, prestart=1)
+        names = x_names(scan_trace(comp.trace_path))
+        assert sum(v for k, v in names.items() if k.startswith("Torch-Compiled Region")) == 2
+        assert run.meta["timings"]["process_start_s"] < 1.0  # a fork, not an interpreter start
     finally:
         pool.close()
