@@ -10,6 +10,8 @@ place and is keyed by run id (or trace path + mtime), never by mutable objects:
 """
 from __future__ import annotations
 
+import os
+
 import functools
 import json
 import threading
@@ -514,7 +516,8 @@ def start_profile(key: str, config: ExperimentConfig) -> Job:
     from profiling_core import run_experiment
 
     def work(job: Job):
-        return run_experiment(config, store=store(), on_status=job.status, cancel_event=job.cancel_event)
+        return run_experiment(config, store=store(), on_status=job.status, cancel_event=job.cancel_event,
+                              prestart=prestart())
 
     return start_job(key, f"Profiling {config.name}", work)
 
@@ -535,8 +538,17 @@ def finish_profile(key: str) -> Optional[str]:
     return run.run_id
 
 
+def prestart() -> int:
+    """1: fork runs from the prestarted worker (torch imported once, CUDA untouched); PROFILING_PRESTART=0
+    starts a fresh interpreter per run instead."""
+    return 0 if os.environ.get("PROFILING_PRESTART") == "0" else 1
+
+
 def sidebar() -> None:
     """The sidebar every page shares: the current run and the store."""
+    if prestart():
+        from profiling_core.worker import fork_server
+        fork_server().warm()  # a no-op once running: the first click then pays no torch import
     with st.sidebar:
         rid = current_run_id()
         if rid:
@@ -561,6 +573,7 @@ def start_sweep(key: str, configs: list[ExperimentConfig], label: str) -> Job:
 
     def work(job: Job):
         return run_sweep(configs, store=store(), on_progress=job.progress, cancel_event=job.cancel_event,
+                         prestart=prestart(),
                          on_status=lambda m: setattr(job, "message", f"{job.message.split(' · ')[0]} · {m}"))
 
     return start_job(key, label, work)
