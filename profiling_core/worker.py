@@ -131,7 +131,13 @@ def _zygote_main() -> int:
     own session with no CUDA context, no cuBLAS handle and nothing compiled: as cold as a fresh interpreter,
     without paying the imports again.  The zygote runs no torch op, so forking it is safe.
     """
+    # Keep the CUDA runtime untouched while importing: torch.cuda.is_available() would otherwise call
+    # cudaGetDeviceCount, after which a forked child may not use CUDA (torch refuses: "bad fork").
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     import_s = _preimport(compile_too=True)
+    if not _fork_is_safe():
+        os.write(1, b"unsafe\n")
+        return 3
     tokens: dict[int, str] = {}
     tokens_lock = threading.Lock()
 
@@ -182,6 +188,19 @@ def _zygote_main() -> int:
             tokens[pid] = token
         say(f"started {token} {pid}")
     return 0
+
+
+def _fork_is_safe() -> bool:
+    """Fork a probe: may a child of this process still initialise CUDA?"""
+    import torch
+    probe = getattr(torch._C, "_cuda_isInBadFork", None)
+    if probe is None:
+        return True
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if probe() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,11 +275,12 @@ class ForkServer:
         self._ready = threading.Event()
         self._runs: dict[str, dict] = {}
         self._counter = 0
+        self.unsafe = False  # set when the zygote finds that its children could not use CUDA
 
     def warm(self) -> None:
         """Start the zygote if it is not running (its imports then happen in the background)."""
         with self._lock:
-            if self._proc is not None and self._proc.poll() is None:
+            if self.unsafe or (self._proc is not None and self._proc.poll() is None):
                 return
             self._ready.clear()
             env = _child_env()
@@ -275,6 +295,8 @@ class ForkServer:
             parts = raw.decode(errors="replace").split()
             if parts == ["ready"]:
                 self._ready.set()
+            elif parts == ["unsafe"]:
+                self.unsafe = True  # runs fall back to fresh interpreters
             elif len(parts) == 3 and parts[0] in ("started", "exited"):
                 with self._lock:
                     run = self._runs.get(parts[1])
@@ -296,9 +318,13 @@ class ForkServer:
     def submit(self, staging: Path, timeout: float = 300.0) -> Optional[dict]:
         """Fork a run for ``staging``; returns its record (``started`` pid, later ``exited`` code) or None when
         the zygote is not ready within ``timeout``."""
-        self.warm()
-        if not self._ready.wait(timeout):
+        if self.unsafe:
             return None
+        self.warm()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.1):
+            if self.unsafe or time.monotonic() > deadline or self._proc is None or self._proc.poll() is not None:
+                return None
         with self._lock:
             self._counter += 1
             token = f"r{self._counter}"
@@ -372,6 +398,15 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
     status(f"profiling {config.name} in worker pid {p.pid}")
     try:
         return _wait(p, config, staging, log_path, cancel_event)
+    except WorkerError as exc:
+        if not (isinstance(p, _Forked) and "forked subprocess" in exc.message):
+            raise
+        # The fork server's process had touched the CUDA runtime: stop forking, rerun in a fresh interpreter.
+        _SERVER.unsafe = True
+        _SERVER.close()
+        (staging / ERROR_FILE).unlink(missing_ok=True)
+        status("forked worker could not use CUDA; starting a fresh worker process")
+        return run_in_worker(config, staging, cancel_event=cancel_event, on_status=on_status, prestart=0)
     finally:
         if isinstance(p, _Forked):
             _SERVER.forget(p.run)
