@@ -344,7 +344,8 @@ def main() -> int:
                         profiled_step_us=ref.get("step_wall_profiled_median_us"),
                         overhead_us=ref.get("profiler_overhead_us"))
             srows2.append(srow)
-            for lab, val in (("app: kernel median (trace)", app), ("CUDA events, one GEMM", ref["cuda_event_median_us"]),
+            for lab, val in (("app: kernel median (trace)", app),
+                             ("CUDA events, one GEMM", ref["cuda_event_median_us"]),
                              ("CUDA events, 20 queued", ref.get("cuda_event_queued_median_us")),
                              ("CUDA graph replay", ref.get("cuda_graph_median_us")),
                              ("triton do_bench (L2 flushed)", ref.get("do_bench_us"))):

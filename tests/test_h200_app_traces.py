@@ -257,7 +257,8 @@ def test_compiled_regions_and_graph_launches(name):
     assert bool(graphs) == (meta(name)["config"]["compile"] == "reduce-overhead")
     text = finding(name, "q9.compile").text
     if compiled:
-        fx = {e["name"] for e in xs(name, "user_annotation", "cpu_op") if e["name"].startswith("## Call CompiledFxGraph")}
+        fx = {e["name"] for e in xs(name, "user_annotation", "cpu_op")
+              if e["name"].startswith("## Call CompiledFxGraph")}
         assert len(fx) == 1 and "cache hit" in text
         assert finding(name, "q9.compile").evidence["graph_launches"] == len(graphs)
     else:
