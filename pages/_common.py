@@ -189,9 +189,20 @@ def _open_session(path: str, mtime_ns: int) -> _LockedSession:
     return _LockedSession(open_trace(path))
 
 
+def _readable(run_id: str, make: Callable[[], Any]) -> Any:
+    """``make()``, or — when the run's trace cannot be read (corrupt, truncated, not a trace) — one clear error
+    box naming the run and a stop of this page's script: the app stays up and the store is untouched."""
+    try:
+        return make()
+    except ProfilingError as exc:
+        show_error(exc, f"Cannot read the trace of run {run_id}")
+        st.caption("The run is kept in the store; open another one, or delete it on the Runs page.")
+        st.stop()
+
+
 def session(run_id: str) -> _LockedSession:
     """The open trace session of a run (kept per trace path + mtime)."""
-    return _open_session(*_trace_stamp(run_id))
+    return _readable(run_id, lambda: _open_session(*_trace_stamp(run_id)))
 
 
 @st.cache_data(show_spinner="Analysing the trace ...", max_entries=64)
@@ -207,7 +218,7 @@ def report(run_id: str):
     def make():
         cfg = load_run(run_id).config
         return _report(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
-    return _memo(("report", run_id), make)
+    return _readable(run_id, lambda: _memo(("report", run_id), make))
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -229,7 +240,7 @@ def findings(run_id: str) -> list:
     def make():
         cfg = load_run(run_id).config
         return _findings(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
-    return _memo(("findings", run_id), make)
+    return _readable(run_id, lambda: _memo(("findings", run_id), make))
 
 
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:
