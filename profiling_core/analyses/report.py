@@ -10,6 +10,7 @@ from .compile import compile_breakdown
 from .gemm import gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
+from ._shared import Shared
 from .steps import cpu_vs_gpu, gpu_busy, steps
 from .table import profiler_table
 from .timing import cold_start_gap, sync_wait
@@ -95,13 +96,14 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``.
     """
-    st = steps(session)
+    sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, queried once for all analyses
+    st = steps(session, shared=sh)
     ops = gpu_ops(session)
     r = Report(
         engine=str(getattr(session, "engine", "unknown")),
         steps=st,
         cpu_vs_gpu=cpu_vs_gpu(session, steps_df=st),
-        gpu_busy=gpu_busy(session),
+        gpu_busy=gpu_busy(session, shared=sh),
         gpu_ops=ops,
         kernel_stats=kernel_stats(session, ops=ops),
         kernel_durations_by_step=kernel_durations_by_step(session),

@@ -3,14 +3,46 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import ints, nullable_int, ratio, run_query, us
+import numpy as np
+
+from ._common import ints, nullable_int, ratio, us
+from ._shared import Shared, frame, shared_for, union_ns
 
 __all__ = ["steps", "cpu_vs_gpu", "gpu_busy"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
 
 
-def steps(session) -> pd.DataFrame:
+_MEMCPY = ("gpu_memcpy", "memcpy")
+_MEMSET = ("gpu_memset", "memset")
+
+
+def _steps_raw(sh: Shared) -> pd.DataFrame:
+    """What ``steps.sql`` returns, computed from the shared pairs and step windows."""
+    cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_ns", "gpu_busy_ns", "gpu_busy_in_step_ns", "gpu_ops",
+            "kernels", "memcpys", "memsets", "launches", "kernel_launches", "first_gpu_start_ns", "last_gpu_end_ns"]
+    rows = []
+    p, ops = sh.p, sh.ops if sh.steps_list else None
+    for step_id, step, name, ts, dur, _depth, utid in sh.steps_list:
+        if utid is None:
+            continue  # steps.sql joins thread_track
+        end = ts + dur
+        i = sh.pairs_in(ts, end)
+        gid, lid, cat = p["gpu_id"][i], p["launch_id"][i], p["gpu_category"][i]
+        b, e = p["gpu_ts"][i], p["gpu_end"][i]
+        is_k = cat == "kernel"
+        m = (ops["ts"] < end) & (ops["end"] > ts)
+        clipped = union_ns(np.maximum(ops["ts"][m], ts), np.minimum(ops["end"][m], end))
+        n = len(i)
+        rows.append((step, name, step_id, ts, dur, union_ns(b, e), clipped,
+                     len(set(gid.tolist())), len(set(gid[is_k].tolist())),
+                     len(set(gid[np.isin(cat, _MEMCPY)].tolist())), len(set(gid[np.isin(cat, _MEMSET)].tolist())),
+                     len(set(lid.tolist())), len(set(lid[is_k].tolist())),
+                     int(b.min()) if n else None, int(e.max()) if n else None))
+    return frame(rows, cols)
+
+
+def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     """One row per ``ProfilerStep#N`` in time order.
 
     Only the CPU slice of a step counts (newer traces repeat it as a ``gpu_user_annotation``). GPU ops (kernel,
@@ -29,7 +61,7 @@ def steps(session) -> pd.DataFrame:
         work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
         ``last_gpu_end_ns``. Empty (same columns) when the trace has no steps.
     """
-    df = run_query(session, "steps")
+    df = _steps_raw(shared_for(session, shared))
     df = ints(df, *_STEP_COUNTS)
     df = nullable_int(df, "start_ns", "first_gpu_start_ns", "last_gpu_end_ns")
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
@@ -64,7 +96,31 @@ def cpu_vs_gpu(session, overhead_below: float = 0.5, steps_df: pd.DataFrame | No
     return out.drop(columns=["gpu_ops"]).reset_index(drop=True)
 
 
-def gpu_busy(session) -> pd.DataFrame:
+def _gpu_busy_raw(sh: Shared) -> pd.DataFrame:
+    """What ``gpu_busy.sql`` returns, computed from the shared pairs, step windows and GPU op intervals."""
+    cols = ["scope", "gpu_ops", "busy_ns", "window_start_ns", "window_end_ns", "first_gpu_start_ns",
+            "last_gpu_end_ns"]
+
+    def row(scope, wb, we, b, e):
+        n = len(b)
+        last = int(e.max()) if n else None
+        wend = None if we is None else max(we, we if last is None else last)
+        return (scope, n, union_ns(b, e), wb, wend, int(b.min()) if n else None, last)
+
+    ops = sh.ops
+    rows = [row("trace", *sh.trace_window, ops["ts"], ops["end"])]
+    st = sh.steps_list
+    if st:
+        p = sh.p
+        idx = [sh.pairs_in(ts, ts + dur) for _sid, _n, _nm, ts, dur, _d, _u in st]
+        i = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
+        _, first = np.unique(p["gpu_id"][i], return_index=True)
+        i = i[first]
+        rows.append(row("steps", min(r[3] for r in st), max(r[3] + r[4] for r in st), p["gpu_ts"][i], p["gpu_end"][i]))
+    return frame(rows, cols)
+
+
+def gpu_busy(session, shared: Shared | None = None) -> pd.DataFrame:
     """GPU busy time (union of kernel, memcpy and memset intervals) over the trace and over the profiled steps.
 
     Args:
@@ -77,7 +133,7 @@ def gpu_busy(session) -> pd.DataFrame:
         ``gpu_ops``, ``busy_us``, ``window_us``, ``busy_fraction`` (busy / window, NaN without a window),
         ``window_start_ns``, ``first_gpu_start_ns``, ``last_gpu_end_ns``.
     """
-    df = run_query(session, "gpu_busy")
+    df = _gpu_busy_raw(shared_for(session, shared))
     df = ints(df, "gpu_ops")
     df = nullable_int(df, "window_start_ns", "window_end_ns", "first_gpu_start_ns", "last_gpu_end_ns")
     df["window_us"] = (df["window_end_ns"] - df["window_start_ns"]).astype("Float64").astype("float64") / 1000.0

@@ -1,0 +1,119 @@
+"""Pieces that several analyses need, computed once per trace and shared (``analyze`` builds one :class:`Shared`).
+
+Three small queries run once: ``launch_pairs`` (every launch call ↔ GPU op pair, flow table with the
+``args.correlation`` fallback, with both ends' columns), ``step_slices`` (the ProfilerStep#N windows) and
+``gpu_op_spans`` (every GPU op interval and the trace's window). The per-step and per-window work the shipped
+``steps``/``gpu_busy``/``per_step_kernels``/``launch_latency``/``gemm_ops`` queries do with window functions and
+range joins is done here with numpy on those arrays instead: the same rows, values and order, in a fraction of the
+time (the queries stay the SQL reference of each analysis, valid on both engines).
+"""
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from ._common import run_query
+
+__all__ = ["Shared", "shared_for", "frame", "union_ns"]
+
+
+def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
+    """Rows as the mirror's ``query()`` returns them (same dtype inference; object columns when empty)."""
+    if rows:
+        return pd.DataFrame.from_records(rows, columns=cols)
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+
+
+def union_ns(b: np.ndarray, e: np.ndarray) -> int:
+    """Total length of the union of intervals [b, e) (integer ns); 0 for none."""
+    if len(b) == 0:
+        return 0
+    order = np.lexsort((e, b))
+    b, e = b[order], e[order]
+    run = np.maximum.accumulate(e)
+    new = np.ones(len(b), dtype=bool)
+    new[1:] = b[1:] > run[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(b) - 1)
+    return int((run[last] - b[first]).sum())
+
+
+def _i64(s: pd.Series) -> np.ndarray:
+    return pd.to_numeric(s, errors="coerce").to_numpy(dtype="int64", na_value=0) if len(s) else np.zeros(0, "int64")
+
+
+class Shared:
+    """Shared inputs of one trace's analyses; every attribute is computed on first use."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+
+    # --- raw queries ----------------------------------------------------------------------------------------------
+    @cached_property
+    def pairs(self) -> pd.DataFrame:
+        """launch_pairs: one row per (launch call, GPU op) pair, ordered by launch_id, gpu_id."""
+        return run_query(self.session, "launch_pairs")
+
+    @cached_property
+    def step_slices(self) -> pd.DataFrame:
+        return run_query(self.session, "step_slices")
+
+    @cached_property
+    def _spans(self) -> pd.DataFrame:
+        return run_query(self.session, "gpu_op_spans")
+
+    # --- arrays ---------------------------------------------------------------------------------------------------
+    @cached_property
+    def p(self) -> dict[str, np.ndarray]:
+        """The pairs' columns as arrays (ints as int64; text as object)."""
+        df = self.pairs
+        out = {c: _i64(df[c]) for c in ("launch_id", "gpu_id", "launch_ts", "launch_dur", "gpu_ts", "gpu_dur")}
+        out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
+        for c in ("paired_by", "launch_name", "gpu_name", "gpu_category"):
+            out[c] = df[c].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)
+        for c in ("launch_parent_id", "launch_utid"):
+            out[c] = df[c].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)
+        out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")
+        out["launch_ts_sorted"] = out["launch_ts"][out["by_launch_ts"]]
+        return out
+
+    @cached_property
+    def steps_list(self) -> list[tuple]:
+        """(step_id, step, name, ts, dur, depth, utid) of every step slice in (ts, id) order; utid None off-thread."""
+        df = self.step_slices
+        if df.empty:
+            return []
+        return [tuple(None if (v is None or (isinstance(v, float) and np.isnan(v))) else v for v in r)
+                for r in df[["step_id", "step", "name", "ts", "dur", "depth", "utid"]].itertuples(index=False)]
+
+    def pairs_in(self, ts: int, end: int) -> np.ndarray:
+        """Indices (into the pairs, in launch_id, gpu_id order) of pairs whose launch call starts in [ts, end)."""
+        p = self.p
+        lo, hi = np.searchsorted(p["launch_ts_sorted"], [ts, end], side="left")
+        return np.sort(p["by_launch_ts"][lo:hi])
+
+    @cached_property
+    def ops(self) -> dict[str, np.ndarray]:
+        """Every GPU op interval (any track): id, ts, end, category."""
+        df = self._spans
+        df = df[df["kind"] == "op"] if len(df) else df
+        ts, dur = _i64(df["ts"]), _i64(df["dur"])
+        return {"id": _i64(df["id"]), "ts": ts, "end": ts + dur,
+                "category": df["category"].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)}
+
+    @cached_property
+    def trace_window(self) -> tuple:
+        """(first ts, last end) over slices with a category other than Trace; (None, None) when there are none."""
+        df = self._spans
+        w = df[df["kind"] == "window"] if len(df) else df
+        if w.empty:
+            return None, None
+        b, e = w["ts"].iloc[0], w["dur"].iloc[0]
+        return (None if pd.isna(b) else int(b)), (None if pd.isna(e) else int(e))
+
+
+def shared_for(session, shared: Shared | None) -> Shared:
+    """``shared`` when given (and for this session), else a new one."""
+    return shared if shared is not None and shared.session is session else Shared(session)
