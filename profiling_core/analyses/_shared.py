@@ -57,6 +57,29 @@ class Shared:
         return run_query(self.session, "launch_pairs")
 
     @cached_property
+    def gpu_ops_raw(self) -> pd.DataFrame:
+        """The ``kernels`` query: GPU ops on thread tracks with device and stream, in (ts, id) order."""
+        return run_query(self.session, "kernels")
+
+    @cached_property
+    def stream_of(self) -> dict:
+        """{gpu op id: stream tid} for the GPU ops on thread tracks."""
+        df = self.gpu_ops_raw
+        return dict(zip(df["id"].tolist(), df["stream"].tolist())) if len(df) else {}
+
+    @cached_property
+    def pair_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """(pair index, step list index) for every pair whose launch lies in a step window (any step slice)."""
+        idx, which = [], []
+        for k, (_sid, _n, _nm, ts, dur, _d, _u) in enumerate(self.steps_list):
+            i = self.pairs_in(ts, ts + dur)
+            idx.append(i)
+            which.append(np.full(len(i), k, dtype=np.int64))
+        if not idx:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(idx).astype(np.int64), np.concatenate(which)
+
+    @cached_property
     def step_slices(self) -> pd.DataFrame:
         return run_query(self.session, "step_slices")
 

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import ints, nullable_int, run_query, us
+import numpy as np
+
+from ._common import ints, nullable_int, us
+from ._shared import Shared, frame, shared_for
 
 __all__ = ["kernel_stats", "kernel_durations_by_step", "gpu_ops"]
 
 
-def gpu_ops(session) -> pd.DataFrame:
+def gpu_ops(session, shared: Shared | None = None) -> pd.DataFrame:
     """Every GPU op of the trace (kernels, memcpys, memsets) in time order.
 
     Args:
@@ -18,7 +21,7 @@ def gpu_ops(session) -> pd.DataFrame:
         DataFrame with ``id``, ``name``, ``category`` (lower case), ``start_ns``, ``dur_us``, ``device`` (the GPU
         lane's pid), ``stream`` (its tid). Empty on CPU-only traces.
     """
-    df = run_query(session, "kernels")
+    df = shared_for(session, shared).gpu_ops_raw.copy()
     df = nullable_int(df, "start_ns", "device", "stream")
     df["category"] = df["category"].astype("object")
     return us(df, {"dur_ns": "dur_us"})
@@ -52,7 +55,23 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     return out[cols].reset_index(drop=True)
 
 
-def kernel_durations_by_step(session) -> pd.DataFrame:
+def _per_step_kernels_raw(sh: Shared) -> pd.DataFrame:
+    """What ``per_step_kernels.sql`` returns: one row per (GPU op, step whose window holds its launch call)."""
+    cols = ["step", "gpu_id", "name", "category", "start_ns", "dur_ns", "launch_name", "launch_ns"]
+    i, k = sh.pair_steps
+    if len(i) == 0:
+        return frame([], cols)
+    p = sh.p
+    order = np.lexsort((p["gpu_id"][i], p["gpu_ts"][i]))  # ORDER BY g.ts, g.id (stable: step order, then pair)
+    i, k = i[order], k[order]
+    step_n = np.array([r[1] for r in sh.steps_list], dtype=object)[k]
+    rows = list(zip(step_n.tolist(), p["gpu_id"][i].tolist(), p["gpu_name"][i].tolist(),
+                    p["gpu_category"][i].tolist(), p["gpu_ts"][i].tolist(), p["gpu_dur"][i].tolist(),
+                    p["launch_name"][i].tolist(), p["launch_ts"][i].tolist()))
+    return frame(rows, cols)
+
+
+def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFrame:
     """Long table of kernel durations per step, for charting the spread of one kernel over steps.
 
     A kernel belongs to the step whose window holds its launch call.
@@ -64,7 +83,7 @@ def kernel_durations_by_step(session) -> pd.DataFrame:
         DataFrame with ``step``, ``name``, ``occurrence`` (0 for the first launch of that name in the step),
         ``gpu_id``, ``start_ns``, ``dur_us``, ``launch_name``, in time order. Empty without steps or kernels.
     """
-    df = run_query(session, "per_step_kernels")
+    df = _per_step_kernels_raw(shared_for(session, shared))
     df = df[df["category"].astype("object") == "kernel"].copy()
     df = ints(df, "step", "gpu_id")
     df = nullable_int(df, "start_ns")

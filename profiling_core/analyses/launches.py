@@ -5,12 +5,44 @@ from typing import Optional
 
 import pandas as pd
 
+import numpy as np
+
 from ._common import ints, nullable_int, run_query, us
+from ._shared import Shared, frame, shared_for
 
 __all__ = ["launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains"]
 
 
-def launch_latency(session) -> pd.DataFrame:
+def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
+    """What ``launch_latency.sql`` returns, from the shared pairs (GPU ops on thread tracks only, as its join)."""
+    cols = ["gpu_id", "gpu_name", "gpu_category", "gpu_start_ns", "gpu_dur_ns", "stream", "launch_id", "launch_name",
+            "launch_start_ns", "launch_dur_ns", "latency_ns", "paired_by", "step"]
+    p = sh.p
+    if len(p["gpu_id"]) == 0:
+        return frame([], cols)
+    stream_of = sh.stream_of
+    keep = np.fromiter((g in stream_of for g in p["gpu_id"].tolist()), dtype=bool, count=len(p["gpu_id"]))
+    # the step of a launch: the first step (time order) whose window holds it
+    step = np.full(len(p["gpu_id"]), None, dtype=object)
+    i, k = sh.pair_steps
+    if len(i):
+        order = np.lexsort((k, i))
+        i, k = i[order], k[order]
+        first = np.ones(len(i), dtype=bool)
+        first[1:] = i[1:] != i[:-1]
+        step[i[first]] = np.array([r[1] for r in sh.steps_list], dtype=object)[k[first]]
+    idx = np.flatnonzero(keep)
+    idx = idx[np.lexsort((p["gpu_id"][idx], p["gpu_ts"][idx]))]  # ORDER BY g.ts, g.id (then launch_id)
+    gid = p["gpu_id"][idx].tolist()
+    rows = list(zip(gid, p["gpu_name"][idx].tolist(), p["gpu_category"][idx].tolist(), p["gpu_ts"][idx].tolist(),
+                    p["gpu_dur"][idx].tolist(), [stream_of[g] for g in gid], p["launch_id"][idx].tolist(),
+                    p["launch_name"][idx].tolist(), p["launch_ts"][idx].tolist(), p["launch_dur"][idx].tolist(),
+                    (p["gpu_ts"][idx] - p["launch_ts"][idx]).tolist(), p["paired_by"][idx].tolist(),
+                    step[idx].tolist()))
+    return frame(rows, cols)
+
+
+def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per GPU op (kernel, memcpy, memset): the call that launched it and the delay until the GPU started it.
 
     Launch call and GPU op are paired by the trace's flow events (``ac2g``); ops without a flow are paired by
@@ -25,7 +57,7 @@ def launch_latency(session) -> pd.DataFrame:
         (GPU op start − launch call start), ``paired_by`` (``flow`` or ``correlation``), ``step`` (the step whose
         window holds the launch, or NA). Empty on CPU-only traces.
     """
-    df = run_query(session, "launch_latency")
+    df = _launch_latency_raw(shared_for(session, shared))
     df = ints(df, "gpu_id", "launch_id")
     df = nullable_int(df, "stream", "launch_start_ns", "gpu_start_ns", "step")
     for c in ("gpu_name", "gpu_category", "launch_name", "paired_by"):

@@ -98,7 +98,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     """
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, queried once for all analyses
     st = steps(session, shared=sh)
-    ops = gpu_ops(session)
+    ops = gpu_ops(session, shared=sh)
     r = Report(
         engine=str(getattr(session, "engine", "unknown")),
         steps=st,
@@ -106,8 +106,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         gpu_busy=gpu_busy(session, shared=sh),
         gpu_ops=ops,
         kernel_stats=kernel_stats(session, ops=ops),
-        kernel_durations_by_step=kernel_durations_by_step(session),
-        launch_latency=launch_latency(session),
+        kernel_durations_by_step=kernel_durations_by_step(session, shared=sh),
+        launch_latency=launch_latency(session, shared=sh),
         launch_paths=launch_paths(session),
         dispatch_chains=dispatch_chains(session),
         cold_start_gap=cold_start_gap(session),
