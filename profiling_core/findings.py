@@ -20,6 +20,8 @@ __all__ = ["Finding", "findings", "NO_GPU_TEXT"]
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
 _MAX_LISTED = 6
+_OVERHEAD_BELOW = 0.5
+"""GPU busy share of a step below which it is overhead-bound (``analyses.cpu_vs_gpu``'s default)."""
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,25 @@ def _num(x) -> Optional[float]:
     return None if x is None or pd.isna(x) else round(float(x), 3)
 
 
+def _n(count, word: str, plural: Optional[str] = None) -> str:
+    """``1 launch``, ``3 launches``; a median such as 1.5 keeps the plural."""
+    return f"{count:g} {word if count == 1 else (plural or word + 's')}"
+
+
+def _ordinal(i: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(i, f"{i}th")
+
+
+def _cfg(config, key: str):
+    """A field of the run's config (an ``ExperimentConfig`` or its dict, as in meta.json); None when unknown."""
+    if config is None:
+        return None
+    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+
 # --- one function per question; each returns a list of findings --------------------------------------------------
 
-def _q1_table(r) -> list[Finding]:
+def _q1_table(r, config=None) -> list[Finding]:
     t = r.profiler_table
     if t.empty:
         return []
@@ -100,7 +118,19 @@ def _q1_table(r) -> list[Finding]:
     return out
 
 
-def _q2_bound(r) -> list[Finding]:
+def _all_steps(n: int) -> str:
+    return "the only step" if n == 1 else f"all {n} steps"
+
+
+def _bound_basis(cv: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The steps the overhead/compute verdict rests on: with 3 or more steps, those after the first (the first
+    carries start-up effects that differ with the schedule); otherwise all of them."""
+    if len(cv) >= 3:
+        return cv.iloc[1:], f"the {len(cv) - 1} steps after the first (the first carries start-up effects)"
+    return cv, _all_steps(len(cv))
+
+
+def _q2_bound(r, config=None) -> list[Finding]:
     s = r.steps
     if s.empty:
         if not r.has_gpu:
@@ -114,20 +144,44 @@ def _q2_bound(r) -> list[Finding]:
     cpu_med = float(s["cpu_dur_us"].median())
     if not r.has_gpu:
         return [Finding("q2.bound", 2, "CPU only",
-                        f"{NO_GPU_TEXT}: all {len(s)} steps ran on the CPU, median {_us(cpu_med)} per step.",
+                        f"{NO_GPU_TEXT}: {_all_steps(len(s))} ran on the CPU, median {_us(cpu_med)} per step.",
                         {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0})]
     gpu_med = float(s["gpu_busy_us"].median())
     frac_med = float(s["gpu_busy_fraction"].median())
-    bounds = r.cpu_vs_gpu["bound"].value_counts().to_dict()
-    label = max(bounds, key=bounds.get)
+    cv = r.cpu_vs_gpu
+    bounds = cv["bound"].value_counts().to_dict()
+    majority = max(bounds, key=bounds.get)
+    # The verdict: the median GPU busy share of the basis steps against the threshold the per-step labels use.
+    basis, basis_text = _bound_basis(cv)
+    with_gpu = basis[basis["bound"] != "no-gpu"]
+    frac_basis = float(with_gpu["gpu_busy_fraction"].median()) if len(with_gpu) else 0.0
+    if with_gpu.empty:
+        label = "no-gpu"
+    else:
+        label = "overhead-bound" if frac_basis < _OVERHEAD_BELOW else "compute-bound"
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_step_median_us": _num(gpu_med),
-          "gpu_busy_fraction_median": _num(frac_med), "bound": label, "bound_counts": {k: int(v) for k, v in
-                                                                                       bounds.items()},
+          "gpu_busy_fraction_median": _num(frac_med), "bound": label,
+          "bound_basis": "after_first" if len(cv) >= 3 else "all",
+          "bound_basis_steps": [int(x) for x in basis["step"]],
+          "bound_basis_gpu_busy_fraction_median": _num(frac_basis), "bound_threshold": _OVERHEAD_BELOW,
+          "bound_majority": majority, "bound_counts": {k: int(v) for k, v in bounds.items()},
           "gpu_busy_fraction": _num(r.summary.get("gpu_busy_fraction"))}
     rel = "more" if gpu_med > cpu_med else "less"
+    counts = ", ".join(f"{int(v)} {k}" for k, v in sorted(bounds.items(), key=lambda kv: -kv[1]))
+    cmp = f"{'below' if label == 'overhead-bound' else 'at or above'} {100 * _OVERHEAD_BELOW:.0f}%"
     text = (f"Per step the CPU spent a median {_us(cpu_med)} and launched {_us(gpu_med)} of GPU work ({rel} GPU "
-            f"than CPU time); the GPU was busy {100 * frac_med:.1f}% of a step's wall time (median), so "
-            f"{bounds[label]} of {len(s)} steps are {label}.")
+            f"than CPU time); ")
+    if len(s) == 1:
+        text += (f"the GPU was busy {100 * frac_med:.1f}% of the only step's wall time ({cmp}), so the workload is "
+                 f"{label}." if label != "no-gpu" else "the only step launched no GPU work: no verdict.")
+        return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
+    text += (f"the GPU was busy {100 * frac_med:.1f}% of a step's wall time (median of all {len(s)} steps; one by "
+             f"one: {counts}). ")
+    if label == "no-gpu":
+        text += f"None of {basis_text} launched GPU work, so there is no overhead/compute verdict."
+    else:
+        text += (f"Verdict from {basis_text}: the GPU was busy a median {100 * frac_basis:.1f}% of their wall time "
+                 f"({cmp}), so the workload is {label}.")
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
 
 
@@ -141,21 +195,63 @@ def _self_times(chain: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _q3_cold(r) -> list[Finding]:
+_CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime", "driver")
+_LAZY_LOADING = ("Lazy Function Loading", "Runtime Triggered Module Loading")
+_PROFILER_STARTUP = ("Activity Buffer Request",)
+
+
+def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
+    """Runtime/driver calls made in the first step under names that no later step calls (name, calls, us)."""
+    ch = r.dispatch_chains
+    if ch.empty:
+        return pd.DataFrame(columns=["name", "calls", "us"])
+    calls = ch[ch["category"].astype(str).str.lower().isin(_CALL_CATEGORIES)]
+    later = set(calls.loc[calls["step"] != first_step, "name"].astype(str))
+    first = calls[(calls["step"] == first_step) & ~calls["name"].astype(str).isin(later)]
+    out = first.groupby(first["name"].astype(str))["dur_us"].agg(["count", "sum"]).reset_index()
+    out.columns = ["name", "calls", "us"]
+    return out.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _table_rows(r, names) -> pd.DataFrame:
+    t = r.profiler_table
+    return t[(t["lane"] == "cpu") & t["name"].astype(str).isin(names)] if not t.empty else t
+
+
+_GEMM_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul")
+
+
+def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) -> str:
+    """What the calls found point at (workspace, library heuristics, lazy loading), only for those present."""
+    names = " ".join(only["name"])
+    causes = []
+    if "Malloc" in names:
+        causes.append("workspace allocation (cudaMalloc)")
+    if "Occupancy" in names or "FuncSetAttribute" in names or "DeviceGetAttribute" in names:
+        lib = f"the GEMM library's (cuBLAS, under {slice_name})" if slice_name in _GEMM_OPS else "a library's"
+        causes.append(f"{lib} set-up and kernel heuristics (attribute and occupancy queries)")
+    if len(lazy):
+        causes.append("lazy module loading (" + ", ".join(sorted(map(str, lazy["name"]))) + ")")
+    return ", ".join(causes)
+
+
+def _q3_cold(r, config=None) -> list[Finding]:
     s = r.steps
     if len(s) < 2:
         return []
     first, rest = s.iloc[0], s.iloc[1:]
+    first_step = int(first["step"])
     rest_med = float(rest["cpu_dur_us"].median())
     ratio = float(first["cpu_dur_us"]) / rest_med if rest_med > 0 else None
-    ev = {"first_step": int(first["step"]), "first_step_cpu_us": _num(first["cpu_dur_us"]),
-          "other_steps_median_us": _num(rest_med), "ratio": _num(ratio)}
-    text = (f"The first profiled step (ProfilerStep#{int(first['step'])}) took {_us(first['cpu_dur_us'])} on the "
+    extra = float(first["cpu_dur_us"]) - rest_med
+    ev = {"first_step": first_step, "first_step_cpu_us": _num(first["cpu_dur_us"]),
+          "other_steps_median_us": _num(rest_med), "ratio": _num(ratio), "extra_us": _num(extra)}
+    text = (f"The first profiled step (ProfilerStep#{first_step}) took {_us(first['cpu_dur_us'])} on the "
             f"CPU against a median {_us(rest_med)} for the {len(rest)} others ({ratio:.1f}×).")
     ch = r.dispatch_chains
     if not ch.empty:
         by_step = {k: _self_times(g) for k, g in ch.groupby("step", sort=False)}
-        f0 = by_step.get(int(first["step"]))
+        f0 = by_step.get(first_step)
         others = [by_step[int(k)] for k in rest["step"] if int(k) in by_step]
         if f0 is not None and others:
             ref = pd.concat(others).groupby(["name", "occurrence"])["self_us"].median()
@@ -165,7 +261,7 @@ def _q3_cold(r) -> list[Finding]:
             ev.update({"largest_excess_slice": str(worst["name"]), "largest_excess_us": _num(worst["excess_us"]),
                        "largest_excess_self_us": _num(worst["self_us"]),
                        "largest_excess_usual_us": _num(worst["ref"])})
-            text += (f" Most of the extra time is self time of {_short(worst['name'])}: {_us(worst['self_us'])} "
+            text += (f" Most of the extra time shows as self time of {_short(worst['name'])}: {_us(worst['self_us'])} "
                      f"against {_us(worst['ref'])} in the other steps.")
     g = r.cold_start_gap.dropna(subset=["gap_us"])
     if len(g) >= 2:
@@ -174,10 +270,69 @@ def _q3_cold(r) -> list[Finding]:
         text += (f" From entering matmul_add to the first aten:: op ({g['first_aten'].iloc[0]}) took "
                  f"{_us(g['gap_us'].iloc[0])} in the first region against a median {_us(g['gap_us'].iloc[1:].median())}"
                  f" later.")
+    text += _q3_cause(r, config, first_step, extra, ev)
     return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
 
 
-def _q4_offset(r) -> list[Finding]:
+def _is_cold(r, config) -> bool:
+    """Whether the profile holds the process's first run of the workload: the config's warm-up when known, else
+    the trace (runtime calls only the first step makes, or lazy-loading slices)."""
+    warmup = _cfg(config, "warmup")
+    if warmup is not None:
+        return warmup == 0
+    if r.steps.empty:
+        return bool(len(_table_rows(r, _LAZY_LOADING)))
+    return bool(len(_first_step_only_calls(r, int(r.steps["step"].iloc[0]))) or len(_table_rows(r, _LAZY_LOADING)))
+
+
+def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
+    """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace."""
+    only = _first_step_only_calls(r, first_step)
+    lazy = _table_rows(r, _LAZY_LOADING)
+    startup = _table_rows(r, _PROFILER_STARTUP)
+    startup_us = float(startup["cpu_total_us"].sum()) if len(startup) else 0.0
+    warmup = _cfg(config, "warmup")
+    cold = _is_cold(r, config)
+    ev.update({"cold_start": cold, "cold_start_basis": "config" if warmup is not None else "trace",
+               "config_warmup": warmup, "first_step_only_calls": {n: int(c) for n, c in zip(only["name"],
+                                                                                             only["calls"])},
+               "first_step_only_calls_us": _num(only["us"].sum()) if len(only) else 0.0,
+               "lazy_loading_slices": sorted(map(str, lazy["name"])), "profiler_startup_us": _num(startup_us)})
+    why = (f"the run's config has {'no' if warmup == 0 else f'{warmup} iterations of'} warm-up"
+           if warmup is not None else None)
+    if cold and (len(only) or len(lazy)):
+        listed = ", ".join(f"{n} ×{int(c)} ({_us(u)})" for n, c, u in only[["name", "calls", "us"]].head(4)
+                           .itertuples(index=False))
+        more = f" and {len(only) - 4} more" if len(only) > 4 else ""
+        calls_us = float(only["us"].sum())
+        out = f" This is a cold start ({why or 'from the trace: the first step does work no later step repeats'}):"
+        if len(only):
+            out += (f" the first step alone calls {listed}{more}, {_us(calls_us)} in all"
+                    + (f", {100 * calls_us / extra:.0f}% of the {_us(extra)} extra; the rest is host-side work "
+                       f"with no CUDA call in the trace" if extra > 0 else "") + ".")
+        causes = _cold_start_causes(only, lazy, str(ev.get("largest_excess_slice", "")))
+        if causes:
+            out += f" These point at {causes}; warm-up before profiling moves that cost out of the profile."
+        return out
+    if cold:
+        return (f" No warm-up ({why}), but no call in the first step is missing from the later ones: "
+                + (f"the {first_step} schedule step(s) before ProfilerStep#{first_step} already ran the function "
+                   f"unrecorded, so the cold start fell outside this window and the extra is the profiler's own "
+                   f"first-step overhead." if first_step > 0 else
+                   "the cold-start work does not show as CUDA calls here; the extra is the process's first "
+                   "profiled call."))
+    why = why or "from the trace: no call in the first step is missing from the later ones"
+    out = f" This is not a cold start ({why})"
+    if startup_us > 0:
+        share = f", {100 * startup_us / extra:.0f}% of the {_us(extra)} extra" if extra > 0 else ""
+        return out + (f": the extra is the profiler's own start-up — its "
+                      f"{' and '.join(map(str, sorted(set(startup['name']))))} took {_us(startup_us)}{share}.")
+    return out + (": the extra is the profiler's own first-step overhead"
+                  + (f" (ProfilerStep#{first_step} is the first step it records, after {first_step} unrecorded "
+                     f"schedule step(s))." if first_step > 0 else "."))
+
+
+def _q4_offset(r, config=None) -> list[Finding]:
     if not r.has_gpu:
         return [Finding("q4.offset", 4, "No GPU lane", NO_GPU_TEXT + ", so there is no CPU-to-GPU offset to read.",
                         {"gpu_ops": 0})]
@@ -214,7 +369,7 @@ def _chain_paths(chain: pd.DataFrame) -> list[list[str]]:
     return paths
 
 
-def _q5_chain(r) -> list[Finding]:
+def _q5_chain(r, config=None) -> list[Finding]:
     ch = r.dispatch_chains
     if ch.empty:
         return []
@@ -235,7 +390,66 @@ def _q5_chain(r) -> list[Finding]:
     return [Finding("q5.chain", 5, "Dispatch chain", text, {"step": step, "paths": [list(p) for p in paths]})]
 
 
-def _q6_paths(r) -> list[Finding]:
+_OCCUPANCY_PREFIXES = ("cudaOccupancy", "cuOccupancy", "hipOccupancy")
+
+
+def _occupancy_steps(r) -> dict[str, list[int]]:
+    """Per GPU op name: the step of each of its launches that an occupancy query precedes under the same parent op
+    (as ``launch_paths`` counts them), read from the dispatch chains."""
+    ch = r.dispatch_chains
+    if ch.empty:
+        return {}
+    occ = ch[ch["name"].astype(str).str.startswith(_OCCUPANCY_PREFIXES)]
+    if occ.empty:
+        return {}
+    first_q = occ.groupby(["step", "parent_id"])["start_ns"].min()
+    by_id = ch.set_index(["step", "id"])
+    out: dict[str, list[int]] = {}
+    for row in ch[ch["lane"] == "gpu"].itertuples(index=False):
+        key = (row.step, row.parent_id)
+        if pd.isna(row.parent_id) or key not in by_id.index:
+            continue
+        launch = by_id.loc[key]
+        q = first_q.get((row.step, launch["parent_id"]))
+        if q is not None and q <= launch["start_ns"]:
+            out.setdefault(str(row.name), []).append(int(row.step))
+    return out
+
+
+def _occupancy_clause(name: str, n_launch: int, n_query: int, steps_with: list[int], first_step) -> str:
+    """``X, before every one of its 3 launches`` or ``X, only before the first of its 3 launches, in …``."""
+    who = _short(name)
+    if n_query >= n_launch:
+        return f"{who}, before " + ("its only launch" if n_launch == 1 else f"every one of its {n_launch} launches")
+    steps = sorted(set(steps_with))
+    where = ""
+    if steps:
+        where = ", in " + (f"the first profiled step (ProfilerStep#{steps[0]})" if steps == [first_step]
+                           else "ProfilerStep#" + ", #".join(map(str, steps)))
+    which = "the first" if n_query == 1 and steps == [first_step] else f"{n_query}"
+    return f"{who}, only before {which} of its {_n(n_launch, 'launch', 'launches')}{where}"
+
+
+def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool) -> str:
+    """The occupancy-query sentences: kernels queried before every launch (sized launch by launch, the post's
+    pattern) apart from kernels queried before only some launches (a one-time query)."""
+    rows = list(zip(occ["name"].astype(str), occ["count"].astype(int), occ["occupancy_queries"].astype(int)))[
+        :_MAX_LISTED]
+    every = [r for r in rows if r[2] >= r[1]]
+    some = [r for r in rows if r[2] < r[1]]
+    parts = []
+    if every:
+        parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in every)
+                     + ": sized adaptively launch by launch (the per-launch pattern of the study's post)")
+    if some:
+        once = all(q == 1 or sorted(set(steps_of.get(n, []))) == [first_step] for n, _, q in some)
+        parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in some)
+                     + (": a one-time query on the op's first call" + (" in a cold process" if cold else "")
+                        + ", not a per-launch pattern" if once else ": not every launch is preceded by one"))
+    return "An occupancy query precedes the launch of " + ". And of ".join(parts) + ". "
+
+
+def _q6_paths(r, config=None) -> list[Finding]:
     if not r.has_gpu:
         return [Finding("q6.launch_path", 6, "No GPU lane", NO_GPU_TEXT + ": no kernel was launched.",
                         {"gpu_ops": 0})]
@@ -254,15 +468,20 @@ def _q6_paths(r) -> list[Finding]:
     if occ.empty:
         text = f"No occupancy query (cudaOccupancy…) precedes any kernel launch in this trace. Launches: {per}."
     else:
+        steps_of = _occupancy_steps(r)
+        first_step = int(r.steps["step"].iloc[0]) if not r.steps.empty else None
+        ev["occupancy_query_launches"] = {str(n): {"launches": int(c), "with_query": int(q),
+                                                   "steps": sorted(set(steps_of.get(str(n), [])))}
+                                          for n, c, q in zip(occ["name"], occ["count"], occ["occupancy_queries"])}
         plain = lp[~lp["occupancy_query_before"]]
-        text = (f"An occupancy query precedes the launch of {', '.join(map(_short, occ['name'][:_MAX_LISTED]))} "
-                f"({int(occ['occupancy_queries'].sum())} launches): these are sized adaptively; "
-                + (f"{len(plain)} other kernel name(s) launch without one. " if len(plain) else "")
+        text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config))
+                + (f"{_n(len(plain), 'other kernel name')} launch{'es' if len(plain) == 1 else ''} without one. "
+                   if len(plain) else "")
                 + f"Launches: {per}.")
     return [Finding("q6.launch_path", 6, "How kernels are launched", text, ev)]
 
 
-def _q7_sync(r) -> list[Finding]:
+def _q7_sync(r, config=None) -> list[Finding]:
     sw = r.sync_wait
     if sw.empty:
         return [Finding("q7.sync", 7, "No synchronize call", "No cudaDeviceSynchronize / cudaStreamSynchronize call "
@@ -283,7 +502,7 @@ def _q7_sync(r) -> list[Finding]:
     return [Finding("q7.sync", 7, "Why the sync is long", text, ev)]
 
 
-def _q8_variance(r) -> list[Finding]:
+def _q8_variance(r, config=None) -> list[Finding]:
     ks = r.kernel_stats
     if ks.empty:
         return [] if r.has_gpu else [Finding("q8.variance", 8, "No GPU lane", NO_GPU_TEXT + ": no kernel durations.",
@@ -304,7 +523,7 @@ def _q8_variance(r) -> list[Finding]:
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
 
 
-def _q9_compile(r) -> list[Finding]:
+def _q9_compile(r, config=None) -> list[Finding]:
     cb = r.compile_breakdown
     if cb.empty:
         return []
@@ -314,14 +533,16 @@ def _q9_compile(r) -> list[Finding]:
           "kernel_launches_per_step": _num(cb["kernel_launches"].median()),
           "launches_per_step": _num(cb["launches"].median()),
           "kernels_per_step": _num(cb["kernels"].median()), "memcpy_dtod": int(cb["memcpy_dtod"].sum()),
-          "memsets": int(cb["memsets"].sum()), "graph_launches": int(cb["graph_launches"].sum())}
+          "memsets": int(cb["memsets"].sum()), "graph_launches": int(cb["graph_launches"].sum()),
+          "memcpy_dtod_per_step": _num(cb["memcpy_dtod"].median()), "memsets_per_step": _num(cb["memsets"].median()),
+          "graph_launches_per_step": _num(cb["graph_launches"].median())}
     if regions == 0 and not r.has_gpu:
         return [Finding("q9.compile", 9, "Eager execution", "No torch.compile rows (TorchDynamo Cache Lookup, "
                         "Torch-Compiled Region) in this trace: it ran eagerly. " + NO_GPU_TEXT + ".", ev)]
     if regions == 0:
         text = (f"No torch.compile rows (TorchDynamo Cache Lookup, Torch-Compiled Region) in this trace: it ran "
-                f"eagerly, with a median {ev['kernel_launches_per_step']:g} kernel launches and "
-                f"{ev['kernels_per_step']:g} kernels per step.")
+                f"eagerly, with a median {_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')} "
+                f"and {_n(ev['kernels_per_step'], 'kernel')} per step.")
         return [Finding("q9.compile", 9, "Eager execution", text, ev)]
     hashes = sorted({h for v in cb["fx_graph_hash"].dropna() for h in str(v).split(",") if h})
     ev["fx_graph_hashes"] = hashes
@@ -330,19 +551,23 @@ def _q9_compile(r) -> list[Finding]:
     text = (f"torch.compile ran: {regions} Torch-Compiled Region slices over {len(cb)} steps, with "
             f"{len(hashes)} distinct CompiledFxGraph hash{'es' if len(hashes) != 1 else ''}"
             + (" (the same every step: a cache hit)" if len(hashes) == 1 and int(cb["fx_graph_calls"].sum()) > 1
-               else "") + f". Per step (median): {ev['kernel_launches_per_step']:g} kernel launch(es), "
-            f"{ev['kernels_per_step']:g} kernel(s)")
-    if ev["memcpy_dtod"]:
-        text += f", {ev['memcpy_dtod']} device-to-device copies in total"
-    if ev["memsets"]:
-        text += f", {ev['memsets']} memsets"
-    if ev["graph_launches"]:
-        text += f", {ev['graph_launches']} cudaGraphLaunch calls (CUDA graphs replayed)"
+               else "") + ". Per step (median): "
+            f"{_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')}, "
+            f"{_n(ev['kernels_per_step'], 'kernel')}")
+    totals = []
+    for key, word, plural, note in (("memcpy_dtod", "device-to-device copy", "device-to-device copies", ""),
+                                    ("memsets", "memset", None, ""),
+                                    ("graph_launches", "cudaGraphLaunch call", None, " (CUDA graphs replayed)")):
+        if ev[key]:
+            text += f", {_n(ev[key + '_per_step'], word, plural)}"
+            totals.append(_n(ev[key], word, plural) + note)
+    if totals:
+        text += f"; in total over the {_n(len(cb), 'step')}: {', '.join(totals)}"
     text += ". Kernels: " + ", ".join(_short(k, 48) for k in kernels) + "."
     return [Finding("q9.compile", 9, "What torch.compile changed", text, ev)]
 
 
-def _q10_cost(r) -> list[Finding]:
+def _q10_cost(r, config=None) -> list[Finding]:
     cb = r.compile_breakdown
     if cb.empty:
         return []
@@ -384,5 +609,5 @@ def findings(report_or_session, config=None) -> list[Finding]:
     r = report_or_session if isinstance(report_or_session, Report) else analyze(report_or_session, config=config)
     out: list[Finding] = []
     for rule in _RULES:
-        out.extend(rule(r))
+        out.extend(rule(r, config))
     return out

@@ -2,6 +2,7 @@
 what the trace in hand shows (not a fixed story)."""
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from pathlib import Path
@@ -222,3 +223,241 @@ def test_findings_hold_on_third_party_traces(path):
     fs = findings(report(path))
     assert fs and all(1 <= f.question <= 10 for f in fs)
     assert any(f.question == 4 for f in fs)
+
+
+# --- the review's four fixes, each against a plain scan of the JSON ---------------------------------------------------
+
+APP = DATA / "h200_app"
+
+
+def app(name: str) -> Path:
+    return APP / f"{name}.json"
+
+
+def _events(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["traceEvents"]
+
+
+def _plain_steps(evs) -> list[dict]:
+    return sorted((e for e in evs if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+                   and e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+
+
+def _within(e, st) -> bool:
+    return st["ts"] <= e["ts"] < st["ts"] + st["dur"]
+
+
+COMPILED = [h200(n) for n in H200 if "compile" in n] + [app("sweep_4096_warm_compile"),
+                                                         app("sweep_4096_warm_reduce-overhead")]
+
+
+@pytest.mark.parametrize("path", COMPILED, ids=lambda p: p.name)
+def test_q9_says_per_step_counts_per_step_and_totals_as_totals(path):
+    evs = _events(path)
+    xs = [e for e in evs if e.get("ph") == "X"]
+    launch_by_corr = {e["args"]["correlation"]: e for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                      and "correlation" in e.get("args", {})}
+    per: dict[str, list[int]] = {"memsets": [], "memcpy_dtod": [], "graph_launches": []}
+    for st in _plain_steps(evs):
+        n_set = n_dtod = 0
+        for g in xs:
+            la = launch_by_corr.get(g.get("args", {}).get("correlation"))
+            if g.get("cat") in ("gpu_memset", "gpu_memcpy") and la is not None and _within(la, st):
+                n_set += g["cat"] == "gpu_memset"
+                n_dtod += g["name"].startswith("Memcpy DtoD")
+        per["memsets"].append(n_set)
+        per["memcpy_dtod"].append(n_dtod)
+        per["graph_launches"].append(sum(1 for e in xs if e["name"] == "cudaGraphLaunch" and _within(e, st)))
+    f = by_id(path)["q9.compile"]
+    per_step, _, totals = f.text.partition("; in total over the")
+    assert "(es)" not in f.text and "(s)" not in f.text
+    words = {"memsets": ("memset", "memsets"), "memcpy_dtod": ("device-to-device copy", "device-to-device copies"),
+             "graph_launches": ("cudaGraphLaunch call", "cudaGraphLaunch calls")}
+    for key, (one, many) in words.items():
+        med, total = statistics.median(per[key]), sum(per[key])
+        assert f.evidence[key + "_per_step"] == med and f.evidence[key] == total, key
+        if total:
+            assert f"{med:g} {one if med == 1 else many}," in per_step + ",", key
+            assert f"{total} {one if total == 1 else many}" in totals, key
+            if total != med:
+                assert f"{total} {many}" not in per_step, key
+        else:
+            assert one not in f.text, key
+
+
+def test_q9_ten_step_trace_reads_one_memset_per_step():
+    f = by_id(app("sweep_4096_warm_compile"))["q9.compile"]
+    assert "Per step (median): 1 kernel launch, 1 kernel, 1 memset; in total over the 10 steps: 10 memsets." in f.text
+
+
+def _occupancy_launches(path: Path, kernel: str) -> list[tuple[int, bool]]:
+    """(step number, preceded by an occupancy query under the same parent op) per launch of ``kernel``."""
+    evs = _events(path)
+    xs = [e for e in evs if e.get("ph") == "X"]
+    steps = _plain_steps(evs)
+    by_corr = {e["args"]["correlation"]: e for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+               and "correlation" in e.get("args", {})}
+    ops = [e for e in xs if e.get("cat") == "cpu_op"]
+    occ = [e for e in xs if e["name"].startswith(("cudaOccupancy", "cuOccupancy"))]
+    out = []
+    for k in sorted((e for e in xs if e.get("cat") == "kernel" and e["name"] == kernel), key=lambda e: e["ts"]):
+        la = by_corr[k["args"]["correlation"]]
+        parents = [o for o in ops if o["tid"] == la["tid"] and o["ts"] <= la["ts"] <= o["ts"] + o["dur"]]
+        parent = min(parents, key=lambda o: o["dur"])  # the innermost op holding the launch
+        hit = any(parent["ts"] <= q["ts"] <= la["ts"] and q["tid"] == la["tid"] and
+                  not any(o is not parent and parent["ts"] <= o["ts"] and o["ts"] + o["dur"] <= parent["ts"] +
+                          parent["dur"] and o["ts"] <= q["ts"] <= o["ts"] + o["dur"] for o in ops) for q in occ)
+        step = next(int(s["name"].split("#")[1]) for s in steps if _within(la, s))
+        out.append((step, hit))
+    return out
+
+
+def test_q6_cold_trace_says_only_the_first_launch_is_queried():
+    path = app("coldwarm_64_cold_eager")
+    gemm = next(e["name"] for e in _events(path) if e.get("cat") == "kernel" and e["name"].startswith("nvjet"))
+    launches = _occupancy_launches(path, gemm)
+    hits = [s for s, h in launches if h]
+    first_step = int(_plain_steps(_events(path))[0]["name"].split("#")[1])
+    assert len(launches) == 3 and hits == [first_step] and launches[0] == (first_step, True)
+    f = by_id(path)["q6.launch_path"]
+    assert f.text.startswith(f"An occupancy query precedes the launch of {gemm}, only before the first of its "
+                             f"{len(launches)} launches, in the first profiled step (ProfilerStep#{first_step}): "
+                             "a one-time query on the op's first call in a cold process, not a per-launch pattern.")
+    assert "1 launches" not in f.text and "sized adaptively" not in f.text
+    assert "1 other kernel name launches without one" in f.text
+    assert f.evidence["occupancy_query_launches"][gemm] == {"launches": len(launches), "with_query": len(hits),
+                                                            "steps": hits}
+
+
+def test_q6_every_launch_queried_reads_as_the_per_launch_pattern(tmp_path):
+    # The cold trace, with the first step's occupancy query copied before the GEMM launch of every later step.
+    src = app("coldwarm_64_cold_eager")
+    data = json.loads(src.read_text())
+    evs = data["traceEvents"]
+    xs = [e for e in evs if e.get("ph") == "X"]
+    q = next(e for e in xs if e["name"].startswith("cudaOccupancyMaxActiveBlocks"))
+    launches = sorted((e for e in xs if e["name"] == "cuLaunchKernelEx"), key=lambda e: e["ts"])
+    for la in launches[1:]:
+        evs.append(dict(q, ts=la["ts"] - 1.0, dur=0.5, args=dict(q.get("args", {}), correlation=10 ** 9 + la["ts"])))
+    path = tmp_path / "every_launch.json"
+    path.write_text(json.dumps(data))
+    gemm = next(e["name"] for e in xs if e.get("cat") == "kernel" and e["name"].startswith("nvjet"))
+    launches_q = _occupancy_launches(path, gemm)
+    assert all(h for _, h in launches_q)
+    f = {x.id: x for x in findings(session(path))}["q6.launch_path"]
+    assert f.text.startswith(f"An occupancy query precedes the launch of {gemm}, before every one of its "
+                             f"{len(launches_q)} launches: sized adaptively launch by launch")
+    assert "only before" not in f.text
+
+
+def _busy_share_after_first(steps, gpu) -> tuple[float, int]:
+    """Median GPU busy share of each step's window over the steps after the first; and how many of all steps are
+    below half busy."""
+    shares = []
+    for st in steps:
+        a, b = st["ts"], st["ts"] + st["dur"]
+        shares.append(_union((max(a, g["ts"]), min(b, g["ts"] + g["dur"])) for g in gpu
+                             if g["ts"] < b and g["ts"] + g["dur"] > a) / st["dur"])
+    return statistics.median(shares[1:]), sum(1 for s in shares if s < 0.5)
+
+
+def _keep_steps(src: Path, keep: set[int], dst: Path) -> Path:
+    """The same trace with only the ProfilerStep slices numbered in ``keep`` (what a shorter schedule records)."""
+    data = json.loads(src.read_text())
+    data["traceEvents"] = [e for e in data["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")
+                           or int(e["name"].split("#")[1]) in keep]
+    dst.write_text(json.dumps(data))
+    return dst
+
+
+@pytest.mark.parametrize("keep", [{0, 1, 2}, {2, 3, 4}, set(range(10))], ids=["0/0/3", "1/1/3", "0/0/10"])
+def test_q2_verdict_does_not_flip_with_the_schedule(tmp_path, keep):
+    path = _keep_steps(app("sweep_4096_warm_eager"), keep, tmp_path / "t.json")
+    evs = _events(path)
+    steps = _plain_steps(evs)
+    gpu = [e for e in evs if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    share, n_below = _busy_share_after_first(steps, gpu)
+    expected = "compute-bound" if share >= 0.5 else "overhead-bound"
+    f = {x.id: x for x in findings(session(path))}["q2.bound"]
+    assert f.evidence["bound"] == expected == "compute-bound"
+    assert f.evidence["bound_basis_gpu_busy_fraction_median"] == pytest.approx(share, abs=1e-3)
+    assert f.evidence["bound_counts"].get("overhead-bound", 0) == n_below
+    assert f"Verdict from the {len(steps) - 1} steps after the first" in f.text and "compute-bound." in f.text
+    # the numbers stay: CPU and GPU medians over all steps
+    assert f.evidence["cpu_step_median_us"] == pytest.approx(statistics.median(s["dur"] for s in steps), abs=0.002)
+    if keep == {0, 1, 2}:
+        assert n_below == 2  # the old majority vote said overhead-bound here
+
+
+def test_q2_real_1_1_3_and_0_0_3_windows_agree():
+    a = by_id(h200("4096_bf16_warm_eager"))["q2.bound"].evidence["bound"]
+    b = by_id(app("sweep_4096_warm_eager"))["q2.bound"].evidence["bound"]
+    assert a == b == "compute-bound"
+
+
+def _first_step_only_calls(path: Path) -> dict[str, int]:
+    evs = _events(path)
+    steps = _plain_steps(evs)
+    calls = [e for e in evs if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    first = [c for c in calls if c["tid"] == steps[0]["tid"] and _within(c, steps[0])]
+    later = {c["name"] for c in calls for s in steps[1:] if c["tid"] == s["tid"] and _within(c, s)}
+    out: dict[str, int] = {}
+    for c in first:
+        if c["name"] not in later:
+            out[c["name"]] = out.get(c["name"], 0) + 1
+    return out
+
+
+def _activity_buffer_us(path: Path) -> float:
+    return sum(e["dur"] for e in _events(path) if e.get("ph") == "X" and e["name"] == "Activity Buffer Request")
+
+
+def test_q3_cold_trace_says_cold_start_and_names_the_calls():
+    path = app("coldwarm_64_cold_eager")
+    only = _first_step_only_calls(path)
+    assert {"cudaMalloc", "cudaFuncSetAttribute"} <= set(only)
+    f = by_id(path)["q3.cold_start"]
+    assert f.evidence["cold_start"] is True and f.evidence["cold_start_basis"] == "trace"
+    assert f.evidence["first_step_only_calls"] == only
+    assert "This is a cold start (from the trace" in f.text
+    assert f"cudaMalloc ×{only['cudaMalloc']}" in f.text and "workspace allocation (cudaMalloc)" in f.text
+    assert "lazy module loading" in f.text and "profiler's own" not in f.text
+
+
+@pytest.mark.parametrize("name", ["coldwarm_64_warm_eager", "sweep_64_warm_eager", "sweep_4096_warm_compile",
+                                  "variance_8192_warm_eager_a20"])
+def test_q3_warm_trace_blames_the_profilers_start_up(name):
+    path = app(name)
+    assert _first_step_only_calls(path) == {}
+    abr = _activity_buffer_us(path)
+    assert abr > 0
+    f = by_id(path)["q3.cold_start"]
+    assert f.evidence["cold_start"] is False
+    assert f.evidence["profiler_startup_us"] == pytest.approx(abr, abs=0.002)
+    assert "This is not a cold start (from the trace" in f.text
+    assert f"its Activity Buffer Request took {abr / 1000:.2f} ms" in f.text
+    assert "workspace" not in f.text and "cuBLAS" not in f.text
+
+
+def test_q3_1_1_3_trace_without_start_up_slice_says_first_step_overhead():
+    path = h200("64_bf16_cold_eager")
+    assert _first_step_only_calls(path) == {} and _activity_buffer_us(path) == 0
+    first = _plain_steps(_events(path))[0]["name"]
+    f = by_id(path)["q3.cold_start"]
+    assert f.evidence["cold_start"] is False
+    assert (f"the extra is the profiler's own first-step overhead ({first} is the first step it records, after "
+            f"{first.split('#')[1]} unrecorded schedule step(s))") in f.text
+
+
+@pytest.mark.parametrize("name", ["coldwarm_64_cold_eager", "coldwarm_64_warm_eager", "spine_64_warm_eager_b8"])
+def test_q3_and_q6_take_warm_or_cold_from_the_config(name):
+    config = json.loads((APP / f"{name}.meta.json").read_text())["config"]
+    fs = {f.id: f for f in findings(report(app(name)), config=config)}
+    f = fs["q3.cold_start"]
+    assert f.evidence["cold_start_basis"] == "config" and f.evidence["config_warmup"] == config["warmup"]
+    if config["warmup"] == 0:
+        assert "This is a cold start (the run's config has no warm-up)" in f.text
+        assert "in a cold process" in fs["q6.launch_path"].text
+    else:
+        assert f"This is not a cold start (the run's config has {config['warmup']} iterations of warm-up)" in f.text
