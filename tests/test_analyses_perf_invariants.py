@@ -36,3 +36,37 @@ def test_report_tables_identical(key):
     got = snap.report_tables(PATHS[key])
     problems = snap.compare({key: EXPECTED[key]}, {key: got})
     assert not problems, "\n".join(problems)
+
+
+# --- the numpy paths give exactly what the shipped SQL gives (every row, column and value, in order) ---------------
+RAW = {  # query name -> (module, function computing the same frame from the shared pieces)
+    "steps": ("steps", "_steps_raw"),
+    "gpu_busy": ("steps", "_gpu_busy_raw"),
+    "per_step_kernels": ("kernels", "_per_step_kernels_raw"),
+    "launch_latency": ("launches", "_launch_latency_raw"),
+    "gemm_ops": ("gemm", "_gemm_ops_raw"),
+}
+
+
+def _same(sql_df, got):
+    import pandas as pd
+    assert list(got.columns) == list(sql_df.columns)
+    assert len(got) == len(sql_df)
+    for c in sql_df.columns:
+        a = [None if (v is None or v is pd.NA or (isinstance(v, float) and v != v)) else v for v in sql_df[c].tolist()]
+        b = [None if (v is None or v is pd.NA or (isinstance(v, float) and v != v)) else v for v in got[c].tolist()]
+        assert a == b, f"column {c} differs"
+
+
+@pytest.mark.parametrize("key", sorted(PATHS))
+def test_numpy_paths_equal_the_sql(key):
+    import importlib
+
+    from profiling_core.analyses._shared import Shared
+    from profiling_core.queries import load_query
+    from profiling_core.trace import open_trace
+    with open_trace(str(PATHS[key]), engine="sqlite") as s:
+        sh = Shared(s)
+        for query, (mod, fn) in RAW.items():
+            f = getattr(importlib.import_module(f"profiling_core.analyses.{mod}"), fn)
+            _same(s.query(load_query(query)), f(sh))

@@ -96,6 +96,7 @@ class Shared:
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
         for c in ("paired_by", "launch_name", "gpu_name", "gpu_category"):
             out[c] = df[c].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)
+        out["launch_track_id"] = _i64(df["launch_track_id"])
         for c in ("launch_parent_id", "launch_utid"):
             out[c] = df[c].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)
         out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")

@@ -5,9 +5,11 @@ import math
 import re
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from ._common import ints, nullable_int, run_query
+from ._shared import Shared, frame, shared_for
 
 __all__ = ["gemm_throughput", "gemm_flops_from_dims"]
 
@@ -64,7 +66,58 @@ def _dims_by_op(session) -> dict[int, list[list[int]]]:
             for sid, inp in out.items()}
 
 
-def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None) -> pd.DataFrame:
+def _gemm_ops_raw(sh: Shared) -> pd.DataFrame:
+    """What ``gemm_ops.sql`` returns: each GEMM op, the GEMM ops nested in it on its thread, and the kernel time
+    (and distinct kernel names) of the launches inside it on its thread."""
+    cols = ["id", "name", "start_ns", "cpu_dur_ns", "arg_set_id", "inner_gemms", "kernel_ns", "kernel_names"]
+    gm = run_query(sh.session, "gemm_slices")
+    if gm.empty:
+        return frame([], cols)
+    ids, utids = gm["id"].tolist(), gm["utid"].tolist()
+    ts, dur = gm["start_ns"].tolist(), gm["cpu_dur_ns"].tolist()
+    by_utid: dict = {}
+    for j, u in enumerate(utids):
+        by_utid.setdefault(u, []).append(j)
+    inner = [0] * len(ids)
+    for js in by_utid.values():
+        js.sort(key=lambda j: ts[j])
+        starts = [ts[j] for j in js]
+        for j in js:
+            end = ts[j] + dur[j]
+            n = 0
+            lo = int(np.searchsorted(starts, ts[j], side="left"))
+            hi = int(np.searchsorted(starts, end, side="right"))
+            for jj in js[lo:hi]:
+                if jj != j and ts[jj] + dur[jj] <= end:
+                    n += 1
+            inner[j] = n
+    # kernel pairs (launch side) by thread, in the order SQLite visits them: launch track, launch ts, launch, kernel
+    p = sh.p
+    k = np.flatnonzero(p["gpu_category"] == "kernel")
+    lu = p["launch_utid"][k]
+    has = np.array([u is not None for u in lu.tolist()], dtype=bool)
+    k = k[has]
+    k = k[np.lexsort((p["gpu_id"][k], p["launch_id"][k], p["launch_ts"][k], p["launch_track_id"][k]))]
+    kb: dict = {}
+    for u, i in zip(p["launch_utid"][k].tolist(), k.tolist()):
+        kb.setdefault(u, []).append(i)
+    kb_ts = {u: p["launch_ts"][np.array(v, dtype=np.int64)] for u, v in kb.items()}
+    kb_idx = {u: np.array(v, dtype=np.int64) for u, v in kb.items()}
+    rows = []
+    for j in range(len(ids)):
+        u, b, e = utids[j], ts[j], ts[j] + dur[j]
+        kns, names = None, None
+        if u in kb_idx:
+            sel = kb_idx[u][(kb_ts[u] >= b) & (kb_ts[u] < e)]
+            if len(sel):
+                kns = int(p["gpu_dur"][sel].sum())
+                names = ",".join(dict.fromkeys(p["gpu_name"][sel].tolist()))
+        rows.append((ids[j], gm["name"].iat[j], b, dur[j], gm["arg_set_id"].iat[j], inner[j], kns, names))
+    return frame(rows, cols)
+
+
+def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
+                    shared: Shared | None = None) -> pd.DataFrame:
     """Achieved TFLOP/s of each GEMM op whose FLOPs are known.
 
     GEMM ops are the innermost of aten::mm/bmm/addmm/baddbmm/matmul/linear (an aten::matmul that calls aten::mm
@@ -83,7 +136,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None) -
         ``flops``, ``tflops``, ``peak_tflops``, ``fraction_of_peak``, ``flops_from`` (``config`` or ``shapes``),
         ``kernel_names``. Ops whose FLOPs are unknown are left out; empty when none is known.
     """
-    ops = run_query(session, "gemm_ops")
+    ops = _gemm_ops_raw(shared_for(session, shared))
     ops = ints(ops, "id", "inner_gemms")
     ops = nullable_int(ops, "start_ns")
     ops = ops[ops["inner_gemms"] == 0]

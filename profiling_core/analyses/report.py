@@ -113,7 +113,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         cold_start_gap=cold_start_gap(session),
         sync_wait=sync_wait(session),
         compile_breakdown=compile_breakdown(session),
-        gemm_throughput=gemm_throughput(session, peak_tflops=peak_tflops, config=config),
+        gemm_throughput=gemm_throughput(session, peak_tflops=peak_tflops, config=config, shared=sh),
         profiler_table=profiler_table(session),
     )
     r.summary.update(_summary(r))

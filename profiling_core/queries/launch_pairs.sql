@@ -23,7 +23,7 @@ launch AS (
   SELECT l.id, g.id, 'correlation' FROM gpu_corr g CROSS JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
 )
 SELECT p.launch_id, p.gpu_id, p.paired_by, l.name AS launch_name, l.ts AS launch_ts, l.dur AS launch_dur,
-  l.parent_id AS launch_parent_id, lt.utid AS launch_utid,
+  l.parent_id AS launch_parent_id, l.track_id AS launch_track_id, lt.utid AS launch_utid,
   g.name AS gpu_name, g.cat AS gpu_category, g.ts AS gpu_ts, g.dur AS gpu_dur
 FROM launch p
 JOIN slice l ON l.id = p.launch_id
