@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left, bisect_right
 from typing import Optional
 
 import numpy as np
@@ -73,8 +74,8 @@ def _gemm_ops_raw(sh: Shared) -> pd.DataFrame:
     gm = run_query(sh.session, "gemm_slices")
     if gm.empty:
         return frame([], cols)
-    ids, utids = gm["id"].tolist(), gm["utid"].tolist()
-    ts, dur = gm["start_ns"].tolist(), gm["cpu_dur_ns"].tolist()
+    ids, utids, names = gm["id"].tolist(), gm["utid"].tolist(), gm["name"].tolist()
+    ts, dur, asid = gm["start_ns"].tolist(), gm["cpu_dur_ns"].tolist(), gm["arg_set_id"].tolist()
     by_utid: dict = {}
     for j, u in enumerate(utids):
         by_utid.setdefault(u, []).append(j)
@@ -84,35 +85,35 @@ def _gemm_ops_raw(sh: Shared) -> pd.DataFrame:
         starts = [ts[j] for j in js]
         for j in js:
             end = ts[j] + dur[j]
-            n = 0
-            lo = int(np.searchsorted(starts, ts[j], side="left"))
-            hi = int(np.searchsorted(starts, end, side="right"))
-            for jj in js[lo:hi]:
-                if jj != j and ts[jj] + dur[jj] <= end:
-                    n += 1
-            inner[j] = n
+            inner[j] = sum(1 for jj in js[bisect_left(starts, ts[j]):bisect_right(starts, end)]
+                           if jj != j and ts[jj] + dur[jj] <= end)
     # kernel pairs (launch side) by thread, in the order SQLite visits them: launch track, launch ts, launch, kernel
     p = sh.p
     k = np.flatnonzero(p["gpu_category"] == "kernel")
-    lu = p["launch_utid"][k]
-    has = np.array([u is not None for u in lu.tolist()], dtype=bool)
-    k = k[has]
+    k = k[np.array([u is not None for u in p["launch_utid"][k].tolist()], dtype=bool)]
     k = k[np.lexsort((p["gpu_id"][k], p["launch_id"][k], p["launch_ts"][k], p["launch_track_id"][k]))]
     kb: dict = {}
     for u, i in zip(p["launch_utid"][k].tolist(), k.tolist()):
         kb.setdefault(u, []).append(i)
-    kb_ts = {u: p["launch_ts"][np.array(v, dtype=np.int64)] for u, v in kb.items()}
-    kb_idx = {u: np.array(v, dtype=np.int64) for u, v in kb.items()}
+    lanes = {}
+    for u, v in kb.items():
+        idx = np.array(v, dtype=np.int64)
+        by_ts = np.argsort(p["launch_ts"][idx], kind="stable")
+        lanes[u] = (idx, by_ts, p["launch_ts"][idx][by_ts])
+    gpu_dur, gpu_name = p["gpu_dur"], p["gpu_name"]
     rows = []
     for j in range(len(ids)):
         u, b, e = utids[j], ts[j], ts[j] + dur[j]
-        kns, names = None, None
-        if u in kb_idx:
-            sel = kb_idx[u][(kb_ts[u] >= b) & (kb_ts[u] < e)]
-            if len(sel):
-                kns = int(p["gpu_dur"][sel].sum())
-                names = ",".join(dict.fromkeys(p["gpu_name"][sel].tolist()))
-        rows.append((ids[j], gm["name"].iat[j], b, dur[j], gm["arg_set_id"].iat[j], inner[j], kns, names))
+        kns, kn = None, None
+        lane = lanes.get(u)
+        if lane is not None:
+            idx, by_ts, lts = lane
+            lo, hi = np.searchsorted(lts, (b, e), side="left")
+            if hi > lo:
+                sel = idx[np.sort(by_ts[lo:hi])]
+                kns = int(gpu_dur[sel].sum())
+                kn = ",".join(dict.fromkeys(gpu_name[sel].tolist()))
+        rows.append((ids[j], names[j], b, dur[j], asid[j], inner[j], kns, kn))
     return frame(rows, cols)
 
 
