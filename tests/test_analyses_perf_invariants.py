@@ -45,6 +45,7 @@ RAW = {  # query name -> (module, function computing the same frame from the sha
     "per_step_kernels": ("kernels", "_per_step_kernels_raw"),
     "launch_latency": ("launches", "_launch_latency_raw"),
     "gemm_ops": ("gemm", "_gemm_ops_raw"),
+    "sync_wait": ("timing", "_sync_wait_raw"),
 }
 
 

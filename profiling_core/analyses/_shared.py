@@ -128,6 +128,21 @@ class Shared:
                 "category": df["category"].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)}
 
     @cached_property
+    def ops_by_ts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The GPU op intervals sorted by start: (ts, end, running max of end) for overlap look-ups."""
+        o = self.ops
+        order = np.argsort(o["ts"], kind="stable")
+        ts, end = o["ts"][order], o["end"][order]
+        return ts, end, np.maximum.accumulate(end) if len(end) else end
+
+    def ops_overlapping(self, b: int, e: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ts, end) of the GPU ops with ts < e and end > b."""
+        ts, end, _run = self.ops_by_ts
+        hi = int(np.searchsorted(ts, e, side="left"))
+        m = end[:hi] > b
+        return ts[:hi][m], end[:hi][m]
+
+    @cached_property
     def trace_window(self) -> tuple:
         """(first ts, last end) over slices with a category other than Trace; (None, None) when there are none."""
         df = self._spans

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+import numpy as np
+
 from ._common import ints, nullable_int, run_query, us
+from ._shared import Shared, frame, shared_for, union_ns
 
 __all__ = ["cold_start_gap", "sync_wait"]
 
@@ -36,7 +39,22 @@ def cold_start_gap(session) -> pd.DataFrame:
                "first_aten", "gap_us"]]
 
 
-def sync_wait(session) -> pd.DataFrame:
+def _sync_wait_raw(sh: Shared) -> pd.DataFrame:
+    """What ``sync_wait.sql`` returns, from the sync calls and the shared GPU op intervals."""
+    cols = ["id", "name", "start_ns", "dur_ns", "gpu_busy_ns", "gpu_ops", "last_gpu_end_ns"]
+    calls = run_query(sh.session, "sync_calls")
+    rows = []
+    for sid, name, ts, dur in zip(calls["id"].tolist(), calls["name"].tolist(), calls["ts"].tolist(),
+                                  calls["dur"].tolist()):
+        end = ts + dur
+        b, e = sh.ops_overlapping(ts, end)
+        n = len(b)
+        busy = union_ns(np.maximum(b, ts), np.minimum(e, end)) if n else 0
+        rows.append((sid, name, ts, dur, busy, n, int(e.max()) if n else None))
+    return frame(rows, cols)
+
+
+def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
     """Each synchronize call (cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, cu*/hip* kin).
 
     Args:
@@ -47,7 +65,7 @@ def sync_wait(session) -> pd.DataFrame:
         intervals inside the call), ``gpu_ops`` (ops overlapping it), ``idle_pct`` (100 × (1 − busy / dur)),
         ``gpu_tail_us`` (call start → end of the last GPU op it waited for; NaN when none).
     """
-    df = run_query(session, "sync_wait")
+    df = _sync_wait_raw(shared_for(session, shared))
     df = ints(df, "id", "gpu_ops")
     df = nullable_int(df, "start_ns", "last_gpu_end_ns")
     df["gpu_tail_us"] = (df["last_gpu_end_ns"] - df["start_ns"]).astype("Float64").astype("float64") / 1000.0
