@@ -46,6 +46,7 @@ RAW = {  # query name -> (module, function computing the same frame from the sha
     "launch_latency": ("launches", "_launch_latency_raw"),
     "gemm_ops": ("gemm", "_gemm_ops_raw"),
     "sync_wait": ("timing", "_sync_wait_raw"),
+    "compile_breakdown": ("compile", "_compile_breakdown_raw"),
 }
 
 

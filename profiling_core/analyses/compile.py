@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+import numpy as np
+
 from ._common import ints, nullable_int, run_query, us
+from ._shared import Shared, frame, shared_for
 
 __all__ = ["compile_breakdown"]
 
@@ -11,7 +14,40 @@ _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_c
            "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches", "kernel_launches")
 
 
-def compile_breakdown(session) -> pd.DataFrame:
+def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
+    """What ``compile_breakdown.sql`` returns: its CPU half from ``compile_cpu``, its GPU half from the shared pairs."""
+    cols = ["step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
+            "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
+            "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
+            "launches", "kernel_launches"]
+    cpu = run_query(sh.session, "compile_cpu")
+    if cpu.empty:
+        return frame([], cols)
+    p = sh.p
+    names = p["gpu_name"]
+    rows = []
+    for r in cpu.itertuples(index=False):
+        ts, dur = int(r.start_ns), int(r.cpu_dur_ns)
+        i = sh.pairs_in(ts, ts + dur)
+        gid, lid, cat = p["gpu_id"][i], p["launch_id"][i], p["gpu_category"][i]
+        is_k = cat == "kernel"
+        is_cp = np.isin(cat, ("gpu_memcpy", "memcpy"))
+        nm = names[i]
+
+        def cpy(prefix):
+            return len(set(gid[is_cp & np.array([isinstance(x, str) and x.startswith(prefix) for x in nm.tolist()],
+                                                 dtype=bool)].tolist())) if len(i) else 0
+        rows.append((r.step, r.start_ns, r.cpu_dur_ns, r.cache_lookups, r.cache_lookup_ns, r.compiled_regions,
+                     r.compiled_region_ns, r.prologues, r.prologue_ns, r.fx_graph_calls, r.fx_graph_ns,
+                     r.fx_graph_hash, r.graph_launches,
+                     len(set(gid[is_k].tolist())), len(set(gid[is_cp].tolist())),
+                     cpy("Memcpy DtoD"), cpy("Memcpy HtoD"), cpy("Memcpy DtoH"),
+                     len(set(gid[np.isin(cat, ("gpu_memset", "memset"))].tolist())),
+                     len(set(lid.tolist())), len(set(lid[is_k].tolist()))))
+    return frame(rows, cols)
+
+
+def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per step: torch.compile's CPU rows and the GPU work the step launched.
 
     Args:
@@ -27,7 +63,7 @@ def compile_breakdown(session) -> pd.DataFrame:
         ``memcpy_dtod``, ``memcpy_htod``, ``memcpy_dtoh``, ``memsets``; ``launches`` (calls that launched GPU
         work) and ``kernel_launches``. All zeros for an eager trace; empty without steps.
     """
-    df = run_query(session, "compile_breakdown")
+    df = _compile_breakdown_raw(shared_for(session, shared))
     df = ints(df, *_COUNTS)
     df = nullable_int(df, "start_ns")
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "cache_lookup_ns": "cache_lookup_us",

@@ -112,7 +112,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         dispatch_chains=dispatch_chains(session),
         cold_start_gap=cold_start_gap(session),
         sync_wait=sync_wait(session, shared=sh),
-        compile_breakdown=compile_breakdown(session),
+        compile_breakdown=compile_breakdown(session, shared=sh),
         gemm_throughput=gemm_throughput(session, peak_tflops=peak_tflops, config=config, shared=sh),
         profiler_table=profiler_table(session),
     )
