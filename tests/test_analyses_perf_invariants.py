@@ -47,6 +47,7 @@ RAW = {  # query name -> (module, function computing the same frame from the sha
     "gemm_ops": ("gemm", "_gemm_ops_raw"),
     "sync_wait": ("timing", "_sync_wait_raw"),
     "compile_breakdown": ("compile", "_compile_breakdown_raw"),
+    "dispatch_chain": ("launches", "_dispatch_chain_raw"),
 }
 
 

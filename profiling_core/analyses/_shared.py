@@ -80,6 +80,15 @@ class Shared:
         return np.concatenate(idx).astype(np.int64), np.concatenate(which)
 
     @cached_property
+    def by_launch(self) -> dict[int, np.ndarray]:
+        """{launch id: indices of its pairs (in gpu_id order)}."""
+        lid = self.p["launch_id"]
+        if len(lid) == 0:
+            return {}
+        cut = np.flatnonzero(np.diff(lid)) + 1  # pairs are in (launch_id, gpu_id) order
+        return {int(g[0]): np.arange(a, a + len(g)) for a, g in zip(np.r_[0, cut], np.split(lid, cut))}
+
+    @cached_property
     def step_slices(self) -> pd.DataFrame:
         return run_query(self.session, "step_slices")
 
@@ -94,7 +103,7 @@ class Shared:
         df = self.pairs
         out = {c: _i64(df[c]) for c in ("launch_id", "gpu_id", "launch_ts", "launch_dur", "gpu_ts", "gpu_dur")}
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
-        for c in ("paired_by", "launch_name", "gpu_name", "gpu_category"):
+        for c in ("paired_by", "launch_name", "gpu_name", "gpu_category", "gpu_category_raw"):
             out[c] = df[c].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)
         out["launch_track_id"] = _i64(df["launch_track_id"])
         for c in ("launch_parent_id", "launch_utid"):

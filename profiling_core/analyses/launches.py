@@ -100,9 +100,33 @@ def launch_paths(session) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def dispatch_chains(session) -> pd.DataFrame:
+def _dispatch_chain_raw(sh: Shared) -> pd.DataFrame:
+    """What ``dispatch_chain.sql`` returns: the CPU rows from ``dispatch_cpu``, each launch's GPU ops from the pairs."""
+    cols = ["step", "id", "parent_id", "depth", "name", "category", "start_ns", "dur_ns", "lane"]
+    cpu = run_query(sh.session, "dispatch_cpu")
+    if cpu.empty:
+        return frame([], cols)
+    c_step, c_id, c_par, c_depth = (cpu[c].tolist() for c in ("step", "id", "parent_id", "depth"))
+    c_name, c_cat, c_ts, c_dur = (cpu[c].tolist() for c in ("name", "category", "start_ns", "dur_ns"))
+    rows = [(a, b, None if (c is None or c != c) else c, d, e, f, g, h, "cpu")
+            for a, b, c, d, e, f, g, h in zip(c_step, c_id, c_par, c_depth, c_name, c_cat, c_ts, c_dur)]
+    p, by_launch = sh.p, sh.by_launch
+    gpu = []
+    for j, lid in enumerate(c_id):
+        idx = by_launch.get(lid)
+        if idx is None:
+            continue
+        for i in idx.tolist():
+            gpu.append((c_step[j], int(p["gpu_id"][i]), lid, c_depth[j] + 1, p["gpu_name"][i],
+                        p["gpu_category_raw"][i], int(p["gpu_ts"][i]), int(p["gpu_dur"][i]), "gpu"))
+    rows.extend(gpu)
+    rows.sort(key=lambda r: (r[0], r[8], r[6], r[3]))  # ORDER BY step, lane, start, depth (stable on ties)
+    return frame(rows, cols)
+
+
+def dispatch_chains(session, shared: Shared | None = None) -> pd.DataFrame:
     """The dispatch tree of every step (see :func:`dispatch_chain`), all steps in one frame with a ``step`` column."""
-    df = run_query(session, "dispatch_chain")
+    df = _dispatch_chain_raw(shared_for(session, shared))
     df = ints(df, "step", "id", "depth")
     df = nullable_int(df, "parent_id", "start_ns")
     for c in ("name", "category", "lane"):

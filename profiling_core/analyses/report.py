@@ -109,7 +109,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         kernel_durations_by_step=kernel_durations_by_step(session, shared=sh),
         launch_latency=launch_latency(session, shared=sh),
         launch_paths=launch_paths(session),
-        dispatch_chains=dispatch_chains(session),
+        dispatch_chains=dispatch_chains(session, shared=sh),
         cold_start_gap=cold_start_gap(session),
         sync_wait=sync_wait(session, shared=sh),
         compile_breakdown=compile_breakdown(session, shared=sh),
