@@ -48,6 +48,7 @@ RAW = {  # query name -> (module, function computing the same frame from the sha
     "sync_wait": ("timing", "_sync_wait_raw"),
     "compile_breakdown": ("compile", "_compile_breakdown_raw"),
     "dispatch_chain": ("launches", "_dispatch_chain_raw"),
+    "profiler_table": ("table", "_profiler_table_raw"),
 }
 
 

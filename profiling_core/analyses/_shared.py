@@ -96,6 +96,36 @@ class Shared:
     def _spans(self) -> pd.DataFrame:
         return run_query(self.session, "gpu_op_spans")
 
+    @cached_property
+    def slices(self) -> dict:
+        """``slice_tree`` as columns: int64 arrays ``id``, ``ts``, ``dur``, ``track_id``, ``depth``, ``parent``
+        (-1 for none), ``utid`` (-1 off-thread), ``ppos`` (the parent's row, -1 for none); lists ``name``,
+        ``category``; ``cat`` (lower-cased category, None for none) as an object array."""
+        from ..queries import load_query
+        cols, data = self.session.query_columns(load_query("slice_tree"))
+        d = dict(zip(cols, data))
+        n = len(d["id"])
+        out: dict = {c: np.array(d[c], dtype=np.int64) if n else np.zeros(0, np.int64)
+                     for c in ("id", "ts", "dur", "track_id", "depth")}
+        for c, name in (("parent_id", "parent"), ("utid", "utid")):
+            out[name] = np.fromiter((-1 if v is None else v for v in d[c]), dtype=np.int64, count=n)
+        out["name"], out["category"] = d["name"], d["category"]
+        codes, uniq = pd.factorize(np.array(d["category"], dtype=object), use_na_sentinel=True)
+        low = np.array([u.lower() if isinstance(u, str) else None for u in uniq] + [None], dtype=object)
+        out["cat"] = low[codes] if n else np.zeros(0, dtype=object)
+        ids = out["id"]
+        dense = n == 0 or (ids[0] == 0 and ids[-1] == n - 1)
+        has = out["parent"] >= 0
+        ppos = np.full(n, -1, dtype=np.int64)
+        ppos[has] = out["parent"][has] if dense else np.searchsorted(ids, out["parent"][has])
+        out["ppos"] = ppos
+        out["dense"] = dense
+        return out
+
+    def pos(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``slices`` holding these slice ids."""
+        return ids if self.slices["dense"] else np.searchsorted(self.slices["id"], ids)
+
     # --- arrays ---------------------------------------------------------------------------------------------------
     @cached_property
     def p(self) -> dict[str, np.ndarray]:

@@ -114,7 +114,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         sync_wait=sync_wait(session, shared=sh),
         compile_breakdown=compile_breakdown(session, shared=sh),
         gemm_throughput=gemm_throughput(session, peak_tflops=peak_tflops, config=config, shared=sh),
-        profiler_table=profiler_table(session),
+        profiler_table=profiler_table(session, shared=sh),
     )
     r.summary.update(_summary(r))
     return r

@@ -3,12 +3,73 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ._common import ints, run_query, us
+import numpy as np
+
+from ._common import ints, us
+from ._shared import Shared, frame, shared_for
+
+_NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
+            "python_function", "ac2g", "flow"}
+_GPU_ROWS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation"}
+
+
+def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
+    """What ``profiler_table.sql`` returns, from the shared slice tree and launch pairs."""
+    cols = ["name", "lane", "calls", "self_cpu_ns", "cpu_total_ns", "self_device_ns", "device_total_ns"]
+    t = sh.slices
+    n = len(t["id"])
+    if n == 0:
+        return frame([], cols)
+    cat, dur, ppos = t["cat"], t["dur"], t["ppos"]
+    cats = set(cat.tolist())
+    is_cpu = np.isin(cat, [c for c in cats if c is not None and c not in _NOT_CPU]) & (t["utid"] >= 0)
+    is_gpu = np.isin(cat, [c for c in cats if c in _GPU_ROWS])
+    # self CPU: minus the durations of the children of each CPU slice
+    child = np.zeros(n, dtype=np.int64)
+    has = ppos >= 0
+    np.add.at(child, ppos[has], dur[has])
+    # device time: GPU ops launched by calls (on a thread) whose parent is the op (self) or an ancestor (total)
+    self_dev = np.zeros(n, dtype=np.int64)
+    total_dev = np.zeros(n, dtype=np.int64)
+    p = sh.p
+    keep = np.array([u is not None and v is not None for u, v in zip(p["launch_utid"].tolist(),
+                                                                    p["launch_parent_id"].tolist())], dtype=bool)
+    if keep.any():
+        cur = sh.pos(np.array(p["launch_parent_id"][keep].tolist(), dtype=np.int64))
+        g = p["gpu_dur"][keep]
+        np.add.at(self_dev, cur, g)
+        while len(cur):
+            np.add.at(total_dev, cur, g)
+            nxt = ppos[cur]
+            m = nxt >= 0
+            cur, g = nxt[m], g[m]
+    names = np.array(t["name"], dtype=object)
+    step = np.array([isinstance(x, str) and x.startswith("ProfilerStep#") for x in t["name"]], dtype=bool)
+    names[step] = "ProfilerStep*"
+    rows = []
+    for lane, m, vals in (("cpu", is_cpu, (dur - child, dur, self_dev, total_dev)),
+                          ("gpu", is_gpu, (np.zeros(n, np.int64), np.zeros(n, np.int64), dur, dur))):
+        idx = np.flatnonzero(m)
+        if len(idx) == 0:
+            continue
+        codes, uniq = pd.factorize(names[idx], use_na_sentinel=False)
+        k = len(uniq)
+        calls = np.bincount(codes, minlength=k)
+        sums = []
+        for v in vals:
+            acc = np.zeros(k, dtype=np.int64)
+            np.add.at(acc, codes, v[idx])
+            sums.append(acc.tolist())
+        rows.extend(zip([None if (u is None or u != u) else u for u in uniq.tolist()], [lane] * k,
+                        calls.tolist(), *sums))
+    # ORDER BY self_device_ns DESC, self_cpu_ns DESC, name (NULL first); lane order on full ties
+    rows.sort(key=lambda r: (-r[5], -r[3], r[0] is not None, r[0] or "", r[1]))
+    return frame(rows, cols)
 
 __all__ = ["profiler_table"]
 
 
-def profiler_table(session) -> pd.DataFrame:
+def profiler_table(session, shared: Shared | None = None) -> pd.DataFrame:
     """The profiler table rebuilt from the trace, one row per name and lane.
 
     CPU rows (cpu_op, user_annotation, cuda_runtime, cuda_driver, overhead, 2021 Operator/Runtime): self CPU =
@@ -26,7 +87,7 @@ def profiler_table(session) -> pd.DataFrame:
         ``self_cpu_us``, ``cpu_total_us``, ``self_device_us``, ``device_total_us``, ``cpu_avg_us``
         (cpu_total / calls).
     """
-    df = run_query(session, "profiler_table")
+    df = _profiler_table_raw(shared_for(session, shared))
     df = ints(df, "calls")
     df = us(df, {"self_cpu_ns": "self_cpu_us", "cpu_total_ns": "cpu_total_us",
                  "self_device_ns": "self_device_us", "device_total_ns": "device_total_us"})

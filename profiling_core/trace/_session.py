@@ -43,6 +43,20 @@ class TraceSession:
             raise QueryError("the trace session is closed")
         return self._backend.query_df(sql)
 
+    def query_columns(self, sql: str) -> tuple[list[str], list[list]]:
+        """Run one read-only SQL statement; returns ``(column names, one list of values per column)``.
+
+        The same values as :meth:`query` without building a DataFrame (the analyses use it for large intermediate
+        results they turn into numpy arrays). Raises QueryError like :meth:`query`.
+        """
+        if self._backend is None:
+            raise QueryError("the trace session is closed")
+        columns = getattr(self._backend, "query_columns", None)
+        if columns is not None:
+            return columns(sql)
+        df = self._backend.query_df(sql)
+        return [str(c) for c in df.columns], [df[c].tolist() for c in df.columns]
+
     def close(self) -> None:
         """Release the engine (and delete the mirror's temporary database). Idempotent."""
         backend, self._backend = self._backend, None
@@ -79,6 +93,10 @@ class _MirrorAdapter:
         cols, rows = self._b.query_rows(sql)
         return pd.DataFrame.from_records(rows, columns=cols) if rows else pd.DataFrame(
             {c: pd.Series(dtype=object) for c in cols})
+
+    def query_columns(self, sql: str):
+        cols, rows = self._b.query_rows(sql)
+        return cols, ([list(c) for c in zip(*rows)] if rows else [[] for _ in cols])
 
     def close(self) -> None:
         self._b.close()
