@@ -100,24 +100,50 @@ def launch_paths(session) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
+def _dispatch_cpu_rows(sh: Shared) -> list[tuple]:
+    """The rows of ``dispatch_cpu.sql`` (CPU half of the dispatch chain) from the shared slice tree, same order."""
+    steps = [r for r in sh.steps_list if r[6] is not None]
+    if not steps:
+        return []
+    t = sh.slices
+    lanes = {}
+    for u in {r[6] for r in steps}:
+        idx = np.flatnonzero(t["utid"] == u)
+        idx = idx[np.lexsort((t["id"][idx], t["track_id"][idx], t["ts"][idx]))]
+        lanes[u] = (idx, t["ts"][idx])
+    name, cat, depth, parent = t["name"], t["category"], t["depth"], t["parent"]
+    ts_, dur_, id_ = t["ts"], t["dur"], t["id"]
+    out = []
+    for step_id, step, _nm, ts, dur, sdepth, utid in steps:
+        idx, lts = lanes[utid]
+        lo, hi = np.searchsorted(lts, (ts, ts + dur), side="left")
+        hi = int(np.searchsorted(lts, ts + dur, side="right"))
+        sel = idx[lo:hi]
+        sel = sel[ts_[sel] + dur_[sel] <= ts + dur]
+        track = t["track_id"]
+        for i in sel.tolist():
+            sid = int(id_[i])
+            par = None if sid == step_id or parent[i] < 0 else int(parent[i])
+            out.append(((step, int(ts_[i]), int(depth[i]) - sdepth, int(track[i]), sid),
+                        (step, sid, par, int(depth[i]) - sdepth, name[i], cat[i], int(ts_[i]), int(dur_[i]), "cpu")))
+    out.sort(key=lambda kr: kr[0])  # ORDER BY step, ts, depth, track_id, id
+    return [r for _k, r in out]
+
+
 def _dispatch_chain_raw(sh: Shared) -> pd.DataFrame:
     """What ``dispatch_chain.sql`` returns: the CPU rows from ``dispatch_cpu``, each launch's GPU ops from the pairs."""
     cols = ["step", "id", "parent_id", "depth", "name", "category", "start_ns", "dur_ns", "lane"]
-    cpu = run_query(sh.session, "dispatch_cpu")
-    if cpu.empty:
+    rows = _dispatch_cpu_rows(sh)
+    if not rows:
         return frame([], cols)
-    c_step, c_id, c_par, c_depth = (cpu[c].tolist() for c in ("step", "id", "parent_id", "depth"))
-    c_name, c_cat, c_ts, c_dur = (cpu[c].tolist() for c in ("name", "category", "start_ns", "dur_ns"))
-    rows = [(a, b, None if (c is None or c != c) else c, d, e, f, g, h, "cpu")
-            for a, b, c, d, e, f, g, h in zip(c_step, c_id, c_par, c_depth, c_name, c_cat, c_ts, c_dur)]
     p, by_launch = sh.p, sh.by_launch
     gpu = []
-    for j, lid in enumerate(c_id):
-        idx = by_launch.get(lid)
+    for r in rows:
+        idx = by_launch.get(r[1])
         if idx is None:
             continue
         for i in idx.tolist():
-            gpu.append((c_step[j], int(p["gpu_id"][i]), lid, c_depth[j] + 1, p["gpu_name"][i],
+            gpu.append((r[0], int(p["gpu_id"][i]), r[1], r[3] + 1, p["gpu_name"][i],
                         p["gpu_category_raw"][i], int(p["gpu_ts"][i]), int(p["gpu_dur"][i]), "gpu"))
     rows.extend(gpu)
     rows.sort(key=lambda r: (r[0], r[8], r[6], r[3]))  # ORDER BY step, lane, start, depth (stable on ties)
