@@ -74,3 +74,17 @@ def test_numpy_paths_equal_the_sql(key):
         for query, (mod, fn) in RAW.items():
             f = getattr(importlib.import_module(f"profiling_core.analyses.{mod}"), fn)
             _same(s.query(load_query(query)), f(sh))
+
+
+@pytest.mark.parametrize("key", sorted(PATHS))
+def test_launch_path_groups_equal_the_sql(key):
+    """launch_path's groups and sums (row order among equal name/API/parent is not fixed by its ORDER BY)."""
+    from profiling_core.analyses._shared import Shared
+    from profiling_core.analyses.launches import _launch_path_raw
+    from profiling_core.queries import load_query
+    from profiling_core.trace import open_trace
+    with open_trace(str(PATHS[key]), engine="sqlite") as s:
+        want = s.query(load_query("launch_path"))
+        got = _launch_path_raw(Shared(s))
+    assert list(got.columns) == list(want.columns)
+    assert sorted(map(tuple, got.astype(str).values.tolist())) == sorted(map(tuple, want.astype(str).values.tolist()))

@@ -67,7 +67,45 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
                "gpu_start_ns", "launch_dur_us", "gpu_dur_us", "latency_us", "paired_by", "step"]]
 
 
-def launch_paths(session) -> pd.DataFrame:
+def _launch_path_raw(sh: Shared) -> pd.DataFrame:
+    """What ``launch_path.sql`` returns (same groups and sums; row order by name, API, parent op), from the shared
+    launch pairs and slice tree."""
+    cols = ["gpu_name", "gpu_category", "launch_api", "parent_op", "count", "with_occupancy_query"]
+    p = sh.p
+    if len(p["gpu_id"]) == 0:
+        return frame([], cols)
+    t = sh.slices
+    names = t["name"]
+    # the earliest occupancy query under each parent
+    first_occ: dict = {}
+    occ = np.flatnonzero(np.array([isinstance(x, str) and x.startswith(("cudaOccupancy", "hipOccupancy",
+                                                                       "cuOccupancy")) for x in names], dtype=bool)
+                         & (t["parent"] >= 0))
+    for par, ts in zip(t["parent"][occ].tolist(), t["ts"][occ].tolist()):
+        if par not in first_occ or ts < first_occ[par]:
+            first_occ[par] = ts
+    groups: dict = {}
+    pars = [None if (v is None or v != v) else int(v) for v in p["launch_parent_id"].tolist()]
+    known = [v for v in pars if v is not None]
+    pname_of = dict(zip(known, (names[i] for i in sh.pos(np.array(known, dtype=np.int64)).tolist())))
+    for gname, gcat, api, par, lts in zip(p["gpu_name"].tolist(), p["gpu_category"].tolist(),
+                                          p["launch_name"].tolist(), pars, p["launch_ts"].tolist()):
+        if par is None:
+            pname, before = "", 0
+        else:
+            pn = pname_of[par]
+            pname = "" if pn is None else pn
+            f = first_occ.get(par)
+            before = int(f is not None and f <= lts)
+        g = groups.setdefault((gname, gcat, api, pname), [0, 0])
+        g[0] += 1
+        g[1] += before
+    rows = [(*k, v[0], v[1]) for k, v in groups.items()]
+    rows.sort(key=lambda r: (r[0] is not None, r[0] or "", r[2] is not None, r[2] or "", r[3]))
+    return frame(rows, cols)
+
+
+def launch_paths(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per GPU op name: which API call(s) launched it, from which CPU op, and whether an occupancy query preceded.
 
     An occupancy query is a ``cudaOccupancy*`` / ``cuOccupancy*`` / ``hipOccupancy*`` call that starts before the
@@ -83,7 +121,7 @@ def launch_paths(session) -> pd.DataFrame:
         ``occupancy_queries`` (launches preceded by an occupancy query) and ``occupancy_query_before`` (bool),
         sorted by name. Empty on CPU-only traces.
     """
-    df = run_query(session, "launch_path")
+    df = _launch_path_raw(shared_for(session, shared))
     cols = ["name", "category", "launch_apis", "parent_ops", "count", "occupancy_queries", "occupancy_query_before"]
     if df.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})

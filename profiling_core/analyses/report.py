@@ -108,7 +108,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         kernel_stats=kernel_stats(session, ops=ops),
         kernel_durations_by_step=kernel_durations_by_step(session, shared=sh),
         launch_latency=launch_latency(session, shared=sh),
-        launch_paths=launch_paths(session),
+        launch_paths=launch_paths(session, shared=sh),
         dispatch_chains=dispatch_chains(session, shared=sh),
         cold_start_gap=cold_start_gap(session),
         sync_wait=sync_wait(session, shared=sh),
