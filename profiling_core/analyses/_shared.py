@@ -52,11 +52,6 @@ class Shared:
 
     # --- raw queries ----------------------------------------------------------------------------------------------
     @cached_property
-    def pairs(self) -> pd.DataFrame:
-        """launch_pairs: one row per (launch call, GPU op) pair, ordered by launch_id, gpu_id."""
-        return run_query(self.session, "launch_pairs")
-
-    @cached_property
     def gpu_ops_raw(self) -> pd.DataFrame:
         """The ``kernels`` query: GPU ops on thread tracks with device and stream, in (ts, id) order."""
         return run_query(self.session, "kernels")
@@ -129,15 +124,19 @@ class Shared:
     # --- arrays ---------------------------------------------------------------------------------------------------
     @cached_property
     def p(self) -> dict[str, np.ndarray]:
-        """The pairs' columns as arrays (ints as int64; text as object)."""
-        df = self.pairs
-        out = {c: _i64(df[c]) for c in ("launch_id", "gpu_id", "launch_ts", "launch_dur", "gpu_ts", "gpu_dur")}
+        """``launch_pairs`` (one row per launch call ↔ GPU op pair, in launch_id, gpu_id order) as arrays: ints
+        as int64, text and nullable ids (``launch_parent_id``, ``launch_utid``: None for none) as object."""
+        from ..queries import load_query
+        cols, data = self.session.query_columns(load_query("launch_pairs"))
+        d = dict(zip(cols, data))
+        out = {c: np.array(d[c], dtype=np.int64) if d[c] else np.zeros(0, dtype=np.int64)
+               for c in ("launch_id", "gpu_id", "launch_ts", "launch_dur", "gpu_ts", "gpu_dur", "launch_track_id")}
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
-        for c in ("paired_by", "launch_name", "gpu_name", "gpu_category", "gpu_category_raw"):
-            out[c] = df[c].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)
-        out["launch_track_id"] = _i64(df["launch_track_id"])
-        for c in ("launch_parent_id", "launch_utid"):
-            out[c] = df[c].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)
+        for c in ("paired_by", "launch_name", "gpu_name", "gpu_category", "gpu_category_raw", "launch_parent_id",
+                  "launch_utid"):
+            a = np.empty(len(d[c]), dtype=object)
+            a[:] = d[c]
+            out[c] = a
         out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")
         out["launch_ts_sorted"] = out["launch_ts"][out["by_launch_ts"]]
         return out
