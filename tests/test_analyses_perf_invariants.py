@@ -88,3 +88,22 @@ def test_launch_path_groups_equal_the_sql(key):
         got = _launch_path_raw(Shared(s))
     assert list(got.columns) == list(want.columns)
     assert sorted(map(tuple, got.astype(str).values.tolist())) == sorted(map(tuple, want.astype(str).values.tolist()))
+
+
+@pytest.mark.parametrize("query", ["slice_tree", "launch_pairs", "step_slices", "gpu_op_spans", "kernels"])
+def test_query_columns_equal_query(query):
+    """TraceSession.query_columns (chunked, int columns as numpy, shared strings) gives query()'s values."""
+    import numpy as np
+
+    from profiling_core.queries import load_query
+    from profiling_core.trace import open_trace
+    for key in ("h200/4096_bf16_warm_eager_a20.json", "cpu/64_fp32_warm_eager.json",
+                "traces/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"):
+        with open_trace(str(PATHS[key]), engine="sqlite") as s:
+            df = s.query(load_query(query))
+            cols, data = s.query_columns(load_query(query))
+        assert cols == list(df.columns)
+        for c, values in zip(cols, data):
+            got = values.tolist() if isinstance(values, np.ndarray) else list(values)
+            want = [None if (v is None or v != v) else v for v in df[c].astype(object).tolist()]
+            assert [None if v is None else v for v in got] == want, (key, c)

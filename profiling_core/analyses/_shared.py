@@ -129,13 +129,13 @@ class Shared:
         from ..queries import load_query
         cols, data = self.session.query_columns(load_query("launch_pairs"))
         d = dict(zip(cols, data))
-        out = {c: np.array(d[c], dtype=np.int64) if d[c] else np.zeros(0, dtype=np.int64)
+        out = {c: np.array(d[c], dtype=np.int64) if len(d[c]) else np.zeros(0, dtype=np.int64)
                for c in ("launch_id", "gpu_id", "launch_ts", "launch_dur", "gpu_ts", "gpu_dur", "launch_track_id")}
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
         for c in ("paired_by", "launch_name", "gpu_name", "gpu_category", "gpu_category_raw", "launch_parent_id",
                   "launch_utid"):
             a = np.empty(len(d[c]), dtype=object)
-            a[:] = d[c]
+            a[:] = d[c].tolist() if isinstance(d[c], np.ndarray) else d[c]
             out[c] = a
         out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")
         out["launch_ts_sorted"] = out["launch_ts"][out["by_launch_ts"]]

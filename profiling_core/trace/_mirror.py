@@ -178,6 +178,49 @@ class MirrorBackend:
                 raise QueryError(f"SQL error: {e}") from None
         return cols, rows
 
+    def query_columns(self, sql: str, chunk: int = 1 << 15) -> tuple[list[str], list]:
+        """Like :meth:`query_rows`, but column by column and a chunk of rows at a time, so a large result is never
+        held as row tuples: a column whose values are all integers becomes an int64 numpy array; any other column
+        stays a list, with repeated strings shared (one object per distinct string)."""
+        import numpy as np
+        if not isinstance(sql, str):
+            raise QueryError(f"query must be a string, got {type(sql).__name__}")
+        with self._lock:
+            if self._conn is None:
+                raise QueryError("the trace session is closed")
+            self._denied = None
+            try:
+                cur = self._conn.execute(sql)
+                cols = [d[0] for d in cur.description] if cur.description else []
+                parts: list[list] = [[] for _ in cols]
+                pools: list[dict] = [{} for _ in cols]
+                while rows := cur.fetchmany(chunk):
+                    for k, values in enumerate(zip(*rows)):
+                        if all(type(v) is int for v in values):
+                            try:
+                                parts[k].append(np.array(values, dtype=np.int64))
+                                continue
+                            except OverflowError:
+                                pass
+                        pool = pools[k]
+                        parts[k].append([pool.setdefault(v, v) if type(v) is str else v for v in values])
+                    del rows
+            except sqlite3.Warning as e:
+                raise QueryError(f"{e} (run one statement at a time)") from None
+            except sqlite3.Error as e:
+                if self._denied:
+                    raise QueryError(self._denied) from None
+                raise QueryError(f"SQL error: {e}") from None
+            except OverflowError as e:
+                raise QueryError(f"SQL error: {e}") from None
+        out: list = []
+        for ps in parts:
+            if ps and all(isinstance(x, np.ndarray) for x in ps):
+                out.append(np.concatenate(ps))
+            else:
+                out.append([v for x in ps for v in (x.tolist() if isinstance(x, np.ndarray) else x)])
+        return cols, out
+
     def close(self) -> None:
         for name in ("_conn", "_aux"):
             conn = getattr(self, name, None)

@@ -43,11 +43,12 @@ class TraceSession:
             raise QueryError("the trace session is closed")
         return self._backend.query_df(sql)
 
-    def query_columns(self, sql: str) -> tuple[list[str], list[list]]:
-        """Run one read-only SQL statement; returns ``(column names, one list of values per column)``.
+    def query_columns(self, sql: str) -> tuple[list[str], list]:
+        """Run one read-only SQL statement; returns ``(column names, the values of each column)``.
 
         The same values as :meth:`query` without building a DataFrame (the analyses use it for large intermediate
-        results they turn into numpy arrays). Raises QueryError like :meth:`query`.
+        results they turn into numpy arrays): each column is a list, or, on the mirror, an int64 numpy array when
+        all its values are integers. Raises QueryError like :meth:`query`.
         """
         if self._backend is None:
             raise QueryError("the trace session is closed")
@@ -95,8 +96,7 @@ class _MirrorAdapter:
             {c: pd.Series(dtype=object) for c in cols})
 
     def query_columns(self, sql: str):
-        cols, rows = self._b.query_rows(sql)
-        return cols, ([list(c) for c in zip(*rows)] if rows else [[] for _ in cols])
+        return self._b.query_columns(sql)
 
     def close(self) -> None:
         self._b.close()
