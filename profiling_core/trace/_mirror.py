@@ -28,6 +28,7 @@ _KEY_PART = re.compile(r"^(.*?)((?:\[\d+\])*)$")
 _BULK_AFTER = 256  # extract_arg calls for one key before all its values are read at once
 _STREAM_CHUNK = 4 << 20  # bytes of JSON read (and split into events) at a time
 _BULK_KEYS = 16    # at most this many keys kept that way per trace
+_STR_OR_NONE = {str, type(None)}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -196,14 +197,23 @@ class MirrorBackend:
                 pools: list[dict] = [{} for _ in cols]
                 while rows := cur.fetchmany(chunk):
                     for k, values in enumerate(zip(*rows)):
-                        if all(type(v) is int for v in values):
+                        first = next((v for v in values if v is not None), None)
+                        if type(first) is str:
+                            pool = pools[k]
+                            if set(map(type, values)) <= _STR_OR_NONE:
+                                parts[k].append(list(map(pool.setdefault, values, values)))
+                            else:  # mixed types: share only the strings (1 and 1.0 must stay apart)
+                                parts[k].append([pool.setdefault(v, v) if type(v) is str else v for v in values])
+                            continue
+                        if type(first) is int:
                             try:
-                                parts[k].append(np.array(values, dtype=np.int64))
-                                continue
+                                a = np.array(values)
                             except OverflowError:
-                                pass
-                        pool = pools[k]
-                        parts[k].append([pool.setdefault(v, v) if type(v) is str else v for v in values])
+                                a = None
+                            if a is not None and a.dtype.kind == "i" and a.dtype.itemsize == 8:
+                                parts[k].append(a.astype(np.int64, copy=False))
+                                continue
+                        parts[k].append(list(values))
                     del rows
             except sqlite3.Warning as e:
                 raise QueryError(f"{e} (run one statement at a time)") from None
