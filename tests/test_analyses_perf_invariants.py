@@ -49,6 +49,7 @@ RAW = {  # query name -> (module, function computing the same frame from the sha
     "compile_breakdown": ("compile", "_compile_breakdown_raw"),
     "dispatch_chain": ("launches", "_dispatch_chain_raw"),
     "profiler_table": ("table", "_profiler_table_raw"),
+    "kernels": ("_shared", None),  # Shared.gpu_ops_raw
 }
 
 
@@ -72,8 +73,9 @@ def test_numpy_paths_equal_the_sql(key):
     with open_trace(str(PATHS[key]), engine="sqlite") as s:
         sh = Shared(s)
         for query, (mod, fn) in RAW.items():
-            f = getattr(importlib.import_module(f"profiling_core.analyses.{mod}"), fn)
-            _same(s.query(load_query(query)), f(sh))
+            got = sh.gpu_ops_raw if fn is None else getattr(
+                importlib.import_module(f"profiling_core.analyses.{mod}"), fn)(sh)
+            _same(s.query(load_query(query)), got)
 
 
 @pytest.mark.parametrize("key", sorted(PATHS))
@@ -90,7 +92,7 @@ def test_launch_path_groups_equal_the_sql(key):
     assert sorted(map(tuple, got.astype(str).values.tolist())) == sorted(map(tuple, want.astype(str).values.tolist()))
 
 
-@pytest.mark.parametrize("query", ["slice_tree", "launch_pairs", "step_slices", "gpu_op_spans", "kernels"])
+@pytest.mark.parametrize("query", ["slice_tree", "launch_pairs", "step_slices", "thread_lanes", "kernels"])
 def test_query_columns_equal_query(query):
     """TraceSession.query_columns (chunked, int columns as numpy, shared strings) gives query()'s values."""
     import numpy as np

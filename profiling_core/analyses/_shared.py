@@ -1,11 +1,14 @@
 """Pieces that several analyses need, computed once per trace and shared (``analyze`` builds one :class:`Shared`).
 
-Three small queries run once: ``launch_pairs`` (every launch call ↔ GPU op pair, flow table with the
-``args.correlation`` fallback, with both ends' columns), ``step_slices`` (the ProfilerStep#N windows) and
-``gpu_op_spans`` (every GPU op interval and the trace's window). The per-step and per-window work the shipped
-``steps``/``gpu_busy``/``per_step_kernels``/``launch_latency``/``gemm_ops`` queries do with window functions and
-range joins is done here with numpy on those arrays instead: the same rows, values and order, in a fraction of the
-time (the queries stay the SQL reference of each analysis, valid on both engines).
+A few queries run once per trace: ``slice_tree`` (every slice: window, tree, name, category, thread; fetched column
+by column with ``TraceSession.query_columns``), ``launch_pairs`` (every launch call ↔ GPU op pair, flow table with
+the ``args.correlation`` fallback, with both ends' columns), ``step_slices`` (the ProfilerStep#N windows) and
+``thread_lanes``. The per-step, per-window and per-tree work that the shipped ``steps``, ``gpu_busy``,
+``per_step_kernels``, ``launch_latency``, ``launch_path``, ``dispatch_chain``, ``sync_wait``, ``compile_breakdown``,
+``gemm_ops``, ``profiler_table`` and ``kernels`` queries each redo (the GPU-op set, the pairing, window functions,
+range joins, a recursive ancestor walk) is done here once with numpy on those arrays: the same rows, values and order
+(tests/test_analyses_perf_invariants.py compares each with its query on every test trace). The ``.sql`` files stay
+the reference of each analysis and run on both engines.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ import pandas as pd
 from ._common import run_query
 
 __all__ = ["Shared", "shared_for", "frame", "union_ns"]
+
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 
 
 def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
@@ -53,8 +58,18 @@ class Shared:
     # --- raw queries ----------------------------------------------------------------------------------------------
     @cached_property
     def gpu_ops_raw(self) -> pd.DataFrame:
-        """The ``kernels`` query: GPU ops on thread tracks with device and stream, in (ts, id) order."""
-        return run_query(self.session, "kernels")
+        """What the ``kernels`` query returns (GPU ops on thread tracks with device and stream, in (ts, id) order),
+        from the shared slice tree and thread lanes."""
+        cols = ["id", "name", "category", "start_ns", "dur_ns", "device", "stream"]
+        t, i = self.slices, self.gpu_rows
+        lanes = self.lanes
+        i = i[np.array([u in lanes for u in t["utid"][i].tolist()], dtype=bool)] if len(i) else i
+        i = i[np.lexsort((t["id"][i], t["ts"][i]))]
+        names = t["name"]
+        lane = [lanes[u] for u in t["utid"][i].tolist()]
+        rows = list(zip(t["id"][i].tolist(), [names[k] for k in i.tolist()], t["cat"][i].tolist(),
+                        t["ts"][i].tolist(), t["dur"][i].tolist(), [x[1] for x in lane], [x[0] for x in lane]))
+        return frame(rows, cols)
 
     @cached_property
     def stream_of(self) -> dict:
@@ -86,10 +101,6 @@ class Shared:
     @cached_property
     def step_slices(self) -> pd.DataFrame:
         return run_query(self.session, "step_slices")
-
-    @cached_property
-    def _spans(self) -> pd.DataFrame:
-        return run_query(self.session, "gpu_op_spans")
 
     @cached_property
     def slices(self) -> dict:
@@ -157,13 +168,17 @@ class Shared:
         return np.sort(p["by_launch_ts"][lo:hi])
 
     @cached_property
+    def gpu_rows(self) -> np.ndarray:
+        """Rows of ``slices`` that are GPU ops (kernel, memcpy, memset; any track)."""
+        t = self.slices
+        cats = [c for c in set(t["cat"].tolist()) if c in _GPU_CATS]
+        return np.flatnonzero(np.isin(t["cat"], cats)) if cats else np.zeros(0, dtype=np.int64)
+
+    @cached_property
     def ops(self) -> dict[str, np.ndarray]:
-        """Every GPU op interval (any track): id, ts, end, category."""
-        df = self._spans
-        df = df[df["kind"] == "op"] if len(df) else df
-        ts, dur = _i64(df["ts"]), _i64(df["dur"])
-        return {"id": _i64(df["id"]), "ts": ts, "end": ts + dur,
-                "category": df["category"].to_numpy(dtype=object) if len(df) else np.zeros(0, dtype=object)}
+        """Every GPU op interval (any track): id, ts, end, category (lower case)."""
+        t, i = self.slices, self.gpu_rows
+        return {"id": t["id"][i], "ts": t["ts"][i], "end": t["ts"][i] + t["dur"][i], "category": t["cat"][i]}
 
     @cached_property
     def ops_by_ts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,12 +198,23 @@ class Shared:
     @cached_property
     def trace_window(self) -> tuple:
         """(first ts, last end) over slices with a category other than Trace; (None, None) when there are none."""
-        df = self._spans
-        w = df[df["kind"] == "window"] if len(df) else df
-        if w.empty:
+        t = self.slices
+        m = np.array([c is not None and c != "Trace" for c in t["category"]], dtype=bool)
+        if not m.any():
             return None, None
-        b, e = w["ts"].iloc[0], w["dur"].iloc[0]
-        return (None if pd.isna(b) else int(b)), (None if pd.isna(e) else int(e))
+        return int(t["ts"][m].min()), int((t["ts"][m] + t["dur"][m]).max())
+
+    @cached_property
+    def lanes(self) -> dict:
+        """{utid: (tid, pid)} of every thread (pid None without a process row)."""
+        from ..queries import load_query
+        cols, data = self.session.query_columns(load_query("thread_lanes"))
+        d = dict(zip(cols, data))
+        return {u: (tid, pid) for u, tid, pid in zip(_list(d["utid"]), _list(d["tid"]), _list(d["pid"]))}
+
+
+def _list(x) -> list:
+    return x.tolist() if isinstance(x, np.ndarray) else list(x)
 
 
 def shared_for(session, shared: Shared | None) -> Shared:
