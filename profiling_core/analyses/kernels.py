@@ -55,13 +55,20 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     return out[cols].reset_index(drop=True)
 
 
-def _per_step_kernels_raw(sh: Shared) -> pd.DataFrame:
-    """What ``per_step_kernels.sql`` returns: one row per (GPU op, step whose window holds its launch call)."""
+def _per_step_kernels_raw(sh: Shared, kernels_only: bool = False) -> pd.DataFrame:
+    """What ``per_step_kernels.sql`` returns: one row per (GPU op, step whose window holds its launch call).
+
+    ``kernels_only``: only its rows of category kernel (when there is one; else all rows, so that an empty result
+    keeps the column types the full result has)."""
     cols = ["step", "gpu_id", "name", "category", "start_ns", "dur_ns", "launch_name", "launch_ns"]
     i, k = sh.pair_steps
     if len(i) == 0:
         return frame([], cols)
     p = sh.p
+    if kernels_only:
+        m = p["gpu_category"][i] == "kernel"
+        if m.any():
+            i, k = i[m], k[m]
     order = np.lexsort((p["gpu_id"][i], p["gpu_ts"][i]))  # ORDER BY g.ts, g.id (stable: step order, then pair)
     i, k = i[order], k[order]
     step_n = np.array([r[1] for r in sh.steps_list], dtype=object)[k]
@@ -83,8 +90,9 @@ def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFr
         DataFrame with ``step``, ``name``, ``occurrence`` (0 for the first launch of that name in the step),
         ``gpu_id``, ``start_ns``, ``dur_us``, ``launch_name``, in time order. Empty without steps or kernels.
     """
-    df = _per_step_kernels_raw(shared_for(session, shared))
-    df = df[df["category"].astype("object") == "kernel"].copy()
+    df = _per_step_kernels_raw(shared_for(session, shared), kernels_only=True)
+    keep = df["category"].astype("object") == "kernel"
+    df = df if keep.all() and len(df) else df[keep].copy()
     df = ints(df, "step", "gpu_id")
     df = nullable_int(df, "start_ns")
     df = us(df, {"dur_ns": "dur_us"})
