@@ -55,11 +55,16 @@ def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
 
 
 def _dims_by_op(session) -> dict[int, list[list[int]]]:
-    df = run_query(session, "gemm_shapes")
+    from ..queries import load_query
+    cols, data = session.query_columns(load_query("gemm_shapes"))
+    d = dict(zip(cols, data))
     out: dict[int, dict[int, dict[int, int]]] = {}
-    for sid, key, val in zip(df["id"], df["key"], df["int_value"]):
-        m = _KEY.search(str(key))
-        if m is None or pd.isna(val):
+    search = _KEY.search
+    for sid, key, val in zip(d["id"], d["key"], d["int_value"]):
+        if val is None or val != val:
+            continue
+        m = search(str(key))
+        if m is None:
             continue
         out.setdefault(int(sid), {}).setdefault(int(m.group(1)), {})[int(m.group(2))] = int(val)
     # inputs without dims (scalars, empty lists) have no rows: keep every input at its own position
