@@ -8,7 +8,7 @@ child process; wall = the child's whole life (interpreter start, imports, load, 
 child's own ru_maxrss (os.wait4), so one run's peak never leaks into another's.
 
 Rows per trace: the mirror's load alone (open_trace), the mirror's load + every analysis
-(profiling_core.analyses.analyze + profiling_core.findings.findings, pandas imported after the load), and
+(profiling_core.analyses.analyze, pandas imported after the load), the same + profiling_core.findings.findings, and
 HTA 0.5.0 (TraceAnalysis load + get_gpu_kernel_breakdown + get_temporal_breakdown) when --hta-python is given.
 A baseline child (python + sqlite3 + pandas imported, nothing else) gives the RSS that is not the trace's.
 
@@ -56,13 +56,15 @@ out = {{"load_s": t1 - t0, "slices": s.load_stats.slices, "flows": s.load_stats.
         "rss_after_load_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}
 if {analyses!r}:
     from profiling_core.analyses import analyze
-    from profiling_core.findings import findings
+    if {findings!r}:
+        from profiling_core.findings import findings
     t2 = time.perf_counter()
     report = analyze(s)
     t3 = time.perf_counter()
-    found = findings(report)
-    t4 = time.perf_counter()
-    out.update(import_s=t2 - t1, analyze_s=t3 - t2, findings_s=t4 - t3, findings=len(found))
+    out.update(import_s=t2 - t1, analyze_s=t3 - t2)
+    if {findings!r}:
+        found = findings(report)
+        out.update(findings_s=time.perf_counter() - t3, findings=len(found))
 if {queries!r}:
     out["queries"] = {{}}
     for name, sql in {queries!r}.items():
@@ -175,15 +177,17 @@ def main(argv=None) -> int:
                 real = make_trace(mb, path)
             else:
                 real = os.path.getsize(path) / 1e6
-            load = best([run_child(CHILD.format(root=ROOT, path=path, queries=None, analyses=False))
-                         for _ in range(args.repeat)])
+            load = best([run_child(CHILD.format(root=ROOT, path=path, queries=None, analyses=False,
+                                                findings=False)) for _ in range(args.repeat)])
+            ana = best([run_child(CHILD.format(root=ROOT, path=path, queries=None, analyses=True, findings=False))
+                        for _ in range(args.repeat)])
             full = best([run_child(CHILD.format(root=ROOT, path=path, queries=QUERIES if args.queries else None,
-                                                analyses=True)) for _ in range(args.repeat)])
+                                                analyses=True, findings=True)) for _ in range(args.repeat)])
             hta = None
             if args.hta_python:
                 hta = best([run_child(HTA_CHILD.format(path=path), python=args.hta_python)
                             for _ in range(max(1, args.repeat - 1))])
-            rows.append((real, load, full, hta))
+            rows.append((real, load, ana, full, hta))
     finally:
         if not args.keep:
             for n in os.listdir(tmp):
@@ -200,18 +204,20 @@ def main(argv=None) -> int:
     print(f"baseline (python + sqlite3 + pandas imported): {base['peak_rss_mib']:.0f} MiB, {base['wall_s']:.2f} s\n")
     print("| JSON | engine | wall s | peak RSS MiB | above baseline MiB | RSS / JSON | speed-up vs HTA |")
     print("|---|---|---|---|---|---|---|")
-    for mb, load, full, hta in rows:
+    for mb, load, ana, full, hta in rows:
         mib = mb * 1e6 / 2**20
-        for name, r in (("mirror: load (open_trace)", load), ("mirror: load + all analyses + findings", full),
+        for name, r in (("mirror: load (open_trace)", load), ("mirror: load + all analyses", ana),
+                        ("mirror: load + all analyses + findings", full),
                         ("HTA 0.5.0: load + kernel + temporal breakdown", hta)):
             if r is None:
                 continue
             speed = f"{hta['wall_s'] / r['wall_s']:.1f}×" if hta else "–"
             print(f"| {mb:.1f} MB | {name} | {r['wall_s']:.2f} | {r['peak_rss_mib']:.0f} | "
                   f"{r['peak_rss_mib'] - base['peak_rss_mib']:.0f} | {r['peak_rss_mib'] / mib:.2f}× | {speed} |")
-    for mb, load, full, hta in rows:
+    for mb, load, ana, full, hta in rows:
         print(f"\n{mb:.1f} MB ({full['slices']:,} slices, {full['flows']:,} flows): load {full['load_s']:.2f} s, "
-              f"pandas+analyses import {full['import_s']:.2f} s, analyze {full['analyze_s']:.2f} s, "
+              f"pandas+analyses import {full['import_s']:.2f} s, analyze {full['analyze_s']:.2f} s "
+              f"(without findings: {ana['analyze_s']:.2f} s), "
               f"findings {full['findings_s']:.2f} s ({full['findings']} findings), "
               f"RSS after load {load['rss_after_load_mib']:.0f} MiB")
         for q, t in (full.get("queries") or {}).items():
