@@ -133,13 +133,50 @@ class Shared:
         return ids if self.slices["dense"] else np.searchsorted(self.slices["id"], ids)
 
     # --- arrays ---------------------------------------------------------------------------------------------------
+    def _pairs_from_flows(self) -> dict | None:
+        """The ``launch_pairs`` columns from the flow table and the shared slice tree, when every GPU op has a flow
+        (then the query's args.correlation half is empty); None otherwise (the caller runs the query)."""
+        from ..queries import load_query
+        _cols, (out_ids, in_ids) = self.session.query_columns(load_query("flow_links"))
+        if not (isinstance(out_ids, np.ndarray) and isinstance(in_ids, np.ndarray)):
+            return None
+        t, gr = self.slices, self.gpu_rows
+        gpu_ids = t["id"][gr]
+        m = np.isin(in_ids, gpu_ids)
+        pairs = np.unique(np.stack([out_ids[m], in_ids[m]], axis=1), axis=0) if m.any() \
+            else np.zeros((0, 2), dtype=np.int64)
+        if not np.isin(gpu_ids, pairs[:, 1]).all():
+            return None  # some GPU op has no flow: the correlation fallback applies
+        n = len(t["id"])
+        lo, gi = pairs[:, 0], pairs[:, 1]
+        if t["dense"]:
+            if len(lo) and (lo.min() < 0 or lo.max() >= n):
+                return None
+            lpos, gpos = lo, gi
+        else:
+            lpos, gpos = np.searchsorted(t["id"], lo), np.searchsorted(t["id"], gi)
+            if len(lo) and ((lpos >= n).any() or (t["id"][np.minimum(lpos, n - 1)] != lo).any()):
+                return None
+        names, cats = t["name"], t["category"]
+        par, utid = t["parent"][lpos], t["utid"][lpos]
+        return {
+            "launch_id": lo, "gpu_id": gi, "paired_by": ["flow"] * len(lo),
+            "launch_name": [names[i] for i in lpos.tolist()], "launch_ts": t["ts"][lpos], "launch_dur": t["dur"][lpos],
+            "launch_parent_id": [None if v < 0 else v for v in par.tolist()], "launch_track_id": t["track_id"][lpos],
+            "launch_utid": [None if v < 0 else v for v in utid.tolist()],
+            "gpu_name": [names[i] for i in gpos.tolist()], "gpu_category": t["cat"][gpos].tolist(),
+            "gpu_category_raw": [cats[i] for i in gpos.tolist()], "gpu_ts": t["ts"][gpos], "gpu_dur": t["dur"][gpos],
+        }
+
     @cached_property
     def p(self) -> dict[str, np.ndarray]:
         """``launch_pairs`` (one row per launch call ↔ GPU op pair, in launch_id, gpu_id order) as arrays: ints
         as int64, text and nullable ids (``launch_parent_id``, ``launch_utid``: None for none) as object."""
-        from ..queries import load_query
-        cols, data = self.session.query_columns(load_query("launch_pairs"))
-        d = dict(zip(cols, data))
+        d = self._pairs_from_flows()
+        if d is None:
+            from ..queries import load_query
+            cols, data = self.session.query_columns(load_query("launch_pairs"))
+            d = dict(zip(cols, data))
         out = {c: np.array(d[c], dtype=np.int64) if len(d[c]) else np.zeros(0, dtype=np.int64)
                for c in ("launch_id", "gpu_id", "launch_ts", "launch_dur", "gpu_ts", "gpu_dur", "launch_track_id")}
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
