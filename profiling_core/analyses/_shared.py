@@ -119,6 +119,9 @@ class Shared:
         codes, uniq = pd.factorize(np.array(d["category"], dtype=object), use_na_sentinel=True)
         low = np.array([u.lower() if isinstance(u, str) else None for u in uniq] + [None], dtype=object)
         out["cat"] = low[codes] if n else np.zeros(0, dtype=object)
+        out["cat_codes"], out["cat_uniq"] = codes, list(uniq) + [None]  # code -1 (NULL) indexes the None
+        ncodes, nuniq = pd.factorize(np.array(d["name"], dtype=object), use_na_sentinel=True)
+        out["name_codes"], out["name_uniq"] = ncodes, list(nuniq) + [None]
         ids = out["id"]
         dense = n == 0 or (ids[0] == 0 and ids[-1] == n - 1)
         has = out["parent"] >= 0
@@ -127,6 +130,11 @@ class Shared:
         out["ppos"] = ppos
         out["dense"] = dense
         return out
+
+    def name_mask(self, pred) -> np.ndarray:
+        """Boolean array over ``slices``: ``pred(name)`` (evaluated once per distinct name; None for NULL)."""
+        t = self.slices
+        return np.array([bool(pred(u)) for u in t["name_uniq"]] or [False], dtype=bool)[t["name_codes"]]
 
     def pos(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``slices`` holding these slice ids."""
@@ -185,6 +193,9 @@ class Shared:
             a = np.empty(len(d[c]), dtype=object)
             a[:] = d[c].tolist() if isinstance(d[c], np.ndarray) else d[c]
             out[c] = a
+        kinds: dict = {}
+        out["memcpy_kind"] = np.array([kinds.setdefault(x, x[7:11] if isinstance(x, str) and x.startswith(
+            ("Memcpy DtoD", "Memcpy HtoD", "Memcpy DtoH")) else "") for x in out["gpu_name"].tolist()], dtype=object)
         out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")
         out["launch_ts_sorted"] = out["launch_ts"][out["by_launch_ts"]]
         return out
@@ -236,7 +247,7 @@ class Shared:
     def trace_window(self) -> tuple:
         """(first ts, last end) over slices with a category other than Trace; (None, None) when there are none."""
         t = self.slices
-        m = np.array([c is not None and c != "Trace" for c in t["category"]], dtype=bool)
+        m = np.array([c is not None and c != "Trace" for c in t["cat_uniq"]], dtype=bool)[t["cat_codes"]]
         if not m.any():
             return None, None
         return int(t["ts"][m].min()), int((t["ts"][m] + t["dur"][m]).max())

@@ -24,7 +24,6 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
     if cpu.empty:
         return frame([], cols)
     p = sh.p
-    names = p["gpu_name"]
     rows = []
     for r in cpu.itertuples(index=False):
         ts, dur = int(r.start_ns), int(r.cpu_dur_ns)
@@ -32,16 +31,15 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
         gid, lid, cat = p["gpu_id"][i], p["launch_id"][i], p["gpu_category"][i]
         is_k = cat == "kernel"
         is_cp = np.isin(cat, ("gpu_memcpy", "memcpy"))
-        nm = names[i]
+        kind = p["memcpy_kind"][i]
 
-        def cpy(prefix):
-            return len(set(gid[is_cp & np.array([isinstance(x, str) and x.startswith(prefix) for x in nm.tolist()],
-                                                 dtype=bool)].tolist())) if len(i) else 0
+        def cpy(k):
+            return len(set(gid[is_cp & (kind == k)].tolist())) if len(i) else 0
         rows.append((r.step, r.start_ns, r.cpu_dur_ns, r.cache_lookups, r.cache_lookup_ns, r.compiled_regions,
                      r.compiled_region_ns, r.prologues, r.prologue_ns, r.fx_graph_calls, r.fx_graph_ns,
                      r.fx_graph_hash, r.graph_launches,
                      len(set(gid[is_k].tolist())), len(set(gid[is_cp].tolist())),
-                     cpy("Memcpy DtoD"), cpy("Memcpy HtoD"), cpy("Memcpy DtoH"),
+                     cpy("DtoD"), cpy("HtoD"), cpy("DtoH"),
                      len(set(gid[np.isin(cat, ("gpu_memset", "memset"))].tolist())),
                      len(set(lid.tolist())), len(set(lid[is_k].tolist()))))
     return frame(rows, cols)

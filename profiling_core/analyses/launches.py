@@ -78,9 +78,8 @@ def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     names = t["name"]
     # the earliest occupancy query under each parent
     first_occ: dict = {}
-    occ = np.flatnonzero(np.array([isinstance(x, str) and x.startswith(("cudaOccupancy", "hipOccupancy",
-                                                                       "cuOccupancy")) for x in names], dtype=bool)
-                         & (t["parent"] >= 0))
+    occ = np.flatnonzero(sh.name_mask(lambda x: isinstance(x, str) and x.startswith(
+        ("cudaOccupancy", "hipOccupancy", "cuOccupancy"))) & (t["parent"] >= 0))
     for par, ts in zip(t["parent"][occ].tolist(), t["ts"][occ].tolist()):
         if par not in first_occ or ts < first_occ[par]:
             first_occ[par] = ts

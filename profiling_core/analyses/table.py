@@ -44,7 +44,7 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
             m = nxt >= 0
             cur, g = nxt[m], g[m]
     names = np.array(t["name"], dtype=object)
-    step = np.array([isinstance(x, str) and x.startswith("ProfilerStep#") for x in t["name"]], dtype=bool)
+    step = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("ProfilerStep#"))
     names[step] = "ProfilerStep*"
     rows = []
     for lane, m, vals in (("cpu", is_cpu, (dur - child, dur, self_dev, total_dev)),
