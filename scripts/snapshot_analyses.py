@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import sys
 from pathlib import Path
 

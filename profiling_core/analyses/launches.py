@@ -7,7 +7,7 @@ import pandas as pd
 
 import numpy as np
 
-from ._common import ints, nullable_int, run_query, us
+from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
 
 __all__ = ["launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains"]
