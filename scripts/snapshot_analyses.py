@@ -41,7 +41,7 @@ def trace_paths() -> dict[str, Path]:
     for p in sorted(DATA.rglob("*")):
         if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")) \
                 and not p.name.endswith(".meta.json") and "tp_golden" not in p.parts \
-                and "analyses_snapshot" not in p.parts:
+                and not any(part.endswith("_snapshot") for part in p.parts):  # snapshots are not traces
             out[str(p.relative_to(DATA))] = p
     for rel in SHARED_TRACES:
         if (SHARED / rel).is_file():

@@ -59,7 +59,21 @@ def test_list_queries_gives_the_leading_comment():
 
 
 def test_load_query_by_name_and_file_name():
-    assert load_query("steps") == load_query("steps.sql") == (QUERY_DIR / "steps.sql").read_text()
+    assert load_query("kernels") == load_query("kernels.sql") == (QUERY_DIR / "kernels.sql").read_text()
+    assert load_query("steps") == load_query("steps.sql")
+
+
+def test_includes_expand_to_the_fragment_text():
+    raw = (QUERY_DIR / "steps.sql").read_text()
+    pairing = (QUERY_DIR / "_launch_pairing.sql").read_text()
+    correlation = (QUERY_DIR / "_launch_correlation.sql").read_text()
+    assert "-- @include launch_pairing\n" in raw and "-- @include launch_correlation\n" in pairing
+    expected = raw.replace("-- @include launch_pairing\n",
+                           pairing.replace("-- @include launch_correlation\n", correlation))
+    assert load_query("steps") == expected
+    assert "_launch_pairing" not in query_names()
+    for name in query_names():
+        assert "-- @include" not in load_query(name)
 
 
 @pytest.mark.parametrize("bad", ["nope", "", "../steps", "steps.txt", None, 3])

@@ -12,6 +12,7 @@ Queries whose name starts with ``example_`` are starting points for the SQL cons
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..errors import QueryError
@@ -21,9 +22,25 @@ __all__ = ["load_query", "list_queries", "query_names"]
 _DIR = Path(__file__).resolve().parent
 
 
+_INCLUDE = re.compile(r"^-- @include (\w+)\n", re.M)
+
+
 def query_names() -> list[str]:
-    """Names of the shipped queries (file names without ``.sql``), sorted."""
-    return sorted(p.stem for p in _DIR.glob("*.sql"))
+    """Names of the shipped queries (file names without ``.sql``), sorted.  Files starting with ``_`` are
+    fragments that queries include, not queries."""
+    return sorted(p.stem for p in _DIR.glob("*.sql") if not p.stem.startswith("_"))
+
+
+def _expand(text: str, seen: tuple[str, ...] = ()) -> str:
+    """Replace each ``-- @include NAME`` line by the fragment ``_NAME.sql`` (so shared CTEs live once, and the
+    text sent to either engine is still one plain SQL statement)."""
+    def sub(m: "re.Match[str]") -> str:
+        name = m.group(1)
+        path = _DIR / f"_{name}.sql"
+        if name in seen or not path.exists():
+            raise QueryError(f"query fragment {name!r} is missing or includes itself")
+        return _expand(path.read_text(encoding="utf-8"), seen + (name,))
+    return _INCLUDE.sub(sub, text)
 
 
 def load_query(name: str) -> str:
@@ -33,7 +50,7 @@ def load_query(name: str) -> str:
         name: a query name such as ``"steps"`` (with or without the ``.sql`` suffix).
 
     Returns:
-        The file's text, leading comment included.
+        The file's text, leading comment included, with ``-- @include`` fragments expanded.
 
     Raises:
         QueryError: no query has that name; the message lists the known names.
@@ -42,7 +59,7 @@ def load_query(name: str) -> str:
     known = query_names()
     if not isinstance(stem, str) or stem not in known:
         raise QueryError(f"no query named {name!r}; known queries: {', '.join(known)}")
-    return (_DIR / f"{stem}.sql").read_text(encoding="utf-8")
+    return _expand((_DIR / f"{stem}.sql").read_text(encoding="utf-8"))
 
 
 def _description(text: str) -> str:

@@ -2,24 +2,7 @@
 WITH gpu_op AS (
   SELECT id, ts, dur, name, arg_set_id FROM slice WHERE lower(category) = 'kernel'
 ),
-by_flow AS (
-  SELECT f.slice_out AS launch_id, g.id AS gpu_id FROM flow f JOIN gpu_op g ON g.id = f.slice_in
-),
--- (DISTINCT keeps launch_corr a materialised, indexed table; CROSS JOIN scans gpu_corr first,
--- so launch_corr is never computed when every GPU op has a flow)
-launch_corr AS (
-  SELECT DISTINCT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM slice
-  WHERE lower(category) IN ('cuda_runtime', 'cuda_driver', 'runtime') AND arg_set_id IS NOT NULL
-),
-gpu_corr AS (
-  SELECT id, extract_arg(arg_set_id, 'args.correlation') AS corr FROM gpu_op
-  WHERE arg_set_id IS NOT NULL AND id NOT IN (SELECT gpu_id FROM by_flow)
-),
-launch AS (
-  SELECT launch_id, gpu_id FROM by_flow
-  UNION
-  SELECT l.id, g.id FROM gpu_corr g CROSS JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
-),
+-- @include launch_pairing
 gemm AS (
   SELECT s.id, s.name, s.ts, s.dur, s.arg_set_id, tt.utid FROM slice s JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.name IN ('aten::mm', 'aten::bmm', 'aten::addmm', 'aten::baddbmm', 'aten::matmul', 'aten::linear')
