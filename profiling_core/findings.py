@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import numpy as np
 import pandas as pd
 
 __all__ = ["Finding", "findings", "NO_GPU_TEXT"]
@@ -97,7 +98,7 @@ def _q1_table(r, config=None) -> list[Finding]:
     dev_sum = float(t["self_device_us"].sum())
     busy = float(r.summary["gpu_busy_us"]) if r.summary.get("gpu_busy_scope") == "trace" else float(
         r.gpu_busy.set_index("scope").loc["trace", "busy_us"])
-    ann = t[(t["lane"] == "gpu") & ~t["name"].isin(set(r.gpu_ops["name"]))]
+    ann = t[(t["lane"] == "gpu") & ~t["name"].isin(set(r.gpu_ops["name"].unique()))]
     cpu_dev = t[(t["lane"] == "cpu") & (t["self_device_us"] > 0)]
     ev2 = {"sum_self_device_us": _num(dev_sum), "gpu_busy_us": _num(busy),
            "ratio": _num(dev_sum / busy) if busy > 0 else None,
@@ -185,14 +186,19 @@ def _q2_bound(r, config=None) -> list[Finding]:
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
 
 
-def _self_times(chain: pd.DataFrame) -> pd.DataFrame:
-    cpu = chain[chain["lane"] == "cpu"]
-    child = cpu.groupby("parent_id")["dur_us"].sum()
-    out = cpu[["id", "name", "dur_us"]].copy()
+def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
+    """``{step: CPU slices of that step's chain}`` for the given steps (id, name with ProfilerStep#N as
+    ProfilerStep*, dur_us, self_us = dur_us less its children's, occurrence = the how-manieth slice of that name in
+    the step), computed in one pass over the chains (children summed per step and parent)."""
+    cpu = ch[ch["lane"] == "cpu"]
+    child = cpu.groupby(["step", "parent_id"])["dur_us"].sum()
+    out = cpu[["step", "id", "name", "dur_us"]].copy()
     out["name"] = out["name"].astype(str).str.replace(r"^ProfilerStep#\d+$", "ProfilerStep*", regex=True)
-    out["self_us"] = out["dur_us"] - out["id"].map(child).fillna(0.0)
-    out["occurrence"] = out.groupby("name").cumcount()
-    return out
+    at = child.index.get_indexer(pd.MultiIndex.from_arrays([out["step"], out["id"]]))
+    out["self_us"] = out["dur_us"] - np.where(at >= 0, child.to_numpy(dtype=float)[at], 0.0)
+    out["occurrence"] = out.groupby(["step", "name"]).cumcount()
+    out = out[out["step"].isin(list(steps))]
+    return {k: g.drop(columns="step") for k, g in out.groupby("step", sort=False)}
 
 
 _CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime", "driver")
@@ -205,10 +211,15 @@ def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
     ch = r.dispatch_chains
     if ch.empty:
         return pd.DataFrame(columns=["name", "calls", "us"])
-    calls = ch[ch["category"].astype(str).str.lower().isin(_CALL_CATEGORIES)]
-    later = set(calls.loc[calls["step"] != first_step, "name"].astype(str))
-    first = calls[(calls["step"] == first_step) & ~calls["name"].astype(str).isin(later)]
-    out = first.groupby(first["name"].astype(str))["dur_us"].agg(["count", "sum"]).reset_index()
+    # the category test once per distinct category (missing categories are no call), names as text once
+    cat = ch["category"]
+    keep = [c for c in cat.dropna().unique() if str(c).lower() in _CALL_CATEGORIES]
+    calls = ch[cat.isin(keep)]
+    names = calls["name"].astype(str)
+    later = set(names[calls["step"] != first_step].unique())
+    sel = (calls["step"] == first_step) & ~names.isin(later)
+    first = calls[sel]
+    out = first.groupby(names[sel])["dur_us"].agg(["count", "sum"]).reset_index()
     out.columns = ["name", "calls", "us"]
     return out.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -250,12 +261,13 @@ def _q3_cold(r, config=None) -> list[Finding]:
             f"CPU against a median {_us(rest_med)} for the {len(rest)} others ({ratio:.1f}×).")
     ch = r.dispatch_chains
     if not ch.empty:
-        by_step = {k: _self_times(g) for k, g in ch.groupby("step", sort=False)}
+        by_step = _self_times_by_step(ch, {first_step, *map(int, rest["step"])})
         f0 = by_step.get(first_step)
         others = [by_step[int(k)] for k in rest["step"] if int(k) in by_step]
         if f0 is not None and others:
             ref = pd.concat(others).groupby(["name", "occurrence"])["self_us"].median()
-            f0 = f0.assign(ref=[ref.get((n, o), 0.0) for n, o in zip(f0["name"], f0["occurrence"])])
+            at = ref.index.get_indexer(pd.MultiIndex.from_arrays([f0["name"], f0["occurrence"]]))
+            f0 = f0.assign(ref=np.where(at >= 0, ref.to_numpy(dtype=float)[at], 0.0))
             f0["excess_us"] = f0["self_us"] - f0["ref"]
             worst = f0.sort_values("excess_us", ascending=False).iloc[0]
             ev.update({"largest_excess_slice": str(worst["name"]), "largest_excess_us": _num(worst["excess_us"]),
@@ -357,7 +369,43 @@ def _q4_offset(r, config=None) -> list[Finding]:
     return [Finding("q4.offset", 4, "CPU-to-GPU offset", text, ev)]
 
 
+def _missing(x) -> bool:
+    """None, NaN or pd.NA (a parent id that ends the walk up)."""
+    return x is None or x is pd.NA or (isinstance(x, float) and x != x)
+
+
 def _chain_paths(chain: pd.DataFrame) -> list[list[str]]:
+    """Per GPU op of the chain (in row order): the names from the outermost ancestor (at most 50 names, the
+    nearest kept) down to the op. Parent links are read from dicts built once; the walk above each op's parent
+    (shared by every op the same call launched) is computed once per parent."""
+    if not chain["id"].is_unique:  # ambiguous ids: keep the row-by-row lookups' exact behaviour
+        return _chain_paths_by_loc(chain)
+    ids = chain["id"].tolist()
+    name_of = dict(zip(ids, chain["name"].tolist()))
+    parent_of = dict(zip(ids, chain["parent_id"].tolist()))
+    above: dict = {}  # parent id -> names walked up from it (at most 49: the op's own name comes first)
+
+    def walk_up(start) -> list[str]:
+        names, cur = [], start
+        while not _missing(cur) and cur in name_of and len(names) < 49:
+            names.append(str(name_of[cur]))
+            cur = parent_of[cur]
+        return names
+
+    paths = []
+    gpu = chain["lane"] == "gpu"
+    for gid in chain.loc[gpu, "id"].tolist():
+        names = [str(name_of[gid])]
+        parent = parent_of[gid]
+        if not _missing(parent):
+            if parent not in above:
+                above[parent] = walk_up(parent)
+            names += above[parent]
+        paths.append(names[::-1])
+    return paths
+
+
+def _chain_paths_by_loc(chain: pd.DataFrame) -> list[list[str]]:
     by_id = chain.set_index("id")
     paths = []
     for gid in chain.loc[chain["lane"] == "gpu", "id"]:
@@ -402,7 +450,25 @@ def _occupancy_steps(r) -> dict[str, list[int]]:
     occ = ch[ch["name"].astype(str).str.startswith(_OCCUPANCY_PREFIXES)]
     if occ.empty:
         return {}
-    first_q = occ.groupby(["step", "parent_id"])["start_ns"].min()
+    first_q = occ.groupby(["step", "parent_id"])["start_ns"].min().rename("first_q").reset_index()
+    if ch.duplicated(["step", "id"]).any():  # ambiguous ids: keep the row-by-row lookups' exact behaviour
+        return _occupancy_steps_by_loc(ch, first_q.set_index(["step", "parent_id"])["first_q"])
+    # each GPU op -> its launch call (its parent, same step) -> the first occupancy query under the launch's parent
+    gpu = ch.loc[(ch["lane"] == "gpu") & ch["parent_id"].notna(), ["step", "parent_id", "name"]]
+    gpu = gpu.assign(_pos=range(len(gpu)))
+    launch = ch[["step", "id", "parent_id", "start_ns"]].rename(
+        columns={"id": "parent_id", "parent_id": "launch_parent", "start_ns": "launch_start"})
+    m = gpu.merge(launch, on=["step", "parent_id"], how="inner")
+    m = m[m["launch_parent"].notna()]
+    m = m.merge(first_q.rename(columns={"parent_id": "launch_parent"}), on=["step", "launch_parent"], how="inner")
+    m = m[(m["first_q"] <= m["launch_start"]).fillna(False).astype(bool)].sort_values("_pos", kind="stable")
+    out: dict[str, list[int]] = {}
+    for name, step in zip(m["name"].tolist(), m["step"].tolist()):
+        out.setdefault(str(name), []).append(int(step))
+    return out
+
+
+def _occupancy_steps_by_loc(ch: pd.DataFrame, first_q: pd.Series) -> dict[str, list[int]]:
     by_id = ch.set_index(["step", "id"])
     out: dict[str, list[int]] = {}
     for row in ch[ch["lane"] == "gpu"].itertuples(index=False):
