@@ -80,6 +80,20 @@ _CUT_TRIES = 16
 
 
 def stream_events(chunks):
+    """Split the trace's event list into raw JSON slices while its bytes arrive; see :func:`_stream`."""
+    for raws, _events in _stream(chunks, False):
+        yield raws
+
+
+def stream_typed(chunks):
+    """Like :func:`stream_events`, but yields ``(raws, None)`` or ``(None, events)``: a piece of the list that
+    decodes whole as events comes back already decoded (the same ``Event`` values :func:`iter_batches` gives for
+    its raw slices), so the common case parses each byte once. The cuts are exactly those of stream_events.
+    """
+    return _stream(chunks, True)
+
+
+def _stream(chunks, typed: bool):
     """Split the trace's event list into raw JSON slices while its bytes arrive (``chunks``: an iterator).
 
     Yields lists of msgspec.Raw, in file order, whose concatenation is exactly what
@@ -142,13 +156,25 @@ def stream_events(chunks):
             cut = buf.rfind(b"},", 0, cut)
             if cut < 0:
                 break
+            text = b"[" + buf[:cut + 1] + b"]"
+            if typed:
+                # A list that decodes as events is valid JSON, so the raw split below would cut here too.
+                try:
+                    events = _BATCH_DECODER.decode(text)
+                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                    events = None
+                if events is not None:
+                    del buf[:cut + 2], text
+                    cuts += 1
+                    yield None, events
+                    break
             try:
-                raws = _RAW_LIST_DECODER.decode(b"[" + buf[:cut + 1] + b"]")
+                raws = _RAW_LIST_DECODER.decode(text)
             except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
                 continue
-            del buf[:cut + 2]
+            del buf[:cut + 2], text
             cuts += 1
-            yield raws
+            yield raws, None
             break
     # 3. the last events, the closing bracket and what follows the list
     text = b"[" + buf
@@ -172,7 +198,7 @@ def stream_events(chunks):
         raise NotStreamable("a comma before the closing bracket")  # [..., {...},] is not JSON
     if head is not None:
         _check_doc(head, bytes(text[end:]))
-    yield raws
+    yield raws, None
 
 
 def _check_doc(head: bytes, tail: bytes | None) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._build import LoadStats, Model, build, new_collector
-from ._decode import NotStreamable, iter_batches, split_events, stream_events
+from ._decode import NotStreamable, iter_batches, split_events, stream_typed
 from ._source import iter_trace_chunks, read_trace_bytes
 
 _QUOTED = re.compile(r'\."((?:[^"\\]|\\.)*)"')
@@ -272,7 +272,20 @@ class _ArgsWriter:
             conn.execute(_schema.ARGS_TABLE)
             conn.execute("BEGIN")
             while (rows := self.queue.get()) is not None:
-                conn.executemany("INSERT INTO _args_raw VALUES (?,?)", _valid_utf8(rows))
+                if rows:
+                    # One statement per batch: the rows' bytes as one blob, cut by (id, start, length) triples in
+                    # SQLite (substr on a blob is a byte copy), so the GIL is released for the whole batch instead
+                    # of being taken back for every row as executemany does (which starved the parsing thread).
+                    rows = _valid_utf8(rows)
+                    blob = b"".join([r for _, r in rows])
+                    pos = 1
+                    offs = []
+                    for a, r in rows:
+                        n = len(r)
+                        offs.append(f"[{a},{pos},{n}]")
+                        pos += n
+                    conn.execute(_ARGS_INSERT, (blob, "[" + ",".join(offs) + "]"))
+                    del blob, offs
             conn.execute("COMMIT")
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self.error = e
@@ -292,13 +305,17 @@ class _ArgsWriter:
             raise self.error
 
 
+_ARGS_INSERT = ("INSERT INTO _args_raw SELECT json_extract(value, '$[0]'), "
+                "substr(?1, json_extract(value, '$[1]'), json_extract(value, '$[2]')) FROM json_each(?2)")
+
+
 def _valid_utf8(rows: list[tuple]) -> list[tuple]:
     """Raw args are not UTF-8-checked by the decoder; repair the few that are not valid (U+FFFD)."""
     try:
-        b"".join(r[1] for r in rows).decode("utf-8")
+        b"".join([r[1] for r in rows]).decode("utf-8")
         return rows
     except UnicodeDecodeError:
-        return [(a, b.decode("utf-8", "replace").encode("utf-8")) for a, b in rows]
+        return [(a, bytes(b).decode("utf-8", "replace").encode("utf-8")) for a, b in rows]
 
 
 def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats, args_path: str) -> None:
@@ -310,7 +327,7 @@ def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats,
     gc.disable()  # the loader makes millions of small objects and no cycles
     try:
         try:
-            collector = _collect(stream_events(iter_trace_chunks(path, max_bytes, _STREAM_CHUNK)), stats, args_path)
+            collector = _collect(stream_typed(iter_trace_chunks(path, max_bytes, _STREAM_CHUNK)), stats, args_path)
         except NotStreamable:
             # Not a plain trace document (or not valid JSON): read it whole, which reports any error exactly.
             stats.__init__()
@@ -318,7 +335,7 @@ def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats,
             data = read_trace_bytes(path, max_bytes)
             raws = split_events(data, os.fspath(path))
             del data
-            collector = _collect(iter([raws]), stats, args_path)
+            collector = _collect(iter([(raws, None)]), stats, args_path)
             del raws
         model = build(collector)
         del collector
@@ -338,12 +355,20 @@ def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats,
 
 
 def _collect(chunks, stats: LoadStats, args_path: str):
-    """Feed every event of ``chunks`` (lists of raw events) to a new collector; args go to their database."""
+    """Feed every event of ``chunks`` (``(raws, None)`` or ``(None, events)``) to a new collector; args go to
+    their database."""
     collector = new_collector(stats)
     writer = _ArgsWriter(args_path)
     n = 0
     try:
-        for raws in chunks:
+        for raws, events in chunks:
+            if events is not None:
+                collector.run(n, events)
+                writer.put(collector.args)
+                collector.args = []
+                n += len(events)
+                del events
+                continue
             for start, batch in iter_batches(raws, base=n):
                 collector.run(start, batch)
                 writer.put(collector.args)
