@@ -239,7 +239,7 @@ class _Collector:
                 raw = e.args
                 if len(raw) > 4 or bytes(raw) not in empty:
                     s_args(n_args)
-                    args((n_args, bytes(raw)))
+                    args((n_args, raw))  # a zero-copy slice of the JSON, held only until the args writer takes it
                     n_args += 1
                 else:
                     s_args(-1)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
+import json
 import os
 import queue
 import re
@@ -276,16 +278,20 @@ class _ArgsWriter:
                     # One statement per batch: the rows' bytes as one blob, cut by (id, start, length) triples in
                     # SQLite (substr on a blob is a byte copy), so the GIL is released for the whole batch instead
                     # of being taken back for every row as executemany does (which starved the parsing thread).
-                    rows = _valid_utf8(rows)
-                    blob = b"".join([r for _, r in rows])
-                    pos = 1
-                    offs = []
-                    for a, r in rows:
-                        n = len(r)
-                        offs.append(f"[{a},{pos},{n}]")
-                        pos += n
-                    conn.execute(_ARGS_INSERT, (blob, "[" + ",".join(offs) + "]"))
-                    del blob, offs
+                    raws = [r for _, r in rows]
+                    blob = b"".join(raws)
+                    if not blob.isascii():
+                        try:
+                            blob.decode("utf-8")
+                        except UnicodeDecodeError:
+                            # Raw args are not UTF-8-checked by the decoder; repair the few that are not (U+FFFD).
+                            raws = [bytes(r).decode("utf-8", "replace").encode("utf-8") for r in raws]
+                            blob = b"".join(raws)
+                    lens = list(map(len, raws))
+                    offs = json.dumps(list(zip([a for a, _ in rows], itertools.accumulate(lens[:-1], initial=1),
+                                               lens)))
+                    conn.execute(_ARGS_INSERT, (blob, offs))
+                    del blob, offs, raws, lens
             conn.execute("COMMIT")
         except BaseException as e:  # noqa: BLE001 - handed to the main thread
             self.error = e
@@ -308,14 +314,6 @@ class _ArgsWriter:
 _ARGS_INSERT = ("INSERT INTO _args_raw SELECT json_extract(value, '$[0]'), "
                 "substr(?1, json_extract(value, '$[1]'), json_extract(value, '$[2]')) FROM json_each(?2)")
 
-
-def _valid_utf8(rows: list[tuple]) -> list[tuple]:
-    """Raw args are not UTF-8-checked by the decoder; repair the few that are not valid (U+FFFD)."""
-    try:
-        b"".join([r[1] for r in rows]).decode("utf-8")
-        return rows
-    except UnicodeDecodeError:
-        return [(a, bytes(b).decode("utf-8", "replace").encode("utf-8")) for a, b in rows]
 
 
 def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats, args_path: str) -> None:
