@@ -260,7 +260,7 @@ class _ArgsWriter:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.queue: queue.Queue = queue.Queue(maxsize=4)
+        self.queue: queue.Queue = queue.Queue(maxsize=2)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="trace-args-writer", daemon=True)
         self.thread.start()
