@@ -164,7 +164,11 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", action="store_true", help="also time a few single queries after the load")
     ap.add_argument("--hta-python", help="a python with holistictraceanalysis installed, to time HTA the same way")
     ap.add_argument("--keep", help="directory to keep the generated traces in (default: a temp dir, deleted)")
+    ap.add_argument("--make-trace", nargs=2, metavar=("MB", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.make_trace:
+        make_trace(float(args.make_trace[0]), args.make_trace[1])
+        return 0
     sizes = sorted(float(s) for s in args.sizes.split(","))
     tmp = args.keep or tempfile.mkdtemp(prefix="bench-trace-")
     os.makedirs(tmp, exist_ok=True)
@@ -174,7 +178,10 @@ def main(argv=None) -> int:
         for mb in sizes:
             path = os.path.join(tmp, f"bench_{int(mb)}mb.json")
             if not os.path.exists(path):
-                real = make_trace(mb, path)
+                # In a child process: a child's peak RSS (ru_maxrss) starts at its parent's RSS when it is forked, so
+                # this process must stay small (building the trace here made every load row report ~191 MiB).
+                subprocess.run([sys.executable, os.path.abspath(__file__), "--make-trace", str(mb), path], check=True)
+                real = os.path.getsize(path) / 1e6
             else:
                 real = os.path.getsize(path) / 1e6
             load = best([run_child(CHILD.format(root=ROOT, path=path, queries=None, analyses=False,
