@@ -287,6 +287,10 @@ class _ArgsWriter:
                             # Raw args are not UTF-8-checked by the decoder; repair the few that are not (U+FFFD).
                             raws = [bytes(r).decode("utf-8", "replace").encode("utf-8") for r in raws]
                             blob = b"".join(raws)
+                    if len(blob) > _ARGS_BLOB_MAX:  # far below SQLite's 1e9-byte limit on one value
+                        conn.executemany("INSERT INTO _args_raw VALUES (?,?)", zip([a for a, _ in rows], raws))
+                        del blob, raws
+                        continue
                     lens = list(map(len, raws))
                     offs = json.dumps(list(zip([a for a, _ in rows], itertools.accumulate(lens[:-1], initial=1),
                                                lens)))
@@ -311,6 +315,7 @@ class _ArgsWriter:
             raise self.error
 
 
+_ARGS_BLOB_MAX = 256 << 20
 _ARGS_INSERT = ("INSERT INTO _args_raw SELECT json_extract(value, '$[0]'), "
                 "substr(?1, json_extract(value, '$[1]'), json_extract(value, '$[2]')) FROM json_each(?2)")
 
