@@ -18,7 +18,6 @@ from datetime import datetime, timezone
 from typing import Callable, Optional
 
 from .config import ExperimentConfig
-from .errors import WorkerError
 from .lock import device_key, device_lock
 from .store import Run, RunStore
 from .worker import run_in_worker

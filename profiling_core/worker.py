@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -239,19 +238,12 @@ def _child_env() -> dict:
     return env
 
 
-@dataclass
-class _Proc:
-    popen: subprocess.Popen
-    t_spawn: float
-
-
-def _spawn(args: list[str], stdin, stdout, stderr) -> _Proc:
+def _spawn(args: list[str], stdin, stdout, stderr) -> subprocess.Popen:
+    """A fresh interpreter running this module, in its own session; it learns its spawn time from the env."""
     env = _child_env()
-    t = time.time()
-    env[SPAWN_ENV] = repr(t)
-    p = subprocess.Popen([sys.executable, "-m", "profiling_core.worker", *args], stdin=stdin, stdout=stdout,
-                         stderr=stderr, env=env, start_new_session=True, close_fds=True)
-    return _Proc(p, t)
+    env[SPAWN_ENV] = repr(time.time())
+    return subprocess.Popen([sys.executable, "-m", "profiling_core.worker", *args], stdin=stdin, stdout=stdout,
+                            stderr=stderr, env=env, start_new_session=True, close_fds=True)
 
 
 def _kill(p) -> None:
@@ -394,7 +386,7 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
     if p is None:
         status("starting a fresh worker process")
         with open(log_path, "ab") as log:
-            p = _spawn([str(staging)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log).popen
+            p = _spawn([str(staging)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
     status(f"profiling {config.name} in worker pid {p.pid}")
     try:
         return _wait(p, config, staging, log_path, cancel_event)
