@@ -140,7 +140,8 @@ def snapshot_one(path: Path) -> dict:
         return {"error": type(e).__name__, "message": str(e).replace(str(path), "<path>")}
     try:
         out: dict = {"load_stats": dataclasses.asdict(s.load_stats)}
-        conn = s._backend._b._conn  # the mirror's connection (read-only: SELECTs only)
+        with s._backend._b._lock:  # the mirror's connection (read-only: SELECTs only), opened once its tables exist
+            conn = s._backend._b._connection()
         for table, order in TABLES:
             h = hashlib.sha256()
             cur = conn.execute(f"SELECT * FROM {table} ORDER BY {order}")

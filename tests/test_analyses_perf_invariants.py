@@ -111,3 +111,45 @@ def test_query_columns_equal_query(query):
                 got = values.tolist() if isinstance(values, np.ndarray) else list(values)
                 want = [None if (v is None or v != v) else v for v in df[c].astype(object).tolist()]
                 assert got == want, (key, c)
+
+
+class _SqlOnly:
+    """The same session without its in-memory columns: every shared piece then comes from its query."""
+
+    def __init__(self, s):
+        self._s = s
+        self.engine = s.engine
+        self.tables = None
+
+    def query(self, sql):
+        return self._s.query(sql)
+
+    def query_columns(self, sql):
+        return self._s.query_columns(sql)
+
+
+@pytest.mark.parametrize("key", sorted(PATHS))
+def test_shared_pieces_from_the_columns_equal_the_queries(key):
+    """On the mirror the analyses read the slice/flow/thread columns in memory instead of running slice_tree,
+    flow_links, thread_lanes and step_slices: each piece must equal what those queries give."""
+    import numpy as np
+
+    from profiling_core.analyses._shared import Shared
+    from profiling_core.trace import open_trace
+    with open_trace(str(PATHS[key]), engine="sqlite") as s:
+        assert s.tables is not None
+        cols, via_sql = Shared(s), Shared(_SqlOnly(s))
+        a, b = cols.slices, via_sql.slices
+        assert set(a) == set(b)
+        for c in a:
+            if isinstance(a[c], np.ndarray):
+                assert a[c].dtype == b[c].dtype and np.array_equal(a[c], b[c]), c
+            else:
+                assert list(a[c]) == list(b[c]) if isinstance(a[c], list) else a[c] == b[c], c
+        assert cols.lanes == via_sql.lanes
+        _same(via_sql.step_slices, cols.step_slices)
+        assert [str(t) for t in via_sql.step_slices.dtypes] == [str(t) for t in cols.step_slices.dtypes]
+        pa, pb = cols.p, via_sql.p
+        assert set(pa) == set(pb)
+        for c in pa:
+            assert pa[c].tolist() == pb[c].tolist(), c

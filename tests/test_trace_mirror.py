@@ -5,6 +5,7 @@ import collections
 import gzip
 import json
 import shutil
+import sqlite3
 from decimal import Decimal
 from pathlib import Path
 
@@ -268,3 +269,37 @@ def test_close_deletes_the_database_and_refuses_queries(tmp_path):
     assert not any(Path(f).exists() for f in files)
     with pytest.raises(QueryError, match="closed"):
         s.query("select 1")
+
+
+def test_sql_tables_are_written_in_the_background_and_errors_reach_the_first_query(tmp_path, monkeypatch):
+    """open_trace returns once the columns are read; the SQLite file is written by a background thread. If that
+    fails (e.g. the disk is full), the first query says so (QueryError), and close() still removes the files."""
+    from profiling_core.trace import _mirror
+
+    def disk_full(conn, model):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(_mirror, "_write_tables", disk_full)
+    p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
+    s = open_trace(p, engine="sqlite")
+    assert s.tables is not None and s.tables.slice_count == s.load_stats.slices > 0
+    with pytest.raises(QueryError, match="could not be written.*disk is full"):
+        s.query("select count(*) from slice")
+    with pytest.raises(QueryError, match="disk is full"):  # every later query too, never a half-built table
+        s.query("select 1")
+    backend = s._backend._b
+    files = [backend.db_path, backend.args_path]
+    s.close()
+    assert not any(Path(f).exists() for f in files)
+
+
+def test_columns_and_sql_tables_hold_the_same_slices(session):
+    s = session("64_bf16_cold_eager.json")
+    t = s.tables
+    df = s.query("select id, ts, dur, track_id, depth, parent_id, arg_set_id, name, category from slice order by id")
+    assert df["id"].tolist() == list(range(t.slice_count))
+    assert df["ts"].tolist() == t.ts.tolist() and df["dur"].tolist() == t.dur.tolist()
+    assert df["track_id"].tolist() == t.track_id.tolist() and df["depth"].tolist() == t.depth.tolist()
+    assert [None if v != v or v is None else int(v) for v in df["parent_id"]] == \
+        [None if v < 0 else v for v in t.parent_id.tolist()]
+    assert df["name"].tolist() == t.name

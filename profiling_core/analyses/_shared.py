@@ -99,22 +99,51 @@ class Shared:
         return {int(g[0]): np.arange(a, a + len(g)) for a, g in zip(np.r_[0, cut], np.split(lid, cut))}
 
     @cached_property
+    def tables(self):
+        """The session's in-memory columns (the mirror's ``TraceTables``), or None (perfetto): then every shared
+        piece comes from its query."""
+        return getattr(self.session, "tables", None)
+
+    @cached_property
     def step_slices(self) -> pd.DataFrame:
-        return run_query(self.session, "step_slices")
+        tb = self.tables
+        if tb is None:
+            return run_query(self.session, "step_slices")
+        # step_slices.sql on the columns: name GLOB 'ProfilerStep#*', category not gpu_user_annotation, ORDER BY ts, id
+        t = self.slices
+        m = self.name_mask(lambda u: isinstance(u, str) and u.startswith("ProfilerStep#"))
+        if m.any():
+            m &= np.array([c != "gpu_user_annotation" for c in t["cat_uniq"]], dtype=bool)[t["cat_codes"]]
+        rows_i = np.flatnonzero(m)
+        rows_i = rows_i[np.lexsort((rows_i, t["ts"][rows_i]))]
+        names = t["name"]
+        steps = _sqlite_int_suffixes({names[i] for i in rows_i.tolist()}, 14)
+        rows = [(i, steps[names[i]], names[i], ts, dur, depth, None if u < 0 else u)
+                for i, ts, dur, depth, u in zip(rows_i.tolist(), t["ts"][rows_i].tolist(), t["dur"][rows_i].tolist(),
+                                                t["depth"][rows_i].tolist(), t["utid"][rows_i].tolist())]
+        return frame(rows, ["step_id", "step", "name", "ts", "dur", "depth", "utid"])
 
     @cached_property
     def slices(self) -> dict:
         """``slice_tree`` as columns: int64 arrays ``id``, ``ts``, ``dur``, ``track_id``, ``depth``, ``parent``
         (-1 for none), ``utid`` (-1 off-thread), ``ppos`` (the parent's row, -1 for none); lists ``name``,
         ``category``; ``cat`` (lower-cased category, None for none) as an object array."""
-        from ..queries import load_query
-        cols, data = self.session.query_columns(load_query("slice_tree"))
-        d = dict(zip(cols, data))
-        n = len(d["id"])
-        out: dict = {c: np.array(d[c], dtype=np.int64) if n else np.zeros(0, np.int64)
-                     for c in ("id", "ts", "dur", "track_id", "depth")}
-        for c, name in (("parent_id", "parent"), ("utid", "utid")):
-            out[name] = np.fromiter((-1 if v is None else v for v in d[c]), dtype=np.int64, count=n)
+        tb = self.tables
+        if tb is not None:  # the mirror's columns: slice_tree.sql's rows without the round trip through SQLite
+            n = tb.slice_count
+            d = {"name": tb.name, "category": tb.category}
+            out: dict = {"id": np.arange(n, dtype=np.int64), "ts": tb.ts, "dur": tb.dur, "track_id": tb.track_id,
+                         "depth": tb.depth, "parent": tb.parent_id,
+                         "utid": tb.track_utid[tb.track_id] if n else np.zeros(0, np.int64)}
+        else:
+            from ..queries import load_query
+            cols, data = self.session.query_columns(load_query("slice_tree"))
+            d = dict(zip(cols, data))
+            n = len(d["id"])
+            out = {c: np.array(d[c], dtype=np.int64) if n else np.zeros(0, np.int64)
+                   for c in ("id", "ts", "dur", "track_id", "depth")}
+            for c, name in (("parent_id", "parent"), ("utid", "utid")):
+                out[name] = np.fromiter((-1 if v is None else v for v in d[c]), dtype=np.int64, count=n)
         out["name"], out["category"] = d["name"], d["category"]
         codes, uniq = pd.factorize(np.array(d["category"], dtype=object), use_na_sentinel=True)
         low = np.array([u.lower() if isinstance(u, str) else None for u in uniq] + [None], dtype=object)
@@ -144,8 +173,12 @@ class Shared:
     def _pairs_from_flows(self) -> dict | None:
         """The ``launch_pairs`` columns from the flow table and the shared slice tree, when every GPU op has a flow
         (then the query's args.correlation half is empty); None otherwise (the caller runs the query)."""
-        from ..queries import load_query
-        _cols, (out_ids, in_ids) = self.session.query_columns(load_query("flow_links"))
+        tb = self.tables
+        if tb is not None:
+            out_ids, in_ids = tb.flow_out, tb.flow_in
+        else:
+            from ..queries import load_query
+            _cols, (out_ids, in_ids) = self.session.query_columns(load_query("flow_links"))
         if not (isinstance(out_ids, np.ndarray) and isinstance(in_ids, np.ndarray)):
             return None
         t, gr = self.slices, self.gpu_rows
@@ -255,10 +288,24 @@ class Shared:
     @cached_property
     def lanes(self) -> dict:
         """{utid: (tid, pid)} of every thread (pid None without a process row)."""
+        tb = self.tables
+        if tb is not None:  # thread_lanes.sql: thread LEFT JOIN process USING (upid), by utid
+            pid_of = {upid: pid for upid, pid, _name, _syn in tb.processes}
+            return {utid: (tid, pid_of.get(upid)) for utid, tid, _name, upid, _main in sorted(tb.threads)}
         from ..queries import load_query
         cols, data = self.session.query_columns(load_query("thread_lanes"))
         d = dict(zip(cols, data))
         return {u: (tid, pid) for u, tid, pid in zip(_list(d["utid"]), _list(d["tid"]), _list(d["pid"]))}
+
+
+def _sqlite_int_suffixes(names: set, start: int) -> dict:
+    """{name: CAST(substr(name, start) AS INT)} exactly as SQLite computes it (asked of SQLite, once per name)."""
+    import sqlite3
+    conn = sqlite3.connect(":memory:")
+    try:
+        return {nm: conn.execute("SELECT CAST(substr(?, ?) AS INT)", (nm, start)).fetchone()[0] for nm in names}
+    finally:
+        conn.close()
 
 
 def _list(x) -> list:

@@ -47,17 +47,19 @@ class Model:
     processes: list[ProcessRow]
     threads: list[ThreadRow]
     tracks: list[TrackRow]
-    # slice columns, in slice id order
-    ts: list[int]
-    dur: list[int]
-    track_id: list[int]
+    # slice columns, in slice id order (int64 arrays; -1 stands for NULL in parent_id and arg_set_id)
+    ts: np.ndarray
+    dur: np.ndarray
+    track_id: np.ndarray
     category: list[Any]
     name: list[Any]
-    depth: list[int]
-    parent_id: list[Any]
-    arg_set_id: list[Any]
-    flows: list[tuple]          # (id, slice_out, slice_in, trace_id)
-    args: list[tuple]           # (arg_set_id, raw JSON bytes-like)
+    depth: np.ndarray
+    parent_id: np.ndarray
+    arg_set_id: np.ndarray
+    # flow columns, in flow id order
+    flow_out: np.ndarray
+    flow_in: np.ndarray
+    flow_trace_id: np.ndarray
     stats: LoadStats
 
 
@@ -492,7 +494,7 @@ class _Nester:
                     add_parent(st[-1][1])
                 else:
                     add_depth(0)
-                    add_parent(None)
+                    add_parent(-1)
                 st.append((e, sid, s))
                 if pending and t in pending:
                     self.bind_pending(t, sid)
@@ -506,7 +508,7 @@ class _Nester:
                     other_tracks[t] = tr
                 add_track(tr)
                 add_depth(0)
-                add_parent(None)
+                add_parent(-1)
             sid += 1
         for keys in pending.values():
             stats.skip("flow_end_without_next_slice", len(keys))
@@ -565,16 +567,16 @@ def build(collector: _Collector) -> Model:
     s_name, s_cat = c.s_name, c.s_cat
     stats.slices = len(o_ts)
     stats.flows = len(n.flows)
-    args = _np(c.s_args)[o_k].tolist()
-    o_k = o_k.tolist()
+    ok = o_k.tolist()
+    fl = np.array(n.flows, dtype=np.int64).reshape(-1, 3)
     return Model(
         processes=processes, threads=threads, tracks=tracks,
-        ts=o_ts.tolist(), dur=o_dur.tolist(), track_id=o_track,
-        category=[s_cat[k] for k in o_k], name=[s_name[k] for k in o_k],
-        depth=o_depth, parent_id=o_parent,
-        arg_set_id=[a if a >= 0 else None for a in args],
-        flows=[(i, a, b, tr) for i, (a, b, tr) in enumerate(n.flows)],
-        args=[], stats=stats)
+        ts=o_ts, dur=o_dur, track_id=np.array(o_track, dtype=np.int64),
+        category=[s_cat[k] for k in ok], name=[s_name[k] for k in ok],
+        depth=np.array(o_depth, dtype=np.int64), parent_id=np.array(o_parent, dtype=np.int64),
+        arg_set_id=_np(c.s_args)[o_k],
+        flow_out=fl[:, 0].copy(), flow_in=fl[:, 1].copy(), flow_trace_id=fl[:, 2].copy(),
+        stats=stats)
 
 
 def new_collector(stats: LoadStats) -> _Collector:

@@ -17,9 +17,12 @@ import tempfile
 import threading
 from typing import Any
 
+import msgspec
+
 from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._build import LoadStats, Model, build, new_collector
+from ._tables import TraceTables
 from ._decode import NotStreamable, iter_batches, split_events, stream_typed
 from ._source import iter_trace_chunks, read_trace_bytes
 
@@ -76,7 +79,13 @@ _SCHEMA_TABLES = ("sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlit
 
 
 class MirrorBackend:
-    """Owns the SQLite file and connections of one loaded trace."""
+    """Owns the columns, the SQLite file and the connections of one loaded trace.
+
+    Loading reads the JSON into columns (:class:`TraceTables`, what the analyses read) and returns; a background
+    thread then copies the columns into the SQLite file. SQLite's own work (inserting the rows, building the indexes)
+    runs with the GIL released, so it overlaps with whatever the caller does next. The first SQL query waits for it
+    (and raises its error, if it had one); ``close()`` waits for it too.
+    """
 
     def __init__(self, path: str, max_bytes: int, tmp_dir: str | None = None) -> None:
         fd, self.db_path = tempfile.mkstemp(prefix="trace-mirror-", suffix=".sqlite", dir=tmp_dir)
@@ -88,19 +97,63 @@ class MirrorBackend:
         self._arg_tables: dict[str, dict] = {}
         self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"
         self._conn = self._aux = None
+        self._closed = False
+        self._builder: threading.Thread | None = None
+        self._build_error: BaseException | None = None
+        self.tables: TraceTables | None = None
         try:
-            self._conn = sqlite3.connect(self.db_path, check_same_thread=False)
-            _load(self._conn, path, max_bytes, self.stats, self.args_path)
-            self._conn.execute("ATTACH DATABASE ? AS argsdb", (self.args_path,))
-            self._conn.executescript(_schema.ARGS_VIEW)
-            # A second, read-only connection serves extract_arg (a UDF cannot query its own connection).
-            self._aux = sqlite3.connect(f"file:{self.args_path}?mode=ro", uri=True, check_same_thread=False)
-            self._register(self._conn)
-            self._conn.execute("PRAGMA query_only = ON")
-            self._conn.set_authorizer(self._authorize)
+            model = _load_model(path, max_bytes, self.stats, self.args_path)
+            self.tables = TraceTables.from_model(model)
+            self._builder = threading.Thread(target=self._build_sql, args=(model,), name="trace-sql-build",
+                                             daemon=True)
+            del model
+            self._builder.start()
         except BaseException:
             self.close()
             raise
+
+    def _build_sql(self, model: Model) -> None:
+        """(background thread) Write the columns into the SQLite file: tables, rows, views, indexes."""
+        conn = None
+        try:
+            conn = sqlite3.connect(self.db_path)
+            _write_tables(conn, model)
+        except BaseException as e:  # noqa: BLE001 - raised by the first query, in the caller's thread
+            self._build_error = e
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def wait_sql(self) -> None:
+        """Block until the SQLite tables are built; raise QueryError if building them failed."""
+        builder = self._builder
+        if builder is not None:
+            builder.join()
+        if self._build_error is not None:
+            e = self._build_error
+            raise QueryError(f"the trace's SQL tables could not be written to {self.db_path}: "
+                             f"{type(e).__name__}: {e}") from None
+
+    def _connection(self) -> sqlite3.Connection:
+        """The query connection, opened on first use once the tables are built (call with self._lock held)."""
+        if self._closed:
+            raise QueryError("the trace session is closed")
+        if self._conn is None:
+            self.wait_sql()
+            conn = sqlite3.connect(self.db_path, check_same_thread=False)
+            try:
+                conn.execute("ATTACH DATABASE ? AS argsdb", (self.args_path,))
+                conn.executescript(_schema.ARGS_VIEW)
+                # A second, read-only connection serves extract_arg (a UDF cannot query its own connection).
+                self._aux = sqlite3.connect(f"file:{self.args_path}?mode=ro", uri=True, check_same_thread=False)
+                self._register(conn)
+                conn.execute("PRAGMA query_only = ON")
+                conn.set_authorizer(self._authorize)
+            except sqlite3.Error as e:
+                conn.close()
+                raise QueryError(f"the trace's SQL tables could not be opened: {e}") from None
+            self._conn = conn
+        return self._conn
 
     def _register(self, conn: sqlite3.Connection) -> None:
         conn.create_function("_tp_key", 1, _tp_key, deterministic=True)
@@ -164,11 +217,10 @@ class MirrorBackend:
         if not isinstance(sql, str):
             raise QueryError(f"query must be a string, got {type(sql).__name__}")
         with self._lock:
-            if self._conn is None:
-                raise QueryError("the trace session is closed")
+            conn = self._connection()
             self._denied = None
             try:
-                cur = self._conn.execute(sql)
+                cur = conn.execute(sql)
                 rows = cur.fetchall()
                 cols = [d[0] for d in cur.description] if cur.description else []
             except sqlite3.Warning as e:  # e.g. more than one statement
@@ -189,11 +241,10 @@ class MirrorBackend:
         if not isinstance(sql, str):
             raise QueryError(f"query must be a string, got {type(sql).__name__}")
         with self._lock:
-            if self._conn is None:
-                raise QueryError("the trace session is closed")
+            conn = self._connection()
             self._denied = None
             try:
-                cur = self._conn.execute(sql)
+                cur = conn.execute(sql)
                 cols = [d[0] for d in cur.description] if cur.description else []
                 parts: list[list] = [[] for _ in cols]
                 pools: list[dict] = [{} for _ in cols]
@@ -234,6 +285,10 @@ class MirrorBackend:
         return cols, out
 
     def close(self) -> None:
+        self._closed = True
+        builder, self._builder = self._builder, None
+        if builder is not None:
+            builder.join()  # never delete the file under the thread writing it
         for name in ("_conn", "_aux"):
             conn = getattr(self, name, None)
             if conn is not None:
@@ -321,11 +376,9 @@ _ARGS_INSERT = ("INSERT INTO _args_raw SELECT json_extract(value, '$[0]'), "
 
 
 
-def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats, args_path: str) -> None:
-    """Read, decode (a batch at a time), build and insert; args go in while the JSON is in memory."""
-    conn.execute("PRAGMA journal_mode = OFF")
-    conn.execute("PRAGMA synchronous = OFF")
-    conn.executescript(_schema.TABLES)
+def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> Model:
+    """Read and decode (a batch at a time) into the tables' columns; args go to their database while the JSON is in
+    memory."""
     gc_was = gc.isenabled()
     gc.disable()  # the loader makes millions of small objects and no cycles
     try:
@@ -349,10 +402,16 @@ def _load(conn: sqlite3.Connection, path: str, max_bytes: int, stats: LoadStats,
         raise TraceFormatError(
             f"{os.fspath(path)}: none of its {stats.events} events could be used "
             f"(skipped: {', '.join(f'{k}: {v}' for k, v in sorted(stats.skipped.items()))})")
+    return model
+
+
+def _write_tables(conn: sqlite3.Connection, model: Model) -> None:
+    conn.execute("PRAGMA journal_mode = OFF")
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.executescript(_schema.TABLES)
     conn.execute("BEGIN")
     _insert(conn, model)
     conn.execute("COMMIT")
-    del model
     conn.executescript(_schema.VIEWS)
     conn.executescript(_schema.INDEXES)
 
@@ -384,13 +443,37 @@ def _collect(chunks, stats: LoadStats, args_path: str):
     return collector
 
 
+_INSERT_CHUNK = 1 << 16  # rows per INSERT … FROM json_each statement
+_SLICE_INSERT = ("INSERT INTO _slice SELECT ?2 + key, json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+                 "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), "
+                 "json_extract(value, '$[5]'), nullif(json_extract(value, '$[6]'), -1), "
+                 "nullif(json_extract(value, '$[7]'), -1) FROM json_each(?1)")
+_FLOW_INSERT = ("INSERT INTO flow SELECT ?2 + key, json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
+                "json_extract(value, '$[2]'), NULL FROM json_each(?1)")
+
+
 def _insert(conn: sqlite3.Connection, m: Model) -> None:
+    """Insert the model's rows. Slices and flows go in as one JSON array per chunk of rows, expanded by SQLite's
+    json_each: one statement per chunk, so the GIL is free while SQLite works (``executemany`` takes it back for
+    every row). msgspec writes the JSON; SQLite's JSON reader gives back the same integers and text."""
     conn.executemany("INSERT INTO process VALUES (?,?,?,?,NULL,NULL,NULL,NULL,NULL,NULL,NULL,NULL,0)",
                      [(u, u, pid, name) for u, pid, name, _syn in m.processes])
     conn.executemany("INSERT INTO thread VALUES (?,?,?,?,NULL,NULL,?,?,?,0,NULL)",
                      [(u, u, tid, name, upid, main, int(u == 0)) for u, tid, name, upid, main in m.threads])
     conn.executemany("INSERT INTO _track VALUES (?,?,?,NULL,NULL,NULL,0,NULL,?,?)", m.tracks)
-    conn.executemany("INSERT INTO _slice VALUES (?,?,?,?,?,?,?,?,?)",
-                     zip(range(len(m.ts)), m.ts, m.dur, m.track_id, m.category, m.name,
-                         m.depth, m.parent_id, m.arg_set_id))
-    conn.executemany("INSERT INTO flow VALUES (?,?,?,?,NULL)", m.flows)
+    enc = msgspec.json.Encoder()
+    n = len(m.ts)
+    for a in range(0, n, _INSERT_CHUNK):
+        b = min(n, a + _INSERT_CHUNK)
+        rows = enc.encode(list(zip(m.ts[a:b].tolist(), m.dur[a:b].tolist(), m.track_id[a:b].tolist(),
+                                   m.category[a:b], m.name[a:b], m.depth[a:b].tolist(),
+                                   m.parent_id[a:b].tolist(), m.arg_set_id[a:b].tolist())))
+        conn.execute(_SLICE_INSERT, (rows, a))
+        del rows
+    n = len(m.flow_out)
+    for a in range(0, n, _INSERT_CHUNK):
+        b = min(n, a + _INSERT_CHUNK)
+        rows = enc.encode(list(zip(m.flow_out[a:b].tolist(), m.flow_in[a:b].tolist(),
+                                   m.flow_trace_id[a:b].tolist())))
+        conn.execute(_FLOW_INSERT, (rows, a))
+        del rows

@@ -58,6 +58,12 @@ class TraceSession:
         df = self._backend.query_df(sql)
         return [str(c) for c in df.columns], [df[c].tolist() for c in df.columns]
 
+    @property
+    def tables(self):
+        """The mirror's tables as in-memory columns (:class:`~profiling_core.trace._tables.TraceTables`), which the
+        analyses read instead of fetching the same rows through SQL; None for perfetto or a closed session."""
+        return None if self._backend is None else getattr(self._backend, "tables", None)
+
     def close(self) -> None:
         """Release the engine (and delete the mirror's temporary database). Idempotent."""
         backend, self._backend = self._backend, None
@@ -97,6 +103,10 @@ class _MirrorAdapter:
 
     def query_columns(self, sql: str):
         return self._b.query_columns(sql)
+
+    @property
+    def tables(self):
+        return self._b.tables
 
     def close(self) -> None:
         self._b.close()

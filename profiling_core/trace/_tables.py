@@ -1,0 +1,60 @@
+"""The mirror's tables as columns in memory (numpy arrays), the way trace_processor itself holds them.
+
+trace_processor keeps each table column by column in memory and lets SQLite read them through virtual tables. The
+mirror does the same in two halves: the loader builds these columns (this module), and a background thread copies
+them into the SQLite file that answers SQL (``_mirror.py``). The analyses read the columns directly when the session
+has them (``TraceSession.tables``), so they never wait for SQLite to fetch 200k rows back into Python; the SQL files
+they mirror stay the reference and run on both engines (tests/test_analyses_perf_invariants.py compares the two on
+every test trace).
+
+Every value here is what the same SQL would read from the mirror's tables: ``slice`` in id order (ids are
+0..n-1), ``flow`` in id order, ``thread``/``process`` rows as inserted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TraceTables:
+    """Read-only columns of the mirror's ``slice``, ``flow``, ``thread``, ``process`` and ``track`` tables.
+
+    Attributes:
+        ts, dur, track_id, depth: ``slice`` columns (int64 ns / ids), row i = slice id i.
+        parent_id, arg_set_id: ``slice`` columns, -1 where SQL has NULL.
+        name, category: ``slice`` columns as lists (None where SQL has NULL).
+        track_utid: per track id, its thread's utid (``thread_track.utid``), -1 for tracks that are not a thread's.
+        flow_out, flow_in: ``flow.slice_out`` / ``flow.slice_in`` in flow id order.
+        threads: ``thread`` rows ``(utid, tid, name, upid, is_main_thread)``.
+        processes: ``process`` rows ``(upid, pid, name, is_synthetic)``.
+    """
+
+    ts: np.ndarray
+    dur: np.ndarray
+    track_id: np.ndarray
+    depth: np.ndarray
+    parent_id: np.ndarray
+    arg_set_id: np.ndarray
+    name: list[Any]
+    category: list[Any]
+    track_utid: np.ndarray
+    flow_out: np.ndarray
+    flow_in: np.ndarray
+    threads: list[tuple]
+    processes: list[tuple]
+
+    @classmethod
+    def from_model(cls, m) -> TraceTables:
+        track_utid = np.array([-1 if utid is None else utid for _id, _n, _k, utid, _u in m.tracks], dtype=np.int64)
+        for a in (m.ts, m.dur, m.track_id, m.depth, m.parent_id, m.arg_set_id, m.flow_out, m.flow_in, track_utid):
+            a.flags.writeable = False
+        return cls(ts=m.ts, dur=m.dur, track_id=m.track_id, depth=m.depth, parent_id=m.parent_id,
+                   arg_set_id=m.arg_set_id, name=m.name, category=m.category, track_utid=track_utid,
+                   flow_out=m.flow_out, flow_in=m.flow_in, threads=m.threads, processes=m.processes)
+
+    @property
+    def slice_count(self) -> int:
+        return len(self.ts)
