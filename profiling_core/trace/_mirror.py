@@ -443,7 +443,7 @@ def _collect(chunks, stats: LoadStats, args_path: str):
     return collector
 
 
-_INSERT_CHUNK = 1 << 16  # rows per INSERT … FROM json_each statement
+_INSERT_CHUNK = 1 << 14  # rows per INSERT … FROM json_each statement
 _SLICE_INSERT = ("INSERT INTO _slice SELECT ?2 + key, json_extract(value, '$[0]'), json_extract(value, '$[1]'), "
                  "json_extract(value, '$[2]'), json_extract(value, '$[3]'), json_extract(value, '$[4]'), "
                  "json_extract(value, '$[5]'), nullif(json_extract(value, '$[6]'), -1), "
