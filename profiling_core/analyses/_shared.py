@@ -19,9 +19,15 @@ import pandas as pd
 
 from ._common import run_query
 
-__all__ = ["Shared", "shared_for", "frame", "union_ns"]
+__all__ = ["Shared", "shared_for", "frame", "frame_cols", "as_object_column", "nullable", "union_ns",
+           "count_distinct"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+
+try:  # the conversion DataFrame.from_records applies to each object column (pandas' own code, so the same dtypes)
+    from pandas.core.internals.construction import convert_object_array as _convert_object_array
+except ImportError:  # pragma: no cover - a pandas without it: infer through from_records itself
+    _convert_object_array = None
 
 
 def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
@@ -29,6 +35,69 @@ def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
     if rows:
         return pd.DataFrame.from_records(rows, columns=cols)
     return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+
+
+def _infer(values) -> object:
+    """One column as ``DataFrame.from_records`` infers it from these Python values."""
+    a = np.empty(len(values), dtype=object)
+    a[:] = values.tolist() if isinstance(values, np.ndarray) and values.dtype != object else values
+    if _convert_object_array is None:  # pragma: no cover
+        return pd.DataFrame.from_records([(v,) for v in a.tolist()], columns=["c"])["c"].array
+    return _convert_object_array([a], dtype=None)[0]
+
+
+def frame_cols(data: dict, objects: tuple = ()) -> pd.DataFrame:
+    """``frame(list(zip(*data.values())), list(data))`` without building the row tuples: the same columns, dtypes
+    and values. ``data`` maps each column to its values in row order: an int64, float64 or bool numpy array (what
+    from_records infers from such Python values, so kept as it is) or anything else (an object array, a list:
+    inferred by pandas' own from_records conversion).
+
+    ``objects``: columns the caller casts to object next; they are built as :func:`as_object_column` (the same
+    values that inference and the cast give, without the detour through pandas' string array)."""
+    cols = list(data)
+    n = len(data[cols[0]]) if cols else 0
+    if n == 0:
+        return frame([], cols)
+    out = {}
+    for c, v in data.items():
+        if c in objects:
+            out[c] = as_object_column(v)
+        elif isinstance(v, np.ndarray) and v.dtype in (np.int64, np.float64, np.bool_):
+            out[c] = v
+        else:
+            out[c] = _infer(v)
+    return pd.DataFrame(out)
+
+
+def as_object_column(values) -> np.ndarray:
+    """What ``frame_cols`` infers for this column, then ``.astype("object")``: the analyses cast text columns to
+    object. Text columns (str or None only) skip pandas' string array: None becomes NaN as it would there."""
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    kinds = set(map(type, a.tolist()))
+    if kinds <= {str, type(None)} and str in kinds:
+        if type(None) in kinds:
+            a[pd.isna(a)] = np.nan
+        return a
+    return np.asarray(pd.Series(_infer(a)).astype("object"), dtype=object)
+
+
+def nullable(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
+    """An object array of Python ints with None where ``missing`` (a column of ints and NULLs, as a query gives)."""
+    a = values.astype(object)
+    a[missing] = None
+    return a
+
+
+def count_distinct(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """For each group 0..n_groups-1: how many distinct ``values`` (integers) its rows hold."""
+    if len(groups) == 0:
+        return np.zeros(n_groups, dtype=np.int64)
+    order = np.lexsort((values, groups))
+    g, v = groups[order], values[order]
+    new = np.ones(len(g), dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (v[1:] != v[:-1])
+    return np.bincount(g[new], minlength=n_groups)
 
 
 def union_ns(b: np.ndarray, e: np.ndarray) -> int:
@@ -60,16 +129,33 @@ class Shared:
     def gpu_ops_raw(self) -> pd.DataFrame:
         """What the ``kernels`` query returns (GPU ops on thread tracks with device and stream, in (ts, id) order),
         from the shared slice tree and thread lanes."""
-        cols = ["id", "name", "category", "start_ns", "dur_ns", "device", "stream"]
         t, i = self.slices, self.gpu_rows
-        lanes = self.lanes
-        i = i[np.array([u in lanes for u in t["utid"][i].tolist()], dtype=bool)] if len(i) else i
+        has, tid, pid = self.lane_of
+        i = i[has[t["utid"][i] + 1]]
         i = i[np.lexsort((t["id"][i], t["ts"][i]))]
-        names = t["name"]
-        lane = [lanes[u] for u in t["utid"][i].tolist()]
-        rows = list(zip(t["id"][i].tolist(), [names[k] for k in i.tolist()], t["cat"][i].tolist(),
-                        t["ts"][i].tolist(), t["dur"][i].tolist(), [x[1] for x in lane], [x[0] for x in lane]))
-        return frame(rows, cols)
+        u = t["utid"][i] + 1
+        return frame_cols({"id": t["id"][i], "name": self.names_at(i), "category": t["cat"][i], "start_ns": t["ts"][i],
+                           "dur_ns": t["dur"][i], "device": pid[u], "stream": tid[u]})
+
+    @cached_property
+    def lane_of(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``lanes`` as arrays indexed by utid + 1 (index 0: off-thread, utid -1): (has a thread row, tid, pid);
+        tid and pid are object arrays (None where there is none)."""
+        lanes = self.lanes
+        t = self.slices
+        k = max([int(t["utid"].max()) if len(t["utid"]) else -1, *lanes]) + 2
+        has = np.zeros(k, dtype=bool)
+        tid, pid = np.full(k, None, dtype=object), np.full(k, None, dtype=object)
+        for u, (td, pd_) in lanes.items():
+            if u >= 0:
+                has[u + 1], tid[u + 1], pid[u + 1] = True, td, pd_
+        return has, tid, pid
+
+    def gpu_lane(self, gpu_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(on a thread track with a thread row, stream tid) of these GPU op ids: what ``stream_of`` holds."""
+        has, tid, _pid = self.lane_of
+        u = self.slices["utid"][self.pos(gpu_ids)] + 1
+        return has[u], tid[u]
 
     @cached_property
     def stream_of(self) -> dict:
@@ -89,14 +175,15 @@ class Shared:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(idx).astype(np.int64), np.concatenate(which)
 
-    @cached_property
-    def by_launch(self) -> dict[int, np.ndarray]:
-        """{launch id: indices of its pairs (in gpu_id order)}."""
+    def launch_pairs_of(self, launch_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(which, pair): for each of ``launch_ids`` in turn, the indices of its pairs in gpu_id order (the pairs are
+        in (launch_id, gpu_id) order, so each launch's pairs are one run); ``which`` indexes ``launch_ids``."""
         lid = self.p["launch_id"]
-        if len(lid) == 0:
-            return {}
-        cut = np.flatnonzero(np.diff(lid)) + 1  # pairs are in (launch_id, gpu_id) order
-        return {int(g[0]): np.arange(a, a + len(g)) for a, g in zip(np.r_[0, cut], np.split(lid, cut))}
+        lo = np.searchsorted(lid, launch_ids, side="left")
+        n = np.searchsorted(lid, launch_ids, side="right") - lo
+        which = np.repeat(np.arange(len(launch_ids)), n)
+        start = np.cumsum(n) - n  # where each launch's run starts in the output
+        return which, np.repeat(lo, n) + (np.arange(len(which)) - np.repeat(start, n))
 
     @cached_property
     def tables(self):
@@ -148,9 +235,14 @@ class Shared:
         codes, uniq = pd.factorize(np.array(d["category"], dtype=object), use_na_sentinel=True)
         low = np.array([u.lower() if isinstance(u, str) else None for u in uniq] + [None], dtype=object)
         out["cat"] = low[codes] if n else np.zeros(0, dtype=object)
+        out["cat_low_uniq"] = low  # ``cat`` of each category code (code -1, NULL: the last)
         out["cat_codes"], out["cat_uniq"] = codes, list(uniq) + [None]  # code -1 (NULL) indexes the None
         ncodes, nuniq = pd.factorize(np.array(d["name"], dtype=object), use_na_sentinel=True)
         out["name_codes"], out["name_uniq"] = ncodes, list(nuniq) + [None]
+        for c in ("cat", "name"):
+            a = np.empty(len(out[c + "_uniq"]), dtype=object)
+            a[:] = out[c + "_uniq"]
+            out[c + "_uniq_arr"] = a  # indexed by the codes: the values of those rows
         ids = out["id"]
         dense = n == 0 or (ids[0] == 0 and ids[-1] == n - 1)
         has = out["parent"] >= 0
@@ -164,6 +256,21 @@ class Shared:
         """Boolean array over ``slices``: ``pred(name)`` (evaluated once per distinct name; None for NULL)."""
         t = self.slices
         return np.array([bool(pred(u)) for u in t["name_uniq"]] or [False], dtype=bool)[t["name_codes"]]
+
+    def cat_mask(self, pred) -> np.ndarray:
+        """Boolean array over ``slices``: ``pred(category)`` (raw category; once per distinct one; None for NULL)."""
+        t = self.slices
+        return np.array([bool(pred(u)) for u in t["cat_uniq"]] or [False], dtype=bool)[t["cat_codes"]]
+
+    def names_at(self, rows: np.ndarray) -> np.ndarray:
+        """The names of these rows of ``slices`` as an object array (None for NULL)."""
+        t = self.slices
+        return t["name_uniq_arr"][t["name_codes"][rows]]
+
+    def categories_at(self, rows: np.ndarray) -> np.ndarray:
+        """The (raw) categories of these rows of ``slices`` as an object array (None for NULL)."""
+        t = self.slices
+        return t["cat_uniq_arr"][t["cat_codes"][rows]]
 
     def pos(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``slices`` holding these slice ids."""
@@ -184,12 +291,15 @@ class Shared:
         t, gr = self.slices, self.gpu_rows
         gpu_ids = t["id"][gr]
         m = np.isin(in_ids, gpu_ids)
-        pairs = np.unique(np.stack([out_ids[m], in_ids[m]], axis=1), axis=0) if m.any() \
-            else np.zeros((0, 2), dtype=np.int64)
-        if not np.isin(gpu_ids, pairs[:, 1]).all():
+        lo, gi = out_ids[m].astype(np.int64), in_ids[m].astype(np.int64)
+        order = np.lexsort((gi, lo))  # the distinct (launch, gpu op) pairs in (launch_id, gpu_id) order
+        lo, gi = lo[order], gi[order]
+        keep = np.ones(len(lo), dtype=bool)
+        keep[1:] = (lo[1:] != lo[:-1]) | (gi[1:] != gi[:-1])
+        lo, gi = lo[keep], gi[keep]
+        if not np.isin(gpu_ids, gi).all():
             return None  # some GPU op has no flow: the correlation fallback applies
         n = len(t["id"])
-        lo, gi = pairs[:, 0], pairs[:, 1]
         if t["dense"]:
             if len(lo) and (lo.min() < 0 or lo.max() >= n):
                 return None
@@ -198,15 +308,14 @@ class Shared:
             lpos, gpos = np.searchsorted(t["id"], lo), np.searchsorted(t["id"], gi)
             if len(lo) and ((lpos >= n).any() or (t["id"][np.minimum(lpos, n - 1)] != lo).any()):
                 return None
-        names, cats = t["name"], t["category"]
         par, utid = t["parent"][lpos], t["utid"][lpos]
         return {
-            "launch_id": lo, "gpu_id": gi, "paired_by": ["flow"] * len(lo),
-            "launch_name": [names[i] for i in lpos.tolist()], "launch_ts": t["ts"][lpos], "launch_dur": t["dur"][lpos],
-            "launch_parent_id": [None if v < 0 else v for v in par.tolist()], "launch_track_id": t["track_id"][lpos],
-            "launch_utid": [None if v < 0 else v for v in utid.tolist()],
-            "gpu_name": [names[i] for i in gpos.tolist()], "gpu_category": t["cat"][gpos].tolist(),
-            "gpu_category_raw": [cats[i] for i in gpos.tolist()], "gpu_ts": t["ts"][gpos], "gpu_dur": t["dur"][gpos],
+            "launch_id": lo, "gpu_id": gi, "paired_by": np.full(len(lo), "flow", dtype=object),
+            "launch_name": self.names_at(lpos), "launch_ts": t["ts"][lpos], "launch_dur": t["dur"][lpos],
+            "launch_parent_id": nullable(par, par < 0), "launch_track_id": t["track_id"][lpos],
+            "launch_utid": nullable(utid, utid < 0),
+            "gpu_name": self.names_at(gpos), "gpu_category": t["cat"][gpos],
+            "gpu_category_raw": self.categories_at(gpos), "gpu_ts": t["ts"][gpos], "gpu_dur": t["dur"][gpos],
         }
 
     @cached_property
@@ -223,12 +332,18 @@ class Shared:
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
         for c in ("paired_by", "launch_name", "gpu_name", "gpu_category", "gpu_category_raw", "launch_parent_id",
                   "launch_utid"):
+            if isinstance(d[c], np.ndarray) and d[c].dtype == object:
+                out[c] = d[c]
+                continue
             a = np.empty(len(d[c]), dtype=object)
             a[:] = d[c].tolist() if isinstance(d[c], np.ndarray) else d[c]
             out[c] = a
-        kinds: dict = {}
-        out["memcpy_kind"] = np.array([kinds.setdefault(x, x[7:11] if isinstance(x, str) and x.startswith(
-            ("Memcpy DtoD", "Memcpy HtoD", "Memcpy DtoH")) else "") for x in out["gpu_name"].tolist()], dtype=object)
+        codes, uniq = pd.factorize(out["gpu_name"], use_na_sentinel=True)
+        kinds = np.array([x[7:11] if isinstance(x, str) and x.startswith(("Memcpy DtoD", "Memcpy HtoD", "Memcpy DtoH"))
+                          else "" for x in uniq.tolist()] + [""], dtype=object)
+        out["memcpy_kind"] = kinds[codes] if len(codes) else np.zeros(0, dtype=object)
+        lp = out["launch_parent_id"]
+        out["launch_parent"] = np.where(pd.isna(lp), -1, lp).astype(np.int64) if len(lp) else np.zeros(0, np.int64)
         out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")
         out["launch_ts_sorted"] = out["launch_ts"][out["by_launch_ts"]]
         return out
@@ -252,8 +367,7 @@ class Shared:
     def gpu_rows(self) -> np.ndarray:
         """Rows of ``slices`` that are GPU ops (kernel, memcpy, memset; any track)."""
         t = self.slices
-        cats = [c for c in set(t["cat"].tolist()) if c in _GPU_CATS]
-        return np.flatnonzero(np.isin(t["cat"], cats)) if cats else np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(np.array([c in _GPU_CATS for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"]])
 
     @cached_property
     def ops(self) -> dict[str, np.ndarray]:

@@ -8,20 +8,20 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, shared_for
+from ._shared import Shared, frame, frame_cols, nullable, shared_for
 
 __all__ = ["launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains"]
 
 
-def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
-    """What ``launch_latency.sql`` returns, from the shared pairs (GPU ops on thread tracks only, as its join)."""
+def _launch_latency_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
+    """What ``launch_latency.sql`` returns, from the shared pairs (GPU ops on thread tracks only, as its join).
+    ``objects``: text columns the caller casts to object (see ``frame_cols``)."""
     cols = ["gpu_id", "gpu_name", "gpu_category", "gpu_start_ns", "gpu_dur_ns", "stream", "launch_id", "launch_name",
             "launch_start_ns", "launch_dur_ns", "latency_ns", "paired_by", "step"]
     p = sh.p
     if len(p["gpu_id"]) == 0:
         return frame([], cols)
-    stream_of = sh.stream_of
-    keep = np.fromiter((g in stream_of for g in p["gpu_id"].tolist()), dtype=bool, count=len(p["gpu_id"]))
+    keep, stream = sh.gpu_lane(p["gpu_id"])
     # the step of a launch: the first step (time order) whose window holds it
     step = np.full(len(p["gpu_id"]), None, dtype=object)
     i, k = sh.pair_steps
@@ -33,13 +33,12 @@ def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
         step[i[first]] = np.array([r[1] for r in sh.steps_list], dtype=object)[k[first]]
     idx = np.flatnonzero(keep)
     idx = idx[np.lexsort((p["gpu_id"][idx], p["gpu_ts"][idx]))]  # ORDER BY g.ts, g.id (then launch_id)
-    gid = p["gpu_id"][idx].tolist()
-    rows = list(zip(gid, p["gpu_name"][idx].tolist(), p["gpu_category"][idx].tolist(), p["gpu_ts"][idx].tolist(),
-                    p["gpu_dur"][idx].tolist(), [stream_of[g] for g in gid], p["launch_id"][idx].tolist(),
-                    p["launch_name"][idx].tolist(), p["launch_ts"][idx].tolist(), p["launch_dur"][idx].tolist(),
-                    (p["gpu_ts"][idx] - p["launch_ts"][idx]).tolist(), p["paired_by"][idx].tolist(),
-                    step[idx].tolist()))
-    return frame(rows, cols)
+    return frame_cols({
+        "gpu_id": p["gpu_id"][idx], "gpu_name": p["gpu_name"][idx], "gpu_category": p["gpu_category"][idx],
+        "gpu_start_ns": p["gpu_ts"][idx], "gpu_dur_ns": p["gpu_dur"][idx], "stream": stream[idx],
+        "launch_id": p["launch_id"][idx], "launch_name": p["launch_name"][idx], "launch_start_ns": p["launch_ts"][idx],
+        "launch_dur_ns": p["launch_dur"][idx], "latency_ns": p["gpu_ts"][idx] - p["launch_ts"][idx],
+        "paired_by": p["paired_by"][idx], "step": step[idx]}, objects)
 
 
 def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -57,7 +56,8 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
         (GPU op start − launch call start), ``paired_by`` (``flow`` or ``correlation``), ``step`` (the step whose
         window holds the launch, or NA). Empty on CPU-only traces.
     """
-    df = _launch_latency_raw(shared_for(session, shared))
+    df = _launch_latency_raw(shared_for(session, shared),
+                             objects=("gpu_name", "gpu_category", "launch_name", "paired_by"))
     df = ints(df, "gpu_id", "launch_id")
     df = nullable_int(df, "stream", "launch_start_ns", "gpu_start_ns", "step")
     for c in ("gpu_name", "gpu_category", "launch_name", "paired_by"):
@@ -69,37 +69,42 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
 
 def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     """What ``launch_path.sql`` returns (same groups and sums; row order by name, API, parent op), from the shared
-    launch pairs and slice tree."""
+    launch pairs and slice tree.
+
+    Vectorised: each pair's parent op name and whether an occupancy query under that parent starts no later than
+    the launch (the earliest such query per parent, by ``np.minimum.at``); the groups are the distinct (GPU op name,
+    category, API, parent op) in order of first appearance (codes from ``pd.factorize``), as a dict would hold them."""
     cols = ["gpu_name", "gpu_category", "launch_api", "parent_op", "count", "with_occupancy_query"]
     p = sh.p
-    if len(p["gpu_id"]) == 0:
+    n = len(p["gpu_id"])
+    if n == 0:
         return frame([], cols)
     t = sh.slices
-    names = t["name"]
-    # the earliest occupancy query under each parent
-    first_occ: dict = {}
+    # the earliest occupancy query under each parent (a slice row; NO_OCC where there is none)
     occ = np.flatnonzero(sh.name_mask(lambda x: isinstance(x, str) and x.startswith(
         ("cudaOccupancy", "hipOccupancy", "cuOccupancy"))) & (t["parent"] >= 0))
-    for par, ts in zip(t["parent"][occ].tolist(), t["ts"][occ].tolist()):
-        if par not in first_occ or ts < first_occ[par]:
-            first_occ[par] = ts
-    groups: dict = {}
-    pars = [None if (v is None or v != v) else int(v) for v in p["launch_parent_id"].tolist()]
-    known = [v for v in pars if v is not None]
-    pname_of = dict(zip(known, (names[i] for i in sh.pos(np.array(known, dtype=np.int64)).tolist())))
-    for gname, gcat, api, par, lts in zip(p["gpu_name"].tolist(), p["gpu_category"].tolist(),
-                                          p["launch_name"].tolist(), pars, p["launch_ts"].tolist()):
-        if par is None:
-            pname, before = "", 0
-        else:
-            pn = pname_of[par]
-            pname = "" if pn is None else pn
-            f = first_occ.get(par)
-            before = int(f is not None and f <= lts)
-        g = groups.setdefault((gname, gcat, api, pname), [0, 0])
-        g[0] += 1
-        g[1] += before
-    rows = [(*k, v[0], v[1]) for k, v in groups.items()]
+    no_occ = np.iinfo(np.int64).max
+    first_occ = np.full(len(t["id"]), no_occ, dtype=np.int64)
+    np.minimum.at(first_occ, t["ppos"][occ], t["ts"][occ])
+    par = p["launch_parent"]
+    has = par >= 0
+    prow = sh.pos(par[has])
+    pname = np.full(n, "", dtype=object)
+    pn = sh.names_at(prow)
+    pname[has] = np.where(pd.isna(pn), "", pn) if len(pn) else pn
+    before = np.zeros(n, dtype=bool)
+    f = first_occ[prow]
+    before[has] = (f != no_occ) & (f <= p["launch_ts"][has])
+    keys = (p["gpu_name"], p["gpu_category"], p["launch_name"], pname)
+    g = np.zeros(n, dtype=np.int64)
+    for col in keys:  # one code per distinct tuple, in order of first appearance
+        c, u = pd.factorize(col, use_na_sentinel=False)
+        g, _ = pd.factorize(g * len(u) + c)
+    first = np.unique(g, return_index=True)[1]
+    count = np.bincount(g)
+    with_occ = np.bincount(g[before], minlength=len(count))
+    rows = [(*(k[i] for k in keys), int(a), int(b)) for i, a, b in zip(first.tolist(), count.tolist(),
+                                                                       with_occ.tolist())]
     rows.sort(key=lambda r: (r[0] is not None, r[0] or "", r[2] is not None, r[2] or "", r[3]))
     return frame(rows, cols)
 
@@ -125,71 +130,93 @@ def launch_paths(session, shared: Shared | None = None) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     df = ints(df, "count", "with_occupancy_query")
+    # one row per (name, category) group, in pandas' group order (sorted; groups with a missing key left out)
+    gb = df.groupby(["gpu_name", "gpu_category"], sort=True)
+    which = gb.ngroup().fillna(-1).astype("int64").to_numpy()  # NaN: a row of no group
+    apis, parents = df["launch_api"].astype(str).tolist(), df["parent_op"].astype(str).tolist()
+    counts, occs = df["count"].tolist(), df["with_occupancy_query"].tolist()
+    members: list[list[int]] = [[] for _ in range(gb.ngroups)]
+    for j, w in enumerate(which.tolist()):
+        if w >= 0:
+            members[w].append(j)
     rows = []
-    for (name, cat), g in df.groupby(["gpu_name", "gpu_category"], sort=True):
-        occ = int(g["with_occupancy_query"].sum())
+    for (name, cat), js in zip(gb.size().index.tolist(), members):
+        occ = int(sum(occs[j] for j in js))
         rows.append({
             "name": name, "category": cat,
-            "launch_apis": ", ".join(sorted(set(g["launch_api"].astype(str)))),
-            "parent_ops": ", ".join(sorted(p for p in set(g["parent_op"].astype(str)) if p)),
-            "count": int(g["count"].sum()), "occupancy_queries": occ, "occupancy_query_before": occ > 0,
+            "launch_apis": ", ".join(sorted({apis[j] for j in js})),
+            "parent_ops": ", ".join(sorted(p for p in {parents[j] for j in js} if p)),
+            "count": int(sum(counts[j] for j in js)), "occupancy_queries": occ, "occupancy_query_before": occ > 0,
         })
     return pd.DataFrame(rows, columns=cols)
 
 
-def _dispatch_cpu_rows(sh: Shared) -> list[tuple]:
-    """The rows of ``dispatch_cpu.sql`` (CPU half of the dispatch chain) from the shared slice tree, same order."""
+def _dispatch_cpu(sh: Shared) -> dict | None:
+    """The rows of ``dispatch_cpu.sql`` (CPU half of the dispatch chain) from the shared slice tree, same order, as
+    arrays: ``row`` (of ``slices``), ``step`` (N), ``depth`` (below the step), ``parent`` (-1 for NULL: the step
+    itself, or no parent); None without steps on a thread.
+
+    Each step's slices are a range of its thread's slices sorted by start (``searchsorted``), then those ending by
+    the step's end; all steps' rows are then ordered by (step, ts, depth, track_id, id) with one stable lexsort."""
     steps = [r for r in sh.steps_list if r[6] is not None]
     if not steps:
-        return []
+        return None
     t = sh.slices
+    ts_, dur_, id_ = t["ts"], t["dur"], t["id"]
     lanes = {}
     for u in {r[6] for r in steps}:
         idx = np.flatnonzero(t["utid"] == u)
-        idx = idx[np.lexsort((t["id"][idx], t["track_id"][idx], t["ts"][idx]))]
-        lanes[u] = (idx, t["ts"][idx])
-    name, cat, depth, parent = t["name"], t["category"], t["depth"], t["parent"]
-    ts_, dur_, id_ = t["ts"], t["dur"], t["id"]
-    out = []
-    for step_id, step, _nm, ts, dur, sdepth, utid in steps:
+        idx = idx[np.lexsort((id_[idx], t["track_id"][idx], ts_[idx]))]
+        lanes[u] = (idx, ts_[idx])
+    sel, k = [], []
+    for j, (_sid, _step, _nm, ts, dur, _sdepth, utid) in enumerate(steps):
         idx, lts = lanes[utid]
-        lo, hi = np.searchsorted(lts, (ts, ts + dur), side="left")
+        lo = int(np.searchsorted(lts, ts, side="left"))
         hi = int(np.searchsorted(lts, ts + dur, side="right"))
-        sel = idx[lo:hi]
-        sel = sel[ts_[sel] + dur_[sel] <= ts + dur]
-        track = t["track_id"]
-        for i in sel.tolist():
-            sid = int(id_[i])
-            par = None if sid == step_id or parent[i] < 0 else int(parent[i])
-            out.append(((step, int(ts_[i]), int(depth[i]) - sdepth, int(track[i]), sid),
-                        (step, sid, par, int(depth[i]) - sdepth, name[i], cat[i], int(ts_[i]), int(dur_[i]), "cpu")))
-    out.sort(key=lambda kr: kr[0])  # ORDER BY step, ts, depth, track_id, id
-    return [r for _k, r in out]
+        s = idx[lo:hi]
+        s = s[ts_[s] + dur_[s] <= ts + dur]
+        sel.append(s)
+        k.append(np.full(len(s), j, dtype=np.int64))
+    rows, k = np.concatenate(sel), np.concatenate(k)
+    step_n = np.array([r[1] for r in steps], dtype=np.int64)[k]
+    depth = t["depth"][rows] - np.array([r[5] for r in steps], dtype=np.int64)[k]
+    parent = np.where(id_[rows] == np.array([r[0] for r in steps], dtype=np.int64)[k], -1, t["parent"][rows])
+    order = np.lexsort((id_[rows], t["track_id"][rows], depth, ts_[rows], step_n))  # stable: ties keep step order
+    return {"row": rows[order], "step": step_n[order], "depth": depth[order], "parent": parent[order]}
 
 
-def _dispatch_chain_raw(sh: Shared) -> pd.DataFrame:
-    """What ``dispatch_chain.sql`` returns: the CPU rows from ``dispatch_cpu``, each launch's GPU ops from the pairs."""
+def _dispatch_chain_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
+    """What ``dispatch_chain.sql`` returns: the CPU rows from ``dispatch_cpu``, each launch's GPU ops from the pairs.
+
+    GPU rows follow their launch's CPU row (in gpu_id order); then one stable sort by (step, lane, start, depth).
+    ``objects``: text columns the caller casts to object (see ``frame_cols``)."""
     cols = ["step", "id", "parent_id", "depth", "name", "category", "start_ns", "dur_ns", "lane"]
-    rows = _dispatch_cpu_rows(sh)
-    if not rows:
+    c = _dispatch_cpu(sh)
+    if c is None or len(c["row"]) == 0:
         return frame([], cols)
-    p, by_launch = sh.p, sh.by_launch
-    gpu = []
-    for r in rows:
-        idx = by_launch.get(r[1])
-        if idx is None:
-            continue
-        for i in idx.tolist():
-            gpu.append((r[0], int(p["gpu_id"][i]), r[1], r[3] + 1, p["gpu_name"][i],
-                        p["gpu_category_raw"][i], int(p["gpu_ts"][i]), int(p["gpu_dur"][i]), "gpu"))
-    rows.extend(gpu)
-    rows.sort(key=lambda r: (r[0], r[8], r[6], r[3]))  # ORDER BY step, lane, start, depth (stable on ties)
-    return frame(rows, cols)
+    t, p = sh.slices, sh.p
+    rows = c["row"]
+    cid = t["id"][rows]
+    w, g = sh.launch_pairs_of(cid)  # the GPU ops of each CPU row that launched some
+    nc, ng = len(rows), len(g)
+    step = np.concatenate([c["step"], c["step"][w]])
+    start = np.concatenate([t["ts"][rows], p["gpu_ts"][g]])
+    depth = np.concatenate([c["depth"], c["depth"][w] + 1])
+    lane = np.concatenate([np.zeros(nc, dtype=np.int64), np.ones(ng, dtype=np.int64)])
+    order = np.lexsort((depth, start, lane, step))  # ORDER BY step, lane, start, depth (stable on ties)
+    parent = np.concatenate([c["parent"], cid[w]])[order]
+    return frame_cols({
+        "step": step[order], "id": np.concatenate([cid, p["gpu_id"][g]])[order],
+        "parent_id": nullable(parent, parent < 0), "depth": depth[order],
+        "name": np.concatenate([sh.names_at(rows), p["gpu_name"][g]])[order],
+        "category": np.concatenate([sh.categories_at(rows), p["gpu_category_raw"][g]])[order],
+        "start_ns": start[order], "dur_ns": np.concatenate([t["dur"][rows], p["gpu_dur"][g]])[order],
+        "lane": np.array(["cpu", "gpu"], dtype=object)[lane[order]]}, objects)
 
 
 def dispatch_chains(session, shared: Shared | None = None) -> pd.DataFrame:
     """The dispatch tree of every step (see :func:`dispatch_chain`), all steps in one frame with a ``step`` column."""
-    df = _dispatch_chain_raw(shared_for(session, shared))
+    df = _dispatch_chain_raw(shared_for(session, shared), objects=("name", "category", "lane"))
     df = ints(df, "step", "id", "depth")
     df = nullable_int(df, "parent_id", "start_ns")
     for c in ("name", "category", "lane"):
