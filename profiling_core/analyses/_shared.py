@@ -12,6 +12,8 @@ the reference of each analysis and run on both engines.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cached_property
 
 import numpy as np
@@ -19,7 +21,7 @@ import pandas as pd
 
 from ._common import run_query
 
-__all__ = ["Shared", "shared_for", "frame", "frame_cols", "as_object_column", "nullable", "union_ns",
+__all__ = ["Shared", "shared_for", "sharing", "frame", "frame_cols", "as_object_column", "nullable", "union_ns",
            "count_distinct"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
@@ -426,6 +428,22 @@ def _list(x) -> list:
     return x.tolist() if isinstance(x, np.ndarray) else list(x)
 
 
+_CURRENT: ContextVar[Shared | None] = ContextVar("profiling_core_analyses_shared", default=None)
+
+
+@contextmanager
+def sharing(sh: Shared):
+    """While inside, ``shared_for(sh.session, None)`` gives ``sh`` (``analyze`` runs every analysis inside, so the
+    ones without a ``shared`` argument, such as ``cold_start_gap``, reuse its pieces too)."""
+    token = _CURRENT.set(sh)
+    try:
+        yield sh
+    finally:
+        _CURRENT.reset(token)
+
+
 def shared_for(session, shared: Shared | None) -> Shared:
-    """``shared`` when given (and for this session), else a new one."""
+    """``shared`` when given (and for this session), else the one ``sharing`` holds for it, else a new one."""
+    if shared is None:
+        shared = _CURRENT.get()
     return shared if shared is not None and shared.session is session else Shared(session)

@@ -14,17 +14,75 @@ _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_c
            "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches", "kernel_launches")
 
 
+_CPU_COLS = ["step_id", "step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
+             "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
+             "graph_launches"]
+_GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+
+
+def _kind(name) -> int:
+    """compile_cpu.sql's row kinds: 1 cache lookup, 2 compiled region, 3 prologue, 4 FX graph call, 5 graph launch."""
+    if not isinstance(name, str):
+        return 0
+    if name == "TorchDynamo Cache Lookup":
+        return 1
+    if name.startswith("Torch-Compiled Region"):  # GLOB 'Torch-Compiled Region*'
+        return 2
+    if name == "AOTDispatcher Runtime Wrapper Prologue":
+        return 3
+    if name.startswith("## Call CompiledFxGraph "):  # GLOB '## Call CompiledFxGraph *'
+        return 4
+    return 5 if name in _GRAPH_LAUNCHES else 0
+
+
+def _compile_cpu_rows(sh: Shared) -> list[tuple] | None:
+    """The rows of ``compile_cpu.sql`` from the shared columns (steps on a thread, in (ts, id) order; the slices of
+    each step's thread starting inside its window); None where only the query can say: no columns (perfetto), or a
+    step calling more than one FX graph (``group_concat(DISTINCT ...)`` lists them in the order SQLite's GROUP BY
+    sorter leaves them)."""
+    if sh.tables is None:
+        return None
+    steps = [r for r in sh.steps_list if r[6] is not None]
+    if not steps:
+        return []
+    t = sh.slices
+    kind = np.array([_kind(u) for u in t["name_uniq"]], dtype=np.int64)[t["name_codes"]]
+    lanes = {}
+    for u in {r[6] for r in steps}:
+        idx = np.flatnonzero(t["utid"] == u)
+        idx = idx[np.argsort(t["ts"][idx], kind="stable")]
+        lanes[u] = (idx, t["ts"][idx])
+    rows = []
+    for step_id, step, _nm, ts, dur, _depth, utid in steps:
+        idx, lts = lanes[utid]
+        lo, hi = np.searchsorted(lts, (ts, ts + dur), side="left")  # s.ts >= st.ts AND s.ts < st.ts + st.dur
+        sel = idx[lo:hi]
+        k, d = kind[sel], t["dur"][sel]
+        n = np.bincount(k, minlength=6).tolist()
+        ns = [int(d[k == j].sum()) for j in range(6)]
+        fx = sel[k == 4]
+        hashes = list(dict.fromkeys(  # trim(replace(substr(name, 25), '##', ''))
+            nm[24:].replace("##", "").strip(" ") for nm in sh.names_at(fx).tolist()))
+        if len(hashes) > 1:
+            return None
+        rows.append((step_id, step, ts, dur, n[1], ns[1], n[2], ns[2], n[3], ns[3], n[4], ns[4],
+                     hashes[0] if hashes else None, n[5]))
+    return rows
+
+
 def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
-    """What ``compile_breakdown.sql`` returns: its CPU half from ``compile_cpu``, its GPU half from the shared pairs."""
+    """What ``compile_breakdown.sql`` returns: its CPU half from ``compile_cpu`` (the query, or the same rows from
+    the columns), its GPU half from the shared pairs (distinct GPU op and launch ids of the step's pairs)."""
     cols = ["step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
             "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
             "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
             "launches", "kernel_launches"]
-    cpu = run_query(sh.session, "compile_cpu")
+    rows = _compile_cpu_rows(sh)
+    cpu = run_query(sh.session, "compile_cpu") if rows is None else frame(rows, _CPU_COLS)
     if cpu.empty:
         return frame([], cols)
     p = sh.p
-    rows = []
+    out = []
     for r in cpu.itertuples(index=False):
         ts, dur = int(r.start_ns), int(r.cpu_dur_ns)
         i = sh.pairs_in(ts, ts + dur)
@@ -33,16 +91,16 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
         is_cp = np.isin(cat, ("gpu_memcpy", "memcpy"))
         kind = p["memcpy_kind"][i]
 
-        def cpy(k):
-            return len(set(gid[is_cp & (kind == k)].tolist())) if len(i) else 0
-        rows.append((r.step, r.start_ns, r.cpu_dur_ns, r.cache_lookups, r.cache_lookup_ns, r.compiled_regions,
-                     r.compiled_region_ns, r.prologues, r.prologue_ns, r.fx_graph_calls, r.fx_graph_ns,
-                     r.fx_graph_hash, r.graph_launches,
-                     len(set(gid[is_k].tolist())), len(set(gid[is_cp].tolist())),
-                     cpy("DtoD"), cpy("HtoD"), cpy("DtoH"),
-                     len(set(gid[np.isin(cat, ("gpu_memset", "memset"))].tolist())),
-                     len(set(lid.tolist())), len(set(lid[is_k].tolist()))))
-    return frame(rows, cols)
+        def distinct(ids, m):
+            return len(np.unique(ids[m]))
+        out.append((r.step, r.start_ns, r.cpu_dur_ns, r.cache_lookups, r.cache_lookup_ns, r.compiled_regions,
+                    r.compiled_region_ns, r.prologues, r.prologue_ns, r.fx_graph_calls, r.fx_graph_ns,
+                    r.fx_graph_hash, r.graph_launches,
+                    distinct(gid, is_k), distinct(gid, is_cp), distinct(gid, is_cp & (kind == "DtoD")),
+                    distinct(gid, is_cp & (kind == "HtoD")), distinct(gid, is_cp & (kind == "DtoH")),
+                    distinct(gid, np.isin(cat, ("gpu_memset", "memset"))),
+                    len(np.unique(lid)), distinct(lid, is_k)))
+    return frame(out, cols)
 
 
 def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:

@@ -1,20 +1,22 @@
 """Achieved GEMM throughput where the FLOPs are known (from the experiment config or recorded shapes)."""
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
-from bisect import bisect_left, bisect_right
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
 from ._common import ints, nullable_int, run_query
-from ._shared import Shared, frame, shared_for
+from ._shared import Shared, frame, frame_cols, nullable, shared_for
 
 __all__ = ["gemm_throughput", "gemm_flops_from_dims"]
 
 _KEY = re.compile(r"\[(\d+)\]\[(\d+)\]$")
+_INDEX = re.compile(r"\[\d+\]")  # what trace_processor's flat_key drops from a key
 
 
 def _prod(xs) -> int:
@@ -54,13 +56,11 @@ def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
         return None
 
 
-def _dims_by_op(session) -> dict[int, list[list[int]]]:
-    from ..queries import load_query
-    cols, data = session.query_columns(load_query("gemm_shapes"))
-    d = dict(zip(cols, data))
+def _dims_from_rows(ids, keys, values) -> dict[int, list[list[int]]]:
+    """{slice id: its inputs' dims} from ``gemm_shapes.sql``'s rows (id, key, int_value), in its (id, key) order."""
     out: dict[int, dict[int, dict[int, int]]] = {}
     search = _KEY.search
-    for sid, key, val in zip(d["id"], d["key"], d["int_value"]):
+    for sid, key, val in zip(ids, keys, values):
         if val is None or val != val:
             continue
         m = search(str(key))
@@ -72,54 +72,239 @@ def _dims_by_op(session) -> dict[int, list[list[int]]]:
             for sid, inp in out.items()}
 
 
+def _dims_by_op(session, ops: dict | None = None) -> dict[int, list[list[int]]]:
+    """{GEMM op id: its recorded ``Input Dims``} (the ops that have some).
+
+    ``ops``: {slice id: arg set id} of the GEMM ops asked about, when known: on the mirror their args are then read
+    from its args database, which is complete once the trace is loaded, instead of through ``gemm_shapes.sql``
+    (whose ``args`` view waits for the SQLite tables); see :func:`_dims_from_args`."""
+    if ops is not None:
+        got = _dims_from_args(session, ops)
+        if got is not None:
+            return got
+    from ..queries import load_query
+    cols, data = session.query_columns(load_query("gemm_shapes"))
+    d = dict(zip(cols, data))
+    return _dims_from_rows(d["id"], d["key"], d["int_value"])
+
+
+_DIMS_KEY = "Input Dims"
+_DIMS_KEY_BYTES = b'"Input Dims"'
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class _Unusual(Exception):
+    """An arg set whose ``args`` rows this module does not rebuild itself (the query answers for it)."""
+
+
+def _leaves(v, key: str, out: list) -> None:
+    """The ``args`` rows (key, int_value) that json_tree gives below a value reached through arrays only: arrays
+    add ``[i]`` to the key; an object's leaves get a ``.name`` in their key (never the flat key asked for), so they
+    are left out; integers and booleans (1/0) have an int_value, other scalars none (None, as the view)."""
+    tv = type(v)
+    if tv is list:
+        for i, x in enumerate(v):
+            _leaves(x, f"{key}[{i}]", out)
+    elif tv is dict:
+        return
+    elif tv is bool:
+        out.append((key, int(v)))
+    elif tv is int:
+        if not _INT64[0] <= v <= _INT64[1]:
+            raise _Unusual  # SQLite gives such an integer as a REAL atom
+        out.append((key, v))
+    else:
+        out.append((key, None))
+
+
+def _input_dims_rows(raw: bytes, decode) -> list[tuple[str, object]]:
+    """The (key, int_value) rows of one arg set's raw JSON with flat_key ``args.Input Dims``, sorted by key (as
+    ``gemm_shapes.sql`` orders them); raises _Unusual where this could differ from SQLite's json_tree."""
+    if b"\\" in raw or raw.count(_DIMS_KEY_BYTES) > 1 or raw.count(b"[") + raw.count(b"{") >= 500:
+        raise _Unusual  # escapes (json_tree's fullkey keeps them), a possible duplicate key, deep nesting
+    try:
+        d = decode(raw)
+    except Exception:  # noqa: BLE001 - JSON5 or worse: SQLite decides (or raises its error)
+        raise _Unusual from None
+    if type(d) is not dict:
+        raise _Unusual
+    if "[" in "".join(d) and any(k != _DIMS_KEY and _INDEX.sub("", k) == _DIMS_KEY for k in d):
+        raise _Unusual  # another top-level key whose flat key is also args.Input Dims
+    if _DIMS_KEY not in d:
+        return []
+    out: list = []
+    _leaves(d[_DIMS_KEY], "args." + _DIMS_KEY, out)
+    out.sort(key=lambda kv: kv[0])
+    return out
+
+
+def _dims_from_args(session, ops: dict) -> dict[int, list[list[int]]] | None:
+    """``_dims_by_op`` for these {slice id: arg set id} read from the mirror's args database (``_args_raw``: the raw
+    JSON of each event's args, what its ``args`` view expands with json_tree); None where that cannot be read, or
+    some arg set is unusual (escapes, duplicate keys, JSON5...): the caller then runs the query.
+
+    Exact by construction for the usual arg sets: ``_tp_flat_key`` (json_tree's fullkey with the quotes and array
+    indices dropped) equals ``args.Input Dims`` only for the leaves reached through arrays from a top-level key
+    whose name, without ``[digits]``, is ``Input Dims`` (a nested object adds a ``.``); other such keys are
+    unusual, so these are the leaves of ``Input Dims``, with keys ``args.Input Dims[i][j]...``."""
+    path = _args_db_path(session)
+    if path is None:
+        return None
+    want = {sid: a for sid, a in ops.items() if a is not None and a >= 0}
+    if not want:
+        return {}
+    import sqlite3
+    from urllib.parse import quote
+
+    import msgspec
+    try:
+        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        raws = dict(conn.execute("SELECT arg_set_id, raw FROM _args_raw WHERE arg_set_id IN "
+                                 "(SELECT value FROM json_each(?))", (json.dumps(sorted(set(want.values()))),)))
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    decode = msgspec.json.Decoder().decode
+    by_set: dict = {}
+    out = {}
+    try:
+        for sid in sorted(want):
+            a = want[sid]
+            if a not in by_set:
+                raw = raws.get(a)
+                by_set[a] = _input_dims_rows(bytes(raw), decode) if raw is not None else []
+            rows = by_set[a]
+            if rows:
+                dims = _dims_from_rows([sid] * len(rows), [k for k, _ in rows], [v for _, v in rows])
+                out.update(dims)
+    except _Unusual:
+        return None
+    return out
+
+
+def _args_db_path(session) -> str | None:
+    """The mirror's args database file (complete once ``open_trace`` returns), or None (another engine)."""
+    backend = getattr(getattr(session, "_backend", None), "_b", None)
+    path = getattr(backend, "args_path", None)
+    return path if isinstance(path, str) and os.path.isfile(path) else None
+
+
+_GEMM_NAMES = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+
+
+def _gemm_slices(sh: Shared) -> dict:
+    """``gemm_slices.sql``'s columns (id, name, start_ns, cpu_dur_ns, arg_set_id, utid: GEMM ops on a thread, not
+    gpu_user_annotation, in (ts, id) order) as arrays: from the shared columns on the mirror, else the query.
+    ``arg_set_id`` is an object array (None for NULL)."""
+    tb = sh.tables
+    if tb is None:
+        gm = run_query(sh.session, "gemm_slices")
+        out = {c: gm[c].to_numpy(dtype=np.int64) if len(gm) else np.zeros(0, np.int64)
+               for c in ("id", "start_ns", "cpu_dur_ns", "utid")}
+        out["name"] = np.array(gm["name"].tolist(), dtype=object)
+        a = np.empty(len(gm), dtype=object)
+        a[:] = [None if (v is None or v != v) else int(v) for v in gm["arg_set_id"].tolist()]
+        out["arg_set_id"] = a
+        return out
+    t = sh.slices
+    m = sh.name_mask(lambda x: x in _GEMM_NAMES) & (t["utid"] >= 0)
+    if m.any():
+        m &= sh.cat_mask(lambda c: c != "gpu_user_annotation")  # coalesce(s.category, '') <> ...
+    i = np.flatnonzero(m)
+    i = i[np.lexsort((t["id"][i], t["ts"][i]))]
+    asid = tb.arg_set_id[t["id"][i]]
+    return {"id": t["id"][i], "name": sh.names_at(i), "start_ns": t["ts"][i], "cpu_dur_ns": t["dur"][i],
+            "arg_set_id": nullable(asid, asid < 0), "utid": t["utid"][i]}
+
+
+def _inner_gemms(ts: np.ndarray, dur: np.ndarray, utid: np.ndarray) -> np.ndarray:
+    """For each GEMM op: how many other GEMM ops on its thread lie inside it (start within [its start, its end],
+    end by its end).
+
+    Vectorised per thread: the thread's ops sorted by start; each op's candidates are the run of ops starting in
+    [its start, its end] (two searchsorted), expanded into (op, candidate) pairs and counted with bincount."""
+    out = np.zeros(len(ts), dtype=np.int64)
+    end = ts + dur
+    for u in np.unique(utid).tolist():
+        js = np.flatnonzero(utid == u)
+        js = js[np.argsort(ts[js], kind="stable")]
+        s, e = ts[js], end[js]
+        lo = np.searchsorted(s, s, side="left")
+        cnt = np.searchsorted(s, e, side="right") - lo
+        which = np.repeat(np.arange(len(js)), cnt)
+        cand = np.repeat(lo, cnt) + (np.arange(len(which)) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        ok = (cand != which) & (e[cand] <= e[which])
+        out[js] = np.bincount(which[ok], minlength=len(js))
+    return out
+
+
+def _kernels_of(sh: Shared, ts: np.ndarray, end: np.ndarray, utid: np.ndarray):
+    """For each GEMM op: (kernel_ns, kernel_names) of the kernel pairs whose launch call is on its thread and starts
+    in [ts, end): the sum of their durations (None for none) and their distinct names joined by "," in the order
+    SQLite visits them (launch track, launch ts, launch id, kernel id)."""
+    n = len(ts)
+    kns = np.full(n, None, dtype=object)
+    names = np.full(n, None, dtype=object)
+    p = sh.p
+    k = np.flatnonzero(p["gpu_category"] == "kernel")
+    lu = p["launch_utid"][k]
+    k = k[~pd.isna(lu)] if len(k) else k
+    if len(k) == 0 or n == 0:
+        return kns, names
+    k = k[np.lexsort((p["gpu_id"][k], p["launch_id"][k], p["launch_ts"][k], p["launch_track_id"][k]))]
+    ku = p["launch_utid"][k].astype(np.int64)
+    name_codes, name_uniq = pd.factorize(p["gpu_name"][k], use_na_sentinel=False)
+    for u in np.unique(ku).tolist():
+        ops = np.flatnonzero(utid == u)
+        if len(ops) == 0:
+            continue
+        lane = k[ku == u]  # this thread's kernel pairs in visiting order
+        pos = np.flatnonzero(ku == u)
+        by_ts = np.argsort(p["launch_ts"][lane], kind="stable")
+        lts = p["launch_ts"][lane][by_ts]
+        csum = np.concatenate([[0], np.cumsum(p["gpu_dur"][lane][by_ts])])
+        lo = np.searchsorted(lts, ts[ops], side="left")
+        hi = np.searchsorted(lts, end[ops], side="left")
+        cnt = hi - lo
+        has = cnt > 0
+        kns[ops[has]] = (csum[hi] - csum[lo])[has].tolist()
+        # the (op, pair) items, pairs in visiting order within each op; first of each (op, name) kept
+        which = np.repeat(np.arange(len(ops)), cnt)
+        item = by_ts[np.repeat(lo, cnt) + (np.arange(len(which)) - np.repeat(np.cumsum(cnt) - cnt, cnt))]
+        order = np.lexsort((item, which))
+        which, item = which[order], item[order]
+        code = name_codes[pos[item]]
+        first = np.lexsort((item, code, which))
+        keep = np.ones(len(first), dtype=bool)
+        keep[1:] = (which[first][1:] != which[first][:-1]) | (code[first][1:] != code[first][:-1])
+        kept = np.sort(first[keep])  # back in (op, visiting) order
+        w, c = which[kept], code[kept]
+        cut = np.flatnonzero(np.diff(w)) + 1
+        starts = np.concatenate([[0], cut]).tolist()
+        stops = np.concatenate([cut, [len(w)]]).tolist()
+        labels = name_uniq.tolist()
+        cl = c.tolist()
+        for a, b, op in zip(starts, stops, w[starts].tolist() if len(w) else []):
+            names[ops[op]] = ",".join(labels[j] for j in cl[a:b])
+    return kns, names
+
+
 def _gemm_ops_raw(sh: Shared) -> pd.DataFrame:
     """What ``gemm_ops.sql`` returns: each GEMM op, the GEMM ops nested in it on its thread, and the kernel time
     (and distinct kernel names) of the launches inside it on its thread."""
     cols = ["id", "name", "start_ns", "cpu_dur_ns", "arg_set_id", "inner_gemms", "kernel_ns", "kernel_names"]
-    gm = run_query(sh.session, "gemm_slices")
-    if gm.empty:
+    gm = _gemm_slices(sh)
+    if len(gm["id"]) == 0:
         return frame([], cols)
-    ids, utids, names = gm["id"].tolist(), gm["utid"].tolist(), gm["name"].tolist()
-    ts, dur, asid = gm["start_ns"].tolist(), gm["cpu_dur_ns"].tolist(), gm["arg_set_id"].tolist()
-    by_utid: dict = {}
-    for j, u in enumerate(utids):
-        by_utid.setdefault(u, []).append(j)
-    inner = [0] * len(ids)
-    for js in by_utid.values():
-        js.sort(key=lambda j: ts[j])
-        starts = [ts[j] for j in js]
-        for j in js:
-            end = ts[j] + dur[j]
-            inner[j] = sum(1 for jj in js[bisect_left(starts, ts[j]):bisect_right(starts, end)]
-                           if jj != j and ts[jj] + dur[jj] <= end)
-    # kernel pairs (launch side) by thread, in the order SQLite visits them: launch track, launch ts, launch, kernel
-    p = sh.p
-    k = np.flatnonzero(p["gpu_category"] == "kernel")
-    k = k[np.array([u is not None for u in p["launch_utid"][k].tolist()], dtype=bool)]
-    k = k[np.lexsort((p["gpu_id"][k], p["launch_id"][k], p["launch_ts"][k], p["launch_track_id"][k]))]
-    kb: dict = {}
-    for u, i in zip(p["launch_utid"][k].tolist(), k.tolist()):
-        kb.setdefault(u, []).append(i)
-    lanes = {}
-    for u, v in kb.items():
-        idx = np.array(v, dtype=np.int64)
-        by_ts = np.argsort(p["launch_ts"][idx], kind="stable")
-        lanes[u] = (idx, by_ts, p["launch_ts"][idx][by_ts])
-    gpu_dur, gpu_name = p["gpu_dur"], p["gpu_name"]
-    rows = []
-    for j in range(len(ids)):
-        u, b, e = utids[j], ts[j], ts[j] + dur[j]
-        kns, kn = None, None
-        lane = lanes.get(u)
-        if lane is not None:
-            idx, by_ts, lts = lane
-            lo, hi = np.searchsorted(lts, (b, e), side="left")
-            if hi > lo:
-                sel = idx[np.sort(by_ts[lo:hi])]
-                kns = int(gpu_dur[sel].sum())
-                kn = ",".join(dict.fromkeys(gpu_name[sel].tolist()))
-        rows.append((ids[j], names[j], b, dur[j], asid[j], inner[j], kns, kn))
-    return frame(rows, cols)
+    ts, dur, utid = gm["start_ns"], gm["cpu_dur_ns"], gm["utid"]
+    kns, kn = _kernels_of(sh, ts, ts + dur, utid)
+    return frame_cols({"id": gm["id"], "name": gm["name"], "start_ns": ts, "cpu_dur_ns": dur,
+                       "arg_set_id": gm["arg_set_id"], "inner_gemms": _inner_gemms(ts, dur, utid),
+                       "kernel_ns": kns, "kernel_names": kn})
 
 
 def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
@@ -142,30 +327,31 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
         ``flops``, ``tflops``, ``peak_tflops``, ``fraction_of_peak``, ``flops_from`` (``config`` or ``shapes``),
         ``kernel_names``. Ops whose FLOPs are unknown are left out; empty when none is known.
     """
-    ops = _gemm_ops_raw(shared_for(session, shared))
-    ops = ints(ops, "id", "inner_gemms")
-    ops = nullable_int(ops, "start_ns")
-    ops = ops[ops["inner_gemms"] == 0]
-    dims = _dims_by_op(session) if config is None else {}
-    rows = []
-    for r in ops.itertuples(index=False):
+    sh = shared_for(session, shared)
+    cols = ["id", "op", "start_ns", "device", "time_us", "flops", "tflops", "peak_tflops", "fraction_of_peak",
+            "flops_from", "kernel_names"]
+    gm = _gemm_slices(sh)
+    ts, dur, utid = gm["start_ns"], gm["cpu_dur_ns"], gm["utid"]
+    keep = np.flatnonzero(_inner_gemms(ts, dur, utid) == 0)  # the innermost GEMM ops
+    kns, kn = _kernels_of(sh, ts[keep], ts[keep] + dur[keep], utid[keep])
+    ids, names = gm["id"][keep].tolist(), gm["name"][keep].tolist()
+    dims = _dims_by_op(session, dict(zip(ids, gm["arg_set_id"][keep].tolist()))) if config is None else {}
+    peak = float(peak_tflops) if peak_tflops else float("nan")
+    out: dict[str, list] = {c: [] for c in cols}
+    for op_id, name, start, cpu_ns, kernel_ns, kernel_names in zip(ids, names, ts[keep].tolist(), dur[keep].tolist(),
+                                                                   kns.tolist(), kn.tolist()):
         if config is not None:
             flops, src = int(config.gemm_flops()), "config"
         else:
-            flops, src = (gemm_flops_from_dims(r.name, dims[r.id]) if r.id in dims else None), "shapes"
+            flops, src = (gemm_flops_from_dims(name, dims[op_id]) if op_id in dims else None), "shapes"
         if flops is None:
             continue
-        kernel_ns = pd.to_numeric(r.kernel_ns, errors="coerce")
-        on_gpu = not pd.isna(kernel_ns) and kernel_ns > 0
-        time_ns = float(kernel_ns) if on_gpu else float(r.cpu_dur_ns)
+        on_gpu = kernel_ns is not None and kernel_ns > 0
+        time_ns = float(kernel_ns) if on_gpu else float(cpu_ns)
         tflops = flops / time_ns / 1e3 if time_ns > 0 else float("nan")
-        rows.append({
-            "id": r.id, "op": r.name, "start_ns": r.start_ns, "device": "gpu" if on_gpu else "cpu",
-            "time_us": time_ns / 1000.0, "flops": flops, "tflops": tflops,
-            "peak_tflops": float(peak_tflops) if peak_tflops else float("nan"),
-            "fraction_of_peak": tflops / float(peak_tflops) if peak_tflops else float("nan"),
-            "flops_from": src, "kernel_names": r.kernel_names if on_gpu else None,
-        })
-    cols = ["id", "op", "start_ns", "device", "time_us", "flops", "tflops", "peak_tflops", "fraction_of_peak",
-            "flops_from", "kernel_names"]
-    return pd.DataFrame(rows, columns=cols)
+        for c, v in (("id", op_id), ("op", name), ("start_ns", start), ("device", "gpu" if on_gpu else "cpu"),
+                     ("time_us", time_ns / 1000.0), ("flops", flops), ("tflops", tflops), ("peak_tflops", peak),
+                     ("fraction_of_peak", tflops / float(peak_tflops) if peak_tflops else float("nan")),
+                     ("flops_from", src), ("kernel_names", kernel_names if on_gpu else None)):
+            out[c].append(v)
+    return frame_cols(out)  # the dtypes pd.DataFrame(list of row dicts) infers (the same inference)

@@ -11,6 +11,73 @@ from ._shared import Shared, frame, shared_for, union_ns
 __all__ = ["cold_start_gap", "sync_wait"]
 
 
+_COLD_COLS = ["step", "region_id", "region_start_ns", "region_dur_ns", "first_child", "first_child_start_ns",
+              "first_aten", "first_aten_start_ns"]
+
+
+def _first(rows: np.ndarray, t: dict, names: np.ndarray):
+    """(name, ts) of the first of ``rows`` by (ts, depth) (ROW_NUMBER() ... ORDER BY s.ts, s.depth = 1); (None, None)
+    for no rows; False when rows tie for first with different names (SQLite picks one of them)."""
+    if len(rows) == 0:
+        return None, None
+    ts, depth = t["ts"][rows], t["depth"][rows]
+    top = ts == ts.min()
+    top &= depth == depth[top].min()
+    cand = set(names[top].tolist())
+    if len(cand) > 1:
+        return False
+    return cand.pop(), int(ts[top][0])
+
+
+def _cold_start_rows(sh: Shared) -> list[tuple] | None:
+    """The rows of ``cold_start_gap.sql`` from the shared columns; None where only the query can say: no columns
+    (perfetto), or ties it breaks arbitrarily (two regions starting together, a region inside two steps with
+    different numbers, first slices tied on (ts, depth) with different names)."""
+    if sh.tables is None:
+        return None
+    t = sh.slices
+    reg = sh.name_mask(lambda x: x == "matmul_add") & (t["utid"] >= 0)
+    if not reg.any():
+        return []
+    reg &= sh.cat_mask(lambda c: c != "gpu_user_annotation")  # coalesce(category, '') <> 'gpu_user_annotation'
+    regions = np.flatnonzero(reg)
+    if len(regions) == 0:
+        return []
+    regions = regions[np.argsort(t["ts"][regions], kind="stable")]  # ORDER BY r.ts
+    if len(regions) > 1 and (np.diff(t["ts"][regions]) == 0).any():
+        return None
+    steps = [r for r in sh.steps_list if r[6] is not None]
+    lanes = {}
+    for u in set(t["utid"][regions].tolist()):
+        idx = np.flatnonzero(t["utid"] == u)
+        if len(idx) and t["dur"][idx].min() < 0:
+            return None
+        idx = idx[np.argsort(t["ts"][idx], kind="stable")]
+        lanes[u] = (idx, t["ts"][idx])
+    aten = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("aten::"))  # GLOB 'aten::*'
+    rows = []
+    for r in regions.tolist():
+        rid, ts, dur, depth, u = int(t["id"][r]), int(t["ts"][r]), int(t["dur"][r]), int(t["depth"][r]), \
+            int(t["utid"][r])
+        nums = {st[1] for st in steps if st[6] == u and st[3] <= ts < st[3] + st[4]}
+        if len(nums) > 1:
+            return None
+        idx, lts = lanes[u]
+        lo, hi = np.searchsorted(lts, (ts, ts + dur), side="left")
+        hi = int(np.searchsorted(lts, ts + dur, side="right"))
+        inner = idx[lo:hi]  # s.ts >= r.ts and (dur >= 0) s.ts <= r.ts + r.dur
+        inner = inner[(t["id"][inner] != rid) & (t["ts"][inner] + t["dur"][inner] <= ts + dur)
+                      & (t["depth"][inner] > depth)]
+        names = sh.names_at(inner)
+        fc = _first(inner, t, names)
+        m = aten[inner]
+        fa = _first(inner[m], t, names[m])
+        if fc is False or fa is False:
+            return None
+        rows.append((nums.pop() if nums else None, rid, ts, dur, *fc, *fa))
+    return rows
+
+
 def cold_start_gap(session) -> pd.DataFrame:
     """Per ``matmul_add`` region (the study's ``record_function``): the time from its start to its first aten:: op.
 
@@ -26,7 +93,8 @@ def cold_start_gap(session) -> pd.DataFrame:
         ``first_aten``, ``gap_us`` (region start → first aten:: op inside it; NaN when there is none).
         Empty when the trace has no ``matmul_add`` region.
     """
-    df = run_query(session, "cold_start_gap")
+    rows = _cold_start_rows(shared_for(session, None))  # analyze()'s shared pieces while it runs
+    df = run_query(session, "cold_start_gap") if rows is None else frame(rows, _COLD_COLS)
     df = ints(df, "region_id")
     df = nullable_int(df, "step", "region_start_ns", "first_child_start_ns", "first_aten_start_ns")
     df["first_child_gap_us"] = (df["first_child_start_ns"] - df["region_start_ns"]).astype("Float64").astype(
@@ -39,13 +107,27 @@ def cold_start_gap(session) -> pd.DataFrame:
                "first_aten", "gap_us"]]
 
 
+_SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
+         "cuStreamSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
+         "hipEventSynchronize"}
+
+
+def _sync_calls(sh: Shared):
+    """(id, name, ts, dur) of each row of ``sync_calls.sql``, from the shared columns when there are."""
+    if sh.tables is None:
+        calls = run_query(sh.session, "sync_calls")
+        return zip(calls["id"].tolist(), calls["name"].tolist(), calls["ts"].tolist(), calls["dur"].tolist())
+    t = sh.slices
+    i = np.flatnonzero(sh.name_mask(lambda x: x in _SYNC))
+    i = i[np.lexsort((t["id"][i], t["ts"][i]))]  # ORDER BY ts, id
+    return zip(t["id"][i].tolist(), sh.names_at(i).tolist(), t["ts"][i].tolist(), t["dur"][i].tolist())
+
+
 def _sync_wait_raw(sh: Shared) -> pd.DataFrame:
     """What ``sync_wait.sql`` returns, from the sync calls and the shared GPU op intervals."""
     cols = ["id", "name", "start_ns", "dur_ns", "gpu_busy_ns", "gpu_ops", "last_gpu_end_ns"]
-    calls = run_query(sh.session, "sync_calls")
     rows = []
-    for sid, name, ts, dur in zip(calls["id"].tolist(), calls["name"].tolist(), calls["ts"].tolist(),
-                                  calls["dur"].tolist()):
+    for sid, name, ts, dur in _sync_calls(sh):
         end = ts + dur
         b, e = sh.ops_overlapping(ts, end)
         n = len(b)
