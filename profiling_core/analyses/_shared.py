@@ -15,13 +15,14 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from ._common import run_query
 
-__all__ = ["Shared", "shared_for", "sharing", "frame", "frame_cols", "as_object_column", "nullable", "union_ns",
+__all__ = ["Shared", "Coded", "shared_for", "sharing", "frame", "frame_cols", "as_object_column", "nullable", "union_ns",
            "count_distinct"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
@@ -39,20 +40,72 @@ def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
 
 
+class Coded(NamedTuple):
+    """A text column as codes into its distinct values: row k holds ``uniq[codes[k]]``, None where the code is -1
+    (``pd.factorize``'s form). ``frame_cols`` builds such a column from the distinct values, not row by row."""
+
+    codes: np.ndarray
+    uniq: np.ndarray  # object array
+
+    def values(self) -> np.ndarray:
+        """The column as an object array (None for code -1)."""
+        return np.append(self.uniq, None)[self.codes] if len(self.codes) else np.zeros(0, dtype=object)
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @classmethod
+    def of(cls, values) -> "Coded":
+        codes, uniq = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+        u = np.empty(len(uniq), dtype=object)
+        u[:] = uniq.tolist()
+        return cls(codes, u)
+
+    def take(self, idx: np.ndarray) -> "Coded":
+        return Coded(self.codes[idx], self.uniq)
+
+
+def _all_text(c: Coded) -> bool:
+    return all(type(u) is str for u in c.uniq.tolist())
+
+
+def _infer_text(c: Coded):
+    """``_infer`` of a Coded column of strings only (no NULL): the distinct values inferred (pandas' string array),
+    then taken by code; None for any other column."""
+    if len(c.uniq) and _convert_object_array is not None and (c.codes >= 0).all() and _all_text(c):
+        arr = _convert_object_array([c.uniq.copy()], dtype=None)[0]
+        if isinstance(arr, pd.api.extensions.ExtensionArray):  # the string array
+            return arr.take(c.codes)
+    return None
+
+
 def _infer(values) -> object:
-    """One column as ``DataFrame.from_records`` infers it from these Python values."""
+    """One column as ``DataFrame.from_records`` infers it from these Python values (or a :class:`Coded` column).
+
+    A column of strings only (no NULL) is inferred from its distinct values and then taken by code: one string
+    array of the distinct values, repeated by index (the same dtype and values, without copying every string)."""
+    if isinstance(values, Coded):
+        got = _infer_text(values)
+        if got is not None:
+            return got
+        values = values.values()
     a = np.empty(len(values), dtype=object)
     a[:] = values.tolist() if isinstance(values, np.ndarray) and values.dtype != object else values
     if _convert_object_array is None:  # pragma: no cover
         return pd.DataFrame.from_records([(v,) for v in a.tolist()], columns=["c"])["c"].array
+    if len(a) > 64 and type(a[0]) is str:
+        c = Coded.of(a)
+        got = _infer_text(c) if len(c.uniq) < len(a) else None
+        if got is not None:
+            return got
     return _convert_object_array([a], dtype=None)[0]
 
 
 def frame_cols(data: dict, objects: tuple = ()) -> pd.DataFrame:
     """``frame(list(zip(*data.values())), list(data))`` without building the row tuples: the same columns, dtypes
     and values. ``data`` maps each column to its values in row order: an int64, float64 or bool numpy array (what
-    from_records infers from such Python values, so kept as it is) or anything else (an object array, a list:
-    inferred by pandas' own from_records conversion).
+    from_records infers from such Python values, so kept as it is), a :class:`Coded` text column, or anything else
+    (an object array, a list: inferred by pandas' own from_records conversion).
 
     ``objects``: columns the caller casts to object next; they are built as :func:`as_object_column` (the same
     values that inference and the cast give, without the detour through pandas' string array)."""
@@ -73,7 +126,12 @@ def frame_cols(data: dict, objects: tuple = ()) -> pd.DataFrame:
 
 def as_object_column(values) -> np.ndarray:
     """What ``frame_cols`` infers for this column, then ``.astype("object")``: the analyses cast text columns to
-    object. Text columns (str or None only) skip pandas' string array: None becomes NaN as it would there."""
+    object. Text columns (str or None only, some str) skip pandas' string array: None becomes NaN as it would
+    there."""
+    if isinstance(values, Coded):
+        if len(values.uniq) and _all_text(values):
+            return np.append(values.uniq, np.nan)[values.codes]  # code -1 (NULL): NaN
+        values = values.values()
     a = np.empty(len(values), dtype=object)
     a[:] = values
     kinds = set(map(type, a.tolist()))
@@ -125,6 +183,7 @@ class Shared:
 
     def __init__(self, session) -> None:
         self.session = session
+        self._pair_codes: dict = {}
 
     # --- raw queries ----------------------------------------------------------------------------------------------
     @cached_property
@@ -136,7 +195,8 @@ class Shared:
         i = i[has[t["utid"][i] + 1]]
         i = i[np.lexsort((t["id"][i], t["ts"][i]))]
         u = t["utid"][i] + 1
-        return frame_cols({"id": t["id"][i], "name": self.names_at(i), "category": t["cat"][i], "start_ns": t["ts"][i],
+        return frame_cols({"id": t["id"][i], "name": self.name_codes_at(i), "category": self.category_codes_at(i, True),
+                           "start_ns": t["ts"][i],
                            "dur_ns": t["dur"][i], "device": pid[u], "stream": tid[u]})
 
     @cached_property
@@ -263,6 +323,23 @@ class Shared:
         """Boolean array over ``slices``: ``pred(category)`` (raw category; once per distinct one; None for NULL)."""
         t = self.slices
         return np.array([bool(pred(u)) for u in t["cat_uniq"]] or [False], dtype=bool)[t["cat_codes"]]
+
+    def name_codes_at(self, rows: np.ndarray) -> Coded:
+        """The names of these rows of ``slices`` as a :class:`Coded` column."""
+        t = self.slices
+        return Coded(t["name_codes"][rows], t["name_uniq_arr"][:-1])
+
+    def category_codes_at(self, rows: np.ndarray, lower: bool = False) -> Coded:
+        """The categories (raw, or as ``cat``: lower case) of these rows of ``slices`` as a :class:`Coded` column."""
+        t = self.slices
+        return Coded(t["cat_codes"][rows], (t["cat_low_uniq"] if lower else t["cat_uniq_arr"])[:-1])
+
+    def pair_codes(self, col: str) -> Coded:
+        """A text column of the pairs ``p`` as a :class:`Coded` column (factorized once)."""
+        got = self._pair_codes.get(col)
+        if got is None:
+            got = self._pair_codes[col] = Coded.of(self.p[col])
+        return got
 
     def names_at(self, rows: np.ndarray) -> np.ndarray:
         """The names of these rows of ``slices`` as an object array (None for NULL)."""

@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, shared_for
+from ._shared import Shared, frame, frame_cols, shared_for
 
 __all__ = ["kernel_stats", "kernel_durations_by_step", "gpu_ops"]
 
@@ -72,10 +72,10 @@ def _per_step_kernels_raw(sh: Shared, kernels_only: bool = False) -> pd.DataFram
     order = np.lexsort((p["gpu_id"][i], p["gpu_ts"][i]))  # ORDER BY g.ts, g.id (stable: step order, then pair)
     i, k = i[order], k[order]
     step_n = np.array([r[1] for r in sh.steps_list], dtype=object)[k]
-    rows = list(zip(step_n.tolist(), p["gpu_id"][i].tolist(), p["gpu_name"][i].tolist(),
-                    p["gpu_category"][i].tolist(), p["gpu_ts"][i].tolist(), p["gpu_dur"][i].tolist(),
-                    p["launch_name"][i].tolist(), p["launch_ts"][i].tolist()))
-    return frame(rows, cols)
+    return frame_cols({"step": step_n, "gpu_id": p["gpu_id"][i], "name": sh.pair_codes("gpu_name").take(i),
+                       "category": sh.pair_codes("gpu_category").take(i), "start_ns": p["gpu_ts"][i],
+                       "dur_ns": p["gpu_dur"][i], "launch_name": sh.pair_codes("launch_name").take(i),
+                       "launch_ns": p["launch_ts"][i]})
 
 
 def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFrame:

@@ -34,11 +34,13 @@ def _launch_latency_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
     idx = np.flatnonzero(keep)
     idx = idx[np.lexsort((p["gpu_id"][idx], p["gpu_ts"][idx]))]  # ORDER BY g.ts, g.id (then launch_id)
     return frame_cols({
-        "gpu_id": p["gpu_id"][idx], "gpu_name": p["gpu_name"][idx], "gpu_category": p["gpu_category"][idx],
+        "gpu_id": p["gpu_id"][idx], "gpu_name": sh.pair_codes("gpu_name").take(idx),
+        "gpu_category": sh.pair_codes("gpu_category").take(idx),
         "gpu_start_ns": p["gpu_ts"][idx], "gpu_dur_ns": p["gpu_dur"][idx], "stream": stream[idx],
-        "launch_id": p["launch_id"][idx], "launch_name": p["launch_name"][idx], "launch_start_ns": p["launch_ts"][idx],
-        "launch_dur_ns": p["launch_dur"][idx], "latency_ns": p["gpu_ts"][idx] - p["launch_ts"][idx],
-        "paired_by": p["paired_by"][idx], "step": step[idx]}, objects)
+        "launch_id": p["launch_id"][idx], "launch_name": sh.pair_codes("launch_name").take(idx),
+        "launch_start_ns": p["launch_ts"][idx], "launch_dur_ns": p["launch_dur"][idx],
+        "latency_ns": p["gpu_ts"][idx] - p["launch_ts"][idx], "paired_by": sh.pair_codes("paired_by").take(idx),
+        "step": step[idx]}, objects)
 
 
 def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -205,11 +207,11 @@ def _dispatch_chain_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
     lane = np.concatenate([np.zeros(nc, dtype=np.int64), np.ones(ng, dtype=np.int64)])
     order = np.lexsort((depth, start, lane, step))  # ORDER BY step, lane, start, depth (stable on ties)
     parent = np.concatenate([c["parent"], cid[w]])[order]
+    every = np.concatenate([rows, sh.pos(p["gpu_id"][g])])[order]  # GPU rows: the GPU op's own slice (name, category)
     return frame_cols({
         "step": step[order], "id": np.concatenate([cid, p["gpu_id"][g]])[order],
         "parent_id": nullable(parent, parent < 0), "depth": depth[order],
-        "name": np.concatenate([sh.names_at(rows), p["gpu_name"][g]])[order],
-        "category": np.concatenate([sh.categories_at(rows), p["gpu_category_raw"][g]])[order],
+        "name": sh.name_codes_at(every), "category": sh.category_codes_at(every),
         "start_ns": start[order], "dur_ns": np.concatenate([t["dur"][rows], p["gpu_dur"][g]])[order],
         "lane": np.array(["cpu", "gpu"], dtype=object)[lane[order]]}, objects)
 
