@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import zlib
 from array import array
+from itertools import compress, repeat
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +117,62 @@ def _flow_id(v: Any) -> int | None:
     return None
 
 
+_FAST_COLLECT = True  # False: every event goes through _Collector._run_events (tests compare both paths)
+_FAST_NEST = True     # False: _Nester.run_loop nests every slice (tests compare both paths)
+_MIN_RUN = 64         # shortest run of X / flow events that _Collector._run_fast takes
+_FAST_CHUNK = 2048    # events per _Collector._run_fast call (they stay in the CPU cache across its passes)
+_FAST_PH = {"X": 1, "f": 2, "s": 2, "t": 2}
+_INT, _STR, _INT_STR = {int}, {str}, {int, str}
+_U64 = 0xFFFFFFFFFFFFFFFF
+_US_MAX = (_TS_LIMIT - 1) // 1000  # largest int µs whose ns value is below _TS_LIMIT
+
+
+def _take(seq: list, idx: np.ndarray):
+    """seq[i] for each i of idx (not empty), as a sequence."""
+    if len(idx) == 1:
+        return [seq[int(idx[0])]]
+    return itemgetter(*idx.tolist())(seq)
+
+
+def _ids_unchanged(ids: list) -> bool:
+    """Whether every flow id is an int that _flow_id leaves as it is (0 <= id < 2**64)."""
+    if set(map(type, ids)) != _INT:
+        return False
+    try:
+        return int(np.array(ids, dtype=np.int64).min()) >= 0
+    except OverflowError:  # ids of 2**63 and more
+        return min(ids) >= 0 and max(ids) <= _U64
+
+
+def _id_ok(v: Any) -> bool:
+    """Whether _Ids.num gives a number for v."""
+    t = type(v)
+    return (t is int and -(1 << 62) < v < (1 << 62)) or v is None or t is str
+
+
+def _ns_column(values: list, signed: bool) -> np.ndarray | None:
+    """JSON µs values -> int64 ns (as to_ns gives them), or None if one of them is not a number or is out of range
+    (a timestamp outside (-_TS_LIMIT, _TS_LIMIT); with ``signed`` False, a duration outside [0, _TS_LIMIT))."""
+    types = set(map(type, values))
+    if types == _INT:
+        try:
+            a = np.array(values, dtype=np.int64)
+        except OverflowError:
+            return None
+        if a.max() > _US_MAX or a.min() < (-_US_MAX if signed else 0):
+            return None
+        return a * 1000
+    if not types <= _INT_STR:
+        return None
+    ns = [v * 1000 if type(v) is int else to_ns(v) for v in values]
+    if None in ns:
+        return None
+    lo, hi = min(ns), max(ns)
+    if hi >= _TS_LIMIT or lo <= (-_TS_LIMIT if signed else -1):
+        return None
+    return np.array(ns, dtype=np.int64)
+
+
 class _Collector:
     """First pass over the events in file order: classify, normalise, count."""
 
@@ -199,7 +257,134 @@ class _Collector:
         self.strings.clear()
 
     def run(self, start: int, events: list[Event]) -> None:
-        """Consume one batch; ``start`` is the file index of its first event."""
+        """Consume one batch; ``start`` is the file index of its first event.
+
+        Runs of at least ``_MIN_RUN`` consecutive X / flow (s, t, f) events go through :meth:`_run_fast`, which
+        handles a whole run at once with columns; every other event, and any run the fast path cannot prove it
+        handles exactly as :meth:`_run_events` would, goes through :meth:`_run_events` (the per-event rules).
+        Both append to the same columns in file order, so the result does not depend on which path ran.
+        """
+        n = len(events)
+        if not _FAST_COLLECT or n < _MIN_RUN:
+            self._run_events(start, events, 0, n)
+            return
+        try:
+            code = np.fromiter(map(_FAST_PH.get, [e.ph for e in events], repeat(0)), dtype=np.int8, count=n)
+        except TypeError:  # an unhashable ph (a list or an object)
+            self._run_events(start, events, 0, n)
+            return
+        edges = np.diff(np.concatenate(([0], (code > 0).view(np.int8), [0])))
+        pos = 0
+        for a, b in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()):
+            if b - a < _MIN_RUN:
+                continue
+            if pos < a:
+                self._run_events(start, events, pos, a)
+            for c in range(a, b, _FAST_CHUNK):  # a piece at a time: its events stay in the CPU's cache
+                d = min(b, c + _FAST_CHUNK)
+                if not self._run_fast(start + c, events[c:d], code[c:d]):
+                    self._run_events(start, events, c, d)
+            pos = b
+        if pos < n:
+            self._run_events(start, events, pos, n)
+
+    def _run_fast(self, base: int, evs: list[Event], code: np.ndarray) -> bool:
+        """Consume ``evs`` (X and flow events only; ``base`` is the file index of evs[0]) column by column.
+
+        Exactly what :meth:`_run_events` does for these events, for the common case only: every timestamp (and
+        X duration) an int, or a number as text, that converts to an in-range ns value; every X duration >= 0;
+        every flow id usable; every (pid, tid) usable as ids. Anything else (an event that would be skipped, or a
+        thread that cannot be made) returns False before anything was changed, and the caller runs the per-event
+        path on the same events. New threads are made in file order, as the per-event path makes them.
+        """
+        xi = np.flatnonzero(code == 1)
+        fi = np.flatnonzero(code == 2)
+        nx, nf = len(xi), len(fi)
+        xev = evs if not nf else _take(evs, xi) if nx else []
+        fev = evs if not nx else _take(evs, fi) if nf else []
+        # 1. check (nothing is changed until every event is known to be kept)
+        if nx:
+            x_ts = _ns_column([e.ts for e in xev], True)
+            x_dur = _ns_column([e.dur for e in xev], False) if x_ts is not None else None
+            if x_dur is None:
+                return False
+        if nf:
+            f_ts = _ns_column([e.ts for e in fev], True)
+            if f_ts is None:
+                return False
+            fids = [e.id for e in fev]
+            if not _ids_unchanged(fids):
+                fids = [v & _U64 if type(v) is int else _flow_id(v) for v in fids]
+                if None in fids:
+                    return False
+        index = self.thread_index
+        keys = list(zip([e.pid for e in evs], [e.tid for e in evs]))
+        try:
+            th = np.array(list(map(index.get, keys)), dtype=np.int64)
+        except TypeError:  # a new thread (None), or ids that cannot be one (unhashable)
+            if not self._new_threads(keys):
+                return False
+            th = np.array(list(map(index.get, keys)), dtype=np.int64)
+        # 2. append
+        if nx:
+            raws = [e.args for e in xev]
+            has = np.fromiter(map(len, raws), np.int64, nx) > 4
+            for i in np.flatnonzero(~has).tolist():
+                has[i] = bytes(raws[i]) not in _EMPTY_ARGS
+            n_args = self.n_args
+            m = int(np.count_nonzero(has))
+            if m == nx:
+                self.args.extend(zip(range(n_args, n_args + m), raws))
+                aid = np.arange(n_args, n_args + m, dtype=np.int64)
+            else:
+                self.args.extend(zip(range(n_args, n_args + m), compress(raws, has.tolist())))
+                aid = np.where(has, np.cumsum(has) + (n_args - 1), -1)
+            self.n_args = n_args + m
+            self.s_ts.frombytes(x_ts.tobytes())
+            self.s_dur.frombytes(x_dur.tobytes())
+            self.s_th.frombytes((th if not nf else th[xi]).tobytes())
+            self.s_name.extend(self._intern([e.name for e in xev], "[No name]"))
+            self.s_cat.extend(self._intern([e.cat for e in xev], None))
+            self.s_args.frombytes(aid.astype(np.int64).tobytes())
+            self.s_idx.frombytes((xi + base).astype(np.int64).tobytes())
+        if nf:
+            self.f_ts.frombytes(f_ts.tobytes())
+            self.f_idx.frombytes((fi + base).astype(np.int64).tobytes())
+            fkeys = zip(fids, self._intern([e.cat for e in fev], None), self._intern([e.name for e in fev], None))
+            self.f_rest.extend(zip([e.ph for e in fev], fkeys, (th if not nx else th[fi]).tolist(),
+                                   [e.bp == "e" for e in fev]))
+        return True
+
+    def _new_threads(self, keys: list[tuple]) -> bool:
+        """Make the threads of ``keys`` ((pid, tid) as written) that do not exist yet, in order; False (and
+        nothing made) if one of them cannot be a thread (the per-event path then skips it as bad_pid_or_tid)."""
+        index, new = self.thread_index, {}
+        for key in keys:
+            try:
+                if key in index or key in new:
+                    continue
+            except TypeError:
+                return False
+            if not (_id_ok(key[0]) and _id_ok(key[1])):
+                return False
+            new[key] = None
+        for pid, tid in new:
+            self.thread(pid, tid)
+        return True
+
+    def _intern(self, values: list, default: Any) -> list:
+        """Names/categories as the per-event path stores them: non-empty strings interned, anything else
+        ``default``."""
+        sd = self.strings.setdefault
+        if set(map(type, values)) == _STR:
+            out = list(map(sd, values, values))
+            if "" not in self.strings:
+                return out
+            del self.strings[""]  # an empty name: the per-event rule below (it never interns "")
+        return [sd(v, v) if type(v) is str and v else default for v in values]
+
+    def _run_events(self, start: int, events: list[Event], lo: int, hi: int) -> None:
+        """Consume events[lo:hi], one at a time (file index of events[0] is ``start``)."""
         skip = self.stats.skip
         thread_index, sd = self.thread_index, self.strings.setdefault
         s_ts, s_dur, s_th, s_idx = self.s_ts.append, self.s_dur.append, self.s_th.append, self.s_idx.append
@@ -208,7 +393,7 @@ class _Collector:
         # (the caller swaps self.args for a new list after each batch)
         n_args = self.n_args
         empty = _EMPTY_ARGS
-        for idx, e in enumerate(events, start):
+        for idx, e in enumerate(events[lo:hi] if lo or hi < len(events) else events, start + lo):
             ph = e.ph
             if ph == "X":  # noqa: SIM114
                 # The hot path, inlined: ~1/2 of a Kineto trace's events are X.
@@ -388,6 +573,7 @@ class _Nester:
         self.open_flows: dict[tuple, int] = {}
         self.pending: dict[int, list] = {}
         self.flows: list[tuple] = []       # (slice_out, slice_in, trace_id)
+        self.flow_cols: tuple | None = None  # the same as three arrays (bind_flows)
         self.trace_ids: dict[tuple, int] = {}
 
     def track(self, key: tuple, kind: str) -> int:
@@ -409,6 +595,18 @@ class _Nester:
         return None if best is None else best[1]
 
     def run(self):
+        """Slice ids (in the merged order below), depth, parent, track of every slice; the flows.
+
+        Slices and flow events are processed in (ts, slices before flows, longer first, file order). Each thread
+        keeps a stack of open slices per lane, popped lazily (only when its next slice arrives): a slice goes on the
+        first lane where, once the slices that ended by its start are popped, it fits inside the top (or the lane is
+        empty); if none, a new lane (a spill track). A flow event binds to the top of its thread (of the lane whose
+        top began last), however stale; an 'f' without bp=e waits for the thread's next slice.
+
+        :meth:`run_fast` does this with arrays for every thread whose slices nest on one lane, and walks the others
+        one slice at a time (:func:`_walk`); :meth:`run_loop` is the plain loop over everything (``_FAST_NEST``
+        False). Both give the same result.
+        """
         c = self.c
         ns, nf = len(c.s_ts), len(c.f_ts)
         s_ts, s_dur = _np(c.s_ts), _np(c.s_dur)
@@ -418,6 +616,140 @@ class _Nester:
         idx = np.concatenate([_np(c.s_idx), _np(c.f_idx)])
         order = np.lexsort((idx, negdur, kind, ts))
         del ts, negdur, kind, idx
+        if _FAST_NEST:
+            return self.run_fast(order, s_ts, s_dur)
+        return self.run_loop(order, s_ts, s_dur)
+
+    def run_fast(self, order: np.ndarray, s_ts: np.ndarray, s_dur: np.ndarray):
+        """What :meth:`run_loop` does, thread by thread (threads do not interact, except through track ids and
+        flows, which are put in the loop's order afterwards).
+
+        A thread whose slices all nest on one lane (checked exactly, see :func:`_nest`) gets depth and parent from
+        arrays, and each flow event on it binds to the thread's last slice before it (the top of its only stack:
+        nothing is popped until the next slice arrives). Other threads (spills; and threads with few slices) are
+        walked one slice at a time by :func:`_walk`, the loop's own rules. Tracks are numbered in the order the loop
+        makes them (by the slice that first lands on each). Flow events then run through the loop's flow rules in the
+        loop's order, a waiting 'f' at the position of the slice that binds it.
+        """
+        c = self.c
+        stats = c.stats
+        ns, nf = len(s_ts), len(c.f_ts)
+        is_slice = order < ns
+        o_k = order[is_slice]            # slice indexes in slice id order
+        o_ts, o_dur = s_ts[o_k], s_dur[o_k]
+        o_end = o_ts + o_dur
+        o_th = _np(c.s_th)[o_k]
+        f_nsb = np.flatnonzero(~is_slice)
+        f_nsb -= np.arange(nf)           # per flow event (in merged order): how many slices come before it
+        fr = _take(c.f_rest, order[~is_slice] - ns) if nf else []
+        f_th = np.fromiter(map(itemgetter(2), fr), np.int64, nf)
+        depth = np.zeros(ns, np.int64)
+        parent = np.full(ns, -1, np.int64)
+        lane = np.zeros(ns, np.int64)
+        f_top = np.full(nf, -1, np.int64)   # the slice a flow event binds to (-1: none)
+        f_next = np.full(nf, -1, np.int64)  # the next slice on its thread (-1: none)
+        flows_of = dict(_groups(f_th)) if nf else {}
+        made = []    # (slice id, track key, kind): the loop makes the track as it places that slice
+        groups = []  # (slice ids, track keys of its lanes)
+        for t, g in (_groups(o_th) if ns else ()):
+            if t < 0:
+                key = ("global",) if t == -1 else ("process", -2 - t)
+                made.append((int(g[0]), key, "legacy_chrome_global_instants" if t == -1
+                             else "legacy_chrome_process_instants"))
+                groups.append((g, [key]))
+                continue
+            fl = flows_of.pop(t, None)
+            nested = _nest(o_ts[g], o_end[g]) if len(g) >= _MIN_NEST else None
+            if nested is not None:
+                depth[g] = nested[0]
+                has = nested[1] >= 0
+                parent[g[has]] = g[nested[1][has]]
+                keys = [("thread", t, 0)]
+                if fl is not None:
+                    k = np.searchsorted(g, f_nsb[fl])
+                    f_top[fl] = np.where(k > 0, g[k - 1], -1)
+            else:
+                lanes, d, p, tops, firsts = _walk(g.tolist(), o_ts[g].tolist(), o_end[g].tolist(),
+                                                  [] if fl is None else f_nsb[fl].tolist())
+                lane[g] = lanes
+                depth[g] = d
+                parent[g] = p
+                keys = [("thread", t, li) for li in range(len(firsts))]
+                made.extend((sid, key, "thread_execution") for sid, key in zip(firsts[1:], keys[1:]))
+                stats.spill_tracks += len(firsts) - 1
+                if fl is not None:
+                    f_top[fl] = tops
+            made.append((int(g[0]), keys[0], "thread_execution"))
+            groups.append((g, keys))
+            if fl is not None:
+                k = np.searchsorted(g, f_nsb[fl])
+                f_next[fl] = np.where(k < len(g), g[np.minimum(k, len(g) - 1)], -1)
+        made.sort(key=itemgetter(0))
+        for _sid, key, kind in made:
+            self.track(key, kind)
+        o_track = np.empty(ns, np.int64)
+        for g, keys in groups:
+            ids = [self.track_ids[key] for key in keys]
+            o_track[g] = ids[0] if len(ids) == 1 else np.array(ids, np.int64)[lane[g]]
+        if nf:
+            self.bind_flows(fr, f_nsb, f_top, f_next)
+        return o_ts, o_dur, o_track, depth, parent, o_k
+
+    def bind_flows(self, fr: list, f_nsb: np.ndarray, f_top: np.ndarray, f_next: np.ndarray) -> None:
+        """The loop's flow rules (flow_event, bind_pending) with arrays, for flow events ``fr`` (in merged order)
+        whose slices are known: ``f_top`` (for an 'f' without bp=e: ``f_next``, and it runs when that slice is
+        placed, i.e. after the flow events before that slice and before those after it).
+
+        Per flow key (id, cat, name), in that order: the first 's' with a slice opens the flow (later ones are
+        duplicates); a 't' or 'f' before it has no start; after it, each 't'/'f' links the slice of the last opener
+        (that 's' or a later 't') to its own, and a 't' becomes the opener. Trace ids count keys in the order they
+        were opened. Skip reasons are counted, and first counted, in the order the loop meets them.
+        """
+        nf = len(fr)
+        phs, keys, _ths, encs = zip(*fr)
+        kind = np.fromiter(map(_FLOW_KIND.__getitem__, phs), np.int8, nf)
+        kind[(kind == _F) & ~np.fromiter(encs, bool, nf)] = _WAIT
+        waits = (kind == _WAIT) & (f_next < 0)  # never bound
+        ops = np.flatnonzero(~waits)
+        ops = ops[np.argsort(np.where(kind == _WAIT, 2 * f_next + 1, 2 * f_nsb)[ops], kind="stable")]
+        code = np.fromiter(map({}.setdefault, keys, range(nf)), np.int64, nf)[ops]  # same key, same code
+        kind = kind[ops]
+        sid = np.where(kind == _WAIT, f_next[ops], f_top[ops])
+        m = len(ops)
+        pos = np.arange(m)
+        lost = (kind != _WAIT) & (sid < 0)            # flow_no_enclosing_slice
+        opens = ~lost & (kind == _S)
+        first = np.full(nf, m, np.int64)              # per key: the op that opened it (m: none)
+        uk, at = np.unique(code[opens], return_index=True)
+        first[uk] = pos[opens][at]
+        opener = first[code]
+        dup = opens & (pos > opener)                  # flow_duplicate_id
+        ends = ~lost & (kind != _S)
+        linked = ends & (pos > opener)
+        unstarted = ends & ~linked                    # flow_end_without_start
+        # the slice each linked op links from: that of the key's last opener before it
+        setter = (opens & (pos == opener)) | (linked & (kind == _T))
+        by = np.argsort(code, kind="stable")           # ops of a key together, in order
+        last = np.maximum.accumulate(np.where(setter[by], pos, -1))  # (a linked op's key has one before it)
+        src = np.empty(m, np.int64)
+        src[by] = by[np.concatenate(([0], last[:-1]))[:m]]
+        trace = np.zeros(nf, np.int64)
+        trace[code[pos[opens & (pos == opener)]]] = np.arange(len(uk))
+        self.flow_cols = (sid[src[linked]], sid[linked], trace[code[linked]])
+        reasons = [(int(mask.argmax()), reason, int(np.count_nonzero(mask))) for mask, reason in (
+            (lost, "flow_no_enclosing_slice"), (dup, "flow_duplicate_id"), (unstarted, "flow_end_without_start"))
+            if mask.any()]
+        for _at, reason, n in sorted(reasons):
+            self.c.stats.skip(reason, n)
+        n = int(np.count_nonzero(waits))
+        if n:
+            self.c.stats.skip("flow_end_without_next_slice", n)
+
+    def run_loop(self, order: np.ndarray, s_ts: np.ndarray, s_dur: np.ndarray):
+        """The nesting loop, one slice or flow event at a time (see :meth:`run`)."""
+        c = self.c
+        ns = len(s_ts)
+        nf = len(order) - ns
         o_k = order[order < ns]          # slice indexes in slice id order
         o_ts, o_dur = s_ts[o_k], s_dur[o_k]
         # Per position of the merged order: k (>= ns: a flow event), and for slices ts, end, thread.
@@ -548,6 +880,102 @@ class _Nester:
             self.open_flows[key] = sid
 
 
+def _groups(keys: np.ndarray):
+    """(key, positions of keys holding it (increasing)) for each distinct key, in increasing key order."""
+    by = np.argsort(keys, kind="stable")
+    k = keys[by]
+    cut = np.flatnonzero(k[1:] != k[:-1]) + 1
+    starts = [0, *cut.tolist()]
+    ends = [*cut.tolist(), len(k)]
+    return [(int(k[a]), by[a:b]) for a, b in zip(starts, ends)]
+
+
+_MIN_NEST = 32  # fewer slices on a thread: _walk it
+_S, _T, _F, _WAIT = 0, 1, 2, 3  # flow event kinds (_WAIT: an 'f' without bp=e)
+_FLOW_KIND = {"s": _S, "t": _T, "f": _F}
+
+
+def _nest(starts: np.ndarray, ends: np.ndarray):
+    """(depth, parent) of one thread's slices (in slice id order: starts non-decreasing) if they all go on one lane,
+    else None. parent: a position in the arrays, -1 for none.
+
+    The loop (run_loop) pops a lane's stack only when a slice arrives, then pushes it: if no slice has spilled
+    before slice i, its stack after popping holds exactly the earlier slices j that end after i starts
+    (ends[j] > starts[i]; stacked slices nest, so the ones popped are those that ended), so depth[i] is their count;
+    its top (parent[i]) is the last earlier slice of depth[i] - 1 (every slice after it and before i sits above it,
+    deeper). Slice i spills unless it ends within that top. Checking that for every i, with depth and parent from
+    those formulas, proves (by induction over i) that no slice spills and that the formulas are the loop's values.
+    """
+    n = len(starts)
+    # slice j is popped when the first slice after it that starts at or after its end arrives
+    popped = np.maximum(np.searchsorted(starts, ends, side="left"), np.arange(1, n + 1))
+    depth = np.arange(n) - np.cumsum(np.bincount(popped, minlength=n + 1))[:n]
+    parent = np.full(n, -1, np.int64)
+    child = np.flatnonzero(depth)
+    if not len(child):
+        return depth, parent
+    by_depth = np.argsort(depth, kind="stable")
+    key = depth[by_depth] * (n + 1) + by_depth  # increasing
+    at = np.searchsorted(key, (depth[child] - 1) * (n + 1) + child) - 1
+    if at.min() < 0:
+        return None
+    p = by_depth[at]
+    if not ((depth[p] == depth[child] - 1) & (p < child) & (ends[p] > starts[child])
+            & (ends[child] <= ends[p])).all():
+        return None
+    parent[child] = p
+    return depth, parent
+
+
+def _walk(sids: list, starts: list, ends: list, f_nsb: list):
+    """run_loop's rules for the slices of one thread (ids ``sids``, increasing) and its flow events (``f_nsb``: how
+    many slices, of all threads, come before each; non-decreasing).
+
+    Returns per slice its lane, depth and parent id; per flow event the slice it binds to (-1: none); and the
+    id of the first slice placed on each lane.
+    """
+    lanes: list[list] = [[]]
+    firsts = [sids[0]] if sids else []
+    out_lane, out_depth, out_parent, tops = [], [], [], []
+    nfl, fi = len(f_nsb), 0
+    for sid, s, e in zip(sids, starts, ends):
+        while fi < nfl and f_nsb[fi] <= sid:
+            tops.append(_top(lanes))
+            fi += 1
+        li = 0
+        for st in lanes:
+            while st and st[-1][0] <= s:
+                st.pop()
+            if not st or e <= st[-1][0]:
+                break
+            li += 1
+        else:
+            st = []
+            lanes.append(st)
+            firsts.append(sid)
+        out_lane.append(li)
+        if st:
+            out_depth.append(len(st))
+            out_parent.append(st[-1][1])
+        else:
+            out_depth.append(0)
+            out_parent.append(-1)
+        st.append((e, sid, s))
+    while fi < nfl:
+        tops.append(_top(lanes))
+        fi += 1
+    return out_lane, out_depth, out_parent, tops, firsts
+
+
+def _top(lanes: list) -> int:
+    """_Nester.top for a thread's lanes, -1 for none."""
+    best = None
+    for st in lanes:
+        if st and (best is None or st[-1][2] >= best[2]):
+            best = st[-1]
+    return -1 if best is None else best[1]
+
+
 def build(collector: _Collector) -> Model:
     """Turn the collected events into the rows of the mirror's tables (args were drained already)."""
     c = collector
@@ -566,14 +994,17 @@ def build(collector: _Collector) -> Model:
             tracks.append((tid, None, kind, None, None))
     s_name, s_cat = c.s_name, c.s_cat
     stats.slices = len(o_ts)
-    stats.flows = len(n.flows)
+    if n.flow_cols is not None:
+        fl = np.stack(n.flow_cols, axis=1).astype(np.int64).reshape(-1, 3)
+    else:
+        fl = np.array(n.flows, dtype=np.int64).reshape(-1, 3)
+    stats.flows = len(fl)
     ok = o_k.tolist()
-    fl = np.array(n.flows, dtype=np.int64).reshape(-1, 3)
     return Model(
         processes=processes, threads=threads, tracks=tracks,
-        ts=o_ts, dur=o_dur, track_id=np.array(o_track, dtype=np.int64),
+        ts=o_ts, dur=o_dur, track_id=np.asarray(o_track, dtype=np.int64),
         category=[s_cat[k] for k in ok], name=[s_name[k] for k in ok],
-        depth=np.array(o_depth, dtype=np.int64), parent_id=np.array(o_parent, dtype=np.int64),
+        depth=np.asarray(o_depth, dtype=np.int64), parent_id=np.asarray(o_parent, dtype=np.int64),
         arg_set_id=_np(c.s_args)[o_k],
         flow_out=fl[:, 0].copy(), flow_in=fl[:, 1].copy(), flow_trace_id=fl[:, 2].copy(),
         stats=stats)
