@@ -237,6 +237,48 @@ class Shared:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         return np.concatenate(idx).astype(np.int64), np.concatenate(which)
 
+    @cached_property
+    def step_counts(self) -> dict[str, np.ndarray]:
+        """Per step (``steps_list`` index), over the pairs whose launch lies in its window: the distinct GPU ops
+        (``gpu_ops``), of them ``kernels``, ``memcpys`` (``memcpy_dtod``/``htod``/``dtoh`` by name), ``memsets``;
+        the distinct launch calls (``launches``) and those with a kernel pair (``kernel_launches``).
+
+        Vectorised over all steps: (step, GPU op) and (step, launch) pairs sorted once; a pair counts where it
+        is the first of its kind (a GPU op's category and name are the same in each of its pairs)."""
+        n = len(self.steps_list)
+        i, k = self.pair_steps
+        p = self.p
+        if len(i) == 0:
+            return {c: np.zeros(n, dtype=np.int64) for c in ("gpu_ops", "kernels", "memcpys", "memcpy_dtod",
+                                                              "memcpy_htod", "memcpy_dtoh", "memsets", "launches",
+                                                              "kernel_launches")}
+
+        def firsts(values: np.ndarray, keep: np.ndarray | None = None):
+            """(pair index, step) of the first pair of each distinct (step, value)."""
+            ii, kk = (i, k) if keep is None else (i[keep], k[keep])
+            v = values[ii]
+            order = np.lexsort((v, kk))
+            ii, kk, v = ii[order], kk[order], v[order]
+            new = np.ones(len(ii), dtype=bool)
+            new[1:] = (kk[1:] != kk[:-1]) | (v[1:] != v[:-1])
+            return ii[new], kk[new]
+
+        cat = p["gpu_category"]
+        is_k = cat == "kernel"
+        gi, gk = firsts(p["gpu_id"])
+        gc, kind = cat[gi], p["memcpy_kind"][gi]
+        is_cp = (gc == "gpu_memcpy") | (gc == "memcpy")
+
+        def count(mask=None):
+            return np.bincount(gk if mask is None else gk[mask], minlength=n)
+        return {
+            "gpu_ops": count(), "kernels": count(gc == "kernel"), "memcpys": count(is_cp),
+            "memcpy_dtod": count(is_cp & (kind == "DtoD")), "memcpy_htod": count(is_cp & (kind == "HtoD")),
+            "memcpy_dtoh": count(is_cp & (kind == "DtoH")), "memsets": count((gc == "gpu_memset") | (gc == "memset")),
+            "launches": np.bincount(firsts(p["launch_id"])[1], minlength=n),
+            "kernel_launches": np.bincount(firsts(p["launch_id"], is_k[i])[1], minlength=n),
+        }
+
     def launch_pairs_of(self, launch_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(which, pair): for each of ``launch_ids`` in turn, the indices of its pairs in gpu_id order (the pairs are
         in (launch_id, gpu_id) order, so each launch's pairs are one run); ``which`` indexes ``launch_ids``."""

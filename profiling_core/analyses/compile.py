@@ -81,25 +81,16 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
     cpu = run_query(sh.session, "compile_cpu") if rows is None else frame(rows, _CPU_COLS)
     if cpu.empty:
         return frame([], cols)
-    p = sh.p
+    c = sh.step_counts
+    where = {r[0]: j for j, r in enumerate(sh.steps_list)}  # step slice id -> steps_list index (same window)
     out = []
     for r in cpu.itertuples(index=False):
-        ts, dur = int(r.start_ns), int(r.cpu_dur_ns)
-        i = sh.pairs_in(ts, ts + dur)
-        gid, lid, cat = p["gpu_id"][i], p["launch_id"][i], p["gpu_category"][i]
-        is_k = cat == "kernel"
-        is_cp = np.isin(cat, ("gpu_memcpy", "memcpy"))
-        kind = p["memcpy_kind"][i]
-
-        def distinct(ids, m):
-            return len(np.unique(ids[m]))
+        j = where[int(r.step_id)]
         out.append((r.step, r.start_ns, r.cpu_dur_ns, r.cache_lookups, r.cache_lookup_ns, r.compiled_regions,
                     r.compiled_region_ns, r.prologues, r.prologue_ns, r.fx_graph_calls, r.fx_graph_ns,
                     r.fx_graph_hash, r.graph_launches,
-                    distinct(gid, is_k), distinct(gid, is_cp), distinct(gid, is_cp & (kind == "DtoD")),
-                    distinct(gid, is_cp & (kind == "HtoD")), distinct(gid, is_cp & (kind == "DtoH")),
-                    distinct(gid, np.isin(cat, ("gpu_memset", "memset"))),
-                    len(np.unique(lid)), distinct(lid, is_k)))
+                    *(int(c[x][j]) for x in ("kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
+                                             "memsets", "launches", "kernel_launches"))))
     return frame(out, cols)
 
 

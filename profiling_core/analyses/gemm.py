@@ -120,6 +120,21 @@ def _leaves(v, key: str, out: list) -> None:
 def _input_dims_rows(raw: bytes, decode) -> list[tuple[str, object]]:
     """The (key, int_value) rows of one arg set's raw JSON with flat_key ``args.Input Dims``, sorted by key (as
     ``gemm_shapes.sql`` orders them); raises _Unusual where this could differ from SQLite's json_tree."""
+    v = _raw_input_dims(raw, decode)
+    if v is _ABSENT:
+        return []
+    out: list = []
+    _leaves(v, "args." + _DIMS_KEY, out)
+    out.sort(key=lambda kv: kv[0])
+    return out
+
+
+_ABSENT = object()
+
+
+def _raw_input_dims(raw: bytes, decode):
+    """The value of the top-level ``Input Dims`` of one arg set's raw JSON (_ABSENT without one); raises _Unusual
+    where SQLite's json_tree could give other rows than this value's leaves."""
     if b"\\" in raw or raw.count(_DIMS_KEY_BYTES) > 1 or raw.count(b"[") + raw.count(b"{") >= 500:
         raise _Unusual  # escapes (json_tree's fullkey keeps them), a possible duplicate key, deep nesting
     try:
@@ -130,12 +145,42 @@ def _input_dims_rows(raw: bytes, decode) -> list[tuple[str, object]]:
         raise _Unusual
     if "[" in "".join(d) and any(k != _DIMS_KEY and _INDEX.sub("", k) == _DIMS_KEY for k in d):
         raise _Unusual  # another top-level key whose flat key is also args.Input Dims
-    if _DIMS_KEY not in d:
-        return []
-    out: list = []
-    _leaves(d[_DIMS_KEY], "args." + _DIMS_KEY, out)
-    out.sort(key=lambda kv: kv[0])
-    return out
+    return d.get(_DIMS_KEY, _ABSENT)
+
+
+def _plain_dims(v):
+    """``Input Dims`` of the usual shape, a list of lists of int64 integers, as ``_dims_from_rows`` makes it from
+    the query's rows (one per integer; inputs past the last one with an integer have no rows, so they are not
+    there; None when no input has one); _ABSENT for any other shape."""
+    if type(v) is not list:
+        return _ABSENT
+    lo, hi = _INT64
+    last = 0
+    for i, x in enumerate(v):
+        if type(x) is not list:
+            return _ABSENT
+        for y in x:
+            if type(y) is not int:  # bool, float, text, null, nested: the general path
+                return _ABSENT
+        if x:
+            if min(x) < lo or max(x) > hi:
+                return _ABSENT
+            last = i + 1
+    return [list(x) for x in v[:last]] if last else None
+
+
+def _dims_of_raw(raw: bytes, decode):
+    """One arg set's ``Input Dims`` as ``_dims_by_op`` gives them (None when there are none)."""
+    v = _raw_input_dims(raw, decode)
+    if v is _ABSENT:
+        return None
+    plain = _plain_dims(v)
+    if plain is not _ABSENT:
+        return plain
+    rows: list = []
+    _leaves(v, "args." + _DIMS_KEY, rows)
+    rows.sort(key=lambda kv: kv[0])
+    return _dims_from_rows([0] * len(rows), [k for k, _ in rows], [x for _, x in rows]).get(0)
 
 
 def _dims_from_args(session, ops: dict) -> dict[int, list[list[int]]] | None:
@@ -169,21 +214,11 @@ def _dims_from_args(session, ops: dict) -> dict[int, list[list[int]]] | None:
     finally:
         conn.close()
     decode = msgspec.json.Decoder().decode
-    by_set: dict = {}
-    out = {}
     try:
-        for sid in sorted(want):
-            a = want[sid]
-            if a not in by_set:
-                raw = raws.get(a)
-                by_set[a] = _input_dims_rows(bytes(raw), decode) if raw is not None else []
-            rows = by_set[a]
-            if rows:
-                dims = _dims_from_rows([sid] * len(rows), [k for k, _ in rows], [v for _, v in rows])
-                out.update(dims)
+        dims = {a: _dims_of_raw(bytes(raw), decode) for a, raw in raws.items()}
     except _Unusual:
         return None
-    return out
+    return {sid: dims[a] for sid, a in want.items() if dims.get(a) is not None}
 
 
 def _args_db_path(session) -> str | None:
@@ -257,7 +292,8 @@ def _kernels_of(sh: Shared, ts: np.ndarray, end: np.ndarray, utid: np.ndarray):
         return kns, names
     k = k[np.lexsort((p["gpu_id"][k], p["launch_id"][k], p["launch_ts"][k], p["launch_track_id"][k]))]
     ku = p["launch_utid"][k].astype(np.int64)
-    name_codes, name_uniq = pd.factorize(p["gpu_name"][k], use_na_sentinel=False)
+    coded = sh.pair_codes("gpu_name")
+    name_codes, name_uniq = coded.codes[k], np.append(coded.uniq, None)  # code -1 (NULL) indexes the None
     for u in np.unique(ku).tolist():
         ops = np.flatnonzero(utid == u)
         if len(ops) == 0:
@@ -337,7 +373,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     ids, names = gm["id"][keep].tolist(), gm["name"][keep].tolist()
     dims = _dims_by_op(session, dict(zip(ids, gm["arg_set_id"][keep].tolist()))) if config is None else {}
     peak = float(peak_tflops) if peak_tflops else float("nan")
-    out: dict[str, list] = {c: [] for c in cols}
+    rows = []
     for op_id, name, start, cpu_ns, kernel_ns, kernel_names in zip(ids, names, ts[keep].tolist(), dur[keep].tolist(),
                                                                    kns.tolist(), kn.tolist()):
         if config is not None:
@@ -349,9 +385,8 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
         on_gpu = kernel_ns is not None and kernel_ns > 0
         time_ns = float(kernel_ns) if on_gpu else float(cpu_ns)
         tflops = flops / time_ns / 1e3 if time_ns > 0 else float("nan")
-        for c, v in (("id", op_id), ("op", name), ("start_ns", start), ("device", "gpu" if on_gpu else "cpu"),
-                     ("time_us", time_ns / 1000.0), ("flops", flops), ("tflops", tflops), ("peak_tflops", peak),
-                     ("fraction_of_peak", tflops / float(peak_tflops) if peak_tflops else float("nan")),
-                     ("flops_from", src), ("kernel_names", kernel_names if on_gpu else None)):
-            out[c].append(v)
-    return frame_cols(out)  # the dtypes pd.DataFrame(list of row dicts) infers (the same inference)
+        rows.append((op_id, name, start, "gpu" if on_gpu else "cpu", time_ns / 1000.0, flops, tflops, peak,
+                     tflops / float(peak_tflops) if peak_tflops else float("nan"), src,
+                     kernel_names if on_gpu else None))
+    # the dtypes pd.DataFrame(list of row dicts) infers (the same inference as from_records)
+    return frame_cols(dict(zip(cols, map(list, zip(*rows))))) if rows else frame([], cols)

@@ -23,21 +23,19 @@ def _steps_raw(sh: Shared) -> pd.DataFrame:
             "kernels", "memcpys", "memsets", "launches", "kernel_launches", "first_gpu_start_ns", "last_gpu_end_ns"]
     rows = []
     p, ops = sh.p, sh.ops if sh.steps_list else None
-    for step_id, step, name, ts, dur, _depth, utid in sh.steps_list:
+    c = sh.step_counts if sh.steps_list else None
+    for j, (step_id, step, name, ts, dur, _depth, utid) in enumerate(sh.steps_list):
         if utid is None:
             continue  # steps.sql joins thread_track
         end = ts + dur
         i = sh.pairs_in(ts, end)
-        gid, lid, cat = p["gpu_id"][i], p["launch_id"][i], p["gpu_category"][i]
         b, e = p["gpu_ts"][i], p["gpu_end"][i]
-        is_k = cat == "kernel"
         m = (ops["ts"] < end) & (ops["end"] > ts)
         clipped = union_ns(np.maximum(ops["ts"][m], ts), np.minimum(ops["end"][m], end))
         n = len(i)
         rows.append((step, name, step_id, ts, dur, union_ns(b, e), clipped,
-                     len(set(gid.tolist())), len(set(gid[is_k].tolist())),
-                     len(set(gid[np.isin(cat, _MEMCPY)].tolist())), len(set(gid[np.isin(cat, _MEMSET)].tolist())),
-                     len(set(lid.tolist())), len(set(lid[is_k].tolist())),
+                     *(int(c[x][j]) for x in ("gpu_ops", "kernels", "memcpys", "memsets", "launches",
+                                              "kernel_launches")),
                      int(b.min()) if n else None, int(e.max()) if n else None))
     return frame(rows, cols)
 

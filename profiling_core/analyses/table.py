@@ -20,10 +20,10 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     n = len(t["id"])
     if n == 0:
         return frame([], cols)
-    cat, dur, ppos = t["cat"], t["dur"], t["ppos"]
-    cats = set(cat.tolist())
-    is_cpu = np.isin(cat, [c for c in cats if c is not None and c not in _NOT_CPU]) & (t["utid"] >= 0)
-    is_gpu = np.isin(cat, [c for c in cats if c in _GPU_ROWS])
+    dur, ppos = t["dur"], t["ppos"]
+    low = t["cat_low_uniq"]  # lower(category) of each category code (NULL: None)
+    is_cpu = np.array([c is not None and c not in _NOT_CPU for c in low], dtype=bool)[t["cat_codes"]] & (t["utid"] >= 0)
+    is_gpu = np.array([c in _GPU_ROWS for c in low], dtype=bool)[t["cat_codes"]]
     # self CPU: minus the durations of the children of each CPU slice
     child = np.zeros(n, dtype=np.int64)
     has = ppos >= 0
@@ -32,10 +32,9 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     self_dev = np.zeros(n, dtype=np.int64)
     total_dev = np.zeros(n, dtype=np.int64)
     p = sh.p
-    keep = np.array([u is not None and v is not None for u, v in zip(p["launch_utid"].tolist(),
-                                                                    p["launch_parent_id"].tolist())], dtype=bool)
+    keep = ~pd.isna(p["launch_utid"]) & (p["launch_parent"] >= 0) if len(p["gpu_id"]) else np.zeros(0, dtype=bool)
     if keep.any():
-        cur = sh.pos(np.array(p["launch_parent_id"][keep].tolist(), dtype=np.int64))
+        cur = sh.pos(p["launch_parent"][keep])
         g = p["gpu_dur"][keep]
         np.add.at(self_dev, cur, g)
         while len(cur):
@@ -43,25 +42,29 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
             nxt = ppos[cur]
             m = nxt >= 0
             cur, g = nxt[m], g[m]
-    names = np.array(t["name"], dtype=object)
-    step = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("ProfilerStep#"))
-    names[step] = "ProfilerStep*"
+    # one code per row label: the name, ProfilerStep#N merged into ProfilerStep* (codes of the distinct names)
+    labels = np.empty(len(t["name_uniq"]), dtype=object)
+    labels[:] = ["ProfilerStep*" if isinstance(u, str) and u.startswith("ProfilerStep#") else u for u in t["name_uniq"]]
+    label_codes, uniq = pd.factorize(labels, use_na_sentinel=False)
+    code = label_codes[t["name_codes"]]  # name code -1 (NULL) takes the last label, None
+    uniq = [None if (u is None or u != u) else u for u in uniq.tolist()]
+    k = len(uniq)
     rows = []
     for lane, m, vals in (("cpu", is_cpu, (dur - child, dur, self_dev, total_dev)),
-                          ("gpu", is_gpu, (np.zeros(n, np.int64), np.zeros(n, np.int64), dur, dur))):
+                          ("gpu", is_gpu, (None, None, dur, dur))):
         idx = np.flatnonzero(m)
         if len(idx) == 0:
             continue
-        codes, uniq = pd.factorize(names[idx], use_na_sentinel=False)
-        k = len(uniq)
+        codes = code[idx]
         calls = np.bincount(codes, minlength=k)
+        present = np.flatnonzero(calls)
         sums = []
         for v in vals:
             acc = np.zeros(k, dtype=np.int64)
-            np.add.at(acc, codes, v[idx])
-            sums.append(acc.tolist())
-        rows.extend(zip([None if (u is None or u != u) else u for u in uniq.tolist()], [lane] * k,
-                        calls.tolist(), *sums))
+            if v is not None:
+                np.add.at(acc, codes, v[idx])
+            sums.append(acc[present].tolist())
+        rows.extend(zip([uniq[j] for j in present.tolist()], [lane] * len(present), calls[present].tolist(), *sums))
     # ORDER BY self_device_ns DESC, self_cpu_ns DESC, name (NULL first); lane order on full ties
     rows.sort(key=lambda r: (-r[5], -r[3], r[0] is not None, r[0] or "", r[1]))
     return frame(rows, cols)
