@@ -276,7 +276,7 @@ def test_sql_tables_are_written_in_the_background_and_errors_reach_the_first_que
     fails (e.g. the disk is full), the first query says so (QueryError), and close() still removes the files."""
     from profiling_core.trace import _mirror
 
-    def disk_full(conn, model):
+    def disk_full(conn, model, cancelled=None):
         raise sqlite3.OperationalError("database or disk is full")
 
     monkeypatch.setattr(_mirror, "_write_tables", disk_full)
@@ -303,3 +303,29 @@ def test_columns_and_sql_tables_hold_the_same_slices(session):
     assert [None if v != v or v is None else int(v) for v in df["parent_id"]] == \
         [None if v < 0 else v for v in t.parent_id.tolist()]
     assert df["name"].tolist() == t.name
+
+
+def test_close_stops_a_background_build_that_is_still_running(tmp_path, monkeypatch):
+    """Closing a session whose SQL tables are not needed does not wait for them: the writing statement is
+    interrupted (here a statement that would run for minutes), and the files are deleted."""
+    import threading
+    import time
+
+    from profiling_core.trace import _mirror
+    started = threading.Event()
+
+    def endless(conn, model, cancelled=lambda: False):
+        started.set()
+        conn.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000000) "
+                     "SELECT count(*) FROM c").fetchone()
+
+    monkeypatch.setattr(_mirror, "_write_tables", endless)
+    p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
+    s = open_trace(p, engine="sqlite")
+    assert started.wait(10)
+    backend = s._backend._b
+    files = [backend.db_path, backend.args_path]
+    t0 = time.perf_counter()
+    s.close()
+    assert time.perf_counter() - t0 < 5
+    assert not backend._builder and not any(Path(f).exists() for f in files)

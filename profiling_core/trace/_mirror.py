@@ -99,6 +99,7 @@ class MirrorBackend:
         self._conn = self._aux = None
         self._closed = False
         self._builder: threading.Thread | None = None
+        self._build_conn: sqlite3.Connection | None = None
         self._build_error: BaseException | None = None
         self.tables: TraceTables | None = None
         try:
@@ -116,11 +117,12 @@ class MirrorBackend:
         """(background thread) Write the columns into the SQLite file: tables, rows, views, indexes."""
         conn = None
         try:
-            conn = sqlite3.connect(self.db_path)
-            _write_tables(conn, model)
+            conn = self._build_conn = sqlite3.connect(self.db_path, check_same_thread=False)
+            _write_tables(conn, model, lambda: self._closed)
         except BaseException as e:  # noqa: BLE001 - raised by the first query, in the caller's thread
             self._build_error = e
         finally:
+            self._build_conn = None
             if conn is not None:
                 conn.close()
 
@@ -287,8 +289,15 @@ class MirrorBackend:
     def close(self) -> None:
         self._closed = True
         builder, self._builder = self._builder, None
-        if builder is not None:
-            builder.join()  # never delete the file under the thread writing it
+        while builder is not None and builder.is_alive():
+            # Closed before the SQL tables were needed: stop writing them (never delete the file under the thread).
+            conn = self._build_conn
+            if conn is not None:
+                try:
+                    conn.interrupt()
+                except sqlite3.Error:
+                    pass
+            builder.join(0.01)
         for name in ("_conn", "_aux"):
             conn = getattr(self, name, None)
             if conn is not None:
@@ -413,15 +422,23 @@ def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> 
     return model
 
 
-def _write_tables(conn: sqlite3.Connection, model: Model) -> None:
+class _Cancelled(Exception):
+    """The session was closed while its SQL tables were being written."""
+
+
+def _write_tables(conn: sqlite3.Connection, model: Model, cancelled=lambda: False) -> None:
     conn.execute("PRAGMA journal_mode = OFF")
     conn.execute("PRAGMA synchronous = OFF")
     conn.executescript(_schema.TABLES)
     conn.execute("BEGIN")
-    _insert(conn, model)
+    _insert(conn, model, cancelled)
     conn.execute("COMMIT")
     conn.executescript(_schema.VIEWS)
-    conn.executescript(_schema.INDEXES)
+    for index in _schema.INDEXES.split(";"):
+        if cancelled():
+            raise _Cancelled
+        if index.strip():
+            conn.execute(index)
 
 
 def _collect(chunks, stats: LoadStats, args_path: str):
@@ -460,7 +477,7 @@ _FLOW_INSERT = ("INSERT INTO flow SELECT ?2 + key, json_extract(value, '$[0]'), 
                 "json_extract(value, '$[2]'), NULL FROM json_each(?1)")
 
 
-def _insert(conn: sqlite3.Connection, m: Model) -> None:
+def _insert(conn: sqlite3.Connection, m: Model, cancelled=lambda: False) -> None:
     """Insert the model's rows. Slices and flows go in as one JSON array per chunk of rows, expanded by SQLite's
     json_each: one statement per chunk, so the GIL is free while SQLite works (``executemany`` takes it back for
     every row). msgspec writes the JSON; SQLite's JSON reader gives back the same integers and text."""
@@ -472,6 +489,8 @@ def _insert(conn: sqlite3.Connection, m: Model) -> None:
     enc = msgspec.json.Encoder()
     n = len(m.ts)
     for a in range(0, n, _INSERT_CHUNK):
+        if cancelled():
+            raise _Cancelled
         b = min(n, a + _INSERT_CHUNK)
         rows = enc.encode(list(zip(m.ts[a:b].tolist(), m.dur[a:b].tolist(), m.track_id[a:b].tolist(),
                                    m.category[a:b], m.name[a:b], m.depth[a:b].tolist(),
