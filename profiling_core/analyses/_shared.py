@@ -116,11 +116,11 @@ def frame_cols(data: dict, objects: tuple = ()) -> pd.DataFrame:
     out = {}
     for c, v in data.items():
         if c in objects:
-            out[c] = as_object_column(v)
-        elif isinstance(v, np.ndarray) and v.dtype in (np.int64, np.float64, np.bool_):
-            out[c] = v
-        else:
-            out[c] = _infer(v)
+            v = as_object_column(v)
+        elif not (isinstance(v, np.ndarray) and v.dtype in (np.int64, np.float64, np.bool_)):
+            v = _infer(v)
+        # an object column stays object (the DataFrame constructor would infer strings from an object array)
+        out[c] = pd.Series(v, dtype=object, copy=False) if isinstance(v, np.ndarray) and v.dtype == object else v
     return pd.DataFrame(out)
 
 
@@ -336,12 +336,12 @@ class Shared:
             for c, name in (("parent_id", "parent"), ("utid", "utid")):
                 out[name] = np.fromiter((-1 if v is None else v for v in d[c]), dtype=np.int64, count=n)
         out["name"], out["category"] = d["name"], d["category"]
-        codes, uniq = pd.factorize(np.array(d["category"], dtype=object), use_na_sentinel=True)
+        codes, uniq = _factorize(d["category"])
         low = np.array([u.lower() if isinstance(u, str) else None for u in uniq] + [None], dtype=object)
         out["cat"] = low[codes] if n else np.zeros(0, dtype=object)
         out["cat_low_uniq"] = low  # ``cat`` of each category code (code -1, NULL: the last)
         out["cat_codes"], out["cat_uniq"] = codes, list(uniq) + [None]  # code -1 (NULL) indexes the None
-        ncodes, nuniq = pd.factorize(np.array(d["name"], dtype=object), use_na_sentinel=True)
+        ncodes, nuniq = _factorize(d["name"])
         out["name_codes"], out["name_uniq"] = ncodes, list(nuniq) + [None]
         for c in ("cat", "name"):
             a = np.empty(len(out[c + "_uniq"]), dtype=object)
@@ -531,6 +531,23 @@ class Shared:
         cols, data = self.session.query_columns(load_query("thread_lanes"))
         d = dict(zip(cols, data))
         return {u: (tid, pid) for u, tid, pid in zip(_list(d["utid"]), _list(d["tid"]), _list(d["pid"]))}
+
+
+def _factorize(values: list) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values)`` of a list of str/None (codes -1 for None; distinct values in order of appearance).
+
+    The loader (and query_columns) share one object per distinct string, so the objects are factorized by identity
+    first (integers hash fast), then their distinct values: the same codes and order as factorizing the values."""
+    if not values:
+        return pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
+    ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))
+    by_id, distinct = pd.factorize(ids)
+    first_row = np.full(len(distinct), len(values), dtype=np.int64)
+    np.minimum.at(first_row, by_id, np.arange(len(values)))  # each object's first row: the objects in that order
+    objs = np.empty(len(distinct), dtype=object)
+    objs[:] = [values[i] for i in first_row.tolist()]
+    codes, uniq = pd.factorize(objs, use_na_sentinel=True)
+    return codes[by_id], uniq
 
 
 def _sqlite_int_suffixes(names: set, start: int) -> dict:

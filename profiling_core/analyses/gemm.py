@@ -169,11 +169,8 @@ def _plain_dims(v):
     return [list(x) for x in v[:last]] if last else None
 
 
-def _dims_of_raw(raw: bytes, decode):
-    """One arg set's ``Input Dims`` as ``_dims_by_op`` gives them (None when there are none)."""
-    v = _raw_input_dims(raw, decode)
-    if v is _ABSENT:
-        return None
+def _dims_of_value(v):
+    """``Input Dims`` (its decoded value) as ``_dims_by_op`` gives them (None when there are none)."""
     plain = _plain_dims(v)
     if plain is not _ABSENT:
         return plain
@@ -181,6 +178,24 @@ def _dims_of_raw(raw: bytes, decode):
     _leaves(v, "args." + _DIMS_KEY, rows)
     rows.sort(key=lambda kv: kv[0])
     return _dims_from_rows([0] * len(rows), [k for k, _ in rows], [x for _, x in rows]).get(0)
+
+
+def _dims_of_raw(raw: bytes, decode_top, decode, cache: dict):
+    """One arg set's ``Input Dims`` as ``_dims_by_op`` gives them (None when there are none). ``decode_top`` leaves
+    the top-level values undecoded (``msgspec.Raw``): each distinct ``Input Dims`` text is decoded once (``cache``;
+    the ops of a training loop repeat a few shapes)."""
+    v = _raw_input_dims(raw, decode_top)
+    if v is _ABSENT:
+        return None
+    text = bytes(v)
+    got = cache.get(text, _ABSENT)
+    if got is _ABSENT:
+        try:
+            value = decode(text)
+        except Exception:  # noqa: BLE001
+            raise _Unusual from None
+        got = cache[text] = _dims_of_value(value)
+    return got
 
 
 def _dims_from_args(session, ops: dict) -> dict[int, list[list[int]]] | None:
@@ -213,9 +228,11 @@ def _dims_from_args(session, ops: dict) -> dict[int, list[list[int]]] | None:
         return None
     finally:
         conn.close()
+    decode_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
     decode = msgspec.json.Decoder().decode
+    cache: dict = {}
     try:
-        dims = {a: _dims_of_raw(bytes(raw), decode) for a, raw in raws.items()}
+        dims = {a: _dims_of_raw(bytes(raw), decode_top, decode, cache) for a, raw in raws.items()}
     except _Unusual:
         return None
     return {sid: dims[a] for sid, a in want.items() if dims.get(a) is not None}
@@ -373,13 +390,20 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     ids, names = gm["id"][keep].tolist(), gm["name"][keep].tolist()
     dims = _dims_by_op(session, dict(zip(ids, gm["arg_set_id"][keep].tolist()))) if config is None else {}
     peak = float(peak_tflops) if peak_tflops else float("nan")
+    flops_of: dict = {}  # (op name, its dims object) -> FLOPs: ops of equal shapes share one dims list
     rows = []
     for op_id, name, start, cpu_ns, kernel_ns, kernel_names in zip(ids, names, ts[keep].tolist(), dur[keep].tolist(),
                                                                    kns.tolist(), kn.tolist()):
         if config is not None:
             flops, src = int(config.gemm_flops()), "config"
         else:
-            flops, src = (gemm_flops_from_dims(name, dims[op_id]) if op_id in dims else None), "shapes"
+            d = dims.get(op_id)
+            if d is None:
+                flops = None
+            else:
+                key = (name, id(d))
+                flops = flops_of[key] if key in flops_of else flops_of.setdefault(key, gemm_flops_from_dims(name, d))
+            src = "shapes"
         if flops is None:
             continue
         on_gpu = kernel_ns is not None and kernel_ns > 0

@@ -78,6 +78,39 @@ def _per_step_kernels_raw(sh: Shared, kernels_only: bool = False) -> pd.DataFram
                        "launch_ns": p["launch_ts"][i]})
 
 
+def _kernel_durations_by_step_fast(sh: Shared) -> pd.DataFrame | None:
+    """``kernel_durations_by_step`` from the arrays, when there are kernel rows with names and integer step
+    numbers (None otherwise: the frame path decides the dtypes of the rest). ``occurrence`` (``groupby(["step",
+    "name"]).cumcount()``): each row's position among the rows of its (step, name), from one stable sort."""
+    i, k = sh.pair_steps
+    p = sh.p
+    if len(i) == 0:
+        return None
+    m = p["gpu_category"][i] == "kernel"
+    if not m.any():
+        return None
+    i, k = i[m], k[m]
+    order = np.lexsort((p["gpu_id"][i], p["gpu_ts"][i]))  # ORDER BY g.ts, g.id (stable: step order, then pair)
+    i, k = i[order], k[order]
+    numbers = [r[1] for r in sh.steps_list]
+    name = sh.pair_codes("gpu_name").take(i)
+    if not all(type(x) is int for x in numbers) or (name.codes < 0).any():
+        return None
+    step = np.array(numbers, dtype=np.int64)[k]
+    _, step_code = np.unique(step, return_inverse=True)
+    key = step_code * (len(name.uniq) + 1) + name.codes
+    by_key = np.argsort(key, kind="stable")
+    sk = key[by_key]
+    start = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])  # each (step, name) run in the sorted order
+    occurrence = np.empty(len(key), dtype=np.int64)
+    occurrence[by_key] = np.arange(len(key)) - np.repeat(start, np.diff(np.r_[start, len(key)]))
+    df = frame_cols({"step": step, "name": name, "occurrence": occurrence, "gpu_id": p["gpu_id"][i],
+                     "start_ns": p["gpu_ts"][i], "dur_us": p["gpu_dur"][i].astype("float64") / 1000.0,
+                     "launch_name": sh.pair_codes("launch_name").take(i)})
+    df["start_ns"] = pd.array(df["start_ns"].to_numpy(), dtype="Int64")
+    return df
+
+
 def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFrame:
     """Long table of kernel durations per step, for charting the spread of one kernel over steps.
 
@@ -90,7 +123,11 @@ def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFr
         DataFrame with ``step``, ``name``, ``occurrence`` (0 for the first launch of that name in the step),
         ``gpu_id``, ``start_ns``, ``dur_us``, ``launch_name``, in time order. Empty without steps or kernels.
     """
-    df = _per_step_kernels_raw(shared_for(session, shared), kernels_only=True)
+    sh = shared_for(session, shared)
+    fast = _kernel_durations_by_step_fast(sh)
+    if fast is not None:
+        return fast
+    df = _per_step_kernels_raw(sh, kernels_only=True)
     keep = df["category"].astype("object") == "kernel"
     df = df if keep.all() and len(df) else df[keep].copy()
     df = ints(df, "step", "gpu_id")

@@ -8,7 +8,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, frame_cols, nullable, shared_for
+from ._shared import Coded, Shared, frame, frame_cols, nullable, shared_for
 
 __all__ = ["launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains"]
 
@@ -91,22 +91,28 @@ def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     par = p["launch_parent"]
     has = par >= 0
     prow = sh.pos(par[has])
-    pname = np.full(n, "", dtype=object)
-    pn = sh.names_at(prow)
-    pname[has] = np.where(pd.isna(pn), "", pn) if len(pn) else pn
     before = np.zeros(n, dtype=bool)
     f = first_occ[prow]
     before[has] = (f != no_occ) & (f <= p["launch_ts"][has])
-    keys = (p["gpu_name"], p["gpu_category"], p["launch_name"], pname)
+    # the parent op's name ("" without a parent or for a NULL name) as codes into the slice names: "" has one code
+    uniq = t["name_uniq"]  # the distinct names, then None (code -1)
+    labels = np.empty(len(uniq) + 1, dtype=object)
+    labels[:len(uniq)] = uniq
+    labels[len(uniq)] = ""
+    empty = next((j for j, u in enumerate(uniq) if u == ""), len(uniq))  # the code of ""
+    pcode = np.full(n, empty, dtype=np.int64)
+    pc = t["name_codes"][prow]
+    pcode[has] = np.where(pc < 0, empty, pc)
+    pname = Coded(pcode, labels)
+    keys = (sh.pair_codes("gpu_name"), sh.pair_codes("gpu_category"), sh.pair_codes("launch_name"), pname)
     g = np.zeros(n, dtype=np.int64)
-    for col in keys:  # one code per distinct tuple, in order of first appearance
-        c, u = pd.factorize(col, use_na_sentinel=False)
-        g, _ = pd.factorize(g * len(u) + c)
+    for col in keys:  # one code per distinct tuple, in order of first appearance (distinct values: distinct codes)
+        g, _ = pd.factorize(g * (len(col.uniq) + 2) + (col.codes + 1))
     first = np.unique(g, return_index=True)[1]
     count = np.bincount(g)
     with_occ = np.bincount(g[before], minlength=len(count))
-    rows = [(*(k[i] for k in keys), int(a), int(b)) for i, a, b in zip(first.tolist(), count.tolist(),
-                                                                       with_occ.tolist())]
+    vals = [col.values()[first].tolist() for col in keys]
+    rows = [(*k, int(a), int(b)) for *k, a, b in zip(*vals, count.tolist(), with_occ.tolist())]
     rows.sort(key=lambda r: (r[0] is not None, r[0] or "", r[2] is not None, r[2] or "", r[3]))
     return frame(rows, cols)
 

@@ -53,12 +53,21 @@ def _median(s: pd.Series) -> Optional[float]:
     return float(s.median()) if len(s) else None
 
 
+def _distinct(s: pd.Series) -> pd.Series:
+    """The distinct values of a text column ``s`` (object: str or None), what an elementwise cast then ``set()``
+    needs, once per value; ``s`` itself for any other column (1 and 1.0 would merge)."""
+    if s.dtype != object:
+        return s
+    u = pd.unique(s.to_numpy(dtype=object))
+    return pd.Series(u, dtype=object) if all(type(x) is str or x is None for x in u.tolist()) else s
+
+
 def _summary(r: Report) -> dict[str, Any]:
     busy = r.gpu_busy.set_index("scope") if not r.gpu_busy.empty else r.gpu_busy
     scope = "steps" if "steps" in busy.index else "trace"
     has_gpu = r.has_gpu
     n_steps = len(r.steps)
-    apis = sorted(set(r.launch_latency["launch_name"].astype(str))) if not r.launch_latency.empty else []
+    apis = sorted(set(_distinct(r.launch_latency["launch_name"]).astype(str))) if not r.launch_latency.empty else []
     regions = int(r.compile_breakdown["compiled_regions"].sum()) if n_steps else 0
     dtod = int((r.gpu_ops["name"].astype(str).str.startswith("Memcpy DtoD")).sum()) if has_gpu else 0
     return {
