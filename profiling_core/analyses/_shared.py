@@ -22,7 +22,7 @@ import pandas as pd
 
 from ._common import run_query
 
-__all__ = ["Shared", "Coded", "shared_for", "sharing", "frame", "frame_cols", "as_object_column", "nullable", "union_ns",
+__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "sharing", "frame", "frame_cols", "as_object_column", "nullable", "union_ns",
            "count_distinct"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
@@ -65,6 +65,34 @@ class Coded(NamedTuple):
         return Coded(self.codes[idx], self.uniq)
 
 
+class IntsOrNull(NamedTuple):
+    """An integer column with NULLs: ``values`` (int64) where not ``missing``. ``frame_cols`` gives it the dtype
+    from_records infers from such Python values: int64 without a NULL, float64 (NaN) with some, object (None)
+    when all are NULL."""
+
+    values: np.ndarray
+    missing: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def objects(self) -> np.ndarray:
+        """The column as Python ints and None."""
+        return nullable(self.values, self.missing)
+
+    def take(self, idx: np.ndarray) -> "IntsOrNull":
+        return IntsOrNull(self.values[idx], self.missing[idx])
+
+    def inferred(self) -> np.ndarray:
+        if not self.missing.any():
+            return self.values
+        if self.missing.all():
+            return np.full(len(self.values), None, dtype=object)
+        out = self.values.astype(np.float64)  # as float(int) would: round to nearest
+        out[self.missing] = np.nan
+        return out
+
+
 def _all_text(c: Coded) -> bool:
     return all(type(u) is str for u in c.uniq.tolist())
 
@@ -75,6 +103,16 @@ def _infer_text(c: Coded):
     if len(c.uniq) and _convert_object_array is not None and (c.codes >= 0).all() and _all_text(c):
         arr = _convert_object_array([c.uniq.copy()], dtype=None)[0]
         if isinstance(arr, pd.api.extensions.ExtensionArray):  # the string array
+            try:  # a dictionary array cast to plain strings (pyarrow's take copies long strings much slower)
+                import pyarrow as pa
+                words = arr.__arrow_array__()
+                words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
+                out = type(arr)(pa.DictionaryArray.from_arrays(pa.array(c.codes, type=pa.int32()), words),
+                                dtype=arr.dtype)
+                if len(out) == len(c.codes):
+                    return out
+            except Exception:  # noqa: BLE001 - any other string array: take by code
+                pass
             return arr.take(c.codes)
     return None
 
@@ -115,6 +153,8 @@ def frame_cols(data: dict, objects: tuple = ()) -> pd.DataFrame:
         return frame([], cols)
     out = {}
     for c, v in data.items():
+        if isinstance(v, IntsOrNull):
+            v = v.inferred() if c not in objects else v.objects()
         if c in objects:
             v = as_object_column(v)
         elif not (isinstance(v, np.ndarray) and v.dtype in (np.int64, np.float64, np.bool_)):
@@ -140,6 +180,20 @@ def as_object_column(values) -> np.ndarray:
             a[pd.isna(a)] = np.nan
         return a
     return np.asarray(pd.Series(_infer(a)).astype("object"), dtype=object)
+
+
+def _ints_or_null(a: np.ndarray):
+    """An object array of ints and None as IntsOrNull (the same inferred column); itself if it holds anything else."""
+    vals = a.tolist()
+    if all((type(v) is int and -(1 << 63) <= v < (1 << 63)) or v is None for v in vals):
+        return IntsOrNull(np.array([0 if v is None else v for v in vals], dtype=np.int64),
+                          np.array([v is None for v in vals], dtype=bool))
+    return a
+
+
+def take_rows(col, idx: np.ndarray):
+    """Rows ``idx`` of a column: a numpy array, a Coded or an IntsOrNull column."""
+    return col.take(idx) if isinstance(col, (IntsOrNull, Coded)) else col[idx]
 
 
 def nullable(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
@@ -196,13 +250,13 @@ class Shared:
         i = i[np.lexsort((t["id"][i], t["ts"][i]))]
         u = t["utid"][i] + 1
         return frame_cols({"id": t["id"][i], "name": self.name_codes_at(i), "category": self.category_codes_at(i, True),
-                           "start_ns": t["ts"][i],
-                           "dur_ns": t["dur"][i], "device": pid[u], "stream": tid[u]})
+                           "start_ns": t["ts"][i], "dur_ns": t["dur"][i], "device": take_rows(pid, u),
+                           "stream": take_rows(tid, u)})
 
     @cached_property
     def lane_of(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``lanes`` as arrays indexed by utid + 1 (index 0: off-thread, utid -1): (has a thread row, tid, pid);
-        tid and pid are object arrays (None where there is none)."""
+        tid and pid as :class:`IntsOrNull` when they are integers (None where there is none), else object arrays."""
         lanes = self.lanes
         t = self.slices
         k = max([int(t["utid"].max()) if len(t["utid"]) else -1, *lanes]) + 2
@@ -211,13 +265,13 @@ class Shared:
         for u, (td, pd_) in lanes.items():
             if u >= 0:
                 has[u + 1], tid[u + 1], pid[u + 1] = True, td, pd_
-        return has, tid, pid
+        return has, _ints_or_null(tid), _ints_or_null(pid)
 
     def gpu_lane(self, gpu_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(on a thread track with a thread row, stream tid) of these GPU op ids: what ``stream_of`` holds."""
         has, tid, _pid = self.lane_of
         u = self.slices["utid"][self.pos(gpu_ids)] + 1
-        return has[u], tid[u]
+        return has[u], take_rows(tid, u)
 
     @cached_property
     def stream_of(self) -> dict:

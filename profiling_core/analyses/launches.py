@@ -8,7 +8,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Coded, Shared, frame, frame_cols, nullable, shared_for
+from ._shared import Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
 
 __all__ = ["launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains"]
 
@@ -30,17 +30,23 @@ def _launch_latency_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
         i, k = i[order], k[order]
         first = np.ones(len(i), dtype=bool)
         first[1:] = i[1:] != i[:-1]
-        step[i[first]] = np.array([r[1] for r in sh.steps_list], dtype=object)[k[first]]
+        numbers = [r[1] for r in sh.steps_list]
+        if all(type(x) is int for x in numbers):
+            at = np.full(len(step), -1, dtype=np.int64)
+            at[i[first]] = k[first]
+            step = IntsOrNull(np.array(numbers, dtype=np.int64)[np.maximum(at, 0)], at < 0)
+        else:
+            step[i[first]] = np.array(numbers, dtype=object)[k[first]]
     idx = np.flatnonzero(keep)
     idx = idx[np.lexsort((p["gpu_id"][idx], p["gpu_ts"][idx]))]  # ORDER BY g.ts, g.id (then launch_id)
     return frame_cols({
         "gpu_id": p["gpu_id"][idx], "gpu_name": sh.pair_codes("gpu_name").take(idx),
         "gpu_category": sh.pair_codes("gpu_category").take(idx),
-        "gpu_start_ns": p["gpu_ts"][idx], "gpu_dur_ns": p["gpu_dur"][idx], "stream": stream[idx],
+        "gpu_start_ns": p["gpu_ts"][idx], "gpu_dur_ns": p["gpu_dur"][idx], "stream": take_rows(stream, idx),
         "launch_id": p["launch_id"][idx], "launch_name": sh.pair_codes("launch_name").take(idx),
         "launch_start_ns": p["launch_ts"][idx], "launch_dur_ns": p["launch_dur"][idx],
         "latency_ns": p["gpu_ts"][idx] - p["launch_ts"][idx], "paired_by": sh.pair_codes("paired_by").take(idx),
-        "step": step[idx]}, objects)
+        "step": take_rows(step, idx)}, objects)
 
 
 def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -216,7 +222,7 @@ def _dispatch_chain_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
     every = np.concatenate([rows, sh.pos(p["gpu_id"][g])])[order]  # GPU rows: the GPU op's own slice (name, category)
     return frame_cols({
         "step": step[order], "id": np.concatenate([cid, p["gpu_id"][g]])[order],
-        "parent_id": nullable(parent, parent < 0), "depth": depth[order],
+        "parent_id": IntsOrNull(parent, parent < 0), "depth": depth[order],
         "name": sh.name_codes_at(every), "category": sh.category_codes_at(every),
         "start_ns": start[order], "dur_ns": np.concatenate([t["dur"][rows], p["gpu_dur"][g]])[order],
         "lane": np.array(["cpu", "gpu"], dtype=object)[lane[order]]}, objects)
