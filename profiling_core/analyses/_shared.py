@@ -238,6 +238,7 @@ class Shared:
     def __init__(self, session) -> None:
         self.session = session
         self._pair_codes: dict = {}
+        self._pair_rows: tuple | None = None  # (launch rows, GPU op rows) of ``slices`` when ``p`` comes from them
 
     # --- raw queries ----------------------------------------------------------------------------------------------
     @cached_property
@@ -434,7 +435,15 @@ class Shared:
         """A text column of the pairs ``p`` as a :class:`Coded` column (factorized once)."""
         got = self._pair_codes.get(col)
         if got is None:
-            got = self._pair_codes[col] = Coded.of(self.p[col])
+            p = self.p
+            rows = self._pair_rows  # from the flows: each column is its slice's (codes known)
+            if rows is not None and col in ("gpu_name", "launch_name"):
+                got = self.name_codes_at(rows[0] if col == "launch_name" else rows[1])
+            elif rows is not None and col in ("gpu_category", "gpu_category_raw"):
+                got = self.category_codes_at(rows[1], lower=col == "gpu_category")
+            else:
+                got = Coded.of(p[col])
+            self._pair_codes[col] = got
         return got
 
     def names_at(self, rows: np.ndarray) -> np.ndarray:
@@ -491,6 +500,7 @@ class Shared:
             "launch_utid": nullable(utid, utid < 0),
             "gpu_name": self.names_at(gpos), "gpu_category": t["cat"][gpos],
             "gpu_category_raw": self.categories_at(gpos), "gpu_ts": t["ts"][gpos], "gpu_dur": t["dur"][gpos],
+            "_rows": (lpos, gpos),
         }
 
     @cached_property
@@ -502,6 +512,8 @@ class Shared:
             from ..queries import load_query
             cols, data = self.session.query_columns(load_query("launch_pairs"))
             d = dict(zip(cols, data))
+        else:
+            self._pair_rows = d.pop("_rows")
         out = {c: np.array(d[c], dtype=np.int64) if len(d[c]) else np.zeros(0, dtype=np.int64)
                for c in ("launch_id", "gpu_id", "launch_ts", "launch_dur", "gpu_ts", "gpu_dur", "launch_track_id")}
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
@@ -513,10 +525,12 @@ class Shared:
             a = np.empty(len(d[c]), dtype=object)
             a[:] = d[c].tolist() if isinstance(d[c], np.ndarray) else d[c]
             out[c] = a
-        codes, uniq = pd.factorize(out["gpu_name"], use_na_sentinel=True)
+        rows = self._pair_rows
+        names = self.name_codes_at(rows[1]) if rows is not None else Coded.of(out["gpu_name"])
+        self._pair_codes["gpu_name"] = names  # what pair_codes("gpu_name") gives
         kinds = np.array([x[7:11] if isinstance(x, str) and x.startswith(("Memcpy DtoD", "Memcpy HtoD", "Memcpy DtoH"))
-                          else "" for x in uniq.tolist()] + [""], dtype=object)
-        out["memcpy_kind"] = kinds[codes] if len(codes) else np.zeros(0, dtype=object)
+                          else "" for x in names.uniq.tolist()] + [""], dtype=object)
+        out["memcpy_kind"] = kinds[names.codes] if len(names.codes) else np.zeros(0, dtype=object)
         lp = out["launch_parent_id"]
         out["launch_parent"] = np.where(pd.isna(lp), -1, lp).astype(np.int64) if len(lp) else np.zeros(0, np.int64)
         out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")
