@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import zlib
 from array import array
-from itertools import compress, repeat
+from itertools import compress, count, islice, repeat
 from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,8 +121,11 @@ _FAST_COLLECT = True  # False: every event goes through _Collector._run_events (
 _FAST_NEST = True     # False: _Nester.run_loop nests every slice (tests compare both paths)
 _MIN_RUN = 64         # shortest run of X / flow events that _Collector._run_fast takes
 _FAST_CHUNK = 2048    # events per _Collector._run_fast call (they stay in the CPU cache across its passes)
-_FAST_PH = {"X": 1, "f": 2, "s": 2, "t": 2}
-_INT, _STR, _INT_STR = {int}, {str}, {int, str}
+_S, _T, _F, _WAIT = 0, 1, 2, 3  # flow event kinds (_WAIT, in _Nester.bind_flows: an 'f' without bp=e)
+_FLOW_KIND = {"s": _S, "t": _T, "f": _F}
+_FLOW_PH = "stf"                 # kind -> ph
+_FAST_PH = {"X": 1, "s": 2, "t": 3, "f": 4}  # a flow's code - 2 is its kind (_S, _T, _F)
+_INT, _INT_STR = {int}, {int, str}
 _U64 = 0xFFFFFFFFFFFFFFFF
 _US_MAX = (_TS_LIMIT - 1) // 1000  # largest int µs whose ns value is below _TS_LIMIT
 
@@ -200,7 +203,12 @@ class _Collector:
         # flows: ts, file index, and (ph, key, thread index, bind_enclosing)
         self.f_ts = array("q")
         self.f_idx = array("q")
-        self.f_rest: list[tuple] = []
+        self.f_kind = array("b")       # _S, _T, _F
+        self.f_enc = array("b")        # bp == "e" (binds to the enclosing slice)
+        self.f_th = array("q")         # thread index
+        self.f_key = array("q")        # a number per distinct flow key (id, cat, name)
+        self.flow_keys: dict[tuple, int] = {}
+        self.n_keys = 0                # numbers handed out (a key's number: the first free one when first seen)
         self._be: dict[int, list] = {}
 
     def thread(self, pid: Any, tid: Any) -> int | None:
@@ -273,7 +281,7 @@ class _Collector:
         except TypeError:  # an unhashable ph (a list or an object)
             self._run_events(start, events, 0, n)
             return
-        edges = np.diff(np.concatenate(([0], (code > 0).view(np.int8), [0])))
+        edges = np.diff(np.concatenate(([0], (code > 0).view(np.int8), [0])))  # +1: a run starts, -1: it ends
         pos = 0
         for a, b in zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()):
             if b - a < _MIN_RUN:
@@ -298,7 +306,7 @@ class _Collector:
         path on the same events. New threads are made in file order, as the per-event path makes them.
         """
         xi = np.flatnonzero(code == 1)
-        fi = np.flatnonzero(code == 2)
+        fi = np.flatnonzero(code >= 2)
         nx, nf = len(xi), len(fi)
         xev = evs if not nf else _take(evs, xi) if nx else []
         fev = evs if not nx else _take(evs, fi) if nf else []
@@ -317,14 +325,14 @@ class _Collector:
                 fids = [v & _U64 if type(v) is int else _flow_id(v) for v in fids]
                 if None in fids:
                     return False
-        index = self.thread_index
-        keys = list(zip([e.pid for e in evs], [e.tid for e in evs]))
+        get = self.thread_index.get
         try:
-            th = np.array(list(map(index.get, keys)), dtype=np.int64)
+            th = np.array([get((e.pid, e.tid)) for e in evs], dtype=np.int64)
         except TypeError:  # a new thread (None), or ids that cannot be one (unhashable)
+            keys = [(e.pid, e.tid) for e in evs]
             if not self._new_threads(keys):
                 return False
-            th = np.array(list(map(index.get, keys)), dtype=np.int64)
+            th = np.array(list(map(get, keys)), dtype=np.int64)
         # 2. append
         if nx:
             raws = [e.args for e in xev]
@@ -350,9 +358,13 @@ class _Collector:
         if nf:
             self.f_ts.frombytes(f_ts.tobytes())
             self.f_idx.frombytes((fi + base).astype(np.int64).tobytes())
-            fkeys = zip(fids, self._intern([e.cat for e in fev], None), self._intern([e.name for e in fev], None))
-            self.f_rest.extend(zip([e.ph for e in fev], fkeys, (th if not nx else th[fi]).tolist(),
-                                   [e.bp == "e" for e in fev]))
+            self.f_kind.frombytes((code[fi] - 2).astype(np.int8).tobytes())
+            self.f_enc.frombytes(np.array([e.bp == "e" for e in fev], dtype=np.int8).tobytes())
+            self.f_th.frombytes((th if not nx else th[fi]).tobytes())
+            keys = zip(fids, self._intern([e.cat for e in fev], None), self._intern([e.name for e in fev], None))
+            self.f_key.frombytes(np.fromiter(map(self.flow_keys.setdefault, keys, count(self.n_keys)), np.int64,
+                                              nf).tobytes())
+            self.n_keys += nf
         return True
 
     def _new_threads(self, keys: list[tuple]) -> bool:
@@ -374,13 +386,26 @@ class _Collector:
 
     def _intern(self, values: list, default: Any) -> list:
         """Names/categories as the per-event path stores them: non-empty strings interned, anything else
-        ``default``."""
-        sd = self.strings.setdefault
-        if set(map(type, values)) == _STR:
-            out = list(map(sd, values, values))
-            if "" not in self.strings:
-                return out
-            del self.strings[""]  # an empty name: the per-event rule below (it never interns "")
+        ``default``.
+
+        Tries the plain interning first; if that put something else than a non-empty string into ``strings`` (it
+        holds only those), takes it out again and applies the per-event rule to each value.
+        """
+        strings = self.strings
+        n = len(strings)
+        try:
+            out = list(map(strings.setdefault, values, values))
+        except TypeError:  # an unhashable value (a list, an object)
+            out = None
+        if len(strings) > n:
+            bad = [k for k in islice(reversed(strings), len(strings) - n) if type(k) is not str or not k]
+            for k in bad:
+                del strings[k]
+            if bad:
+                out = None
+        if out is not None:
+            return out
+        sd = strings.setdefault
         return [sd(v, v) if type(v) is str and v else default for v in values]
 
     def _run_events(self, start: int, events: list[Event], lo: int, hi: int) -> None:
@@ -389,7 +414,8 @@ class _Collector:
         thread_index, sd = self.thread_index, self.strings.setdefault
         s_ts, s_dur, s_th, s_idx = self.s_ts.append, self.s_dur.append, self.s_th.append, self.s_idx.append
         s_name, s_cat, s_args, args = self.s_name.append, self.s_cat.append, self.s_args.append, self.args.append
-        f_ts, f_idx, f_rest = self.f_ts.append, self.f_idx.append, self.f_rest.append
+        f_ts, f_idx, f_kind, f_enc = self.f_ts.append, self.f_idx.append, self.f_kind.append, self.f_enc.append
+        f_th, f_key, flow_keys = self.f_th.append, self.f_key.append, self.flow_keys
         # (the caller swaps self.args for a new list after each batch)
         n_args = self.n_args
         empty = _EMPTY_ARGS
@@ -462,7 +488,12 @@ class _Collector:
                 name = sd(name, name) if type(name) is str and name else None
                 f_ts(ts)
                 f_idx(idx)
-                f_rest((ph, (fid, cat, name), th, e.bp == "e"))
+                f_kind(_FLOW_KIND[ph])
+                f_enc(e.bp == "e")
+                f_th(th)
+                key = flow_keys.setdefault((fid, cat, name), self.n_keys)
+                self.n_keys += 1
+                f_key(key)
                 continue
             self.n_args = n_args  # the slow paths below use add_slice/add_args
             if ph == "i" or ph == "I" or ph == "R":
@@ -516,7 +547,11 @@ class _Collector:
             name = self.strings.setdefault(name, name)
         self.f_ts.append(ts)
         self.f_idx.append(idx)
-        self.f_rest.append((e.ph, (fid, cat, name), th, e.bp == "e"))
+        self.f_kind.append(_FLOW_KIND[e.ph])
+        self.f_enc.append(e.bp == "e")
+        self.f_th.append(th)
+        self.f_key.append(self.flow_keys.setdefault((fid, cat, name), self.n_keys))
+        self.n_keys += 1
 
     def metadata(self, e: Event) -> None:
         if e.name not in ("process_name", "thread_name"):
@@ -562,6 +597,10 @@ def _np(a: array) -> np.ndarray:
     return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
 
 
+def _np8(a: array) -> np.ndarray:
+    return np.frombuffer(a, dtype=np.int8) if len(a) else np.zeros(0, dtype=np.int8)
+
+
 class _Nester:
     """Second pass, in (ts, slices before flows, longer first, file order): ids, depth, tracks, flows."""
 
@@ -573,6 +612,7 @@ class _Nester:
         self.open_flows: dict[tuple, int] = {}
         self.pending: dict[int, list] = {}
         self.flows: list[tuple] = []       # (slice_out, slice_in, trace_id)
+        self.f_rest: list[tuple] = []      # per flow event: (ph, key number, thread index, bp == "e"); run_loop
         self.flow_cols: tuple | None = None  # the same as three arrays (bind_flows)
         self.trace_ids: dict[tuple, int] = {}
 
@@ -641,8 +681,8 @@ class _Nester:
         o_th = _np(c.s_th)[o_k]
         f_nsb = np.flatnonzero(~is_slice)
         f_nsb -= np.arange(nf)           # per flow event (in merged order): how many slices come before it
-        fr = _take(c.f_rest, order[~is_slice] - ns) if nf else []
-        f_th = np.fromiter(map(itemgetter(2), fr), np.int64, nf)
+        f_k = order[~is_slice] - ns      # flow indexes in merged order
+        f_th = _np(c.f_th)[f_k]
         depth = np.zeros(ns, np.int64)
         parent = np.full(ns, -1, np.int64)
         lane = np.zeros(ns, np.int64)
@@ -692,34 +732,34 @@ class _Nester:
             ids = [self.track_ids[key] for key in keys]
             o_track[g] = ids[0] if len(ids) == 1 else np.array(ids, np.int64)[lane[g]]
         if nf:
-            self.bind_flows(fr, f_nsb, f_top, f_next)
+            self.bind_flows(_np8(c.f_kind)[f_k], _np8(c.f_enc)[f_k].astype(bool), _np(c.f_key)[f_k], f_nsb, f_top,
+                            f_next)
         return o_ts, o_dur, o_track, depth, parent, o_k
 
-    def bind_flows(self, fr: list, f_nsb: np.ndarray, f_top: np.ndarray, f_next: np.ndarray) -> None:
-        """The loop's flow rules (flow_event, bind_pending) with arrays, for flow events ``fr`` (in merged order)
-        whose slices are known: ``f_top`` (for an 'f' without bp=e: ``f_next``, and it runs when that slice is
-        placed, i.e. after the flow events before that slice and before those after it).
+    def bind_flows(self, kind: np.ndarray, enc: np.ndarray, key: np.ndarray, f_nsb: np.ndarray, f_top: np.ndarray,
+                   f_next: np.ndarray) -> None:
+        """The loop's flow rules (flow_event, bind_pending) with arrays, for the flow events (kind, bp == "e", key
+        number; in merged order) whose slices are known: ``f_top`` (for an 'f' without bp=e: ``f_next``, and it runs
+        when that slice is placed, i.e. after the flow events before that slice and before those after it).
 
         Per flow key (id, cat, name), in that order: the first 's' with a slice opens the flow (later ones are
         duplicates); a 't' or 'f' before it has no start; after it, each 't'/'f' links the slice of the last opener
         (that 's' or a later 't') to its own, and a 't' becomes the opener. Trace ids count keys in the order they
         were opened. Skip reasons are counted, and first counted, in the order the loop meets them.
         """
-        nf = len(fr)
-        phs, keys, _ths, encs = zip(*fr)
-        kind = np.fromiter(map(_FLOW_KIND.__getitem__, phs), np.int8, nf)
-        kind[(kind == _F) & ~np.fromiter(encs, bool, nf)] = _WAIT
+        nk = self.c.n_keys
+        kind = np.where((kind == _F) & ~enc, _WAIT, kind)
         waits = (kind == _WAIT) & (f_next < 0)  # never bound
         ops = np.flatnonzero(~waits)
         ops = ops[np.argsort(np.where(kind == _WAIT, 2 * f_next + 1, 2 * f_nsb)[ops], kind="stable")]
-        code = np.fromiter(map({}.setdefault, keys, range(nf)), np.int64, nf)[ops]  # same key, same code
+        code = key[ops]
         kind = kind[ops]
         sid = np.where(kind == _WAIT, f_next[ops], f_top[ops])
         m = len(ops)
         pos = np.arange(m)
         lost = (kind != _WAIT) & (sid < 0)            # flow_no_enclosing_slice
         opens = ~lost & (kind == _S)
-        first = np.full(nf, m, np.int64)              # per key: the op that opened it (m: none)
+        first = np.full(nk, m, np.int64)              # per key: the op that opened it (m: none)
         uk, at = np.unique(code[opens], return_index=True)
         first[uk] = pos[opens][at]
         opener = first[code]
@@ -733,7 +773,7 @@ class _Nester:
         last = np.maximum.accumulate(np.where(setter[by], pos, -1))  # (a linked op's key has one before it)
         src = np.empty(m, np.int64)
         src[by] = by[np.concatenate(([0], last[:-1]))[:m]]
-        trace = np.zeros(nf, np.int64)
+        trace = np.zeros(nk, np.int64)
         trace[code[pos[opens & (pos == opener)]]] = np.arange(len(uk))
         self.flow_cols = (sid[src[linked]], sid[linked], trace[code[linked]])
         reasons = [(int(mask.argmax()), reason, int(np.count_nonzero(mask))) for mask, reason in (
@@ -766,7 +806,8 @@ class _Nester:
         lane_tracks: dict[int, list] = {}  # thread -> track id of each of its lanes
         other_tracks: dict[int, int] = {}  # -1 (global) or <= -2 (process) -> track id
         track, flow_event = self.track, self.flow_event
-        f_rest, open_flows, trace_ids, flows = c.f_rest, self.open_flows, self.trace_ids, self.flows
+        self.f_rest = f_rest = list(zip(map(_FLOW_PH.__getitem__, c.f_kind), c.f_key, c.f_th, map(bool, c.f_enc)))
+        open_flows, trace_ids, flows = self.open_flows, self.trace_ids, self.flows
         skip = stats.skip
         sid = 0
         for k, s, e, t in zip(ordl, starts, ends, ths):
@@ -855,7 +896,7 @@ class _Nester:
                 self.flows.append((out, sid, self.trace_ids[key]))
 
     def flow_event(self, j: int) -> None:
-        ph, key, t, enclosing = self.c.f_rest[j]
+        ph, key, t, enclosing = self.f_rest[j]
         skip = self.c.stats.skip
         if ph == "f" and not enclosing:
             self.pending.setdefault(t, []).append(key)
@@ -891,8 +932,6 @@ def _groups(keys: np.ndarray):
 
 
 _MIN_NEST = 32  # fewer slices on a thread: _walk it
-_S, _T, _F, _WAIT = 0, 1, 2, 3  # flow event kinds (_WAIT: an 'f' without bp=e)
-_FLOW_KIND = {"s": _S, "t": _T, "f": _F}
 
 
 def _nest(starts: np.ndarray, ends: np.ndarray):
