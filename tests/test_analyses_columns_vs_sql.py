@@ -160,3 +160,19 @@ def test_input_dims_rows_keys_sorted_as_sql():
     rows = gemm._input_dims_rows(raw.encode(), msgspec.json.Decoder().decode)
     assert [k for k, _ in rows] == sorted(k for k, _ in rows)
     assert rows[1][0] == "args.Input Dims[10][0][0]"
+
+
+@pytest.mark.parametrize("key", sorted(PATHS))
+def test_analyze_without_columns_is_the_same(key):
+    """analyze() on the same session without its columns (every piece from its query, as on perfetto) gives the
+    same Report: the column paths and their query fallbacks agree table by table."""
+    from profiling_core.analyses import analyze
+    from profiling_core.trace import open_trace
+    with open_trace(str(PATHS[key]), engine="sqlite") as s:
+        a, b = analyze(s), analyze(_SqlOnly(s))
+    for f in a.__dataclass_fields__:
+        va, vb = getattr(a, f), getattr(b, f)
+        if hasattr(va, "columns"):
+            assert snap.digest(va) == snap.digest(vb), f
+        else:
+            assert va == vb, f

@@ -9,6 +9,15 @@ the ``args.correlation`` fallback, with both ends' columns), ``step_slices`` (th
 range joins, a recursive ancestor walk) is done here once with numpy on those arrays: the same rows, values and order
 (tests/test_analyses_perf_invariants.py compares each with its query on every test trace). The ``.sql`` files stay
 the reference of each analysis and run on both engines.
+
+On the mirror those inputs come from its in-memory columns (``session.tables``) instead, and so do the small inputs
+of ``sync_wait``, ``compile_breakdown``, ``cold_start_gap`` and ``gemm_throughput`` (tests/
+test_analyses_columns_vs_sql.py): ``analyze`` then runs no SQL, so it never waits for the SQLite tables the mirror
+writes in the background after loading.
+
+Frames are built from column arrays (:func:`frame_cols`) with the dtypes ``DataFrame.from_records`` infers from the
+same Python values; text columns travel as codes into their distinct values (:class:`Coded`), so each distinct
+string is converted once.
 """
 from __future__ import annotations
 
@@ -22,8 +31,8 @@ import pandas as pd
 
 from ._common import run_query
 
-__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "sharing", "frame", "frame_cols", "as_object_column", "nullable", "union_ns",
-           "count_distinct"]
+__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "sharing", "frame", "frame_cols",
+           "as_object_column", "nullable", "union_ns"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 
@@ -203,17 +212,6 @@ def nullable(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
     return a
 
 
-def count_distinct(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
-    """For each group 0..n_groups-1: how many distinct ``values`` (integers) its rows hold."""
-    if len(groups) == 0:
-        return np.zeros(n_groups, dtype=np.int64)
-    order = np.lexsort((values, groups))
-    g, v = groups[order], values[order]
-    new = np.ones(len(g), dtype=bool)
-    new[1:] = (g[1:] != g[:-1]) | (v[1:] != v[:-1])
-    return np.bincount(g[new], minlength=n_groups)
-
-
 def union_ns(b: np.ndarray, e: np.ndarray) -> int:
     """Total length of the union of intervals [b, e) (integer ns); 0 for none."""
     if len(b) == 0:
@@ -269,16 +267,10 @@ class Shared:
         return has, _ints_or_null(tid), _ints_or_null(pid)
 
     def gpu_lane(self, gpu_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(on a thread track with a thread row, stream tid) of these GPU op ids: what ``stream_of`` holds."""
+        """(on a thread track with a thread row, stream tid) of these GPU op ids (``kernels.sql``'s join)."""
         has, tid, _pid = self.lane_of
         u = self.slices["utid"][self.pos(gpu_ids)] + 1
         return has[u], take_rows(tid, u)
-
-    @cached_property
-    def stream_of(self) -> dict:
-        """{gpu op id: stream tid} for the GPU ops on thread tracks."""
-        df = self.gpu_ops_raw
-        return dict(zip(df["id"].tolist(), df["stream"].tolist())) if len(df) else {}
 
     @cached_property
     def pair_steps(self) -> tuple[np.ndarray, np.ndarray]:
