@@ -13,10 +13,6 @@ __all__ = ["steps", "cpu_vs_gpu", "gpu_busy"]
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
 
 
-_MEMCPY = ("gpu_memcpy", "memcpy")
-_MEMSET = ("gpu_memset", "memset")
-
-
 def _steps_raw(sh: Shared) -> pd.DataFrame:
     """What ``steps.sql`` returns, computed from the shared pairs and step windows."""
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_ns", "gpu_busy_ns", "gpu_busy_in_step_ns", "gpu_ops",

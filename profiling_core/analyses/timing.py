@@ -63,9 +63,9 @@ def _cold_start_rows(sh: Shared) -> list[tuple] | None:
         if len(nums) > 1:
             return None
         idx, lts = lanes[u]
-        lo, hi = np.searchsorted(lts, (ts, ts + dur), side="left")
+        lo = int(np.searchsorted(lts, ts, side="left"))
         hi = int(np.searchsorted(lts, ts + dur, side="right"))
-        inner = idx[lo:hi]  # s.ts >= r.ts and (dur >= 0) s.ts <= r.ts + r.dur
+        inner = idx[lo:hi]  # s.ts >= r.ts and (durations >= 0) s.ts <= r.ts + r.dur
         inner = inner[(t["id"][inner] != rid) & (t["ts"][inner] + t["dur"][inner] <= ts + dur)
                       & (t["depth"][inner] > depth)]
         names = sh.names_at(inner)
