@@ -650,17 +650,17 @@ class _Nester:
         c = self.c
         ns, nf = len(c.s_ts), len(c.f_ts)
         s_ts, s_dur = _np(c.s_ts), _np(c.s_dur)
+        if _FAST_NEST:
+            return self.run_fast(s_ts, s_dur)
         ts = np.concatenate([s_ts, _np(c.f_ts)])
         negdur = np.concatenate([-s_dur, np.zeros(nf, dtype=np.int64)])
         kind = np.concatenate([np.zeros(ns, dtype=np.int8), np.ones(nf, dtype=np.int8)])
         idx = np.concatenate([_np(c.s_idx), _np(c.f_idx)])
         order = np.lexsort((idx, negdur, kind, ts))
         del ts, negdur, kind, idx
-        if _FAST_NEST:
-            return self.run_fast(order, s_ts, s_dur)
         return self.run_loop(order, s_ts, s_dur)
 
-    def run_fast(self, order: np.ndarray, s_ts: np.ndarray, s_dur: np.ndarray):
+    def run_fast(self, s_ts: np.ndarray, s_dur: np.ndarray):
         """What :meth:`run_loop` does, thread by thread (threads do not interact, except through track ids and
         flows, which are put in the loop's order afterwards).
 
@@ -674,14 +674,15 @@ class _Nester:
         c = self.c
         stats = c.stats
         ns, nf = len(s_ts), len(c.f_ts)
-        is_slice = order < ns
-        o_k = order[is_slice]            # slice indexes in slice id order
+        # The merged order, as two sorted lists: slices by (ts, longer first, file order), flow events by
+        # (ts, file order) (they were collected in file order); a flow event comes after the slices of its ts.
+        o_k = _slice_order(s_ts, s_dur, _np(c.s_idx))
         o_ts, o_dur = s_ts[o_k], s_dur[o_k]
         o_end = o_ts + o_dur
         o_th = _np(c.s_th)[o_k]
-        f_nsb = np.flatnonzero(~is_slice)
-        f_nsb -= np.arange(nf)           # per flow event (in merged order): how many slices come before it
-        f_k = order[~is_slice] - ns      # flow indexes in merged order
+        f_ts = _np(c.f_ts)
+        f_k = np.argsort(f_ts, kind="stable")             # flow indexes in merged order
+        f_nsb = np.searchsorted(o_ts, f_ts[f_k], "right")  # per flow event: how many slices come before it
         f_th = _np(c.f_th)[f_k]
         depth = np.zeros(ns, np.int64)
         parent = np.full(ns, -1, np.int64)
@@ -921,9 +922,29 @@ class _Nester:
             self.open_flows[key] = sid
 
 
+def _slice_order(ts: np.ndarray, dur: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Slice indexes sorted by (ts, longer first, file index idx)."""
+    if len(ts) < 2:
+        return np.arange(len(ts))
+    if (idx[1:] > idx[:-1]).all():  # in file order already (no B/E slices): a stable sort keeps that order for ties
+        t0 = int(ts.min())
+        bits = int(dur.max()).bit_length()
+        if (int(ts.max()) - t0).bit_length() + bits <= 62:  # (ts, -dur) as one int64: one (fast, stable) argsort
+            return np.argsort(((ts - t0) << bits) | (int(dur.max()) - dur), kind="stable")
+        return np.lexsort((-dur, ts))
+    return np.lexsort((idx, -dur, ts))
+
+
+def _stable_argsort(a: np.ndarray) -> np.ndarray:
+    """np.argsort(a, kind="stable"), faster for small values (numpy radix-sorts 16-bit integers)."""
+    if len(a) and -(1 << 15) <= a.min() and a.max() < (1 << 15):
+        return np.argsort(a.astype(np.int16), kind="stable")
+    return np.argsort(a, kind="stable")
+
+
 def _groups(keys: np.ndarray):
     """(key, positions of keys holding it (increasing)) for each distinct key, in increasing key order."""
-    by = np.argsort(keys, kind="stable")
+    by = _stable_argsort(keys)
     k = keys[by]
     cut = np.flatnonzero(k[1:] != k[:-1]) + 1
     starts = [0, *cut.tolist()]
@@ -950,11 +971,11 @@ def _nest(starts: np.ndarray, ends: np.ndarray):
     popped = np.maximum(np.searchsorted(starts, ends, side="left"), np.arange(1, n + 1))
     depth = np.arange(n) - np.cumsum(np.bincount(popped, minlength=n + 1))[:n]
     parent = np.full(n, -1, np.int64)
-    child = np.flatnonzero(depth)
+    by_depth = _stable_argsort(depth)           # positions by (depth, position)
+    key = depth[by_depth] * (n + 1) + by_depth  # increasing
+    child = by_depth[key >= n + 1]              # depth > 0, in the same order (so the queries below increase)
     if not len(child):
         return depth, parent
-    by_depth = np.argsort(depth, kind="stable")
-    key = depth[by_depth] * (n + 1) + by_depth  # increasing
     at = np.searchsorted(key, (depth[child] - 1) * (n + 1) + child) - 1
     if at.min() < 0:
         return None
@@ -1038,15 +1059,21 @@ def build(collector: _Collector) -> Model:
     else:
         fl = np.array(n.flows, dtype=np.int64).reshape(-1, 3)
     stats.flows = len(fl)
-    ok = o_k.tolist()
     return Model(
         processes=processes, threads=threads, tracks=tracks,
         ts=o_ts, dur=o_dur, track_id=np.asarray(o_track, dtype=np.int64),
-        category=[s_cat[k] for k in ok], name=[s_name[k] for k in ok],
+        category=_take_list(s_cat, o_k), name=_take_list(s_name, o_k),
         depth=np.asarray(o_depth, dtype=np.int64), parent_id=np.asarray(o_parent, dtype=np.int64),
         arg_set_id=_np(c.s_args)[o_k],
         flow_out=fl[:, 0].copy(), flow_in=fl[:, 1].copy(), flow_trace_id=fl[:, 2].copy(),
         stats=stats)
+
+
+def _take_list(values: list, idx: np.ndarray) -> list:
+    """[values[i] for i in idx], through an object array (values: strings or None)."""
+    a = np.empty(len(values), dtype=object)
+    a[:] = values
+    return a[idx].tolist()
 
 
 def new_collector(stats: LoadStats) -> _Collector:

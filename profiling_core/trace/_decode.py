@@ -199,6 +199,7 @@ def _stream(chunks, typed: bool):
                 got = cut_before(len(buf))
             if got is not None:
                 yield got
+                del got  # the caller's batch is freed as soon as the caller drops it (before the next decode)
             if not piece:
                 break
     del buf[:lo]
