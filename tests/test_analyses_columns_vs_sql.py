@@ -176,3 +176,17 @@ def test_analyze_without_columns_is_the_same(key):
             assert snap.digest(va) == snap.digest(vb), f
         else:
             assert va == vb, f
+
+
+def test_gemm_throughput_with_config_and_peak_without_columns_is_the_same():
+    from profiling_core.analyses import gemm_throughput
+    from profiling_core.config import ExperimentConfig
+    from profiling_core.trace import open_trace
+    for key in ("h200/4096_bf16_warm_eager.json", "cpu/64_fp32_warm_eager.json",
+                "traces/gaunernst_bert-small-uncased__1016001.json.gz"):
+        with open_trace(str(PATHS[key]), engine="sqlite") as s:
+            for cfg, peak in ((ExperimentConfig(size=4096, batch=2), 989.0), (None, 500.0), (None, None)):
+                a = gemm_throughput(s, peak_tflops=peak, config=cfg)
+                b = gemm_throughput(_SqlOnly(s), peak_tflops=peak, config=cfg)
+                assert snap.digest(a) == snap.digest(b), (key, cfg, peak)
+                assert len(a) > 0 or cfg is None, (key, cfg, peak)
