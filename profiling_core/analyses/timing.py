@@ -47,6 +47,10 @@ def _cold_start_rows(sh: Shared) -> list[tuple] | None:
     if len(regions) > 1 and (np.diff(t["ts"][regions]) == 0).any():
         return None
     steps = [r for r in sh.steps_list if r[6] is not None]
+    st_num = np.array([r[1] for r in steps], dtype=object)
+    st_ts = np.array([r[3] for r in steps], dtype=np.int64)
+    st_end = st_ts + np.array([r[4] for r in steps], dtype=np.int64)
+    st_utid = np.array([r[6] for r in steps], dtype=np.int64)
     lanes = {}
     for u in set(t["utid"][regions].tolist()):
         idx = np.flatnonzero(t["utid"] == u)
@@ -59,7 +63,7 @@ def _cold_start_rows(sh: Shared) -> list[tuple] | None:
     for r in regions.tolist():
         rid, ts, dur, depth, u = int(t["id"][r]), int(t["ts"][r]), int(t["dur"][r]), int(t["depth"][r]), \
             int(t["utid"][r])
-        nums = {st[1] for st in steps if st[6] == u and st[3] <= ts < st[3] + st[4]}
+        nums = set(st_num[(st_utid == u) & (st_ts <= ts) & (ts < st_end)].tolist())  # the steps holding r.ts
         if len(nums) > 1:
             return None
         idx, lts = lanes[u]
