@@ -401,3 +401,18 @@ def test_slice_order():
             idx = rng.permutation(idx)
         want = np.lexsort((idx, -dur, ts))
         assert _build._slice_order(ts, dur, idx).tolist() == want.tolist(), case
+
+
+def test_key_numbers():
+    rng = np.random.default_rng(9)
+    for case in range(100):
+        n = int(rng.integers(1, 500))
+        fid = rng.integers(0, int(rng.choice([5, 2**40, 2**63])), n, dtype=np.uint64)
+        if case % 5 == 0:
+            fid[::3] = np.uint64(2**64 - 1)
+        text = rng.integers(0, int(rng.choice([3, 2**20, 2**40])), n).astype(np.int64)
+        got = _build._key_numbers(fid, text).tolist()
+        first: dict = {}
+        for a, b, g in zip(fid.tolist(), text.tolist(), got):  # same pair <-> same number
+            assert first.setdefault((a, b), g) == g
+        assert len(set(first.values())) == len(first) and sorted(set(got)) == list(range(len(first)))

@@ -125,7 +125,7 @@ _S, _T, _F, _WAIT = 0, 1, 2, 3  # flow event kinds (_WAIT, in _Nester.bind_flows
 _FLOW_KIND = {"s": _S, "t": _T, "f": _F}
 _FLOW_PH = "stf"                 # kind -> ph
 _FAST_PH = {"X": 1, "s": 2, "t": 3, "f": 4}  # a flow's code - 2 is its kind (_S, _T, _F)
-_INT, _INT_STR = {int}, {int, str}
+_INT, _INT_STR, _INT_BOOL = {int}, {int, str}, {int, bool}
 _U64 = 0xFFFFFFFFFFFFFFFF
 _US_MAX = (_TS_LIMIT - 1) // 1000  # largest int µs whose ns value is below _TS_LIMIT
 
@@ -137,14 +137,19 @@ def _take(seq: list, idx: np.ndarray):
     return itemgetter(*idx.tolist())(seq)
 
 
-def _ids_unchanged(ids: list) -> bool:
-    """Whether every flow id is an int that _flow_id leaves as it is (0 <= id < 2**64)."""
-    if set(map(type, ids)) != _INT:
-        return False
-    try:
-        return int(np.array(ids, dtype=np.int64).min()) >= 0
-    except OverflowError:  # ids of 2**63 and more
-        return min(ids) >= 0 and max(ids) <= _U64
+def _flow_ids(ids: list) -> np.ndarray | None:
+    """_flow_id of each id, as uint64; None if one of them is not a flow id."""
+    if set(map(type, ids)) == _INT:
+        try:
+            a = np.array(ids, dtype=np.int64)
+        except OverflowError:  # ids of 2**63 and more
+            a = None
+        if a is not None and a.min() >= 0:
+            return a.view(np.uint64)
+    out = [v & _U64 if type(v) is int else _flow_id(v) for v in ids]
+    if None in out:
+        return None
+    return np.array(out, dtype=np.uint64)
 
 
 def _id_ok(v: Any) -> bool:
@@ -206,9 +211,10 @@ class _Collector:
         self.f_kind = array("b")       # _S, _T, _F
         self.f_enc = array("b")        # bp == "e" (binds to the enclosing slice)
         self.f_th = array("q")         # thread index
-        self.f_key = array("q")        # a number per distinct flow key (id, cat, name)
-        self.flow_keys: dict[tuple, int] = {}
-        self.n_keys = 0                # numbers handed out (a key's number: the first free one when first seen)
+        self.f_id = array("Q")         # flow id; with f_text, the flow's key (id, cat, name)
+        self.f_text = array("q")       # a number per distinct (cat, name)
+        self.flow_texts: dict[tuple, int] = {}
+        self.n_texts = 0               # numbers handed out (a pair's number: the first free one when first seen)
         self._be: dict[int, list] = {}
 
     def thread(self, pid: Any, tid: Any) -> int | None:
@@ -320,19 +326,12 @@ class _Collector:
             f_ts = _ns_column([e.ts for e in fev], True)
             if f_ts is None:
                 return False
-            fids = [e.id for e in fev]
-            if not _ids_unchanged(fids):
-                fids = [v & _U64 if type(v) is int else _flow_id(v) for v in fids]
-                if None in fids:
-                    return False
-        get = self.thread_index.get
-        try:
-            th = np.array([get((e.pid, e.tid)) for e in evs], dtype=np.int64)
-        except TypeError:  # a new thread (None), or ids that cannot be one (unhashable)
-            keys = [(e.pid, e.tid) for e in evs]
-            if not self._new_threads(keys):
+            fids = _flow_ids([e.id for e in fev])
+            if fids is None:
                 return False
-            th = np.array(list(map(get, keys)), dtype=np.int64)
+        th = self._threads([e.pid for e in evs], [e.tid for e in evs])
+        if th is None:
+            return False
         # 2. append
         if nx:
             raws = [e.args for e in xev]
@@ -361,11 +360,36 @@ class _Collector:
             self.f_kind.frombytes((code[fi] - 2).astype(np.int8).tobytes())
             self.f_enc.frombytes(np.array([e.bp == "e" for e in fev], dtype=np.int8).tobytes())
             self.f_th.frombytes((th if not nx else th[fi]).tobytes())
-            keys = zip(fids, self._intern([e.cat for e in fev], None), self._intern([e.name for e in fev], None))
-            self.f_key.frombytes(np.fromiter(map(self.flow_keys.setdefault, keys, count(self.n_keys)), np.int64,
+            self.f_id.frombytes(fids.tobytes())
+            texts = zip(self._intern([e.cat for e in fev], None), self._intern([e.name for e in fev], None))
+            self.f_text.frombytes(np.fromiter(map(self.flow_texts.setdefault, texts, count(self.n_texts)), np.int64,
                                               nf).tobytes())
-            self.n_keys += nf
+            self.n_texts += nf
         return True
+
+    def _threads(self, pids: list, tids: list) -> np.ndarray | None:
+        """The thread index of each (pid, tid), found or made (in order) as the per-event path does; None (and
+        nothing made) if one of them cannot be a thread.
+
+        Integer ids: one lookup per run of equal (pid, tid) (equal numbers are equal keys of ``thread_index``)."""
+        get = self.thread_index.get
+        if set(map(type, pids)) <= _INT_BOOL and set(map(type, tids)) <= _INT_BOOL:
+            try:
+                p, t = np.array(pids, dtype=np.int64), np.array(tids, dtype=np.int64)
+            except OverflowError:
+                p = t = None
+            if p is not None:
+                starts = [0, *(np.flatnonzero((p[1:] != p[:-1]) | (t[1:] != t[:-1])) + 1).tolist()]
+                found = [get((pids[i], tids[i])) for i in starts]
+                if None not in found:
+                    return np.repeat(np.array(found, np.int64), np.diff([*starts, len(pids)]))
+        keys = list(zip(pids, tids))
+        try:
+            return np.array(list(map(get, keys)), dtype=np.int64)
+        except TypeError:  # a new thread (None), or ids that cannot be one (unhashable)
+            if not self._new_threads(keys):
+                return None
+            return np.array(list(map(get, keys)), dtype=np.int64)
 
     def _new_threads(self, keys: list[tuple]) -> bool:
         """Make the threads of ``keys`` ((pid, tid) as written) that do not exist yet, in order; False (and
@@ -415,7 +439,7 @@ class _Collector:
         s_ts, s_dur, s_th, s_idx = self.s_ts.append, self.s_dur.append, self.s_th.append, self.s_idx.append
         s_name, s_cat, s_args, args = self.s_name.append, self.s_cat.append, self.s_args.append, self.args.append
         f_ts, f_idx, f_kind, f_enc = self.f_ts.append, self.f_idx.append, self.f_kind.append, self.f_enc.append
-        f_th, f_key, flow_keys = self.f_th.append, self.f_key.append, self.flow_keys
+        f_th, f_id, f_text, flow_texts = self.f_th.append, self.f_id.append, self.f_text.append, self.flow_texts
         # (the caller swaps self.args for a new list after each batch)
         n_args = self.n_args
         empty = _EMPTY_ARGS
@@ -491,9 +515,9 @@ class _Collector:
                 f_kind(_FLOW_KIND[ph])
                 f_enc(e.bp == "e")
                 f_th(th)
-                key = flow_keys.setdefault((fid, cat, name), self.n_keys)
-                self.n_keys += 1
-                f_key(key)
+                f_id(fid)
+                f_text(flow_texts.setdefault((cat, name), self.n_texts))
+                self.n_texts += 1
                 continue
             self.n_args = n_args  # the slow paths below use add_slice/add_args
             if ph == "i" or ph == "I" or ph == "R":
@@ -550,8 +574,9 @@ class _Collector:
         self.f_kind.append(_FLOW_KIND[e.ph])
         self.f_enc.append(e.bp == "e")
         self.f_th.append(th)
-        self.f_key.append(self.flow_keys.setdefault((fid, cat, name), self.n_keys))
-        self.n_keys += 1
+        self.f_id.append(fid)
+        self.f_text.append(self.flow_texts.setdefault((cat, name), self.n_texts))
+        self.n_texts += 1
 
     def metadata(self, e: Event) -> None:
         if e.name not in ("process_name", "thread_name"):
@@ -733,7 +758,8 @@ class _Nester:
             ids = [self.track_ids[key] for key in keys]
             o_track[g] = ids[0] if len(ids) == 1 else np.array(ids, np.int64)[lane[g]]
         if nf:
-            self.bind_flows(_np8(c.f_kind)[f_k], _np8(c.f_enc)[f_k].astype(bool), _np(c.f_key)[f_k], f_nsb, f_top,
+            key = _key_numbers(np.frombuffer(c.f_id, dtype=np.uint64)[f_k], _np(c.f_text)[f_k])
+            self.bind_flows(_np8(c.f_kind)[f_k], _np8(c.f_enc)[f_k].astype(bool), key, f_nsb, f_top,
                             f_next)
         return o_ts, o_dur, o_track, depth, parent, o_k
 
@@ -748,7 +774,7 @@ class _Nester:
         (that 's' or a later 't') to its own, and a 't' becomes the opener. Trace ids count keys in the order they
         were opened. Skip reasons are counted, and first counted, in the order the loop meets them.
         """
-        nk = self.c.n_keys
+        nk = int(key.max()) + 1
         kind = np.where((kind == _F) & ~enc, _WAIT, kind)
         waits = (kind == _WAIT) & (f_next < 0)  # never bound
         ops = np.flatnonzero(~waits)
@@ -807,7 +833,8 @@ class _Nester:
         lane_tracks: dict[int, list] = {}  # thread -> track id of each of its lanes
         other_tracks: dict[int, int] = {}  # -1 (global) or <= -2 (process) -> track id
         track, flow_event = self.track, self.flow_event
-        self.f_rest = f_rest = list(zip(map(_FLOW_PH.__getitem__, c.f_kind), c.f_key, c.f_th, map(bool, c.f_enc)))
+        self.f_rest = f_rest = list(zip(map(_FLOW_PH.__getitem__, c.f_kind), zip(c.f_id, c.f_text), c.f_th,
+                                        map(bool, c.f_enc)))
         open_flows, trace_ids, flows = self.open_flows, self.trace_ids, self.flows
         skip = stats.skip
         sid = 0
@@ -920,6 +947,21 @@ class _Nester:
         self.flows.append((out, sid, self.trace_ids[key]))
         if ph == "t":
             self.open_flows[key] = sid
+
+
+def _key_numbers(fid: np.ndarray, text: np.ndarray) -> np.ndarray:
+    """A number per distinct (fid, text) pair (0, 1, ...; any order) for each flow event."""
+    if not len(fid):
+        return np.zeros(0, np.int64)
+    bits = int(text.max()).bit_length()
+    if int(fid.max()).bit_length() + bits <= 63:  # the pair as one int64
+        return np.unique((fid.astype(np.int64) << bits) | text, return_inverse=True)[1].astype(np.int64)
+    order = np.lexsort((text, fid))
+    f, t = fid[order], text[order]
+    new = np.concatenate(([False], (f[1:] != f[:-1]) | (t[1:] != t[:-1])))
+    out = np.empty(len(fid), np.int64)
+    out[order] = np.cumsum(new)
+    return out
 
 
 def _slice_order(ts: np.ndarray, dur: np.ndarray, idx: np.ndarray) -> np.ndarray:
