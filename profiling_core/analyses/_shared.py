@@ -32,7 +32,7 @@ import pandas as pd
 from ._common import run_query
 
 __all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "sharing", "frame", "frame_cols",
-           "as_object_column", "nullable", "union_ns"]
+           "as_object_column", "nullable", "union_ns", "expand_ranges"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 
@@ -205,6 +205,14 @@ def take_rows(col, idx: np.ndarray):
     return col.take(idx) if isinstance(col, (IntsOrNull, Coded)) else col[idx]
 
 
+def expand_ranges(lo: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(which, position) for every position in the ranges [lo[k], lo[k] + n[k]), range after range: ``which`` is
+    k; e.g. lo [5, 9], n [2, 1] -> which [0, 0, 1], position [5, 6, 9] (numpy's repeat instead of a loop)."""
+    which = np.repeat(np.arange(len(lo)), n)
+    start = np.cumsum(n) - n  # where each range starts in the output
+    return which, np.repeat(lo, n) + (np.arange(len(which)) - np.repeat(start, n))
+
+
 def nullable(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
     """An object array of Python ints with None where ``missing`` (a column of ints and NULLs, as a query gives)."""
     a = values.astype(object)
@@ -331,10 +339,7 @@ class Shared:
         in (launch_id, gpu_id) order, so each launch's pairs are one run); ``which`` indexes ``launch_ids``."""
         lid = self.p["launch_id"]
         lo = np.searchsorted(lid, launch_ids, side="left")
-        n = np.searchsorted(lid, launch_ids, side="right") - lo
-        which = np.repeat(np.arange(len(launch_ids)), n)
-        start = np.cumsum(n) - n  # where each launch's run starts in the output
-        return which, np.repeat(lo, n) + (np.arange(len(which)) - np.repeat(start, n))
+        return expand_ranges(lo, np.searchsorted(lid, launch_ids, side="right") - lo)
 
     @cached_property
     def tables(self):

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ._common import run_query
-from ._shared import Shared, frame, frame_cols, nullable, shared_for
+from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
 __all__ = ["gemm_throughput", "gemm_flops_from_dims"]
 
@@ -287,8 +287,7 @@ def _inner_gemms(ts: np.ndarray, dur: np.ndarray, utid: np.ndarray) -> np.ndarra
         s, e = ts[js], end[js]
         lo = np.searchsorted(s, s, side="left")
         cnt = np.searchsorted(s, e, side="right") - lo
-        which = np.repeat(np.arange(len(js)), cnt)
-        cand = np.repeat(lo, cnt) + (np.arange(len(which)) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+        which, cand = expand_ranges(lo, cnt)
         ok = (cand != which) & (e[cand] <= e[which])
         out[js] = np.bincount(which[ok], minlength=len(js))
     return out
@@ -326,8 +325,8 @@ def _kernels_of(sh: Shared, ts: np.ndarray, end: np.ndarray, utid: np.ndarray):
         has = cnt > 0
         kns[ops[has]] = (csum[hi] - csum[lo])[has].tolist()
         # the (op, pair) items, pairs in visiting order within each op; first of each (op, name) kept
-        which = np.repeat(np.arange(len(ops)), cnt)
-        item = by_ts[np.repeat(lo, cnt) + (np.arange(len(which)) - np.repeat(np.cumsum(cnt) - cnt, cnt))]
+        which, at = expand_ranges(lo, cnt)
+        item = by_ts[at]
         order = np.lexsort((item, which))
         which, item = which[order], item[order]
         code = name_codes[pos[item]]
