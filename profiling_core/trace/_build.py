@@ -2,14 +2,19 @@
 
 The rules follow what a real trace_processor (after v58) does with a Chrome JSON trace; see
 docs/SQL.md for each rule and for every known difference.
+
+Both passes have a fast path that works on columns (numpy arrays, lists) and a per-event / per-slice path that
+states the rules one event at a time: ``_Collector._run_fast`` / ``_run_events`` and ``_Nester.run_fast`` /
+``run_loop``. A fast path only takes what it can prove it handles exactly as the other path does and hands the rest
+to it; ``_FAST_COLLECT`` / ``_FAST_NEST`` False turn them off (tests/test_trace_loader_columnar.py compares both).
 """
 from __future__ import annotations
 
 import zlib
 from array import array
+from dataclasses import dataclass, field
 from itertools import compress, count, islice, repeat
 from operator import itemgetter
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
