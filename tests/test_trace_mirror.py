@@ -329,3 +329,47 @@ def test_close_stops_a_background_build_that_is_still_running(tmp_path, monkeypa
     s.close()
     assert time.perf_counter() - t0 < 5
     assert not backend._builder and not any(Path(f).exists() for f in files)
+
+
+def test_raw_args_are_each_events_args_json(session):
+    """raw_args gives the args object of each event as written in the JSON (checked by a plain scan)."""
+    s = session("64_bf16_cold_eager.json")
+    doc = json.loads((DATA / "64_bf16_cold_eager.json").read_text())
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("args")]
+    df = s.query("select arg_set_id, name, ts from slice where arg_set_id is not null order by arg_set_id")
+    got = s.raw_args(df["arg_set_id"].tolist())
+    assert len(got) == len(df) == len(xs)
+    by_key = {(e["name"], round(e["ts"] * 1000)): e["args"] for e in xs}
+    for a, name, ts in df.itertuples(index=False):
+        assert json.loads(got[a]) == by_key[(name, ts)]
+    assert s.raw_args([]) == {} and s.raw_args([10**9]) == {}
+
+
+def test_files_of_a_killed_process_are_removed_by_the_next_open(tmp_path):
+    """A process killed while it holds a trace open (SIGKILL: no close, no finalizer) leaves its SQLite files; the
+    next open_trace in the same temporary directory removes them, and keeps those of live processes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from profiling_core.trace._mirror import MirrorBackend
+    p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = ("import os, signal; from profiling_core.trace._mirror import MirrorBackend\n"
+            f"b = MirrorBackend({str(p)!r}, 1 << 30, tmp_dir={str(tmp)!r})\n"
+            "b.wait_sql(); print(b.db_path, b.args_path, flush=True); os.kill(os.getpid(), signal.SIGKILL)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == -signal.SIGKILL
+    orphans = r.stdout.split()
+    assert len(orphans) == 2 and all(Path(f).exists() for f in orphans)
+    live = tmp / f"trace-mirror-{os.getppid()}-keep.sqlite"  # a live process's file (our parent's pid)
+    live.write_bytes(b"")
+    b = MirrorBackend(str(p), 1 << 30, tmp_dir=str(tmp))
+    try:
+        assert not any(Path(f).exists() for f in orphans)
+        assert live.exists() and Path(b.db_path).exists()
+    finally:
+        b.close()

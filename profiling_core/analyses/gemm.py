@@ -1,15 +1,14 @@
 """Achieved GEMM throughput where the FLOPs are known (from the experiment config or recorded shapes)."""
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
+from ..errors import QueryError
 from ._common import run_query
 from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
@@ -207,27 +206,18 @@ def _dims_from_args(session, ops: dict) -> dict[int, list[list[int]]] | None:
     indices dropped) equals ``args.Input Dims`` only for the leaves reached through arrays from a top-level key
     whose name, without ``[digits]``, is ``Input Dims`` (a nested object adds a ``.``); other such keys are
     unusual, so these are the leaves of ``Input Dims``, with keys ``args.Input Dims[i][j]...``."""
-    path = _args_db_path(session)
-    if path is None:
-        return None
+    if getattr(session, "tables", None) is None:
+        return None  # not the mirror: the query reads the args table
     want = {sid: a for sid, a in ops.items() if a is not None and a >= 0}
     if not want:
         return {}
-    import sqlite3
-    from urllib.parse import quote
-
     import msgspec
     try:
-        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
-    except sqlite3.Error:
+        raws = session.raw_args(want.values())
+    except QueryError:
         return None
-    try:
-        raws = dict(conn.execute("SELECT arg_set_id, raw FROM _args_raw WHERE arg_set_id IN "
-                                 "(SELECT value FROM json_each(?))", (json.dumps(sorted(set(want.values()))),)))
-    except sqlite3.Error:
+    if raws is None:
         return None
-    finally:
-        conn.close()
     decode_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
     decode = msgspec.json.Decoder().decode
     cache: dict = {}
@@ -236,13 +226,6 @@ def _dims_from_args(session, ops: dict) -> dict[int, list[list[int]]] | None:
     except _Unusual:
         return None
     return {sid: dims[a] for sid, a in want.items() if dims.get(a) is not None}
-
-
-def _args_db_path(session) -> str | None:
-    """The mirror's args database file (complete once ``open_trace`` returns), or None (another engine)."""
-    backend = getattr(getattr(session, "_backend", None), "_b", None)
-    path = getattr(backend, "args_path", None)
-    return path if isinstance(path, str) and os.path.isfile(path) else None
 
 
 _GEMM_NAMES = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear")

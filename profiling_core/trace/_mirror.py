@@ -78,6 +78,41 @@ _ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + n): n for n in (
 _SCHEMA_TABLES = ("sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema")
 
 
+_PREFIX = "trace-mirror-"
+
+
+def _remove_orphans(tmp_dir: str | None) -> None:
+    """Delete the files of mirrors whose process is gone (killed: SIGKILL, a time-out, a crash), so they cannot fill
+    the temporary directory (an args database is ~half the trace's size). Each file's name carries its process id;
+    a process that still exists keeps its files (a reused pid only means a file is kept a little longer)."""
+    d = tmp_dir or tempfile.gettempdir()
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    alive: dict[int, bool] = {os.getpid(): True}
+    for name in names:
+        if not name.startswith(_PREFIX):
+            continue
+        pid = name[len(_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        pid = int(pid)
+        if pid not in alive:
+            try:
+                os.kill(pid, 0)
+                alive[pid] = True
+            except ProcessLookupError:
+                alive[pid] = False
+            except OSError:  # e.g. another user's process: it exists
+                alive[pid] = True
+        if not alive[pid]:
+            try:
+                os.unlink(os.path.join(d, name))
+            except OSError:
+                pass
+
+
 class MirrorBackend:
     """Owns the columns, the SQLite file and the connections of one loaded trace.
 
@@ -88,7 +123,8 @@ class MirrorBackend:
     """
 
     def __init__(self, path: str, max_bytes: int, tmp_dir: str | None = None) -> None:
-        fd, self.db_path = tempfile.mkstemp(prefix="trace-mirror-", suffix=".sqlite", dir=tmp_dir)
+        _remove_orphans(tmp_dir)
+        fd, self.db_path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", suffix=".sqlite", dir=tmp_dir)
         os.close(fd)
         self.stats = LoadStats()
         self._lock = threading.Lock()
@@ -96,7 +132,7 @@ class MirrorBackend:
         self._arg_calls: dict[str, int] = {}
         self._arg_tables: dict[str, dict] = {}
         self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"
-        self._conn = self._aux = None
+        self._conn = self._aux = self._args_conn = None
         self._closed = False
         self._builder: threading.Thread | None = None
         self._build_conn: sqlite3.Connection | None = None
@@ -135,6 +171,27 @@ class MirrorBackend:
             e = self._build_error
             raise QueryError(f"the trace's SQL tables could not be written to {self.db_path}: "
                              f"{type(e).__name__}: {e}") from None
+
+    def raw_args(self, arg_set_ids) -> dict[int, bytes]:
+        """{arg_set_id: the raw JSON text of that event's ``args``} for these ids (unknown ids are left out).
+
+        The args database is complete when the load returns (it is written while the JSON is decoded), so this
+        never waits for the SQL tables. Raises QueryError on a closed session."""
+        ids = sorted({int(a) for a in arg_set_ids})
+        with self._lock:
+            if self._closed:
+                raise QueryError("the trace session is closed")
+            if not ids:
+                return {}
+            if self._args_conn is None:
+                self._args_conn = sqlite3.connect(f"file:{self.args_path}?mode=ro", uri=True,
+                                                  check_same_thread=False)
+            try:
+                return {a: bytes(r) for a, r in self._args_conn.execute(
+                    "SELECT arg_set_id, raw FROM _args_raw WHERE arg_set_id IN (SELECT value FROM json_each(?))",
+                    (json.dumps(ids),))}
+            except sqlite3.Error as e:
+                raise QueryError(f"the trace's args could not be read: {e}") from None
 
     def _connection(self) -> sqlite3.Connection:
         """The query connection, opened on first use once the tables are built (call with self._lock held)."""
@@ -298,7 +355,7 @@ class MirrorBackend:
                 except sqlite3.Error:
                     pass
             builder.join(0.01)
-        for name in ("_conn", "_aux"):
+        for name in ("_conn", "_aux", "_args_conn"):
             conn = getattr(self, name, None)
             if conn is not None:
                 try:

@@ -58,6 +58,14 @@ class TraceSession:
         df = self._backend.query_df(sql)
         return [str(c) for c in df.columns], [df[c].tolist() for c in df.columns]
 
+    def raw_args(self, arg_set_ids):
+        """Mirror only: ``{arg_set_id: raw JSON text (bytes) of that event's args}`` for these ids, read without
+        waiting for the SQL tables; None on perfetto (use the ``args`` table there). Raises QueryError when closed."""
+        if self._backend is None:
+            raise QueryError("the trace session is closed")
+        raw = getattr(self._backend, "raw_args", None)
+        return None if raw is None else raw(arg_set_ids)
+
     @property
     def tables(self):
         """The mirror's tables as in-memory columns (:class:`~profiling_core.trace._tables.TraceTables`), which the
@@ -107,6 +115,9 @@ class _MirrorAdapter:
     @property
     def tables(self):
         return self._b.tables
+
+    def raw_args(self, arg_set_ids):
+        return self._b.raw_args(arg_set_ids)
 
     def close(self) -> None:
         self._b.close()
