@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ._decode import Event, to_ns
+from ._decode import Event, ns_of_decimals, to_ns
 
 _TS_LIMIT = 1 << 62  # ns; anything larger cannot be a real timestamp (and would overflow sums)
 _EMPTY_ARGS = (b"", b"{}", b"null")
@@ -130,7 +130,7 @@ _S, _T, _F, _WAIT = 0, 1, 2, 3  # flow event kinds (_WAIT, in _Nester.bind_flows
 _FLOW_KIND = {"s": _S, "t": _T, "f": _F}
 _FLOW_PH = "stf"                 # kind -> ph
 _FAST_PH = {"X": 1, "s": 2, "t": 3, "f": 4}  # a flow's code - 2 is its kind (_S, _T, _F)
-_INT, _INT_STR, _INT_BOOL = {int}, {int, str}, {int, bool}
+_INT, _STR, _INT_STR, _INT_BOOL = {int}, {str}, {int, str}, {int, bool}
 _U64 = 0xFFFFFFFFFFFFFFFF
 _US_MAX = (_TS_LIMIT - 1) // 1000  # largest int µs whose ns value is below _TS_LIMIT
 
@@ -177,13 +177,18 @@ def _ns_column(values: list, signed: bool) -> np.ndarray | None:
         return a * 1000
     if not types <= _INT_STR:
         return None
-    ns = [v * 1000 if type(v) is int else to_ns(v) for v in values]
-    if None in ns:
+    a = ns_of_decimals(values) if types == _STR else None  # (most newer Kineto traces)
+    if a is None:
+        ns = [v * 1000 if type(v) is int else to_ns(v) for v in values]
+        if None in ns:
+            return None
+        lo, hi = min(ns), max(ns)
+        if hi >= _TS_LIMIT or lo <= (-_TS_LIMIT if signed else -1):
+            return None
+        return np.array(ns, dtype=np.int64)
+    if a.max() >= _TS_LIMIT or a.min() <= (-_TS_LIMIT if signed else -1):
         return None
-    lo, hi = min(ns), max(ns)
-    if hi >= _TS_LIMIT or lo <= (-_TS_LIMIT if signed else -1):
-        return None
-    return np.array(ns, dtype=np.int64)
+    return a
 
 
 class _Collector:
