@@ -249,17 +249,17 @@ def _check(evs, monkeypatch, chunk: int = 1 << 14) -> dict:
 @pytest.fixture
 def paths(monkeypatch):
     """Counts how often each fast path ran and how often it handed back."""
-    seen = {"fast_run": 0, "fast_run_back": 0, "nest": 0, "nest_back": 0, "walk": 0}
-    run_fast, nest, walk = _build._Collector._run_fast, _build._nest, _build._walk
+    seen = {"fast_run": 0, "fast_run_back": 0, "place": 0, "place_spills": 0, "place_back": 0, "walk": 0}
+    run_fast, place, walk = _build._Collector._run_fast, _build._place, _build._walk
 
     def counted_run_fast(self, *a):
         ok = run_fast(self, *a)
         seen["fast_run" if ok else "fast_run_back"] += 1
         return ok
 
-    def counted_nest(*a):
-        r = nest(*a)
-        seen["nest" if r is not None else "nest_back"] += 1
+    def counted_place(*a):
+        r = place(*a)
+        seen["place_back" if r is None else "place_spills" if len(r[4]) > 1 else "place"] += 1
         return r
 
     def counted_walk(*a):
@@ -267,7 +267,7 @@ def paths(monkeypatch):
         return walk(*a)
 
     monkeypatch.setattr(_build._Collector, "_run_fast", counted_run_fast)
-    monkeypatch.setattr(_build, "_nest", counted_nest)
+    monkeypatch.setattr(_build, "_place", counted_place)
     monkeypatch.setattr(_build, "_walk", counted_walk)
     return seen
 
@@ -277,16 +277,17 @@ def test_fast_paths_equal_slow_paths(poison, monkeypatch, paths):
     for seed in range(6):
         _check(kineto_like(seed * 31 + len(poison), poison), monkeypatch)
     if not poison:  # a clean trace: everything the fast way
-        assert paths["fast_run"] and not paths["fast_run_back"] and paths["nest"] and not paths["nest_back"]
+        assert paths["fast_run"] and not paths["fast_run_back"] and paths["place"]
+        assert not paths["place_spills"] and not paths["place_back"]
     if "overlap_all" in poison or "overlap" in poison:
-        assert paths["nest_back"] and paths["nest"]
+        assert paths["place"] and (paths["place_spills"] or paths["place_back"])
     if poison in (("bad_ts",), ("bad_dur",), ("odd_ids",)):
         assert paths["fast_run_back"] and paths["fast_run"]
 
 
 def test_spilled_thread_with_flows_in_a_clean_trace(monkeypatch, paths):
-    """Hand-made: one thread nests well (arrays), the other overlaps (walked); flows bind on both, with the stale
-    top rule, a waiting 'f', and a step."""
+    """Hand-made: one thread nests well, the other has a spill (placed on lane 1 by _place); flows bind on both, with
+    the stale top rule, a waiting 'f', and a step."""
     x = [("A", 0, 100), ("B", 10, 20), ("C", 30, 5), ("D", 40, 80)]  # D overlaps A: spills onto lane 1
     x += [(f"n{i}", 200 + 10 * i, 10) for i in range(40)]              # padding, nested well
     evs = [{"ph": "X", "name": n, "pid": 1, "tid": 2, "ts": s, "dur": d} for n, s, d in x]
@@ -297,7 +298,7 @@ def test_spilled_thread_with_flows_in_a_clean_trace(monkeypatch, paths):
             {"ph": "t", "id": 2, "pid": 1, "tid": 2, "ts": 31, "bp": "e", "cat": "c", "name": "n"},   # -> C
             {"ph": "f", "id": 2, "pid": 1, "tid": 2, "ts": 150, "cat": "c", "name": "n"}]             # waits: n0
     want = _check(evs, monkeypatch)
-    assert paths["nest"] and paths["walk"]
+    assert paths["place"] and paths["place_spills"]
     names = want["name"]
     pairs = [(names[a], names[b]) for a, b in zip(want["flow_out"], want["flow_in"])]
     # hand count: s(1)@45 on thread 2 binds D; f(1)@95 binds k9; s(2)@33 binds k3; t(2)@31 comes first (no start:
@@ -361,32 +362,32 @@ def test_typed_pieces_decode_the_same_events(piece, monkeypatch):
 # ------------------------------------------------------------------------------------------------------ the pieces
 
 
-def test_nest_agrees_with_walk():
-    """_nest gives _walk's depth and parent when _walk needs one lane, and hands back (None) when it needs more."""
+def test_place_agrees_with_walk():
+    """_place gives _walk's lanes, depths, parents, flow tops and lane starts, or hands back (None)."""
     rng = random.Random(3)
-    both = {True: 0, False: 0}
-    for case in range(400):
+    seen = {"one lane": 0, "spills": 0, "back": 0}
+    for case in range(600):
         sl: list = []
-        _tree(rng, 0, rng.choice([50, 500, 5000]), 0, sl, rng.randint(1, 300))
+        _tree(rng, 0, rng.choice([50, 500, 5000]), 0, sl, rng.randint(1, 400))
         if case % 3 == 0:  # partial overlaps
-            for _ in range(rng.randint(1, 3)):
+            for _ in range(rng.choice([1, 2, 3, 20, 100])):
                 s, d = rng.choice(sl)
                 sl.append((s + rng.randint(0, d), rng.randint(0, 100)))
         if case % 7 == 0:  # many equal timestamps
             sl = [(s // 50 * 50, d // 10 * 10) for s, d in sl]
         sl.sort(key=lambda x: (x[0], -x[1]))  # the slice order (ties: file order)
+        sids = sorted(rng.sample(range(3 * len(sl) + 5), len(sl)))  # other threads' slices in between
         starts = np.array([s for s, _ in sl], np.int64)
         ends = np.array([s + d for s, d in sl], np.int64)
-        lanes, depth, parent, _tops, firsts = _build._walk(list(range(len(sl))), starts.tolist(), ends.tolist(), [])
-        got = _build._nest(starts, ends)
-        one_lane = len(firsts) == 1
-        both[one_lane] += 1
-        if one_lane:
-            assert got is not None, case
-            assert got[0].tolist() == depth and got[1].tolist() == parent, case
-        else:
-            assert got is None, case
-    assert both[True] > 50 and both[False] > 50
+        f_nsb = sorted(rng.randint(0, 3 * len(sl) + 6) for _ in range(rng.randint(0, 60)))
+        want = _build._walk(sids, starts.tolist(), ends.tolist(), f_nsb)
+        got = _build._place(np.array(sids, np.int64), starts, ends, np.array(f_nsb, np.int64))
+        if got is None:
+            seen["back"] += 1
+            continue
+        seen["spills" if len(want[4]) > 1 else "one lane"] += 1
+        assert [np.asarray(x).tolist() for x in got] == [list(x) for x in want], case
+    assert min(seen.values()) > 20, seen
 
 
 def test_slice_order():

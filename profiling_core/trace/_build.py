@@ -699,12 +699,13 @@ class _Nester:
         """What :meth:`run_loop` does, thread by thread (threads do not interact, except through track ids and
         flows, which are put in the loop's order afterwards).
 
-        A thread whose slices all nest on one lane (checked exactly, see :func:`_nest`) gets depth and parent from
-        arrays, and each flow event on it binds to the thread's last slice before it (the top of its only stack:
-        nothing is popped until the next slice arrives). Other threads (spills; and threads with few slices) are
-        walked one slice at a time by :func:`_walk`, the loop's own rules. Tracks are numbered in the order the loop
-        makes them (by the slice that first lands on each). Flow events then run through the loop's flow rules in the
-        loop's order, a waiting 'f' at the position of the slice that binds it.
+        A thread's slices go on lanes through :func:`_place`: lane 0 with arrays (checked exactly, see
+        :func:`_nest_window`), and only the slices that do not fit it (spills) one at a time; a flow event on a thread
+        binds to its last slice before it (nothing is popped until the next slice arrives), or to a spilled slice's
+        lane if that began later. Threads with few slices, or many spills, are walked one slice at a time by
+        :func:`_walk`, the loop's own rules. Tracks are numbered in the order the loop makes them (by the slice that
+        first lands on each). Flow events then run through the loop's flow rules in the loop's order, a waiting 'f' at
+        the position of the slice that binds it.
         """
         c = self.c
         stats = c.stats
@@ -735,26 +736,19 @@ class _Nester:
                 groups.append((g, [key]))
                 continue
             fl = flows_of.pop(t, None)
-            nested = _nest(o_ts[g], o_end[g]) if len(g) >= _MIN_NEST else None
-            if nested is not None:
-                depth[g] = nested[0]
-                has = nested[1] >= 0
-                parent[g[has]] = g[nested[1][has]]
-                keys = [("thread", t, 0)]
-                if fl is not None:
-                    k = np.searchsorted(g, f_nsb[fl])
-                    f_top[fl] = np.where(k > 0, g[k - 1], -1)
-            else:
-                lanes, d, p, tops, firsts = _walk(g.tolist(), o_ts[g].tolist(), o_end[g].tolist(),
-                                                  [] if fl is None else f_nsb[fl].tolist())
-                lane[g] = lanes
-                depth[g] = d
-                parent[g] = p
-                keys = [("thread", t, li) for li in range(len(firsts))]
-                made.extend((sid, key, "thread_execution") for sid, key in zip(firsts[1:], keys[1:]))
-                stats.spill_tracks += len(firsts) - 1
-                if fl is not None:
-                    f_top[fl] = tops
+            fn = f_nsb[fl] if fl is not None else f_nsb[:0]
+            placed = _place(g, o_ts[g], o_end[g], fn) if len(g) >= _MIN_NEST else None
+            if placed is None:
+                placed = _walk(g.tolist(), o_ts[g].tolist(), o_end[g].tolist(), fn.tolist())
+            lanes, d, p, tops, firsts = placed
+            lane[g] = lanes
+            depth[g] = d
+            parent[g] = p
+            keys = [("thread", t, li) for li in range(len(firsts))]
+            made.extend((sid, key, "thread_execution") for sid, key in zip(firsts[1:], keys[1:]))
+            stats.spill_tracks += len(firsts) - 1
+            if fl is not None:
+                f_top[fl] = tops
             made.append((int(g[0]), keys[0], "thread_execution"))
             groups.append((g, keys))
             if fl is not None:
@@ -1007,36 +1001,152 @@ def _groups(keys: np.ndarray):
 _MIN_NEST = 32  # fewer slices on a thread: _walk it
 
 
-def _nest(starts: np.ndarray, ends: np.ndarray):
-    """(depth, parent) of one thread's slices (in slice id order: starts non-decreasing) if they all go on one lane,
-    else None. parent: a position in the arrays, -1 for none.
+def _nest_window(starts: np.ndarray, ends: np.ndarray, below_end: np.ndarray, below_at: np.ndarray, base: int):
+    """Lane 0 of one thread for a window of its slices: (v, depth, parent) where the first v slices all go on lane 0
+    (v = len(starts): all of them; else slice v does not fit it) and depth, parent (thread positions, -1 for none) are
+    exact for those v.
 
-    The loop (run_loop) pops a lane's stack only when a slice arrives, then pushes it: if no slice has spilled
-    before slice i, its stack after popping holds exactly the earlier slices j that end after i starts
-    (ends[j] > starts[i]; stacked slices nest, so the ones popped are those that ended), so depth[i] is their count;
-    its top (parent[i]) is the last earlier slice of depth[i] - 1 (every slice after it and before i sits above it,
-    deeper). Slice i spills unless it ends within that top. Checking that for every i, with depth and parent from
-    those formulas, proves (by induction over i) that no slice spills and that the formulas are the loop's values.
+    Slices in slice id order (starts non-decreasing); ``base``: the thread position of the first. ``below_end``,
+    ``below_at``: lane 0's stack before it (bottom to top: ends non-increasing; thread positions), maybe partly ended.
+
+    The loop (run_loop) pops a lane's stack only when a slice arrives, then pushes it on the first lane where it fits.
+    If no slice of the window has spilled before slice i, lane 0's stack once popped for i holds exactly the earlier
+    lane-0 slices that end after i starts (stacked slices nest, so the ones popped are those that ended): the alive
+    part of the stack below (a prefix of it) and the window's slices j < i with ends[j] > starts[i]. So depth[i] is
+    their count; the top (parent[i]) is, if a window slice is alive, the last earlier window slice of depth[i] - 1
+    (every slice after it and before i sits above it, deeper), else the top of the alive part below. Slice i fits if
+    it ends within that top. Checking that for every i, with depth and parent from those formulas, proves (by
+    induction over i) that the first v fit and that the formulas are the loop's values for them.
     """
-    n = len(starts)
-    # slice j is popped when the first slice after it that starts at or after its end arrives
-    popped = np.maximum(np.searchsorted(starts, ends, side="left"), np.arange(1, n + 1))
-    depth = np.arange(n) - np.cumsum(np.bincount(popped, minlength=n + 1))[:n]
-    parent = np.full(n, -1, np.int64)
+    w = len(starts)
+    # window slice j is popped when the first slice after it that starts at or after its end arrives
+    popped = np.maximum(np.searchsorted(starts, ends, side="left"), np.arange(1, w + 1))
+    alive = np.arange(w) - np.cumsum(np.bincount(popped, minlength=w + 1))[:w]
+    below = (len(below_end) - np.searchsorted(below_end[::-1], starts, side="right") if len(below_end)
+             else np.zeros(w, np.int64))
+    depth = below + alive
+    parent = np.full(w, -1, np.int64)
+    ok = np.ones(w, bool)
     by_depth = _stable_argsort(depth)           # positions by (depth, position)
-    key = depth[by_depth] * (n + 1) + by_depth  # increasing
-    child = by_depth[key >= n + 1]              # depth > 0, in the same order (so the queries below increase)
-    if not len(child):
-        return depth, parent
-    at = np.searchsorted(key, (depth[child] - 1) * (n + 1) + child) - 1
-    if at.min() < 0:
-        return None
-    p = by_depth[at]
-    if not ((depth[p] == depth[child] - 1) & (p < child) & (ends[p] > starts[child])
-            & (ends[child] <= ends[p])).all():
-        return None
-    parent[child] = p
-    return depth, parent
+    child = by_depth[alive[by_depth] > 0]       # (in that order, so the queries below increase)
+    if len(child):
+        key = depth[by_depth] * (w + 1) + by_depth  # increasing
+        at = np.searchsorted(key, (depth[child] - 1) * (w + 1) + child) - 1
+        p = by_depth[np.maximum(at, 0)]
+        ok[child] = ((at >= 0) & (depth[p] == depth[child] - 1) & (p < child) & (ends[p] > starts[child])
+                     & (ends[child] <= ends[p]))
+        parent[child] = p + base
+    low = np.flatnonzero((alive == 0) & (below > 0))
+    if len(low):
+        top = below[low] - 1
+        ok[low] = ends[low] <= below_end[top]
+        parent[low] = below_at[top]
+    bad = np.flatnonzero(~ok)
+    return (int(bad[0]) if len(bad) else w), depth, parent
+
+
+_NO_START = np.iinfo(np.int64).min
+
+
+def _place(sids: np.ndarray, starts: np.ndarray, ends: np.ndarray, f_nsb: np.ndarray):
+    """What _walk gives for one thread (numpy arrays; tops and parents as slice ids), or None if many slices spill
+    (then _walk is cheaper).
+
+    Lane 0 goes window by window through _nest_window; a slice that does not fit lane 0 is placed on lanes 1, 2, ...
+    one at a time, by the loop's rules. Lanes 1+ change only when such a slice arrives (the loop looks at them only for
+    a slice that does not fit lane 0), and lane 0 does not depend on them. A flow event binds to the top of the lane
+    whose top began last (ties: the later lane): right after a lane-0 slice x, that is x unless the best top of
+    lanes 1+ (as the last spill left them) began at or after x; right after a spilled slice, it is found then.
+    """
+    n = len(sids)
+    depth = np.zeros(n, np.int64)
+    parent = np.full(n, -1, np.int64)   # thread positions while placing
+    lane = np.zeros(n, np.int64)
+    firsts = [int(sids[0])]
+    upper: list[list] = []              # lanes 1, 2, ...: stacks of (end, thread position, start)
+    spilled: list[int] = []             # thread positions of the slices placed on lanes 1+
+    spill_top: list[int] = []           # the flow top right after each of those
+    u_start, u_at = [_NO_START], [-1]   # per stretch after 0, 1, ... spills: the best top of lanes 1+
+    below: list[int] = []               # lane 0's stack before pos (thread positions, bottom to top)
+    most = 8 + n // 1024
+    pos, size = 0, n
+    while pos < n:
+        end = min(n, pos + size)
+        at = np.array(below, np.int64)
+        v, d, p = _nest_window(starts[pos:end], ends[pos:end], ends[at], at, pos)
+        depth[pos:pos + v] = d[:v]
+        parent[pos:pos + v] = p[:v]
+        if v:
+            below = _chain(parent, pos + v - 1)
+        pos += v
+        if pos == end:
+            size *= 2
+            continue
+        if len(spilled) >= most:
+            return None
+        # slice pos does not fit lane 0: its arrival pops lane 0, then it goes on lanes 1+ as in the loop
+        s, e = int(starts[pos]), int(ends[pos])
+        while below and ends[below[-1]] <= s:
+            below.pop()
+        li = 1
+        for st in upper:
+            while st and st[-1][0] <= s:
+                st.pop()
+            if not st or e <= st[-1][0]:
+                break
+            li += 1
+        else:
+            st = []
+            upper.append(st)
+            firsts.append(int(sids[pos]))
+        lane[pos] = li
+        if st:
+            depth[pos] = len(st)
+            parent[pos] = st[-1][1]
+        st.append((e, pos, s))
+        spilled.append(pos)
+        best = _top_entry(upper)
+        u_start.append(_NO_START if best is None else best[2])
+        u_at.append(-1 if best is None else best[1])
+        top0 = below[-1] if below else -1
+        spill_top.append(best[1] if best is not None and (top0 < 0 or best[2] >= starts[top0]) else top0)
+        pos += 1
+        size = max(256, 2 * v)
+    # flow events: the thread's last slice before each
+    last = np.searchsorted(sids, f_nsb) - 1
+    if spilled:
+        sp = np.array(spilled, np.int64)
+        k = np.searchsorted(sp, last, side="right")  # spills at or before it
+        ks = np.maximum(k - 1, 0)
+        tops = np.where(np.array(u_start, np.int64)[k] < starts[np.maximum(last, 0)], last, np.array(u_at)[k])
+        after = (k > 0) & (sp[ks] == last)
+        tops[after] = np.array(spill_top, np.int64)[ks[after]]
+        tops[last < 0] = -1
+    else:
+        tops = last
+    tops = np.where(tops >= 0, sids[np.maximum(tops, 0)], -1)
+    parent = np.where(parent >= 0, sids[np.maximum(parent, 0)], -1)
+    return lane, depth, parent, tops, firsts
+
+
+def _chain(parent: np.ndarray, j: int) -> list:
+    """Thread positions from the bottom of j's stack (following parents) up to j."""
+    out = []
+    while j >= 0:
+        out.append(j)
+        j = int(parent[j])
+    out.reverse()
+    return out
+
+
+def _top_entry(lanes: list):
+    """The top entry (end, id, start) _Nester.top would pick among ``lanes`` (the one begun last; ties: the later
+    lane), or None."""
+    best = None
+    for st in lanes:
+        if st and (best is None or st[-1][2] >= best[2]):
+            best = st[-1]
+    return best
 
 
 def _walk(sids: list, starts: list, ends: list, f_nsb: list):
@@ -1081,10 +1191,7 @@ def _walk(sids: list, starts: list, ends: list, f_nsb: list):
 
 def _top(lanes: list) -> int:
     """_Nester.top for a thread's lanes, -1 for none."""
-    best = None
-    for st in lanes:
-        if st and (best is None or st[-1][2] >= best[2]):
-            best = st[-1]
+    best = _top_entry(lanes)
     return -1 if best is None else best[1]
 
 
