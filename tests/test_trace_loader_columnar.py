@@ -1,8 +1,9 @@
 """The loader's fast paths give exactly what its per-event / per-slice paths give.
 
 ``_build._Collector.run`` takes long runs of X / flow events column by column (``_run_fast``), falling back to the
-per-event rules (``_run_events``) for anything else; ``_Nester.run_fast`` nests the slices of well-nested threads with
-arrays and walks the others, then binds the flows with arrays; ``_decode.stream_typed`` decodes small pieces. Here
+per-event rules (``_run_events``) for anything else; ``_Nester.run_fast`` nests each thread's lane 0 with arrays,
+placing only spilled slices one at a time (``_place``), walks small or spill-heavy threads (``_walk``), then binds
+the flows with arrays; ``_decode.stream_typed`` decodes small pieces, ``ns_of_decimals`` reads "1234.567" times. Here
 every generated trace is loaded with the fast paths off (``_FAST_COLLECT`` / ``_FAST_NEST`` False: the original
 loops, which give the expected values) and on, and everything the loader produces is compared: the model's columns,
 the args rows handed to the writer, and the load stats (skip reasons in the order they were first met).
