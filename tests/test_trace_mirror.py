@@ -373,3 +373,16 @@ def test_files_of_a_killed_process_are_removed_by_the_next_open(tmp_path):
         assert live.exists() and Path(b.db_path).exists()
     finally:
         b.close()
+
+
+def test_sql_tables_on_first_query_are_written_only_when_sql_is_asked(tmp_path):
+    p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
+    with open_trace(p, engine="sqlite", sql_tables="on_first_query") as s:
+        backend = s._backend._b
+        assert backend._builder.ident is None  # nothing started
+        assert Path(backend.db_path).stat().st_size == 0
+        n = sum(1 for e in json.loads((DATA / "64_bf16_cold_eager.json").read_text())["traceEvents"]
+                if e.get("ph") in ("X", "i", "I", "R"))  # complete events and instants (no B/E in this trace)
+        assert s.query("select count(*) n from slice")["n"][0] == n == s.tables.slice_count
+    with pytest.raises(ValueError, match="sql_tables must be one of background, on_first_query"):
+        open_trace(p, engine="sqlite", sql_tables="never")

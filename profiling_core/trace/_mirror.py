@@ -22,6 +22,7 @@ import msgspec
 from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._build import LoadStats, Model, build, new_collector
+from ._session import SQL_TABLES
 from ._tables import TraceTables
 from ._decode import NotStreamable, iter_batches, split_events, stream_typed
 from ._source import iter_trace_chunks, read_trace_bytes
@@ -117,12 +118,16 @@ class MirrorBackend:
     """Owns the columns, the SQLite file and the connections of one loaded trace.
 
     Loading reads the JSON into columns (:class:`TraceTables`, what the analyses read) and returns; a background
-    thread then copies the columns into the SQLite file. SQLite's own work (inserting the rows, building the indexes)
+    thread then copies the columns into the SQLite file, right away (``sql_tables="background"``) or when the first
+    query needs them (``"on_first_query"``: nothing is spent on SQLite by a caller that only reads the columns). SQLite's own work (inserting the rows, building the indexes)
     runs with the GIL released, so it overlaps with whatever the caller does next. The first SQL query waits for it
     (and raises its error, if it had one); ``close()`` waits for it too.
     """
 
-    def __init__(self, path: str, max_bytes: int, tmp_dir: str | None = None) -> None:
+    def __init__(self, path: str, max_bytes: int, tmp_dir: str | None = None,
+                 sql_tables: str = "background") -> None:
+        if sql_tables not in SQL_TABLES:
+            raise ValueError(f"sql_tables must be one of {', '.join(SQL_TABLES)}, got {sql_tables!r}")
         _remove_orphans(tmp_dir)
         fd, self.db_path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", suffix=".sqlite", dir=tmp_dir)
         os.close(fd)
@@ -137,6 +142,7 @@ class MirrorBackend:
         self._builder: threading.Thread | None = None
         self._build_conn: sqlite3.Connection | None = None
         self._build_error: BaseException | None = None
+        self._start_lock = threading.Lock()
         self.tables: TraceTables | None = None
         try:
             model = _load_model(path, max_bytes, self.stats, self.args_path)
@@ -144,7 +150,8 @@ class MirrorBackend:
             self._builder = threading.Thread(target=self._build_sql, args=(model,), name="trace-sql-build",
                                              daemon=True)
             del model
-            self._builder.start()
+            if sql_tables == "background":
+                self._builder.start()
         except BaseException:
             self.close()
             raise
@@ -163,10 +170,15 @@ class MirrorBackend:
                 conn.close()
 
     def wait_sql(self) -> None:
-        """Block until the SQLite tables are built; raise QueryError if building them failed."""
+        """Block until the SQLite tables are built (starting to build them if that waited for a first query); raise
+        QueryError if building them failed."""
         builder = self._builder
         if builder is not None:
-            builder.join()
+            with self._start_lock:
+                if builder.ident is None and not self._closed:
+                    builder.start()
+            if builder.ident is not None:
+                builder.join()
         if self._build_error is not None:
             e = self._build_error
             raise QueryError(f"the trace's SQL tables could not be written to {self.db_path}: "

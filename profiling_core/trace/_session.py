@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ._build import LoadStats
 
 ENGINES = ("auto", "perfetto", "sqlite")
+SQL_TABLES = ("background", "on_first_query")  # when the mirror writes its SQLite tables (see open_trace)
 
 
 class TraceSession:
@@ -123,16 +124,18 @@ class _MirrorAdapter:
         self._b.close()
 
 
-def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "") -> TraceSession:
+def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "",
+                sql_tables: str = "background") -> TraceSession:
     from ._mirror import MirrorBackend
 
-    backend = MirrorBackend(path, max_bytes)
+    backend = MirrorBackend(path, max_bytes, sql_tables=sql_tables)
     return TraceSession(os.fspath(path), "sqlite", reason or "sqlite: the offline SQLite mirror was asked for",
                         _MirrorAdapter(backend), backend.stats)
 
 
 def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int = DEFAULT_MAX_BYTES,
-               perfetto_bin: str | None = None, perfetto_timeout_s: float = 5.0) -> TraceSession:
+               perfetto_bin: str | None = None, perfetto_timeout_s: float = 5.0,
+               sql_tables: str = "background") -> TraceSession:
     """Open a Chrome/Kineto JSON trace (``.json`` or gzip, detected by content) for SQL.
 
     Args:
@@ -145,6 +148,10 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
             TraceTooLargeError.
         perfetto_bin: path of a ``trace_processor_shell`` binary (overrides ``$PERFETTO_BIN``).
         perfetto_timeout_s: how long auto mode waits for perfetto to start before falling back.
+        sql_tables: the mirror only: when its SQLite tables are written from the loaded columns —
+            ``"background"`` (default: by a background thread as soon as the load returns, so SQL is usually ready
+            before it is asked for) or ``"on_first_query"`` (only if SQL is asked for: the analyses read the columns
+            and need no SQL, so e.g. the ``analyze`` CLI spends nothing on SQLite).
 
     Returns:
         A TraceSession; close it when done (or use it as a context manager).
@@ -153,9 +160,11 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if not isinstance(max_bytes, int) or max_bytes <= 0:
         raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    if sql_tables not in SQL_TABLES:
+        raise ValueError(f"sql_tables must be one of {', '.join(SQL_TABLES)}, got {sql_tables!r}")
     path = os.fspath(path)
     if engine == "sqlite":
-        return open_mirror(path, max_bytes)
+        return open_mirror(path, max_bytes, sql_tables=sql_tables)
     from ._perfetto import open_perfetto
     binary = perfetto_bin or os.environ.get("PERFETTO_BIN") or None
     if engine == "perfetto":
@@ -163,4 +172,5 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
     try:
         return open_perfetto(path, binary, max_bytes=max_bytes, timeout_s=perfetto_timeout_s)
     except EngineUnavailableError as e:
-        return open_mirror(path, max_bytes, reason=f"perfetto: {e}; using the offline SQLite mirror")
+        return open_mirror(path, max_bytes, reason=f"perfetto: {e}; using the offline SQLite mirror",
+                           sql_tables=sql_tables)
