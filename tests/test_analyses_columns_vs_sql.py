@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from session_views import SqlOnly as _SqlOnly
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("snapshot_analyses", ROOT / "scripts" / "snapshot_analyses.py")
@@ -37,21 +38,6 @@ def _norm(values) -> list:
 
 def _rows(df) -> list[tuple]:
     return list(zip(*(_norm(df[c].astype(object).tolist()) for c in df.columns))) if len(df) else []
-
-
-class _SqlOnly:
-    """The same session without its in-memory columns (and without the mirror's args database)."""
-
-    def __init__(self, s):
-        self._s = s
-        self.engine = s.engine
-        self.tables = None
-
-    def query(self, sql):
-        return self._s.query(sql)
-
-    def query_columns(self, sql):
-        return self._s.query_columns(sql)
 
 
 @pytest.mark.parametrize("key", sorted(PATHS))

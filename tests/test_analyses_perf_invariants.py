@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from session_views import SqlOnly as _SqlOnly
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("snapshot_analyses", ROOT / "scripts" / "snapshot_analyses.py")
@@ -111,21 +112,6 @@ def test_query_columns_equal_query(query):
                 got = values.tolist() if isinstance(values, np.ndarray) else list(values)
                 want = [None if (v is None or v != v) else v for v in df[c].astype(object).tolist()]
                 assert got == want, (key, c)
-
-
-class _SqlOnly:
-    """The same session without its in-memory columns: every shared piece then comes from its query."""
-
-    def __init__(self, s):
-        self._s = s
-        self.engine = s.engine
-        self.tables = None
-
-    def query(self, sql):
-        return self._s.query(sql)
-
-    def query_columns(self, sql):
-        return self._s.query_columns(sql)
 
 
 @pytest.mark.parametrize("key", sorted(PATHS))
