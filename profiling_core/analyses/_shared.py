@@ -116,8 +116,12 @@ def _infer_text(c: Coded):
                 import pyarrow as pa
                 words = arr.__arrow_array__()
                 words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
-                out = type(arr)(pa.DictionaryArray.from_arrays(pa.array(c.codes, type=pa.int32()), words),
-                                dtype=arr.dtype)
+                import pyarrow.compute as pc
+                # Cast here, with the system allocator: pyarrow's default pool (mimalloc) keeps what it frees, so the
+                # per-row copies of long kernel names would stay in RSS after the frames are gone.
+                plain = pc.cast(pa.DictionaryArray.from_arrays(pa.array(c.codes, type=pa.int32()), words), words.type,
+                                memory_pool=pa.system_memory_pool())
+                out = type(arr)(plain, dtype=arr.dtype)
                 if len(out) == len(c.codes):
                     return out
             except Exception:  # noqa: BLE001 - any other string array: take by code
