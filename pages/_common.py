@@ -186,7 +186,8 @@ class _LockedSession:
 @st.cache_resource(show_spinner="Opening the trace ...", max_entries=8)
 def _open_session(path: str, mtime_ns: int) -> _LockedSession:
     from profiling_core import open_trace
-    return _LockedSession(open_trace(path))
+    # SQLite tables written in the background: the analyses do not need them, the Trace lab then finds them ready
+    return _LockedSession(open_trace(path, sql_tables="background"))
 
 
 def _readable(run_id: str, make: Callable[[], Any]) -> Any:

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     from .findings import findings
     from .trace import open_trace
     try:
-        session = open_trace(args.path, engine=args.engine, sql_tables="on_first_query")  # analyses read columns
+        session = open_trace(args.path, engine=args.engine)
         report = analyze(session, peak_tflops=args.peak_tflops)
         found = findings(report)
     except (ProfilingError, OSError) as exc:

@@ -8,11 +8,10 @@ child process; wall = the child's whole life (interpreter start, imports, load, 
 child's own ru_maxrss (os.wait4), so one run's peak never leaks into another's.
 
 The mirror's load reads the JSON into in-memory columns and returns; its SQLite tables are then written by a
-background thread right after the load (``sql_tables="background"``, the default) or on the first query
-(``"on_first_query"``); the analyses do not need them (they read the columns). The "load + SQL tables ready" row waits
+thread on the first query (``sql_tables="on_first_query"``, the default) or right after the load (``"background"``,
+as the app opens traces); the analyses do not need them (they read the columns). The "load + SQL tables ready" row waits
 for those tables (a ``select 1``); the analyses rows close the session when done, which stops a build still running
-(in the default mode it competes with them for the CPU until then); one analyses row uses ``on_first_query``, as the
-``analyze`` CLI does. The load row uses ``on_first_query`` too (the load alone).
+(in background mode it competes with them for the CPU until then).
 
 Rows per trace: the mirror's load alone (open_trace), the mirror's load + every analysis
 (profiling_core.analyses.analyze, pandas imported after the load), the same + profiling_core.findings.findings, and
@@ -195,20 +194,20 @@ def main(argv=None) -> int:
                 real = os.path.getsize(path) / 1e6
             else:
                 real = os.path.getsize(path) / 1e6
-            def child(analyses, findings=False, wait_sql=False, queries=None, sql_tables="background"):
+            def child(analyses, findings=False, wait_sql=False, queries=None, sql_tables="on_first_query"):
                 return best([run_child(CHILD.format(root=ROOT, path=path, queries=queries, analyses=analyses,
                                                     findings=findings, wait_sql=wait_sql, sql_tables=sql_tables))
                              for _ in range(args.repeat)])
-            load = child(False, sql_tables="on_first_query")
+            load = child(False)
             sql = child(False, wait_sql=True)
             ana = child(True)
-            ana_lazy = child(True, sql_tables="on_first_query")
+            ana_bg = child(True, sql_tables="background")
             full = child(True, findings=True, wait_sql=bool(args.queries), queries=QUERIES if args.queries else None)
             hta = None
             if args.hta_python:
                 hta = best([run_child(HTA_CHILD.format(path=path), python=args.hta_python)
                             for _ in range(max(1, args.repeat - 1))])
-            rows.append((real, load, sql, ana, ana_lazy, full, hta))
+            rows.append((real, load, sql, ana, ana_bg, full, hta))
     finally:
         if not args.keep:
             for n in os.listdir(tmp):
@@ -225,11 +224,11 @@ def main(argv=None) -> int:
     print(f"baseline (python + sqlite3 + pandas imported): {base['peak_rss_mib']:.0f} MiB, {base['wall_s']:.2f} s\n")
     print("| JSON | engine | wall s | peak RSS MiB | above baseline MiB | RSS / JSON | speed-up vs HTA |")
     print("|---|---|---|---|---|---|---|")
-    for mb, load, sql, ana, ana_lazy, full, hta in rows:
+    for mb, load, sql, ana, ana_bg, full, hta in rows:
         mib = mb * 1e6 / 2**20
         for name, r in (("mirror: load (open_trace → columns)", load), ("mirror: load + SQL tables ready", sql),
-                        ("mirror: load + all analyses (SQL tables written meanwhile)", ana),
-                        ("mirror: load + all analyses (sql_tables=on_first_query)", ana_lazy),
+                        ("mirror: load + all analyses", ana),
+                        ("mirror: load + all analyses (sql_tables=background: SQL tables written meanwhile)", ana_bg),
                         ("mirror: load + all analyses + findings", full),
                         ("HTA 0.5.0: load + kernel + temporal breakdown", hta)):
             if r is None:
@@ -237,7 +236,7 @@ def main(argv=None) -> int:
             speed = f"{hta['wall_s'] / r['wall_s']:.1f}×" if hta else "–"
             print(f"| {mb:.1f} MB | {name} | {r['wall_s']:.2f} | {r['peak_rss_mib']:.0f} | "
                   f"{r['peak_rss_mib'] - base['peak_rss_mib']:.0f} | {r['peak_rss_mib'] / mib:.2f}× | {speed} |")
-    for mb, load, sql, ana, ana_lazy, full, hta in rows:
+    for mb, load, sql, ana, ana_bg, full, hta in rows:
         print(f"\n{mb:.1f} MB ({full['slices']:,} slices, {full['flows']:,} flows): load {full['load_s']:.2f} s, "
               f"pandas+analyses import {full['import_s']:.2f} s, analyze {full['analyze_s']:.2f} s "
               f"(without findings: {ana['analyze_s']:.2f} s), "

@@ -281,7 +281,7 @@ def test_sql_tables_are_written_in_the_background_and_errors_reach_the_first_que
 
     monkeypatch.setattr(_mirror, "_write_tables", disk_full)
     p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
-    s = open_trace(p, engine="sqlite")
+    s = open_trace(p, engine="sqlite", sql_tables="background")
     assert s.tables is not None and s.tables.slice_count == s.load_stats.slices > 0
     with pytest.raises(QueryError, match="could not be written.*disk is full"):
         s.query("select count(*) from slice")
@@ -321,7 +321,7 @@ def test_close_stops_a_background_build_that_is_still_running(tmp_path, monkeypa
 
     monkeypatch.setattr(_mirror, "_write_tables", endless)
     p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
-    s = open_trace(p, engine="sqlite")
+    s = open_trace(p, engine="sqlite", sql_tables="background")
     assert started.wait(10)
     backend = s._backend._b
     files = [backend.db_path, backend.args_path]
@@ -376,13 +376,14 @@ def test_files_of_a_killed_process_are_removed_by_the_next_open(tmp_path):
 
 
 def test_sql_tables_on_first_query_are_written_only_when_sql_is_asked(tmp_path):
+    """The default: the SQLite tables are written when SQL is first asked for, never before."""
     p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
-    with open_trace(p, engine="sqlite", sql_tables="on_first_query") as s:
+    with open_trace(p, engine="sqlite") as s:  # the default: on_first_query
         backend = s._backend._b
         assert backend._builder.ident is None  # nothing started
         assert Path(backend.db_path).stat().st_size == 0
         n = sum(1 for e in json.loads((DATA / "64_bf16_cold_eager.json").read_text())["traceEvents"]
                 if e.get("ph") in ("X", "i", "I", "R"))  # complete events and instants (no B/E in this trace)
         assert s.query("select count(*) n from slice")["n"][0] == n == s.tables.slice_count
-    with pytest.raises(ValueError, match="sql_tables must be one of background, on_first_query"):
+    with pytest.raises(ValueError, match="sql_tables must be one of on_first_query, background"):
         open_trace(p, engine="sqlite", sql_tables="never")

@@ -118,14 +118,15 @@ class MirrorBackend:
     """Owns the columns, the SQLite file and the connections of one loaded trace.
 
     Loading reads the JSON into columns (:class:`TraceTables`, what the analyses read) and returns; a background
-    thread then copies the columns into the SQLite file, right away (``sql_tables="background"``) or when the first
-    query needs them (``"on_first_query"``: nothing is spent on SQLite by a caller that only reads the columns). SQLite's own work (inserting the rows, building the indexes)
+    thread then copies the columns into the SQLite file when the first query needs them (``sql_tables=
+    "on_first_query"``: nothing is spent on SQLite by a caller that only reads the columns) or right away
+    (``"background"``). SQLite's own work (inserting the rows, building the indexes)
     runs with the GIL released, so it overlaps with whatever the caller does next. The first SQL query waits for it
     (and raises its error, if it had one); ``close()`` waits for it too.
     """
 
     def __init__(self, path: str, max_bytes: int, tmp_dir: str | None = None,
-                 sql_tables: str = "background") -> None:
+                 sql_tables: str = "on_first_query") -> None:
         if sql_tables not in SQL_TABLES:
             raise ValueError(f"sql_tables must be one of {', '.join(SQL_TABLES)}, got {sql_tables!r}")
         _remove_orphans(tmp_dir)

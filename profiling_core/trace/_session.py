@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ._build import LoadStats
 
 ENGINES = ("auto", "perfetto", "sqlite")
-SQL_TABLES = ("background", "on_first_query")  # when the mirror writes its SQLite tables (see open_trace)
+SQL_TABLES = ("on_first_query", "background")  # when the mirror writes its SQLite tables (see open_trace)
 
 
 class TraceSession:
@@ -125,7 +125,7 @@ class _MirrorAdapter:
 
 
 def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "",
-                sql_tables: str = "background") -> TraceSession:
+                sql_tables: str = "on_first_query") -> TraceSession:
     from ._mirror import MirrorBackend
 
     backend = MirrorBackend(path, max_bytes, sql_tables=sql_tables)
@@ -135,7 +135,7 @@ def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "",
 
 def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int = DEFAULT_MAX_BYTES,
                perfetto_bin: str | None = None, perfetto_timeout_s: float = 5.0,
-               sql_tables: str = "background") -> TraceSession:
+               sql_tables: str = "on_first_query") -> TraceSession:
     """Open a Chrome/Kineto JSON trace (``.json`` or gzip, detected by content) for SQL.
 
     Args:
@@ -149,9 +149,9 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         perfetto_bin: path of a ``trace_processor_shell`` binary (overrides ``$PERFETTO_BIN``).
         perfetto_timeout_s: how long auto mode waits for perfetto to start before falling back.
         sql_tables: the mirror only: when its SQLite tables are written from the loaded columns —
-            ``"background"`` (default: by a background thread as soon as the load returns, so SQL is usually ready
-            before it is asked for) or ``"on_first_query"`` (only if SQL is asked for: the analyses read the columns
-            and need no SQL, so e.g. the ``analyze`` CLI spends nothing on SQLite).
+            ``"on_first_query"`` (default: when SQL is first asked for; the analyses read the columns and need no
+            SQL, so they never wait for SQLite or share the CPU with it) or ``"background"`` (by a background thread as
+            soon as the load returns, so SQL is usually ready before it is asked for; the app does this).
 
     Returns:
         A TraceSession; close it when done (or use it as a context manager).
