@@ -876,16 +876,8 @@ class _Nester:
                 if lanes is None:
                     lanes = lanes_of[t] = [[]]
                     lane_tracks[t] = []
-                li = 0
-                for st in lanes:
-                    while st and st[-1][0] <= s:
-                        st.pop()
-                    if not st or e <= st[-1][0]:
-                        break
-                    li += 1
-                else:
-                    st = []
-                    lanes.append(st)
+                li, st, new = _lane_for(lanes, s, e)
+                if new:
                     stats.spill_tracks += 1
                 lt = lane_tracks[t]
                 if li < len(lt):
@@ -1088,16 +1080,9 @@ def _place(sids: np.ndarray, starts: np.ndarray, ends: np.ndarray, f_nsb: np.nda
         s, e = int(starts[pos]), int(ends[pos])
         while below and ends[below[-1]] <= s:
             below.pop()
-        li = 1
-        for st in upper:
-            while st and st[-1][0] <= s:
-                st.pop()
-            if not st or e <= st[-1][0]:
-                break
-            li += 1
-        else:
-            st = []
-            upper.append(st)
+        li, st, new = _lane_for(upper, s, e)
+        li += 1  # upper holds lanes 1+
+        if new:
             firsts.append(int(sids[pos]))
         lane[pos] = li
         if st:
@@ -1149,6 +1134,23 @@ def _top_entry(lanes: list):
     return best
 
 
+def _lane_for(lanes: list, s: int, e: int) -> tuple[int, list, bool]:
+    """The lazy-stack rule for a slice [s, e) arriving on a thread with these lanes (stacks of (end, id, start)):
+    each lane in turn first drops its slices that ended by s; the slice goes on the first lane that is then empty or
+    whose top encloses it (e <= that top's end); when none does, on a new lane (appended). Returns (lane index, that
+    lane's stack, whether the lane is new)."""
+    li = 0
+    for st in lanes:
+        while st and st[-1][0] <= s:
+            st.pop()
+        if not st or e <= st[-1][0]:
+            return li, st, False
+        li += 1
+    st = []
+    lanes.append(st)
+    return li, st, True
+
+
 def _walk(sids: list, starts: list, ends: list, f_nsb: list):
     """run_loop's rules for the slices of one thread (ids ``sids``, increasing) and its flow events (``f_nsb``: how
     many slices, of all threads, come before each; non-decreasing).
@@ -1164,16 +1166,8 @@ def _walk(sids: list, starts: list, ends: list, f_nsb: list):
         while fi < nfl and f_nsb[fi] <= sid:
             tops.append(_top(lanes))
             fi += 1
-        li = 0
-        for st in lanes:
-            while st and st[-1][0] <= s:
-                st.pop()
-            if not st or e <= st[-1][0]:
-                break
-            li += 1
-        else:
-            st = []
-            lanes.append(st)
+        li, st, new = _lane_for(lanes, s, e)
+        if new:
             firsts.append(sid)
         out_lane.append(li)
         if st:
