@@ -21,8 +21,6 @@ string is converted once.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from contextvars import ContextVar
 from functools import cached_property
 from typing import NamedTuple
 
@@ -31,7 +29,7 @@ import pandas as pd
 
 from ._common import run_query
 
-__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "sharing", "frame", "frame_cols",
+__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols",
            "as_object_column", "nullable", "union_ns", "expand_ranges"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
@@ -236,10 +234,6 @@ def union_ns(b: np.ndarray, e: np.ndarray) -> int:
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(b) - 1)
     return int((run[last] - b[first]).sum())
-
-
-def _i64(s: pd.Series) -> np.ndarray:
-    return pd.to_numeric(s, errors="coerce").to_numpy(dtype="int64", na_value=0) if len(s) else np.zeros(0, "int64")
 
 
 class Shared:
@@ -633,22 +627,6 @@ def _list(x) -> list:
     return x.tolist() if isinstance(x, np.ndarray) else list(x)
 
 
-_CURRENT: ContextVar[Shared | None] = ContextVar("profiling_core_analyses_shared", default=None)
-
-
-@contextmanager
-def sharing(sh: Shared):
-    """While inside, ``shared_for(sh.session, None)`` gives ``sh`` (``analyze`` runs every analysis inside, so the
-    ones without a ``shared`` argument, such as ``cold_start_gap``, reuse its pieces too)."""
-    token = _CURRENT.set(sh)
-    try:
-        yield sh
-    finally:
-        _CURRENT.reset(token)
-
-
 def shared_for(session, shared: Shared | None) -> Shared:
-    """``shared`` when given (and for this session), else the one ``sharing`` holds for it, else a new one."""
-    if shared is None:
-        shared = _CURRENT.get()
+    """``shared`` when given (and for this session), else a new one."""
     return shared if shared is not None and shared.session is session else Shared(session)

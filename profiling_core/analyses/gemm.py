@@ -116,16 +116,19 @@ def _leaves(v, key: str, out: list) -> None:
         out.append((key, None))
 
 
-def _input_dims_rows(raw: bytes, decode) -> list[tuple[str, object]]:
-    """The (key, int_value) rows of one arg set's raw JSON with flat_key ``args.Input Dims``, sorted by key (as
-    ``gemm_shapes.sql`` orders them); raises _Unusual where this could differ from SQLite's json_tree."""
-    v = _raw_input_dims(raw, decode)
-    if v is _ABSENT:
-        return []
+def _dims_rows(v) -> list[tuple[str, object]]:
+    """The (key, int_value) rows with flat_key ``args.Input Dims`` below this ``Input Dims`` value, sorted by key (as
+    ``gemm_shapes.sql`` orders them)."""
     out: list = []
     _leaves(v, "args." + _DIMS_KEY, out)
     out.sort(key=lambda kv: kv[0])
     return out
+
+
+def _input_dims_rows(raw: bytes, decode) -> list[tuple[str, object]]:
+    """``_dims_rows`` of one arg set's raw JSON; raises _Unusual where this could differ from SQLite's json_tree."""
+    v = _raw_input_dims(raw, decode)
+    return [] if v is _ABSENT else _dims_rows(v)
 
 
 _ABSENT = object()
@@ -173,9 +176,7 @@ def _dims_of_value(v):
     plain = _plain_dims(v)
     if plain is not _ABSENT:
         return plain
-    rows: list = []
-    _leaves(v, "args." + _DIMS_KEY, rows)
-    rows.sort(key=lambda kv: kv[0])
+    rows = _dims_rows(v)
     return _dims_from_rows([0] * len(rows), [k for k, _ in rows], [x for _, x in rows]).get(0)
 
 

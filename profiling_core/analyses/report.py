@@ -10,7 +10,7 @@ from .compile import compile_breakdown
 from .gemm import gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
-from ._shared import Shared, sharing
+from ._shared import Shared
 from .steps import cpu_vs_gpu, gpu_busy, steps
 from .table import profiler_table
 from .timing import cold_start_gap, sync_wait
@@ -106,25 +106,24 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``.
     """
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
-    with sharing(sh):
-        st = steps(session, shared=sh)
-        ops = gpu_ops(session, shared=sh)
-        r = Report(
-            engine=str(getattr(session, "engine", "unknown")),
-            steps=st,
-            cpu_vs_gpu=cpu_vs_gpu(session, steps_df=st),
-            gpu_busy=gpu_busy(session, shared=sh),
-            gpu_ops=ops,
-            kernel_stats=kernel_stats(session, ops=ops),
-            kernel_durations_by_step=kernel_durations_by_step(session, shared=sh),
-            launch_latency=launch_latency(session, shared=sh),
-            launch_paths=launch_paths(session, shared=sh),
-            dispatch_chains=dispatch_chains(session, shared=sh),
-            cold_start_gap=cold_start_gap(session),
-            sync_wait=sync_wait(session, shared=sh),
-            compile_breakdown=compile_breakdown(session, shared=sh),
-            gemm_throughput=gemm_throughput(session, peak_tflops=peak_tflops, config=config, shared=sh),
-            profiler_table=profiler_table(session, shared=sh),
-        )
+    st = steps(session, shared=sh)
+    ops = gpu_ops(session, shared=sh)
+    r = Report(
+        engine=str(getattr(session, "engine", "unknown")),
+        steps=st,
+        cpu_vs_gpu=cpu_vs_gpu(session, steps_df=st),
+        gpu_busy=gpu_busy(session, shared=sh),
+        gpu_ops=ops,
+        kernel_stats=kernel_stats(session, ops=ops),
+        kernel_durations_by_step=kernel_durations_by_step(session, shared=sh),
+        launch_latency=launch_latency(session, shared=sh),
+        launch_paths=launch_paths(session, shared=sh),
+        dispatch_chains=dispatch_chains(session, shared=sh),
+        cold_start_gap=cold_start_gap(session, shared=sh),
+        sync_wait=sync_wait(session, shared=sh),
+        compile_breakdown=compile_breakdown(session, shared=sh),
+        gemm_throughput=gemm_throughput(session, peak_tflops=peak_tflops, config=config, shared=sh),
+        profiler_table=profiler_table(session, shared=sh),
+    )
     r.summary.update(_summary(r))
     return r

@@ -82,7 +82,7 @@ def _cold_start_rows(sh: Shared) -> list[tuple] | None:
     return rows
 
 
-def cold_start_gap(session) -> pd.DataFrame:
+def cold_start_gap(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per ``matmul_add`` region (the study's ``record_function``): the time from its start to its first aten:: op.
 
     A long gap in the first profiled step is the cold-start cost (workspace allocation, cuBLAS heuristics, lazy
@@ -90,6 +90,7 @@ def cold_start_gap(session) -> pd.DataFrame:
 
     Args:
         session: a trace session.
+        shared: the shared pieces of ``analyze`` (computed here when not given).
 
     Returns:
         DataFrame in time order: ``step`` (NA outside steps), ``region_id``, ``region_start_ns``,
@@ -97,7 +98,7 @@ def cold_start_gap(session) -> pd.DataFrame:
         ``first_aten``, ``gap_us`` (region start → first aten:: op inside it; NaN when there is none).
         Empty when the trace has no ``matmul_add`` region.
     """
-    rows = _cold_start_rows(shared_for(session, None))  # analyze()'s shared pieces while it runs
+    rows = _cold_start_rows(shared_for(session, shared))
     df = run_query(session, "cold_start_gap") if rows is None else frame(rows, _COLD_COLS)
     df = ints(df, "region_id")
     df = nullable_int(df, "step", "region_start_ns", "first_child_start_ns", "first_aten_start_ns")

@@ -1,7 +1,7 @@
 """The mirror's tables as columns in memory (numpy arrays), the way trace_processor itself holds them.
 
 trace_processor keeps each table column by column in memory and lets SQLite read them through virtual tables. The
-mirror does the same in two halves: the loader builds these columns (this module), and a background thread copies
+mirror does the same in two halves: the loader builds these columns (this module), and a second thread copies
 them into the SQLite file that answers SQL (``_mirror.py``). The analyses read the columns directly when the session
 has them (``TraceSession.tables``), so they never wait for SQLite to fetch 200k rows back into Python; the SQL files
 they mirror stay the reference and run on both engines (tests/test_analyses_perf_invariants.py compares the two on
