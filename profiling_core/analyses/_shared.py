@@ -29,7 +29,7 @@ import pandas as pd
 
 from ._common import run_query
 
-__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols",
+__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols", "inferred",
            "as_object_column", "nullable", "union_ns", "expand_ranges"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
@@ -150,6 +150,14 @@ def _infer(values) -> object:
     return _convert_object_array([a], dtype=None)[0]
 
 
+def inferred(col: pd.Series) -> object:
+    """The column's values with the dtype ``DataFrame.from_records`` infers from them (``str`` for text on pandas 3):
+    for a small table built from an object column, so that its dtype is the one its query's rows give."""
+    a = np.empty(len(col), dtype=object)
+    a[:] = col.tolist()
+    return _infer(a) if len(a) else col
+
+
 def frame_cols(data: dict, objects: tuple = ()) -> pd.DataFrame:
     """``frame(list(zip(*data.values())), list(data))`` without building the row tuples: the same columns, dtypes
     and values. ``data`` maps each column to its values in row order: an int64, float64 or bool numpy array (what
@@ -248,7 +256,8 @@ class Shared:
     @cached_property
     def gpu_ops_raw(self) -> pd.DataFrame:
         """What the ``kernels`` query returns (GPU ops on thread tracks with device and stream, in (ts, id) order),
-        from the shared slice tree and thread lanes."""
+        from the shared slice tree and thread lanes; ``name`` and ``category`` as object columns (one row per GPU
+        op: each distinct name is one shared ``str``, not a copy per row)."""
         t, i = self.slices, self.gpu_rows
         has, tid, pid = self.lane_of
         i = i[has[t["utid"][i] + 1]]
@@ -256,7 +265,7 @@ class Shared:
         u = t["utid"][i] + 1
         return frame_cols({"id": t["id"][i], "name": self.name_codes_at(i), "category": self.category_codes_at(i, True),
                            "start_ns": t["ts"][i], "dur_ns": t["dur"][i], "device": take_rows(pid, u),
-                           "stream": take_rows(tid, u)})
+                           "stream": take_rows(tid, u)}, objects=("name", "category"))
 
     @cached_property
     def lane_of(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

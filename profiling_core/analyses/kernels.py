@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, frame_cols, shared_for
+from ._shared import Shared, frame, frame_cols, inferred as _inferred, shared_for
 
 __all__ = ["kernel_stats", "kernel_durations_by_step", "gpu_ops"]
 
@@ -19,11 +19,15 @@ def gpu_ops(session, shared: Shared | None = None) -> pd.DataFrame:
 
     Returns:
         DataFrame with ``id``, ``name``, ``category`` (lower case), ``start_ns``, ``dur_us``, ``device`` (the GPU
-        lane's pid), ``stream`` (its tid). Empty on CPU-only traces.
+        lane's pid), ``stream`` (its tid). Empty on CPU-only traces. ``name`` and ``category`` are object columns,
+        as in the other one-row-per-event frames (``launch_latency``, ``dispatch_chains``): each distinct kernel
+        name is held once, not copied into every row (a string column would copy it per row: 10 MiB for the 28k
+        GPU ops of a 93 MB trace).
     """
     df = shared_for(session, shared).gpu_ops_raw.copy()
     df = nullable_int(df, "start_ns", "device", "stream")
-    df["category"] = df["category"].astype("object")
+    for c in ("name", "category"):
+        df[c] = df[c].astype("object")
     return us(df, {"dur_ns": "dur_us"})
 
 
@@ -44,13 +48,14 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     cols = ["name", "count", "total_us", "mean_us", "median_us", "min_us", "max_us", "std_us", "cv"]
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype="object" if c == "name" else "float64") for c in cols})
-    g = k.groupby("name", sort=False)["dur_us"]
+    g = k.groupby(k["name"].astype("object"), sort=False)["dur_us"]
     out = pd.DataFrame({
         "count": g.count(), "total_us": g.sum(), "mean_us": g.mean(), "median_us": g.median(),
         "min_us": g.min(), "max_us": g.max(), "std_us": g.std(ddof=0).fillna(0.0),
     })
     out["cv"] = out["std_us"] / out["mean_us"].where(out["mean_us"] > 0)
     out = out.reset_index().sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
+    out["name"] = _inferred(out["name"])  # one row per name: the dtype a query's rows would give (str on pandas 3)
     out["count"] = out["count"].astype("int64")
     return out[cols].reset_index(drop=True)
 
@@ -106,7 +111,7 @@ def _kernel_durations_by_step_fast(sh: Shared) -> pd.DataFrame | None:
     occurrence[by_key] = np.arange(len(key)) - np.repeat(start, np.diff(np.r_[start, len(key)]))
     df = frame_cols({"step": step, "name": name, "occurrence": occurrence, "gpu_id": p["gpu_id"][i],
                      "start_ns": p["gpu_ts"][i], "dur_us": p["gpu_dur"][i].astype("float64") / 1000.0,
-                     "launch_name": sh.pair_codes("launch_name").take(i)})
+                     "launch_name": sh.pair_codes("launch_name").take(i)}, objects=("name", "launch_name"))
     df["start_ns"] = pd.array(df["start_ns"].to_numpy(), dtype="Int64")
     return df
 
@@ -122,6 +127,8 @@ def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFr
     Returns:
         DataFrame with ``step``, ``name``, ``occurrence`` (0 for the first launch of that name in the step),
         ``gpu_id``, ``start_ns``, ``dur_us``, ``launch_name``, in time order. Empty without steps or kernels.
+        ``name`` and ``launch_name`` are object columns (see :func:`gpu_ops`: one row per kernel launch, so a
+        string column would copy each long kernel name into every row).
     """
     sh = shared_for(session, shared)
     fast = _kernel_durations_by_step_fast(sh)
@@ -134,4 +141,6 @@ def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFr
     df = nullable_int(df, "start_ns")
     df = us(df, {"dur_ns": "dur_us"})
     df["occurrence"] = df.groupby(["step", "name"]).cumcount().astype("int64")
+    for c in ("name", "launch_name"):
+        df[c] = df[c].astype("object")
     return df[["step", "name", "occurrence", "gpu_id", "start_ns", "dur_us", "launch_name"]].reset_index(drop=True)

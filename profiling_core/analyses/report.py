@@ -69,7 +69,7 @@ def _summary(r: Report) -> dict[str, Any]:
     n_steps = len(r.steps)
     apis = sorted(set(_distinct(r.launch_latency["launch_name"]).astype(str))) if not r.launch_latency.empty else []
     regions = int(r.compile_breakdown["compiled_regions"].sum()) if n_steps else 0
-    dtod = int((r.gpu_ops["name"].astype(str).str.startswith("Memcpy DtoD")).sum()) if has_gpu else 0
+    dtod = int((r.gpu_ops["name"].str.startswith("Memcpy DtoD", na=False)).sum()) if has_gpu else 0
     return {
         "engine": r.engine,
         "steps": n_steps,
@@ -106,6 +106,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``.
     """
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
+    table = profiler_table(session, shared=sh)
     st = steps(session, shared=sh)
     ops = gpu_ops(session, shared=sh)
     r = Report(
@@ -123,7 +124,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         sync_wait=sync_wait(session, shared=sh),
         compile_breakdown=compile_breakdown(session, shared=sh),
         gemm_throughput=gemm_throughput(session, peak_tflops=peak_tflops, config=config, shared=sh),
-        profiler_table=profiler_table(session, shared=sh),
+        profiler_table=table,
     )
     r.summary.update(_summary(r))
     return r
