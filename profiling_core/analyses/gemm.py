@@ -361,7 +361,8 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     Returns:
         DataFrame in time order: ``id``, ``op``, ``start_ns``, ``device`` (``gpu`` or ``cpu``), ``time_us``,
         ``flops``, ``tflops``, ``peak_tflops``, ``fraction_of_peak``, ``flops_from`` (``config`` or ``shapes``),
-        ``kernel_names``. Ops whose FLOPs are unknown are left out; empty when none is known.
+        ``kernel_names``. Ops whose FLOPs are unknown are left out; empty when none is known. Text columns are
+        object columns (see :func:`~profiling_core.analyses.gpu_ops`).
     """
     sh = shared_for(session, shared)
     cols = ["id", "op", "start_ns", "device", "time_us", "flops", "tflops", "peak_tflops", "fraction_of_peak",
@@ -395,5 +396,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
         rows.append((op_id, name, start, "gpu" if on_gpu else "cpu", time_ns / 1000.0, flops, tflops, peak,
                      tflops / float(peak_tflops) if peak_tflops else float("nan"), src,
                      kernel_names if on_gpu else None))
-    # the dtypes pd.DataFrame(list of row dicts) infers (the same inference as from_records)
-    return frame_cols(dict(zip(cols, map(list, zip(*rows))))) if rows else frame([], cols)
+    # the dtypes pd.DataFrame(list of row dicts) infers (the same inference as from_records), except the text columns:
+    # object, one shared str per distinct value, as in the other one-row-per-op frames (gpu_ops, launch_latency)
+    return frame_cols(dict(zip(cols, map(list, zip(*rows)))), objects=("op", "device", "flops_from", "kernel_names")) \
+        if rows else frame([], cols)
