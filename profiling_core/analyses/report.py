@@ -106,7 +106,12 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``.
     """
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
+    # The analyses with the largest temporaries first, while few results are held yet: the peak memory of the whole
+    # run is then lower (93 MB trace: 192 -> 188 MiB); each result is the same in any order.
     table = profiler_table(session, shared=sh)
+    chains = dispatch_chains(session, shared=sh)
+    per_step = kernel_durations_by_step(session, shared=sh)
+    latency = launch_latency(session, shared=sh)
     st = steps(session, shared=sh)
     ops = gpu_ops(session, shared=sh)
     r = Report(
@@ -116,10 +121,10 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         gpu_busy=gpu_busy(session, shared=sh),
         gpu_ops=ops,
         kernel_stats=kernel_stats(session, ops=ops),
-        kernel_durations_by_step=kernel_durations_by_step(session, shared=sh),
-        launch_latency=launch_latency(session, shared=sh),
+        kernel_durations_by_step=per_step,
+        launch_latency=latency,
         launch_paths=launch_paths(session, shared=sh),
-        dispatch_chains=dispatch_chains(session, shared=sh),
+        dispatch_chains=chains,
         cold_start_gap=cold_start_gap(session, shared=sh),
         sync_wait=sync_wait(session, shared=sh),
         compile_breakdown=compile_breakdown(session, shared=sh),
