@@ -205,6 +205,27 @@ def test_kernel_variance_h200_a20():
     assert gemm["dur_us"].iloc[0] == pytest.approx(175.199, abs=NS)  # step 0, read off the JSON
 
 
+@pytest.mark.parametrize("path", [DATA / "h200" / "4096_bf16_warm_eager_a20.json",
+                                  DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"],
+                         ids=lambda p: p.name)
+def test_per_event_names_are_one_shared_str_per_name(path):
+    """Frames with a row per GPU op / launch / slice hold each distinct name once (object column of shared str), so
+    that a 77k-row kernel table does not copy a 250-character kernel name into every row."""
+    r = analyze(session(path))
+    scan = Scan(path)
+    kernel_names = {g["name"] for g in scan.gpu if str(g.get("cat")).lower() == "kernel"}
+    frames = {"gpu_ops": ["name", "category"], "kernel_durations_by_step": ["name", "launch_name"],
+              "launch_latency": ["gpu_name", "launch_name"], "dispatch_chains": ["name", "category"]}
+    for table, cols in frames.items():
+        df = getattr(r, table)
+        assert len(df) > 0, table
+        for c in cols:
+            values = [v for v in df[c].tolist() if isinstance(v, str)]
+            assert df[c].dtype == object, (table, c, df[c].dtype)
+            assert len({id(v) for v in values}) == len(set(values)), (table, c)  # one object per distinct name
+    assert set(r.kernel_durations_by_step["name"]) <= kernel_names  # and they are the trace's kernel names
+
+
 def test_cpu_trace_has_no_gpu_results():
     s = session(CPU_TRACE)
     assert kernel_stats(s).empty and launch_latency(s).empty and launch_paths(s).empty
