@@ -186,14 +186,23 @@ def _q2_bound(r, config=None) -> list[Finding]:
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
 
 
+def _per_name(col: pd.Series, fn) -> np.ndarray:
+    """``fn(col.astype(str))`` as an object array, computed once per distinct value and taken back to every row: a
+    dispatch-chain column has 80k+ rows of a few hundred names on a large trace, and the per-row text copies
+    cost tens of MiB."""
+    codes, uniq = pd.factorize(col, use_na_sentinel=False)  # a missing value is one more distinct value
+    return fn(pd.Series(uniq, dtype=object).astype(str)).to_numpy(dtype=object)[codes]
+
+
 def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
     """``{step: CPU slices of that step's chain}`` for the given steps (id, name with ProfilerStep#N as
     ProfilerStep*, dur_us, self_us = dur_us less its children's, occurrence = the how-manieth slice of that name in
     the step), computed in one pass over the chains (children summed per step and parent)."""
-    cpu = ch[ch["lane"] == "cpu"]
+    cpu = ch.loc[ch["lane"] == "cpu", ["step", "id", "parent_id", "name", "dur_us"]]  # only the columns used
     child = cpu.groupby(["step", "parent_id"])["dur_us"].sum()
-    out = cpu[["step", "id", "name", "dur_us"]].copy()
-    out["name"] = out["name"].astype(str).str.replace(r"^ProfilerStep#\d+$", "ProfilerStep*", regex=True)
+    out = cpu.drop(columns="parent_id")
+    del cpu
+    out["name"] = _per_name(out["name"], lambda t: t.str.replace(r"^ProfilerStep#\d+$", "ProfilerStep*", regex=True))
     at = child.index.get_indexer(pd.MultiIndex.from_arrays([out["step"], out["id"]]))
     out["self_us"] = out["dur_us"] - np.where(at >= 0, child.to_numpy(dtype=float)[at], 0.0)
     out["occurrence"] = out.groupby(["step", "name"]).cumcount()
@@ -215,7 +224,7 @@ def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
     cat = ch["category"]
     keep = [c for c in cat.dropna().unique() if str(c).lower() in _CALL_CATEGORIES]
     calls = ch[cat.isin(keep)]
-    names = calls["name"].astype(str)
+    names = pd.Series(_per_name(calls["name"], lambda t: t), index=calls.index, dtype=object)
     later = set(names[calls["step"] != first_step].unique())
     sel = (calls["step"] == first_step) & ~names.isin(later)
     first = calls[sel]
@@ -447,7 +456,7 @@ def _occupancy_steps(r) -> dict[str, list[int]]:
     ch = r.dispatch_chains
     if ch.empty:
         return {}
-    occ = ch[ch["name"].astype(str).str.startswith(_OCCUPANCY_PREFIXES)]
+    occ = ch[_per_name(ch["name"], lambda t: t.str.startswith(_OCCUPANCY_PREFIXES)).astype(bool)]
     if occ.empty:
         return {}
     first_q = occ.groupby(["step", "parent_id"])["start_ns"].min().rename("first_q").reset_index()
