@@ -270,9 +270,13 @@ def _q3_cold(r, config=None) -> list[Finding]:
             f"CPU against a median {_us(rest_med)} for the {len(rest)} others ({ratio:.1f}×).")
     ch = r.dispatch_chains
     if not ch.empty:
-        by_step = _self_times_by_step(ch, {first_step, *map(int, rest["step"])})
+        # the other step numbers, each once: with several ranks or threads in one trace a number names one step
+        # slice per rank, and the chains of a number hold them all (counting them once per slice made the
+        # reference grow with the square of the ranks, and counted the first step among "the others")
+        rest_steps = list(dict.fromkeys(k for k in map(int, rest["step"]) if k != first_step))
+        by_step = _self_times_by_step(ch, {first_step, *rest_steps})
         f0 = by_step.get(first_step)
-        others = [by_step[int(k)] for k in rest["step"] if int(k) in by_step]
+        others = [by_step[k] for k in rest_steps if k in by_step]
         if f0 is not None and others:
             ref = pd.concat(others).groupby(["name", "occurrence"])["self_us"].median()
             at = ref.index.get_indexer(pd.MultiIndex.from_arrays([f0["name"], f0["occurrence"]]))

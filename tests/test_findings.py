@@ -87,6 +87,26 @@ def test_q3_names_the_slice_that_grew(name):
     assert ev["largest_excess_self_us"] == pytest.approx(_self_us(sc, first_mm), abs=0.01)
 
 
+def test_q3_reference_counts_each_other_step_once_with_two_ranks(tmp_path):
+    """Two ranks in one trace share step numbers: the reference self time of "the other steps" is the same as with
+    one rank (each other step number counted once, the first step never among them)."""
+    src = h200("4096_bf16_warm_eager_a20")
+    doc = json.loads(src.read_text())
+    second = []
+    for e in doc["traceEvents"]:
+        e = dict(e)
+        if isinstance(e.get("pid"), int):
+            e["pid"] += 1_000_000  # the same run again as another rank, on the same timeline
+        if isinstance(e.get("id"), int):
+            e["id"] += 10_000_000
+        second.append(e)
+    two = tmp_path / "two_ranks.json"
+    two.write_text(json.dumps({**doc, "traceEvents": doc["traceEvents"] + second}))
+    one_ev, two_ev = by_id(src)["q3.cold_start"].evidence, by_id(two)["q3.cold_start"].evidence
+    assert two_ev["largest_excess_slice"] == one_ev["largest_excess_slice"] == "aten::mm"
+    assert two_ev["largest_excess_usual_us"] == pytest.approx(one_ev["largest_excess_usual_us"], abs=1e-9)
+
+
 @pytest.mark.parametrize("name", H200)
 def test_q4_offset_evidence(name):
     sc = scan(h200(name))
