@@ -215,7 +215,7 @@ def test_per_event_names_are_one_shared_str_per_name(path):
     scan = Scan(path)
     kernel_names = {g["name"] for g in scan.gpu if str(g.get("cat")).lower() == "kernel"}
     frames = {"gpu_ops": ["name", "category"], "kernel_durations_by_step": ["name", "launch_name"],
-              "launch_latency": ["gpu_name", "launch_name"], "dispatch_chains": ["name", "category"]}
+              "launch_latency": ["gpu_name", "launch_name", "paired_by"], "dispatch_chains": ["name", "category"]}
     for table, cols in frames.items():
         df = getattr(r, table)
         assert len(df) > 0, table

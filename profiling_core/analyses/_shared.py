@@ -506,8 +506,10 @@ class Shared:
             if len(lo) and ((lpos >= n).any() or (t["id"][np.minimum(lpos, n - 1)] != lo).any()):
                 return None
         par, utid = t["parent"][lpos], t["utid"][lpos]
+        paired_by = np.empty(len(lo), dtype=object)
+        paired_by[:] = "flow"  # one str object in every row (np.full would convert it into a new str per row)
         return {
-            "launch_id": lo, "gpu_id": gi, "paired_by": np.full(len(lo), "flow", dtype=object),
+            "launch_id": lo, "gpu_id": gi, "paired_by": paired_by,
             "launch_name": self.names_at(lpos), "launch_ts": t["ts"][lpos], "launch_dur": t["dur"][lpos],
             "launch_parent_id": nullable(par, par < 0), "launch_track_id": t["track_id"][lpos],
             "launch_utid": nullable(utid, utid < 0),

@@ -324,8 +324,13 @@ def _kernels_of(sh: Shared, ts: np.ndarray, end: np.ndarray, utid: np.ndarray):
         stops = np.concatenate([cut, [len(w)]]).tolist()
         labels = name_uniq.tolist()
         cl = c.tolist()
+        joined: dict = {}  # one str per distinct list of names (GEMM ops of one shape launch the same kernels)
         for a, b, op in zip(starts, stops, w[starts].tolist() if len(w) else []):
-            names[ops[op]] = ",".join(labels[j] for j in cl[a:b])
+            key = tuple(cl[a:b])
+            got = joined.get(key)
+            if got is None:
+                got = joined[key] = ",".join(labels[j] for j in key)
+            names[ops[op]] = got
     return kns, names
 
 
