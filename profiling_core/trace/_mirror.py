@@ -196,6 +196,9 @@ class MirrorBackend:
             if self._args_conn is None:
                 self._args_conn = sqlite3.connect(f"file:{self.args_path}?mode=ro", uri=True,
                                                   check_same_thread=False)
+                # Lookups by arg set id walk a few B-tree pages each: SQLite's default 2 MiB page cache would only
+                # hold pages already used (−2 MiB at the analyses' peak on a 93 MB trace, same speed).
+                self._args_conn.execute("PRAGMA cache_size = -256")
             try:
                 return {a: bytes(r) for a, r in self._args_conn.execute(
                     "SELECT arg_set_id, raw FROM _args_raw WHERE arg_set_id IN (SELECT value FROM json_each(?))",
