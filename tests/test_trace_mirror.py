@@ -302,7 +302,7 @@ def test_columns_and_sql_tables_hold_the_same_slices(session):
     assert df["track_id"].tolist() == t.track_id.tolist() and df["depth"].tolist() == t.depth.tolist()
     assert [None if v != v or v is None else int(v) for v in df["parent_id"]] == \
         [None if v < 0 else v for v in t.parent_id.tolist()]
-    assert df["name"].tolist() == t.name
+    assert df["name"].tolist() == t.name.tolist()
 
 
 def test_close_stops_a_background_build_that_is_still_running(tmp_path, monkeypatch):

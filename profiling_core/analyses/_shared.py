@@ -366,24 +366,27 @@ class Shared:
             m &= np.array([c != "gpu_user_annotation" for c in t["cat_uniq"]], dtype=bool)[t["cat_codes"]]
         rows_i = np.flatnonzero(m)
         rows_i = rows_i[np.lexsort((rows_i, t["ts"][rows_i]))]
-        names = t["name"]
-        steps = _sqlite_int_suffixes({names[i] for i in rows_i.tolist()}, 14)
-        rows = [(i, steps[names[i]], names[i], ts, dur, depth, None if u < 0 else u)
-                for i, ts, dur, depth, u in zip(rows_i.tolist(), t["ts"][rows_i].tolist(), t["dur"][rows_i].tolist(),
-                                                t["depth"][rows_i].tolist(), t["utid"][rows_i].tolist())]
+        names = self.names_at(rows_i).tolist()
+        steps = _sqlite_int_suffixes(set(names), 14)
+        rows = [(i, steps[nm], nm, ts, dur, depth, None if u < 0 else u)
+                for i, nm, ts, dur, depth, u in zip(rows_i.tolist(), names, t["ts"][rows_i].tolist(),
+                                                    t["dur"][rows_i].tolist(), t["depth"][rows_i].tolist(),
+                                                    t["utid"][rows_i].tolist())]
         return frame(rows, ["step_id", "step", "name", "ts", "dur", "depth", "utid"])
 
     @cached_property
     def slices(self) -> dict:
         """``slice_tree`` as columns: int64 arrays ``id``, ``ts``, ``dur``, ``track_id``, ``depth``, ``parent``
         (-1 for none), ``utid`` (-1 off-thread), ``ppos`` (the parent's row, -1 for none: ``parent`` itself when the
-        ids are the rows); lists ``name``, ``category``; names and categories also as codes into their distinct
-        values (``name_codes``/``name_uniq``, ``cat_codes``/``cat_uniq``, ``cat_low_uniq``: lower case; see
-        :meth:`cats_at`). Per-row arrays are only what the analyses need: on a 93 MB trace each is 1.7 MiB."""
+        ids are the rows); names and categories as codes into their distinct values in order of first appearance
+        (``name_codes``/``name_uniq``, ``cat_codes``/``cat_uniq``, ``cat_low_uniq``: lower case; code -1 is NULL and
+        takes the last entry, None; see :meth:`names_at`, :meth:`cats_at`). On the mirror the codes are its own
+        (``TraceTables.name``/``category``). Per-row arrays are only what the analyses need: on a 93 MB trace each
+        is 1.7 MiB."""
         tb = self.tables
         if tb is not None:  # the mirror's columns: slice_tree.sql's rows without the round trip through SQLite
             n = tb.slice_count
-            d = {"name": tb.name, "category": tb.category}
+            (codes, uniq), (ncodes, nuniq) = (tb.category.codes, tb.category.uniq), (tb.name.codes, tb.name.uniq)
             out: dict = {"id": np.arange(n, dtype=np.int64), "ts": tb.ts, "dur": tb.dur, "track_id": tb.track_id,
                          "depth": tb.depth, "parent": tb.parent_id,
                          "utid": tb.track_utid[tb.track_id] if n else np.zeros(0, np.int64)}
@@ -396,12 +399,11 @@ class Shared:
                    for c in ("id", "ts", "dur", "track_id", "depth")}
             for c, name in (("parent_id", "parent"), ("utid", "utid")):
                 out[name] = np.fromiter((-1 if v is None else v for v in d[c]), dtype=np.int64, count=n)
-        out["name"], out["category"] = d["name"], d["category"]
-        codes, uniq = _factorize(d["category"])
+            (codes, uniq), (ncodes, nuniq) = _factorize(d["category"]), _factorize(d["name"])
+            codes, ncodes = codes.astype(np.int32), ncodes.astype(np.int32)  # as the mirror's TextColumn holds them
         low = np.array([u.lower() if isinstance(u, str) else None for u in uniq] + [None], dtype=object)
         out["cat_low_uniq"] = low  # ``cat`` of each category code (code -1, NULL: the last)
         out["cat_codes"], out["cat_uniq"] = codes, list(uniq) + [None]  # code -1 (NULL) indexes the None
-        ncodes, nuniq = _factorize(d["name"])
         out["name_codes"], out["name_uniq"] = ncodes, list(nuniq) + [None]
         for c in ("cat", "name"):
             a = np.empty(len(out[c + "_uniq"]), dtype=object)
@@ -521,7 +523,7 @@ class Shared:
     @cached_property
     def p(self) -> dict[str, np.ndarray]:
         """``launch_pairs`` (one row per launch call ↔ GPU op pair, in launch_id, gpu_id order) as arrays: ints
-        as int64, text and nullable ids (``launch_parent_id``, ``launch_utid``: None for none) as object."""
+        as int64 (``launch_parent``: -1 for none), text and ``launch_utid`` (None for none) as object."""
         d = self._pairs_from_flows()
         if d is None:
             from ..queries import load_query
@@ -546,7 +548,7 @@ class Shared:
         kinds = np.array([x[7:11] if isinstance(x, str) and x.startswith(("Memcpy DtoD", "Memcpy HtoD", "Memcpy DtoH"))
                           else "" for x in names.uniq.tolist()] + [""], dtype=object)
         out["memcpy_kind"] = kinds[names.codes] if len(names.codes) else np.zeros(0, dtype=object)
-        lp = out["launch_parent_id"]
+        lp = out.pop("launch_parent_id")  # kept as int64 only (an object array of Python ints is 1 MiB per 28k pairs)
         out["launch_parent"] = np.where(pd.isna(lp), -1, lp).astype(np.int64) if len(lp) else np.zeros(0, np.int64)
         out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")
         out["launch_ts_sorted"] = out["launch_ts"][out["by_launch_ts"]]

@@ -13,9 +13,10 @@ Every value here is what the same SQL would read from the mirror's tables: ``sli
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+
+from ._build import TextColumn
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ class TraceTables:
     Attributes:
         ts, dur, track_id, depth: ``slice`` columns (int64 ns / ids), row i = slice id i.
         parent_id, arg_set_id: ``slice`` columns, -1 where SQL has NULL.
-        name, category: ``slice`` columns as lists (None where SQL has NULL).
+        name, category: ``slice`` columns as :class:`TextColumn` (codes into the distinct values, like
+            trace_processor's string pool; ``.tolist()`` gives the values, None where SQL has NULL).
         track_utid: per track id, its thread's utid (``thread_track.utid``), -1 for tracks that are not a thread's.
         flow_out, flow_in: ``flow.slice_out`` / ``flow.slice_in`` in flow id order.
         threads: ``thread`` rows ``(utid, tid, name, upid, is_main_thread)``.
@@ -38,8 +40,8 @@ class TraceTables:
     depth: np.ndarray
     parent_id: np.ndarray
     arg_set_id: np.ndarray
-    name: list[Any]
-    category: list[Any]
+    name: TextColumn
+    category: TextColumn
     track_utid: np.ndarray
     flow_out: np.ndarray
     flow_in: np.ndarray
