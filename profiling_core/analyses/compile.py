@@ -46,7 +46,7 @@ def _compile_cpu_rows(sh: Shared) -> list[tuple] | None:
     if not steps:
         return []
     t = sh.slices
-    kind = np.array([_kind(u) for u in t["name_uniq"]], dtype=np.int64)[t["name_codes"]]
+    kind = np.array([_kind(u) for u in t["name_uniq"]], dtype=np.int8)[t["name_codes"]]  # 1 byte a slice
     lanes = {}
     for u in {r[6] for r in steps}:
         idx = np.flatnonzero(t["utid"] == u)

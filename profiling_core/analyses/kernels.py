@@ -44,7 +44,7 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
         deviation, 0 for a single launch), ``cv`` (std / mean). Empty on traces without kernels.
     """
     df = gpu_ops(session) if ops is None else ops
-    k = df[df["category"] == "kernel"]
+    k = df.loc[df["category"] == "kernel", ["name", "dur_us"]]  # only the columns used
     cols = ["name", "count", "total_us", "mean_us", "median_us", "min_us", "max_us", "std_us", "cv"]
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype="object" if c == "name" else "float64") for c in cols})

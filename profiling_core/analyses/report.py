@@ -109,6 +109,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     # Largest temporaries first, while few results are held yet, smallest last, when all are: the peak memory of the
     # whole run is then lower (93 MB trace: 192 -> 188 MiB in this order); each result is the same in any order.
     out = {"profiler_table": profiler_table(session, shared=sh),
+           "steps": steps(session, shared=sh),  # (its per-step pair counts are the temporaries of compile_breakdown)
            "dispatch_chains": dispatch_chains(session, shared=sh),
            "kernel_durations_by_step": kernel_durations_by_step(session, shared=sh),
            "launch_latency": launch_latency(session, shared=sh),
@@ -118,7 +119,6 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
            "compile_breakdown": compile_breakdown(session, shared=sh),
            "gpu_ops": gpu_ops(session, shared=sh)}
     out["kernel_stats"] = kernel_stats(session, ops=out["gpu_ops"])
-    out["steps"] = steps(session, shared=sh)
     out["sync_wait"] = sync_wait(session, shared=sh)
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])
