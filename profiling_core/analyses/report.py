@@ -107,7 +107,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     """
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
     # Largest temporaries first, while few results are held yet, smallest last, when all are: the peak memory of the
-    # whole run is then lower (93 MB trace: 192 -> 188 MiB in this order); each result is the same in any order.
+    # whole run is then lower (93 MB trace: 6 MiB less than in the Report's field order); each result is the same in
+    # any order.
     out = {"profiler_table": profiler_table(session, shared=sh),
            "steps": steps(session, shared=sh),  # (its per-step pair counts are the temporaries of compile_breakdown)
            "dispatch_chains": dispatch_chains(session, shared=sh),
