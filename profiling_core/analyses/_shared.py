@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..trace._tables import TextColumn
 from ._common import run_query
 
 __all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols", "inferred",
@@ -416,7 +417,7 @@ class Shared:
         tb = self.tables
         if tb is not None:  # the mirror's columns: slice_tree.sql's rows without the round trip through SQLite
             n = tb.slice_count
-            (codes, uniq), (ncodes, nuniq) = (tb.category.codes, tb.category.uniq), (tb.name.codes, tb.name.uniq)
+            cat_col, name_col = tb.category, tb.name
             out: dict = {"id": RowIds(n), "ts": tb.ts, "dur": tb.dur, "track_id": tb.track_id,
                          "depth": tb.depth, "parent": tb.parent_id,
                          "utid": tb.track_utid[tb.track_id] if n else np.zeros(0, np.int64)}
@@ -429,16 +430,13 @@ class Shared:
                    for c in ("id", "ts", "dur", "track_id", "depth")}
             for c, name in (("parent_id", "parent"), ("utid", "utid")):
                 out[name] = np.fromiter((-1 if v is None else v for v in d[c]), dtype=np.int64, count=n)
-            (codes, uniq), (ncodes, nuniq) = _factorize(d["category"]), _factorize(d["name"])
-            codes, ncodes = codes.astype(np.int32), ncodes.astype(np.int32)  # as the mirror's TextColumn holds them
-        low = np.array([u.lower() if isinstance(u, str) else None for u in uniq] + [None], dtype=object)
+            rows = np.arange(n)  # coded as the mirror codes its own columns
+            cat_col, name_col = TextColumn.of(d["category"], rows), TextColumn.of(d["name"], rows)
+        low = np.array([u.lower() if isinstance(u, str) else None for u in cat_col.uniq] + [None], dtype=object)
         out["cat_low_uniq"] = low  # ``cat`` of each category code (code -1, NULL: the last)
-        out["cat_codes"], out["cat_uniq"] = codes, list(uniq) + [None]  # code -1 (NULL) indexes the None
-        out["name_codes"], out["name_uniq"] = ncodes, list(nuniq) + [None]
-        for c in ("cat", "name"):
-            a = np.empty(len(out[c + "_uniq"]), dtype=object)
-            a[:] = out[c + "_uniq"]
-            out[c + "_uniq_arr"] = a  # indexed by the codes: the values of those rows
+        for c, col in (("cat", cat_col), ("name", name_col)):
+            out[c + "_codes"], out[c + "_uniq"] = col.codes, [*col.uniq, None]  # code -1 (NULL) indexes the None
+            out[c + "_uniq_arr"] = col.lookup  # indexed by the codes: the values of those rows
         ids = out["id"]
         dense = isinstance(ids, RowIds) or n == 0 or (ids[0] == 0 and ids[-1] == n - 1)
         if dense:  # ids are the rows: a parent's id is its row
@@ -647,23 +645,6 @@ class Shared:
         cols, data = self.session.query_columns(load_query("thread_lanes"))
         d = dict(zip(cols, data))
         return {u: (tid, pid) for u, tid, pid in zip(_list(d["utid"]), _list(d["tid"]), _list(d["pid"]))}
-
-
-def _factorize(values: list) -> tuple[np.ndarray, np.ndarray]:
-    """``pd.factorize(values)`` of a list of str/None (codes -1 for None; distinct values in order of appearance).
-
-    The loader (and query_columns) share one object per distinct string, so the objects are factorized by identity
-    first (integers hash fast), then their distinct values: the same codes and order as factorizing the values."""
-    if not values:
-        return pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
-    ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))
-    by_id, distinct = pd.factorize(ids)
-    first_row = np.full(len(distinct), len(values), dtype=np.int64)
-    np.minimum.at(first_row, by_id, np.arange(len(values)))  # each object's first row: the objects in that order
-    objs = np.empty(len(distinct), dtype=object)
-    objs[:] = [values[i] for i in first_row.tolist()]
-    codes, uniq = pd.factorize(objs, use_na_sentinel=True)
-    return codes[by_id], uniq
 
 
 def _sqlite_int_suffixes(names: set, start: int) -> dict:

@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 
 from ._decode import Event, ns_of_decimals, to_ns
+from ._tables import TextColumn
 
 _TS_LIMIT = 1 << 62  # ns; anything larger cannot be a real timestamp (and would overflow sums)
 _EMPTY_ARGS = (b"", b"{}", b"null")
@@ -47,61 +48,6 @@ class LoadStats:
     @property
     def skipped_total(self) -> int:
         return sum(self.skipped.values())
-
-
-class TextColumn:
-    """A text column as codes into its distinct values, the way trace_processor's string pool holds names: row i is
-    ``uniq[codes[i]]``, None where the code is -1; the distinct values in order of first appearance (the codes
-    ``pd.factorize`` gives), codes as int32. A 225k-slice trace has ~1k distinct names: 0.9 MiB of codes instead of a
-    1.7 MiB list, and the analyses take the codes as they are."""
-
-    __slots__ = ("codes", "uniq", "_values")
-
-    def __init__(self, codes: np.ndarray, uniq: list) -> None:
-        self.codes, self.uniq = codes, uniq
-        self._values = np.empty(len(uniq) + 1, dtype=object)
-        self._values[:] = [*uniq, None]  # code -1 (NULL) takes the last
-
-    def __len__(self) -> int:
-        return len(self.codes)
-
-    def __getitem__(self, rows) -> np.ndarray:
-        """The values of these rows (a slice or an index array) as an object array."""
-        return self._values[self.codes[rows]]
-
-    def tolist(self) -> list:
-        return self[:].tolist()
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, TextColumn) and self.uniq == other.uniq and np.array_equal(self.codes, other.codes)
-
-    __hash__ = None
-
-    @classmethod
-    def of(cls, values: list, order: np.ndarray) -> "TextColumn":
-        """``[values[i] for i in order]`` (str or None; equal strings mostly one object, as the collector interns
-        them) coded: by object identity first (integers sort fast), then by value among the distinct objects."""
-        if len(order) == 0:
-            return cls(np.zeros(0, dtype=np.int32), [])
-        ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))[order]
-        distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        by_first = np.argsort(first, kind="stable")  # the distinct objects in order of first appearance
-        rank = np.empty(len(distinct), dtype=np.int64)
-        rank[by_first] = np.arange(len(distinct))
-        code_of: dict = {}
-        uniq: list = []
-        remap = np.empty(len(distinct), dtype=np.int32)
-        for j, i in enumerate(first[by_first].tolist()):
-            v = values[int(order[i])]
-            if v is None:
-                remap[j] = -1
-                continue
-            c = code_of.get(v)
-            if c is None:
-                c = code_of[v] = len(uniq)
-                uniq.append(v)
-            remap[j] = c
-        return cls(remap[rank[inverse.reshape(-1)]], uniq)
 
 
 @dataclass
