@@ -331,18 +331,24 @@ def test_close_stops_a_background_build_that_is_still_running(tmp_path, monkeypa
     assert not backend._builder and not any(Path(f).exists() for f in files)
 
 
-def test_raw_args_are_each_events_args_json(session):
-    """raw_args gives the args object of each event as written in the JSON (checked by a plain scan)."""
+def test_args_reader_gives_each_events_args(session):
+    """tables.args gives each event's top-level args as written in the JSON (checked by a plain scan): every key of
+    every X event with args, on the study trace."""
     s = session("64_bf16_cold_eager.json")
     doc = json.loads((DATA / "64_bf16_cold_eager.json").read_text())
     xs = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("args")]
-    df = s.query("select arg_set_id, name, ts from slice where arg_set_id is not null order by arg_set_id")
-    got = s.raw_args(df["arg_set_id"].tolist())
-    assert len(got) == len(df) == len(xs)
+    tb = s.tables
     by_key = {(e["name"], round(e["ts"] * 1000)): e["args"] for e in xs}
-    for a, name, ts in df.itertuples(index=False):
-        assert json.loads(got[a]) == by_key[(name, ts)]
-    assert s.raw_args([]) == {} and s.raw_args([10**9]) == {}
+    rows = [i for i in range(tb.slice_count) if tb.arg_set_id[i] >= 0]
+    assert len(rows) == len(xs)
+    names = tb.name.tolist()
+    keys = {k for e in xs for k in e["args"]}
+    for key in keys:
+        got = tb.args.get(key, tb.arg_set_id[rows].tolist())
+        for i in rows:
+            want = by_key[(names[i], int(tb.ts[i]))].get(key)
+            assert got.get(int(tb.arg_set_id[i])) == want, (key, names[i])
+    assert tb.args.get("correlation", []) == {} and tb.args.get("correlation", [10**9]) == {}
 
 
 def test_files_of_a_killed_process_are_removed_by_the_next_open(tmp_path):

@@ -1,17 +1,10 @@
-"""Helpers shared by the analyses: run a named query, convert ns columns to µs."""
+"""Helpers shared by the analyses: convert ns columns to µs, cast counts."""
 from __future__ import annotations
 
 import pandas as pd
 
-from ..queries import load_query
-
 GPU_OP_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 """Categories (lower-cased) of GPU work: 2022+ Kineto names and the 2021 ones (Kernel, Memcpy, Memset)."""
-
-
-def run_query(session, name: str) -> pd.DataFrame:
-    """Run the shipped query ``name`` on ``session`` and return its DataFrame (a copy the caller may change)."""
-    return session.query(load_query(name)).copy()
 
 
 def us(df: pd.DataFrame, mapping: dict[str, str]) -> pd.DataFrame:

@@ -1,19 +1,12 @@
 """Pieces that several analyses need, computed once per trace and shared (``analyze`` builds one :class:`Shared`).
 
-A few queries run once per trace: ``slice_tree`` (every slice: window, tree, name, category, thread; fetched column
-by column with ``TraceSession.query_columns``), ``launch_pairs`` (every launch call ↔ GPU op pair, flow table with
-the ``args.correlation`` fallback, with both ends' columns), ``step_slices`` (the ProfilerStep#N windows) and
-``thread_lanes``. The per-step, per-window and per-tree work that the shipped ``steps``, ``gpu_busy``,
-``per_step_kernels``, ``launch_latency``, ``launch_path``, ``dispatch_chain``, ``sync_wait``, ``compile_breakdown``,
-``gemm_ops``, ``profiler_table`` and ``kernels`` queries each redo (the GPU-op set, the pairing, window functions,
-range joins, a recursive ancestor walk) is done here once with numpy on those arrays: the same rows, values and order
-(tests/test_analyses_perf_invariants.py compares each with its query on every test trace). The ``.sql`` files stay
-the reference of each analysis and run on both engines.
-
-On the mirror those inputs come from its in-memory columns (``session.tables``) instead, and so do the small inputs
-of ``sync_wait``, ``compile_breakdown``, ``cold_start_gap`` and ``gemm_throughput`` (tests/
-test_analyses_columns_vs_sql.py): ``analyze`` then runs no SQL, so it never waits for the SQLite tables the mirror
-writes in the background after loading.
+Everything here reads the session's typed tables (``session.tables``: numpy columns of ``slice``, ``flow``,
+``thread``, ``process``, ``thread_track`` and an args reader), which both engines provide: the mirror from its loader,
+perfetto through the extraction queries of ``profiling_core.trace._extract``. No SQL runs here. The pieces: the slice
+columns with names and categories as codes (:attr:`Shared.slices`), the GPU ops, the launch call ↔ GPU op pairs
+(:meth:`Shared._launch_pairs`: flows, else ``args.correlation``), the ProfilerStep windows, the thread lanes, and
+per-step counts. Where an order matters the rule is stated where it is applied (slices by (ts, id), pairs by (launch
+id, GPU op id)).
 
 Frames are built from column arrays (:func:`frame_cols`) with the dtypes ``DataFrame.from_records`` infers from the
 same Python values; text columns travel as codes into their distinct values (:class:`Coded`), so each distinct
@@ -21,6 +14,7 @@ string is converted once.
 """
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import NamedTuple
 
@@ -28,7 +22,6 @@ import numpy as np
 import pandas as pd
 
 from ..trace._tables import TextColumn
-from ._common import run_query
 
 __all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols", "inferred",
            "as_object_column", "nullable", "union_ns", "expand_ranges"]
@@ -280,7 +273,7 @@ class Shared:
     def __init__(self, session) -> None:
         self.session = session
         self._pair_codes: dict = {}
-        self._pair_rows: tuple | None = None  # (launch rows, GPU op rows) of ``slices`` when ``p`` comes from them
+        self._pair_rows: tuple = ()  # (launch rows, GPU op rows) of ``slices``, set with ``p``
 
     # --- raw queries ----------------------------------------------------------------------------------------------
     @cached_property
@@ -380,16 +373,14 @@ class Shared:
 
     @cached_property
     def tables(self):
-        """The session's in-memory columns (the mirror's ``TraceTables``), or None (perfetto): then every shared
-        piece comes from its query."""
-        return getattr(self.session, "tables", None)
+        """The session's typed tables (``TraceTables``), which every piece here reads."""
+        return self.session.tables
 
     @cached_property
     def step_slices(self) -> pd.DataFrame:
-        tb = self.tables
-        if tb is None:
-            return run_query(self.session, "step_slices")
-        # step_slices.sql on the columns: name GLOB 'ProfilerStep#*', category not gpu_user_annotation, ORDER BY ts, id
+        """Every ``ProfilerStep#N`` slice that is not a ``gpu_user_annotation`` copy, in (ts, id) order: ``step_id``,
+        ``step`` (N: the digits right after ``#``, None without any), ``name``, ``ts``, ``dur``, ``depth``, ``utid``
+        (None off-thread)."""
         t = self.slices
         m = self.name_mask(lambda u: isinstance(u, str) and u.startswith("ProfilerStep#"))
         if m.any():
@@ -397,7 +388,7 @@ class Shared:
         rows_i = np.flatnonzero(m)
         rows_i = rows_i[np.lexsort((rows_i, t["ts"][rows_i]))]
         names = self.names_at(rows_i).tolist()
-        steps = _sqlite_int_suffixes(set(names), 14)
+        steps = {nm: step_number(nm) for nm in set(names)}
         rows = [(i, steps[nm], nm, ts, dur, depth, None if u < 0 else u)
                 for i, nm, ts, dur, depth, u in zip(rows_i.tolist(), names, t["ts"][rows_i].tolist(),
                                                     t["dur"][rows_i].tolist(), t["depth"][rows_i].tolist(),
@@ -415,39 +406,18 @@ class Shared:
         (``TraceTables.name``/``category``). Per-row arrays are only what the analyses need: on a 93 MB trace each
         is 1.7 MiB."""
         tb = self.tables
-        if tb is not None:  # the mirror's columns: slice_tree.sql's rows without the round trip through SQLite
-            n = tb.slice_count
-            cat_col, name_col = tb.category, tb.name
-            out: dict = {"id": RowIds(n), "ts": tb.ts, "dur": tb.dur, "track_id": tb.track_id,
-                         "depth": tb.depth, "parent": tb.parent_id,
-                         "utid": tb.track_utid[tb.track_id] if n else np.zeros(0, np.int64)}
-        else:
-            from ..queries import load_query
-            cols, data = self.session.query_columns(load_query("slice_tree"))
-            d = dict(zip(cols, data))
-            n = len(d["id"])
-            out = {c: np.array(d[c], dtype=np.int64) if n else np.zeros(0, np.int64)
-                   for c in ("id", "ts", "dur", "track_id", "depth")}
-            for c, name in (("parent_id", "parent"), ("utid", "utid")):
-                out[name] = np.fromiter((-1 if v is None else v for v in d[c]), dtype=np.int64, count=n)
-            rows = np.arange(n)  # coded as the mirror codes its own columns
-            cat_col, name_col = TextColumn.of(d["category"], rows), TextColumn.of(d["name"], rows)
+        n = tb.slice_count
+        cat_col, name_col = tb.category, tb.name
+        out: dict = {"id": RowIds(n), "ts": tb.ts, "dur": tb.dur, "track_id": tb.track_id,
+                     "depth": tb.depth, "parent": tb.parent_id,
+                     "utid": tb.track_utid[tb.track_id] if n else np.zeros(0, np.int64)}
         low = np.array([u.lower() if isinstance(u, str) else None for u in cat_col.uniq] + [None], dtype=object)
         out["cat_low_uniq"] = low  # ``cat`` of each category code (code -1, NULL: the last)
         for c, col in (("cat", cat_col), ("name", name_col)):
             out[c + "_codes"], out[c + "_uniq"] = col.codes, [*col.uniq, None]  # code -1 (NULL) indexes the None
             out[c + "_uniq_arr"] = col.lookup  # indexed by the codes: the values of those rows
-        ids = out["id"]
-        dense = isinstance(ids, RowIds) or n == 0 or (ids[0] == 0 and ids[-1] == n - 1)
-        if dense:  # ids are the rows: a parent's id is its row
-            out["id"] = RowIds(n)
-            out["ppos"] = out["parent"]
-        else:
-            has = out["parent"] >= 0
-            ppos = np.full(n, -1, dtype=np.int64)
-            ppos[has] = np.searchsorted(ids, out["parent"][has])
-            out["ppos"] = ppos
-        out["dense"] = dense
+        out["ppos"] = out["parent"]  # slice ids are the rows: a parent's id is its row
+        out["dense"] = True
         return out
 
     def name_mask(self, pred) -> np.ndarray:
@@ -476,15 +446,16 @@ class Shared:
         return Coded(t["cat_codes"][rows], (t["cat_low_uniq"] if lower else t["cat_uniq_arr"])[:-1])
 
     def pair_codes(self, col: str) -> Coded:
-        """A text column of the pairs ``p`` as a :class:`Coded` column (factorized once)."""
+        """A text column of the pairs ``p`` as a :class:`Coded` column (the codes of the slices at either end; other
+        columns factorized once)."""
         got = self._pair_codes.get(col)
         if got is None:
             p = self.p
-            rows = self._pair_rows  # from the flows: each column is its slice's (codes known)
-            if rows is not None and col in ("gpu_name", "launch_name"):
-                got = self.name_codes_at(rows[0] if col == "launch_name" else rows[1])
-            elif rows is not None and col in ("gpu_category", "gpu_category_raw"):
-                got = self.category_codes_at(rows[1], lower=col == "gpu_category")
+            launch_rows, gpu_rows = self._pair_rows
+            if col in ("gpu_name", "launch_name"):
+                got = self.name_codes_at(launch_rows if col == "launch_name" else gpu_rows)
+            elif col in ("gpu_category", "gpu_category_raw"):
+                got = self.category_codes_at(gpu_rows, lower=col == "gpu_category")
             else:
                 got = Coded.of(p[col])
             self._pair_codes[col] = got
@@ -505,80 +476,61 @@ class Shared:
         return ids if self.slices["dense"] else np.searchsorted(self.slices["id"], ids)
 
     # --- arrays ---------------------------------------------------------------------------------------------------
-    def _pairs_from_flows(self) -> dict | None:
-        """The ``launch_pairs`` columns from the flow table and the shared slice tree, when every GPU op has a flow
-        (then the query's args.correlation half is empty); None otherwise (the caller runs the query)."""
-        tb = self.tables
-        if tb is not None:
-            out_ids, in_ids = tb.flow_out, tb.flow_in
-        else:
-            from ..queries import load_query
-            _cols, (out_ids, in_ids) = self.session.query_columns(load_query("flow_links"))
-        if not (isinstance(out_ids, np.ndarray) and isinstance(in_ids, np.ndarray)):
-            return None
-        t, gr = self.slices, self.gpu_rows
-        gpu_ids = t["id"][gr]
-        m = np.isin(in_ids, gpu_ids)
-        lo, gi = out_ids[m].astype(np.int64), in_ids[m].astype(np.int64)
-        order = np.lexsort((gi, lo))  # the distinct (launch, gpu op) pairs in (launch_id, gpu_id) order
-        lo, gi = lo[order], gi[order]
+    def _launch_pairs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(launch row, GPU op row, paired by correlation) of every launch call ↔ GPU op pair, in (launch, GPU op)
+        order, each pair once.
+
+        A GPU op is paired with the slice at the other end of each flow that ends on it. A GPU op with no such flow
+        (2021-era traces, whose flows do not bind) is paired with every runtime call (category cuda_runtime,
+        cuda_driver or runtime) whose ``args.correlation`` equals its own."""
+        tb, t = self.tables, self.slices
+        n = tb.slice_count
+        gr = self.gpu_rows
+        is_gpu = np.zeros(n, dtype=bool)
+        is_gpu[gr] = True
+        fo, fi = tb.flow_out.astype(np.int64), tb.flow_in.astype(np.int64)
+        m = (fi >= 0) & (fi < n) & (fo >= 0) & (fo < n)
+        m[m] = is_gpu[fi[m]]
+        lo, gi = fo[m], fi[m]
+        by_corr = np.zeros(len(lo), dtype=bool)
+        has_flow = np.zeros(n, dtype=bool)
+        has_flow[gi] = True
+        orphans = gr[~has_flow[gr] & (tb.arg_set_id[gr] >= 0)]
+        if len(orphans):
+            runtime = np.flatnonzero(self.cat_mask(
+                lambda c: isinstance(c, str) and c.lower() in ("cuda_runtime", "cuda_driver", "runtime"))
+                & (tb.arg_set_id >= 0))
+            c_lo, c_gi = _equal_arg(tb, "correlation", runtime, orphans)
+            lo, gi = np.concatenate([lo, c_lo]), np.concatenate([gi, c_gi])
+            by_corr = np.concatenate([by_corr, np.ones(len(c_lo), dtype=bool)])
+        order = np.lexsort((gi, lo))
+        lo, gi, by_corr = lo[order], gi[order], by_corr[order]
         keep = np.ones(len(lo), dtype=bool)
         keep[1:] = (lo[1:] != lo[:-1]) | (gi[1:] != gi[:-1])
-        lo, gi = lo[keep], gi[keep]
-        if not np.isin(gpu_ids, gi).all():
-            return None  # some GPU op has no flow: the correlation fallback applies
-        n = len(t["id"])
-        if t["dense"]:
-            if len(lo) and (lo.min() < 0 or lo.max() >= n):
-                return None
-            lpos, gpos = lo, gi
-        else:
-            lpos, gpos = np.searchsorted(t["id"], lo), np.searchsorted(t["id"], gi)
-            if len(lo) and ((lpos >= n).any() or (t["id"][np.minimum(lpos, n - 1)] != lo).any()):
-                return None
-        par, utid = t["parent"][lpos], t["utid"][lpos]
-        paired_by = np.empty(len(lo), dtype=object)
-        paired_by[:] = "flow"  # one str object in every row (np.full would convert it into a new str per row)
-        return {
-            "launch_id": lo, "gpu_id": gi, "paired_by": paired_by,
-            "launch_name": self.names_at(lpos), "launch_ts": t["ts"][lpos], "launch_dur": t["dur"][lpos],
-            "launch_parent_id": nullable(par, par < 0), "launch_track_id": t["track_id"][lpos],
-            "launch_utid": nullable(utid, utid < 0),
-            "gpu_name": self.names_at(gpos), "gpu_category": self.cats_at(gpos),
-            "gpu_category_raw": self.categories_at(gpos), "gpu_ts": t["ts"][gpos], "gpu_dur": t["dur"][gpos],
-            "_rows": (lpos, gpos),
-        }
+        return lo[keep], gi[keep], by_corr[keep]
 
     @cached_property
     def p(self) -> dict[str, np.ndarray]:
-        """``launch_pairs`` (one row per launch call ↔ GPU op pair, in launch_id, gpu_id order) as arrays: ints
-        as int64 (``launch_parent``: -1 for none), text and ``launch_utid`` (None for none) as object."""
-        d = self._pairs_from_flows()
-        if d is None:
-            from ..queries import load_query
-            cols, data = self.session.query_columns(load_query("launch_pairs"))
-            d = dict(zip(cols, data))
-        else:
-            self._pair_rows = d.pop("_rows")
-        out = {c: np.array(d[c], dtype=np.int64) if len(d[c]) else np.zeros(0, dtype=np.int64)
-               for c in ("launch_id", "gpu_id", "launch_ts", "launch_dur", "gpu_ts", "gpu_dur", "launch_track_id")}
+        """The launch pairs (:meth:`_launch_pairs`: one row per launch call ↔ GPU op pair, in launch_id, gpu_id
+        order) as arrays: ints as int64 (``launch_parent``: -1 for none), text and ``launch_utid`` (None for none)
+        as object."""
+        t = self.slices
+        lpos, gpos, by_corr = self._launch_pairs()
+        self._pair_rows = (lpos, gpos)
+        how = np.array(["flow", "correlation"], dtype=object)  # one str object per kind, shared by its rows
+        par, utid = t["parent"][lpos], t["utid"][lpos]
+        out = {"launch_id": lpos, "gpu_id": gpos, "launch_ts": t["ts"][lpos], "launch_dur": t["dur"][lpos],
+               "gpu_ts": t["ts"][gpos], "gpu_dur": t["dur"][gpos], "launch_track_id": t["track_id"][lpos],
+               "paired_by": how[by_corr.astype(np.int64)], "launch_name": self.names_at(lpos),
+               "gpu_name": self.names_at(gpos), "gpu_category": self.cats_at(gpos),
+               "gpu_category_raw": self.categories_at(gpos), "launch_utid": nullable(utid, utid < 0)}
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
-        for c in ("paired_by", "launch_name", "gpu_name", "gpu_category", "gpu_category_raw", "launch_parent_id",
-                  "launch_utid"):
-            if isinstance(d[c], np.ndarray) and d[c].dtype == object:
-                out[c] = d[c]
-                continue
-            a = np.empty(len(d[c]), dtype=object)
-            a[:] = d[c].tolist() if isinstance(d[c], np.ndarray) else d[c]
-            out[c] = a
-        rows = self._pair_rows
-        names = self.name_codes_at(rows[1]) if rows is not None else Coded.of(out["gpu_name"])
+        out["launch_parent"] = par.astype(np.int64)
+        names = self.name_codes_at(gpos)
         self._pair_codes["gpu_name"] = names  # what pair_codes("gpu_name") gives
         kinds = np.array([x[7:11] if isinstance(x, str) and x.startswith(("Memcpy DtoD", "Memcpy HtoD", "Memcpy DtoH"))
                           else "" for x in names.uniq.tolist()] + [""], dtype=object)
         out["memcpy_kind"] = kinds[names.codes] if len(names.codes) else np.zeros(0, dtype=object)
-        lp = out.pop("launch_parent_id")  # kept as int64 only (an object array of Python ints is 1 MiB per 28k pairs)
-        out["launch_parent"] = np.where(pd.isna(lp), -1, lp).astype(np.int64) if len(lp) else np.zeros(0, np.int64)
         out["by_launch_ts"] = np.argsort(out["launch_ts"], kind="stable")
         out["launch_ts_sorted"] = out["launch_ts"][out["by_launch_ts"]]
         return out
@@ -638,27 +590,36 @@ class Shared:
     def lanes(self) -> dict:
         """{utid: (tid, pid)} of every thread (pid None without a process row)."""
         tb = self.tables
-        if tb is not None:  # thread_lanes.sql: thread LEFT JOIN process USING (upid), by utid
-            pid_of = {upid: pid for upid, pid, _name, _syn in tb.processes}
-            return {utid: (tid, pid_of.get(upid)) for utid, tid, _name, upid, _main in sorted(tb.threads)}
-        from ..queries import load_query
-        cols, data = self.session.query_columns(load_query("thread_lanes"))
-        d = dict(zip(cols, data))
-        return {u: (tid, pid) for u, tid, pid in zip(_list(d["utid"]), _list(d["tid"]), _list(d["pid"]))}
+        pid_of = {upid: pid for upid, pid, _name in tb.processes}
+        return {utid: (tid, pid_of.get(upid)) for utid, tid, _name, upid, _main in sorted(tb.threads)}
+
+def step_number(name):
+    """N of a ``ProfilerStep#N`` name: the digits right after ``#`` as an int; None without any."""
+    m = _STEP_DIGITS.match(name, 13) if isinstance(name, str) else None
+    return int(m.group()) if m else None
 
 
-def _sqlite_int_suffixes(names: set, start: int) -> dict:
-    """{name: CAST(substr(name, start) AS INT)} exactly as SQLite computes it (asked of SQLite, once per name)."""
-    import sqlite3
-    conn = sqlite3.connect(":memory:")
-    try:
-        return {nm: conn.execute("SELECT CAST(substr(?, ?) AS INT)", (nm, start)).fetchone()[0] for nm in names}
-    finally:
-        conn.close()
+_STEP_DIGITS = re.compile(r"\d+")
 
 
-def _list(x) -> list:
-    return x.tolist() if isinstance(x, np.ndarray) else list(x)
+def _equal_arg(tb, key: str, a_rows: np.ndarray, b_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b) rows of every pair of an ``a_rows`` slice and a ``b_rows`` slice whose argument ``key`` is one equal
+    scalar (not None)."""
+    va = tb.args.get(key, tb.arg_set_id[a_rows].tolist())
+    vb = tb.args.get(key, tb.arg_set_id[b_rows].tolist())
+    by_value: dict = {}
+    for r, asid in zip(a_rows.tolist(), tb.arg_set_id[a_rows].tolist()):
+        v = va.get(asid)
+        if v is not None and not isinstance(v, list):
+            by_value.setdefault(v, []).append(r)
+    out_a, out_b = [], []
+    for r, asid in zip(b_rows.tolist(), tb.arg_set_id[b_rows].tolist()):
+        v = vb.get(asid)
+        if v is not None and not isinstance(v, list):
+            for x in by_value.get(v, ()):
+                out_a.append(x)
+                out_b.append(r)
+    return np.array(out_a, dtype=np.int64), np.array(out_b, dtype=np.int64)
 
 
 def shared_for(session, shared: Shared | None) -> Shared:

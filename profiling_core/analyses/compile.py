@@ -5,7 +5,7 @@ import pandas as pd
 
 import numpy as np
 
-from ._common import ints, nullable_int, run_query, us
+from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
 
 __all__ = ["compile_breakdown"]
@@ -35,13 +35,10 @@ def _kind(name) -> int:
     return 5 if name in _GRAPH_LAUNCHES else 0
 
 
-def _compile_cpu_rows(sh: Shared) -> list[tuple] | None:
-    """The rows of ``compile_cpu.sql`` from the shared columns (steps on a thread, in (ts, id) order; the slices of
-    each step's thread starting inside its window); None where only the query can say: no columns (perfetto), or a
-    step calling more than one FX graph (``group_concat(DISTINCT ...)`` lists them in the order SQLite's GROUP BY
-    sorter leaves them)."""
-    if sh.tables is None:
-        return None
+def _compile_cpu_rows(sh: Shared) -> list[tuple]:
+    """Per step on a thread, in (ts, id) order: its torch.compile CPU rows among the slices of its thread that start
+    inside its window (counts and summed ns per kind; the FX graph hashes called, in order of first call, joined by
+    ",")."""
     steps = [r for r in sh.steps_list if r[6] is not None]
     if not steps:
         return []
@@ -61,24 +58,21 @@ def _compile_cpu_rows(sh: Shared) -> list[tuple] | None:
         n = np.bincount(k, minlength=6).tolist()
         ns = [int(d[k == j].sum()) for j in range(6)]
         fx = sel[k == 4]
-        hashes = list(dict.fromkeys(  # trim(replace(substr(name, 25), '##', ''))
-            nm[24:].replace("##", "").strip(" ") for nm in sh.names_at(fx).tolist()))
-        if len(hashes) > 1:
-            return None
+        fx = fx[np.lexsort((fx, t["ts"][fx]))]  # in (ts, id) order
+        hashes = list(dict.fromkeys(nm[24:].replace("##", "").strip(" ") for nm in sh.names_at(fx).tolist()))
         rows.append((step_id, step, ts, dur, n[1], ns[1], n[2], ns[2], n[3], ns[3], n[4], ns[4],
-                     hashes[0] if hashes else None, n[5]))
+                     ",".join(hashes) if hashes else None, n[5]))
     return rows
 
 
 def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
-    """What ``compile_breakdown.sql`` returns: its CPU half from ``compile_cpu`` (the query, or the same rows from
-    the columns), its GPU half from the shared pairs (distinct GPU op and launch ids of the step's pairs)."""
+    """What ``compile_breakdown.sql`` returns: its CPU half from :func:`_compile_cpu_rows`, its GPU half from the
+    shared pairs (distinct GPU op and launch ids of the step's pairs)."""
     cols = ["step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
             "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
             "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
             "launches", "kernel_launches"]
-    rows = _compile_cpu_rows(sh)
-    cpu = run_query(sh.session, "compile_cpu") if rows is None else frame(rows, _CPU_COLS)
+    cpu = frame(_compile_cpu_rows(sh), _CPU_COLS)
     if cpu.empty:
         return frame([], cols)
     c = sh.step_counts

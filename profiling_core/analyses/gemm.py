@@ -2,20 +2,14 @@
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from ..errors import QueryError
-from ._common import run_query
 from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
 __all__ = ["gemm_throughput", "gemm_flops_from_dims"]
-
-_KEY = re.compile(r"\[(\d+)\]\[(\d+)\]$")
-_INDEX = re.compile(r"\[\d+\]")  # what trace_processor's flat_key drops from a key
 
 
 def _prod(xs) -> int:
@@ -55,197 +49,27 @@ def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
         return None
 
 
-def _dims_from_rows(ids, keys, values) -> dict[int, list[list[int]]]:
-    """{slice id: its inputs' dims} from ``gemm_shapes.sql``'s rows (id, key, int_value), in its (id, key) order."""
-    out: dict[int, dict[int, dict[int, int]]] = {}
-    search = _KEY.search
-    for sid, key, val in zip(ids, keys, values):
-        if val is None or val != val:
-            continue
-        m = search(str(key))
-        if m is None:
-            continue
-        out.setdefault(int(sid), {}).setdefault(int(m.group(1)), {})[int(m.group(2))] = int(val)
-    # inputs without dims (scalars, empty lists) have no rows: keep every input at its own position
-    return {sid: [[inp[i][j] for j in sorted(inp[i])] if i in inp else [] for i in range(max(inp) + 1)]
-            for sid, inp in out.items()}
+def _is_shapes(v) -> bool:
+    """Whether an ``Input Dims`` value is a list of input shapes, each a list of integers (an input without a shape,
+    such as a scalar, has an empty one)."""
+    return type(v) is list and all(type(x) is list and all(type(y) is int for y in x) for x in v)
 
 
-def _dims_by_op(session, ops: dict | None = None) -> dict[int, list[list[int]]]:
-    """{GEMM op id: its recorded ``Input Dims``} (the ops that have some).
-
-    ``ops``: {slice id: arg set id} of the GEMM ops asked about, when known: on the mirror their args are then read
-    from its args database, which is complete once the trace is loaded, instead of through ``gemm_shapes.sql``
-    (whose ``args`` view waits for the SQLite tables); see :func:`_dims_from_args`."""
-    if ops is not None:
-        got = _dims_from_args(session, ops)
-        if got is not None:
-            return got
-    from ..queries import load_query
-    cols, data = session.query_columns(load_query("gemm_shapes"))
-    d = dict(zip(cols, data))
-    return _dims_from_rows(d["id"], d["key"], d["int_value"])
-
-
-_DIMS_KEY = "Input Dims"
-_DIMS_KEY_BYTES = b'"Input Dims"'
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-class _Unusual(Exception):
-    """An arg set whose ``args`` rows this module does not rebuild itself (the query answers for it)."""
-
-
-def _leaves(v, key: str, out: list) -> None:
-    """The ``args`` rows (key, int_value) that json_tree gives below a value reached through arrays only: arrays
-    add ``[i]`` to the key; an object's leaves get a ``.name`` in their key (never the flat key asked for), so they
-    are left out; integers and booleans (1/0) have an int_value, other scalars none (None, as the view)."""
-    tv = type(v)
-    if tv is list:
-        for i, x in enumerate(v):
-            _leaves(x, f"{key}[{i}]", out)
-    elif tv is dict:
-        return
-    elif tv is bool:
-        out.append((key, int(v)))
-    elif tv is int:
-        if not _INT64[0] <= v <= _INT64[1]:
-            raise _Unusual  # SQLite gives such an integer as a REAL atom
-        out.append((key, v))
-    else:
-        out.append((key, None))
-
-
-def _dims_rows(v) -> list[tuple[str, object]]:
-    """The (key, int_value) rows with flat_key ``args.Input Dims`` below this ``Input Dims`` value, sorted by key (as
-    ``gemm_shapes.sql`` orders them)."""
-    out: list = []
-    _leaves(v, "args." + _DIMS_KEY, out)
-    out.sort(key=lambda kv: kv[0])
-    return out
-
-
-def _input_dims_rows(raw: bytes, decode) -> list[tuple[str, object]]:
-    """``_dims_rows`` of one arg set's raw JSON; raises _Unusual where this could differ from SQLite's json_tree."""
-    v = _raw_input_dims(raw, decode)
-    return [] if v is _ABSENT else _dims_rows(v)
-
-
-_ABSENT = object()
-
-
-def _raw_input_dims(raw: bytes, decode):
-    """The value of the top-level ``Input Dims`` of one arg set's raw JSON (_ABSENT without one); raises _Unusual
-    where SQLite's json_tree could give other rows than this value's leaves."""
-    if b"\\" in raw or raw.count(_DIMS_KEY_BYTES) > 1 or raw.count(b"[") + raw.count(b"{") >= 500:
-        raise _Unusual  # escapes (json_tree's fullkey keeps them), a possible duplicate key, deep nesting
-    try:
-        d = decode(raw)
-    except Exception:  # noqa: BLE001 - JSON5 or worse: SQLite decides (or raises its error)
-        raise _Unusual from None
-    if type(d) is not dict:
-        raise _Unusual
-    if "[" in "".join(d) and any(k != _DIMS_KEY and _INDEX.sub("", k) == _DIMS_KEY for k in d):
-        raise _Unusual  # another top-level key whose flat key is also args.Input Dims
-    return d.get(_DIMS_KEY, _ABSENT)
-
-
-def _plain_dims(v):
-    """``Input Dims`` of the usual shape, a list of lists of int64 integers, as ``_dims_from_rows`` makes it from
-    the query's rows (one per integer; inputs past the last one with an integer have no rows, so they are not
-    there; None when no input has one); _ABSENT for any other shape."""
-    if type(v) is not list:
-        return _ABSENT
-    lo, hi = _INT64
-    last = 0
-    for i, x in enumerate(v):
-        if type(x) is not list:
-            return _ABSENT
-        for y in x:
-            if type(y) is not int:  # bool, float, text, null, nested: the general path
-                return _ABSENT
-        if x:
-            if min(x) < lo or max(x) > hi:
-                return _ABSENT
-            last = i + 1
-    return [list(x) for x in v[:last]] if last else None
-
-
-def _dims_of_value(v):
-    """``Input Dims`` (its decoded value) as ``_dims_by_op`` gives them (None when there are none)."""
-    plain = _plain_dims(v)
-    if plain is not _ABSENT:
-        return plain
-    rows = _dims_rows(v)
-    return _dims_from_rows([0] * len(rows), [k for k, _ in rows], [x for _, x in rows]).get(0)
-
-
-def _dims_of_raw(raw: bytes, decode_top, decode, cache: dict):
-    """One arg set's ``Input Dims`` as ``_dims_by_op`` gives them (None when there are none). ``decode_top`` leaves
-    the top-level values undecoded (``msgspec.Raw``): each distinct ``Input Dims`` text is decoded once (``cache``;
-    the ops of a training loop repeat a few shapes)."""
-    v = _raw_input_dims(raw, decode_top)
-    if v is _ABSENT:
-        return None
-    text = bytes(v)
-    got = cache.get(text, _ABSENT)
-    if got is _ABSENT:
-        try:
-            value = decode(text)
-        except Exception:  # noqa: BLE001
-            raise _Unusual from None
-        got = cache[text] = _dims_of_value(value)
-    return got
-
-
-def _dims_from_args(session, ops: dict) -> dict[int, list[list[int]]] | None:
-    """``_dims_by_op`` for these {slice id: arg set id} read from the mirror's args database (``_args_raw``: the raw
-    JSON of each event's args, what its ``args`` view expands with json_tree); None where that cannot be read, or
-    some arg set is unusual (escapes, duplicate keys, JSON5...): the caller then runs the query.
-
-    Exact by construction for the usual arg sets: ``_tp_flat_key`` (json_tree's fullkey with the quotes and array
-    indices dropped) equals ``args.Input Dims`` only for the leaves reached through arrays from a top-level key
-    whose name, without ``[digits]``, is ``Input Dims`` (a nested object adds a ``.``); other such keys are
-    unusual, so these are the leaves of ``Input Dims``, with keys ``args.Input Dims[i][j]...``."""
-    if getattr(session, "tables", None) is None:
-        return None  # not the mirror: the query reads the args table
-    want = {sid: a for sid, a in ops.items() if a is not None and a >= 0}
-    if not want:
-        return {}
-    import msgspec
-    try:
-        raws = session.raw_args(want.values())
-    except QueryError:
-        return None
-    if raws is None:
-        return None
-    decode_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
-    decode = msgspec.json.Decoder().decode
-    cache: dict = {}
-    try:
-        dims = {a: _dims_of_raw(bytes(raw), decode_top, decode, cache) for a, raw in raws.items()}
-    except _Unusual:
-        return None
-    return {sid: dims[a] for sid, a in want.items() if dims.get(a) is not None}
+def _dims_by_op(tables, ops: dict) -> dict[int, list[list[int]]]:
+    """{GEMM op id: its recorded ``Input Dims``} of these {slice id: arg set id (-1: none)}, for the ops whose
+    ``Input Dims`` are shapes (:func:`_is_shapes`; as the args table shows them, without trailing empty shapes)."""
+    want = {sid: a for sid, a in ops.items() if a >= 0}
+    values = tables.args.get("Input Dims", set(want.values()))
+    return {sid: values[a] for sid, a in want.items() if _is_shapes(values.get(a))}
 
 
 _GEMM_NAMES = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear")
 
 
 def _gemm_slices(sh: Shared) -> dict:
-    """``gemm_slices.sql``'s columns (id, name, start_ns, cpu_dur_ns, arg_set_id, utid: GEMM ops on a thread, not
-    gpu_user_annotation, in (ts, id) order) as arrays: from the shared columns on the mirror, else the query.
-    ``arg_set_id`` is an object array (None for NULL)."""
+    """The GEMM ops on a thread (not gpu_user_annotation copies), in (ts, id) order, as arrays: id, name, start_ns,
+    cpu_dur_ns, arg_set_id (an object array, None for NULL), utid."""
     tb = sh.tables
-    if tb is None:
-        gm = run_query(sh.session, "gemm_slices")
-        out = {c: gm[c].to_numpy(dtype=np.int64) if len(gm) else np.zeros(0, np.int64)
-               for c in ("id", "start_ns", "cpu_dur_ns", "utid")}
-        out["name"] = np.array(gm["name"].tolist(), dtype=object)
-        a = np.empty(len(gm), dtype=object)
-        a[:] = [None if (v is None or v != v) else int(v) for v in gm["arg_set_id"].tolist()]
-        out["arg_set_id"] = a
-        return out
     t = sh.slices
     m = sh.name_mask(lambda x: x in _GEMM_NAMES) & (t["utid"] >= 0)
     if m.any():
@@ -377,7 +201,8 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     keep = np.flatnonzero(_inner_gemms(ts, dur, utid) == 0)  # the innermost GEMM ops
     kns, kn = _kernels_of(sh, ts[keep], ts[keep] + dur[keep], utid[keep])
     ids, names = gm["id"][keep].tolist(), gm["name"][keep].tolist()
-    dims = _dims_by_op(session, dict(zip(ids, gm["arg_set_id"][keep].tolist()))) if config is None else {}
+    asid = gm["arg_set_id"][keep].tolist()
+    dims = _dims_by_op(sh.tables, {i: -1 if a is None else a for i, a in zip(ids, asid)}) if config is None else {}
     peak = float(peak_tflops) if peak_tflops else float("nan")
     flops_of: dict = {}  # (op name, its dims object) -> FLOPs: ops of equal shapes share one dims list
     rows = []

@@ -5,7 +5,7 @@ import pandas as pd
 
 import numpy as np
 
-from ._common import ints, nullable_int, run_query, us
+from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for, union_ns
 
 __all__ = ["cold_start_gap", "sync_wait"]
@@ -16,69 +16,52 @@ _COLD_COLS = ["step", "region_id", "region_start_ns", "region_dur_ns", "first_ch
 
 
 def _first(rows: np.ndarray, t: dict, names: np.ndarray):
-    """(name, ts) of the first of ``rows`` by (ts, depth) (ROW_NUMBER() ... ORDER BY s.ts, s.depth = 1); (None, None)
-    for no rows; False when rows tie for first with different names (SQLite picks one of them)."""
+    """(name, ts) of the first of ``rows`` by (ts, depth, id); (None, None) for no rows."""
     if len(rows) == 0:
         return None, None
-    ts, depth = t["ts"][rows], t["depth"][rows]
-    top = ts == ts.min()
-    top &= depth == depth[top].min()
-    cand = set(names[top].tolist())
-    if len(cand) > 1:
-        return False
-    return cand.pop(), int(ts[top][0])
+    k = int(np.lexsort((t["id"][rows], t["depth"][rows], t["ts"][rows]))[0])
+    return names[k], int(t["ts"][rows[k]])
 
 
-def _cold_start_rows(sh: Shared) -> list[tuple] | None:
-    """The rows of ``cold_start_gap.sql`` from the shared columns; None where only the query can say: no columns
-    (perfetto), or ties it breaks arbitrarily (two regions starting together, a region inside two steps with
-    different numbers, first slices tied on (ts, depth) with different names)."""
-    if sh.tables is None:
-        return None
+def _cold_start_rows(sh: Shared) -> list[tuple]:
+    """One row per ``matmul_add`` region on a thread (not a gpu_user_annotation copy), in (ts, id) order: the step
+    holding its start (the first such step in (ts, id) order, None outside steps), its window, and the first slice and
+    the first aten:: op inside it on its thread (deeper than it, within its window; first by (ts, depth, id))."""
     t = sh.slices
     reg = sh.name_mask(lambda x: x == "matmul_add") & (t["utid"] >= 0)
     if not reg.any():
         return []
-    reg &= sh.cat_mask(lambda c: c != "gpu_user_annotation")  # coalesce(category, '') <> 'gpu_user_annotation'
-    regions = np.flatnonzero(reg)
+    reg &= sh.cat_mask(lambda c: c != "gpu_user_annotation")
+    regions = np.flatnonzero(reg)  # in id order: a stable sort by ts gives (ts, id)
     if len(regions) == 0:
         return []
-    regions = regions[np.argsort(t["ts"][regions], kind="stable")]  # ORDER BY r.ts
-    if len(regions) > 1 and (np.diff(t["ts"][regions]) == 0).any():
-        return None
+    regions = regions[np.argsort(t["ts"][regions], kind="stable")]
     steps = [r for r in sh.steps_list if r[6] is not None]
-    st_num = np.array([r[1] for r in steps], dtype=object)
+    st_num = [r[1] for r in steps]
     st_ts = np.array([r[3] for r in steps], dtype=np.int64)
     st_end = st_ts + np.array([r[4] for r in steps], dtype=np.int64)
     st_utid = np.array([r[6] for r in steps], dtype=np.int64)
     lanes = {}
     for u in set(t["utid"][regions].tolist()):
         idx = np.flatnonzero(t["utid"] == u)
-        if len(idx) and t["dur"][idx].min() < 0:
-            return None
         idx = idx[np.argsort(t["ts"][idx], kind="stable")]
         lanes[u] = (idx, t["ts"][idx])
-    aten = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("aten::"))  # GLOB 'aten::*'
+    aten = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("aten::"))
     rows = []
     for r in regions.tolist():
         rid, ts, dur, depth, u = int(t["id"][r]), int(t["ts"][r]), int(t["dur"][r]), int(t["depth"][r]), \
             int(t["utid"][r])
-        nums = set(st_num[(st_utid == u) & (st_ts <= ts) & (ts < st_end)].tolist())  # the steps holding r.ts
-        if len(nums) > 1:
-            return None
+        holding = np.flatnonzero((st_utid == u) & (st_ts <= ts) & (ts < st_end))
         idx, lts = lanes[u]
         lo = int(np.searchsorted(lts, ts, side="left"))
         hi = int(np.searchsorted(lts, ts + dur, side="right"))
-        inner = idx[lo:hi]  # s.ts >= r.ts and (durations >= 0) s.ts <= r.ts + r.dur
+        inner = idx[lo:hi]  # starts within [ts, ts + dur]
         inner = inner[(t["id"][inner] != rid) & (t["ts"][inner] + t["dur"][inner] <= ts + dur)
                       & (t["depth"][inner] > depth)]
         names = sh.names_at(inner)
-        fc = _first(inner, t, names)
         m = aten[inner]
-        fa = _first(inner[m], t, names[m])
-        if fc is False or fa is False:
-            return None
-        rows.append((nums.pop() if nums else None, rid, ts, dur, *fc, *fa))
+        rows.append((st_num[int(holding[0])] if len(holding) else None, rid, ts, dur, *_first(inner, t, names),
+                     *_first(inner[m], t, names[m])))
     return rows
 
 
@@ -98,8 +81,7 @@ def cold_start_gap(session, shared: Shared | None = None) -> pd.DataFrame:
         ``first_aten``, ``gap_us`` (region start → first aten:: op inside it; NaN when there is none).
         Empty when the trace has no ``matmul_add`` region.
     """
-    rows = _cold_start_rows(shared_for(session, shared))
-    df = run_query(session, "cold_start_gap") if rows is None else frame(rows, _COLD_COLS)
+    df = frame(_cold_start_rows(shared_for(session, shared)), _COLD_COLS)
     df = ints(df, "region_id")
     df = nullable_int(df, "step", "region_start_ns", "first_child_start_ns", "first_aten_start_ns")
     df["first_child_gap_us"] = (df["first_child_start_ns"] - df["region_start_ns"]).astype("Float64").astype(
@@ -118,13 +100,10 @@ _SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize
 
 
 def _sync_calls(sh: Shared):
-    """(id, name, ts, dur) of each row of ``sync_calls.sql``, from the shared columns when there are."""
-    if sh.tables is None:
-        calls = run_query(sh.session, "sync_calls")
-        return zip(calls["id"].tolist(), calls["name"].tolist(), calls["ts"].tolist(), calls["dur"].tolist())
+    """(id, name, ts, dur) of each synchronize call (any track), in (ts, id) order."""
     t = sh.slices
     i = np.flatnonzero(sh.name_mask(lambda x: x in _SYNC))
-    i = i[np.lexsort((t["id"][i], t["ts"][i]))]  # ORDER BY ts, id
+    i = i[np.lexsort((t["id"][i], t["ts"][i]))]
     return zip(t["id"][i].tolist(), sh.names_at(i).tolist(), t["ts"][i].tolist(), t["dur"][i].tolist())
 
 

@@ -22,7 +22,7 @@ import msgspec
 from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._build import LoadStats, Model, build, new_collector
-from ._tables import TraceTables
+from ._tables import ABSENT, TraceTables, visible_arg
 from ._decode import NotStreamable, iter_batches, split_events, stream_typed
 from ._source import iter_trace_chunks, read_trace_bytes
 
@@ -33,7 +33,6 @@ _KEY_PART = re.compile(r"^(.*?)((?:\[\d+\])*)$")
 _BULK_AFTER = 256  # extract_arg calls for one key before all its values are read at once
 _STREAM_CHUNK = 4 << 20  # bytes of JSON read (and split into events) at a time
 _BULK_KEYS = 16    # at most this many keys kept that way per trace
-_STR_OR_NONE = {str, type(None)}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -113,6 +112,41 @@ def _remove_orphans(tmp_dir: str | None) -> None:
                 pass
 
 
+class RawArgs:
+    """The mirror's :class:`~profiling_core.trace._tables.ArgsReader`: each arg set's raw JSON from the args database
+    (complete once the trace is loaded), its top-level value decoded with msgspec (each distinct value's text once)
+    and shown as trace_processor's ``args`` table shows it (``visible_arg``). An arg set that is not a JSON object
+    has no arguments; of a key written twice, the last counts."""
+
+    def __init__(self, backend: "MirrorBackend") -> None:
+        self._backend = backend
+        self._top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+        self._value = msgspec.json.Decoder().decode
+
+    def get(self, name: str, arg_set_ids) -> dict:
+        raws = self._backend.raw_args(a for a in arg_set_ids if a >= 0)
+        out: dict = {}
+        seen: dict = {}
+        for a, raw in raws.items():
+            try:
+                v = self._top(raw).get(name)
+            except (msgspec.DecodeError, RecursionError):
+                continue
+            if v is None:
+                continue
+            text = bytes(v)
+            got = seen.get(text, ABSENT)
+            if got is ABSENT:
+                try:
+                    got = visible_arg(self._value(text))
+                except (msgspec.DecodeError, RecursionError):
+                    got = ABSENT
+                seen[text] = got
+            if got is not ABSENT:
+                out[a] = got
+        return out
+
+
 class MirrorBackend:
     """Owns the columns, the SQLite file and the connections of one loaded trace.
 
@@ -144,7 +178,7 @@ class MirrorBackend:
         self.tables: TraceTables | None = None
         try:
             model = _load_model(path, max_bytes, self.stats, self.args_path)
-            self.tables = TraceTables.from_model(model)
+            self.tables = TraceTables.from_model(model, RawArgs(self))
             self._builder = threading.Thread(target=self._build_sql, args=(model,), name="trace-sql-build",
                                              daemon=True)
             del model
@@ -304,57 +338,6 @@ class MirrorBackend:
             except OverflowError as e:
                 raise QueryError(f"SQL error: {e}") from None
         return cols, rows
-
-    def query_columns(self, sql: str, chunk: int = 1 << 15) -> tuple[list[str], list]:
-        """Like :meth:`query_rows`, but column by column and a chunk of rows at a time, so a large result is never
-        held as row tuples: a column whose values are all integers becomes an int64 numpy array; any other column
-        stays a list, with repeated strings shared (one object per distinct string)."""
-        import numpy as np
-        if not isinstance(sql, str):
-            raise QueryError(f"query must be a string, got {type(sql).__name__}")
-        with self._lock:
-            conn = self._connection()
-            self._denied = None
-            try:
-                cur = conn.execute(sql)
-                cols = [d[0] for d in cur.description] if cur.description else []
-                parts: list[list] = [[] for _ in cols]
-                pools: list[dict] = [{} for _ in cols]
-                while rows := cur.fetchmany(chunk):
-                    for k, values in enumerate(zip(*rows)):
-                        first = next((v for v in values if v is not None), None)
-                        if type(first) is str:
-                            pool = pools[k]
-                            if set(map(type, values)) <= _STR_OR_NONE:
-                                parts[k].append(list(map(pool.setdefault, values, values)))
-                            else:  # mixed types: share only the strings (1 and 1.0 must stay apart)
-                                parts[k].append([pool.setdefault(v, v) if type(v) is str else v for v in values])
-                            continue
-                        if type(first) is int:
-                            try:
-                                a = np.array(values)
-                            except OverflowError:
-                                a = None
-                            if a is not None and a.dtype.kind == "i" and a.dtype.itemsize == 8:
-                                parts[k].append(a.astype(np.int64, copy=False))
-                                continue
-                        parts[k].append(list(values))
-                    del rows
-            except sqlite3.Warning as e:
-                raise QueryError(f"{e} (run one statement at a time)") from None
-            except sqlite3.Error as e:
-                if self._denied:
-                    raise QueryError(self._denied) from None
-                raise QueryError(f"SQL error: {e}") from None
-            except OverflowError as e:
-                raise QueryError(f"SQL error: {e}") from None
-        out: list = []
-        for ps in parts:
-            if ps and all(isinstance(x, np.ndarray) for x in ps):
-                out.append(np.concatenate(ps))
-            else:
-                out.append([v for x in ps for v in (x.tolist() if isinstance(x, np.ndarray) else x)])
-        return cols, out
 
     def close(self) -> None:
         self._closed = True

@@ -70,6 +70,15 @@ class PerfettoBackend:
     def __init__(self, tp) -> None:
         self._tp = tp
         self._lock = threading.Lock()
+        self._tables = None
+
+    @property
+    def tables(self):
+        """The typed tables the analyses read, from the extraction queries (``_extract.py``), on first use."""
+        if self._tables is None:
+            from ._extract import tables_from_sql
+            self._tables = tables_from_sql(self.query_df)
+        return self._tables
 
     def query_df(self, sql: str):
         if not isinstance(sql, str):

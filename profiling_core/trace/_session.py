@@ -44,34 +44,15 @@ class TraceSession:
             raise QueryError("the trace session is closed")
         return self._backend.query_df(sql)
 
-    def query_columns(self, sql: str) -> tuple[list[str], list]:
-        """Run one read-only SQL statement; returns ``(column names, the values of each column)``.
-
-        The same values as :meth:`query` without building a DataFrame (the analyses use it for large intermediate
-        results they turn into numpy arrays): each column is a list, or, on the mirror, an int64 numpy array when
-        all its values are integers. Raises QueryError like :meth:`query`.
-        """
-        if self._backend is None:
-            raise QueryError("the trace session is closed")
-        columns = getattr(self._backend, "query_columns", None)
-        if columns is not None:
-            return columns(sql)
-        df = self._backend.query_df(sql)
-        return [str(c) for c in df.columns], [df[c].tolist() for c in df.columns]
-
-    def raw_args(self, arg_set_ids):
-        """Mirror only: ``{arg_set_id: raw JSON text (bytes) of that event's args}`` for these ids, read without
-        waiting for the SQL tables; None on perfetto (use the ``args`` table there). Raises QueryError when closed."""
-        if self._backend is None:
-            raise QueryError("the trace session is closed")
-        raw = getattr(self._backend, "raw_args", None)
-        return None if raw is None else raw(arg_set_ids)
-
     @property
     def tables(self):
-        """The mirror's tables as in-memory columns (:class:`~profiling_core.trace._tables.TraceTables`), which the
-        analyses read instead of fetching the same rows through SQL; None for perfetto or a closed session."""
-        return None if self._backend is None else getattr(self._backend, "tables", None)
+        """The trace's typed tables (:class:`~profiling_core.trace._tables.TraceTables`: numpy columns of ``slice``,
+        ``flow``, ``thread``, ``process``, ``thread_track`` and an args reader), which every analysis reads: on the
+        mirror the columns it loaded, on perfetto the results of the extraction queries (run on first use). Raises
+        QueryError on a closed session."""
+        if self._backend is None:
+            raise QueryError("the trace session is closed")
+        return self._backend.tables
 
     def close(self) -> None:
         """Release the engine (and delete the mirror's temporary database). Idempotent."""
@@ -110,15 +91,9 @@ class _MirrorAdapter:
         return pd.DataFrame.from_records(rows, columns=cols) if rows else pd.DataFrame(
             {c: pd.Series(dtype=object) for c in cols})
 
-    def query_columns(self, sql: str):
-        return self._b.query_columns(sql)
-
     @property
     def tables(self):
         return self._b.tables
-
-    def raw_args(self, arg_set_ids):
-        return self._b.raw_args(arg_set_ids)
 
     def close(self) -> None:
         self._b.close()

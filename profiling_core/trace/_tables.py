@@ -1,18 +1,18 @@
-"""The mirror's tables as columns in memory (numpy arrays), the way trace_processor itself holds them.
+"""The typed tables every analysis reads, as columns in memory (numpy arrays), the way trace_processor holds them.
 
 trace_processor keeps each table column by column in memory and lets SQLite read them through virtual tables. The
-mirror does the same in two halves: the loader builds these columns (this module), and a second thread copies
-them into the SQLite file that answers SQL (``_mirror.py``). The analyses read the columns directly when the session
-has them (``TraceSession.tables``), so they never wait for SQLite to fetch 200k rows back into Python; the SQL files
-they mirror stay the reference and run on both engines (tests/test_analyses_perf_invariants.py compares the two on
-every test trace).
+mirror does the same in two halves: the loader builds these columns, and a second thread copies them into the SQLite
+file that answers SQL (``_mirror.py``). The perfetto engine fills the same columns from a few extraction queries
+(``_extract.py``). The analyses read only these (``TraceSession.tables``), never SQL, so each exists once for both
+engines.
 
-Every value here is what the same SQL would read from the mirror's tables: ``slice`` in id order (ids are
-0..n-1), ``flow`` in id order, ``thread``/``process`` rows as inserted.
+Every value here is what trace_processor's tables hold: ``slice`` in id order (ids are 0..n-1), ``flow`` in id
+order, ``thread``/``process`` rows by utid/upid.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable, Protocol
 
 import numpy as np
 
@@ -47,8 +47,8 @@ class TextColumn:
 
     @classmethod
     def of(cls, values: list, order: np.ndarray) -> "TextColumn":
-        """``[values[i] for i in order]`` (str or None; equal strings mostly one object, as the loader interns them
-        and ``query_columns`` shares them) coded: by object identity first (integers sort fast), then by value among
+        """``[values[i] for i in order]`` (str or None; equal strings mostly one object, as the loader interns them)
+        coded: by object identity first (integers sort fast), then by value among
         the distinct objects."""
         if len(order) == 0:
             return cls(np.zeros(0, dtype=np.int32), [])
@@ -73,9 +73,44 @@ class TextColumn:
         return cls(remap[rank[inverse.reshape(-1)]], uniq)
 
 
+class ArgsReader(Protocol):
+    """The arguments of slices, as the analyses read them: ``get(name, arg_set_ids)`` gives ``{arg_set_id: value}``
+    of the top-level argument ``name`` for those arg sets that have it.
+
+    A value is what trace_processor's ``args`` table can show of it (:func:`visible_arg`): a number, a string or None
+    (JSON null); booleans as 0/1; an array as a list of such values (nested arrays as lists), where an empty array
+    or an object inside it, which have no row of their own there, read as an empty list, and trailing ones are
+    dropped. An argument with nothing to show (an object, an empty array) is left out."""
+
+    def get(self, name: str, arg_set_ids: Iterable[int]) -> dict: ...
+
+
+ABSENT = object()
+
+
+def visible_arg(value):
+    """A decoded JSON argument as trace_processor's ``args`` table shows it (see :class:`ArgsReader`); ABSENT when it
+    has no row there."""
+    t = type(value)
+    if t is bool:
+        return int(value)
+    if t is dict:
+        return ABSENT
+    if t is list:
+        items = [visible_arg(x) for x in value]
+        while items and (items[-1] is ABSENT or items[-1] == []):
+            items.pop()
+        if not items:
+            return ABSENT
+        return [[] if x is ABSENT else x for x in items]
+    return value
+
+
 @dataclass(frozen=True)
 class TraceTables:
-    """Read-only columns of the mirror's ``slice``, ``flow``, ``thread``, ``process`` and ``track`` tables.
+    """Read-only columns of trace_processor's ``slice``, ``flow``, ``thread``, ``process`` and ``thread_track``
+    tables, and the slices' arguments: what every analysis reads, whichever engine holds the trace (the mirror builds
+    them while it loads; other engines run ``_extract.EXTRACTION_QUERIES``).
 
     Attributes:
         ts, dur, track_id, depth: ``slice`` columns (int64 ns / ids), row i = slice id i.
@@ -85,7 +120,8 @@ class TraceTables:
         track_utid: per track id, its thread's utid (``thread_track.utid``), -1 for tracks that are not a thread's.
         flow_out, flow_in: ``flow.slice_out`` / ``flow.slice_in`` in flow id order.
         threads: ``thread`` rows ``(utid, tid, name, upid, is_main_thread)``.
-        processes: ``process`` rows ``(upid, pid, name, is_synthetic)``.
+        processes: ``process`` rows ``(upid, pid, name)``.
+        args: an :class:`ArgsReader` of the slices' ``arg_set_id``.
     """
 
     ts: np.ndarray
@@ -101,15 +137,23 @@ class TraceTables:
     flow_in: np.ndarray
     threads: list[tuple]
     processes: list[tuple]
+    args: ArgsReader
+
+    def freeze(self) -> None:
+        """Make the numpy columns read-only (the analyses share them)."""
+        for a in (self.ts, self.dur, self.track_id, self.depth, self.parent_id, self.arg_set_id, self.flow_out,
+                  self.flow_in, self.track_utid):
+            a.flags.writeable = False
 
     @classmethod
-    def from_model(cls, m) -> TraceTables:
+    def from_model(cls, m, args: ArgsReader) -> TraceTables:
         track_utid = np.array([-1 if utid is None else utid for _id, _n, _k, utid, _u in m.tracks], dtype=np.int64)
-        for a in (m.ts, m.dur, m.track_id, m.depth, m.parent_id, m.arg_set_id, m.flow_out, m.flow_in, track_utid):
-            a.flags.writeable = False
-        return cls(ts=m.ts, dur=m.dur, track_id=m.track_id, depth=m.depth, parent_id=m.parent_id,
-                   arg_set_id=m.arg_set_id, name=m.name, category=m.category, track_utid=track_utid,
-                   flow_out=m.flow_out, flow_in=m.flow_in, threads=m.threads, processes=m.processes)
+        t = cls(ts=m.ts, dur=m.dur, track_id=m.track_id, depth=m.depth, parent_id=m.parent_id,
+                arg_set_id=m.arg_set_id, name=m.name, category=m.category, track_utid=track_utid,
+                flow_out=m.flow_out, flow_in=m.flow_in, threads=m.threads,
+                processes=[(u, pid, name) for u, pid, name, _syn in m.processes], args=args)
+        t.freeze()
+        return t
 
     @property
     def slice_count(self) -> int:
