@@ -1,5 +1,5 @@
 """Findings stay exactly as snapshotted (tests/data/findings_snapshot/findings.json, written by
-scripts/snapshot_findings.py): every id, question, title, text and evidence of every test trace, with and
+tests/findings_snapshot.py): every id, question, title, text and evidence of every test trace, with and
 without the run's config. A speed-up of profiling_core/findings.py must not change a character.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("snapshot_findings", ROOT / "scripts" / "snapshot_findings.py")
+_spec = importlib.util.spec_from_file_location("findings_snapshot", ROOT / "tests" / "findings_snapshot.py")
 snap = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(snap)
 

@@ -293,7 +293,7 @@ def test_spilled_thread_with_flows_in_a_clean_trace(monkeypatch, paths):
     x += [(f"n{i}", 200 + 10 * i, 10) for i in range(40)]              # padding, nested well
     evs = [{"ph": "X", "name": n, "pid": 1, "tid": 2, "ts": s, "dur": d} for n, s, d in x]
     evs += [{"ph": "X", "name": f"k{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 10 - i % 2} for i in range(60)]
-    evs += [{"ph": "s", "id": 1, "pid": 1, "tid": 2, "ts": 45, "bp": "e", "cat": "c", "name": "n"},   # -> D (lane 1)
+    evs += [{"ph": "s", "id": 1, "pid": 1, "tid": 2, "ts": 45, "bp": "e", "cat": "c", "name": "n"},   # -> A (lane 0)
             {"ph": "f", "id": 1, "pid": 1, "tid": 1, "ts": 95, "bp": "e", "cat": "c", "name": "n"},   # -> k9 (stale)
             {"ph": "s", "id": 2, "pid": 1, "tid": 1, "ts": 33, "bp": "e", "cat": "c", "name": "n"},   # -> k3
             {"ph": "t", "id": 2, "pid": 1, "tid": 2, "ts": 31, "bp": "e", "cat": "c", "name": "n"},   # -> C
@@ -302,9 +302,10 @@ def test_spilled_thread_with_flows_in_a_clean_trace(monkeypatch, paths):
     assert paths["place"] and paths["place_spills"]
     names = want["name"]
     pairs = [(names[a], names[b]) for a, b in zip(want["flow_out"], want["flow_in"])]
-    # hand count: s(1)@45 on thread 2 binds D; f(1)@95 binds k9; s(2)@33 binds k3; t(2)@31 comes first (no start:
-    # skipped); f(2)@150 waits for thread 2's next slice, n0, and links from k3
-    assert pairs == [("D", "k9"), ("k3", "n0")], pairs
+    # hand count: s(1)@45 on thread 2 binds the top of its own track, A (D sits on the spill track, as in
+    # trace_processor; D's arrival at 40 closed C); f(1)@95 binds k9; s(2)@33 binds k3; t(2)@31 comes first (no
+    # start: skipped); f(2)@150 waits for thread 2's next slice, n0, and links from k3
+    assert pairs == [("A", "k9"), ("k3", "n0")], pairs
     assert dict(want["skipped"]) == {"flow_end_without_start": 1}
     assert want["counts"][3] == 1  # one spill track
 

@@ -140,7 +140,11 @@ def test_load_counts_on_big_traces(tmp_path):
             # every flow start binds; half of Kineto's ac2g arrows end on an event TP drops (counted as skipped)
             assert st_.flows == int(s.query("select count(*) n from flow")["n"][0]) == 9450 * copies
             assert st_.skipped == {"flow_end_without_start": 15242 * copies}
-            assert st_.spill_tracks == 0
+            # Kineto's negative-tid events (tid -1029147072) sit on their process's main thread, as in
+            # trace_processor, and 26 of them overlap the main thread's own slices without nesting: one overlap track,
+            # as in trace_processor's recorded tables. In the copies the pid moved but the main thread's events keep
+            # tid 3113936, so there those events have the main thread (tid = the new pid) to themselves.
+            assert st_.spill_tracks == 1
 
 
 @pytest.mark.skipif(not os.path.exists(REAL[1]), reason="the 2021 resnet50 trace is not in shared/")

@@ -133,6 +133,7 @@ _FLOW_PH = "stf"                 # kind -> ph
 _FAST_PH = {"X": 1, "s": 2, "t": 3, "f": 4}  # a flow's code - 2 is its kind (_S, _T, _F)
 _INT, _STR, _INT_STR, _INT_BOOL = {int}, {str}, {int, str}, {int, bool}
 _U64 = 0xFFFFFFFFFFFFFFFF
+_U32 = 1 << 32
 _US_MAX = (_TS_LIMIT - 1) // 1000  # largest int µs whose ns value is below _TS_LIMIT
 
 
@@ -239,9 +240,12 @@ class _Collector:
             p, q = self.ids.num(pid), self.ids.num(tid)
             if p is None or q is None:
                 return None
-            if p < 0:  # TP reads pid -1 (Kineto's "overhead" events) as 0
+            # trace_processor takes a pid/tid only as an unsigned 32-bit number: an integer pid outside that range
+            # (-1: Kineto's "overhead" events) is 0, such a tid (Kineto's negative GPU lane tids) is the pid, and so
+            # is tid 0 (the process's main thread)
+            if type(pid) is int and not 0 <= p < _U32:
                 p = 0
-            if q == 0:  # TP puts tid 0 on the process's main thread (tid = pid)
+            if (type(tid) is int and not 0 <= q < _U32) or q == 0:
                 q = p
             t = self.thread_canon.get((p, q))
             if t is None:
@@ -250,8 +254,6 @@ class _Collector:
             self.thread_index[key] = t
             if self.ids.is_synthetic(pid):
                 self.proc_raw.setdefault(p, pid)
-            if self.ids.is_synthetic(tid):
-                self.thread_names.setdefault(t, tid)
         return t
 
     def add_args(self, raw: msgspec.Raw) -> int:
@@ -660,15 +662,13 @@ class _Nester:
         return tid
 
     def top(self, t: int) -> int | None:
-        """The slice a flow event on thread t binds to: the most recently begun open slice."""
+        """The slice a flow event on thread t binds to: the top of the thread's own track (lane 0), as the last slice
+        that arrived there left it (trace_processor binds flows to its thread track, never to a track of overlapping
+        slices)."""
         lanes = self.lanes_of.get(t)
-        if not lanes:
+        if not lanes or not lanes[0]:
             return None
-        best = None
-        for st in lanes:
-            if st and (best is None or st[-1][2] >= best[2]):
-                best = st[-1]
-        return None if best is None else best[1]
+        return lanes[0][-1][1]
 
     def run(self):
         """Slice ids (in the merged order below), depth, parent, track of every slice; the flows.
@@ -746,7 +746,7 @@ class _Nester:
             depth[g] = d
             parent[g] = p
             keys = [("thread", t, li) for li in range(len(firsts))]
-            made.extend((sid, key, "thread_execution") for sid, key in zip(firsts[1:], keys[1:]))
+            made.extend((sid, key, _SPILL_TRACK) for sid, key in zip(firsts[1:], keys[1:]))
             stats.spill_tracks += len(firsts) - 1
             if fl is not None:
                 f_top[fl] = tops
@@ -849,7 +849,7 @@ class _Nester:
                 ph, key, ft, enclosing = f_rest[k - ns]
                 if ph == "s" or enclosing:
                     lanes = lanes_of.get(ft)
-                    if lanes is not None and len(lanes) == 1:
+                    if lanes is not None:
                         st = lanes[0]
                         if not st:
                             skip("flow_no_enclosing_slice")
@@ -884,7 +884,7 @@ class _Nester:
                 if li < len(lt):
                     add_track(lt[li])
                 else:
-                    tr = track(("thread", t, li), "thread_execution")
+                    tr = track(("thread", t, li), "thread_execution" if li == 0 else _SPILL_TRACK)
                     lt.append(tr)
                     add_track(tr)
                 if st:
@@ -992,9 +992,11 @@ def _groups(keys: np.ndarray):
 
 
 _MIN_NEST = 32  # fewer slices on a thread: _walk it
+_SPILL_TRACK = "thread_overlapping_slice"  # trace_processor's type of a thread's tracks for overlapping slices
 
 
-def _nest_window(starts: np.ndarray, ends: np.ndarray, below_end: np.ndarray, below_at: np.ndarray, base: int):
+def _nest_window(starts: np.ndarray, ends: np.ndarray, below_start: np.ndarray, below_end: np.ndarray,
+                 below_at: np.ndarray, base: int):
     """Lane 0 of one thread for a window of its slices: (v, depth, parent) where the first v slices all go on lane 0
     (v = len(starts): all of them; else slice v does not fit it) and depth, parent (thread positions, -1 for none) are
     exact for those v.
@@ -1012,11 +1014,22 @@ def _nest_window(starts: np.ndarray, ends: np.ndarray, below_end: np.ndarray, be
     induction over i) that the first v fit and that the formulas are the loop's values for them.
     """
     w = len(starts)
-    # window slice j is popped when the first slice after it that starts at or after its end arrives
-    popped = np.maximum(np.searchsorted(starts, ends, side="left"), np.arange(1, w + 1))
+    # window slice j is popped when the first slice after it that it does not enclose by _closes arrives: one that
+    # starts at or after its end; for an instant (dur 0), one that starts after it (the later slices at its ts are
+    # instants too: longer ones come first)
+    popped = np.maximum(np.where(ends > starts, np.searchsorted(starts, ends, side="left"),
+                                 np.searchsorted(starts, ends, side="right")), np.arange(1, w + 1))
     alive = np.arange(w) - np.cumsum(np.bincount(popped, minlength=w + 1))[:w]
-    below = (len(below_end) - np.searchsorted(below_end[::-1], starts, side="right") if len(below_end)
-             else np.zeros(w, np.int64))
+    if len(below_end):
+        # the stack below that slice i finds alive: the slices ending after it starts, and the instants ending at its
+        # start (only an instant can start there then; a slice ending there is closed unless it is an instant)
+        rev = below_end[::-1]
+        gt = len(below_end) - np.searchsorted(rev, starts, side="right")
+        ge = len(below_end) - np.searchsorted(rev, starts, side="left")
+        at_end = np.minimum(gt, len(below_end) - 1)
+        below = np.where((ge > gt) & (below_start[at_end] == below_end[at_end]), ge, gt)
+    else:
+        below = np.zeros(w, np.int64)
     depth = below + alive
     parent = np.full(w, -1, np.int64)
     ok = np.ones(w, bool)
@@ -1026,8 +1039,9 @@ def _nest_window(starts: np.ndarray, ends: np.ndarray, below_end: np.ndarray, be
         key = depth[by_depth] * (w + 1) + by_depth  # increasing
         at = np.searchsorted(key, (depth[child] - 1) * (w + 1) + child) - 1
         p = by_depth[np.maximum(at, 0)]
-        ok[child] = ((at >= 0) & (depth[p] == depth[child] - 1) & (p < child) & (ends[p] > starts[child])
-                     & (ends[child] <= ends[p]))
+        open_at = (ends[p] > starts[child]) | ((ends[p] == starts[child]) & (starts[p] == ends[p])
+                                               & (starts[child] == ends[child]))  # not closed by the child
+        ok[child] = ((at >= 0) & (depth[p] == depth[child] - 1) & (p < child) & open_at & (ends[child] <= ends[p]))
         parent[child] = p + base
     low = np.flatnonzero((alive == 0) & (below > 0))
     if len(low):
@@ -1038,18 +1052,15 @@ def _nest_window(starts: np.ndarray, ends: np.ndarray, below_end: np.ndarray, be
     return (int(bad[0]) if len(bad) else w), depth, parent
 
 
-_NO_START = np.iinfo(np.int64).min
-
-
 def _place(sids: np.ndarray, starts: np.ndarray, ends: np.ndarray, f_nsb: np.ndarray):
     """What _walk gives for one thread (numpy arrays; tops and parents as slice ids), or None if many slices spill
     (then _walk is cheaper).
 
     Lane 0 goes window by window through _nest_window; a slice that does not fit lane 0 is placed on lanes 1, 2, ...
     one at a time, by the loop's rules. Lanes 1+ change only when such a slice arrives (the loop looks at them only for
-    a slice that does not fit lane 0), and lane 0 does not depend on them. A flow event binds to the top of the lane
-    whose top began last (ties: the later lane): right after a lane-0 slice x, that is x unless the best top of
-    lanes 1+ (as the last spill left them) began at or after x; right after a spilled slice, it is found then.
+    a slice that does not fit lane 0), and lane 0 does not depend on them. A flow event binds to the top of lane 0:
+    right after a lane-0 slice x, x itself; right after a spilled slice, lane 0's top once that slice's arrival
+    popped it.
     """
     n = len(sids)
     depth = np.zeros(n, np.int64)
@@ -1058,15 +1069,14 @@ def _place(sids: np.ndarray, starts: np.ndarray, ends: np.ndarray, f_nsb: np.nda
     firsts = [int(sids[0])]
     upper: list[list] = []              # lanes 1, 2, ...: stacks of (end, thread position, start)
     spilled: list[int] = []             # thread positions of the slices placed on lanes 1+
-    spill_top: list[int] = []           # the flow top right after each of those
-    u_start, u_at = [_NO_START], [-1]   # per stretch after 0, 1, ... spills: the best top of lanes 1+
+    spill_top: list[int] = []           # the flow top (lane 0's top) right after each of those
     below: list[int] = []               # lane 0's stack before pos (thread positions, bottom to top)
     most = 8 + n // 1024
     pos, size = 0, n
     while pos < n:
         end = min(n, pos + size)
         at = np.array(below, np.int64)
-        v, d, p = _nest_window(starts[pos:end], ends[pos:end], ends[at], at, pos)
+        v, d, p = _nest_window(starts[pos:end], ends[pos:end], starts[at], ends[at], at, pos)
         depth[pos:pos + v] = d[:v]
         parent[pos:pos + v] = p[:v]
         if v:
@@ -1079,7 +1089,7 @@ def _place(sids: np.ndarray, starts: np.ndarray, ends: np.ndarray, f_nsb: np.nda
             return None
         # slice pos does not fit lane 0: its arrival pops lane 0, then it goes on lanes 1+ as in the loop
         s, e = int(starts[pos]), int(ends[pos])
-        while below and ends[below[-1]] <= s:
+        while below and _closes(int(starts[below[-1]]), int(ends[below[-1]]), s, e):
             below.pop()
         li, st, new = _lane_for(upper, s, e)
         li += 1  # upper holds lanes 1+
@@ -1091,11 +1101,7 @@ def _place(sids: np.ndarray, starts: np.ndarray, ends: np.ndarray, f_nsb: np.nda
             parent[pos] = st[-1][1]
         st.append((e, pos, s))
         spilled.append(pos)
-        best = _top_entry(upper)
-        u_start.append(_NO_START if best is None else best[2])
-        u_at.append(-1 if best is None else best[1])
-        top0 = below[-1] if below else -1
-        spill_top.append(best[1] if best is not None and (top0 < 0 or best[2] >= starts[top0]) else top0)
+        spill_top.append(below[-1] if below else -1)
         pos += 1
         size = max(256, 2 * v)
     # flow events: the thread's last slice before each
@@ -1104,7 +1110,7 @@ def _place(sids: np.ndarray, starts: np.ndarray, ends: np.ndarray, f_nsb: np.nda
         sp = np.array(spilled, np.int64)
         k = np.searchsorted(sp, last, side="right")  # spills at or before it
         ks = np.maximum(k - 1, 0)
-        tops = np.where(np.array(u_start, np.int64)[k] < starts[np.maximum(last, 0)], last, np.array(u_at)[k])
+        tops = last.copy()
         after = (k > 0) & (sp[ks] == last)
         tops[after] = np.array(spill_top, np.int64)[ks[after]]
         tops[last < 0] = -1
@@ -1125,24 +1131,20 @@ def _chain(parent: np.ndarray, j: int) -> list:
     return out
 
 
-def _top_entry(lanes: list):
-    """The top entry (end, id, start) _Nester.top would pick among ``lanes`` (the one begun last; ties: the later
-    lane), or None."""
-    best = None
-    for st in lanes:
-        if st and (best is None or st[-1][2] >= best[2]):
-            best = st[-1]
-    return best
+def _closes(start: int, end: int, s: int, e: int) -> bool:
+    """Whether an open slice [start, end) is closed by a slice [s, e) that starts on its track (trace_processor's rule):
+    it starts after the open slice's end, or at it, unless both are instants (dur 0): instants at one ts stack."""
+    return end < s or (end == s and not (start == end and e == s))
 
 
 def _lane_for(lanes: list, s: int, e: int) -> tuple[int, list, bool]:
     """The lazy-stack rule for a slice [s, e) arriving on a thread with these lanes (stacks of (end, id, start)):
-    each lane in turn first drops its slices that ended by s; the slice goes on the first lane that is then empty or
+    each lane in turn first drops the slices it closes (:func:`_closes`); the slice goes on the first lane that is then empty or
     whose top encloses it (e <= that top's end); when none does, on a new lane (appended). Returns (lane index, that
     lane's stack, whether the lane is new)."""
     li = 0
     for st in lanes:
-        while st and st[-1][0] <= s:
+        while st and _closes(st[-1][2], st[-1][0], s, e):
             st.pop()
         if not st or e <= st[-1][0]:
             return li, st, False
@@ -1186,8 +1188,7 @@ def _walk(sids: list, starts: list, ends: list, f_nsb: list):
 
 def _top(lanes: list) -> int:
     """_Nester.top for a thread's lanes, -1 for none."""
-    best = _top_entry(lanes)
-    return -1 if best is None else best[1]
+    return lanes[0][-1][1] if lanes[0] else -1
 
 
 def build(collector: _Collector) -> Model:
@@ -1212,6 +1213,10 @@ def build(collector: _Collector) -> Model:
         fl = np.stack(n.flow_cols, axis=1).astype(np.int64).reshape(-1, 3)
     else:
         fl = np.array(n.flows, dtype=np.int64).reshape(-1, 3)
+    # A row goes out of the slice that began first (trace_processor orders the two ends of each link by start time;
+    # with equal starts, the flow's earlier end stays out).
+    later = o_ts[fl[:, 0]] > o_ts[fl[:, 1]]
+    fl[later, :2] = fl[later, 1::-1]
     stats.flows = len(fl)
     return Model(
         processes=processes, threads=threads, tracks=tracks,
@@ -1247,8 +1252,17 @@ def _processes_and_threads(c: _Collector):
                 threads.append((len(threads), p, None, upid, 1))
             elif m != t:
                 utid_of[m] = len(threads)
-                threads.append((len(threads), p, c.thread_names.get(m), upid, 1))
+                threads.append((len(threads), p, _thread_name(c, m), upid, 1))
         if t not in utid_of:
             utid_of[t] = len(threads)
-            threads.append((len(threads), q, c.thread_names.get(t), upid_of[p], int(q == p)))
+            threads.append((len(threads), q, _thread_name(c, t), upid_of[p], int(q == p)))
     return processes, threads, utid_of, upid_of
+
+
+def _thread_name(c: _Collector, t: int):
+    """A thread's name: a string tid (even "") names its thread (trace_processor renames the thread to it at each of
+    its events, after any ``thread_name`` metadata); else the ``thread_name`` metadata, if any."""
+    raw = c.thread_keys[t][3]
+    if type(raw) is str:
+        return raw
+    return c.thread_names.get(t)

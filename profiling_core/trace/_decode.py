@@ -296,7 +296,7 @@ def ns_of_decimals(values: list[str]) -> np.ndarray | None:
 
 
 def to_ns(v: Any) -> int | None:
-    """A JSON µs value (int, or float/str as text) -> integer ns, exactly like trace_processor.
+    """A JSON µs value (int, or float/str as text) -> integer ns, the value its decimal digits state.
 
     The decimal digits are used as text (no double rounding); digits past the third decimal
     are truncated toward zero. Returns None for anything that is not a finite number.

@@ -62,7 +62,7 @@ CREATE TEMP VIEW args AS
          CASE j.type WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
                      ELSE CAST(j.atom AS TEXT) END AS display_value
   FROM argsdb._args_raw a, json_tree(CAST(a.raw AS TEXT)) j
-  WHERE j.type NOT IN ('object', 'array');
+  WHERE j.type NOT IN ('object', 'array', 'null');  -- trace_processor keeps no row for a null
 """
 
 # The indexes the analyses need (created after the bulk insert, which is faster).

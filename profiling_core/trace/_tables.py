@@ -77,10 +77,11 @@ class ArgsReader(Protocol):
     """The arguments of slices, as the analyses read them: ``get(name, arg_set_ids)`` gives ``{arg_set_id: value}``
     of the top-level argument ``name`` for those arg sets that have it.
 
-    A value is what trace_processor's ``args`` table can show of it (:func:`visible_arg`): a number, a string or None
-    (JSON null); booleans as 0/1; an array as a list of such values (nested arrays as lists), where an empty array
-    or an object inside it, which have no row of their own there, read as an empty list, and trailing ones are
-    dropped. An argument with nothing to show (an object, an empty array) is left out."""
+    A value is what trace_processor's ``args`` table can show of it (:func:`visible_arg`): a number or a string;
+    booleans as 0/1; an array as a list of such values (nested arrays as lists), where a null element takes no
+    position (trace_processor skips nulls), an empty array or an object inside it, which have no row of their own
+    there, reads as an empty list, and trailing ones are dropped. An argument with nothing to show (null, an object,
+    an empty array) is left out."""
 
     def get(self, name: str, arg_set_ids: Iterable[int]) -> dict: ...
 
@@ -94,10 +95,10 @@ def visible_arg(value):
     t = type(value)
     if t is bool:
         return int(value)
-    if t is dict:
+    if t is dict or value is None:
         return ABSENT
     if t is list:
-        items = [visible_arg(x) for x in value]
+        items = [visible_arg(x) for x in value if x is not None]
         while items and (items[-1] is ABSENT or items[-1] == []):
             items.pop()
         if not items:

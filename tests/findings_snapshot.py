@@ -3,14 +3,14 @@
 profiling_core/findings.py can prove they change no output.
 
 For each trace under tests/data (h200, h200_app, cpu, third_party, traces; ``tp_golden`` and ``*.meta.json``
-excluded), plus the shared traces of scripts/snapshot_analyses.py when present, the mirror (``engine="sqlite"``)
+excluded), plus three shared traces (SHARED_TRACES) when present, the mirror (``engine="sqlite"``)
 loads it, ``analyze`` runs and ``findings(report)`` is stored as JSON. A trace with a ``.meta.json`` beside it
 (tests/data/h200_app) is stored twice: without a config (``<key>``) and with the meta's ``config``
 (``<key>#config``), as tests/test_findings.py passes it.
 
 Usage:
-    python scripts/snapshot_findings.py            # (re)write tests/data/findings_snapshot/findings.json
-    python scripts/snapshot_findings.py --check    # compare against it, print differences, exit 1 on any
+    python tests/findings_snapshot.py            # (re)write tests/data/findings_snapshot/findings.json
+    python tests/findings_snapshot.py --check    # compare against it, print differences, exit 1 on any
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 DATA = ROOT / "tests" / "data"
 SNAPSHOT = DATA / "findings_snapshot" / "findings.json"
-SHARED = Path("/work/shared/traces/third_party")
+SHARED = ROOT.parent / "shared" / "traces" / "third_party"  # the shared traces beside the repository
 SHARED_TRACES = [
     "hta/trace_diff_control_a100/control.json.gz",
     "kineto/resnet50_v100_2021jun/worker0.1623143089861.pt.trace.json.gz",
