@@ -14,6 +14,7 @@ import os
 
 import functools
 import json
+import re
 import threading
 import time
 import traceback
@@ -244,6 +245,19 @@ def findings(run_id: str) -> list:
     return _readable(run_id, lambda: _memo(("findings", run_id), make))
 
 
+def md_code(text: object, max_chars: int = 70) -> str:
+    """``text`` as a Markdown code span that shows it literally (cut to ``max_chars``, on one line).
+
+    Kernel, op and run names come from the trace or the user: a backtick, ``[link](…)``, ``$math$`` or
+    ``:red[…]`` in one must not render. A CommonMark code span is literal when its fence is longer than any run
+    of backticks inside it; the padding spaces keep a leading or trailing backtick apart from the fence.
+    """
+    s = " ".join(str(text).split())
+    s = s if len(s) <= max_chars else s[: max_chars - 1] + "…"
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", s)), default=0) + 1)
+    return f"{fence} {s} {fence}"
+
+
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:
     """Findings as callouts; ``questions`` keeps only those answering these study question numbers."""
     shown = [f for f in items if questions is None or getattr(f, "question", None) in questions]
@@ -283,7 +297,7 @@ def config_summary(run_id: str) -> str:
 @st.cache_resource(show_spinner="Asking torch about this machine ...")
 def environment() -> dict:
     """torch / CUDA versions and the device (asked once of a subprocess, then kept)."""
-    from profiling_core.runner import environment_info
+    from profiling_core import environment_info
     return dict(environment_info())
 
 
@@ -559,8 +573,8 @@ def prestart() -> int:
 def sidebar() -> None:
     """The sidebar every page shares: the current run and the store."""
     if prestart():
-        from profiling_core.worker import fork_server
-        fork_server().warm()  # a no-op once running: the first click then pays no torch import
+        from profiling_core import prestart_worker
+        prestart_worker()  # a no-op once running: the first click then pays no torch import
     with st.sidebar:
         rid = current_run_id()
         if rid:
@@ -569,12 +583,6 @@ def sidebar() -> None:
         else:
             st.caption("No runs yet: start with **Profile**.")
         st.caption(f"Run store: `{store().root}`")
-
-
-def fmt_us(v: Optional[float]) -> str:
-    if v is None or pd.isna(v):
-        return "–"
-    return f"{v / 1000:,.2f} ms" if abs(v) >= 10000 else f"{v:,.1f} µs"
 
 
 # --- sweeps and per-run summaries ---------------------------------------------------------------------

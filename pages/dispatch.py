@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import ExperimentConfig, charts
+from profiling_core import ExperimentConfig, charts, format_duration_us
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
 
@@ -67,9 +67,9 @@ if rep is not None and len(rep.launch_latency):
     ll["step"] = ll["step"].astype("float").fillna(-1).astype(int)
     lat = ui.chart("launch_latency", ll)
     ui.chart_block(lat, ll, "launch_latency", key="dispatch_latency")
-    st.caption(f"Median launch → start: {ui.fmt_us(ll['latency_us'].median())}; "
-               f"max {ui.fmt_us(ll['latency_us'].max())}. A growing latency means the CPU runs ahead of a busy GPU "
-               "(queueing); a flat small one means the GPU waits for the CPU.")
+    st.caption(f"Median launch → start: {format_duration_us(ll['latency_us'].median())}; "
+               f"max {format_duration_us(ll['latency_us'].max())}. A growing latency means the CPU runs ahead of "
+               "a busy GPU (queueing); a flat small one means the GPU waits for the CPU.")
     report_sections.append(ReportSection("Launch latency", charts=[lat]))
 else:
     st.caption("No launch → GPU op pairs (no GPU lane).")
@@ -125,8 +125,8 @@ if rep is not None and len(rep.sync_wait):
     syn = ui.chart("sync_idle", parts)
     ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
     for _, r in sw.iterrows():
-        st.markdown(f"- `{r['name']}` lasted {ui.fmt_us(r['dur_us'])} while the GPU was busy "
-                    f"{ui.fmt_us(r['gpu_busy_us'])}: **{r['idle_pct']:.0f} % idle**.")
+        st.markdown(f"- {ui.md_code(r['name'])} lasted {format_duration_us(r['dur_us'])} while the GPU was busy "
+                    f"{format_duration_us(r['gpu_busy_us'])}: **{r['idle_pct']:.0f} % idle**.")
     report_sections.append(ReportSection("Sync wait", charts=[syn]))
 else:
     st.caption("No synchronize call in this trace (CPU traces have none: there is no device to wait for).")

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import ExperimentConfig, charts
+from profiling_core import ExperimentConfig, charts, format_duration_us
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
 
@@ -65,7 +65,7 @@ cross = charts.crossover_points(sweep)
 if len(cross):
     for _, r in cross.iterrows():
         st.success(f"**{r['mode']}**: GPU busy time per step overtakes CPU time per step near n ≈ {r['size']:,.0f} "
-                   f"(~{ui.fmt_us(r['value_us'])} per step). Below it the step is overhead-bound; above it, "
+                   f"(~{format_duration_us(r['value_us'])} per step). Below it the step is overhead-bound; above it, "
                    "compute-bound.")
 elif sweep["has_gpu"].any():
     st.caption("The curves do not cross inside this sweep: extend the sizes to find the crossover.")

@@ -4,7 +4,7 @@ import json
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import charts
+from profiling_core import charts, format_duration_us
 from profiling_core.export import ReportSection
 
 st.title("Profile")
@@ -52,8 +52,9 @@ with right:
 s = rep.summary
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Profiled steps", s.get("steps", 0))
-c2.metric("CPU per step (median)", ui.fmt_us(s.get("cpu_step_median_us")))
-c3.metric("GPU busy per step (median)", ui.fmt_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
+c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")))
+c3.metric("GPU busy per step (median)",
+          format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
 frac = s.get("gpu_busy_fraction")
 c4.metric("GPU busy fraction", f"{frac:.1%}" if frac is not None else "–",
           help="union of kernel/memcpy/memset intervals over the steps' window")

@@ -5,6 +5,7 @@ from pathlib import Path
 import streamlit as st
 
 from pages import _common as ui
+from profiling_core import format_duration_us
 from profiling_core.errors import ProfilingError
 from profiling_core.queries import list_queries, load_query
 
@@ -48,7 +49,7 @@ s = rep.summary
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Profiler steps", s.get("steps", 0))
 c2.metric("GPU ops", s.get("gpu_ops", 0))
-c3.metric("CPU per step (median)", ui.fmt_us(s.get("cpu_step_median_us")))
+c3.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")))
 c4.metric("SQL engine", sess.engine, help=sess.engine_reason)
 
 st.header("The same analyses", divider="gray")

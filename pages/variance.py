@@ -3,7 +3,9 @@ import pandas as pd
 import streamlit as st
 
 from pages import _common as ui
+from profiling_core import format_duration_us
 from profiling_core.export import ReportSection
+from profiling_core.findings import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
 
 st.title("Kernel variance")
 st.caption("Profile many steps and look at each kernel's distribution: the mean misleads when a few steps are "
@@ -29,6 +31,15 @@ def durations(run_id: str) -> tuple[pd.DataFrame, str]:
     return ops.rename(columns={"name": "kernel"})[["step", "kernel", "dur_us"]], "cpu_op"
 
 
+def skew_verdict(k: pd.Series) -> str:
+    """The question-8 finding's verdict for one kernel, with its threshold (``profiling_core.findings``)."""
+    if k["count"] < MIN_LAUNCHES_FOR_SKEW:
+        return f"too few launches (under {MIN_LAUNCHES_FOR_SKEW}) to judge the skew"
+    pct = k["mean_above_median_pct"]
+    where = f"the mean is {abs(pct):.1f}% {'above' if pct >= 0 else 'below'} the median"
+    return where + (": a few slow launches pull it up; read the median" if pct > MEAN_ABOVE_MEDIAN_PCT else "")
+
+
 rid = ui.run_picker("Run", key="variance_run")
 if rid is None:
     st.info("No run yet: press **Run 20-step profile** above.")
@@ -42,24 +53,33 @@ if dur.empty:
     st.warning("No per-step durations in this trace (it has no ProfilerStep slices).")
     st.stop()
 
+rep = ui.report(rid)
 top = st.slider("Kernels shown (by total time)", 1, 10, 3, key="variance_top", help="display only")
-keep = dur.groupby("kernel")["dur_us"].sum().sort_values(ascending=False).head(top).index
+if kind == "kernel":  # the library's statistics: the numbers the question-8 finding quotes
+    stats = rep.kernel_stats.head(top).rename(columns={"name": "kernel"})
+    keep = stats["kernel"]
+else:
+    stats = None
+    keep = dur.groupby("kernel")["dur_us"].sum().sort_values(ascending=False).head(top).index
 dur = dur[dur["kernel"].isin(keep)]
 
 st.header("Per-step durations", divider="gray")
 per_step = ui.chart("kernel_durations_by_step", dur)
 ui.chart_block(per_step, dur, "kernel_durations_by_step", key="variance_steps")
 
-stats = (dur.groupby("kernel")["dur_us"].agg(count="count", median_us="median", mean_us="mean", min_us="min",
-                                             max_us="max", std_us="std").reset_index())
-stats["spread_us"] = stats["max_us"] - stats["min_us"]
-stats["mean_minus_median_us"] = stats["mean_us"] - stats["median_us"]
-ui.table_block(stats.round(3), "kernel_stats", key="variance_stats", width="stretch")
-for _, r in stats.iterrows():
-    skew = "the mean sits above the median: a few slow steps pull it up" if r["mean_minus_median_us"] > 0.01 * \
-        r["median_us"] else "mean and median agree"
-    st.markdown(f"- `{str(r['kernel'])[:70]}`: median {ui.fmt_us(r['median_us'])}, mean {ui.fmt_us(r['mean_us'])}, "
-                f"min {ui.fmt_us(r['min_us'])}, max {ui.fmt_us(r['max_us'])} over {int(r['count'])} steps; {skew}.")
+
+if stats is None:
+    st.caption("Per-kernel statistics come from the GPU kernels (`kernel_stats`); this trace has none, so read the "
+               "aten ops' spread from the charts.")
+else:
+    median = stats["median_us"].where(stats["median_us"] > 0)
+    stats["mean_above_median_pct"] = (100 * (stats["mean_us"] / median - 1)).fillna(0.0)
+    ui.table_block(stats.round(3), "kernel_stats", key="variance_stats", width="stretch")
+    for _, k in stats.iterrows():
+        st.markdown(f"- {ui.md_code(k['kernel'])}: median {format_duration_us(k['median_us'])}, mean "
+                    f"{format_duration_us(k['mean_us'])}, min {format_duration_us(k['min_us'])}, max "
+                    f"{format_duration_us(k['max_us'])}, std {format_duration_us(k['std_us'])} over "
+                    f"{int(k['count'])} launches; {skew_verdict(k)}.")
 
 st.header("Compare two runs", divider="gray")
 other = ui.run_picker("Second run", key="variance_other",
@@ -69,7 +89,7 @@ if other and other != rid:
     d2, _ = durations(other)
     d2 = d2[d2["kernel"].isin(keep)]
     if d2.empty:
-        st.caption(f"The second run has none of these kernels ({ui.load_run(other).name} ran other ones); "
+        st.caption(f"The second run has none of these kernels ({ui.md_code(ui.load_run(other).name)} ran other ones); "
                    "pick a run of the same kind to compare.")
     both.append(d2.assign(run=f"B · {ui.load_run(other).name}"))
 spread_df = pd.concat(both, ignore_index=True)
@@ -78,6 +98,7 @@ ui.chart_block(spread, spread_df, "kernel_spread", key="variance_spread")
 st.caption("Box: quartiles and median; whiskers: min..max; red tick: the mean.")
 
 ui.show_findings(ui.findings(rid), questions={8})
-ui.report_button("Kernel variance", [ReportSection("Per-step durations", charts=[per_step], tables=[("stats", stats)]),
+ui.report_button("Kernel variance", [ReportSection("Per-step durations", charts=[per_step],
+                                                   tables=[] if stats is None else [("kernel_stats", stats)]),
                                      ReportSection("Spread", charts=[spread])],
                  configs={rid: ui.load_run(rid).meta.get("config") or {}}, key="variance")

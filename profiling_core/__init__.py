@@ -8,7 +8,13 @@ Public surface (everything else is private):
 - ``RunStore``: list, open, delete and import runs.
 - ``open_trace(path, engine="auto")``: SQL over a Chrome/Kineto trace (perfetto's trace_processor, or the
   offline SQLite mirror of its tables).
-- the exception classes in ``profiling_core.errors``.
+- ``environment_info()``: torch / CUDA versions and the device this machine would profile on (asked once of a
+  subprocess, so the caller never imports torch).
+- ``prestart_worker()``: start the fork server in the background, so the first ``prestart=1`` run pays no
+  torch import.
+- ``format_duration_us(us)``: a duration in µs as text for people (``"12.3 µs"``, ``"4.56 ms"``, ``"n/a"``).
+- the exception classes in ``profiling_core.errors``; the submodules ``analyses``, ``findings``, ``charts``,
+  ``export``, ``queries`` and ``config``.
 
 Nothing here imports streamlit; only the worker imports torch.
 """
@@ -20,7 +26,8 @@ from .errors import (ConfigError, DeviceBusyError, DoesNotFitError, EngineUnavai
                      TraceError, TraceFormatError, TraceTooLargeError, WorkerError)
 
 __all__ = [
-    "ExperimentConfig", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace",
+    "ExperimentConfig", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace", "environment_info",
+    "prestart_worker", "format_duration_us",
     "ProfilingError", "ConfigError", "DoesNotFitError", "WorkerError", "InvalidRunIdError",
     "RunNotFoundError", "RunStoreError", "DeviceBusyError", "TraceError", "TraceFormatError",
     "TraceTooLargeError", "EngineUnavailableError", "QueryError",
@@ -32,6 +39,9 @@ _LAZY = {
     "RunStore": ("store", "RunStore"),
     "Run": ("store", "Run"),
     "open_trace": ("trace", "open_trace"),
+    "environment_info": ("runner", "environment_info"),
+    "prestart_worker": ("runner", "prestart_worker"),
+    "format_duration_us": ("units", "format_duration_us"),
 }
 
 

@@ -14,6 +14,7 @@ import sys
 from typing import Any, Optional
 
 from .errors import ProfilingError
+from .units import format_duration_us
 
 __all__ = ["add_parser", "run", "build_json", "main"]
 
@@ -88,23 +89,19 @@ def build_json(report, found) -> dict:
     }
 
 
-def _fmt(x: Optional[float], unit: str = " µs", nd: int = 1) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}{unit}"
-
-
 def _human(path: str, report, found) -> str:
     s = report.summary
     lines = [f"{path}  (engine {report.engine})",
              f"  steps {s['steps']}   GPU ops {s['gpu_ops']}   kernels {s['kernels']}" +
              ("" if s["has_gpu"] else "   (no GPU lane)")]
     if s["steps"]:
-        lines.append(f"  CPU per step (median) {_fmt(s['cpu_step_median_us'])}   GPU busy per step (median) "
-                     f"{_fmt(s['gpu_step_median_us'])}")
+        lines.append(f"  CPU per step (median) {format_duration_us(s['cpu_step_median_us'])}   GPU busy per step (median) "
+                     f"{format_duration_us(s['gpu_step_median_us'])}")
     if s["has_gpu"]:
         frac = s["gpu_busy_fraction"]
-        lines.append(f"  GPU busy {_fmt(s['gpu_busy_us'])}" + (f" ({100 * frac:.1f}% of the window)" if frac is not
+        lines.append(f"  GPU busy {format_duration_us(s['gpu_busy_us'])}" + (f" ({100 * frac:.1f}% of the window)" if frac is not
                                                                  None else ""))
-        lines.append(f"  launch latency (median) {_fmt(s['launch_latency_median_us'])}   launch APIs: "
+        lines.append(f"  launch latency (median) {format_duration_us(s['launch_latency_median_us'])}   launch APIs: "
                      + (", ".join(s["launch_apis"]) or "none"))
     if s["compiled_regions_per_step"]:
         lines.append(f"  compiled regions per step {s['compiled_regions_per_step']:g}   memcpy DtoD {s['memcpy_dtod']}")
@@ -113,8 +110,8 @@ def _human(path: str, report, found) -> str:
         lines.append("  kernels (by total time):")
         for r in ks.itertuples(index=False):
             name = r.name if len(r.name) <= 70 else r.name[:69] + "…"
-            lines.append(f"    {r.count:>5}×  median {r.median_us:9.2f} µs  min {r.min_us:9.2f}  max {r.max_us:9.2f}"
-                         f"  {name}")
+            lines.append(f"    {r.count:>5}×  median {format_duration_us(r.median_us):>10}  min "
+                         f"{format_duration_us(r.min_us):>10}  max {format_duration_us(r.max_us):>10}  {name}")
     if len(report.gemm_throughput):
         g = report.gemm_throughput
         lines.append(f"  GEMM: median {g['tflops'].median():.3f} TFLOP/s over {len(g)} op(s) on {g['device'].iloc[0]}"

@@ -17,12 +17,19 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-__all__ = ["Finding", "findings", "NO_GPU_TEXT"]
+from .units import format_duration_us as _us  # the one duration formatter (findings, CLI, pages)
+
+__all__ = ["Finding", "findings", "NO_GPU_TEXT", "MEAN_ABOVE_MEDIAN_PCT", "MIN_LAUNCHES_FOR_SKEW"]
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
 _MAX_LISTED = 6
 _OVERHEAD_BELOW = 0.5
 """GPU busy share of a step below which it is overhead-bound (``analyses.cpu_vs_gpu``'s default)."""
+MEAN_ABOVE_MEDIAN_PCT = 2.0
+"""A kernel whose mean lies more than this many percent above its median is skewed by a few slow launches
+(question 8); the Kernel variance page gives each kernel the same verdict."""
+MIN_LAUNCHES_FOR_SKEW = 3
+"""Fewer launches than this say nothing about skew: the question-8 finding and the page then give no verdict."""
 
 
 @dataclass(frozen=True)
@@ -44,13 +51,6 @@ class Finding:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "question": self.question, "title": self.title, "text": self.text,
                 "evidence": self.evidence}
-
-
-def _us(x: float) -> str:
-    """A duration for a sentence: µs below 1 ms, ms above."""
-    if x is None or pd.isna(x):
-        return "n/a"
-    return f"{x / 1000:.2f} ms" if abs(x) >= 1000 else f"{x:.1f} µs"
 
 
 def _short(name: str, n: int = 60) -> str:
@@ -594,11 +594,11 @@ def _q8_variance(r, config=None) -> list[Finding]:
     text = (f"{_short(k['name'])} (the largest total) ran {int(k['count'])}×: median {_us(k['median_us'])}, mean "
             f"{_us(k['mean_us'])}, min {_us(k['min_us'])}, max {_us(k['max_us'])} (max {spread:.1f}% above min, "
             f"CV {100 * (k['cv'] if pd.notna(k['cv']) else 0):.1f}%).")
-    if int(k["count"]) >= 3:
+    if int(k["count"]) >= MIN_LAUNCHES_FOR_SKEW:
         skew = (k["mean_us"] / k["median_us"] - 1) * 100 if k["median_us"] > 0 else 0.0
         ev["mean_above_median_pct"] = _num(skew)
         text += (f" The mean is {abs(skew):.1f}% {'above' if skew >= 0 else 'below'} the median"
-                 + (": a few slow launches pull it up; read the median." if skew > 2 else "."))
+                 + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
 
 

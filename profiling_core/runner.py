@@ -20,7 +20,7 @@ from typing import Callable, Optional
 from .config import ExperimentConfig
 from .lock import device_key, device_lock
 from .store import Run, RunStore
-from .worker import run_in_worker
+from .worker import fork_server, run_in_worker
 
 
 def _trace_versions(trace_path) -> dict:
@@ -62,7 +62,7 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
     store = store or RunStore()
     status = on_status or (lambda _m: None)
     key = device_key(config.device)
-    run_id, staging = store.begin(config.name)
+    run_id, staging = store._begin(config.name)
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     try:
@@ -71,7 +71,7 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
             t_locked = time.perf_counter()
             facts = run_in_worker(config, staging, cancel_event=cancel_event, on_status=status, prestart=prestart)
     except BaseException:
-        store.abort(staging)
+        store._abort(staging)
         raise
     wall = time.perf_counter() - t0
     timings = dict(facts.get("timings", {}))
@@ -99,9 +99,9 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
     }
     status(f"saving run {run_id}")
     try:
-        return store.commit(run_id, staging, meta)
+        return store._commit(run_id, staging, meta)
     except BaseException:
-        store.abort(staging)
+        store._abort(staging)
         raise
 
 
@@ -121,3 +121,12 @@ def environment_info() -> dict:
     info["python"] = platform.python_version()
     info["host"] = socket.gethostname()
     return info
+
+
+def prestart_worker() -> None:
+    """Start the fork server (torch imported once, CUDA untouched) in the background; a no-op once it runs.
+
+    ``run_experiment(..., prestart=1)`` starts it anyway; calling this early (the app does on every page) moves
+    the seconds of torch imports off the first click.
+    """
+    fork_server().warm()

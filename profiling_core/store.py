@@ -137,8 +137,12 @@ class RunStore:
             raise RunStoreError(f"cannot create the run store at {self.root}: {exc.strerror}") from None
 
     # --- writing ---------------------------------------------------------------------------------
-    def begin(self, name: str) -> tuple[str, Path]:
-        """Reserve a run id and make its staging folder.  Pair with ``commit`` or ``abort``."""
+    def _begin(self, name: str) -> tuple[str, Path]:
+        """Reserve a run id and make its staging folder.  Pair with ``_commit`` or ``_abort``.
+
+        Private: runs enter the store only through ``run_experiment`` and ``import_trace``, which write the
+        staging folder and commit it; nothing else should leave a run half made.
+        """
         self._ensure()
         for _ in range(20):
             run_id = new_run_id(name)
@@ -153,7 +157,7 @@ class RunStore:
                 return run_id, staging
         raise RunStoreError("could not reserve a unique run id")
 
-    def commit(self, run_id: str, staging: Path, meta: dict) -> Run:
+    def _commit(self, run_id: str, staging: Path, meta: dict) -> Run:
         """Write meta.json into the staging folder, fsync, then rename it into place (atomic)."""
         final = self._dir(run_id)
         meta = dict(meta, run_id=run_id)
@@ -170,11 +174,12 @@ class RunStore:
                         os.fsync(f.fileno())
             os.rename(staging, final)
         except OSError as exc:
-            self.abort(staging)
+            self._abort(staging)
             raise RunStoreError(f"could not save run {run_id}: {exc.strerror or exc}") from None
         return Run(run_id, final, meta)
 
-    def abort(self, staging: Path) -> None:
+    def _abort(self, staging: Path) -> None:
+        """Drop a staging folder (the run it was for never becomes visible)."""
         shutil.rmtree(staging, ignore_errors=True)
 
     def cleanup_staging(self, older_than_s: float = 24 * 3600) -> int:
@@ -252,16 +257,16 @@ class RunStore:
                                      f"{max_bytes / 2**20:.0f} MiB")
         is_gz = head == b"\x1f\x8b"
         _sniff_json(src, is_gz)
-        run_id, staging = self.begin(name or src.name.removesuffix(".gz").removesuffix(".json"))
+        run_id, staging = self._begin(name or src.name.removesuffix(".gz").removesuffix(".json"))
         try:
             shutil.copyfile(src, staging / (TRACE_GZ_FILE if is_gz else TRACE_FILE))
         except OSError as exc:
-            self.abort(staging)
+            self._abort(staging)
             raise RunStoreError(f"could not copy {src.name} into the store: {exc.strerror}") from None
         meta = {"name": name or src.name, "status": "ok", "source": "import", "original_filename": src.name,
                 "size_bytes": size, "started_at": datetime.now(timezone.utc).isoformat(),
                 "host": socket.gethostname(), "config": None}
-        return self.commit(run_id, staging, meta)
+        return self._commit(run_id, staging, meta)
 
 
 def _sniff_json(src: Path, is_gz: bool) -> None:

@@ -1,9 +1,15 @@
 """AppTest: Kernel variance profiles many steps and shows each kernel's distribution."""
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
+from conftest import scan_trace
+
 from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir  # noqa: F401
+from profiling_core import format_duration_us, open_trace
+from profiling_core.findings import findings
 from test_app_profile import fill_profile_form, submit
 
 
@@ -20,6 +26,33 @@ def test_variance_end_to_end_on_cpu(runs_dir, media):
     assert csv.startswith("step,kernel,dur_us") and "aten::mm" in csv
     assert download(at, media, "png_variance_spread")[:4] == b"\x89PNG"
     assert download(at, media, "svg_variance_steps").lstrip().startswith(b"<svg")
+
+
+def _kernel_durations_from_json(path, kernel: str) -> list[float]:
+    """Every launch of ``kernel`` in the trace, in µs, read with a plain JSON scan (not profiling_core)."""
+    return [float(e["dur"]) for e in scan_trace(path)
+            if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel" and e.get("name") == kernel]
+
+
+def test_variance_shows_the_library_statistics_and_the_findings_verdict(runs_dir):
+    path = H200 / "4096_bf16_warm_eager_a20.json"
+    rid = import_trace(runs_dir, path, "4096_bf16_warm_eager_a20")
+    at = app("variance")
+    at.selectbox(key="variance_run").set_value(rid).run()
+    assert not errors_of(at)
+    stats = at.dataframe[0].value
+    gemm = stats[stats["kernel"].str.startswith("nvjet")].iloc[0]
+    launches = _kernel_durations_from_json(path, gemm["kernel"])
+    assert gemm["count"] == len(launches) == 20
+    assert gemm["median_us"] == pytest.approx(statistics.median(launches), abs=1e-3)
+    assert gemm["mean_us"] == pytest.approx(statistics.fmean(launches), abs=1e-3)
+    assert gemm["std_us"] == pytest.approx(statistics.pstdev(launches), abs=1e-3)  # population std, as the finding
+    [q8] = [f for f in findings(open_trace(str(path))) if f.id == "q8.variance"]
+    assert q8.evidence["kernel"] == gemm["kernel"] and q8.evidence["std_us"] == pytest.approx(gemm["std_us"], abs=1e-3)
+    line = next(m.value for m in at.markdown if gemm["kernel"][:40] in m.value)
+    assert f"median {format_duration_us(gemm['median_us'])}" in line
+    # the page and the question-8 finding give the same skew verdict (one threshold)
+    assert ("a few slow launches pull it up" in line) == ("a few slow launches pull it up" in q8.text)
 
 
 def test_variance_compares_two_gpu_runs(runs_dir):

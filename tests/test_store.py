@@ -15,11 +15,17 @@ from profiling_core.store import validate_run_id
 H200 = DATA / "h200" / "64_bf16_cold_eager.json"
 
 
-def make_run(store, name="x", files=("trace.json", "table.txt")):
-    run_id, staging = store.begin(name)
-    for f in files:
-        (staging / f).write_text("{}")
-    return store.commit(run_id, staging, {"name": name, "status": "ok", "started_at": name})
+def make_run(store, name="x"):
+    """A run made through the public door: importing a tiny trace (``{}``) under ``name``."""
+    tiny = store.root.parent / "tiny.json"
+    tiny.write_text("{}")
+    return store.import_trace(tiny, name=name)
+
+
+def staging_folders(store) -> list[Path]:
+    """Runs being written (the store's documented ``.staging/`` folder)."""
+    staging = store.root / ".staging"
+    return sorted(staging.iterdir()) if staging.is_dir() else []
 
 
 @pytest.mark.parametrize("bad", ["..", "../etc", "a/b", "/etc/passwd", ".staging", ".trash", "", "a\\b",
@@ -35,14 +41,22 @@ def test_valid_ids_pass():
     assert validate_run_id("20261129-120000-64_bf16_cold_eager-ab12") == "20261129-120000-64_bf16_cold_eager-ab12"
 
 
-def test_commit_makes_a_run_visible_atomically(store):
-    run_id, staging = store.begin("64_bf16_cold_eager")
-    (staging / "trace.json").write_text("{}")
-    assert store.list() == []  # a staging folder is never listed
-    run = store.commit(run_id, staging, {"name": "n", "status": "ok"})
-    assert not staging.exists() and run.run_dir.is_dir()
-    assert json.loads((run.run_dir / "meta.json").read_text())["run_id"] == run_id
-    assert [r.run_id for r in store.list()] == [run_id]
+def test_a_run_becomes_visible_only_when_complete(store, monkeypatch):
+    seen_while_copying = {}
+    copy = shutil.copyfile
+
+    def watching_copy(src, dst):
+        out = copy(src, dst)
+        seen_while_copying.update(listed=store.list(), staging=staging_folders(store))
+        return out
+
+    monkeypatch.setattr(shutil, "copyfile", watching_copy)
+    run = store.import_trace(H200, name="n")
+    assert seen_while_copying["listed"] == []  # a staging folder is never listed
+    assert len(seen_while_copying["staging"]) == 1 and not seen_while_copying["staging"][0].exists()
+    assert staging_folders(store) == [] and run.run_dir.is_dir()
+    assert json.loads((run.run_dir / "meta.json").read_text())["run_id"] == run.run_id
+    assert [r.run_id for r in store.list()] == [run.run_id]
 
 
 def test_write_error_while_saving_keeps_only_complete_runs(store, monkeypatch):
@@ -51,14 +65,12 @@ def test_write_error_while_saving_keeps_only_complete_runs(store, monkeypatch):
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    run_id, staging = store.begin("b")
-    (staging / "trace.json").write_text("{}")
     monkeypatch.setattr(os, "rename", disk_full)
     with pytest.raises(RunStoreError, match="could not save run .*No space left on device"):
-        store.commit(run_id, staging, {"status": "ok"})
+        store.import_trace(H200, name="b")
     monkeypatch.undo()
     assert [r.run_id for r in store.list()] == [first.run_id]
-    assert not staging.exists()
+    assert staging_folders(store) == []
     assert (first.run_dir / "trace.json").read_text() == "{}"
 
 
@@ -117,7 +129,8 @@ def test_import_size_cap(store, tmp_path):
 
 
 def test_stale_staging_is_cleaned(store):
-    _, staging = store.begin("stale")
+    staging = store.root / ".staging" / "stale"  # what a process killed mid-run leaves behind
+    staging.mkdir(parents=True)
     os.utime(staging, (0, 0))
     assert store.cleanup_staging(older_than_s=60) == 1
     assert not staging.exists()

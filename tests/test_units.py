@@ -1,0 +1,43 @@
+"""format_duration_us: the one duration formatter, read as a person would read its output."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import DATA
+from profiling_core import format_duration_us
+
+
+@pytest.mark.parametrize("us,text", [
+    (0, "0.0 µs"),
+    (3.64, "3.6 µs"),
+    (78.8, "78.8 µs"),
+    (999.94, "999.9 µs"),
+    (999.96, "1.00 ms"),          # rounds up into the next unit instead of reading "1000.0 µs"
+    (1000, "1.00 ms"),
+    (1520.4, "1.52 ms"),
+    (102_280, "102.28 ms"),
+    (13_336_320, "13336.32 ms"),  # ms all the way up: the findings' snapshotted texts read so
+    (-250.0, "-250.0 µs"),
+    (-4_500, "-4.50 ms"),
+    (np.float64(211.24), "211.2 µs"),
+    (np.int64(2048), "2.05 ms"),
+])
+def test_durations_read_in_us_below_a_millisecond_and_ms_above(us, text):
+    assert format_duration_us(us) == text
+
+
+@pytest.mark.parametrize("missing", [None, float("nan"), np.nan, pd.NA, math.nan, "not a number"])
+def test_an_unknown_duration_reads_na(missing):
+    assert format_duration_us(missing) == "n/a"
+
+
+def test_the_variance_finding_quotes_durations_as_formatted():
+    """The question-8 finding writes its kernel's median exactly as the formatter does."""
+    from profiling_core import open_trace
+    from profiling_core.findings import findings
+
+    path = DATA / "h200" / "4096_bf16_warm_eager_a20.json"
+    q8 = next(f for f in findings(open_trace(path)) if f.id == "q8.variance")
+    assert f"median {format_duration_us(q8.evidence['median_us'])}" in q8.text
