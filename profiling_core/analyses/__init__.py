@@ -1,9 +1,11 @@
 """Analyses of one trace, one per study question: pure functions, trace session in, DataFrame out.
 
+Every analysis reads the session's typed tables (``session.tables``, the same on both engines) and runs no SQL.
 Units are in column names (``start_ns`` timestamps are integer ns on the trace clock; durations are float
-``*_us``). Text columns of the frames with one row per event (``gpu_ops``, ``kernel_durations_by_step``,
-``launch_latency``, ``dispatch_chains``, ``gemm_throughput``, ``sync_wait``) are object columns: a kernel name is
-one ``str`` shared by its rows, not copied into each (a 93 MB trace has 77k kernel rows of ~250-character names).
+``*_us``). Text columns are object columns: in the frames with one row per event (``gpu_ops``,
+``kernel_durations_by_step``, ``launch_latency``, ``dispatch_chains``, ``gemm_throughput``, ``sync_wait``) a kernel
+name is one ``str`` shared by its rows, not copied into each (a 93 MB trace has 77k kernel rows of ~250-character
+names).
 Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once and returns a :class:`Report`;
 ``profiling_core.findings`` turns a report into short statements with evidence.
 """

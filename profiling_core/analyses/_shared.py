@@ -8,9 +8,10 @@ columns with names and categories as codes (:attr:`Shared.slices`), the GPU ops,
 per-step counts. Where an order matters the rule is stated where it is applied (slices by (ts, id), pairs by (launch
 id, GPU op id)).
 
-Frames are built from column arrays (:func:`frame_cols`) with the dtypes ``DataFrame.from_records`` infers from the
-same Python values; text columns travel as codes into their distinct values (:class:`Coded`), so each distinct
-string is converted once.
+Frames with one row per event are built from column arrays (:func:`frame_cols`): numbers keep their numpy dtype,
+text travels as codes into its distinct values (:class:`Coded`) and lands in object columns holding one shared
+``str`` per distinct value (a 93 MB trace has 77k kernel rows of ~250-character names); small tables are built from
+row tuples (:func:`frame`).
 """
 from __future__ import annotations
 
@@ -23,19 +24,13 @@ import pandas as pd
 
 from ..trace._tables import TextColumn
 
-__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols", "inferred",
-           "as_object_column", "nullable", "union_ns", "expand_ranges"]
+__all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols", "nullable", "union_ns",
+           "expand_ranges"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 
-try:  # the conversion DataFrame.from_records applies to each object column (pandas' own code, so the same dtypes)
-    from pandas.core.internals.construction import convert_object_array as _convert_object_array
-except ImportError:  # pragma: no cover - a pandas without it: infer through from_records itself
-    _convert_object_array = None
-
-
 def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
-    """Rows as the mirror's ``query()`` returns them (same dtype inference; object columns when empty)."""
+    """A frame of Python row tuples (pandas infers each column's dtype from its values); object columns when empty."""
     if rows:
         return pd.DataFrame.from_records(rows, columns=cols)
     return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
@@ -67,9 +62,8 @@ class Coded(NamedTuple):
 
 
 class IntsOrNull(NamedTuple):
-    """An integer column with NULLs: ``values`` (int64) where not ``missing``. ``frame_cols`` gives it the dtype
-    from_records infers from such Python values: int64 without a NULL, float64 (NaN) with some, object (None)
-    when all are NULL."""
+    """An integer column with NULLs: ``values`` (int64) where not ``missing`` (``frame_cols`` makes it pandas'
+    nullable Int64)."""
 
     values: np.ndarray
     missing: np.ndarray
@@ -84,82 +78,16 @@ class IntsOrNull(NamedTuple):
     def take(self, idx: np.ndarray) -> "IntsOrNull":
         return IntsOrNull(self.values[idx], self.missing[idx])
 
-    def inferred(self) -> np.ndarray:
-        if not self.missing.any():
-            return self.values
-        if self.missing.all():
-            return np.full(len(self.values), None, dtype=object)
-        out = self.values.astype(np.float64)  # as float(int) would: round to nearest
-        out[self.missing] = np.nan
-        return out
+    def array(self) -> pd.arrays.IntegerArray:
+        """The column as pandas' nullable Int64 (NA where missing)."""
+        return pd.arrays.IntegerArray(self.values.astype(np.int64, copy=False), self.missing.copy())
 
 
-def _all_text(c: Coded) -> bool:
-    return all(type(u) is str for u in c.uniq.tolist())
-
-
-def _infer_text(c: Coded):
-    """``_infer`` of a Coded column of strings only (no NULL): the distinct values inferred (pandas' string array),
-    then taken by code; None for any other column."""
-    if len(c.uniq) and _convert_object_array is not None and (c.codes >= 0).all() and _all_text(c):
-        arr = _convert_object_array([c.uniq.copy()], dtype=None)[0]
-        if isinstance(arr, pd.api.extensions.ExtensionArray):  # the string array
-            try:  # a dictionary array cast to plain strings (pyarrow's take copies long strings much slower)
-                import pyarrow as pa
-                words = arr.__arrow_array__()
-                words = words.combine_chunks() if isinstance(words, pa.ChunkedArray) else words
-                import pyarrow.compute as pc
-                # Cast here, with the system allocator: pyarrow's default pool (mimalloc) keeps what it frees, so the
-                # per-row copies of long kernel names would stay in RSS after the frames are gone.
-                plain = pc.cast(pa.DictionaryArray.from_arrays(pa.array(c.codes, type=pa.int32()), words), words.type,
-                                memory_pool=pa.system_memory_pool())
-                out = type(arr)(plain, dtype=arr.dtype)
-                if len(out) == len(c.codes):
-                    return out
-            except Exception:  # noqa: BLE001 - any other string array: take by code
-                pass
-            return arr.take(c.codes)
-    return None
-
-
-def _infer(values) -> object:
-    """One column as ``DataFrame.from_records`` infers it from these Python values (or a :class:`Coded` column).
-
-    A column of strings only (no NULL) is inferred from its distinct values and then taken by code: one string
-    array of the distinct values, repeated by index (the same dtype and values, without copying every string)."""
-    if isinstance(values, Coded):
-        got = _infer_text(values)
-        if got is not None:
-            return got
-        values = values.values()
-    a = np.empty(len(values), dtype=object)
-    a[:] = values.tolist() if isinstance(values, np.ndarray) and values.dtype != object else values
-    if _convert_object_array is None:  # pragma: no cover
-        return pd.DataFrame.from_records([(v,) for v in a.tolist()], columns=["c"])["c"].array
-    if len(a) > 64 and type(a[0]) is str:
-        c = Coded.of(a)
-        got = _infer_text(c) if len(c.uniq) < len(a) else None
-        if got is not None:
-            return got
-    return _convert_object_array([a], dtype=None)[0]
-
-
-def inferred(col: pd.Series) -> object:
-    """The column's values with the dtype ``DataFrame.from_records`` infers from them (``str`` for text on pandas 3):
-    for a small table built from an object column, so that its dtype is the one its query's rows give."""
-    a = np.empty(len(col), dtype=object)
-    a[:] = col.tolist()
-    return _infer(a) if len(a) else col
-
-
-def frame_cols(data: dict, objects: tuple = ()) -> pd.DataFrame:
-    """``frame(list(zip(*data.values())), list(data))`` without building the row tuples: the same columns, dtypes
-    and values. ``data`` maps each column to its values in row order: an int64, float64 or bool numpy array (what
-    from_records infers from such Python values, so kept as it is), a :class:`Coded` text column, or anything else
-    (an object array, a list: inferred by pandas' own from_records conversion).
-
-    ``objects``: columns the caller casts to object next; they are built as :func:`as_object_column` (the same
-    values that inference and the cast give, without the detour through pandas' string array)."""
+def frame_cols(data: dict) -> pd.DataFrame:
+    """A frame of column arrays (``{column: values in row order}``), each kept as it is, so a column's dtype is the
+    array's: an int64, float64 or bool numpy array stays one; a :class:`Coded` text column becomes an object column
+    holding one shared ``str`` per distinct value (None for NULL); an :class:`IntsOrNull` column becomes pandas'
+    nullable Int64; anything else (an object array, a list) an object column."""
     cols = list(data)
     n = len(data[cols[0]]) if cols else 0
     if n == 0:
@@ -167,36 +95,19 @@ def frame_cols(data: dict, objects: tuple = ()) -> pd.DataFrame:
     out = {}
     for c, v in data.items():
         if isinstance(v, IntsOrNull):
-            v = v.inferred() if c not in objects else v.objects()
-        if c in objects:
-            v = as_object_column(v)
+            v = v.array()
+        elif isinstance(v, Coded):
+            v = pd.Series(v.values(), dtype=object, copy=False)
         elif not (isinstance(v, np.ndarray) and v.dtype in (np.int64, np.float64, np.bool_)):
-            v = _infer(v)
-        # an object column stays object (the DataFrame constructor would infer strings from an object array)
-        out[c] = pd.Series(v, dtype=object, copy=False) if isinstance(v, np.ndarray) and v.dtype == object else v
+            a = np.empty(len(v), dtype=object)
+            a[:] = v.tolist() if isinstance(v, np.ndarray) else list(v)
+            v = pd.Series(a, dtype=object, copy=False)
+        out[c] = v
     return pd.DataFrame(out)
 
 
-def as_object_column(values) -> np.ndarray:
-    """What ``frame_cols`` infers for this column, then ``.astype("object")``: the analyses cast text columns to
-    object. Text columns (str or None only, some str) skip pandas' string array: None becomes NaN as it would
-    there."""
-    if isinstance(values, Coded):
-        if len(values.uniq) and _all_text(values):
-            return np.append(values.uniq, np.nan)[values.codes]  # code -1 (NULL): NaN
-        values = values.values()
-    a = np.empty(len(values), dtype=object)
-    a[:] = values
-    kinds = set(map(type, a.tolist()))
-    if kinds <= {str, type(None)} and str in kinds:
-        if type(None) in kinds:
-            a[pd.isna(a)] = np.nan
-        return a
-    return np.asarray(pd.Series(_infer(a)).astype("object"), dtype=object)
-
-
 def _ints_or_null(a: np.ndarray):
-    """An object array of ints and None as IntsOrNull (the same inferred column); itself if it holds anything else."""
+    """An object array of ints and None as IntsOrNull; itself if it holds anything else."""
     vals = a.tolist()
     if all((type(v) is int and -(1 << 63) <= v < (1 << 63)) or v is None for v in vals):
         return IntsOrNull(np.array([0 if v is None else v for v in vals], dtype=np.int64),
@@ -288,7 +199,7 @@ class Shared:
         u = t["utid"][i] + 1
         return frame_cols({"id": t["id"][i], "name": self.name_codes_at(i), "category": self.category_codes_at(i, True),
                            "start_ns": t["ts"][i], "dur_ns": t["dur"][i], "device": take_rows(pid, u),
-                           "stream": take_rows(tid, u)}, objects=("name", "category"))
+                           "stream": take_rows(tid, u)})
 
     @cached_property
     def lane_of(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

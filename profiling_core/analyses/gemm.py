@@ -103,8 +103,8 @@ def _inner_gemms(ts: np.ndarray, dur: np.ndarray, utid: np.ndarray) -> np.ndarra
 
 def _kernels_of(sh: Shared, ts: np.ndarray, end: np.ndarray, utid: np.ndarray):
     """For each GEMM op: (kernel_ns, kernel_names) of the kernel pairs whose launch call is on its thread and starts
-    in [ts, end): the sum of their durations (None for none) and their distinct names joined by "," in the order
-    SQLite visits them (launch track, launch ts, launch id, kernel id)."""
+    in [ts, end): the sum of their durations (None for none) and their distinct names joined by "," in (launch track,
+    launch ts, launch id, kernel id) order."""
     n = len(ts)
     kns = np.full(n, None, dtype=object)
     names = np.full(n, None, dtype=object)
@@ -226,7 +226,6 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
         rows.append((op_id, name, start, "gpu" if on_gpu else "cpu", time_ns / 1000.0, flops, tflops, peak,
                      tflops / float(peak_tflops) if peak_tflops else float("nan"), src,
                      kernel_names if on_gpu else None))
-    # the dtypes pd.DataFrame(list of row dicts) infers (the same inference as from_records), except the text columns:
-    # object, one shared str per distinct value, as in the other one-row-per-op frames (gpu_ops, launch_latency)
-    return frame_cols(dict(zip(cols, map(list, zip(*rows)))), objects=("op", "device", "flops_from", "kernel_names")) \
+    # text columns are object columns, one shared str per distinct value, as in the other one-row-per-op frames
+    return frame(rows, cols).astype({c: object for c in ("op", "device", "flops_from", "kernel_names")}) \
         if rows else frame([], cols)

@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, frame_cols, inferred as _inferred, shared_for
+from ._shared import Shared, frame, frame_cols, shared_for
 
 __all__ = ["kernel_stats", "kernel_durations_by_step", "gpu_ops"]
 
@@ -55,7 +55,6 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     })
     out["cv"] = out["std_us"] / out["mean_us"].where(out["mean_us"] > 0)
     out = out.reset_index().sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
-    out["name"] = _inferred(out["name"])  # one row per name: the dtype a query's rows would give (str on pandas 3)
     out["count"] = out["count"].astype("int64")
     return out[cols].reset_index(drop=True)
 
@@ -111,7 +110,7 @@ def _kernel_durations_by_step_fast(sh: Shared) -> pd.DataFrame | None:
     occurrence[by_key] = np.arange(len(key)) - np.repeat(start, np.diff(np.r_[start, len(key)]))
     df = frame_cols({"step": step, "name": name, "occurrence": occurrence, "gpu_id": p["gpu_id"][i],
                      "start_ns": p["gpu_ts"][i], "dur_us": p["gpu_dur"][i].astype("float64") / 1000.0,
-                     "launch_name": sh.pair_codes("launch_name").take(i)}, objects=("name", "launch_name"))
+                     "launch_name": sh.pair_codes("launch_name").take(i)})
     df["start_ns"] = pd.array(df["start_ns"].to_numpy(), dtype="Int64")
     return df
 

@@ -8,14 +8,13 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Coded, IntsOrNull, Shared, as_object_column, frame, frame_cols, shared_for, take_rows
+from ._shared import Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
 
 __all__ = ["launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains"]
 
 
-def _launch_latency_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
-    """What ``launch_latency.sql`` returns, from the shared pairs (GPU ops on thread tracks only, as its join).
-    ``objects``: text columns the caller casts to object (see ``frame_cols``)."""
+def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
+    """Each launch pair whose GPU op is on a GPU lane (a thread track), in (GPU op ts, id) order, with ns columns."""
     cols = ["gpu_id", "gpu_name", "gpu_category", "gpu_start_ns", "gpu_dur_ns", "stream", "launch_id", "launch_name",
             "launch_start_ns", "launch_dur_ns", "latency_ns", "paired_by", "step"]
     p = sh.p
@@ -46,7 +45,7 @@ def _launch_latency_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
         "launch_id": p["launch_id"][idx], "launch_name": sh.pair_codes("launch_name").take(idx),
         "launch_start_ns": p["launch_ts"][idx], "launch_dur_ns": p["launch_dur"][idx],
         "latency_ns": p["gpu_ts"][idx] - p["launch_ts"][idx], "paired_by": sh.pair_codes("paired_by").take(idx),
-        "step": take_rows(step, idx)}, objects)
+        "step": take_rows(step, idx)})
 
 
 def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -64,8 +63,7 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
         (GPU op start − launch call start), ``paired_by`` (``flow`` or ``correlation``), ``step`` (the step whose
         window holds the launch, or NA). Empty on CPU-only traces.
     """
-    df = _launch_latency_raw(shared_for(session, shared),
-                             objects=("gpu_name", "gpu_category", "launch_name", "paired_by"))
+    df = _launch_latency_raw(shared_for(session, shared))
     df = ints(df, "gpu_id", "launch_id")
     df = nullable_int(df, "stream", "launch_start_ns", "gpu_start_ns", "step")
     for c in ("gpu_name", "gpu_category", "launch_name", "paired_by"):
@@ -227,38 +225,16 @@ def _dispatch_chain_cols(sh: Shared) -> dict | None:
         "lane": np.array(["cpu", "gpu"], dtype=object)[lane[order]]}
 
 
-def _dispatch_chain_raw(sh: Shared, objects: tuple = ()) -> pd.DataFrame:
-    """What ``dispatch_chain.sql`` returns (see :func:`_dispatch_chain_cols`). ``objects``: text columns the caller
-    casts to object (see ``frame_cols``)."""
-    cols = _dispatch_chain_cols(sh)
-    if cols is None:
-        return frame([], ["step", "id", "parent_id", "depth", "name", "category", "start_ns", "dur_ns", "lane"])
-    return frame_cols(cols, objects)
-
-
 def dispatch_chains(session, shared: Shared | None = None) -> pd.DataFrame:
     """The dispatch tree of every step (see :func:`dispatch_chain`), all steps in one frame with a ``step`` column."""
-    sh = shared_for(session, shared)
-    cols = _dispatch_chain_cols(sh)
-    if cols is not None:
-        # One row per slice of every step (83k on a 93 MB trace): the frame is built once from the arrays with its
-        # final dtypes (what the casts below give), not cast column by column through copies.
-        parent = cols["parent_id"]
-        return pd.DataFrame({
-            "step": cols["step"], "id": cols["id"],
-            "parent_id": pd.arrays.IntegerArray(parent.values, parent.missing.copy()), "depth": cols["depth"],
-            "name": pd.Series(as_object_column(cols["name"]), dtype=object, copy=False),
-            "category": pd.Series(as_object_column(cols["category"]), dtype=object, copy=False),
-            "lane": pd.Series(cols["lane"], dtype=object, copy=False),
-            "start_ns": pd.arrays.IntegerArray(cols["start_ns"], np.zeros(len(cols["start_ns"]), dtype=bool)),
-            "dur_us": cols["dur_ns"].astype("float64") / 1000.0})
-    df = _dispatch_chain_raw(sh, objects=("name", "category", "lane"))
-    df = ints(df, "step", "id", "depth")
-    df = nullable_int(df, "parent_id", "start_ns")
-    for c in ("name", "category", "lane"):
-        df[c] = df[c].astype("object")
-    df = us(df, {"dur_ns": "dur_us"})
-    return df[["step", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us"]]
+    cols = _dispatch_chain_cols(shared_for(session, shared))
+    names = ["step", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us"]
+    if cols is None:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in names})
+    # One row per slice of every step (83k on a 93 MB trace): built once from the arrays with its final dtypes.
+    cols["start_ns"] = IntsOrNull(cols["start_ns"], np.zeros(len(cols["start_ns"]), dtype=bool))
+    cols["dur_us"] = cols.pop("dur_ns").astype("float64") / 1000.0
+    return frame_cols({c: cols[c] for c in names})
 
 
 def dispatch_chain(session, step: Optional[int] = None, chains: pd.DataFrame | None = None) -> pd.DataFrame:
