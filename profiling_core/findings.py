@@ -17,14 +17,14 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
+from .analyses.steps import OVERHEAD_BOUND_BELOW, bound
 from .units import format_duration_us as _us  # the one duration formatter (findings, CLI, pages)
 
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "MEAN_ABOVE_MEDIAN_PCT", "MIN_LAUNCHES_FOR_SKEW"]
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
 _MAX_LISTED = 6
-_OVERHEAD_BELOW = 0.5
-"""GPU busy share of a step below which it is overhead-bound (``analyses.cpu_vs_gpu``'s default)."""
+_OVERHEAD_BELOW = OVERHEAD_BOUND_BELOW  # the threshold of analyses.cpu_vs_gpu's per-step verdicts
 MEAN_ABOVE_MEDIAN_PCT = 2.0
 """A kernel whose mean lies more than this many percent above its median is skewed by a few slow launches
 (question 8); the Kernel variance page gives each kernel the same verdict."""
@@ -156,10 +156,7 @@ def _q2_bound(r, config=None) -> list[Finding]:
     basis, basis_text = _bound_basis(cv)
     with_gpu = basis[basis["bound"] != "no-gpu"]
     frac_basis = float(with_gpu["gpu_busy_fraction"].median()) if len(with_gpu) else 0.0
-    if with_gpu.empty:
-        label = "no-gpu"
-    else:
-        label = "overhead-bound" if frac_basis < _OVERHEAD_BELOW else "compute-bound"
+    label = bound(frac_basis, len(with_gpu))  # the per-step rule, applied to the basis steps' median
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_step_median_us": _num(gpu_med),
           "gpu_busy_fraction_median": _num(frac_med), "bound": label,
           "bound_basis": "after_first" if len(cv) >= 3 else "all",

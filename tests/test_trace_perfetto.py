@@ -55,6 +55,7 @@ def test_auto_without_binary_falls_back_fast(monkeypatch):
             assert s.engine_reason.startswith("perfetto: no trace_processor binary (set PERFETTO_BIN)")
             assert s.engine_reason.endswith("using the offline SQLite mirror")
             assert "\n" not in s.engine_reason
+            assert "curl" not in s.engine_reason and "http" not in s.engine_reason  # plain words, no tool output
         assert s.query("select count(*) n from slice")["n"][0] == 34
     assert elapsed < 10
 

@@ -8,7 +8,7 @@ import numpy as np
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, frame, shared_for, union_ns
 
-__all__ = ["steps", "cpu_vs_gpu", "gpu_busy"]
+__all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "OVERHEAD_BOUND_BELOW"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
 
@@ -67,7 +67,21 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     return df[cols].reset_index(drop=True)
 
 
-def cpu_vs_gpu(session, overhead_below: float = 0.5, steps_df: pd.DataFrame | None = None) -> pd.DataFrame:
+OVERHEAD_BOUND_BELOW = 0.5
+"""A step whose GPU was busy for less than this share of its wall time is overhead-bound (the study's question 2)."""
+
+
+def bound(gpu_busy_fraction: float, gpu_ops: int = 1, overhead_below: float = OVERHEAD_BOUND_BELOW) -> str:
+    """The verdict for a GPU busy share: ``overhead-bound`` below ``overhead_below``, else ``compute-bound``;
+    ``no-gpu`` when no GPU work was launched (``gpu_ops`` 0). The one rule :func:`cpu_vs_gpu` and the findings
+    apply."""
+    if gpu_ops == 0:
+        return "no-gpu"
+    return "overhead-bound" if gpu_busy_fraction < overhead_below else "compute-bound"
+
+
+def cpu_vs_gpu(session, overhead_below: float = OVERHEAD_BOUND_BELOW,
+               steps_df: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per step: CPU time against GPU busy time, and whether the step is overhead-bound or compute-bound.
 
     Args:
@@ -84,9 +98,9 @@ def cpu_vs_gpu(session, overhead_below: float = 0.5, steps_df: pd.DataFrame | No
     df = steps(session) if steps_df is None else steps_df
     out = df[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "gpu_ops"]].copy()
     out["gpu_to_cpu"] = ratio(out["gpu_busy_us"], out["cpu_dur_us"])
-    out["bound"] = "compute-bound"
-    out.loc[out["gpu_busy_fraction"] < overhead_below, "bound"] = "overhead-bound"
-    out.loc[out["gpu_ops"] == 0, "bound"] = "no-gpu"
+    out["bound"] = pd.Series([bound(f, int(n), overhead_below) for f, n in zip(out["gpu_busy_fraction"].tolist(),
+                                                                             out["gpu_ops"].tolist())],
+                             index=out.index, dtype=object)
     return out.drop(columns=["gpu_ops"]).reset_index(drop=True)
 
 

@@ -18,6 +18,13 @@ from ..errors import EngineUnavailableError, QueryError, TraceError
 from ._source import check_size
 
 
+_CURL_FAILURES = {  # curl's exit statuses an offline or filtered machine gives, in words
+    5: "no proxy could be reached", 6: "no network (the download host does not resolve)",
+    7: "no network (the download host cannot be reached)", 22: "the download server refused it",
+    28: "the download timed out", 35: "the secure connection failed", 56: "the connection broke off",
+}
+
+
 def _fetch_binary(timeout_s: float | None) -> str:
     """Path of the perfetto package's pinned trace_processor_shell (download it if needed).
 
@@ -46,19 +53,21 @@ def _fetch_binary(timeout_s: float | None) -> str:
         p = subprocess.run(["curl", "-f", "-sS", "-L", "-o", tmp_path, entry["url"]], stdin=subprocess.DEVNULL,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s)
         if p.returncode != 0:
-            err = (p.stderr.decode("utf-8", "replace").strip().splitlines() or [f"exit status {p.returncode}"])[0]
-            raise EngineUnavailableError(f"{prefix}fetching one failed: {err[:160]}")
+            why = _CURL_FAILURES.get(p.returncode, f"the download failed (curl exit status {p.returncode})")
+            raise EngineUnavailableError(f"{prefix}the perfetto package could not download one: {why}")
         with open(tmp_path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
         if digest != entry["sha256"]:
-            raise EngineUnavailableError(f"{prefix}fetching one failed: checksum mismatch for {entry['url']}")
+            raise EngineUnavailableError(f"{prefix}the perfetto package's download had the wrong checksum")
         os.chmod(tmp_path, 0o755)
         os.replace(tmp_path, bin_path)
         return bin_path
     except subprocess.TimeoutExpired:
-        raise EngineUnavailableError(f"{prefix}fetching one did not finish in {timeout_s:g} s") from None
+        raise EngineUnavailableError(f"{prefix}the perfetto package's download did not finish in {timeout_s:g} s"
+                                     ) from None
     except OSError as e:  # no curl, unwritable cache...
-        raise EngineUnavailableError(f"{prefix}fetching one failed: {type(e).__name__}: {e}") from None
+        raise EngineUnavailableError(f"{prefix}the perfetto package could not download one ({e.strerror or e})"
+                                     ) from None
     finally:
         try:
             os.unlink(tmp_path)
