@@ -22,7 +22,6 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..trace._tables import TextColumn
 
 __all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols", "nullable", "union_ns",
            "expand_ranges"]
@@ -394,7 +393,7 @@ class Shared:
         A GPU op is paired with the slice at the other end of each flow that ends on it. A GPU op with no such flow
         (2021-era traces, whose flows do not bind) is paired with every runtime call (category cuda_runtime,
         cuda_driver or runtime) whose ``args.correlation`` equals its own."""
-        tb, t = self.tables, self.slices
+        tb = self.tables
         n = tb.slice_count
         gr = self.gpu_rows
         is_gpu = np.zeros(n, dtype=bool)
