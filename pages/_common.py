@@ -25,6 +25,7 @@ import pandas as pd
 import streamlit as st
 
 from profiling_core import ExperimentConfig, RunStore
+from profiling_core import config as _config
 from profiling_core import charts
 from profiling_core import export
 from profiling_core.errors import ConfigError, ProfilingError, WorkerError
@@ -33,9 +34,9 @@ CURRENT_RUN = "current_run_id"
 """session_state key of the run the analysis pages show."""
 
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
-DTYPES = ["bf16", "fp16", "fp32"]
-COMPILE_MODES = ["off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
-DEVICES = ["auto", "cuda", "cpu"]
+# the config's own choices (profiling_core.config), as lists for the widgets
+DTYPES, COMPILE_MODES, DEVICES, BIASES = (list(c) for c in (_config.DTYPES, _config.COMPILE_MODES, _config.DEVICES,
+                                                             _config.BIASES))
 PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in the left bar and pick the "
                   "downloaded `trace.json` (the file stays in your browser; nothing is uploaded).")
 
@@ -288,6 +289,7 @@ def config_summary(run_id: str) -> str:
         return f"imported trace `{run.meta.get('original_filename', run.name)}`"
     sched = f"schedule {cfg.wait}/{cfg.warmup_steps}/{cfg.active}×{cfg.repeat}"
     return (f"`{cfg.name}` · {cfg.size}² {cfg.dtype}{' · batch ' + str(cfg.batch) if cfg.batch else ''} · "
+            f"{cfg.bias} bias · "
             f"{'warm (' + str(cfg.warmup) + ' calls)' if cfg.warmup else 'cold'} · "
             f"{'eager' if cfg.compile == 'off' else 'compile ' + cfg.compile} · {sched} · {where}")
 
@@ -513,6 +515,10 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
                               help="auto: CUDA when available, else CPU")
         batch = c2.number_input("Batch (0 = none; 8 turns aten::mm into aten::bmm)", min_value=0, max_value=4096,
                                 value=int(d["batch"] or 0), key=f"{key}_batch")
+        bias = c1.selectbox("Bias shape", BIASES, index=BIASES.index(d["bias"]), key=f"{key}_bias",
+                            help="matrix: b is shaped like x, as in the study; vector: b is (n,). Under "
+                                 "torch.compile a matrix bias is copied into the output (a Memcpy DtoD) before "
+                                 "the GEMM; a vector bias rides in the GEMM's epilogue")
         warmup = c3.number_input("Warm-up calls before profiling (0 = cold)", min_value=0, max_value=10000,
                                  value=int(d["warmup"]), key=f"{key}_warmup")
         compile_mode = d["compile"]
@@ -529,7 +535,7 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
     if not submitted:
         return None
     try:
-        return ExperimentConfig(size=size, dtype=dtype, batch=int(batch) or None, warmup=int(warmup),
+        return ExperimentConfig(size=size, dtype=dtype, batch=int(batch) or None, bias=bias, warmup=int(warmup),
                                 compile=compile_mode, wait=wait, warmup_steps=warm_steps, active=active,
                                 repeat=repeat, device=device)
     except ConfigError as exc:

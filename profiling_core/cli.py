@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Optional
 
-from .config import COMPILE_MODES, DEVICES, DTYPES, ExperimentConfig
+from .config import BIASES, COMPILE_MODES, DEVICES, DTYPES, ExperimentConfig
 from .errors import ProfilingError, WorkerError
 from .store import RunStore
 
@@ -21,6 +21,8 @@ def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
         p.add_argument("--size", type=int, default=64, help="square matrix size n (default 64)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
     p.add_argument("--batch", type=int, default=None, help="leading batch dimension (aten::bmm)")
+    p.add_argument("--bias", choices=BIASES, default="matrix",
+                   help="b's shape: matrix (the study's, like x) or vector ((n,)); decides what torch.compile fuses")
     p.add_argument("--warmup", type=int, nargs="?", const=10, default=0, metavar="N",
                    help="warm-up calls before profiling (flag alone: 10; default 0 = cold)")
     if not sweep:
@@ -40,7 +42,7 @@ def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
 
 
 def _common_fields(a: argparse.Namespace) -> dict:
-    return dict(dtype=a.dtype, batch=a.batch, warmup=a.warmup, wait=a.wait, warmup_steps=a.warmup_steps,
+    return dict(dtype=a.dtype, batch=a.batch, bias=a.bias, warmup=a.warmup, wait=a.wait, warmup_steps=a.warmup_steps,
                 active=a.active, repeat=a.repeat, device=a.device, record_shapes=not a.no_record_shapes,
                 with_flops=a.with_flops, with_stack=a.with_stack, profile_memory=a.profile_memory,
                 timeout_s=a.timeout)

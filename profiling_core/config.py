@@ -23,6 +23,7 @@ from .errors import ConfigError, DoesNotFitError
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEVICES = ("auto", "cuda", "cpu")
+BIASES = ("matrix", "vector")
 SIZE_RANGE = (1, 65536)
 BATCH_RANGE = (1, 4096)
 WARMUP_RANGE = (0, 10000)
@@ -57,12 +58,17 @@ class ExperimentConfig:
     """What to run and how to profile it.  Every field has the study's default."""
 
     size: int = 64
-    """Square matrix size n: x, w are (n, n) and b is (n,); with a batch, x, w and b are all (batch, n, n)
-    as in the study (so torch.matmul dispatches aten::bmm; a 2-D w would be folded into aten::mm)."""
+    """Square matrix size n: x and w are (n, n); with a batch, (batch, n, n) as in the study (so torch.matmul
+    dispatches aten::bmm; a 2-D w would be folded into aten::mm)."""
     dtype: str = "bf16"
     """Element type: bf16, fp16 or fp32."""
     batch: Optional[int] = None
     """None, or a leading batch dimension (turns aten::mm into aten::bmm)."""
+    bias: str = "matrix"
+    """The bias b's shape: ``matrix`` (the study's: the shape of x, "input, weight and bias are (64, 64)") or
+    ``vector`` ((n,), broadcast over the rows). Under torch.compile this decides what Inductor makes of the add: with
+    a matrix bias, ``addmm`` copies b into the output (a device-to-device memcpy) and runs the GEMM with beta = 1;
+    with a vector bias the bias rides in the GEMM's epilogue and nothing is copied."""
     warmup: int = 0
     """Calls of the workload before profiling starts; 0 is a cold run."""
     compile: str = "off"
@@ -91,6 +97,7 @@ class ExperimentConfig:
         _check_choice("dtype", self.dtype, tuple(DTYPES))
         if self.batch is not None:
             _check_int("batch", self.batch, *BATCH_RANGE)
+        _check_choice("bias", self.bias, BIASES)
         _check_int("warmup", self.warmup, *WARMUP_RANGE)
         _check_choice("compile", self.compile, COMPILE_MODES)
         _check_int("wait", self.wait, *WAIT_RANGE)
@@ -130,14 +137,23 @@ class ExperimentConfig:
 
     @property
     def name(self) -> str:
-        """The study's artifact name: ``<size>_<dtype>_<cold|warm>_<eager|compile>[_<mode>][_b<batch>]``."""
+        """The study's artifact name: ``<size>_<dtype>_<cold|warm>_<eager|compile>[_<mode>][_b<batch>][_vbias]``
+        (``_vbias``: a vector bias; the study's matrix bias has no suffix)."""
         parts = [str(self.size), self.dtype, "warm" if self.is_warm else "cold",
                  "eager" if self.compile == "off" else "compile"]
         if self.compile not in ("off", "default"):
             parts.append(self.compile)
         if self.batch is not None:
             parts.append(f"b{self.batch}")
+        if self.bias == "vector":
+            parts.append("vbias")
         return "_".join(parts)
+
+    def bias_shape(self) -> tuple:
+        """The shape of b: that of x for a matrix bias, (n,) for a vector one."""
+        if self.bias == "vector":
+            return (self.size,)
+        return (self.batch, self.size, self.size) if self.batch else (self.size, self.size)
 
     def gemm_flops(self) -> int:
         """Floating-point operations of one matmul: 2 * batch * n^3."""
@@ -146,9 +162,8 @@ class ExperimentConfig:
     def tensor_bytes(self) -> int:
         """Bytes the workload holds at its peak: x, w, b, the matmul result and the sum."""
         n, e = self.size, self.element_bytes
-        if self.batch:
-            return e * 5 * self.batch * n * n
-        return e * (4 * n * n + n)
+        matrix = (self.batch or 1) * n * n
+        return e * (4 * matrix + (matrix if self.bias == "matrix" else n))
 
     def check_fits(self, available_bytes: int, where: str) -> None:
         """Raise DoesNotFitError when the tensors need more than ``available_bytes`` (with 10 % slack)."""
@@ -173,6 +188,10 @@ class ExperimentConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError("config", unknown[0], "one of the fields " + ", ".join(sorted(known)))
+        if "bias" not in data:
+            # A config saved before the bias knob: the workload then made a vector bias without a batch and a
+            # matrix one with a batch.
+            data = {**data, "bias": "matrix" if data.get("batch") else "vector"}
         return cls(**data)
 
     @classmethod

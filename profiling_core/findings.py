@@ -71,6 +71,19 @@ def _ordinal(i: int) -> str:
     return {1: "first", 2: "second", 3: "third"}.get(i, f"{i}th")
 
 
+def _as_config(config):
+    """The run's config as an ``ExperimentConfig`` (a meta.json dict is read by ``ExperimentConfig.from_dict``, which
+    knows what older runs ran with); None when unknown or unreadable."""
+    from .config import ExperimentConfig
+    from .errors import ConfigError
+    if config is None or isinstance(config, ExperimentConfig):
+        return config
+    try:
+        return ExperimentConfig.from_dict(dict(config))
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
 def _cfg(config, key: str):
     """A field of the run's config (an ``ExperimentConfig`` or its dict, as in meta.json); None when unknown."""
     if config is None:
@@ -640,7 +653,37 @@ def _q9_compile(r, config=None) -> list[Finding]:
     if totals:
         text += f"; in total over the {_n(len(cb), 'step')}: {', '.join(totals)}"
     text += ". Kernels: " + ", ".join(_short(k, 48) for k in kernels) + "."
+    text += _bias_copy(r, config, ev)
     return [Finding("q9.compile", 9, "What torch.compile changed", text, ev)]
+
+
+def _bias_copy(r, config, ev: dict) -> str:
+    """Question 9's central observation: whether Inductor's ``aten::addmm`` copied the bias into the output (a
+    device-to-device memcpy launched under it) before the GEMM. From the launch paths; the bias's shape from the
+    run's config when known. Seen on an H200: a matrix bias gives the copy and a GEMM with beta = 1 (``…badd…``); a
+    vector bias gives no copy and the bias in the GEMM's epilogue (``…bias…``)."""
+    lp = r.launch_paths
+    copies = lp[lp["name"].astype(str).str.startswith("Memcpy DtoD")] if not lp.empty else lp
+    by_addmm = int(copies.loc[copies["parent_ops"].astype(str).str.contains("aten::addmm", regex=False),
+                              "count"].sum()) if len(copies) else 0
+    ev["bias_copies_by_addmm"] = by_addmm
+    cfg = _as_config(config)
+    bias = cfg.bias if cfg is not None else None
+    shape = f" {cfg.bias_shape()}" if cfg is not None else ""
+    if bias:
+        ev["bias"] = bias
+    if by_addmm:
+        return (f" The device-to-device copy is launched by aten::addmm: Inductor turned add(matmul) into addmm, "
+                f"which first copies the bias{shape if bias == 'matrix' else ''} into the output, then runs the GEMM "
+                f"adding its product to it; a bias shaped like the output does that (the study's matrix bias), "
+                f"while a vector bias rides in the GEMM's epilogue with no copy.")
+    has_addmm = bool((r.profiler_table["name"].astype(str) == "aten::addmm").any()) if not r.profiler_table.empty \
+        else False
+    if bias == "vector" and has_addmm:
+        return (f" aten::addmm launched no copy: the vector bias{shape} is added in the GEMM's epilogue; with a bias "
+                f"shaped like the output (the study's matrix bias) addmm would first copy it into the output "
+                f"(a Memcpy DtoD).")
+    return ""
 
 
 def _q10_cost(r, config=None) -> list[Finding]:

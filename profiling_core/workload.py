@@ -101,10 +101,10 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
 
     def make_tensors():
         g = torch.Generator(device=device).manual_seed(0)
-        # As the study: with a batch, x, w and b are all (batch, n, n).
+        # As the study: x, w and b are (n, n), or all (batch, n, n); with config.bias "vector", b is (n,).
         x = torch.randn(shape, device=device, dtype=dtype, generator=g)
         w = torch.randn(shape, device=device, dtype=dtype, generator=g)
-        b = torch.randn(shape if config.batch else (n,), device=device, dtype=dtype, generator=g)
+        b = torch.randn(config.bias_shape(), device=device, dtype=dtype, generator=g)
         if device == "cuda":
             torch.cuda.synchronize()
         return x, w, b

@@ -90,9 +90,28 @@ def test_tensor_bytes_by_hand_and_fit_guard():
     c = ExperimentConfig(size=1024, dtype="fp32", batch=2)
     # x, w, b, matmul out, sum: 5 tensors of 2 x 1024^2, 4 bytes each
     assert c.tensor_bytes() == 4 * 5 * 2 * 1024 * 1024
-    # unbatched: x, w, out, sum of n^2 and b of n
-    assert ExperimentConfig(size=100, dtype="bf16").tensor_bytes() == 2 * (4 * 100 * 100 + 100)
+    # unbatched, the study's matrix bias: x, w, b, out, sum of n^2; a vector bias is n
+    assert ExperimentConfig(size=100, dtype="bf16").tensor_bytes() == 2 * 5 * 100 * 100
+    assert ExperimentConfig(size=100, dtype="bf16", bias="vector").tensor_bytes() == 2 * (4 * 100 * 100 + 100)
+    assert ExperimentConfig(size=100, bias="vector").bias_shape() == (100,)
+    assert ExperimentConfig(size=100).bias_shape() == (100, 100)
+    assert ExperimentConfig(size=100, batch=3).bias_shape() == (3, 100, 100)
     c.check_fits(10 * 2**30, "here")
     with pytest.raises(DoesNotFitError, match="needs 0.04 GiB of tensors but tiny has 0.01 GiB available"):
         c.check_fits(10 * 2**20, "tiny")
     assert ExperimentConfig(size=4096).gemm_flops() == 2 * 4096**3
+
+
+def test_bias_knob_is_validated_and_named():
+    assert ExperimentConfig().bias == "matrix"  # the study's: "input, weight and bias are (64, 64)"
+    assert ExperimentConfig(bias="vector", warmup=10, compile="default").name == "64_bf16_warm_compile_vbias"
+    with pytest.raises(ConfigError, match="bias must be one of 'matrix', 'vector', got 'row'"):
+        ExperimentConfig(bias="row")
+
+
+def test_configs_saved_before_the_bias_knob_keep_the_bias_they_ran_with():
+    """meta.json of runs made before the knob: the workload then made a vector bias without a batch."""
+    old = {k: v for k, v in ExperimentConfig(size=64).to_dict().items() if k != "bias"}
+    assert ExperimentConfig.from_dict(old).bias == "vector"
+    assert ExperimentConfig.from_dict({**old, "batch": 8}).bias == "matrix"
+    assert ExperimentConfig.from_dict(ExperimentConfig(bias="matrix").to_dict()).bias == "matrix"

@@ -481,3 +481,51 @@ def test_q3_and_q6_take_warm_or_cold_from_the_config(name):
         assert "in a cold process" in fs["q6.launch_path"].text
     else:
         assert f"This is not a cold start (the run's config has {config['warmup']} iterations of warm-up)" in f.text
+
+
+# --- question 9's central observation: the bias copy, with a matrix and a vector bias (H200, tests/data/h200_bias) --
+
+BIAS = Path(__file__).parent / "data" / "h200_bias"
+
+
+def _bias_run(name):
+    import json as _json
+
+    from profiling_core import ExperimentConfig
+    from profiling_core.findings import findings as _findings
+    from profiling_core.trace import open_trace as _open
+    cfg = ExperimentConfig.from_dict(_json.loads((BIAS / f"{name}.meta.json").read_text())["config"])
+    events = _json.loads((BIAS / f"{name}.json").read_text())["traceEvents"]
+    with _open(BIAS / f"{name}.json", engine="sqlite") as s:
+        return cfg, events, {f.id: f for f in _findings(s, config=cfg)}
+
+
+def test_matrix_bias_under_compile_is_copied_by_addmm_before_the_gemm():
+    cfg, events, fs = _bias_run("4096_bf16_warm_compile")
+    assert cfg.bias == "matrix" and cfg.bias_shape() == (4096, 4096)
+    # plain scan: one DtoD copy per step, and the GEMM adds into the output (a "badd" kernel)
+    steps = sum(1 for e in events if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#")
+                and e.get("cat") == "user_annotation")
+    copies = [e for e in events if e.get("ph") == "X" and e.get("name", "").startswith("Memcpy DtoD")]
+    assert steps == 3 and len(copies) == 3
+    assert any("badd" in e["name"] for e in events if e.get("cat") == "kernel")
+    f = fs["q9.compile"]
+    assert f.evidence["memcpy_dtod_per_step"] == 1 and f.evidence["bias_copies_by_addmm"] == 3
+    assert "The device-to-device copy is launched by aten::addmm" in f.text
+    assert "copies the bias (4096, 4096) into the output" in f.text
+
+
+def test_vector_bias_under_compile_rides_in_the_epilogue_without_a_copy():
+    cfg, events, fs = _bias_run("4096_bf16_warm_compile_vbias")
+    assert cfg.bias == "vector" and cfg.name.endswith("_vbias")
+    assert not any(e.get("name", "").startswith("Memcpy") for e in events if e.get("ph") == "X")
+    assert any(e["name"].endswith("_bias_NNT") for e in events if e.get("cat") == "kernel")
+    f = fs["q9.compile"]
+    assert f.evidence["memcpy_dtod_per_step"] == 0 and f.evidence["bias_copies_by_addmm"] == 0
+    assert "aten::addmm launched no copy: the vector bias (4096,) is added in the GEMM's epilogue" in f.text
+
+
+def test_eager_runs_say_nothing_about_a_bias_copy():
+    for name in ("4096_bf16_warm_eager", "4096_bf16_warm_eager_vbias"):
+        _cfg, _events, fs = _bias_run(name)
+        assert "addmm" not in fs["q9.compile"].text

@@ -217,3 +217,15 @@ def test_forked_worker_runs_cold_and_reports_prestart(store):
         assert run.meta["timings"]["process_start_s"] < 1.0  # a fork, not an interpreter start
     finally:
         pool.close()
+
+
+def test_bias_shape_follows_the_config(store):
+    """The study's matrix bias by default, (n,) with bias="vector": aten::add's recorded input shapes say so."""
+    def add_dims(cfg):
+        run = run_experiment(cfg, store=store)
+        adds = [e for e in scan_trace(run.trace_path) if e.get("ph") == "X" and e.get("name") == "aten::add"]
+        assert adds and run.meta["config"]["bias"] == cfg.bias
+        return adds[0]["args"]["Input Dims"][:2]
+    base = dict(SMALL, wait=0, warmup_steps=0, active=1)
+    assert add_dims(ExperimentConfig(**base)) == [[32, 32], [32, 32]]
+    assert add_dims(ExperimentConfig(**base, bias="vector")) == [[32, 32], [32]]
