@@ -11,7 +11,7 @@ docs/SQL.md lists the subset, the rules, and every known difference between the 
 """
 from __future__ import annotations
 
-from ._build import LoadStats
+from ._model import LoadStats
 from ._session import TraceSession, open_trace
 from ._source import DEFAULT_MAX_BYTES
 

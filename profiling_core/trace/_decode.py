@@ -79,7 +79,7 @@ class NotStreamable(Exception):
 
 
 _WS = b" \t\r\n"
-_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|([\[\]{}])', re.S)  # a JSON string, or a bracket (group 1)
 _CUT_TRIES = 16
 _PIECE = 1 << 20  # bytes of JSON decoded into events at a time by stream_typed
 
@@ -107,8 +107,9 @@ def _stream(chunks, typed: bool):
     :func:`split_events` returns for the whole document; only about one chunk is held at a time.
     A cut is made after a ``},`` once ``[`` + the bytes up to it + ``]`` decode as a list: that holds
     only where the ``},`` ends a top-level event (inside a string or a nested value the brackets
-    cannot balance). At the end, the list's closing bracket is where msgspec reports trailing
-    characters, and the document around the list (``head`` + ``[]`` + tail) must decode on its own.
+    cannot balance). At the end, the list's closing bracket is found by counting brackets outside strings
+    (:func:`_list_end`); the list up to it must decode, and so must the document around the list (``head`` + ``[]``
+    + tail) on its own.
 
     Raises NotStreamable for anything else (invalid JSON, no ``traceEvents`` list, duplicate keys...):
     the caller then reads the whole document the ordinary way, which reports the error.
@@ -207,26 +208,33 @@ def _stream(chunks, typed: bool):
     # 3. the last events, the closing bracket and what follows the list
     text = b"[" + buf
     buf.clear()
+    end = len(text) if head is None else _list_end(text)  # (a bare list: nothing may follow it)
+    if end is None:
+        raise NotStreamable("the event list does not close")
     try:
-        raws = _RAW_LIST_DECODER.decode(text)
-        end = len(text)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
-        m = _TRAILING.search(str(e))
-        if head is None or m is None:
-            raise NotStreamable("bad end") from None
-        for end in (int(m.group(1)) - 1, int(m.group(1))):  # msgspec counts that byte from 1
-            try:
-                raws = _RAW_LIST_DECODER.decode(text[:end])
-                break
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                pass
-        else:
-            raise NotStreamable("bad end")
+        raws = _RAW_LIST_DECODER.decode(text[:end])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raise NotStreamable("bad end") from None
     if cuts and not raws:
         raise NotStreamable("a comma before the closing bracket")  # [..., {...},] is not JSON
     if head is not None:
         _check_doc(head, bytes(text[end:]))
     yield raws, None
+
+
+def _list_end(text: bytes) -> int | None:
+    """The index just after the bracket that closes the list ``text`` starts with, counting brackets outside strings;
+    None if it does not close. Only a proposal: the caller decodes the list up to there and the document around it,
+    so that invalid JSON is refused whatever this finds."""
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        b = m.group(1)
+        if b is None:
+            continue
+        depth += 1 if b in b"[{" else -1
+        if depth == 0:
+            return m.end()
+    return None
 
 
 def _check_doc(head: bytes, tail: bytes | None) -> None:

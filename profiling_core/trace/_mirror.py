@@ -21,7 +21,8 @@ import msgspec
 
 from ..errors import QueryError, TraceFormatError
 from . import _schema
-from ._build import LoadStats, Model, build, new_collector
+from ._collect import Collector
+from ._model import LoadStats, Model, build
 from ._tables import ABSENT, TraceTables, visible_arg
 from ._decode import NotStreamable, iter_batches, split_events, stream_typed
 from ._source import iter_trace_chunks, read_trace_bytes
@@ -492,7 +493,7 @@ def _write_tables(conn: sqlite3.Connection, model: Model, cancelled=lambda: Fals
 def _collect(chunks, stats: LoadStats, args_path: str):
     """Feed every event of ``chunks`` (``(raws, None)`` or ``(None, events)``) to a new collector; args go to
     their database."""
-    collector = new_collector(stats)
+    collector = Collector(stats)
     writer = _ArgsWriter(args_path)
     n = 0
     try:

@@ -10,7 +10,7 @@ from ._source import DEFAULT_MAX_BYTES
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ._build import LoadStats
+    from ._model import LoadStats
 
 ENGINES = ("auto", "perfetto", "sqlite")
 SQL_TABLES = ("on_first_query", "background")  # when the mirror writes its SQLite tables (see open_trace)

@@ -1,0 +1,524 @@
+"""First pass of the loader: decoded events, in file order -> slice, flow, thread and metadata columns.
+
+What each event becomes (the rules of docs/SQL.md, "Rules"; the second pass, ``_nest.py``, nests what this keeps):
+
+- ``X``: a slice. ts and dur are µs (int, or a float/number as text) read as exact ns (``to_ns``). Skipped, in this
+  order of checks: ts not a number (``X_missing_or_bad_ts``), dur not a number (``X_missing_or_bad_dur``), dur < 0
+  (``X_negative_dur``), ts outside (-2**62, 2**62) ns or dur >= 2**62 ns (``ts_out_of_range``), pid/tid not ids
+  (``bad_pid_or_tid``).
+- ``s`` / ``t`` / ``f``: a flow event (kind, bp == "e", thread, key (id, cat, name)). Skipped: ts not a number or out
+  of range (``flow_missing_or_bad_ts``), no flow id (``flow_invalid_id``), pid/tid not ids.
+- ``i`` / ``I`` / ``R``: an instant (a slice of dur 0) on its thread (scope "t" or none), on the global instants
+  track ("g") or on its process's instants track ("p"); another scope is ``i_bad_scope``.
+- ``B`` / ``E``: a stack per thread; an E closes the thread's last open B (a slice with the B's name, args and file
+  index). ``E_without_B``, ``E_before_B``; B's still open at the end are ``B_without_E``.
+- ``M``: ``process_name`` / ``thread_name`` (args.name, a string) name a process / thread; the first makes the
+  process's main thread.
+- Anything else is skipped (``missing_or_bad_ph``, ``unsupported_phase:<ph>``).
+
+A thread (and its process) is made when the first event that needs it is kept, in file order (``_ids.py`` says how
+pid/tid values become numbers). Names: a thread slice without a non-empty string name is "[No name]", a global or
+process instant keeps NULL; a category that is not a non-empty string is NULL. Args that are empty, ``{}`` or
+``null`` get no arg set; the others get arg set ids in the order their slices are made (an E makes its B/E slice).
+Skip reasons are counted in the order they are first met.
+
+X and flow events, almost every event of a Kineto trace, are handled a chunk at a time as columns (lists and numpy
+arrays); the other phases one event at a time, in file order between them (see :meth:`Collector.run`).
+"""
+from __future__ import annotations
+
+from array import array
+from itertools import compress, count, islice, repeat
+from operator import itemgetter
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from ._decode import Event, ns_of_decimals, to_ns
+from ._ids import Ids, flow_ids, thread_numbers
+from ._model import LoadStats
+
+_TS_LIMIT = 1 << 62  # ns; anything larger cannot be a real timestamp (and would overflow sums)
+_US_MAX = (_TS_LIMIT - 1) // 1000  # largest int µs whose ns value is below _TS_LIMIT
+_EMPTY_ARGS = (b"", b"{}", b"null")
+_CHUNK = 2048  # events handled as columns at a time (they stay in the CPU's cache across the column steps)
+_PH_CODE = {"X": 1, "s": 2, "t": 3, "f": 4}  # the phases handled as columns; a flow's code - 2 is its kind
+_NO_ROWS = np.zeros(0, np.int64)
+_INT, _STR, _INT_STR, _INT_BOOL = {int}, {str}, {int, str}, {int, bool}
+# states of a µs value (_ns_values) and skip reasons of column events (their codes, 0: kept)
+_OK, _NAN, _NEG, _OUT = 0, 1, 2, 3
+_REASONS = ("", "X_missing_or_bad_ts", "X_missing_or_bad_dur", "X_negative_dur", "ts_out_of_range",
+            "flow_missing_or_bad_ts", "flow_invalid_id")
+_R_X_TS, _R_X_DUR, _R_X_NEG, _R_RANGE, _R_F_TS, _R_F_ID = range(1, 7)
+
+
+class Collector:
+    """The first pass's state: feed it every batch of decoded events in file order (:meth:`run`), then
+    :meth:`finish`; ``_model.build`` reads its columns. ``args`` holds the (arg set id, raw JSON) rows of the batches
+    run since the caller last took them (the caller swaps it for a new list)."""
+
+    def __init__(self, stats: LoadStats) -> None:
+        self.stats = stats
+        self.ids = Ids()
+        self.thread_index: dict[tuple, int] = {}    # (pid raw, tid raw) -> thread index
+        self.thread_canon: dict[tuple, int] = {}    # (pid num, tid num) -> thread index
+        self.thread_keys: list[tuple] = []          # index -> (pid num, tid num, pid raw, tid raw)
+        self.proc_names: dict[int, str] = {}
+        self.proc_raw: dict[int, Any] = {}          # pid num -> its string pid (a synthetic process's name)
+        self.thread_names: dict[int, str] = {}
+        # slices, as compact columns (one entry per slice, in the order they are made)
+        self.s_ts = array("q")
+        self.s_dur = array("q")
+        self.s_th = array("q")         # thread index; -1 global instant track; <= -2 process track (-2 - pid)
+        self.s_name: list[Any] = []    # interned strings
+        self.s_cat: list[Any] = []
+        self.s_args = array("q")       # arg_set_id, -1 for none
+        self.s_idx = array("q")        # file index (a B/E slice: its B's)
+        self.strings: dict[str, str] = {}
+        self.args: list[tuple] = []
+        self.n_args = 0
+        # flow events, in file order
+        self.f_ts = array("q")
+        self.f_idx = array("q")
+        self.f_kind = array("b")       # 0 s, 1 t, 2 f (_nest's kinds)
+        self.f_enc = array("b")        # bp == "e" (binds to the enclosing slice)
+        self.f_th = array("q")         # thread index
+        self.f_id = array("Q")         # flow id; with f_text, the flow's key (id, cat, name)
+        self.f_text = array("q")       # a number per distinct (cat, name)
+        self.flow_texts: dict[tuple, int] = {}
+        self.n_texts = 0               # numbers handed out (a pair's number: the first free one when first seen)
+        self._be: dict[int, list] = {}  # thread index -> open B events (file index, ts, event)
+        self._tally: dict[str, list] = {}  # this chunk's skip reasons -> [file index first met, count]
+        self._side: list[tuple] = []   # this chunk's slices made one event at a time (see _side_slice)
+
+    def thread(self, pid: Any, tid: Any) -> int | None:
+        """The thread index of a (pid, tid) as written in the JSON, made if new; None if they are not ids."""
+        key = (pid, tid)
+        try:
+            t = self.thread_index.get(key)
+        except TypeError:  # a list or object as pid/tid
+            return None
+        if t is None:
+            p, q = self.ids.num(pid), self.ids.num(tid)
+            if p is None or q is None:
+                return None
+            p, q = thread_numbers(pid, tid, p, q)
+            t = self.thread_canon.get((p, q))
+            if t is None:
+                t = self.thread_canon[(p, q)] = len(self.thread_keys)
+                self.thread_keys.append((p, q, pid, tid))
+            self.thread_index[key] = t
+            if type(pid) is str:
+                self.proc_raw.setdefault(p, pid)
+        return t
+
+    def run(self, start: int, events: list[Event]) -> None:
+        """Consume one batch of events (``start``: the file index of events[0]), a chunk at a time."""
+        for a in range(0, len(events), _CHUNK):
+            self._chunk(start + a, events[a:a + _CHUNK] if len(events) > _CHUNK else events)
+
+    def finish(self) -> None:
+        """After the last batch: count the B's never closed; drop the interning table."""
+        for stack in self._be.values():
+            if stack:
+                self.stats.skip("B_without_E", len(stack))
+        self._be.clear()
+        self.strings.clear()
+
+    # ------------------------------------------------------------------------------------------------ a chunk
+
+    def _chunk(self, base: int, evs: list[Event]) -> None:
+        """Consume ``evs`` (``base``: the file index of evs[0]), with the effect of taking them one at a time.
+
+        The X and flow events go as columns: their values are checked with masks (each skipped one gets its reason),
+        and their threads looked up (nothing made). Then, in file order, the events of other phases run one at a
+        time, and each column event whose thread was not found is resolved (made, or skipped as bad_pid_or_tid) at
+        its place among them, so that threads are made, and arg set ids and skip reasons handed out, in file order.
+        Finally the kept column events are appended, the chunk's slices in the order they were made.
+        """
+        n = len(evs)
+        phs = [e.ph for e in evs]
+        try:
+            code = np.fromiter(map(_PH_CODE.get, phs, repeat(0)), np.int8, n)
+        except TypeError:  # an unhashable ph (a list or an object)
+            code = np.fromiter((_PH_CODE.get(p, 0) if type(p) is str else 0 for p in phs), np.int8, n)
+        del phs
+        self._tally, self._side = {}, []
+        col = np.flatnonzero(code)                      # chunk positions of the column events
+        whole = len(col) == n
+        others = [] if whole else np.flatnonzero(code == 0).tolist()
+        cols = _Columns(self, evs if whole else _take(evs, col), code if whole else code[col]) if len(col) else None
+        missing: list = []  # (chunk position, column index) of kept-so-far column events whose thread is not known
+        if cols is not None and len(cols.missing):
+            missing = list(zip((cols.missing if whole else col[cols.missing]).tolist(), cols.missing.tolist()))
+        mi, nm = 0, len(missing)
+        for p in others:
+            while mi < nm and missing[mi][0] < p:
+                self._resolve(base, cols, *missing[mi])
+                mi += 1
+            self._event(base + p, evs[p])
+        for p, j in missing[mi:]:
+            self._resolve(base, cols, p, j)
+        if cols is not None:
+            cols.tally_values(self, base + (np.arange(n) if whole else col))
+            cols.append(self, base + (np.arange(n) if whole else col))
+        if self._side:  # (no X slices in the chunk)
+            self._add_slices([], _NO_ROWS, _NO_ROWS, _NO_ROWS, [], [], _NO_ROWS)
+        for reason, (_at, k) in sorted(self._tally.items(), key=lambda kv: kv[1][0]):
+            self.stats.skip(reason, k)
+
+    def _resolve(self, base: int, cols: "_Columns", p: int, j: int) -> None:
+        """The thread of column event j (at chunk position p), made if new, or its skip (bad_pid_or_tid)."""
+        e = cols.events[j]
+        t = self.thread(e.pid, e.tid)
+        if t is None:
+            self._skip(base + p, "bad_pid_or_tid")
+        else:
+            cols.th[j] = t
+
+    def _skip(self, at: int, reason: str, k: int = 1) -> None:
+        """Count ``k`` events skipped for ``reason``, the first at file index ``at``."""
+        t = self._tally.get(reason)
+        if t is None:
+            self._tally[reason] = [at, k]
+        else:
+            t[0] = min(t[0], at)
+            t[1] += k
+
+    def _add_slices(self, raws: list, ts: np.ndarray, dur: np.ndarray, th: np.ndarray, names: list, cats: list,
+                    idx: np.ndarray) -> None:
+        """Append slices (X slices of this chunk, in file order) and this chunk's slices made one event at a time,
+        in the order they were made; each with args gets the next arg set id."""
+        if self._side:
+            made = np.concatenate([idx, np.array([s[0] for s in self._side], np.int64)])  # when each was made
+            order = np.argsort(made, kind="stable")
+            side = list(zip(*self._side))
+            self._side = []
+            get = itemgetter(*order.tolist()) if len(order) > 1 else (lambda v: (v[0],))
+            raws = list(get([*raws, *side[7]]))
+            names, cats = list(get([*names, *side[5]])), list(get([*cats, *side[6]]))
+            ts = np.concatenate([ts, np.array(side[2], np.int64)])[order]
+            dur = np.concatenate([dur, np.array(side[3], np.int64)])[order]
+            th = np.concatenate([th, np.array(side[4], np.int64)])[order]
+            idx = np.concatenate([idx, np.array(side[1], np.int64)])[order]
+        n = len(raws)
+        has = np.fromiter(map(len, raws), np.int64, n) > 4
+        for i in np.flatnonzero(~has).tolist():
+            has[i] = bytes(raws[i]) not in _EMPTY_ARGS
+        a0 = self.n_args
+        m = int(np.count_nonzero(has))
+        if m == n:
+            self.args.extend(zip(range(a0, a0 + m), raws))  # zero-copy slices of the JSON, until the writer takes them
+            aid = np.arange(a0, a0 + m, dtype=np.int64)
+        else:
+            self.args.extend(zip(range(a0, a0 + m), compress(raws, has.tolist())))
+            aid = np.where(has, np.cumsum(has) + (a0 - 1), -1)
+        self.n_args = a0 + m
+        self.s_ts.frombytes(ts.tobytes())
+        self.s_dur.frombytes(dur.tobytes())
+        self.s_th.frombytes(th.astype(np.int64).tobytes())
+        self.s_name.extend(names)
+        self.s_cat.extend(cats)
+        self.s_args.frombytes(aid.astype(np.int64).tobytes())
+        self.s_idx.frombytes(idx.astype(np.int64).tobytes())
+
+    def _intern(self, values: list, default: Any) -> list:
+        """Names/categories as stored: non-empty strings interned (one object per distinct string), anything else
+        ``default``.
+
+        Tries the plain interning first; if that put something else than a non-empty string into ``strings`` (it
+        holds only those), takes it out again and applies the rule to each value.
+        """
+        strings = self.strings
+        n = len(strings)
+        try:
+            out = list(map(strings.setdefault, values, values))
+        except TypeError:  # an unhashable value (a list, an object)
+            out = None
+        if len(strings) > n:
+            bad = [k for k in islice(reversed(strings), len(strings) - n) if type(k) is not str or not k]
+            for k in bad:
+                del strings[k]
+            if bad:
+                out = None
+        if out is not None:
+            return out
+        sd = strings.setdefault
+        return [sd(v, v) if type(v) is str and v else default for v in values]
+
+    # ----------------------------------------------------------------------------- phases taken one at a time
+
+    def _event(self, idx: int, e: Event) -> None:
+        """An event of a phase that is not X or a flow (file index ``idx``)."""
+        ph = e.ph
+        if ph == "i" or ph == "I" or ph == "R":
+            self._instant(idx, e)
+        elif ph == "M":
+            self._metadata(idx, e)
+        elif ph == "B" or ph == "E":
+            self._begin_end(idx, e)
+        elif ph is None or type(ph) is not str:
+            self._skip(idx, "missing_or_bad_ph")
+        else:
+            self._skip(idx, f"unsupported_phase:{ph[:8]}")
+
+    def _side_slice(self, at: int, idx: int, ts: int, dur: int, th: int, e: Event) -> None:
+        """A slice made one event at a time (at file index ``at``; ``idx``: its own file index), appended with the
+        chunk's X slices in the order they were made."""
+        name = _slice_name(e.name) if th >= 0 else _text(e.name)
+        cat = _text(e.cat)
+        sd = self.strings.setdefault
+        self._side.append((at, idx, ts, dur, th, sd(name, name) if name else name, sd(cat, cat) if cat else cat,
+                           e.args))
+
+    def _instant(self, idx: int, e: Event) -> None:
+        ts = to_ns(e.ts)
+        if ts is None or not -_TS_LIMIT < ts < _TS_LIMIT:
+            self._skip(idx, "i_missing_or_bad_ts")
+            return
+        th = self.thread(e.pid, e.tid)
+        if th is None:
+            self._skip(idx, "bad_pid_or_tid")
+            return
+        if e.s == "g":
+            self._side_slice(idx, idx, ts, 0, -1, e)
+        elif e.s == "p":
+            self._side_slice(idx, idx, ts, 0, -2 - self.thread_keys[th][0], e)
+        elif e.s is None or e.s == "t":
+            self._side_slice(idx, idx, ts, 0, th, e)
+        else:
+            self._skip(idx, "i_bad_scope")
+
+    def _metadata(self, idx: int, e: Event) -> None:
+        if e.name not in ("process_name", "thread_name"):
+            return
+        try:
+            value = msgspec.json.decode(e.args).get("name") if len(e.args) else None
+        except (msgspec.DecodeError, AttributeError, RecursionError):
+            value = None
+        if type(value) is not str:
+            self._skip(idx, "M_without_name")
+            return
+        if e.name == "process_name":
+            p = self.ids.num(e.pid)
+            if p is not None:
+                self.proc_names[p] = value
+                self.thread(e.pid, e.pid)  # TP creates each process's main thread
+        else:
+            t = self.thread(e.pid, e.tid)
+            if t is not None:
+                self.thread_names[t] = value
+
+    def _begin_end(self, idx: int, e: Event) -> None:
+        ts = to_ns(e.ts)
+        th = self.thread(e.pid, e.tid)
+        if ts is None or th is None or not -_TS_LIMIT < ts < _TS_LIMIT:
+            self._skip(idx, f"{e.ph}_missing_or_bad_ts")
+            return
+        stack = self._be.setdefault(th, [])
+        if e.ph == "B":
+            stack.append((idx, ts, e))
+            return
+        if not stack:
+            self._skip(idx, "E_without_B")
+            return
+        bidx, bts, b = stack.pop()
+        if ts < bts:
+            self._skip(idx, "E_before_B")
+            return
+        self._side_slice(idx, bidx, bts, ts - bts, th, b)
+
+
+class _Columns:
+    """The X and flow events of a chunk (``events``, in file order; ``code``: their phase codes) as columns: values
+    converted and checked, each event's skip reason code (``reason``, None when none is skipped on its values), and
+    the thread of each (``th``, -1 where not known yet; ``missing``: the indexes of the events whose thread the
+    collector must resolve)."""
+
+    def __init__(self, c: Collector, events: list[Event], code: np.ndarray) -> None:
+        self.events = events
+        n = len(events)
+        self.xs = xs = np.flatnonzero(code == 1)
+        self.fs = fs = np.flatnonzero(code != 1)
+        nx, nf = len(xs), len(fs)
+        self.xev = events if not nf else _take(events, xs) if nx else []
+        self.fev = events if not nx else _take(events, fs) if nf else []
+        self.code = code
+        reason = None
+        if nx:
+            self.x_ts, ts_st = _ns_values([e.ts for e in self.xev], True)
+            self.x_dur, dur_st = _ns_values([e.dur for e in self.xev], False)
+            if ts_st is not None or dur_st is not None:
+                reason = np.zeros(n, np.int8)
+                reason[xs] = _x_reasons(ts_st, dur_st, nx)
+        if nf:
+            self.f_ts, ts_st = _ns_values([e.ts for e in self.fev], True)
+            self.fids, bad_id = flow_ids([e.id for e in self.fev])
+            if ts_st is not None or bad_id is not None:
+                r = np.zeros(nf, np.int8)
+                if bad_id is not None:
+                    r[bad_id] = _R_F_ID
+                if ts_st is not None:
+                    r[ts_st != _OK] = _R_F_TS  # (checked first)
+                if reason is None:
+                    reason = np.zeros(n, np.int8)
+                reason[fs] = r
+        self.reason = reason
+        self.th = th = _lookup(c.thread_index, [e.pid for e in events], [e.tid for e in events])
+        missing = np.flatnonzero(th < 0)
+        self.missing = missing[reason[missing] == 0] if reason is not None and len(missing) else missing
+
+    def tally_values(self, c: Collector, at: np.ndarray) -> None:
+        """Count the events skipped on their values (``at``: the file index of each event)."""
+        if self.reason is None:
+            return
+        for r in np.unique(self.reason[self.reason > 0]).tolist():
+            hit = self.reason == r
+            c._skip(int(at[int(hit.argmax())]), _REASONS[r], int(np.count_nonzero(hit)))
+
+    def append(self, c: Collector, at: np.ndarray) -> None:
+        """Append the kept events' slices (with the chunk's others, see Collector._add_slices) and flow events."""
+        keep = self.th >= 0
+        if self.reason is not None:
+            keep &= self.reason == 0
+        if keep.all():
+            keep = None
+        xs, fs = self.xs, self.fs
+        if len(xs):
+            xev, ts, dur = self.xev, self.x_ts, self.x_dur
+            if keep is not None:
+                k = keep[xs]
+                xs, xev, ts, dur = xs[k], list(compress(xev, k.tolist())), ts[k], dur[k]
+            c._add_slices([e.args for e in xev], ts, dur, self.th[xs], c._intern([e.name for e in xev], "[No name]"),
+                          c._intern([e.cat for e in xev], None), at[xs])
+        if len(fs):
+            fev, ts, fids = self.fev, self.f_ts, self.fids
+            if keep is not None:
+                k = keep[fs]
+                fs, fev, ts, fids = fs[k], list(compress(fev, k.tolist())), ts[k], fids[k]
+            nf = len(fs)
+            if not nf:
+                return
+            c.f_ts.frombytes(ts.tobytes())
+            c.f_idx.frombytes(at[fs].astype(np.int64).tobytes())
+            c.f_kind.frombytes((self.code[fs] - 2).astype(np.int8).tobytes())
+            c.f_enc.frombytes(np.array([e.bp == "e" for e in fev], dtype=np.int8).tobytes())
+            c.f_th.frombytes(self.th[fs].astype(np.int64).tobytes())
+            c.f_id.frombytes(fids.tobytes())
+            texts = zip(c._intern([e.cat for e in fev], None), c._intern([e.name for e in fev], None))
+            c.f_text.frombytes(np.fromiter(map(c.flow_texts.setdefault, texts, count(c.n_texts)), np.int64,
+                                           nf).tobytes())
+            c.n_texts += nf
+
+
+def _lookup(index: dict, pids: list, tids: list) -> np.ndarray:
+    """The thread index of each (pid, tid) (not empty) that ``index`` has, -1 for the others (nothing is made).
+
+    Integer ids: one lookup per run of equal (pid, tid) (equal numbers are equal keys of the index)."""
+    get = index.get
+    if set(map(type, pids)) <= _INT_BOOL and set(map(type, tids)) <= _INT_BOOL:
+        try:
+            p, t = np.array(pids, dtype=np.int64), np.array(tids, dtype=np.int64)
+        except OverflowError:
+            p = t = None
+        if p is not None:
+            starts = [0, *(np.flatnonzero((p[1:] != p[:-1]) | (t[1:] != t[:-1])) + 1).tolist()]
+            found = [get((pids[i], tids[i]), -1) for i in starts]
+            return np.repeat(np.array(found, np.int64), np.diff([*starts, len(pids)]))
+    keys = list(zip(pids, tids))
+    try:
+        return np.fromiter(map(get, keys, repeat(-1)), np.int64, len(keys))
+    except TypeError:  # ids that cannot be a key (a list, an object)
+        out = []
+        for k in keys:
+            try:
+                out.append(get(k, -1))
+            except TypeError:
+                out.append(-1)
+        return np.array(out, np.int64)
+
+
+def _x_reasons(ts_st: np.ndarray | None, dur_st: np.ndarray | None, n: int) -> np.ndarray:
+    """Each X event's skip reason code from the states of its ts and dur (the checks in the order of the module
+    docstring: a later assignment is an earlier check)."""
+    zero = np.zeros(n, np.int8)
+    ts_st = zero if ts_st is None else ts_st
+    dur_st = zero if dur_st is None else dur_st
+    r = np.zeros(n, np.int8)
+    r[(ts_st == _OUT) | (dur_st == _OUT)] = _R_RANGE
+    r[dur_st == _NEG] = _R_X_NEG
+    r[dur_st == _NAN] = _R_X_DUR
+    r[ts_st == _NAN] = _R_X_TS
+    return r
+
+
+def _ns_values(values: list, signed: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """JSON µs values -> int64 ns (as to_ns reads them; 0 where unusable), and each value's state (None when all are
+    _OK): _NAN not a number; _OUT outside (-2**62, 2**62) ns (``signed``) or >= 2**62 ns; _NEG (not ``signed``: a
+    duration) < 0."""
+    a = _ns_column(values, signed)
+    if a is not None:
+        return a, None
+    ns, st = [], []
+    for v in values:  # (a column with an unusable value: one at a time)
+        x = v * 1000 if type(v) is int else to_ns(v)
+        if x is None:
+            ns.append(0)
+            st.append(_NAN)
+        elif not signed and x < 0:
+            ns.append(0)
+            st.append(_NEG)
+        elif x >= _TS_LIMIT or (signed and x <= -_TS_LIMIT):
+            ns.append(0)
+            st.append(_OUT)
+        else:
+            ns.append(x)
+            st.append(_OK)
+    return np.array(ns, np.int64), np.array(st, np.int8)
+
+
+def _ns_column(values: list, signed: bool) -> np.ndarray | None:
+    """_ns_values's ns when every value is usable, else None (the common cases with one conversion each)."""
+    types = set(map(type, values))
+    if types == _INT:
+        try:
+            a = np.array(values, dtype=np.int64)
+        except OverflowError:
+            return None
+        if a.max() > _US_MAX or a.min() < (-_US_MAX if signed else 0):
+            return None
+        return a * 1000
+    if not types <= _INT_STR:
+        return None
+    a = ns_of_decimals(values) if types == _STR else None  # (most newer Kineto traces)
+    if a is None:
+        ns = [v * 1000 if type(v) is int else to_ns(v) for v in values]
+        if None in ns:
+            return None
+        lo, hi = min(ns), max(ns)
+        if hi >= _TS_LIMIT or lo <= (-_TS_LIMIT if signed else -1):
+            return None
+        return np.array(ns, dtype=np.int64)
+    if a.max() >= _TS_LIMIT or a.min() <= (-_TS_LIMIT if signed else -1):
+        return None
+    return a
+
+
+def _take(seq: list, idx: np.ndarray):
+    """seq[i] for each i of idx (not empty), as a sequence."""
+    if len(idx) == 1:
+        return [seq[int(idx[0])]]
+    return itemgetter(*idx.tolist())(seq)
+
+
+def _text(v: Any) -> Any:
+    """A name/category as TP stores it: strings as they are, "" and non-strings as NULL."""
+    if type(v) is str:
+        return v or None
+    return None
+
+
+def _slice_name(v: Any) -> str:
+    """TP names a thread slice without a (non-empty string) name "[No name]"."""
+    return v if type(v) is str and v else "[No name]"

@@ -1,0 +1,135 @@
+"""The loader's result: the rows of the mirror's tables (``Model``), what it skipped (``LoadStats``), and ``build``,
+which runs the second pass over the first pass's columns and makes the process, thread and track rows.
+
+The loader is ``_collect.Collector`` (first pass: events in file order -> columns) then :func:`build` (second pass,
+``_nest.nest``: slice ids, depth, parent, tracks, flows). ``_mirror.py`` feeds it and writes the rows to SQLite.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._nest import nest
+from ._tables import TextColumn
+
+if TYPE_CHECKING:
+    from ._collect import Collector
+
+# What a row of each table holds (order = column order in _schema.py).
+ProcessRow = tuple  # (upid, pid, name, is_synthetic)
+ThreadRow = tuple   # (utid, tid, name, upid, is_main_thread)
+TrackRow = tuple    # (id, name, type, utid or None, upid or None)
+
+
+@dataclass
+class LoadStats:
+    """What the loader read and what it left out (and why)."""
+
+    events: int = 0
+    slices: int = 0
+    flows: int = 0
+    spill_tracks: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> events, in the order first met
+
+    def skip(self, reason: str, n: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + n
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+
+@dataclass
+class Model:
+    processes: list[ProcessRow]
+    threads: list[ThreadRow]
+    tracks: list[TrackRow]
+    # slice columns, in slice id order (int64 arrays; -1 stands for NULL in parent_id and arg_set_id)
+    ts: np.ndarray
+    dur: np.ndarray
+    track_id: np.ndarray
+    category: TextColumn
+    name: TextColumn
+    depth: np.ndarray
+    parent_id: np.ndarray
+    arg_set_id: np.ndarray
+    # flow columns, in flow id order
+    flow_out: np.ndarray
+    flow_in: np.ndarray
+    flow_trace_id: np.ndarray
+    stats: LoadStats
+
+
+def build(c: Collector) -> Model:
+    """Turn the collected events into the rows of the mirror's tables (args were drained already).
+
+    A flow row goes out of the slice that began first: trace_processor orders the two ends of each link by start
+    time (with equal starts, the flow's earlier end stays out).
+    """
+    c.finish()
+    n = nest(c)
+    processes, threads, utid_of, upid_of = _processes_and_threads(c)
+    tracks = []
+    for tid, (key, kind) in enumerate(n.tracks):
+        if key[0] == "thread":
+            tracks.append((tid, None, kind, utid_of[key[1]], None))
+        elif key[0] == "process":
+            tracks.append((tid, None, kind, None, upid_of.get(key[1])))
+        else:
+            tracks.append((tid, None, kind, None, None))
+    stats = c.stats
+    stats.slices = len(n.ts)
+    fl = np.stack([n.flow_out, n.flow_in, n.flow_trace_id], axis=1).astype(np.int64).reshape(-1, 3)
+    later = n.ts[fl[:, 0]] > n.ts[fl[:, 1]]
+    fl[later, :2] = fl[later, 1::-1]
+    stats.flows = len(fl)
+    s_args = np.frombuffer(c.s_args, dtype=np.int64) if len(c.s_args) else np.zeros(0, np.int64)
+    return Model(
+        processes=processes, threads=threads, tracks=tracks,
+        ts=n.ts, dur=n.dur, track_id=n.track_id,
+        category=TextColumn.of(c.s_cat, n.order), name=TextColumn.of(c.s_name, n.order),
+        depth=n.depth, parent_id=n.parent_id, arg_set_id=s_args[n.order],
+        flow_out=fl[:, 0].copy(), flow_in=fl[:, 1].copy(), flow_trace_id=fl[:, 2].copy(),
+        stats=stats)
+
+
+def _processes_and_threads(c: Collector):
+    """The process and thread rows, and each thread index's utid / pid number's upid.
+
+    upid/utid 0 are trace_processor's placeholders (pid 0 / tid 0, no name); then processes and threads in the order
+    their first event made them, each process followed by its main thread (tid = pid; trace_processor gives every
+    process one, made with the process when no event named it)."""
+    processes = [(0, 0, None, 0)]
+    threads = [(0, 0, None, 0, 1)]
+    upid_of: dict[int, int] = {}
+    utid_of: dict[int, int] = {}
+    main_of: dict[int, int] = {}  # pid -> thread index of its main thread
+    for t, (p, q, _praw, _traw) in enumerate(c.thread_keys):
+        if q == p and p not in main_of:
+            main_of[p] = t
+    for t, (p, q, praw, _traw) in enumerate(c.thread_keys):
+        if p not in upid_of:
+            upid = upid_of[p] = len(processes)
+            name = c.proc_names.get(p, c.proc_raw.get(p))
+            processes.append((upid, p, name, int(type(praw) is str)))
+            m = main_of.get(p)
+            if m is None:
+                threads.append((len(threads), p, None, upid, 1))
+            elif m != t:
+                utid_of[m] = len(threads)
+                threads.append((len(threads), p, _thread_name(c, m), upid, 1))
+        if t not in utid_of:
+            utid_of[t] = len(threads)
+            threads.append((len(threads), q, _thread_name(c, t), upid_of[p], int(q == p)))
+    return processes, threads, utid_of, upid_of
+
+
+def _thread_name(c: Collector, t: int):
+    """A thread's name: a string tid (even "") names its thread (trace_processor renames the thread to it at each of
+    its events, after any ``thread_name`` metadata); else the ``thread_name`` metadata, if any."""
+    raw = c.thread_keys[t][3]
+    if type(raw) is str:
+        return raw
+    return c.thread_names.get(t)
