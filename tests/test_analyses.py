@@ -224,6 +224,13 @@ def test_per_event_names_are_one_shared_str_per_name(path):
             assert df[c].dtype == object, (table, c, df[c].dtype)
             assert len({id(v) for v in values}) == len(set(values)), (table, c)  # one object per distinct name
     assert set(r.kernel_durations_by_step["name"]) <= kernel_names  # and they are the trace's kernel names
+    if "h200" in path.parts:  # GEMM rows need FLOPs: the study's config gives them (one GEMM per call)
+        from profiling_core import ExperimentConfig
+        g = analyze(session(path), config=ExperimentConfig(size=4096, warmup=10)).gemm_throughput
+        assert len(g) > 1
+        for c in ("op", "device", "flops_from", "kernel_names"):
+            values = [v for v in g[c].tolist() if isinstance(v, str)]
+            assert g[c].dtype == object and len({id(v) for v in values}) == len(set(values)), c
 
 
 def test_cpu_trace_has_no_gpu_results():

@@ -226,6 +226,14 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
         rows.append((op_id, name, start, "gpu" if on_gpu else "cpu", time_ns / 1000.0, flops, tflops, peak,
                      tflops / float(peak_tflops) if peak_tflops else float("nan"), src,
                      kernel_names if on_gpu else None))
-    # text columns are object columns, one shared str per distinct value, as in the other one-row-per-op frames
-    return frame(rows, cols).astype({c: object for c in ("op", "device", "flops_from", "kernel_names")}) \
-        if rows else frame([], cols)
+    if not rows:
+        return frame([], cols)
+    # numbers as numpy columns; text as object columns holding the same str objects (one per distinct kernel list:
+    # inferring a string column would copy each long joined name into every row)
+    data = dict(zip(cols, map(list, zip(*rows))))
+    for c, dtype in (("id", np.int64), ("start_ns", np.int64), ("time_us", np.float64), ("tflops", np.float64),
+                     ("peak_tflops", np.float64), ("fraction_of_peak", np.float64)):
+        data[c] = np.array(data[c], dtype=dtype)
+    if max(data["flops"]) < (1 << 63):
+        data["flops"] = np.array(data["flops"], dtype=np.int64)
+    return frame_cols(data)
