@@ -309,7 +309,7 @@ class Oracle:
                 track_rows.append((tid, None, track_types[tid], None, None))
         out.update(processes=processes, threads=threads, tracks=track_rows,
                    flow_out=[lk[0] for lk in links], flow_in=[lk[1] for lk in links],
-                   flow_trace_id=[lk[2] for lk in links], args=self.args, skipped=list(self.skipped.items()),
+                   flow_trace_id=[lk[2] for lk in links], args=self.args, skipped=dict(self.skipped),
                    counts=(self.events, len(out["ts"]), len(links), spill_tracks))
         return out
 
