@@ -8,19 +8,13 @@ gpu_op AS (
   SELECT id, ts, dur, name, lower(category) AS cat, arg_set_id FROM slice
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
-by_flow AS (
-  SELECT f.slice_out AS launch_id, g.id AS gpu_id FROM flow f JOIN gpu_op g ON g.id = f.slice_in
-),
--- @include launch_correlation
-launch AS (
-  SELECT launch_id, gpu_id FROM by_flow
-  UNION
-  SELECT l.id, g.id FROM gpu_corr g CROSS JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
+-- @include launch_pairing
+launched AS (
+  SELECT p.gpu_id, l.name AS launch_name, l.ts AS launch_ns FROM launch p JOIN slice l ON l.id = p.launch_id
 )
 SELECT st.step, g.id AS gpu_id, g.name, g.cat AS category, g.ts AS start_ns, g.dur AS dur_ns,
-  l.name AS launch_name, l.ts AS launch_ns
-FROM launch p
-JOIN slice l ON l.id = p.launch_id
+  p.launch_name, p.launch_ns
+FROM launched p
 JOIN gpu_op g ON g.id = p.gpu_id
-JOIN step st ON l.ts >= st.ts AND l.ts < st.ts + st.dur
+JOIN step st ON p.launch_ns >= st.ts AND p.launch_ns < st.ts + st.dur
 ORDER BY g.ts, g.id
