@@ -48,6 +48,8 @@ with right:
         f"- **Device name**: {env.get('device_name') or '–'}"
         f"{' × ' + str(env.get('device_count')) if (env.get('device_count') or 0) > 1 else ''}\n"
         f"- **CUDA build**: {env.get('cuda_build') or 'none (CPU wheel)'}\n"
+        f"- **CPU**: {env.get('cpu_model') or '–'} · {env.get('cpu_cores') or '?'} cores; torch uses "
+        f"{env.get('cpu_threads') or '?'} threads\n"
         f"- **Python**: {env.get('python', '–')} on {env.get('host', '–')}")
     if env.get("error"):
         st.warning(env["error"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import platform
 import socket
 import subprocess
@@ -120,7 +121,21 @@ def environment_info() -> dict:
         info = {"torch": None, "error": f"could not import torch in a subprocess: {exc}"}
     info["python"] = platform.python_version()
     info["host"] = socket.gethostname()
+    info["cpu_model"] = cpu_model()
+    info["cpu_cores"] = os.cpu_count()
     return info
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``'s ``model name``; ``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def prestart_worker() -> None:

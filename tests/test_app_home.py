@@ -19,5 +19,9 @@ def test_home_lists_recent_runs_and_the_engine(seed_run):
     assert seed_run in list(at.dataframe[0].value["run_id"])
     engine_line = next(m.value for m in at.markdown if "SQL engine" in m.value)
     assert "sqlite" in engine_line or "perfetto" in engine_line
+    assert "curl" not in engine_line and "\n" not in engine_line.split("—", 1)[1]  # one plain line
+    import os
+    cpu_line = next(m.value for m in at.markdown if "**CPU**" in m.value)
+    assert f"{os.cpu_count()} cores" in cpu_line and "threads" in cpu_line  # the CPU model and thread count
     sidebar = " ".join(m.value for m in at.sidebar.markdown)
     assert seed_run in sidebar
