@@ -121,6 +121,54 @@ def set_current_run(run_id: Optional[str]) -> None:
     st.session_state[CURRENT_RUN] = run_id
 
 
+_RUNS_VERSION = "_runs_version"
+
+
+def announce_runs(run_ids: list[str]) -> None:
+    """A page's own action made these runs (a profile, a sweep, an import): the last becomes the current run, and every
+    run picker shows the new runs the next time it is drawn (:func:`_sync_picker`), on this page and the others."""
+    forget_runs()
+    if run_ids:
+        set_current_run(run_ids[-1])
+    st.session_state[_RUNS_VERSION] = st.session_state.get(_RUNS_VERSION, 0) + 1
+
+
+def _end_job(key: str, run_ids: list[str], notices: list[tuple]) -> None:
+    """A job under ``key`` ended: announce its runs, keep what to tell the user (:func:`_show_notices`), and run the
+    page again, so that everything on it (the sidebar, drawn first, and every picker) shows the new runs and the
+    job's progress box and Cancel button are gone."""
+    announce_runs(run_ids)
+    st.session_state[f"_notices_{key}"] = notices
+    st.rerun()
+
+
+def _show_notices(key: str) -> None:
+    """What the job under ``key`` left to tell, once: ("toast" | "success" | "warning", text) or ("error", exception,
+    title); a user's own cancel reads as cancelled, not as a failure."""
+    for kind, *what in st.session_state.pop(f"_notices_{key}", []):
+        if kind == "error":
+            exc, title = what
+            if isinstance(exc, WorkerError) and exc.kind == "cancelled":
+                st.warning(f"Cancelled: {exc.message}", icon=":material/stop_circle:")
+            else:
+                show_error(exc, title)
+        elif kind == "toast":
+            st.toast(what[0], icon=":material/check_circle:")
+        else:
+            getattr(st, kind)(what[0])
+
+
+def _sync_picker(key: str, value, valid: Callable[[object], bool]) -> None:
+    """Give the run picker ``key`` the value ``value`` before it is drawn, when it has none, holds a run that is gone
+    (``valid`` says), or runs were announced since it last got one; otherwise it keeps the user's choice. (The widget
+    is then drawn without a default, so Streamlit never sees both a default and a Session State value.)"""
+    version = st.session_state.get(_RUNS_VERSION, 0)
+    mark = f"_{key}_runs_version"
+    if key not in st.session_state or st.session_state.get(mark) != version or not valid(st.session_state[key]):
+        st.session_state[key] = value
+        st.session_state[mark] = version
+
+
 def _labels() -> dict:
     runs = runs_frame()
     return _memo(("labels",), lambda: {r.run_id: f"{r.name}  ·  {r.started_at}  ·  {r.run_id[-4:]}"
@@ -139,14 +187,24 @@ def label_of() -> Callable[[str], str]:
 
 def run_picker(label: str, key: str, *, default: Optional[str] = None, help: Optional[str] = None
                ) -> Optional[str]:
-    """A selectbox of the store's runs (by label), returning the chosen run id."""
+    """A selectbox of the store's runs (by label), returning the chosen run id: ``default`` (else the current run)
+    until the user picks another, and again after a page's action made new runs (:func:`announce_runs`)."""
     runs = runs_frame()
     if not len(runs):
         return None
     ids = list(runs["run_id"])
-    default = default if default in ids else current_run_id()
-    index = ids.index(default) if default in ids else 0
-    return st.selectbox(label, ids, index=index, format_func=label_of(), key=key, help=help)
+    want = default if default in ids else current_run_id()
+    _sync_picker(key, want if want in ids else ids[0], lambda v: v in ids)
+    return st.selectbox(label, ids, format_func=label_of(), key=key, help=help)
+
+
+def runs_multiselect(label: str, key: str, default: list[str], *, help: Optional[str] = None) -> list[str]:
+    """A multiselect of the store's runs, with the same rule as :func:`run_picker`: ``default`` until the user
+    changes the choice, and again after a page's action made new runs."""
+    ids = list(runs_frame()["run_id"])
+    known = set(ids)
+    _sync_picker(key, [r for r in default if r in known], lambda v: all(r in known for r in v))
+    return st.multiselect(label, ids, format_func=label_of(), key=key, help=help)
 
 
 def newest_run(*, warm: bool) -> Optional[str]:
@@ -554,20 +612,17 @@ def start_profile(key: str, config: ExperimentConfig) -> Job:
     return start_job(key, f"Profiling {config.name}", work)
 
 
-def finish_profile(key: str) -> Optional[str]:
-    """Follow the profile job under ``key``; when it ends, show the outcome, make it current, return its id."""
+def finish_profile(key: str) -> None:
+    """Follow the profile job under ``key``; when it ends, make its run current everywhere and say so (a toast that
+    names it), or show why it failed; on the run after that, the outcome is shown once."""
+    _show_notices(key)
     job = follow_job(key)
     if job is None or job.running:
-        return None
+        return
     pop_job(key)
     if job.error is not None:
-        show_error(job.error)
-        return None
-    run = job.result
-    forget_runs()
-    set_current_run(run.run_id)
-    st.toast(f"Run {run.run_id} saved", icon=":material/check_circle:")
-    return run.run_id
+        _end_job(key, [], [("error", job.error, "The run failed")])
+    _end_job(key, [job.result.run_id], [("toast", f"Run {job.result.run_id} saved")])
 
 
 def prestart() -> int:
@@ -605,28 +660,22 @@ def start_sweep(key: str, configs: list[ExperimentConfig], label: str) -> Job:
     return start_job(key, label, work)
 
 
-def finish_sweep(key: str, state_key: str, widget_key: Optional[str] = None) -> Optional[list[str]]:
-    """Follow the sweep job under ``key``; when it ends, keep its run ids in ``st.session_state[state_key]``
-    (and select them in the run multiselect ``widget_key``, which must not be drawn yet in this run)."""
+def finish_sweep(key: str, state_key: str) -> None:
+    """Follow the sweep job under ``key``; when it ends, keep its run ids in ``st.session_state[state_key]``, announce
+    them (every run picker then shows them) and say how it went, once, on the run after that."""
+    _show_notices(key)
     job = follow_job(key)
     if job is None or job.running:
-        return None
+        return
     pop_job(key)
     if job.error is not None:
-        show_error(job.error, "The sweep failed")
-        return None
+        _end_job(key, [], [("error", job.error, "The sweep failed")])
     res = job.result
-    forget_runs()
     st.session_state[state_key] = [r.run_id for r in res.runs]
-    if widget_key and res.runs:
-        st.session_state[widget_key] = [r.run_id for r in res.runs]
-    if res.runs:
-        set_current_run(res.runs[-1].run_id)
-    for cfg, exc in res.errors:
-        show_error(exc, f"{cfg.name} failed")
     msg = f"{len(res.runs)} run(s) in {res.wall_s:.1f} s"
-    (st.warning if res.cancelled else st.success)(("Cancelled after " if res.cancelled else "Done: ") + msg)
-    return [r.run_id for r in res.runs]
+    notices = [("error", exc, f"{cfg.name} failed") for cfg, exc in res.errors]
+    notices.append(("warning", "Cancelled after " + msg) if res.cancelled else ("success", "Done: " + msg))
+    _end_job(key, [r.run_id for r in res.runs], notices)
 
 
 def mode_label(run_id: str) -> str:

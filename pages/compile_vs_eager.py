@@ -31,13 +31,12 @@ if go:
         ui.start_sweep("compile", configs, f"Eager + {len(modes)} compile mode(s)")
     except ConfigError as exc:
         st.error(str(exc))
-ui.finish_sweep("compile", "compile_runs", "compile_chosen")
+ui.finish_sweep("compile", "compile_runs")
 
 runs = ui.runs_frame()
 default = [r for r in st.session_state.get("compile_runs", []) if r in set(runs["run_id"])] or list(
     runs["run_id"].head(2))
-chosen = st.multiselect("Runs to compare (the first eager one is the baseline)", list(runs["run_id"]),
-                        default=default, format_func=ui.label_of(), key="compile_chosen")
+chosen = ui.runs_multiselect("Runs to compare (the first eager one is the baseline)", "compile_chosen", default)
 if not chosen:
     st.info("No runs yet: press **Run eager + compiled** above.")
     st.stop()

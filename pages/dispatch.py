@@ -90,9 +90,7 @@ if go:
         ui.start_sweep("coldwarm", pair, "Cold + warm pair")
     except ConfigError as exc:
         st.error(str(exc))
-new_pair = ui.finish_sweep("coldwarm", "coldwarm_runs")
-if new_pair and len(new_pair) == 2:
-    st.session_state["cw_cold"], st.session_state["cw_warm"] = new_pair
+ui.finish_sweep("coldwarm", "coldwarm_runs")
 pair_ids = [r for r in st.session_state.get("coldwarm_runs", []) if r in set(ui.runs_frame()["run_id"])]
 cold_id = ui.run_picker("Cold run", key="cw_cold", default=pair_ids[0] if pair_ids else ui.newest_run(warm=False))
 warm_id = ui.run_picker("Warm run", key="cw_warm",

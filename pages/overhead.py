@@ -34,15 +34,14 @@ if go:
             ui.start_sweep("sweep", configs, f"Sweep of {len(configs)} runs")
     except ConfigError as exc:
         st.error(str(exc))
-ui.finish_sweep("sweep", "overhead_runs", "overhead_chosen")
+ui.finish_sweep("sweep", "overhead_runs")
 
 # --- which runs to chart ---------------------------------------------------------------------------
 runs = ui.runs_frame()
 default = [r for r in st.session_state.get("overhead_runs", []) if r in set(runs["run_id"])]
 if not default and len(runs):
     default = list(runs["run_id"].head(12))
-chosen = st.multiselect("Runs in the chart (the last sweep by default)", list(runs["run_id"]), default=default,
-                        format_func=ui.label_of(), key="overhead_chosen")
+chosen = ui.runs_multiselect("Runs in the chart (the last sweep by default)", "overhead_chosen", default)
 if not chosen:
     st.info("No runs to chart yet: run a sweep above.")
     st.stop()

@@ -34,8 +34,7 @@ if upload is not None and upload.file_id not in imported:
             imported[upload.file_id] = None  # do not retry the same upload on every rerun
         else:
             imported[upload.file_id] = run.run_id
-            ui.forget_runs()
-            ui.set_current_run(run.run_id)
+            ui.announce_runs([run.run_id])
             st.success(f"Imported as run `{run.run_id}`; it is now the current run of every page.")
 
 rid = ui.run_picker("Trace to explore", key="lab_run")
