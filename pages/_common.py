@@ -34,6 +34,14 @@ CURRENT_RUN = "current_run_id"
 """session_state key of the run the analysis pages show."""
 
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
+WARMUP_CALLS_LABEL = "Warm-up calls before profiling (0 = cold)"
+WARMUP_CALLS_HELP = ("calls of the workload before the profiler starts: a cold run (0) profiles the first calls, "
+                     "with their one-time costs; not the schedule's warm-up steps, which the profiler traces and "
+                     "throws away")
+SCHEDULE_WARMUP_LABEL = "schedule warm-up steps"
+SCHEDULE_WARMUP_HELP = ("steps the profiler traces but discards before the active ones (torch.profiler's schedule); "
+                        "not the warm-up calls before profiling")
+
 # the config's own choices (profiling_core.config), as lists for the widgets
 DTYPES, COMPILE_MODES, DEVICES, BIASES = (list(c) for c in (_config.DTYPES, _config.COMPILE_MODES, _config.DEVICES,
                                                              _config.BIASES))
@@ -115,6 +123,15 @@ def current_run_id() -> Optional[str]:
     if rid and rid in set(runs["run_id"]):
         return rid
     return runs["run_id"].iloc[0] if len(runs) else None
+
+
+def dtype_select(container, key: str) -> str:
+    """The dtype control every form shares: bf16 on a GPU, fp32 on a CPU by default, with the reason."""
+    cuda = bool(environment().get("cuda_available"))
+    return container.selectbox(
+        "dtype", DTYPES, index=DTYPES.index("bf16" if cuda else "fp32"), key=key,
+        help="default bf16 on a GPU (its tensor cores' fast path, as the study) and fp32 on a CPU (CPUs have no fast "
+             "bf16 GEMM: a bf16 run there measures a slow conversion path)")
 
 
 def set_current_run(run_id: Optional[str]) -> None:
@@ -207,15 +224,28 @@ def runs_multiselect(label: str, key: str, default: list[str], *, help: Optional
     return st.multiselect(label, ids, format_func=label_of(), key=key, help=help)
 
 
-def newest_run(*, warm: bool) -> Optional[str]:
-    """The newest run profiled warm (warm-up calls > 0) or cold; imported traces count by their name."""
-    for _, r in runs_frame().iterrows():
+def newest_run(*, warm: bool, like: Optional[str] = None) -> Optional[str]:
+    """The newest run profiled warm (warm-up calls > 0) or cold; imported traces count by their name. ``like``: only
+    runs of that run's size and dtype (a cold/warm comparison compares like with like), when there is one."""
+    runs = runs_frame()
+    if like is not None:
+        ref = runs[runs["run_id"] == like]
+        if len(ref) and pd.notna(ref["size"].iloc[0]):
+            same = runs[(runs["size"] == ref["size"].iloc[0]) & (runs["dtype"] == ref["dtype"].iloc[0])]
+            if len(same) and newest_of(same, warm) is not None:
+                runs = same
+    return newest_of(runs, warm) or current_run_id()
+
+
+def newest_of(runs: pd.DataFrame, warm: bool) -> Optional[str]:
+    """The newest of ``runs`` (newest first) profiled warm or cold (see :func:`newest_run`); None without one."""
+    for _, r in runs.iterrows():
         if pd.notna(r["warmup"]):
             if (r["warmup"] > 0) == warm:
                 return r["run_id"]
         elif ("_warm_" in str(r["name"])) == warm:
             return r["run_id"]
-    return current_run_id()
+    return None
 
 
 def _trace_stamp(run_id: str) -> tuple[str, int]:
@@ -568,7 +598,7 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
             free = c1.number_input("… or any size (0 = use the slider)", min_value=0, max_value=65536,
                                    value=0 if d["size"] in SIZES else d["size"], step=1, key=f"{key}_free")
             size = int(free) if free else int(preset)
-        dtype = c2.selectbox("dtype", DTYPES, index=DTYPES.index(d["dtype"]), key=f"{key}_dtype")
+        dtype = dtype_select(c2, f"{key}_dtype")
         device = c3.selectbox("Device", DEVICES, index=DEVICES.index(d["device"]), key=f"{key}_device",
                               help="auto: CUDA when available, else CPU")
         batch = c2.number_input("Batch (0 = none; 8 turns aten::mm into aten::bmm)", min_value=0, max_value=4096,
@@ -577,8 +607,8 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
                             help="matrix: b is shaped like x, as in the study; vector: b is (n,). Under "
                                  "torch.compile a matrix bias is copied into the output (a Memcpy DtoD) before "
                                  "the GEMM; a vector bias rides in the GEMM's epilogue")
-        warmup = c3.number_input("Warm-up calls before profiling (0 = cold)", min_value=0, max_value=10000,
-                                 value=int(d["warmup"]), key=f"{key}_warmup")
+        warmup = c3.number_input(WARMUP_CALLS_LABEL, min_value=0, max_value=10000, value=int(d["warmup"]),
+                                 key=f"{key}_warmup", help=WARMUP_CALLS_HELP)
         compile_mode = d["compile"]
         if show_compile:
             compile_mode = c1.selectbox("torch.compile", COMPILE_MODES, index=COMPILE_MODES.index(d["compile"]),
@@ -586,7 +616,8 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
         st.caption("Profiler schedule: wait → warm-up → active steps, repeated")
         s1, s2, s3, s4 = st.columns(4)
         wait = s1.slider("wait", 0, 10, int(d["wait"]), key=f"{key}_wait")
-        warm_steps = s2.slider("warmup", 0, 10, int(d["warmup_steps"]), key=f"{key}_wsteps")
+        warm_steps = s2.slider(SCHEDULE_WARMUP_LABEL, 0, 10, int(d["warmup_steps"]), key=f"{key}_wsteps",
+                               help=SCHEDULE_WARMUP_HELP)
         active = s3.slider("active", 1, 50, int(d["active"]), key=f"{key}_active")
         repeat = s4.slider("repeat", 1, 5, int(d["repeat"]), key=f"{key}_repeat")
         submitted = st.form_submit_button(submit_label, type="primary", icon=":material/play_arrow:")

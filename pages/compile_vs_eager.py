@@ -15,13 +15,14 @@ cuda = bool(ui.environment().get("cuda_available"))
 with st.form("compile_form"):
     c1, c2, c3 = st.columns(3)
     size = c1.select_slider("Size", ui.SIZES, value=64, key="compile_size")
-    dtype = c1.selectbox("dtype", ui.DTYPES, index=0 if cuda else 2, key="compile_dtype")
+    dtype = ui.dtype_select(c1, "compile_dtype")
     modes = c2.multiselect("Compile modes (eager always runs)", ui.COMPILE_MODES[1:],
                            default=["default", "reduce-overhead"] if cuda else ["default"], key="compile_modes",
                            help="reduce-overhead uses CUDA graphs (cudaGraphLaunch) on a GPU")
     device = c2.selectbox("Device", ui.DEVICES, key="compile_device")
-    warmup = c3.number_input("Warm-up calls", 0, 1000, 3, key="compile_warmup",
-                             help="compiling happens in the warm-up; keep it > 0 to profile the compiled steady state")
+    warmup = c3.number_input(ui.WARMUP_CALLS_LABEL, 0, 1000, 3, key="compile_warmup",
+                             help="compiling happens in these calls; keep them > 0 to profile the compiled steady "
+                                  "state (" + ui.WARMUP_CALLS_HELP + ")")
     active = c3.slider("Active steps", 1, 50, 5, key="compile_active")
     go = st.form_submit_button("Run eager + compiled", type="primary", icon=":material/play_arrow:")
 if go:

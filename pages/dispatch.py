@@ -79,8 +79,7 @@ st.header("Cold start: the first step, cold vs warm", divider="gray")
 with st.form("coldwarm_form"):
     c1, c2, c3 = st.columns(3)
     size = c1.select_slider("Size", ui.SIZES, value=64, key="cw_size")
-    dtype = c2.selectbox("dtype", ui.DTYPES, index=0 if ui.environment().get("cuda_available") else 2,
-                         key="cw_dtype")
+    dtype = ui.dtype_select(c2, "cw_dtype")
     device = c3.selectbox("Device", ui.DEVICES, key="cw_device")
     go = st.form_submit_button("Run cold + warm pair (schedule 0/0/3)", icon=":material/play_arrow:")
 if go:
@@ -94,7 +93,7 @@ ui.finish_sweep("coldwarm", "coldwarm_runs")
 pair_ids = [r for r in st.session_state.get("coldwarm_runs", []) if r in set(ui.runs_frame()["run_id"])]
 cold_id = ui.run_picker("Cold run", key="cw_cold", default=pair_ids[0] if pair_ids else ui.newest_run(warm=False))
 warm_id = ui.run_picker("Warm run", key="cw_warm",
-                        default=pair_ids[1] if len(pair_ids) > 1 else ui.newest_run(warm=True))
+                        default=pair_ids[1] if len(pair_ids) > 1 else ui.newest_run(warm=True, like=cold_id))
 if cold_id and warm_id:
     rows = []
     for label, r in (("cold", cold_id), ("warm", warm_id)):

@@ -18,9 +18,9 @@ with st.form("sweep_form"):
     modes = c1.multiselect("Modes", ["off", "default", "reduce-overhead"], default=["off"], key="sweep_modes",
                            format_func=lambda m: "eager" if m == "off" else f"compile ({m})",
                            help="overlay eager and torch.compile")
-    dtype = c2.selectbox("dtype", ui.DTYPES, index=0 if cuda else 2, key="sweep_dtype")
+    dtype = ui.dtype_select(c2, "sweep_dtype")
     device = c2.selectbox("Device", ui.DEVICES, index=0, key="sweep_device")
-    warmup = c3.number_input("Warm-up calls", 0, 1000, 3, key="sweep_warmup")
+    warmup = c3.number_input(ui.WARMUP_CALLS_LABEL, 0, 1000, 3, key="sweep_warmup", help=ui.WARMUP_CALLS_HELP)
     active = c3.slider("Active steps", 1, 50, 10, key="sweep_active")
     go = st.form_submit_button("Run sweep", type="primary", icon=":material/play_arrow:")
 if go:
