@@ -55,9 +55,11 @@ c1.metric("Profiled steps", s.get("steps", 0))
 c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")))
 c3.metric("GPU busy per step (median)",
           format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
-frac = s.get("gpu_busy_fraction")
-c4.metric("GPU busy fraction", f"{frac:.1%}" if frac is not None else "–",
-          help="union of kernel/memcpy/memset intervals over the steps' window")
+frac = float(rep.steps["gpu_busy_fraction"].median()) if s.get("has_gpu") and len(rep.steps) else None
+c4.metric("GPU busy share of a step (median)", f"{frac:.1%}" if frac is not None else "no GPU",
+          help="per step: the union of kernel, memcpy and memset intervals inside the step's window, over its wall "
+               "time; the median over the steps. The number question 2's finding quotes (the time between steps, "
+               "and between repeat cycles, does not count as idle)")
 
 # --- the step timeline ---------------------------------------------------------------------------
 st.header("2 · A step on the timeline", divider="gray")

@@ -20,11 +20,14 @@ import pandas as pd
 from .analyses.steps import OVERHEAD_BOUND_BELOW, bound
 from .units import format_duration_us as _us  # the one duration formatter (findings, CLI, pages)
 
-__all__ = ["Finding", "findings", "NO_GPU_TEXT", "MEAN_ABOVE_MEDIAN_PCT", "MIN_LAUNCHES_FOR_SKEW"]
+__all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT", "MIN_LAUNCHES_FOR_SKEW"]
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
 _MAX_LISTED = 6
 _OVERHEAD_BELOW = OVERHEAD_BOUND_BELOW  # the threshold of analyses.cpu_vs_gpu's per-step verdicts
+FIRST_STEP_SLOWER_PCT = 5.0
+"""A first profiled step counts as slower than the others (question 3) when it took more than this many percent above
+their median; within it, the difference is noise and no cost is explained."""
 MEAN_ABOVE_MEDIAN_PCT = 2.0
 """A kernel whose mean lies more than this many percent above its median is skewed by a few slow launches
 (question 8); the Kernel variance page gives each kernel the same verdict."""
@@ -274,10 +277,20 @@ def _q3_cold(r, config=None) -> list[Finding]:
     rest_med = float(rest["cpu_dur_us"].median())
     ratio = float(first["cpu_dur_us"]) / rest_med if rest_med > 0 else None
     extra = float(first["cpu_dur_us"]) - rest_med
+    slower = extra > FIRST_STEP_SLOWER_PCT / 100 * rest_med
     ev = {"first_step": first_step, "first_step_cpu_us": _num(first["cpu_dur_us"]),
-          "other_steps_median_us": _num(rest_med), "ratio": _num(ratio), "extra_us": _num(extra)}
+          "other_steps_median_us": _num(rest_med), "ratio": _num(ratio), "extra_us": _num(extra),
+          "first_step_slower": bool(slower)}
     text = (f"The first profiled step (ProfilerStep#{first_step}) took {_us(first['cpu_dur_us'])} on the "
-            f"CPU against a median {_us(rest_med)} for the {len(rest)} others ({ratio:.1f}×).")
+            f"CPU against a median {_us(rest_med)} for the {len(rest)} others ({ratio:.{2 if ratio < 10 else 1}f}×).")
+    if not slower:
+        faster = extra < -FIRST_STEP_SLOWER_PCT / 100 * rest_med
+        text += (f" It was {'faster than' if faster else 'within ' + f'{FIRST_STEP_SLOWER_PCT:g}% of'} the others: "
+                 f"this window shows no first-step cost to explain"
+                 + (" (the run's cold-start work fell before the recorded steps)." if _is_cold(r, config)
+                    else "."))
+        ev["cold_start"] = _is_cold(r, config)
+        return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
     ch = r.dispatch_chains
     if not ch.empty:
         # the other step numbers, each once: with several ranks or threads in one trace a number names one step
@@ -652,7 +665,9 @@ def _q9_compile(r, config=None) -> list[Finding]:
             totals.append(_n(ev[key], word, plural) + note)
     if totals:
         text += f"; in total over the {_n(len(cb), 'step')}: {', '.join(totals)}"
-    text += ". Kernels: " + ", ".join(_short(k, 48) for k in kernels) + "."
+    text += "."
+    if kernels:
+        text += " Kernels: " + ", ".join(_short(k, 48) for k in kernels) + "."
     text += _bias_copy(r, config, ev)
     return [Finding("q9.compile", 9, "What torch.compile changed", text, ev)]
 

@@ -54,3 +54,19 @@ def test_display_slider_does_not_rerun_the_profile(seed_run, runs_dir):
     steps.set_value(steps.options[-1]).run()
     assert not errors_of(at)
     assert sorted(p.name for p in runs_dir.iterdir()) == before
+
+
+def test_gpu_busy_share_is_the_number_the_finding_quotes(runs_dir):
+    """One definition: the Profile page's busy share is the per-step median that question 2's finding states."""
+    from conftest_app import H200, import_trace
+    from profiling_core import open_trace
+    from profiling_core.findings import findings
+    path = H200 / "4096_bf16_warm_eager_a20.json"
+    import_trace(runs_dir, path, "a20")
+    at = app("profile")
+    assert not errors_of(at)
+    [m] = [m for m in at.metric if m.label == "GPU busy share of a step (median)"]
+    with open_trace(path, engine="sqlite") as s:
+        q2 = next(f for f in findings(s) if f.id == "q2.bound")
+    share = q2.evidence["gpu_busy_fraction_median"]
+    assert m.value == f"{share:.1%}" and f"{100 * share:.1f}%" in q2.text

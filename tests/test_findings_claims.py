@@ -1,0 +1,134 @@
+"""Findings never contradict the numbers they quote (issue 11, item 3).
+
+Every finding of every test trace (with and without its run's config), and of small synthetic traces made for the
+edge cases (a faster first step, one step, no kernels, a kernel whose mean equals its median, a slower first step),
+is checked sentence by sentence against its own evidence: a claim of extra time needs a slower first step, "pull it
+up" needs a mean above the median by more than the threshold, a verdict needs its share on the right side of its
+threshold, and no list is empty.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from profiling_core import ExperimentConfig
+from profiling_core.analyses import OVERHEAD_BOUND_BELOW
+from profiling_core.findings import FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, findings
+from profiling_core.trace import open_trace
+
+DATA = Path(__file__).parent / "data"
+TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "cpu", "third_party", "traces")
+                for p in (DATA / d).glob("*.json*") if not p.name.endswith(".meta.json"))
+
+
+def problems(fs) -> list[str]:
+    """Every sentence of these findings that its evidence contradicts."""
+    out = []
+    for f in fs:
+        t, ev = f.text, f.evidence
+        if re.search(r":\s*\.|,\s*\.|\(\s*\)| nan\b|\bNaN\b", t):
+            out.append(f"{f.id}: an empty list or a missing number: {t!r}")
+        if f.id == "q3.cold_start":
+            slower = ev["extra_us"] > FIRST_STEP_SLOWER_PCT / 100 * ev["other_steps_median_us"]
+            if ("extra time" in t or "extra;" in t) and not slower:
+                out.append(f"q3: speaks of extra time, but the first step was not slower: {ev}")
+            if "faster than the others" in t and ev["extra_us"] >= 0:
+                out.append(f"q3: says faster, but the first step took longer: {ev}")
+            if slower and "no first-step cost" in t:
+                out.append(f"q3: says no cost, but the first step was slower: {ev}")
+        if f.id == "q8.variance" and "mean_above_median_pct" in ev:
+            pct = ev["mean_above_median_pct"]
+            if ("pull it up" in t) != (pct > MEAN_ABOVE_MEDIAN_PCT):
+                out.append(f"q8: the skew verdict and its {pct:.2f}% disagree: {t!r}")
+            if abs(pct) >= 0.05 and ("% above the median" in t) != (pct > 0):
+                out.append(f"q8: above/below the median does not match {pct:.2f}%")
+        if f.id == "q2.bound" and ev.get("bound") in ("overhead-bound", "compute-bound"):
+            below = ev["bound_basis_gpu_busy_fraction_median"] < OVERHEAD_BOUND_BELOW
+            if (ev["bound"] == "overhead-bound") != below:
+                out.append(f"q2: verdict {ev['bound']} against a busy share of "
+                           f"{ev['bound_basis_gpu_busy_fraction_median']}")
+        if f.id == "q9.compile" and "a cache hit" in t and len(ev.get("fx_graph_hashes", [])) != 1:
+            out.append("q9: a cache hit needs one graph hash")
+    return out
+
+
+def _config_of(path: Path):
+    meta = path.with_name(path.name.removesuffix(".json") + ".meta.json")
+    return ExperimentConfig.from_dict(json.loads(meta.read_text())["config"]) if meta.is_file() else None
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_findings_of_every_test_trace_agree_with_their_numbers(path):
+    with open_trace(path, engine="sqlite") as s:
+        from profiling_core.analyses import analyze
+        r = analyze(s)
+    assert problems(findings(r)) == []
+    config = _config_of(path)
+    if config is not None:
+        assert problems(findings(r, config=config)) == []
+
+
+# --- synthetic edge cases ------------------------------------------------------------------------------------------
+
+def _trace(tmp_path, step_us: list[float], kernel_us: list[float] | None = None) -> Path:
+    """A small Kineto-like trace: one ProfilerStep per entry of ``step_us`` (µs) on one CPU thread, each with
+    matmul_add → aten::mm inside; with ``kernel_us``, aten::mm launches one kernel per step (paired by
+    args.correlation, as 2021-era traces are)."""
+    ev, t = [], 1000.0
+    for i, d in enumerate(step_us):
+        ev += [{"ph": "X", "name": f"ProfilerStep#{i}", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": t,
+                "dur": d},
+               {"ph": "X", "name": "matmul_add", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": t + 1,
+                "dur": d - 2},
+               {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": t + 2, "dur": d - 4}]
+        if kernel_us is not None:
+            ev += [{"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "pid": 1, "tid": 1, "ts": t + 3,
+                    "dur": 1, "args": {"correlation": 100 + i}},
+                   {"ph": "X", "name": "gemm_kernel", "cat": "kernel", "pid": 0, "tid": 7, "ts": t + 5,
+                    "dur": kernel_us[i], "args": {"correlation": 100 + i}}]
+        t += d + 10
+    path = tmp_path / "edge.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def _findings_of(path):
+    with open_trace(path, engine="sqlite") as s:
+        return {f.id: f for f in findings(s)}
+
+
+@pytest.mark.parametrize("case,steps,kernels", [
+    ("faster first step", [40.0, 60.0, 60.0, 62.0], None),
+    ("first step within noise", [61.0, 60.0, 60.0, 62.0], None),
+    ("slower first step", [400.0, 60.0, 60.0, 62.0], [10.0, 10.0, 10.0, 10.0]),
+    ("one step", [60.0], [10.0]),
+    ("no kernels", [60.0, 60.0, 60.0], None),
+    ("mean equals median", [60.0, 60.0, 60.0, 60.0], [10.0, 10.0, 10.0, 10.0]),
+    ("a few slow launches", [60.0, 60.0, 60.0, 60.0, 60.0], [10.0, 10.0, 10.0, 10.0, 30.0]),
+])
+def test_edge_cases_say_nothing_their_numbers_contradict(tmp_path, case, steps, kernels):
+    fs = _findings_of(_trace(tmp_path, steps, kernels))
+    assert problems(fs.values()) == []
+    if case == "faster first step":
+        assert "faster than the others" in fs["q3.cold_start"].text
+        assert "extra" not in fs["q3.cold_start"].text
+    if case == "first step within noise":
+        assert "within 5% of the others" in fs["q3.cold_start"].text
+    if case == "slower first step":
+        assert "Most of the extra time" in fs["q3.cold_start"].text
+    if case == "mean equals median":
+        assert "The mean is 0.0% above the median." in fs["q8.variance"].text
+    if case == "a few slow launches":
+        assert "pull it up" in fs["q8.variance"].text
+
+
+def test_the_checks_can_fail():
+    from profiling_core.findings import Finding
+    bad = [Finding("q3.cold_start", 3, "t", "Most of the extra time shows as …",
+                   {"extra_us": -5.0, "other_steps_median_us": 60.0}),
+           Finding("q9.compile", 9, "t", "Per step: 1 kernel. Kernels: .", {}),
+           Finding("q8.variance", 8, "t", "The mean is 6.0% above the median.", {"mean_above_median_pct": 6.0})]
+    assert len(problems(bad)) == 3
