@@ -4,6 +4,7 @@ import streamlit as st
 
 from pages import _common as ui
 from profiling_core import ExperimentConfig
+from profiling_core.analyses import compile_payoff
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
 
@@ -99,6 +100,33 @@ else:
         delta[row["run"]] = [row[m] for m in metrics]
         delta[f"Δ {row['run']}"] = [row[m] - base[m] for m in metrics]
 ui.table_block(delta.round(2), "compile_deltas", key="compile_delta", width="stretch")
+
+st.header("What compiling costs, and when it pays off", divider="gray")
+payoff_rows = []
+if not base_rows.empty:
+    base_id = chosen[list(table["run"]).index(base["run"])]
+    base_t = (ui.load_run(base_id).meta.get("timings") or {})
+    for r, (_, row) in zip(chosen, table.iterrows()):
+        t = ui.load_run(r).meta.get("timings") or {}
+        if row["mode"] == "eager" or "warmup_s" not in t or "warmup_s" not in base_t:
+            continue
+        p = compile_payoff(base_t["warmup_s"], t["warmup_s"], base["CPU per step (µs)"], row["CPU per step (µs)"])
+        payoff_rows.append({"run": row["run"], "one-time compile (s)": round(p["compile_s"], 2),
+                            "CPU saved per step (µs)": round(p["saving_us_per_step"], 1),
+                            "pays off after": "never (the compiled step is not cheaper on the CPU)"
+                            if p["payoff_steps"] is None else f"{p['payoff_steps']:,} steps"})
+if payoff_rows:
+    st.caption("The compile happens in the first warm-up call: its one-time cost is the compiled run's warm-up time "
+               "minus the eager run's (the same number of calls). It pays off once the per-step CPU saving has "
+               "added up to it.")
+    ui.table_block(pd.DataFrame(payoff_rows), "compile_payoff", key="compile_payoff", width="stretch")
+else:
+    st.caption("Compare an eager and a compiled run made here (imported traces have no warm-up timings) to see "
+               "the one-time compile cost beside the per-step saving.")
+cpu_runs = [r for r in chosen if (ui.load_run(r).meta.get("device") or {}).get("type") == "cpu"]
+if any(ui.mode_label(r) == "reduce-overhead" for r in cpu_runs):
+    st.info("mode=\"reduce-overhead\" captures CUDA graphs, and a CPU has none: on the CPU it compiles as the default "
+            "mode does (no cudaGraphLaunch, no saving from graphs).", icon=":material/info:")
 
 for r in chosen:
     ui.show_findings(ui.findings(r), questions={9, 10})

@@ -522,3 +522,15 @@ def test_analyze_runs_everywhere(path):
     assert r.summary["steps"] == len(scan(path).steps)
     assert r.summary["has_gpu"] == bool(scan(path).gpu)
     assert r.summary["gpu_ops"] == len(scan(path).gpu)
+
+
+@pytest.mark.parametrize("eager_w,comp_w,eager_us,comp_us,want", [
+    (0.1, 2.1, 400.0, 300.0, (2.0, 100.0, 20000)),    # 2 s of compile / 100 µs saved a step
+    (0.1, 2.1, 300.0, 400.0, (2.0, -100.0, None)),    # the compiled step costs more: never pays off
+    (0.1, 0.1, 300.0, 300.0, (0.0, 0.0, 0)),          # nothing to pay back
+    (0.2, 0.2005, 300.0, 299.0, (0.0005, 1.0, 500)),  # 500 µs of compile / 1 µs a step
+])
+def test_compile_payoff_by_hand(eager_w, comp_w, eager_us, comp_us, want):
+    from profiling_core.analyses import compile_payoff
+    p = compile_payoff(eager_w, comp_w, eager_us, comp_us)
+    assert (round(p["compile_s"], 6), p["saving_us_per_step"], p["payoff_steps"]) == want

@@ -22,6 +22,10 @@ def test_compile_page_runs_eager_and_compiled_through_its_form(runs_dir, media):
     compiled = [c for c in delta.columns if c.startswith("default") and not c.startswith("Δ")][0]
     assert delta.loc["compiled region (µs)", "eager"] == 0
     assert delta.loc["compiled region (µs)", compiled] > 0  # Torch-Compiled Region rows, on the CPU too
+    payoff = [d.value for d in at.dataframe if "pays off after" in d.value.columns][0]
+    assert len(payoff) == 1 and payoff["one-time compile (s)"].iloc[0] > 0.1  # Inductor compiled in the warm-up
+    after = payoff["pays off after"].iloc[0]
+    assert after.endswith(" steps") or after.startswith("never")
     assert download(at, media, "png_compile_cpu")[:4] == b"\x89PNG"
     assert download(at, media, "csv_compile_delta").startswith(b"metric,")
     assert b"<svg" in download(at, media, "report_compile")

@@ -1,6 +1,8 @@
 """What torch.compile adds per step on the CPU and changes on the GPU (study questions 9 and 10)."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 import numpy as np
@@ -8,7 +10,7 @@ import numpy as np
 from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
 
-__all__ = ["compile_breakdown"]
+__all__ = ["compile_breakdown", "compile_payoff"]
 
 _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_calls", "graph_launches", "kernels",
            "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches", "kernel_launches")
@@ -115,3 +117,29 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
                "compiled_region_us", "prologues", "prologue_us", "fx_graph_calls", "fx_graph_us", "fx_graph_hash",
                "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
                "launches", "kernel_launches"]]
+
+
+def compile_payoff(eager_warmup_s: float, compiled_warmup_s: float, eager_step_us: float,
+                   compiled_step_us: float) -> dict:
+    """What torch.compile costs once against what it saves per step, on the CPU, from an eager and a compiled run
+    of the same workload with the same number of warm-up calls.
+
+    The compile happens in the compiled run's first warm-up call, so its one-time cost is the compiled run's warm-up
+    time minus the eager run's (the same calls, eagerly). It pays off after ``ceil(cost / saving)`` steps when the
+    compiled step is cheaper on the CPU, and never otherwise.
+
+    Args:
+        eager_warmup_s, compiled_warmup_s: the runs' ``warmup_s`` timings (meta.json), seconds.
+        eager_step_us, compiled_step_us: their median CPU time per profiled step, µs.
+
+    Returns:
+        ``compile_s`` (one-time cost, s), ``saving_us_per_step`` (eager − compiled; negative: compiled costs more),
+        ``payoff_steps`` (steps after which compiling has paid for itself; None: never).
+    """
+    compile_s = float(compiled_warmup_s) - float(eager_warmup_s)
+    saving = float(eager_step_us) - float(compiled_step_us)
+    if saving > 0:
+        steps = max(0, math.ceil(round(compile_s * 1e6 / saving, 6)))  # (rounded: 500.0000000000004 is 500)
+    else:
+        steps = None if compile_s > 0 or saving < 0 else 0
+    return {"compile_s": compile_s, "saving_us_per_step": saving, "payoff_steps": steps}
