@@ -76,7 +76,8 @@ else:
     if not rep.has_gpu:
         st.caption("CPU lane only: this trace has no GPU events (recorded on the CPU), so there is no GPU lane "
                    "and no launch → kernel links.")
-    timeline = ui.chart("step_timeline", slices, links, title=f"ProfilerStep#{step}: CPU and GPU lanes")
+    lanes = "CPU and GPU lanes" if rep.has_gpu else "CPU lane"
+    timeline = ui.chart("step_timeline", slices, links, title=f"ProfilerStep#{step}: {lanes}")
     ui.chart_block(timeline, slices, f"{run.name}_step{step}_timeline", key="profile_timeline")
     if len(links):
         st.caption("Dashed lines join each launch call (CPU) to the GPU op it started; their slope is the "

@@ -62,6 +62,22 @@ def empty_chart(message: str, *, height: int = 80) -> alt.Chart:
 
 # --- timeline ------------------------------------------------------------------------------------
 
+_CHAR_PX = 5.5  # width of one 9-px label character
+
+
+def _bar_labels(data: pd.DataFrame) -> pd.DataFrame:
+    """The bars of a timeline that get their name written on them: those at least ~6 characters wide at the chart's
+    width, each name cut to what fits (with an ellipsis)."""
+    span = float(data["end_us"].max() - data["start_us"].min()) if len(data) else 0.0
+    if span <= 0:
+        return data.iloc[0:0].assign(label="")
+    fits = ((data["dur_us"] / span * WIDTH - 4) / _CHAR_PX).astype(int)
+    out = data[fits >= 6].copy()
+    n = fits[fits >= 6]
+    names = out["name"].astype(str)
+    out["label"] = [nm if len(nm) <= k else nm[: k - 1] + "…" for nm, k in zip(names, n)]
+    return out[["start_us", "lane", "depth", "label"]]
+
 def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
                   title: str = "Step timeline", lane_order: Optional[Sequence[str]] = None) -> alt.LayerChart:
     """Gantt chart of trace slices on their lanes (CPU thread, GPU stream), launch→kernel links on top.
@@ -96,6 +112,11 @@ def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
                              alt.Tooltip("start_us:Q", format=",.2f", title="start (µs)"),
                              alt.Tooltip("dur_us:Q", format=",.2f", title="duration (µs)")]))
     layers = [bars]
+    labelled = _bar_labels(data)
+    if len(labelled):  # names on the bars wide enough to hold some text, so an exported PNG reads without hovering
+        layers.append(alt.Chart(labelled).mark_text(align="left", baseline="middle", dx=2, fontSize=9,
+                                                     color="#111")
+                      .encode(x="start_us:Q", y=y, yOffset=alt.YOffset("depth:O", title=None), text="label:N"))
     if links is not None and len(links):
         _require(links, ["launch_us", "kernel_us", "launch_lane", "kernel_lane"], "step_timeline links")
         ln = links.copy()
@@ -220,9 +241,13 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
     data["mean_us"] = grouped.transform("mean")
     color = alt.Color("run:N", title="run")
     base = alt.Chart().encode(color=color)
+    # one slow step (the first, cold) would flatten the others to a line: a log axis keeps them apart
+    outlier = bool(len(data) and (data["dur_us"] > 10 * data["median_us"]).any())
+    scale = alt.Scale(type="log") if outlier and (data["dur_us"] > 0).all() else alt.Scale(zero=False)
     lines = base.mark_line(point=True).encode(
         x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("dur_us:Q", title="duration (µs)", scale=alt.Scale(zero=False)),
+        y=alt.Y("dur_us:Q", title="duration (µs)" + (", log scale" if scale.type == "log" else ""), scale=scale,
+                axis=alt.Axis(format="~s" if scale.type == "log" else ",.3~f")),
         tooltip=["run:N", "kernel:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs"),
                  alt.Tooltip("median_us:Q", format=",.2f", title="median µs"),
                  alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
@@ -278,7 +303,13 @@ def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional
     _require(df, cols, "grouped_bars")
     data = df[cols].copy()
     data[category] = data[category].astype(str)
+    vals = pd.to_numeric(data[value], errors="coerce")
+    if not len(vals) or not (vals.fillna(0) != 0).any():
+        return empty_chart(f"{title or value}: every value is zero" + (f" ({', '.join(sorted(set(data[category])))})"
+                                                                       if len(data) else ""))
     fmt = _us_format(data[value]) if value.endswith("_us") else ",.3~g"
+    positive = vals[vals > 0]
+    log = log or (len(positive) > 1 and float(positive.max()) >= 100 * float(positive.min()))  # spans decades
     scale = alt.Scale(type="symlog") if log else alt.Scale()
     enc = dict(x=alt.X(f"{value}:Q", title=value_title or value, scale=scale),
                y=alt.Y(f"{category}:N", title=None, sort=list(dict.fromkeys(data[category])),

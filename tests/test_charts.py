@@ -61,11 +61,11 @@ def test_step_timeline_draws_bars_and_links(slices):
     links = pd.DataFrame({"launch_us": [20.0], "kernel_us": [60.0], "launch_lane": ["CPU thread 1"],
                           "kernel_lane": ["GPU stream 7"], "name": ["gemm"]})
     spec = C.step_timeline(slices, links).to_dict()
-    assert _marks(spec) == ["bar", "rule"]
+    assert _marks(spec) == ["bar", "text", "rule"]  # bars, their names, the launch links
     bar = spec["layer"][0]["encoding"]
     assert bar["x"]["field"] == "start_us" and bar["x2"]["field"] == "end_us"
     assert bar["y"]["sort"] == ["CPU thread 1", "GPU stream 7"]
-    rule = spec["layer"][1]["encoding"]
+    rule = spec["layer"][2]["encoding"]
     assert rule["y"]["field"] == "launch_lane" and rule["y2"]["field"] == "kernel_lane"
     rows = [r for d in _datasets(spec) for r in d if "latency_us" in r]
     assert rows[0]["latency_us"] == 40.0
@@ -73,7 +73,45 @@ def test_step_timeline_draws_bars_and_links(slices):
 
 def test_step_timeline_without_links_or_optional_columns(slices):
     spec = C.step_timeline(slices[["lane", "name", "start_us", "end_us"]]).to_dict()
-    assert _marks(spec) == ["bar"]
+    assert _marks(spec) == ["bar", "text"]
+
+
+def test_timeline_bars_carry_their_names_cut_to_fit(slices):
+    """A name is written on a bar that can hold ~6 characters at the chart's width, cut with an ellipsis; a bar
+    too narrow (cudaLaunchKernel: 5 µs of 120) gets none. The exported SVG holds the text, so a PNG reads too."""
+    from profiling_core.export import chart_svg
+    chart = C.step_timeline(slices)
+    labels = {r["label"] for d in _datasets(chart.to_dict()) for r in d if "label" in r}
+    assert "ProfilerStep#0" in labels and "aten::mm" in labels and "gemm" in labels
+    assert not any(lb.startswith("cudaLaunch") for lb in labels)
+    long = slices.assign(name=["ProfilerStep#0", "aten::mm", "x", "void gemm_kernel_" + "a" * 200])
+    cut = {r["label"] for d in _datasets(C.step_timeline(long).to_dict()) for r in d if "label" in r}
+    assert any(lb.startswith("void gemm_kernel_") and lb.endswith("…") for lb in cut)
+    assert ">ProfilerStep#0<" in chart_svg(chart)
+
+
+def test_all_zero_bars_are_one_sentence():
+    df = pd.DataFrame({"metric": ["memcpy DtoD", "memsets"], "value": [0, 0]})
+    spec = C.grouped_bars(df, category="metric", value="value", title="GPU ops per step").to_dict()
+    assert _marks(spec) == ["text"]
+    assert "GPU ops per step: every value is zero" in json.dumps(spec)
+
+
+def test_bars_spanning_decades_get_a_log_axis():
+    df = pd.DataFrame({"size": ["64", "8192"], "cpu_us": [3.0, 9000.0]})
+    spec = C.grouped_bars(df, category="size", value="cpu_us").to_dict()
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["type"] == "symlog"
+    near = C.grouped_bars(df.assign(cpu_us=[30.0, 90.0]), category="size", value="cpu_us").to_dict()
+    assert "type" not in near["layer"][0]["encoding"]["x"].get("scale", {})
+
+
+def test_one_slow_step_does_not_flatten_the_others(durations):
+    cold = durations.copy()
+    cold.loc[0, "dur_us"] = 5000.0  # the first, cold step of gemm
+    spec = C.kernel_durations_by_step(cold).to_dict()
+    assert spec["spec"]["layer"][0]["encoding"]["y"]["scale"]["type"] == "log"
+    plain = C.kernel_durations_by_step(durations).to_dict()
+    assert plain["spec"]["layer"][0]["encoding"]["y"]["scale"].get("type") is None
 
 
 def test_missing_column_is_named():
