@@ -374,12 +374,13 @@ def config_summary(run_id: str) -> str:
     dev = (run.meta.get("device") or {})
     where = dev.get("name") or dev.get("type") or ""
     if cfg is None:
-        return f"imported trace `{run.meta.get('original_filename', run.name)}`"
+        return f"imported trace {md_code(run.meta.get('original_filename', run.name), 120)}"
     sched = f"schedule {cfg.wait}/{cfg.warmup_steps}/{cfg.active}×{cfg.repeat}"
-    return (f"`{cfg.name}` · {cfg.size}² {cfg.dtype}{' · batch ' + str(cfg.batch) if cfg.batch else ''} · "
+    threads = f" · {dev['cpu_threads']} CPU threads" if dev.get("type") == "cpu" and dev.get("cpu_threads") else ""
+    return (f"{md_code(cfg.name)} · {cfg.size}² {cfg.dtype}{' · batch ' + str(cfg.batch) if cfg.batch else ''} · "
             f"{cfg.bias} bias · "
             f"{'warm (' + str(cfg.warmup) + ' calls)' if cfg.warmup else 'cold'} · "
-            f"{'eager' if cfg.compile == 'off' else 'compile ' + cfg.compile} · {sched} · {where}")
+            f"{'eager' if cfg.compile == 'off' else 'compile ' + cfg.compile} · {sched} · {md_code(where)}{threads}")
 
 
 # --- environment --------------------------------------------------------------------------------
@@ -609,6 +610,10 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
                                  "the GEMM; a vector bias rides in the GEMM's epilogue")
         warmup = c3.number_input(WARMUP_CALLS_LABEL, min_value=0, max_value=10000, value=int(d["warmup"]),
                                  key=f"{key}_warmup", help=WARMUP_CALLS_HELP)
+        threads = c2.number_input("CPU threads (0 = torch's default, the machine's cores)", min_value=0,
+                                  max_value=1024, value=int(d.get("threads") or 0), key=f"{key}_threads",
+                                  help="torch.set_num_threads for the run: on a CPU the step time depends on it "
+                                       "as much as on the size; recorded in meta.json")
         compile_mode = d["compile"]
         if show_compile:
             compile_mode = c1.selectbox("torch.compile", COMPILE_MODES, index=COMPILE_MODES.index(d["compile"]),
@@ -626,7 +631,7 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
     try:
         return ExperimentConfig(size=size, dtype=dtype, batch=int(batch) or None, bias=bias, warmup=int(warmup),
                                 compile=compile_mode, wait=wait, warmup_steps=warm_steps, active=active,
-                                repeat=repeat, device=device)
+                                repeat=repeat, device=device, threads=int(threads) or None)
     except ConfigError as exc:
         st.error(str(exc), icon=":material/error:")
         return None

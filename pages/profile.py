@@ -4,7 +4,7 @@ import json
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import charts, format_duration_us
+from profiling_core import charts, format_duration_us, machine_busy
 from profiling_core.export import ReportSection
 
 st.title("Profile")
@@ -24,6 +24,9 @@ run = ui.load_run(rid)
 rep = ui.report(rid)
 st.subheader(run.name)
 st.markdown(ui.config_summary(rid))
+busy = machine_busy(run.meta)
+if busy:
+    st.warning(busy, icon=":material/warning:")
 
 # --- the profiler table --------------------------------------------------------------------------
 st.header("1 · The profiler table", divider="gray")

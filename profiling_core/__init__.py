@@ -12,6 +12,7 @@ Public surface (everything else is private):
   subprocess, so the caller never imports torch).
 - ``prestart_worker()``: start the fork server in the background, so the first ``prestart=1`` run pays no
   torch import.
+- ``machine_busy(meta)``: a warning sentence when the machine was busy around a run (load average vs cores).
 - ``format_duration_us(us)``: a duration in µs as text for people (``"12.3 µs"``, ``"4.56 ms"``, ``"n/a"``).
 - the exception classes in ``profiling_core.errors``; the submodules ``analyses``, ``findings``, ``charts``,
   ``export``, ``queries`` and ``config``.
@@ -27,7 +28,7 @@ from .errors import (ConfigError, DeviceBusyError, DoesNotFitError, EngineUnavai
 
 __all__ = [
     "ExperimentConfig", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace", "environment_info",
-    "prestart_worker", "format_duration_us",
+    "prestart_worker", "format_duration_us", "machine_busy",
     "ProfilingError", "ConfigError", "DoesNotFitError", "WorkerError", "InvalidRunIdError",
     "RunNotFoundError", "RunStoreError", "DeviceBusyError", "TraceError", "TraceFormatError",
     "TraceTooLargeError", "EngineUnavailableError", "QueryError",
@@ -41,6 +42,7 @@ _LAZY = {
     "open_trace": ("trace", "open_trace"),
     "environment_info": ("runner", "environment_info"),
     "prestart_worker": ("runner", "prestart_worker"),
+    "machine_busy": ("runner", "machine_busy"),
     "format_duration_us": ("units", "format_duration_us"),
 }
 

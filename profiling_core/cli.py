@@ -33,6 +33,8 @@ def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--active", type=int, default=3, help="schedule: active steps (default 3)")
     p.add_argument("--repeat", type=int, default=1, help="schedule: cycles (default 1)")
     p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads torch uses (torch.set_num_threads; default: torch's, the machine's cores)")
     p.add_argument("--no-record-shapes", action="store_true", help="do not record input shapes")
     p.add_argument("--with-flops", action="store_true")
     p.add_argument("--with-stack", action="store_true")
@@ -43,7 +45,8 @@ def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
 
 def _common_fields(a: argparse.Namespace) -> dict:
     return dict(dtype=a.dtype, batch=a.batch, bias=a.bias, warmup=a.warmup, wait=a.wait, warmup_steps=a.warmup_steps,
-                active=a.active, repeat=a.repeat, device=a.device, record_shapes=not a.no_record_shapes,
+                active=a.active, repeat=a.repeat, device=a.device, threads=a.threads,
+                record_shapes=not a.no_record_shapes,
                 with_flops=a.with_flops, with_stack=a.with_stack, profile_memory=a.profile_memory,
                 timeout_s=a.timeout)
 

@@ -33,6 +33,7 @@ REPEAT_RANGE = (1, 100)
 MAX_ITERATIONS = 5000
 TIMEOUT_RANGE = (1.0, 7200.0)
 ROW_LIMIT_RANGE = (-1, 1000)
+THREADS_RANGE = (1, 1024)
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> int:
@@ -83,6 +84,9 @@ class ExperimentConfig:
     """Profiler schedule: how many wait/warm-up/active cycles."""
     device: str = "auto"
     """auto (cuda when available), cuda or cpu."""
+    threads: Optional[int] = None
+    """CPU threads torch uses in the run (``torch.set_num_threads``); None: torch's default (the machine's cores).
+    On a CPU run the step time depends on it as much as on the size; recorded in meta.json."""
     record_shapes: bool = True
     with_flops: bool = False
     with_stack: bool = False
@@ -108,6 +112,8 @@ class ExperimentConfig:
             raise ConfigError("schedule", self.iterations,
                               f"at most {MAX_ITERATIONS} iterations ((wait + warmup_steps + active) x repeat)")
         _check_choice("device", self.device, DEVICES)
+        if self.threads is not None:
+            _check_int("threads", self.threads, *THREADS_RANGE)
         for name in ("record_shapes", "with_flops", "with_stack", "profile_memory"):
             _check_bool(name, getattr(self, name))
         t = self.timeout_s

@@ -66,6 +66,7 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
     run_id, staging = store._begin(config.name)
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
+    load_before = _load_average()
     try:
         with device_lock(key, what=f"{config.name} ({run_id})", wait=wait_for_device,
                          timeout_s=lock_timeout_s, on_wait=status):
@@ -97,6 +98,9 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         "peak_device_memory_bytes": facts.get("peak_device_memory_bytes"),
         "peak_host_rss_bytes": facts.get("peak_host_rss_bytes"),
         "profiler_cycles": facts.get("cycles"),
+        # How busy the machine was: 1-minute load averages before and after the run, against its cores. A CPU run
+        # on a machine whose load exceeds its cores measured the other work too (docs: machine_busy).
+        "machine_load": {"cores": os.cpu_count(), "load_1min_before": load_before, "load_1min_after": _load_average()},
     }
     status(f"saving run {run_id}")
     try:
@@ -104,6 +108,25 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
     except BaseException:
         store._abort(staging)
         raise
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def machine_busy(meta: dict) -> str | None:
+    """A sentence when the machine was busy as a run started (a 1-minute load average above its core count, before
+    the run added its own), else None: CPU timings of such a run include other work. The load after the run, which
+    includes the run itself, is recorded but not judged."""
+    load = (meta or {}).get("machine_load") or {}
+    cores, before = load.get("cores") or 0, load.get("load_1min_before")
+    if not cores or before is None or before <= cores:
+        return None
+    return (f"The machine was busy as this run started (1-minute load average {before:g} on {cores} cores): its "
+            f"CPU timings include other work; run it again on a quiet machine before comparing them.")
 
 
 @functools.lru_cache(maxsize=1)

@@ -79,6 +79,8 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
     device = resolve_device(torch, config.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.dtype]
 

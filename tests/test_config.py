@@ -115,3 +115,18 @@ def test_configs_saved_before_the_bias_knob_keep_the_bias_they_ran_with():
     assert ExperimentConfig.from_dict(old).bias == "vector"
     assert ExperimentConfig.from_dict({**old, "batch": 8}).bias == "matrix"
     assert ExperimentConfig.from_dict(ExperimentConfig(bias="matrix").to_dict()).bias == "matrix"
+
+
+def test_threads_knob_is_validated():
+    assert ExperimentConfig().threads is None  # torch's default
+    assert ExperimentConfig(threads=2).threads == 2
+    with pytest.raises(ConfigError, match="threads must be an integer from 1 to 1024, got 0"):
+        ExperimentConfig(threads=0)
+
+
+def test_machine_busy_reads_the_load_before_the_run():
+    from profiling_core import machine_busy
+    assert machine_busy({"machine_load": {"cores": 2, "load_1min_before": 0.4, "load_1min_after": 2.6}}) is None
+    text = machine_busy({"machine_load": {"cores": 2, "load_1min_before": 3.5, "load_1min_after": 3.9}})
+    assert "load average 3.5 on 2 cores" in text
+    assert machine_busy({}) is None  # older runs recorded no load

@@ -229,3 +229,11 @@ def test_bias_shape_follows_the_config(store):
     base = dict(SMALL, wait=0, warmup_steps=0, active=1)
     assert add_dims(ExperimentConfig(**base)) == [[32, 32], [32, 32]]
     assert add_dims(ExperimentConfig(**base, bias="vector")) == [[32, 32], [32]]
+
+
+def test_threads_and_machine_load_are_recorded(store):
+    run = run_experiment(ExperimentConfig(**SMALL, wait=0, warmup_steps=0, active=1, threads=1), store=store)
+    meta = json.loads(run.meta_path.read_text())
+    assert meta["config"]["threads"] == 1 and meta["device"]["cpu_threads"] == 1  # torch.get_num_threads() there
+    load = meta["machine_load"]
+    assert load["cores"] == os.cpu_count() and load["load_1min_before"] >= 0 and load["load_1min_after"] >= 0
