@@ -54,8 +54,11 @@ with right:
     if env.get("error"):
         st.warning(env["error"])
     if not cuda:
-        st.info("No CUDA device here: profiles run on the CPU. GPU-only panels (GPU lanes, launch latency, "
-                "kernel variance, sync wait) explain why they are empty.", icon=":material/info:")
+        st.info("No CUDA device here: profiles run on the CPU. Five questions need a GPU lane in the trace: 4 "
+                "(launch latency), 6 (how kernels are launched), 7 (sync wait against GPU busy), 8 (kernel "
+                "variance) and the GPU side of 9 (what compile changes on the GPU); their panels say so. On the CPU "
+                "question 2 compares the GEMM's own time with the framework overhead around it, and the GEMM's "
+                "GFLOP/s; import an H200 trace (Trace lab) for the GPU panels.", icon=":material/info:")
     engine, reason = ui.sql_engine()
     st.markdown(f"- **SQL engine**: `{engine}` — {reason}")
     root, size = ui.store_summary()

@@ -160,9 +160,7 @@ def _q2_bound(r, config=None) -> list[Finding]:
                         {"steps": 0, "gpu_busy_us": _num(r.summary["gpu_busy_us"]), "gpu_busy_fraction": _num(frac)})]
     cpu_med = float(s["cpu_dur_us"].median())
     if not r.has_gpu:
-        return [Finding("q2.bound", 2, "CPU only",
-                        f"{NO_GPU_TEXT}: {_all_steps(len(s))} ran on the CPU, median {_us(cpu_med)} per step.",
-                        {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0})]
+        return [_q2_cpu(r, cpu_med)]
     gpu_med = float(s["gpu_busy_us"].median())
     frac_med = float(s["gpu_busy_fraction"].median())
     cv = r.cpu_vs_gpu
@@ -199,6 +197,44 @@ def _q2_bound(r, config=None) -> list[Finding]:
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
 
 
+def _q2_cpu(r, cpu_med: float) -> Finding:
+    """Question 2 on a CPU: the math (the GEMM op's own time, its children excluded) against the step, the rest being
+    framework overhead around it; the same verdict rule as on a GPU, with the math's share in place of the GPU's
+    busy share; and the GEMM's achieved GFLOP/s where its FLOPs are known."""
+    s = r.steps
+    ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0}
+    text = f"{NO_GPU_TEXT}: {_all_steps(len(s))} ran on the CPU, median {_us(cpu_med)} per step."
+    ch = r.dispatch_chains
+    numbers = [int(x) for x in s["step"]]
+    by_step = _self_times_by_step(ch, numbers) if not ch.empty else {}
+    shares, maths = [], []
+    for k, dur in zip(numbers, s["cpu_dur_us"].astype(float)):
+        g = by_step.get(k)
+        if g is None or dur <= 0:
+            continue
+        math_us = float(g.loc[g["name"].astype(str).isin(_MATH_OPS), "self_us"].sum())
+        maths.append(math_us)
+        shares.append(math_us / dur)
+    if not shares or max(maths) <= 0:
+        return Finding("q2.bound", 2, "CPU only", text, ev)
+    share, math_med = float(np.median(shares)), float(np.median(maths))
+    label = bound(share)
+    ev.update({"cpu_math_us_median": _num(math_med), "cpu_math_share_median": _num(share), "bound": label,
+               "bound_threshold": _OVERHEAD_BELOW, "bound_basis": "cpu_math_share"})
+    text += (f" The GEMM itself (the GEMM op's own time, its children excluded) took a median {_us(math_med)}, "
+             f"{100 * share:.1f}% of a step; the other {100 * (1 - share):.1f}% is framework overhead around the "
+             f"math (dispatch through aten::matmul, the add, the profiler's step). "
+             f"{'Below' if label == 'overhead-bound' else 'At or above'} {100 * _OVERHEAD_BELOW:.0f}%, so on this CPU "
+             f"the workload is {label}.")
+    g = r.gemm_throughput
+    cpu_g = g[g["device"] == "cpu"] if not g.empty else g
+    if len(cpu_g):
+        gflops = float(cpu_g["tflops"].median()) * 1000
+        ev["gemm_gflops_median"] = _num(gflops)
+        text += f" The GEMM ran at a median {gflops:.1f} GFLOP/s (FLOPs from {cpu_g['flops_from'].iloc[0]})."
+    return Finding("q2.bound", 2, label.capitalize(), text, ev)
+
+
 def _per_name(col: pd.Series, fn) -> np.ndarray:
     """``fn(col.astype(str))`` as an object array, computed once per distinct value and taken back to every row: a
     dispatch-chain column has 80k+ rows of a few hundred names on a large trace, and the per-row text copies
@@ -217,7 +253,8 @@ def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
     del cpu
     out["name"] = _per_name(out["name"], lambda t: t.str.replace(r"^ProfilerStep#\d+$", "ProfilerStep*", regex=True))
     at = child.index.get_indexer(pd.MultiIndex.from_arrays([out["step"], out["id"]]))
-    out["self_us"] = out["dur_us"] - np.where(at >= 0, child.to_numpy(dtype=float)[at], 0.0)
+    sums = np.append(child.to_numpy(dtype=float), 0.0)  # index -1 (no children) takes the 0
+    out["self_us"] = out["dur_us"] - sums[at]
     out["occurrence"] = out.groupby(["step", "name"]).cumcount()
     out = out[out["step"].isin(list(steps))]
     return {k: g.drop(columns="step") for k, g in out.groupby("step", sort=False)}
@@ -252,6 +289,7 @@ def _table_rows(r, names) -> pd.DataFrame:
 
 
 _GEMM_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul")
+_MATH_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")  # the ops that do the GEMM (matmul dispatches)
 
 
 def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) -> str:

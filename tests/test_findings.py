@@ -529,3 +529,28 @@ def test_eager_runs_say_nothing_about_a_bias_copy():
     for name in ("4096_bf16_warm_eager", "4096_bf16_warm_eager_vbias"):
         _cfg, _events, fs = _bias_run(name)
         assert "addmm" not in fs["q9.compile"].text
+
+
+def test_cpu_overhead_vs_compute_from_the_gemms_own_time():
+    """On a CPU trace question 2 compares the GEMM's own time with the step: by a plain scan, aten::mm's duration
+    less its direct children's, over each ProfilerStep's duration (median of the steps)."""
+    path = Path(__file__).parent / "data" / "cpu" / "64_fp32_warm_eager.json"
+    xs = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")]
+    shares = []
+    for st in steps:
+        inside = [e for e in xs if e["tid"] == st["tid"] and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
+        mm = [e for e in inside if e["name"] == "aten::mm"]
+        own = 0.0
+        for m in mm:
+            kids = [e for e in inside if e is not m and m["ts"] <= e["ts"] and e["ts"] + e["dur"] <= m["ts"] + m["dur"]]
+            direct = [k for k in kids if not any(o is not k and o["ts"] <= k["ts"] and
+                                                 k["ts"] + k["dur"] <= o["ts"] + o["dur"] for o in kids)]
+            own += m["dur"] - sum(k["dur"] for k in direct)
+        shares.append(own / st["dur"])
+    from profiling_core.trace import open_trace
+    with open_trace(path, engine="sqlite") as s:
+        f = next(x for x in findings(s) if x.id == "q2.bound")
+    assert f.evidence["cpu_math_share_median"] == pytest.approx(statistics.median(shares), abs=1e-3)
+    assert f.evidence["bound"] == "overhead-bound" and "framework overhead" in f.text
+    assert f.evidence["gemm_gflops_median"] > 0 and "GFLOP/s (FLOPs from shapes)" in f.text
