@@ -5,6 +5,7 @@ from pages import _common as ui
 from profiling_core import ExperimentConfig, charts, format_duration_us
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
+from profiling_core.sweep import SPREAD_WARN_PCT, sweep_points
 
 st.title("Overhead vs compute")
 st.caption("At 64² the GPU idles while the CPU launches; at 4096² the GPU works. Sweep sizes and see where the "
@@ -22,12 +23,16 @@ with st.form("sweep_form"):
     device = c2.selectbox("Device", ui.DEVICES, index=0, key="sweep_device")
     warmup = c3.number_input(ui.WARMUP_CALLS_LABEL, 0, 1000, 3, key="sweep_warmup", help=ui.WARMUP_CALLS_HELP)
     active = c3.slider("Active steps", 1, 50, 10, key="sweep_active")
+    repeats = c2.number_input("Runs of each point", 1, 10, 1 if cuda else 3, key="sweep_repeats",
+                              help="each (size, mode) runs this many times, each in a fresh worker; the chart shows "
+                                   "their median with the min–max range (on a CPU the step time is mostly noise "
+                                   "unless repeated)")
     go = st.form_submit_button("Run sweep", type="primary", icon=":material/play_arrow:")
 if go:
     try:
         configs = [ExperimentConfig(size=s, compile=m, dtype=dtype, device=device, warmup=int(warmup),
                                     wait=0, warmup_steps=1 if warmup == 0 else 0, active=active)
-                   for m in modes for s in sorted(sizes)]
+                   for m in modes for s in sorted(sizes) for _ in range(int(repeats))]
         if not configs:
             st.warning("Pick at least one size and one mode.")
         else:
@@ -46,18 +51,32 @@ if not chosen:
     st.info("No runs to chart yet: run a sweep above.")
     st.stop()
 
-sweep = ui.summaries(chosen).dropna(subset=["size"]).sort_values(["mode", "size"])
-if sweep["has_gpu"].nunique() > 1:  # CPU-only and GPU runs chosen together: keep their curves apart
-    sweep["mode"] = sweep["mode"] + sweep["has_gpu"].map({True: " · GPU", False: " · CPU only"})
-if sweep.empty:
+per_run = ui.summaries(chosen).dropna(subset=["size"])
+if per_run.empty:
     st.info("None of the chosen runs has a known matrix size.")
     st.stop()
+if per_run["has_gpu"].nunique() > 1:  # CPU-only and GPU runs chosen together: keep their curves apart
+    per_run["mode"] = per_run["mode"] + per_run["has_gpu"].map({True: " · GPU", False: " · CPU only"})
+# each (size, mode) point: the median of its runs with their min–max (one run: no spread to show)
+sweep = sweep_points(per_run).sort_values(["mode", "size"])
+sweep["has_gpu"] = sweep["gpu_busy_us_per_step"] > 0
+noisy = sweep[sweep["cpu_us_per_step_spread_pct"] > SPREAD_WARN_PCT]
+if len(noisy):
+    worst = noisy.sort_values("cpu_us_per_step_spread_pct").iloc[-1]
+    st.warning(f"The runs of {len(noisy)} point(s) spread widely: at n = {int(worst['size'])} ({worst['mode']}) the "
+               f"CPU time per step ranges over {worst['cpu_us_per_step_spread_pct']:.0f}% of its median. Read those "
+               "points as noise; repeat them on a quieter machine.", icon=":material/warning:")
+if (sweep["n"] == 1).all():
+    st.caption("Each point is one run: its CPU time has no spread to read. Run each point several times (the "
+               "form's *Runs of each point*) for a median and its range.")
 st.header("CPU time per step against GPU busy time per step", divider="gray")
-if not sweep["has_gpu"].any():
+if not per_run["has_gpu"].any():
     st.info("These runs have no GPU lane (recorded on the CPU): GPU busy time is zero, so only the CPU curve is "
             "drawn and there is no crossover. Run the sweep on a CUDA device to see the GPU take over.",
             icon=":material/info:")
-cols = ["size", "mode", "cpu_us_per_step", "gpu_busy_us_per_step", "gpu_busy_fraction", "run_id"]
+cols = ["size", "mode", "n", "cpu_us_per_step", "cpu_us_per_step_min", "cpu_us_per_step_max",
+        "cpu_us_per_step_spread_pct", "gpu_busy_us_per_step", "gpu_busy_us_per_step_min", "gpu_busy_us_per_step_max",
+        "gpu_busy_fraction"]
 main = ui.chart("overhead_vs_compute", sweep[cols])
 ui.chart_block(main, sweep[cols], "overhead_vs_compute", key="overhead_main")
 cross = charts.crossover_points(sweep)
@@ -66,7 +85,7 @@ if len(cross):
         st.success(f"**{r['mode']}**: GPU busy time per step overtakes CPU time per step near n ≈ {r['size']:,.0f} "
                    f"(~{format_duration_us(r['value_us'])} per step). Below it the step is overhead-bound; above it, "
                    "compute-bound.")
-elif sweep["has_gpu"].any():
+elif per_run["has_gpu"].any():
     st.caption("The curves do not cross inside this sweep: extend the sizes to find the crossover.")
 
 st.header("GPU busy fraction of the step", divider="gray")

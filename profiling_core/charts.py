@@ -167,7 +167,8 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
     """Log-log lines of CPU time per step and GPU busy time per step against matrix size; crossings marked.
 
     sweep: ``size``, ``cpu_us_per_step``, ``gpu_busy_us_per_step``, optional ``mode`` (eager /
-    compile mode; drawn as dashes so both overlay).
+    compile mode; drawn as dashes so both overlay). With repeated points (``profiling_core.sweep.sweep_points``:
+    the values are medians, ``<value>_min`` / ``<value>_max`` their range) each point carries its min–max bar.
     """
     _require(sweep, ["size", "cpu_us_per_step", "gpu_busy_us_per_step"], "overhead_vs_compute")
     data = sweep.copy()
@@ -190,6 +191,24 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
                      tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
                               alt.Tooltip("us_per_step:Q", format=",.2f", title="µs per step")]))
     layers = [lines]
+    if {"cpu_us_per_step_min", "cpu_us_per_step_max"} <= set(data.columns):  # repeated points: their min–max
+        spread = []
+        for col, metric in (("cpu_us_per_step", "CPU per step"), ("gpu_busy_us_per_step", "GPU busy per step")):
+            if f"{col}_min" in data.columns:
+                part = data[["size", "mode", f"{col}_min", f"{col}_max"]].rename(
+                    columns={f"{col}_min": "lo_us", f"{col}_max": "hi_us"})
+                spread.append(part.assign(metric=metric))
+        spread = pd.concat(spread, ignore_index=True)
+        spread = spread[(spread["lo_us"] > 0) & (spread["hi_us"] > spread["lo_us"])]
+        if len(spread):
+            layers.append(alt.Chart(spread).mark_rule(strokeWidth=2, opacity=0.6)
+                          .encode(x=x, y="lo_us:Q", y2="hi_us:Q",
+                                  color=alt.Color("metric:N", title=None,
+                                                  scale=alt.Scale(domain=["CPU per step", "GPU busy per step"],
+                                                                  range=["#1f77b4", "#2ca02c"])),
+                                  tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
+                                           alt.Tooltip("lo_us:Q", format=",.2f", title="min µs"),
+                                           alt.Tooltip("hi_us:Q", format=",.2f", title="max µs")]))
     cross = crossover_points(data)
     if len(cross):
         cross["label"] = cross.apply(lambda r: f"crossover {r['mode']}: n≈{r['size']:,.0f}", axis=1)

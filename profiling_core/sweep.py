@@ -75,3 +75,30 @@ def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] 
                          f"{msg}: {len(result.runs)} ok, {len(result.errors)} failed in {result.wall_s:.1f} s",
                          len(result.errors)))
     return result
+
+
+SPREAD_WARN_PCT = 20.0
+"""A sweep point whose runs spread by more than this share of their median (max − min) is noise, not a result."""
+
+
+def sweep_points(runs, keys=("size", "mode"), values=("cpu_us_per_step", "gpu_busy_us_per_step",
+                                                      "gpu_busy_fraction")):
+    """The points of a sweep whose configs ran several times: per ``keys`` (a pandas DataFrame of one row per run,
+    e.g. each run's median per-step numbers), the number of runs ``n``, and for each of ``values`` its median
+    (the column's own name), ``<value>_min``, ``<value>_max`` and ``<value>_spread_pct`` ((max − min) / median ×
+    100; NaN for one run or a zero median). Rows in key order."""
+    import numpy as np
+    import pandas as pd
+    if runs is None or len(runs) == 0:
+        return pd.DataFrame(columns=[*keys, "n", *[f"{v}{s}" for v in values for s in ("", "_min", "_max",
+                                                                                      "_spread_pct")]])
+    g = runs.groupby(list(keys), sort=True, dropna=False)
+    out = g.size().rename("n").to_frame()
+    for v in values:
+        col = pd.to_numeric(runs[v], errors="coerce")
+        gv = col.groupby([runs[k] for k in keys], sort=True, dropna=False)
+        med, lo, hi = gv.median(), gv.min(), gv.max()
+        out[v], out[f"{v}_min"], out[f"{v}_max"] = med, lo, hi
+        spread = (hi - lo) / med.where(med > 0) * 100
+        out[f"{v}_spread_pct"] = spread.where(out["n"] > 1, np.nan)
+    return out.reset_index()

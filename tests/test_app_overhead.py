@@ -20,15 +20,21 @@ def test_overhead_sweep_end_to_end(runs_dir, media):
     at.selectbox(key="sweep_dtype").set_value("fp32")
     at.selectbox(key="sweep_device").set_value("cpu")
     at.slider(key="sweep_active").set_value(2)
+    assert at.number_input(key="sweep_repeats").value == 3  # on a CPU each point runs three times by default
+    at.number_input(key="sweep_repeats").set_value(2)
     [go] = [b for b in at.button if b.label == "Run sweep"]
     go.click().run()
     assert not errors_of(at), errors_of(at)
-    assert any("Done: 2 run(s)" in s.value for s in at.success)
-    assert len(at.multiselect(key="overhead_chosen").value) == 2
+    assert any("Done: 4 run(s)" in s.value for s in at.success)
+    assert len(at.multiselect(key="overhead_chosen").value) == 4
     assert download(at, media, "png_overhead_main")[:4] == b"\x89PNG"
     assert download(at, media, "svg_overhead_frac").lstrip().startswith(b"<svg")
-    csv = download(at, media, "csv_overhead_main").decode()
-    assert csv.startswith("size,mode,cpu_us_per_step,gpu_busy_us_per_step") and "\n64," in csv
+    import csv as _csv
+    import io
+    rows = list(_csv.DictReader(io.StringIO(download(at, media, "csv_overhead_main").decode())))
+    assert [(r["size"], r["n"]) for r in rows] == [("64", "2"), ("128", "2")]  # a median of two runs per point
+    for r in rows:
+        assert float(r["cpu_us_per_step_min"]) <= float(r["cpu_us_per_step"]) <= float(r["cpu_us_per_step_max"])
     # CPU-only traces: the page says why the GPU curve is flat
     assert any("no GPU lane" in i.value for i in at.info)
 

@@ -216,3 +216,20 @@ def test_every_chart_is_valid_json_without_pandas_types(slices, sweep, durations
     for ch in charts:
         assert isinstance(ch, alt.TopLevelMixin)
         json.dumps(ch.to_dict())
+
+
+def test_repeated_sweep_points_carry_their_range():
+    from profiling_core.sweep import sweep_points
+    runs = pd.DataFrame({"size": [64, 64, 64, 4096], "mode": ["eager"] * 4,
+                         "cpu_us_per_step": [10.0, 12.0, 30.0, 50.0], "gpu_busy_us_per_step": [1.0, 1.0, 2.0, 90.0],
+                         "gpu_busy_fraction": [0.1, 0.1, 0.1, 0.9]})
+    pts = sweep_points(runs)
+    p64 = pts[pts["size"] == 64].iloc[0]
+    assert (p64["n"], p64["cpu_us_per_step"], p64["cpu_us_per_step_min"], p64["cpu_us_per_step_max"]) == \
+        (3, 12.0, 10.0, 30.0)
+    assert p64["cpu_us_per_step_spread_pct"] == pytest.approx(100 * 20 / 12)
+    assert pd.isna(pts[pts["size"] == 4096]["cpu_us_per_step_spread_pct"].iloc[0])  # one run: no spread
+    spec = C.overhead_vs_compute(pts).to_dict()
+    bars = [r for d in _datasets(spec) for r in d if "lo_us" in r]
+    assert {(r["metric"], r["lo_us"], r["hi_us"]) for r in bars} == {("CPU per step", 10.0, 30.0),
+                                                                     ("GPU busy per step", 1.0, 2.0)}
