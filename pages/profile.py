@@ -2,10 +2,11 @@
 import json
 
 import streamlit as st
+import streamlit.components.v1 as components
 
 from pages import _common as ui
 from profiling_core import charts, format_duration_us, machine_busy
-from profiling_core.export import ReportSection
+from profiling_core.export import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
 
 st.title("Profile")
 st.caption("Run the workload under torch.profiler with your knobs; read the table, the timeline, the findings.")
@@ -64,6 +65,17 @@ c4.metric("GPU busy share of a step (median)", f"{frac:.1%}" if frac is not None
                "time; the median over the steps. The number question 2's finding quotes (the time between steps, "
                "and between repeat cycles, does not count as idle)")
 
+# --- the whole run ---------------------------------------------------------------------------------
+if not rep.dispatch_chains.empty:
+    st.header("The whole run", divider="gray")
+    ov_slices, ov_steps, dropped = charts.overview_from_chains(rep.dispatch_chains)
+    overview = ui.chart("trace_overview", ov_slices, ov_steps,
+                        title=f"All {len(ov_steps)} profiled steps" + ("" if rep.has_gpu else ": CPU lane"))
+    ui.chart_block(overview, ov_slices, f"{run.name}_overview", key="profile_overview")
+    st.caption("Drag to pan, scroll to zoom; dashed rules mark where each step starts. CPU slices down to depth 3 "
+               "and every GPU op" + (f"; the {dropped:,} shortest slices are left out to keep the chart fast."
+                                     if dropped else "."))
+
 # --- the step timeline ---------------------------------------------------------------------------
 st.header("2 · A step on the timeline", divider="gray")
 chains = rep.dispatch_chains
@@ -111,3 +123,7 @@ with d4:
          ReportSection("Findings", findings=found)],
         configs={rid: (run.meta.get("config") or {"source": "imported trace"})}, key="profile")
 st.info("**Open the trace in Perfetto:** " + ui.PERFETTO_HOWTO, icon=":material/open_in_new:")
+trace_bytes = run.trace_path.read_bytes()
+if len(trace_bytes) <= PERFETTO_OPEN_MAX_BYTES:
+    st.caption("Or hand it over from this browser (nothing is uploaded by the server; pop-ups must be allowed):")
+    components.html(perfetto_open_html(trace_bytes, run.name, run.trace_path.name), height=46)

@@ -484,3 +484,55 @@ def flame_from_chain(chain: pd.DataFrame) -> pd.DataFrame:
         out.loc[gpu, "depth"] = [depth_of.get(int(p), 0) + 1 if pd.notna(p) else 0
                                  for p in chain.loc[gpu, "parent_id"]]
     return out
+
+
+OVERVIEW_MAX_SLICES = 4000
+"""The most slices :func:`trace_overview` draws; beyond it the shortest are left out (and it says so)."""
+
+
+def overview_from_chains(chains: pd.DataFrame, *, max_depth: int = 3,
+                         max_slices: int = OVERVIEW_MAX_SLICES) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """Slices of every step for :func:`trace_overview` from ``analyses.dispatch_chains``: the CPU slices down to
+    ``max_depth`` (the step is depth 0) and every GPU op, times in µs from the first step's start, lanes "CPU" and
+    "GPU"; at most ``max_slices`` of them, the longest kept. Returns (slices, step boundaries, slices left out)."""
+    _require(chains, ["step", "id", "depth", "name", "category", "lane", "start_ns", "dur_us"], "overview_from_chains")
+    cols = ["lane", "name", "start_us", "end_us", "depth", "category", "step"]
+    if chains.empty:
+        return pd.DataFrame(columns=cols), pd.DataFrame(columns=["step", "start_us"]), 0
+    df = chains[(chains["lane"].astype(str) == "gpu") | (chains["depth"] <= max_depth)].copy()
+    t0 = int(chains["start_ns"].min())
+    df["start_us"] = (df["start_ns"].astype("int64") - t0) / 1000.0
+    df["end_us"] = df["start_us"] + df["dur_us"].astype(float)
+    is_gpu = df["lane"].astype(str) == "gpu"
+    df["lane"] = is_gpu.map({True: "GPU", False: "CPU"})
+    df["depth"] = df["depth"].astype(int).where(~is_gpu, 0)
+    df["category"] = [chart_category(c, n) for c, n in zip(df["category"], df["name"])]
+    steps = (df[(df["depth"] == 0) & ~is_gpu].groupby("step")["start_us"].min().reset_index())
+    dropped = max(0, len(df) - max_slices)
+    if dropped:
+        df = df.nlargest(max_slices, "dur_us")
+    return df[cols].sort_values("start_us").reset_index(drop=True), steps, dropped
+
+
+def trace_overview(slices: pd.DataFrame, steps: pd.DataFrame, *, title: str = "The whole run") -> alt.LayerChart:
+    """Every profiled step on one zoomable timeline (drag to pan, scroll to zoom): CPU slices by depth, GPU ops on
+    their lane, a rule and label at each step's start. slices/steps: from :func:`overview_from_chains`."""
+    _require(slices, ["lane", "name", "start_us", "end_us", "depth", "category"], "trace_overview")
+    zoom = alt.selection_interval(bind="scales", encodings=["x"])
+    cats = [c for c in CATEGORY_COLORS if c in set(slices["category"])] or ["other"]
+    x = alt.X("start_us:Q", title="time since the first step (µs)", axis=alt.Axis(format="~s"))
+    bars = (alt.Chart(slices).mark_bar(opacity=0.85)
+            .encode(x=x, x2="end_us:Q", y=alt.Y("lane:N", sort=["CPU", "GPU"], title=None),
+                    yOffset=alt.YOffset("depth:O", title=None),
+                    color=alt.Color("category:N", title="event",
+                                    scale=alt.Scale(domain=cats, range=[CATEGORY_COLORS[c] for c in cats]),
+                                    legend=alt.Legend(orient="top", direction="horizontal")),
+                    tooltip=[alt.Tooltip("name:N"), alt.Tooltip("lane:N"),
+                             alt.Tooltip("start_us:Q", format=",.1f", title="start (µs)"),
+                             alt.Tooltip("end_us:Q", format=",.1f", title="end (µs)")])
+            .add_params(zoom))
+    marks = steps.assign(label=[f"step {s}" for s in steps["step"]])
+    rules = alt.Chart(marks).mark_rule(color="#888", strokeDash=[4, 3]).encode(x="start_us:Q")
+    labels = (alt.Chart(marks).mark_text(align="left", dx=3, dy=-4, fontSize=10, color="#555")
+              .encode(x="start_us:Q", y=alt.value(0), text="label:N"))
+    return alt.layer(bars, rules, labels).properties(title=title, width=WIDTH, height=200)

@@ -148,3 +148,46 @@ def html_report(title: str, sections: Iterable[ReportSection], *,
         parts.append(f"<h2>Environment</h2>{_kv_html(environment)}")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+PERFETTO_UI = "https://ui.perfetto.dev"
+PERFETTO_OPEN_MAX_BYTES = 64 << 20
+"""The largest trace :func:`perfetto_open_html` hands over (it travels inside the page, base64-encoded)."""
+
+
+def perfetto_open_html(trace: bytes, title: str, file_name: str = "trace.json") -> str:
+    """A button that opens ``trace`` in the Perfetto UI from the user's own browser, the way Perfetto documents for
+    embedding (``ui.perfetto.dev`` in a new window, ``PING`` until it answers ``PONG``, then one ``postMessage`` of
+    ``{perfetto: {buffer, title, fileName}}``): the trace goes from this page to that window, never through a server.
+    ``title`` and ``file_name`` are untrusted (a run's name): they reach the script only as JSON strings."""
+    import base64
+    if len(trace) > PERFETTO_OPEN_MAX_BYTES:
+        raise ValueError(f"the trace is {len(trace) / 2**20:.0f} MiB; at most {PERFETTO_OPEN_MAX_BYTES >> 20} MiB "
+                         "can be handed to the Perfetto UI from the page (download it and open it there instead)")
+    data = base64.b64encode(trace).decode("ascii")
+    meta = json.dumps({"title": str(title), "fileName": str(file_name), "origin": PERFETTO_UI}).replace("</", "<\\/")
+    return f"""<button id="open" style="font: 14px sans-serif; padding: 6px 12px; cursor: pointer">Open in Perfetto UI</button>
+<span id="status" style="font: 13px sans-serif; color: #555; margin-left: 8px"></span>
+<script>
+const META = {meta};
+const B64 = "{data}";
+function bytes() {{
+  const s = atob(B64), a = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) a[i] = s.charCodeAt(i);
+  return a.buffer;
+}}
+document.getElementById("open").onclick = () => {{
+  const status = document.getElementById("status");
+  const win = window.open(META.origin);
+  if (!win) {{ status.textContent = "the browser blocked the new window: allow pop-ups for this page"; return; }}
+  status.textContent = "waiting for the Perfetto UI ...";
+  const ping = setInterval(() => win.postMessage("PING", META.origin), 50);
+  window.addEventListener("message", function onPong(e) {{
+    if (e.source !== win || e.data !== "PONG") return;
+    clearInterval(ping);
+    window.removeEventListener("message", onPong);
+    win.postMessage({{perfetto: {{buffer: bytes(), title: META.title, fileName: META.fileName}}}}, META.origin);
+    status.textContent = "sent to the Perfetto UI";
+  }});
+}};
+</script>"""

@@ -156,3 +156,40 @@ def test_screenshot_every_page(server, browser_page):
         assert exceptions.count() == 0, f"{name or 'home'}: {exceptions.first.inner_text()}"
         shot = _shot(page, name or "home")
         assert shot.stat().st_size > 10_000
+
+
+FAKE_PERFETTO = """<script>
+window.addEventListener("message", (e) => {
+  if (e.data === "PING") { e.source.postMessage("PONG", "*"); return; }
+  if (e.data && e.data.perfetto) {
+    const p = e.data.perfetto;
+    document.title = "got " + p.buffer.byteLength + " " + p.title + " " + p.fileName;
+  }
+});
+</script>"""
+
+
+def test_open_in_perfetto_hands_the_trace_over_by_postmessage(browser_page):
+    """The Profile page's "Open in Perfetto UI" button, in Chromium: it opens ui.perfetto.dev (here a stand-in page
+    served by Playwright's router: nothing leaves the machine), PINGs until it answers PONG, then posts the trace's
+    bytes with the run's name; the stand-in sees exactly the trace's size. A hostile run name stays a string."""
+    from profiling_core.export import PERFETTO_UI, perfetto_open_html
+    trace = (H200 / "64_bf16_cold_eager.json").read_bytes()
+    name = 'evil</script><img src=x onerror=alert(1)>"'
+    ctx = browser_page.context.browser.new_context()
+    try:
+        ctx.route(f"{PERFETTO_UI}/**", lambda route: route.fulfill(status=200, content_type="text/html",
+                                                                  body=FAKE_PERFETTO))
+        page = ctx.new_page()
+        dialogs = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.set_content(perfetto_open_html(trace, name, "trace.json"))
+        with ctx.expect_page() as popup_info:
+            page.click("#open")
+        popup = popup_info.value
+        popup.wait_for_function("document.title.startsWith('got ')", timeout=15000)
+        assert popup.title() == f"got {len(trace)} {name} trace.json"
+        page.wait_for_function("document.getElementById('status').textContent === 'sent to the Perfetto UI'")
+        assert not dialogs
+    finally:
+        ctx.close()

@@ -233,3 +233,24 @@ def test_repeated_sweep_points_carry_their_range():
     bars = [r for d in _datasets(spec) for r in d if "lo_us" in r]
     assert {(r["metric"], r["lo_us"], r["hi_us"]) for r in bars} == {("CPU per step", 10.0, 30.0),
                                                                      ("GPU busy per step", 1.0, 2.0)}
+
+
+def test_the_whole_run_overview_marks_every_step_and_stays_bounded():
+    from profiling_core.analyses import analyze
+    from profiling_core.export import chart_png
+    from profiling_core.trace import open_trace
+    from pathlib import Path
+    path = Path(__file__).parent / "data" / "h200" / "4096_bf16_warm_eager_a20.json"
+    with open_trace(path, engine="sqlite") as s:
+        chains = analyze(s).dispatch_chains
+    slices, steps, dropped = C.overview_from_chains(chains)
+    assert len(steps) == chains["step"].nunique() == 20 and dropped == 0
+    assert set(slices["lane"]) == {"CPU", "GPU"} and slices["depth"].max() <= 3
+    assert slices["start_us"].min() == 0.0
+    few, _, cut = C.overview_from_chains(chains, max_slices=50)
+    assert len(few) == 50 and cut == len(slices) - 50
+    assert few["end_us"].sub(few["start_us"]).min() >= slices["end_us"].sub(slices["start_us"]).nlargest(50).min()
+    chart = C.trace_overview(slices, steps)
+    spec = chart.to_dict()
+    assert _marks(spec) == ["bar", "rule", "text"] and "params" in json.dumps(spec)  # zoomable
+    assert chart_png(chart)[:4] == b"\x89PNG"

@@ -72,3 +72,12 @@ def test_finding_objects_are_accepted():
         text = "first step 2.9 ms"
     page = E.html_report("t", [E.ReportSection("s", findings=[F()])])
     assert "Cold start" in page and "first step 2.9 ms" in page
+
+
+def test_perfetto_handover_refuses_a_trace_too_large_for_the_page(monkeypatch):
+    from profiling_core import export
+    monkeypatch.setattr(export, "PERFETTO_OPEN_MAX_BYTES", 10)
+    with pytest.raises(ValueError, match="at most 0 MiB can be handed to the Perfetto UI"):
+        export.perfetto_open_html(b"x" * 11, "run")
+    html = export.perfetto_open_html(b"{}", "a</script>b")
+    assert "a<\\/script>b" in html and "</script>b" not in html  # the title cannot close the script
