@@ -34,6 +34,17 @@ from .errors import WorkerError
 
 CONFIG_FILE = "config.json"
 RESULT_FILE = "result.json"
+PHASE_FILE = "phase"
+"""The phase the worker is in (a timing name such as ``warmup_s``), rewritten as each begins; its parent reads it."""
+PHASE_WORDS = {"device_init_s": "initialising the device", "tensors_s": "making the tensors",
+               "compile_setup_s": "setting up torch.compile", "warmup_s": "warm-up calls",
+               "profile_s": "profiling", "export_s": "writing the trace"}
+
+
+def _write_phase(staging: Path, name: str) -> None:
+    tmp = staging / f".{PHASE_FILE}.tmp"
+    tmp.write_text(name)
+    os.replace(tmp, staging / PHASE_FILE)  # the reader sees a whole name, never half of one
 ERROR_FILE = "error.json"
 LOG_FILE = "worker.log"
 SPAWN_ENV = "PROFILING_CORE_SPAWN_T"
@@ -62,7 +73,7 @@ def _classify(exc: BaseException, phase: str) -> str:
 def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: float, prestarted: bool) -> int:
     from . import workload
 
-    timer = workload.Phase()
+    timer = workload.Phase(on_start=lambda name: _write_phase(staging, name))
     timer.timings["process_start_s"] = round(max(0.0, t_main - t_spawn), 6) if t_spawn else None
     timer.timings["torch_import_s"] = round(torch_import_s, 6)
     import torch
@@ -387,9 +398,9 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
         status("starting a fresh worker process")
         with open(log_path, "ab") as log:
             p = _spawn([str(staging)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-    status(f"profiling {config.name} in worker pid {p.pid}")
+    status(f"running {config.name} in worker pid {p.pid}")
     try:
-        return _wait(p, config, staging, log_path, cancel_event)
+        return _wait(p, config, staging, log_path, cancel_event, status)
     except WorkerError as exc:
         if not (isinstance(p, _Forked) and "forked subprocess" in exc.message):
             raise
@@ -405,14 +416,25 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
 
 
 def _wait(p, config: ExperimentConfig, staging: Path, log_path: Path,
-          cancel_event: Optional[threading.Event]) -> dict:
+          cancel_event: Optional[threading.Event], status: Callable[[str], None] = lambda _m: None) -> dict:
     deadline = time.monotonic() + config.timeout_s
+    seen = None
     while True:
         try:
             rc = p.wait(timeout=0.1)
             break
         except subprocess.TimeoutExpired:
             pass
+        try:
+            phase = (staging / PHASE_FILE).read_text()
+        except OSError:
+            phase = None
+        if phase and phase != seen:  # the worker moved on: say where it is
+            seen = phase
+            word = PHASE_WORDS.get(phase, phase)
+            if phase == "warmup_s" and config.compile != "off":
+                word += " (torch.compile compiles in the first)"
+            status(f"{config.name}: {word}")
         if cancel_event is not None and cancel_event.is_set():
             _kill(p)
             raise WorkerError("cancelled", f"{config.name} was cancelled", _tail(log_path), p.returncode)

@@ -25,12 +25,16 @@ TABLE_FILE = "table.txt"
 
 
 class Phase:
-    """Wall-clock timer of named phases, in seconds."""
+    """Wall-clock timer of named phases, in seconds; ``on_start(name)`` is told as each phase begins (the worker
+    writes it where its parent reads the run's progress)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_start: Callable[[str], None] | None = None) -> None:
         self.timings: dict[str, float] = {}
+        self._on_start = on_start
 
     def run(self, name: str, func: Callable):
+        if self._on_start is not None:
+            self._on_start(name)
         t0 = time.perf_counter()
         try:
             return func()

@@ -237,3 +237,25 @@ def test_threads_and_machine_load_are_recorded(store):
     assert meta["config"]["threads"] == 1 and meta["device"]["cpu_threads"] == 1  # torch.get_num_threads() there
     load = meta["machine_load"]
     assert load["cores"] == os.cpu_count() and load["load_1min_before"] >= 0 and load["load_1min_after"] >= 0
+
+
+def test_the_run_reports_its_phases_in_order(store):
+    """The parent reads the worker's phase file and reports each phase it sees, in the worker's order."""
+    from profiling_core.worker import PHASE_WORDS
+    seen = []
+    cfg = ExperimentConfig(size=384, dtype="fp32", device="cpu", warmup=20, wait=0, warmup_steps=0, active=5)
+    run_experiment(cfg, store=store, on_status=seen.append)
+    order = list(PHASE_WORDS.values())
+    phases = [m.split(": ", 1)[1] for m in seen if m.startswith(f"{cfg.name}: ")]
+    assert phases and all(p in order for p in phases), seen
+    assert [order.index(p) for p in phases] == sorted(order.index(p) for p in phases)  # never backwards
+    assert seen[-1].startswith("saving run")
+
+
+def test_phase_timer_tells_each_start():
+    from profiling_core.workload import Phase
+    started = []
+    t = Phase(on_start=started.append)
+    t.run("a_s", lambda: None)
+    t.run("b_s", lambda: None)
+    assert started == ["a_s", "b_s"] and set(t.timings) == {"a_s", "b_s"}
