@@ -117,7 +117,9 @@ d3.download_button("Meta JSON", data=json.dumps(run.meta, indent=1, default=str)
 with d4:
     ui.report_button(
         f"Profile {run.name}",
-        [ReportSection("Profiler table", text=table_text and "See the table text download.",
+        [ReportSection("Profiler table", preformatted=table_text or "",
+                       text="" if table_text else "This trace came without torch's table (an imported trace): the "
+                                                  "table rebuilt from the trace follows.",
                        tables=[("profiler table (rebuilt, µs)", rep.profiler_table), ("steps", rep.steps)]),
          ReportSection("Step timeline", charts=[chart_data] if chart_data is not None else []),
          ReportSection("Findings", findings=found)],

@@ -76,6 +76,8 @@ class ReportSection:
     tables: Sequence[tuple[str, pd.DataFrame]] = field(default_factory=list)
     findings: Sequence[Any] = field(default_factory=list)
     """Objects with ``title`` and ``text`` (profiling_core.findings.Finding), or (title, text) pairs."""
+    preformatted: str = ""
+    """Text shown as it is, in a monospaced block (torch's own profiler table)."""
 
 
 _CSS = """
@@ -134,6 +136,8 @@ def html_report(title: str, sections: Iterable[ReportSection], *,
         parts.append(f"<h2>{html.escape(sec.title)}</h2>")
         if sec.text:
             parts.extend(f"<p>{html.escape(p)}</p>" for p in sec.text.split("\n\n") if p.strip())
+        if sec.preformatted:
+            parts.append(f"<pre style=\"font-size:11px;overflow-x:auto\">{html.escape(sec.preformatted)}</pre>")
         for f in sec.findings:
             parts.append(_finding_html(f))
         for ch in sec.charts:

@@ -81,3 +81,10 @@ def test_perfetto_handover_refuses_a_trace_too_large_for_the_page(monkeypatch):
         export.perfetto_open_html(b"x" * 11, "run")
     html = export.perfetto_open_html(b"{}", "a</script>b")
     assert "a<\\/script>b" in html and "</script>b" not in html  # the title cannot close the script
+
+
+def test_report_includes_torchs_table_as_text():
+    from profiling_core.export import ReportSection, html_report
+    table = "Name      Self CPU %\naten::mm  <b>57.5%</b>\n"
+    page = html_report("r", [ReportSection("Profiler table", preformatted=table)])
+    assert "<pre" in page and "aten::mm  &lt;b&gt;57.5%&lt;/b&gt;" in page  # as it is, escaped
