@@ -52,6 +52,15 @@ def _us_format(values: pd.Series) -> str:
     return ",.0f" if top >= 100 else ",.2f"
 
 
+def _plain_format(values: pd.Series) -> str:
+    """A d3 format for counts and other plain numbers that never prints an exponent ("5.46e+3") or a run of zeros
+    ("0.000000"): whole numbers with thousands separators, else up to three decimals with trailing zeros dropped."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if len(v) and (v == v.round()).all():
+        return ",.0f"
+    return ",.0f" if len(v) and float(v.abs().max()) >= 1000 else ",.3~f"
+
+
 def empty_chart(message: str, *, height: int = 80) -> alt.Chart:
     """A chart with one line of text: used where a panel has no data (e.g. GPU lanes on a CPU trace)."""
     return (alt.Chart(pd.DataFrame({"message": [message]}))
@@ -326,7 +335,7 @@ def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional
     if not len(vals) or not (vals.fillna(0) != 0).any():
         return empty_chart(f"{title or value}: every value is zero" + (f" ({', '.join(sorted(set(data[category])))})"
                                                                        if len(data) else ""))
-    fmt = _us_format(data[value]) if value.endswith("_us") else ",.3~g"
+    fmt = _us_format(data[value]) if value.endswith("_us") else _plain_format(vals)
     positive = vals[vals > 0]
     log = log or (len(positive) > 1 and float(positive.max()) >= 100 * float(positive.min()))  # spans decades
     scale = alt.Scale(type="symlog") if log else alt.Scale()

@@ -254,3 +254,13 @@ def test_the_whole_run_overview_marks_every_step_and_stays_bounded():
     spec = chart.to_dict()
     assert _marks(spec) == ["bar", "rule", "text"] and "params" in json.dumps(spec)  # zoomable
     assert chart_png(chart)[:4] == b"\x89PNG"
+
+
+def test_bar_labels_never_read_as_exponents_or_zero_runs():
+    import re
+    big = pd.DataFrame({"metric": ["a", "b"], "value": [5460.0, 12.0]})
+    spec = json.dumps(C.grouped_bars(big, category="metric", value="value").to_dict())
+    fmt = set(re.findall(r'"format": "([^"]+)"', spec))
+    assert fmt == {",.0f"}  # 5,460 and 12, not 5.46e+3
+    small = pd.DataFrame({"metric": ["a", "b"], "value": [0.5, 0.125]})
+    assert ",.3~f" in json.dumps(C.grouped_bars(small, category="metric", value="value").to_dict())
