@@ -6,6 +6,7 @@ from pages import _common as ui
 from profiling_core import ExperimentConfig, charts, format_duration_us
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
+from profiling_core.sweep import SPREAD_WARN_PCT
 
 st.title("Dispatch and launch")
 st.caption("How a Python call becomes a kernel: the dispatch chain, the launch call of each kernel, the delay "
@@ -81,26 +82,46 @@ with st.form("coldwarm_form"):
     size = c1.select_slider("Size", ui.SIZES, value=64, key="cw_size")
     dtype = ui.dtype_select(c2, "cw_dtype")
     device = c3.selectbox("Device", ui.DEVICES, key="cw_device")
+    pairs_n = c1.number_input("Pairs", 1, 10, 1 if ui.environment().get("cuda_available") else 3, key="cw_pairs",
+                              help="cold and warm runs alternate, each in a fresh worker; with several pairs the "
+                                   "chart shows the median of each step with its min–max range")
     go = st.form_submit_button("Run cold + warm pair (schedule 0/0/3)", icon=":material/play_arrow:")
 if go:
     try:
         pair = [ExperimentConfig(size=size, dtype=dtype, device=device, warmup=w, wait=0, warmup_steps=0, active=3)
-                for w in (0, 10)]
-        ui.start_sweep("coldwarm", pair, "Cold + warm pair")
+                for _ in range(int(pairs_n)) for w in (0, 10)]
+        ui.start_sweep("coldwarm", pair, f"Cold + warm pair × {int(pairs_n)}")
     except ConfigError as exc:
         st.error(str(exc))
 ui.finish_sweep("coldwarm", "coldwarm_runs")
 pair_ids = [r for r in st.session_state.get("coldwarm_runs", []) if r in set(ui.runs_frame()["run_id"])]
-cold_id = ui.run_picker("Cold run", key="cw_cold", default=pair_ids[0] if pair_ids else ui.newest_run(warm=False))
+cold_id = ui.run_picker("Cold run", key="cw_cold",
+                        default=pair_ids[-2] if len(pair_ids) > 1 else ui.newest_run(warm=False))
 warm_id = ui.run_picker("Warm run", key="cw_warm",
-                        default=pair_ids[1] if len(pair_ids) > 1 else ui.newest_run(warm=True, like=cold_id))
+                        default=pair_ids[-1] if len(pair_ids) > 1 else ui.newest_run(warm=True, like=cold_id))
 if cold_id and warm_id:
+    # the last pairs made here (cold, warm, cold, warm, ...) when the pickers show one of them, else the picked pair
+    repeated = len(pair_ids) > 2 and cold_id in pair_ids[0::2] and warm_id in pair_ids[1::2]
+    groups = ((("cold", pair_ids[0::2]), ("warm", pair_ids[1::2])) if repeated
+              else (("cold", [cold_id]), ("warm", [warm_id])))
     rows = []
-    for label, r in (("cold", cold_id), ("warm", warm_id)):
-        s = ui.report(r).steps
-        rows.append(pd.DataFrame({"step": range(len(s)), "dur_us": s["cpu_dur_us"].to_numpy(),
-                                  "label": f"{label} · {ui.load_run(r).name}"}))
-    cw = pd.concat(rows, ignore_index=True)
+    for label, ids in groups:
+        for r in ids:
+            s = ui.report(r).steps
+            rows.append(pd.DataFrame({"step": range(len(s)), "dur_us": s["cpu_dur_us"].to_numpy(),
+                                      "label": f"{label} · {ui.load_run(ids[0]).name}"}))
+    per_run = pd.concat(rows, ignore_index=True)
+    cw = (per_run.groupby(["label", "step"])["dur_us"].agg(dur_us="median", lo_us="min", hi_us="max", n="count")
+          .reset_index())
+    if repeated:
+        st.caption(f"The median of {len(pair_ids) // 2} pairs per step, with the min–max range of each.")
+        wide = cw[(cw["n"] > 1) & ((cw["hi_us"] - cw["lo_us"]) > SPREAD_WARN_PCT / 100 * cw["dur_us"])]
+        if len(wide):
+            st.warning(f"{len(wide)} step position(s) spread by more than {SPREAD_WARN_PCT:.0f}% of their median "
+                       "across the pairs: read them as noise.", icon=":material/warning:")
+    else:
+        cw = cw.drop(columns=["lo_us", "hi_us"])
+        st.caption("One pair: each bar is one run's step, with no spread to read; run several pairs on a CPU.")
     cwc = ui.chart("cold_vs_warm", cw, title="Step duration by position in the profile (CPU)")
     ui.chart_block(cwc, cw, "cold_vs_warm", key="dispatch_coldwarm")
     a, b = st.columns(2)

@@ -411,16 +411,26 @@ def dispatch_flame(chain: pd.DataFrame, *, title: str = "Dispatch chain (flame v
 def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs warm") -> alt.Chart:
     """Bars of each profiled step's duration, one colour per run (cold / warm side by side).
 
-    steps: ``step``, ``dur_us``, ``label`` (e.g. "cold", "warm").
+    steps: ``step``, ``dur_us``, ``label`` (e.g. "cold", "warm"); with repeated pairs, ``dur_us`` is the median of
+    the repeats and optional ``lo_us`` / ``hi_us`` their range, drawn as a bar over each (log axis when the cold
+    step dwarfs the warm ones).
     """
     _require(steps, ["step", "dur_us", "label"], "cold_vs_warm")
-    return (alt.Chart(steps).mark_bar()
-            .encode(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
-                    xOffset="label:N",
-                    y=alt.Y("dur_us:Q", title="step duration (µs)"),
-                    color=alt.Color("label:N", title=None),
-                    tooltip=["label:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")])
-            .properties(title=title, width=WIDTH, height=260))
+    pos = steps["dur_us"][steps["dur_us"] > 0]
+    log = len(pos) > 1 and float(pos.max()) >= 100 * float(pos.min())
+    yscale = alt.Scale(type="log") if log else alt.Scale()
+    y = alt.Y("dur_us:Q", title="step duration (µs)" + (", log scale" if log else ""), scale=yscale)
+    enc = dict(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)), xOffset="label:N",
+               color=alt.Color("label:N", title=None))
+    bars = (alt.Chart(steps).mark_bar()
+            .encode(y=y, tooltip=["label:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")], **enc))
+    layers = [bars]
+    if {"lo_us", "hi_us"} <= set(steps.columns):
+        layers.append(alt.Chart(steps).mark_rule(color="#222", strokeWidth=1.5)
+                      .encode(y=alt.Y("lo_us:Q", scale=yscale), y2="hi_us:Q",
+                              tooltip=["label:N", "step:O", alt.Tooltip("lo_us:Q", format=",.2f", title="min µs"),
+                                       alt.Tooltip("hi_us:Q", format=",.2f", title="max µs")], **enc))
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=260)
 
 
 def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited for") -> alt.Chart:

@@ -34,8 +34,16 @@ def test_cold_warm_pair_through_the_form(runs_dir, media):
     at.select_slider(key="cw_size").set_value(64)
     at.selectbox(key="cw_dtype").set_value("fp32")
     at.selectbox(key="cw_device").set_value("cpu")
+    assert at.number_input(key="cw_pairs").value == 3  # three pairs on a CPU by default
+    at.number_input(key="cw_pairs").set_value(2)
     [go] = [b for b in at.button if b.label.startswith("Run cold + warm pair")]
     go.click().run()
     assert not errors_of(at), errors_of(at)
-    csv = download(at, media, "csv_dispatch_coldwarm").decode()
-    assert "cold · 64_fp32_cold_eager" in csv and "warm · 64_fp32_warm_eager" in csv
+    assert any("Done: 4 run(s)" in s.value for s in at.success)
+    assert any("The median of 2 pairs per step" in c.value for c in at.caption)
+    import csv as _csv
+    import io
+    rows = list(_csv.DictReader(io.StringIO(download(at, media, "csv_dispatch_coldwarm").decode())))
+    assert {r["label"] for r in rows} == {"cold · 64_fp32_cold_eager", "warm · 64_fp32_warm_eager"}
+    for r in rows:  # each step position: the median of two runs within their range
+        assert r["n"] == "2" and float(r["lo_us"]) <= float(r["dur_us"]) <= float(r["hi_us"])

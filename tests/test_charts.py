@@ -197,9 +197,13 @@ def test_dispatch_flame_labels_only_wide_slices(slices):
 
 
 def test_cold_vs_warm_and_sync_idle():
-    steps = pd.DataFrame({"step": [0, 1, 0, 1], "dur_us": [2900.0, 100.0, 101.0, 99.0],
+    steps = pd.DataFrame({"step": [0, 1, 0, 1], "dur_us": [29000.0, 100.0, 101.0, 99.0],
                           "label": ["cold", "cold", "warm", "warm"]})
-    assert C.cold_vs_warm(steps).to_dict()["encoding"]["xOffset"]["field"] == "label"
+    spec = C.cold_vs_warm(steps).to_dict()
+    assert spec["layer"][0]["encoding"]["xOffset"]["field"] == "label"
+    assert spec["layer"][0]["encoding"]["y"]["scale"]["type"] == "log"  # 29,000 µs cold against ~100 µs warm
+    ranged = C.cold_vs_warm(steps.assign(lo_us=steps["dur_us"] - 1, hi_us=steps["dur_us"] + 1)).to_dict()
+    assert _marks(ranged) == ["bar", "rule"]
     parts = pd.DataFrame({"label": ["sync"] * 2, "part": ["GPU busy", "GPU idle"], "dur_us": [26.0, 1754.0]})
     spec = C.sync_idle(parts).to_dict()
     assert spec["encoding"]["color"]["scale"]["domain"] == ["GPU busy", "GPU idle"]
