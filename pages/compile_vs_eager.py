@@ -25,11 +25,14 @@ with st.form("compile_form"):
                              help="compiling happens in these calls; keep them > 0 to profile the compiled steady "
                                   "state (" + ui.WARMUP_CALLS_HELP + ")")
     active = c3.slider("Active steps", 1, 50, 5, key="compile_active")
+    reps = c3.number_input("Runs of each mode", 1, 10, 1 if cuda else 3, key="compile_reps",
+                           help="the modes run in turn, this many rounds, each run in a fresh worker; the charts show "
+                                "each mode's median with its min–max range")
     go = st.form_submit_button("Run eager + compiled", type="primary", icon=":material/play_arrow:")
 if go:
     try:
         configs = [ExperimentConfig(size=size, dtype=dtype, device=device, warmup=int(warmup), compile=m, wait=0,
-                                    warmup_steps=0, active=active) for m in ["off", *modes]]
+                                    warmup_steps=0, active=active) for _ in range(int(reps)) for m in ["off", *modes]]
         ui.start_sweep("compile", configs, f"Eager + {len(modes)} compile mode(s)")
     except ConfigError as exc:
         st.error(str(exc))
@@ -57,15 +60,31 @@ def per_step(run_id: str) -> dict:
             "FX graph hash": ", ".join(sorted({h for h in cb["fx_graph_hash"].dropna()})) if len(cb) else ""}
 
 
-table = pd.DataFrame([per_step(r) for r in chosen])
-metrics = [c for c in table.columns if c not in ("run", "mode", "FX graph hash")]
+per_run = pd.DataFrame([per_step(r) for r in chosen])
+per_run["warmup_s"] = [(ui.load_run(r).meta.get("timings") or {}).get("warmup_s") for r in chosen]
+metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s")]
+if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, with the range of its CPU time
+    g = per_run.groupby("mode", sort=False)
+    table = g[metrics].median()
+    table["CPU per step min (µs)"] = g["CPU per step (µs)"].min()
+    table["CPU per step max (µs)"] = g["CPU per step (µs)"].max()
+    table["runs"] = g.size()
+    table["warmup_s"] = g["warmup_s"].median()
+    table["FX graph hash"] = g["FX graph hash"].agg(lambda h: ", ".join(sorted({x for x in h if x})))
+    table = table.reset_index()
+    table["run"] = [f"{m} (median of {n})" for m, n in zip(table["mode"], table["runs"])]
+    st.caption("Several runs of a mode: each number is its median; the CPU chart shows the min–max range.")
+else:
+    table = per_run
 long = table.melt(id_vars=["run"], value_vars=metrics, var_name="metric", value_name="value")
 
 st.header("Per step, by mode", divider="gray")
-cpu = ui.chart("grouped_bars", long[long["metric"] == "CPU per step (µs)"].rename(columns={"value": "cpu_us"}),
-                          category="run", value="cpu_us", title="CPU time per step (median)",
-                          value_title="µs per step")
-ui.chart_block(cpu, table[["run", "CPU per step (µs)"]], "compile_cpu_per_step", key="compile_cpu")
+cpu_rows = table[["run", "CPU per step (µs)"]].rename(columns={"CPU per step (µs)": "cpu_us"})
+if "CPU per step min (µs)" in table.columns:
+    cpu_rows = cpu_rows.assign(lo=table["CPU per step min (µs)"].to_numpy(), hi=table["CPU per step max (µs)"].to_numpy())
+cpu = ui.chart("grouped_bars", cpu_rows, category="run", value="cpu_us", title="CPU time per step (median)",
+               value_title="µs per step", spread=("lo", "hi") if "lo" in cpu_rows.columns else None)
+ui.chart_block(cpu, cpu_rows, "compile_cpu_per_step", key="compile_cpu")
 counts = long[long["metric"].isin(["launches per step", "kernels per step", "memcpy DtoD per step",
                                    "memsets per step", "cudaGraphLaunch per step"])]
 ops = ui.chart("grouped_bars", counts, category="metric", value="value", group="run",
@@ -104,13 +123,10 @@ ui.table_block(delta.round(2), "compile_deltas", key="compile_delta", width="str
 st.header("What compiling costs, and when it pays off", divider="gray")
 payoff_rows = []
 if not base_rows.empty:
-    base_id = chosen[list(table["run"]).index(base["run"])]
-    base_t = (ui.load_run(base_id).meta.get("timings") or {})
-    for r, (_, row) in zip(chosen, table.iterrows()):
-        t = ui.load_run(r).meta.get("timings") or {}
-        if row["mode"] == "eager" or "warmup_s" not in t or "warmup_s" not in base_t:
+    for _, row in table.iterrows():
+        if row["mode"] == "eager" or pd.isna(row["warmup_s"]) or pd.isna(base["warmup_s"]):
             continue
-        p = compile_payoff(base_t["warmup_s"], t["warmup_s"], base["CPU per step (µs)"], row["CPU per step (µs)"])
+        p = compile_payoff(base["warmup_s"], row["warmup_s"], base["CPU per step (µs)"], row["CPU per step (µs)"])
         payoff_rows.append({"run": row["run"], "one-time compile (s)": round(p["compile_s"], 2),
                             "CPU saved per step (µs)": round(p["saving_us_per_step"], 1),
                             "pays off after": "never (the compiled step is not cheaper on the CPU)"

@@ -322,12 +322,14 @@ def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel dur
 # --- generic comparisons -------------------------------------------------------------------------
 
 def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional[str] = None,
-                 title: str = "", value_title: Optional[str] = None, log: bool = False) -> alt.Chart:
+                 title: str = "", value_title: Optional[str] = None, log: bool = False,
+                 spread: Optional[tuple[str, str]] = None) -> alt.Chart:
     """Horizontal bars of ``value`` per ``category``, side by side per ``group`` (e.g. eager vs compile).
 
-    df: the three named columns (``group`` optional). Values are labelled at the bar end.
+    df: the three named columns (``group`` optional). Values are labelled at the bar end. ``spread``: two columns
+    (low, high) of each bar's range (the min and max of repeated runs whose median the bar is), drawn as a rule.
     """
-    cols = [category, value] + ([group] if group else [])
+    cols = [category, value] + ([group] if group else []) + (list(spread) if spread else [])
     _require(df, cols, "grouped_bars")
     data = df[cols].copy()
     data[category] = data[category].astype(str)
@@ -349,8 +351,14 @@ def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional
     base = alt.Chart(data).encode(**enc)
     bars = base.mark_bar()
     labels = base.mark_text(align="left", dx=3, fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
+    layers = [bars, labels]
+    if spread:
+        lo, hi = spread
+        layers.append(base.mark_rule(color="#222", strokeWidth=1.5).encode(
+            x=alt.X(f"{lo}:Q", scale=scale), x2=f"{hi}:Q",
+            tooltip=[alt.Tooltip(f"{lo}:Q", format=fmt, title="min"), alt.Tooltip(f"{hi}:Q", format=fmt, title="max")]))
     n = data[category].nunique() * (data[group].nunique() if group else 1)
-    return alt.layer(bars, labels).properties(title=title, width=WIDTH, height=max(60, 22 * n + 20))
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=max(60, 22 * n + 20))
 
 
 def launch_latency(latency: pd.DataFrame, *, title: str = "Launch latency: kernel start − launch call start"

@@ -14,10 +14,18 @@ def test_compile_page_runs_eager_and_compiled_through_its_form(runs_dir, media):
     at.selectbox(key="compile_dtype").set_value("fp32")
     at.selectbox(key="compile_device").set_value("cpu")
     at.slider(key="compile_active").set_value(2)
+    assert at.number_input(key="compile_reps").value == 3  # three runs of each mode on a CPU by default
+    at.number_input(key="compile_reps").set_value(2)
     [go] = [b for b in at.button if b.label == "Run eager + compiled"]
     go.click().run()
     assert not errors_of(at), errors_of(at)
-    assert any("Done: 2 run(s)" in s.value for s in at.success)
+    assert any("Done: 4 run(s)" in s.value for s in at.success)
+    import csv as _csv
+    import io
+    cpu_rows = list(_csv.DictReader(io.StringIO(download(at, media, "csv_compile_cpu").decode())))
+    assert [r["run"] for r in cpu_rows] == ["eager (median of 2)", "default (median of 2)"]
+    for r in cpu_rows:
+        assert float(r["lo"]) <= float(r["cpu_us"]) <= float(r["hi"])
     delta = [d.value for d in at.dataframe if "metric" in d.value.columns][0].set_index("metric")
     compiled = [c for c in delta.columns if c.startswith("default") and not c.startswith("Δ")][0]
     assert delta.loc["compiled region (µs)", "eager"] == 0

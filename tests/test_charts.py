@@ -268,3 +268,12 @@ def test_bar_labels_never_read_as_exponents_or_zero_runs():
     assert fmt == {",.0f"}  # 5,460 and 12, not 5.46e+3
     small = pd.DataFrame({"metric": ["a", "b"], "value": [0.5, 0.125]})
     assert ",.3~f" in json.dumps(C.grouped_bars(small, category="metric", value="value").to_dict())
+
+
+def test_bars_of_medians_carry_their_range():
+    df = pd.DataFrame({"run": ["eager (median of 3)", "default (median of 3)"], "cpu_us": [60.0, 140.0],
+                       "lo": [55.0, 120.0], "hi": [80.0, 150.0]})
+    spec = C.grouped_bars(df, category="run", value="cpu_us", spread=("lo", "hi")).to_dict()
+    assert _marks(spec) == ["bar", "text", "rule"]
+    rule = spec["layer"][2]["encoding"]
+    assert rule["x"]["field"] == "lo" and rule["x2"]["field"] == "hi"
