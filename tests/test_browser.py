@@ -25,6 +25,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SHOTS = ROOT / "test-output" / "screenshots"
 PAGES = ["", "profile", "overhead", "variance", "compile_vs_eager", "dispatch", "runs", "trace_lab"]
+RUNS: dict = {}  # the server's run store (set by the server fixture)
 
 
 def _free_port() -> int:
@@ -39,6 +40,7 @@ def server(tmp_path_factory):
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install -y chromium)")
     pytest.importorskip("playwright.sync_api", reason="no playwright package (pip install playwright)")
     runs = tmp_path_factory.mktemp("browser") / "runs"
+    RUNS["dir"] = runs
     for name in ("64_bf16_cold_eager", "4096_bf16_warm_eager", "4096_bf16_warm_compile"):
         import_trace(runs, H200 / f"{name}.json", name)  # GPU traces, so GPU panels have something to show
     port = _free_port()
@@ -193,3 +195,57 @@ def test_open_in_perfetto_hands_the_trace_over_by_postmessage(browser_page):
         assert not dialogs
     finally:
         ctx.close()
+
+
+def _newest_runs(n: int) -> list[str]:
+    """The newest n run ids of the server's store, from the folders' meta.json (not through the app)."""
+    import json
+    metas = [json.loads((p / "meta.json").read_text()) for p in RUNS["dir"].iterdir()
+             if p.is_dir() and not p.name.startswith(".")]
+    return [m["run_id"] for m in sorted(metas, key=lambda m: m["started_at"])[-n:]]
+
+
+def _clean(page, where: str) -> None:
+    exceptions = page.locator('[data-testid="stException"]')
+    assert exceptions.count() == 0, f"{where}: {exceptions.first.inner_text()}"
+    warnings = [w for w in page.locator('[data-testid="stAlertContentWarning"]').all_inner_texts()
+                if "Session State API" in w]
+    assert not warnings, f"{where}: {warnings}"
+
+
+# page, its action button, how many runs the action makes with the page's CPU defaults, the picker(s) that must
+# show the newest run(s) afterwards (key, how many runs back: 1 = the newest)
+ACTIONS = [
+    ("variance", "Run 20-step profile", 1, [("variance_run", 1)]),
+    ("dispatch", "Run cold + warm pair", 6, [("cw_cold", 2), ("cw_warm", 1), ("dispatch_run", 1)]),
+    ("compile_vs_eager", "Run eager + compiled", 6, [("compile_chosen", 1)]),
+    ("overhead", "Run sweep", 9, [("overhead_chosen", 1)]),
+]
+
+
+@pytest.mark.parametrize("name,button,made,pickers", ACTIONS, ids=[a[0] for a in ACTIONS])
+def test_each_pages_action_shows_the_runs_it_made(server, browser_page, name, button, made, pickers):
+    """Walk a page's main action in Chromium with its CPU defaults: afterwards its pickers show the runs it just made
+    (read off the store, not the app), with no exception and no Session State warning; a screenshot is saved."""
+    page = browser_page
+    page.goto(f"{server}/{name}")
+    page.get_by_role("button", name=button).wait_for(timeout=60_000)
+    _wait_idle(page)
+    before = len(_newest_runs(10_000))
+    page.get_by_role("button", name=button).click()
+    page.locator('[data-testid="stProgress"]').first.wait_for(timeout=60_000)
+    deadline = time.monotonic() + 300
+    while len(_newest_runs(10_000)) < before + made and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+    page.locator('[data-testid="stProgress"]').first.wait_for(state="detached", timeout=120_000)
+    _wait_idle(page)
+    _clean(page, name)
+    newest = _newest_runs(made)
+    assert len(_newest_runs(10_000)) == before + made
+    for key, back in pickers:
+        box = page.locator(f".st-key-{key}")  # a selectbox shows its choice in its input's value
+        text = box.inner_text() + " " + " ".join(box.locator("input").evaluate_all("els => els.map(e => e.value)"))
+        assert newest[-back][-4:] in text, f"{name}: picker {key} does not show run {newest[-back]}: {text!r}"
+    assert page.locator(".st-key-cancel_" + {"variance": "variance", "dispatch": "coldwarm",
+                                             "compile_vs_eager": "compile", "overhead": "sweep"}[name]).count() == 0
+    _shot(page, f"after_{name}")
