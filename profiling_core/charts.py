@@ -236,6 +236,8 @@ def gpu_busy_fraction(sweep: pd.DataFrame, *, title: str = "GPU busy fraction of
     sweep: ``size``, ``gpu_busy_fraction`` (0..1), optional ``mode``.
     """
     _require(sweep, ["size", "gpu_busy_fraction"], "gpu_busy_fraction")
+    if not (pd.to_numeric(sweep["gpu_busy_fraction"], errors="coerce").fillna(0) > 0).any():
+        return empty_chart(f"{title}: zero at every size (these runs launched no GPU work)")
     data = sweep.copy()
     if "mode" not in data.columns:
         data["mode"] = "eager"

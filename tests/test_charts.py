@@ -277,3 +277,10 @@ def test_bars_of_medians_carry_their_range():
     assert _marks(spec) == ["bar", "text", "rule"]
     rule = spec["layer"][2]["encoding"]
     assert rule["x"]["field"] == "lo" and rule["x2"]["field"] == "hi"
+
+
+def test_an_all_zero_busy_fraction_is_one_sentence(sweep):
+    cpu = sweep.assign(gpu_busy_fraction=0.0)
+    spec = C.gpu_busy_fraction(cpu).to_dict()
+    assert _marks(spec) == ["text"] and "zero at every size" in json.dumps(spec)
+    assert _marks(C.gpu_busy_fraction(sweep).to_dict()) != ["text"]
