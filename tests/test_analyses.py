@@ -159,8 +159,31 @@ def test_gpu_busy_is_a_union_not_a_sum(name):
     assert g.loc["trace", "gpu_ops"] == len(sc.gpu)
     launched = [x for st in sc.steps for x in sc.in_step(st)]
     b = _union((gg["ts"], gg["ts"] + gg["dur"]) for _, gg in launched)
-    end = max([st["ts"] + st["dur"] for st in sc.steps] + [gg["ts"] + gg["dur"] for _, gg in launched])
-    assert g.loc["steps", "busy_fraction"] == pytest.approx(b / (end - sc.steps[0]["ts"]), rel=1e-4)
+    # the steps' window: each step from its start to the later of its end and its ops' end, their union
+    windows = [(st["ts"], max([st["ts"] + st["dur"]] + [gg["ts"] + gg["dur"] for _, gg in sc.in_step(st)]))
+               for st in sc.steps]
+    assert g.loc["steps", "busy_fraction"] == pytest.approx(b / _union(windows), rel=1e-4)
+
+
+def test_steps_busy_share_does_not_count_the_gap_between_repeat_cycles(tmp_path):
+    """Two recorded steps 10 ms apart (repeat > 1: the profiler did not record the steps between its cycles), each
+    launching a 50 µs kernel in a 100 µs step: busy 100 µs over the steps' 200 µs, not over the 10.1 ms span."""
+    import json as _json
+    ev = []
+    for i, t in enumerate((1000.0, 11000.0)):
+        ev += [{"ph": "X", "name": f"ProfilerStep#{i}", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": t,
+                "dur": 100.0},
+               {"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "pid": 1, "tid": 1, "ts": t + 10,
+                "dur": 5.0, "args": {"correlation": i + 1}},
+               {"ph": "X", "name": "k", "cat": "kernel", "pid": 0, "tid": 7, "ts": t + 20, "dur": 50.0,
+                "args": {"correlation": i + 1}}]
+    path = tmp_path / "cycles.json"
+    path.write_text(_json.dumps({"traceEvents": ev}))
+    with open_trace(path, engine="sqlite") as s:
+        g = gpu_busy(s).set_index("scope")
+    assert g.loc["steps", "busy_us"] == pytest.approx(100.0)
+    assert g.loc["steps", "window_us"] == pytest.approx(200.0)
+    assert g.loc["steps", "busy_fraction"] == pytest.approx(0.5)
 
 
 def test_cpu_vs_gpu_bound():

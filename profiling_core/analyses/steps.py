@@ -107,13 +107,15 @@ def cpu_vs_gpu(session, overhead_below: float = OVERHEAD_BOUND_BELOW,
 def _gpu_busy_raw(sh: Shared) -> pd.DataFrame:
     """What ``gpu_busy.sql`` returns, computed from the shared pairs, step windows and GPU op intervals."""
     cols = ["scope", "gpu_ops", "busy_ns", "window_start_ns", "window_end_ns", "first_gpu_start_ns",
-            "last_gpu_end_ns"]
+            "last_gpu_end_ns", "window_ns"]
 
-    def row(scope, wb, we, b, e):
+    def row(scope, wb, we, b, e, window=None):
         n = len(b)
         last = int(e.max()) if n else None
         wend = None if we is None else max(we, we if last is None else last)
-        return (scope, n, union_ns(b, e), wb, wend, int(b.min()) if n else None, last)
+        if window is None:
+            window = None if wb is None or wend is None else wend - wb
+        return (scope, n, union_ns(b, e), wb, wend, int(b.min()) if n else None, last, window)
 
     ops = sh.ops
     rows = [row("trace", *sh.trace_window, ops["ts"], ops["end"])]
@@ -121,10 +123,17 @@ def _gpu_busy_raw(sh: Shared) -> pd.DataFrame:
     if st:
         p = sh.p
         idx = [sh.pairs_in(ts, ts + dur) for _sid, _n, _nm, ts, dur, _d, _u in st]
+        # each step's window runs from its start to the later of its end and the end of the GPU work it launched;
+        # the steps' window is their union, so time between steps (and between repeat cycles, whose steps the
+        # profiler did not record) is not counted as GPU idle
+        starts = np.array([r[3] for r in st], dtype=np.int64)
+        ends = np.array([max(r[3] + r[4], int(p["gpu_end"][k].max()) if len(k) else 0) for r, k in zip(st, idx)],
+                        dtype=np.int64)
         i = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
         _, first = np.unique(p["gpu_id"][i], return_index=True)
         i = i[first]
-        rows.append(row("steps", min(r[3] for r in st), max(r[3] + r[4] for r in st), p["gpu_ts"][i], p["gpu_end"][i]))
+        rows.append(row("steps", int(starts.min()), int((starts + np.array([r[4] for r in st])).max()),
+                        p["gpu_ts"][i], p["gpu_end"][i], union_ns(starts, ends)))
     return frame(rows, cols)
 
 
@@ -136,15 +145,16 @@ def gpu_busy(session, shared: Shared | None = None) -> pd.DataFrame:
 
     Returns:
         DataFrame with one row per ``scope``: ``trace`` (all GPU ops; window from the first to the last event of
-        the trace) and, when the trace has ProfilerSteps, ``steps`` (ops launched inside a step; window from the
-        first step's start to the later of the last step's end and the last such op's end). Columns ``scope``,
+        the trace) and, when the trace has ProfilerSteps, ``steps`` (ops launched inside a step; window: the union
+        of the steps' windows, each from the step's start to the later of its end and the end of the GPU work it
+        launched, so time between steps and between repeat cycles is not counted as idle). Columns ``scope``,
         ``gpu_ops``, ``busy_us``, ``window_us``, ``busy_fraction`` (busy / window, NaN without a window),
         ``window_start_ns``, ``first_gpu_start_ns``, ``last_gpu_end_ns``.
     """
     df = _gpu_busy_raw(shared_for(session, shared))
     df = ints(df, "gpu_ops")
-    df = nullable_int(df, "window_start_ns", "window_end_ns", "first_gpu_start_ns", "last_gpu_end_ns")
-    df["window_us"] = (df["window_end_ns"] - df["window_start_ns"]).astype("Float64").astype("float64") / 1000.0
+    df = nullable_int(df, "window_start_ns", "window_end_ns", "first_gpu_start_ns", "last_gpu_end_ns", "window_ns")
+    df["window_us"] = df["window_ns"].astype("Float64").astype("float64") / 1000.0
     df = us(df, {"busy_ns": "busy_us"})
     df["busy_fraction"] = ratio(df["busy_us"], df["window_us"])
     return df[["scope", "gpu_ops", "busy_us", "window_us", "busy_fraction", "window_start_ns",
