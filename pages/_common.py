@@ -150,7 +150,7 @@ def announce_runs(run_ids: list[str]) -> None:
     st.session_state[_RUNS_VERSION] = st.session_state.get(_RUNS_VERSION, 0) + 1
 
 
-def _end_job(key: str, run_ids: list[str], notices: list[tuple]) -> None:
+def end_action(key: str, run_ids: list[str], notices: list[tuple]) -> None:
     """A job under ``key`` ended: announce its runs, keep what to tell the user (:func:`_show_notices`), and run the
     page again, so that everything on it (the sidebar, drawn first, and every picker) shows the new runs and the
     job's progress box and Cancel button are gone."""
@@ -159,7 +159,7 @@ def _end_job(key: str, run_ids: list[str], notices: list[tuple]) -> None:
     st.rerun()
 
 
-def _show_notices(key: str) -> None:
+def show_notices(key: str) -> None:
     """What the job under ``key`` left to tell, once: ("toast" | "success" | "warning", text) or ("error", exception,
     title); a user's own cancel reads as cancelled, not as a failure."""
     for kind, *what in st.session_state.pop(f"_notices_{key}", []):
@@ -651,14 +651,14 @@ def start_profile(key: str, config: ExperimentConfig) -> Job:
 def finish_profile(key: str) -> None:
     """Follow the profile job under ``key``; when it ends, make its run current everywhere and say so (a toast that
     names it), or show why it failed; on the run after that, the outcome is shown once."""
-    _show_notices(key)
+    show_notices(key)
     job = follow_job(key)
     if job is None or job.running:
         return
     pop_job(key)
     if job.error is not None:
-        _end_job(key, [], [("error", job.error, "The run failed")])
-    _end_job(key, [job.result.run_id], [("toast", f"Run {job.result.run_id} saved")])
+        end_action(key, [], [("error", job.error, "The run failed")])
+    end_action(key, [job.result.run_id], [("toast", f"Run {job.result.run_id} saved")])
 
 
 def prestart() -> int:
@@ -699,19 +699,19 @@ def start_sweep(key: str, configs: list[ExperimentConfig], label: str) -> Job:
 def finish_sweep(key: str, state_key: str) -> None:
     """Follow the sweep job under ``key``; when it ends, keep its run ids in ``st.session_state[state_key]``, announce
     them (every run picker then shows them) and say how it went, once, on the run after that."""
-    _show_notices(key)
+    show_notices(key)
     job = follow_job(key)
     if job is None or job.running:
         return
     pop_job(key)
     if job.error is not None:
-        _end_job(key, [], [("error", job.error, "The sweep failed")])
+        end_action(key, [], [("error", job.error, "The sweep failed")])
     res = job.result
     st.session_state[state_key] = [r.run_id for r in res.runs]
     msg = f"{len(res.runs)} run(s) in {res.wall_s:.1f} s"
     notices = [("error", exc, f"{cfg.name} failed") for cfg, exc in res.errors]
     notices.append(("warning", "Cancelled after " + msg) if res.cancelled else ("success", "Done: " + msg))
-    _end_job(key, [r.run_id for r in res.runs], notices)
+    end_action(key, [r.run_id for r in res.runs], notices)
 
 
 def mode_label(run_id: str) -> str:

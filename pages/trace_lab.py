@@ -15,6 +15,7 @@ st.caption("Upload a trace written by torch.profiler (`export_chrome_trace`, .js
 
 # --- upload --------------------------------------------------------------------------------------
 cap = st.get_option("server.maxUploadSize")
+ui.show_notices("lab_import")
 upload = st.file_uploader(f"Trace file (up to {cap} MB)", type=["json", "gz"], key="lab_upload")
 imported = st.session_state.setdefault("lab_imported", {})
 if upload is not None and upload.file_id not in imported:
@@ -34,8 +35,9 @@ if upload is not None and upload.file_id not in imported:
             imported[upload.file_id] = None  # do not retry the same upload on every rerun
         else:
             imported[upload.file_id] = run.run_id
-            ui.announce_runs([run.run_id])
-            st.success(f"Imported as run `{run.run_id}`; it is now the current run of every page.")
+            # announce it and run the page again, so the sidebar (drawn first) shows it too
+            ui.end_action("lab_import", [run.run_id],
+                          [("success", f"Imported as run {run.run_id}; it is now the current run of every page.")])
 
 rid = ui.run_picker("Trace to explore", key="lab_run")
 if rid is None:

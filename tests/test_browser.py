@@ -249,3 +249,29 @@ def test_each_pages_action_shows_the_runs_it_made(server, browser_page, name, bu
     assert page.locator(".st-key-cancel_" + {"variance": "variance", "dispatch": "coldwarm",
                                              "compile_vs_eager": "compile", "overhead": "sweep"}[name]).count() == 0
     _shot(page, f"after_{name}")
+
+
+def test_trace_lab_import_is_shown_at_once(server, browser_page):
+    """Trace lab's import in Chromium: the uploaded trace becomes the run its picker and the sidebar show."""
+    page = browser_page
+    page.goto(server)  # (a fresh session's first load at /trace_lab shows Streamlit's file-based nav: see the note)
+    page.locator("h1").first.wait_for(timeout=60_000)
+    _wait_idle(page)
+    page.goto(f"{server}/trace_lab")
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').wait_for(state="attached", timeout=60_000)
+    _wait_idle(page)
+    before = len(_newest_runs(10_000))
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(
+        str(H200 / "64_bf16_warm_eager_b8.json"))
+    deadline = time.monotonic() + 120
+    while len(_newest_runs(10_000)) < before + 1 and time.monotonic() < deadline:
+        page.wait_for_timeout(300)
+    page.get_by_text("Imported as run").wait_for(timeout=60_000)
+    _wait_idle(page)
+    _clean(page, "trace_lab")
+    [new] = _newest_runs(1)
+    box = page.locator(".st-key-lab_run")
+    shown = " ".join(box.locator("input").evaluate_all("els => els.map(e => e.value)"))
+    assert new[-4:] in shown, shown
+    _shot(page, "after_trace_lab")
+    page.locator('[data-testid="stSidebar"]').get_by_text(new).wait_for(timeout=30_000)  # the current run
