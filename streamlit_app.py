@@ -33,5 +33,6 @@ PAGES = {
 
 ui.new_script_run()
 page = st.navigation(PAGES)
+ui.follow_deep_link()
 ui.sidebar()
 page.run()

@@ -57,6 +57,30 @@ _MEMO = "_rerun_memo"
 def new_script_run() -> None:
     """Called by the frame at the top of every script run: forget the previous run's memo."""
     st.session_state[_MEMO] = {}
+    st.session_state[_IN_FRAME] = True
+
+
+_IN_FRAME = "_in_app_frame"
+_DEEP_LINK = "_deep_link"
+
+
+def in_frame(page_file: str) -> None:
+    """Called first by every page: a page must run inside the app's frame (streamlit_app.py: st.navigation, the
+    sidebar). Until some session has run the frame, Streamlit routes a fresh session's deep link (a bookmark, a
+    reload on /profile) through the legacy ``pages/`` directory, running the page alone with Streamlit's file-list
+    navigation. Then the page sends the session through the frame, which opens this page again
+    (:func:`follow_deep_link`)."""
+    if st.session_state.get(_IN_FRAME):
+        return
+    st.session_state[_DEEP_LINK] = f"pages/{os.path.basename(page_file)}"
+    st.switch_page("streamlit_app.py")
+
+
+def follow_deep_link() -> None:
+    """Called by the frame after st.navigation: open the page a deep link asked for (see :func:`in_frame`)."""
+    target = st.session_state.pop(_DEEP_LINK, None)
+    if target:
+        st.switch_page(target)
 
 
 def _memo(key: tuple, make: Callable[[], Any]) -> Any:

@@ -8,6 +8,8 @@ from profiling_core.analyses import compile_payoff
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
 
+ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+
 st.title("Compile vs eager")
 st.caption("torch.compile fuses add(matmul) into one addmm: fewer launches, new CPU rows (Dynamo cache lookup, "
            "the compiled region, the AOT prologue, the compiled FX graph). Is the step cheaper on the CPU?")

@@ -8,6 +8,8 @@ from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
 from profiling_core.sweep import SPREAD_WARN_PCT
 
+ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+
 st.title("Dispatch and launch")
 st.caption("How a Python call becomes a kernel: the dispatch chain, the launch call of each kernel, the delay "
            "until the GPU starts it, the cold first step, and the synchronize at the end.")

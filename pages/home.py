@@ -3,6 +3,8 @@ import streamlit as st
 
 from pages import _common as ui
 
+ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+
 st.title("Reading PyTorch profiles, by experiment")
 st.markdown(
     "One tiny workload, `torch.add(torch.matmul(x, w), b)` inside `record_function(\"matmul_add\")`, profiled "

@@ -7,6 +7,8 @@ from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
 from profiling_core.sweep import SPREAD_WARN_PCT, sweep_points
 
+ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+
 st.title("Overhead vs compute")
 st.caption("At 64² the GPU idles while the CPU launches; at 4096² the GPU works. Sweep sizes and see where the "
            "curves of CPU time per step and GPU busy time per step cross.")

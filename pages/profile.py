@@ -8,6 +8,8 @@ from pages import _common as ui
 from profiling_core import charts, format_duration_us, machine_busy
 from profiling_core.export import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
 
+ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+
 st.title("Profile")
 st.caption("Run the workload under torch.profiler with your knobs; read the table, the timeline, the findings.")
 

@@ -5,6 +5,8 @@ import streamlit as st
 from pages import _common as ui
 from profiling_core.export import ReportSection
 
+ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+
 st.title("Runs")
 runs = ui.runs_frame()
 root, size = ui.store_summary()

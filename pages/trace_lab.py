@@ -9,6 +9,8 @@ from profiling_core import format_duration_us
 from profiling_core.errors import ProfilingError
 from profiling_core.queries import list_queries, load_query
 
+ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+
 st.title("Trace lab")
 st.caption("Upload a trace written by torch.profiler (`export_chrome_trace`, .json or .json.gz), or any "
            "Chrome/Kineto trace. It is copied into the run store, so every page can analyse it.")

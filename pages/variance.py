@@ -7,6 +7,8 @@ from profiling_core import format_duration_us
 from profiling_core.export import ReportSection
 from profiling_core.findings import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
 
+ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+
 st.title("Kernel variance")
 st.caption("Profile many steps and look at each kernel's distribution: the mean misleads when a few steps are "
            "slow; the median, min and max tell the story.")

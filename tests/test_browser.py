@@ -6,6 +6,7 @@ package is missing (CI installs Chromium with apt; never `playwright install`, w
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -43,6 +44,13 @@ def server(tmp_path_factory):
     RUNS["dir"] = runs
     for name in ("64_bf16_cold_eager", "4096_bf16_warm_eager", "4096_bf16_warm_compile"):
         import_trace(runs, H200 / f"{name}.json", name)  # GPU traces, so GPU panels have something to show
+    with _serve(runs) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serve(runs: Path):
+    """`streamlit run streamlit_app.py` on a free port over the run store ``runs``; yields its URL."""
     port = _free_port()
     log = open(runs.parent / "streamlit.log", "w")
     env = dict(os.environ, PROFILING_RUNS_DIR=str(runs), PYTHONPATH=str(ROOT))
@@ -52,26 +60,25 @@ def server(tmp_path_factory):
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://localhost:{port}"
     deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            log.close()
-            pytest.fail("streamlit did not start:\n" + (runs.parent / "streamlit.log").read_text()[-3000:])
-        time.sleep(0.3)
-    yield url
-    proc.terminate()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
-
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("streamlit did not start:\n" + (runs.parent / "streamlit.log").read_text()[-3000:])
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
 
 @pytest.fixture(scope="module")
 def browser_page(server):
@@ -275,3 +282,24 @@ def test_trace_lab_import_is_shown_at_once(server, browser_page):
     assert new[-4:] in shown, shown
     _shot(page, "after_trace_lab")
     page.locator('[data-testid="stSidebar"]').get_by_text(new).wait_for(timeout=30_000)  # the current run
+
+
+def test_a_deep_link_as_the_first_visit_opens_the_page_in_the_app(tmp_path, browser_page):
+    """A fresh server whose first visitor opens /runs directly (a bookmark, a reload): Streamlit would route it
+    through the legacy pages/ directory (the page alone, a file-list navigation: "common", "streamlit app"); the
+    page sends it through the app's frame, which opens /runs with the app's navigation and sidebar."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with _serve(runs) as url:
+        ctx = browser_page.context.browser.new_context()
+        try:
+            page = ctx.new_page()
+            page.goto(f"{url}/runs")
+            page.get_by_role("heading", name="Runs", exact=True).wait_for(timeout=60_000)
+            _wait_idle(page)
+            page.locator('[data-testid="stSidebar"]').get_by_text("Run store:").wait_for(timeout=30_000)
+            nav = page.locator('[data-testid="stSidebar"]').inner_text()
+            assert "Overhead vs compute" in nav and "common" not in nav and "streamlit app" not in nav, nav
+            assert page.url.rstrip("/").endswith("/runs")
+        finally:
+            ctx.close()
