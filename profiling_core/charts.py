@@ -422,14 +422,14 @@ def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs wa
     """Bars of each profiled step's duration, one colour per run (cold / warm side by side).
 
     steps: ``step``, ``dur_us``, ``label`` (e.g. "cold", "warm"); with repeated pairs, ``dur_us`` is the median of
-    the repeats and optional ``lo_us`` / ``hi_us`` their range, drawn as a bar over each (log axis when the cold
-    step dwarfs the warm ones).
+    the repeats and optional ``lo_us`` / ``hi_us`` their range, drawn as a bar over each (a symlog axis when the
+    cold step dwarfs the warm ones).
     """
     _require(steps, ["step", "dur_us", "label"], "cold_vs_warm")
     pos = steps["dur_us"][steps["dur_us"] > 0]
     log = len(pos) > 1 and float(pos.max()) >= 100 * float(pos.min())
-    yscale = alt.Scale(type="log") if log else alt.Scale()
-    y = alt.Y("dur_us:Q", title="step duration (µs)" + (", log scale" if log else ""), scale=yscale)
+    yscale = alt.Scale(type="symlog") if log else alt.Scale()  # (bars start at 0, which a log scale cannot draw)
+    y = alt.Y("dur_us:Q", title="step duration (µs)" + (", symmetric log scale" if log else ""), scale=yscale)
     enc = dict(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)), xOffset="label:N",
                color=alt.Color("label:N", title=None))
     bars = (alt.Chart(steps).mark_bar()

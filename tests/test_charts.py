@@ -201,7 +201,7 @@ def test_cold_vs_warm_and_sync_idle():
                           "label": ["cold", "cold", "warm", "warm"]})
     spec = C.cold_vs_warm(steps).to_dict()
     assert spec["layer"][0]["encoding"]["xOffset"]["field"] == "label"
-    assert spec["layer"][0]["encoding"]["y"]["scale"]["type"] == "log"  # 29,000 µs cold against ~100 µs warm
+    assert spec["layer"][0]["encoding"]["y"]["scale"]["type"] == "symlog"  # 29,000 µs cold against ~100 µs warm
     ranged = C.cold_vs_warm(steps.assign(lo_us=steps["dur_us"] - 1, hi_us=steps["dur_us"] + 1)).to_dict()
     assert _marks(ranged) == ["bar", "rule"]
     parts = pd.DataFrame({"label": ["sync"] * 2, "part": ["GPU busy", "GPU idle"], "dur_us": [26.0, 1754.0]})
