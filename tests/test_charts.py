@@ -284,3 +284,15 @@ def test_an_all_zero_busy_fraction_is_one_sentence(sweep):
     spec = C.gpu_busy_fraction(cpu).to_dict()
     assert _marks(spec) == ["text"] and "zero at every size" in json.dumps(spec)
     assert _marks(C.gpu_busy_fraction(sweep).to_dict()) != ["text"]
+
+
+def test_bars_on_a_wide_range_are_drawn():
+    """Rendered, not only specified: with one step 290x the others the bars still show (a log axis drew none)."""
+    import io
+    from PIL import Image
+    from profiling_core.export import chart_png
+    steps = pd.DataFrame({"step": [0, 1, 2, 0, 1, 2], "dur_us": [29000.0, 100.0, 90.0, 101.0, 99.0, 95.0],
+                          "label": ["A"] * 3 + ["B"] * 3})
+    img = Image.open(io.BytesIO(chart_png(C.cold_vs_warm(steps), scale=1.0))).convert("RGB")
+    blue = sum(1 for r, g, b in img.getdata() if abs(r - 76) < 12 and abs(g - 120) < 12 and abs(b - 168) < 12)
+    assert blue > 2000  # the default first colour, #4c78a8, fills A's three bars
