@@ -492,11 +492,22 @@ def chart_block(spec: dict, data: Optional[pd.DataFrame], name: str, key: str) -
                                 mime="text/csv", key=f"csv_{key}", on_click="ignore", icon=":material/table:")
 
 
+TABLE_ROWS_SHOWN = 25
+"""Rows a table shows without scrolling; longer ones scroll inside their box (the CSV holds every row)."""
+
+
 def table_block(df: pd.DataFrame, name: str, key: str, **kwargs) -> None:
-    """A DataFrame with a CSV download button."""
+    """A DataFrame with a CSV download button, tall enough for all its rows up to ``TABLE_ROWS_SHOWN`` (Streamlit's
+    default box shows ten and cuts the rest off behind a scroll)."""
+    kwargs.setdefault("height", fit_height(df))
     st.dataframe(df, hide_index=True, **kwargs)
     st.download_button("CSV", data=lambda: export.dataframe_csv(df), file_name=f"{export.safe_filename(name)}.csv",
                        mime="text/csv", key=f"csv_{key}", on_click="ignore", icon=":material/table:")
+
+
+def fit_height(df: pd.DataFrame) -> int:
+    """The height (px) of a table box that holds all of ``df``'s rows, up to ``TABLE_ROWS_SHOWN``."""
+    return 38 + 35 * max(1, min(len(df), TABLE_ROWS_SHOWN))
 
 
 def report_button(title: str, sections: list, *, configs: Optional[dict] = None, key: str) -> None:

@@ -93,7 +93,7 @@ elif per_run["has_gpu"].any():
 st.header("GPU busy fraction of the step", divider="gray")
 frac = ui.chart("gpu_busy_fraction", sweep[cols])
 ui.chart_block(frac, sweep[cols], "gpu_busy_fraction", key="overhead_frac")
-st.dataframe(sweep[cols], hide_index=True, width="stretch")
+st.dataframe(sweep[cols], hide_index=True, width="stretch", height=ui.fit_height(sweep))
 ui.report_button("Overhead vs compute",
                  [ReportSection("CPU vs GPU per step", charts=[main, frac], tables=[("sweep", sweep[cols])])],
                  configs={r: (ui.load_run(r).meta.get("config") or {}) for r in chosen}, key="overhead")

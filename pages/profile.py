@@ -54,7 +54,7 @@ with left:
 with right:
     st.markdown("**Rebuilt from the trace** (µs)")
     ui.table_block(rep.profiler_table.drop(columns=["cpu_avg_us"]), f"{run.name}_profiler_table",
-                   key="profile_table", height=320)
+                   key="profile_table")
 s = rep.summary
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Profiled steps", s.get("steps", 0))

@@ -41,7 +41,7 @@ ui.chart_block(step_chart, steps, "compare_steps", key="runs_steps")
 
 summary = ui.summaries([a, b]).drop(columns=["run_id"])
 summary.insert(0, "run", [name_a, name_b])
-st.dataframe(summary, hide_index=True, width="stretch")
+st.dataframe(summary, hide_index=True, width="stretch", height=ui.fit_height(summary))
 
 st.subheader("Kernels")
 ka, kb = ra.kernel_stats.assign(run=name_a), rb.kernel_stats.assign(run=name_b)

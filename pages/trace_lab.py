@@ -59,7 +59,7 @@ st.header("The same analyses", divider="gray")
 st.caption("This trace is now the current run of every page. A quick look:")
 if len(rep.steps):
     steps = rep.steps[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "launches", "kernels"]]
-    st.dataframe(steps, hide_index=True, width="stretch")
+    st.dataframe(steps, hide_index=True, width="stretch", height=ui.fit_height(steps))
 if len(rep.kernel_stats):
     top = rep.kernel_stats.head(10).assign(kernel=lambda d: d["name"].astype(str).str.slice(0, 60))
     kc = ui.chart("grouped_bars", top, category="kernel", value="total_us", title="Kernels by total time",

@@ -71,3 +71,4 @@ def test_gpu_busy_share_is_the_number_the_finding_quotes(runs_dir):
         q2 = next(f for f in findings(s) if f.id == "q2.bound")
     share = q2.evidence["gpu_busy_fraction_median"]
     assert m.value == f"{share:.1%}" and f"{100 * share:.1f}%" in q2.text
+
