@@ -39,7 +39,7 @@ META_FILE = "meta.json"
 TRACE_FILE = "trace.json"
 TRACE_GZ_FILE = "trace.json.gz"
 TABLE_FILE = "table.txt"
-RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,159}$")
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")  # used with fullmatch: '$' would accept a final '\n'
 IMPORT_MAX_BYTES = 512 * 2**20
 
 
@@ -49,7 +49,7 @@ def default_root() -> Path:
 
 def validate_run_id(run_id: object) -> str:
     """Return run_id if it is a plain name; raise InvalidRunIdError otherwise."""
-    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id) or ".." in run_id:
+    if not isinstance(run_id, str) or not RUN_ID_RE.fullmatch(run_id) or ".." in run_id:
         raise InvalidRunIdError(
             f"run id must be 1-160 letters, digits, '.', '_' or '-' (starting with a letter or digit, "
             f"no '..'), got {run_id!r}")
@@ -212,7 +212,7 @@ class RunStore:
         if not self.root.is_dir():
             return []
         runs = [self._read(p) for p in self.root.iterdir()
-                if p.is_dir() and not p.name.startswith(".") and RUN_ID_RE.match(p.name)]
+                if p.is_dir() and not p.name.startswith(".") and RUN_ID_RE.fullmatch(p.name)]
         return sorted(runs, key=lambda r: (str(r.meta.get("started_at", "")), r.run_id), reverse=True)
 
     def load(self, run_id: str) -> Run:

@@ -29,7 +29,7 @@ def staging_folders(store) -> list[Path]:
 
 
 @pytest.mark.parametrize("bad", ["..", "../etc", "a/b", "/etc/passwd", ".staging", ".trash", "", "a\\b",
-                                 "x" * 161, "run id", "..hidden", "a..b", None, 5, "-start"])
+                                 "x" * 161, "run id", "..hidden", "a..b", None, 5, "-start", "abc\n", "abc\r"])
 def test_run_ids_that_could_escape_are_refused(store, bad):
     with pytest.raises(InvalidRunIdError, match="run id must be"):
         store.load(bad)
