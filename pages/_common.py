@@ -293,6 +293,10 @@ class _LockedSession:
         with self._lock:
             return self._inner.query(sql, *args, **kwargs)
 
+    def console(self, sql: str, *args, **kwargs):
+        with self._lock:  # released at the console's deadline at the latest
+            return self._inner.console(sql, *args, **kwargs)
+
     def __getattr__(self, name):
         return getattr(self._inner, name)
 

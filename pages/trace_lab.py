@@ -90,17 +90,23 @@ st.selectbox("Example queries, by study question", names, key="lab_example", on_
              format_func=lambda n: f"{QUESTION_OF.get(n, 'explore')} · {n} — {examples[n]}")
 st.session_state.setdefault("lab_sql", load_query(names[0]))
 st.caption("Tables as in Perfetto's trace_processor: `slice`, `thread_track`, `thread`, `process`, `track`, "
-           "`flow`, `args` and `extract_arg(arg_set_id, 'args.…')`. Writes are refused.")
+           "`flow`, `args` and `extract_arg(arg_set_id, 'args.…')`. Writes are refused; a query may run "
+           "10 s and show 100,000 rows.")
 with st.form("sql_form"):
     sql = st.text_area("SQL", key="lab_sql", height=220)
     run_sql = st.form_submit_button("Run query", type="primary", icon=":material/play_arrow:")
 if run_sql:
     try:
-        result = sess.query(sql)
+        result = sess.console(sql)
     except ProfilingError as exc:
         st.error(f"**Query failed**: {exc}", icon=":material/error:")
     except Exception as exc:  # an engine error we did not anticipate still shows as one line
         st.error(f"**Query failed**: {type(exc).__name__}: {exc}", icon=":material/error:")
     else:
-        st.caption(f"{len(result):,} rows")
-        ui.table_block(result, "query_result", key="lab_result", width="stretch")
+        if result.cut:
+            st.warning(f"The result was cut at {len(result.frame):,} rows: the console shows at most "
+                       f"{result.limits.max_rows:,} rows or {result.limits.max_result_bytes // 2**20} MiB of text. "
+                       "Aggregate or add a LIMIT to see what you need.", icon=":material/content_cut:")
+        else:
+            st.caption(f"{len(result.frame):,} rows")
+        ui.table_block(result.frame, "query_result", key="lab_result", width="stretch")

@@ -28,7 +28,7 @@ from .errors import (ConfigError, DeviceBusyError, DoesNotFitError, EngineUnavai
 
 __all__ = [
     "ExperimentConfig", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace", "environment_info",
-    "prestart_worker", "format_duration_us", "machine_busy",
+    "prestart_worker", "format_duration_us", "machine_busy", "QueryLimits",
     "ProfilingError", "ConfigError", "DoesNotFitError", "WorkerError", "InvalidRunIdError",
     "RunNotFoundError", "RunStoreError", "DeviceBusyError", "TraceError", "TraceFormatError",
     "TraceTooLargeError", "EngineUnavailableError", "QueryError",
@@ -40,6 +40,7 @@ _LAZY = {
     "RunStore": ("store", "RunStore"),
     "Run": ("store", "Run"),
     "open_trace": ("trace", "open_trace"),
+    "QueryLimits": ("trace", "QueryLimits"),
     "environment_info": ("runner", "environment_info"),
     "prestart_worker": ("runner", "prestart_worker"),
     "machine_busy": ("runner", "machine_busy"),

@@ -31,12 +31,19 @@ def test_example_queries_and_clean_sql_errors(runs_dir):
     upload(at, "cpu.json", CPU_TRACE.read_bytes())
     at.selectbox(key="lab_example").set_value("steps").run()
     assert "ProfilerStep" in at.text_area(key="lab_sql").value
-    for bad in ("SELEC nonsense", "DELETE FROM slice"):
+    for bad in ("SELEC nonsense", "DELETE FROM slice", "SELECT fts3_tokenizer('simple')"):
         at.text_area(key="lab_sql").set_value(bad)
         [go] = [b for b in at.button if b.label == "Run query"]
         go.click().run()
         assert not at.exception
         assert any("Query failed" in e.value for e in at.error)
+    at.text_area(key="lab_sql").set_value(
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 150000) SELECT x FROM n")
+    [go] = [b for b in at.button if b.label == "Run query"]
+    go.click().run()
+    assert not errors_of(at)
+    assert any("cut at 100,000 rows" in w.value for w in at.warning)
+    assert len(at.dataframe[-1].value) == 100_000
 
 
 def test_a_broken_upload_is_refused_cleanly(runs_dir):

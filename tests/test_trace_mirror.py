@@ -251,6 +251,82 @@ def test_read_only_refusals(session, sql, needle):
     assert q1(s, "select count(*) from flow") == 6  # still intact and usable
 
 
+@pytest.mark.parametrize("sql,needle", [
+    # fts3_tokenizer() hands out a library pointer, and given one makes fts3tokenize crash the process
+    ("select fts3_tokenizer('simple')", "fts3_tokenizer() is not allowed"),
+    ("select fts3_tokenizer('simple', x'4141414141414141')", "fts3_tokenizer() is not allowed"),
+    ("select * from fts3tokenize('simple', 'a b')", "reading 'fts3tokenize' is not allowed"),
+    ("select count(*) from fts3tokenize('simple', 'a b')", "reading 'fts3tokenize' is not allowed"),
+    ("select * from dbstat", "reading 'dbstat' is not allowed"),
+    ("select * from sqlite_stmt", "reading 'sqlite_stmt' is not allowed"),
+    ("select * from pragma_compile_options", "reading 'pragma_compile_options' is not allowed"),
+    ("select sqlite_compileoption_used('ENABLE_FTS3')", "sqlite_compileoption_used() is not allowed"),
+])
+def test_functions_and_virtual_tables_outside_the_allow_list_are_refused(session, sql, needle):
+    s = session("64_bf16_cold_eager.json")
+    with pytest.raises(QueryError) as ei:
+        s.console(sql)
+    assert needle in str(ei.value)
+    assert q1(s, "select count(*) from flow") == 6
+
+
+def test_the_allow_list_keeps_what_queries_use(session):
+    s = session("64_bf16_cold_eager.json")
+    row = s.query("""
+        with recursive n(x) as (select 1 union all select x + 1 from n where x < 4)
+        select (select sum(x) from n), round(sqrt(16.0)), upper('a') || printf('%03d', 7),
+               json_extract('{"k": [1, 2]}', '$.k[1]'), '{"k": 3}' ->> 'k',
+               (select count(*) from json_each('[1, 2, 3]')),
+               (select max(r) from (select rank() over (order by ts) as r from slice)) > 0,
+               (select count(*) from args) > 0, typeof(extract_arg(0, 'args.none'))""").values.tolist()
+    assert row == [[10, 4.0, "A007", 2, 3, 3, 1, 1, "null"]]
+
+
+def _endless(_s):
+    return "with recursive n(x) as (select 1 union all select x + 1 from n) select count(*) from n"
+
+
+def test_a_console_query_stops_at_its_deadline_and_frees_the_session(session):
+    import threading
+    import time
+
+    from profiling_core import QueryLimits
+    s = session("64_bf16_cold_eager.json")
+    t0 = time.monotonic()
+    with pytest.raises(QueryError, match="stopped after its time limit of 0.5 s"):
+        s.console(_endless(s), QueryLimits(deadline_s=0.5))
+    took = time.monotonic() - t0
+    assert 0.5 <= took < 5
+    # Another caller waiting on the same session gets its answer as soon as the stopped query lets go.
+    answers = []
+    other = threading.Thread(target=lambda: answers.append(q1(s, "select count(*) from flow")))
+    t0 = time.monotonic()
+    blocker = threading.Thread(target=lambda: pytest.raises(QueryError, s.console, _endless(s),
+                                                            QueryLimits(deadline_s=0.5)))
+    blocker.start()
+    time.sleep(0.1)
+    other.start()
+    blocker.join(10)
+    other.join(10)
+    assert answers == [6] and time.monotonic() - t0 < 5
+
+
+def test_a_console_result_stops_at_the_row_and_size_caps(session):
+    from profiling_core import QueryLimits
+    s = session("64_bf16_cold_eager.json")
+    many = "with recursive n(x) as (select 1 union all select x + 1 from n where x < 5000000) select x from n"
+    r = s.console(many, QueryLimits(max_rows=2500))
+    assert r.cut and r.frame["x"].tolist() == list(range(1, 2501))
+    r = s.console("select x, hex(zeroblob(1000)) from (" + many + ")", QueryLimits(max_result_bytes=100_000))
+    assert r.cut and len(r.frame) == 50          # 2,000 characters a row: the 51st passes 100,000
+    r = s.console("select count(*) from slice", QueryLimits(max_rows=1))
+    assert not r.cut and r.frame.iloc[0, 0] == q1(s, "select count(*) from slice")
+    with pytest.raises(QueryError, match="at most 1,000,000 bytes"):
+        s.console("select randomblob(2000000)", QueryLimits(max_value_bytes=1_000_000))
+    # The caps are the console's: the same session's own queries run without them afterwards.
+    assert len(s.query("select randomblob(2000000) as b").iloc[0, 0]) == 2_000_000
+
+
 def test_read_only_pragmas_allowed(session):
     s = session("64_bf16_cold_eager.json")
     cols = s.query("select name from pragma_table_info('slice')")["name"].tolist()

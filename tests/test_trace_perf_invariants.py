@@ -153,14 +153,14 @@ def test_bulk_extract_arg_equals_one_call_at_a_time():
     sql = "select id, " + ", ".join(f"extract_arg(arg_set_id, '{k}')" for k in keys) + " from slice order by id"
     with open_trace(REAL[1], engine="sqlite") as s:
         backend = s._backend._b  # noqa: SLF001 - compare raw rows (DataFrames infer dtypes per result)
-        _, one = backend.query_rows(sql + " limit 200")    # under the bulk threshold: one call at a time
+        _, one, _ = backend.query_rows(sql + " limit 200")    # under the bulk threshold: one call at a time
         assert not backend._arg_tables
-        _, many = backend.query_rows(sql)                  # the same keys, now answered from the bulk tables
+        _, many, _ = backend.query_rows(sql)                  # the same keys, now answered from the bulk tables
         assert set(backend._arg_tables) == set(keys)
         assert many[:200] == one
         assert any(r[1] is not None for r in many) and any(r[3] is not None for r in many)
         for row in random.Random(0).sample(many, 300):
             backend._arg_tables.clear()
             backend._arg_calls.clear()
-            _, again = backend.query_rows(sql.replace("order by id", f"where id = {row[0]}"))
+            _, again, _ = backend.query_rows(sql.replace("order by id", f"where id = {row[0]}"))
             assert again == [row]

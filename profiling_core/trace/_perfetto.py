@@ -100,6 +100,13 @@ class PerfettoBackend:
             except Exception as e:  # perfetto raises TraceProcessorException
                 raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
 
+    def query_capped(self, sql: str, limits):
+        """The console's query on trace_processor: its rows cut at ``limits.max_rows``. trace_processor runs the
+        statement in its own process, so the deadline and size caps of the mirror are not enforced here."""
+        frame = self.query_df(sql)
+        cut = len(frame) > limits.max_rows
+        return (frame.iloc[:limits.max_rows] if cut else frame), cut
+
     def close(self) -> None:
         tp, self._tp = self._tp, None
         if tp is not None:

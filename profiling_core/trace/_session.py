@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EngineUnavailableError, QueryError
@@ -14,6 +15,31 @@ if TYPE_CHECKING:
 
 ENGINES = ("auto", "perfetto", "sqlite")
 SQL_TABLES = ("on_first_query", "background")  # when the mirror writes its SQLite tables (see open_trace)
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """The caps on a console query (``TraceSession.console``); the app's own queries run without them.
+
+    Attributes:
+        deadline_s: the statement is interrupted after this many seconds (QueryError naming the limit), which also
+            frees the session for other callers.
+        max_rows: fetching stops after this many rows (the result says it was cut).
+        max_result_bytes: fetching stops once the result's text and blobs pass this many bytes.
+        max_value_bytes: no single string or blob may be longer (SQLite's ``SQLITE_LIMIT_LENGTH``).
+    """
+    deadline_s: float = 10.0
+    max_rows: int = 100_000
+    max_result_bytes: int = 64 * 2**20
+    max_value_bytes: int = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class ConsoleResult:
+    """A console query's rows, and whether a cap cut them (``cut``) under ``limits``."""
+    frame: pd.DataFrame
+    cut: bool
+    limits: QueryLimits
 
 
 class TraceSession:
@@ -43,6 +69,16 @@ class TraceSession:
         if self._backend is None:
             raise QueryError("the trace session is closed")
         return self._backend.query_df(sql)
+
+    def console(self, sql: str, limits: QueryLimits | None = None) -> ConsoleResult:
+        """Run one statement a user typed, under ``limits`` (default ``QueryLimits()``): the same read-only rules as
+        ``query``, plus a deadline, a row cap, a result-size cap and a value-size cap. Raises QueryError for what
+        ``query`` refuses and for a statement stopped at its deadline or holding a value over the size cap."""
+        if self._backend is None:
+            raise QueryError("the trace session is closed")
+        limits = QueryLimits() if limits is None else limits
+        frame, cut = self._backend.query_capped(sql, limits)
+        return ConsoleResult(frame, cut, limits)
 
     @property
     def tables(self):
@@ -86,10 +122,14 @@ class _MirrorAdapter:
         self._b = backend
 
     def query_df(self, sql: str):
+        return self.query_capped(sql, None)[0]
+
+    def query_capped(self, sql: str, limits: QueryLimits | None):
         import pandas as pd
-        cols, rows = self._b.query_rows(sql)
-        return pd.DataFrame.from_records(rows, columns=cols) if rows else pd.DataFrame(
+        cols, rows, cut = self._b.query_rows(sql, limits)
+        frame = pd.DataFrame.from_records(rows, columns=cols) if rows else pd.DataFrame(
             {c: pd.Series(dtype=object) for c in cols})
+        return frame, cut
 
     @property
     def tables(self):
