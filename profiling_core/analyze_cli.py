@@ -13,6 +13,7 @@ import math
 import sys
 from typing import Any, Optional
 
+from ._terminal import terminal_safe
 from .errors import ProfilingError
 from .units import format_duration_us
 
@@ -120,7 +121,7 @@ def _human(path: str, report, found) -> str:
     lines.append("  findings:")
     for f in found:
         lines.append(f"    Q{f.question} {f.title}: {f.text}")
-    return "\n".join(lines)
+    return "\n".join(map(terminal_safe, lines))  # each line is one line, whatever a kernel is named
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         report = analyze(session, peak_tflops=args.peak_tflops)
         found = findings(report)
     except (ProfilingError, OSError) as exc:
-        print("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
+        print("error: " + terminal_safe(" ".join(str(exc).split())[:500]), file=sys.stderr)
         return 2
     finally:
         close = getattr(locals().get("session"), "close", None)

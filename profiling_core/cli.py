@@ -12,6 +12,7 @@ import threading
 from typing import Optional
 
 from .config import BIASES, COMPILE_MODES, DEVICES, DTYPES, ExperimentConfig
+from ._terminal import terminal_safe
 from .errors import ProfilingError, WorkerError
 from .store import RunStore
 
@@ -72,7 +73,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                           "device": run.meta.get("device")}))
     else:
         dev = run.meta.get("device", {})
-        print(f"run {run.run_id}  ({cfg.name} on {dev.get('type')} {dev.get('name') or ''})".rstrip())
+        print(terminal_safe(f"run {run.run_id}  ({cfg.name} on {dev.get('type')} {dev.get('name') or ''})".rstrip()))
         print(f"  trace  {run.trace_path}\n  table  {run.table_path}")
         print(f"  {_timing_line(run.meta)}")
     return 0
@@ -124,7 +125,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         for r in result.runs:
             print(f"ok    {r.run_id}   {_timing_line(r.meta)}")
         for c, e in result.errors:
-            print(f"FAIL  {c.name}: {e}")
+            print(terminal_safe(f"FAIL  {c.name}: {e}"))
         print(f"{len(result.runs)} ok, {len(result.errors)} failed, {result.wall_s:.1f} s")
     return 0 if not result.errors and not result.cancelled else 1
 
@@ -139,8 +140,8 @@ def cmd_ls(a: argparse.Namespace) -> int:
         print(f"no runs in {_store(a).root}")
     for r in runs:
         dev = (r.meta.get("device") or {})
-        print(f"{r.run_id:60s} {r.status:8s} {dev.get('type') or r.meta.get('source', ''):6s} "
-              f"{str(r.meta.get('started_at', ''))[:19]}")
+        print(terminal_safe(f"{r.run_id:60s} {r.status:8s} {dev.get('type') or r.meta.get('source', ''):6s} "
+                            f"{str(r.meta.get('started_at', ''))[:19]}"))
     return 0
 
 
@@ -150,7 +151,7 @@ def cmd_show(a: argparse.Namespace) -> int:
         print(json.dumps({**run.to_dict(), "meta": run.meta}))
         return 0
     print(json.dumps(run.meta, indent=1, default=str))
-    print(run.table_text())
+    print("\n".join(map(terminal_safe, run.table_text().splitlines())))
     return 0
 
 
@@ -167,7 +168,7 @@ def cmd_rm(a: argparse.Namespace) -> int:
 
 def cmd_import(a: argparse.Namespace) -> int:
     run = _store(a).import_trace(a.path, name=a.name)
-    print(json.dumps(run.to_dict()) if a.json else f"imported {a.path} as run {run.run_id}")
+    print(json.dumps(run.to_dict()) if a.json else terminal_safe(f"imported {a.path} as run {run.run_id}"))
     return 0
 
 
@@ -213,12 +214,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     try:
-        return a.func(a)
+        rc = a.func(a)
+        sys.stdout.flush()  # inside the try: a reader that went away shows here, not at exit
+        return rc
+    except BrokenPipeError:
+        # The reader went away (`ls | head`): say nothing more. Point stdout at devnull so that Python's flush at
+        # exit does not raise again (the recipe of Python's signal module documentation).
+        import os
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     except WorkerError as exc:
-        print("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
+        print("error: " + terminal_safe(" ".join(str(exc).split())[:500]), file=sys.stderr)
         return 3
     except (ProfilingError, OSError) as exc:
-        print("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
+        print("error: " + terminal_safe(" ".join(str(exc).split())[:500]), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

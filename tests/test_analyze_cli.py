@@ -138,3 +138,18 @@ def test_module_entry_points(argv):
     bad = subprocess.run([sys.executable, *argv, str(DATA / "nope.json"), "--engine", "sqlite"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_human_output_shows_control_characters_of_names_as_escapes(tmp_path, capsys):
+    doc = json.loads((DATA / "h200" / "64_bf16_cold_eager.json").read_text())
+    hostile = "\x1b]0;pwned\x07evil\x1b[2J\nFAKE finding"
+    for ev in doc["traceEvents"]:
+        if ev.get("cat") == "kernel":
+            ev["name"] = hostile
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(doc))
+    assert analyze_cli.main([str(path), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;pwned\\x07evil\\x1b[2J\\x0aFAKE finding" in out
+    assert not any(line.startswith("FAKE") for line in out.splitlines())

@@ -76,3 +76,12 @@ def test_sweep_with_progress(tmp_path):
     out = json.loads(p.stdout)
     assert len(out["runs"]) == 2 and out["errors"] == [] and out["cancelled"] is False
     assert sorted(r["name"] for r in out["runs"]) == ["16_fp32_cold_eager", "32_fp32_cold_eager"]
+
+
+def test_a_reader_that_goes_away_is_not_an_error_message(tmp_path):
+    # `true` exits at once, long before Python has started, so every write of `ls` meets a closed pipe.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run(["bash", "-c", f'"{sys.executable}" -m profiling_core ls --store "{tmp_path}" | true; '
+                                      f'"{sys.executable}" -m profiling_core ls --json --store "{tmp_path}" | true'],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.stderr == ""
