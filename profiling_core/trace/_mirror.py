@@ -65,7 +65,8 @@ def _json_path(key: str) -> str | None:
     return path
 
 
-# What user SQL may do: read, call functions (never load_extension), read-only pragmas.
+# What user SQL may do: select (recursively too), read the trace's tables and the allowed virtual tables, call the
+# allowed functions, run read-only pragmas (see MirrorBackend._authorize).
 _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE}
 _READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
                  "foreign_key_list", "function_list", "table_list", "collation_list"}
@@ -390,18 +391,12 @@ class MirrorBackend:
                     rows = cur.fetchall()
                 else:
                     rows, size = [], 0
-                    while True:
-                        chunk = cur.fetchmany(1000)
-                        if not chunk:
+                    for row in cur:  # SQLite steps one row at a time: nothing past the cap is made
+                        size += sum(len(v) for v in row if isinstance(v, (str, bytes)))
+                        if len(rows) >= limits.max_rows or size > limits.max_result_bytes:
+                            cut = True
                             break
-                        for row in chunk:
-                            size += sum(len(v) for v in row if isinstance(v, (str, bytes)))
-                            if len(rows) >= limits.max_rows or size > limits.max_result_bytes:
-                                cut = True
-                                break
-                            rows.append(row)
-                        if cut:
-                            break
+                        rows.append(row)
                     cur.close()
             except sqlite3.Warning as e:  # e.g. more than one statement
                 raise QueryError(f"{e} (run one statement at a time)") from None
