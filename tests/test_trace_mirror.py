@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import tp_recorded
 
 from profiling_core.errors import QueryError
 from profiling_core.trace import open_trace
@@ -37,8 +38,16 @@ def ns(v) -> int:
 
 @pytest.fixture(scope="module")
 def session():
+    """session(name) opens a test trace on the mirror; session(name, "perfetto") on the perfetto engine driving a
+    replay of trace_processor's recorded tables of that trace (tests/tp_recorded.py)."""
     opened = {}
-    yield lambda name: opened.setdefault(name, open_trace(DATA / name, engine="sqlite"))
+
+    def open_(name, engine="sqlite"):
+        if (name, engine) not in opened:
+            opened[name, engine] = open_trace(DATA / name, engine="sqlite") if engine == "sqlite" else \
+                tp_recorded.perfetto_session(DATA / name, tp_recorded.LOCAL / name.removesuffix(".json"))
+        return opened[name, engine]
+    yield open_
     for s in opened.values():
         s.close()
 
@@ -252,13 +261,17 @@ def test_flow_finish_without_bp_binds_to_next_slice(tmp_path):
     ("select * from pragma_compile_options", "reading 'pragma_compile_options' is not allowed"),
     ("select sqlite_compileoption_used('ENABLE_FTS3')", "sqlite_compileoption_used() is not allowed"),
 ])
-@pytest.mark.parametrize("door", ["query", "console"])
+@pytest.mark.parametrize("door", ["query", "console", "perfetto console"])
 def test_read_only_refusals(session, sql, needle, door):
-    s = session("64_bf16_cold_eager.json")
+    """The same refusals, with the same messages, through the mirror's query() and console() and the perfetto
+    engine's console() (which must refuse before anything reaches trace_processor)."""
+    s = session("64_bf16_cold_eager.json", "perfetto" if door.startswith("perfetto") else "sqlite")
     with pytest.raises(QueryError) as ei:
-        getattr(s, door)(sql)
+        getattr(s, door.split()[-1])(sql)
     assert needle in str(ei.value)
     assert q1(s, "select count(*) from flow") == 6  # still intact and usable
+    if s.engine == "perfetto":  # nothing of the refused statement reached trace_processor
+        assert not [q for tp in s.started for q in tp.sent if sql in q]
 
 
 def test_the_allow_list_keeps_what_queries_use(session):
@@ -277,12 +290,14 @@ def _endless(_s):
     return "with recursive n(x) as (select 1 union all select x + 1 from n) select count(*) from n"
 
 
-def test_a_console_query_stops_at_its_deadline_and_frees_the_session(session):
+@pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
+def test_a_console_query_stops_at_its_deadline_and_frees_the_session(session, engine):
     import threading
     import time
 
     from profiling_core import QueryLimits
-    s = session("64_bf16_cold_eager.json")
+    s = session("64_bf16_cold_eager.json", engine)
+    started = len(getattr(s, "started", []))
     t0 = time.monotonic()
     with pytest.raises(QueryError, match="stopped after its time limit of 0.5 s"):
         s.console(_endless(s), QueryLimits(deadline_s=0.5))
@@ -300,11 +315,14 @@ def test_a_console_query_stops_at_its_deadline_and_frees_the_session(session):
     blocker.join(10)
     other.join(10)
     assert answers == [6] and time.monotonic() - t0 < 5
+    if engine == "perfetto":  # stopping a statement ends trace_processor; the next query started another
+        assert len(s.started) == started + 2
 
 
-def test_a_console_result_stops_at_the_row_and_size_caps(session):
+@pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
+def test_a_console_result_stops_at_the_row_and_size_caps(session, engine):
     from profiling_core import QueryLimits
-    s = session("64_bf16_cold_eager.json")
+    s = session("64_bf16_cold_eager.json", engine)
     many = "with recursive n(x) as (select 1 union all select x + 1 from n where x < 5000000) select x from n"
     r = s.console(many, QueryLimits(max_rows=2500))
     assert r.cut and r.frame["x"].tolist() == list(range(1, 2501))
@@ -460,3 +478,20 @@ def test_sql_tables_on_first_query_are_written_only_when_sql_is_asked(tmp_path):
         assert s.query("select count(*) n from slice")["n"][0] == n == s.tables.slice_count
     with pytest.raises(ValueError, match="sql_tables must be one of on_first_query, background"):
         open_trace(p, engine="sqlite", sql_tables="never")
+
+
+def test_console_fuzz_every_statement_ends_in_time_and_the_process_lives():
+    """scripts/fuzz_console.py (seeded): generated statements through both engines' console; each ends within its
+    deadline with a result or a QueryError. Run in a child process, so an SQLite crash shows as its exit status."""
+    import re
+    import subprocess
+    import sys
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, str(root / "scripts" / "fuzz_console.py"), "-n", "300", "--deadline", "0.3"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    m = re.search(r"statements 600: results (\d+), refused (\d+) \(stopped at the deadline (\d+)\), cut (\d+), "
+                  r"failures 0", p.stdout)
+    assert m, p.stdout
+    results, refused, stopped, cut = map(int, m.groups())
+    assert results + refused == 600 and min(results, refused, stopped, cut) > 0

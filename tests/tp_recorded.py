@@ -46,7 +46,7 @@ class RecordedTrace:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.conn = sqlite3.connect(":memory:")
+        self.conn = sqlite3.connect(":memory:", check_same_thread=False)
         for table, cols in SCHEMA.items():
             header, rows = read_csv(folder, table)
             self.conn.execute(f"CREATE TABLE {table} ({cols})")
@@ -107,3 +107,41 @@ def shared_recordings() -> dict[str, tuple[Path, Path]]:
         if trace is not None:
             out[folder.name] = (trace, folder)
     return out
+
+
+class FakeTraceProcessor:
+    """Stands in for perfetto's ``TraceProcessor`` over a recording, for the perfetto engine's own logic (its console
+    rules and caps) where no trace_processor binary can run: ``query(sql).as_pandas_dataframe()``, and ``close()``,
+    which ends a statement that is running (as ending trace_processor's process does) and every later one."""
+
+    def __init__(self, folder: Path) -> None:
+        self._rec = RecordedTrace(folder)
+        self._closed = False
+        self.sent: list[str] = []
+
+    def query(self, sql: str):
+        if self._closed:
+            raise ConnectionError("trace_processor is not running")
+        self.sent.append(sql)
+        frame = self._rec.query(sql)
+        return type("QueryResult", (), {"as_pandas_dataframe": lambda _self: frame})()
+
+    def close(self) -> None:
+        self._closed = True
+        self._rec.conn.interrupt()
+
+
+def perfetto_session(trace: Path, folder: Path):
+    """A TraceSession of the perfetto engine whose trace_processor is a :class:`FakeTraceProcessor`; its ``started``
+    list holds every FakeTraceProcessor the engine started (a stopped console query makes it start another)."""
+    from profiling_core.trace import TraceSession
+    from profiling_core.trace._perfetto import PerfettoBackend
+    started: list[FakeTraceProcessor] = []
+
+    def start() -> FakeTraceProcessor:
+        started.append(FakeTraceProcessor(folder))
+        return started[-1]
+    session = TraceSession(str(trace), "perfetto", "a replay of trace_processor's recorded tables",
+                           PerfettoBackend(start))
+    session.started = started
+    return session

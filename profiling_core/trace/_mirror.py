@@ -24,6 +24,7 @@ from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._collect import Collector
 from ._model import LoadStats, Model, build
+from ._rules import ReadOnlyRules, capped_rows, query_error, stopped_error
 from ._tables import ABSENT, TraceTables, visible_arg
 from ._decode import NotStreamable, iter_batches, split_events, stream_typed
 from ._source import iter_trace_chunks, read_trace_bytes
@@ -63,43 +64,6 @@ def _json_path(key: str) -> str | None:
             return None
         path += "." + (name if _SIMPLE.match(name) else '"' + name.replace('"', '\\"') + '"') + idx
     return path
-
-
-# What user SQL may do: select (recursively too), read the trace's tables and the allowed virtual tables, call the
-# allowed functions, run read-only pragmas (see MirrorBackend._authorize).
-_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE}
-_READ_PRAGMAS = {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
-                 "foreign_key_list", "function_list", "table_list", "collation_list"}
-_ACTION_NAMES = {getattr(sqlite3, "SQLITE_" + n): n for n in (
-    "CREATE_INDEX", "CREATE_TABLE", "CREATE_TEMP_INDEX", "CREATE_TEMP_TABLE", "CREATE_TEMP_TRIGGER",
-    "CREATE_TEMP_VIEW", "CREATE_TRIGGER", "CREATE_VIEW", "DELETE", "DROP_INDEX", "DROP_TABLE",
-    "DROP_TEMP_INDEX", "DROP_TEMP_TABLE", "DROP_TEMP_TRIGGER", "DROP_TEMP_VIEW", "DROP_TRIGGER",
-    "DROP_VIEW", "INSERT", "PRAGMA", "READ", "SELECT", "TRANSACTION", "UPDATE", "ATTACH", "DETACH",
-    "ALTER_TABLE", "REINDEX", "ANALYZE", "CREATE_VTABLE", "DROP_VTABLE", "FUNCTION", "SAVEPOINT",
-    "RECURSIVE") if hasattr(sqlite3, "SQLITE_" + n)}
-_SCHEMA_TABLES = ("sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema")
-# SQL functions a query may call, by allow-list: SQLite's core scalar, aggregate, window, date/time, math and JSON
-# functions, and the mirror's own. Everything else is refused (fts3_tokenizer() hands out a library pointer and, given
-# one, makes fts3tokenize crash the process; load_extension() loads code).
-_FUNCTIONS = frozenset("""
-abs char coalesce concat concat_ws format printf glob hex ifnull iif instr length octet_length like likelihood
-likely lower ltrim max min nullif quote random randomblob replace round rtrim sign soundex substr substring trim
-typeof unhex unicode unlikely upper zeroblob sqlite_version
-avg count group_concat string_agg sum total
-row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value nth_value
-date time datetime julianday unixepoch strftime timediff
-acos acosh asin asinh atan atan2 atanh ceil ceiling cos cosh degrees exp floor ln log log10 log2 mod pi pow power
-radians sin sinh sqrt tan tanh trunc
-json json_array json_array_length json_error_position json_extract json_insert json_object json_patch json_pretty
-json_remove json_replace json_set json_type json_valid json_quote json_group_array json_group_object -> ->>
-jsonb jsonb_array jsonb_extract jsonb_insert jsonb_object jsonb_patch jsonb_remove jsonb_replace jsonb_set
-jsonb_group_array jsonb_group_object
-extract_arg _tp_key _tp_flat_key
-""".split())
-# Virtual tables a query may read besides the trace's own tables: JSON walkers and the read-only PRAGMAs' tables.
-# (dbstat, fts3tokenize, fts4aux, fts5vocab, sqlite_stmt and the rest are refused.)
-_VIRTUAL_TABLES = frozenset({"json_each", "json_tree"} | {"pragma_" + p for p in _READ_PRAGMAS})
-_READ_OK = _VIRTUAL_TABLES | set(_SCHEMA_TABLES)
 
 
 _PREFIX = "trace-mirror-"
@@ -190,9 +154,7 @@ class MirrorBackend:
         os.close(fd)
         self.stats = LoadStats()
         self._lock = threading.Lock()
-        self._denied: str | None = None
-        self._own_tables: frozenset[str] = frozenset()
-        self._modules: frozenset[str] = frozenset()
+        self._rules: ReadOnlyRules | None = None
         self._arg_calls: dict[str, int] = {}
         self._arg_tables: dict[str, dict] = {}
         self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"
@@ -280,11 +242,9 @@ class MirrorBackend:
                 # A second, read-only connection serves extract_arg (a UDF cannot query its own connection).
                 self._aux = sqlite3.connect(f"file:{self.args_path}?mode=ro", uri=True, check_same_thread=False)
                 self._register(conn)
-                self._own_tables = frozenset(r[0].lower() for schema in ("main", "argsdb", "temp") for r in conn.execute(
-                    f"SELECT name FROM {schema}.sqlite_master WHERE type IN ('table', 'view')"))
-                self._modules = frozenset(r[0].lower() for r in conn.execute("SELECT name FROM pragma_module_list"))
+                self._rules = ReadOnlyRules(conn)
                 conn.execute("PRAGMA query_only = ON")
-                conn.set_authorizer(self._authorize)
+                conn.set_authorizer(self._rules)
             except sqlite3.Error as e:
                 conn.close()
                 raise QueryError(f"the trace's SQL tables could not be opened: {e}") from None
@@ -331,46 +291,16 @@ class MirrorBackend:
             params = (path, ('"' + first + '"').encode())
         return {a: v for a, v in self._aux.execute(sql, params) if v is not None}
 
-    def _authorize(self, action: int, arg1: Any, arg2: Any, db: Any, source: Any) -> int:
-        if action == sqlite3.SQLITE_READ:
-            # The schema is fixed and writes are refused, so the only other things a query can name are CTEs,
-            # subqueries and eponymous virtual tables: every module of this SQLite build, and a pragma_* table per
-            # PRAGMA. Those are refused unless allowed (a CTE cannot be told from a table here, so none may take a
-            # module's name).
-            name = (arg1 or "").lower()
-            if name in _READ_OK or not (name in self._modules or name.startswith("pragma_")):
-                return sqlite3.SQLITE_OK
-            self._denied = (f"reading {arg1!r} is not allowed: queries read the trace's tables "
-                            f"({', '.join(sorted(t for t in self._own_tables if not t.startswith('_')))}), "
-                            "json_each/json_tree and the read-only pragma_* tables")
-            return sqlite3.SQLITE_DENY
-        if action in _ALLOWED:
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_FUNCTION:
-            if (arg2 or "").lower() in _FUNCTIONS:
-                return sqlite3.SQLITE_OK
-            self._denied = (f"the SQL function {arg2}() is not allowed: queries may call SQLite's scalar, aggregate, "
-                            "window, date/time, math and JSON functions and extract_arg()")
-            return sqlite3.SQLITE_DENY
-        if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _READ_PRAGMAS:
-            return sqlite3.SQLITE_OK
-        if action == sqlite3.SQLITE_UPDATE and arg1 in _SCHEMA_TABLES:
-            return sqlite3.SQLITE_OK  # SQLite's own schema reload; user writes still meet query_only
-        what = _ACTION_NAMES.get(action, f"action {action}").replace("_", " ")
-        detail = f" {arg1}" if arg1 else ""
-        self._denied = (f"the trace is read-only: {what}{detail} is not allowed "
-                        "(only SELECT/WITH queries and read-only PRAGMAs such as table_info)")
-        return sqlite3.SQLITE_DENY
-
     def query_rows(self, sql: str, limits: Any = None) -> tuple[list[str], list[tuple], bool]:
         """(columns, rows, cut): the rows of one read-only statement. With ``limits`` (a QueryLimits) the statement
-        is interrupted at its deadline, no value may exceed ``max_value_bytes``, and fetching stops at ``max_rows``
-        rows or ``max_result_bytes`` of text and blobs (``cut`` is then True)."""
+        is interrupted at its deadline, no value may exceed ``max_value_bytes`` (SQLite's length limit, so none is
+        built), and fetching stops at ``max_rows`` rows or ``max_result_bytes`` of text and blobs (``cut`` is then
+        True; ``_rules.capped_rows``)."""
         if not isinstance(sql, str):
             raise QueryError(f"query must be a string, got {type(sql).__name__}")
         with self._lock:
             conn = self._connection()
-            self._denied = None
+            self._rules.reset()
             timed_out = [False]
             old_length = None
             if limits is not None:
@@ -386,29 +316,15 @@ class MirrorBackend:
             try:
                 cur = conn.execute(sql)
                 cols = [d[0] for d in cur.description] if cur.description else []
-                cut = False
                 if limits is None:
-                    rows = cur.fetchall()
+                    rows, cut = cur.fetchall(), False
                 else:
-                    rows, size = [], 0
-                    for row in cur:  # SQLite steps one row at a time: nothing past the cap is made
-                        size += sum(len(v) for v in row if isinstance(v, (str, bytes)))
-                        if len(rows) >= limits.max_rows or size > limits.max_result_bytes:
-                            cut = True
-                            break
-                        rows.append(row)
+                    rows, cut = capped_rows(cur, limits)  # SQLite steps one row at a time: nothing past the cap
                     cur.close()
-            except sqlite3.Warning as e:  # e.g. more than one statement
-                raise QueryError(f"{e} (run one statement at a time)") from None
-            except sqlite3.Error as e:
+            except (sqlite3.Error, sqlite3.Warning) as e:
                 if timed_out[0]:
-                    raise QueryError(f"the query was stopped after its time limit of {limits.deadline_s:g} s") from None
-                if self._denied:
-                    raise QueryError(self._denied) from None
-                if limits is not None and getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_TOOBIG:
-                    raise QueryError(f"SQL error: {e} (a value may be at most {limits.max_value_bytes:,} bytes)"
-                                     ) from None
-                raise QueryError(f"SQL error: {e}") from None
+                    raise stopped_error(limits) from None
+                raise query_error(e, self._rules, limits) from None
             except OverflowError as e:
                 raise QueryError(f"SQL error: {e}") from None
             finally:

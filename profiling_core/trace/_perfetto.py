@@ -76,10 +76,16 @@ def _fetch_binary(timeout_s: float | None) -> str:
 
 
 class PerfettoBackend:
-    def __init__(self, tp) -> None:
-        self._tp = tp
+    """One trace in a trace_processor process, started by ``start()`` (a ``TraceProcessor``), and again after a
+    console query was stopped at its deadline (stopping it means ending that process)."""
+
+    def __init__(self, start) -> None:
+        self._start = start
+        self._tp = start()
+        self._closed = False
         self._lock = threading.Lock()
         self._tables = None
+        self._gate = None
 
     @property
     def tables(self):
@@ -89,25 +95,76 @@ class PerfettoBackend:
             self._tables = tables_from_sql(self.query_df)
         return self._tables
 
+    def _running(self):
+        """(with the lock held) the trace_processor, started again if a stopped query ended the last one."""
+        if self._closed:
+            raise QueryError("the trace session is closed")
+        if self._tp is None:
+            try:
+                self._tp = self._start()
+            except Exception as e:  # noqa: BLE001 - the API raises plain Exceptions
+                raise QueryError(f"trace_processor could not be started again: {str(e).strip()[:200]}") from None
+        return self._tp
+
+    def _run(self, sql: str):
+        """(with the lock held) ``sql``'s rows as a DataFrame."""
+        tp = self._running()
+        try:
+            return tp.query(sql).as_pandas_dataframe()
+        except Exception as e:  # perfetto raises TraceProcessorException
+            raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
+
     def query_df(self, sql: str):
         if not isinstance(sql, str):
             raise QueryError(f"query must be a string, got {type(sql).__name__}")
         with self._lock:
-            if self._tp is None:
-                raise QueryError("the trace session is closed")
-            try:
-                return self._tp.query(sql).as_pandas_dataframe()
-            except Exception as e:  # perfetto raises TraceProcessorException
-                raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
+            return self._run(sql)
 
     def query_capped(self, sql: str, limits):
-        """The console's query on trace_processor: its rows cut at ``limits.max_rows``. trace_processor runs the
-        statement in its own process, so the deadline and size caps of the mirror are not enforced here."""
-        frame = self.query_df(sql)
-        cut = len(frame) > limits.max_rows
-        return (frame.iloc[:limits.max_rows] if cut else frame), cut
+        """A console query on trace_processor, under the console's rules and caps.
+
+        trace_processor runs the statement in its own SQLite, where no authorizer can be installed, so the
+        statement is first compiled under the mirror's rules (``_rules.StatementGate``: the same refusals, the same
+        messages) and only then sent. The row cap is applied inside trace_processor (the statement is wrapped in
+        ``SELECT * FROM (...) LIMIT``), so no more rows than that cross over; the result and value caps are applied
+        to what arrives (a subquery's duplicate column names come back made unique, ``a`` and ``a:1``). At the
+        deadline the trace_processor process is ended (the only way to stop its statement),
+        which frees the session at once; the next query starts a new one, which loads the trace again."""
+        from ._rules import StatementGate, capped_rows, stopped_error
+        with self._lock:
+            if self._gate is None:
+                self._gate = StatementGate()
+            self._gate.check(sql)
+            wrapped = f"SELECT * FROM (\n{sql.rstrip().rstrip(';')}\n) LIMIT {limits.max_rows + 1}"
+            try:
+                self._gate.check(wrapped)  # a statement that cannot be a subquery (a PRAGMA) goes as it is
+            except QueryError:
+                wrapped = sql
+            stopped = threading.Event()
+            tp = self._running()
+
+            def _stop() -> None:
+                stopped.set()
+                tp.close()
+            timer = threading.Timer(limits.deadline_s, _stop)
+            timer.daemon = True
+            timer.start()
+            try:
+                frame = self._run(wrapped)
+            except QueryError:
+                if stopped.is_set():
+                    self._tp = None
+                    raise stopped_error(limits) from None
+                raise
+            finally:
+                timer.cancel()
+            if stopped.is_set():  # the answer came just as the process was being ended
+                self._tp = None
+        rows, cut = capped_rows(frame.itertuples(index=False, name=None), limits)
+        return frame.iloc[:len(rows)], cut
 
     def close(self) -> None:
+        self._closed = True
         tp, self._tp = self._tp, None
         if tp is not None:
             try:
@@ -134,11 +191,11 @@ def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: f
     check_size(path, max_bytes)
     if not os.path.isfile(path):
         raise TraceError(f"no such trace file: {path}")
+    config = TraceProcessorConfig(bin_path=binary, load_timeout=int(timeout_s or 60) if timeout_s else 60)
     try:
-        tp = TraceProcessor(trace=path, config=TraceProcessorConfig(
-            bin_path=binary, load_timeout=int(timeout_s or 60) if timeout_s else 60))
+        backend = PerfettoBackend(lambda: TraceProcessor(trace=path, config=config))
     except Exception as e:  # noqa: BLE001 - the API raises plain Exceptions
         raise EngineUnavailableError(f"trace_processor failed to start or load the trace: "
                                      f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}"
                                      ) from None
-    return TraceSession(path, "perfetto", why, PerfettoBackend(tp), None)
+    return TraceSession(path, "perfetto", why, backend, None)
