@@ -43,8 +43,8 @@ SCHEDULE_WARMUP_HELP = ("steps the profiler traces but discards before the activ
                         "not the warm-up calls before profiling")
 
 # the config's own choices (profiling_core.config), as lists for the widgets
-DTYPES, COMPILE_MODES, DEVICES, BIASES = (list(c) for c in (_config.DTYPES, _config.COMPILE_MODES, _config.DEVICES,
-                                                             _config.BIASES))
+DTYPES, COMPILE_MODES, DEVICES, BIASES, MATMUL_PRECISIONS = (list(c) for c in (
+    _config.DTYPES, _config.COMPILE_MODES, _config.DEVICES, _config.BIASES, _config.MATMUL_PRECISIONS))
 PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in the left bar and pick the "
                   "downloaded `trace.json` (the file stays in your browser; nothing is uploaded).")
 
@@ -653,6 +653,11 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
                                   max_value=1024, value=int(d.get("threads") or 0), key=f"{key}_threads",
                                   help="torch.set_num_threads for the run: on a CPU the step time depends on it "
                                        "as much as on the size; recorded in meta.json")
+        precision = c3.selectbox("fp32 matmul precision", MATMUL_PRECISIONS,
+                                 index=MATMUL_PRECISIONS.index(d["matmul_precision"]), key=f"{key}_precision",
+                                 help="torch.set_float32_matmul_precision: highest = full fp32 (torch's default); "
+                                      "high = fp32 GEMMs may use TF32 tensor cores (much faster on a GPU that has "
+                                      "them, ~10 mantissa bits); changes only fp32 runs")
         compile_mode = d["compile"]
         if show_compile:
             compile_mode = c1.selectbox("torch.compile", COMPILE_MODES, index=COMPILE_MODES.index(d["compile"]),
@@ -668,7 +673,8 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
     if not submitted:
         return None
     try:
-        return ExperimentConfig(size=size, dtype=dtype, batch=int(batch) or None, bias=bias, warmup=int(warmup),
+        return ExperimentConfig(size=size, dtype=dtype, batch=int(batch) or None, bias=bias,
+                                matmul_precision=precision, warmup=int(warmup),
                                 compile=compile_mode, wait=wait, warmup_steps=warm_steps, active=active,
                                 repeat=repeat, device=device, threads=int(threads) or None)
     except ConfigError as exc:

@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Optional
 
-from .config import BIASES, COMPILE_MODES, DEVICES, DTYPES, ExperimentConfig
+from .config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, ExperimentConfig
 from ._terminal import terminal_safe
 from .errors import ProfilingError, WorkerError
 from .store import RunStore
@@ -24,6 +24,8 @@ def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
     p.add_argument("--batch", type=int, default=None, help="leading batch dimension (aten::bmm)")
     p.add_argument("--bias", choices=BIASES, default="matrix",
                    help="b's shape: matrix (the study's, like x) or vector ((n,)); decides what torch.compile fuses")
+    p.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
+                   help="torch.set_float32_matmul_precision: highest (default, full fp32), high (TF32), medium")
     p.add_argument("--warmup", type=int, nargs="?", const=10, default=0, metavar="N",
                    help="warm-up calls before profiling (flag alone: 10; default 0 = cold)")
     if not sweep:
@@ -45,7 +47,7 @@ def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
 
 
 def _common_fields(a: argparse.Namespace) -> dict:
-    return dict(dtype=a.dtype, batch=a.batch, bias=a.bias, warmup=a.warmup, wait=a.wait, warmup_steps=a.warmup_steps,
+    return dict(dtype=a.dtype, batch=a.batch, bias=a.bias, matmul_precision=a.matmul_precision, warmup=a.warmup, wait=a.wait, warmup_steps=a.warmup_steps,
                 active=a.active, repeat=a.repeat, device=a.device, threads=a.threads,
                 record_shapes=not a.no_record_shapes,
                 with_flops=a.with_flops, with_stack=a.with_stack, profile_memory=a.profile_memory,

@@ -24,6 +24,7 @@ DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEVICES = ("auto", "cuda", "cpu")
 BIASES = ("matrix", "vector")
+MATMUL_PRECISIONS = ("highest", "high", "medium")
 SIZE_RANGE = (1, 65536)
 BATCH_RANGE = (1, 4096)
 WARMUP_RANGE = (0, 10000)
@@ -70,6 +71,9 @@ class ExperimentConfig:
     ``vector`` ((n,), broadcast over the rows). Under torch.compile this decides what Inductor makes of the add: with
     a matrix bias, ``addmm`` copies b into the output (a device-to-device memcpy) and runs the GEMM with beta = 1;
     with a vector bias the bias rides in the GEMM's epilogue and nothing is copied."""
+    matmul_precision: str = "highest"
+    """``torch.set_float32_matmul_precision`` for the run: ``highest`` (torch's default: fp32 GEMMs in full fp32),
+    ``high`` (fp32 GEMMs may use TF32 tensor cores) or ``medium`` (also bf16-based). Only fp32 GEMMs change."""
     warmup: int = 0
     """Calls of the workload before profiling starts; 0 is a cold run."""
     compile: str = "off"
@@ -102,6 +106,7 @@ class ExperimentConfig:
         if self.batch is not None:
             _check_int("batch", self.batch, *BATCH_RANGE)
         _check_choice("bias", self.bias, BIASES)
+        _check_choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         _check_int("warmup", self.warmup, *WARMUP_RANGE)
         _check_choice("compile", self.compile, COMPILE_MODES)
         _check_int("wait", self.wait, *WAIT_RANGE)
@@ -143,8 +148,10 @@ class ExperimentConfig:
 
     @property
     def name(self) -> str:
-        """The study's artifact name: ``<size>_<dtype>_<cold|warm>_<eager|compile>[_<mode>][_b<batch>][_vbias]``
-        (``_vbias``: a vector bias; the study's matrix bias has no suffix)."""
+        """The study's artifact name:
+        ``<size>_<dtype>_<cold|warm>_<eager|compile>[_<mode>][_b<batch>][_vbias][_mm-<precision>]`` (``_vbias``: a
+        vector bias, the study's matrix bias has no suffix; ``_mm-high``/``_mm-medium``: a float32 matmul precision
+        other than torch's default, named only for fp32 runs, the only ones it changes)."""
         parts = [str(self.size), self.dtype, "warm" if self.is_warm else "cold",
                  "eager" if self.compile == "off" else "compile"]
         if self.compile not in ("off", "default"):
@@ -153,6 +160,8 @@ class ExperimentConfig:
             parts.append(f"b{self.batch}")
         if self.bias == "vector":
             parts.append("vbias")
+        if self.dtype == "fp32" and self.matmul_precision != "highest":
+            parts.append(f"mm-{self.matmul_precision}")
         return "_".join(parts)
 
     def bias_shape(self) -> tuple:

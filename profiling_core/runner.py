@@ -88,6 +88,7 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "python": platform.python_version()},
         "device": facts.get("device", {}),
+        "matmul": facts.get("matmul"),
         "versions": {"torch": facts.get("device", {}).get("torch"),
                      "cuda_runtime": facts.get("device", {}).get("cuda_runtime"),
                      **_trace_versions(staging / "trace.json")},

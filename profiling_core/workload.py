@@ -85,6 +85,7 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
 
     if config.threads is not None:
         torch.set_num_threads(config.threads)
+    torch.set_float32_matmul_precision(config.matmul_precision)
     device = resolve_device(torch, config.device)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[config.dtype]
 
@@ -175,7 +176,9 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
     timer.timings["profile_s"] = round(timer.timings["profile_s"] - export_s[0], 6)
     timer.timings["export_s"] = round(timer.timings["export_s"] + export_s[0], 6)
 
-    facts = {"device": device_info(torch, device)}
+    facts = {"device": device_info(torch, device),
+             "matmul": {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+                        "cuda_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)}}
     if device == "cuda":
         facts["peak_device_memory_bytes"] = torch.cuda.max_memory_allocated()
     facts["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -117,6 +117,17 @@ def test_configs_saved_before_the_bias_knob_keep_the_bias_they_ran_with():
     assert ExperimentConfig.from_dict(ExperimentConfig(bias="matrix").to_dict()).bias == "matrix"
 
 
+def test_matmul_precision_knob_is_validated_and_named_for_fp32_only():
+    assert ExperimentConfig().matmul_precision == "highest"  # torch's default: no TF32
+    assert ExperimentConfig(dtype="fp32", matmul_precision="high", size=4096, warmup=5).name == \
+        "4096_fp32_warm_eager_mm-high"
+    assert ExperimentConfig(dtype="bf16", matmul_precision="high").name == "64_bf16_cold_eager"  # it changes nothing
+    with pytest.raises(ConfigError, match="matmul_precision must be one of 'highest', 'high', 'medium', got 'tf32'"):
+        ExperimentConfig(matmul_precision="tf32")
+    old = {k: v for k, v in ExperimentConfig().to_dict().items() if k != "matmul_precision"}
+    assert ExperimentConfig.from_dict(old).matmul_precision == "highest"  # runs saved before the knob
+
+
 def test_threads_knob_is_validated():
     assert ExperimentConfig().threads is None  # torch's default
     assert ExperimentConfig(threads=2).threads == 2

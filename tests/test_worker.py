@@ -231,6 +231,14 @@ def test_bias_shape_follows_the_config(store):
     assert add_dims(ExperimentConfig(**base, bias="vector")) == [[32, 32], [32]]
 
 
+def test_the_matmul_precision_reaches_torch_and_meta(store):
+    run = run_experiment(ExperimentConfig(**{**SMALL, "dtype": "fp32"}, wait=0, warmup_steps=0, active=1,
+                                          matmul_precision="high"), store=store)
+    meta = json.loads(run.meta_path.read_text())
+    assert meta["config"]["matmul_precision"] == "high"
+    assert meta["matmul"] == {"float32_matmul_precision": "high", "cuda_allow_tf32": True}  # as torch reported it
+
+
 def test_threads_and_machine_load_are_recorded(store):
     run = run_experiment(ExperimentConfig(**SMALL, wait=0, warmup_steps=0, active=1, threads=1), store=store)
     meta = json.loads(run.meta_path.read_text())
