@@ -1,0 +1,83 @@
+"""The device-peak calibration (profiling_core.peaks): real and small on this CPU, and its storage."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profiling_core.peaks import DevicePeaks, PeakBook, datasheet_for, measure_peaks
+
+
+@pytest.fixture(scope="module")
+def cpu_peaks():
+    return measure_peaks("cpu", gemm_size=256, copy_bytes=16 << 20, rounds=3, warmup=1)
+
+
+def test_a_cpu_calibration_measures_every_dtype_and_the_copy(cpu_peaks):
+    import torch
+    p = cpu_peaks
+    assert p.kind == "cpu" and p.driver is None and p.torch_version == torch.__version__
+    assert set(p.gemm_tflops) == {"fp32", "bf16", "fp16"} and p.gemm_sizes == {"fp32": 256, "bf16": 256, "fp16": 256}
+    for d, best in p.gemm_tflops.items():
+        # the best round is at least the median one; a 2-core CPU is far below a TFLOP/s
+        assert 0 < p.gemm_tflops_median[d] <= best < 50
+    assert 0 < p.bandwidth_gbs_median <= p.bandwidth_gbs and p.copy_bytes == 16 << 20
+    assert p.threads == torch.get_num_threads() and f"{p.threads} CPU threads" in p.method
+    assert p.datasheet() is None  # no datasheet for a CPU
+
+
+def test_calibration_refuses_what_it_cannot_measure():
+    with pytest.raises(ValueError, match=r"dtypes \['tf32'\] cannot be calibrated on cpu; allowed: fp32, bf16, fp16"):
+        measure_peaks("cpu", dtypes=("tf32",))
+    with pytest.raises(ValueError, match="device must be 'cuda' or 'cpu', got 'tpu'"):
+        measure_peaks("tpu")
+
+
+def test_the_book_keeps_one_file_per_device_driver_and_torch(tmp_path, cpu_peaks):
+    book = PeakBook(tmp_path)
+    assert book.all() == ([], [])
+    path = book.save(cpu_peaks)
+    assert path.parent == tmp_path / "calibrations"
+    assert book.find(cpu_peaks.device) == cpu_peaks
+    assert book.find(cpu_peaks.device, torch_version="0.0") is None
+    newer = DevicePeaks.from_dict({**cpu_peaks.to_dict(), "measured_at": "2999-01-01T00:00:00Z"})
+    book.save(newer)  # the same device, driver and torch: replaces the file
+    assert len(list((tmp_path / "calibrations").glob("*.json"))) == 1 and book.find(cpu_peaks.device) == newer
+
+
+@pytest.mark.parametrize("content,why", [
+    ("{", "Expecting property name"),
+    ("[]", "a calibration must be a JSON object, got list"),
+    ('{"device": 1}', "calibration field 'device' has the wrong type (int)"),
+    ("[" * 100_000 + "]" * 100_000, "recursion"),
+])
+def test_a_broken_calibration_file_is_listed_not_raised(tmp_path, cpu_peaks, content, why):
+    book = PeakBook(tmp_path)
+    book.save(cpu_peaks)
+    (tmp_path / "calibrations" / "broken.json").write_text(content)
+    good, bad = book.all()
+    assert good == [cpu_peaks]
+    assert [name for name, _ in bad] == ["broken.json"] and why in bad[0][1]
+
+
+def test_wrong_field_values_are_named():
+    base = {"device": "d", "kind": "cuda", "torch_version": "2", "measured_at": "t", "method": "m",
+            "gemm_tflops": {"bf16": 1.0}, "gemm_tflops_median": {"bf16": 1.0}, "gemm_sizes": {"bf16": 8},
+            "bandwidth_gbs": 1.0, "bandwidth_gbs_median": 1.0, "copy_bytes": 8}
+    assert DevicePeaks.from_dict(base).gemm_tflops == {"bf16": 1.0}
+    with pytest.raises(ValueError, match="'gemm_tflops' must map dtypes to positive numbers"):
+        DevicePeaks.from_dict({**base, "gemm_tflops": {"bf16": -1}})
+    with pytest.raises(ValueError, match="'kind' must be 'cuda' or 'cpu', got 'tpu'"):
+        DevicePeaks.from_dict({**base, "kind": "tpu"})
+    with pytest.raises(ValueError, match="calibration field 'method' is missing"):
+        DevicePeaks.from_dict({k: v for k, v in base.items() if k != "method"})
+    # ridge point: where the bf16 ceiling meets the bandwidth ceiling, FLOP per byte
+    p = DevicePeaks.from_dict({**base, "gemm_tflops": {"bf16": 800.0}, "bandwidth_gbs": 4000.0})
+    assert p.ridge_flop_per_byte == {"bf16": 200.0}
+
+
+def test_datasheets_match_whole_device_names_only():
+    assert datasheet_for("NVIDIA H200")["tflops"]["bf16"] == 989.4
+    assert datasheet_for("NVIDIA H200")["bandwidth_gbs"] == 4800.0
+    assert datasheet_for("NVIDIA H2000") is None and datasheet_for("") is None
+    assert datasheet_for("NVIDIA A100-SXM4-80GB")["tflops"]["tf32"] == 156.0
