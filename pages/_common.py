@@ -14,7 +14,6 @@ import os
 
 import functools
 import json
-import re
 import threading
 import time
 import traceback
@@ -24,7 +23,7 @@ from typing import Any, Callable, Optional
 import pandas as pd
 import streamlit as st
 
-from profiling_core import ExperimentConfig, RunStore
+from profiling_core import ExperimentConfig, RunStore, md_code, md_text
 from profiling_core import config as _config
 from profiling_core import charts
 from profiling_core import export
@@ -190,7 +189,7 @@ def show_notices(key: str) -> None:
         if kind == "error":
             exc, title = what
             if isinstance(exc, WorkerError) and exc.kind == "cancelled":
-                st.warning(f"Cancelled: {exc.message}", icon=":material/stop_circle:")
+                st.warning(f"Cancelled: {md_text(exc.message)}", icon=":material/stop_circle:")
             else:
                 show_error(exc, title)
         elif kind == "toast":
@@ -362,21 +361,9 @@ def findings(run_id: str) -> list:
     return _readable(run_id, lambda: _memo(("findings", run_id), make))
 
 
-def md_code(text: object, max_chars: int = 70) -> str:
-    """``text`` as a Markdown code span that shows it literally (cut to ``max_chars``, on one line).
-
-    Kernel, op and run names come from the trace or the user: a backtick, ``[link](…)``, ``$math$`` or
-    ``:red[…]`` in one must not render. A CommonMark code span is literal when its fence is longer than any run
-    of backticks inside it; the padding spaces keep a leading or trailing backtick apart from the fence.
-    """
-    s = " ".join(str(text).split())
-    s = s if len(s) <= max_chars else s[: max_chars - 1] + "…"
-    fence = "`" * (max((len(run) for run in re.findall(r"`+", s)), default=0) + 1)
-    return f"{fence} {s} {fence}"
-
-
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:
-    """Findings as callouts; ``questions`` keeps only those answering these study question numbers."""
+    """Findings as callouts; ``questions`` keeps only those answering these study question numbers. A finding's
+    title and text are plain text that quotes the trace's names, so they are shown escaped (:func:`md_text`)."""
     shown = [f for f in items if questions is None or getattr(f, "question", None) in questions]
     if not shown:
         st.caption("No findings for this question in this trace.")
@@ -384,8 +371,8 @@ def show_findings(items: list, *, questions: Optional[set] = None) -> None:
     for f in shown:
         with st.container(border=True):
             q = getattr(f, "question", None)
-            st.markdown(f"**{getattr(f, 'title', '')}**" + (f"  ·  study question {q}" if q else ""))
-            st.markdown(getattr(f, "text", str(f)))
+            st.markdown(f"**{md_text(getattr(f, 'title', ''))}**" + (f"  ·  study question {q}" if q else ""))
+            st.markdown(md_text(getattr(f, "text", str(f))))
             ev = getattr(f, "evidence", None)
             if isinstance(ev, pd.DataFrame):
                 if not ev.empty:
@@ -601,26 +588,29 @@ def follow_job(key: str, *, poll_s: float = 0.2) -> Optional[Job]:
     if job.running:
         with st.container(border=True):
             st.button("Cancel", key=f"cancel_{key}", on_click=job.cancel, icon=":material/stop_circle:")
-            bar = st.progress(0.0, text=f"{job.label}: {job.message}")
+            bar = st.progress(0.0, text=md_text(f"{job.label}: {job.message}"))
             while job.running:
                 elapsed = time.monotonic() - job.started
-                bar.progress(min(max(job.fraction, 0.0), 1.0), text=f"{job.label}: {job.message} ({elapsed:.0f} s)")
+                bar.progress(min(max(job.fraction, 0.0), 1.0),
+                             text=md_text(f"{job.label}: {job.message} ({elapsed:.0f} s)"))
                 time.sleep(poll_s)
-            bar.progress(1.0, text=f"{job.label}: {job.message}")
+            bar.progress(1.0, text=md_text(f"{job.label}: {job.message}"))
     return job
 
 
 def show_error(exc: BaseException, what: str = "The run failed") -> None:
-    """One readable error box; the worker's stderr tail folded away."""
+    """One readable error box; the worker's stderr tail folded away. ``what`` is plain text (it may name a run or a
+    file); it and the error's message, which may quote a file name or a trace, are shown escaped."""
+    what = md_text(what)
     if isinstance(exc, WorkerError):
-        st.error(f"**{what}** ({exc.kind}): {exc.message}", icon=":material/error:")
+        st.error(f"**{what}** ({md_text(exc.kind)}): {md_text(exc.message)}", icon=":material/error:")
         if exc.stderr_tail:
             with st.expander("worker stderr (last lines)"):
                 st.code(exc.stderr_tail, language="text")
     elif isinstance(exc, (ProfilingError, ValueError)):
-        st.error(f"**{what}**: {exc}", icon=":material/error:")
+        st.error(f"**{what}**: {md_text(exc)}", icon=":material/error:")
     else:
-        st.error(f"**{what}**: {type(exc).__name__}: {exc}", icon=":material/error:")
+        st.error(f"**{what}**: {type(exc).__name__}: {md_text(exc)}", icon=":material/error:")
 
 
 # --- the profile form -------------------------------------------------------------------------------
@@ -703,7 +693,7 @@ def finish_profile(key: str) -> None:
     pop_job(key)
     if job.error is not None:
         end_action(key, [], [("error", job.error, "The run failed")])
-    end_action(key, [job.result.run_id], [("toast", f"Run {job.result.run_id} saved")])
+    end_action(key, [job.result.run_id], [("toast", f"Run {md_code(job.result.run_id, 200)} saved")])
 
 
 def prestart() -> int:
@@ -721,10 +711,10 @@ def sidebar() -> None:
         rid = current_run_id()
         if rid:
             st.caption("Current run")
-            st.markdown(f"**{run_label(rid).split('  ·  ')[0]}**  \n`{rid}`")
+            st.markdown(f"**{md_text(run_label(rid).split('  ·  ')[0])}**  \n{md_code(rid, 200)}")
         else:
             st.caption("No runs yet: start with **Profile**.")
-        st.caption(f"Run store: `{store().root}`")
+        st.caption(f"Run store: {md_code(store().root, 500)}")
 
 
 # --- sweeps and per-run summaries ---------------------------------------------------------------------

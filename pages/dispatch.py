@@ -55,10 +55,10 @@ if rep is not None and len(rep.launch_paths):
     occ = lp[lp["occupancy_query_before"]]
     if len(occ):
         st.markdown(f"**Pattern: occupancy query before the launch** (as on the A100 in the post) for "
-                    f"{', '.join('`' + str(n)[:50] + '`' for n in occ['name'])}.")
+                    f"{', '.join(ui.md_code(n, 50) for n in occ['name'])}.")
     else:
         st.markdown("**Pattern: no occupancy query** precedes any launch in this trace; the launch APIs are "
-                    f"{', '.join('`' + a + '`' for a in sorted(set(', '.join(lp['launch_apis']).split(', '))))}.")
+                    f"{', '.join(ui.md_code(a) for a in sorted(set(', '.join(lp['launch_apis']).split(', '))))}.")
 else:
     st.caption("No launch calls paired with GPU ops in this trace (no GPU lane).")
 

@@ -47,14 +47,14 @@ with right:
     c1.metric("Device", "CUDA" if cuda else "CPU only")
     c2.metric("torch", env.get("torch") or "not importable")
     st.markdown(
-        f"- **Device name**: {env.get('device_name') or '–'}"
+        f"- **Device name**: {ui.md_text(env.get('device_name') or '–')}"
         f"{' × ' + str(env.get('device_count')) if (env.get('device_count') or 0) > 1 else ''}\n"
-        f"- **CUDA build**: {env.get('cuda_build') or 'none (CPU wheel)'}\n"
-        f"- **CPU**: {env.get('cpu_model') or '–'} · {env.get('cpu_cores') or '?'} cores; torch uses "
+        f"- **CUDA build**: {ui.md_text(env.get('cuda_build') or 'none (CPU wheel)')}\n"
+        f"- **CPU**: {ui.md_text(env.get('cpu_model') or '–')} · {env.get('cpu_cores') or '?'} cores; torch uses "
         f"{env.get('cpu_threads') or '?'} threads\n"
-        f"- **Python**: {env.get('python', '–')} on {env.get('host', '–')}")
+        f"- **Python**: {ui.md_text(env.get('python', '–'))} on {ui.md_text(env.get('host', '–'))}")
     if env.get("error"):
-        st.warning(env["error"])
+        st.warning(ui.md_text(env["error"]))
     if not cuda:
         st.info("No CUDA device here: profiles run on the CPU. Five questions need a GPU lane in the trace: 4 "
                 "(launch latency), 6 (how kernels are launched), 7 (sync wait against GPU busy), 8 (kernel "
@@ -62,9 +62,9 @@ with right:
                 "question 2 compares the GEMM's own time with the framework overhead around it, and the GEMM's "
                 "GFLOP/s; import an H200 trace (Trace lab) for the GPU panels.", icon=":material/info:")
     engine, reason = ui.sql_engine()
-    st.markdown(f"- **SQL engine**: `{engine}` — {reason}")
+    st.markdown(f"- **SQL engine**: {ui.md_code(engine)} — {ui.md_text(reason)}")
     root, size = ui.store_summary()
-    st.markdown(f"- **Run store**: `{root}` ({size})")
+    st.markdown(f"- **Run store**: {ui.md_code(root, 500)} ({size})")
 
 st.subheader("Recent runs")
 runs = ui.runs_frame()

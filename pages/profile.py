@@ -25,7 +25,7 @@ if rid is None:
 
 run = ui.load_run(rid)
 rep = ui.report(rid)
-st.subheader(run.name)
+st.subheader(ui.md_text(run.name))
 st.markdown(ui.config_summary(rid))
 busy = machine_busy(run.meta)
 if busy:

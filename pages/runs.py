@@ -10,7 +10,7 @@ ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 st.title("Runs")
 runs = ui.runs_frame()
 root, size = ui.store_summary()
-st.caption(f"Run store `{root}` · {size}")
+st.caption(f"Run store {ui.md_code(root, 500)} · {size}")
 if runs.empty:
     st.info("No runs yet: profile one on the **Profile** page or import a trace in the **Trace lab**.")
     st.stop()
@@ -64,10 +64,10 @@ else:
 st.subheader("Findings")
 fa, fb = st.columns(2)
 with fa:
-    st.markdown(f"**{name_a}**")
+    st.markdown(f"**{ui.md_text(name_a)}**")
     ui.show_findings(ui.findings(a))
 with fb:
-    st.markdown(f"**{name_b}**")
+    st.markdown(f"**{ui.md_text(name_b)}**")
     ui.show_findings(ui.findings(b))
 ui.report_button("Compare runs", [ReportSection("Steps", charts=[step_chart], tables=[("summary", summary)]),
                                   ReportSection("Kernels", charts=[kchart]),
@@ -87,5 +87,5 @@ with st.form("delete_form"):
             ui.store().delete(victim)
             if st.session_state.get(ui.CURRENT_RUN) == victim:
                 ui.set_current_run(None)
-            st.toast(f"Deleted {victim}.", icon=":material/delete:")
+            st.toast(f"Deleted {ui.md_code(victim, 200)}.", icon=":material/delete:")
             st.rerun()

@@ -26,7 +26,7 @@ if upload is not None and upload.file_id not in imported:
         path = Path(tmp) / Path(upload.name).name
         path.write_bytes(upload.getbuffer())
         try:
-            with st.spinner(f"Importing {upload.name} ..."):
+            with st.spinner(f"Importing {ui.md_code(upload.name, 120)} ..."):
                 stem = Path(upload.name).name.removesuffix(".gz").removesuffix(".json")
                 run = ui.store().import_trace(path, name=stem)
                 ui.report(run.run_id)  # parse now: a broken trace is refused here, not on another page
@@ -39,7 +39,8 @@ if upload is not None and upload.file_id not in imported:
             imported[upload.file_id] = run.run_id
             # announce it and run the page again, so the sidebar (drawn first) shows it too
             ui.end_action("lab_import", [run.run_id],
-                          [("success", f"Imported as run {run.run_id}; it is now the current run of every page.")])
+                          [("success", f"Imported as run {ui.md_code(run.run_id, 200)}; it is now the current run of "
+                                       "every page.")])
 
 rid = ui.run_picker("Trace to explore", key="lab_run")
 if rid is None:
@@ -53,7 +54,7 @@ c1, c2, c3, c4 = st.columns(4)
 c1.metric("Profiler steps", s.get("steps", 0))
 c2.metric("GPU ops", s.get("gpu_ops", 0))
 c3.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")))
-c4.metric("SQL engine", sess.engine, help=sess.engine_reason)
+c4.metric("SQL engine", sess.engine, help=ui.md_text(sess.engine_reason))
 
 st.header("The same analyses", divider="gray")
 st.caption("This trace is now the current run of every page. A quick look:")
@@ -99,9 +100,9 @@ if run_sql:
     try:
         result = sess.console(sql)
     except ProfilingError as exc:
-        st.error(f"**Query failed**: {exc}", icon=":material/error:")
+        st.error(f"**Query failed**: {ui.md_text(exc)}", icon=":material/error:")
     except Exception as exc:  # an engine error we did not anticipate still shows as one line
-        st.error(f"**Query failed**: {type(exc).__name__}: {exc}", icon=":material/error:")
+        st.error(f"**Query failed**: {type(exc).__name__}: {ui.md_text(exc)}", icon=":material/error:")
     else:
         if result.cut:
             st.warning(f"The result was cut at {len(result.frame):,} rows: the console shows at most "

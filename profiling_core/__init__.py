@@ -14,8 +14,10 @@ Public surface (everything else is private):
   torch import.
 - ``machine_busy(meta)``: a warning sentence when the machine was busy around a run (load average vs cores).
 - ``format_duration_us(us)``: a duration in µs as text for people (``"12.3 µs"``, ``"4.56 ms"``, ``"n/a"``).
+- ``md_text(s)`` / ``md_code(s)``: an untrusted string (a kernel, run or file name, an error message) as Streamlit
+  Markdown that shows it literally: escaped running text, or a code span (``profiling_core.markdown``).
 - the exception classes in ``profiling_core.errors``; the submodules ``analyses``, ``findings``, ``charts``,
-  ``export``, ``queries`` and ``config``.
+  ``export``, ``queries``, ``config`` and ``markdown``.
 
 Nothing here imports streamlit; only the worker imports torch.
 """
@@ -28,7 +30,7 @@ from .errors import (ConfigError, DeviceBusyError, DoesNotFitError, EngineUnavai
 
 __all__ = [
     "ExperimentConfig", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace", "environment_info",
-    "prestart_worker", "format_duration_us", "machine_busy", "QueryLimits",
+    "prestart_worker", "format_duration_us", "machine_busy", "QueryLimits", "md_text", "md_code",
     "ProfilingError", "ConfigError", "DoesNotFitError", "WorkerError", "InvalidRunIdError",
     "RunNotFoundError", "RunStoreError", "DeviceBusyError", "TraceError", "TraceFormatError",
     "TraceTooLargeError", "EngineUnavailableError", "QueryError",
@@ -45,6 +47,8 @@ _LAZY = {
     "prestart_worker": ("runner", "prestart_worker"),
     "machine_busy": ("runner", "machine_busy"),
     "format_duration_us": ("units", "format_duration_us"),
+    "md_text": ("markdown", "md_text"),
+    "md_code": ("markdown", "md_code"),
 }
 
 

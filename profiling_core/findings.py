@@ -45,6 +45,8 @@ class Finding:
     """The study question (1..10) it answers."""
     title: str
     text: str
+    """Plain text, not Markdown: it quotes the trace's names as they are, so whoever renders it escapes it
+    (the app: ``profiling_core.md_text``; the HTML report: ``html.escape``)."""
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

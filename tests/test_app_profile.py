@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from conftest_app import FAST_PROFILE, app, download, errors_of, media, runs_dir, seed_run  # noqa: F401
+from profiling_core import md_text
 
 
 def fill_profile_form(at, prefix: str = "profile_form", **values):
@@ -36,7 +37,7 @@ def test_profile_end_to_end_with_exports(runs_dir, media):
     assert not errors_of(at), errors_of(at)
     runs = list(runs_dir.iterdir())
     assert [p.name for p in runs if not p.name.startswith(".")], "no run was saved"
-    assert at.subheader[0].value == "64_fp32_cold_eager"
+    assert at.subheader[0].value == md_text("64_fp32_cold_eager") == r"64\_fp32\_cold\_eager"  # shown as it is
     code = [c.value for c in at.code]
     assert any("Self CPU time total" in c for c in code)
     assert download(at, media, "png_profile_timeline")[:8] == b"\x89PNG\r\n\x1a\n"

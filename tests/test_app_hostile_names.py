@@ -1,0 +1,159 @@
+"""AppTest: names from a trace, a file or a run are shown as text on every page, never as live Markdown or HTML.
+
+A kernel named like the one below, in a trace anyone can mail around, used to make every viewer's browser fetch the
+image's URL, show a link, recolour text and typeset math; an upload's file name did the same in the sidebar. The
+checks read what each element hands to Streamlit's Markdown (bodies, labels, help texts) as Streamlit 1.67 reads it
+(see profiling_core/markdown.py): outside code spans, a backslash escape is a literal character, and a bare
+http:// or www. link is live even when its punctuation is escaped.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest_app import H200, app, download, import_trace, media, runs_dir  # noqa: F401
+
+HOSTILE = ("![x](http://attacker.invalid/p.png) [click](http://attacker.invalid) <img src=x onerror=alert(1)> "
+           "**bold** :red[x] $x$")
+FILE_NAME = "![x](attacker.invalid.png) <img src=x onerror=alert(1)> **bold** :red[x].json"  # no '/' in a file name
+SEEN = "![x](http://attacker.invalid/p.png)"  # the part every (shortened) mention keeps
+GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+
+# what a live construct of the hostile names looks like to the parser (escapes hidden) or to GFM's bare links
+LIVE_MARKUP = {"image": "![", "link": "](", "html": "<img", "bold": "**bold**", "colour": ":red[", "math": "$x$"}
+LIVE_LITERAL = {"bare link": re.compile(r"(?i)(https?://|www\.)attacker")}
+NOT_MARKDOWN = {"Json", "Code", "Text", "IFrame", "VegaLiteChart", "Dataframe", "Html", "Arrow"}
+
+
+def _read(md: str) -> tuple[str, str, str]:
+    """(markup, literal, code) of a Markdown source: outside code spans ``markup`` has each backslash escape as
+    ``\\0`` (what the parser sees) and ``literal`` has its character (what the reader and the bare-link finder see);
+    ``code`` is the text of the code spans."""
+    markup, literal, code, i = [], [], [], 0
+    while i < len(md):
+        c = md[i]
+        if c == "\\" and i + 1 < len(md) and md[i + 1] in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~":
+            markup.append("\0")
+            literal.append(md[i + 1])
+            i += 2
+        elif c == "`":
+            fence = re.match(r"`+", md[i:])[0]
+            end = re.compile(rf"(?<!`){fence}(?!`)").search(md, i + len(fence))
+            if end is None:  # no closing fence: the backticks are text
+                markup.append(fence)
+                literal.append(fence)
+                i += len(fence)
+            else:
+                code.append(md[i + len(fence):end.start()])
+                i = end.end()
+        else:
+            markup.append(c)
+            literal.append(c)
+            i += 1
+    return "".join(markup), "".join(literal), " ".join(code)
+
+
+def markdown_sources(at) -> list[tuple[str, str]]:
+    """(element, text) of everything on the page (sidebar included) that Streamlit renders as Markdown."""
+    out = []
+    for node in at._tree:
+        proto = getattr(node, "proto", None)
+        if proto is None or type(proto).__name__ in NOT_MARKDOWN:
+            continue
+        for field, value in proto.ListFields():
+            if field.name in ("body", "label", "help", "text") and isinstance(value, str):
+                out.append((f"{type(node).__name__}.{field.name}", value))
+    return out
+
+
+def live_names(at) -> list[str]:
+    """Each element whose Markdown makes a hostile name live, with what it would render."""
+    bad = []
+    for where, md in markdown_sources(at):
+        markup, literal, _ = _read(md)
+        if "attacker" not in md:
+            continue
+        hits = [k for k, s in LIVE_MARKUP.items() if s in markup] + [
+            k for k, rx in LIVE_LITERAL.items() if rx.search(literal)]
+        if hits:
+            bad.append(f"{where}: {', '.join(hits)} in {md!r}")
+    return bad
+
+
+def shown_texts(at) -> list[str]:
+    """The text each Markdown element shows the reader (escapes read, word joiners invisible)."""
+    out = []
+    for _, md in markdown_sources(at):
+        _, literal, code = _read(md)
+        out.append((literal + " " + code).replace("\u2060", ""))
+    return out
+
+
+def write_hostile_trace(folder: Path) -> Path:
+    """An H200 trace whose GEMM kernel is called HOSTILE + its real name, in a file called FILE_NAME."""
+    data = json.loads((H200 / "4096_bf16_warm_eager.json").read_text())
+    for e in data["traceEvents"]:
+        if e.get("name") == GEMM:
+            e["name"] = f"{HOSTILE} {GEMM}"
+    path = folder / FILE_NAME
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def hostile_run(runs_dir, tmp_path):
+    """The hostile trace imported under the run name HOSTILE."""
+    return import_trace(runs_dir, write_hostile_trace(tmp_path), HOSTILE)
+
+
+# page -> where it names the run or the kernel (None: the app's frame, whose sidebar names the current run; AppTest
+# runs a switched-to page without the frame)
+PAGES = {None: "the sidebar's current run", "profile": "the heading and the findings",
+         "variance": "the per-kernel lines", "dispatch": "the findings", "runs": "the compared runs' headings",
+         "compile_vs_eager": None, "overhead": None, "trace_lab": None}
+KERNEL_PAGES = {"profile", "variance", "dispatch"}  # they name the GEMM kernel and its launches
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p or "frame")
+def test_hostile_names_are_shown_as_text(hostile_run, page):
+    at = app(page)
+    assert not at.exception, [e.value for e in at.exception]
+    assert live_names(at) == []
+    # and the names are still there for the reader
+    shown = shown_texts(at)
+    if PAGES[page]:
+        assert any(SEEN in t for t in shown), f"no name shown in {PAGES[page]}"
+    if page in KERNEL_PAGES:
+        assert any(SEEN in t and "launch" in t for t in shown), "the kernel's name is not shown"
+
+
+def test_a_hostile_upload_name_is_shown_as_text(runs_dir):
+    at = app("trace_lab")
+    broken = ("broken " + FILE_NAME, b"this is not json")
+    at.get("file_uploader")[0].set_value((*broken, "application/json"))
+    at.run()
+    assert not at.exception
+    assert any("Could not import" in e.value for e in at.error)
+    assert live_names(at) == []
+    assert any("Could not import broken ![x](attacker.invalid.png)" in t for t in shown_texts(at))
+
+    good = (FILE_NAME, (H200 / "4096_bf16_warm_eager.json").read_bytes())
+    at.get("file_uploader")[0].set_value((*good, "application/json"))
+    at.run()
+    assert not at.exception
+    assert any("Imported as run" in s.value for s in at.success)
+    assert live_names(at) == []
+    frame = app()  # the sidebar of every page names the new current run, by the file's name
+    assert live_names(frame) == []
+    assert any("![x](attacker.invalid.png) <img src=x onerror=alert(1)> **bold** :red[x]" in t
+               for t in shown_texts(frame))
+
+
+def test_the_html_report_escapes_hostile_names(hostile_run, media):
+    at = app("profile")
+    report = download(at, media, "report_profile").decode()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in report  # the run's name, the kernel's in the findings
+    assert "<img" not in report and "<script" not in report
