@@ -1,0 +1,148 @@
+"""profiling_core.diagnose: the roofline rows and the rules, against plain scans of the JSON and hand counts.
+
+Real H200 runs (tests/data/h200_diag, made by scripts/gpu_diagnose.py through the app's runner) trigger or must not
+trigger each GPU rule; every other real fixture must not trigger a rule that does not apply to it; synthetic traces
+trigger the rules the real ones cannot (a sync inside the step, a recompile)."""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+from conftest import scan_trace
+
+from profiling_core.config import ExperimentConfig
+from profiling_core.diagnose import diagnose, kernel_family
+from profiling_core.peaks import DevicePeaks
+from profiling_core.trace import open_trace
+
+DATA = Path(__file__).parent / "data"
+DIAG = DATA / "h200_diag"
+TRACES = DATA / "traces"
+# The H200's peaks as measured on 2026-12-01 (docs/FINDINGS.md); only their values matter here.
+TFLOPS = {"bf16": 792.2, "fp16": 765.7, "tf32": 412.2, "fp32": 51.25}
+H200 = DevicePeaks.from_dict({"device": "NVIDIA H200", "kind": "cuda", "driver": "580.159.04",
+                              "torch_version": "2.11.0+cu130", "measured_at": "2026-12-01T12:08:00Z", "method": "m",
+                              "gemm_tflops": TFLOPS, "gemm_tflops_median": TFLOPS,
+                              "gemm_sizes": {k: 8192 for k in TFLOPS}, "bandwidth_gbs": 4269.6,
+                              "bandwidth_gbs_median": 4266.2, "copy_bytes": 2 << 30})
+
+
+def run(name: str, peaks=H200):
+    meta = json.loads((DIAG / f"{name}.meta.json").read_text())
+    cfg = ExperimentConfig.from_dict(meta["config"])
+    with open_trace(DIAG / f"{name}.json", engine="sqlite") as s:
+        return diagnose(s, config=cfg, peaks=peaks, compute_capability=float(meta["device"]["compute_capability"]))
+
+
+def rules(d) -> list[str]:
+    return [x.rule for x in d.diagnoses]
+
+
+def kernel_durs(path: Path, contains: str) -> list[float]:
+    return [float(e["dur"]) for e in scan_trace(path) if e.get("ph") == "X" and e.get("cat") == "kernel"
+            and contains in e["name"]]
+
+
+@pytest.mark.parametrize("name,want", [
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_"
+     "kernel__5x_cublas", {"arch": 80, "math": "fp32-simt", "align": None}),
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_"
+     "cublas", {"arch": 90, "math": "tf32", "align": None}),
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", {"arch": 90, "math": "tensor-core", "align": None}),
+    ("void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_256x128_nn_align1>(cutlass_75_tensorop_bf16_"
+     "s1688gemm_bf16_256x128_nn_align1::Params)", {"arch": 75, "math": "tensor-core", "align": 1}),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_128x256_64x3_nn_align2>(...)",
+     {"arch": 80, "math": "tensor-core", "align": 2}),
+    ("ampere_sgemm_128x64_nn", {"arch": 80, "math": "fp32-simt", "align": None}),
+    ("volta_sgemm_128x64_nn", {"arch": 70, "math": "fp32-simt", "align": None}),
+    ("triton_poi_fused_add_mm_1", {"arch": None, "math": None, "align": None}),
+])
+def test_kernel_family_reads_what_the_name_states(name, want):
+    assert kernel_family(name) == want
+
+
+def test_an_unaligned_bf16_gemm_is_named_with_its_kernel_and_fraction_of_peak():
+    d = run("bf16_4095")
+    assert rules(d) == ["unaligned_gemm_dims"]
+    (g,) = d.roofline[d.roofline["kind"] == "gemm"].itertuples()
+    durs = kernel_durs(DIAG / "bf16_4095.json", "gemm")
+    flops = 2 * 4095 ** 3  # 2·M·K·N by hand
+    assert (g.m, g.k, g.n, g.count, g.flops) == (4095, 4095, 4095, 3, flops)
+    assert g.time_us == pytest.approx(statistics.mean(durs))
+    assert g.tflops == pytest.approx(flops / statistics.mean(durs) / 1e6)
+    assert g.fraction_of_peak == pytest.approx(g.tflops / 792.2)  # 19 %
+    assert g.bytes == 3 * 4095 * 4095 * 2 and g.intensity == pytest.approx(flops / g.bytes)
+    x = d.diagnoses[0]
+    assert "M=4095, K=4095, N=4095: M, K, N are not multiples of 8" in x.text
+    assert "cutlass_75_tensorop_bf16_s1688gemm" in x.text and "built for sm75, operand alignment 1 element" in x.text
+    assert f"({g.fraction_of_peak:.0%} of the measured bf16 peak)" in x.text
+    # the bound: this GEMM's time per step less the same FLOPs at the measured peak
+    assert x.cost_us_per_step == pytest.approx(statistics.mean(durs) - flops / 792.2e6)
+    assert "shape_padding" in x.fix
+
+
+def test_the_4100_gemm_names_its_align2_sm80_kernel():
+    d = run("bf16_4100")
+    assert rules(d) == ["unaligned_gemm_dims"]
+    assert "built for sm80, operand alignment 2 elements" in d.diagnoses[0].text
+
+
+@pytest.mark.parametrize("name", ["bf16_4096", "bf16_4095_compile"])
+def test_aligned_and_compile_padded_gemms_are_not_flagged(name):
+    d = run(name)
+    assert rules(d) == []
+    g = d.roofline[d.roofline["kind"] == "gemm"].iloc[0]
+    # torch.compile padded 4095 to 4096: the recorded shapes of the GEMM that ran are what counts
+    assert (g.m, g.k, g.n) == (4096, 4096, 4096) and g.flops_from == "shapes"
+    assert 0.9 < g.fraction_of_peak < 1.1  # the aligned GEMM runs at the measured peak
+
+
+def test_the_add_kernel_moves_three_matrices():
+    d = run("bf16_4096")
+    (e,) = d.roofline[d.roofline["kind"] == "elementwise"].itertuples()
+    assert e.op == "aten::add" and e.bytes == 3 * 4096 * 4096 * 2  # two inputs read, the sum written, bf16
+    assert e.time_us == pytest.approx(statistics.mean(kernel_durs(DIAG / "bf16_4096.json", "CUDAFunctor_add")))
+    assert e.gbs == pytest.approx(e.bytes / e.time_us / 1e3) and e.peak == 4269.6
+
+
+def test_without_peaks_there_is_no_fraction_and_no_cost_bound():
+    d = run("bf16_4095", peaks=None)
+    assert rules(d) == ["unaligned_gemm_dims"]
+    assert d.roofline["fraction_of_peak"].isna().all() and d.diagnoses[0].cost_us_per_step is None
+
+
+# Every real fixture: the rules that apply to it, and no others.
+EXPECTED = {
+    "4096_bf16_warm_compile.json": [], "4096_bf16_warm_eager.json": [], "4096_bf16_warm_eager_a20.json": [],
+    "64_bf16_cold_eager.json": ["launch_bound"], "64_bf16_warm_eager_b8.json": ["launch_bound"],
+    "64_bf16_warm_compile_ro.json": [],
+    # an A100 trace whose fp32 GEMM ran in ampere_sgemm (no TF32), outside any ProfilerStep
+    "event_sync_trace.json.gz": ["fp32_without_tf32"],
+    # BERT inference: the vocabulary projection (N=30522) and 141 tokens are not multiples of 8, 61 short kernels a
+    # step, and an .item() with a stream sync in each step
+    "gaunernst_bert-small-uncased__1016001.json.gz": ["unaligned_gemm_dims", "launch_bound", "sync_in_step"],
+    "gpu_metrics_input.json": ["sync_in_step"], "triton_example.json.gz": ["sync_in_step"],
+    "inference_rank_1.json.gz": [], "mi250_minitoy_train_ROCm6_2_kineto.json.gz": [],
+    "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": [], "trace.json.gz": [],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_real_fixture_gets_only_the_rules_that_apply(name):
+    with open_trace(TRACES / name, engine="sqlite") as s:
+        assert rules(diagnose(s)) == EXPECTED[name]
+
+
+def test_the_sync_rule_counts_the_calls_inside_steps_by_a_plain_scan():
+    path = TRACES / "gaunernst_bert-small-uncased__1016001.json.gz"
+    evs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in evs if str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("cat") != "gpu_user_annotation"]
+    inside = [e for e in evs if e["name"] in ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+              and any(a <= e["ts"] and e["ts"] + e["dur"] <= b for a, b in steps)]
+    with open_trace(path, engine="sqlite") as s:
+        x = next(d for d in diagnose(s).diagnoses if d.rule == "sync_in_step")
+    assert x.cost_us_per_step == pytest.approx(sum(e["dur"] for e in inside) / len(steps), rel=1e-6)
+    assert "aten::item ×1" in x.text and "cudaStreamSynchronize ×1" in x.text
