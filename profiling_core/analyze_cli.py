@@ -1,9 +1,14 @@
-"""``python -m profiling_core analyze PATH [--engine E] [--json] [--peak-tflops X]``.
+"""``python -m profiling_core analyze PATH [--engine E] [--json] [--peaks FILE] [--peak-tflops X]``.
 
 Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one
 JSON object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
-``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``gemm``, ``findings``). A file that cannot
-be read exits with status 2 and a one-line reason on stderr. Standalone: ``python -m profiling_core.analyze_cli``.
+``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``gemm``, ``findings``, and the diagnosis:
+``peaks`` used, ``roofline`` rows, ``diagnoses``). A file that cannot be read exits with status 2 and a one-line
+reason on stderr. Standalone: ``python -m profiling_core.analyze_cli``.
+
+A trace inside the run store (``runs/RUN/trace.json``) is analysed with its run's config and device from
+``meta.json``, and judged against the newest calibration of that device in the store (``calibrate``); ``--peaks``
+names a calibration file instead.
 """
 from __future__ import annotations
 
@@ -28,7 +33,10 @@ def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=ENGINES, default="auto", help="SQL engine (default auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--peak-tflops", type=float, default=None, metavar="X",
-                   help="peak TFLOP/s of the device, for the GEMM fraction of peak")
+                   help="a peak TFLOP/s you set for the 'gemm' rows' fraction of peak (the diagnosis uses --peaks)")
+    p.add_argument("--peaks", default=None, metavar="FILE",
+                   help="a calibration JSON (the store's calibrations/*.json) to judge GEMMs and copies against; "
+                        "default: the newest calibration of the run's device, for a trace in the run store")
     p.set_defaults(func=run)
     return p
 
@@ -67,10 +75,12 @@ def _records(df, cols: list[str]) -> list[dict]:
     return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
 
 
-def build_json(report, found) -> dict:
-    """The ``--json`` object for a :class:`~profiling_core.analyses.Report` and its findings."""
+def build_json(report, found, diagnosis=None) -> dict:
+    """The ``--json`` object for a :class:`~profiling_core.analyses.Report`, its findings and its diagnosis
+    (a :class:`~profiling_core.diagnose.DiagnosisReport`, if given)."""
     s = report.summary
-    return {
+    extra = _clean(diagnosis.to_dict()) if diagnosis is not None else {"peaks": None, "roofline": [], "diagnoses": []}
+    return {**extra,
         "engine": report.engine,
         "steps": _records(report.steps, ["step", "cpu_dur_us", "gpu_busy_us", "kernels", "launches",
                                          "gpu_busy_fraction"]),
@@ -90,7 +100,7 @@ def build_json(report, found) -> dict:
     }
 
 
-def _human(path: str, report, found) -> str:
+def _human(path: str, report, found, diagnosis=None) -> str:
     s = report.summary
     lines = [f"{path}  (engine {report.engine})",
              f"  steps {s['steps']}   GPU ops {s['gpu_ops']}   kernels {s['kernels']}" +
@@ -121,19 +131,34 @@ def _human(path: str, report, found) -> str:
     lines.append("  findings:")
     for f in found:
         lines.append(f"    Q{f.question} {f.title}: {f.text}")
+    if diagnosis is not None:
+        p = diagnosis.peaks
+        lines.append("  what to change" + (f" (against {p.device}'s peaks measured {p.measured_at[:10]})" if p else
+                                           " (no calibration of this device: no fraction of peak)") + ":")
+        for d in diagnosis.diagnoses:
+            cost = f" [{format_duration_us(d.cost_us_per_step)}/step: {d.cost_basis}]" if d.cost_us_per_step else ""
+            lines.append(f"    {d.title}: {d.text}{cost}")
+            lines.append(f"      fix: {d.fix}")
+        if not diagnosis.diagnoses:
+            lines.append("    nothing the rules recognise")
     return "\n".join(map(terminal_safe, lines))  # each line is one line, whatever a kernel is named
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``analyze`` subcommand; returns the exit status (0, or 2 when the trace cannot be read)."""
     from .analyses import analyze
+    from .diagnose import diagnose
     from .findings import findings
     from .trace import open_trace
     try:
+        config, device, peaks = _run_context(args.path, args.peaks)
         session = open_trace(args.path, engine=args.engine)
-        report = analyze(session, peak_tflops=args.peak_tflops)
-        found = findings(report)
-    except (ProfilingError, OSError) as exc:
+        report = analyze(session, config=config, peak_tflops=args.peak_tflops)
+        found = findings(report, config)
+        cc = device.get("compute_capability") if isinstance(device, dict) else None
+        diagnosis = diagnose(session, report, config, peaks,
+                             compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None)
+    except (ProfilingError, OSError, ValueError) as exc:
         print("error: " + terminal_safe(" ".join(str(exc).split())[:500]), file=sys.stderr)
         return 2
     finally:
@@ -141,10 +166,44 @@ def run(args: argparse.Namespace) -> int:
         if callable(close):
             close()
     if args.json:
-        print(json.dumps(build_json(report, found), ensure_ascii=False))
+        print(json.dumps(build_json(report, found, diagnosis), ensure_ascii=False))
     else:
-        print(_human(args.path, report, found))
+        print(_human(args.path, report, found, diagnosis))
     return 0
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _run_context(path: str, peaks_file: Optional[str]):
+    """(config, device facts, peaks) for a trace: from its run's meta.json when it sits in a run store folder, and
+    the calibration ``peaks_file`` or else the store's newest calibration of that device (None where unknown)."""
+    from pathlib import Path
+
+    from .peaks import DevicePeaks, PeakBook
+    from .store import RunStore
+    config, device, peaks, store_root = None, {}, None, None
+    trace = Path(path)
+    if trace.name == "trace.json" and (trace.parent / "meta.json").is_file():
+        store_root = trace.parent.parent
+        try:
+            run = RunStore(store_root).load(trace.parent.name)
+            config, device = run.config, run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
+        except (ProfilingError, OSError, ValueError, TypeError, KeyError):
+            config, device = None, {}
+    if peaks_file is not None:
+        try:
+            peaks = DevicePeaks.from_dict(json.loads(Path(peaks_file).read_text(encoding="utf-8")))
+        except (OSError, ValueError, RecursionError) as e:
+            raise ValueError(f"--peaks {peaks_file}: {e}") from None
+    elif store_root is not None and device.get("name"):
+        peaks = PeakBook(store_root).find(device["name"], torch_version=device.get("torch"))
+    return config, device, peaks
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import scan_trace
 
 from profiling_core import analyze_cli
 
@@ -153,3 +154,50 @@ def test_human_output_shows_control_characters_of_names_as_escapes(tmp_path, cap
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b]0;pwned\\x07evil\\x1b[2J\\x0aFAKE finding" in out
     assert not any(line.startswith("FAKE") for line in out.splitlines())
+
+
+def _h200_peaks(tmp_path) -> Path:
+    from profiling_core.peaks import DevicePeaks
+    tf = {"bf16": 800.0, "fp16": 760.0, "tf32": 400.0, "fp32": 50.0}
+    p = DevicePeaks.from_dict({"device": "NVIDIA H200", "kind": "cuda", "driver": "580.159.04",
+                               "torch_version": "2.11.0+cu130", "measured_at": "2026-12-01T12:08:00Z",
+                               "method": "m", "gemm_tflops": tf, "gemm_tflops_median": tf,
+                               "gemm_sizes": {k: 8192 for k in tf}, "bandwidth_gbs": 4000.0,
+                               "bandwidth_gbs_median": 4000.0, "copy_bytes": 1 << 30})
+    return p
+
+
+def test_json_carries_the_peaks_the_roofline_and_the_diagnoses(tmp_path, capsys):
+    peaks = _h200_peaks(tmp_path)
+    f = tmp_path / "peaks.json"
+    f.write_text(json.dumps(peaks.to_dict()))
+    out = run_json(DATA / "h200_diag" / "bf16_4095.json", capsys, "--peaks", str(f))
+    assert out["peaks"]["device"] == "NVIDIA H200" and out["peaks"]["gemm_tflops"]["bf16"] == 800.0
+    (gemm,) = [r for r in out["roofline"] if r["kind"] == "gemm"]
+    durs = [e["dur"] for e in scan_trace(DATA / "h200_diag" / "bf16_4095.json")
+            if e.get("cat") == "kernel" and "gemm" in e["name"]]
+    assert gemm["fraction_of_peak"] == pytest.approx(2 * 4095 ** 3 / statistics.mean(durs) / 1e6 / 800.0)
+    assert [d["rule"] for d in out["diagnoses"]] == ["unaligned_gemm_dims"]
+    assert out["diagnoses"][0]["cost_us_per_step"] > 0
+
+
+def test_a_store_run_is_judged_by_its_devices_calibration(tmp_path, capsys):
+    from profiling_core.peaks import PeakBook
+    run = tmp_path / "runs" / "20261201-120000-bf16_4095"
+    run.mkdir(parents=True)
+    run.joinpath("trace.json").write_bytes((DATA / "h200_diag" / "bf16_4095.json").read_bytes())
+    meta = json.loads((DATA / "h200_diag" / "bf16_4095.meta.json").read_text())
+    run.joinpath("meta.json").write_text(json.dumps({**meta, "name": "4095_bf16_warm_eager", "status": "ok"}))
+    PeakBook(tmp_path / "runs").save(_h200_peaks(tmp_path))
+    out = run_json(run / "trace.json", capsys)
+    assert out["peaks"]["torch_version"] == "2.11.0+cu130"
+    assert [r["flops_from"] for r in out["roofline"] if r["kind"] == "gemm"] == ["shapes"]
+    assert [d["rule"] for d in out["diagnoses"]] == ["unaligned_gemm_dims"]
+
+
+def test_a_bad_peaks_file_is_one_line(tmp_path, capsys):
+    f = tmp_path / "peaks.json"
+    f.write_text('{"device": 1}')
+    assert analyze_cli.main([str(DATA / "h200_diag" / "bf16_4095.json"), "--peaks", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "calibration field 'device' has the wrong type (int)" in err
