@@ -3,11 +3,14 @@
 An exclusive ``fcntl.flock`` on ``<lock dir>/<device>.lock``; the holder writes who it is into
 ``<device>.holder`` so a waiter can say what it waits for.  The kernel drops the lock when the holder dies, so
 a crashed run never leaves the device locked.  The lock folder is shared by every run store on the machine:
-``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.
+``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.  Nothing in it is opened through a symbolic
+link (a shared temp folder lets anyone plant one): the holder file is made under a fresh random name
+(``tempfile.mkstemp``: O_CREAT|O_EXCL|O_NOFOLLOW) and renamed into place; the lock file is opened O_NOFOLLOW.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -16,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from .errors import DeviceBusyError
+from .errors import DeviceBusyError, ProfilingError
 
 ENV_LOCK_DIR = "PROFILING_LOCK_DIR"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def lock_dir() -> Path:
@@ -38,7 +42,9 @@ def device_key(device: str) -> str:
 
 def holder(device: str) -> Optional[dict]:
     try:
-        return json.loads((lock_dir() / f"{device}.holder").read_text())
+        fd = os.open(lock_dir() / f"{device}.holder", os.O_RDONLY | _NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            return json.loads(f.read(4096))
     except (OSError, ValueError):
         return None
 
@@ -52,7 +58,13 @@ def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Op
     about once a second with a line saying who holds it, until the lock is free or ``timeout_s`` passes.
     """
     path = lock_dir() / f"{device}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise ProfilingError(f"the device lock file {path} is a symbolic link, which the lock refuses to follow: "
+                             "remove it (or set PROFILING_LOCK_DIR to a folder of your own)") from None
     try:
         t0 = time.monotonic()
         last = -1.0
@@ -72,8 +84,10 @@ def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Op
                     last = waited
                     on_wait(f"waiting for device lock '{device}' held by {who} ({waited:.0f} s)")
                 time.sleep(poll_s)
-        tmp = lock_dir() / f"{device}.holder.{os.getpid()}"
-        tmp.write_text(json.dumps({"pid": os.getpid(), "what": what, "since": time.time()}))
+        tmp_fd, tmp = tempfile.mkstemp(prefix=f".{device}.holder.", dir=lock_dir())
+        os.fchmod(tmp_fd, 0o644)  # waiters of other users may read who holds the device
+        with os.fdopen(tmp_fd, "w") as f:
+            f.write(json.dumps({"pid": os.getpid(), "what": what, "since": time.time()}))
         os.replace(tmp, lock_dir() / f"{device}.holder")
         try:
             yield
