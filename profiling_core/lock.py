@@ -1,9 +1,11 @@
 """Device lock: two callers (two browser sessions, the CLI and the app) never profile one device at once.
 
 An exclusive ``fcntl.flock`` on ``<lock dir>/<device>.lock``; the holder writes who it is into
-``<device>.holder`` so a waiter can say what it waits for.  The kernel drops the lock when the holder dies, so
-a crashed run never leaves the device locked.  The lock folder is shared by every run store on the machine:
-``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.  Nothing in it is opened through a symbolic
+``<device>.holder`` so a waiter can say what it waits for.  An flock belongs to the open file, not to the process:
+the caller hands the lock's descriptor to its worker (``device_lock`` yields it), so the device stays locked while
+the worker lives, even when the caller was killed first; the kernel drops the lock when the last process holding
+it dies, so a crashed run never leaves the device locked.  The lock folder is shared by every run store on the
+machine: ``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.  Nothing in it is opened through a symbolic
 link (a shared temp folder lets anyone plant one): the holder file is made under a fresh random name
 (``tempfile.mkstemp``: O_CREAT|O_EXCL|O_NOFOLLOW) and renamed into place; the lock file is opened O_NOFOLLOW.
 """
@@ -51,9 +53,11 @@ def holder(device: str) -> Optional[dict]:
 
 @contextlib.contextmanager
 def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Optional[float] = None,
-                on_wait: Optional[Callable[[str], None]] = None, poll_s: float = 0.1) -> Iterator[None]:
+                on_wait: Optional[Callable[[str], None]] = None, poll_s: float = 0.1) -> Iterator[int]:
     """Hold the lock of ``device`` (a key from ``device_key``) for the duration of the block.
 
+    Yields the lock's file descriptor: a process that inherits it holds the lock too, until it exits (the block's
+    end closes this process's copy and never unlocks the file for the others).
     wait=False raises DeviceBusyError at once when another caller holds it; otherwise ``on_wait`` is called
     about once a second with a line saying who holds it, until the lock is free or ``timeout_s`` passes.
     """
@@ -90,10 +94,9 @@ def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Op
             f.write(json.dumps({"pid": os.getpid(), "what": what, "since": time.time()}))
         os.replace(tmp, lock_dir() / f"{device}.holder")
         try:
-            yield
+            yield fd
         finally:
             with contextlib.suppress(OSError):
                 (lock_dir() / f"{device}.holder").unlink()
-            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
-        os.close(fd)
+        os.close(fd)  # the lock ends with the last descriptor of it: a worker that inherited one still holds it

@@ -85,3 +85,18 @@ def test_a_symlinked_lock_file_is_refused(tmp_path):
             pass
     assert victim.read_text() == "precious\n"
 
+
+def test_a_process_that_inherits_the_lock_holds_it_until_it_exits():
+    """The caller hands the lock to its worker: after the caller's block ends (or the caller dies), the device
+    stays locked until the worker exits too."""
+    with device_lock("cpu", what="caller") as fd:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=[fd])
+    try:
+        with pytest.raises(DeviceBusyError):
+            with device_lock("cpu", wait=False):
+                pass
+    finally:
+        child.kill()
+        child.wait()
+    with device_lock("cpu", wait=False):
+        pass
