@@ -1,13 +1,18 @@
 """Device lock: two callers (two browser sessions, the CLI and the app) never profile one device at once.
 
 An exclusive ``fcntl.flock`` on ``<lock dir>/<device>.lock``; the holder writes who it is into
-``<device>.holder`` so a waiter can say what it waits for.  The kernel drops the lock when the holder dies, so
-a crashed run never leaves the device locked.  The lock folder is shared by every run store on the machine:
-``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.
+``<device>.holder`` so a waiter can say what it waits for.  An flock belongs to the open file, not to the process:
+the caller hands the lock's descriptor to its worker (``device_lock`` yields it), so the device stays locked while
+the worker lives, even when the caller was killed first; the kernel drops the lock when the last process holding
+it dies, so a crashed run never leaves the device locked.  The lock folder is shared by every run store on the
+machine: ``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.  Nothing in it is opened through a symbolic
+link (a shared temp folder lets anyone plant one): the holder file is made under a fresh random name
+(``tempfile.mkstemp``: O_CREAT|O_EXCL|O_NOFOLLOW) and renamed into place; the lock file is opened O_NOFOLLOW.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -16,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from .errors import DeviceBusyError
+from .errors import DeviceBusyError, ProfilingError
 
 ENV_LOCK_DIR = "PROFILING_LOCK_DIR"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def lock_dir() -> Path:
@@ -38,21 +44,31 @@ def device_key(device: str) -> str:
 
 def holder(device: str) -> Optional[dict]:
     try:
-        return json.loads((lock_dir() / f"{device}.holder").read_text())
+        fd = os.open(lock_dir() / f"{device}.holder", os.O_RDONLY | _NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            return json.loads(f.read(4096))
     except (OSError, ValueError):
         return None
 
 
 @contextlib.contextmanager
 def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Optional[float] = None,
-                on_wait: Optional[Callable[[str], None]] = None, poll_s: float = 0.1) -> Iterator[None]:
+                on_wait: Optional[Callable[[str], None]] = None, poll_s: float = 0.1) -> Iterator[int]:
     """Hold the lock of ``device`` (a key from ``device_key``) for the duration of the block.
 
+    Yields the lock's file descriptor: a process that inherits it holds the lock too, until it exits (the block's
+    end closes this process's copy and never unlocks the file for the others).
     wait=False raises DeviceBusyError at once when another caller holds it; otherwise ``on_wait`` is called
     about once a second with a line saying who holds it, until the lock is free or ``timeout_s`` passes.
     """
     path = lock_dir() / f"{device}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise ProfilingError(f"the device lock file {path} is a symbolic link, which the lock refuses to follow: "
+                             "remove it (or set PROFILING_LOCK_DIR to a folder of your own)") from None
     try:
         t0 = time.monotonic()
         last = -1.0
@@ -72,14 +88,15 @@ def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Op
                     last = waited
                     on_wait(f"waiting for device lock '{device}' held by {who} ({waited:.0f} s)")
                 time.sleep(poll_s)
-        tmp = lock_dir() / f"{device}.holder.{os.getpid()}"
-        tmp.write_text(json.dumps({"pid": os.getpid(), "what": what, "since": time.time()}))
+        tmp_fd, tmp = tempfile.mkstemp(prefix=f".{device}.holder.", dir=lock_dir())
+        os.fchmod(tmp_fd, 0o644)  # waiters of other users may read who holds the device
+        with os.fdopen(tmp_fd, "w") as f:
+            f.write(json.dumps({"pid": os.getpid(), "what": what, "since": time.time()}))
         os.replace(tmp, lock_dir() / f"{device}.holder")
         try:
-            yield
+            yield fd
         finally:
             with contextlib.suppress(OSError):
                 (lock_dir() / f"{device}.holder").unlink()
-            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
-        os.close(fd)
+        os.close(fd)  # the lock ends with the last descriptor of it: a worker that inherited one still holds it

@@ -69,9 +69,13 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
     load_before = _load_average()
     try:
         with device_lock(key, what=f"{config.name} ({run_id})", wait=wait_for_device,
-                         timeout_s=lock_timeout_s, on_wait=status):
+                         timeout_s=lock_timeout_s, on_wait=status) as lock_fd:
             t_locked = time.perf_counter()
-            facts = run_in_worker(config, staging, cancel_event=cancel_event, on_status=status, prestart=prestart)
+            # The worker holds the device lock and the staging folder's owner lock too, and dies with this
+            # process: killed, this process leaves no worker running on an unlocked device, and the next open
+            # of the store removes the staging folder once both are gone.
+            facts = run_in_worker(config, staging, cancel_event=cancel_event, on_status=status, prestart=prestart,
+                                  hold_fds=(lock_fd, store._owner_fd(staging)))
     except BaseException:
         store._abort(staging)
         raise

@@ -6,17 +6,21 @@ Layout::
     <root>/<run_id>/table.txt       profiler table (key_averages().table)
     <root>/<run_id>/meta.json       config, versions, device, host, timings, peak memory, status
     <root>/<run_id>/worker.log      the worker's stderr
-    <root>/.staging/<run_id>/       a run being written (never listed)
+    <root>/.staging/<run_id>/       a run being written (never listed); its ``.owner`` file is flock'd by the
+                                    process writing it and that process's worker while either lives
     <root>/.trash/                  a run being deleted (never listed)
 
 A run becomes visible only by ``os.rename`` of its complete staging folder, so a crash, a kill or a write
-error leaves no half run.  Run ids are plain names (letters, digits, ``._-``) checked before any path is
-built, so nothing can escape the root.
+error leaves no half run; the staging folder a killed process leaves is removed on the next open of the
+store, once its owner lock is free (its writer provably gone).  Run ids are plain names (letters, digits,
+``._-``) checked before any path is built, so nothing can escape the root.
 
 The root is ``./runs`` unless ``PROFILING_RUNS_DIR`` or an explicit root says otherwise.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import json
 import os
@@ -39,6 +43,7 @@ META_FILE = "meta.json"
 TRACE_FILE = "trace.json"
 TRACE_GZ_FILE = "trace.json.gz"
 TABLE_FILE = "table.txt"
+OWNER_FILE = ".owner"
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")  # used with fullmatch: '$' would accept a final '\n'
 IMPORT_MAX_BYTES = 512 * 2**20
 
@@ -121,6 +126,9 @@ class RunStore:
 
     def __init__(self, root: Optional[os.PathLike | str] = None):
         self.root = Path(root) if root is not None else default_root()
+        self._owners: dict[Path, int] = {}  # staging folder -> its owner lock's descriptor, while we write it
+        with contextlib.suppress(OSError):
+            self.cleanup_staging()
 
     # --- paths -----------------------------------------------------------------------------------
     def _dir(self, run_id: str) -> Path:
@@ -154,6 +162,11 @@ class RunStore:
                     continue
                 except OSError as exc:
                     raise RunStoreError(f"cannot write to the run store at {self.root}: {exc.strerror}") from None
+                try:
+                    self._owners[staging] = _own(staging)
+                except OSError as exc:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    raise RunStoreError(f"cannot write to the run store at {self.root}: {exc.strerror}") from None
                 return run_id, staging
         raise RunStoreError("could not reserve a unique run id")
 
@@ -168,6 +181,9 @@ class RunStore:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, staging / META_FILE)
+            # not part of the run; its lock stays held through our descriptor until the rename is done (and a
+            # cleanup leaves a young staging folder without one alone)
+            (staging / OWNER_FILE).unlink(missing_ok=True)
             for child in staging.iterdir():
                 if child.is_file():
                     with open(child, "rb") as f:
@@ -176,22 +192,52 @@ class RunStore:
         except OSError as exc:
             self._abort(staging)
             raise RunStoreError(f"could not save run {run_id}: {exc.strerror or exc}") from None
+        self._disown(staging)
         return Run(run_id, final, meta)
 
     def _abort(self, staging: Path) -> None:
         """Drop a staging folder (the run it was for never becomes visible)."""
         shutil.rmtree(staging, ignore_errors=True)
+        self._disown(staging)
+
+    def _owner_fd(self, staging: Path) -> int:
+        """The descriptor of ``staging``'s owner lock: a worker that inherits it keeps the folder owned."""
+        return self._owners[staging]
+
+    def _disown(self, staging: Path) -> None:
+        fd = self._owners.pop(staging, None)
+        if fd is not None:
+            os.close(fd)
 
     def cleanup_staging(self, older_than_s: float = 24 * 3600) -> int:
-        """Remove staging folders left by crashed processes (older than ``older_than_s``)."""
+        """Remove staging folders whose writer is gone; done on every open of the store.
+
+        A folder's writer is gone when its owner lock (``.owner``, flock'd by the writing process and by its
+        worker) can be taken: the kernel drops an flock only when every process holding it has exited, so a
+        live run, even one whose caller was killed while its worker still runs, is never removed.  A folder with
+        no owner lock (made by an older version, or its writer killed between mkdir and lock) is removed once it
+        is older than ``older_than_s``.
+        """
         n = 0
         for p in (self.root / ".staging").glob("*"):
             try:
-                if time.time() - p.stat().st_mtime > older_than_s:
-                    shutil.rmtree(p, ignore_errors=True)
-                    n += 1
+                fd = os.open(p / OWNER_FILE, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            except FileNotFoundError:
+                fd = None
+            except OSError:
+                continue
+            try:
+                if fd is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: its writer lives
+                elif time.time() - p.lstat().st_mtime <= older_than_s:
+                    continue
+                shutil.rmtree(p, ignore_errors=True)
+                n += 1
             except OSError:
                 pass
+            finally:
+                if fd is not None:
+                    os.close(fd)
         return n
 
     # --- reading ---------------------------------------------------------------------------------
@@ -267,6 +313,21 @@ class RunStore:
                 "size_bytes": size, "started_at": datetime.now(timezone.utc).isoformat(),
                 "host": socket.gethostname(), "config": None}
         return self._commit(run_id, staging, meta)
+
+
+def _own(staging: Path) -> int:
+    """Make ``staging``'s owner lock, locked, and return its descriptor.  It is locked under a temporary name and
+    renamed into place, so a cleanup never finds it unlocked while its writer lives."""
+    tmp = staging / (OWNER_FILE + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, f"{os.getpid()}\n".encode())  # for a person looking: who writes this folder
+        os.replace(tmp, staging / OWNER_FILE)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _sniff_json(src: Path, is_gz: bool) -> None:

@@ -1,14 +1,19 @@
 """Worker processes: every experiment runs in a fresh Python process.
 
 A fresh process makes a cold run honestly cold: no CUDA context, no cuBLAS handle, no reused compile cache
-in memory.  Protocol (files, not pipes, so a crash can't leave the parent reading half a message):
+in memory.  Protocol:
 
 - the parent makes a staging folder holding ``config.json`` and starts ``python -m profiling_core.worker DIR``,
   or (``prestart``) asks the *fork server* (``--zygote``: a process that imported torch, torch._dynamo and
   Inductor once and never touched CUDA) to fork a new process for DIR — as cold as a fresh interpreter
   (no CUDA context, no cuBLAS handle, nothing compiled), without paying seconds of imports per run;
-- the worker writes ``trace.json``, ``table.txt`` and then ``result.json`` (timings and device facts), or
-  ``error.json`` ({kind, message}) when the experiment fails; its stderr goes to ``worker.log``;
+- the worker gets a *channel*: one end of a Unix socket pair whose other end only the parent holds.  It dies
+  with its parent through it (``_watch_parent``), and reports a failure through it as one JSON line
+  ({kind, message}): a socket needs no disk, so the reason of a disk-full failure reaches the parent too;
+- the worker also inherits the descriptors the parent holds for the run (the device lock and the staging
+  folder's owner lock) and keeps them until it exits, so both cover the worker's whole life;
+- the worker writes ``trace.json``, ``table.txt`` and then ``result.json`` (timings and device facts); its
+  stderr goes to ``worker.log``;
 - the parent enforces the timeout (the whole process group is killed), and turns every failure — an error the
   worker reported, a crash, a signal, a timeout, a cancellation — into a ``WorkerError`` with the tail of the log.
 
@@ -17,17 +22,20 @@ process group, killed on any failure.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from .config import ExperimentConfig
 from .errors import WorkerError
@@ -45,7 +53,6 @@ def _write_phase(staging: Path, name: str) -> None:
     tmp = staging / f".{PHASE_FILE}.tmp"
     tmp.write_text(name)
     os.replace(tmp, staging / PHASE_FILE)  # the reader sees a whole name, never half of one
-ERROR_FILE = "error.json"
 LOG_FILE = "worker.log"
 SPAWN_ENV = "PROFILING_CORE_SPAWN_T"
 
@@ -56,6 +63,8 @@ def _classify(exc: BaseException, phase: str) -> str:
     text = str(exc)
     if isinstance(exc, WorkerError):
         return exc.kind
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "store"  # the staging folder's disk is full: the run cannot be written
     if type(exc).__name__ == "DoesNotFitError":
         return "does_not_fit"
     if name == "OutOfMemoryError" or "out of memory" in text.lower():
@@ -70,7 +79,49 @@ def _classify(exc: BaseException, phase: str) -> str:
     return "error"
 
 
-def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: float, prestarted: bool) -> int:
+def _watch_parent(channel: int) -> None:
+    """Die with the parent: a thread reads the channel, whose other end only the parent holds; the read returns
+    end-of-file once the parent is gone, however it died (SIGKILL included: the kernel closes its descriptors),
+    and the thread SIGKILLs the worker's process group (the worker leads its own session; Inductor's compile
+    workers are in it).
+
+    A pipe watchdog (the channel is a socket, read as a pipe would be) rather than Linux's
+    prctl(PR_SET_PDEATHSIG): that signal fires when the *thread* that forked the worker ends (the app starts runs
+    from Streamlit script threads), for a forked run it would watch the fork server instead of the caller, and it
+    exists on Linux only.  The watchdog works the same for both kinds of worker and on any POSIX system.  The
+    parent never writes to the channel, so any read that returns means it is gone.
+    """
+    def watch() -> None:
+        try:
+            while os.read(channel, 4096):
+                pass
+        except OSError:
+            pass
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _keep(fds: Sequence[int]) -> None:
+    """The descriptors from the parent (the channel, the run's locks) stay open until this process exits (nothing
+    closes them) and out of the programs it starts (a compiler, Inductor's compile workers): the locks end with
+    this process, not with a helper it left behind."""
+    for fd in fds:
+        os.set_inheritable(fd, False)
+
+
+def _report_error(channel: Optional[int], err: dict) -> None:
+    """Tell the parent why the run failed: one JSON line on the channel (a socket: it works with the disk full)."""
+    if channel is None:  # started by hand, without a parent: the traceback on stderr says it
+        return
+    with contextlib.suppress(OSError):  # the parent is gone: nobody to tell
+        os.write(channel, (json.dumps(err) + "\n").encode())
+
+
+def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: float, prestarted: bool,
+                channel: Optional[int] = None) -> int:
     from . import workload
 
     timer = workload.Phase(on_start=lambda name: _write_phase(staging, name))
@@ -93,21 +144,29 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     try:
         config = ExperimentConfig.from_json((staging / CONFIG_FILE).read_text())
         facts = workload.run_workload(config, staging, timer)
-    except BaseException as exc:  # noqa: BLE001 - every failure must become error.json
-        traceback.print_exc(file=sys.stderr)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
+        with contextlib.suppress(OSError):  # stderr is worker.log, on the disk that may be full
+            traceback.print_exc(file=sys.stderr)
         kind = _classify(exc, current["phase"])
         if isinstance(exc, WorkerError):
             msg = exc.message
         else:
             msg = f"{type(exc).__name__} during {current['phase'].removesuffix('_s')}: {exc}".strip()
-        _write_json(staging / ERROR_FILE, {"kind": kind, "message": msg[:2000]})
+        if kind == "store":
+            msg += f" (no room in the run store {staging.parent.parent}: free space there or use another store)"
+        _report_error(channel, {"kind": kind, "message": msg[:2000]})
         return 2
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     facts["timings"] = timer.timings
     facts["prestarted"] = prestarted
     facts["cuda_initialized_before_run"] = cuda_was_initialized
-    _write_json(staging / RESULT_FILE, facts)
+    try:
+        _write_json(staging / RESULT_FILE, facts)
+    except OSError as exc:
+        _report_error(channel, {"kind": _classify(exc, "saving"),
+                                "message": f"could not write {RESULT_FILE}: {exc}"})
+        return 2
     return 0
 
 
@@ -133,13 +192,17 @@ def _preimport(compile_too: bool) -> float:
     return time.perf_counter() - t0
 
 
-def _zygote_main() -> int:
-    """Fork server: import once (no CUDA), then fork one child per run read from stdin.
+def _zygote_main(requests: int) -> int:
+    """Fork server: import once (no CUDA), then fork one child per run asked for on the ``requests`` socket.
 
-    Protocol on stdin: ``<token> <staging dir>`` per line; on stdout: ``ready``, then ``started <token> <pid>``
-    and ``exited <token> <returncode>`` (negative: killed by that signal).  Each child is a new process in its
-    own session with no CUDA context, no cuBLAS handle and nothing compiled: as cold as a fresh interpreter,
-    without paying the imports again.  The zygote runs no torch op, so forking it is safe.
+    Protocol: a request is one message ``<token> <staging dir>`` on the socket (SOCK_SEQPACKET), carrying the
+    run's descriptors (SCM_RIGHTS): its channel first, then the locks it holds; on stdout: ``ready``, then
+    ``started <token> <pid>`` and ``exited <token> <returncode>`` (negative: killed by that signal).  The child
+    keeps the descriptors and the zygote closes its copies, so the child dies with the caller and holds the
+    caller's locks as a fresh worker does.  The zygote ends when the caller closes the socket (or dies).  Each
+    child is a new process in its own session with no CUDA context, no cuBLAS handle and nothing compiled: as
+    cold as a fresh interpreter, without paying the imports again.  The zygote runs no torch op, so forking it
+    is safe.
     """
     # Keep the CUDA runtime untouched while importing: torch.cuda.is_available() would otherwise call
     # cudaGetDeviceCount, after which a forked child may not use CUDA (torch refuses: "bad fork").
@@ -168,24 +231,36 @@ def _zygote_main() -> int:
                 say(f"exited {token} {rc}")
 
     threading.Thread(target=reaper, daemon=True).start()
+    sock = socket.socket(fileno=requests)
     say("ready")
-    for line in sys.stdin:
-        parts = line.strip().split(" ", 1)
-        if len(parts) != 2:
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 8192, 16)
+        except InterruptedError:
+            continue
+        if not msg:
+            break  # the caller closed its end or died
+        parts = msg.decode(errors="replace").strip().split(" ", 1)
+        if len(parts) != 2 or not fds:
+            for fd in fds:
+                os.close(fd)
             continue
         token, staging = parts
+        _keep(fds)
         t_fork = time.time()
         with tokens_lock:
             pid = os.fork()
             if pid == 0:  # the run's own process
                 try:
+                    sock.close()
                     os.setsid()
+                    _watch_parent(fds[0])
                     log = os.open(os.path.join(staging, LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                     devnull = os.open(os.devnull, os.O_RDWR)
                     os.dup2(devnull, 0)
                     os.dup2(devnull, 1)
                     os.dup2(log, 2)
-                    rc = _child_main(Path(staging), t_fork, time.time(), import_s, True)
+                    rc = _child_main(Path(staging), t_fork, time.time(), import_s, True, channel=fds[0])
                 except BaseException:  # noqa: BLE001
                     traceback.print_exc()
                     rc = 70
@@ -196,6 +271,8 @@ def _zygote_main() -> int:
                         pass
                 os._exit(rc)
             tokens[pid] = token
+        for fd in fds:
+            os.close(fd)  # the child has its own: the next child must not inherit this run's
         say(f"started {token} {pid}")
     return 0
 
@@ -214,17 +291,24 @@ def _fork_is_safe() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``DIR [--channel FD] [--hold FD,...]`` runs the experiment of DIR; ``--zygote FD`` is the fork server."""
     t_main = time.time()
     argv = sys.argv[1:] if argv is None else argv
     t_spawn = float(os.environ.get(SPAWN_ENV, "0") or 0)
     if argv[:1] == ["--zygote"]:
-        return _zygote_main()
+        return _zygote_main(int(argv[1]))
     staging = Path(argv[0])
+    opts = dict(zip(argv[1::2], argv[2::2]))
+    channel = int(opts["--channel"]) if "--channel" in opts else None
+    held = [int(fd) for fd in opts.get("--hold", "").split(",") if fd]
+    _keep(held + ([channel] if channel is not None else []))
+    if channel is not None:
+        _watch_parent(channel)  # before the imports: they take seconds
     try:
         compile_too = json.loads((staging / CONFIG_FILE).read_text()).get("compile", "off") != "off"
     except (OSError, ValueError, AttributeError):
         compile_too = False
-    return _child_main(staging, t_spawn, t_main, _preimport(compile_too), False)
+    return _child_main(staging, t_spawn, t_main, _preimport(compile_too), False, channel=channel)
 
 
 # ---------------------------------------------------------------------------------------- parent side
@@ -249,12 +333,29 @@ def _child_env() -> dict:
     return env
 
 
-def _spawn(args: list[str], stdin, stdout, stderr) -> subprocess.Popen:
+def _spawn(args: list[str], stdin, stdout, stderr, pass_fds: Sequence[int] = ()) -> subprocess.Popen:
     """A fresh interpreter running this module, in its own session; it learns its spawn time from the env."""
     env = _child_env()
     env[SPAWN_ENV] = repr(time.time())
     return subprocess.Popen([sys.executable, "-m", "profiling_core.worker", *args], stdin=stdin, stdout=stdout,
-                            stderr=stderr, env=env, start_new_session=True, close_fds=True)
+                            stderr=stderr, env=env, start_new_session=True, close_fds=True, pass_fds=pass_fds)
+
+
+def _read_report(channel: socket.socket) -> Optional[dict]:
+    """The failure the worker reported on its channel (read once it has exited), or None."""
+    data = b""
+    channel.setblocking(False)
+    with contextlib.suppress(OSError):
+        while chunk := channel.recv(65536):
+            data += chunk
+    for line in reversed(data.splitlines()):
+        try:
+            err = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return err
+    return None
 
 
 def _kill(p) -> None:
@@ -278,7 +379,8 @@ class ForkServer:
         self._ready = threading.Event()
         self._runs: dict[str, dict] = {}
         self._counter = 0
-        self.unsafe = False  # set when the zygote finds that its children could not use CUDA
+        self.unsafe = False  # set when the zygote finds that its children could not use CUDA (or cannot start)
+        self._sock: Optional[socket.socket] = None  # requests to the zygote (see _zygote_main)
 
     def warm(self) -> None:
         """Start the zygote if it is not running (its imports then happen in the background)."""
@@ -287,10 +389,20 @@ class ForkServer:
                 return
             self._ready.clear()
             env = _child_env()
-            self._proc = subprocess.Popen([sys.executable, "-m", "profiling_core.worker", "--zygote"],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.DEVNULL, env=env, start_new_session=True,
-                                          close_fds=True)
+            try:
+                ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            except OSError:  # no SOCK_SEQPACKET Unix sockets on this system: fresh interpreters only
+                self.unsafe = True
+                return
+            if self._sock is not None:
+                self._sock.close()
+            self._sock = ours
+            with theirs:
+                self._proc = subprocess.Popen([sys.executable, "-m", "profiling_core.worker", "--zygote",
+                                               str(theirs.fileno())],
+                                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                              stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+                                              close_fds=True, pass_fds=[theirs.fileno()])
             threading.Thread(target=self._read, args=(self._proc,), daemon=True).start()
 
     def _read(self, proc: subprocess.Popen) -> None:
@@ -318,9 +430,9 @@ class ForkServer:
         """Block until the zygote has finished its imports (True) or ``timeout`` passes (False)."""
         return self._ready.wait(timeout)
 
-    def submit(self, staging: Path, timeout: float = 300.0) -> Optional[dict]:
-        """Fork a run for ``staging``; returns its record (``started`` pid, later ``exited`` code) or None when
-        the zygote is not ready within ``timeout``."""
+    def submit(self, staging: Path, fds: Sequence[int], timeout: float = 300.0) -> Optional[dict]:
+        """Fork a run for ``staging`` handing it ``fds`` (its channel, then the locks it holds); returns its record
+        (``started`` pid, later ``exited`` code) or None when the zygote is not ready within ``timeout``."""
         if self.unsafe:
             return None
         self.warm()
@@ -333,10 +445,9 @@ class ForkServer:
             token = f"r{self._counter}"
             run = {"event_started": threading.Event(), "event_exited": threading.Event()}
             self._runs[token] = run
-            proc = self._proc
+            sock = self._sock
         try:
-            proc.stdin.write(f"{token} {staging}\n".encode())
-            proc.stdin.flush()
+            socket.send_fds(sock, [f"{token} {staging}".encode()], list(fds))
         except (OSError, AttributeError):
             return None
         if not run["event_started"].wait(30) or run.get("started") is None:
@@ -351,6 +462,9 @@ class ForkServer:
     def close(self) -> None:
         with self._lock:
             proc, self._proc = self._proc, None
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
         if proc is not None:
             _kill(proc)
 
@@ -378,45 +492,54 @@ class _Forked:
 
 
 def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Optional[threading.Event] = None,
-                  on_status: Optional[Callable[[str], None]] = None, prestart: int = 0) -> dict:
+                  on_status: Optional[Callable[[str], None]] = None, prestart: int = 0,
+                  hold_fds: Sequence[int] = ()) -> dict:
     """Run ``config`` in a worker writing into ``staging``; return the worker's result facts.
 
     prestart: 0 starts a fresh interpreter; > 0 forks the run from the fork server (torch, torch._dynamo and
     Inductor imported once, CUDA never touched), falling back to a fresh interpreter if the server fails.
+    hold_fds: descriptors the worker inherits and keeps until it exits (the caller's device lock and staging
+    folder lock: flocks, held as long as any process has them open).  The worker dies with this process.
     Raises WorkerError on any failure.
     """
     (staging / CONFIG_FILE).write_text(config.to_json())
     log_path = staging / LOG_FILE
     status = on_status or (lambda _msg: None)
     p = None
-    if prestart:
-        status("forking the run from the prestarted worker (torch already imported, CUDA untouched)")
-        run = _SERVER.submit(staging)
-        if run is not None:
-            p = _Forked(run)
-    if p is None:
-        status("starting a fresh worker process")
-        with open(log_path, "ab") as log:
-            p = _spawn([str(staging)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-    status(f"running {config.name} in worker pid {p.pid}")
+    ours, theirs = socket.socketpair()  # the worker's channel (see _watch_parent); only we hold `ours`
     try:
-        return _wait(p, config, staging, log_path, cancel_event, status)
+        with theirs:
+            if prestart:
+                status("forking the run from the prestarted worker (torch already imported, CUDA untouched)")
+                run = _SERVER.submit(staging, [theirs.fileno(), *hold_fds])
+                if run is not None:
+                    p = _Forked(run)
+            if p is None:
+                status("starting a fresh worker process")
+                fds = [theirs.fileno(), *hold_fds]
+                with open(log_path, "ab") as log:
+                    p = _spawn([str(staging), "--channel", str(fds[0]), "--hold", ",".join(map(str, fds[1:]))],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, pass_fds=fds)
+        status(f"running {config.name} in worker pid {p.pid}")
+        return _wait(p, config, staging, log_path, cancel_event, status, ours)
     except WorkerError as exc:
         if not (isinstance(p, _Forked) and "forked subprocess" in exc.message):
             raise
         # The fork server's process had touched the CUDA runtime: stop forking, rerun in a fresh interpreter.
         _SERVER.unsafe = True
         _SERVER.close()
-        (staging / ERROR_FILE).unlink(missing_ok=True)
         status("forked worker could not use CUDA; starting a fresh worker process")
-        return run_in_worker(config, staging, cancel_event=cancel_event, on_status=on_status, prestart=0)
+        return run_in_worker(config, staging, cancel_event=cancel_event, on_status=on_status, prestart=0,
+                             hold_fds=hold_fds)
     finally:
+        ours.close()
         if isinstance(p, _Forked):
             _SERVER.forget(p.run)
 
 
 def _wait(p, config: ExperimentConfig, staging: Path, log_path: Path,
-          cancel_event: Optional[threading.Event], status: Callable[[str], None] = lambda _m: None) -> dict:
+          cancel_event: Optional[threading.Event], status: Callable[[str], None],
+          channel: socket.socket) -> dict:
     deadline = time.monotonic() + config.timeout_s
     seen = None
     while True:
@@ -443,9 +566,9 @@ def _wait(p, config: ExperimentConfig, staging: Path, log_path: Path,
             raise WorkerError("timeout", f"{config.name} ran past its timeout of {config.timeout_s:g} s "
                               "and the worker was killed", _tail(log_path), p.returncode)
     tail = _tail(log_path)
-    if (staging / ERROR_FILE).exists():
-        err = json.loads((staging / ERROR_FILE).read_text())
-        raise WorkerError(err.get("kind", "error"), err.get("message", "unknown error"), tail, rc)
+    err = _read_report(channel)
+    if err is not None:
+        raise WorkerError(str(err.get("kind", "error")), err["message"], tail, rc)
     if rc != 0 or not (staging / RESULT_FILE).exists():
         if rc is not None and rc < 0:
             try:

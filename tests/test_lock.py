@@ -1,4 +1,5 @@
 """Device lock: exclusive, visible to the waiter, fail-fast on request, released when the holder dies."""
+import os
 import subprocess
 import sys
 import threading
@@ -6,7 +7,7 @@ import time
 
 import pytest
 
-from profiling_core import DeviceBusyError
+from profiling_core import DeviceBusyError, ProfilingError
 from profiling_core.lock import device_lock
 
 
@@ -56,5 +57,46 @@ def test_lock_of_a_killed_holder_is_released(tmp_path):
             pass
     p.kill()
     p.wait()
+    with device_lock("cpu", wait=False):
+        pass
+
+
+def test_holder_file_never_follows_a_planted_symlink(tmp_path):
+    """The lock folder is shared (a temp folder by default): a link planted where the holder file is written must
+    not make the lock write through it."""
+    from profiling_core.lock import holder, lock_dir
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    # the name the holder's temporary copy used to have (predictable: the pid), and the holder's own name
+    for name in (f"cpu.holder.{os.getpid()}", "cpu.holder"):
+        os.symlink(victim, lock_dir() / name)
+    with device_lock("cpu", what="run A"):
+        assert holder("cpu")["what"] == "run A"
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_symlinked_lock_file_is_refused(tmp_path):
+    from profiling_core.lock import lock_dir
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    os.symlink(victim, lock_dir() / "cpu.lock")
+    with pytest.raises(ProfilingError, match="cpu.lock is a symbolic link, which the lock refuses to follow"):
+        with device_lock("cpu"):
+            pass
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_process_that_inherits_the_lock_holds_it_until_it_exits():
+    """The caller hands the lock to its worker: after the caller's block ends (or the caller dies), the device
+    stays locked until the worker exits too."""
+    with device_lock("cpu", what="caller") as fd:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=[fd])
+    try:
+        with pytest.raises(DeviceBusyError):
+            with device_lock("cpu", wait=False):
+                pass
+    finally:
+        child.kill()
+        child.wait()
     with device_lock("cpu", wait=False):
         pass

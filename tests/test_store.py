@@ -134,3 +134,21 @@ def test_stale_staging_is_cleaned(store):
     os.utime(staging, (0, 0))
     assert store.cleanup_staging(older_than_s=60) == 1
     assert not staging.exists()
+
+
+def test_staging_of_a_killed_writer_is_removed_on_the_next_open(tmp_path):
+    """A process killed while writing a run leaves its staging folder; the next open of the store removes it once
+    the writer is provably gone (its owner lock is free), never while it lives."""
+    import subprocess
+    import sys
+    root = tmp_path / "runs"
+    code = ("import sys, time\nfrom profiling_core import RunStore\n"
+            "run_id, staging = RunStore(sys.argv[1])._begin('doomed')\nprint(staging, flush=True)\ntime.sleep(60)\n")
+    writer = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        staging = Path(writer.stdout.readline().strip())
+        assert staging_folders(RunStore(root)) == [staging]  # opened while its writer lives: kept
+    finally:
+        writer.kill()
+        writer.wait()
+    assert staging_folders(RunStore(root)) == []

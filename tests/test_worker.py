@@ -167,10 +167,10 @@ def test_two_concurrent_runs_serialise(store, monkeypatch):
 
     @contextlib.contextmanager
     def timed_lock(*args, **kwargs):
-        with real_lock(*args, **kwargs):
+        with real_lock(*args, **kwargs) as fd:
             start = time.monotonic()
             try:
-                yield
+                yield fd  # the lock's descriptor: the worker holds it too
             finally:
                 with record:
                     holds.append((start, time.monotonic()))
@@ -269,3 +269,135 @@ def test_phase_timer_tells_each_start():
     t.run("a_s", lambda: None)
     t.run("b_s", lambda: None)
     assert started == ["a_s", "b_s"] and set(t.timings) == {"a_s", "b_s"}
+
+
+# ------------------------------------------------------------------------- a killed caller, a full disk
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SLOW_ARGS = ["--size", "1024", "--dtype", "fp32", "--device", "cpu", "--wait", "0", "--warmup-steps", "0",
+              "--active", "400"]  # as _slow_config: many seconds of profiling
+_FORKED_CALLER = ("import sys\nfrom profiling_core import ExperimentConfig, RunStore, run_experiment\n"
+                  "cfg = ExperimentConfig(size=1024, dtype='fp32', device='cpu', wait=0, warmup_steps=0, active=400)\n"
+                  "run_experiment(cfg, store=RunStore(sys.argv[1]), prestart=1,\n"
+                  "               on_status=lambda m: print(m, flush=True))\n")
+
+
+def _running(pid):
+    """Whether any thread of process pid still lives.  A zombie has exited and closed everything it held, but its
+    leader shows as a zombie while its other threads are still exiting (and holding its descriptors)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        return not zombie or len(os.listdir(f"/proc/{pid}/task")) > 1
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _descendants(pid):
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [c for c, p in parents.items() if p == parent]
+        found += kids
+        todo += kids
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+@pytest.mark.parametrize("prestart", [0, 1], ids=["fresh", "forked"])
+def test_killed_caller_leaves_nothing_running_and_nothing_behind(tmp_path, monkeypatch, prestart):
+    """kill -9 of the caller mid-profile: its worker (and the fork server) die within seconds; while the orphan
+    still lives the device stays locked and its staging folder stays; then the lock is free and the next open of
+    the store removes the staging folder."""
+    import queue
+    import subprocess
+    import sys
+    from profiling_core import DeviceBusyError
+    from profiling_core.lock import device_lock
+    root, locks = tmp_path / "runs", tmp_path / "locks"
+    monkeypatch.setenv("PROFILING_LOCK_DIR", str(locks))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    cmd = ([sys.executable, "-m", "profiling_core", "run", "--store", str(root), *_SLOW_ARGS] if prestart == 0
+           else [sys.executable, "-c", _FORKED_CALLER, str(root)])
+    caller = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [*map(lines.put, caller.stdout), lines.put(None)], daemon=True).start()
+    spawned = []
+    try:
+        worker, deadline = None, time.monotonic() + 60
+        while True:  # until the worker is profiling
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            assert line is not None, "the caller ended before its worker profiled"
+            m = re.search(r"worker pid (\d+)", line)
+            worker = int(m.group(1)) if m else worker
+            if line.rstrip().endswith(": profiling"):
+                break
+        spawned = _descendants(caller.pid)
+        assert worker in spawned and len(spawned) == 1 + prestart  # the worker (and the fork server)
+        os.kill(worker, signal.SIGSTOP)  # a stopped orphan cannot notice its parent's death yet
+        caller.kill()
+        caller.wait()
+        with pytest.raises(DeviceBusyError):  # the orphan still holds the device
+            with device_lock("cpu", wait=False):
+                pass
+        RunStore(root)  # opened while the orphan lives: its staging folder stays
+        assert len(list((root / ".staging").iterdir())) == 1
+        os.kill(worker, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while any(map(_running, spawned)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in spawned if _running(pid)], "processes outlived their killed caller"
+        with device_lock("cpu", wait=False):
+            pass
+        assert RunStore(root).list() == [] and list((root / ".staging").iterdir()) == []
+    finally:
+        caller.kill()
+        for pid in spawned:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+_FULL_DISK = '''
+import builtins, errno, io, os, sys
+if "profiling_core.worker" in sys.orig_argv:  # the worker (and the fork server's runs): the disk is full for them
+    _open = io.open
+
+    def _full(file, mode="r", *args, **kwargs):
+        path = os.fsdecode(file) if isinstance(file, (str, bytes, os.PathLike)) else ""
+        if "/.staging/" in path and not path.endswith(".phase.tmp") and set(mode) & set("wax+"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+        return _open(file, mode, *args, **kwargs)
+
+    io.open = builtins.open = _full
+'''
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_disk_full_reason_reaches_the_user(tmp_path, command):
+    """Every file the worker writes into the staging folder (but its progress file) fails with ENOSPC, as on a
+    full disk: the reason reaches the CLI's message, for a fresh worker (run) and a forked one (sweep); nothing is
+    kept."""
+    import subprocess
+    import sys
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_FULL_DISK)
+    root = tmp_path / "runs"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{site}", PROFILING_LOCK_DIR=str(tmp_path / "locks"))
+    args = ["--device", "cpu", "--dtype", "fp32", "--wait", "0", "--warmup-steps", "0", "--active", "1",
+            "--repeat", "2"]  # two cycles: the worker writes the merged trace itself
+    args += ["--size", "32"] if command == "run" else ["--sizes", "32", "--compile-modes", "off"]
+    p = subprocess.run([sys.executable, "-m", "profiling_core", command, "--store", str(root), *args],
+                       capture_output=True, text=True, env=env, timeout=120)
+    shown = p.stderr if command == "run" else p.stdout
+    assert p.returncode == (3 if command == "run" else 1), (p.stdout, p.stderr)
+    assert "store: OSError during export: [Errno 28] No space left on device" in shown, shown
+    assert "trace.json" in shown, shown
+    assert RunStore(root).list() == [] and list((root / ".staging").iterdir()) == []
