@@ -14,10 +14,14 @@ Public surface (everything else is private):
   torch import.
 - ``machine_busy(meta)``: a warning sentence when the machine was busy around a run (load average vs cores).
 - ``format_duration_us(us)``: a duration in µs as text for people (``"12.3 µs"``, ``"4.56 ms"``, ``"n/a"``).
+- ``calibrate(job)``: measure the device's GEMM and memory peaks in a worker (``peaks.CalibrationJob``), kept in the
+  store (``peaks.PeakBook``) as a ``peaks.DevicePeaks``.
+- ``diagnose(session, report, config, peaks)``: every GEMM and copy against those peaks (``roofline``) and the
+  anti-pattern rules' findings (``profiling_core.diagnose``).
 - ``md_text(s)`` / ``md_code(s)``: an untrusted string (a kernel, run or file name, an error message) as Streamlit
   Markdown that shows it literally: escaped running text, or a code span (``profiling_core.markdown``).
 - the exception classes in ``profiling_core.errors``; the submodules ``analyses``, ``findings``, ``charts``,
-  ``export``, ``queries``, ``config`` and ``markdown``.
+  ``export``, ``queries``, ``config``, ``markdown``, ``peaks`` and ``diagnose``.
 
 Nothing here imports streamlit; only the worker imports torch.
 """
@@ -31,6 +35,7 @@ from .errors import (ConfigError, DeviceBusyError, DoesNotFitError, EngineUnavai
 __all__ = [
     "ExperimentConfig", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace", "environment_info",
     "prestart_worker", "format_duration_us", "machine_busy", "QueryLimits", "md_text", "md_code",
+    "calibrate", "diagnose", "DevicePeaks", "PeakBook", "CalibrationJob",
     "ProfilingError", "ConfigError", "DoesNotFitError", "WorkerError", "InvalidRunIdError",
     "RunNotFoundError", "RunStoreError", "DeviceBusyError", "TraceError", "TraceFormatError",
     "TraceTooLargeError", "EngineUnavailableError", "QueryError",
@@ -49,6 +54,11 @@ _LAZY = {
     "format_duration_us": ("units", "format_duration_us"),
     "md_text": ("markdown", "md_text"),
     "md_code": ("markdown", "md_code"),
+    "calibrate": ("runner", "calibrate"),
+    "diagnose": ("diagnose", "diagnose"),
+    "DevicePeaks": ("peaks", "DevicePeaks"),
+    "PeakBook": ("peaks", "PeakBook"),
+    "CalibrationJob": ("peaks", "CalibrationJob"),
 }
 
 

@@ -35,7 +35,7 @@ def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--peak-tflops", type=float, default=None, metavar="X",
                    help="a peak TFLOP/s you set for the 'gemm' rows' fraction of peak (the diagnosis uses --peaks)")
     p.add_argument("--peaks", default=None, metavar="FILE",
-                   help="a calibration JSON (the store's calibrations/*.json) to judge GEMMs and copies against; "
+                   help="a calibration JSON (the store's .calibrations/*.json) to judge GEMMs and copies against; "
                         "default: the newest calibration of the run's device, for a trace in the run store")
     p.set_defaults(func=run)
     return p

@@ -174,6 +174,46 @@ def cmd_import(a: argparse.Namespace) -> int:
     return 0
 
 
+def _peaks_lines(p) -> list[str]:
+    sheet = p.datasheet()
+    lines = [terminal_safe(f"{p.device}  ({p.kind}; driver {p.driver or '-'}; torch {p.torch_version}; "
+                           f"measured {p.measured_at})")]
+    for d, t in p.gemm_tflops.items():
+        ds = f"   datasheet {sheet['tflops'][d]:,.1f}" if sheet and d in sheet["tflops"] else ""
+        lines.append(f"  GEMM {d:5s} {t:>10,.3f} TFLOP/s (median {p.gemm_tflops_median[d]:,.3f}; "
+                     f"{p.gemm_sizes[d]}^3){ds}")
+    ds = f"   datasheet {sheet['bandwidth_gbs']:,.0f}" if sheet else ""
+    lines.append(f"  memory  {p.bandwidth_gbs:>10,.1f} GB/s (median {p.bandwidth_gbs_median:,.1f}; copy of "
+                 f"{p.copy_bytes / 2**20:,.0f} MiB){ds}")
+    if sheet:
+        lines.append(f"  datasheet: {sheet['source']}")
+    return lines
+
+
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from .peaks import CalibrationJob, PeakBook
+    from .runner import calibrate
+    store = _store(a)
+    if a.list:
+        good, bad = PeakBook(store.root).all()
+        if a.json:
+            print(json.dumps({"calibrations": [p.to_dict() for p in good],
+                              "unreadable": [{"file": f, "error": e} for f, e in bad]}))
+            return 0
+        if not good and not bad:
+            print(f"no calibrations in {store.root} (run: python -m profiling_core calibrate)")
+        for p in good:
+            print("\n".join(_peaks_lines(p)))
+        for f, e in bad:
+            print(terminal_safe(f"unreadable calibration {f}: {e}"))
+        return 0
+    job = CalibrationJob(device=a.device, gemm_size=a.gemm_size, timeout_s=a.timeout)
+    status = None if a.json else (lambda m: print(f"  … {m}", flush=True))
+    p = calibrate(job, store=store, on_status=status, wait_for_device=not a.no_wait)
+    print(json.dumps(p.to_dict()) if a.json else "\n".join(_peaks_lines(p) + [f"  method: {p.method}"]))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m profiling_core",
                                      description="Run torch.profiler experiments of the matmul+add study and "
@@ -200,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     add("ls", cmd_ls, "list runs")
     add("show", cmd_show, "show a run's meta and table").add_argument("run_id")
     add("rm", cmd_rm, "delete runs").add_argument("run_ids", nargs="+")
+    p = add("calibrate", cmd_calibrate, "measure the device's GEMM and memory peaks (stored in the run store)")
+    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--gemm-size", type=int, default=None, help="GEMM size (default: 8192 on a GPU, ~1024 on a CPU)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds before the worker is killed")
+    p.add_argument("--no-wait", action="store_true", help="fail at once if the device is busy")
+    p.add_argument("--list", action="store_true", help="list the stored calibrations instead of measuring")
     p = add("import", cmd_import, "import an external trace file as a run")
     p.add_argument("path")
     p.add_argument("--name", default=None)

@@ -283,13 +283,66 @@ def _cuda_driver() -> Optional[str]:
     return None
 
 
+@dataclass(frozen=True)
+class CalibrationJob:
+    """A calibration as the worker runs it (``runner.calibrate``): what ``measure_peaks`` is given, on ``device``
+    (``auto``: the GPU when there is one), within ``timeout_s``. Quacks like an ExperimentConfig where the worker
+    needs one (``name``, ``timeout_s``, ``compile``, ``device``, ``to_json``)."""
+    device: str = "auto"
+    gemm_size: Optional[int] = None
+    copy_bytes: Optional[int] = None
+    repeats: int = 10
+    rounds: int = 5
+    warmup: int = 3
+    timeout_s: float = 300.0
+    compile = "off"
+
+    def __post_init__(self) -> None:
+        from .errors import ConfigError
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise ConfigError("device", self.device, "one of 'auto', 'cuda', 'cpu'")
+        for name, lo, hi in (("gemm_size", 64, 32768), ("copy_bytes", 1 << 20, 64 << 30)):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi):
+                raise ConfigError(name, v, f"an integer from {lo} to {hi}, or null")
+        for name, lo, hi in (("repeats", 1, 1000), ("rounds", 1, 100), ("warmup", 0, 100)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ConfigError(name, v, f"an integer from {lo} to {hi}")
+        t = self.timeout_s
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 1 <= t <= 7200:
+            raise ConfigError("timeout_s", t, "a number of seconds from 1 to 7200")
+
+    @property
+    def name(self) -> str:
+        return f"calibration-{self.device}"
+
+    def to_json(self) -> str:
+        return json.dumps({"job": "calibrate", **asdict(self)})
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CalibrationJob":
+        return cls(**{k: v for k, v in data.items() if k != "job"})
+
+    def run(self, timer) -> dict:
+        """(in the worker) measure and return ``{"peaks": ...}`` for result.json."""
+        import torch
+
+        from .workload import resolve_device
+        device = resolve_device(torch, self.device)
+        peaks = timer.run("calibrate_s", lambda: measure_peaks(
+            device, gemm_size=self.gemm_size, copy_bytes=self.copy_bytes, repeats=self.repeats, rounds=self.rounds,
+            warmup=self.warmup))
+        return {"peaks": peaks.to_dict()}
+
+
 class PeakBook:
-    """The calibrations kept in a run store's ``calibrations/`` folder, one JSON file per (device, driver, torch)."""
+    """The calibrations kept in a run store's ``.calibrations/`` folder, one JSON file per (device, driver, torch)."""
 
     MAX_BYTES = 1 << 20
 
     def __init__(self, root: os.PathLike | str) -> None:
-        self.folder = Path(root) / "calibrations"
+        self.folder = Path(root) / ".calibrations"
 
     def save(self, peaks: DevicePeaks) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -115,6 +115,30 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         raise
 
 
+def calibrate(job=None, *, store: Optional[RunStore] = None, on_status: Optional[Callable[[str], None]] = None,
+              wait_for_device: bool = True, lock_timeout_s: Optional[float] = None,
+              cancel_event: Optional[threading.Event] = None, prestart: int = 0):
+    """Measure the device's peaks (``peaks.CalibrationJob``, default: the GPU if there is one, else the CPU) in a
+    worker, as an experiment runs: behind the device lock, with the worker's timeout and fault handling. Stores the
+    result in ``store``'s calibrations (one per device, driver and torch version; a re-run replaces it) and returns
+    it as a :class:`~profiling_core.peaks.DevicePeaks`. Raises WorkerError as ``run_experiment`` does."""
+    from .peaks import CalibrationJob, DevicePeaks, PeakBook
+    job = job or CalibrationJob()
+    store = store or RunStore()
+    status = on_status or (lambda _m: None)
+    _run_id, staging = store._begin(job.name)
+    try:
+        with device_lock(device_key(job.device), what=job.name, wait=wait_for_device, timeout_s=lock_timeout_s,
+                         on_wait=status) as lock_fd:
+            facts = run_in_worker(job, staging, cancel_event=cancel_event, on_status=status, prestart=prestart,
+                                  hold_fds=(lock_fd, store._owner_fd(staging)))
+        peaks = DevicePeaks.from_dict(facts["peaks"])
+        PeakBook(store.root).save(peaks)
+        return peaks
+    finally:
+        store._abort(staging)
+
+
 def _load_average() -> float | None:
     try:
         return round(os.getloadavg()[0], 2)

@@ -9,6 +9,7 @@ Layout::
     <root>/.staging/<run_id>/       a run being written (never listed); its ``.owner`` file is flock'd by the
                                     process writing it and that process's worker while either lives
     <root>/.trash/                  a run being deleted (never listed)
+    <root>/.calibrations/           the devices' measured peaks (``peaks.PeakBook``; never listed as runs)
 
 A run becomes visible only by ``os.rename`` of its complete staging folder, so a crash, a kill or a write
 error leaves no half run; the staging folder a killed process leaves is removed on the next open of the

@@ -46,7 +46,8 @@ PHASE_FILE = "phase"
 """The phase the worker is in (a timing name such as ``warmup_s``), rewritten as each begins; its parent reads it."""
 PHASE_WORDS = {"device_init_s": "initialising the device", "tensors_s": "making the tensors",
                "compile_setup_s": "setting up torch.compile", "warmup_s": "warm-up calls",
-               "profile_s": "profiling", "export_s": "writing the trace"}
+               "profile_s": "profiling", "export_s": "writing the trace",
+               "calibrate_s": "timing GEMMs and a copy"}
 
 
 def _write_phase(staging: Path, name: str) -> None:
@@ -142,8 +143,13 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
     try:
-        config = ExperimentConfig.from_json((staging / CONFIG_FILE).read_text())
-        facts = workload.run_workload(config, staging, timer)
+        job = json.loads((staging / CONFIG_FILE).read_text())
+        if isinstance(job, dict) and job.get("job") == "calibrate":
+            from .peaks import CalibrationJob
+            facts = CalibrationJob.from_dict(job).run(timer)
+        else:
+            config = ExperimentConfig.from_dict(job)
+            facts = workload.run_workload(config, staging, timer)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         with contextlib.suppress(OSError):  # stderr is worker.log, on the disk that may be full
             traceback.print_exc(file=sys.stderr)

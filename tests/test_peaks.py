@@ -37,12 +37,12 @@ def test_the_book_keeps_one_file_per_device_driver_and_torch(tmp_path, cpu_peaks
     book = PeakBook(tmp_path)
     assert book.all() == ([], [])
     path = book.save(cpu_peaks)
-    assert path.parent == tmp_path / "calibrations"
+    assert path.parent == tmp_path / ".calibrations"
     assert book.find(cpu_peaks.device) == cpu_peaks
     assert book.find(cpu_peaks.device, torch_version="0.0") is None
     newer = DevicePeaks.from_dict({**cpu_peaks.to_dict(), "measured_at": "2999-01-01T00:00:00Z"})
     book.save(newer)  # the same device, driver and torch: replaces the file
-    assert len(list((tmp_path / "calibrations").glob("*.json"))) == 1 and book.find(cpu_peaks.device) == newer
+    assert len(list((tmp_path / ".calibrations").glob("*.json"))) == 1 and book.find(cpu_peaks.device) == newer
 
 
 @pytest.mark.parametrize("content,why", [
@@ -54,7 +54,7 @@ def test_the_book_keeps_one_file_per_device_driver_and_torch(tmp_path, cpu_peaks
 def test_a_broken_calibration_file_is_listed_not_raised(tmp_path, cpu_peaks, content, why):
     book = PeakBook(tmp_path)
     book.save(cpu_peaks)
-    (tmp_path / "calibrations" / "broken.json").write_text(content)
+    (tmp_path / ".calibrations" / "broken.json").write_text(content)
     good, bad = book.all()
     assert good == [cpu_peaks]
     assert [name for name, _ in bad] == ["broken.json"] and why in bad[0][1]
@@ -81,3 +81,28 @@ def test_datasheets_match_whole_device_names_only():
     assert datasheet_for("NVIDIA H200")["bandwidth_gbs"] == 4800.0
     assert datasheet_for("NVIDIA H2000") is None and datasheet_for("") is None
     assert datasheet_for("NVIDIA A100-SXM4-80GB")["tflops"]["tf32"] == 156.0
+
+
+def test_calibrate_runs_in_a_worker_behind_the_device_lock_and_stores_the_result(tmp_path):
+    """The real path: runner.calibrate starts a worker (as an experiment does), which measures on this CPU; the
+    result is stored, the staging folder is gone, and the store lists no run for it."""
+    from profiling_core import RunStore
+    from profiling_core.peaks import CalibrationJob
+    from profiling_core.runner import calibrate
+    store = RunStore(tmp_path / "runs")
+    said = []
+    p = calibrate(CalibrationJob(device="cpu", gemm_size=128, copy_bytes=8 << 20, rounds=2, warmup=1),
+                  store=store, on_status=said.append)
+    assert p.kind == "cpu" and p.gemm_sizes == {"fp32": 128, "bf16": 128, "fp16": 128}
+    assert PeakBook(store.root).find(p.device) == p
+    assert any("worker pid" in m for m in said) and any("timing GEMMs and a copy" in m for m in said)
+    assert list((store.root / ".staging").iterdir()) == [] and store.list() == []
+
+
+def test_a_calibration_job_refuses_bad_knobs():
+    from profiling_core.errors import ConfigError
+    from profiling_core.peaks import CalibrationJob
+    with pytest.raises(ConfigError, match="gemm_size must be an integer from 64 to 32768, or null, got 7"):
+        CalibrationJob(gemm_size=7)
+    with pytest.raises(ConfigError, match="device must be one of 'auto', 'cuda', 'cpu', got 'gpu'"):
+        CalibrationJob(device="gpu")
