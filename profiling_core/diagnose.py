@@ -402,16 +402,23 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
 
 
 LAUNCH_BOUND_BUSY_BELOW = 0.5
-"""GPU busy share of the steps below which a step counts as launch-bound (with short kernels)."""
+"""GPU busy share of the steps below which the GPU counts as waiting on the CPU."""
 SHORT_KERNEL_US = 10.0
-CPU_PER_GPU_OP_US = 100.0
-"""At most this much step time per GPU op: what Python, the dispatcher and a launch cost for a small op. A step
-slower than that per op is slow for another reason (compiling, data loading, waiting), which one trace cannot name,
-so the rule says nothing."""
-_LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "hipLaunchKernel")
+"""Median kernel time below which the kernels count as tiny (a launch call costs a few µs)."""
+MIN_OPS_PER_STEP = 2
+LAUNCHES_DOMINATE = 0.25
+"""Share of the step the launch calls must take (their count times their median duration, so that one call that
+blocked does not count as launch cost) for the rule to recommend fewer launches first."""
+_LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "hipLaunchKernel",
+                 "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync",
+                 "cudaMemsetAsync")
 
 
 def _rule_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
+    """The GPU waits on the CPU: busy < 50 % of the steps, tiny kernels (median < 10 µs), at least two GPU ops per
+    step. The launch calls' own time is measured; the gain of one graph launch in their place is estimated from
+    their count and median duration; the most any change on the CPU side can save is the step less the GPU's
+    busy time."""
     r = c.report
     s = r.summary
     if not s.get("has_gpu") or not s.get("steps") or s.get("gpu_busy_fraction") is None:
@@ -420,32 +427,42 @@ def _rule_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     st = r.steps
     per_step_ops = float(st["gpu_ops"].median())
     ks = r.gpu_ops[r.gpu_ops["category"] == "kernel"]["dur_us"]
-    cpu = float(st["cpu_dur_us"].median())
-    if busy >= LAUNCH_BOUND_BUSY_BELOW or ks.empty or float(ks.median()) >= SHORT_KERNEL_US or per_step_ops < 1 \
-            or cpu / per_step_ops > CPU_PER_GPU_OP_US:
+    if busy >= LAUNCH_BOUND_BUSY_BELOW or ks.empty or float(ks.median()) >= SHORT_KERNEL_US \
+            or per_step_ops < MIN_OPS_PER_STEP:
         return None
-    graphs = int((r.launch_latency["launch_name"] == "cudaGraphLaunch").sum()) if not r.launch_latency.empty else 0
+    cpu = float(st["cpu_dur_us"].median())
     gpu = float(st["gpu_busy_us"].median())
     lat = r.launch_latency
-    calls = lat[lat["launch_name"].isin(_LAUNCH_CALLS)].drop_duplicates("launch_id") if not lat.empty else lat
-    call_us = float(calls["launch_dur_us"].median()) if not calls.empty else None
-    per_step_calls = len(calls) / _steps(r) if not calls.empty else 0.0
-    text = (f"The GPU is busy {busy:.0%} of each step: {_fmt_us(gpu)} of work in a {_fmt_us(cpu)} step (medians), "
-            f"{per_step_ops:g} GPU ops per step with a median kernel of {_fmt_us(float(ks.median()))}. The step is "
-            f"paced by the CPU: Python, the dispatcher and the launch calls"
-            + (f" ({per_step_calls:g} kernel launches per step, {_fmt_us(call_us)} each)" if call_us else "") + ".")
+    calls = lat[lat["launch_name"].isin(_LAUNCH_CALLS) & lat["step"].notna()].drop_duplicates("launch_id") \
+        if not lat.empty else lat
+    n_calls = len(calls) / _steps(r)
+    call_us = float(calls["launch_dur_us"].median()) if len(calls) else None
+    calls_us = float(calls["launch_dur_us"].sum()) / _steps(r) if len(calls) else 0.0
+    graphs = int((calls["launch_name"] == "cudaGraphLaunch").sum()) if len(calls) else 0
+    text = (f"The GPU waits on the CPU: it is busy {busy:.0%} of each step, {_fmt_us(gpu)} of work in a "
+            f"{_fmt_us(cpu)} step (medians), {per_step_ops:g} GPU ops per step with a median kernel of "
+            f"{_fmt_us(float(ks.median()))}.")
+    if call_us is not None:
+        text += (f" The {n_calls:g} launch calls per step take {_fmt_us(calls_us)} in all (median "
+                 f"{_fmt_us(call_us)} each, {n_calls * call_us / cpu:.0%} of the step at that median); the rest of the step is other CPU work (Python, the dispatcher, "
+                 "the profiler, whatever else the step does).")
     if graphs:
-        text += (f" The step already replays a CUDA graph ({graphs} cudaGraphLaunch calls): what is left is the "
-                 "graph's own per-call cost and the work around it.")
-    fix = ("Give each launch more work: batch inputs (a larger batch or size per call). Or cut the launches: "
-           "torch.compile fuses kernels (mode='default'), and mode='reduce-overhead' replays the step as a CUDA graph "
-           "(one launch); measure it, since graph replay has its own per-call cost (input copies, checks), which "
-           "at tiny sizes can cost more than it saves.")
-    bound = max(0.0, cpu - gpu)
-    return Diagnosis("launch_bound", "Launch-bound steps", text, fix, bound,
-                     "step time less GPU busy time: the most that fewer or larger launches can save per step",
+        text += f" The step already replays a CUDA graph ({graphs / _steps(r):g} cudaGraphLaunch per step)."
+    gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
+    if call_us is not None and n_calls * call_us >= LAUNCHES_DOMINATE * cpu and not graphs:
+        fix = ("Cut the launches: torch.compile fuses kernels (mode='default'), and mode='reduce-overhead' replays "
+               f"the step as one CUDA graph (about {_fmt_us(gain)} per step less in launch calls, from "
+               f"{n_calls:g} calls of {_fmt_us(call_us)}); or give each launch more work (a larger batch). Measure "
+               "it: graph replay has its own per-call cost (input copies, checks).")
+    else:
+        fix = ("Give each step more GPU work (a larger batch or size per call), and find what the CPU does between "
+               "the launches (the profiler table's CPU self time, sorted): fewer launches alone save only the launch "
+               "calls' share" + (f" (about {_fmt_us(gain)} per step with one graph launch)" if gain else "") + ".")
+    return Diagnosis("launch_bound", "The GPU waits on the CPU (launch-bound steps)", text, fix, max(0.0, cpu - gpu),
+                     "step time less GPU busy time: the most that any change on the CPU side can save per step",
                      {"gpu_busy_fraction": busy, "cpu_step_us": cpu, "gpu_busy_us": gpu,
-                      "gpu_ops_per_step": per_step_ops, "launch_call_us": call_us,
+                      "gpu_ops_per_step": per_step_ops, "launch_calls_per_step": n_calls, "launch_call_us": call_us,
+                      "launch_calls_us_per_step": calls_us, "graph_launch_gain_us": gain,
                       "slice_ids": st["slice_id"].astype(int).tolist()[:50]})
 
 

@@ -69,7 +69,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma-separated run names (default: all), or 'peaks'")
-    ap.add_argument("--no-peaks", action="store_true")
+    ap.add_argument("--no-peaks", action="store_true", help="skip measure_peaks (the CLI's calibrate does it)")
+    ap.add_argument("--prestart", type=int, default=1, help="1: fork runs from the prestarted worker (the app's "
+                                                            "way), 0: a fresh interpreter per run")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -89,13 +91,15 @@ def main() -> int:
         cfg = ExperimentConfig(**kw)
         t0 = time.perf_counter()
         try:
-            run = run_experiment(cfg, store=store)
+            run = run_experiment(cfg, store=store, prestart=a.prestart)
         except Exception as e:  # noqa: BLE001 - report and go on with the next run
             print(f"== {label} ({cfg.name}) FAILED: {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue
         shutil.copyfile(run.trace_path, out / f"{label}.json")
         shutil.copyfile(run.meta_path, out / f"{label}.meta.json")
-        print(f"== {label} ({cfg.name}, {time.perf_counter() - t0:.1f} s)\n{scan(run.trace_path)}", flush=True)
+        print(f"== {label} ({cfg.name}, {time.perf_counter() - t0:.1f} s, prestarted "
+              f"{run.meta.get('prestarted')}, CUDA initialised before the run "
+              f"{run.meta.get('cuda_initialized_before_run')})\n{scan(run.trace_path)}", flush=True)
     shutil.rmtree(store.root, ignore_errors=True)
     return 0
 

@@ -20,13 +20,9 @@ from profiling_core.trace import open_trace
 DATA = Path(__file__).parent / "data"
 DIAG = DATA / "h200_diag"
 TRACES = DATA / "traces"
-# The H200's peaks as measured on 2026-12-01 (docs/FINDINGS.md); only their values matter here.
-TFLOPS = {"bf16": 792.2, "fp16": 765.7, "tf32": 412.2, "fp32": 51.25}
-H200 = DevicePeaks.from_dict({"device": "NVIDIA H200", "kind": "cuda", "driver": "580.159.04",
-                              "torch_version": "2.11.0+cu130", "measured_at": "2026-12-01T12:08:00Z", "method": "m",
-                              "gemm_tflops": TFLOPS, "gemm_tflops_median": TFLOPS,
-                              "gemm_sizes": {k: 8192 for k in TFLOPS}, "bandwidth_gbs": 4269.6,
-                              "bandwidth_gbs_median": 4266.2, "copy_bytes": 2 << 30})
+# The H200's peaks, as the CLI's calibrate measured them there on 2026-12-01 in the same session as the runs
+H200 = DevicePeaks.from_dict(json.loads((DIAG / "peaks.json").read_text()))
+BF16 = H200.gemm_tflops["bf16"]
 
 
 def run(name: str, peaks=H200):
@@ -72,14 +68,14 @@ def test_an_unaligned_bf16_gemm_is_named_with_its_kernel_and_fraction_of_peak():
     assert (g.m, g.k, g.n, g.count, g.flops) == (4095, 4095, 4095, 3, flops)
     assert g.time_us == pytest.approx(statistics.mean(durs))
     assert g.tflops == pytest.approx(flops / statistics.mean(durs) / 1e6)
-    assert g.fraction_of_peak == pytest.approx(g.tflops / 792.2)  # 19 %
+    assert g.fraction_of_peak == pytest.approx(g.tflops / BF16)  # 19 %
     assert g.bytes == 3 * 4095 * 4095 * 2 and g.intensity == pytest.approx(flops / g.bytes)
     x = d.diagnoses[0]
     assert "M=4095, K=4095, N=4095: M, K, N are not multiples of 8" in x.text
     assert "cutlass_75_tensorop_bf16_s1688gemm" in x.text and "built for sm75, operand alignment 1 element" in x.text
     assert f"({g.fraction_of_peak:.0%} of the measured bf16 peak)" in x.text
     # the bound: this GEMM's time per step less the same FLOPs at the measured peak
-    assert x.cost_us_per_step == pytest.approx(statistics.mean(durs) - flops / 792.2e6)
+    assert x.cost_us_per_step == pytest.approx(statistics.mean(durs) - flops / (BF16 * 1e6))
     assert "shape_padding" in x.fix
 
 
@@ -104,7 +100,7 @@ def test_the_add_kernel_moves_three_matrices():
     (e,) = d.roofline[d.roofline["kind"] == "elementwise"].itertuples()
     assert e.op == "aten::add" and e.bytes == 3 * 4096 * 4096 * 2  # two inputs read, the sum written, bf16
     assert e.time_us == pytest.approx(statistics.mean(kernel_durs(DIAG / "bf16_4096.json", "CUDAFunctor_add")))
-    assert e.gbs == pytest.approx(e.bytes / e.time_us / 1e3) and e.peak == 4269.6
+    assert e.gbs == pytest.approx(e.bytes / e.time_us / 1e3) and e.peak == H200.bandwidth_gbs
 
 
 def test_without_peaks_there_is_no_fraction_and_no_cost_bound():
@@ -117,14 +113,16 @@ def test_without_peaks_there_is_no_fraction_and_no_cost_bound():
 EXPECTED = {
     "4096_bf16_warm_compile.json": [], "4096_bf16_warm_eager.json": [], "4096_bf16_warm_eager_a20.json": [],
     "64_bf16_cold_eager.json": ["launch_bound"], "64_bf16_warm_eager_b8.json": ["launch_bound"],
-    "64_bf16_warm_compile_ro.json": [],
+    "64_bf16_warm_compile_ro.json": ["launch_bound"],
     # an A100 trace whose fp32 GEMM ran in ampere_sgemm (no TF32), outside any ProfilerStep
     "event_sync_trace.json.gz": ["fp32_without_tf32"],
     # BERT inference: the vocabulary projection (N=30522) and 141 tokens are not multiples of 8, 61 short kernels a
     # step, and an .item() with a stream sync in each step
     "gaunernst_bert-small-uncased__1016001.json.gz": ["unaligned_gemm_dims", "launch_bound", "sync_in_step"],
-    "gpu_metrics_input.json": ["sync_in_step"], "triton_example.json.gz": ["sync_in_step"],
-    "inference_rank_1.json.gz": [], "mi250_minitoy_train_ROCm6_2_kineto.json.gz": [],
+    "gpu_metrics_input.json": ["launch_bound", "sync_in_step"],
+    # one kernel in a 13 s step: the GPU is idle, but not for launches (fewer than two GPU ops a step)
+    "triton_example.json.gz": ["sync_in_step"],
+    "inference_rank_1.json.gz": [], "mi250_minitoy_train_ROCm6_2_kineto.json.gz": ["launch_bound"],
     "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": [], "trace.json.gz": [],
 }
 
@@ -146,3 +144,99 @@ def test_the_sync_rule_counts_the_calls_inside_steps_by_a_plain_scan():
         x = next(d for d in diagnose(s).diagnoses if d.rule == "sync_in_step")
     assert x.cost_us_per_step == pytest.approx(sum(e["dur"] for e in inside) / len(steps), rel=1e-6)
     assert "aten::item ×1" in x.text and "cudaStreamSynchronize ×1" in x.text
+
+
+H200_RULES = {
+    "fp32_tf32_off": ["fp32_without_tf32"], "fp32_tf32_off_compile": ["fp32_without_tf32"],
+    "fp32_tf32_on": [], "fp32_tf32_on_compile": [],
+    "bf16_4096": [], "fp16_4096": [], "bf16_4095_compile": [],
+    "bf16_4095": ["unaligned_gemm_dims"], "bf16_4100": ["unaligned_gemm_dims"], "fp16_4095": ["unaligned_gemm_dims"],
+    "bf16_64": ["launch_bound"], "bf16_64_noshapes": ["launch_bound"], "bf16_64_compile": ["launch_bound"],
+    "bf16_64_ro": ["launch_bound"], "bf16_64_stack_memory": ["launch_bound", "profiler_overhead"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(H200_RULES))
+def test_each_h200_run_triggers_the_rules_made_for_it_and_no_others(name):
+    assert rules(run(name)) == H200_RULES[name]
+
+
+def test_fp32_without_tf32_names_the_ffma_kernel_and_bounds_the_cost_by_the_tf32_peak():
+    d = run("fp32_tf32_off")
+    (x,) = d.diagnoses
+    durs = kernel_durs(DIAG / "fp32_tf32_off.json", "gemm")
+    assert "sm80_xmma_gemm_f32f32_f32f32_f32" in x.text and "TF32 tensor cores" in x.text
+    flops = 2 * 4096 ** 3
+    assert x.cost_us_per_step == pytest.approx(statistics.mean(durs) - flops / (H200.gemm_tflops["tf32"] * 1e6))
+    (g,) = d.roofline[d.roofline["kind"] == "gemm"].itertuples()
+    assert g.dtype == "fp32" and g.fraction_of_peak == pytest.approx(flops / statistics.mean(durs) / 1e6 /
+                                                                     H200.gemm_tflops["fp32"])
+    assert "set_float32_matmul_precision('high')" in x.fix
+    # with TF32 on, the GEMM is judged against the tf32 peak
+    g = run("fp32_tf32_on").roofline.query("kind == 'gemm'").iloc[0]
+    assert g["dtype"] == "tf32" and "tf32" in g["kernel"] and g["peak"] == H200.gemm_tflops["tf32"]
+
+
+def test_a_gemm_replayed_from_a_cuda_graph_gets_its_flops_from_the_config():
+    d = run("bf16_64_ro")
+    (g,) = d.roofline[d.roofline["kind"] == "gemm"].itertuples()
+    assert g.flops_from == "config" and g.flops == 2 * 64 ** 3 and g.count == 3
+    assert g.time_us == pytest.approx(statistics.mean(kernel_durs(DIAG / "bf16_64_ro.json", "nvjet")))
+
+
+def test_the_launch_rule_counts_the_launch_calls_of_each_step():
+    x = next(d for d in run("bf16_64").diagnoses if d.rule == "launch_bound")
+    evs = [e for e in scan_trace(DIAG / "bf16_64.json") if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in evs if str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("cat") != "gpu_user_annotation"]
+    launches = [e["dur"] for e in evs if e["name"] in ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx")
+                and any(a <= e["ts"] <= b for a, b in steps)]
+    assert x.evidence["launch_calls_per_step"] == len(launches) / len(steps) == 2
+    assert x.evidence["launch_call_us"] == pytest.approx(statistics.median(launches))
+    assert x.cost_us_per_step == pytest.approx(x.evidence["cpu_step_us"] - x.evidence["gpu_busy_us"])
+
+
+def _trace(tmp_path, events, name="t.json") -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps({"traceEvents": events}))
+    return p
+
+
+def _x(name, ts, dur, cat="cpu_op", pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def test_a_sync_inside_a_synthetic_step_is_found_and_one_outside_is_not(tmp_path):
+    evs = [_x("ProfilerStep#1", 0, 100, "user_annotation"), _x("aten::item", 10, 30),
+           _x("aten::_local_scalar_dense", 11, 28), _x("cudaStreamSynchronize", 12, 25, "cuda_runtime"),
+           _x("cudaDeviceSynchronize", 150, 40, "cuda_runtime")]  # after the step: not the step's
+    with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
+        (x,) = [d for d in diagnose(s).diagnoses if d.rule == "sync_in_step"]
+    assert x.cost_us_per_step == 25.0 and "cudaDeviceSynchronize" not in x.text
+    assert "aten::item ×1, aten::_local_scalar_dense ×1, cudaStreamSynchronize ×1 per step" in x.text
+
+
+def test_an_sgemm_on_a_gpu_without_tf32_is_not_flagged(tmp_path):
+    evs = [_x("ProfilerStep#1", 0, 100, "user_annotation"), _x("cudaLaunchKernel", 10, 5, "cuda_runtime",
+                                                                 correlation=1),
+           _x("volta_sgemm_128x64_nn", 20, 50, "kernel", pid=0, tid=7, correlation=1)]
+    with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
+        assert "fp32_without_tf32" not in rules(diagnose(s))
+        assert "fp32_without_tf32" not in rules(diagnose(s, compute_capability=7.0))
+        assert "fp32_without_tf32" in rules(diagnose(s, compute_capability=8.0))  # what the run's meta says wins
+
+
+def test_recompiles_and_graph_breaks_are_named(tmp_path):
+    evs = []
+    for i, region in enumerate(["0/0", "0/1"]):  # frame 0 compiled, then recompiled
+        t = i * 1000
+        evs += [_x(f"ProfilerStep#{i + 1}", t, 900, "user_annotation"),
+                _x("TorchDynamo Cache Lookup", t + 10, 5, "user_annotation"),
+                _x(f"Torch-Compiled Region: {region}", t + 20, 300, "user_annotation"),
+                _x("## Call CompiledFxGraph abc ##", t + 30, 200, "user_annotation"),
+                _x("Torch-Compiled Region: 1/0", t + 400, 300, "user_annotation")]  # a second frame: a graph break
+    with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
+        (x,) = [d for d in diagnose(s).diagnoses if d.rule == "compile_breaks"]
+    assert "1 recompiled frame (0/1: frame/recompile count)" in x.text
+    assert "2 compiled regions per step (graph breaks split the step)" in x.text
+    assert "TORCH_LOGS='graph_breaks,recompiles'" in x.fix
