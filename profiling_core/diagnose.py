@@ -142,8 +142,10 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
     ``fraction_of_peak``, ``flops_from``, ``slice_ids``.
 
     GEMM FLOPs are 2·M·K·N per product (times the batch); bytes are each operand read once and the result written
-    once (the least a GEMM can move). Elementwise bytes are the inputs read and the broadcast output written;
-    a memcpy's bytes are what the trace records for it. A GEMM's dtype comes from its recorded ``Input type``, else
+    once (the least a GEMM can move). Elementwise bytes are the inputs read and the broadcast output written, and
+    their FLOPs one per output element; a memcpy's bytes are what the trace records for it (read and written for a
+    device-to-device copy). An elementwise op can pass the measured bandwidth (fraction above 1) when an input is
+    still in L2 (the GEMM's result just written, for the study's add): the copy that measured it streams from HBM. A GEMM's dtype comes from its recorded ``Input type``, else
     the config; an fp32 GEMM whose kernel names say ``tf32`` is judged against the tf32 peak.
     """
     cols = ["kind", "op", "kernel", "dtype", "batch", "m", "k", "n", "count", "time_us", "flops", "bytes",
@@ -256,16 +258,17 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
         op = session.tables.name[[op_id]][0]
         if op not in _ELEMENTWISE:
             continue
-        nbytes = _elementwise_bytes(dims.get(op_id), types.get(op_id))
-        if nbytes is None:
+        sized = _elementwise_bytes(dims.get(op_id), types.get(op_id))
+        if sized is None:
             continue
-        groups.setdefault((op, rec.gpu_name, nbytes), []).append((int(rec.gpu_id), float(rec.gpu_dur_us)))
-    for (op, name, nbytes), items in groups.items():
+        groups.setdefault((op, rec.gpu_name, *sized), []).append((int(rec.gpu_id), float(rec.gpu_dur_us)))
+    for (op, name, nbytes, elems), items in groups.items():
         t = float(np.mean([d for _, d in items]))
         gbs = nbytes / t / 1e3 if t > 0 else None
         out.append({"kind": "elementwise", "op": op, "kernel": name, "dtype": None, "batch": None, "m": None,
-                    "k": None, "n": None, "count": len(items), "time_us": t, "flops": None, "bytes": nbytes,
-                    "intensity": None, "tflops": None, "gbs": gbs, "peak": bw,
+                    "k": None, "n": None, "count": len(items), "time_us": t, "flops": elems, "bytes": nbytes,
+                    "intensity": elems / nbytes, "tflops": elems / t / 1e6 if t > 0 else None, "gbs": gbs,
+                    "peak": bw,
                     "fraction_of_peak": gbs / bw if bw and gbs else None, "flops_from": None,
                     "slice_ids": [i for i, _ in items]})
     return out
@@ -286,8 +289,9 @@ def _launching_ops(session, launch_ids: list[int]) -> dict[int, int]:
     return out
 
 
-def _elementwise_bytes(dims, types) -> Optional[float]:
-    """Inputs read once and the broadcast output written once, from recorded shapes and types (tensor inputs only)."""
+def _elementwise_bytes(dims, types) -> Optional[tuple[float, int]]:
+    """(bytes, output elements): inputs read once and the broadcast output written once, from recorded shapes and
+    types (tensor inputs only); an elementwise op does one operation per output element."""
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
     shapes, sizes = [], []
@@ -302,7 +306,7 @@ def _elementwise_bytes(dims, types) -> Optional[float]:
         out = np.broadcast_shapes(*shapes)
     except ValueError:
         return None
-    return float(sum(math.prod(s) * e for s, e in zip(shapes, sizes)) + math.prod(out) * max(sizes))
+    return float(sum(math.prod(s) * e for s, e in zip(shapes, sizes)) + math.prod(out) * max(sizes)), math.prod(out)
 
 
 # --- the rules ----------------------------------------------------------------------------------------------------
