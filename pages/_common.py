@@ -782,3 +782,114 @@ def step_summary(run_id: str) -> dict:
 
 def summaries(run_ids: list[str]) -> pd.DataFrame:
     return pd.DataFrame([step_summary(r) for r in run_ids])
+
+
+# --- the device's peaks and the diagnosis -------------------------------------------------------------
+
+def calibrations() -> tuple[list, list]:
+    """(the store's calibrations newest first, [(file, why unreadable)]) (``profiling_core.PeakBook``)."""
+    from profiling_core import PeakBook
+    return PeakBook(store().root).all()
+
+
+def run_peaks(run_id: str):
+    """The newest calibration of the run's device (name and torch version from meta.json), or None."""
+    from profiling_core import PeakBook
+    dev = load_run(run_id).meta.get("device")
+    if not isinstance(dev, dict) or not isinstance(dev.get("name"), str):
+        return None
+    torch_version = dev.get("torch") if isinstance(dev.get("torch"), str) else None
+    return PeakBook(store().root).find(dev["name"], torch_version=torch_version)
+
+
+@st.cache_data(show_spinner="Judging the trace against the device's peaks ...", max_entries=64)
+def _diagnosis(path: str, mtime_ns: int, config_json: str, peaks_json: str, cc: Optional[float]):
+    from profiling_core import DevicePeaks, diagnose
+    config = ExperimentConfig.from_json(config_json) if config_json else None
+    peaks = DevicePeaks.from_dict(json.loads(peaks_json)) if peaks_json else None
+    return diagnose(_open_session(path, mtime_ns), _report(path, mtime_ns, config_json), config, peaks,
+                    compute_capability=cc)
+
+
+def diagnosis(run_id: str):
+    """The run's roofline rows and rule findings (``profiling_core.diagnosis``) against its device's calibration."""
+    def make():
+        run = load_run(run_id)
+        cfg = run.config
+        peaks = run_peaks(run_id)
+        dev = run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
+        try:
+            cc = float(dev.get("compute_capability"))
+        except (TypeError, ValueError):
+            cc = None
+        return _diagnosis(*_trace_stamp(run_id), cfg.to_json() if cfg else "",
+                          json.dumps(peaks.to_dict()) if peaks else "", cc)
+    return _readable(run_id, lambda: _memo(("diagnosis", run_id), make))
+
+
+ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "time_us", "tflops", "gbs", "peak",
+                    "fraction_of_peak", "intensity", "flops_from"]
+
+
+def show_diagnosis(run_id: str, *, key: str) -> None:
+    """What to change: each rule's finding (text, fix, cost), then the roofline of the run's GEMMs and copies."""
+    d = diagnosis(run_id)
+    p = d.peaks
+    if p is None:
+        st.caption("No calibration of this run's device in the store: achieved throughput is shown without a "
+                   "fraction of peak. Measure the peaks on **Home** (*Calibrate this device*).")
+    else:
+        st.caption(f"Judged against {md_text(p.device)}'s peaks measured {md_text(p.measured_at[:10])} "
+                   f"(torch {md_text(p.torch_version)}; see Home).")
+    if not d.diagnoses:
+        st.success("None of the rules applies to this trace (fp32 without TF32, unaligned GEMM sizes, launch-bound "
+                   "steps, syncs in the step, recompiles, the profiler's own options).", icon=":material/check:")
+    for x in d.diagnoses:
+        with st.container(border=True):
+            st.markdown(f"**{md_text(x.title)}**")
+            st.markdown(md_text(x.text))
+            st.markdown("**Change:** " + md_text(x.fix))
+            if x.cost_us_per_step is not None:
+                st.caption(md_text(f"Cost: {x.cost_us_per_step:,.1f} µs per step ({x.cost_basis})"))
+            with st.expander("evidence"):
+                st.json(json.loads(json.dumps(x.evidence, default=str)), expanded=False)
+    roof = d.roofline
+    if len(roof):
+        st.subheader("Against the hardware's limits")
+        shown = roof[[c for c in ROOFLINE_COLUMNS if c in roof.columns]]
+        table_block(shown, f"{load_run(run_id).name}_roofline", key=f"{key}_roof_table",
+                    column_config={"fraction_of_peak": st.column_config.ProgressColumn(
+                        "of peak", format="percent", min_value=0.0, max_value=1.0),
+                        "time_us": st.column_config.NumberColumn("µs per call", format="%.2f"),
+                        "tflops": st.column_config.NumberColumn("TFLOP/s", format="%.3f"),
+                        "gbs": st.column_config.NumberColumn("GB/s", format="%.1f")})
+        spec = chart("roofline", roof.drop(columns=["slice_ids"]), peaks=p.gemm_tflops if p else None,
+                     bandwidth_gbs=p.bandwidth_gbs if p else None)
+        chart_block(spec, shown, f"{load_run(run_id).name}_roofline", key=f"{key}_roofline")
+
+
+def start_calibration(key: str, device: str) -> Job:
+    """Measure the device's peaks in the background (a worker behind the device lock, like a run)."""
+    from profiling_core import CalibrationJob, calibrate
+
+    def work(job: Job):
+        return calibrate(CalibrationJob(device=device), store=store(), on_status=job.status,
+                         cancel_event=job.cancel_event, prestart=prestart())
+
+    return start_job(key, f"Calibrating ({device})", work)
+
+
+def peaks_frame(items: list) -> pd.DataFrame:
+    """One row per (calibration, dtype or memory): measured best and median, the datasheet figure beside."""
+    rows = []
+    for p in items:
+        sheet = p.datasheet() or {}
+        for d, t in p.gemm_tflops.items():
+            rows.append({"device": p.device, "torch": p.torch_version, "measured": p.measured_at[:16],
+                         "what": f"GEMM {d} ({p.gemm_sizes.get(d)}³)", "measured best": t,
+                         "median": p.gemm_tflops_median.get(d), "unit": "TFLOP/s",
+                         "datasheet": (sheet.get("tflops") or {}).get(d)})
+        rows.append({"device": p.device, "torch": p.torch_version, "measured": p.measured_at[:16],
+                     "what": f"memory (copy of {p.copy_bytes / 2**20:,.0f} MiB)", "measured best": p.bandwidth_gbs,
+                     "median": p.bandwidth_gbs_median, "unit": "GB/s", "datasheet": sheet.get("bandwidth_gbs")})
+    return pd.DataFrame(rows)

@@ -66,6 +66,37 @@ with right:
     root, size = ui.store_summary()
     st.markdown(f"- **Run store**: {ui.md_code(root, 500)} ({size})")
 
+st.subheader("This device's peaks")
+st.caption("What a dense GEMM per dtype and a large copy reach on this machine, measured in a worker like a run: "
+           "the ceilings every GEMM and copy is judged by (Profile → *What to change*). The vendor's datasheet "
+           "figure, where known, is shown beside, never used instead.")
+ui.show_notices("calibrate")
+job = ui.follow_job("calibrate")
+if job is not None and not job.running:
+    ui.pop_job("calibrate")
+    if job.error is not None:
+        ui.end_action("calibrate", [], [("error", job.error, "The calibration failed")])
+    else:
+        ui.end_action("calibrate", [], [("success", "Measured the peaks of " + ui.md_text(job.result.device))])
+good, bad = ui.calibrations()
+if good:
+    ui.table_block(ui.peaks_frame(good), "calibrations", key="home_peaks",
+                   column_config={"measured best": st.column_config.NumberColumn(format="%.3f"),
+                                  "median": st.column_config.NumberColumn(format="%.3f")})
+    with st.expander("How they were measured"):
+        for p in good:
+            st.markdown(f"**{ui.md_text(p.device)}** ({ui.md_text(p.measured_at)}): {ui.md_text(p.method)}")
+else:
+    st.caption("No calibration in this store yet.")
+for name, why in bad:
+    st.warning(ui.md_text(f"Unreadable calibration file {name}: {why}"), icon=":material/warning:")
+c1, c2 = st.columns([1, 3])
+device = c1.selectbox("Device", ui.DEVICES, key="calibrate_device", help="auto: the GPU when there is one")
+c2.button("Calibrate this device", key="calibrate_go", icon=":material/speed:", disabled=ui.get_job("calibrate") is not None,
+          on_click=lambda: ui.start_calibration("calibrate", st.session_state["calibrate_device"]),
+          help="About 10 s on a GPU (8192³ GEMMs and a 2 GiB copy), a few seconds on a CPU; waits for the device "
+               "lock like a run")
+
 st.subheader("Recent runs")
 runs = ui.runs_frame()
 if len(runs):

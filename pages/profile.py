@@ -106,8 +106,15 @@ st.header("3 · What this trace says", divider="gray")
 found = ui.findings(rid)
 ui.show_findings(found)
 
+# --- diagnosis -----------------------------------------------------------------------------------
+st.header("4 · What to change", divider="gray")
+st.caption("Each GEMM and copy against the peaks measured on this device, and the anti-patterns the rules "
+           "recognise in this trace, each with its evidence and the PyTorch change that addresses it.")
+ui.show_diagnosis(rid, key="profile")
+diag = ui.diagnosis(rid)
+
 # --- downloads -----------------------------------------------------------------------------------
-st.header("4 · Take it with you", divider="gray")
+st.header("5 · Take it with you", divider="gray")
 d1, d2, d3, d4 = st.columns(4)
 d1.download_button("Trace JSON", data=lambda: run.trace_path.read_bytes(),
                    file_name=f"{run.name}.{run.trace_path.name}",
@@ -124,7 +131,11 @@ with d4:
                                                   "table rebuilt from the trace follows.",
                        tables=[("profiler table (rebuilt, µs)", rep.profiler_table), ("steps", rep.steps)]),
          ReportSection("Step timeline", charts=[chart_data] if chart_data is not None else []),
-         ReportSection("Findings", findings=found)],
+         ReportSection("Findings", findings=found),
+         ReportSection("What to change", text="" if diag.diagnoses else "No rule applies to this trace.",
+                       findings=[(x.title, f"{x.text} Change: {x.fix}") for x in diag.diagnoses],
+                       tables=[("roofline", diag.roofline.drop(columns=["slice_ids"]))] if len(diag.roofline)
+                       else [])],
         configs={rid: (run.meta.get("config") or {"source": "imported trace"})}, key="profile")
 st.info("**Open the trace in Perfetto:** " + ui.PERFETTO_HOWTO, icon=":material/open_in_new:")
 trace_bytes = run.trace_path.read_bytes()

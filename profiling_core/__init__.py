@@ -17,11 +17,11 @@ Public surface (everything else is private):
 - ``calibrate(job)``: measure the device's GEMM and memory peaks in a worker (``peaks.CalibrationJob``), kept in the
   store (``peaks.PeakBook``) as a ``peaks.DevicePeaks``.
 - ``diagnose(session, report, config, peaks)``: every GEMM and copy against those peaks (``roofline``) and the
-  anti-pattern rules' findings (``profiling_core.diagnose``).
+  anti-pattern rules' findings (``profiling_core.diagnosis``).
 - ``md_text(s)`` / ``md_code(s)``: an untrusted string (a kernel, run or file name, an error message) as Streamlit
   Markdown that shows it literally: escaped running text, or a code span (``profiling_core.markdown``).
 - the exception classes in ``profiling_core.errors``; the submodules ``analyses``, ``findings``, ``charts``,
-  ``export``, ``queries``, ``config``, ``markdown``, ``peaks`` and ``diagnose``.
+  ``export``, ``queries``, ``config``, ``markdown``, ``peaks`` and ``diagnosis``.
 
 Nothing here imports streamlit; only the worker imports torch.
 """
@@ -55,7 +55,7 @@ _LAZY = {
     "md_text": ("markdown", "md_text"),
     "md_code": ("markdown", "md_code"),
     "calibrate": ("runner", "calibrate"),
-    "diagnose": ("diagnose", "diagnose"),
+    "diagnose": ("diagnosis", "diagnose"),
     "DevicePeaks": ("peaks", "DevicePeaks"),
     "PeakBook": ("peaks", "PeakBook"),
     "CalibrationJob": ("peaks", "CalibrationJob"),

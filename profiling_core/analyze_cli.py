@@ -77,7 +77,7 @@ def _records(df, cols: list[str]) -> list[dict]:
 
 def build_json(report, found, diagnosis=None) -> dict:
     """The ``--json`` object for a :class:`~profiling_core.analyses.Report`, its findings and its diagnosis
-    (a :class:`~profiling_core.diagnose.DiagnosisReport`, if given)."""
+    (a :class:`~profiling_core.diagnosis.DiagnosisReport`, if given)."""
     s = report.summary
     extra = _clean(diagnosis.to_dict()) if diagnosis is not None else {"peaks": None, "roofline": [], "diagnoses": []}
     return {**extra,
@@ -147,7 +147,7 @@ def _human(path: str, report, found, diagnosis=None) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the ``analyze`` subcommand; returns the exit status (0, or 2 when the trace cannot be read)."""
     from .analyses import analyze
-    from .diagnose import diagnose
+    from .diagnosis import diagnose
     from .findings import findings
     from .trace import open_trace
     try:

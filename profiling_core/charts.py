@@ -591,7 +591,7 @@ def roofline(rows: pd.DataFrame, *, peaks: Optional[dict] = None, bandwidth_gbs:
     the bandwidth slope (GB/s × intensity) up to each dtype's GEMM peak.
 
     rows: ``kind``, ``kernel``, ``intensity``, ``tflops``, optional ``dtype``, ``time_us``, ``fraction_of_peak``
-    (``profiling_core.diagnose.roofline``; rows without an intensity are left out). peaks: {dtype: TFLOP/s};
+    (``profiling_core.diagnosis.roofline``; rows without an intensity are left out). peaks: {dtype: TFLOP/s};
     bandwidth_gbs: GB/s (both from a calibration). Only the ceilings of the dtypes the points have are drawn."""
     _require(rows, ["kind", "kernel", "intensity", "tflops"], "roofline")
     data = rows[pd.to_numeric(rows["intensity"], errors="coerce") > 0].copy()

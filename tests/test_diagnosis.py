@@ -1,4 +1,4 @@
-"""profiling_core.diagnose: the roofline rows and the rules, against plain scans of the JSON and hand counts.
+"""profiling_core.diagnosis: the roofline rows and the rules, against plain scans of the JSON and hand counts.
 
 Real H200 runs (tests/data/h200_diag, made by scripts/gpu_diagnose.py through the app's runner) trigger or must not
 trigger each GPU rule; every other real fixture must not trigger a rule that does not apply to it; synthetic traces
@@ -13,7 +13,7 @@ import pytest
 from conftest import scan_trace
 
 from profiling_core.config import ExperimentConfig
-from profiling_core.diagnose import diagnose, kernel_family
+from profiling_core.diagnosis import diagnose, kernel_family
 from profiling_core.peaks import DevicePeaks
 from profiling_core.trace import open_trace
 

@@ -1,0 +1,92 @@
+"""AppTest: the diagnosis on the Profile page and the device's peaks on Home (issue 13)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest_app import DATA, app, errors_of, import_trace, runs_dir  # noqa: F401
+
+from profiling_core import md_text
+
+DIAG = DATA / "h200_diag"
+
+
+def seed_h200_run(runs_dir, name: str) -> str:
+    """An H200 run of tests/data/h200_diag in the store as the runner would have left it: its trace, and meta.json
+    with its config and device (import_trace, then the run's recorded config and device written in)."""
+    rid = import_trace(runs_dir, DIAG / f"{name}.json", name)
+    meta_path = runs_dir / rid / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    recorded = json.loads((DIAG / f"{name}.meta.json").read_text())
+    meta.update(config=recorded["config"], device=recorded["device"], source="experiment")
+    meta_path.write_text(json.dumps(meta))
+    return rid
+
+
+def save_h200_peaks(runs_dir):
+    from profiling_core import DevicePeaks, PeakBook
+    p = DevicePeaks.from_dict(json.loads((DIAG / "peaks.json").read_text()))
+    PeakBook(runs_dir).save(p)
+    return p
+
+
+def _texts(at) -> str:
+    """The page's Markdown and captions; names and statements in them are escaped (md_text), so a test looks for
+    md_text(what it expects)."""
+    return " ".join([m.value for m in at.markdown] + [c.value for c in at.caption])
+
+
+def test_profile_says_what_to_change_against_the_measured_peak(runs_dir):
+    p = save_h200_peaks(runs_dir)
+    seed_h200_run(runs_dir, "bf16_4095")
+    at = app("profile")
+    assert not errors_of(at)
+    text = _texts(at)
+    for needle in ("GEMM dimensions not multiples of 8", "M, K, N are not multiples of 8",
+                   "19% of the measured bf16 peak", "torch._inductor.config.shape_padding", "2026-12-01"):
+        assert md_text(needle) in text, needle
+    roof = next(d.value for d in at.dataframe if "fraction_of_peak" in d.value.columns)
+    gemm = roof[roof["kind"] == "gemm"].iloc[0]
+    assert gemm["peak"] == p.gemm_tflops["bf16"] and 0.18 < gemm["fraction_of_peak"] < 0.2
+
+
+def test_profile_without_a_calibration_says_so_and_still_diagnoses(runs_dir):
+    seed_h200_run(runs_dir, "fp32_tf32_off")
+    at = app("profile")
+    assert not errors_of(at)
+    text = _texts(at)
+    assert "No calibration of this run's device" in text and md_text("fp32 GEMM without TF32") in text
+
+
+def test_an_aligned_run_gets_no_rule(runs_dir):
+    save_h200_peaks(runs_dir)
+    seed_h200_run(runs_dir, "bf16_4096")
+    at = app("profile")
+    assert not errors_of(at)
+    assert any("None of the rules applies" in s.value for s in at.success)
+
+
+def test_home_shows_the_measured_peaks_beside_the_datasheet(runs_dir):
+    p = save_h200_peaks(runs_dir)
+    (runs_dir / ".calibrations" / "broken.json").write_text("{")
+    at = app()
+    assert not errors_of(at)
+    table = next(d.value for d in at.dataframe if "datasheet" in d.value.columns)
+    bf16 = table[table["what"].str.startswith("GEMM bf16")].iloc[0]
+    assert bf16["measured best"] == p.gemm_tflops["bf16"] and bf16["datasheet"] == 989.4
+    mem = table[table["unit"] == "GB/s"].iloc[0]
+    assert mem["measured best"] == p.bandwidth_gbs and mem["datasheet"] == 4800.0
+    assert any(md_text("broken.json") in w.value for w in at.warning)  # listed, not raised
+
+
+@pytest.mark.slow
+def test_home_calibrates_this_cpu_in_a_worker(runs_dir):
+    at = app()
+    at.selectbox(key="calibrate_device").set_value("cpu").run()
+    at.button(key="calibrate_go").click().run(timeout=180)
+    assert not errors_of(at)
+    from profiling_core import PeakBook
+    (p,) = PeakBook(runs_dir).all()[0]
+    assert p.kind == "cpu"
+    table = next(d.value for d in at.dataframe if "datasheet" in d.value.columns)
+    assert set(table["what"].str.split(" ").str[1]) >= {"fp32", "bf16", "fp16"}
