@@ -13,6 +13,11 @@ A run becomes visible only by ``os.rename`` of its complete staging folder, so a
 error leaves no half run.  Run ids are plain names (letters, digits, ``._-``) checked before any path is
 built, so nothing can escape the root.
 
+One bad folder never breaks the store: a run whose meta.json cannot be used (missing, empty, over
+``META_MAX_BYTES``, not a JSON object, nested deeper than ``META_MAX_DEPTH``, or a field the listings read with
+the wrong type) is listed with status ``"corrupt"`` and the reason in ``Run.problem``; it can be deleted like
+any other.
+
 The root is ``./runs`` unless ``PROFILING_RUNS_DIR`` or an explicit root says otherwise.
 """
 from __future__ import annotations
@@ -24,11 +29,14 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Optional
+
+import msgspec
 
 from .config import ExperimentConfig
 from .errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceFormatError, TraceTooLargeError
@@ -41,6 +49,8 @@ TRACE_GZ_FILE = "trace.json.gz"
 TABLE_FILE = "table.txt"
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")  # used with fullmatch: '$' would accept a final '\n'
 IMPORT_MAX_BYTES = 512 * 2**20
+META_MAX_BYTES = 2**20  # a run's meta.json is a few KiB
+META_MAX_DEPTH = 32  # a run's meta.json nests 2 levels (the object, its config)
 
 
 def default_root() -> Path:
@@ -96,6 +106,13 @@ class Run:
         return self.meta.get("status", "unknown")
 
     @property
+    def problem(self) -> Optional[str]:
+        """Why the run's meta.json could not be used (its status is then ``"corrupt"``); None for a sound run."""
+        if self.status != "corrupt":
+            return None
+        return self.meta.get("error") or "meta.json says the run is corrupt"
+
+    @property
     def config(self) -> Optional[ExperimentConfig]:
         data = self.meta.get("config")
         if not data:
@@ -112,8 +129,11 @@ class Run:
             return ""
 
     def to_dict(self) -> dict:
-        return {"run_id": self.run_id, "run_dir": str(self.run_dir), "trace_path": str(self.trace_path),
-                "table_path": str(self.table_path), "status": self.status, "name": self.name}
+        d = {"run_id": self.run_id, "run_dir": str(self.run_dir), "trace_path": str(self.trace_path),
+             "table_path": str(self.table_path), "status": self.status, "name": self.name}
+        if self.problem is not None:
+            d["error"] = self.problem
+        return d
 
 
 class RunStore:
@@ -196,12 +216,9 @@ class RunStore:
 
     # --- reading ---------------------------------------------------------------------------------
     def _read(self, path: Path) -> Run:
-        try:
-            meta = json.loads((path / META_FILE).read_text())
-            if not isinstance(meta, dict):
-                raise ValueError("meta.json is not an object")
-        except (OSError, ValueError) as exc:
-            meta = {"status": "corrupt", "error": f"meta.json unreadable: {exc}", "name": path.name}
+        meta, problem = _read_meta(path / META_FILE)
+        if problem is not None:
+            meta = {"name": path.name, "status": "corrupt", "error": problem}  # nothing of the bad file is kept
         return Run(path.name, path, meta)
 
     def __iter__(self) -> Iterator[Run]:
@@ -282,3 +299,94 @@ def _sniff_json(src: Path, is_gz: bool) -> None:
     if not head[:1] in (b"{", b"["):
         raise TraceFormatError(f"{src.name} is not a JSON trace (it does not start with '{{' or '['); "
                                "expected a Chrome/Kineto trace as written by torch.profiler's export_chrome_trace")
+
+
+# --- meta.json, read defensively -------------------------------------------------------------------
+
+class _DeviceMeta(msgspec.Struct):
+    name: Optional[str] = None
+    type: Optional[str] = None
+    cpu_threads: Optional[int] = None
+
+
+class _ConfigMeta(msgspec.Struct):  # the fields listings read as they are (Run.config checks the whole config)
+    size: Optional[int] = None
+    dtype: Optional[str] = None
+    compile: Optional[str] = None
+    warmup: Optional[int] = None
+    active: Optional[int] = None
+    device: Optional[str] = None
+
+
+class _TimingsMeta(msgspec.Struct):
+    wall_s: Optional[float] = None
+
+
+class _LoadMeta(msgspec.Struct):
+    cores: Optional[int] = None
+    load_1min_before: Optional[float] = None
+    load_1min_after: Optional[float] = None
+
+
+class _Meta(msgspec.Struct):
+    """The meta.json fields the store, the CLI and the pages read, with the types they read them as (others are
+    kept as they are, unchecked)."""
+    name: str = ""
+    status: str = "unknown"
+    source: str = ""
+    started_at: str = ""
+    original_filename: str = ""
+    error: str = ""
+    config: Optional[_ConfigMeta] = None
+    device: Optional[_DeviceMeta] = None
+    timings: Optional[_TimingsMeta] = None
+    machine_load: Optional[_LoadMeta] = None
+
+
+_JSON_TYPE = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+              type(None): "null"}
+
+
+def _depth(value: object, limit: int) -> int:
+    """How deeply ``value`` nests lists and dicts (counted a level at a time, no recursion), up to ``limit + 1``."""
+    depth, level = 0, [value] if isinstance(value, (dict, list)) else []
+    while level and depth <= limit:
+        depth += 1
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
+    return depth
+
+
+def _read_meta(path: Path) -> tuple[dict, Optional[str]]:
+    """``(meta, None)``, or ``({}, why)`` when the file at ``path`` cannot be used as a run's meta.json."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once (and is refused below)
+    except FileNotFoundError:
+        return {}, "meta.json is missing"
+    except OSError as exc:
+        return {}, f"meta.json cannot be read: {exc.strerror}"
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return {}, "meta.json is not a regular file"
+            data = f.read(META_MAX_BYTES + 1)
+        except OSError as exc:
+            return {}, f"meta.json cannot be read: {exc.strerror}"
+    if len(data) > META_MAX_BYTES:
+        return {}, f"meta.json is over {META_MAX_BYTES // 2**20} MiB (a run's is a few KiB)"
+    if not data.strip():
+        return {}, "meta.json is empty"
+    try:
+        meta = json.loads(data)  # UTF-8 (a byte order mark is accepted), as _commit writes it
+    except RecursionError:
+        return {}, "meta.json nests too deeply to be read"
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return {}, f"meta.json is not valid JSON: {exc}"
+    if not isinstance(meta, dict):
+        return {}, f"meta.json must hold a JSON object, got {_JSON_TYPE.get(type(meta), type(meta).__name__)}"
+    if _depth(meta, META_MAX_DEPTH) > META_MAX_DEPTH:
+        return {}, f"meta.json nests more than {META_MAX_DEPTH} levels deep (a run's nests 2)"
+    try:
+        msgspec.convert(meta, _Meta)
+    except msgspec.ValidationError as exc:
+        return {}, f"meta.json: {exc}"
+    return meta, None

@@ -86,11 +86,65 @@ def test_list_newest_first_load_and_delete(store):
         store.delete(a.run_id)
 
 
-def test_corrupt_meta_is_listed_as_corrupt_not_fatal(store):
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("content,reason", [
+    ("{not json", "meta.json is not valid JSON"),
+    ("", "meta.json is empty"),
+    (None, "meta.json is missing"),
+    (b'{"name": "\xff"}', "meta.json is not valid JSON"),  # not UTF-8
+    ('{"name": ' + DEEP + "}", "meta.json nests too deeply"),
+    (DEEP, "meta.json nests too deeply"),
+    ('{"a": ' * 40 + "1" + "}" * 40, "meta.json nests more than 32 levels deep (a run's nests 2)"),
+    ("[1, 2]", "meta.json must hold a JSON object, got an array"),
+    ('"ok"', "meta.json must hold a JSON object, got a string"),
+    ('{"name": "n", "status": "ok", "device": "str"}', "Expected `object | null`, got `str` - at `$.device`"),
+    ('{"name": "n", "status": ["x"]}', "Expected `str`, got `array` - at `$.status`"),
+    ('{"name": 5}', "Expected `str`, got `int` - at `$.name`"),
+    ('{"started_at": {"a": 1}}', "Expected `str`, got `object` - at `$.started_at`"),
+    ('{"source": null}', "Expected `str`, got `null` - at `$.source`"),
+    ('{"config": {"size": "big"}}', "Expected `int | null`, got `str` - at `$.config.size`"),
+    ('{"config": {"warmup": true}}', "Expected `int | null`, got `bool` - at `$.config.warmup`"),
+    ('{"device": {"name": ["x"]}}', "Expected `str | null`, got `array` - at `$.device.name`"),
+    ('{"timings": {"wall_s": "1 s"}}', "Expected `float | null`, got `str` - at `$.timings.wall_s`"),
+    ('{"machine_load": [1]}', "Expected `object | null`, got `array` - at `$.machine_load`"),
+], ids=["not-json", "empty", "missing", "not-utf8", "deep-field", "deep-top", "40-levels", "array", "string",
+        "device-str", "status-list", "name-int", "started_at-object", "source-null", "config-size-str", "config-warmup-bool",
+        "device-name-list", "wall_s-str", "machine_load-list"])
+def test_a_bad_meta_json_is_listed_as_corrupt_with_the_reason(store, content, reason):
+    good, run = make_run(store, "good"), make_run(store, "bad")
+    meta = run.run_dir / "meta.json"
+    if content is None:
+        meta.unlink()
+    else:
+        meta.write_bytes(content if isinstance(content, bytes) else content.encode())
+    listed = {r.run_id: r for r in store.list()}
+    assert set(listed) == {good.run_id, run.run_id}
+    assert listed[good.run_id].status == "ok" and listed[good.run_id].problem is None
+    bad = listed[run.run_id]
+    assert bad.status == "corrupt" and reason in bad.problem, bad.problem
+    assert bad.meta == {"name": run.run_id, "status": "corrupt", "error": bad.problem}  # nothing of the bad file
+    assert bad.name == run.run_id and bad.config is None
+    assert bad.to_dict()["error"] == bad.problem
+    assert store.load(run.run_id).problem == bad.problem
+    store.delete(run.run_id)
+    assert [r.run_id for r in store.list()] == [good.run_id]
+
+
+def test_a_huge_meta_json_is_not_read_whole(store):
     run = make_run(store)
-    (run.run_dir / "meta.json").write_text("{not json")
+    (run.run_dir / "meta.json").write_bytes(b'{"name": "' + b"x" * (2 * 2**20) + b'"}')
     [listed] = store.list()
-    assert listed.status == "corrupt" and "meta.json unreadable" in listed.meta["error"]
+    assert listed.status == "corrupt" and "meta.json is over 1 MiB" in listed.problem
+
+
+def test_a_meta_json_that_is_not_a_file_does_not_hang_the_listing(store):
+    run = make_run(store)
+    (run.run_dir / "meta.json").unlink()
+    os.mkfifo(run.run_dir / "meta.json")  # reading it would wait for a writer forever
+    [listed] = store.list()
+    assert listed.status == "corrupt" and "meta.json is not a regular file" in listed.problem
 
 
 def test_root_from_environment(tmp_path, monkeypatch):
