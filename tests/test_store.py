@@ -182,6 +182,23 @@ def test_import_size_cap(store, tmp_path):
         store.import_trace(p, max_bytes=1024)
 
 
+CPU = (DATA / "cpu" / "64_fp32_warm_eager.json").read_bytes()
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_utf8_byte_order_mark_is_accepted_by_import_and_the_loader(store, tmp_path, gz):
+    from profiling_core import open_trace
+    data = b"\xef\xbb\xbf" + CPU
+    p = tmp_path / ("bom.json.gz" if gz else "bom.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    run = store.import_trace(p)
+    with open_trace(run.trace_path, engine="sqlite") as with_bom, \
+            open_trace(DATA / "cpu" / "64_fp32_warm_eager.json", engine="sqlite") as without:
+        assert with_bom.load_stats == without.load_stats
+        q = "SELECT name, ts, dur FROM slice ORDER BY id"
+        assert with_bom.query(q).equals(without.query(q))
+
+
 def test_stale_staging_is_cleaned(store):
     staging = store.root / ".staging" / "stale"  # what a process killed mid-run leaves behind
     staging.mkdir(parents=True)
