@@ -16,13 +16,13 @@ built, so nothing can escape the root.
 One bad folder never breaks the store: a run whose meta.json cannot be used (missing, empty, over
 ``META_MAX_BYTES``, not a JSON object, nested deeper than ``META_MAX_DEPTH``, or a field the listings read with
 the wrong type) is listed with status ``"corrupt"`` and the reason in ``Run.problem``; it can be deleted like
-any other.
+any other.  An import is read through the trace loader first and refused, with the loader's reason, when the
+loader cannot read it, so every run the store takes in is one the analyses can open.
 
 The root is ``./runs`` unless ``PROFILING_RUNS_DIR`` or an explicit root says otherwise.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -39,7 +39,7 @@ from typing import Iterator, Optional
 import msgspec
 
 from .config import ExperimentConfig
-from .errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceFormatError, TraceTooLargeError
+from .errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceError
 
 ENV_ROOT = "PROFILING_RUNS_DIR"
 DEFAULT_ROOT = "runs"
@@ -48,7 +48,7 @@ TRACE_FILE = "trace.json"
 TRACE_GZ_FILE = "trace.json.gz"
 TABLE_FILE = "table.txt"
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")  # used with fullmatch: '$' would accept a final '\n'
-IMPORT_MAX_BYTES = 512 * 2**20
+IMPORT_MAX_BYTES = 512 * 2**20  # of JSON, decompressed: the loader's own default cap
 META_MAX_BYTES = 2**20  # a run's meta.json is a few KiB
 META_MAX_DEPTH = 32  # a run's meta.json nests 2 levels (the object, its config)
 
@@ -260,45 +260,40 @@ class RunStore:
 
     # --- import ----------------------------------------------------------------------------------
     def import_trace(self, source: os.PathLike | str, name: Optional[str] = None,
-                     max_bytes: int = IMPORT_MAX_BYTES) -> Run:
-        """Copy an external Chrome/Kineto trace (.json or .json.gz) into the store as a run."""
+                     max_bytes: int = IMPORT_MAX_BYTES, filename: Optional[str] = None) -> Run:
+        """Copy an external Chrome/Kineto trace (.json or .json.gz) into the store as a run.
+
+        The trace is first read by the loader every analysis uses (``open_trace``, the offline mirror): what it
+        refuses (not JSON, truncated, no events list, NaN, over ``max_bytes`` decompressed, ...) is refused here
+        with its message (TraceError), and nothing is kept. ``filename`` is the file's name as the user knows it
+        (an upload's own name, which may not fit a file name): it names the file in messages and is kept in
+        meta.json as ``original_filename``; by default the source's name.
+        """
+        from .trace import open_trace  # the loader imports numpy and msgspec: only when importing
         src = Path(source)
+        shown = filename or src.name
         try:
-            size = src.stat().st_size
+            open_trace(src, engine="sqlite", max_bytes=max_bytes).close()
+        except TraceError as exc:
+            if filename is None:
+                raise
+            raise type(exc)(str(exc).replace(os.fspath(src), filename)) from None
+        try:
             with open(src, "rb") as f:
-                head = f.read(2)
+                is_gz = f.read(2) == b"\x1f\x8b"
+            size = src.stat().st_size
         except OSError as exc:
-            raise RunStoreError(f"cannot read {src}: {exc.strerror}") from None
-        if size > max_bytes:
-            raise TraceTooLargeError(f"{src.name} is {size / 2**20:.1f} MiB; the import cap is "
-                                     f"{max_bytes / 2**20:.0f} MiB")
-        is_gz = head == b"\x1f\x8b"
-        _sniff_json(src, is_gz)
-        run_id, staging = self._begin(name or src.name.removesuffix(".gz").removesuffix(".json"))
+            raise RunStoreError(f"cannot read {shown}: {exc.strerror}") from None
+        run_id, staging = self._begin(name or shown.removesuffix(".gz").removesuffix(".json"))
         try:
             shutil.copyfile(src, staging / (TRACE_GZ_FILE if is_gz else TRACE_FILE))
         except OSError as exc:
             self._abort(staging)
-            raise RunStoreError(f"could not copy {src.name} into the store: {exc.strerror}") from None
-        meta = {"name": name or src.name, "status": "ok", "source": "import", "original_filename": src.name,
+            raise RunStoreError(f"could not copy {shown} into the store: {exc.strerror}") from None
+        meta = {"name": name or shown, "status": "ok", "source": "import", "original_filename": shown,
                 "size_bytes": size, "started_at": datetime.now(timezone.utc).isoformat(),
                 "host": socket.gethostname(), "config": None}
         return self._commit(run_id, staging, meta)
-
-
-def _sniff_json(src: Path, is_gz: bool) -> None:
-    """Refuse early what cannot be a JSON trace; the full check happens when the trace is opened."""
-    try:
-        opener = gzip.open if is_gz else open
-        with opener(src, "rb") as f:
-            head = f.read(4096).lstrip()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise TraceFormatError(f"{src.name} is not a readable gzip file: {exc}") from None
-    if head.startswith(b"\xef\xbb\xbf"):
-        head = head[3:].lstrip()
-    if not head[:1] in (b"{", b"["):
-        raise TraceFormatError(f"{src.name} is not a JSON trace (it does not start with '{{' or '['); "
-                               "expected a Chrome/Kineto trace as written by torch.profiler's export_chrome_trace")
 
 
 # --- meta.json, read defensively -------------------------------------------------------------------

@@ -109,3 +109,26 @@ def test_ls_shows_a_corrupt_run_and_rm_deletes_it(tmp_path):
     assert "error" in cli("show", bad["deep"], store=store).stdout
     cli("rm", *bad.values(), store=store)
     assert [r["run_id"] for r in json.loads(cli("ls", "--json", store=store).stdout)] == [good["run_id"]]
+
+
+@pytest.mark.parametrize("kind", ["truncated", "empty-object", "nan", "nan-ts", "bom", "bom-gz", "good"])
+def test_import_and_analyze_agree_on_what_is_a_trace(tmp_path, kind):
+    import gzip
+    from conftest import DATA
+    good = (DATA / "cpu" / "64_fp32_warm_eager.json").read_bytes()
+    content = {"truncated": good[: len(good) // 2], "empty-object": b"{}", "nan": b'{"traceEvents": NaN}',
+               "nan-ts": good.replace(b'"ts": ', b'"ts": NaN, "x": ', 1),
+               "bom": b"\xef\xbb\xbf" + good, "bom-gz": gzip.compress(b"\xef\xbb\xbf" + good), "good": good}[kind]
+    path = tmp_path / f"{kind}.json"
+    path.write_bytes(content)
+    store = tmp_path / "runs"
+    imported = cli("import", str(path), store=store, check=False)
+    analyzed = cli("analyze", str(path), "--engine", "sqlite", check=False)
+    assert (imported.returncode == 0) == (analyzed.returncode == 0), (imported.stderr, analyzed.stderr)
+    assert (imported.returncode == 0) == (kind in ("bom", "bom-gz", "good")), imported.stderr
+    runs = json.loads(cli("ls", "--json", store=store).stdout)
+    if imported.returncode:
+        assert imported.stderr == analyzed.stderr  # the same one-line reason
+        assert runs == []
+    else:
+        assert [r["status"] for r in runs] == ["ok"]

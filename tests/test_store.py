@@ -15,10 +15,13 @@ from profiling_core.store import validate_run_id
 H200 = DATA / "h200" / "64_bf16_cold_eager.json"
 
 
+TINY = '{"traceEvents": []}'  # the smallest readable trace
+
+
 def make_run(store, name="x"):
-    """A run made through the public door: importing a tiny trace (``{}``) under ``name``."""
+    """A run made through the public door: importing a tiny trace (no events) under ``name``."""
     tiny = store.root.parent / "tiny.json"
-    tiny.write_text("{}")
+    tiny.write_text(TINY)
     return store.import_trace(tiny, name=name)
 
 
@@ -71,7 +74,7 @@ def test_write_error_while_saving_keeps_only_complete_runs(store, monkeypatch):
     monkeypatch.undo()
     assert [r.run_id for r in store.list()] == [first.run_id]
     assert staging_folders(store) == []
-    assert (first.run_dir / "trace.json").read_text() == "{}"
+    assert (first.run_dir / "trace.json").read_text() == TINY
 
 
 def test_list_newest_first_load_and_delete(store):
@@ -163,26 +166,30 @@ def test_import_json_and_gzip_traces(store, tmp_path):
     assert gzip.decompress(run2.trace_path.read_bytes()) == H200.read_bytes()
 
 
+CPU = (DATA / "cpu" / "64_fp32_warm_eager.json").read_bytes()
+
+
 @pytest.mark.parametrize("content,error,match", [
-    (b"hello world", TraceFormatError, "not a JSON trace"),
-    (b"\x1f\x8b garbage", TraceFormatError, "not a readable gzip file"),
-])
-def test_import_refuses_what_cannot_be_a_trace(store, tmp_path, content, error, match):
+    (b"hello world", TraceFormatError, "bad.json is not valid JSON"),
+    (b"\x1f\x8b garbage", TraceFormatError, "bad.json is not a valid gzip file"),
+    (CPU[: len(CPU) // 2], TraceFormatError, "bad.json is not valid JSON: Input data was truncated"),
+    (b"{}", TraceFormatError, "bad.json is a JSON object without a 'traceEvents' list"),
+    (b'{"traceEvents": NaN}', TraceFormatError, "bad.json is not valid JSON"),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1, "pid": 1, "tid": 1}]}', TraceFormatError,
+     "bad.json is not valid JSON"),
+    (b'{"traceEvents": [{"ph": "?"}]}', TraceFormatError, "none of its 1 events could be used"),
+    (b"\xff\xfe" + '{"traceEvents": []}'.encode("utf-16-le"), TraceFormatError, "bad.json is not valid JSON"),
+], ids=["text", "gzip-garbage", "truncated", "empty-object", "nan-list", "nan-ts", "no-usable-event", "utf-16"])
+def test_import_refuses_what_the_loader_refuses_and_keeps_nothing(store, tmp_path, content, error, match):
+    from profiling_core import open_trace
     p = tmp_path / "bad.json"
     p.write_bytes(content)
-    with pytest.raises(error, match=match):
+    with pytest.raises(error) as loader:
+        open_trace(p, engine="sqlite")
+    with pytest.raises(error, match=match) as imported:
         store.import_trace(p)
-    assert store.list() == []
-
-
-def test_import_size_cap(store, tmp_path):
-    p = tmp_path / "big.json"
-    p.write_bytes(b"[" + b" " * 2048 + b"]")
-    with pytest.raises(TraceTooLargeError, match="the import cap is"):
-        store.import_trace(p, max_bytes=1024)
-
-
-CPU = (DATA / "cpu" / "64_fp32_warm_eager.json").read_bytes()
+    assert str(imported.value) == str(loader.value)  # the loader's own words
+    assert store.list() == [] and staging_folders(store) == []
 
 
 @pytest.mark.parametrize("gz", [False, True])
@@ -197,6 +204,28 @@ def test_a_utf8_byte_order_mark_is_accepted_by_import_and_the_loader(store, tmp_
         assert with_bom.load_stats == without.load_stats
         q = "SELECT name, ts, dur FROM slice ORDER BY id"
         assert with_bom.query(q).equals(without.query(q))
+
+
+def test_a_refused_import_names_the_file_as_the_user_knows_it(store, tmp_path):
+    p = tmp_path / "upload"
+    p.write_bytes(b"{}")
+    with pytest.raises(TraceFormatError, match=r"^my trace\.json is a JSON object without a 'traceEvents' list"):
+        store.import_trace(p, name="my trace", filename="my trace.json")
+    p.write_bytes(CPU)
+    run = store.import_trace(p, name="my trace", filename="my trace.json")
+    assert run.meta["original_filename"] == "my trace.json" and run.name == "my trace"
+
+
+def test_import_size_cap(store, tmp_path):
+    p = tmp_path / "big.json"
+    p.write_bytes(b"[" + b" " * 2048 + b"]")
+    with pytest.raises(TraceTooLargeError, match="over the cap of"):
+        store.import_trace(p, max_bytes=1024)
+    gz = tmp_path / "big.json.gz"
+    gz.write_bytes(gzip.compress(b"[" + b" " * 2048 + b"]"))  # small on disk, over the cap once decompressed
+    with pytest.raises(TraceTooLargeError, match="decompresses to more than"):
+        store.import_trace(gz, max_bytes=1024)
+    assert store.list() == []
 
 
 def test_stale_staging_is_cleaned(store):
