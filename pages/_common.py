@@ -106,9 +106,13 @@ def _store_stamp() -> tuple[str, int]:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _runs_frame(root: str, mtime_ns: int) -> pd.DataFrame:
-    rows = []
+def _runs_frames(root: str, mtime_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(readable runs, corrupt runs) of the store at ``root``."""
+    rows, corrupt = [], []
     for run in RunStore(root).list():
+        if run.problem is not None:
+            corrupt.append({"run_id": run.run_id, "problem": run.problem})
+            continue
         cfg = run.meta.get("config") or {}
         device = run.meta.get("device") or {}
         rows.append({
@@ -119,13 +123,25 @@ def _runs_frame(root: str, mtime_ns: int) -> pd.DataFrame:
             "device": device.get("name") or device.get("type") or cfg.get("device") or "",
             "wall_s": (run.meta.get("timings") or {}).get("wall_s"),
         })
-    return pd.DataFrame(rows, columns=["run_id", "name", "source", "status", "started_at", "size", "dtype",
-                                       "compile", "warmup", "active", "device", "wall_s"])
+    return (pd.DataFrame(rows, columns=["run_id", "name", "source", "status", "started_at", "size", "dtype",
+                                        "compile", "warmup", "active", "device", "wall_s"]),
+            pd.DataFrame(corrupt, columns=["run_id", "problem"]))
+
+
+def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
+    return _memo(("runs",), lambda: _runs_frames(*_store_stamp()))
 
 
 def runs_frame() -> pd.DataFrame:
-    """Runs in the store, newest first (cached until the store's folder changes). Do not modify it."""
-    return _memo(("runs",), lambda: _runs_frame(*_store_stamp()))
+    """The store's readable runs, newest first (cached until the store's folder changes); runs whose meta.json
+    cannot be used are left out (:func:`corrupt_runs`). Do not modify it."""
+    return _frames()[0]
+
+
+def corrupt_runs() -> pd.DataFrame:
+    """The store's runs whose meta.json cannot be used: ``run_id`` and ``problem`` (why). Only the Runs page lists
+    them, so that they can be deleted. Do not modify it."""
+    return _frames()[1]
 
 
 def load_run(run_id: str):
@@ -423,7 +439,7 @@ def _store_size(root: str, mtime_ns: int) -> int:
 def store_summary() -> tuple[str, str]:
     """The run store's folder and its size on disk."""
     root, mtime = _store_stamp()
-    n = len(runs_frame())
+    n = len(runs_frame()) + len(corrupt_runs())
     return root, f"{n} run{'s' if n != 1 else ''}, {human_bytes(_store_size(root, mtime))}"
 
 

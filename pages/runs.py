@@ -9,10 +9,38 @@ ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
 st.title("Runs")
 runs = ui.runs_frame()
+broken = ui.corrupt_runs()  # runs whose meta.json cannot be used: listed here only, to be deleted
 root, size = ui.store_summary()
 st.caption(f"Run store {ui.md_code(root, 500)} · {size}")
+if len(broken):
+    st.warning(f"{len(broken)} run folder(s) cannot be read: their meta.json is damaged (why below). The other pages "
+               "leave them out; delete them at the bottom of this page.", icon=":material/warning:")
+    st.dataframe(broken, hide_index=True, width="stretch", height=ui.fit_height(broken))
+
+
+def delete_form() -> None:
+    st.header("Delete a run", divider="gray")
+    labels, readable = ui.label_of(), set(runs["run_id"])
+    with st.form("delete_form"):
+        victim = st.selectbox("Run", list(runs["run_id"]) + list(broken["run_id"]), key="runs_delete",
+                              format_func=lambda r: labels(r) if r in readable else f"{r}  ·  corrupt")
+        sure = st.checkbox("Yes, delete it (its folder is removed from the store)", key="runs_delete_sure")
+        if st.form_submit_button("Delete", icon=":material/delete:"):
+            if not sure:
+                st.warning("Tick the box to confirm.")
+            else:
+                ui.store().delete(victim)
+                if st.session_state.get(ui.CURRENT_RUN) == victim:
+                    ui.set_current_run(None)
+                st.toast(f"Deleted {ui.md_code(victim, 200)}.", icon=":material/delete:")
+                st.rerun()
+
+
 if runs.empty:
-    st.info("No runs yet: profile one on the **Profile** page or import a trace in the **Trace lab**.")
+    if len(broken):
+        delete_form()
+    else:
+        st.info("No runs yet: profile one on the **Profile** page or import a trace in the **Trace lab**.")
     st.stop()
 
 ui.table_block(runs, "runs", key="runs_table", width="stretch")
@@ -76,16 +104,4 @@ ui.report_button("Compare runs", [ReportSection("Steps", charts=[step_chart], ta
                  configs={a: ui.load_run(a).meta.get("config") or {}, b: ui.load_run(b).meta.get("config") or {}},
                  key="runs")
 
-st.header("Delete a run", divider="gray")
-with st.form("delete_form"):
-    victim = st.selectbox("Run", list(runs["run_id"]), format_func=ui.label_of(), key="runs_delete")
-    sure = st.checkbox("Yes, delete it (its folder is removed from the store)", key="runs_delete_sure")
-    if st.form_submit_button("Delete", icon=":material/delete:"):
-        if not sure:
-            st.warning("Tick the box to confirm.")
-        else:
-            ui.store().delete(victim)
-            if st.session_state.get(ui.CURRENT_RUN) == victim:
-                ui.set_current_run(None)
-            st.toast(f"Deleted {ui.md_code(victim, 200)}.", icon=":material/delete:")
-            st.rerun()
+delete_form()

@@ -21,20 +21,18 @@ ui.show_notices("lab_import")
 upload = st.file_uploader(f"Trace file (up to {cap} MB)", type=["json", "gz"], key="lab_upload")
 imported = st.session_state.setdefault("lab_imported", {})
 if upload is not None and upload.file_id not in imported:
-    run = None
+    imported[upload.file_id] = None  # one try per upload, whatever happens: a rerun never imports it again
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / Path(upload.name).name
+        # the user's file name may not fit a file name (93 CJK characters are 279 bytes, over 255): it is kept as
+        # the run's metadata instead (gzip is told by content, not by the name)
+        path = Path(tmp) / "upload"
         path.write_bytes(upload.getbuffer())
         try:
             with st.spinner(f"Importing {ui.md_code(upload.name, 120)} ..."):
                 stem = Path(upload.name).name.removesuffix(".gz").removesuffix(".json")
-                run = ui.store().import_trace(path, name=stem)
-                ui.report(run.run_id)  # parse now: a broken trace is refused here, not on another page
+                run = ui.store().import_trace(path, name=stem, filename=upload.name)  # refuses what cannot be read
         except (ProfilingError, ValueError) as exc:
             ui.show_error(exc, f"Could not import {upload.name}")
-            if run is not None:
-                ui.store().delete(run.run_id)
-            imported[upload.file_id] = None  # do not retry the same upload on every rerun
         else:
             imported[upload.file_id] = run.run_id
             # announce it and run the page again, so the sidebar (drawn first) shows it too

@@ -141,6 +141,9 @@ def cmd_ls(a: argparse.Namespace) -> int:
     if not runs:
         print(f"no runs in {_store(a).root}")
     for r in runs:
+        if r.problem is not None:
+            print(terminal_safe(f"{r.run_id:60s} {r.status:8s} {r.problem}"))
+            continue
         dev = (r.meta.get("device") or {})
         print(terminal_safe(f"{r.run_id:60s} {r.status:8s} {dev.get('type') or r.meta.get('source', ''):6s} "
                             f"{str(r.meta.get('started_at', ''))[:19]}"))

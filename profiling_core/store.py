@@ -16,27 +16,35 @@ error leaves no half run; the staging folder a killed process leaves is removed 
 store, once its owner lock is free (its writer provably gone).  Run ids are plain names (letters, digits,
 ``._-``) checked before any path is built, so nothing can escape the root.
 
+One bad folder never breaks the store: a run whose meta.json cannot be used (missing, empty, over
+``META_MAX_BYTES``, not a JSON object, nested deeper than ``META_MAX_DEPTH``, or a field the listings read with
+the wrong type) is listed with status ``"corrupt"`` and the reason in ``Run.problem``; it can be deleted like
+any other.  An import is read through the trace loader first and refused, with the loader's reason, when the
+loader cannot read it, so every run the store takes in is one the analyses can open.
+
 The root is ``./runs`` unless ``PROFILING_RUNS_DIR`` or an explicit root says otherwise.
 """
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import gzip
 import json
 import os
 import re
 import secrets
 import shutil
 import socket
+import stat
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Optional
 
+import msgspec
+
 from .config import ExperimentConfig
-from .errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceFormatError, TraceTooLargeError
+from .errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceError
 
 ENV_ROOT = "PROFILING_RUNS_DIR"
 DEFAULT_ROOT = "runs"
@@ -46,7 +54,9 @@ TRACE_GZ_FILE = "trace.json.gz"
 TABLE_FILE = "table.txt"
 OWNER_FILE = ".owner"
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")  # used with fullmatch: '$' would accept a final '\n'
-IMPORT_MAX_BYTES = 512 * 2**20
+IMPORT_MAX_BYTES = 512 * 2**20  # of JSON, decompressed: the loader's own default cap
+META_MAX_BYTES = 2**20  # a run's meta.json is a few KiB
+META_MAX_DEPTH = 32  # a run's meta.json nests 2 levels (the object, its config)
 
 
 def default_root() -> Path:
@@ -102,6 +112,13 @@ class Run:
         return self.meta.get("status", "unknown")
 
     @property
+    def problem(self) -> Optional[str]:
+        """Why the run's meta.json could not be used (its status is then ``"corrupt"``); None for a sound run."""
+        if self.status != "corrupt":
+            return None
+        return self.meta.get("error") or "meta.json says the run is corrupt"
+
+    @property
     def config(self) -> Optional[ExperimentConfig]:
         data = self.meta.get("config")
         if not data:
@@ -118,8 +135,11 @@ class Run:
             return ""
 
     def to_dict(self) -> dict:
-        return {"run_id": self.run_id, "run_dir": str(self.run_dir), "trace_path": str(self.trace_path),
-                "table_path": str(self.table_path), "status": self.status, "name": self.name}
+        d = {"run_id": self.run_id, "run_dir": str(self.run_dir), "trace_path": str(self.trace_path),
+             "table_path": str(self.table_path), "status": self.status, "name": self.name}
+        if self.problem is not None:
+            d["error"] = self.problem
+        return d
 
 
 class RunStore:
@@ -243,12 +263,9 @@ class RunStore:
 
     # --- reading ---------------------------------------------------------------------------------
     def _read(self, path: Path) -> Run:
-        try:
-            meta = json.loads((path / META_FILE).read_text())
-            if not isinstance(meta, dict):
-                raise ValueError("meta.json is not an object")
-        except (OSError, ValueError) as exc:
-            meta = {"status": "corrupt", "error": f"meta.json unreadable: {exc}", "name": path.name}
+        meta, problem = _read_meta(path / META_FILE)
+        if problem is not None:
+            meta = {"name": path.name, "status": "corrupt", "error": problem}  # nothing of the bad file is kept
         return Run(path.name, path, meta)
 
     def __iter__(self) -> Iterator[Run]:
@@ -290,27 +307,37 @@ class RunStore:
 
     # --- import ----------------------------------------------------------------------------------
     def import_trace(self, source: os.PathLike | str, name: Optional[str] = None,
-                     max_bytes: int = IMPORT_MAX_BYTES) -> Run:
-        """Copy an external Chrome/Kineto trace (.json or .json.gz) into the store as a run."""
+                     max_bytes: int = IMPORT_MAX_BYTES, filename: Optional[str] = None) -> Run:
+        """Copy an external Chrome/Kineto trace (.json or .json.gz) into the store as a run.
+
+        The trace is first read by the loader every analysis uses (``open_trace``, the offline mirror): what it
+        refuses (not JSON, truncated, no events list, NaN, over ``max_bytes`` decompressed, ...) is refused here
+        with its message (TraceError), and nothing is kept. ``filename`` is the file's name as the user knows it
+        (an upload's own name, which may not fit a file name): it names the file in messages and is kept in
+        meta.json as ``original_filename``; by default the source's name.
+        """
+        from .trace import open_trace  # the loader imports numpy and msgspec: only when importing
         src = Path(source)
+        shown = filename or src.name
         try:
-            size = src.stat().st_size
+            open_trace(src, engine="sqlite", max_bytes=max_bytes).close()
+        except TraceError as exc:
+            if filename is None:
+                raise
+            raise type(exc)(str(exc).replace(os.fspath(src), filename)) from None
+        try:
             with open(src, "rb") as f:
-                head = f.read(2)
+                is_gz = f.read(2) == b"\x1f\x8b"
+            size = src.stat().st_size
         except OSError as exc:
-            raise RunStoreError(f"cannot read {src}: {exc.strerror}") from None
-        if size > max_bytes:
-            raise TraceTooLargeError(f"{src.name} is {size / 2**20:.1f} MiB; the import cap is "
-                                     f"{max_bytes / 2**20:.0f} MiB")
-        is_gz = head == b"\x1f\x8b"
-        _sniff_json(src, is_gz)
-        run_id, staging = self._begin(name or src.name.removesuffix(".gz").removesuffix(".json"))
+            raise RunStoreError(f"cannot read {shown}: {exc.strerror}") from None
+        run_id, staging = self._begin(name or shown.removesuffix(".gz").removesuffix(".json"))
         try:
             shutil.copyfile(src, staging / (TRACE_GZ_FILE if is_gz else TRACE_FILE))
         except OSError as exc:
             self._abort(staging)
-            raise RunStoreError(f"could not copy {src.name} into the store: {exc.strerror}") from None
-        meta = {"name": name or src.name, "status": "ok", "source": "import", "original_filename": src.name,
+            raise RunStoreError(f"could not copy {shown} into the store: {exc.strerror}") from None
+        meta = {"name": name or shown, "status": "ok", "source": "import", "original_filename": shown,
                 "size_bytes": size, "started_at": datetime.now(timezone.utc).isoformat(),
                 "host": socket.gethostname(), "config": None}
         return self._commit(run_id, staging, meta)
@@ -331,16 +358,92 @@ def _own(staging: Path) -> int:
     return fd
 
 
-def _sniff_json(src: Path, is_gz: bool) -> None:
-    """Refuse early what cannot be a JSON trace; the full check happens when the trace is opened."""
+# --- meta.json, read defensively -------------------------------------------------------------------
+
+class _DeviceMeta(msgspec.Struct):
+    name: Optional[str] = None
+    type: Optional[str] = None
+    cpu_threads: Optional[int] = None
+
+
+class _ConfigMeta(msgspec.Struct):  # the fields listings read as they are (Run.config checks the whole config)
+    size: Optional[int] = None
+    dtype: Optional[str] = None
+    compile: Optional[str] = None
+    warmup: Optional[int] = None
+    active: Optional[int] = None
+    device: Optional[str] = None
+
+
+class _TimingsMeta(msgspec.Struct):
+    wall_s: Optional[float] = None
+
+
+class _LoadMeta(msgspec.Struct):
+    cores: Optional[int] = None
+    load_1min_before: Optional[float] = None
+    load_1min_after: Optional[float] = None
+
+
+class _Meta(msgspec.Struct):
+    """The meta.json fields the store, the CLI and the pages read, with the types they read them as (others are
+    kept as they are, unchecked)."""
+    name: str = ""
+    status: str = "unknown"
+    source: str = ""
+    started_at: str = ""
+    original_filename: str = ""
+    error: str = ""
+    config: Optional[_ConfigMeta] = None
+    device: Optional[_DeviceMeta] = None
+    timings: Optional[_TimingsMeta] = None
+    machine_load: Optional[_LoadMeta] = None
+
+
+_JSON_TYPE = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
+              type(None): "null"}
+
+
+def _depth(value: object, limit: int) -> int:
+    """How deeply ``value`` nests lists and dicts (counted a level at a time, no recursion), up to ``limit + 1``."""
+    depth, level = 0, [value] if isinstance(value, (dict, list)) else []
+    while level and depth <= limit:
+        depth += 1
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
+    return depth
+
+
+def _read_meta(path: Path) -> tuple[dict, Optional[str]]:
+    """``(meta, None)``, or ``({}, why)`` when the file at ``path`` cannot be used as a run's meta.json."""
     try:
-        opener = gzip.open if is_gz else open
-        with opener(src, "rb") as f:
-            head = f.read(4096).lstrip()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise TraceFormatError(f"{src.name} is not a readable gzip file: {exc}") from None
-    if head.startswith(b"\xef\xbb\xbf"):
-        head = head[3:].lstrip()
-    if not head[:1] in (b"{", b"["):
-        raise TraceFormatError(f"{src.name} is not a JSON trace (it does not start with '{{' or '['); "
-                               "expected a Chrome/Kineto trace as written by torch.profiler's export_chrome_trace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once (and is refused below)
+    except FileNotFoundError:
+        return {}, "meta.json is missing"
+    except OSError as exc:
+        return {}, f"meta.json cannot be read: {exc.strerror}"
+    with os.fdopen(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return {}, "meta.json is not a regular file"
+            data = f.read(META_MAX_BYTES + 1)
+        except OSError as exc:
+            return {}, f"meta.json cannot be read: {exc.strerror}"
+    if len(data) > META_MAX_BYTES:
+        return {}, f"meta.json is over {META_MAX_BYTES // 2**20} MiB (a run's is a few KiB)"
+    if not data.strip():
+        return {}, "meta.json is empty"
+    try:
+        meta = json.loads(data)  # UTF-8 (a byte order mark is accepted), as _commit writes it
+    except RecursionError:
+        return {}, "meta.json nests too deeply to be read"
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return {}, f"meta.json is not valid JSON: {exc}"
+    if not isinstance(meta, dict):
+        return {}, f"meta.json must hold a JSON object, got {_JSON_TYPE.get(type(meta), type(meta).__name__)}"
+    if _depth(meta, META_MAX_DEPTH) > META_MAX_DEPTH:
+        return {}, f"meta.json nests more than {META_MAX_DEPTH} levels deep (a run's nests 2)"
+    try:
+        msgspec.convert(meta, _Meta)
+    except msgspec.ValidationError as exc:
+        return {}, f"meta.json: {exc}"
+    return meta, None

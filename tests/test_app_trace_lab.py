@@ -1,6 +1,10 @@
 """AppTest: Trace lab (upload → store → analyses; read-only SQL console)."""
 from __future__ import annotations
 
+import pytest
+
+from profiling_core import md_text
+
 from conftest_app import CPU_TRACE, H200, app, download, errors_of, media, runs_dir  # noqa: F401
 
 
@@ -46,9 +50,50 @@ def test_example_queries_and_clean_sql_errors(runs_dir):
     assert len(at.dataframe[-1].value) == 100_000
 
 
-def test_a_broken_upload_is_refused_cleanly(runs_dir):
+def stored_runs(runs_dir) -> list[str]:
+    return sorted(p.name for p in runs_dir.iterdir() if not p.name.startswith(".")) if runs_dir.exists() else []
+
+
+CPU = CPU_TRACE.read_bytes()
+
+
+@pytest.mark.parametrize("content,reason", [
+    (b"this is not json", "broken.json is not valid JSON"),
+    (CPU[: len(CPU) // 2], "broken.json is not valid JSON: Input data was truncated"),
+    (b"{}", "broken.json is a JSON object without a 'traceEvents' list"),
+    (b'{"traceEvents": NaN}', "broken.json is not valid JSON"),
+], ids=["text", "truncated", "empty-object", "nan"])
+def test_a_broken_upload_is_refused_once_and_kept_nowhere(runs_dir, content, reason):
     at = app("trace_lab")
-    upload(at, "broken.json", b"this is not json")
-    assert not at.exception
-    assert any("Could not import" in e.value for e in at.error)
-    assert not [p for p in runs_dir.iterdir() if not p.name.startswith(".")] if runs_dir.exists() else True
+    upload(at, "broken.json", content)
+    shown = [e.value for e in at.error]
+    for _ in range(4):
+        at.run()
+        shown += [e.value for e in at.error]
+    assert not at.exception, [e.value for e in at.exception]
+    assert stored_runs(runs_dir) == []
+    # the message quotes the file's name, so it is shown escaped (md_text)
+    assert len(shown) == 1 and shown[0].startswith(f"**Could not import {md_text('broken.json')}**: ") \
+        and md_text(reason) in shown[0], shown
+    assert "/tmp" not in shown[0]  # named as the user knows it, not by the upload's temporary file
+
+
+def test_an_upload_is_imported_once(runs_dir):
+    at = app("trace_lab")
+    upload(at, "cpu.json", CPU)
+    for _ in range(4):
+        at.run()
+    assert not errors_of(at)
+    assert len(stored_runs(runs_dir)) == 1
+
+
+def test_a_long_non_ascii_file_name_imports(runs_dir):
+    name = "性能分析" * 23 + "轨.json"  # 93 CJK characters: 279 bytes of UTF-8, over a file name's 255
+    at = app("trace_lab")
+    upload(at, name, CPU)
+    assert not errors_of(at), errors_of(at)
+    [rid] = stored_runs(runs_dir)
+    from profiling_core import RunStore
+    run = RunStore(runs_dir).load(rid)
+    assert run.meta["original_filename"] == name and run.name == name.removesuffix(".json")
+    assert run.status == "ok" and len(rid.encode()) <= 160

@@ -85,3 +85,50 @@ def test_a_reader_that_goes_away_is_not_an_error_message(tmp_path):
                                       f'"{sys.executable}" -m profiling_core ls --json --store "{tmp_path}" | true'],
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.stderr == ""
+
+
+def test_ls_shows_a_corrupt_run_and_rm_deletes_it(tmp_path):
+    from conftest import DATA
+    store = tmp_path / "runs"
+    good = json.loads(cli("import", str(DATA / "cpu" / "64_fp32_warm_eager.json"), "--json", store=store).stdout)
+    bad = {}
+    for name, meta in [("device", '{"name": "n", "status": "ok", "device": "str"}'),
+                       ("status", '{"status": ["x"]}'), ("deep", "[" * 100_000 + "]" * 100_000)]:
+        run = json.loads(cli("import", str(DATA / "cpu" / "64_fp32_warm_eager.json"), "--name", name, "--json",
+                             store=store).stdout)
+        Path(run["run_dir"], "meta.json").write_text(meta)
+        bad[name] = run["run_id"]
+    listed = {r["run_id"]: r for r in json.loads(cli("ls", "--json", store=store).stdout)}
+    assert listed[good["run_id"]]["status"] == "ok" and "error" not in listed[good["run_id"]]
+    assert {listed[rid]["status"] for rid in bad.values()} == {"corrupt"}
+    assert listed[bad["device"]]["error"] == "meta.json: Expected `object | null`, got `str` - at `$.device`"
+    assert listed[bad["status"]]["error"] == "meta.json: Expected `str`, got `array` - at `$.status`"
+    assert listed[bad["deep"]]["error"] == "meta.json nests too deeply to be read"
+    human = cli("ls", store=store).stdout
+    assert f"{bad['device']}" in human and "corrupt  meta.json: Expected `object | null`, got `str`" in human
+    assert "error" in cli("show", bad["deep"], store=store).stdout
+    cli("rm", *bad.values(), store=store)
+    assert [r["run_id"] for r in json.loads(cli("ls", "--json", store=store).stdout)] == [good["run_id"]]
+
+
+@pytest.mark.parametrize("kind", ["truncated", "empty-object", "nan", "nan-ts", "bom", "bom-gz", "good"])
+def test_import_and_analyze_agree_on_what_is_a_trace(tmp_path, kind):
+    import gzip
+    from conftest import DATA
+    good = (DATA / "cpu" / "64_fp32_warm_eager.json").read_bytes()
+    content = {"truncated": good[: len(good) // 2], "empty-object": b"{}", "nan": b'{"traceEvents": NaN}',
+               "nan-ts": good.replace(b'"ts": ', b'"ts": NaN, "x": ', 1),
+               "bom": b"\xef\xbb\xbf" + good, "bom-gz": gzip.compress(b"\xef\xbb\xbf" + good), "good": good}[kind]
+    path = tmp_path / f"{kind}.json"
+    path.write_bytes(content)
+    store = tmp_path / "runs"
+    imported = cli("import", str(path), store=store, check=False)
+    analyzed = cli("analyze", str(path), "--engine", "sqlite", check=False)
+    assert (imported.returncode == 0) == (analyzed.returncode == 0), (imported.stderr, analyzed.stderr)
+    assert (imported.returncode == 0) == (kind in ("bom", "bom-gz", "good")), imported.stderr
+    runs = json.loads(cli("ls", "--json", store=store).stdout)
+    if imported.returncode:
+        assert imported.stderr == analyzed.stderr  # the same one-line reason
+        assert runs == []
+    else:
+        assert [r["status"] for r in runs] == ["ok"]

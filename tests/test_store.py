@@ -15,10 +15,13 @@ from profiling_core.store import validate_run_id
 H200 = DATA / "h200" / "64_bf16_cold_eager.json"
 
 
+TINY = '{"traceEvents": []}'  # the smallest readable trace
+
+
 def make_run(store, name="x"):
-    """A run made through the public door: importing a tiny trace (``{}``) under ``name``."""
+    """A run made through the public door: importing a tiny trace (no events) under ``name``."""
     tiny = store.root.parent / "tiny.json"
-    tiny.write_text("{}")
+    tiny.write_text(TINY)
     return store.import_trace(tiny, name=name)
 
 
@@ -71,7 +74,7 @@ def test_write_error_while_saving_keeps_only_complete_runs(store, monkeypatch):
     monkeypatch.undo()
     assert [r.run_id for r in store.list()] == [first.run_id]
     assert staging_folders(store) == []
-    assert (first.run_dir / "trace.json").read_text() == "{}"
+    assert (first.run_dir / "trace.json").read_text() == TINY
 
 
 def test_list_newest_first_load_and_delete(store):
@@ -86,11 +89,65 @@ def test_list_newest_first_load_and_delete(store):
         store.delete(a.run_id)
 
 
-def test_corrupt_meta_is_listed_as_corrupt_not_fatal(store):
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("content,reason", [
+    ("{not json", "meta.json is not valid JSON"),
+    ("", "meta.json is empty"),
+    (None, "meta.json is missing"),
+    (b'{"name": "\xff"}', "meta.json is not valid JSON"),  # not UTF-8
+    ('{"name": ' + DEEP + "}", "meta.json nests too deeply"),
+    (DEEP, "meta.json nests too deeply"),
+    ('{"a": ' * 40 + "1" + "}" * 40, "meta.json nests more than 32 levels deep (a run's nests 2)"),
+    ("[1, 2]", "meta.json must hold a JSON object, got an array"),
+    ('"ok"', "meta.json must hold a JSON object, got a string"),
+    ('{"name": "n", "status": "ok", "device": "str"}', "Expected `object | null`, got `str` - at `$.device`"),
+    ('{"name": "n", "status": ["x"]}', "Expected `str`, got `array` - at `$.status`"),
+    ('{"name": 5}', "Expected `str`, got `int` - at `$.name`"),
+    ('{"started_at": {"a": 1}}', "Expected `str`, got `object` - at `$.started_at`"),
+    ('{"source": null}', "Expected `str`, got `null` - at `$.source`"),
+    ('{"config": {"size": "big"}}', "Expected `int | null`, got `str` - at `$.config.size`"),
+    ('{"config": {"warmup": true}}', "Expected `int | null`, got `bool` - at `$.config.warmup`"),
+    ('{"device": {"name": ["x"]}}', "Expected `str | null`, got `array` - at `$.device.name`"),
+    ('{"timings": {"wall_s": "1 s"}}', "Expected `float | null`, got `str` - at `$.timings.wall_s`"),
+    ('{"machine_load": [1]}', "Expected `object | null`, got `array` - at `$.machine_load`"),
+], ids=["not-json", "empty", "missing", "not-utf8", "deep-field", "deep-top", "40-levels", "array", "string",
+        "device-str", "status-list", "name-int", "started_at-object", "source-null", "config-size-str", "config-warmup-bool",
+        "device-name-list", "wall_s-str", "machine_load-list"])
+def test_a_bad_meta_json_is_listed_as_corrupt_with_the_reason(store, content, reason):
+    good, run = make_run(store, "good"), make_run(store, "bad")
+    meta = run.run_dir / "meta.json"
+    if content is None:
+        meta.unlink()
+    else:
+        meta.write_bytes(content if isinstance(content, bytes) else content.encode())
+    listed = {r.run_id: r for r in store.list()}
+    assert set(listed) == {good.run_id, run.run_id}
+    assert listed[good.run_id].status == "ok" and listed[good.run_id].problem is None
+    bad = listed[run.run_id]
+    assert bad.status == "corrupt" and reason in bad.problem, bad.problem
+    assert bad.meta == {"name": run.run_id, "status": "corrupt", "error": bad.problem}  # nothing of the bad file
+    assert bad.name == run.run_id and bad.config is None
+    assert bad.to_dict()["error"] == bad.problem
+    assert store.load(run.run_id).problem == bad.problem
+    store.delete(run.run_id)
+    assert [r.run_id for r in store.list()] == [good.run_id]
+
+
+def test_a_huge_meta_json_is_not_read_whole(store):
     run = make_run(store)
-    (run.run_dir / "meta.json").write_text("{not json")
+    (run.run_dir / "meta.json").write_bytes(b'{"name": "' + b"x" * (2 * 2**20) + b'"}')
     [listed] = store.list()
-    assert listed.status == "corrupt" and "meta.json unreadable" in listed.meta["error"]
+    assert listed.status == "corrupt" and "meta.json is over 1 MiB" in listed.problem
+
+
+def test_a_meta_json_that_is_not_a_file_does_not_hang_the_listing(store):
+    run = make_run(store)
+    (run.run_dir / "meta.json").unlink()
+    os.mkfifo(run.run_dir / "meta.json")  # reading it would wait for a writer forever
+    [listed] = store.list()
+    assert listed.status == "corrupt" and "meta.json is not a regular file" in listed.problem
 
 
 def test_root_from_environment(tmp_path, monkeypatch):
@@ -109,23 +166,66 @@ def test_import_json_and_gzip_traces(store, tmp_path):
     assert gzip.decompress(run2.trace_path.read_bytes()) == H200.read_bytes()
 
 
+CPU = (DATA / "cpu" / "64_fp32_warm_eager.json").read_bytes()
+
+
 @pytest.mark.parametrize("content,error,match", [
-    (b"hello world", TraceFormatError, "not a JSON trace"),
-    (b"\x1f\x8b garbage", TraceFormatError, "not a readable gzip file"),
-])
-def test_import_refuses_what_cannot_be_a_trace(store, tmp_path, content, error, match):
+    (b"hello world", TraceFormatError, "bad.json is not valid JSON"),
+    (b"\x1f\x8b garbage", TraceFormatError, "bad.json is not a valid gzip file"),
+    (CPU[: len(CPU) // 2], TraceFormatError, "bad.json is not valid JSON: Input data was truncated"),
+    (b"{}", TraceFormatError, "bad.json is a JSON object without a 'traceEvents' list"),
+    (b'{"traceEvents": NaN}', TraceFormatError, "bad.json is not valid JSON"),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": NaN, "dur": 1, "pid": 1, "tid": 1}]}', TraceFormatError,
+     "bad.json is not valid JSON"),
+    (b'{"traceEvents": [{"ph": "?"}]}', TraceFormatError, "none of its 1 events could be used"),
+    (b"\xff\xfe" + '{"traceEvents": []}'.encode("utf-16-le"), TraceFormatError, "bad.json is not valid JSON"),
+], ids=["text", "gzip-garbage", "truncated", "empty-object", "nan-list", "nan-ts", "no-usable-event", "utf-16"])
+def test_import_refuses_what_the_loader_refuses_and_keeps_nothing(store, tmp_path, content, error, match):
+    from profiling_core import open_trace
     p = tmp_path / "bad.json"
     p.write_bytes(content)
-    with pytest.raises(error, match=match):
+    with pytest.raises(error) as loader:
+        open_trace(p, engine="sqlite")
+    with pytest.raises(error, match=match) as imported:
         store.import_trace(p)
-    assert store.list() == []
+    assert str(imported.value) == str(loader.value)  # the loader's own words
+    assert store.list() == [] and staging_folders(store) == []
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_utf8_byte_order_mark_is_accepted_by_import_and_the_loader(store, tmp_path, gz):
+    from profiling_core import open_trace
+    data = b"\xef\xbb\xbf" + CPU
+    p = tmp_path / ("bom.json.gz" if gz else "bom.json")
+    p.write_bytes(gzip.compress(data) if gz else data)
+    run = store.import_trace(p)
+    with open_trace(run.trace_path, engine="sqlite") as with_bom, \
+            open_trace(DATA / "cpu" / "64_fp32_warm_eager.json", engine="sqlite") as without:
+        assert with_bom.load_stats == without.load_stats
+        q = "SELECT name, ts, dur FROM slice ORDER BY id"
+        assert with_bom.query(q).equals(without.query(q))
+
+
+def test_a_refused_import_names_the_file_as_the_user_knows_it(store, tmp_path):
+    p = tmp_path / "upload"
+    p.write_bytes(b"{}")
+    with pytest.raises(TraceFormatError, match=r"^my trace\.json is a JSON object without a 'traceEvents' list"):
+        store.import_trace(p, name="my trace", filename="my trace.json")
+    p.write_bytes(CPU)
+    run = store.import_trace(p, name="my trace", filename="my trace.json")
+    assert run.meta["original_filename"] == "my trace.json" and run.name == "my trace"
 
 
 def test_import_size_cap(store, tmp_path):
     p = tmp_path / "big.json"
     p.write_bytes(b"[" + b" " * 2048 + b"]")
-    with pytest.raises(TraceTooLargeError, match="the import cap is"):
+    with pytest.raises(TraceTooLargeError, match="over the cap of"):
         store.import_trace(p, max_bytes=1024)
+    gz = tmp_path / "big.json.gz"
+    gz.write_bytes(gzip.compress(b"[" + b" " * 2048 + b"]"))  # small on disk, over the cap once decompressed
+    with pytest.raises(TraceTooLargeError, match="decompresses to more than"):
+        store.import_trace(gz, max_bytes=1024)
+    assert store.list() == []
 
 
 def test_stale_staging_is_cleaned(store):

@@ -40,8 +40,33 @@ def _size_hint(path) -> int:
 def iter_trace_chunks(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, chunk: int | None = None):
     """The (decompressed) JSON bytes of ``path``, a chunk at a time (the whole file when ``chunk`` is None).
 
-    Raises the same TraceError subclasses, with the same messages, as :func:`read_trace_bytes`.
+    A UTF-8 byte order mark before the JSON (of a plain file or of a gzip's content) is dropped: RFC 8259 lets a
+    parser ignore one, and Windows tools write one. Raises the same TraceError subclasses, with the same messages, as
+    :func:`read_trace_bytes`.
     """
+    return _without_bom(_iter_chunks(path, max_bytes, chunk))
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(chunks):
+    head = b""
+    for data in chunks:
+        if head is None:
+            yield data
+            continue
+        head = head + data if head else data  # the first chunk itself (not a copy) when it holds 3 bytes or more
+        if len(head) < len(_BOM) and _BOM.startswith(head):
+            continue
+        if rest := (head[len(_BOM):] if head.startswith(_BOM) else head):
+            yield rest
+        head = None
+    if head:
+        yield head
+
+
+def _iter_chunks(path, max_bytes: int, chunk: int | None):
     try:
         with open(path, "rb") as f:
             head = f.read(2)
