@@ -353,17 +353,21 @@ class PeakBook:
         return path
 
     def all(self) -> tuple[list[DevicePeaks], list[tuple[str, str]]]:
-        """(calibrations newest first, [(file name, why it could not be read)])."""
+        """(calibrations newest first, [(file name, why it could not be read)]): each file read defensively
+        (``store.read_json_object``), so one bad file is listed, never raised."""
+        from .store import read_json_object
         good, bad = [], []
         if not self.folder.is_dir():
             return good, bad
         for p in sorted(self.folder.glob("*.json")):
-            try:
-                if p.stat().st_size > self.MAX_BYTES:
-                    raise ValueError(f"larger than {self.MAX_BYTES:,} bytes")
-                good.append(DevicePeaks.from_dict(json.loads(p.read_text(encoding="utf-8"))))
-            except (OSError, ValueError, RecursionError) as e:
-                bad.append((p.name, str(e)[:200]))
+            data, why = read_json_object(p, p.name, self.MAX_BYTES, 8)
+            if why is None:
+                try:
+                    good.append(DevicePeaks.from_dict(data))
+                    continue
+                except ValueError as e:
+                    why = str(e)
+            bad.append((p.name, why[:200]))
         good.sort(key=lambda c: c.measured_at, reverse=True)
         return good, bad
 

@@ -413,35 +413,46 @@ def _depth(value: object, limit: int) -> int:
     return depth
 
 
-def _read_meta(path: Path) -> tuple[dict, Optional[str]]:
-    """``(meta, None)``, or ``({}, why)`` when the file at ``path`` cannot be used as a run's meta.json."""
+def read_json_object(path: Path, what: str, max_bytes: int, max_depth: int) -> tuple[dict, Optional[str]]:
+    """``(object, None)``, or ``({}, why)`` when the file at ``path`` (called ``what`` in the reason) is missing, not
+    a regular file (a FIFO would block), over ``max_bytes``, empty, not JSON, not a JSON object, or nested deeper
+    than ``max_depth``: a small JSON file the store keeps (meta.json, a calibration), read defensively."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once (and is refused below)
     except FileNotFoundError:
-        return {}, "meta.json is missing"
+        return {}, f"{what} is missing"
     except OSError as exc:
-        return {}, f"meta.json cannot be read: {exc.strerror}"
+        return {}, f"{what} cannot be read: {exc.strerror}"
     with os.fdopen(fd, "rb") as f:
         try:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return {}, "meta.json is not a regular file"
-            data = f.read(META_MAX_BYTES + 1)
+                return {}, f"{what} is not a regular file"
+            data = f.read(max_bytes + 1)
         except OSError as exc:
-            return {}, f"meta.json cannot be read: {exc.strerror}"
-    if len(data) > META_MAX_BYTES:
-        return {}, f"meta.json is over {META_MAX_BYTES // 2**20} MiB (a run's is a few KiB)"
+            return {}, f"{what} cannot be read: {exc.strerror}"
+    if len(data) > max_bytes:
+        size = f"{max_bytes // 2**20} MiB" if max_bytes % 2**20 == 0 else f"{max_bytes:,} bytes"
+        return {}, f"{what} is over {size}"
     if not data.strip():
-        return {}, "meta.json is empty"
+        return {}, f"{what} is empty"
     try:
-        meta = json.loads(data)  # UTF-8 (a byte order mark is accepted), as _commit writes it
+        obj = json.loads(data)  # UTF-8 (a byte order mark is accepted)
     except RecursionError:
-        return {}, "meta.json nests too deeply to be read"
+        return {}, f"{what} nests too deeply to be read"
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        return {}, f"meta.json is not valid JSON: {exc}"
-    if not isinstance(meta, dict):
-        return {}, f"meta.json must hold a JSON object, got {_JSON_TYPE.get(type(meta), type(meta).__name__)}"
-    if _depth(meta, META_MAX_DEPTH) > META_MAX_DEPTH:
-        return {}, f"meta.json nests more than {META_MAX_DEPTH} levels deep (a run's nests 2)"
+        return {}, f"{what} is not valid JSON: {exc}"
+    if not isinstance(obj, dict):
+        return {}, f"{what} must hold a JSON object, got {_JSON_TYPE.get(type(obj), type(obj).__name__)}"
+    if _depth(obj, max_depth) > max_depth:
+        return {}, f"{what} nests more than {max_depth} levels deep"
+    return obj, None
+
+
+def _read_meta(path: Path) -> tuple[dict, Optional[str]]:
+    """``(meta, None)``, or ``({}, why)`` when the file at ``path`` cannot be used as a run's meta.json."""
+    meta, why = read_json_object(path, "meta.json", META_MAX_BYTES, META_MAX_DEPTH)
+    if why is not None:
+        return {}, why
     try:
         msgspec.convert(meta, _Meta)
     except msgspec.ValidationError as exc:

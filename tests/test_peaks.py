@@ -47,9 +47,10 @@ def test_the_book_keeps_one_file_per_device_driver_and_torch(tmp_path, cpu_peaks
 
 @pytest.mark.parametrize("content,why", [
     ("{", "Expecting property name"),
-    ("[]", "a calibration must be a JSON object, got list"),
+    ("[]", "must hold a JSON object, got an array"),
     ('{"device": 1}', "calibration field 'device' has the wrong type (int)"),
-    ("[" * 100_000 + "]" * 100_000, "recursion"),
+    ("[" * 100_000 + "]" * 100_000, "nests too deeply"),
+    ("[]" * 10, "is not valid JSON"),
 ])
 def test_a_broken_calibration_file_is_listed_not_raised(tmp_path, cpu_peaks, content, why):
     book = PeakBook(tmp_path)

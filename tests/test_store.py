@@ -99,7 +99,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
     (b'{"name": "\xff"}', "meta.json is not valid JSON"),  # not UTF-8
     ('{"name": ' + DEEP + "}", "meta.json nests too deeply"),
     (DEEP, "meta.json nests too deeply"),
-    ('{"a": ' * 40 + "1" + "}" * 40, "meta.json nests more than 32 levels deep (a run's nests 2)"),
+    ('{"a": ' * 40 + "1" + "}" * 40, "meta.json nests more than 32 levels deep"),
     ("[1, 2]", "meta.json must hold a JSON object, got an array"),
     ('"ok"', "meta.json must hold a JSON object, got a string"),
     ('{"name": "n", "status": "ok", "device": "str"}', "Expected `object | null`, got `str` - at `$.device`"),
