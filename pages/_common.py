@@ -909,3 +909,20 @@ def peaks_frame(items: list) -> pd.DataFrame:
                      "what": f"memory (copy of {p.copy_bytes / 2**20:,.0f} MiB)", "measured best": p.bandwidth_gbs,
                      "median": p.bandwidth_gbs_median, "unit": "GB/s", "datasheet": sheet.get("bandwidth_gbs")})
     return pd.DataFrame(rows)
+
+
+def gemm_vs_peak(run_ids: list[str]) -> pd.DataFrame:
+    """Per run: its GEMM (the GEMM rows of the diagnosis with the most total time) against its device's measured
+    peak: run, size, mode, dtype, kernel, µs per call, achieved TFLOP/s, the peak, the fraction. Runs without a
+    GEMM of known FLOPs are left out."""
+    rows = []
+    for r in run_ids:
+        roof = diagnosis(r).roofline
+        g = roof[roof["kind"] == "gemm"] if len(roof) else roof
+        if g.empty:
+            continue
+        top = g.assign(total=g["time_us"] * g["count"]).sort_values("total", ascending=False).iloc[0]
+        rows.append({"run": load_run(r).name, "run_id": r, "size": run_size(r), "mode": mode_label(r),
+                     "dtype": top["dtype"], "kernel": top["kernel"], "µs per call": float(top["time_us"]),
+                     "tflops": float(top["tflops"]), "peak": top["peak"], "fraction_of_peak": top["fraction_of_peak"]})
+    return pd.DataFrame(rows)

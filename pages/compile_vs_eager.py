@@ -146,6 +146,17 @@ if any(ui.mode_label(r) == "reduce-overhead" for r in cpu_runs):
     st.info("mode=\"reduce-overhead\" captures CUDA graphs, and a CPU has none: on the CPU it compiles as the default "
             "mode does (no cudaGraphLaunch, no saving from graphs).", icon=":material/info:")
 
+st.header("The GEMM against the measured peak", divider="gray")
+gemm = ui.gemm_vs_peak(chosen)
+if gemm.empty:
+    st.caption("None of these runs has a GEMM of known FLOPs.")
+else:
+    if gemm["peak"].isna().all():
+        st.caption("No calibration of these runs' device in the store: no fraction of peak (measure it on **Home**).")
+    ui.table_block(gemm.drop(columns=["run_id"]), "compile_gemm_vs_peak", key="compile_peak", width="stretch",
+                   column_config={"fraction_of_peak": st.column_config.ProgressColumn(
+                       "of peak", format="percent", min_value=0.0, max_value=1.0)})
+
 for r in chosen:
     ui.show_findings(ui.findings(r), questions={9, 10})
 ui.report_button("Compile vs eager", [ReportSection("Per step", charts=[cpu, ops, reg], tables=[("deltas", delta)])],

@@ -94,6 +94,25 @@ st.header("GPU busy fraction of the step", divider="gray")
 frac = ui.chart("gpu_busy_fraction", sweep[cols])
 ui.chart_block(frac, sweep[cols], "gpu_busy_fraction", key="overhead_frac")
 st.dataframe(sweep[cols], hide_index=True, width="stretch", height=ui.fit_height(sweep))
+
+st.header("GEMM throughput against the measured peak", divider="gray")
+gemm = ui.gemm_vs_peak(chosen)
+peak_charts = []
+if gemm.empty:
+    st.caption("None of the chosen runs has a GEMM of known FLOPs.")
+else:
+    peaks = {d: float(p) for d, p in gemm.dropna(subset=["peak"]).groupby("dtype")["peak"].max().items()}
+    if not peaks:
+        st.caption("No calibration of these runs' device in the store: the peak line is missing (measure it on "
+                   "**Home**).")
+    achieved = ui.chart("achieved_vs_peak", gemm[["size", "mode", "dtype", "tflops"]], peaks=peaks or None)
+    ui.chart_block(achieved, gemm, "gemm_vs_peak", key="overhead_peak")
+    peak_charts = [achieved]
+    ui.table_block(gemm.drop(columns=["run_id"]), "gemm_vs_peak", key="overhead_peak_table", width="stretch",
+                   column_config={"fraction_of_peak": st.column_config.ProgressColumn(
+                       "of peak", format="percent", min_value=0.0, max_value=1.0)})
 ui.report_button("Overhead vs compute",
-                 [ReportSection("CPU vs GPU per step", charts=[main, frac], tables=[("sweep", sweep[cols])])],
+                 [ReportSection("CPU vs GPU per step", charts=[main, frac], tables=[("sweep", sweep[cols])]),
+                  ReportSection("GEMM against the measured peak", charts=peak_charts,
+                                tables=[("GEMM", gemm)] if len(gemm) else [])],
                  configs={r: (ui.load_run(r).meta.get("config") or {}) for r in chosen}, key="overhead")

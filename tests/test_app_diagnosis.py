@@ -90,3 +90,29 @@ def test_home_calibrates_this_cpu_in_a_worker(runs_dir):
     assert p.kind == "cpu"
     table = next(d.value for d in at.dataframe if "datasheet" in d.value.columns)
     assert set(table["what"].str.split(" ").str[1]) >= {"fp32", "bf16", "fp16"}
+
+
+def test_the_sweep_page_shows_each_gemm_against_the_peak(runs_dir):
+    p = save_h200_peaks(runs_dir)
+    for name in ("bf16_4096", "bf16_4100", "bf16_4095"):
+        seed_h200_run(runs_dir, name)
+    at = app("overhead")
+    assert not errors_of(at)
+    table = next(d.value for d in at.dataframe if "fraction_of_peak" in d.value.columns)
+    by_size = table.set_index("size")
+    assert list(by_size.loc[[4096, 4100, 4095], "peak"]) == [p.gemm_tflops["bf16"]] * 3
+    assert by_size.loc[4096, "fraction_of_peak"] > 0.95 > 0.3 > by_size.loc[4100, "fraction_of_peak"] \
+        > by_size.loc[4095, "fraction_of_peak"] > 0.15
+    (spec,) = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart") if "with the measured peak" in c.proto.spec]
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "rule", "text"]  # the points, the peak
+
+
+def test_the_compile_page_shows_eager_and_compiled_gemms_against_the_peak(runs_dir):
+    save_h200_peaks(runs_dir)
+    seed_h200_run(runs_dir, "fp32_tf32_off")
+    seed_h200_run(runs_dir, "fp32_tf32_off_compile")
+    at = app("compile_vs_eager")
+    assert not errors_of(at)
+    table = next(d.value for d in at.dataframe if "fraction_of_peak" in d.value.columns)
+    assert sorted(table["mode"]) == ["default", "eager"] and set(table["dtype"]) == {"fp32"}
+    assert table["fraction_of_peak"].between(0.95, 1.05).all()  # full-fp32 FFMA, at the fp32 peak

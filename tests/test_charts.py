@@ -312,3 +312,32 @@ def test_the_timeline_png_carries_the_names(slices):
     named = dark_pixels(slices)
     blank = dark_pixels(slices.assign(name=["", "", "", ""]))
     assert named > blank + 300, (named, blank)  # "ProfilerStep#0", "aten::mm", "gemm" drawn on their bars
+
+
+def test_roofline_draws_each_dtypes_ceiling_with_its_ridge():
+    import pandas as pd
+
+    from profiling_core import charts
+    rows = pd.DataFrame({"kind": ["gemm", "elementwise"], "kernel": ["k1", "add"], "dtype": ["bf16", None],
+                         "intensity": [1365.0, 1 / 6], "tflops": [151.3, 0.7], "time_us": [907.9, 22.4],
+                         "fraction_of_peak": [0.188, 1.04]})
+    spec = charts.roofline(rows, peaks={"bf16": 800.0, "fp32": 50.0}, bandwidth_gbs=4000.0).to_dict()
+    ceil = next(d for d in spec["datasets"].values() if d and "ceiling" in d[0])
+    # only the dtype on the chart; the ridge where 4000 GB/s x I reaches 800 TFLOP/s: I = 200 FLOP/byte
+    assert {r["ceiling"] for r in ceil} == {"bf16 peak 800"}
+    ridge = [r for r in ceil if r["tflops"] == 800.0]
+    assert min(r["intensity"] for r in ridge) == 200.0
+    low = min(ceil, key=lambda r: r["intensity"])
+    assert low["tflops"] == 4000.0 * low["intensity"] / 1e3  # on the bandwidth slope
+    empty = charts.roofline(rows.assign(intensity=None)).to_dict()
+    assert "no op with known FLOPs and bytes" in str(empty)
+
+
+def test_achieved_vs_peak_draws_the_measured_peak():
+    import pandas as pd
+
+    from profiling_core import charts
+    pts = pd.DataFrame({"size": [4095, 4096], "tflops": [151.3, 811.0], "mode": ["eager", "eager"]})
+    spec = charts.achieved_vs_peak(pts, peaks={"bf16": 803.7}).to_dict()
+    rules = next(d for d in spec["datasets"].values() if d and "label" in d[0])
+    assert rules == [{"tflops": 803.7, "label": "bf16 peak (measured) 803.7 TFLOP/s"}]
