@@ -122,7 +122,9 @@ EXPECTED = {
     "gpu_metrics_input.json": ["launch_bound", "sync_in_step"],
     # one kernel in a 13 s step: the GPU is idle, but not for launches (fewer than two GPU ops a step)
     "triton_example.json.gz": ["sync_in_step"],
-    "inference_rank_1.json.gz": [], "mi250_minitoy_train_ROCm6_2_kineto.json.gz": ["launch_bound"],
+    "inference_rank_1.json.gz": [], 
+    # a ROCm training loop: its input goes to the device in each step with hipMemcpyWithStream (a blocking copy)
+    "mi250_minitoy_train_ROCm6_2_kineto.json.gz": ["launch_bound", "sync_in_step"],
     "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": [], "trace.json.gz": [],
 }
 
@@ -240,3 +242,36 @@ def test_recompiles_and_graph_breaks_are_named(tmp_path):
     assert "1 recompiled frame (0/1: frame/recompile count)" in x.text
     assert "2 compiled regions per step (graph breaks split the step)" in x.text
     assert "TORCH_LOGS='graph_breaks,recompiles'" in x.fix
+
+
+def test_a_blocking_host_to_device_copy_in_each_step_is_found_by_a_plain_scan():
+    path = TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    evs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in evs if str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("cat") != "gpu_user_annotation"]
+    copies = [e for e in evs if e["name"] == "hipMemcpyWithStream" and any(a <= e["ts"] <= b for a, b in steps)]
+    with open_trace(path, engine="sqlite") as s:
+        x = next(d for d in diagnose(s).diagnoses if d.rule == "sync_in_step")
+    assert x.evidence["copies_in_steps"] == {"HtoD": len(copies), "DtoH": 0} and len(copies) == len(steps)
+    assert x.cost_us_per_step == pytest.approx(sum(e["dur"] for e in copies) / len(steps), rel=1e-6)
+    assert "1 host-to-device copy per step" in x.text and "pin_memory" in x.fix
+
+
+def test_staging_copies_that_cost_more_than_the_gemm_are_named(tmp_path):
+    def run_(copy_us):
+        evs = [_x("ProfilerStep#1", 0, 1000, "user_annotation"),
+               _x("Torch-Compiled Region: 0/0", 10, 900, "user_annotation"),
+               _x("aten::_foreach_copy_", 20, 40),
+               _x("cudaLaunchKernel", 30, 5, "cuda_runtime", correlation=1),
+               _x("void at::native::multi_tensor_apply_kernel<Copy>", 100, copy_us, "kernel", pid=0, tid=7,
+                  correlation=1),
+               _x("aten::mm", 300, 100, **{"Input Dims": [[64, 64], [64, 64]],
+                                           "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
+               _x("cudaLaunchKernel", 310, 5, "cuda_runtime", correlation=2),
+               _x("nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT", 320 + copy_us, 2, "kernel", pid=0, tid=7, correlation=2)]
+        with open_trace(_trace(tmp_path, evs, f"t{copy_us}.json"), engine="sqlite") as s:
+            return diagnose(s)
+    (x,) = [d for d in run_(50).diagnoses if d.rule == "compile_breaks"]
+    assert "CUDA-graph input staging copies (1 multi_tensor_apply kernels, 50.0 µs per step) cost more than the " \
+           "GEMMs (2.00 µs per step)" in x.text
+    assert "compile_breaks" not in rules(run_(1))  # a copy cheaper than the math: nothing to say
