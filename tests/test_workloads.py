@@ -8,12 +8,14 @@ import re
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from conftest import DATA, ROOT, scan_trace
 from profiling_core import (ConfigError, ExperimentConfig, WorkerError, get_workload, run_experiment,
                             sdpa_backend_from_names, workload_names)
+from profiling_core.sweep import sweep_configs
 
 SCRIPTS = DATA / "scripts"
 ATTN_KNOBS = "batch, heads, seq_len, head_dim, causal, backend"
@@ -193,6 +195,17 @@ def test_knob_flags_parse_each_kind():
         get_workload("matmul_add").parse_knobs(["size=0"])  # matmul_add's knobs are fields: named as such
 
 
+def test_a_sweep_varies_the_workloads_size_knob():
+    assert [c.name for c in sweep_configs([64, 128], ["off"])] == ["64_bf16_cold_eager", "128_bf16_cold_eager"]
+    lin = sweep_configs([1, 2], ["off", "default"], workload="linear", knobs={"in_features": 8}, dtype="fp32")
+    assert [(c.knobs["batch"], c.knobs["in_features"], c.compile) for c in lin] == \
+        [(1, 8, "off"), (1, 8, "default"), (2, 8, "off"), (2, 8, "default")]
+    dec = sweep_configs([256, 512], workload="transformer_block", knobs={"mode": "decode"})
+    assert [c.knobs["kv_len"] for c in dec] == [256, 512]
+    with pytest.raises(ConfigError, match="workload must be a workload with a size knob to sweep"):
+        sweep_configs([1], workload="script", knobs={"path": "x.py"})
+
+
 def test_applicable_leaves_out_the_knobs_the_mode_does_not_use():
     block = get_workload("transformer_block")
     assert block.applicable({"mode": "decode", "seq_len": 512, "kv_len": 64}) == {"mode": "decode", "kv_len": 64}
@@ -346,6 +359,60 @@ def test_analyses_size_another_workloads_gemms_from_its_shapes(store):
     assert set(g["flops"]) == {2 * 4 * 16 * 8}
     gemm = roof[roof["kind"] == "gemm"]
     assert list(gemm[["m", "k", "n", "flops_from"]].itertuples(index=False, name=None)) == [(4, 16, 8, "shapes")]
+
+
+# --- the command line ---------------------------------------------------------------------------------------------
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "profiling_core", *args], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+
+
+def test_the_workloads_command_lists_each_workload_with_its_knobs():
+    p = cli("workloads")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines if ln and not ln.startswith(" ")][:6] == workload_names()
+    assert "attention  (sweep axis: seq_len)" in lines
+    assert any(re.fullmatch(r"\s+seq_len\s+int\s+default 256\s+1\.\.1048576\s+tokens per sequence .*", ln)
+               for ln in lines)
+    assert any(re.fullmatch(r"\s+backend\s+choice\s+default auto\s+auto\|flash\|efficient\|math\|cudnn .*", ln)
+               for ln in lines)
+    data = json.loads(cli("workloads", "--json").stdout)
+    att = next(w for w in data["workloads"] if w["name"] == "attention")
+    assert att["size_knob"] == "seq_len"
+    assert {k["name"]: k["default"] for k in att["knobs"]} == {"batch": 4, "heads": 8, "seq_len": 256, "head_dim": 64,
+                                                               "causal": True, "backend": "auto"}
+    kv = next(k for w in data["workloads"] for k in w["knobs"] if w["name"] == "transformer_block"
+              and k["name"] == "kv_len")
+    assert kv["applies_when"] == ["mode", "decode"] and kv["range"] == [1, 1048576]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--workload", "attention", "--knob", "seq_len=0"], "knobs.seq_len must be an integer from 1 to 1048576, got 0"),
+    (["--workload", "attention", "--knob", "seq_len"],
+     f"--knob must be NAME=VALUE with NAME one of attention's knobs: {ATTN_KNOBS}, got 'seq_len'"),
+    (["--workload", "linear", "--batch", "4"], "batch must be left at its default None for workload 'linear'"),
+])
+def test_bad_knob_flags_exit_with_one_line(args, message):
+    p = cli("run", *args)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.startswith(f"error: {message}") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.slow
+def test_the_cli_runs_a_workload_with_its_knobs(tmp_path):
+    p = cli("run", "--workload", "attention", "--knob", "seq_len=8", "--knob", "head_dim=8", "--knob", "heads=2",
+            "--knob", "batch=1", "--knob", "causal=false", "--dtype", "fp32", "--device", "cpu", "--wait", "0",
+            "--warmup-steps", "0", "--active", "1", "--json", "--store", str(tmp_path / "runs"))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["config"]["workload"] == "attention" and out["config"]["knobs"]["causal"] is False
+    names = x_names(scan_trace(out["trace_path"]))
+    assert names["attention"] == 1 and names["aten::scaled_dot_product_attention"] == 1
+    attn = [e for e in scan_trace(out["trace_path"]) if e.get("name") == "aten::scaled_dot_product_attention"]
+    assert attn[0]["args"]["Input Dims"][0] == [1, 2, 8, 8]
+    assert Path(out["trace_path"]).exists()
 
 
 # --- a non-matmul_add config is never read as the study's matmul --------------------------------------------------
