@@ -16,7 +16,7 @@ st.caption("Profile many steps and look at each kernel's distribution: the mean 
 cuda = bool(ui.environment().get("cuda_available"))
 config = ui.config_form("variance_form", submit_label="Run 20-step profile",
                         defaults={"size": 4096 if cuda else 256, "active": 20, "wait": 0, "warmup_steps": 1,
-                                  "warmup": 3})
+                                  "warmup": 3}, workloads=False)  # matmul_add until this page reads any workload
 if config is not None:
     ui.start_profile("variance", config)
 ui.finish_profile("variance")

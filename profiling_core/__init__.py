@@ -2,7 +2,12 @@
 
 Public surface (everything else is private):
 
-- ``ExperimentConfig``: what to run, validated at construction.
+- ``ExperimentConfig``: what to run, validated at construction; ``ExperimentConfig.for_workload(name, knobs,
+  ...)`` makes one of any workload.
+- ``WORKLOADS`` / ``get_workload(name)`` / ``workload_names()``: the workloads (``matmul_add``, ``linear``, ``mlp``,
+  ``attention``, ``transformer_block``, ``script``), each a ``Workload`` with its ``Knob``s, size knob and per-step
+  FLOPs / bytes (``profiling_core.workloads``); ``sdpa_backend_from_names(names)``: which attention backend a
+  trace's op and kernel names say ran.
 - ``run_experiment(config, ...)`` / ``run_sweep(configs, ...)``: real torch.profiler runs, each in a fresh
   worker process, landing atomically in a ``RunStore``.
 - ``RunStore``: list, open, delete and import runs.
@@ -21,19 +26,21 @@ Public surface (everything else is private):
 - ``md_text(s)`` / ``md_code(s)``: an untrusted string (a kernel, run or file name, an error message) as Streamlit
   Markdown that shows it literally: escaped running text, or a code span (``profiling_core.markdown``).
 - the exception classes in ``profiling_core.errors``; the submodules ``analyses``, ``findings``, ``charts``,
-  ``export``, ``queries``, ``config``, ``markdown``, ``peaks`` and ``diagnosis``.
+  ``export``, ``queries``, ``config``, ``markdown``, ``peaks``, ``diagnosis`` and ``workloads``.
 
 Nothing here imports streamlit; only the worker imports torch.
 """
 from __future__ import annotations
 
 from .config import ExperimentConfig
+from .workloads import WORKLOADS, Knob, Workload, get_workload, sdpa_backend_from_names, workload_names
 from .errors import (ConfigError, DeviceBusyError, DoesNotFitError, EngineUnavailableError,
                      InvalidRunIdError, ProfilingError, QueryError, RunNotFoundError, RunStoreError,
                      TraceError, TraceFormatError, TraceTooLargeError, WorkerError)
 
 __all__ = [
-    "ExperimentConfig", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace", "environment_info",
+    "ExperimentConfig", "WORKLOADS", "Workload", "Knob", "get_workload", "workload_names",
+    "sdpa_backend_from_names", "run_experiment", "run_sweep", "RunStore", "Run", "open_trace", "environment_info",
     "prestart_worker", "format_duration_us", "machine_busy", "QueryLimits", "md_text", "md_code",
     "calibrate", "diagnose", "DevicePeaks", "PeakBook", "CalibrationJob",
     "ProfilingError", "ConfigError", "DoesNotFitError", "WorkerError", "InvalidRunIdError",

@@ -1,4 +1,8 @@
-"""Command line: ``python -m profiling_core {run,sweep,ls,show,rm,import,analyze}``.
+"""Command line: ``python -m profiling_core {run,sweep,workloads,ls,show,rm,import,calibrate,analyze}``.
+
+``run`` and ``sweep`` take ``--workload NAME`` (default matmul_add) and that workload's knobs as repeated
+``--knob NAME=VALUE`` (``python -m profiling_core workloads`` lists them); matmul_add's knobs are also its own flags
+``--size``, ``--batch`` and ``--bias``.
 
 Human output by default; ``--json`` prints one JSON object.  Every failure exits non-zero with a one-line
 reason on stderr and no traceback.
@@ -15,15 +19,23 @@ from .config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, E
 from ._terminal import terminal_safe
 from .errors import ProfilingError, WorkerError
 from .store import RunStore
+from .workloads import WORKLOADS, get_workload, workload_names
 
 
 def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
+    p.add_argument("--workload", choices=workload_names(), default="matmul_add", metavar="NAME",
+                   help="what each step runs (default matmul_add, the study's): " + ", ".join(workload_names())
+                        + "; list them with their knobs: python -m profiling_core workloads")
+    p.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                   help="a knob of the workload, repeated for several (e.g. --knob seq_len=512 --knob causal=true)"
+                        + ("; the sweep sets the workload's size knob itself" if sweep else ""))
     if not sweep:
-        p.add_argument("--size", type=int, default=64, help="square matrix size n (default 64)")
+        p.add_argument("--size", type=int, default=64, help="matmul_add: square matrix size n (default 64)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
-    p.add_argument("--batch", type=int, default=None, help="leading batch dimension (aten::bmm)")
+    p.add_argument("--batch", type=int, default=None, help="matmul_add: leading batch dimension (aten::bmm)")
     p.add_argument("--bias", choices=BIASES, default="matrix",
-                   help="b's shape: matrix (the study's, like x) or vector ((n,)); decides what torch.compile fuses")
+                   help="matmul_add: b's shape: matrix (the study's, like x) or vector ((n,)); decides what "
+                        "torch.compile fuses")
     p.add_argument("--matmul-precision", choices=MATMUL_PRECISIONS, default="highest",
                    help="torch.set_float32_matmul_precision: highest (default, full fp32), high (TF32), medium")
     p.add_argument("--warmup", type=int, nargs="?", const=10, default=0, metavar="N",
@@ -54,6 +66,11 @@ def _common_fields(a: argparse.Namespace) -> dict:
                 timeout_s=a.timeout)
 
 
+def _knobs(a: argparse.Namespace) -> dict:
+    """The ``--knob NAME=VALUE`` flags as the workload's checked knob values (ConfigError says what is wrong)."""
+    return get_workload(a.workload).parse_knobs(a.knob)
+
+
 def _store(a: argparse.Namespace) -> RunStore:
     return RunStore(a.store)
 
@@ -67,7 +84,7 @@ def _timing_line(meta: dict) -> str:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from .runner import run_experiment
-    cfg = ExperimentConfig(size=a.size, compile=a.compile, **_common_fields(a))
+    cfg = ExperimentConfig.for_workload(a.workload, _knobs(a), size=a.size, compile=a.compile, **_common_fields(a))
     status = None if a.json else (lambda m: print(f"  … {m}", flush=True))
     run = run_experiment(cfg, store=_store(a), on_status=status, wait_for_device=not a.no_wait)
     if a.json:
@@ -92,7 +109,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     except ValueError:
         raise ProfilingError(f"--sizes must be comma-separated integers, got {a.sizes!r}") from None
     modes = _parse_list(a.compile_modes)
-    common = _common_fields(a)
+    common = {**_common_fields(a), "workload": a.workload, "knobs": _knobs(a)}
     if a.warmups:
         try:
             warmups = _parse_list(a.warmups, int)
@@ -130,6 +147,31 @@ def cmd_sweep(a: argparse.Namespace) -> int:
             print(terminal_safe(f"FAIL  {c.name}: {e}"))
         print(f"{len(result.runs)} ok, {len(result.errors)} failed, {result.wall_s:.1f} s")
     return 0 if not result.errors and not result.cancelled else 1
+
+
+def _knob_range(k) -> str:
+    if k.range:
+        lo, hi = k.range
+        return (f"{lo}..{hi}" if k.kind == "int" else f"{lo:g}..{hi:g}") + (" or none" if k.optional else "")
+    if k.choices:
+        return "|".join(k.choices)
+    return k.allowed()
+
+
+def cmd_workloads(a: argparse.Namespace) -> int:
+    if a.json:
+        print(json.dumps({"workloads": [w.to_dict() for w in WORKLOADS.values()]}))
+        return 0
+    for w in WORKLOADS.values():
+        axis = f"sweep axis: {' / '.join(w.size_knobs)}" if w.size_knobs else "no sweep axis"
+        print(f"{w.name}  ({axis})\n  {w.description}")
+        for k in w.knobs:
+            default = "none" if k.default is None else str(k.default).lower() if k.kind == "bool" else str(k.default)
+            when = f" (only when {k.when[0]} is {k.when[1]})" if k.when else ""
+            print(f"    {k.name:14s} {k.kind:6s} default {default:10s} {_knob_range(k):24s} {k.help}{when}")
+    print("\nSet knobs with --knob NAME=VALUE (repeated), e.g. python -m profiling_core run --workload attention "
+          "--knob seq_len=512 --knob causal=false; matmul_add's are also --size, --batch and --bias.")
+    return 0
 
 
 def cmd_ls(a: argparse.Namespace) -> int:
@@ -220,7 +262,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m profiling_core",
                                      description="Run torch.profiler experiments of the matmul+add study and "
-                                                 "read their traces.")
+                                                 "of other workloads, and read their traces.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name, func, help_):
@@ -232,7 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _config_args(add("run", cmd_run, "profile one experiment in a fresh worker"))
     p = add("sweep", cmd_sweep, "profile a list of experiments (sizes x compile modes)")
-    p.add_argument("--sizes", default="64,128,256,512,1024,2048,4096,8192")
+    p.add_argument("--sizes", default="64,128,256,512,1024,2048,4096,8192",
+                   help="values of the workload's size knob (matmul_add: n; see `workloads` for the others' axis)")
     p.add_argument("--compile-modes", default="off,default", help="comma list of: " + ", ".join(COMPILE_MODES))
     p.add_argument("--warmups", default=None, metavar="N,N",
                    help="several warm-up counts, e.g. 0,10 for cold and warm (overrides --warmup)")
@@ -240,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start each run in a new interpreter that imports torch itself (default: fork each run "
                         "from a prestarted worker that imported torch once and never touched CUDA)")
     _config_args(p, sweep=True)
+    add("workloads", cmd_workloads, "list the workloads and their knobs (defaults, ranges, choices)")
     add("ls", cmd_ls, "list runs")
     add("show", cmd_show, "show a run's meta and table").add_argument("run_id")
     add("rm", cmd_rm, "delete runs").add_argument("run_ids", nargs="+")

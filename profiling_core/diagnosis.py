@@ -98,6 +98,16 @@ def _cfg(config, key: str):
     return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
+def _study_matmul(config) -> Optional[tuple[int, int]]:
+    """(batch, n) of the study's one matmul per step when the config is a matmul_add run's (an ``ExperimentConfig``
+    or its meta.json dict, where no ``workload`` means matmul_add); None for any other workload, whose GEMMs only
+    their recorded shapes size."""
+    if config is None or (_cfg(config, "workload") or "matmul_add") != "matmul_add":
+        return None
+    n = _cfg(config, "size")
+    return (_cfg(config, "batch") or 1, n) if isinstance(n, int) else None
+
+
 def _args_of(session, name: str, ids) -> dict[int, Any]:
     tb = session.tables
     asids = {int(i): int(tb.arg_set_id[int(i)]) for i in ids}
@@ -164,9 +174,10 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
             dtype = _TORCH_DTYPES.get(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else cfg_dtype
             # What ran: the recorded shapes (torch.compile may have padded them), else the config's workload.
             d, src = _gemm_dims(rec.op, dims.get(rec.id)), "shapes"
-            if d is None and config is not None:
-                n = _cfg(config, "size")
-                d, src = (_cfg(config, "batch") or 1, n, n, n), "config"
+            study = _study_matmul(config) if d is None else None
+            if study is not None:
+                batch, n = study
+                d, src = (batch, n, n, n), "config"
             flops = 2 * math.prod(d) if d is not None else int(rec.flops)
             names = rec.kernel_names or ""
             if dtype == "fp32" and "tf32" in names.lower():
@@ -199,8 +210,9 @@ def _gemm_row(op, kernel, dtype, d, flops, ids, times, src, peaks) -> dict:
 
 def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dict]:
     """GEMM kernels no CPU GEMM op launched (replayed from a CUDA graph, or a Triton template), with FLOPs from the
-    run's config (one GEMM per step: the study's workload); none without a config."""
-    if have_cpu_gemm or config is None or report.gpu_ops.empty:
+    run's config (one GEMM per step: the study's workload); none without a matmul_add config."""
+    study = _study_matmul(config)
+    if have_cpu_gemm or study is None or report.gpu_ops.empty:
         return []
     ops = report.gpu_ops
     k = ops[(ops["category"] == "kernel") & ops["name"].map(_is_gemm_kernel)]
@@ -209,7 +221,7 @@ def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dic
     per_step = len(k) / _steps(report)
     if abs(per_step - 1) > 1e-9:  # the config says one GEMM per step; any other count cannot be matched to it
         return []
-    n, batch, dtype = _cfg(config, "size"), _cfg(config, "batch") or 1, _cfg(config, "dtype")
+    (batch, n), dtype = study, _cfg(config, "dtype")
     rows = []
     for name, grp in k.groupby(k["name"].astype(object), sort=False):
         dt = "tf32" if dtype == "fp32" and "tf32" in name.lower() else dtype

@@ -28,12 +28,14 @@ class WorkerError(ProfilingError):
     """An experiment failed in its worker process.
 
     kind is one of: oom, does_not_fit, compile, cuda, crash, timeout, cancelled,
-    export, store, device.  stderr_tail holds the last lines the worker wrote to
-    stderr (may be empty).
+    export, store, device, workload (the workload cannot run as configured, e.g. an
+    attention backend the device lacks), script (the user's script workload: its file,
+    its function or its step failed), error.  stderr_tail holds the last lines the
+    worker wrote to stderr (may be empty).
     """
 
     KINDS = ("oom", "does_not_fit", "compile", "cuda", "crash", "timeout", "cancelled",
-             "export", "store", "device", "error")
+             "export", "store", "device", "workload", "script", "error")
 
     def __init__(self, kind: str, message: str, stderr_tail: str = "", returncode: int | None = None):
         self.kind = kind

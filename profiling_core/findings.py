@@ -723,6 +723,8 @@ def _bias_copy(r, config, ev: dict) -> str:
                               "count"].sum()) if len(copies) else 0
     ev["bias_copies_by_addmm"] = by_addmm
     cfg = _as_config(config)
+    if cfg is not None and not cfg.is_matmul_add:
+        cfg = None  # the bias knob is matmul_add's: another workload's config says nothing of this bias's shape
     bias = cfg.bias if cfg is not None else None
     shape = f" {cfg.bias_shape()}" if cfg is not None else ""
     if bias:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 from .config import ExperimentConfig
-from .errors import ProfilingError, WorkerError
+from .errors import ConfigError, ProfilingError, WorkerError
 from .runner import run_experiment
 from .store import Run, RunStore
+from .workloads import WORKLOADS, get_workload
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,19 @@ class SweepResult:
     wall_s: float = 0.0
 
 
-def sweep_configs(sizes: Iterable[int], compile_modes: Iterable[str] = ("off",), **common) -> list[ExperimentConfig]:
-    """The cross product sizes × compile modes, other fields from ``common``."""
-    return [ExperimentConfig(size=s, compile=m, **common) for s in sizes for m in compile_modes]
+def sweep_configs(sizes: Iterable[int], compile_modes: Iterable[str] = ("off",), *, workload: str = "matmul_add",
+                  knobs: Optional[Mapping] = None, **common) -> list[ExperimentConfig]:
+    """The cross product sizes × compile modes of ``workload``: each size is a value of its size knob (matmul_add's
+    ``size``; ``ExperimentConfig.size_knob`` says which for the others, e.g. the transformer block's seq_len in
+    prefill, kv_len in decode), the other knobs from ``knobs``, the other fields from ``common``."""
+    wl = get_workload(workload)
+    knobs = dict(knobs or {})
+    axis = wl.size_knob_for(knobs)
+    if axis is None:
+        raise ConfigError("workload", workload, "a workload with a size knob to sweep (" + ", ".join(
+            n for n, w in WORKLOADS.items() if w.size_knobs) + ")")
+    return [ExperimentConfig.for_workload(workload, {**knobs, axis: s}, compile=m, **common)
+            for s in sizes for m in compile_modes]
 
 
 def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] = None,

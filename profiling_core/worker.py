@@ -44,7 +44,7 @@ CONFIG_FILE = "config.json"
 RESULT_FILE = "result.json"
 PHASE_FILE = "phase"
 """The phase the worker is in (a timing name such as ``warmup_s``), rewritten as each begins; its parent reads it."""
-PHASE_WORDS = {"device_init_s": "initialising the device", "tensors_s": "making the tensors",
+PHASE_WORDS = {"device_init_s": "initialising the device", "tensors_s": "building the workload and its tensors",
                "compile_setup_s": "setting up torch.compile", "warmup_s": "warm-up calls",
                "profile_s": "profiling", "export_s": "writing the trace",
                "calibrate_s": "timing GEMMs and a copy"}
@@ -142,6 +142,7 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     cache = staging / ".compile-cache"
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+    config = None
     try:
         job = json.loads((staging / CONFIG_FILE).read_text())
         if isinstance(job, dict) and job.get("job") == "calibrate":
@@ -158,6 +159,13 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
             msg = exc.message
         else:
             msg = f"{type(exc).__name__} during {current['phase'].removesuffix('_s')}: {exc}".strip()
+            # the workload may know better (an attention backend that cannot run, the user's script raising)
+            better = None
+            if config is not None and isinstance(exc, Exception):
+                from .workloads import get_workload
+                better = get_workload(config.workload).explain(exc, config.workload_knobs, current["phase"], kind)
+            if better is not None:
+                kind, msg = better
         if kind == "store":
             msg += f" (no room in the run store {staging.parent.parent}: free space there or use another store)"
         _report_error(channel, {"kind": kind, "message": msg[:2000]})

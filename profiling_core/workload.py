@@ -1,8 +1,10 @@
-"""The study's workload, profiled exactly as the study does.  Runs only inside a worker process.
+"""A workload, profiled exactly as the study does.  Runs only inside a worker process.
 
-``fn(x, w, b) = torch.add(torch.matmul(x, w), b)`` inside ``record_function("matmul_add")``; optional
-``torch.compile`` of the inner function (so the compiled region sits inside ``matmul_add`` as in the study's
-traces); ``warmup`` calls before profiling; then ``torch.profiler.profile`` with CPU (and CUDA) activities and
+The config's workload (``profiling_core.workloads``) builds ``(step, inputs)`` on the device — for the study's
+``matmul_add``, ``step(x, w, b) = torch.add(torch.matmul(x, w), b)`` — and each call is ``step(*inputs)`` inside
+``record_function(<workload name>)``; optional ``torch.compile`` of the step function (so the compiled region
+sits inside ``matmul_add`` as in the study's traces); ``warmup`` calls before profiling; then
+``torch.profiler.profile`` with CPU (and CUDA) activities and
 ``schedule(wait, warmup, active, repeat)``, ``prof.step()`` per iteration.  Each finished cycle is exported
 through ``on_trace_ready``; with ``repeat > 1`` the cycles' traces are merged into one file so the trace holds
 ``active x repeat`` ProfilerStep slices.
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from .config import ExperimentConfig
+from .workloads import get_workload
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "table.txt"
@@ -103,31 +106,23 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
 
     timer.run("device_init_s", init_device)
 
-    n = config.size
-    shape = (config.batch, n, n) if config.batch else (n, n)
+    wl = get_workload(config.workload)
 
-    def make_tensors():
-        g = torch.Generator(device=device).manual_seed(0)
-        # As the study: x, w and b are (n, n), or all (batch, n, n); with config.bias "vector", b is (n,).
-        x = torch.randn(shape, device=device, dtype=dtype, generator=g)
-        w = torch.randn(shape, device=device, dtype=dtype, generator=g)
-        b = torch.randn(config.bias_shape(), device=device, dtype=dtype, generator=g)
+    def make_inputs():
+        step, inputs = wl.build(torch, config.workload_knobs, device, dtype)
         if device == "cuda":
             torch.cuda.synchronize()
-        return x, w, b
+        return step, inputs
 
-    x, w, b = timer.run("tensors_s", make_tensors)
-
-    def inner(x, w, b):
-        return torch.add(torch.matmul(x, w), b)
+    inner, inputs = timer.run("tensors_s", make_inputs)
 
     if config.compile != "off":
         # Importing torch._dynamo is paid here (about 1 s); the compile itself happens at the first call.
         inner = timer.run("compile_setup_s", lambda: torch.compile(inner, mode=config.compile))
 
-    def fn(x, w, b):
-        with record_function("matmul_add"):
-            return inner(x, w, b)
+    def fn(*args):
+        with record_function(wl.name):
+            return inner(*args)
 
     def sync():
         if device == "cuda":
@@ -135,7 +130,7 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
 
     def warm():
         for _ in range(config.warmup):
-            fn(x, w, b)
+            fn(*inputs)
         sync()
 
     timer.run("warmup_s", warm)
@@ -166,7 +161,7 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
                      record_shapes=config.record_shapes, with_flops=config.with_flops,
                      with_stack=config.with_stack, profile_memory=config.profile_memory) as prof:
             for _ in range(config.iterations):
-                fn(x, w, b)
+                fn(*inputs)
                 prof.step()
         sync()
 
