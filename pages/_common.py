@@ -118,12 +118,14 @@ def _runs_frames(root: str, mtime_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows.append({
             "run_id": run.run_id, "name": run.name, "source": run.meta.get("source", ""),
             "status": run.status, "started_at": str(run.meta.get("started_at", ""))[:19].replace("T", " "),
-            "size": cfg.get("size"), "dtype": cfg.get("dtype"), "compile": cfg.get("compile"),
+            "workload": cfg.get("workload") or ("matmul_add" if cfg else ""),
+            "size": cfg.get("size") if not cfg.get("workload") or cfg.get("workload") == "matmul_add" else None,
+            "dtype": cfg.get("dtype"), "compile": cfg.get("compile"),
             "warmup": cfg.get("warmup"), "active": cfg.get("active"),
             "device": device.get("name") or device.get("type") or cfg.get("device") or "",
             "wall_s": (run.meta.get("timings") or {}).get("wall_s"),
         })
-    return (pd.DataFrame(rows, columns=["run_id", "name", "source", "status", "started_at", "size", "dtype",
+    return (pd.DataFrame(rows, columns=["run_id", "name", "source", "status", "started_at", "workload", "size", "dtype",
                                         "compile", "warmup", "active", "device", "wall_s"]),
             pd.DataFrame(corrupt, columns=["run_id", "problem"]))
 
@@ -408,8 +410,12 @@ def config_summary(run_id: str) -> str:
         return f"imported trace {md_code(run.meta.get('original_filename', run.name), 120)}"
     sched = f"schedule {cfg.wait}/{cfg.warmup_steps}/{cfg.active}×{cfg.repeat}"
     threads = f" · {dev['cpu_threads']} CPU threads" if dev.get("type") == "cpu" and dev.get("cpu_threads") else ""
-    return (f"{md_code(cfg.name)} · {cfg.size}² {cfg.dtype}{' · batch ' + str(cfg.batch) if cfg.batch else ''} · "
-            f"{cfg.bias} bias · "
+    if cfg.is_matmul_add:
+        what = (f"{cfg.size}² {cfg.dtype}{' · batch ' + str(cfg.batch) if cfg.batch else ''} · {cfg.bias} bias")
+    else:
+        what = (f"{md_text(cfg.workload)} · {cfg.dtype} · "
+                + ", ".join(f"{md_text(k)} {md_text(str(v))}" for k, v in cfg.workload_knobs.items()))
+    return (f"{md_code(cfg.name)} · {what} · "
             f"{'warm (' + str(cfg.warmup) + ' calls)' if cfg.warmup else 'cold'} · "
             f"{'eager' if cfg.compile == 'off' else 'compile ' + cfg.compile} · {sched} · {md_code(where)}{threads}")
 
@@ -825,9 +831,13 @@ def mode_label(run_id: str) -> str:
 
 
 def run_size(run_id: str) -> Optional[int]:
+    """The run's size along its workload's sweep axis (``size`` for matmul_add, e.g. ``seq_len`` for attention;
+    None for a script); for an imported trace, the leading number of its name."""
     cfg = load_run(run_id).config
     if cfg is not None:
-        return cfg.size
+        knob = cfg.size_knob
+        value = cfg.workload_knobs.get(knob) if knob else None
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     name = load_run(run_id).name
     head = name.split("_", 1)[0]
     return int(head) if head.isdigit() else None

@@ -367,6 +367,7 @@ class _DeviceMeta(msgspec.Struct):
 
 
 class _ConfigMeta(msgspec.Struct):  # the fields listings read as they are (Run.config checks the whole config)
+    workload: Optional[str] = None
     size: Optional[int] = None
     dtype: Optional[str] = None
     compile: Optional[str] = None

@@ -65,3 +65,51 @@ def test_an_mlp_profiled_from_the_form_is_shown(runs_dir):
     assert not errors_of(at), errors_of(at)
     assert at.subheader[0].value == r"mlp\_b4\_d16\_r4\_fp32\_cold\_eager"
     assert any("Self CPU time total" in c.value for c in at.code)
+
+
+@pytest.fixture(scope="module")
+def every_workload_store(tmp_path_factory):
+    """One real CPU run of each workload (small), in one store shared by the page tests below."""
+    from test_workloads import FAST, SMALL
+
+    from profiling_core import ExperimentConfig, RunStore, run_experiment
+    root = tmp_path_factory.mktemp("workloads") / "runs"
+    store = RunStore(root)
+    ids = {w: run_experiment(ExperimentConfig(workload=w, knobs=k, warmup=1, **FAST), store=store).run_id
+           for w, (k, _ops) in SMALL.items()}
+    return root, ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [None, "profile", "overhead", "variance", "compile_vs_eager", "dispatch", "runs",
+                                  "trace_lab"])
+def test_every_page_works_with_runs_of_every_workload(every_workload_store, monkeypatch, page):
+    root, ids = every_workload_store
+    monkeypatch.setenv("PROFILING_RUNS_DIR", str(root))
+    at = app(page)
+    assert not errors_of(at), errors_of(at)
+    if page == "profile":  # the newest run is on show; make each the current run in turn
+        from pages._common import CURRENT_RUN
+        for w, rid in ids.items():
+            at.session_state[CURRENT_RUN] = rid
+            at.run()
+            assert not errors_of(at), (w, errors_of(at))
+            summary = " ".join(m.value for m in at.markdown)
+            assert md_text(w) in summary, w
+
+
+@pytest.mark.slow
+def test_the_sweep_axis_of_each_workload_is_its_size_knob(every_workload_store, monkeypatch):
+    """The Overhead page places each run at its workload's size knob (batch, seq_len, ...); a script has none."""
+    root, ids = every_workload_store
+    monkeypatch.setenv("PROFILING_RUNS_DIR", str(root))
+    from profiling_core import RunStore
+    want = set()
+    for rid in ids.values():
+        cfg = RunStore(root).load(rid).config
+        if cfg.size_knob:
+            want.add(cfg.workload_knobs[cfg.size_knob])
+    at = app("overhead")
+    assert not errors_of(at)
+    table = next(d.value for d in at.dataframe if "cpu_us_per_step" in d.value.columns)
+    assert set(table["size"]) == want
