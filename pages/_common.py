@@ -984,3 +984,11 @@ def gemm_vs_peak(run_ids: list[str]) -> pd.DataFrame:
                      "dtype": top["dtype"], "kernel": top["kernel"], "µs per call": float(top["time_us"]),
                      "tflops": float(top["tflops"]), "peak": top["peak"], "fraction_of_peak": top["fraction_of_peak"]})
     return pd.DataFrame(rows)
+
+
+def fusions(run_id: str, known_ops: tuple = ()) -> pd.DataFrame:
+    """The Triton kernels of a run and the aten ops each replaced (``analyses.triton_fusions``); ``known_ops``, e.g.
+    an eager run's aten ops, help join the kernel names' words back into op names."""
+    from profiling_core.analyses import triton_fusions
+    return _readable(run_id, lambda: _memo(("fusions", run_id, known_ops),
+                                           lambda: triton_fusions(session(run_id), known_ops)))

@@ -96,6 +96,27 @@ if not any(ui.report(r).has_gpu for r in chosen):
     st.info("No GPU lane in these traces (recorded on the CPU): GPU op counts (memcpy DtoD, GEMM, memset) and "
             "cudaGraphLaunch are zero. The CPU-side rows of torch.compile are still there.", icon=":material/info:")
 
+st.header("What fused", divider="gray")
+eager_ids = [r for r in chosen if ui.mode_label(r) == "eager"]
+known = tuple(sorted({n for r in eager_ids for n in ui.report(r).profiler_table["name"]
+                      if isinstance(n, str) and n.startswith("aten::")}))
+shown_any = False
+for r in chosen:
+    fused = ui.fusions(r, known)
+    if fused.empty:
+        continue
+    shown_any = True
+    st.markdown(f"**{ui.md_text(ui.load_run(r).name)}**: {len(fused)} Triton kernel(s); each row names the aten ops "
+                "its name says it fused (Inductor names a kernel after the ops it replaced)")
+    ui.table_block(fused, f"{ui.load_run(r).name}_fusions", key=f"compile_fused_{r}", width="stretch")
+if shown_any and eager_ids:
+    e = ui.report(eager_ids[0]).steps
+    st.caption(f"Eager: {float(e['kernels'].median()) if len(e) else float('nan'):g} kernels per step (median); "
+               "the compiled runs' counts are in the chart above.")
+elif not shown_any:
+    st.caption("No Triton kernels in these runs: nothing was fused into generated kernels (on a CPU Inductor "
+               "writes C++, and at this size a GEMM plus a bias add may compile to a library GEMM and a copy).")
+
 st.header("The compiled region, broken down", divider="gray")
 region = long[long["metric"].isin(["Dynamo cache lookup (µs)", "compiled region (µs)", "AOT prologue (µs)",
                                    "CompiledFxGraph (µs)"])]

@@ -557,3 +557,41 @@ def test_compile_payoff_by_hand(eager_w, comp_w, eager_us, comp_us, want):
     from profiling_core.analyses import compile_payoff
     p = compile_payoff(eager_w, comp_w, eager_us, comp_us)
     assert (round(p["compile_s"], 6), p["saving_us_per_step"], p["payoff_steps"]) == want
+
+
+@pytest.mark.parametrize("name,want", [
+    ("triton_poi_fused_add_mm_1", ("pointwise", ["add", "mm"])),
+    ("triton_red_fused__unsafe_view_add_mean_mul_pow_rsqrt_1",
+     ("reduction", ["_unsafe_view", "add", "mean", "mul", "pow", "rsqrt"])),
+    ("triton_poi_fused__unsafe_view_mul_silu_2", ("pointwise", ["_unsafe_view", "mul", "silu"])),
+    ("triton_per_fused_native_layer_norm_0", ("persistent reduction", ["native_layer_norm"])),
+    ("triton_tem_fused_addmm_gelu_0", ("template", ["addmm", "gelu"])),
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", None),
+])
+def test_fused_ops_reads_inductors_kernel_names(name, want):
+    from profiling_core.analyses import fused_ops
+    assert fused_ops(name) == want
+
+
+def test_fused_ops_joins_words_into_the_ops_it_is_told_of():
+    from profiling_core.analyses import fused_ops
+    assert fused_ops("triton_poi_fused_my_op_relu_0") == ("pointwise", ["my", "op", "relu"])
+    assert fused_ops("triton_poi_fused_my_op_relu_0", ["aten::my_op"]) == ("pointwise", ["my_op", "relu"])
+
+
+def test_triton_fusions_of_the_compiled_h200_run_by_a_plain_scan():
+    """4095² bf16 under torch.compile: Inductor padded the operands (two triton_poi_fused_mm_0 copies a step) and
+    fused the bias add into one kernel after the GEMM."""
+    from profiling_core.analyses import triton_fusions
+    path = DATA / "h200_diag" / "bf16_4095_compile.json"
+    evs = json.loads(path.read_text())["traceEvents"]
+    steps = sum(1 for e in evs if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+                and e.get("cat") != "gpu_user_annotation")
+    triton = [e for e in evs if e.get("cat") == "kernel" and e["name"].startswith("triton_")]
+    with open_trace(path, engine="sqlite") as s:
+        f = triton_fusions(s).set_index("kernel")
+    assert sorted(f.index) == sorted({e["name"] for e in triton})
+    assert f.loc["triton_poi_fused_mm_0", "per_step"] == sum(e["name"] == "triton_poi_fused_mm_0"
+                                                             for e in triton) / steps == 2
+    assert f.loc["triton_poi_fused_add_mm_1", "fused_ops"] == "add + mm"
+    assert f["total_us"].sum() == pytest.approx(sum(e["dur"] for e in triton))

@@ -11,7 +11,7 @@ Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once
 """
 from __future__ import annotations
 
-from .compile import compile_breakdown, compile_payoff
+from .compile import compile_breakdown, compile_payoff, fused_ops, triton_fusions
 from .gemm import gemm_flops_from_dims, gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chain, dispatch_chains, launch_latency, launch_paths
@@ -24,5 +24,5 @@ __all__ = [
     "analyze", "Report",
     "steps", "cpu_vs_gpu", "gpu_busy", "bound", "OVERHEAD_BOUND_BELOW", "gpu_ops", "kernel_stats", "kernel_durations_by_step",
     "launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains", "cold_start_gap", "sync_wait",
-    "compile_breakdown", "compile_payoff", "gemm_throughput", "gemm_flops_from_dims", "profiler_table",
+    "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "gemm_throughput", "gemm_flops_from_dims", "profiler_table",
 ]

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import re
+from typing import Iterable, Optional
 
 import pandas as pd
 
@@ -10,7 +12,7 @@ import numpy as np
 from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
 
-__all__ = ["compile_breakdown", "compile_payoff"]
+__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops"]
 
 _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_calls", "graph_launches", "kernels",
            "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches", "kernel_launches")
@@ -143,3 +145,75 @@ def compile_payoff(eager_warmup_s: float, compiled_warmup_s: float, eager_step_u
     else:
         steps = None if compile_s > 0 or saving < 0 else 0
     return {"compile_s": compile_s, "saving_us_per_step": saving, "payoff_steps": steps}
+
+
+_TRITON = re.compile(r"^triton_(poi|red|per|tem|for)_fused_(.+?)(?:_\d+)?$")
+_TRITON_KINDS = {"poi": "pointwise", "red": "reduction", "per": "persistent reduction", "tem": "template",
+                 "for": "foreach"}
+# aten op names with underscores that Inductor writes into kernel names (beside the trace's own ops)
+_MULTIWORD = ("_unsafe_view", "native_layer_norm", "layer_norm", "native_dropout", "_softmax", "_log_softmax",
+              "scaled_dot_product_attention", "native_batch_norm", "native_group_norm", "index_put", "_to_copy",
+              "embedding_dense_backward", "constant_pad_nd", "slice_scatter", "select_scatter", "as_strided",
+              "new_zeros", "new_empty", "full_like", "zeros_like", "ones_like", "rand_like", "index_select",
+              "gelu_backward", "threshold_backward", "silu_backward", "sigmoid_backward", "tanh_backward")
+
+
+def fused_ops(kernel: str, known: Iterable[str] = ()) -> Optional[tuple[str, list[str]]]:
+    """(kind, ops) of an Inductor Triton kernel name, None for any other name.
+
+    Inductor names a kernel ``triton_<kind>_fused_<op>_<op>..._<n>``: the origin ops joined by ``_``. Op names hold
+    underscores too, so the words are joined back greedily, longest first, into names of ``known`` (e.g. the
+    eager run's aten ops, without ``aten::``) and a fixed list of common multi-word ops; a word that joins into no
+    such name is one op."""
+    m = _TRITON.match(kernel or "")
+    if m is None:
+        return None
+    vocab = {k.removeprefix("aten::") for k in known if isinstance(k, str)} | set(_MULTIWORD)
+    words = []
+    for w in m.group(2).split("_"):  # "fused__unsafe_view": an empty word marks a name that starts with "_"
+        if words and words[-1] == "":
+            words[-1] = "_" + w
+        else:
+            words.append(w)
+    ops, i = [], 0
+    while i < len(words):
+        j = next((j for j in range(len(words), i + 1, -1) if "_".join(words[i:j]) in vocab), i + 1)
+        ops.append("_".join(words[i:j]))
+        i = j
+    return _TRITON_KINDS[m.group(1)], ops
+
+
+def triton_fusions(session, known_ops: Iterable[str] = (), shared: Shared | None = None) -> pd.DataFrame:
+    """The Triton kernels torch.compile made, and which aten ops each replaced (:func:`fused_ops`).
+
+    Args:
+        session: a trace session (of the compiled run).
+        known_ops: op names to join kernel-name words into, e.g. the eager run's aten ops; the compiled trace's own
+            aten ops are always used.
+
+    Returns:
+        One row per Triton kernel name, by total time: ``kernel``, ``kind`` (pointwise, reduction, persistent
+        reduction, template, foreach), ``fused_ops`` (the ops joined by " + "), ``n_ops``, ``count``, ``per_step``
+        (count ÷ steps, or the count without steps), ``mean_us``, ``total_us``. Empty without Triton kernels.
+    """
+    sh = shared_for(session, shared)
+    cols = ["kernel", "kind", "fused_ops", "n_ops", "count", "per_step", "mean_us", "total_us"]
+    ops = sh.gpu_ops_raw
+    k = ops[ops["category"] == "kernel"]
+    if k.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    own = [n for n in sh.tables.name.uniq if isinstance(n, str) and n.startswith("aten::")]
+    vocab = [*known_ops, *own]
+    n_steps = len(sh.steps_list) or 1
+    rows = []
+    for name, grp in k.groupby(k["name"].astype(object), sort=False):
+        got = fused_ops(str(name), vocab)
+        if got is None:
+            continue
+        durs = grp["dur_ns"].astype(float) / 1000
+        rows.append({"kernel": str(name), "kind": got[0], "fused_ops": " + ".join(got[1]), "n_ops": len(got[1]),
+                     "count": len(grp), "per_step": len(grp) / n_steps, "mean_us": float(durs.mean()),
+                     "total_us": float(durs.sum())})
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    return pd.DataFrame(rows).sort_values(["total_us", "kernel"], ascending=[False, True]).reset_index(drop=True)
