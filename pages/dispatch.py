@@ -4,6 +4,7 @@ import streamlit as st
 
 from pages import _common as ui
 from profiling_core import ExperimentConfig, charts, format_duration_us
+from profiling_core.analyses import chain_subtree
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
 from profiling_core.sweep import SPREAD_WARN_PCT
@@ -32,6 +33,13 @@ if rep is not None and len(rep.dispatch_chains):
     steps = list(dict.fromkeys(chains.sort_values("start_ns")["step"]))
     step = st.selectbox("Step", steps, key="dispatch_step", format_func=lambda s: f"ProfilerStep#{s}")
     chain = chains[chains["step"] == step]
+    cpu_ops = chain[(chain["lane"] == "cpu") & (chain["depth"] > 0)].sort_values("start_ns")
+    picks = ["the whole step"] + list(dict.fromkeys(cpu_ops["name"].astype(str)))
+    op = st.selectbox("Start the chain at", picks, key="dispatch_op",
+                      help="any op of the step: its chain down to the kernels it launched (its first call in the "
+                           "step)")
+    if op != "the whole step":
+        chain = chain_subtree(chain, op)
     depth_of = dict(zip(chain["id"], chain["depth"]))
     lines = []
     for _, r in chain.iterrows():
@@ -41,7 +49,8 @@ if rep is not None and len(rep.dispatch_chains):
         lines.append(f"{indent}{str(r['name'])[:90]}  [{where}, {r['dur_us']:,.1f} µs]")
     st.code("\n".join(lines), language="text")
     flame_df = charts.flame_from_chain(chain)
-    flame = ui.chart("dispatch_flame", flame_df, title=f"ProfilerStep#{step}: nesting over time")
+    flame = ui.chart("dispatch_flame", flame_df, title=f"ProfilerStep#{step}: nesting over time"
+                     + ("" if op == "the whole step" else f", from {op[:60]}"))
     ui.chart_block(flame, flame_df, f"dispatch_chain_step{step}", key="dispatch_flame")
     report_sections.append(ReportSection("Dispatch chain", text="\n".join(lines), charts=[flame]))
 else:

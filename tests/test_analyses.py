@@ -595,3 +595,16 @@ def test_triton_fusions_of_the_compiled_h200_run_by_a_plain_scan():
                                                              for e in triton) / steps == 2
     assert f.loc["triton_poi_fused_add_mm_1", "fused_ops"] == "add + mm"
     assert f["total_us"].sum() == pytest.approx(sum(e["dur"] for e in triton))
+
+
+def test_chain_subtree_keeps_an_op_its_calls_and_the_gpu_ops_they_launched():
+    from profiling_core.analyses import chain_subtree, dispatch_chain
+    with open_trace(DATA / "h200_diag" / "bf16_4096.json", engine="sqlite") as s:
+        chain = dispatch_chain(s)
+    sub = chain_subtree(chain, "aten::mm")
+    assert sub["name"].tolist() == ["aten::mm", "cudaMemsetAsync", "cuLaunchKernelEx", "Memset (Device)",
+                                    "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"]
+    assert sub[sub["lane"] == "cpu"]["depth"].tolist() == [0, 1, 1]
+    assert chain_subtree(chain, "aten::add")["name"].str.contains("CUDAFunctor_add").sum() == 1
+    with pytest.raises(ValueError, match="holds 1 slice\\(s\\) named 'aten::mm'; asked for number 1"):
+        chain_subtree(chain, "aten::mm", 1)

@@ -47,3 +47,13 @@ def test_cold_warm_pair_through_the_form(runs_dir, media):
     assert {r["label"] for r in rows} == {"cold · 64_fp32_cold_eager", "warm · 64_fp32_warm_eager"}
     for r in rows:  # each step position: the median of two runs within their range
         assert r["n"] == "2" and float(r["lo_us"]) <= float(r["dur_us"]) <= float(r["hi_us"])
+
+
+def test_the_chain_starts_at_the_op_the_user_picks(runs_dir):
+    from conftest_app import DATA, import_trace
+    import_trace(runs_dir, DATA / "h200_diag" / "bf16_4096.json", "bf16_4096")
+    at = app("dispatch")
+    at.selectbox(key="dispatch_op").set_value("aten::add").run()
+    assert not errors_of(at)
+    (code,) = [c.value for c in at.code if "aten::add" in c.value]
+    assert code.splitlines()[0].startswith("aten::add") and "aten::mm" not in code and "CUDAFunctor_add" in code

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .compile import compile_breakdown, compile_payoff, fused_ops, triton_fusions
 from .gemm import gemm_flops_from_dims, gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
-from .launches import dispatch_chain, dispatch_chains, launch_latency, launch_paths
+from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_paths
 from .report import Report, analyze
 from .steps import OVERHEAD_BOUND_BELOW, bound, cpu_vs_gpu, gpu_busy, steps
 from .table import profiler_table
@@ -23,6 +23,6 @@ from .timing import cold_start_gap, sync_wait
 __all__ = [
     "analyze", "Report",
     "steps", "cpu_vs_gpu", "gpu_busy", "bound", "OVERHEAD_BOUND_BELOW", "gpu_ops", "kernel_stats", "kernel_durations_by_step",
-    "launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains", "cold_start_gap", "sync_wait",
+    "launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains", "chain_subtree", "cold_start_gap", "sync_wait",
     "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "gemm_throughput", "gemm_flops_from_dims", "profiler_table",
 ]

@@ -264,3 +264,30 @@ def dispatch_chain(session, step: Optional[int] = None, chains: pd.DataFrame | N
     if step not in known:
         raise ValueError(f"no ProfilerStep#{step} in this trace; steps: {', '.join(map(str, known))}")
     return df[df["step"] == step].reset_index(drop=True)
+
+
+def chain_subtree(chain: pd.DataFrame, name: str, occurrence: int = 0) -> pd.DataFrame:
+    """The part of one step's :func:`dispatch_chain` under an op: the ``occurrence``-th slice (time order, from 0)
+    named ``name``, everything nested in it on the CPU, and the GPU ops its launches produced, with ``depth``
+    re-counted from that op (0).
+
+    Raises:
+        ValueError: no such slice in the chain (the message says how many there are).
+    """
+    cpu = chain[chain["lane"] == "cpu"].sort_values(["start_ns", "depth"], kind="stable")
+    hits = cpu[cpu["name"] == name]
+    if occurrence < 0 or occurrence >= len(hits):
+        raise ValueError(f"the chain holds {len(hits)} slice(s) named {name!r}; asked for number {occurrence}")
+    root = hits.iloc[occurrence]
+    keep = {int(root["id"])}
+    parents = dict(zip(chain["id"].astype(int), chain["parent_id"]))
+    for i in chain["id"].astype(int).tolist():  # walk each row's ancestors: kept if root is among them
+        p, path = parents.get(i), [i]
+        while p is not None and not pd.isna(p) and int(p) not in keep:
+            path.append(int(p))
+            p = parents.get(int(p))
+        if p is not None and not pd.isna(p) and int(p) in keep:
+            keep.update(path)
+    out = chain[chain["id"].astype(int).isin(keep)].copy()
+    out["depth"] = out["depth"] - int(root["depth"])
+    return out
