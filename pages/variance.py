@@ -16,21 +16,27 @@ st.caption("Profile many steps and look at each kernel's distribution: the mean 
 cuda = bool(ui.environment().get("cuda_available"))
 config = ui.config_form("variance_form", submit_label="Run 20-step profile",
                         defaults={"size": 4096 if cuda else 256, "active": 20, "wait": 0, "warmup_steps": 1,
-                                  "warmup": 3}, workloads=False)  # matmul_add until this page reads any workload
+                                  "warmup": 3})
 if config is not None:
     ui.start_profile("variance", config)
 ui.finish_profile("variance")
 
 
 def durations(run_id: str) -> tuple[pd.DataFrame, str]:
-    """Per-step durations of each kernel; on CPU traces, of each aten op (the CPU does the work there)."""
+    """Per-step durations of each kernel; on CPU traces, of the aten ops that do the work (the CPU does it there):
+    those whose self time (their duration less their CPU children's) is at least half their duration, whatever the
+    workload (aten::mm is, aten::matmul around it is not)."""
     rep = ui.report(run_id)
     k = rep.kernel_durations_by_step
     if len(k):
         return k.rename(columns={"name": "kernel"})[["step", "kernel", "dur_us"]], "kernel"
     ch = rep.dispatch_chains
-    ops = ch[(ch["category"] == "cpu_op") & ch["name"].isin(["aten::mm", "aten::bmm", "aten::addmm", "aten::add"])]
-    return ops.rename(columns={"name": "kernel"})[["step", "kernel", "dur_us"]], "cpu_op"
+    cpu = ch[ch["lane"] == "cpu"]
+    children_us = cpu.groupby("parent_id")["dur_us"].sum()
+    aten = cpu[(cpu["category"] == "cpu_op") & cpu["name"].astype(str).str.startswith("aten::")]
+    self_us = aten["dur_us"] - aten["id"].map(children_us).fillna(0.0).to_numpy()
+    working = aten[self_us >= 0.5 * aten["dur_us"]]
+    return working.rename(columns={"name": "kernel"})[["step", "kernel", "dur_us"]], "cpu_op"
 
 
 def skew_verdict(k: pd.Series) -> str:
@@ -56,13 +62,16 @@ if dur.empty:
     st.stop()
 
 rep = ui.report(rid)
+by_total = list(dur.groupby("kernel")["dur_us"].sum().sort_values(ascending=False).index)
 top = st.slider("Kernels shown (by total time)", 1, 10, 3, key="variance_top", help="display only")
+picked = st.multiselect("… or these kernels (any of the trace's)", by_total, key="variance_kernels",
+                        help="display only; empty: the largest by total time, as many as the slider says")
+keep = picked or by_total[:top]
 if kind == "kernel":  # the library's statistics: the numbers the question-8 finding quotes
-    stats = rep.kernel_stats.head(top).rename(columns={"name": "kernel"})
-    keep = stats["kernel"]
+    stats = rep.kernel_stats.rename(columns={"name": "kernel"})
+    stats = stats[stats["kernel"].isin(keep)].reset_index(drop=True)
 else:
     stats = None
-    keep = dur.groupby("kernel")["dur_us"].sum().sort_values(ascending=False).head(top).index
 dur = dur[dur["kernel"].isin(keep)]
 
 st.header("Per-step durations", divider="gray")

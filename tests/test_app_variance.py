@@ -65,3 +65,17 @@ def test_variance_compares_two_gpu_runs(runs_dir):
     stats = at.dataframe[0].value
     gemm = stats[stats["kernel"].str.startswith("nvjet")].iloc[0]
     assert gemm["count"] == 20 and gemm["min_us"] <= gemm["median_us"] <= gemm["max_us"]
+
+
+def test_any_kernel_of_the_trace_can_be_studied(runs_dir):
+    path = H200 / "4096_bf16_warm_eager_a20.json"
+    rid = import_trace(runs_dir, path, "a20")
+    at = app("variance")
+    at.selectbox(key="variance_run").set_value(rid).run()
+    add = next(k for k in at.multiselect(key="variance_kernels").options if "CUDAFunctor_add" in k)
+    at.multiselect(key="variance_kernels").set_value([add]).run()
+    assert not errors_of(at)
+    stats = next(d.value for d in at.dataframe if "median_us" in d.value.columns)
+    durs = _kernel_durations_from_json(path, add)
+    assert stats["kernel"].tolist() == [add] and stats["count"].tolist() == [len(durs)]
+    assert stats["median_us"].iloc[0] == pytest.approx(statistics.median(durs), abs=1e-3)
