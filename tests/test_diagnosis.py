@@ -118,14 +118,16 @@ EXPECTED = {
     "event_sync_trace.json.gz": ["fp32_without_tf32"],
     # BERT inference: the vocabulary projection (N=30522) and 141 tokens are not multiples of 8, 61 short kernels a
     # step, and an .item() with a stream sync in each step
-    "gaunernst_bert-small-uncased__1016001.json.gz": ["unaligned_gemm_dims", "launch_bound", "sync_in_step"],
+    "gaunernst_bert-small-uncased__1016001.json.gz": ["unaligned_gemm_dims", "launch_bound", "sync_in_step",
+                                                      "attention_backend"],
     "gpu_metrics_input.json": ["launch_bound", "sync_in_step"],
     # one kernel in a 13 s step: the GPU is idle, but not for launches (fewer than two GPU ops a step)
     "triton_example.json.gz": ["sync_in_step"],
     "inference_rank_1.json.gz": [], 
     # a ROCm training loop: its input goes to the device in each step with hipMemcpyWithStream (a blocking copy)
     "mi250_minitoy_train_ROCm6_2_kineto.json.gz": ["launch_bound", "sync_in_step"],
-    "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": [], "trace.json.gz": [],
+    "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": [],
+    "trace.json.gz": ["attention_backend"],  # one flash attention call (aten::_scaled_dot_product_flash_attention)
 }
 
 
@@ -275,3 +277,24 @@ def test_staging_copies_that_cost_more_than_the_gemm_are_named(tmp_path):
     assert "CUDA-graph input staging copies (1 multi_tensor_apply kernels, 50.0 µs per step) cost more than the " \
            "GEMMs (2.00 µs per step)" in x.text
     assert "compile_breaks" not in rules(run_(1))  # a copy cheaper than the math: nothing to say
+
+
+def test_the_attention_backend_that_ran_is_named_from_the_trace():
+    path = TRACES / "gaunernst_bert-small-uncased__1016001.json.gz"
+    flash = [e for e in scan_trace(path) if e.get("name") == "aten::_scaled_dot_product_flash_attention"]
+    with open_trace(path, engine="sqlite") as s:
+        x = next(d for d in diagnose(s).diagnoses if d.rule == "attention_backend")
+    assert flash and x.evidence["backend"] == "flash" and x.title == "Attention backend: flash"
+    assert "aten::_scaled_dot_product_flash_attention" in x.text and x.fix == "Nothing to change for the backend."
+
+
+@pytest.mark.slow
+def test_a_forced_math_backend_on_the_cpu_is_named_with_its_reason(store):
+    from profiling_core import run_experiment
+    cfg = ExperimentConfig(workload="attention", knobs={"backend": "math", "seq_len": 64, "batch": 1, "heads": 2},
+                           device="cpu", wait=0, warmup_steps=0, active=1)
+    run = run_experiment(cfg, store=store)
+    with open_trace(run.trace_path, engine="sqlite") as s:
+        x = next(d for d in diagnose(s, config=cfg).diagnoses if d.rule == "attention_backend")
+    assert x.evidence["backend"] == "math" and "the run forced backend=math" in x.text
+    assert "drop the forced backend" in x.fix
