@@ -122,13 +122,12 @@ def _gpu_busy_raw(sh: Shared) -> pd.DataFrame:
     st = sh.steps_list
     if st:
         p = sh.p
-        idx = [sh.pairs_in(ts, ts + dur) for _sid, _n, _nm, ts, dur, _d, _u in st]
+        w = sh.step_windows
+        idx = w["launched"]
         # each step's window runs from its start to the later of its end and the end of the GPU work it launched;
         # the steps' window is their union, so time between steps (and between repeat cycles, whose steps the
         # profiler did not record) is not counted as GPU idle
-        starts = np.array([r[3] for r in st], dtype=np.int64)
-        ends = np.array([max(r[3] + r[4], int(p["gpu_end"][k].max()) if len(k) else 0) for r, k in zip(st, idx)],
-                        dtype=np.int64)
+        starts, ends = w["start"], w["end"]
         i = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
         _, first = np.unique(p["gpu_id"][i], return_index=True)
         i = i[first]
