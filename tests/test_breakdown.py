@@ -11,7 +11,7 @@ import pytest
 
 from profiling_core.analyses import (BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, analyze, category_totals,
                                      gpu_busy, gpu_op_category, launch_ops, step_breakdown, top_kernels)
-from profiling_core.analyses._shared import union_ns, union_ns_by
+from profiling_core.analyses._shared import coverage_ns, union_ns
 from profiling_core.analyses.categories import is_gemm_kernel
 from profiling_core.trace import open_trace
 
@@ -255,17 +255,27 @@ def test_two_streams_overlap_by_hand(tmp_path):
     assert tk.set_index("name").loc["my_other_kernel", "per_step"] == 0.5
 
 
-def test_union_by_group_is_the_union_of_each_group():
+def test_coverage_by_group_and_class_against_a_brute_force():
+    """coverage_ns against counting each ns by hand: per group, each class's own union and the time where it is the
+    first class running; union_ns is its one-group, one-class case."""
     rng = np.random.default_rng(14)
-    b = rng.integers(0, 1000, 400)
-    e = b + rng.integers(0, 80, 400)
-    g = rng.integers(0, 9, 400)
-    got = union_ns_by(b, e, g, 10)
-    assert got.tolist() == [union_ns(b[g == k], e[g == k]) for k in range(10)]
-    assert got[9] == 0
-    # absolute-epoch timestamps in ns (~1.7e18) do not overflow
+    b = rng.integers(0, 300, 200)
+    e = b + rng.integers(0, 40, 200)
+    g, c = rng.integers(0, 4, 200), rng.integers(0, 3, 200)
+    first, own = coverage_ns(b, e, g, 5, c, 3)
+    for gg in range(5):
+        for cc in range(3):
+            covered = {t for bb, ee, x, y in zip(b, e, g, c) if x == gg and y == cc for t in range(bb, ee)}
+            lower = {t for bb, ee, x, y in zip(b, e, g, c) if x == gg and y < cc for t in range(bb, ee)}
+            assert own[gg, cc] == len(covered)
+            assert first[gg, cc] == len(covered - lower)
+        assert first[gg].sum() == union_ns(b[g == gg], e[g == gg])
+    assert first[4].tolist() == own[4].tolist() == [0, 0, 0]  # a group without intervals
+    assert union_ns(b, e) == len({t for bb, ee in zip(b, e) for t in range(bb, ee)})
+    # absolute-epoch timestamps in ns (~1.7e18) do not overflow; an interval ending before it starts covers nothing
     big = b + 1_700_000_000_000_000_000
-    assert union_ns_by(big, big + (e - b), g, 10).tolist() == got.tolist()
+    assert np.array_equal(coverage_ns(big, big + (e - b), g, 5, c, 3)[0], first)
+    assert union_ns(np.array([0, 5]), np.array([10, 2])) == 10
 
 
 def test_step_breakdown_empty_without_steps():

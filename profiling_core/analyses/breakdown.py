@@ -116,7 +116,7 @@ def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None) ->
         raise ValueError(f"top_kernels: n must be a whole number of kernels (1 or more) or None for all; got {n!r}")
     cols = ["name", "category", "count", "per_step", "total_us", "mean_us", "share", "cpu_ops"]
     sh = shared_for(session, shared)
-    t, rows = sh.slices, sh.gpu_lane_rows
+    t, rows = sh.slices, sh.gpu_lane_rows()
     if len(rows) == 0:
         return frame([], cols)
     k = len(GPU_OP_CATEGORIES)
@@ -134,8 +134,9 @@ def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None) ->
     n_steps = len(sh.steps_list)
     in_step = np.zeros(ng, dtype=np.int64)
     if n_steps:
-        launched = np.unique(p["gpu_id"][sh.pair_steps[0]])
-        in_step = np.bincount(grp[np.isin(rows, launched)], minlength=ng)
+        launched = np.zeros(len(t["ts"]), dtype=bool)  # over the slices' rows (the pairs' gpu_id are rows)
+        launched[p["gpu_id"][sh.pair_steps[0]]] = True
+        in_step = np.bincount(grp[launched[rows]], minlength=ng)
     # the CPU op of each launch pair whose GPU op is one of these rows
     by_row = np.argsort(rows)
     at = np.searchsorted(rows[by_row], p["gpu_id"])

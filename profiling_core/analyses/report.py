@@ -120,6 +120,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     # any order.
     out = {"profiler_table": profiler_table(session, shared=sh),
            "steps": steps(session, shared=sh),  # (its per-step pair counts are the temporaries of compile_breakdown)
+           # their sweep over every GPU op at once, while little is held
+           "step_breakdown": step_breakdown(session, shared=sh),
+           "top_kernels": top_kernels(session, n=None, shared=sh),
            "dispatch_chains": dispatch_chains(session, shared=sh),
            "kernel_durations_by_step": kernel_durations_by_step(session, shared=sh),
            "launch_latency": launch_latency(session, shared=sh),
@@ -129,8 +132,6 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
            "compile_breakdown": compile_breakdown(session, shared=sh),
            "gpu_ops": gpu_ops(session, shared=sh)}
     out["kernel_stats"] = kernel_stats(session, ops=out["gpu_ops"])
-    out["step_breakdown"] = step_breakdown(session, shared=sh)
-    out["top_kernels"] = top_kernels(session, n=None, shared=sh)
     out["sync_wait"] = sync_wait(session, shared=sh)
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])
