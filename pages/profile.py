@@ -78,6 +78,54 @@ if not rep.dispatch_chains.empty:
                "and every GPU op" + (f"; the {dropped:,} shortest slices are left out to keep the chart fast."
                                      if dropped else "."))
 
+# --- where the GPU time goes -----------------------------------------------------------------------
+breakdown_chart, top = None, None
+if rep.has_gpu:
+    st.header("Where the GPU time goes", divider="gray")
+    if rep.step_breakdown.empty:
+        st.caption("This trace has no ProfilerStep slices, so there is no per-step breakdown; the kernels below are "
+                   "the whole trace's.")
+    else:
+        view = st.radio("Show", ["µs", "share of the step"], horizontal=True, key="profile_breakdown_view",
+                        help="display only: switching never re-runs the profile")
+        bars = charts.breakdown_bars({"": rep.step_breakdown})
+        breakdown_chart = ui.chart("time_by_category", bars, bar="bar",
+                                   value="time_us" if view == "µs" else "share",
+                                   title="Where each step's time goes on the GPU")
+        ui.chart_block(breakdown_chart, rep.step_breakdown, f"{run.name}_breakdown", key="profile_breakdown")
+        st.caption(
+            "Each step's window runs from its start until the later of its end and the end of the GPU work it "
+            "launched (so an asynchronous step's kernels count with it, however late they run; the next window "
+            "starts where this one ends), split by what the GPU ran in it: every kernel, memcpy and memset clipped "
+            "to the window; idle is the rest. (The GPU busy share above keeps to each step's own slice instead.) "
+            "Kernels are put into categories by "
+            "their names (GEMM: gemm, nvjet, cutlass, xmma, …; attention: flash, fmha, sdpa, attention; "
+            "elementwise: elementwise, reduce, norm, softmax, Triton pointwise and reductions; communication: "
+            "nccl, rccl). Where streams overlap, an instant counts once, for the first category in the legend's "
+            "order: communication is what nothing else hid, and *overlapped* gives what ran under an earlier one.")
+        totals = charts.breakdown_bars({"": rep.step_breakdown}, per="run").drop(columns=["bar"])
+        ui.table_block(totals[["category", "per_step_us", "share", "time_us", "overlapped_us"]],
+                       f"{run.name}_breakdown_totals", key="profile_breakdown_totals",
+                       column_config={"share": st.column_config.NumberColumn("share", format="percent"),
+                                      **{c: st.column_config.NumberColumn(c, format="%.2f")
+                                         for c in ("per_step_us", "time_us", "overlapped_us")}})
+    st.subheader("Top kernels")
+    tk = rep.top_kernels
+    shown = st.number_input("Kernels shown", min_value=1, max_value=max(1, len(tk)), value=min(10, max(1, len(tk))),
+                            step=1, key="profile_top_n", help="display only; by total time over the trace")
+    top = tk.head(int(shown)).assign(
+        cpu_ops=[", ".join(f"{op} ×{n}" for op, n in ops) for ops in tk["cpu_ops"].head(int(shown))])
+    ui.table_block(top[["name", "category", "share", "total_us", "mean_us", "count", "per_step", "cpu_ops"]],
+                   f"{run.name}_top_kernels", key="profile_top_kernels",
+                   column_config={"name": st.column_config.TextColumn("name", width="medium"),
+                                  "cpu_ops": st.column_config.TextColumn("launched by", width="medium"),
+                                  "share": st.column_config.NumberColumn("share", format="percent"),
+                                  **{c: st.column_config.NumberColumn(c, format="%.2f")
+                                     for c in ("total_us", "mean_us", "per_step")}})
+    st.caption("Per GPU op name: its share of the summed GPU op time, and the CPU op(s) that launched it (the "
+               "innermost aten:: op around each launch call, else the launch call's parent, e.g. a compiled "
+               "graph's call for a CUDA graph replay), with how many launches each accounts for.")
+
 # --- the step timeline ---------------------------------------------------------------------------
 st.header("2 · A step on the timeline", divider="gray")
 chains = rep.dispatch_chains
@@ -130,6 +178,8 @@ with d4:
                        text="" if table_text else "This trace came without torch's table (an imported trace): the "
                                                   "table rebuilt from the trace follows.",
                        tables=[("profiler table (rebuilt, µs)", rep.profiler_table), ("steps", rep.steps)]),
+         ReportSection("Where the GPU time goes", charts=[breakdown_chart] if breakdown_chart is not None else [],
+                       tables=[("top kernels", top)] if top is not None else []),
          ReportSection("Step timeline", charts=[chart_data] if chart_data is not None else []),
          ReportSection("Findings", findings=found),
          ReportSection("What to change", text="" if diag.diagnoses else "No rule applies to this trace.",

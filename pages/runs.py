@@ -3,6 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from pages import _common as ui
+from profiling_core import charts
 from profiling_core.export import ReportSection
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -71,6 +72,37 @@ summary = ui.summaries([a, b]).drop(columns=["run_id"])
 summary.insert(0, "run", [name_a, name_b])
 st.dataframe(summary, hide_index=True, width="stretch", height=ui.fit_height(summary))
 
+st.subheader("Where the GPU time goes")
+both = {name_a: ra.step_breakdown, name_b: rb.step_breakdown}
+per_run = charts.breakdown_bars(both, per="run")
+breakdown_charts = []
+if per_run.empty:
+    st.caption("Neither trace has ProfilerStep slices, so there is no per-step breakdown to compare.")
+else:
+    share_chart = ui.chart("time_by_category", per_run, bar="bar", value="share",
+                           title="Share of the steps' time, per run")
+    ui.chart_block(share_chart, per_run, "compare_breakdown", key="runs_breakdown")
+    per_step = charts.breakdown_bars(both)
+    step_chart_bd = ui.chart("time_by_category", per_step, bar="bar", value="time_us",
+                             title="Every profiled step of both runs (µs)")
+    ui.chart_block(step_chart_bd, per_step, "compare_breakdown_steps", key="runs_breakdown_steps")
+    breakdown_charts = [share_chart, step_chart_bd]
+    st.caption("Same categories, order and colours for both runs (the Profile page says how kernels are put into "
+               "them). Where streams overlap, an instant counts for the first category in the legend's order.")
+    cols = st.columns(2)
+    for col, (label, r) in zip(cols, ((name_a, ra), (name_b, rb))):
+        with col:
+            st.markdown(f"**{ui.md_text(label)}**")
+            t = per_run[per_run["bar"] == label]
+            if t.empty:
+                st.caption("No ProfilerStep slices in this trace.")
+            else:
+                st.dataframe(t[["category", "per_step_us", "share", "overlapped_us"]], hide_index=True,
+                             width="stretch", height=ui.fit_height(t),
+                             column_config={"share": st.column_config.NumberColumn("share", format="percent"),
+                                            **{c: st.column_config.NumberColumn(c, format="%.2f")
+                                               for c in ("per_step_us", "overlapped_us")}})
+
 st.subheader("Kernels")
 ka, kb = ra.kernel_stats.assign(run=name_a), rb.kernel_stats.assign(run=name_b)
 kernels = pd.concat([ka, kb], ignore_index=True)
@@ -98,6 +130,7 @@ with fb:
     st.markdown(f"**{ui.md_text(name_b)}**")
     ui.show_findings(ui.findings(b))
 ui.report_button("Compare runs", [ReportSection("Steps", charts=[step_chart], tables=[("summary", summary)]),
+                                  ReportSection("Where the GPU time goes", charts=breakdown_charts),
                                   ReportSection("Kernels", charts=[kchart]),
                                   ReportSection(name_a, findings=ui.findings(a)),
                                   ReportSection(name_b, findings=ui.findings(b))],

@@ -2,8 +2,9 @@
 
 Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one
 JSON object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
-``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``gemm``, ``findings``, and the diagnosis:
-``peaks`` used, ``roofline`` rows, ``diagnoses``). A file that cannot be read exits with status 2 and a one-line
+``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``gemm``, ``time_by_category``,
+``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``), ``findings``, and the
+diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``). A file that cannot be read exits with status 2 and a one-line
 reason on stderr. Standalone: ``python -m profiling_core.analyze_cli``.
 
 A trace inside the run store (``runs/RUN/trace.json``) is analysed with its run's config and device from
@@ -95,6 +96,12 @@ def build_json(report, found, diagnosis=None) -> dict:
         "has_gpu": bool(s["has_gpu"]),
         "gemm": _records(report.gemm_throughput, ["op", "device", "time_us", "flops", "tflops",
                                                   "fraction_of_peak"]),
+        "time_by_category": _clean(s["time_by_category"]),
+        "step_breakdown": _records(report.step_breakdown, ["step", "category", "time_us", "share", "busy_us",
+                                                           "overlapped_us", "window_us"]),
+        "top_kernels": [{**r, "cpu_ops": [{"op": op, "launches": n} for op, n in r["cpu_ops"]]}
+                        for r in _records(report.top_kernels, ["name", "category", "count", "per_step", "total_us",
+                                                               "mean_us", "share", "cpu_ops"])],
         "findings": [{"id": f.id, "question": f.question, "text": f.text, "evidence": _clean(f.evidence)}
                      for f in found],
     }
@@ -116,6 +123,10 @@ def _human(path: str, report, found, diagnosis=None) -> str:
                      + (", ".join(s["launch_apis"]) or "none"))
     if s["compiled_regions_per_step"]:
         lines.append(f"  compiled regions per step {s['compiled_regions_per_step']:g}   memcpy DtoD {s['memcpy_dtod']}")
+    shares = s.get("time_by_category") or {}
+    if s["has_gpu"] and shares:
+        lines.append("  GPU time by category (share of the steps' windows): "
+                     + ", ".join(f"{c} {100 * v:.1f}%" for c, v in shares.items() if v > 0))
     ks = report.kernel_stats.head(5)
     if len(ks):
         lines.append("  kernels (by total time):")

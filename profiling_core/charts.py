@@ -16,10 +16,14 @@ from typing import Iterable, Optional, Sequence
 import altair as alt
 import pandas as pd
 
+from .analyses.breakdown import category_totals
+from .analyses.categories import BREAKDOWN_CATEGORIES
+
 __all__ = [
     "step_timeline", "overhead_vs_compute", "gpu_busy_fraction", "crossover_points",
     "kernel_durations_by_step", "kernel_spread", "grouped_bars", "launch_latency",
-    "dispatch_flame", "cold_vs_warm", "sync_idle", "empty_chart", "roofline", "achieved_vs_peak",
+    "dispatch_flame", "cold_vs_warm", "sync_idle", "empty_chart", "roofline", "achieved_vs_peak", "time_by_category",
+    "breakdown_bars", "BREAKDOWN_COLORS",
 ]
 
 WIDTH = 640
@@ -36,6 +40,19 @@ CATEGORY_COLORS = {
     "memcpy": "#8c564b",
     "memset": "#e377c2",
     "other": "#7f7f7f",
+}
+
+# Categories of GPU time (``analyses.step_breakdown``), in the order they stack, with one colour each: every
+# breakdown chart uses the same order and colours, so two runs' charts read alike.
+BREAKDOWN_COLORS = {
+    "gemm": "#1f77b4",
+    "attention": "#9467bd",
+    "elementwise": "#2ca02c",
+    "other": "#bcbd22",
+    "memcpy": "#8c564b",
+    "memset": "#e377c2",
+    "communication": "#ff7f0e",
+    "idle": "#d9d9d9",
 }
 
 
@@ -458,12 +475,76 @@ def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited 
             .properties(title=title, width=WIDTH, height=max(60, 30 * parts["label"].nunique() + 20)))
 
 
+def time_by_category(breakdown: pd.DataFrame, *, bar: str = "step", value: str = "time_us",
+                     title: str = "Where each step's time goes on the GPU") -> alt.Chart:
+    """Horizontal stacked bars: one bar per distinct ``bar`` value (a step, or a run), split by category of GPU time.
+
+    breakdown: ``category`` (a key of BREAKDOWN_COLORS), the ``bar`` column and the ``value`` column: ``time_us``
+    (or ``per_step_us``: stacked µs) or ``share`` (0..1: stacked to 100 %); ``time_us``, ``share`` and
+    ``overlapped_us`` join the tooltip where present. Bars keep their order of first appearance; categories always
+    stack in BREAKDOWN_CATEGORIES order with their own colours, whichever are present.
+    """
+    _require(breakdown, ["category", bar, value], "time_by_category")
+    unknown = sorted(set(breakdown["category"].astype(str)) - set(BREAKDOWN_COLORS))
+    if unknown:
+        raise ValueError(f"time_by_category: unknown categor(ies) {', '.join(unknown)}; "
+                         f"known: {', '.join(BREAKDOWN_COLORS)}")
+    extra = [c for c in ("time_us", "per_step_us", "share", "overlapped_us") if c in breakdown.columns and c != value]
+    data = breakdown[["category", bar, value, *extra]].copy()
+    data[bar] = data[bar].astype(str)
+    data["order"] = data["category"].map({c: k for k, c in enumerate(BREAKDOWN_CATEGORIES)})
+    is_share = value == "share"
+    fmt = ".1%" if is_share else _us_format(data[value])
+    tips = [f"{bar}:N", "category:N", alt.Tooltip(f"{value}:Q", format=fmt, title=value)]
+    tips += [alt.Tooltip(f"{c}:Q", format=".1%" if c == "share" else ",.2f", title=c) for c in extra]
+    x_title = "share of the step's window" if is_share else ("µs per step" if value == "per_step_us" else "µs")
+    return (alt.Chart(data).mark_bar()
+            .encode(x=alt.X(f"{value}:Q", title=x_title, stack="zero",
+                            axis=alt.Axis(format=".0%") if is_share else alt.Axis(format=",.0f")),
+                    y=alt.Y(f"{bar}:N", title=None, sort=list(dict.fromkeys(data[bar])),
+                            axis=alt.Axis(labelLimit=320)),
+                    color=alt.Color("category:N", title="GPU time",
+                                    scale=alt.Scale(domain=list(BREAKDOWN_COLORS),
+                                                    range=list(BREAKDOWN_COLORS.values())),
+                                    legend=alt.Legend(orient="top", direction="horizontal")),
+                    order=alt.Order("order:Q", sort="ascending"),
+                    tooltip=tips)
+            .properties(title=title, width=WIDTH, height=max(60, 24 * data[bar].nunique() + 20)))
+
+
 # --- shaping analysis output for the charts above ---------------------------------------------------
 
 _CATEGORY_OF = {"cpu_op": "cpu_op", "operator": "cpu_op", "cuda_runtime": "runtime", "runtime": "runtime",
                 "cuda_driver": "driver", "kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy",
                 "gpu_memset": "memset", "memset": "memset", "user_annotation": "annotation",
                 "gpu_user_annotation": "annotation"}
+
+
+def breakdown_bars(breakdowns: "dict[str, pd.DataFrame]", *, per: str = "step") -> pd.DataFrame:
+    """The rows of :func:`time_by_category` (bar column ``bar``) for one or more runs' ``step_breakdown``.
+
+    breakdowns: {run label: that run's ``analyses.step_breakdown``}; a label "" for a single run.
+    per: ``"step"``: one bar per step of each run (``"label · step N"``, or ``"step N"``), columns ``time_us``,
+    ``share``, ``overlapped_us``; ``"run"``: one bar per run over all its steps (``analyses.category_totals``),
+    columns ``time_us``, ``per_step_us``, ``share``, ``overlapped_us``. Runs without steps give no rows.
+    """
+    if per not in ("step", "run"):
+        raise ValueError(f"breakdown_bars: per must be 'step' or 'run'; got {per!r}")
+    parts = []
+    for label, bd in breakdowns.items():
+        _require(bd, ["step", "category", "time_us", "share", "overlapped_us"], "breakdown_bars")
+        if per == "run":
+            t = category_totals(bd)
+            parts.append(t[["category", "time_us", "per_step_us", "share", "overlapped_us"]]
+                         .assign(bar=label or "this run"))
+        else:
+            lead = f"{label} · " if label else ""
+            parts.append(bd[["category", "time_us", "share", "overlapped_us"]]
+                         .assign(bar=[f"{lead}step {s}" for s in bd["step"].tolist()]))
+    cols = ["bar", "category", "time_us", "share", "overlapped_us"] + (["per_step_us"] if per == "run" else [])
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    return pd.concat(parts, ignore_index=True)[cols]
 
 
 def chart_category(category: str, name: str = "") -> str:

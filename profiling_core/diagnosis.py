@@ -8,19 +8,20 @@ elementwise ops and copies with the bytes they move and the fraction of the meas
 ``diagnose(...)`` runs the rules (:data:`RULES`). Each rule is a small pure function of the report, the roofline, the
 run's config and the peaks that returns a :class:`Diagnosis` or None, and says nothing where it does not apply or
 cannot decide. Kernel names are read by stated rules (:func:`kernel_family`), never guessed from a library's
-incidental naming beyond them.
+incidental naming beyond them; the rules live in ``profiling_core.analyses.categories``, shared with the
+breakdown of a step's time by category.
 """
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import numpy as np
 import pandas as pd
 
-from .analyses import Report, analyze
+from .analyses import Report, analyze, launch_ops
+from .analyses.categories import is_gemm_kernel, kernel_family
 from .peaks import DevicePeaks
 
 __all__ = ["Diagnosis", "diagnose", "roofline", "kernel_family", "RULES"]
@@ -29,45 +30,6 @@ _TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", 
 _ESIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8, "tf32": 4}
 _ELEMENTWISE = ("aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::relu",
                 "aten::gelu", "aten::silu", "aten::sigmoid", "aten::tanh", "aten::copy_")
-
-
-def kernel_family(name: str) -> dict[str, Any]:
-    """What a GEMM kernel's name states, by these rules (None where the name does not say):
-
-    - ``arch``: the SM generation it was built for: ``sm<NN>_`` / ``nvjet_sm<NN>`` / ``cutlass_<NN>_`` /
-      ``cutlass3x_sm<NN>`` give NN; ``volta_``/``turing_``/``ampere_``/``hopper_`` give 70/75/80/90;
-    - ``math``: ``tf32`` if the name has ``tf32``; ``fp32-simt`` for full-fp32 FFMA kernels (``sgemm``, ``_ffma_``
-      or xmma's ``f32f32_f32f32`` without ``tf32``); ``tensor-core`` for ``tensorop``/``s16816``/``s1688``/
-      ``nvjet``/``hmma``/``wgmma`` kernels;
-    - ``align``: the operand alignment in elements of a CUTLASS kernel (``align1`` .. ``align8``).
-    """
-    n = name or ""
-    low = n.lower()
-    arch = None
-    m = re.search(r"(?:^|[^a-z0-9])(?:nvjet_)?sm_?(\d{2,3})(?=[_a-z])", low) or re.search(r"cutlass_(\d{2})_", low) \
-        or re.search(r"cutlass3x_sm(\d{2,3})", low)
-    if m:
-        arch = int(m.group(1))
-    else:
-        for word, a in (("volta_", 70), ("turing_", 75), ("ampere_", 80), ("hopper_", 90)):
-            if word in low:
-                arch = a
-                break
-    if "tf32" in low:
-        math_ = "tf32"
-    elif "sgemm" in low or "_ffma" in low or "f32f32_f32f32" in low:
-        math_ = "fp32-simt"
-    elif any(k in low for k in ("tensorop", "s16816", "s1688", "nvjet", "hmma", "wgmma", "gmma")):
-        math_ = "tensor-core"
-    else:
-        math_ = None
-    a = re.search(r"align(\d+)", low)
-    return {"arch": arch, "math": math_, "align": int(a.group(1)) if a else None}
-
-
-def _is_gemm_kernel(name: str) -> bool:
-    low = (name or "").lower()
-    return any(k in low for k in ("gemm", "nvjet", "cutlass", "xmma")) or low.startswith("triton_tem_fused_")
 
 
 @dataclass(frozen=True)
@@ -215,7 +177,7 @@ def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dic
     if have_cpu_gemm or study is None or report.gpu_ops.empty:
         return []
     ops = report.gpu_ops
-    k = ops[(ops["category"] == "kernel") & ops["name"].map(_is_gemm_kernel)]
+    k = ops[(ops["category"] == "kernel") & ops["name"].map(is_gemm_kernel)]
     if k.empty:
         return []
     per_step = len(k) / _steps(report)
@@ -256,10 +218,11 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
     lat = report.launch_latency
     if lat.empty:
         return out
-    kern = lat[(lat["gpu_category"] == "kernel") & ~lat["gpu_name"].map(_is_gemm_kernel)]
+    kern = lat[(lat["gpu_category"] == "kernel") & ~lat["gpu_name"].map(is_gemm_kernel)]
     if kern.empty:
         return out
-    parents = _launching_ops(session, kern["launch_id"].astype(int).tolist())
+    lids = kern["launch_id"].to_numpy(dtype=np.int64)
+    parents = {int(lid): int(op) for lid, op in zip(lids, launch_ops(session, lids)) if op >= 0}
     dims = _args_of(session, "Input Dims", set(parents.values()))
     types = _args_of(session, "Input type", set(parents.values()))
     groups: dict[tuple, list] = {}
@@ -283,21 +246,6 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
                     "peak": bw,
                     "fraction_of_peak": gbs / bw if bw and gbs else None, "flops_from": None,
                     "slice_ids": [i for i, _ in items]})
-    return out
-
-
-def _launching_ops(session, launch_ids: list[int]) -> dict[int, int]:
-    """{launch call slice id: the innermost aten:: op enclosing it on its thread (its nearest aten:: ancestor)}."""
-    tb = session.tables
-    names = tb.name
-    out = {}
-    for lid in launch_ids:
-        p = int(tb.parent_id[lid])
-        while p >= 0:
-            if str(names[[p]][0] or "").startswith("aten::"):
-                out[lid] = p
-                break
-            p = int(tb.parent_id[p])
     return out
 
 

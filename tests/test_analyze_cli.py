@@ -201,3 +201,41 @@ def test_a_bad_peaks_file_is_one_line(tmp_path, capsys):
     assert analyze_cli.main([str(DATA / "h200_diag" / "bf16_4095.json"), "--peaks", str(f)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "calibration field 'device' has the wrong type (int)" in err
+
+
+@pytest.mark.parametrize("path", [DATA / "h200" / "4096_bf16_warm_compile.json",
+                                  DATA / "traces" / "gaunernst_bert-small-uncased__1016001.json.gz"],
+                         ids=lambda p: p.name)
+def test_json_carries_the_breakdown_and_the_top_kernels(path, capsys):
+    try:
+        from test_breakdown import scan_breakdown, scan_launching_op
+    except ImportError:  # tests/ made a package
+        from tests.test_breakdown import scan_breakdown, scan_launching_op
+    sc = scan(path)
+    got = run_json(path, capsys)
+    want = scan_breakdown(sc)
+    rows = got["step_breakdown"]
+    assert len(rows) == 8 * len(sc.steps)
+    for r in rows:
+        assert r["time_us"] == pytest.approx(want["time"][(r["step"], r["category"])], abs=0.01)
+    assert sum(r["time_us"] for r in rows) == pytest.approx(sum(want["window"].values()), abs=0.01)
+    assert list(got["time_by_category"]) == ["gemm", "attention", "elementwise", "other", "memcpy", "memset",
+                                             "communication", "idle"]
+    assert sum(got["time_by_category"].values()) == pytest.approx(1.0)
+    top = {k["name"]: k for k in got["top_kernels"]}
+    assert set(top) == {g["name"] for g in sc.gpu}
+    for name, k in top.items():
+        launches: dict = {}
+        for launch, g in sc.pairs:
+            if g["name"] == name:
+                op = scan_launching_op(sc, launch)
+                launches[op] = launches.get(op, 0) + 1
+        assert {x["op"]: x["launches"] for x in k["cpu_ops"]} == launches
+
+
+def test_human_output_has_the_time_by_category(capsys):
+    assert analyze_cli.main([str(DATA / "traces" / "gaunernst_bert-small-uncased__1016001.json.gz"),
+                             "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    [line] = [x for x in out.splitlines() if "GPU time by category" in x]
+    assert "gemm 4.5%" in line and "attention 0.8%" in line and "idle 93.0%" in line

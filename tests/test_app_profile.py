@@ -73,3 +73,41 @@ def test_gpu_busy_share_is_the_number_the_finding_quotes(runs_dir):
     share = q2.evidence["gpu_busy_fraction_median"]
     assert m.value == f"{share:.1%}" and f"{100 * share:.1f}%" in q2.text
 
+
+
+def test_profile_shows_the_breakdown_and_the_top_kernels(runs_dir, media):
+    """The breakdown by category per step and the top-kernels table of an H200 run, as the analyses give them."""
+    from conftest_app import H200, import_trace
+    from profiling_core import open_trace
+    from profiling_core.analyses import category_totals, step_breakdown, top_kernels
+    path = H200 / "4096_bf16_warm_eager_a20.json"
+    import_trace(runs_dir, path, "a20")
+    at = app("profile")
+    assert not errors_of(at)
+    assert "Where the GPU time goes" in [h.value for h in at.header]
+    with open_trace(path, engine="sqlite") as s:
+        totals = category_totals(step_breakdown(s))
+        top = top_kernels(s, n=None)
+    frames = [d.value for d in at.dataframe]
+    [shown] = [f for f in frames if list(f.columns) == ["category", "per_step_us", "share", "time_us",
+                                                        "overlapped_us"]]
+    assert shown["category"].tolist() == totals["category"].tolist()
+    assert shown["per_step_us"].tolist() == pytest.approx(totals["per_step_us"].tolist())
+    [kern] = [f for f in frames if "cpu_ops" in f.columns]
+    assert kern["name"].tolist() == top["name"].tolist()[:len(kern)]
+    assert kern["cpu_ops"].iloc[0] == "aten::mm ×20"  # the GEMM of each of the 20 steps, launched by aten::mm
+    assert kern["category"].iloc[0] == "gemm"
+    csv = download(at, media, "csv_profile_breakdown").decode()
+    assert csv.startswith("step,category,time_us,share,busy_us,overlapped_us,window_us")
+    assert csv.count("\n") == 20 * 8 + 1  # 20 steps × 8 categories + the header
+    at.radio(key="profile_breakdown_view").set_value("share of the step").run()
+    assert not errors_of(at)
+    at.number_input(key="profile_top_n").set_value(1).run()
+    [kern] = [d.value for d in at.dataframe if "cpu_ops" in d.value.columns]
+    assert len(kern) == 1
+
+
+def test_profile_breakdown_on_a_cpu_run(seed_run):
+    at = app("profile")
+    assert not errors_of(at)
+    assert "Where the GPU time goes" not in [h.value for h in at.header]  # no GPU lane: nothing to break down

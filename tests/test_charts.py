@@ -341,3 +341,58 @@ def test_achieved_vs_peak_draws_the_measured_peak():
     spec = charts.achieved_vs_peak(pts, peaks={"bf16": 803.7}).to_dict()
     rules = next(d for d in spec["datasets"].values() if d and "label" in d[0])
     assert rules == [{"tflops": 803.7, "label": "bf16 peak (measured) 803.7 TFLOP/s"}]
+
+
+def _breakdown(steps_us: dict) -> pd.DataFrame:
+    """A step_breakdown-shaped frame: {step: {category: µs}}, the other categories 0, window = the sum."""
+    from profiling_core.analyses import BREAKDOWN_CATEGORIES
+    rows = []
+    for step, parts in steps_us.items():
+        window = sum(parts.values())
+        for c in BREAKDOWN_CATEGORIES:
+            t = parts.get(c, 0.0)
+            rows.append({"step": step, "category": c, "time_us": t, "share": t / window, "busy_us": t,
+                         "overlapped_us": 0.0, "window_us": window})
+    return pd.DataFrame(rows)
+
+
+def test_time_by_category_has_one_order_and_one_colour_per_category():
+    from profiling_core.analyses import BREAKDOWN_CATEGORIES
+    eager = _breakdown({2: {"gemm": 170.0, "elementwise": 5.0, "idle": 15.0}})
+    comp = _breakdown({2: {"memcpy": 15.0, "gemm": 178.0, "idle": 200.0}})
+    specs = []
+    for bd in (eager, comp):
+        spec = C.time_by_category(C.breakdown_bars({"": bd}), bar="bar").to_dict()
+        specs.append(spec)
+        color = spec["encoding"]["color"]["scale"]
+        assert color["domain"] == list(BREAKDOWN_CATEGORIES)  # every category, present or not, same place
+        assert color["range"] == [C.BREAKDOWN_COLORS[c] for c in BREAKDOWN_CATEGORIES]
+        assert spec["encoding"]["order"]["field"] == "order" and spec["encoding"]["x"]["stack"] == "zero"
+        rows = _datasets(spec)[0]
+        assert [r["order"] for r in rows] == list(range(len(BREAKDOWN_CATEGORIES)))
+        assert {r["bar"] for r in rows} == {"step 2"}
+    assert specs[0]["encoding"]["color"] == specs[1]["encoding"]["color"]
+    share = C.time_by_category(C.breakdown_bars({"": eager}), bar="bar", value="share").to_dict()
+    assert share["encoding"]["x"]["axis"]["format"] == ".0%"
+
+
+def test_breakdown_bars_per_step_and_per_run():
+    a = _breakdown({2: {"gemm": 100.0, "idle": 100.0}, 3: {"gemm": 50.0, "idle": 150.0}})
+    b = _breakdown({7: {"communication": 30.0, "idle": 10.0}})
+    steps = C.breakdown_bars({"A": a, "B": b})
+    assert list(dict.fromkeys(steps["bar"])) == ["A · step 2", "A · step 3", "B · step 7"]
+    runs = C.breakdown_bars({"A": a, "B": b}, per="run").set_index(["bar", "category"])
+    assert runs.loc[("A", "gemm"), "per_step_us"] == 75.0
+    assert runs.loc[("A", "gemm"), "share"] == pytest.approx(150.0 / 400.0)  # over the sum of the windows
+    assert runs.loc[("B", "communication"), "share"] == pytest.approx(0.75)
+    none = C.breakdown_bars({"A": a.iloc[0:0]}, per="run")
+    assert none.empty and "per_step_us" in none.columns
+    with pytest.raises(ValueError, match="per must be 'step' or 'run'; got 'kernel'"):
+        C.breakdown_bars({"A": a}, per="kernel")
+
+
+def test_time_by_category_names_what_is_wrong():
+    with pytest.raises(ValueError, match="time_by_category needs column"):
+        C.time_by_category(pd.DataFrame({"category": ["gemm"]}))
+    with pytest.raises(ValueError, match="unknown categor\\(ies\\) kernel; known: gemm, attention"):
+        C.time_by_category(pd.DataFrame({"category": ["kernel"], "step": [1], "time_us": [1.0]}))

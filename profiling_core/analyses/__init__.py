@@ -6,15 +6,20 @@ Units are in column names (``start_ns`` timestamps are integer ns on the trace c
 ``kernel_durations_by_step``, ``launch_latency``, ``dispatch_chains``, ``gemm_throughput``, ``sync_wait``) a kernel
 name is one ``str`` shared by its rows, not copied into each (a 93 MB trace has 77k kernel rows of ~250-character
 names).
+GPU ops are put into categories (GEMM, attention, elementwise, copies, communication, ...) by the stated name rules of
+``profiling_core.analyses.categories``; ``step_breakdown`` splits each step's window over them and idle time,
+``top_kernels`` ranks the GPU ops with the CPU ops that launched them.
 Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once and returns a :class:`Report`;
 ``profiling_core.findings`` turns a report into short statements with evidence.
 """
 from __future__ import annotations
 
+from .breakdown import category_totals, step_breakdown, top_kernels
+from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, gpu_op_category
 from .compile import compile_breakdown, compile_payoff, fused_ops, triton_fusions
 from .gemm import gemm_flops_from_dims, gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
-from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_paths
+from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_ops, launch_paths
 from .report import Report, analyze
 from .steps import OVERHEAD_BOUND_BELOW, bound, cpu_vs_gpu, gpu_busy, steps
 from .table import profiler_table
@@ -23,6 +28,8 @@ from .timing import cold_start_gap, sync_wait
 __all__ = [
     "analyze", "Report",
     "steps", "cpu_vs_gpu", "gpu_busy", "bound", "OVERHEAD_BOUND_BELOW", "gpu_ops", "kernel_stats", "kernel_durations_by_step",
-    "launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains", "chain_subtree", "cold_start_gap", "sync_wait",
-    "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "gemm_throughput", "gemm_flops_from_dims", "profiler_table",
+    "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
+    "cold_start_gap", "sync_wait", "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops",
+    "gemm_throughput", "gemm_flops_from_dims", "profiler_table",
+    "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
 ]

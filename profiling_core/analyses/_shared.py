@@ -22,9 +22,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from .categories import GPU_OP_CATEGORIES, gpu_op_category
 
 __all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols", "nullable", "union_ns",
-           "expand_ranges"]
+           "unions_ns", "coverage_ns", "expand_ranges"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 
@@ -134,18 +135,70 @@ def nullable(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
     return a
 
 
+def coverage_ns(b: np.ndarray, e: np.ndarray, group: np.ndarray | None = None, n: int = 1,
+                cls: np.ndarray | None = None, k: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """What intervals [b, e) (integer ns) cover, per group and class: (``first``, ``own``), int64 arrays (n, k).
+
+    ``group`` (0..n-1, default all 0) separates intervals that are measured apart; ``cls`` (0..k-1, default all 0)
+    ranks them. ``own[g, c]``: the length of the union of group g's intervals of class c. ``first[g, c]``: the time
+    where c is the first (lowest) class with an interval running in group g; so ``first[g].sum()`` is the length
+    of the union of all of group g's intervals, each instant counted once.
+
+    One sweep: the groups are laid end to end (each shifted to start one ns after the previous one's last end), the
+    starts and ends sorted once, a running count per class gives which classes cover each piece between two
+    consecutive boundaries. :func:`union_ns` is this with one group and one class."""
+    first, own = np.zeros((n, k), dtype=np.int64), np.zeros((n, k), dtype=np.int64)
+    m = len(b)
+    if m == 0:
+        return first, own
+    b = np.asarray(b, dtype=np.int64)
+    e = np.maximum(np.asarray(e, dtype=np.int64), b)  # an interval ending before it starts covers nothing
+    g = np.zeros(m, dtype=np.int64) if group is None else np.asarray(group, dtype=np.int64)
+    c = np.zeros(m, dtype=np.int64) if cls is None else np.asarray(cls, dtype=np.int64)
+    if n > 1:
+        by_g = np.argsort(g, kind="stable")
+        gg = g[by_g]
+        heads = np.flatnonzero(np.r_[True, gg[1:] != gg[:-1]])  # each group's first row in group order
+        lo, span = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        lo[gg[heads]] = np.minimum.reduceat(b[by_g], heads)
+        span[gg[heads]] = np.maximum.reduceat(e[by_g], heads) - lo[gg[heads]]
+        del by_g, gg
+        shift = (np.cumsum(span + 1) - (span + 1) - lo)[g]
+        b, e = b + shift, e + shift
+    # (small dtypes where they fit: this runs over every GPU op of a trace at once)
+    order = np.argsort(np.concatenate([b, e]), kind="stable")
+    seg = np.diff(np.concatenate([b, e])[order])  # piece i lies between boundaries i and i + 1, in group gs[i]
+    step = (order < m).astype(np.int8) * np.int8(2) - np.int8(1)  # +1 where an interval starts, -1 where one ends
+    small = np.int8 if k < 127 else np.int64
+    which = np.concatenate([c, c]).astype(small)[order]
+    gs = np.concatenate([g, g]).astype(np.int32 if n < 2 ** 31 else np.int64)[order][:-1]
+    del order
+    top = np.full(len(seg), k, dtype=small)  # the first class covering each piece (k: none)
+    for cc in range(k - 1, -1, -1):
+        on = np.cumsum(np.where(which == cc, step, np.int8(0)), dtype=np.int32)[:-1] > 0
+        own[:, cc] = np.rint(np.bincount(gs[on], weights=seg[on], minlength=n)).astype(np.int64)
+        top[on] = cc
+    hit = top < k
+    first[:] = np.rint(np.bincount(gs[hit].astype(np.int64) * k + top[hit], weights=seg[hit], minlength=n * k)).astype(
+        np.int64).reshape(n, k)
+    return first, own
+
+
 def union_ns(b: np.ndarray, e: np.ndarray) -> int:
-    """Total length of the union of intervals [b, e) (integer ns); 0 for none."""
-    if len(b) == 0:
-        return 0
-    order = np.lexsort((e, b))
-    b, e = b[order], e[order]
-    run = np.maximum.accumulate(e)
-    new = np.ones(len(b), dtype=bool)
-    new[1:] = b[1:] > run[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(b) - 1)
-    return int((run[last] - b[first]).sum())
+    """Total length of the union of intervals [b, e) (integer ns); 0 for none (:func:`coverage_ns`)."""
+    return int(coverage_ns(b, e)[0].sum())
+
+
+def unions_ns(parts: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """:func:`union_ns` of each (b, e) of ``parts`` (int64 array, one length per part), in one sweep."""
+    n = len(parts)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    sizes = [len(b) for b, _ in parts]
+    group = np.repeat(np.arange(n, dtype=np.int64), sizes)
+    b = np.concatenate([np.asarray(b, dtype=np.int64) for b, _ in parts])
+    e = np.concatenate([np.asarray(e, dtype=np.int64) for _, e in parts])
+    return coverage_ns(b, e, group, n)[0][:, 0]
 
 
 class RowIds:
@@ -191,14 +244,20 @@ class Shared:
         """What the ``kernels`` query returns (GPU ops on thread tracks with device and stream, in (ts, id) order),
         from the shared slice tree and thread lanes; ``name`` and ``category`` as object columns (one row per GPU
         op: each distinct name is one shared ``str``, not a copy per row)."""
-        t, i = self.slices, self.gpu_rows
+        t, i = self.slices, self.gpu_lane_rows()
         has, tid, pid = self.lane_of
-        i = i[has[t["utid"][i] + 1]]
-        i = i[np.lexsort((t["id"][i], t["ts"][i]))]
         u = t["utid"][i] + 1
         return frame_cols({"id": t["id"][i], "name": self.name_codes_at(i), "category": self.category_codes_at(i, True),
                            "start_ns": t["ts"][i], "dur_ns": t["dur"][i], "device": take_rows(pid, u),
                            "stream": take_rows(tid, u)})
+
+    def gpu_lane_rows(self) -> np.ndarray:
+        """Rows of ``slices`` of the GPU ops on a thread track with a thread row (a device and a stream), in (ts, id)
+        order: the rows of :func:`gpu_ops`."""
+        t, i = self.slices, self.gpu_rows
+        has = self.lane_of[0]
+        i = i[has[t["utid"][i] + 1]]
+        return i[np.lexsort((t["id"][i], t["ts"][i]))]
 
     @cached_property
     def lane_of(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -486,6 +545,93 @@ class Shared:
         hi = int(np.searchsorted(ts, e, side="left"))
         m = end[:hi] > b
         return ts[:hi][m], end[:hi][m]
+
+    @cached_property
+    def op_categories(self) -> np.ndarray:
+        """The category of every GPU op of :attr:`ops` (same order) as an index (int8) into ``GPU_OP_CATEGORIES``
+        (``categories.gpu_op_category`` of its name and trace category; decided once per distinct pair)."""
+        t, i = self.slices, self.gpu_rows
+        if len(i) == 0:
+            return np.zeros(0, dtype=np.int8)
+        m = len(t["cat_uniq"]) + 1
+        key = (t["name_codes"][i].astype(np.int64) + 1) * m + (t["cat_codes"][i] + 1)
+        uk, inv = np.unique(key, return_inverse=True)
+        names, cats = t["name_uniq"], t["cat_uniq"]  # index -1: None (code -1, NULL)
+        index = {c: k for k, c in enumerate(GPU_OP_CATEGORIES)}
+        return np.array([index[gpu_op_category(names[k // m - 1], cats[k % m - 1])] for k in uk.tolist()],
+                        dtype=np.int8)[inv.reshape(-1)]
+
+    @cached_property
+    def step_windows(self) -> dict:
+        """The steps' windows on the timeline (``steps_list`` order), int64 arrays: ``start``, ``end``: the step's
+        start and the later of its end and the end of the GPU work launched in its slice (``gpu_busy``'s window of a step: an asynchronous step's
+        work counts with it, however late it runs); ``lo``, ``hi``: those windows made disjoint, each from the later
+        of its start and every earlier window's end (``hi`` at least ``lo``), so they tile the windows' union
+        (a step whose window lies inside an earlier one's gets an empty one)."""
+        st, p = self.steps_list, self.p
+        launched = [self.pairs_in(ts, ts + dur) for _sid, _n, _nm, ts, dur, _d, _u in st]
+        start = np.array([r[3] for r in st], dtype=np.int64)
+        end = np.array([max(r[3] + r[4], int(p["gpu_end"][k].max()) if len(k) else 0) for r, k in zip(st, launched)],
+                       dtype=np.int64)
+        before = np.maximum.accumulate(np.r_[np.iinfo(np.int64).min, end[:-1]]) if len(st) else end
+        lo = np.maximum(start, before)
+        return {"start": start, "end": end, "lo": lo, "hi": np.maximum(lo, end)}
+
+    @cached_property
+    def step_gpu_time(self) -> dict[str, np.ndarray]:
+        """What the GPU did inside each step's window [lo, hi) of :attr:`step_windows` (disjoint windows), from every
+        GPU op interval clipped to it (whatever launched it): ``busy`` (n,), the union of all of them (idle being the
+        rest of the window); ``time`` (n, K), that union split over the K ``GPU_OP_CATEGORIES`` by their order (an
+        instant where several categories run counts for the first of them, so the K add up to ``busy``); ``own``
+        (n, K), each category's own union, overlaps with other categories included. All int64 ns.
+
+        One :func:`coverage_ns` sweep over all steps (groups) and categories (classes)."""
+        st = self.steps_list
+        n, k = len(st), len(GPU_OP_CATEGORIES)
+        zero = {"busy": np.zeros(n, dtype=np.int64), "time": np.zeros((n, k), dtype=np.int64),
+                "own": np.zeros((n, k), dtype=np.int64)}
+        ops = self.ops
+        if n == 0 or len(ops["ts"]) == 0:
+            return zero
+        w = self.step_windows
+        order = np.argsort(ops["ts"], kind="stable")
+        ts, end, cat = ops["ts"][order], ops["end"][order], self.op_categories[order]
+        reach = np.maximum.accumulate(end)  # the latest end so far: the ops before the first reach > b end by b
+        sel, which = [], []
+        for j, (b, e) in enumerate(zip(w["lo"].tolist(), w["hi"].tolist())):
+            lo = int(np.searchsorted(reach, b, side="right"))
+            hi = int(np.searchsorted(ts, e, side="left"))
+            s = lo + np.flatnonzero(end[lo:hi] > b)  # starts before the window's end, ends after its start
+            sel.append(s)
+            which.append(np.full(len(s), j, dtype=np.int64))
+        s, j = np.concatenate(sel), np.concatenate(which)
+        if len(s) == 0:
+            return zero
+        b, e = np.maximum(ts[s], w["lo"][j]), np.minimum(end[s], w["hi"][j])
+        time, own = coverage_ns(b, e, j, n, cat[s], k)
+        return {"busy": time.sum(axis=1), "time": time, "own": own}
+
+    @cached_property
+    def _is_aten(self) -> np.ndarray:
+        """Boolean over ``slices``: the name starts with ``aten::``."""
+        return self.name_mask(lambda x: isinstance(x, str) and x.startswith("aten::"))
+
+    def aten_op_of(self, rows: np.ndarray) -> np.ndarray:
+        """For each of these rows of ``slices``: the row of its innermost enclosing ``aten::`` op (its nearest
+        ``aten::`` ancestor, the slice itself not counted), -1 where it has none. Walks up all of them at once."""
+        t, is_aten = self.slices, self._is_aten
+        out = np.full(len(rows), -1, dtype=np.int64)
+        cur = np.asarray(rows, dtype=np.int64).copy()
+        live = np.flatnonzero(cur >= 0)
+        cur[live] = t["ppos"][cur[live]]
+        live = live[cur[live] >= 0]
+        while len(live):
+            hit = is_aten[cur[live]]
+            out[live[hit]] = cur[live[hit]]
+            live = live[~hit]
+            cur[live] = t["ppos"][cur[live]]
+            live = live[cur[live] >= 0]
+        return out
 
     @cached_property
     def trace_window(self) -> tuple:

@@ -10,7 +10,7 @@ import numpy as np
 from ._common import ints, nullable_int, us
 from ._shared import Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
 
-__all__ = ["launch_latency", "launch_paths", "dispatch_chain", "dispatch_chains"]
+__all__ = ["launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains"]
 
 
 def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
@@ -71,6 +71,24 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
     df = us(df, {"launch_dur_ns": "launch_dur_us", "gpu_dur_ns": "gpu_dur_us", "latency_ns": "latency_us"})
     return df[["gpu_id", "gpu_name", "gpu_category", "stream", "launch_id", "launch_name", "launch_start_ns",
                "gpu_start_ns", "launch_dur_us", "gpu_dur_us", "latency_us", "paired_by", "step"]]
+
+
+def launch_ops(session, launch_ids, shared: Shared | None = None) -> np.ndarray:
+    """The CPU op behind each launch call: the innermost ``aten::`` op enclosing it on its thread (its nearest
+    ``aten::`` ancestor).
+
+    Args:
+        session: a trace session.
+        launch_ids: slice ids of launch calls (e.g. ``launch_latency``'s ``launch_id``).
+
+    Returns:
+        An int64 array, one entry per launch id: the slice id of that op, -1 where no ``aten::`` op encloses the
+        call (a CUDA graph replay, a Triton kernel launched from compiled code).
+    """
+    sh = shared_for(session, shared)
+    rows = sh.pos(np.asarray(launch_ids, dtype=np.int64))
+    op = sh.aten_op_of(rows)
+    return np.where(op >= 0, sh.slices["id"][np.maximum(op, 0)], -1).astype(np.int64)
 
 
 def _launch_path_raw(sh: Shared) -> pd.DataFrame:

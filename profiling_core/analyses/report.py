@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from .breakdown import category_totals, step_breakdown, top_kernels
 from .compile import compile_breakdown
 from .gemm import gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
@@ -39,6 +40,10 @@ class Report:
     compile_breakdown: pd.DataFrame
     gemm_throughput: pd.DataFrame
     profiler_table: pd.DataFrame
+    step_breakdown: pd.DataFrame
+    """Per step and category of GPU op, the GPU's time and idle time (:func:`step_breakdown`)."""
+    top_kernels: pd.DataFrame
+    """Every GPU op name ranked by total time, with the CPU ops that launched it (:func:`top_kernels` with n=None)."""
     summary: dict[str, Any] = field(default_factory=dict)
     """Headline numbers; see :func:`analyze`."""
 
@@ -87,6 +92,8 @@ def _summary(r: Report) -> dict[str, Any]:
         "launch_apis": apis,
         "compiled_regions_per_step": regions / n_steps if n_steps else None,
         "memcpy_dtod": dtod,
+        "time_by_category": {c.category: float(c.share) for c in category_totals(r.step_breakdown).itertuples()
+                             if pd.notna(c.share)},
     }
 
 
@@ -103,7 +110,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         ``gpu_busy_scope``/``gpu_busy_us``/``gpu_busy_fraction`` (from :func:`gpu_busy`, the ``steps`` scope when the
         trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us``,
         ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
-        ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``.
+        ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
+        ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step
+        breakdown; empty without steps).
     """
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
     # Largest temporaries first, while few results are held yet, smallest last, when all are: the peak memory of the
@@ -111,6 +120,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     # any order.
     out = {"profiler_table": profiler_table(session, shared=sh),
            "steps": steps(session, shared=sh),  # (its per-step pair counts are the temporaries of compile_breakdown)
+           # their sweep over every GPU op at once, while little is held
+           "step_breakdown": step_breakdown(session, shared=sh),
+           "top_kernels": top_kernels(session, n=None, shared=sh),
            "dispatch_chains": dispatch_chains(session, shared=sh),
            "kernel_durations_by_step": kernel_durations_by_step(session, shared=sh),
            "launch_latency": launch_latency(session, shared=sh),

@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
-from ._shared import Shared, frame, shared_for, union_ns
+from ._shared import Shared, frame, shared_for, union_ns, unions_ns
 
 __all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "OVERHEAD_BOUND_BELOW"]
 
@@ -17,7 +17,7 @@ def _steps_raw(sh: Shared) -> pd.DataFrame:
     """What ``steps.sql`` returns, computed from the shared pairs and step windows."""
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_ns", "gpu_busy_ns", "gpu_busy_in_step_ns", "gpu_ops",
             "kernels", "memcpys", "memsets", "launches", "kernel_launches", "first_gpu_start_ns", "last_gpu_end_ns"]
-    rows = []
+    rows, launched, clipped = [], [], []
     p, ops = sh.p, sh.ops if sh.steps_list else None
     c = sh.step_counts if sh.steps_list else None
     for j, (step_id, step, name, ts, dur, _depth, utid) in enumerate(sh.steps_list):
@@ -27,13 +27,16 @@ def _steps_raw(sh: Shared) -> pd.DataFrame:
         i = sh.pairs_in(ts, end)
         b, e = p["gpu_ts"][i], p["gpu_end"][i]
         m = (ops["ts"] < end) & (ops["end"] > ts)
-        clipped = union_ns(np.maximum(ops["ts"][m], ts), np.minimum(ops["end"][m], end))
+        launched.append((b, e))
+        clipped.append((np.maximum(ops["ts"][m], ts), np.minimum(ops["end"][m], end)))
         n = len(i)
-        rows.append((step, name, step_id, ts, dur, union_ns(b, e), clipped,
+        rows.append([step, name, step_id, ts, dur, 0, 0,
                      *(int(c[x][j]) for x in ("gpu_ops", "kernels", "memcpys", "memsets", "launches",
                                               "kernel_launches")),
-                     int(b.min()) if n else None, int(e.max()) if n else None))
-    return frame(rows, cols)
+                     int(b.min()) if n else None, int(e.max()) if n else None])
+    for r, busy, in_step in zip(rows, unions_ns(launched).tolist(), unions_ns(clipped).tolist()):
+        r[5], r[6] = busy, in_step  # the unions of all steps in one sweep each
+    return frame([tuple(r) for r in rows], cols)
 
 
 def steps(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -122,13 +125,12 @@ def _gpu_busy_raw(sh: Shared) -> pd.DataFrame:
     st = sh.steps_list
     if st:
         p = sh.p
+        w = sh.step_windows
         idx = [sh.pairs_in(ts, ts + dur) for _sid, _n, _nm, ts, dur, _d, _u in st]
         # each step's window runs from its start to the later of its end and the end of the GPU work it launched;
         # the steps' window is their union, so time between steps (and between repeat cycles, whose steps the
         # profiler did not record) is not counted as GPU idle
-        starts = np.array([r[3] for r in st], dtype=np.int64)
-        ends = np.array([max(r[3] + r[4], int(p["gpu_end"][k].max()) if len(k) else 0) for r, k in zip(st, idx)],
-                        dtype=np.int64)
+        starts, ends = w["start"], w["end"]
         i = np.concatenate(idx) if idx else np.zeros(0, dtype=np.int64)
         _, first = np.unique(p["gpu_id"][i], return_index=True)
         i = i[first]

@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, shared_for, union_ns
+from ._shared import Shared, frame, shared_for, unions_ns
 
 __all__ = ["cold_start_gap", "sync_wait"]
 
@@ -110,14 +110,15 @@ def _sync_calls(sh: Shared):
 def _sync_wait_raw(sh: Shared) -> pd.DataFrame:
     """What ``sync_wait.sql`` returns, from the sync calls and the shared GPU op intervals."""
     cols = ["id", "name", "start_ns", "dur_ns", "gpu_busy_ns", "gpu_ops", "last_gpu_end_ns"]
-    rows = []
+    rows, parts = [], []
     for sid, name, ts, dur in _sync_calls(sh):
         end = ts + dur
         b, e = sh.ops_overlapping(ts, end)
         n = len(b)
-        busy = union_ns(np.maximum(b, ts), np.minimum(e, end)) if n else 0
-        rows.append((sid, name, ts, dur, busy, n, int(e.max()) if n else None))
-    return frame(rows, cols)
+        parts.append((np.maximum(b, ts), np.minimum(e, end)))
+        rows.append((sid, name, ts, dur, n, int(e.max()) if n else None))
+    busy = unions_ns(parts).tolist()  # every call's union in one sweep
+    return frame([(sid, name, ts, dur, u, n, last) for (sid, name, ts, dur, n, last), u in zip(rows, busy)], cols)
 
 
 def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:

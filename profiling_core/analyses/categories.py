@@ -1,0 +1,106 @@
+"""What a GPU op is, read from its name and trace category by stated rules: the one place kernel names are classified.
+
+:func:`gpu_op_category` puts every GPU op (kernel, memcpy, memset) into one of :data:`GPU_OP_CATEGORIES` (the
+per-step breakdown and the top-kernels table use it); :func:`is_gemm_kernel` is its GEMM rule, which the diagnosis
+also uses; :func:`kernel_family` reads what a GEMM kernel's name states (architecture, math, alignment).
+
+The rules match lower-cased substrings of the name; the first rule that matches wins, in this order:
+
+1. the trace category: ``gpu_memcpy``/``Memcpy`` → ``memcpy``; ``gpu_memset``/``Memset`` → ``memset``;
+2. ``communication``: ``nccl`` or ``rccl`` (``ncclKernel_AllReduce_RING_LL_Sum_float``, ``ncclDevKernel_…``);
+3. ``attention``: ``flash``, ``fmha``, ``sdpa``, ``attention`` or ``attn`` (``pytorch_flash::flash_fwd_kernel``
+   on an H100, ``attn_fwd`` from Triton on an MI300X; PyTorch's memory-efficient ``fmha_cutlassF_…`` and cuDNN's
+   ``…sdpa…`` kernels). Before the GEMM rule because flash kernels are built from CUTLASS and name it. SDPA's
+   math backend runs as GEMMs and a softmax, and shows as such;
+4. ``gemm`` (:func:`is_gemm_kernel`): ``gemm``, ``gemv``, ``nvjet``, ``cutlass``, ``xmma``; names starting with
+   ``triton_tem_fused_`` (Inductor's GEMM templates) or ``cijk_`` (AMD's Tensile GEMMs, ``Cijk_Alik_Bljk_…``).
+   Convolutions count here only where the name says ``gemm``/``xmma``/``cutlass`` (implicit GEMM); other cuDNN
+   convolution kernels (``…scudnn_winograd…``) are ``other``;
+5. ``elementwise`` (elementwise, reductions and normalisation): ``elementwise`` (ATen's
+   ``vectorized_elementwise_kernel``, ``unrolled_…``, ``elementwise_kernel``), ``reduce_kernel``, ``softmax``,
+   ``layer_norm``/``layernorm``, ``rms_norm``/``rmsnorm``, ``group_norm``, ``batch_norm``/``batchnorm``, cuDNN's
+   batch norm ``bn_fw``/``bn_bw``, ``multi_tensor_apply`` (foreach / optimizer kernels), and Inductor's pointwise and
+   reduction kernels ``triton_poi_``, ``triton_red_``, ``triton_per_``;
+6. ``other``: every other kernel (copies such as ``CatArrayBatchedCopy``, embeddings, sorts, unnamed ones).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+__all__ = ["GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES", "gpu_op_category", "is_gemm_kernel", "kernel_family"]
+
+GPU_OP_CATEGORIES = ("gemm", "attention", "elementwise", "other", "memcpy", "memset", "communication")
+"""The categories of GPU ops, in the order the breakdown attributes overlapping time (the first wins) and shows
+them: compute kernels first, then copies, then communication (so ``communication`` is the time nothing else ran)."""
+
+BREAKDOWN_CATEGORIES = GPU_OP_CATEGORIES + ("idle",)
+""":data:`GPU_OP_CATEGORIES` and ``idle`` (no GPU op running): the rows of a step's breakdown, in this order."""
+
+_COMMUNICATION = ("nccl", "rccl")
+_ATTENTION = ("flash", "fmha", "sdpa", "attention", "attn")
+_GEMM = ("gemm", "gemv", "nvjet", "cutlass", "xmma")
+_GEMM_PREFIX = ("triton_tem_fused_", "cijk_")
+_ELEMENTWISE = ("elementwise", "reduce_kernel", "softmax", "layer_norm", "layernorm", "rms_norm", "rmsnorm",
+                "group_norm", "batch_norm", "batchnorm", "bn_fw", "bn_bw", "multi_tensor_apply", "triton_poi_",
+                "triton_red_", "triton_per_")
+_COPY_CATEGORIES = {"gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}
+
+
+def is_gemm_kernel(name: Optional[str]) -> bool:
+    """True when a kernel's name says it is a GEMM (rule 4 of the module's rules; an attention kernel is not one)."""
+    return _kernel_category((name or "").lower()) == "gemm"
+
+
+def _kernel_category(low: str) -> str:
+    """Rules 2–6 on a lower-cased kernel name."""
+    if any(k in low for k in _COMMUNICATION):
+        return "communication"
+    if any(k in low for k in _ATTENTION):
+        return "attention"
+    if any(k in low for k in _GEMM) or low.startswith(_GEMM_PREFIX):
+        return "gemm"
+    if any(k in low for k in _ELEMENTWISE):
+        return "elementwise"
+    return "other"
+
+
+def gpu_op_category(name: Optional[str], category: Optional[str]) -> str:
+    """The category (one of :data:`GPU_OP_CATEGORIES`) of a GPU op with this name and trace category (``kernel``,
+    ``gpu_memcpy``, ``gpu_memset`` or the 2021 ``Kernel``/``Memcpy``/``Memset``), by the module's rules."""
+    copy = _COPY_CATEGORIES.get((category or "").lower())
+    return copy if copy is not None else _kernel_category((name or "").lower())
+
+
+def kernel_family(name: str) -> dict[str, Any]:
+    """What a GEMM kernel's name states, by these rules (None where the name does not say):
+
+    - ``arch``: the SM generation it was built for: ``sm<NN>_`` / ``nvjet_sm<NN>`` / ``cutlass_<NN>_`` /
+      ``cutlass3x_sm<NN>`` give NN; ``volta_``/``turing_``/``ampere_``/``hopper_`` give 70/75/80/90;
+    - ``math``: ``tf32`` if the name has ``tf32``; ``fp32-simt`` for full-fp32 FFMA kernels (``sgemm``, ``_ffma_``
+      or xmma's ``f32f32_f32f32`` without ``tf32``); ``tensor-core`` for ``tensorop``/``s16816``/``s1688``/
+      ``nvjet``/``hmma``/``wgmma`` kernels;
+    - ``align``: the operand alignment in elements of a CUTLASS kernel (``align1`` .. ``align8``).
+    """
+    n = name or ""
+    low = n.lower()
+    arch = None
+    m = re.search(r"(?:^|[^a-z0-9])(?:nvjet_)?sm_?(\d{2,3})(?=[_a-z])", low) or re.search(r"cutlass_(\d{2})_", low) \
+        or re.search(r"cutlass3x_sm(\d{2,3})", low)
+    if m:
+        arch = int(m.group(1))
+    else:
+        for word, a in (("volta_", 70), ("turing_", 75), ("ampere_", 80), ("hopper_", 90)):
+            if word in low:
+                arch = a
+                break
+    if "tf32" in low:
+        math_ = "tf32"
+    elif "sgemm" in low or "_ffma" in low or "f32f32_f32f32" in low:
+        math_ = "fp32-simt"
+    elif any(k in low for k in ("tensorop", "s16816", "s1688", "nvjet", "hmma", "wgmma", "gmma")):
+        math_ = "tensor-core"
+    else:
+        math_ = None
+    a = re.search(r"align(\d+)", low)
+    return {"arch": arch, "math": math_, "align": int(a.group(1)) if a else None}

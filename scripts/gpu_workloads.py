@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""On a GPU machine: issue 14's runs. Each workload × eager / compile default / reduce-overhead, warm (10 calls),
+3 active steps, and a size sweep of the transformer block in prefill (seq_len) and decode (kv_len), eager and
+reduce-overhead; every run forked from the prestarted worker, as the app does.
+
+Each trace and meta.json is copied to ``--out`` as ``<label>.json`` / ``.meta.json``; one line per run from a plain
+JSON scan: median CPU step, kernels per step, the top three kernels by time.
+
+Usage (repo root, on the device machine): python3 scripts/gpu_workloads.py --out DIR [--only LABEL,...]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from profiling_core import ExperimentConfig, RunStore, run_experiment  # noqa: E402
+
+MODES = {"eager": "off", "compile": "default", "ro": "reduce-overhead"}
+W = dict(warmup=10, active=3, device="cuda", dtype="bf16")
+WORKLOADS = {
+    "linear": {"batch": 4096, "in_features": 4096, "out_features": 4096},
+    "mlp": {"batch": 4096, "d": 2048},
+    "attention": {"batch": 8, "heads": 16, "seq_len": 2048, "head_dim": 128},
+    "block_prefill": {"mode": "prefill", "batch": 8, "seq_len": 512, "d_model": 1024, "heads": 16},
+    "block_decode": {"mode": "decode", "batch": 8, "kv_len": 2048, "d_model": 1024, "heads": 16},
+}
+
+
+def runs() -> dict[str, ExperimentConfig]:
+    out = {}
+    for label, knobs in WORKLOADS.items():
+        workload = "transformer_block" if label.startswith("block") else label
+        for m, mode in MODES.items():
+            out[f"{label}_{m}"] = ExperimentConfig(workload=workload, knobs=knobs, compile=mode, **W)
+    out["attention_math_eager"] = ExperimentConfig(workload="attention",
+                                                   knobs={**WORKLOADS["attention"], "backend": "math"}, **W)
+    out["attention_fp32_eager"] = ExperimentConfig(workload="attention", knobs=WORKLOADS["attention"],
+                                                   **{**W, "dtype": "fp32"})
+    for seq in (128, 512, 2048):
+        for m in ("eager", "ro"):
+            out[f"sweep_prefill_{seq}_{m}"] = ExperimentConfig(
+                workload="transformer_block", knobs={**WORKLOADS["block_prefill"], "seq_len": seq},
+                compile=MODES[m], **W)
+    for kv in (256, 2048, 8192):
+        for m in ("eager", "ro"):
+            out[f"sweep_decode_{kv}_{m}"] = ExperimentConfig(
+                workload="transformer_block", knobs={**WORKLOADS["block_decode"], "kv_len": kv},
+                compile=MODES[m], **W)
+    return out
+
+
+def scan(trace: Path) -> str:
+    events = json.loads(trace.read_text())["traceEvents"]
+    xs = [e for e in events if e.get("ph") == "X"]
+    steps = [e for e in xs if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
+    gpu = collections.defaultdict(list)
+    for e in xs:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            gpu[e["name"]].append(float(e.get("dur", 0)))
+    n = max(1, len(steps))
+    cpu = statistics.median(float(e["dur"]) for e in steps) if steps else float("nan")
+    busy = sum(sum(v) for v in gpu.values()) / n
+    top = sorted(gpu.items(), key=lambda kv: -sum(kv[1]))[:3]
+    lines = [f"  CPU step {cpu:,.1f} us, GPU op time {busy:,.1f} us/step, GPU ops {sum(map(len, gpu.values())) / n:g}"
+             "/step"]
+    lines += [f"  {len(d) / n:5g}/step x {statistics.mean(d):9.2f} us  {name[:120]}" for name, d in top]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    only = {x for x in a.only.split(",") if x}
+    store = RunStore(tempfile.mkdtemp(prefix="wl-store-"))
+    for label, cfg in runs().items():
+        if only and label not in only:
+            continue
+        t0 = time.perf_counter()
+        try:
+            run = run_experiment(cfg, store=store, prestart=1)
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"== {label} ({cfg.name}) FAILED: {type(e).__name__}: {str(e)[:400]}", flush=True)
+            continue
+        shutil.copyfile(run.trace_path, out / f"{label}.json")
+        shutil.copyfile(run.meta_path, out / f"{label}.meta.json")
+        print(f"== {label} ({cfg.name}, {time.perf_counter() - t0:.1f} s)\n{scan(run.trace_path)}", flush=True)
+    shutil.rmtree(store.root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
