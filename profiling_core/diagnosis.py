@@ -482,6 +482,26 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                       "blocked_us_per_step": blocked, "copies_in_steps": copy_kinds})
 
 
+def _rule_cudagraphs_skipped(c: _Ctx) -> Optional[Diagnosis]:
+    """A run compiled with mode='reduce-overhead' on a GPU whose steps launch no CUDA graph: Inductor skipped the
+    graphs. Needs the run's config (an imported trace does not say which mode it asked for)."""
+    if _cfg(c.config, "compile") != "reduce-overhead" or not c.report.has_gpu:
+        return None
+    cb = c.report.compile_breakdown
+    if cb.empty or not (cb["compiled_regions"] > 0).any() or int(cb["graph_launches"].sum()) > 0:
+        return None
+    launches = float(cb["kernel_launches"].median())
+    text = (f"This run asked torch.compile for mode='reduce-overhead' (CUDA graphs), but no step replays one: no "
+            f"cudaGraphLaunch in any step, {launches:g} kernel launches per step instead. Inductor skipped the CUDA "
+            "graphs; it does so when the compiled graph mutates one of its inputs in place (a KV cache written by "
+            "the step), has dynamic shapes, or holds CPU tensors. The trace does not say which.")
+    fix = ("Run with TORCH_LOGS='perf_hints' to see why ('skipping cudagraphs due to ...'). For a KV cache written "
+           "in place: allocate it once and mark it static (torch._dynamo.mark_static_address(cache)) or keep the "
+           "write outside the compiled function; then compare the CPU time per step with the graphs on.")
+    return Diagnosis("cudagraphs_skipped", "CUDA graphs asked for but not used", text, fix, None, "",
+                     {"kernel_launches_per_step": launches, "graph_launches": 0})
+
+
 def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     cb = c.report.compile_breakdown
     if cb.empty or not (cb["compiled_regions"] > 0).any():
@@ -538,8 +558,9 @@ def _rule_profiler_overhead(c: _Ctx) -> Optional[Diagnosis]:
 
 
 def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
-    """Which SDPA backend ran (``workloads.sdpa_backend_from_names``) and, where it is not flash on a GPU, the
-    reasons the run's own settings give why flash could not run; silent in a trace without attention."""
+    """Which SDPA backend ran (``workloads.sdpa_backend_from_names``) and, where it is neither flash nor cuDNN on a
+    GPU (the fused ones), the reasons the run's own settings give why flash could not run; silent in a trace without
+    attention."""
     from .workloads import sdpa_backend_from_names
     names = [n for n in c.session.tables.name.tolist() if isinstance(n, str)]
     backend = sdpa_backend_from_names(names)
@@ -558,7 +579,8 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
     forced = knobs.get("backend")
     if forced and forced != "auto":
         why.append(f"the run forced backend={forced}")
-    if on_gpu and backend != "flash":
+    good = ("flash", "cudnn")  # cuDNN's SDPA is a flash-style fused kernel: torch prefers it on Hopper
+    if on_gpu and backend not in good:
         if dtype == "fp32":
             why.append("flash attention takes only fp16/bf16 inputs and this run is fp32")
         hd = knobs.get("head_dim") or (knobs.get("d_model") // knobs["heads"] if knobs.get("d_model")
@@ -571,11 +593,11 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
         if cc is not None and cc < 8.0:
             why.append(f"flash needs compute capability 8.0 and this GPU has {cc:g}")
     text += (": " + "; ".join(why) + "." if why else
-             "." if backend == "flash" or not on_gpu else
+             "." if backend in good or not on_gpu else
              "; the trace does not say why flash was not chosen: force it (torch.nn.attention.sdpa_kernel("
              "SDPBackend.FLASH_ATTENTION)) and torch's warning names the reason.")
-    if backend == "flash":
-        fix = "Nothing to change for the backend."
+    if backend in good:
+        fix = "Nothing to change for the backend (flash and cuDNN are the fused, memory-efficient ones)."
     elif not on_gpu:
         fix = ("On a CPU torch's own choice (backend auto) runs its flash CPU kernel: drop the forced backend."
                if forced and forced != "auto" else "Nothing to change for the backend.")
@@ -590,7 +612,7 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
 
 RULES: tuple[Callable[[_Ctx], Optional[Diagnosis]], ...] = (
     _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_launch_bound, _rule_sync_in_step, _rule_compile,
-    _rule_profiler_overhead, _rule_attention_backend)
+    _rule_profiler_overhead, _rule_attention_backend, _rule_cudagraphs_skipped)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,79 @@
+"""Issue 14's findings on real H200 runs of the new workloads (tests/data/h200_workloads, made by
+scripts/gpu_workloads.py through the runner on 2026-12-01; docs/FINDINGS.md), checked against plain JSON scans."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import scan_trace
+
+from profiling_core.analyses import analyze, triton_fusions
+from profiling_core.config import ExperimentConfig
+from profiling_core.diagnosis import diagnose
+from profiling_core.trace import open_trace
+
+DATA = Path(__file__).parent / "data" / "h200_workloads"
+
+
+def load(name: str):
+    meta = json.loads((DATA / f"{name}.meta.json").read_text())
+    return DATA / f"{name}.json", ExperimentConfig.from_dict(meta["config"])
+
+
+def diagnosed(name: str):
+    path, cfg = load(name)
+    with open_trace(path, engine="sqlite") as s:
+        return diagnose(s, config=cfg, compute_capability=9.0)
+
+
+RULES = {"attention_eager": ["attention_backend"], "attention_fp32_eager": ["attention_backend"],
+         "block_decode_ro": ["launch_bound", "attention_backend", "cudagraphs_skipped"],
+         "block_prefill_ro": ["attention_backend"], "mlp_compile": [], "mlp_eager": []}
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_each_run_gets_the_rules_that_apply(name):
+    assert [d.rule for d in diagnosed(name).diagnoses] == RULES[name]
+
+
+def test_auto_attention_in_bf16_ran_cudnn_and_fp32_ran_efficient_with_its_reason():
+    names = Counter(e.get("name") for e in scan_trace(DATA / "attention_eager.json"))
+    assert names["aten::_scaled_dot_product_cudnn_attention"] == 3  # one a step
+    x = next(d for d in diagnosed("attention_eager").diagnoses if d.rule == "attention_backend")
+    assert x.evidence["backend"] == "cudnn" and x.fix.startswith("Nothing to change")
+    names = Counter(e.get("name") for e in scan_trace(DATA / "attention_fp32_eager.json"))
+    assert names["aten::_scaled_dot_product_efficient_attention"] == 3
+    x = next(d for d in diagnosed("attention_fp32_eager").diagnoses if d.rule == "attention_backend")
+    assert x.evidence["backend"] == "efficient"
+    assert x.evidence["reasons"] == ["flash attention takes only fp16/bf16 inputs and this run is fp32"]
+
+
+def test_decode_under_reduce_overhead_launches_no_cuda_graph_and_prefill_does():
+    def graph_launches(name):
+        return sum(e.get("name") == "cudaGraphLaunch" for e in scan_trace(DATA / f"{name}.json"))
+    assert graph_launches("block_decode_ro") == 0 and graph_launches("block_prefill_ro") == 3
+    x = next(d for d in diagnosed("block_decode_ro").diagnoses if d.rule == "cudagraphs_skipped")
+    assert "no cudaGraphLaunch in any step" in x.text and "perf_hints" in x.fix
+
+
+def test_the_mlps_bias_and_gelu_fuse_under_compile():
+    """Eager: the GEMMs carry the bias (cuBLAS epilogue) and GELU is its own kernel; compiled, GELU is one Triton
+    kernel named after it."""
+    eager = Counter(e["name"] for e in scan_trace(DATA / "mlp_eager.json") if e.get("cat") == "kernel")
+    assert any("GeluCUDAKernelImpl" in n for n in eager) and not any(n.startswith("triton_") for n in eager)
+    path, cfg = load("mlp_compile")
+    with open_trace(path, engine="sqlite") as s:
+        f = triton_fusions(s)
+    assert f[["kernel", "fused_ops", "per_step"]].values.tolist() == [["triton_poi_fused_gelu_0", "gelu", 1.0]]
+
+
+def test_attention_time_is_the_attention_category():
+    path, cfg = load("attention_eager")
+    kernel = [e for e in scan_trace(path) if e.get("cat") == "kernel" and "sdpa" in e["name"]]
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s, config=cfg)
+    b = r.step_breakdown
+    att = b[b["category"] == "attention"]
+    assert att["time_us"].sum() == pytest.approx(sum(e["dur"] for e in kernel), rel=1e-6)
