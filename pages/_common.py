@@ -643,7 +643,7 @@ SCRIPT_CONTRACT = ("Your file defines `make_step(device, dtype)` (or the functio
                    "with your rights, as `python file.py` would.")
 
 
-def _knob_widget(col, key: str, knob, value):
+def knob_widget(col, key: str, knob, value):
     """One workload knob as the widget its kind asks for (``profiling_core.workloads.Knob``)."""
     label = knob.name + (f" ({knob.when[0]} {knob.when[1]} only)" if knob.when else "")
     if knob.kind == "bool":
@@ -693,7 +693,7 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
             given = {**wl.defaults(), **(d.get("knobs") or {})}
             cols = (c1, c2, c3)
             for i, knob in enumerate(wl.knobs):
-                knob_values[knob.name] = _knob_widget(cols[i % 3], f"{key}_{wl_name}_{knob.name}", knob,
+                knob_values[knob.name] = knob_widget(cols[i % 3], f"{key}_{wl_name}_{knob.name}", knob,
                                                       given[knob.name])
         dtype = dtype_select(c2, f"{key}_dtype")
         device = c3.selectbox("Device", DEVICES, index=DEVICES.index(d["device"]), key=f"{key}_device",

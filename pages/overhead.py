@@ -5,7 +5,7 @@ from pages import _common as ui
 from profiling_core import ExperimentConfig, charts, format_duration_us
 from profiling_core.errors import ConfigError
 from profiling_core.export import ReportSection
-from profiling_core.sweep import SPREAD_WARN_PCT, sweep_points
+from profiling_core.sweep import SPREAD_WARN_PCT, sweep_configs, sweep_points
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -14,10 +14,34 @@ st.caption("At 64² the GPU idles while the CPU launches; at 4096² the GPU work
            "curves of CPU time per step and GPU busy time per step cross.")
 
 cuda = bool(ui.environment().get("cuda_available"))
+names = ui.workload_names()
+wl_name = st.selectbox("Workload", names, key="sweep_workload",
+                       help="what each run profiles; the sweep varies its size knob (matrix size, batch, sequence "
+                            "length, KV length)")
+wl = ui.get_workload(wl_name)
+if not wl.size_knobs:
+    st.info(f"{ui.md_code(wl_name)} has no size knob to sweep: profile it on the **Profile** page.",
+            icon=":material/info:")
 with st.form("sweep_form"):
     c1, c2, c3 = st.columns(3)
-    sizes = c1.multiselect("Sizes", ui.SIZES, default=ui.SIZES if cuda else [64, 256, 1024], key="sweep_sizes",
-                           help="each size is one fresh worker process")
+    knob_values = {}
+    if wl_name == "matmul_add":
+        sizes = c1.multiselect("Sizes", ui.SIZES, default=ui.SIZES if cuda else [64, 256, 1024], key="sweep_sizes",
+                               help="each size is one fresh worker process")
+    elif not wl.size_knobs:
+        sizes = []
+    else:
+        axis_names = " / ".join(wl.size_knobs)
+        text = c1.text_input(f"Values of {axis_names} (comma-separated)", value="128,512,2048",
+                             key=f"sweep_values_{wl_name}",
+                             help="the sweep axis: " + ("seq_len in prefill, kv_len in decode"
+                                                        if len(wl.size_knobs) > 1 else wl.size_knobs[0]))
+        sizes = [int(x) for x in text.replace(" ", "").split(",") if x.isdigit()]
+        cols = (c1, c2, c3)
+        given = wl.defaults()
+        for i, knob in enumerate(k for k in wl.knobs if k.name not in wl.size_knobs):
+            knob_values[knob.name] = ui.knob_widget(cols[(i + 1) % 3], f"sweep_{wl_name}_{knob.name}", knob,
+                                                     given[knob.name])
     modes = c1.multiselect("Modes", ["off", "default", "reduce-overhead"], default=["off"], key="sweep_modes",
                            format_func=lambda m: "eager" if m == "off" else f"compile ({m})",
                            help="overlay eager and torch.compile")
@@ -29,12 +53,15 @@ with st.form("sweep_form"):
                               help="each (size, mode) runs this many times, each in a fresh worker; the chart shows "
                                    "their median with the min–max range (on a CPU the step time is mostly noise "
                                    "unless repeated)")
-    go = st.form_submit_button("Run sweep", type="primary", icon=":material/play_arrow:")
+    go = st.form_submit_button("Run sweep", type="primary", icon=":material/play_arrow:", disabled=not wl.size_knobs)
 if go:
     try:
-        configs = [ExperimentConfig(size=s, compile=m, dtype=dtype, device=device, warmup=int(warmup),
-                                    wait=0, warmup_steps=1 if warmup == 0 else 0, active=active)
-                   for m in modes for s in sorted(sizes) for _ in range(int(repeats))]
+        common = dict(dtype=dtype, device=device, warmup=int(warmup), wait=0,
+                      warmup_steps=1 if warmup == 0 else 0, active=active)
+        configs = [c for _ in range(int(repeats))
+                   for c in sweep_configs(sorted(sizes), modes, workload=wl_name,
+                                          knobs=wl.applicable(knob_values), **common)]
+        configs.sort(key=lambda c: (c.compile, c.workload_knobs.get(c.size_knob) or 0))
         if not configs:
             st.warning("Pick at least one size and one mode.")
         else:

@@ -45,3 +45,32 @@ def test_overhead_marks_the_crossover_on_gpu_traces(runs_dir):
     at = app("overhead")
     assert not errors_of(at)
     assert any("overtakes CPU time per step near n" in s.value for s in at.success)
+
+
+@pytest.mark.slow
+def test_a_sweep_of_another_workload_varies_its_size_knob(runs_dir):
+    from profiling_core import RunStore
+    at = app("overhead")
+    at.selectbox(key="sweep_workload").set_value("mlp").run()
+    at.text_input(key="sweep_values_mlp").set_value("8,16")
+    at.number_input(key="sweep_mlp_d").set_value(64)
+    at.selectbox(key="sweep_dtype").set_value("fp32")
+    at.selectbox(key="sweep_device").set_value("cpu")
+    at.slider(key="sweep_active").set_value(1)
+    at.number_input(key="sweep_repeats").set_value(1)
+    [go] = [b for b in at.button if b.label == "Run sweep"]
+    go.click().run()
+    assert not errors_of(at), errors_of(at)
+    cfgs = [r.config for r in RunStore(runs_dir).list()]
+    assert sorted((c.workload, c.workload_knobs["batch"], c.workload_knobs["d"]) for c in cfgs) == \
+        [("mlp", 8, 64), ("mlp", 16, 64)]
+    table = next(d.value for d in at.dataframe if "cpu_us_per_step" in d.value.columns)
+    assert sorted(table["size"]) == [8, 16]  # charted along the MLP's batch
+
+
+def test_a_script_has_no_size_knob_to_sweep(runs_dir):
+    at = app("overhead")
+    at.selectbox(key="sweep_workload").set_value("script").run()
+    assert not errors_of(at)
+    assert any("no size knob to sweep" in i.value for i in at.info)
+    assert [b for b in at.button if b.label == "Run sweep"][0].disabled
