@@ -3,12 +3,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
+import threading
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import profiling_core
 from profiling_core.errors import TraceError, TraceFormatError, TraceTooLargeError
 from profiling_core.trace import open_trace
 
@@ -147,3 +153,90 @@ def test_fuzz_damaged_bytes(tmp_path, cut, junk, gz):
     data = gzip.compress(base) if gz else base
     cut = min(cut, len(data))
     _try(tmp_path, data[:cut] + junk + data[cut + len(junk):])
+
+
+# -- pipes and devices: the size cap holds, and they are read once --
+
+_CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))  # (a regression fails here, instead of filling the machine)
+sys.path.insert(0, {root!r})
+from profiling_core.trace import open_trace
+t0 = time.perf_counter()
+try:
+    with open_trace({path!r}, engine="sqlite"{extra}) as s:
+        out = {{"events": s.load_stats.events, "slices": s.load_stats.slices}}
+except Exception as e:
+    out = {{"error": type(e).__name__, "message": str(e)}}
+out["wall_s"] = time.perf_counter() - t0
+print(json.dumps(out))
+"""
+
+
+def _load_in_child(path, extra: str = "", limit: int = 4 << 30, timeout: float = 120) -> dict:
+    """open_trace(path) in a fresh process under an address-space limit: what it loaded (``events``, ``slices``) or
+    raised (``error``, ``message``), its wall time (``wall_s``) and its own peak RSS (``rss_mib``)."""
+    root = str(Path(profiling_core.__file__).resolve().parent.parent)  # (the package this test process runs)
+    code = _CHILD.format(root=root, path=str(path), extra=extra, limit=limit)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    watchdog = threading.Timer(timeout, p.kill)  # (a regression fails the test instead of stalling the suite)
+    watchdog.start()
+    try:
+        out = p.stdout.read().decode(errors="replace")
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        watchdog.cancel()
+    try:
+        res = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        res = {"error": f"exit status {p.returncode}: {out[-500:]}"}
+    res["rss_mib"] = usage.ru_maxrss / 1024
+    return res
+
+
+def test_dev_zero_is_refused_at_the_cap():
+    """A device never ends: it is read up to the cap and refused (it used to end in a MemoryError)."""
+    got = _load_in_child("/dev/zero", extra=", max_bytes=8 << 20", limit=2 << 30)
+    assert got.get("error") == "TraceTooLargeError", got
+    assert got["message"] == ("/dev/zero (a character device) gave more than 8.0 MiB (the cap, 8388608 bytes); "
+                              "stopped reading it; pass a larger max_bytes to open it")
+
+
+def _fifo_writer(path, data: bytes, forever: bool = False):
+    """A thread writing ``data`` (again and again if ``forever``) into the FIFO ``path`` until the reader leaves."""
+    def run():
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+                while forever:
+                    f.write(data)
+        except (BrokenPipeError, OSError):
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_fifo_is_refused_at_the_cap(tmp_path):
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    _fifo_writer(fifo, b'{"traceEvents": [' + b" " * (1 << 20), forever=True)
+    with pytest.raises(TraceTooLargeError) as ei:
+        open_trace(fifo, engine="sqlite", max_bytes=8 << 20)
+    assert str(ei.value) == (f"{fifo} (a pipe (FIFO)) gave more than 8.0 MiB (the cap, 8388608 bytes); stopped "
+                             "reading it; pass a larger max_bytes to open it")
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+@pytest.mark.parametrize("data", [_doc(GOOD, dict(GOOD, ts=5)), b'{"traceEvents":' + b" " * 300 + _doc(GOOD)[16:]],
+                         ids=["streamed", "read whole"])
+def test_fifo_trace_loads(tmp_path, data, gz):
+    """A pipe is read once (no seek, no second read for the whole-document path) and loads like the file."""
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    _fifo_writer(fifo, gzip.compress(data) if gz else data)
+    with open_trace(fifo, engine="sqlite") as s:
+        assert s.query("select count(*) n from slice")["n"][0] == data.count(b'"ph": "X"')
+

@@ -26,7 +26,7 @@ from ._collect import Collector
 from ._model import LoadStats, Model, build
 from ._tables import ABSENT, TraceTables, visible_arg
 from ._decode import NotStreamable, iter_batches, split_events, stream_typed
-from ._source import iter_trace_chunks, read_trace_bytes
+from ._source import is_stream, iter_trace_chunks, read_trace_bytes
 
 _QUOTED = re.compile(r'\."((?:[^"\\]|\\.)*)"')
 _INDEX = re.compile(r"\[\d+\]")
@@ -525,17 +525,23 @@ def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> 
     gc_was = gc.isenabled()
     gc.disable()  # the loader makes millions of small objects and no cycles
     try:
+        # A pipe or a device can be read only once: its bytes (up to the cap) are read first and split from memory.
+        data = read_trace_bytes(path, max_bytes) if is_stream(path) else None
+        chunks = iter_trace_chunks(path, max_bytes, _STREAM_CHUNK) if data is None else \
+            (data[i:i + _STREAM_CHUNK] for i in range(0, len(data), _STREAM_CHUNK))
         try:
-            collector = _collect(stream_typed(iter_trace_chunks(path, max_bytes, _STREAM_CHUNK)), stats, args_path)
+            collector = _collect(stream_typed(chunks), stats, args_path)
         except NotStreamable:
             # Not a plain trace document (or not valid JSON): read it whole, which reports any error exactly.
             stats.__init__()
             os.unlink(args_path)
-            data = read_trace_bytes(path, max_bytes)
+            if data is None:
+                data = read_trace_bytes(path, max_bytes)
             raws = split_events(data, os.fspath(path))
-            del data
+            data = None
             collector = _collect(iter([(raws, None)]), stats, args_path)
             del raws
+        del data, chunks
         model = build(collector)
         del collector
     finally:
