@@ -18,6 +18,8 @@ import profiling_core
 from profiling_core.errors import TraceError, TraceFormatError, TraceTooLargeError
 from profiling_core.trace import open_trace
 
+import pathological_traces
+
 GOOD = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}
 
 
@@ -155,7 +157,7 @@ def test_fuzz_damaged_bytes(tmp_path, cut, junk, gz):
     _try(tmp_path, data[:cut] + junk + data[cut + len(junk):])
 
 
-# -- pipes and devices: the size cap holds, and they are read once --
+# -- pathological inputs: linear time and bounded memory; pipes and devices under the size cap, read once --
 
 _CHILD = r"""
 import json, resource, sys, time
@@ -193,6 +195,49 @@ def _load_in_child(path, extra: str = "", limit: int = 4 << 30, timeout: float =
         res = {"error": f"exit status {p.returncode}: {out[-500:]}"}
     res["rss_mib"] = usage.ru_maxrss / 1024
     return res
+
+
+@pytest.mark.parametrize("shape", sorted(pathological_traces.SHAPES))
+def test_pathological_shapes_load(tmp_path, shape):
+    """Every shape loads, each of its events a slice (the shapes: tests/pathological_traces.py)."""
+    data, n = pathological_traces.SHAPES[shape](4 << 20)
+    p = tmp_path / "t.json"
+    p.write_bytes(data)
+    with open_trace(p, engine="sqlite") as s:
+        assert (s.load_stats.events, s.load_stats.slices, s.load_stats.skipped) == (n, n, {})
+        assert s.query("select count(*) n from slice where ts >= 0")["n"][0] == n
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", sorted(pathological_traces.SHAPES))
+def test_pathological_shapes_load_in_linear_time(tmp_path, shape):
+    """128 MB of each shape loads in well under 30 s and 1 GiB. The splitter before retried its guesses on a growing
+    buffer (quadratic: minutes at this size) and one_string's closing bracket was found by a regex whose memory grew
+    with the string (docs/BENCHMARKS.md, "Pathological inputs")."""
+    data, n = pathological_traces.SHAPES[shape](128 << 20)
+    p = tmp_path / "t.json"
+    p.write_bytes(data)
+    del data
+    try:
+        got = _load_in_child(p)
+    finally:
+        p.unlink()
+    assert (got.get("events"), got.get("slices")) == (n, n), got
+    assert got["wall_s"] < 30, got
+    assert got["rss_mib"] < 1024, got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(pathological_traces.BOMBS))
+def test_gzip_bombs_are_refused_quickly(tmp_path, kind):
+    """Under 1 MB of gzip that inflates to 640 MiB of an element that never ends: refused at the default cap (512 MiB)
+    in well under 30 s (the splitter before spent minutes on the "}," one)."""
+    p = tmp_path / "bomb.json.gz"
+    assert pathological_traces.write_bomb(p, kind, 640 << 20) < 1 << 20
+    got = _load_in_child(p)
+    assert got.get("error") == "TraceTooLargeError", got
+    assert "decompresses to more than 512.0 MiB (the cap, 536870912 bytes); stopped reading it" in got["message"]
+    assert got["wall_s"] < 30, got
 
 
 def test_dev_zero_is_refused_at_the_cap():
@@ -240,3 +285,21 @@ def test_fifo_trace_loads(tmp_path, data, gz):
     with open_trace(fifo, engine="sqlite") as s:
         assert s.query("select count(*) n from slice")["n"][0] == data.count(b'"ph": "X"')
 
+
+_ODD = [b"\\ud800", b"\\udc00x", b"\\ud83d\\ude00", b"\\\\ud800", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\\", b'\\"',
+        b"},", b" " * 3000]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.sampled_from(sorted(pathological_traces.SHAPES)), size=st.sampled_from([1 << 8, 1 << 12, 1 << 16]),
+       inner=st.sampled_from([16, 300, 5000]), odd=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(_ODD)),
+                                                           max_size=4), cut=st.floats(0, 1), gz=st.booleans())
+def test_fuzz_pathological(tmp_path, shape, size, inner, odd, cut, gz):
+    """The pathological shapes (small), with odd text put in anywhere and cut anywhere: a load or a TraceError."""
+    arg = {"brace_names": "name_bytes", "whitespace": "run", "nested_args": "event_bytes", "escapes": "name_bytes"}
+    data = bytearray(pathological_traces.SHAPES[shape](size, **({arg[shape]: inner} if shape in arg else {}))[0])
+    for where, text in odd:
+        at = int(where * len(data))
+        data[at:at] = text
+    data = bytes(data[:len(data) if cut > 0.8 else int(cut / 0.8 * len(data))])
+    _try(tmp_path, gzip.compress(data, 1) if gz else data)

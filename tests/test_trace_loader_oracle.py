@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 
 import loader_oracle
+import pathological_traces
 import msgspec
 import numpy as np
 import pytest
@@ -374,6 +375,19 @@ def test_random_nesting():
                 evs.append({"ph": rng.choice("sstf"), "id": rng.randint(0, 20), "pid": 1, "tid": tid,
                             "ts": s + rng.choice([0, d // 2, d, d + 1]), "bp": rng.choice(["e", "e", None])})
         _check(evs)
+
+
+@pytest.mark.parametrize("shape", sorted(pathological_traces.SHAPES))
+def test_pathological_shapes(shape, monkeypatch):
+    """The shapes made against the splitter (long elements, "}," in strings and at nested levels, escapes), cut into
+    chunks of several sizes and split with small pieces: the same result as the oracle's, every event a slice."""
+    monkeypatch.setattr(_decode, "_PIECE", 1 << 12)
+    data, n = pathological_traces.SHAPES[shape](1 << 18, 1 << 14) if shape not in ("one_string", "nested_args") \
+        else pathological_traces.SHAPES[shape](1 << 18)
+    for chunk in (1000, 1 << 14, 1 << 20):
+        got = _same(_decoded(_Chunks(data, chunk)))
+        assert got["counts"][:2] == (n, n)
+
 
 
 # ------------------------------------------------------------------------------------------------ real traces

@@ -48,7 +48,9 @@ def _same_as_whole(data: bytes, size: int) -> None:
     assert got == whole
 
 
-_EVIL = ["},", "}, {", '"},', "\\\"},", "]", "}]", '"traceEvents"', "traceEvents", "{", "[", "\\\\", "é", "\u2028"]
+_EVIL = ["},", "}, {", '"},', "\\\"},", "]", "}]", '"traceEvents"', "traceEvents", "{", "[", "\\\\", "é", "\u2028",
+         # pathological runs (tests/pathological_traces.py has them at scale)
+         "}," * 40, " " * 300, '\\"},' * 10]
 _values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.sampled_from(_EVIL) | st.text(max_size=6),
