@@ -49,6 +49,8 @@ CASES = {
     "huge timestamp": (_doc(dict(GOOD, ts=10 ** 30)), TraceFormatError, "ts_out_of_range: 1"),
     "nan timestamp as text": (_doc(dict(GOOD, ts="nan")), TraceFormatError, "X_missing_or_bad_ts: 1"),
     "list pid": (_doc(dict(GOOD, pid=[1])), TraceFormatError, "bad_pid_or_tid: 1"),
+    "a byte that is not UTF-8 outside a string": (b'{"traceEvents": [\xff]}', TraceFormatError,
+                                                  "is not valid JSON: JSON is malformed: invalid character (byte 17)"),
 }
 
 
@@ -157,7 +159,7 @@ def test_fuzz_damaged_bytes(tmp_path, cut, junk, gz):
     _try(tmp_path, data[:cut] + junk + data[cut + len(junk):])
 
 
-# -- pathological inputs: linear time and bounded memory; pipes and devices under the size cap, read once --
+# -- pathological inputs: linear time and bounded memory; the size cap for streams; text that is not Unicode --
 
 _CHILD = r"""
 import json, resource, sys, time
@@ -284,6 +286,59 @@ def test_fifo_trace_loads(tmp_path, data, gz):
     _fifo_writer(fifo, gzip.compress(data) if gz else data)
     with open_trace(fifo, engine="sqlite") as s:
         assert s.query("select count(*) n from slice")["n"][0] == data.count(b'"ph": "X"')
+
+
+def _x(name: bytes, ts: int, more: bytes = b"") -> bytes:
+    return b'{"ph": "X", "name": "%s", "pid": 1, "tid": 1, "ts": %d, "dur": 1%s}' % (name, ts, more)
+
+
+def _both_paths(tmp_path, events: list) -> list:
+    """The same events as a document the loader streams, and as one it reads whole (more than 256 bytes between
+    "traceEvents" and its list): one session of each."""
+    body = b",".join(events) + b"]}"
+    out = []
+    for i, head in enumerate((b'{"traceEvents": [', b'{"traceEvents":' + b" " * 300 + b"[")):
+        p = tmp_path / f"t{i}.json"
+        p.write_bytes(head + body)
+        out.append(open_trace(p, engine="sqlite"))
+    return out
+
+
+def test_lone_surrogates_read_as_replacement_characters(tmp_path):
+    """A \\uD800-\\uDFFF escape that is not half of a pair reads as U+FFFD, each counted in load_stats.repaired, and
+    the trace loads (it used to refuse the whole trace); a pair, and an escaped backslash before "ud800", stay as
+    written."""
+    evs = [_x(b"a\\ud800b", 1, b', "args": {"k": "\\udc00x"}'), _x(b"\\ud83d\\ude00", 2), _x(b"\\\\ud800", 3),
+           _x(b"\\ud800\\uD800", 4, b', "cat": "\\uDBFF"')]
+    for s in _both_paths(tmp_path, evs):
+        with s:
+            got = s.query("select name, category, extract_arg(arg_set_id, 'args.k') k from slice order by ts").fillna("NULL")
+            assert got.to_dict("list") == {"name": ["a\ufffdb", "\U0001f600", "\\ud800", "\ufffd\ufffd"],
+                                           "category": ["NULL", "NULL", "NULL", "\ufffd"], "k": ["\ufffdx", "NULL", "NULL", "NULL"]}
+            assert (s.load_stats.repaired, s.load_stats.skipped) == ({"lone_surrogate": 5}, {})
+
+
+def test_invalid_utf8_reads_as_replacement_characters(tmp_path):
+    """Bytes that are not UTF-8, in a name, a category, args or a process name, read as U+FFFD, each counted in
+    load_stats.repaired (they used to drop the event as missing_or_bad_ph, or the process name as M_without_name)."""
+    evs = [_x(b"a\xffb", 1, b', "cat": "\xc3", "args": {"k": "\xfe"}'), _x(b"ok", 2),
+           b'{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "p\xff"}}']
+    for s in _both_paths(tmp_path, evs):
+        with s:
+            got = s.query("select name, category, extract_arg(arg_set_id, 'args.k') k from slice order by ts").fillna("NULL")
+            assert got.to_dict("list") == {"name": ["a\ufffdb", "ok"], "category": ["\ufffd", "NULL"],
+                                           "k": ["\ufffd", "NULL"]}
+            assert s.query("select name from process where pid = 1")["name"].tolist() == ["p\ufffd"]
+            assert (s.load_stats.repaired, s.load_stats.skipped) == ({"invalid_utf8": 4}, {})
+
+
+def test_invalid_utf8_args_alone_are_counted(tmp_path):
+    """Args are not checked when an event is decoded: their repair (by the args writer) is counted too."""
+    for s in _both_paths(tmp_path, [_x(b"a", 1, b', "args": {"k": "\xfe\xfe"}'), _x(b"b", 2)]):
+        with s:
+            assert s.query("select extract_arg(arg_set_id, 'args.k') k from slice order by ts").fillna("NULL")["k"].tolist() == [
+                "\ufffd\ufffd", "NULL"]
+            assert s.load_stats.repaired == {"invalid_utf8": 2}
 
 
 _ODD = [b"\\ud800", b"\\udc00x", b"\\ud83d\\ude00", b"\\\\ud800", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\\", b'\\"',

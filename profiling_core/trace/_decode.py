@@ -7,6 +7,7 @@ absolute epoch timestamps keep their nanoseconds.
 """
 from __future__ import annotations
 
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -46,10 +47,11 @@ _ONE_DECODER = msgspec.json.Decoder(Event, float_hook=str)
 BATCH = 16384
 
 
-def split_events(data: bytes | bytearray, source: str) -> list[msgspec.Raw]:
+def split_events(data: bytes | bytearray, source: str, stats=None) -> list[msgspec.Raw]:
     """The trace's events as zero-copy raw JSON slices (an object with traceEvents, or a bare list).
 
-    Raises TraceFormatError for anything that is not such a document.
+    Raises TraceFormatError for anything that is not such a document. Lone surrogate escapes are repaired first (see
+    :func:`repair_surrogates`; counted in ``stats``, a LoadStats).
     """
     try:
         doc = _RAW_DECODER.decode(data)
@@ -57,6 +59,10 @@ def split_events(data: bytes | bytearray, source: str) -> list[msgspec.Raw]:
         raise TraceFormatError(f"{source}: top level must be a JSON object with 'traceEvents' "
                                "or a list of events") from None
     except msgspec.DecodeError as e:
+        fixed, n = repair_surrogates(data)
+        if n:
+            _count(stats, "lone_surrogate", n)
+            return split_events(fixed, source, stats)
         raise TraceFormatError(f"{source} is not valid JSON: {_short(e)}") from None
     except RecursionError:
         raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
@@ -73,18 +79,96 @@ def split_events(data: bytes | bytearray, source: str) -> list[msgspec.Raw]:
         raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
 
 
-def _decode_piece(text: bytes, typed: bool):
+# ---------------------------------------------------------------------------------------------- text repairs
+# Text that is not valid Unicode is read with U+FFFD in its place (as Python's "replace" does), and each replacement is
+# counted in LoadStats.repaired: "invalid_utf8" (a byte sequence that is not UTF-8), "lone_surrogate" (a \uD800-\uDFFF
+# escape that is not half of a surrogate pair). msgspec refuses both; they are repaired only where a decode failed, so
+# that valid traces never pay for the check.
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def repair_surrogates(text):
+    """``text`` (JSON) with each lone surrogate escape replaced by ``\\ufffd`` (the same length, so nothing moves), and
+    how many there were; ``text`` itself when there are none."""
+    lone = []
+    high = -1  # a high surrogate escape waiting for its low half
+    for m in _SURROGATE.finditer(text):
+        p = k = m.start()
+        while k and text[k - 1] == 0x5C:
+            k -= 1
+        if (p - k) & 1:
+            continue  # an escaped backslash followed by "uD...": plain text
+        is_high = text[p + 3] in b"89abAB"
+        if high >= 0:
+            if not is_high and p == high + 6:
+                high = -1  # a pair
+                continue
+            lone.append(high)
+            high = -1
+        if is_high:
+            high = p
+        else:
+            lone.append(p)
+    if high >= 0:
+        lone.append(high)
+    if not lone:
+        return text, 0
+    out = bytearray(text)
+    for p in lone:
+        out[p:p + 6] = b"\\ufffd"
+    return out, len(lone)
+
+
+def repair_utf8(data: bytes):
+    """``data`` with each byte sequence that is not UTF-8 replaced by U+FFFD, and how many there were; ``data`` itself
+    when it is valid UTF-8."""
+    if data.isascii():
+        return data, 0
+    try:
+        str(data, "utf-8")
+        return data, 0
+    except UnicodeDecodeError:
+        pass
+    text = str(data, "utf-8", "replace")
+    return text.encode("utf-8"), text.count("\ufffd") - bytes(data).count("\ufffd".encode("utf-8"))
+
+
+def _count(stats, reason: str, n: int) -> None:
+    if stats is not None:
+        stats.repair(reason, n)
+
+
+def _decode_piece(text: bytes, typed: bool, whole: bool, stats):
     """The JSON list ``text`` decoded: ``(None, events)`` (``typed`` and it decodes as events) or ``(raws, None)``;
-    None if it is not a JSON list."""
+    None if it is not a JSON list.
+
+    Text that is not valid Unicode is repaired (and counted in ``stats``) where the list is known to be made of whole
+    elements: lone surrogates when ``whole`` (they make any decode fail), invalid UTF-8 once the raw decode succeeded
+    (only the typed decode checks it)."""
+    text_error = False
     if typed:
         try:
             return None, _BATCH_DECODER.decode(text)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        except msgspec.DecodeError:
+            text_error = True
+        except (msgspec.ValidationError, RecursionError):
             pass
     try:
-        return _RAW_LIST_DECODER.decode(text), None
+        raws = _RAW_LIST_DECODER.decode(text)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        if whole:
+            fixed, n = repair_surrogates(text)
+            if n:
+                _count(stats, "lone_surrogate", n)
+                return _decode_piece(fixed, typed, whole, stats)
         return None
+    if text_error:
+        fixed, n = repair_utf8(text)
+        if n:
+            _count(stats, "invalid_utf8", n)
+            return _decode_piece(fixed, typed, whole, stats)
+    return raws, None
 
 
 # --------------------------------------------------------------------------------------------------- streaming
@@ -100,22 +184,22 @@ _HEAD_MAX = 64 << 20  # bytes read looking for "traceEvents" before giving up on
 _SCAN_BLOCK = 1 << 20  # bytes the scanner looks at in one step (bounds its temporary arrays)
 
 
-def stream_events(chunks):
+def stream_events(chunks, stats=None):
     """Split the trace's event list into raw JSON slices while its bytes arrive; see :func:`_stream`."""
-    for raws, _events in _stream(chunks, False):
+    for raws, _events in _stream(chunks, False, stats):
         yield raws
 
 
-def stream_typed(chunks):
+def stream_typed(chunks, stats=None):
     """Like :func:`stream_events`, but yields ``(raws, None)`` or ``(None, events)``: a piece of the list that
     decodes whole as events comes back already decoded (the same ``Event`` values :func:`iter_batches` gives for
     its raw slices), so the common case parses each byte once. A chunk read is decoded a piece of about
     ``_PIECE`` bytes at a time (so its events are still in the CPU's cache when the caller goes through them).
     """
-    return _stream(chunks, True)
+    return _stream(chunks, True, stats)
 
 
-def _stream(chunks, typed: bool):
+def _stream(chunks, typed: bool, stats):
     """Split the trace's event list into raw JSON slices while its bytes arrive (``chunks``: an iterator).
 
     Yields lists of msgspec.Raw, in file order, whose concatenation is exactly what
@@ -190,7 +274,7 @@ def _stream(chunks, typed: bool):
         nonlocal cuts, lo, guess
         with memoryview(buf) as view:
             text = b"".join((b"[", view[lo:k], b"]"))
-        got = _decode_piece(text, typed)
+        got = _decode_piece(text, typed, sure, stats)
         if got is None or not len(got[0] if got[0] is not None else got[1]):
             if sure or got is not None:  # (an empty piece: a comma right after "[" or after another comma)
                 raise NotStreamable("an element of the list does not decode")
@@ -244,7 +328,7 @@ def _stream(chunks, typed: bool):
         end = scan.close + 1
     with memoryview(buf) as view:
         text = b"".join((b"[", view[:end]))
-    got = _decode_piece(text, False)
+    got = _decode_piece(text, False, True, stats)
     if got is None:
         raise NotStreamable("bad end")
     raws = got[0]
@@ -373,19 +457,31 @@ def _check_doc(head: bytes, tail: bytes | None) -> None:
         raise NotStreamable("unexpected document")
 
 
-def iter_batches(raws: list[msgspec.Raw], size: int = BATCH, base: int = 0):
+def iter_batches(raws: list[msgspec.Raw], size: int = BATCH, base: int = 0, stats=None):
     """Typed events, ``size`` at a time (so only one batch of Structs is alive at once).
 
-    Entries that are not JSON objects (or nest too deeply) come back as Event(ph=None).
-    ``base`` is the file index of ``raws[0]``.
+    Entries that are not JSON objects (or nest too deeply) come back as Event(ph=None). Text that is not UTF-8 is
+    repaired (see :func:`repair_utf8`; counted in ``stats``). ``base`` is the file index of ``raws[0]``.
     """
     for start in range(0, len(raws), size):
         chunk = raws[start:start + size]
+        text = b"[" + b",".join(chunk) + b"]"
         try:
-            yield base + start, _BATCH_DECODER.decode(b"[" + b",".join(chunk) + b"]")
+            yield base + start, _BATCH_DECODER.decode(text)
             continue
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        except msgspec.DecodeError:
+            text, n = repair_utf8(text)
+            if n:
+                _count(stats, "invalid_utf8", n)
+                chunk = _RAW_LIST_DECODER.decode(text)  # the same entries, their text repaired
+                try:
+                    yield base + start, _BATCH_DECODER.decode(text)
+                    continue
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                    pass
+        except (msgspec.ValidationError, RecursionError):
             pass
+        del text
         out: list[Event] = []
         for raw in chunk:  # slow path: find and drop the bad entries one by one
             try:
