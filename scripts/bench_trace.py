@@ -139,12 +139,17 @@ try:
 except Exception as e:
     out = {{"result": type(e).__name__}}
 out["load_s"] = time.perf_counter() - t1
+try:  # this process's own peak RSS (ru_maxrss would start from the parent's RSS at fork)
+    out["peak_rss_mib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
+except (OSError, StopIteration):
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """
 
 
 def run_limited(code: str, timeout: float) -> dict:
-    """Run ``code`` in a fresh python, killed after ``timeout`` s: its JSON result (or what stopped it), load_s, peak RSS."""
+    """Run ``code`` in a fresh python, killed after ``timeout`` s: its JSON result (or what stopped it: then its peak
+    RSS is the ru_maxrss the kernel kept, which counts from the parent's RSS at fork), load_s, peak RSS."""
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     timer = threading.Timer(timeout, p.kill)
     timer.start()
@@ -155,18 +160,16 @@ def run_limited(code: str, timeout: float) -> dict:
     finally:
         timer.cancel()
     try:
-        res = json.loads(out.strip().splitlines()[-1])
+        return json.loads(out.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        res = {"result": f"killed after {timeout:.0f} s" if p.returncode == -9 else f"exit {p.returncode}",
-               "load_s": None}
-    res["peak_rss_mib"] = usage.ru_maxrss / 1024
-    return res
+        return {"result": f"killed after {timeout:.0f} s" if p.returncode == -9 else f"exit {p.returncode}",
+                "load_s": None, "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
 def pathological(args) -> int:
     """The --pathological table (see the module docstring)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import pathological_traces as pt
+    import pathological_traces as pt  # (only its names: the inputs are made in child processes)
 
     sizes = [int(x) for x in args.pathological.split(",")]
     shapes = sorted(pt.SHAPES) if args.shapes == "all" else args.shapes.split(",")
@@ -178,17 +181,14 @@ def pathological(args) -> int:
         cases = [(shape, mb) for shape in shapes for mb in sizes]
         cases += [(f"gzip bomb: {kind}", None) for kind in sorted(pt.BOMBS)]
         for shape, mb in cases:
-            if mb is None:
-                path = os.path.join(tmp, "bomb.json.gz")
-                gz = pt.write_bomb(path, shape.split(": ")[1], 2 << 30)
-                label = f"{gz / 1e6:.1f} MB gzip (2 GiB inflated)"
-            else:
-                path = os.path.join(tmp, "shape.json")
-                data, n = pt.SHAPES[shape](mb * 1000 * 1000)
-                with open(path, "wb") as f:
-                    f.write(data)
-                label = f"{len(data) / 1e6:.0f} MB ({n} events)"
-                del data
+            # Made in a child process: a child's peak RSS (ru_maxrss) starts at its parent's RSS when it is forked,
+            # so this process must stay small (see make_trace).
+            path = os.path.join(tmp, "bomb.json.gz" if mb is None else "shape.json")
+            what = ["--make-bomb", shape.split(": ")[1]] if mb is None else ["--make-shape", shape, str(mb)]
+            made = subprocess.run([sys.executable, os.path.abspath(__file__), *what, path], check=True,
+                                  capture_output=True, text=True).stdout.split()
+            size = os.path.getsize(path)
+            label = f"{size / 1e6:.1f} MB gzip (2 GiB inflated)" if mb is None else f"{size / 1e6:.0f} MB ({made[0]} events)"
             got = {}
             for name, root in roots:
                 got[name] = run_limited(PATHO_CHILD.format(root=root, path=path, limit=limit), args.timeout)
@@ -338,7 +338,20 @@ def main(argv=None) -> int:
     ap.add_argument("--old-root", help="with --pathological: also run the profiling_core of this tree")
     ap.add_argument("--timeout", type=float, default=300, help="with --pathological: seconds before a run is killed")
     ap.add_argument("--as-limit-gib", type=float, default=8, help="with --pathological: address-space limit per run")
+    ap.add_argument("--make-shape", nargs=3, metavar=("SHAPE", "MB", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--make-bomb", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.make_shape or args.make_bomb:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import pathological_traces as pt
+        if args.make_bomb:
+            pt.write_bomb(args.make_bomb[1], args.make_bomb[0], 2 << 30)
+            return 0
+        data, n = pt.SHAPES[args.make_shape[0]](int(args.make_shape[1]) * 1000 * 1000)
+        with open(args.make_shape[2], "wb") as f:
+            f.write(data)
+        print(n)
+        return 0
     if args.pathological:
         return pathological(args)
     if args.make_trace:

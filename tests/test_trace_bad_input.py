@@ -173,6 +173,10 @@ try:
 except Exception as e:
     out = {{"error": type(e).__name__, "message": str(e)}}
 out["wall_s"] = time.perf_counter() - t0
+try:  # this process's own peak RSS (ru_maxrss would start from the parent's RSS at fork)
+    out["rss_mib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
+except (OSError, StopIteration):
+    out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """
 
@@ -186,17 +190,13 @@ def _load_in_child(path, extra: str = "", limit: int = 4 << 30, timeout: float =
     watchdog = threading.Timer(timeout, p.kill)  # (a regression fails the test instead of stalling the suite)
     watchdog.start()
     try:
-        out = p.stdout.read().decode(errors="replace")
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
+        out = p.communicate()[0].decode(errors="replace")
     finally:
         watchdog.cancel()
     try:
-        res = json.loads(out.strip().splitlines()[-1])
+        return json.loads(out.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        res = {"error": f"exit status {p.returncode}: {out[-500:]}"}
-    res["rss_mib"] = usage.ru_maxrss / 1024
-    return res
+        return {"error": f"exit status {p.returncode}: {out[-500:]}", "rss_mib": None}
 
 
 @pytest.mark.parametrize("shape", sorted(pathological_traces.SHAPES))
