@@ -18,8 +18,20 @@ Rows per trace: the mirror's load alone (open_trace), the mirror's load + every 
 HTA 0.5.0 (TraceAnalysis load + get_gpu_kernel_breakdown + get_temporal_breakdown) when --hta-python is given.
 A baseline child (python + sqlite3 + pandas imported, nothing else) gives the RSS that is not the trace's.
 
+``--load-ab DIR`` times only the load (open_trace → columns) of the traces of ``--sizes``, with this tree and with the
+profiling_core of the tree DIR, interleaved (old, new, new, old, ...) for ``--repeat`` rounds, and prints the medians
+and the median of new / old per round.
+
+``--pathological 25,50,100`` times instead the load of the shapes made against the streaming splitter
+(tests/pathological_traces.py) at those sizes in MB, and of ~2 MB gzip bombs (2 GiB once inflated, refused at the
+512 MiB cap); ``--old-root DIR`` runs each also with the profiling_core of another tree (e.g. a ``git archive`` of an
+older commit) and prints old / new. Each run: a fresh process under an address-space limit (``--as-limit-gib``), its
+wall time (killed past ``--timeout``) and its own peak RSS.
+
 Usage:
     python scripts/bench_trace.py [--sizes 35,100] [--repeat 3] [--hta-python /tmp/hta-venv/bin/python]
+    python scripts/bench_trace.py --sizes 35,100 --repeat 11 --load-ab DIR [--keep DIR]
+    python scripts/bench_trace.py --pathological 25,50,100 [--shapes nested_args,...] [--old-root DIR]
 """
 from __future__ import annotations
 
@@ -30,6 +42,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,6 +126,140 @@ print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "kernel_breakdown_s":
 """
 
 
+PATHO_CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+sys.path.insert(0, {root!r})
+t0 = time.perf_counter()
+from profiling_core.trace import open_trace
+t1 = time.perf_counter()
+try:
+    with open_trace({path!r}, engine="sqlite") as s:
+        out = {{"result": f"{{s.load_stats.events}} events"}}
+except Exception as e:
+    out = {{"result": type(e).__name__}}
+out["load_s"] = time.perf_counter() - t1
+try:  # this process's own peak RSS (ru_maxrss would start from the parent's RSS at fork)
+    out["peak_rss_mib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
+except (OSError, StopIteration):
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def run_limited(code: str, timeout: float) -> dict:
+    """Run ``code`` in a fresh python, killed after ``timeout`` s: its JSON result (or what stopped it: then its peak
+    RSS is the ru_maxrss the kernel kept, which counts from the parent's RSS at fork), load_s, peak RSS."""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    timer = threading.Timer(timeout, p.kill)
+    timer.start()
+    try:
+        out = p.stdout.read().decode(errors="replace")
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        timer.cancel()
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"result": f"killed after {timeout:.0f} s" if p.returncode == -9 else f"exit {p.returncode}",
+                "load_s": None, "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+def pathological(args) -> int:
+    """The --pathological table (see the module docstring)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import pathological_traces as pt  # (only its names: the inputs are made in child processes)
+
+    sizes = [int(x) for x in args.pathological.split(",")]
+    shapes = sorted(pt.SHAPES) if args.shapes == "all" else args.shapes.split(",")
+    roots = [("new", ROOT)] + ([("old", os.path.abspath(args.old_root))] if args.old_root else [])
+    limit = int(args.as_limit_gib * (1 << 30))
+    tmp = tempfile.mkdtemp(prefix="bench-patho-")
+    rows = []
+    try:
+        cases = [(shape, mb) for shape in shapes for mb in sizes]
+        cases += [(f"gzip bomb: {kind}", None) for kind in sorted(pt.BOMBS)]
+        for shape, mb in cases:
+            # Made in a child process: a child's peak RSS (ru_maxrss) starts at its parent's RSS when it is forked,
+            # so this process must stay small (see make_trace).
+            path = os.path.join(tmp, "bomb.json.gz" if mb is None else "shape.json")
+            what = ["--make-bomb", shape.split(": ")[1]] if mb is None else ["--make-shape", shape, str(mb)]
+            made = subprocess.run([sys.executable, os.path.abspath(__file__), *what, path], check=True,
+                                  capture_output=True, text=True).stdout.split()
+            size = os.path.getsize(path)
+            label = f"{size / 1e6:.1f} MB gzip (2 GiB inflated)" if mb is None else f"{size / 1e6:.0f} MB ({made[0]} events)"
+            got = {}
+            for name, root in roots:
+                got[name] = run_limited(PATHO_CHILD.format(root=root, path=path, limit=limit), args.timeout)
+                print(f"  {shape} {label} {name}: {got[name]}", flush=True)
+            rows.append((shape, label, got))
+            os.unlink(path)
+    finally:
+        for n in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, n))
+        os.rmdir(tmp)
+    print(f"\nmachine: {os.cpu_count()} cores ({_cpu_model()}), python {sys.version.split()[0]}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}; one fresh process per cell, address space limited to "
+          f"{args.as_limit_gib:g} GiB, killed after {args.timeout:.0f} s\n")
+    head = "| input | size | new: load s | new: peak RSS MiB | result |"
+    if args.old_root:
+        head += " old: load s | old: peak RSS MiB | old result | old / new |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for shape, label, got in rows:
+        new = got["new"]
+        line = f"| {shape} | {label} | {_s(new)} | {new['peak_rss_mib']:.0f} | {new['result']} |"
+        if args.old_root:
+            old = got["old"]
+            if old.get("load_s") and new.get("load_s") and old["result"] == new["result"]:
+                ratio = f"{old['load_s'] / new['load_s']:.1f}×"
+            elif old["result"].startswith("killed") and new.get("load_s"):
+                ratio = f"> {args.timeout / new['load_s']:.0f}×"
+            else:
+                ratio = "–"
+            line += f" {_s(old)} | {old['peak_rss_mib']:.0f} | {old['result']} | {ratio} |"
+        print(line)
+    return 0
+
+
+def _s(r: dict) -> str:
+    return "–" if r.get("load_s") is None else f"{r['load_s']:.2f}"
+
+
+def _cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        return ""
+
+
+def load_ab(args, paths: list) -> int:
+    """The --load-ab table (see the module docstring)."""
+    import statistics
+
+    roots = {"old": os.path.abspath(args.load_ab), "new": ROOT}
+    runs = {(p, k): [] for p in paths for k in roots}
+    for r in range(args.repeat):
+        for p in paths:
+            for k in (("old", "new") if r % 2 == 0 else ("new", "old")):
+                runs[(p, k)].append(run_child(CHILD.format(root=roots[k], path=p, queries=None, analyses=False,
+                                                           findings=False, wait_sql=False, sql_tables="on_first_query")))
+    print(f"\nmachine: {os.cpu_count()} cores ({_cpu_model()}), python {sys.version.split()[0]}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}; {args.repeat} rounds of fresh processes, old and new interleaved\n")
+    print("| JSON | old load s (median) | new load s (median) | new / old (median of rounds) | old peak RSS MiB | "
+          "new peak RSS MiB |")
+    print("|---|---|---|---|---|---|")
+    for p in paths:
+        old, new = runs[(p, "old")], runs[(p, "new")]
+        ratio = statistics.median(b["load_s"] / a["load_s"] for a, b in zip(old, new))
+        print(f"| {os.path.getsize(p) / 1e6:.1f} MB | {statistics.median(x['load_s'] for x in old):.3f} | "
+              f"{statistics.median(x['load_s'] for x in new):.3f} | ×{ratio:.3f} | "
+              f"{max(x['peak_rss_mib'] for x in old):.0f} | {max(x['peak_rss_mib'] for x in new):.0f} |")
+    return 0
+
+
 def make_trace(target_mb: float, out_path: str) -> float:
     """Write a valid Kineto trace of about ``target_mb`` MB built from control.json.gz; return its MB."""
     with gzip.open(SOURCE, "rb") as f:
@@ -141,6 +288,16 @@ def make_trace(target_mb: float, out_path: str) -> float:
     with open(out_path, "w") as f:
         json.dump(doc, f)
     return os.path.getsize(out_path) / 1e6
+
+
+def _bench_trace(tmp: str, mb: float) -> str:
+    """The bench trace of about ``mb`` MB in ``tmp`` (made if missing)."""
+    path = os.path.join(tmp, f"bench_{int(mb)}mb.json")
+    if not os.path.exists(path):
+        # In a child process: a child's peak RSS (ru_maxrss) starts at its parent's RSS when it is forked, so
+        # this process must stay small (building the trace here made every load row report ~191 MiB).
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--make-trace", str(mb), path], check=True)
+    return path
 
 
 def run_child(code: str, python: str = sys.executable) -> dict:
@@ -175,7 +332,28 @@ def main(argv=None) -> int:
     ap.add_argument("--hta-python", help="a python with holistictraceanalysis installed, to time HTA the same way")
     ap.add_argument("--keep", help="directory to keep the generated traces in (default: a temp dir, deleted)")
     ap.add_argument("--make-trace", nargs=2, metavar=("MB", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--load-ab", metavar="DIR", help="time only the load, this tree against the tree DIR")
+    ap.add_argument("--pathological", help="time the pathological shapes at these sizes in MB instead (e.g. 25,50,100)")
+    ap.add_argument("--shapes", default="all", help="with --pathological: shapes, comma-separated (default all)")
+    ap.add_argument("--old-root", help="with --pathological: also run the profiling_core of this tree")
+    ap.add_argument("--timeout", type=float, default=300, help="with --pathological: seconds before a run is killed")
+    ap.add_argument("--as-limit-gib", type=float, default=8, help="with --pathological: address-space limit per run")
+    ap.add_argument("--make-shape", nargs=3, metavar=("SHAPE", "MB", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--make-bomb", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.make_shape or args.make_bomb:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import pathological_traces as pt
+        if args.make_bomb:
+            pt.write_bomb(args.make_bomb[1], args.make_bomb[0], 2 << 30)
+            return 0
+        data, n = pt.SHAPES[args.make_shape[0]](int(args.make_shape[1]) * 1000 * 1000)
+        with open(args.make_shape[2], "wb") as f:
+            f.write(data)
+        print(n)
+        return 0
+    if args.pathological:
+        return pathological(args)
     if args.make_trace:
         make_trace(float(args.make_trace[0]), args.make_trace[1])
         return 0
@@ -183,17 +361,19 @@ def main(argv=None) -> int:
     tmp = args.keep or tempfile.mkdtemp(prefix="bench-trace-")
     os.makedirs(tmp, exist_ok=True)
     rows = []
+    if args.load_ab:
+        try:
+            return load_ab(args, [_bench_trace(tmp, mb) for mb in sizes])
+        finally:
+            if not args.keep:
+                for n in os.listdir(tmp):
+                    os.unlink(os.path.join(tmp, n))
+                os.rmdir(tmp)
     base = best([run_child(BASELINE) for _ in range(args.repeat)])
     try:
         for mb in sizes:
-            path = os.path.join(tmp, f"bench_{int(mb)}mb.json")
-            if not os.path.exists(path):
-                # In a child process: a child's peak RSS (ru_maxrss) starts at its parent's RSS when it is forked, so
-                # this process must stay small (building the trace here made every load row report ~191 MiB).
-                subprocess.run([sys.executable, os.path.abspath(__file__), "--make-trace", str(mb), path], check=True)
-                real = os.path.getsize(path) / 1e6
-            else:
-                real = os.path.getsize(path) / 1e6
+            path = _bench_trace(tmp, mb)
+            real = os.path.getsize(path) / 1e6
             def child(analyses, findings=False, wait_sql=False, queries=None, sql_tables="on_first_query"):
                 return best([run_child(CHILD.format(root=ROOT, path=path, queries=queries, analyses=analyses,
                                                     findings=findings, wait_sql=wait_sql, sql_tables=sql_tables))
@@ -213,12 +393,7 @@ def main(argv=None) -> int:
             for n in os.listdir(tmp):
                 os.unlink(os.path.join(tmp, n))
             os.rmdir(tmp)
-    model = ""
-    try:
-        model = next(line.split(":", 1)[1].strip() for line in subprocess.run(
-            ["lscpu"], capture_output=True, text=True).stdout.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        pass
+    model = _cpu_model()
     print(f"\nmachine: {os.cpu_count()} cores ({model}), python {sys.version.split()[0]}, "
           f"{time.strftime('%Y-%m-%d')}; each row: median wall of {args.repeat} fresh processes, largest peak RSS")
     print(f"baseline (python + sqlite3 + pandas imported): {base['peak_rss_mib']:.0f} MiB, {base['wall_s']:.2f} s\n")

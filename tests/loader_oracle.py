@@ -196,8 +196,8 @@ class Oracle:
     def metadata(self, e) -> None:
         if e.name not in ("process_name", "thread_name"):
             return
-        try:
-            value = msgspec.json.decode(e.args).get("name") if len(e.args) else None
+        try:  # (text that is not UTF-8 reads with U+FFFD)
+            value = msgspec.json.decode(bytes(e.args).decode("utf-8", "replace")).get("name") if len(e.args) else None
         except (msgspec.DecodeError, AttributeError, RecursionError):
             value = None
         if type(value) is not str:

@@ -3,14 +3,22 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
+import threading
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import profiling_core
 from profiling_core.errors import TraceError, TraceFormatError, TraceTooLargeError
 from profiling_core.trace import open_trace
+
+import pathological_traces
 
 GOOD = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1.5, "dur": 2}
 
@@ -41,6 +49,8 @@ CASES = {
     "huge timestamp": (_doc(dict(GOOD, ts=10 ** 30)), TraceFormatError, "ts_out_of_range: 1"),
     "nan timestamp as text": (_doc(dict(GOOD, ts="nan")), TraceFormatError, "X_missing_or_bad_ts: 1"),
     "list pid": (_doc(dict(GOOD, pid=[1])), TraceFormatError, "bad_pid_or_tid: 1"),
+    "a byte that is not UTF-8 outside a string": (b'{"traceEvents": [\xff]}', TraceFormatError,
+                                                  "is not valid JSON: JSON is malformed: invalid character (byte 17)"),
 }
 
 
@@ -147,3 +157,204 @@ def test_fuzz_damaged_bytes(tmp_path, cut, junk, gz):
     data = gzip.compress(base) if gz else base
     cut = min(cut, len(data))
     _try(tmp_path, data[:cut] + junk + data[cut + len(junk):])
+
+
+# -- pathological inputs: linear time and bounded memory; the size cap for streams; text that is not Unicode --
+
+_CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))  # (a regression fails here, instead of filling the machine)
+sys.path.insert(0, {root!r})
+from profiling_core.trace import open_trace
+t0 = time.perf_counter()
+try:
+    with open_trace({path!r}, engine="sqlite"{extra}) as s:
+        out = {{"events": s.load_stats.events, "slices": s.load_stats.slices}}
+except Exception as e:
+    out = {{"error": type(e).__name__, "message": str(e)}}
+out["wall_s"] = time.perf_counter() - t0
+try:  # this process's own peak RSS (ru_maxrss would start from the parent's RSS at fork)
+    out["rss_mib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
+except (OSError, StopIteration):
+    out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def _load_in_child(path, extra: str = "", limit: int = 4 << 30, timeout: float = 120) -> dict:
+    """open_trace(path) in a fresh process under an address-space limit: what it loaded (``events``, ``slices``) or
+    raised (``error``, ``message``), its wall time (``wall_s``) and its own peak RSS (``rss_mib``)."""
+    root = str(Path(profiling_core.__file__).resolve().parent.parent)  # (the package this test process runs)
+    code = _CHILD.format(root=root, path=str(path), extra=extra, limit=limit)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    watchdog = threading.Timer(timeout, p.kill)  # (a regression fails the test instead of stalling the suite)
+    watchdog.start()
+    try:
+        out = p.communicate()[0].decode(errors="replace")
+    finally:
+        watchdog.cancel()
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"error": f"exit status {p.returncode}: {out[-500:]}", "rss_mib": None}
+
+
+@pytest.mark.parametrize("shape", sorted(pathological_traces.SHAPES))
+def test_pathological_shapes_load(tmp_path, shape):
+    """Every shape loads, each of its events a slice (the shapes: tests/pathological_traces.py)."""
+    data, n = pathological_traces.SHAPES[shape](4 << 20)
+    p = tmp_path / "t.json"
+    p.write_bytes(data)
+    with open_trace(p, engine="sqlite") as s:
+        assert (s.load_stats.events, s.load_stats.slices, s.load_stats.skipped) == (n, n, {})
+        assert s.query("select count(*) n from slice where ts >= 0")["n"][0] == n
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", sorted(pathological_traces.SHAPES))
+def test_pathological_shapes_load_in_linear_time(tmp_path, shape):
+    """128 MB of each shape loads in well under 30 s and 1 GiB. The splitter before retried its guesses on a growing
+    buffer (quadratic: minutes at this size) and one_string's closing bracket was found by a regex whose memory grew
+    with the string (docs/BENCHMARKS.md, "Pathological inputs")."""
+    data, n = pathological_traces.SHAPES[shape](128 << 20)
+    p = tmp_path / "t.json"
+    p.write_bytes(data)
+    del data
+    try:
+        got = _load_in_child(p)
+    finally:
+        p.unlink()
+    assert (got.get("events"), got.get("slices")) == (n, n), got
+    assert got["wall_s"] < 30, got
+    assert got["rss_mib"] < 1024, got
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(pathological_traces.BOMBS))
+def test_gzip_bombs_are_refused_quickly(tmp_path, kind):
+    """Under 1 MB of gzip that inflates to 640 MiB of an element that never ends: refused at the default cap (512 MiB)
+    in well under 30 s (the splitter before spent minutes on the "}," one)."""
+    p = tmp_path / "bomb.json.gz"
+    assert pathological_traces.write_bomb(p, kind, 640 << 20) < 1 << 20
+    got = _load_in_child(p)
+    assert got.get("error") == "TraceTooLargeError", got
+    assert "decompresses to more than 512.0 MiB (the cap, 536870912 bytes); stopped reading it" in got["message"]
+    assert got["wall_s"] < 30, got
+
+
+def test_dev_zero_is_refused_at_the_cap():
+    """A device never ends: it is read up to the cap and refused (it used to end in a MemoryError)."""
+    got = _load_in_child("/dev/zero", extra=", max_bytes=8 << 20", limit=2 << 30)
+    assert got.get("error") == "TraceTooLargeError", got
+    assert got["message"] == ("/dev/zero (a character device) gave more than 8.0 MiB (the cap, 8388608 bytes); "
+                              "stopped reading it; pass a larger max_bytes to open it")
+
+
+def _fifo_writer(path, data: bytes, forever: bool = False):
+    """A thread writing ``data`` (again and again if ``forever``) into the FIFO ``path`` until the reader leaves."""
+    def run():
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+                while forever:
+                    f.write(data)
+        except (BrokenPipeError, OSError):
+            pass
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_fifo_is_refused_at_the_cap(tmp_path):
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    _fifo_writer(fifo, b'{"traceEvents": [' + b" " * (1 << 20), forever=True)
+    with pytest.raises(TraceTooLargeError) as ei:
+        open_trace(fifo, engine="sqlite", max_bytes=8 << 20)
+    assert str(ei.value) == (f"{fifo} (a pipe (FIFO)) gave more than 8.0 MiB (the cap, 8388608 bytes); stopped "
+                             "reading it; pass a larger max_bytes to open it")
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+@pytest.mark.parametrize("data", [_doc(GOOD, dict(GOOD, ts=5)), b'{"traceEvents":' + b" " * 300 + _doc(GOOD)[16:]],
+                         ids=["streamed", "read whole"])
+def test_fifo_trace_loads(tmp_path, data, gz):
+    """A pipe is read once (no seek, no second read for the whole-document path) and loads like the file."""
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    _fifo_writer(fifo, gzip.compress(data) if gz else data)
+    with open_trace(fifo, engine="sqlite") as s:
+        assert s.query("select count(*) n from slice")["n"][0] == data.count(b'"ph": "X"')
+
+
+def _x(name: bytes, ts: int, more: bytes = b"") -> bytes:
+    return b'{"ph": "X", "name": "%s", "pid": 1, "tid": 1, "ts": %d, "dur": 1%s}' % (name, ts, more)
+
+
+def _both_paths(tmp_path, events: list) -> list:
+    """The same events as a document the loader streams, and as one it reads whole (more than 256 bytes between
+    "traceEvents" and its list): one session of each."""
+    body = b",".join(events) + b"]}"
+    out = []
+    for i, head in enumerate((b'{"traceEvents": [', b'{"traceEvents":' + b" " * 300 + b"[")):
+        p = tmp_path / f"t{i}.json"
+        p.write_bytes(head + body)
+        out.append(open_trace(p, engine="sqlite"))
+    return out
+
+
+def test_lone_surrogates_read_as_replacement_characters(tmp_path):
+    """A \\uD800-\\uDFFF escape that is not half of a pair reads as U+FFFD, each counted in load_stats.repaired, and
+    the trace loads (it used to refuse the whole trace); a pair, and an escaped backslash before "ud800", stay as
+    written."""
+    evs = [_x(b"a\\ud800b", 1, b', "args": {"k": "\\udc00x"}'), _x(b"\\ud83d\\ude00", 2), _x(b"\\\\ud800", 3),
+           _x(b"\\ud800\\uD800", 4, b', "cat": "\\uDBFF"')]
+    for s in _both_paths(tmp_path, evs):
+        with s:
+            got = s.query("select name, category, extract_arg(arg_set_id, 'args.k') k from slice order by ts").fillna("NULL")
+            assert got.to_dict("list") == {"name": ["a\ufffdb", "\U0001f600", "\\ud800", "\ufffd\ufffd"],
+                                           "category": ["NULL", "NULL", "NULL", "\ufffd"], "k": ["\ufffdx", "NULL", "NULL", "NULL"]}
+            assert (s.load_stats.repaired, s.load_stats.skipped) == ({"lone_surrogate": 5}, {})
+
+
+def test_invalid_utf8_reads_as_replacement_characters(tmp_path):
+    """Bytes that are not UTF-8, in a name, a category, args or a process name, read as U+FFFD, each counted in
+    load_stats.repaired (they used to drop the event as missing_or_bad_ph, or the process name as M_without_name)."""
+    evs = [_x(b"a\xffb", 1, b', "cat": "\xc3", "args": {"k": "\xfe"}'), _x(b"ok", 2),
+           b'{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "p\xff"}}']
+    for s in _both_paths(tmp_path, evs):
+        with s:
+            got = s.query("select name, category, extract_arg(arg_set_id, 'args.k') k from slice order by ts").fillna("NULL")
+            assert got.to_dict("list") == {"name": ["a\ufffdb", "ok"], "category": ["\ufffd", "NULL"],
+                                           "k": ["\ufffd", "NULL"]}
+            assert s.query("select name from process where pid = 1")["name"].tolist() == ["p\ufffd"]
+            assert (s.load_stats.repaired, s.load_stats.skipped) == ({"invalid_utf8": 4}, {})
+
+
+def test_invalid_utf8_args_alone_are_counted(tmp_path):
+    """Args are not checked when an event is decoded: their repair (by the args writer) is counted too."""
+    for s in _both_paths(tmp_path, [_x(b"a", 1, b', "args": {"k": "\xfe\xfe"}'), _x(b"b", 2)]):
+        with s:
+            assert s.query("select extract_arg(arg_set_id, 'args.k') k from slice order by ts").fillna("NULL")["k"].tolist() == [
+                "\ufffd\ufffd", "NULL"]
+            assert s.load_stats.repaired == {"invalid_utf8": 2}
+
+
+_ODD = [b"\\ud800", b"\\udc00x", b"\\ud83d\\ude00", b"\\\\ud800", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\\", b'\\"',
+        b"},", b" " * 3000]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(shape=st.sampled_from(sorted(pathological_traces.SHAPES)), size=st.sampled_from([1 << 8, 1 << 12, 1 << 16]),
+       inner=st.sampled_from([16, 300, 5000]), odd=st.lists(st.tuples(st.floats(0, 1), st.sampled_from(_ODD)),
+                                                           max_size=4), cut=st.floats(0, 1), gz=st.booleans())
+def test_fuzz_pathological(tmp_path, shape, size, inner, odd, cut, gz):
+    """The pathological shapes (small), with odd text put in anywhere and cut anywhere: a load or a TraceError."""
+    arg = {"brace_names": "name_bytes", "whitespace": "run", "nested_args": "event_bytes", "escapes": "name_bytes"}
+    data = bytearray(pathological_traces.SHAPES[shape](size, **({arg[shape]: inner} if shape in arg else {}))[0])
+    for where, text in odd:
+        at = int(where * len(data))
+        data[at:at] = text
+    data = bytes(data[:len(data) if cut > 0.8 else int(cut / 0.8 * len(data))])
+    _try(tmp_path, gzip.compress(data, 1) if gz else data)

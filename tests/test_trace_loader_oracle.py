@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 
 import loader_oracle
+import pathological_traces
 import msgspec
 import numpy as np
 import pytest
@@ -376,6 +377,44 @@ def test_random_nesting():
         _check(evs)
 
 
+@pytest.mark.parametrize("shape", sorted(pathological_traces.SHAPES))
+def test_pathological_shapes(shape, monkeypatch):
+    """The shapes made against the splitter (long elements, "}," in strings and at nested levels, escapes), cut into
+    chunks of several sizes and split with small pieces: the same result as the oracle's, every event a slice."""
+    monkeypatch.setattr(_decode, "_PIECE", 1 << 12)
+    data, n = pathological_traces.SHAPES[shape](1 << 18, 1 << 14) if shape not in ("one_string", "nested_args") \
+        else pathological_traces.SHAPES[shape](1 << 18)
+    for chunk in (1000, 1 << 14, 1 << 20):
+        got = _same(_decoded(_Chunks(data, chunk)))
+        assert got["counts"][:2] == (n, n)
+
+
+_ODD_TEXT = [b"a\\ud800b", b"\\udc00", b"\\ud83d\\ude00", b"\\\\ud800", b"\\ud800\\ud800", b"x\xffy", b"\xc3",
+             b"\xed\xa0\x80", "é\u6f22".encode(), b"\\\"},"]
+
+
+def test_text_that_is_not_unicode():
+    """Lone surrogate escapes and bytes that are not UTF-8 in names, categories, pids, args and metadata: the loader
+    and the oracle agree (both read them as U+FFFD)."""
+    rng = random.Random(5)
+    for case in range(40):
+        evs = []
+        for i in range(rng.randint(1, 60)):
+            odd = rng.choice(_ODD_TEXT)
+            field = rng.choice([b"name", b"cat", b"pid", b"args", b"M"])
+            if field == b"M":
+                evs.append(b'{"ph": "M", "name": "%s", "pid": 1, "tid": %d, "args": {"name": "%s"}}'
+                           % (rng.choice([b"process_name", b"thread_name"]), i % 3, odd))
+                continue
+            e = {b"name": b'"n"', b"cat": b'"c"', b"pid": b"1", b"args": b'{"a": 1}'}
+            e[field] = b'{"k": "%s"}' % odd if field == b"args" else b'"%s"' % odd
+            evs.append(b'{"ph": "X", "name": %s, "cat": %s, "pid": %s, "tid": 1, "ts": %d, "dur": 1, "args": %s}'
+                       % (e[b"name"], e[b"cat"], e[b"pid"], i, e[b"args"]))
+        data = b'{"traceEvents": [' + b",".join(evs) + b"]}"
+        for chunk in (100, 1 << 20):
+            _same(_decoded(_Chunks(data, chunk)))
+
+
 # ------------------------------------------------------------------------------------------------ real traces
 
 
@@ -407,6 +446,8 @@ def test_typed_pieces_decode_the_same_events(piece, monkeypatch):
     enc = msgspec.json.Encoder()
     for seed in range(8):
         evs = kineto_like(seed, POISONS[seed % len(POISONS)])
+        at = random.Random(seed).randrange(len(evs))  # a lone surrogate (escaped by json.dumps) in one name
+        evs[at:at] = [{"ph": "X", "name": "\ud800" + "}," * 50, "pid": 1, "tid": 1, "ts": 1, "dur": 1}]
         data = json.dumps({"traceEvents": evs, "x": "},{"}).encode()
         for chunk in (100, 4096, 1 << 16):
             got = [e for _, events in _decoded(_Chunks(data, chunk)) for e in events]

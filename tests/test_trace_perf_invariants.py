@@ -48,7 +48,11 @@ def _same_as_whole(data: bytes, size: int) -> None:
     assert got == whole
 
 
-_EVIL = ["},", "}, {", '"},', "\\\"},", "]", "}]", '"traceEvents"', "traceEvents", "{", "[", "\\\\", "é", "\u2028"]
+_EVIL = ["},", "}, {", '"},', "\\\"},", "]", "}]", '"traceEvents"', "traceEvents", "{", "[", "\\\\", "é", "\u2028",
+         # text that is not Unicode (lone surrogates: escaped in a bare list, invalid UTF-8 bytes otherwise)
+         "\ud800", "a\udc00", "\ud83d\ude00", "\\ud800",
+         # pathological runs (tests/pathological_traces.py has them at scale)
+         "}," * 40, " " * 300, '\\"},' * 10]
 _values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | st.sampled_from(_EVIL) | st.text(max_size=6),
@@ -73,7 +77,7 @@ def test_streamed_split_equals_whole_split(events, before, after, bare, sep, siz
         doc = dict(before)
         doc["traceEvents"] = events
         doc.update({k: v for k, v in after.items() if k not in doc})
-        data = json.dumps(doc, separators=sep, ensure_ascii=False).encode()
+        data = json.dumps(doc, separators=sep, ensure_ascii=False).encode("utf-8", "surrogatepass")
     _same_as_whole(data, size)
     _same_as_whole(data[:max(0, len(data) - cut)], size)  # truncated documents, too
     _same_as_whole(data + b"  ", size)

@@ -69,3 +69,26 @@ def test_auto_with_missing_binary_falls_back_with_reason(tmp_path):
     with open_trace(DATA / "64_bf16_cold_eager.json", perfetto_bin=str(tmp_path / "nope")) as s:
         assert s.engine == "sqlite"
         assert "does not exist" in s.engine_reason
+
+
+def test_a_pipe_goes_to_the_mirror(tmp_path):
+    """trace_processor is given a path to read, which a pipe cannot be twice (the size check would consume it): the
+    perfetto engine says so, and auto mode reads the pipe with the mirror (under the same size cap)."""
+    import sys
+    import threading
+
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+
+    def write():
+        with open(fifo, "wb") as f:
+            f.write((DATA / "64_bf16_cold_eager.json").read_bytes())
+
+    threading.Thread(target=write, daemon=True).start()  # (for the first reader of the pipe)
+    with pytest.raises(EngineUnavailableError, match=r"trace_processor reads regular files only, and .*trace\.fifo is "
+                                                      r"a pipe \(FIFO\)"):
+        open_trace(fifo, engine="perfetto", perfetto_bin=sys.executable)  # (never run: refused before)
+    with open_trace(fifo, perfetto_bin=sys.executable) as s:
+        assert s.engine == "sqlite"
+        assert "reads regular files only" in s.engine_reason
+        assert s.query("select count(*) n from slice")["n"][0] == 34

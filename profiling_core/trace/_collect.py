@@ -13,7 +13,7 @@ What each event becomes (the rules of docs/SQL.md, "Rules"; the second pass, ``_
 - ``B`` / ``E``: a stack per thread; an E closes the thread's last open B (a slice with the B's name, args and file
   index). ``E_without_B``, ``E_before_B``; B's still open at the end are ``B_without_E``.
 - ``M``: ``process_name`` / ``thread_name`` (args.name, a string) name a process / thread; the first makes the
-  process's main thread.
+  process's main thread. (Text that is not UTF-8 reads with U+FFFD, as everywhere: ``_decode.repair_utf8``.)
 - Anything else is skipped (``missing_or_bad_ph``, ``unsupported_phase:<ph>``).
 
 A thread (and its process) is made when the first event that needs it is kept, in file order (``_ids.py`` says how
@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ._decode import Event, ns_of_decimals, to_ns
+from ._decode import Event, ns_of_decimals, repair_utf8, to_ns
 from ._ids import Ids, flow_ids, thread_numbers
 from ._model import LoadStats
 
@@ -293,10 +293,20 @@ class Collector:
     def _metadata(self, idx: int, e: Event) -> None:
         if e.name not in ("process_name", "thread_name"):
             return
-        try:
-            value = msgspec.json.decode(e.args).get("name") if len(e.args) else None
-        except (msgspec.DecodeError, AttributeError, RecursionError):
-            value = None
+        value = None
+        if len(e.args):
+            raw = e.args
+            try:
+                try:
+                    value = msgspec.json.decode(raw).get("name")
+                except msgspec.DecodeError:
+                    raw, n = repair_utf8(bytes(raw))  # (args are not UTF-8-checked when the event is decoded)
+                    if not n:
+                        raise
+                    value = msgspec.json.decode(raw).get("name")
+                    self.stats.repair("invalid_utf8", n)
+            except (msgspec.DecodeError, AttributeError, RecursionError):
+                value = None
         if type(value) is not str:
             self._skip(idx, "M_without_name")
             return

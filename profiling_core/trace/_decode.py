@@ -47,10 +47,11 @@ _ONE_DECODER = msgspec.json.Decoder(Event, float_hook=str)
 BATCH = 16384
 
 
-def split_events(data: bytes | bytearray, source: str) -> list[msgspec.Raw]:
+def split_events(data: bytes | bytearray, source: str, stats=None) -> list[msgspec.Raw]:
     """The trace's events as zero-copy raw JSON slices (an object with traceEvents, or a bare list).
 
-    Raises TraceFormatError for anything that is not such a document.
+    Raises TraceFormatError for anything that is not such a document. Lone surrogate escapes are repaired first (see
+    :func:`repair_surrogates`; counted in ``stats``, a LoadStats).
     """
     try:
         doc = _RAW_DECODER.decode(data)
@@ -58,6 +59,10 @@ def split_events(data: bytes | bytearray, source: str) -> list[msgspec.Raw]:
         raise TraceFormatError(f"{source}: top level must be a JSON object with 'traceEvents' "
                                "or a list of events") from None
     except msgspec.DecodeError as e:
+        fixed, n = repair_surrogates(data)
+        if n:
+            _count(stats, "lone_surrogate", n)
+            return split_events(fixed, source, stats)
         raise TraceFormatError(f"{source} is not valid JSON: {_short(e)}") from None
     except RecursionError:
         raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
@@ -74,42 +79,142 @@ def split_events(data: bytes | bytearray, source: str) -> list[msgspec.Raw]:
         raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
 
 
+# ---------------------------------------------------------------------------------------------- text repairs
+# Text that is not valid Unicode is read with U+FFFD in its place (as Python's "replace" does), and each replacement is
+# counted in LoadStats.repaired: "invalid_utf8" (a byte sequence that is not UTF-8), "lone_surrogate" (a \uD800-\uDFFF
+# escape that is not half of a surrogate pair). msgspec refuses both; they are repaired only where a decode failed, so
+# that valid traces never pay for the check.
+
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def repair_surrogates(text):
+    """``text`` (JSON) with each lone surrogate escape replaced by ``\\ufffd`` (the same length, so nothing moves), and
+    how many there were; ``text`` itself when there are none."""
+    lone = []
+    high = -1  # a high surrogate escape waiting for its low half
+    for m in _SURROGATE.finditer(text):
+        p = k = m.start()
+        while k and text[k - 1] == 0x5C:
+            k -= 1
+        if (p - k) & 1:
+            continue  # an escaped backslash followed by "uD...": plain text
+        is_high = text[p + 3] in b"89abAB"
+        if high >= 0:
+            if not is_high and p == high + 6:
+                high = -1  # a pair
+                continue
+            lone.append(high)
+            high = -1
+        if is_high:
+            high = p
+        else:
+            lone.append(p)
+    if high >= 0:
+        lone.append(high)
+    if not lone:
+        return text, 0
+    out = bytearray(text)
+    for p in lone:
+        out[p:p + 6] = b"\\ufffd"
+    return out, len(lone)
+
+
+def repair_utf8(data: bytes):
+    """``data`` with each byte sequence that is not UTF-8 replaced by U+FFFD, and how many there were; ``data`` itself
+    when it is valid UTF-8."""
+    if data.isascii():
+        return data, 0
+    try:
+        str(data, "utf-8")
+        return data, 0
+    except UnicodeDecodeError:
+        pass
+    text = str(data, "utf-8", "replace")
+    return text.encode("utf-8"), text.count("\ufffd") - bytes(data).count("\ufffd".encode("utf-8"))
+
+
+def _count(stats, reason: str, n: int) -> None:
+    if stats is not None:
+        stats.repair(reason, n)
+
+
+def _decode_piece(text: bytes, typed: bool, whole: bool, stats):
+    """The JSON list ``text`` decoded: ``(None, events)`` (``typed`` and it decodes as events) or ``(raws, None)``;
+    None if it is not a JSON list.
+
+    Text that is not valid Unicode is repaired (and counted in ``stats``) where the list is known to be made of whole
+    elements: lone surrogates when ``whole`` (they make any decode fail), invalid UTF-8 once the raw decode succeeded
+    (only the typed decode checks it)."""
+    text_error = False
+    if typed:
+        try:
+            return None, _BATCH_DECODER.decode(text)
+        except msgspec.DecodeError:
+            text_error = True
+        except (msgspec.ValidationError, RecursionError):
+            pass
+    try:
+        raws = _RAW_LIST_DECODER.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        if whole:
+            fixed, n = repair_surrogates(text)
+            if n:
+                _count(stats, "lone_surrogate", n)
+                return _decode_piece(fixed, typed, whole, stats)
+        return None
+    if text_error:
+        fixed, n = repair_utf8(text)
+        if n:
+            _count(stats, "invalid_utf8", n)
+            return _decode_piece(fixed, typed, whole, stats)
+    return raws, None
+
+
+# --------------------------------------------------------------------------------------------------- streaming
+
+
 class NotStreamable(Exception):
     """The document is not a plain ``{... "traceEvents": [...] ...}`` / ``[...]`` that can be split while read."""
 
 
 _WS = b" \t\r\n"
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|([\[\]{}])', re.S)  # a JSON string, or a bracket (group 1)
-_CUT_TRIES = 16
 _PIECE = 1 << 20  # bytes of JSON decoded into events at a time by stream_typed
+_HEAD_MAX = 64 << 20  # bytes read looking for "traceEvents" before giving up on streaming
+_SCAN_BLOCK = 1 << 20  # bytes the scanner looks at in one step (bounds its temporary arrays)
 
 
-def stream_events(chunks):
+def stream_events(chunks, stats=None):
     """Split the trace's event list into raw JSON slices while its bytes arrive; see :func:`_stream`."""
-    for raws, _events in _stream(chunks, False):
+    for raws, _events in _stream(chunks, False, stats):
         yield raws
 
 
-def stream_typed(chunks):
+def stream_typed(chunks, stats=None):
     """Like :func:`stream_events`, but yields ``(raws, None)`` or ``(None, events)``: a piece of the list that
     decodes whole as events comes back already decoded (the same ``Event`` values :func:`iter_batches` gives for
     its raw slices), so the common case parses each byte once. A chunk read is decoded a piece of about
-    ``_PIECE`` bytes at a time (so its events are still in the CPU's cache when the caller goes through them); where
-    a chunk has no valid cut near that size, the cuts are those of stream_events.
+    ``_PIECE`` bytes at a time (so its events are still in the CPU's cache when the caller goes through them).
     """
-    return _stream(chunks, True)
+    return _stream(chunks, True, stats)
 
 
-def _stream(chunks, typed: bool):
+def _stream(chunks, typed: bool, stats):
     """Split the trace's event list into raw JSON slices while its bytes arrive (``chunks``: an iterator).
 
     Yields lists of msgspec.Raw, in file order, whose concatenation is exactly what
-    :func:`split_events` returns for the whole document; only about one chunk is held at a time.
-    A cut is made after a ``},`` once ``[`` + the bytes up to it + ``]`` decode as a list: that holds
-    only where the ``},`` ends a top-level event (inside a string or a nested value the brackets
-    cannot balance). At the end, the list's closing bracket is found by counting brackets outside strings
-    (:func:`_list_end`); the list up to it must decode, and so must the document around the list (``head`` + ``[]``
-    + tail) on its own.
+    :func:`split_events` returns for the whole document; only about one chunk is held at a time (or one element, if an
+    element is larger).
+
+    The list is cut at a comma between two elements, and each piece (``[`` + the elements + ``]``) is decoded on its
+    own: a cut stands only if its piece decodes as a list, which holds only where the comma separates two top-level
+    elements (inside a string or a nested value the brackets cannot balance), so a wrong proposal is refused, never
+    used. The proposals: first the last ``},`` below the piece's end (in a Kineto trace, the end of an event: that
+    decode is the piece's decode, so it costs nothing extra); if that piece does not decode, the commas that
+    :class:`_Scan` finds at the list's own level, in one pass over the bytes that carries on across chunks (so no byte
+    is scanned twice, and a failed ``},`` guess is tried at most once per cut: the whole is linear in the input,
+    whatever it holds). At the end, the list's closing bracket is the one the scan finds; the list up to it must
+    decode, and so must the document around the list (``head`` + ``[]`` + tail) on its own.
 
     Raises NotStreamable for anything else (invalid JSON, no ``traceEvents`` list, duplicate keys...):
     the caller then reads the whole document the ordinary way, which reports the error.
@@ -127,20 +232,23 @@ def _stream(chunks, typed: bool):
         eof = True
         return False
 
-    # 1. the start of the event list
-    while not buf.lstrip(_WS) and more():
-        pass
-    body = buf.lstrip(_WS)
-    if not body:
-        raise NotStreamable("empty")
+    # 1. the start of the event list (leading whitespace is dropped as it comes, so a long run of it costs one pass)
+    while not buf.lstrip(_WS):
+        buf.clear()
+        if not more():
+            raise NotStreamable("empty")
+    del buf[:len(buf) - len(buf.lstrip(_WS))]
     head: bytes | None = None
-    if body[:1] == b"[":
-        pos = len(buf) - len(body) + 1
-    elif body[:1] == b"{":
-        while (i := buf.find(b'"traceEvents"')) < 0:
-            if len(buf) > (64 << 20) or not more():
+    if buf[:1] == b"[":
+        pos = 1
+    elif buf[:1] == b"{":
+        key = b'"traceEvents"'
+        seen = 0
+        while (i := buf.find(key, seen)) < 0:
+            seen = max(0, len(buf) - len(key) + 1)
+            if len(buf) > _HEAD_MAX or not more():
                 raise NotStreamable("no traceEvents key")
-        j = i + len(b'"traceEvents"')
+        j = i + len(key)
         while True:
             rest = bytes(buf[j:j + 256]).lstrip(_WS)
             if rest[:1] == b":" and rest[1:].lstrip(_WS)[:1] == b"[":
@@ -156,39 +264,42 @@ def _stream(chunks, typed: bool):
     # 2. the events, a chunk at a time (typed: a piece of about _PIECE bytes at a time, see stream_typed)
     cuts = 0
     lo = 0  # buf[:lo] is yielded already (taken off buf once per chunk read, not once per piece)
+    guess = True  # the next cut may be guessed at a "}," (false from a failed guess to the next cut)
+    scan = _Scan()
+
+    def take(k: int, sure: bool):
+        """The elements of buf[lo:k] (k: a comma), decoded (typed or raw, as ``_stream`` yields them), with ``lo``
+        moved past the comma; None if they do not decode and the comma was a guess (``sure``: found by the scan,
+        so the document is not valid JSON if they do not decode)."""
+        nonlocal cuts, lo, guess
+        with memoryview(buf) as view:
+            text = b"".join((b"[", view[lo:k], b"]"))
+        got = _decode_piece(text, typed, sure, stats)
+        if got is None or not len(got[0] if got[0] is not None else got[1]):
+            if sure or got is not None:  # (an empty piece: a comma right after "[" or after another comma)
+                raise NotStreamable("an element of the list does not decode")
+            return None
+        lo = k + 1
+        cuts += 1
+        guess = True
+        return got
 
     def cut_before(limit: int):
-        """The events of buf[lo:] before the last valid cut below ``limit`` (typed or raw, as ``_stream`` yields
-        them), with ``lo`` moved past them; None if none of the last _CUT_TRIES ``},`` below it is a valid cut."""
-        nonlocal cuts, lo
-        cut = limit
-        for _ in range(_CUT_TRIES):
-            cut = buf.rfind(b"},", lo, cut)
-            if cut < 0:
-                return None
-            with memoryview(buf) as view:
-                text = b"".join((b"[", view[lo:cut + 1], b"]"))
-            if typed:
-                # A list that decodes as events is valid JSON, so the raw split below would cut here too.
-                try:
-                    events = _BATCH_DECODER.decode(text)
-                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                    events = None
-                if events is not None:
-                    lo = cut + 2
-                    cuts += 1
-                    return None, events
-            try:
-                raws = _RAW_LIST_DECODER.decode(text)
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                continue
-            lo = cut + 2
-            cuts += 1
-            return raws, None
-        return None
+        """The events of buf[lo:] before the last cut below ``limit``; None if there is none yet."""
+        nonlocal guess
+        if guess:
+            k = buf.rfind(b"},", lo, limit)
+            if k >= 0 and (got := take(k + 1, False)) is not None:
+                return got
+            guess = False
+        scan.advance(buf, lo, limit)
+        if scan.last_sep < lo:
+            return None
+        return take(scan.last_sep, True)
 
     while not eof:
         del buf[:lo]
+        scan.shift(lo)
         lo = 0
         more()
         if eof:
@@ -205,36 +316,132 @@ def _stream(chunks, typed: bool):
             if not piece:
                 break
     del buf[:lo]
+    scan.shift(lo)
+    lo = 0
     # 3. the last events, the closing bracket and what follows the list
-    text = b"[" + buf
-    buf.clear()
-    end = len(text) if head is None else _list_end(text)  # (a bare list: nothing may follow it)
-    if end is None:
-        raise NotStreamable("the event list does not close")
-    try:
-        raws = _RAW_LIST_DECODER.decode(text[:end])
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        raise NotStreamable("bad end") from None
+    if head is None:
+        end = len(buf)  # (a bare list: nothing may follow it, and the decode checks that)
+    else:
+        scan.advance(buf, 0, len(buf))
+        if scan.close < 0:
+            raise NotStreamable("the event list does not close")
+        end = scan.close + 1
+    with memoryview(buf) as view:
+        text = b"".join((b"[", view[:end]))
+    got = _decode_piece(text, False, True, stats)
+    if got is None:
+        raise NotStreamable("bad end")
+    raws = got[0]
     if cuts and not raws:
         raise NotStreamable("a comma before the closing bracket")  # [..., {...},] is not JSON
     if head is not None:
-        _check_doc(head, bytes(text[end:]))
+        _check_doc(head, bytes(buf[end:]))
+    buf.clear()
     yield raws, None
 
 
-def _list_end(text: bytes) -> int | None:
-    """The index just after the bracket that closes the list ``text`` starts with, counting brackets outside strings;
-    None if it does not close. Only a proposal: the caller decodes the list up to there and the document around it,
-    so that invalid JSON is refused whatever this finds."""
-    depth = 0
-    for m in _TOKEN.finditer(text):
-        b = m.group(1)
-        if b is None:
-            continue
-        depth += 1 if b in b"[{" else -1
-        if depth == 0:
-            return m.end()
-    return None
+class _Scan:
+    """Where the event list's elements end: one pass over the bytes (numpy, a block at a time) that tracks strings,
+    escapes and the nesting depth, carried on across calls while the buffer grows.
+
+    Positions are indexes in the caller's buffer (:meth:`shift` follows the buffer when its front is cut off). The
+    scan starts at ``lo``, just after a cut (depth 0, outside any string), and restarts there whenever the caller cut
+    past it. ``last_sep``: the last comma at the list's own level seen so far (-1 if none); ``close``: the list's
+    closing bracket, once seen (-1 before). Only proposals: the caller decodes at them, so that invalid JSON is
+    refused whatever the scan makes of it.
+    """
+
+    __slots__ = ("pos", "depth", "in_str", "carry", "last_sep", "close")
+
+    def __init__(self) -> None:
+        self.pos = -1
+        self.last_sep = self.close = -1
+
+    def shift(self, n: int) -> None:
+        self.pos -= n
+        self.last_sep -= n
+        self.close -= n
+
+    def advance(self, buf: bytearray, lo: int, stop: int) -> None:
+        """Scan on to ``stop`` (or to the closing bracket)."""
+        if self.pos < lo:
+            self.pos, self.depth, self.in_str, self.carry, self.last_sep, self.close = lo, 0, 0, 0, -1, -1
+        while self.close < 0 and self.pos < stop:
+            self._block(buf, self.pos, min(stop, self.pos + _SCAN_BLOCK))
+
+    def _block(self, buf: bytearray, s: int, e: int) -> None:
+        n = e - s
+        if self.in_str and buf.find(b'"', s, e) < 0:  # all of it inside one string: only a last backslash matters
+            if buf[e - 1] == 0x5C:
+                run = n - len(buf[s:e].rstrip(b"\\"))
+                self.carry = (run + (self.carry if run == n else 0)) & 1
+            else:
+                self.carry = 0
+            self.pos = e
+            return
+        b = np.frombuffer(buf, np.uint8, n, s)  # (a view: released before the caller resizes the buffer)
+        low = b | 32  # "[" -> "{", "]" -> "}"
+        at = np.flatnonzero((low == 123) | (low == 125) | (b == 44) | (b == 34))  # brackets, commas, quotes
+        c = b[at]
+        quote = c == 34
+        if self.carry or buf.find(b"\\", s, e) >= 0:
+            escaped, self.carry = _escaped_quotes(b, self.carry)
+            if len(escaped):
+                quote[np.searchsorted(at, escaped)] = False
+        del b, low
+        self.pos = e
+        if not len(c):
+            return
+        low = c | 32  # "[" -> "{", "]" -> "}"
+        delta = (low == 123).view(np.int8) - (low == 125).view(np.int8)  # how each moves the nesting depth
+        del low
+        outside = None
+        if self.in_str or quote.any():
+            inside = np.bitwise_xor.accumulate(quote.view(np.uint8))  # 1 from a string's opening quote to its closing
+            if self.in_str:
+                inside ^= 1
+            self.in_str = int(inside[-1])
+            outside = (inside == 0) & (c != 34)
+            delta *= outside.view(np.int8)
+            del inside
+        depth = np.cumsum(delta, dtype=np.int32 if abs(self.depth) < 1 << 30 else np.int64)
+        depth += self.depth
+        self.depth = int(depth[-1])
+        sep = (depth == 0) & (c == 44)
+        if outside is not None:
+            sep &= outside
+        closed = np.flatnonzero(depth < 0)
+        if len(closed):
+            j = int(closed[0])
+            self.close = s + int(at[j])
+            sep = sep[:j]
+        seps = np.flatnonzero(sep)
+        if len(seps):
+            self.last_sep = s + int(at[seps[-1]])
+
+
+def _escaped_quotes(b: np.ndarray, carry: int):
+    """The positions in ``b`` of the quotes that a backslash escapes (an odd run of backslashes right before them),
+    and the parity of the run of backslashes ``b`` ends with (``carry``: that of the block before, if ``b`` starts
+    with backslashes)."""
+    bs = np.flatnonzero(b == 92)
+    n = len(b)
+    first = np.flatnonzero(b[:1] == 34) if carry else np.zeros(0, np.int64)  # a quote right after the carried run
+    if not len(bs):
+        return first, 0
+    key = bs - np.arange(len(bs))  # the same value along a run of consecutive backslashes
+    nxt = bs + 1
+    ends = np.flatnonzero(nxt < n)
+    ends = ends[b[nxt[ends]] == 34]  # backslashes followed by a quote (so the last of their run)
+    start = np.searchsorted(key, key[ends], "left")
+    run = ends - start + 1 + np.where(bs[start] == 0, carry, 0)
+    escaped = np.concatenate([first, nxt[ends[(run & 1) == 1]]])
+    out = 0
+    if b[-1] == 92:
+        last = len(bs) - 1
+        s = int(np.searchsorted(key, key[last], "left"))
+        out = (last - s + 1 + (carry if bs[s] == 0 else 0)) & 1
+    return escaped, out
 
 
 def _check_doc(head: bytes, tail: bytes | None) -> None:
@@ -250,19 +457,31 @@ def _check_doc(head: bytes, tail: bytes | None) -> None:
         raise NotStreamable("unexpected document")
 
 
-def iter_batches(raws: list[msgspec.Raw], size: int = BATCH, base: int = 0):
+def iter_batches(raws: list[msgspec.Raw], size: int = BATCH, base: int = 0, stats=None):
     """Typed events, ``size`` at a time (so only one batch of Structs is alive at once).
 
-    Entries that are not JSON objects (or nest too deeply) come back as Event(ph=None).
-    ``base`` is the file index of ``raws[0]``.
+    Entries that are not JSON objects (or nest too deeply) come back as Event(ph=None). Text that is not UTF-8 is
+    repaired (see :func:`repair_utf8`; counted in ``stats``). ``base`` is the file index of ``raws[0]``.
     """
     for start in range(0, len(raws), size):
         chunk = raws[start:start + size]
+        text = b"[" + b",".join(chunk) + b"]"
         try:
-            yield base + start, _BATCH_DECODER.decode(b"[" + b",".join(chunk) + b"]")
+            yield base + start, _BATCH_DECODER.decode(text)
             continue
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        except msgspec.DecodeError:
+            text, n = repair_utf8(text)
+            if n:
+                _count(stats, "invalid_utf8", n)
+                chunk = _RAW_LIST_DECODER.decode(text)  # the same entries, their text repaired
+                try:
+                    yield base + start, _BATCH_DECODER.decode(text)
+                    continue
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+                    pass
+        except (msgspec.ValidationError, RecursionError):
             pass
+        del text
         out: list[Event] = []
         for raw in chunk:  # slow path: find and drop the bad entries one by one
             try:

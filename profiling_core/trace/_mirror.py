@@ -26,8 +26,8 @@ from ._collect import Collector
 from ._model import LoadStats, Model, build
 from ._rules import ReadOnlyRules, capped_rows, query_error, stopped_error
 from ._tables import ABSENT, TraceTables, visible_arg
-from ._decode import NotStreamable, iter_batches, split_events, stream_typed
-from ._source import iter_trace_chunks, read_trace_bytes
+from ._decode import NotStreamable, iter_batches, repair_utf8, split_events, stream_typed
+from ._source import is_stream, iter_trace_chunks, read_trace_bytes
 
 _QUOTED = re.compile(r'\."((?:[^"\\]|\\.)*)"')
 _INDEX = re.compile(r"\[\d+\]")
@@ -373,6 +373,7 @@ class _ArgsWriter:
         self.path = path
         self.queue: queue.Queue = queue.Queue(maxsize=2)
         self.error: BaseException | None = None
+        self.repaired = 0  # byte sequences of args that were not UTF-8 (see _decode.repair_utf8)
         self.thread = threading.Thread(target=self._run, name="trace-args-writer", daemon=True)
         self.thread.start()
 
@@ -391,13 +392,13 @@ class _ArgsWriter:
                     # of being taken back for every row as executemany does (which starved the parsing thread).
                     raws = [r for _, r in rows]
                     blob = b"".join(raws)
-                    if not blob.isascii():
-                        try:
-                            blob.decode("utf-8")
-                        except UnicodeDecodeError:
-                            # Raw args are not UTF-8-checked by the decoder; repair the few that are not (U+FFFD).
-                            raws = [bytes(r).decode("utf-8", "replace").encode("utf-8") for r in raws]
-                            blob = b"".join(raws)
+                    if repair_utf8(blob)[1]:
+                        # Raw args are not UTF-8-checked by the decoder; repair the few that are not (U+FFFD).
+                        fixed = [repair_utf8(bytes(r)) for r in raws]
+                        raws = [r for r, _ in fixed]
+                        self.repaired += sum(n for _, n in fixed)
+                        blob = b"".join(raws)
+                        del fixed
                     if len(blob) > _ARGS_BLOB_MAX:  # far below SQLite's 1e9-byte limit on one value
                         conn.executemany("INSERT INTO _args_raw VALUES (?,?)", zip([a for a, _ in rows], raws))
                         del blob, raws
@@ -441,17 +442,23 @@ def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> 
     gc_was = gc.isenabled()
     gc.disable()  # the loader makes millions of small objects and no cycles
     try:
+        # A pipe or a device can be read only once: its bytes (up to the cap) are read first and split from memory.
+        data = read_trace_bytes(path, max_bytes) if is_stream(path) else None
+        chunks = iter_trace_chunks(path, max_bytes, _STREAM_CHUNK) if data is None else \
+            (data[i:i + _STREAM_CHUNK] for i in range(0, len(data), _STREAM_CHUNK))
         try:
-            collector = _collect(stream_typed(iter_trace_chunks(path, max_bytes, _STREAM_CHUNK)), stats, args_path)
+            collector = _collect(stream_typed(chunks, stats), stats, args_path)
         except NotStreamable:
             # Not a plain trace document (or not valid JSON): read it whole, which reports any error exactly.
             stats.__init__()
             os.unlink(args_path)
-            data = read_trace_bytes(path, max_bytes)
-            raws = split_events(data, os.fspath(path))
-            del data
+            if data is None:
+                data = read_trace_bytes(path, max_bytes)
+            raws = split_events(data, os.fspath(path), stats)
+            data = None
             collector = _collect(iter([(raws, None)]), stats, args_path)
             del raws
+        del data, chunks
         model = build(collector)
         del collector
     finally:
@@ -498,7 +505,7 @@ def _collect(chunks, stats: LoadStats, args_path: str):
                 n += len(events)
                 del events
                 continue
-            for start, batch in iter_batches(raws, base=n):
+            for start, batch in iter_batches(raws, base=n, stats=stats):
                 collector.run(start, batch)
                 writer.put(collector.args)
                 collector.args = []
@@ -506,6 +513,8 @@ def _collect(chunks, stats: LoadStats, args_path: str):
             del raws
     finally:
         writer.finish()
+    if writer.repaired:
+        stats.repair("invalid_utf8", writer.repaired)
     stats.events = n
     return collector
 

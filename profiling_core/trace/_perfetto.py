@@ -15,7 +15,7 @@ import sys
 import threading
 
 from ..errors import EngineUnavailableError, QueryError, TraceError
-from ._source import check_size
+from ._source import check_size, stream_kind
 
 
 _CURL_FAILURES = {  # curl's exit statuses an offline or filtered machine gives, in words
@@ -188,6 +188,9 @@ def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: f
     else:
         binary = _fetch_binary(timeout_s)
         why = f"perfetto: the perfetto package's trace_processor ({binary})"
+    kind = stream_kind(path)
+    if kind is not None:  # (checked before check_size, which would consume a pipe)
+        raise EngineUnavailableError(f"trace_processor reads regular files only, and {path} is {kind}")
     check_size(path, max_bytes)
     if not os.path.isfile(path):
         raise TraceError(f"no such trace file: {path}")

@@ -1,7 +1,13 @@
-"""Reading a trace file's bytes: gzip detected by magic bytes, size capped while streaming."""
+"""Reading a trace file's bytes: gzip detected by magic bytes, size capped while streaming.
+
+The cap holds for whatever the path is: a regular file is refused by its size before it is read (and bounded while
+read, should it grow); a .gz, a pipe (FIFO, ``/dev/stdin``) or a device (``/dev/zero``) is refused as soon as what
+it gave passes the cap.
+"""
 from __future__ import annotations
 
 import os
+import stat
 import zlib
 
 from ..errors import TraceFormatError, TraceTooLargeError
@@ -9,36 +15,57 @@ from ..errors import TraceFormatError, TraceTooLargeError
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # uncompressed bytes
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 4 * 1024 * 1024
+_KINDS = ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
 
 
 def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MiB"
 
 
+def stream_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a directory ("a pipe (FIFO)", "a character device"...):
+    it can then be read only once and its size is known only once read. None otherwise (also when it cannot be
+    stat'ed: opening it reports why)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return _kind(mode)
+
+
+def _kind(mode: int) -> str | None:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return None
+
+
+def is_stream(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a pipe, a device or a socket (see :func:`stream_kind`)."""
+    return stream_kind(path) is not None
+
+
 def read_trace_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | bytearray:
     """Return the (decompressed) JSON bytes of ``path``.
 
     Raises TraceError subclasses for a missing file, gzip garbage or a size past ``max_bytes``.
-    A .gz is streamed in chunks and refused as soon as its output passes the cap, so a
-    gzip bomb never lands in memory.
+    A .gz (or a pipe, a device) is streamed in chunks and refused as soon as its output passes the cap, so a
+    gzip bomb (or ``/dev/zero``) never lands in memory.
     """
-    out = bytearray()
+    out: bytes | bytearray | None = None
     for chunk in iter_trace_chunks(path, max_bytes):
-        if not out and len(chunk) == _size_hint(path):
-            return chunk  # a plain file read in one go
+        if out is None:
+            out = chunk  # a plain file read in one go is returned as it is
+            continue
+        if not isinstance(out, bytearray):
+            out = bytearray(out)
         out += chunk
-    return out
-
-
-def _size_hint(path) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return -1
+    return b"" if out is None else out
 
 
 def iter_trace_chunks(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, chunk: int | None = None):
-    """The (decompressed) JSON bytes of ``path``, a chunk at a time (the whole file when ``chunk`` is None).
+    """The (decompressed) JSON bytes of ``path``, a chunk at a time (a regular file in one go when ``chunk`` is None).
 
     A UTF-8 byte order mark before the JSON (of a plain file or of a gzip's content) is dropped: RFC 8259 lets a
     parser ignore one, and Windows tools write one. Raises the same TraceError subclasses, with the same messages, as
@@ -69,22 +96,30 @@ def _without_bom(chunks):
 def _iter_chunks(path, max_bytes: int, chunk: int | None):
     try:
         with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
             head = f.read(2)
             if head == _GZIP_MAGIC:
-                f.seek(0)
-                yield from _iter_gzip(f, path, max_bytes, chunk or _CHUNK)
+                yield from _iter_gzip(f, head, path, max_bytes, chunk or _CHUNK)
                 return
-            size = os.fstat(f.fileno()).st_size
-            if size > max_bytes:
+            kind = _kind(st.st_mode)
+            if kind is not None:  # a pipe or a device: never seek, count what it gives
+                yield from _iter_bounded(f, head, path, max_bytes, chunk or _CHUNK, kind)
+                return
+            if st.st_size > max_bytes:
                 raise TraceTooLargeError(
-                    f"{os.fspath(path)} is {_mib(size)} ({size} bytes), over the cap of "
+                    f"{os.fspath(path)} is {_mib(st.st_size)} ({st.st_size} bytes), over the cap of "
                     f"{_mib(max_bytes)} ({max_bytes} bytes); pass a larger max_bytes to open it")
             f.seek(0)
             if chunk is None:
-                yield f.read()
+                data = f.read(st.st_size)
+                extra = f.read(1)
+                if not extra:
+                    yield data
+                    return
+                # longer than its size said (it grew while read, or a /proc file): read on, within the cap
+                yield from _iter_bounded(f, data + extra, path, max_bytes, _CHUNK, "a file that grew while read")
                 return
-            while data := f.read(chunk):
-                yield data
+            yield from _iter_bounded(f, b"", path, max_bytes, chunk, "a file that grew while read")
     except FileNotFoundError:
         raise TraceFormatError(f"no such trace file: {os.fspath(path)}") from None
     except IsADirectoryError:
@@ -93,10 +128,28 @@ def _iter_chunks(path, max_bytes: int, chunk: int | None):
         raise TraceFormatError(f"cannot read {os.fspath(path)}: {e.strerror}") from None
 
 
-def _iter_gzip(f, path, max_bytes: int, chunk: int):
+def _iter_bounded(f, first: bytes, path, max_bytes: int, chunk: int, kind: str):
+    """``first``, then what ``f`` gives a chunk at a time, refused once the total passes ``max_bytes``."""
+    total = 0
+    data = first
+    while True:
+        if data:
+            total += len(data)
+            if total > max_bytes:
+                raise TraceTooLargeError(
+                    f"{os.fspath(path)} ({kind}) gave more than {_mib(max_bytes)} (the cap, {max_bytes} bytes); "
+                    f"stopped reading it; pass a larger max_bytes to open it")
+            yield data
+        data = f.read(chunk)
+        if not data:
+            return
+
+
+def _iter_gzip(f, head: bytes, path, max_bytes: int, chunk: int):
+    """The decompressed bytes of the gzip stream ``head`` + the rest of ``f`` (no seek: ``f`` may be a pipe)."""
     total = 0
     d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    pending = b""
+    pending = head
     try:
         while True:
             if not pending:
