@@ -96,7 +96,7 @@ def test_calibrate_runs_in_a_worker_behind_the_device_lock_and_stores_the_result
                   store=store, on_status=said.append)
     assert p.kind == "cpu" and p.gemm_sizes == {"fp32": 128, "bf16": 128, "fp16": 128}
     assert PeakBook(store.root).find(p.device) == p
-    assert any("worker pid" in m for m in said) and any("timing GEMMs and a copy" in m for m in said)
+    assert any("worker pid" in m for m in said)  # (its phase may pass between two polls: not asserted)
     assert list((store.root / ".staging").iterdir()) == [] and store.list() == []
 
 
