@@ -42,7 +42,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,46 +125,6 @@ print(json.dumps({{"import_s": t1 - t0, "load_s": t2 - t1, "kernel_breakdown_s":
 """
 
 
-PATHO_CHILD = r"""
-import json, resource, sys, time
-resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
-sys.path.insert(0, {root!r})
-t0 = time.perf_counter()
-from profiling_core.trace import open_trace
-t1 = time.perf_counter()
-try:
-    with open_trace({path!r}, engine="sqlite") as s:
-        out = {{"result": f"{{s.load_stats.events}} events"}}
-except Exception as e:
-    out = {{"result": type(e).__name__}}
-out["load_s"] = time.perf_counter() - t1
-try:  # this process's own peak RSS (ru_maxrss would start from the parent's RSS at fork)
-    out["peak_rss_mib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
-except (OSError, StopIteration):
-    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps(out))
-"""
-
-
-def run_limited(code: str, timeout: float) -> dict:
-    """Run ``code`` in a fresh python, killed after ``timeout`` s: its JSON result (or what stopped it: then its peak
-    RSS is the ru_maxrss the kernel kept, which counts from the parent's RSS at fork), load_s, peak RSS."""
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    timer = threading.Timer(timeout, p.kill)
-    timer.start()
-    try:
-        out = p.stdout.read().decode(errors="replace")
-        _, status, usage = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status)
-    finally:
-        timer.cancel()
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return {"result": f"killed after {timeout:.0f} s" if p.returncode == -9 else f"exit {p.returncode}",
-                "load_s": None, "peak_rss_mib": usage.ru_maxrss / 1024}
-
-
 def pathological(args) -> int:
     """The --pathological table (see the module docstring)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -191,7 +150,9 @@ def pathological(args) -> int:
             label = f"{size / 1e6:.1f} MB gzip (2 GiB inflated)" if mb is None else f"{size / 1e6:.0f} MB ({made[0]} events)"
             got = {}
             for name, root in roots:
-                got[name] = run_limited(PATHO_CHILD.format(root=root, path=path, limit=limit), args.timeout)
+                r = pt.load_in_child(path, root, limit=limit, timeout=args.timeout)
+                got[name] = {"result": r.get("error") or f"{r['events']} events", "load_s": r["wall_s"],
+                             "peak_rss_mib": r["rss_mib"]}
                 print(f"  {shape} {label} {name}: {got[name]}", flush=True)
             rows.append((shape, label, got))
             os.unlink(path)

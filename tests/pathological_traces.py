@@ -75,3 +75,50 @@ def write_bomb(path, kind: str = "brace_string", decompressed: int = 2 << 30) ->
             n += f.write(comp.compress(block))
         n += f.write(comp.flush())
     return n
+
+
+_CHILD = r"""
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))  # (a regression fails here, instead of filling the machine)
+sys.path.insert(0, {root!r})
+from profiling_core.trace import open_trace
+t0 = time.perf_counter()
+try:
+    with open_trace({path!r}, engine="sqlite"{extra}) as s:
+        out = {{"events": s.load_stats.events, "slices": s.load_stats.slices}}
+except Exception as e:
+    out = {{"error": type(e).__name__, "message": str(e)}}
+out["wall_s"] = time.perf_counter() - t0
+try:  # this process's own peak RSS (ru_maxrss would start from the parent's RSS at fork)
+    out["rss_mib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
+except (OSError, StopIteration):
+    out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def load_in_child(path, root: str, extra: str = "", limit: int = 4 << 30, timeout: float = 120) -> dict:
+    """``open_trace(path)`` of the package under ``root``, in a fresh process under an address-space limit of
+    ``limit`` bytes, killed after ``timeout`` s: what it loaded (``events``, ``slices``) or raised (``error``,
+    ``message``), its wall time after the import (``wall_s``) and its own peak RSS (``rss_mib``). A child that was
+    killed or died has ``error`` saying so, ``wall_s`` None and the kernel's ru_maxrss as ``rss_mib``."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import threading
+    code = _CHILD.format(root=root, path=str(path), extra=extra, limit=limit)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    watchdog = threading.Timer(timeout, p.kill)  # (a regression fails instead of stalling)
+    watchdog.start()
+    try:
+        out = p.stdout.read().decode(errors="replace")
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        watchdog.cancel()
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        why = f"killed after {timeout:.0f} s" if p.returncode == -9 else f"exit status {p.returncode}: {out[-500:]}"
+        return {"error": why, "wall_s": None, "rss_mib": usage.ru_maxrss / 1024}

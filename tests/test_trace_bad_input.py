@@ -4,8 +4,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import subprocess
-import sys
 import threading
 import zlib
 from pathlib import Path
@@ -161,42 +159,10 @@ def test_fuzz_damaged_bytes(tmp_path, cut, junk, gz):
 
 # -- pathological inputs: linear time and bounded memory; the size cap for streams; text that is not Unicode --
 
-_CHILD = r"""
-import json, resource, sys, time
-resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))  # (a regression fails here, instead of filling the machine)
-sys.path.insert(0, {root!r})
-from profiling_core.trace import open_trace
-t0 = time.perf_counter()
-try:
-    with open_trace({path!r}, engine="sqlite"{extra}) as s:
-        out = {{"events": s.load_stats.events, "slices": s.load_stats.slices}}
-except Exception as e:
-    out = {{"error": type(e).__name__, "message": str(e)}}
-out["wall_s"] = time.perf_counter() - t0
-try:  # this process's own peak RSS (ru_maxrss would start from the parent's RSS at fork)
-    out["rss_mib"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 1024
-except (OSError, StopIteration):
-    out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps(out))
-"""
-
-
 def _load_in_child(path, extra: str = "", limit: int = 4 << 30, timeout: float = 120) -> dict:
-    """open_trace(path) in a fresh process under an address-space limit: what it loaded (``events``, ``slices``) or
-    raised (``error``, ``message``), its wall time (``wall_s``) and its own peak RSS (``rss_mib``)."""
-    root = str(Path(profiling_core.__file__).resolve().parent.parent)  # (the package this test process runs)
-    code = _CHILD.format(root=root, path=str(path), extra=extra, limit=limit)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    watchdog = threading.Timer(timeout, p.kill)  # (a regression fails the test instead of stalling the suite)
-    watchdog.start()
-    try:
-        out = p.communicate()[0].decode(errors="replace")
-    finally:
-        watchdog.cancel()
-    try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return {"error": f"exit status {p.returncode}: {out[-500:]}", "rss_mib": None}
+    """``pathological_traces.load_in_child`` of the package this test process runs."""
+    root = str(Path(profiling_core.__file__).resolve().parent.parent)
+    return pathological_traces.load_in_child(path, root, extra, limit, timeout)
 
 
 @pytest.mark.parametrize("shape", sorted(pathological_traces.SHAPES))
