@@ -296,5 +296,13 @@ class ExperimentConfig:
         return cls(workload=workload, knobs=knobs, **fields_)
 
 
+def config_field(config, key: str):
+    """A field of a run's config, given as an ``ExperimentConfig`` or as its dict (as meta.json holds it); None when
+    the config or the field is unknown."""
+    if config is None:
+        return None
+    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
+
+
 def field_names() -> list[str]:
     return [f.name for f in fields(ExperimentConfig)]

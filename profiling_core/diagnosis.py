@@ -22,6 +22,7 @@ import pandas as pd
 
 from .analyses import Report, analyze, launch_ops
 from .analyses.categories import is_gemm_kernel, kernel_family
+from .config import config_field as _cfg
 from .peaks import DevicePeaks
 
 __all__ = ["Diagnosis", "diagnose", "roofline", "kernel_family", "RULES"]
@@ -52,12 +53,6 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "title": self.title, "text": self.text, "fix": self.fix,
                 "cost_us_per_step": self.cost_us_per_step, "cost_basis": self.cost_basis, "evidence": self.evidence}
-
-
-def _cfg(config, key: str):
-    if config is None:
-        return None
-    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
 def _study_matmul(config) -> Optional[tuple[int, int]]:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .analyses.steps import OVERHEAD_BOUND_BELOW, bound
+from .config import config_field as _cfg
 from .units import format_duration_us as _us  # the one duration formatter (findings, CLI, pages)
 
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT", "MIN_LAUNCHES_FOR_SKEW"]
@@ -87,13 +88,6 @@ def _as_config(config):
         return ExperimentConfig.from_dict(dict(config))
     except (ConfigError, TypeError, ValueError):
         return None
-
-
-def _cfg(config, key: str):
-    """A field of the run's config (an ``ExperimentConfig`` or its dict, as in meta.json); None when unknown."""
-    if config is None:
-        return None
-    return config.get(key) if isinstance(config, dict) else getattr(config, key, None)
 
 
 # --- one function per question; each returns a list of findings --------------------------------------------------
