@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from .analyses import Report, analyze, launch_ops
+from .analyses import Report, analyze, gemm_dims, launch_ops
 from .analyses.categories import is_gemm_kernel, kernel_family
 from .config import config_field as _cfg
 from .peaks import DevicePeaks
@@ -72,23 +72,6 @@ def _args_of(session, name: str, ids) -> dict[int, Any]:
     return {i: values.get(a) for i, a in asids.items() if a >= 0 and a in values}
 
 
-def _gemm_dims(op: str, dims) -> Optional[tuple[int, int, int, int]]:
-    """(batch, M, K, N) of a GEMM op's recorded Input Dims, or None."""
-    try:
-        if op in ("aten::addmm", "aten::baddbmm"):
-            a, b = dims[1], dims[2]
-        elif op == "aten::linear":
-            x, w = dims[0], dims[1]
-            return math.prod(x[:-2]) if len(x) > 2 else 1, (x[-2] if len(x) > 1 else 1), x[-1], w[0]
-        else:
-            a, b = dims[0], dims[1]
-        if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
-            return None
-        return max(math.prod(a[:-2]), math.prod(b[:-2])), a[-2], a[-1], b[-1]
-    except (IndexError, TypeError):
-        return None
-
-
 def _steps(report: Report) -> int:
     return max(1, len(report.steps))
 
@@ -130,7 +113,7 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
             t = types.get(rec.id)
             dtype = _TORCH_DTYPES.get(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else cfg_dtype
             # What ran: the recorded shapes (torch.compile may have padded them), else the config's workload.
-            d, src = _gemm_dims(rec.op, dims.get(rec.id)), "shapes"
+            d, src = gemm_dims(rec.op, dims.get(rec.id)), "shapes"
             study = _study_matmul(config) if d is None else None
             if study is not None:
                 batch, n = study

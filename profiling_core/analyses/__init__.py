@@ -17,7 +17,7 @@ from __future__ import annotations
 from .breakdown import category_totals, step_breakdown, top_kernels
 from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, gpu_op_category
 from .compile import compile_breakdown, compile_payoff, fused_ops, triton_fusions
-from .gemm import gemm_flops_from_dims, gemm_throughput
+from .gemm import gemm_dims, gemm_flops_from_dims, gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_ops, launch_paths
 from .report import Report, analyze
@@ -30,6 +30,6 @@ __all__ = [
     "steps", "cpu_vs_gpu", "gpu_busy", "bound", "OVERHEAD_BOUND_BELOW", "gpu_ops", "kernel_stats", "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
     "cold_start_gap", "sync_wait", "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops",
-    "gemm_throughput", "gemm_flops_from_dims", "profiler_table",
+    "gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "profiler_table",
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
 ]

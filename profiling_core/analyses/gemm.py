@@ -9,22 +9,19 @@ import pandas as pd
 
 from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
-__all__ = ["gemm_throughput", "gemm_flops_from_dims"]
+__all__ = ["gemm_throughput", "gemm_flops_from_dims", "gemm_dims"]
 
 
 def _prod(xs) -> int:
     return math.prod(int(x) for x in xs) if xs else 1
 
 
-def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
-    """FLOPs (2·M·K·N per product, times the batch) of one GEMM op from its recorded ``Input Dims``.
+def gemm_dims(op: str, dims: list[list[int]]) -> Optional[tuple[int, int, int, int]]:
+    """(batch, M, K, N) of one GEMM op from its recorded ``Input Dims``, or None when the shapes do not fit the op.
 
     Args:
         op: ``aten::mm``, ``aten::bmm``, ``aten::addmm``, ``aten::baddbmm``, ``aten::matmul`` or ``aten::linear``.
-        dims: the op's input shapes, e.g. ``[[64, 64], [64, 64]]`` for mm.
-
-    Returns:
-        The FLOP count, or None when the shapes do not fit the op.
+        dims: the op's input shapes, e.g. ``[[64, 64], [64, 64]]`` for mm (a matrix @ vector has N = 1).
     """
     try:
         if op == "aten::addmm" or op == "aten::baddbmm":
@@ -33,20 +30,25 @@ def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
             x, w = dims[0], dims[1]
             if len(w) != 2 or not x or x[-1] != w[1]:
                 return None
-            return 2 * _prod(x[:-1]) * w[1] * w[0]
+            return _prod(x[:-2]), (x[-2] if len(x) > 1 else 1), x[-1], w[0]
         else:
             a, b = dims[0], dims[1]
         if len(a) < 2 or len(b) < 1:
             return None
         if len(b) == 1:  # matrix @ vector
-            return 2 * _prod(a[:-1]) * a[-1] if a[-1] == b[0] else None
-        m, k, k2, n = a[-2], a[-1], b[-2], b[-1]
-        if k != k2:
+            return (_prod(a[:-2]), a[-2], a[-1], 1) if a[-1] == b[0] else None
+        if a[-1] != b[-2]:
             return None
-        batch = max(_prod(a[:-2]), _prod(b[:-2]))
-        return 2 * batch * m * k * n
+        return max(_prod(a[:-2]), _prod(b[:-2])), a[-2], a[-1], b[-1]
     except (IndexError, TypeError):
         return None
+
+
+def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
+    """FLOPs (2·M·K·N per product, times the batch) of one GEMM op from its recorded ``Input Dims``
+    (:func:`gemm_dims`); None when the shapes do not fit the op."""
+    d = gemm_dims(op, dims)
+    return None if d is None else 2 * math.prod(int(x) for x in d)
 
 
 def _is_shapes(v) -> bool:
