@@ -22,13 +22,13 @@ import pandas as pd
 
 from .analyses import Report, analyze, gemm_dims, launch_ops
 from .analyses.categories import is_gemm_kernel, kernel_family
-from .config import config_field as _cfg
+from .config import DTYPES, config_field as _cfg
 from .peaks import DevicePeaks
 
 __all__ = ["Diagnosis", "diagnose", "roofline", "kernel_family", "RULES"]
 
 _TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
-_ESIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8, "tf32": 4}
+_ESIZE = {**DTYPES, "fp64": 8, "tf32": 4}  # bytes per element: the run dtypes and what else a trace records
 _ELEMENTWISE = ("aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::relu",
                 "aten::gelu", "aten::silu", "aten::sigmoid", "aten::tanh", "aten::copy_")
 
