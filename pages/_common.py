@@ -23,10 +23,12 @@ from typing import Any, Callable, Optional
 import pandas as pd
 import streamlit as st
 
-from profiling_core import ExperimentConfig, RunStore, get_workload, md_code, md_text, workload_names
-from profiling_core import config as _config
-from profiling_core import charts
-from profiling_core import export
+from profiling_core import ExperimentConfig, RunStore
+from profiling_core.workloads import get_workload, workload_names
+from profiling_core.present import md_code, md_text
+import profiling_core.config as _config
+from profiling_core.present import charts
+from profiling_core.present import export
 from profiling_core.errors import ConfigError, ProfilingError, WorkerError
 
 CURRENT_RUN = "current_run_id"
@@ -360,7 +362,7 @@ def report(run_id: str):
 @st.cache_data(show_spinner=False, max_entries=64)
 def _findings(path: str, mtime_ns: int, config_json: str) -> list:
     try:
-        from profiling_core.findings import findings as find
+        from profiling_core.explain import findings as find
     except ImportError:
         return []
     config = ExperimentConfig.from_json(config_json) if config_json else None
@@ -425,7 +427,7 @@ def config_summary(run_id: str) -> str:
 @st.cache_resource(show_spinner="Asking torch about this machine ...")
 def environment() -> dict:
     """torch / CUDA versions and the device (asked once of a subprocess, then kept)."""
-    from profiling_core import environment_info
+    from profiling_core.run import environment_info
     return dict(environment_info())
 
 
@@ -775,7 +777,7 @@ def prestart() -> int:
 def sidebar() -> None:
     """The sidebar every page shares: the current run and the store."""
     if prestart():
-        from profiling_core import prestart_worker
+        from profiling_core.run import prestart_worker
         prestart_worker()  # a no-op once running: the first click then pays no torch import
     with st.sidebar:
         rid = current_run_id()
@@ -862,13 +864,13 @@ def summaries(run_ids: list[str]) -> pd.DataFrame:
 
 def calibrations() -> tuple[list, list]:
     """(the store's calibrations newest first, [(file, why unreadable)]) (``profiling_core.PeakBook``)."""
-    from profiling_core import PeakBook
+    from profiling_core.store import PeakBook
     return PeakBook(store().root).all()
 
 
 def run_peaks(run_id: str):
     """The newest calibration of the run's device (name and torch version from meta.json), or None."""
-    from profiling_core import PeakBook
+    from profiling_core.store import PeakBook
     dev = load_run(run_id).meta.get("device")
     if not isinstance(dev, dict) or not isinstance(dev.get("name"), str):
         return None
@@ -878,7 +880,8 @@ def run_peaks(run_id: str):
 
 @st.cache_data(show_spinner="Judging the trace against the device's peaks ...", max_entries=64)
 def _diagnosis(path: str, mtime_ns: int, config_json: str, peaks_json: str, cc: Optional[float]):
-    from profiling_core import DevicePeaks, diagnose
+    from profiling_core.store import DevicePeaks
+    from profiling_core import diagnose
     config = ExperimentConfig.from_json(config_json) if config_json else None
     peaks = DevicePeaks.from_dict(json.loads(peaks_json)) if peaks_json else None
     return diagnose(_open_session(path, mtime_ns), _report(path, mtime_ns, config_json), config, peaks,
@@ -944,7 +947,8 @@ def show_diagnosis(run_id: str, *, key: str) -> None:
 
 def start_calibration(key: str, device: str) -> Job:
     """Measure the device's peaks in the background (a worker behind the device lock, like a run)."""
-    from profiling_core import CalibrationJob, calibrate
+    from profiling_core.run import CalibrationJob
+    from profiling_core import calibrate
 
     def work(job: Job):
         return calibrate(CalibrationJob(device=device), store=store(), on_status=job.status,

@@ -6,7 +6,7 @@ from pages import _common as ui
 from profiling_core import ExperimentConfig
 from profiling_core.analyses import compile_payoff
 from profiling_core.errors import ConfigError
-from profiling_core.export import ReportSection
+from profiling_core.present import ReportSection
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 

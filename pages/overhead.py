@@ -2,10 +2,12 @@
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import ExperimentConfig, charts, format_duration_us
+from profiling_core import ExperimentConfig
+from profiling_core.units import format_duration_us
+from profiling_core.present import charts
 from profiling_core.errors import ConfigError
-from profiling_core.export import ReportSection
-from profiling_core.sweep import SPREAD_WARN_PCT, sweep_configs, sweep_points
+from profiling_core.present import ReportSection
+from profiling_core.run import SPREAD_WARN_PCT, sweep_configs, sweep_points
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 

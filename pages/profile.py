@@ -5,8 +5,10 @@ import streamlit as st
 import streamlit.components.v1 as components
 
 from pages import _common as ui
-from profiling_core import charts, format_duration_us, machine_busy
-from profiling_core.export import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
+from profiling_core.units import format_duration_us
+from profiling_core.run import machine_busy
+from profiling_core.present import charts
+from profiling_core.present import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 

@@ -3,8 +3,8 @@ import pandas as pd
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import charts
-from profiling_core.export import ReportSection
+from profiling_core.present import charts
+from profiling_core.present import ReportSection
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 

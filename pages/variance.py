@@ -3,9 +3,9 @@ import pandas as pd
 import streamlit as st
 
 from pages import _common as ui
-from profiling_core import format_duration_us
-from profiling_core.export import ReportSection
-from profiling_core.findings import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
+from profiling_core.units import format_duration_us
+from profiling_core.present import ReportSection
+from profiling_core.explain import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 

@@ -31,6 +31,9 @@ from .workloads import (BATCH_RANGE, BIASES, MATMUL_ADD, SIZE_RANGE, Knobs, chec
                         check_choice as _check_choice, check_int as _check_int, get_workload, matmul_add_bias_shape)
 # (SIZE_RANGE, BATCH_RANGE and BIASES are matmul_add's knob ranges, defined with its knobs; kept importable from here)
 
+__all__ = ["ExperimentConfig", "DTYPES", "COMPILE_MODES", "DEVICES", "BIASES", "MATMUL_PRECISIONS", "config_field",
+           "field_names"]
+
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEVICES = ("auto", "cuda", "cpu")

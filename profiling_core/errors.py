@@ -6,6 +6,11 @@ app can show them as they are (one line, no traceback).
 from __future__ import annotations
 
 
+__all__ = ["ProfilingError", "ConfigError", "DoesNotFitError", "WorkerError", "InvalidRunIdError", "RunNotFoundError",
+           "RunStoreError", "DeviceBusyError", "TraceError", "TraceFormatError", "TraceTooLargeError",
+           "EngineUnavailableError", "QueryError"]
+
+
 class ProfilingError(Exception):
     """Base class of all errors raised by profiling_core."""
 

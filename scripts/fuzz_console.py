@@ -24,7 +24,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 import tp_recorded  # noqa: E402
 
-from profiling_core import QueryLimits  # noqa: E402
+from profiling_core.trace import QueryLimits  # noqa: E402
 from profiling_core.errors import QueryError  # noqa: E402
 from profiling_core.trace import open_trace  # noqa: E402
 

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from profiling_core import ExperimentConfig, RunStore, WorkerError, open_trace, run_experiment  # noqa: E402
-from profiling_core.worker import fork_server  # noqa: E402
+from profiling_core.run.worker import fork_server  # noqa: E402
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
     pool = fork_server()
     pool.warm()
     from profiling_core.analyses import analyze
-    from profiling_core.findings import findings
+    from profiling_core.explain.questions import findings
     rows = []
     for label, cfg in [("warm eager 4096", ExperimentConfig(size=4096, warmup=10)),
                        ("warm compile 4096", ExperimentConfig(size=4096, warmup=10, compile="default"))]:

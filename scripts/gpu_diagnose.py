@@ -77,7 +77,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     only = [x for x in a.only.split(",") if x]
     if not a.no_peaks and (not only or "peaks" in only):
-        from profiling_core.peaks import measure_peaks
+        from profiling_core.run.calibration import measure_peaks
         t0 = time.perf_counter()
         p = measure_peaks("cuda")
         (out / "peaks.json").write_text(json.dumps(p.to_dict(), indent=1))

@@ -27,14 +27,14 @@ K="$W/killstore"
 python3 -m profiling_core run --store "$K" --size 8192 --warmup 20 --active 40 --device cuda > "$W/kill_run.txt" 2>&1 &
 CALLER=$!
 for i in $(seq 1 120); do grep -q "profiling" "$W/kill_run.txt" && break; sleep 0.5; done
-WPIDS=$(pgrep -f "profiling_core.worker" | tr '\n' ' ')
+WPIDS=$(pgrep -f "profiling_core.run.worker" | tr '\n' ' ')
 kill -9 $CALLER; sleep 3
 {
   echo "caller $CALLER killed while: $(tail -1 "$W/kill_run.txt")"
   echo "worker pids before: $WPIDS"
-  echo "worker pids 3 s after: $(pgrep -f 'profiling_core.worker' | tr '\n' ' ')"
+  echo "worker pids 3 s after: $(pgrep -f 'profiling_core.run.worker' | tr '\n' ' ')"
   python3 -c "
-from profiling_core.lock import device_lock
+from profiling_core.run.lock import device_lock
 with device_lock('cuda', what='check', wait=False): print('device lock: free')"
   echo "staging before reopen: $(ls "$K/.staging" | wc -l)"
   python3 -c "from profiling_core import RunStore; RunStore('$K'); import os; print('staging after reopen:', len(os.listdir('$K/.staging')))"

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from profiling_core import ExperimentConfig  # noqa: E402
-from profiling_core.workload import Phase, run_workload  # noqa: E402
+from profiling_core.run.loop import Phase, run_workload  # noqa: E402
 
 
 def cuda_event_ms(fn, reps: int = 50) -> list[float]:

@@ -6,12 +6,12 @@ set -u
 W=/tmp/kill_work; rm -rf "$W"; mkdir -p "$W"
 check() {  # $1: label, $2: caller pid, $3: store, $4: log
   for i in $(seq 1 240); do grep -q "profiling" "$4" && break; sleep 0.25; done
-  local before; before=$(pgrep -f "profiling_core.worker" | tr '\n' ' ')
+  local before; before=$(pgrep -f "profiling_core.run.worker" | tr '\n' ' ')
   kill -9 "$2"; sleep 3
   echo "== $1: killed while: $(grep -o '[^…]*$' "$4" | tail -1)"
-  echo "   worker processes before the kill: ${before:-none}; 3 s after: $(pgrep -f 'profiling_core.worker' | tr '\n' ' ' || true)"
+  echo "   worker processes before the kill: ${before:-none}; 3 s after: $(pgrep -f 'profiling_core.run.worker' | tr '\n' ' ' || true)"
   python3 -c "
-from profiling_core.lock import device_lock
+from profiling_core.run.lock import device_lock
 with device_lock('cuda', what='check', wait=False): print('   device lock: free')"
   echo "   staging folders before reopening the store: $(ls "$3/.staging" | wc -l)"
   python3 -c "from profiling_core import RunStore; import os; RunStore('$3'); print('   after reopening:', len(os.listdir('$3/.staging')), '; runs:', len(RunStore('$3').list()))"

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from profiling_core import ExperimentConfig, RunStore, run_experiment  # noqa: E402
 from profiling_core.errors import ProfilingError  # noqa: E402
-from profiling_core.sweep import run_sweep  # noqa: E402
-from profiling_core.worker import fork_server  # noqa: E402
+from profiling_core.run.sweep import run_sweep  # noqa: E402
+from profiling_core.run.worker import fork_server  # noqa: E402
 
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 

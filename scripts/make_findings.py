@@ -24,10 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd  # noqa: E402
 
-from profiling_core import charts, open_trace  # noqa: E402
+from profiling_core import open_trace
+from profiling_core.present import charts  # noqa: E402
 from profiling_core.analyses import analyze, dispatch_chain, gpu_ops, kernel_stats  # noqa: E402
-from profiling_core.export import chart_png  # noqa: E402
-from profiling_core.findings import findings  # noqa: E402
+from profiling_core.present.export import chart_png  # noqa: E402
+from profiling_core.explain.questions import findings  # noqa: E402
 
 MODES = {"off": "eager", "default": "compile default", "reduce-overhead": "reduce-overhead"}
 GEMM = re.compile(r"nvjet|gemm|cutlass|sm90_xmma|ampere_", re.I)

@@ -65,7 +65,7 @@ def _json(fs) -> list:
 def trace_findings(path: Path) -> dict[str, list]:
     """{"": findings without config, "#config": with the meta's config (when there is one)}."""
     from profiling_core.analyses import analyze
-    from profiling_core.findings import findings
+    from profiling_core.explain.questions import findings
     from profiling_core.trace import open_trace
     with open_trace(str(path), engine="sqlite") as s:
         r = analyze(s)

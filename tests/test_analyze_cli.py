@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import scan_trace
 
-from profiling_core import analyze_cli
+from profiling_core.cli import analyze as analyze_cli
 
 try:
     from test_analyses import DATA, H200, THIRD, _union, scan
@@ -129,7 +129,7 @@ def test_add_parser_registers_analyze():
         parser.parse_args(["analyze", "x.json", "--engine", "nope"])
 
 
-@pytest.mark.parametrize("argv", [["-m", "profiling_core.analyze_cli"], ["-m", "profiling_core", "analyze"]])
+@pytest.mark.parametrize("argv", [["-m", "profiling_core.cli.analyze"], ["-m", "profiling_core", "analyze"]])
 def test_module_entry_points(argv):
     ok = subprocess.run([sys.executable, *argv, str(DATA / "h200" / "64_bf16_cold_eager.json"), "--json",
                          "--engine", "sqlite"],
@@ -157,7 +157,7 @@ def test_human_output_shows_control_characters_of_names_as_escapes(tmp_path, cap
 
 
 def _h200_peaks(tmp_path) -> Path:
-    from profiling_core.peaks import DevicePeaks
+    from profiling_core.store.peaks import DevicePeaks
     tf = {"bf16": 800.0, "fp16": 760.0, "tf32": 400.0, "fp32": 50.0}
     p = DevicePeaks.from_dict({"device": "NVIDIA H200", "kind": "cuda", "driver": "580.159.04",
                                "torch_version": "2.11.0+cu130", "measured_at": "2026-12-01T12:08:00Z",
@@ -182,7 +182,7 @@ def test_json_carries_the_peaks_the_roofline_and_the_diagnoses(tmp_path, capsys)
 
 
 def test_a_store_run_is_judged_by_its_devices_calibration(tmp_path, capsys):
-    from profiling_core.peaks import PeakBook
+    from profiling_core.store.peaks import PeakBook
     run = tmp_path / "runs" / "20261201-120000-bf16_4095"
     run.mkdir(parents=True)
     run.joinpath("trace.json").write_bytes((DATA / "h200_diag" / "bf16_4095.json").read_bytes())

@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest_app import DATA, app, errors_of, import_trace, runs_dir  # noqa: F401
 
-from profiling_core import md_text
+from profiling_core.present import md_text
 
 DIAG = DATA / "h200_diag"
 
@@ -24,7 +24,7 @@ def seed_h200_run(runs_dir, name: str) -> str:
 
 
 def save_h200_peaks(runs_dir):
-    from profiling_core import DevicePeaks, PeakBook
+    from profiling_core.store import DevicePeaks, PeakBook
     p = DevicePeaks.from_dict(json.loads((DIAG / "peaks.json").read_text()))
     PeakBook(runs_dir).save(p)
     return p
@@ -85,7 +85,7 @@ def test_home_calibrates_this_cpu_in_a_worker(runs_dir):
     at.selectbox(key="calibrate_device").set_value("cpu").run()
     at.button(key="calibrate_go").click().run(timeout=180)
     assert not errors_of(at)
-    from profiling_core import PeakBook
+    from profiling_core.store import PeakBook
     (p,) = PeakBook(runs_dir).all()[0]
     assert p.kind == "cpu"
     table = next(d.value for d in at.dataframe if "datasheet" in d.value.columns)

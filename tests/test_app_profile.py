@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from conftest_app import FAST_PROFILE, app, download, errors_of, media, runs_dir, seed_run  # noqa: F401
-from profiling_core import md_text
+from profiling_core.present import md_text
 
 
 def fill_profile_form(at, prefix: str = "profile_form", **values):
@@ -62,7 +62,7 @@ def test_gpu_busy_share_is_the_number_the_finding_quotes(runs_dir):
     """One definition: the Profile page's busy share is the per-step median that question 2's finding states."""
     from conftest_app import H200, import_trace
     from profiling_core import open_trace
-    from profiling_core.findings import findings
+    from profiling_core.explain.questions import findings
     path = H200 / "4096_bf16_warm_eager_a20.json"
     import_trace(runs_dir, path, "a20")
     at = app("profile")

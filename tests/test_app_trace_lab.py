@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling_core import md_text
+from profiling_core.present import md_text
 
 from conftest_app import CPU_TRACE, H200, app, download, errors_of, media, runs_dir  # noqa: F401
 

@@ -8,8 +8,9 @@ import pytest
 from conftest import scan_trace
 
 from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir  # noqa: F401
-from profiling_core import format_duration_us, open_trace
-from profiling_core.findings import findings
+from profiling_core.units import format_duration_us
+from profiling_core import open_trace
+from profiling_core.explain.questions import findings
 from test_app_profile import fill_profile_form, submit
 
 

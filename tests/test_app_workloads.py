@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from conftest_app import app, errors_of, runs_dir  # noqa: F401
-from profiling_core import md_text, workload_names
+from profiling_core.present import md_text
+from profiling_core.workloads import workload_names
 
 
 def test_the_form_defaults_to_the_studys_workload_with_its_own_knobs(runs_dir):

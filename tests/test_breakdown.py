@@ -91,7 +91,7 @@ def test_each_category_rule(name, cat, want):
 def test_the_gemm_rule_is_the_diagnosis_gemm_rule():
     """The diagnosis reads GEMM kernels through the same rule: a flash attention kernel, which names cutlass, is not a
     GEMM (the diagnosis's own rule counted it as one before)."""
-    from profiling_core import diagnosis
+    from profiling_core.explain import diagnosis
     flash = "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, cutlass::bf16>>"
     assert is_gemm_kernel("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT")
     assert not is_gemm_kernel(flash) and not is_gemm_kernel("ncclKernel_AllReduce_RING_LL_Sum_float")

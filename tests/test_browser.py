@@ -183,7 +183,7 @@ def test_open_in_perfetto_hands_the_trace_over_by_postmessage(browser_page):
     """The Profile page's "Open in Perfetto UI" button, in Chromium: it opens ui.perfetto.dev (here a stand-in page
     served by Playwright's router: nothing leaves the machine), PINGs until it answers PONG, then posts the trace's
     bytes with the run's name; the stand-in sees exactly the trace's size. A hostile run name stays a string."""
-    from profiling_core.export import PERFETTO_UI, perfetto_open_html
+    from profiling_core.present.export import PERFETTO_UI, perfetto_open_html
     trace = (H200 / "64_bf16_cold_eager.json").read_bytes()
     name = 'evil</script><img src=x onerror=alert(1)>"'
     ctx = browser_page.context.browser.new_context()

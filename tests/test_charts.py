@@ -7,7 +7,7 @@ import altair as alt
 import pandas as pd
 import pytest
 
-from profiling_core import charts as C
+from profiling_core.present import charts as C
 
 
 def _marks(spec: dict) -> list[str]:
@@ -79,7 +79,7 @@ def test_step_timeline_without_links_or_optional_columns(slices):
 def test_timeline_bars_carry_their_names_cut_to_fit(slices):
     """A name is written on a bar that can hold ~6 characters at the chart's width, cut with an ellipsis; a bar
     too narrow (cudaLaunchKernel: 5 µs of 120) gets none. The exported SVG holds the text, so a PNG reads too."""
-    from profiling_core.export import chart_svg
+    from profiling_core.present.export import chart_svg
     chart = C.step_timeline(slices)
     labels = {r["label"] for d in _datasets(chart.to_dict()) for r in d if "label" in r}
     assert "ProfilerStep#0" in labels and "aten::mm" in labels and "gemm" in labels
@@ -223,7 +223,7 @@ def test_every_chart_is_valid_json_without_pandas_types(slices, sweep, durations
 
 
 def test_repeated_sweep_points_carry_their_range():
-    from profiling_core.sweep import sweep_points
+    from profiling_core.run.sweep import sweep_points
     runs = pd.DataFrame({"size": [64, 64, 64, 4096], "mode": ["eager"] * 4,
                          "cpu_us_per_step": [10.0, 12.0, 30.0, 50.0], "gpu_busy_us_per_step": [1.0, 1.0, 2.0, 90.0],
                          "gpu_busy_fraction": [0.1, 0.1, 0.1, 0.9]})
@@ -241,7 +241,7 @@ def test_repeated_sweep_points_carry_their_range():
 
 def test_the_whole_run_overview_marks_every_step_and_stays_bounded():
     from profiling_core.analyses import analyze
-    from profiling_core.export import chart_png
+    from profiling_core.present.export import chart_png
     from profiling_core.trace import open_trace
     from pathlib import Path
     path = Path(__file__).parent / "data" / "h200" / "4096_bf16_warm_eager_a20.json"
@@ -290,7 +290,7 @@ def test_bars_on_a_wide_range_are_drawn():
     """Rendered, not only specified: with one step 290x the others the bars still show (a log axis drew none)."""
     import io
     from PIL import Image
-    from profiling_core.export import chart_png
+    from profiling_core.present.export import chart_png
     steps = pd.DataFrame({"step": [0, 1, 2, 0, 1, 2], "dur_us": [29000.0, 100.0, 90.0, 101.0, 99.0, 95.0],
                           "label": ["A"] * 3 + ["B"] * 3})
     import numpy as np
@@ -304,7 +304,7 @@ def test_the_timeline_png_carries_the_names(slices):
     inside the bars, by the glyphs' dark pixels (text is drawn in #111 over the bars' colours)."""
     import io
     from PIL import Image
-    from profiling_core.export import chart_png
+    from profiling_core.present.export import chart_png
 
     def dark_pixels(df):
         img = Image.open(io.BytesIO(chart_png(C.step_timeline(df), scale=2.0))).convert("L")
@@ -317,7 +317,7 @@ def test_the_timeline_png_carries_the_names(slices):
 def test_roofline_draws_each_dtypes_ceiling_with_its_ridge():
     import pandas as pd
 
-    from profiling_core import charts
+    from profiling_core.present import charts
     rows = pd.DataFrame({"kind": ["gemm", "elementwise"], "kernel": ["k1", "add"], "dtype": ["bf16", None],
                          "intensity": [1365.0, 1 / 6], "tflops": [151.3, 0.7], "time_us": [907.9, 22.4],
                          "fraction_of_peak": [0.188, 1.04]})
@@ -336,7 +336,7 @@ def test_roofline_draws_each_dtypes_ceiling_with_its_ridge():
 def test_achieved_vs_peak_draws_the_measured_peak():
     import pandas as pd
 
-    from profiling_core import charts
+    from profiling_core.present import charts
     pts = pd.DataFrame({"size": [4095, 4096], "tflops": [151.3, 811.0], "mode": ["eager", "eager"]})
     spec = charts.achieved_vs_peak(pts, peaks={"bf16": 803.7}).to_dict()
     rules = next(d for d in spec["datasets"].values() if d and "label" in d[0])

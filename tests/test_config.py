@@ -136,7 +136,7 @@ def test_threads_knob_is_validated():
 
 
 def test_machine_busy_reads_the_load_before_the_run():
-    from profiling_core import machine_busy
+    from profiling_core.run import machine_busy
     assert machine_busy({"machine_load": {"cores": 2, "load_1min_before": 0.4, "load_1min_after": 2.6}}) is None
     text = machine_busy({"machine_load": {"cores": 2, "load_1min_before": 3.5, "load_1min_after": 3.9}})
     assert "load average 3.5 on 2 cores" in text

@@ -13,8 +13,8 @@ import pytest
 from conftest import scan_trace
 
 from profiling_core.config import ExperimentConfig
-from profiling_core.diagnosis import diagnose, kernel_family
-from profiling_core.peaks import DevicePeaks
+from profiling_core.explain.diagnosis import diagnose, kernel_family
+from profiling_core.store.peaks import DevicePeaks
 from profiling_core.trace import open_trace
 
 DATA = Path(__file__).parent / "data"

@@ -6,8 +6,8 @@ import datetime as dt
 import pandas as pd
 import pytest
 
-from profiling_core import charts as C
-from profiling_core import export as E
+from profiling_core.present import charts as C
+from profiling_core.present import export as E
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_finding_objects_are_accepted():
 
 
 def test_perfetto_handover_refuses_a_trace_too_large_for_the_page(monkeypatch):
-    from profiling_core import export
+    from profiling_core.present import export
     monkeypatch.setattr(export, "PERFETTO_OPEN_MAX_BYTES", 10)
     with pytest.raises(ValueError, match="at most 0 MiB can be handed to the Perfetto UI"):
         export.perfetto_open_html(b"x" * 11, "run")
@@ -84,7 +84,7 @@ def test_perfetto_handover_refuses_a_trace_too_large_for_the_page(monkeypatch):
 
 
 def test_report_includes_torchs_table_as_text():
-    from profiling_core.export import ReportSection, html_report
+    from profiling_core.present.export import ReportSection, html_report
     table = "Name      Self CPU %\naten::mm  <b>57.5%</b>\n"
     page = html_report("r", [ReportSection("Profiler table", preformatted=table)])
     assert "<pre" in page and "aten::mm  &lt;b&gt;57.5%&lt;/b&gt;" in page  # as it is, escaped

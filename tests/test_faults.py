@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conftest_app import app, errors_of, import_trace, CPU_TRACE, H200, runs_dir  # noqa: F401
-from profiling_core import RunStore, TraceFormatError, md_text, open_trace
+from profiling_core import RunStore, TraceFormatError, open_trace
+from profiling_core.present import md_text
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from profiling_core.findings import NO_GPU_TEXT, Finding, findings
+from profiling_core.explain.questions import NO_GPU_TEXT, Finding, findings
 
 try:
     from test_analyses import DATA, H200, THIRD, _union, report, scan, session
@@ -492,7 +492,7 @@ def _bias_run(name):
     import json as _json
 
     from profiling_core import ExperimentConfig
-    from profiling_core.findings import findings as _findings
+    from profiling_core.explain.questions import findings as _findings
     from profiling_core.trace import open_trace as _open
     cfg = ExperimentConfig.from_dict(_json.loads((BIAS / f"{name}.meta.json").read_text())["config"])
     events = _json.loads((BIAS / f"{name}.json").read_text())["traceEvents"]

@@ -16,7 +16,7 @@ import pytest
 
 from profiling_core import ExperimentConfig
 from profiling_core.analyses import OVERHEAD_BOUND_BELOW
-from profiling_core.findings import FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, findings
+from profiling_core.explain.questions import FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, findings
 from profiling_core.trace import open_trace
 
 DATA = Path(__file__).parent / "data"
@@ -127,7 +127,7 @@ def test_edge_cases_say_nothing_their_numbers_contradict(tmp_path, case, steps, 
 
 
 def test_the_checks_can_fail():
-    from profiling_core.findings import Finding
+    from profiling_core.explain.questions import Finding
     bad = [Finding("q3.cold_start", 3, "t", "Most of the extra time shows as …",
                    {"extra_us": -5.0, "other_steps_median_us": 60.0}),
            Finding("q9.compile", 9, "t", "Per step: 1 kernel. Kernels: .", {}),

@@ -16,7 +16,7 @@ import pytest
 
 from profiling_core import open_trace
 from profiling_core.analyses import analyze
-from profiling_core.findings import findings
+from profiling_core.explain.questions import findings
 
 DATA = Path(__file__).parent / "data" / "h200_app"
 NAMES = sorted(p.name[:-len(".json")] for p in DATA.glob("*.json") if not p.name.endswith(".meta.json"))

@@ -11,7 +11,7 @@ from conftest import scan_trace
 
 from profiling_core.analyses import analyze, triton_fusions
 from profiling_core.config import ExperimentConfig
-from profiling_core.diagnosis import diagnose
+from profiling_core.explain.diagnosis import diagnose
 from profiling_core.trace import open_trace
 
 DATA = Path(__file__).parent / "data" / "h200_workloads"

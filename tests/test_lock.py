@@ -8,7 +8,7 @@ import time
 import pytest
 
 from profiling_core import DeviceBusyError, ProfilingError
-from profiling_core.lock import device_lock
+from profiling_core.run.lock import device_lock
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +48,7 @@ def test_fail_fast_and_timeout():
 
 
 def test_lock_of_a_killed_holder_is_released(tmp_path):
-    code = ("import time; from profiling_core.lock import device_lock\n"
+    code = ("import time; from profiling_core.run.lock import device_lock\n"
             "with device_lock('cpu', what='doomed'):\n    print('held', flush=True); time.sleep(60)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert p.stdout.readline().strip() == b"held"
@@ -64,7 +64,7 @@ def test_lock_of_a_killed_holder_is_released(tmp_path):
 def test_holder_file_never_follows_a_planted_symlink(tmp_path):
     """The lock folder is shared (a temp folder by default): a link planted where the holder file is written must
     not make the lock write through it."""
-    from profiling_core.lock import holder, lock_dir
+    from profiling_core.run.lock import holder, lock_dir
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     # the name the holder's temporary copy used to have (predictable: the pid), and the holder's own name
@@ -76,7 +76,7 @@ def test_holder_file_never_follows_a_planted_symlink(tmp_path):
 
 
 def test_a_symlinked_lock_file_is_refused(tmp_path):
-    from profiling_core.lock import lock_dir
+    from profiling_core.run.lock import lock_dir
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     os.symlink(victim, lock_dir() / "cpu.lock")

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from profiling_core import md_code, md_text
+from profiling_core.present import md_code, md_text
 
 WJ = "\u2060"
 

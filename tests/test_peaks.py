@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from profiling_core.peaks import DevicePeaks, PeakBook, datasheet_for, measure_peaks
+from profiling_core.run.calibration import measure_peaks
+from profiling_core.store.peaks import DevicePeaks, PeakBook, datasheet_for
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +89,8 @@ def test_calibrate_runs_in_a_worker_behind_the_device_lock_and_stores_the_result
     """The real path: runner.calibrate starts a worker (as an experiment does), which measures on this CPU; the
     result is stored, the staging folder is gone, and the store lists no run for it."""
     from profiling_core import RunStore
-    from profiling_core.peaks import CalibrationJob
-    from profiling_core.runner import calibrate
+    from profiling_core.run.calibration import CalibrationJob
+    from profiling_core.run.runner import calibrate
     store = RunStore(tmp_path / "runs")
     said = []
     p = calibrate(CalibrationJob(device="cpu", gemm_size=128, copy_bytes=8 << 20, rounds=2, warmup=1),
@@ -102,7 +103,7 @@ def test_calibrate_runs_in_a_worker_behind_the_device_lock_and_stores_the_result
 
 def test_a_calibration_job_refuses_bad_knobs():
     from profiling_core.errors import ConfigError
-    from profiling_core.peaks import CalibrationJob
+    from profiling_core.run.calibration import CalibrationJob
     with pytest.raises(ConfigError, match="gemm_size must be an integer from 64 to 32768, or null, got 7"):
         CalibrationJob(gemm_size=7)
     with pytest.raises(ConfigError, match="device must be one of 'auto', 'cuda', 'cpu', got 'gpu'"):

@@ -10,7 +10,7 @@ import pytest
 from conftest import DATA
 from profiling_core import (InvalidRunIdError, RunNotFoundError, RunStore, RunStoreError, TraceFormatError,
                             TraceTooLargeError)
-from profiling_core.store import validate_run_id
+from profiling_core.store.runs import validate_run_id
 
 H200 = DATA / "h200" / "64_bf16_cold_eager.json"
 

@@ -26,7 +26,8 @@ import pytest
 from profiling_core.trace import _decode, _nest
 from profiling_core.trace._collect import Collector
 from profiling_core.trace._decode import iter_batches, split_events, stream_typed
-from profiling_core.trace._model import LoadStats, build
+from profiling_core.trace import LoadStats
+from profiling_core.trace._model import build
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "traces"

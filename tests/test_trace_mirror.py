@@ -295,7 +295,7 @@ def test_a_console_query_stops_at_its_deadline_and_frees_the_session(session, en
     import threading
     import time
 
-    from profiling_core import QueryLimits
+    from profiling_core.trace import QueryLimits
     s = session("64_bf16_cold_eager.json", engine)
     started = len(getattr(s, "started", []))
     t0 = time.monotonic()
@@ -321,7 +321,7 @@ def test_a_console_query_stops_at_its_deadline_and_frees_the_session(session, en
 
 @pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
 def test_a_console_result_stops_at_the_row_and_size_caps(session, engine):
-    from profiling_core import QueryLimits
+    from profiling_core.trace import QueryLimits
     s = session("64_bf16_cold_eager.json", engine)
     many = "with recursive n(x) as (select 1 union all select x + 1 from n where x < 5000000) select x from n"
     r = s.console(many, QueryLimits(max_rows=2500))

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from profiling_core import format_duration_us
+from profiling_core.units import format_duration_us
 
 
 @pytest.mark.parametrize("us,text", [
@@ -36,7 +36,7 @@ def test_an_unknown_duration_reads_na(missing):
 def test_the_variance_finding_quotes_durations_as_formatted():
     """The question-8 finding writes its kernel's median exactly as the formatter does."""
     from profiling_core import open_trace
-    from profiling_core.findings import findings
+    from profiling_core.explain.questions import findings
 
     path = DATA / "h200" / "4096_bf16_warm_eager_a20.json"
     q8 = next(f for f in findings(open_trace(path)) if f.id == "q8.variance")

@@ -159,7 +159,7 @@ def test_two_concurrent_runs_serialise(store, monkeypatch):
     which also include the store's commit after the release."""
     import contextlib
 
-    import profiling_core.runner as runner
+    import profiling_core.run.runner as runner
 
     real_lock = runner.device_lock
     holds, waits = [], []
@@ -200,7 +200,7 @@ def test_two_concurrent_runs_serialise(store, monkeypatch):
 
 
 def test_forked_worker_runs_cold_and_reports_prestart(store):
-    from profiling_core.worker import fork_server
+    from profiling_core.run.worker import fork_server
     pool = fork_server()
     try:
         pool.warm()
@@ -249,7 +249,7 @@ def test_threads_and_machine_load_are_recorded(store):
 
 def test_the_run_reports_its_phases_in_order(store):
     """The parent reads the worker's phase file and reports each phase it sees, in the worker's order."""
-    from profiling_core.worker import PHASE_WORDS
+    from profiling_core.run.worker import PHASE_WORDS
     seen = []
     # ~1e11 FLOPs of warm-up calls (a second or more on any CPU), so the parent, polling every 0.1 s, sees that
     # phase whatever the machine's speed; the shorter phases it may or may not see
@@ -263,7 +263,7 @@ def test_the_run_reports_its_phases_in_order(store):
 
 
 def test_phase_timer_tells_each_start():
-    from profiling_core.workload import Phase
+    from profiling_core.run.loop import Phase
     started = []
     t = Phase(on_start=started.append)
     t.run("a_s", lambda: None)
@@ -320,7 +320,7 @@ def test_killed_caller_leaves_nothing_running_and_nothing_behind(tmp_path, monke
     import subprocess
     import sys
     from profiling_core import DeviceBusyError
-    from profiling_core.lock import device_lock
+    from profiling_core.run.lock import device_lock
     root, locks = tmp_path / "runs", tmp_path / "locks"
     monkeypatch.setenv("PROFILING_LOCK_DIR", str(locks))
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -366,7 +366,7 @@ def test_killed_caller_leaves_nothing_running_and_nothing_behind(tmp_path, monke
 
 _FULL_DISK = '''
 import builtins, errno, io, os, sys
-if "profiling_core.worker" in sys.orig_argv:  # the worker (and the fork server's runs): the disk is full for them
+if "profiling_core.run.worker" in sys.orig_argv:  # the worker (and the fork server's runs): the disk is full for them
     _open = io.open
 
     def _full(file, mode="r", *args, **kwargs):

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, ROOT, scan_trace
-from profiling_core import (ConfigError, ExperimentConfig, WorkerError, get_workload, run_experiment,
-                            sdpa_backend_from_names, workload_names)
-from profiling_core.sweep import sweep_configs
+from profiling_core import ConfigError, ExperimentConfig, WorkerError, run_experiment
+from profiling_core.workloads import get_workload, sdpa_backend_from_names, workload_names
+from profiling_core.run.sweep import sweep_configs
 
 SCRIPTS = DATA / "scripts"
 ATTN_KNOBS = "batch, heads, seq_len, head_dim, causal, backend"
@@ -349,7 +349,7 @@ def test_analyses_size_another_workloads_gemms_from_its_shapes(store):
     """A linear run's config is not the study's matmul: its GEMM's FLOPs come from the recorded shapes."""
     from profiling_core import open_trace
     from profiling_core.analyses import analyze
-    from profiling_core.diagnosis import diagnose
+    from profiling_core.explain.diagnosis import diagnose
     cfg = ExperimentConfig(workload="linear", knobs={"batch": 4, "in_features": 16, "out_features": 8}, **FAST)
     run = run_experiment(cfg, store=store)
     with open_trace(run.trace_path, engine="sqlite") as s:
@@ -419,7 +419,7 @@ def test_the_cli_runs_a_workload_with_its_knobs(tmp_path):
 
 def test_a_cuda_graph_gemm_is_not_sized_from_another_workloads_config():
     """The study's CUDA-graph replay has no CPU GEMM op; only a matmul_add config may size its kernel (n = size)."""
-    from profiling_core.diagnosis import diagnose
+    from profiling_core.explain.diagnosis import diagnose
     from profiling_core.trace import open_trace
     trace = DATA / "h200_diag" / "bf16_64_ro.json"
     study = ExperimentConfig.from_dict(json.loads((DATA / "h200_diag" / "bf16_64_ro.meta.json").read_text())["config"])
@@ -434,7 +434,7 @@ def test_a_cuda_graph_gemm_is_not_sized_from_another_workloads_config():
 def test_the_compile_finding_states_no_bias_shape_for_another_workload():
     """q9 names the study's bias shape from a matmul_add config; another workload's config has no such bias."""
     from profiling_core.analyses import analyze
-    from profiling_core.findings import findings
+    from profiling_core.explain.questions import findings
     from profiling_core.trace import open_trace
     base = DATA / "h200_bias" / "4096_bf16_warm_compile"
     study = ExperimentConfig.from_dict(json.loads(base.with_suffix(".meta.json").read_text())["config"])

@@ -37,7 +37,7 @@ import numpy as np
 
 from ._decode import Event, ns_of_decimals, repair_utf8, to_ns
 from ._ids import Ids, flow_ids, thread_numbers
-from ._model import LoadStats
+from ._stats import LoadStats
 
 _TS_LIMIT = 1 << 62  # ns; anything larger cannot be a real timestamp (and would overflow sums)
 _US_MAX = (_TS_LIMIT - 1) // 1000  # largest int µs whose ns value is below _TS_LIMIT

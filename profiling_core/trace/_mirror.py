@@ -23,7 +23,8 @@ import msgspec
 from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._collect import Collector
-from ._model import LoadStats, Model, build
+from ._model import Model, build
+from ._stats import LoadStats
 from ._rules import ReadOnlyRules, capped_rows, query_error, stopped_error
 from ._tables import ABSENT, TraceTables, visible_arg
 from ._decode import NotStreamable, iter_batches, repair_utf8, split_events, stream_typed

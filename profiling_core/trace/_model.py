@@ -6,12 +6,13 @@ The loader is ``_collect.Collector`` (first pass: events in file order -> column
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._nest import nest
+from ._stats import LoadStats
 from ._tables import TextColumn
 
 if TYPE_CHECKING:
@@ -21,30 +22,6 @@ if TYPE_CHECKING:
 ProcessRow = tuple  # (upid, pid, name, is_synthetic)
 ThreadRow = tuple   # (utid, tid, name, upid, is_main_thread)
 TrackRow = tuple    # (id, name, type, utid or None, upid or None)
-
-
-@dataclass
-class LoadStats:
-    """What the loader read and what it left out (and why)."""
-
-    events: int = 0
-    slices: int = 0
-    flows: int = 0
-    spill_tracks: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> events, in the order first met
-    # text that was not valid Unicode, read with U+FFFD in its place: reason -> replacements ("invalid_utf8": byte
-    # sequences that are not UTF-8, "lone_surrogate": \uD800-\uDFFF escapes that are not half of a pair)
-    repaired: dict[str, int] = field(default_factory=dict)
-
-    def skip(self, reason: str, n: int = 1) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + n
-
-    def repair(self, reason: str, n: int = 1) -> None:
-        self.repaired[reason] = self.repaired.get(reason, 0) + n
-
-    @property
-    def skipped_total(self) -> int:
-        return sum(self.skipped.values())
 
 
 @dataclass

@@ -173,10 +173,10 @@ class PerfettoBackend:
                 pass
 
 
-def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: float | None):
-    """Open ``path`` with trace_processor. Raises EngineUnavailableError if it cannot run."""
-    from ._session import TraceSession
-
+def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: float | None
+                  ) -> tuple[PerfettoBackend, str]:
+    """Open ``path`` with trace_processor: (its backend, the one line saying which binary). Raises
+    EngineUnavailableError if it cannot run."""
     try:
         from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
     except ImportError as e:
@@ -201,4 +201,4 @@ def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: f
         raise EngineUnavailableError(f"trace_processor failed to start or load the trace: "
                                      f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}"
                                      ) from None
-    return TraceSession(path, "perfetto", why, backend, None)
+    return backend, why

@@ -11,7 +11,7 @@ from ._source import DEFAULT_MAX_BYTES
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ._model import LoadStats
+    from ._stats import LoadStats
 
 ENGINES = ("auto", "perfetto", "sqlite")
 SQL_TABLES = ("on_first_query", "background")  # when the mirror writes its SQLite tables (see open_trace)
@@ -182,10 +182,12 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         return open_mirror(path, max_bytes, sql_tables=sql_tables)
     from ._perfetto import open_perfetto
     binary = perfetto_bin or os.environ.get("PERFETTO_BIN") or None
-    if engine == "perfetto":
-        return open_perfetto(path, binary, max_bytes=max_bytes, timeout_s=None)
     try:
-        return open_perfetto(path, binary, max_bytes=max_bytes, timeout_s=perfetto_timeout_s)
+        backend, why = open_perfetto(path, binary, max_bytes=max_bytes,
+                                     timeout_s=None if engine == "perfetto" else perfetto_timeout_s)
     except EngineUnavailableError as e:
+        if engine == "perfetto":
+            raise
         return open_mirror(path, max_bytes, reason=f"perfetto: {e}; using the offline SQLite mirror",
                            sql_tables=sql_tables)
+    return TraceSession(path, "perfetto", why, backend, None)

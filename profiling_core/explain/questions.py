@@ -17,9 +17,9 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from .analyses.steps import OVERHEAD_BOUND_BELOW, bound
-from .config import config_field as _cfg
-from .units import format_duration_us as _us  # the one duration formatter (findings, CLI, pages)
+from ..analyses.steps import OVERHEAD_BOUND_BELOW, bound
+from ..config import config_field as _cfg
+from ..units import format_duration_us as _us  # the one duration formatter (findings, CLI, pages)
 
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT", "MIN_LAUNCHES_FOR_SKEW"]
 
@@ -80,8 +80,8 @@ def _ordinal(i: int) -> str:
 def _as_config(config):
     """The run's config as an ``ExperimentConfig`` (a meta.json dict is read by ``ExperimentConfig.from_dict``, which
     knows what older runs ran with); None when unknown or unreadable."""
-    from .config import ExperimentConfig
-    from .errors import ConfigError
+    from ..config import ExperimentConfig
+    from ..errors import ConfigError
     if config is None or isinstance(config, ExperimentConfig):
         return config
     try:
@@ -775,7 +775,7 @@ def findings(report_or_session, config=None) -> list[Finding]:
         A list of :class:`Finding`, one or more per study question the trace can answer (questions that need
         data the trace lacks, e.g. a dispatch chain without steps, are left out; a missing GPU lane is said).
     """
-    from .analyses import Report, analyze
+    from ..analyses import Report, analyze
     r = report_or_session if isinstance(report_or_session, Report) else analyze(report_or_session, config=config)
     out: list[Finding] = []
     for rule in _RULES:

@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
 
-from .errors import ConfigError, WorkerError
+from ..errors import ConfigError, WorkerError
 
 KNOB_KINDS = ("int", "float", "bool", "choice", "str")
 SIZE_RANGE = (1, 65536)

@@ -43,8 +43,8 @@ from typing import Iterator, Optional
 
 import msgspec
 
-from .config import ExperimentConfig
-from .errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceError
+from ..config import ExperimentConfig
+from ..errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceError
 
 ENV_ROOT = "PROFILING_RUNS_DIR"
 DEFAULT_ROOT = "runs"
@@ -316,7 +316,7 @@ class RunStore:
         (an upload's own name, which may not fit a file name): it names the file in messages and is kept in
         meta.json as ``original_filename``; by default the source's name.
         """
-        from .trace import open_trace  # the loader imports numpy and msgspec: only when importing
+        from ..trace import open_trace  # the loader imports numpy and msgspec: only when importing
         src = Path(source)
         shown = filename or src.name
         try:

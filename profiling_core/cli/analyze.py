@@ -5,7 +5,7 @@ JSON object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, `
 ``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``gemm``, ``time_by_category``,
 ``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``), ``findings``, and the
 diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``). A file that cannot be read exits with status 2 and a one-line
-reason on stderr. Standalone: ``python -m profiling_core.analyze_cli``.
+reason on stderr. Standalone: ``python -m profiling_core.cli.analyze``.
 
 A trace inside the run store (``runs/RUN/trace.json``) is analysed with its run's config and device from
 ``meta.json``, and judged against the newest calibration of that device in the store (``calibrate``); ``--peaks``
@@ -19,9 +19,9 @@ import math
 import sys
 from typing import Any, Optional
 
-from ._terminal import terminal_safe
-from .errors import ProfilingError
-from .units import format_duration_us
+from ..present.terminal import terminal_safe
+from ..errors import ProfilingError
+from ..units import format_duration_us
 
 __all__ = ["add_parser", "run", "build_json", "main"]
 
@@ -157,10 +157,10 @@ def _human(path: str, report, found, diagnosis=None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``analyze`` subcommand; returns the exit status (0, or 2 when the trace cannot be read)."""
-    from .analyses import analyze
-    from .diagnosis import diagnose
-    from .findings import findings
-    from .trace import open_trace
+    from ..analyses import analyze
+    from ..explain.diagnosis import diagnose
+    from ..explain.questions import findings
+    from ..trace import open_trace
     try:
         config, device, peaks = _run_context(args.path, args.peaks)
         session = open_trace(args.path, engine=args.engine)
@@ -196,8 +196,8 @@ def _run_context(path: str, peaks_file: Optional[str]):
     the calibration ``peaks_file`` or else the store's newest calibration of that device (None where unknown)."""
     from pathlib import Path
 
-    from .peaks import DevicePeaks, PeakBook
-    from .store import RunStore
+    from ..store.peaks import DevicePeaks, PeakBook
+    from ..store.runs import RunStore
     config, device, peaks, store_root = None, {}, None, None
     trace = Path(path)
     if trace.name == "trace.json" and (trace.parent / "meta.json").is_file():
@@ -218,8 +218,8 @@ def _run_context(path: str, peaks_file: Optional[str]):
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """Entry point of ``python -m profiling_core.analyze_cli``."""
-    parser = _configure(argparse.ArgumentParser(prog="python -m profiling_core.analyze_cli",
+    """Entry point of ``python -m profiling_core.cli.analyze``."""
+    parser = _configure(argparse.ArgumentParser(prog="python -m profiling_core.cli.analyze",
                                                 description=DESCRIPTION))
     return run(parser.parse_args(argv))
 

@@ -16,8 +16,8 @@ from typing import Iterable, Optional, Sequence
 import altair as alt
 import pandas as pd
 
-from .analyses.breakdown import category_totals
-from .analyses.categories import BREAKDOWN_CATEGORIES
+from ..analyses.breakdown import category_totals
+from ..analyses.categories import BREAKDOWN_CATEGORIES
 
 __all__ = [
     "step_timeline", "overhead_vs_compute", "gpu_busy_fraction", "crossover_points",

@@ -15,11 +15,11 @@ import sys
 import threading
 from typing import Optional
 
-from .config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, ExperimentConfig
-from ._terminal import terminal_safe
-from .errors import ProfilingError, WorkerError
-from .store import RunStore
-from .workloads import WORKLOADS, get_workload, workload_names
+from ..config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, ExperimentConfig
+from ..present.terminal import terminal_safe
+from ..errors import ProfilingError, WorkerError
+from ..store.runs import RunStore
+from ..workloads import WORKLOADS, get_workload, workload_names
 
 
 def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -83,7 +83,7 @@ def _timing_line(meta: dict) -> str:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from .runner import run_experiment
+    from ..run.runner import run_experiment
     cfg = ExperimentConfig.for_workload(a.workload, _knobs(a), size=a.size, compile=a.compile, **_common_fields(a))
     status = None if a.json else (lambda m: print(f"  … {m}", flush=True))
     run = run_experiment(cfg, store=_store(a), on_status=status, wait_for_device=not a.no_wait)
@@ -103,7 +103,7 @@ def _parse_list(text: str, conv=str) -> list:
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from .sweep import run_sweep, sweep_configs
+    from ..run.sweep import run_sweep, sweep_configs
     try:
         sizes = _parse_list(a.sizes, int)
     except ValueError:
@@ -236,8 +236,9 @@ def _peaks_lines(p) -> list[str]:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
-    from .peaks import CalibrationJob, PeakBook
-    from .runner import calibrate
+    from ..run.calibration import CalibrationJob
+    from ..store.peaks import PeakBook
+    from ..run.runner import calibrate
     store = _store(a)
     if a.list:
         good, bad = PeakBook(store.root).all()
@@ -297,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("--name", default=None)
     try:
-        from . import analyze_cli
+        from . import analyze as analyze_cli
     except ImportError:
         analyze_cli = None
     if analyze_cli is not None:

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .config import ExperimentConfig
-from .workloads import get_workload
+from ..config import ExperimentConfig
+from ..workloads import get_workload
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "table.txt"
@@ -62,7 +62,7 @@ def resolve_device(torch, wanted: str) -> str:
     if torch.cuda.is_available():
         return "cuda"
     if wanted == "cuda":
-        from .errors import WorkerError
+        from ..errors import WorkerError
         raise WorkerError("device", "device 'cuda' was asked for but torch.cuda.is_available() is False "
                           f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}); use device 'cpu' or 'auto'")
     return "cpu"
@@ -183,7 +183,7 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
 
 def _merge_cycles(cycles: list[tuple[Path, str]], out_dir: Path, config: ExperimentConfig) -> None:
     if not cycles:
-        from .errors import WorkerError
+        from ..errors import WorkerError
         raise WorkerError("export", "the profiler produced no trace (no schedule cycle completed)")
     trace_path = out_dir / TRACE_FILE
     if len(cycles) == 1:

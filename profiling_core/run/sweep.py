@@ -10,11 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
 
-from .config import ExperimentConfig
-from .errors import ConfigError, ProfilingError, WorkerError
+from ..config import ExperimentConfig
+from ..errors import ConfigError, ProfilingError, WorkerError
 from .runner import run_experiment
-from .store import Run, RunStore
-from .workloads import WORKLOADS, get_workload
+from ..store.runs import Run, RunStore
+from ..workloads import WORKLOADS, get_workload
 
 
 @dataclass(frozen=True)

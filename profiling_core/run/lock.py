@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from .errors import DeviceBusyError, ProfilingError
+from ..errors import DeviceBusyError, ProfilingError
 
 ENV_LOCK_DIR = "PROFILING_LOCK_DIR"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

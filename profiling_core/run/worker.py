@@ -3,7 +3,7 @@
 A fresh process makes a cold run honestly cold: no CUDA context, no cuBLAS handle, no reused compile cache
 in memory.  Protocol:
 
-- the parent makes a staging folder holding ``config.json`` and starts ``python -m profiling_core.worker DIR``,
+- the parent makes a staging folder holding ``config.json`` and starts ``python -m profiling_core.run.worker DIR``,
   or (``prestart``) asks the *fork server* (``--zygote``: a process that imported torch, torch._dynamo and
   Inductor once and never touched CUDA) to fork a new process for DIR — as cold as a fresh interpreter
   (no CUDA context, no cuBLAS handle, nothing compiled), without paying seconds of imports per run;
@@ -37,8 +37,8 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from .config import ExperimentConfig
-from .errors import WorkerError
+from ..config import ExperimentConfig
+from ..errors import WorkerError
 
 CONFIG_FILE = "config.json"
 RESULT_FILE = "result.json"
@@ -123,9 +123,9 @@ def _report_error(channel: Optional[int], err: dict) -> None:
 
 def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: float, prestarted: bool,
                 channel: Optional[int] = None) -> int:
-    from . import workload
+    from . import loop
 
-    timer = workload.Phase(on_start=lambda name: _write_phase(staging, name))
+    timer = loop.Phase(on_start=lambda name: _write_phase(staging, name))
     timer.timings["process_start_s"] = round(max(0.0, t_main - t_spawn), 6) if t_spawn else None
     timer.timings["torch_import_s"] = round(torch_import_s, 6)
     import torch
@@ -146,11 +146,11 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     try:
         job = json.loads((staging / CONFIG_FILE).read_text())
         if isinstance(job, dict) and job.get("job") == "calibrate":
-            from .peaks import CalibrationJob
+            from .calibration import CalibrationJob
             facts = CalibrationJob.from_dict(job).run(timer)
         else:
             config = ExperimentConfig.from_dict(job)
-            facts = workload.run_workload(config, staging, timer)
+            facts = loop.run_workload(config, staging, timer)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent
         with contextlib.suppress(OSError):  # stderr is worker.log, on the disk that may be full
             traceback.print_exc(file=sys.stderr)
@@ -162,7 +162,7 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
             # the workload may know better (an attention backend that cannot run, the user's script raising)
             better = None
             if config is not None and isinstance(exc, Exception):
-                from .workloads import get_workload
+                from ..workloads import get_workload
                 better = get_workload(config.workload).explain(exc, config.workload_knobs, current["phase"], kind)
             if better is not None:
                 kind, msg = better
@@ -351,7 +351,7 @@ def _spawn(args: list[str], stdin, stdout, stderr, pass_fds: Sequence[int] = ())
     """A fresh interpreter running this module, in its own session; it learns its spawn time from the env."""
     env = _child_env()
     env[SPAWN_ENV] = repr(time.time())
-    return subprocess.Popen([sys.executable, "-m", "profiling_core.worker", *args], stdin=stdin, stdout=stdout,
+    return subprocess.Popen([sys.executable, "-m", "profiling_core.run.worker", *args], stdin=stdin, stdout=stdout,
                             stderr=stderr, env=env, start_new_session=True, close_fds=True, pass_fds=pass_fds)
 
 
@@ -412,7 +412,7 @@ class ForkServer:
                 self._sock.close()
             self._sock = ours
             with theirs:
-                self._proc = subprocess.Popen([sys.executable, "-m", "profiling_core.worker", "--zygote",
+                self._proc = subprocess.Popen([sys.executable, "-m", "profiling_core.run.worker", "--zygote",
                                                str(theirs.fileno())],
                                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                               stderr=subprocess.DEVNULL, env=env, start_new_session=True,

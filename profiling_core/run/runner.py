@@ -18,9 +18,10 @@ import time
 from datetime import datetime, timezone
 from typing import Callable, Optional
 
-from .config import ExperimentConfig
+from ..config import ExperimentConfig
+from ..store.runs import Run, RunStore
+from .host import cpu_model
 from .lock import device_key, device_lock
-from .store import Run, RunStore
 from .worker import fork_server, run_in_worker
 
 
@@ -122,7 +123,8 @@ def calibrate(job=None, *, store: Optional[RunStore] = None, on_status: Optional
     worker, as an experiment runs: behind the device lock, with the worker's timeout and fault handling. Stores the
     result in ``store``'s calibrations (one per device, driver and torch version; a re-run replaces it) and returns
     it as a :class:`~profiling_core.peaks.DevicePeaks`. Raises WorkerError as ``run_experiment`` does."""
-    from .peaks import CalibrationJob, DevicePeaks, PeakBook
+    from ..store.peaks import DevicePeaks, PeakBook
+    from .calibration import CalibrationJob
     job = job or CalibrationJob()
     store = store or RunStore()
     status = on_status or (lambda _m: None)
@@ -176,18 +178,6 @@ def environment_info() -> dict:
     info["cpu_model"] = cpu_model()
     info["cpu_cores"] = os.cpu_count()
     return info
-
-
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``'s ``model name``; ``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def prestart_worker() -> None:

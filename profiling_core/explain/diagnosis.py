@@ -20,10 +20,10 @@ from typing import Any, Callable, Optional
 import numpy as np
 import pandas as pd
 
-from .analyses import Report, analyze, gemm_dims, launch_ops
-from .analyses.categories import is_gemm_kernel, kernel_family
-from .config import DTYPES, config_field as _cfg
-from .peaks import DevicePeaks
+from ..analyses import Report, analyze, gemm_dims, launch_ops
+from ..analyses.categories import is_gemm_kernel, kernel_family
+from ..config import DTYPES, config_field as _cfg
+from ..store.peaks import DevicePeaks
 
 __all__ = ["Diagnosis", "diagnose", "roofline", "kernel_family", "RULES"]
 
@@ -539,7 +539,7 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
     """Which SDPA backend ran (``workloads.sdpa_backend_from_names``) and, where it is neither flash nor cuDNN on a
     GPU (the fused ones), the reasons the run's own settings give why flash could not run; silent in a trace without
     attention."""
-    from .workloads import sdpa_backend_from_names
+    from ..workloads import sdpa_backend_from_names
     names = [n for n in c.session.tables.name.tolist() if isinstance(n, str)]
     backend = sdpa_backend_from_names(names)
     if backend is None:

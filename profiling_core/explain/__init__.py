@@ -1,0 +1,17 @@
+"""Stage 5, explaining: what a report means, in plain words with its evidence, and what to change.
+
+- ``questions``: :func:`findings` turns an analysis :class:`~profiling_core.analyses.Report` into
+  :class:`Finding` statements, one group per study question, each with the numbers it rests on.
+- ``diagnosis``: :func:`diagnose` judges every GEMM and copy against the device's peaks (:func:`roofline`) and runs
+  the anti-pattern rules, each returning a :class:`Diagnosis` (evidence, cost, the PyTorch change) or nothing.
+
+Pure functions of the trace's tables, the report, the run's config and the peaks: no torch, no Streamlit.
+"""
+from __future__ import annotations
+
+from .diagnosis import Diagnosis, DiagnosisReport, diagnose, roofline
+from .questions import (FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW, NO_GPU_TEXT, Finding,
+                        findings)
+
+__all__ = ["findings", "Finding", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
+           "MIN_LAUNCHES_FOR_SKEW", "diagnose", "DiagnosisReport", "Diagnosis", "roofline"]

@@ -1,0 +1,31 @@
+"""Stage 6, presenting: charts, reports and text for people, with every untrusted string escaped.
+
+- ``charts``: the Altair charts of every page (pure: DataFrames in, charts out).
+- ``export``: a chart as PNG / SVG / its Vega-Lite spec, a frame as CSV, the one-file HTML report
+  (:class:`ReportSection`, :func:`html_report`), and the page that opens a trace in the Perfetto UI.
+- ``markdown``: :func:`md_text` / :func:`md_code`, an untrusted name as Streamlit Markdown shown literally.
+- ``terminal``: :func:`terminal_safe`, control characters as visible escapes for the CLI's human output.
+
+Nothing here imports streamlit or torch.
+"""
+from __future__ import annotations
+
+from .markdown import md_code, md_text
+from .terminal import terminal_safe
+
+__all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv",
+           "safe_filename", "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI", "md_text", "md_code",
+           "terminal_safe"]
+
+_EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
+           "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}
+
+
+def __getattr__(name: str):
+    # charts and export import altair (half a second): loaded on first use, so the CLI's terminal_safe stays cheap
+    import importlib
+    if name in ("charts", "export"):
+        return importlib.import_module(f".{name}", __name__)
+    if name in _EXPORT:
+        return getattr(importlib.import_module(".export", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,24 @@
+"""Stage 1, running: real torch.profiler experiments, each in a fresh worker process, behind the device lock.
+
+- ``runner``: :func:`run_experiment` (one config in a worker, landing atomically in the store), :func:`calibrate`
+  (the device's peaks, measured in a worker), :func:`environment_info`, :func:`prestart_worker` (the fork server),
+  :func:`machine_busy` (was the machine loaded around a run).
+- ``sweep``: :func:`run_sweep` over many configs with progress and cancel; :func:`sweep_configs` makes them;
+  :func:`sweep_points` gives each point's median and spread (``SPREAD_WARN_PCT``).
+- ``worker``: the worker process and the fork server (``python -m profiling_core.run.worker``); ``loop``: what
+  the worker runs (build the workload, warm up, profile with the schedule, export); ``calibration``:
+  :class:`CalibrationJob` and :func:`measure_peaks`; ``lock``: :func:`device_lock`, one run per device;
+  ``host``: facts of the machine read without torch.
+
+Only the worker imports torch. The executors of later stages (e.g. a cluster) belong here.
+"""
+from __future__ import annotations
+
+from .calibration import CalibrationJob, measure_peaks
+from .lock import device_lock
+from .runner import calibrate, environment_info, machine_busy, prestart_worker, run_experiment
+from .sweep import SPREAD_WARN_PCT, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points
+
+__all__ = ["run_experiment", "run_sweep", "sweep_configs", "sweep_points", "SPREAD_WARN_PCT", "SweepProgress",
+           "SweepResult", "calibrate", "CalibrationJob", "measure_peaks", "environment_info", "prestart_worker",
+           "machine_busy", "device_lock"]

@@ -1,0 +1,17 @@
+"""Stage 2, the store: where runs and calibrations are kept, each landing whole or not at all.
+
+- ``runs``: :class:`RunStore` (one folder per run: ``trace.json``, ``table.txt``, ``meta.json``; written in
+  ``.staging/`` and renamed into place; list, open, delete, import) and :class:`Run`; ``validate_run_id``;
+  ``read_json_object``, the one defensive reader of the store's small JSON files.
+- ``peaks``: :class:`DevicePeaks` (what a calibration measured), :class:`PeakBook` (the calibrations kept in the
+  store's ``.calibrations/``), and the vendors' datasheets (``datasheet_for``).
+
+Nothing here runs torch or a worker; ``profiling_core.run`` writes into the store, every later stage reads it.
+"""
+from __future__ import annotations
+
+from .peaks import DATASHEETS, DevicePeaks, PeakBook, datasheet_for
+from .runs import Run, RunStore, read_json_object, validate_run_id
+
+__all__ = ["RunStore", "Run", "validate_run_id", "read_json_object", "DevicePeaks", "PeakBook", "DATASHEETS",
+           "datasheet_for"]

@@ -1,0 +1,181 @@
+"""The device's peaks, against which a run is judged: a calibration's record, the datasheets, and where they are kept.
+
+- :class:`DevicePeaks`: what one device reached in a calibration (``profiling_core.run.calibrate.measure_peaks``
+  measures it in the worker): GEMM TFLOP/s per dtype and copy bandwidth, with the method, the date, the driver and
+  the torch version.
+- :class:`PeakBook`: the calibrations kept in a run store's ``.calibrations/`` folder, one per (device name, driver,
+  torch version), each file read defensively.
+- :data:`DATASHEETS` / :func:`datasheet_for`: a vendor's datasheet number, where this module knows the device; shown
+  beside the measured one, never used instead of it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+GPU_DTYPES = ("bf16", "fp16", "tf32", "fp32")
+CPU_DTYPES = ("fp32", "bf16", "fp16")
+
+# Dense (no sparsity) rates of the SXM parts, from NVIDIA's datasheets: TFLOP/s per dtype, memory bandwidth in GB/s.
+# Matched against torch's device name; the measured numbers are what the app judges by.
+DATASHEETS: dict[str, dict[str, Any]] = {
+    "H200": {"source": "NVIDIA H200 datasheet (SXM, dense)",
+             "tflops": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}, "bandwidth_gbs": 4800.0},
+    "H100 80GB HBM3": {"source": "NVIDIA H100 datasheet (SXM, dense)",
+                       "tflops": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+                       "bandwidth_gbs": 3350.0},
+    "A100-SXM4-80GB": {"source": "NVIDIA A100 datasheet (SXM 80GB, dense)",
+                       "tflops": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+                       "bandwidth_gbs": 2039.0},
+}
+
+
+def datasheet_for(device_name: str) -> Optional[dict[str, Any]]:
+    """The datasheet entry whose key is a word-bounded part of ``device_name`` (e.g. "NVIDIA H200"), or None."""
+    for key, entry in DATASHEETS.items():
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", device_name or ""):
+            return entry
+    return None
+
+
+@dataclass(frozen=True)
+class DevicePeaks:
+    """What one device reached in a calibration.
+
+    Attributes:
+        device: the device's name (torch's CUDA device name, or the CPU model).
+        kind: ``"cuda"`` or ``"cpu"``.
+        driver: the CUDA driver version (None on a CPU).
+        torch_version: torch's version string.
+        measured_at: when (ISO 8601, UTC).
+        method: one paragraph saying how each figure was measured.
+        gemm_tflops: {dtype: best TFLOP/s} of the dense GEMM.
+        gemm_tflops_median: {dtype: median TFLOP/s over the rounds}.
+        gemm_sizes: {dtype: the GEMM's M = N = K}.
+        bandwidth_gbs: device memory bandwidth in GB/s (bytes read + written per second), best round.
+        bandwidth_gbs_median: the median round.
+        copy_bytes: the size of the copied tensor.
+        threads: the CPU threads torch used (CPU only).
+    """
+    device: str
+    kind: str
+    driver: Optional[str]
+    torch_version: str
+    measured_at: str
+    method: str
+    gemm_tflops: dict[str, float]
+    gemm_tflops_median: dict[str, float]
+    gemm_sizes: dict[str, int]
+    bandwidth_gbs: float
+    bandwidth_gbs_median: float
+    copy_bytes: int
+    threads: Optional[int] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The file name this calibration is stored under: device, driver and torch version, made safe."""
+        raw = f"{self.device}__{self.driver or 'nodriver'}__{self.torch_version}"
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("._-")[:180] or "device"
+
+    def peak_tflops(self, dtype: str) -> Optional[float]:
+        return self.gemm_tflops.get(dtype)
+
+    @property
+    def ridge_flop_per_byte(self) -> dict[str, float]:
+        """{dtype: arithmetic intensity (FLOP/byte) where the GEMM ceiling meets the bandwidth ceiling}."""
+        return {d: t * 1e12 / (self.bandwidth_gbs * 1e9) for d, t in self.gemm_tflops.items()
+                if self.bandwidth_gbs > 0}
+
+    def datasheet(self) -> Optional[dict[str, Any]]:
+        return datasheet_for(self.device) if self.kind == "cuda" else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "DevicePeaks":
+        """Read a stored calibration; raises ValueError naming the first field that is missing or of a wrong type."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a calibration must be a JSON object, got {type(data).__name__}")
+        want = {"device": str, "kind": str, "torch_version": str, "measured_at": str, "method": str,
+                "gemm_tflops": dict, "gemm_tflops_median": dict, "gemm_sizes": dict, "bandwidth_gbs": (int, float),
+                "bandwidth_gbs_median": (int, float), "copy_bytes": int}
+        for name, typ in want.items():
+            if name not in data:
+                raise ValueError(f"calibration field {name!r} is missing")
+            if not isinstance(data[name], typ) or isinstance(data[name], bool):
+                raise ValueError(f"calibration field {name!r} has the wrong type ({type(data[name]).__name__})")
+        for name in ("gemm_tflops", "gemm_tflops_median", "gemm_sizes"):
+            for k, v in data[name].items():
+                if not isinstance(k, str) or not isinstance(v, (int, float)) or isinstance(v, bool) \
+                        or not math.isfinite(v) or v <= 0:
+                    raise ValueError(f"calibration field {name!r} must map dtypes to positive numbers")
+        if data["kind"] not in ("cuda", "cpu"):
+            raise ValueError(f"calibration field 'kind' must be 'cuda' or 'cpu', got {data['kind']!r}")
+        for name in ("driver",):
+            if data.get(name) is not None and not isinstance(data[name], str):
+                raise ValueError(f"calibration field {name!r} must be a string or null")
+        threads = data.get("threads")
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)):
+            raise ValueError("calibration field 'threads' must be an integer or null")
+        extra = data.get("extra") or {}
+        if not isinstance(extra, dict):
+            raise ValueError("calibration field 'extra' must be an object")
+        return cls(device=data["device"], kind=data["kind"], driver=data.get("driver"),
+                   torch_version=data["torch_version"], measured_at=data["measured_at"], method=data["method"],
+                   gemm_tflops={k: float(v) for k, v in data["gemm_tflops"].items()},
+                   gemm_tflops_median={k: float(v) for k, v in data["gemm_tflops_median"].items()},
+                   gemm_sizes={k: int(v) for k, v in data["gemm_sizes"].items()}, bandwidth_gbs=float(data["bandwidth_gbs"]),
+                   bandwidth_gbs_median=float(data["bandwidth_gbs_median"]), copy_bytes=data["copy_bytes"],
+                   threads=threads, extra=extra)
+
+
+class PeakBook:
+    """The calibrations kept in a run store's ``.calibrations/`` folder, one JSON file per (device, driver, torch)."""
+
+    MAX_BYTES = 1 << 20
+
+    def __init__(self, root: os.PathLike | str) -> None:
+        self.folder = Path(root) / ".calibrations"
+
+    def save(self, peaks: DevicePeaks) -> Path:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{peaks.key}.json"
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(peaks.to_dict(), indent=1))
+        os.replace(tmp, path)
+        return path
+
+    def all(self) -> tuple[list[DevicePeaks], list[tuple[str, str]]]:
+        """(calibrations newest first, [(file name, why it could not be read)]): each file read defensively
+        (``store.read_json_object``), so one bad file is listed, never raised."""
+        from .runs import read_json_object
+        good, bad = [], []
+        if not self.folder.is_dir():
+            return good, bad
+        for p in sorted(self.folder.glob("*.json")):
+            data, why = read_json_object(p, p.name, self.MAX_BYTES, 8)
+            if why is None:
+                try:
+                    good.append(DevicePeaks.from_dict(data))
+                    continue
+                except ValueError as e:
+                    why = str(e)
+            bad.append((p.name, why[:200]))
+        good.sort(key=lambda c: c.measured_at, reverse=True)
+        return good, bad
+
+    def find(self, device: str, driver: Optional[str] = None, torch_version: Optional[str] = None
+             ) -> Optional[DevicePeaks]:
+        """The newest calibration of ``device`` (and ``driver``/``torch_version`` where given), or None."""
+        for c in self.all()[0]:
+            if c.device == device and (driver is None or c.driver == driver) \
+                    and (torch_version is None or c.torch_version == torch_version):
+                return c
+        return None
