@@ -14,7 +14,7 @@ for those tables (a ``select 1``); the analyses rows close the session when done
 (in background mode it competes with them for the CPU until then).
 
 Rows per trace: the mirror's load alone (open_trace), the mirror's load + every analysis
-(profiling_core.analyses.analyze, pandas imported after the load), the same + profiling_core.findings.findings, and
+(profiling_core.analyses.analyze, pandas imported after the load), the same + profiling_core.findings, and
 HTA 0.5.0 (TraceAnalysis load + get_gpu_kernel_breakdown + get_temporal_breakdown) when --hta-python is given.
 A baseline child (python + sqlite3 + pandas imported, nothing else) gives the RSS that is not the trace's.
 
@@ -74,7 +74,7 @@ out = {{"load_s": t1 - t0, "slices": s.load_stats.slices, "flows": s.load_stats.
 if {analyses!r}:
     from profiling_core.analyses import analyze
     if {findings!r}:
-        from profiling_core.findings import findings
+        from profiling_core.explain import findings
     t2 = time.perf_counter()
     report = analyze(s)
     t3 = time.perf_counter()

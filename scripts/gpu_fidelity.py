@@ -3,7 +3,7 @@
     python scripts/gpu_fidelity.py --out DIR [--sizes 1024,2048,4096,8192]
 
 For each size (bf16, warm): in ONE process,
-  1. the app's own workload and profiler setup (profiling_core.workload.run_workload, schedule 0/0/20) writes a
+  1. the app's own workload and profiler setup (profiling_core.run.loop.run_workload, schedule 0/0/20) writes a
      trace to DIR/fidelity_<size>/trace.json — the app later reads the GEMM kernel's median duration from it;
   2. the same GEMM (torch.matmul on tensors of the same shape) timed 50 times, each between two CUDA events
      (median; includes the wait for the launch when the GPU is idle), 20 queued back to back between two

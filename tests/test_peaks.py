@@ -1,4 +1,4 @@
-"""The device-peak calibration (profiling_core.peaks): real and small on this CPU, and its storage."""
+"""The device-peak calibration (profiling_core.run.calibration, profiling_core.store.peaks): real and small on this CPU, and its storage."""
 from __future__ import annotations
 
 import json

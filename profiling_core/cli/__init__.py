@@ -1,4 +1,4 @@
-"""Stage 7, the command line: ``python -m profiling_core {run,sweep,workloads,ls,show,rm,import,calibrate,analyze}``.
+"""The command line: ``python -m profiling_core {run,sweep,workloads,ls,show,rm,import,calibrate,analyze}``.
 
 - ``commands``: the commands and their arguments (``profiling-core`` and ``python -m profiling_core``).
 - ``analyze``: ``analyze PATH``'s summary and ``--json`` object; also ``python -m profiling_core.cli.analyze``.

@@ -1,4 +1,4 @@
-"""Stage 6, presenting: charts, reports and text for people, with every untrusted string escaped.
+"""Presenting: charts, reports and text for people, with every untrusted string escaped.
 
 - ``charts``: the Altair charts of every page (pure: DataFrames in, charts out).
 - ``export``: a chart as PNG / SVG / its Vega-Lite spec, a frame as CSV, the one-file HTML report

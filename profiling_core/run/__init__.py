@@ -1,4 +1,4 @@
-"""Stage 1, running: real torch.profiler experiments, each in a fresh worker process, behind the device lock.
+"""Running: real torch.profiler experiments, each in a fresh worker process, behind the device lock.
 
 - ``runner``: :func:`run_experiment` (one config in a worker, landing atomically in the store), :func:`calibrate`
   (the device's peaks, measured in a worker), :func:`environment_info`, :func:`prestart_worker` (the fork server),

@@ -122,7 +122,7 @@ def calibrate(job=None, *, store: Optional[RunStore] = None, on_status: Optional
     """Measure the device's peaks (``peaks.CalibrationJob``, default: the GPU if there is one, else the CPU) in a
     worker, as an experiment runs: behind the device lock, with the worker's timeout and fault handling. Stores the
     result in ``store``'s calibrations (one per device, driver and torch version; a re-run replaces it) and returns
-    it as a :class:`~profiling_core.peaks.DevicePeaks`. Raises WorkerError as ``run_experiment`` does."""
+    it as a :class:`~profiling_core.store.DevicePeaks`. Raises WorkerError as ``run_experiment`` does."""
     from ..store.peaks import DevicePeaks, PeakBook
     from .calibration import CalibrationJob
     job = job or CalibrationJob()

@@ -1,4 +1,4 @@
-"""Stage 2, the store: where runs and calibrations are kept, each landing whole or not at all.
+"""The store: where runs and calibrations are kept, each landing whole or not at all.
 
 - ``runs``: :class:`RunStore` (one folder per run: ``trace.json``, ``table.txt``, ``meta.json``; written in
   ``.staging/`` and renamed into place; list, open, delete, import) and :class:`Run`; ``validate_run_id``;
