@@ -101,6 +101,22 @@ def test_calibrate_runs_in_a_worker_behind_the_device_lock_and_stores_the_result
     assert list((store.root / ".staging").iterdir()) == [] and store.list() == []
 
 
+@pytest.mark.slow
+def test_a_cpu_run_is_named_as_its_calibration_so_the_calibration_takes_effect(tmp_path):
+    """One device identity: a CPU run's meta.json names the device as the CPU's calibration does (its model name,
+    not the machine type), so the store finds that calibration for the run."""
+    from profiling_core import ExperimentConfig, RunStore, run_experiment
+    from profiling_core.run.calibration import CalibrationJob
+    from profiling_core.run.host import cpu_model
+    from profiling_core.run.runner import calibrate
+    store = RunStore(tmp_path / "runs")
+    p = calibrate(CalibrationJob(device="cpu", gemm_size=128, copy_bytes=8 << 20, rounds=1, warmup=0), store=store)
+    run = run_experiment(ExperimentConfig(size=64, device="cpu", warmup=0, active=1), store=store)
+    name = run.meta["device"]["name"]
+    assert name == p.device == cpu_model() and name not in ("x86_64", "aarch64", "")
+    assert PeakBook(store.root).find(name) == p
+
+
 def test_a_calibration_job_refuses_bad_knobs():
     from profiling_core.errors import ConfigError
     from profiling_core.run.calibration import CalibrationJob

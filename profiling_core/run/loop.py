@@ -22,6 +22,7 @@ from typing import Callable
 
 from ..config import ExperimentConfig
 from ..workloads import get_workload
+from .host import cpu_model
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "table.txt"
@@ -75,9 +76,8 @@ def device_info(torch, device: str) -> dict:
         p = torch.cuda.get_device_properties(0)
         info.update(name=p.name, total_memory_bytes=p.total_memory, multi_processor_count=p.multi_processor_count,
                     compute_capability=f"{p.major}.{p.minor}", cudnn=torch.backends.cudnn.version())
-    else:
-        import platform
-        info.update(name=platform.processor() or platform.machine(), total_memory_bytes=None)
+    else:  # the name calibrations are kept under (one device identity for runs and calibrations)
+        info.update(name=cpu_model(), total_memory_bytes=None)
     return info
 
 

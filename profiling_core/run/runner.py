@@ -166,7 +166,7 @@ def environment_info() -> dict:
     code = ("import json, torch, platform; c = torch.cuda.is_available(); "
             "print(json.dumps({'torch': torch.__version__, 'cuda_build': torch.version.cuda, "
             "'cuda_available': c, 'device_count': torch.cuda.device_count() if c else 0, "
-            "'device_name': torch.cuda.get_device_name(0) if c else (platform.processor() or platform.machine()), "
+            "'device_name': torch.cuda.get_device_name(0) if c else None, "
             "'cpu_threads': torch.get_num_threads()}))")
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -176,6 +176,8 @@ def environment_info() -> dict:
     info["python"] = platform.python_version()
     info["host"] = socket.gethostname()
     info["cpu_model"] = cpu_model()
+    if info.get("torch") and not info.get("device_name"):  # a CPU: named as its runs and calibrations name it
+        info["device_name"] = info["cpu_model"]
     info["cpu_cores"] = os.cpu_count()
     return info
 
