@@ -21,17 +21,34 @@ from typing import Any, Optional
 GPU_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 CPU_DTYPES = ("fp32", "bf16", "fp16")
 
-# Dense (no sparsity) rates of the SXM parts, from NVIDIA's datasheets: TFLOP/s per dtype, memory bandwidth in GB/s.
-# Matched against torch's device name; the measured numbers are what the app judges by.
+# Dense (no sparsity) rates from the vendors' datasheets: TFLOP/s per dtype (tensor-core rates; fp32 is the
+# non-tensor FMA rate), memory bandwidth in GB/s. Matched against torch's device name (the first key that is a
+# word-bounded part of it wins, so the more specific names come first); a measured calibration is what the app
+# judges by, and a datasheet figure only where the device has none, labelled as such.
+def _sheet(source: str, bf16: Optional[float], fp16: float, tf32: Optional[float], fp32: float, gbs: float
+           ) -> dict[str, Any]:
+    tflops = {k: v for k, v in (("bf16", bf16), ("fp16", fp16), ("tf32", tf32), ("fp32", fp32)) if v is not None}
+    return {"source": source, "tflops": tflops, "bandwidth_gbs": gbs}
+
+
 DATASHEETS: dict[str, dict[str, Any]] = {
-    "H200": {"source": "NVIDIA H200 datasheet (SXM, dense)",
-             "tflops": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}, "bandwidth_gbs": 4800.0},
-    "H100 80GB HBM3": {"source": "NVIDIA H100 datasheet (SXM, dense)",
-                       "tflops": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
-                       "bandwidth_gbs": 3350.0},
-    "A100-SXM4-80GB": {"source": "NVIDIA A100 datasheet (SXM 80GB, dense)",
-                       "tflops": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
-                       "bandwidth_gbs": 2039.0},
+    "H200": _sheet("NVIDIA H200 datasheet (SXM, dense)", 989.4, 989.4, 494.7, 66.9, 4800.0),
+    "H100 PCIe": _sheet("NVIDIA H100 datasheet (PCIe, dense)", 756.0, 756.0, 378.0, 51.2, 2000.0),
+    "H100 80GB HBM3": _sheet("NVIDIA H100 datasheet (SXM, dense)", 989.4, 989.4, 494.7, 66.9, 3350.0),
+    "H100": _sheet("NVIDIA H100 datasheet (SXM, dense)", 989.4, 989.4, 494.7, 66.9, 3350.0),
+    "A100-SXM4-80GB": _sheet("NVIDIA A100 datasheet (SXM 80GB, dense)", 312.0, 312.0, 156.0, 19.5, 2039.0),
+    "A100-SXM4-40GB": _sheet("NVIDIA A100 datasheet (SXM 40GB, dense)", 312.0, 312.0, 156.0, 19.5, 1555.0),
+    "A100 80GB PCIe": _sheet("NVIDIA A100 datasheet (PCIe 80GB, dense)", 312.0, 312.0, 156.0, 19.5, 1935.0),
+    "A100-PCIE-40GB": _sheet("NVIDIA A100 datasheet (PCIe 40GB, dense)", 312.0, 312.0, 156.0, 19.5, 1555.0),
+    "L40S": _sheet("NVIDIA L40S datasheet (dense)", 362.05, 362.05, 183.0, 91.6, 864.0),
+    "L4": _sheet("NVIDIA L4 datasheet (dense)", 121.0, 121.0, 60.0, 30.3, 300.0),
+    "A10": _sheet("NVIDIA A10 datasheet (dense)", 125.0, 125.0, 62.5, 31.2, 600.0),
+    "V100-SXM2": _sheet("NVIDIA V100 datasheet (SXM2)", None, 125.0, None, 15.7, 900.0),
+    "V100-DGXS": _sheet("NVIDIA V100 datasheet (DGX Station, SXM2 rates)", None, 125.0, None, 15.7, 900.0),
+    "V100-PCIE": _sheet("NVIDIA V100 datasheet (PCIe)", None, 112.0, None, 14.0, 900.0),
+    "T4": _sheet("NVIDIA T4 datasheet", None, 65.0, None, 8.1, 320.0),
+    "MI300X": _sheet("AMD Instinct MI300X datasheet (dense)", 1307.4, 1307.4, 653.7, 163.4, 5300.0),
+    "MI250X": _sheet("AMD Instinct MI250X datasheet (dense)", 383.0, 383.0, None, 95.7, 3276.8),
 }
 
 
@@ -94,6 +111,24 @@ class DevicePeaks:
 
     def datasheet(self) -> Optional[dict[str, Any]]:
         return datasheet_for(self.device) if self.kind == "cuda" else None
+
+    @property
+    def source(self) -> str:
+        """``"datasheet"`` for figures taken from a vendor's datasheet (:meth:`from_datasheet`), else
+        ``"measured"``: the word every fraction of these peaks is labelled with."""
+        return "datasheet" if self.method.startswith("datasheet:") else "measured"
+
+    @classmethod
+    def from_datasheet(cls, device_name: str) -> Optional["DevicePeaks"]:
+        """The vendor's datasheet figures of ``device_name`` as peaks (``source == "datasheet"``), for a trace whose
+        device has no calibration here (an imported trace, say); None for a device :data:`DATASHEETS` lacks."""
+        sheet = datasheet_for(device_name)
+        if sheet is None:
+            return None
+        return cls(device=device_name, kind="cuda", driver=None, torch_version="", measured_at="",
+                   method=f"datasheet: {sheet['source']}", gemm_tflops=dict(sheet["tflops"]),
+                   gemm_tflops_median=dict(sheet["tflops"]), gemm_sizes={}, bandwidth_gbs=sheet["bandwidth_gbs"],
+                   bandwidth_gbs_median=sheet["bandwidth_gbs"], copy_bytes=0)
 
     def to_dict(self) -> dict:
         return asdict(self)

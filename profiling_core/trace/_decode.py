@@ -38,6 +38,40 @@ class Event(msgspec.Struct, gc=False):
 
 class _RawTrace(msgspec.Struct, gc=False):
     traceEvents: msgspec.Raw = msgspec.Raw()  # noqa: N815
+    deviceProperties: msgspec.Raw = msgspec.Raw()  # noqa: N815
+
+
+class _Device(msgspec.Struct, gc=False):
+    id: Any = None
+    name: Any = None
+    computeMajor: Any = None  # noqa: N815
+    computeMinor: Any = None  # noqa: N815
+
+
+_DEVICES_DECODER = msgspec.json.Decoder(list[_Device])
+MAX_DEVICES = 256
+
+
+def devices_of(raw: msgspec.Raw) -> list[dict]:
+    """A Kineto trace's ``deviceProperties`` (the GPUs it ran on) as ``[{"id", "name", "compute_capability"}]``:
+    ids that are integers, names that are text (at most 200 characters), a compute
+    capability "major.minor" where both are integers; at most :data:`MAX_DEVICES`. ``[]`` where the trace has none or
+    the field is not a list of objects (it is metadata: never a reason to refuse a trace)."""
+    if not len(raw) or bytes(raw).strip() == b"null":
+        return []
+    try:
+        items = _DEVICES_DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return []
+    out = []
+    for d in items[:MAX_DEVICES]:
+        def _int(v):
+            return v if isinstance(v, int) and not isinstance(v, bool) else None
+        name = d.name[:200] if isinstance(d.name, str) else None
+        major, minor = _int(d.computeMajor), _int(d.computeMinor)
+        out.append({"id": _int(d.id), "name": name,
+                    "compute_capability": f"{major}.{minor}" if major is not None and minor is not None else None})
+    return out
 
 
 _RAW_DECODER = msgspec.json.Decoder(_RawTrace | list[msgspec.Raw])
@@ -68,6 +102,8 @@ def split_events(data: bytes | bytearray, source: str, stats=None) -> list[msgsp
         raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
     if isinstance(doc, list):
         return doc
+    if stats is not None:
+        stats.devices = devices_of(doc.deviceProperties)
     if not len(doc.traceEvents) or bytes(doc.traceEvents) == b"null":
         raise TraceFormatError(f"{source} is a JSON object without a 'traceEvents' list; "
                                "expected a Chrome/Kineto trace")
@@ -335,7 +371,9 @@ def _stream(chunks, typed: bool, stats):
     if cuts and not raws:
         raise NotStreamable("a comma before the closing bracket")  # [..., {...},] is not JSON
     if head is not None:
-        _check_doc(head, bytes(buf[end:]))
+        doc = _check_doc(head, bytes(buf[end:]))
+        if stats is not None:
+            stats.devices = devices_of(doc.deviceProperties)
     buf.clear()
     yield raws, None
 
@@ -444,8 +482,9 @@ def _escaped_quotes(b: np.ndarray, carry: int):
     return escaped, out
 
 
-def _check_doc(head: bytes, tail: bytes | None) -> None:
-    """``head`` + an empty traceEvents list + ``tail`` must be a valid document (tail None = not read yet)."""
+def _check_doc(head: bytes, tail: bytes | None) -> "_RawTrace":
+    """``head`` + an empty traceEvents list + ``tail`` must be a valid document (tail None = not read yet); returns
+    it."""
     if tail is not None and b'"traceEvents"' in tail:
         raise NotStreamable("traceEvents twice")
     doc = head + b'"traceEvents":[]' + (b"}" if tail is None else tail)
@@ -455,6 +494,7 @@ def _check_doc(head: bytes, tail: bytes | None) -> None:
         raise NotStreamable("invalid document around traceEvents") from None
     if isinstance(d, list) or bytes(d.traceEvents) != b"[]":
         raise NotStreamable("unexpected document")
+    return d
 
 
 def iter_batches(raws: list[msgspec.Raw], size: int = BATCH, base: int = 0, stats=None):

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EngineUnavailableError, QueryError
+from ..errors import EngineUnavailableError, ProfilingError, QueryError
 from ._source import DEFAULT_MAX_BYTES
 
 if TYPE_CHECKING:
@@ -51,6 +51,10 @@ class TraceSession:
         engine_reason: one line saying why this engine was chosen.
         load_stats: for the mirror, what was read and what was skipped (``LoadStats``);
             None for perfetto.
+        devices: the GPUs the trace says it ran on (Kineto's ``deviceProperties``: ``[{"id", "name",
+            "compute_capability"}]``, ``[]`` when it names none): read with the events by the mirror, and by one
+            more pass of the same loader over the file on first use for perfetto (trace_processor does not keep
+            them).
     """
 
     def __init__(self, path: str, engine: str, engine_reason: str, backend: Any,
@@ -60,6 +64,13 @@ class TraceSession:
         self.engine_reason = engine_reason
         self.load_stats = load_stats
         self._backend = backend
+        self._devices: list | None = None if load_stats is None else load_stats.devices
+
+    @property
+    def devices(self) -> list[dict]:
+        if self._devices is None:
+            self._devices = _devices_of_file(self.path)
+        return self._devices
 
     def query(self, sql: str) -> pd.DataFrame:
         """Run one read-only SQL statement; returns its rows as a DataFrame.
@@ -137,6 +148,27 @@ class _MirrorAdapter:
 
     def close(self) -> None:
         self._b.close()
+
+
+def _devices_of_file(path: str) -> list[dict]:
+    """``deviceProperties`` of the trace at ``path``, through the loader's own reading of the document (streamed, the
+    events split but not decoded); ``[]`` for a file it cannot read."""
+    from ._decode import NotStreamable, split_events, stream_events
+    from ._source import iter_trace_chunks, read_trace_bytes
+    from ._stats import LoadStats
+
+    stats = LoadStats()
+    try:
+        for _ in stream_events(iter_trace_chunks(path, DEFAULT_MAX_BYTES), stats):
+            pass
+    except NotStreamable:
+        try:
+            split_events(read_trace_bytes(path, DEFAULT_MAX_BYTES), path, stats)
+        except (ProfilingError, OSError):
+            return []
+    except (ProfilingError, OSError):
+        return []
+    return stats.devices
 
 
 def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "",

@@ -16,6 +16,8 @@ class LoadStats:
     # text that was not valid Unicode, read with U+FFFD in its place: reason -> replacements ("invalid_utf8": byte
     # sequences that are not UTF-8, "lone_surrogate": \uD800-\uDFFF escapes that are not half of a pair)
     repaired: dict[str, int] = field(default_factory=dict)
+    # the GPUs the trace says it ran on (Kineto's top-level deviceProperties): [{"id", "name", "compute_capability"}]
+    devices: list[dict] = field(default_factory=list)
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + n

@@ -1,0 +1,50 @@
+"""A trace's devices (Kineto's top-level ``deviceProperties``) as both engines' sessions give them, against a plain
+JSON scan of each test trace."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import DATA
+from profiling_core.trace import TraceSession, open_trace
+
+TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json", ".json.gz")) and "tp_tables" not in p.parts
+                and not p.name.endswith(".meta.json") and "expected" not in p.parts
+                and "findings_snapshot" not in p.parts and p.name != "calibration.json")
+
+
+def scanned(path):
+    import gzip
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    props = doc.get("deviceProperties") if isinstance(doc, dict) else None
+    return [(d.get("id"), d.get("name")) for d in props or []]
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_both_readings_name_the_devices_the_json_names(path):
+    expected = scanned(path)
+    try:
+        with open_trace(path, engine="sqlite") as s:
+            mirror = [(d["id"], d["name"]) for d in s.devices]
+    except Exception:  # noqa: BLE001 - a bad-input fixture: nothing to name
+        pytest.skip("not a loadable trace")
+    lazy = TraceSession(str(path), "perfetto", "test: the on-demand reading", backend=None).devices
+    assert mirror == expected == [(d["id"], d["name"]) for d in lazy]
+
+
+def test_the_h200_traces_name_the_h200_with_its_compute_capability():
+    with open_trace(DATA / "h200_verdicts" / "mlp_fp32_eager.json", engine="sqlite") as s:
+        assert s.devices == [{"id": 0, "name": "NVIDIA H200", "compute_capability": "9.0"}]
+
+
+@pytest.mark.parametrize("props", ['"H200"', '[1, 2]', '{"name": "x"}', '[{"id": "0", "name": 7}]', 'null'])
+def test_device_properties_of_the_wrong_shape_name_nothing_and_refuse_nothing(tmp_path, props):
+    p = tmp_path / "t.json"
+    p.write_text('{"deviceProperties": ' + props + ', "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, '
+                 '"ts": 1, "dur": 2}]}')
+    with open_trace(p, engine="sqlite") as s:
+        devs = s.devices
+        assert len(s.query("select * from slice")) == 1
+    assert devs in ([], [{"id": None, "name": None, "compute_capability": None}])
