@@ -4,7 +4,7 @@
 Calibrates the device first (so the store holds its peaks), then profiles each case warm (10 calls, 3 active
 steps, forked from the prestarted worker) and writes to ``--out``: ``<label>.json`` (the trace), ``<label>.meta.json``
 and ``<label>.analyze.json`` (what ``python -m profiling_core analyze --json`` says of it, against the calibration),
-plus ``calibration.json``. The cases' own code is in ``scripts/verdict_cases/``.
+plus ``peaks.json``. The cases' own code is in ``scripts/verdict_cases/``.
 
 Usage (repo root, on the device machine): python3 scripts/gpu_verdicts.py --out DIR [--only LABEL,...]
 """
@@ -64,7 +64,7 @@ def main() -> int:
     store = RunStore(tempfile.mkdtemp(prefix="verdict-store-"))
     t0 = time.perf_counter()
     peaks = calibrate(store=store)
-    (out / "calibration.json").write_text(json.dumps(peaks.to_dict(), indent=1))
+    (out / "peaks.json").write_text(json.dumps(peaks.to_dict(), indent=1))
     print(f"== calibration {time.perf_counter() - t0:.1f} s: {peaks.gemm_tflops} {peaks.bandwidth_gbs} GB/s", flush=True)
     for label, cfg in runs().items():
         if only and label not in only:

@@ -11,7 +11,7 @@ from profiling_core.trace import TraceSession, open_trace
 
 TRACES = sorted(p for p in DATA.rglob("*") if p.name.endswith((".json", ".json.gz")) and "tp_tables" not in p.parts
                 and not p.name.endswith(".meta.json") and "expected" not in p.parts
-                and "findings_snapshot" not in p.parts and p.name != "calibration.json")
+                and "findings_snapshot" not in p.parts and p.name != "peaks.json")
 
 
 def scanned(path):
