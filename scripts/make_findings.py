@@ -8,8 +8,9 @@ names above it (``sweep_runs.tar.gz`` -> ``sweep``, ``gpu3_cli_runs`` -> ``cli``
 ``fidelity.json`` and ``fidelity_<n>/{trace,events_trace}.json`` (scripts/gpu_fidelity.py).
 
 Every number comes from ``profiling_core`` (``open_trace(engine="sqlite")``, ``analyses``, ``findings``); every
-chart from ``profiling_core.charts`` rendered by ``profiling_core.export.chart_png``. Writes ``<out>/*.png``,
-``<out>/tables.md`` (the tables the doc quotes) and ``<out>/findings.json`` (the findings text of each run used).
+chart from ``profiling_core.present.charts`` rendered by ``profiling_core.present.export.chart_png``. Writes
+``<out>/*.png``, ``<out>/tables.md`` (the tables the doc quotes) and ``<out>/findings.json`` (the findings text of each
+run used).
 """
 from __future__ import annotations
 
