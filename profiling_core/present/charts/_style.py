@@ -1,0 +1,66 @@
+"""What every chart shares: the width, the two palettes, the column check, number formats, the empty chart."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import altair as alt
+import pandas as pd
+
+WIDTH = 640
+"""Default width in pixels; the app stretches charts to the container, exports keep this width."""
+
+# Categories of trace events, in the order the legend shows them, with one colour each.
+CATEGORY_COLORS = {
+    "step": "#c7c7c7",
+    "annotation": "#9467bd",
+    "cpu_op": "#1f77b4",
+    "runtime": "#ff7f0e",
+    "driver": "#d62728",
+    "kernel": "#2ca02c",
+    "memcpy": "#8c564b",
+    "memset": "#e377c2",
+    "other": "#7f7f7f",
+}
+
+# Categories of GPU time (``analyses.step_breakdown``), in the order they stack, with one colour each: every
+# breakdown chart uses the same order and colours, so two runs' charts read alike.
+BREAKDOWN_COLORS = {
+    "gemm": "#1f77b4",
+    "attention": "#9467bd",
+    "elementwise": "#2ca02c",
+    "other": "#bcbd22",
+    "memcpy": "#8c564b",
+    "memset": "#e377c2",
+    "communication": "#ff7f0e",
+    "idle": "#d9d9d9",
+}
+
+
+def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} needs column(s) {', '.join(missing)}; "
+                         f"got {', '.join(map(str, df.columns)) or 'no columns'}")
+
+
+def _us_format(values: pd.Series) -> str:
+    """A d3 number format that keeps µs values readable whatever their range."""
+    top = float(values.abs().max()) if len(values) else 0.0
+    return ",.0f" if top >= 100 else ",.2f"
+
+
+def _plain_format(values: pd.Series) -> str:
+    """A d3 format for counts and other plain numbers that never prints an exponent ("5.46e+3") or a run of zeros
+    ("0.000000"): whole numbers with thousands separators, else up to three decimals with trailing zeros dropped."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if len(v) and (v == v.round()).all():
+        return ",.0f"
+    return ",.0f" if len(v) and float(v.abs().max()) >= 1000 else ",.3~f"
+
+
+def empty_chart(message: str, *, height: int = 80) -> alt.Chart:
+    """A chart with one line of text: used where a panel has no data (e.g. GPU lanes on a CPU trace)."""
+    return (alt.Chart(pd.DataFrame({"message": [message]}))
+            .mark_text(fontSize=13, color="#666")
+            .encode(text="message:N")
+            .properties(width=WIDTH, height=height))

@@ -1,0 +1,116 @@
+"""Bar charts: :func:`grouped_bars` (a value per category, side by side per group) and the GPU-time breakdown
+(:func:`time_by_category`, stacked by category; :func:`breakdown_bars` shapes ``analyses.step_breakdown`` for it)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import altair as alt
+import pandas as pd
+
+from ...analyses.breakdown import category_totals
+from ...analyses.categories import BREAKDOWN_CATEGORIES
+from ._style import BREAKDOWN_COLORS, WIDTH, _plain_format, _require, _us_format, empty_chart
+
+
+def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional[str] = None,
+                 title: str = "", value_title: Optional[str] = None, log: bool = False,
+                 spread: Optional[tuple[str, str]] = None) -> alt.Chart:
+    """Horizontal bars of ``value`` per ``category``, side by side per ``group`` (e.g. eager vs compile).
+
+    df: the three named columns (``group`` optional). Values are labelled at the bar end. ``spread``: two columns
+    (low, high) of each bar's range (the min and max of repeated runs whose median the bar is), drawn as a rule.
+    """
+    cols = [category, value] + ([group] if group else []) + (list(spread) if spread else [])
+    _require(df, cols, "grouped_bars")
+    data = df[cols].copy()
+    data[category] = data[category].astype(str)
+    vals = pd.to_numeric(data[value], errors="coerce")
+    if not len(vals) or not (vals.fillna(0) != 0).any():
+        return empty_chart(f"{title or value}: every value is zero" + (f" ({', '.join(sorted(set(data[category])))})"
+                                                                       if len(data) else ""))
+    fmt = _us_format(data[value]) if value.endswith("_us") else _plain_format(vals)
+    positive = vals[vals > 0]
+    log = log or (len(positive) > 1 and float(positive.max()) >= 100 * float(positive.min()))  # spans decades
+    scale = alt.Scale(type="symlog") if log else alt.Scale()
+    enc = dict(x=alt.X(f"{value}:Q", title=value_title or value, scale=scale),
+               y=alt.Y(f"{category}:N", title=None, sort=list(dict.fromkeys(data[category])),
+                       axis=alt.Axis(labelLimit=320)),
+               tooltip=[f"{c}:N" for c in cols if c != value] + [alt.Tooltip(f"{value}:Q", format=fmt)])
+    if group:
+        enc["color"] = alt.Color(f"{group}:N", title=group)
+        enc["yOffset"] = alt.YOffset(f"{group}:N")
+    base = alt.Chart(data).encode(**enc)
+    bars = base.mark_bar()
+    labels = base.mark_text(align="left", dx=3, fontSize=10).encode(text=alt.Text(f"{value}:Q", format=fmt))
+    layers = [bars, labels]
+    if spread:
+        lo, hi = spread
+        layers.append(base.mark_rule(color="#222", strokeWidth=1.5).encode(
+            x=alt.X(f"{lo}:Q", scale=scale), x2=f"{hi}:Q",
+            tooltip=[alt.Tooltip(f"{lo}:Q", format=fmt, title="min"), alt.Tooltip(f"{hi}:Q", format=fmt, title="max")]))
+    n = data[category].nunique() * (data[group].nunique() if group else 1)
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=max(60, 22 * n + 20))
+
+
+def time_by_category(breakdown: pd.DataFrame, *, bar: str = "step", value: str = "time_us",
+                     title: str = "Where each step's time goes on the GPU") -> alt.Chart:
+    """Horizontal stacked bars: one bar per distinct ``bar`` value (a step, or a run), split by category of GPU time.
+
+    breakdown: ``category`` (a key of BREAKDOWN_COLORS), the ``bar`` column and the ``value`` column: ``time_us``
+    (or ``per_step_us``: stacked µs) or ``share`` (0..1: stacked to 100 %); ``time_us``, ``share`` and
+    ``overlapped_us`` join the tooltip where present. Bars keep their order of first appearance; categories always
+    stack in BREAKDOWN_CATEGORIES order with their own colours, whichever are present.
+    """
+    _require(breakdown, ["category", bar, value], "time_by_category")
+    unknown = sorted(set(breakdown["category"].astype(str)) - set(BREAKDOWN_COLORS))
+    if unknown:
+        raise ValueError(f"time_by_category: unknown categor(ies) {', '.join(unknown)}; "
+                         f"known: {', '.join(BREAKDOWN_COLORS)}")
+    extra = [c for c in ("time_us", "per_step_us", "share", "overlapped_us") if c in breakdown.columns and c != value]
+    data = breakdown[["category", bar, value, *extra]].copy()
+    data[bar] = data[bar].astype(str)
+    data["order"] = data["category"].map({c: k for k, c in enumerate(BREAKDOWN_CATEGORIES)})
+    is_share = value == "share"
+    fmt = ".1%" if is_share else _us_format(data[value])
+    tips = [f"{bar}:N", "category:N", alt.Tooltip(f"{value}:Q", format=fmt, title=value)]
+    tips += [alt.Tooltip(f"{c}:Q", format=".1%" if c == "share" else ",.2f", title=c) for c in extra]
+    x_title = "share of the step's window" if is_share else ("µs per step" if value == "per_step_us" else "µs")
+    return (alt.Chart(data).mark_bar()
+            .encode(x=alt.X(f"{value}:Q", title=x_title, stack="zero",
+                            axis=alt.Axis(format=".0%") if is_share else alt.Axis(format=",.0f")),
+                    y=alt.Y(f"{bar}:N", title=None, sort=list(dict.fromkeys(data[bar])),
+                            axis=alt.Axis(labelLimit=320)),
+                    color=alt.Color("category:N", title="GPU time",
+                                    scale=alt.Scale(domain=list(BREAKDOWN_COLORS),
+                                                    range=list(BREAKDOWN_COLORS.values())),
+                                    legend=alt.Legend(orient="top", direction="horizontal")),
+                    order=alt.Order("order:Q", sort="ascending"),
+                    tooltip=tips)
+            .properties(title=title, width=WIDTH, height=max(60, 24 * data[bar].nunique() + 20)))
+
+
+def breakdown_bars(breakdowns: "dict[str, pd.DataFrame]", *, per: str = "step") -> pd.DataFrame:
+    """The rows of :func:`time_by_category` (bar column ``bar``) for one or more runs' ``step_breakdown``.
+
+    breakdowns: {run label: that run's ``analyses.step_breakdown``}; a label "" for a single run.
+    per: ``"step"``: one bar per step of each run (``"label · step N"``, or ``"step N"``), columns ``time_us``,
+    ``share``, ``overlapped_us``; ``"run"``: one bar per run over all its steps (``analyses.category_totals``),
+    columns ``time_us``, ``per_step_us``, ``share``, ``overlapped_us``. Runs without steps give no rows.
+    """
+    if per not in ("step", "run"):
+        raise ValueError(f"breakdown_bars: per must be 'step' or 'run'; got {per!r}")
+    parts = []
+    for label, bd in breakdowns.items():
+        _require(bd, ["step", "category", "time_us", "share", "overlapped_us"], "breakdown_bars")
+        if per == "run":
+            t = category_totals(bd)
+            parts.append(t[["category", "time_us", "per_step_us", "share", "overlapped_us"]]
+                         .assign(bar=label or "this run"))
+        else:
+            lead = f"{label} · " if label else ""
+            parts.append(bd[["category", "time_us", "share", "overlapped_us"]]
+                         .assign(bar=[f"{lead}step {s}" for s in bd["step"].tolist()]))
+    cols = ["bar", "category", "time_us", "share", "overlapped_us"] + (["per_step_us"] if per == "run" else [])
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    return pd.concat(parts, ignore_index=True)[cols]

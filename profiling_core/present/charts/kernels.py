@@ -1,0 +1,139 @@
+"""Per-kernel and per-step timings: kernel durations across steps and their spread, launch latency, cold vs
+warm steps, what a synchronize waited for."""
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+from ._style import WIDTH, _require
+
+
+def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel duration per step"
+                             ) -> alt.FacetChart:
+    """Per kernel (one row each, own y scale): duration across steps, median (solid) and mean (dashed) rules.
+
+    durations: ``step`` (int), ``kernel`` (str), ``dur_us``; optional ``run`` to compare runs
+    (one colour per run).
+    """
+    _require(durations, ["step", "kernel", "dur_us"], "kernel_durations_by_step")
+    data = durations.copy()
+    if "run" not in data.columns:
+        data["run"] = "this run"
+    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 60)
+    grouped = data.groupby(["run", "kernel_short"])["dur_us"]
+    data["median_us"] = grouped.transform("median")
+    data["mean_us"] = grouped.transform("mean")
+    color = alt.Color("run:N", title="run")
+    base = alt.Chart().encode(color=color)
+    # one slow step (the first, cold) would flatten the others to a line: a log axis keeps them apart
+    outlier = bool(len(data) and (data["dur_us"] > 10 * data["median_us"]).any())
+    scale = alt.Scale(type="log") if outlier and (data["dur_us"] > 0).all() else alt.Scale(zero=False)
+    lines = base.mark_line(point=True).encode(
+        x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("dur_us:Q", title="duration (µs)" + (", log scale" if scale.type == "log" else ""), scale=scale,
+                axis=alt.Axis(format="~s" if scale.type == "log" else ",.3~f")),
+        tooltip=["run:N", "kernel:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs"),
+                 alt.Tooltip("median_us:Q", format=",.2f", title="median µs"),
+                 alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
+    median = base.mark_rule(strokeWidth=1.5, opacity=0.8).encode(
+        y="median_us:Q", tooltip=["run:N", alt.Tooltip("median_us:Q", format=",.2f", title="median µs")])
+    mean = base.mark_rule(strokeDash=[6, 3], strokeWidth=1.5, opacity=0.8).encode(
+        y="mean_us:Q", tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
+    return (alt.layer(lines, median, mean, data=data).properties(width=WIDTH, height=170)
+            .facet(row=alt.Row("kernel_short:N", title=None,
+                               header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
+                                                 labelOrient="top", labelFontWeight="bold")))
+            .resolve_scale(y="independent")
+            .properties(title=alt.TitleParams(title, subtitle="solid rule: median, dashed rule: mean")))
+
+
+def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel durations") -> alt.FacetChart:
+    """Per kernel (one row each, own x scale): box plot (min..max whiskers, quartiles, median) per run,
+    mean as a red tick.
+
+    durations: ``kernel``, ``dur_us``, optional ``run``.
+    """
+    _require(durations, ["kernel", "dur_us"], "kernel_spread")
+    data = durations.copy()
+    if "run" not in data.columns:
+        data["run"] = "this run"
+    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 60)
+    data["mean_us"] = data.groupby(["run", "kernel_short"])["dur_us"].transform("mean")
+    y = alt.Y("run:N", title=None, axis=alt.Axis(labelLimit=260))
+    box = alt.Chart().mark_boxplot(extent="min-max", size=14).encode(
+        x=alt.X("dur_us:Q", title="duration (µs)", scale=alt.Scale(zero=False)), y=y,
+        color=alt.Color("run:N", title="run", legend=None))
+    mean = alt.Chart().mark_tick(color="#d62728", thickness=2, size=18).encode(
+        x="mean_us:Q", y=y, tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
+    n_runs = max(1, data["run"].nunique())
+    return (alt.layer(box, mean, data=data).properties(width=WIDTH, height=30 * n_runs + 10)
+            .facet(row=alt.Row("kernel_short:N", title=None,
+                               header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
+                                                 labelOrient="top", labelFontWeight="bold")))
+            .resolve_scale(x="independent")
+            .properties(title=alt.TitleParams(title, subtitle="box: quartiles and median, whiskers: min..max, "
+                                                              "red tick: mean")))
+
+
+def launch_latency(latency: pd.DataFrame, *, title: str = "Launch latency: kernel start − launch call start"
+                   ) -> alt.Chart:
+    """Points of launch latency per kernel across steps.
+
+    latency: ``kernel``, ``latency_us``, optional ``step`` and ``launch`` (the launch call's name).
+    """
+    _require(latency, ["kernel", "latency_us"], "launch_latency")
+    data = latency.copy()
+    if "step" not in data.columns:
+        data["step"] = range(len(data))
+    if "launch" not in data.columns:
+        data["launch"] = ""
+    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 48)
+    return (alt.Chart(data).mark_point(size=70, opacity=0.85, filled=True)
+            .encode(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
+                    y=alt.Y("latency_us:Q", title="latency (µs)"),
+                    color=alt.Color("kernel_short:N", title="kernel",
+                                    legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
+                    shape=alt.Shape("launch:N", title="launch call"),
+                    tooltip=["kernel:N", "launch:N", "step:O",
+                             alt.Tooltip("latency_us:Q", format=",.2f", title="µs")])
+            .properties(title=title, width=WIDTH, height=260))
+
+
+def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs warm") -> alt.Chart:
+    """Bars of each profiled step's duration, one colour per run (cold / warm side by side).
+
+    steps: ``step``, ``dur_us``, ``label`` (e.g. "cold", "warm"); with repeated pairs, ``dur_us`` is the median of
+    the repeats and optional ``lo_us`` / ``hi_us`` their range, drawn as a bar over each (a symlog axis when the
+    cold step dwarfs the warm ones).
+    """
+    _require(steps, ["step", "dur_us", "label"], "cold_vs_warm")
+    pos = steps["dur_us"][steps["dur_us"] > 0]
+    log = len(pos) > 1 and float(pos.max()) >= 100 * float(pos.min())
+    yscale = alt.Scale(type="symlog") if log else alt.Scale()  # (bars start at 0, which a log scale cannot draw)
+    y = alt.Y("dur_us:Q", title="step duration (µs)" + (", symmetric log scale" if log else ""), scale=yscale)
+    enc = dict(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)), xOffset="label:N",
+               color=alt.Color("label:N", title=None))
+    bars = (alt.Chart(steps).mark_bar()
+            .encode(y=y, tooltip=["label:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")], **enc))
+    layers = [bars]
+    if {"lo_us", "hi_us"} <= set(steps.columns):
+        layers.append(alt.Chart(steps).mark_rule(color="#222", strokeWidth=1.5)
+                      .encode(y=alt.Y("lo_us:Q", scale=yscale), y2="hi_us:Q",
+                              tooltip=["label:N", "step:O", alt.Tooltip("lo_us:Q", format=",.2f", title="min µs"),
+                                       alt.Tooltip("hi_us:Q", format=",.2f", title="max µs")], **enc))
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=260)
+
+
+def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited for") -> alt.Chart:
+    """Stacked horizontal bar(s): GPU busy vs idle during each synchronize call.
+
+    parts: ``label`` (which sync), ``part`` ("GPU busy" / "GPU idle"), ``dur_us``.
+    """
+    _require(parts, ["label", "part", "dur_us"], "sync_idle")
+    return (alt.Chart(parts).mark_bar()
+            .encode(x=alt.X("dur_us:Q", title="µs", stack="zero"),
+                    y=alt.Y("label:N", title=None, axis=alt.Axis(labelLimit=320)),
+                    color=alt.Color("part:N", title=None,
+                                    scale=alt.Scale(domain=["GPU busy", "GPU idle"], range=["#2ca02c", "#d9d9d9"])),
+                    tooltip=["label:N", "part:N", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")])
+            .properties(title=title, width=WIDTH, height=max(60, 30 * parts["label"].nunique() + 20)))

@@ -1,0 +1,117 @@
+"""Charts of a size sweep: CPU vs GPU busy time per step with their crossover, the GPU busy fraction."""
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import pandas as pd
+
+from ._style import WIDTH, _require, empty_chart
+
+
+def crossover_points(sweep: pd.DataFrame, a: str = "cpu_us_per_step", b: str = "gpu_busy_us_per_step"
+                     ) -> pd.DataFrame:
+    """Where curve ``b`` overtakes curve ``a`` along ``size``, per ``mode`` (log-log interpolation).
+
+    sweep: ``size``, ``mode`` (optional), and the two columns. Returns ``mode``, ``size`` (float, the
+    interpolated crossing), ``value_us``; empty when the curves never cross inside the sweep.
+    """
+    _require(sweep, ["size", a, b], "crossover_points")
+    data = sweep.copy()
+    if "mode" not in data.columns:
+        data["mode"] = "eager"
+    rows = []
+    for mode, g in data.sort_values("size").groupby("mode", sort=False):
+        g = g[(g[a] > 0) & (g[b] > 0)]
+        xs, ya, yb = list(g["size"]), list(g[a]), list(g[b])
+        for i in range(1, len(xs)):
+            d0 = math.log(yb[i - 1]) - math.log(ya[i - 1])
+            d1 = math.log(yb[i]) - math.log(ya[i])
+            if d0 < 0 <= d1 or d0 > 0 >= d1:
+                t = 0.0 if d1 == d0 else d0 / (d0 - d1)
+                lx = math.log(xs[i - 1]) + t * (math.log(xs[i]) - math.log(xs[i - 1]))
+                lv = math.log(ya[i - 1]) + t * (math.log(ya[i]) - math.log(ya[i - 1]))
+                rows.append({"mode": mode, "size": math.exp(lx), "value_us": math.exp(lv)})
+                break
+    return pd.DataFrame(rows, columns=["mode", "size", "value_us"])
+
+
+def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU busy time per step"
+                        ) -> alt.LayerChart:
+    """Log-log lines of CPU time per step and GPU busy time per step against matrix size; crossings marked.
+
+    sweep: ``size``, ``cpu_us_per_step``, ``gpu_busy_us_per_step``, optional ``mode`` (eager /
+    compile mode; drawn as dashes so both overlay). With repeated points (``profiling_core.run.sweep_points``:
+    the values are medians, ``<value>_min`` / ``<value>_max`` their range) each point carries its min–max bar.
+    """
+    _require(sweep, ["size", "cpu_us_per_step", "gpu_busy_us_per_step"], "overhead_vs_compute")
+    data = sweep.copy()
+    if "mode" not in data.columns:
+        data["mode"] = "eager"
+    long = data.melt(id_vars=["size", "mode"], value_vars=["cpu_us_per_step", "gpu_busy_us_per_step"],
+                     var_name="metric", value_name="us_per_step")
+    long["metric"] = long["metric"].map({"cpu_us_per_step": "CPU per step",
+                                         "gpu_busy_us_per_step": "GPU busy per step"})
+    long = long[long["us_per_step"] > 0]
+    x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n (n×n)",
+              axis=alt.Axis(format=",.0f"))
+    lines = (alt.Chart(long).mark_line(point=True)
+             .encode(x=x,
+                     y=alt.Y("us_per_step:Q", scale=alt.Scale(type="log"), title="µs per step"),
+                     color=alt.Color("metric:N", title=None,
+                                     scale=alt.Scale(domain=["CPU per step", "GPU busy per step"],
+                                                     range=["#1f77b4", "#2ca02c"])),
+                     strokeDash=alt.StrokeDash("mode:N", title="mode"),
+                     tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
+                              alt.Tooltip("us_per_step:Q", format=",.2f", title="µs per step")]))
+    layers = [lines]
+    if {"cpu_us_per_step_min", "cpu_us_per_step_max"} <= set(data.columns):  # repeated points: their min–max
+        spread = []
+        for col, metric in (("cpu_us_per_step", "CPU per step"), ("gpu_busy_us_per_step", "GPU busy per step")):
+            if f"{col}_min" in data.columns:
+                part = data[["size", "mode", f"{col}_min", f"{col}_max"]].rename(
+                    columns={f"{col}_min": "lo_us", f"{col}_max": "hi_us"})
+                spread.append(part.assign(metric=metric))
+        spread = pd.concat(spread, ignore_index=True)
+        spread = spread[(spread["lo_us"] > 0) & (spread["hi_us"] > spread["lo_us"])]
+        if len(spread):
+            layers.append(alt.Chart(spread).mark_rule(strokeWidth=2, opacity=0.6)
+                          .encode(x=x, y="lo_us:Q", y2="hi_us:Q",
+                                  color=alt.Color("metric:N", title=None,
+                                                  scale=alt.Scale(domain=["CPU per step", "GPU busy per step"],
+                                                                  range=["#1f77b4", "#2ca02c"])),
+                                  tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
+                                           alt.Tooltip("lo_us:Q", format=",.2f", title="min µs"),
+                                           alt.Tooltip("hi_us:Q", format=",.2f", title="max µs")]))
+    cross = crossover_points(data)
+    if len(cross):
+        cross["label"] = cross.apply(lambda r: f"crossover {r['mode']}: n≈{r['size']:,.0f}", axis=1)
+        layers.append(alt.Chart(cross).mark_rule(color="#d62728", strokeDash=[4, 3])
+                      .encode(x="size:Q", tooltip=["label:N"]))
+        layers.append(alt.Chart(cross).mark_point(shape="diamond", size=120, color="#d62728", filled=True)
+                      .encode(x="size:Q", y="value_us:Q", tooltip=["label:N"]))
+        layers.append(alt.Chart(cross).mark_text(align="left", dx=6, dy=-10, color="#d62728")
+                      .encode(x="size:Q", y="value_us:Q", text="label:N"))
+    return alt.layer(*layers).properties(title=title, width=WIDTH, height=320)
+
+
+def gpu_busy_fraction(sweep: pd.DataFrame, *, title: str = "GPU busy fraction of the step") -> alt.Chart:
+    """GPU busy time as a share of the step, against size (log x), one line per mode.
+
+    sweep: ``size``, ``gpu_busy_fraction`` (0..1), optional ``mode``.
+    """
+    _require(sweep, ["size", "gpu_busy_fraction"], "gpu_busy_fraction")
+    if not (pd.to_numeric(sweep["gpu_busy_fraction"], errors="coerce").fillna(0) > 0).any():
+        return empty_chart(f"{title}: zero at every size (these runs launched no GPU work)")
+    data = sweep.copy()
+    if "mode" not in data.columns:
+        data["mode"] = "eager"
+    return (alt.Chart(data).mark_line(point=True)
+            .encode(x=alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n",
+                            axis=alt.Axis(format=",.0f")),
+                    y=alt.Y("gpu_busy_fraction:Q", title="GPU busy / step time",
+                            scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),
+                    color=alt.Color("mode:N", title="mode"),
+                    tooltip=["mode:N", alt.Tooltip("size:Q", format=",.0f"),
+                             alt.Tooltip("gpu_busy_fraction:Q", format=".1%", title="busy")])
+            .properties(title=title, width=WIDTH, height=240))
