@@ -75,7 +75,7 @@ class ReportSection:
     charts: Sequence[ChartLike] = field(default_factory=list)
     tables: Sequence[tuple[str, pd.DataFrame]] = field(default_factory=list)
     findings: Sequence[Any] = field(default_factory=list)
-    """Objects with ``title`` and ``text`` (profiling_core.findings.Finding), or (title, text) pairs."""
+    """Objects with ``title`` and ``text`` (profiling_core.explain.Finding), or (title, text) pairs."""
     preformatted: str = ""
     """Text shown as it is, in a monospaced block (torch's own profiler table)."""
 
