@@ -78,7 +78,7 @@ def _records(df, cols: list[str]) -> list[dict]:
 
 def build_json(report, found, diagnosis=None) -> dict:
     """The ``--json`` object for a :class:`~profiling_core.analyses.Report`, its findings and its diagnosis
-    (a :class:`~profiling_core.diagnosis.DiagnosisReport`, if given)."""
+    (a :class:`~profiling_core.explain.DiagnosisReport`, if given)."""
     s = report.summary
     extra = _clean(diagnosis.to_dict()) if diagnosis is not None else {"peaks": None, "roofline": [], "diagnoses": []}
     return {**extra,
