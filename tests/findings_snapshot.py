@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Snapshot the full findings (id, question, title, text, evidence) of every test trace, so speed-ups of
-profiling_core/findings.py can prove they change no output.
+profiling_core/explain/questions/ can prove they change no output.
 
 For each trace under tests/data (h200, h200_app, cpu, third_party, traces; ``tp_golden`` and ``*.meta.json``
 excluded), plus three shared traces (SHARED_TRACES) when present, the mirror (``engine="sqlite"``)

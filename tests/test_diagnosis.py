@@ -1,4 +1,4 @@
-"""profiling_core.diagnosis: the roofline rows and the rules, against plain scans of the JSON and hand counts.
+"""profiling_core.explain.diagnosis: the roofline rows and the rules, against plain scans of the JSON and hand counts.
 
 Real H200 runs (tests/data/h200_diag, made by scripts/gpu_diagnose.py through the app's runner) trigger or must not
 trigger each GPU rule; every other real fixture must not trigger a rule that does not apply to it; synthetic traces

@@ -1,6 +1,6 @@
 """Findings stay exactly as snapshotted (tests/data/findings_snapshot/findings.json, written by
 tests/findings_snapshot.py): every id, question, title, text and evidence of every test trace, with and
-without the run's config. A speed-up of profiling_core/findings.py must not change a character.
+without the run's config. A speed-up of profiling_core/explain/questions/ must not change a character.
 """
 from __future__ import annotations
 

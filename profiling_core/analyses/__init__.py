@@ -10,7 +10,7 @@ GPU ops are put into categories (GEMM, attention, elementwise, copies, communica
 ``profiling_core.analyses.categories``; ``step_breakdown`` splits each step's window over them and idle time,
 ``top_kernels`` ranks the GPU ops with the CPU ops that launched them.
 Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once and returns a :class:`Report`;
-``profiling_core.explain`` turns a report into short statements with evidence.
+``profiling_core.explain.findings`` turns a report into short statements with evidence.
 """
 from __future__ import annotations
 

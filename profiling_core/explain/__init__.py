@@ -1,9 +1,11 @@
 """Stage 5, explaining: what a report means, in plain words with its evidence, and what to change.
 
-- ``questions``: :func:`findings` turns an analysis :class:`~profiling_core.analyses.Report` into
-  :class:`Finding` statements, one group per study question, each with the numbers it rests on.
-- ``diagnosis``: :func:`diagnose` judges every GEMM and copy against the device's peaks (:func:`roofline`) and runs
-  the anti-pattern rules, each returning a :class:`Diagnosis` (evidence, cost, the PyTorch change) or nothing.
+- ``questions/``: :func:`findings` turns an analysis :class:`~profiling_core.analyses.Report` into
+  :class:`Finding` statements, one module per study question (``q1_table`` … ``q10_compile_cost``, the shared
+  :class:`Finding` and helpers in ``base``), each with the numbers it rests on.
+- ``diagnosis/``: :func:`diagnose` judges every GEMM and copy against the device's peaks (:func:`roofline`, in
+  ``roofline``) and runs the anti-pattern rules (``rules/``, one module per rule), each returning a
+  :class:`Diagnosis` (evidence, cost, the PyTorch change) or nothing.
 
 Pure functions of the trace's tables, the report, the run's config and the peaks: no torch, no Streamlit.
 """

@@ -1,0 +1,58 @@
+"""What the roofline and every rule share: the :class:`Diagnosis` a rule returns, the context a rule reads
+(``_Ctx``: the report, the session, the run's config, the peaks, the roofline rows, the compute capability) and the
+per-step helpers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pandas as pd
+
+from ...analyses import Report
+from ...store.peaks import DevicePeaks
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """One thing to change, found in the trace."""
+
+    rule: str
+    """The rule's id, e.g. ``fp32_without_tf32``."""
+    title: str
+    text: str
+    """What is wrong, with the numbers it rests on."""
+    fix: str
+    """The PyTorch change that addresses it."""
+    cost_us_per_step: Optional[float] = None
+    """What it costs per step, measured or bounded as ``cost_basis`` says; None where it cannot be measured."""
+    cost_basis: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """Slice ids (``slice_ids``) and the numbers used."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "title": self.title, "text": self.text, "fix": self.fix,
+                "cost_us_per_step": self.cost_us_per_step, "cost_basis": self.cost_basis, "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    report: Report
+    session: Any
+    config: Any
+    peaks: Optional[DevicePeaks]
+    roof: pd.DataFrame
+    compute_capability: Optional[float]
+
+
+def _steps(report: Report) -> int:
+    return max(1, len(report.steps))
+
+
+def _per(report: Report) -> str:
+    """How a per-step figure reads: "per step", or "in the trace" for a trace without ProfilerStep slices (the
+    figures are then whole-trace totals)."""
+    return "per step" if len(report.steps) else "in the trace"
+
+
+def _fmt_us(x: float) -> str:
+    return f"{x:,.1f} µs" if x >= 10 else f"{x:,.2f} µs"

@@ -1,0 +1,15 @@
+"""The diagnosis rules, one module per rule, each module named after its rule's id.
+
+Each holds one function ``_rule_…(ctx) -> Diagnosis | None`` (a small pure function of the report, the roofline, the
+run's config and the peaks, silent where it does not apply or cannot decide) and the thresholds it uses;
+``profiling_core.explain.diagnosis.RULES`` runs them in order:
+
+- ``fp32_without_tf32``: fp32 GEMMs in full-fp32 FFMA kernels on a GPU with TF32 tensor cores.
+- ``unaligned_gemm_dims``: a bf16/fp16 GEMM whose M, K or N is not a multiple of 8.
+- ``launch_bound``: the GPU waits on the CPU (busy under half the step, tiny kernels).
+- ``sync_in_step``: synchronising calls and host-device copies inside a ProfilerStep.
+- ``compile_breaks``: recompiles, graph breaks, or CUDA-graph staging copies costlier than the GEMMs.
+- ``profiler_overhead``: the run was profiled with with_stack or profile_memory.
+- ``attention_backend``: which SDPA backend ran, and why flash could not.
+- ``cudagraphs_skipped``: mode='reduce-overhead' asked for CUDA graphs, and no step replays one.
+"""

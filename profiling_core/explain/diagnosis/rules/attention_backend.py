@@ -1,0 +1,61 @@
+"""``attention_backend``: which scaled_dot_product_attention backend ran and, where it is not a fused one on a GPU,
+the reasons the run's own settings give why flash could not run."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ....config import config_field as _cfg
+from ..base import Diagnosis, _Ctx
+
+
+def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
+    """Which SDPA backend ran (``workloads.sdpa_backend_from_names``) and, where it is neither flash nor cuDNN on a
+    GPU (the fused ones), the reasons the run's own settings give why flash could not run; silent in a trace without
+    attention."""
+    from ....workloads import sdpa_backend_from_names
+    names = [n for n in c.session.tables.name.tolist() if isinstance(n, str)]
+    backend = sdpa_backend_from_names(names)
+    if backend is None:
+        return None
+    ops = sorted({n for n in names if n.startswith("aten::") and ("scaled_dot_product" in n
+                                                                   or "attention_forward" in n)})
+    on_gpu = c.report.has_gpu
+    knobs = {}
+    workload = _cfg(c.config, "workload")
+    if workload in ("attention", "transformer_block"):
+        knobs = dict(_cfg(c.config, "knobs") or {})
+    dtype = _cfg(c.config, "dtype")
+    text = f"Attention ran the {backend} backend of scaled_dot_product_attention ({', '.join(ops[:4]) or 'its kernels'})"
+    why = []
+    forced = knobs.get("backend")
+    if forced and forced != "auto":
+        why.append(f"the run forced backend={forced}")
+    good = ("flash", "cudnn")  # cuDNN's SDPA is a flash-style fused kernel: torch prefers it on Hopper
+    if on_gpu and backend not in good:
+        if dtype == "fp32":
+            why.append("flash attention takes only fp16/bf16 inputs and this run is fp32")
+        hd = knobs.get("head_dim") or (knobs.get("d_model") // knobs["heads"] if knobs.get("d_model")
+                                       and knobs.get("heads") else None)
+        if hd and hd > 256:
+            why.append(f"flash supports head_dim up to 256 and this run's is {hd}")
+        if hd and hd % 8:
+            why.append(f"flash needs head_dim a multiple of 8 and this run's is {hd}")
+        cc = c.compute_capability
+        if cc is not None and cc < 8.0:
+            why.append(f"flash needs compute capability 8.0 and this GPU has {cc:g}")
+    text += (": " + "; ".join(why) + "." if why else
+             "." if backend in good or not on_gpu else
+             "; the trace does not say why flash was not chosen: force it (torch.nn.attention.sdpa_kernel("
+             "SDPBackend.FLASH_ATTENTION)) and torch's warning names the reason.")
+    if backend in good:
+        fix = "Nothing to change for the backend (flash and cuDNN are the fused, memory-efficient ones)."
+    elif not on_gpu:
+        fix = ("On a CPU torch's own choice (backend auto) runs its flash CPU kernel: drop the forced backend."
+               if forced and forced != "auto" else "Nothing to change for the backend.")
+    else:
+        fix = ("Let flash run: fp16 or bf16 inputs (autocast or .to(torch.bfloat16)), head_dim a multiple of 8 and at "
+               "most 256, no explicit attention mask where is_causal=True does; force it with "
+               "torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) to see the reason torch gives when it "
+               "cannot.")
+    return Diagnosis("attention_backend", f"Attention backend: {backend}", text, fix, None, "",
+                     {"backend": backend, "ops": ops[:10], "reasons": why})

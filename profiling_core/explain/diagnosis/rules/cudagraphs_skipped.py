@@ -1,0 +1,28 @@
+"""``cudagraphs_skipped``: a run compiled with mode='reduce-overhead' whose steps replay no CUDA graph (Inductor
+skipped them); needs the run's config."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ....config import config_field as _cfg
+from ..base import Diagnosis, _Ctx
+
+
+def _rule_cudagraphs_skipped(c: _Ctx) -> Optional[Diagnosis]:
+    """A run compiled with mode='reduce-overhead' on a GPU whose steps launch no CUDA graph: Inductor skipped the
+    graphs. Needs the run's config (an imported trace does not say which mode it asked for)."""
+    if _cfg(c.config, "compile") != "reduce-overhead" or not c.report.has_gpu:
+        return None
+    cb = c.report.compile_breakdown
+    if cb.empty or not (cb["compiled_regions"] > 0).any() or int(cb["graph_launches"].sum()) > 0:
+        return None
+    launches = float(cb["kernel_launches"].median())
+    text = (f"This run asked torch.compile for mode='reduce-overhead' (CUDA graphs), but no step replays one: no "
+            f"cudaGraphLaunch in any step, {launches:g} kernel launches per step instead. Inductor skipped the CUDA "
+            "graphs; it does so when the compiled graph mutates one of its inputs in place (a KV cache written by "
+            "the step), has dynamic shapes, or holds CPU tensors. The trace does not say which.")
+    fix = ("Run with TORCH_LOGS='perf_hints' to see why ('skipping cudagraphs due to ...'). For a KV cache written "
+           "in place: allocate it once and mark it static (torch._dynamo.mark_static_address(cache)) or keep the "
+           "write outside the compiled function; then compare the CPU time per step with the graphs on.")
+    return Diagnosis("cudagraphs_skipped", "CUDA graphs asked for but not used", text, fix, None, "",
+                     {"kernel_launches_per_step": launches, "graph_launches": 0})

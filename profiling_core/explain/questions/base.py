@@ -1,0 +1,124 @@
+"""What every question module shares: the :class:`Finding` a question returns, the no-GPU sentence, the number
+and name formatting, and the few readings of the trace more than one question rests on (a step's self times, the
+runtime calls only the first step makes, whether the profile holds a cold start).
+
+The questions themselves live one module per study question (``q1_table`` … ``q10_compile_cost``, named after
+their findings' ids); ``profiling_core.explain.questions.findings`` runs them in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from ...config import config_field as _cfg
+
+
+NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
+_MAX_LISTED = 6
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One statement about the trace, with the numbers and slice names it rests on."""
+
+    id: str
+    """Stable identifier, e.g. ``q6.launch_path``."""
+    question: int
+    """The study question (1..10) it answers."""
+    title: str
+    text: str
+    """Plain text, not Markdown: it quotes the trace's names as they are, so whoever renders it escapes it
+    (the app: ``profiling_core.present.md_text``; the HTML report: ``html.escape``)."""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.question <= 10:
+            raise ValueError(f"question must be 1..10, got {self.question!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "question": self.question, "title": self.title, "text": self.text,
+                "evidence": self.evidence}
+
+
+def _short(name: str, n: int = 60) -> str:
+    name = str(name)
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def _num(x) -> Optional[float]:
+    return None if x is None or pd.isna(x) else round(float(x), 3)
+
+
+def _n(count, word: str, plural: Optional[str] = None) -> str:
+    """``1 launch``, ``3 launches``; a median such as 1.5 keeps the plural."""
+    return f"{count:g} {word if count == 1 else (plural or word + 's')}"
+
+
+def _ordinal(i: int) -> str:
+    return {1: "first", 2: "second", 3: "third"}.get(i, f"{i}th")
+
+
+def _per_name(col: pd.Series, fn) -> np.ndarray:
+    """``fn(col.astype(str))`` as an object array, computed once per distinct value and taken back to every row: a
+    dispatch-chain column has 80k+ rows of a few hundred names on a large trace, and the per-row text copies
+    cost tens of MiB."""
+    codes, uniq = pd.factorize(col, use_na_sentinel=False)  # a missing value is one more distinct value
+    return fn(pd.Series(uniq, dtype=object).astype(str)).to_numpy(dtype=object)[codes]
+
+
+def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
+    """``{step: CPU slices of that step's chain}`` for the given steps (id, name with ProfilerStep#N as
+    ProfilerStep*, dur_us, self_us = dur_us less its children's, occurrence = the how-manieth slice of that name in
+    the step), computed in one pass over the chains (children summed per step and parent)."""
+    cpu = ch.loc[ch["lane"] == "cpu", ["step", "id", "parent_id", "name", "dur_us"]]  # only the columns used
+    child = cpu.groupby(["step", "parent_id"])["dur_us"].sum()
+    out = cpu.drop(columns="parent_id")
+    del cpu
+    out["name"] = _per_name(out["name"], lambda t: t.str.replace(r"^ProfilerStep#\d+$", "ProfilerStep*", regex=True))
+    at = child.index.get_indexer(pd.MultiIndex.from_arrays([out["step"], out["id"]]))
+    sums = np.append(child.to_numpy(dtype=float), 0.0)  # index -1 (no children) takes the 0
+    out["self_us"] = out["dur_us"] - sums[at]
+    out["occurrence"] = out.groupby(["step", "name"]).cumcount()
+    out = out[out["step"].isin(list(steps))]
+    return {k: g.drop(columns="step") for k, g in out.groupby("step", sort=False)}
+
+
+_CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime", "driver")
+_LAZY_LOADING = ("Lazy Function Loading", "Runtime Triggered Module Loading")
+
+
+def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
+    """Runtime/driver calls made in the first step under names that no later step calls (name, calls, us)."""
+    ch = r.dispatch_chains
+    if ch.empty:
+        return pd.DataFrame(columns=["name", "calls", "us"])
+    # the category test once per distinct category (missing categories are no call), names as text once
+    cat = ch["category"]
+    keep = [c for c in cat.dropna().unique() if str(c).lower() in _CALL_CATEGORIES]
+    calls = ch[cat.isin(keep)]
+    names = pd.Series(_per_name(calls["name"], lambda t: t), index=calls.index, dtype=object)
+    later = set(names[calls["step"] != first_step].unique())
+    sel = (calls["step"] == first_step) & ~names.isin(later)
+    first = calls[sel]
+    out = first.groupby(names[sel])["dur_us"].agg(["count", "sum"]).reset_index()
+    out.columns = ["name", "calls", "us"]
+    return out.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _table_rows(r, names) -> pd.DataFrame:
+    t = r.profiler_table
+    return t[(t["lane"] == "cpu") & t["name"].astype(str).isin(names)] if not t.empty else t
+
+
+def _is_cold(r, config) -> bool:
+    """Whether the profile holds the process's first run of the workload: the config's warm-up when known, else
+    the trace (runtime calls only the first step makes, or lazy-loading slices)."""
+    warmup = _cfg(config, "warmup")
+    if warmup is not None:
+        return warmup == 0
+    if r.steps.empty:
+        return bool(len(_table_rows(r, _LAZY_LOADING)))
+    return bool(len(_first_step_only_calls(r, int(r.steps["step"].iloc[0]))) or len(_table_rows(r, _LAZY_LOADING)))

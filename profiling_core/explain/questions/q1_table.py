@@ -1,0 +1,45 @@
+"""Question 1, reading the profiler table: self vs total CPU time (``q1.table``), and why summing Self CUDA over
+the rows counts the GPU's time more than once (``q1.double_count``; ``q1.no_gpu`` on a CPU-only trace)."""
+from __future__ import annotations
+
+from ...units import format_duration_us as _us
+from .base import NO_GPU_TEXT, Finding, _num, _short
+
+
+def _q1_table(r, config=None) -> list[Finding]:
+    t = r.profiler_table
+    if t.empty:
+        return []
+    self_cpu = float(t["self_cpu_us"].sum())
+    top = t.sort_values("self_cpu_us", ascending=False).iloc[0]
+    ev = {"self_cpu_total_us": _num(self_cpu), "top_self_cpu_row": str(top["name"]),
+          "top_self_cpu_us": _num(top["self_cpu_us"]), "rows": int(len(t))}
+    text = (f"The table has {len(t)} rows; self CPU time sums to {_us(self_cpu)} and the largest self CPU row is "
+            f"{_short(top['name'])} ({_us(top['self_cpu_us'])}); total CPU time of a row includes its children.")
+    out = [Finding("q1.table", 1, "Self vs total CPU time", text, ev)]
+    if not r.has_gpu:
+        out.append(Finding("q1.no_gpu", 1, "No device columns", NO_GPU_TEXT + ": the table has no CUDA columns to "
+                           "read, only CPU time.", {"gpu_ops": 0}))
+        return out
+    dev_sum = float(t["self_device_us"].sum())
+    busy = float(r.summary["gpu_busy_us"]) if r.summary.get("gpu_busy_scope") == "trace" else float(
+        r.gpu_busy.set_index("scope").loc["trace", "busy_us"])
+    ann = t[(t["lane"] == "gpu") & ~t["name"].isin(set(r.gpu_ops["name"].unique()))]
+    cpu_dev = t[(t["lane"] == "cpu") & (t["self_device_us"] > 0)]
+    ev2 = {"sum_self_device_us": _num(dev_sum), "gpu_busy_us": _num(busy),
+           "ratio": _num(dev_sum / busy) if busy > 0 else None,
+           "gpu_annotation_rows": sorted(map(str, ann["name"])), "cpu_rows_with_device_time": sorted(
+               map(str, cpu_dev["name"]))}
+    text2 = (f"Summing self device time over all rows gives {_us(dev_sum)}, "
+             f"{dev_sum / busy:.1f}× the {_us(busy)} the GPU was actually busy (union of kernel, memcpy and memset "
+             f"intervals): ") if busy > 0 else f"Summing self device time over all rows gives {_us(dev_sum)}: "
+    parts = []
+    if len(cpu_dev):
+        parts.append("the ops that launched GPU work (" + ", ".join(map(_short, cpu_dev["name"][:4])) +
+                     ") carry their kernels' time")
+    if len(ann):
+        parts.append("the GPU-side annotation rows (" + ", ".join(map(_short, ann["name"][:4])) +
+                     ") carry the time of everything under them")
+    text2 += ("; ".join(parts) or "no row is counted twice") + "."
+    out.append(Finding("q1.double_count", 1, "Summing Self CUDA double counts", text2, ev2))
+    return out

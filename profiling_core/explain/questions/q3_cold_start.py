@@ -1,0 +1,136 @@
+"""Question 3, why the first profiled step is long (``q3.cold_start``): the first step against the others, the slice
+that grew, and whether it is a cold start (the run's warm-up, else the calls only the first step makes) or the
+profiler's own start-up."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...config import config_field as _cfg
+from ...units import format_duration_us as _us
+from .base import (_LAZY_LOADING, Finding, _first_step_only_calls, _is_cold, _num, _self_times_by_step, _short,
+                   _table_rows)
+
+
+FIRST_STEP_SLOWER_PCT = 5.0
+"""A first profiled step counts as slower than the others (question 3) when it took more than this many percent above
+their median; within it, the difference is noise and no cost is explained."""
+
+
+_PROFILER_STARTUP = ("Activity Buffer Request",)
+_GEMM_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul")
+
+
+def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) -> str:
+    """What the calls found point at (workspace, library heuristics, lazy loading), only for those present."""
+    names = " ".join(only["name"])
+    causes = []
+    if "Malloc" in names:
+        causes.append("workspace allocation (cudaMalloc)")
+    if "Occupancy" in names or "FuncSetAttribute" in names or "DeviceGetAttribute" in names:
+        lib = f"the GEMM library's (cuBLAS, under {slice_name})" if slice_name in _GEMM_OPS else "a library's"
+        causes.append(f"{lib} set-up and kernel heuristics (attribute and occupancy queries)")
+    if len(lazy):
+        causes.append("lazy module loading (" + ", ".join(sorted(map(str, lazy["name"]))) + ")")
+    return ", ".join(causes)
+
+
+def _q3_cold(r, config=None) -> list[Finding]:
+    s = r.steps
+    if len(s) < 2:
+        return []
+    first, rest = s.iloc[0], s.iloc[1:]
+    first_step = int(first["step"])
+    rest_med = float(rest["cpu_dur_us"].median())
+    ratio = float(first["cpu_dur_us"]) / rest_med if rest_med > 0 else None
+    extra = float(first["cpu_dur_us"]) - rest_med
+    slower = extra > FIRST_STEP_SLOWER_PCT / 100 * rest_med
+    ev = {"first_step": first_step, "first_step_cpu_us": _num(first["cpu_dur_us"]),
+          "other_steps_median_us": _num(rest_med), "ratio": _num(ratio), "extra_us": _num(extra),
+          "first_step_slower": bool(slower)}
+    text = (f"The first profiled step (ProfilerStep#{first_step}) took {_us(first['cpu_dur_us'])} on the "
+            f"CPU against a median {_us(rest_med)} for the {len(rest)} others ({ratio:.{2 if ratio < 10 else 1}f}×).")
+    if not slower:
+        faster = extra < -FIRST_STEP_SLOWER_PCT / 100 * rest_med
+        text += (f" It was {'faster than' if faster else 'within ' + f'{FIRST_STEP_SLOWER_PCT:g}% of'} the others: "
+                 f"this window shows no first-step cost to explain"
+                 + (" (the run's cold-start work fell before the recorded steps)." if _is_cold(r, config)
+                    else "."))
+        ev["cold_start"] = _is_cold(r, config)
+        return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
+    ch = r.dispatch_chains
+    if not ch.empty:
+        # the other step numbers, each once: with several ranks or threads in one trace a number names one step
+        # slice per rank, and the chains of a number hold them all (counting them once per slice made the
+        # reference grow with the square of the ranks, and counted the first step among "the others")
+        rest_steps = list(dict.fromkeys(k for k in map(int, rest["step"]) if k != first_step))
+        by_step = _self_times_by_step(ch, {first_step, *rest_steps})
+        f0 = by_step.get(first_step)
+        others = [by_step[k] for k in rest_steps if k in by_step]
+        if f0 is not None and others:
+            ref = pd.concat(others).groupby(["name", "occurrence"])["self_us"].median()
+            at = ref.index.get_indexer(pd.MultiIndex.from_arrays([f0["name"], f0["occurrence"]]))
+            f0 = f0.assign(ref=np.where(at >= 0, ref.to_numpy(dtype=float)[at], 0.0))
+            f0["excess_us"] = f0["self_us"] - f0["ref"]
+            worst = f0.sort_values("excess_us", ascending=False).iloc[0]
+            ev.update({"largest_excess_slice": str(worst["name"]), "largest_excess_us": _num(worst["excess_us"]),
+                       "largest_excess_self_us": _num(worst["self_us"]),
+                       "largest_excess_usual_us": _num(worst["ref"])})
+            text += (f" Most of the extra time shows as self time of {_short(worst['name'])}: {_us(worst['self_us'])} "
+                     f"against {_us(worst['ref'])} in the other steps.")
+    g = r.cold_start_gap.dropna(subset=["gap_us"])
+    if len(g) >= 2:
+        ev.update({"first_gap_us": _num(g["gap_us"].iloc[0]), "other_gaps_median_us": _num(
+            g["gap_us"].iloc[1:].median()), "first_aten": str(g["first_aten"].iloc[0])})
+        text += (f" From entering matmul_add to the first aten:: op ({g['first_aten'].iloc[0]}) took "
+                 f"{_us(g['gap_us'].iloc[0])} in the first region against a median {_us(g['gap_us'].iloc[1:].median())}"
+                 f" later.")
+    text += _q3_cause(r, config, first_step, extra, ev)
+    return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
+
+
+def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
+    """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace."""
+    only = _first_step_only_calls(r, first_step)
+    lazy = _table_rows(r, _LAZY_LOADING)
+    startup = _table_rows(r, _PROFILER_STARTUP)
+    startup_us = float(startup["cpu_total_us"].sum()) if len(startup) else 0.0
+    warmup = _cfg(config, "warmup")
+    cold = _is_cold(r, config)
+    ev.update({"cold_start": cold, "cold_start_basis": "config" if warmup is not None else "trace",
+               "config_warmup": warmup, "first_step_only_calls": {n: int(c) for n, c in zip(only["name"],
+                                                                                             only["calls"])},
+               "first_step_only_calls_us": _num(only["us"].sum()) if len(only) else 0.0,
+               "lazy_loading_slices": sorted(map(str, lazy["name"])), "profiler_startup_us": _num(startup_us)})
+    why = (f"the run's config has {'no' if warmup == 0 else f'{warmup} iterations of'} warm-up"
+           if warmup is not None else None)
+    if cold and (len(only) or len(lazy)):
+        listed = ", ".join(f"{n} ×{int(c)} ({_us(u)})" for n, c, u in only[["name", "calls", "us"]].head(4)
+                           .itertuples(index=False))
+        more = f" and {len(only) - 4} more" if len(only) > 4 else ""
+        calls_us = float(only["us"].sum())
+        out = f" This is a cold start ({why or 'from the trace: the first step does work no later step repeats'}):"
+        if len(only):
+            out += (f" the first step alone calls {listed}{more}, {_us(calls_us)} in all"
+                    + (f", {100 * calls_us / extra:.0f}% of the {_us(extra)} extra; the rest is host-side work "
+                       f"with no CUDA call in the trace" if extra > 0 else "") + ".")
+        causes = _cold_start_causes(only, lazy, str(ev.get("largest_excess_slice", "")))
+        if causes:
+            out += f" These point at {causes}; warm-up before profiling moves that cost out of the profile."
+        return out
+    if cold:
+        return (f" No warm-up ({why}), but no call in the first step is missing from the later ones: "
+                + (f"the {first_step} schedule step(s) before ProfilerStep#{first_step} already ran the function "
+                   f"unrecorded, so the cold start fell outside this window and the extra is the profiler's own "
+                   f"first-step overhead." if first_step > 0 else
+                   "the cold-start work does not show as CUDA calls here; the extra is the process's first "
+                   "profiled call."))
+    why = why or "from the trace: no call in the first step is missing from the later ones"
+    out = f" This is not a cold start ({why})"
+    if startup_us > 0:
+        share = f", {100 * startup_us / extra:.0f}% of the {_us(extra)} extra" if extra > 0 else ""
+        return out + (f": the extra is the profiler's own start-up — its "
+                      f"{' and '.join(map(str, sorted(set(startup['name']))))} took {_us(startup_us)}{share}.")
+    return out + (": the extra is the profiler's own first-step overhead"
+                  + (f" (ProfilerStep#{first_step} is the first step it records, after {first_step} unrecorded "
+                     f"schedule step(s))." if first_step > 0 else "."))

@@ -1,0 +1,116 @@
+"""Question 6, which kernels are launched how (``q6.launch_path``): each kernel's launch API and parent op, and the
+occupancy queries before launches (per launch, the post's pattern, or once in a cold process)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _is_cold, _n, _per_name, _short
+
+
+_OCCUPANCY_PREFIXES = ("cudaOccupancy", "cuOccupancy", "hipOccupancy")
+
+
+def _occupancy_steps(r) -> dict[str, list[int]]:
+    """Per GPU op name: the step of each of its launches that an occupancy query precedes under the same parent op
+    (as ``launch_paths`` counts them), read from the dispatch chains."""
+    ch = r.dispatch_chains
+    if ch.empty:
+        return {}
+    occ = ch[_per_name(ch["name"], lambda t: t.str.startswith(_OCCUPANCY_PREFIXES)).astype(bool)]
+    if occ.empty:
+        return {}
+    first_q = occ.groupby(["step", "parent_id"])["start_ns"].min().rename("first_q").reset_index()
+    if ch.duplicated(["step", "id"]).any():  # ambiguous ids: keep the row-by-row lookups' exact behaviour
+        return _occupancy_steps_by_loc(ch, first_q.set_index(["step", "parent_id"])["first_q"])
+    # each GPU op -> its launch call (its parent, same step) -> the first occupancy query under the launch's parent
+    gpu = ch.loc[(ch["lane"] == "gpu") & ch["parent_id"].notna(), ["step", "parent_id", "name"]]
+    gpu = gpu.assign(_pos=range(len(gpu)))
+    launch = ch[["step", "id", "parent_id", "start_ns"]].rename(
+        columns={"id": "parent_id", "parent_id": "launch_parent", "start_ns": "launch_start"})
+    m = gpu.merge(launch, on=["step", "parent_id"], how="inner")
+    m = m[m["launch_parent"].notna()]
+    m = m.merge(first_q.rename(columns={"parent_id": "launch_parent"}), on=["step", "launch_parent"], how="inner")
+    m = m[(m["first_q"] <= m["launch_start"]).fillna(False).astype(bool)].sort_values("_pos", kind="stable")
+    out: dict[str, list[int]] = {}
+    for name, step in zip(m["name"].tolist(), m["step"].tolist()):
+        out.setdefault(str(name), []).append(int(step))
+    return out
+
+
+def _occupancy_steps_by_loc(ch: pd.DataFrame, first_q: pd.Series) -> dict[str, list[int]]:
+    by_id = ch.set_index(["step", "id"])
+    out: dict[str, list[int]] = {}
+    for row in ch[ch["lane"] == "gpu"].itertuples(index=False):
+        key = (row.step, row.parent_id)
+        if pd.isna(row.parent_id) or key not in by_id.index:
+            continue
+        launch = by_id.loc[key]
+        q = first_q.get((row.step, launch["parent_id"]))
+        if q is not None and q <= launch["start_ns"]:
+            out.setdefault(str(row.name), []).append(int(row.step))
+    return out
+
+
+def _occupancy_clause(name: str, n_launch: int, n_query: int, steps_with: list[int], first_step) -> str:
+    """``X, before every one of its 3 launches`` or ``X, only before the first of its 3 launches, in …``."""
+    who = _short(name)
+    if n_query >= n_launch:
+        return f"{who}, before " + ("its only launch" if n_launch == 1 else f"every one of its {n_launch} launches")
+    steps = sorted(set(steps_with))
+    where = ""
+    if steps:
+        where = ", in " + (f"the first profiled step (ProfilerStep#{steps[0]})" if steps == [first_step]
+                           else "ProfilerStep#" + ", #".join(map(str, steps)))
+    which = "the first" if n_query == 1 and steps == [first_step] else f"{n_query}"
+    return f"{who}, only before {which} of its {_n(n_launch, 'launch', 'launches')}{where}"
+
+
+def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool) -> str:
+    """The occupancy-query sentences: kernels queried before every launch (sized launch by launch, the post's
+    pattern) apart from kernels queried before only some launches (a one-time query)."""
+    rows = list(zip(occ["name"].astype(str), occ["count"].astype(int), occ["occupancy_queries"].astype(int)))[
+        :_MAX_LISTED]
+    every = [r for r in rows if r[2] >= r[1]]
+    some = [r for r in rows if r[2] < r[1]]
+    parts = []
+    if every:
+        parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in every)
+                     + ": sized adaptively launch by launch (the per-launch pattern of the study's post)")
+    if some:
+        once = all(q == 1 or sorted(set(steps_of.get(n, []))) == [first_step] for n, _, q in some)
+        parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in some)
+                     + (": a one-time query on the op's first call" + (" in a cold process" if cold else "")
+                        + ", not a per-launch pattern" if once else ": not every launch is preceded by one"))
+    return "An occupancy query precedes the launch of " + ". And of ".join(parts) + ". "
+
+
+def _q6_paths(r, config=None) -> list[Finding]:
+    if not r.has_gpu:
+        return [Finding("q6.launch_path", 6, "No GPU lane", NO_GPU_TEXT + ": no kernel was launched.",
+                        {"gpu_ops": 0})]
+    lp = r.launch_paths[r.launch_paths["category"] == "kernel"]
+    if lp.empty:
+        return []
+    occ = lp[lp["occupancy_query_before"]]
+    ev = {"kernels": {str(n): a for n, a in zip(lp["name"], lp["launch_apis"])},
+          "occupancy_query_kernels": sorted(map(str, occ["name"])),
+          "occupancy_queries": int(lp["occupancy_queries"].sum())}
+    top = lp.sort_values("count", ascending=False, kind="stable").head(_MAX_LISTED)
+    per = "; ".join(f"{_short(n, 48)} by {a} (from {p or 'no parent op'}, {c}×)" for n, a, p, c in
+                    zip(top["name"], top["launch_apis"], top["parent_ops"], top["count"]))
+    if len(lp) > len(top):
+        per += f"; and {len(lp) - len(top)} more kernels"
+    if occ.empty:
+        text = f"No occupancy query (cudaOccupancy…) precedes any kernel launch in this trace. Launches: {per}."
+    else:
+        steps_of = _occupancy_steps(r)
+        first_step = int(r.steps["step"].iloc[0]) if not r.steps.empty else None
+        ev["occupancy_query_launches"] = {str(n): {"launches": int(c), "with_query": int(q),
+                                                   "steps": sorted(set(steps_of.get(str(n), [])))}
+                                          for n, c, q in zip(occ["name"], occ["count"], occ["occupancy_queries"])}
+        plain = lp[~lp["occupancy_query_before"]]
+        text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config))
+                + (f"{_n(len(plain), 'other kernel name')} launch{'es' if len(plain) == 1 else ''} without one. "
+                   if len(plain) else "")
+                + f"Launches: {per}.")
+    return [Finding("q6.launch_path", 6, "How kernels are launched", text, ev)]

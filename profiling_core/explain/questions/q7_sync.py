@@ -1,0 +1,27 @@
+"""Question 7, why cudaDeviceSynchronize is long (``q7.sync``): the longest synchronising call against the GPU's busy
+time within it."""
+from __future__ import annotations
+
+from ...units import format_duration_us as _us
+from .base import NO_GPU_TEXT, Finding, _num
+
+
+def _q7_sync(r, config=None) -> list[Finding]:
+    sw = r.sync_wait
+    if sw.empty:
+        return [Finding("q7.sync", 7, "No synchronize call", "No cudaDeviceSynchronize / cudaStreamSynchronize call "
+                        "in this trace." + ("" if r.has_gpu else " " + NO_GPU_TEXT + "."), {"syncs": 0})]
+    longest = sw.sort_values("dur_us", ascending=False).iloc[0]
+    ev = {"syncs": int(len(sw)), "name": str(longest["name"]), "dur_us": _num(longest["dur_us"]),
+          "gpu_busy_us": _num(longest["gpu_busy_us"]), "idle_pct": _num(longest["idle_pct"]),
+          "gpu_ops": int(longest["gpu_ops"])}
+    text = (f"The longest {longest['name']} took {_us(longest['dur_us'])}; the GPU was busy {_us(longest['gpu_busy_us'])}"
+            f" of it ({longest['idle_pct']:.0f}% idle, {int(longest['gpu_ops'])} GPU op(s) overlapping). ")
+    if not r.has_gpu:
+        text += NO_GPU_TEXT + "."
+    elif longest["idle_pct"] >= 50:
+        text += ("The GPU had little or nothing left to run: most of the call is the synchronisation itself "
+                 "(the profiler syncs at the end of its window), not waiting for GPU work.")
+    else:
+        text += "The CPU waited for GPU work it had queued earlier: the sync's length is the GPU's backlog."
+    return [Finding("q7.sync", 7, "Why the sync is long", text, ev)]

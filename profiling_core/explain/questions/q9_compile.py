@@ -1,0 +1,96 @@
+"""Question 9, what torch.compile changes in the trace (``q9.compile``): compiled regions, graph hashes, launches and
+copies per step, and whether Inductor's addmm copied the bias into the output."""
+from __future__ import annotations
+
+from .base import NO_GPU_TEXT, Finding, _n, _num, _short
+
+
+def _as_config(config):
+    """The run's config as an ``ExperimentConfig`` (a meta.json dict is read by ``ExperimentConfig.from_dict``, which
+    knows what older runs ran with); None when unknown or unreadable."""
+    from ...config import ExperimentConfig
+    from ...errors import ConfigError
+    if config is None or isinstance(config, ExperimentConfig):
+        return config
+    try:
+        return ExperimentConfig.from_dict(dict(config))
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def _q9_compile(r, config=None) -> list[Finding]:
+    cb = r.compile_breakdown
+    if cb.empty:
+        return []
+    regions = int(cb["compiled_regions"].sum())
+    ev = {"steps": int(len(cb)), "compiled_regions": regions,
+          "compiled_regions_per_step": _num(regions / len(cb)),
+          "kernel_launches_per_step": _num(cb["kernel_launches"].median()),
+          "launches_per_step": _num(cb["launches"].median()),
+          "kernels_per_step": _num(cb["kernels"].median()), "memcpy_dtod": int(cb["memcpy_dtod"].sum()),
+          "memsets": int(cb["memsets"].sum()), "graph_launches": int(cb["graph_launches"].sum()),
+          "memcpy_dtod_per_step": _num(cb["memcpy_dtod"].median()), "memsets_per_step": _num(cb["memsets"].median()),
+          "graph_launches_per_step": _num(cb["graph_launches"].median())}
+    if regions == 0 and not r.has_gpu:
+        return [Finding("q9.compile", 9, "Eager execution", "No torch.compile rows (TorchDynamo Cache Lookup, "
+                        "Torch-Compiled Region) in this trace: it ran eagerly. " + NO_GPU_TEXT + ".", ev)]
+    if regions == 0:
+        text = (f"No torch.compile rows (TorchDynamo Cache Lookup, Torch-Compiled Region) in this trace: it ran "
+                f"eagerly, with a median {_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')} "
+                f"and {_n(ev['kernels_per_step'], 'kernel')} per step.")
+        return [Finding("q9.compile", 9, "Eager execution", text, ev)]
+    hashes = sorted({h for v in cb["fx_graph_hash"].dropna() for h in str(v).split(",") if h})
+    ev["fx_graph_hashes"] = hashes
+    kernels = sorted(set(r.launch_paths.loc[r.launch_paths["category"] == "kernel", "name"].astype(str)))
+    ev["kernel_names"] = kernels
+    text = (f"torch.compile ran: {regions} Torch-Compiled Region slices over {len(cb)} steps, with "
+            f"{len(hashes)} distinct CompiledFxGraph hash{'es' if len(hashes) != 1 else ''}"
+            + (" (the same every step: a cache hit)" if len(hashes) == 1 and int(cb["fx_graph_calls"].sum()) > 1
+               else "") + ". Per step (median): "
+            f"{_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')}, "
+            f"{_n(ev['kernels_per_step'], 'kernel')}")
+    totals = []
+    for key, word, plural, note in (("memcpy_dtod", "device-to-device copy", "device-to-device copies", ""),
+                                    ("memsets", "memset", None, ""),
+                                    ("graph_launches", "cudaGraphLaunch call", None, " (CUDA graphs replayed)")):
+        if ev[key]:
+            text += f", {_n(ev[key + '_per_step'], word, plural)}"
+            totals.append(_n(ev[key], word, plural) + note)
+    if totals:
+        text += f"; in total over the {_n(len(cb), 'step')}: {', '.join(totals)}"
+    text += "."
+    if kernels:
+        text += " Kernels: " + ", ".join(_short(k, 48) for k in kernels) + "."
+    text += _bias_copy(r, config, ev)
+    return [Finding("q9.compile", 9, "What torch.compile changed", text, ev)]
+
+
+def _bias_copy(r, config, ev: dict) -> str:
+    """Question 9's central observation: whether Inductor's ``aten::addmm`` copied the bias into the output (a
+    device-to-device memcpy launched under it) before the GEMM. From the launch paths; the bias's shape from the
+    run's config when known. Seen on an H200: a matrix bias gives the copy and a GEMM with beta = 1 (``…badd…``); a
+    vector bias gives no copy and the bias in the GEMM's epilogue (``…bias…``)."""
+    lp = r.launch_paths
+    copies = lp[lp["name"].astype(str).str.startswith("Memcpy DtoD")] if not lp.empty else lp
+    by_addmm = int(copies.loc[copies["parent_ops"].astype(str).str.contains("aten::addmm", regex=False),
+                              "count"].sum()) if len(copies) else 0
+    ev["bias_copies_by_addmm"] = by_addmm
+    cfg = _as_config(config)
+    if cfg is not None and not cfg.is_matmul_add:
+        cfg = None  # the bias knob is matmul_add's: another workload's config says nothing of this bias's shape
+    bias = cfg.bias if cfg is not None else None
+    shape = f" {cfg.bias_shape()}" if cfg is not None else ""
+    if bias:
+        ev["bias"] = bias
+    if by_addmm:
+        return (f" The device-to-device copy is launched by aten::addmm: Inductor turned add(matmul) into addmm, "
+                f"which first copies the bias{shape if bias == 'matrix' else ''} into the output, then runs the GEMM "
+                f"adding its product to it; a bias shaped like the output does that (the study's matrix bias), "
+                f"while a vector bias rides in the GEMM's epilogue with no copy.")
+    has_addmm = bool((r.profiler_table["name"].astype(str) == "aten::addmm").any()) if not r.profiler_table.empty \
+        else False
+    if bias == "vector" and has_addmm:
+        return (f" aten::addmm launched no copy: the vector bias{shape} is added in the GEMM's epilogue; with a bias "
+                f"shaped like the output (the study's matrix bias) addmm would first copy it into the output "
+                f"(a Memcpy DtoD).")
+    return ""
