@@ -20,9 +20,10 @@ from typing import Any, Callable, Optional
 import pandas as pd
 import streamlit as st
 
+import profiling_core.present as present
 from profiling_core import ExperimentConfig, RunStore
 from profiling_core.errors import ProfilingError
-from profiling_core.present import charts, md_code, md_text
+from profiling_core.present import charts
 
 from .notices import show_error
 
@@ -57,27 +58,8 @@ def _store_stamp() -> tuple[str, int]:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _runs_frames(root: str, mtime_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(readable runs, corrupt runs) of the store at ``root``."""
-    rows, corrupt = [], []
-    for run in RunStore(root).list():
-        if run.problem is not None:
-            corrupt.append({"run_id": run.run_id, "problem": run.problem})
-            continue
-        cfg = run.meta.get("config") or {}
-        device = run.meta.get("device") or {}
-        rows.append({
-            "run_id": run.run_id, "name": run.name, "source": run.meta.get("source", ""),
-            "status": run.status, "started_at": str(run.meta.get("started_at", ""))[:19].replace("T", " "),
-            "workload": cfg.get("workload") or ("matmul_add" if cfg else ""),
-            "size": cfg.get("size") if not cfg.get("workload") or cfg.get("workload") == "matmul_add" else None,
-            "dtype": cfg.get("dtype"), "compile": cfg.get("compile"),
-            "warmup": cfg.get("warmup"), "active": cfg.get("active"),
-            "device": device.get("name") or device.get("type") or cfg.get("device") or "",
-            "wall_s": (run.meta.get("timings") or {}).get("wall_s"),
-        })
-    return (pd.DataFrame(rows, columns=["run_id", "name", "source", "status", "started_at", "workload", "size", "dtype",
-                                        "compile", "warmup", "active", "device", "wall_s"]),
-            pd.DataFrame(corrupt, columns=["run_id", "problem"]))
+    """(readable runs, corrupt runs) of the store at ``root`` (``present.runs_table``)."""
+    return present.runs_table(RunStore(root).list())
 
 
 def _frames() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -196,22 +178,8 @@ def findings(run_id: str) -> list:
 
 
 def config_summary(run_id: str) -> str:
-    run = load_run(run_id)
-    cfg = run.config
-    dev = (run.meta.get("device") or {})
-    where = dev.get("name") or dev.get("type") or ""
-    if cfg is None:
-        return f"imported trace {md_code(run.meta.get('original_filename', run.name), 120)}"
-    sched = f"schedule {cfg.wait}/{cfg.warmup_steps}/{cfg.active}×{cfg.repeat}"
-    threads = f" · {dev['cpu_threads']} CPU threads" if dev.get("type") == "cpu" and dev.get("cpu_threads") else ""
-    if cfg.is_matmul_add:
-        what = (f"{cfg.size}² {cfg.dtype}{' · batch ' + str(cfg.batch) if cfg.batch else ''} · {cfg.bias} bias")
-    else:
-        what = (f"{md_text(cfg.workload)} · {cfg.dtype} · "
-                + ", ".join(f"{md_text(k)} {md_text(str(v))}" for k, v in cfg.workload_knobs.items()))
-    return (f"{md_code(cfg.name)} · {what} · "
-            f"{'warm (' + str(cfg.warmup) + ' calls)' if cfg.warmup else 'cold'} · "
-            f"{'eager' if cfg.compile == 'off' else 'compile ' + cfg.compile} · {sched} · {md_code(where)}{threads}")
+    """The run's configuration on one line of Markdown (``present.config_summary``)."""
+    return present.config_summary(load_run(run_id))
 
 
 @st.cache_resource(show_spinner="Asking torch about this machine ...")
@@ -219,14 +187,6 @@ def environment() -> dict:
     """torch / CUDA versions and the device (asked once of a subprocess, then kept)."""
     from profiling_core.run import environment_info
     return dict(environment_info())
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} GiB"
 
 
 @st.cache_data(show_spinner=False, ttl=30)
@@ -238,7 +198,7 @@ def store_summary() -> tuple[str, str]:
     """The run store's folder and its size on disk."""
     root, mtime = _store_stamp()
     n = len(runs_frame()) + len(corrupt_runs())
-    return root, f"{n} run{'s' if n != 1 else ''}, {human_bytes(_store_size(root, mtime))}"
+    return root, present.store_size_text(n, _store_size(root, mtime))
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -254,42 +214,14 @@ def chart(name: str, *frames: Optional[pd.DataFrame], **kwargs) -> dict:
 
 
 def mode_label(run_id: str) -> str:
-    """eager, or the torch.compile mode; for imported traces guessed from the trace's compiled regions."""
-    cfg = load_run(run_id).config
-    if cfg is not None:
-        return "eager" if cfg.compile == "off" else cfg.compile
-    cb = report(run_id).compile_breakdown
-    if len(cb) and cb["graph_launches"].sum() > 0:
-        return "compile (CUDA graphs)"
-    return "compile" if len(cb) and cb["compiled_regions"].sum() > 0 else "eager"
-
-
-def run_size(run_id: str) -> Optional[int]:
-    """The run's size along its workload's sweep axis (``size`` for matmul_add, e.g. ``seq_len`` for attention;
-    None for a script); for an imported trace, the leading number of its name."""
-    cfg = load_run(run_id).config
-    if cfg is not None:
-        knob = cfg.size_knob
-        value = cfg.workload_knobs.get(knob) if knob else None
-        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    name = load_run(run_id).name
-    head = name.split("_", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def step_summary(run_id: str) -> dict:
-    """Median per-step numbers of one run (CPU µs, GPU busy µs, busy fraction, launches, GPU ops)."""
-    rep = report(run_id)
-    st_ = rep.steps
-    med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
-    return {"run_id": run_id, "name": load_run(run_id).name, "size": run_size(run_id), "mode": mode_label(run_id),
-            "steps": len(st_), "cpu_us_per_step": med("cpu_dur_us"), "gpu_busy_us_per_step": med("gpu_busy_us"),
-            "gpu_busy_fraction": med("gpu_busy_fraction"), "launches_per_step": med("launches"),
-            "gpu_ops_per_step": med("gpu_ops"), "has_gpu": rep.has_gpu}
+    """eager, or the torch.compile mode (``present.mode_label``); an imported trace's is read from its report."""
+    run = load_run(run_id)
+    return present.mode_label(run, report(run_id) if run.config is None else None)
 
 
 def summaries(run_ids: list[str]) -> pd.DataFrame:
-    return pd.DataFrame([step_summary(r) for r in run_ids])
+    """The median step of each run, one row per run (``present.step_summaries``)."""
+    return present.step_summaries((load_run(r), report(r)) for r in run_ids)
 
 
 def calibrations() -> tuple[list, list]:
@@ -299,13 +231,9 @@ def calibrations() -> tuple[list, list]:
 
 
 def run_peaks(run_id: str):
-    """The newest calibration of the run's device (name and torch version from meta.json), or None."""
+    """The newest calibration of the run's device (``PeakBook.for_run``), or None."""
     from profiling_core.store import PeakBook
-    dev = load_run(run_id).meta.get("device")
-    if not isinstance(dev, dict) or not isinstance(dev.get("name"), str):
-        return None
-    torch_version = dev.get("torch") if isinstance(dev.get("torch"), str) else None
-    return PeakBook(store().root).find(dev["name"], torch_version=torch_version)
+    return PeakBook(store().root).for_run(load_run(run_id))
 
 
 @st.cache_data(show_spinner="Judging the trace against the device's peaks ...", max_entries=64)
@@ -324,47 +252,19 @@ def diagnosis(run_id: str):
         run = load_run(run_id)
         cfg = run.config
         peaks = run_peaks(run_id)
-        dev = run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
-        try:
-            cc = float(dev.get("compute_capability"))
-        except (TypeError, ValueError):
-            cc = None
         return _diagnosis(*_trace_stamp(run_id), cfg.to_json() if cfg else "",
-                          json.dumps(peaks.to_dict()) if peaks else "", cc)
+                          json.dumps(peaks.to_dict()) if peaks else "", run.compute_capability)
     return _readable(run_id, lambda: memo(("diagnosis", run_id), make))
 
 
-def peaks_frame(items: list) -> pd.DataFrame:
-    """One row per (calibration, dtype or memory): measured best and median, the datasheet figure beside."""
-    rows = []
-    for p in items:
-        sheet = p.datasheet() or {}
-        for d, t in p.gemm_tflops.items():
-            rows.append({"device": p.device, "torch": p.torch_version, "measured": p.measured_at[:16],
-                         "what": f"GEMM {d} ({p.gemm_sizes.get(d)}³)", "measured best": t,
-                         "median": p.gemm_tflops_median.get(d), "unit": "TFLOP/s",
-                         "datasheet": (sheet.get("tflops") or {}).get(d)})
-        rows.append({"device": p.device, "torch": p.torch_version, "measured": p.measured_at[:16],
-                     "what": f"memory (copy of {p.copy_bytes / 2**20:,.0f} MiB)", "measured best": p.bandwidth_gbs,
-                     "median": p.bandwidth_gbs_median, "unit": "GB/s", "datasheet": sheet.get("bandwidth_gbs")})
-    return pd.DataFrame(rows)
-
-
 def gemm_vs_peak(run_ids: list[str]) -> pd.DataFrame:
-    """Per run: its GEMM (the GEMM rows of the diagnosis with the most total time) against its device's measured
-    peak: run, size, mode, dtype, kernel, µs per call, achieved TFLOP/s, the peak, the fraction. Runs without a
-    GEMM of known FLOPs are left out."""
-    rows = []
+    """Per run: its GEMM against its device's measured peak (``present.gemm_vs_peak``); runs without a GEMM of known
+    FLOPs are left out."""
+    items = []
     for r in run_ids:
-        roof = diagnosis(r).roofline
-        g = roof[roof["kind"] == "gemm"] if len(roof) else roof
-        if g.empty:
-            continue
-        top = g.assign(total=g["time_us"] * g["count"]).sort_values("total", ascending=False).iloc[0]
-        rows.append({"run": load_run(r).name, "run_id": r, "size": run_size(r), "mode": mode_label(r),
-                     "dtype": top["dtype"], "kernel": top["kernel"], "µs per call": float(top["time_us"]),
-                     "tflops": float(top["tflops"]), "peak": top["peak"], "fraction_of_peak": top["fraction_of_peak"]})
-    return pd.DataFrame(rows)
+        run = load_run(r)
+        items.append((run, report(r) if run.config is None else None, diagnosis(r)))
+    return present.gemm_vs_peak(items)
 
 
 def fusions(run_id: str, known_ops: tuple = ()) -> pd.DataFrame:

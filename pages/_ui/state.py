@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import pandas as pd
 import streamlit as st
+
+import profiling_core.present as present
 
 from .cache import forget_runs, memo, runs_frame, session
 from .notices import leave_notices
@@ -63,8 +64,7 @@ def _sync_picker(key: str, value, valid: Callable[[object], bool]) -> None:
 
 def _labels() -> dict:
     runs = runs_frame()
-    return memo(("labels",), lambda: {r.run_id: f"{r.name}  ·  {r.started_at}  ·  {r.run_id[-4:]}"
-                                       for r in runs.itertuples()})
+    return memo(("labels",), lambda: present.run_labels(runs))
 
 
 def run_label(run_id: str) -> str:
@@ -100,27 +100,9 @@ def runs_multiselect(label: str, key: str, default: list[str], *, help: Optional
 
 
 def newest_run(*, warm: bool, like: Optional[str] = None) -> Optional[str]:
-    """The newest run profiled warm (warm-up calls > 0) or cold; imported traces count by their name. ``like``: only
-    runs of that run's size and dtype (a cold/warm comparison compares like with like), when there is one."""
-    runs = runs_frame()
-    if like is not None:
-        ref = runs[runs["run_id"] == like]
-        if len(ref) and pd.notna(ref["size"].iloc[0]):
-            same = runs[(runs["size"] == ref["size"].iloc[0]) & (runs["dtype"] == ref["dtype"].iloc[0])]
-            if len(same) and newest_of(same, warm) is not None:
-                runs = same
-    return newest_of(runs, warm) or current_run_id()
-
-
-def newest_of(runs: pd.DataFrame, warm: bool) -> Optional[str]:
-    """The newest of ``runs`` (newest first) profiled warm or cold (see :func:`newest_run`); None without one."""
-    for _, r in runs.iterrows():
-        if pd.notna(r["warmup"]):
-            if (r["warmup"] > 0) == warm:
-                return r["run_id"]
-        elif ("_warm_" in str(r["name"])) == warm:
-            return r["run_id"]
-    return None
+    """The newest run profiled warm (warm-up calls > 0) or cold, of ``like``'s size and dtype when there is one
+    (``present.newest_run``); else the current run."""
+    return present.newest_run(runs_frame(), warm=warm, like=like) or current_run_id()
 
 
 def sql_engine() -> tuple[str, str]:
