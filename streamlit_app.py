@@ -1,7 +1,7 @@
 """Learn to read PyTorch profiles by experiment: ``streamlit run streamlit_app.py``.
 
 A thin frame: the page list and the sidebar every page shares. Each page in ``pages/`` answers one
-question of the study; ``pages/_common.py`` holds the caching and the shared UI helpers.
+question of the study; ``pages/_ui/`` holds the caching and the shared UI helpers.
 """
 import sys
 from pathlib import Path
@@ -9,10 +9,10 @@ from pathlib import Path
 import streamlit as st
 
 ROOT = Path(__file__).resolve().parent
-if str(ROOT) not in sys.path:  # so pages can `from pages import _common` however the app is started
+if str(ROOT) not in sys.path:  # so pages can `from pages import _ui` however the app is started
     sys.path.insert(0, str(ROOT))
 
-from pages import _common as ui  # noqa: E402
+from pages import _ui as ui  # noqa: E402
 
 st.set_page_config(page_title="Reading PyTorch profiles", page_icon=":material/timeline:", layout="wide")
 

@@ -2,7 +2,7 @@
 import pandas as pd
 import streamlit as st
 
-from pages import _common as ui
+from pages import _ui as ui
 from profiling_core import ExperimentConfig
 from profiling_core.analyses import compile_payoff
 from profiling_core.errors import ConfigError

@@ -1,7 +1,7 @@
 """Home: what the app answers, this machine, recent runs, a quick start."""
 import streamlit as st
 
-from pages import _common as ui
+from pages import _ui as ui
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 

@@ -1,7 +1,7 @@
 """Overhead vs compute: sweep the size; where does GPU time overtake CPU time per step? (question 2)"""
 import streamlit as st
 
-from pages import _common as ui
+from pages import _ui as ui
 from profiling_core import ExperimentConfig
 from profiling_core.units import format_duration_us
 from profiling_core.present import charts

@@ -4,7 +4,7 @@ import json
 import streamlit as st
 import streamlit.components.v1 as components
 
-from pages import _common as ui
+from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.run import machine_busy
 from profiling_core.present import charts

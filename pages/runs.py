@@ -2,7 +2,7 @@
 import pandas as pd
 import streamlit as st
 
-from pages import _common as ui
+from pages import _ui as ui
 from profiling_core.present import charts
 from profiling_core.present import ReportSection
 

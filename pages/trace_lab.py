@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages import _common as ui
+from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.errors import ProfilingError
 from profiling_core.queries import list_queries, load_query

@@ -2,7 +2,7 @@
 import pandas as pd
 import streamlit as st
 
-from pages import _common as ui
+from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.present import ReportSection
 from profiling_core.explain import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW

@@ -1,14 +1,15 @@
-"""Durations for people: the one formatter the findings, the CLI and the app's pages share.
+"""Durations and sizes for people: the one formatter of each that the findings, the CLI and the app's pages share.
 
 The analyses keep durations as float microseconds (``*_us`` columns); every place that shows one to a reader
-goes through :func:`format_duration_us`, so a number reads the same in a finding, a page and a terminal.
+goes through :func:`format_duration_us`, so a number reads the same in a finding, a page and a terminal. A size in
+bytes (a run store's folder) reads through :func:`human_bytes`.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-__all__ = ["format_duration_us", "MISSING"]
+__all__ = ["format_duration_us", "MISSING", "human_bytes"]
 
 MISSING = "n/a"
 """What :func:`format_duration_us` shows for a duration the trace does not have (None, NaN, ``pd.NA``)."""
@@ -36,3 +37,16 @@ def format_duration_us(us: Any) -> str:
     if abs(round(x, 1)) >= 1000:  # 999.96 µs reads 1.00 ms, not 1000.0 µs
         return f"{x / 1000:.2f} ms"
     return f"{x:.1f} µs"
+
+
+def human_bytes(n: float) -> str:
+    """A size in bytes as short text in binary units: ``"512 B"``, ``"1.5 KiB"``, ``"2.0 MiB"``, ``"3.1 GiB"``.
+
+    Whole bytes below 1 KiB, one decimal above; GiB all the way up (2 TiB reads ``"2,048.0 GiB"``), with thousands
+    separated by commas.
+    """
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} GiB"

@@ -11,7 +11,7 @@ DTYPE_KEYS = {"profile": "profile_form_dtype", "variance": "variance_form_dtype"
 
 @pytest.mark.parametrize("page", sorted(DTYPE_KEYS))
 def test_dtype_defaults_to_fp32_on_a_cpu_machine_with_the_reason(runs_dir, page):
-    from pages import _common as ui
+    from pages import _ui as ui
     at = app(page)
     assert not errors_of(at)
     box = at.selectbox(key=DTYPE_KEYS[page])
@@ -23,7 +23,7 @@ def test_dtype_defaults_to_fp32_on_a_cpu_machine_with_the_reason(runs_dir, page)
 
 
 def test_the_two_warm_ups_are_told_apart(runs_dir):
-    from pages import _common as ui
+    from pages import _ui as ui
     at = app("profile")
     sched = at.slider(key="profile_form_wsteps")
     calls = at.number_input(key="profile_form_warmup")

@@ -90,7 +90,7 @@ def test_every_page_works_with_runs_of_every_workload(every_workload_store, monk
     at = app(page)
     assert not errors_of(at), errors_of(at)
     if page == "profile":  # the newest run is on show; make each the current run in turn
-        from pages._common import CURRENT_RUN
+        from pages._ui import CURRENT_RUN
         for w, rid in ids.items():
             at.session_state[CURRENT_RUN] = rid
             at.run()

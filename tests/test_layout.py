@@ -140,6 +140,41 @@ def test_stages_import_only_the_stages_below_them():
     assert wrong == []
 
 
+def _ui_graph() -> dict[str, set[str]]:
+    """The modules of the pages' UI package (``pages/_ui``, its ``__init__`` included) and those of them each
+    imports, relative (``from .cache import x``, ``from . import cache``) or absolute (``pages._ui.cache``)."""
+    folder = ROOT / "pages" / "_ui"
+    mods = {p.stem: p for p in folder.glob("*.py")}
+    graph = {}
+    for name, path in mods.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1:
+                    targets = [node.module] if node.module else [a.name for a in node.names]
+                elif node.level == 0 and (node.module or "").startswith("pages._ui"):
+                    rest = node.module[len("pages._ui"):].lstrip(".")
+                    targets = [rest] if rest else [a.name if a.name in mods else "__init__" for a in node.names]
+                elif node.level == 0 and node.module == "pages":
+                    targets = ["__init__" for a in node.names if a.name == "_ui"]
+                else:
+                    continue
+            elif isinstance(node, ast.Import):
+                targets = [a.name[len("pages._ui"):].lstrip(".") or "__init__" for a in node.names
+                           if a.name.startswith("pages._ui")]
+            else:
+                continue
+            deps |= {t.split(".")[0] for t in targets if t.split(".")[0] in mods and t.split(".")[0] != name}
+        graph[name] = deps
+    return graph
+
+
+def test_the_ui_package_has_no_import_cycles():
+    graph = _ui_graph()
+    assert "cache" in graph["state"] and "state" in graph["__init__"]  # the reader finds the edges it must
+    assert _cycles(graph) == []
+
+
 def _page_files() -> list[Path]:
     return sorted((ROOT / "pages").rglob("*.py")) + [ROOT / "streamlit_app.py"]
 

@@ -1,4 +1,5 @@
-"""format_duration_us: the one duration formatter, read as a person would read its output."""
+"""format_duration_us and human_bytes: the one duration and the one size formatter, read as a person would read
+their output."""
 import math
 
 import numpy as np
@@ -6,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from profiling_core.units import format_duration_us
+from profiling_core.units import format_duration_us, human_bytes
 
 
 @pytest.mark.parametrize("us,text", [
@@ -41,3 +42,19 @@ def test_the_variance_finding_quotes_durations_as_formatted():
     path = DATA / "h200" / "4096_bf16_warm_eager_a20.json"
     q8 = next(f for f in findings(open_trace(path)) if f.id == "q8.variance")
     assert f"median {format_duration_us(q8.evidence['median_us'])}" in q8.text
+
+
+@pytest.mark.parametrize("n,text", [
+    (0, "0 B"),
+    (1, "1 B"),
+    (1023, "1,023 B"),               # whole bytes, with a thousands separator, below 1 KiB
+    (1024, "1.0 KiB"),
+    (1536, "1.5 KiB"),
+    (10 * 1024 + 100, "10.1 KiB"),   # 10340 / 1024 = 10.098
+    (5 * 2**20, "5.0 MiB"),
+    (3 * 2**30 + 2**29, "3.5 GiB"),
+    (2 * 2**40, "2,048.0 GiB"),      # GiB all the way up
+    (np.int64(2**20), "1.0 MiB"),
+])
+def test_sizes_read_in_binary_units(n, text):
+    assert human_bytes(n) == text

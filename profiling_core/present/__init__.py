@@ -5,6 +5,9 @@
   (:class:`ReportSection`, :func:`html_report`), and the page that opens a trace in the Perfetto UI.
 - ``markdown``: :func:`md_text` / :func:`md_code`, an untrusted name as Streamlit Markdown shown literally.
 - ``terminal``: :func:`terminal_safe`, control characters as visible escapes for the CLI's human output.
+- ``summaries``: tables and labels about runs from plain data (a ``Run``, its ``Report``, its ``DiagnosisReport``,
+  calibrations): :func:`runs_table`, :func:`config_summary`, :func:`mode_label`, :func:`run_size`,
+  :func:`step_summary` / :func:`step_summaries`, :func:`peaks_frame`, :func:`gemm_vs_peak`, ...
 
 Nothing here imports streamlit or torch.
 """
@@ -15,17 +18,25 @@ from .terminal import terminal_safe
 
 __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv",
            "safe_filename", "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI", "md_text", "md_code",
-           "terminal_safe"]
+           "terminal_safe", "summaries", "RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text",
+           "config_summary", "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries",
+           "peaks_frame", "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak"]
 
 _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
            "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}
+_SUMMARIES = {"RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
+              "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
+              "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak"}
 
 
 def __getattr__(name: str):
-    # charts and export import altair (half a second): loaded on first use, so the CLI's terminal_safe stays cheap
+    # charts and export import altair (half a second), summaries pandas: loaded on first use, so the CLI's
+    # terminal_safe stays cheap
     import importlib
-    if name in ("charts", "export"):
+    if name in ("charts", "export", "summaries"):
         return importlib.import_module(f".{name}", __name__)
     if name in _EXPORT:
         return getattr(importlib.import_module(".export", __name__), name)
+    if name in _SUMMARIES:
+        return getattr(importlib.import_module(".summaries", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,8 @@
   ``.staging/`` and renamed into place; list, open, delete, import) and :class:`Run`; ``validate_run_id``;
   ``read_json_object``, the one defensive reader of the store's small JSON files.
 - ``peaks``: :class:`DevicePeaks` (what a calibration measured), :class:`PeakBook` (the calibrations kept in the
-  store's ``.calibrations/``), and the vendors' datasheets (``datasheet_for``).
+  store's ``.calibrations/``; ``PeakBook.for_run``: the newest of a run's device), and the vendors' datasheets
+  (``datasheet_for``).
 
 Nothing here runs torch or a worker; ``profiling_core.run`` writes into the store, every later stage reads it.
 """

@@ -16,7 +16,10 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    from .runs import Run
 
 GPU_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 CPU_DTYPES = ("fp32", "bf16", "fp16")
@@ -214,3 +217,12 @@ class PeakBook:
                     and (torch_version is None or c.torch_version == torch_version):
                 return c
         return None
+
+    def for_run(self, run: Run) -> Optional[DevicePeaks]:
+        """The newest calibration of the device ``run`` ran on: its meta.json's device name, and torch version where
+        it gives one; None for a run without a device name (an imported trace) or a device never calibrated."""
+        dev = run.meta.get("device")
+        if not isinstance(dev, dict) or not isinstance(dev.get("name"), str):
+            return None
+        torch_version = dev.get("torch") if isinstance(dev.get("torch"), str) else None
+        return self.find(dev["name"], torch_version=torch_version)

@@ -128,6 +128,16 @@ class Run:
         except ConfigError:
             return None
 
+    @property
+    def compute_capability(self) -> Optional[float]:
+        """The GPU's compute capability from meta.json's device facts (``"9.0"`` reads 9.0); None where they give
+        none (a CPU run, an imported trace) or it is not a number."""
+        dev = self.meta.get("device") if isinstance(self.meta.get("device"), dict) else {}
+        try:
+            return float(dev.get("compute_capability"))
+        except (TypeError, ValueError):
+            return None
+
     def table_text(self) -> str:
         try:
             return self.table_path.read_text()

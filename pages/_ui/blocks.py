@@ -1,0 +1,140 @@
+"""Blocks that show results: a chart or a table with its downloads, the page's HTML report, findings and the
+diagnosis.
+
+Downloads (PNG, SVG, CSV, the report) are made only when their button is clicked.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from typing import Optional
+
+import pandas as pd
+import streamlit as st
+
+from profiling_core.present import export, md_text
+
+from .cache import chart, diagnosis, environment, load_run
+
+PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in the left bar and pick the "
+                  "downloaded `trace.json` (the file stays in your browser; nothing is uploaded).")
+
+TABLE_ROWS_SHOWN = 25
+"""Rows a table shows without scrolling; longer ones scroll inside their box (the CSV holds every row)."""
+
+ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "time_us", "tflops", "gbs", "peak",
+                    "fraction_of_peak", "intensity", "flops_from"]
+
+
+def show_findings(items: list, *, questions: Optional[set] = None) -> None:
+    """Findings as callouts; ``questions`` keeps only those answering these study question numbers. A finding's
+    title and text are plain text that quotes the trace's names, so they are shown escaped (:func:`md_text`)."""
+    shown = [f for f in items if questions is None or getattr(f, "question", None) in questions]
+    if not shown:
+        st.caption("No findings for this question in this trace.")
+        return
+    for f in shown:
+        with st.container(border=True):
+            q = getattr(f, "question", None)
+            st.markdown(f"**{md_text(getattr(f, 'title', ''))}**" + (f"  ·  study question {q}" if q else ""))
+            st.markdown(md_text(getattr(f, "text", str(f))))
+            ev = getattr(f, "evidence", None)
+            if isinstance(ev, pd.DataFrame):
+                if not ev.empty:
+                    with st.expander("evidence"):
+                        st.dataframe(ev, hide_index=True)
+            elif ev:
+                with st.expander("evidence"):
+                    st.json(ev if isinstance(ev, (dict, list)) else {"evidence": str(ev)}, expanded=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _png(spec_json: str) -> bytes:
+    return export.chart_png(json.loads(spec_json))
+
+
+@functools.lru_cache(maxsize=64)
+def _svg(spec_json: str) -> str:
+    return export.chart_svg(json.loads(spec_json))
+
+
+def chart_block(spec: dict, data: Optional[pd.DataFrame], name: str, key: str) -> None:
+    """Draw a chart spec (from :func:`chart`) and PNG / SVG / CSV download buttons (images made only on click)."""
+    shown = dict(spec)
+    if "facet" not in spec:
+        # Streamlit's default autosize ("fit") squeezes charts with a discrete y axis into a sliver;
+        # fit the width only and keep the height the chart asks for.
+        shown["autosize"] = {"type": "fit-x", "contains": "padding"}
+    st.vega_lite_chart(shown, width="stretch", key=f"chart_{key}")
+    spec_json = json.dumps(spec, sort_keys=True, default=str)
+    base = export.safe_filename(name)
+    cols = st.columns([1, 1, 1, 5])
+    cols[0].download_button("PNG", data=lambda: _png(spec_json), file_name=f"{base}.png", mime="image/png",
+                            key=f"png_{key}", on_click="ignore", icon=":material/image:")
+    cols[1].download_button("SVG", data=lambda: _svg(spec_json), file_name=f"{base}.svg",
+                            mime="image/svg+xml", key=f"svg_{key}", on_click="ignore", icon=":material/draw:")
+    if data is not None:
+        cols[2].download_button("CSV", data=lambda: export.dataframe_csv(data), file_name=f"{base}.csv",
+                                mime="text/csv", key=f"csv_{key}", on_click="ignore", icon=":material/table:")
+
+
+def table_block(df: pd.DataFrame, name: str, key: str, **kwargs) -> None:
+    """A DataFrame with a CSV download button, tall enough for all its rows up to ``TABLE_ROWS_SHOWN`` (Streamlit's
+    default box shows ten and cuts the rest off behind a scroll)."""
+    kwargs.setdefault("height", fit_height(df))
+    st.dataframe(df, hide_index=True, **kwargs)
+    st.download_button("CSV", data=lambda: export.dataframe_csv(df), file_name=f"{export.safe_filename(name)}.csv",
+                       mime="text/csv", key=f"csv_{key}", on_click="ignore", icon=":material/table:")
+
+
+def fit_height(df: pd.DataFrame) -> int:
+    """The height (px) of a table box that holds all of ``df``'s rows, up to ``TABLE_ROWS_SHOWN``."""
+    return 38 + 35 * max(1, min(len(df), TABLE_ROWS_SHOWN))
+
+
+def report_button(title: str, sections: list, *, configs: Optional[dict] = None, key: str) -> None:
+    """Download one self-contained HTML report of the page (charts inlined as SVG; built on click)."""
+    env = {k: v for k, v in environment().items() if v is not None}
+
+    def build() -> str:
+        return export.html_report(title, sections, configs=configs, environment=env)
+
+    st.download_button("Download HTML report", data=build, file_name=f"{export.safe_filename(title)}.html",
+                       mime="text/html", key=f"report_{key}", on_click="ignore", icon=":material/description:")
+
+
+def show_diagnosis(run_id: str, *, key: str) -> None:
+    """What to change: each rule's finding (text, fix, cost), then the roofline of the run's GEMMs and copies."""
+    d = diagnosis(run_id)
+    p = d.peaks
+    if p is None:
+        st.caption("No calibration of this run's device in the store: achieved throughput is shown without a "
+                   "fraction of peak. Measure the peaks on **Home** (*Calibrate this device*).")
+    else:
+        st.caption(f"Judged against {md_text(p.device)}'s peaks measured {md_text(p.measured_at[:10])} "
+                   f"(torch {md_text(p.torch_version)}; see Home).")
+    if not d.diagnoses:
+        st.success("None of the rules applies to this trace (fp32 without TF32, unaligned GEMM sizes, launch-bound "
+                   "steps, syncs in the step, recompiles, the profiler's own options).", icon=":material/check:")
+    for x in d.diagnoses:
+        with st.container(border=True):
+            st.markdown(f"**{md_text(x.title)}**")
+            st.markdown(md_text(x.text))
+            st.markdown("**Change:** " + md_text(x.fix))
+            if x.cost_us_per_step is not None:
+                st.caption(md_text(f"Cost: {x.cost_us_per_step:,.1f} µs per step ({x.cost_basis})"))
+            with st.expander("evidence"):
+                st.json(json.loads(json.dumps(x.evidence, default=str)), expanded=False)
+    roof = d.roofline
+    if len(roof):
+        st.subheader("Against the hardware's limits")
+        shown = roof[[c for c in ROOFLINE_COLUMNS if c in roof.columns]]
+        table_block(shown, f"{load_run(run_id).name}_roofline", key=f"{key}_roof_table",
+                    column_config={"fraction_of_peak": st.column_config.ProgressColumn(
+                        "of peak", format="percent", min_value=0.0, max_value=1.0),
+                        "time_us": st.column_config.NumberColumn("µs per call", format="%.2f"),
+                        "tflops": st.column_config.NumberColumn("TFLOP/s", format="%.3f"),
+                        "gbs": st.column_config.NumberColumn("GB/s", format="%.1f")})
+        spec = chart("roofline", roof.drop(columns=["slice_ids"]), peaks=p.gemm_tflops if p else None,
+                     bandwidth_gbs=p.bandwidth_gbs if p else None)
+        chart_block(spec, shown, f"{load_run(run_id).name}_roofline", key=f"{key}_roofline")

@@ -1,0 +1,220 @@
+"""Tables and labels for people about runs: the runs list, a run's configuration on one line, its mode and size, its
+median step, the device calibrations, and each run's GEMM against its device's measured peak.
+
+Plain data in (a :class:`~profiling_core.store.Run` and its meta.json, its :class:`~profiling_core.analyses.Report`,
+its :class:`~profiling_core.explain.DiagnosisReport`, a calibration's :class:`~profiling_core.store.DevicePeaks`),
+DataFrames, dicts and text out. The app's pages show them through thin cached wrappers; a notebook or a script calls
+them directly::
+
+    >>> from profiling_core import RunStore, analyze, open_trace
+    >>> from profiling_core.present import runs_table, step_summary
+    >>> runs, corrupt = runs_table(RunStore().list())                       # doctest: +SKIP
+    >>> run = RunStore().load(runs["run_id"].iloc[0])                       # doctest: +SKIP
+    >>> step_summary(run, analyze(open_trace(run.trace_path), run.config))  # doctest: +SKIP
+
+:func:`config_summary` is Streamlit Markdown, every name in it escaped (``present.markdown``); the rest is plain.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Optional
+
+import pandas as pd
+
+from ..units import human_bytes
+from .markdown import md_code, md_text
+
+if TYPE_CHECKING:
+    from ..analyses import Report
+    from ..explain import DiagnosisReport
+    from ..store import DevicePeaks, Run
+
+__all__ = ["RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
+           "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
+           "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak"]
+
+RUNS_COLUMNS = ["run_id", "name", "source", "status", "started_at", "workload", "size", "dtype", "compile", "warmup",
+                "active", "device", "wall_s"]
+"""The columns of :func:`runs_table`'s readable runs."""
+
+
+def runs_table(runs: Iterable[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The runs as two tables, in the order given (``RunStore.list()``: newest first).
+
+    Returns:
+        (readable runs: :data:`RUNS_COLUMNS`, one row each, ``started_at`` as ``YYYY-MM-DD HH:MM:SS``, ``size`` only
+        for matmul_add, ``workload`` empty for an imported trace; runs whose meta.json cannot be used:
+        ``run_id`` and ``problem``, why).
+    """
+    rows, corrupt = [], []
+    for run in runs:
+        if run.problem is not None:
+            corrupt.append({"run_id": run.run_id, "problem": run.problem})
+            continue
+        cfg = run.meta.get("config") or {}
+        device = run.meta.get("device") or {}
+        rows.append({
+            "run_id": run.run_id, "name": run.name, "source": run.meta.get("source", ""),
+            "status": run.status, "started_at": str(run.meta.get("started_at", ""))[:19].replace("T", " "),
+            "workload": cfg.get("workload") or ("matmul_add" if cfg else ""),
+            "size": cfg.get("size") if not cfg.get("workload") or cfg.get("workload") == "matmul_add" else None,
+            "dtype": cfg.get("dtype"), "compile": cfg.get("compile"),
+            "warmup": cfg.get("warmup"), "active": cfg.get("active"),
+            "device": device.get("name") or device.get("type") or cfg.get("device") or "",
+            "wall_s": (run.meta.get("timings") or {}).get("wall_s"),
+        })
+    return pd.DataFrame(rows, columns=RUNS_COLUMNS), pd.DataFrame(corrupt, columns=["run_id", "problem"])
+
+
+def run_labels(runs: pd.DataFrame) -> dict[str, str]:
+    """{run id: ``name  ·  started at  ·  the id's last four characters``} for :func:`runs_table`'s runs (a run
+    picker's labels: two runs of one name tell apart by their time and id)."""
+    return {r.run_id: f"{r.name}  ·  {r.started_at}  ·  {r.run_id[-4:]}" for r in runs.itertuples()}
+
+
+def _newest_of(runs: pd.DataFrame, warm: bool) -> Optional[str]:
+    for _, r in runs.iterrows():
+        if pd.notna(r["warmup"]):
+            if (r["warmup"] > 0) == warm:
+                return r["run_id"]
+        elif ("_warm_" in str(r["name"])) == warm:
+            return r["run_id"]
+    return None
+
+
+def newest_run(runs: pd.DataFrame, *, warm: bool, like: Optional[str] = None) -> Optional[str]:
+    """The newest of :func:`runs_table`'s ``runs`` (newest first) profiled warm (warm-up calls > 0) or cold; an
+    imported trace counts as warm when its name says ``_warm_``.
+
+    Args:
+        like: a run id: prefer the runs of that run's size and dtype (a cold/warm comparison compares like with
+            like), when it has a size and one of them is warm (or cold) as asked.
+
+    Returns:
+        The run id, or None when no run is profiled so.
+    """
+    if like is not None:
+        ref = runs[runs["run_id"] == like]
+        if len(ref) and pd.notna(ref["size"].iloc[0]):
+            same = runs[(runs["size"] == ref["size"].iloc[0]) & (runs["dtype"] == ref["dtype"].iloc[0])]
+            if len(same) and _newest_of(same, warm) is not None:
+                runs = same
+    return _newest_of(runs, warm)
+
+
+def store_size_text(n_runs: int, size_bytes: float) -> str:
+    """How much a run store holds, for people: ``"3 runs, 1.2 MiB"``."""
+    return f"{n_runs} run{'s' if n_runs != 1 else ''}, {human_bytes(size_bytes)}"
+
+
+def config_summary(run: Run) -> str:
+    """The run's configuration on one line of Streamlit Markdown (names escaped): its name, what it ran, warm or cold,
+    eager or the compile mode, the profiler's schedule, the device (and a CPU's threads); for an imported trace, the
+    file it came from."""
+    cfg = run.config
+    dev = (run.meta.get("device") or {})
+    where = dev.get("name") or dev.get("type") or ""
+    if cfg is None:
+        return f"imported trace {md_code(run.meta.get('original_filename', run.name), 120)}"
+    sched = f"schedule {cfg.wait}/{cfg.warmup_steps}/{cfg.active}×{cfg.repeat}"
+    threads = f" · {dev['cpu_threads']} CPU threads" if dev.get("type") == "cpu" and dev.get("cpu_threads") else ""
+    if cfg.is_matmul_add:
+        what = (f"{cfg.size}² {cfg.dtype}{' · batch ' + str(cfg.batch) if cfg.batch else ''} · {cfg.bias} bias")
+    else:
+        what = (f"{md_text(cfg.workload)} · {cfg.dtype} · "
+                + ", ".join(f"{md_text(k)} {md_text(str(v))}" for k, v in cfg.workload_knobs.items()))
+    return (f"{md_code(cfg.name)} · {what} · "
+            f"{'warm (' + str(cfg.warmup) + ' calls)' if cfg.warmup else 'cold'} · "
+            f"{'eager' if cfg.compile == 'off' else 'compile ' + cfg.compile} · {sched} · {md_code(where)}{threads}")
+
+
+def mode_label(run: Run, report: Optional[Report] = None) -> str:
+    """``eager``, or the torch.compile mode (``default``, ``reduce-overhead``, ...) from the run's config.
+
+    An imported trace has no config: its mode is read from ``report``'s compiled regions (``compile``, or
+    ``compile (CUDA graphs)`` when a compiled graph is replayed with cudaGraphLaunch), which it then needs.
+    """
+    cfg = run.config
+    if cfg is not None:
+        return "eager" if cfg.compile == "off" else cfg.compile
+    if report is None:
+        raise ValueError(f"run {run.run_id} has no config: its mode is read from its report, pass it")
+    cb = report.compile_breakdown
+    if len(cb) and cb["graph_launches"].sum() > 0:
+        return "compile (CUDA graphs)"
+    return "compile" if len(cb) and cb["compiled_regions"].sum() > 0 else "eager"
+
+
+def run_size(run: Run) -> Optional[int]:
+    """The run's size along its workload's sweep axis (``size`` for matmul_add, e.g. ``seq_len`` for attention;
+    None for a script); for an imported trace, the leading number of its name (``64_fp32_warm_eager``: 64)."""
+    cfg = run.config
+    if cfg is not None:
+        knob = cfg.size_knob
+        value = cfg.workload_knobs.get(knob) if knob else None
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    head = run.name.split("_", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+STEP_SUMMARY_COLUMNS = ["run_id", "name", "size", "mode", "steps", "cpu_us_per_step", "gpu_busy_us_per_step",
+                        "gpu_busy_fraction", "launches_per_step", "gpu_ops_per_step", "has_gpu"]
+"""The keys of :func:`step_summary`, the columns of :func:`step_summaries`."""
+
+
+def step_summary(run: Run, report: Report) -> dict:
+    """One run's median step: CPU µs, GPU busy µs (of the ops it launched), the share of its wall time the GPU was
+    busy, launches and GPU ops; with the run's name, size (:func:`run_size`) and mode (:func:`mode_label`). NaN
+    medians when the trace has no ProfilerStep."""
+    st_ = report.steps
+    med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
+    return {"run_id": run.run_id, "name": run.name, "size": run_size(run), "mode": mode_label(run, report),
+            "steps": len(st_), "cpu_us_per_step": med("cpu_dur_us"), "gpu_busy_us_per_step": med("gpu_busy_us"),
+            "gpu_busy_fraction": med("gpu_busy_fraction"), "launches_per_step": med("launches"),
+            "gpu_ops_per_step": med("gpu_ops"), "has_gpu": report.has_gpu}
+
+
+def step_summaries(items: Iterable[tuple[Run, Report]]) -> pd.DataFrame:
+    """:func:`step_summary` of each (run, its report), one row each in the order given."""
+    return pd.DataFrame([step_summary(run, rep) for run, rep in items], columns=STEP_SUMMARY_COLUMNS)
+
+
+def peaks_frame(peaks: Iterable[DevicePeaks]) -> pd.DataFrame:
+    """One row per (calibration, GEMM dtype or memory): the measured best and median, its unit, and the vendor's
+    datasheet figure beside where it is known (never used instead)."""
+    rows = []
+    for p in peaks:
+        sheet = p.datasheet() or {}
+        for d, t in p.gemm_tflops.items():
+            rows.append({"device": p.device, "torch": p.torch_version, "measured": p.measured_at[:16],
+                         "what": f"GEMM {d} ({p.gemm_sizes.get(d)}³)", "measured best": t,
+                         "median": p.gemm_tflops_median.get(d), "unit": "TFLOP/s",
+                         "datasheet": (sheet.get("tflops") or {}).get(d)})
+        rows.append({"device": p.device, "torch": p.torch_version, "measured": p.measured_at[:16],
+                     "what": f"memory (copy of {p.copy_bytes / 2**20:,.0f} MiB)", "measured best": p.bandwidth_gbs,
+                     "median": p.bandwidth_gbs_median, "unit": "GB/s", "datasheet": sheet.get("bandwidth_gbs")})
+    return pd.DataFrame(rows, columns=["device", "torch", "measured", "what", "measured best", "median", "unit",
+                                       "datasheet"])
+
+
+GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "size", "mode", "dtype", "kernel", "µs per call", "tflops", "peak",
+                        "fraction_of_peak"]
+"""The columns of :func:`gemm_vs_peak`."""
+
+
+def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]]) -> pd.DataFrame:
+    """Per (run, its report, its diagnosis): its GEMM, the GEMM row of the diagnosis's roofline with the most total
+    time (µs per call × calls), against its device's measured peak: :data:`GEMM_VS_PEAK_COLUMNS` (run name, id,
+    size, mode, dtype, kernel, µs per call, achieved TFLOP/s, the peak, the fraction of it). Runs without a GEMM of
+    known FLOPs are left out. The report is read only for an imported trace's mode (:func:`mode_label`): None will
+    do for a run with a config."""
+    rows = []
+    for run, rep, diag in items:
+        roof = diag.roofline
+        g = roof[roof["kind"] == "gemm"] if len(roof) else roof
+        if g.empty:
+            continue
+        top = g.assign(total=g["time_us"] * g["count"]).sort_values("total", ascending=False).iloc[0]
+        rows.append({"run": run.name, "run_id": run.run_id, "size": run_size(run), "mode": mode_label(run, rep),
+                     "dtype": top["dtype"], "kernel": top["kernel"], "µs per call": float(top["time_us"]),
+                     "tflops": float(top["tflops"]), "peak": top["peak"], "fraction_of_peak": top["fraction_of_peak"]})
+    return pd.DataFrame(rows, columns=GEMM_VS_PEAK_COLUMNS)

@@ -1,0 +1,373 @@
+"""Tables and labels about runs (profiling_core.present.summaries) and the run facts the diagnosis needs
+(``PeakBook.for_run``, ``Run.compute_capability``), on the real H200 runs of tests/data/h200_app.
+
+Every expected value is written by hand from the runs' meta.json (read here as plain JSON) or computed here from a
+plain JSON scan of the trace (the scans of ``test_h200_app_traces``), never copied from the code under test.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+from functools import lru_cache
+
+import pandas as pd
+import pytest
+
+from conftest import DATA
+from profiling_core import ExperimentConfig, RunStore, analyze, diagnose, open_trace
+from profiling_core.explain import DiagnosisReport
+from profiling_core.present import (GEMM_VS_PEAK_COLUMNS, RUNS_COLUMNS, STEP_SUMMARY_COLUMNS, config_summary,
+                                    gemm_vs_peak, mode_label, newest_run, peaks_frame, run_labels, run_size,
+                                    runs_table, step_summaries, step_summary, store_size_text)
+from profiling_core.store import DevicePeaks, PeakBook, Run
+from test_h200_app_traces import DATA as APP, NAMES, cpu_steps, events, gemm_name, gpu_ops_plain, launch_of, meta, \
+    step_of, union_us, xs
+
+CPU_TRACE = DATA / "cpu" / "64_fp32_warm_eager.json"
+TOL = 0.05  # µs: the library keeps integer ns, the JSON has fractional µs
+
+
+# --- a store of the H200 runs, an imported trace and a corrupt run -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("summaries") / "runs"
+    for name in NAMES:
+        d = root / meta(name)["run_id"]
+        d.mkdir(parents=True)
+        shutil.copyfile(APP / f"{name}.json", d / "trace.json")
+        shutil.copyfile(APP / f"{name}.txt", d / "table.txt")
+        shutil.copyfile(APP / f"{name}.meta.json", d / "meta.json")
+    s = RunStore(root)
+    s.import_trace(CPU_TRACE, name="64_fp32_warm_eager")
+    bad = root / "20261129-120000-64_bf16_warm_eager-dead"
+    bad.mkdir()
+    (bad / "meta.json").write_text("{ not json")
+    return s
+
+
+def run_of(store: RunStore, name: str) -> Run:
+    return store.load(meta(name)["run_id"])
+
+
+def imported(store: RunStore) -> Run:
+    return next(r for r in store.list() if r.meta.get("source") == "import")
+
+
+@lru_cache(maxsize=None)
+def report_of(path: str, config_json: str = ""):
+    config = ExperimentConfig.from_json(config_json) if config_json else None
+    with open_trace(path, engine="sqlite") as tp:
+        return analyze(tp, config=config)
+
+
+def report(run: Run):
+    return report_of(str(run.trace_path), run.config.to_json() if run.config else "")
+
+
+def peaks(bf16: float = 800.0) -> DevicePeaks:
+    return DevicePeaks(device="NVIDIA H200", kind="cuda", driver="580.159.04", torch_version="2.11.0+cu130",
+                       measured_at="2026-11-29T13:05:12.345678+00:00", method="by hand",
+                       gemm_tflops={"bf16": bf16, "fp32": 51.25}, gemm_tflops_median={"bf16": 748.0, "fp32": 50.0},
+                       gemm_sizes={"bf16": 8192, "fp32": 4096}, bandwidth_gbs=4210.0, bandwidth_gbs_median=4105.5,
+                       copy_bytes=2 << 30)
+
+
+# --- the runs list -------------------------------------------------------------------------------------------------
+
+def test_the_runs_table_has_a_row_per_readable_run_from_its_meta(store):
+    readable, corrupt = runs_table(store.list())
+    assert list(readable.columns) == RUNS_COLUMNS
+    metas = [json.loads((APP / f"{n}.meta.json").read_text()) for n in NAMES]
+    by_time = [m["run_id"] for m in sorted(metas, key=lambda m: m["started_at"], reverse=True)]
+    assert list(readable["run_id"]) == [imported(store).run_id] + by_time  # newest first: the import was made now
+    rows = readable.set_index("run_id")
+    for m in metas:
+        r = rows.loc[m["run_id"]]
+        assert (r["name"], r["source"], r["status"], r["workload"]) == (m["name"], "experiment", "ok", "matmul_add")
+        assert r["started_at"] == m["started_at"][:10] + " " + m["started_at"][11:19]
+        assert (r["size"], r["dtype"], r["compile"]) == (m["config"]["size"], "bf16", m["config"]["compile"])
+        assert (r["warmup"], r["active"]) == (m["config"]["warmup"], m["config"]["active"])
+        assert (r["device"], r["wall_s"]) == ("NVIDIA H200", m["timings"]["wall_s"])
+    imp = rows.loc[imported(store).run_id]
+    assert (imp["name"], imp["source"], imp["workload"], imp["device"]) == ("64_fp32_warm_eager", "import", "", "")
+    assert pd.isna(imp["size"]) and pd.isna(imp["warmup"]) and pd.isna(imp["wall_s"])
+    assert list(corrupt["run_id"]) == ["20261129-120000-64_bf16_warm_eager-dead"]
+    assert "meta.json" in corrupt["problem"].iloc[0]
+
+
+def test_no_runs_give_empty_tables_with_their_columns():
+    readable, corrupt = runs_table([])
+    assert readable.empty and list(readable.columns) == RUNS_COLUMNS
+    assert corrupt.empty and list(corrupt.columns) == ["run_id", "problem"]
+
+
+def test_a_runs_label_is_its_name_its_start_and_the_end_of_its_id(store):
+    labels = run_labels(runs_table(store.list())[0])
+    assert labels["20261129-131151-64_bf16_warm_eager-b568"] == "64_bf16_warm_eager  ·  2026-11-29 13:11:51  ·  b568"
+    assert labels["20261129-131737-64_bf16_warm_eager_b8-671f"] == \
+        "64_bf16_warm_eager_b8  ·  2026-11-29 13:17:37  ·  671f"
+    assert len(labels) == len(NAMES) + 1  # the corrupt run has no label
+
+
+RUNS = pd.DataFrame([  # newest first
+    {"run_id": "e", "name": "128_fp32_warm_eager", "size": 128, "dtype": "fp32", "warmup": 3},
+    {"run_id": "d", "name": "64_fp32_cold_eager", "size": 64, "dtype": "fp32", "warmup": 0},
+    {"run_id": "c", "name": "64_bf16_warm_eager", "size": 64, "dtype": "bf16", "warmup": 10},
+    {"run_id": "b", "name": "64_fp32_warm_eager", "size": 64, "dtype": "fp32", "warmup": 10},
+    {"run_id": "a", "name": "my_warm_trace", "size": None, "dtype": None, "warmup": None},  # imported
+])
+
+
+@pytest.mark.parametrize("warm,like,want", [
+    (True, None, "e"),    # the newest warm run
+    (False, None, "d"),   # the newest cold one
+    (True, "d", "b"),     # warm like the cold 64² fp32: not the newer 128² one, nor the bf16 one
+    (False, "e", "d"),    # no cold 128² run: the newest cold one of any size
+    (True, "a", "e"),     # an imported trace has no size to be like
+])
+def test_the_newest_warm_or_cold_run_compares_like_with_like(warm, like, want):
+    assert newest_run(RUNS, warm=warm, like=like) == want
+
+
+def test_an_imported_trace_is_warm_when_its_name_says_so():
+    runs = RUNS[RUNS["run_id"] == "a"]
+    assert newest_run(runs, warm=True) == "a" and newest_run(runs, warm=False) is None
+    assert newest_run(RUNS.iloc[0:0], warm=True) is None
+
+
+@pytest.mark.parametrize("n,size,text", [(0, 0, "0 runs, 0 B"), (1, 512, "1 run, 512 B"),
+                                         (3, 1536, "3 runs, 1.5 KiB"), (12, 5 * 2**30, "12 runs, 5.0 GiB")])
+def test_the_stores_size_reads_as_runs_and_bytes(n, size, text):
+    assert store_size_text(n, size) == text
+
+
+# --- one run's configuration, mode and size ------------------------------------------------------------------------
+
+# These runs were made before the bias knob: such a config reads as the vector bias the workload then made without a
+# batch, a matrix one with it (ExperimentConfig.from_dict), so the config's own name says _vbias.
+@pytest.mark.parametrize("name,text", [
+    ("coldwarm_64_warm_eager", "` 64_bf16_warm_eager_vbias ` · 64² bf16 · vector bias · warm (10 calls) · eager · "
+                               "schedule 0/0/3×1 · ` NVIDIA H200 `"),
+    ("coldwarm_64_cold_eager", "` 64_bf16_cold_eager_vbias ` · 64² bf16 · vector bias · cold · eager · "
+                               "schedule 0/0/3×1 · ` NVIDIA H200 `"),
+    ("spine_64_warm_eager_b8", "` 64_bf16_warm_eager_b8 ` · 64² bf16 · batch 8 · matrix bias · warm (10 calls) · "
+                               "eager · schedule 1/1/3×1 · ` NVIDIA H200 `"),
+    ("sweep_4096_warm_reduce-overhead", "` 4096_bf16_warm_compile_reduce-overhead_vbias ` · 4096² bf16 · vector "
+                                        "bias · warm (10 calls) · compile reduce-overhead · schedule 0/0/10×1 · "
+                                        "` NVIDIA H200 `"),
+])
+def test_a_runs_configuration_on_one_line(store, name, text):
+    assert config_summary(run_of(store, name)) == text
+
+
+def test_a_cpu_run_of_another_workload_names_its_knobs_escaped_and_its_threads(tmp_path):
+    cfg = ExperimentConfig.for_workload("attention", {"seq_len": 128}, dtype="fp32", device="cpu")
+    run = Run("20261201-000000-attention-0001", tmp_path,
+              {"name": cfg.name, "status": "ok", "config": cfg.to_dict(), "device": {"type": "cpu", "cpu_threads": 4}})
+    assert config_summary(run) == (
+        "` attention_b4_h8_s128_d64_causal_auto_fp32_cold_eager ` · attention · fp32 · batch 4, heads 8, "
+        "seq\\_len 128, head\\_dim 64, causal True, backend auto · cold · eager · schedule 1/1/3×1 · ` cpu ` · "
+        "4 CPU threads")
+    assert run_size(run) == 128  # attention's sweep axis is seq_len
+    assert mode_label(run) == "eager"  # from the config: no report needed
+
+
+def test_an_imported_trace_is_named_by_its_file(store):
+    assert config_summary(imported(store)) == "imported trace ` 64_fp32_warm_eager.json `"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_mode_and_size_of_a_run_come_from_its_config(store, name):
+    m = meta(name)["config"]
+    run = run_of(store, name)
+    assert mode_label(run) == {"off": "eager", "default": "default",
+                               "reduce-overhead": "reduce-overhead"}[m["compile"]]
+    assert run_size(run) == m["size"]
+
+
+@pytest.mark.parametrize("name,want", [("sweep_4096_warm_eager", "eager"), ("sweep_4096_warm_compile", "compile"),
+                                       ("sweep_4096_warm_reduce-overhead", "compile (CUDA graphs)")])
+def test_an_imported_traces_mode_is_read_from_its_compiled_regions(tmp_path, name, want):
+    run = RunStore(tmp_path / "runs").import_trace(APP / f"{name}.json", name="4096_imported")
+    names = {e.get("name", "") for e in events(name)}
+    regions = any(n.startswith("Torch-Compiled Region") for n in names)
+    assert (regions, "cudaGraphLaunch" in names) == {"eager": (False, False), "compile": (True, False),
+                                                     "compile (CUDA graphs)": (True, True)}[want]
+    assert mode_label(run, report(run)) == want
+    assert run_size(run) == 4096  # the leading number of its name
+    with pytest.raises(ValueError, match="pass it"):
+        mode_label(run)
+
+
+@pytest.mark.parametrize("name,size", [("trace", None), ("sweep_64_warm_eager", None), ("8192_x", 8192)])
+def test_an_imported_traces_size_is_the_leading_number_of_its_name(tmp_path, name, size):
+    assert run_size(Run("20261201-000000-x-0001", tmp_path, {"name": name, "config": None})) == size
+
+
+# --- the median step -----------------------------------------------------------------------------------------------
+
+def plain_step_medians(name: str) -> dict:
+    """Per step, by hand: CPU time, the union of the GPU ops launched in it, that of every GPU op clipped to its
+    window over its time, its launch calls and its GPU ops; their medians."""
+    steps = cpu_steps(name)
+    launched = {s["name"]: [] for s in steps}
+    launches = {s["name"]: set() for s in steps}
+    for op in gpu_ops_plain(name):
+        la = launch_of(name, op)
+        s = step_of(name, la["ts"]) if la else None
+        if s is not None:
+            launched[s["name"]].append((op["ts"], op["ts"] + op["dur"]))
+            launches[s["name"]].add(la["args"]["correlation"])
+    frac = []
+    for s in steps:
+        a, b = s["ts"], s["ts"] + s["dur"]
+        frac.append(union_us((max(a, o["ts"]), min(b, o["ts"] + o["dur"])) for o in gpu_ops_plain(name)
+                             if o["ts"] < b and o["ts"] + o["dur"] > a) / s["dur"])
+    return {"steps": len(steps), "cpu": statistics.median(s["dur"] for s in steps),
+            "busy": statistics.median(union_us(v) for v in launched.values()), "fraction": statistics.median(frac),
+            "launches": statistics.median(len(v) for v in launches.values()),
+            "gpu_ops": statistics.median(len(v) for v in launched.values())}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_median_step_of_a_run_against_a_plain_scan(store, name):
+    run = run_of(store, name)
+    s = step_summary(run, report(run))
+    want = plain_step_medians(name)
+    assert list(s) == STEP_SUMMARY_COLUMNS
+    assert (s["run_id"], s["name"], s["size"]) == (meta(name)["run_id"], meta(name)["name"], meta(name)["config"]["size"])
+    assert s["steps"] == want["steps"] == meta(name)["config"]["active"] and s["has_gpu"] is True
+    assert s["cpu_us_per_step"] == pytest.approx(want["cpu"], abs=TOL)
+    assert s["gpu_busy_us_per_step"] == pytest.approx(want["busy"], abs=TOL)
+    assert s["gpu_busy_fraction"] == pytest.approx(want["fraction"], abs=1e-4)
+    assert (s["launches_per_step"], s["gpu_ops_per_step"]) == (want["launches"], want["gpu_ops"])
+
+
+def test_a_cpu_trace_has_no_gpu_work_per_step(store):
+    run = imported(store)
+    evs = json.loads(CPU_TRACE.read_text())["traceEvents"]
+    steps = [e for e in evs if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]
+    s = step_summary(run, report(run))
+    assert (s["size"], s["mode"], s["steps"], s["has_gpu"]) == (64, "eager", len(steps), False)
+    assert s["cpu_us_per_step"] == pytest.approx(statistics.median(e["dur"] for e in steps), abs=TOL)
+    assert (s["gpu_busy_us_per_step"], s["launches_per_step"], s["gpu_ops_per_step"]) == (0, 0, 0)
+
+
+def test_step_summaries_are_one_row_per_run_in_order(store):
+    runs = [run_of(store, "sweep_8192_warm_eager"), imported(store), run_of(store, "sweep_64_warm_eager")]
+    table = step_summaries((r, report(r)) for r in runs)
+    assert list(table.columns) == STEP_SUMMARY_COLUMNS
+    assert list(table["run_id"]) == [r.run_id for r in runs] and list(table["size"]) == [8192, 64, 64]
+    assert list(table["has_gpu"]) == [True, False, True]
+    assert list(step_summaries([]).columns) == STEP_SUMMARY_COLUMNS
+
+
+def test_a_trace_without_steps_has_nan_medians(tmp_path):
+    trace = tmp_path / "no_steps.json"
+    evs = [e for e in json.loads(CPU_TRACE.read_text())["traceEvents"]
+           if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    trace.write_text(json.dumps({"traceEvents": evs}))
+    run = RunStore(tmp_path / "runs").import_trace(trace, name="no_steps")
+    s = step_summary(run, report(run))
+    assert s["steps"] == 0 and math.isnan(s["cpu_us_per_step"]) and math.isnan(s["gpu_busy_fraction"])
+    assert s["size"] is None
+
+
+# --- calibrations and the GEMM against the peak ----------------------------------------------------------------
+
+def test_the_peaks_table_puts_the_datasheet_beside_what_was_measured():
+    cpu = DevicePeaks(device="AMD EPYC", kind="cpu", driver=None, torch_version="2.13.0+cpu",
+                      measured_at="2026-12-01T10:00:00+00:00", method="by hand", gemm_tflops={"fp32": 0.5},
+                      gemm_tflops_median={"fp32": 0.25}, gemm_sizes={"fp32": 1024}, bandwidth_gbs=20.0,
+                      bandwidth_gbs_median=18.0, copy_bytes=16 << 20, threads=2)
+    t = peaks_frame([peaks(), cpu])
+    assert list(t.columns) == ["device", "torch", "measured", "what", "measured best", "median", "unit", "datasheet"]
+    assert t.drop(columns="datasheet").to_dict(orient="records") == [
+        {"device": "NVIDIA H200", "torch": "2.11.0+cu130", "measured": "2026-11-29T13:05", "what": "GEMM bf16 (8192³)",
+         "measured best": 800.0, "median": 748.0, "unit": "TFLOP/s"},
+        {"device": "NVIDIA H200", "torch": "2.11.0+cu130", "measured": "2026-11-29T13:05", "what": "GEMM fp32 (4096³)",
+         "measured best": 51.25, "median": 50.0, "unit": "TFLOP/s"},
+        {"device": "NVIDIA H200", "torch": "2.11.0+cu130", "measured": "2026-11-29T13:05",
+         "what": "memory (copy of 2,048 MiB)", "measured best": 4210.0, "median": 4105.5, "unit": "GB/s"},
+        {"device": "AMD EPYC", "torch": "2.13.0+cpu", "measured": "2026-12-01T10:00", "what": "GEMM fp32 (1024³)",
+         "measured best": 0.5, "median": 0.25, "unit": "TFLOP/s"},
+        {"device": "AMD EPYC", "torch": "2.13.0+cpu", "measured": "2026-12-01T10:00", "what": "memory (copy of 16 MiB)",
+         "measured best": 20.0, "median": 18.0, "unit": "GB/s"},
+    ]
+    # NVIDIA's H200 datasheet (SXM, dense): 989.4 TFLOP/s bf16, 66.9 fp32, 4.8 TB/s; a CPU has none
+    assert t["datasheet"].tolist() == pytest.approx([989.4, 66.9, 4800.0, math.nan, math.nan], nan_ok=True)
+    assert peaks_frame([]).empty
+
+
+def diagnosis_of(run: Run, p: DevicePeaks) -> DiagnosisReport:
+    with open_trace(str(run.trace_path), engine="sqlite") as tp:
+        return diagnose(tp, report(run), run.config, p, compute_capability=run.compute_capability)
+
+
+@pytest.mark.parametrize("name,n", [("sweep_4096_warm_eager", 4096), ("sweep_8192_warm_eager", 8192),
+                                    ("sweep_64_warm_eager", 64)])
+def test_a_runs_gemm_against_the_peak_by_hand(store, name, n):
+    run = run_of(store, name)
+    g = gemm_name(name)
+    durs = [e["dur"] for e in xs(name, "kernel") if e["name"] == g]  # one GEMM kernel per aten::mm
+    us = statistics.fmean(durs)
+    tflops = 2 * n ** 3 / us / 1e6
+    [row] = gemm_vs_peak([(run, report(run), diagnosis_of(run, peaks(800.0)))]).to_dict(orient="records")
+    assert (row["run"], row["run_id"], row["size"], row["mode"]) == (meta(name)["name"], run.run_id, n, "eager")
+    assert (row["dtype"], row["kernel"]) == ("bf16", g)
+    assert row["µs per call"] == pytest.approx(us, abs=TOL)
+    assert row["tflops"] == pytest.approx(tflops, rel=1e-3)
+    assert row["peak"] == 800.0 and row["fraction_of_peak"] == pytest.approx(tflops / 800.0, rel=1e-3)
+
+
+def test_the_gemm_with_the_most_total_time_is_the_runs_and_runs_without_one_are_left_out(store):
+    cols = ["kind", "op", "kernel", "dtype", "count", "time_us", "tflops", "peak", "fraction_of_peak"]
+    roof = pd.DataFrame([
+        ["gemm", "aten::mm", "k_short_many", "bf16", 10, 30.0, 500.0, 800.0, 0.625],  # 300 µs in all
+        ["gemm", "aten::addmm", "k_long_few", "fp32", 2, 100.0, 40.0, 51.25, 0.78],   # 200 µs in all
+        ["copy", "aten::copy_", "memcpy", None, 50, 90.0, None, 4210.0, 0.5],         # no GEMM, however long
+    ], columns=cols)
+    a, b = run_of(store, "coldwarm_64_cold_eager"), run_of(store, "coldwarm_64_warm_eager")
+    nothing = DiagnosisReport(pd.DataFrame(columns=cols), [], None)
+    only_copy = DiagnosisReport(roof[roof["kind"] == "copy"], [], None)
+    t = gemm_vs_peak([(a, None, DiagnosisReport(roof, [], None)), (b, None, nothing), (b, None, only_copy)])
+    assert list(t.columns) == GEMM_VS_PEAK_COLUMNS
+    assert t.to_dict(orient="records") == [
+        {"run": "64_bf16_cold_eager", "run_id": a.run_id, "size": 64, "mode": "eager", "dtype": "bf16",
+         "kernel": "k_short_many", "µs per call": 30.0, "tflops": 500.0, "peak": 800.0, "fraction_of_peak": 0.625}]
+    assert gemm_vs_peak([]).empty
+
+
+# --- the run facts the diagnosis needs (profiling_core.store) -------------------------------------------------
+
+@pytest.mark.parametrize("device,cc", [({"compute_capability": "9.0"}, 9.0), ({"compute_capability": 8.6}, 8.6),
+                                       ({"compute_capability": "n/a"}, None), ({}, None), ("cuda", None)])
+def test_a_runs_compute_capability_is_read_from_its_device_facts(tmp_path, device, cc):
+    assert Run("20261201-000000-x-0001", tmp_path, {"device": device}).compute_capability == cc
+    assert Run("20261201-000000-x-0001", tmp_path, {}).compute_capability is None
+
+
+def test_the_h200_runs_say_their_compute_capability(store):
+    assert {run_of(store, n).compute_capability for n in NAMES} == {9.0}
+    assert imported(store).compute_capability is None
+
+
+def test_a_runs_peaks_are_the_newest_calibration_of_its_device_and_torch(tmp_path, store):
+    book = PeakBook(tmp_path)
+    older = peaks(700.0)
+    newer = DevicePeaks(**{**older.to_dict(), "torch_version": "2.12.0+cu130", "measured_at": "2026-11-30T00:00:00",
+                           "gemm_tflops": {"bf16": 810.0}})
+    other = DevicePeaks(**{**older.to_dict(), "device": "NVIDIA A100-SXM4-80GB", "measured_at": "2026-12-01T00:00:00"})
+    for p in (older, newer, other):
+        book.save(p)
+    run = run_of(store, "sweep_64_warm_eager")  # torch 2.11.0+cu130 on an NVIDIA H200
+    assert book.for_run(run) == older  # its own torch's, though another torch's is newer
+    any_torch = Run(run.run_id, run.run_dir, {**run.meta, "device": {"name": "NVIDIA H200"}})
+    assert book.for_run(any_torch) == newer
+    assert book.for_run(imported(store)) is None  # no device facts
+    assert book.for_run(Run(run.run_id, run.run_dir, {"device": {"name": "NVIDIA B200"}})) is None
+    assert book.for_run(Run(run.run_id, run.run_dir, {"device": {"name": 7}})) is None
