@@ -6,8 +6,8 @@ from profiling_core import ExperimentConfig
 from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.errors import ConfigError
-from profiling_core.present import ReportSection
-from profiling_core.run import SPREAD_WARN_PCT, sweep_configs, sweep_points
+from profiling_core.present import ReportSection, comparison_warnings
+from profiling_core.run import sweep_configs, sweep_points
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -91,12 +91,9 @@ if per_run["has_gpu"].nunique() > 1:  # CPU-only and GPU runs chosen together: k
 # each (size, mode) point: the median of its runs with their min–max (one run: no spread to show)
 sweep = sweep_points(per_run).sort_values(["mode", "size"])
 sweep["has_gpu"] = sweep["gpu_busy_us_per_step"] > 0
-noisy = sweep[sweep["cpu_us_per_step_spread_pct"] > SPREAD_WARN_PCT]
-if len(noisy):
-    worst = noisy.sort_values("cpu_us_per_step_spread_pct").iloc[-1]
-    st.warning(f"The runs of {len(noisy)} point(s) spread widely: at n = {int(worst['size'])} ({worst['mode']}) the "
-               f"CPU time per step ranges over {worst['cpu_us_per_step_spread_pct']:.0f}% of its median. Read those "
-               "points as noise; repeat them on a quieter machine.", icon=":material/warning:")
+warnings = comparison_warnings(sweep, ["size", "mode"], runs=[ui.load_run(r) for r in chosen])
+for w in warnings:
+    st.warning(ui.md_text(w), icon=":material/warning:")
 if (sweep["n"] == 1).all():
     st.caption("Each point is one run: its CPU time has no spread to read. Run each point several times (the "
                "form's *Runs of each point*) for a median and its range.")
@@ -130,7 +127,7 @@ peak_charts = []
 if gemm.empty:
     st.caption("None of the chosen runs has a GEMM of known FLOPs.")
 else:
-    peaks = {d: float(p) for d, p in gemm.dropna(subset=["peak"]).groupby("dtype")["peak"].max().items()}
+    peaks = {d: float(p) for d, p in gemm.dropna(subset=["compute_peak"]).groupby("dtype")["compute_peak"].max().items()}
     if not peaks:
         st.caption("No calibration of these runs' device in the store: the peak line is missing (measure it on "
                    "**Home**).")
@@ -141,7 +138,8 @@ else:
                    column_config={"fraction_of_peak": st.column_config.ProgressColumn(
                        "of peak", format="percent", min_value=0.0, max_value=1.0)})
 ui.report_button("Overhead vs compute",
-                 [ReportSection("CPU vs GPU per step", charts=[main, frac], tables=[("sweep", sweep[cols])]),
+                 [ReportSection("CPU vs GPU per step", text="\n\n".join(warnings), charts=[main, frac],
+                                tables=[("sweep", sweep[cols])]),
                   ReportSection("GEMM against the measured peak", charts=peak_charts,
                                 tables=[("GEMM", gemm)] if len(gemm) else [])],
                  configs={r: (ui.load_run(r).meta.get("config") or {}) for r in chosen}, key="overhead")

@@ -63,11 +63,12 @@ c1.metric("Profiled steps", s.get("steps", 0))
 c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")))
 c3.metric("GPU busy per step (median)",
           format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
-frac = float(rep.steps["gpu_busy_fraction"].median()) if s.get("has_gpu") and len(rep.steps) else None
-c4.metric("GPU busy share of a step (median)", f"{frac:.1%}" if frac is not None else "no GPU",
-          help="per step: the union of kernel, memcpy and memset intervals inside the step's window, over its wall "
-               "time; the median over the steps. The number question 2's finding quotes (the time between steps, "
-               "and between repeat cycles, does not count as idle)")
+ss = s.get("steady_state") or {}
+c4.metric("Steady state", ss.get("bound") if s.get("has_gpu") and ss.get("bound") else "no GPU",
+          help="the bound rule (question 2): GPU work launched per step against CPU time per step, over the steps "
+               "after the first; at or above 1× the GPU sets the pace (compute-bound), below it the GPU waits on the "
+               "CPU (overhead-bound). The GPU's busy share inside each step's own window is evidence only: when the CPU "
+               "runs ahead, a step's GPU work runs after its window.")
 
 # --- the whole run ---------------------------------------------------------------------------------
 if not rep.dispatch_chains.empty:

@@ -215,12 +215,13 @@ def test_json_carries_the_breakdown_and_the_top_kernels(path, capsys):
     got = run_json(path, capsys)
     want = scan_breakdown(sc)
     rows = got["step_breakdown"]
-    assert len(rows) == 8 * len(sc.steps)
+    assert len(rows) == 9 * len(sc.steps)  # gemm, convolution, attention, elementwise, other, memcpy, memset,
+    # communication and idle, zero rows included
     for r in rows:
         assert r["time_us"] == pytest.approx(want["time"][(r["step"], r["category"])], abs=0.01)
     assert sum(r["time_us"] for r in rows) == pytest.approx(sum(want["window"].values()), abs=0.01)
-    assert list(got["time_by_category"]) == ["gemm", "attention", "elementwise", "other", "memcpy", "memset",
-                                             "communication", "idle"]
+    assert list(got["time_by_category"]) == ["gemm", "convolution", "attention", "elementwise", "other", "memcpy",
+                                             "memset", "communication", "idle"]
     assert sum(got["time_by_category"].values()) == pytest.approx(1.0)
     top = {k["name"]: k for k in got["top_kernels"]}
     assert set(top) == {g["name"] for g in sc.gpu}

@@ -58,8 +58,8 @@ def test_display_slider_does_not_rerun_the_profile(seed_run, runs_dir):
     assert sorted(p.name for p in runs_dir.iterdir()) == before
 
 
-def test_gpu_busy_share_is_the_number_the_finding_quotes(runs_dir):
-    """One definition: the Profile page's busy share is the per-step median that question 2's finding states."""
+def test_the_steady_state_metric_is_the_verdict_the_finding_states(runs_dir):
+    """One rule: the Profile page's steady-state metric is question 2's verdict."""
     from conftest_app import H200, import_trace
     from profiling_core import open_trace
     from profiling_core.explain.questions import findings
@@ -67,11 +67,10 @@ def test_gpu_busy_share_is_the_number_the_finding_quotes(runs_dir):
     import_trace(runs_dir, path, "a20")
     at = app("profile")
     assert not errors_of(at)
-    [m] = [m for m in at.metric if m.label == "GPU busy share of a step (median)"]
+    [m] = [m for m in at.metric if m.label == "Steady state"]
     with open_trace(path, engine="sqlite") as s:
         q2 = next(f for f in findings(s) if f.id == "q2.bound")
-    share = q2.evidence["gpu_busy_fraction_median"]
-    assert m.value == f"{share:.1%}" and f"{100 * share:.1f}%" in q2.text
+    assert m.value == q2.evidence["bound"] == "compute-bound" and "compute-bound" in q2.text
 
 
 
@@ -99,7 +98,7 @@ def test_profile_shows_the_breakdown_and_the_top_kernels(runs_dir, media):
     assert kern["category"].iloc[0] == "gemm"
     csv = download(at, media, "csv_profile_breakdown").decode()
     assert csv.startswith("step,category,time_us,share,busy_us,overlapped_us,window_us")
-    assert csv.count("\n") == 20 * 8 + 1  # 20 steps × 8 categories + the header
+    assert csv.count("\n") == 20 * 9 + 1  # 20 steps × 9 categories (8 of GPU ops, idle) + the header
     at.radio(key="profile_breakdown_view").set_value("share of the step").run()
     assert not errors_of(at)
     at.number_input(key="profile_top_n").set_value(1).run()

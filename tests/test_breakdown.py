@@ -62,7 +62,11 @@ PRIORITY = {c: k for k, c in enumerate(GPU_OP_CATEGORIES)}
      "gemm"),
     ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_AFC1_AFEM1", "kernel", "gemm"),
     ("triton_tem_fused_addmm_0", "kernel", "gemm"),
-    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16", "kernel", "gemm"),
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16", "kernel",
+     "convolution"),  # an implicit-GEMM convolution: "fprop" before "gemm"
+    ("sm80_xmma_dgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc", "kernel", "convolution"),
+    ("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16>", "kernel", "other"),  # a layout copy
+    ("triton_poi_fused_convolution_0", "kernel", "elementwise"),  # Inductor pointwise, whatever it says
     # rule 5: elementwise, reductions, normalisation
     ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
      "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)", "kernel",
@@ -81,7 +85,7 @@ PRIORITY = {c: k for k, c in enumerate(GPU_OP_CATEGORIES)}
     # rule 6: the rest
     ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>(...)", "kernel",
      "other"),
-    ("volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", "kernel", "other"),
+    ("volta_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", "kernel", "convolution"),
     (None, "kernel", "other"),
 ])
 def test_each_category_rule(name, cat, want):
@@ -100,7 +104,8 @@ def test_the_gemm_rule_is_the_diagnosis_gemm_rule():
 
 
 def test_categories_order():
-    assert GPU_OP_CATEGORIES == ("gemm", "attention", "elementwise", "other", "memcpy", "memset", "communication")
+    assert GPU_OP_CATEGORIES == ("gemm", "convolution", "attention", "elementwise", "other", "memcpy", "memset",
+                                 "communication")
     assert BREAKDOWN_CATEGORIES == GPU_OP_CATEGORIES + ("idle",)
 
 

@@ -394,5 +394,5 @@ def test_breakdown_bars_per_step_and_per_run():
 def test_time_by_category_names_what_is_wrong():
     with pytest.raises(ValueError, match="time_by_category needs column"):
         C.time_by_category(pd.DataFrame({"category": ["gemm"]}))
-    with pytest.raises(ValueError, match="unknown categor\\(ies\\) kernel; known: gemm, attention"):
+    with pytest.raises(ValueError, match="unknown categor\\(ies\\) kernel; known: gemm, convolution, attention"):
         C.time_by_category(pd.DataFrame({"category": ["kernel"], "step": [1], "time_us": [1.0]}))

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from profiling_core import ExperimentConfig
-from profiling_core.analyses import OVERHEAD_BOUND_BELOW
+from profiling_core.analyses import CPU_MATH_BOUND_AT, GPU_BOUND_AT
 from profiling_core.explain.questions import FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, findings
 from profiling_core.trace import open_trace
 
 DATA = Path(__file__).parent / "data"
-TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "cpu", "third_party", "traces")
-                for p in (DATA / d).glob("*.json*") if not p.name.endswith(".meta.json"))
+TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_verdicts", "cpu", "third_party", "traces")
+                for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json")))
 
 
 def problems(fs) -> list[str]:
@@ -46,11 +46,18 @@ def problems(fs) -> list[str]:
             if abs(pct) >= 0.05 and ("% above the median" in t) != (pct > 0):
                 out.append(f"q8: above/below the median does not match {pct:.2f}%")
         if f.id == "q2.bound" and ev.get("bound") in ("overhead-bound", "compute-bound"):
-            share = ev.get("bound_basis_gpu_busy_fraction_median", ev.get("cpu_math_share_median"))
-            if (ev["bound"] == "overhead-bound") != (share < OVERHEAD_BOUND_BELOW):
-                out.append(f"q2: verdict {ev['bound']} against a share of {share}")
-            if f"{100 * share:.1f}%" not in t:
-                out.append(f"q2: the share {share} the verdict rests on is not the one the text quotes")
+            if "cpu_work_share_median" in ev:  # a CPU: the work ops' share of the step
+                share = ev["cpu_work_share_median"]
+                if (ev["bound"] == "overhead-bound") != (share < CPU_MATH_BOUND_AT):
+                    out.append(f"q2: verdict {ev['bound']} against a work share of {share}")
+                if f"{100 * share:.1f}%" not in t:
+                    out.append(f"q2: the share {share} the verdict rests on is not the one the text quotes")
+            else:  # a GPU: GPU work launched per step against CPU time per step
+                gpu, cpu = ev["gpu_us_per_step"], ev["cpu_us_per_step"]
+                if (ev["bound"] == "overhead-bound") != (gpu < GPU_BOUND_AT * cpu):
+                    out.append(f"q2: verdict {ev['bound']} with {gpu} µs of GPU work per {cpu} µs of CPU")
+                if ev["bound"] == "overhead-bound" and "more GPU" in t:
+                    out.append("q2: overhead-bound, yet the text says more GPU than CPU time")
         if f.id == "q9.compile" and "a cache hit" in t and len(ev.get("fx_graph_hashes", [])) != 1:
             out.append("q9: a cache hit needs one graph hash")
     return out

@@ -29,7 +29,7 @@ def diagnosed(name: str):
 
 
 RULES = {"attention_eager": ["attention_backend"], "attention_fp32_eager": ["attention_backend"],
-         "block_decode_ro": ["launch_bound", "attention_backend", "cudagraphs_skipped"],
+         "block_decode_ro": ["gpu_starved", "attention_backend", "cudagraphs_skipped"],
          "block_prefill_ro": ["attention_backend"], "mlp_compile": [], "mlp_eager": []}
 
 

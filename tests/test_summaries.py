@@ -113,20 +113,23 @@ def test_a_runs_label_is_its_name_its_start_and_the_end_of_its_id(store):
 
 
 RUNS = pd.DataFrame([  # newest first
-    {"run_id": "e", "name": "128_fp32_warm_eager", "size": 128, "dtype": "fp32", "warmup": 3},
-    {"run_id": "d", "name": "64_fp32_cold_eager", "size": 64, "dtype": "fp32", "warmup": 0},
-    {"run_id": "c", "name": "64_bf16_warm_eager", "size": 64, "dtype": "bf16", "warmup": 10},
-    {"run_id": "b", "name": "64_fp32_warm_eager", "size": 64, "dtype": "fp32", "warmup": 10},
-    {"run_id": "a", "name": "my_warm_trace", "size": None, "dtype": None, "warmup": None},  # imported
+    {"run_id": "f", "name": "attention_s64_fp32_warm_eager", "workload": "attention", "size": 64, "dtype": "fp32",
+     "warmup": 10},
+    {"run_id": "e", "name": "128_fp32_warm_eager", "workload": "matmul_add", "size": 128, "dtype": "fp32",
+     "warmup": 3},
+    {"run_id": "d", "name": "64_fp32_cold_eager", "workload": "matmul_add", "size": 64, "dtype": "fp32", "warmup": 0},
+    {"run_id": "c", "name": "64_bf16_warm_eager", "workload": "matmul_add", "size": 64, "dtype": "bf16", "warmup": 10},
+    {"run_id": "b", "name": "64_fp32_warm_eager", "workload": "matmul_add", "size": 64, "dtype": "fp32", "warmup": 10},
+    {"run_id": "a", "name": "my_warm_trace", "workload": None, "size": None, "dtype": None, "warmup": None},  # imported
 ])
 
 
 @pytest.mark.parametrize("warm,like,want", [
-    (True, None, "e"),    # the newest warm run
+    (True, None, "f"),    # the newest warm run
     (False, None, "d"),   # the newest cold one
-    (True, "d", "b"),     # warm like the cold 64² fp32: not the newer 128² one, nor the bf16 one
-    (False, "e", "d"),    # no cold 128² run: the newest cold one of any size
-    (True, "a", "e"),     # an imported trace has no size to be like
+    (True, "d", "b"),     # warm like the cold 64² fp32 matmul_add: not the newer 128² one, the bf16 one or attention
+    (False, "e", None),   # no other cold 128² fp32 run: nothing unlike it is offered instead
+    (True, "a", None),    # an imported trace with no size: no other run is like it, and not itself
 ])
 def test_the_newest_warm_or_cold_run_compares_like_with_like(warm, like, want):
     assert newest_run(RUNS, warm=warm, like=like) == want
@@ -321,15 +324,20 @@ def test_a_runs_gemm_against_the_peak_by_hand(store, name, n):
     assert (row["dtype"], row["kernel"]) == ("bf16", g)
     assert row["µs per call"] == pytest.approx(us, abs=TOL)
     assert row["tflops"] == pytest.approx(tflops, rel=1e-3)
-    assert row["peak"] == 800.0 and row["fraction_of_peak"] == pytest.approx(tflops / 800.0, rel=1e-3)
+    # the roof, by hand: bf16 operands read and the result written once, 2 bytes each, at the calibration's 4210 GB/s
+    memory_roof = 2 * n ** 3 / (3 * n * n * 2) * 4210.0 / 1e3
+    roof = min(800.0, memory_roof)
+    assert row["compute_peak"] == 800.0 and row["roof"] == ("memory" if memory_roof < 800.0 else "compute")
+    assert row["peak"] == pytest.approx(roof) and row["fraction_of_peak"] == pytest.approx(tflops / roof, rel=1e-3)
 
 
 def test_the_gemm_with_the_most_total_time_is_the_runs_and_runs_without_one_are_left_out(store):
-    cols = ["kind", "op", "kernel", "dtype", "count", "time_us", "tflops", "peak", "fraction_of_peak"]
+    cols = ["kind", "op", "kernel", "dtype", "count", "time_us", "tflops", "peak", "roof", "compute_peak",
+            "fraction_of_peak"]
     roof = pd.DataFrame([
-        ["gemm", "aten::mm", "k_short_many", "bf16", 10, 30.0, 500.0, 800.0, 0.625],  # 300 µs in all
-        ["gemm", "aten::addmm", "k_long_few", "fp32", 2, 100.0, 40.0, 51.25, 0.78],   # 200 µs in all
-        ["copy", "aten::copy_", "memcpy", None, 50, 90.0, None, 4210.0, 0.5],         # no GEMM, however long
+        ["gemm", "aten::mm", "k_short_many", "bf16", 10, 30.0, 500.0, 800.0, "compute", 800.0, 0.625],  # 300 µs
+        ["gemm", "aten::addmm", "k_long_few", "fp32", 2, 100.0, 40.0, 51.25, "compute", 51.25, 0.78],   # 200 µs
+        ["copy", "aten::copy_", "memcpy", None, 50, 90.0, None, 4210.0, "memory", None, 0.5],  # no GEMM, however long
     ], columns=cols)
     a, b = run_of(store, "coldwarm_64_cold_eager"), run_of(store, "coldwarm_64_warm_eager")
     nothing = DiagnosisReport(pd.DataFrame(columns=cols), [], None)
@@ -338,7 +346,8 @@ def test_the_gemm_with_the_most_total_time_is_the_runs_and_runs_without_one_are_
     assert list(t.columns) == GEMM_VS_PEAK_COLUMNS
     assert t.to_dict(orient="records") == [
         {"run": "64_bf16_cold_eager", "run_id": a.run_id, "size": 64, "mode": "eager", "dtype": "bf16",
-         "kernel": "k_short_many", "µs per call": 30.0, "tflops": 500.0, "peak": 800.0, "fraction_of_peak": 0.625}]
+         "kernel": "k_short_many", "µs per call": 30.0, "tflops": 500.0, "peak": 800.0, "roof": "compute",
+         "compute_peak": 800.0, "fraction_of_peak": 0.625}]
     assert gemm_vs_peak([]).empty
 
 

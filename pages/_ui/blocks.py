@@ -23,7 +23,7 @@ TABLE_ROWS_SHOWN = 25
 """Rows a table shows without scrolling; longer ones scroll inside their box (the CSV holds every row)."""
 
 ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "time_us", "tflops", "gbs", "peak",
-                    "fraction_of_peak", "intensity", "flops_from"]
+                    "roof", "fraction_of_peak", "intensity", "flops_from"]
 
 
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:
@@ -108,14 +108,19 @@ def show_diagnosis(run_id: str, *, key: str) -> None:
     d = diagnosis(run_id)
     p = d.peaks
     if p is None:
-        st.caption("No calibration of this run's device in the store: achieved throughput is shown without a "
-                   "fraction of peak. Measure the peaks on **Home** (*Calibrate this device*).")
+        st.caption("No calibration of this run's device in the store, and no datasheet for it: achieved throughput "
+                   "is shown without a fraction of peak. Measure the peaks on **Home** (*Calibrate this device*).")
+    elif p.source == "datasheet":
+        st.caption(f"No calibration of {md_text(p.device)} in the store: fractions are of the vendor's datasheet "
+                   f"figures ({md_text(p.method.removeprefix('datasheet: '))}), labelled *datasheet*; a calibration "
+                   "measured on the device is what to judge by (**Home**, *Calibrate this device*).")
     else:
         st.caption(f"Judged against {md_text(p.device)}'s peaks measured {md_text(p.measured_at[:10])} "
                    f"(torch {md_text(p.torch_version)}; see Home).")
     if not d.diagnoses:
-        st.success("None of the rules applies to this trace (fp32 without TF32, unaligned GEMM sizes, launch-bound "
-                   "steps, syncs in the step, recompiles, the profiler's own options).", icon=":material/check:")
+        st.success("None of the rules applies to this trace (fp32 without TF32, unaligned GEMM sizes, GPU-starved "
+                   "steps, syncs and host copies in the step, recompiles, the profiler's own options, the attention "
+                   "backend, CUDA graphs skipped, layout transposes around convolutions).", icon=":material/check:")
     for x in d.diagnoses:
         with st.container(border=True):
             st.markdown(f"**{md_text(x.title)}**")

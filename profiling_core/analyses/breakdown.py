@@ -29,7 +29,7 @@ def step_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     ``steps`` scope's window of :func:`gpu_busy`. Every GPU op interval (kernel, memcpy, memset; on any stream,
     whatever launched it) is clipped to the window; their union is the step's GPU busy time and the rest of the
     window is ``idle``. Where ops of several categories overlap (several streams), an instant counts once, for the
-    first category running in the order of ``GPU_OP_CATEGORIES``: gemm, attention, elementwise, other, memcpy,
+    first category running in the order of ``GPU_OP_CATEGORIES``: gemm, convolution, attention, elementwise, other, memcpy,
     memset, communication. So compute hides copies and copies hide communication, and ``communication`` is the
     communication nothing else overlapped (exposed); ``busy_us`` gives each category's own time, overlaps included.
 

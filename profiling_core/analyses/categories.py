@@ -12,25 +12,31 @@ The rules match lower-cased substrings of the name; the first rule that matches 
    on an H100, ``attn_fwd`` from Triton on an MI300X; PyTorch's memory-efficient ``fmha_cutlassF_…`` and cuDNN's
    ``…sdpa…`` kernels). Before the GEMM rule because flash kernels are built from CUTLASS and name it. SDPA's
    math backend runs as GEMMs and a softmax, and shows as such;
-4. ``gemm`` (:func:`is_gemm_kernel`): ``gemm``, ``gemv``, ``nvjet``, ``cutlass``, ``xmma``; names starting with
-   ``triton_tem_fused_`` (Inductor's GEMM templates) or ``cijk_`` (AMD's Tensile GEMMs, ``Cijk_Alik_Bljk_…``).
-   Convolutions count here only where the name says ``gemm``/``xmma``/``cutlass`` (implicit GEMM); other cuDNN
-   convolution kernels (``…scudnn_winograd…``) are ``other``;
-5. ``elementwise`` (elementwise, reductions and normalisation): ``elementwise`` (ATen's
+4. ``convolution``: cuDNN's and MIOpen's convolution kernels, by the words their names use for the three passes and
+   the algorithms: ``fprop``, ``dgrad``, ``wgrad`` (``sm90_xmma_fprop_implicit_gemm_…`` forward, ``…dgrad…`` /
+   ``…wgrad…`` backward), ``convolve`` (``implicit_convolve_sgemm``), ``winograd``, ``conv2d``/``conv3d``/
+   ``conv1d``, ``depthwise``, ``miopensp``. Before the GEMM rule because implicit-GEMM convolutions name ``gemm``
+   and ``xmma``; Inductor's pointwise kernels that say ``convolution`` (``triton_poi_fused_convolution_0``: a layout
+   copy or the bias) stay ``elementwise`` (rule 6 checks their prefix first). cuDNN's layout transposes around a
+   convolution (``nchwToNhwcKernel``, ``nhwcToNchwKernel``) are copies of data and stay ``other``;
+5. ``gemm`` (:func:`is_gemm_kernel`): ``gemm``, ``gemv``, ``nvjet``, ``cutlass``, ``xmma``; names starting with
+   ``triton_tem_fused_`` (Inductor's GEMM templates) or ``cijk_`` (AMD's Tensile GEMMs, ``Cijk_Alik_Bljk_…``);
+6. ``elementwise`` (elementwise, reductions and normalisation): ``elementwise`` (ATen's
    ``vectorized_elementwise_kernel``, ``unrolled_…``, ``elementwise_kernel``), ``reduce_kernel``, ``softmax``,
    ``layer_norm``/``layernorm``, ``rms_norm``/``rmsnorm``, ``group_norm``, ``batch_norm``/``batchnorm``, cuDNN's
    batch norm ``bn_fw``/``bn_bw``, ``multi_tensor_apply`` (foreach / optimizer kernels), and Inductor's pointwise and
    reduction kernels ``triton_poi_``, ``triton_red_``, ``triton_per_``;
-6. ``other``: every other kernel (copies such as ``CatArrayBatchedCopy``, embeddings, sorts, unnamed ones).
+7. ``other``: every other kernel (copies such as ``CatArrayBatchedCopy``, embeddings, sorts, unnamed ones).
 """
 from __future__ import annotations
 
 import re
 from typing import Any, Optional
 
-__all__ = ["GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES", "gpu_op_category", "is_gemm_kernel", "kernel_family"]
+__all__ = ["GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES", "gpu_op_category", "is_gemm_kernel", "kernel_family",
+           "split_kernel_names"]
 
-GPU_OP_CATEGORIES = ("gemm", "attention", "elementwise", "other", "memcpy", "memset", "communication")
+GPU_OP_CATEGORIES = ("gemm", "convolution", "attention", "elementwise", "other", "memcpy", "memset", "communication")
 """The categories of GPU ops, in the order the breakdown attributes overlapping time (the first wins) and shows
 them: compute kernels first, then copies, then communication (so ``communication`` is the time nothing else ran)."""
 
@@ -39,6 +45,9 @@ BREAKDOWN_CATEGORIES = GPU_OP_CATEGORIES + ("idle",)
 
 _COMMUNICATION = ("nccl", "rccl")
 _ATTENTION = ("flash", "fmha", "sdpa", "attention", "attn")
+_CONVOLUTION = ("fprop", "dgrad", "wgrad", "convolve", "winograd", "conv2d", "conv3d", "conv1d", "depthwise",
+                "miopensp")
+_INDUCTOR_POINTWISE = ("triton_poi_", "triton_red_", "triton_per_")
 _GEMM = ("gemm", "gemv", "nvjet", "cutlass", "xmma")
 _GEMM_PREFIX = ("triton_tem_fused_", "cijk_")
 _ELEMENTWISE = ("elementwise", "reduce_kernel", "softmax", "layer_norm", "layernorm", "rms_norm", "rmsnorm",
@@ -48,16 +57,19 @@ _COPY_CATEGORIES = {"gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "m
 
 
 def is_gemm_kernel(name: Optional[str]) -> bool:
-    """True when a kernel's name says it is a GEMM (rule 4 of the module's rules; an attention kernel is not one)."""
+    """True when a kernel's name says it is a GEMM (rule 5 of the module's rules; attention and convolution kernels
+    are not)."""
     return _kernel_category((name or "").lower()) == "gemm"
 
 
 def _kernel_category(low: str) -> str:
-    """Rules 2–6 on a lower-cased kernel name."""
+    """Rules 2–7 on a lower-cased kernel name."""
     if any(k in low for k in _COMMUNICATION):
         return "communication"
     if any(k in low for k in _ATTENTION):
         return "attention"
+    if not low.startswith(_INDUCTOR_POINTWISE) and any(k in low for k in _CONVOLUTION):
+        return "convolution"
     if any(k in low for k in _GEMM) or low.startswith(_GEMM_PREFIX):
         return "gemm"
     if any(k in low for k in _ELEMENTWISE):
@@ -104,3 +116,20 @@ def kernel_family(name: str) -> dict[str, Any]:
         math_ = None
     a = re.search(r"align(\d+)", low)
     return {"arch": arch, "math": math_, "align": int(a.group(1)) if a else None}
+
+
+def split_kernel_names(joined: str) -> list[str]:
+    """The kernel names of a comma-joined list (``gemm_throughput``'s ``kernel_names``), split only at the commas
+    outside brackets: a demangled name keeps the commas of its template and argument lists
+    (``splitKreduce_kernel<32, 16, int, ...>(...)``)."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(joined or ""):
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            out.append(joined[start:i])
+            start = i + 1
+    out.append((joined or "")[start:])
+    return [x for x in out if x]

@@ -179,9 +179,9 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     """Achieved TFLOP/s of each GEMM op whose FLOPs are known.
 
     GEMM ops are the innermost of aten::mm/bmm/addmm/baddbmm/matmul/linear (an aten::matmul that calls aten::mm
-    counts once, as the mm). FLOPs come from ``config.gemm_flops()`` when an ``ExperimentConfig`` of the study's
-    matmul_add is given (one GEMM per call), else (no config, or another workload's, whose ``gemm_flops()`` is None)
-    from the op's recorded ``Input Dims`` (record_shapes=True).
+    counts once, as the mm). FLOPs come from the op's recorded ``Input Dims`` (record_shapes=True): what ran (torch.compile
+    may pad a shape); where an op recorded none, from ``config.gemm_flops()`` when an ``ExperimentConfig`` of the
+    study's matmul_add is given (one GEMM per call). The diagnosis's roofline reads them in the same order.
     Time is the summed duration of the GPU kernels the op launched; on a CPU-only trace it is the op's CPU
     duration (``device`` says which).
 
@@ -207,22 +207,21 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     asid = gm["arg_set_id"][keep].tolist()
     # the study's matmul_add: one GEMM of the config's FLOPs per call; any other workload (gemm_flops() None): shapes
     cfg_flops = config.gemm_flops() if config is not None else None
-    dims = _dims_by_op(sh.tables, {i: -1 if a is None else a for i, a in zip(ids, asid)}) if cfg_flops is None else {}
+    dims = _dims_by_op(sh.tables, {i: -1 if a is None else a for i, a in zip(ids, asid)})
     peak = float(peak_tflops) if peak_tflops else float("nan")
     flops_of: dict = {}  # (op name, its dims object) -> FLOPs: ops of equal shapes share one dims list
     rows = []
     for op_id, name, start, cpu_ns, kernel_ns, kernel_names in zip(ids, names, ts[keep].tolist(), dur[keep].tolist(),
                                                                    kns.tolist(), kn.tolist()):
-        if cfg_flops is not None:
-            flops, src = int(cfg_flops), "config"
+        d = dims.get(op_id)
+        if d is None:
+            flops = None
         else:
-            d = dims.get(op_id)
-            if d is None:
-                flops = None
-            else:
-                key = (name, id(d))
-                flops = flops_of[key] if key in flops_of else flops_of.setdefault(key, gemm_flops_from_dims(name, d))
-            src = "shapes"
+            key = (name, id(d))
+            flops = flops_of[key] if key in flops_of else flops_of.setdefault(key, gemm_flops_from_dims(name, d))
+        src = "shapes"
+        if flops is None and cfg_flops is not None:
+            flops, src = int(cfg_flops), "config"
         if flops is None:
             continue
         on_gpu = kernel_ns is not None and kernel_ns > 0

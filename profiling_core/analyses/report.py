@@ -12,7 +12,7 @@ from .gemm import gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
 from ._shared import Shared
-from .steps import cpu_vs_gpu, gpu_busy, steps
+from .steps import cpu_vs_gpu, gpu_busy, steady_state, steps
 from .table import profiler_table
 from .timing import cold_start_gap, sync_wait
 
@@ -67,7 +67,7 @@ def _distinct(s: pd.Series) -> pd.Series:
     return pd.Series(u, dtype=object) if all(type(x) is str or x is None for x in u.tolist()) else s
 
 
-def _summary(r: Report) -> dict[str, Any]:
+def _summary(r: Report, session) -> dict[str, Any]:
     busy = r.gpu_busy.set_index("scope") if not r.gpu_busy.empty else r.gpu_busy
     scope = "steps" if "steps" in busy.index else "trace"
     has_gpu = r.has_gpu
@@ -87,6 +87,8 @@ def _summary(r: Report) -> dict[str, Any]:
                               if has_gpu and scope in busy.index and pd.notna(busy.loc[scope, "busy_fraction"])
                               else None),
         "cpu_step_median_us": _median(r.steps["cpu_dur_us"]),
+        "steady_state": steady_state(r.steps),
+        "devices": list(getattr(session, "devices", None) or []),
         "gpu_step_median_us": _median(r.steps["gpu_busy_us"]) if has_gpu else None,
         "launch_latency_median_us": _median(r.launch_latency["latency_us"]),
         "launch_apis": apis,
@@ -109,7 +111,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         A :class:`Report`. ``summary`` holds: ``engine``, ``steps``, ``has_gpu``, ``gpu_ops``, ``kernels``,
         ``gpu_busy_scope``/``gpu_busy_us``/``gpu_busy_fraction`` (from :func:`gpu_busy`, the ``steps`` scope when the
         trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us``,
-        ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
+        ``steady_state`` (:func:`~profiling_core.analyses.steps.steady_state`: the one bound rule's verdict on the
+        steps after the first, with its evidence), ``devices`` (the GPUs the trace names, ``session.devices``), ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
         ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step
         breakdown; empty without steps).
@@ -136,5 +139,5 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])
     r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
-    r.summary.update(_summary(r))
+    r.summary.update(_summary(r, session))
     return r

@@ -8,7 +8,8 @@ import numpy as np
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, frame, shared_for, union_ns, unions_ns
 
-__all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "OVERHEAD_BOUND_BELOW"]
+__all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "GPU_BOUND_AT",
+           "CPU_MATH_BOUND_AT"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
 
@@ -70,41 +71,97 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     return df[cols].reset_index(drop=True)
 
 
-OVERHEAD_BOUND_BELOW = 0.5
-"""A step whose GPU was busy for less than this share of its wall time is overhead-bound (the study's question 2)."""
+GPU_BOUND_AT = 1.0
+"""The bound rule's threshold: a step that launched at least this many µs of GPU work per µs of its CPU time is
+compute-bound (the GPU limits the steady state), below it overhead-bound (the GPU waits on the CPU)."""
+
+CPU_MATH_BOUND_AT = 0.5
+"""On a CPU, where no GPU lane exists: a step whose math (the work ops' own time) takes at least this share of its
+wall time is compute-bound, below it overhead-bound."""
 
 
-def bound(gpu_busy_fraction: float, gpu_ops: int = 1, overhead_below: float = OVERHEAD_BOUND_BELOW) -> str:
-    """The verdict for a GPU busy share: ``overhead-bound`` below ``overhead_below``, else ``compute-bound``;
-    ``no-gpu`` when no GPU work was launched (``gpu_ops`` 0). The one rule :func:`cpu_vs_gpu` and the findings
-    apply."""
+def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_AT) -> str:
+    """The one bound rule: what limits a step's throughput in steady state.
+
+    A training or inference loop runs its steps back to back: the CPU issues a step's work in ``cpu_us`` and the GPU
+    runs it in ``gpu_us`` (the union of the GPU ops the step launched, wherever they ran). When ``gpu_us`` is at
+    least ``at`` × ``cpu_us`` the CPU runs ahead, the queue of launched work grows, and the step rate is the GPU's:
+    ``compute-bound``. Below it the GPU drains its queue and waits for the next launch: ``overhead-bound``.
+    ``no-gpu`` when the step launched no GPU work (``gpu_ops`` 0). The share of the CPU window in which the GPU was
+    busy is evidence, not the verdict: with a growing queue the GPU work of a step runs long after its window.
+    """
     if gpu_ops == 0:
         return "no-gpu"
-    return "overhead-bound" if gpu_busy_fraction < overhead_below else "compute-bound"
+    return "compute-bound" if gpu_us >= at * cpu_us else "overhead-bound"
 
 
-def cpu_vs_gpu(session, overhead_below: float = OVERHEAD_BOUND_BELOW,
-               steps_df: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per step: CPU time against GPU busy time, and whether the step is overhead-bound or compute-bound.
+def cpu_vs_gpu(session, at: float = GPU_BOUND_AT, steps_df: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per step: CPU time against the GPU work it launched, and the bound rule's verdict (:func:`bound`).
 
     Args:
         session: a trace session.
-        overhead_below: a step whose GPU was busy for less than this share of its wall time
-            (``gpu_busy_fraction``) is ``overhead-bound``; otherwise ``compute-bound``. Default 0.5.
+        at: the rule's threshold on ``gpu_to_cpu`` (default 1: GPU work equal to the CPU time).
         steps_df: the result of :func:`steps` when already computed (saves a query).
 
     Returns:
-        DataFrame with ``step``, ``cpu_dur_us``, ``gpu_busy_us``, ``gpu_busy_fraction``, ``gpu_to_cpu``
-        (``gpu_busy_us / cpu_dur_us``: GPU work launched per unit of CPU time; above 1 the GPU is the bottleneck)
-        and ``bound`` (``overhead-bound``, ``compute-bound``, or ``no-gpu`` when the step launched no GPU work).
+        DataFrame with ``step``, ``cpu_dur_us``, ``gpu_busy_us``, ``gpu_busy_fraction`` (in the step's own window),
+        ``gpu_to_cpu`` (``gpu_busy_us / cpu_dur_us``: GPU work launched per unit of CPU time; at or above ``at``
+        the GPU is the bottleneck) and ``bound`` (``overhead-bound``, ``compute-bound``, or ``no-gpu`` when the step
+        launched no GPU work).
     """
     df = steps(session) if steps_df is None else steps_df
     out = df[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "gpu_ops"]].copy()
     out["gpu_to_cpu"] = ratio(out["gpu_busy_us"], out["cpu_dur_us"])
-    out["bound"] = pd.Series([bound(f, int(n), overhead_below) for f, n in zip(out["gpu_busy_fraction"].tolist(),
-                                                                             out["gpu_ops"].tolist())],
-                             index=out.index, dtype=object)
+    out["bound"] = pd.Series([bound(g, c, int(n), at) for g, c, n in zip(
+        out["gpu_busy_us"].tolist(), out["cpu_dur_us"].tolist(), out["gpu_ops"].tolist())],
+        index=out.index, dtype=object)
     return out.drop(columns=["gpu_ops"]).reset_index(drop=True)
+
+
+def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """The steps a steady-state verdict rests on: with 3 or more steps, those after the first (the first carries
+    start-up effects that differ with the schedule and warm-up); otherwise all of them."""
+    return df.iloc[1:] if len(df) >= 3 else df
+
+
+def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
+    """The bound of the run's steady state, with its evidence: :func:`bound` applied to the medians of the basis
+    steps (:func:`basis_steps`) that launched GPU work.
+
+    Returns a dict: ``bound`` (``compute-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without steps),
+    ``basis`` (``after_first`` or ``all``), ``basis_steps``, ``cpu_us_per_step`` and ``gpu_us_per_step`` (medians),
+    ``gpu_to_cpu`` (their ratio), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
+    steady-state step the GPU waits, ``1 − gpu/cpu`` when overhead-bound, else 0), ``busy_in_window`` (median share
+    of each step's own CPU window in which the GPU was busy), ``queue_delay_first_us`` / ``queue_delay_last_us``
+    (from the start of the first and last basis step to the start of the first GPU op each launched) and
+    ``queue_drift_us`` (their difference: it grows when the CPU runs ahead of the GPU).
+    """
+    out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
+           "gpu_to_cpu": None, "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
+           "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None}
+    if steps_df is None or steps_df.empty:
+        return out
+    basis = basis_steps(steps_df)
+    out["basis"] = "after_first" if len(basis) < len(steps_df) else "all"
+    out["basis_steps"] = [int(x) for x in basis["step"]]
+    cpu = float(basis["cpu_dur_us"].median())
+    out["cpu_us_per_step"] = cpu
+    with_gpu = basis[basis["gpu_ops"] > 0]
+    if with_gpu.empty:
+        out["bound"] = "no-gpu"
+        return out
+    gpu = float(with_gpu["gpu_busy_us"].median())
+    cpu_g = float(with_gpu["cpu_dur_us"].median())
+    out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, gpu_to_cpu=gpu / cpu_g if cpu_g > 0 else None,
+               bound=bound(gpu, cpu_g, len(with_gpu), at),
+               busy_in_window=float(with_gpu["gpu_busy_fraction"].median()))
+    out["gpu_idle_share"] = max(0.0, 1.0 - gpu / cpu_g) if out["bound"] == "overhead-bound" and cpu_g > 0 else 0.0
+    delay = (with_gpu["first_gpu_start_ns"].astype("Float64") - with_gpu["start_ns"].astype("Float64")) / 1000.0
+    delay = delay.dropna()
+    if len(delay):
+        first, last = float(delay.iloc[0]), float(delay.iloc[-1])
+        out.update(queue_delay_first_us=first, queue_delay_last_us=last, queue_drift_us=last - first)
+    return out
 
 
 def _gpu_busy_raw(sh: Shared) -> pd.DataFrame:

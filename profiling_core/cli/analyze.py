@@ -2,7 +2,8 @@
 
 Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one
 JSON object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
-``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``gemm``, ``time_by_category``,
+``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``steady_state`` (the bound rule's verdict
+and evidence), ``devices``, ``gemm``, ``time_by_category``,
 ``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``), ``findings``, and the
 diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``). A file that cannot be read exits with status 2 and a one-line
 reason on stderr. Standalone: ``python -m profiling_core.cli.analyze``.
@@ -93,6 +94,8 @@ def build_json(report, found, diagnosis=None) -> dict:
         "memcpy_dtod": int(s["memcpy_dtod"]),
         "gpu_busy_fraction": _clean(s["gpu_busy_fraction"]),
         "gpu_busy_us": _clean(s["gpu_busy_us"]),
+        "steady_state": _clean(s.get("steady_state")),
+        "devices": _clean(s.get("devices") or []),
         "has_gpu": bool(s["has_gpu"]),
         "gemm": _records(report.gemm_throughput, ["op", "device", "time_us", "flops", "tflops",
                                                   "fraction_of_peak"]),
@@ -115,6 +118,10 @@ def _human(path: str, report, found, diagnosis=None) -> str:
     if s["steps"]:
         lines.append(f"  CPU per step (median) {format_duration_us(s['cpu_step_median_us'])}   GPU busy per step (median) "
                      f"{format_duration_us(s['gpu_step_median_us'])}")
+    ss = s.get("steady_state") or {}
+    if ss.get("bound") in ("compute-bound", "overhead-bound"):
+        lines.append(f"  steady state: {ss['bound']}: {format_duration_us(ss['gpu_us_per_step'])} of GPU work launched "
+                     f"per {format_duration_us(ss['cpu_us_per_step'])} of CPU per step (the steps after the first)")
     if s["has_gpu"]:
         frac = s["gpu_busy_fraction"]
         lines.append(f"  GPU busy {format_duration_us(s['gpu_busy_us'])}" + (f" ({100 * frac:.1f}% of the window)" if frac is not

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
            "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
-           "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak"]
+           "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings"]
 
 RUNS_COLUMNS = ["run_id", "name", "source", "status", "started_at", "workload", "size", "dtype", "compile", "warmup",
                 "active", "device", "wall_s"]
@@ -86,18 +86,22 @@ def newest_run(runs: pd.DataFrame, *, warm: bool, like: Optional[str] = None) ->
     imported trace counts as warm when its name says ``_warm_``.
 
     Args:
-        like: a run id: prefer the runs of that run's size and dtype (a cold/warm comparison compares like with
-            like), when it has a size and one of them is warm (or cold) as asked.
+        like: a run id: only other runs like it are candidates (the same workload, size and dtype: a cold/warm
+            comparison compares like with like); none is offered when no other run is like it.
 
     Returns:
         The run id, or None when no run is profiled so.
     """
     if like is not None:
         ref = runs[runs["run_id"] == like]
-        if len(ref) and pd.notna(ref["size"].iloc[0]):
-            same = runs[(runs["size"] == ref["size"].iloc[0]) & (runs["dtype"] == ref["dtype"].iloc[0])]
-            if len(same) and _newest_of(same, warm) is not None:
-                runs = same
+        if not len(ref):
+            return None
+        same = runs[runs["run_id"] != like]
+        for col in ("workload", "size", "dtype"):
+            if col in runs.columns:
+                v = ref[col].iloc[0]
+                same = same[same[col].isna()] if pd.isna(v) else same[same[col] == v]
+        runs = same
     return _newest_of(runs, warm)
 
 
@@ -196,15 +200,16 @@ def peaks_frame(peaks: Iterable[DevicePeaks]) -> pd.DataFrame:
                                        "datasheet"])
 
 
-GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "size", "mode", "dtype", "kernel", "µs per call", "tflops", "peak",
-                        "fraction_of_peak"]
+GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "size", "mode", "dtype", "kernel", "µs per call", "tflops", "peak", "roof",
+                        "compute_peak", "fraction_of_peak"]
 """The columns of :func:`gemm_vs_peak`."""
 
 
 def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]]) -> pd.DataFrame:
     """Per (run, its report, its diagnosis): its GEMM, the GEMM row of the diagnosis's roofline with the most total
-    time (µs per call × calls), against its device's measured peak: :data:`GEMM_VS_PEAK_COLUMNS` (run name, id,
-    size, mode, dtype, kernel, µs per call, achieved TFLOP/s, the peak, the fraction of it). Runs without a GEMM of
+    time (µs per call × calls), against its device's peaks: :data:`GEMM_VS_PEAK_COLUMNS` (run name, id, size, mode,
+    dtype, kernel, µs per call, achieved TFLOP/s, ``peak``: the roof it is judged by (min of the dtype's compute peak
+    and intensity × bandwidth), ``roof``: which one, ``compute_peak``: the dtype's peak, the fraction of ``peak``). Runs without a GEMM of
     known FLOPs are left out. The report is read only for an imported trace's mode (:func:`mode_label`): None will
     do for a run with a config."""
     rows = []
@@ -216,5 +221,31 @@ def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]])
         top = g.assign(total=g["time_us"] * g["count"]).sort_values("total", ascending=False).iloc[0]
         rows.append({"run": run.name, "run_id": run.run_id, "size": run_size(run), "mode": mode_label(run, rep),
                      "dtype": top["dtype"], "kernel": top["kernel"], "µs per call": float(top["time_us"]),
-                     "tflops": float(top["tflops"]), "peak": top["peak"], "fraction_of_peak": top["fraction_of_peak"]})
+                     "tflops": float(top["tflops"]), "peak": top["peak"], "roof": top.get("roof"),
+                     "compute_peak": top.get("compute_peak", top["peak"]),
+                     "fraction_of_peak": top["fraction_of_peak"]})
     return pd.DataFrame(rows, columns=GEMM_VS_PEAK_COLUMNS)
+
+
+def comparison_warnings(points: pd.DataFrame, labels: Iterable[str], value: str = "cpu_us_per_step",
+                        runs: Iterable["Run"] = ()) -> list[str]:
+    """What must be said wherever runs are compared, as plain text (escape it where it is rendered): one sentence
+    naming every point whose runs spread by more than ``run.SPREAD_WARN_PCT`` of their median (``points``: rows of
+    :func:`~profiling_core.run.sweep_points` with ``<value>_spread_pct``; ``labels``: the key columns that name a
+    point), and one per run whose machine was busy as it started (:func:`~profiling_core.run.machine_busy`)."""
+    from ..run import SPREAD_WARN_PCT, machine_busy
+    out = []
+    col = f"{value}_spread_pct"
+    labels = list(labels)
+    if len(points) and col in points.columns:
+        noisy = points[pd.to_numeric(points[col], errors="coerce") > SPREAD_WARN_PCT]
+        if len(noisy):
+            named = "; ".join(", ".join(f"{c} {r[c]}" for c in labels) + f" (n={int(r['n'])}: {r[col]:.0f}%)"
+                              for _, r in noisy.sort_values(col, ascending=False).iterrows())
+            out.append(f"The runs of {len(noisy)} point{'s' if len(noisy) != 1 else ''} spread by more than "
+                       f"{SPREAD_WARN_PCT:.0f}% of their median CPU time per step (max − min): {named}. Read them as "
+                       "noise, not a result: repeat them on a quieter machine, or with more runs of each point.")
+    busy = [(run.name, msg) for run in runs if (msg := machine_busy(run.meta)) is not None]
+    for name, msg in busy:
+        out.append(f"{name}: {msg}")
+    return out

@@ -1,9 +1,10 @@
-"""Diagnosis: each GEMM and each memory-bound GPU op against the device's measured peaks, and the anti-patterns a
+"""Diagnosis: each GEMM and each memory-bound GPU op against the device's peaks, and the anti-patterns a
 performance engineer would name, each with its evidence and the PyTorch change that addresses it.
 
 ``roofline(report, session, config, peaks)`` gives one row per GPU op group: GEMMs (FLOPs from recorded shapes or the
-run's config, time from their kernels) with achieved TFLOP/s and the fraction of the measured peak of their dtype;
-elementwise ops and copies with the bytes they move and the fraction of the measured bandwidth.
+run's config, time from their kernels) judged against min(their dtype's compute peak, intensity × bandwidth), with
+the roof that bounds them; elementwise ops and copies with the bytes they move against the bandwidth. The peaks are
+a calibration of the device (``measured``) or, where there is none, the vendor's datasheet (``datasheet``).
 
 ``diagnose(...)`` runs the rules (:data:`RULES`). Each rule is a small pure function of the report, the roofline, the
 run's config and the peaks that returns a :class:`Diagnosis` or None, and says nothing where it does not apply or
@@ -27,22 +28,22 @@ from ...store.peaks import DevicePeaks
 from .base import Diagnosis, _Ctx
 from .roofline import roofline
 from .rules.attention_backend import _rule_attention_backend
+from .rules.conv_layout import _rule_conv_layout
 from .rules.compile_breaks import _rule_compile
 from .rules.cudagraphs_skipped import _rule_cudagraphs_skipped
 from .rules.fp32_without_tf32 import _rule_fp32_without_tf32
-from .rules.launch_bound import (LAUNCH_BOUND_BUSY_BELOW, LAUNCHES_DOMINATE, MIN_OPS_PER_STEP, SHORT_KERNEL_US,
-                                 _rule_launch_bound)
+from .rules.gpu_starved import GPU_IDLE_AT, LAUNCHES_DOMINATE, _rule_gpu_starved
 from .rules.profiler_overhead import _rule_profiler_overhead
 from .rules.sync_in_step import _rule_sync_in_step
 from .rules.unaligned_gemm_dims import _rule_unaligned_dims
 
 __all__ = ["Diagnosis", "DiagnosisReport", "diagnose", "roofline", "kernel_family", "is_gemm_kernel", "RULES",
-           "LAUNCH_BOUND_BUSY_BELOW", "SHORT_KERNEL_US", "MIN_OPS_PER_STEP", "LAUNCHES_DOMINATE"]
+           "GPU_IDLE_AT", "LAUNCHES_DOMINATE"]
 
 
 RULES: tuple[Callable[[_Ctx], Optional[Diagnosis]], ...] = (
-    _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_launch_bound, _rule_sync_in_step, _rule_compile,
-    _rule_profiler_overhead, _rule_attention_backend, _rule_cudagraphs_skipped)
+    _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_gpu_starved, _rule_sync_in_step, _rule_compile,
+    _rule_profiler_overhead, _rule_attention_backend, _rule_cudagraphs_skipped, _rule_conv_layout)
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,16 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
         session: the trace's session.
         report: ``analyze(session, config)`` if already computed.
         config: the run's ``ExperimentConfig`` (or its dict) when known.
-        peaks: the device's measured peaks (``PeakBook.find``); without them no fraction of peak and no cost bound.
+        peaks: the device's measured peaks (``PeakBook.find``). Without them, the datasheet peaks of the first GPU
+            the trace names (``session.devices``, :meth:`DevicePeaks.from_datasheet`), labelled ``datasheet`` in every
+            text and in ``DiagnosisReport.peaks.source``; without either, no fraction of peak and no cost bound.
         compute_capability: the GPU's (e.g. 9.0, from meta.json); else read from kernel names where they say.
     """
     report = report if report is not None else analyze(session, config=config if not isinstance(config, dict)
                                                         else None)
+    if peaks is None:
+        names = [d.get("name") for d in (getattr(session, "devices", None) or []) if d.get("name")]
+        peaks = DevicePeaks.from_datasheet(names[0]) if names else None
     roof = roofline(report, session, config, peaks)
     ctx = _Ctx(report, session, config, peaks, roof, compute_capability)
     found = [d for rule in RULES if (d := rule(ctx)) is not None]

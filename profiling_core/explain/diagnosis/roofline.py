@@ -1,5 +1,11 @@
-"""The roofline: each GEMM and each memory-bound GPU op (elementwise ops, copies) against the device's measured
-peaks, one row per op group (:func:`roofline`)."""
+"""The roofline: each GEMM and each memory-bound GPU op (elementwise ops, copies) against the device's peaks, one
+row per op group (:func:`roofline`).
+
+The rule, for every op with FLOPs and bytes: its ceiling is min(compute peak of its dtype, intensity × memory
+bandwidth), the lower of the two roofs of the roofline model; ``roof`` says which one bounds it (``compute`` or
+``memory``) and ``fraction_of_peak`` is its achieved rate over that ceiling. A GEMM below the ridge (a GEMV-like
+decode GEMM with M = 4 has ~4 FLOP/byte in bf16, the H200's ridge is ~190) is judged by the bandwidth it reaches,
+not by the tensor cores it cannot use; elementwise ops and copies are judged by GB/s."""
 from __future__ import annotations
 
 import math
@@ -9,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...analyses import Report, gemm_dims, launch_ops
-from ...analyses.categories import is_gemm_kernel
+from ...analyses.categories import gpu_op_category, is_gemm_kernel
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
 from .base import _steps
@@ -39,23 +45,29 @@ def _args_of(session, name: str, ids) -> dict[int, Any]:
 
 
 def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] = None) -> pd.DataFrame:
-    """One row per GEMM op and per elementwise/copy GPU op group, against ``peaks``.
+    """One row per GEMM op and per convolution, elementwise and copy GPU op group, against ``peaks``.
 
-    Columns: ``kind`` (``gemm``, ``elementwise``, ``copy``), ``op`` (the CPU op, or the kernel for a GEMM that had
+    Columns: ``kind`` (``gemm``, ``conv``, ``elementwise``, ``copy``), ``op`` (the CPU op, or the kernel for a GEMM that had
     no CPU op of its own, e.g. replayed from a CUDA graph), ``kernel``, ``dtype``, ``m``/``k``/``n``/``batch`` (GEMMs
     with known shapes), ``count``, ``time_us`` (mean per call), ``flops``, ``bytes``, ``intensity`` (FLOP/byte),
-    ``tflops``, ``gbs``, ``peak`` (the ceiling it is judged by: TFLOP/s of its dtype for a GEMM, GB/s for the rest),
-    ``fraction_of_peak``, ``flops_from``, ``slice_ids``.
+    ``tflops``, ``gbs``, ``peak`` (the ceiling it is judged by: for a GEMM min(TFLOP/s of its dtype, intensity × the
+    bandwidth) in TFLOP/s, GB/s for the rest), ``roof`` (``compute`` or ``memory``: which ceiling that is),
+    ``compute_peak`` (a GEMM's dtype peak, TFLOP/s), ``fraction_of_peak`` (achieved / ``peak``), ``flops_from``,
+    ``slice_ids``.
 
     GEMM FLOPs are 2·M·K·N per product (times the batch); bytes are each operand read once and the result written
-    once (the least a GEMM can move). Elementwise bytes are the inputs read and the broadcast output written, and
+    once (the least a GEMM can move). A convolution (``aten::convolution`` with recorded shapes and its stride,
+    padding, dilation and groups in ``Concrete Inputs``) has 2·N·K·Hₒ·Wₒ·(C/g)·R·S FLOPs and moves its input, weights
+    and output once; its time is that of the convolution kernels launched inside it (not cuDNN's layout transposes,
+    which the ``conv_layout`` rule counts). Elementwise bytes are the inputs read and the broadcast output written, and
     their FLOPs one per output element; a memcpy's bytes are what the trace records for it (read and written for a
     device-to-device copy). An elementwise op can pass the measured bandwidth (fraction above 1) when an input is
     still in L2 (the GEMM's result just written, for the study's add): the copy that measured it streams from HBM. A GEMM's dtype comes from its recorded ``Input type``, else
     the config; an fp32 GEMM whose kernel names say ``tf32`` is judged against the tf32 peak.
     """
     cols = ["kind", "op", "kernel", "dtype", "batch", "m", "k", "n", "count", "time_us", "flops", "bytes",
-            "intensity", "tflops", "gbs", "peak", "fraction_of_peak", "flops_from", "slice_ids"]
+            "intensity", "tflops", "gbs", "peak", "roof", "compute_peak", "fraction_of_peak", "flops_from",
+            "slice_ids"]
     rows: list[dict] = []
     g = report.gemm_throughput
     cfg_dtype = _cfg(config, "dtype")
@@ -84,24 +96,34 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
         for (op, names, dtype, d, flops, src), grp in groups.items():
             rows.append(_gemm_row(op, names, dtype, d, flops, grp["ids"], grp["time"], src, peaks))
     rows += _graph_gemms(report, config, peaks, have_cpu_gemm=not g.empty)
+    rows += _conv_rows(report, session, peaks)
     rows += _memory_rows(report, session, peaks)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     return pd.DataFrame(rows)[cols]
 
 
-def _gemm_row(op, kernel, dtype, d, flops, ids, times, src, peaks) -> dict:
+def _gemm_row(op, kernel, dtype, d, flops, ids, times, src, peaks, nbytes=None, kind="gemm") -> dict:
+    """A row of FLOP-counted work (a GEMM, or a convolution with its ``nbytes`` given) against its roof."""
     batch, m, k, n = d if d is not None else (None, None, None, None)
     e = _ESIZE.get(dtype or "", None)
-    nbytes = (batch or 1) * (m * k + k * n + m * n) * e if d is not None and e else None
+    if nbytes is None:
+        nbytes = (batch or 1) * (m * k + k * n + m * n) * e if d is not None and e else None
     t = float(np.mean(times))
     tflops = flops / t / 1e6 if t > 0 else float("nan")
-    peak = peaks.peak_tflops(dtype) if peaks is not None and dtype else None
-    return {"kind": "gemm", "op": op, "kernel": kernel, "dtype": dtype, "batch": batch, "m": m, "k": k, "n": n,
-            "count": len(ids), "time_us": t, "flops": flops, "bytes": nbytes,
-            "intensity": flops / nbytes if nbytes else None, "tflops": tflops,
-            "gbs": nbytes / t / 1e3 if nbytes and t > 0 else None, "peak": peak,
-            "fraction_of_peak": tflops / peak if peak else None, "flops_from": src, "slice_ids": ids}
+    compute = peaks.peak_tflops(dtype) if peaks is not None and dtype else None
+    intensity = flops / nbytes if nbytes else None
+    memory = intensity * peaks.bandwidth_gbs / 1e3 if intensity and peaks is not None and peaks.bandwidth_gbs \
+        else None  # TFLOP/s the bandwidth allows at this intensity
+    if compute and memory and memory < compute:
+        peak, roof = memory, "memory"
+    else:
+        peak, roof = compute, ("compute" if compute else None)
+    return {"kind": kind, "op": op, "kernel": kernel, "dtype": dtype, "batch": batch, "m": m, "k": k, "n": n,
+            "count": len(ids), "time_us": t, "flops": flops, "bytes": nbytes, "intensity": intensity,
+            "tflops": tflops, "gbs": nbytes / t / 1e3 if nbytes and t > 0 else None, "peak": peak, "roof": roof,
+            "compute_peak": compute, "fraction_of_peak": tflops / peak if peak else None, "flops_from": src,
+            "slice_ids": ids}
 
 
 def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dict]:
@@ -126,6 +148,79 @@ def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dic
     return rows
 
 
+def _conv_out(size: int, k: int, stride: int, pad: int, dil: int) -> int:
+    return (size + 2 * pad - dil * (k - 1) - 1) // stride + 1
+
+
+def _conv_shape(dims, concrete) -> Optional[tuple[int, int, int, int, int]]:
+    """(FLOPs, input, weight and output elements, out channels) of a forward ``aten::convolution`` from its recorded
+    ``Input Dims`` ([N, C, *spatial], [K, C/g, *kernel]) and ``Concrete Inputs`` (stride, padding, dilation,
+    transposed, output padding, groups as the schema orders them); None for a transposed convolution or a shape it
+    cannot read."""
+    import json as _json
+    if not isinstance(dims, list) or len(dims) < 2 or not isinstance(concrete, list) or len(concrete) < 9:
+        return None
+    x, w = dims[0], dims[1]
+    try:
+        stride, pad, dil = (_json.loads(concrete[i]) for i in (3, 4, 5))
+        transposed, groups = concrete[6], int(concrete[8])
+    except (ValueError, TypeError):
+        return None
+    ok = (isinstance(x, list) and isinstance(w, list) and len(x) == len(w) >= 3 and transposed == "False"
+          and all(isinstance(v, list) and len(v) == len(x) - 2 for v in (stride, pad, dil)) and groups >= 1)
+    if not ok or not all(isinstance(v, int) and v > 0 for v in (*x, *w)):
+        return None
+    out_sp = [_conv_out(s, k, st, p, d) for s, k, st, p, d in zip(x[2:], w[2:], stride, pad, dil)]
+    if any(o <= 0 for o in out_sp):
+        return None
+    n, k_out = x[0], w[0]
+    flops = 2 * n * k_out * math.prod(out_sp) * math.prod(w[1:])
+    return flops, math.prod(x), math.prod(w), n * k_out * math.prod(out_sp), k_out
+
+
+def _conv_rows(report: Report, session, peaks) -> list[dict]:
+    """One row per convolution shape: FLOPs and bytes from the recorded shapes, time from the convolution kernels its
+    op launched (``analyses.categories``' ``convolution`` rule)."""
+    lat = report.launch_latency
+    if lat.empty:
+        return []
+    tb = session.tables
+    codes = [i for i, v in enumerate(tb.name.uniq) if v == "aten::convolution"]
+    if not codes:
+        return []
+    ids = np.flatnonzero(np.isin(tb.name.codes, codes))
+    if not len(ids):
+        return []
+    dims = _args_of(session, "Input Dims", ids)
+    types = _args_of(session, "Input type", ids)
+    concrete = _args_of(session, "Concrete Inputs", ids)
+    conv_k = lat[lat["gpu_name"].map(lambda n: gpu_op_category(n, "kernel") == "convolution")]
+    if conv_k.empty:
+        return []
+    starts = conv_k["launch_start_ns"].to_numpy(dtype=np.int64)
+    groups: dict[tuple, dict] = {}
+    for i in ids.tolist():
+        shape = _conv_shape(dims.get(i), concrete.get(i))
+        t = types.get(i)
+        dtype = _TORCH_DTYPES.get(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None
+        e = _ESIZE.get(dtype or "")
+        if shape is None or e is None:
+            continue
+        a, b = int(tb.ts[i]), int(tb.ts[i] + tb.dur[i])
+        mine = conv_k[(starts >= a) & (starts < b)]
+        if mine.empty:
+            continue
+        flops, xe, we, oe, _k = shape
+        key = (dtype, tuple(map(tuple, dims[i][:2])), flops, (xe + we + oe) * e)
+        grp = groups.setdefault(key, {"ids": [], "time": [], "kernels": set()})
+        grp["ids"].append(i)
+        grp["time"].append(float(mine["gpu_dur_us"].sum()))
+        grp["kernels"].update(str(n) for n in mine["gpu_name"])
+    return [_gemm_row(f"aten::convolution {list(xd)} * {list(wd)}", ",".join(sorted(grp["kernels"])), dtype, None,
+                      flops, grp["ids"], grp["time"], "shapes", peaks, nbytes=nbytes, kind="conv")
+            for (dtype, (xd, wd), flops, nbytes), grp in groups.items()]
+
+
 def _memory_rows(report: Report, session, peaks) -> list[dict]:
     """Copies (bytes from the trace) and the elementwise kernels their CPU op's shapes size."""
     out = []
@@ -147,6 +242,7 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
             out.append({"kind": "copy", "op": name, "kernel": name, "dtype": None, "batch": None, "m": None,
                         "k": None, "n": None, "count": len(grp), "time_us": t, "flops": 0, "bytes": moved,
                         "intensity": 0.0, "tflops": None, "gbs": gbs, "peak": peak,
+                        "roof": "memory" if peak else None, "compute_peak": None,
                         "fraction_of_peak": gbs / peak if peak and gbs else None, "flops_from": None,
                         "slice_ids": grp["id"].astype(int).tolist()})
     lat = report.launch_latency
@@ -177,7 +273,7 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
         out.append({"kind": "elementwise", "op": op, "kernel": name, "dtype": None, "batch": None, "m": None,
                     "k": None, "n": None, "count": len(items), "time_us": t, "flops": elems, "bytes": nbytes,
                     "intensity": elems / nbytes, "tflops": elems / t / 1e6 if t > 0 else None, "gbs": gbs,
-                    "peak": bw,
+                    "peak": bw, "roof": "memory" if bw else None, "compute_peak": None,
                     "fraction_of_peak": gbs / bw if bw and gbs else None, "flops_from": None,
                     "slice_ids": [i for i, _ in items]})
     return out

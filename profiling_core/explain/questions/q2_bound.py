@@ -1,29 +1,39 @@
-"""Question 2, overhead-bound or compute-bound (``q2.bound``): the GPU's busy share of the steps against the
-threshold of ``analyses.cpu_vs_gpu``'s per-step verdicts; on a CPU, the GEMM's own time against the step."""
+"""Question 2, overhead-bound or compute-bound (``q2.bound``): the one bound rule (``analyses.steps.bound``) on the
+steady state, GPU work launched per step against CPU time per step, with the in-window busy share and the queue's
+drift as evidence; on a CPU, the work ops' own time against the step."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from ...analyses.steps import OVERHEAD_BOUND_BELOW, bound
+from ...analyses.steps import CPU_MATH_BOUND_AT, GPU_BOUND_AT, steady_state
 from ...units import format_duration_us as _us
 from .base import NO_GPU_TEXT, Finding, _num, _self_times_by_step
 
-
-_OVERHEAD_BELOW = OVERHEAD_BOUND_BELOW  # the threshold of analyses.cpu_vs_gpu's per-step verdicts
-_MATH_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")  # the ops that do the GEMM (matmul dispatches)
+# ATen ops that only make or reshape tensor metadata (no arithmetic, no data moved): on a CPU their own time is
+# framework overhead, not the workload's math
+_NO_WORK = frozenset({
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::reshape", "aten::_reshape_alias",
+    "aten::as_strided", "aten::t", "aten::transpose", "aten::expand", "aten::permute", "aten::unsqueeze",
+    "aten::squeeze", "aten::slice", "aten::select", "aten::split", "aten::chunk", "aten::narrow", "aten::detach",
+    "aten::alias", "aten::lift_fresh", "aten::_unsafe_view", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::contiguous", "aten::numpy_T", "aten::result_type", "aten::broadcast_tensors", "aten::set_",
+    "aten::resize_", "aten::to", "aten::dropout",
+    # composite ops whose own time is dispatch: the op they call does the work
+    "aten::matmul", "aten::linear", "aten::layer_norm", "aten::scaled_dot_product_attention", "aten::conv1d",
+    "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution", "aten::batch_norm",
+    "aten::_batch_norm_impl_index", "aten::softmax", "aten::group_norm", "aten::embedding", "aten::einsum",
+})
+_TOP_WORK_OPS = 3
 
 
 def _all_steps(n: int) -> str:
     return "the only step" if n == 1 else f"all {n} steps"
 
 
-def _bound_basis(cv: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The steps the overhead/compute verdict rests on: with 3 or more steps, those after the first (the first
-    carries start-up effects that differ with the schedule); otherwise all of them."""
-    if len(cv) >= 3:
-        return cv.iloc[1:], f"the {len(cv) - 1} steps after the first (the first carries start-up effects)"
-    return cv, _all_steps(len(cv))
+def _basis_text(ss: dict, n_steps: int) -> str:
+    if ss["basis"] == "after_first":
+        return f"the {n_steps - 1} steps after the first; the first carries start-up effects"
+    return _all_steps(n_steps)
 
 
 def _q2_bound(r, config=None) -> list[Finding]:
@@ -40,75 +50,103 @@ def _q2_bound(r, config=None) -> list[Finding]:
     cpu_med = float(s["cpu_dur_us"].median())
     if not r.has_gpu:
         return [_q2_cpu(r, cpu_med)]
-    gpu_med = float(s["gpu_busy_us"].median())
-    frac_med = float(s["gpu_busy_fraction"].median())
+    ss = r.summary.get("steady_state") or steady_state(s)
+    label = ss["bound"]
     cv = r.cpu_vs_gpu
     bounds = cv["bound"].value_counts().to_dict()
-    majority = max(bounds, key=bounds.get)
-    # The verdict: the median GPU busy share of the basis steps against the threshold the per-step labels use.
-    basis, basis_text = _bound_basis(cv)
-    with_gpu = basis[basis["bound"] != "no-gpu"]
-    frac_basis = float(with_gpu["gpu_busy_fraction"].median()) if len(with_gpu) else 0.0
-    label = bound(frac_basis, len(with_gpu))  # the per-step rule, applied to the basis steps' median
-    ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_step_median_us": _num(gpu_med),
-          "gpu_busy_fraction_median": _num(frac_med), "bound": label,
-          "bound_basis": "after_first" if len(cv) >= 3 else "all",
-          "bound_basis_steps": [int(x) for x in basis["step"]],
-          "bound_basis_gpu_busy_fraction_median": _num(frac_basis), "bound_threshold": _OVERHEAD_BELOW,
-          "bound_majority": majority, "bound_counts": {k: int(v) for k, v in bounds.items()},
-          "gpu_busy_fraction": _num(r.summary.get("gpu_busy_fraction"))}
-    rel = "more" if gpu_med > cpu_med else "less"
     counts = ", ".join(f"{int(v)} {k}" for k, v in sorted(bounds.items(), key=lambda kv: -kv[1]))
-    cmp = f"{'below' if label == 'overhead-bound' else 'at or above'} {100 * _OVERHEAD_BELOW:.0f}%"
-    text = (f"Per step the CPU spent a median {_us(cpu_med)} and launched {_us(gpu_med)} of GPU work ({rel} GPU "
-            f"than CPU time); ")
-    if len(s) == 1:
-        text += (f"the GPU was busy {100 * frac_med:.1f}% of the only step's wall time ({cmp}), so the workload is "
-                 f"{label}." if label != "no-gpu" else "the only step launched no GPU work: no verdict.")
-        return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
-    text += (f"the GPU was busy {100 * frac_med:.1f}% of a step's wall time (median of all {len(s)} steps; one by "
-             f"one: {counts}). ")
+    ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med),
+          "gpu_step_median_us": _num(float(s["gpu_busy_us"].median())),
+          "gpu_busy_fraction_median": _num(float(s["gpu_busy_fraction"].median())), "bound": label,
+          "bound_rule": "gpu_us_per_step >= threshold x cpu_us_per_step: compute-bound, else overhead-bound",
+          "bound_threshold": GPU_BOUND_AT, "bound_basis": ss["basis"], "bound_basis_steps": ss["basis_steps"],
+          "cpu_us_per_step": _num(ss["cpu_us_per_step"]), "gpu_us_per_step": _num(ss["gpu_us_per_step"]),
+          "gpu_to_cpu": _num(ss["gpu_to_cpu"]), "gpu_idle_share": _num(ss["gpu_idle_share"]),
+          "busy_in_window": _num(ss["busy_in_window"]), "queue_drift_us": _num(ss["queue_drift_us"]),
+          "bound_counts": {k: int(v) for k, v in bounds.items()},
+          "gpu_busy_fraction": _num(r.summary.get("gpu_busy_fraction"))}
+    basis = _basis_text(ss, len(s))
     if label == "no-gpu":
-        text += f"None of {basis_text} launched GPU work, so there is no overhead/compute verdict."
+        text = (f"None of {basis} launched GPU work (median {_us(ss['cpu_us_per_step'])} of CPU per step), so there "
+                "is no overhead/compute verdict.")
+        return [Finding("q2.bound", 2, "No-gpu", text, ev)]
+    cpu, gpu, ratio = ss["cpu_us_per_step"], ss["gpu_us_per_step"], ss["gpu_to_cpu"] or 0.0
+    text = (f"In steady state ({basis}) a step took a median {_us(cpu)} of CPU time and launched {_us(gpu)} of GPU "
+            f"work ({ratio:.2f}× the CPU time). ")
+    if label == "compute-bound":
+        text += ("The GPU has at least as much to do as the CPU, so the CPU runs ahead and the GPU sets the pace: the "
+                 "workload is compute-bound.")
+        busy, drift = ss["busy_in_window"], ss["queue_drift_us"]
+        if busy is not None and busy < 0.5:
+            text += (f" Inside each step's own CPU window the GPU was busy only {100 * busy:.1f}%: the work a step "
+                     "launches runs after that window, behind the work queued before it")
+            if drift is not None and drift > 0 and len(ss["basis_steps"]) > 1:
+                text += (f" (the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
+                         f"{_us(ss['queue_delay_last_us'])} after its step began, against "
+                         f"{_us(ss['queue_delay_first_us'])} in step {ss['basis_steps'][0]})")
+            text += "."
     else:
-        text += (f"Verdict from {basis_text}: the GPU was busy a median {100 * frac_basis:.1f}% of their wall time "
-                 f"({cmp}), so the workload is {label}.")
+        text += (f"The GPU runs out of work and waits for the next launch, idle {100 * ss['gpu_idle_share']:.0f}% "
+                 f"of a step: the workload is overhead-bound (busy {100 * (ss['busy_in_window'] or 0):.1f}% of each "
+                 "step's own window).")
+    if len(s) > 1:
+        text += f" Step by step, by the same rule: {counts}."
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
 
 
+def _work_ops(g) -> "object":
+    """The CPU slices of one step that do the workload's work: ATen ops that are neither metadata-only nor composite
+    wrappers (:data:`_NO_WORK`); their own time (children excluded) is the work."""
+    names = g["name"].astype(str)
+    return g[names.str.startswith("aten::") & ~names.isin(_NO_WORK)]
+
+
 def _q2_cpu(r, cpu_med: float) -> Finding:
-    """Question 2 on a CPU: the math (the GEMM op's own time, its children excluded) against the step, the rest being
-    framework overhead around it; the same verdict rule as on a GPU, with the math's share in place of the GPU's
-    busy share; and the GEMM's achieved GFLOP/s where its FLOPs are known."""
+    """Question 2 on a CPU: the work ops' own time (ATen ops that do arithmetic or move data; metadata-only ops and
+    composite wrappers excluded) against the step, the rest being framework overhead (Python, dispatch, the
+    profiler); the verdict at :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` of the step; the GEMMs'
+    achieved GFLOP/s where their FLOPs are known."""
     s = r.steps
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0}
-    text = f"{NO_GPU_TEXT}: {_all_steps(len(s))} ran on the CPU, median {_us(cpu_med)} per step."
+    devices = [d.get("name") for d in r.summary.get("devices") or [] if d.get("name")]
+    if devices:  # a trace from a GPU machine whose steps ran no GPU op: say so, not "ran on the CPU"
+        text = (f"This trace names {devices[0]}{' and more GPUs' if len(devices) > 1 else ''} but recorded no kernel, "
+                f"memcpy or memset: {_all_steps(len(s))} did their work on the CPU, median {_us(cpu_med)} per step.")
+        ev["devices"] = devices[:8]
+    else:
+        text = f"{NO_GPU_TEXT}: {_all_steps(len(s))} ran on the CPU, median {_us(cpu_med)} per step."
     ch = r.dispatch_chains
     numbers = [int(x) for x in s["step"]]
     by_step = _self_times_by_step(ch, numbers) if not ch.empty else {}
-    shares, maths = [], []
+    shares, works, per_op = [], [], {}
     for k, dur in zip(numbers, s["cpu_dur_us"].astype(float)):
         g = by_step.get(k)
         if g is None or dur <= 0:
             continue
-        math_us = float(g.loc[g["name"].astype(str).isin(_MATH_OPS), "self_us"].sum())
-        maths.append(math_us)
-        shares.append(math_us / dur)
-    if not shares or max(maths) <= 0:
+        w = _work_ops(g)
+        work_us = float(w["self_us"].sum())
+        works.append(work_us)
+        shares.append(work_us / dur)
+        for name, us in w.groupby(w["name"].astype(str))["self_us"].sum().items():
+            per_op.setdefault(name, []).append(float(us))
+    if not shares or max(works) <= 0:
         return Finding("q2.bound", 2, "CPU only", text, ev)
-    share, math_med = float(np.median(shares)), float(np.median(maths))
-    label = bound(share)
-    ev.update({"cpu_math_us_median": _num(math_med), "cpu_math_share_median": _num(share), "bound": label,
-               "bound_threshold": _OVERHEAD_BELOW, "bound_basis": "cpu_math_share"})
-    text += (f" The GEMM itself (the GEMM op's own time, its children excluded) took a median {_us(math_med)}, "
-             f"{100 * share:.1f}% of a step; the other {100 * (1 - share):.1f}% is framework overhead around the "
-             f"math (dispatch through aten::matmul, the add, the profiler's step). "
-             f"{'Below' if label == 'overhead-bound' else 'At or above'} {100 * _OVERHEAD_BELOW:.0f}%, so on this CPU "
+    share, work_med = float(np.median(shares)), float(np.median(works))
+    label = "compute-bound" if share >= CPU_MATH_BOUND_AT else "overhead-bound"
+    top = sorted(((float(np.median(v)), n) for n, v in per_op.items()), reverse=True)[:_TOP_WORK_OPS]
+    listed = ", ".join(f"{n} {_us(us)}" for us, n in top)
+    ev.update({"cpu_work_us_median": _num(work_med), "cpu_work_share_median": _num(share), "bound": label,
+               "bound_threshold": CPU_MATH_BOUND_AT, "bound_basis": "cpu_work_share",
+               "work_ops": {n: _num(us) for us, n in top}})
+    text += (f" The work ops (the ATen ops that compute or move data, their own time: {listed}) took a median "
+             f"{_us(work_med)}, {100 * share:.1f}% of a step; the other {100 * (1 - share):.1f}% is framework overhead "
+             f"around them (Python, dispatch through the wrapping ops, the profiler's step). "
+             f"{'Below' if label == 'overhead-bound' else 'At or above'} {100 * CPU_MATH_BOUND_AT:.0f}%, so on this CPU "
              f"the workload is {label}.")
     g = r.gemm_throughput
     cpu_g = g[g["device"] == "cpu"] if not g.empty else g
     if len(cpu_g):
         gflops = float(cpu_g["tflops"].median()) * 1000
         ev["gemm_gflops_median"] = _num(gflops)
-        text += f" The GEMM ran at a median {gflops:.1f} GFLOP/s (FLOPs from {cpu_g['flops_from'].iloc[0]})."
+        text += f" The GEMMs ran at a median {gflops:,.3g} GFLOP/s (FLOPs from {cpu_g['flops_from'].iloc[0]})."
     return Finding("q2.bound", 2, label.capitalize(), text, ev)

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ...config import config_field as _cfg
+from ...run.sweep import SPREAD_WARN_PCT
 from ...units import format_duration_us as _us
 from .base import (_LAZY_LOADING, Finding, _first_step_only_calls, _is_cold, _num, _self_times_by_step, _short,
                    _table_rows)
@@ -50,6 +51,17 @@ def _q3_cold(r, config=None) -> list[Finding]:
           "first_step_slower": bool(slower)}
     text = (f"The first profiled step (ProfilerStep#{first_step}) took {_us(first['cpu_dur_us'])} on the "
             f"CPU against a median {_us(rest_med)} for the {len(rest)} others ({ratio:.{2 if ratio < 10 else 1}f}×).")
+    later = rest[rest["step"] != first_step]["cpu_dur_us"]  # (another rank's slice of the first step is not later)
+    lo, hi = (float(later.min()), float(later.max())) if len(later) else (0.0, 0.0)
+    spread = (hi - lo) / rest_med * 100 if rest_med > 0 else 0.0
+    if len(later) >= 2 and spread > SPREAD_WARN_PCT and lo <= float(first["cpu_dur_us"]) <= hi:
+        # inside the others' own range, and that range is wide: the steps' noise, not the first step, decides
+        ev.update(others_spread_pct=_num(spread), others_min_us=_num(lo), others_max_us=_num(hi), first_step_slower=None)
+        text += (f" The others themselves range from {_us(lo)} to {_us(hi)} ({spread:.0f}% of their median) and the "
+                 "first step lies inside that range: the steps' own noise is larger than the difference, so this "
+                 "window says nothing about a first-step cost. Run it again on a quiet machine (or with more steps) "
+                 "before reading it.")
+        return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
     if not slower:
         faster = extra < -FIRST_STEP_SLOWER_PCT / 100 * rest_med
         text += (f" It was {'faster than' if faster else 'within ' + f'{FIRST_STEP_SLOWER_PCT:g}% of'} the others: "
@@ -121,8 +133,9 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
     if cold:
         return (f" No warm-up ({why}), but no call in the first step is missing from the later ones: "
                 + (f"the {first_step} schedule step(s) before ProfilerStep#{first_step} already ran the function "
-                   f"unrecorded, so the cold start fell outside this window and the extra is the profiler's own "
-                   f"first-step overhead." if first_step > 0 else
+                   f"unrecorded, so the cold start fell outside this window; nothing in the trace names the extra "
+                   f"(the profiler's first recorded step, or other work on the machine: run it again to tell)."
+                   if first_step > 0 else
                    "the cold-start work does not show as CUDA calls here; the extra is the process's first "
                    "profiled call."))
     why = why or "from the trace: no call in the first step is missing from the later ones"
@@ -131,6 +144,8 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
         share = f", {100 * startup_us / extra:.0f}% of the {_us(extra)} extra" if extra > 0 else ""
         return out + (f": the extra is the profiler's own start-up — its "
                       f"{' and '.join(map(str, sorted(set(startup['name']))))} took {_us(startup_us)}{share}.")
-    return out + (": the extra is the profiler's own first-step overhead"
+    return out + ("; nothing in the trace names the extra: no call is missing from the later steps and no profiler "
+                  "start-up slice shows. It may be the profiler's first recorded step"
                   + (f" (ProfilerStep#{first_step} is the first step it records, after {first_step} unrecorded "
-                     f"schedule step(s))." if first_step > 0 else "."))
+                     f"schedule step(s))" if first_step > 0 else "")
+                  + " or other work on the machine: run it again to tell.")

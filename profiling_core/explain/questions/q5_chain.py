@@ -13,44 +13,33 @@ def _missing(x) -> bool:
 
 
 def _chain_paths(chain: pd.DataFrame) -> list[list[str]]:
-    """Per GPU op of the chain (in row order): the names from the outermost ancestor (at most 50 names, the
-    nearest kept) down to the op. Parent links are read from dicts built once; the walk above each op's parent
-    (shared by every op the same call launched) is computed once per parent."""
-    if not chain["id"].is_unique:  # ambiguous ids: keep the row-by-row lookups' exact behaviour
-        return _chain_paths_by_loc(chain)
-    ids = chain["id"].tolist()
-    name_of = dict(zip(ids, chain["name"].tolist()))
-    parent_of = dict(zip(ids, chain["parent_id"].tolist()))
+    """Per GPU op row of the chain (in row order): the names from the outermost ancestor (at most 50 names, the
+    nearest kept) down to the op, walking up from that row's own parent. A slice's name and parent are those of its
+    first row: a kernel paired with two launch calls has two rows, one under each (each row keeps its own parent).
+    Parent links are read from dicts built once; the walk above each parent (shared by every op the same call
+    launched) is computed once per parent."""
+    first = chain.drop_duplicates("id")
+    ids = first["id"].tolist()
+    name_of = dict(zip(ids, first["name"].tolist()))
+    parent_of = dict(zip(ids, first["parent_id"].tolist()))
     above: dict = {}  # parent id -> names walked up from it (at most 49: the op's own name comes first)
 
     def walk_up(start) -> list[str]:
-        names, cur = [], start
-        while not _missing(cur) and cur in name_of and len(names) < 49:
+        names, cur, seen = [], start, set()
+        while not _missing(cur) and cur in name_of and len(names) < 49 and cur not in seen:
+            seen.add(cur)
             names.append(str(name_of[cur]))
             cur = parent_of[cur]
         return names
 
     paths = []
-    gpu = chain["lane"] == "gpu"
-    for gid in chain.loc[gpu, "id"].tolist():
+    gpu = chain[chain["lane"] == "gpu"]
+    for gid, parent in zip(gpu["id"].tolist(), gpu["parent_id"].tolist()):
         names = [str(name_of[gid])]
-        parent = parent_of[gid]
         if not _missing(parent):
             if parent not in above:
                 above[parent] = walk_up(parent)
             names += above[parent]
-        paths.append(names[::-1])
-    return paths
-
-
-def _chain_paths_by_loc(chain: pd.DataFrame) -> list[list[str]]:
-    by_id = chain.set_index("id")
-    paths = []
-    for gid in chain.loc[chain["lane"] == "gpu", "id"]:
-        names, cur = [], gid
-        while cur is not None and not pd.isna(cur) and cur in by_id.index and len(names) < 50:
-            names.append(str(by_id.at[cur, "name"]))
-            cur = by_id.at[cur, "parent_id"]
         paths.append(names[::-1])
     return paths
 

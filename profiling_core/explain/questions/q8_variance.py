@@ -1,7 +1,13 @@
 """Question 8, the same kernel at different times (``q8.variance``): the largest kernel's spread, and whether a few
-slow launches skew its mean (the Kernel variance page gives each kernel the same verdict)."""
+slow launches skew its mean (the Kernel variance page gives each kernel the same verdict).
+
+One kernel name can run several shapes (cuBLAS picks one kernel for a range of sizes): where the GEMM ops that
+launched it recorded their shapes (``gemm_throughput``'s FLOPs from shapes), its launches are grouped by those FLOPs,
+and a name that ran more than one size is said so, with each size's own median and spread; its spread over all
+launches is then shape, not noise, and the skew verdict is given for each size."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ...units import format_duration_us as _us
@@ -28,9 +34,41 @@ def _q8_variance(r, config=None) -> list[Finding]:
     text = (f"{_short(k['name'])} (the largest total) ran {int(k['count'])}×: median {_us(k['median_us'])}, mean "
             f"{_us(k['mean_us'])}, min {_us(k['min_us'])}, max {_us(k['max_us'])} (max {spread:.1f}% above min, "
             f"CV {100 * (k['cv'] if pd.notna(k['cv']) else 0):.1f}%).")
+    shapes = _by_shape(r, str(k["name"]))
+    if len(shapes) > 1:
+        ev["shapes"] = shapes
+        parts = [f"{g['gflop']:,.3g} GFLOP ×{g['count']}: median {_us(g['median_us'])}, CV {100 * g['cv']:.1f}%"
+                 for g in shapes]
+        text += (f" It ran {len(shapes)} GEMM sizes (from the launching ops' recorded shapes, 2·M·K·N per call): "
+                 + "; ".join(parts) + ". The spread over all its launches is shape, not noise: read each size's own.")
+        big = max(shapes, key=lambda g: g["count"] * g["median_us"])
+        if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
+            skew = (big["mean_us"] / big["median_us"] - 1) * 100 if big["median_us"] > 0 else 0.0
+            ev["mean_above_median_pct"] = _num(skew)
+            text += (f" At {big['gflop']:,.3g} GFLOP its mean is {abs(skew):.1f}% "
+                     f"{'above' if skew >= 0 else 'below'} its median"
+                     + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
+        return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
     if int(k["count"]) >= MIN_LAUNCHES_FOR_SKEW:
         skew = (k["mean_us"] / k["median_us"] - 1) * 100 if k["median_us"] > 0 else 0.0
         ev["mean_above_median_pct"] = _num(skew)
         text += (f" The mean is {abs(skew):.1f}% {'above' if skew >= 0 else 'below'} the median"
                  + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
+
+
+def _by_shape(r, name: str) -> list[dict]:
+    """The launches of kernel ``name`` grouped by the FLOPs of the GEMM op that launched it alone (recorded shapes),
+    largest FLOPs first: [{"gflop", "count", "median_us", "mean_us", "cv"}]; [] where no such op recorded its shapes."""
+    g = r.gemm_throughput
+    if g.empty or "kernel_names" not in g.columns:
+        return []
+    mine = g[(g["kernel_names"].astype(object) == name) & (g["flops_from"].astype(object) == "shapes")]
+    out = []
+    for flops, grp in mine.groupby("flops", sort=True):
+        t = grp["time_us"].astype(float)
+        mean = float(t.mean())
+        out.append({"gflop": float(flops) / 1e9, "count": int(len(t)), "median_us": float(t.median()),
+                    "mean_us": mean, "cv": float(t.std(ddof=0) / mean) if mean > 0 and len(t) > 1 else 0.0})
+    out.sort(key=lambda x: -x["gflop"])
+    return out if sum(x["count"] for x in out) else []

@@ -26,6 +26,7 @@ CATEGORY_COLORS = {
 # breakdown chart uses the same order and colours, so two runs' charts read alike.
 BREAKDOWN_COLORS = {
     "gemm": "#1f77b4",
+    "convolution": "#17becf",
     "attention": "#9467bd",
     "elementwise": "#2ca02c",
     "other": "#bcbd22",

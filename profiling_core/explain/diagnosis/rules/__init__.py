@@ -5,11 +5,12 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 ``profiling_core.explain.diagnosis.RULES`` runs them in order:
 
 - ``fp32_without_tf32``: fp32 GEMMs in full-fp32 FFMA kernels on a GPU with TF32 tensor cores.
-- ``unaligned_gemm_dims``: a bf16/fp16 GEMM whose M, K or N is not a multiple of 8.
-- ``launch_bound``: the GPU waits on the CPU (busy under half the step, tiny kernels).
+- ``unaligned_gemm_dims``: a bf16/fp16 GEMM whose K or N (the leading dimensions) is not a multiple of 8.
+- ``gpu_starved``: the GPU idles half a steady-state step or more, whatever the launch count.
 - ``sync_in_step``: synchronising calls and host-device copies inside a ProfilerStep.
 - ``compile_breaks``: recompiles, graph breaks, or CUDA-graph staging copies costlier than the GEMMs.
 - ``profiler_overhead``: the run was profiled with with_stack or profile_memory.
 - ``attention_backend``: which SDPA backend ran, and why flash could not.
 - ``cudagraphs_skipped``: mode='reduce-overhead' asked for CUDA graphs, and no step replays one.
+- ``conv_layout``: cuDNN transposes NCHW tensors to NHWC and back around the convolutions (channels_last).
 """

@@ -7,7 +7,7 @@ from typing import Optional
 
 import pandas as pd
 
-from ....analyses.categories import kernel_family
+from ....analyses.categories import kernel_family, split_kernel_names
 from ..base import Diagnosis, _Ctx, _fmt_us, _per, _steps
 
 
@@ -28,23 +28,24 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
     per_step = float(kern["dur_us"].sum()) / _steps(c.report)
     top = str(kern.groupby(kern["name"].astype(object))["dur_us"].sum().idxmax())
     r = c.roof
-    rows = r[(r["kind"] == "gemm") & r["kernel"].map(lambda n: any(x in simt_names for x in str(n).split(",")))] \
+    rows = r[(r["kind"] == "gemm") & r["kernel"].map(lambda n: any(x in simt_names for x in split_kernel_names(str(n))))] \
         if not r.empty else r
     cost, basis, rate = None, "", ""
     tf = c.peaks.peak_tflops("tf32") if c.peaks is not None else None
+    src = c.peaks.source if c.peaks is not None else "measured"
     if not rows.empty:
         row = rows.sort_values("time_us", ascending=False).iloc[0]
         rate = f" at {row['tflops']:,.1f} TFLOP/s"
         if row["fraction_of_peak"] is not None and pd.notna(row["fraction_of_peak"]):
-            rate += f" ({row['fraction_of_peak']:.0%} of the measured fp32 peak)"
+            rate += f" ({row['fraction_of_peak']:.0%} of the {src} fp32 peak)"
         if tf:
             at_tf32 = float((rows["flops"] * rows["count"]).sum()) / _steps(c.report) / (tf * 1e6)
             cost = max(0.0, float((rows["time_us"] * rows["count"]).sum()) / _steps(c.report) - at_tf32)
-            basis = (f"these GEMMs' time less the same FLOPs at the measured tf32 peak ({tf:,.0f} TFLOP/s): what "
+            basis = (f"these GEMMs' time less the same FLOPs at the {src} tf32 peak ({tf:,.0f} TFLOP/s): what "
                      "TF32 could save at most")
     text = (f"fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores: {top[:90]}{rate}, "
             f"{_fmt_us(per_step)} of such kernels {_per(c.report)}. This GPU has TF32 tensor cores"
-            + (f" (measured {tf:,.0f} TFLOP/s here)" if tf else "") + ", which torch leaves off for matmuls by default.")
+            + (f" ({src} {tf:,.0f} TFLOP/s{' here' if src == 'measured' else ''})" if tf else "") + ", which torch leaves off for matmuls by default.")
     fix = ("torch.set_float32_matmul_precision('high') (or torch.backends.cuda.matmul.allow_tf32 = True): fp32 GEMMs "
            "then run on TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32 accumulation); in this app, the "
            "fp32 matmul precision knob. Or run the GEMM in bf16.")

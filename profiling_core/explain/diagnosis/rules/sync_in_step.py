@@ -1,11 +1,17 @@
 """``sync_in_step``: synchronising calls and ops (``.item()``, stream/device syncs, blocking ``cudaMemcpy``) and
-host-device copies launched inside a ProfilerStep, with the time the CPU spent blocked in them."""
+host-device copies launched inside a ProfilerStep.
+
+The cost is the time the CPU spends blocked in them per step: the synchronising calls, and the calls that launched
+each host↔device copy (a copy from pageable memory holds its ``cudaMemcpyAsync`` until the bytes are staged, so its
+call lasts about as long as the copy; a pinned one returns at once). Each copy's bytes, rate and the copy engine's
+time are the evidence."""
 from __future__ import annotations
 
 from typing import Optional
 
 import numpy as np
 
+from ....units import human_bytes
 from ..base import Diagnosis, _Ctx, _fmt_us, _steps
 
 
@@ -37,17 +43,24 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     if len(idx) == 0 and not any(copy_kinds.values()):
         return None
     n = _steps(r)
-    calls = [i for i in idx if names[i] in _SYNC_CALLS]
-    blocked = float(tb.dur[calls].sum()) / 1000 / n if calls else 0.0
+    calls = [int(i) for i in idx if names[i] in _SYNC_CALLS]
+    copy_calls = sorted(set(copies["launch_id"].astype(int).tolist()) - set(calls)) if len(copies) else []
+    sync_us = float(tb.dur[calls].sum()) / 1000 / n if calls else 0.0
+    copy_call_us = float(tb.dur[copy_calls].sum()) / 1000 / n if copy_calls else 0.0
+    blocked = sync_us + copy_call_us
+    copy_rows = _copy_rows(c.session, copies, n)
     parts = []
     if len(idx):
         what = ", ".join(f"{x} ×{(names[idx] == x).sum() / n:g}" for x in dict.fromkeys(names[idx].tolist()))
         parts.append(f"the CPU waits for the GPU: {what} per step"
-                     + (f", {_fmt_us(blocked)} blocked in synchronising calls per step" if calls else ""))
-    for k, count in copy_kinds.items():
-        if count:
-            parts.append(f"{count / n:g} {'host-to-device' if k == 'HtoD' else 'device-to-host'} "
-                         f"cop{'y' if count == n else 'ies'} per step")
+                     + (f", {_fmt_us(sync_us)} blocked in synchronising calls per step" if calls else ""))
+    for row in copy_rows:
+        parts.append(f"{row['per_step']:g} {row['kind']} cop{'y' if row['per_step'] == 1 else 'ies'} per step"
+                     + (f" of {human_bytes(row['bytes'])}" if row["bytes"] else "")
+                     + (f" from {row['memory']} memory" if row["memory"] else "")
+                     + f": the copy engine {_fmt_us(row['copy_us'])}"
+                     + (f" ({row['gbs']:,.1f} GB/s)" if row["gbs"] else "")
+                     + f", the CPU {_fmt_us(row['call_us'])} in the call that launched it")
     text = ("Inside each step: " + "; ".join(parts) + ". A synchronising call returns only when the GPU has caught "
             "up, so nothing further is queued meanwhile and the GPU runs dry after it; a copy from pageable host "
             "memory synchronises too.")
@@ -56,6 +69,34 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
            "device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead of the step; bring a "
            "value back with a non_blocking copy and an event when it must come back.")
     return Diagnosis("sync_in_step", "Host-device synchronisation or copies inside the step", text, fix,
-                     blocked if calls else None, "time the CPU spent in synchronising calls per step (measured)",
+                     blocked if calls or copy_calls else None,
+                     "time the CPU spent blocked per step in synchronising calls and in the calls that launched "
+                     "host-device copies (measured)",
                      {"slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
-                      "blocked_us_per_step": blocked, "copies_in_steps": copy_kinds})
+                      "blocked_us_per_step": blocked, "sync_calls_us_per_step": sync_us,
+                      "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows})
+
+
+def _copy_rows(session, copies, n_steps: int) -> list[dict]:
+    """Per kind of host-device copy (its name: direction and memory, e.g. ``Memcpy HtoD (Pageable -> Device)``):
+    copies per step, bytes each (the trace's ``bytes``), the copy engine's mean time, GB/s, the launching call's mean
+    CPU time, and ``pageable``/``pinned`` where the name says."""
+    if copies.empty:
+        return []
+    tb = session.tables
+    ids = copies["gpu_id"].astype(int).tolist()
+    asids = {i: int(tb.arg_set_id[i]) for i in ids}
+    nbytes = tb.args.get("bytes", {a for a in asids.values() if a >= 0})
+    out = []
+    for name, grp in copies.groupby(copies["gpu_name"].astype(str), sort=False):
+        b = [nbytes.get(asids[int(i)]) for i in grp["gpu_id"]]
+        b = [x for x in b if isinstance(x, int) and not isinstance(x, bool)]
+        mean_b = float(sum(b) / len(b)) if b else None
+        t = float(grp["gpu_dur_us"].mean())
+        low = name.lower()
+        memory = "pageable" if "pageable" in low else "pinned" if "pinned" in low else None
+        out.append({"name": name, "kind": "host-to-device" if "HtoD" in name else "device-to-host",
+                    "memory": memory, "per_step": len(grp) / n_steps, "bytes": mean_b, "copy_us": t,
+                    "gbs": mean_b / t / 1e3 if mean_b and t > 0 else None,
+                    "call_us": float(grp.drop_duplicates("launch_id")["launch_dur_us"].mean())})
+    return out

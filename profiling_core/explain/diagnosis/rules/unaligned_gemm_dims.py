@@ -1,13 +1,22 @@
-"""``unaligned_gemm_dims``: a bf16/fp16 GEMM with M, K or N not a multiple of 8, so cuBLAS cannot use its
-16-byte-aligned tensor-core kernels; the cost bound is its time less the same FLOPs at the measured peak."""
+"""``unaligned_gemm_dims``: a bf16/fp16 GEMM whose leading dimensions are not multiples of 8, so cuBLAS cannot use its
+16-byte-aligned tensor-core kernels.
+
+The rule: for ``x @ w`` with row-major operands (torch's default), A is M×K with leading dimension K, B is K×N with
+leading dimension N and the result M×N with leading dimension N (``nn.Linear``'s transposed weight has K too), so K and
+N are the dimensions whose alignment matters; M (the rows, e.g. the batch of a decode step) does not. The kernel that
+ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built for). The cost bound
+is its time less the same FLOPs at its roof (the roofline's ceiling for its intensity)."""
 from __future__ import annotations
 
 from typing import Optional
 
 import pandas as pd
 
-from ....analyses.categories import kernel_family
+from ....analyses.categories import kernel_family, split_kernel_names
 from ..base import Diagnosis, _Ctx, _steps
+
+ALIGN_ELEMENTS = 8
+"""16 bytes of bf16/fp16: the alignment cuBLAS's vectorised tensor-core kernels need of each leading dimension."""
 
 
 def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
@@ -16,33 +25,37 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
     g = g[g["m"].notna()] if not g.empty else g
     if g.empty:
         return None
-    bad = g[g.apply(lambda x: any(int(v) % 8 for v in (x["m"], x["k"], x["n"])), axis=1)]
+    bad = g[g.apply(lambda x: any(int(v) % ALIGN_ELEMENTS for v in (x["k"], x["n"])), axis=1)]
     if bad.empty:
         return None
     row = bad.sort_values("time_us", ascending=False).iloc[0]
     dims = f"M={int(row['m'])}, K={int(row['k'])}, N={int(row['n'])}"
-    odd = [k for k in ("M", "K", "N") if int(row[k.lower()]) % 8]
-    fams = [kernel_family(x) for x in str(row["kernel"]).split(",")]
+    odd = [k for k in ("K", "N") if int(row[k.lower()]) % ALIGN_ELEMENTS]
+    fams = [kernel_family(x) for x in split_kernel_names(str(row["kernel"]))]
     fam_txt = "; ".join(f"{x[:70]} (" + ", ".join(
         t for t in ((f"built for sm{f['arch']}" if f["arch"] else ""), (f"operand alignment {f['align']} element"
                     f"{'s' if (f['align'] or 0) > 1 else ''}" if f["align"] else "")) if t) + ")"
-        for x, f in zip(str(row["kernel"]).split(","), fams))
+        for x, f in zip(split_kernel_names(str(row["kernel"])), fams))
+    fam_txt = fam_txt.replace(" ()", "")
     per_step = float((bad["time_us"] * bad["count"]).sum()) / _steps(c.report)
     cost, basis = None, ""
-    peak = row["peak"]
+    peak, src = row["peak"], c.peaks.source if c.peaks is not None else "measured"
+    roof = row.get("roof") or "compute"
     if peak and pd.notna(peak):
         ideal = float((bad["flops"] * bad["count"]).sum()) / _steps(c.report) / (peak * 1e6)
-        cost, basis = max(0.0, per_step - ideal), (f"this GEMM time less the same FLOPs at the measured "
-                                                   f"{row['dtype']} peak ({peak:,.0f} TFLOP/s): a bound, not a "
+        cost, basis = max(0.0, per_step - ideal), (f"this GEMM time less the same FLOPs at its {roof} roof "
+                                                   f"({peak:,.1f} TFLOP/s, from the {src} peaks): a bound, not a "
                                                    f"promise")
-    frac = f" ({row['fraction_of_peak']:.0%} of the measured {row['dtype']} peak)" if row["fraction_of_peak"] else ""
-    text = (f"A {row['dtype']} GEMM with {dims}: {', '.join(odd)} {'is' if len(odd) == 1 else 'are'} not "
-            f"{'a multiple' if len(odd) == 1 else 'multiples'} of 8, so cuBLAS cannot use its "
-            f"16-byte-aligned tensor-core kernels and ran {fam_txt} at {row['tflops']:,.1f} TFLOP/s{frac}.")
-    fix = ("Pad the dimensions to a multiple of 8 (64 is better still: whole tiles), e.g. torch.nn.functional.pad "
-           "of the inputs and a slice of the result, or choose sizes that are; torch.compile pads such GEMMs itself "
-           "(torch._inductor.config.shape_padding, on by default).")
+    frac = (f" ({row['fraction_of_peak']:.0%} of its {roof} roof, {src})"
+            if row["fraction_of_peak"] is not None and pd.notna(row["fraction_of_peak"]) else "")
+    text = (f"A {row['dtype']} GEMM with {dims}: {' and '.join(odd)} "
+            f"{'is' if len(odd) == 1 else 'are'} not {'a multiple' if len(odd) == 1 else 'multiples'} of "
+            f"{ALIGN_ELEMENTS}, and K and N are the leading dimensions of row-major operands, so cuBLAS cannot use its "
+            f"16-byte-aligned tensor-core kernels; it ran {fam_txt} at {row['tflops']:,.1f} TFLOP/s{frac}.")
+    fix = ("Pad K and N to a multiple of 8 (64 is better still: whole tiles), e.g. torch.nn.functional.pad of the "
+           "inputs and a slice of the result, or choose sizes that are (a vocabulary padded to a multiple of 64); "
+           "torch.compile pads such GEMMs itself (torch._inductor.config.shape_padding, on by default).")
     return Diagnosis("unaligned_gemm_dims", "GEMM dimensions not multiples of 8", text, fix, cost, basis,
                      {"slice_ids": [i for lst in bad["slice_ids"] for i in lst][:50], "kernel": row["kernel"],
-                      "m": int(row["m"]), "k": int(row["k"]), "n": int(row["n"]), "tflops": row["tflops"],
-                      "fraction_of_peak": row["fraction_of_peak"]})
+                      "m": int(row["m"]), "k": int(row["k"]), "n": int(row["n"]), "unaligned": odd,
+                      "tflops": row["tflops"], "fraction_of_peak": row["fraction_of_peak"], "roof": roof})

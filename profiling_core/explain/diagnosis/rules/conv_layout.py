@@ -1,0 +1,49 @@
+"""``conv_layout``: cuDNN's layout transposes around the convolutions. Tensor-core convolutions run in NHWC; given
+NCHW tensors (torch's default memory format), cuDNN transposes the input (and weights) to NHWC before each
+convolution and the result back after it (``nchwToNhwcKernel`` / ``nhwcToNchwKernel``). channels_last removes them.
+The cost is their GPU time per step when the GPU sets the pace (a compute-bound steady state), else the CPU time of
+their launch calls (the GPU's time is then not on the step's critical path)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..base import Diagnosis, _Ctx, _fmt_us, _steps
+
+_TRANSPOSES = ("nchwtonhwc", "nhwctonchw")
+
+
+def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
+    r = c.report
+    ops = r.gpu_ops
+    if ops.empty:
+        return None
+    k = ops[ops["category"] == "kernel"]
+    low = k["name"].astype(str).str.lower()
+    tr = k[low.str.contains("|".join(_TRANSPOSES))]
+    if tr.empty:
+        return None
+    n = _steps(r)
+    per_step, count = float(tr["dur_us"].sum()) / n, len(tr) / n
+    gpu_total = float(k["dur_us"].sum()) / n
+    lat = r.launch_latency
+    launches = lat[lat["gpu_id"].isin(tr["id"])] if not lat.empty else lat
+    launch_us = float(launches.drop_duplicates("launch_id")["launch_dur_us"].sum()) / n if len(launches) else 0.0
+    ss = r.summary.get("steady_state") or {}
+    if ss.get("bound") == "compute-bound":
+        cost, basis = per_step, "the transposes' GPU time per step: the GPU sets the pace, so the step shortens by it"
+    else:
+        cost, basis = launch_us, ("the CPU time of the transposes' launch calls per step: the GPU waits on the CPU, "
+                                  "so their GPU time is not on the critical path (it is when the GPU sets the pace)")
+    names = sorted({str(x) for x in tr["name"]}, key=len)
+    text = (f"cuDNN transposes between NCHW and NHWC around the convolutions: {count:g} transpose kernel"
+            f"{'s' if count != 1 else ''} per step ({', '.join(x[:60] for x in names[:2])}), {_fmt_us(per_step)} of "
+            f"GPU time per step, {per_step / gpu_total:.0%} of all kernel time; {len(tr) / max(1, len(k)):.0%} of the "
+            "kernels. The convolution kernels work in NHWC, and the tensors arrive in NCHW.")
+    fix = ("Use channels_last: model = model.to(memory_format=torch.channels_last) and "
+           "x = x.contiguous(memory_format=torch.channels_last) (or .to(memory_format=...)) once, outside the step; the "
+           "convolutions then read and write NHWC directly. torch.compile does this layout choice itself for convs it "
+           "compiles.")
+    return Diagnosis("conv_layout", "Layout transposes around convolutions (use channels_last)", text, fix, cost,
+                     basis, {"slice_ids": tr["id"].astype(int).tolist()[:50], "transposes_per_step": count,
+                             "transpose_us_per_step": per_step, "launch_us_per_step": launch_us,
+                             "kernel_share": per_step / gpu_total if gpu_total else None})

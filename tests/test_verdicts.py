@@ -1,0 +1,177 @@
+"""Verdicts that hold beyond the study's matmul: a grid of synthetic traces built to break them, each with the
+verdict written here, and properties every test trace must keep (no verdict contradicts its own evidence)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import verdict_traces as vt
+from conftest import scan_trace
+from profiling_core import analyze, diagnose, findings, open_trace
+from profiling_core.analyses import GPU_BOUND_AT
+from profiling_core.store import DevicePeaks
+
+DATA = Path(__file__).parent / "data"
+H200_PEAKS = DevicePeaks.from_dict(json.loads((DATA / "h200_verdicts" / "peaks.json").read_text()))
+
+
+def run(path, peaks=H200_PEAKS, config=None):
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        return r, {f.id: f for f in findings(r)}, diagnose(s, r, config, peaks)
+
+
+def rules(d) -> dict:
+    return {x.rule: x for x in d.diagnoses}
+
+
+def steps_of(events):
+    return [(e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+
+
+# --- the grid -------------------------------------------------------------------------------------------------------
+
+def test_a_gpu_bound_step_whose_queue_drifts_is_compute_bound(tmp_path):
+    r, f, d = run(vt.gpu_bound_with_drift(tmp_path / "t.json"))
+    q2 = f["q2.bound"]
+    assert q2.evidence["bound"] == "compute-bound" and q2.evidence["gpu_us_per_step"] == pytest.approx(21000.0)
+    assert q2.evidence["cpu_us_per_step"] < 400 and q2.evidence["queue_drift_us"] > 0
+    assert "compute-bound" in q2.text and "overhead-bound" not in q2.text
+    assert "gpu_starved" not in rules(d)
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_host_copy_is_costed_by_the_cpu_time_it_blocks(tmp_path, pinned):
+    path = vt.copy_bound(tmp_path / "t.json", pinned)
+    events = scan_trace(path)
+    steps = steps_of(events)
+    calls = [e for e in events if e["name"] in ("cudaMemcpyAsync", "cudaStreamSynchronize")
+             and any(a <= e["ts"] and e["ts"] + e["dur"] <= b for a, b in steps)]
+    _, _, d = run(path)
+    x = rules(d)["sync_in_step"]
+    assert x.cost_us_per_step == pytest.approx(sum(e["dur"] for e in calls) / len(steps))
+    (htod,) = [c for c in x.evidence["copies"] if c["kind"] == "host-to-device"]
+    assert htod["bytes"] == 8 << 20 and htod["memory"] == ("pinned" if pinned else "pageable")
+    assert htod["copy_us"] == (170.0 if pinned else 650.0)
+    assert f"from {'pinned' if pinned else 'pageable'} memory" in x.text and "8.0 MiB" in x.text
+    if pinned:  # the call returns at once (the .item() after it still waits for the queue, and that is costed)
+        assert htod["call_us"] < htod["copy_us"]
+    else:  # the call holds the CPU for the whole copy
+        assert htod["call_us"] > htod["copy_us"]
+
+
+def test_a_gpu_starved_step_with_one_launch_is_found_and_its_cpu_time_named(tmp_path):
+    r, f, d = run(vt.gpu_starved_one_launch(tmp_path / "t.json"))
+    x = rules(d)["gpu_starved"]
+    assert x.evidence["gpu_ops_per_step"] == 1 and x.evidence["gpu_idle_share"] > 0.99
+    assert x.evidence["top_cpu_ops"][0]["name"] == "## Call CompiledFxGraph f0 ##"
+    assert "TorchDynamo Cache Lookup" in x.text and "reduce-overhead" in x.fix
+    assert x.cost_us_per_step == pytest.approx(x.evidence["cpu_step_us"] - 1.3)
+    assert f["q2.bound"].evidence["bound"] == "overhead-bound"
+
+
+def test_a_gemv_like_gemm_is_judged_by_the_memory_roof(tmp_path):
+    path = vt.gemm(tmp_path / "t.json", 4, 4096, 4096, "nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT", 9.0)
+    _, _, d = run(path)
+    (row,) = d.roofline[d.roofline["kind"] == "gemm"].to_dict("records")
+    flops, nbytes = 2 * 4 * 4096 * 4096, 2 * (4 * 4096 + 4096 * 4096 + 4 * 4096)  # by hand: bf16, 2 bytes each
+    assert row["roof"] == "memory" and row["intensity"] == pytest.approx(flops / nbytes)
+    assert row["peak"] == pytest.approx(flops / nbytes * H200_PEAKS.bandwidth_gbs / 1e3)  # TFLOP/s the bandwidth allows
+    assert row["fraction_of_peak"] == pytest.approx((nbytes / 9.0 / 1e3) / H200_PEAKS.bandwidth_gbs)  # GB/s over GB/s
+    assert "unaligned_gemm_dims" not in rules(d)  # M = 4: K and N are what alignment is about
+
+
+def test_an_unaligned_leading_dimension_is_named(tmp_path):
+    path = vt.gemm(tmp_path / "t.json", 4, 4096, 4095,
+                   "void cutlass::Kernel2<cutlass_75_tensorop_s1688gemm_bf16_64x64_32x1_nn_align1>(...)", 24.5)
+    _, _, d = run(path)
+    x = rules(d)["unaligned_gemm_dims"]
+    assert x.evidence["unaligned"] == ["N"] and "N is not a multiple of 8" in x.text
+    assert "built for sm75" in x.text and "operand alignment 1 element" in x.text
+    assert "of its memory roof" in x.text
+
+
+def test_a_big_aligned_gemm_is_judged_by_the_compute_roof(tmp_path):
+    path = vt.gemm(tmp_path / "t.json", 4096, 4096, 4096, "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 190.0)
+    _, _, d = run(path)
+    (row,) = d.roofline[d.roofline["kind"] == "gemm"].to_dict("records")
+    assert row["roof"] == "compute" and row["peak"] == H200_PEAKS.gemm_tflops["bf16"]
+    assert row["fraction_of_peak"] == pytest.approx(2 * 4096 ** 3 / 190.0 / 1e6 / H200_PEAKS.gemm_tflops["bf16"])
+
+
+def test_a_conv_in_nchw_gets_the_channels_last_rule_and_its_own_category(tmp_path):
+    path = vt.conv_with_transposes(tmp_path / "t.json")
+    events = scan_trace(path)
+    transposes = [e for e in events if "nchwToNhwc" in e["name"] or "nhwcToNchw" in e["name"]]
+    r, _, d = run(path)
+    x = rules(d)["conv_layout"]
+    n = len(steps_of(events))
+    assert x.evidence["transposes_per_step"] == len(transposes) / n == 2
+    assert x.evidence["transpose_us_per_step"] == pytest.approx(sum(e["dur"] for e in transposes) / n)
+    assert "channels_last" in x.fix
+    convs = [e for e in events if "fprop_implicit_gemm" in e["name"]]
+    b = r.step_breakdown.groupby("category")["time_us"].sum()
+    assert b["convolution"] == pytest.approx(sum(e["dur"] for e in convs)) and b["gemm"] == 0
+    assert b["other"] == pytest.approx(sum(e["dur"] for e in transposes))  # the transposes: data copies
+    (row,) = d.roofline[d.roofline["kind"] == "conv"].to_dict("records")
+    flops = 2 * 32 * 64 * 56 * 56 * 64 * 3 * 3  # by hand: 2·N·K·Hₒ·Wₒ·C·R·S, same-size output (padding 1)
+    nbytes = 2 * (32 * 64 * 56 * 56 + 64 * 64 * 3 * 3 + 32 * 64 * 56 * 56)
+    assert (row["flops"], row["bytes"], row["count"]) == (flops, nbytes, n) and row["time_us"] == 40.0
+    assert row["tflops"] == pytest.approx(flops / 40.0 / 1e6) and row["roof"] == "compute"
+
+
+def test_one_kernel_name_that_ran_two_shapes_is_read_per_shape(tmp_path):
+    path = vt.one_kernel_two_shapes(tmp_path / "t.json")
+    _, f, _ = run(path)
+    q8 = f["q8.variance"]
+    assert [(g["gflop"], g["count"], g["median_us"]) for g in q8.evidence["shapes"]] == [
+        (2 * 2048 ** 3 / 1e9, 6, 80.0), (2 * 1024 ** 3 / 1e9, 6, 10.0)]  # by hand: 2·M·K·N, per size
+    assert "ran 2 GEMM sizes" in q8.text and "shape, not noise" in q8.text and q8.evidence["cv"] > 0.7
+
+
+def test_a_cuda_trace_that_launched_no_kernel_says_so(tmp_path):
+    _, f, d = run(vt.allocations_only(tmp_path / "t.json"))
+    t = f["q2.bound"].text
+    assert "names NVIDIA H200 but recorded no kernel" in t and "ran on the CPU" not in t
+
+
+def test_a_trace_of_a_device_without_calibration_is_judged_by_its_datasheet_and_says_so(tmp_path):
+    path = vt.gemm(tmp_path / "t.json", 4096, 4096, 4095,
+                   "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_align1>(...)", 400.0)
+    _, _, d = run(path, peaks=None)
+    assert d.peaks is not None and d.peaks.source == "datasheet" and d.peaks.gemm_tflops["bf16"] == 989.4
+    assert "datasheet" in rules(d)["unaligned_gemm_dims"].text
+    _, _, d2 = run(path, peaks=H200_PEAKS)
+    assert d2.peaks.source == "measured" and "datasheet" not in rules(d2)["unaligned_gemm_dims"].text
+
+
+# --- properties of every test trace ---------------------------------------------------------------------------------
+
+TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_diag", "h200_workloads", "h200_verdicts", "cpu",
+                            "third_party", "traces")
+                for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json")))
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_verdict_contradicts_its_own_evidence(path):
+    meta = path.with_name(path.name.removesuffix(".json") + ".meta.json")
+    config = json.loads(meta.read_text())["config"] if meta.is_file() else None
+    r, f, d = run(path, peaks=H200_PEAKS if "h200" in path.parent.name else None, config=config)
+    ss = r.summary["steady_state"]
+    if ss["bound"] in ("compute-bound", "overhead-bound"):
+        assert (ss["bound"] == "compute-bound") == (ss["gpu_us_per_step"] >= GPU_BOUND_AT * ss["cpu_us_per_step"])
+        assert f["q2.bound"].evidence["bound"] == ss["bound"]
+    found = rules(d)
+    if "gpu_starved" in found:
+        assert ss["bound"] == "overhead-bound" and ss["gpu_idle_share"] >= 0.5
+    longest = float((r.steps[["cpu_dur_us", "gpu_busy_us"]].max(axis=1)).max()) if len(r.steps) else None
+    for x in d.diagnoses:
+        if x.cost_us_per_step is not None and longest is not None:
+            assert 0 <= x.cost_us_per_step <= longest * 1.001, (x.rule, x.cost_us_per_step, longest)
+    roof = d.roofline
+    for row in roof[roof["kind"] == "gemm"].to_dict("records"):
+        if row["peak"] is not None and row["compute_peak"] is not None and row["peak"] == row["peak"]:
+            assert row["peak"] <= row["compute_peak"] + 1e-9
+            assert row["roof"] == ("memory" if row["peak"] < row["compute_peak"] else "compute")

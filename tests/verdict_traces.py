@@ -1,0 +1,202 @@
+"""Synthetic Kineto traces built to break verdicts shaped on matmul + add, each with the verdict it must get.
+
+A :class:`Trace` lays out profiler steps on one CPU thread and one GPU stream the way torch.profiler records them:
+a ``ProfilerStep#N`` annotation, CPU ops (with ``Input Dims`` / ``Input type`` where shapes are recorded), runtime
+calls that launch GPU work (paired with it by ``correlation``, as traces without flow events are), kernels and
+copies on the stream, which start no earlier than their launch and no earlier than the previous op on the stream
+ended (so a CPU that runs ahead builds a queue, as a real stream does), and ``[memory]`` events.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+class Trace:
+    def __init__(self, device_name: str = "NVIDIA H200"):
+        self.events: list[dict] = []
+        self.t = 1000.0  # CPU clock, µs
+        self.gpu_free = 0.0  # when the stream is next free
+        self.corr = 0
+        self.device_name = device_name
+
+    def _x(self, name, ts, dur, cat, pid=1, tid=1, **args):
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
+                            "args": args})
+
+    def step(self, n: int, body, gap_us: float = 5.0):
+        """``ProfilerStep#n`` around ``body(self)``, which advances the CPU clock; returns the step's window."""
+        start = self.t
+        self.t += 2.0
+        body(self)
+        self.t += 2.0
+        self._x(f"ProfilerStep#{n}", start, self.t - start, "user_annotation")
+        window = (start, self.t)
+        self.t += gap_us
+        return window
+
+    def cpu(self, name, dur, *, dims=None, types=None, concrete=None, children=None):
+        """A CPU op of ``dur`` µs; ``children(self)`` runs inside it (its own time is the rest)."""
+        start = self.t
+        args = {}
+        if dims is not None:
+            args["Input Dims"] = dims
+        if types is not None:
+            args["Input type"] = types
+        if concrete is not None:
+            args["Concrete Inputs"] = concrete
+        self.t += 1.0
+        if children:
+            children(self)
+        self.t = max(self.t, start + dur)
+        self._x(name, start, self.t - start, "cpu_op", **args)
+
+    def launch(self, kernel: str, gpu_us: float, call_us: float = 5.0, call: str = "cudaLaunchKernel",
+               cat: str = "kernel", **gpu_args):
+        """A runtime call of ``call_us`` that queues ``gpu_us`` of GPU work named ``kernel``."""
+        self.corr += 1
+        ts = self.t
+        self._x(call, ts, call_us, "cuda_runtime", correlation=self.corr)
+        start = max(ts + 3.0, self.gpu_free)
+        self._x(kernel, start, gpu_us, cat, pid=0, tid=7, correlation=self.corr, device=0, stream=7, **gpu_args)
+        self.gpu_free = start + gpu_us
+        self.t = ts + call_us
+        return start
+
+    def copy(self, kind: str, nbytes: int, gpu_us: float, call_us: float, *, blocking: bool):
+        """A cudaMemcpyAsync of ``nbytes``: ``kind`` as Kineto names it (``HtoD (Pageable -> Device)``,
+        ``HtoD (Pinned -> Device)``, ``DtoH (Device -> Pageable)``); a pageable copy blocks the CPU call until done."""
+        self.corr += 1
+        ts = self.t
+        start = max(ts + 3.0, self.gpu_free)
+        end = start + gpu_us
+        dur = max(call_us, end - ts + 1.0) if blocking else call_us
+        self._x("cudaMemcpyAsync", ts, dur, "cuda_runtime", correlation=self.corr)
+        self._x(f"Memcpy {kind}", start, gpu_us, "gpu_memcpy", pid=0, tid=7, correlation=self.corr, device=0,
+                stream=7, bytes=nbytes, **{"memory bandwidth (GB/s)": nbytes / gpu_us / 1e3})
+        self.gpu_free = end
+        self.t = ts + dur
+
+    def sync(self, name: str = "cudaStreamSynchronize"):
+        """A synchronising call that waits until the stream is idle."""
+        ts = self.t
+        dur = max(2.0, self.gpu_free - ts + 2.0)
+        self._x(name, ts, dur, "cuda_runtime")
+        self.t = ts + dur
+
+    def memory(self, nbytes: int, total: int, reserved: int, device: int = 0):
+        self.events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+                            "ts": self.t, "args": {"Addr": 140000000000 + len(self.events), "Bytes": nbytes,
+                                                   "Total Allocated": total, "Total Reserved": reserved,
+                                                   "Device Type": 1, "Device Id": device}})
+        self.t += 1.0
+
+    def write(self, path: Path, device_properties: bool = True) -> Path:
+        doc = {"schemaVersion": 1, "traceEvents": self.events}
+        if device_properties:
+            doc["deviceProperties"] = [{"id": 0, "name": self.device_name, "computeMajor": 9, "computeMinor": 0}]
+        Path(path).write_text(json.dumps(doc))
+        return Path(path)
+
+
+BF16 = ["c10::BFloat16", "c10::BFloat16"]
+
+
+def gpu_bound_with_drift(path: Path, steps: int = 5) -> Path:
+    """An fp32-MLP-like step: 0.3 ms of CPU that launches 3 GEMMs of 7 ms each. The CPU runs ahead, the queue
+    drifts, and the GPU work of a step runs long after that step's window: compute-bound."""
+    t = Trace()
+    for n in range(steps):
+        def body(t):
+            for _ in range(3):
+                t.cpu("aten::mm", 90, dims=[[4096, 4096], [4096, 4096]], types=["float", "float"],
+                      children=lambda t: t.launch("ampere_sgemm_128x64_nn", 7000.0))
+        t.step(n + 1, body)
+    return t.write(path)
+
+
+def copy_bound(path: Path, pinned: bool, steps: int = 4) -> Path:
+    """A step that copies 8 MiB from the host (pageable: the call blocks for the whole copy; pinned: it returns at
+    once), runs a 20 µs kernel on it and reads a scalar back with .item()."""
+    t = Trace()
+    kind = "HtoD (Pinned -> Device)" if pinned else "HtoD (Pageable -> Device)"
+    gpu_us = 170.0 if pinned else 650.0
+    for n in range(steps):
+        def body(t):
+            t.cpu("aten::copy_", 10, children=lambda t: t.copy(kind, 8 << 20, gpu_us, 8.0, blocking=not pinned))
+            t.cpu("aten::mm", 20, dims=[[1024, 1024], [1024, 1024]], types=BF16,
+                  children=lambda t: t.launch("nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT", 20.0))
+            t.cpu("aten::item", 30, children=lambda t: t.cpu(
+                "aten::_local_scalar_dense", 28, children=lambda t: (
+                    t.copy("DtoH (Device -> Pageable)", 4, 2.0, 6.0, blocking=True), t.sync())))
+        t.step(n + 1, body)
+    return t.write(path)
+
+
+def gpu_starved_one_launch(path: Path, steps: int = 4) -> Path:
+    """A compiled step of one 1.3 µs Triton kernel inside 375 µs of CPU (Dynamo's guards, the compiled region's
+    Python): one launch per step, the GPU idle 99.7 % of the step."""
+    t = Trace()
+    for n in range(steps):
+        def body(t):
+            t.cpu("TorchDynamo Cache Lookup", 120)
+            t.cpu("Torch-Compiled Region: 0/0", 240, children=lambda t: t.cpu(
+                "## Call CompiledFxGraph f0 ##", 200, children=lambda t: t.launch(
+                    "triton_poi_fused_add_mul_relu_sin_0", 1.3, call="cuLaunchKernel")))
+        t.step(n + 1, body, gap_us=5.0)
+    return t.write(path)
+
+
+def gemm(path: Path, m: int, k: int, n: int, kernel: str, gpu_us: float, steps: int = 4, cpu_us: float = 60.0
+         ) -> Path:
+    """One bf16 ``aten::mm`` of (m, k) @ (k, n) per step, recorded shapes, running ``kernel`` for ``gpu_us``."""
+    t = Trace()
+    for s in range(steps):
+        t.step(s + 1, lambda t: t.cpu("aten::mm", cpu_us, dims=[[m, k], [k, n]], types=BF16,
+                                      children=lambda t: t.launch(kernel, gpu_us)))
+    return t.write(path)
+
+
+def conv_with_transposes(path: Path, steps: int = 3) -> Path:
+    """A bf16 NCHW conv (3×3, stride 1, padding 1, (32, 64, 56, 56) input, 64 filters): cuDNN transposes the input
+    to NHWC, runs the implicit-GEMM kernel, transposes back."""
+    t = Trace()
+    for s in range(steps):
+        def body(t):
+            def conv(t):
+                t.launch("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float, "
+                         "false, true, (cudnnKernelDataType_t)0>(...)", 12.0)
+                t.launch("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize256x64x32_"
+                         "warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn", 40.0)
+                t.launch("void cudnn::engines_precompiled::nhwcToNchwKernel<__nv_bfloat16, __nv_bfloat16, float, "
+                         "true, false, (cudnnKernelDataType_t)0>(...)", 12.0)
+            t.cpu("aten::convolution", 300, dims=[[32, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
+                  types=["c10::BFloat16", "c10::BFloat16", "", "ScalarList", "ScalarList", "ScalarList", "Scalar",
+                         "ScalarList", "Scalar"],
+                  concrete=["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"],
+                  children=lambda t: t.cpu("aten::cudnn_convolution", 60, children=conv))
+        t.step(s + 1, body)
+    return t.write(path)
+
+
+def allocations_only(path: Path) -> Path:
+    """A CUDA trace (device properties, [memory] events on device 0) in which no kernel ran."""
+    t = Trace()
+    t.step(1, lambda t: (t.memory(1 << 20, 1 << 20, 2 << 20), t.cpu("aten::empty", 10),
+                         t.memory(-(1 << 20), 0, 2 << 20)))
+    return t.write(path)
+
+
+def one_kernel_two_shapes(path: Path, steps: int = 6) -> Path:
+    """One GEMM kernel name run at two shapes each step: 10 µs at 1024³ and 80 µs at 2048³ (a spread that is
+    shape, not noise)."""
+    t = Trace()
+    name = "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT"
+    for s in range(steps):
+        def body(t):
+            t.cpu("aten::mm", 20, dims=[[1024, 1024], [1024, 1024]], types=BF16,
+                  children=lambda t: t.launch(name, 10.0))
+            t.cpu("aten::mm", 20, dims=[[2048, 2048], [2048, 2048]], types=BF16,
+                  children=lambda t: t.launch(name, 80.0))
+        t.step(s + 1, body)
+    return t.write(path)
