@@ -6,7 +6,8 @@ from pages import _ui as ui
 from profiling_core import ExperimentConfig
 from profiling_core.analyses import compile_payoff
 from profiling_core.errors import ConfigError
-from profiling_core.present import ReportSection
+from profiling_core.present import ReportSection, comparison_warnings
+from profiling_core.run import SPREAD_WARN_PCT, sweep_points
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -64,6 +65,11 @@ def per_step(run_id: str) -> dict:
 
 per_run = pd.DataFrame([per_step(r) for r in chosen])
 per_run["warmup_s"] = [(ui.load_run(r).meta.get("timings") or {}).get("warmup_s") for r in chosen]
+points = sweep_points(per_run, keys=("mode",), values=("CPU per step (µs)",))
+warnings = comparison_warnings(points, ["mode"], value="CPU per step (µs)", runs=[ui.load_run(r) for r in chosen])
+noisy_modes = set(points.loc[points["CPU per step (µs)_spread_pct"] > SPREAD_WARN_PCT, "mode"])
+for w in warnings:
+    st.warning(ui.md_text(w), icon=":material/warning:")
 metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s")]
 if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, with the range of its CPU time
     g = per_run.groupby("mode", sort=False)
@@ -150,9 +156,12 @@ if not base_rows.empty:
         if row["mode"] == "eager" or pd.isna(row["warmup_s"]) or pd.isna(base["warmup_s"]):
             continue
         p = compile_payoff(base["warmup_s"], row["warmup_s"], base["CPU per step (µs)"], row["CPU per step (µs)"])
+        noisy = sorted({"eager", row["mode"]} & noisy_modes)
         payoff_rows.append({"run": row["run"], "one-time compile (s)": round(p["compile_s"], 2),
                             "CPU saved per step (µs)": round(p["saving_us_per_step"], 1),
-                            "pays off after": "never (the compiled step is not cheaper on the CPU)"
+                            "pays off after": (f"unclear: the runs of {' and '.join(noisy)} spread by more than "
+                                               f"{SPREAD_WARN_PCT:.0f}% (see the warning above)") if noisy
+                            else "never (the compiled step is not cheaper on the CPU)"
                             if p["payoff_steps"] is None else f"{p['payoff_steps']:,} steps"})
 if payoff_rows:
     st.caption("The compile happens in the first warm-up call: its one-time cost is the compiled run's warm-up time "
@@ -178,7 +187,16 @@ else:
                    column_config={"fraction_of_peak": st.column_config.ProgressColumn(
                        "of peak", format="percent", min_value=0.0, max_value=1.0)})
 
+st.header("What the findings say, run by run", divider="gray")
+compiled_chosen = [r for r in chosen if ui.mode_label(r) != "eager"]
 for r in chosen:
+    if compiled_chosen and ui.mode_label(r) == "eager":
+        continue  # an eager run's compile findings only say there is nothing compiled: the page compares already
+    st.markdown(f"**{ui.md_text(ui.load_run(r).name)}** ({ui.md_text(ui.mode_label(r))})")
     ui.show_findings(ui.findings(r), questions={9, 10})
-ui.report_button("Compile vs eager", [ReportSection("Per step", charts=[cpu, ops, reg], tables=[("deltas", delta)])],
+if compiled_chosen and len(compiled_chosen) < len(chosen):
+    st.caption("The eager runs are the baseline above: they have no compiled region to explain.")
+ui.report_button("Compile vs eager", [ReportSection("Per step", text="\n\n".join(warnings), charts=[cpu, ops, reg],
+                                                    tables=[("deltas", delta), *((("payoff", pd.DataFrame(payoff_rows)),)
+                                                                                 if payoff_rows else ())])],
                  configs={r: ui.load_run(r).meta.get("config") or {} for r in chosen}, key="compile")

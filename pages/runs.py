@@ -76,7 +76,10 @@ st.subheader("Where the GPU time goes")
 both = {name_a: ra.step_breakdown, name_b: rb.step_breakdown}
 per_run = charts.breakdown_bars(both, per="run")
 breakdown_charts = []
-if per_run.empty:
+if not (ra.has_gpu or rb.has_gpu):
+    st.info("Neither run has a GPU lane (both ran on the CPU): there is no GPU time to break down.",
+            icon=":material/info:")
+elif per_run.empty:
     st.caption("Neither trace has ProfilerStep slices, so there is no per-step breakdown to compare.")
 else:
     share_chart = ui.chart("time_by_category", per_run, bar="bar", value="share",
@@ -130,7 +133,8 @@ with fb:
     st.markdown(f"**{ui.md_text(name_b)}**")
     ui.show_findings(ui.findings(b))
 ui.report_button("Compare runs", [ReportSection("Steps", charts=[step_chart], tables=[("summary", summary)]),
-                                  ReportSection("Where the GPU time goes", charts=breakdown_charts),
+                                  *([ReportSection("Where the GPU time goes", charts=breakdown_charts)]
+                                    if breakdown_charts else []),
                                   ReportSection("Kernels", charts=[kchart]),
                                   ReportSection(name_a, findings=ui.findings(a)),
                                   ReportSection(name_b, findings=ui.findings(b))],

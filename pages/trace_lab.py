@@ -60,9 +60,9 @@ if len(rep.steps):
     steps = rep.steps[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "launches", "kernels"]]
     st.dataframe(steps, hide_index=True, width="stretch", height=ui.fit_height(steps))
 if len(rep.kernel_stats):
-    top = rep.kernel_stats.head(10).assign(kernel=lambda d: d["name"].astype(str).str.slice(0, 60))
+    top = rep.kernel_stats.head(10).assign(kernel=lambda d: d["name"].astype(str))  # full names: one bar each
     kc = ui.chart("grouped_bars", top, category="kernel", value="total_us", title="Kernels by total time",
-                             value_title="µs")
+                  value_title="µs")
     ui.chart_block(kc, rep.kernel_stats, "lab_kernels", key="lab_kernels")
 elif not rep.has_gpu:
     st.caption("No GPU lane in this trace: kernel panels are empty.")
