@@ -21,8 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-from profiling_core import ExperimentConfig, RunStore, calibrate, run_experiment  # noqa: E402
+from gpu_workloads import run_each  # noqa: E402 - the same run-and-keep loop
+from profiling_core import ExperimentConfig, RunStore, calibrate  # noqa: E402
 
 CASES = ROOT / "scripts" / "verdict_cases"
 W = dict(warmup=10, active=3, device="cuda", dtype="bf16")
@@ -66,21 +68,11 @@ def main() -> int:
     peaks = calibrate(store=store)
     (out / "peaks.json").write_text(json.dumps(peaks.to_dict(), indent=1))
     print(f"== calibration {time.perf_counter() - t0:.1f} s: {peaks.gemm_tflops} {peaks.bandwidth_gbs} GB/s", flush=True)
-    for label, cfg in runs().items():
-        if only and label not in only:
-            continue
-        t0 = time.perf_counter()
-        try:
-            run = run_experiment(cfg, store=store, prestart=1)
-        except Exception as e:  # noqa: BLE001 - report and go on
-            print(f"== {label} FAILED: {type(e).__name__}: {str(e)[:600]}", flush=True)
-            continue
-        shutil.copyfile(run.trace_path, out / f"{label}.json")
-        shutil.copyfile(run.meta_path, out / f"{label}.meta.json")
+    for label, run, took in run_each(runs(), store, out, only):
         res = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(run.trace_path), "--json",
                               "--engine", "sqlite"], capture_output=True, text=True)
         (out / f"{label}.analyze.json").write_text(res.stdout or res.stderr)
-        print(f"== {label} ({time.perf_counter() - t0:.1f} s, analyze rc {res.returncode})", flush=True)
+        print(f"== {label} ({took:.1f} s, analyze rc {res.returncode})", flush=True)
     shutil.rmtree(store.root, ignore_errors=True)
     return 0
 

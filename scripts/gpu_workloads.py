@@ -77,6 +77,24 @@ def scan(trace: Path) -> str:
     return "\n".join(lines)
 
 
+def run_each(configs: dict, store: RunStore, out: Path, only: set):
+    """Each config (``{label: config}``, those in ``only`` when it is not empty) through the runner, forked from the
+    prestarted worker as the app does; its trace and meta.json copied to ``out`` as ``<label>.json`` /
+    ``<label>.meta.json``. Yields (label, run, seconds) per run that landed; a failed run is printed and skipped."""
+    for label, cfg in configs.items():
+        if only and label not in only:
+            continue
+        t0 = time.perf_counter()
+        try:
+            run = run_experiment(cfg, store=store, prestart=1)
+        except Exception as e:  # noqa: BLE001 - report and go on
+            print(f"== {label} ({cfg.name}) FAILED: {type(e).__name__}: {str(e)[:600]}", flush=True)
+            continue
+        shutil.copyfile(run.trace_path, out / f"{label}.json")
+        shutil.copyfile(run.meta_path, out / f"{label}.meta.json")
+        yield label, run, time.perf_counter() - t0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -86,18 +104,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     only = {x for x in a.only.split(",") if x}
     store = RunStore(tempfile.mkdtemp(prefix="wl-store-"))
-    for label, cfg in runs().items():
-        if only and label not in only:
-            continue
-        t0 = time.perf_counter()
-        try:
-            run = run_experiment(cfg, store=store, prestart=1)
-        except Exception as e:  # noqa: BLE001 - report and go on
-            print(f"== {label} ({cfg.name}) FAILED: {type(e).__name__}: {str(e)[:400]}", flush=True)
-            continue
-        shutil.copyfile(run.trace_path, out / f"{label}.json")
-        shutil.copyfile(run.meta_path, out / f"{label}.meta.json")
-        print(f"== {label} ({cfg.name}, {time.perf_counter() - t0:.1f} s)\n{scan(run.trace_path)}", flush=True)
+    for label, run, took in run_each(runs(), store, out, only):
+        print(f"== {label} ({run.config.name}, {took:.1f} s)\n{scan(run.trace_path)}", flush=True)
     shutil.rmtree(store.root, ignore_errors=True)
     return 0
 
