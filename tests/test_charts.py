@@ -265,7 +265,11 @@ def test_bar_labels_never_read_as_exponents_or_zero_runs():
     big = pd.DataFrame({"metric": ["a", "b"], "value": [5460.0, 12.0]})
     spec = json.dumps(C.grouped_bars(big, category="metric", value="value").to_dict())
     fmt = set(re.findall(r'"format": "([^"]+)"', spec))
-    assert fmt == {",.0f"}  # 5,460 and 12, not 5.46e+3
+    assert fmt == {",.0f", ",.4~r"}  # labels 5,460 and 12, not 5.46e+3; the log axis in plain decimals, not "10m"
+    import vl_convert as vlc  # the axis as drawn: one tick per decade, not just 0 and the maximum
+    svg = vlc.vegalite_to_svg(C.grouped_bars(big, category="metric", value="value").to_json())
+    ticks = re.findall(r'<text[^>]*>([0-9,.]+)</text>', svg)
+    assert {"0", "10", "100", "1,000"} <= set(ticks), ticks
     small = pd.DataFrame({"metric": ["a", "b"], "value": [0.5, 0.125]})
     assert ",.3~f" in json.dumps(C.grouped_bars(small, category="metric", value="value").to_dict())
 

@@ -50,6 +50,25 @@ def _us_format(values: pd.Series) -> str:
     return ",.0f" if top >= 100 else ",.2f"
 
 
+def decade_ticks(values: pd.Series) -> list[float]:
+    """Tick values for a (symmetric) log axis over ``values``: 0 where the axis starts there, then every power of ten
+    up to the first one at or above the largest value, so the axis reads in decades (Vega-Lite's own symlog ticks
+    can be as few as two: 0 and the maximum)."""
+    import math
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    pos = v[v > 0]
+    if not len(pos):
+        return [0.0]
+    lo = math.floor(math.log10(float(pos.min())))
+    hi = math.ceil(math.log10(float(pos.max())))
+    return [0.0] + [float(10 ** k) for k in range(lo, hi + 1)]
+
+
+LOG_AXIS_FORMAT = ",.4~r"
+"""A d3 format for the ticks of a log axis of µs (or counts): plain decimals with thousands separators, no SI
+prefixes (``~s`` reads 0.01 µs as "10m")."""
+
+
 def _plain_format(values: pd.Series) -> str:
     """A d3 format for counts and other plain numbers that never prints an exponent ("5.46e+3") or a run of zeros
     ("0.000000"): whole numbers with thousands separators, else up to three decimals with trailing zeros dropped."""

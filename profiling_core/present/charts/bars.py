@@ -9,7 +9,8 @@ import pandas as pd
 
 from ...analyses.breakdown import category_totals
 from ...analyses.categories import BREAKDOWN_CATEGORIES
-from ._style import BREAKDOWN_COLORS, WIDTH, _plain_format, _require, _us_format, empty_chart
+from ._style import (BREAKDOWN_COLORS, LOG_AXIS_FORMAT, WIDTH, _plain_format, _require, _us_format, decade_ticks,
+                     empty_chart)
 
 
 def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional[str] = None,
@@ -32,7 +33,8 @@ def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional
     positive = vals[vals > 0]
     log = log or (len(positive) > 1 and float(positive.max()) >= 100 * float(positive.min()))  # spans decades
     scale = alt.Scale(type="symlog") if log else alt.Scale()
-    enc = dict(x=alt.X(f"{value}:Q", title=value_title or value, scale=scale),
+    axis = alt.Axis(values=decade_ticks(vals), format=LOG_AXIS_FORMAT) if log else alt.Axis()
+    enc = dict(x=alt.X(f"{value}:Q", title=value_title or value, scale=scale, axis=axis),
                y=alt.Y(f"{category}:N", title=None, sort=list(dict.fromkeys(data[category])),
                        axis=alt.Axis(labelLimit=320)),
                tooltip=[f"{c}:N" for c in cols if c != value] + [alt.Tooltip(f"{value}:Q", format=fmt)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from ._style import WIDTH, _require
+from ._style import LOG_AXIS_FORMAT, WIDTH, _require, decade_ticks
 
 
 def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel duration per step"
@@ -31,7 +31,7 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
     lines = base.mark_line(point=True).encode(
         x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("dur_us:Q", title="duration (µs)" + (", log scale" if scale.type == "log" else ""), scale=scale,
-                axis=alt.Axis(format="~s" if scale.type == "log" else ",.3~f")),
+                axis=alt.Axis(format=LOG_AXIS_FORMAT if scale.type == "log" else ",.3~f")),
         tooltip=["run:N", "kernel:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs"),
                  alt.Tooltip("median_us:Q", format=",.2f", title="median µs"),
                  alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
@@ -110,7 +110,8 @@ def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs wa
     pos = steps["dur_us"][steps["dur_us"] > 0]
     log = len(pos) > 1 and float(pos.max()) >= 100 * float(pos.min())
     yscale = alt.Scale(type="symlog") if log else alt.Scale()  # (bars start at 0, which a log scale cannot draw)
-    y = alt.Y("dur_us:Q", title="step duration (µs)" + (", symmetric log scale" if log else ""), scale=yscale)
+    y = alt.Y("dur_us:Q", title="step duration (µs)" + (", symmetric log scale" if log else ""), scale=yscale,
+              axis=alt.Axis(values=decade_ticks(steps["dur_us"]), format=LOG_AXIS_FORMAT) if log else alt.Axis())
     enc = dict(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)), xOffset="label:N",
                color=alt.Color("label:N", title=None))
     bars = (alt.Chart(steps).mark_bar()

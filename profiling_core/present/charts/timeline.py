@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import altair as alt
 import pandas as pd
 
-from ._style import CATEGORY_COLORS, WIDTH, _require
+from ._style import CATEGORY_COLORS, LOG_AXIS_FORMAT, WIDTH, _require
 
 _CHAR_PX = 5.5  # width of one 9-px label character
 
@@ -204,7 +204,7 @@ def trace_overview(slices: pd.DataFrame, steps: pd.DataFrame, *, title: str = "T
     _require(slices, ["lane", "name", "start_us", "end_us", "depth", "category"], "trace_overview")
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     cats = [c for c in CATEGORY_COLORS if c in set(slices["category"])] or ["other"]
-    x = alt.X("start_us:Q", title="time since the first step (µs)", axis=alt.Axis(format="~s"))
+    x = alt.X("start_us:Q", title="time since the first step (µs)", axis=alt.Axis(format=LOG_AXIS_FORMAT))
     bars = (alt.Chart(slices).mark_bar(opacity=0.85)
             .encode(x=x, x2="end_us:Q", y=alt.Y("lane:N", sort=["CPU", "GPU"], title=None),
                     yOffset=alt.YOffset("depth:O", title=None),
