@@ -121,7 +121,7 @@ if cold_id and warm_id:
     for label, ids in groups:
         for r in ids:
             s = ui.report(r).steps
-            rows.append(pd.DataFrame({"step": range(len(s)), "dur_us": s["cpu_dur_us"].to_numpy(),
+            rows.append(pd.DataFrame({"step": s["step"].to_numpy(), "dur_us": s["cpu_dur_us"].to_numpy(),
                                       "label": f"{label} · {ui.load_run(ids[0]).name}"}))
     per_run = pd.concat(rows, ignore_index=True)
     cw = (per_run.groupby(["label", "step"])["dur_us"].agg(dur_us="median", lo_us="min", hi_us="max", n="count")

@@ -63,7 +63,7 @@ with b_col:
 ra, rb = ui.report(a), ui.report(b)
 name_a, name_b = f"A · {ui.load_run(a).name}", f"B · {ui.load_run(b).name}"
 
-steps = pd.concat([pd.DataFrame({"step": range(len(r.steps)), "dur_us": r.steps["cpu_dur_us"].to_numpy(),
+steps = pd.concat([pd.DataFrame({"step": r.steps["step"].to_numpy(), "dur_us": r.steps["cpu_dur_us"].to_numpy(),
                                  "label": n}) for r, n in ((ra, name_a), (rb, name_b))], ignore_index=True)
 step_chart = ui.chart("cold_vs_warm", steps, title="CPU time of each profiled step")
 ui.chart_block(step_chart, steps, "compare_steps", key="runs_steps")
