@@ -152,7 +152,7 @@ def test_gpu_busy_fraction_axis_is_percent(sweep):
 
 def test_kernel_durations_by_step_facets_per_kernel_with_median_and_mean(durations):
     spec = C.kernel_durations_by_step(durations).to_dict()
-    assert spec["facet"]["row"]["field"] == "kernel_short"
+    assert spec["facet"]["row"]["field"] == "kernel"
     assert spec["resolve"]["scale"]["y"] == "independent"
     assert _marks(spec) == ["line", "rule", "rule"]
     rows = _datasets(spec)[0]
@@ -400,3 +400,17 @@ def test_time_by_category_names_what_is_wrong():
         C.time_by_category(pd.DataFrame({"category": ["gemm"]}))
     with pytest.raises(ValueError, match="unknown categor\\(ies\\) kernel; known: gemm, convolution, attention"):
         C.time_by_category(pd.DataFrame({"category": ["kernel"], "step": [1], "time_us": [1.0]}))
+
+
+def test_kernels_whose_names_share_a_long_prefix_stay_apart_and_repeated_calls_get_a_line_each():
+    a, b = "k" * 70 + "_a", "k" * 70 + "_b"  # the same first 60 (and 48) characters
+    df = pd.DataFrame({"step": [2, 2, 2, 3, 3, 3, 2, 3], "kernel": [a, a, a, a, a, a, b, b],
+                       "occurrence": [0, 1, 2, 0, 1, 2, 0, 0], "dur_us": [1.0, 5.0, 9.0, 1.1, 5.1, 9.1, 3.0, 3.2]})
+    spec = C.kernel_durations_by_step(df).to_dict()
+    rows = _datasets(spec)[0]
+    assert {r["kernel"] for r in rows} == {a, b}  # two facets, not one merged by a truncated name
+    assert {round(r["median_us"], 2) for r in rows if r["kernel"] == b} == {3.1}
+    line = spec["spec"]["layer"][0]
+    assert line["encoding"]["detail"]["field"] == "call"  # one line per call: no zigzag through a step's calls
+    lat = C.launch_latency(df.assign(latency_us=df["dur_us"])).to_dict()
+    assert lat["encoding"]["color"]["field"] == "kernel"

@@ -13,14 +13,19 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
     """Per kernel (one row each, own y scale): duration across steps, median (solid) and mean (dashed) rules.
 
     durations: ``step`` (int), ``kernel`` (str), ``dur_us``; optional ``run`` to compare runs
-    (one colour per run).
+    (one colour per run) and ``occurrence`` (the how-manieth call of the kernel in its step): a kernel called
+    several times a step gets one line per call, not a zigzag through them. Kernels are told apart by their full
+    names (a row's header shows the first 60 characters).
     """
     _require(durations, ["step", "kernel", "dur_us"], "kernel_durations_by_step")
     data = durations.copy()
     if "run" not in data.columns:
         data["run"] = "this run"
-    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 60)
-    grouped = data.groupby(["run", "kernel_short"])["dur_us"]
+    data["kernel"] = data["kernel"].astype(str)
+    calls = "occurrence" in data.columns and data["occurrence"].nunique() > 1
+    if calls:
+        data["call"] = data["occurrence"].astype(int) + 1
+    grouped = data.groupby(["run", "kernel"])["dur_us"]
     data["median_us"] = grouped.transform("median")
     data["mean_us"] = grouped.transform("mean")
     color = alt.Color("run:N", title="run")
@@ -28,23 +33,27 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
     # one slow step (the first, cold) would flatten the others to a line: a log axis keeps them apart
     outlier = bool(len(data) and (data["dur_us"] > 10 * data["median_us"]).any())
     scale = alt.Scale(type="log") if outlier and (data["dur_us"] > 0).all() else alt.Scale(zero=False)
+    extra = {"detail": "call:N"} if calls else {}
     lines = base.mark_line(point=True).encode(
+        **extra,
         x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("dur_us:Q", title="duration (µs)" + (", log scale" if scale.type == "log" else ""), scale=scale,
                 axis=alt.Axis(format=LOG_AXIS_FORMAT if scale.type == "log" else ",.3~f")),
-        tooltip=["run:N", "kernel:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs"),
+        tooltip=["run:N", "kernel:N", "step:O", *(["call:O"] if calls else []),
+                 alt.Tooltip("dur_us:Q", format=",.2f", title="µs"),
                  alt.Tooltip("median_us:Q", format=",.2f", title="median µs"),
                  alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
     median = base.mark_rule(strokeWidth=1.5, opacity=0.8).encode(
         y="median_us:Q", tooltip=["run:N", alt.Tooltip("median_us:Q", format=",.2f", title="median µs")])
     mean = base.mark_rule(strokeDash=[6, 3], strokeWidth=1.5, opacity=0.8).encode(
         y="mean_us:Q", tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
+    subtitle = "solid rule: median, dashed rule: mean" + ("; one line per call in a step" if calls else "")
     return (alt.layer(lines, median, mean, data=data).properties(width=WIDTH, height=170)
-            .facet(row=alt.Row("kernel_short:N", title=None,
+            .facet(row=alt.Row("kernel:N", title=None,
                                header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
-                                                 labelOrient="top", labelFontWeight="bold")))
+                                                 labelOrient="top", labelFontWeight="bold", labelLimit=WIDTH)))
             .resolve_scale(y="independent")
-            .properties(title=alt.TitleParams(title, subtitle="solid rule: median, dashed rule: mean")))
+            .properties(title=alt.TitleParams(title, subtitle=subtitle)))
 
 
 def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel durations") -> alt.FacetChart:
@@ -57,8 +66,8 @@ def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel dur
     data = durations.copy()
     if "run" not in data.columns:
         data["run"] = "this run"
-    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 60)
-    data["mean_us"] = data.groupby(["run", "kernel_short"])["dur_us"].transform("mean")
+    data["kernel"] = data["kernel"].astype(str)  # full names tell kernels apart; headers show what fits
+    data["mean_us"] = data.groupby(["run", "kernel"])["dur_us"].transform("mean")
     y = alt.Y("run:N", title=None, axis=alt.Axis(labelLimit=260))
     box = alt.Chart().mark_boxplot(extent="min-max", size=14).encode(
         x=alt.X("dur_us:Q", title="duration (µs)", scale=alt.Scale(zero=False)), y=y,
@@ -67,7 +76,7 @@ def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel dur
         x="mean_us:Q", y=y, tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
     n_runs = max(1, data["run"].nunique())
     return (alt.layer(box, mean, data=data).properties(width=WIDTH, height=30 * n_runs + 10)
-            .facet(row=alt.Row("kernel_short:N", title=None,
+            .facet(row=alt.Row("kernel:N", title=None,
                                header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
                                                  labelOrient="top", labelFontWeight="bold")))
             .resolve_scale(x="independent")
@@ -87,11 +96,11 @@ def launch_latency(latency: pd.DataFrame, *, title: str = "Launch latency: kerne
         data["step"] = range(len(data))
     if "launch" not in data.columns:
         data["launch"] = ""
-    data["kernel_short"] = data["kernel"].astype(str).str.slice(0, 48)
+    data["kernel"] = data["kernel"].astype(str)  # one colour per full name; the legend shows what fits
     return (alt.Chart(data).mark_point(size=70, opacity=0.85, filled=True)
             .encode(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
                     y=alt.Y("latency_us:Q", title="latency (µs)"),
-                    color=alt.Color("kernel_short:N", title="kernel",
+                    color=alt.Color("kernel:N", title="kernel",
                                     legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
                     shape=alt.Shape("launch:N", title="launch call"),
                     tooltip=["kernel:N", "launch:N", "step:O",
