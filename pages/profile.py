@@ -64,7 +64,8 @@ c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us"
 c3.metric("GPU busy per step (median)",
           format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
 ss = s.get("steady_state") or {}
-c4.metric("Steady state", ss.get("bound") if s.get("has_gpu") and ss.get("bound") else "no GPU",
+c4.metric("Bound, steady state", ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get("bound")
+          else "no GPU",
           help="the bound rule (question 2): GPU work launched per step against CPU time per step, over the steps "
                "after the first; at or above 1× the GPU sets the pace (compute-bound), below it the GPU waits on the "
                "CPU (overhead-bound). The GPU's busy share inside each step's own window is evidence only: when the CPU "
@@ -159,8 +160,9 @@ ui.show_findings(found)
 
 # --- diagnosis -----------------------------------------------------------------------------------
 st.header("4 · What to change", divider="gray")
-st.caption("Each GEMM and copy against the peaks measured on this device, and the anti-patterns the rules "
-           "recognise in this trace, each with its evidence and the PyTorch change that addresses it.")
+st.caption("Each GEMM, convolution and copy against the device's peaks (measured here, else its datasheet's), and "
+           "the anti-patterns the rules recognise in this trace, each with its evidence and the PyTorch change that "
+           "addresses it.")
 ui.show_diagnosis(rid, key="profile")
 diag = ui.diagnosis(rid)
 

@@ -67,10 +67,10 @@ def test_the_steady_state_metric_is_the_verdict_the_finding_states(runs_dir):
     import_trace(runs_dir, path, "a20")
     at = app("profile")
     assert not errors_of(at)
-    [m] = [m for m in at.metric if m.label == "Steady state"]
+    [m] = [m for m in at.metric if m.label == "Bound, steady state"]
     with open_trace(path, engine="sqlite") as s:
         q2 = next(f for f in findings(s) if f.id == "q2.bound")
-    assert m.value == q2.evidence["bound"] == "compute-bound" and "compute-bound" in q2.text
+    assert m.value == "compute" and q2.evidence["bound"] == "compute-bound" and "compute-bound" in q2.text
 
 
 
