@@ -71,7 +71,8 @@ def _q2_bound(r, config=None) -> list[Finding]:
                 "is no overhead/compute verdict.")
         return [Finding("q2.bound", 2, "No-gpu", text, ev)]
     cpu, gpu, ratio = ss["cpu_us_per_step"], ss["gpu_us_per_step"], ss["gpu_to_cpu"] or 0.0
-    text = (f"In steady state ({basis}) a step took a median {_us(cpu)} of CPU time and launched {_us(gpu)} of GPU "
+    median = "a median " if len(ss["basis_steps"]) > 1 else ""
+    text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of GPU "
             f"work ({ratio:.2f}× the CPU time). ")
     if label == "compute-bound":
         text += ("The GPU has at least as much to do as the CPU, so the CPU runs ahead and the GPU sets the pace: the "

@@ -133,8 +133,8 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
     if cold:
         return (f" No warm-up ({why}), but no call in the first step is missing from the later ones: "
                 + (f"the {first_step} schedule step(s) before ProfilerStep#{first_step} already ran the function "
-                   f"unrecorded, so the cold start fell outside this window; nothing in the trace names the extra "
-                   f"(the profiler's first recorded step, or other work on the machine: run it again to tell)."
+                   f"unrecorded, so the cold start fell outside this window; nothing in the trace names the extra's "
+                   f"cause (the profiler's first recorded step, or other work on the machine: run it again to tell)."
                    if first_step > 0 else
                    "the cold-start work does not show as CUDA calls here; the extra is the process's first "
                    "profiled call."))
@@ -144,8 +144,8 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
         share = f", {100 * startup_us / extra:.0f}% of the {_us(extra)} extra" if extra > 0 else ""
         return out + (f": the extra is the profiler's own start-up — its "
                       f"{' and '.join(map(str, sorted(set(startup['name']))))} took {_us(startup_us)}{share}.")
-    return out + ("; nothing in the trace names the extra: no call is missing from the later steps and no profiler "
-                  "start-up slice shows. It may be the profiler's first recorded step"
+    return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). It may be the "
+                  "profiler's first recorded step"
                   + (f" (ProfilerStep#{first_step} is the first step it records, after {first_step} unrecorded "
                      f"schedule step(s))" if first_step > 0 else "")
                   + " or other work on the machine: run it again to tell.")

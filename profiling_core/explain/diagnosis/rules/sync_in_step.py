@@ -59,11 +59,13 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                      + (f" of {human_bytes(row['bytes'])}" if row["bytes"] else "")
                      + (f" from {row['memory']} memory" if row["memory"] else "")
                      + f": the copy engine {_fmt_us(row['copy_us'])}"
-                     + (f" ({row['gbs']:,.1f} GB/s)" if row["gbs"] else "")
+                     + (f" ({row['gbs']:,.1f} GB/s)" if row["gbs"] and (row["bytes"] or 0) >= 64 << 10 else "")
                      + f", the CPU {_fmt_us(row['call_us'])} in the call that launched it")
+    pageable = any(row["memory"] == "pageable" for row in copy_rows)
     text = ("Inside each step: " + "; ".join(parts) + ". A synchronising call returns only when the GPU has caught "
-            "up, so nothing further is queued meanwhile and the GPU runs dry after it; a copy from pageable host "
-            "memory synchronises too.")
+            "up, so nothing further is queued meanwhile and the GPU runs dry after it"
+            + ("; a copy from pageable host memory holds the CPU until its bytes are staged, which synchronises too."
+               if pageable else "."))
     fix = ("Keep values on the GPU inside the step: avoid .item(), .cpu(), .tolist(), printing tensors and "
            "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. Move inputs to the "
            "device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead of the step; bring a "
