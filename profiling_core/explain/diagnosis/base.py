@@ -56,3 +56,11 @@ def _per(report: Report) -> str:
 
 def _fmt_us(x: float) -> str:
     return f"{x:,.1f} µs" if x >= 10 else f"{x:,.2f} µs"
+
+
+def _args_of(session, name: str, ids) -> dict[int, Any]:
+    """{slice id: its arg ``name``} of these slices, for those that have it."""
+    tb = session.tables
+    asids = {int(i): int(tb.arg_set_id[int(i)]) for i in ids}
+    values = tb.args.get(name, {a for a in asids.values() if a >= 0})
+    return {i: values.get(a) for i, a in asids.items() if a >= 0 and a in values}

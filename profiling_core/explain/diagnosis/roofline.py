@@ -9,7 +9,7 @@ not by the tensor cores it cannot use; elementwise ops and copies are judged by 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,7 @@ from ...analyses import Report, gemm_dims, launch_ops
 from ...analyses.categories import gpu_op_category, is_gemm_kernel
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
-from .base import _steps
+from .base import _args_of, _steps
 
 
 _TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
@@ -35,13 +35,6 @@ def _study_matmul(config) -> Optional[tuple[int, int]]:
         return None
     n = _cfg(config, "size")
     return (_cfg(config, "batch") or 1, n) if isinstance(n, int) else None
-
-
-def _args_of(session, name: str, ids) -> dict[int, Any]:
-    tb = session.tables
-    asids = {int(i): int(tb.arg_set_id[int(i)]) for i in ids}
-    values = tb.args.get(name, {a for a in asids.values() if a >= 0})
-    return {i: values.get(a) for i, a in asids.items() if a >= 0 and a in values}
 
 
 def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] = None) -> pd.DataFrame:

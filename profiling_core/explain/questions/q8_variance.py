@@ -7,7 +7,6 @@ and a name that ran more than one size is said so, with each size's own median a
 launches is then shape, not noise, and the skew verdict is given for each size."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ...units import format_duration_us as _us

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from ...questions.base import _self_times_by_step
-from ..base import Diagnosis, _Ctx, _fmt_us, _steps
+from ..base import Diagnosis, _Ctx, _fmt_us
 
 GPU_IDLE_AT = 0.5
 """The share of a steady-state step the GPU idles at or above which the steps are GPU-starved."""

@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ....units import human_bytes
-from ..base import Diagnosis, _Ctx, _fmt_us, _steps
+from ..base import Diagnosis, _Ctx, _args_of, _fmt_us, _steps
 
 
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
@@ -85,13 +85,10 @@ def _copy_rows(session, copies, n_steps: int) -> list[dict]:
     CPU time, and ``pageable``/``pinned`` where the name says."""
     if copies.empty:
         return []
-    tb = session.tables
-    ids = copies["gpu_id"].astype(int).tolist()
-    asids = {i: int(tb.arg_set_id[i]) for i in ids}
-    nbytes = tb.args.get("bytes", {a for a in asids.values() if a >= 0})
+    nbytes = _args_of(session, "bytes", copies["gpu_id"].astype(int).tolist())
     out = []
     for name, grp in copies.groupby(copies["gpu_name"].astype(str), sort=False):
-        b = [nbytes.get(asids[int(i)]) for i in grp["gpu_id"]]
+        b = [nbytes.get(int(i)) for i in grp["gpu_id"]]
         b = [x for x in b if isinstance(x, int) and not isinstance(x, bool)]
         mean_b = float(sum(b) / len(b)) if b else None
         t = float(grp["gpu_dur_us"].mean())
