@@ -122,6 +122,43 @@ def test_a_conv_in_nchw_gets_the_channels_last_rule_and_its_own_category(tmp_pat
     assert row["tflops"] == pytest.approx(flops / 40.0 / 1e6) and row["roof"] == "compute"
 
 
+@pytest.mark.parametrize("backend", ["flash", "compiled"])
+def test_attention_in_decode_is_judged_by_the_bandwidth(tmp_path, backend):
+    q, kv = [4, 16, 1, 64], [4, 16, 2048, 64]  # one new token per sequence against a 2,048-token KV cache
+    path = vt.attention(tmp_path / "t.json", q, kv, backend=backend, gpu_us=11.2)
+    events = scan_trace(path)
+    flash_us = [e["dur"] for e in events if "flash_fwd" in e["name"]]
+    _, _, d = run(path)
+    (row,) = d.roofline[d.roofline["kind"] == "attention"].to_dict("records")  # one row: the backend op is inside
+    flops = 2 * (4 * 16) * (1 * 2048) * (64 + 64)  # by hand: Q·Kᵀ and P·V over every (query, key) pair
+    nbytes = 2 * (4 * 16 * 64 + 2 * 4 * 16 * 2048 * 64 + 4 * 16 * 64)  # Q, K, V read, O written, 2 bytes each
+    assert (row["flops"], row["bytes"], row["count"]) == (flops, nbytes, len(flash_us))
+    assert row["time_us"] == pytest.approx(sum(flash_us) / len(flash_us))
+    assert row["intensity"] == pytest.approx(flops / nbytes) and row["intensity"] < 1.01
+    assert row["roof"] == "memory"
+    gbs = nbytes / 11.2 / 1e3
+    assert row["gbs"] == pytest.approx(gbs)
+    assert row["fraction_of_peak"] == pytest.approx(gbs / H200_PEAKS.bandwidth_gbs)
+    assert row["judged"] == f"{gbs:,.0f} of {H200_PEAKS.bandwidth_gbs:,.0f} GB/s (memory-bound)"
+
+
+def test_causal_prefill_attention_counts_the_unmasked_pairs_and_is_compute_bound(tmp_path):
+    q = [1, 8, 1024, 128]
+    path = vt.attention(tmp_path / "t.json", q, q, causal=True, gpu_us=10.0)
+    _, _, d = run(path)
+    (row,) = d.roofline[d.roofline["kind"] == "attention"].to_dict("records")
+    pairs = 1024 * 1025 // 2  # the lower triangle, diagonal included
+    assert row["flops"] == 2 * 8 * pairs * (128 + 128)
+    assert row["roof"] == "compute" and row["peak"] == H200_PEAKS.gemm_tflops["bf16"]
+    assert row["judged"].endswith("TFLOP/s (compute-bound)")
+
+
+def test_attention_on_the_math_backend_is_left_to_its_gemms(tmp_path):
+    path = vt.attention(tmp_path / "t.json", [4, 16, 1, 64], [4, 16, 2048, 64], backend="math")
+    _, _, d = run(path)
+    assert (d.roofline["kind"] == "attention").sum() == 0
+
+
 def test_one_kernel_name_that_ran_two_shapes_is_read_per_shape(tmp_path):
     path = vt.one_kernel_two_shapes(tmp_path / "t.json")
     _, f, _ = run(path)
@@ -171,7 +208,12 @@ def test_no_verdict_contradicts_its_own_evidence(path):
         if x.cost_us_per_step is not None and longest is not None:
             assert 0 <= x.cost_us_per_step <= longest * 1.001, (x.rule, x.cost_us_per_step, longest)
     roof = d.roofline
-    for row in roof[roof["kind"] == "gemm"].to_dict("records"):
+    for row in roof[roof["kind"].isin(["gemm", "conv", "attention"])].to_dict("records"):
         if row["peak"] is not None and row["compute_peak"] is not None and row["peak"] == row["peak"]:
             assert row["peak"] <= row["compute_peak"] + 1e-9
             assert row["roof"] == ("memory" if row["peak"] < row["compute_peak"] else "compute")
+    for row in roof.to_dict("records"):  # the verdict's words name the roof and its unit
+        if row["roof"] == "memory":
+            assert row["judged"].endswith("GB/s (memory-bound)"), row
+        elif row["roof"] == "compute":
+            assert row["judged"].endswith("TFLOP/s (compute-bound)"), row

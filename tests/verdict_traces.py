@@ -179,6 +179,37 @@ def conv_with_transposes(path: Path, steps: int = 3) -> Path:
     return t.write(path)
 
 
+def attention(path: Path, q: list, kv: list, *, causal: bool = False, backend: str = "flash", gpu_us: float = 11.2,
+              steps: int = 3) -> Path:
+    """One bf16 ``aten::scaled_dot_product_attention`` per step, query ``q`` and key/value ``kv`` ([B, H, L, D]).
+
+    ``backend``: ``flash`` (eager: the public op calls ``aten::_scaled_dot_product_flash_attention``, which runs one
+    flash kernel), ``compiled`` (a compiled graph calls the backend op directly), ``math`` (a bmm, a softmax and a bmm:
+    no fused kernel)."""
+    t = Trace()
+    flash = "void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64, 128, 4, false>>(...)"
+    dims, types = [q, kv, kv, [], [], [], [], []], ["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", "", "Scalar"]
+    concrete = ["", "", "", "", "0.", str(causal), "", "False"]
+    backend_op = dict(dims=[q, kv, kv, [], [], [], []], types=["c10::BFloat16"] * 3 + ["Scalar"] * 3 + [""],
+                      concrete=["", "", "", "0.", str(causal), "False", ""],
+                      children=lambda t: t.launch(flash, gpu_us))
+    for s in range(steps):
+        def body(t):
+            if backend == "compiled":
+                t.cpu("aten::_scaled_dot_product_flash_attention", 30, **backend_op)
+            elif backend == "flash":
+                t.cpu("aten::scaled_dot_product_attention", 40, dims=dims, types=types, concrete=concrete,
+                      children=lambda t: t.cpu("aten::_scaled_dot_product_flash_attention", 30, **backend_op))
+            else:
+                t.cpu("aten::scaled_dot_product_attention", 90, dims=dims, types=types, concrete=concrete,
+                      children=lambda t: (t.launch("ampere_bf16_s16816gemm_bf16_64x64_ldg8_f2f_nn", gpu_us / 3),
+                                          t.launch("void at::native::(anonymous namespace)::cunn_SoftMaxForward"
+                                                   "<8, c10::BFloat16, float, c10::BFloat16>(...)", gpu_us / 3),
+                                          t.launch("ampere_bf16_s16816gemm_bf16_64x64_ldg8_f2f_nn", gpu_us / 3)))
+        t.step(s + 1, body)
+    return t.write(path)
+
+
 def allocations_only(path: Path) -> Path:
     """A CUDA trace (device properties, [memory] events on device 0) in which no kernel ran."""
     t = Trace()

@@ -22,8 +22,8 @@ PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in th
 TABLE_ROWS_SHOWN = 25
 """Rows a table shows without scrolling; longer ones scroll inside their box (the CSV holds every row)."""
 
-ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "time_us", "tflops", "gbs", "peak",
-                    "roof", "fraction_of_peak", "intensity", "flops_from"]
+ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "time_us", "judged", "fraction_of_peak",
+                    "tflops", "gbs", "peak", "roof", "intensity", "flops_from"]
 
 
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:
@@ -104,7 +104,8 @@ def report_button(title: str, sections: list, *, configs: Optional[dict] = None,
 
 
 def show_diagnosis(run_id: str, *, key: str) -> None:
-    """What to change: each rule's finding (text, fix, cost), then the roofline of the run's GEMMs and copies."""
+    """What to change: each rule's finding (text, fix, cost), then the roofline of the run's GEMMs, convolutions,
+    attention, elementwise ops and copies."""
     d = diagnosis(run_id)
     p = d.peaks
     if p is None:

@@ -1,13 +1,15 @@
-"""The roofline: each GEMM and each memory-bound GPU op (elementwise ops, copies) against the device's peaks, one
-row per op group (:func:`roofline`).
+"""The roofline: each GEMM, convolution, fused attention and memory-bound GPU op (elementwise ops, copies) against
+the device's peaks, one row per op group (:func:`roofline`).
 
 The rule, for every op with FLOPs and bytes: its ceiling is min(compute peak of its dtype, intensity × memory
 bandwidth), the lower of the two roofs of the roofline model; ``roof`` says which one bounds it (``compute`` or
 ``memory``) and ``fraction_of_peak`` is its achieved rate over that ceiling. A GEMM below the ridge (a GEMV-like
 decode GEMM with M = 4 has ~4 FLOP/byte in bf16, the H200's ridge is ~190) is judged by the bandwidth it reaches,
-not by the tensor cores it cannot use; elementwise ops and copies are judged by GB/s."""
+not by the tensor cores it cannot use; so is attention in decode (one query token against the KV cache: ~1 FLOP/byte);
+elementwise ops and copies are judged by GB/s."""
 from __future__ import annotations
 
+import json
 import math
 from typing import Optional
 
@@ -38,9 +40,9 @@ def _study_matmul(config) -> Optional[tuple[int, int]]:
 
 
 def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] = None) -> pd.DataFrame:
-    """One row per GEMM op and per convolution, elementwise and copy GPU op group, against ``peaks``.
+    """One row per GEMM op and per convolution, attention, elementwise and copy GPU op group, against ``peaks``.
 
-    Columns: ``kind`` (``gemm``, ``conv``, ``elementwise``, ``copy``), ``op`` (the CPU op, or the kernel for a GEMM that had
+    Columns: ``kind`` (``gemm``, ``conv``, ``attention``, ``elementwise``, ``copy``), ``op`` (the CPU op, or the kernel for a GEMM that had
     no CPU op of its own, e.g. replayed from a CUDA graph), ``kernel``, ``dtype``, ``m``/``k``/``n``/``batch`` (GEMMs
     with known shapes), ``count``, ``time_us`` (mean per call), ``flops``, ``bytes``, ``intensity`` (FLOP/byte),
     ``tflops``, ``gbs``, ``peak`` (the ceiling it is judged by: for a GEMM min(TFLOP/s of its dtype, intensity × the
@@ -52,14 +54,15 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
     once (the least a GEMM can move). A convolution (``aten::convolution`` with recorded shapes and its stride,
     padding, dilation and groups in ``Concrete Inputs``) has 2·N·K·Hₒ·Wₒ·(C/g)·R·S FLOPs and moves its input, weights
     and output once; its time is that of the convolution kernels launched inside it (not cuDNN's layout transposes,
-    which the ``conv_layout`` rule counts). Elementwise bytes are the inputs read and the broadcast output written, and
+    which the ``conv_layout`` rule counts). A fused attention (``aten::scaled_dot_product_attention`` that launched a
+flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` and timed by those kernels. Elementwise bytes are the inputs read and the broadcast output written, and
     their FLOPs one per output element; a memcpy's bytes are what the trace records for it (read and written for a
     device-to-device copy). An elementwise op can pass the measured bandwidth (fraction above 1) when an input is
     still in L2 (the GEMM's result just written, for the study's add): the copy that measured it streams from HBM. A GEMM's dtype comes from its recorded ``Input type``, else
     the config; an fp32 GEMM whose kernel names say ``tf32`` is judged against the tf32 peak.
     """
     cols = ["kind", "op", "kernel", "dtype", "batch", "m", "k", "n", "count", "time_us", "flops", "bytes",
-            "intensity", "tflops", "gbs", "peak", "roof", "compute_peak", "fraction_of_peak", "flops_from",
+            "intensity", "tflops", "gbs", "peak", "roof", "compute_peak", "fraction_of_peak", "judged", "flops_from",
             "slice_ids"]
     rows: list[dict] = []
     g = report.gemm_throughput
@@ -90,10 +93,29 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
             rows.append(_gemm_row(op, names, dtype, d, flops, grp["ids"], grp["time"], src, peaks))
     rows += _graph_gemms(report, config, peaks, have_cpu_gemm=not g.empty)
     rows += _conv_rows(report, session, peaks)
+    rows += _attention_rows(report, session, peaks)
     rows += _memory_rows(report, session, peaks)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    for r in rows:
+        r["judged"] = _judged(r)
     return pd.DataFrame(rows)[cols]
+
+
+def _judged(row: dict) -> Optional[str]:
+    """The row's verdict in the unit of the roof that bounds it: GB/s against the bandwidth under the memory roof
+    (for a GEMM or attention there, intensity × bandwidth over intensity: the same fraction), TFLOP/s against the
+    dtype's peak under the compute roof; the achieved rate alone where there is no peak."""
+    gbs, tflops, peak = row.get("gbs"), row.get("tflops"), row.get("peak")
+    if row.get("roof") == "memory" and gbs is not None:
+        # A FLOP-counted row's memory roof is in TFLOP/s (intensity × bandwidth); the others' is the bandwidth.
+        bw = peak / row["intensity"] * 1e3 if row.get("compute_peak") is not None else peak
+        return f"{gbs:,.0f} of {bw:,.0f} GB/s (memory-bound)"
+    if row.get("roof") == "compute" and tflops is not None:
+        return f"{tflops:,.3g} of {peak:,.4g} TFLOP/s (compute-bound)"
+    if gbs is not None:
+        return f"{gbs:,.0f} GB/s"
+    return f"{tflops:,.3g} TFLOP/s" if tflops is not None and tflops == tflops else None
 
 
 def _gemm_row(op, kernel, dtype, d, flops, ids, times, src, peaks, nbytes=None, kind="gemm") -> dict:
@@ -150,12 +172,11 @@ def _conv_shape(dims, concrete) -> Optional[tuple[int, int, int, int, int]]:
     ``Input Dims`` ([N, C, *spatial], [K, C/g, *kernel]) and ``Concrete Inputs`` (stride, padding, dilation,
     transposed, output padding, groups as the schema orders them); None for a transposed convolution or a shape it
     cannot read."""
-    import json as _json
     if not isinstance(dims, list) or len(dims) < 2 or not isinstance(concrete, list) or len(concrete) < 9:
         return None
     x, w = dims[0], dims[1]
     try:
-        stride, pad, dil = (_json.loads(concrete[i]) for i in (3, 4, 5))
+        stride, pad, dil = (json.loads(concrete[i]) for i in (3, 4, 5))
         transposed, groups = concrete[6], int(concrete[8])
     except (ValueError, TypeError):
         return None
@@ -171,37 +192,47 @@ def _conv_shape(dims, concrete) -> Optional[tuple[int, int, int, int, int]]:
     return flops, math.prod(x), math.prod(w), n * k_out * math.prod(out_sp), k_out
 
 
+def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], category: str):
+    """(slice ids of the CPU ops named ``op_names``, their recorded ``Input Dims``, ``Input type`` and ``Concrete
+    Inputs``, and for each op the kernels of ``category`` launched inside its time window); None when the trace has
+    no such op or no such kernel."""
+    lat = report.launch_latency
+    if lat.empty:
+        return None
+    tb = session.tables
+    codes = [i for i, v in enumerate(tb.name.uniq) if v in op_names]
+    ids = np.flatnonzero(np.isin(tb.name.codes, codes)) if codes else np.array([], dtype=np.int64)
+    mine_k = lat[lat["gpu_name"].map(lambda n: gpu_op_category(n, "kernel") == category)]
+    if not len(ids) or mine_k.empty:
+        return None
+    starts = mine_k["launch_start_ns"].to_numpy(dtype=np.int64)
+    args = [_args_of(session, key, ids) for key in ("Input Dims", "Input type", "Concrete Inputs")]
+    inside = {}
+    for i in ids.tolist():
+        a, b = int(tb.ts[i]), int(tb.ts[i] + tb.dur[i])
+        inside[i] = mine_k[(starts >= a) & (starts < b)]
+    return ids.tolist(), *args, inside
+
+
+def _dtype_of(types) -> Optional[str]:
+    """The run dtype name of an op's first recorded input type (``c10::BFloat16`` -> ``bf16``)."""
+    return _TORCH_DTYPES.get(types[0]) if isinstance(types, list) and types and isinstance(types[0], str) else None
+
+
 def _conv_rows(report: Report, session, peaks) -> list[dict]:
     """One row per convolution shape: FLOPs and bytes from the recorded shapes, time from the convolution kernels its
     op launched (``analyses.categories``' ``convolution`` rule)."""
-    lat = report.launch_latency
-    if lat.empty:
+    found = _ops_and_kernels(report, session, ("aten::convolution",), "convolution")
+    if found is None:
         return []
-    tb = session.tables
-    codes = [i for i, v in enumerate(tb.name.uniq) if v == "aten::convolution"]
-    if not codes:
-        return []
-    ids = np.flatnonzero(np.isin(tb.name.codes, codes))
-    if not len(ids):
-        return []
-    dims = _args_of(session, "Input Dims", ids)
-    types = _args_of(session, "Input type", ids)
-    concrete = _args_of(session, "Concrete Inputs", ids)
-    conv_k = lat[lat["gpu_name"].map(lambda n: gpu_op_category(n, "kernel") == "convolution")]
-    if conv_k.empty:
-        return []
-    starts = conv_k["launch_start_ns"].to_numpy(dtype=np.int64)
+    ids, dims, types, concrete, inside = found
     groups: dict[tuple, dict] = {}
-    for i in ids.tolist():
+    for i in ids:
         shape = _conv_shape(dims.get(i), concrete.get(i))
-        t = types.get(i)
-        dtype = _TORCH_DTYPES.get(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else None
+        dtype = _dtype_of(types.get(i))
         e = _ESIZE.get(dtype or "")
-        if shape is None or e is None:
-            continue
-        a, b = int(tb.ts[i]), int(tb.ts[i] + tb.dur[i])
-        mine = conv_k[(starts >= a) & (starts < b)]
-        if mine.empty:
+        mine = inside[i]
+        if shape is None or e is None or mine.empty:
             continue
         flops, xe, we, oe, _k = shape
         key = (dtype, tuple(map(tuple, dims[i][:2])), flops, (xe + we + oe) * e)
@@ -212,6 +243,82 @@ def _conv_rows(report: Report, session, peaks) -> list[dict]:
     return [_gemm_row(f"aten::convolution {list(xd)} * {list(wd)}", ",".join(sorted(grp["kernels"])), dtype, None,
                       flops, grp["ids"], grp["time"], "shapes", peaks, nbytes=nbytes, kind="conv")
             for (dtype, (xd, wd), flops, nbytes), grp in groups.items()]
+
+
+# The attention ops a trace records, with the positions of ``is_causal`` and the mask in their schema: the public
+# op (eager) and the backends it dispatches to, which torch.compile's graphs call directly.
+_ATTENTION_OPS = {"aten::scaled_dot_product_attention": (5, 3),
+                  "aten::_scaled_dot_product_flash_attention": (4, None),
+                  "aten::_scaled_dot_product_efficient_attention": (6, 3),
+                  "aten::_scaled_dot_product_cudnn_attention": (6, 3)}
+
+
+def _attention_shape(dims, types, concrete, causal_at: int = 5, mask_at: Optional[int] = 3
+                     ) -> Optional[tuple[int, float]]:
+    """(FLOPs, bytes) of one attention op from its recorded inputs: query [..., Lq, D], key [..., Lk, D] and value
+    [..., Lk, Dv] (batch and head dims broadcast, so grouped-query K/V with fewer heads are read once), an optional
+    mask (argument ``mask_at``), and ``is_causal`` (argument ``causal_at``, in ``Concrete Inputs``).
+
+    FLOPs are 2·Lq·Lk·D for Q·Kᵀ and 2·Lq·Lk·Dv for the weights times V, per batch and head, over the (query, key)
+    pairs the mask keeps: all of them, or for ``is_causal`` the lower triangle torch aligns to the top left
+    (Σᵢ min(i + 1, Lk) pairs; a fused kernel skips the masked blocks). Softmax's few FLOPs per score are not counted.
+    Bytes: Q, K, V and the mask read once, the output [..., Lq, Dv] written once: the least attention can move, so a
+    decode step (Lq = 1) has about 1 FLOP/byte and is judged by the bandwidth it reaches."""
+    if not isinstance(dims, list) or len(dims) < 3 or not isinstance(types, list) or len(types) < 3:
+        return None
+    q, k, v = dims[:3]
+    if not all(isinstance(x, list) and len(x) >= 2 and all(isinstance(n, int) and n > 0 for n in x)
+               for x in (q, k, v)):
+        return None
+    e = _ESIZE.get(_TORCH_DTYPES.get(types[0], "") if isinstance(types[0], str) else "")
+    if e is None or k[-2] != v[-2] or q[-1] != k[-1]:
+        return None
+    try:
+        heads = math.prod(np.broadcast_shapes(tuple(q[:-2]), tuple(k[:-2]), tuple(v[:-2])))
+    except ValueError:
+        return None
+    lq, lk, d, dv = q[-2], k[-2], q[-1], v[-1]
+    causal = isinstance(concrete, list) and len(concrete) > causal_at and concrete[causal_at] == "True"
+    pairs = (lq * (lq + 1) // 2 if lq <= lk else lk * (lk + 1) // 2 + (lq - lk) * lk) if causal else lq * lk
+    flops = 2 * heads * pairs * (d + dv)
+    nbytes = (math.prod(q) + math.prod(k) + math.prod(v) + heads * lq * dv) * e
+    mask = dims[mask_at] if mask_at is not None and len(dims) > mask_at else None
+    if isinstance(mask, list) and mask and all(isinstance(n, int) and n > 0 for n in mask):
+        mt = types[mask_at] if len(types) > mask_at and isinstance(types[mask_at], str) else ""
+        me = _ESIZE.get(_TORCH_DTYPES.get(mt, ""), 1)  # a bool mask: a byte per element
+        nbytes += math.prod(mask) * me
+    return flops, float(nbytes)
+
+
+def _attention_rows(report: Report, session, peaks) -> list[dict]:
+    """One row per attention shape: the outermost attention op (:data:`_ATTENTION_OPS`: the public op, or the backend
+    a compiled graph calls) with its FLOPs and bytes from the recorded shapes (:func:`_attention_shape`) and its time
+    from the fused attention kernels launched inside it (``analyses.categories``' ``attention`` rule). An op that ran
+    the math backend launched GEMMs and softmax instead, which the GEMM rows judge, so it has no attention row."""
+    found = _ops_and_kernels(report, session, tuple(_ATTENTION_OPS), "attention")
+    if found is None:
+        return []
+    ids, dims, types, concrete, inside = found
+    tb, chosen = session.tables, set(ids)
+    groups: dict[tuple, dict] = {}
+    for i in ids:
+        p = int(tb.parent_id[i])
+        while p >= 0 and p not in chosen:  # the backend op inside the public one is the same attention
+            p = int(tb.parent_id[p])
+        if p >= 0:
+            continue
+        shape = _attention_shape(dims.get(i), types.get(i), concrete.get(i), *_ATTENTION_OPS[tb.name[[i]][0]])
+        mine = inside[i]
+        if shape is None or mine.empty:
+            continue
+        key = (tb.name[[i]][0], _dtype_of(types.get(i)), json.dumps(dims[i][:3]), *shape)
+        grp = groups.setdefault(key, {"ids": [], "time": [], "kernels": set()})
+        grp["ids"].append(i)
+        grp["time"].append(float(mine["gpu_dur_us"].sum()))
+        grp["kernels"].update(str(n) for n in mine["gpu_name"])
+    return [_gemm_row(f"{op} {dims}", ",".join(sorted(grp["kernels"])), dtype, None,
+                      flops, grp["ids"], grp["time"], "shapes", peaks, nbytes=nbytes, kind="attention")
+            for (op, dtype, dims, flops, nbytes), grp in groups.items()]
 
 
 def _memory_rows(report: Report, session, peaks) -> list[dict]:
