@@ -102,7 +102,8 @@ if other and other != rid:
     if d2.empty:
         st.caption(f"The second run has none of these kernels ({ui.md_code(ui.load_run(other).name)} ran other ones); "
                    "pick a run of the same kind to compare.")
-    both.append(d2.assign(run=f"B · {ui.load_run(other).name}"))
+    else:
+        both.append(d2.assign(run=f"B · {ui.load_run(other).name}"))
 spread_df = pd.concat(both, ignore_index=True)
 spread = ui.chart("kernel_spread", spread_df)
 ui.chart_block(spread, spread_df, "kernel_spread", key="variance_spread")

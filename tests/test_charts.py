@@ -414,3 +414,43 @@ def test_kernels_whose_names_share_a_long_prefix_stay_apart_and_repeated_calls_g
     assert line["encoding"]["detail"]["field"] == "call"  # one line per call: no zigzag through a step's calls
     lat = C.launch_latency(df.assign(latency_us=df["dur_us"])).to_dict()
     assert lat["encoding"]["color"]["field"] == "kernel"
+
+
+def _svg_texts(chart) -> list[str]:
+    """The text a rendered chart shows (vl-convert's SVG), unescaped."""
+    import html
+    import re
+
+    import vl_convert as vlc
+    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", vlc.vegalite_to_svg(chart.to_json()))]
+
+
+def test_the_sweep_legend_names_only_the_curves_drawn():
+    cpu_only = pd.DataFrame({"size": [64, 256, 1024], "cpu_us_per_step": [20.0, 100.0, 5000.0],
+                             "gpu_busy_us_per_step": [0.0, 0.0, 0.0]})
+    shown = _svg_texts(C.overhead_vs_compute(cpu_only))
+    assert "CPU per step" in shown and "GPU busy per step" not in shown  # a CPU run has no GPU line to name
+    assert any("launched no GPU work" in t for t in shown)
+    both = cpu_only.assign(gpu_busy_us_per_step=[5.0, 50.0, 900.0])
+    shown = _svg_texts(C.overhead_vs_compute(both))
+    assert {"CPU per step", "GPU busy per step"} <= set(shown)
+    assert not any("launched no GPU work" in t for t in shown)
+
+
+def test_a_mean_far_above_the_median_is_explained_in_its_panel():
+    skewed = pd.DataFrame({"step": list(range(2, 12)), "kernel": "gemm", "dur_us": [50.0] * 9 + [950.0]})
+    steady = pd.DataFrame({"step": list(range(2, 12)), "kernel": "add", "dur_us": [10.0, 10.1] * 5})
+    shown = _svg_texts(C.kernel_durations_by_step(pd.concat([skewed, steady], ignore_index=True)))
+    notes = [t for t in shown if "above the median" in t]
+    # by hand: mean (9·50 + 950) / 10 = 140, 180% above the median 50; the slowest is step 11
+    assert notes == ["mean 180% above the median: step 11 (950.0 µs) pulls it up; read the median"]
+
+
+def test_the_overview_step_labels_sit_inside_the_plot():
+    slices = pd.DataFrame({"lane": ["CPU"] * 2, "name": ["ProfilerStep#2", "ProfilerStep#3"],
+                           "start_us": [0.0, 100.0], "end_us": [90.0, 190.0], "depth": [0, 0],
+                           "category": ["step", "step"]})
+    steps = pd.DataFrame({"step": [2, 3], "start_us": [0.0, 100.0]})
+    spec = C.trace_overview(slices, steps).to_dict()
+    text = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "text")
+    assert text["mark"]["baseline"] == "top" and text["encoding"]["y"]["value"] >= 0  # not above, over the legend

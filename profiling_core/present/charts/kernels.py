@@ -5,6 +5,8 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from ...explain import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
+from ...units import format_duration_us
 from ._style import LOG_AXIS_FORMAT, WIDTH, _require, decade_ticks
 
 
@@ -15,10 +17,12 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
     durations: ``step`` (int), ``kernel`` (str), ``dur_us``; optional ``run`` to compare runs
     (one colour per run) and ``occurrence`` (the how-manieth call of the kernel in its step): a kernel called
     several times a step gets one line per call, not a zigzag through them. Kernels are told apart by their full
-    names (a row's header shows the first 60 characters).
+    names (a row's header shows the first 60 characters). A panel whose mean is more than question 8's
+    ``MEAN_ABOVE_MEDIAN_PCT`` above its median (over at least ``MIN_LAUNCHES_FOR_SKEW`` launches) says so in its
+    corner and names the slowest step, which is what pulls the mean up.
     """
     _require(durations, ["step", "kernel", "dur_us"], "kernel_durations_by_step")
-    data = durations.copy()
+    data = durations.reset_index(drop=True)
     if "run" not in data.columns:
         data["run"] = "this run"
     data["kernel"] = data["kernel"].astype(str)
@@ -48,12 +52,33 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
     mean = base.mark_rule(strokeDash=[6, 3], strokeWidth=1.5, opacity=0.8).encode(
         y="mean_us:Q", tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
     subtitle = "solid rule: median, dashed rule: mean" + ("; one line per call in a step" if calls else "")
-    return (alt.layer(lines, median, mean, data=data).properties(width=WIDTH, height=170)
+    data["note"] = _skew_notes(data)
+    data["note_row"] = data["note"].ne("") & ~data.duplicated(["run", "kernel"])
+    data["note_line"] = data["run"].map({r: i for i, r in enumerate(dict.fromkeys(data["run"]))})
+    notes = [alt.Chart().transform_filter(f"datum.note_row && datum.note_line == {i}")
+             .mark_text(align="left", baseline="top", fontSize=11)
+             .encode(x=alt.value(6), y=alt.value(4 + 13 * i), text="note:N", color=color)
+             for i in sorted(set(data.loc[data["note_row"], "note_line"]))]
+    return (alt.layer(lines, median, mean, *notes, data=data).properties(width=WIDTH, height=170)
             .facet(row=alt.Row("kernel:N", title=None,
                                header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
                                                  labelOrient="top", labelFontWeight="bold", labelLimit=WIDTH)))
             .resolve_scale(y="independent")
             .properties(title=alt.TitleParams(title, subtitle=subtitle)))
+
+
+def _skew_notes(data: pd.DataFrame) -> pd.Series:
+    """Per row, its (run, kernel)'s note when the mean is well above the median (else ""): how far, and the slowest
+    step, e.g. "mean 84% above the median: step 21 (900 µs) pulls it up; read the median"."""
+    notes = pd.Series("", index=data.index, dtype=object)
+    for _, g in data.groupby(["run", "kernel"], sort=False):
+        median, mean = float(g["dur_us"].median()), float(g["dur_us"].mean())
+        if len(g) < MIN_LAUNCHES_FOR_SKEW or median <= 0 or 100 * (mean / median - 1) <= MEAN_ABOVE_MEDIAN_PCT:
+            continue
+        slow = g.loc[g["dur_us"].idxmax()]
+        notes[g.index] = (f"mean {100 * (mean / median - 1):.0f}% above the median: step {int(slow['step'])} "
+                          f"({format_duration_us(float(slow['dur_us']))}) pulls it up; read the median")
+    return notes
 
 
 def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel durations") -> alt.FacetChart:

@@ -53,14 +53,16 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
     long["metric"] = long["metric"].map({"cpu_us_per_step": "CPU per step",
                                          "gpu_busy_us_per_step": "GPU busy per step"})
     long = long[long["us_per_step"] > 0]
+    # the legend names only the curves drawn: a CPU run's GPU busy time is zero at every size, and has no line
+    metrics = [m for m in ("CPU per step", "GPU busy per step") if (long["metric"] == m).any()]
+    colors = alt.Scale(domain=metrics, range=[{"CPU per step": "#1f77b4", "GPU busy per step": "#2ca02c"}[m]
+                                              for m in metrics])
     x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n (n×n)",
               axis=alt.Axis(format=",.0f"))
     lines = (alt.Chart(long).mark_line(point=True)
              .encode(x=x,
                      y=alt.Y("us_per_step:Q", scale=alt.Scale(type="log"), title="µs per step"),
-                     color=alt.Color("metric:N", title=None,
-                                     scale=alt.Scale(domain=["CPU per step", "GPU busy per step"],
-                                                     range=["#1f77b4", "#2ca02c"])),
+                     color=alt.Color("metric:N", title=None, scale=colors),
                      strokeDash=alt.StrokeDash("mode:N", title="mode"),
                      tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
                               alt.Tooltip("us_per_step:Q", format=",.2f", title="µs per step")]))
@@ -73,13 +75,11 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
                     columns={f"{col}_min": "lo_us", f"{col}_max": "hi_us"})
                 spread.append(part.assign(metric=metric))
         spread = pd.concat(spread, ignore_index=True)
-        spread = spread[(spread["lo_us"] > 0) & (spread["hi_us"] > spread["lo_us"])]
+        spread = spread[(spread["lo_us"] > 0) & (spread["hi_us"] > spread["lo_us"]) & spread["metric"].isin(metrics)]
         if len(spread):
             layers.append(alt.Chart(spread).mark_rule(strokeWidth=2, opacity=0.6)
                           .encode(x=x, y="lo_us:Q", y2="hi_us:Q",
-                                  color=alt.Color("metric:N", title=None,
-                                                  scale=alt.Scale(domain=["CPU per step", "GPU busy per step"],
-                                                                  range=["#1f77b4", "#2ca02c"])),
+                                  color=alt.Color("metric:N", title=None, scale=colors),
                                   tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
                                            alt.Tooltip("lo_us:Q", format=",.2f", title="min µs"),
                                            alt.Tooltip("hi_us:Q", format=",.2f", title="max µs")]))
@@ -92,7 +92,9 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
                       .encode(x="size:Q", y="value_us:Q", tooltip=["label:N"]))
         layers.append(alt.Chart(cross).mark_text(align="left", dx=6, dy=-10, color="#d62728")
                       .encode(x="size:Q", y="value_us:Q", text="label:N"))
-    return alt.layer(*layers).properties(title=title, width=WIDTH, height=320)
+    sub = [] if "GPU busy per step" in metrics else ["no GPU busy time at any size: these runs launched no GPU work"]
+    return alt.layer(*layers).properties(title=alt.TitleParams(title, subtitle=sub) if sub else title,
+                                         width=WIDTH, height=320)
 
 
 def gpu_busy_fraction(sweep: pd.DataFrame, *, title: str = "GPU busy fraction of the step") -> alt.Chart:

@@ -217,6 +217,7 @@ def trace_overview(slices: pd.DataFrame, steps: pd.DataFrame, *, title: str = "T
             .add_params(zoom))
     marks = steps.assign(label=[f"step {s}" for s in steps["step"]])
     rules = alt.Chart(marks).mark_rule(color="#888", strokeDash=[4, 3]).encode(x="start_us:Q")
-    labels = (alt.Chart(marks).mark_text(align="left", dx=3, dy=-4, fontSize=10, color="#555")
-              .encode(x="start_us:Q", y=alt.value(0), text="label:N"))
+    # inside the plot, under its top edge: above it they would print over the legend
+    labels = (alt.Chart(marks).mark_text(align="left", baseline="top", dx=3, fontSize=10, color="#333")
+              .encode(x="start_us:Q", y=alt.value(2), text="label:N"))
     return alt.layer(bars, rules, labels).properties(title=title, width=WIDTH, height=200)
