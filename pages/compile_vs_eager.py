@@ -93,14 +93,17 @@ if "CPU per step min (µs)" in table.columns:
 cpu = ui.chart("grouped_bars", cpu_rows, category="run", value="cpu_us", title="CPU time per step (median)",
                value_title="µs per step", spread=("lo", "hi") if "lo" in cpu_rows.columns else None)
 ui.chart_block(cpu, cpu_rows, "compile_cpu_per_step", key="compile_cpu")
-counts = long[long["metric"].isin(["launches per step", "kernels per step", "memcpy DtoD per step",
-                                   "memsets per step", "cudaGraphLaunch per step"])]
-ops = ui.chart("grouped_bars", counts, category="metric", value="value", group="run",
-                          title="Launches and GPU ops per step (median)", value_title="per step")
-ui.chart_block(ops, counts, "compile_gpu_ops", key="compile_ops")
-if not any(ui.report(r).has_gpu for r in chosen):
-    st.info("No GPU lane in these traces (recorded on the CPU): GPU op counts (memcpy DtoD, GEMM, memset) and "
-            "cudaGraphLaunch are zero. The CPU-side rows of torch.compile are still there.", icon=":material/info:")
+gpu_charts = []
+if any(ui.report(r).has_gpu for r in chosen):
+    counts = long[long["metric"].isin(["launches per step", "kernels per step", "memcpy DtoD per step",
+                                       "memsets per step", "cudaGraphLaunch per step"])]
+    ops = ui.chart("grouped_bars", counts, category="metric", value="value", group="run",
+                   title="Launches and GPU ops per step (median)", value_title="per step")
+    ui.chart_block(ops, counts, "compile_gpu_ops", key="compile_ops")
+    gpu_charts = [ops]
+else:
+    st.info("No GPU lane in these traces (recorded on the CPU), so there are no launches, GPU ops or "
+            "cudaGraphLaunch to count. The CPU-side rows of torch.compile are below.", icon=":material/info:")
 
 st.header("What fused", divider="gray")
 eager_ids = [r for r in chosen if ui.mode_label(r) == "eager"]
@@ -196,7 +199,7 @@ for r in chosen:
     ui.show_findings(ui.findings(r), questions={9, 10})
 if compiled_chosen and len(compiled_chosen) < len(chosen):
     st.caption("The eager runs are the baseline above: they have no compiled region to explain.")
-ui.report_button("Compile vs eager", [ReportSection("Per step", text="\n\n".join(warnings), charts=[cpu, ops, reg],
+ui.report_button("Compile vs eager", [ReportSection("Per step", text="\n\n".join(warnings), charts=[cpu, *gpu_charts, reg],
                                                     tables=[("deltas", delta), *((("payoff", pd.DataFrame(payoff_rows)),)
                                                                                  if payoff_rows else ())])],
                  configs={r: ui.load_run(r).meta.get("config") or {} for r in chosen}, key="compile")

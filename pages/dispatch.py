@@ -23,8 +23,9 @@ if rid is None:
 rep = ui.report(rid) if rid else None
 no_gpu = rep is not None and not rep.has_gpu
 if no_gpu:
-    st.info("This trace has no GPU lane (recorded on the CPU): launch paths, launch latency and sync wait need "
-            "GPU events and stay empty; the dispatch chain and the cold start are shown from the CPU side.",
+    st.info("This trace has no GPU lane (recorded on the CPU): launch paths, launch latency and the sync wait need "
+            "GPU events, so those sections are left out; the dispatch chain and the cold start are shown from the CPU "
+            "side.",
             icon=":material/info:")
 report_sections = []
 
@@ -58,35 +59,36 @@ if rep is not None and len(rep.dispatch_chains):
 else:
     st.caption("No ProfilerStep slices in this trace.")
 
-# --- question 6: launch paths ---------------------------------------------------------------------
-st.header("How each kernel was launched", divider="gray")
-if rep is not None and len(rep.launch_paths):
-    lp = rep.launch_paths
-    ui.table_block(lp, "launch_paths", key="dispatch_paths", width="stretch")
-    occ = lp[lp["occupancy_query_before"]]
-    if len(occ):
-        st.markdown(f"**Pattern: occupancy query before the launch** (as on the A100 in the post) for "
-                    f"{', '.join(ui.md_code(n, 50) for n in occ['name'])}.")
+if not no_gpu:  # a CPU trace has no launches, GPU lane or synchronize: the note above says so
+    # --- question 6: launch paths ---------------------------------------------------------------------
+    st.header("How each kernel was launched", divider="gray")
+    if rep is not None and len(rep.launch_paths):
+        lp = rep.launch_paths
+        ui.table_block(lp, "launch_paths", key="dispatch_paths", width="stretch")
+        occ = lp[lp["occupancy_query_before"]]
+        if len(occ):
+            st.markdown(f"**Pattern: occupancy query before the launch** (as on the A100 in the post) for "
+                        f"{', '.join(ui.md_code(n, 50) for n in occ['name'])}.")
+        else:
+            st.markdown("**Pattern: no occupancy query** precedes any launch in this trace; the launch APIs are "
+                        f"{', '.join(ui.md_code(a) for a in sorted(set(', '.join(lp['launch_apis']).split(', '))))}.")
     else:
-        st.markdown("**Pattern: no occupancy query** precedes any launch in this trace; the launch APIs are "
-                    f"{', '.join(ui.md_code(a) for a in sorted(set(', '.join(lp['launch_apis']).split(', '))))}.")
-else:
-    st.caption("No launch calls paired with GPU ops in this trace (no GPU lane).")
+        st.caption("No launch calls paired with GPU ops in this trace (no GPU lane).")
 
-# --- question 4: launch latency -------------------------------------------------------------------
-st.header("Launch latency: why the GPU lane is offset", divider="gray")
-if rep is not None and len(rep.launch_latency):
-    ll = rep.launch_latency.rename(columns={"gpu_name": "kernel", "launch_name": "launch"})
-    ll = ll[["kernel", "launch", "step", "latency_us", "gpu_category"]].copy()
-    ll["step"] = ll["step"].astype("float").fillna(-1).astype(int)
-    lat = ui.chart("launch_latency", ll)
-    ui.chart_block(lat, ll, "launch_latency", key="dispatch_latency")
-    st.caption(f"Median launch → start: {format_duration_us(ll['latency_us'].median())}; "
-               f"max {format_duration_us(ll['latency_us'].max())}. A growing latency means the CPU runs ahead of "
-               "a busy GPU (queueing); a flat small one means the GPU waits for the CPU.")
-    report_sections.append(ReportSection("Launch latency", charts=[lat]))
-else:
-    st.caption("No launch → GPU op pairs (no GPU lane).")
+    # --- question 4: launch latency -------------------------------------------------------------------
+    st.header("Launch latency: why the GPU lane is offset", divider="gray")
+    if rep is not None and len(rep.launch_latency):
+        ll = rep.launch_latency.rename(columns={"gpu_name": "kernel", "launch_name": "launch"})
+        ll = ll[["kernel", "launch", "step", "latency_us", "gpu_category"]].copy()
+        ll["step"] = ll["step"].astype("float").fillna(-1).astype(int)
+        lat = ui.chart("launch_latency", ll)
+        ui.chart_block(lat, ll, "launch_latency", key="dispatch_latency")
+        st.caption(f"Median launch → start: {format_duration_us(ll['latency_us'].median())}; "
+                   f"max {format_duration_us(ll['latency_us'].max())}. A growing latency means the CPU runs ahead of "
+                   "a busy GPU (queueing); a flat small one means the GPU waits for the CPU.")
+        report_sections.append(ReportSection("Launch latency", charts=[lat]))
+    else:
+        st.caption("No launch → GPU op pairs (no GPU lane).")
 
 # --- question 3: cold start -----------------------------------------------------------------------
 st.header("Cold start: the first step, cold vs warm", divider="gray")
@@ -144,23 +146,24 @@ if cold_id and warm_id:
         col.dataframe(g[["step", "region_dur_us", "first_aten", "gap_us"]], hide_index=True)
     report_sections.append(ReportSection("Cold vs warm", charts=[cwc]))
 
-# --- question 7: sync wait ------------------------------------------------------------------------
-st.header("The synchronize at the end: busy or idle?", divider="gray")
-if rep is not None and len(rep.sync_wait):
-    sw = rep.sync_wait
-    parts = pd.concat([
-        pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU busy",
-                      "dur_us": sw["gpu_busy_us"]}),
-        pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU idle",
-                      "dur_us": sw["dur_us"] - sw["gpu_busy_us"]})], ignore_index=True)
-    syn = ui.chart("sync_idle", parts)
-    ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
-    for _, r in sw.iterrows():
-        st.markdown(f"- {ui.md_code(r['name'])} lasted {format_duration_us(r['dur_us'])} while the GPU was busy "
-                    f"{format_duration_us(r['gpu_busy_us'])}: **{r['idle_pct']:.0f} % idle**.")
-    report_sections.append(ReportSection("Sync wait", charts=[syn]))
-else:
-    st.caption("No synchronize call in this trace (CPU traces have none: there is no device to wait for).")
+if not no_gpu:
+    # --- question 7: sync wait ------------------------------------------------------------------------
+    st.header("The synchronize at the end: busy or idle?", divider="gray")
+    if rep is not None and len(rep.sync_wait):
+        sw = rep.sync_wait
+        parts = pd.concat([
+            pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU busy",
+                          "dur_us": sw["gpu_busy_us"]}),
+            pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU idle",
+                          "dur_us": sw["dur_us"] - sw["gpu_busy_us"]})], ignore_index=True)
+        syn = ui.chart("sync_idle", parts)
+        ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
+        for _, r in sw.iterrows():
+            st.markdown(f"- {ui.md_code(r['name'])} lasted {format_duration_us(r['dur_us'])} while the GPU was busy "
+                        f"{format_duration_us(r['gpu_busy_us'])}: **{r['idle_pct']:.0f} % idle**.")
+        report_sections.append(ReportSection("Sync wait", charts=[syn]))
+    else:
+        st.caption("No synchronize call in this trace (CPU traces have none: there is no device to wait for).")
 
 if rid:
     ui.show_findings(ui.findings(rid), questions={3, 4, 5, 6, 7})

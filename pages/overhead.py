@@ -116,9 +116,12 @@ if len(cross):
 elif per_run["has_gpu"].any():
     st.caption("The curves do not cross inside this sweep: extend the sizes to find the crossover.")
 
-st.header("GPU busy fraction of the step", divider="gray")
-frac = ui.chart("gpu_busy_fraction", sweep[cols])
-ui.chart_block(frac, sweep[cols], "gpu_busy_fraction", key="overhead_frac")
+frac_charts = []
+if per_run["has_gpu"].any():  # a CPU run has no GPU busy fraction to draw
+    st.header("GPU busy fraction of the step", divider="gray")
+    frac = ui.chart("gpu_busy_fraction", sweep[cols])
+    ui.chart_block(frac, sweep[cols], "gpu_busy_fraction", key="overhead_frac")
+    frac_charts = [frac]
 st.dataframe(sweep[cols], hide_index=True, width="stretch", height=ui.fit_height(sweep))
 
 st.header("GEMM throughput against the measured peak", divider="gray")
@@ -138,7 +141,7 @@ else:
                    column_config={"fraction_of_peak": st.column_config.ProgressColumn(
                        "of peak", format="percent", min_value=0.0, max_value=1.0)})
 ui.report_button("Overhead vs compute",
-                 [ReportSection("CPU vs GPU per step", text="\n\n".join(warnings), charts=[main, frac],
+                 [ReportSection("CPU vs GPU per step", text="\n\n".join(warnings), charts=[main, *frac_charts],
                                 tables=[("sweep", sweep[cols])]),
                   ReportSection("GEMM against the measured peak", charts=peak_charts,
                                 tables=[("GEMM", gemm)] if len(gemm) else [])],

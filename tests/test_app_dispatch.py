@@ -6,17 +6,24 @@ import pytest
 from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir, seed_run  # noqa: F401
 
 
-def test_dispatch_on_a_cpu_trace_says_why_gpu_panels_are_empty(seed_run):
+GPU_ONLY_SECTIONS = {"How each kernel was launched", "Launch latency: why the GPU lane is offset",
+                     "The synchronize at the end: busy or idle?"}
+
+
+def test_dispatch_on_a_cpu_trace_says_why_gpu_panels_are_left_out(seed_run):
     at = app("dispatch")
     assert not errors_of(at)
     assert any("no GPU lane" in i.value for i in at.info)
     assert "aten::mm" in at.code[0].value
+    headers = {h.value for h in at.header}
+    assert "The dispatch chain of a step" in headers and not GPU_ONLY_SECTIONS & headers
 
 
 def test_dispatch_on_an_h200_trace(runs_dir, media):
     import_trace(runs_dir, H200 / "64_bf16_cold_eager.json", "64_bf16_cold_eager")
     at = app("dispatch")
     assert not errors_of(at)
+    assert GPU_ONLY_SECTIONS <= {h.value for h in at.header}
     tree = at.code[0].value
     assert "ProfilerStep#" in tree and "aten::mm" in tree and "cuLaunchKernelEx" in tree
     text = " ".join(m.value for m in at.markdown)

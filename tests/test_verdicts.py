@@ -159,6 +159,52 @@ def test_attention_on_the_math_backend_is_left_to_its_gemms(tmp_path):
     assert (d.roofline["kind"] == "attention").sum() == 0
 
 
+GEMM_64 = [[64], [64, 64], [64, 64]]  # the study's bias add and 64² product, as aten::addmm records them
+
+
+@pytest.mark.parametrize("threads", [None, 2, 1])
+def test_a_cpu_gemm_far_below_any_cores_rate_names_the_threads_knob(tmp_path, threads):
+    # the 64² CPU run seen on a busy 2-core machine: ~34 ms per GEMM with two threads (one thread: ~21 µs)
+    path = vt.cpu_steps(tmp_path / "t.json", [[("aten::addmm", 34000.0)]] * 4, gemm_dims=GEMM_64)
+    events = scan_trace(path)
+    addmm = [e for e in events if e["name"] == "aten::addmm"]
+    _, f, d = run(path, peaks=None, config={"workload": "mlp", "threads": threads, "device": "cpu"})
+    x = rules(d)["cpu_contention"]
+    assert "not math" in f["q2.bound"].text  # the bound's words do not pass a stalled GEMM off as heavy compute
+    floor_us = 2 * 64 ** 3 / 1e3  # by hand: 524,288 FLOPs at 1 GFLOP/s
+    lost = sum(e["dur"] - floor_us for e in addmm[1:]) / 3  # the steps after the first
+    assert x.cost_us_per_step == pytest.approx(lost)
+    assert "aten::addmm [[64], [64, 64], [64, 64]] ran at a median 0.0154 GFLOP/s over 3 calls (34,000.0 µs each)" in x.text
+    assert "same call" not in x.text  # every call was slow: no claim that another ran fast
+    if threads == 1:
+        assert "already used one thread" in x.fix and "quieter machine" in x.fix
+    else:
+        assert "threads=1" in x.fix and "--threads 1" in x.fix
+        assert ("torch's default, one per core" if threads is None else "threads: 2") in x.text
+
+
+def test_one_stalled_call_among_fast_ones_is_named_against_its_median(tmp_path):
+    fast = [("aten::native_layer_norm", 50.0)] * 4
+    steps = [fast, fast, fast[:2] + [("aten::native_layer_norm", 5000.0)] + fast[3:], fast]
+    path = vt.cpu_steps(tmp_path / "t.json", steps)
+    _, _, d = run(path, peaks=None)
+    x = rules(d)["cpu_contention"]
+    assert "took 5,000.0 µs in step 3 against a median 50.0 µs for the same call (100×)" in x.text
+    assert x.cost_us_per_step == pytest.approx((5000.0 - 50.0) / 3)  # by hand: over steps 2-4
+    assert "not recorded in an imported trace" in x.text
+
+
+def test_a_quiet_cpu_run_with_ordinary_spread_gets_no_contention_verdict(tmp_path):
+    steps = [[("aten::addmm", 40.0), ("aten::native_layer_norm", 50.0)],
+             [("aten::addmm", 25.0), ("aten::native_layer_norm", 90.0)],
+             [("aten::addmm", 21.0), ("aten::native_layer_norm", 45.0)],
+             [("aten::addmm", 30.0), ("aten::native_layer_norm", 60.0)]]
+    _, _, d = run(vt.cpu_steps(tmp_path / "t.json", steps, gemm_dims=GEMM_64), peaks=None)
+    assert "cpu_contention" not in rules(d)
+    _, _, d = run(DATA / "cpu" / "64_fp32_warm_eager.json", peaks=None)  # a real CPU run on a quiet machine
+    assert "cpu_contention" not in rules(d)
+
+
 def test_one_kernel_name_that_ran_two_shapes_is_read_per_shape(tmp_path):
     path = vt.one_kernel_two_shapes(tmp_path / "t.json")
     _, f, _ = run(path)
@@ -201,6 +247,8 @@ def test_no_verdict_contradicts_its_own_evidence(path):
         assert (ss["bound"] == "compute-bound") == (ss["gpu_us_per_step"] >= GPU_BOUND_AT * ss["cpu_us_per_step"])
         assert f["q2.bound"].evidence["bound"] == ss["bound"]
     found = rules(d)
+    if "cpu_contention" in found:
+        assert not r.has_gpu  # a rule about CPU threads speaks only where the CPU did the work
     if "gpu_starved" in found:
         assert ss["bound"] == "overhead-bound" and ss["gpu_idle_share"] >= 0.5
     longest = float((r.steps[["cpu_dur_us", "gpu_busy_us"]].max(axis=1)).max()) if len(r.steps) else None

@@ -210,6 +210,22 @@ def attention(path: Path, q: list, kv: list, *, causal: bool = False, backend: s
     return t.write(path)
 
 
+def cpu_steps(path: Path, calls: list[list[tuple]], *, gemm_dims=None) -> Path:
+    """A CPU-only trace (no device properties, no GPU lane): one step per entry of ``calls``, each a list of
+    (op name, own µs) run inside ``aten::linear`` wrappers; ops named ``aten::addmm`` carry ``gemm_dims``, the others
+    a (8, 128, 512) input."""
+    t = Trace()
+    for n, step in enumerate(calls):
+        def body(t, step=step):
+            for name, us in step:
+                dims = gemm_dims if name == "aten::addmm" else [[8, 128, 512]]
+                types = ["float"] * len(dims)
+                t.cpu("aten::linear", us + 4, children=lambda t, name=name, us=us, dims=dims, types=types: t.cpu(
+                    name, us, dims=dims, types=types))
+        t.step(n + 1, body)
+    return t.write(path, device_properties=False)
+
+
 def allocations_only(path: Path) -> Path:
     """A CUDA trace (device properties, [memory] events on device 0) in which no kernel ran."""
     t = Trace()

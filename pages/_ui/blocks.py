@@ -121,7 +121,8 @@ def show_diagnosis(run_id: str, *, key: str) -> None:
     if not d.diagnoses:
         st.success("None of the rules applies to this trace (fp32 without TF32, unaligned GEMM sizes, GPU-starved "
                    "steps, syncs and host copies in the step, recompiles, the profiler's own options, the attention "
-                   "backend, CUDA graphs skipped, layout transposes around convolutions).", icon=":material/check:")
+                   "backend, CUDA graphs skipped, layout transposes around convolutions, CPU ops stalled by "
+                   "threads without cores).", icon=":material/check:")
     for x in d.diagnoses:
         with st.container(border=True):
             st.markdown(f"**{md_text(x.title)}**")

@@ -9,7 +9,7 @@ from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, frame, shared_for, union_ns, unions_ns
 
 __all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "GPU_BOUND_AT",
-           "CPU_MATH_BOUND_AT"]
+           "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
 
@@ -78,6 +78,10 @@ compute-bound (the GPU limits the steady state), below it overhead-bound (the GP
 CPU_MATH_BOUND_AT = 0.5
 """On a CPU, where no GPU lane exists: a step whose math (the work ops' own time) takes at least this share of its
 wall time is compute-bound, below it overhead-bound."""
+
+CPU_GEMM_FLOOR_GFLOPS = 1.0
+"""GFLOP/s below which no CPU core runs a GEMM of a measurable size (one core of a 2-core cloud VM runs an fp32 64³
+product at ~25 GFLOP/s): a CPU GEMM slower than this spent its time stalled, not computing."""
 
 
 def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_AT) -> str:

@@ -86,6 +86,28 @@ def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
     return {k: g.drop(columns="step") for k, g in out.groupby("step", sort=False)}
 
 
+# ATen ops that only make or reshape tensor metadata (no arithmetic, no data moved): on a CPU their own time is
+# framework overhead, not the workload's math
+_NO_WORK = frozenset({
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::reshape", "aten::_reshape_alias",
+    "aten::as_strided", "aten::t", "aten::transpose", "aten::expand", "aten::permute", "aten::unsqueeze",
+    "aten::squeeze", "aten::slice", "aten::select", "aten::split", "aten::chunk", "aten::narrow", "aten::detach",
+    "aten::alias", "aten::lift_fresh", "aten::_unsafe_view", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::contiguous", "aten::numpy_T", "aten::result_type", "aten::broadcast_tensors", "aten::set_",
+    "aten::resize_", "aten::to", "aten::dropout",
+    # composite ops whose own time is dispatch: the op they call does the work
+    "aten::matmul", "aten::linear", "aten::layer_norm", "aten::scaled_dot_product_attention", "aten::conv1d",
+    "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution", "aten::batch_norm",
+    "aten::_batch_norm_impl_index", "aten::softmax", "aten::group_norm", "aten::embedding", "aten::einsum",
+})
+
+def _work_ops(g) -> "object":
+    """The CPU slices of one step that do the workload's work: ATen ops that are neither metadata-only nor composite
+    wrappers (:data:`_NO_WORK`); their own time (children excluded) is the work."""
+    names = g["name"].astype(str)
+    return g[names.str.startswith("aten::") & ~names.isin(_NO_WORK)]
+
+
 _CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime", "driver")
 _LAZY_LOADING = ("Lazy Function Loading", "Runtime Triggered Module Loading")
 

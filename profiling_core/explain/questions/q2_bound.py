@@ -5,24 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analyses.steps import CPU_MATH_BOUND_AT, GPU_BOUND_AT, steady_state
+from ...analyses.steps import CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, steady_state
 from ...units import format_duration_us as _us
-from .base import NO_GPU_TEXT, Finding, _num, _self_times_by_step
+from .base import NO_GPU_TEXT, Finding, _num, _self_times_by_step, _work_ops
 
-# ATen ops that only make or reshape tensor metadata (no arithmetic, no data moved): on a CPU their own time is
-# framework overhead, not the workload's math
-_NO_WORK = frozenset({
-    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::view", "aten::reshape", "aten::_reshape_alias",
-    "aten::as_strided", "aten::t", "aten::transpose", "aten::expand", "aten::permute", "aten::unsqueeze",
-    "aten::squeeze", "aten::slice", "aten::select", "aten::split", "aten::chunk", "aten::narrow", "aten::detach",
-    "aten::alias", "aten::lift_fresh", "aten::_unsafe_view", "aten::resolve_conj", "aten::resolve_neg",
-    "aten::contiguous", "aten::numpy_T", "aten::result_type", "aten::broadcast_tensors", "aten::set_",
-    "aten::resize_", "aten::to", "aten::dropout",
-    # composite ops whose own time is dispatch: the op they call does the work
-    "aten::matmul", "aten::linear", "aten::layer_norm", "aten::scaled_dot_product_attention", "aten::conv1d",
-    "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution", "aten::batch_norm",
-    "aten::_batch_norm_impl_index", "aten::softmax", "aten::group_norm", "aten::embedding", "aten::einsum",
-})
 _TOP_WORK_OPS = 3
 
 
@@ -95,13 +81,6 @@ def _q2_bound(r, config=None) -> list[Finding]:
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
 
 
-def _work_ops(g) -> "object":
-    """The CPU slices of one step that do the workload's work: ATen ops that are neither metadata-only nor composite
-    wrappers (:data:`_NO_WORK`); their own time (children excluded) is the work."""
-    names = g["name"].astype(str)
-    return g[names.str.startswith("aten::") & ~names.isin(_NO_WORK)]
-
-
 def _q2_cpu(r, cpu_med: float) -> Finding:
     """Question 2 on a CPU: the work ops' own time (ATen ops that do arithmetic or move data; metadata-only ops and
     composite wrappers excluded) against the step, the rest being framework overhead (Python, dispatch, the
@@ -150,4 +129,9 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
         gflops = float(cpu_g["tflops"].median()) * 1000
         ev["gemm_gflops_median"] = _num(gflops)
         text += f" The GEMMs ran at a median {gflops:,.3g} GFLOP/s (FLOPs from {cpu_g['flops_from'].iloc[0]})."
+        if gflops < CPU_GEMM_FLOOR_GFLOPS:
+            ev["gemm_below_floor_gflops"] = CPU_GEMM_FLOOR_GFLOPS
+            text += (f" That is below the {CPU_GEMM_FLOOR_GFLOPS:g} GFLOP/s any core exceeds: the GEMMs' time is "
+                     "threads waiting for cores, not math (What to change: *CPU ops stalled*), so read the verdict "
+                     "as where the step's time went, not as heavy compute.")
     return Finding("q2.bound", 2, label.capitalize(), text, ev)

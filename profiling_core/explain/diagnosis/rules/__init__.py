@@ -13,4 +13,6 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 - ``attention_backend``: which SDPA backend ran, and why flash could not.
 - ``cudagraphs_skipped``: mode='reduce-overhead' asked for CUDA graphs, and no step replays one.
 - ``conv_layout``: cuDNN transposes NCHW tensors to NHWC and back around the convolutions (channels_last).
+- ``cpu_contention``: on a CPU, work ops far slower than the same call elsewhere in the run, or a GEMM below any
+  core's rate: threads that did not get their cores (the threads knob, a quieter machine).
 """
