@@ -72,13 +72,13 @@ summary = ui.summaries([a, b]).drop(columns=["run_id"])
 summary.insert(0, "run", [name_a, name_b])
 st.dataframe(summary, hide_index=True, width="stretch", height=ui.fit_height(summary))
 
-st.subheader("Where the GPU time goes")
 both = {name_a: ra.step_breakdown, name_b: rb.step_breakdown}
 per_run = charts.breakdown_bars(both, per="run")
 breakdown_charts = []
+if ra.has_gpu or rb.has_gpu:  # two CPU runs have no GPU time: no section for it
+    st.subheader("Where the GPU time goes")
 if not (ra.has_gpu or rb.has_gpu):
-    st.info("Neither run has a GPU lane (both ran on the CPU): there is no GPU time to break down.",
-            icon=":material/info:")
+    pass
 elif per_run.empty:
     st.caption("Neither trace has ProfilerStep slices, so there is no per-step breakdown to compare.")
 else:
@@ -106,11 +106,11 @@ else:
                                             **{c: st.column_config.NumberColumn(c, format="%.2f")
                                                for c in ("per_step_us", "overlapped_us")}})
 
-st.subheader("Kernels")
 ka, kb = ra.kernel_stats.assign(run=name_a), rb.kernel_stats.assign(run=name_b)
 kernels = pd.concat([ka, kb], ignore_index=True)
+st.subheader("CPU ops" if kernels.empty else "Kernels")
 if kernels.empty:
-    st.caption("Neither trace has GPU kernels (CPU-only traces); compare the profiler tables instead:")
+    st.caption("Neither trace has GPU kernels (CPU-only traces): their profiler tables' ops, by self CPU time.")
     ta = ra.profiler_table[["name", "calls", "self_cpu_us", "cpu_total_us"]].assign(run=name_a)
     tb = rb.profiler_table[["name", "calls", "self_cpu_us", "cpu_total_us"]].assign(run=name_b)
     both = pd.concat([ta, tb], ignore_index=True)
@@ -119,7 +119,7 @@ if kernels.empty:
                                  title="Self CPU time by op", value_title="µs (all steps)")
     ui.chart_block(kchart, both, "compare_ops", key="runs_kernels")
 else:
-    kernels["kernel"] = kernels["name"].astype(str).str.slice(0, 60)
+    kernels["kernel"] = kernels["name"].astype(str)  # full names: kernels that share a prefix stay apart
     kchart = ui.chart("grouped_bars", kernels, category="kernel", value="median_us", group="run",
                                  title="Median kernel duration", value_title="µs")
     ui.chart_block(kchart, kernels, "compare_kernels", key="runs_kernels")

@@ -50,14 +50,15 @@ sess = ui.session(rid)
 s = rep.summary
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Profiler steps", s.get("steps", 0))
-c2.metric("GPU ops", s.get("gpu_ops", 0))
+c2.metric("GPU ops", s.get("gpu_ops", 0) if rep.has_gpu else "none (CPU trace)")
 c3.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")))
 c4.metric("SQL engine", sess.engine, help=ui.md_text(sess.engine_reason))
 
 st.header("The same analyses", divider="gray")
 st.caption("This trace is now the current run of every page. A quick look:")
 if len(rep.steps):
-    steps = rep.steps[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "launches", "kernels"]]
+    steps = rep.steps[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "launches", "kernels"]
+                      if rep.has_gpu else ["step", "cpu_dur_us"]]  # a CPU trace has no GPU columns to show
     st.dataframe(steps, hide_index=True, width="stretch", height=ui.fit_height(steps))
 if len(rep.kernel_stats):
     top = rep.kernel_stats.head(10).assign(kernel=lambda d: d["name"].astype(str))  # full names: one bar each
@@ -65,7 +66,8 @@ if len(rep.kernel_stats):
                   value_title="µs")
     ui.chart_block(kc, rep.kernel_stats, "lab_kernels", key="lab_kernels")
 elif not rep.has_gpu:
-    st.caption("No GPU lane in this trace: kernel panels are empty.")
+    st.caption("No GPU lane in this trace (recorded on the CPU): no kernels to rank; the Profile page's table "
+               "ranks its CPU ops.")
 cols = st.columns(4)
 for col, (path, label) in zip(cols, [("pages/profile.py", "Profile"), ("pages/dispatch.py", "Dispatch and launch"),
                                      ("pages/variance.py", "Kernel variance"), ("pages/runs.py", "Runs")]):

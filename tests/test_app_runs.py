@@ -56,3 +56,37 @@ def test_runs_compare_breakdowns_side_by_side(runs_dir, media):
     assert memcpy[0] == 0 and memcpy[1] > 10  # compile copies the bias (DtoD) before its addmm; eager does not
     csv = download(at, media, "csv_runs_breakdown").decode()
     assert csv.startswith("bar,category,time_us,share,overlapped_us,per_step_us")
+
+
+def test_two_cpu_runs_get_no_gpu_section(seed_run, runs_dir):
+    from conftest_app import DATA
+    other = import_trace(runs_dir, DATA / "cpu" / "64_fp32_warm_eager.json", "cpu_import")
+    at = app("runs")
+    at.selectbox(key="runs_a").set_value(seed_run)
+    at.selectbox(key="runs_b").set_value(other).run()
+    assert not errors_of(at)
+    subheaders = [h.value for h in at.subheader]
+    assert "Where the GPU time goes" not in subheaders and "Kernels" not in subheaders
+    assert "CPU ops" in subheaders
+
+
+def test_kernels_that_share_a_long_prefix_stay_two_bars(runs_dir, media, tmp_path):
+    import csv
+    import io
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    import verdict_traces as vt
+    prefix = "void split_embedding_backward_codegen_sgd_unweighted_exact_kernel_cta_per_row_"  # 78 characters
+    t = vt.Trace()
+    for n in range(3):
+        t.step(n + 1, lambda t: (t.launch(prefix + "1<float>(...)", 10.0), t.launch(prefix + "2<float>(...)", 30.0)))
+    a = import_trace(runs_dir, t.write(tmp_path / "a.json"), "a")
+    b = import_trace(runs_dir, t.write(tmp_path / "b.json"), "b")
+    at = app("runs")
+    at.selectbox(key="runs_a").set_value(a)
+    at.selectbox(key="runs_b").set_value(b).run()
+    assert not errors_of(at)
+    rows = list(csv.DictReader(io.StringIO(download(at, media, "csv_runs_kernels").decode())))
+    assert {r["kernel"] for r in rows} == {prefix + "1<float>(...)", prefix + "2<float>(...)"}
+    assert sorted(float(r["median_us"]) for r in rows) == [10.0, 10.0, 30.0, 30.0]

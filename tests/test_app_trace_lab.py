@@ -97,3 +97,12 @@ def test_a_long_non_ascii_file_name_imports(runs_dir):
     run = RunStore(runs_dir).load(rid)
     assert run.meta["original_filename"] == name and run.name == name.removesuffix(".json")
     assert run.status == "ok" and len(rid.encode()) <= 160
+
+
+def test_a_cpu_trace_shows_no_gpu_columns(runs_dir):
+    at = app("trace_lab")
+    upload(at, "cpu.json", CPU_TRACE.read_bytes())
+    assert not errors_of(at), errors_of(at)
+    steps = at.dataframe[0].value
+    assert list(steps.columns) == ["step", "cpu_dur_us"]  # no GPU busy time, launches or kernels to show
+    assert [m.value for m in at.metric if m.label == "GPU ops"] == ["none (CPU trace)"]
