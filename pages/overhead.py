@@ -134,7 +134,8 @@ else:
     if not peaks:
         st.caption("No calibration of these runs' device in the store: the peak line is missing (measure it on "
                    "**Home**).")
-    achieved = ui.chart("achieved_vs_peak", gemm[["size", "mode", "dtype", "tflops"]], peaks=peaks or None)
+    achieved = ui.chart("achieved_vs_peak", gemm[["size", "mode", "dtype", "tflops"]], peaks=peaks or None,
+                        peak_source="datasheet" if (gemm["peak_source"] == "datasheet").any() else "measured")
     ui.chart_block(achieved, gemm, "gemm_vs_peak", key="overhead_peak")
     peak_charts = [achieved]
     ui.table_block(gemm.drop(columns=["run_id"]), "gemm_vs_peak", key="overhead_peak_table", width="stretch",

@@ -454,3 +454,14 @@ def test_the_overview_step_labels_sit_inside_the_plot():
     spec = C.trace_overview(slices, steps).to_dict()
     text = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "text")
     assert text["mark"]["baseline"] == "top" and text["encoding"]["y"]["value"] >= 0  # not above, over the legend
+
+
+def test_a_log_axis_over_five_decades_reads_in_decades_and_names_its_peaks_source():
+    g = pd.DataFrame({"size": [64, 512, 4096, 8192], "mode": "eager", "dtype": "bf16",
+                      "tflops": [0.01, 1.2, 150.0, 700.0]})
+    shown = _svg_texts(C.achieved_vs_peak(g, peaks={"bf16": 989.4}, peak_source="datasheet"))
+    ticks = [t for t in shown if t.replace(",", "").replace(".", "").isdigit()]
+    assert {"0.01", "0.1", "1", "10", "100", "1,000"} <= set(ticks) and "200" not in ticks and "20" not in ticks
+    assert "bf16 peak (datasheet) 989.4 TFLOP/s" in shown
+    narrow = _svg_texts(C.achieved_vs_peak(g.assign(tflops=[100.0, 200.0, 300.0, 500.0])))
+    assert {"100", "200", "500"} <= set(narrow)  # under three decades: 2× and 5× ticks between

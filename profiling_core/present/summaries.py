@@ -201,7 +201,7 @@ def peaks_frame(peaks: Iterable[DevicePeaks]) -> pd.DataFrame:
 
 
 GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "size", "mode", "dtype", "kernel", "µs per call", "tflops", "peak", "roof",
-                        "compute_peak", "fraction_of_peak"]
+                        "compute_peak", "fraction_of_peak", "peak_source"]
 """The columns of :func:`gemm_vs_peak`."""
 
 
@@ -209,7 +209,8 @@ def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]])
     """Per (run, its report, its diagnosis): its GEMM, the GEMM row of the diagnosis's roofline with the most total
     time (µs per call × calls), against its device's peaks: :data:`GEMM_VS_PEAK_COLUMNS` (run name, id, size, mode,
     dtype, kernel, µs per call, achieved TFLOP/s, ``peak``: the roof it is judged by (min of the dtype's compute peak
-    and intensity × bandwidth), ``roof``: which one, ``compute_peak``: the dtype's peak, the fraction of ``peak``). Runs without a GEMM of
+    and intensity × bandwidth), ``roof``: which one, ``compute_peak``: the dtype's peak, the fraction of ``peak``,
+    ``peak_source``: ``measured`` or ``datasheet``, ``DevicePeaks.source``, None without peaks). Runs without a GEMM of
     known FLOPs are left out. The report is read only for an imported trace's mode (:func:`mode_label`): None will
     do for a run with a config."""
     rows = []
@@ -223,7 +224,8 @@ def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]])
                      "dtype": top["dtype"], "kernel": top["kernel"], "µs per call": float(top["time_us"]),
                      "tflops": float(top["tflops"]), "peak": top["peak"], "roof": top.get("roof"),
                      "compute_peak": top.get("compute_peak", top["peak"]),
-                     "fraction_of_peak": top["fraction_of_peak"]})
+                     "fraction_of_peak": top["fraction_of_peak"],
+                     "peak_source": diag.peaks.source if diag.peaks is not None else None})
     return pd.DataFrame(rows, columns=GEMM_VS_PEAK_COLUMNS)
 
 

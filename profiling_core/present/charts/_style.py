@@ -64,6 +64,21 @@ def decade_ticks(values: pd.Series) -> list[float]:
     return [0.0] + [float(10 ** k) for k in range(lo, hi + 1)]
 
 
+def log_ticks(values: Iterable[float]) -> list[float]:
+    """Tick values for a log axis (not symlog) over ``values``: each power of ten in their range, with 2× and 5× between
+    when the range spans under three decades, so no two labels print over each other (Vega-Lite's own ticks put 1, 2
+    and 5 of every decade on the axis, which collide once it spans five)."""
+    import math
+    v = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").dropna()
+    pos = v[v > 0]
+    if not len(pos):
+        return []
+    lo = math.floor(math.log10(float(pos.min())))
+    hi = math.ceil(math.log10(float(pos.max())))
+    steps = (1,) if hi - lo >= 3 else (1, 2, 5)
+    return [float(m * 10 ** k) for k in range(lo, hi + 1) for m in steps if m * 10 ** k <= 10 ** hi]
+
+
 LOG_AXIS_FORMAT = ",.4~r"
 """A d3 format for the ticks of a log axis of µs (or counts): plain decimals with thousands separators, no SI
 prefixes (``~s`` reads 0.01 µs as "10m")."""

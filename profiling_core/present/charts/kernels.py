@@ -7,7 +7,7 @@ import pandas as pd
 
 from ...explain import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
 from ...units import format_duration_us
-from ._style import LOG_AXIS_FORMAT, WIDTH, _require, decade_ticks
+from ._style import LOG_AXIS_FORMAT, WIDTH, _require, decade_ticks, log_ticks
 
 
 def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel duration per step"
@@ -42,7 +42,8 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
         **extra,
         x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("dur_us:Q", title="duration (µs)" + (", log scale" if scale.type == "log" else ""), scale=scale,
-                axis=alt.Axis(format=LOG_AXIS_FORMAT if scale.type == "log" else ",.3~f")),
+                axis=alt.Axis(format=LOG_AXIS_FORMAT, values=log_ticks(data["dur_us"])) if scale.type == "log"
+                else alt.Axis(format=",.3~f")),
         tooltip=["run:N", "kernel:N", "step:O", *(["call:O"] if calls else []),
                  alt.Tooltip("dur_us:Q", format=",.2f", title="µs"),
                  alt.Tooltip("median_us:Q", format=",.2f", title="median µs"),

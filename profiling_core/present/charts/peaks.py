@@ -6,7 +6,7 @@ from typing import Optional
 import altair as alt
 import pandas as pd
 
-from ._style import WIDTH, _require, empty_chart
+from ._style import LOG_AXIS_FORMAT, WIDTH, _require, empty_chart, log_ticks
 
 
 def _ceilings(peaks: dict, bandwidth_gbs: Optional[float], lo: float, hi: float) -> pd.DataFrame:
@@ -68,10 +68,11 @@ def roofline(rows: pd.DataFrame, *, peaks: Optional[dict] = None, bandwidth_gbs:
     return alt.layer(*layers).properties(title=title, width=WIDTH, height=340)
 
 
-def achieved_vs_peak(points: pd.DataFrame, *, peaks: Optional[dict] = None,
-                     title: str = "GEMM throughput against size, with the measured peak") -> alt.LayerChart:
-    """Achieved TFLOP/s of the GEMM against matrix size (log x), one line per ``mode``, each dtype's measured peak
-    as a horizontal rule.
+def achieved_vs_peak(points: pd.DataFrame, *, peaks: Optional[dict] = None, peak_source: str = "measured",
+                     title: str = "GEMM throughput against size, with the device's peak") -> alt.LayerChart:
+    """Achieved TFLOP/s of the GEMM against matrix size (log x), one line per ``mode``, each dtype's peak as a
+    horizontal rule labelled with where it comes from (``peak_source``: ``measured`` by a calibration, or
+    ``datasheet``, ``DevicePeaks.source``).
 
     points: ``size``, ``tflops``, optional ``mode``, ``dtype``. peaks: {dtype: TFLOP/s} (the dtypes in points)."""
     _require(points, ["size", "tflops"], "achieved_vs_peak")
@@ -81,13 +82,15 @@ def achieved_vs_peak(points: pd.DataFrame, *, peaks: Optional[dict] = None,
     if "mode" not in data.columns:
         data["mode"] = "eager"
     x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n", axis=alt.Axis(format=",.0f"))
+    ticks = log_ticks([*data["tflops"], *(peaks or {}).values()])
     layers = [alt.Chart(data).mark_line(point=True)
-              .encode(x=x, y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="achieved TFLOP/s"),
+              .encode(x=x, y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="achieved TFLOP/s",
+                                   axis=alt.Axis(values=ticks, format=LOG_AXIS_FORMAT)),
                       color=alt.Color("mode:N", title="mode"),
                       tooltip=["mode:N", alt.Tooltip("size:Q", format=",.0f"),
                                alt.Tooltip("tflops:Q", format=",.3f", title="TFLOP/s")])]
     if peaks:
-        rules = pd.DataFrame([{"tflops": v, "label": f"{d} peak (measured) {v:,.1f} TFLOP/s"}
+        rules = pd.DataFrame([{"tflops": v, "label": f"{d} peak ({peak_source}) {v:,.1f} TFLOP/s"}
                               for d, v in peaks.items()])
         layers.append(alt.Chart(rules).mark_rule(strokeDash=[5, 3], color="#d62728")
                       .encode(y="tflops:Q", tooltip=["label:N"]))

@@ -6,7 +6,7 @@ import math
 import altair as alt
 import pandas as pd
 
-from ._style import WIDTH, _require, empty_chart
+from ._style import LOG_AXIS_FORMAT, WIDTH, _require, empty_chart, log_ticks
 
 
 def crossover_points(sweep: pd.DataFrame, a: str = "cpu_us_per_step", b: str = "gpu_busy_us_per_step"
@@ -59,9 +59,13 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
                                               for m in metrics])
     x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n (n×n)",
               axis=alt.Axis(format=",.0f"))
+    spans = [data[c] for c in data.columns if c.startswith(("cpu_us_per_step", "gpu_busy_us_per_step"))
+             and not c.endswith("_pct")]
+    ticks = log_ticks(pd.concat(spans, ignore_index=True)) if spans else []
     lines = (alt.Chart(long).mark_line(point=True)
              .encode(x=x,
-                     y=alt.Y("us_per_step:Q", scale=alt.Scale(type="log"), title="µs per step"),
+                     y=alt.Y("us_per_step:Q", scale=alt.Scale(type="log"), title="µs per step",
+                             axis=alt.Axis(values=ticks, format=LOG_AXIS_FORMAT)),
                      color=alt.Color("metric:N", title=None, scale=colors),
                      strokeDash=alt.StrokeDash("mode:N", title="mode"),
                      tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
