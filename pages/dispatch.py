@@ -8,7 +8,7 @@ from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.analyses import chain_subtree
 from profiling_core.errors import ConfigError
-from profiling_core.present import ReportSection
+from profiling_core.present import ReportSection, comparison_warnings
 from profiling_core.run import SPREAD_WARN_PCT
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -126,14 +126,15 @@ if cold_id and warm_id:
             rows.append(pd.DataFrame({"step": s["step"].to_numpy(), "dur_us": s["cpu_dur_us"].to_numpy(),
                                       "label": f"{label} · {ui.load_run(ids[0]).name}"}))
     per_run = pd.concat(rows, ignore_index=True)
+    cw_warnings = comparison_warnings(pd.DataFrame(), [], runs=[ui.load_run(r) for _, ids in groups for r in ids])
     cw = (per_run.groupby(["label", "step"])["dur_us"].agg(dur_us="median", lo_us="min", hi_us="max", n="count")
           .reset_index())
     if repeated:
         st.caption(f"The median of {len(pair_ids) // 2} pairs per step, with the min–max range of each.")
         wide = cw[(cw["n"] > 1) & ((cw["hi_us"] - cw["lo_us"]) > SPREAD_WARN_PCT / 100 * cw["dur_us"])]
         if len(wide):
-            st.warning(f"{len(wide)} step position(s) spread by more than {SPREAD_WARN_PCT:.0f}% of their median "
-                       "across the pairs: read them as noise.", icon=":material/warning:")
+            cw_warnings.insert(0, f"{len(wide)} step position(s) spread by more than {SPREAD_WARN_PCT:.0f}% of "
+                                  "their median across the pairs: read them as noise.")
     else:
         cw = cw.drop(columns=["lo_us", "hi_us"])
         st.caption("One pair: each bar is one run's step, with no spread to read; run several pairs on a CPU.")
@@ -144,7 +145,9 @@ if cold_id and warm_id:
         g = ui.report(r).cold_start_gap
         col.markdown(f"**{label}**: `matmul_add` start → first aten op")
         col.dataframe(g[["step", "region_dur_us", "first_aten", "gap_us"]], hide_index=True)
-    report_sections.append(ReportSection("Cold vs warm", charts=[cwc]))
+    for w in cw_warnings:
+        st.warning(ui.md_text(w), icon=":material/warning:")
+    report_sections.append(ReportSection("Cold vs warm", text="\n\n".join(cw_warnings), charts=[cwc]))
 
 if not no_gpu:
     # --- question 7: sync wait ------------------------------------------------------------------------

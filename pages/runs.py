@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core.present import charts
-from profiling_core.present import ReportSection
+from profiling_core.present import ReportSection, comparison_warnings
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -68,6 +68,9 @@ steps = pd.concat([pd.DataFrame({"step": r.steps["step"].to_numpy(), "dur_us": r
 step_chart = ui.chart("cold_vs_warm", steps, title="CPU time of each profiled step")
 ui.chart_block(step_chart, steps, "compare_steps", key="runs_steps")
 
+busy = comparison_warnings(pd.DataFrame(), [], runs=[ui.load_run(r) for r in dict.fromkeys((a, b))])
+for w in busy:  # a run timed on a busy machine is not compared as if it were not
+    st.warning(ui.md_text(w), icon=":material/warning:")
 summary = ui.summaries([a, b]).drop(columns=["run_id"])
 summary.insert(0, "run", [name_a, name_b])
 st.dataframe(summary, hide_index=True, width="stretch", height=ui.fit_height(summary))
@@ -132,7 +135,8 @@ with fa:
 with fb:
     st.markdown(f"**{ui.md_text(name_b)}**")
     ui.show_findings(ui.findings(b))
-ui.report_button("Compare runs", [ReportSection("Steps", charts=[step_chart], tables=[("summary", summary)]),
+ui.report_button("Compare runs", [ReportSection("Steps", text="\n\n".join(busy), charts=[step_chart],
+                                                 tables=[("summary", summary)]),
                                   *([ReportSection("Where the GPU time goes", charts=breakdown_charts)]
                                     if breakdown_charts else []),
                                   ReportSection("Kernels", charts=[kchart]),

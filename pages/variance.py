@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core.units import format_duration_us
-from profiling_core.present import ReportSection
+from profiling_core.present import ReportSection, comparison_warnings
 from profiling_core.explain import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -104,6 +104,9 @@ if other and other != rid:
                    "pick a run of the same kind to compare.")
     else:
         both.append(d2.assign(run=f"B · {ui.load_run(other).name}"))
+busy = comparison_warnings(pd.DataFrame(), [], runs=[ui.load_run(r) for r in dict.fromkeys((rid, other or rid))])
+for w in busy:
+    st.warning(ui.md_text(w), icon=":material/warning:")
 spread_df = pd.concat(both, ignore_index=True)
 spread = ui.chart("kernel_spread", spread_df)
 ui.chart_block(spread, spread_df, "kernel_spread", key="variance_spread")
@@ -112,5 +115,5 @@ st.caption("Box: quartiles and median; whiskers: min..max; red tick: the mean.")
 ui.show_findings(ui.findings(rid), questions={8})
 ui.report_button("Kernel variance", [ReportSection("Per-step durations", charts=[per_step],
                                                    tables=[] if stats is None else [("kernel_stats", stats)]),
-                                     ReportSection("Spread", charts=[spread])],
+                                     ReportSection("Spread", text="\n\n".join(busy), charts=[spread])],
                  configs={rid: ui.load_run(rid).meta.get("config") or {}}, key="variance")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from profiling_core.present import md_text
+
 from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir, seed_run  # noqa: F401
 
 
@@ -90,3 +92,19 @@ def test_kernels_that_share_a_long_prefix_stay_two_bars(runs_dir, media, tmp_pat
     rows = list(csv.DictReader(io.StringIO(download(at, media, "csv_runs_kernels").decode())))
     assert {r["kernel"] for r in rows} == {prefix + "1<float>(...)", prefix + "2<float>(...)"}
     assert sorted(float(r["median_us"]) for r in rows) == [10.0, 10.0, 30.0, 30.0]
+
+
+def test_a_run_from_a_busy_machine_is_named_where_it_is_compared(seed_run, runs_dir, media):
+    import json
+    other = import_trace(runs_dir, H200 / "64_bf16_cold_eager.json", "64_bf16_cold_eager")
+    meta = runs_dir / seed_run / "meta.json"
+    m = json.loads(meta.read_text())
+    m["machine_load"] = {"cores": 2, "load_1min_before": 7.5, "load_1min_after": 8.0}
+    meta.write_text(json.dumps(m))
+    at = app("runs")
+    at.selectbox(key="runs_a").set_value(seed_run)
+    at.selectbox(key="runs_b").set_value(other).run()
+    assert not errors_of(at)
+    (w,) = [w.value for w in at.warning if "busy" in w.value]
+    assert md_text("1-minute load average 7.5 on 2 cores") in w
+    assert "1-minute load average 7.5 on 2 cores" in download(at, media, "report_runs").decode()
