@@ -104,6 +104,8 @@ def test_human_output(capsys):
     out = capsys.readouterr().out
     assert "steps 3" in out and "findings:" in out and "Q6 " in out
     assert "nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT" in out
+    # no calibration here: the heading says the datasheet, as every fraction below it does
+    assert "what to change (against NVIDIA H200's datasheet peaks" in out and "peaks measured" not in out
     assert analyze_cli.main([str(CPU_TRACE), "--engine", "sqlite"]) == 0
     assert "(no GPU lane)" in capsys.readouterr().out
 

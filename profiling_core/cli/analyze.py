@@ -151,8 +151,9 @@ def _human(path: str, report, found, diagnosis=None) -> str:
         lines.append(f"    Q{f.question} {f.title}: {f.text}")
     if diagnosis is not None:
         p = diagnosis.peaks
-        lines.append("  what to change" + (f" (against {p.device}'s peaks measured {p.measured_at[:10]})" if p else
-                                           " (no calibration of this device: no fraction of peak)") + ":")
+        against = ("" if p is None else f" (against {p.device}'s datasheet peaks: no calibration of it here)"
+                   if p.source == "datasheet" else f" (against {p.device}'s peaks measured {p.measured_at[:10]})")
+        lines.append("  what to change" + (against or " (no calibration of this device: no fraction of peak)") + ":")
         for d in diagnosis.diagnoses:
             cost = f" [{format_duration_us(d.cost_us_per_step)}/step: {d.cost_basis}]" if d.cost_us_per_step else ""
             lines.append(f"    {d.title}: {d.text}{cost}")

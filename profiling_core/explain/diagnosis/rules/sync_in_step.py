@@ -51,7 +51,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     copy_rows = _copy_rows(c.session, copies, n)
     parts = []
     if len(idx):
-        what = ", ".join(f"{x} ×{(names[idx] == x).sum() / n:g}" for x in dict.fromkeys(names[idx].tolist()))
+        what = ", ".join(f"{x} ×{(names[idx] == x).sum() / n:.3g}" for x in dict.fromkeys(names[idx].tolist()))
         parts.append(f"the CPU waits for the GPU: {what} per step"
                      + (f", {_fmt_us(sync_us)} blocked in synchronising calls per step" if calls else ""))
     for row in copy_rows:
