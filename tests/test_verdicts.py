@@ -232,9 +232,9 @@ def test_a_trace_of_a_device_without_calibration_is_judged_by_its_datasheet_and_
 
 # --- properties of every test trace ---------------------------------------------------------------------------------
 
-TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_diag", "h200_workloads", "h200_verdicts", "cpu",
+TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_diag", "h200_workloads", "h200_verdicts", "h200_train", "cpu",
                             "third_party", "traces")
-                for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json")))
+                for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json", "facts.json")))
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
