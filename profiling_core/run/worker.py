@@ -516,6 +516,8 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
     folder lock: flocks, held as long as any process has them open).  The worker dies with this process.
     Raises WorkerError on any failure.
     """
+    if cancel_event is not None and cancel_event.is_set():
+        raise WorkerError("cancelled", f"{config.name} was cancelled before its worker started")
     (staging / CONFIG_FILE).write_text(config.to_json())
     log_path = staging / LOG_FILE
     status = on_status or (lambda _msg: None)
