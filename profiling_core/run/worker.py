@@ -222,7 +222,7 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
             msg = f"{type(exc).__name__} during {current['phase'].removesuffix('_s')}: {exc}".strip()
             # the workload may know better (an attention backend that cannot run, the user's script raising)
             better = None
-            if config is not None and isinstance(exc, Exception):
+            if config is not None:  # BaseException too: a user's script may raise KeyboardInterrupt or its own
                 from ..workloads import get_workload
                 better = get_workload(config.workload).explain(exc, config.workload_knobs, current["phase"], kind)
             if better is not None:
