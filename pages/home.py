@@ -70,14 +70,7 @@ st.subheader("This device's peaks")
 st.caption("What a dense GEMM per dtype and a large copy reach on this machine, measured in a worker like a run: "
            "the ceilings every GEMM and copy is judged by (Profile → *What to change*). The vendor's datasheet "
            "figure, where known, is shown beside, never used instead.")
-ui.show_notices("calibrate")
-job = ui.follow_job("calibrate")
-if job is not None and not job.running:
-    ui.pop_job("calibrate")
-    if job.error is not None:
-        ui.end_action("calibrate", [], [("error", job.error, "The calibration failed")])
-    else:
-        ui.end_action("calibrate", [], [("success", "Measured the peaks of " + ui.md_text(job.result.device))])
+ui.finish_calibration("calibrate")
 good, bad = ui.calibrations()
 if good:
     ui.table_block(ui.peaks_frame(good), "calibrations", key="home_peaks",

@@ -100,3 +100,63 @@ def test_a_process_that_inherits_the_lock_holds_it_until_it_exits():
         child.wait()
     with device_lock("cpu", wait=False):
         pass
+
+
+# ------------------------------------------------------------------------------ a cancel while the device is busy
+def _entry_points():
+    """Each way to run something behind the device lock, with a cancel event: (name, call(store, cancel, status))."""
+    from profiling_core import ExperimentConfig, calibrate, run_experiment, run_sweep
+    from profiling_core.run import CalibrationJob
+    cfg = ExperimentConfig(size=32, dtype="fp32", device="cpu", wait=0, warmup_steps=0, active=1)
+    return {
+        "run": lambda store, cancel, status: run_experiment(cfg, store=store, cancel_event=cancel, on_status=status),
+        "forked run": lambda store, cancel, status: run_experiment(cfg, store=store, cancel_event=cancel,
+                                                                   on_status=status, prestart=1),
+        "sweep": lambda store, cancel, status: run_sweep([cfg, cfg], store=store, cancel_event=cancel,
+                                                         on_status=status),
+        "calibration": lambda store, cancel, status: calibrate(CalibrationJob(device="cpu"), store=store,
+                                                               cancel_event=cancel, on_status=status),
+    }
+
+
+@pytest.mark.parametrize("entry", ["run", "forked run", "sweep", "calibration"])
+def test_a_cancel_reaches_a_run_waiting_for_the_device(tmp_path, entry):
+    """The device is held (by this test); a run waits for it; a cancel ends the wait at once with a 'cancelled'
+    outcome, and no worker is ever started (its status lines never mention one; nothing lands in the store). The bug
+    this guards against waited until the device was free, then started a worker only to kill it."""
+    from profiling_core import RunStore, WorkerError
+    store = RunStore(tmp_path / "runs")
+    cancel, statuses, outcome = threading.Event(), [], {}
+    call = _entry_points()[entry]
+
+    def go():
+        try:
+            outcome["result"] = call(store, cancel, statuses.append)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome["error"] = exc
+        outcome["ended"] = time.monotonic()
+
+    with device_lock("cpu", what="the test holding the device"):
+        t = threading.Thread(target=go, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 30
+        while not any(m.startswith("waiting for device lock 'cpu'") for m in statuses):
+            assert t.is_alive() and time.monotonic() < deadline, (statuses, outcome)
+            time.sleep(0.05)
+        cancelled_at = time.monotonic()
+        cancel.set()
+        t.join(10)  # the old wait ignored the cancel for as long as the device stayed busy
+        ended_while_busy = not t.is_alive()
+    t.join(120)  # released: the old wait went on to start a worker and kill it
+    assert ended_while_busy, f"the run went on waiting for the device after its cancel: {statuses}"
+    assert outcome["ended"] - cancelled_at < 10
+    if entry == "sweep":
+        res = outcome["result"]
+        assert res.cancelled and res.runs == [] and res.errors == []
+    else:
+        err = outcome["error"]
+        assert isinstance(err, WorkerError) and err.kind == "cancelled", repr(err)
+        assert "was cancelled while it waited" in err.message and "for device cpu (held by pid" in err.message
+        assert err.message.endswith("(the test holding the device)); nothing was started")
+    assert not [m for m in statuses if "worker" in m], statuses
+    assert store.list() == [] and list((store.root / ".staging").iterdir()) == []

@@ -401,3 +401,92 @@ def test_disk_full_reason_reaches_the_user(tmp_path, command):
     assert "store: OSError during export: [Errno 28] No space left on device" in shown, shown
     assert "trace.json" in shown, shown
     assert RunStore(root).list() == [] and list((root / ".staging").iterdir()) == []
+
+
+_SPAWNING_SCRIPT = '''
+import os, subprocess, sys, time
+
+def _sleeper():
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    return pid
+
+def make_step(device, dtype):
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid,  # a program
+            _sleeper()]  # a forked copy of the worker, holding what it holds (the device lock)
+    moved = os.fork()
+    if moved == 0:  # a fork in a process group of its own
+        os.setpgid(0, 0)
+        time.sleep(600)
+        os._exit(0)
+    kids.append(moved)
+    with open(PIDS, "a") as f:
+        f.write(" ".join(map(str, kids)) + "\\n")
+    return (lambda: None), ()
+'''
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+@pytest.mark.parametrize("prestart", [0, 1], ids=["fresh", "forked"])
+def test_a_run_that_succeeds_leaves_nothing_running_and_the_device_free(store, tmp_path, prestart):
+    """A script's make_step starts long-sleeping children (a program, a fork holding the device lock, a fork in its
+    own process group) and the run succeeds: when it returns, none of them lives, and the next run (fail-fast, so a
+    held lock shows as "device cpu is busy") starts and succeeds too."""
+    pids_file = tmp_path / "pids.txt"
+    script = tmp_path / "spawns.py"
+    script.write_text(f"PIDS = {str(pids_file)!r}\n" + _SPAWNING_SCRIPT)
+    cfg = ExperimentConfig(workload="script", knobs={"path": str(script)}, dtype="fp32", device="cpu", wait=0,
+                           warmup_steps=0, active=1)
+    kids = []
+    try:
+        for _ in range(2):
+            run_experiment(cfg, store=store, prestart=prestart, wait_for_device=False)
+            kids = [int(p) for p in pids_file.read_text().split()]
+            alive = [pid for pid in kids if _running(pid)]
+            assert not alive, f"children of the run outlived it: {alive} of {kids}"
+        assert len(kids) == 6 and len(store.list()) == 2
+    finally:
+        for pid in kids:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+_ESCAPING_SCRIPT = '''
+import os, time
+
+def make_step(device, dtype):
+    pid = os.fork()
+    if pid == 0:  # leaves the worker's session: beyond the reach of the run's end
+        os.setsid()
+        time.sleep(600)
+        os._exit(0)
+    with open(PIDS, "w") as f:
+        f.write(str(pid))
+    return (lambda: None), ()
+'''
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+@pytest.mark.parametrize("prestart", [0, 1], ids=["fresh", "forked"])
+def test_a_child_that_leaves_the_workers_session_does_not_keep_the_device(store, tmp_path, prestart):
+    """A fork of the worker that makes a session of its own outlives the run, but lets go of the device lock at its
+    fork: the next run starts (fail-fast) while it still lives."""
+    pids_file = tmp_path / "pid.txt"
+    script = tmp_path / "escapes.py"
+    script.write_text(f"PIDS = {str(pids_file)!r}\n" + _ESCAPING_SCRIPT)
+    cfg = ExperimentConfig(workload="script", knobs={"path": str(script)}, dtype="fp32", device="cpu", wait=0,
+                           warmup_steps=0, active=1)
+    escaped = []
+    try:
+        run_experiment(cfg, store=store, prestart=prestart)
+        escaped.append(int(pids_file.read_text()))
+        assert _running(escaped[0])  # out of reach, as the README says
+        run_experiment(cfg, store=store, prestart=prestart, wait_for_device=False)
+        escaped.append(int(pids_file.read_text()))
+        assert len(store.list()) == 2
+    finally:
+        for pid in escaped:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -325,6 +325,38 @@ def test_a_bad_script_fails_cleanly_naming_the_file(store, knobs, message):
     assert store.list() == [] and not list((store.root / ".staging").iterdir())
 
 
+_RAISES = {  # what a script raises: the statement, its class's name, and what its message adds
+    "KeyboardInterrupt": ("raise KeyboardInterrupt", "KeyboardInterrupt", ""),
+    "SystemExit": ("raise SystemExit(3)", "SystemExit", ": 3"),
+    "own BaseException": ("raise type('ScriptAbort', (BaseException,), {})('the script gave up')", "ScriptAbort",
+                          ": the script gave up"),
+}
+_WHERE = {  # where it raises: the script's text with RAISE in place, and the message naming the file
+    "import": ("RAISE\n", "script {path} raised {name} while loading{said}"),
+    "make_step": ("def make_step(device, dtype):\n    RAISE\n",
+                  "script {path}: make_step(device='cpu', dtype=torch.float32) raised {name}{said}"),
+    "step": ("def make_step(device, dtype):\n    def step():\n        RAISE\n    return step, ()\n",
+             "script {path}: its step function raised {name} during profile{said}"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("what", list(_RAISES))
+@pytest.mark.parametrize("where", list(_WHERE))
+def test_a_script_raising_a_base_exception_is_a_script_error_naming_the_file(store, tmp_path, where, what):
+    """KeyboardInterrupt, SystemExit and a script's own BaseException subclass, raised while importing the file, by
+    make_step or by the step, are script errors naming the file, like any other exception of the user's code."""
+    statement, name, said = _RAISES[what]
+    text, message = _WHERE[where]
+    path = tmp_path / f"raises_{where}.py"
+    path.write_text(text.replace("RAISE", statement))
+    cfg = ExperimentConfig(workload="script", knobs={"path": str(path)}, **FAST)
+    with pytest.raises(WorkerError) as info:
+        run_experiment(cfg, store=store, prestart=1)
+    assert (info.value.kind, info.value.message) == ("script", message.format(path=path, name=name, said=said))
+    assert store.list() == [] and not list((store.root / ".staging").iterdir())
+
+
 @pytest.mark.slow
 def test_a_scripts_other_function_runs_and_is_named(store):
     cfg = ExperimentConfig(workload="script", knobs={"path": str(SCRIPTS / "good_step.py"), "function": "other_step"},

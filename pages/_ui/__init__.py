@@ -25,7 +25,8 @@ from .cache import (calibrations, chart, config_summary, corrupt_runs, diagnosis
 from .form import (COMPILE_MODES, DEVICES, SCHEDULE_WARMUP_LABEL, SIZES, WARMUP_CALLS_HELP, WARMUP_CALLS_LABEL,
                    config_form, dtype_select, knob_widget)
 from .frame import follow_deep_link, in_frame, new_script_run, sidebar
-from .jobs import finish_profile, finish_sweep, follow_job, get_job, pop_job, start_calibration, start_profile, start_sweep
+from .jobs import (finish_calibration, finish_profile, finish_sweep, follow_job, get_job, pop_job, start_calibration,
+                   start_profile, start_sweep)
 from .notices import show_error, show_notices
 from .state import (CURRENT_RUN, current_run_id, end_action, label_of, newest_run, run_picker, runs_multiselect,
                     set_current_run, sql_engine)
@@ -39,8 +40,8 @@ __all__ = [
     "COMPILE_MODES", "DEVICES", "SCHEDULE_WARMUP_LABEL", "SIZES", "WARMUP_CALLS_HELP", "WARMUP_CALLS_LABEL",
     "config_form", "dtype_select", "knob_widget",
     "follow_deep_link", "in_frame", "new_script_run", "sidebar",
-    "finish_profile", "finish_sweep", "follow_job", "get_job", "pop_job", "start_calibration", "start_profile",
-    "start_sweep",
+    "finish_calibration", "finish_profile", "finish_sweep", "follow_job", "get_job", "pop_job", "start_calibration",
+    "start_profile", "start_sweep",
     "show_error", "show_notices",
     "CURRENT_RUN", "current_run_id", "end_action", "label_of", "newest_run", "run_picker", "runs_multiselect",
     "set_current_run", "sql_engine",

@@ -1,6 +1,10 @@
 """Long work in the background: a :class:`Job` per key, kept in ``st.session_state``, so that switching pages or
 moving a display-only slider never starts it again and the Cancel button can reach it.
 
+One job per key: while one runs under a key, a click that would start another starts nothing; the running job
+counts it and its box (:func:`follow_job`) says so, next to its progress and Cancel button, and so does its outcome.
+So the job under a key is the only one the click's page started, always shown and cancelled by that page's box.
+
 Profiles, sweeps and calibrations each run in a fresh worker process behind the device lock
 (``profiling_core.run``); ``start_*`` starts one, ``finish_*`` follows it and, once it ended, announces its runs and
 says how it went.
@@ -38,6 +42,8 @@ class Job:
     started: float = field(default_factory=time.monotonic)
     finished: Optional[float] = None
     thread: Optional[threading.Thread] = None
+    refused: int = 0
+    """Clicks that would have started another job under this one's key while it ran: they started nothing."""
 
     @property
     def running(self) -> bool:
@@ -60,7 +66,14 @@ def _jobs() -> dict:
 
 
 def start_job(key: str, label: str, fn: Callable[[Job], Any]) -> Job:
-    """Run ``fn(job)`` in a background thread; ``fn`` reports through ``job.status`` / ``job.progress``."""
+    """Run ``fn(job)`` in a background thread; ``fn`` reports through ``job.status`` / ``job.progress``.
+
+    While a job runs under ``key``, nothing is started: the running job is returned and counts the refused click
+    (``Job.refused``), which its box and its outcome tell."""
+    running = get_job(key)
+    if running is not None and running.running:
+        running.refused += 1
+        return running
     job = Job(label)
 
     def target():
@@ -97,6 +110,8 @@ def follow_job(key: str, *, poll_s: float = 0.2) -> Optional[Job]:
         return None
     if job.running:
         with st.container(border=True):
+            if job.refused:
+                st.warning(md_text(refused_text(job)), icon=":material/block:")
             st.button("Cancel", key=f"cancel_{key}", on_click=job.cancel, icon=":material/stop_circle:")
             bar = st.progress(0.0, text=md_text(f"{job.label}: {job.message}"))
             while job.running:
@@ -106,6 +121,21 @@ def follow_job(key: str, *, poll_s: float = 0.2) -> Optional[Job]:
                 time.sleep(poll_s)
             bar.progress(1.0, text=md_text(f"{job.label}: {job.message}"))
     return job
+
+
+def refused_text(job: Job) -> str:
+    """What the clicks refused while ``job`` ran did: nothing (plain text)."""
+    clicks = "1 more click" if job.refused == 1 else f"{job.refused} more clicks"
+    return (f"{job.label} was already running, so {clicks} started nothing: one run at a time here. Wait for it to "
+            f"end, or cancel it, then start another.")
+
+
+def end_job(key: str, job: Job, run_ids: list[str], notices: list[tuple]) -> None:
+    """The job under ``key`` ended (and was popped): announce its runs and what to tell, the clicks it refused with
+    them (``state.end_action``; reruns the page)."""
+    if job.refused:
+        notices = [*notices, ("warning", md_text(refused_text(job)))]
+    end_action(key, run_ids, notices)
 
 
 def start_profile(key: str, config: ExperimentConfig) -> Job:
@@ -128,8 +158,8 @@ def finish_profile(key: str) -> None:
         return
     pop_job(key)
     if job.error is not None:
-        end_action(key, [], [("error", job.error, "The run failed")])
-    end_action(key, [job.result.run_id], [("toast", f"Run {md_code(job.result.run_id, 200)} saved")])
+        end_job(key, job, [], [("error", job.error, "The run failed")])
+    end_job(key, job, [job.result.run_id], [("toast", f"Run {md_code(job.result.run_id, 200)} saved")])
 
 
 def prestart() -> int:
@@ -159,13 +189,13 @@ def finish_sweep(key: str, state_key: str) -> None:
         return
     pop_job(key)
     if job.error is not None:
-        end_action(key, [], [("error", job.error, "The sweep failed")])
+        end_job(key, job, [], [("error", job.error, "The sweep failed")])
     res = job.result
     st.session_state[state_key] = [r.run_id for r in res.runs]
     msg = f"{len(res.runs)} run(s) in {res.wall_s:.1f} s"
     notices = [("error", exc, f"{cfg.name} failed") for cfg, exc in res.errors]
     notices.append(("warning", "Cancelled after " + msg) if res.cancelled else ("success", "Done: " + msg))
-    end_action(key, [r.run_id for r in res.runs], notices)
+    end_job(key, job, [r.run_id for r in res.runs], notices)
 
 
 def start_calibration(key: str, device: str) -> Job:
@@ -178,3 +208,16 @@ def start_calibration(key: str, device: str) -> Job:
                          cancel_event=job.cancel_event, prestart=prestart())
 
     return start_job(key, f"Calibrating ({device})", work)
+
+
+def finish_calibration(key: str) -> None:
+    """Follow the calibration job under ``key``; when it ends, say what it measured or why it failed, once, on the run
+    after that."""
+    show_notices(key)
+    job = follow_job(key)
+    if job is None or job.running:
+        return
+    pop_job(key)
+    if job.error is not None:
+        end_job(key, job, [], [("error", job.error, "The calibration failed")])
+    end_job(key, job, [], [("success", "Measured the peaks of " + md_text(job.result.device))])

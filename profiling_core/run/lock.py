@@ -5,7 +5,8 @@ An exclusive ``fcntl.flock`` on ``<lock dir>/<device>.lock``; the holder writes 
 the caller hands the lock's descriptor to its worker (``device_lock`` yields it), so the device stays locked while
 the worker lives, even when the caller was killed first; the kernel drops the lock when the last process holding
 it dies, so a crashed run never leaves the device locked.  The lock folder is shared by every run store on the
-machine: ``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.  Nothing in it is opened through a symbolic
+machine: ``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.  A waiter polls, so a cancel reaches it while it
+waits (``cancel_event``): the wait ends at once with a ``cancelled`` WorkerError, and nothing was started.  Nothing in it is opened through a symbolic
 link (a shared temp folder lets anyone plant one): the holder file is made under a fresh random name
 (``tempfile.mkstemp``: O_CREAT|O_EXCL|O_NOFOLLOW) and renamed into place; the lock file is opened O_NOFOLLOW.
 """
@@ -17,11 +18,12 @@ import fcntl
 import json
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from ..errors import DeviceBusyError, ProfilingError
+from ..errors import DeviceBusyError, ProfilingError, WorkerError
 
 ENV_LOCK_DIR = "PROFILING_LOCK_DIR"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -53,13 +55,16 @@ def holder(device: str) -> Optional[dict]:
 
 @contextlib.contextmanager
 def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Optional[float] = None,
-                on_wait: Optional[Callable[[str], None]] = None, poll_s: float = 0.1) -> Iterator[int]:
+                on_wait: Optional[Callable[[str], None]] = None, poll_s: float = 0.1,
+                cancel_event: Optional[threading.Event] = None) -> Iterator[int]:
     """Hold the lock of ``device`` (a key from ``device_key``) for the duration of the block.
 
     Yields the lock's file descriptor: a process that inherits it holds the lock too, until it exits (the block's
     end closes this process's copy and never unlocks the file for the others).
     wait=False raises DeviceBusyError at once when another caller holds it; otherwise ``on_wait`` is called
     about once a second with a line saying who holds it, until the lock is free or ``timeout_s`` passes.
+    A set ``cancel_event`` (before the lock is taken, or while waiting for it) raises WorkerError(kind="cancelled")
+    within ``poll_s``: the caller then never starts what it would have run under the lock.
     """
     path = lock_dir() / f"{device}.lock"
     try:
@@ -72,7 +77,13 @@ def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Op
     try:
         t0 = time.monotonic()
         last = -1.0
+        cancelled = cancel_event.is_set if cancel_event is not None else (lambda: False)
+        who = ""
         while True:
+            if cancelled():
+                raise WorkerError("cancelled", f"{what or 'the run'} was cancelled while it waited "
+                                  f"{time.monotonic() - t0:.0f} s for device {device}"
+                                  + (f" (held by {who})" if who else "") + "; nothing was started")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
@@ -87,7 +98,10 @@ def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Op
                 if on_wait and waited - last >= 1.0:
                     last = waited
                     on_wait(f"waiting for device lock '{device}' held by {who} ({waited:.0f} s)")
-                time.sleep(poll_s)
+                if cancel_event is not None:
+                    cancel_event.wait(poll_s)  # returns at once on a cancel
+                else:
+                    time.sleep(poll_s)
         tmp_fd, tmp = tempfile.mkstemp(prefix=f".{device}.holder.", dir=lock_dir())
         os.fchmod(tmp_fd, 0o644)  # waiters of other users may read who holds the device
         with os.fdopen(tmp_fd, "w") as f:

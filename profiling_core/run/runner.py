@@ -53,7 +53,8 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         on_status: called with one-line progress messages (including "waiting for device lock ...").
         wait_for_device: False fails fast with DeviceBusyError when another caller profiles on the device.
         lock_timeout_s: give up waiting for the device after this long (None: wait as long as it takes).
-        cancel_event: set it to kill the worker; the run then raises WorkerError(kind="cancelled").
+        cancel_event: set it to stop the run: while it waits for the device lock (no worker is started) or
+            while its worker runs (the worker is killed); the run then raises WorkerError(kind="cancelled").
         prestart: 0 starts a fresh interpreter; 1 forks the run from the fork server, which imported torch once
             and never touched CUDA (so a cold run stays cold) — what the app and sweeps use.
 
@@ -70,7 +71,7 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
     load_before = _load_average()
     try:
         with device_lock(key, what=f"{config.name} ({run_id})", wait=wait_for_device,
-                         timeout_s=lock_timeout_s, on_wait=status) as lock_fd:
+                         timeout_s=lock_timeout_s, on_wait=status, cancel_event=cancel_event) as lock_fd:
             t_locked = time.perf_counter()
             # The worker holds the device lock and the staging folder's owner lock too, and dies with this
             # process: killed, this process leaves no worker running on an unlocked device, and the next open
@@ -131,7 +132,7 @@ def calibrate(job=None, *, store: Optional[RunStore] = None, on_status: Optional
     _run_id, staging = store._begin(job.name)
     try:
         with device_lock(device_key(job.device), what=job.name, wait=wait_for_device, timeout_s=lock_timeout_s,
-                         on_wait=status) as lock_fd:
+                         on_wait=status, cancel_event=cancel_event) as lock_fd:
             facts = run_in_worker(job, staging, cancel_event=cancel_event, on_status=status, prestart=prestart,
                                   hold_fds=(lock_fd, store._owner_fd(staging)))
         peaks = DevicePeaks.from_dict(facts["peaks"])

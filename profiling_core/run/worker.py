@@ -58,6 +58,50 @@ LOG_FILE = "worker.log"
 SPAWN_ENV = "PROFILING_CORE_SPAWN_T"
 
 
+# ------------------------------------------------------------------------------------ the worker's session
+def _session_members(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (Linux's /proc; zombies have exited and hold nothing), else []."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[0] not in (b"Z", b"X") and int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of the worker's session ``sid``: its process group (``sid`` too) and any process of
+    it that moved to a group of its own (setpgid).  The caller's own process is spared."""
+    for pid in _session_members(sid):
+        if pid != os.getpid():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, signal.SIGKILL)
+
+
+def _end_session(sid: int, timeout_s: float = 10.0) -> None:
+    """End what a finished worker (the leader of session ``sid``, exited but not yet reaped, so its number cannot be
+    reused) left running, success or not: the children of a user's script, a compile worker.  Returns once none
+    of them lives, so the device lock and the staging folder's owner lock they may have inherited are free when
+    the caller's run ends (or after ``timeout_s``, for a process stuck in the kernel)."""
+    deadline = time.monotonic() + timeout_s
+    _kill_session(sid)
+    while _session_members(sid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        _kill_session(sid)
+
+
 # ----------------------------------------------------------------------------------------- child side
 def _classify(exc: BaseException, phase: str) -> str:
     name = type(exc).__name__
@@ -83,8 +127,8 @@ def _classify(exc: BaseException, phase: str) -> str:
 def _watch_parent(channel: int) -> None:
     """Die with the parent: a thread reads the channel, whose other end only the parent holds; the read returns
     end-of-file once the parent is gone, however it died (SIGKILL included: the kernel closes its descriptors),
-    and the thread SIGKILLs the worker's process group (the worker leads its own session; Inductor's compile
-    workers are in it).
+    and the thread SIGKILLs the worker's session (the worker leads its own; Inductor's compile workers and the
+    children of a user's script are in it).
 
     A pipe watchdog (the channel is a socket, read as a pipe would be) rather than Linux's
     prctl(PR_SET_PDEATHSIG): that signal fires when the *thread* that forked the worker ends (the app starts runs
@@ -98,8 +142,8 @@ def _watch_parent(channel: int) -> None:
                 pass
         except OSError:
             pass
-        if os.getpgrp() == os.getpid():
-            os.killpg(os.getpid(), signal.SIGKILL)
+        if os.getsid(0) == os.getpid():
+            _kill_session(os.getpid())
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
@@ -111,6 +155,23 @@ def _keep(fds: Sequence[int]) -> None:
     this process, not with a helper it left behind."""
     for fd in fds:
         os.set_inheritable(fd, False)
+
+
+def _hold_alone(fds: Sequence[int]) -> None:
+    """Called by the run's own process: the run's locks (``fds``) are held by it alone.  A fork of it (a script's
+    ``os.fork``, a pool started by fork), which inherits every descriptor whatever ``_keep`` says, closes its copies
+    at once, so even a child that leaves the worker's session (and so outlives ``_end_session``) cannot keep the
+    device locked."""
+    dropped = [False]
+
+    def drop() -> None:
+        if not dropped[0]:  # in a fork of a fork they are closed already, and their numbers may be reused
+            dropped[0] = True
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    os.register_at_fork(after_in_child=drop)
 
 
 def _report_error(channel: Optional[int], err: dict) -> None:
@@ -161,7 +222,7 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
             msg = f"{type(exc).__name__} during {current['phase'].removesuffix('_s')}: {exc}".strip()
             # the workload may know better (an attention backend that cannot run, the user's script raising)
             better = None
-            if config is not None and isinstance(exc, Exception):
+            if config is not None:  # BaseException too: a user's script may raise KeyboardInterrupt or its own
                 from ..workloads import get_workload
                 better = get_workload(config.workload).explain(exc, config.workload_knobs, current["phase"], kind)
             if better is not None:
@@ -211,7 +272,8 @@ def _zygote_main(requests: int) -> int:
 
     Protocol: a request is one message ``<token> <staging dir>`` on the socket (SOCK_SEQPACKET), carrying the
     run's descriptors (SCM_RIGHTS): its channel first, then the locks it holds; on stdout: ``ready``, then
-    ``started <token> <pid>`` and ``exited <token> <returncode>`` (negative: killed by that signal).  The child
+    ``started <token> <pid>`` and ``exited <token> <returncode>`` (negative: killed by that signal), said once the
+    run's session is ended (``_end_session``: nothing it started still runs).  The child
     keeps the descriptors and the zygote closes its copies, so the child dies with the caller and holds the
     caller's locks as a fresh worker does.  The zygote ends when the caller closes the socket (or dies).  Each
     child is a new process in its own session with no CUDA context, no cuBLAS handle and nothing compiled: as
@@ -233,11 +295,13 @@ def _zygote_main(requests: int) -> int:
 
     def reaper() -> None:
         while True:
-            try:
-                pid, status = os.waitpid(-1, 0)
+            try:  # a run that exited, left unreaped (its number stays its own) until its session is ended
+                pid = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT).si_pid
             except ChildProcessError:
                 time.sleep(0.05)
                 continue
+            _end_session(pid)
+            _, status = os.waitpid(pid, 0)
             rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             with tokens_lock:
                 token = tokens.pop(pid, None)
@@ -268,6 +332,7 @@ def _zygote_main(requests: int) -> int:
                 try:
                     sock.close()
                     os.setsid()
+                    _hold_alone(fds[1:])
                     _watch_parent(fds[0])
                     log = os.open(os.path.join(staging, LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                     devnull = os.open(os.devnull, os.O_RDWR)
@@ -316,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     channel = int(opts["--channel"]) if "--channel" in opts else None
     held = [int(fd) for fd in opts.get("--hold", "").split(",") if fd]
     _keep(held + ([channel] if channel is not None else []))
+    _hold_alone(held)
     if channel is not None:
         _watch_parent(channel)  # before the imports: they take seconds
     try:
@@ -373,15 +439,38 @@ def _read_report(channel: socket.socket) -> Optional[dict]:
 
 
 def _kill(p) -> None:
-    """SIGKILL the worker's whole process group (its own session) and reap it."""
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """SIGKILL the worker's whole session and reap it."""
+    _kill_session(p.pid)
     try:
         p.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
+
+
+class _Fresh:
+    """A worker started as a fresh interpreter: Popen's ``wait``, which returns once the worker exited *and* its
+    session is ended (``_end_session``), before the worker is reaped."""
+
+    def __init__(self, popen: subprocess.Popen):
+        self.popen = popen
+        self.pid = popen.pid
+        self.returncode: Optional[int] = None
+
+    def wait(self, timeout: float) -> Optional[int]:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    break
+            except ChildProcessError:  # reaped already: its number may be another's now, so no session to end
+                self.returncode = self.popen.wait()
+                return self.returncode
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired("worker", timeout)
+            time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+        _end_session(self.pid)
+        self.returncode = self.popen.wait()
+        return self.returncode
 
 
 class ForkServer:
@@ -513,9 +602,12 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
     prestart: 0 starts a fresh interpreter; > 0 forks the run from the fork server (torch, torch._dynamo and
     Inductor imported once, CUDA never touched), falling back to a fresh interpreter if the server fails.
     hold_fds: descriptors the worker inherits and keeps until it exits (the caller's device lock and staging
-    folder lock: flocks, held as long as any process has them open).  The worker dies with this process.
-    Raises WorkerError on any failure.
+    folder lock: flocks, held as long as any process has them open).  The worker dies with this process, and
+    whatever it started (a script's children, compile workers) is killed when it ends, success included, before
+    this returns: the locks are free of them.  Raises WorkerError on any failure.
     """
+    if cancel_event is not None and cancel_event.is_set():
+        raise WorkerError("cancelled", f"{config.name} was cancelled before its worker started")
     (staging / CONFIG_FILE).write_text(config.to_json())
     log_path = staging / LOG_FILE
     status = on_status or (lambda _msg: None)
@@ -532,8 +624,8 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
                 status("starting a fresh worker process")
                 fds = [theirs.fileno(), *hold_fds]
                 with open(log_path, "ab") as log:
-                    p = _spawn([str(staging), "--channel", str(fds[0]), "--hold", ",".join(map(str, fds[1:]))],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, pass_fds=fds)
+                    p = _Fresh(_spawn([str(staging), "--channel", str(fds[0]), "--hold", ",".join(map(str, fds[1:]))],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, pass_fds=fds))
         status(f"running {config.name} in worker pid {p.pid}")
         return _wait(p, config, staging, log_path, cancel_event, status, ours)
     except WorkerError as exc:

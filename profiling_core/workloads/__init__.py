@@ -35,8 +35,10 @@ The script contract: a Python file (knob ``path``) defines a function (knob ``fu
 The worker imports the file (in the worker process, never in the app), calls the function once before warm-up and
 profiling, then calls ``step(*inputs)`` once per step, inside ``record_function("script")``.  A missing file, a
 missing function, a function that raises, or one that does not return ``(callable, tuple)`` fails the run with a
-``WorkerError`` of kind ``script`` naming the file and what was wrong; so does a step function that raises.  The
-file is the user's code and runs with the user's rights, as ``python file.py`` would.
+``WorkerError`` of kind ``script`` naming the file and what was wrong; so does a step function that raises.  "Raises"
+means any ``BaseException``: ``KeyboardInterrupt``, ``SystemExit`` and a class of the script's own included.  The
+file is the user's code and runs with the user's rights, as ``python file.py`` would; whatever processes it starts
+are killed when the run ends, success included.
 
 Knobs are validated like the config's fields: a bad value raises ``ConfigError`` naming the knob
 (``knobs.<name>``), the value and what is allowed.

@@ -2,7 +2,9 @@
 
 The contract (``profiling_core.workloads``' docstring says it in full): the file (knob ``path``) defines a function
 (knob ``function``, default ``make_step``) ``(device, dtype) -> (step_fn, inputs)``; anything else fails the run with
-a ``WorkerError`` of kind ``script`` naming the file and what was wrong.
+a ``WorkerError`` of kind ``script`` naming the file and what was wrong.  Whatever the user's code raises, from
+importing the file, from the function or from the step, ``BaseException`` included (``KeyboardInterrupt``,
+``SystemExit``, a class of its own), is reported so.
 """
 from __future__ import annotations
 
@@ -24,6 +26,12 @@ def _describe(value) -> str:
     return f"a {type(value).__name__}"
 
 
+def _said(exc: BaseException) -> str:
+    """``": <message>"`` of what the user's code raised, or nothing when it said nothing (a bare KeyboardInterrupt)."""
+    text = str(exc)
+    return f": {text}" if text else ""
+
+
 def _script_build(torch, v, device, dtype):
     import importlib.util
     path, fname = v["path"], v["function"]
@@ -36,8 +44,8 @@ def _script_build(torch, v, device, dtype):
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: say what it raised
-        raise WorkerError("script", f"{where} raised {type(exc).__name__} while loading: {exc}") from exc
+    except BaseException as exc:  # noqa: BLE001 - the user's code (KeyboardInterrupt, SystemExit, its own): say it
+        raise WorkerError("script", f"{where} raised {type(exc).__name__} while loading{_said(exc)}") from exc
     contract = f"def {fname}(device, dtype) -> (step_fn, inputs)"
     make = getattr(module, fname, None)
     if make is None:
@@ -49,9 +57,9 @@ def _script_build(torch, v, device, dtype):
         raise WorkerError("script", f"{where}: {fname} is {_describe(make)}, not a function; the contract: {contract}")
     try:
         result = make(device, dtype)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - the user's code
         raise WorkerError("script", f"{where}: {fname}(device={device!r}, dtype={dtype}) raised "
-                          f"{type(exc).__name__}: {exc}") from exc
+                          f"{type(exc).__name__}{_said(exc)}") from exc
     if not (isinstance(result, tuple) and len(result) == 2):
         raise WorkerError("script", f"{where}: {fname} must return (step_fn, inputs), a function and a tuple of its "
                           f"arguments; it returned {_describe(result)}")
@@ -69,7 +77,7 @@ def _script_explain(exc, v, phase, kind):
     if kind != "error":  # an out-of-memory, a compile failure ... keeps its own kind
         return None
     return "script", (f"script {v['path']}: its step function raised {type(exc).__name__} during "
-                      f"{phase.removesuffix('_s')}: {exc}")
+                      f"{phase.removesuffix('_s')}{_said(exc)}")
 
 
 SCRIPT = Workload(
