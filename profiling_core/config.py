@@ -126,6 +126,7 @@ class ExperimentConfig:
                                       + ", ".join(k.name for k in wl.knobs) + ")")
             object.__setattr__(self, "knobs", Knobs(wl.check_knobs(given)))
         _check_choice("dtype", self.dtype, tuple(DTYPES))
+        wl.check_dtype(self.knobs, self.dtype)
         _check_choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         _check_int("warmup", self.warmup, *WARMUP_RANGE)
         _check_choice("compile", self.compile, COMPILE_MODES)
