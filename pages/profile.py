@@ -130,6 +130,24 @@ if rep.has_gpu:
                "innermost aten:: op around each launch call, else the launch call's parent, e.g. a compiled "
                "graph's call for a CUDA graph replay), with how many launches each accounts for.")
 
+# --- the phases of a training step ----------------------------------------------------------------
+phase_chart = None
+if rep.has_phases:
+    st.header("Forward, backward, optimizer", divider="gray")
+    pview = st.radio("Show", ["CPU µs", "share of the step"] + (["GPU µs"] if rep.has_gpu else []),
+                     horizontal=True, key="profile_phase_view", help="display only: switching never re-runs the "
+                     "profile")
+    phase_chart = ui.chart("phase_bars", rep.phases,
+                           value={"CPU µs": "cpu_us", "GPU µs": "gpu_us"}.get(pview, "share"),
+                           title="Where each training step's time goes")
+    ui.chart_block(phase_chart, rep.phases, f"{run.name}_phases", key="profile_phases")
+    st.caption("Each step split by phase: the app's `train::forward`, `train::backward`, `train::optimizer` and "
+               "`train::zero_grad` ranges, or in an imported trace the profiler's own annotations "
+               "(`autograd::engine::evaluate_function: …` for backward, `Optimizer.step#…` and "
+               "`Optimizer.zero_grad#…`; forward is what the step ran before its first backward range). An instant "
+               "counts once; *other* is what no phase covers (the loop's Python, a `.item()` after the step). GPU "
+               "µs and kernels are those launched from inside each phase.")
+
 # --- the step timeline ---------------------------------------------------------------------------
 st.header("2 · A step on the timeline", divider="gray")
 chains = rep.dispatch_chains
@@ -185,6 +203,8 @@ with d4:
                        tables=[("profiler table (rebuilt, µs)", rep.profiler_table), ("steps", rep.steps)]),
          ReportSection("Where the GPU time goes", charts=[breakdown_chart] if breakdown_chart is not None else [],
                        tables=[("top kernels", top)] if top is not None else []),
+         *([ReportSection("Forward, backward, optimizer", charts=[phase_chart], tables=[("phases", rep.phases)])]
+           if phase_chart is not None else []),
          ReportSection("Step timeline", charts=[chart_data] if chart_data is not None else []),
          ReportSection("Findings", findings=found),
          ReportSection("What to change", text="" if diag.diagnoses else "No rule applies to this trace.",

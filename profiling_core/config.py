@@ -126,6 +126,7 @@ class ExperimentConfig:
                                       + ", ".join(k.name for k in wl.knobs) + ")")
             object.__setattr__(self, "knobs", Knobs(wl.check_knobs(given)))
         _check_choice("dtype", self.dtype, tuple(DTYPES))
+        wl.check_dtype(self.knobs, self.dtype)
         _check_choice("matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
         _check_int("warmup", self.warmup, *WARMUP_RANGE)
         _check_choice("compile", self.compile, COMPILE_MODES)
@@ -241,6 +242,8 @@ class ExperimentConfig:
                                   "choose a smaller size or batch")
         wl = get_workload(self.workload)
         applied = wl.applicable(self.knobs)
+        if not applied.get("train", True):  # a forward pass: the train knobs (all at their defaults) say nothing
+            applied = {k: v for k, v in applied.items() if k != "train"}
         knobs = ", ".join(f"{k} {v}" for k, v in applied.items())
         sizes = [k.name for k in wl.knobs if k.kind in ("int", "float") and k.name in applied]
         raise DoesNotFitError(f"{self.workload} ({knobs}), {self.dtype} {have}; choose a smaller "

@@ -110,3 +110,19 @@ def test_profile_breakdown_on_a_cpu_run(seed_run):
     at = app("profile")
     assert not errors_of(at)
     assert "Where the GPU time goes" not in [h.value for h in at.header]  # no GPU lane: nothing to break down
+
+
+def test_profile_shows_a_training_traces_phases_and_not_a_forward_ones(runs_dir):
+    from conftest import DATA
+    from conftest_app import CPU_TRACE, import_trace
+    import_trace(runs_dir, DATA / "traces" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", name="train")
+    at = app("profile")
+    assert not errors_of(at), errors_of(at)
+    assert "Forward, backward, optimizer" in [h.value for h in at.header]
+    view = at.radio(key="profile_phase_view")
+    assert view.options == ["CPU µs", "share of the step", "GPU µs"]
+    view.set_value("GPU µs").run()
+    assert not errors_of(at), errors_of(at)
+    import_trace(runs_dir, CPU_TRACE, name="64_fp32_warm_eager")
+    at = app("profile")
+    assert "Forward, backward, optimizer" not in [h.value for h in at.header]

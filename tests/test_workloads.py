@@ -63,7 +63,8 @@ BAD = [
     (dict(workload="script", knobs={"function": "make step"}),
      "knobs.function must be a Python function name, got 'make step'"),
     (dict(workload="linear", size=128), "size must be left at its default 64 for workload 'linear' (size, batch and "
-                                        "bias are matmul_add's; linear's knobs are batch, in_features, out_features), "
+                                        "bias are matmul_add's; linear's knobs are batch, in_features, out_features, train, "
+                                        "optimizer, impl, autocast, log_loss), "
                                         "got 128"),
     (dict(workload="attention", batch=8), "batch must be left at its default None for workload 'attention' (size, "
                                           f"batch and bias are matmul_add's; attention's knobs are {ATTN_KNOBS}), "
@@ -71,7 +72,8 @@ BAD = [
     (dict(knobs={"size": 128}), "knobs must be empty for workload 'matmul_add' (its knobs are the fields size, batch "
                                 "and bias), got {'size': 128}"),
     (dict(workload="linear", knobs=[("batch", 2)]), "knobs must be a mapping of knob names to values (one of "
-                                                    "linear's knobs: batch, in_features, out_features), "
+                                                    "linear's knobs: batch, in_features, out_features, train, "
+                                                    "optimizer, impl, autocast, log_loss), "
                                                     "got [('batch', 2)]"),
 ]
 
@@ -104,11 +106,12 @@ def test_run_names(kwargs, name):
 
 def test_knobs_are_complete_canonical_hashable_and_round_trip_through_json():
     c = ExperimentConfig(workload="mlp", knobs={"hidden_ratio": 2}, dtype="fp32", device="cpu", warmup=3)
-    assert c.knobs == {"batch": 64, "d": 1024, "hidden_ratio": 2.0}  # defaults filled in, 2 read as 2.0
+    train_off = {"train": False, "optimizer": "adamw", "impl": "auto", "autocast": "off", "log_loss": False}
+    assert c.knobs == {"batch": 64, "d": 1024, "hidden_ratio": 2.0, **train_off}  # defaults filled in, 2 as 2.0
     assert c == ExperimentConfig(workload="mlp", knobs={"batch": 64, "d": 1024, "hidden_ratio": 2.0}, dtype="fp32",
                                  device="cpu", warmup=3)
     data = json.loads(c.to_json())
-    assert data["workload"] == "mlp" and data["knobs"] == {"batch": 64, "d": 1024, "hidden_ratio": 2.0}
+    assert data["workload"] == "mlp" and data["knobs"] == {"batch": 64, "d": 1024, "hidden_ratio": 2.0, **train_off}
     for cfg in [c] + [ExperimentConfig(workload=w) for w in workload_names()]:
         back = ExperimentConfig.from_json(cfg.to_json())
         assert back == cfg and hash(back) == hash(cfg) and back.name == cfg.name

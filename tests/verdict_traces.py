@@ -247,3 +247,73 @@ def one_kernel_two_shapes(path: Path, steps: int = 6) -> Path:
                   children=lambda t: t.launch(name, 80.0))
         t.step(s + 1, body)
     return t.write(path)
+
+
+def _annotate(t: Trace, name: str, body) -> None:
+    """A ``record_function`` range (category user_annotation) around ``body(t)``."""
+    start = t.t
+    t.t += 1.0
+    body(t)
+    t.t += 1.0
+    t._x(name, start, t.t - start, "user_annotation")
+
+
+FP32 = ["float", "float"]
+SGEMM = "ampere_sgemm_128x64_nn"
+TF32_GEMM = "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel"
+BF16_GEMM = "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT"
+ELEMENTWISE = "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float>>(...)"
+FOREACH = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<2>>(...)"
+FUSED = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor<float, 4>>(...)"
+FOR_LOOP_OPS = ("aten::mul_", "aten::add_", "aten::addcmul_", "aten::sqrt", "aten::div")
+FOREACH_OPS = ("aten::_foreach_mul_", "aten::_foreach_addcmul_", "aten::_foreach_add_")
+
+
+def training_step(path: Path, *, impl: str = "fused", types=BF16, kernel: str = BF16_GEMM, params: int = 4,
+                  log_loss: bool = False, ranges: bool = True, backward: bool = True, steps: int = 4) -> Path:
+    """A training step on a GPU: a forward GEMM (20 µs), a backward of two GEMMs (40 µs each) inside
+    ``autograd::engine::evaluate_function: MmBackward0``, the optimizer inside ``Optimizer.step#AdamW.step``, and
+    ``Optimizer.zero_grad#AdamW.zero_grad``; ``ranges``: each phase inside the app's ``train::`` range too.
+
+    ``impl``: ``for-loop`` (the five ops of FOR_LOOP_OPS per parameter, one 2 µs elementwise kernel each),
+    ``foreach`` (the three FOREACH_OPS, one multi-tensor kernel each) or ``fused`` (one ``aten::_fused_adamw_``, one
+    kernel). ``log_loss``: an ``.item()`` (a blocking 4-byte copy back and a stream sync) after zero_grad.
+    ``backward`` False: no backward phase (a forward and an optimizer step only)."""
+    t = Trace()
+
+    def mm(t, gpu_us):
+        t.cpu("aten::mm", 30, dims=[[512, 512], [512, 512]], types=types,
+              children=lambda t: t.launch(kernel, gpu_us))
+
+    def optimizer(t):
+        if impl == "for-loop":
+            for _ in range(params):
+                for op in FOR_LOOP_OPS:
+                    t.cpu(op, 8, children=lambda t: t.launch(ELEMENTWISE, 2.0))
+        elif impl == "foreach":
+            for op in FOREACH_OPS:
+                t.cpu(op, 12, children=lambda t: t.launch(FOREACH, 4.0))
+        else:
+            t.cpu("aten::_fused_adamw_", 15, children=lambda t: t.launch(FUSED, 6.0))
+
+    phases = [("train::forward", None, lambda t: mm(t, 20.0))]
+    if backward:
+        phases.append(("train::backward", "autograd::engine::evaluate_function: MmBackward0",
+                       lambda t: (mm(t, 40.0), mm(t, 40.0))))
+    phases += [("train::optimizer", "Optimizer.step#AdamW.step", optimizer),
+               ("train::zero_grad", "Optimizer.zero_grad#AdamW.zero_grad", lambda t: t.cpu("aten::detach", 3))]
+    for n in range(steps):
+        def body(t):
+            for rng, annotation, inner in phases:
+                def run(t, annotation=annotation, inner=inner):
+                    if annotation is None:
+                        inner(t)
+                    else:
+                        _annotate(t, annotation, inner)
+                _annotate(t, rng, run) if ranges else run(t)
+            if log_loss:
+                t.cpu("aten::item", 30, children=lambda t: t.cpu(
+                    "aten::_local_scalar_dense", 28, children=lambda t: (
+                        t.copy("DtoH (Device -> Pageable)", 4, 2.0, 6.0, blocking=True), t.sync())))
+        t.step(n + 1, body)
+    return t.write(path)

@@ -8,7 +8,8 @@ name is one ``str`` shared by its rows, not copied into each (a 93 MB trace has 
 names).
 GPU ops are put into categories (GEMM, attention, elementwise, copies, communication, ...) by the stated name rules of
 ``profiling_core.analyses.categories``; ``step_breakdown`` splits each step's window over them and idle time,
-``top_kernels`` ranks the GPU ops with the CPU ops that launched them.
+``top_kernels`` ranks the GPU ops with the CPU ops that launched them; ``phases`` splits each step of a training loop
+into forward, backward, optimizer and zero_grad (the rule is stated in ``profiling_core.analyses.phases``).
 Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once and returns a :class:`Report`;
 ``profiling_core.explain.findings`` turns a report into short statements with evidence.
 """
@@ -20,6 +21,7 @@ from .compile import compile_breakdown, compile_payoff, fused_ops, triton_fusion
 from .gemm import gemm_dims, gemm_flops_from_dims, gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_ops, launch_paths
+from .phases import PHASES, SUM_TOLERANCE_US, phase_ops, phases, phases_at
 from .report import Report, analyze
 from .steps import CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, basis_steps, bound, cpu_vs_gpu, gpu_busy, steady_state, steps
 from .table import profiler_table
@@ -32,5 +34,6 @@ __all__ = [
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
     "cold_start_gap", "sync_wait", "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops",
     "gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "profiler_table",
+    "phases", "phase_ops", "phases_at", "PHASES", "SUM_TOLERANCE_US",
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
 ]

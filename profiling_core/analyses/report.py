@@ -11,8 +11,9 @@ from .compile import compile_breakdown
 from .gemm import gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
+from .phases import empty_phases, phases
 from ._shared import Shared
-from .steps import cpu_vs_gpu, gpu_busy, steady_state, steps
+from .steps import basis_steps, cpu_vs_gpu, gpu_busy, steady_state, steps
 from .table import profiler_table
 from .timing import cold_start_gap, sync_wait
 
@@ -44,8 +45,16 @@ class Report:
     """Per step and category of GPU op, the GPU's time and idle time (:func:`step_breakdown`)."""
     top_kernels: pd.DataFrame
     """Every GPU op name ranked by total time, with the CPU ops that launched it (:func:`top_kernels` with n=None)."""
+    phases: pd.DataFrame = field(default_factory=empty_phases)
+    """Per step and phase of a training step (forward, backward, optimizer, zero_grad, other): CPU time, GPU work
+    and kernels (:func:`~profiling_core.analyses.phases.phases`); empty when the trace has no phases."""
     summary: dict[str, Any] = field(default_factory=dict)
     """Headline numbers; see :func:`analyze`."""
+
+    @property
+    def has_phases(self) -> bool:
+        """True when the trace's steps have training phases (:attr:`phases` is not empty)."""
+        return not self.phases.empty
 
     @property
     def has_gpu(self) -> bool:
@@ -94,9 +103,21 @@ def _summary(r: Report, session) -> dict[str, Any]:
         "launch_apis": apis,
         "compiled_regions_per_step": regions / n_steps if n_steps else None,
         "memcpy_dtod": dtod,
+        "train_phases": _phase_medians(r.phases),
         "time_by_category": {c.category: float(c.share) for c in category_totals(r.step_breakdown).itertuples()
                              if pd.notna(c.share)},
     }
+
+
+def _phase_medians(df: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """{phase: {cpu_us, gpu_us, kernels}} medians over the steps (the steady state's basis steps); {} without
+    phases."""
+    if df.empty:
+        return {}
+    basis = df[df["step"].isin(basis_steps(df[["step"]].drop_duplicates())["step"])]
+    g = basis.groupby("phase", sort=False)
+    return {ph: {"cpu_us": float(x["cpu_us"].median()), "gpu_us": float(x["gpu_us"].median()),
+                 "kernels": float(x["kernels"].median())} for ph, x in g}
 
 
 def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report:
@@ -115,7 +136,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         steps after the first, with its evidence), ``devices`` (the GPUs the trace names, ``session.devices``), ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
         ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step
-        breakdown; empty without steps).
+        breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}
+        over the steps after the first when there are 3 or more, else all; empty without phases).
     """
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
     # Largest temporaries first, while few results are held yet, smallest last, when all are: the peak memory of the
@@ -138,6 +160,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["sync_wait"] = sync_wait(session, shared=sh)
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])
+    out["phases"] = phases(session, shared=sh)
     r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
     r.summary.update(_summary(r, session))
     return r

@@ -40,12 +40,36 @@ means any ``BaseException``: ``KeyboardInterrupt``, ``SystemExit`` and a class o
 file is the user's code and runs with the user's rights, as ``python file.py`` would; whatever processes it starts
 are killed when the run ends, success included.
 
+Training steps (``_train``): ``linear``, ``mlp``, ``transformer_block`` (prefill) and ``script`` have the train knobs
+(``train``, ``optimizer``, ``impl``, ``autocast``, ``log_loss``).  With ``train`` on, each profiler step is forward +
+loss, ``backward()``, ``optimizer.step()`` and ``zero_grad(set_to_none=True)``, each inside its
+``record_function`` range (``_train.TRAIN_RANGES``: ``train::forward``, ``train::backward``, ``train::optimizer``,
+``train::zero_grad``).  The built-in workloads' loss is the mean squared error against a fixed random target; a
+script with ``train`` on returns ``(model, inputs)`` where ``model`` is a ``torch.nn.Module`` whose call
+``model(*inputs)`` returns the loss (a scalar tensor)::
+
+    def make_step(device, dtype):
+        model = MyModel().to(device=device, dtype=dtype)           # trainable: do not freeze it
+        x, y = torch.randn(8, 512, device=device, dtype=dtype), torch.randn(8, 10, device=device, dtype=dtype)
+
+        class WithLoss(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.model = model
+
+            def forward(self, x, y):
+                return torch.nn.functional.mse_loss(self.model(x), y)
+        return WithLoss(), (x, y)
+
+Any other model (a Hugging Face one, say) gets the same step from ``_train.train_step``.
+
 Knobs are validated like the config's fields: a bad value raises ``ConfigError`` naming the knob
 (``knobs.<name>``), the value and what is allowed.
 
 This package does not import torch (builders receive it as an argument).
 
-The modules: ``_base`` (:class:`Knob`, :class:`Knobs`, :class:`Workload`, the ``check_*`` helpers), one per workload
+The modules: ``_base`` (:class:`Knob`, :class:`Knobs`, :class:`Workload`, the ``check_*`` helpers), ``_train`` (the
+train knobs, the phase ranges' names and ``train_step``), one per workload
 (``matmul_add``, ``linear``, ``mlp``, ``attention`` with :func:`sdpa_backend_from_names`, ``transformer_block``,
 ``script``), and this one, the registry: :data:`WORKLOADS`, :func:`get_workload`, :func:`workload_names`.  A workload
 module imports ``_base`` (or a sibling whose helpers it shares), never this one.
@@ -62,9 +86,11 @@ from .matmul_add import BIASES, MATMUL_ADD, SIZE_RANGE, matmul_add_bias_shape  #
 from .mlp import MLP, mlp_hidden  # noqa: F401
 from .script import SCRIPT, SCRIPT_FUNCTION
 from .transformer_block import BLOCK_MODES, TRANSFORMER_BLOCK, block_hidden  # noqa: F401
+from ._train import AUTOCASTS, OPTIMIZER_IMPLS, OPTIMIZERS, TRAIN_RANGES, train_step
 
 __all__ = ["Knob", "Knobs", "Workload", "WORKLOADS", "get_workload", "workload_names", "sdpa_backend_from_names",
-           "KNOB_KINDS", "SDPA_BACKENDS", "BLOCK_MODES", "SCRIPT_FUNCTION"]
+           "KNOB_KINDS", "SDPA_BACKENDS", "BLOCK_MODES", "SCRIPT_FUNCTION", "TRAIN_RANGES", "OPTIMIZERS",
+           "OPTIMIZER_IMPLS", "AUTOCASTS", "train_step"]
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (MATMUL_ADD, LINEAR, MLP, ATTENTION, TRANSFORMER_BLOCK,

@@ -182,14 +182,15 @@ class Workload:
                  build: Callable, *, flops: Optional[Callable] = None, bytes_: Optional[Callable] = None,
                  memory: Optional[Callable] = None, cross_check: Optional[Callable] = None,
                  normalize: Optional[Callable] = None, explain: Optional[Callable] = None,
-                 name_parts: Optional[Callable] = None) -> None:
+                 name_parts: Optional[Callable] = None, name_suffix: Optional[Callable] = None,
+                 check_dtype: Optional[Callable] = None) -> None:
         self.name = name
         self.description = description
         self.knobs = knobs
         self.size_knobs = size_knobs
         self._build, self._flops, self._bytes, self._memory = build, flops, bytes_, memory
         self._cross_check, self._normalize, self._explain = cross_check, normalize, explain
-        self._name_parts = name_parts
+        self._name_parts, self._name_suffix, self._check_dtype = name_parts, name_suffix, check_dtype
 
     def __repr__(self) -> str:
         return f"Workload({self.name!r})"
@@ -273,8 +274,9 @@ class Workload:
 
     def name_parts(self, values: Mapping) -> list[str]:
         """The knobs' part of a run name (see ``ExperimentConfig.name``): file-name safe."""
+        suffix = list(self._name_suffix(values)) if self._name_suffix is not None else []
         if self._name_parts is not None:
-            return [_safe(p) for p in self._name_parts(values) if _safe(p)]
+            return [_safe(p) for p in [*self._name_parts(values), *suffix] if _safe(p)]
         parts = []
         for k in self.knobs:
             v = values.get(k.name, k.default)
@@ -289,7 +291,13 @@ class Workload:
                 parts.append(k.tag + _safe(str(v)))
             else:
                 parts.append(f"{k.tag}{v}")
-        return [p for p in parts if p]
+        return [p for p in [*parts, *(_safe(x) for x in suffix)] if p]
+
+    def check_dtype(self, values: Mapping, dtype: str, prefix: Optional[str] = None) -> None:
+        """ConfigError when these (checked) knob values cannot run in the run's ``dtype`` (``bf16``, ``fp16``,
+        ``fp32``): a train step's autocast needs fp32.  The config calls it after :meth:`check_knobs`."""
+        if self._check_dtype is not None:
+            self._check_dtype(values, dtype, self.field_prefix if prefix is None else prefix)
 
     def build(self, torch, values: Mapping, device: str, dtype):
         """``(step, inputs)`` on ``device`` in ``dtype``: each profiler step calls ``step(*inputs)``."""

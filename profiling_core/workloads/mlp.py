@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ._base import Knob, Workload
+from ._train import TRAIN_KNOBS, check_train_dtype, forward_or_train, train_name_parts
 from .linear import _FEATURES, _ROWS, _input
 
 
@@ -18,13 +19,12 @@ def _mlp_build(torch, v, device, dtype):
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(d, h, device=device, dtype=dtype), torch.nn.GELU(),
                               torch.nn.Linear(h, d, device=device, dtype=dtype))
-    mlp.requires_grad_(False)
     x = _input(torch, (v["batch"], d), device, dtype)
 
     def inner(x):
         return mlp(x)
 
-    return inner, (x,)
+    return forward_or_train(torch, v, device, mlp, inner, (x,), (v["batch"], d))
 
 
 def _mlp_weights(v):
@@ -37,8 +37,8 @@ MLP = Workload(
     (Knob("batch", "int", 64, "rows of the input", range=_ROWS, tag="b"),
      Knob("d", "int", 1024, "model width: input and output features", range=_FEATURES, tag="d"),
      Knob("hidden_ratio", "float", 4.0, "hidden width ÷ d (the hidden layer is round(ratio·d) wide)",
-          range=(0.0625, 64.0), tag="r")),
-    ("batch",), _mlp_build,
+          range=(0.0625, 64.0), tag="r"), *TRAIN_KNOBS),
+    ("batch",), _mlp_build, name_suffix=train_name_parts, check_dtype=check_train_dtype,
     flops=lambda v: 4 * v["batch"] * v["d"] * mlp_hidden(v),
     bytes_=lambda v, e: e * (2 * v["batch"] * v["d"] + _mlp_weights(v)),
     memory=lambda v, e: e * (2 * v["batch"] * v["d"] + _mlp_weights(v) + 2 * v["batch"] * mlp_hidden(v)))

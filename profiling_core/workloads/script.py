@@ -4,7 +4,9 @@ The contract (``profiling_core.workloads``' docstring says it in full): the file
 (knob ``function``, default ``make_step``) ``(device, dtype) -> (step_fn, inputs)``; anything else fails the run with
 a ``WorkerError`` of kind ``script`` naming the file and what was wrong.  Whatever the user's code raises, from
 importing the file, from the function or from the step, ``BaseException`` included (``KeyboardInterrupt``,
-``SystemExit``, a class of its own), is reported so.
+``SystemExit``, a class of its own), is reported so.  With ``train`` on (the train knobs of ``_train``), step_fn must
+be a ``torch.nn.Module`` whose call returns the loss, a scalar tensor: each profiler step is then a training step of
+it (forward and loss, backward, optimizer step, zero_grad).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import os
 
 from ..errors import WorkerError
 from ._base import Knob, Workload
+from ._train import TRAIN_KNOBS, check_train_dtype, train_name_parts, train_step
 
 SCRIPT_FUNCTION = "make_step"
 
@@ -70,7 +73,16 @@ def _script_build(torch, v, device, dtype):
     if not isinstance(inputs, (tuple, list)):
         raise WorkerError("script", f"{where}: {fname} returned (step_fn, inputs) whose inputs is {_describe(inputs)},"
                           f" not a tuple of step_fn's arguments")
-    return step, tuple(inputs)
+    if not v["train"]:
+        return step, tuple(inputs)
+    if not callable(getattr(step, "parameters", None)):
+        raise WorkerError("script", f"{where}: with train on, {fname} must return (model, inputs) with model a "
+                          f"torch.nn.Module whose call returns the loss; its step_fn is {_describe(step)}")
+    params = [p for p in step.parameters() if p.requires_grad]
+    if not params:
+        raise WorkerError("script", f"{where}: with train on, the model {fname} returned has no parameter that "
+                          "requires grad: nothing to train")
+    return train_step(torch, step, params, v, device), tuple(inputs)
 
 
 def _script_explain(exc, v, phase, kind):
@@ -85,7 +97,8 @@ SCRIPT = Workload(
     (Knob("path", "str", "step.py", "the Python file (a relative path is taken from the current folder)",
           pattern=r"(?s).*\S.*\.py", pattern_text="a path to a .py file"),
      Knob("function", "str", SCRIPT_FUNCTION, "the function to call: (device, dtype) -> (step_fn, inputs)",
-          pattern=r"[A-Za-z_][A-Za-z0-9_]*", pattern_text="a Python function name")),
-    (), _script_build, normalize=_script_normalize, explain=_script_explain,
+          pattern=r"[A-Za-z_][A-Za-z0-9_]*", pattern_text="a Python function name"), *TRAIN_KNOBS),
+    (), _script_build, normalize=_script_normalize, explain=_script_explain, name_suffix=train_name_parts,
+    check_dtype=check_train_dtype,
     name_parts=lambda v: [os.path.basename(v["path"]).removesuffix(".py")]
     + ([v["function"]] if v["function"] != SCRIPT_FUNCTION else []))

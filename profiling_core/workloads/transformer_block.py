@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from ..errors import ConfigError
 from ._base import BATCH_RANGE, Knob, Workload
+from ._train import TRAIN_KNOBS, check_train_dtype, forward_or_train, train_name_parts
 from .attention import _pairs
 
 BLOCK_MODES = ("prefill", "decode")
@@ -56,13 +57,14 @@ def _block_build(torch, v, device, dtype):
             return self.finish(x, F.scaled_dot_product_attention(q, k_cache, v_cache))
 
     torch.manual_seed(0)
-    block = Block().requires_grad_(False)
+    block = Block()
     g = torch.Generator(device=device).manual_seed(0)
     x = torch.randn((B, S, d), generator=g, **kw)
     if not decode:
         def inner(x):
             return block.prefill(x)
-        return inner, (x,)
+        return forward_or_train(torch, v, device, block, inner, (x,), (B, S, d))
+    block.requires_grad_(False)  # decode is inference (train applies to prefill only)
     cache = (B, H, v["kv_len"], hd)
     k_cache = torch.randn(cache, generator=g, **kw)
     v_cache = torch.randn(cache, generator=g, **kw)
@@ -107,6 +109,9 @@ def _block_memory(v, e):
 
 
 def _block_cross_check(v, prefix):
+    if v["train"] and v["mode"] == "decode":
+        raise ConfigError(prefix + "train", True, "false when mode is 'decode' (decode is inference against a KV "
+                          "cache; train a prefill block)")
     if v["d_model"] % v["heads"]:
         raise ConfigError(prefix + "heads", v["heads"], f"a divisor of d_model {v['d_model']}")
 
@@ -123,6 +128,6 @@ TRANSFORMER_BLOCK = Workload(
           range=(1, 1 << 20), tag="kv", when=("mode", "decode")),
      Knob("d_model", "int", 512, "model width", range=(1, 65536), tag="d"),
      Knob("heads", "int", 8, "attention heads (must divide d_model)", range=(1, 1024), tag="h"),
-     Knob("mlp_ratio", "float", 4.0, "MLP hidden width ÷ d_model", range=(0.0625, 64.0), tag="r")),
-    ("seq_len", "kv_len"), _block_build, flops=_block_flops, bytes_=_block_bytes, memory=_block_memory,
+     Knob("mlp_ratio", "float", 4.0, "MLP hidden width ÷ d_model", range=(0.0625, 64.0), tag="r"), *TRAIN_KNOBS),
+    ("seq_len", "kv_len"), _block_build, name_suffix=train_name_parts, check_dtype=check_train_dtype, flops=_block_flops, bytes_=_block_bytes, memory=_block_memory,
     cross_check=_block_cross_check)

@@ -32,11 +32,13 @@ from .rules.conv_layout import _rule_conv_layout
 from .rules.cpu_contention import _rule_cpu_contention
 from .rules.compile_breaks import _rule_compile
 from .rules.cudagraphs_skipped import _rule_cudagraphs_skipped
+from .rules.fp32_training import _rule_fp32_training
 from .rules.fp32_without_tf32 import _rule_fp32_without_tf32
 from .rules.gpu_starved import GPU_IDLE_AT, LAUNCHES_DOMINATE, _rule_gpu_starved
 from .rules.profiler_overhead import _rule_profiler_overhead
 from .rules.sync_in_step import _rule_sync_in_step
 from .rules.unaligned_gemm_dims import _rule_unaligned_dims
+from .rules.unfused_optimizer import _rule_unfused_optimizer
 
 __all__ = ["Diagnosis", "DiagnosisReport", "diagnose", "roofline", "kernel_family", "is_gemm_kernel", "RULES",
            "GPU_IDLE_AT", "LAUNCHES_DOMINATE"]
@@ -45,7 +47,7 @@ __all__ = ["Diagnosis", "DiagnosisReport", "diagnose", "roofline", "kernel_famil
 RULES: tuple[Callable[[_Ctx], Optional[Diagnosis]], ...] = (
     _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_gpu_starved, _rule_sync_in_step, _rule_compile,
     _rule_profiler_overhead, _rule_attention_backend, _rule_cudagraphs_skipped, _rule_conv_layout,
-    _rule_cpu_contention)
+    _rule_cpu_contention, _rule_unfused_optimizer, _rule_fp32_training)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,16 @@ class _Ctx:
     compute_capability: Optional[float]
 
 
+def _ampere_or_later(c: "_Ctx", kernel_names) -> bool:
+    """Whether the GPU has Ampere's tensor cores or later ones (TF32, bf16): compute capability 8.0 or more, or, where
+    the trace gives none, a kernel among ``kernel_names`` built for sm80 or later (``kernel_family``'s arch)."""
+    from ...analyses.categories import kernel_family
+    cc = c.compute_capability
+    if cc is not None:
+        return cc >= 8.0
+    return any((a := kernel_family(str(n))["arch"]) is not None and a >= 80 for n in kernel_names)
+
+
 def _steps(report: Report) -> int:
     return max(1, len(report.steps))
 

@@ -16,7 +16,7 @@ The modules, by what they chart (every name is importable from here: ``charts.st
 - ``sweep``: :func:`overhead_vs_compute`, :func:`crossover_points`, :func:`gpu_busy_fraction`.
 - ``kernels``: :func:`kernel_durations_by_step`, :func:`kernel_spread`, :func:`launch_latency`, :func:`cold_vs_warm`,
   :func:`sync_idle`.
-- ``bars``: :func:`grouped_bars`, :func:`time_by_category`, :func:`breakdown_bars`.
+- ``bars``: :func:`grouped_bars`, :func:`time_by_category`, :func:`breakdown_bars`, :func:`phase_bars`.
 - ``peaks``: :func:`roofline`, :func:`achieved_vs_peak`.
 - ``_style``: what they share: ``WIDTH``, ``CATEGORY_COLORS``, ``BREAKDOWN_COLORS``, :func:`empty_chart`, the
   column check and number formats.
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 # The F401 waivers: public names beyond __all__ (as before the split), reached as charts.<name>: the palettes, the
 # width, trace_overview and the timelines' shaping helpers.
-from ._style import BREAKDOWN_COLORS, CATEGORY_COLORS, WIDTH, empty_chart  # noqa: F401
-from .bars import breakdown_bars, grouped_bars, time_by_category
+from ._style import BREAKDOWN_COLORS, CATEGORY_COLORS, PHASE_COLORS, WIDTH, empty_chart  # noqa: F401
+from .bars import breakdown_bars, grouped_bars, phase_bars, time_by_category
 from .kernels import cold_vs_warm, kernel_durations_by_step, kernel_spread, launch_latency, sync_idle
 from .peaks import achieved_vs_peak, roofline
 from .sweep import crossover_points, gpu_busy_fraction, overhead_vs_compute
@@ -38,5 +38,5 @@ __all__ = [
     "step_timeline", "overhead_vs_compute", "gpu_busy_fraction", "crossover_points",
     "kernel_durations_by_step", "kernel_spread", "grouped_bars", "launch_latency",
     "dispatch_flame", "cold_vs_warm", "sync_idle", "empty_chart", "roofline", "achieved_vs_peak", "time_by_category",
-    "breakdown_bars", "BREAKDOWN_COLORS",
+    "breakdown_bars", "BREAKDOWN_COLORS", "phase_bars", "PHASE_COLORS",
 ]

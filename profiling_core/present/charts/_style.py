@@ -36,6 +36,15 @@ BREAKDOWN_COLORS = {
     "idle": "#d9d9d9",
 }
 
+# Phases of a training step (``analyses.phases``), in the order they stack, with one colour each.
+PHASE_COLORS = {
+    "forward": "#1f77b4",
+    "backward": "#ff7f0e",
+    "optimizer": "#2ca02c",
+    "zero_grad": "#9467bd",
+    "other": "#d9d9d9",
+}
+
 
 def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
     missing = [c for c in columns if c not in df.columns]

@@ -1,5 +1,6 @@
 """Bar charts: :func:`grouped_bars` (a value per category, side by side per group) and the GPU-time breakdown
-(:func:`time_by_category`, stacked by category; :func:`breakdown_bars` shapes ``analyses.step_breakdown`` for it)."""
+(:func:`time_by_category`, stacked by category; :func:`breakdown_bars` shapes ``analyses.step_breakdown`` for it)
+and a training step's phases (:func:`phase_bars`, stacked forward / backward / optimizer / zero_grad / other)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -9,7 +10,7 @@ import pandas as pd
 
 from ...analyses.breakdown import category_totals
 from ...analyses.categories import BREAKDOWN_CATEGORIES
-from ._style import (BREAKDOWN_COLORS, LOG_AXIS_FORMAT, WIDTH, _plain_format, _require, _us_format, decade_ticks,
+from ._style import (BREAKDOWN_COLORS, LOG_AXIS_FORMAT, PHASE_COLORS, WIDTH, _plain_format, _require, _us_format, decade_ticks,
                      empty_chart)
 
 
@@ -89,6 +90,43 @@ def time_by_category(breakdown: pd.DataFrame, *, bar: str = "step", value: str =
                     order=alt.Order("order:Q", sort="ascending"),
                     tooltip=tips)
             .properties(title=title, width=WIDTH, height=max(60, 24 * data[bar].nunique() + 20)))
+
+
+def phase_bars(phases: pd.DataFrame, *, value: str = "cpu_us",
+               title: str = "Where each training step's time goes") -> alt.Chart:
+    """Horizontal stacked bars, one per step (``step N``), split by phase of the training step.
+
+    phases: ``analyses.phases`` (``step``, ``phase``: a key of PHASE_COLORS, and ``value``: ``cpu_us`` (the step's CPU
+    time, the phases summing to it), ``gpu_us`` (the GPU work launched in each phase; no ``other`` bar part when it
+    is 0) or ``share`` (0..1)); ``cpu_us``, ``gpu_us``, ``kernels`` and ``share`` join the tooltip where present.
+    Phases stack in PHASE_COLORS order with their own colours. An empty frame gives :func:`empty_chart`.
+    """
+    _require(phases, ["step", "phase", value], "phase_bars")
+    if phases.empty:
+        return empty_chart("no training phases in this trace")
+    unknown = sorted(set(phases["phase"].astype(str)) - set(PHASE_COLORS))
+    if unknown:
+        raise ValueError(f"phase_bars: unknown phase(s) {', '.join(unknown)}; known: {', '.join(PHASE_COLORS)}")
+    extra = [c for c in ("cpu_us", "gpu_us", "kernels", "share") if c in phases.columns and c != value]
+    data = phases[["step", "phase", value, *extra]].copy()
+    data["bar"] = [f"step {s}" for s in data["step"].tolist()]
+    data["order"] = data["phase"].map({c: k for k, c in enumerate(PHASE_COLORS)})
+    is_share = value == "share"
+    fmt = ".1%" if is_share else _us_format(data[value])
+    tips = ["bar:N", "phase:N", alt.Tooltip(f"{value}:Q", format=fmt, title=value)]
+    tips += [alt.Tooltip(f"{c}:Q", format=".1%" if c == "share" else ",.0f" if c == "kernels" else ",.2f", title=c)
+             for c in extra]
+    x_title = {"share": "share of the step", "gpu_us": "GPU µs launched in the phase"}.get(value, "CPU µs")
+    return (alt.Chart(data).mark_bar()
+            .encode(x=alt.X(f"{value}:Q", title=x_title, stack="zero",
+                            axis=alt.Axis(format=".0%") if is_share else alt.Axis(format=",.0f")),
+                    y=alt.Y("bar:N", title=None, sort=list(dict.fromkeys(data["bar"]))),
+                    color=alt.Color("phase:N", title="phase",
+                                    scale=alt.Scale(domain=list(PHASE_COLORS), range=list(PHASE_COLORS.values())),
+                                    legend=alt.Legend(orient="top", direction="horizontal")),
+                    order=alt.Order("order:Q", sort="ascending"),
+                    tooltip=tips)
+            .properties(title=title, width=WIDTH, height=max(60, 24 * data["bar"].nunique() + 20)))
 
 
 def breakdown_bars(breakdowns: "dict[str, pd.DataFrame]", *, per: str = "step") -> pd.DataFrame:

@@ -15,4 +15,7 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 - ``conv_layout``: cuDNN transposes NCHW tensors to NHWC and back around the convolutions (channels_last).
 - ``cpu_contention``: on a CPU, work ops far slower than the same call elsewhere in the run, or a GEMM below any
   core's rate: threads that did not get their cores (the threads knob, a quieter machine).
+- ``unfused_optimizer``: a training step's optimizer ran its for-loop implementation (per-parameter ops), where
+  foreach and fused exist.
+- ``fp32_training``: a training step's GEMMs in fp32/TF32 on a GPU with bf16 tensor cores: autocast would do.
 """

@@ -8,7 +8,7 @@ from typing import Optional
 import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
-from ..base import Diagnosis, _Ctx, _fmt_us, _per, _steps
+from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _per, _steps
 
 
 def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
@@ -19,10 +19,7 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
     simt_names = {n for n in pd.unique(k["name"].astype(object)) if kernel_family(str(n))["math"] == "fp32-simt"}
     if not simt_names:
         return None
-    archs = [kernel_family(str(n))["arch"] for n in simt_names]
-    cc = c.compute_capability
-    has_tf32 = (cc is not None and cc >= 8.0) or (cc is None and any(a is not None and a >= 80 for a in archs))
-    if not has_tf32:
+    if not _ampere_or_later(c, simt_names):
         return None  # a GPU without TF32 (or one this cannot tell): nothing to change
     kern = k[k["name"].isin(simt_names)]
     per_step = float(kern["dur_us"].sum()) / _steps(c.report)

@@ -4,13 +4,17 @@ host-device copies launched inside a ProfilerStep.
 The cost is the time the CPU spends blocked in them per step: the synchronising calls, and the calls that launched
 each host↔device copy (a copy from pageable memory holds its ``cudaMemcpyAsync`` until the bytes are staged, so its
 call lasts about as long as the copy; a pinned one returns at once). Each copy's bytes, rate and the copy engine's
-time are the evidence."""
+time are the evidence.
+
+In a training step (``analyses.phases``) each synchronising op is placed in its phase: a ``.item()`` outside the
+optimizer, after backward, is the loop logging its loss every step, and the text and fix say so."""
 from __future__ import annotations
 
 from typing import Optional
 
 import numpy as np
 
+from ....analyses import phases_at
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx, _args_of, _fmt_us, _steps
 
@@ -61,6 +65,18 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                      + f": the copy engine {_fmt_us(row['copy_us'])}"
                      + (f" ({row['gbs']:,.1f} GB/s)" if row["gbs"] and (row["bytes"] or 0) >= 64 << 10 else "")
                      + f", the CPU {_fmt_us(row['call_us'])} in the call that launched it")
+    by_phase: dict = {}
+    logged = 0.0
+    if r.has_phases and len(idx):
+        ops = [int(i) for i in idx if not _nested_sync_op(names, tb, i)]
+        placed = list(zip(ops, phases_at(c.session, tb.ts[ops])))
+        for _i, ph in placed:
+            by_phase[ph] = by_phase.get(ph, 0) + 1 / n
+        logged = sum(1 for i, ph in placed if ph in ("zero_grad", "other") and names[i] in _SYNC_OPS) / n
+        parts.append("by phase of the training step: " + ", ".join(f"{ph} ×{v:g}" for ph, v in by_phase.items()))
+        if logged:
+            parts.append(f"{logged:g} per step after the optimizer, outside every phase: the loop reading a value "
+                         "back (logging the loss with .item()) every step")
     pageable = any(row["memory"] == "pageable" for row in copy_rows)
     text = ("Inside each step: " + "; ".join(parts) + ". A synchronising call returns only when the GPU has caught "
             "up, so nothing further is queued meanwhile and the GPU runs dry after it"
@@ -70,13 +86,28 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
            "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. Move inputs to the "
            "device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead of the step; bring a "
            "value back with a non_blocking copy and an event when it must come back.")
+    if logged:
+        fix = ("Log the loss every N steps, not every step: keep a running sum on the device (total += loss.detach()) "
+               "and call .item() on it every N steps. " + fix)
     return Diagnosis("sync_in_step", "Host-device synchronisation or copies inside the step", text, fix,
                      blocked if calls or copy_calls else None,
                      "time the CPU spent blocked per step in synchronising calls and in the calls that launched "
                      "host-device copies (measured)",
                      {"slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
                       "blocked_us_per_step": blocked, "sync_calls_us_per_step": sync_us,
-                      "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows})
+                      "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows,
+                      "sync_ops_by_phase": by_phase, "logged_per_step": logged})
+
+
+def _nested_sync_op(names, tb, i: int) -> bool:
+    """Whether synchronising slice ``i`` lies inside another one (``aten::_local_scalar_dense`` under ``aten::item``,
+    the copy and sync calls under it): one ``.item()`` is placed once."""
+    p = int(tb.parent_id[i])
+    while p >= 0:
+        if names[p] in _SYNC_OPS or names[p] in _SYNC_CALLS:
+            return True
+        p = int(tb.parent_id[p])
+    return False
 
 
 def _copy_rows(session, copies, n_steps: int) -> list[dict]:

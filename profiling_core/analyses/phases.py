@@ -1,0 +1,301 @@
+"""The phases of a training step: forward, backward, optimizer, zero_grad, per profiler step.
+
+The rule, stated once (:func:`phase_masks`): a slice (any thread, not a ``gpu_user_annotation`` copy) marks a phase by
+its name:
+
+- ``forward``: the ``train::forward`` range the app's training workloads add (``workloads._train.TRAIN_RANGES``). A
+  trace without any (an imported one) has no forward annotation, so its forward is read from where it sits: the
+  step's own sub-slices that end before the step's first backward range begins and mark no other phase (descending
+  into the one that holds that instant, so a range the loop wraps around its whole step is looked inside); that is
+  the forward pass and the loss, and whatever the loop did before them (moving the batch to the device, say).
+- ``backward``: ``train::backward``, or the profiler's own ``autograd::engine::evaluate_function: ...`` (on a GPU the
+  autograd engine runs them on its own thread, inside the time of ``loss.backward()``).
+- ``optimizer``: ``train::optimizer``, or the profiler's ``Optimizer.step#<Class>.step``.
+- ``zero_grad``: ``train::zero_grad``, or ``Optimizer.zero_grad#<Class>.zero_grad``.
+
+Inside a step's window each instant counts once, for the first phase (in that order) whose ranges cover it; the time
+no phase covers is ``other`` (the loop's own Python, ``.item()`` after the step, the profiler's step call). So the
+phases of a step add up to its CPU time exactly (integer ns; :data:`SUM_TOLERANCE_US`). A GPU op belongs to the phase
+whose ranges hold the start of the call that launched it (by the same order), to ``other`` when none does; its time
+is the union of those ops' intervals, wherever they ran. A trace with no phase range at all has no phases.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..workloads import TRAIN_RANGES
+from ._shared import Shared, coverage_ns, frame, frame_cols, shared_for
+
+__all__ = ["phases", "phase_ops", "phases_at", "phase_masks", "empty_phases", "PHASE_COLUMNS", "PHASES", "SUM_TOLERANCE_US", "PROFILER_PHASE_PREFIXES"]
+
+PHASES = ("forward", "backward", "optimizer", "zero_grad", "other")
+"""The phases in the order an instant covered by several is given to the first; ``other`` is what none covers."""
+
+PROFILER_PHASE_PREFIXES = {"backward": "autograd::engine::evaluate_function: ", "optimizer": "Optimizer.step#",
+                           "zero_grad": "Optimizer.zero_grad#"}
+"""The profiler's own annotations of a phase (name prefixes), read where a trace has no ``train::`` range."""
+
+SUM_TOLERANCE_US = 0.001
+"""How far a step's phases (``other`` included) may sum from its ``cpu_dur_us``: one nanosecond (they are integer ns
+of one window, each instant counted once)."""
+
+_NAMED = PHASES[:-1]
+
+PHASE_COLUMNS = ["step", "phase", "cpu_us", "share", "gpu_us", "gpu_ops", "kernels", "aten_ops", "source"]
+
+
+def empty_phases() -> pd.DataFrame:
+    """The :func:`phases` frame of a trace without phases."""
+    return frame([], PHASE_COLUMNS)
+
+
+def _phase_of_name(name) -> int:
+    """The index into PHASES of the phase a slice of this name marks; -1 for none."""
+    if not isinstance(name, str):
+        return -1
+    for k, ph in enumerate(_NAMED):
+        if name == TRAIN_RANGES.get(ph) or (ph in PROFILER_PHASE_PREFIXES and name.startswith(PROFILER_PHASE_PREFIXES[ph])):
+            return k
+    return -1
+
+
+def phase_masks(sh: Shared) -> np.ndarray:
+    """For every row of ``sh.slices``: the index into :data:`PHASES` of the phase its name marks (-1: none; a
+    ``gpu_user_annotation`` copy marks none)."""
+    t = sh.slices
+    by_name = np.array([_phase_of_name(u) for u in t["name_uniq"]] or [-1], dtype=np.int64)
+    out = by_name[t["name_codes"]] if len(t["name_codes"]) else np.zeros(0, dtype=np.int64)
+    if (out >= 0).any():
+        out = out.copy()
+        out[sh.cat_mask(lambda c: c == "gpu_user_annotation")] = -1
+    return out
+
+
+def _children(t, rows: np.ndarray) -> dict[int, np.ndarray]:
+    """{row: its child rows in start order} for these rows (one pass over the parent column)."""
+    want = np.zeros(len(t["ts"]) + 1, dtype=bool)
+    want[rows] = True
+    par = t["ppos"]
+    kids = np.flatnonzero((par >= 0) & want[np.maximum(par, 0)] & (par >= 0))
+    kids = kids[np.lexsort((kids, t["ts"][kids]))]
+    out: dict[int, list] = {}
+    for k, p in zip(kids.tolist(), par[kids].tolist()):
+        out.setdefault(p, []).append(k)
+    return {p: np.array(v, dtype=np.int64) for p, v in out.items()}
+
+
+def _forward_before(sh: Shared, step_row: int, until: int, marks: np.ndarray) -> list[tuple[int, int]]:
+    """The forward of a step without ``train::forward``: its sub-slices that end by ``until`` (its first backward's
+    start) and mark no phase, descending into the one that holds ``until``."""
+    t = sh.slices
+    out: list[tuple[int, int]] = []
+    node = step_row
+    for _ in range(64):  # the depth of a slice tree; a deeper one stops here
+        kids = _children(t, np.array([node], dtype=np.int64)).get(node)
+        if kids is None:
+            return out
+        inside = None
+        for k in kids.tolist():
+            b, e = int(t["ts"][k]), int(t["ts"][k] + t["dur"][k])
+            if e <= until:
+                if marks[k] < 0:
+                    out.append((b, e))
+            elif b < until:
+                inside = k
+                break
+            else:
+                break
+        if inside is None or marks[inside] >= 0:
+            return out
+        node = inside
+    return out
+
+
+def _merged(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [b, e) as disjoint sorted intervals."""
+    if len(b) == 0:
+        return b, e
+    o = np.argsort(b, kind="stable")
+    b, e = b[o], np.maximum.accumulate(e[o])
+    new = np.r_[True, b[1:] > e[:-1]]
+    heads = np.flatnonzero(new)
+    return b[heads], np.maximum.reduceat(e, heads)
+
+
+def _inside(x: np.ndarray, mb: np.ndarray, me: np.ndarray) -> np.ndarray:
+    """Whether each x lies in one of the disjoint sorted intervals [mb, me)."""
+    if len(mb) == 0:
+        return np.zeros(len(x), dtype=bool)
+    i = np.searchsorted(mb, x, side="right") - 1
+    return (i >= 0) & (x < me[np.maximum(i, 0)])
+
+
+class _Phased:
+    """The phase ranges of a trace: per phase the disjoint intervals (forward's per step where read by position)."""
+
+    def __init__(self, sh: Shared) -> None:
+        t = sh.slices
+        self.sh = sh
+        self.marks = phase_masks(sh)
+        self.steps = [s for s in sh.steps_list if s[6] is not None]
+        self.any = bool((self.marks >= 0).any()) and bool(self.steps)
+        if not self.any:
+            return
+        b, e = t["ts"], t["ts"] + t["dur"]
+        self.ranges = []
+        for k in range(len(_NAMED)):
+            r = np.flatnonzero(self.marks == k)
+            self.ranges.append(_merged(b[r], e[r]))
+        if len(self.ranges[0][0]) == 0:  # no train::forward: read each step's forward by position
+            bw_b = self.ranges[1][0]
+            fb, fe = [], []
+            for sid, _n, _nm, ts, dur, _d, _u in self.steps:
+                i = np.searchsorted(bw_b, ts, side="left")
+                if i < len(bw_b) and bw_b[i] < ts + dur:
+                    for x, y in _forward_before(sh, int(sid), int(bw_b[i]), self.marks):
+                        fb.append(x)
+                        fe.append(y)
+            self.ranges[0] = _merged(np.array(fb, dtype=np.int64), np.array(fe, dtype=np.int64))
+        self.forward_by = "record_function" if (self.marks == 0).any() else "position"
+
+    def phase_at(self, x: np.ndarray) -> np.ndarray:
+        """The index into PHASES of the first phase whose ranges hold each instant (``other`` where none does)."""
+        out = np.full(len(x), len(_NAMED), dtype=np.int64)
+        for k in range(len(_NAMED) - 1, -1, -1):
+            out[_inside(x, *self.ranges[k])] = k
+        return out
+
+
+def phases(session, shared: Shared | None = None) -> pd.DataFrame:
+    """Per profiler step and phase of a training step: its CPU time, the GPU work launched in it, its kernels.
+
+    The phases and how they are read: this module's docstring (the rule is stated there once).
+
+    Returns:
+        DataFrame with one row per (step, phase) in step order and :data:`PHASES` order, ``other`` included:
+        ``step``, ``phase``, ``cpu_us`` (the step's window time given to the phase; the phases of a step sum to its
+        ``cpu_dur_us`` within :data:`SUM_TOLERANCE_US`), ``share`` (of the step), ``gpu_us`` (union of the GPU ops
+        launched from calls inside the phase's ranges), ``gpu_ops``, ``kernels`` (of them, category kernel),
+        ``aten_ops`` (ATen ops, at any depth, starting inside the phase's ranges), ``source`` (``record_function``
+        for the app's ``train::`` ranges, ``profiler`` for the profiler's annotations, ``position`` for a forward
+        read by position, empty for ``other``). Empty (same columns) when the trace has no phase range or no steps.
+    """
+    sh = shared_for(session, shared)
+    cols = PHASE_COLUMNS
+    ph = _Phased(sh)
+    if not ph.any:
+        return frame([], cols)
+    t, steps = sh.slices, ph.steps
+    n, K = len(steps), len(PHASES)
+    starts = np.array([s[3] for s in steps], dtype=np.int64)
+    ends = starts + np.array([s[4] for s in steps], dtype=np.int64)
+    # CPU time: each phase's ranges clipped to each step's window, one sweep (groups: steps, classes: phases)
+    bb, ee, gg, cc = [], [], [], []
+    for k, (rb, re_) in enumerate(ph.ranges):
+        for j in range(n):
+            lo = np.searchsorted(re_, starts[j], side="right")
+            hi = np.searchsorted(rb, ends[j], side="left")
+            if hi > lo:
+                bb.append(np.maximum(rb[lo:hi], starts[j]))
+                ee.append(np.minimum(re_[lo:hi], ends[j]))
+                gg.append(np.full(hi - lo, j, dtype=np.int64))
+                cc.append(np.full(hi - lo, k, dtype=np.int64))
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, dtype=np.int64)
+    first, _own = coverage_ns(cat(bb), cat(ee), cat(gg), n, cat(cc), K - 1)
+    cpu = np.zeros((n, K), dtype=np.int64)
+    cpu[:, :-1] = first
+    cpu[:, -1] = (ends - starts) - first.sum(axis=1)
+    # GPU work: the pairs launched in each step, by the phase holding the launch call's start
+    gpu = np.zeros((n, K), dtype=np.int64)
+    nops, nk = np.zeros((n, K), dtype=np.int64), np.zeros((n, K), dtype=np.int64)
+    step_of = {int(s[0]): j for j, s in enumerate(steps)}
+    i, which = sh.pair_steps
+    if len(i):
+        all_steps = sh.steps_list
+        j = np.array([step_of.get(int(all_steps[w][0]), -1) for w in which.tolist()], dtype=np.int64)
+        keep = j >= 0
+        i, j = i[keep], j[keep]
+        p = sh.p
+        k = ph.phase_at(p["launch_ts"][i])
+        key = j * K + k
+        gid = p["gpu_id"][i]
+        o = np.lexsort((gid, key))
+        key, gid, i = key[o], gid[o], i[o]
+        new = np.r_[True, (key[1:] != key[:-1]) | (gid[1:] != gid[:-1])]
+        key, i = key[new], i[new]  # each GPU op once per (step, phase)
+        f, _ = coverage_ns(p["gpu_ts"][i], p["gpu_end"][i], key, n * K)
+        gpu = f[:, 0].reshape(n, K)
+        nops = np.bincount(key, minlength=n * K).reshape(n, K)
+        nk = np.bincount(key[p["gpu_category"][i] == "kernel"], minlength=n * K).reshape(n, K)
+    # ATen ops starting inside each phase's ranges, per step
+    aten = np.zeros((n, K), dtype=np.int64)
+    rows = np.flatnonzero(sh._is_aten)
+    if len(rows):
+        ts = t["ts"][rows]
+        js = np.searchsorted(starts, ts, side="right") - 1
+        ok = (js >= 0) & (ts < ends[np.maximum(js, 0)])
+        ks = ph.phase_at(ts[ok])
+        np.add.at(aten, (js[ok], ks), 1)
+    src = {k: ("" if not (ph.marks == k).any() else "record_function" if _has_range(sh, ph.marks, k) else "profiler")
+           for k in range(len(_NAMED))}
+    if ph.forward_by == "position":
+        src[0] = "position"
+    src[K - 1] = ""
+    dur = (ends - starts).astype(np.float64)
+    step_no = [s[1] for s in steps]
+    data = {"step": np.repeat(np.array(step_no, dtype=object), K), "phase": np.tile(np.array(PHASES, dtype=object), n),
+            "cpu_us": cpu.reshape(-1) / 1000.0,
+            "share": (cpu / np.where(dur > 0, dur, np.nan)[:, None]).reshape(-1),
+            "gpu_us": gpu.reshape(-1) / 1000.0, "gpu_ops": nops.reshape(-1), "kernels": nk.reshape(-1),
+            "aten_ops": aten.reshape(-1), "source": np.tile(np.array([src[k] for k in range(K)], dtype=object), n)}
+    df = frame_cols(data)
+    df["step"] = pd.to_numeric(df["step"], errors="coerce").astype("Int64")
+    return df[cols]
+
+
+def _has_range(sh: Shared, marks: np.ndarray, k: int) -> bool:
+    """Whether phase k is marked by the app's ``train::`` range (else by the profiler's annotation)."""
+    name = TRAIN_RANGES.get(_NAMED[k])
+    rows = np.flatnonzero(marks == k)
+    return bool(len(rows)) and bool((sh.names_at(rows) == name).any())
+
+
+def phases_at(session, ts, shared: Shared | None = None) -> list:
+    """The phase (a name of :data:`PHASES`) of the training step at each of these instants (ns): the first phase
+    whose ranges hold it, ``other`` where none does; None for every instant when the trace has no phases."""
+    ph = _Phased(shared_for(session, shared))
+    ts = np.asarray(ts, dtype=np.int64)
+    if not ph.any:
+        return [None] * len(ts)
+    return [PHASES[k] for k in ph.phase_at(ts).tolist()]
+
+
+def phase_ops(session, phase: str, shared: Shared | None = None) -> pd.DataFrame:
+    """The ATen ops (any depth) that start inside ``phase``'s ranges (the rule of :func:`phases`) within a step:
+    ``step``, ``slice_id``, ``name``, ``dur_us``, in start order; empty without phases."""
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
+    sh = shared_for(session, shared)
+    cols = ["step", "slice_id", "name", "dur_us"]
+    ph = _Phased(sh)
+    if not ph.any:
+        return frame([], cols)
+    t = sh.slices
+    starts = np.array([s[3] for s in ph.steps], dtype=np.int64)
+    ends = starts + np.array([s[4] for s in ph.steps], dtype=np.int64)
+    rows = np.flatnonzero(sh._is_aten)
+    ts = t["ts"][rows]
+    js = np.searchsorted(starts, ts, side="right") - 1
+    ok = (js >= 0) & (ts < ends[np.maximum(js, 0)])
+    rows, js = rows[ok], js[ok]
+    m = ph.phase_at(t["ts"][rows]) == PHASES.index(phase)
+    rows, js = rows[m], js[m]
+    o = np.lexsort((rows, t["ts"][rows]))
+    rows, js = rows[o], js[o]
+    step_no = np.array([s[1] for s in ph.steps], dtype=object)
+    df = frame_cols({"step": step_no[js] if len(js) else np.zeros(0, dtype=object), "slice_id": t["id"][rows],
+                     "name": sh.name_codes_at(rows), "dur_us": t["dur"][rows] / 1000.0})
+    if len(df):
+        df["step"] = pd.to_numeric(df["step"], errors="coerce").astype("Int64")
+    return df[cols] if len(df) else frame([], cols)

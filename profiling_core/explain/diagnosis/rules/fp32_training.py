@@ -1,0 +1,46 @@
+"""``fp32_training``: a training step (the trace has a backward phase, ``analyses.phases``) whose GEMMs ran in fp32
+or TF32 on a GPU with bf16 tensor cores (Ampere or later), where ``torch.autocast`` would run them in bf16.
+
+The GEMMs and their dtypes are the roofline's (recorded ``Input type``, TF32 where the kernel's name says so); the
+cost bound is their time per step less the same FLOPs at the bf16 peak (measured, else the datasheet's)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _steps
+
+
+def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
+    r, roof = c.report, c.roof
+    if not r.has_phases or not r.has_gpu or roof.empty:
+        return None
+    ph = r.phases
+    if not (ph[ph["phase"] == "backward"]["cpu_us"] > 0).any():
+        return None  # phases without a backward: not a training step
+    g = roof[roof["kind"] == "gemm"]
+    fp32 = g[g["dtype"].isin(["fp32", "tf32"])]
+    if fp32.empty or not _ampere_or_later(c, fp32["kernel"].astype(str).tolist()):
+        return None
+    n = _steps(r)
+    t32 = float((fp32["time_us"] * fp32["count"]).sum()) / n
+    tall = float((g["time_us"] * g["count"]).sum()) / n
+    bf = c.peaks.peak_tflops("bf16") if c.peaks is not None else None
+    src = c.peaks.source if c.peaks is not None else "measured"
+    cost, basis = None, ""
+    if bf:
+        at_bf16 = float((fp32["flops"] * fp32["count"]).sum()) / n / (bf * 1e6)
+        cost = max(0.0, t32 - at_bf16)
+        basis = (f"these GEMMs' time less the same FLOPs at the {src} bf16 peak ({bf:,.0f} TFLOP/s): what autocast "
+                 "could save at most")
+    kinds = sorted(set(fp32["dtype"].astype(str)))
+    text = (f"This training step runs its GEMMs in {' and '.join(kinds)}: {_fmt_us(t32)} of GEMM time per step"
+            + (f" ({t32 / tall:.0%} of the GEMMs')" if tall > 0 else "") + ", forward and backward, on a GPU whose "
+            "tensor cores run bf16 at several times the fp32/TF32 rate"
+            + (f" ({src} bf16 peak {bf:,.0f} TFLOP/s)" if bf else "") + ". The weights can stay fp32 (the "
+            "optimizer's master copy) while the matmuls run in bf16.")
+    fix = ("Wrap the forward and the loss in torch.autocast('cuda', dtype=torch.bfloat16) (backward then follows the "
+           "forward's dtypes; parameters and optimizer state stay fp32). For fp16, add torch.amp.GradScaler. In this "
+           "app: the autocast knob, with dtype fp32.")
+    return Diagnosis("fp32_training", "fp32 training where autocast would do", text, fix, cost, basis,
+                     {"slice_ids": [int(i) for ids in fp32["slice_ids"] for i in (ids or [])][:50],
+                      "fp32_gemm_us_per_step": t32, "gemm_us_per_step": tall, "dtypes": kinds})

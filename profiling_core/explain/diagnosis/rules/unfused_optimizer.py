@@ -1,0 +1,62 @@
+"""``unfused_optimizer``: a training step whose optimizer runs the for-loop implementation: a few ATen ops (and on a
+GPU a few kernels) per parameter, where torch offers ``foreach`` (one multi-tensor op per update term) and ``fused``
+(one kernel for all parameters).
+
+The optimizer phase is ``analyses.phases``' (``train::optimizer``, else the profiler's ``Optimizer.step#...``). The
+implementation is read from the ATen ops inside it: ``aten::_fused_*`` is fused, ``aten::_foreach_*`` is foreach,
+neither is the for-loop. The rule speaks when the for-loop ran at least :data:`PER_PARAMETER_OPS_AT` ATen ops per
+step; the cost bound is the optimizer phase's CPU time per step (a fused optimizer still takes some)."""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from ....analyses import phase_ops
+from ..base import Diagnosis, _Ctx, _fmt_us
+
+PER_PARAMETER_OPS_AT = 8
+"""ATen ops per step in the optimizer phase from which a for-loop optimizer is worth naming (a for-loop Adam runs
+about ten per parameter; SGD on one or two tensors stays below)."""
+
+_CLASS = re.compile(r"Optimizer\.step#([A-Za-z0-9_]+)\.step")
+
+
+def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
+    r = c.report
+    if not r.has_phases:
+        return None
+    opt = r.phases[r.phases["phase"] == "optimizer"]
+    if opt.empty or not (opt["cpu_us"] > 0).any():
+        return None
+    ops = phase_ops(c.session, "optimizer")
+    names = ops["name"].astype(str)
+    if names.str.startswith(("aten::_fused_", "aten::_foreach_")).any():
+        return None  # fused or foreach ran
+    n_steps = max(1, int((opt["cpu_us"] > 0).sum()))
+    per_step = len(ops) / n_steps
+    if per_step < PER_PARAMETER_OPS_AT:
+        return None
+    basis = opt[opt["cpu_us"] > 0]
+    basis = basis.iloc[1:] if len(basis) >= 3 else basis
+    cpu_us, gpu_us = float(basis["cpu_us"].median()), float(basis["gpu_us"].median())
+    kernels = float(basis["kernels"].median())
+    cls = next((m.group(1) for n in c.session.tables.name.uniq if isinstance(n, str) and (m := _CLASS.match(n))),
+               None)
+    top = names.value_counts().head(4)
+    what = ", ".join(f"{n} ×{k / n_steps:g}" for n, k in top.items())
+    on_gpu = r.has_gpu
+    text = (f"The optimizer{f' ({cls})' if cls else ''} ran its for-loop implementation: {per_step:g} ATen ops per "
+            f"step ({what}, ...), none of them a multi-tensor (_foreach_) or fused (_fused_) op"
+            + (f"; {kernels:g} kernels per step in the optimizer phase, {_fmt_us(gpu_us)} of GPU time" if on_gpu
+               else "")
+            + f", {_fmt_us(cpu_us)} of CPU time per step. Each parameter's update is a few small ops, each "
+            "dispatched (and on a GPU launched) on its own.")
+    fix = ("Construct the optimizer with fused=True (torch.optim.Adam/AdamW/SGD(..., fused=True): one kernel updates "
+           "every parameter; CUDA, and the CPU in recent torch) or foreach=True (one multi-tensor op per update term; "
+           "torch's default on CUDA, not on a CPU). In this app: the impl knob.")
+    return Diagnosis("unfused_optimizer", "For-loop optimizer: per-parameter ops every step", text, fix, cpu_us,
+                     "the optimizer phase's CPU time per step: what a fused optimizer could save at most (it still "
+                     "takes some)",
+                     {"slice_ids": ops["slice_id"].astype(int).tolist()[:50], "optimizer": cls,
+                      "aten_ops_per_step": per_step, "kernels_per_step": kernels, "gpu_us_per_step": gpu_us,
+                      "cpu_us_per_step": cpu_us})
