@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import strategies as hst
 
 from profiling_core.analyses import (analyze, cold_start_gap, compile_breakdown, cpu_vs_gpu, dispatch_chain,
                                      gemm_flops_from_dims, gemm_throughput, gpu_busy, kernel_durations_by_step,
@@ -619,11 +619,11 @@ def test_fused_ops_of_a_2000_word_kernel_name_is_quick():
 
 
 @settings(max_examples=400, deadline=None)
-@given(words=st.lists(st.sampled_from(["add", "mm", "view", "unsafe", "native", "layer", "norm", "", "1", "x"]),
+@given(words=hst.lists(hst.sampled_from(["add", "mm", "view", "unsafe", "native", "layer", "norm", "", "1", "x"]),
                        min_size=1, max_size=14),
-       known=st.lists(st.lists(st.sampled_from(["add", "mm", "view", "unsafe", "", "x", "layer", "norm"]),
+       known=hst.lists(hst.lists(hst.sampled_from(["add", "mm", "view", "unsafe", "", "x", "layer", "norm"]),
                                  min_size=1, max_size=5).map("_".join), max_size=6),
-       kind=st.sampled_from(["poi", "red", "per", "tem", "for"]), suffix=st.sampled_from(["", "_0", "_12"]))
+       kind=hst.sampled_from(["poi", "red", "per", "tem", "for"]), suffix=hst.sampled_from(["", "_0", "_12"]))
 def test_fused_ops_gives_the_references_answer_on_small_names(words, known, kind, suffix):
     from profiling_core.analyses import fused_ops
     name = f"triton_{kind}_fused_" + "_".join(words) + suffix
