@@ -112,7 +112,8 @@ def _ints(text: str, flag: str) -> list[int]:
                 raise ValueError
             out.append(int(item))
         except ValueError:
-            raise ProfilingError(f"each of {flag} must be an integer, in the digits 0-9, got {item.strip()!r}") from None
+            raise ProfilingError(f"each of {flag} must be an integer, in the digits 0-9, "
+                                 f"got {item.strip()!r}") from None
     return out
 
 

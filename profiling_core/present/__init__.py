@@ -24,7 +24,8 @@ __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "cha
            "safe_filename", "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI", "md_text", "md_code",
            "html_text", "script_json", "vega_safe", "terminal_safe", "summaries", "RUNS_COLUMNS", "runs_table",
            "run_labels", "newest_run", "store_size_text", "config_summary", "mode_label", "run_size",
-           "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame", "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings"]
+           "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame", "GEMM_VS_PEAK_COLUMNS",
+           "gemm_vs_peak", "comparison_warnings"]
 
 _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
            "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}

@@ -1,7 +1,8 @@
 """Sweeps: a list of configs, one fresh worker each, with progress and cancellation.
 
-:func:`sweep_values` reads the axis's values from text; ``on_progress`` receives a ``SweepProgress`` before each run and after the last; a Streamlit progress bar
-(``bar.progress(p.fraction, text=p.message)``) and the CLI's terminal bar both use it.
+``on_progress`` receives a ``SweepProgress`` before each run and after the last; a Streamlit progress bar
+(``bar.progress(p.fraction, text=p.message)``) and the CLI's terminal bar both use it. :func:`sweep_values` reads the
+axis's values typed as text.
 """
 from __future__ import annotations
 
