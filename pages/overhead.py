@@ -7,7 +7,7 @@ from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.errors import ConfigError
 from profiling_core.present import ReportSection, comparison_warnings
-from profiling_core.run import sweep_configs, sweep_points
+from profiling_core.run import sweep_configs, sweep_points, sweep_values
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -27,6 +27,7 @@ if not wl.size_knobs:
 with st.form("sweep_form"):
     c1, c2, c3 = st.columns(3)
     knob_values = {}
+    sizes_error = None
     if wl_name == "matmul_add":
         sizes = c1.multiselect("Sizes", ui.SIZES, default=ui.SIZES if cuda else [64, 256, 1024], key="sweep_sizes",
                                help="each size is one fresh worker process")
@@ -35,15 +36,20 @@ with st.form("sweep_form"):
     else:
         axis_names = " / ".join(wl.size_knobs)
         text = c1.text_input(f"Values of {axis_names} (comma-separated)", value="128,512,2048",
-                             key=f"sweep_values_{wl_name}",
+                             key=f"sweep_values_{wl_name}", max_chars=1000,
                              help="the sweep axis: " + ("seq_len in prefill, kv_len in decode"
-                                                        if len(wl.size_knobs) > 1 else wl.size_knobs[0]))
-        sizes = [int(x) for x in text.replace(" ", "").split(",") if x.isdigit()]
+                                                        if len(wl.size_knobs) > 1 else wl.size_knobs[0])
+                             + "; whole numbers in the digits 0-9, in the knob's range")
         cols = (c1, c2, c3)
         given = wl.defaults()
         for i, knob in enumerate(k for k in wl.knobs if k.name not in wl.size_knobs):
             knob_values[knob.name] = ui.knob_widget(cols[(i + 1) % 3], f"sweep_{wl_name}_{knob.name}", knob,
                                                      given[knob.name])
+        try:
+            sizes = sweep_values(text, wl_name, wl.applicable(knob_values))
+        except ConfigError as exc:
+            sizes, sizes_error = [], exc
+            c1.error(ui.md_text(exc), icon=":material/error:")
     modes = c1.multiselect("Modes", ["off", "default", "reduce-overhead"], default=["off"], key="sweep_modes",
                            format_func=lambda m: "eager" if m == "off" else f"compile ({m})",
                            help="overlay eager and torch.compile")
@@ -56,7 +62,7 @@ with st.form("sweep_form"):
                                    "their median with the min–max range (on a CPU the step time is mostly noise "
                                    "unless repeated)")
     go = st.form_submit_button("Run sweep", type="primary", icon=":material/play_arrow:", disabled=not wl.size_knobs)
-if go:
+if go and sizes_error is None:  # (a bad value is said under its box)
     try:
         common = dict(dtype=dtype, device=device, warmup=int(warmup), wait=0,
                       warmup_steps=1 if warmup == 0 else 0, active=active)
@@ -69,7 +75,7 @@ if go:
         else:
             ui.start_sweep("sweep", configs, f"Sweep of {len(configs)} runs")
     except ConfigError as exc:
-        st.error(str(exc))
+        st.error(ui.md_text(exc))
 ui.finish_sweep("sweep", "overhead_runs")
 
 # --- which runs to chart ---------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from profiling_core.analyses import (analyze, cold_start_gap, compile_breakdown, cpu_vs_gpu, dispatch_chain,
                                      gemm_flops_from_dims, gemm_throughput, gpu_busy, kernel_durations_by_step,
@@ -577,6 +579,56 @@ def test_fused_ops_joins_words_into_the_ops_it_is_told_of():
     from profiling_core.analyses import fused_ops
     assert fused_ops("triton_poi_fused_my_op_relu_0") == ("pointwise", ["my", "op", "relu"])
     assert fused_ops("triton_poi_fused_my_op_relu_0", ["aten::my_op"]) == ("pointwise", ["my_op", "relu"])
+
+
+def _fused_ops_oracle(kernel, known=()):
+    """The first implementation of :func:`fused_ops`, kept as the reference for small names: at each word, every
+    run to the end of the name is joined and looked up, longest first (cubic in the words)."""
+    from profiling_core.analyses.compile import _MULTIWORD, _TRITON, _TRITON_KINDS
+    m = _TRITON.match(kernel or "")
+    if m is None:
+        return None
+    vocab = {k.removeprefix("aten::") for k in known if isinstance(k, str)} | set(_MULTIWORD)
+    words = []
+    for w in m.group(2).split("_"):
+        if words and words[-1] == "":
+            words[-1] = "_" + w
+        else:
+            words.append(w)
+    ops, i = [], 0
+    while i < len(words):
+        j = next((j for j in range(len(words), i + 1, -1) if "_".join(words[i:j]) in vocab), i + 1)
+        ops.append("_".join(words[i:j]))
+        i = j
+    return _TRITON_KINDS[m.group(1)], ops
+
+
+def test_fused_ops_of_a_2000_word_kernel_name_is_quick():
+    """A Triton kernel name of 2,000 words (in a trace anyone can import) took ~22 s on every rerun of Compile vs
+    eager: the words were joined again for every run of them. The op names known here include one of 2,000 words
+    that matches all but its last word, the worst case for a word-by-word lookup."""
+    import time
+    from profiling_core.analyses import fused_ops
+    words = ["add"] * 2000
+    name = "triton_poi_fused_" + "_".join(words) + "_0"
+    known = ["aten::" + "_".join(words[:-1] + ["mul"]), "aten::add_add_add"]
+    t0 = time.perf_counter()
+    got = fused_ops(name, known)
+    assert time.perf_counter() - t0 < 2.0  # (the cubic join took ~22 s)
+    assert got == ("pointwise", ["add_add_add"] * 666 + ["add", "add"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(words=hst.lists(hst.sampled_from(["add", "mm", "view", "unsafe", "native", "layer", "norm", "", "1", "x"]),
+                       min_size=1, max_size=14),
+       known=hst.lists(hst.lists(hst.sampled_from(["add", "mm", "view", "unsafe", "", "x", "layer", "norm"]),
+                                 min_size=1, max_size=5).map("_".join), max_size=6),
+       kind=hst.sampled_from(["poi", "red", "per", "tem", "for"]), suffix=hst.sampled_from(["", "_0", "_12"]))
+def test_fused_ops_gives_the_references_answer_on_small_names(words, known, kind, suffix):
+    from profiling_core.analyses import fused_ops
+    name = f"triton_{kind}_fused_" + "_".join(words) + suffix
+    known = [("aten::" if i % 2 else "") + k for i, k in enumerate(known)]
+    assert fused_ops(name, known) == _fused_ops_oracle(name, known)
 
 
 def test_triton_fusions_of_the_compiled_h200_run_by_a_plain_scan():

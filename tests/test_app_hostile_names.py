@@ -1,4 +1,5 @@
-"""AppTest: names from a trace, a file or a run are shown as text on every page, never as live Markdown or HTML.
+"""AppTest: names from a trace, a file or a run are shown as text on every page, never as live Markdown or HTML; the
+Perfetto button's script and each page's HTML report keep them as data (a string in the script, text in the report).
 
 A kernel named like the one below, in a trace anyone can mail around, used to make every viewer's browser fetch the
 image's URL, show a link, recolour text and typeset math; an upload's file name did the same in the sidebar. The
@@ -17,13 +18,15 @@ import pytest
 from conftest_app import H200, app, download, import_trace, media, runs_dir  # noqa: F401
 
 HOSTILE = ("![x](http://attacker.invalid/p.png) [click](http://attacker.invalid) <img src=x onerror=alert(1)> "
-           "**bold** :red[x] $x$")
+           "**bold** :red[x] $x$ <!--<script> </script> \"' \u2028 \x1b[31m {{x}} `tick` ${x}")
+SCRIPTY = "<!--<script> </script> \"' \u2028 \x1b[31m {{x}} `tick` ${x}"  # the part aimed at HTML, JS and terminals
 FILE_NAME = "![x](attacker.invalid.png) <img src=x onerror=alert(1)> **bold** :red[x].json"  # no '/' in a file name
 SEEN = "![x](http://attacker.invalid/p.png)"  # the part every (shortened) mention keeps
 GEMM = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
 
 # what a live construct of the hostile names looks like to the parser (escapes hidden) or to GFM's bare links
-LIVE_MARKUP = {"image": "![", "link": "](", "html": "<img", "bold": "**bold**", "colour": ":red[", "math": "$x$"}
+LIVE_MARKUP = {"image": "![", "link": "](", "html": "<img", "bold": "**bold**", "colour": ":red[", "math": "$x$",
+               "comment": "<!--", "script": "<script"}
 LIVE_LITERAL = {"bare link": re.compile(r"(?i)(https?://|www\.)attacker")}
 NOT_MARKDOWN = {"Json", "Code", "Text", "IFrame", "VegaLiteChart", "Dataframe", "Html", "Arrow"}
 
@@ -117,11 +120,51 @@ PAGES = {None: "the sidebar's current run", "profile": "the heading and the find
 KERNEL_PAGES = {"profile", "variance", "dispatch"}  # they name the GEMM kernel and its launches
 
 
+# page -> its report button's key (Overhead has none: the run has no matrix size to chart)
+REPORTS = {"profile": "profile", "variance": "variance", "dispatch": "dispatch", "runs": "runs",
+           "compile_vs_eager": "compile"}
+
+
+def perfetto_scripts(at) -> list[str]:
+    """The HTML of every components.html frame on the page (the Perfetto button's)."""
+    return [node.proto.srcdoc for node in at._tree
+            if type(getattr(node, "proto", None)).__name__ == "IFrame" and node.proto.srcdoc]
+
+
+def assert_names_are_data_in_the_script(page_html: str, name: str) -> None:
+    """The button's one script holds no ``</script`` or ``<!--`` (so the browser's tokenizer ends it at its own closing
+    tag and runs it) and its META literal reads back, as JSON, to the run's name."""
+    from test_export import _meta, _script_body
+    assert page_html.count("<script") == 1
+    body = _script_body(page_html)
+    assert "</script" not in body.lower() and "<!--" not in body and "-->" not in body
+    assert _meta(body)["title"] == name
+
+
+def assert_names_are_text_in_the_report(report: str, names_shown: bool) -> None:
+    """The report's markup has no script, image, comment or event handler; the names read back as its text (where
+    ``names_shown``: the Profile report names the run and its kernels in full)."""
+    from test_export import _parsed
+    markup, text = _parsed(report)
+    assert [m for m in markup if m[0] == "start" and m[1] in ("script", "img", "iframe", "object")] == []
+    assert [m for m in markup if m[0] == "comment"] == []
+    assert [m for m in markup if m[0] == "start" and any(a.lower().startswith("on") for a, _ in m[2])] == []
+    assert "<!--<script>" not in report and "</script>" not in report and "<img" not in report
+    if names_shown:
+        assert "<img src=x onerror=alert(1)> **bold**" in text and "<!--<script> </script>" in text
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p or "frame")
-def test_hostile_names_are_shown_as_text(hostile_run, page):
+def test_hostile_names_are_shown_as_text(hostile_run, media, page):
     at = app(page)
     assert not at.exception, [e.value for e in at.exception]
     assert live_names(at) == []
+    if page == "profile":
+        [button] = perfetto_scripts(at)
+        assert_names_are_data_in_the_script(button, HOSTILE)
+    if page in REPORTS:
+        assert_names_are_text_in_the_report(download(at, media, f"report_{REPORTS[page]}").decode(),
+                                            names_shown=page == "profile")
     # and the names are still there for the reader
     shown = shown_texts(at)
     if PAGES[page]:
@@ -153,7 +196,9 @@ def test_a_hostile_upload_name_is_shown_as_text(runs_dir):
 
 
 def test_the_html_report_escapes_hostile_names(hostile_run, media):
+    from profiling_core.present import html_text
     at = app("profile")
     report = download(at, media, "report_profile").decode()
     assert "&lt;img src=x onerror=alert(1)&gt;" in report  # the run's name, the kernel's in the findings
-    assert "<img" not in report and "<script" not in report
+    assert html_text(SCRIPTY) in report
+    assert "<img" not in report and "<script" not in report and "<!--" not in report

@@ -75,3 +75,23 @@ def test_a_script_has_no_size_knob_to_sweep(runs_dir):
     assert not errors_of(at)
     assert any("no size knob to sweep" in i.value for i in at.info)
     assert [b for b in at.button if b.label == "Run sweep"][0].disabled
+
+
+@pytest.mark.parametrize("text,bad", [("128,2²", "2²"), ("٣", "٣"), ("64, 1e3", "1e3"), ("0", "0")])
+def test_a_bad_sweep_value_is_said_under_its_box_on_every_rerun(runs_dir, text, bad):
+    """``"2²".isdigit()`` is true, so the box took ``2²`` for a value and ``int()`` raised a ValueError on this and
+    every later rerun; ``٣`` (an Arabic-Indic three) became a sweep of size 3."""
+    from profiling_core import RunStore
+    at = app("overhead")
+    at.selectbox(key="sweep_workload").set_value("attention").run()
+    at.text_input(key="sweep_values_attention").set_value(text)
+    [go] = [b for b in at.button if b.label == "Run sweep"]
+    go.click().run()
+    quoted = repr(int(bad)) if bad.isascii() and bad.isdigit() else repr(bad)  # (0 is a number out of range)
+    for _ in range(2):  # the click, then a plain rerun with the same text in the box
+        assert not at.exception, [e.value for e in at.exception]
+        shown = [e.value.replace("\\", "") for e in at.error]  # (as Markdown: its punctuation escaped)
+        assert [t for t in shown if t.startswith("each value of seq_len must be an integer from 1 to 1048576")
+                and t.endswith(f"got {quoted}")], shown
+        at.run()
+    assert RunStore(runs_dir).list() == []  # no sweep started

@@ -5,6 +5,8 @@ import datetime as dt
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiling_core.present import charts as C
 from profiling_core.present import export as E
@@ -80,7 +82,7 @@ def test_perfetto_handover_refuses_a_trace_too_large_for_the_page(monkeypatch):
     with pytest.raises(ValueError, match="at most 0 MiB can be handed to the Perfetto UI"):
         export.perfetto_open_html(b"x" * 11, "run")
     html = export.perfetto_open_html(b"{}", "a</script>b")
-    assert "a<\\/script>b" in html and "</script>b" not in html  # the title cannot close the script
+    assert "a\\u003c/script\\u003eb" in html and "</script>b" not in html  # the title cannot close the script
 
 
 def test_report_includes_torchs_table_as_text():
@@ -88,3 +90,154 @@ def test_report_includes_torchs_table_as_text():
     table = "Name      Self CPU %\naten::mm  <b>57.5%</b>\n"
     page = html_report("r", [ReportSection("Profiler table", preformatted=table)])
     assert "<pre" in page and "aten::mm  &lt;b&gt;57.5%&lt;/b&gt;" in page  # as it is, escaped
+
+
+# --- untrusted names in the HTML and the script this package writes ------------------------------------------------
+
+# what a name from a run, an upload or a trace may hold: HTML, script, template, shell and terminal metacharacters
+METACHARS = ["<!--<script>", "</script>", "</SCRIPT >", "-->", "<!--", '"', "'", "&amp;", "<img src=x>", "\u2028",
+             "\u2029", "\x1b[31m", "\x1b]0;title\x07", "{{x}}", "${x}", "`", "$", "\\", "\ud800", "é", "\x00"]
+
+
+def _script_body(page: str) -> str:
+    """The text between the page's one ``<script>`` and the last ``</script>``: what the HTML tokenizer hands to
+    JavaScript, provided the body holds no ``</script`` (which would end it early) and no ``<!--`` (which, before a
+    ``<script``, makes the closing tag not end it)."""
+    start = page.index("<script>") + len("<script>")
+    return page[start:page.rindex("</script>")]
+
+
+def _meta(body: str) -> dict:
+    import json
+    import re
+    return json.loads(re.search(r"^const META = (.*);$", body, re.MULTILINE)[1])
+
+
+@pytest.mark.parametrize("name", ["<!--<script>", "a</script><!--<script>b", 'x"; alert(1); "', "l\u2028s\u2029p",
+                                  "-->", "\x1b[2J"])
+def test_the_perfetto_button_keeps_a_hostile_name_inside_its_script(name):
+    page = E.perfetto_open_html(b"{}", name, name + ".json")
+    body = _script_body(page)
+    assert page.count("<script") == 1
+    for bad in ("</script", "<!--", "-->", "\u2028", "\u2029"):
+        assert bad not in body.lower(), bad
+    assert _meta(body) == {"title": name, "fileName": name + ".json", "origin": E.PERFETTO_UI}
+
+
+def _hostile_report(name: str) -> str:
+    df = pd.DataFrame({"kernel": [name, "ok"], name: [1.5, 2.0], "n": [1, 2]})
+    return E.html_report(name, [E.ReportSection(name, text=f"about {name}", tables=[(name, df)],
+                                                findings=[(name, f"text {name}")], preformatted=name)],
+                         configs={name: {"name": name}}, environment={"host": name})
+
+
+def _parsed(page: str) -> tuple[list, str]:
+    """(the tags, attributes, comments and declarations, in order; the text) of an HTML page, as a parser reads it
+    (character references read back)."""
+    from html.parser import HTMLParser
+    markup, text = [], []
+
+    class Reader(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            markup.append(("start", tag, attrs))
+
+        def handle_endtag(self, tag):
+            markup.append(("end", tag))
+
+        def handle_comment(self, data):
+            markup.append(("comment", data))
+
+        def handle_decl(self, decl):
+            markup.append(("decl", decl))
+
+        def handle_pi(self, data):
+            markup.append(("pi", data))
+
+        def handle_data(self, data):
+            text.append(data)
+
+    r = Reader(convert_charrefs=True)
+    r.feed(page)
+    r.close()
+    return markup, "".join(text)
+
+
+PLAIN = "plainname"
+
+
+def _assert_only_text(name: str) -> None:
+    """The report with ``name`` everywhere a run or kernel name goes has the same markup as with a plain name, and its
+    text is that report's text with the name in place of the plain one: the name made no tag, attribute or comment."""
+    markup, text = _parsed(_hostile_report(name))
+    plain_markup, plain_text = _parsed(_hostile_report(PLAIN))
+    assert markup == plain_markup
+    # (pandas strips a table cell's surrounding white space, U+2028 included, and shows its \n \r \t as escapes)
+    words = lambda t: t.replace("\\n", " ").replace("\\r", " ").replace("\\t", " ").split()
+    assert words(text) == words(plain_text.replace(PLAIN, name))
+
+
+@pytest.mark.parametrize("name", ['run "<!--<script>" \'x\' & </script>', "<img src=x onerror=alert(1)>", '"',
+                                  "a\u2028b", "\x1b[31m{{x}}`$`"])
+def test_the_html_report_has_hostile_names_only_as_text(name):
+    from profiling_core.present import html_text
+    page = _hostile_report(name)
+    assert page.count(html_text(name)) >= 10  # title, heading, texts, finding, table and its column, configs, host
+    if any(c in name for c in "<>&\"'"):
+        for raw in ("<!--", "<script", "</script", "<img", '"<!', "'x'"):
+            assert raw not in page or raw not in name, raw
+    _assert_only_text(name)
+
+
+names = st.lists(st.one_of(st.sampled_from(METACHARS), st.text(max_size=3)), min_size=1, max_size=8).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(names)
+def test_any_name_comes_back_intact_from_the_perfetto_script(name):
+    body = _script_body(E.perfetto_open_html(b"{}", name))
+    assert "</script" not in body.lower() and "<!--" not in body and "-->" not in body
+    assert body.isascii()  # U+2028/2029 and every other non-ASCII character as a \u escape
+    assert _meta(body)["title"] == name
+
+
+@settings(max_examples=150, deadline=None)
+@given(names.filter(lambda n: "\n\n" not in n and PLAIN not in n and n.strip() and "\ud800" not in n))
+def test_any_name_is_only_text_in_the_report(name):
+    # (no lone surrogate: the trace loader reads one as U+FFFD, and pandas' strings cannot hold it)
+    _assert_only_text(name)
+
+
+VEGA_UNSAFE = [chr(c) for c in (*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20))] + ["\ufffe", "\uffff",
+                                                                                     "\u2028", "\u2029"]
+
+
+def test_a_chart_of_names_with_control_characters_renders_instead_of_aborting_the_process():
+    """vl-convert parses the SVG it writes as XML and aborts the process (a Rust panic, no exception) on a character
+    XML 1.0 refuses: a kernel named with an ESC sequence took the whole app down on its report or PNG button. A name
+    with U+2028 in a custom sort order made Vega-Lite's expression parser refuse the chart. Drawn in a child process,
+    so an abort fails this test instead of ending the test run."""
+    import subprocess
+    import sys
+    code = f"""
+import altair as alt, pandas as pd
+from profiling_core.present import export
+names = {VEGA_UNSAFE!r}
+df = pd.DataFrame({{"kernel": ["k" + c + "[31m" for c in names], "us": range(len(names))}})
+chart = alt.Chart(df, title="run \\x1b]0;t\\x07").mark_bar().encode(y=alt.Y("kernel:N", sort=list(df["kernel"])),
+                                                                   x="us:Q")
+svg = export.chart_svg(chart)
+assert export.chart_png(chart)[:4] == b"\\x89PNG"
+print(svg.count("k\\\\x1b[31m"), svg.count("run \\\\x1b]0;t\\\\x07"))
+"""
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    label, title = map(int, r.stdout.split())
+    assert label >= 1 and title >= 1  # the ESC kernel's label and the title, escaped to be read
+
+
+def test_vega_safe_escapes_only_what_breaks_a_chart():
+    from profiling_core.present import terminal_safe, vega_safe
+    for c in VEGA_UNSAFE:
+        assert vega_safe("a" + c) == "a" + (terminal_safe(c) if ord(c) < 0x80 else f"\\u{ord(c):04x}")
+    keep = "tab\t nl\n cr\r del\x7f c1\x85 bidi\u202e é € 😀 \\u2028 \"'<>{{x}}`$"
+    assert vega_safe({"k\x1b": [keep, 1, 2.5, None, True]}) == {"k\\x1b": [keep, 1, 2.5, None, True]}

@@ -11,6 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import DATA, ROOT, scan_trace
 from profiling_core import ConfigError, ExperimentConfig, WorkerError, run_experiment
@@ -177,7 +179,7 @@ def test_a_workload_too_big_for_the_machine_is_refused_with_its_knobs():
 
 
 @pytest.mark.parametrize("texts,message", [
-    (["seq_len=abc"], "knobs.seq_len must be an integer from 1 to 1048576, got 'abc'"),
+    (["seq_len=abc"], "knobs.seq_len must be an integer from 1 to 1048576, in the digits 0-9, got 'abc'"),
     (["seq_len"], f"--knob must be NAME=VALUE with NAME one of attention's knobs: {ATTN_KNOBS}, got 'seq_len'"),
     (["seqlen=3"], f"knobs must be one of attention's knobs: {ATTN_KNOBS}, got 'seqlen'"),
     (["causal=maybe"], "knobs.causal must be true or false, got 'maybe'"),
@@ -207,6 +209,64 @@ def test_a_sweep_varies_the_workloads_size_knob():
     assert [c.knobs["kv_len"] for c in dec] == [256, 512]
     with pytest.raises(ConfigError, match="workload must be a workload with a size knob to sweep"):
         sweep_configs([1], workload="script", knobs={"path": "x.py"})
+
+
+# text that int() or str.isdigit() takes for a number but a person did not type as one: superscripts, other scripts'
+# digits, full-width digits, underscores, exponents, hex
+NOT_ASCII_INTEGERS = ["2²", "²", "٣", "१२", "１２", "1_000", "1e3", "0x10", "1.0", "½", "Ⅻ", "𝟙𝟚"]
+
+
+@pytest.mark.parametrize("text", NOT_ASCII_INTEGERS)
+def test_an_integer_knob_typed_as_text_takes_only_ascii_digits(text):
+    """``int("٣")`` is 3 and ``"2²".isdigit()`` is true: the Overhead page's box took ``2²`` for a value, then raised
+    a ValueError on every rerun; ``--knob seq_len=٣`` ran a sequence of 3."""
+    with pytest.raises(ConfigError) as info:
+        get_workload("attention").parse_knobs([f"seq_len={text}"])
+    assert str(info.value) == f"knobs.seq_len must be an integer from 1 to 1048576, in the digits 0-9, got {text!r}"
+
+
+@pytest.mark.parametrize("text", ["٣", "1_0", "nan", "inf", "0x1", "1e", "²"])
+def test_a_number_knob_typed_as_text_takes_only_ascii_decimals(text):
+    with pytest.raises(ConfigError, match=r"^knobs\.hidden_ratio must be a number from 0.0625 to 64, in the digits "
+                                          r"0-9, got "):
+        get_workload("mlp").parse_knobs([f"hidden_ratio={text}"])
+    assert get_workload("mlp").parse_knobs(["hidden_ratio=2.5e0"]) == {"hidden_ratio": 2.5}
+
+
+def test_sweep_values_read_comma_separated_integers_in_the_axis_range():
+    from profiling_core.run import sweep_values
+    assert sweep_values(" 64, 128,,256 ,") == [64, 128, 256]  # the order given; empty items and spaces ignored
+    assert sweep_values("") == []
+    assert sweep_values("8,4096", "linear") == [8, 4096]
+    assert sweep_values("1,2", "transformer_block", {"mode": "decode"}) == [1, 2]  # kv_len
+    for text in NOT_ASCII_INTEGERS:
+        with pytest.raises(ConfigError) as info:
+            sweep_values(f"128, {text}", "attention")
+        assert str(info.value) == (f"each value of seq_len must be an integer from 1 to 1048576, in the digits 0-9, "
+                                   f"got {text!r}")
+    with pytest.raises(ConfigError, match=r"^each value of size must be an integer from 1 to 65536, got 70000$"):
+        sweep_values("64,70000")
+    with pytest.raises(ConfigError, match=r"^each value of kv_len must be an integer from 1 to 1048576, got 0$"):
+        sweep_values("0", "transformer_block", {"mode": "decode"})
+    with pytest.raises(ConfigError, match=r"^--sizes must be an integer from 1 to 65536, in the digits 0-9, got "
+                                          r"'9{5000}'$"):
+        sweep_values("9" * 5000, field="--sizes")  # past int()'s 4,300 digits: refused, not a ValueError
+    with pytest.raises(ConfigError, match="workload must be a workload with a size knob to sweep"):
+        sweep_values("1", "script")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("0123456789, +-_.eEx²³¹٣१１２𝟙 \t½")), max_size=20))
+def test_sweep_values_of_any_text_are_ascii_integers_in_range_or_a_config_error(text):
+    from profiling_core.run import sweep_values
+    try:
+        got = sweep_values(text, "attention")
+    except ConfigError as exc:
+        assert exc.field == "each value of seq_len" and str(exc.value).strip() in text
+        return
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    assert all(re.fullmatch(r"[+-]?[0-9]+", t) for t in items)  # only ASCII decimal integers got through
+    assert got == [int(t) for t in items] and all(1 <= v <= 1 << 20 for v in got)
 
 
 def test_applicable_leaves_out_the_knobs_the_mode_does_not_use():
@@ -428,11 +488,28 @@ def test_the_workloads_command_lists_each_workload_with_its_knobs():
     (["--workload", "attention", "--knob", "seq_len"],
      f"--knob must be NAME=VALUE with NAME one of attention's knobs: {ATTN_KNOBS}, got 'seq_len'"),
     (["--workload", "linear", "--batch", "4"], "batch must be left at its default None for workload 'linear'"),
+    (["--workload", "attention", "--knob", "seq_len=٣"],
+     "knobs.seq_len must be an integer from 1 to 1048576, in the digits 0-9, got '٣'"),
 ])
 def test_bad_knob_flags_exit_with_one_line(args, message):
     p = cli("run", *args)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.startswith(f"error: {message}") and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--sizes", "64,٣"], "each of --sizes must be an integer from 1 to 65536, in the digits 0-9, got '٣'"),
+    (["--sizes", "2²"], "each of --sizes must be an integer from 1 to 65536, in the digits 0-9, got '2²'"),
+    (["--workload", "attention", "--sizes", "1e3"],
+     "each of --sizes must be an integer from 1 to 1048576, in the digits 0-9, got '1e3'"),
+    (["--sizes", "64", "--warmups", "0,١"], "each of --warmups must be an integer, in the digits 0-9, got '١'"),
+])
+def test_bad_sweep_values_exit_with_one_line_before_any_run(tmp_path, args, message):
+    """``int()`` took ``٣`` for 3 (a sweep of size 3 ran) and ``2²`` raised a traceback."""
+    p = cli("sweep", *args, "--compile-modes", "off", "--device", "cpu", "--store", str(tmp_path / "runs"))
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr == f"error: {message}\n"
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 @pytest.mark.slow

@@ -203,8 +203,7 @@ def store_summary() -> tuple[str, str]:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _chart_spec(name: str, frames: tuple, kwargs_json: str) -> dict:
-    chart = getattr(charts, name)(*frames, **json.loads(kwargs_json))
-    return chart.to_dict()
+    return present.chart_spec(getattr(charts, name)(*frames, **json.loads(kwargs_json)))
 
 
 def chart(name: str, *frames: Optional[pd.DataFrame], **kwargs) -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from typing import Iterable, Optional
 
 import pandas as pd
@@ -162,25 +163,78 @@ def fused_ops(kernel: str, known: Iterable[str] = ()) -> Optional[tuple[str, lis
     """(kind, ops) of an Inductor Triton kernel name, None for any other name.
 
     Inductor names a kernel ``triton_<kind>_fused_<op>_<op>..._<n>``: the origin ops joined by ``_``. Op names hold
-    underscores too, so the words are joined back greedily, longest first, into names of ``known`` (e.g. the
-    eager run's aten ops, without ``aten::``) and a fixed list of common multi-word ops; a word that joins into no
-    such name is one op."""
+    underscores too, so the words are joined back into names of ``known`` (e.g. the eager run's aten ops, without
+    ``aten::``) and a fixed list of common multi-word ops. The rule: read the words left to right; at each word, the
+    longest run of two or more words from there that joins (with ``_``) into one of those names is one op, and a word
+    that starts no such run is one op by itself. (A word is what lies between underscores; an empty one marks an op
+    name that starts with ``_``: ``fused__unsafe_view_0`` is ``_unsafe_view``.)
+
+    Linear in the words and in the names' total length, however long a kernel or op name is: the longest name
+    starting at each word comes from one pass over the words from the end (:func:`_longest_names`)."""
     m = _TRITON.match(kernel or "")
     if m is None:
         return None
-    vocab = {k.removeprefix("aten::") for k in known if isinstance(k, str)} | set(_MULTIWORD)
-    words = []
-    for w in m.group(2).split("_"):  # "fused__unsafe_view": an empty word marks a name that starts with "_"
+    names = {tuple(_words(k.removeprefix("aten::"))) for k in known if isinstance(k, str)}
+    names |= {tuple(_words(k)) for k in _MULTIWORD}
+    words = _words(m.group(2))
+    longest = _longest_names(words, [n for n in names if len(n) > 1])
+    ops, i = [], 0
+    while i < len(words):
+        j = i + (longest[i] or 1)
+        ops.append("_".join(words[i:j]))
+        i = j
+    return _TRITON_KINDS[m.group(1)], ops
+
+
+def _words(name: str) -> list[str]:
+    """``name`` split at underscores, an empty word joined to the next (``a__b``: ``a``, ``_b``)."""
+    words: list[str] = []
+    for w in name.split("_"):
         if words and words[-1] == "":
             words[-1] = "_" + w
         else:
             words.append(w)
-    ops, i = [], 0
-    while i < len(words):
-        j = next((j for j in range(len(words), i + 1, -1) if "_".join(words[i:j]) in vocab), i + 1)
-        ops.append("_".join(words[i:j]))
-        i = j
-    return _TRITON_KINDS[m.group(1)], ops
+    return words
+
+
+def _longest_names(words: list[str], names: Iterable[tuple[str, ...]]) -> list[int]:
+    """For each position of ``words``, the length (in words) of the longest of ``names`` that starts there; 0 where
+    none does. An Aho-Corasick automaton over the names reversed, run over the words from the last: at each word its
+    state is the longest reversed name prefix that ends there, and the longest whole name is on its fallback chain
+    (kept per state, so each word costs O(1) amortised)."""
+    goto: list[dict[str, int]] = [{}]
+    depth, ends = [0], [False]
+    for name in names:
+        s = 0
+        for w in reversed(name):
+            t = goto[s].get(w)
+            if t is None:
+                t = len(goto)
+                goto[s][w] = t
+                goto.append({})
+                depth.append(depth[s] + 1)
+                ends.append(False)
+            s = t
+        ends[s] = True
+    fail, best = [0] * len(goto), [0] * len(goto)
+    queue = deque(goto[0].values())
+    while queue:  # breadth first: a state's fallback is shallower, so its best is known
+        s = queue.popleft()
+        best[s] = depth[s] if ends[s] else best[fail[s]]
+        for w, t in goto[s].items():
+            f = fail[s]
+            while f and w not in goto[f]:
+                f = fail[f]
+            fail[t] = goto[f][w] if s and w in goto[f] else 0
+            queue.append(t)
+    out, s = [0] * len(words), 0
+    for i in range(len(words) - 1, -1, -1):
+        w = words[i]
+        while s and w not in goto[s]:
+            s = fail[s]
+        s = goto[s].get(w, 0)
+        out[i] = best[s]
+    return out
 
 
 def triton_fusions(session, known_ops: Iterable[str] = (), shared: Shared | None = None) -> pd.DataFrame:

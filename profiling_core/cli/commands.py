@@ -19,7 +19,7 @@ from ..config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, 
 from ..present.terminal import terminal_safe
 from ..errors import ProfilingError, WorkerError
 from ..store.runs import RunStore
-from ..workloads import WORKLOADS, get_workload, workload_names
+from ..workloads import INT_TEXT, WORKLOADS, get_workload, workload_names
 
 
 def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -98,23 +98,33 @@ def cmd_run(a: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_list(text: str, conv=str) -> list:
-    return [conv(x) for x in text.split(",") if x.strip()]
+def _parse_list(text: str) -> list[str]:
+    return [x for x in text.split(",") if x.strip()]
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    """Comma-separated integers in ASCII digits (``int()`` alone also takes ``٣`` and ``1_0``); the config checks
+    their range."""
+    out = []
+    for item in _parse_list(text):
+        try:
+            if not INT_TEXT.fullmatch(item.strip()):
+                raise ValueError
+            out.append(int(item))
+        except ValueError:
+            raise ProfilingError(f"each of {flag} must be an integer, in the digits 0-9, "
+                                 f"got {item.strip()!r}") from None
+    return out
 
 
 def cmd_sweep(a: argparse.Namespace) -> int:
-    from ..run.sweep import run_sweep, sweep_configs
-    try:
-        sizes = _parse_list(a.sizes, int)
-    except ValueError:
-        raise ProfilingError(f"--sizes must be comma-separated integers, got {a.sizes!r}") from None
+    from ..run.sweep import run_sweep, sweep_configs, sweep_values
+    knobs = _knobs(a)
+    sizes = sweep_values(a.sizes, a.workload, knobs, field="each of --sizes")
     modes = _parse_list(a.compile_modes)
-    common = {**_common_fields(a), "workload": a.workload, "knobs": _knobs(a)}
+    common = {**_common_fields(a), "workload": a.workload, "knobs": knobs}
     if a.warmups:
-        try:
-            warmups = _parse_list(a.warmups, int)
-        except ValueError:
-            raise ProfilingError(f"--warmups must be comma-separated integers, got {a.warmups!r}") from None
+        warmups = _ints(a.warmups, "--warmups")
         configs = [c for w in warmups for c in sweep_configs(sizes, modes, **{**common, "warmup": w})]
     else:
         configs = sweep_configs(sizes, modes, **common)

@@ -11,13 +11,15 @@ No Streamlit here; the app wraps these in cached download buttons.
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import json
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import altair as alt
 import pandas as pd
+
+from .web import html_text, script_json, vega_safe
 
 __all__ = ["chart_spec", "chart_png", "chart_svg", "dataframe_csv", "ReportSection", "html_report",
            "safe_filename"]
@@ -33,20 +35,19 @@ def _vl_version() -> Optional[str]:
 
 
 def chart_spec(chart: ChartLike) -> dict:
-    """The chart's Vega-Lite spec as a plain dict (a dict passes through unchanged)."""
-    if isinstance(chart, Mapping):
-        return dict(chart)
-    return chart.to_dict()
+    """The chart's Vega-Lite spec as a plain dict (of a dict: a copy), its strings through :func:`vega_safe`: what
+    the app draws and what vl-convert renders."""
+    return vega_safe(dict(chart) if isinstance(chart, Mapping) else chart.to_dict())
 
 
 def chart_png(chart: ChartLike, *, scale: float = 2.0) -> bytes:
-    """PNG bytes of the chart (``scale`` 2 for crisp slides)."""
+    """PNG bytes of the chart (``scale`` 2 for crisp slides), drawn from :func:`chart_spec`."""
     import vl_convert as vlc
     return vlc.vegalite_to_png(chart_spec(chart), scale=scale, vl_version=_vl_version())
 
 
 def chart_svg(chart: ChartLike) -> str:
-    """SVG text of the chart; text stays text, so it scales and can be searched."""
+    """SVG text of the chart, drawn from :func:`chart_spec`; text stays text, so it scales and can be searched."""
     import vl_convert as vlc
     return vlc.vegalite_to_svg(chart_spec(chart), vl_version=_vl_version())
 
@@ -98,17 +99,20 @@ def _finding_html(f: Any) -> str:
         title, text = f[0], f[1]
     else:
         title, text = getattr(f, "title", ""), getattr(f, "text", str(f))
-    return f'<div class="finding"><strong>{html.escape(str(title))}</strong><br>{html.escape(str(text))}</div>'
+    return f'<div class="finding"><strong>{html_text(str(title))}</strong><br>{html_text(str(text))}</div>'
 
 
 def _table_html(df: pd.DataFrame, max_rows: int = 200) -> str:
     shown = df.head(max_rows)
     note = f'<p class="meta">first {max_rows} of {len(df)} rows</p>' if len(df) > max_rows else ""
-    return shown.to_html(index=False, escape=True, border=0, float_format=lambda v: f"{v:,.3f}") + note
+    # every cell that is not a number, and every column name, through html_text (pandas' own escape leaves quotes)
+    cells = shown.map(lambda v: v if isinstance(v, numbers.Number) or v is None or v is pd.NA else html_text(v))
+    cells.columns = [html_text(c) for c in shown.columns]
+    return cells.to_html(index=False, escape=False, border=0, float_format=lambda v: f"{v:,.3f}") + note
 
 
 def _kv_html(data: Mapping[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(_fmt(v))}</td></tr>"
+    rows = "".join(f"<tr><th>{html_text(str(k))}</th><td>{html_text(_fmt(v))}</td></tr>"
                    for k, v in data.items())
     return f"<table>{rows}</table>"
 
@@ -129,25 +133,25 @@ def html_report(title: str, sections: Iterable[ReportSection], *,
     the file is opened.
     """
     when = (generated or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html_text(title)}</title>",
              f"<style>{_CSS}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1><p class='meta'>generated {when} by profiling_core</p>"]
+             f"<h1>{html_text(title)}</h1><p class='meta'>generated {when} by profiling_core</p>"]
     for sec in sections:
-        parts.append(f"<h2>{html.escape(sec.title)}</h2>")
+        parts.append(f"<h2>{html_text(sec.title)}</h2>")
         if sec.text:
-            parts.extend(f"<p>{html.escape(p)}</p>" for p in sec.text.split("\n\n") if p.strip())
+            parts.extend(f"<p>{html_text(p)}</p>" for p in sec.text.split("\n\n") if p.strip())
         if sec.preformatted:
-            parts.append(f"<pre style=\"font-size:11px;overflow-x:auto\">{html.escape(sec.preformatted)}</pre>")
+            parts.append(f"<pre style=\"font-size:11px;overflow-x:auto\">{html_text(sec.preformatted)}</pre>")
         for f in sec.findings:
             parts.append(_finding_html(f))
         for ch in sec.charts:
             parts.append(f"<div class='chart'>{chart_svg(ch)}</div>")
         for name, df in sec.tables:
-            parts.append(f"<h3>{html.escape(name)}</h3>{_table_html(df)}")
+            parts.append(f"<h3>{html_text(name)}</h3>{_table_html(df)}")
     if configs:
         parts.append("<h2>Configurations</h2>")
         for label, cfg in configs.items():
-            parts.append(f"<h3>{html.escape(str(label))}</h3>{_kv_html(cfg or {})}")
+            parts.append(f"<h3>{html_text(str(label))}</h3>{_kv_html(cfg or {})}")
     if environment:
         parts.append(f"<h2>Environment</h2>{_kv_html(environment)}")
     parts.append("</body></html>")
@@ -163,13 +167,14 @@ def perfetto_open_html(trace: bytes, title: str, file_name: str = "trace.json") 
     """A button that opens ``trace`` in the Perfetto UI from the user's own browser, the way Perfetto documents for
     embedding (``ui.perfetto.dev`` in a new window, ``PING`` until it answers ``PONG``, then one ``postMessage`` of
     ``{perfetto: {buffer, title, fileName}}``): the trace goes from this page to that window, never through a server.
-    ``title`` and ``file_name`` are untrusted (a run's name): they reach the script only as JSON strings."""
+    ``title`` and ``file_name`` are untrusted (a run's or an upload's name): they reach the script only through
+    :func:`~profiling_core.present.script_json`, so no name can end the script or stop it from running."""
     import base64
     if len(trace) > PERFETTO_OPEN_MAX_BYTES:
         raise ValueError(f"the trace is {len(trace) / 2**20:.0f} MiB; at most {PERFETTO_OPEN_MAX_BYTES >> 20} MiB "
                          "can be handed to the Perfetto UI from the page (download it and open it there instead)")
     data = base64.b64encode(trace).decode("ascii")
-    meta = json.dumps({"title": str(title), "fileName": str(file_name), "origin": PERFETTO_UI}).replace("</", "<\\/")
+    meta = script_json({"title": str(title), "fileName": str(file_name), "origin": PERFETTO_UI})
     return f"""<button id="open" style="font: 14px sans-serif; padding: 6px 12px; cursor: pointer">Open in Perfetto UI</button>
 <span id="status" style="font: 13px sans-serif; color: #555; margin-left: 8px"></span>
 <script>

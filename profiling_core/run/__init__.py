@@ -3,7 +3,8 @@
 - ``runner``: :func:`run_experiment` (one config in a worker, landing atomically in the store), :func:`calibrate`
   (the device's peaks, measured in a worker), :func:`environment_info`, :func:`prestart_worker` (the fork server),
   :func:`machine_busy` (was the machine loaded around a run).
-- ``sweep``: :func:`run_sweep` over many configs with progress and cancel; :func:`sweep_configs` makes them;
+- ``sweep``: :func:`run_sweep` over many configs with progress and cancel; :func:`sweep_configs` makes them
+  (:func:`sweep_values` reads the axis's values from text);
   :func:`sweep_points` gives each point's median and spread (``SPREAD_WARN_PCT``).
 - ``worker``: the worker process and the fork server (``python -m profiling_core.run.worker``); ``loop``: what
   the worker runs (build the workload, warm up, profile with the schedule, export); ``calibration``:
@@ -17,8 +18,8 @@ from __future__ import annotations
 from .calibration import CalibrationJob, measure_peaks
 from .lock import device_lock
 from .runner import calibrate, environment_info, machine_busy, prestart_worker, run_experiment
-from .sweep import SPREAD_WARN_PCT, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points
+from .sweep import SPREAD_WARN_PCT, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points, sweep_values
 
-__all__ = ["run_experiment", "run_sweep", "sweep_configs", "sweep_points", "SPREAD_WARN_PCT", "SweepProgress",
+__all__ = ["run_experiment", "run_sweep", "sweep_configs", "sweep_values", "sweep_points", "SPREAD_WARN_PCT", "SweepProgress",
            "SweepResult", "calibrate", "CalibrationJob", "measure_peaks", "environment_info", "prestart_worker",
            "machine_busy", "device_lock"]

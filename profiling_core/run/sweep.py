@@ -1,7 +1,8 @@
 """Sweeps: a list of configs, one fresh worker each, with progress and cancellation.
 
 ``on_progress`` receives a ``SweepProgress`` before each run and after the last; a Streamlit progress bar
-(``bar.progress(p.fraction, text=p.message)``) and the CLI's terminal bar both use it.
+(``bar.progress(p.fraction, text=p.message)``) and the CLI's terminal bar both use it. :func:`sweep_values` reads the
+axis's values typed as text.
 """
 from __future__ import annotations
 
@@ -38,6 +39,29 @@ class SweepResult:
     wall_s: float = 0.0
 
 
+def sweep_values(text: str, workload: str = "matmul_add", knobs: Optional[Mapping] = None, *,
+                 field: Optional[str] = None) -> list[int]:
+    """The values of a sweep's axis typed as text (the CLI's ``--sizes``, the Overhead page's box): comma-separated
+    integers in the axis knob's range, written in ASCII digits (spaces around them and empty items are ignored),
+    in the order given. Anything else raises ConfigError naming ``field`` (default ``each value of <axis>``), the
+    bad item and what is allowed, e.g. ``each value of seq_len must be an integer from 1 to 1048576, in the digits
+    0-9, got '2²'`` (``2²``, ``٣``, ``1e3``, ``0x10`` and ``1_000`` are refused: :meth:`Knob.parse
+    <profiling_core.workloads.Knob.parse>`)."""
+    wl = get_workload(workload)
+    axis = _axis(wl, workload, knobs)
+    knob = wl.knob(axis)
+    field = field or f"each value of {axis}"
+    return [knob.parse(item.strip(), field) for item in str(text).split(",") if item.strip()]
+
+
+def _axis(wl, workload: str, knobs: Optional[Mapping]) -> str:
+    axis = wl.size_knob_for(dict(knobs or {}))
+    if axis is None:
+        raise ConfigError("workload", workload, "a workload with a size knob to sweep (" + ", ".join(
+            n for n, w in WORKLOADS.items() if w.size_knobs) + ")")
+    return axis
+
+
 def sweep_configs(sizes: Iterable[int], compile_modes: Iterable[str] = ("off",), *, workload: str = "matmul_add",
                   knobs: Optional[Mapping] = None, **common) -> list[ExperimentConfig]:
     """The cross product sizes × compile modes of ``workload``: each size is a value of its size knob (matmul_add's
@@ -45,10 +69,7 @@ def sweep_configs(sizes: Iterable[int], compile_modes: Iterable[str] = ("off",),
     prefill, kv_len in decode), the other knobs from ``knobs``, the other fields from ``common``."""
     wl = get_workload(workload)
     knobs = dict(knobs or {})
-    axis = wl.size_knob_for(knobs)
-    if axis is None:
-        raise ConfigError("workload", workload, "a workload with a size knob to sweep (" + ", ".join(
-            n for n, w in WORKLOADS.items() if w.size_knobs) + ")")
+    axis = _axis(wl, workload, knobs)
     return [ExperimentConfig.for_workload(workload, {**knobs, axis: s}, compile=m, **common)
             for s in sizes for m in compile_modes]
 

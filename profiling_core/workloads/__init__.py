@@ -79,7 +79,7 @@ from __future__ import annotations
 # The F401 waivers: names beyond __all__, importable from here as before the split (profiling_core.config takes some):
 # the check_* helpers, matmul_add's knob ranges and bias shape, each workload object, the mlp's and block's widths.
 from ..errors import ConfigError
-from ._base import BATCH_RANGE, KNOB_KINDS, Knob, Knobs, Workload, check_bool, check_choice, check_int  # noqa: F401
+from ._base import BATCH_RANGE, INT_TEXT, KNOB_KINDS, Knob, Knobs, Workload, check_bool, check_choice, check_int  # noqa: F401
 from .attention import ATTENTION, SDPA_BACKENDS, sdpa_backend_from_names
 from .linear import LINEAR
 from .matmul_add import BIASES, MATMUL_ADD, SIZE_RANGE, matmul_add_bias_shape  # noqa: F401
@@ -89,7 +89,7 @@ from .transformer_block import BLOCK_MODES, TRANSFORMER_BLOCK, block_hidden  # n
 from ._train import AUTOCASTS, OPTIMIZER_IMPLS, OPTIMIZERS, TRAIN_RANGES, train_step
 
 __all__ = ["Knob", "Knobs", "Workload", "WORKLOADS", "get_workload", "workload_names", "sdpa_backend_from_names",
-           "KNOB_KINDS", "SDPA_BACKENDS", "BLOCK_MODES", "SCRIPT_FUNCTION", "TRAIN_RANGES", "OPTIMIZERS",
+           "KNOB_KINDS", "INT_TEXT", "SDPA_BACKENDS", "BLOCK_MODES", "SCRIPT_FUNCTION", "TRAIN_RANGES", "OPTIMIZERS",
            "OPTIMIZER_IMPLS", "AUTOCASTS", "train_step"]
 
 

@@ -16,6 +16,10 @@ from typing import Any, Callable, Iterable, Optional
 from ..errors import ConfigError
 
 KNOB_KINDS = ("int", "float", "bool", "choice", "str")
+INT_TEXT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+"""An integer typed as text: ASCII digits only (``int()`` and ``str.isdigit`` also take ``²``, ``٣``, ``１``, ``1_0``)."""
+FLOAT_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+"""A number typed as text: ASCII decimal, with an optional exponent (``float()`` also takes ``٣``, ``1_0``, ``nan``)."""
 BATCH_RANGE = (1, 4096)
 """The range of a batch knob (matmul_add's, attention's, the transformer block's)."""
 
@@ -100,22 +104,22 @@ class Knob:
         return value
 
     def parse(self, text: str, field: Optional[str] = None) -> Any:
-        """A value typed as text (``--knob NAME=VALUE``), checked: ``512``, ``0.5``, ``true``/``false``, a choice."""
+        """A value typed as text (``--knob NAME=VALUE``, a sweep's values), checked: ``512``, ``0.5``,
+        ``true``/``false``, a choice. Numbers are written in ASCII decimal (:data:`INT_TEXT`, :data:`FLOAT_TEXT`):
+        ``2²``, ``٣``, ``1_000`` and, for an integer, ``1e3`` are refused with what is allowed."""
         field = field or self.name
         value: Any = text
         t = text.strip()
         if self.optional and t.lower() == "none":
             return None
-        if self.kind == "int":
+        if self.kind in ("int", "float"):
+            digits = self.allowed() + ", in the digits 0-9"
+            if not (INT_TEXT if self.kind == "int" else FLOAT_TEXT).fullmatch(t):
+                raise ConfigError(field, text, digits)
             try:
-                value = int(t)
-            except ValueError:
-                raise ConfigError(field, text, self.allowed()) from None
-        elif self.kind == "float":
-            try:
-                value = float(t)
-            except ValueError:
-                raise ConfigError(field, text, self.allowed()) from None
+                value = int(t) if self.kind == "int" else float(t)
+            except ValueError:  # over Python's 4,300 digits
+                raise ConfigError(field, text, digits) from None
         elif self.kind == "bool":
             words = {"true": True, "1": True, "yes": True, "on": True,
                      "false": False, "0": False, "no": False, "off": False}

@@ -31,7 +31,7 @@ class Finding:
     title: str
     text: str
     """Plain text, not Markdown: it quotes the trace's names as they are, so whoever renders it escapes it
-    (the app: ``profiling_core.present.md_text``; the HTML report: ``html.escape``)."""
+    (the app: ``profiling_core.present.md_text``; the HTML report: ``profiling_core.present.html_text``)."""
     evidence: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
