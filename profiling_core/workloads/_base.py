@@ -126,7 +126,12 @@ class Knob:
             if t.lower() not in words:
                 raise ConfigError(field, text, self.allowed())
             value = words[t.lower()]
-        return self.check(value, field)
+        try:
+            return self.check(value, field)
+        except ConfigError as exc:  # out of range: quote what was typed ('-01') when the number reads otherwise
+            if t == str(value):
+                raise
+            raise ConfigError(exc.field, text, exc.allowed) from None
 
     def to_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "default": self.default,
