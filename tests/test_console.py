@@ -1,6 +1,6 @@
 """The SQL console's rules and caps (``TraceSession.console``, ``QueryLimits``), the same on both engines: what a
-statement does decides whether it runs, a trailing comment cannot lift the row cap, and every value counts toward
-the result's size cap.
+statement does decides whether it runs, a trailing comment cannot lift the row cap, a single SQL function call
+cannot outlast the deadline, and every value counts toward the result's size cap.
 
 The perfetto engine drives a replay of a real trace_processor v58.2's recorded tables (tests/tp_recorded.py), in a
 plain SQLite with no authorizer and with every table and view of the binary's recorded schema: whatever the
@@ -11,6 +11,10 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import threading
+import time
+from pathlib import Path
+
 import pytest
 import tp_recorded
 from hypothesis import HealthCheck, given, settings
@@ -117,7 +121,75 @@ def test_any_trailing_comments_and_semicolons_give_the_same_capped_answer(engine
         assert r.cut and r.frame["x"].tolist() == list(range(1, 51)), (s.engine, tail)
 
 
-# --- 2. a size cap that counts every value ------------------------------------------------------------------------
+# --- 2. a deadline that holds for one call, a size cap that counts every value --------------------------------------
+
+BIG = 16_000_000  # under the default 16 MiB value cap
+ONE_CALL = {
+    "printf width 1e9": "select printf('%.*c', 1e9, 'x')",
+    "printf width 2^31-1": "select printf('%.*c', 2147483647, 'x')",
+    "instr over 16 MB": f"select instr(printf('%.*c', {BIG}, 'a'), printf('%.*c', {BIG // 2}, 'a') || 'b')",
+}
+
+
+@pytest.mark.parametrize("sql", ONE_CALL.values(), ids=ONE_CALL.keys())
+@pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
+def test_one_function_call_stops_at_the_deadline_and_frees_the_session(engines, engine, sql):
+    """SQLite checks its deadline between the steps of a program, and one function call is one step: printf at width
+    1e9 ran 7.7 s past a 0.3 s deadline, at 2^31 17 s, and instr over 16 MB strings would run for tens of minutes,
+    holding the session. Now the statement's process is ended: the answer comes within 3 s, and another caller of
+    the same session is answered meanwhile."""
+    s = engines[engine]
+    answers: list = []
+    other = threading.Thread(target=lambda: (time.sleep(0.1), answers.append(s.query("select count(*) from flow")
+                                                                            .iloc[0, 0])))
+    t0 = time.monotonic()
+    other.start()
+    with pytest.raises(QueryError, match="stopped after its time limit of 0.3 s"):
+        s.console(sql, QueryLimits(deadline_s=0.3))
+    took = time.monotonic() - t0
+    other.join(10)
+    assert took < 3, took
+    assert answers == [FLOWS]
+    assert s.console("select count(*) from slice").frame.iloc[0, 0] == SLICES  # the next query runs as usual
+
+
+def _console_processes() -> set[int]:
+    """The pids of this process's children that run the mirror's console (read from /proc, not from the session)."""
+    import os
+    out = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"profiling_core.trace._console" in cmd:
+            out.add(int(pid))
+    return out
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="reads /proc")
+def test_a_session_closed_with_a_statement_running_leaves_no_process():
+    """The mirror's console process ends with the session, even in the middle of one long call."""
+    before = _console_processes()
+    s = open_trace(TRACE, engine="sqlite")
+    s.console("select 1")
+    mine = _console_processes() - before
+    assert len(mine) == 1
+    t = threading.Thread(target=lambda: pytest.raises(QueryError, s.console, ONE_CALL["printf width 1e9"],
+                                                      QueryLimits(deadline_s=30)))
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    s.close()
+    t.join(10)
+    while mine & _console_processes() and time.monotonic() - t0 < 5:
+        time.sleep(0.05)
+    assert not mine & _console_processes(), "the console process outlived its session"
+    assert not t.is_alive() and time.monotonic() - t0 < 5
+
 
 @pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
 def test_the_result_cap_counts_nulls_and_numbers(engines, engine):
@@ -217,3 +289,46 @@ def test_trace_processors_own_tables_are_read_only_too(engines, sql, needle):
     assert needle in str(ei.value)
     assert not [q for q in _sent(s) if sql in q]
     assert s.console("select count(*) from counter").frame.iloc[0, 0] == 0
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (an exited child no one reaped yet is a zombie, 'Z')."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="reads /proc")
+def test_a_killed_session_process_leaves_no_console_process():
+    """A process killed (SIGKILL) while its console statement runs one long call leaves no console process behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    code = f"""
+import sys, threading, time
+sys.path[:0] = {[str(tp_recorded.DATA.parent.parent)]!r}
+from profiling_core.trace import QueryLimits, open_trace
+s = open_trace({str(TRACE)!r}, engine="sqlite")
+s.console("select 1")
+threading.Thread(target=lambda: s.console({ONE_CALL["printf width 2^31-1"]!r}, QueryLimits(deadline_s=60))).start()
+print("running", flush=True)
+time.sleep(60)
+"""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "running"
+        time.sleep(0.3)
+        children = [int(c) for c in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
+        assert children
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        t0 = time.monotonic()
+        while any(map(_running, children)) and time.monotonic() - t0 < 5:
+            time.sleep(0.05)
+        assert not any(map(_running, children)), "a console process outlived its caller"
+    finally:
+        if p.poll() is None:
+            p.kill()

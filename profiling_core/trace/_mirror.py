@@ -2,7 +2,7 @@
 
 Built once per trace into a temporary file (deleted on close), so a large trace does not sit in
 RSS. SQL runs on the files opened read-only, under an authorizer that allows reading only, plus ``PRAGMA query_only``
-(``_query``).
+(``_query``); console queries run in a child process that is ended at their deadline (``_console``).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import msgspec
 from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._collect import Collector
+from ._console import ConsoleProcess
 from ._query import QueryConnection
 from ._model import Model, build
 from ._stats import LoadStats
@@ -119,8 +120,10 @@ class MirrorBackend:
         os.close(fd)
         self.stats = LoadStats()
         self._lock = threading.Lock()
+        self._console_lock = threading.Lock()
         self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"
         self._query: QueryConnection | None = None
+        self._console: ConsoleProcess | None = None
         self._args_conn = None
         self._closed = False
         self._builder: threading.Thread | None = None
@@ -205,10 +208,19 @@ class MirrorBackend:
         return self._query
 
     def query_rows(self, sql: str, limits: Any = None) -> tuple[list[str], list[tuple], bool]:
-        """(columns, rows, cut): the rows of one read-only statement (``QueryConnection.rows``), under ``limits`` (a
-        QueryLimits) if given."""
-        with self._lock:
-            return self._connection().rows(sql, limits)
+        """(columns, rows, cut): the rows of one read-only statement (``QueryConnection.rows``). With ``limits`` (a
+        QueryLimits: a console query) it runs in the session's console process (``_console``), which is ended if the
+        statement is still running ``GRACE_S`` past its deadline; without, on the session's own connection."""
+        if limits is None:
+            with self._lock:
+                return self._connection().rows(sql)
+        with self._console_lock:
+            if self._closed:
+                raise QueryError("the trace session is closed")
+            if self._console is None:
+                self.wait_sql()
+                self._console = ConsoleProcess(self.db_path, self.args_path)
+            return self._console.rows(sql, limits)
 
     def close(self) -> None:
         self._closed = True
@@ -222,7 +234,7 @@ class MirrorBackend:
                 except sqlite3.Error:
                     pass
             builder.join(0.01)
-        for name in ("_query", "_args_conn"):
+        for name in ("_console", "_query", "_args_conn"):
             conn = getattr(self, name, None)
             if conn is not None:
                 try:

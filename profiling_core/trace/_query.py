@@ -1,7 +1,9 @@
 """The mirror's query connection: its SQLite database and args database opened for SQL, its functions
 (``extract_arg``, and the two the ``args`` view uses), the console's rules installed, and one statement run on it.
 
-The session's queries, its own and the console's, run on one such connection.
+The session's own queries run on one such connection in the session's process; console queries run on another in a
+child process (``_console``), so that a statement can be stopped even inside one SQL function call. Both are opened
+and run by this module.
 """
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ class QueryLimits:
     """The caps on a console query (``TraceSession.console``); the app's own queries run without them.
 
     Attributes:
-        deadline_s: the statement is interrupted after this many seconds (QueryError naming the limit), which also
+        deadline_s: the statement is stopped after this many seconds (QueryError naming the limit), even inside one
+            SQL function call (its process is ended: the mirror's console process, or trace_processor's), which also
             frees the session for other callers.
         max_rows: fetching stops after this many rows (the result says it was cut).
         max_result_bytes: fetching stops once the result passes this many bytes, each value counting 16 bytes
