@@ -17,6 +17,7 @@ nothing the child sends can run code in the session. The child exits when its st
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import select
 import signal
@@ -60,7 +61,19 @@ def _read_exact(fd: int, n: int, until: float | None) -> bytes | None:
     return b"".join(parts)
 
 
-def _read_frame(fd: int, until: float | None) -> tuple[bool, Any]:
+class Reply(msgspec.Struct, array_like=True):
+    """What the child answers: ``error`` (a QueryError's text) or the statement's ``columns``, ``rows`` and ``cut``
+    (decoded to tuples in C, and checked: nothing else can come back)."""
+    error: str | None
+    columns: list[str] = []
+    rows: list[tuple] = []
+    cut: bool = False
+
+
+_decode_reply = msgspec.msgpack.Decoder(Reply).decode
+
+
+def _read_frame(fd: int, until: float | None, decode=msgspec.msgpack.decode) -> tuple[bool, Any]:
     """(True, value) of the next frame; (False, None) at end of file or when ``until`` passes before it begins."""
     head = _read_exact(fd, _HEADER.size, until)
     if head is None:
@@ -68,7 +81,13 @@ def _read_frame(fd: int, until: float | None) -> tuple[bool, Any]:
     body = _read_exact(fd, _HEADER.unpack(head)[0], None)  # begun: the rest follows at once
     if body is None:
         return False, None
-    return True, msgspec.msgpack.decode(body)
+    was = gc.isenabled()
+    gc.disable()  # a result is up to a million values and no cycles (the collector would walk them all)
+    try:
+        return True, decode(body)
+    finally:
+        if was:
+            gc.enable()
 
 
 class ConsoleProcess:
@@ -90,10 +109,13 @@ class ConsoleProcess:
                                  *self._paths], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, env=env, close_fds=True)
         self.started += 1
-        ok, hello = _read_frame(proc.stdout.fileno(), time.monotonic() + START_S)
-        if not ok or hello[0] != "ready":
+        try:
+            ok, hello = _read_frame(proc.stdout.fileno(), time.monotonic() + START_S, _decode_reply)
+        except msgspec.DecodeError:
+            ok = False
+        if not ok or hello.error is not None:
             self._end(proc)
-            why = hello[1] if ok else "it did not start"
+            why = hello.error if ok else "it did not start"
             raise QueryError(f"the console's SQL process could not open the trace's tables: {why}")
         return proc
 
@@ -126,8 +148,9 @@ class ConsoleProcess:
         try:
             proc.stdin.write(_frame(request))
             proc.stdin.flush()
-            ok, reply = _read_frame(proc.stdout.fileno(), time.monotonic() + limits.deadline_s + GRACE_S)
-        except (OSError, ValueError):  # the child is gone (a crash, or close())
+            ok, reply = _read_frame(proc.stdout.fileno(), time.monotonic() + limits.deadline_s + GRACE_S,
+                                    _decode_reply)
+        except (OSError, ValueError):  # the child is gone (a crash, or close()), or sent what it may not
             ok = False
         finally:
             self._busy = False
@@ -141,10 +164,9 @@ class ConsoleProcess:
                 raise stopped_error(limits)
             raise QueryError(f"the query ended the SQL process that ran it (exit status {status}); "
                              "the next query starts another")
-        if reply[0] == "error":
-            raise QueryError(reply[1])
-        _, cols, rows, cut = reply
-        return cols, [tuple(r) for r in rows], cut
+        if reply.error is not None:
+            raise QueryError(reply.error)
+        return reply.columns, reply.rows, reply.cut
 
     def close(self) -> None:
         """End the child (a statement running there ends too, and its caller gets QueryError)."""
@@ -180,10 +202,10 @@ def main(argv: list[str]) -> int:
     try:
         qc = QueryConnection(db_path, args_path)
     except Exception as e:  # noqa: BLE001 - told to the session
-        out.write(_frame(["error", f"{type(e).__name__}: {e}"]))
+        out.write(_frame(Reply(f"{type(e).__name__}: {e}")))
         out.flush()
         return 1
-    out.write(_frame(["ready"]))
+    out.write(_frame(Reply(None)))
     out.flush()
     fd = sys.stdin.fileno()
     while True:
@@ -192,16 +214,15 @@ def main(argv: list[str]) -> int:
             return 0
         sql, limits = request[0], types.SimpleNamespace(**request[1])  # a QueryLimits' fields
         try:
-            cols, rows, cut = qc.rows(sql, limits)
-            reply = ["ok", cols, rows, cut]
+            reply = Reply(None, *qc.rows(sql, limits))
         except QueryError as e:
-            reply = ["error", str(e)]
-        except Exception as e:  # noqa: BLE001 - e.g. a value msgpack cannot carry: told to the session
-            reply = ["error", f"SQL error: {type(e).__name__}: {e}"]
+            reply = Reply(str(e))
+        except Exception as e:  # noqa: BLE001 - told to the session
+            reply = Reply(f"SQL error: {type(e).__name__}: {e}")
         try:
             data = _frame(reply)
         except (TypeError, OverflowError) as e:
-            data = _frame(["error", f"SQL error: the result cannot be sent: {e}"])
+            data = _frame(Reply(f"SQL error: the result cannot be sent: {e}"))
         out.write(data)
         out.flush()
 
