@@ -106,7 +106,8 @@ if run_sql:
     else:
         if result.cut:
             st.warning(f"The result was cut at {len(result.frame):,} rows: the console shows at most "
-                       f"{result.limits.max_rows:,} rows or {result.limits.max_result_bytes // 2**20} MiB of text. "
+                       f"{result.limits.max_rows:,} rows or {result.limits.max_result_bytes // 2**20} MiB "
+                       "(every value counts). "
                        "Aggregate or add a LIMIT to see what you need.", icon=":material/content_cut:")
         else:
             st.caption(f"{len(result.frame):,} rows")

@@ -158,13 +158,13 @@ def test_bulk_extract_arg_equals_one_call_at_a_time():
     with open_trace(REAL[1], engine="sqlite") as s:
         backend = s._backend._b  # noqa: SLF001 - compare raw rows (DataFrames infer dtypes per result)
         _, one, _ = backend.query_rows(sql + " limit 200")    # under the bulk threshold: one call at a time
-        assert not backend._arg_tables
+        assert not backend._query.arg_tables
         _, many, _ = backend.query_rows(sql)                  # the same keys, now answered from the bulk tables
-        assert set(backend._arg_tables) == set(keys)
+        assert set(backend._query.arg_tables) == set(keys)
         assert many[:200] == one
         assert any(r[1] is not None for r in many) and any(r[3] is not None for r in many)
         for row in random.Random(0).sample(many, 300):
-            backend._arg_tables.clear()
-            backend._arg_calls.clear()
+            backend._query.arg_tables.clear()
+            backend._query.arg_calls.clear()
             _, again, _ = backend.query_rows(sql.replace("order by id", f"where id = {row[0]}"))
             assert again == [row]

@@ -10,10 +10,17 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import os
 import sqlite3
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 DATA = Path(__file__).parent / "data"
 LOCAL = DATA / "tp_tables"
@@ -32,6 +39,35 @@ SCHEMA = {
             "value_type TEXT",
 }
 NULL = "[NULL]"
+# Every table and view a real trace_processor v58.2 has after loading a Kineto JSON trace, with its columns
+# (tests/data/tp_tables/schema_v58.2.csv.gz, a copy of the shared recording; its README says how it was made).
+TP_SCHEMA = LOCAL / "schema_v58.2.csv.gz"
+# Stand-ins for two of trace_processor's standard-library modules (``INCLUDE PERFETTO MODULE``), for the fake below:
+# the views they add, reduced to columns the recorded tables have. Not trace_processor's definitions.
+MODULES = {
+    "slices.with_context": (
+        "CREATE VIEW IF NOT EXISTS thread_slice AS SELECT s.id, s.ts, s.dur, s.category, s.name, s.track_id, "
+        "t.utid, t.tid, t.name AS thread_name, s.depth, s.parent_id, s.arg_set_id FROM slice s "
+        "JOIN thread_track tt ON s.track_id = tt.id JOIN thread t USING (utid)"),
+    "slices.flow": "CREATE VIEW IF NOT EXISTS _flow_ends AS SELECT slice_out, slice_in FROM flow",
+}
+
+
+def _frame(cols: list[str], rows: list[tuple]) -> pd.DataFrame:
+    import pandas as pd
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+    return pd.DataFrame.from_records(rows, columns=cols)
+
+
+def tp_schema() -> dict[str, list[str]]:
+    """{table or view: its columns} of the recorded schema of trace_processor v58.2."""
+    with gzip.open(TP_SCHEMA, "rt", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(io.StringIO(f.read())))[1:]
+    out: dict[str, list[str]] = {}
+    for table, _kind, column, _type in rows:
+        out.setdefault(table, []).append(column)
+    return out
 
 
 def read_csv(folder: Path, table: str) -> tuple[list[str], list[list]]:
@@ -42,9 +78,10 @@ def read_csv(folder: Path, table: str) -> tuple[list[str], list[list]]:
 
 
 class RecordedTrace:
-    """One trace's recorded tables in an in-memory SQLite database; ``query(sql)`` returns a DataFrame."""
+    """One trace's recorded tables in an in-memory SQLite database; ``query(sql)`` returns a DataFrame. With
+    ``full_schema`` every other table and view of the recorded schema (``TP_SCHEMA``) is there too, empty."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, full_schema: bool = False) -> None:
         self.folder = folder
         self.conn = sqlite3.connect(":memory:", check_same_thread=False)
         for table, cols in SCHEMA.items():
@@ -52,6 +89,16 @@ class RecordedTrace:
             self.conn.execute(f"CREATE TABLE {table} ({cols})")
             self.conn.executemany(f"INSERT INTO {table} ({', '.join(header)}) VALUES "
                                   f"({', '.join('?' * len(header))})", rows)
+        if full_schema:  # (a recorded table gains the columns that were not recorded, NULL)
+            for table, cols in tp_schema().items():
+                if table not in SCHEMA:
+                    quoted = ", ".join(f'"{c}"' for c in cols)
+                    self.conn.execute(f'CREATE TABLE "{table}" ({quoted})')
+                else:
+                    have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+                    for c in cols:
+                        if c not in have:
+                            self.conn.execute(f'ALTER TABLE {table} ADD COLUMN "{c}"')
         # trace_processor's extract_arg(arg_set_id, key): the value at that key of that arg set, NULL when absent
         values = {(a, k): iv if vt in ("int", "bool", "uint", "pointer") else rv if vt == "real" else sv
                   for a, k, iv, sv, rv, vt in self.conn.execute(
@@ -59,13 +106,12 @@ class RecordedTrace:
         self.conn.create_function("extract_arg", 2, lambda a, k: values.get((a, k)), deterministic=True)
         self._tables = None
 
-    def query(self, sql: str) -> pd.DataFrame:
+    def rows(self, sql: str) -> tuple[list[str], list[tuple]]:
         cur = self.conn.execute(sql)
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
-        if not rows:
-            return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
-        return pd.DataFrame.from_records(rows, columns=cols)
+        return [d[0] for d in cur.description], cur.fetchall()
+
+    def query(self, sql: str) -> pd.DataFrame:
+        return _frame(*self.rows(sql))
 
     @property
     def tables(self):
@@ -109,26 +155,76 @@ def shared_recordings() -> dict[str, tuple[Path, Path]]:
     return out
 
 
+def _serve(folder: str) -> None:
+    """(a FakeTraceProcessor's process) Answer each SQL text read from stdin over the recording, on stdout: (columns,
+    rows), or the error's text as trace_processor would give it."""
+    reader = Connection(os.dup(0), writable=False)
+    writer = Connection(os.dup(1), readable=False)
+    rec = RecordedTrace(Path(folder), full_schema=True)
+    while True:
+        try:
+            sql = reader.recv()
+        except EOFError:
+            return
+        words = sql.split()
+        try:
+            if [w.upper() for w in words[:3]] == ["INCLUDE", "PERFETTO", "MODULE"] and len(words) == 4:
+                if words[3] not in MODULES:
+                    raise RuntimeError(f"Traceback (most recent call last):\n  File \"stdin\" line 1 col 1\n"
+                                       f"  {sql}\n  ^\nUnknown module name provided - {words[3]}")
+                rec.conn.execute(MODULES[words[3]])
+                sql = "SELECT 1 AS included WHERE 0"
+            writer.send(("ok", rec.rows(sql)))
+        except Exception as e:  # noqa: BLE001 - handed to the caller, as trace_processor's error text
+            writer.send(("error", str(e)))
+
+
 class FakeTraceProcessor:
     """Stands in for perfetto's ``TraceProcessor`` over a recording, for the perfetto engine's own logic (its console
-    rules and caps) where no trace_processor binary can run: ``query(sql).as_pandas_dataframe()``, and ``close()``,
-    which ends a statement that is running (as ending trace_processor's process does) and every later one."""
+    rules and caps) where no trace_processor binary can run: a process of its own (as trace_processor is) holding
+    the recording in SQLite, with ``query(sql).as_pandas_dataframe()`` and ``close()``, which ends that process, and
+    so a statement running there, even inside one SQL function call, and every later one. It has every table and
+    view of the recorded schema (those not recorded are empty) and answers ``INCLUDE PERFETTO MODULE`` for the
+    stand-ins in ``MODULES``; everything else is plain SQLite, with no authorizer: what the engine's gate lets
+    through really runs. ``sent`` lists the SQL it was given, ``answered`` the number of rows of each answer."""
 
     def __init__(self, folder: Path) -> None:
-        self._rec = RecordedTrace(folder)
-        self._closed = False
+        code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import tp_recorded; " \
+               f"tp_recorded._serve({str(folder)!r})"
+        self._proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._writer = Connection(os.dup(self._proc.stdin.fileno()), readable=False)
+        self._reader = Connection(os.dup(self._proc.stdout.fileno()), writable=False)
+        self._closed = threading.Event()
         self.sent: list[str] = []
+        self.answered: list[int] = []
 
     def query(self, sql: str):
-        if self._closed:
+        if self._closed.is_set():
             raise ConnectionError("trace_processor is not running")
         self.sent.append(sql)
-        frame = self._rec.query(sql)
+        try:
+            self._writer.send(sql)
+            while not self._reader.poll(0.02):
+                if self._closed.is_set() or self._proc.poll() is not None:
+                    raise EOFError
+            kind, value = self._reader.recv()
+        except (EOFError, OSError):
+            raise ConnectionError("trace_processor was ended") from None
+        if kind == "error":
+            raise RuntimeError(value)
+        self.answered.append(len(value[1]))
+        frame = _frame(*value)
         return type("QueryResult", (), {"as_pandas_dataframe": lambda _self: frame})()
 
     def close(self) -> None:
-        self._closed = True
-        self._rec.conn.interrupt()
+        self._closed.set()
+        self._proc.kill()
+        self._proc.wait(5)
+        for f in (self._writer, self._reader, self._proc.stdin, self._proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
 
 
 def perfetto_session(trace: Path, folder: Path):

@@ -1,21 +1,19 @@
 """The offline engine: a read-only SQLite database shaped like trace_processor's tables.
 
 Built once per trace into a temporary file (deleted on close), so a large trace does not sit in
-RSS. User SQL runs under an authorizer that allows reading only, plus ``PRAGMA query_only``.
+RSS. SQL runs on the files opened read-only, under an authorizer that allows reading only, plus ``PRAGMA query_only``
+(``_query``); console queries run in a child process that is ended at their deadline (``_console``).
 """
 from __future__ import annotations
 
-import functools
 import gc
 import itertools
 import json
 import os
 import queue
-import re
 import sqlite3
 import tempfile
 import threading
-import time
 from typing import Any
 
 import msgspec
@@ -23,48 +21,15 @@ import msgspec
 from ..errors import QueryError, TraceFormatError
 from . import _schema
 from ._collect import Collector
+from ._console import ConsoleProcess
+from ._query import QueryConnection
 from ._model import Model, build
 from ._stats import LoadStats
-from ._rules import ReadOnlyRules, capped_rows, query_error, stopped_error
 from ._tables import ABSENT, TraceTables, visible_arg
 from ._decode import NotStreamable, iter_batches, repair_utf8, split_events, stream_typed
 from ._source import is_stream, iter_trace_chunks, read_trace_bytes
 
-_QUOTED = re.compile(r'\."((?:[^"\\]|\\.)*)"')
-_INDEX = re.compile(r"\[\d+\]")
-_SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_KEY_PART = re.compile(r"^(.*?)((?:\[\d+\])*)$")
-_BULK_AFTER = 256  # extract_arg calls for one key before all its values are read at once
 _STREAM_CHUNK = 4 << 20  # bytes of JSON read (and split into events) at a time
-_BULK_KEYS = 16    # at most this many keys kept that way per trace
-
-
-@functools.lru_cache(maxsize=4096)
-def _tp_key(fullkey: str | None) -> str | None:
-    """json_tree's '$."a b"[0].c' -> trace_processor's 'args.a b[0].c'."""
-    if fullkey is None:
-        return None
-    return "args" + _QUOTED.sub(lambda m: "." + m.group(1), fullkey[1:])
-
-
-@functools.lru_cache(maxsize=4096)
-def _tp_flat_key(fullkey: str | None) -> str | None:
-    key = _tp_key(fullkey)
-    return None if key is None else _INDEX.sub("", key)
-
-
-@functools.lru_cache(maxsize=1024)
-def _json_path(key: str) -> str | None:
-    """trace_processor's arg key ('args.External id', 'args.grid[0]') -> a JSON path."""
-    if not key.startswith("args."):
-        return None
-    path = "$"
-    for part in key[5:].split("."):
-        name, idx = _KEY_PART.match(part).groups()
-        if not name:
-            return None
-        path += "." + (name if _SIMPLE.match(name) else '"' + name.replace('"', '\\"') + '"') + idx
-    return path
 
 
 _PREFIX = "trace-mirror-"
@@ -155,11 +120,11 @@ class MirrorBackend:
         os.close(fd)
         self.stats = LoadStats()
         self._lock = threading.Lock()
-        self._rules: ReadOnlyRules | None = None
-        self._arg_calls: dict[str, int] = {}
-        self._arg_tables: dict[str, dict] = {}
+        self._console_lock = threading.Lock()
         self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"
-        self._conn = self._aux = self._args_conn = None
+        self._query: QueryConnection | None = None
+        self._console: ConsoleProcess | None = None
+        self._args_conn = None
         self._closed = False
         self._builder: threading.Thread | None = None
         self._build_conn: sqlite3.Connection | None = None
@@ -230,109 +195,32 @@ class MirrorBackend:
             except sqlite3.Error as e:
                 raise QueryError(f"the trace's args could not be read: {e}") from None
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> QueryConnection:
         """The query connection, opened on first use once the tables are built (call with self._lock held)."""
         if self._closed:
             raise QueryError("the trace session is closed")
-        if self._conn is None:
+        if self._query is None:
             self.wait_sql()
-            conn = sqlite3.connect(self.db_path, check_same_thread=False)
             try:
-                conn.execute("ATTACH DATABASE ? AS argsdb", (self.args_path,))
-                conn.executescript(_schema.ARGS_VIEW)
-                # A second, read-only connection serves extract_arg (a UDF cannot query its own connection).
-                self._aux = sqlite3.connect(f"file:{self.args_path}?mode=ro", uri=True, check_same_thread=False)
-                self._register(conn)
-                self._rules = ReadOnlyRules(conn)
-                conn.execute("PRAGMA query_only = ON")
-                conn.set_authorizer(self._rules)
+                self._query = QueryConnection(self.db_path, self.args_path)
             except sqlite3.Error as e:
-                conn.close()
                 raise QueryError(f"the trace's SQL tables could not be opened: {e}") from None
-            self._conn = conn
-        return self._conn
-
-    def _register(self, conn: sqlite3.Connection) -> None:
-        conn.create_function("_tp_key", 1, _tp_key, deterministic=True)
-        conn.create_function("_tp_flat_key", 1, _tp_flat_key, deterministic=True)
-        conn.create_function("extract_arg", 2, self._extract_arg, deterministic=True)
-
-    def _extract_arg(self, arg_set_id: Any, key: Any) -> Any:
-        if arg_set_id is None or type(key) is not str:
-            return None
-        table = self._arg_tables.get(key)
-        if table is not None and type(arg_set_id) is int:
-            return table.get(arg_set_id)
-        path = _json_path(key)
-        if path is None:
-            return None
-        n = self._arg_calls[key] = self._arg_calls.get(key, 0) + 1
-        if n >= _BULK_AFTER and type(arg_set_id) is int and key not in self._arg_tables \
-                and len(self._arg_tables) < _BULK_KEYS:
-            # A query asks this key of many rows (e.g. args.correlation of every launch): read it for all
-            # arg sets in one pass in SQLite, then answer from a dict (~0.1 µs instead of ~5 µs a call).
-            self._arg_tables[key] = table = self._bulk_arg(key, path)
-            return table.get(arg_set_id)
-        row = self._aux.execute(
-            "SELECT json_extract(CAST(raw AS TEXT), ?), json_type(CAST(raw AS TEXT), ?) "
-            "FROM _args_raw WHERE arg_set_id = ?", (path, path, arg_set_id)).fetchone()
-        if row is None or row[1] in ("object", "array"):
-            return None
-        return row[0]
-
-    def _bulk_arg(self, key: str, path: str) -> dict:
-        """{arg_set_id: value} of ``key`` for every arg set that has it as a scalar (same rules as one call)."""
-        sql = ("SELECT arg_set_id, json_extract(CAST(raw AS TEXT), ?1) FROM _args_raw "
-               "WHERE json_type(CAST(raw AS TEXT), ?1) NOT IN ('object', 'array')")
-        first = key[5:].split(".")[0].split("[")[0]
-        params: tuple = (path,)
-        if _SIMPLE.match(first):
-            # Only arg sets whose text holds the key's name can hold it (one written with \u escapes has a backslash).
-            sql += " AND (instr(raw, ?2) OR instr(raw, X'5C'))"
-            params = (path, ('"' + first + '"').encode())
-        return {a: v for a, v in self._aux.execute(sql, params) if v is not None}
+        return self._query
 
     def query_rows(self, sql: str, limits: Any = None) -> tuple[list[str], list[tuple], bool]:
-        """(columns, rows, cut): the rows of one read-only statement. With ``limits`` (a QueryLimits) the statement
-        is interrupted at its deadline, no value may exceed ``max_value_bytes`` (SQLite's length limit, so none is
-        built), and fetching stops at ``max_rows`` rows or ``max_result_bytes`` of text and blobs (``cut`` is then
-        True; ``_rules.capped_rows``)."""
-        if not isinstance(sql, str):
-            raise QueryError(f"query must be a string, got {type(sql).__name__}")
-        with self._lock:
-            conn = self._connection()
-            self._rules.reset()
-            timed_out = [False]
-            old_length = None
-            if limits is not None:
-                deadline = time.monotonic() + limits.deadline_s
-
-                def _progress() -> int:
-                    if time.monotonic() > deadline:
-                        timed_out[0] = True
-                        return 1  # SQLite interrupts the statement
-                    return 0
-                conn.set_progress_handler(_progress, 20_000)
-                old_length = conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.max_value_bytes)
-            try:
-                cur = conn.execute(sql)
-                cols = [d[0] for d in cur.description] if cur.description else []
-                if limits is None:
-                    rows, cut = cur.fetchall(), False
-                else:
-                    rows, cut = capped_rows(cur, limits)  # SQLite steps one row at a time: nothing past the cap
-                    cur.close()
-            except (sqlite3.Error, sqlite3.Warning) as e:
-                if timed_out[0]:
-                    raise stopped_error(limits) from None
-                raise query_error(e, self._rules, limits) from None
-            except OverflowError as e:
-                raise QueryError(f"SQL error: {e}") from None
-            finally:
-                if limits is not None:
-                    conn.set_progress_handler(None, 0)
-                    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, old_length)
-        return cols, rows, cut
+        """(columns, rows, cut): the rows of one read-only statement (``QueryConnection.rows``). With ``limits`` (a
+        QueryLimits: a console query) it runs in the session's console process (``_console``), which is ended if the
+        statement is still running ``GRACE_S`` past its deadline; without, on the session's own connection."""
+        if limits is None:
+            with self._lock:
+                return self._connection().rows(sql)
+        with self._console_lock:
+            if self._closed:
+                raise QueryError("the trace session is closed")
+            if self._console is None:
+                self.wait_sql()
+                self._console = ConsoleProcess(self.db_path, self.args_path)
+            return self._console.rows(sql, limits)
 
     def close(self) -> None:
         self._closed = True
@@ -346,7 +234,7 @@ class MirrorBackend:
                 except sqlite3.Error:
                     pass
             builder.join(0.01)
-        for name in ("_conn", "_aux", "_args_conn"):
+        for name in ("_console", "_query", "_args_conn"):
             conn = getattr(self, name, None)
             if conn is not None:
                 try:

@@ -15,6 +15,7 @@ import sys
 import threading
 
 from ..errors import EngineUnavailableError, QueryError, TraceError
+from ._rules import SCHEMA_QUERY
 from ._source import check_size, stream_kind
 
 
@@ -120,26 +121,34 @@ class PerfettoBackend:
         with self._lock:
             return self._run(sql)
 
+    def _schema(self):
+        """(table, column) of every table and view the running trace_processor has (``_rules.SCHEMA_QUERY``)."""
+        try:
+            return self._run(SCHEMA_QUERY).itertuples(index=False, name=None)
+        except QueryError as e:
+            raise QueryError(f"trace_processor's tables could not be listed for the console's rules: {e}") from None
+
     def query_capped(self, sql: str, limits):
         """A console query on trace_processor, under the console's rules and caps.
 
         trace_processor runs the statement in its own SQLite, where no authorizer can be installed, so the
-        statement is first compiled under the mirror's rules (``_rules.StatementGate``: the same refusals, the same
-        messages) and only then sent. The row cap is applied inside trace_processor (the statement is wrapped in
-        ``SELECT * FROM (...) LIMIT``), so no more rows than that cross over; the result and value caps are applied
-        to what arrives (a subquery's duplicate column names come back made unique, ``a`` and ``a:1``). At the
-        deadline the trace_processor process is ended (the only way to stop its statement),
-        which frees the session at once; the next query starts a new one, which loads the trace again."""
-        from ._rules import StatementGate, capped_rows, stopped_error
+        statement is first judged here (``_rules.StatementGate``): compiled, not run, under the same rules, with the
+        same messages, in an empty database holding trace_processor's own schema (so its tables and views, and those
+        of a standard-library module included with ``INCLUDE PERFETTO MODULE``, can be read). Only the statement's
+        body is sent (no trailing comment). The row cap is applied inside trace_processor: a query is wrapped in
+        ``SELECT * FROM (...) LIMIT n``, n being the rows that fit under the row cap and, at ``CELL_BYTES`` a value,
+        the size cap, so no more than that cross over; the caps are applied again to what arrives, counting text
+        (a subquery's duplicate column names come back made unique, ``a`` and ``a:1``). At the deadline the
+        trace_processor process is ended (the only way to stop its statement), which frees the session at once; the
+        next query starts a new one, which loads the trace again."""
+        from ._rules import StatementGate, capped_rows, row_cap, stopped_error
         with self._lock:
             if self._gate is None:
-                self._gate = StatementGate()
-            self._gate.check(sql)
-            wrapped = f"SELECT * FROM (\n{sql.rstrip().rstrip(';')}\n) LIMIT {limits.max_rows + 1}"
-            try:
-                self._gate.check(wrapped)  # a statement that cannot be a subquery (a PRAGMA) goes as it is
-            except QueryError:
-                wrapped = sql
+                self._gate = StatementGate(self._schema)
+            statement = self._gate.check(sql)
+            sent = statement.body
+            if statement.wrappable:
+                sent = f"SELECT * FROM (\n{statement.body}\n) LIMIT {row_cap(statement, limits) + 1}"
             stopped = threading.Event()
             tp = self._running()
 
@@ -150,7 +159,7 @@ class PerfettoBackend:
             timer.daemon = True
             timer.start()
             try:
-                frame = self._run(wrapped)
+                frame = self._run(sent)
             except QueryError:
                 if stopped.is_set():
                     self._tp = None

@@ -22,10 +22,12 @@ class QueryLimits:
     """The caps on a console query (``TraceSession.console``); the app's own queries run without them.
 
     Attributes:
-        deadline_s: the statement is interrupted after this many seconds (QueryError naming the limit), which also
+        deadline_s: the statement is stopped after this many seconds (QueryError naming the limit), even inside one
+            SQL function call (its process is ended: the mirror's console process, or trace_processor's), which also
             frees the session for other callers.
         max_rows: fetching stops after this many rows (the result says it was cut).
-        max_result_bytes: fetching stops once the result's text and blobs pass this many bytes.
+        max_result_bytes: fetching stops once the result passes this many bytes, each value counting 16 bytes
+            (``_rules.CELL_BYTES``: a NULL or a number too) plus the length of its text or blob.
         max_value_bytes: no single string or blob may be longer (SQLite's ``SQLITE_LIMIT_LENGTH``).
     """
     deadline_s: float = 10.0
@@ -75,16 +77,19 @@ class TraceSession:
     def query(self, sql: str) -> pd.DataFrame:
         """Run one read-only SQL statement; returns its rows as a DataFrame.
 
-        Raises QueryError for SQL errors, writes, ATTACH, extension loading, or a closed session.
+        Raises QueryError for SQL errors or a closed session; on the mirror also for what the console's rules refuse
+        (writes, ATTACH, extension loading...). On the perfetto engine the SQL goes to trace_processor as it is.
         """
         if self._backend is None:
             raise QueryError("the trace session is closed")
         return self._backend.query_df(sql)
 
     def console(self, sql: str, limits: QueryLimits | None = None) -> ConsoleResult:
-        """Run one statement a user typed, under ``limits`` (default ``QueryLimits()``): the same read-only rules as
-        ``query``, plus a deadline, a row cap, a result-size cap and a value-size cap. Raises QueryError for what
-        ``query`` refuses and for a statement stopped at its deadline or holding a value over the size cap."""
+        """Run one statement a user typed, under ``limits`` (default ``QueryLimits()``): the console's read-only
+        rules (``_rules``: one SELECT, WITH, VALUES or EXPLAIN query or read-only PRAGMA, judged the same way on both
+        engines; on the perfetto engine also trace_processor's own tables and ``INCLUDE PERFETTO MODULE``), plus a
+        deadline, a row cap, a result-size cap and a value-size cap. Raises QueryError for a statement the rules
+        refuse, and for one stopped at its deadline or holding a value over the size cap."""
         if self._backend is None:
             raise QueryError("the trace session is closed")
         limits = QueryLimits() if limits is None else limits

@@ -1,0 +1,334 @@
+"""The SQL console's rules and caps (``TraceSession.console``, ``QueryLimits``), the same on both engines: what a
+statement does decides whether it runs, a trailing comment cannot lift the row cap, a single SQL function call
+cannot outlast the deadline, and every value counts toward the result's size cap.
+
+The perfetto engine drives a replay of a real trace_processor v58.2's recorded tables (tests/tp_recorded.py), in a
+plain SQLite with no authorizer and with every table and view of the binary's recorded schema: whatever the
+engine's gate lets through really runs there, and ``sent`` / ``answered`` show what reached it and what came back.
+"""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import tp_recorded
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profiling_core.errors import QueryError
+from profiling_core.trace import QueryLimits, open_trace
+
+TRACE = tp_recorded.DATA / "traces" / "64_bf16_cold_eager.json"
+RECORDING = tp_recorded.LOCAL / "64_bf16_cold_eager"
+SLICES, FLOWS = 34, 6  # a plain count of the trace's X events and flow pairs (tests/test_trace_mirror.py)
+READ_ONLY = "the console runs one SELECT, WITH, VALUES or EXPLAIN query, or a read-only PRAGMA such as table_info"
+
+
+def _recorded_schema() -> dict[str, list[str]]:
+    """{table or view: columns} as the real binary listed them: a plain read of the recorded CSV."""
+    with gzip.open(tp_recorded.TP_SCHEMA, "rt", encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(io.StringIO(f.read())))
+    assert rows[0] == ["table_name", "kind", "column_name", "column_type"]
+    out: dict[str, list[str]] = {}
+    for table, _kind, column, _type in rows[1:]:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+TP = _recorded_schema()
+
+
+@pytest.fixture(scope="module")
+def engines():
+    """{"sqlite": the mirror, "perfetto": the perfetto engine on the replay} of one test trace."""
+    sessions = {"sqlite": open_trace(TRACE, engine="sqlite"),
+                "perfetto": tp_recorded.perfetto_session(TRACE, RECORDING)}
+    yield sessions
+    for s in sessions.values():
+        s.close()
+
+
+def _sent(s) -> list[str]:
+    return [q for tp in s.started for q in tp.sent]
+
+
+def _intact(s) -> None:
+    assert s.query("select count(*) from slice").iloc[0, 0] == SLICES
+    assert s.query("select count(*) from flow").iloc[0, 0] == FLOWS
+
+
+# --- 1. what a statement does, not whether it compiles --------------------------------------------------------------
+
+@pytest.mark.parametrize("sql,what", [
+    ("vacuum", "VACUUM"),
+    ("VACUUM INTO '{out}'", "VACUUM"),
+    ("vacuum main into '{out}'", "VACUUM"),
+    ("reindex", "REINDEX"),
+    ("reindex no_such_index", "REINDEX"),
+    ("drop table if exists no_such_table", "DROP TABLE"),
+    ("drop view if exists no_such_view", "DROP VIEW"),
+    ("drop index if exists no_such_index", "DROP INDEX"),
+    ("drop trigger if exists no_such_trigger", "DROP TRIGGER"),
+    ("/* a note */ vacuum -- and another", "VACUUM"),
+])
+@pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
+def test_statements_that_write_are_refused_on_both_engines_by_what_they_do(engines, tmp_path, engine, sql, what):
+    """VACUUM, REINDEX and DROP … IF EXISTS of a name this engine's schema lacks report nothing to SQLite's
+    authorizer; they are refused by their kind, with one message on both engines, and nothing of them reaches
+    trace_processor (a real v58.2 binary ran VACUUM INTO)."""
+    s = engines[engine]
+    out = tmp_path / "copy.db"
+    sql = sql.format(out=out)
+    with pytest.raises(QueryError) as ei:
+        s.console(sql)
+    assert str(ei.value) == f"the trace is read-only: {what} is not allowed ({READ_ONLY})"
+    assert not out.exists()  # VACUUM INTO wrote no file (the mirror's query_only still created an empty one)
+    if engine == "perfetto":
+        assert not [q for q in _sent(s) if sql in q or "vacuum" in q.lower() or "drop" in q.lower()]
+    _intact(s)
+
+
+@pytest.mark.parametrize("ending", [" /* note", "; /* */", " -- note", ";\n-- a last line\n;", "\n/* one */ /* two"])
+def test_the_row_cap_holds_when_the_statement_ends_in_a_comment(engines, ending):
+    """The cap's wrapper takes the statement without its trailing comment: no more rows than the cap cross over from
+    trace_processor, whatever the statement ends with (before, the wrapper did not compile and the statement went
+    uncapped: every row of it came over)."""
+    s = engines["perfetto"]
+    many = "with recursive n(x) as (select 1 union all select x + 1 from n where x < 200000) select x from n"
+    before = sum(len(tp.answered) for tp in s.started)
+    r = s.console(many + ending, QueryLimits(max_rows=100))
+    assert r.cut and r.frame["x"].tolist() == list(range(1, 101))
+    answers = [n for tp in s.started for n in tp.answered][before:]
+    assert answers and max(answers) <= 101
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tail=st.tuples(st.lists(st.sampled_from([" ", "\n", ";", "-- c\n", "--", "/* c */", "/* ; */", "-- ;\n", "/**/",
+                                                "/***/", "/* -- */"]), max_size=6).map("".join),
+                      st.sampled_from(["", "/*/", "/*", "/* ;", "--"])).map("".join))
+def test_any_trailing_comments_and_semicolons_give_the_same_capped_answer(engines, tail):
+    """A property: the statement followed by any run of comments, semicolons and whitespace gives the same rows, cut at
+    the same cap, on both engines. (An unterminated ``/*`` runs to the end of the text, as in SQLite, where ``/*/``
+    opens a comment and does not close it.)"""
+    many = "with recursive n(x) as (select 1 union all select x + 1 from n where x < 5000) select x from n"
+    for s in engines.values():
+        r = s.console(many + tail, QueryLimits(max_rows=50))
+        assert r.cut and r.frame["x"].tolist() == list(range(1, 51)), (s.engine, tail)
+
+
+# --- 2. a deadline that holds for one call, a size cap that counts every value --------------------------------------
+
+BIG = 16_000_000  # under the default 16 MiB value cap
+ONE_CALL = {
+    "printf width 1e9": "select printf('%.*c', 1e9, 'x')",
+    "printf width 2^31-1": "select printf('%.*c', 2147483647, 'x')",
+    "instr over 16 MB": f"select instr(printf('%.*c', {BIG}, 'a'), printf('%.*c', {BIG // 2}, 'a') || 'b')",
+}
+
+
+@pytest.mark.parametrize("sql", ONE_CALL.values(), ids=ONE_CALL.keys())
+@pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
+def test_one_function_call_stops_at_the_deadline_and_frees_the_session(engines, engine, sql):
+    """SQLite checks its deadline between the steps of a program, and one function call is one step: printf at width
+    1e9 ran 7.7 s past a 0.3 s deadline, at 2^31 17 s, and instr over 16 MB strings would run for tens of minutes,
+    holding the session. Now the statement's process is ended: the answer comes within 3 s, and another caller of
+    the same session is answered meanwhile."""
+    s = engines[engine]
+    answers: list = []
+    other = threading.Thread(target=lambda: (time.sleep(0.1), answers.append(s.query("select count(*) from flow")
+                                                                            .iloc[0, 0])))
+    t0 = time.monotonic()
+    other.start()
+    with pytest.raises(QueryError, match="stopped after its time limit of 0.3 s"):
+        s.console(sql, QueryLimits(deadline_s=0.3))
+    took = time.monotonic() - t0
+    other.join(10)
+    assert took < 3, took
+    assert answers == [FLOWS]
+    assert s.console("select count(*) from slice").frame.iloc[0, 0] == SLICES  # the next query runs as usual
+
+
+def _console_processes() -> set[int]:
+    """The pids of this process's children that run the mirror's console (read from /proc, not from the session)."""
+    import os
+    out = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"profiling_core.trace._console" in cmd:
+            out.add(int(pid))
+    return out
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="reads /proc")
+def test_a_session_closed_with_a_statement_running_leaves_no_process():
+    """The mirror's console process ends with the session, even in the middle of one long call."""
+    before = _console_processes()
+    s = open_trace(TRACE, engine="sqlite")
+    s.console("select 1")
+    mine = _console_processes() - before
+    assert len(mine) == 1
+    t = threading.Thread(target=lambda: pytest.raises(QueryError, s.console, ONE_CALL["printf width 1e9"],
+                                                      QueryLimits(deadline_s=30)))
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    s.close()
+    t.join(10)
+    while mine & _console_processes() and time.monotonic() - t0 < 5:
+        time.sleep(0.05)
+    assert not mine & _console_processes(), "the console process outlived its session"
+    assert not t.is_alive() and time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
+def test_the_result_cap_counts_nulls_and_numbers(engines, engine):
+    """100,000 rows of 300 NULLs came back uncut (806 MB peak RSS): they hold no text, and only text counted. Each
+    value now counts 16 bytes: a row of 300 costs 4,800, so 64 MiB holds 13,981 rows (13,981 × 4,800 = 67,108,800;
+    one more passes 67,108,864), and no more than one row past that crosses over from trace_processor."""
+    s = engines[engine]
+    nulls = ", ".join(["null"] * 300)
+    sql = (f"with recursive n(x) as (select 1 union all select x + 1 from n where x < 100000) "
+           f"select {nulls} from n")
+    before = sum(len(tp.answered) for tp in s.started) if engine == "perfetto" else 0
+    r = s.console(sql)
+    assert r.cut and r.frame.shape == (13_981, 300)
+    r = s.console("with recursive n(x) as (select 1 union all select x + 1 from n where x < 100000) "
+                  "select x, x * 2, x * 0.5 from n", QueryLimits(max_result_bytes=48_000))
+    assert r.cut and len(r.frame) == 1_000  # 3 numbers a row: 48 bytes
+    if engine == "perfetto":
+        answers = [n for tp in s.started for n in tp.answered][before:]
+        assert answers[-2:] == [13_982, 1_001]
+
+
+# --- 3. the perfetto console is trace_processor's ------------------------------------------------------------------
+
+def test_the_perfetto_console_reads_every_table_and_view_trace_processor_has(engines):
+    """Each of the 227 tables and views a real v58.2 binary lists (its recorded schema: counter, stats, counter_track,
+    experimental_*, __intrinsic_*...) passes the gate and is answered, with the columns the binary lists; before, the
+    gate knew only the mirror's tables and refused them all ("no such table")."""
+    s = engines["perfetto"]
+    for table, columns in TP.items():
+        r = s.console(f'select * from "{table}" limit 1')
+        if table not in tp_recorded.SCHEMA:  # (the recorded tables hold the columns that were recorded)
+            assert list(r.frame.columns) == columns, table
+    assert s.console("select count(*) from stats").frame.iloc[0, 0] == 0  # (the replay's unrecorded tables are empty)
+    _intact(s)
+
+
+def test_the_perfetto_console_includes_standard_library_modules(engines):
+    """INCLUDE PERFETTO MODULE reaches trace_processor, and what the module adds can be read next (before: "near
+    INCLUDE: syntax error", and its tables were unknown to the gate)."""
+    s = engines["perfetto"]
+    with pytest.raises(QueryError, match="no such table: thread_slice"):
+        s.console("select count(*) from thread_slice")
+    r = s.console("INCLUDE PERFETTO MODULE slices.with_context;  -- its thread_slice view")
+    assert not r.cut and "INCLUDE PERFETTO MODULE slices.with_context" in _sent(s)
+    n = s.console("select count(*) n from thread_slice").frame["n"][0]
+    assert n == s.query("select count(*) from slice s join thread_track t on s.track_id = t.id").iloc[0, 0] > 0
+    with pytest.raises(QueryError, match="Unknown module name provided - no.such_module"):
+        s.console("include perfetto module no.such_module")
+    for bad in ("INCLUDE PERFETTO MODULE 'slices.with_context'", "INCLUDE PERFETTO slices", "include perfetto module"):
+        with pytest.raises(QueryError, match="INCLUDE takes the form INCLUDE PERFETTO MODULE <name>"):
+            s.console(bad)
+
+
+def test_the_mirror_says_which_tables_need_trace_processor(engines):
+    """A table a real trace_processor has and the mirror lacks is refused with a message that says it needs the
+    perfetto engine (derived from the binary's recorded schema, so a table the mirror gains stops being named); so is
+    INCLUDE PERFETTO MODULE. A name neither has gets SQLite's plain message."""
+    s = engines["sqlite"]
+    own = set(s.query("select name from sqlite_master union select name from sqlite_temp_master")["name"])
+    lacking = sorted(set(TP) - own)
+    assert {"experimental_slice_layout", "__intrinsic_slice", "thread_state"} <= set(lacking) and len(lacking) > 200
+    for table in lacking:
+        with pytest.raises(QueryError) as ei:
+            s.console(f'select * from "{table}"')
+        assert str(ei.value) == (f"SQL error: no such table: {table} ({table} is a table of trace_processor's that "
+                                 "the offline mirror does not have: it needs the perfetto engine, a trace_processor "
+                                 "binary)")
+    with pytest.raises(QueryError) as ei:
+        s.console("select * from thread_slice")
+    assert str(ei.value) == "SQL error: no such table: thread_slice"
+    with pytest.raises(QueryError, match=r"^INCLUDE PERFETTO MODULE slices.with_context needs trace_processor \(the "
+                                         r"perfetto engine\): the offline mirror has no PerfettoSQL standard library$"):
+        s.console("INCLUDE PERFETTO MODULE slices.with_context")
+
+
+def test_the_packaged_table_names_are_the_recorded_schemas():
+    from profiling_core.trace._rules import tp_tables
+    assert tp_tables() == {t.lower() for t in TP} and len(TP) == 227
+
+
+@pytest.mark.parametrize("sql,needle", [
+    ("create perfetto table t as select 1", "the trace is read-only: CREATE PERFETTO is not allowed"),
+    ("insert into counter values (1, 2, 3, 4.0, 5)", "the trace is read-only: INSERT is not allowed"),
+    ("delete from stats", "the trace is read-only: DELETE is not allowed"),
+    ("with x as (select 1) update counter_track set name = 'x'", "the trace is read-only: UPDATE is not allowed"),
+    ("explain query plan with x as (select 1) delete from counter", "the trace is read-only: DELETE is not allowed"),
+    ("pragma writable_schema = 1", "the trace is read-only: PRAGMA writable_schema is not allowed"),
+    ("select * from counter where value = (select load_extension('x'))", "load_extension() is not allowed"),
+    ("select * from counter; drop table counter", "one statement at a time"),
+    ("explain vacuum", "the trace is read-only: VACUUM is not allowed"),
+    ("drop table no_such_table", "the trace is read-only: DROP TABLE is not allowed"),
+])
+def test_trace_processors_own_tables_are_read_only_too(engines, sql, needle):
+    s = engines["perfetto"]
+    with pytest.raises(QueryError) as ei:
+        s.console(sql)
+    assert needle in str(ei.value)
+    assert not [q for q in _sent(s) if sql in q]
+    assert s.console("select count(*) from counter").frame.iloc[0, 0] == 0
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited (an exited child no one reaped yet is a zombie, 'Z')."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="reads /proc")
+def test_a_killed_session_process_leaves_no_console_process():
+    """A process killed (SIGKILL) while its console statement runs one long call leaves no console process behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    code = f"""
+import sys, threading, time
+sys.path[:0] = {[str(tp_recorded.DATA.parent.parent)]!r}
+from profiling_core.trace import QueryLimits, open_trace
+s = open_trace({str(TRACE)!r}, engine="sqlite")
+s.console("select 1")
+threading.Thread(target=lambda: s.console({ONE_CALL["printf width 2^31-1"]!r}, QueryLimits(deadline_s=60))).start()
+print("running", flush=True)
+time.sleep(60)
+"""
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "running"
+        time.sleep(0.3)
+        children = [int(c) for c in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
+        assert children
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(10)
+        t0 = time.monotonic()
+        while any(map(_running, children)) and time.monotonic() - t0 < 5:
+            time.sleep(0.05)
+        assert not any(map(_running, children)), "a console process outlived its caller"
+    finally:
+        if p.poll() is None:
+            p.kill()
