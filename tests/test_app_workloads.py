@@ -50,6 +50,24 @@ def test_a_typed_script_path_is_shown_literally_in_the_error(runs_dir):
     assert [e.value for e in at.error] == [md_text("knobs.path must be a path to a .py file, got 'my_*model*.txt'")]
 
 
+def test_the_causal_lm_form_offers_its_knobs_and_an_empty_optional_knob_means_none(runs_dir):
+    from profiling_core.workloads import get_workload
+    at = app("profile")
+    at.selectbox(key="profile_form_workload").set_value("causal_lm").run()
+    assert not errors_of(at)
+    keys = {w.key for kind in (at.selectbox, at.number_input) for w in kind if w.key}
+    assert {f"profile_form_causal_lm_{k.name}" for k in get_workload("causal_lm").knobs} <= keys
+    assert at.selectbox(key="profile_form_causal_lm_family").options == ["llama", "gpt2"]
+    assert at.selectbox(key="profile_form_causal_lm_mode").options == ["prefill", "decode", "train"]
+    assert at.selectbox(key="profile_form_causal_lm_cache").options == ["dynamic", "static"]
+    assert at.number_input(key="profile_form_causal_lm_kv_heads").value is None  # empty: as many as heads
+    at.number_input(key="profile_form_causal_lm_kv_heads").set_value(3)
+    [btn] = [b for b in at.button if b.label == "Run profile"]
+    btn.click().run()
+    assert [e.value for e in at.error] == [md_text("knobs.kv_heads must be a divisor of heads 8, got 3")]
+    assert not runs_dir.exists() or not [p for p in runs_dir.iterdir() if not p.name.startswith(".")]
+
+
 @pytest.mark.slow
 def test_an_mlp_profiled_from_the_form_is_shown(runs_dir):
     at = app("profile")

@@ -35,13 +35,13 @@ def test_the_registry_and_the_config_import_without_torch():
             "print(w.workload_names(), c.name, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ,
                          PYTHONPATH=str(ROOT)), check=True).stdout
-    assert out.strip() == ("['matmul_add', 'linear', 'mlp', 'attention', 'transformer_block', 'script'] "
+    assert out.strip() == ("['matmul_add', 'linear', 'mlp', 'attention', 'transformer_block', 'causal_lm', 'script'] "
                            "attention_b4_h8_s256_d64_causal_auto_bf16_cold_eager False")
 
 
 BAD = [
     (dict(workload="conv"), "workload must be one of 'matmul_add', 'linear', 'mlp', 'attention', 'transformer_block', "
-                            "'script', got 'conv'"),
+                            "'causal_lm', 'script', got 'conv'"),
     (dict(workload="attention", knobs={"seqlen": 8}),
      f"knobs must be one of attention's knobs: {ATTN_KNOBS}, got 'seqlen'"),
     (dict(workload="attention", knobs={"seq_len": 0}), "knobs.seq_len must be an integer from 1 to 1048576, got 0"),
@@ -467,7 +467,7 @@ def test_the_workloads_command_lists_each_workload_with_its_knobs():
     p = cli("workloads")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert [ln.split()[0] for ln in lines if ln and not ln.startswith(" ")][:6] == workload_names()
+    assert [ln.split()[0] for ln in lines if ln and not ln.startswith(" ")][:len(workload_names())] == workload_names()
     assert "attention  (sweep axis: seq_len)" in lines
     assert any(re.fullmatch(r"\s+seq_len\s+int\s+default 256\s+1\.\.1048576\s+tokens per sequence .*", ln)
                for ln in lines)

@@ -35,8 +35,9 @@ class Trace:
         self.t += gap_us
         return window
 
-    def cpu(self, name, dur, *, dims=None, types=None, concrete=None, children=None):
-        """A CPU op of ``dur`` µs; ``children(self)`` runs inside it (its own time is the rest)."""
+    def cpu(self, name, dur, *, dims=None, types=None, concrete=None, children=None, cat="cpu_op"):
+        """A CPU op of ``dur`` µs (``cat`` user_annotation: a record_function range); ``children(self)`` runs inside
+        it (its own time is the rest)."""
         start = self.t
         args = {}
         if dims is not None:
@@ -49,7 +50,7 @@ class Trace:
         if children:
             children(self)
         self.t = max(self.t, start + dur)
-        self._x(name, start, self.t - start, "cpu_op", **args)
+        self._x(name, start, self.t - start, cat, **args)
 
     def launch(self, kernel: str, gpu_us: float, call_us: float = 5.0, call: str = "cudaLaunchKernel",
                cat: str = "kernel", **gpu_args):
@@ -316,4 +317,41 @@ def training_step(path: Path, *, impl: str = "fused", types=BF16, kernel: str = 
                     "aten::_local_scalar_dense", 28, children=lambda t: (
                         t.copy("DtoH (Device -> Pageable)", 4, 2.0, 6.0, blocking=True), t.sync())))
         t.step(n + 1, body)
+    return t.write(path)
+
+
+def decode_tokens(path: Path, tokens: int = 4, launches: int = 30, kernel_us: float = 2.0, steps: int = 4,
+                  graph: bool = False, regions: str | None = None) -> Path:
+    """Decode steps shaped like the causal_lm workload's: ``decode::prefill`` (one 400 µs GEMM), then ``tokens``
+    ``decode::token`` ranges, each launching ``launches`` kernels of ``kernel_us`` (5 µs calls), or with ``graph``
+    one cudaGraphLaunch (8 µs) of a ``launches × kernel_us`` kernel. ``regions``: each forward sits in a
+    ``Torch-Compiled Region``, ``0/0`` for the prefill, then as a real CPU run compiled them: ``dynamic`` (a
+    dynamic cache) ``0/1`` for the first token and ``0/2`` for the later ones, ``static`` ``0/1`` for every token."""
+    t = Trace()
+
+    def forward(t, variant, body):
+        if regions:
+            t.cpu("TorchDynamo Cache Lookup", 10)
+            t.cpu(f"Torch-Compiled Region: {variant}", 1, children=body)
+        else:
+            body(t)
+
+    def token_work(t):
+        if graph:
+            t.launch("ampere_bf16_gemv_graph", launches * kernel_us, call_us=8.0, call="cudaGraphLaunch")
+        else:
+            for _ in range(launches):
+                t.launch("void at::native::elementwise_kernel<128, 4>", kernel_us)
+        t.cpu("aten::argmax", 15)
+
+    for n in range(steps):
+        def body(t):
+            t.cpu("decode::prefill", 1, cat="user_annotation", children=lambda t: forward(t, "0/0", lambda t: t.cpu(
+                "aten::mm", 20, dims=[[128, 512], [512, 512]], types=BF16,
+                children=lambda t: t.launch("nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT", 400.0))))
+            for k in range(tokens):
+                t.cpu("decode::token", 1, cat="user_annotation",
+                      children=lambda t, k=k: forward(t, "0/1" if k == 0 or regions == "static" else "0/2",
+                                                      token_work))
+        t.step(n + 1, lambda t: t.cpu("causal_lm", 1, cat="user_annotation", children=body))
     return t.write(path)

@@ -52,8 +52,10 @@ def knob_widget(col, key: str, knob, value):
         return col.selectbox(label, list(knob.choices), index=list(knob.choices).index(value), key=key,
                              help=knob.help)
     if knob.kind == "int":
-        return int(col.number_input(label, min_value=knob.range[0], max_value=knob.range[1], value=int(value),
-                                    step=1, key=key, help=knob.help))
+        got = col.number_input(label, min_value=knob.range[0], max_value=knob.range[1],
+                               value=None if value is None else int(value), step=1, key=key, help=knob.help,
+                               placeholder="empty" if knob.optional else None)
+        return None if got is None else int(got)  # an optional knob left empty is None
     if knob.kind == "float":
         return float(col.number_input(label, min_value=float(knob.range[0]), max_value=float(knob.range[1]),
                                       value=float(value), step=0.25, key=key, help=knob.help))

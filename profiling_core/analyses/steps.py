@@ -8,8 +8,8 @@ import numpy as np
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, frame, shared_for, union_ns, unions_ns
 
-__all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "GPU_BOUND_AT",
-           "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS"]
+__all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "annotation_ranges",
+           "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
 
@@ -68,6 +68,52 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
             "first_gpu_start_ns", "last_gpu_end_ns"]
+    return df[cols].reset_index(drop=True)
+
+
+def annotation_ranges(session, name: str, shared: Shared | None = None) -> pd.DataFrame:
+    """One row per CPU slice called ``name`` (a ``record_function`` range such as ``decode::token``; its
+    ``gpu_user_annotation`` copies left out), in time order, measured as :func:`steps` measures a step: the GPU ops
+    whose launch call starts inside the range belong to it, wherever they ran.
+
+    Returns:
+        DataFrame with ``slice_id``, ``step`` (N of the ``ProfilerStep#N`` whose window holds the range's start, NA
+        outside any), ``index_in_step`` (0, 1, ... in time order within that step), ``start_ns``, ``cpu_dur_us``
+        (the range's own duration), ``gpu_busy_us`` (union of the intervals of the GPU ops launched in it),
+        ``gpu_ops`` (distinct GPU ops), ``kernels``, ``launches`` (distinct calls that launched GPU work),
+        ``first_gpu_start_ns``. Empty (same columns) when the trace has no such slice.
+    """
+    cols = ["slice_id", "step", "index_in_step", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_ops", "kernels",
+            "launches", "first_gpu_start_ns"]
+    sh = shared_for(session, shared)
+    t = sh.slices
+    m = sh.name_mask(lambda u: u == name)
+    if m.any():
+        m &= np.array([c != "gpu_user_annotation" for c in t["cat_uniq"]], dtype=bool)[t["cat_codes"]]
+    rows_i = np.flatnonzero(m)
+    if not len(rows_i):
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c.endswith("_us") else "int64") for c in cols})
+    rows_i = rows_i[np.lexsort((rows_i, t["ts"][rows_i]))]
+    windows = [(r[1], r[3], r[3] + r[4]) for r in sh.steps_list]
+    p = sh.p if len(sh.gpu_rows) else None
+    out, busy_parts, seen = [], [], {}
+    for row, ts, dur in zip(rows_i.tolist(), t["ts"][rows_i].tolist(), t["dur"][rows_i].tolist()):
+        step = next((n for n, b, e in windows if b <= ts < e), None)
+        k = seen[step] = seen.get(step, -1) + 1
+        i = sh.pairs_in(ts, ts + dur) if p is not None else np.zeros(0, dtype=np.int64)
+        b, e = (p["gpu_ts"][i], p["gpu_end"][i]) if p is not None else (i, i)
+        busy_parts.append((b, e))
+        kernel = (p["gpu_category"][i] == "kernel") if p is not None else np.zeros(0, dtype=bool)
+        out.append([int(t["id"][row]), step, k, ts, dur, 0, len(np.unique(p["gpu_id"][i])) if p is not None else 0,
+                    len(np.unique(p["gpu_id"][i][kernel])) if p is not None else 0,
+                    len(np.unique(p["launch_id"][i])) if p is not None else 0, int(b.min()) if len(b) else None])
+    for r, busy in zip(out, unions_ns(busy_parts).tolist()):
+        r[5] = busy
+    df = frame([tuple(r) for r in out], ["slice_id", "step", "index_in_step", "start_ns", "dur_ns", "busy_ns",
+                                         "gpu_ops", "kernels", "launches", "first_gpu_start_ns"])
+    df = ints(df, "slice_id", "index_in_step", "gpu_ops", "kernels", "launches")
+    df = nullable_int(df, "step", "start_ns", "first_gpu_start_ns")
+    df = us(df, {"dur_ns": "cpu_dur_us", "busy_ns": "gpu_busy_us"})
     return df[cols].reset_index(drop=True)
 
 

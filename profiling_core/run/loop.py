@@ -3,7 +3,8 @@
 The config's workload (``profiling_core.workloads``) builds ``(step, inputs)`` on the device — for the study's
 ``matmul_add``, ``step(x, w, b) = torch.add(torch.matmul(x, w), b)`` — and each call is ``step(*inputs)`` inside
 ``record_function(<workload name>)``; optional ``torch.compile`` of the step function (so the compiled region
-sits inside ``matmul_add`` as in the study's traces); ``warmup`` calls before profiling; then
+sits inside ``matmul_add`` as in the study's traces; a step may compile its own part instead, :func:`compile_step`);
+``warmup`` calls before profiling; then
 ``torch.profiler.profile`` with CPU (and CUDA) activities and
 ``schedule(wait, warmup, active, repeat)``, ``prof.step()`` per iteration.  Each finished cycle is exported
 through ``on_trace_ready``; with ``repeat > 1`` the cycles' traces are merged into one file so the trace holds
@@ -81,6 +82,16 @@ def device_info(torch, device: str) -> dict:
     return info
 
 
+def compile_step(torch, step, mode: str):
+    """``torch.compile(step, mode=mode)``; or, for a step that has a ``compile_with`` attribute (a workload that
+    compiles its own part, as causal_lm compiles ``model.forward``), what ``step.compile_with(compile)`` returns,
+    where ``compile(f)`` is ``torch.compile(f, mode=mode)``."""
+    own = getattr(step, "compile_with", None)
+    if own is not None:
+        return own(lambda f: torch.compile(f, mode=mode))
+    return torch.compile(step, mode=mode)
+
+
 def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
     """Run one experiment and write trace.json and table.txt into ``out_dir``.  Returns facts for meta.json."""
     import torch
@@ -118,10 +129,7 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
 
     if config.compile != "off":
         # Importing torch._dynamo is paid here (about 1 s); the compile itself happens at the first call.
-        # A training step compiles its forward only (``TrainStep.compile_with``): its phases stay eager and named.
-        compile_with = getattr(inner, "compile_with", None)
-        inner = timer.run("compile_setup_s", lambda: compile_with(config.compile) if compile_with is not None
-                          else torch.compile(inner, mode=config.compile))
+        inner = timer.run("compile_setup_s", lambda: compile_step(torch, inner, config.compile))
 
     def fn(*args):
         with record_function(wl.name):

@@ -81,6 +81,7 @@ from __future__ import annotations
 from ..errors import ConfigError
 from ._base import BATCH_RANGE, INT_TEXT, KNOB_KINDS, Knob, Knobs, Workload, check_bool, check_choice, check_int  # noqa: F401
 from .attention import ATTENTION, SDPA_BACKENDS, sdpa_backend_from_names
+from .causal_lm import CAUSAL_LM, LM_CACHES, LM_FAMILIES, LM_MODES, LM_RANGES, TRANSFORMERS_MISSING  # noqa: F401
 from .linear import LINEAR
 from .matmul_add import BIASES, MATMUL_ADD, SIZE_RANGE, matmul_add_bias_shape  # noqa: F401
 from .mlp import MLP, mlp_hidden  # noqa: F401
@@ -90,11 +91,11 @@ from ._train import AUTOCASTS, OPTIMIZER_IMPLS, OPTIMIZERS, TRAIN_RANGES, train_
 
 __all__ = ["Knob", "Knobs", "Workload", "WORKLOADS", "get_workload", "workload_names", "sdpa_backend_from_names",
            "KNOB_KINDS", "INT_TEXT", "SDPA_BACKENDS", "BLOCK_MODES", "SCRIPT_FUNCTION", "TRAIN_RANGES", "OPTIMIZERS",
-           "OPTIMIZER_IMPLS", "AUTOCASTS", "train_step"]
+           "OPTIMIZER_IMPLS", "AUTOCASTS", "train_step", "LM_FAMILIES", "LM_MODES", "LM_CACHES", "LM_RANGES"]
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (MATMUL_ADD, LINEAR, MLP, ATTENTION, TRANSFORMER_BLOCK,
-                                                      SCRIPT)}
+                                                      CAUSAL_LM, SCRIPT)}
 """Every workload by name, in the order they are listed."""
 
 

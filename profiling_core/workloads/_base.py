@@ -289,7 +289,7 @@ class Workload:
         parts = []
         for k in self.knobs:
             v = values.get(k.name, k.default)
-            if k.tag is None or not self._applies(k, values):
+            if k.tag is None or v is None or not self._applies(k, values):
                 continue
             if k.kind == "bool":
                 if v:

@@ -120,11 +120,11 @@ class TrainStep:
         self.autocast = None if ac == "off" else {"bf16": torch.bfloat16, "fp16": torch.float16}[ac]
         self.scaler = torch.amp.GradScaler(device) if ac == "fp16" else None
 
-    def compile_with(self, mode: str) -> "TrainStep":
-        """This step with its forward compiled (``torch.compile(forward, mode=mode)``; the backward then runs
-        AOTAutograd's compiled graph); the optimizer, zero_grad and the ranges stay eager, so the phases stay
-        readable. The run loop calls this instead of compiling the whole step."""
-        self.forward = self.torch.compile(self.forward, mode=mode)
+    def compile_with(self, compile: Callable) -> "TrainStep":
+        """This step with its forward compiled (``compile(forward)``, ``torch.compile`` with the run's mode, as
+        ``run.loop.compile_step`` hands it; the backward then runs AOTAutograd's compiled graph); the optimizer,
+        zero_grad and the ranges stay eager, so the phases stay readable."""
+        self.forward = compile(self.forward)
         return self
 
     def _loss(self, inputs):

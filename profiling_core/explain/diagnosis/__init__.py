@@ -33,6 +33,7 @@ from .rules.cpu_contention import _rule_cpu_contention
 from .rules.compile_breaks import _rule_compile
 from .rules.cudagraphs_skipped import _rule_cudagraphs_skipped
 from .rules.fp32_training import _rule_fp32_training
+from .rules.decode_launch_bound import _rule_decode_launch_bound
 from .rules.fp32_without_tf32 import _rule_fp32_without_tf32
 from .rules.gpu_starved import GPU_IDLE_AT, LAUNCHES_DOMINATE, _rule_gpu_starved
 from .rules.profiler_overhead import _rule_profiler_overhead
@@ -45,7 +46,8 @@ __all__ = ["Diagnosis", "DiagnosisReport", "diagnose", "roofline", "kernel_famil
 
 
 RULES: tuple[Callable[[_Ctx], Optional[Diagnosis]], ...] = (
-    _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_gpu_starved, _rule_sync_in_step, _rule_compile,
+    _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_gpu_starved, _rule_decode_launch_bound, _rule_sync_in_step,
+    _rule_compile,
     _rule_profiler_overhead, _rule_attention_backend, _rule_cudagraphs_skipped, _rule_conv_layout,
     _rule_cpu_contention, _rule_unfused_optimizer, _rule_fp32_training)
 

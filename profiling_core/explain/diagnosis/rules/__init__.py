@@ -7,8 +7,11 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 - ``fp32_without_tf32``: fp32 GEMMs in full-fp32 FFMA kernels on a GPU with TF32 tensor cores.
 - ``unaligned_gemm_dims``: a bf16/fp16 GEMM whose K or N (the leading dimensions) is not a multiple of 8.
 - ``gpu_starved``: the GPU idles half a steady-state step or more, whatever the launch count.
+- ``decode_launch_bound``: the GPU idles half a steady-state decode token or more (``decode::token`` ranges), with
+  the launch calls per token; the fix is a static KV cache and CUDA graphs.
 - ``sync_in_step``: synchronising calls and host-device copies inside a ProfilerStep.
-- ``compile_breaks``: recompiles, graph breaks, or CUDA-graph staging copies costlier than the GEMMs.
+- ``compile_breaks``: recompiles, graph breaks, or CUDA-graph staging copies costlier than the GEMMs; recompiles
+  inside decode tokens are traced to a dynamic KV cache, with the static cache as the fix.
 - ``profiler_overhead``: the run was profiled with with_stack or profile_memory.
 - ``attention_backend``: which SDPA backend ran, and why flash could not.
 - ``cudagraphs_skipped``: mode='reduce-overhead' asked for CUDA graphs, and no step replays one.

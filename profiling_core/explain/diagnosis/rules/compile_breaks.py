@@ -1,10 +1,47 @@
 """``compile_breaks``: torch.compile's recompiled frames, graph breaks (more than one compiled region per step),
-several compiled graphs, or CUDA-graph input staging copies that cost more than the GEMMs."""
+several compiled graphs, or CUDA-graph input staging copies that cost more than the GEMMs.
+
+Recompiles across decode lengths: where the ``decode::token`` ranges of a trace run more than one compiled variant
+of the same frame (``Torch-Compiled Region: 0/1`` in the first token, ``0/2`` in the later ones), the per-token
+forward was compiled for shapes that changed from token to token: a dynamic KV cache grows one position per token,
+so Dynamo recompiles for the new length, then once more with the length marked dynamic (automatic dynamic shapes).
+The finding names the variants and the fix: a static KV cache, whose shapes are the same for every token."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional
 
+import numpy as np
+
+from ....analyses import annotation_ranges
+from ....config import config_field as _cfg
 from ..base import Diagnosis, _Ctx, _fmt_us, _steps
+from .decode_launch_bound import TOKEN_RANGE
+
+_REGION = "Torch-Compiled Region: "
+
+
+def _token_regions(c: _Ctx, names: list) -> tuple[Optional[float], dict[str, dict[str, int]]]:
+    """For the compiled regions inside ``decode::token`` ranges: the median number per token (None without token
+    ranges), and {frame: {"frame/recompile": tokens that ran it}} for the frames that ran more than one variant
+    there."""
+    tokens = annotation_ranges(c.session, TOKEN_RANGE)
+    rows = np.array([i for i, n in enumerate(names) if isinstance(n, str) and n.startswith(_REGION)], dtype=np.int64)
+    if tokens.empty or not len(rows):
+        return None, {}
+    b = tokens["start_ns"].astype("int64").to_numpy()
+    e = b + np.rint(tokens["cpu_dur_us"].to_numpy() * 1000.0).astype(np.int64)
+    order = np.argsort(b, kind="stable")
+    b, e = b[order], e[order]
+    ts = np.asarray(c.session.tables.ts)[rows]
+    k = np.searchsorted(b, ts, side="right") - 1
+    inside = (k >= 0) & (ts < e[np.maximum(k, 0)])
+    per_token = float(np.median(np.bincount(k[inside], minlength=len(b))))
+    ran = Counter(names[i].removeprefix(_REGION) for i in rows[inside].tolist())
+    by_frame: dict[str, dict[str, int]] = {}
+    for variant, n in sorted(ran.items()):
+        by_frame.setdefault(variant.split("/", 1)[0], {})[variant] = n
+    return per_token, {f: v for f, v in by_frame.items() if len(v) > 1}
 
 
 def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
@@ -23,7 +60,11 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     if recompiled:
         parts.append(f"{len(recompiled)} recompiled frame{'s' if len(recompiled) > 1 else ''} "
                      f"({', '.join(x.split(': ', 1)[1] for x in recompiled[:4])}: frame/recompile count)")
-    if per_step > 1:
+    per_token, decode = _token_regions(c, names)
+    if per_token is not None:  # a decode step calls the compiled forward once per token: count per token
+        if per_token > 1:
+            parts.append(f"{per_token:g} compiled regions per decode token (graph breaks split the forward)")
+    elif per_step > 1:
         parts.append(f"{per_step:g} compiled regions per step (graph breaks split the step)")
     if len(hashes) > 1:
         parts.append(f"{len(hashes)} distinct compiled graphs")
@@ -35,11 +76,27 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
         parts.append(f"CUDA-graph input staging copies ({len(staging)} multi_tensor_apply kernels, "
                      f"{_fmt_us(stage_us / _steps(c.report))} per step) cost more than the GEMMs "
                      f"({_fmt_us(math_us / _steps(c.report))} per step)")
+    decode = decode if recompiled else {}
+    if decode:
+        knobs = _cfg(c.config, "knobs") or {}
+        said = "; ".join(", ".join(f"{v} in {n} token{'s' if n != 1 else ''}" for v, n in vs.items())
+                         for vs in decode.values())
+        parts.append(f"the decode tokens ({TOKEN_RANGE}) ran {sum(len(v) for v in decode.values())} compiled "
+                     f"variants of the same forward ({said}): its shapes changed from token to token, as a dynamic "
+                     "KV cache's do (it grows one position per token), so Dynamo recompiled for the new length and "
+                     "again with the length marked dynamic"
+                     + (" (this run's cache is dynamic)" if knobs.get("cache") == "dynamic" else ""))
     if not parts:
         return None
     text = "torch.compile in this trace: " + "; ".join(parts) + "."
     fix = ("Find graph breaks and recompiles with TORCH_LOGS='graph_breaks,recompiles' (or torch._dynamo.explain); "
            "mark dynamic sizes (torch._dynamo.mark_dynamic) or compile with dynamic=True; under reduce-overhead, "
            "keep inputs in the same static buffers between calls so nothing is copied in.")
+    if decode:
+        fix = ("Give the decode loop a static KV cache (transformers' StaticCache, or generate(..., "
+               "cache_implementation='static'); this workload's cache=static): it is allocated once at its full "
+               "length, so every token's forward has the same shapes, one compiled graph serves them all, and "
+               "torch.compile(model.forward, mode='reduce-overhead') can replay it as a CUDA graph. " + fix)
     return Diagnosis("compile_breaks", "Recompiles, graph breaks or staging copies", text, fix, None,
-                     "", {"regions": regions[:20], "fx_graphs": sorted(hashes)[:20]})
+                     "", {"regions": regions[:20], "fx_graphs": sorted(hashes)[:20],
+                          "decode_token_variants": decode})

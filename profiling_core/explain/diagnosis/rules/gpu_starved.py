@@ -27,6 +27,23 @@ _BLOCKING = ("cudaMemcpyAsync", "cudaMemcpy", "cudaStreamSynchronize", "cudaDevi
 _COMPILED = ("TorchDynamo Cache Lookup", "Torch-Compiled Region")
 
 
+def launch_calls(report):
+    """The launch calls of the trace (``_LAUNCH_CALLS``: kernel, graph, copy and memset launches), each once, from
+    ``report.launch_latency``."""
+    lat = report.launch_latency
+    return lat[lat["launch_name"].isin(_LAUNCH_CALLS)].drop_duplicates("launch_id") if not lat.empty else lat
+
+
+def launch_call_stats(calls, units: int) -> tuple[float, Optional[float], float, int]:
+    """(calls per unit, median µs per call or None, µs of calls per unit, cudaGraphLaunch calls) of these launch
+    calls spread over ``units`` steps (or decode tokens)."""
+    n = max(1, units)
+    if not len(calls):
+        return 0.0, None, 0.0, 0
+    return (len(calls) / n, float(calls["launch_dur_us"].median()), float(calls["launch_dur_us"].sum()) / n,
+            int((calls["launch_name"] == "cudaGraphLaunch").sum()))
+
+
 def _cpu_time_by_op(report, steps: list[int]) -> list[tuple[str, float]]:
     """(name, median own time per step) of the CPU slices of ``steps``, largest first (the step annotation itself
     excluded: its own time is what no op of the step accounts for)."""
@@ -53,13 +70,9 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     basis = ss["basis_steps"]
     st = r.steps[r.steps["step"].isin(basis)]
     per_step_ops = float(st["gpu_ops"].median()) if len(st) else 0.0
-    lat = r.launch_latency
-    calls = lat[lat["launch_name"].isin(_LAUNCH_CALLS) & lat["step"].isin(basis)].drop_duplicates("launch_id") \
-        if not lat.empty else lat
-    n_calls = len(calls) / max(1, len(basis))
-    call_us = float(calls["launch_dur_us"].median()) if len(calls) else None
-    calls_us = float(calls["launch_dur_us"].sum()) / max(1, len(basis)) if len(calls) else 0.0
-    graphs = int((calls["launch_name"] == "cudaGraphLaunch").sum()) if len(calls) else 0
+    calls = launch_calls(r)
+    calls = calls[calls["step"].isin(basis)] if len(calls) else calls
+    n_calls, call_us, calls_us, graphs = launch_call_stats(calls, len(basis))
     top = _cpu_time_by_op(r, basis)[:TOP_CPU_OPS]
     where = ", ".join(f"{name[:60]} {_fmt_us(us)}" for name, us in top if us > 0)
     text = (f"The GPU waits on the CPU: in steady state a step takes {_fmt_us(cpu)} of CPU time and launches "

@@ -1,0 +1,83 @@
+"""``decode_launch_bound``: the GPU waits on the CPU within each decode token. Read per ``decode::token`` range (the
+``record_function`` the causal_lm workload opens around each generated token's forward; a trace of another decode
+loop gets this rule when it names its tokens so): the bound rule (``analyses.steps.bound``) applied to the medians of
+the tokens of the steady-state steps, with the launch calls per token counted as ``gpu_starved`` counts them per
+step. A one-token forward launches a few hundred small kernels, so it is launch-bound long before the step is; the
+fix is the one that removes launches per token: a static KV cache and CUDA graphs (torch.compile with
+mode='reduce-overhead'). The cost is the CPU time per token less its GPU work, times the tokens of a step."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ....analyses import annotation_ranges, bound
+from ..base import Diagnosis, _Ctx, _fmt_us
+from .gpu_starved import GPU_IDLE_AT, launch_call_stats, launch_calls
+
+TOKEN_RANGE = "decode::token"
+"""The range that marks one decode token."""
+
+
+def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
+    r = c.report
+    if not r.has_gpu:
+        return None
+    tokens = annotation_ranges(c.session, TOKEN_RANGE)
+    if tokens.empty:
+        return None
+    basis = (r.summary.get("steady_state") or {}).get("basis_steps") or []
+    steady = tokens[tokens["step"].isin(basis)]
+    tokens = steady if len(steady) else tokens
+    with_gpu = tokens[tokens["gpu_ops"] > 0]
+    if with_gpu.empty:
+        return None
+    cpu, gpu = float(with_gpu["cpu_dur_us"].median()), float(with_gpu["gpu_busy_us"].median())
+    if bound(gpu, cpu, len(with_gpu)) != "overhead-bound" or cpu <= 0:
+        return None
+    idle = max(0.0, 1.0 - gpu / cpu)
+    if idle < GPU_IDLE_AT:
+        return None
+    n_tokens = len(tokens)
+    per_step = float(tokens.groupby(tokens["step"].astype("float64").fillna(-1))["slice_id"].count().median())
+    ops = float(with_gpu["gpu_ops"].median())
+    calls = launch_calls(r)
+    if len(calls):
+        starts = calls["launch_start_ns"].astype("float64").to_numpy()
+        b = tokens["start_ns"].astype("float64").to_numpy()
+        e = b + tokens["cpu_dur_us"].to_numpy() * 1000.0
+        inside = np.zeros(len(starts), dtype=bool)
+        for lo, hi in zip(b, e):
+            inside |= (starts >= lo) & (starts < hi)
+        calls = calls[inside]
+    n_calls, call_us, calls_us, graphs = launch_call_stats(calls, n_tokens)
+    text = (f"Each decode token waits on the CPU: in steady state a token ({TOKEN_RANGE}, {per_step:g} per step) "
+            f"takes {_fmt_us(cpu)} of CPU time and launches {_fmt_us(gpu)} of GPU work ({ops:g} GPU op"
+            f"{'s' if ops != 1 else ''}), so the GPU idles {idle:.0%} of each token.")
+    if call_us is not None:
+        text += (f" Its {n_calls:g} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} "
+                 f"per token in all (median {_fmt_us(call_us)} each).")
+    gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
+    if graphs:
+        text += f" Each token already replays a CUDA graph ({graphs / n_tokens:g} cudaGraphLaunch per token)."
+        fix = ("The graph replays already; what is left per token is Python around it (the decode loop, sampling, "
+               "cache bookkeeping, input copies into the graph's buffers): keep the loop free of .item() and host "
+               "syncs, and decode more sequences per batch so each replay does more work.")
+    else:
+        fix = ("Replay each token's forward as a CUDA graph: a static KV cache (transformers' StaticCache, "
+               "generate(..., cache_implementation='static'); this workload's cache=static) keeps every token's "
+               "shapes the same, and torch.compile(model.forward, mode='reduce-overhead') then launches each token "
+               "as one cudaGraphLaunch"
+               + (f" (about {_fmt_us(gain)} per token less in launch calls, from {n_calls:g} calls of "
+                  f"{_fmt_us(call_us)})" if gain else "")
+               + ". With a dynamic cache the shapes change every token, so no graph can be reused (and Dynamo "
+               "recompiles). A larger batch gives each launch more work too.")
+    cost = max(0.0, cpu - gpu) * per_step
+    return Diagnosis("decode_launch_bound", "Decode tokens are launch-bound (the GPU waits within each token)",
+                     text, fix, cost, "CPU time less GPU work per steady-state decode token, times the tokens of a "
+                     "step: the most that removing the per-token CPU cost can save",
+                     {"tokens_per_step": per_step, "cpu_us_per_token": cpu, "gpu_us_per_token": gpu,
+                      "gpu_idle_share": idle, "gpu_ops_per_token": ops, "launch_calls_per_token": n_calls,
+                      "launch_call_us": call_us, "launch_calls_us_per_token": calls_us,
+                      "graph_launches_per_token": graphs / n_tokens, "graph_launch_gain_us_per_token": gain,
+                      "slice_ids": tokens["slice_id"].astype(int).tolist()[:50]})

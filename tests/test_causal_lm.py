@@ -1,0 +1,246 @@
+"""The causal_lm workload (a Hugging Face Llama / GPT-2 built from its config with random weights): knobs refused
+with exact messages, parameters and FLOPs by hand, a clear refusal without transformers; real CPU runs of a tiny
+model in each mode checked by a plain scan of the trace JSON (one forward per prefill step, new_tokens decode::token
+ranges per decode step, one optimizer step per train step, the model's own module names); and the two decode
+verdicts on synthetic traces: launch-bound tokens, and recompiles across decode lengths."""
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+
+import pytest
+
+import verdict_traces as vt
+from conftest import scan_trace
+from profiling_core import ConfigError, ExperimentConfig, WorkerError, diagnose, open_trace, run_experiment
+from profiling_core.analyses import analyze
+from profiling_core.workloads import get_workload
+
+TINY = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 256, "seq_len": 16}
+FAST = {"dtype": "fp32", "device": "cpu", "wait": 0, "warmup_steps": 0, "active": 2, "warmup": 1}
+STEPS = 2
+
+
+def x_names(events) -> Counter:
+    return Counter(e["name"] for e in events if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation")
+
+
+# --- knobs ----------------------------------------------------------------------------------------------------------
+
+BAD = [
+    ({"heads": 7}, "knobs.heads must be a divisor of hidden 512, got 7"),
+    ({"hidden": 60, "heads": 4}, "knobs.heads must be a divisor of hidden 60 that leaves an even head size (llama's "
+                                 "rotary embedding turns pairs of dimensions; 60 ÷ 4 = 15), got 4"),
+    ({"kv_heads": 3}, "knobs.kv_heads must be a divisor of heads 8, got 3"),
+    ({"family": "gpt2", "kv_heads": 2}, "knobs.kv_heads must be left at its default None when family is 'gpt2' (it "
+                                        "applies only when family is 'llama'), got 2"),
+    ({"new_tokens": 4}, "knobs.new_tokens must be left at its default 16 when mode is 'prefill' (it applies only "
+                        "when mode is 'decode'), got 4"),
+    ({"mode": "train", "cache": "static"}, "knobs.cache must be left at its default 'dynamic' when mode is 'train' "
+                                           "(it applies only when mode is 'decode'), got 'static'"),
+    ({"mode": "decode", "cache": "paged"}, "knobs.cache must be one of 'dynamic', 'static', got 'paged'"),
+    ({"family": "mistral"}, "knobs.family must be one of 'llama', 'gpt2', got 'mistral'"),
+    ({"mode": "generate"}, "knobs.mode must be one of 'prefill', 'decode', 'train', got 'generate'"),
+    ({"vocab": 1}, "knobs.vocab must be an integer from 2 to 1048576, got 1"),
+    ({"layers": 0}, "knobs.layers must be an integer from 1 to 256, got 0"),
+    ({"intermediate": 2.5}, "knobs.intermediate must be an integer from 1 to 262144, got 2.5"),
+]
+
+
+@pytest.mark.parametrize("knobs,message", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_bad_knobs_are_refused_saying_what_is_allowed(knobs, message):
+    with pytest.raises(ConfigError) as info:
+        ExperimentConfig(workload="causal_lm", knobs=knobs)
+    assert str(info.value) == message
+
+
+def test_knob_flags_parse_an_empty_optional_knob_and_names_leave_it_out():
+    wl = get_workload("causal_lm")
+    assert wl.parse_knobs(["kv_heads=none", "mode=decode", "cache=static"]) == \
+        {"kv_heads": None, "mode": "decode", "cache": "static"}
+    assert ExperimentConfig(workload="causal_lm").name == "causal_lm_llama_prefill_b1_s128_L4_d512_h8_v32000_bf16_" \
+                                                          "cold_eager"
+    assert ExperimentConfig(workload="causal_lm", knobs={"mode": "decode", "kv_heads": 2, "new_tokens": 8,
+                                                         "cache": "static"}).name == \
+        "causal_lm_llama_decode_b1_s128_n8_static_L4_d512_h8_kv2_v32000_bf16_cold_eager"
+    assert ExperimentConfig(workload="causal_lm", knobs={"mode": "decode"}).size_knob == "new_tokens"
+    assert ExperimentConfig(workload="causal_lm").size_knob == "seq_len"
+
+
+def test_flops_by_hand():
+    # llama, 2 layers, d 64, 4 heads (16 each), 2 kv heads (32 wide), MLP 128, vocab 256, 1 × 16 tokens
+    v = {**TINY, "kv_heads": 2, "intermediate": 128}
+    per_token = 2 * (2 * (64 * 64 + 64 * 32 + 64 * 32 + 64 * 64 + 3 * 64 * 128) + 256 * 64)  # q, k, v, o, MLP; head
+    attention = 2 * 4 * (16 * 17 // 2) * 64  # per layer QKᵀ and PV over the causal pairs, summed over the heads
+    prefill = per_token * 16 + attention
+    assert ExperimentConfig(workload="causal_lm", knobs=v).step_flops() == prefill
+    assert ExperimentConfig(workload="causal_lm", knobs={**v, "mode": "train"}).step_flops() == 3 * prefill
+    dec = ExperimentConfig(workload="causal_lm", knobs={**v, "mode": "decode", "new_tokens": 3})
+    assert dec.step_flops() == prefill + 3 * per_token + sum(2 * 4 * (16 + t) * 64 for t in (1, 2, 3))
+
+
+@pytest.mark.parametrize("knobs", [{**TINY, "kv_heads": 2, "intermediate": 100},
+                                   {**TINY, "family": "gpt2", "intermediate": 100},
+                                   {**TINY, "family": "gpt2", "mode": "decode", "new_tokens": 4}])
+def test_the_parameter_count_by_hand_is_the_models(knobs):
+    transformers = pytest.importorskip("transformers")
+    from profiling_core.workloads.causal_lm import _config, lm_parameters
+    v = get_workload("causal_lm").check_knobs(knobs)
+    cls = transformers.GPT2LMHeadModel if v["family"] == "gpt2" else transformers.LlamaForCausalLM
+    model = cls(_config(transformers, v))
+    assert sum(p.numel() for p in model.parameters()) == lm_parameters(v)
+
+
+def test_without_transformers_the_workload_refuses_saying_how_to_install_it(monkeypatch):
+    import torch
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
+    wl = get_workload("causal_lm")
+    with pytest.raises(WorkerError) as info:
+        wl.build(torch, wl.check_knobs(TINY), "cpu", torch.float32)
+    assert info.value.kind == "workload"
+    assert info.value.message == "the causal_lm workload needs transformers: pip install -e '.[llm]'"
+
+
+# --- real runs on the CPU ---------------------------------------------------------------------------------------------
+
+def run_lm(store, **knobs):
+    pytest.importorskip("transformers")
+    run = run_experiment(ExperimentConfig(workload="causal_lm", knobs={**TINY, **knobs}, **FAST), store=store)
+    events = scan_trace(run.trace_path)
+    names = x_names(events)
+    assert sorted(n for n in names if re.fullmatch(r"ProfilerStep#\d+", n)) == ["ProfilerStep#0", "ProfilerStep#1"]
+    assert names["causal_lm"] == STEPS
+    return events, names
+
+
+LLAMA_LAYER = ["model.layers.{i}", "model.layers.{i}.self_attn", "model.layers.{i}.mlp",
+               "model.layers.{i}.input_layernorm", "model.layers.{i}.post_attention_layernorm"]
+
+
+def module_ranges(names: Counter, prefix: str) -> dict:
+    return {n: c for n, c in names.items() if n == prefix.split(".")[0] or n.startswith(prefix)
+            or n in ("lm_head",)}
+
+
+@pytest.mark.slow
+def test_a_prefill_step_is_one_forward_and_the_trace_names_the_models_modules(store):
+    _events, names = run_lm(store)
+    expected = {"model": STEPS, "model.embed_tokens": STEPS, "model.rotary_emb": STEPS, "model.norm": STEPS,
+                "lm_head": STEPS, **{n.format(i=i): STEPS for i in range(2) for n in LLAMA_LAYER}}
+    assert module_ranges(names, "model.") == expected  # one forward per step; q_proj and below get no range
+    assert names["aten::scaled_dot_product_attention"] == 2 * STEPS  # one per layer per forward
+    assert "decode::token" not in names and "train::forward" not in names
+
+
+@pytest.mark.slow
+def test_a_decode_step_generates_new_tokens_with_the_kv_cache(store):
+    events, names = run_lm(store, mode="decode", new_tokens=4)
+    assert names["decode::prefill"] == STEPS and names["decode::token"] == 4 * STEPS
+    assert names["model"] == 5 * STEPS and names["model.layers.1.self_attn"] == 5 * STEPS  # prefill + 4 tokens
+    tokens = [e for e in events if e.get("name") == "decode::token"]
+    forwards = [e for e in events if e.get("name") == "model"]
+    # each token range holds exactly one forward of the model
+    assert all(sum(t["ts"] <= f["ts"] and f["ts"] + f["dur"] <= t["ts"] + t["dur"] for f in forwards) == 1
+               for t in tokens)
+    # the token's attention reads the cache: one query against 17, 18, 19, 20 positions
+    dims = [e["args"]["Input Dims"] for e in events if e.get("name") == "aten::scaled_dot_product_attention"
+            and any(t["ts"] <= e["ts"] < t["ts"] + t["dur"] for t in tokens)] if any(
+        "Input Dims" in e.get("args", {}) for e in events) else None
+    if dims:
+        assert sorted({(d[0][2], d[1][2]) for d in dims}) == [(1, 17), (1, 18), (1, 19), (1, 20)]
+
+
+@pytest.mark.slow
+def test_a_static_cache_gpt2_decode_names_its_own_modules(store):
+    _events, names = run_lm(store, family="gpt2", mode="decode", new_tokens=4, cache="static")
+    assert names["decode::token"] == 4 * STEPS
+    assert {n: names[n] for n in ("transformer", "transformer.h.0", "transformer.h.1.attn", "transformer.h.1.mlp",
+                                  "transformer.ln_f", "lm_head")} == dict.fromkeys(
+        ("transformer", "transformer.h.0", "transformer.h.1.attn", "transformer.h.1.mlp", "transformer.ln_f",
+         "lm_head"), 5 * STEPS)
+    assert "transformer.h.2" not in names and "model.layers.0" not in names
+
+
+@pytest.mark.slow
+def test_a_train_step_runs_forward_backward_and_one_optimizer_step(store):
+    events, names = run_lm(store, mode="train")
+    assert {n: names[n] for n in ("train::forward", "train::backward", "train::optimizer", "train::zero_grad")} == \
+        dict.fromkeys(("train::forward", "train::backward", "train::optimizer", "train::zero_grad"), STEPS)
+    assert names["Optimizer.step#AdamW.step"] == STEPS and names["Optimizer.zero_grad#AdamW.zero_grad"] == STEPS
+    assert names["model"] == STEPS and names["model.layers.1"] == STEPS  # the forward, named; backward is not
+    backward = [e for e in events if e.get("name") == "train::backward"]
+    grads = [e for e in events if str(e.get("name", "")).startswith("autograd::engine::evaluate_function: ")]
+    assert grads and all(any(b["ts"] <= g["ts"] < b["ts"] + b["dur"] for b in backward) for g in grads
+                         if not g["name"].endswith("AccumulateGrad"))
+    assert any("ScaledDotProduct" in g["name"] and "Backward" in g["name"] for g in grads)
+
+
+# --- the decode verdicts, on synthetic traces ------------------------------------------------------------------------
+
+def diagnose_trace(path, config=None):
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        return {x.rule: x for x in diagnose(s, r, config).diagnoses}
+
+
+def token_figures(events):
+    """Median CPU time and GPU work per decode token of the steps after the first, by a plain scan: GPU ops paired
+    with their launch call by correlation, the token owning the calls that start inside it."""
+    steps = sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    tokens = [t for t in events if t.get("name") == "decode::token" and any(
+        s["ts"] <= t["ts"] < s["ts"] + s["dur"] for s in steps[1:])]
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
+    gpu = [e for e in events if e.get("cat") == "kernel"]
+    cpu, work, launches = [], [], []
+    for t in tokens:
+        mine = [k for k in gpu if t["ts"] <= calls[k["args"]["correlation"]]["ts"] < t["ts"] + t["dur"]]
+        cpu.append(t["dur"])
+        work.append(sum(k["dur"] for k in mine))  # the kernels do not overlap here: their union is their sum
+        launches.append(len(mine))
+    med = sorted(cpu)[len(cpu) // 2], sorted(work)[len(work) // 2], sorted(launches)[len(launches) // 2]
+    return med, len(tokens) // (len(steps) - 1)
+
+
+def test_launch_bound_decode_tokens_are_found_with_their_launches_and_the_cuda_graph_fix(tmp_path):
+    path = vt.decode_tokens(tmp_path / "t.json", tokens=4, launches=30, kernel_us=2.0)
+    (cpu, gpu, launches), per_step = token_figures(scan_trace(path))
+    assert (cpu, gpu, launches, per_step) == (166.0, 60.0, 30, 4)  # 1 + 30 × 5 µs calls + 15 µs argmax; 30 × 2 µs
+    x = diagnose_trace(path)["decode_launch_bound"]
+    assert x.evidence["cpu_us_per_token"] == cpu and x.evidence["gpu_us_per_token"] == gpu
+    assert x.evidence["launch_calls_per_token"] == launches and x.evidence["tokens_per_step"] == per_step
+    assert x.evidence["gpu_idle_share"] == pytest.approx(1 - gpu / cpu)
+    assert x.cost_us_per_step == pytest.approx((cpu - gpu) * per_step)
+    assert "the GPU idles 64% of each token" in x.text and "30 launch calls" in x.text
+    assert "reduce-overhead" in x.fix and "cache=static" in x.fix and "StaticCache" in x.fix
+
+
+def test_decode_tokens_that_keep_the_gpu_busy_get_no_launch_verdict(tmp_path):
+    assert "decode_launch_bound" not in diagnose_trace(vt.decode_tokens(tmp_path / "t.json", kernel_us=50.0))
+    assert "decode_launch_bound" not in diagnose_trace(vt.decode_tokens(tmp_path / "g.json", graph=True))
+
+
+def test_tokens_that_already_replay_a_graph_are_told_what_is_left(tmp_path):
+    x = diagnose_trace(vt.decode_tokens(tmp_path / "t.json", launches=3, graph=True))["decode_launch_bound"]
+    assert x.evidence["graph_launches_per_token"] == 1 and x.evidence["launch_calls_per_token"] == 1
+    assert "already replays a CUDA graph (1 cudaGraphLaunch per token)" in x.text and "Python" in x.fix
+
+
+def test_recompiles_across_decode_lengths_name_the_dynamic_cache_and_the_static_fix(tmp_path):
+    path = vt.decode_tokens(tmp_path / "t.json", tokens=4, regions="dynamic")
+    events = scan_trace(path)
+    ran = Counter(e["name"].removeprefix("Torch-Compiled Region: ") for e in events
+                  if str(e.get("name", "")).startswith("Torch-Compiled Region: "))
+    assert ran == {"0/0": 4, "0/1": 4, "0/2": 12}  # 4 steps: a prefill, a first token, 3 later tokens each
+    x = diagnose_trace(path, config=ExperimentConfig(workload="causal_lm", knobs={"mode": "decode"}))["compile_breaks"]
+    assert x.evidence["decode_token_variants"] == {"0": {"0/1": 4, "0/2": 12}}
+    assert "ran 2 compiled variants of the same forward (0/1 in 4 tokens, 0/2 in 12 tokens)" in x.text
+    assert "(this run's cache is dynamic)" in x.text
+    assert "graph breaks" not in x.text  # one compiled region per token: five per step are five forwards
+    assert x.fix.startswith("Give the decode loop a static KV cache") and "cache=static" in x.fix
+
+
+def test_a_static_cache_one_variant_for_every_token_is_no_decode_recompile(tmp_path):
+    x = diagnose_trace(vt.decode_tokens(tmp_path / "t.json", tokens=4, regions="static"))["compile_breaks"]
+    assert x.evidence["decode_token_variants"] == {}  # the prefill's shapes differ from a token's; tokens agree
+    assert "decode tokens" not in x.text and not x.fix.startswith("Give the decode loop")
