@@ -265,8 +265,20 @@ def test_recompiles_and_graph_breaks_are_named(tmp_path):
     with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
         (x,) = [d for d in diagnose(s).diagnoses if d.rule == "compile_breaks"]
     assert "1 recompiled frame (0/1: frame/recompile count)" in x.text
-    assert "2 compiled regions per step (graph breaks split the step)" in x.text
+    assert "2 compiled regions per step from 2 compiled frames (graph breaks" in x.text
     assert "TORCH_LOGS='graph_breaks,recompiles'" in x.fix
+
+
+def test_one_compiled_function_called_often_is_not_a_graph_break(tmp_path):
+    evs = []
+    for i in range(3):  # a loop that calls one compiled function 4 times a step: frame 0, never recompiled
+        t = i * 2000
+        evs.append(_x(f"ProfilerStep#{i + 1}", t, 1900, "user_annotation"))
+        for k in range(4):
+            evs += [_x("TorchDynamo Cache Lookup", t + 10 + 400 * k, 5, "user_annotation"),
+                    _x("Torch-Compiled Region: 0/0", t + 20 + 400 * k, 300, "user_annotation")]
+    with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
+        assert "compile_breaks" not in rules(diagnose(s))
 
 
 def test_a_blocking_host_to_device_copy_in_each_step_is_found_by_a_plain_scan():

@@ -265,3 +265,12 @@ def test_no_verdict_contradicts_its_own_evidence(path):
             assert row["judged"].endswith("GB/s (memory-bound)"), row
         elif row["roof"] == "compute":
             assert row["judged"].endswith("TFLOP/s (compute-bound)"), row
+
+
+def test_a_step_that_already_replays_graphs_is_not_told_to_capture_one():
+    # the H200 Llama decode, compiled with reduce-overhead and a static cache: 16 cudaGraphLaunch per step
+    _, _, d = run(DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz")
+    x = rules(d)["gpu_starved"]
+    assert "already replays a CUDA graph (16 cudaGraphLaunch per step)" in x.text
+    assert "already replays CUDA graphs" in x.fix and "capture the step" not in x.fix
+    assert "compile_breaks" not in rules(d)  # 16 compiled calls per step are 16 tokens, not graph breaks

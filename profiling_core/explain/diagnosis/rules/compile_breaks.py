@@ -64,8 +64,10 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     if per_token is not None:  # a decode step calls the compiled forward once per token: count per token
         if per_token > 1:
             parts.append(f"{per_token:g} compiled regions per decode token (graph breaks split the forward)")
-    elif per_step > 1:
-        parts.append(f"{per_step:g} compiled regions per step (graph breaks split the step)")
+    elif per_step > 1 and len(frames := sorted({r.removeprefix(_REGION).split("/", 1)[0] for r in regions})) > 1:
+        # several frames: graph breaks (or several compiled functions); one frame called often is neither
+        parts.append(f"{per_step:g} compiled regions per step from {len(frames)} compiled frames (graph breaks "
+                     "split the compiled code, or the step calls several compiled functions)")
     if len(hashes) > 1:
         parts.append(f"{len(hashes)} distinct compiled graphs")
     staging = c.report.gpu_ops[c.report.gpu_ops["name"].astype(str).str.contains("multi_tensor_apply", na=False)]

@@ -102,6 +102,11 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                "torch.compile(mode='reduce-overhead') replays it as a CUDA graph (one launch, no Python per kernel); "
                "give each step more work (a larger batch, several micro-steps per call); keep guards cheap (no "
                "Python scalars or changing shapes passed in, torch._dynamo.config.cache_size_limit for recompiles).")
+    elif graphs:  # capturing a graph is done: what is left is the CPU work around the replays
+        fix = ("The step already replays CUDA graphs; what keeps the GPU waiting is the CPU work around the replays "
+               "(the Python of the loop, the ops outside the graph, the copies into its static inputs, host syncs): "
+               "move that work into the captured region or out of the loop, and give each replay more work (a larger "
+               "batch); the profiler table's CPU self time, sorted, names it.")
     else:
         fix = ("Give each step more GPU work (a larger batch or size per call) and fewer Python-level ops; capture the "
                "step as a CUDA graph (torch.compile(mode='reduce-overhead'), or torch.cuda.graphs) so it launches once; "
