@@ -73,7 +73,7 @@ def main() -> int:
     print(f"== calibration {time.perf_counter() - t0:.1f} s", flush=True)
     for label, run, took in run_each(runs(), store, out, only):
         res = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(run.trace_path), "--json",
-                              "--engine", "sqlite", "--store", str(store.root)], capture_output=True, text=True)
+                              "--engine", "sqlite", "--peaks", str(out / "peaks.json")], capture_output=True, text=True)
         (out / f"{label}.analyze.json").write_text(res.stdout or res.stderr)
         print(f"== {label} ({took:.1f} s, analyze rc {res.returncode})", flush=True)
     shutil.rmtree(store.root, ignore_errors=True)
