@@ -31,7 +31,8 @@ decoder layer's own (``model.layers.3`` and ``model.layers.3.self_attn``, ``mode
 ``lm_head``; ``transformer.wte``, ``transformer.ln_f`` ...) and not the ``ModuleList`` of the layers, which is never
 called.  The ranges come from forward pre/post hooks, so backward ops do not sit in them.  Under torch.compile the
 hooks are removed and ``model.forward`` is what is compiled (as transformers' docs compile it: ``model.forward =
-torch.compile(model.forward, ...)``), so the trace shows the compiled region per forward and the ``decode::token`` /
+torch.compile(model.forward, ...)``; in decode only the per-token forward is, the prompt's prefill runs eager, as
+static-cache generation does), so the trace shows the compiled region per forward and the ``decode::token`` /
 ``train::*`` ranges around it, not the modules (a compiled graph has no module boundaries at run time).
 
 FLOPs count the matrix products (2·M·K·N each: every linear layer and the LM head, attention's QKᵀ and PV over the
@@ -148,9 +149,9 @@ def _lm_build(torch, v, device, dtype):
             cache_kw = "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
             at = "cache_position" in params  # 4.x takes the positions; 5.x reads them from the cache
 
-            def forward(x, kv, lo, hi):
-                return model(input_ids=x, use_cache=True, **{cache_kw: kv},
-                             **({"cache_position": positions[lo:hi]} if at else {}))
+            def forward(x, kv, lo, hi, fn=None):
+                return (fn or model)(input_ids=x, use_cache=True, **{cache_kw: kv},
+                                     **({"cache_position": positions[lo:hi]} if at else {}))
 
             def step(ids):
                 with torch.no_grad():
@@ -161,14 +162,20 @@ def _lm_build(torch, v, device, dtype):
                         out = forward(ids, kv, 0, S)
                     for t in range(N):
                         with record_function("decode::token"):
-                            out = forward(out.logits[:, -1:].argmax(-1), kv, S + t, S + t + 1)
+                            out = forward(out.logits[:, -1:].argmax(-1), kv, S + t, S + t + 1,
+                                          compiled.get("token"))
                     return out.logits
+
+    compiled: dict = {}
 
     def compile_with(compile):
         for h in hooks:  # a compiled graph has no module boundaries at run time
             h.remove()
         hooks.clear()
-        model.forward = compile(model.forward)
+        if mode == "decode":  # the per-token forward, as the transformers docs compile it; the prompt runs eager
+            compiled["token"] = compile(model.forward)  # (the prefill under reduce-overhead crashed Inductor's
+        else:                                           # Triton launcher on the H200, torch 2.11)
+            model.forward = compile(model.forward)
         return step
 
     step.compile_with = compile_with
