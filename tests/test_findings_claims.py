@@ -20,7 +20,7 @@ from profiling_core.explain.questions import FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_M
 from profiling_core.trace import open_trace
 
 DATA = Path(__file__).parent / "data"
-TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_verdicts", "h200_train", "cpu", "third_party",
+TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_verdicts", "h200_train", "h200_train/app", "cpu", "third_party",
                             "traces")
                 for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json", "facts.json")))
 

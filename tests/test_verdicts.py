@@ -232,14 +232,15 @@ def test_a_trace_of_a_device_without_calibration_is_judged_by_its_datasheet_and_
 
 # --- properties of every test trace ---------------------------------------------------------------------------------
 
-TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_diag", "h200_workloads", "h200_verdicts", "h200_train", "cpu",
+TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_diag", "h200_workloads", "h200_verdicts", "h200_train",
+                            "h200_train/app", "cpu",
                             "third_party", "traces")
                 for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json", "facts.json")))
 
 
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_no_verdict_contradicts_its_own_evidence(path):
-    meta = path.with_name(path.name.removesuffix(".json") + ".meta.json")
+    meta = path.with_name(path.name.removesuffix(".gz").removesuffix(".json") + ".meta.json")
     config = json.loads(meta.read_text())["config"] if meta.is_file() else None
     r, f, d = run(path, peaks=H200_PEAKS if "h200" in path.parent.name else None, config=config)
     ss = r.summary["steady_state"]

@@ -5,7 +5,9 @@ GPU a few kernels) per parameter, where torch offers ``foreach`` (one multi-tens
 The optimizer phase is ``analyses.phases``' (``train::optimizer``, else the profiler's ``Optimizer.step#...``). The
 implementation is read from the ATen ops inside it: ``aten::_fused_*`` is fused, ``aten::_foreach_*`` is foreach,
 neither is the for-loop. The rule speaks when the for-loop ran at least :data:`PER_PARAMETER_OPS_AT` ATen ops per
-step; the cost bound is the optimizer phase's CPU time per step (a fused optimizer still takes some)."""
+step. The cost bound follows the one bound rule (``analyses.steps.bound``): when the GPU sets the pace (a
+compute-bound steady state) it is the optimizer phase's GPU time per step, else its CPU time (a fused optimizer still
+takes some of either)."""
 from __future__ import annotations
 
 import re
@@ -54,9 +56,13 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     fix = ("Construct the optimizer with fused=True (torch.optim.Adam/AdamW/SGD(..., fused=True): one kernel updates "
            "every parameter; CUDA, and the CPU in recent torch) or foreach=True (one multi-tensor op per update term; "
            "torch's default on CUDA, not on a CPU). In this app: the impl knob.")
-    return Diagnosis("unfused_optimizer", "For-loop optimizer: per-parameter ops every step", text, fix, cpu_us,
-                     "the optimizer phase's CPU time per step: what a fused optimizer could save at most (it still "
-                     "takes some)",
+    gpu_paced = on_gpu and (r.summary.get("steady_state") or {}).get("bound") == "compute-bound"
+    cost, basis_text = ((gpu_us, "the optimizer phase's GPU time per step (the GPU sets the pace: a compute-bound "
+                         "step): what a fused optimizer could save at most (it still takes some)") if gpu_paced else
+                        (cpu_us, "the optimizer phase's CPU time per step: what a fused optimizer could save at most "
+                         "(it still takes some)"))
+    return Diagnosis("unfused_optimizer", "For-loop optimizer: per-parameter ops every step", text, fix, cost,
+                     basis_text,
                      {"slice_ids": ops["slice_id"].astype(int).tolist()[:50], "optimizer": cls,
                       "aten_ops_per_step": per_step, "kernels_per_step": kernels, "gpu_us_per_step": gpu_us,
                       "cpu_us_per_step": cpu_us})

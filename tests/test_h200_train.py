@@ -1,0 +1,99 @@
+"""Training steps and the causal LM as the app ran them on an H200 (``scripts/gpu_train.py``, tests/data/h200_train/app),
+checked against a plain scan of each trace's JSON: the phases, the optimizer's kernels, the training rules."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import median
+
+import pytest
+
+from conftest import scan_trace
+from profiling_core import analyze, diagnose, open_trace
+from profiling_core.store import DevicePeaks
+
+APP = Path(__file__).parent / "data" / "h200_train" / "app"
+PEAKS = DevicePeaks.from_dict(json.loads((APP / "peaks.json").read_text()))
+TRAIN = sorted(p.name.removesuffix(".json.gz") for p in APP.glob("*_train_*.json.gz"))
+
+
+def cpu_ranges(events, name):
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") in ("user_annotation", "cpu_op")
+            and str(e.get("name", "")).startswith(name)]
+
+
+def steps(events):
+    return sorted((e for e in cpu_ranges(events, "ProfilerStep#")), key=lambda e: e["ts"])
+
+
+def inside(e, outer):
+    return outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"]
+
+
+def kernels_launched_in(events, outer):
+    """GPU kernels whose launch call (the same ``correlation``) started inside ``outer``."""
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+    return [k for k in events if k.get("cat") == "kernel" and (c := calls.get(k.get("args", {}).get("correlation")))
+            and outer["ts"] <= c["ts"] < outer["ts"] + outer["dur"]]
+
+
+def run(label):
+    meta = json.loads((APP / f"{label}.meta.json").read_text())
+    with open_trace(APP / f"{label}.json.gz", engine="sqlite") as s:
+        r = analyze(s)
+        return r, {d.rule: d for d in diagnose(s, r, meta["config"], PEAKS).diagnoses}
+
+
+@pytest.mark.parametrize("label", TRAIN)
+def test_each_profiled_step_is_one_training_step_and_its_phases_sum_to_it(label):
+    events = scan_trace(APP / f"{label}.json.gz")
+    r, _ = run(label)
+    for st in steps(events):
+        k = int(st["name"].split("#")[1])
+        opt_steps = [e for e in cpu_ranges(events, "Optimizer.step#") if inside(e, st)]
+        assert len({(e["ts"], e["dur"]) for e in opt_steps}) == 1  # one optimizer step per profiler step
+        got = r.phases[r.phases["step"] == k].set_index("phase")
+        assert abs(got["cpu_us"].sum() - st["dur"]) < 0.01  # the phases and "other" tile the step
+        for phase in ("forward", "backward", "optimizer", "zero_grad"):
+            (rng,) = [e for e in cpu_ranges(events, f"train::{phase}") if inside(e, st)]
+            assert got.loc[phase, "cpu_us"] == pytest.approx(rng["dur"], abs=0.01)
+            assert got.loc[phase, "kernels"] == len(kernels_launched_in(events, rng))
+
+
+def test_a_for_loop_adam_is_named_and_costed_by_its_gpu_time_in_a_compute_bound_step():
+    label = "mlp_train_adam_forloop_fp32"
+    events = scan_trace(APP / f"{label}.json.gz")
+    r, found = run(label)
+    assert r.summary["steady_state"]["bound"] == "compute-bound"  # fp32 GEMMs: 7.5 ms of GPU per 2.4 ms of CPU
+    x = found["unfused_optimizer"]
+    per_step = []
+    for st in steps(events)[1:]:  # the steps after the first
+        (rng,) = [e for e in cpu_ranges(events, "train::optimizer") if inside(e, st)]
+        ks = kernels_launched_in(events, rng)
+        per_step.append((len(ks), sum(k["dur"] for k in ks)))
+    assert x.evidence["kernels_per_step"] == median(n for n, _ in per_step)
+    assert x.cost_us_per_step == pytest.approx(median(us for _, us in per_step), rel=1e-6)  # the GPU sets the pace
+    assert "GPU time" in x.cost_basis and "fused=True" in x.fix
+
+
+@pytest.mark.parametrize("label", ["mlp_train_adam_fused_eager", "mlp_train_adam_foreach_eager"])
+def test_fused_and_foreach_optimizers_are_not_called_unfused(label):
+    events = scan_trace(APP / f"{label}.json.gz")
+    _, found = run(label)
+    assert "unfused_optimizer" not in found
+    impl = "_fused_adam" if "fused" in label else "_foreach_"
+    assert any(impl in e["name"] for e in cpu_ranges(events, "aten::"))
+
+
+def test_compiled_static_cache_decode_replays_one_graph_per_token_and_says_what_is_left():
+    label = "lm_decode_static_ro"
+    events = scan_trace(APP / f"{label}.json.gz")
+    _, found = run(label)
+    tokens = cpu_ranges(events, "decode::token")
+    graphs = [e for e in events if e.get("name") == "cudaGraphLaunch"]
+    per_token = [sum(1 for g in graphs if inside(g, t)) for t in tokens]
+    assert len(tokens) == 16 * len(steps(events)) and median(per_token) == 1
+    x = found["decode_launch_bound"]
+    assert "already replays a CUDA graph (1 cudaGraphLaunch per token)" in x.text
+    assert "compile_breaks" not in found
