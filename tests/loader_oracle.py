@@ -9,6 +9,10 @@ events in their merged order. Only ``to_ns`` (how a µs value reads as ns, part 
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import json
+import math
 import zlib
 
 import msgspec
@@ -16,6 +20,9 @@ import msgspec
 from profiling_core.trace._decode import to_ns
 
 TS_LIMIT = 1 << 62
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"))
+_LIBC.strtod.restype = ctypes.c_double
+_LIBC.strtod.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p)]
 EMPTY_ARGS = (b"", b"{}", b"null")
 U32 = 1 << 32
 
@@ -46,6 +53,40 @@ def flow_id(v):
     return None
 
 
+def c_strtod(text: str):
+    """C's strtod (this process's C library, "C" numeric locale) on ``text`` as a C string: its value if it read the
+    whole string and the string is not empty, else None."""
+    buf = ctypes.create_string_buffer(text.encode("utf-8", "replace"))  # (a C string ends at its first NUL)
+    end = ctypes.c_char_p()
+    value = _LIBC.strtod(buf, ctypes.byref(end))
+    read = ctypes.cast(end, ctypes.c_void_p).value - ctypes.addressof(buf)
+    length = len(buf.value)
+    return value if length and read == length else None
+
+
+def counter_fields(raw: bytes):
+    """A C event's args: its (key, value) fields in order, duplicates kept; None unless an object."""
+    text = raw.decode("utf-8", "replace")
+    if not text.lstrip(" \t\r\n").startswith("{"):
+        return None
+    fields = json.loads(text, object_pairs_hook=list)
+    return [(k.encode("utf-16", "surrogatepass").decode("utf-16", "replace"), v) for k, v in fields]
+
+
+def counter_value(v):
+    """A number as a double; a string as strtod reads it; nothing else."""
+    if type(v) is int:
+        try:
+            return float(v)
+        except OverflowError:
+            return math.copysign(math.inf, v)
+    if type(v) is float:
+        return v
+    if type(v) is str:
+        return c_strtod(v)
+    return None
+
+
 def closes(open_start, open_end, s, e) -> bool:
     """An open slice is closed by a slice [s, e) arriving on its lane: it ended before s, or at s unless both are
     instants."""
@@ -67,6 +108,7 @@ class Oracle:
         self.args: list[tuple] = []
         self.flow_events: list[dict] = []
         self.open_b: dict[int, list] = {}
+        self.counters: list[dict] = []
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
@@ -172,6 +214,23 @@ class Oracle:
                 self.skip("i_bad_scope")
         elif ph == "M":
             self.metadata(e)
+        elif ph == "C":
+            ts = to_ns(e.ts)
+            if ts is None or not -TS_LIMIT < ts < TS_LIMIT:
+                return self.skip("C_missing_or_bad_ts")
+            th = self.thread(e.pid, e.tid)
+            if th is None:
+                return self.skip("bad_pid_or_tid")
+            fields = counter_fields(bytes(e.args)) if len(e.args) else None
+            if fields is None:
+                return self.skip("C_without_args")
+            prefix = (e.name if type(e.name) is str else "") + (" id: " + e.id if type(e.id) is str and e.id else "")
+            for key, v in fields:
+                value = counter_value(v)
+                if value is None:
+                    self.skip("C_arg_not_a_number")
+                else:
+                    self.counters.append({"idx": idx, "ts": ts, "th": th, "name": prefix + " " + key, "value": value})
         elif ph in ("B", "E"):
             ts = to_ns(e.ts)
             th = self.thread(e.pid, e.tid)
@@ -307,10 +366,21 @@ class Oracle:
                 track_rows.append((tid, None, track_types[tid], None, upid_of.get(key[1])))
             else:
                 track_rows.append((tid, None, track_types[tid], None, None))
+        # counters: in (ts, file order); a track per (process, name), numbered after the slice tracks in the order of
+        # their first counter
+        counter_tracks: dict[tuple, int] = {}
+        counter_cols = {"counter_ts": [], "counter_track_id": [], "counter_value": []}
+        for x in sorted(self.counters, key=lambda x: (x["ts"], x["idx"])):
+            key = (upid_of[self.thread_keys[x["th"]][0]], x["name"])
+            counter_tracks.setdefault(key, len(track_rows) + len(counter_tracks))
+            counter_cols["counter_ts"].append(x["ts"])
+            counter_cols["counter_track_id"].append(counter_tracks[key])
+            counter_cols["counter_value"].append(x["value"].hex())
+        out.update(counter_cols, counter_tracks=[(t, name, upid) for (upid, name), t in counter_tracks.items()])
         out.update(processes=processes, threads=threads, tracks=track_rows,
                    flow_out=[lk[0] for lk in links], flow_in=[lk[1] for lk in links],
                    flow_trace_id=[lk[2] for lk in links], args=self.args, skipped=dict(self.skipped),
-                   counts=(self.events, len(out["ts"]), len(links), spill_tracks))
+                   counts=(self.events, len(out["ts"]), len(links), spill_tracks, len(self.counters)))
         return out
 
     def processes_and_threads(self):

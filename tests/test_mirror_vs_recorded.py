@@ -6,7 +6,7 @@ here with the mirror's tables of the same trace file. Per slice id: ts, dur, cat
 track (type, and which thread; the track ids themselves are numbered differently, so each side's tracks must map
 one to one). Flows: the (slice_out, slice_in) rows, and which rows share a trace_id. Threads and processes: their
 numbers, names and main-thread flags. Args: each slice's (key, type, value) rows (reals to the 6 decimals the shell
-prints).
+prints). Counter tracks: the same names and types (no recorded trace has counter events, so both have none).
 
 Every difference docs/SQL.md lists under "Known differences" is allowed here and nothing else: string pids/tids get
 other numbers (compared as labels), upid/utid/track/arg set ids and trace_id values are numbered differently
@@ -88,6 +88,14 @@ def differences(trace: Path, folder: Path, ns_tolerance: int | None = 0) -> list
     for r in r_keys:
         if not any(same_thread(r, k) for k in m_keys):
             out.append(f"trace_processor's thread {r} is not in the mirror")
+    # counter tracks (none of the recorded traces has counter events: both sides must have none, or the same)
+    r_counters = sorted((t["name"], t["type"]) for t in rec["track"] if "counter" in (t["type"] or ""))
+    with open_trace(trace, engine="sqlite") as s:
+        m_counters = sorted(s.query("select name, type from counter_track").itertuples(index=False, name=None))
+        n_counters = int(s.query("select count(*) n from counter")["n"][0])
+    if m_counters != r_counters or (n_counters > 0) != bool(r_counters):
+        out.append(f"counter tracks: mirror {m_counters[:3]} ({len(m_counters)}, {n_counters} rows), "
+                   f"trace_processor {r_counters[:3]} ({len(r_counters)})")
     if ns_tolerance is None:
         return out
 

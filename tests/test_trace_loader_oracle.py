@@ -192,6 +192,20 @@ def _poison(rng: random.Random, evs: list, poison: tuple, base: int) -> None:
                 evs.insert(i + rng.randint(1, 200), {"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": ts + 3})
                 evs.insert(rng.randrange(len(evs)), {"ph": rng.choice(["i", "I", "R"]), "name": "inst", "pid": 1,
                                                      "tid": 1, "ts": ts, "s": rng.choice(["g", "p", "t", None, "x"])})
+        elif what == "counters":  # C events among the others: several fields, odd values, odd args, shared names
+            values = [1, -2.5, 0, 2**70, "3.25", " 7", "7 ", "0x1p4", "inf", "nan", "", "x", "1e", True, None, [1],
+                      {"a": 1}, "1_0", "\u0000"]
+            for _ in range(rng.randint(5, 60)):
+                th = rng.choice([(e["pid"], e["tid"]) for e in evs[:50] if "pid" in e] + [(9, 9), ("Spans", 1)])
+                args = {k: rng.choice(values) for k in rng.sample(["a", "b", "é", "", "a b"], rng.randint(1, 3))} \
+                    if rng.random() < 0.6 else rng.choice([{"bytes": rng.randint(0, 10**9)}, {}, None, [1], "x"])
+                e = {"ph": "C", "name": rng.choice(["mem", "", None, 5, "GPU 0"]), "pid": th[0], "tid": th[1],
+                     "ts": base + rng.randint(0, 3000) if rng.random() < 0.8 else rng.choice([base, None, "x"])}
+                if rng.random() < 0.3:
+                    e["id"] = rng.choice(["0x1", "", 7, "a"])
+                if args is not None:
+                    e["args"] = args
+                evs.insert(rng.randrange(len(evs) + 1), e)
         elif what == "odd_ph":
             for i in some(2):
                 evs[i]["ph"] = rng.choice(["C", None, 5, ["X"], "", "b"])
@@ -202,7 +216,7 @@ def _poison(rng: random.Random, evs: list, poison: tuple, base: int) -> None:
 POISONS = [(), ("overlap",), ("overlap", "pending"), ("overlap_all", "pending"), ("pending", "flow_nothread"),
            ("float_ts",), ("str_ts",), ("bad_ts",), ("bad_dur",), ("odd_ids",), ("odd_flow_ids",), ("odd_names",),
            ("be",), ("odd_ph",), ("not_object",), ("overlap", "float_ts", "odd_ids", "pending", "be"),
-           ("overlap_all", "odd_flow_ids", "odd_names", "bad_dur")]
+           ("overlap_all", "odd_flow_ids", "odd_names", "bad_dur"), ("counters",), ("counters", "odd_ids", "be")]
 
 
 # -------------------------------------------------------------------------------------------------------- loading
@@ -249,10 +263,12 @@ def package(batches) -> dict:
     stats.events = n
     m = build(c)
     out = {"args": rows, "skipped": dict(stats.skipped),  # how many of each reason (their order is not a rule)
-           "counts": (stats.events, stats.slices, stats.flows, stats.spill_tracks),
+           "counts": (stats.events, stats.slices, stats.flows, stats.spill_tracks, stats.counters),
            "processes": m.processes, "threads": m.threads, "tracks": m.tracks,
-           "category": m.category.tolist(), "name": m.name.tolist()}
-    for f in ("ts", "dur", "track_id", "depth", "parent_id", "arg_set_id", "flow_out", "flow_in", "flow_trace_id"):
+           "category": m.category.tolist(), "name": m.name.tolist(), "counter_tracks": m.counter_tracks,
+           "counter_value": [v.hex() for v in m.counter_value.tolist()]}  # (exact, NaN included)
+    for f in ("ts", "dur", "track_id", "depth", "parent_id", "arg_set_id", "flow_out", "flow_in", "flow_trace_id",
+              "counter_ts", "counter_track_id"):
         out[f] = getattr(m, f).tolist()
     return out
 

@@ -218,11 +218,11 @@ def test_overlapping_events_are_kept_on_a_spill_track(tmp_path):
 def test_bare_list_duplicates_and_unknown_phases(tmp_path):
     e = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
     p = tmp_path / "list.json"
-    p.write_text(json.dumps([e, e, {"ph": "C", "name": "c", "pid": 1, "ts": 1, "args": {"v": 1}},
+    p.write_text(json.dumps([e, e, {"ph": "O", "name": "c", "pid": 1, "ts": 1, "args": {"v": 1}},
                              {"ph": "X", "name": "bad", "pid": 1, "tid": 1, "ts": 1, "dur": -1}]))
     with open_trace(p, engine="sqlite") as s:
         assert q1(s, "select count(*) from slice") == 2   # duplicates are kept, like trace_processor
-        assert s.load_stats.skipped == {"unsupported_phase:C": 1, "X_negative_dur": 1}
+        assert s.load_stats.skipped == {"unsupported_phase:O": 1, "X_negative_dur": 1}
 
 
 def test_flow_finish_without_bp_binds_to_next_slice(tmp_path):

@@ -14,6 +14,12 @@ What each event becomes (the rules of docs/SQL.md, "Rules"; the second pass, ``_
   index). ``E_without_B``, ``E_before_B``; B's still open at the end are ``B_without_E``.
 - ``M``: ``process_name`` / ``thread_name`` (args.name, a string) name a process / thread; the first makes the
   process's main thread. (Text that is not UTF-8 reads with U+FFFD, as everywhere: ``_decode.repair_utf8``.)
+- ``C``: a counter value per field of its ``args`` object, in order (duplicates too), named ``name`` (``""`` when it
+  is not a non-empty string), `` id: <id>`` when ``id`` is a non-empty string, a space and the field's key; a number
+  is its value as a double, a string is read by ``_decode.strtod``; any other value is skipped
+  (``C_arg_not_a_number``, counted per field). Skipped events: ts not a number or out of range
+  (``C_missing_or_bad_ts``), pid/tid not ids, args missing or not an object (``C_without_args``). The event makes
+  its thread (and process) as any kept event does, even when none of its fields is a number.
 - Anything else is skipped (``missing_or_bad_ph``, ``unsupported_phase:<ph>``).
 
 A thread (and its process) is made when the first event that needs it is kept, in file order (``_ids.py`` says how
@@ -35,7 +41,14 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ._decode import Event, ns_of_decimals, repair_utf8, to_ns
+from ._decode import (
+    Event,
+    counter_fields,
+    counter_value,
+    ns_of_decimals,
+    repair_utf8,
+    to_ns,
+)
 from ._ids import Ids, flow_ids, thread_numbers
 from ._stats import LoadStats
 
@@ -45,7 +58,7 @@ _EMPTY_ARGS = (b"", b"{}", b"null")
 _CHUNK = 2048  # events handled as columns at a time (they stay in the CPU's cache across the column steps)
 _PH_CODE = {"X": 1, "s": 2, "t": 3, "f": 4}  # the phases handled as columns; a flow's code - 2 is its kind
 _NO_ROWS = np.zeros(0, np.int64)
-_INT, _STR, _INT_STR, _INT_BOOL = {int}, {str}, {int, str}, {int, bool}
+_INT, _STR, _INT_STR, _INT_BOOL, _NUMBERS = {int}, {str}, {int, str}, {int, bool}, {int, float}
 # states of a µs value (_ns_values) and skip reasons of column events (their codes, 0: kept)
 _OK, _NAN, _NEG, _OUT = 0, 1, 2, 3
 _REASONS = ("", "X_missing_or_bad_ts", "X_missing_or_bad_dur", "X_negative_dur", "ts_out_of_range",
@@ -88,6 +101,14 @@ class Collector:
         self.f_text = array("q")       # a number per distinct (cat, name)
         self.flow_texts: dict[tuple, int] = {}
         self.n_texts = 0               # numbers handed out (a pair's number: the first free one when first seen)
+        # counter values ("C" events): per value, in file order, its value and name (its track's, in its process);
+        # per event with values, its ts, thread and number of values
+        self.c_value = array("d")
+        self.c_name: list[str] = []
+        self.c_ev_ts = array("q")
+        self.c_ev_th = array("q")
+        self.c_ev_n = array("q")
+        self._c_names: dict[tuple, list] = {}  # (prefix, keys) -> the counters' names (interned)
         self._be: dict[int, list] = {}  # thread index -> open B events (file index, ts, event)
         self._tally: dict[str, list] = {}  # this chunk's skip reasons -> [file index first met, count]
         self._side: list[tuple] = []   # this chunk's slices made one event at a time (see _side_slice)
@@ -125,6 +146,7 @@ class Collector:
                 self.stats.skip("B_without_E", len(stack))
         self._be.clear()
         self.strings.clear()
+        self._c_names.clear()
 
     # ------------------------------------------------------------------------------------------------ a chunk
 
@@ -258,6 +280,8 @@ class Collector:
             self._metadata(idx, e)
         elif ph == "B" or ph == "E":
             self._begin_end(idx, e)
+        elif ph == "C":
+            self._counter(idx, e)
         elif ph is None or type(ph) is not str:
             self._skip(idx, "missing_or_bad_ph")
         else:
@@ -289,6 +313,49 @@ class Collector:
             self._side_slice(idx, idx, ts, 0, th, e)
         else:
             self._skip(idx, "i_bad_scope")
+
+    def _counter(self, idx: int, e: Event) -> None:
+        ts = to_ns(e.ts)
+        if ts is None or not -_TS_LIMIT < ts < _TS_LIMIT:
+            self._skip(idx, "C_missing_or_bad_ts")
+            return
+        th = self.thread(e.pid, e.tid)
+        if th is None:
+            self._skip(idx, "bad_pid_or_tid")
+            return
+        fields = counter_fields(e.args, self.stats) if len(e.args) else None
+        if fields is None:
+            self._skip(idx, "C_without_args")
+            return
+        keys, values = fields
+        prefix = e.name if type(e.name) is str else ""
+        if type(e.id) is str and e.id:
+            prefix += " id: " + e.id
+        numbers = None
+        if set(map(type, values)) <= _NUMBERS:
+            try:
+                numbers = list(map(float, values))
+            except OverflowError:  # (an integer of more than 308 digits)
+                pass
+        if numbers is None:
+            got = list(map(counter_value, values))
+            keep = [v is not None for v in got]
+            if not all(keep):
+                self._skip(idx, "C_arg_not_a_number", keep.count(False))
+                keys, numbers = tuple(compress(keys, keep)), list(compress(got, keep))
+            else:
+                numbers = got
+            if not numbers:
+                return
+        names = self._c_names.get((prefix, keys))
+        if names is None:
+            sd = self.strings.setdefault
+            names = self._c_names[(prefix, keys)] = [sd(n, n) for n in (f"{prefix} {k}" for k in keys)]
+        self.c_value.extend(numbers)
+        self.c_name.extend(names)
+        self.c_ev_ts.append(ts)
+        self.c_ev_th.append(th)
+        self.c_ev_n.append(len(numbers))
 
     def _metadata(self, idx: int, e: Event) -> None:
         if e.name not in ("process_name", "thread_name"):

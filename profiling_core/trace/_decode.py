@@ -7,6 +7,8 @@ absolute epoch timestamps keep their nanoseconds.
 """
 from __future__ import annotations
 
+import json
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -589,3 +591,87 @@ def to_ns(v: Any) -> int | None:
     if not d.is_finite() or abs(d) > Decimal(9) * 10 ** 15:
         return None
     return int(d * 1000)
+
+
+# ------------------------------------------------------------------------------------------------ counter values
+# A counter event's arguments (``"ph": "C"``), read as trace_processor reads them: its JSON tokenizer walks the args
+# object field by field (each field in turn, duplicates too), takes a number as a double and a string through C's
+# ``strtod`` (the whole string must be read), and skips any other value (and an args that is not an object).
+
+_STRTOD = re.compile(  # what C's strtod reads in the "C" locale, anchored at both ends (fullmatch)
+    r"[ \t\n\v\f\r]*(?P<sign>[+-]?)(?:"
+    r"(?P<hex>0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?)"
+    r"|(?P<dec>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<inf>[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)"
+    r"|(?P<nan>[nN][aA][nN](?:\([0-9A-Za-z_]*\))?))")
+
+
+def strtod(text: str) -> float | None:
+    """``text`` read as trace_processor's ``base::StringToDouble`` reads it (C's strtod in the "C" locale; the value
+    only if strtod read all of it, and the text is not empty): leading whitespace, a sign, decimal or hexadecimal
+    (``0x1.8p3``) digits with an exponent, ``inf``/``infinity``/``nan``/``nan(...)`` in any case; too large is
+    ±inf. None for anything else (trailing whitespace or characters, an empty string, ``1e``, ``1_000``). A NUL
+    character ends the text, as it ends the C string."""
+    text = text.split("\0", 1)[0]
+    m = _STRTOD.fullmatch(text)
+    if m is None:
+        return None
+    sign = -1.0 if m["sign"] == "-" else 1.0
+    if m["dec"] is not None:
+        return sign * float(m["dec"])
+    if m["hex"] is not None:
+        try:
+            return sign * float.fromhex(m["hex"])
+        except OverflowError:
+            return sign * math.inf
+    return sign * (math.inf if m["inf"] is not None else math.nan)
+
+
+def counter_value(v: Any) -> float | None:
+    """One argument of a counter event (as :func:`counter_fields` decodes it) as the counter's value: a number as a
+    double, a string through :func:`strtod`; None (the value is skipped) for anything else (true/false, null, an
+    object, an array)."""
+    t = type(v)
+    if t is float:
+        return v
+    if t is int:
+        try:
+            return float(v)
+        except OverflowError:  # (an integer of more than 308 digits: strtod's double is ±inf)
+            return math.inf if v > 0 else -math.inf
+    if t is str:
+        return strtod(v)
+    return None
+
+
+_ANY = msgspec.json.Decoder()
+
+
+def counter_fields(raw, stats=None) -> tuple[tuple, tuple] | None:
+    """The fields of a counter event's ``args`` (a raw JSON slice) as (keys, values), in order, duplicates kept;
+    None where ``args`` is missing or not an object. Text that is not valid Unicode reads with U+FFFD (counted in
+    ``stats``, a LoadStats).
+
+    An object whose only colons are those of its fields (a flat object of numbers, as counters are written) cannot
+    hold a key twice: msgspec decodes it (~10x faster than the json module). Any other goes through the json module,
+    which keeps each field of a key written twice."""
+    text = bytes(raw)
+    if text.lstrip(b" \t\r\n")[:1] != b"{":
+        return None
+    try:
+        fields = _ANY.decode(text)
+        if text.count(b":") == len(fields):
+            return tuple(fields), tuple(fields.values())
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        pass  # (not UTF-8, a lone surrogate, a number out of a double's range, too deep)
+    text, n = repair_utf8(text)
+    if n:
+        _count(stats, "invalid_utf8", n)
+    text, n = repair_surrogates(text)
+    if n:
+        _count(stats, "lone_surrogate", n)
+    try:  # (integers as floats: one of any length is the double strtod makes of it)
+        pairs = json.loads(text, object_pairs_hook=list, parse_int=float)
+    except (ValueError, RecursionError):
+        return None
+    return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)

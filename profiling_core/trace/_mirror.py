@@ -353,7 +353,7 @@ def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> 
     finally:
         if gc_was:
             gc.enable()
-    if stats.events and not stats.slices and stats.skipped_total >= stats.events:
+    if stats.events and not stats.slices and not stats.counters and stats.skipped_total >= stats.events:
         raise TraceFormatError(
             f"{os.fspath(path)}: none of its {stats.events} events could be used "
             f"(skipped: {', '.join(f'{k}: {v}' for k, v in sorted(stats.skipped.items()))})")
@@ -410,6 +410,7 @@ def _collect(chunks, stats: LoadStats, args_path: str):
 
 _SLICE_ROW = "(?,?,?,?,?,?,?,nullif(?,-1),nullif(?,-1))"  # id, ts, dur, track_id, category, name, depth, parent, args
 _FLOW_ROW = "(?,?,?,?,NULL)"
+_COUNTER_ROW = "(?,?,?,?,NULL)"  # id, ts, track_id, value (a NaN is stored as NULL, as SQLite stores it), arg_set_id
 
 
 def _insert_rows(conn: sqlite3.Connection, table: str, row_sql: str, columns: list, n: int, cancelled) -> None:
@@ -445,7 +446,9 @@ def _insert(conn: sqlite3.Connection, m: Model, cancelled=lambda: False) -> None
                      [(u, u, pid, name) for u, pid, name, _syn in m.processes])
     conn.executemany("INSERT INTO thread VALUES (?,?,?,?,NULL,NULL,?,?,?,0,NULL)",
                      [(u, u, tid, name, upid, main, int(u == 0)) for u, tid, name, upid, main in m.threads])
-    conn.executemany("INSERT INTO _track VALUES (?,?,?,NULL,NULL,NULL,0,NULL,?,?)", m.tracks)
+    conn.executemany("INSERT INTO _track VALUES (?,?,?,NULL,NULL,NULL,0,NULL,?,?,'slice',NULL,NULL)", m.tracks)
+    conn.executemany("INSERT INTO _track VALUES (?,?,'json_counter',NULL,NULL,NULL,0,NULL,NULL,?,'counter',NULL,NULL)",
+                     m.counter_tracks)
     n = len(m.ts)
     _insert_rows(conn, "_slice", _SLICE_ROW,
                  [range(n), m.ts, m.dur, m.track_id, m.category, m.name, m.depth, m.parent_id, m.arg_set_id], n,
@@ -453,3 +456,6 @@ def _insert(conn: sqlite3.Connection, m: Model, cancelled=lambda: False) -> None
     n = len(m.flow_out)
     _insert_rows(conn, "flow", _FLOW_ROW,
                  [range(n), m.flow_out, m.flow_in, m.flow_trace_id], n, cancelled)
+    n = len(m.counter_ts)
+    _insert_rows(conn, "counter", _COUNTER_ROW, [range(n), m.counter_ts, m.counter_track_id, m.counter_value], n,
+                 cancelled)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 ProcessRow = tuple  # (upid, pid, name, is_synthetic)
 ThreadRow = tuple   # (utid, tid, name, upid, is_main_thread)
 TrackRow = tuple    # (id, name, type, utid or None, upid or None)
+CounterTrackRow = tuple  # (id, name, upid): a process's counter of that name (type "json_counter")
 
 
 @dataclass
@@ -42,6 +43,11 @@ class Model:
     flow_out: np.ndarray
     flow_in: np.ndarray
     flow_trace_id: np.ndarray
+    # counter columns, in counter id order, and their tracks (ids after the slice tracks')
+    counter_ts: np.ndarray
+    counter_track_id: np.ndarray
+    counter_value: np.ndarray
+    counter_tracks: list[CounterTrackRow]
     stats: LoadStats
 
 
@@ -69,13 +75,44 @@ def build(c: Collector) -> Model:
     fl[later, :2] = fl[later, 1::-1]
     stats.flows = len(fl)
     s_args = np.frombuffer(c.s_args, dtype=np.int64) if len(c.s_args) else np.zeros(0, np.int64)
+    c_ts, c_track, c_value, counter_tracks = _counters(c, upid_of, len(tracks))
+    stats.counters = len(c_ts)
     return Model(
         processes=processes, threads=threads, tracks=tracks,
         ts=n.ts, dur=n.dur, track_id=n.track_id,
         category=TextColumn.of(c.s_cat, n.order), name=TextColumn.of(c.s_name, n.order),
         depth=n.depth, parent_id=n.parent_id, arg_set_id=s_args[n.order],
         flow_out=fl[:, 0].copy(), flow_in=fl[:, 1].copy(), flow_trace_id=fl[:, 2].copy(),
+        counter_ts=c_ts, counter_track_id=c_track, counter_value=c_value, counter_tracks=counter_tracks,
         stats=stats)
+
+
+def _counters(c: Collector, upid_of: dict[int, int], first_track: int):
+    """The counter columns (ts, track id, value) in counter id order, and the counter track rows.
+
+    trace_processor sorts a JSON trace's events by time (events of one ts in file order) and appends a row to its
+    ``counter`` table for each numeric field of a ``C`` event as it meets them; it gives the rows their tracks once
+    the whole trace is read: one track per (process, counter name), in the order of their first rows, made after
+    every other track (``EventTracker::FlushPendingEvents``; type ``json_counter``, named after the counter)."""
+    n_ev = _np(c.c_ev_n)
+    ts = np.repeat(_np(c.c_ev_ts), n_ev)
+    order = np.argsort(ts, kind="stable")  # (values appended in file order)
+    names = TextColumn.of(c.c_name, order)
+    upid_of_thread = np.array([upid_of[p] for p, *_ in c.thread_keys], dtype=np.int64)
+    upid = upid_of_thread[np.repeat(_np(c.c_ev_th), n_ev)[order]] if len(order) else np.zeros(0, np.int64)
+    key = upid * max(1, len(names.uniq)) + names.codes
+    distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    by_first = np.argsort(first, kind="stable")  # the tracks in the order of their first rows
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[by_first] = np.arange(len(distinct))
+    rows = [(first_track + t, names.uniq[int(names.codes[i])], int(upid[i]))
+            for t, i in enumerate(first[by_first].tolist())]
+    values = np.frombuffer(c.c_value, dtype=np.float64) if len(c.c_value) else np.zeros(0, np.float64)
+    return ts[order], first_track + rank[inverse.reshape(-1)], values[order], rows
+
+
+def _np(a) -> np.ndarray:
+    return np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, dtype=np.int64)
 
 
 def _processes_and_threads(c: Collector):

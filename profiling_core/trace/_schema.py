@@ -2,7 +2,10 @@
 
 Hidden tables start with an underscore; the public names are views over them (so that
 ``slice`` can carry TP's ``cat``/``slice_id`` aliases and ``args`` can be computed lazily).
-Times are integer nanoseconds everywhere.
+Times are integer nanoseconds everywhere. All tracks are rows of ``_track``, slice tracks and counter tracks told apart
+by ``event_type`` ('slice' / 'counter', as in trace_processor's own track table); the typed views (``thread_track``,
+``process_track``, ``counter_track``, ``process_counter_track``) are those rows with their columns, under
+trace_processor's names and declared types (a column that is an expression in trace_processor's view is one here).
 """
 from __future__ import annotations
 
@@ -16,12 +19,15 @@ CREATE TABLE thread (
   upid INTEGER, is_main_thread INTEGER, is_idle INTEGER, machine_id INTEGER, arg_set_id INTEGER);
 CREATE TABLE _track (
   id INTEGER PRIMARY KEY, name TEXT, type TEXT, dimension_arg_set_id INTEGER, parent_id INTEGER,
-  source_arg_set_id INTEGER, machine_id INTEGER, track_group_id INTEGER, utid INTEGER, upid INTEGER);
+  source_arg_set_id INTEGER, machine_id INTEGER, track_group_id INTEGER, utid INTEGER, upid INTEGER,
+  event_type TEXT NOT NULL, counter_unit TEXT, description TEXT);
 CREATE TABLE _slice (
   id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, dur INTEGER NOT NULL, track_id INTEGER NOT NULL,
   category TEXT, name TEXT, depth INTEGER NOT NULL, parent_id INTEGER, arg_set_id INTEGER);
 CREATE TABLE flow (
   id INTEGER PRIMARY KEY, slice_out INTEGER, slice_in INTEGER, trace_id INTEGER, arg_set_id INTEGER);
+CREATE TABLE counter (
+  id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, track_id INTEGER NOT NULL, value DOUBLE, arg_set_id INTEGER);
 """
 
 # Arguments live in their own database file, written by a second thread while the main thread parses.
@@ -41,10 +47,20 @@ CREATE VIEW track AS
   FROM _track;
 CREATE VIEW thread_track AS
   SELECT id, name, type, parent_id, source_arg_set_id, machine_id, utid
-  FROM _track WHERE utid IS NOT NULL;
+  FROM _track WHERE utid IS NOT NULL AND event_type = 'slice';
 CREATE VIEW process_track AS
   SELECT id, name, type, parent_id, source_arg_set_id, machine_id, upid
-  FROM _track WHERE upid IS NOT NULL;
+  FROM _track WHERE upid IS NOT NULL AND event_type = 'slice';
+CREATE VIEW counter_track AS
+  SELECT id, name, parent_id, type, dimension_arg_set_id, source_arg_set_id, machine_id, counter_unit AS unit,
+         NULL AS description
+  FROM _track WHERE event_type = 'counter';
+CREATE VIEW process_counter_track AS
+  SELECT id, name, type, parent_id, source_arg_set_id, machine_id, counter_unit AS unit, description, upid
+  FROM _track WHERE upid IS NOT NULL AND event_type = 'counter';
+CREATE VIEW counters AS
+  SELECT v.id, v.ts, v.track_id, v.value, v.arg_set_id, t.name, t.unit
+  FROM counter v JOIN counter_track t ON v.track_id = t.id ORDER BY v.ts;
 """
 
 # A TEMP view, because it reads the attached args database (a main-schema view may not).
@@ -74,6 +90,8 @@ CREATE INDEX _flow_out ON flow(slice_out);
 CREATE INDEX _flow_in ON flow(slice_in);
 CREATE INDEX _thread_upid ON thread(upid);
 CREATE INDEX _track_utid ON _track(utid);
+CREATE INDEX _counter_track_ts ON counter(track_id, ts);
 """
 
-PUBLIC_TABLES = ("slice", "thread_track", "process_track", "track", "thread", "process", "flow", "args")
+PUBLIC_TABLES = ("slice", "thread_track", "process_track", "track", "thread", "process", "flow", "args", "counter",
+                 "counter_track", "process_counter_track", "counters")

@@ -11,8 +11,10 @@ class LoadStats:
     events: int = 0
     slices: int = 0
     flows: int = 0
+    counters: int = 0  # rows of the counter table (one per numeric field of a "C" event)
     spill_tracks: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)  # reason -> events, in the order first met
+    # reason -> events, in the order first met (C_arg_not_a_number: fields of counter events, not events)
+    skipped: dict[str, int] = field(default_factory=dict)
     # text that was not valid Unicode, read with U+FFFD in its place: reason -> replacements ("invalid_utf8": byte
     # sequences that are not UTF-8, "lone_surrogate": \uD800-\uDFFF escapes that are not half of a pair)
     repaired: dict[str, int] = field(default_factory=dict)
