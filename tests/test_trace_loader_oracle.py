@@ -440,7 +440,7 @@ def _real_traces() -> list:
     found = {}
     for folder in (ROOT / "tests" / "data", SHARED):
         for p in sorted(folder.rglob("*.json*")) if folder.is_dir() else ():
-            if p.name.endswith((".meta.json", "queries.json", "findings.json", "peaks.json")) or "tp_" in str(p.parent):
+            if p.name.endswith((".meta.json", "queries.json", "findings.json", "peaks.json", "facts.json")) or "tp_" in str(p.parent):
                 continue
             found.setdefault(p.name, p)
     return list(found.values())
