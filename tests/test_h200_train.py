@@ -97,3 +97,18 @@ def test_compiled_static_cache_decode_replays_one_graph_per_token_and_says_what_
     x = found["decode_launch_bound"]
     assert "already replays a CUDA graph (1 cudaGraphLaunch per token)" in x.text
     assert "compile_breaks" not in found
+
+
+def test_analyze_json_carries_the_phases_a_scan_finds(capsys):
+    from profiling_core.cli import analyze as analyze_cli
+    label = "mlp_train_adam_fused_eager"
+    assert analyze_cli.main([str(APP / f"{label}.json.gz"), "--json", "--engine", "sqlite"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    events = scan_trace(APP / f"{label}.json.gz")
+    for st in steps(events):
+        k = int(st["name"].split("#")[1])
+        (rng,) = [e for e in cpu_ranges(events, "train::optimizer") if inside(e, st)]
+        (row,) = [p for p in out["phases"] if p["step"] == k and p["phase"] == "optimizer"]
+        assert row["cpu_us"] == pytest.approx(rng["dur"], abs=0.01)
+        assert row["kernels"] == len(kernels_launched_in(events, rng)) == 3  # fused Adam: 3 kernels a step
+    assert set(out["train_phases"]) == {"forward", "backward", "optimizer", "zero_grad", "other"}

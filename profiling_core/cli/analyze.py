@@ -95,6 +95,8 @@ def build_json(report, found, diagnosis=None) -> dict:
         "gpu_busy_fraction": _clean(s["gpu_busy_fraction"]),
         "gpu_busy_us": _clean(s["gpu_busy_us"]),
         "steady_state": _clean(s.get("steady_state")),
+        "train_phases": _clean(s.get("train_phases") or {}),
+        "phases": _records(report.phases, ["step", "phase", "cpu_us", "share", "gpu_us", "gpu_ops", "kernels"]),
         "devices": _clean(s.get("devices") or []),
         "has_gpu": bool(s["has_gpu"]),
         "gemm": _records(report.gemm_throughput, ["op", "device", "time_us", "flops", "tflops",
@@ -134,6 +136,11 @@ def _human(path: str, report, found, diagnosis=None) -> str:
     if s["has_gpu"] and shares:
         lines.append("  GPU time by category (share of the steps' windows): "
                      + ", ".join(f"{c} {100 * v:.1f}%" for c, v in shares.items() if v > 0))
+    ph = report.summary.get("train_phases") or {}
+    if ph:  # a training step: where each phase's time goes (medians of the steps after the first)
+        lines.append("  training phases (per step, median): " + ", ".join(
+            f"{name} {format_duration_us(v['cpu_us'])} CPU / {format_duration_us(v['gpu_us'])} GPU, "
+            f"{v['kernels']:g} kernels" for name, v in ph.items()))
     ks = report.kernel_stats.head(5)
     if len(ks):
         lines.append("  kernels (by total time):")
