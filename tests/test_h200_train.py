@@ -112,3 +112,34 @@ def test_analyze_json_carries_the_phases_a_scan_finds(capsys):
         assert row["cpu_us"] == pytest.approx(rng["dur"], abs=0.01)
         assert row["kernels"] == len(kernels_launched_in(events, rng)) == 3  # fused Adam: 3 kernels a step
     assert set(out["train_phases"]) == {"forward", "backward", "optimizer", "zero_grad", "other"}
+
+
+def test_adams_step_counter_read_on_the_cpu_is_not_a_device_sync():
+    label = "mlp_train_adam_foreach_eager"
+    events = scan_trace(APP / f"{label}.json.gz")
+    items = [e for e in cpu_ranges(events, "aten::item") if e["name"] == "aten::item"]
+    runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    assert items and not any(inside(r, i) for i in items for r in runtime)  # no copy back, no sync inside them
+    _, found = run(label)
+    assert "sync_in_step" not in found
+
+
+def test_a_foreach_optimizers_kernels_under_compile_are_not_graph_staging_copies():
+    label = "mlp_train_adam_foreach_compile"  # mode="default": no CUDA graph to stage inputs into
+    events = scan_trace(APP / f"{label}.json.gz")
+    assert any("multi_tensor_apply" in e["name"] for e in events if e.get("cat") == "kernel")
+    assert not any(e.get("name") == "cudaGraphLaunch" for e in events)
+    _, found = run(label)
+    assert "compile_breaks" not in found
+
+
+def test_a_bf16_model_with_one_fp32_product_is_not_told_to_autocast():
+    # the Llama trains under bf16 autocast; its rotary frequencies stay an fp32 product on purpose
+    path = APP.parent / "llm_train.json.gz"
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        d = diagnose(s, r, None, PEAKS)
+    g = d.roofline[d.roofline["kind"] == "gemm"]
+    t = g["time_us"] * g["count"]
+    assert 0 < t[g["dtype"].isin(["fp32", "tf32"])].sum() < 0.5 * t.sum()
+    assert "fp32_training" not in {x.rule for x in d.diagnoses}

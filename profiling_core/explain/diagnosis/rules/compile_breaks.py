@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import annotation_ranges
+from ....analyses import annotation_ranges, phases_at
 from ....config import config_field as _cfg
 from ..base import Diagnosis, _Ctx, _fmt_us, _steps
 from .decode_launch_bound import TOKEN_RANGE
@@ -44,6 +44,22 @@ def _token_regions(c: _Ctx, names: list) -> tuple[Optional[float], dict[str, dic
     return per_token, {f: v for f, v in by_frame.items() if len(v) > 1}
 
 
+def _staging_copies(c: _Ctx):
+    """The GPU ops that copy inputs into CUDA graphs' static buffers: ``multi_tensor_apply`` kernels in a trace that
+    replays graphs (``cudaGraphLaunch``), less those launched inside a training step's optimizer phase (a foreach
+    optimizer's own multi-tensor kernels)."""
+    ops, lat = c.report.gpu_ops, c.report.launch_latency
+    if ops.empty or lat.empty or not (lat["launch_name"] == "cudaGraphLaunch").any():
+        return ops.iloc[:0]
+    k = ops[ops["name"].astype(str).str.contains("multi_tensor_apply", na=False)]
+    if len(k) and c.report.has_phases:
+        launched = dict(zip(lat["gpu_id"].astype(int), lat["launch_start_ns"].astype("int64")))
+        ids = [int(i) for i in k["id"] if int(i) in launched]
+        at = dict(zip(ids, phases_at(c.session, [launched[i] for i in ids])))
+        k = k[[at.get(int(i)) != "optimizer" for i in k["id"]]]
+    return k
+
+
 def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     cb = c.report.compile_breakdown
     if cb.empty or not (cb["compiled_regions"] > 0).any():
@@ -70,7 +86,7 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
                      "split the compiled code, or the step calls several compiled functions)")
     if len(hashes) > 1:
         parts.append(f"{len(hashes)} distinct compiled graphs")
-    staging = c.report.gpu_ops[c.report.gpu_ops["name"].astype(str).str.contains("multi_tensor_apply", na=False)]
+    staging = _staging_copies(c)
     math_us = float(c.roof.loc[c.roof["kind"] == "gemm", "time_us"].mul(
         c.roof.loc[c.roof["kind"] == "gemm", "count"]).sum()) if not c.roof.empty else 0.0
     stage_us = float(staging["dur_us"].sum())

@@ -1,13 +1,19 @@
 """``fp32_training``: a training step (the trace has a backward phase, ``analyses.phases``) whose GEMMs ran in fp32
 or TF32 on a GPU with bf16 tensor cores (Ampere or later), where ``torch.autocast`` would run them in bf16.
 
-The GEMMs and their dtypes are the roofline's (recorded ``Input type``, TF32 where the kernel's name says so); the
-cost bound is their time per step less the same FLOPs at the bf16 peak (measured, else the datasheet's)."""
+The GEMMs and their dtypes are the roofline's (recorded ``Input type``, TF32 where the kernel's name says so). The rule
+speaks when the fp32/TF32 GEMMs take at least :data:`FP32_SHARE_AT` of the step's GEMM time: a bf16 model that keeps
+one small product in fp32 on purpose (a Llama's rotary frequencies) is already autocast's result. The cost bound is
+their time per step less the same FLOPs at the bf16 peak (measured, else the datasheet's)."""
 from __future__ import annotations
 
 from typing import Optional
 
 from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _steps
+
+
+FP32_SHARE_AT = 0.5
+"""Share of the step's GEMM time in fp32/TF32 GEMMs from which the step counts as trained in fp32."""
 
 
 def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
@@ -24,6 +30,8 @@ def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
     n = _steps(r)
     t32 = float((fp32["time_us"] * fp32["count"]).sum()) / n
     tall = float((g["time_us"] * g["count"]).sum()) / n
+    if tall <= 0 or t32 < FP32_SHARE_AT * tall:
+        return None
     bf = c.peaks.peak_tflops("bf16") if c.peaks is not None else None
     src = c.peaks.source if c.peaks is not None else "measured"
     cost, basis = None, ""

@@ -6,7 +6,8 @@ each host↔device copy (a copy from pageable memory holds its ``cudaMemcpyAsync
 call lasts about as long as the copy; a pinned one returns at once). Each copy's bytes, rate and the copy engine's
 time are the evidence.
 
-In a training step (``analyses.phases``) each synchronising op is placed in its phase: a ``.item()`` outside the
+An op such as ``.item()`` counts only when a runtime call ran inside it (:func:`_reached_device`): on a CPU tensor
+it waits for nothing. In a training step (``analyses.phases``) each synchronising op is placed in its phase: a ``.item()`` outside the
 optimizer, after backward, is the loop logging its loss every step, and the text and fix say so."""
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     for a, b in zip(starts, ends):
         inside |= (tb.ts[idx] >= a) & (tb.ts[idx] + tb.dur[idx] <= b)
     idx = idx[inside]
+    idx = _reached_device(idx, names, cats, tb)
     lat = r.launch_latency
     copies = lat[lat["step"].notna() & lat["gpu_name"].astype(str).str.contains("HtoD|DtoH", na=False)] \
         if not lat.empty else lat
@@ -97,6 +99,23 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                       "blocked_us_per_step": blocked, "sync_calls_us_per_step": sync_us,
                       "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows,
                       "sync_ops_by_phase": by_phase, "logged_per_step": logged})
+
+
+def _reached_device(idx: np.ndarray, names, cats, tb) -> np.ndarray:
+    """The synchronising slices of ``idx`` that made the CPU wait for a device: every runtime call, and the ops
+    (``.item()``, ``nonzero``) inside which a runtime or driver call ran (the copy back, the stream sync). ``.item()``
+    on a CPU tensor (Adam's step counter, a CPU-only run) calls none and waits for nothing."""
+    ops = {int(i) for i in idx if names[i] in _SYNC_OPS}
+    if not ops:
+        return idx
+    hit: set[int] = set()
+    for i in np.flatnonzero(np.isin(cats, ["cuda_runtime", "cuda_driver"])).tolist():
+        p = int(tb.parent_id[i])
+        while p >= 0:
+            if p in ops:
+                hit.add(p)
+            p = int(tb.parent_id[p])
+    return np.array([i for i in idx.tolist() if names[i] not in _SYNC_OPS or i in hit], dtype=np.int64)
 
 
 def _nested_sync_op(names, tb, i: int) -> bool:
