@@ -203,6 +203,7 @@ def _run_context(path: str, peaks_file: Optional[str]):
     the calibration ``peaks_file`` or else the store's newest calibration of that device (None where unknown)."""
     from pathlib import Path
 
+    from ..store.files import read_json_object
     from ..store.peaks import DevicePeaks, PeakBook
     from ..store.runs import RunStore
     config, device, peaks, store_root = None, {}, None, None
@@ -214,10 +215,14 @@ def _run_context(path: str, peaks_file: Optional[str]):
             config, device = run.config, run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
         except (ProfilingError, OSError, ValueError, TypeError, KeyError):
             config, device = None, {}
-    if peaks_file is not None:
+    if peaks_file is not None:  # read as the store reads its calibrations: a FIFO or /dev/zero is refused unread
+        data, why = read_json_object(Path(peaks_file), f"--peaks {peaks_file}", PeakBook.MAX_BYTES,
+                                     PeakBook.MAX_DEPTH)
+        if why is not None:
+            raise ValueError(why)
         try:
-            peaks = DevicePeaks.from_dict(json.loads(Path(peaks_file).read_text(encoding="utf-8")))
-        except (OSError, ValueError, RecursionError) as e:
+            peaks = DevicePeaks.from_dict(data)
+        except ValueError as e:
             raise ValueError(f"--peaks {peaks_file}: {e}") from None
     elif store_root is not None and device.get("name"):
         peaks = PeakBook(store_root).find(device["name"], torch_version=device.get("torch"))
