@@ -20,8 +20,8 @@ import math
 import sys
 from typing import Any, Optional
 
-from ..present.terminal import terminal_safe
 from ..errors import ProfilingError
+from ..present.terminal import echo
 from ..units import format_duration_us
 
 __all__ = ["add_parser", "run", "build_json", "main"]
@@ -110,7 +110,7 @@ def build_json(report, found, diagnosis=None) -> dict:
     }
 
 
-def _human(path: str, report, found, diagnosis=None) -> str:
+def _human(path: str, report, found, diagnosis=None) -> list[str]:
     s = report.summary
     lines = [f"{path}  (engine {report.engine})",
              f"  steps {s['steps']}   GPU ops {s['gpu_ops']}   kernels {s['kernels']}" +
@@ -159,7 +159,7 @@ def _human(path: str, report, found, diagnosis=None) -> str:
             lines.append(f"      fix: {d.fix}")
         if not diagnosis.diagnoses:
             lines.append("    nothing the rules recognise")
-    return "\n".join(map(terminal_safe, lines))  # each line is one line, whatever a kernel is named
+    return lines  # printed by echo: each line is one line, whatever a kernel is named
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         diagnosis = diagnose(session, report, config, peaks,
                              compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None)
     except (ProfilingError, OSError, ValueError) as exc:
-        print("error: " + terminal_safe(" ".join(str(exc).split())[:500]), file=sys.stderr)
+        echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
         return 2
     finally:
         close = getattr(locals().get("session"), "close", None)
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(build_json(report, found, diagnosis), ensure_ascii=False))
     else:
-        print(_human(args.path, report, found, diagnosis))
+        echo(*_human(args.path, report, found, diagnosis))
     return 0
 
 

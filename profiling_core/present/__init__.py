@@ -4,7 +4,8 @@
 - ``export``: a chart as PNG / SVG / its Vega-Lite spec, a frame as CSV, the one-file HTML report
   (:class:`ReportSection`, :func:`html_report`), and the page that opens a trace in the Perfetto UI.
 - ``markdown``: :func:`md_text` / :func:`md_code`, an untrusted name as Streamlit Markdown shown literally.
-- ``terminal``: :func:`terminal_safe`, control characters as visible escapes for the CLI's human output.
+- ``terminal``: :func:`terminal_safe`, control characters as visible escapes for the CLI's human output, and
+  :func:`echo`, which prints lines through it.
 - ``summaries``: tables and labels about runs from plain data (a ``Run``, its ``Report``, its ``DiagnosisReport``,
   calibrations): :func:`runs_table`, :func:`config_summary`, :func:`mode_label`, :func:`run_size`,
   :func:`step_summary` / :func:`step_summaries`, :func:`peaks_frame`, :func:`gemm_vs_peak`, ...
@@ -14,11 +15,11 @@ Nothing here imports streamlit or torch.
 from __future__ import annotations
 
 from .markdown import md_code, md_text
-from .terminal import terminal_safe
+from .terminal import echo, terminal_safe
 
 __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv",
            "safe_filename", "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI", "md_text", "md_code",
-           "terminal_safe", "summaries", "RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text",
+           "terminal_safe", "echo", "summaries", "RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text",
            "config_summary", "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries",
            "peaks_frame", "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings"]
 
