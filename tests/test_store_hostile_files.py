@@ -153,7 +153,7 @@ def test_peaks_file_that_never_ends_or_blocks_is_refused(tmp_path):
                          (tmp_path, "is not a regular file: it is a directory")]:
         t0 = time.monotonic()
         try:
-            rc, out, err = cli("analyze", CPU_TRACE, "--engine", "sqlite", "--peaks", path, timeout=90,
+            rc, _out, err = cli("analyze", CPU_TRACE, "--engine", "sqlite", "--peaks", path, timeout=90,
                                limit_memory=True)
         except subprocess.TimeoutExpired:
             pytest.fail(f"analyze --peaks {path} still ran after 90 s")
@@ -169,7 +169,7 @@ def test_peaks_file_over_the_cap_or_bad_is_refused_with_the_reason(tmp_path):
     bad.write_text(json.dumps({**GOOD_PEAKS, "copy_bytes": 10 ** 400}))
     for path, reason in [(huge, "is over 1 MiB (3,221,225,472 bytes)"),
                          (bad, ": calibration field 'copy_bytes' must be an integer")]:
-        rc, out, err = cli("analyze", CPU_TRACE, "--engine", "sqlite", "--peaks", path, limit_memory=True)
+        rc, _out, err = cli("analyze", CPU_TRACE, "--engine", "sqlite", "--peaks", path, limit_memory=True)
         assert rc == 2 and err.startswith(f"error: --peaks {path}") and reason in err, err
     good = tmp_path / "good.json"
     good.write_text(json.dumps(GOOD_PEAKS))
