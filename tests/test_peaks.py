@@ -67,7 +67,8 @@ def test_wrong_field_values_are_named():
             "gemm_tflops": {"bf16": 1.0}, "gemm_tflops_median": {"bf16": 1.0}, "gemm_sizes": {"bf16": 8},
             "bandwidth_gbs": 1.0, "bandwidth_gbs_median": 1.0, "copy_bytes": 8}
     assert DevicePeaks.from_dict(base).gemm_tflops == {"bf16": 1.0}
-    with pytest.raises(ValueError, match="'gemm_tflops' must map dtypes to positive numbers"):
+    with pytest.raises(ValueError, match="'gemm_tflops' must map each dtype to a number above 0 and at most "
+                                         "100,000 TFLOP/s, got -1 for bf16"):
         DevicePeaks.from_dict({**base, "gemm_tflops": {"bf16": -1}})
     with pytest.raises(ValueError, match="'kind' must be 'cuda' or 'cpu', got 'tpu'"):
         DevicePeaks.from_dict({**base, "kind": "tpu"})

@@ -20,8 +20,8 @@ import math
 import sys
 from typing import Any, Optional
 
-from ..present.terminal import terminal_safe
 from ..errors import ProfilingError
+from ..present.terminal import echo
 from ..units import format_duration_us
 
 __all__ = ["add_parser", "run", "build_json", "main"]
@@ -112,7 +112,7 @@ def build_json(report, found, diagnosis=None) -> dict:
     }
 
 
-def _human(path: str, report, found, diagnosis=None) -> str:
+def _human(path: str, report, found, diagnosis=None) -> list[str]:
     s = report.summary
     lines = [f"{path}  (engine {report.engine})",
              f"  steps {s['steps']}   GPU ops {s['gpu_ops']}   kernels {s['kernels']}" +
@@ -167,7 +167,7 @@ def _human(path: str, report, found, diagnosis=None) -> str:
             lines.append(f"      fix: {d.fix}")
         if not diagnosis.diagnoses:
             lines.append("    nothing the rules recognise")
-    return "\n".join(map(terminal_safe, lines))  # each line is one line, whatever a kernel is named
+    return lines  # printed by echo: each line is one line, whatever a kernel is named
 
 
 def run(args: argparse.Namespace) -> int:
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         diagnosis = diagnose(session, report, config, peaks,
                              compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None)
     except (ProfilingError, OSError, ValueError) as exc:
-        print("error: " + terminal_safe(" ".join(str(exc).split())[:500]), file=sys.stderr)
+        echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
         return 2
     finally:
         close = getattr(locals().get("session"), "close", None)
@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(build_json(report, found, diagnosis), ensure_ascii=False))
     else:
-        print(_human(args.path, report, found, diagnosis))
+        echo(*_human(args.path, report, found, diagnosis))
     return 0
 
 
@@ -211,6 +211,7 @@ def _run_context(path: str, peaks_file: Optional[str]):
     the calibration ``peaks_file`` or else the store's newest calibration of that device (None where unknown)."""
     from pathlib import Path
 
+    from ..store.files import read_json_object
     from ..store.peaks import DevicePeaks, PeakBook
     from ..store.runs import RunStore
     config, device, peaks, store_root = None, {}, None, None
@@ -222,10 +223,14 @@ def _run_context(path: str, peaks_file: Optional[str]):
             config, device = run.config, run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
         except (ProfilingError, OSError, ValueError, TypeError, KeyError):
             config, device = None, {}
-    if peaks_file is not None:
+    if peaks_file is not None:  # read as the store reads its calibrations: a FIFO or /dev/zero is refused unread
+        data, why = read_json_object(Path(peaks_file), f"--peaks {peaks_file}", PeakBook.MAX_BYTES,
+                                     PeakBook.MAX_DEPTH)
+        if why is not None:
+            raise ValueError(why)
         try:
-            peaks = DevicePeaks.from_dict(json.loads(Path(peaks_file).read_text(encoding="utf-8")))
-        except (OSError, ValueError, RecursionError) as e:
+            peaks = DevicePeaks.from_dict(data)
+        except ValueError as e:
             raise ValueError(f"--peaks {peaks_file}: {e}") from None
     elif store_root is not None and device.get("name"):
         peaks = PeakBook(store_root).find(device["name"], torch_version=device.get("torch"))

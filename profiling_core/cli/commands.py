@@ -5,7 +5,9 @@
 ``--size``, ``--batch`` and ``--bias``.
 
 Human output by default; ``--json`` prints one JSON object.  Every failure exits non-zero with a one-line
-reason on stderr and no traceback.
+reason on stderr and no traceback.  Every line of human output is printed through ``present.terminal.echo``: what
+it shows from traces and from the store's files (run and device names, a calibration's text, the device lock's
+holder) has its control characters shown as escapes.
 """
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import threading
 from typing import Optional
 
 from ..config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, ExperimentConfig
-from ..present.terminal import terminal_safe
 from ..errors import ProfilingError, WorkerError
+from ..present.terminal import echo, terminal_safe
 from ..store.runs import RunStore
 from ..workloads import INT_TEXT, WORKLOADS, get_workload, workload_names
 
@@ -85,16 +87,15 @@ def _timing_line(meta: dict) -> str:
 def cmd_run(a: argparse.Namespace) -> int:
     from ..run.runner import run_experiment
     cfg = ExperimentConfig.for_workload(a.workload, _knobs(a), size=a.size, compile=a.compile, **_common_fields(a))
-    status = None if a.json else (lambda m: print(f"  … {m}", flush=True))
+    status = None if a.json else (lambda m: echo(f"  … {m}", flush=True))
     run = run_experiment(cfg, store=_store(a), on_status=status, wait_for_device=not a.no_wait)
     if a.json:
         print(json.dumps({**run.to_dict(), "config": cfg.to_dict(), "timings": run.meta.get("timings"),
                           "device": run.meta.get("device")}))
     else:
         dev = run.meta.get("device", {})
-        print(terminal_safe(f"run {run.run_id}  ({cfg.name} on {dev.get('type')} {dev.get('name') or ''})".rstrip()))
-        print(f"  trace  {run.trace_path}\n  table  {run.table_path}")
-        print(f"  {_timing_line(run.meta)}")
+        echo(f"run {run.run_id}  ({cfg.name} on {dev.get('type')} {dev.get('name') or ''})".rstrip(),
+             f"  trace  {run.trace_path}", f"  table  {run.table_path}", f"  {_timing_line(run.meta)}")
     return 0
 
 
@@ -136,26 +137,24 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         width = 30
         filled = int(width * p.fraction)
         bar = "#" * filled + "-" * (width - filled)
-        print(f"\r[{bar}] {p.done}/{p.total} {p.message}".ljust(100), end="" if p.current else "\n",
-              file=sys.stderr, flush=True)
+        print("\r" + terminal_safe(f"[{bar}] {p.done}/{p.total} {p.message}").ljust(99),
+              end="" if p.current else "\n", file=sys.stderr, flush=True)  # the one line it redraws
 
     try:
         result = run_sweep(configs, store=_store(a), on_progress=progress, cancel_event=cancel,
                            prestart=0 if a.fresh_interpreter else 1)
     except KeyboardInterrupt:
         cancel.set()
-        print("\ncancelled", file=sys.stderr)
+        echo("", "cancelled", file=sys.stderr)
         return 130
     if a.json:
         print(json.dumps({"runs": [r.to_dict() for r in result.runs],
                           "errors": [{"name": c.name, "error": str(e)} for c, e in result.errors],
                           "cancelled": result.cancelled, "wall_s": round(result.wall_s, 3)}))
     else:
-        for r in result.runs:
-            print(f"ok    {r.run_id}   {_timing_line(r.meta)}")
-        for c, e in result.errors:
-            print(terminal_safe(f"FAIL  {c.name}: {e}"))
-        print(f"{len(result.runs)} ok, {len(result.errors)} failed, {result.wall_s:.1f} s")
+        echo(*[f"ok    {r.run_id}   {_timing_line(r.meta)}" for r in result.runs],
+             *[f"FAIL  {c.name}: {e}" for c, e in result.errors],
+             f"{len(result.runs)} ok, {len(result.errors)} failed, {result.wall_s:.1f} s")
     return 0 if not result.errors and not result.cancelled else 1
 
 
@@ -174,12 +173,12 @@ def cmd_workloads(a: argparse.Namespace) -> int:
         return 0
     for w in WORKLOADS.values():
         axis = f"sweep axis: {' / '.join(w.size_knobs)}" if w.size_knobs else "no sweep axis"
-        print(f"{w.name}  ({axis})\n  {w.description}")
+        echo(f"{w.name}  ({axis})", f"  {w.description}")
         for k in w.knobs:
             default = "none" if k.default is None else str(k.default).lower() if k.kind == "bool" else str(k.default)
             when = f" (only when {k.when[0]} is {k.when[1]})" if k.when else ""
-            print(f"    {k.name:14s} {k.kind:6s} default {default:10s} {_knob_range(k):24s} {k.help}{when}")
-    print("\nSet knobs with --knob NAME=VALUE (repeated), e.g. python -m profiling_core run --workload attention "
+            echo(f"    {k.name:14s} {k.kind:6s} default {default:10s} {_knob_range(k):24s} {k.help}{when}")
+    echo("", "Set knobs with --knob NAME=VALUE (repeated), e.g. python -m profiling_core run --workload attention "
           "--knob seq_len=512 --knob causal=false; matmul_add's are also --size, --batch and --bias.")
     return 0
 
@@ -191,14 +190,14 @@ def cmd_ls(a: argparse.Namespace) -> int:
                            "device": (r.meta.get("device") or {}).get("name")} for r in runs]))
         return 0
     if not runs:
-        print(f"no runs in {_store(a).root}")
+        echo(f"no runs in {_store(a).root}")
     for r in runs:
         if r.problem is not None:
-            print(terminal_safe(f"{r.run_id:60s} {r.status:8s} {r.problem}"))
+            echo(f"{r.run_id:60s} {r.status:8s} {r.problem}")
             continue
         dev = (r.meta.get("device") or {})
-        print(terminal_safe(f"{r.run_id:60s} {r.status:8s} {dev.get('type') or r.meta.get('source', ''):6s} "
-                            f"{str(r.meta.get('started_at', ''))[:19]}"))
+        echo(f"{r.run_id:60s} {r.status:8s} {dev.get('type') or r.meta.get('source', ''):6s} "
+             f"{str(r.meta.get('started_at', ''))[:19]}")
     return 0
 
 
@@ -207,8 +206,7 @@ def cmd_show(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps({**run.to_dict(), "meta": run.meta}))
         return 0
-    print(json.dumps(run.meta, indent=1, default=str))
-    print("\n".join(map(terminal_safe, run.table_text().splitlines())))
+    echo(*json.dumps(run.meta, indent=1, default=str).splitlines(), *run.table_text().splitlines())
     return 0
 
 
@@ -217,7 +215,7 @@ def cmd_rm(a: argparse.Namespace) -> int:
     for rid in a.run_ids:
         store.delete(rid)
         if not a.json:
-            print(f"deleted {rid}")
+            echo(f"deleted {rid}")
     if a.json:
         print(json.dumps({"deleted": a.run_ids}))
     return 0
@@ -225,14 +223,18 @@ def cmd_rm(a: argparse.Namespace) -> int:
 
 def cmd_import(a: argparse.Namespace) -> int:
     run = _store(a).import_trace(a.path, name=a.name)
-    print(json.dumps(run.to_dict()) if a.json else terminal_safe(f"imported {a.path} as run {run.run_id}"))
+    if a.json:
+        print(json.dumps(run.to_dict()))
+    else:
+        echo(f"imported {a.path} as run {run.run_id}")
     return 0
 
 
 def _peaks_lines(p) -> list[str]:
+    """A calibration as lines for :func:`echo` (a schema-checked ``DevicePeaks``: each dtype has its median and size,
+    every figure is a finite number)."""
     sheet = p.datasheet()
-    lines = [terminal_safe(f"{p.device}  ({p.kind}; driver {p.driver or '-'}; torch {p.torch_version}; "
-                           f"measured {p.measured_at})")]
+    lines = [f"{p.device}  ({p.kind}; driver {p.driver or '-'}; torch {p.torch_version}; measured {p.measured_at})"]
     for d, t in p.gemm_tflops.items():
         ds = f"   datasheet {sheet['tflops'][d]:,.1f}" if sheet and d in sheet["tflops"] else ""
         lines.append(f"  GEMM {d:5s} {t:>10,.3f} TFLOP/s (median {p.gemm_tflops_median[d]:,.3f}; "
@@ -257,16 +259,19 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
                               "unreadable": [{"file": f, "error": e} for f, e in bad]}))
             return 0
         if not good and not bad:
-            print(f"no calibrations in {store.root} (run: python -m profiling_core calibrate)")
+            echo(f"no calibrations in {store.root} (run: python -m profiling_core calibrate)")
         for p in good:
-            print("\n".join(_peaks_lines(p)))
+            echo(*_peaks_lines(p))
         for f, e in bad:
-            print(terminal_safe(f"unreadable calibration {f}: {e}"))
+            echo(f"unreadable calibration {f}: {e}")
         return 0
     job = CalibrationJob(device=a.device, gemm_size=a.gemm_size, timeout_s=a.timeout)
-    status = None if a.json else (lambda m: print(f"  … {m}", flush=True))
+    status = None if a.json else (lambda m: echo(f"  … {m}", flush=True))
     p = calibrate(job, store=store, on_status=status, wait_for_device=not a.no_wait)
-    print(json.dumps(p.to_dict()) if a.json else "\n".join(_peaks_lines(p) + [f"  method: {p.method}"]))
+    if a.json:
+        print(json.dumps(p.to_dict()))
+    else:
+        echo(*_peaks_lines(p), f"  method: {p.method}")
     return 0
 
 
@@ -331,11 +336,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 1
     except WorkerError as exc:
-        print("error: " + terminal_safe(" ".join(str(exc).split())[:500]), file=sys.stderr)
+        echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
         return 3
     except (ProfilingError, OSError) as exc:
-        print("error: " + terminal_safe(" ".join(str(exc).split())[:500]), file=sys.stderr)
+        echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        echo("interrupted", file=sys.stderr)
         return 130

@@ -7,7 +7,8 @@
 - ``web``: :func:`html_text` (HTML text and attribute values), :func:`script_json` (a value inside ``<script>``)
   and :func:`vega_safe` (a chart's strings, before it is drawn): the only ways an untrusted string enters the
   HTML, JavaScript and SVG written here.
-- ``terminal``: :func:`terminal_safe`, control characters as visible escapes for the CLI's human output.
+- ``terminal``: :func:`terminal_safe`, control characters as visible escapes for the CLI's human output, and
+  :func:`echo`, which prints lines through it.
 - ``summaries``: tables and labels about runs from plain data (a ``Run``, its ``Report``, its ``DiagnosisReport``,
   calibrations): :func:`runs_table`, :func:`config_summary`, :func:`mode_label`, :func:`run_size`,
   :func:`step_summary` / :func:`step_summaries`, :func:`peaks_frame`, :func:`gemm_vs_peak`, ...
@@ -17,12 +18,12 @@ Nothing here imports streamlit or torch.
 from __future__ import annotations
 
 from .markdown import md_code, md_text
-from .terminal import terminal_safe
+from .terminal import echo, terminal_safe
 from .web import html_text, script_json, vega_safe
 
 __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv",
            "safe_filename", "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI", "md_text", "md_code",
-           "html_text", "script_json", "vega_safe", "terminal_safe", "summaries", "RUNS_COLUMNS", "runs_table",
+           "html_text", "script_json", "vega_safe", "terminal_safe", "echo", "summaries", "RUNS_COLUMNS", "runs_table",
            "run_labels", "newest_run", "store_size_text", "config_summary", "mode_label", "run_size",
            "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame", "GEMM_VS_PEAK_COLUMNS",
            "gemm_vs_peak", "comparison_warnings"]

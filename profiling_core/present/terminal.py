@@ -1,11 +1,18 @@
-"""Text for a terminal: strings from traces, file names and run names are untrusted, so the CLI's human output shows
-their control characters (ESC sequences, carriage returns, newlines, bidi overrides) as visible escapes instead of
-letting them move the cursor, recolour, retitle or reorder what the user reads."""
+"""Text for a terminal: strings from traces, file names, run names and the files the store keeps are untrusted, so the
+CLI's human output shows their control characters (ESC sequences, carriage returns, newlines, bidi overrides) as
+visible escapes instead of letting them move the cursor, recolour, retitle or reorder what the user reads.
+
+:func:`terminal_safe` is the one escaping function; :func:`echo` prints lines through it, and is how the CLI prints
+every line of its human output."""
 from __future__ import annotations
 
 import re
+import sys
+from typing import IO
 
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, the bidi marks and overrides, and lone surrogates (a file name's bytes that are not UTF-8, as
+# Python decodes them): a terminal acts on the first ones, and printing the last raises UnicodeEncodeError
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def visible_escape(char: str) -> str:
@@ -14,5 +21,12 @@ def visible_escape(char: str) -> str:
 
 
 def terminal_safe(text: object) -> str:
-    """``str(text)`` with every C0/C1 control and bidi control shown as ``\\xNN`` / ``\\uNNNN`` (tabs too)."""
+    """``str(text)`` with every C0/C1 control and bidi control shown as ``\\xNN`` / ``\\uNNNN`` (tabs too), and a lone
+    surrogate as ``\\udcNN``."""
     return _CONTROL.sub(lambda m: visible_escape(m[0]), str(text))
+
+
+def echo(*lines: object, file: IO[str] | None = None, end: str = "\n", flush: bool = False) -> None:
+    """Print each of ``lines`` as one line, through :func:`terminal_safe`: whatever a line holds (a kernel's name, a
+    calibration's text, a lock holder's note), it stays one line and cannot drive the terminal."""
+    print("\n".join(terminal_safe(line) for line in lines), file=file or sys.stdout, end=end, flush=flush)

@@ -9,6 +9,9 @@ machine: ``PROFILING_LOCK_DIR`` or ``<tmp>/profiling_core-locks``.  A waiter pol
 waits (``cancel_event``): the wait ends at once with a ``cancelled`` WorkerError, and nothing was started.  Nothing in it is opened through a symbolic
 link (a shared temp folder lets anyone plant one): the holder file is made under a fresh random name
 (``tempfile.mkstemp``: O_CREAT|O_EXCL|O_NOFOLLOW) and renamed into place; the lock file is opened O_NOFOLLOW.
+A waiter reads the holder file through the store's reader of small files (``store.files``), never through a link:
+a FIFO, a directory or a device planted in its place reads as an unknown holder instead of blocking the waiter.
+What the holder wrote is its own text, passed on as it is: whoever prints it escapes it.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from ..errors import DeviceBusyError, ProfilingError, WorkerError
+from ..store.files import read_json_object
 
 ENV_LOCK_DIR = "PROFILING_LOCK_DIR"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -44,13 +48,25 @@ def device_key(device: str) -> str:
     return "cpu"
 
 
-def holder(device: str) -> Optional[dict]:
-    try:
-        fd = os.open(lock_dir() / f"{device}.holder", os.O_RDONLY | _NOFOLLOW)
-        with os.fdopen(fd, "rb") as f:
-            return json.loads(f.read(4096))
-    except (OSError, ValueError):
-        return None
+HOLDER_MAX_BYTES = 4096  # {"pid": ..., "what": ..., "since": ...}
+
+
+def holder(device: str) -> dict | None:
+    """What the holder of ``device``'s lock wrote about itself (``pid``, ``what``, ``since``), or None where its
+    holder file cannot be read: read through the store's one reader of small files, never through a link, so that
+    a FIFO, a directory or a link to ``/dev/zero`` planted in the shared folder neither blocks nor floods a waiter."""
+    data, why = read_json_object(lock_dir() / f"{device}.holder", "the device lock's holder file", HOLDER_MAX_BYTES,
+                                 4, follow_symlinks=False)
+    return None if why is not None else data
+
+
+def _who(h: dict | None) -> str:
+    """``pid N (what it runs)`` from a holder's record, with what is missing or of a wrong type as ``?`` and ``a
+    run``. The text is the holder's own and may hold anything: whoever prints it escapes it."""
+    h = h or {}
+    pid = h.get("pid") if isinstance(h.get("pid"), int) and not isinstance(h.get("pid"), bool) else "?"
+    what = h.get("what") if isinstance(h.get("what"), str) and h.get("what") else "a run"
+    return f"pid {pid} ({what if len(what) <= 200 else what[:199] + '…'})"
 
 
 @contextlib.contextmanager
@@ -88,8 +104,7 @@ def device_lock(device: str, *, what: str = "", wait: bool = True, timeout_s: Op
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                h = holder(device) or {}
-                who = f"pid {h.get('pid', '?')} ({h.get('what', 'a run')})"
+                who = _who(holder(device))
                 if not wait:
                     raise DeviceBusyError(f"device {device} is busy: {who} is profiling on it") from None
                 waited = time.monotonic() - t0

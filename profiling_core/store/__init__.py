@@ -1,8 +1,9 @@
 """The store: where runs and calibrations are kept, each landing whole or not at all.
 
 - ``runs``: :class:`RunStore` (one folder per run: ``trace.json``, ``table.txt``, ``meta.json``; written in
-  ``.staging/`` and renamed into place; list, open, delete, import) and :class:`Run`; ``validate_run_id``;
-  ``read_json_object``, the one defensive reader of the store's small JSON files.
+  ``.staging/`` and renamed into place; list, open, delete, import) and :class:`Run`; ``validate_run_id``.
+- ``files``: ``read_small_file``, the one reader of the small files the store and the device lock keep (it looks
+  at what a path is before reading it, and caps what it reads), and ``read_json_object`` on top of it.
 - ``peaks``: :class:`DevicePeaks` (what a calibration measured), :class:`PeakBook` (the calibrations kept in the
   store's ``.calibrations/``; ``PeakBook.for_run``: the newest of a run's device), and the vendors' datasheets
   (``datasheet_for``).
@@ -11,8 +12,9 @@ Nothing here runs torch or a worker; ``profiling_core.run`` writes into the stor
 """
 from __future__ import annotations
 
+from .files import read_json_object, read_small_file
 from .peaks import DATASHEETS, DevicePeaks, PeakBook, datasheet_for
-from .runs import Run, RunStore, read_json_object, validate_run_id
+from .runs import Run, RunStore, validate_run_id
 
-__all__ = ["RunStore", "Run", "validate_run_id", "read_json_object", "DevicePeaks", "PeakBook", "DATASHEETS",
-           "datasheet_for"]
+__all__ = ["RunStore", "Run", "validate_run_id", "read_json_object", "read_small_file", "DevicePeaks", "PeakBook",
+           "DATASHEETS", "datasheet_for"]

@@ -4,19 +4,21 @@
   measures it in the worker): GEMM TFLOP/s per dtype and copy bandwidth, with the method, the date, the driver and
   the torch version.
 - :class:`PeakBook`: the calibrations kept in a run store's ``.calibrations/`` folder, one per (device name, driver,
-  torch version), each file read defensively.
+  torch version), each file read defensively and checked against :data:`CALIBRATION_SCHEMA` (every figure a finite
+  number in a range a device can reach, every dtype's entry complete), so a bad file is listed with its reason.
 - :data:`DATASHEETS` / :func:`datasheet_for`: a vendor's datasheet number, where this module knows the device; shown
   beside the measured one, never used instead of it.
 """
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
+
+from .files import read_json_object
 
 if TYPE_CHECKING:
     from .runs import Run
@@ -138,46 +140,122 @@ class DevicePeaks:
 
     @classmethod
     def from_dict(cls, data: Any) -> "DevicePeaks":
-        """Read a stored calibration; raises ValueError naming the first field that is missing or of a wrong type."""
-        if not isinstance(data, dict):
-            raise ValueError(f"a calibration must be a JSON object, got {type(data).__name__}")
-        want = {"device": str, "kind": str, "torch_version": str, "measured_at": str, "method": str,
-                "gemm_tflops": dict, "gemm_tflops_median": dict, "gemm_sizes": dict, "bandwidth_gbs": (int, float),
-                "bandwidth_gbs_median": (int, float), "copy_bytes": int}
-        for name, typ in want.items():
-            if name not in data:
-                raise ValueError(f"calibration field {name!r} is missing")
-            if not isinstance(data[name], typ) or isinstance(data[name], bool):
-                raise ValueError(f"calibration field {name!r} has the wrong type ({type(data[name]).__name__})")
-        for name in ("gemm_tflops", "gemm_tflops_median", "gemm_sizes"):
-            for k, v in data[name].items():
-                if not isinstance(k, str) or not isinstance(v, (int, float)) or isinstance(v, bool) \
-                        or not math.isfinite(v) or v <= 0:
-                    raise ValueError(f"calibration field {name!r} must map dtypes to positive numbers")
-        if data["kind"] not in ("cuda", "cpu"):
-            raise ValueError(f"calibration field 'kind' must be 'cuda' or 'cpu', got {data['kind']!r}")
-        for name in ("driver",):
-            if data.get(name) is not None and not isinstance(data[name], str):
-                raise ValueError(f"calibration field {name!r} must be a string or null")
-        threads = data.get("threads")
-        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)):
-            raise ValueError("calibration field 'threads' must be an integer or null")
-        extra = data.get("extra") or {}
-        if not isinstance(extra, dict):
-            raise ValueError("calibration field 'extra' must be an object")
-        return cls(device=data["device"], kind=data["kind"], driver=data.get("driver"),
-                   torch_version=data["torch_version"], measured_at=data["measured_at"], method=data["method"],
-                   gemm_tflops={k: float(v) for k, v in data["gemm_tflops"].items()},
-                   gemm_tflops_median={k: float(v) for k, v in data["gemm_tflops_median"].items()},
-                   gemm_sizes={k: int(v) for k, v in data["gemm_sizes"].items()}, bandwidth_gbs=float(data["bandwidth_gbs"]),
-                   bandwidth_gbs_median=float(data["bandwidth_gbs_median"]), copy_bytes=data["copy_bytes"],
-                   threads=threads, extra=extra)
+        """Read a stored calibration against :data:`CALIBRATION_SCHEMA`; raises ValueError naming the first field that
+        is missing, of a wrong type or out of its range, with the value it holds (escaped, shortened)."""
+        return cls(**_checked(data))
+
+
+# --- what a stored calibration may hold ------------------------------------------------------------------------
+
+# Far above what any device reaches (an H200: ~990 dense bf16 TFLOP/s, 4,800 GB/s), far below what breaks the
+# arithmetic a page or a terminal does with them (a copy of 10**400 bytes in MiB is an OverflowError).
+_TFLOPS = (float, 0, 1e5, "TFLOP/s")
+_GBS = (float, 0, 1e6, "GB/s")
+CALIBRATION_SCHEMA: dict[str, Any] = {
+    "text": {"device": 200, "kind": 8, "torch_version": 100, "measured_at": 64, "method": 4000},  # max characters
+    "optional_text": {"driver": 100},
+    "numbers": {"bandwidth_gbs": _GBS, "bandwidth_gbs_median": _GBS, "copy_bytes": (int, 1, 1 << 40, "bytes")},
+    "optional_numbers": {"threads": (int, 1, 1 << 16, "threads")},
+    # {dtype: number}; each dtype of the first has its entry in the others
+    "per_dtype": {"gemm_tflops": _TFLOPS, "gemm_tflops_median": _TFLOPS, "gemm_sizes": (int, 1, 1 << 20, "(M = N = K)")},
+}
+"""What :meth:`DevicePeaks.from_dict` accepts. Numbers are ``(type, low, high, unit)``: a float is above ``low``
+(so positive) and at most ``high``, hence finite (JSON's ``NaN`` and ``1e400`` are refused); an integer (never a
+boolean) is from ``low`` to ``high``. The dtypes are those the device's kind calibrates (:data:`GPU_DTYPES`,
+:data:`CPU_DTYPES`)."""
+
+
+def _shown(value: Any) -> str:
+    """A bad value as a message quotes it: ``repr`` (control characters escaped), shortened."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _allowed(spec: tuple) -> str:
+    typ, low, high, unit = spec
+    if typ is int:
+        return f"an integer from {low:,} to {high:,} {unit}"
+    return f"a number above {low:,} and at most {high:,.0f} {unit}"
+
+
+def _fits(value: Any, spec: tuple) -> bool:
+    typ, low, high, _unit = spec
+    if isinstance(value, bool):
+        return False
+    if typ is int:
+        return isinstance(value, int) and low <= value <= high
+    return isinstance(value, (int, float)) and low < value <= high  # NaN compares false: refused
+
+
+def _checked(data: Any) -> dict[str, Any]:
+    """``data`` checked against :data:`CALIBRATION_SCHEMA`, as :class:`DevicePeaks`'s fields; ValueError otherwise."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a calibration must be a JSON object, got {type(data).__name__}")
+    schema = CALIBRATION_SCHEMA
+    out: dict[str, Any] = {}
+
+    def present(name: str, optional: bool) -> bool:
+        if name not in data and not optional:
+            raise ValueError(f"calibration field {name!r} is missing")
+        if data.get(name) is None and optional:
+            out[name] = None
+            return False
+        return True
+
+    for name, limit in {**schema["text"], **schema["optional_text"]}.items():
+        if not present(name, name in schema["optional_text"]):
+            continue
+        value = data[name]
+        if not isinstance(value, str):
+            raise ValueError(f"calibration field {name!r} has the wrong type ({type(value).__name__})")
+        if len(value) > limit:
+            raise ValueError(f"calibration field {name!r} is over {limit} characters ({len(value):,})")
+        out[name] = value
+    if out["kind"] not in ("cuda", "cpu"):
+        raise ValueError(f"calibration field 'kind' must be 'cuda' or 'cpu', got {_shown(out['kind'])}")
+    for name, spec in {**schema["numbers"], **schema["optional_numbers"]}.items():
+        if not present(name, name in schema["optional_numbers"]):
+            continue
+        value = data[name]
+        if not _fits(value, spec):
+            raise ValueError(f"calibration field {name!r} must be {_allowed(spec)}, got {_shown(value)}")
+        out[name] = spec[0](value)
+    dtypes = GPU_DTYPES if out["kind"] == "cuda" else CPU_DTYPES
+    first = next(iter(schema["per_dtype"]))
+    for name, spec in schema["per_dtype"].items():
+        present(name, False)
+        table = data[name]
+        if not isinstance(table, dict):
+            raise ValueError(f"calibration field {name!r} has the wrong type ({type(table).__name__})")
+        for d, value in table.items():
+            if d not in dtypes:
+                raise ValueError(f"calibration field {name!r} has a dtype {_shown(d)} that is not one of "
+                                 f"{', '.join(dtypes)} (a {out['kind']} calibration's)")
+            if not _fits(value, spec):
+                raise ValueError(f"calibration field {name!r} must map each dtype to {_allowed(spec)}, got "
+                                 f"{_shown(value)} for {d}")
+        if name == first:
+            if not table:
+                raise ValueError(f"calibration field {name!r} has no dtype")
+        else:
+            for d in out[first]:  # every dtype measured has its median and its size
+                if d not in table:
+                    raise ValueError(f"calibration field {name!r} has no entry for {d} (which {first!r} has)")
+        out[name] = {d: spec[0](v) for d, v in table.items()}
+    extra = data.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise ValueError("calibration field 'extra' must be an object")
+    out["extra"] = extra
+    return out
 
 
 class PeakBook:
     """The calibrations kept in a run store's ``.calibrations/`` folder, one JSON file per (device, driver, torch)."""
 
-    MAX_BYTES = 1 << 20
+    MAX_BYTES = 1 << 20  # a calibration is 2 KiB
+    MAX_DEPTH = 8  # it nests 2 levels
 
     def __init__(self, root: os.PathLike | str) -> None:
         self.folder = Path(root) / ".calibrations"
@@ -192,20 +270,21 @@ class PeakBook:
 
     def all(self) -> tuple[list[DevicePeaks], list[tuple[str, str]]]:
         """(calibrations newest first, [(file name, why it could not be read)]): each file read defensively
-        (``store.read_json_object``), so one bad file is listed, never raised."""
-        from .runs import read_json_object
+        (``files.read_json_object``: a directory, a FIFO, a link to a device or a file over ``MAX_BYTES`` is refused
+        unread) and checked against :data:`CALIBRATION_SCHEMA`, so one bad file is listed, never raised."""
         good, bad = [], []
         if not self.folder.is_dir():
             return good, bad
         for p in sorted(self.folder.glob("*.json")):
-            data, why = read_json_object(p, p.name, self.MAX_BYTES, 8)
+            name = os.fsencode(p.name).decode("utf-8", "backslashreplace")  # bytes that are not UTF-8 as \xNN text
+            data, why = read_json_object(p, name, self.MAX_BYTES, self.MAX_DEPTH)
             if why is None:
                 try:
                     good.append(DevicePeaks.from_dict(data))
                     continue
                 except ValueError as e:
                     why = str(e)
-            bad.append((p.name, why[:200]))
+            bad.append((name, why[:200]))
         good.sort(key=lambda c: c.measured_at, reverse=True)
         return good, bad
 

@@ -16,10 +16,11 @@ error leaves no half run; the staging folder a killed process leaves is removed 
 store, once its owner lock is free (its writer provably gone).  Run ids are plain names (letters, digits,
 ``._-``) checked before any path is built, so nothing can escape the root.
 
-One bad folder never breaks the store: a run whose meta.json cannot be used (missing, empty, over
-``META_MAX_BYTES``, not a JSON object, nested deeper than ``META_MAX_DEPTH``, or a field the listings read with
-the wrong type) is listed with status ``"corrupt"`` and the reason in ``Run.problem``; it can be deleted like
-any other.  An import is read through the trace loader first and refused, with the loader's reason, when the
+One bad folder never breaks the store: a run whose meta.json cannot be used (missing, not a regular file, empty,
+over ``META_MAX_BYTES``, not a JSON object, nested deeper than ``META_MAX_DEPTH``, or a field the listings read
+with the wrong type or out of its range) is listed with status ``"corrupt"`` and the reason in ``Run.problem``; it
+can be deleted like any other.  Every small file of a run is read through ``files.read_small_file``, which looks at
+what the path is first (a directory, a FIFO or a link to ``/dev/zero`` is refused, not opened or read).  An import is read through the trace loader first and refused, with the loader's reason, when the
 loader cannot read it, so every run the store takes in is one the analyses can open.
 
 The root is ``./runs`` unless ``PROFILING_RUNS_DIR`` or an explicit root says otherwise.
@@ -34,17 +35,17 @@ import re
 import secrets
 import shutil
 import socket
-import stat
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Annotated, Iterator, Optional
 
 import msgspec
 
 from ..config import ExperimentConfig
 from ..errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceError
+from .files import read_json_object, read_small_file
 
 ENV_ROOT = "PROFILING_RUNS_DIR"
 DEFAULT_ROOT = "runs"
@@ -57,6 +58,7 @@ RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")  # used with fullmat
 IMPORT_MAX_BYTES = 512 * 2**20  # of JSON, decompressed: the loader's own default cap
 META_MAX_BYTES = 2**20  # a run's meta.json is a few KiB
 META_MAX_DEPTH = 32  # a run's meta.json nests 2 levels (the object, its config)
+TABLE_MAX_BYTES = 16 * 2**20  # torch's table of a run is some KiB; of a large model some hundred
 
 
 def default_root() -> Path:
@@ -139,10 +141,11 @@ class Run:
             return None
 
     def table_text(self) -> str:
-        try:
-            return self.table_path.read_text()
-        except OSError:
-            return ""
+        """The profiler table torch printed (``table.txt``), bytes that are not UTF-8 read as U+FFFD; ``""`` for a run
+        without one (an imported trace) or whose table.txt cannot be read (not a regular file, over
+        ``TABLE_MAX_BYTES``)."""
+        data, _why = read_small_file(self.table_path, TABLE_FILE, TABLE_MAX_BYTES)
+        return "" if data is None else data.decode("utf-8", "replace")
 
     def to_dict(self) -> dict:
         d = {"run_id": self.run_id, "run_dir": str(self.run_dir), "trace_path": str(self.trace_path),
@@ -370,30 +373,37 @@ def _own(staging: Path) -> int:
 
 # --- meta.json, read defensively -------------------------------------------------------------------
 
+# The numbers the listings read, bounded: a count or a size (a JSON integer of 400 digits is one to Python), a
+# duration in seconds or a load average (finite: JSON's NaN and 1e400 read as floats).
+_Count = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+_Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e9)]
+_Load = Annotated[float, msgspec.Meta(ge=0, le=1e6)]
+
+
 class _DeviceMeta(msgspec.Struct):
     name: Optional[str] = None
     type: Optional[str] = None
-    cpu_threads: Optional[int] = None
+    cpu_threads: Optional[_Count] = None
 
 
 class _ConfigMeta(msgspec.Struct):  # the fields listings read as they are (Run.config checks the whole config)
     workload: Optional[str] = None
-    size: Optional[int] = None
+    size: Optional[_Count] = None
     dtype: Optional[str] = None
     compile: Optional[str] = None
-    warmup: Optional[int] = None
-    active: Optional[int] = None
+    warmup: Optional[_Count] = None
+    active: Optional[_Count] = None
     device: Optional[str] = None
 
 
 class _TimingsMeta(msgspec.Struct):
-    wall_s: Optional[float] = None
+    wall_s: Optional[_Seconds] = None
 
 
 class _LoadMeta(msgspec.Struct):
-    cores: Optional[int] = None
-    load_1min_before: Optional[float] = None
-    load_1min_after: Optional[float] = None
+    cores: Optional[_Count] = None
+    load_1min_before: Optional[_Load] = None
+    load_1min_after: Optional[_Load] = None
 
 
 class _Meta(msgspec.Struct):
@@ -409,54 +419,6 @@ class _Meta(msgspec.Struct):
     device: Optional[_DeviceMeta] = None
     timings: Optional[_TimingsMeta] = None
     machine_load: Optional[_LoadMeta] = None
-
-
-_JSON_TYPE = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean",
-              type(None): "null"}
-
-
-def _depth(value: object, limit: int) -> int:
-    """How deeply ``value`` nests lists and dicts (counted a level at a time, no recursion), up to ``limit + 1``."""
-    depth, level = 0, [value] if isinstance(value, (dict, list)) else []
-    while level and depth <= limit:
-        depth += 1
-        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (dict, list))]
-    return depth
-
-
-def read_json_object(path: Path, what: str, max_bytes: int, max_depth: int) -> tuple[dict, Optional[str]]:
-    """``(object, None)``, or ``({}, why)`` when the file at ``path`` (called ``what`` in the reason) is missing, not
-    a regular file (a FIFO would block), over ``max_bytes``, empty, not JSON, not a JSON object, or nested deeper
-    than ``max_depth``: a small JSON file the store keeps (meta.json, a calibration), read defensively."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once (and is refused below)
-    except FileNotFoundError:
-        return {}, f"{what} is missing"
-    except OSError as exc:
-        return {}, f"{what} cannot be read: {exc.strerror}"
-    with os.fdopen(fd, "rb") as f:
-        try:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return {}, f"{what} is not a regular file"
-            data = f.read(max_bytes + 1)
-        except OSError as exc:
-            return {}, f"{what} cannot be read: {exc.strerror}"
-    if len(data) > max_bytes:
-        size = f"{max_bytes // 2**20} MiB" if max_bytes % 2**20 == 0 else f"{max_bytes:,} bytes"
-        return {}, f"{what} is over {size}"
-    if not data.strip():
-        return {}, f"{what} is empty"
-    try:
-        obj = json.loads(data)  # UTF-8 (a byte order mark is accepted)
-    except RecursionError:
-        return {}, f"{what} nests too deeply to be read"
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-        return {}, f"{what} is not valid JSON: {exc}"
-    if not isinstance(obj, dict):
-        return {}, f"{what} must hold a JSON object, got {_JSON_TYPE.get(type(obj), type(obj).__name__)}"
-    if _depth(obj, max_depth) > max_depth:
-        return {}, f"{what} nests more than {max_depth} levels deep"
-    return obj, None
 
 
 def _read_meta(path: Path) -> tuple[dict, Optional[str]]:
