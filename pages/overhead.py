@@ -2,7 +2,6 @@
 import streamlit as st
 
 from pages import _ui as ui
-from profiling_core import ExperimentConfig
 from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.errors import ConfigError

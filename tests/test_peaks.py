@@ -1,7 +1,6 @@
 """The device-peak calibration (profiling_core.run.calibration, profiling_core.store.peaks): real and small on this CPU, and its storage."""
 from __future__ import annotations
 
-import json
 
 import pytest
 

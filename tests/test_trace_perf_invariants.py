@@ -6,7 +6,6 @@ import json
 import os
 import random
 
-import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
