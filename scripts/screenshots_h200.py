@@ -3,8 +3,9 @@
 store holding the runs it shows (their traces and recorded configs), in Debian's Chromium, saved to
 docs/screenshots/h200_workloads_<name>.png.
 
-Usage (repo root): python scripts/screenshots_h200.py RUNS_DIR
-where RUNS_DIR holds <label>.json and <label>.meta.json as scripts/gpu_workloads.py wrote them.
+Usage (repo root): python scripts/screenshots_h200.py RUNS_DIR [workloads|train]
+where RUNS_DIR holds <label>.json and <label>.meta.json as scripts/gpu_workloads.py (``workloads``, the default)
+or scripts/gpu_train.py (``train``: saved as docs/screenshots/h200_train_<name>.png) wrote them.
 """
 from __future__ import annotations
 
@@ -29,6 +30,13 @@ SHOTS = {  # screenshot name: (page, the runs in its store, the last one is the 
                                            for m in ("eager", "ro")]),
     "dispatch_block": ("dispatch", ["block_prefill_eager"]),
 }
+TRAIN_SHOTS = {
+    "profile_mlp_forloop": ("profile", ["mlp_train_adam_forloop_fp32"]),
+    "profile_block_fused": ("profile", ["block_train_adam_fused_eager"]),
+    "compile_mlp_fused": ("compile_vs_eager", ["mlp_train_adam_fused_eager", "mlp_train_adam_fused_compile"]),
+    "profile_lm_decode_ro": ("profile", ["lm_decode_static_ro"]),
+    "compile_lm_decode": ("compile_vs_eager", ["lm_decode_static_eager", "lm_decode_static_ro"]),
+}
 
 
 def seed(store_dir: Path, src: Path, labels: list[str]) -> None:
@@ -44,8 +52,10 @@ def seed(store_dir: Path, src: Path, labels: list[str]) -> None:
 def main() -> int:
     from playwright.sync_api import sync_playwright
     src = Path(sys.argv[1])
+    which = sys.argv[2] if len(sys.argv) > 2 else "workloads"
+    shots = {"workloads": SHOTS, "train": TRAIN_SHOTS}[which]
     out = ROOT / "docs" / "screenshots"
-    for name, (page_name, labels) in SHOTS.items():
+    for name, (page_name, labels) in shots.items():
         runs = Path(tempfile.mkdtemp()) / "runs"
         seed(runs, src, labels)
         with _serve(runs) as url, sync_playwright() as p:
@@ -54,7 +64,7 @@ def main() -> int:
             page.goto(f"{url}/{page_name}")
             page.locator("h1").first.wait_for(timeout=60_000)
             _wait_idle(page, timeout_s=180)
-            path = out / f"h200_workloads_{name}.png"
+            path = out / f"h200_{which}_{name}.png"
             page.wait_for_timeout(3000)  # the charts draw after the script run ends
             page.screenshot(path=str(path), full_page=True)
             from PIL import Image  # 128 colours: a third of the bytes, the text as sharp

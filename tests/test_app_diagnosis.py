@@ -104,7 +104,8 @@ def test_the_sweep_page_shows_each_gemm_against_the_peak(runs_dir):
     assert list(by_size.loc[[4096, 4100, 4095], "peak"]) == [p.gemm_tflops["bf16"]] * 3
     assert by_size.loc[4096, "fraction_of_peak"] > 0.95 > 0.3 > by_size.loc[4100, "fraction_of_peak"] \
         > by_size.loc[4095, "fraction_of_peak"] > 0.15
-    (spec,) = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart") if "with the measured peak" in c.proto.spec]
+    (spec,) = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart") if "with the device's peak" in c.proto.spec]
+    assert set(table["peak_source"]) == {"measured"}  # a calibration of this device: the rule says measured
     assert [layer["mark"]["type"] for layer in spec["layer"]] == ["line", "rule", "text"]  # the points, the peak
 
 
