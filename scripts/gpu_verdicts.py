@@ -10,21 +10,15 @@ Usage (repo root, on the device machine): python3 scripts/gpu_verdicts.py --out 
 """
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from gpu_workloads import run_each  # noqa: E402 - the same run-and-keep loop
-from profiling_core import ExperimentConfig, RunStore, calibrate  # noqa: E402
+from gpu_workloads import calibrated_main  # noqa: E402 - the same run-and-keep loop
+from profiling_core import ExperimentConfig  # noqa: E402
 
 CASES = ROOT / "scripts" / "verdict_cases"
 W = dict(warmup=10, active=3, device="cuda", dtype="bf16")
@@ -56,25 +50,7 @@ def runs() -> dict[str, ExperimentConfig]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--only", default="")
-    a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    only = {x for x in a.only.split(",") if x}
-    store = RunStore(tempfile.mkdtemp(prefix="verdict-store-"))
-    t0 = time.perf_counter()
-    peaks = calibrate(store=store)
-    (out / "peaks.json").write_text(json.dumps(peaks.to_dict(), indent=1))
-    print(f"== calibration {time.perf_counter() - t0:.1f} s: {peaks.gemm_tflops} {peaks.bandwidth_gbs} GB/s", flush=True)
-    for label, run, took in run_each(runs(), store, out, only):
-        res = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(run.trace_path), "--json",
-                              "--engine", "sqlite"], capture_output=True, text=True)
-        (out / f"{label}.analyze.json").write_text(res.stdout or res.stderr)
-        print(f"== {label} ({took:.1f} s, analyze rc {res.returncode})", flush=True)
-    shutil.rmtree(store.root, ignore_errors=True)
-    return 0
+    return calibrated_main(runs(), "verdict")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,34 @@ def run_each(configs: dict, store: RunStore, out: Path, only: set):
         yield label, run, time.perf_counter() - t0
 
 
+def calibrated_main(runs: dict, prefix: str) -> int:
+    """The main of a GPU script that judges its runs against the device: ``--out DIR [--only LABEL,...]``;
+    calibrates into a fresh store (``peaks.json``), runs each config (:func:`run_each`) and writes
+    ``<label>.analyze.json``, what ``analyze --json`` says of it against that calibration."""
+    import subprocess
+
+    from profiling_core import calibrate
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    only = {x for x in a.only.split(",") if x}
+    store = RunStore(tempfile.mkdtemp(prefix=f"{prefix}-store-"))
+    t0 = time.perf_counter()
+    peaks = calibrate(store=store)
+    (out / "peaks.json").write_text(json.dumps(peaks.to_dict(), indent=1))
+    print(f"== calibration {time.perf_counter() - t0:.1f} s: {peaks.gemm_tflops} {peaks.bandwidth_gbs} GB/s", flush=True)
+    for label, run, took in run_each(runs, store, out, only):
+        res = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(run.trace_path), "--json",
+                              "--engine", "sqlite", "--peaks", str(out / "peaks.json")], capture_output=True, text=True)
+        (out / f"{label}.analyze.json").write_text(res.stdout or res.stderr)
+        print(f"== {label} ({took:.1f} s, analyze rc {res.returncode})", flush=True)
+    shutil.rmtree(store.root, ignore_errors=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)

@@ -149,14 +149,22 @@ def start_profile(key: str, config: ExperimentConfig) -> Job:
     return start_job(key, f"Profiling {config.name}", work)
 
 
-def finish_profile(key: str) -> None:
-    """Follow the profile job under ``key``; when it ends, make its run current everywhere and say so (a toast that
-    names it), or show why it failed; on the run after that, the outcome is shown once."""
+def _ended(key: str) -> Job | None:
+    """Show the notices under ``key`` and follow its job; the job, popped, once it has ended, else None."""
     show_notices(key)
     job = follow_job(key)
     if job is None or job.running:
-        return
+        return None
     pop_job(key)
+    return job
+
+
+def finish_profile(key: str) -> None:
+    """Follow the profile job under ``key``; when it ends, make its run current everywhere and say so (a toast that
+    names it), or show why it failed; on the run after that, the outcome is shown once."""
+    job = _ended(key)
+    if job is None:
+        return
     if job.error is not None:
         end_job(key, job, [], [("error", job.error, "The run failed")])
     end_job(key, job, [job.result.run_id], [("toast", f"Run {md_code(job.result.run_id, 200)} saved")])
@@ -183,11 +191,9 @@ def start_sweep(key: str, configs: list[ExperimentConfig], label: str) -> Job:
 def finish_sweep(key: str, state_key: str) -> None:
     """Follow the sweep job under ``key``; when it ends, keep its run ids in ``st.session_state[state_key]``, announce
     them (every run picker then shows them) and say how it went, once, on the run after that."""
-    show_notices(key)
-    job = follow_job(key)
-    if job is None or job.running:
+    job = _ended(key)
+    if job is None:
         return
-    pop_job(key)
     if job.error is not None:
         end_job(key, job, [], [("error", job.error, "The sweep failed")])
     res = job.result
@@ -213,11 +219,9 @@ def start_calibration(key: str, device: str) -> Job:
 def finish_calibration(key: str) -> None:
     """Follow the calibration job under ``key``; when it ends, say what it measured or why it failed, once, on the run
     after that."""
-    show_notices(key)
-    job = follow_job(key)
-    if job is None or job.running:
+    job = _ended(key)
+    if job is None:
         return
-    pop_job(key)
     if job.error is not None:
         end_job(key, job, [], [("error", job.error, "The calibration failed")])
     end_job(key, job, [], [("success", "Measured the peaks of " + md_text(job.result.device))])
