@@ -95,6 +95,17 @@ def run_each(configs: dict, store: RunStore, out: Path, only: set):
         yield label, run, time.perf_counter() - t0
 
 
+def _out_and_only() -> tuple[Path, set]:
+    """The scripts' two options: ``--out DIR`` (made) and ``--only LABEL,...`` (empty: every case)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out, {x for x in a.only.split(",") if x}
+
+
 def calibrated_main(runs: dict, prefix: str) -> int:
     """The main of a GPU script that judges its runs against the device: ``--out DIR [--only LABEL,...]``;
     calibrates into a fresh store (``peaks.json``), runs each config (:func:`run_each`) and writes
@@ -102,13 +113,7 @@ def calibrated_main(runs: dict, prefix: str) -> int:
     import subprocess
 
     from profiling_core import calibrate
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--only", default="")
-    a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    only = {x for x in a.only.split(",") if x}
+    out, only = _out_and_only()
     store = RunStore(tempfile.mkdtemp(prefix=f"{prefix}-store-"))
     t0 = time.perf_counter()
     peaks = calibrate(store=store)
@@ -124,13 +129,7 @@ def calibrated_main(runs: dict, prefix: str) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--only", default="")
-    a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    only = {x for x in a.only.split(",") if x}
+    out, only = _out_and_only()
     store = RunStore(tempfile.mkdtemp(prefix="wl-store-"))
     for label, run, took in run_each(runs(), store, out, only):
         print(f"== {label} ({run.config.name}, {took:.1f} s)\n{scan(run.trace_path)}", flush=True)

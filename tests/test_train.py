@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 import verdict_traces as vt
 from conftest import DATA, scan_trace
+from test_analyses import _union  # the suite's one plain union of intervals
 
 from profiling_core import (
     ConfigError,
@@ -165,18 +166,6 @@ def test_a_script_without_a_module_cannot_train(tmp_path):
 
 
 # --- an imported trace: the profiler's own annotations ------------------------------------------------------------
-
-def _union(intervals):
-    total, end = 0.0, None
-    for a, b in sorted(intervals):
-        if end is None or a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
-            end = b
-    return total
-
 
 def test_an_imported_training_trace_gets_its_phases_from_the_profilers_annotations():
     path = DATA / "traces" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
