@@ -143,3 +143,17 @@ def test_a_bf16_model_with_one_fp32_product_is_not_told_to_autocast():
     t = g["time_us"] * g["count"]
     assert 0 < t[g["dtype"].isin(["fp32", "tf32"])].sum() < 0.5 * t.sum()
     assert "fp32_training" not in {x.rule for x in d.diagnoses}
+
+
+def test_per_step_gemm_time_counts_only_what_the_steps_launched():
+    # a warm-up call's GEMM, launched before the profiler recorded, runs while the first step runs
+    label = "mlp_train_adam_forloop_fp32"
+    events = scan_trace(APP / f"{label}.json.gz")
+    gemms = [e for e in events if e.get("cat") == "kernel" and "gemm" in e["name"].lower()]
+    st = steps(events)
+    launched = [k for s in st for k in kernels_launched_in(events, s) if "gemm" in k["name"].lower()]
+    assert len(gemms) == len(launched) + 1
+    _, found = run(label)
+    per_step = sum(k["dur"] for k in launched) / len(st)
+    assert found["fp32_without_tf32"].evidence["kernel_us_per_step"] == pytest.approx(per_step)
+    assert found["fp32_training"].evidence["fp32_gemm_us_per_step"] == pytest.approx(per_step, rel=1e-3)

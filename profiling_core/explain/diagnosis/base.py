@@ -58,6 +58,18 @@ def _steps(report: Report) -> int:
     return max(1, len(report.steps))
 
 
+def _in_steps(report: Report, ops: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``ops`` (``report.gpu_ops``) that the profiled steps launched: those whose launch call (paired by
+    ``launch_latency``) lies inside a ProfilerStep. Work queued before the first step (a warm-up call's GEMM, whose
+    launch the trace does not hold, running while the first step runs) is left out, so a sum over them divided by
+    :func:`_steps` is per step. A trace without steps or without any pairing keeps every op."""
+    lat = report.launch_latency
+    if report.steps.empty or lat.empty or ops.empty:
+        return ops
+    launched = lat.loc[lat["step"].notna(), "gpu_id"].astype(int)
+    return ops[ops["id"].astype(int).isin(set(launched))]
+
+
 def _per(report: Report) -> str:
     """How a per-step figure reads: "per step", or "in the trace" for a trace without ProfilerStep slices (the
     figures are then whole-trace totals)."""

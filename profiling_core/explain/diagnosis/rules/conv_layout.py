@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Diagnosis, _Ctx, _fmt_us, _steps
+from ..base import Diagnosis, _Ctx, _fmt_us, _in_steps, _steps
 
 _TRANSPOSES = ("nchwtonhwc", "nhwctonchw")
 
@@ -17,7 +17,7 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     ops = r.gpu_ops
     if ops.empty:
         return None
-    k = ops[ops["category"] == "kernel"]
+    k = _in_steps(r, ops[ops["category"] == "kernel"])
     low = k["name"].astype(str).str.lower()
     tr = k[low.str.contains("|".join(_TRANSPOSES))]
     if tr.empty:

@@ -8,7 +8,7 @@ from typing import Optional
 import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
-from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _per, _steps
+from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _in_steps, _per, _steps
 
 
 def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
@@ -22,7 +22,7 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
     if not _ampere_or_later(c, simt_names):
         return None  # a GPU without TF32 (or one this cannot tell): nothing to change
     kern = k[k["name"].isin(simt_names)]
-    per_step = float(kern["dur_us"].sum()) / _steps(c.report)
+    per_step = float(_in_steps(c.report, kern)["dur_us"].sum()) / _steps(c.report)
     top = str(kern.groupby(kern["name"].astype(object))["dur_us"].sum().idxmax())
     r = c.roof
     rows = r[(r["kind"] == "gemm") & r["kernel"].map(lambda n: any(x in simt_names for x in split_kernel_names(str(n))))] \
