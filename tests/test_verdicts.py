@@ -275,3 +275,17 @@ def test_a_step_that_already_replays_graphs_is_not_told_to_capture_one():
     assert "already replays a CUDA graph (16 cudaGraphLaunch per step)" in x.text
     assert "already replays CUDA graphs" in x.fix and "capture the step" not in x.fix
     assert "compile_breaks" not in rules(d)  # 16 compiled calls per step are 16 tokens, not graph breaks
+
+
+def test_a_step_that_launched_nothing_is_left_out_of_the_per_step_figures_and_said_so(tmp_path):
+    t = vt.Trace()
+    t.step(1, lambda t: t.cpu("aten::mm", 9000, dims=[[64, 64], [64, 64]], types=vt.BF16,
+                              children=lambda t: t.launch("nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT", 150.0)))
+    t.step(2, lambda t: t.cpu("aten::empty", 40))  # this step launched no GPU work
+    r, f, _ = run(t.write(tmp_path / "t.json"))
+    ss = r.summary["steady_state"]
+    assert ss["basis_steps"] == [1] and ss["steps_without_gpu"] == [2]
+    events = scan_trace(tmp_path / "t.json")
+    (first,) = [e for e in events if e["name"] == "ProfilerStep#1"]
+    assert ss["cpu_us_per_step"] == pytest.approx(first["dur"])  # the median of the one step that launched work
+    assert "the 1 that launched GPU work, as step 2 launched none" in f["q2.bound"].text

@@ -179,7 +179,8 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     steps (:func:`basis_steps`) that launched GPU work.
 
     Returns a dict: ``bound`` (``compute-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without steps),
-    ``basis`` (``after_first`` or ``all``), ``basis_steps``, ``cpu_us_per_step`` and ``gpu_us_per_step`` (medians),
+    ``basis`` (``after_first`` or ``all``), ``basis_steps`` (those of the basis that launched GPU work, when some
+    did; ``steps_without_gpu`` then lists the others), ``cpu_us_per_step`` and ``gpu_us_per_step`` (medians),
     ``gpu_to_cpu`` (their ratio), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
     steady-state step the GPU waits, ``1 − gpu/cpu`` when overhead-bound, else 0), ``busy_in_window`` (median share
     of each step's own CPU window in which the GPU was busy), ``queue_delay_first_us`` / ``queue_delay_last_us``
@@ -188,7 +189,8 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     """
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
            "gpu_to_cpu": None, "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
-           "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None}
+           "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
+           "steps_without_gpu": []}
     if steps_df is None or steps_df.empty:
         return out
     basis = basis_steps(steps_df)
@@ -200,6 +202,9 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     if with_gpu.empty:
         out["bound"] = "no-gpu"
         return out
+    if len(with_gpu) < len(basis):  # the medians and every per-step figure rest on the steps that launched work
+        out["steps_without_gpu"] = [int(x) for x in basis.loc[basis["gpu_ops"] <= 0, "step"]]
+        out["basis_steps"] = [int(x) for x in with_gpu["step"]]
     gpu = float(with_gpu["gpu_busy_us"].median())
     cpu_g = float(with_gpu["cpu_dur_us"].median())
     out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, gpu_to_cpu=gpu / cpu_g if cpu_g > 0 else None,

@@ -18,8 +18,14 @@ def _all_steps(n: int) -> str:
 
 def _basis_text(ss: dict, n_steps: int) -> str:
     if ss["basis"] == "after_first":
-        return f"the {n_steps - 1} steps after the first; the first carries start-up effects"
-    return _all_steps(n_steps)
+        text = f"the {n_steps - 1} steps after the first; the first carries start-up effects"
+    else:
+        text = _all_steps(n_steps)
+    idle = ss.get("steps_without_gpu") or []
+    if idle:  # the figures are those of the steps that launched GPU work
+        text += (f"; of them, the {len(ss['basis_steps'])} that launched GPU work, as step"
+                 f"{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))} launched none")
+    return text
 
 
 def _q2_bound(r, config=None) -> list[Finding]:
