@@ -339,3 +339,24 @@ def test_a_forced_math_backend_on_the_cpu_is_named_with_its_reason(store):
         x = next(d for d in diagnose(s, config=cfg).diagnoses if d.rule == "attention_backend")
     assert x.evidence["backend"] == "math" and "the run forced backend=math" in x.text
     assert "drop the forced backend" in x.fix
+
+
+@pytest.mark.parametrize("k, flagged", [(1, False), (4096, True)])
+def test_an_fp32_gemm_held_by_the_memory_roof_is_not_sent_to_tf32(tmp_path, k, flagged):
+    # an LLM's rotary embedding in decode: (4096 x 1) @ (1 x 4096) in fp32 moves 64 MiB for 32 MFLOP, 0.5 FLOP/byte,
+    # held by the bandwidth whatever the math units; a K = 4096 product of the same M, N is compute-bound
+    dims = [[4096, k], [k, 4096]]
+    evs = [_x("ProfilerStep#1", 0, 1000, "user_annotation"),
+           _x("aten::mm", 10, 40, **{"Input Dims": dims, "Input type": ["float", "float"]}),
+           _x("cudaLaunchKernel", 20, 5, "cuda_runtime", correlation=1),
+           _x("cutlass_80_simt_sgemm_128x32_8x5_tn_align1", 30, 600, "kernel", pid=0, tid=7, correlation=1)]
+    with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
+        d = diagnose(s, peaks=H200, compute_capability=9.0)
+    (g,) = d.roofline[d.roofline["kind"] == "gemm"].itertuples()
+    assert g.roof == ("compute" if flagged else "memory")
+    assert ("fp32_without_tf32" in rules(d)) is flagged
+    if flagged:
+        x = next(x for x in d.diagnoses if x.rule == "fp32_without_tf32")
+        floor = max(2 * 4096 * 4096 * k / (H200.gemm_tflops["tf32"] * 1e6),
+                    (2 * 4096 * k + 4096 * 4096) * 4 / (H200.bandwidth_gbs * 1e3))
+        assert x.cost_us_per_step == pytest.approx(600 - floor)

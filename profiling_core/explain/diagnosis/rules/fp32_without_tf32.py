@@ -1,10 +1,16 @@
 """``fp32_without_tf32``: fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores, on a GPU that has TF32
-ones (its compute capability, else the kernels' own arch); the cost bound is these GEMMs' time less the same FLOPs
-at the measured tf32 peak."""
+ones (its compute capability, else the kernels' own arch).
+
+Only GEMMs that TF32 could speed up count: where the roofline knows a GEMM's shapes and the device's peaks, one held
+by the memory roof at the fp32 peak (a thin product, e.g. a rotary embedding's K = 1 outer product in an LLM's
+decode) moves the same bytes on tensor cores and is left out; when every such GEMM is, the rule does not fire. The
+cost bound is these GEMMs' time less their floor at TF32: the larger of the same FLOPs at the tf32 peak and their
+bytes at the measured bandwidth."""
 from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
@@ -21,12 +27,17 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
         return None
     if not _ampere_or_later(c, simt_names):
         return None  # a GPU without TF32 (or one this cannot tell): nothing to change
-    kern = k[k["name"].isin(simt_names)]
-    per_step = float(_in_steps(c.report, kern)["dur_us"].sum()) / _steps(c.report)
-    top = str(kern.groupby(kern["name"].astype(object))["dur_us"].sum().idxmax())
     r = c.roof
     rows = r[(r["kind"] == "gemm") & r["kernel"].map(lambda n: any(x in simt_names for x in split_kernel_names(str(n))))] \
         if not r.empty else r
+    if not rows.empty and (rows["roof"] == "memory").any():
+        rows = rows[rows["roof"] != "memory"]  # the memory roof holds them: tensor cores would change nothing
+        if rows.empty:
+            return None
+        simt_names &= {x for n in rows["kernel"] for x in split_kernel_names(str(n))}
+    kern = k[k["name"].isin(simt_names)]
+    per_step = float(_in_steps(c.report, kern)["dur_us"].sum()) / _steps(c.report)
+    top = str(kern.groupby(kern["name"].astype(object))["dur_us"].sum().idxmax())
     cost, basis, rate = None, "", ""
     tf = c.peaks.peak_tflops("tf32") if c.peaks is not None else None
     src = c.peaks.source if c.peaks is not None else "measured"
@@ -36,10 +47,14 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
         if row["fraction_of_peak"] is not None and pd.notna(row["fraction_of_peak"]):
             rate += f" ({row['fraction_of_peak']:.0%} of the {src} fp32 peak)"
         if tf:
-            at_tf32 = float((rows["flops"] * rows["count"]).sum()) / _steps(c.report) / (tf * 1e6)
-            cost = max(0.0, float((rows["time_us"] * rows["count"]).sum()) / _steps(c.report) - at_tf32)
-            basis = (f"these GEMMs' time less the same FLOPs at the {src} tf32 peak ({tf:,.0f} TFLOP/s): what "
-                     "TF32 could save at most")
+            floor = rows["flops"].astype(float) / (tf * 1e6)
+            bw = c.peaks.bandwidth_gbs if c.peaks is not None else None
+            if bw:
+                floor = np.maximum(floor, pd.to_numeric(rows["bytes"], errors="coerce").fillna(0.0) / (bw * 1e3))
+            cost = max(0.0, float(((rows["time_us"] - floor) * rows["count"]).sum()) / _steps(c.report))
+            basis = (f"these GEMMs' time less their floor at TF32 (the same FLOPs at the {src} tf32 peak, "
+                     f"{tf:,.0f} TFLOP/s, or their bytes at the measured bandwidth, whichever is longer): what TF32 "
+                     "could save at most")
     text = (f"fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores: {top[:90]}{rate}, "
             f"{_fmt_us(per_step)} of such kernels {_per(c.report)}. This GPU has TF32 tensor cores"
             + (f" ({src} {tf:,.0f} TFLOP/s{' here' if src == 'measured' else ''})" if tf else "") + ", which torch leaves off for matmuls by default.")
