@@ -157,3 +157,35 @@ def test_per_step_gemm_time_counts_only_what_the_steps_launched():
     per_step = sum(k["dur"] for k in launched) / len(st)
     assert found["fp32_without_tf32"].evidence["kernel_us_per_step"] == pytest.approx(per_step)
     assert found["fp32_training"].evidence["fp32_gemm_us_per_step"] == pytest.approx(per_step, rel=1e-3)
+
+
+def test_a_loss_logged_every_step_is_the_sync_after_the_optimizer_and_the_grad_scaler_is_not():
+    label = "mlp_train_log_loss"  # fused Adam, bf16 autocast, loss.item() after zero_grad
+    events = scan_trace(APP / f"{label}.json.gz")
+    st = steps(events)
+    syncs = [e for e in events if e.get("name") == "cudaStreamSynchronize"]
+    items = [e for e in cpu_ranges(events, "aten::item") if e["name"] == "aten::item"]
+    zero = cpu_ranges(events, "train::zero_grad")
+    assert len(items) == len(st) == len(syncs)
+    for s in st:  # one .item() per step, after zero_grad, with its stream sync inside it
+        (i,) = [x for x in items if inside(x, s)]
+        (z,) = [x for x in zero if inside(x, s)]
+        assert i["ts"] >= z["ts"] + z["dur"] and any(inside(y, i) for y in syncs)
+    _, found = run(label)
+    x = found["sync_in_step"]
+    assert "aten::item ×1" in x.text and "after the optimizer, outside every phase" in x.text
+    assert "every N steps" in x.fix
+    # fp16 autocast: the GradScaler hands found_inf to the fused Adam on the device, so nothing syncs in the step
+    label = "mlp_train_fp16_scaler"
+    events = scan_trace(APP / f"{label}.json.gz")
+    assert not [e for e in cpu_ranges(events, "aten::item") if e["name"] == "aten::item"]
+    opt = cpu_ranges(events, "train::optimizer")
+    amp = [e for e in cpu_ranges(events, "aten::_amp_") if e.get("cat") == "cpu_op"]
+    assert amp and all(any(inside(a, o) for o in opt) for a in amp)  # unscale and scale update: the optimizer's
+    r, found = run(label)
+    assert "sync_in_step" not in found and "fp32_training" not in found
+    for s in steps(events):  # fused Adam's kernels and the scaler's unscale and update ones
+        (o,) = [x for x in opt if inside(x, s)]
+        k = int(s["name"].split("#")[1])
+        got = r.phases[(r.phases["step"] == k) & (r.phases["phase"] == "optimizer")]["kernels"].item()
+        assert got == len(kernels_launched_in(events, o)) > 3
