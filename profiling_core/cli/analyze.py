@@ -3,7 +3,9 @@
 Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one
 JSON object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
 ``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``steady_state`` (the bound rule's verdict
-and evidence), ``devices``, ``gemm``, ``time_by_category``,
+and evidence), ``devices``, ``gemm``, ``time_by_category``, ``memory`` (``events``, ``skipped_events``, per device in
+``devices`` its ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (null without a reserved figure) and where the
+peak happened; ``note``, when the trace has no ``[memory]`` events, says how to record them),
 ``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``), ``findings``, and the
 diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``). A file that cannot be read exits with status 2 and a one-line
 reason on stderr. Standalone: ``python -m profiling_core.cli.analyze``.
@@ -22,7 +24,7 @@ from typing import Any, Optional
 
 from ..errors import ProfilingError
 from ..present.terminal import echo
-from ..units import format_duration_us
+from ..units import format_duration_us, human_bytes
 
 __all__ = ["add_parser", "run", "build_json", "main"]
 
@@ -102,6 +104,7 @@ def build_json(report, found, diagnosis=None) -> dict:
         "gemm": _records(report.gemm_throughput, ["op", "device", "time_us", "flops", "tflops",
                                                   "fraction_of_peak"]),
         "time_by_category": _clean(s["time_by_category"]),
+        "memory": _clean(s.get("memory") or {}),
         "step_breakdown": _records(report.step_breakdown, ["step", "category", "time_us", "share", "busy_us",
                                                            "overlapped_us", "window_us"]),
         "top_kernels": [{**r, "cpu_ops": [{"op": op, "launches": n} for op, n in r["cpu_ops"]]}
@@ -141,6 +144,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         lines.append("  training phases (per step, median): " + ", ".join(
             f"{name} {format_duration_us(v['cpu_us'])} CPU / {format_duration_us(v['gpu_us'])} GPU, "
             f"{v['kernels']:g} kernels" for name, v in ph.items()))
+    lines.extend(_memory_lines(s.get("memory") or {}))
     ks = report.kernel_stats.head(5)
     if len(ks):
         lines.append("  kernels (by total time):")
@@ -168,6 +172,28 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         if not diagnosis.diagnoses:
             lines.append("    nothing the rules recognise")
     return lines  # printed by echo: each line is one line, whatever a kernel is named
+
+
+def _memory_lines(mem: dict) -> list[str]:
+    """The memory section: per device its peak allocated (and reserved) bytes, where it happened and what was
+    allocated before the window; or why there is none and how to record it."""
+    if not mem.get("devices"):
+        return [f"  memory: {mem.get('note') or 'no [memory] events'}"]
+    out = [f"  memory ({mem['events']:,} [memory] events):"]
+    for dev, d in mem["devices"].items():
+        line = f"    {dev}: peak {human_bytes(d['peak_allocated_bytes'])} allocated"
+        if d["basis"] == "running_sum":
+            line += " (allocated in the window: the trace has no totals)"
+        if d.get("peak_reserved_bytes") is not None:
+            line += f", {human_bytes(d['peak_reserved_bytes'])} reserved"
+        if d.get("op"):
+            line += f", at {d['op'] if len(d['op']) <= 60 else d['op'][:59] + '…'}"
+        if d.get("step") is not None:
+            line += f" in step {d['step']:g}"
+        if d["basis"] == "total" and d["first_allocated_bytes"]:
+            line += f"; {human_bytes(d['first_allocated_bytes'])} already allocated when the window opened"
+        out.append(line)
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
