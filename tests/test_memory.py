@@ -428,3 +428,20 @@ def test_per_op_figures_are_torch_s_own_key_averages_memory_columns(tmp_path):
     assert ch["step"].tolist() == [1, 2, 3] and (ch["net_bytes"] >= 1024).all()
     kept = u[u["op"] == "aten::empty"]
     assert (int(kept["bytes"].sum()), int(kept["blocks"].sum()), kept["steps"].iloc[0]) == (3 * 1024, 3, [1, 2, 3])
+
+
+def test_memory_events_are_never_taken_for_launch_calls():
+    """The 2021 trace's flows start on the memory events' lane (integer tid beside the calls' string tid), so
+    trace_processor binds each to a [memory] event: the kernels are paired with their calls by correlation instead,
+    as a plain scan pairs them."""
+    events = scan_trace(RESNET)
+    calls = {e["args"]["correlation"]: e["name"] for e in events
+             if e.get("cat") == "Runtime" and "correlation" in e.get("args", {})}
+    want = {calls[e["args"]["correlation"]] for e in events if e.get("cat") in ("Kernel", "Memcpy", "Memset")
+            and e.get("args", {}).get("correlation") in calls}
+    with open_trace(RESNET, engine="sqlite") as s:
+        r = analyze(s)
+    assert set(r.summary["launch_apis"]) == want == {"cudaLaunchKernel", "cudaMemcpyAsync", "cudaMemsetAsync"}
+    lat = r.launch_latency
+    assert len(lat) == sum(1 for e in events if e.get("cat") in ("Kernel", "Memcpy", "Memset")
+                           and e.get("args", {}).get("correlation") in calls)
