@@ -203,13 +203,14 @@ def run(args: argparse.Namespace) -> int:
     from ..explain.questions import findings
     from ..trace import open_trace
     try:
-        config, device, peaks = _run_context(args.path, args.peaks)
+        config, device, peaks, process_peak = _run_context(args.path, args.peaks)
         session = open_trace(args.path, engine=args.engine)
         report = analyze(session, config=config, peak_tflops=args.peak_tflops)
         found = findings(report, config)
         cc = device.get("compute_capability") if isinstance(device, dict) else None
         diagnosis = diagnose(session, report, config, peaks,
-                             compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None)
+                             compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None,
+                             process_peak_bytes=process_peak)
     except (ProfilingError, OSError, ValueError) as exc:
         echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
         return 2
@@ -233,20 +234,23 @@ def _is_number(text: str) -> bool:
 
 
 def _run_context(path: str, peaks_file: Optional[str]):
-    """(config, device facts, peaks) for a trace: from its run's meta.json when it sits in a run store folder, and
-    the calibration ``peaks_file`` or else the store's newest calibration of that device (None where unknown)."""
+    """(config, device facts, peaks, the process's peak device memory) for a trace: from its run's meta.json when it
+    sits in a run store folder (``peak_device_memory_bytes``), and the calibration ``peaks_file`` or else the store's
+    newest calibration of that device (None where unknown)."""
     from pathlib import Path
 
     from ..store.files import read_json_object
     from ..store.peaks import DevicePeaks, PeakBook
     from ..store.runs import RunStore
-    config, device, peaks, store_root = None, {}, None, None
+    config, device, peaks, store_root, process_peak = None, {}, None, None, None
     trace = Path(path)
     if trace.name == "trace.json" and (trace.parent / "meta.json").is_file():
         store_root = trace.parent.parent
         try:
             run = RunStore(store_root).load(trace.parent.name)
             config, device = run.config, run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
+            pk = run.meta.get("peak_device_memory_bytes")
+            process_peak = pk if type(pk) is int and pk >= 0 else None
         except (ProfilingError, OSError, ValueError, TypeError, KeyError):
             config, device = None, {}
     if peaks_file is not None:  # read as the store reads its calibrations: a FIFO or /dev/zero is refused unread
@@ -260,7 +264,7 @@ def _run_context(path: str, peaks_file: Optional[str]):
             raise ValueError(f"--peaks {peaks_file}: {e}") from None
     elif store_root is not None and device.get("name"):
         peaks = PeakBook(store_root).find(device["name"], torch_version=device.get("torch"))
-    return config, device, peaks
+    return config, device, peaks, process_peak
 
 
 def main(argv: Optional[list[str]] = None) -> int:
