@@ -445,3 +445,50 @@ def test_memory_events_are_never_taken_for_launch_calls():
     lat = r.launch_latency
     assert len(lat) == sum(1 for e in events if e.get("cat") in ("Kernel", "Memcpy", "Memset")
                            and e.get("args", {}).get("correlation") in calls)
+
+
+# --- real GPU runs (an H200, torch 2.11; tests/data/h200_memory, made with profile_memory=True) ----------------------
+
+H200_MEMORY = DATA / "h200_memory"
+
+
+@pytest.mark.parametrize("name", ["eager", "train"])
+def test_the_trace_s_peak_is_the_run_s_max_memory_allocated(name):
+    """matmul_add 4096 bf16 and an MLP training step (fp32, AdamW), each after 3 warm-up calls: the profiled steps
+    repeat the warm-up's allocations, so the window holds the process's peak (PEAK_MATCH_TOLERANCE), and never more
+    than it (the same allocator's counter)."""
+    from profiling_core.analyses import PEAK_MATCH_TOLERANCE
+    meta = json.loads((H200_MEMORY / f"{name}.meta.json").read_text())
+    config = ExperimentConfig.from_dict(meta["config"])
+    torch_peak = meta["peak_device_memory_bytes"]
+    plain = max(e["args"]["Total Allocated"] for e in scan_trace(H200_MEMORY / f"{name}.json")
+                if e.get("name") == "[memory]" and e["args"]["Device Type"] == 1)
+    with open_trace(H200_MEMORY / f"{name}.json", engine="sqlite") as s:
+        r = analyze(s, config=config)
+    got = r.summary["memory"]["devices"]["cuda:0"]["peak_allocated_bytes"]
+    assert got == plain <= torch_peak and got >= (1 - PEAK_MATCH_TOLERANCE) * torch_peak
+    assert {"eager": 201_326_592, "train": 745_742_336}[name] == got  # equal to the byte, here
+
+
+def test_a_cuda_graph_run_that_recorded_memory_and_saw_no_event_says_why():
+    """mode='reduce-overhead': every profiled step replays its CUDA graph, which allocates from the graph's pool:
+    profile_memory was on, and the trace has no [memory] event."""
+    from profiling_core.analyses import NOTHING_RECORDED_TEXT
+    from profiling_core import diagnose
+    from profiling_core.explain.questions import findings
+    meta = json.loads((H200_MEMORY / "ro.meta.json").read_text())
+    config = ExperimentConfig.from_dict(meta["config"])
+    events = scan_trace(H200_MEMORY / "ro.json")
+    assert meta["config"]["profile_memory"] and not any(e.get("name") == "[memory]" for e in events)
+    graphs = sum(1 for e in events if e.get("name") == "cudaGraphLaunch")
+    with open_trace(H200_MEMORY / "ro.json", engine="sqlite") as s:
+        r = analyze(s, config=config)
+        d = {x.rule: x for x in diagnose(s, r, config, None,
+                                         process_peak_bytes=meta["peak_device_memory_bytes"]).diagnoses}
+    assert r.summary["memory"]["note"] == NOTHING_RECORDED_TEXT
+    assert {f.id: f for f in findings(r, config)}["q1.memory"].text == NOTHING_RECORDED_TEXT
+    x = d["cudagraph_pools"]
+    assert x.evidence["graph_launches"] == graphs == 3 and x.evidence["memory_events"] == 0
+    assert "the process's own peak was 46.0 MiB" in x.text  # 48,235,520 B
+    with open_trace(H200_MEMORY / "ro.json", engine="sqlite") as s:  # without the config: no claim about recording
+        assert analyze(s).summary["memory"]["note"] == NO_MEMORY_TEXT

@@ -76,6 +76,12 @@ NO_MEMORY_TEXT = ("This trace has no [memory] events, so it cannot say where the
                   "form's profile-memory knob; on the command line, run --profile-memory).")
 """What the report, the findings and the CLI say of a trace without memory events, and how to record them."""
 
+NOTHING_RECORDED_TEXT = ("This run was profiled with profile_memory=True, yet its profiled steps recorded no "
+                         "[memory] event: they allocated and freed nothing through the allocator. A step that "
+                         "replays CUDA graphs does so (each replay runs in its graph's private pool, captured "
+                         "before the window); what was allocated before the window is no event either.")
+"""What they say instead when the run's config says memory was recorded and the trace has no event."""
+
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
                 8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu", 16: "ve",
                 17: "lazy", 18: "ipu", 19: "mtia", 20: "privateuseone"}
@@ -492,7 +498,8 @@ class MemoryReport:
     """Every memory analysis of one trace, computed once (the frames as the functions of the same name return
     them), and ``summary``: ``events``, ``skipped_events``, ``devices`` ({device: ``peak_allocated_bytes``,
     ``peak_reserved_bytes``, ``basis``, ``first_allocated_bytes``, ``last_allocated_bytes``, ``gap_at_peak_bytes``,
-    ``op``, ``step``}) and ``note`` (:data:`NO_MEMORY_TEXT` without events, else None)."""
+    ``op``, ``step``}) and ``note`` (without events :data:`NO_MEMORY_TEXT`, or :data:`NOTHING_RECORDED_TEXT` for a
+    run that recorded memory; else None)."""
 
     timeline: pd.DataFrame = field(default_factory=lambda: _empty(_TIMELINE))
     peaks: pd.DataFrame = field(default_factory=lambda: _empty(_PEAKS))
@@ -524,12 +531,18 @@ def _summary(ev: _Events, peaks: pd.DataFrame) -> dict[str, Any]:
             "note": None if len(ev.ts) else NO_MEMORY_TEXT}
 
 
-def memory_report(session, shared: Shared | None = None) -> MemoryReport:
-    """Every memory analysis of ``session`` once (what ``analyze`` puts in ``Report.memory``)."""
+def memory_report(session, shared: Shared | None = None, config=None) -> MemoryReport:
+    """Every memory analysis of ``session`` once (what ``analyze`` puts in ``Report.memory``); ``config``, the run's
+    (when known), tells a run that recorded memory and saw no event (:data:`NOTHING_RECORDED_TEXT`) from a trace
+    made without ``profile_memory`` (:data:`NO_MEMORY_TEXT`)."""
+    from ..config import config_field
     sh = shared_for(session, shared)
     ev = _events(session, sh)
     peaks = memory_peaks(session, shared=sh)
+    summary = _summary(ev, peaks)
+    if not len(ev.ts) and config_field(config, "profile_memory"):
+        summary["note"] = NOTHING_RECORDED_TEXT
     return MemoryReport(timeline=memory_timeline(session, shared=sh), peaks=peaks,
                         live_at_peak=live_at_peak(session, shared=sh), by_op=memory_by_op(session, shared=sh),
                         unfreed=unfreed(session, shared=sh), churn=memory_churn(session, shared=sh),
-                        summary=_summary(ev, peaks))
+                        summary=summary)

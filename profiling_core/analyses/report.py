@@ -168,7 +168,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])
     out["phases"] = phases(session, shared=sh)
-    out["memory"] = memory_report(session, shared=sh)
+    out["memory"] = memory_report(session, shared=sh, config=config)
     r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
     r.summary.update(_summary(r, session))
     return r

@@ -4,7 +4,7 @@ when the window opened, what was live at the peak, and what the window never fre
 record them."""
 from __future__ import annotations
 
-from ...analyses.memory import BEFORE_WINDOW, NO_MEMORY_TEXT
+from ...analyses.memory import BEFORE_WINDOW
 from ...units import human_bytes
 from .base import Finding, _short
 
@@ -18,7 +18,7 @@ def _blocks(n) -> str:
 def _q1_memory(r, config=None) -> list[Finding]:
     m = r.memory
     if not m.has_events:
-        return [Finding("q1.memory", 1, "No memory events", NO_MEMORY_TEXT, {"memory_events": 0})]
+        return [Finding("q1.memory", 1, "No memory events", m.summary["note"], {"memory_events": 0})]
     parts, devices = [], {}
     for pk in m.peaks.to_dict(orient="records"):
         dev = pk["device"]
