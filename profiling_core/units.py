@@ -43,8 +43,10 @@ def human_bytes(n: float) -> str:
     """A size in bytes as short text in binary units: ``"512 B"``, ``"1.5 KiB"``, ``"2.0 MiB"``, ``"3.1 GiB"``.
 
     Whole bytes below 1 KiB, one decimal above; GiB all the way up (2 TiB reads ``"2,048.0 GiB"``), with thousands
-    separated by commas.
+    separated by commas. A negative size (memory freed) reads as its magnitude with a minus sign (``"-1.5 KiB"``).
     """
+    if n < 0:
+        return "-" + human_bytes(-n)
     for unit in ("B", "KiB", "MiB"):
         if n < 1024:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"

@@ -242,3 +242,34 @@ def test_human_output_has_the_time_by_category(capsys):
     out = capsys.readouterr().out
     [line] = [x for x in out.splitlines() if "GPU time by category" in x]
     assert "gemm 4.5%" in line and "attention 0.8%" in line and "idle 93.0%" in line
+
+
+QWEN = DATA / "traces" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+def test_json_carries_each_devices_peak_memory_from_a_plain_scan(capsys):
+    events = [e for e in scan_trace(QWEN) if e.get("name") == "[memory]"]
+    got = run_json(QWEN, capsys)["memory"]
+    assert got["events"] == len(events) == 2450 and got["note"] is None
+    for dev, kind in (("cuda:0", 1), ("cpu", 0)):
+        mine = [e["args"] for e in events if e["args"]["Device Type"] == kind]
+        assert got["devices"][dev]["peak_allocated_bytes"] == max(a["Total Allocated"] for a in mine)
+    assert got["devices"]["cuda:0"]["peak_reserved_bytes"] == max(
+        e["args"]["Total Reserved"] for e in events if e["args"]["Device Type"] == 1) == 2_629_828_608
+    assert got["devices"]["cpu"]["peak_reserved_bytes"] is None  # the CPU allocator reserves nothing (it writes 0)
+
+
+def test_a_trace_without_memory_events_says_so_and_how_to_record_them(capsys):
+    got = run_json(CPU_TRACE, capsys)["memory"]
+    assert got["events"] == 0 and got["devices"] == {} and "profile_memory=True" in got["note"]
+    assert analyze_cli.main([str(CPU_TRACE), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert "memory: This trace has no [memory] events" in out and "--profile-memory" in out
+
+
+def test_human_output_has_a_memory_section(capsys):
+    assert analyze_cli.main([str(QWEN), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert "memory (2,450 [memory] events):" in out
+    assert "cuda:0: peak 1.9 GiB allocated, 2.4 GiB reserved, at aten::mul in step 6; 939.1 MiB already allocated" \
+        in out  # 2,088,508,416 B, 2,629,828,608 B; 984,742,400 B before the window

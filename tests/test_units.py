@@ -55,6 +55,8 @@ def test_the_variance_finding_quotes_durations_as_formatted():
     (3 * 2**30 + 2**29, "3.5 GiB"),
     (2 * 2**40, "2,048.0 GiB"),      # GiB all the way up
     (np.int64(2**20), "1.0 MiB"),
+    (-1536, "-1.5 KiB"),             # memory freed: the magnitude with a minus sign, not "-1,536 B"
+    (-(3 * 2**30), "-3.0 GiB"),
 ])
 def test_sizes_read_in_binary_units(n, text):
     assert human_bytes(n) == text

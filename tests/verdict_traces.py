@@ -85,11 +85,15 @@ class Trace:
         self._x(name, ts, dur, "cuda_runtime")
         self.t = ts + dur
 
-    def memory(self, nbytes: int, total: int, reserved: int, device: int = 0):
+    def memory(self, nbytes: int, total: int, reserved: int, device: int = 0, addr: int | None = None,
+               kind: int = 1):
+        """A ``[memory]`` event of ``nbytes`` (negative: a free) at ``addr`` (default: an address of its own) on
+        device ``kind`` (c10's DeviceType: 1 CUDA, 0 the CPU) number ``device``."""
         self.events.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
-                            "ts": self.t, "args": {"Addr": 140000000000 + len(self.events), "Bytes": nbytes,
-                                                   "Total Allocated": total, "Total Reserved": reserved,
-                                                   "Device Type": 1, "Device Id": device}})
+                            "ts": self.t, "args": {"Addr": 140000000000 + len(self.events) if addr is None else addr,
+                                                   "Bytes": nbytes, "Total Allocated": total,
+                                                   "Total Reserved": reserved, "Device Type": kind,
+                                                   "Device Id": device if kind else -1}})
         self.t += 1.0
 
     def write(self, path: Path, device_properties: bool = True) -> Path:
@@ -354,4 +358,43 @@ def decode_tokens(path: Path, tokens: int = 4, launches: int = 30, kernel_us: fl
                       children=lambda t, k=k: forward(t, "0/1" if k == 0 or regions == "static" else "0/2",
                                                       token_work))
         t.step(n + 1, lambda t: t.cpu("causal_lm", 1, cat="user_annotation", children=body))
+    return t.write(path)
+
+
+MiB, GiB = 1 << 20, 1 << 30
+
+
+def memory_steps(path: Path, *, steps: int = 4, kept: int = 100 * MiB, temp: int = GiB, leak: int = 0,
+                 first_step_state: int = 0, reserved: int | None = None, kind: int = 1, graphs: bool = False,
+                 with_memory: bool = True) -> Path:
+    """Steps that each allocate a ``temp`` in ``aten::mul`` and free it, over ``kept`` bytes allocated before the
+    window, ``leak`` bytes more kept by ``leaky_op`` in every step, ``first_step_state`` bytes kept by the first step
+    only (an optimizer's state); the allocator reserves ``reserved`` (default: the peak, rounded up to 2 MiB). On the
+    CPU (``kind`` 0) it writes 0 reserved, as torch does. ``graphs``: each step launches one cudaGraphLaunch."""
+    t = Trace()
+    level = [kept]
+    peak = kept + first_step_state + steps * leak + temp
+    res = 0 if kind == 0 else (reserved if reserved is not None else -(-peak // (2 * MiB)) * 2 * MiB)
+    addr = [1 << 40]
+
+    def alloc(nbytes, a=None):
+        level[0] += nbytes
+        a = a if a is not None else addr[0]
+        addr[0] += 4096
+        if with_memory:
+            t.memory(nbytes, level[0], res, addr=a, kind=kind)
+        return a
+
+    for n in range(1, steps + 1):
+        def body(t, n=n):
+            if n == 1 and first_step_state:
+                t.cpu("aten::zeros_like", 10, children=lambda t: alloc(first_step_state))
+            if leak:
+                t.cpu("leaky_op", 10, children=lambda t: alloc(leak))
+            box = {}
+            t.cpu("aten::mul", 20, children=lambda t: box.update(a=alloc(temp)))
+            t.cpu("aten::add", 20, children=lambda t: (
+                t.launch("cudaGraphLaunch_work", 50.0, call="cudaGraphLaunch") if graphs else None,
+                alloc(-temp, box["a"])))
+        t.step(n, body)
     return t.write(path)

@@ -9,7 +9,9 @@ names).
 GPU ops are put into categories (GEMM, attention, elementwise, copies, communication, ...) by the stated name rules of
 ``profiling_core.analyses.categories``; ``step_breakdown`` splits each step's window over them and idle time,
 ``top_kernels`` ranks the GPU ops with the CPU ops that launched them; ``phases`` splits each step of a training loop
-into forward, backward, optimizer and zero_grad (the rule is stated in ``profiling_core.analyses.phases``).
+into forward, backward, optimizer and zero_grad (the rule is stated in ``profiling_core.analyses.phases``);
+``memory`` says where the memory goes from the ``[memory]`` events (peaks, what was live at them, per op, per step,
+what was never freed; its rules are stated in ``profiling_core.analyses.memory``).
 Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once and returns a :class:`Report`;
 ``profiling_core.explain.findings`` turns a report into short statements with evidence.
 """
@@ -21,6 +23,8 @@ from .compile import compile_breakdown, compile_payoff, fused_ops, triton_fusion
 from .gemm import gemm_dims, gemm_flops_from_dims, gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_ops, launch_paths
+from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_MATCH_TOLERANCE, MemoryReport, live_at_peak, memory_by_op,
+                     memory_churn, memory_peaks, memory_report, memory_timeline, unfreed)
 from .phases import PHASES, SUM_TOLERANCE_US, phase_ops, phases, phases_at
 from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, annotation_ranges, basis_steps, bound,
@@ -37,4 +41,6 @@ __all__ = [
     "gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "profiler_table",
     "phases", "phase_ops", "phases_at", "PHASES", "SUM_TOLERANCE_US",
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
+    "memory_timeline", "memory_peaks", "live_at_peak", "memory_by_op", "unfreed", "memory_churn", "memory_report",
+    "MemoryReport", "NO_MEMORY_TEXT", "NOTHING_RECORDED_TEXT", "BEFORE_WINDOW", "PEAK_MATCH_TOLERANCE",
 ]

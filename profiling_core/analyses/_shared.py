@@ -449,9 +449,11 @@ class Shared:
         """(launch row, GPU op row, paired by correlation) of every launch call ↔ GPU op pair, in (launch, GPU op)
         order, each pair once.
 
-        A GPU op is paired with the slice at the other end of each flow that ends on it. A GPU op with no such flow
-        (2021-era traces, whose flows do not bind) is paired with every runtime call (category cuda_runtime,
-        cuda_driver or runtime) whose ``args.correlation`` equals its own."""
+        A GPU op is paired with the slice at the other end of each flow that ends on it, unless that slice is a
+        ``[memory]`` event: the 2021 format writes its flows' starts and its memory events with an integer tid and
+        its calls with a string one, so trace_processor binds the flows to the memory events of a lane of their
+        own, which launch nothing. A GPU op with no such flow (2021-era traces) is paired with every runtime call
+        (category cuda_runtime, cuda_driver or runtime) whose ``args.correlation`` equals its own."""
         tb = self.tables
         n = tb.slice_count
         gr = self.gpu_rows
@@ -460,6 +462,7 @@ class Shared:
         fo, fi = tb.flow_out.astype(np.int64), tb.flow_in.astype(np.int64)
         m = (fi >= 0) & (fi < n) & (fo >= 0) & (fo < n)
         m[m] = is_gpu[fi[m]]
+        m[m] = ~self.name_mask(lambda u: u == "[memory]")[fo[m]]  # a memory event launches nothing (see the docstring)
         lo, gi = fo[m], fi[m]
         by_corr = np.zeros(len(lo), dtype=bool)
         has_flow = np.zeros(n, dtype=bool)

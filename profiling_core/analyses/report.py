@@ -11,6 +11,7 @@ from .compile import compile_breakdown
 from .gemm import gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
+from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared
 from .steps import basis_steps, cpu_vs_gpu, gpu_busy, steady_state, steps
@@ -48,6 +49,9 @@ class Report:
     phases: pd.DataFrame = field(default_factory=empty_phases)
     """Per step and phase of a training step (forward, backward, optimizer, zero_grad, other): CPU time, GPU work
     and kernels (:func:`~profiling_core.analyses.phases.phases`); empty when the trace has no phases."""
+    memory: MemoryReport = field(default_factory=MemoryReport)
+    """Where the memory goes, from the trace's ``[memory]`` events (:mod:`profiling_core.analyses.memory`): empty
+    frames, and a ``summary`` whose ``note`` says how to record them, when the trace has none."""
     summary: dict[str, Any] = field(default_factory=dict)
     """Headline numbers; see :func:`analyze`."""
 
@@ -106,6 +110,7 @@ def _summary(r: Report, session) -> dict[str, Any]:
         "train_phases": _phase_medians(r.phases),
         "time_by_category": {c.category: float(c.share) for c in category_totals(r.step_breakdown).itertuples()
                              if pd.notna(c.share)},
+        "memory": r.memory.summary,
     }
 
 
@@ -137,7 +142,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
         ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step
         breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}
-        over the steps after the first when there are 3 or more, else all; empty without phases).
+        over the steps after the first when there are 3 or more, else all; empty without phases), ``memory``
+        (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device the peak allocated
+        and reserved bytes; ``note`` says how to record memory events when the trace has none).
     """
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
     # Largest temporaries first, while few results are held yet, smallest last, when all are: the peak memory of the
@@ -161,6 +168,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])
     out["phases"] = phases(session, shared=sh)
+    out["memory"] = memory_report(session, shared=sh, config=config)
     r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
     r.summary.update(_summary(r, session))
     return r

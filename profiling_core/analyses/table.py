@@ -44,7 +44,7 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
             cur, g = nxt[m], g[m]
     # one code per row label: the name, ProfilerStep#N merged into ProfilerStep* (codes of the distinct names)
     labels = np.empty(len(t["name_uniq"]), dtype=object)
-    labels[:] = ["ProfilerStep*" if isinstance(u, str) and u.startswith("ProfilerStep#") else u for u in t["name_uniq"]]
+    labels[:] = [row_label(u) for u in t["name_uniq"]]
     label_codes, uniq = pd.factorize(labels, use_na_sentinel=False)
     code = label_codes[t["name_codes"]]  # name code -1 (NULL) takes the last label, None
     uniq = [None if (u is None or u != u) else u for u in uniq.tolist()]
@@ -69,7 +69,13 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     rows.sort(key=lambda r: (-r[5], -r[3], r[0] is not None, r[0] or "", r[1]))
     return frame(rows, cols)
 
-__all__ = ["profiler_table"]
+__all__ = ["profiler_table", "row_label"]
+
+
+def row_label(name):
+    """The profiler table's row of a slice name: ``ProfilerStep#N`` merged into ``ProfilerStep*``, as torch's
+    ``key_averages()`` merges them; any other name (None included) as it is."""
+    return "ProfilerStep*" if isinstance(name, str) and name.startswith("ProfilerStep#") else name
 
 
 def profiler_table(session, shared: Shared | None = None) -> pd.DataFrame:

@@ -3,7 +3,9 @@
 Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one
 JSON object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
 ``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``steady_state`` (the bound rule's verdict
-and evidence), ``devices``, ``gemm``, ``time_by_category``,
+and evidence), ``devices``, ``gemm``, ``time_by_category``, ``memory`` (``events``, ``skipped_events``, per device in
+``devices`` its ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (null without a reserved figure) and where the
+peak happened; ``note``, when the trace has no ``[memory]`` events, says how to record them),
 ``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``), ``findings``, and the
 diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``). A file that cannot be read exits with status 2 and a one-line
 reason on stderr. Standalone: ``python -m profiling_core.cli.analyze``.
@@ -22,7 +24,7 @@ from typing import Any, Optional
 
 from ..errors import ProfilingError
 from ..present.terminal import echo
-from ..units import format_duration_us
+from ..units import format_duration_us, human_bytes
 
 __all__ = ["add_parser", "run", "build_json", "main"]
 
@@ -102,6 +104,7 @@ def build_json(report, found, diagnosis=None) -> dict:
         "gemm": _records(report.gemm_throughput, ["op", "device", "time_us", "flops", "tflops",
                                                   "fraction_of_peak"]),
         "time_by_category": _clean(s["time_by_category"]),
+        "memory": _clean(s.get("memory") or {}),
         "step_breakdown": _records(report.step_breakdown, ["step", "category", "time_us", "share", "busy_us",
                                                            "overlapped_us", "window_us"]),
         "top_kernels": [{**r, "cpu_ops": [{"op": op, "launches": n} for op, n in r["cpu_ops"]]}
@@ -141,6 +144,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         lines.append("  training phases (per step, median): " + ", ".join(
             f"{name} {format_duration_us(v['cpu_us'])} CPU / {format_duration_us(v['gpu_us'])} GPU, "
             f"{v['kernels']:g} kernels" for name, v in ph.items()))
+    lines.extend(_memory_lines(s.get("memory") or {}))
     ks = report.kernel_stats.head(5)
     if len(ks):
         lines.append("  kernels (by total time):")
@@ -170,6 +174,28 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     return lines  # printed by echo: each line is one line, whatever a kernel is named
 
 
+def _memory_lines(mem: dict) -> list[str]:
+    """The memory section: per device its peak allocated (and reserved) bytes, where it happened and what was
+    allocated before the window; or why there is none and how to record it."""
+    if not mem.get("devices"):
+        return [f"  memory: {mem.get('note') or 'no [memory] events'}"]
+    out = [f"  memory ({mem['events']:,} [memory] events):"]
+    for dev, d in mem["devices"].items():
+        line = f"    {dev}: peak {human_bytes(d['peak_allocated_bytes'])} allocated"
+        if d["basis"] == "running_sum":
+            line += " (allocated in the window: the trace has no totals)"
+        if d.get("peak_reserved_bytes") is not None:
+            line += f", {human_bytes(d['peak_reserved_bytes'])} reserved"
+        if d.get("op"):
+            line += f", at {d['op'] if len(d['op']) <= 60 else d['op'][:59] + '…'}"
+        if d.get("step") is not None:
+            line += f" in step {d['step']:g}"
+        if d["basis"] == "total" and d["first_allocated_bytes"]:
+            line += f"; {human_bytes(d['first_allocated_bytes'])} already allocated when the window opened"
+        out.append(line)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the ``analyze`` subcommand; returns the exit status (0, or 2 when the trace cannot be read)."""
     from ..analyses import analyze
@@ -177,13 +203,14 @@ def run(args: argparse.Namespace) -> int:
     from ..explain.questions import findings
     from ..trace import open_trace
     try:
-        config, device, peaks = _run_context(args.path, args.peaks)
+        config, device, peaks, process_peak = _run_context(args.path, args.peaks)
         session = open_trace(args.path, engine=args.engine)
         report = analyze(session, config=config, peak_tflops=args.peak_tflops)
         found = findings(report, config)
         cc = device.get("compute_capability") if isinstance(device, dict) else None
         diagnosis = diagnose(session, report, config, peaks,
-                             compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None)
+                             compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None,
+                             process_peak_bytes=process_peak)
     except (ProfilingError, OSError, ValueError) as exc:
         echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
         return 2
@@ -207,20 +234,23 @@ def _is_number(text: str) -> bool:
 
 
 def _run_context(path: str, peaks_file: Optional[str]):
-    """(config, device facts, peaks) for a trace: from its run's meta.json when it sits in a run store folder, and
-    the calibration ``peaks_file`` or else the store's newest calibration of that device (None where unknown)."""
+    """(config, device facts, peaks, the process's peak device memory) for a trace: from its run's meta.json when it
+    sits in a run store folder (``peak_device_memory_bytes``), and the calibration ``peaks_file`` or else the store's
+    newest calibration of that device (None where unknown)."""
     from pathlib import Path
 
     from ..store.files import read_json_object
     from ..store.peaks import DevicePeaks, PeakBook
     from ..store.runs import RunStore
-    config, device, peaks, store_root = None, {}, None, None
+    config, device, peaks, store_root, process_peak = None, {}, None, None, None
     trace = Path(path)
     if trace.name == "trace.json" and (trace.parent / "meta.json").is_file():
         store_root = trace.parent.parent
         try:
             run = RunStore(store_root).load(trace.parent.name)
             config, device = run.config, run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
+            pk = run.meta.get("peak_device_memory_bytes")
+            process_peak = pk if type(pk) is int and pk >= 0 else None
         except (ProfilingError, OSError, ValueError, TypeError, KeyError):
             config, device = None, {}
     if peaks_file is not None:  # read as the store reads its calibrations: a FIFO or /dev/zero is refused unread
@@ -234,7 +264,7 @@ def _run_context(path: str, peaks_file: Optional[str]):
             raise ValueError(f"--peaks {peaks_file}: {e}") from None
     elif store_root is not None and device.get("name"):
         peaks = PeakBook(store_root).find(device["name"], torch_version=device.get("torch"))
-    return config, device, peaks
+    return config, device, peaks, process_peak
 
 
 def main(argv: Optional[list[str]] = None) -> int:

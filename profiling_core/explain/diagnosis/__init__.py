@@ -31,11 +31,15 @@ from .rules.attention_backend import _rule_attention_backend
 from .rules.conv_layout import _rule_conv_layout
 from .rules.cpu_contention import _rule_cpu_contention
 from .rules.compile_breaks import _rule_compile
+from .rules.cudagraph_pools import _rule_cudagraph_pools
 from .rules.cudagraphs_skipped import _rule_cudagraphs_skipped
 from .rules.fp32_training import _rule_fp32_training
 from .rules.decode_launch_bound import _rule_decode_launch_bound
 from .rules.fp32_without_tf32 import _rule_fp32_without_tf32
 from .rules.gpu_starved import GPU_IDLE_AT, LAUNCHES_DOMINATE, _rule_gpu_starved
+from .rules.memory_fragmentation import _rule_memory_fragmentation
+from .rules.memory_growth import _rule_memory_growth
+from .rules.memory_peak import _rule_memory_peak
 from .rules.profiler_overhead import _rule_profiler_overhead
 from .rules.sync_in_step import _rule_sync_in_step
 from .rules.unaligned_gemm_dims import _rule_unaligned_dims
@@ -49,7 +53,8 @@ RULES: tuple[Callable[[_Ctx], Optional[Diagnosis]], ...] = (
     _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_gpu_starved, _rule_decode_launch_bound, _rule_sync_in_step,
     _rule_compile,
     _rule_profiler_overhead, _rule_attention_backend, _rule_cudagraphs_skipped, _rule_conv_layout,
-    _rule_cpu_contention, _rule_unfused_optimizer, _rule_fp32_training)
+    _rule_cpu_contention, _rule_unfused_optimizer, _rule_fp32_training, _rule_memory_peak, _rule_memory_growth,
+    _rule_memory_fragmentation, _rule_cudagraph_pools)
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,8 @@ class DiagnosisReport:
 
 
 def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optional[DevicePeaks] = None,
-             compute_capability: Optional[float] = None) -> DiagnosisReport:
+             compute_capability: Optional[float] = None,
+             process_peak_bytes: Optional[int] = None) -> DiagnosisReport:
     """The roofline rows and every rule's finding for one trace.
 
     Args:
@@ -77,6 +83,8 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
             the trace names (``session.devices``, :meth:`DevicePeaks.from_datasheet`), labelled ``datasheet`` in every
             text and in ``DiagnosisReport.peaks.source``; without either, no fraction of peak and no cost bound.
         compute_capability: the GPU's (e.g. 9.0, from meta.json); else read from kernel names where they say.
+        process_peak_bytes: the run's ``peak_device_memory_bytes`` (meta.json: ``torch.cuda.max_memory_allocated()``
+            of the whole process) when known; the memory rules tell an earlier peak from fragmentation by it.
     """
     report = report if report is not None else analyze(session, config=config if not isinstance(config, dict)
                                                         else None)
@@ -84,6 +92,6 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
         names = [d.get("name") for d in (getattr(session, "devices", None) or []) if d.get("name")]
         peaks = DevicePeaks.from_datasheet(names[0]) if names else None
     roof = roofline(report, session, config, peaks)
-    ctx = _Ctx(report, session, config, peaks, roof, compute_capability)
+    ctx = _Ctx(report, session, config, peaks, roof, compute_capability, process_peak_bytes)
     found = [d for rule in RULES if (d := rule(ctx)) is not None]
     return DiagnosisReport(roof, found, peaks)

@@ -42,6 +42,9 @@ class _Ctx:
     peaks: Optional[DevicePeaks]
     roof: pd.DataFrame
     compute_capability: Optional[float]
+    process_peak_bytes: Optional[int] = None
+    """The process's own peak of allocated device memory (a run's meta.json ``peak_device_memory_bytes``,
+    ``torch.cuda.max_memory_allocated()``), None where unknown (an imported trace, a CPU run)."""
 
 
 def _ampere_or_later(c: "_Ctx", kernel_names) -> bool:

@@ -4,7 +4,8 @@ Every sentence is built from the analyses of the trace in hand (no text fixed in
 no occupancy query before the GEMM, on an A100 there may be one, on a CPU-only trace there is no GPU lane, and the
 findings say so. ``question`` refers to the ten questions of the study (docs: STUDY.md).
 
-One module per question, named after its findings' ids: ``q1_table``, ``q2_bound``, ``q3_cold_start``,
+One module per question, named after its findings' ids: ``q1_table``, ``q1_memory`` (the table's memory columns:
+where the memory goes), ``q2_bound``, ``q3_cold_start``,
 ``q4_offset``, ``q5_chain``, ``q6_launch_path``, ``q7_sync``, ``q8_variance``, ``q9_compile``,
 ``q10_compile_cost``; each holds a function ``(report, config) -> [Finding]`` and the thresholds its verdict uses.
 ``base`` holds :class:`Finding` and what more than one question shares. This module runs them in order.
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .base import NO_GPU_TEXT, Finding
+from .q1_memory import _q1_memory
 from .q1_table import _q1_table
 from .q2_bound import _q2_bound
 from .q3_cold_start import FIRST_STEP_SLOWER_PCT, _q3_cold
@@ -33,7 +35,7 @@ from .q10_compile_cost import _q10_cost
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT", "MIN_LAUNCHES_FOR_SKEW"]
 
 
-_RULES: tuple[Callable, ...] = (_q1_table, _q2_bound, _q3_cold, _q4_offset, _q5_chain, _q6_paths, _q7_sync,
+_RULES: tuple[Callable, ...] = (_q1_table, _q1_memory, _q2_bound, _q3_cold, _q4_offset, _q5_chain, _q6_paths, _q7_sync,
                                 _q8_variance, _q9_compile, _q10_cost)
 
 

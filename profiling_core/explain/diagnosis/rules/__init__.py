@@ -21,4 +21,9 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 - ``unfused_optimizer``: a training step's optimizer ran its for-loop implementation (per-parameter ops), where
   foreach and fused exist.
 - ``fp32_training``: a training step's GEMMs in fp32/TF32 on a GPU with bf16 tensor cores: autocast would do.
+- ``memory_peak``: a device's memory peak far above what its steps keep: temporaries to free, chunk or recompute.
+- ``memory_growth``: allocated memory that grows in every step, with the ops whose blocks are never freed.
+- ``memory_fragmentation``: the allocator reserves far more than the tensors use even at the peak (fragmentation:
+  expandable_segments; or an earlier peak, told apart by the run's max_memory_allocated).
+- ``cudagraph_pools``: CUDA graphs replayed with memory events: their private pools, and what the trace cannot show.
 """

@@ -1,0 +1,550 @@
+"""Where the memory goes, from the trace's ``[memory]`` events alone.
+
+torch.profiler with ``profile_memory=True`` writes one ``[memory]`` instant event per allocation and per free, with
+its ``Bytes`` (negative for a free), the block's ``Addr``, the allocator's ``Total Allocated`` and ``Total Reserved``
+after it, and its ``Device Type`` / ``Device Id``. trace_processor (and the mirror) load them as slices of duration 0
+nested under the op that was running on their thread. The rules, each stated once:
+
+- **Events.** A slice named ``[memory]`` whose ``Bytes`` is a number of magnitude below 2⁶⁰ is an event (``Bytes`` rounded to whole
+  bytes); one without is left out of every frame and counted (``MemoryReport.summary["skipped_events"]``). Events
+  are taken in (timestamp, slice id) order.
+- **Device.** ``Device Type`` is c10's ``DeviceType`` number (0 CPU, 1 CUDA, 6 HIP, 12 XPU, 13 MPS, 20 the private
+  backend, ... :data:`DEVICE_TYPES`): ``"cpu"`` for the CPU whatever its id, else ``"<type>:<id>"`` (``"cuda:0"``),
+  ``"<type>"`` without an id, ``"device_type_<n>"`` for a number torch does not name, ``"unknown"`` without one.
+- **Totals.** ``Total Allocated`` / ``Total Reserved`` count where they are numbers from 0 to below 2⁶⁰ (else NaN: a
+  negative, missing or absurd total is no total). The CPU allocator reserves nothing and writes 0: a device whose every reserved
+  figure is 0 has none (NaN).
+- **Allocated level** (``level_bytes``, what every other figure reads): the device's ``Total Allocated`` where the
+  event has one; between and around such events, the nearest earlier one (else the next one) carried by the events'
+  ``Bytes``. A device whose events have no total at all (2021 traces) is measured by the running sum of ``Bytes``
+  from the window's start, which starts at 0: it counts only what the window allocated (``basis`` ``running_sum``
+  instead of ``total``).
+- **Op.** An event's op is the slice it is nested in (its parent in the slice table: an ATen op, a
+  ``record_function`` range, a Python frame with ``with_stack``), None at the top level of its lane (2021 traces put
+  memory events on a lane of their own, so all of theirs are at the top level). Frames grouped by op
+  (:func:`memory_by_op`, :func:`unfreed`, :func:`live_at_peak`) merge ``ProfilerStep#N`` into ``ProfilerStep*`` as
+  the profiler table does; an op's total counts the events nested anywhere under each of its slices (a slice nested
+  in one of the same name counts twice, as torch's ``cpu_memory_usage`` does).
+- **Step.** An event's step is the ``ProfilerStep#N`` (CPU slice, any thread) whose window holds its timestamp, NaN
+  outside every step.
+- **Blocks.** A block is matched by address within its device: an allocation opens it, the next free of that
+  address closes it (the free's own ``Bytes`` count in the level either way); an allocation at an address still open
+  closes the older block there (its free was not recorded). A free of an address no allocation of the window opened
+  is a block allocated before the window. Without ``Addr`` (2021 traces) no block can be followed: those devices
+  have no rows in :func:`live_at_peak` and :func:`unfreed`.
+- **The window.** Only what the profiler recorded counts: blocks allocated before it (weights, a warm-up's caches)
+  show only through the totals and through their frees. ``first_allocated_bytes`` is the level before the window's
+  first event (what was already allocated), ``last_allocated_bytes`` the level after its last.
+- **Against torch.** :func:`memory_by_op` is the profiler table's memory columns (``key_averages()``:
+  ``self_cpu_memory_usage``, ``cpu_memory_usage`` for the CPU, ``self_device_memory_usage``,
+  ``device_memory_usage`` for CUDA); torch lists the top-level events as ``[memory]`` (here ``op`` None). A run's
+  ``meta.json`` keeps ``peak_device_memory_bytes`` (``torch.cuda.max_memory_allocated()``), which counts the whole
+  process: the tensors built before the profiler started and every warm-up step. The trace's peak can only see the
+  window, so it is at most that figure, and equal to it when the window holds the process's peak (a steady loop
+  whose profiled steps repeat the warm-up's; :data:`PEAK_MATCH_TOLERANCE`). On the H200 runs kept in
+  ``tests/data/h200_memory`` (3 warm-up calls) the two are equal to the byte; under CUDA graphs the profiled steps
+  record no event at all (a replay allocates from its graph's pool), and only the run's figure is left.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ._shared import Shared, frame, shared_for
+from .table import row_label
+
+__all__ = [
+    "BEFORE_WINDOW",
+    "DEVICE_TYPES",
+    "NO_MEMORY_TEXT",
+    "PEAK_MATCH_TOLERANCE",
+    "MemoryReport",
+    "live_at_peak",
+    "memory_by_op",
+    "memory_churn",
+    "memory_peaks",
+    "memory_report",
+    "memory_timeline",
+    "unfreed",
+]
+
+NO_MEMORY_TEXT = ("This trace has no [memory] events, so it cannot say where the memory goes: record them with "
+                  "profile_memory=True (torch.profiler.profile(..., profile_memory=True); in the app, the Profile "
+                  "form's profile-memory knob; on the command line, run --profile-memory).")
+"""What the report, the findings and the CLI say of a trace without memory events, and how to record them."""
+
+NOTHING_RECORDED_TEXT = ("This run was profiled with profile_memory=True, yet its profiled steps recorded no "
+                         "[memory] event: they allocated and freed nothing through the allocator. A step that "
+                         "replays CUDA graphs does so (each replay runs in its graph's private pool, captured "
+                         "before the window); what was allocated before the window is no event either.")
+"""What they say instead when the run's config says memory was recorded and the trace has no event."""
+
+DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
+                8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu", 16: "ve",
+                17: "lazy", 18: "ipu", 19: "mtia", 20: "privateuseone"}
+"""c10's ``DeviceType`` numbers, as the ``Device Type`` argument writes them, and torch's names for them."""
+
+BEFORE_WINDOW = "before the window"
+"""``origin`` of the blocks allocated before the profiler's window (their op is unknown: None)."""
+
+PEAK_MATCH_TOLERANCE = 0.01
+"""How far below ``torch.cuda.max_memory_allocated()`` the trace's peak may be on a run whose profiled steps repeat
+its warm-up steps (the same allocations in the same order): 1 %, for the few blocks a profiled step allocates in
+another order than a warm-up one. Above that figure it never is: the trace's totals are the same allocator's."""
+
+_TIMELINE = ["device", "start_ns", "bytes", "allocated_bytes", "reserved_bytes", "step", "op", "slice_id", "addr",
+             "level_bytes"]
+_PEAKS = ["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_ns", "step", "op", "call_chain",
+          "first_allocated_bytes", "last_allocated_bytes", "basis", "events", "alloc_bytes", "freed_bytes",
+          "reserved_at_peak_bytes", "gap_at_peak_bytes", "gap_max_bytes", "gap_median_bytes", "has_addresses"]
+_LIVE = ["device", "op", "origin", "bytes", "blocks"]
+_BY_OP = ["op", "device", "self_alloc_bytes", "self_freed_bytes", "self_net_bytes", "total_net_bytes", "self_events"]
+_UNFREED = ["op", "device", "bytes", "blocks", "steps"]
+_CHURN = ["step", "device", "alloc_bytes", "freed_bytes", "net_bytes", "peak_allocated_bytes",
+          "start_allocated_bytes", "end_allocated_bytes", "events"]
+
+
+_MAX_BYTES = 2.0 ** 60
+"""The largest ``Bytes`` or total an event may carry (an exbibyte): beyond it a figure is no size (it could not be
+summed exactly)."""
+
+
+def _empty(cols: list[str]) -> pd.DataFrame:
+    return frame([], cols)
+
+
+def _number(v) -> float | None:
+    """A finite number (int or float, not a bool) as a float; None for anything else."""
+    if type(v) is bool or not isinstance(v, (int, float)):
+        return None
+    x = float(v)
+    return x if math.isfinite(x) else None
+
+
+def device_name(kind, index) -> str:
+    """The device of an event (the module's *Device* rule)."""
+    if type(kind) is not int:
+        return "unknown"
+    name = DEVICE_TYPES.get(kind, f"device_type_{kind}")
+    if kind == 0:
+        return name
+    return f"{name}:{index}" if type(index) is int and index >= 0 else name
+
+
+class _Events:
+    """The memory events of one trace as columns in timeline order, and the block matching (computed once)."""
+
+    def __init__(self, sh: Shared) -> None:
+        t = sh.slices
+        tb = sh.tables
+        rows = np.flatnonzero(sh.name_mask(lambda u: u == "[memory]"))
+        asid = tb.arg_set_id[rows] if len(rows) else np.zeros(0, dtype=np.int64)
+        ids = [int(a) for a in asid.tolist() if a >= 0]
+        got = {k: tb.args.get(k, ids) if ids else {} for k in ("Bytes", "Addr", "Total Allocated", "Total Reserved",
+                                                               "Device Type", "Device Id")}
+        nb = [_number(got["Bytes"].get(a)) for a in asid.tolist()]
+        nb = [x if x is not None and abs(x) < _MAX_BYTES else None for x in nb]
+        keep = np.array([x is not None for x in nb], dtype=bool)
+        self.skipped = int((~keep).sum())
+        rows, asid = rows[keep], asid[keep]
+        nbytes = np.array([round(x) for x in nb if x is not None], dtype=np.int64)
+        ts = t["ts"][rows]
+        order = np.lexsort((rows, ts))
+        self.rows, self.ts, self.bytes, asid = rows[order], ts[order], nbytes[order], asid[order].tolist()
+        n = len(self.rows)
+
+        def total(key):
+            vals = [_number(got[key].get(a)) for a in asid]
+            return np.array([np.nan if v is None or not 0 <= v < _MAX_BYTES else round(v) for v in vals],
+                            dtype=np.float64)
+        self.alloc, self.res = total("Total Allocated"), total("Total Reserved")
+        addr = [got["Addr"].get(a) for a in asid]
+        self.addr = [v if type(v) is int else None for v in addr]
+        names = [device_name(got["Device Type"].get(a), got["Device Id"].get(a)) for a in asid]
+        self.devices = sorted(set(names), key=_device_key)
+        code = {d: k for k, d in enumerate(self.devices)}
+        self.dev = np.array([code[d] for d in names], dtype=np.int64)
+        self.parent = t["ppos"][self.rows] if n else np.zeros(0, dtype=np.int64)
+        self.sh = sh
+        self._steps()
+        self._levels()
+        self._blocks()
+
+    def _steps(self) -> None:
+        st = self.sh.steps_list
+        self.step = np.full(len(self.ts), np.nan)
+        if not st or not len(self.ts):
+            return
+        starts = np.array([r[3] for r in st], dtype=np.int64)
+        ends = starts + np.array([r[4] for r in st], dtype=np.int64)
+        nums = np.array([np.nan if r[1] is None else float(r[1]) for r in st])
+        k = np.searchsorted(starts, self.ts, side="right") - 1
+        ok = (k >= 0) & (self.ts < ends[np.maximum(k, 0)])
+        self.step[ok] = nums[k[ok]]
+
+    def _levels(self) -> None:
+        """``level`` (int64) per event and ``basis`` per device (the *Allocated level* rule); reserved NaN on a device
+        whose reserved figures are all 0 (the *Totals* rule)."""
+        n = len(self.ts)
+        self.level = np.zeros(n, dtype=np.int64)
+        self.basis: dict[int, str] = {}
+        for d in range(len(self.devices)):
+            i = np.flatnonzero(self.dev == d)
+            c = np.cumsum(self.bytes[i])
+            a = self.alloc[i]
+            valid = ~np.isnan(a)
+            if valid.any():
+                off = np.full(len(i), np.nan)
+                off[valid] = a[valid] - c[valid]
+                s = pd.Series(off).ffill().bfill().to_numpy()
+                self.level[i] = c + s.astype(np.int64)
+                self.basis[d] = "total"
+            else:
+                self.level[i] = c
+                self.basis[d] = "running_sum"
+            r = self.res[i]
+            if not (r[~np.isnan(r)] > 0).any():
+                self.res[i] = np.nan
+
+    def _blocks(self) -> None:
+        """``closed_at`` per allocation (the event that frees it, -1 never in the window; -2 for events that are no
+        allocation) and ``before`` (frees of blocks allocated before the window), by the *Blocks* rule."""
+        n = len(self.ts)
+        self.closed_at = np.full(n, -2, dtype=np.int64)
+        self.before = np.zeros(n, dtype=bool)
+        self.has_addr = np.zeros(len(self.devices), dtype=bool)
+        open_: dict = {}
+        for i, (d, b, a) in enumerate(zip(self.dev.tolist(), self.bytes.tolist(), self.addr)):
+            if a is None:
+                continue
+            self.has_addr[d] = True
+            key = (d, a)
+            if b > 0:
+                j = open_.get(key)
+                if j is not None:
+                    self.closed_at[j] = i
+                self.closed_at[i] = -1
+                open_[key] = i
+            elif b < 0:
+                j = open_.pop(key, None)
+                if j is None:
+                    self.before[i] = True
+                else:
+                    self.closed_at[j] = i
+
+    # --- helpers ---------------------------------------------------------------------------------------------------
+    def op_names(self, rows: np.ndarray) -> np.ndarray:
+        """The names of these parent rows (-1: None)."""
+        out = np.full(len(rows), None, dtype=object)
+        m = rows >= 0
+        out[m] = self.sh.names_at(rows[m])
+        return out
+
+    def label_codes(self, rows: np.ndarray) -> np.ndarray:
+        """The op labels (``ProfilerStep#N`` as ``ProfilerStep*``) of these parent rows as codes into
+        :attr:`label_uniq` (-1: no op)."""
+        if not hasattr(self, "label_uniq"):
+            t = self.sh.slices
+            uniq = [row_label(u) for u in t["name_uniq"][:-1]]
+            self.label_uniq = list(dict.fromkeys(u for u in uniq if u is not None))
+            at = {u: k for k, u in enumerate(self.label_uniq)}
+            self._label_of = np.array([at.get(u, -1) if u is not None else -1 for u in uniq] + [-1], dtype=np.int64)
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.full(len(rows), -1, dtype=np.int64)
+        m = rows >= 0
+        out[m] = self._label_of[self.sh.slices["name_codes"][rows[m]]]
+        return out
+
+    def label(self, code: int):
+        return None if code < 0 else self.label_uniq[code]
+
+    def chain(self, row: int) -> str:
+        """The names of the slice at ``row`` and its ancestors, outermost first, joined by `` > ``."""
+        t, out = self.sh.slices, []
+        while row >= 0:
+            out.append(str(self.sh.names_at(np.array([row]))[0]))
+            row = int(t["ppos"][row])
+        return " > ".join(reversed(out))
+
+    def device_rows(self, d: int) -> np.ndarray:
+        return np.flatnonzero(self.dev == d)
+
+
+def _device_key(name: str):
+    kind, _, index = name.partition(":")
+    order = {v: k for k, v in DEVICE_TYPES.items()}
+    return (order.get(kind, 99), kind, int(index) if index.isdigit() else -1, name)
+
+
+_CACHE: weakref.WeakKeyDictionary[Shared, _Events] = weakref.WeakKeyDictionary()
+
+
+def _events(session, shared: Shared | None) -> _Events:
+    sh = shared_for(session, shared)
+    ev = _CACHE.get(sh)
+    if ev is None:
+        ev = _CACHE[sh] = _Events(sh)
+    return ev
+
+
+def memory_timeline(session, shared: Shared | None = None) -> pd.DataFrame:
+    """One row per ``[memory]`` event in (timestamp, slice id) order.
+
+    Returns:
+        DataFrame with ``device`` (``"cuda:0"``, ``"cpu"``, ...), ``start_ns``, ``bytes`` (signed: negative for a
+        free), ``allocated_bytes`` / ``reserved_bytes`` (the event's totals, NaN where it has none), ``step`` (the
+        profiler step, NaN outside every step), ``op`` (the slice the event is nested in, None at the top level),
+        ``slice_id``, ``addr`` (None without one) and ``level_bytes`` (the allocated level every other frame reads:
+        the module's *Allocated level* rule). Empty (same columns) without memory events.
+    """
+    ev = _events(session, shared)
+    if not len(ev.ts):
+        return _empty(_TIMELINE)
+    addr = np.empty(len(ev.addr), dtype=object)
+    addr[:] = ev.addr
+    return pd.DataFrame({
+        "device": pd.Series(np.array(ev.devices, dtype=object)[ev.dev], dtype=object),
+        "start_ns": ev.ts, "bytes": ev.bytes, "allocated_bytes": ev.alloc, "reserved_bytes": ev.res,
+        "step": ev.step, "op": pd.Series(ev.op_names(ev.parent), dtype=object),
+        "slice_id": np.asarray(ev.sh.slices["id"][ev.rows], dtype=np.int64), "addr": pd.Series(addr, dtype=object),
+        "level_bytes": ev.level})
+
+
+def memory_peaks(session, shared: Shared | None = None) -> pd.DataFrame:
+    """One row per device: its peak, where it happened, and the gap between reserved and allocated.
+
+    Returns:
+        DataFrame with ``device``, ``peak_allocated_bytes`` (the highest level), ``peak_reserved_bytes`` (the highest
+        reserved figure, NaN without one), ``peak_ns`` / ``step`` / ``op`` of the first event at the peak,
+        ``call_chain`` (the names of its op and the op's ancestors, outermost first, `` > ``-joined; "" at the top
+        level), ``first_allocated_bytes`` / ``last_allocated_bytes`` (the level at the window's start and end),
+        ``basis`` (``total`` or ``running_sum``), ``events``, ``alloc_bytes`` / ``freed_bytes`` (what the window
+        allocated and freed), and the reserved memory no tensor holds: ``reserved_at_peak_bytes`` (the reserved
+        figure at the peak's event), ``gap_at_peak_bytes`` (that less the peak), ``gap_max_bytes`` /
+        ``gap_median_bytes`` (reserved less allocated over the device's events; NaN without reserved figures),
+        ``has_addresses`` (blocks can be followed). Empty (same columns) without memory events.
+    """
+    ev = _events(session, shared)
+    rows = []
+    for d, name in enumerate(ev.devices):
+        i = ev.device_rows(d)
+        lv = ev.level[i]
+        p = int(np.argmax(lv))
+        res = ev.res[i]
+        gap = res - lv
+        has_res = ~np.isnan(res)
+        b = ev.bytes[i]
+        step = ev.step[i[p]]
+        rows.append((name, int(lv[p]), float(np.nanmax(res)) if has_res.any() else np.nan, int(ev.ts[i[p]]), step,
+                     ev.op_names(ev.parent[i[p:p + 1]])[0], ev.chain(int(ev.parent[i[p]])), int(lv[0] - b[0]),
+                     int(lv[-1]), ev.basis[d], len(i), int(b[b > 0].sum()), int(-b[b < 0].sum()),
+                     float(res[p]), float(gap[p]), float(np.nanmax(gap)) if has_res.any() else np.nan,
+                     float(np.nanmedian(gap)) if has_res.any() else np.nan, bool(ev.has_addr[d])))
+    out = frame(rows, _PEAKS)
+    if len(out):
+        out["step"] = out["step"].astype("float64")
+    return out
+
+
+def live_at_peak(session, device: str | None = None, shared: Shared | None = None) -> pd.DataFrame:
+    """What was live at each device's peak (after the peak's event), grouped by the op that allocated it.
+
+    Args:
+        device: one device's rows only (``"cuda:0"``); all devices when None.
+
+    Returns:
+        DataFrame with ``device``, ``op`` (the allocating op's label; None for blocks from before the window),
+        ``origin`` (``window``, or :data:`BEFORE_WINDOW`), ``bytes``, ``blocks``; largest first per device. Blocks
+        from before the window come as two rows where they can be known: those freed later in the window (counted
+        from their frees: ``blocks`` exact) and, where the trace has totals, the rest of what was allocated when the
+        window opened (never freed in it: ``blocks`` NA, unknown). With totals the rows of a device add up to its
+        ``peak_allocated_bytes``. A device without addresses has no rows (the *Blocks* rule). Empty (same columns)
+        when no device qualifies.
+    """
+    ev = _events(session, shared)
+    peaks = memory_peaks(session, shared=shared)
+    out = []
+    for d, name in enumerate(ev.devices):
+        if (device is not None and name != device) or not ev.has_addr[d]:
+            continue
+        i = ev.device_rows(d)
+        pk = peaks.loc[peaks["device"] == name].iloc[0]
+        p = int(i[int(np.argmax(ev.level[i]))])  # the peak's event, as a timeline index
+        alloc = i[(i <= p) & (ev.closed_at[i] != -2)]
+        alloc = alloc[(ev.closed_at[alloc] == -1) | (ev.closed_at[alloc] > p)]
+        g = pd.DataFrame({"op": ev.label_codes(ev.parent[alloc]), "bytes": ev.bytes[alloc]})
+        for op, x in g.groupby("op", sort=False):
+            out.append((name, ev.label(op), "window", int(x["bytes"].sum()), len(x)))
+        freed_before = i[ev.before[i]]
+        later = freed_before[freed_before > p]
+        if len(later):
+            out.append((name, None, BEFORE_WINDOW, int(-ev.bytes[later].sum()), len(later)))
+        if pk["basis"] == "total":
+            rest = int(pk["first_allocated_bytes"]) + int(ev.bytes[freed_before].sum())
+            if rest > 0:
+                out.append((name, None, BEFORE_WINDOW, rest, None))
+    df = frame(out, _LIVE)
+    if df.empty:
+        return df
+    df["blocks"] = pd.array(df["blocks"].tolist(), dtype="Int64")
+    df["bytes"] = df["bytes"].astype("int64")
+    order = sorted(range(len(df)), key=lambda k: (ev.devices.index(df["device"].iat[k]), -df["bytes"].iat[k]))
+    return df.iloc[order].reset_index(drop=True)
+
+
+def memory_by_op(session, shared: Shared | None = None) -> pd.DataFrame:
+    """Per op and device, what it allocated and freed itself, and the net of everything nested under it.
+
+    These are the profiler table's memory columns (torch's ``key_averages()``: ``self_cpu_memory_usage`` is
+    ``self_net_bytes`` of the CPU row, ``cpu_memory_usage`` its ``total_net_bytes``; ``self_device_memory_usage`` and
+    ``device_memory_usage`` those of the CUDA rows).
+
+    Returns:
+        DataFrame with ``op`` (the label: ``ProfilerStep*`` for the steps; None for events at the top level, torch's
+        ``[memory]`` row), ``device``, ``self_alloc_bytes`` / ``self_freed_bytes`` (the events nested directly in
+        the op: what they allocated, what they freed, both ≥ 0), ``self_net_bytes`` (the difference),
+        ``total_net_bytes`` (the net of the events nested anywhere under each of its slices) and ``self_events``;
+        sorted by ``total_net_bytes`` then ``self_alloc_bytes``, largest first. Empty (same columns) without memory
+        events.
+    """
+    ev = _events(session, shared)
+    if not len(ev.ts):
+        return _empty(_BY_OP)
+    t = ev.sh.slices
+    b = ev.bytes
+    direct = pd.DataFrame({"op": ev.label_codes(ev.parent), "dev": ev.dev, "alloc": np.where(b > 0, b, 0),
+                           "freed": np.where(b < 0, -b, 0), "n": 1})
+    self_ = direct.groupby(["op", "dev"], sort=False)[["alloc", "freed", "n"]].sum()
+    # every (ancestor, event) once per level: the op's own events, then its children's, up to the root; an event at
+    # the top level counts for itself (op -1), as torch's [memory] row
+    anc, which = [np.full(int((ev.parent < 0).sum()), -1, dtype=np.int64)], [np.flatnonzero(ev.parent < 0)]
+    cur, idx = ev.parent.copy(), np.arange(len(b))
+    live = cur >= 0
+    cur, idx = cur[live], idx[live]
+    while len(cur):
+        anc.append(ev.label_codes(cur))
+        which.append(idx)
+        cur = t["ppos"][cur]
+        m = cur >= 0
+        cur, idx = cur[m], idx[m]
+    a, w = np.concatenate(anc), np.concatenate(which)
+    totals = pd.DataFrame({"op": a, "dev": ev.dev[w], "net": b[w]}).groupby(["op", "dev"], sort=False)["net"].sum()
+    totals = totals.to_dict()
+    rows = []
+    for op, d in dict.fromkeys([*self_.index.tolist(), *totals]):
+        s = self_.loc[(op, d)] if (op, d) in self_.index else None
+        al, fr, n = (int(s["alloc"]), int(s["freed"]), int(s["n"])) if s is not None else (0, 0, 0)
+        rows.append((ev.label(op), ev.devices[d], al, fr, al - fr, int(totals.get((op, d), 0)), n))
+    df = frame(rows, _BY_OP)
+    df = df.sort_values(["total_net_bytes", "self_alloc_bytes"], ascending=False, kind="stable")
+    return df.reset_index(drop=True)
+
+
+def unfreed(session, shared: Shared | None = None) -> pd.DataFrame:
+    """The blocks allocated in the window and never freed in it, per op and device: leaks across steps, caches that
+    grow, and what the last step still held when the profiler stopped.
+
+    Returns:
+        DataFrame with ``op`` (the allocating op's label, None at the top level), ``device``, ``bytes``, ``blocks``,
+        ``steps`` (the sorted step numbers that allocated them, a list; empty outside steps); largest first. A
+        device without addresses has no rows (the *Blocks* rule). Empty (same columns) when nothing qualifies.
+    """
+    ev = _events(session, shared)
+    i = np.flatnonzero(ev.closed_at == -1)
+    if not len(i):
+        return _empty(_UNFREED)
+    g = pd.DataFrame({"op": ev.label_codes(ev.parent[i]), "dev": ev.dev[i], "bytes": ev.bytes[i],
+                      "step": ev.step[i]})
+    rows = []
+    for (op, d), x in g.groupby(["op", "dev"], sort=False):
+        steps = sorted({int(s) for s in x["step"].tolist() if not math.isnan(s)})
+        rows.append((ev.label(op), ev.devices[d], int(x["bytes"].sum()), len(x), steps))
+    df = frame(rows, _UNFREED).sort_values("bytes", ascending=False, kind="stable")
+    return df.reset_index(drop=True)
+
+
+def memory_churn(session, shared: Shared | None = None) -> pd.DataFrame:
+    """Per profiler step and device: what the step allocated and freed, and its levels.
+
+    Returns:
+        DataFrame with ``step``, ``device``, ``alloc_bytes``, ``freed_bytes``, ``net_bytes`` (allocated less freed:
+        what the step left behind), ``peak_allocated_bytes`` (the highest level in the step),
+        ``start_allocated_bytes`` / ``end_allocated_bytes`` (the level before its first event and after its last)
+        and ``events``; in step order, devices in order. Events outside every step are in no row. Empty (same
+        columns) without events in steps.
+    """
+    ev = _events(session, shared)
+    m = ~np.isnan(ev.step)
+    if not m.any():
+        return _empty(_CHURN)
+    rows = []
+    idx = np.flatnonzero(m)
+    g = pd.DataFrame({"step": ev.step[idx].astype(np.int64), "dev": ev.dev[idx], "i": idx})
+    for (step, d), x in g.groupby(["step", "dev"], sort=True):
+        i = x["i"].to_numpy()
+        b = ev.bytes[i]
+        lv = ev.level[i]
+        al, fr = int(b[b > 0].sum()), int(-b[b < 0].sum())
+        rows.append((int(step), ev.devices[d], al, fr, al - fr, int(lv.max()), int(lv[0] - b[0]), int(lv[-1]),
+                     len(i)))
+    return frame(rows, _CHURN)
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Every memory analysis of one trace, computed once (the frames as the functions of the same name return
+    them), and ``summary``: ``events``, ``skipped_events``, ``devices`` ({device: ``peak_allocated_bytes``,
+    ``peak_reserved_bytes``, ``basis``, ``first_allocated_bytes``, ``last_allocated_bytes``, ``gap_at_peak_bytes``,
+    ``op``, ``step``}) and ``note`` (without events :data:`NO_MEMORY_TEXT`, or :data:`NOTHING_RECORDED_TEXT` for a
+    run that recorded memory; else None)."""
+
+    timeline: pd.DataFrame = field(default_factory=lambda: _empty(_TIMELINE))
+    peaks: pd.DataFrame = field(default_factory=lambda: _empty(_PEAKS))
+    live_at_peak: pd.DataFrame = field(default_factory=lambda: _empty(_LIVE))
+    by_op: pd.DataFrame = field(default_factory=lambda: _empty(_BY_OP))
+    unfreed: pd.DataFrame = field(default_factory=lambda: _empty(_UNFREED))
+    churn: pd.DataFrame = field(default_factory=lambda: _empty(_CHURN))
+    summary: dict[str, Any] = field(default_factory=lambda: {"events": 0, "skipped_events": 0, "devices": {},
+                                                             "note": NO_MEMORY_TEXT})
+
+    @property
+    def has_events(self) -> bool:
+        """True when the trace holds memory events."""
+        return not self.timeline.empty
+
+
+def _summary(ev: _Events, peaks: pd.DataFrame) -> dict[str, Any]:
+    def num(x):
+        return None if x is None or (isinstance(x, float) and math.isnan(x)) else (int(x) if float(x).is_integer()
+                                                                                    else float(x))
+    devices = {r["device"]: {"peak_allocated_bytes": int(r["peak_allocated_bytes"]),
+                             "peak_reserved_bytes": num(r["peak_reserved_bytes"]), "basis": r["basis"],
+                             "first_allocated_bytes": int(r["first_allocated_bytes"]),
+                             "last_allocated_bytes": int(r["last_allocated_bytes"]),
+                             "gap_at_peak_bytes": num(r["gap_at_peak_bytes"]), "op": r["op"],
+                             "step": num(r["step"]), "events": int(r["events"])}
+               for r in peaks.to_dict(orient="records")}
+    return {"events": len(ev.ts), "skipped_events": ev.skipped, "devices": devices,
+            "note": None if len(ev.ts) else NO_MEMORY_TEXT}
+
+
+def memory_report(session, shared: Shared | None = None, config=None) -> MemoryReport:
+    """Every memory analysis of ``session`` once (what ``analyze`` puts in ``Report.memory``); ``config``, the run's
+    (when known), tells a run that recorded memory and saw no event (:data:`NOTHING_RECORDED_TEXT`) from a trace
+    made without ``profile_memory`` (:data:`NO_MEMORY_TEXT`)."""
+    from ..config import config_field
+    sh = shared_for(session, shared)
+    ev = _events(session, sh)
+    peaks = memory_peaks(session, shared=sh)
+    summary = _summary(ev, peaks)
+    if not len(ev.ts) and config_field(config, "profile_memory"):
+        summary["note"] = NOTHING_RECORDED_TEXT
+    return MemoryReport(timeline=memory_timeline(session, shared=sh), peaks=peaks,
+                        live_at_peak=live_at_peak(session, shared=sh), by_op=memory_by_op(session, shared=sh),
+                        unfreed=unfreed(session, shared=sh), churn=memory_churn(session, shared=sh),
+                        summary=summary)

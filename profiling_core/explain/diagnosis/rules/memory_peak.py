@@ -1,0 +1,72 @@
+"""``memory_peak``: a device's peak far above the memory its steps keep: a temporary (an activation, an
+intermediate, a copy) that could be freed sooner, computed in chunks, or recomputed.
+
+The steady state is what a step leaves allocated when it ends (the median of the steps' end levels,
+``analyses.memory.memory_churn``), or, in a trace without steps, the higher of the window's first and last levels.
+The rule speaks when the peak exceeds it by :data:`PEAK_OVER_STEADY_AT` times the steady state and by at least
+:data:`MIN_TRANSIENT_BYTES`, and names the op at the peak, its call chain and what was live there."""
+from __future__ import annotations
+
+from ....units import human_bytes
+from ..base import Diagnosis, _Ctx
+
+PEAK_OVER_STEADY_AT = 1.0
+"""How far above the steady state, as a multiple of it, the peak must rise: at 1.0 the temporaries at the peak are as
+large as everything the steps keep (weights, state, caches), so freeing or chunking them would halve the peak."""
+MIN_TRANSIENT_BYTES = 64 << 20
+"""The least excess over the steady state worth naming (64 MiB): below it no device runs short for it, and small
+CPU runs (a few KiB of temporaries over none kept) would be named for nothing."""
+TOP_LIVE = 3
+
+
+def _steady(r, device: str, peak_row) -> tuple[float, str]:
+    """(the level the device's steps keep, how it was read)."""
+    ch = r.memory.churn
+    ch = ch[ch["device"] == device] if len(ch) else ch
+    if len(ch):
+        return float(ch["end_allocated_bytes"].median()), "the median level at the end of a step"
+    return float(max(peak_row["first_allocated_bytes"], peak_row["last_allocated_bytes"])), \
+        "the higher of the levels at the window's start and end"
+
+
+def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
+    m = c.report.memory
+    if not m.has_events:
+        return None
+    found = []
+    for pk in m.peaks.to_dict(orient="records"):
+        steady, how = _steady(c.report, pk["device"], pk)
+        extra = pk["peak_allocated_bytes"] - steady
+        if extra >= MIN_TRANSIENT_BYTES and extra >= PEAK_OVER_STEADY_AT * max(steady, 0.0):
+            found.append((extra, pk, steady, how))
+    if not found:
+        return None
+    extra, pk, steady, how = max(found, key=lambda x: x[0])
+    dev = pk["device"]
+    live = m.live_at_peak
+    live = live[(live["device"] == dev) & (live["origin"] == "window")].head(TOP_LIVE) if len(live) else live
+    where = f" in {pk['op']}" if pk["op"] else ""
+    step = f" (step {pk['step']:g})" if pk["step"] == pk["step"] else ""
+    rel = " (counted from the window's start: the trace has no totals)" if pk["basis"] == "running_sum" else ""
+    text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}{rel}, "
+            f"{human_bytes(extra)} above the {human_bytes(steady)} its steps keep ({how}): temporaries that live "
+            "only around the peak make most of it.")
+    if pk["call_chain"]:
+        chain = pk["call_chain"] if len(pk["call_chain"]) <= 200 else "…" + pk["call_chain"][-199:]
+        text += f" Call chain at the peak: {chain}."
+    if len(live):
+        text += " Allocated in the window and live at the peak: " + ", ".join(
+            f"{op or 'top level'} {human_bytes(b)} in {n} block{'s' if n != 1 else ''}"
+            for op, b, n in zip(live["op"], live["bytes"], live["blocks"])) + "."
+    fix = ("Shorten the temporaries' lives: free intermediates as soon as they are used (del, in-place ops, no "
+           "references kept for logging), compute the largest one in chunks (e.g. the loss over the vocabulary, "
+           "attention over blocks of the sequence), run inference under torch.inference_mode(), and in training "
+           "recompute activations instead of keeping them (torch.utils.checkpoint) or use a smaller micro-batch "
+           "with gradient accumulation. torch.cuda.memory._record_memory_history() names every block's stack.")
+    ev = {"device": dev, "peak_allocated_bytes": int(pk["peak_allocated_bytes"]), "steady_bytes": steady,
+          "steady_basis": how, "excess_bytes": extra, "op": pk["op"], "step": pk["step"] if step else None,
+          "basis": pk["basis"], "threshold": PEAK_OVER_STEADY_AT, "min_excess_bytes": MIN_TRANSIENT_BYTES,
+          "live_at_peak": [{"op": op, "bytes": int(b), "blocks": int(n)}
+                           for op, b, n in zip(live["op"], live["bytes"], live["blocks"])]}
+    return Diagnosis("memory_peak", "Memory peaks far above what the steps keep", text, fix, None,
+                     "memory, not time: the bytes above the steady state are what the change can save", ev)

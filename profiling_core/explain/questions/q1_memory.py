@@ -1,0 +1,66 @@
+"""Question 1, the profiler table's memory columns (``q1.memory``): where the memory goes, from the trace's
+``[memory]`` events (``analyses.memory``): each device's peak and where it happened, what was already allocated
+when the window opened, what was live at the peak, and what the window never freed; or, without events, how to
+record them."""
+from __future__ import annotations
+
+from ...analyses.memory import BEFORE_WINDOW
+from ...units import human_bytes
+from .base import Finding, _short
+
+TOP_LIVE = 3
+
+
+def _blocks(n) -> str:
+    return f"{int(n)} block{'s' if int(n) != 1 else ''}"
+
+
+def _q1_memory(r, config=None) -> list[Finding]:
+    m = r.memory
+    if not m.has_events:
+        return [Finding("q1.memory", 1, "No memory events", m.summary["note"], {"memory_events": 0})]
+    parts, devices = [], {}
+    for pk in m.peaks.to_dict(orient="records"):
+        dev = pk["device"]
+        s = f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated"
+        if pk["peak_reserved_bytes"] == pk["peak_reserved_bytes"]:
+            s += f" ({human_bytes(pk['reserved_at_peak_bytes'])} reserved by the allocator then)"
+        if pk["op"]:
+            s += f", in {_short(pk['op'])}"
+        if pk["step"] == pk["step"]:
+            s += f" (step {pk['step']:g})"
+        if pk["basis"] == "running_sum":
+            s += ("; the trace has no totals or addresses (the 2021 format), so this counts only what the window "
+                  "allocated and freed, from 0 at its start")
+        elif pk["first_allocated_bytes"] > 0:
+            s += (f"; {human_bytes(pk['first_allocated_bytes'])} of it was allocated before the profiler's window "
+                  "(weights, state, tensors built before it)")
+        live = m.live_at_peak[(m.live_at_peak["device"] == dev) & (m.live_at_peak["origin"] == "window")] \
+            if len(m.live_at_peak) else m.live_at_peak
+        top = live.head(TOP_LIVE)
+        if len(top):
+            s += ". Allocated in the window and live at the peak: " + ", ".join(
+                f"{_short(op) if op else 'top level'} {human_bytes(b)} in {_blocks(n)}"
+                for op, b, n in zip(top["op"], top["bytes"], top["blocks"]))
+        u = m.unfreed[m.unfreed["device"] == dev] if len(m.unfreed) else m.unfreed
+        if pk["has_addresses"]:
+            if len(u):
+                s += (f". The window left {human_bytes(int(u['bytes'].sum()))} in {_blocks(u['blocks'].sum())} "
+                      f"never freed, the most from {_short(u['op'].iloc[0]) if u['op'].iloc[0] else 'the top level'}")
+            else:
+                s += ". Every block the window allocated it also freed"
+        parts.append(s + ".")
+        before = m.live_at_peak[(m.live_at_peak["device"] == dev) & (m.live_at_peak["origin"] == BEFORE_WINDOW)] \
+            if len(m.live_at_peak) else m.live_at_peak
+        devices[dev] = {"peak_allocated_bytes": int(pk["peak_allocated_bytes"]),
+                        "reserved_at_peak_bytes": None if pk["reserved_at_peak_bytes"] != pk["reserved_at_peak_bytes"]
+                        else float(pk["reserved_at_peak_bytes"]),
+                        "op": pk["op"], "step": None if pk["step"] != pk["step"] else float(pk["step"]),
+                        "basis": pk["basis"], "first_allocated_bytes": int(pk["first_allocated_bytes"]),
+                        "live_before_window_bytes": int(before["bytes"].sum()) if len(before) else 0,
+                        "live_at_peak": [{"op": op, "bytes": int(b), "blocks": int(n)}
+                                         for op, b, n in zip(top["op"], top["bytes"], top["blocks"])],
+                        "unfreed_bytes": int(u["bytes"].sum()) if len(u) else 0}
+    text = " ".join(parts)
+    return [Finding("q1.memory", 1, "Where the memory goes", text,
+                    {"memory_events": int(m.summary["events"]), "devices": devices})]
