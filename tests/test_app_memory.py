@@ -160,3 +160,18 @@ def test_the_runs_page_says_how_to_record_memory_when_neither_run_has_any(runs_d
     assert "Memory" in [h.value for h in at.subheader]
     assert MEMORY_HOWTO_RUNS in [c.value for c in at.caption]
     assert not [c for c in at.get("vega_lite_chart") if "Allocated memory over time" in c.proto.spec]
+
+
+def test_a_damaged_categories_file_is_said_and_the_rest_shows(seed_run, runs_dir, monkeypatch):
+    import profiling_core.analyses as analyses
+    timeline, peaks = _made("aten::mm")
+    monkeypatch.setattr(analyses, "memory_timeline", timeline, raising=False)
+    monkeypatch.setattr(analyses, "memory_peaks", peaks, raising=False)
+    (runs_dir / seed_run / "memory_categories.json").write_text('{"format": 1, "devices": {"cpu\\u001b[31m": 1}')
+    at = app("profile")
+    assert not errors_of(at), errors_of(at)
+    notes = [c.value for c in at.caption if c.value.startswith("No memory categories: ")]
+    assert notes == ["No memory categories: " + md_text(f"run {seed_run}: memory_categories.json is not valid JSON: "
+                                                         "Expecting ',' delimiter: line 1 column 46 (char 45)")]
+    assert any("Memory over time" in c.proto.spec for c in at.get("vega_lite_chart"))  # the rest of the run shows
+    assert [m for m in _markdown(at) if m.startswith(md_text("cuda:0 peaked at 3.0 MiB allocated"))]
