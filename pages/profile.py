@@ -171,7 +171,8 @@ if mem is not None:
             st.caption("torch's own memory profiler's categories: it follows every tensor through the ops that made "
                        "and freed it (parameters and optimizer state from the model and optimizer it saw, gradients "
                        "from autograd, activations kept for backward, temporaries freed within the step); *unknown* "
-                       "is memory it could not tie to a tensor.")
+                       "is memory it could not tie to a tensor. It counts what was alive before profiling began too, "
+                       "which a CPU's [memory] events leave out (they start from what the profiled steps allocated).")
             memory_charts.append(cchart)
         elif mem.categories_note:
             st.caption("No memory categories: " + ui.md_text(mem.categories_note))

@@ -19,8 +19,11 @@ HOSTILE_OP = "\x1b[31m<script>alert(1)</script> \u2028 ![x](http://attacker.inva
 
 
 def _texts(chart) -> list[str]:
-    """The text a rendered chart shows (vl-convert's SVG, through the app's own export), unescaped."""
-    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", chart_svg(chart))]
+    """The text a rendered chart shows (vl-convert's SVG, through the app's own export), unescaped: each <text>, and
+    each line of a text of several lines (a <tspan>)."""
+    svg = chart_svg(chart)
+    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+            + re.findall(r"<tspan[^>]*>([^<]*)</tspan>", svg)]
 
 
 def _timeline(device="cuda:0", reserved=True) -> pd.DataFrame:
@@ -160,3 +163,24 @@ def test_no_events_is_one_sentence():
     tl = _timeline().iloc[0:0]
     assert "this trace has no [memory] events" in str(C.memory_timeline_chart(tl, _peaks(_timeline()).iloc[0:0])
                                                       .to_dict())
+
+
+def test_a_long_timeline_is_drawn_thinned_with_its_peak_and_says_so():
+    """100,000 [memory] events would make a chart the browser crawls through: the chart keeps about MAX_INSTANTS
+    of them, the peak among them, and its subtitle says so; the CSV export (the frame itself) keeps them all."""
+    n = 100_000
+    rng = np.random.default_rng(0)
+    alloc = rng.integers(0, 1000, n) * 1024
+    alloc[73_456] = 5_000 * 1024  # the one peak, by hand
+    tl = pd.DataFrame({"device": "cpu", "start_ns": np.arange(n) * 1000, "bytes": 0, "allocated_bytes": alloc,
+                       "reserved_bytes": np.nan, "step": 2, "op": "aten::mm"})
+    chart = C.memory_timeline_chart(tl, _peaks(tl))
+    spec = chart.to_dict()
+    line = next(d for d in spec["datasets"].values() if d and "series" in d[0])
+    assert len(line) <= C.memory.MAX_INSTANTS + 1
+    assert max(r["value_unit"] for r in line) == pytest.approx(5_000 / 1024)  # the peak is drawn, in MiB
+    shown = _texts(chart)
+    assert any(t.startswith("100,000 instants drawn as ") and "its lowest, highest and last" in t for t in shown)
+    assert "peak 4.9 MiB" in " ".join(shown)
+    small = _texts(C.memory_timeline_chart(_timeline(), _peaks(_timeline())))
+    assert not any("instants drawn as" in t for t in small)

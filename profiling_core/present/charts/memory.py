@@ -17,13 +17,38 @@ import pandas as pd
 from ._style import MEMORY_COLORS, WIDTH, _require, empty_chart
 
 __all__ = ["memory_timeline_chart", "memory_categories_chart", "memory_comparison_chart", "byte_unit",
-           "PEAK_OP_CHARS"]
+           "PEAK_OP_CHARS", "MAX_INSTANTS"]
 
 _UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+PANEL_HEIGHT = 220
 _LABEL_CHAR_PX = 6.2  # width of one 11-px label character
 SERIES_COLORS = {"allocated": "#1f77b4", "reserved": "#ff7f0e"}
 PEAK_OP_CHARS = 60
 """The most characters of the op name a peak's label shows (the rest as an ellipsis; the tooltip has it whole)."""
+MAX_INSTANTS = 2000
+"""The most instants a device's lines or areas are drawn with; beyond it the chart keeps, in each of
+``MAX_INSTANTS // 4`` equal slices of time, the instants of its lowest and highest value and its last one (the peak
+among them), and says so. The CSV export keeps every event."""
+
+
+def thin_instants(t_ns: pd.Series, values: list[pd.Series]) -> tuple[pd.Series, Optional[str]]:
+    """A mask of the instants to draw (at most about :data:`MAX_INSTANTS`) and a note saying how they were chosen, or
+    None when all are drawn. ``values``: series aligned with ``t_ns`` whose lowest and highest per slice are kept."""
+    n = len(t_ns)
+    if n <= MAX_INSTANTS:
+        return pd.Series(True, index=t_ns.index), None
+    slices = MAX_INSTANTS // 4
+    t = t_ns.astype("int64")
+    lo, span = int(t.min()), int(t.max()) - int(t.min()) + 1
+    bucket = ((t - lo) * slices // span).astype("int64")
+    keep = set(bucket.groupby(bucket).apply(lambda b: b.index[-1]))
+    for v in values:
+        v = pd.to_numeric(v, errors="coerce")
+        if v.notna().any():
+            keep |= set(v.groupby(bucket).idxmax().dropna()) | set(v.groupby(bucket).idxmin().dropna())
+    mask = pd.Series(t_ns.index.isin(list(keep)), index=t_ns.index)
+    return mask, (f"{n:,} instants drawn as {int(mask.sum()):,}: in each of {slices} slices of time its lowest, "
+                  "highest and last (the CSV has them all)")
 
 
 def byte_unit(values) -> tuple[str, int]:
@@ -39,16 +64,20 @@ def _short(text: object, n: int = PEAK_OP_CHARS) -> str:
 
 
 def _x_title(steps: Optional[pd.DataFrame], origin_ns: Optional[int]) -> str:
-    if origin_ns is None and steps is not None and len(steps):
+    first_step = int(steps["start_ns"].min()) if steps is not None and len(steps) else None
+    if first_step is not None and origin_ns in (None, first_step):
         return "time since the first profiled step (ms)"
     return "time (ms)" if origin_ns is not None else "time since the first memory event (ms)"
 
 
-def _titled(panels: list, devices: list, title: str):
-    """One panel titled with the chart's title and its device; several one under the other."""
+def _titled(panels: list, devices: list, notes: list, title: str):
+    """One panel titled with the chart's title and its device; several one under the other, each titled with its
+    device. A panel's note (how its instants were thinned) is its subtitle."""
     if len(panels) == 1:
-        return panels[0].properties(title=alt.TitleParams(title, subtitle=[f"device {devices[0]}"]))
-    return alt.vconcat(*(p.properties(title=str(d)) for p, d in zip(panels, devices))).resolve_scale(
+        return panels[0].properties(title=alt.TitleParams(title, subtitle=[f"device {devices[0]}"]
+                                                          + ([notes[0]] if notes[0] else [])))
+    return alt.vconcat(*(p.properties(title=alt.TitleParams(str(d), subtitle=[n]) if n else str(d))
+                         for p, d, n in zip(panels, devices, notes, strict=True))).resolve_scale(
         x="shared", color="independent").properties(title=title)
 
 
@@ -78,8 +107,8 @@ def _held(long: pd.DataFrame, by: str, end_ms: float) -> pd.DataFrame:
 
 
 def _step_layers(steps: Optional[pd.DataFrame], t0: int, end_ms: float, x_title: str) -> list:
-    """Every other step shaded, and each step's number at its start, inside the plot's top edge (as the run
-    overview marks its steps)."""
+    """Every other step shaded, and each step's number at its start, inside the plot's bottom edge (the top is where
+    a peak's label goes)."""
     if steps is None or not len(steps):
         return []
     _require(steps, ["step", "start_ns"], "memory chart steps")
@@ -93,8 +122,8 @@ def _step_layers(steps: Optional[pd.DataFrame], t0: int, end_ms: float, x_title:
     shade = (alt.Chart(marks.iloc[::2]).mark_rect(color="#000", opacity=0.05)
              .encode(x=x, x2="end_ms:Q", tooltip=["label:N"]))
     rules = alt.Chart(marks).mark_rule(color="#888", strokeDash=[4, 3], strokeWidth=0.8).encode(x=x)
-    labels = (alt.Chart(marks).mark_text(align="left", baseline="top", dx=3, fontSize=10, color="#333")
-              .encode(x="start_ms:Q", y=alt.value(2), text="label:N"))
+    labels = (alt.Chart(marks).mark_text(align="left", baseline="bottom", dx=3, fontSize=10, color="#333")
+              .encode(x=x, y=alt.value(PANEL_HEIGHT - 2), text="label:N"))
     return [shade, rules, labels]
 
 
@@ -127,9 +156,11 @@ def memory_timeline_chart(timeline: pd.DataFrame, peaks: pd.DataFrame, steps: Op
         return empty_chart(f"{title}: this trace has no [memory] events")
     t0 = _origin([steps if steps is not None and len(steps) else timeline], origin_ns)
     x_title = _x_title(steps, origin_ns)
-    panels, devices = [], []
+    panels, devices, notes = [], [], []
     for device, g in timeline.groupby("device", sort=True):
-        g = g.sort_values("start_ns", kind="stable")
+        g = g.sort_values("start_ns", kind="stable").reset_index(drop=True)
+        keep, note = thin_instants(g["start_ns"], [g["allocated_bytes"], g["reserved_bytes"]])
+        g = g[keep]
         t_ms = (g["start_ns"].astype("int64") - t0) / 1e6
         long = pd.concat([pd.DataFrame({"t_ms": t_ms, "series": name, "value": pd.to_numeric(g[col], errors="coerce")})
                           for name, col in (("allocated", "allocated_bytes"), ("reserved", "reserved_bytes"))],
@@ -165,9 +196,10 @@ def memory_timeline_chart(timeline: pd.DataFrame, peaks: pd.DataFrame, steps: Op
             layers.append(alt.Chart(mark).mark_text(align="right" if right else "left", dx=-8 if right else 8,
                                                     dy=-10, fontSize=11, color="#d62728")
                           .encode(x="t_ms:Q", y="value_unit:Q", text="label:N"))
-        panels.append(alt.layer(*layers).properties(width=WIDTH, height=220))
+        panels.append(alt.layer(*layers).properties(width=WIDTH, height=PANEL_HEIGHT))
         devices.append(device)
-    return _titled(panels, devices, title)
+        notes.append(note)
+    return _titled(panels, devices, notes, title)
 
 
 def memory_categories_chart(categories: pd.DataFrame, steps: Optional[pd.DataFrame] = None, *,
@@ -190,13 +222,16 @@ def memory_categories_chart(categories: pd.DataFrame, steps: Optional[pd.DataFra
     t0 = _origin([steps if steps is not None and len(steps) else categories], origin_ns)
     x_title = _x_title(steps, origin_ns)
     order = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
-    panels, devices = [], []
+    panels, devices, notes = [], [], []
     for device, g in categories.groupby("device", sort=True):
         held = g.groupby("category")["bytes"].apply(lambda b: (b != 0).any())
         drawn = [c for c in MEMORY_CATEGORIES if held.get(c, False)]
         if not drawn:
             continue
         d = g[g["category"].isin(drawn)].copy()
+        per_instant = d.groupby("start_ns", sort=True)["bytes"].sum()
+        keep, note = thin_instants(pd.Series(per_instant.index, index=per_instant.index), [per_instant])
+        d = d[d["start_ns"].isin(per_instant.index[keep.to_numpy()])]
         d["t_ms"] = (d["start_ns"].astype("int64") - t0) / 1e6
         totals = d.groupby("start_ns")["bytes"].sum()
         unit, scale = byte_unit(totals)
@@ -215,11 +250,12 @@ def memory_categories_chart(categories: pd.DataFrame, steps: Optional[pd.DataFra
                               order=alt.Order("order:Q"),
                               tooltip=[alt.Tooltip("category:N"), alt.Tooltip("t_ms:Q", format=",.3f", title="ms"),
                                        alt.Tooltip("value_unit:Q", format=",.2f", title=unit)]))
-        panels.append(alt.layer(*layers).properties(width=WIDTH, height=220))
+        panels.append(alt.layer(*layers).properties(width=WIDTH, height=PANEL_HEIGHT))
         devices.append(device)
+        notes.append(note)
     if not panels:
         return empty_chart(f"{title}: no category ever held memory")
-    return _titled(panels, devices, title)
+    return _titled(panels, devices, notes, title)
 
 
 def memory_comparison_chart(runs: pd.DataFrame, *, title: str = "Allocated memory over time, per run"):
@@ -240,6 +276,17 @@ def memory_comparison_chart(runs: pd.DataFrame, *, title: str = "Allocated memor
     unit, scale = byte_unit(data["allocated_bytes"])
     data["value_unit"] = data["allocated_bytes"] / scale
     names = list(dict.fromkeys(data["series"]))
+    parts, thinned = [], []
+    for _, g in data.groupby("series", sort=False):
+        g = g.sort_values("t_ms", kind="stable").reset_index(drop=True)
+        keep, note = thin_instants((g["t_ms"] * 1e6).round(), [g["allocated_bytes"]])
+        parts.append(g[keep])
+        thinned += [note] if note else []
+    data = pd.concat(parts, ignore_index=True)
+    if thinned:
+        title = alt.TitleParams(title, subtitle=[f"a run of over {MAX_INSTANTS:,} instants is drawn thinned: in each of "
+                                                 f"{MAX_INSTANTS // 4} slices of time its lowest, highest and last "
+                                                 "(the CSV has them all)"])
     return (alt.Chart(data[["series", "t_ms", "value_unit"]]).mark_line(interpolate="step-after", strokeWidth=1.5)
             .encode(x=alt.X("t_ms:Q", title="time since the run's first profiled step (ms)",
                             axis=alt.Axis(format=",.1f")),
