@@ -8,6 +8,8 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from profiling_core.present import charts as C
 from profiling_core.present import memory_comparison, memory_section, peak_sentence
@@ -184,3 +186,18 @@ def test_a_long_timeline_is_drawn_thinned_with_its_peak_and_says_so():
     assert "peak 4.9 MiB" in " ".join(shown)
     small = _texts(C.memory_timeline_chart(_timeline(), _peaks(_timeline())))
     assert not any("instants drawn as" in t for t in small)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hs.lists(hs.integers(0, 10**9), min_size=1, max_size=6000), hs.integers(1, 10**6))
+def test_thinning_keeps_the_extremes_and_the_last_whatever_the_events(values, gap):
+    t = pd.Series(np.arange(len(values), dtype="int64") * gap)
+    v = pd.Series(values, dtype="int64")
+    keep, note = C.memory.thin_instants(t, [v])
+    if len(values) <= C.memory.MAX_INSTANTS:
+        assert keep.all() and note is None
+        return
+    kept = v[keep]
+    assert kept.max() == v.max() and kept.min() == v.min() and bool(keep.iloc[-1])
+    assert keep.sum() <= 3 * (C.memory.MAX_INSTANTS // 4) + 3
+    assert note.startswith(f"{len(values):,} instants drawn as {int(keep.sum()):,}: ")

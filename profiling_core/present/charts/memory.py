@@ -284,9 +284,9 @@ def memory_comparison_chart(runs: pd.DataFrame, *, title: str = "Allocated memor
         thinned += [note] if note else []
     data = pd.concat(parts, ignore_index=True)
     if thinned:
-        title = alt.TitleParams(title, subtitle=[f"a run of over {MAX_INSTANTS:,} instants is drawn thinned: in each of "
-                                                 f"{MAX_INSTANTS // 4} slices of time its lowest, highest and last "
-                                                 "(the CSV has them all)"])
+        title = alt.TitleParams(title, subtitle=[f"a run of over {MAX_INSTANTS:,} instants is drawn thinned: in each "
+                                                 f"of {MAX_INSTANTS // 4} slices of time its lowest, highest and "
+                                                 "last (the CSV has them all)"])
     return (alt.Chart(data[["series", "t_ms", "value_unit"]]).mark_line(interpolate="step-after", strokeWidth=1.5)
             .encode(x=alt.X("t_ms:Q", title="time since the run's first profiled step (ms)",
                             axis=alt.Axis(format=",.1f")),
