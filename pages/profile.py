@@ -8,7 +8,7 @@ from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.run import machine_busy
 from profiling_core.present import charts
-from profiling_core.present import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
+from profiling_core.present import MEMORY_HOWTO, PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -148,6 +148,35 @@ if rep.has_phases:
                "counts once; *other* is what no phase covers (the loop's Python, a `.item()` after the step). GPU "
                "µs and kernels are those launched from inside each phase.")
 
+# --- memory ----------------------------------------------------------------------------------------
+memory_charts, memory_tables, memory_text = [], [], ""
+mem = ui.memory_section(rid)
+if mem is not None:
+    st.header("Memory", divider="gray")
+    if not mem.has_events:
+        st.caption(MEMORY_HOWTO)
+        memory_text = MEMORY_HOWTO.replace("**", "")
+    else:
+        mchart = ui.chart("memory_timeline_chart", mem.timeline, mem.peaks, mem.steps, origin_ns=mem.origin_ns)
+        ui.chart_block(mchart, mem.timeline, f"{run.name}_memory", key="profile_memory")
+        for sentence in mem.sentences:
+            st.markdown(ui.md_text(sentence))
+        st.caption("Allocated is what live tensors hold; reserved is what the caching allocator keeps from the device "
+                   "(a CPU reserves nothing, so it has no reserved line). Each line holds its value until the next "
+                   "[memory] event; shaded bands are every other profiled step.")
+        memory_charts, memory_tables, memory_text = [mchart], [("memory peaks", mem.peaks)], "\n\n".join(mem.sentences)
+        if mem.categories is not None:
+            cchart = ui.chart("memory_categories_chart", mem.categories, mem.steps, origin_ns=mem.origin_ns)
+            ui.chart_block(cchart, mem.categories, f"{run.name}_memory_categories", key="profile_memory_categories")
+            st.caption("torch's own memory profiler's categories: it follows every tensor through the ops that made "
+                       "and freed it (parameters and optimizer state from the model and optimizer it saw, gradients "
+                       "from autograd, activations kept for backward, temporaries freed within the step); *unknown* "
+                       "is memory it could not tie to a tensor. It counts what was alive before profiling began too, "
+                       "which a CPU's [memory] events leave out (they start from what the profiled steps allocated).")
+            memory_charts.append(cchart)
+        elif mem.categories_note:
+            st.caption("No memory categories: " + ui.md_text(mem.categories_note))
+
 # --- the step timeline ---------------------------------------------------------------------------
 st.header("2 · A step on the timeline", divider="gray")
 chains = rep.dispatch_chains
@@ -205,6 +234,8 @@ with d4:
                        tables=[("top kernels", top)] if top is not None else []),
          *([ReportSection("Forward, backward, optimizer", charts=[phase_chart], tables=[("phases", rep.phases)])]
            if phase_chart is not None else []),
+         *([ReportSection("Memory", text=memory_text, charts=memory_charts, tables=memory_tables)]
+           if memory_text else []),
          ReportSection("Step timeline", charts=[chart_data] if chart_data is not None else []),
          ReportSection("Findings", findings=found),
          ReportSection("What to change", text="" if diag.diagnoses else "No rule applies to this trace.",

@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core.present import charts
-from profiling_core.present import ReportSection, comparison_warnings
+from profiling_core.present import MEMORY_HOWTO_RUNS, ReportSection, comparison_warnings, memory_comparison
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -109,6 +109,23 @@ else:
                                             **{c: st.column_config.NumberColumn(c, format="%.2f")
                                                for c in ("per_step_us", "overlapped_us")}})
 
+memory_charts, memory_tables = [], []
+ma, mb = ui.memory(a), ui.memory(b)
+if ma is not None and mb is not None:
+    st.subheader("Memory")
+    mem_table, overlay = memory_comparison({name_a: (*ma, ra.steps), name_b: (*mb, rb.steps)})
+    if overlay.empty:
+        st.caption(MEMORY_HOWTO_RUNS)
+    else:
+        shown = mem_table.drop(columns=["peak_allocated_bytes", "peak_reserved_bytes"])
+        st.dataframe(shown, hide_index=True, width="stretch", height=ui.fit_height(shown))
+        mem_chart = ui.chart("memory_comparison_chart", overlay)
+        ui.chart_block(mem_chart, overlay, "compare_memory", key="runs_memory")
+        st.caption("Each run's peak per device (reserved: what the caching allocator kept; a CPU reserves nothing), "
+                   "and the allocated bytes of each run's main device (its GPU, else the CPU) from its first "
+                   "profiled step on.")
+        memory_charts, memory_tables = [mem_chart], [("memory peaks", mem_table)]
+
 ka, kb = ra.kernel_stats.assign(run=name_a), rb.kernel_stats.assign(run=name_b)
 kernels = pd.concat([ka, kb], ignore_index=True)
 st.subheader("CPU ops" if kernels.empty else "Kernels")
@@ -139,6 +156,8 @@ ui.report_button("Compare runs", [ReportSection("Steps", text="\n\n".join(busy),
                                                  tables=[("summary", summary)]),
                                   *([ReportSection("Where the GPU time goes", charts=breakdown_charts)]
                                     if breakdown_charts else []),
+                                  *([ReportSection("Memory", charts=memory_charts, tables=memory_tables)]
+                                    if memory_charts else []),
                                   ReportSection("Kernels", charts=[kchart]),
                                   ReportSection(name_a, findings=ui.findings(a)),
                                   ReportSection(name_b, findings=ui.findings(b))],

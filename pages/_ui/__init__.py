@@ -20,8 +20,8 @@ from profiling_core.workloads import get_workload, workload_names
 
 from .blocks import PERFETTO_HOWTO, chart_block, fit_height, report_button, show_diagnosis, show_findings, table_block
 from .cache import (calibrations, chart, config_summary, corrupt_runs, diagnosis, environment, findings, fusions,
-                    gemm_vs_peak, load_run, mode_label, report, runs_frame, session, store, store_summary,
-                    summaries)
+                    gemm_vs_peak, load_run, memory, memory_categories, memory_section, mode_label, report, runs_frame,
+                    session, store, store_summary, summaries)
 from .form import (COMPILE_MODES, DEVICES, SCHEDULE_WARMUP_LABEL, SIZES, WARMUP_CALLS_HELP, WARMUP_CALLS_LABEL,
                    config_form, dtype_select, knob_widget)
 from .frame import follow_deep_link, in_frame, new_script_run, sidebar
@@ -35,7 +35,8 @@ __all__ = [
     "md_code", "md_text", "peaks_frame", "get_workload", "workload_names",
     "PERFETTO_HOWTO", "chart_block", "fit_height", "report_button", "show_diagnosis", "show_findings", "table_block",
     "calibrations", "chart", "config_summary", "corrupt_runs", "diagnosis", "environment", "findings", "fusions",
-    "gemm_vs_peak", "load_run", "mode_label", "report", "runs_frame", "session", "store",
+    "gemm_vs_peak", "load_run", "memory", "memory_categories", "memory_section", "mode_label", "report", "runs_frame",
+    "session", "store",
     "store_summary", "summaries",
     "COMPILE_MODES", "DEVICES", "SCHEDULE_WARMUP_LABEL", "SIZES", "WARMUP_CALLS_HELP", "WARMUP_CALLS_LABEL",
     "config_form", "dtype_select", "knob_widget",

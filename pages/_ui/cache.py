@@ -266,6 +266,55 @@ def gemm_vs_peak(run_ids: list[str]) -> pd.DataFrame:
     return present.gemm_vs_peak(items)
 
 
+@st.cache_data(show_spinner="Reading the memory events ...", max_entries=64)
+def _memory(path: str, mtime_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    import profiling_core.analyses as analyses
+    s = _open_session(path, mtime_ns)
+    return analyses.memory_timeline(s), analyses.memory_peaks(s)
+
+
+def memory(run_id: str) -> Optional[tuple[pd.DataFrame, pd.DataFrame]]:
+    """The run's ``[memory]`` events and each device's peak (``analyses.memory_timeline`` and ``memory_peaks``),
+    computed once per trace version; None while ``profiling_core.analyses`` has no memory analyses."""
+    import profiling_core.analyses as analyses
+    if not hasattr(analyses, "memory_timeline"):
+        return None
+    return _readable(run_id, lambda: memo(("memory", run_id), lambda: _memory(*_trace_stamp(run_id))))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _memory_categories(root: str, run_id: str, mtime_ns: int) -> tuple[pd.DataFrame, Optional[str]]:
+    from profiling_core.store import MEMORY_CATEGORIES_COLUMNS, memory_categories as read, memory_categories_note
+    run = RunStore(root).load(run_id)
+    try:
+        frame = read(run)
+    except ProfilingError as exc:  # a damaged memory_categories.json: said, not raised
+        return pd.DataFrame(columns=MEMORY_CATEGORIES_COLUMNS), str(exc)
+    return frame, (memory_categories_note(run) if frame.empty else None)
+
+
+def memory_categories(run_id: str) -> tuple[pd.DataFrame, Optional[str]]:
+    """(torch's memory categories of the run, ``store.memory_categories``; why there are none, or None), kept until
+    the run's ``memory_categories.json`` changes."""
+    from profiling_core.store import MEMORY_CATEGORIES_FILE
+    run = load_run(run_id)
+    try:
+        mtime = (run.run_dir / MEMORY_CATEGORIES_FILE).stat().st_mtime_ns
+    except OSError:
+        mtime = 0
+    return memo(("memory_categories", run_id), lambda: _memory_categories(str(store().root), run_id, mtime))
+
+
+def memory_section(run_id: str):
+    """The Profile page's memory section of a run (``present.memory_section``); None while the analyses have no
+    memory analyses."""
+    frames = memory(run_id)
+    if frames is None:
+        return None
+    cats, note = memory_categories(run_id)
+    return present.memory_section(*frames, report(run_id).steps, cats, note)
+
+
 def fusions(run_id: str, known_ops: tuple = ()) -> pd.DataFrame:
     """The Triton kernels of a run and the aten ops each replaced (``analyses.triton_fusions``); ``known_ops``, e.g.
     an eager run's aten ops, help join the kernel names' words back into op names."""

@@ -129,11 +129,22 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
                                help=SCHEDULE_WARMUP_HELP)
         active = s3.slider("active", 1, 50, int(d["active"]), key=f"{key}_active")
         repeat = s4.slider("repeat", 1, 5, int(d["repeat"]), key=f"{key}_repeat")
+        st.caption("Profiler options (each adds CPU time to every op it records)")
+        o1, o2, o3 = st.columns(3)
+        shapes = o1.checkbox("record_shapes", value=bool(d["record_shapes"]), key=f"{key}_record_shapes",
+                             help="the input shapes of every op (the GEMMs' FLOPs come from them)")
+        memory = o2.checkbox("profile_memory", value=bool(d["profile_memory"]), key=f"{key}_profile_memory",
+                             help="every allocation and free as a [memory] event: the Profile page draws memory "
+                                  "over time and its peak; with with_stack and record_shapes too, torch's memory "
+                                  "profiler sorts it into parameters, optimizer state, activations, gradients …")
+        stack = o3.checkbox("with_stack", value=bool(d["with_stack"]), key=f"{key}_with_stack",
+                            help="the Python call stack of every op (torch's memory categories need it)")
         submitted = st.form_submit_button(submit_label, type="primary", icon=":material/play_arrow:")
     if not submitted:
         return None
     common = dict(dtype=dtype, matmul_precision=precision, warmup=int(warmup), compile=compile_mode, wait=wait,
-                  warmup_steps=warm_steps, active=active, repeat=repeat, device=device, threads=int(threads) or None)
+                  warmup_steps=warm_steps, active=active, repeat=repeat, device=device, threads=int(threads) or None,
+                  record_shapes=bool(shapes), profile_memory=bool(memory), with_stack=bool(stack))
     try:
         if wl_name == "matmul_add":
             return ExperimentConfig(size=size, batch=int(batch) or None, bias=bias, **common)

@@ -12,6 +12,8 @@
 - ``summaries``: tables and labels about runs from plain data (a ``Run``, its ``Report``, its ``DiagnosisReport``,
   calibrations): :func:`runs_table`, :func:`config_summary`, :func:`mode_label`, :func:`run_size`,
   :func:`step_summary` / :func:`step_summaries`, :func:`peaks_frame`, :func:`gemm_vs_peak`, ...
+- ``memory``: the memory section of a run (:func:`memory_section`: its charts' frames and its peak in a sentence)
+  and the comparison of runs (:func:`memory_comparison`), from the analyses' memory frames.
 
 Nothing here imports streamlit or torch.
 """
@@ -26,23 +28,28 @@ __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "cha
            "html_text", "script_json", "vega_safe", "terminal_safe", "echo", "summaries", "RUNS_COLUMNS", "runs_table",
            "run_labels", "newest_run", "store_size_text", "config_summary", "mode_label", "run_size",
            "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame", "GEMM_VS_PEAK_COLUMNS",
-           "gemm_vs_peak", "comparison_warnings"]
+           "gemm_vs_peak", "comparison_warnings", "memory", "MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection",
+           "memory_section", "memory_steps", "memory_comparison", "peak_sentence"]
 
 _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
            "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}
 _SUMMARIES = {"RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
               "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
               "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings"}
+_MEMORY = {"MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection", "memory_section", "memory_steps", "memory_comparison",
+           "peak_sentence"}
 
 
 def __getattr__(name: str):
     # charts and export import altair (half a second), summaries pandas: loaded on first use, so the CLI's
     # terminal_safe stays cheap
     import importlib
-    if name in ("charts", "export", "summaries"):
+    if name in ("charts", "export", "summaries", "memory"):
         return importlib.import_module(f".{name}", __name__)
     if name in _EXPORT:
         return getattr(importlib.import_module(".export", __name__), name)
     if name in _SUMMARIES:
         return getattr(importlib.import_module(".summaries", __name__), name)
+    if name in _MEMORY:
+        return getattr(importlib.import_module(".memory", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

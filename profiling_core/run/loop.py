@@ -8,7 +8,11 @@ sits inside ``matmul_add`` as in the study's traces; a step may compile its own 
 ``torch.profiler.profile`` with CPU (and CUDA) activities and
 ``schedule(wait, warmup, active, repeat)``, ``prof.step()`` per iteration.  Each finished cycle is exported
 through ``on_trace_ready``; with ``repeat > 1`` the cycles' traces are merged into one file so the trace holds
-``active x repeat`` ProfilerStep slices.
+``active x repeat`` ProfilerStep slices.  With ``profile_memory``, ``record_shapes`` and ``with_stack`` on, each cycle's
+memory is also put into torch's categories (parameters, optimizer state, activations, ...) right there, while the
+cycle's results are still in the process, and written as ``memory_categories.json``
+(``profiling_core.store.memory``); a failure of that step leaves the run without the file and says why
+in its facts, the run itself lands.
 
 This is the only module (with ``worker``) that imports torch.
 """
@@ -22,11 +26,18 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import ExperimentConfig
+from ..store import memory as memcat
 from ..workloads import get_workload
 from .host import cpu_model
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "table.txt"
+FREED_FRAME_NAME = (
+    "torch's profiler read an event name from freed memory while exporting the cycle: with with_stack, its Python "
+    "tracer keeps the names of Python functions as pointers into their code objects, and code objects made and "
+    "dropped during the profiled steps (a cold first step's lazy imports) are gone by the export (a torch bug, fixed "
+    "after 2.13). Run warm-up calls before the profiled steps (warmup of 1 or more), or profile without with_stack.")
+"""Why a run with with_stack fails with a UnicodeDecodeError as its trace is exported (torch issue 130622)."""
 
 
 class Phase:
@@ -151,18 +162,33 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
     cycles: list[tuple[Path, str]] = []
 
     export_s = [0.0]
+    memory = {"cycles": [], "why": memcat.memory_categories_needs(config), "s": 0.0}
 
     def on_trace_ready(prof):
         t0 = time.perf_counter()
         k = len(cycles)
         path = out_dir / f"cycle{k}.json"
-        prof.export_chrome_trace(str(path))
         try:
-            table = prof.key_averages().table(sort_by=sort_by, row_limit=config.row_limit)
-        except (KeyError, AttributeError, ValueError):
-            table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=config.row_limit)
+            prof.export_chrome_trace(str(path))
+            try:
+                table = prof.key_averages().table(sort_by=sort_by, row_limit=config.row_limit)
+            except (KeyError, AttributeError, ValueError):
+                table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=config.row_limit)
+        except UnicodeDecodeError as exc:
+            if not config.with_stack:
+                raise
+            from ..errors import WorkerError
+            raise WorkerError("export", FREED_FRAME_NAME + f" torch {torch.__version__} said: {exc}") from exc
         cycles.append((path, table))
-        export_s[0] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        export_s[0] += t1 - t0
+        if memory["why"] is None:
+            try:
+                memory["cycles"].append(memcat.coalesce(memory_events(prof), trace_base_ns(path)))
+            except Exception as exc:  # noqa: BLE001 - the categories are extra: the run lands without them
+                memory["why"] = (f"torch's memory profiler failed on cycle {k + 1} (torch {torch.__version__}): "
+                                 f"{type(exc).__name__}: {str(exc)[:500]}")
+            memory["s"] += time.perf_counter() - t1
 
     def profile_loop():
         with profile(activities=activities,
@@ -178,9 +204,12 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
 
     timer.run("profile_s", profile_loop)
     timer.run("export_s", lambda: _merge_cycles(cycles, out_dir, config))
-    # on_trace_ready ran inside the profiling loop: move its time from profiling to export.
-    timer.timings["profile_s"] = round(timer.timings["profile_s"] - export_s[0], 6)
+    # on_trace_ready ran inside the profiling loop: move its time from profiling to export (and to the memory
+    # categories, which it computed too).
+    timer.timings["profile_s"] = round(timer.timings["profile_s"] - export_s[0] - memory["s"], 6)
     timer.timings["export_s"] = round(timer.timings["export_s"] + export_s[0], 6)
+    if config.profile_memory:
+        timer.timings["memory_categories_s"] = round(memory["s"], 6)
 
     facts = {"device": device_info(torch, device),
              "matmul": {"float32_matmul_precision": torch.get_float32_matmul_precision(),
@@ -189,7 +218,63 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
         facts["peak_device_memory_bytes"] = torch.cuda.max_memory_allocated()
     facts["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     facts["cycles"] = len(cycles)
+    facts["memory_categories"] = _write_memory_categories(memory, out_dir, torch.__version__)
     return facts
+
+
+def memory_events(prof):
+    """torch's memory timeline of the cycle ``prof`` just finished, as ``(t, device, category, delta_bytes)`` events
+    for :func:`profiling_core.store.memory.coalesce` (``t``: ns since the Unix epoch, -1 for memory alive
+    before the cycle; category None: one torch could not tell). The actions become signed sizes as torch's own
+    ``export_memory_timeline_raw`` turns them: a new version of a tensor moves its bytes from the old version's
+    category to the new one's."""
+    from torch.profiler._memory_profiler import Action, MemoryProfileTimeline, TensorKey
+    tl = MemoryProfileTimeline(prof._memory_profile())  # raises ValueError without the knobs it needs
+
+    def category(key, version):
+        c = tl.categories.get(key, version) if isinstance(key, TensorKey) else None
+        return None if c is None else c.name
+
+    for t, action, (key, version), n in tl.timeline:
+        device = str(key.device)
+        if action in (Action.PREEXISTING, Action.CREATE):
+            yield t, device, category(key, version), n
+        elif action == Action.INCREMENT_VERSION:
+            yield t, device, category(key, version), -n
+            yield t, device, category(key, version + 1), n
+        elif action == Action.DESTROY:
+            yield t, device, category(key, version), -n
+        else:
+            raise ValueError(f"unknown action {action!r} in torch's memory timeline")
+
+
+def trace_base_ns(path: Path) -> int:
+    """The ``baseTimeNanoseconds`` Kineto wrote at the top of the trace at ``path``: its ``ts`` are µs after it."""
+    import re
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    m = re.search(rb'"baseTimeNanoseconds"\s*:\s*([0-9]+)', head)
+    if m is None:
+        raise ValueError("the trace has no baseTimeNanoseconds in its first MiB, so torch's clock cannot be put on "
+                         "the trace's")
+    return int(m.group(1))
+
+
+def _write_memory_categories(memory: dict, out_dir: Path, torch_version: str) -> dict:
+    """Write memory_categories.json from the cycles' rows; the facts meta.json keeps about it (``file`` and the
+    devices, or ``why`` there is none)."""
+    if memory["why"] is None and not any(memory["cycles"]):
+        memory["why"] = "torch's memory profiler saw no allocation in the profiled steps"
+    if memory["why"] is not None:
+        return {"file": None, "why": memory["why"]}
+    doc = memcat.document(memory["cycles"], f"torch.profiler memory profiler (torch {torch_version})")
+    try:
+        with open(out_dir / memcat.MEMORY_CATEGORIES_FILE, "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+    except OSError as exc:
+        (out_dir / memcat.MEMORY_CATEGORIES_FILE).unlink(missing_ok=True)
+        return {"file": None, "why": f"could not write {memcat.MEMORY_CATEGORIES_FILE}: {exc.strerror or exc}"}
+    return {"file": memcat.MEMORY_CATEGORIES_FILE, "devices": sorted(doc["devices"]), "seconds": round(memory["s"], 6)}
 
 
 def _merge_cycles(cycles: list[tuple[Path, str]], out_dir: Path, config: ExperimentConfig) -> None:

@@ -105,6 +105,8 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         "peak_device_memory_bytes": facts.get("peak_device_memory_bytes"),
         "peak_host_rss_bytes": facts.get("peak_host_rss_bytes"),
         "profiler_cycles": facts.get("cycles"),
+        # memory_categories.json (torch's memory profiler: parameters, optimizer state, ...), or why there is none
+        "memory_categories": facts.get("memory_categories"),
         # How busy the machine was: 1-minute load averages before and after the run, against its cores. A CPU run
         # on a machine whose load exceeds its cores measured the other work too (docs: machine_busy).
         "machine_load": {"cores": os.cpu_count(), "load_1min_before": load_before, "load_1min_after": _load_average()},

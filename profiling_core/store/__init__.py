@@ -4,6 +4,9 @@
   ``.staging/`` and renamed into place; list, open, delete, import) and :class:`Run`; ``validate_run_id``.
 - ``files``: ``read_small_file``, the one reader of the small files the store and the device lock keep (it looks
   at what a path is before reading it, and caps what it reads), and ``read_json_object`` on top of it.
+- ``memory``: a run's ``memory_categories.json`` (torch's memory profiler: the bytes of parameters,
+  optimizer state, activations, ... over time), read back as a frame by :func:`memory_categories`, and
+  :func:`memory_categories_note` (why a run has none).
 - ``peaks``: :class:`DevicePeaks` (what a calibration measured), :class:`PeakBook` (the calibrations kept in the
   store's ``.calibrations/``; ``PeakBook.for_run``: the newest of a run's device), and the vendors' datasheets
   (``datasheet_for``).
@@ -13,8 +16,11 @@ Nothing here runs torch or a worker; ``profiling_core.run`` writes into the stor
 from __future__ import annotations
 
 from .files import read_json_object, read_small_file
+from .memory import (MEMORY_CATEGORIES, MEMORY_CATEGORIES_COLUMNS, MEMORY_CATEGORIES_FILE, MEMORY_CATEGORY_KNOBS,
+                     memory_categories, memory_categories_note)
 from .peaks import DATASHEETS, DevicePeaks, PeakBook, datasheet_for
 from .runs import Run, RunStore, validate_run_id
 
 __all__ = ["RunStore", "Run", "validate_run_id", "read_json_object", "read_small_file", "DevicePeaks", "PeakBook",
-           "DATASHEETS", "datasheet_for"]
+           "DATASHEETS", "datasheet_for", "memory_categories", "memory_categories_note", "MEMORY_CATEGORIES",
+           "MEMORY_CATEGORIES_COLUMNS", "MEMORY_CATEGORIES_FILE", "MEMORY_CATEGORY_KNOBS"]

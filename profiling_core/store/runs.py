@@ -6,6 +6,8 @@ Layout::
     <root>/<run_id>/table.txt       profiler table (key_averages().table)
     <root>/<run_id>/meta.json       config, versions, device, host, timings, peak memory, status
     <root>/<run_id>/worker.log      the worker's stderr
+    <root>/<run_id>/memory_categories.json   torch's memory by category (runs with profile_memory, record_shapes
+                                    and with_stack; ``memory_categories``)
     <root>/.staging/<run_id>/       a run being written (never listed); its ``.owner`` file is flock'd by the
                                     process writing it and that process's worker while either lives
     <root>/.trash/                  a run being deleted (never listed)

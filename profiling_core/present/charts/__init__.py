@@ -18,6 +18,7 @@ The modules, by what they chart (every name is importable from here: ``charts.st
   :func:`sync_idle`.
 - ``bars``: :func:`grouped_bars`, :func:`time_by_category`, :func:`breakdown_bars`, :func:`phase_bars`.
 - ``peaks``: :func:`roofline`, :func:`achieved_vs_peak`.
+- ``memory``: :func:`memory_timeline_chart`, :func:`memory_categories_chart`, :func:`memory_comparison_chart`.
 - ``_style``: what they share: ``WIDTH``, ``CATEGORY_COLORS``, ``BREAKDOWN_COLORS``, :func:`empty_chart`, the
   column check and number formats.
 """
@@ -25,9 +26,10 @@ from __future__ import annotations
 
 # The F401 waivers: public names beyond __all__ (as before the split), reached as charts.<name>: the palettes, the
 # width, trace_overview and the timelines' shaping helpers.
-from ._style import BREAKDOWN_COLORS, CATEGORY_COLORS, PHASE_COLORS, WIDTH, empty_chart  # noqa: F401
+from ._style import BREAKDOWN_COLORS, CATEGORY_COLORS, MEMORY_COLORS, PHASE_COLORS, WIDTH, empty_chart  # noqa: F401
 from .bars import breakdown_bars, grouped_bars, phase_bars, time_by_category
 from .kernels import cold_vs_warm, kernel_durations_by_step, kernel_spread, launch_latency, sync_idle
+from .memory import memory_categories_chart, memory_comparison_chart, memory_timeline_chart
 from .peaks import achieved_vs_peak, roofline
 from .sweep import crossover_points, gpu_busy_fraction, overhead_vs_compute
 from .timeline import dispatch_flame, step_timeline
@@ -38,5 +40,6 @@ __all__ = [
     "step_timeline", "overhead_vs_compute", "gpu_busy_fraction", "crossover_points",
     "kernel_durations_by_step", "kernel_spread", "grouped_bars", "launch_latency",
     "dispatch_flame", "cold_vs_warm", "sync_idle", "empty_chart", "roofline", "achieved_vs_peak", "time_by_category",
-    "breakdown_bars", "BREAKDOWN_COLORS", "phase_bars", "PHASE_COLORS",
+    "breakdown_bars", "BREAKDOWN_COLORS", "phase_bars", "PHASE_COLORS", "memory_timeline_chart",
+    "memory_categories_chart", "memory_comparison_chart", "MEMORY_COLORS",
 ]

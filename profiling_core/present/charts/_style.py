@@ -1,4 +1,4 @@
-"""What every chart shares: the width, the two palettes, the column check, number formats, the empty chart."""
+"""What every chart shares: the width, the palettes, the column check, number formats, the empty chart."""
 from __future__ import annotations
 
 from typing import Iterable
@@ -43,6 +43,18 @@ PHASE_COLORS = {
     "optimizer": "#2ca02c",
     "zero_grad": "#9467bd",
     "other": "#d9d9d9",
+}
+
+# torch's memory profiler's categories (``store.MEMORY_CATEGORIES``), in its stacking order, in its own colours.
+MEMORY_COLORS = {
+    "PARAMETER": "#006400",
+    "OPTIMIZER_STATE": "#daa520",
+    "INPUT": "#333333",
+    "TEMPORARY": "#9370db",
+    "ACTIVATION": "#d62728",
+    "GRADIENT": "#0000cd",
+    "AUTOGRAD_DETAIL": "#4169e1",
+    "unknown": "#a0a0a0",
 }
 
 
