@@ -492,3 +492,46 @@ def test_a_cuda_graph_run_that_recorded_memory_and_saw_no_event_says_why():
     assert "the process's own peak was 46.0 MiB" in x.text  # 48,235,520 B
     with open_trace(H200_MEMORY / "ro.json", engine="sqlite") as s:  # without the config: no claim about recording
         assert analyze(s).summary["memory"]["note"] == NO_MEMORY_TEXT
+
+
+def _h200(name):
+    from profiling_core import diagnose
+    meta = json.loads((H200_MEMORY / f"{name}.meta.json").read_text())
+    config = ExperimentConfig.from_dict(meta["config"])
+    with open_trace(H200_MEMORY / f"{name}.json", engine="sqlite") as s:
+        r = analyze(s, config=config)
+        d = diagnose(s, r, config, None, process_peak_bytes=meta["peak_device_memory_bytes"])
+    return scan_trace(H200_MEMORY / f"{name}.json"), r, {x.rule: x for x in d.diagnoses}
+
+
+def test_a_training_step_under_reduce_overhead_holds_graph_pools_not_fragmentation():
+    """An MLP training step (Adam fused, bf16 autocast) under mode='reduce-overhead': the forward's graph is launched
+    from the main thread, the backward's from the autograd thread; the allocator reserves about twice what the
+    window's tensors use, and the process peaked below the reserve: the gap is the graphs' private pools."""
+    events, r, d = _h200("train_ro")
+    mem = [e["args"] for e in events if e.get("name") == "[memory]"]
+    peak, reserved = max(a["Total Allocated"] for a in mem), max(a["Total Reserved"] for a in mem)
+    launches = [e for e in events if e.get("name") == "cudaGraphLaunch"]
+    assert len({e["tid"] for e in launches}) == 2 and reserved > 1.9 * peak
+    assert d["cudagraph_pools"].evidence["graph_launches"] == len(launches) == 6
+    assert d["cudagraph_pools"].evidence["peak_allocated_bytes"] == peak
+    assert "memory_fragmentation" not in d
+
+
+def test_a_cache_that_keeps_a_tensor_per_step_is_memory_growth_by_a_plain_count():
+    """scripts/memory_cases/temporaries_and_cache.py: each call keeps one 2048 x 2048 bf16 tensor (8 MiB)."""
+    events, r, d = _h200("script_cache")
+    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X"
+                   and str(e.get("name")).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation")
+    mem = [e for e in events if e.get("name") == "[memory]"]
+    net = [sum(e["args"]["Bytes"] for e in mem if a <= e["ts"] <= b) for a, b in steps]
+    assert net == [8 * 2**20] * 3
+    x = d["memory_growth"]
+    assert "about 8.0 MiB more allocated" in x.text
+    live = {}
+    for e in sorted(mem, key=lambda e: e["ts"]):
+        if e["args"]["Bytes"] > 0:
+            live[e["args"]["Addr"]] = e["args"]["Bytes"]
+        else:
+            live.pop(e["args"]["Addr"], None)
+    assert r.memory.unfreed["bytes"].sum() == sum(live.values()) == 3 * 8 * 2**20

@@ -101,3 +101,9 @@ def test_a_trace_without_memory_events_gets_no_memory_rule_and_a_finding_that_sa
     d, f = diagnosis(vt.memory_steps(tmp_path / "t.json", with_memory=False))
     assert not {"memory_peak", "memory_growth", "memory_fragmentation", "cudagraph_pools"} & set(d)
     assert f["q1.memory"].title == "No memory events" and "profile_memory=True" in f["q1.memory"].text
+
+
+def test_a_gap_that_cuda_graphs_explain_is_not_called_fragmentation(tmp_path):
+    path = vt.memory_steps(tmp_path / "t.json", kept=100 * MiB, temp=400 * MiB, reserved=2 * GiB, graphs=True)
+    d, _ = diagnosis(path, process_peak_bytes=500 * MiB)
+    assert "cudagraph_pools" in d and "memory_fragmentation" not in d

@@ -89,3 +89,11 @@ def _args_of(session, name: str, ids) -> dict[int, Any]:
     asids = {int(i): int(tb.arg_set_id[int(i)]) for i in ids}
     values = tb.args.get(name, {a for a in asids.values() if a >= 0})
     return {i: values.get(a) for i, a in asids.items() if a >= 0 and a in values}
+
+
+def _graph_replays(report) -> int:
+    """``cudaGraphLaunch`` calls that launched GPU work (``launch_latency``'s pairs, every thread: a training step's
+    backward graph is launched from the autograd thread): the run replays captured graphs, whose private memory
+    pools the allocator reserves between replays."""
+    lat = report.launch_latency
+    return int(lat.loc[lat["launch_name"] == "cudaGraphLaunch", "launch_id"].nunique()) if len(lat) else 0

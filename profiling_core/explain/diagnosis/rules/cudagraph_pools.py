@@ -3,7 +3,7 @@
 between replays, and a replay allocates nothing the profiler records, so the trace's ``[memory]`` events show only
 the work outside the graphs.
 
-Graphs are in use where the steps launch ``cudaGraphLaunch`` (whatever the config says: ``cudagraphs_skipped``
+Graphs are in use where the trace launches GPU work with ``cudaGraphLaunch`` (``base._graph_replays``; whatever the config says: ``cudagraphs_skipped``
 covers a run that asked and got none); the rule speaks where the trace has memory events on a GPU (to say what the
 pools hold against what the tensors use) or where the run recorded memory and got no event at all (every
 allocation then happened in the pools, or before the window: the run's ``max_memory_allocated`` is the only
@@ -12,23 +12,22 @@ from __future__ import annotations
 
 from ....config import config_field as _cfg
 from ....units import human_bytes
-from ..base import Diagnosis, _Ctx
+from ..base import Diagnosis, _Ctx, _graph_replays
 
 
 def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
     r, m = c.report, c.report.memory
-    lat = r.launch_latency
-    graphs = lat[lat["launch_name"] == "cudaGraphLaunch"].drop_duplicates("launch_id") if len(lat) else lat
-    if not len(graphs):
+    graphs = _graph_replays(r)
+    if not graphs:
         return None
     gpu = m.peaks[m.peaks["device"] != "cpu"]
     recorded_nothing = not m.has_events and bool(_cfg(c.config, "profile_memory"))
     if gpu.empty and not recorded_nothing:
         return None
-    per_step = len(graphs) / max(1, len(r.steps))
+    per_step = graphs / max(1, len(r.steps))
     mode = _cfg(c.config, "compile")
     why = " (mode='reduce-overhead')" if mode == "reduce-overhead" else ""
-    text = (f"This run replays CUDA graphs{why}: {len(graphs)} cudaGraphLaunch call{'s' if len(graphs) != 1 else ''}"
+    text = (f"This run replays CUDA graphs{why}: {graphs} cudaGraphLaunch call{'s' if graphs != 1 else ''}"
             f" ({per_step:g} per step). Each captured graph keeps a private pool for its tensors, reserved between "
             "replays, and a replay allocates nothing the profiler records")
     if gpu.empty:
@@ -36,7 +35,7 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
                  "the trace cannot say what the pools hold"
                  + (f"; the process's own peak was {human_bytes(c.process_peak_bytes)} (max_memory_allocated)."
                     if c.process_peak_bytes is not None else "."))
-        ev = {"graph_launches": len(graphs), "graph_launches_per_step": per_step, "memory_events": 0,
+        ev = {"graph_launches": graphs, "graph_launches_per_step": per_step, "memory_events": 0,
               "process_peak_bytes": c.process_peak_bytes, "compile_mode": mode}
         return Diagnosis("cudagraph_pools", "CUDA graphs keep private memory pools", text, _FIX, None,
                          "memory, not time: the pools are reserved while the graphs live", ev)
@@ -47,7 +46,7 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
                  f"{human_bytes(pk['peak_allocated_bytes'])} allocated: the {human_bytes(pk['gap_at_peak_bytes'])} "
                  "between them includes the pools.")
     fix = _FIX
-    ev = {"graph_launches": len(graphs), "graph_launches_per_step": per_step, "device": pk["device"],
+    ev = {"graph_launches": graphs, "graph_launches_per_step": per_step, "device": pk["device"],
           "memory_events": int(pk["events"]), "peak_allocated_bytes": int(pk["peak_allocated_bytes"]),
           "reserved_at_peak_bytes": None if pk["reserved_at_peak_bytes"] != pk["reserved_at_peak_bytes"]
           else float(pk["reserved_at_peak_bytes"]), "compile_mode": mode}
