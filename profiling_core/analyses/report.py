@@ -12,9 +12,9 @@ from .gemm import gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
 from .phases import empty_phases, phases
-from ._shared import Shared
+from ._shared import Shared, frame
 from .steps import basis_steps, cpu_vs_gpu, gpu_busy, steady_state, steps
-from .table import profiler_table
+from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = ["Report", "analyze"]
@@ -48,6 +48,9 @@ class Report:
     phases: pd.DataFrame = field(default_factory=empty_phases)
     """Per step and phase of a training step (forward, backward, optimizer, zero_grad, other): CPU time, GPU work
     and kernels (:func:`~profiling_core.analyses.phases.phases`); empty when the trace has no phases."""
+    cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "calls", "own_us"]))
+    """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
+    where a step's CPU time goes, the autograd engine's thread included."""
     summary: dict[str, Any] = field(default_factory=dict)
     """Headline numbers; see :func:`analyze`."""
 
@@ -161,6 +164,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])
     out["phases"] = phases(session, shared=sh)
+    out["cpu_own_times"] = cpu_own_times(session, shared=sh)
     r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
     r.summary.update(_summary(r, session))
     return r
