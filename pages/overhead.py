@@ -5,7 +5,7 @@ from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.errors import ConfigError
-from profiling_core.present import ReportSection, comparison_warnings
+from profiling_core.present import ReportSection, comparison_warnings, size_axis_title
 from profiling_core.run import sweep_configs, sweep_points, sweep_values
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -36,8 +36,7 @@ with st.form("sweep_form"):
         axis_names = " / ".join(wl.size_knobs)
         text = c1.text_input(f"Values of {axis_names} (comma-separated)", value="128,512,2048",
                              key=f"sweep_values_{wl_name}", max_chars=1000,
-                             help="the sweep axis: " + ("seq_len in prefill, kv_len in decode"
-                                                        if len(wl.size_knobs) > 1 else wl.size_knobs[0])
+                             help="the sweep axis: " + wl.size_axis_text()
                              + "; whole numbers in the digits 0-9, in the knob's range")
         cols = (c1, c2, c3)
         given = wl.defaults()
@@ -93,8 +92,16 @@ if per_run.empty:
     st.stop()
 if per_run["has_gpu"].nunique() > 1:  # CPU-only and GPU runs chosen together: keep their curves apart
     per_run["mode"] = per_run["mode"] + per_run["has_gpu"].map({True: " · GPU", False: " · CPU only"})
-# each (size, mode) point: the median of its runs with their min–max (one run: no spread to show)
-sweep = sweep_points(per_run).sort_values(["mode", "size"])
+axes = sorted(set(per_run["axis"].dropna()))
+if len(axes) > 1:  # sizes along different knobs (2 new tokens is not a 2-token prompt): one curve per axis
+    per_run["mode"] = per_run["mode"] + " · " + per_run["axis"].map(lambda a: size_axis_title(a)[0])
+if per_run["step"].nunique() > 1:  # a forward pass and a training step are different work: never one point
+    per_run["mode"] = per_run["mode"] + " · " + per_run["step"]
+x_title, symbol = size_axis_title(axes[0]) if len(axes) == 1 else (
+    " / ".join(size_axis_title(x)[0] for x in axes) + ", each curve along its own", "size")
+axis_of = dict(zip(per_run["mode"], per_run["axis"]))  # each curve's axis, for the crossover's wording
+# each (axis, step, size, mode) point: the median of its runs with their min–max (one run: no spread to show)
+sweep = sweep_points(per_run, keys=("axis", "step", "size", "mode")).sort_values(["mode", "size"])
 sweep["has_gpu"] = sweep["gpu_busy_us_per_step"] > 0
 warnings = comparison_warnings(sweep, ["size", "mode"], runs=[ui.load_run(r) for r in chosen])
 for w in warnings:
@@ -107,15 +114,16 @@ if not per_run["has_gpu"].any():
     st.info("These runs have no GPU lane (recorded on the CPU): GPU busy time is zero, so only the CPU curve is "
             "drawn and there is no crossover. Run the sweep on a CUDA device to see the GPU take over.",
             icon=":material/info:")
-cols = ["size", "mode", "n", "cpu_us_per_step", "cpu_us_per_step_min", "cpu_us_per_step_max",
+cols = ["axis", "step", "size", "mode", "n", "cpu_us_per_step", "cpu_us_per_step_min", "cpu_us_per_step_max",
         "cpu_us_per_step_spread_pct", "gpu_busy_us_per_step", "gpu_busy_us_per_step_min", "gpu_busy_us_per_step_max",
         "gpu_busy_fraction"]
-main = ui.chart("overhead_vs_compute", sweep[cols])
+main = ui.chart("overhead_vs_compute", sweep[cols], x_title=x_title, symbol=symbol)
 ui.chart_block(main, sweep[cols], "overhead_vs_compute", key="overhead_main")
 cross = charts.crossover_points(sweep)
 if len(cross):
     for _, r in cross.iterrows():
-        st.success(f"**{r['mode']}**: GPU busy time per step overtakes CPU time per step near n ≈ {r['size']:,.0f} "
+        st.success(f"**{ui.md_text(r['mode'])}**: GPU busy time per step overtakes CPU time per step near "
+                   f"{ui.md_text(size_axis_title(axis_of.get(r['mode']))[1])} ≈ {r['size']:,.0f} "
                    f"(~{format_duration_us(r['value_us'])} per step). Below it the step is overhead-bound; above it, "
                    "compute-bound.")
 elif per_run["has_gpu"].any():
@@ -124,7 +132,7 @@ elif per_run["has_gpu"].any():
 frac_charts = []
 if per_run["has_gpu"].any():  # a CPU run has no GPU busy fraction to draw
     st.header("GPU busy fraction of the step", divider="gray")
-    frac = ui.chart("gpu_busy_fraction", sweep[cols])
+    frac = ui.chart("gpu_busy_fraction", sweep[cols], x_title=x_title)
     ui.chart_block(frac, sweep[cols], "gpu_busy_fraction", key="overhead_frac")
     frac_charts = [frac]
 st.dataframe(sweep[cols], hide_index=True, width="stretch", height=ui.fit_height(sweep))
@@ -140,7 +148,8 @@ else:
         st.caption("No calibration of these runs' device in the store: the peak line is missing (measure it on "
                    "**Home**).")
     achieved = ui.chart("achieved_vs_peak", gemm[["size", "mode", "dtype", "tflops"]], peaks=peaks or None,
-                        peak_source="datasheet" if (gemm["peak_source"] == "datasheet").any() else "measured")
+                        peak_source="datasheet" if (gemm["peak_source"] == "datasheet").any() else "measured",
+                        x_title=x_title)
     ui.chart_block(achieved, gemm, "gemm_vs_peak", key="overhead_peak")
     peak_charts = [achieved]
     ui.table_block(gemm.drop(columns=["run_id"]), "gemm_vs_peak", key="overhead_peak_table", width="stretch",

@@ -4,7 +4,8 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core.present import charts
-from profiling_core.present import MEMORY_HOWTO_RUNS, ReportSection, comparison_warnings, memory_comparison
+from profiling_core.present import (MEMORY_HOWTO_RUNS, ReportSection, comparison_warnings, different_work,
+                                      memory_comparison, phase_summary)
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -69,11 +70,33 @@ step_chart = ui.chart("cold_vs_warm", steps, title="CPU time of each profiled st
 ui.chart_block(step_chart, steps, "compare_steps", key="runs_steps")
 
 busy = comparison_warnings(pd.DataFrame(), [], runs=[ui.load_run(r) for r in dict.fromkeys((a, b))])
-for w in busy:  # a run timed on a busy machine is not compared as if it were not
+work = different_work([("A", ui.load_run(a), ra), ("B", ui.load_run(b), rb)])
+busy = ([work] if work else []) + busy
+for w in busy:  # a run timed on a busy machine, or one whose step does other work, is not compared as if it were not
     st.warning(ui.md_text(w), icon=":material/warning:")
 summary = ui.summaries([a, b]).drop(columns=["run_id"])
 summary.insert(0, "run", [name_a, name_b])
 st.dataframe(summary, hide_index=True, width="stretch", height=ui.fit_height(summary))
+
+phase_charts, phase_tables = [], []
+if ra.has_phases or rb.has_phases:
+    st.subheader("Training phases")
+    phases = phase_summary([(name_a, ra), (name_b, rb)])
+    st.dataframe(phases, hide_index=True, width="stretch", height=ui.fit_height(phases),
+                 column_config={c: st.column_config.NumberColumn(c, format="%.2f") for c in ("cpu_us", "gpu_us")})
+    phase_tables = [("training phases (median step)", phases)]
+    cols = st.columns(2)
+    for col, (label, r, key) in zip(cols, ((name_a, ra, "a"), (name_b, rb, "b"))):
+        with col:
+            st.markdown(f"**{ui.md_text(label)}**")
+            if not r.has_phases:
+                st.caption("A forward pass: no training phases in this trace.")
+                continue
+            pchart = ui.chart("phase_bars", r.phases, value="cpu_us", title="Where each training step's time goes")
+            ui.chart_block(pchart, r.phases, f"{label}_phases", key=f"runs_phases_{key}")
+            phase_charts.append(pchart)
+    st.caption("Each training step split into forward, backward, optimizer, zero_grad and other (what no phase "
+               "covers), as on the Profile page; the table gives the median step's.")
 
 both = {name_a: ra.step_breakdown, name_b: rb.step_breakdown}
 per_run = charts.breakdown_bars(both, per="run")
@@ -154,6 +177,8 @@ with fb:
     ui.show_findings(ui.findings(b))
 ui.report_button("Compare runs", [ReportSection("Steps", text="\n\n".join(busy), charts=[step_chart],
                                                  tables=[("summary", summary)]),
+                                  *([ReportSection("Training phases", charts=phase_charts, tables=phase_tables)]
+                                    if phase_tables else []),
                                   *([ReportSection("Where the GPU time goes", charts=breakdown_charts)]
                                     if breakdown_charts else []),
                                   *([ReportSection("Memory", charts=memory_charts, tables=memory_tables)]

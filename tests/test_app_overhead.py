@@ -95,3 +95,59 @@ def test_a_bad_sweep_value_is_said_under_its_box_on_every_rerun(runs_dir, text, 
                 and t.endswith(f"got {quoted}")], shown
         at.run()
     assert RunStore(runs_dir).list() == []  # no sweep started
+
+
+TINY_LM = {"layers": 1, "hidden": 32, "heads": 2, "vocab": 64}
+
+
+def _lm_sweep(at, mode: str, values: str) -> None:
+    at.selectbox(key="sweep_causal_lm_mode").set_value(mode)
+    at.text_input(key="sweep_values_causal_lm").set_value(values)
+    for k, v in TINY_LM.items():
+        at.number_input(key=f"sweep_causal_lm_{k}").set_value(v)
+    at.selectbox(key="sweep_dtype").set_value("fp32")
+    at.selectbox(key="sweep_device").set_value("cpu")
+    at.number_input(key="sweep_warmup").set_value(1)
+    at.slider(key="sweep_active").set_value(1)
+    at.number_input(key="sweep_repeats").set_value(1)
+    [go] = [b for b in at.button if b.label == "Run sweep"]
+    go.click().run()
+    assert not errors_of(at), errors_of(at)
+
+
+@pytest.mark.slow
+def test_a_causal_lm_sweeps_new_tokens_in_decode_and_seq_len_in_prefill_and_charts_them_apart(runs_dir, media):
+    """The causal LM has two sweep axes: new_tokens (decode) and seq_len (prefill, train). Two sweeps with the same
+    values along each stay two curves on their own axes: a point of 2 new tokens is not one of a 2-token prompt."""
+    import csv as _csv
+    import io
+    import json
+
+    from profiling_core import RunStore
+    pytest.importorskip("transformers")
+    at = app("overhead")
+    at.selectbox(key="sweep_workload").set_value("causal_lm").run()
+    box = at.text_input(key="sweep_values_causal_lm")
+    assert box.label == "Values of new_tokens / seq_len (comma-separated)"
+    assert "new_tokens when mode is 'decode', else seq_len" in box.help and "kv_len" not in box.help
+    _lm_sweep(at, "decode", "2,4")
+    _lm_sweep(at, "prefill", "2,4")
+    cfgs = sorted((c.workload_knobs["mode"], c.size_knob, c.workload_knobs[c.size_knob])
+                  for c in (r.config for r in RunStore(runs_dir).list()))
+    assert cfgs == [("decode", "new_tokens", 2), ("decode", "new_tokens", 4), ("prefill", "seq_len", 2),
+                    ("prefill", "seq_len", 4)]
+    at.multiselect(key="overhead_chosen").set_value([r.run_id for r in RunStore(runs_dir).list()]).run()
+    assert not errors_of(at), errors_of(at)
+    rows = list(_csv.DictReader(io.StringIO(download(at, media, "csv_overhead_main").decode())))
+    assert sorted((r["axis"], r["size"], r["n"]) for r in rows) == [
+        ("causal_lm new_tokens", "2", "1"), ("causal_lm new_tokens", "4", "1"), ("causal_lm seq_len", "2", "1"),
+        ("causal_lm seq_len", "4", "1")]  # four points of one run each, not two points of two runs
+    assert len({r["mode"] for r in rows}) == 2  # two curves
+    (spec,) = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")
+               if "CPU time vs GPU busy time per step" in c.proto.spec]
+    x_title = spec["layer"][0]["encoding"]["x"]["title"]
+    assert x_title == "new_tokens (causal_lm) / seq_len (causal_lm), each curve along its own"
+    assert sorted(r["mode"] for r in rows) == (["eager · new_tokens (causal_lm) · decode"] * 2
+                                               + ["eager · seq_len (causal_lm) · forward"] * 2)
+    shown = " ".join(x.value for kind in ("success", "info", "caption", "warning") for x in at.get(kind))
+    assert "n ≈" not in shown and "matrix size" not in shown

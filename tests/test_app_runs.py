@@ -108,3 +108,43 @@ def test_a_run_from_a_busy_machine_is_named_where_it_is_compared(seed_run, runs_
     (w,) = [w.value for w in at.warning if "busy" in w.value]
     assert md_text("1-minute load average 7.5 on 2 cores") in w
     assert "1-minute load average 7.5 on 2 cores" in download(at, media, "report_runs").decode()
+
+
+@pytest.fixture(scope="module")
+def forward_and_train_runs(tmp_path_factory):
+    """Two real CPU runs of one small MLP: a forward pass, and a training step (forward, backward, AdamW)."""
+    from profiling_core import ExperimentConfig, RunStore, run_experiment
+    root = tmp_path_factory.mktemp("fwd_train") / "runs"
+    store = RunStore(root)
+    fast = {"dtype": "fp32", "device": "cpu", "wait": 0, "warmup_steps": 0, "active": 3, "warmup": 1}
+    fwd = run_experiment(ExperimentConfig(workload="mlp", knobs={"batch": 4, "d": 16}, **fast), store=store)
+    train = run_experiment(ExperimentConfig(workload="mlp", knobs={"batch": 4, "d": 16, "train": True}, **fast),
+                           store=store)
+    return root, fwd.run_id, train.run_id
+
+
+@pytest.mark.slow
+def test_comparing_a_forward_run_with_a_training_run_says_they_run_different_work(forward_and_train_runs,
+                                                                                   monkeypatch, media):
+    root, fwd, train = forward_and_train_runs
+    monkeypatch.setenv("PROFILING_RUNS_DIR", str(root))
+    at = app("runs")
+    at.selectbox(key="runs_a").set_value(fwd)
+    at.selectbox(key="runs_b").set_value(train).run()
+    assert not errors_of(at), errors_of(at)
+    said = [w.value for w in at.warning if "forward" in w.value]
+    assert len(said) == 1
+    assert md_text("A runs a forward pass per step and B a training step (forward, loss, backward, optimizer step, "
+                   "zero_grad)") in said[0]
+    assert "different work" in said[0]
+    (summary,) = [d.value for d in at.dataframe if "cpu_us_per_step" in d.value.columns]
+    assert summary["step"].tolist() == ["forward", "train"]
+    assert "Training phases" in [h.value for h in at.subheader]
+    (phases,) = [d.value for d in at.dataframe if "phase" in d.value.columns]
+    assert phases["phase"].tolist() == ["forward", "backward", "optimizer", "zero_grad", "other"]
+    assert (phases["cpu_us"] > 0).sum() >= 4 and phases["run"].nunique() == 1  # only B has phases
+    assert any("no training phases" in c.value for c in at.caption)  # A's, said
+    report = download(at, media, "report_runs").decode()
+    assert "different work" in report and "Training phases" in report
+    at.selectbox(key="runs_b").set_value(fwd).run()  # the same kind of step on both sides: nothing to say
+    assert not [w.value for w in at.warning if "different work" in w.value]

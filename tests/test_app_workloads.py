@@ -55,7 +55,7 @@ def test_the_causal_lm_form_offers_its_knobs_and_an_empty_optional_knob_means_no
     at = app("profile")
     at.selectbox(key="profile_form_workload").set_value("causal_lm").run()
     assert not errors_of(at)
-    keys = {w.key for kind in (at.selectbox, at.number_input) for w in kind if w.key}
+    keys = {w.key for kind in (at.selectbox, at.number_input, at.checkbox) for w in kind if w.key}
     assert {f"profile_form_causal_lm_{k.name}" for k in get_workload("causal_lm").knobs} <= keys
     assert at.selectbox(key="profile_form_causal_lm_family").options == ["llama", "gpt2"]
     assert at.selectbox(key="profile_form_causal_lm_mode").options == ["prefill", "decode", "train"]
@@ -132,3 +132,24 @@ def test_the_sweep_axis_of_each_workload_is_its_size_knob(every_workload_store, 
     assert not errors_of(at)
     table = next(d.value for d in at.dataframe if "cpu_us_per_step" in d.value.columns)
     assert set(table["size"]) == want
+
+
+def test_the_train_knobs_show_where_they_apply_in_the_form(runs_dir):
+    """causal_lm's train knobs are the nn workloads' own, labelled with the mode they need; module_ranges applies
+    to every mode; a workload that cannot train shows none."""
+    at = app("profile")
+    at.selectbox(key="profile_form_workload").set_value("causal_lm").run()
+    assert not errors_of(at)
+    labels = {w.key.removeprefix("profile_form_causal_lm_"): w.label for kind in (at.selectbox, at.checkbox)
+              for w in kind if w.key and w.key.startswith("profile_form_causal_lm_")}
+    assert {k: labels[k] for k in ("optimizer", "impl", "autocast", "log_loss")} == {
+        "optimizer": "optimizer (mode train only)", "impl": "impl (mode train only)",
+        "autocast": "autocast (mode train only)", "log_loss": "log_loss (mode train only)"}
+    assert labels["module_ranges"] == "module_ranges" and "train" not in labels
+    assert at.checkbox(key="profile_form_causal_lm_module_ranges").value is True
+    assert "record_function range per module" in at.checkbox(key="profile_form_causal_lm_module_ranges").help
+    assert at.selectbox(key="profile_form_causal_lm_optimizer").options == ["sgd", "adam", "adamw"]
+    at.selectbox(key="profile_form_workload").set_value("mlp").run()
+    assert at.selectbox(key="profile_form_mlp_optimizer").label == "optimizer (train True only)"
+    at.selectbox(key="profile_form_workload").set_value("attention").run()
+    assert not [w for w in at.selectbox if w.key and w.key.endswith(("_optimizer", "_impl", "_autocast"))]

@@ -85,11 +85,16 @@ def test_flops_by_hand():
                                    {**TINY, "family": "gpt2", "mode": "decode", "new_tokens": 4}])
 def test_the_parameter_count_by_hand_is_the_models(knobs):
     transformers = pytest.importorskip("transformers")
-    from profiling_core.workloads.causal_lm import _config, lm_parameters
+    from profiling_core.workloads.causal_lm import (
+        _config,
+        lm_parameter_tensors,
+        lm_parameters,
+    )
     v = get_workload("causal_lm").check_knobs(knobs)
     cls = transformers.GPT2LMHeadModel if v["family"] == "gpt2" else transformers.LlamaForCausalLM
     model = cls(_config(transformers, v))
     assert sum(p.numel() for p in model.parameters()) == lm_parameters(v)
+    assert len(list(model.parameters())) == lm_parameter_tensors(v)  # (gpt2's tied head counts once)
 
 
 def test_without_transformers_the_workload_refuses_saying_how_to_install_it(monkeypatch):
@@ -244,3 +249,131 @@ def test_a_static_cache_one_variant_for_every_token_is_no_decode_recompile(tmp_p
     x = diagnose_trace(vt.decode_tokens(tmp_path / "t.json", tokens=4, regions="static"))["compile_breaks"]
     assert x.evidence["decode_token_variants"] == {}  # the prefill's shapes differ from a token's; tokens agree
     assert "decode tokens" not in x.text and not x.fix.startswith("Give the decode loop")
+
+
+# --- train knobs: the shared ones, checked the same way ---------------------------------------------------------------
+
+LM_TRAIN_BAD = [
+    ({"optimizer": "sgd"}, "knobs.optimizer must be left at its default 'adamw' when mode is 'prefill' (it applies "
+                           "only when mode is 'train'), got 'sgd'"),
+    ({"mode": "decode", "log_loss": True}, "knobs.log_loss must be left at its default False when mode is 'decode' "
+                                           "(it applies only when mode is 'train'), got True"),
+    ({"mode": "train", "optimizer": "lion"}, "knobs.optimizer must be one of 'sgd', 'adam', 'adamw', got 'lion'"),
+    ({"mode": "train", "impl": "apex"}, "knobs.impl must be one of 'auto', 'for-loop', 'foreach', 'fused', got 'apex'"),
+    ({"mode": "train", "autocast": "fp16"}, "knobs.autocast must be 'off' when dtype is 'bf16' (autocast runs an fp32 "
+                                            "model's ops in lower precision: use dtype 'fp32' with it), got 'fp16'"),
+    ({"mode": "train", "log_loss": "yes"}, "knobs.log_loss must be true or false, got 'yes'"),
+    ({"module_ranges": "no"}, "knobs.module_ranges must be true or false, got 'no'"),
+]
+
+
+@pytest.mark.parametrize("knobs,message", LM_TRAIN_BAD, ids=[f"bad{i}" for i in range(len(LM_TRAIN_BAD))])
+def test_bad_train_knobs_are_refused_with_the_nn_workloads_messages(knobs, message):
+    with pytest.raises(ConfigError) as info:
+        ExperimentConfig(workload="causal_lm", knobs=knobs)
+    assert str(info.value) == message
+    if "mode" in knobs and knobs["mode"] == "train":  # the nn workloads' train knobs say exactly the same
+        mlp = {k: v for k, v in knobs.items() if k != "mode"}
+        with pytest.raises(ConfigError) as same:
+            ExperimentConfig(workload="mlp", knobs={**mlp, "train": True})
+        assert str(same.value) == message
+
+
+def test_a_causal_lm_has_no_train_switch_of_its_own():
+    with pytest.raises(ConfigError) as info:
+        ExperimentConfig(workload="causal_lm", knobs={"train": True})
+    assert str(info.value).startswith("knobs must be one of causal_lm's knobs: family, mode, ")
+    assert str(info.value).endswith(", got 'train'")
+
+
+def test_train_and_module_range_knobs_name_the_run():
+    base = "causal_lm_llama_train_b1_s128_L4_d512_h8_v32000"
+    assert ExperimentConfig(workload="causal_lm", knobs={"mode": "train"}).name == f"{base}_adamw_bf16_cold_eager"
+    cfg = ExperimentConfig(workload="causal_lm", dtype="fp32", knobs={
+        "mode": "train", "optimizer": "sgd", "impl": "foreach", "autocast": "fp16", "log_loss": True})
+    assert cfg.name == f"{base}_sgd_foreach_ac-fp16_item_fp32_cold_eager"
+    assert ExperimentConfig.from_json(cfg.to_json()) == cfg
+    assert ExperimentConfig(workload="causal_lm", knobs={"module_ranges": False}).name == \
+        "causal_lm_llama_prefill_b1_s128_L4_d512_h8_v32000_no-module-ranges_bf16_cold_eager"
+    names = {ExperimentConfig(workload="causal_lm", dtype="fp32", knobs={"mode": "train", **k}).name
+             for k in ({}, {"optimizer": "sgd"}, {"optimizer": "adam"}, {"impl": "fused"}, {"autocast": "bf16"},
+                       {"autocast": "fp16"}, {"log_loss": True}, {"module_ranges": False})}
+    assert len(names) == 8  # every train knob and module_ranges tells its runs apart
+
+
+def test_a_fused_optimizer_torch_cannot_build_fails_as_on_every_workload(monkeypatch):
+    """A torch whose AdamW has no fused CPU kernel (torch 2.13 has one, older ones did not): causal_lm's train mode
+    says what the nn workloads say, word for word."""
+    import torch
+    pytest.importorskip("transformers")
+    real = torch.optim.AdamW
+
+    def no_fused(params, **kw):
+        if kw.get("fused"):
+            raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported "
+                               "devices: ['cuda', 'xpu'] but torch.float32 and cpu")
+        return real(params, **kw)
+
+    monkeypatch.setattr(torch.optim, "AdamW", no_fused)
+    said = []
+    for wl, knobs in (("causal_lm", {**TINY, "mode": "train", "impl": "fused"}),
+                      ("mlp", {"batch": 2, "d": 8, "train": True, "impl": "fused"})):
+        w = get_workload(wl)
+        with pytest.raises(WorkerError) as info:
+            w.build(torch, w.check_knobs(knobs), "cpu", torch.float32)
+        assert info.value.kind == "workload"
+        said.append(info.value.message)
+    assert said[0] == said[1]
+    assert said[0].startswith("optimizer 'adamw' with impl 'fused' cannot run here: torch ")
+    assert said[0].endswith("Use impl 'auto', 'foreach' or 'for-loop'") and "['cuda', 'xpu']" in said[0]
+
+
+def test_the_train_knobs_apply_to_the_train_mode_only():
+    from profiling_core.workloads import get_workload
+    wl = get_workload("causal_lm")
+    train = [k.name for k in wl.knobs if k.when == ("mode", "train")]
+    assert train == ["optimizer", "impl", "autocast", "log_loss"]
+    assert wl.applicable({"mode": "prefill", "optimizer": "sgd", "log_loss": True}) == {"mode": "prefill"}
+    assert wl.applicable({"mode": "train", "optimizer": "sgd"}) == {"mode": "train", "optimizer": "sgd"}
+
+
+LM_TRAIN_RUNS = {"sgd_item": {"optimizer": "sgd", "log_loss": True},
+                 "adam_for_loop": {"optimizer": "adam", "impl": "for-loop"},
+                 "adamw_bf16": {"optimizer": "adamw", "autocast": "bf16"}}
+OPT_CLASS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(LM_TRAIN_RUNS))
+def test_the_train_knobs_run_the_tiny_llm_for_real(store, label):
+    knobs = LM_TRAIN_RUNS[label]
+    events, names = run_lm(store, mode="train", **knobs)
+    cls = OPT_CLASS[knobs["optimizer"]]
+    steps = sorted((e for e in events if e.get("ph") == "X" and re.fullmatch(r"ProfilerStep#\d+", e["name"])),
+                   key=lambda e: e["ts"])
+    for s in steps:  # one optimizer step of the chosen class in each profiler step
+        inside = Counter(e["name"] for e in events if e.get("ph") == "X" and s["ts"] <= e["ts"]
+                         and e["ts"] + e["dur"] <= s["ts"] + s["dur"])
+        assert inside[f"Optimizer.step#{cls}.step"] == 1 and inside["train::optimizer"] == 1
+        assert inside[f"Optimizer.zero_grad#{cls}.zero_grad"] == 1
+        (opt,) = [e for e in events if e.get("name") == "train::optimizer" and s["ts"] <= e["ts"] < s["ts"] + s["dur"]]
+        logged = [e for e in events if e.get("name") in ("aten::item", "aten::_local_scalar_dense")
+                  and s["ts"] <= e["ts"] < s["ts"] + s["dur"]
+                  and not opt["ts"] <= e["ts"] < opt["ts"] + opt["dur"]]  # (for-loop Adam reads each step count so)
+        assert bool(logged) == bool(knobs.get("log_loss")), (label, len(logged))
+        assert all(e["ts"] >= opt["ts"] + opt["dur"] for e in logged)  # the loss, read after the step
+    assert not any(n.startswith("Optimizer.step#") and n != f"Optimizer.step#{cls}.step" for n in names)
+    ops = {n for n in names if n.startswith("aten::")}
+    if knobs.get("impl") == "for-loop":
+        assert not any(n.startswith(("aten::_foreach_", "aten::_fused_")) for n in ops)
+    if knobs.get("autocast") == "bf16":  # the forward's GEMMs ran in bf16: autocast's casts are in the trace
+        assert "aten::_to_copy" in ops
+
+
+@pytest.mark.slow
+def test_module_ranges_off_leaves_the_plain_model_code(store):
+    _events, names = run_lm(store, module_ranges=False)
+    assert not [n for n in names if n == "model" or n.startswith("model.") or n == "lm_head"]
+    assert names["aten::scaled_dot_product_attention"] == 2 * STEPS  # the same forward ran
+    _events, on = run_lm(store)
+    assert on["model.layers.0.self_attn"] == STEPS and on["lm_head"] == STEPS

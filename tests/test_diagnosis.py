@@ -367,3 +367,50 @@ def test_an_fp32_gemm_held_by_the_memory_roof_is_not_sent_to_tf32(tmp_path, k, f
         floor = max(2 * 4096 * 4096 * k / (H200.gemm_tflops["tf32"] * 1e6),
                     (2 * 4096 * k + 4096 * 4096) * 4 / (H200.bandwidth_gbs * 1e3))
         assert x.cost_us_per_step == pytest.approx(600 - floor)
+
+
+def _own_times_in(events, a: float, b: float) -> dict:
+    """Own time (duration less the children's, nesting per thread) of every CPU slice that starts in [a, b), by
+    name, summed: a plain scan of the JSON, every thread of the trace included."""
+    gpu = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "Trace", "python_function"}
+    by_thread: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") not in gpu and "dur" in e:
+            by_thread.setdefault((e["pid"], e["tid"]), []).append(e)
+    own: dict = {}
+    for evs in by_thread.values():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack: list = []
+        child = {}
+        for e in evs:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                stack.pop()
+            if stack:
+                child[id(stack[-1])] = child.get(id(stack[-1]), 0.0) + e["dur"]
+            stack.append(e)
+        for e in evs:
+            if a <= e["ts"] < b and not str(e["name"]).startswith("ProfilerStep#"):
+                own[e["name"]] = own.get(e["name"], 0.0) + e["dur"] - child.get(id(e), 0.0)
+    return own
+
+
+def test_the_starved_rules_cpu_ops_count_every_thread_as_its_launch_total_does():
+    """On ROCm the backward's launches run on the autograd engine's own thread (pt_autograd_0): a 6.5 ms
+    hipLaunchKernel there counted in the step's launch total but was missing from where the CPU time goes."""
+    path = TRACES / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    with open_trace(path, engine="sqlite") as s:
+        (x,) = [d for d in diagnose(s).diagnoses if d.rule == "gpu_starved"]
+    events = scan_trace(path)
+    (step,) = [e for e in events if e.get("name") == "ProfilerStep#1" and e.get("cat") != "gpu_user_annotation"]
+    assert x.evidence["basis_steps"] == [1]
+    own = _own_times_in(events, step["ts"], step["ts"] + step["dur"])
+    top = sorted(own.items(), key=lambda kv: -kv[1])[:5]
+    assert top[0][0] == "hipLaunchKernel" and top[0][1] > 6500  # the launch that blocked, on the autograd thread
+    got = [(o["name"], o["us_per_step"]) for o in x.evidence["top_cpu_ops"]]
+    assert [n for n, _ in got] == [n for n, _ in top]
+    assert [us for _, us in got] == pytest.approx([us for _, us in top], abs=1e-3)
+    launches = sum(e["dur"] for e in events if e.get("name") in ("hipLaunchKernel", "hipExtModuleLaunchKernel")
+                   and step["ts"] <= e["ts"] < step["ts"] + step["dur"])
+    assert x.evidence["launch_calls_us_per_step"] == pytest.approx(launches, abs=1e-3)
+    assert own["hipLaunchKernel"] <= x.evidence["launch_calls_us_per_step"]
+    assert x.text.split("largest first): ")[1].startswith("hipLaunchKernel 6,")

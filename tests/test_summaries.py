@@ -380,3 +380,24 @@ def test_a_runs_peaks_are_the_newest_calibration_of_its_device_and_torch(tmp_pat
     assert book.for_run(imported(store)) is None  # no device facts
     assert book.for_run(Run(run.run_id, run.run_dir, {"device": {"name": "NVIDIA B200"}})) is None
     assert book.for_run(Run(run.run_id, run.run_dir, {"device": {"name": 7}})) is None
+
+
+def test_an_imported_training_trace_is_a_training_step_and_its_comparison_with_a_forward_one_says_so(tmp_path):
+    """An imported trace has no config: what its steps run is read from the profiler's own annotations (the MI250
+    training loop's backward and Optimizer.step), and a comparison with a forward trace names the difference."""
+    from profiling_core.present import different_work, phase_summary, run_size_axis, step_kind
+    st = RunStore(tmp_path / "runs")
+    train = st.import_trace(DATA / "traces" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz", name="minitoy")
+    fwd = st.import_trace(CPU_TRACE, name="64_fp32_warm_eager")
+    rt, rf = report(train), report(fwd)
+    assert (step_kind(train, rt), step_kind(fwd, rf)) == ("train", "forward")
+    assert (run_size_axis(train), run_size_axis(fwd)) == (None, "matmul_add size")  # the name's leading number
+    said = different_work([("A", fwd, rf), ("B", train, rt)])
+    assert said.startswith("A runs a forward pass per step and B a training step (forward, loss, backward, "
+                           "optimizer step, zero_grad): their per-step times measure different work")
+    assert different_work([("A", fwd, rf), ("B", fwd, rf)]) is None
+    table = phase_summary([("A", rf), ("B", rt)])
+    assert table["run"].unique().tolist() == ["B"]
+    assert table["phase"].tolist() == ["forward", "backward", "optimizer", "zero_grad", "other"]
+    with pytest.raises(ValueError, match="has no config"):
+        step_kind(train)

@@ -255,3 +255,67 @@ def test_fp32_training_on_a_bf16_gpu_names_autocast(tmp_path, types, kernel, fir
         assert "torch.autocast('cuda', dtype=torch.bfloat16)" in x.fix and x.cost_us_per_step > 0
     _, fwd = run(vt.training_step(tmp_path / "f.json", types=types, kernel=kernel, backward=False))
     assert "fp32_training" not in fwd  # no backward: not a training step
+
+
+# --- the fit check counts what training holds ----------------------------------------------------------------------
+
+MEMORY_CASES = [(wl, opt) for wl in ("linear", "mlp", "transformer_block") for opt in ("sgd", "adam", "adamw")] + [
+    ("causal_lm", "sgd"), ("causal_lm", "adamw"), ("causal_lm_gpt2", "adam")]
+LM_SMALL = {"layers": 2, "hidden": 32, "heads": 2, "vocab": 64, "seq_len": 8}
+
+
+def _torch_held_bytes(torch, wl_name, knobs):
+    """Bytes of every p.grad and every tensor in optimizer.state after one real training step on the CPU, read
+    from torch: the step is run once (it fills the optimizer's state and ends with zero_grad(set_to_none=True)),
+    then the same forward and loss are run again with backward() to make the gradients."""
+    from profiling_core.workloads import get_workload
+    wl = get_workload(wl_name)
+    step, inputs = wl.build(torch, wl.check_knobs(knobs), "cpu", torch.float32)
+    step(*inputs)
+    out = step.forward(*inputs)
+    (out if step.loss_fn is None else step.loss_fn(out)).backward()
+    params = [p for g in step.optimizer.param_groups for p in g["params"]]
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    state = sum(t.numel() * t.element_size() for s in step.optimizer.state.values() for t in s.values()
+                if isinstance(t, torch.Tensor))
+    return grads, state, params
+
+
+@pytest.mark.parametrize("case,optimizer", MEMORY_CASES)
+def test_the_memory_of_a_training_step_counts_gradients_and_optimizer_state_as_torch_holds_them(case, optimizer):
+    import torch
+
+    from profiling_core.workloads import get_workload
+    wl_name = "causal_lm" if case.startswith("causal_lm") else case
+    if wl_name == "causal_lm":
+        pytest.importorskip("transformers")
+        knobs = {**LM_SMALL, "family": "gpt2" if case.endswith("gpt2") else "llama", "mode": "train",
+                 "optimizer": optimizer}
+    else:
+        knobs = {**SMALL[wl_name], "train": True, "optimizer": optimizer}
+    grads, state, params = _torch_held_bytes(torch, wl_name, knobs)
+    wl = get_workload(wl_name)
+    v = wl.check_knobs(knobs)
+    n = sum(p.numel() for p in params)
+    assert grads == 4 * n  # one fp32 gradient per parameter
+    assert state == {"sgd": 4 * n, "adam": 8 * n + 4 * len(params), "adamw": 8 * n + 4 * len(params)}[optimizer]
+    assert wl.train_state_bytes(v, 4) == grads + state  # the formula's gradient and optimizer-state part: exact
+    if wl_name != "causal_lm":  # parameters and activations as for a forward pass, plus what training holds
+        fwd = wl.check_knobs({k: x for k, x in knobs.items() if k not in ("train", "optimizer")})
+        assert wl.memory_bytes(v, 4) == wl.memory_bytes(fwd, 4) + grads + state
+    else:
+        assert wl.memory_bytes(v, 4) >= 4 * n + grads + state
+
+
+def test_a_forward_pass_holds_no_gradients_and_the_fit_check_says_so():
+    from profiling_core.errors import DoesNotFitError
+    from profiling_core.workloads import get_workload
+    wl = get_workload("mlp")
+    assert wl.train_state_bytes(wl.check_knobs({}), 4) == 0
+    cfg = ExperimentConfig(workload="mlp", knobs={"d": 4096, "train": True, "optimizer": "adam"}, dtype="fp32")
+    fwd = ExperimentConfig(workload="mlp", knobs={"d": 4096}, dtype="fp32")
+    weights = 4 * (2 * 4096 * 16384 + 16384 + 4096)
+    assert cfg.tensor_bytes() - fwd.tensor_bytes() == 3 * weights + 4 * 4  # grads, exp_avg, exp_avg_sq; 4 steps
+    fwd.check_fits(int(fwd.tensor_bytes() / 0.9) + 1, "here")  # fits as a forward pass
+    with pytest.raises(DoesNotFitError):  # but its training step holds four times the weights
+        cfg.check_fits(int(fwd.tensor_bytes() / 0.9) + 1, "here")

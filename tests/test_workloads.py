@@ -557,3 +557,33 @@ def test_the_compile_finding_states_no_bias_shape_for_another_workload():
     assert q9["matmul_add"].evidence["bias"] == "matrix" and "bias (4096, 4096)" in q9["matmul_add"].text
     assert "bias" not in q9["linear"].evidence and "None" not in q9["linear"].text
     assert "copies the bias into the output" in q9["linear"].text  # what the trace shows, without a shape
+
+
+def test_every_workload_says_what_its_step_runs_and_which_knob_its_sweeps_vary():
+    """Over every workload and every value of its mode and train switches: the step's kind (what the Runs page
+    compares) and the sweep axis the Overhead page's help text names for it."""
+    import itertools
+
+    from profiling_core.workloads import WORKLOADS
+    for wl in WORKLOADS.values():
+        names = {k.name for k in wl.knobs}
+        modes = list(wl.knob("mode").choices) if "mode" in names else [None]
+        trains = [False, True] if "train" in names else [None]
+        text = wl.size_axis_text()
+        for mode, train in itertools.product(modes, trains):
+            knobs = {k: v for k, v in (("mode", mode), ("train", train)) if v is not None}
+            if wl.name == "script":
+                knobs["path"] = "x.py"
+            try:
+                v = wl.check_knobs(knobs)
+            except ConfigError:
+                assert wl.name == "transformer_block" and mode == "decode" and train  # decode does not train
+                continue
+            want = "train" if train or mode == "train" else "decode" if mode == "decode" else "forward"
+            assert wl.step_kind(v) == want, (wl.name, knobs)
+            axis = wl.size_knob_for(v)
+            if axis is None:
+                assert text == "" and wl.name == "script"
+                continue
+            when = wl.knob(axis).when
+            assert (f"{axis} when {when[0]} is {when[1]!r}" if when else axis) in text, (wl.name, knobs, text)

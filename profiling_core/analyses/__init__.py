@@ -29,7 +29,7 @@ from .phases import PHASES, SUM_TOLERANCE_US, phase_ops, phases, phases_at
 from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, annotation_ranges, basis_steps, bound,
                     cpu_vs_gpu, gpu_busy, steady_state, steps)
-from .table import profiler_table
+from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
     "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "gpu_ops", "kernel_stats", "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
     "cold_start_gap", "sync_wait", "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops",
-    "gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "profiler_table",
+    "gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "profiler_table", "cpu_own_times",
     "phases", "phase_ops", "phases_at", "PHASES", "SUM_TOLERANCE_US",
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
     "memory_timeline", "memory_peaks", "live_at_peak", "memory_by_op", "unfreed", "memory_churn", "memory_report",

@@ -13,9 +13,9 @@ from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
-from ._shared import Shared
+from ._shared import Shared, frame
 from .steps import basis_steps, cpu_vs_gpu, gpu_busy, steady_state, steps
-from .table import profiler_table
+from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = ["Report", "analyze"]
@@ -52,6 +52,9 @@ class Report:
     memory: MemoryReport = field(default_factory=MemoryReport)
     """Where the memory goes, from the trace's ``[memory]`` events (:mod:`profiling_core.analyses.memory`): empty
     frames, and a ``summary`` whose ``note`` says how to record them, when the trace has none."""
+    cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "calls", "own_us"]))
+    """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
+    where a step's CPU time goes, the autograd engine's thread included."""
     summary: dict[str, Any] = field(default_factory=dict)
     """Headline numbers; see :func:`analyze`."""
 
@@ -169,6 +172,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])
     out["phases"] = phases(session, shared=sh)
     out["memory"] = memory_report(session, shared=sh, config=config)
+    out["cpu_own_times"] = cpu_own_times(session, shared=sh)
     r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
     r.summary.update(_summary(r, session))
     return r

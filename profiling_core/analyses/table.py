@@ -13,6 +13,20 @@ _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "
 _GPU_ROWS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation"}
 
 
+def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
+    """(is a CPU slice, own ns) for every row of ``sh.slices``: CPU slices are those on a thread whose category is
+    not a GPU op's, a trace's or a Python function's (:data:`_NOT_CPU`); a slice's own (self) time is its duration
+    less its children's (the profiler table's "Self CPU")."""
+    t = sh.slices
+    dur, ppos = t["dur"], t["ppos"]
+    low = t["cat_low_uniq"]  # lower(category) of each category code (NULL: None)
+    is_cpu = np.array([c is not None and c not in _NOT_CPU for c in low], dtype=bool)[t["cat_codes"]] & (t["utid"] >= 0)
+    child = np.zeros(len(dur), dtype=np.int64)
+    has = ppos >= 0
+    np.add.at(child, ppos[has], dur[has])
+    return is_cpu, dur - child
+
+
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     """What ``profiler_table.sql`` returns, from the shared slice tree and launch pairs."""
     cols = ["name", "lane", "calls", "self_cpu_ns", "cpu_total_ns", "self_device_ns", "device_total_ns"]
@@ -21,13 +35,8 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     if n == 0:
         return frame([], cols)
     dur, ppos = t["dur"], t["ppos"]
-    low = t["cat_low_uniq"]  # lower(category) of each category code (NULL: None)
-    is_cpu = np.array([c is not None and c not in _NOT_CPU for c in low], dtype=bool)[t["cat_codes"]] & (t["utid"] >= 0)
-    is_gpu = np.array([c in _GPU_ROWS for c in low], dtype=bool)[t["cat_codes"]]
-    # self CPU: minus the durations of the children of each CPU slice
-    child = np.zeros(n, dtype=np.int64)
-    has = ppos >= 0
-    np.add.at(child, ppos[has], dur[has])
+    is_cpu, own = _cpu_own_ns(sh)
+    is_gpu = np.array([c in _GPU_ROWS for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"]]
     # device time: GPU ops launched by calls (on a thread) whose parent is the op (self) or an ancestor (total)
     self_dev = np.zeros(n, dtype=np.int64)
     total_dev = np.zeros(n, dtype=np.int64)
@@ -50,7 +59,7 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     uniq = [None if (u is None or u != u) else u for u in uniq.tolist()]
     k = len(uniq)
     rows = []
-    for lane, m, vals in (("cpu", is_cpu, (dur - child, dur, self_dev, total_dev)),
+    for lane, m, vals in (("cpu", is_cpu, (own, dur, self_dev, total_dev)),
                           ("gpu", is_gpu, (None, None, dur, dur))):
         idx = np.flatnonzero(m)
         if len(idx) == 0:
@@ -69,7 +78,60 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     rows.sort(key=lambda r: (-r[5], -r[3], r[0] is not None, r[0] or "", r[1]))
     return frame(rows, cols)
 
-__all__ = ["profiler_table", "row_label"]
+__all__ = ["cpu_own_times", "profiler_table", "row_label"]
+
+
+def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
+    """Per profiler step, the CPU's own time by op name, on every thread: where a step's CPU time goes.
+
+    A CPU slice (the profiler table's: on a thread, not a GPU op) belongs to the first step (time order) whose
+    window holds its start, whatever thread it ran on, as a launch call does in ``launch_latency``: the backward's
+    ops on the autograd engine's own thread (``pt_autograd_0`` on a GPU) count with the step that launched them, not
+    only the step's own thread (``dispatch_chains``). Own time is the slice's duration less its children's. The
+    step slices themselves are left out (their own time is what no op of the step accounts for).
+
+    Returns:
+        DataFrame ``step``, ``name``, ``calls``, ``own_us`` (summed over the step's slices of that name), in step
+        order, then largest ``own_us`` first; empty (same columns) without steps.
+    """
+    sh = shared_for(session, shared)
+    cols = ["step", "name", "calls", "own_us"]
+    steps = [s for s in sh.steps_list if isinstance(s[1], int)]
+    t = sh.slices
+    if not steps or len(t["ts"]) == 0:
+        return frame([], cols)
+    is_cpu, own = _cpu_own_ns(sh)
+    is_cpu = is_cpu & ~sh.name_mask(lambda u: isinstance(u, str) and u.startswith("ProfilerStep#"))
+    rows = np.flatnonzero(is_cpu)
+    ts = t["ts"][rows]
+    starts = np.array([s[3] for s in steps], dtype=np.int64)
+    ends = starts + np.array([s[4] for s in steps], dtype=np.int64)
+    # the first step (time order) whose window holds the start: of the steps starting at or before it, the earliest
+    # that has not ended (steps_list is in start order; overlapping steps are rare: nested or repeated annotations)
+    if (starts[1:] >= ends[:-1]).all():  # the usual: steps one after the other
+        j = np.searchsorted(starts, ts, side="right") - 1
+        j[(j >= 0) & (ts >= ends[np.maximum(j, 0)])] = -1
+    else:
+        j = np.full(len(rows), -1, dtype=np.int64)
+        for k in range(len(steps)):
+            j[(j < 0) & (ts >= starts[k]) & (ts < ends[k])] = k
+    keep = j >= 0
+    rows, j = rows[keep], j[keep]
+    if len(rows) == 0:
+        return frame([], cols)
+    code = t["name_codes"][rows]
+    key = j * (len(t["name_uniq"]) + 1) + (code + 1)
+    uk, inv = np.unique(key, return_inverse=True)
+    calls = np.bincount(inv, minlength=len(uk))
+    ns = np.bincount(inv, weights=own[rows].astype(np.float64), minlength=len(uk))
+    k_step, k_name = uk // (len(t["name_uniq"]) + 1), uk % (len(t["name_uniq"]) + 1) - 1
+    names = t["name_uniq"]
+    df = pd.DataFrame({"step": [steps[k][1] for k in k_step.tolist()],
+                       "name": pd.Series([names[c] for c in k_name.tolist()], dtype=object),
+                       "calls": calls.astype(np.int64), "own_us": ns / 1000.0})
+    df = df.sort_values(["step", "own_us", "name"], ascending=[True, False, True], kind="stable")
+    df["step"] = df["step"].astype("Int64")
+    return df[cols].reset_index(drop=True)
 
 
 def row_label(name):

@@ -28,14 +28,16 @@ __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "cha
            "html_text", "script_json", "vega_safe", "terminal_safe", "echo", "summaries", "RUNS_COLUMNS", "runs_table",
            "run_labels", "newest_run", "store_size_text", "config_summary", "mode_label", "run_size",
            "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame", "GEMM_VS_PEAK_COLUMNS",
-           "gemm_vs_peak", "comparison_warnings", "memory", "MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection",
-           "memory_section", "memory_steps", "memory_comparison", "peak_sentence"]
+           "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind", "different_work", "run_size_axis",
+           "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary", "memory", "MEMORY_HOWTO", "MEMORY_HOWTO_RUNS",
+           "MemorySection", "memory_section", "memory_steps", "memory_comparison", "peak_sentence"]
 
 _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
            "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}
 _SUMMARIES = {"RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
               "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
-              "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings"}
+              "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind",
+              "different_work", "run_size_axis", "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary"}
 _MEMORY = {"MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection", "memory_section", "memory_steps", "memory_comparison",
            "peak_sentence"}
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import pandas as pd
 
 from ..units import human_bytes
+from ..workloads import get_workload
 from .markdown import md_code, md_text
 
 if TYPE_CHECKING:
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
            "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
-           "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings"]
+           "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind",
+           "different_work", "run_size_axis", "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary"]
 
 RUNS_COLUMNS = ["run_id", "name", "source", "status", "started_at", "workload", "size", "dtype", "compile", "warmup",
                 "active", "device", "wall_s"]
@@ -148,6 +150,69 @@ def mode_label(run: Run, report: Optional[Report] = None) -> str:
     return "compile" if len(cb) and cb["compiled_regions"].sum() > 0 else "eager"
 
 
+STEP_KINDS = {"forward": "a forward pass", "decode": "a decode (a prefill, then one forward per new token against a "
+               "KV cache)", "train": "a training step (forward, loss, backward, optimizer step, zero_grad)"}
+"""What one profiler step runs (``Workload.step_kind``), in words."""
+
+
+def step_kind(run: Run, report: Report | None = None) -> str:
+    """What one profiler step of the run runs: ``forward``, ``decode`` or ``train`` (``Workload.step_kind`` of its
+    config). An imported trace has no config: ``train`` when ``report`` finds training phases in it (the
+    profiler's own backward and optimizer annotations), else ``forward``."""
+    cfg = run.config
+    if cfg is not None:
+        return get_workload(cfg.workload).step_kind(cfg.workload_knobs)
+    if report is None:
+        raise ValueError(f"run {run.run_id} has no config: what its steps run is read from its report, pass it")
+    return "train" if report.has_phases else "forward"
+
+
+def different_work(items: Iterable[tuple[str, Run, Report]]) -> str | None:
+    """What must be said where runs whose steps run different work are compared (a forward pass against a
+    training step, a prefill against a decode), as plain text; None when every run's step runs the same kind of
+    work. ``items``: (label, run, its report), e.g. ``("A", run_a, report_a)``."""
+    kinds = [(label, step_kind(run, rep)) for label, run, rep in items]
+    if len({k for _l, k in kinds}) < 2:
+        return None
+    (first, k0), *rest = kinds
+    others = " and ".join(f"{label} {STEP_KINDS[k]}" for label, k in rest)
+    return (f"{first} runs {STEP_KINDS[k0]} per step and {others}: their per-step times measure different work, "
+            "not the same work done faster or slower. Compare them phase by phase, or against a run of the same "
+            "kind.")
+
+
+PHASE_SUMMARY_COLUMNS = ["run", "phase", "cpu_us", "gpu_us", "kernels"]
+"""The columns of :func:`phase_summary`."""
+
+
+def phase_summary(items: Iterable[tuple[str, Report]]) -> pd.DataFrame:
+    """Each training run's median step by phase (``Report.summary["train_phases"]``: forward, backward, optimizer,
+    zero_grad, other), one row per (run, phase) in the phases' order: :data:`PHASE_SUMMARY_COLUMNS`. ``items``:
+    (label, report); a run without phases (a forward pass) has no rows."""
+    rows = [{"run": label, "phase": ph, **figures} for label, rep in items
+            for ph, figures in (rep.summary.get("train_phases") or {}).items()]
+    return pd.DataFrame(rows, columns=PHASE_SUMMARY_COLUMNS)
+
+
+def run_size_axis(run: Run) -> str | None:
+    """The axis :func:`run_size` is measured along: ``"<workload> <knob>"`` (``matmul_add size``, ``causal_lm
+    new_tokens``, ``causal_lm seq_len``); an imported trace named like a matmul_add run (``64_fp32_warm_eager``) is
+    ``matmul_add size``; None where the run has no size."""
+    cfg = run.config
+    if cfg is not None:
+        return f"{cfg.workload} {cfg.size_knob}" if cfg.size_knob and run_size(run) is not None else None
+    return "matmul_add size" if run_size(run) is not None else None
+
+
+def size_axis_title(axis: str | None) -> tuple[str, str]:
+    """(axis title, the size's symbol in a sentence) of a :func:`run_size_axis`: matmul_add's is ``matrix size n
+    (n×n)`` and ``n``; another's names its knob and workload (``new_tokens (causal_lm)``, ``new_tokens``)."""
+    if not axis or axis == "matmul_add size":
+        return "matrix size n (n×n)", "n"
+    workload, _, knob = axis.partition(" ")
+    return f"{knob} ({workload})", knob
+
+
 def run_size(run: Run) -> Optional[int]:
     """The run's size along its workload's sweep axis (``size`` for matmul_add, e.g. ``seq_len`` for attention;
     None for a script); for an imported trace, the leading number of its name (``64_fp32_warm_eager``: 64)."""
@@ -160,18 +225,20 @@ def run_size(run: Run) -> Optional[int]:
     return int(head) if head.isdigit() else None
 
 
-STEP_SUMMARY_COLUMNS = ["run_id", "name", "size", "mode", "steps", "cpu_us_per_step", "gpu_busy_us_per_step",
+STEP_SUMMARY_COLUMNS = ["run_id", "name", "axis", "size", "step", "mode", "steps", "cpu_us_per_step", "gpu_busy_us_per_step",
                         "gpu_busy_fraction", "launches_per_step", "gpu_ops_per_step", "has_gpu"]
 """The keys of :func:`step_summary`, the columns of :func:`step_summaries`."""
 
 
 def step_summary(run: Run, report: Report) -> dict:
     """One run's median step: CPU µs, GPU busy µs (of the ops it launched), the share of its wall time the GPU was
-    busy, launches and GPU ops; with the run's name, size (:func:`run_size`) and mode (:func:`mode_label`). NaN
-    medians when the trace has no ProfilerStep."""
+    busy, launches and GPU ops; with the run's name, size (:func:`run_size`) and its axis (:func:`run_size_axis`),
+    what a step runs (:func:`step_kind`) and mode (:func:`mode_label`). NaN medians when the trace has no
+    ProfilerStep."""
     st_ = report.steps
     med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
-    return {"run_id": run.run_id, "name": run.name, "size": run_size(run), "mode": mode_label(run, report),
+    return {"run_id": run.run_id, "name": run.name, "axis": run_size_axis(run), "size": run_size(run),
+            "step": step_kind(run, report), "mode": mode_label(run, report),
             "steps": len(st_), "cpu_us_per_step": med("cpu_dur_us"), "gpu_busy_us_per_step": med("gpu_busy_us"),
             "gpu_busy_fraction": med("gpu_busy_fraction"), "launches_per_step": med("launches"),
             "gpu_ops_per_step": med("gpu_ops"), "has_gpu": report.has_gpu}

@@ -41,7 +41,8 @@ file is the user's code and runs with the user's rights, as ``python file.py`` w
 are killed when the run ends, success included.
 
 Training steps (``_train``): ``linear``, ``mlp``, ``transformer_block`` (prefill) and ``script`` have the train knobs
-(``train``, ``optimizer``, ``impl``, ``autocast``, ``log_loss``).  With ``train`` on, each profiler step is forward +
+(``train``, ``optimizer``, ``impl``, ``autocast``, ``log_loss``); ``causal_lm`` has the same four after ``train``,
+applying when its ``mode`` is ``train``.  With ``train`` on, each profiler step is forward +
 loss, ``backward()``, ``optimizer.step()`` and ``zero_grad(set_to_none=True)``, each inside its
 ``record_function`` range (``_train.TRAIN_RANGES``: ``train::forward``, ``train::backward``, ``train::optimizer``,
 ``train::zero_grad``).  The built-in workloads' loss is the mean squared error against a fixed random target; a
@@ -87,11 +88,11 @@ from .matmul_add import BIASES, MATMUL_ADD, SIZE_RANGE, matmul_add_bias_shape  #
 from .mlp import MLP, mlp_hidden  # noqa: F401
 from .script import SCRIPT, SCRIPT_FUNCTION
 from .transformer_block import BLOCK_MODES, TRANSFORMER_BLOCK, block_hidden  # noqa: F401
-from ._train import AUTOCASTS, OPTIMIZER_IMPLS, OPTIMIZERS, TRAIN_RANGES, train_step
+from ._train import AUTOCASTS, OPTIMIZER_IMPLS, OPTIMIZERS, TRAIN_RANGES, Training, train_step
 
 __all__ = ["Knob", "Knobs", "Workload", "WORKLOADS", "get_workload", "workload_names", "sdpa_backend_from_names",
            "KNOB_KINDS", "INT_TEXT", "SDPA_BACKENDS", "BLOCK_MODES", "SCRIPT_FUNCTION", "TRAIN_RANGES", "OPTIMIZERS",
-           "OPTIMIZER_IMPLS", "AUTOCASTS", "train_step", "LM_FAMILIES", "LM_MODES", "LM_CACHES", "LM_RANGES"]
+           "OPTIMIZER_IMPLS", "AUTOCASTS", "train_step", "Training", "LM_FAMILIES", "LM_MODES", "LM_CACHES", "LM_RANGES"]
 
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (MATMUL_ADD, LINEAR, MLP, ATTENTION, TRANSFORMER_BLOCK,

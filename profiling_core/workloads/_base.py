@@ -192,7 +192,8 @@ class Workload:
                  memory: Optional[Callable] = None, cross_check: Optional[Callable] = None,
                  normalize: Optional[Callable] = None, explain: Optional[Callable] = None,
                  name_parts: Optional[Callable] = None, name_suffix: Optional[Callable] = None,
-                 check_dtype: Optional[Callable] = None) -> None:
+                 check_dtype: Optional[Callable] = None, training=None, parameters: Callable | None = None,
+                 kind: Callable | None = None) -> None:
         self.name = name
         self.description = description
         self.knobs = knobs
@@ -200,6 +201,10 @@ class Workload:
         self._build, self._flops, self._bytes, self._memory = build, flops, bytes_, memory
         self._cross_check, self._normalize, self._explain = cross_check, normalize, explain
         self._name_parts, self._name_suffix, self._check_dtype = name_parts, name_suffix, check_dtype
+        self.training = training
+        """How the workload trains (``_train.Training``: its switch, the train knobs' names and dtype check, the
+        memory a training step adds), or None for a workload that only runs forward."""
+        self._parameters, self._kind = parameters, kind
 
     def __repr__(self) -> str:
         return f"Workload({self.name!r})"
@@ -215,6 +220,18 @@ class Workload:
         sweeps seq_len in prefill and kv_len in decode); None for a workload without one (a script)."""
         full = {**self.defaults(), **values}
         return next((n for n in self.size_knobs if self._applies(self.knob(n), full)), self.size_knob)
+
+    def size_axis_text(self) -> str:
+        """Which knob a sweep varies, in words, from the size knobs' conditions: ``seq_len`` (attention),
+        ``seq_len when mode is 'prefill', kv_len when mode is 'decode'`` (the transformer block), ``new_tokens when
+        mode is 'decode', else seq_len`` (the causal LM); empty for a workload without one (a script)."""
+        parts, rest = [], []
+        for n in self.size_knobs:
+            k = self.knob(n)
+            (parts if k.when else rest).append(f"{n} when {k.when[0]} is {k.when[1]!r}" if k.when else n)
+        if rest and parts:
+            parts.append("else " + rest[0])
+        return ", ".join(parts or rest[:1])
 
     def knob(self, name: str) -> Knob:
         for k in self.knobs:
@@ -282,8 +299,10 @@ class Workload:
         return out
 
     def name_parts(self, values: Mapping) -> list[str]:
-        """The knobs' part of a run name (see ``ExperimentConfig.name``): file-name safe."""
-        suffix = list(self._name_suffix(values)) if self._name_suffix is not None else []
+        """The knobs' part of a run name (see ``ExperimentConfig.name``): file-name safe. The train knobs' part
+        (``Training.name_parts``) comes after the knobs' own tags, then the workload's own suffix."""
+        suffix = list(self.training.name_parts(values)) if self.training is not None else []
+        suffix += list(self._name_suffix(values)) if self._name_suffix is not None else []
         if self._name_parts is not None:
             return [_safe(p) for p in [*self._name_parts(values), *suffix] if _safe(p)]
         parts = []
@@ -305,6 +324,8 @@ class Workload:
     def check_dtype(self, values: Mapping, dtype: str, prefix: Optional[str] = None) -> None:
         """ConfigError when these (checked) knob values cannot run in the run's ``dtype`` (``bf16``, ``fp16``,
         ``fp32``): a train step's autocast needs fp32.  The config calls it after :meth:`check_knobs`."""
+        if self.training is not None:
+            self.training.check_dtype(values, dtype, self.field_prefix if prefix is None else prefix)
         if self._check_dtype is not None:
             self._check_dtype(values, dtype, self.field_prefix if prefix is None else prefix)
 
@@ -323,8 +344,32 @@ class Workload:
         return self._bytes(values, element_bytes) if self._bytes else None
 
     def memory_bytes(self, values: Mapping, element_bytes: int) -> Optional[int]:
-        """Bytes of the tensors the workload holds at its peak (the guard before allocating); None where unknown."""
-        return self._memory(values, element_bytes) if self._memory else None
+        """Bytes of the tensors the workload holds at its peak (the guard before allocating); None where unknown.
+
+        The parameters, inputs, caches and activations of the step, plus, for a training step, the gradients and
+        the optimizer's state (:meth:`train_state_bytes`, by the one rule of ``_train.Training.state_bytes``)."""
+        if not self._memory:
+            return None
+        return self._memory(values, element_bytes) + (self.train_state_bytes(values, element_bytes) or 0)
+
+    def parameters(self, values: Mapping) -> tuple[int, int] | None:
+        """(elements, tensors) of the parameters a step trains (``model.parameters()``); None where unknown."""
+        return self._parameters(values) if self._parameters else None
+
+    def train_state_bytes(self, values: Mapping, element_bytes: int) -> int | None:
+        """The gradients' and the optimizer state's part of :meth:`memory_bytes`: 0 for a forward pass, None where
+        the parameters are unknown (a script)."""
+        if self.training is None or not self.training.on(values):
+            return 0
+        params = self.parameters(values)
+        return None if params is None else self.training.state_bytes(values, params, element_bytes)
+
+    def step_kind(self, values: Mapping) -> str:
+        """What one profiler step of these knob values runs: ``train`` (a training step: forward, backward,
+        optimizer), ``decode`` (token-by-token generation against a KV cache) or ``forward`` (one forward pass)."""
+        if self.training is not None and self.training.on(values):
+            return "train"
+        return self._kind(values) if self._kind else "forward"
 
     def explain(self, exc: BaseException, values: Mapping, phase: str, kind: str) -> Optional[tuple[str, str]]:
         """A clearer (kind, message) for a failure of this workload's step, or None to keep the worker's own."""

@@ -10,7 +10,9 @@ Each profiler step of a workload with ``train`` on runs, in this order and each 
 
 and, with ``log_loss`` on, ``loss.item()`` after them (the loss logged every step: a host sync on a GPU).
 
-The knobs (:data:`TRAIN_KNOBS`, added to ``linear``, ``mlp``, ``transformer_block`` and ``script``):
+The knobs (:data:`TRAIN_KNOBS`, added to ``linear``, ``mlp``, ``transformer_block`` and ``script``; ``causal_lm``
+has the same four after ``train``, switched by its ``mode`` = ``train``: one :class:`Training` per switch, so every
+workload checks, names and sizes them the same way):
 
 - ``train`` (bool, default false): profile a training step instead of a forward pass;
 - ``optimizer``: ``sgd`` (momentum 0.9), ``adam`` or ``adamw``, learning rate 1e-3;
@@ -21,11 +23,12 @@ The knobs (:data:`TRAIN_KNOBS`, added to ``linear``, ``mlp``, ``transformer_bloc
   refused in advance; a torch that cannot build the optimizer fails the run with a ``workload`` error quoting torch;
 - ``autocast``: ``off``, ``bf16`` or ``fp16`` (``torch.autocast`` around the forward and loss; fp16 adds a
   ``torch.amp.GradScaler``). Autocast runs an fp32 model's ops in lower precision, so it needs dtype ``fp32``: any
-  other dtype is refused by the config (:func:`check_train_dtype`);
+  other dtype is refused by the config (:meth:`Training.check_dtype`);
 - ``log_loss`` (bool): call ``loss.item()`` every step, as a loop that logs its loss does.
 
-The other train knobs apply only when ``train`` is true (else they stay at their defaults). This module does not
-import torch: :func:`train_step` receives it.
+The other train knobs apply only when ``train`` is true (else they stay at their defaults). The memory a training
+step holds beyond a forward pass (gradients, optimizer state) is :meth:`Training.state_bytes`, the one rule every
+workload's ``memory_bytes`` adds. This module does not import torch: :func:`train_step` receives it.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from ..errors import ConfigError, WorkerError
 from ._base import Knob
 
 __all__ = ["TRAIN_RANGES", "TRAIN_KNOBS", "OPTIMIZERS", "OPTIMIZER_IMPLS", "AUTOCASTS", "TrainStep", "train_step",
-           "check_train_dtype", "train_name_parts", "forward_or_train"]
+           "Training", "TRAINING", "TRAIN_SWITCH", "forward_or_train"]
 
 TRAIN_RANGES: dict[str, str] = {"forward": "train::forward", "backward": "train::backward",
                                 "optimizer": "train::optimizer", "zero_grad": "train::zero_grad"}
@@ -48,44 +51,104 @@ OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")
 AUTOCASTS = ("off", "bf16", "fp16")
 LEARNING_RATE = 1e-3
 
-_WHEN = ("train", True)
-TRAIN_KNOBS: tuple[Knob, ...] = (
-    Knob("train", "bool", False, "profile a training step (forward, loss, backward, optimizer step, zero_grad) "
-         "instead of a forward pass", tag=None),
-    Knob("optimizer", "choice", "adamw", "the optimizer of the training step (learning rate 1e-3)",
-         choices=OPTIMIZERS, when=_WHEN),
-    Knob("impl", "choice", "auto", "the optimizer's implementation: auto (torch's default), for-loop "
-         "(foreach=False), foreach (foreach=True) or fused (fused=True)", choices=OPTIMIZER_IMPLS, when=_WHEN),
-    Knob("autocast", "choice", "off", "torch.autocast around forward and loss: off, bf16, or fp16 with a "
-         "GradScaler (needs dtype fp32)", choices=AUTOCASTS, when=_WHEN),
-    Knob("log_loss", "bool", False, "call loss.item() every step, as a loop that logs its loss does",
-         when=_WHEN),
-)
-"""The train knobs, in the order a workload lists them (after its own)."""
+TRAIN_SWITCH = ("train", True)
+"""What turns training on in the nn workloads: their ``train`` knob, true."""
+
+_TRAIN_SWITCH_KNOB = Knob("train", "bool", False, "profile a training step (forward, loss, backward, optimizer step, "
+                          "zero_grad) instead of a forward pass", tag=None)
 
 
-def train_name_parts(values: Mapping) -> list[str]:
-    """The train knobs' part of a run name: ``train_<optimizer>[_<impl>][_ac-<autocast>][_item]`` (``impl`` and
-    ``autocast`` only when not their defaults); nothing for a forward pass."""
-    if not values.get("train"):
-        return []
-    parts = ["train", values["optimizer"]]
-    if values["impl"] != "auto":
-        parts.append(values["impl"])
-    if values["autocast"] != "off":
-        parts.append("ac-" + values["autocast"])
-    if values["log_loss"]:
-        parts.append("item")
-    return parts
+class Training:
+    """How a workload trains: the knob value that turns training on (``switch``: the nn workloads' own ``train``
+    knob, :data:`TRAIN_SWITCH`; causal_lm's ``("mode", "train")``) and, from it, the train knobs, the run name's part,
+    the dtype check and the memory a training step holds beyond a forward pass, the same for every workload.
+
+    A workload hands its :class:`Training` to ``Workload(training=...)``, which uses it for its run names, its dtype
+    check and :meth:`~profiling_core.workloads.Workload.memory_bytes`."""
+
+    def __init__(self, switch: tuple = TRAIN_SWITCH) -> None:
+        self.switch = tuple(switch)
+        how = (Knob("optimizer", "choice", "adamw", "the optimizer of the training step (learning rate 1e-3)",
+                    choices=OPTIMIZERS, when=self.switch),
+               Knob("impl", "choice", "auto", "the optimizer's implementation: auto (torch's default), for-loop "
+                    "(foreach=False), foreach (foreach=True) or fused (fused=True)", choices=OPTIMIZER_IMPLS,
+                    when=self.switch),
+               Knob("autocast", "choice", "off", "torch.autocast around forward and loss: off, bf16, or fp16 with a "
+                    "GradScaler (needs dtype fp32)", choices=AUTOCASTS, when=self.switch),
+               Knob("log_loss", "bool", False, "call loss.item() every step, as a loop that logs its loss does",
+                    when=self.switch))
+        self._own_switch = self.switch == TRAIN_SWITCH
+        self.knobs: tuple[Knob, ...] = ((_TRAIN_SWITCH_KNOB,) if self._own_switch else ()) + how
+        """The train knobs, in the order a workload lists them (after its own): ``train`` itself where it is the
+        switch, then ``optimizer``, ``impl``, ``autocast``, ``log_loss``, each applying only when the switch is on."""
+
+    def __repr__(self) -> str:
+        return f"Training({self.switch!r})"
+
+    def on(self, values: Mapping) -> bool:
+        """Whether these knob values make each step a training step."""
+        return values.get(self.switch[0]) == self.switch[1]
+
+    def step_knobs(self, values: Mapping) -> dict:
+        """The train knobs' values as :func:`train_step` reads them (``train`` true when the switch is on)."""
+        return {"train": self.on(values), **{k.name: values.get(k.name, k.default) for k in self.knobs
+                                             if k.name != "train"}}
+
+    def name_parts(self, values: Mapping) -> list[str]:
+        """The train knobs' part of a run name: ``[train_]<optimizer>[_<impl>][_ac-<autocast>][_item]`` (``train``
+        where the switch is the ``train`` knob, which shows nowhere else in the name; ``impl`` and ``autocast`` only
+        when not their defaults); nothing for a forward pass."""
+        if not self.on(values):
+            return []
+        parts = (["train"] if self._own_switch else []) + [values["optimizer"]]
+        if values["impl"] != "auto":
+            parts.append(values["impl"])
+        if values["autocast"] != "off":
+            parts.append("ac-" + values["autocast"])
+        if values["log_loss"]:
+            parts.append("item")
+        return parts
+
+    def check_dtype(self, values: Mapping, dtype: str, prefix: str = "knobs.") -> None:
+        """ConfigError when ``autocast`` is on and the run's dtype is not fp32 (autocast lowers an fp32 model's ops;
+        a model already in bf16 or fp16 gains nothing, and a GradScaler refuses fp16 gradients)."""
+        ac = values.get("autocast", "off")
+        if self.on(values) and ac != "off" and dtype != "fp32":
+            raise ConfigError(prefix + "autocast", ac, f"'off' when dtype is {dtype!r} (autocast runs an fp32 "
+                              "model's ops in lower precision: use dtype 'fp32' with it)")
+
+    def state_bytes(self, values: Mapping, parameters: tuple[int, int], element_bytes: int) -> int:
+        """Bytes a training step holds beyond its parameters and activations; 0 for a forward pass.
+
+        The rule, stated once (``parameters`` = (elements, tensors) of the trained parameters; ``e`` the run's
+        element size: the parameters are in the run's dtype, and so are their gradients and the optimizer's
+        buffers):
+
+        - gradients: one per parameter element, ``elements × e`` (each ``p.grad`` has its parameter's dtype);
+        - optimizer state (``optimizer.state``, filled by the first ``step()``):
+
+          * ``sgd``: one momentum buffer per element (its momentum is 0.9), ``elements × e``; SGD without momentum
+            would hold none;
+          * ``adam`` and ``adamw``: ``exp_avg`` and ``exp_avg_sq`` per element, ``2 × elements × e``, plus each
+            parameter tensor's ``step``, a 0-d fp32 tensor: ``4 × tensors``.
+
+        Not counted: the GradScaler's few scalars under fp16 autocast, autocast's low-precision copies of the
+        weights during the forward (at most the weights' size), the allocator's rounding. The tests check the rule
+        against the bytes of every ``p.grad`` and every tensor of ``optimizer.state`` after a real step: exact.
+        """
+        if not self.on(values):
+            return 0
+        n, tensors = parameters
+        e = element_bytes
+        state = n * e if values["optimizer"] == "sgd" else 2 * n * e + 4 * tensors
+        return n * e + state
 
 
-def check_train_dtype(values: Mapping, dtype: str, prefix: str = "knobs.") -> None:
-    """ConfigError when ``autocast`` is on and the run's dtype is not fp32 (autocast lowers an fp32 model's ops; a
-    model already in bf16 or fp16 gains nothing, and a GradScaler refuses fp16 gradients)."""
-    ac = values.get("autocast", "off")
-    if values.get("train") and ac != "off" and dtype != "fp32":
-        raise ConfigError(prefix + "autocast", ac, f"'off' when dtype is {dtype!r} (autocast runs an fp32 model's "
-                          "ops in lower precision: use dtype 'fp32' with it)")
+TRAINING = Training()
+"""The nn workloads' training (``linear``, ``mlp``, ``transformer_block``, ``script``), switched by their ``train``
+knob."""
+TRAIN_KNOBS: tuple[Knob, ...] = TRAINING.knobs
+"""The nn workloads' train knobs, in the order a workload lists them (after its own)."""
 
 
 def _optimizer(torch, params: list, name: str, impl: str):

@@ -18,13 +18,16 @@ One profiler step (inside ``record_function("causal_lm")``) is, by ``mode``:
   forward sees new shapes) or ``static`` (a ``StaticCache`` of seq_len + new_tokens positions allocated once and
   reset each step: the same shapes every token, what torch.compile's CUDA graphs need).
 - ``train``: ``train::forward`` (the forward with ``labels`` = the prompt, the model's shifted cross-entropy),
-  ``train::backward`` (``loss.backward()``), ``train::optimizer`` (``AdamW.step()``), ``train::zero_grad``
+  ``train::backward`` (``loss.backward()``), ``train::optimizer`` (``optimizer.step()``), ``train::zero_grad``
   (``zero_grad(set_to_none=True)``): one optimizer step per profiler step, the training step every nn workload
-  runs (``_train.train_step``, with :data:`LM_TRAIN_KNOBS`).  The parameters are in the run's dtype
-  (pure bf16 training under bf16: no fp32 master weights).
+  runs (``_train.train_step``).  Its knobs are the nn workloads' own train knobs (:data:`LM_TRAINING`, a
+  ``_train.Training`` switched by ``mode`` = ``train``): ``optimizer``, ``impl``, ``autocast`` (fp16 with a
+  GradScaler; needs dtype fp32) and ``log_loss``, checked and named the same way, applying only in train mode.  The
+  parameters are in the run's dtype (pure bf16 training under bf16: no fp32 master weights).
 
-Module names in the trace.  In eager runs every module down to the children of a decoder layer gets a
-``record_function`` named by its name in ``model.named_modules()``: the names with at most one part more than a
+Module names in the trace (knob ``module_ranges``, on by default).  In eager runs every module down to the
+children of a decoder layer gets a ``record_function`` named by its name in ``model.named_modules()``: the names
+with at most one part more than a
 decoder layer's own (``model.layers.3`` and ``model.layers.3.self_attn``, ``model.layers.3.mlp``,
 ``model.layers.3.input_layernorm``, but not ``model.layers.3.self_attn.q_proj``; for gpt2 ``transformer.h.3``,
 ``transformer.h.3.attn``), the model's other modules above them (``model``, ``model.embed_tokens``, ``model.norm``,
@@ -33,7 +36,10 @@ called.  The ranges come from forward pre/post hooks, so backward ops do not sit
 hooks are removed and ``model.forward`` is what is compiled (as transformers' docs compile it: ``model.forward =
 torch.compile(model.forward, ...)``; in decode only the per-token forward is, the prompt's prefill runs eager, as
 static-cache generation does), so the trace shows the compiled region per forward and the ``decode::token`` /
-``train::*`` ranges around it, not the modules (a compiled graph has no module boundaries at run time).
+``train::*`` ranges around it, not the modules (a compiled graph has no module boundaries at run time).  With
+``module_ranges`` off no hook is registered: the step runs the model's plain code, as a loop without the app would.
+The hooks cost eager CPU time (two Python calls and a profiler range per module and forward;
+:data:`MODULE_RANGES_HELP` says how much was measured), which is the price of the names.
 
 FLOPs count the matrix products (2·M·K·N each: every linear layer and the LM head, attention's QKᵀ and PV over the
 causal pairs); a train step counts three times its forward (the backward's two products per forward one).
@@ -46,14 +52,20 @@ import os
 from ..errors import ConfigError, WorkerError
 from ._base import BATCH_RANGE, Knob, Workload
 from .attention import _pairs
-from ._train import train_step
+from ._train import Training, train_step
 
 LM_FAMILIES = ("llama", "gpt2")
 LM_MODES = ("prefill", "decode", "train")
 LM_CACHES = ("dynamic", "static")
 TRANSFORMERS_MISSING = "the causal_lm workload needs transformers: pip install -e '.[llm]'"
-LM_TRAIN_KNOBS = {"train": True, "optimizer": "adamw", "impl": "auto", "autocast": "off", "log_loss": False}
-"""What ``mode=train`` trains with (``_train.train_step``'s knobs)."""
+LM_TRAINING = Training(("mode", "train"))
+"""How ``mode=train`` trains: the nn workloads' train knobs (``optimizer``, ``impl``, ``autocast``, ``log_loss``),
+applying when ``mode`` is ``train``."""
+MODULE_RANGES_HELP = (
+    "a record_function range per module (model.layers.0.self_attn ...), from forward hooks, so the trace names the "
+    "modules. They cost eager CPU time: under the profiler on a CPU, a 4-layer llama (hidden 256, 32 tokens) took "
+    "1.13x the time of the plain model per prefill step and 1.18x per decode step (both in one process, "
+    "interleaved). Off: the model's plain code, for timings; the run's name says no-module-ranges")
 
 LM_RANGES = ("decode::prefill", "decode::token", "train::forward", "train::backward", "train::optimizer",
              "train::zero_grad")
@@ -126,15 +138,15 @@ def _lm_build(torch, v, device, dtype):
     g = torch.Generator(device=device).manual_seed(0)
     ids = torch.randint(0, v["vocab"], (B, S), generator=g, device=device)
 
-    hooks, named = [], set(module_range_names(model.named_modules()))
+    hooks, named = [], set(module_range_names(model.named_modules())) if v["module_ranges"] else set()
     for name, module in model.named_modules():
         if name in named:
             hooks.extend(_range_hooks(record_function, name, module))
 
-    if mode == "train":  # the shared training step (``_train``), AdamW with torch's default implementation
+    if mode == "train":  # the shared training step (``_train``), with the train knobs
         model.train()
         step = train_step(torch, lambda ids: model(input_ids=ids, labels=ids).loss, model.parameters(),
-                          LM_TRAIN_KNOBS, device)
+                          LM_TRAINING.step_knobs(v), device)
     else:
         model.eval().requires_grad_(False)
         if mode == "prefill":
@@ -218,6 +230,13 @@ def lm_parameters(v) -> int:
     return L * (_layer_matmul_weights(v) + 2 * d) + 2 * V * d + d  # 2 RMSNorms per layer; embed, lm_head, norm
 
 
+def lm_parameter_tensors(v) -> int:
+    """The parameter tensors of the model (``len(list(model.parameters()))``; gpt2's tied LM head is the
+    embedding's): llama 9 per layer (q, k, v, o, gate, up, down, 2 RMSNorms) + embedding, LM head, final norm;
+    gpt2 12 per layer (4 linear layers and 2 LayerNorms, each weight and bias) + wte, wpe, ln_f (2)."""
+    return v["layers"] * (12 if v["family"] == "gpt2" else 9) + (4 if v["family"] == "gpt2" else 3)
+
+
 def _forward_flops(v, tokens: int, pairs: int) -> int:
     """One forward's matrix products over ``tokens`` tokens whose attention covers ``pairs`` query-key pairs."""
     return 2 * tokens * (v["layers"] * _layer_matmul_weights(v) + v["vocab"] * v["hidden"]) \
@@ -251,8 +270,8 @@ def _lm_memory(v, e):
     P, B, S, d, V, L = (lm_parameters(v), v["batch"], v["seq_len"], v["hidden"], v["vocab"], v["layers"])
     T = B * S
     acts = T * L * (12 * d + 3 * lm_intermediate(v)) + 3 * T * V  # a generous count of what the forward keeps alive
-    if v["mode"] == "train":  # weights, grads and AdamW's two states; the loss upcasts the logits to fp32
-        return e * (4 * P + acts) + 4 * T * V
+    if v["mode"] == "train":  # the weights and activations (the loss upcasts the logits to fp32); the gradients
+        return e * (P + acts) + 4 * T * V  # and the optimizer state are added by the one rule (Training.state_bytes)
     return e * (P + T * (8 * d + 2 * V) + _cache_elements(v))
 
 
@@ -275,7 +294,8 @@ CAUSAL_LM = Workload(
     (Knob("family", "choice", "llama", "llama: LlamaForCausalLM (RMSNorm, rotary, grouped-query attention, gated "
           "MLP); gpt2: GPT2LMHeadModel (LayerNorm, learned positions, GELU MLP)", choices=LM_FAMILIES, tag=""),
      Knob("mode", "choice", "prefill", "prefill: one forward over the prompt; decode: prefill, then new_tokens "
-          "one-token forwards with the KV cache; train: forward with labels, backward, AdamW step",
+          "one-token forwards with the KV cache; train: forward with labels, backward, an optimizer step (the "
+          "train knobs)",
           choices=LM_MODES, tag=""),
      Knob("batch", "int", 1, "sequences", range=BATCH_RANGE, tag="b"),
      Knob("seq_len", "int", 128, "prompt tokens per sequence", range=(1, 1 << 16), tag="s"),
@@ -291,6 +311,11 @@ CAUSAL_LM = Workload(
           "the form): heads", range=(1, 1024), optional=True, tag="kv", when=("family", "llama")),
      Knob("intermediate", "int", None, "the MLP's inner width; none (empty in the form): 4 × hidden",
           range=(1, 1 << 18), optional=True, tag="i"),
-     Knob("vocab", "int", 32000, "vocabulary size", range=(2, 1 << 20), tag="v")),
+     Knob("vocab", "int", 32000, "vocabulary size", range=(2, 1 << 20), tag="v"),
+     *LM_TRAINING.knobs,
+     Knob("module_ranges", "bool", True, MODULE_RANGES_HELP)),
     ("new_tokens", "seq_len"), _lm_build, flops=_lm_flops, bytes_=_lm_bytes, memory=_lm_memory,
-    cross_check=_lm_cross_check)
+    cross_check=_lm_cross_check, training=LM_TRAINING,
+    parameters=lambda v: (lm_parameters(v), lm_parameter_tensors(v)),
+    kind=lambda v: "decode" if v["mode"] == "decode" else "forward",
+    name_suffix=lambda v: [] if v["module_ranges"] else ["no-module-ranges"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ._base import Knob, Workload
-from ._train import TRAIN_KNOBS, check_train_dtype, forward_or_train, train_name_parts
+from ._train import TRAIN_KNOBS, TRAINING, forward_or_train
 
 _FEATURES = (1, 65536)
 _ROWS = (1, 1 << 20)
@@ -36,7 +36,7 @@ LINEAR = Workload(
     (Knob("batch", "int", 64, "rows of the input", range=_ROWS, tag="b"),
      Knob("in_features", "int", 1024, "input features (the weight is out × in)", range=_FEATURES, tag="in"),
      Knob("out_features", "int", 1024, "output features", range=_FEATURES, tag="out"), *TRAIN_KNOBS),
-    ("batch",), _linear_build, name_suffix=train_name_parts, check_dtype=check_train_dtype,
+    ("batch",), _linear_build, training=TRAINING, parameters=lambda v: (_linear_weights(v), 2),
     flops=lambda v: 2 * v["batch"] * v["in_features"] * v["out_features"],
     bytes_=lambda v, e: e * (v["batch"] * v["in_features"] + _linear_weights(v) + v["batch"] * v["out_features"]),
     memory=lambda v, e: e * (v["batch"] * v["in_features"] + _linear_weights(v) + v["batch"] * v["out_features"]))

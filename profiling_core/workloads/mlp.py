@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ._base import Knob, Workload
-from ._train import TRAIN_KNOBS, check_train_dtype, forward_or_train, train_name_parts
+from ._train import TRAIN_KNOBS, TRAINING, forward_or_train
 from .linear import _FEATURES, _ROWS, _input
 
 
@@ -38,7 +38,7 @@ MLP = Workload(
      Knob("d", "int", 1024, "model width: input and output features", range=_FEATURES, tag="d"),
      Knob("hidden_ratio", "float", 4.0, "hidden width ÷ d (the hidden layer is round(ratio·d) wide)",
           range=(0.0625, 64.0), tag="r"), *TRAIN_KNOBS),
-    ("batch",), _mlp_build, name_suffix=train_name_parts, check_dtype=check_train_dtype,
+    ("batch",), _mlp_build, training=TRAINING, parameters=lambda v: (_mlp_weights(v), 4),
     flops=lambda v: 4 * v["batch"] * v["d"] * mlp_hidden(v),
     bytes_=lambda v, e: e * (2 * v["batch"] * v["d"] + _mlp_weights(v)),
     memory=lambda v, e: e * (2 * v["batch"] * v["d"] + _mlp_weights(v) + 2 * v["batch"] * mlp_hidden(v)))

@@ -14,7 +14,7 @@ import os
 
 from ..errors import WorkerError
 from ._base import Knob, Workload
-from ._train import TRAIN_KNOBS, check_train_dtype, train_name_parts, train_step
+from ._train import TRAIN_KNOBS, TRAINING, train_step
 
 SCRIPT_FUNCTION = "make_step"
 
@@ -98,7 +98,6 @@ SCRIPT = Workload(
           pattern=r"(?s).*\S.*\.py", pattern_text="a path to a .py file"),
      Knob("function", "str", SCRIPT_FUNCTION, "the function to call: (device, dtype) -> (step_fn, inputs)",
           pattern=r"[A-Za-z_][A-Za-z0-9_]*", pattern_text="a Python function name"), *TRAIN_KNOBS),
-    (), _script_build, normalize=_script_normalize, explain=_script_explain, name_suffix=train_name_parts,
-    check_dtype=check_train_dtype,
+    (), _script_build, normalize=_script_normalize, explain=_script_explain, training=TRAINING,
     name_parts=lambda v: [os.path.basename(v["path"]).removesuffix(".py")]
     + ([v["function"]] if v["function"] != SCRIPT_FUNCTION else []))

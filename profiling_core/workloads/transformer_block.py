@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from ..errors import ConfigError
 from ._base import BATCH_RANGE, Knob, Workload
-from ._train import TRAIN_KNOBS, check_train_dtype, forward_or_train, train_name_parts
+from ._train import TRAIN_KNOBS, TRAINING, forward_or_train
 from .attention import _pairs
 
 BLOCK_MODES = ("prefill", "decode")
@@ -129,5 +129,6 @@ TRANSFORMER_BLOCK = Workload(
      Knob("d_model", "int", 512, "model width", range=(1, 65536), tag="d"),
      Knob("heads", "int", 8, "attention heads (must divide d_model)", range=(1, 1024), tag="h"),
      Knob("mlp_ratio", "float", 4.0, "MLP hidden width ÷ d_model", range=(0.0625, 64.0), tag="r"), *TRAIN_KNOBS),
-    ("seq_len", "kv_len"), _block_build, name_suffix=train_name_parts, check_dtype=check_train_dtype, flops=_block_flops, bytes_=_block_bytes, memory=_block_memory,
-    cross_check=_block_cross_check)
+    ("seq_len", "kv_len"), _block_build, training=TRAINING, parameters=lambda v: (_block_weights(v), 12),
+    kind=lambda v: "decode" if v["mode"] == "decode" else "forward", flops=_block_flops, bytes_=_block_bytes,
+    memory=_block_memory, cross_check=_block_cross_check)

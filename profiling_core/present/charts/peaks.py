@@ -69,8 +69,10 @@ def roofline(rows: pd.DataFrame, *, peaks: Optional[dict] = None, bandwidth_gbs:
 
 
 def achieved_vs_peak(points: pd.DataFrame, *, peaks: Optional[dict] = None, peak_source: str = "measured",
-                     title: str = "GEMM throughput against size, with the device's peak") -> alt.LayerChart:
-    """Achieved TFLOP/s of the GEMM against matrix size (log x), one line per ``mode``, each dtype's peak as a
+                     title: str = "GEMM throughput against size, with the device's peak",
+                     x_title: str = "matrix size n") -> alt.LayerChart:
+    """Achieved TFLOP/s of the GEMM against the run's size (log x, titled ``x_title``), one line per ``mode``, each
+    dtype's peak as a
     horizontal rule labelled with where it comes from (``peak_source``: ``measured`` by a calibration, or
     ``datasheet``, ``DevicePeaks.source``).
 
@@ -81,7 +83,7 @@ def achieved_vs_peak(points: pd.DataFrame, *, peaks: Optional[dict] = None, peak
         return empty_chart(f"{title}: no GEMM with known FLOPs in these runs")
     if "mode" not in data.columns:
         data["mode"] = "eager"
-    x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n", axis=alt.Axis(format=",.0f"))
+    x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title=x_title, axis=alt.Axis(format=",.0f"))
     ticks = log_ticks([*data["tflops"], *(peaks or {}).values()])
     layers = [alt.Chart(data).mark_line(point=True)
               .encode(x=x, y=alt.Y("tflops:Q", scale=alt.Scale(type="log"), title="achieved TFLOP/s",

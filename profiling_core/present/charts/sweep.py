@@ -36,9 +36,12 @@ def crossover_points(sweep: pd.DataFrame, a: str = "cpu_us_per_step", b: str = "
     return pd.DataFrame(rows, columns=["mode", "size", "value_us"])
 
 
-def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU busy time per step"
-                        ) -> alt.LayerChart:
-    """Log-log lines of CPU time per step and GPU busy time per step against matrix size; crossings marked.
+def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU busy time per step",
+                        x_title: str = "matrix size n (n×n)", symbol: str = "n") -> alt.LayerChart:
+    """Log-log lines of CPU time per step and GPU busy time per step against the size; crossings marked.
+
+    x_title, symbol: the size axis's title and its name in the crossover's label (``present.size_axis_title``:
+    matmul_add's matrix size n by default, e.g. ``new_tokens (causal_lm)`` and ``new_tokens`` for a decode sweep).
 
     sweep: ``size``, ``cpu_us_per_step``, ``gpu_busy_us_per_step``, optional ``mode`` (eager /
     compile mode; drawn as dashes so both overlay). With repeated points (``profiling_core.run.sweep_points``:
@@ -57,7 +60,7 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
     metrics = [m for m in ("CPU per step", "GPU busy per step") if (long["metric"] == m).any()]
     colors = alt.Scale(domain=metrics, range=[{"CPU per step": "#1f77b4", "GPU busy per step": "#2ca02c"}[m]
                                               for m in metrics])
-    x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n (n×n)",
+    x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title=x_title,
               axis=alt.Axis(format=",.0f"))
     spans = [data[c] for c in data.columns if c.startswith(("cpu_us_per_step", "gpu_busy_us_per_step"))
              and not c.endswith("_pct")]
@@ -89,7 +92,7 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
                                            alt.Tooltip("hi_us:Q", format=",.2f", title="max µs")]))
     cross = crossover_points(data)
     if len(cross):
-        cross["label"] = cross.apply(lambda r: f"crossover {r['mode']}: n≈{r['size']:,.0f}", axis=1)
+        cross["label"] = cross.apply(lambda r: f"crossover {r['mode']}: {symbol}≈{r['size']:,.0f}", axis=1)
         layers.append(alt.Chart(cross).mark_rule(color="#d62728", strokeDash=[4, 3])
                       .encode(x="size:Q", tooltip=["label:N"]))
         layers.append(alt.Chart(cross).mark_point(shape="diamond", size=120, color="#d62728", filled=True)
@@ -101,8 +104,9 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
                                          width=WIDTH, height=320)
 
 
-def gpu_busy_fraction(sweep: pd.DataFrame, *, title: str = "GPU busy fraction of the step") -> alt.Chart:
-    """GPU busy time as a share of the step, against size (log x), one line per mode.
+def gpu_busy_fraction(sweep: pd.DataFrame, *, title: str = "GPU busy fraction of the step",
+                      x_title: str = "matrix size n") -> alt.Chart:
+    """GPU busy time as a share of the step, against size (log x, titled ``x_title``), one line per mode.
 
     sweep: ``size``, ``gpu_busy_fraction`` (0..1), optional ``mode``.
     """
@@ -113,7 +117,7 @@ def gpu_busy_fraction(sweep: pd.DataFrame, *, title: str = "GPU busy fraction of
     if "mode" not in data.columns:
         data["mode"] = "eager"
     return (alt.Chart(data).mark_line(point=True)
-            .encode(x=alt.X("size:Q", scale=alt.Scale(type="log", base=2), title="matrix size n",
+            .encode(x=alt.X("size:Q", scale=alt.Scale(type="log", base=2), title=x_title,
                             axis=alt.Axis(format=",.0f")),
                     y=alt.Y("gpu_busy_fraction:Q", title="GPU busy / step time",
                             scale=alt.Scale(domain=[0, 1]), axis=alt.Axis(format="%")),

@@ -9,7 +9,6 @@ from typing import Optional
 
 import numpy as np
 
-from ...questions.base import _self_times_by_step
 from ..base import Diagnosis, _Ctx, _fmt_us
 
 GPU_IDLE_AT = 0.5
@@ -45,18 +44,15 @@ def launch_call_stats(calls, units: int) -> tuple[float, Optional[float], float,
 
 
 def _cpu_time_by_op(report, steps: list[int]) -> list[tuple[str, float]]:
-    """(name, median own time per step) of the CPU slices of ``steps``, largest first (the step annotation itself
-    excluded: its own time is what no op of the step accounts for)."""
-    by_step = _self_times_by_step(report.dispatch_chains, steps) if not report.dispatch_chains.empty else {}
+    """(name, median own time per step) of the CPU slices of ``steps`` on every thread (``report.cpu_own_times``:
+    the autograd engine's thread too, as the launch figures count its launches), largest first (the step slices
+    themselves excluded: their own time is what no op of the step accounts for)."""
+    own = report.cpu_own_times
+    own = own[own["step"].isin(steps)] if len(own) else own
+    n = max(1, own["step"].nunique()) if len(own) else 1
     per: dict[str, list[float]] = {}
-    for k in steps:
-        g = by_step.get(k)
-        if g is None:
-            continue
-        for name, us in g.groupby(g["name"].astype(str))["self_us"].sum().items():
-            if name != "ProfilerStep*":
-                per.setdefault(name, []).append(float(us))
-    n = max(1, len([k for k in steps if k in by_step]))
+    for name, us in zip(own["name"].astype(str).tolist(), own["own_us"].tolist()):
+        per.setdefault(name, []).append(float(us))
     out = [(name, float(np.median(v + [0.0] * (n - len(v))))) for name, v in per.items()]
     return sorted(out, key=lambda kv: -kv[1])
 
