@@ -138,6 +138,7 @@ class ExperimentConfig:
             raise ConfigError("schedule", self.iterations,
                               f"at most {MAX_ITERATIONS} iterations ((wait + warmup_steps + active) x repeat)")
         _check_choice("device", self.device, DEVICES)
+        wl.check_compile(self.knobs, self.compile, self.device)
         if self.threads is not None:
             _check_int("threads", self.threads, *THREADS_RANGE)
         for name in ("record_shapes", "with_flops", "with_stack", "profile_memory"):

@@ -377,3 +377,22 @@ def test_module_ranges_off_leaves_the_plain_model_code(store):
     assert names["aten::scaled_dot_product_attention"] == 2 * STEPS  # the same forward ran
     _events, on = run_lm(store)
     assert on["model.layers.0.self_attn"] == STEPS and on["lm_head"] == STEPS
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+@pytest.mark.parametrize("device", ["cuda", "auto"])
+def test_a_dynamic_cache_under_cuda_graphs_is_refused_saying_the_static_cache_works(mode, device):
+    # on an H200 (torch 2.11, transformers 5.17) this decode failed in its warm-up: "accessing tensor output of
+    # CUDAGraphs that has been overwritten by a subsequent run"
+    knobs = {**TINY, "mode": "decode", "cache": "dynamic"}
+    with pytest.raises(ConfigError) as info:
+        ExperimentConfig(workload="causal_lm", knobs=knobs, compile=mode, device=device)
+    assert str(info.value) == (
+        "compile must be off, default or max-autotune-no-cudagraphs with knobs.cache 'dynamic' on a GPU (a dynamic KV "
+        "cache's tensors are CUDA graph outputs that the next token's replay overwrites; knobs.cache 'static' "
+        f"decodes under CUDA graphs), got '{mode}'")
+    for ok in ({"cache": "static"}, {"mode": "prefill", "cache": "dynamic"}):  # what runs
+        ExperimentConfig(workload="causal_lm", knobs={**knobs, **ok} if ok.get("mode") != "prefill"
+                         else {**TINY, "mode": "prefill"}, compile=mode, device=device)
+    ExperimentConfig(workload="causal_lm", knobs=knobs, compile=mode, device="cpu")  # no graph on the CPU
+    ExperimentConfig(workload="causal_lm", knobs=knobs, compile="default", device=device)

@@ -193,7 +193,7 @@ class Workload:
                  normalize: Optional[Callable] = None, explain: Optional[Callable] = None,
                  name_parts: Optional[Callable] = None, name_suffix: Optional[Callable] = None,
                  check_dtype: Optional[Callable] = None, training=None, parameters: Callable | None = None,
-                 kind: Callable | None = None) -> None:
+                 kind: Callable | None = None, check_compile: Optional[Callable] = None) -> None:
         self.name = name
         self.description = description
         self.knobs = knobs
@@ -204,7 +204,7 @@ class Workload:
         self.training = training
         """How the workload trains (``_train.Training``: its switch, the train knobs' names and dtype check, the
         memory a training step adds), or None for a workload that only runs forward."""
-        self._parameters, self._kind = parameters, kind
+        self._parameters, self._kind, self._check_compile = parameters, kind, check_compile
 
     def __repr__(self) -> str:
         return f"Workload({self.name!r})"
@@ -328,6 +328,12 @@ class Workload:
             self.training.check_dtype(values, dtype, self.field_prefix if prefix is None else prefix)
         if self._check_dtype is not None:
             self._check_dtype(values, dtype, self.field_prefix if prefix is None else prefix)
+
+    def check_compile(self, values: Mapping, compile: str, device: str) -> None:
+        """ConfigError when these (checked) knob values cannot run under this torch.compile ``compile`` mode on
+        ``device`` (``auto``, ``cuda``, ``cpu``): the config calls it after its own fields are checked."""
+        if self._check_compile is not None:
+            self._check_compile(values, compile, device, self.field_prefix)
 
     def build(self, torch, values: Mapping, device: str, dtype):
         """``(step, inputs)`` on ``device`` in ``dtype``: each profiler step calls ``step(*inputs)``."""

@@ -288,6 +288,22 @@ def _lm_cross_check(v, prefix):
             raise ConfigError(prefix + "kv_heads", v["kv_heads"], f"a divisor of heads {H}")
 
 
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+"""The torch.compile modes that replay CUDA graphs on a GPU."""
+
+
+def _lm_check_compile(v, compile: str, device: str, prefix: str) -> None:
+    """A dynamic KV cache cannot decode under CUDA graphs: the cache's tensors are outputs of the graph that the
+    next token's replay overwrites (torch raises "accessing tensor output of CUDAGraphs that has been overwritten
+    by a subsequent run"; seen on an H200, torch 2.11, transformers 5.17). The static cache is what the
+    transformers docs give torch.compile; on the CPU no graph is captured, so every mode runs."""
+    if v["mode"] == "decode" and v["cache"] == "dynamic" and compile in CUDA_GRAPH_MODES and device != "cpu":
+        raise ConfigError("compile", compile,
+                          f"off, default or max-autotune-no-cudagraphs with {prefix}cache 'dynamic' on a GPU (a "
+                          "dynamic KV cache's tensors are CUDA graph outputs that the next token's replay "
+                          f"overwrites; {prefix}cache 'static' decodes under CUDA graphs)")
+
+
 CAUSAL_LM = Workload(
     "causal_lm", "a Hugging Face causal LM (Llama or GPT-2) built from its config with random weights: prefill, "
     "decode with a KV cache (dynamic or static), or a training step",
@@ -315,7 +331,7 @@ CAUSAL_LM = Workload(
      *LM_TRAINING.knobs,
      Knob("module_ranges", "bool", True, MODULE_RANGES_HELP)),
     ("new_tokens", "seq_len"), _lm_build, flops=_lm_flops, bytes_=_lm_bytes, memory=_lm_memory,
-    cross_check=_lm_cross_check, training=LM_TRAINING,
+    cross_check=_lm_cross_check, training=LM_TRAINING, check_compile=_lm_check_compile,
     parameters=lambda v: (lm_parameters(v), lm_parameter_tensors(v)),
     kind=lambda v: "decode" if v["mode"] == "decode" else "forward",
     name_suffix=lambda v: [] if v["module_ranges"] else ["no-module-ranges"])
