@@ -7,6 +7,9 @@ kv_len 256/2048/8192; the causal LM decoding 16 and 64 tokens with the dynamic c
 fused, bf16 autocast); a script that keeps a tensor per step (scripts/memory_cases). Copies ``<label>.json``,
 ``.meta.json`` (``peak_device_memory_bytes``) and ``.table.txt`` (the profiler's table, memory columns included).
 
+``cat_*``: training steps with profile_memory, record_shapes and with_stack, which keep torch's memory categories
+(``.memory_categories.json``).
+
 Then torch alone (no runner), for the MLP training step: profile_memory + record_shapes + with_stack, the
 ``key_averages`` memory columns per op, ``max_memory_allocated`` over the profiled window only, and
 ``export_memory_timeline`` (raw categories) as ``torch_mlp_train.*``.
@@ -58,12 +61,23 @@ def runs() -> dict[str, ExperimentConfig]:
     out["mem_script_cache"] = ExperimentConfig(
         workload="script", knobs={"path": str(ROOT / "scripts/memory_cases/temporaries_and_cache.py")},
         dtype="bf16", **M)
+    # torch's memory categories (profile_memory + record_shapes + with_stack; memory_categories.json)
+    C = dict(M, record_shapes=True, with_stack=True)
+    out["cat_mlp_train"] = ExperimentConfig(workload="mlp", knobs=MLP_TRAIN, dtype="fp32", **C)
+    out["cat_block_train"] = ExperimentConfig(
+        workload="transformer_block", knobs={"batch": 8, "seq_len": 512, "d_model": 1024, "heads": 16, "train": True,
+                                             "optimizer": "adamw", "impl": "fused", "autocast": "bf16"},
+        dtype="fp32", **C)
+    # the causal LM's training knobs (with profile_memory: the fit check's estimate against the process's peak)
+    for label, kn in (("lm_train_adamw_fused_bf16", {"optimizer": "adamw", "impl": "fused", "autocast": "bf16"}),
+                      ("lm_train_sgd_fp16_log", {"optimizer": "sgd", "autocast": "fp16", "log_loss": True})):
+        out[label] = ExperimentConfig(workload="causal_lm", knobs={**LM, "mode": "train", **kn}, dtype="fp32", **M)
     # the training leftovers (no profile_memory)
     out["mlp_train_log_loss"] = ExperimentConfig(workload="mlp", knobs={**MLP_TRAIN, "log_loss": True},
                                                  dtype="fp32", **W)
     out["mlp_train_fp16_scaler"] = ExperimentConfig(workload="mlp", knobs={**MLP_TRAIN, "autocast": "fp16"},
                                                     dtype="fp32", **W)
-    for m in ("compile", "ro"):
+    for m in ("compile",):  # reduce-overhead with a dynamic cache is refused (CUDA graph outputs overwritten)
         out[f"lm_decode_dynamic_{m}"] = ExperimentConfig(
             workload="causal_lm", knobs={**LM, "mode": "decode", "cache": "dynamic", "new_tokens": 16},
             dtype="bf16", compile=MODES[m], **W)
@@ -131,7 +145,8 @@ def main() -> int:
             print(f"== {label} ({cfg.name}) FAILED: {type(e).__name__}: {str(e)[:600]}", flush=True)
             continue
         for src, suffix in ((run.trace_path, ".json"), (run.meta_path, ".meta.json"),
-                            (run.table_path, ".table.txt")):
+                            (run.table_path, ".table.txt"),
+                            (Path(run.run_dir) / "memory_categories.json", ".memory_categories.json")):
             if Path(src).exists():
                 shutil.copyfile(src, out / f"{label}{suffix}")
         meta = json.loads(Path(run.meta_path).read_text())
