@@ -207,10 +207,12 @@ def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], categor
         return None
     starts = mine_k["launch_start_ns"].to_numpy(dtype=np.int64)
     args = [_args_of(session, key, ids) for key in ("Input Dims", "Input type", "Concrete Inputs")]
-    inside = {}
-    for i in ids.tolist():
-        a, b = int(tb.ts[i]), int(tb.ts[i] + tb.dur[i])
-        inside[i] = mine_k[(starts >= a) & (starts < b)]
+    # Each op's kernels: those launched in [ts, ts + dur), found by binary search on the sorted launch starts (a scan
+    # of every kernel per op was quadratic), kept in the frame's row order.
+    order = np.argsort(starts, kind="stable")
+    lo = np.searchsorted(starts[order], tb.ts[ids], side="left")
+    hi = np.searchsorted(starts[order], tb.ts[ids] + tb.dur[ids], side="left")
+    inside = {i: mine_k.iloc[np.sort(order[a:b])] for i, a, b in zip(ids.tolist(), lo.tolist(), hi.tolist())}
     return ids.tolist(), *args, inside
 
 
@@ -351,22 +353,30 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
     kern = lat[(lat["gpu_category"] == "kernel") & ~lat["gpu_name"].map(is_gemm_kernel)]
     if kern.empty:
         return out
-    lids = kern["launch_id"].to_numpy(dtype=np.int64)
-    parents = {int(lid): int(op) for lid, op in zip(lids, launch_ops(session, lids)) if op >= 0}
-    dims = _args_of(session, "Input Dims", set(parents.values()))
-    types = _args_of(session, "Input type", set(parents.values()))
+    # The CPU op of each launch, and of those only the elementwise ones (by name code, once per distinct name): their
+    # recorded shapes are read, not those of every op that launched a kernel.
+    tb = session.tables
+    op_ids = launch_ops(session, kern["launch_id"].to_numpy(dtype=np.int64))
+    codes = [c for c, v in enumerate(tb.name.uniq) if v in _ELEMENTWISE]
+    rows = np.flatnonzero(op_ids >= 0)
+    rows = rows[np.isin(tb.name.codes[op_ids[rows]], codes)]
+    if not len(rows):
+        return out
+    chosen = op_ids[rows]
+    dims = _args_of(session, "Input Dims", set(chosen.tolist()))
+    types = _args_of(session, "Input type", set(chosen.tolist()))
     groups: dict[tuple, list] = {}
-    for rec in kern.itertuples(index=False):
-        op_id = parents.get(int(rec.launch_id))
-        if op_id is None:
-            continue
-        op = session.tables.name[[op_id]][0]
-        if op not in _ELEMENTWISE:
-            continue
-        sized = _elementwise_bytes(dims.get(op_id), types.get(op_id))
+    sizes: dict[str, tuple[float, int] | None] = {}  # by the recorded shapes and types: each distinct one once
+    for op_id, op, name, gpu_id, dur in zip(chosen.tolist(), tb.name[chosen].tolist(),
+                                            kern["gpu_name"].to_numpy(dtype=object)[rows].tolist(),
+                                            kern["gpu_id"].to_numpy()[rows].tolist(),
+                                            kern["gpu_dur_us"].to_numpy()[rows].tolist()):
+        d, t = dims.get(op_id), types.get(op_id)
+        key = repr((d, t))
+        sized = sizes[key] if key in sizes else sizes.setdefault(key, _elementwise_bytes(d, t))
         if sized is None:
             continue
-        groups.setdefault((op, rec.gpu_name, *sized), []).append((int(rec.gpu_id), float(rec.gpu_dur_us)))
+        groups.setdefault((op, name, *sized), []).append((int(gpu_id), float(dur)))
     for (op, name, nbytes, elems), items in groups.items():
         t = float(np.mean([d for _, d in items]))
         gbs = nbytes / t / 1e3 if t > 0 else None
