@@ -18,7 +18,7 @@ from profiling_core.explain.diagnosis import diagnose
 from profiling_core.trace import open_trace
 
 sys.path.insert(0, str(Path(__file__).parent))
-from verdict_traces import Trace, conv_with_transposes  # noqa: E402
+from verdict_traces import Trace, conv_with_transposes
 
 ROOT = Path(__file__).resolve().parents[1]
 

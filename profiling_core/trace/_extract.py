@@ -57,7 +57,7 @@ def _ints(col: list, null: int = -1) -> np.ndarray:
     try:
         return np.array(col, dtype=np.int64)
     except (TypeError, ValueError):  # NULLs (None, or NaN where a float crept in)
-        return np.array([null if v is None or v != v else v for v in col], dtype=np.int64)
+        return np.array([null if v is None or v != v else v for v in col], dtype=np.int64)  # noqa: PLR0124 - NaN
 
 
 def _texts(col: list) -> list:

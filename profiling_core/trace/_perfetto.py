@@ -124,7 +124,7 @@ class PerfettoBackend:
             tp = self._running()
             try:
                 it = tp.query(sql)
-            except Exception as e:  # perfetto raises TraceProcessorException
+            except Exception as e:  # noqa: BLE001 - perfetto raises TraceProcessorException
                 raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
         names = list(it.column_names)
         cells = np.asarray(it.cells, dtype=object)
