@@ -113,12 +113,17 @@ class RecordedTrace:
     def query(self, sql: str) -> pd.DataFrame:
         return _frame(*self.rows(sql))
 
+    def columns(self, sql: str) -> dict[str, list]:
+        """``{column: list of values}`` (None for NULL) of ``sql``'s rows, as the perfetto engine hands them over."""
+        cols, rows = self.rows(sql)
+        return {c: [r[j] for r in rows] for j, c in enumerate(cols)}
+
     @property
     def tables(self):
         """What the perfetto engine's ``tables`` would be: the extraction queries run over the recording."""
         if self._tables is None:
             from profiling_core.trace._extract import tables_from_sql
-            self._tables = tables_from_sql(self.query)
+            self._tables = tables_from_sql(self.columns)
         return self._tables
 
     def close(self) -> None:
@@ -179,6 +184,21 @@ def _serve(folder: str) -> None:
             writer.send(("error", str(e)))
 
 
+class _Result:
+    """What perfetto's ``QueryResultIterator`` offers the engine: ``column_names``, ``cells`` (one object per cell,
+    row after row, None for NULL) and ``as_pandas_dataframe()``."""
+
+    def __init__(self, cols: list[str], rows: list[tuple]) -> None:
+        import numpy as np
+        self.column_names = list(cols)
+        self.cells = np.empty(len(rows) * len(cols), dtype=object)
+        self.cells[:] = [v for r in rows for v in r]
+        self._frame = _frame(cols, rows)
+
+    def as_pandas_dataframe(self) -> pd.DataFrame:
+        return self._frame
+
+
 class FakeTraceProcessor:
     """Stands in for perfetto's ``TraceProcessor`` over a recording, for the perfetto engine's own logic (its console
     rules and caps) where no trace_processor binary can run: a process of its own (as trace_processor is) holding
@@ -213,8 +233,7 @@ class FakeTraceProcessor:
         if kind == "error":
             raise RuntimeError(value)
         self.answered.append(len(value[1]))
-        frame = _frame(*value)
-        return type("QueryResult", (), {"as_pandas_dataframe": lambda _self: frame})()
+        return _Result(*value)
 
     def close(self) -> None:
         self._closed.set()

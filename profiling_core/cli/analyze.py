@@ -53,8 +53,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _clean(x: Any) -> Any:
     """JSON-safe scalars: NaN/NA → None, numpy numbers → Python numbers."""
-    if x is None:
-        return None
+    t = type(x)
+    if x is None or t is str or t is int or t is bool:  # (most values: answered before the checks below)
+        return x
+    if t is float:
+        return None if math.isnan(x) or math.isinf(x) else x
     if hasattr(x, "item") and not isinstance(x, (list, dict, str)):
         try:
             x = x.item()

@@ -7,6 +7,12 @@ queries in :data:`EXTRACTION_QUERIES` and :func:`args_query`, which use only tra
 columns. So the perfetto engine (a real ``trace_processor_shell``) and any SQLite copy of trace_processor's tables
 (the tests replay the tables a real trace_processor printed, ``tests/data/tp_tables``) feed the analyses through this
 one function, :func:`tables_from_sql`. docs/SQL.md lists the queries.
+
+The results are handed over as columns (``columns(sql)`` gives ``{column: list of values}``, None for NULL), not as
+DataFrames: perfetto's ``QueryResultIterator`` already holds one Python object per cell, and a DataFrame of them
+(``as_pandas_dataframe``) costs as much again (pandas infers a string dtype for every text column, which the tables
+then take apart into codes), so the perfetto engine reads the iterator's cells directly
+(``PerfettoBackend.query_columns``).
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import numpy as np
 
 from ._tables import TextColumn, TraceTables
 
-__all__ = ["EXTRACTION_QUERIES", "args_query", "tables_from_sql", "SqlArgs"]
+__all__ = ["EXTRACTION_QUERIES", "args_query", "tables_from_sql", "SqlArgs", "ColumnsFn"]
 
 EXTRACTION_QUERIES = {
     "slice": "SELECT id, ts, dur, track_id, category, name, depth, parent_id, arg_set_id FROM slice ORDER BY id",
@@ -41,23 +47,22 @@ def args_query(name: str) -> str:
             f"WHERE flat_key = 'args.{name}' ORDER BY arg_set_id")
 
 
-QueryFn = Callable[[str], "object"]  # SQL -> a pandas DataFrame
+ColumnsFn = Callable[[str], dict]  # SQL -> {column: list of its values, None for NULL}, in the query's column order
 
 
-def _ints(col, null: int = -1) -> np.ndarray:
+def _ints(col: list, null: int = -1) -> np.ndarray:
     """A column of integers (None/NaN for NULL) as int64, ``null`` where NULL."""
-    import pandas as pd
-    s = pd.Series(col)
-    if len(s) == 0:
+    if len(col) == 0:
         return np.zeros(0, np.int64)
-    if s.dtype.kind in "iu":
-        return s.to_numpy(dtype=np.int64)
-    return pd.to_numeric(s, errors="coerce").fillna(null).astype(np.int64).to_numpy()
+    try:
+        return np.array(col, dtype=np.int64)
+    except (TypeError, ValueError):  # NULLs (None, or NaN where a float crept in)
+        return np.array([null if v is None or v != v else v for v in col], dtype=np.int64)  # noqa: PLR0124 - NaN
 
 
-def _texts(col) -> list:
+def _texts(col: list) -> list:
     """A text column as str or None (NULL, NaN)."""
-    return [v if isinstance(v, str) else None for v in col.tolist()]
+    return [v if isinstance(v, str) else None for v in col]
 
 
 def _opt_int(v):
@@ -68,8 +73,8 @@ class SqlArgs:
     """:class:`ArgsReader` over trace_processor's ``args`` table: one query per argument name (cached), whose rows are
     put back together into each arg set's value (an array from its elements' ``[i][j]`` keys)."""
 
-    def __init__(self, query: QueryFn) -> None:
-        self._query = query
+    def __init__(self, columns: ColumnsFn) -> None:
+        self._columns = columns
         self._cache: dict[str, dict] = {}
 
     def get(self, name: str, arg_set_ids) -> dict:
@@ -79,20 +84,23 @@ class SqlArgs:
         return {a: values[a] for a in map(int, arg_set_ids) if a in values}
 
     def _read(self, name: str) -> dict:
-        df = self._query(args_query(name))
+        c = self._columns(args_query(name))
         out: dict = {}
-        prefix = f"args.{name}"
-        for a, key, iv, sv, rv, vt in zip(df["arg_set_id"].tolist(), df["key"].tolist(), df["int_value"].tolist(),
-                                          df["string_value"].tolist(), df["real_value"].tolist(),
-                                          df["value_type"].tolist()):
+        cut = len(f"args.{name}")
+        paths: dict = {}  # a key's part after the name ("[0][1]") -> its index path, None if not an array element
+        for a, key, iv, sv, rv, vt in zip(c["arg_set_id"], c["key"], c["int_value"], c["string_value"],
+                                          c["real_value"], c["value_type"]):
             a = int(a)
             value = _scalar(vt, iv, sv, rv)
-            rest = key[len(prefix):]
+            rest = key[cut:]
             if not rest:
                 out[a] = value
                 continue
-            path = [int(i) for i in _INDEXES.findall(rest)]
-            if "".join(f"[{i}]" for i in path) != rest:
+            path = paths.get(rest, ())
+            if path == ():
+                found = [int(i) for i in _INDEXES.findall(rest)]
+                path = paths[rest] = found if "".join(f"[{i}]" for i in found) == rest else None
+            if path is None:
                 continue  # not an element of an array (flat_key matched through something else)
             root = out.get(a)
             if not isinstance(root, list):
@@ -126,13 +134,13 @@ def _put(root: list, path: list[int], value) -> None:
             node = node[i]
 
 
-def tables_from_sql(query: QueryFn) -> TraceTables:
-    """The :class:`TraceTables` of a trace held by an engine that speaks trace_processor's SQL (``query(sql)`` returns
-    a DataFrame), from :data:`EXTRACTION_QUERIES`."""
-    q = {name: query(sql) for name, sql in EXTRACTION_QUERIES.items()}
+def tables_from_sql(columns: ColumnsFn) -> TraceTables:
+    """The :class:`TraceTables` of a trace held by an engine that speaks trace_processor's SQL (``columns(sql)`` returns
+    ``{column: list of values}``), from :data:`EXTRACTION_QUERIES`."""
+    q = {name: columns(sql) for name, sql in EXTRACTION_QUERIES.items()}
     s = q["slice"]
-    n = len(s)
     ids = _ints(s["id"])
+    n = len(ids)
     if n and not np.array_equal(ids, np.arange(n)):
         raise ValueError("slice ids are not 0..n-1 in id order; the analyses index slices by id")
     rows = np.arange(n)
@@ -144,17 +152,16 @@ def tables_from_sql(query: QueryFn) -> TraceTables:
     track_utid[tt_ids] = tt_utid
     th, pr = q["thread"], q["process"]
     threads = [(int(u), _opt_int(tid), nm, _opt_int(upid), _opt_int(main) or 0)
-               for u, tid, nm, upid, main in zip(th["utid"].tolist(), th["tid"].tolist(), _texts(th["name"]),
-                                                 th["upid"].tolist(), th["is_main_thread"].tolist())]
-    processes = [(int(u), _opt_int(pid), nm) for u, pid, nm in zip(pr["upid"].tolist(), pr["pid"].tolist(),
-                                                                  _texts(pr["name"]))]
+               for u, tid, nm, upid, main in zip(th["utid"], th["tid"], _texts(th["name"]), th["upid"],
+                                                 th["is_main_thread"])]
+    processes = [(int(u), _opt_int(pid), nm) for u, pid, nm in zip(pr["upid"], pr["pid"], _texts(pr["name"]))]
     f = q["flow"]
     tables = TraceTables(
         ts=_ints(s["ts"]), dur=_ints(s["dur"]), track_id=track_ids, depth=_ints(s["depth"]),
         parent_id=_ints(s["parent_id"]), arg_set_id=_ints(s["arg_set_id"]),
         name=TextColumn.of(_texts(s["name"]), rows), category=TextColumn.of(_texts(s["category"]), rows),
         track_utid=track_utid, flow_out=_ints(f["slice_out"]), flow_in=_ints(f["slice_in"]),
-        threads=threads, processes=processes, args=SqlArgs(query))
+        threads=threads, processes=processes, args=SqlArgs(columns))
     tables.freeze()
     return tables
 

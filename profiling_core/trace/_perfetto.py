@@ -93,7 +93,7 @@ class PerfettoBackend:
         """The typed tables the analyses read, from the extraction queries (``_extract.py``), on first use."""
         if self._tables is None:
             from ._extract import tables_from_sql
-            self._tables = tables_from_sql(self.query_df)
+            self._tables = tables_from_sql(self.query_columns)
         return self._tables
 
     def _running(self):
@@ -114,6 +114,21 @@ class PerfettoBackend:
             return tp.query(sql).as_pandas_dataframe()
         except Exception as e:  # perfetto raises TraceProcessorException
             raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
+
+    def query_columns(self, sql: str) -> dict:
+        """``sql``'s result as ``{column: list of values}`` (None for NULL), read from perfetto's
+        ``QueryResultIterator`` as it holds them (``column_names`` and ``cells``, one Python object per cell, row after
+        row), without the DataFrame ``as_pandas_dataframe`` would build of them: the extraction queries' hand-over."""
+        import numpy as np
+        with self._lock:
+            tp = self._running()
+            try:
+                it = tp.query(sql)
+            except Exception as e:  # noqa: BLE001 - perfetto raises TraceProcessorException
+                raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
+        names = list(it.column_names)
+        cells = np.asarray(it.cells, dtype=object)
+        return {c: cells[j::len(names)].tolist() for j, c in enumerate(names)}
 
     def query_df(self, sql: str):
         if not isinstance(sql, str):

@@ -98,7 +98,7 @@ _SDPA_KERNELS = (("pytorch_flash", "flash"), ("flash_fwd", "flash"), ("fmha_cutl
                  ("efficient_attention", "efficient"), ("cudnn", "cudnn"))
 
 
-def sdpa_backend_from_names(names: Iterable[str]) -> Optional[str]:
+def sdpa_backend_from_names(names: Iterable[str], counts: Iterable[int] | None = None) -> Optional[str]:
     """Which SDPA backend ran, from a trace's op and kernel names: ``flash``, ``efficient``, ``cudnn`` or ``math``;
     None when nothing says.
 
@@ -106,21 +106,24 @@ def sdpa_backend_from_names(names: Iterable[str]) -> Optional[str]:
     ``…_efficient_attention``, ``…_cudnn_attention``, ``aten::_scaled_dot_product_attention_math``); without one (a
     compiled graph decomposes the math path into bmm and softmax, a CUDA-graph replay has no CPU ops), a flash,
     cutlass-fmha or cuDNN attention kernel's name, else ``aten::bmm`` with a softmax (op or kernel) means math.
-    Several backends in one trace (a transformer's layers all use one): the most frequent."""
+    Several backends in one trace (a transformer's layers all use one): the most frequent (on a tie, the one named
+    first). ``counts``, when given, says how many times each name occurs (a trace's distinct names with their counts,
+    in order of first appearance: the same answer as the names one per slice, read once per distinct name)."""
     names = [str(n) for n in names]
+    weights = [1] * len(names) if counts is None else [int(k) for k in counts]
     found: dict[str, int] = {}
-    for n in names:
+    for n, k in zip(names, weights):
         b = _SDPA_OPS.get(n)
         if b:
-            found[b] = found.get(b, 0) + 1
+            found[b] = found.get(b, 0) + k
     if not found:
-        for n in names:
+        for n, k in zip(names, weights):
             low = n.lower()
             if not n.startswith("aten::") and ("attention" in low or "fmha" in low or "flash" in low
                                               or "sdpa" in low):
                 b = next((b for s, b in _SDPA_KERNELS if s in low), None)
                 if b:
-                    found[b] = found.get(b, 0) + 1
+                    found[b] = found.get(b, 0) + k
     if found:
         return max(found, key=lambda b: found[b])
     if "aten::bmm" in names and any("softmax" in n.lower() for n in names):

@@ -194,8 +194,8 @@ def _conv_shape(dims, concrete) -> Optional[tuple[int, int, int, int, int]]:
 
 def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], category: str):
     """(slice ids of the CPU ops named ``op_names``, their recorded ``Input Dims``, ``Input type`` and ``Concrete
-    Inputs``, and for each op the kernels of ``category`` launched inside its time window); None when the trace has
-    no such op or no such kernel."""
+    Inputs``, and for each op the kernels of ``category`` launched inside its time window: their GPU durations (µs)
+    and names); None when the trace has no such op or no such kernel."""
     lat = report.launch_latency
     if lat.empty:
         return None
@@ -207,10 +207,18 @@ def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], categor
         return None
     starts = mine_k["launch_start_ns"].to_numpy(dtype=np.int64)
     args = [_args_of(session, key, ids) for key in ("Input Dims", "Input type", "Concrete Inputs")]
+    # Each op's kernels: those launched in [ts, ts + dur), found by binary search on the sorted launch starts (a scan
+    # of every kernel per op was quadratic, and a frame per op cost milliseconds each), kept in the frame's row order:
+    # (their GPU durations, their names).
+    order = np.argsort(starts, kind="stable")
+    lo = np.searchsorted(starts[order], tb.ts[ids], side="left")
+    hi = np.searchsorted(starts[order], tb.ts[ids] + tb.dur[ids], side="left")
+    dur = mine_k["gpu_dur_us"].to_numpy(dtype=np.float64)
+    names = mine_k["gpu_name"].to_numpy(dtype=object)
     inside = {}
-    for i in ids.tolist():
-        a, b = int(tb.ts[i]), int(tb.ts[i] + tb.dur[i])
-        inside[i] = mine_k[(starts >= a) & (starts < b)]
+    for i, a, b in zip(ids.tolist(), lo.tolist(), hi.tolist()):
+        rows = np.sort(order[a:b])
+        inside[i] = (dur[rows], names[rows].tolist())
     return ids.tolist(), *args, inside
 
 
@@ -231,15 +239,15 @@ def _conv_rows(report: Report, session, peaks) -> list[dict]:
         shape = _conv_shape(dims.get(i), concrete.get(i))
         dtype = _dtype_of(types.get(i))
         e = _ESIZE.get(dtype or "")
-        mine = inside[i]
-        if shape is None or e is None or mine.empty:
+        durs, kernels = inside[i]
+        if shape is None or e is None or not kernels:
             continue
         flops, xe, we, oe, _k = shape
         key = (dtype, tuple(map(tuple, dims[i][:2])), flops, (xe + we + oe) * e)
         grp = groups.setdefault(key, {"ids": [], "time": [], "kernels": set()})
         grp["ids"].append(i)
-        grp["time"].append(float(mine["gpu_dur_us"].sum()))
-        grp["kernels"].update(str(n) for n in mine["gpu_name"])
+        grp["time"].append(float(np.nansum(durs)))  # (what the Series' sum gives: NaN counts as 0)
+        grp["kernels"].update(str(n) for n in kernels)
     return [_gemm_row(f"aten::convolution {list(xd)} * {list(wd)}", ",".join(sorted(grp["kernels"])), dtype, None,
                       flops, grp["ids"], grp["time"], "shapes", peaks, nbytes=nbytes, kind="conv")
             for (dtype, (xd, wd), flops, nbytes), grp in groups.items()]
@@ -308,14 +316,14 @@ def _attention_rows(report: Report, session, peaks) -> list[dict]:
         if p >= 0:
             continue
         shape = _attention_shape(dims.get(i), types.get(i), concrete.get(i), *_ATTENTION_OPS[tb.name[[i]][0]])
-        mine = inside[i]
-        if shape is None or mine.empty:
+        durs, kernels = inside[i]
+        if shape is None or not kernels:
             continue
         key = (tb.name[[i]][0], _dtype_of(types.get(i)), json.dumps(dims[i][:3]), *shape)
         grp = groups.setdefault(key, {"ids": [], "time": [], "kernels": set()})
         grp["ids"].append(i)
-        grp["time"].append(float(mine["gpu_dur_us"].sum()))
-        grp["kernels"].update(str(n) for n in mine["gpu_name"])
+        grp["time"].append(float(np.nansum(durs)))  # (what the Series' sum gives: NaN counts as 0)
+        grp["kernels"].update(str(n) for n in kernels)
     return [_gemm_row(f"{op} {dims}", ",".join(sorted(grp["kernels"])), dtype, None,
                       flops, grp["ids"], grp["time"], "shapes", peaks, nbytes=nbytes, kind="attention")
             for (op, dtype, dims, flops, nbytes), grp in groups.items()]
@@ -351,22 +359,30 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
     kern = lat[(lat["gpu_category"] == "kernel") & ~lat["gpu_name"].map(is_gemm_kernel)]
     if kern.empty:
         return out
-    lids = kern["launch_id"].to_numpy(dtype=np.int64)
-    parents = {int(lid): int(op) for lid, op in zip(lids, launch_ops(session, lids)) if op >= 0}
-    dims = _args_of(session, "Input Dims", set(parents.values()))
-    types = _args_of(session, "Input type", set(parents.values()))
+    # The CPU op of each launch, and of those only the elementwise ones (by name code, once per distinct name): their
+    # recorded shapes are read, not those of every op that launched a kernel.
+    tb = session.tables
+    op_ids = launch_ops(session, kern["launch_id"].to_numpy(dtype=np.int64))
+    codes = [c for c, v in enumerate(tb.name.uniq) if v in _ELEMENTWISE]
+    rows = np.flatnonzero(op_ids >= 0)
+    rows = rows[np.isin(tb.name.codes[op_ids[rows]], codes)]
+    if not len(rows):
+        return out
+    chosen = op_ids[rows]
+    dims = _args_of(session, "Input Dims", set(chosen.tolist()))
+    types = _args_of(session, "Input type", set(chosen.tolist()))
     groups: dict[tuple, list] = {}
-    for rec in kern.itertuples(index=False):
-        op_id = parents.get(int(rec.launch_id))
-        if op_id is None:
-            continue
-        op = session.tables.name[[op_id]][0]
-        if op not in _ELEMENTWISE:
-            continue
-        sized = _elementwise_bytes(dims.get(op_id), types.get(op_id))
+    sizes: dict[str, tuple[float, int] | None] = {}  # by the recorded shapes and types: each distinct one once
+    for op_id, op, name, gpu_id, dur in zip(chosen.tolist(), tb.name[chosen].tolist(),
+                                            kern["gpu_name"].to_numpy(dtype=object)[rows].tolist(),
+                                            kern["gpu_id"].to_numpy()[rows].tolist(),
+                                            kern["gpu_dur_us"].to_numpy()[rows].tolist()):
+        d, t = dims.get(op_id), types.get(op_id)
+        key = repr((d, t))
+        sized = sizes[key] if key in sizes else sizes.setdefault(key, _elementwise_bytes(d, t))
         if sized is None:
             continue
-        groups.setdefault((op, rec.gpu_name, *sized), []).append((int(rec.gpu_id), float(rec.gpu_dur_us)))
+        groups.setdefault((op, name, *sized), []).append((int(gpu_id), float(dur)))
     for (op, name, nbytes, elems), items in groups.items():
         t = float(np.mean([d for _, d in items]))
         gbs = nbytes / t / 1e3 if t > 0 else None

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from ....config import config_field as _cfg
 from ..base import Diagnosis, _Ctx
 
@@ -13,8 +15,11 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
     GPU (the fused ones), the reasons the run's own settings give why flash could not run; silent in a trace without
     attention."""
     from ....workloads import sdpa_backend_from_names
-    names = [n for n in c.session.tables.name.tolist() if isinstance(n, str)]
-    backend = sdpa_backend_from_names(names)
+    col = c.session.tables.name  # the distinct names (in order of first appearance) with how often each occurs
+    counts = np.bincount(col.codes[col.codes >= 0], minlength=len(col.uniq)).tolist()
+    seen = [(n, k) for n, k in zip(col.uniq, counts) if k and isinstance(n, str)]
+    names = [n for n, _k in seen]
+    backend = sdpa_backend_from_names(names, [k for _n, k in seen])
     if backend is None:
         return None
     ops = sorted({n for n in names if n.startswith("aten::") and ("scaled_dot_product" in n

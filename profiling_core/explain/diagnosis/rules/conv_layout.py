@@ -34,7 +34,7 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     else:
         cost, basis = launch_us, ("the CPU time of the transposes' launch calls per step: the GPU waits on the CPU, "
                                   "so their GPU time is not on the critical path (it is when the GPU sets the pace)")
-    names = sorted({str(x) for x in tr["name"]}, key=len)
+    names = sorted({str(x) for x in tr["name"]}, key=lambda x: (len(x), x))  # (a set's order varies between runs)
     text = (f"cuDNN transposes between NCHW and NHWC around the convolutions: {count:g} transpose kernel"
             f"{'s' if count != 1 else ''} per step ({', '.join(x[:60] for x in names[:2])}), {_fmt_us(per_step)} of "
             f"GPU time per step, {per_step / gpu_total:.0%} of all kernel time; {len(tr) / max(1, len(k)):.0%} of the "

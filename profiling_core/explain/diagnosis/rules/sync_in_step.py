@@ -32,16 +32,17 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     r, tb = c.report, c.session.tables
     if r.steps.empty:
         return None
-    names = np.array(tb.name.tolist(), dtype=object)
-    cats = np.array(tb.category.tolist(), dtype=object)
-    idx = np.flatnonzero(np.isin(names, list(_SYNC_CALLS) + list(_SYNC_OPS)) & (cats != "gpu_user_annotation"))
+    names = tb.name[:]
+    # (tested on the codes: each distinct name and category once)
+    idx = np.flatnonzero(np.isin(tb.name.codes, _codes(tb.name, (*_SYNC_CALLS, *_SYNC_OPS)))
+                         & ~np.isin(tb.category.codes, _codes(tb.category, ("gpu_user_annotation",))))
     starts = r.steps["start_ns"].to_numpy(dtype=np.int64)
     ends = starts + np.round(r.steps["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
     inside = np.zeros(len(idx), dtype=bool)
     for a, b in zip(starts, ends):
         inside |= (tb.ts[idx] >= a) & (tb.ts[idx] + tb.dur[idx] <= b)
     idx = idx[inside]
-    idx = _reached_device(idx, names, cats, tb)
+    idx = _reached_device(idx, names, tb)
     lat = r.launch_latency
     copies = lat[lat["step"].notna() & lat["gpu_name"].astype(str).str.contains("HtoD|DtoH", na=False)] \
         if not lat.empty else lat
@@ -101,20 +102,25 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                       "sync_ops_by_phase": by_phase, "logged_per_step": logged})
 
 
-def _reached_device(idx: np.ndarray, names, cats, tb) -> np.ndarray:
+def _codes(col, values: tuple) -> list[int]:
+    """The codes of a text column (``TraceTables.name``/``category``) whose values are among ``values``."""
+    return [c for c, v in enumerate(col.uniq) if v in values]
+
+
+def _reached_device(idx: np.ndarray, names, tb) -> np.ndarray:
     """The synchronising slices of ``idx`` that made the CPU wait for a device: every runtime call, and the ops
     (``.item()``, ``nonzero``) inside which a runtime or driver call ran (the copy back, the stream sync). ``.item()``
     on a CPU tensor (Adam's step counter, a CPU-only run) calls none and waits for nothing."""
     ops = {int(i) for i in idx if names[i] in _SYNC_OPS}
     if not ops:
         return idx
+    wanted = np.array(sorted(ops), dtype=np.int64)
     hit: set[int] = set()
-    for i in np.flatnonzero(np.isin(cats, ["cuda_runtime", "cuda_driver"])).tolist():
-        p = int(tb.parent_id[i])
-        while p >= 0:
-            if p in ops:
-                hit.add(p)
-            p = int(tb.parent_id[p])
+    # Every runtime and driver call's ancestors, one level at a time for all of them at once.
+    p = tb.parent_id[np.isin(tb.category.codes, _codes(tb.category, ("cuda_runtime", "cuda_driver")))]
+    while len(p := p[p >= 0]):
+        hit.update(np.unique(p[np.isin(p, wanted)]).tolist())
+        p = tb.parent_id[p]
     return np.array([i for i in idx.tolist() if names[i] not in _SYNC_OPS or i in hit], dtype=np.int64)
 
 

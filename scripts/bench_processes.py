@@ -1,0 +1,479 @@
+#!/usr/bin/env python3
+"""Benchmark whole processes: ``analyze T --json`` on both engines beside traceinsight, on the largest real traces.
+
+Each cell is one fresh process, timed from outside: its wall time and its own peak RSS (``os.wait4``). Rounds are
+interleaved (every process of every trace once per round, the order rotated each round), so a noisy machine slows
+all of them alike; read the ratios of one run, not absolutes across runs. The table gives min and median wall and
+the median peak RSS of the rounds.
+
+The processes, per trace:
+
+- ``sqlite``: ``python -m profiling_core analyze T --engine sqlite --json`` (the offline mirror), as a user runs it.
+- ``perfetto (Python side)``: the same command on the perfetto engine, with trace_processor's answers replayed: no
+  ``trace_processor_shell`` can run here, so before the rounds each SQL text the command sends is answered once over
+  the tables a real trace_processor v58.2 recorded for that trace (``tests/tp_recorded.py``, from
+  ``/work/shared/traces/tp_tables``) and kept as the bytes trace_processor would send (a ``QueryResult`` protobuf,
+  in batches of at most 50,000 cells). In the timed process perfetto's ``TraceProcessor`` is replaced by a stand-in
+  whose ``query(sql)`` does what perfetto's own does with those bytes (``QueryResult.ParseFromString``, then
+  perfetto's ``QueryResultIterator``); everything else is the command as it runs (the trace_processor process,
+  its load and its SQL are not in the figure: the shell's own figures are the reference for those). Only traces
+  with a recording get this row.
+- ``traceinsight``: traceinsight 0.6.1 (Meta's HTA, ``hta`` package) in its own venv (``--ti-python``): import,
+  ``TraceAnalysis`` load, ``get_gpu_kernel_breakdown`` and ``get_temporal_breakdown``.
+
+Traces: the three largest real traces of different shapes in ``/work/shared/traces`` (HTA's A100 control trace,
+integer µs; the 2021 ResNet-50 V100 trace of the ``Operator``/``Kernel`` era with correlation fallback; HTA's
+V100 trace with nanosecond float timestamps), and, with ``--ranks N``, one extra row: the control trace with its
+events repeated N times as N ranks of one file (``bench_trace.make_trace``: pid + 1,000,000·k, flow ids +
+10,000,000·k), written with ``json.dump``.
+
+Outputs: ``--save-outputs DIR`` keeps the ``--json`` output of each engine on each trace (from the first round);
+``--check-outputs DIR`` compares this run's outputs with those byte for byte and fails on any difference (run it with
+the tree before a change, then after). ``--profile T`` prints instead where one ``analyze --json`` process's time goes
+(imports, load, tables, each analysis, findings, diagnosis, JSON) and cProfile's top entries; ``--importtime`` adds
+``python -X importtime``'s largest imports.
+
+Bytecode caching is on for the children (``PYTHONPYCACHEPREFIX`` in a temporary folder, written by a warm-up run), as
+for an installed package; a first run that compiles every module is not what a user pays twice.
+
+``--before-root DIR`` also times both engines of another tree (a ``git archive`` of the commit before a change) in
+the same interleaved rounds, and checks that its outputs are the same bytes as this tree's.
+
+Usage:
+    python scripts/bench_processes.py [--rounds 5] [--before-root DIR] [--ranks 2] [--ti-python /work/venv-ti/bin/python]
+        [--save-outputs DIR | --check-outputs DIR] [--only control,resnet50]
+    python scripts/bench_processes.py --profile /path/to/trace.json [--engine sqlite] [--importtime]
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gzip
+import io
+import json
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(os.path.dirname(ROOT)), "shared", "traces")
+if not os.path.isdir(SHARED):
+    SHARED = "/work/shared/traces"
+TRACES = {  # name: (trace file, its recorded trace_processor tables)
+    "control": ("third_party/hta/trace_diff_control_a100/control.json.gz",
+                "tp_tables/third_party_hta_trace_diff_control_a100__control"),
+    "resnet50": ("third_party/kineto/resnet50_v100_2021jun/worker0.1623143089861.pt.trace.json.gz",
+                 "tp_tables/third_party_kineto_resnet50_v100_2021jun__worker0.1623143089861.pt.trace"),
+    "ns_v100": ("third_party/hta/ns_resolution_v100/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+                "tp_tables/third_party_hta_ns_resolution_v100__rank-0.Apr_03_18_51_38.1102.pt.trace"),
+}
+# trace_processor_shell v58.2 (load + 3 queries), measured on a quiet 16-core machine: the reference figures
+SHELL = {"control": (0.53, 115), "control_x2": (0.64, 165)}
+CELLS_PER_BATCH = 50_000
+
+TI_CHILD = r"""
+import logging, os, shutil, sys, tempfile
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+d = tempfile.mkdtemp()
+os.symlink({path!r}, os.path.join(d, "rank-0.json"))
+ta = TraceAnalysis(trace_dir=d)
+ta.get_gpu_kernel_breakdown(visualize=False)
+ta.get_temporal_breakdown(visualize=False)
+shutil.rmtree(d)
+"""
+
+
+# --- the perfetto engine's Python side over recorded answers -----------------------------------------------------
+
+def _protos():
+    from perfetto.trace_processor.platform import PlatformDelegate
+    from perfetto.trace_processor.protos import ProtoFactory
+    return ProtoFactory(PlatformDelegate())
+
+
+def _encode(protos, cols: list, rows: list) -> bytes:
+    """``rows`` as the QueryResult protobuf trace_processor sends (whole rows per batch, at most CELLS_PER_BATCH cells
+    each, the last one flagged)."""
+    res = protos.QueryResult()
+    res.column_names.extend(cols)
+    per = max(1, CELLS_PER_BATCH // max(1, len(cols)))
+    for start in range(0, max(1, len(rows)), per):
+        b = res.batch.add()
+        cells, ints, floats, strings, blobs = [], [], [], [], []
+        for row in rows[start:start + per]:
+            for v in row:
+                if v is None:
+                    cells.append(1)
+                elif isinstance(v, int):
+                    cells.append(2)
+                    ints.append(v)
+                elif isinstance(v, float):
+                    cells.append(3)
+                    floats.append(v)
+                elif isinstance(v, str):
+                    cells.append(4)
+                    strings.append(v)
+                else:
+                    cells.append(5)
+                    blobs.append(bytes(v))
+        b.cells.extend(cells)
+        b.varint_cells.extend(ints)
+        b.float64_cells.extend(floats)
+        b.string_cells = "".join(s + "\0" for s in strings)
+        b.blob_cells.extend(blobs)
+        b.is_last_batch = start + per >= len(rows)
+    return res.SerializeToString()
+
+
+class _Recorder:
+    """A stand-in for perfetto's TraceProcessor that answers over a recording and keeps every answer's bytes."""
+
+    def __init__(self, folder: str, answers: dict) -> None:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from pathlib import Path
+
+        import tp_recorded
+        self._rec = tp_recorded.RecordedTrace(Path(folder))
+        self._answers, self._protos = answers, _protos()
+
+    def query(self, sql: str):
+        if sql not in self._answers:
+            self._answers[sql] = _encode(self._protos, *self._rec.rows(sql))
+        return _Replayer(self._answers).query(sql)
+
+    def close(self) -> None:
+        self._rec.close()
+
+
+class _Replayer:
+    """A stand-in for perfetto's TraceProcessor: ``query(sql)`` does what perfetto's does with trace_processor's
+    answer (api.py: parse the QueryResult, then ``QueryResultIterator(column_names, batch)``)."""
+
+    def __init__(self, answers: dict) -> None:
+        from perfetto.trace_processor.api import TraceProcessor
+        self._answers, self._protos, self._iter = answers, _protos(), TraceProcessor.QueryResultIterator
+
+    def query(self, sql: str):
+        response = self._protos.QueryResult()
+        response.ParseFromString(self._answers[sql])
+        if response.error:
+            raise RuntimeError(response.error)
+        return self._iter(response.column_names, response.batch)
+
+    def close(self) -> None:
+        pass
+
+
+def _run_cli_with(tp_factory, trace: str) -> int:
+    """``analyze trace --engine perfetto --json`` in this process, perfetto's TraceProcessor replaced."""
+    import perfetto.trace_processor as ptp
+    ptp.TraceProcessor = lambda trace=None, config=None: tp_factory()
+    os.environ["PERFETTO_BIN"] = sys.executable  # (an executable file: open_perfetto checks one is given)
+    from profiling_core.cli.analyze import main
+    return main([trace, "--engine", "perfetto", "--json"])
+
+
+def record(trace: str, folder: str, out: str) -> None:
+    """(child) Run the command once over the recording; write every answer's bytes (msgpack {sql: bytes})."""
+    import msgspec
+    answers: dict = {}
+    with open(os.devnull, "w") as null:
+        stdout, sys.stdout = sys.stdout, null
+        try:
+            rc = _run_cli_with(lambda: _Recorder(folder, answers), trace)
+        finally:
+            sys.stdout = stdout
+    if rc:
+        raise SystemExit(rc)
+    with open(out, "wb") as f:
+        f.write(msgspec.msgpack.encode(answers))
+
+
+def replay(trace: str, answers_file: str) -> int:
+    """(child, timed) The command with trace_processor's answers read from ``answers_file``."""
+    import msgspec
+    with open(answers_file, "rb") as f:
+        answers = msgspec.msgpack.decode(f.read())
+    return _run_cli_with(lambda: _Replayer(answers), trace)
+
+
+# --- whole processes ---------------------------------------------------------------------------------------------
+
+def run_process(argv: list, env: dict, stdout_path: str | None = None) -> dict:
+    """Run ``argv``; its wall time and its own peak RSS (os.wait4), its stdout kept in ``stdout_path``."""
+    with open(stdout_path or os.devnull, "wb") as out:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+        err = p.stderr.read()
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+    rc = os.waitstatus_to_exitcode(status)
+    if rc != 0:
+        raise RuntimeError(f"{argv[:4]} failed ({rc}): {err.decode(errors='replace')[-2000:]}")
+    return {"wall_s": wall, "rss_mib": usage.ru_maxrss / 1024}
+
+
+def child_env(pycache: str) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = pycache
+    env["PYTHONPATH"] = ROOT
+    return env
+
+
+def _gunzip(src: str, dst: str) -> None:
+    with gzip.open(src, "rb") as f, open(dst, "wb") as g:
+        shutil.copyfileobj(f, g, 1 << 22)
+
+
+def prepare(args, tmp: str) -> list[dict]:
+    """The bench traces (decompressed: trace_processor reads them as they are, and so do we) and, for those with a
+    recording, the answers the perfetto engine's replay needs."""
+    names = args.only.split(",") if args.only else list(TRACES)
+    cases = []
+    env = child_env(os.path.join(tmp, "pyc"))
+    for name in names:
+        src, rec = TRACES[name]
+        path = os.path.join(tmp, f"{name}.json")
+        _gunzip(os.path.join(SHARED, src), path)
+        answers = os.path.join(tmp, f"{name}.answers")
+        subprocess.run([sys.executable, os.path.abspath(__file__), "--record", path, os.path.join(SHARED, rec),
+                        answers], check=True, env=env)
+        cases.append({"name": name, "path": path, "answers": answers})
+    if args.ranks > 1 and "control" in names:
+        path = os.path.join(tmp, f"control_x{args.ranks}.json")
+        size = 34.83 * args.ranks  # control.json's MB, so make_trace makes `ranks` copies
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_trace.py"), "--make-trace", str(size),
+                        path], check=True, env=env)
+        cases.append({"name": f"control_x{args.ranks}", "path": path, "answers": None})
+    for c in cases:
+        c["mib"] = os.path.getsize(c["path"]) / 2**20
+        # Counted in a child: a child's peak RSS (ru_maxrss) starts at its parent's RSS when it is forked, so this
+        # process must never hold a trace.
+        count = "import json, sys; print(len(json.load(open(sys.argv[1]))['traceEvents']))"
+        c["events"] = int(subprocess.run([sys.executable, "-c", count, c["path"]], check=True, capture_output=True,
+                                         text=True).stdout)
+    return cases
+
+
+def processes(case: dict, ti_python: str | None, before: str | None) -> list[tuple[str, list, str | None]]:
+    """(label, argv, the tree on PYTHONPATH) of each process to time on ``case``; with ``before`` (another tree, e.g.
+    a ``git archive`` of an older commit) its two engines too, labelled ``... before``."""
+    py = sys.executable
+    out = []
+    for tag, root in [("", ROOT)] + ([(" before", before)] if before else []):
+        out.append((f"sqlite{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", "sqlite",
+                                     "--json"], root))
+        if case["answers"]:
+            out.append((f"perfetto{tag}", [py, os.path.abspath(__file__), "--replay", case["path"], case["answers"]],
+                        root))
+    if ti_python:
+        out.append(("traceinsight", [ti_python, "-c", TI_CHILD.format(path=case["path"])], None))
+    return out
+
+
+def bench(args) -> int:
+    tmp = tempfile.mkdtemp(prefix="bench-proc-")
+    try:
+        cases = prepare(args, tmp)
+        env = child_env(os.path.join(tmp, "pyc"))
+
+        def env_of(root):
+            e = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+            return e if root is None else {**e, "PYTHONPATH": root,
+                                           "PYTHONPYCACHEPREFIX": os.path.join(tmp, "pyc", str(hash(root)))}
+        before = os.path.abspath(args.before_root) if args.before_root else None
+        plan = [(c, label, argv, env_of(root)) for c in cases for label, argv, root in
+                processes(c, args.ti_python, before)]
+        for c, label, argv, e in plan:  # warm-up: bytecode written, files in the page cache
+            run_process(argv, e)
+        results: dict = {(c["name"], label): [] for c, label, _, _ in plan}
+        outputs = os.path.join(tmp, "outputs")
+        os.makedirs(outputs)
+        for r in range(args.rounds):
+            k = r % len(plan)
+            for c, label, argv, e in plan[k:] + plan[:k]:
+                keep = os.path.join(outputs, f"{c['name']}.{label.replace(' ', '_')}.json") \
+                    if r == 0 and label != "traceinsight" else None
+                results[(c["name"], label)].append(run_process(argv, e, keep))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+        report(args, cases, results)
+        return check_outputs(args, outputs)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_outputs(args, outputs: str) -> int:
+    if args.save_outputs:
+        os.makedirs(args.save_outputs, exist_ok=True)
+        for n in sorted(os.listdir(outputs)):
+            shutil.copy(os.path.join(outputs, n), os.path.join(args.save_outputs, n))
+        print(f"\noutputs saved in {args.save_outputs}")
+    if args.before_root:  # the same command on both trees: the outputs must be the same bytes
+        for n in sorted(x for x in os.listdir(outputs) if "_before" in x):
+            with open(os.path.join(outputs, n), "rb") as a, open(os.path.join(outputs, n.replace("_before", "")),
+                                                                  "rb") as b:
+                same = a.read() == b.read()
+            print(f"{n.replace('_before', '')}: {'identical' if same else 'DIFFERS'} before and after")
+            if not same:
+                return 1
+    if not args.check_outputs:
+        return 0
+    bad = []
+    for n in sorted(x for x in os.listdir(outputs) if "_before" not in x):
+        ref = os.path.join(args.check_outputs, n)
+        if not os.path.exists(ref):
+            bad.append(f"{n}: no saved output to compare with")
+            continue
+        with open(ref, "rb") as a, open(os.path.join(outputs, n), "rb") as b:
+            if a.read() != b.read():
+                bad.append(f"{n}: differs from {ref}")
+    print("\noutputs: " + ("identical to " + args.check_outputs if not bad else "; ".join(bad)))
+    return 1 if bad else 0
+
+
+def report(args, cases: list, results: dict) -> None:
+    print(f"\nmachine: {os.cpu_count()} cores ({_cpu_model()}), python {sys.version.split()[0]}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}; {args.rounds} interleaved rounds of fresh processes\n")
+    print("| trace | process | wall min s | wall median s | peak RSS median MiB | traceinsight / this (median) "
+          "| this / shell (min) | RSS / shell |")
+    print("|---|---|---|---|---|---|---|---|")
+    for c in cases:
+        ti = results.get((c["name"], "traceinsight"))
+        for label in ("sqlite", "sqlite before", "perfetto", "perfetto before", "traceinsight"):
+            runs = results.get((c["name"], label))
+            if not runs:
+                continue
+            walls = [x["wall_s"] for x in runs]
+            rss = statistics.median(x["rss_mib"] for x in runs)
+            vs_ti = "–"
+            if ti and label != "traceinsight":  # per round: the same round's traceinsight over this
+                vs_ti = f"{statistics.median(t['wall_s'] / x['wall_s'] for t, x in zip(ti, runs)):.1f}×"
+            shell = SHELL.get(c["name"])
+            vs_shell = f"{min(walls) / shell[0]:.2f}×" if shell and label != "traceinsight" else "–"
+            rss_shell = f"{rss / shell[1]:.2f}×" if shell and label != "traceinsight" else "–"
+            name = f"{c['name']} ({c['mib']:.0f} MiB, {c['events'] / 1000:.0f}k events)"
+            print(f"| {name} | {label.replace('perfetto', 'perfetto (Python side)')} | {min(walls):.2f} | "
+                  f"{statistics.median(walls):.2f} | {rss:.0f} | {vs_ti} | {vs_shell} | {rss_shell} |")
+
+
+def _cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in subprocess.run(
+            ["lscpu"], capture_output=True, text=True, check=False).stdout.splitlines() if line.startswith("Model name"))
+    except (OSError, StopIteration):
+        return ""
+
+
+# --- where one process's time goes -------------------------------------------------------------------------------
+
+def profile(args) -> int:
+    """Phases of one ``analyze --json`` run in this process (after the imports), then cProfile's top entries."""
+    t0 = time.perf_counter()
+    from profiling_core.analyses import analyze as _analyze_imported  # noqa: F401 - timed: the imports
+    from profiling_core.analyses import report as rep
+    from profiling_core.cli.analyze import build_json
+    from profiling_core.explain.diagnosis import diagnose
+    from profiling_core.explain.questions import findings
+    from profiling_core.trace import open_trace
+    t_imports = time.perf_counter() - t0
+    phases = [("imports (profiling_core, numpy, pandas)", t_imports)]
+    analyses: list = []
+
+    def timed(name, fn):
+        def run(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                analyses.append((name, time.perf_counter() - t))
+        return run
+    for name in ("profiler_table", "steps", "step_breakdown", "top_kernels", "dispatch_chains",
+                 "kernel_durations_by_step", "launch_latency", "gemm_throughput", "launch_paths", "gpu_busy",
+                 "compile_breakdown", "gpu_ops", "kernel_stats", "sync_wait", "cold_start_gap", "cpu_vs_gpu",
+                 "phases", "_summary", "Shared"):
+        setattr(rep, name, timed(name, getattr(rep, name)))
+
+    def once():
+        analyses.clear()
+        t = time.perf_counter()
+        s = open_trace(args.profile, engine=args.engine)
+        t1 = time.perf_counter()
+        s.tables  # noqa: B018 - perfetto: the extraction queries
+        t2 = time.perf_counter()
+        r = rep.analyze(s)
+        t3 = time.perf_counter()
+        f = findings(r)
+        t4 = time.perf_counter()
+        d = diagnose(s, r)
+        t5 = time.perf_counter()
+        json.dumps(build_json(r, f, d), ensure_ascii=False)
+        t6 = time.perf_counter()
+        s.close()
+        return [("open_trace (decode, tables)", t1 - t), ("session.tables", t2 - t1), ("analyze", t3 - t2),
+                ("findings", t4 - t3), ("diagnose", t5 - t4), ("JSON output", t6 - t5)]
+    phases += once()
+    print(f"{args.profile} ({args.engine}):\n\n| phase | s |\n|---|---|")
+    for name, t in phases:
+        print(f"| {name} | {t:.3f} |")
+    print("\n| analysis (inside analyze) | s |\n|---|---|")
+    for name, t in sorted(analyses, key=lambda x: -x[1]):
+        print(f"| {name} | {t:.3f} |")
+    pr = cProfile.Profile()
+    pr.enable()
+    once()
+    pr.disable()
+    buf = io.StringIO()
+    pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(args.top)
+    print("\ncProfile, by own time (a second run, same process):\n" + buf.getvalue())
+    if args.importtime:
+        p = subprocess.run(check=False, args=[sys.executable, "-X", "importtime", "-m", "profiling_core", "analyze", args.profile,
+                            "--engine", args.engine, "--json"], capture_output=True, text=True,
+                           env=child_env(tempfile.mkdtemp(prefix="bench-pyc-")))
+        rows = []
+        for line in p.stderr.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3 and parts[1].strip().isdigit():
+                rows.append((int(parts[1]), parts[2].rstrip()))
+        print("python -X importtime, largest cumulative imports (µs; compiled, no .pyc cache):")
+        for us, name in sorted(rows, reverse=True)[:args.top]:
+            print(f"  {us:>9}  {name}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--ranks", type=int, default=2, help="the extra row: control.json as this many ranks (1: none)")
+    ap.add_argument("--only", help="trace names, comma-separated: " + ",".join(TRACES))
+    ap.add_argument("--ti-python", default="/work/venv-ti/bin/python" if os.path.exists(
+        "/work/venv-ti/bin/python") else None, help="python of a venv with traceinsight 0.6.1")
+    ap.add_argument("--save-outputs", metavar="DIR")
+    ap.add_argument("--check-outputs", metavar="DIR")
+    ap.add_argument("--before-root", metavar="DIR", help="also time both engines of this tree (rows '... before'); "
+                                                          "their outputs must equal this tree's")
+    ap.add_argument("--profile", metavar="TRACE")
+    ap.add_argument("--engine", default="sqlite", choices=("sqlite",), help="with --profile")
+    ap.add_argument("--importtime", action="store_true")
+    ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--record", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--replay", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.record:
+        record(*args.record)
+        return 0
+    if args.replay:
+        return replay(*args.replay)
+    if args.profile:
+        return profile(args)
+    return bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
