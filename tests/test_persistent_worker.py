@@ -13,6 +13,9 @@ from collections import Counter
 
 import pytest
 from conftest import scan_trace
+from conftest_app import runs_dir  # noqa: F401  (a fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiling_core import ExperimentConfig, RunStore, WorkerError, run_experiment
 from profiling_core.errors import ConfigError
@@ -24,7 +27,7 @@ from profiling_core.run import (
 )
 from profiling_core.run.lock import device_lock
 
-pytestmark = pytest.mark.slow
+slow = pytest.mark.slow  # the tests that make real runs
 
 WARM = {"size": 32, "dtype": "fp32", "device": "cpu", "warmup": 2, "wait": 0, "warmup_steps": 0, "active": 2}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,6 +63,7 @@ def _steps(run):
     return Counter(e["name"] for e in scan_trace(run.trace_path) if e.get("ph") == "X")["matmul_add"]
 
 
+@slow
 def test_two_warm_runs_share_one_process_and_free_the_device_between(store):
     first = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
     with device_lock("cpu", wait=False):  # the worker let go of the run's lock when the run ended
@@ -77,6 +81,7 @@ def test_two_warm_runs_share_one_process_and_free_the_device_between(store):
     assert _gone_within(a["pid"])
 
 
+@slow
 def test_the_stages_of_a_run_are_timed_in_meta(store):
     t0 = time.perf_counter()
     run = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
@@ -90,6 +95,7 @@ def test_the_stages_of_a_run_are_timed_in_meta(store):
     assert sum(v for k, v in over.items() if k != "total_s") <= over["total_s"] + 1e-3
 
 
+@slow
 def test_cold_runs_and_scripts_never_use_it(store, tmp_path):
     warm = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
     pid = _meta(warm)["process"]["pid"]
@@ -118,6 +124,7 @@ def test_the_rule_names_what_gets_a_new_process():
     assert PROCESS_KINDS == ("fresh", "persistent")
 
 
+@slow
 @pytest.mark.parametrize("bad", ["Persistent", "fork", "", None, 1, "persistent\x1b[31m"])
 def test_a_bad_process_kind_is_refused_with_the_value(store, bad):
     with pytest.raises(ConfigError) as info:
@@ -126,6 +133,7 @@ def test_a_bad_process_kind_is_refused_with_the_value(store, bad):
     assert store.list() == [] and not list((store.root / ".staging").glob("*"))
 
 
+@slow
 def test_a_failure_in_run_two_is_reported_and_run_three_gets_a_new_process(store):
     first = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
     pid = _meta(first)["process"]["pid"]
@@ -142,6 +150,7 @@ def test_a_failure_in_run_two_is_reported_and_run_three_gets_a_new_process(store
     assert not list((store.root / ".staging").iterdir())
 
 
+@slow
 def test_a_crash_in_run_two_loses_only_that_run(store):
     first = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
     pid = _meta(first)["process"]["pid"]
@@ -160,6 +169,7 @@ def _slow(**kw):
                             **kw)
 
 
+@slow
 @pytest.mark.parametrize("how", ["timeout", "cancel"])
 def test_a_timeout_or_cancel_kills_it_and_leaves_nothing_half_committed(store, how):
     first = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
@@ -181,6 +191,7 @@ def test_a_timeout_or_cancel_kills_it_and_leaves_nothing_half_committed(store, h
     assert _meta(after)["process"]["pid"] != pid and _meta(after)["process"]["runs_before"] == 0
 
 
+@slow
 def test_threads_set_by_one_run_do_not_reach_the_next(store):
     default = _meta(run_experiment(ExperimentConfig(**WARM), store=store))["device"]["cpu_threads"]  # a new process
     one = run_experiment(ExperimentConfig(**WARM, threads=1), store=store, process="persistent", prestart=1)
@@ -242,6 +253,7 @@ _CALLER = ("import sys\nfrom profiling_core import ExperimentConfig, RunStore, r
            "import time; time.sleep(600)\n")
 
 
+@slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
 @pytest.mark.parametrize("prestart", [0, 1], ids=["fresh", "forked"])
 def test_an_idle_persistent_worker_dies_with_its_killed_caller(tmp_path, prestart):
@@ -264,6 +276,7 @@ def test_an_idle_persistent_worker_dies_with_its_killed_caller(tmp_path, prestar
             os.kill(pid, signal.SIGKILL)
 
 
+@slow
 def test_a_sweep_sends_its_warm_eager_runs_to_one_process(store):
     configs = [ExperimentConfig(**{**WARM, "size": s}) for s in (16, 32)] + [ExperimentConfig(**{**WARM,
                                                                                                  "warmup": 0})]
@@ -274,6 +287,7 @@ def test_a_sweep_sends_its_warm_eager_runs_to_one_process(store):
     assert procs[2]["kind"] == "forked" and procs[2]["pid"] != procs[0]["pid"]
 
 
+@slow
 def test_the_cli_sweep_takes_the_process_flag(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     root = tmp_path / "runs"
@@ -289,3 +303,36 @@ def test_the_cli_sweep_takes_the_process_flag(tmp_path):
                           "zygote"], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert bad.returncode == 2 and "'zygote'" in bad.stderr and "persistent" in bad.stderr
     assert len(RunStore(root).list()) == 2
+
+
+@slow
+def test_the_profile_forms_toggle_sends_warm_runs_to_one_process(runs_dir):  # noqa: F811
+    """The Profile form's control: two warm eager runs with it on share one process; with it off, a new one."""
+    from conftest_app import app, errors_of
+    from test_app_profile import fill_profile_form, submit
+    at = app("profile")
+    assert not at.toggle(key="profile_form_process").value  # off unless asked for
+    kinds = []
+    for on in (True, True, False):
+        fill_profile_form(at)
+        at.number_input(key="profile_form_warmup").set_value(2)
+        at.toggle(key="profile_form_process").set_value(on)
+        submit(at, "Run profile")
+        assert not errors_of(at), errors_of(at)
+        newest = max((p for p in runs_dir.iterdir() if not p.name.startswith(".")), key=lambda p: p.stat().st_mtime)
+        kinds.append(json.loads((newest / "meta.json").read_text())["process"])
+    assert [k["kind"] for k in kinds] == ["persistent", "persistent", "forked"]
+    assert kinds[0]["pid"] == kinds[1]["pid"] != kinds[2]["pid"]
+    assert [k["runs_before"] for k in kinds] == [0, 1, 0]
+
+
+@given(st.one_of(st.text(max_size=30), st.integers(), st.none(), st.booleans(), st.binary(max_size=10)))
+@settings(max_examples=300, deadline=None)
+def test_any_other_process_kind_is_refused_naming_it(bad):
+    from profiling_core.run.worker import check_process
+    if bad in PROCESS_KINDS:
+        assert check_process(bad) == bad
+        return
+    with pytest.raises(ConfigError) as info:
+        check_process(bad)
+    assert repr(bad) in str(info.value) and "'fresh' or 'persistent'" in str(info.value)

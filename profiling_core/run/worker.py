@@ -1,4 +1,4 @@
-"""Worker processes: every experiment runs in a fresh Python process.
+"""Worker processes: every experiment runs in a fresh Python process (a warm one, when asked, in a persistent one).
 
 A fresh process makes a cold run honestly cold: no CUDA context, no cuBLAS handle, no reused compile cache
 in memory.  Protocol:
@@ -15,7 +15,13 @@ in memory.  Protocol:
 - the worker writes ``trace.json``, ``table.txt`` and then ``result.json`` (timings and device facts); its
   stderr goes to ``worker.log``;
 - the parent enforces the timeout (the whole process group is killed), and turns every failure — an error the
-  worker reported, a crash, a signal, a timeout, a cancellation — into a ``WorkerError`` with the tail of the log.
+  worker reported, a crash, a signal, a timeout, a cancellation — into a ``WorkerError`` with the tail of the log;
+- a caller that asks for it (``process="persistent"``) sends warm eager runs to a *persistent worker* instead
+  (``_serve_main``: one per device and caller, forked from the fork server or a fresh interpreter), which runs
+  them one after another in the same process, its CUDA context kept; it gets each run's staging folder, channel
+  and locks in a message, runs it as a new process would (``_child_main``), sets back what a run may change
+  before the next (``loop.ProcessSettings``), and dies on any failure, timeout or cancel, or with its caller.
+  ``persistent_refusal`` names the runs that still get a new process (cold, compiled, scripts, calibrations).
 
 Subprocess hygiene follows perfetto's TraceProcessor: stdout to a file, stderr to a file, the child in its own
 process group, killed on any failure.
@@ -100,6 +106,8 @@ def _end_session(sid: int, timeout_s: float = 10.0) -> None:
     it on its own session after each run: everything but itself."""
     deadline = time.monotonic() + timeout_s
     me = os.getpid()
+    if not [pid for pid in _session_members(sid) if pid != me]:
+        return  # nothing lives in it, so nothing can start there any more: one look at /proc is enough
     _kill_session(sid)
     while [pid for pid in _session_members(sid) if pid != me] and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -501,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         compile_too = json.loads((staging / CONFIG_FILE).read_text()).get("compile", "off") != "off"
     except (OSError, ValueError, AttributeError):
         compile_too = False
-    return _child_main(staging, t_spawn, t_main, _preimport(compile_too), False, channel=channel)
+    import_s = _preimport(compile_too)
+    return _child_main(staging, t_spawn, t_main, import_s, False, channel=channel, import_paid_s=import_s)
 
 
 # ---------------------------------------------------------------------------------------- parent side
