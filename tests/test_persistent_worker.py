@@ -239,7 +239,10 @@ def test_every_setting_a_run_may_change_is_set_back():
         assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()
         expected = torch.rand(3, generator=torch.Generator().manual_seed(saved.cpu_seed))
         assert torch.equal(torch.rand(3), expected)  # the seed as the process had it when it started
+        torch.set_autocast_enabled("cpu", True)  # no setter puts it back from outside its context: refused
+        assert saved.restore(torch) == ["autocast"]
     finally:
+        torch.set_autocast_enabled("cpu", False)
         os.chdir(cwd)
         os.environ.pop("PROFILING_LEAK_CHECK", None)
         saved.restore(torch)
