@@ -15,9 +15,9 @@ ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 st.title("Profile")
 st.caption("Run the workload under torch.profiler with your knobs; read the table, the timeline, the findings.")
 
-config = ui.config_form("profile_form")
+config = ui.config_form("profile_form", process_control=True)
 if config is not None:
-    ui.start_profile("profile", config)
+    ui.start_profile("profile", config, process=ui.chosen_process("profile_form"))
 ui.finish_profile("profile")
 
 rid = ui.current_run_id()

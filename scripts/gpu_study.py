@@ -31,13 +31,14 @@ from profiling_core.run.worker import fork_server  # noqa: E402
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096, 8192]
 
 
-def spine_set() -> list[ExperimentConfig]:
+def spine_set(sizes=(64, 4096), **common) -> list[ExperimentConfig]:
+    """The study's 14 runs at ``sizes`` (``common``: other config fields, e.g. a CPU's device and dtype)."""
     out = []
-    for size in (64, 4096):
+    for size in sizes:
         for warm in (0, 10):
             for mode in ("off", "default", "reduce-overhead"):
-                out.append(ExperimentConfig(size=size, warmup=warm, compile=mode))
-        out.append(ExperimentConfig(size=size, warmup=10, batch=8))
+                out.append(ExperimentConfig(size=size, warmup=warm, compile=mode, **common))
+        out.append(ExperimentConfig(size=size, warmup=10, batch=8, **common))
     return out
 
 

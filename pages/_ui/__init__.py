@@ -23,7 +23,7 @@ from .cache import (calibrations, chart, config_summary, corrupt_runs, diagnosis
                     gemm_vs_peak, load_run, memory, memory_categories, memory_section, mode_label, report, runs_frame,
                     session, store, store_summary, summaries)
 from .form import (COMPILE_MODES, DEVICES, SCHEDULE_WARMUP_LABEL, SIZES, WARMUP_CALLS_HELP, WARMUP_CALLS_LABEL,
-                   config_form, dtype_select, knob_widget)
+                   chosen_process, config_form, dtype_select, knob_widget)
 from .frame import follow_deep_link, in_frame, new_script_run, sidebar
 from .jobs import (finish_calibration, finish_profile, finish_sweep, follow_job, get_job, pop_job, start_calibration,
                    start_profile, start_sweep)
@@ -39,7 +39,7 @@ __all__ = [
     "session", "store",
     "store_summary", "summaries",
     "COMPILE_MODES", "DEVICES", "SCHEDULE_WARMUP_LABEL", "SIZES", "WARMUP_CALLS_HELP", "WARMUP_CALLS_LABEL",
-    "config_form", "dtype_select", "knob_widget",
+    "chosen_process", "config_form", "dtype_select", "knob_widget",
     "follow_deep_link", "in_frame", "new_script_run", "sidebar",
     "finish_calibration", "finish_profile", "finish_sweep", "follow_job", "get_job", "pop_job", "start_calibration",
     "start_profile", "start_sweep",

@@ -62,14 +62,27 @@ def knob_widget(col, key: str, knob, value):
     return col.text_input(label, value=str(value), key=key, help=knob.help)
 
 
+PROCESS_LABEL = "Keep one worker process for warm eager runs"
+PROCESS_HELP = ("off: every run gets a new process (forked from a prestarted one). On: warm eager runs share one "
+                "process kept for this device, CUDA context included, so a click pays no process start, CUDA "
+                "initialisation or profiler start-up; the settings a run may change (threads, matmul precision, "
+                "cuDNN flags, seeds ...) are set back before each. Cold runs, compiled runs and scripts always get "
+                "a new process; meta.json says which process ran each run")
+
+
+def chosen_process(key: str) -> str:
+    """The worker process the form ``key`` asked for (its ``process_control``): ``persistent`` or ``fresh``."""
+    return "persistent" if st.session_state.get(f"{key}_process") else "fresh"
+
+
 def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str = "Run profile",
                 show_size: bool = True, show_compile: bool = True,
-                workloads: bool = True) -> Optional[ExperimentConfig]:
+                workloads: bool = True, process_control: bool = False) -> Optional[ExperimentConfig]:
     """The experiment knobs in one st.form; returns a validated config on submit (errors shown inline).
 
     workloads: a workload selector above the form (it reruns the page, so the form shows that workload's knobs,
     drawn from the registry's ``Knob``s); matmul_add's form is the study's (size, batch, bias). False: matmul_add
-    only."""
+    only.  process_control: a toggle for the worker process (:func:`chosen_process` reads it)."""
     d = {**ExperimentConfig().to_dict(), "size": 64, "active": 3, **(defaults or {})}
     names = workload_names()
     wl_name = d.get("workload", "matmul_add")
@@ -139,6 +152,8 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
                                   "profiler sorts it into parameters, optimizer state, activations, gradients …")
         stack = o3.checkbox("with_stack", value=bool(d["with_stack"]), key=f"{key}_with_stack",
                             help="the Python call stack of every op (torch's memory categories need it)")
+        if process_control:
+            st.toggle(PROCESS_LABEL, value=False, key=f"{key}_process", help=PROCESS_HELP)
         submitted = st.form_submit_button(submit_label, type="primary", icon=":material/play_arrow:")
     if not submitted:
         return None

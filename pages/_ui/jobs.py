@@ -138,13 +138,14 @@ def end_job(key: str, job: Job, run_ids: list[str], notices: list[tuple]) -> Non
     end_action(key, run_ids, notices)
 
 
-def start_profile(key: str, config: ExperimentConfig) -> Job:
-    """Start one profile in the background (a fresh worker process behind the device lock)."""
+def start_profile(key: str, config: ExperimentConfig, process: str = "fresh") -> Job:
+    """Start one profile in the background (a worker process behind the device lock: a new one, or with
+    ``process="persistent"`` the device's persistent worker for a warm eager run)."""
     from profiling_core import run_experiment
 
     def work(job: Job):
         return run_experiment(config, store=store(), on_status=job.status, cancel_event=job.cancel_event,
-                              prestart=prestart())
+                              prestart=prestart(), process=process)
 
     return start_job(key, f"Profiling {config.name}", work)
 

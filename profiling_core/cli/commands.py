@@ -20,6 +20,7 @@ from typing import Optional
 from ..config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, ExperimentConfig
 from ..errors import ProfilingError, WorkerError
 from ..present.terminal import echo, terminal_safe
+from ..run.worker import PROCESS_KINDS
 from ..store.runs import RunStore
 from ..workloads import INT_TEXT, WORKLOADS, get_workload, workload_names
 
@@ -142,7 +143,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
     try:
         result = run_sweep(configs, store=_store(a), on_progress=progress, cancel_event=cancel,
-                           prestart=0 if a.fresh_interpreter else 1)
+                           prestart=0 if a.fresh_interpreter else 1, process=a.process)
     except KeyboardInterrupt:
         cancel.set()
         echo("", "cancelled", file=sys.stderr)
@@ -298,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fresh-interpreter", action="store_true",
                    help="start each run in a new interpreter that imports torch itself (default: fork each run "
                         "from a prestarted worker that imported torch once and never touched CUDA)")
+    p.add_argument("--process", choices=PROCESS_KINDS, default="fresh",
+                   help="fresh (default): a new process per run; persistent: the warm eager runs share one process "
+                        "kept for this device (its CUDA context too), with the settings a run may change set back "
+                        "before each; cold and compiled runs and scripts still get a new process each")
     _config_args(p, sweep=True)
     add("workloads", cmd_workloads, "list the workloads and their knobs (defaults, ranges, choices)")
     add("ls", cmd_ls, "list runs")

@@ -6,7 +6,9 @@
 - ``sweep``: :func:`run_sweep` over many configs with progress and cancel; :func:`sweep_configs` makes them
   (:func:`sweep_values` reads the axis's values from text);
   :func:`sweep_points` gives each point's median and spread (``SPREAD_WARN_PCT``).
-- ``worker``: the worker process and the fork server (``python -m profiling_core.run.worker``); ``loop``: what
+- ``worker``: the worker process, the fork server and the persistent workers (``python -m
+  profiling_core.run.worker``; ``PROCESS_KINDS``, :func:`persistent_refusal`, :func:`stop_persistent_workers`);
+  ``loop``: what
   the worker runs (build the workload, warm up, profile with the schedule, export); ``calibration``:
   :class:`CalibrationJob` and :func:`measure_peaks`; ``lock``: :func:`device_lock`, one run per device;
   ``host``: facts of the machine read without torch.
@@ -19,7 +21,8 @@ from .calibration import CalibrationJob, measure_peaks
 from .lock import device_lock
 from .runner import calibrate, environment_info, machine_busy, prestart_worker, run_experiment
 from .sweep import SPREAD_WARN_PCT, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points, sweep_values
+from .worker import PROCESS_KINDS, persistent_refusal, stop_persistent_workers
 
 __all__ = ["run_experiment", "run_sweep", "sweep_configs", "sweep_values", "sweep_points", "SPREAD_WARN_PCT", "SweepProgress",
            "SweepResult", "calibrate", "CalibrationJob", "measure_peaks", "environment_info", "prestart_worker",
-           "machine_busy", "device_lock"]
+           "machine_busy", "device_lock", "PROCESS_KINDS", "persistent_refusal", "stop_persistent_workers"]

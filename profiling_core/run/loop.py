@@ -46,7 +46,13 @@ class Phase:
 
     def __init__(self, on_start: Callable[[str], None] | None = None) -> None:
         self.timings: dict[str, float] = {}
+        self.overhead: dict[str, float] = {}
+        """Seconds of a run that are not its workload's own work, by stage (meta.json's ``overhead_s``)."""
         self._on_start = on_start
+
+    def add(self, stage: str, seconds: float) -> None:
+        """Add ``seconds`` to the overhead stage ``stage``."""
+        self.overhead[stage] = round(self.overhead.get(stage, 0.0) + seconds, 6)
 
     def run(self, name: str, func: Callable):
         if self._on_start is not None:
@@ -67,6 +73,116 @@ def _mem_available_bytes() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory: Linux's VmHWM (which a persistent worker resets before each run,
+    :func:`reset_peak_rss`), else getrusage's ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Start this process's peak resident memory again from its current size (Linux: ``/proc/self/clear_refs``);
+    False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+_CUDA_DEFAULT_SEED = 67280421310721  # c10's default_rng_seed_val: a CUDA generator's seed in a new process
+
+
+def _flags(torch) -> dict:
+    """The process-wide settings a run may change, as (getter value) by name."""
+    b = torch.backends
+    out = {"num_threads": torch.get_num_threads(),
+           "float32_matmul_precision": torch.get_float32_matmul_precision(),
+           "cuda.matmul.allow_tf32": b.cuda.matmul.allow_tf32,
+           "cuda.matmul.allow_fp16_reduced_precision_reduction": b.cuda.matmul.allow_fp16_reduced_precision_reduction,
+           "cuda.matmul.allow_bf16_reduced_precision_reduction": b.cuda.matmul.allow_bf16_reduced_precision_reduction,
+           "cudnn.enabled": b.cudnn.enabled, "cudnn.benchmark": b.cudnn.benchmark,
+           "cudnn.deterministic": b.cudnn.deterministic, "cudnn.allow_tf32": b.cudnn.allow_tf32,
+           "mkldnn.enabled": b.mkldnn.enabled,
+           "sdp.flash": b.cuda.flash_sdp_enabled(), "sdp.mem_efficient": b.cuda.mem_efficient_sdp_enabled(),
+           "sdp.math": b.cuda.math_sdp_enabled(), "sdp.cudnn": b.cuda.cudnn_sdp_enabled(),
+           "deterministic_algorithms": (torch.are_deterministic_algorithms_enabled(),
+                                        torch.is_deterministic_algorithms_warn_only_enabled()),
+           "default_dtype": str(torch.get_default_dtype()), "grad_enabled": torch.is_grad_enabled(),
+           "anomaly": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+           "autocast": torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")}
+    return out
+
+
+class ProcessSettings:
+    """What one run may leave behind in a process that runs several (a persistent worker), captured when that
+    process starts and set back before each run: torch's intra-op threads, the float32 matmul precision, the
+    cuBLAS, cuDNN, oneDNN and SDPA flags, deterministic mode, the default dtype, grad and anomaly mode, the RNG
+    seeds (the CPU's as the process started, CUDA's as a new process has it), Dynamo's caches, the environment
+    and the working folder.  :meth:`restore` then checks every flag reads as captured and names those that do not
+    (the run is refused)."""
+
+    def __init__(self, torch) -> None:
+        import random
+        self.flags = _flags(torch)
+        self.cpu_seed = torch.initial_seed()
+        self.py_random = random.getstate()
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+
+    def restore(self, torch) -> list[str]:
+        """Set everything back; the names of the flags that still differ (empty: all set back)."""
+        import random
+        f, b = self.flags, torch.backends
+        torch.set_num_threads(f["num_threads"])
+        torch.set_float32_matmul_precision(f["float32_matmul_precision"])
+        b.cuda.matmul.allow_tf32 = f["cuda.matmul.allow_tf32"]
+        b.cuda.matmul.allow_fp16_reduced_precision_reduction = f["cuda.matmul.allow_fp16_reduced_precision_reduction"]
+        b.cuda.matmul.allow_bf16_reduced_precision_reduction = f["cuda.matmul.allow_bf16_reduced_precision_reduction"]
+        b.cudnn.enabled, b.cudnn.benchmark = f["cudnn.enabled"], f["cudnn.benchmark"]
+        b.cudnn.deterministic, b.cudnn.allow_tf32 = f["cudnn.deterministic"], f["cudnn.allow_tf32"]
+        b.mkldnn.enabled = f["mkldnn.enabled"]
+        b.cuda.enable_flash_sdp(f["sdp.flash"])
+        b.cuda.enable_mem_efficient_sdp(f["sdp.mem_efficient"])
+        b.cuda.enable_math_sdp(f["sdp.math"])
+        b.cuda.enable_cudnn_sdp(f["sdp.cudnn"])
+        torch.use_deterministic_algorithms(f["deterministic_algorithms"][0], warn_only=f["deterministic_algorithms"][1])
+        torch.set_default_dtype(getattr(torch, f["default_dtype"].removeprefix("torch.")))
+        torch.set_grad_enabled(f["grad_enabled"])
+        torch.autograd.set_detect_anomaly(*f["anomaly"])
+        torch.default_generator.manual_seed(self.cpu_seed)
+        if torch.cuda.is_initialized():
+            for gen in torch.cuda.default_generators:
+                gen.manual_seed(_CUDA_DEFAULT_SEED)
+        random.setstate(self.py_random)
+        if "torch._dynamo" in __import__("sys").modules:
+            torch._dynamo.reset()
+        os.environ.clear()
+        os.environ.update(self.environ)
+        os.chdir(self.cwd)
+        now = _flags(torch)
+        return [k for k, v in self.flags.items() if now[k] != v]
+
+
+def release_run(torch) -> None:
+    """After a run in a persistent worker: its tensors freed, the device memory the allocator cached for them
+    given back (so an idle worker holds only its CUDA context), and the peak counters started again."""
+    import gc
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    reset_peak_rss()
 
 
 def resolve_device(torch, wanted: str) -> str:
@@ -127,6 +243,7 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
             config.check_fits(_mem_available_bytes(), "this machine (MemAvailable)")
 
     timer.run("device_init_s", init_device)
+    timer.add("device_init_s", timer.timings["device_init_s"])
 
     wl = get_workload(config.workload)
 
@@ -163,13 +280,17 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
 
     export_s = [0.0]
     memory = {"cycles": [], "why": memcat.memory_categories_needs(config), "s": 0.0}
+    profiler_s = [0.0]  # in the profiler's own calls (start, step, stop), on_trace_ready's time left out
 
     def on_trace_ready(prof):
         t0 = time.perf_counter()
         k = len(cycles)
         path = out_dir / f"cycle{k}.json"
         try:
-            prof.export_chrome_trace(str(path))
+            prof.export_chrome_trace(str(path))  # Kineto writes the file once, in C++
+            t_table = time.perf_counter()
+            timer.add("trace_export_s", t_table - t0)
+            # the table from the events the profiler parsed once (key_averages caches them for a second call)
             try:
                 table = prof.key_averages().table(sort_by=sort_by, row_limit=config.row_limit)
             except (KeyError, AttributeError, ValueError):
@@ -181,6 +302,7 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
             raise WorkerError("export", FREED_FRAME_NAME + f" torch {torch.__version__} said: {exc}") from exc
         cycles.append((path, table))
         t1 = time.perf_counter()
+        timer.add("table_s", t1 - t_table)
         export_s[0] += t1 - t0
         if memory["why"] is None:
             try:
@@ -191,32 +313,41 @@ def run_workload(config: ExperimentConfig, out_dir: Path, timer: Phase) -> dict:
             memory["s"] += time.perf_counter() - t1
 
     def profile_loop():
+        t = time.perf_counter()
         with profile(activities=activities,
                      schedule=schedule(wait=config.wait, warmup=config.warmup_steps,
                                        active=config.active, repeat=config.repeat),
                      on_trace_ready=on_trace_ready,
                      record_shapes=config.record_shapes, with_flops=config.with_flops,
                      with_stack=config.with_stack, profile_memory=config.profile_memory) as prof:
+            profiler_s[0] += time.perf_counter() - t
             for _ in range(config.iterations):
                 fn(*inputs)
+                t = time.perf_counter()
                 prof.step()
+                profiler_s[0] += time.perf_counter() - t
+            t = time.perf_counter()
+        profiler_s[0] += time.perf_counter() - t
         sync()
 
     timer.run("profile_s", profile_loop)
     timer.run("export_s", lambda: _merge_cycles(cycles, out_dir, config))
+    timer.add("merge_s", timer.timings["export_s"])
+    timer.add("profiler_s", profiler_s[0] - export_s[0] - memory["s"])
     # on_trace_ready ran inside the profiling loop: move its time from profiling to export (and to the memory
     # categories, which it computed too).
     timer.timings["profile_s"] = round(timer.timings["profile_s"] - export_s[0] - memory["s"], 6)
     timer.timings["export_s"] = round(timer.timings["export_s"] + export_s[0], 6)
     if config.profile_memory:
         timer.timings["memory_categories_s"] = round(memory["s"], 6)
+        timer.add("memory_categories_s", memory["s"])
 
     facts = {"device": device_info(torch, device),
              "matmul": {"float32_matmul_precision": torch.get_float32_matmul_precision(),
                         "cuda_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32)}}
     if device == "cuda":
         facts["peak_device_memory_bytes"] = torch.cuda.max_memory_allocated()
-    facts["peak_host_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    facts["peak_host_rss_bytes"] = peak_rss_bytes()
     facts["cycles"] = len(cycles)
     facts["memory_categories"] = _write_memory_categories(memory, out_dir, torch.__version__)
     return facts

@@ -22,7 +22,7 @@ from ..config import ExperimentConfig
 from ..store.runs import Run, RunStore
 from .host import cpu_model
 from .lock import device_key, device_lock
-from .worker import fork_server, run_in_worker
+from .worker import check_process, fork_server, persistent_refusal, run_in_worker
 
 
 def _trace_versions(trace_path) -> dict:
@@ -44,8 +44,8 @@ def _trace_versions(trace_path) -> dict:
 def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None,
                    on_status: Optional[Callable[[str], None]] = None, wait_for_device: bool = True,
                    lock_timeout_s: Optional[float] = None, cancel_event: Optional[threading.Event] = None,
-                   prestart: int = 0) -> Run:
-    """Profile ``config`` in a fresh worker process and save it as a run.
+                   prestart: int = 0, process: str = "fresh") -> Run:
+    """Profile ``config`` in a worker process and save it as a run.
 
     Args:
         config: the experiment.
@@ -57,17 +57,23 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
             while its worker runs (the worker is killed); the run then raises WorkerError(kind="cancelled").
         prestart: 0 starts a fresh interpreter; 1 forks the run from the fork server, which imported torch once
             and never touched CUDA (so a cold run stays cold) — what the app and sweeps use.
+        process: ``"fresh"`` (default): a new process per run, as ``prestart`` says.  ``"persistent"``: a warm
+            eager run goes to this device's persistent worker, one process kept between runs (and its CUDA
+            context), with the settings a run may change set back before each; cold runs, compiled runs, scripts
+            keep their new process (``worker.persistent_refusal``).  ``meta["process"]`` says which ran it.
 
     Returns:
         The complete ``Run``.  On any failure raises ``WorkerError`` (or ``RunStoreError`` when the store cannot
         be written); nothing half-written stays in the store.
     """
+    t0 = time.perf_counter()
+    check_process(process)
     store = store or RunStore()
     status = on_status or (lambda _m: None)
     key = device_key(config.device)
     run_id, staging = store._begin(config.name)
     started = datetime.now(timezone.utc)
-    t0 = time.perf_counter()
+    t_staged = time.perf_counter()
     load_before = _load_average()
     try:
         with device_lock(key, what=f"{config.name} ({run_id})", wait=wait_for_device,
@@ -77,14 +83,26 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
             # process: killed, this process leaves no worker running on an unlocked device, and the next open
             # of the store removes the staging folder once both are gone.
             facts = run_in_worker(config, staging, cancel_event=cancel_event, on_status=status, prestart=prestart,
-                                  hold_fds=(lock_fd, store._owner_fd(staging)))
+                                  hold_fds=(lock_fd, store._owner_fd(staging)), process=process)
+            t_back, t_back_wall = time.perf_counter(), time.time()
     except BaseException:
         store._abort(staging)
         raise
-    wall = time.perf_counter() - t0
+    wall = t_back - t0
     timings = dict(facts.get("timings", {}))
-    timings["lock_wait_s"] = round(t_locked - t0, 6)
+    timings["lock_wait_s"] = round(t_locked - t_staged, 6)
     timings["wall_s"] = round(wall, 6)
+    overhead = dict(facts.get("overhead_s") or {})
+    overhead["staging_s"] = round(t_staged - t0, 6)
+    overhead["lock_s"] = timings["lock_wait_s"]
+    written = facts.get("result_written_at")
+    # from the worker's result to this process having it: the worker's exit and its session's end (a fork's
+    # reaping by the fork server), or a persistent worker's clean-up and answer
+    overhead["end_s"] = round(max(0.0, t_back_wall - written), 6) if isinstance(written, (int, float)) else None
+    proc = dict(facts.get("process") or {})
+    refusal = persistent_refusal(config) if process == "persistent" else None
+    if refusal:
+        proc["persistent_refused"] = refusal
     meta = {
         "name": config.name,
         "status": "ok",
@@ -100,6 +118,9 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
                      **_trace_versions(staging / "trace.json")},
         "timings": timings,
         "prestarted": facts.get("prestarted", False),
+        # which process ran it: "fresh" (a new interpreter), "forked" (from the fork server) or "persistent",
+        # its pid, and how many runs that process had finished before this one
+        "process": proc,
         # False means the run started with no CUDA context in its process: a cold run was honestly cold.
         "cuda_initialized_before_run": facts.get("cuda_initialized_before_run"),
         "peak_device_memory_bytes": facts.get("peak_device_memory_bytes"),
@@ -111,9 +132,25 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         # on a machine whose load exceeds its cores measured the other work too (docs: machine_busy).
         "machine_load": {"cores": os.cpu_count(), "load_1min_before": load_before, "load_1min_after": _load_average()},
     }
+    overhead["meta_s"] = round(time.perf_counter() - t_back, 6)
+    meta["overhead_s"] = overhead
     status(f"saving run {run_id}")
+    t_commit = time.perf_counter()
+
+    def finish(meta: dict) -> dict:
+        """Called by the commit once the artifacts are on disk, before meta.json is written: the commit's time
+        so far, and the rest of click-to-artifacts that no stage names."""
+        overhead["commit_s"] = round(time.perf_counter() - t_commit, 6)
+        total = time.perf_counter() - t0
+        work = sum(timings.get(k) or 0.0 for k in ("tensors_s", "compile_setup_s", "warmup_s", "profile_s"))
+        work -= overhead.get("profiler_s") or 0.0
+        named = sum(v for k, v in overhead.items() if isinstance(v, (int, float)) and k != "other_s")
+        overhead["other_s"] = round(max(0.0, total - work - named), 6)
+        overhead["total_s"] = round(total, 6)
+        return meta
+
     try:
-        return store._commit(run_id, staging, meta)
+        return store._commit(run_id, staging, meta, before_meta=finish)
     except BaseException:
         store._abort(staging)
         raise

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Mapping, Optional
 from ..config import ExperimentConfig
 from ..errors import ConfigError, ProfilingError, WorkerError
 from .runner import run_experiment
+from .worker import check_process
 from ..store.runs import Run, RunStore
 from ..workloads import WORKLOADS, get_workload
 
@@ -77,9 +78,11 @@ def sweep_configs(sizes: Iterable[int], compile_modes: Iterable[str] = ("off",),
 def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] = None,
               on_progress: Optional[Callable[[SweepProgress], None]] = None,
               cancel_event: Optional[threading.Event] = None, prestart: int = 0,
-              on_status: Optional[Callable[[str], None]] = None) -> SweepResult:
-    """Run each config in its own fresh worker, in order.  A failed run is recorded and the sweep goes on;
+              on_status: Optional[Callable[[str], None]] = None, process: str = "fresh") -> SweepResult:
+    """Run each config in its own fresh worker, in order (``process="persistent"``: the warm eager ones in the
+    device's persistent worker, as ``run_experiment`` says).  A failed run is recorded and the sweep goes on;
     a set ``cancel_event`` kills the current worker and stops the sweep."""
+    check_process(process)
     configs = list(configs)
     store = store or RunStore()
     result = SweepResult()
@@ -92,7 +95,7 @@ def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] 
         report(SweepProgress(i, len(configs), cfg.name, f"[{i + 1}/{len(configs)}] {cfg.name}", len(result.errors)))
         try:
             result.runs.append(run_experiment(cfg, store=store, cancel_event=cancel_event, prestart=prestart,
-                                              on_status=on_status))
+                                              on_status=on_status, process=process))
         except WorkerError as exc:
             if exc.kind == "cancelled":
                 result.cancelled = True

@@ -1,4 +1,4 @@
-"""Worker processes: every experiment runs in a fresh Python process.
+"""Worker processes: every experiment runs in a fresh Python process (a warm one, when asked, in a persistent one).
 
 A fresh process makes a cold run honestly cold: no CUDA context, no cuBLAS handle, no reused compile cache
 in memory.  Protocol:
@@ -15,7 +15,13 @@ in memory.  Protocol:
 - the worker writes ``trace.json``, ``table.txt`` and then ``result.json`` (timings and device facts); its
   stderr goes to ``worker.log``;
 - the parent enforces the timeout (the whole process group is killed), and turns every failure — an error the
-  worker reported, a crash, a signal, a timeout, a cancellation — into a ``WorkerError`` with the tail of the log.
+  worker reported, a crash, a signal, a timeout, a cancellation — into a ``WorkerError`` with the tail of the log;
+- a caller that asks for it (``process="persistent"``) sends warm eager runs to a *persistent worker* instead
+  (``_serve_main``: one per device and caller, forked from the fork server or a fresh interpreter), which runs
+  them one after another in the same process, its CUDA context kept; it gets each run's staging folder, channel
+  and locks in a message, runs it as a new process would (``_child_main``), sets back what a run may change
+  before the next (``loop.ProcessSettings``), and dies on any failure, timeout or cancel, or with its caller.
+  ``persistent_refusal`` names the runs that still get a new process (cold, compiled, scripts, calibrations).
 
 Subprocess hygiene follows perfetto's TraceProcessor: stdout to a file, stderr to a file, the child in its own
 process group, killed on any failure.
@@ -82,22 +88,28 @@ def _session_members(sid: int) -> list[int]:
 def _kill_session(sid: int) -> None:
     """SIGKILL every process of the worker's session ``sid``: its process group (``sid`` too) and any process of
     it that moved to a group of its own (setpgid).  The caller's own process is spared."""
+    me = os.getpid()
     for pid in _session_members(sid):
-        if pid != os.getpid():
+        if pid != me:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(sid, signal.SIGKILL)
+    if os.getpgid(0) != sid:  # a persistent worker ends its own session's other members: not its own group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(sid, signal.SIGKILL)
 
 
 def _end_session(sid: int, timeout_s: float = 10.0) -> None:
     """End what a finished worker (the leader of session ``sid``, exited but not yet reaped, so its number cannot be
     reused) left running, success or not: the children of a user's script, a compile worker.  Returns once none
     of them lives, so the device lock and the staging folder's owner lock they may have inherited are free when
-    the caller's run ends (or after ``timeout_s``, for a process stuck in the kernel)."""
+    the caller's run ends (or after ``timeout_s``, for a process stuck in the kernel).  A persistent worker calls
+    it on its own session after each run: everything but itself."""
     deadline = time.monotonic() + timeout_s
+    me = os.getpid()
+    if not [pid for pid in _session_members(sid) if pid != me]:
+        return  # nothing lives in it, so nothing can start there any more: one look at /proc is enough
     _kill_session(sid)
-    while _session_members(sid) and time.monotonic() < deadline:
+    while [pid for pid in _session_members(sid) if pid != me] and time.monotonic() < deadline:
         time.sleep(0.01)
         _kill_session(sid)
 
@@ -143,7 +155,9 @@ def _watch_parent(channel: int) -> None:
         except OSError:
             pass
         if os.getsid(0) == os.getpid():
-            _kill_session(os.getpid())
+            _kill_session(os.getpid())  # its other members; then the group, this process with it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(os.getpid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
@@ -157,21 +171,27 @@ def _keep(fds: Sequence[int]) -> None:
         os.set_inheritable(fd, False)
 
 
+_HELD: list[int] = []
+"""The run's locks this process holds now (a persistent worker: the current run's; empty between runs)."""
+_DROP_REGISTERED = [False]
+
+
+def _drop_held() -> None:
+    fds, _HELD[:] = list(_HELD), []  # in a fork of a fork they are closed already, and their numbers may be reused
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 def _hold_alone(fds: Sequence[int]) -> None:
     """Called by the run's own process: the run's locks (``fds``) are held by it alone.  A fork of it (a script's
     ``os.fork``, a pool started by fork), which inherits every descriptor whatever ``_keep`` says, closes its copies
     at once, so even a child that leaves the worker's session (and so outlives ``_end_session``) cannot keep the
-    device locked."""
-    dropped = [False]
-
-    def drop() -> None:
-        if not dropped[0]:  # in a fork of a fork they are closed already, and their numbers may be reused
-            dropped[0] = True
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-
-    os.register_at_fork(after_in_child=drop)
+    device locked.  A persistent worker calls it with each run's locks, and with none between runs."""
+    _HELD[:] = list(fds)
+    if not _DROP_REGISTERED[0]:
+        _DROP_REGISTERED[0] = True
+        os.register_at_fork(after_in_child=_drop_held)
 
 
 def _report_error(channel: Optional[int], err: dict) -> None:
@@ -183,13 +203,20 @@ def _report_error(channel: Optional[int], err: dict) -> None:
 
 
 def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: float, prestarted: bool,
-                channel: Optional[int] = None) -> int:
+                channel: int | None = None, process: dict | None = None, import_paid_s: float = 0.0) -> int:
+    """Run the job of ``staging`` in this process; 0 once its result.json is written, else 2 (the reason told on
+    ``channel``).  ``t_spawn``: when the caller asked for this process (or, persistent, for this run);
+    ``import_paid_s``: the imports this run paid itself (a fresh interpreter's torch); ``process``: which process
+    ran it (``kind``, ``pid``, ``runs_before``), recorded in meta.json."""
+    t_imports = time.perf_counter()
     from . import loop
 
     timer = loop.Phase(on_start=lambda name: _write_phase(staging, name))
     timer.timings["process_start_s"] = round(max(0.0, t_main - t_spawn), 6) if t_spawn else None
     timer.timings["torch_import_s"] = round(torch_import_s, 6)
     import torch
+    timer.overhead["start_s"] = timer.timings["process_start_s"] or 0.0
+    timer.overhead["imports_s"] = round(import_paid_s + time.perf_counter() - t_imports, 6)
     cuda_was_initialized = torch.cuda.is_initialized()
     current = {"phase": "setup"}
     orig_run = timer.run
@@ -236,6 +263,9 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     facts["timings"] = timer.timings
     facts["prestarted"] = prestarted
     facts["cuda_initialized_before_run"] = cuda_was_initialized
+    facts["process"] = process or {"kind": "forked" if prestarted else "fresh", "pid": os.getpid(), "runs_before": 0}
+    facts["overhead_s"] = dict(timer.overhead)
+    facts["result_written_at"] = time.time()  # the caller's end_s: from here until it has the result
     try:
         _write_json(staging / RESULT_FILE, facts)
     except OSError as exc:
@@ -262,16 +292,94 @@ def _preimport(compile_too: bool) -> float:
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401
     import torch.profiler  # noqa: F401
+
+    from . import loop  # noqa: F401
     if compile_too:
         import torch._inductor.compile_fx  # noqa: F401
     return time.perf_counter() - t0
 
 
+def _serve_main(requests: int, import_s: float, prestarted: bool, import_paid_s: float) -> int:
+    """A persistent worker: run one warm run after another in this process, each asked for on ``requests``.
+
+    A request is one message ``run <time sent> <staging dir>`` (SOCK_SEQPACKET) carrying the run's descriptors:
+    its channel (for the failure report), then the locks it holds.  Before each run the settings a run may change
+    are set back (``loop.ProcessSettings``; a run whose settings cannot be is refused); the run is the same code
+    a new process runs (``_child_main``), its stderr in its own worker.log.  After it, whatever it started is
+    ended (``_end_session`` on this process's session), the memory it cached given back, its descriptors closed
+    (so its locks are free), and only then is ``done`` answered.  On any failure the worker reports it on the
+    run's channel and exits: the next run gets a new process.  It ends when the caller closes ``requests``; it
+    dies with the caller through the channel it was started with (``_watch_parent``)."""
+    import gc
+
+    import torch
+
+    from . import loop
+    settings = loop.ProcessSettings(torch)
+    gc.freeze()  # what the imports made is never collected: the collection after each run sees only the run's
+    t_ready = time.time()
+    sock = socket.socket(fileno=requests)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    runs = 0
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 8192, 16)
+        except InterruptedError:
+            continue
+        if not msg:
+            return 0  # the caller closed its end
+        parts = msg.decode(errors="replace").split(" ", 2)
+        if len(parts) != 3 or parts[0] != "run" or not fds:
+            for fd in fds:
+                os.close(fd)
+            continue
+        t_sent, staging = float(parts[1]), Path(parts[2])
+        channel = fds[0]
+        _keep(fds)
+        _hold_alone(fds[1:])
+        try:
+            log = os.open(staging / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(log, 2)
+            os.close(log)
+            left = settings.restore(torch)
+            if left:
+                _report_error(channel, {"kind": "error", "message": "the persistent worker could not set back "
+                                        + ", ".join(left) + " after its last run, so it does not run this one: "
+                                        "run it with process='fresh'"})
+                return 2
+            # the first run waited for this process's imports (when it started them itself): imports, not start
+            paid = 0.0 if runs else min(import_paid_s, max(0.0, t_ready - t_sent))
+            rc = _child_main(staging, t_sent + paid, time.time(), import_s, prestarted, channel=channel,
+                             process={"kind": "persistent", "pid": os.getpid(), "runs_before": runs},
+                             import_paid_s=paid)
+            if rc == 0:
+                loop.release_run(torch)
+        except BaseException as exc:  # noqa: BLE001 - the run fails, the worker with it
+            with contextlib.suppress(OSError):
+                traceback.print_exc(file=sys.stderr)
+            _report_error(channel, {"kind": _classify(exc, "setup"),
+                                    "message": f"the persistent worker failed: {type(exc).__name__}: {exc}"[:2000]})
+            return 2
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.flush()
+            os.dup2(devnull, 2)
+        if rc != 0:
+            return rc
+        _end_session(os.getpid())  # what the run started (a compile worker, a helper thread's child) ends with it
+        _hold_alone([])
+        for fd in fds:
+            os.close(fd)
+        runs += 1
+        sock.send(b"done")
+
+
 def _zygote_main(requests: int) -> int:
     """Fork server: import once (no CUDA), then fork one child per run asked for on the ``requests`` socket.
 
-    Protocol: a request is one message ``<token> <staging dir>`` on the socket (SOCK_SEQPACKET), carrying the
-    run's descriptors (SCM_RIGHTS): its channel first, then the locks it holds; on stdout: ``ready``, then
+    Protocol: a request is one message ``<token> run <staging dir>`` on the socket (SOCK_SEQPACKET), carrying the
+    run's descriptors (SCM_RIGHTS): its channel first, then the locks it holds; or ``<token> serve -`` with a
+    channel and a socket of requests, for a persistent worker (``_serve_main``); on stdout: ``ready``, then
     ``started <token> <pid>`` and ``exited <token> <returncode>`` (negative: killed by that signal), said once the
     run's session is ended (``_end_session``: nothing it started still runs).  The child
     keeps the descriptors and the zygote closes its copies, so the child dies with the caller and holds the
@@ -318,12 +426,12 @@ def _zygote_main(requests: int) -> int:
             continue
         if not msg:
             break  # the caller closed its end or died
-        parts = msg.decode(errors="replace").strip().split(" ", 1)
-        if len(parts) != 2 or not fds:
+        parts = msg.decode(errors="replace").strip().split(" ", 2)
+        if len(parts) != 3 or parts[1] not in ("run", "serve") or not fds or (parts[1] == "serve" and len(fds) != 2):
             for fd in fds:
                 os.close(fd)
             continue
-        token, staging = parts
+        token, kind, staging = parts
         _keep(fds)
         t_fork = time.time()
         with tokens_lock:
@@ -332,14 +440,19 @@ def _zygote_main(requests: int) -> int:
                 try:
                     sock.close()
                     os.setsid()
-                    _hold_alone(fds[1:])
+                    _hold_alone(fds[1:] if kind == "run" else [])
                     _watch_parent(fds[0])
-                    log = os.open(os.path.join(staging, LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                     devnull = os.open(os.devnull, os.O_RDWR)
                     os.dup2(devnull, 0)
                     os.dup2(devnull, 1)
-                    os.dup2(log, 2)
-                    rc = _child_main(Path(staging), t_fork, time.time(), import_s, True, channel=fds[0])
+                    if kind == "serve":
+                        os.dup2(devnull, 2)
+                        rc = _serve_main(fds[1], import_s, True, 0.0)
+                    else:
+                        log = os.open(os.path.join(staging, LOG_FILE), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                                      0o644)
+                        os.dup2(log, 2)
+                        rc = _child_main(Path(staging), t_fork, time.time(), import_s, True, channel=fds[0])
                 except BaseException:  # noqa: BLE001
                     traceback.print_exc()
                     rc = 70
@@ -370,12 +483,20 @@ def _fork_is_safe() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``DIR [--channel FD] [--hold FD,...]`` runs the experiment of DIR; ``--zygote FD`` is the fork server."""
+    """``DIR [--channel FD] [--hold FD,...]`` runs the experiment of DIR; ``--zygote FD`` is the fork server;
+    ``--serve CHANNEL REQUESTS`` a persistent worker (``_serve_main``)."""
     t_main = time.time()
     argv = sys.argv[1:] if argv is None else argv
     t_spawn = float(os.environ.get(SPAWN_ENV, "0") or 0)
     if argv[:1] == ["--zygote"]:
         return _zygote_main(int(argv[1]))
+    if argv[:1] == ["--serve"]:
+        life, requests = int(argv[1]), int(argv[2])
+        _keep([life, requests])
+        _hold_alone([])
+        _watch_parent(life)
+        import_s = _preimport(False)
+        return _serve_main(requests, import_s, False, import_s)
     staging = Path(argv[0])
     opts = dict(zip(argv[1::2], argv[2::2]))
     channel = int(opts["--channel"]) if "--channel" in opts else None
@@ -388,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         compile_too = json.loads((staging / CONFIG_FILE).read_text()).get("compile", "off") != "off"
     except (OSError, ValueError, AttributeError):
         compile_too = False
-    return _child_main(staging, t_spawn, t_main, _preimport(compile_too), False, channel=channel)
+    import_s = _preimport(compile_too)
+    return _child_main(staging, t_spawn, t_main, import_s, False, channel=channel, import_paid_s=import_s)
 
 
 # ---------------------------------------------------------------------------------------- parent side
@@ -533,9 +655,10 @@ class ForkServer:
         """Block until the zygote has finished its imports (True) or ``timeout`` passes (False)."""
         return self._ready.wait(timeout)
 
-    def submit(self, staging: Path, fds: Sequence[int], timeout: float = 300.0) -> Optional[dict]:
+    def submit(self, staging, fds: Sequence[int], timeout: float = 300.0, kind: str = "run") -> dict | None:
         """Fork a run for ``staging`` handing it ``fds`` (its channel, then the locks it holds); returns its record
-        (``started`` pid, later ``exited`` code) or None when the zygote is not ready within ``timeout``."""
+        (``started`` pid, later ``exited`` code) or None when the zygote is not ready within ``timeout``.
+        ``kind="serve"`` forks a persistent worker instead (``staging`` "-", ``fds`` its channel and requests)."""
         if self.unsafe:
             return None
         self.warm()
@@ -550,7 +673,7 @@ class ForkServer:
             self._runs[token] = run
             sock = self._sock
         try:
-            socket.send_fds(sock, [f"{token} {staging}".encode()], list(fds))
+            socket.send_fds(sock, [f"{token} {kind} {staging}".encode()], list(fds))
         except (OSError, AttributeError):
             return None
         if not run["event_started"].wait(30) or run.get("started") is None:
@@ -594,23 +717,201 @@ class _Forked:
         return self.returncode
 
 
+# ------------------------------------------------------------------------------------- persistent workers
+PROCESS_KINDS = ("fresh", "persistent")
+"""What a caller may ask for: ``fresh``, a new process per run (a fresh interpreter or a fork of the fork
+server); ``persistent``, warm eager runs in one process kept per device between runs (:func:`persistent_refusal`
+says which runs; the others still get a new process)."""
+
+
+def check_process(process) -> str:
+    """``process`` if it is one of PROCESS_KINDS, else a ConfigError quoting it."""
+    if process not in PROCESS_KINDS:
+        from ..errors import ConfigError
+        raise ConfigError("process", process, " or ".join(repr(k) for k in PROCESS_KINDS))
+    return process
+
+
+def persistent_refusal(config) -> str | None:
+    """Why ``config`` runs in a new process even when a persistent worker is asked for; None when it may run in
+    one.  The rule: only warm eager runs of the built-in workloads share a process.  A cold run needs a process
+    with nothing initialised; a compiled run leaves what cannot all be set back (Dynamo's and Inductor's caches,
+    Inductor's compile workers, CUDA graph pools); a script may change anything in its process; a calibration
+    measures from a new process as it always did."""
+    if not isinstance(config, ExperimentConfig):
+        return "a calibration always gets a new process"
+    if not config.is_warm:
+        return "a cold run (0 warm-up calls) always gets a new process, so that it starts cold"
+    if config.compile != "off":
+        return ("a compiled run gets a new process: torch.compile leaves caches, compile workers and CUDA graph "
+                "pools in its process that cannot all be set back")
+    if config.workload == "script":
+        return "a script may change anything in its process, so it gets a new one"
+    return None
+
+
+class _PersistentWorker:
+    """Parent side of one persistent worker (``_serve_main``): its process, the socket its runs are asked on,
+    the channel it dies with us through, and how many runs it finished."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.lock = threading.Lock()  # one run at a time (the device lock serialises callers; this, threads)
+        self.proc = None  # _Forked or _Fresh
+        self.requests: socket.socket | None = None
+        self.life: socket.socket | None = None
+        self.runs = 0
+
+    def alive(self) -> bool:
+        if self.proc is None:
+            return False
+        try:
+            self.proc.wait(0)
+        except subprocess.TimeoutExpired:
+            return True
+        self.close()
+        return False
+
+    def start(self, prestart: int, status: Callable[[str], None]) -> None:
+        life_ours, life_theirs = socket.socketpair()
+        req_ours, req_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with life_theirs, req_theirs:
+            fds = [life_theirs.fileno(), req_theirs.fileno()]
+            proc = None
+            if prestart:
+                status("forking a persistent worker from the prestarted worker")
+                run = _SERVER.submit("-", fds, kind="serve")
+                proc = _Forked(run) if run is not None else None
+            if proc is None:
+                status("starting a persistent worker process")
+                proc = _Fresh(_spawn(["--serve", *map(str, fds)], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=fds))
+        self.proc, self.life, self.requests, self.runs = proc, life_ours, req_ours, 0
+
+    def close(self) -> None:
+        """Let the worker go: its channel closed, it ends its session and itself (race-free: no pid is
+        signalled); a fresh interpreter is reaped in the background."""
+        proc, self.proc = self.proc, None
+        for sock in (self.requests, self.life):
+            if sock is not None:
+                sock.close()
+        self.requests = self.life = None
+        if isinstance(proc, _Forked):
+            _SERVER.forget(proc.run)
+        elif isinstance(proc, _Fresh):
+            threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+
+
+def _reap(proc: _Fresh) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(30)
+
+
+class _PersistentRun:
+    """One run in a persistent worker, with the subset of Popen's interface ``_wait`` uses: ``wait`` returns 0
+    when the worker answers ``done`` (it lives on), else the worker's exit status once it has exited."""
+
+    def __init__(self, worker: _PersistentWorker):
+        self.worker = worker
+        self.pid = worker.proc.pid
+        self.returncode: int | None = None
+        self._eof = False
+
+    def wait(self, timeout: float) -> int | None:
+        import select
+        deadline = time.monotonic() + timeout
+        sock, proc = self.worker.requests, self.worker.proc
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            if not self._eof and select.select([sock], [], [], min(0.005, left))[0]:
+                data = sock.recv(64)
+                if data == b"done":
+                    self.returncode = 0
+                    return 0
+                self._eof = not data  # the worker is ending: its exit status follows
+            try:
+                self.returncode = proc.wait(min(0.01, left) if self._eof else 0)
+                return self.returncode
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+
+
+_PERSISTENT: dict[str, _PersistentWorker] = {}
+_PERSISTENT_LOCK = threading.Lock()
+
+
+def _persistent_worker(key: str) -> _PersistentWorker:
+    with _PERSISTENT_LOCK:
+        return _PERSISTENT.setdefault(key, _PersistentWorker(key))
+
+
+def stop_persistent_workers() -> None:
+    """Let every persistent worker of this process go (each ends itself and what it started); the next
+    persistent run starts a new one.  They also end with this process, however it ends."""
+    with _PERSISTENT_LOCK:
+        workers = list(_PERSISTENT.values())
+    for w in workers:
+        with w.lock:
+            w.close()
+
+
+def _run_persistent(config: ExperimentConfig, staging: Path, cancel_event: threading.Event | None,
+                    status: Callable[[str], None], prestart: int, hold_fds: Sequence[int]) -> dict:
+    from .lock import device_key
+    worker = _persistent_worker(device_key(config.device))
+    with worker.lock:
+        ours, theirs = socket.socketpair()  # the run's channel: its failure report comes back on it
+        try:
+            with theirs:
+                for attempt in (1, 2):  # a worker that died while idle is replaced once
+                    if not worker.alive():
+                        worker.start(prestart, status)
+                    try:
+                        socket.send_fds(worker.requests, [f"run {time.time()!r} {staging}".encode()],
+                                        [theirs.fileno(), *hold_fds])
+                        break
+                    except OSError:
+                        worker.close()
+                        if attempt == 2:
+                            raise WorkerError("crash", f"the persistent worker for {config.name} could not be "
+                                              "started") from None
+            p = _PersistentRun(worker)
+            status(f"running {config.name} in worker pid {p.pid} (persistent, its run {worker.runs + 1})")
+            facts = _wait(p, config, staging, staging / LOG_FILE, cancel_event, status, ours)
+        except BaseException:
+            worker.close()  # killed, failed or interrupted: the next run starts a new process
+            raise
+        finally:
+            ours.close()
+        worker.runs += 1
+        return facts
+
+
 def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Optional[threading.Event] = None,
                   on_status: Optional[Callable[[str], None]] = None, prestart: int = 0,
-                  hold_fds: Sequence[int] = ()) -> dict:
+                  hold_fds: Sequence[int] = (), process: str = "fresh") -> dict:
     """Run ``config`` in a worker writing into ``staging``; return the worker's result facts.
 
     prestart: 0 starts a fresh interpreter; > 0 forks the run from the fork server (torch, torch._dynamo and
     Inductor imported once, CUDA never touched), falling back to a fresh interpreter if the server fails.
+    process: ``fresh`` (a new process per run, as prestart says) or ``persistent``: a warm eager run goes to the
+    device's persistent worker (started as prestart says, kept between runs, let go on any failure); the runs
+    :func:`persistent_refusal` names still get a new process.
     hold_fds: descriptors the worker inherits and keeps until it exits (the caller's device lock and staging
-    folder lock: flocks, held as long as any process has them open).  The worker dies with this process, and
-    whatever it started (a script's children, compile workers) is killed when it ends, success included, before
-    this returns: the locks are free of them.  Raises WorkerError on any failure.
+    folder lock: flocks, held as long as any process has them open); a persistent worker keeps them until its
+    run ends.  The worker dies with this process, and whatever it started (a script's children, compile
+    workers) is killed when it ends, success included, before this returns: the locks are free of them.  Raises
+    WorkerError on any failure.
     """
+    check_process(process)
     if cancel_event is not None and cancel_event.is_set():
         raise WorkerError("cancelled", f"{config.name} was cancelled before its worker started")
     (staging / CONFIG_FILE).write_text(config.to_json())
     log_path = staging / LOG_FILE
     status = on_status or (lambda _msg: None)
+    if process == "persistent" and persistent_refusal(config) is None:
+        return _run_persistent(config, staging, cancel_event, status, prestart, hold_fds)
     p = None
     ours, theirs = socket.socketpair()  # the worker's channel (see _watch_parent); only we hold `ours`
     try:

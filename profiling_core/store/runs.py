@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Callable, Iterator, Optional
 
 import msgspec
 
@@ -206,17 +206,14 @@ class RunStore:
                 return run_id, staging
         raise RunStoreError("could not reserve a unique run id")
 
-    def _commit(self, run_id: str, staging: Path, meta: dict) -> Run:
-        """Write meta.json into the staging folder, fsync, then rename it into place (atomic)."""
+    def _commit(self, run_id: str, staging: Path, meta: dict,
+                before_meta: Optional[Callable[[dict], dict]] = None) -> Run:
+        """fsync the staging folder's files, write meta.json (``before_meta(meta)`` first, when given: what it
+        returns is written, so a caller can time the commit itself) and fsync it, then rename the folder into
+        place (atomic)."""
         final = self._dir(run_id)
         meta = dict(meta, run_id=run_id)
         try:
-            tmp = staging / (META_FILE + ".tmp")
-            with open(tmp, "w") as f:
-                json.dump(meta, f, indent=1, default=str)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, staging / META_FILE)
             # not part of the run; its lock stays held through our descriptor until the rename is done (and a
             # cleanup leaves a young staging folder without one alone)
             (staging / OWNER_FILE).unlink(missing_ok=True)
@@ -224,6 +221,14 @@ class RunStore:
                 if child.is_file():
                     with open(child, "rb") as f:
                         os.fsync(f.fileno())
+            if before_meta is not None:
+                meta = before_meta(meta)
+            tmp = staging / (META_FILE + ".tmp")
+            with open(tmp, "w") as f:
+                json.dump(meta, f, indent=1, default=str)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, staging / META_FILE)
             os.rename(staging, final)
         except OSError as exc:
             self._abort(staging)
