@@ -189,3 +189,22 @@ def test_a_loss_logged_every_step_is_the_sync_after_the_optimizer_and_the_grad_s
         k = int(s["name"].split("#")[1])
         got = r.phases[(r.phases["step"] == k) & (r.phases["phase"] == "optimizer")]["kernels"].item()
         assert got == len(kernels_launched_in(events, o)) > 3
+
+
+def test_a_grad_scaler_with_an_optimizer_that_is_not_fused_syncs_in_the_optimizer_phase():
+    label = "lm_train_sgd_fp16_log"  # the Llama, SGD (foreach), fp16 autocast with a GradScaler, loss.item() each step
+    events = scan_trace(APP / f"{label}.json.gz")
+    items = [e for e in cpu_ranges(events, "aten::item") if e["name"] == "aten::item"]
+    syncs = [e for e in events if e.get("name") == "cudaStreamSynchronize"]
+    opt, step_rng = cpu_ranges(events, "train::optimizer"), cpu_ranges(events, "Optimizer.step#")
+    st = steps(events)
+    in_opt = [i for i in items if any(inside(i, o) for o in opt)]
+    assert len(in_opt) == len(st) and not any(inside(i, o) for i in in_opt for o in step_rng)
+    assert all(any(inside(y, i) for y in syncs) for i in in_opt)  # scaler.step reads found_inf back
+    _, found = run(label)
+    x = found["sync_in_step"]
+    assert x.evidence["grad_scaler_per_step"] == 1 and x.evidence["logged_per_step"] == 1
+    assert "the GradScaler reading found_inf back" in x.text and "fused=True" in x.fix
+    assert "device-to-host copies per step of 4 B to pinned memory" in x.text
+    _, found = run("mlp_train_fp16_scaler")  # fused Adam: found_inf stays on the device
+    assert "sync_in_step" not in found

@@ -8,7 +8,11 @@ time are the evidence.
 
 An op such as ``.item()`` counts only when a runtime call ran inside it (:func:`_reached_device`): on a CPU tensor
 it waits for nothing. In a training step (``analyses.phases``) each synchronising op is placed in its phase: a ``.item()`` outside the
-optimizer, after backward, is the loop logging its loss every step, and the text and fix say so."""
+optimizer, after backward, is the loop logging its loss every step, and the text and fix say so; one in the
+optimizer phase of a run whose GradScaler unscaled its gradients (``aten::_amp_foreach_non_finite_check_and_unscale_``
+in the trace), outside the optimizer's own ``Optimizer.step#`` range, is ``scaler.step`` reading ``found_inf`` back
+to decide whether to step: an optimizer without ``fused=True`` makes it do that every step (a fused one takes
+``found_inf`` on the device; on an H200, SGD under fp16 autocast synced there once a step, fused Adam never)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -64,19 +68,27 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     for row in copy_rows:
         parts.append(f"{row['per_step']:g} {row['kind']} cop{'y' if row['per_step'] == 1 else 'ies'} per step"
                      + (f" of {human_bytes(row['bytes'])}" if row["bytes"] else "")
-                     + (f" from {row['memory']} memory" if row["memory"] else "")
+                     + (f" {'from' if row['kind'] == 'host-to-device' else 'to'} {row['memory']} memory"
+                        if row["memory"] else "")
                      + f": the copy engine {_fmt_us(row['copy_us'])}"
                      + (f" ({row['gbs']:,.1f} GB/s)" if row["gbs"] and (row["bytes"] or 0) >= 64 << 10 else "")
                      + f", the CPU {_fmt_us(row['call_us'])} in the call that launched it")
     by_phase: dict = {}
-    logged = 0.0
+    logged = scaler = 0.0
     if r.has_phases and len(idx):
         ops = [int(i) for i in idx if not _nested_sync_op(names, tb, i)]
         placed = list(zip(ops, phases_at(c.session, tb.ts[ops])))
         for _i, ph in placed:
             by_phase[ph] = by_phase.get(ph, 0) + 1 / n
         logged = sum(1 for i, ph in placed if ph in ("zero_grad", "other") and names[i] in _SYNC_OPS) / n
+        if _UNSCALE in tb.name.uniq:
+            scaler = sum(1 for i, ph in placed if ph == "optimizer" and names[i] in _SYNC_OPS
+                         and not _under(names, tb, i, "Optimizer.step#")) / n
         parts.append("by phase of the training step: " + ", ".join(f"{ph} ×{v:g}" for ph, v in by_phase.items()))
+        if scaler:
+            parts.append(f"{scaler:g} per step in the optimizer phase, before the optimizer's own step: the "
+                         "GradScaler reading found_inf back to decide whether to step (scaler.step with an "
+                         "optimizer that is not fused)")
         if logged:
             parts.append(f"{logged:g} per step after the optimizer, outside every phase: the loop reading a value "
                          "back (logging the loss with .item()) every step")
@@ -89,6 +101,9 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
            "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. Move inputs to the "
            "device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead of the step; bring a "
            "value back with a non_blocking copy and an event when it must come back.")
+    if scaler:
+        fix = ("Use a fused optimizer (fused=True: SGD, Adam and AdamW have one on CUDA): scaler.step then hands it "
+               "found_inf and the scale on the device instead of reading them back. " + fix)
     if logged:
         fix = ("Log the loss every N steps, not every step: keep a running sum on the device (total += loss.detach()) "
                "and call .item() on it every N steps. " + fix)
@@ -99,7 +114,21 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                      {"slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
                       "blocked_us_per_step": blocked, "sync_calls_us_per_step": sync_us,
                       "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows,
-                      "sync_ops_by_phase": by_phase, "logged_per_step": logged})
+                      "sync_ops_by_phase": by_phase, "logged_per_step": logged, "grad_scaler_per_step": scaler})
+
+
+_UNSCALE = "aten::_amp_foreach_non_finite_check_and_unscale_"
+"""The op of GradScaler.unscale_ (the gradients checked for inf/NaN and divided by the scale)."""
+
+
+def _under(names, tb, i: int, prefix: str) -> bool:
+    """Whether slice ``i`` lies inside a slice whose name starts with ``prefix``."""
+    p = int(tb.parent_id[i])
+    while p >= 0:
+        if isinstance(names[p], str) and names[p].startswith(prefix):
+            return True
+        p = int(tb.parent_id[p])
+    return False
 
 
 def _codes(col, values: tuple) -> list[int]:
