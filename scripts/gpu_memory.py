@@ -25,15 +25,14 @@ import json
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from gpu_workloads import _out_and_only  # noqa: E402
-from profiling_core import ExperimentConfig, RunStore, run_experiment  # noqa: E402
+from gpu_workloads import _out_and_only, run_each  # noqa: E402
+from profiling_core import ExperimentConfig, RunStore  # noqa: E402
 
 W = dict(warmup=5, active=3, device="cuda")
 M = dict(W, profile_memory=True)
@@ -135,22 +134,9 @@ def torch_alone(out: Path) -> None:
 def main() -> int:
     out, only = _out_and_only()
     store = RunStore(tempfile.mkdtemp(prefix="mem-store-"))
-    for label, cfg in runs().items():
-        if only and label not in only:
-            continue
-        t0 = time.perf_counter()
-        try:
-            run = run_experiment(cfg, store=store, prestart=1)
-        except Exception as e:  # noqa: BLE001 - report and go on
-            print(f"== {label} ({cfg.name}) FAILED: {type(e).__name__}: {str(e)[:600]}", flush=True)
-            continue
-        for src, suffix in ((run.trace_path, ".json"), (run.meta_path, ".meta.json"),
-                            (run.table_path, ".table.txt"),
-                            (Path(run.run_dir) / "memory_categories.json", ".memory_categories.json")):
-            if Path(src).exists():
-                shutil.copyfile(src, out / f"{label}{suffix}")
+    for label, run, took in run_each(runs(), store, out, only):
         meta = json.loads(Path(run.meta_path).read_text())
-        print(f"== {label} ({time.perf_counter() - t0:.1f} s) peak {meta.get('peak_device_memory_bytes')}", flush=True)
+        print(f"== {label} ({took:.1f} s) peak {meta.get('peak_device_memory_bytes')}", flush=True)
     if not only or "torch_alone" in only:
         torch_alone(out)
     shutil.rmtree(store.root, ignore_errors=True)

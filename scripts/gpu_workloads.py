@@ -80,7 +80,8 @@ def scan(trace: Path) -> str:
 def run_each(configs: dict, store: RunStore, out: Path, only: set):
     """Each config (``{label: config}``, those in ``only`` when it is not empty) through the runner, forked from the
     prestarted worker as the app does; its trace and meta.json copied to ``out`` as ``<label>.json`` /
-    ``<label>.meta.json``. Yields (label, run, seconds) per run that landed; a failed run is printed and skipped."""
+    ``<label>.meta.json`` (and its table and memory categories, where it has them, as ``.table.txt`` /
+    ``.memory_categories.json``). Yields (label, run, seconds) per run that landed; a failed run is printed and skipped."""
     for label, cfg in configs.items():
         if only and label not in only:
             continue
@@ -92,6 +93,10 @@ def run_each(configs: dict, store: RunStore, out: Path, only: set):
             continue
         shutil.copyfile(run.trace_path, out / f"{label}.json")
         shutil.copyfile(run.meta_path, out / f"{label}.meta.json")
+        for extra, suffix in ((run.table_path, ".table.txt"),
+                              (Path(run.run_dir) / "memory_categories.json", ".memory_categories.json")):
+            if Path(extra).exists():
+                shutil.copyfile(extra, out / f"{label}{suffix}")
         yield label, run, time.perf_counter() - t0
 
 

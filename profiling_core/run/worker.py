@@ -56,6 +56,17 @@ PHASE_WORDS = {"device_init_s": "initialising the device", "tensors_s": "buildin
                "calibrate_s": "timing GEMMs and a copy"}
 
 
+def _receive(sock) -> tuple[bytes, list[int]]:
+    """One request of the caller on ``sock``: its text and the descriptors sent with it (up to 16); empty text when
+    the caller closed its end. A signal that interrupts the wait is waited through."""
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 8192, 16)
+            return msg, fds
+        except InterruptedError:
+            continue
+
+
 def _write_phase(staging: Path, name: str) -> None:
     tmp = staging / f".{PHASE_FILE}.tmp"
     tmp.write_text(name)
@@ -322,10 +333,7 @@ def _serve_main(requests: int, import_s: float, prestarted: bool, import_paid_s:
     devnull = os.open(os.devnull, os.O_WRONLY)
     runs = 0
     while True:
-        try:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, 8192, 16)
-        except InterruptedError:
-            continue
+        msg, fds = _receive(sock)
         if not msg:
             return 0  # the caller closed its end
         parts = msg.decode(errors="replace").split(" ", 2)
@@ -420,10 +428,7 @@ def _zygote_main(requests: int) -> int:
     sock = socket.socket(fileno=requests)
     say("ready")
     while True:
-        try:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, 8192, 16)
-        except InterruptedError:
-            continue
+        msg, fds = _receive(sock)
         if not msg:
             break  # the caller closed its end or died
         parts = msg.decode(errors="replace").strip().split(" ", 2)
