@@ -252,8 +252,7 @@ def _run_context(path: str, peaks_file: Optional[str]):
         try:
             run = RunStore(store_root).load(trace.parent.name)
             config, device = run.config, run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
-            pk = run.meta.get("peak_device_memory_bytes")
-            process_peak = pk if type(pk) is int and pk >= 0 else None
+            process_peak = run.process_peak_bytes
         except (ProfilingError, OSError, ValueError, TypeError, KeyError):
             config, device = None, {}
     if peaks_file is not None:  # read as the store reads its calibrations: a FIFO or /dev/zero is refused unread
