@@ -180,13 +180,14 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
 def _memory_lines(mem: dict) -> list[str]:
     """The memory section: per device its peak allocated (and reserved) bytes, where it happened and what was
     allocated before the window; or why there is none and how to record it."""
+    from ..analyses.memory import RELATIVE_BASES
     if not mem.get("devices"):
         return [f"  memory: {mem.get('note') or 'no [memory] events'}"]
     out = [f"  memory ({mem['events']:,} [memory] events):"]
     for dev, d in mem["devices"].items():
         line = f"    {dev}: peak {human_bytes(d['peak_allocated_bytes'])} allocated"
-        if d["basis"] == "running_sum":
-            line += " (allocated in the window: the trace has no totals)"
+        if d["basis"] in RELATIVE_BASES:
+            line += f" ({RELATIVE_BASES[d['basis']][0]}: the device's own peak is not in the trace)"
         if d.get("peak_reserved_bytes") is not None:
             line += f", {human_bytes(d['peak_reserved_bytes'])} reserved"
         if d.get("op"):
