@@ -16,7 +16,12 @@ from typing import Any, Mapping, Optional
 
 import pandas as pd
 
-from ..analyses.memory import BEFORE_WINDOW, NOTHING_RECORDED_TEXT, RELATIVE_BASES, chain_tail
+from ..analyses.memory import (
+    BEFORE_WINDOW,
+    NOTHING_RECORDED_TEXT,
+    RELATIVE_BASES,
+    chain_tail,
+)
 from ..units import human_bytes
 from .markdown import md_text
 
