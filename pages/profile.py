@@ -8,7 +8,7 @@ from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.run import machine_busy
 from profiling_core.present import charts
-from profiling_core.present import MEMORY_HOWTO, PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
+from profiling_core.present import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -151,31 +151,47 @@ if rep.has_phases:
 # --- memory ----------------------------------------------------------------------------------------
 memory_charts, memory_tables, memory_text = [], [], ""
 mem = ui.memory_section(rid)
-if mem is not None:
-    st.header("Memory", divider="gray")
-    if not mem.has_events:
-        st.caption(MEMORY_HOWTO)
-        memory_text = MEMORY_HOWTO.replace("**", "")
-    else:
-        mchart = ui.chart("memory_timeline_chart", mem.timeline, mem.peaks, mem.steps, origin_ns=mem.origin_ns)
-        ui.chart_block(mchart, mem.timeline, f"{run.name}_memory", key="profile_memory")
-        for sentence in mem.sentences:
-            st.markdown(ui.md_text(sentence))
-        st.caption("Allocated is what live tensors hold; reserved is what the caching allocator keeps from the device "
-                   "(a CPU reserves nothing, so it has no reserved line). Each line holds its value until the next "
-                   "[memory] event; shaded bands are every other profiled step.")
-        memory_charts, memory_tables, memory_text = [mchart], [("memory peaks", mem.peaks)], "\n\n".join(mem.sentences)
-        if mem.categories is not None:
-            cchart = ui.chart("memory_categories_chart", mem.categories, mem.steps, origin_ns=mem.origin_ns)
-            ui.chart_block(cchart, mem.categories, f"{run.name}_memory_categories", key="profile_memory_categories")
-            st.caption("torch's own memory profiler's categories: it follows every tensor through the ops that made "
-                       "and freed it (parameters and optimizer state from the model and optimizer it saw, gradients "
-                       "from autograd, activations kept for backward, temporaries freed within the step); *unknown* "
-                       "is memory it could not tie to a tensor. It counts what was alive before profiling began too, "
-                       "which a CPU's [memory] events leave out (they start from what the profiled steps allocated).")
-            memory_charts.append(cchart)
-        elif mem.categories_note:
-            st.caption("No memory categories: " + ui.md_text(mem.categories_note))
+st.header("Memory", divider="gray")
+if not mem.has_events:
+    st.caption(mem.note_markdown)
+    memory_text = mem.note_text
+else:
+    mchart = ui.chart("memory_timeline_chart", mem.timeline, mem.peaks, mem.steps, origin_ns=mem.origin_ns)
+    ui.chart_block(mchart, mem.timeline, f"{run.name}_memory", key="profile_memory")
+    for sentence in mem.sentences:
+        st.markdown(ui.md_text(sentence))
+    st.caption("Allocated is what live tensors hold; reserved is what the caching allocator keeps from the device "
+               "(a CPU reserves nothing, so it has no reserved line). Each line holds its value until the next "
+               "[memory] event; shaded bands are every other profiled step.")
+    memory_charts, memory_text = [mchart], "\n\n".join(mem.sentences)
+    memory_tables = [("memory peaks", mem.peaks)]
+    for title, frame, key, caption in (
+            ("Live at the peak", mem.live, "profile_memory_live",
+             ("What was allocated at each device's peak, by the op that allocated it, largest first; *before the "
+              "window* is what was already allocated when the profiler began (its op unknown).")),
+            ("Never freed in the window", mem.unfreed, "profile_memory_unfreed",
+             ("Blocks the profiled steps allocated and did not free before the profiler stopped: what a step keeps "
+              "(a cache, a leak) and what the last step still held, with the steps that allocated them.")),
+            ("Per step", mem.churn, "profile_memory_churn",
+             "What each profiled step allocated and freed, what it left behind (net) and its highest level.")):
+        if len(frame):
+            st.subheader(title)
+            ui.table_block(frame, f"{run.name}_{key.removeprefix('profile_')}", key=key)
+            st.caption(caption)
+            memory_tables.append((title.lower(), frame))
+    for note in mem.table_notes:
+        st.caption(ui.md_text(note))
+    if mem.categories is not None:
+        cchart = ui.chart("memory_categories_chart", mem.categories, mem.steps, origin_ns=mem.origin_ns)
+        ui.chart_block(cchart, mem.categories, f"{run.name}_memory_categories", key="profile_memory_categories")
+        st.caption("torch's own memory profiler's categories: it follows every tensor through the ops that made "
+                   "and freed it (parameters and optimizer state from the model and optimizer it saw, gradients "
+                   "from autograd, activations kept for backward, temporaries freed within the step); *unknown* "
+                   "is memory it could not tie to a tensor. It counts what was alive before profiling began too, "
+                   "which a CPU's [memory] events leave out (they start from what the profiled steps allocated).")
+        memory_charts.append(cchart)
+    elif mem.categories_note:
+        st.caption("No memory categories: " + ui.md_text(mem.categories_note))
 
 # --- the step timeline ---------------------------------------------------------------------------
 st.header("2 · A step on the timeline", divider="gray")

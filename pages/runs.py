@@ -133,21 +133,20 @@ else:
                                                for c in ("per_step_us", "overlapped_us")}})
 
 memory_charts, memory_tables = [], []
-ma, mb = ui.memory(a), ui.memory(b)
-if ma is not None and mb is not None:
-    st.subheader("Memory")
-    mem_table, overlay = memory_comparison({name_a: (*ma, ra.steps), name_b: (*mb, rb.steps)})
-    if overlay.empty:
-        st.caption(MEMORY_HOWTO_RUNS)
-    else:
-        shown = mem_table.drop(columns=["peak_allocated_bytes", "peak_reserved_bytes"])
-        st.dataframe(shown, hide_index=True, width="stretch", height=ui.fit_height(shown))
-        mem_chart = ui.chart("memory_comparison_chart", overlay)
-        ui.chart_block(mem_chart, overlay, "compare_memory", key="runs_memory")
-        st.caption("Each run's peak per device (reserved: what the caching allocator kept; a CPU reserves nothing), "
-                   "and the allocated bytes of each run's main device (its GPU, else the CPU) from its first "
-                   "profiled step on.")
-        memory_charts, memory_tables = [mem_chart], [("memory peaks", mem_table)]
+st.subheader("Memory")
+mem_table, overlay = memory_comparison({name_a: (ui.memory(a), ra.steps), name_b: (ui.memory(b), rb.steps)})
+if overlay.empty:
+    st.caption(MEMORY_HOWTO_RUNS)
+else:
+    shown = mem_table.drop(columns=["peak_allocated_bytes", "peak_reserved_bytes"])
+    st.dataframe(shown, hide_index=True, width="stretch", height=ui.fit_height(shown))
+    mem_chart = ui.chart("memory_comparison_chart", overlay)
+    ui.chart_block(mem_chart, overlay, "compare_memory", key="runs_memory")
+    st.caption("Each run's peak per device (reserved: what the caching allocator kept; a CPU reserves nothing; "
+               "*counted* says where a peak leaves out what was allocated before the profiler began: a CPU's, a "
+               "trace without totals), and the allocated bytes of each run's main device (its GPU, else the CPU) "
+               "from its first profiled step on.")
+    memory_charts, memory_tables = [mem_chart], [("memory peaks", mem_table)]
 
 ka, kb = ra.kernel_stats.assign(run=name_a), rb.kernel_stats.assign(run=name_b)
 kernels = pd.concat([ka, kb], ignore_index=True)

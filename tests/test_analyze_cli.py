@@ -273,3 +273,20 @@ def test_human_output_has_a_memory_section(capsys):
     assert "memory (2,450 [memory] events):" in out
     assert "cuda:0: peak 1.9 GiB allocated, 2.4 GiB reserved, at aten::mul in step 6; 939.1 MiB already allocated" \
         in out  # 2,088,508,416 B, 2,629,828,608 B; 984,742,400 B before the window
+
+
+def test_a_cpu_peak_and_a_peak_without_totals_say_how_they_are_counted(capsys):
+    """torch counts a CPU's memory only from when the profiler began recording it (the Qwen trace's CPU "peaked at
+    16 B" while the process held its tokenizer and model), and a 2021 trace has no totals at all: neither figure is
+    the device's own peak, and the line said so of neither the CPU's."""
+    assert analyze_cli.main([str(QWEN), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert ("    cpu: peak 16 B allocated (counted from when the profiler began recording: the device's own peak is "
+            "not in the trace), at aten::empty in step 6") in out
+    assert "    cuda:0: peak 1.9 GiB allocated, 2.4 GiB reserved" in out  # a GPU's totals are its allocator's
+    old = QWEN.parent / "worker0.1623143089861.pt.trace.json.gz"
+    assert analyze_cli.main([str(old), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert ("    cuda:0: peak 2.6 GiB allocated (counted from the window's start: the device's own peak is not in "
+            "the trace) in step 5") in out
+    assert "Memory peaks far above what the steps keep" not in out  # it said "2.6 GiB above the 0 B its steps keep"

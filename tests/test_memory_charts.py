@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from profiling_core.analyses import MemoryReport
 from profiling_core.present import charts as C
 from profiling_core.present import memory_comparison, memory_section, peak_sentence
 from profiling_core.present import vega_safe
@@ -48,6 +49,11 @@ def _peaks(timeline: pd.DataFrame, op="aten::mm") -> pd.DataFrame:
                          "step": [r["step"]], "op": [op], "call_chain": ["ProfilerStep#3 › train::forward › " + op],
                          "first_allocated_bytes": [timeline["allocated_bytes"].iloc[0]],
                          "last_allocated_bytes": [timeline["allocated_bytes"].iloc[-1]]})
+
+
+def _report(timeline: pd.DataFrame, peaks: pd.DataFrame) -> MemoryReport:
+    """The analyses' memory report of these frames (the level every figure reads is the allocated column here)."""
+    return MemoryReport(timeline=timeline.assign(level_bytes=timeline["allocated_bytes"]), peaks=peaks)
 
 
 STEPS = pd.DataFrame({"step": [2, 3], "start_ns": [0, 3_500_000], "end_ns": [3_500_000, 7_000_000]})
@@ -125,8 +131,9 @@ def test_the_comparison_draws_one_line_per_run_from_each_runs_start():
     b = _timeline().assign(start_ns=lambda d: d["start_ns"] + 10**12,
                            allocated_bytes=lambda d: d["allocated_bytes"] * 2)
     steps_b = STEPS.assign(start_ns=STEPS["start_ns"] + 10**12, end_ns=STEPS["end_ns"] + 10**12)
-    table, overlay = memory_comparison({"A · eager": (a, _peaks(a), STEPS), "B · compiled": (b, _peaks(b), steps_b),
-                                        "C · plain": (a.iloc[0:0], _peaks(a).iloc[0:0], STEPS)})
+    table, overlay = memory_comparison({"A · eager": (_report(a, _peaks(a)), STEPS),
+                                        "B · compiled": (_report(b, _peaks(b)), steps_b),
+                                        "C · plain": (_report(a.iloc[0:0], _peaks(a).iloc[0:0]), STEPS)})
     assert overlay.groupby("run")["t_ms"].min().to_dict() == {"A · eager": 0.0, "B · compiled": 0.0}
     assert list(table["peak_allocated"]) == ["6.0 MiB", "12.0 MiB", "no [memory] events"]
     assert list(table["peak_reserved"]) == ["8.0 MiB", "8.0 MiB", ""]
@@ -138,14 +145,14 @@ def test_the_comparison_draws_one_line_per_run_from_each_runs_start():
 
 def test_the_peak_in_a_sentence():
     tl = _timeline()
-    sec = memory_section(tl, _peaks(tl), STEPS.assign(cpu_dur_us=[3500.0, 3500.0]).drop(columns=["end_ns"]))
+    sec = memory_section(_report(tl, _peaks(tl)), STEPS.assign(cpu_dur_us=[3500.0, 3500.0]).drop(columns=["end_ns"]))
     assert sec.has_events and sec.origin_ns == 0 and sec.categories is None
     assert sec.sentences == [
         "cuda:0 peaked at 6.0 MiB allocated (8.0 MiB reserved at most), 4.00 ms into the profiled steps, in step 3, "
         "inside aten::mm (called from ProfilerStep#3 › train::forward › aten::mm). The window began with 1.0 MiB "
         "allocated and ended with 0 B."]
     assert list(sec.steps["end_ns"]) == [3_500_000, 7_000_000]
-    none = memory_section(tl.iloc[0:0], _peaks(tl).iloc[0:0], None, None, "memory categories need ...")
+    none = memory_section(_report(tl.iloc[0:0], _peaks(tl).iloc[0:0]), None, None, "memory categories need ...")
     assert not none.has_events and none.sentences == []
     cpu = _timeline("cpu", reserved=False)
     grew = _peaks(cpu).assign(last_allocated_bytes=7 * MiB, op=None, step=np.nan)
@@ -201,3 +208,14 @@ def test_thinning_keeps_the_extremes_and_the_last_whatever_the_events(values, ga
     assert kept.max() == v.max() and kept.min() == v.min() and bool(keep.iloc[-1])
     assert keep.sum() <= 3 * (C.memory.MAX_INSTANTS // 4) + 3
     assert note.startswith(f"{len(values):,} instants drawn as {int(keep.sum()):,}: ")
+
+
+def test_a_long_call_chain_is_quoted_by_its_innermost_end():
+    """with_stack's Python frames make chains of thousands of characters (the Qwen trace's peak: 1,800); the sentence
+    quoted it whole, the memory_peak rule its last 200 characters."""
+    frames = " > ".join(f"site-packages/module_{k}.py({k}): forward" for k in range(200)) + " > aten::mul"
+    tl = _timeline()
+    row = _peaks(tl, op="aten::mul").assign(call_chain=frames).iloc[0].to_dict()
+    text = peak_sentence(row)
+    quoted = text.split("(called from ", 1)[1].split(").", 1)[0]
+    assert len(frames) > 8000 and len(quoted) == 200 and quoted == "…" + frames[-199:]

@@ -2,12 +2,17 @@
 them, each with the verdict written beside it, on a GPU's and on a CPU's memory, with and without a run's config."""
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
 
 import verdict_traces as vt
 from profiling_core import analyze, diagnose, findings, open_trace
 from profiling_core.explain.diagnosis.rules.memory_fragmentation import MIN_GAP_BYTES, RESERVED_OVER_ALLOCATED_AT
 from profiling_core.explain.diagnosis.rules.memory_peak import MIN_TRANSIENT_BYTES, PEAK_OVER_STEADY_AT
+from profiling_core.units import human_bytes
 
 MiB, GiB = vt.MiB, vt.GiB
 
@@ -18,15 +23,45 @@ def diagnosis(path, config=None, **kw):
         return {d.rule: d for d in diagnose(s, r, config, None, **kw).diagnoses}, {f.id: f for f in findings(r)}
 
 
-@pytest.mark.parametrize("kind,device", [(1, "cuda:0"), (0, "cpu")])
-def test_a_temporary_far_above_what_the_steps_keep_is_named_with_the_op_at_the_peak(tmp_path, kind, device):
-    d, f = diagnosis(vt.memory_steps(tmp_path / "t.json", kept=100 * MiB, temp=GiB, kind=kind))
+def test_a_temporary_far_above_what_the_steps_keep_is_named_with_the_op_at_the_peak(tmp_path):
+    device = "cuda:0"
+    d, f = diagnosis(vt.memory_steps(tmp_path / "t.json", kept=100 * MiB, temp=GiB, kind=1))
     x = d["memory_peak"]
     assert x.evidence["device"] == device and x.evidence["excess_bytes"] == GiB
     assert x.evidence["steady_bytes"] == 100 * MiB and x.evidence["op"] == "aten::mul"
     assert f"{device} peaks at 1.1 GiB allocated in aten::mul (step 1), 1.0 GiB above the 100.0 MiB" in x.text
     assert "aten::mul 1.0 GiB in 1 block" in x.text and "torch.utils.checkpoint" in x.fix
     assert "q1.memory" in f and f"{device} peaks at 1.1 GiB allocated" in f["q1.memory"].text
+
+
+@pytest.mark.parametrize("kept", [0, 100 * MiB], ids=["as torch writes it", "totals from before"])
+def test_on_the_cpu_the_peak_is_counted_from_the_window_and_not_called_far_above_the_steps(tmp_path, kept):
+    """torch counts a CPU's memory only from when the profiler began recording it: a real CPU run's totals start at
+    0 with its inputs already allocated (tests/test_app_memory.py runs one). Whatever a trace writes, a CPU's level
+    is counted from the window's start, so the steps' steady state is unknown: the 1 GiB temporary is said as such,
+    and no rule claims it is far above what the steps keep (it said "1.0 GiB above the 0 B its steps keep")."""
+    d, f = diagnosis(vt.memory_steps(tmp_path / "t.json", kept=kept, temp=GiB, kind=0))
+    assert "memory_peak" not in d
+    text = f["q1.memory"].text
+    assert text.startswith(f"cpu peaks at {human_bytes(kept + GiB)} allocated counted from when the profiler "
+                           "began recording, in aten::mul (step 1): torch counts a CPU's memory only from when the "
+                           "profiler began recording it")
+    assert "what the process held, and so its own peak, the trace cannot know" in text
+
+
+def test_without_totals_the_peak_is_counted_from_the_window_and_not_called_far_above_the_steps(tmp_path):
+    """A 2021 trace (tests/data/traces/worker0...) has no totals: the level is a running sum from 0, and the rule
+    said "2.6 GiB above the 0 B its steps keep" of it."""
+    path = vt.memory_steps(tmp_path / "t.json", kept=0, temp=GiB)
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        if e["name"] == "[memory]":
+            del e["args"]["Total Allocated"], e["args"]["Total Reserved"]
+    path.write_text(json.dumps(doc))
+    d, f = diagnosis(path)
+    assert "memory_peak" not in d
+    assert f["q1.memory"].text.startswith("cuda:0 peaks at 1.0 GiB allocated counted from the window's start, in "
+                                          "aten::mul (step 1): the trace has no allocator totals")
 
 
 @pytest.mark.parametrize("kept,temp", [
@@ -107,3 +142,48 @@ def test_a_gap_that_cuda_graphs_explain_is_not_called_fragmentation(tmp_path):
     path = vt.memory_steps(tmp_path / "t.json", kept=100 * MiB, temp=400 * MiB, reserved=2 * GiB, graphs=True)
     d, _ = diagnosis(path, process_peak_bytes=500 * MiB)
     assert "cudagraph_pools" in d and "memory_fragmentation" not in d
+
+
+@pytest.mark.parametrize("value,earlier", [(int(1.9 * GiB), True), (True, False), (-1, False), ("2040109465", False),
+                                           (1.9 * GiB, False), (None, False)],
+                         ids=["bytes", "bool", "negative", "text", "float", "null"])
+def test_a_runs_process_peak_is_read_from_its_meta_json_by_one_reader(tmp_path, capsys, value, earlier):
+    """``Run.process_peak_bytes`` is what the CLI's ``analyze`` and the app's diagnosis pass to the rules: a whole
+    number of bytes from 0, else nothing (the rule then says the trace alone cannot tell)."""
+    from profiling_core import RunStore
+    from profiling_core.cli import analyze as analyze_cli
+    store = RunStore(tmp_path / "runs")
+    run = store.import_trace(vt.memory_steps(tmp_path / "t.json", kept=100 * MiB, temp=400 * MiB, reserved=2 * GiB))
+    meta = json.loads(run.meta_path.read_text())
+    run.meta_path.write_text(json.dumps({**meta, "peak_device_memory_bytes": value}))
+    assert store.load(run.run_id).process_peak_bytes == (value if earlier else None)
+    assert analyze_cli.main([str(run.run_dir / "trace.json"), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert ("The process peaked earlier at 1.9 GiB (max_memory_allocated" in out) is earlier
+    assert ("the trace alone cannot tell" in out) is not earlier
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hs.integers(0, 4 * GiB), hs.integers(MIN_TRANSIENT_BYTES, 8 * GiB), hs.integers(0, 64 * MiB),
+       hs.integers(1, 5), hs.sampled_from(["cpu", "no totals"]))
+def test_no_peak_counted_from_the_window_is_called_far_above_the_steps_or_given_a_start(tmp_path_factory, kept, temp,
+                                                                                       leak, steps, how):
+    """Whatever the sizes, a CPU's peak and a peak without totals are said with how they are counted, never judged
+    against a steady state the trace cannot know, and never given a level the window began with."""
+    from profiling_core.present import memory_section
+    path = vt.memory_steps(tmp_path_factory.mktemp("m") / "t.json", kept=kept, temp=temp, leak=leak, steps=steps,
+                           kind=0 if how == "cpu" else 1)
+    if how == "no totals":
+        doc = json.loads(path.read_text())
+        for e in doc["traceEvents"]:
+            if e["name"] == "[memory]":
+                del e["args"]["Total Allocated"], e["args"]["Total Reserved"]
+        path.write_text(json.dumps(doc))
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        d = {x.rule for x in diagnose(s, r, None, None).diagnoses}
+    label = "counted from when the profiler began recording" if how == "cpu" else "counted from the window's start"
+    assert "memory_peak" not in d
+    assert label in {f.id: f for f in findings(r)}["q1.memory"].text
+    [sentence] = memory_section(r.memory, r.steps).sentences
+    assert label in sentence and "began with" not in sentence

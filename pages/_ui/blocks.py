@@ -122,7 +122,9 @@ def show_diagnosis(run_id: str, *, key: str) -> None:
         st.success("None of the rules applies to this trace (fp32 without TF32, unaligned GEMM sizes, GPU-starved "
                    "steps, syncs and host copies in the step, recompiles, the profiler's own options, the attention "
                    "backend, CUDA graphs skipped, layout transposes around convolutions, CPU ops stalled by "
-                   "threads without cores).", icon=":material/check:")
+                   "threads without cores, a training step's for-loop optimizer and fp32 GEMMs, memory peaks "
+                   "far above what the steps keep, memory that grows every step, reserved memory far above "
+                   "allocated, CUDA graphs' memory pools).", icon=":material/check:")
     for x in d.diagnoses:
         with st.container(border=True):
             st.markdown(f"**{md_text(x.title)}**")
@@ -130,6 +132,8 @@ def show_diagnosis(run_id: str, *, key: str) -> None:
             st.markdown("**Change:** " + md_text(x.fix))
             if x.cost_us_per_step is not None:
                 st.caption(md_text(f"Cost: {x.cost_us_per_step:,.1f} µs per step ({x.cost_basis})"))
+            elif x.cost_basis:
+                st.caption(md_text(f"Cost: {x.cost_basis}"))
             with st.expander("evidence"):
                 st.json(json.loads(json.dumps(x.evidence, default=str)), expanded=False)
     roof = d.roofline

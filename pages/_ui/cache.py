@@ -236,23 +236,27 @@ def run_peaks(run_id: str):
 
 
 @st.cache_data(show_spinner="Judging the trace against the device's peaks ...", max_entries=64)
-def _diagnosis(path: str, mtime_ns: int, config_json: str, peaks_json: str, cc: Optional[float]):
+def _diagnosis(path: str, mtime_ns: int, config_json: str, peaks_json: str, cc: Optional[float],
+               process_peak: Optional[int]):
     from profiling_core.store import DevicePeaks
     from profiling_core import diagnose
     config = ExperimentConfig.from_json(config_json) if config_json else None
     peaks = DevicePeaks.from_dict(json.loads(peaks_json)) if peaks_json else None
     return diagnose(_open_session(path, mtime_ns), _report(path, mtime_ns, config_json), config, peaks,
-                    compute_capability=cc)
+                    compute_capability=cc, process_peak_bytes=process_peak)
 
 
 def diagnosis(run_id: str):
-    """The run's roofline rows and rule findings (``profiling_core.diagnosis``) against its device's calibration."""
+    """The run's roofline rows and rule findings (``profiling_core.diagnosis``) against its device's calibration,
+    with the process's own peak device memory from its meta.json (``Run.process_peak_bytes``; None for an imported
+    trace), as ``analyze`` gives them."""
     def make():
         run = load_run(run_id)
         cfg = run.config
         peaks = run_peaks(run_id)
         return _diagnosis(*_trace_stamp(run_id), cfg.to_json() if cfg else "",
-                          json.dumps(peaks.to_dict()) if peaks else "", run.compute_capability)
+                          json.dumps(peaks.to_dict()) if peaks else "", run.compute_capability,
+                          run.process_peak_bytes)
     return _readable(run_id, lambda: memo(("diagnosis", run_id), make))
 
 
@@ -266,20 +270,10 @@ def gemm_vs_peak(run_ids: list[str]) -> pd.DataFrame:
     return present.gemm_vs_peak(items)
 
 
-@st.cache_data(show_spinner="Reading the memory events ...", max_entries=64)
-def _memory(path: str, mtime_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    import profiling_core.analyses as analyses
-    s = _open_session(path, mtime_ns)
-    return analyses.memory_timeline(s), analyses.memory_peaks(s)
-
-
-def memory(run_id: str) -> Optional[tuple[pd.DataFrame, pd.DataFrame]]:
-    """The run's ``[memory]`` events and each device's peak (``analyses.memory_timeline`` and ``memory_peaks``),
-    computed once per trace version; None while ``profiling_core.analyses`` has no memory analyses."""
-    import profiling_core.analyses as analyses
-    if not hasattr(analyses, "memory_timeline"):
-        return None
-    return _readable(run_id, lambda: memo(("memory", run_id), lambda: _memory(*_trace_stamp(run_id))))
+def memory(run_id: str):
+    """The run's memory analyses (``Report.memory``, ``profiling_core.analyses.MemoryReport``: timeline, peaks, what
+    was live at them, what the window never freed, per-step churn), computed once with the rest of its report."""
+    return report(run_id).memory
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -306,13 +300,9 @@ def memory_categories(run_id: str) -> tuple[pd.DataFrame, Optional[str]]:
 
 
 def memory_section(run_id: str):
-    """The Profile page's memory section of a run (``present.memory_section``); None while the analyses have no
-    memory analyses."""
-    frames = memory(run_id)
-    if frames is None:
-        return None
+    """The Profile page's memory section of a run (``present.memory_section``)."""
     cats, note = memory_categories(run_id)
-    return present.memory_section(*frames, report(run_id).steps, cats, note)
+    return present.memory_section(memory(run_id), report(run_id).steps, cats, note)
 
 
 def fusions(run_id: str, known_ops: tuple = ()) -> pd.DataFrame:

@@ -23,8 +23,9 @@ from .compile import compile_breakdown, compile_payoff, fused_ops, triton_fusion
 from .gemm import gemm_dims, gemm_flops_from_dims, gemm_throughput
 from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
 from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_ops, launch_paths
-from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_MATCH_TOLERANCE, MemoryReport, live_at_peak, memory_by_op,
-                     memory_churn, memory_peaks, memory_report, memory_timeline, unfreed)
+from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_MATCH_TOLERANCE, RELATIVE_BASES,
+                     MemoryReport, live_at_peak, memory_by_op, memory_churn, memory_peaks, memory_report,
+                     memory_timeline, unfreed)
 from .phases import PHASES, SUM_TOLERANCE_US, phase_ops, phases, phases_at
 from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, annotation_ranges, basis_steps, bound,
@@ -43,4 +44,5 @@ __all__ = [
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
     "memory_timeline", "memory_peaks", "live_at_peak", "memory_by_op", "unfreed", "memory_churn", "memory_report",
     "MemoryReport", "NO_MEMORY_TEXT", "NOTHING_RECORDED_TEXT", "BEFORE_WINDOW", "PEAK_MATCH_TOLERANCE",
+    "RELATIVE_BASES",
 ]

@@ -19,6 +19,12 @@ nested under the op that was running on their thread. The rules, each stated onc
   ``Bytes``. A device whose events have no total at all (2021 traces) is measured by the running sum of ``Bytes``
   from the window's start, which starts at 0: it counts only what the window allocated (``basis`` ``running_sum``
   instead of ``total``).
+- **The CPU's totals** are not the process's: torch's CPU memory reporter (``ProfiledCPUMemoryReporter``) counts a
+  block only when it was allocated while memory profiling was on, and reports the free of no other block, so a
+  tensor made before the profiler began recording (an input, a weight) shows in neither its totals nor its events.
+  The CPU's level is what the profiler saw allocated (``basis`` ``since_profiling``; on a real CPU run it starts at
+  0 with the inputs already allocated). Such a device, and a ``running_sum`` one, is measured from the window's
+  start: :data:`RELATIVE_BASES` says why in words, and only a ``total`` device's peak is the device's own.
 - **Op.** An event's op is the slice it is nested in (its parent in the slice table: an ATen op, a
   ``record_function`` range, a Python frame with ``with_stack``), None at the top level of its lane (2021 traces put
   memory events on a lane of their own, so all of theirs are at the top level). Frames grouped by op
@@ -63,7 +69,9 @@ __all__ = [
     "DEVICE_TYPES",
     "NO_MEMORY_TEXT",
     "PEAK_MATCH_TOLERANCE",
+    "RELATIVE_BASES",
     "MemoryReport",
+    "chain_tail",
     "live_at_peak",
     "memory_by_op",
     "memory_churn",
@@ -88,6 +96,32 @@ DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "
                 8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu", 16: "ve",
                 17: "lazy", 18: "ipu", 19: "mtia", 20: "privateuseone"}
 """c10's ``DeviceType`` numbers, as the ``Device Type`` argument writes them, and torch's names for them."""
+
+RELATIVE_BASES = {
+    "running_sum": ("counted from the window's start",
+                    ("the trace has no allocator totals (the 2021 format), so this is what the window allocated less "
+                     "what it freed, from 0 at its start; what was allocated before it, and so the device's own "
+                     "peak, the trace cannot know")),
+    "since_profiling": ("counted from when the profiler began recording",
+                        ("torch counts a CPU's memory only from when the profiler began recording it (a tensor made "
+                         "before, such as an input or a weight, shows neither its allocation nor its free), so this "
+                         "is what the profiled steps allocated less what they freed; what the process held, and so "
+                         "its own peak, the trace cannot know")),
+}
+"""The ``basis`` values whose level leaves out what was allocated before the window (the *Allocated level* and *The
+CPU's totals* rules), each with (a short label to put beside a figure, why, as a clause): every figure of such a
+device counts from the window's start, and only differences between them (what a step allocated, what the peak rose
+above a step's end) are the device's own."""
+
+CHAIN_CHARS = 200
+"""The most characters of a call chain a statement quotes: its innermost end, where the op is (a chain of Python
+frames, with_stack's, runs to thousands)."""
+
+
+def chain_tail(chain: str, n: int = CHAIN_CHARS) -> str:
+    """``chain`` (a ``call_chain``), or its last ``n`` - 1 characters after an ellipsis when it is longer."""
+    return chain if len(chain) <= n else "…" + chain[-(n - 1):]
+
 
 BEFORE_WINDOW = "before the window"
 """``origin`` of the blocks allocated before the profiler's window (their op is unknown: None)."""
@@ -203,7 +237,7 @@ class _Events:
                 off[valid] = a[valid] - c[valid]
                 s = pd.Series(off).ffill().bfill().to_numpy()
                 self.level[i] = c + s.astype(np.int64)
-                self.basis[d] = "total"
+                self.basis[d] = "since_profiling" if self.devices[d] == "cpu" else "total"
             else:
                 self.level[i] = c
                 self.basis[d] = "running_sum"
@@ -323,7 +357,7 @@ def memory_peaks(session, shared: Shared | None = None) -> pd.DataFrame:
         reserved figure, NaN without one), ``peak_ns`` / ``step`` / ``op`` of the first event at the peak,
         ``call_chain`` (the names of its op and the op's ancestors, outermost first, `` > ``-joined; "" at the top
         level), ``first_allocated_bytes`` / ``last_allocated_bytes`` (the level at the window's start and end),
-        ``basis`` (``total`` or ``running_sum``), ``events``, ``alloc_bytes`` / ``freed_bytes`` (what the window
+        ``basis`` (``total``, ``since_profiling`` for the CPU or ``running_sum``: :data:`RELATIVE_BASES`), ``events``, ``alloc_bytes`` / ``freed_bytes`` (what the window
         allocated and freed), and the reserved memory no tensor holds: ``reserved_at_peak_bytes`` (the reserved
         figure at the peak's event), ``gap_at_peak_bytes`` (that less the peak), ``gap_max_bytes`` /
         ``gap_median_bytes`` (reserved less allocated over the device's events; NaN without reserved figures),
@@ -384,7 +418,7 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
         later = freed_before[freed_before > p]
         if len(later):
             out.append((name, None, BEFORE_WINDOW, int(-ev.bytes[later].sum()), len(later)))
-        if pk["basis"] == "total":
+        if pk["basis"] != "running_sum":  # with totals: the rest of what the window opened with
             rest = int(pk["first_allocated_bytes"]) + int(ev.bytes[freed_before].sum())
             if rest > 0:
                 out.append((name, None, BEFORE_WINDOW, rest, None))

@@ -180,13 +180,14 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
 def _memory_lines(mem: dict) -> list[str]:
     """The memory section: per device its peak allocated (and reserved) bytes, where it happened and what was
     allocated before the window; or why there is none and how to record it."""
+    from ..analyses.memory import RELATIVE_BASES
     if not mem.get("devices"):
         return [f"  memory: {mem.get('note') or 'no [memory] events'}"]
     out = [f"  memory ({mem['events']:,} [memory] events):"]
     for dev, d in mem["devices"].items():
         line = f"    {dev}: peak {human_bytes(d['peak_allocated_bytes'])} allocated"
-        if d["basis"] == "running_sum":
-            line += " (allocated in the window: the trace has no totals)"
+        if d["basis"] in RELATIVE_BASES:
+            line += f" ({RELATIVE_BASES[d['basis']][0]}: the device's own peak is not in the trace)"
         if d.get("peak_reserved_bytes") is not None:
             line += f", {human_bytes(d['peak_reserved_bytes'])} reserved"
         if d.get("op"):
@@ -252,8 +253,7 @@ def _run_context(path: str, peaks_file: Optional[str]):
         try:
             run = RunStore(store_root).load(trace.parent.name)
             config, device = run.config, run.meta.get("device") if isinstance(run.meta.get("device"), dict) else {}
-            pk = run.meta.get("peak_device_memory_bytes")
-            process_peak = pk if type(pk) is int and pk >= 0 else None
+            process_peak = run.process_peak_bytes
         except (ProfilingError, OSError, ValueError, TypeError, KeyError):
             config, device = None, {}
     if peaks_file is not None:  # read as the store reads its calibrations: a FIFO or /dev/zero is refused unread

@@ -1,35 +1,54 @@
-"""What the pages show about memory, from the analyses' frames: the section of one run, the comparison of several.
+"""What the pages show about memory, from the analyses' memory report: the section of one run, the comparison of several.
 
-The analyses give, for a trace with ``[memory]`` events (a run profiled with ``profile_memory``), the timeline (one
-row per event: ``device``, ``start_ns``, ``bytes``, ``allocated_bytes``, ``reserved_bytes``, ``step``, ``op``) and
-the peaks (one row per device: ``device``, ``peak_allocated_bytes``, ``peak_reserved_bytes``, ``peak_ns``, ``step``,
-``op``, ``call_chain``, ``first_allocated_bytes``, ``last_allocated_bytes``). :func:`memory_section` turns them, with
-the run's steps and torch's categories (``profiling_core.store.memory_categories``), into what the Profile page
-draws and says; :func:`memory_comparison` into the Runs page's table and overlay. Texts here are plain: they quote
-op names from the trace, so a page shows them through ``md_text``.
+``analyze`` puts every memory analysis of a trace in ``Report.memory`` (``profiling_core.analyses.MemoryReport``):
+the timeline (one row per ``[memory]`` event, ``level_bytes`` the allocated level every figure reads), the peaks
+(one row per device, with its ``basis``), what was live at each peak, what the window never freed and per-step
+churn. :func:`memory_section` turns it, with the run's steps and torch's categories
+(``profiling_core.store.memory_categories``), into what the Profile page draws, says and lists;
+:func:`memory_comparison` into the Runs page's table and overlay. Texts here are plain: they quote op names from the
+trace, so a page shows them through ``md_text`` (tables go to dataframes, which show text as text).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import pandas as pd
 
+from ..analyses.memory import (
+    BEFORE_WINDOW,
+    NOTHING_RECORDED_TEXT,
+    RELATIVE_BASES,
+    chain_tail,
+)
 from ..units import human_bytes
+from .markdown import md_text
 
 __all__ = ["MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection", "memory_section", "memory_steps", "peak_sentence",
-           "main_device", "memory_comparison", "MEMORY_COMPARISON_COLUMNS"]
+           "main_device", "memory_comparison", "MEMORY_COMPARISON_COLUMNS", "LIVE_COLUMNS", "UNFREED_COLUMNS",
+           "CHURN_COLUMNS", "MEMORY_TABLE_ROWS"]
 
 MEMORY_HOWTO = ("This run has no [memory] events, so there is no memory to show: profile it again with "
                 "**profile_memory** ticked in the form's profiler options (tick **with_stack** and **record_shapes** "
                 "too for torch's memory categories: parameters, optimizer state, activations, gradients …).")
-"""The one line the Profile page shows for a run without memory events (fixed text: Markdown as it is)."""
+"""The one line the Profile page shows for a trace made without memory events (fixed text: Markdown as it is)."""
 MEMORY_HOWTO_RUNS = ("Neither run has [memory] events: profile them with **profile_memory** ticked in the Profile "
                      "form's profiler options to compare their memory.")
 
-MEMORY_COMPARISON_COLUMNS = ["run", "device", "peak_allocated", "peak_reserved", "step", "op",
+MEMORY_COMPARISON_COLUMNS = ["run", "device", "peak_allocated", "peak_reserved", "counted", "step", "op",
                              "peak_allocated_bytes", "peak_reserved_bytes"]
+LIVE_COLUMNS = ["device", "op", "origin", "size", "blocks", "bytes"]
+"""What was live at each device's peak (``MemorySection.live``), largest first."""
+UNFREED_COLUMNS = ["device", "op", "size", "blocks", "steps", "bytes"]
+"""What the window allocated and never freed (``MemorySection.unfreed``), largest first."""
+CHURN_COLUMNS = ["step", "device", "allocated", "freed", "net", "peak", "events", "alloc_bytes", "freed_bytes",
+                 "net_bytes", "peak_allocated_bytes"]
+"""Per profiled step and device, what it allocated and freed (``MemorySection.churn``)."""
+MEMORY_TABLE_ROWS = 10
+"""The most rows per device the live-at-peak and never-freed tables keep (the rest are counted in a note)."""
+TOP_LEVEL = "(top level)"
+"""The op of an event at the top level of its lane (no op around it)."""
 
 
 def _missing(v) -> bool:
@@ -48,19 +67,36 @@ def memory_steps(steps: pd.DataFrame) -> pd.DataFrame:
                          .to_numpy()})
 
 
+def _as_steps(steps: Optional[pd.DataFrame]) -> pd.DataFrame:
+    """Steps from ``analyses.steps`` (with ``cpu_dur_us``) or already :func:`memory_steps`'s."""
+    if steps is not None and "cpu_dur_us" in steps.columns:
+        return memory_steps(steps)
+    return steps if steps is not None else memory_steps(None)
+
+
 def _chain_text(chain) -> str:
     if _missing(chain):
         return ""
     if isinstance(chain, (list, tuple)):
-        return " › ".join(str(c) for c in chain)
-    return str(chain)
+        chain = " › ".join(str(c) for c in chain)
+    return chain_tail(str(chain))
+
+
+def _relative(peak: Mapping) -> Optional[tuple[str, str]]:
+    """(label, why) when the device's level counts from the window's start (``analyses.memory.RELATIVE_BASES``)."""
+    return RELATIVE_BASES.get(str(peak.get("basis", "total")))
 
 
 def peak_sentence(peak: Mapping, origin_ns: Optional[int] = None) -> str:
     """The peak of one device in a sentence: how much was allocated (and reserved), when, in which step and op, and
-    where the window began and ended. ``peak``: a row of ``memory_peaks``. Plain text (it quotes the trace's op)."""
+    where the window began and ended. ``peak``: a row of ``memory_peaks``. On a device whose level counts from the
+    window's start (its ``basis``: a trace without totals, a CPU) it says so and why, and gives the window's change
+    instead of levels the trace cannot know. Plain text (it quotes the trace's op)."""
     device = str(peak.get("device"))
+    relative = _relative(peak)
     text = f"{device} peaked at {human_bytes(float(peak['peak_allocated_bytes']))} allocated"
+    if relative:
+        text += f" {relative[0]}"
     reserved = peak.get("peak_reserved_bytes")
     if not _missing(reserved):
         text += f" ({human_bytes(float(reserved))} reserved at most)"
@@ -78,46 +114,154 @@ def peak_sentence(peak: Mapping, origin_ns: Optional[int] = None) -> str:
     text += "."
     first, last = peak.get("first_allocated_bytes"), peak.get("last_allocated_bytes")
     if not _missing(first) and not _missing(last):
-        text += (f" The window began with {human_bytes(float(first))} allocated and ended with "
-                 f"{human_bytes(float(last))}")
-        text += (": memory grew over the profiled steps." if float(last) > float(first) else
-                 ": what the steps allocated, they gave back." if float(last) == float(first) else ".")
+        grew, fell = float(last) > float(first), float(last) < float(first)
+        if relative:
+            change = float(last) - float(first)
+            text += (f" The window ended with {human_bytes(change)} more allocated than at its start: memory grew "
+                     "over the profiled steps." if grew else
+                     f" The window ended with {human_bytes(-change)} less allocated than at its start." if fell else
+                     " The window ended where it began: what the steps allocated, they gave back.")
+        else:
+            text += (f" The window began with {human_bytes(float(first))} allocated and ended with "
+                     f"{human_bytes(float(last))}")
+            text += (": memory grew over the profiled steps." if grew else
+                     ": what the steps allocated, they gave back." if not fell else ".")
+    if relative:
+        text += f" {relative[0][0].upper()}{relative[0][1:]}: {relative[1]}."
     return text
 
 
 @dataclass
 class MemorySection:
-    """What the Profile page's memory section shows. ``has_events`` False: only :data:`MEMORY_HOWTO`."""
+    """What the Profile page's memory section shows. ``has_events`` False: only ``note_markdown`` (why there is no
+    memory to show: :data:`MEMORY_HOWTO`, or that the run recorded memory and its steps made no event)."""
 
     has_events: bool
     timeline: pd.DataFrame
+    """For the chart: the analyses' timeline with ``allocated_bytes`` the allocated level (``level_bytes``)."""
     peaks: pd.DataFrame
     steps: pd.DataFrame
     origin_ns: Optional[int]
     sentences: list[str] = field(default_factory=list)
+    live: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LIVE_COLUMNS))
+    unfreed: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=UNFREED_COLUMNS))
+    churn: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=CHURN_COLUMNS))
+    table_notes: list[str] = field(default_factory=list)
+    """Plain sentences about the tables: rows left out, devices whose blocks cannot be followed, figures counted
+    from the window's start."""
+    note_markdown: str = ""
+    note_text: str = ""
     categories: Optional[pd.DataFrame] = None
     categories_note: Optional[str] = None
 
 
-def memory_section(timeline: pd.DataFrame, peaks: pd.DataFrame, steps: Optional[pd.DataFrame] = None,
-                   categories: Optional[pd.DataFrame] = None,
+def _device_order(peaks: pd.DataFrame) -> list[str]:
+    """The devices of ``peaks``, the main one (:func:`main_device`) first, then by name."""
+    main = main_device(peaks)
+    return sorted((str(d) for d in peaks["device"]), key=lambda d: (d != main, d))
+
+
+def _op_text(op, origin: str = "window") -> str:
+    if not _missing(op) and str(op):
+        return str(op)
+    return "" if origin == BEFORE_WINDOW else TOP_LEVEL
+
+
+def _top_per_device(df: pd.DataFrame, order: list[str], what: str, notes: list[str]) -> pd.DataFrame:
+    parts = []
+    for dev in order:
+        g = df[df["device"].astype(str) == dev]
+        if len(g) > MEMORY_TABLE_ROWS:
+            notes.append(f"{dev}: the {MEMORY_TABLE_ROWS} largest rows of {len(g)} {what} are listed "
+                         f"({human_bytes(float(g['bytes'].iloc[MEMORY_TABLE_ROWS:].sum()))} more in the rest).")
+        parts.append(g.head(MEMORY_TABLE_ROWS))
+    return pd.concat(parts, ignore_index=True) if parts else df.iloc[0:0]
+
+
+def _live_table(live: pd.DataFrame, order: list[str], notes: list[str]) -> pd.DataFrame:
+    if live is None or not len(live):
+        return pd.DataFrame(columns=LIVE_COLUMNS)
+    live = live.sort_values("bytes", ascending=False, kind="stable")
+    t = pd.DataFrame({"device": live["device"].astype(str),
+                      "op": [_op_text(o, g) for o, g in zip(live["op"], live["origin"])],
+                      "origin": live["origin"].astype(str), "size": [human_bytes(float(b)) for b in live["bytes"]],
+                      "blocks": pd.array(live["blocks"].tolist(), dtype="Int64"),
+                      "bytes": live["bytes"].astype("int64")})
+    return _top_per_device(t, order, "live at the peak", notes)[LIVE_COLUMNS]
+
+
+def _unfreed_table(unfreed: pd.DataFrame, order: list[str], notes: list[str]) -> pd.DataFrame:
+    if unfreed is None or not len(unfreed):
+        return pd.DataFrame(columns=UNFREED_COLUMNS)
+    u = unfreed.sort_values("bytes", ascending=False, kind="stable")
+    t = pd.DataFrame({"device": u["device"].astype(str), "op": [_op_text(o) for o in u["op"]],
+                      "size": [human_bytes(float(b)) for b in u["bytes"]],
+                      "blocks": u["blocks"].astype("int64"),
+                      "steps": [", ".join(str(int(x)) for x in s) for s in u["steps"]],
+                      "bytes": u["bytes"].astype("int64")})
+    return _top_per_device(t, order, "never freed", notes)[UNFREED_COLUMNS]
+
+
+def _signed(n: float) -> str:
+    return ("+" if n > 0 else "") + human_bytes(n)
+
+
+def _churn_table(churn: pd.DataFrame, order: list[str]) -> pd.DataFrame:
+    if churn is None or not len(churn):
+        return pd.DataFrame(columns=CHURN_COLUMNS)
+    rank = {d: k for k, d in enumerate(order)}
+    c = churn.assign(_dev=[rank.get(str(d), len(rank)) for d in churn["device"]]).sort_values(
+        ["_dev", "step"], kind="stable")
+    return pd.DataFrame({"step": c["step"].astype("int64"), "device": c["device"].astype(str),
+                         "allocated": [human_bytes(float(b)) for b in c["alloc_bytes"]],
+                         "freed": [human_bytes(float(b)) for b in c["freed_bytes"]],
+                         "net": [_signed(float(b)) for b in c["net_bytes"]],
+                         "peak": [human_bytes(float(b)) for b in c["peak_allocated_bytes"]],
+                         "events": c["events"].astype("int64"), "alloc_bytes": c["alloc_bytes"].astype("int64"),
+                         "freed_bytes": c["freed_bytes"].astype("int64"), "net_bytes": c["net_bytes"].astype("int64"),
+                         "peak_allocated_bytes": c["peak_allocated_bytes"].astype("int64")}).reset_index(drop=True)
+
+
+def _no_events_note(memory: Any) -> tuple[str, str]:
+    """(Markdown, plain text) of why a trace without memory events has nothing to show."""
+    note = (getattr(memory, "summary", None) or {}).get("note")
+    if note == NOTHING_RECORDED_TEXT:
+        return md_text(note), note
+    return MEMORY_HOWTO, MEMORY_HOWTO.replace("**", "")
+
+
+def memory_section(memory: Any, steps: Optional[pd.DataFrame] = None, categories: Optional[pd.DataFrame] = None,
                    categories_note: Optional[str] = None) -> MemorySection:
-    """The memory section of a run from the analyses' ``memory_timeline`` and ``memory_peaks``, its steps
-    (``analyses.steps``, or already :func:`memory_steps`) and torch's categories (``store.memory_categories``; empty or
-    None when the run has none, ``categories_note`` saying why). Times of the charts and sentences run from the first
-    profiled step's start (else the first memory event)."""
-    st = memory_steps(steps) if steps is not None and "cpu_dur_us" in steps.columns else (
-        steps if steps is not None else memory_steps(None))
-    has = timeline is not None and len(timeline) > 0
-    if not has:
-        return MemorySection(False, timeline, peaks, st, None, [], categories, categories_note)
+    """The memory section of a run from its memory report (``Report.memory``, ``analyses.MemoryReport``), its steps
+    (``analyses.steps``, or already :func:`memory_steps`) and torch's categories (``store.memory_categories``; empty
+    or None when the run has none, ``categories_note`` saying why). Times of the charts and sentences run from the
+    first profiled step's start (else the first memory event)."""
+    st = _as_steps(steps)
+    timeline, peaks = memory.timeline, memory.peaks
+    if not len(timeline):
+        md, plain = _no_events_note(memory)
+        return MemorySection(False, timeline, peaks, st, None, note_markdown=md, note_text=plain,
+                             categories=categories, categories_note=categories_note)
     origin = int(st["start_ns"].min()) if len(st) else int(timeline["start_ns"].min())
-    order = peaks.assign(_main=[str(d) == main_device(peaks) for d in peaks["device"]]).sort_values(
-        ["_main", "device"], ascending=[False, True])
-    sentences = [peak_sentence(r, origin) for r in order.drop(columns=["_main"]).to_dict("records")]
+    order = _device_order(peaks)
+    by_device = {str(r["device"]): r for r in peaks.to_dict("records")}
+    sentences = [peak_sentence(by_device[d], origin) for d in order]
+    notes: list[str] = []
+    live = _live_table(memory.live_at_peak, order, notes)
+    unfreed = _unfreed_table(memory.unfreed, order, notes)
+    blind = [d for d in order if not bool(by_device[d].get("has_addresses", True))]
+    if blind:
+        notes.append(f"{', '.join(blind)}: the trace's [memory] events have no addresses, so no block can be "
+                     "followed from its allocation to its free: nothing is listed as live at the peak or never "
+                     "freed there.")
+    relative = [d for d in order if _relative(by_device[d])]
+    if relative:
+        notes.append(f"{', '.join(relative)}: the per-step peaks are counted from the window's start (see above); "
+                     "what each step allocated, freed and left behind is the device's own.")
     cats = categories if categories is not None and len(categories) else None
-    return MemorySection(True, timeline, peaks, st, origin, sentences, cats, None if cats is not None else
-                         categories_note)
+    return MemorySection(True, timeline.assign(allocated_bytes=timeline["level_bytes"].astype(float)), peaks, st,
+                         origin, sentences, live, unfreed, _churn_table(memory.churn, order), notes,
+                         categories=cats, categories_note=None if cats is not None else categories_note)
 
 
 def main_device(peaks: pd.DataFrame) -> Optional[str]:
@@ -130,35 +274,40 @@ def main_device(peaks: pd.DataFrame) -> Optional[str]:
 
 
 def memory_comparison(runs: Mapping[str, tuple]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The Runs page's memory comparison: ``runs`` maps a run's label to ``(timeline, peaks, steps)`` (the
-    analyses' frames; steps from ``analyses.steps`` or :func:`memory_steps`).
+    """The Runs page's memory comparison: ``runs`` maps a run's label to ``(memory, steps)``: its memory report
+    (``Report.memory``) and its steps (``analyses.steps`` or :func:`memory_steps`).
 
     Returns (table, overlay): the table has one row per run and device, :data:`MEMORY_COMPARISON_COLUMNS` (the peaks
-    as text and in bytes; a run without memory events has one row saying so); the overlay is the allocated bytes of
+    as text and in bytes; ``counted`` says how a device's level is counted where it leaves out what was allocated
+    before the window; a run without memory events has one row saying so); the overlay is the allocated level of
     each run's main device (:func:`main_device`) over time, ``run``, ``device``, ``t_ms`` (ms from that run's first
     profiled step), ``allocated_bytes``, for ``charts.memory_comparison_chart``."""
     rows, lines = [], []
-    for label, (timeline, peaks, steps) in runs.items():
+    for label, (memory, steps) in runs.items():
+        timeline, peaks = memory.timeline, memory.peaks
         if timeline is None or not len(timeline):
             rows.append({"run": label, "device": "", "peak_allocated": "no [memory] events", "peak_reserved": "",
-                         "step": pd.NA, "op": "", "peak_allocated_bytes": pd.NA, "peak_reserved_bytes": pd.NA})
+                         "counted": "", "step": pd.NA, "op": "", "peak_allocated_bytes": pd.NA,
+                         "peak_reserved_bytes": pd.NA})
             continue
         for r in peaks.sort_values("device").to_dict("records"):
             res = r.get("peak_reserved_bytes")
+            rel = _relative(r)
             rows.append({"run": label, "device": str(r["device"]),
                          "peak_allocated": human_bytes(float(r["peak_allocated_bytes"])),
                          "peak_reserved": "" if _missing(res) else human_bytes(float(res)),
+                         "counted": rel[0] if rel else "",
                          "step": pd.NA if _missing(r.get("step")) else int(r["step"]),
                          "op": "" if _missing(r.get("op")) else str(r["op"]),
                          "peak_allocated_bytes": int(r["peak_allocated_bytes"]),
                          "peak_reserved_bytes": pd.NA if _missing(res) else int(res)})
-        st = memory_steps(steps) if steps is not None and "cpu_dur_us" in steps.columns else steps
-        origin = int(st["start_ns"].min()) if st is not None and len(st) else int(timeline["start_ns"].min())
+        st = _as_steps(steps)
+        origin = int(st["start_ns"].min()) if len(st) else int(timeline["start_ns"].min())
         device = main_device(peaks) or str(timeline["device"].iloc[0])
         g = timeline[timeline["device"].astype(str) == device].sort_values("start_ns", kind="stable")
         lines.append(pd.DataFrame({"run": label, "device": device,
                                    "t_ms": (g["start_ns"].astype("int64") - origin) / 1e6,
-                                   "allocated_bytes": g["allocated_bytes"].astype(float)}))
+                                   "allocated_bytes": g["level_bytes"].astype(float)}))
     table = pd.DataFrame(rows, columns=MEMORY_COMPARISON_COLUMNS)
     table["step"] = table["step"].astype("Int64")
     for c in ("peak_allocated_bytes", "peak_reserved_bytes"):

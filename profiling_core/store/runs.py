@@ -142,6 +142,14 @@ class Run:
         except (TypeError, ValueError):
             return None
 
+    @property
+    def process_peak_bytes(self) -> Optional[int]:
+        """The process's own peak of allocated device memory, meta.json's ``peak_device_memory_bytes``
+        (``torch.cuda.max_memory_allocated()`` at the run's end: the whole process, warm-up included); None where it
+        gives none (a CPU run, an imported trace) or it is not a whole number of bytes from 0."""
+        pk = self.meta.get("peak_device_memory_bytes")
+        return pk if type(pk) is int and pk >= 0 else None
+
     def table_text(self) -> str:
         """The profiler table torch printed (``table.txt``), bytes that are not UTF-8 read as U+FFFD; ``""`` for a run
         without one (an imported trace) or whose table.txt cannot be read (not a regular file, over

@@ -4,7 +4,7 @@ when the window opened, what was live at the peak, and what the window never fre
 record them."""
 from __future__ import annotations
 
-from ...analyses.memory import BEFORE_WINDOW
+from ...analyses.memory import BEFORE_WINDOW, RELATIVE_BASES
 from ...units import human_bytes
 from .base import Finding, _short
 
@@ -22,16 +22,18 @@ def _q1_memory(r, config=None) -> list[Finding]:
     parts, devices = [], {}
     for pk in m.peaks.to_dict(orient="records"):
         dev = pk["device"]
+        relative = RELATIVE_BASES.get(pk["basis"])
         s = f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated"
+        if relative:
+            s += f" {relative[0]}"
         if pk["peak_reserved_bytes"] == pk["peak_reserved_bytes"]:
             s += f" ({human_bytes(pk['reserved_at_peak_bytes'])} reserved by the allocator then)"
         if pk["op"]:
             s += f", in {_short(pk['op'])}"
         if pk["step"] == pk["step"]:
             s += f" (step {pk['step']:g})"
-        if pk["basis"] == "running_sum":
-            s += ("; the trace has no totals or addresses (the 2021 format), so this counts only what the window "
-                  "allocated and freed, from 0 at its start")
+        if relative:
+            s += f": {relative[1]}"
         elif pk["first_allocated_bytes"] > 0:
             s += (f"; {human_bytes(pk['first_allocated_bytes'])} of it was allocated before the profiler's window "
                   "(weights, state, tensors built before it)")

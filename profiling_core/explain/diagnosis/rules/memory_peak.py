@@ -4,9 +4,13 @@ intermediate, a copy) that could be freed sooner, computed in chunks, or recompu
 The steady state is what a step leaves allocated when it ends (the median of the steps' end levels,
 ``analyses.memory.memory_churn``), or, in a trace without steps, the higher of the window's first and last levels.
 The rule speaks when the peak exceeds it by :data:`PEAK_OVER_STEADY_AT` times the steady state and by at least
-:data:`MIN_TRANSIENT_BYTES`, and names the op at the peak, its call chain and what was live there."""
+:data:`MIN_TRANSIENT_BYTES`, and names the op at the peak, its call chain and what was live there. A device whose
+level counts from the window's start (``analyses.memory.RELATIVE_BASES``: a trace without totals, a CPU) is left
+out: the excess is known, the steady state is not (what was allocated before the window is in neither), so the
+rule cannot say the peak is far above it."""
 from __future__ import annotations
 
+from ....analyses.memory import RELATIVE_BASES, chain_tail
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx
 
@@ -35,6 +39,8 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
         return None
     found = []
     for pk in m.peaks.to_dict(orient="records"):
+        if pk["basis"] in RELATIVE_BASES:
+            continue
         steady, how = _steady(c.report, pk["device"], pk)
         extra = pk["peak_allocated_bytes"] - steady
         if extra >= MIN_TRANSIENT_BYTES and extra >= PEAK_OVER_STEADY_AT * max(steady, 0.0):
@@ -47,13 +53,11 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     live = live[(live["device"] == dev) & (live["origin"] == "window")].head(TOP_LIVE) if len(live) else live
     where = f" in {pk['op']}" if pk["op"] else ""
     step = f" (step {pk['step']:g})" if pk["step"] == pk["step"] else ""
-    rel = " (counted from the window's start: the trace has no totals)" if pk["basis"] == "running_sum" else ""
-    text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}{rel}, "
+    text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}, "
             f"{human_bytes(extra)} above the {human_bytes(steady)} its steps keep ({how}): temporaries that live "
             "only around the peak make most of it.")
     if pk["call_chain"]:
-        chain = pk["call_chain"] if len(pk["call_chain"]) <= 200 else "…" + pk["call_chain"][-199:]
-        text += f" Call chain at the peak: {chain}."
+        text += f" Call chain at the peak: {chain_tail(pk['call_chain'])}."
     if len(live):
         text += " Allocated in the window and live at the peak: " + ", ".join(
             f"{op or 'top level'} {human_bytes(b)} in {n} block{'s' if n != 1 else ''}"
