@@ -43,7 +43,14 @@ nested under the op that was running on their thread. The rules, each stated onc
   first event (what was already allocated), ``last_allocated_bytes`` the level after its last.
 - **Against torch.** :func:`memory_by_op` is the profiler table's memory columns (``key_averages()``:
   ``self_cpu_memory_usage``, ``cpu_memory_usage`` for the CPU, ``self_device_memory_usage``,
-  ``device_memory_usage`` for CUDA); torch lists the top-level events as ``[memory]`` (here ``op`` None). A run's
+  ``device_memory_usage`` for CUDA); torch lists the top-level events as ``[memory]`` (here ``op`` None). Two of
+  torch's ways differ from this rule, which gives each event to the op it is nested under (the op that made it):
+  torch's total of an op is every event in its time window on any thread (so a training step's ``ProfilerStep*`` and
+  model range also count the backward's allocations on the autograd thread, which here belong to the autograd
+  thread's ops), and its table merges an op whose only child has the same name (a redispatch such as
+  ``aten::mse_loss`` under ``aten::mse_loss``) into one row, where this counts both slices. On one thread and
+  without such pairs the figures are torch's to the byte (a CPU run, tested against ``key_averages``; on an H200
+  MLP training step 49 of the table's 52 rows with a name of their own, the other three by these two ways). A run's
   ``meta.json`` keeps ``peak_device_memory_bytes`` (``torch.cuda.max_memory_allocated()``), which counts the whole
   process: the tensors built before the profiler started and every warm-up step. The trace's peak can only see the
   window, so it is at most that figure, and equal to it when the window holds the process's peak (a steady loop
