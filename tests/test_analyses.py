@@ -22,6 +22,7 @@ from profiling_core.analyses import (analyze, cold_start_gap, compile_breakdown,
                                      gemm_flops_from_dims, gemm_throughput, gpu_busy, kernel_durations_by_step,
                                      kernel_stats, launch_latency, launch_paths, profiler_table, steps, sync_wait)
 from profiling_core.config import ExperimentConfig
+from profiling_core.queries import load_query
 from profiling_core.trace import open_trace
 
 DATA = Path(__file__).parent / "data"
@@ -395,24 +396,121 @@ def test_sync_wait_matches_the_scan(name):
 
 # --- torch.compile --------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", H200)
-def test_compile_breakdown_matches_the_scan(name):
-    sc = scan(h200(name))
-    got = compile_breakdown(session(h200(name)))
-    assert len(got) == len(sc.steps)
-    for (_, g), st in zip(got.iterrows(), sc.steps):
-        inside = [e for e in sc.xs if e.get("tid") == st["tid"] and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
-        count = lambda pred: sum(1 for e in inside if pred(e["name"]))  # noqa: E731
-        assert g["cache_lookups"] == count(lambda n: n == "TorchDynamo Cache Lookup")
-        assert g["compiled_regions"] == count(lambda n: n.startswith("Torch-Compiled Region"))
-        assert g["prologues"] == count(lambda n: n == "AOTDispatcher Runtime Wrapper Prologue")
-        assert g["graph_launches"] == count(lambda n: n == "cudaGraphLaunch")
-        fx = {e["name"].split()[3] for e in inside if e["name"].startswith("## Call CompiledFxGraph")}
-        assert (g["fx_graph_hash"] or None) == (fx.pop() if fx else None)
+# the study's runs and the training steps under torch.compile, whose backward runs on the autograd engine's thread
+COMPILE_SCAN = [h200(n) for n in H200] + [DATA / "h200_memory" / "train_ro.json"] + sorted(
+    (DATA / "h200_train" / "app").glob("*_compile.json.gz"))
+_COMPILE_KINDS = {"cache_lookups": lambda n: n == "TorchDynamo Cache Lookup",
+                  "compiled_regions": lambda n: n.startswith("Torch-Compiled Region"),
+                  "prologues": lambda n: n == "AOTDispatcher Runtime Wrapper Prologue",
+                  "fx_graph_calls": lambda n: n.startswith("## Call CompiledFxGraph "),
+                  "graph_launches": lambda n: n == "cudaGraphLaunch"}
+
+
+def _compile_scan(sc: Scan, st: dict) -> dict:
+    """A step's torch.compile CPU rows by a plain scan: the slices of any thread of the step's process (not the GPU's
+    ``gpu_user_annotation`` copies) that start inside its window; counts per kind, and the FX graph hashes in order
+    of first call."""
+    inside = sorted((e for e in sc.xs if e.get("pid") == st["pid"] and e.get("cat") != "gpu_user_annotation"
+                     and st["ts"] <= e["ts"] < st["ts"] + st["dur"]), key=lambda e: e["ts"])
+    out = {k: sum(1 for e in inside if f(e["name"])) for k, f in _COMPILE_KINDS.items()}
+    out["cache_lookup_us"] = sum(e["dur"] for e in inside if _COMPILE_KINDS["cache_lookups"](e["name"]))
+    out["fx_graph_hash"] = list(dict.fromkeys(e["name"].split()[3] for e in inside
+                                              if _COMPILE_KINDS["fx_graph_calls"](e["name"])))
+    backward = [b for b in inside if b["name"] == "CompiledFunctionBackward"]
+    out["backward_fx_graph_calls"] = sum(1 for e in inside if _COMPILE_KINDS["fx_graph_calls"](e["name"]) and any(
+        b["tid"] == e["tid"] and b["ts"] <= e["ts"] and e["ts"] + e["dur"] <= b["ts"] + b["dur"] for b in backward))
+    return out
+
+
+@pytest.mark.parametrize("path", COMPILE_SCAN, ids=lambda p: p.name)
+def test_compile_breakdown_matches_the_scan_on_every_thread(path):
+    sc = scan(path)
+    with open_trace(path, engine="sqlite") as s:
+        got = compile_breakdown(s)
+        sql = s.query(load_query("compile_breakdown"))
+    assert len(got) == len(sql) == len(sc.steps)
+    for (_, g), (_, q), st in zip(got.iterrows(), sql.iterrows(), sc.steps):
+        want = _compile_scan(sc, st)
+        for k in [*_COMPILE_KINDS, "backward_fx_graph_calls"]:
+            assert g[k] == q[k] == want[k], (st["name"], k)
+        assert g["cache_lookup_us"] == pytest.approx(want["cache_lookup_us"], abs=2 * NS)
+        assert q["cache_lookup_ns"] / 1000 == pytest.approx(want["cache_lookup_us"], abs=2 * NS)
+        assert (g["fx_graph_hash"] or "").split(",") == (",".join(want["fx_graph_hash"])).split(",")
+        assert set((q["fx_graph_hash"] or "").split(",")) == set((",".join(want["fx_graph_hash"])).split(","))
         ops = [gg for _, gg in sc.in_step(st)]
         assert g["memcpy_dtod"] == sum(1 for o in ops if o["name"].startswith("Memcpy DtoD"))
         assert g["memsets"] == sum(1 for o in ops if o["cat"] == "gpu_memset")
         assert g["kernels"] == sum(1 for o in ops if o["cat"] == "kernel")
+
+
+def test_a_compiled_training_steps_backward_graph_counts_with_its_step():
+    """Read off train_ro.json (an MLP training step under reduce-overhead): each ProfilerStep replays two CUDA graphs,
+    the forward's on the main thread (tid 915) and the backward's on the autograd engine's (tid 940), and calls two
+    FX graphs, the backward's (fa3depxm…) inside CompiledFunctionBackward; the GPU's ``gpu_user_annotation`` copies
+    of the FX graph calls (pid 0) are not CPU rows."""
+    with open_trace(DATA / "h200_memory" / "train_ro.json", engine="sqlite") as s:
+        for c in (compile_breakdown(s), s.query(load_query("compile_breakdown"))):
+            assert c["graph_launches"].tolist() == [2, 2, 2]
+            assert c["fx_graph_calls"].tolist() == [2, 2, 2]
+            assert c["cache_lookups"].tolist() == c["compiled_regions"].tolist() == [1, 1, 1]
+            assert c["backward_fx_graph_calls"].tolist() == [1, 1, 1]
+            assert set(c["backward_fx_graph_hash"]) == {"fa3depxm4pnh7ho33tduse2lfnv2ljno5gm4ioc5dlghyxlzqmbn"}
+
+
+def _two_thread_trace(rows) -> dict:
+    """Two steps on thread 1 of process 7 (0-100 and 100-200 µs) and ``rows``: (name, tid, ts[, dur]), 1 µs unless
+    given; thread 2 is the autograd engine's; a GPU copy of each FX graph call on the device's stream (pid 0,
+    gpu_user_annotation)."""
+    ev = [{"ph": "M", "name": "thread_name", "pid": 7, "tid": 2, "args": {"name": "pt_autograd_0"}}]
+    ev += [{"ph": "X", "name": f"ProfilerStep#{k + 1}", "cat": "user_annotation", "pid": 7, "tid": 1,
+            "ts": 1000.0 + 100 * k, "dur": 100.0} for k in range(2)]
+    for name, tid, ts, *dur in rows:
+        cat = "cuda_runtime" if name == "cudaGraphLaunch" else "user_annotation" if name.startswith("##") else "cpu_op"
+        ev.append({"ph": "X", "name": name, "cat": cat, "pid": 7, "tid": tid, "ts": 1000.0 + ts,
+                   "dur": float(dur[0]) if dur else 1.0})
+        if name.startswith("##"):
+            ev.append({"ph": "X", "name": name, "cat": "gpu_user_annotation", "pid": 0, "tid": 7,
+                       "ts": 1000.0 + ts + 0.5, "dur": 1.0})
+    return {"traceEvents": ev}
+
+
+def test_compile_rows_on_a_second_thread_count_with_the_step_whose_window_holds_them(tmp_path):
+    rows = [("TorchDynamo Cache Lookup", 1, 10), ("## Call CompiledFxGraph fwd", 1, 20), ("cudaGraphLaunch", 1, 30),
+            ("CompiledFunctionBackward", 2, 59, 20),  # step 1's backward, thread 2
+            ("## Call CompiledFxGraph bwd", 2, 60), ("cudaGraphLaunch", 2, 70),
+            ("cudaGraphLaunch", 2, 150),  # thread 2, inside step 2
+            ("cudaGraphLaunch", 2, 250)]  # after the last step: no step's
+    path = tmp_path / "two_threads.json"
+    path.write_text(json.dumps(_two_thread_trace(rows)))
+    with open_trace(path, engine="sqlite") as s:
+        py, sql = compile_breakdown(s), s.query(load_query("compile_breakdown"))
+    for c in (py, sql):
+        assert c["step"].tolist() == [1, 2]
+        assert c["graph_launches"].tolist() == [2, 1]
+        assert c["fx_graph_calls"].tolist() == [2, 0]
+        assert c["cache_lookups"].tolist() == [1, 0]
+        assert c["backward_fx_graph_calls"].tolist() == [1, 0]
+        assert c["backward_fx_graph_hash"].iloc[0] == "bwd" and pd.isna(c["backward_fx_graph_hash"].iloc[1])
+    assert py["fx_graph_hash"].tolist() == ["fwd,bwd", None]
+    assert set(sql["fx_graph_hash"].iloc[0].split(",")) == {"fwd", "bwd"} and pd.isna(sql["fx_graph_hash"].iloc[1])
+
+
+_KIND_NAMES = ["TorchDynamo Cache Lookup", "Torch-Compiled Region: 0/0", "AOTDispatcher Runtime Wrapper Prologue",
+               "## Call CompiledFxGraph h", "cudaGraphLaunch", "aten::mm"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=hst.lists(hst.tuples(hst.sampled_from(_KIND_NAMES), hst.sampled_from([1, 2, 3]),
+                                 hst.integers(min_value=-20, max_value=220)), max_size=12))
+def test_compile_rows_on_any_thread_by_a_hand_count(rows, tmp_path_factory):
+    path = tmp_path_factory.mktemp("threads") / "t.json"
+    path.write_text(json.dumps(_two_thread_trace(rows)))
+    want = [{k: sum(1 for n, _t, ts in rows if f(n) and 100 * j <= ts < 100 * (j + 1))
+             for k, f in _COMPILE_KINDS.items()} for j in range(2)]
+    with open_trace(path, engine="sqlite") as s:
+        py, sql = compile_breakdown(s), s.query(load_query("compile_breakdown"))
+    for c in (py, sql):
+        assert [{k: int(r[k]) for k in _COMPILE_KINDS} for _, r in c.iterrows()] == want
 
 
 def test_compile_breakdown_hand_counts():

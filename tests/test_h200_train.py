@@ -208,3 +208,27 @@ def test_a_grad_scaler_with_an_optimizer_that_is_not_fused_syncs_in_the_optimize
     assert "device-to-host copies per step of 4 B to pinned memory" in x.text
     _, found = run("mlp_train_fp16_scaler")  # fused Adam: found_inf stays on the device
     assert "sync_in_step" not in found
+
+
+@pytest.mark.parametrize("label", [t for t in TRAIN if t.endswith("_compile")])
+def test_a_compiled_training_steps_backward_graph_is_its_own_part_of_the_compile_cost(label):
+    """The backward's FX graph (inside CompiledFunctionBackward, on the autograd engine's thread) counts with its step,
+    apart from the forward's region: the region's split (graph + wrapping) stays the forward's, the backward's time is
+    said on its own, and a forward with its backward is one compiled function, not "2 distinct compiled graphs"."""
+    from profiling_core.explain import findings
+    events = scan_trace(APP / f"{label}.json.gz")
+    xs = [e for e in events if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation"]
+    backward = [e for e in xs if e["name"] == "CompiledFunctionBackward"]
+    per_step = []
+    for st in steps(events):
+        fx = [e for e in xs if e["name"].startswith("## Call CompiledFxGraph") and st["ts"] <= e["ts"] <
+              st["ts"] + st["dur"] and any(b["tid"] == e["tid"] and inside(e, b) for b in backward)]
+        assert len(fx) == 1 and fx[0]["tid"] != st["tid"]  # run by the autograd engine's thread
+        per_step.append(fx[0]["dur"])
+    r, found = run(label)
+    (q10,) = [f for f in findings(r) if f.id == "q10.compile_cost"]
+    assert q10.evidence["backward_fx_graph_us"] == pytest.approx(median(per_step), abs=0.01)
+    assert q10.evidence["wrapper_us"] > q10.evidence["prologue_us"] > 0
+    (q9,) = [f for f in findings(r) if f.id == "q9.compile"]
+    assert "1 distinct CompiledFxGraph hash (the same every step: a cache hit) and 1 backward graph" in q9.text
+    assert "compile_breaks" not in found

@@ -83,7 +83,7 @@ def compare(query: str, q: pd.DataFrame, report) -> tuple[int, list[str]]:
             if c in LABELS and c in ref:
                 labels.setdefault(c, set()).add((v, ref[c]))
                 continue
-            if c == "fx_graph_hash":  # group_concat(DISTINCT ...): SQLite leaves the order open
+            if c in ("fx_graph_hash", "backward_fx_graph_hash"):  # group_concat(DISTINCT ...): order left open
                 same = set((v or "").split(",")) == set((ref[c] or "").split(","))
             elif c in ref:
                 same = _close(v, ref[c]) if isinstance(v, float) or isinstance(ref[c], float) else v == ref[c]

@@ -12,21 +12,24 @@ import numpy as np
 
 from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
+from .table import cpu_slices_by_step
 
 __all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops"]
 
-_COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_calls", "graph_launches", "kernels",
-           "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches", "kernel_launches")
+_COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_calls", "backward_fx_graph_calls",
+           "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches",
+           "kernel_launches")
 
 
 _CPU_COLS = ["step_id", "step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
              "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
-             "graph_launches"]
+             "backward_fx_graph_calls", "backward_fx_graph_ns", "backward_fx_graph_hash", "graph_launches"]
 _GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
 
 
 def _kind(name) -> int:
-    """compile_cpu.sql's row kinds: 1 cache lookup, 2 compiled region, 3 prologue, 4 FX graph call, 5 graph launch."""
+    """compile_breakdown.sql's row kinds: 1 cache lookup, 2 compiled region, 3 prologue, 4 FX graph call, 5 graph
+    launch."""
     if not isinstance(name, str):
         return 0
     if name == "TorchDynamo Cache Lookup":
@@ -40,34 +43,55 @@ def _kind(name) -> int:
     return 5 if name in _GRAPH_LAUNCHES else 0
 
 
+_BACKWARD = "CompiledFunctionBackward"
+"""The autograd node that runs a compiled function's backward graph (on the autograd engine's thread in training)."""
+
+
+def _under(sh: Shared, rows: np.ndarray, name: str) -> np.ndarray:
+    """Whether each of ``rows`` (of ``sh.slices``) has an ancestor (parent chain) named ``name``."""
+    t = sh.slices
+    ppos, named = t["ppos"], sh.name_mask(lambda u: u == name)
+    hit = np.zeros(len(rows), dtype=bool)
+    cur = ppos[rows] if len(rows) else np.zeros(0, dtype=np.int64)
+    while (live := cur >= 0).any():
+        hit[live] |= named[cur[live]]
+        cur = np.where(live & ~hit, ppos[np.maximum(cur, 0)], -1)
+    return hit
+
+
 def _compile_cpu_rows(sh: Shared) -> list[tuple]:
-    """Per step on a thread, in (ts, id) order: its torch.compile CPU rows among the slices of its thread that start
-    inside its window (counts and summed ns per kind; the FX graph hashes called, in order of first call, joined by
-    ",")."""
+    """Per step on a thread, in (ts, id) order: its torch.compile CPU rows, the CPU slices of any thread that belong
+    to it (:func:`~profiling_core.analyses.table.cpu_slices_by_step`: the backward's compiled graph runs on the
+    autograd engine's thread), as counts and summed ns per kind, and the FX graph hashes called, in order of first
+    call ((ts, id) order), joined by ","; the same for the FX graph calls inside a ``CompiledFunctionBackward``
+    (the backward's graphs)."""
     steps = [r for r in sh.steps_list if r[6] is not None]
     if not steps:
         return []
     t = sh.slices
-    kind = np.array([_kind(u) for u in t["name_uniq"]], dtype=np.int8)[t["name_codes"]]  # 1 byte a slice
-    lanes = {}
-    for u in {r[6] for r in steps}:
-        idx = np.flatnonzero(t["utid"] == u)
-        idx = idx[np.argsort(t["ts"][idx], kind="stable")]
-        lanes[u] = (idx, t["ts"][idx])
-    rows = []
-    for step_id, step, _nm, ts, dur, _depth, utid in steps:
-        idx, lts = lanes[utid]
-        lo, hi = np.searchsorted(lts, (ts, ts + dur), side="left")  # s.ts >= st.ts AND s.ts < st.ts + st.dur
-        sel = idx[lo:hi]
-        k, d = kind[sel], t["dur"][sel]
-        n = np.bincount(k, minlength=6).tolist()
-        ns = [int(d[k == j].sum()) for j in range(6)]
-        fx = sel[k == 4]
-        fx = fx[np.lexsort((fx, t["ts"][fx]))]  # in (ts, id) order
-        hashes = list(dict.fromkeys(nm[24:].replace("##", "").strip(" ") for nm in sh.names_at(fx).tolist()))
-        rows.append((step_id, step, ts, dur, n[1], ns[1], n[2], ns[2], n[3], ns[3], n[4], ns[4],
-                     ",".join(hashes) if hashes else None, n[5]))
-    return rows
+    kind_of = np.array([_kind(u) for u in t["name_uniq"]], dtype=np.int8)
+    rows, j = cpu_slices_by_step(sh, steps)
+    k = kind_of[t["name_codes"][rows]]
+    rows, j, k = rows[k > 0], j[k > 0], k[k > 0].astype(np.int64)
+    bwd = np.zeros(len(rows), dtype=bool)
+    bwd[k == 4] = _under(sh, rows[k == 4], _BACKWARD)
+    rows, j, k = np.concatenate([rows, rows[bwd]]), np.concatenate([j, j[bwd]]), np.concatenate([k, np.full(
+        int(bwd.sum()), 6, dtype=np.int64)])  # kind 6: an FX graph call of a backward (also counted as kind 4)
+    n = np.bincount(j * 7 + k, minlength=7 * len(steps)).reshape(len(steps), 7).tolist()
+    ns = np.bincount(j * 7 + k, weights=t["dur"][rows].astype(np.float64),
+                     minlength=7 * len(steps)).reshape(len(steps), 7).astype(np.int64).tolist()
+
+    def hashes(kind: int) -> list:
+        fx, fj = rows[k == kind], j[k == kind]
+        order = np.lexsort((fx, t["ts"][fx], fj))  # per step, in (ts, id) order
+        out: list[dict] = [{} for _ in steps]
+        for nm, jj in zip(sh.names_at(fx[order]).tolist(), fj[order].tolist()):
+            out[jj].setdefault(nm[24:].replace("##", "").strip(" "), None)
+        return [",".join(h) if h else None for h in out]
+    fx_hash, bwd_hash = hashes(4), hashes(6)
+    return [(step_id, step, ts, dur, n[i][1], ns[i][1], n[i][2], ns[i][2], n[i][3], ns[i][3], n[i][4], ns[i][4],
+             fx_hash[i], n[i][6], ns[i][6], bwd_hash[i], n[i][5])
+            for i, (step_id, step, _nm, ts, dur, _depth, _utid) in enumerate(steps)]
 
 
 def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
@@ -75,6 +99,7 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
     shared pairs (distinct GPU op and launch ids of the step's pairs)."""
     cols = ["step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
             "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
+            "backward_fx_graph_calls", "backward_fx_graph_ns", "backward_fx_graph_hash",
             "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
             "launches", "kernel_launches"]
     cpu = frame(_compile_cpu_rows(sh), _CPU_COLS)
@@ -87,7 +112,8 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
         j = where[int(r.step_id)]
         out.append((r.step, r.start_ns, r.cpu_dur_ns, r.cache_lookups, r.cache_lookup_ns, r.compiled_regions,
                     r.compiled_region_ns, r.prologues, r.prologue_ns, r.fx_graph_calls, r.fx_graph_ns,
-                    r.fx_graph_hash, r.graph_launches,
+                    r.fx_graph_hash, r.backward_fx_graph_calls, r.backward_fx_graph_ns, r.backward_fx_graph_hash,
+                    r.graph_launches,
                     *(int(c[x][j]) for x in ("kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
                                              "memsets", "launches", "kernel_launches"))))
     return frame(out, cols)
@@ -95,6 +121,11 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
 
 def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per step: torch.compile's CPU rows and the GPU work the step launched.
+
+    A CPU row counts with the first step (time order) whose window holds its start, on whatever thread it ran
+    (:func:`~profiling_core.analyses.table.cpu_slices_by_step`): a training step's backward runs its compiled graph
+    (``CompiledFunctionBackward``, its ``## Call CompiledFxGraph`` and, under reduce-overhead, its
+    ``cudaGraphLaunch``) on the autograd engine's thread, and those rows are the step's.
 
     Args:
         session: a trace session.
@@ -104,7 +135,9 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
         ``TorchDynamo Cache Lookup`` (``cache_lookups``, ``cache_lookup_us``), ``Torch-Compiled Region``
         (``compiled_regions``, ``compiled_region_us``), ``AOTDispatcher Runtime Wrapper Prologue`` (``prologues``,
         ``prologue_us``), ``## Call CompiledFxGraph <hash>`` (``fx_graph_calls``, ``fx_graph_us``,
-        ``fx_graph_hash``: the hash(es) called in that step, comma-separated, NA in eager steps);
+        ``fx_graph_hash``: the hash(es) called in that step, comma-separated in order of first call, NA in eager
+        steps), of them those inside a ``CompiledFunctionBackward`` (the backward's graphs:
+        ``backward_fx_graph_calls``, ``backward_fx_graph_us``, ``backward_fx_graph_hash``, NA without any);
         ``graph_launches`` (cudaGraphLaunch calls); GPU ops launched in the step: ``kernels``, ``memcpys``,
         ``memcpy_dtod``, ``memcpy_htod``, ``memcpy_dtoh``, ``memsets``; ``launches`` (calls that launched GPU
         work) and ``kernel_launches``. All zeros for an eager trace; empty without steps.
@@ -114,10 +147,12 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     df = nullable_int(df, "start_ns")
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "cache_lookup_ns": "cache_lookup_us",
                  "compiled_region_ns": "compiled_region_us", "prologue_ns": "prologue_us",
-                 "fx_graph_ns": "fx_graph_us"})
-    df["fx_graph_hash"] = df["fx_graph_hash"].astype("object").where(df["fx_graph_hash"].notna(), None)
+                 "fx_graph_ns": "fx_graph_us", "backward_fx_graph_ns": "backward_fx_graph_us"})
+    for c in ("fx_graph_hash", "backward_fx_graph_hash"):
+        df[c] = df[c].astype("object").where(df[c].notna(), None)
     return df[["step", "start_ns", "cpu_dur_us", "cache_lookups", "cache_lookup_us", "compiled_regions",
                "compiled_region_us", "prologues", "prologue_us", "fx_graph_calls", "fx_graph_us", "fx_graph_hash",
+               "backward_fx_graph_calls", "backward_fx_graph_us", "backward_fx_graph_hash",
                "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
                "launches", "kernel_launches"]]
 

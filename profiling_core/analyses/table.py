@@ -13,18 +13,23 @@ _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "
 _GPU_ROWS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation"}
 
 
+def _cpu_mask(sh: Shared) -> np.ndarray:
+    """Whether each row of ``sh.slices`` is a CPU slice: on a thread, and its category is not a GPU op's, a trace's
+    or a Python function's (:data:`_NOT_CPU`; NULL is not a CPU category)."""
+    t = sh.slices
+    low = t["cat_low_uniq"]  # lower(category) of each category code (NULL: None)
+    return np.array([c is not None and c not in _NOT_CPU for c in low], dtype=bool)[t["cat_codes"]] & (t["utid"] >= 0)
+
+
 def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
-    """(is a CPU slice, own ns) for every row of ``sh.slices``: CPU slices are those on a thread whose category is
-    not a GPU op's, a trace's or a Python function's (:data:`_NOT_CPU`); a slice's own (self) time is its duration
-    less its children's (the profiler table's "Self CPU")."""
+    """(is a CPU slice (:func:`_cpu_mask`), own ns) for every row of ``sh.slices``: a slice's own (self) time is its
+    duration less its children's (the profiler table's "Self CPU")."""
     t = sh.slices
     dur, ppos = t["dur"], t["ppos"]
-    low = t["cat_low_uniq"]  # lower(category) of each category code (NULL: None)
-    is_cpu = np.array([c is not None and c not in _NOT_CPU for c in low], dtype=bool)[t["cat_codes"]] & (t["utid"] >= 0)
     child = np.zeros(len(dur), dtype=np.int64)
     has = ppos >= 0
     np.add.at(child, ppos[has], dur[has])
-    return is_cpu, dur - child
+    return _cpu_mask(sh), dur - child
 
 
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
@@ -78,15 +83,51 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     rows.sort(key=lambda r: (-r[5], -r[3], r[0] is not None, r[0] or "", r[1]))
     return frame(rows, cols)
 
-__all__ = ["cpu_own_times", "profiler_table", "row_label"]
+__all__ = ["cpu_own_times", "cpu_slices_by_step", "profiler_table", "row_label"]
+
+
+def cpu_slices_by_step(sh: Shared, steps: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """Which step each CPU slice belongs to: the rule for every per-step count of CPU rows.
+
+    A CPU slice (the profiler table's: on a thread, not a GPU op, a trace's or a Python function's; the GPU's
+    ``gpu_user_annotation`` copies are not CPU slices) belongs to the first of ``steps`` (time order) whose window
+    holds its start, whatever thread it ran on, as a launch call does in ``launch_latency``: the backward's ops on
+    the autograd engine's own thread (``pt_autograd_0`` on a GPU) count with the step that ran them, not only the
+    step's own thread. Step slices themselves are left out.
+
+    Args:
+        sh: the trace's shared pieces.
+        steps: rows of ``sh.steps_list`` (in its (ts, id) order), the candidate steps.
+
+    Returns:
+        (rows of ``sh.slices``, index into ``steps``) of every CPU slice inside a step, in row order.
+    """
+    t = sh.slices
+    if not steps or len(t["ts"]) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    is_cpu = _cpu_mask(sh) & ~sh.name_mask(lambda u: isinstance(u, str) and u.startswith("ProfilerStep#"))
+    rows = np.flatnonzero(is_cpu)
+    ts = t["ts"][rows]
+    starts = np.array([s[3] for s in steps], dtype=np.int64)
+    ends = starts + np.array([s[4] for s in steps], dtype=np.int64)
+    # the first step (time order) whose window holds the start: of the steps starting at or before it, the earliest
+    # that has not ended (steps are in start order; overlapping steps are rare: nested or repeated annotations)
+    if (starts[1:] >= ends[:-1]).all():  # the usual: steps one after the other
+        j = np.searchsorted(starts, ts, side="right") - 1
+        j[(j >= 0) & (ts >= ends[np.maximum(j, 0)])] = -1
+    else:
+        j = np.full(len(rows), -1, dtype=np.int64)
+        for k in range(len(steps)):
+            j[(j < 0) & (ts >= starts[k]) & (ts < ends[k])] = k
+    keep = j >= 0
+    return rows[keep], j[keep].astype(np.int64)
 
 
 def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per profiler step, the CPU's own time by op name, on every thread: where a step's CPU time goes.
 
-    A CPU slice (the profiler table's: on a thread, not a GPU op) belongs to the first step (time order) whose
-    window holds its start, whatever thread it ran on, as a launch call does in ``launch_latency``: the backward's
-    ops on the autograd engine's own thread (``pt_autograd_0`` on a GPU) count with the step that launched them, not
+    A CPU slice belongs to the first step (time order) whose window holds its start, whatever thread it ran on
+    (:func:`cpu_slices_by_step`): the backward's ops on the autograd engine's own thread count with their step, not
     only the step's own thread (``dispatch_chains``). Own time is the slice's duration less its children's. The
     step slices themselves are left out (their own time is what no op of the step accounts for).
 
@@ -100,23 +141,8 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     t = sh.slices
     if not steps or len(t["ts"]) == 0:
         return frame([], cols)
-    is_cpu, own = _cpu_own_ns(sh)
-    is_cpu = is_cpu & ~sh.name_mask(lambda u: isinstance(u, str) and u.startswith("ProfilerStep#"))
-    rows = np.flatnonzero(is_cpu)
-    ts = t["ts"][rows]
-    starts = np.array([s[3] for s in steps], dtype=np.int64)
-    ends = starts + np.array([s[4] for s in steps], dtype=np.int64)
-    # the first step (time order) whose window holds the start: of the steps starting at or before it, the earliest
-    # that has not ended (steps_list is in start order; overlapping steps are rare: nested or repeated annotations)
-    if (starts[1:] >= ends[:-1]).all():  # the usual: steps one after the other
-        j = np.searchsorted(starts, ts, side="right") - 1
-        j[(j >= 0) & (ts >= ends[np.maximum(j, 0)])] = -1
-    else:
-        j = np.full(len(rows), -1, dtype=np.int64)
-        for k in range(len(steps)):
-            j[(j < 0) & (ts >= starts[k]) & (ts < ends[k])] = k
-    keep = j >= 0
-    rows, j = rows[keep], j[keep]
+    _is_cpu, own = _cpu_own_ns(sh)
+    rows, j = cpu_slices_by_step(sh, steps)
     if len(rows) == 0:
         return frame([], cols)
     code = t["name_codes"][rows]

@@ -1,7 +1,10 @@
 -- Per ProfilerStep#N: torch.compile's CPU rows (cache lookup, compiled region, prologue, CompiledFxGraph hash) and GPU work.
 -- CPU rows: TorchDynamo Cache Lookup, Torch-Compiled Region, AOTDispatcher Runtime Wrapper Prologue, ## Call CompiledFxGraph
--- <hash>, cudaGraphLaunch; GPU work launched in the step: kernels, memcpy by kind, memset, launch calls.
-WITH step AS (
+-- <hash>, cudaGraphLaunch, on any thread (a training step's backward graph runs on the autograd engine's thread): each
+-- counts with the first step (time order) whose window holds its start, as launch_latency's step; the GPU's
+-- gpu_user_annotation copies are not CPU rows. backward_fx_graph_*: the FX graph calls inside a CompiledFunctionBackward
+-- (the backward's graphs). GPU work launched in the step: kernels, memcpy by kind, memset, launch calls.
+WITH RECURSIVE step AS (
   SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts, s.dur, tt.utid
   FROM slice s JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
@@ -11,8 +14,30 @@ gpu_op AS (
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
 -- @include launch_pairing
+compile_row AS (
+  SELECT s.id, s.ts, s.dur, s.name, s.parent_id,
+    (SELECT st.step_id FROM step st WHERE s.ts >= st.ts AND s.ts < st.ts + st.dur
+     ORDER BY st.ts, st.step_id LIMIT 1) AS step_id
+  FROM slice s JOIN thread_track tt ON tt.id = s.track_id
+  WHERE (s.name IN ('TorchDynamo Cache Lookup', 'AOTDispatcher Runtime Wrapper Prologue',
+                    'cudaGraphLaunch', 'hipGraphLaunch', 'cuGraphLaunch')
+         OR s.name GLOB 'Torch-Compiled Region*' OR s.name GLOB '## Call CompiledFxGraph *')
+    AND s.category IS NOT NULL
+    AND lower(s.category) NOT IN ('trace', 'kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset',
+                                  'gpu_user_annotation', 'python_function', 'ac2g', 'flow')
+),
+-- each FX graph call's ancestors, up to the first CompiledFunctionBackward
+fx_up (id, anc) AS (
+  SELECT id, parent_id FROM compile_row WHERE name GLOB '## Call CompiledFxGraph *' AND parent_id IS NOT NULL
+  UNION ALL
+  SELECT f.id, a.parent_id FROM fx_up f JOIN slice a ON a.id = f.anc
+  WHERE a.name IS NOT 'CompiledFunctionBackward' AND a.parent_id IS NOT NULL
+),
+backward_fx AS (
+  SELECT DISTINCT f.id FROM fx_up f JOIN slice a ON a.id = f.anc WHERE a.name = 'CompiledFunctionBackward'
+),
 cpu AS (
-  SELECT st.step_id,
+  SELECT s.step_id,
     SUM(s.name = 'TorchDynamo Cache Lookup') AS cache_lookups,
     SUM(CASE WHEN s.name = 'TorchDynamo Cache Lookup' THEN s.dur ELSE 0 END) AS cache_lookup_ns,
     SUM(s.name GLOB 'Torch-Compiled Region*') AS compiled_regions,
@@ -23,12 +48,14 @@ cpu AS (
     SUM(CASE WHEN s.name GLOB '## Call CompiledFxGraph *' THEN s.dur ELSE 0 END) AS fx_graph_ns,
     group_concat(DISTINCT CASE WHEN s.name GLOB '## Call CompiledFxGraph *'
       THEN trim(replace(substr(s.name, 25), '##', '')) END) AS fx_graph_hash,
+    SUM(b.id IS NOT NULL) AS backward_fx_graph_calls,
+    SUM(CASE WHEN b.id IS NOT NULL THEN s.dur ELSE 0 END) AS backward_fx_graph_ns,
+    group_concat(DISTINCT CASE WHEN b.id IS NOT NULL
+      THEN trim(replace(substr(s.name, 25), '##', '')) END) AS backward_fx_graph_hash,
     SUM(s.name IN ('cudaGraphLaunch', 'hipGraphLaunch', 'cuGraphLaunch')) AS graph_launches
-  FROM step st
-  JOIN thread_track tt ON tt.utid = st.utid
-  JOIN slice s ON s.track_id = tt.id
-  WHERE s.ts >= st.ts AND s.ts < st.ts + st.dur
-  GROUP BY st.step_id
+  FROM compile_row s LEFT JOIN backward_fx b ON b.id = s.id
+  WHERE s.step_id IS NOT NULL
+  GROUP BY s.step_id
 ),
 gpu AS (
   SELECT st.step_id,
@@ -51,6 +78,8 @@ SELECT st.step, st.ts AS start_ns, st.dur AS cpu_dur_ns,
   coalesce(c.compiled_regions, 0) AS compiled_regions, coalesce(c.compiled_region_ns, 0) AS compiled_region_ns,
   coalesce(c.prologues, 0) AS prologues, coalesce(c.prologue_ns, 0) AS prologue_ns,
   coalesce(c.fx_graph_calls, 0) AS fx_graph_calls, coalesce(c.fx_graph_ns, 0) AS fx_graph_ns, c.fx_graph_hash,
+  coalesce(c.backward_fx_graph_calls, 0) AS backward_fx_graph_calls,
+  coalesce(c.backward_fx_graph_ns, 0) AS backward_fx_graph_ns, c.backward_fx_graph_hash,
   coalesce(c.graph_launches, 0) AS graph_launches,
   coalesce(g.kernels, 0) AS kernels, coalesce(g.memcpys, 0) AS memcpys, coalesce(g.memcpy_dtod, 0) AS memcpy_dtod,
   coalesce(g.memcpy_htod, 0) AS memcpy_htod, coalesce(g.memcpy_dtoh, 0) AS memcpy_dtoh,

@@ -41,12 +41,22 @@ def _q9_compile(r, config=None) -> list[Finding]:
         return [Finding("q9.compile", 9, "Eager execution", text, ev)]
     hashes = sorted({h for v in cb["fx_graph_hash"].dropna() for h in str(v).split(",") if h})
     ev["fx_graph_hashes"] = hashes
+    # a training step's backward graphs (inside CompiledFunctionBackward, on the autograd engine's thread) come with
+    # its forward graphs: counted apart, so a forward and its backward read as one compiled function, not two graphs
+    backward = sorted({h for v in cb["backward_fx_graph_hash"].dropna() for h in str(v).split(",") if h})
+    forward = [h for h in hashes if h not in backward]
+    forward_calls = int(cb["fx_graph_calls"].sum()) - int(cb["backward_fx_graph_calls"].sum())
+    if backward:
+        ev["backward_fx_graph_hashes"] = backward
     kernels = sorted(set(r.launch_paths.loc[r.launch_paths["category"] == "kernel", "name"].astype(str)))
     ev["kernel_names"] = kernels
     text = (f"torch.compile ran: {regions} Torch-Compiled Region slices over {len(cb)} steps, with "
-            f"{len(hashes)} distinct CompiledFxGraph hash{'es' if len(hashes) != 1 else ''}"
-            + (" (the same every step: a cache hit)" if len(hashes) == 1 and int(cb["fx_graph_calls"].sum()) > 1
-               else "") + ". Per step (median): "
+            + (f"{len(forward)} distinct CompiledFxGraph hash{'es' if len(forward) != 1 else ''}" if hashes
+               else "no CompiledFxGraph call recorded")
+            + (" (the same every step: a cache hit)" if len(forward) == 1 and forward_calls > 1 else "")
+            + (f" and {_n(len(backward), 'backward graph')} run by autograd (CompiledFunctionBackward"
+               + (", the same every step" if len(backward) == 1 and int(cb["backward_fx_graph_calls"].sum()) > 1
+                  else "") + ")" if backward else "") + ". Per step (median): "
             f"{_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')}, "
             f"{_n(ev['kernels_per_step'], 'kernel')}")
     totals = []

@@ -69,9 +69,12 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     regions = sorted({n for n in names if isinstance(n, str) and n.startswith("Torch-Compiled Region: ")})
     recompiled = [n for n in regions if not n.endswith("/0")]
     per_step = float(cb["compiled_regions"].median())
-    hashes = set()
+    hashes, backward = set(), set()
     for h in cb["fx_graph_hash"].dropna():
         hashes.update(str(h).split(","))
+    for h in cb["backward_fx_graph_hash"].dropna():  # a forward's backward graph is the same compiled function
+        backward.update(str(h).split(","))
+    hashes -= backward
     parts = []
     if recompiled:
         parts.append(f"{len(recompiled)} recompiled frame{'s' if len(recompiled) > 1 else ''} "
