@@ -77,6 +77,42 @@ def test_write_error_while_saving_keeps_only_complete_runs(store, monkeypatch):
     assert (first.run_dir / "trace.json").read_text() == TINY
 
 
+def test_import_run_lands_another_stores_run_whole(store, tmp_path):
+    """A run made in another store (a cluster node's) arrives as bytes and lands as every run does."""
+    files = {"trace.json": TINY.encode(), "table.txt": b"the table", "memory_categories.json": b"{}"}
+    run = store.import_run(files, {"name": "remote", "status": "ok", "run_id": "its-id-there", "node": {"pid": 7}})
+    assert sorted(p.name for p in run.run_dir.iterdir()) == ["memory_categories.json", "meta.json", "table.txt",
+                                                               "trace.json"]
+    meta = json.loads((run.run_dir / "meta.json").read_text())
+    assert meta["run_id"] == run.run_id != "its-id-there" and meta["node"] == {"pid": 7}
+    assert (run.run_dir / "trace.json").read_text() == TINY and staging_folders(store) == []
+
+
+@pytest.mark.parametrize("files, match", [
+    ({"trace.json": b"{}", "../escape": b"x"}, r"got '\.\./escape'"),
+    ({"trace.json": b"{}", "meta.json": b"{}"}, r"got 'meta.json'"),
+    ({"table.txt": b"t"}, "a run has one trace"),
+    ({"trace.json": b"{}", "trace.json.gz": b"x"}, "a run has one trace"),
+    ({"trace.json": "text, not bytes"}, "trace.json must be bytes, got str"),
+])
+def test_import_run_refuses_what_is_not_a_run_and_keeps_nothing(store, files, match):
+    with pytest.raises(RunStoreError, match=match):
+        store.import_run(files, {"name": "bad"})
+    assert store.list() == [] and staging_folders(store) == []
+    assert not (store.root.parent / "escape").exists()
+
+
+def test_a_write_error_in_import_run_keeps_nothing(store, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "rename", disk_full)
+    with pytest.raises(RunStoreError, match="No space left on device"):
+        store.import_run({"trace.json": TINY.encode(), "table.txt": b"t"}, {"name": "b"})
+    monkeypatch.undo()
+    assert store.list() == [] and staging_folders(store) == []
+
+
 def test_list_newest_first_load_and_delete(store):
     a, b = make_run(store, "2026-01-01"), make_run(store, "2026-02-01")
     assert [r.run_id for r in store.list()] == [b.run_id, a.run_id]
