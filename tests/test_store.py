@@ -6,11 +6,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
 
 from conftest import DATA
 from profiling_core import (InvalidRunIdError, RunNotFoundError, RunStore, RunStoreError, TraceFormatError,
                             TraceTooLargeError)
-from profiling_core.store.runs import validate_run_id
+from profiling_core.store.runs import RUN_FILES, validate_run_id
 
 H200 = DATA / "h200" / "64_bf16_cold_eager.json"
 
@@ -100,6 +102,16 @@ def test_import_run_refuses_what_is_not_a_run_and_keeps_nothing(store, files, ma
         store.import_run(files, {"name": "bad"})
     assert store.list() == [] and staging_folders(store) == []
     assert not (store.root.parent / "escape").exists()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=hst.text(min_size=0, max_size=40).filter(lambda n: n not in RUN_FILES))
+def test_import_run_refuses_any_other_file_name(store, name):
+    """Whatever a name is (a path, a dot file, control characters, meta.json), only the run's own files land."""
+    with pytest.raises(RunStoreError, match="a run's files are named"):
+        store.import_run({"trace.json": TINY.encode(), name: b"x"}, {"name": "n"})
+    assert store.list() == [] and staging_folders(store) == []
+    assert [p.name for p in store.root.glob("*")] in ([], [".staging"])  # nothing else under the root
 
 
 def test_a_write_error_in_import_run_keeps_nothing(store, monkeypatch):

@@ -177,17 +177,22 @@ def _sweep(ray, configs, store, report, result, cancel_event, prestart, status, 
     total = len(jobs)
     status(f"{total} runs queued on the Ray cluster ({placement})")
     _progress(report, result, total, jobs[0][0].name if jobs else None, f"[0/{total}] queued on the cluster")
-    while pending:
-        if cancel_event is not None and cancel_event.is_set():
-            _cancel(ray, pending, result)
-            return
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-        for ref in ready:
-            cfg, dtype = pending.pop(ref)
-            _outcome(ray, ref, cfg, dtype, store, result, max_retries)
-            done = len(result.runs) + len(result.errors)
-            _progress(report, result, total, cfg.name, f"[{done}/{total}] {cfg.name}" + (f" on {dtype}" if dtype
-                                                                                         else ""))
+    try:
+        while pending:
+            if cancel_event is not None and cancel_event.is_set():
+                _cancel(ray, pending, result)
+                return
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+            for ref in ready:
+                cfg, dtype = pending.pop(ref)
+                _outcome(ray, ref, cfg, dtype, store, result, max_retries)
+                done = len(result.runs) + len(result.errors)
+                _progress(report, result, total, cfg.name, f"[{done}/{total}] {cfg.name}"
+                          + (f" on {dtype}" if dtype else ""))
+    except BaseException:  # Ctrl-C, or a callback that raised: no task of this sweep goes on running
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
 
 
 def _progress(report, result, total: int, current: Optional[str], message: str) -> None:
