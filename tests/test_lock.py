@@ -153,6 +153,7 @@ def test_a_cancel_reaches_a_run_waiting_for_the_device(tmp_path, entry):
     if entry == "sweep":
         res = outcome["result"]
         assert res.cancelled and res.runs == [] and res.errors == []
+        assert len(res.skipped) == 2  # both configs are accounted for: the one cancelled while waiting, the next
     else:
         err = outcome["error"]
         assert isinstance(err, WorkerError) and err.kind == "cancelled", repr(err)

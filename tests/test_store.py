@@ -6,11 +6,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
 
 from conftest import DATA
 from profiling_core import (InvalidRunIdError, RunNotFoundError, RunStore, RunStoreError, TraceFormatError,
                             TraceTooLargeError)
-from profiling_core.store.runs import validate_run_id
+from profiling_core.store.runs import RUN_FILES, validate_run_id
 
 H200 = DATA / "h200" / "64_bf16_cold_eager.json"
 
@@ -75,6 +77,52 @@ def test_write_error_while_saving_keeps_only_complete_runs(store, monkeypatch):
     assert [r.run_id for r in store.list()] == [first.run_id]
     assert staging_folders(store) == []
     assert (first.run_dir / "trace.json").read_text() == TINY
+
+
+def test_import_run_lands_another_stores_run_whole(store, tmp_path):
+    """A run made in another store (a cluster node's) arrives as bytes and lands as every run does."""
+    files = {"trace.json": TINY.encode(), "table.txt": b"the table", "memory_categories.json": b"{}"}
+    run = store.import_run(files, {"name": "remote", "status": "ok", "run_id": "its-id-there", "node": {"pid": 7}})
+    assert sorted(p.name for p in run.run_dir.iterdir()) == ["memory_categories.json", "meta.json", "table.txt",
+                                                               "trace.json"]
+    meta = json.loads((run.run_dir / "meta.json").read_text())
+    assert meta["run_id"] == run.run_id != "its-id-there" and meta["node"] == {"pid": 7}
+    assert (run.run_dir / "trace.json").read_text() == TINY and staging_folders(store) == []
+
+
+@pytest.mark.parametrize("files, match", [
+    ({"trace.json": b"{}", "../escape": b"x"}, r"got '\.\./escape'"),
+    ({"trace.json": b"{}", "meta.json": b"{}"}, r"got 'meta.json'"),
+    ({"table.txt": b"t"}, "a run has one trace"),
+    ({"trace.json": b"{}", "trace.json.gz": b"x"}, "a run has one trace"),
+    ({"trace.json": "text, not bytes"}, "trace.json must be bytes, got str"),
+])
+def test_import_run_refuses_what_is_not_a_run_and_keeps_nothing(store, files, match):
+    with pytest.raises(RunStoreError, match=match):
+        store.import_run(files, {"name": "bad"})
+    assert store.list() == [] and staging_folders(store) == []
+    assert not (store.root.parent / "escape").exists()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=hst.text(min_size=0, max_size=40).filter(lambda n: n not in RUN_FILES))
+def test_import_run_refuses_any_other_file_name(store, name):
+    """Whatever a name is (a path, a dot file, control characters, meta.json), only the run's own files land."""
+    with pytest.raises(RunStoreError, match="a run's files are named"):
+        store.import_run({"trace.json": TINY.encode(), name: b"x"}, {"name": "n"})
+    assert store.list() == [] and staging_folders(store) == []
+    assert [p.name for p in store.root.glob("*")] in ([], [".staging"])  # nothing else under the root
+
+
+def test_a_write_error_in_import_run_keeps_nothing(store, monkeypatch):
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "rename", disk_full)
+    with pytest.raises(RunStoreError, match="No space left on device"):
+        store.import_run({"trace.json": TINY.encode(), "table.txt": b"t"}, {"name": "b"})
+    monkeypatch.undo()
+    assert store.list() == [] and staging_folders(store) == []
 
 
 def test_list_newest_first_load_and_delete(store):

@@ -20,6 +20,7 @@ from typing import Optional
 from ..config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, ExperimentConfig
 from ..errors import ProfilingError, WorkerError
 from ..present.terminal import echo, terminal_safe
+from ..run.sweep import EXECUTORS
 from ..run.worker import PROCESS_KINDS
 from ..store.runs import RunStore
 from ..workloads import INT_TEXT, WORKLOADS, get_workload, workload_names
@@ -143,7 +144,9 @@ def cmd_sweep(a: argparse.Namespace) -> int:
 
     try:
         result = run_sweep(configs, store=_store(a), on_progress=progress, cancel_event=cancel,
-                           prestart=0 if a.fresh_interpreter else 1, process=a.process)
+                           prestart=0 if a.fresh_interpreter else 1, process=a.process, executor=a.executor,
+                           ray_address=a.ray_address, placement="per_device_type" if a.per_device_type else "spread",
+                           max_retries=a.max_retries)
     except KeyboardInterrupt:
         cancel.set()
         echo("", "cancelled", file=sys.stderr)
@@ -151,11 +154,13 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps({"runs": [r.to_dict() for r in result.runs],
                           "errors": [{"name": c.name, "error": str(e)} for c, e in result.errors],
+                          "skipped": [c.name for c in result.skipped],
                           "cancelled": result.cancelled, "wall_s": round(result.wall_s, 3)}))
     else:
         echo(*[f"ok    {r.run_id}   {_timing_line(r.meta)}" for r in result.runs],
              *[f"FAIL  {c.name}: {e}" for c, e in result.errors],
-             f"{len(result.runs)} ok, {len(result.errors)} failed, {result.wall_s:.1f} s")
+             f"{len(result.runs)} ok, {len(result.errors)} failed"
+             + (f", {len(result.skipped)} not run (cancelled)" if result.skipped else "") + f", {result.wall_s:.1f} s")
     return 0 if not result.errors and not result.cancelled else 1
 
 
@@ -303,6 +308,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fresh (default): a new process per run; persistent: the warm eager runs share one process "
                         "kept for this device (its CUDA context too), with the settings a run may change set back "
                         "before each; cold and compiled runs and scripts still get a new process each")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="local (default): the runs one after the other on this machine; ray: each run a Ray task "
+                        "on a cluster's node, its artifacts committed into this store (needs the ray extra)")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="the Ray cluster to use (default: start a local Ray and shut it down after)")
+    p.add_argument("--per-device-type", action="store_true",
+                   help="with --executor ray: run every config once on each device type the nodes declare "
+                        "(custom resource device_type:<name>, e.g. device_type:NVIDIA_H200)")
+    p.add_argument("--max-retries", type=int, default=1,
+                   help="with --executor ray: times a run whose task died (worker killed, node lost) is retried")
     _config_args(p, sweep=True)
     add("workloads", cmd_workloads, "list the workloads and their knobs (defaults, ranges, choices)")
     add("ls", cmd_ls, "list runs")

@@ -13,16 +13,19 @@
   :class:`CalibrationJob` and :func:`measure_peaks`; ``lock``: :func:`device_lock`, one run per device;
   ``host``: facts of the machine read without torch.
 
-Only the worker imports torch. The executors of later stages (e.g. a cluster) belong here.
+- ``cluster``: the ``ray`` executor of sweeps (each run a Ray task on a cluster's node, its artifacts committed
+  here; ``device_type_resource``: the custom resource a node of a device type declares).
+
+Only the worker imports torch; only ``cluster`` imports ray, when a Ray sweep runs.
 """
 from __future__ import annotations
 
 from .calibration import CalibrationJob, measure_peaks
 from .lock import device_lock
 from .runner import calibrate, environment_info, machine_busy, prestart_worker, run_experiment
-from .sweep import SPREAD_WARN_PCT, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points, sweep_values
+from .sweep import EXECUTORS, SPREAD_WARN_PCT, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points, sweep_values
 from .worker import PROCESS_KINDS, persistent_refusal, stop_persistent_workers
 
 __all__ = ["run_experiment", "run_sweep", "sweep_configs", "sweep_values", "sweep_points", "SPREAD_WARN_PCT", "SweepProgress",
            "SweepResult", "calibrate", "CalibrationJob", "measure_peaks", "environment_info", "prestart_worker",
-           "machine_busy", "device_lock", "PROCESS_KINDS", "persistent_refusal", "stop_persistent_workers"]
+           "machine_busy", "device_lock", "PROCESS_KINDS", "persistent_refusal", "stop_persistent_workers", "EXECUTORS"]

@@ -38,6 +38,12 @@ class SweepResult:
     errors: list[tuple[ExperimentConfig, ProfilingError]] = field(default_factory=list)
     cancelled: bool = False
     wall_s: float = 0.0
+    skipped: list[ExperimentConfig] = field(default_factory=list)
+    """The configs a cancel left without an outcome: runs + errors + skipped are all the sweep's jobs."""
+
+
+EXECUTORS = ("local", "ray")
+"""Where a sweep's runs happen: ``local`` (this machine, one after the other) or ``ray`` (tasks on a Ray cluster)."""
 
 
 def sweep_values(text: str, workload: str = "matmul_add", knobs: Optional[Mapping] = None, *,
@@ -78,19 +84,51 @@ def sweep_configs(sizes: Iterable[int], compile_modes: Iterable[str] = ("off",),
 def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] = None,
               on_progress: Optional[Callable[[SweepProgress], None]] = None,
               cancel_event: Optional[threading.Event] = None, prestart: int = 0,
-              on_status: Optional[Callable[[str], None]] = None, process: str = "fresh") -> SweepResult:
+              on_status: Optional[Callable[[str], None]] = None, process: str = "fresh",
+              executor: str = "local", ray_address: Optional[str] = None, placement: str = "spread",
+              max_retries: int = 1, max_artifact_bytes: Optional[int] = None) -> SweepResult:
     """Run each config in its own fresh worker, in order (``process="persistent"``: the warm eager ones in the
     device's persistent worker, as ``run_experiment`` says).  A failed run is recorded and the sweep goes on;
-    a set ``cancel_event`` kills the current worker and stops the sweep."""
+    a set ``cancel_event`` kills the current worker and stops the sweep (the configs it did not run are
+    ``result.skipped``).
+
+    ``executor="ray"`` runs them as Ray tasks on a cluster instead (``profiling_core.run.cluster``): at
+    ``ray_address`` (None: the Ray this process is connected to, else a local Ray started and shut down here),
+    placed by ``placement`` (``"spread"``, or ``"per_device_type"``: each config once per device type the nodes
+    declare), a task whose process dies retried ``max_retries`` times, artifacts over ``max_artifact_bytes``
+    (default ``cluster.MAX_ARTIFACT_BYTES``) refused. Every job ends as a run, an error or a skipped config."""
     check_process(process)
+    if executor not in EXECUTORS:
+        raise ConfigError("executor", executor, " or ".join(EXECUTORS))
     configs = list(configs)
     store = store or RunStore()
     result = SweepResult()
     report = on_progress or (lambda _p: None)
     t0 = time.perf_counter()
+    if executor == "ray":
+        from . import cluster
+        cluster.run_sweep_ray(configs, store=store, report=lambda *p: report(SweepProgress(*p)), result=result, cancel_event=cancel_event,
+                              prestart=prestart, status=on_status or (lambda _m: None), process=process,
+                              ray_address=ray_address, placement=placement, max_retries=max_retries,
+                              max_artifact_bytes=cluster.MAX_ARTIFACT_BYTES if max_artifact_bytes is None
+                              else max_artifact_bytes)
+    else:
+        _run_local(configs, store, report, result, cancel_event, prestart, on_status, process)
+    result.wall_s = time.perf_counter() - t0
+    done = len(result.runs) + len(result.errors)
+    total = done + len(result.skipped)  # every job (per device type: each config once per type)
+    msg = "cancelled" if result.cancelled else "done"
+    report(SweepProgress(done, total, None,
+                         f"{msg}: {len(result.runs)} ok, {len(result.errors)} failed in {result.wall_s:.1f} s",
+                         len(result.errors)))
+    return result
+
+
+def _run_local(configs, store, report, result, cancel_event, prestart, on_status, process) -> None:
     for i, cfg in enumerate(configs):
         if cancel_event is not None and cancel_event.is_set():
             result.cancelled = True
+            result.skipped.extend(configs[i:])
             break
         report(SweepProgress(i, len(configs), cfg.name, f"[{i + 1}/{len(configs)}] {cfg.name}", len(result.errors)))
         try:
@@ -99,17 +137,11 @@ def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] 
         except WorkerError as exc:
             if exc.kind == "cancelled":
                 result.cancelled = True
+                result.skipped.extend(configs[i:])
                 break
             result.errors.append((cfg, exc))
         except ProfilingError as exc:
             result.errors.append((cfg, exc))
-    result.wall_s = time.perf_counter() - t0
-    done = len(result.runs) + len(result.errors)
-    msg = "cancelled" if result.cancelled else "done"
-    report(SweepProgress(done, len(configs), None,
-                         f"{msg}: {len(result.runs)} ok, {len(result.errors)} failed in {result.wall_s:.1f} s",
-                         len(result.errors)))
-    return result
 
 
 SPREAD_WARN_PCT = 20.0

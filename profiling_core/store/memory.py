@@ -41,11 +41,11 @@ import msgspec
 
 from ..errors import RunStoreError
 from .files import read_json_object
+from .runs import MEMORY_CATEGORIES_FILE  # named once, with the other files of a run
 
 __all__ = ["MEMORY_CATEGORIES_FILE", "MEMORY_CATEGORIES", "MEMORY_CATEGORY_KNOBS", "MEMORY_CATEGORIES_COLUMNS",
            "memory_categories", "memory_categories_note", "memory_categories_needs", "coalesce", "document"]
 
-MEMORY_CATEGORIES_FILE = "memory_categories.json"
 MEMORY_CATEGORIES = ("PARAMETER", "OPTIMIZER_STATE", "INPUT", "TEMPORARY", "ACTIVATION", "GRADIENT",
                      "AUTOGRAD_DETAIL", "unknown")
 """The categories, in torch's stacking order (``unknown``: memory torch could not tie to a tensor)."""

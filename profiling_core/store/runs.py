@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Callable, Iterator, Optional
+from typing import Annotated, Callable, Iterator, Mapping, Optional
 
 import msgspec
 
@@ -55,6 +55,9 @@ META_FILE = "meta.json"
 TRACE_FILE = "trace.json"
 TRACE_GZ_FILE = "trace.json.gz"
 TABLE_FILE = "table.txt"
+MEMORY_CATEGORIES_FILE = "memory_categories.json"
+RUN_FILES = (TRACE_FILE, TRACE_GZ_FILE, TABLE_FILE, MEMORY_CATEGORIES_FILE)
+"""The artifacts of a run that travel between stores (``import_run``): its trace, table and memory categories."""
 OWNER_FILE = ".owner"
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")  # used with fullmatch: '$' would accept a final '\n'
 IMPORT_MAX_BYTES = 512 * 2**20  # of JSON, decompressed: the loader's own default cap
@@ -192,7 +195,7 @@ class RunStore:
     def _begin(self, name: str) -> tuple[str, Path]:
         """Reserve a run id and make its staging folder.  Pair with ``_commit`` or ``_abort``.
 
-        Private: runs enter the store only through ``run_experiment`` and ``import_trace``, which write the
+        Private: runs enter the store only through ``run_experiment``, ``import_trace`` and ``import_run``, which write the
         staging folder and commit it; nothing else should leave a run half made.
         """
         self._ensure()
@@ -359,15 +362,51 @@ class RunStore:
             size = src.stat().st_size
         except OSError as exc:
             raise RunStoreError(f"cannot read {shown}: {exc.strerror}") from None
-        run_id, staging = self._begin(name or shown.removesuffix(".gz").removesuffix(".json"))
-        try:
-            shutil.copyfile(src, staging / (TRACE_GZ_FILE if is_gz else TRACE_FILE))
-        except OSError as exc:
-            self._abort(staging)
-            raise RunStoreError(f"could not copy {shown} into the store: {exc.strerror}") from None
         meta = {"name": name or shown, "status": "ok", "source": "import", "original_filename": shown,
                 "size_bytes": size, "started_at": datetime.now(timezone.utc).isoformat(),
                 "host": socket.gethostname(), "config": None}
+        return self._land(name or shown.removesuffix(".gz").removesuffix(".json"), meta,
+                          lambda staging: shutil.copyfile(src, staging / (TRACE_GZ_FILE if is_gz else TRACE_FILE)),
+                          f"could not copy {shown} into the store")
+
+    def import_run(self, files: Mapping[str, bytes], meta: dict) -> Run:
+        """Land a run made in another store (another machine's, e.g. a cluster node's): its artifacts as bytes,
+        keyed by their file names in a run folder (``RUN_FILES``: ``trace.json`` or ``trace.json.gz``, and
+        ``table.txt``, ``memory_categories.json`` when it has them), and its meta.json as a dict. It gets a new
+        run id here and lands as every run does, whole or not at all. A name outside ``RUN_FILES`` or a run without
+        a trace is refused with RunStoreError, and nothing is kept."""
+        if not isinstance(files, Mapping):
+            raise RunStoreError(f"a run's files must be a mapping of file name to bytes, got {type(files).__name__}")
+        for fname, data in files.items():
+            if fname not in RUN_FILES:
+                raise RunStoreError(f"a run's files are named {', '.join(RUN_FILES)}; got {fname!r}")
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise RunStoreError(f"{fname} must be bytes, got {type(data).__name__}")
+        if (TRACE_FILE in files) == (TRACE_GZ_FILE in files):
+            raise RunStoreError(f"a run has one trace, {TRACE_FILE} or {TRACE_GZ_FILE}; got "
+                                f"{', '.join(map(repr, files)) or 'no files'}")
+
+        def write(staging: Path) -> None:
+            for fname, data in files.items():
+                with open(staging / fname, "xb") as f:
+                    f.write(data)
+
+        meta = dict(meta)
+        meta.pop("run_id", None)
+        return self._land(str(meta.get("name") or "run"), meta, write, "could not write the run into the store")
+
+    def _land(self, name: str, meta: dict, fill: Callable[[Path], object], failure: str) -> Run:
+        """The one way a run made outside a worker enters the store: a staging folder, ``fill(staging)`` writes
+        its files, then the atomic commit; an OSError on the way leaves nothing (RunStoreError ``failure: why``)."""
+        run_id, staging = self._begin(name)
+        try:
+            fill(staging)
+        except OSError as exc:
+            self._abort(staging)
+            raise RunStoreError(f"{failure}: {exc.strerror or exc}") from None
+        except BaseException:
+            self._abort(staging)
+            raise
         return self._commit(run_id, staging, meta)
 
 
