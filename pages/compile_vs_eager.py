@@ -65,12 +65,13 @@ def per_step(run_id: str) -> dict:
 
 per_run = pd.DataFrame([per_step(r) for r in chosen])
 per_run["warmup_s"] = [(ui.load_run(r).meta.get("timings") or {}).get("warmup_s") for r in chosen]
+per_run["cache_reused"] = [bool(ui.load_run(r).compile_cache_reused) for r in chosen]
 points = sweep_points(per_run, keys=("mode",), values=("CPU per step (µs)",))
 warnings = comparison_warnings(points, ["mode"], value="CPU per step (µs)", runs=[ui.load_run(r) for r in chosen])
 noisy_modes = set(points.loc[points["CPU per step (µs)_spread_pct"] > SPREAD_WARN_PCT, "mode"])
 for w in warnings:
     st.warning(ui.md_text(w), icon=":material/warning:")
-metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s")]
+metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s", "cache_reused")]
 if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, with the range of its CPU time
     g = per_run.groupby("mode", sort=False)
     table = g[metrics].median()
@@ -78,6 +79,7 @@ if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, w
     table["CPU per step max (µs)"] = g["CPU per step (µs)"].max()
     table["runs"] = g.size()
     table["warmup_s"] = g["warmup_s"].median()
+    table["cache_reused"] = g["cache_reused"].any()
     table["FX graph hash"] = g["FX graph hash"].agg(lambda h: ", ".join(sorted({x for x in h if x})))
     table = table.reset_index()
     table["run"] = [f"{m} (median of {n})" for m, n in zip(table["mode"], table["runs"])]
@@ -161,6 +163,9 @@ if not base_rows.empty:
         p = compile_payoff(base["warmup_s"], row["warmup_s"], base["CPU per step (µs)"], row["CPU per step (µs)"])
         noisy = sorted({"eager", row["mode"]} & noisy_modes)
         payoff_rows.append({"run": row["run"], "one-time compile (s)": round(p["compile_s"], 2),
+                            "compiled from": ("a warm cache: Inductor found the graph an earlier run compiled, "
+                                              "so this is less than a first compile costs") if row["cache_reused"]
+                            else "an empty cache",
                             "CPU saved per step (µs)": round(p["saving_us_per_step"], 1),
                             "pays off after": (f"unclear: the runs of {' and '.join(noisy)} spread by more than "
                                                f"{SPREAD_WARN_PCT:.0f}% (see the warning above)") if noisy

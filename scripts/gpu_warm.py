@@ -10,7 +10,8 @@ persistent worker has run once before the timed rounds (as in an app that has be
 persistent run is reported on its own.  ``set``: the study's 14 runs (64 and 4096, cold and warm, eager / compile
 default / reduce-overhead, + batch 8: ``gpu_study.spine_set``; ``--set-sizes`` for others) through ``run_sweep`` with new processes and with
 the persistent worker, alternating which goes first; the cold runs' times are compared too (they must not change:
-cold runs always get a new process).  Prints a table; writes DIR/warm.json (every run's ``overhead_s``, ``timings``
+cold runs always get a new process). ``--set-kinds`` may add ``shared``: the persistent worker and the
+warm compiled runs sharing the store's compile cache (``compile_cache="shared"``), emptied before each set.  Prints a table; writes DIR/warm.json (every run's ``overhead_s``, ``timings``
 and ``process``).  On a machine without a GPU, ``--device cpu --size 64 --set-sizes 64,256`` measures the same on the CPU.
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -35,14 +37,17 @@ from profiling_core.run.worker import fork_server  # noqa: E402
 
 KINDS = {"fresh": {"prestart": 0, "process": "fresh"},        # a new interpreter per run
          "forked": {"prestart": 1, "process": "fresh"},       # a fork of the fork server per run (the app today)
-         "persistent": {"prestart": 1, "process": "persistent"}}
+         "persistent": {"prestart": 1, "process": "persistent"},
+         # + the warm compiled runs share the store's compile cache, which the set starts without (emptied first):
+         # it holds only what this set's own cold runs added, so each warm compiled run finds its cold twin's graph
+         "shared": {"prestart": 1, "process": "persistent", "compile_cache": "shared"}}
 
 
 def _row(run, click_s: float) -> dict:
     m = run.meta
     return {"name": run.name, "run_id": run.run_id, "click_to_artifacts_s": round(click_s, 4),
             "process": m.get("process"), "timings": m.get("timings"), "overhead_s": m.get("overhead_s"),
-            "cuda_initialized_before_run": m.get("cuda_initialized_before_run")}
+            "cuda_initialized_before_run": m.get("cuda_initialized_before_run"), "compile_cache": m.get("compile_cache")}
 
 
 def _stats(xs: list[float]) -> dict:
@@ -84,6 +89,7 @@ def run_set(store: RunStore, repeats: int, kinds: list[str], configs: list[Exper
         for kind in (kinds if i % 2 == 0 else kinds[::-1]):
             stop_persistent_workers()  # each set starts as an app's first sweep would: no persistent worker yet
             fork_server().wait_ready(300)
+            shutil.rmtree(store.root / ".compile-cache", ignore_errors=True)
             t0 = time.perf_counter()
             res = run_sweep(configs, store=store, **KINDS[kind])
             wall = time.perf_counter() - t0

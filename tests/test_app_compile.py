@@ -33,6 +33,7 @@ def test_compile_page_runs_eager_and_compiled_through_its_form(runs_dir, media):
     assert delta.loc["compiled region (µs)", compiled] > 0  # Torch-Compiled Region rows, on the CPU too
     payoff = [d.value for d in at.dataframe if "pays off after" in d.value.columns][0]
     assert len(payoff) == 1 and payoff["one-time compile (s)"].iloc[0] > 0.1  # Inductor compiled in the warm-up
+    assert payoff["compiled from"].iloc[0] == "an empty cache"  # the page's runs never share a compile cache
     after = payoff["pays off after"].iloc[0]
     # the two runs of each mode: within 20% of each other a verdict, else "unclear" with the warning that says why
     spread = [float(r["hi"]) - float(r["lo"]) > 0.2 * float(r["cpu_us"]) for r in cpu_rows]

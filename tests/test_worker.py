@@ -69,6 +69,41 @@ def test_compile_on_cpu_shows_compiled_region(store):
     assert any(n.startswith("## Call CompiledFxGraph") for n in names)
 
 
+def test_shared_compile_cache_serves_warm_runs_only(store, tmp_path):
+    """compile_cache="shared": a warm compiled run finds the graph an earlier run of the same config compiled
+    (torch's own cache counters say so); a cold run still compiles from an empty cache, says why, and adds what it
+    compiled for the warm run after it; the default leaves no cache behind."""
+    from profiling_core.errors import ConfigError
+    from profiling_core.run import run_sweep
+    warm = ExperimentConfig(**SMALL, warmup=1, compile="default", wait=0, warmup_steps=0, active=2)
+    cold = ExperimentConfig(**SMALL, warmup=0, compile="default", wait=0, warmup_steps=0, active=2)
+    eager = ExperimentConfig(**SMALL, warmup=1, wait=0, warmup_steps=0, active=2)
+    fresh = run_experiment(warm, store=store)
+    assert fresh.meta["compile_cache"]["kind"] == "fresh" and fresh.meta["compile_cache"]["fx_graph_misses"] == 1
+    assert not (store.root / ".compile-cache").exists()
+    result = run_sweep([warm, warm, eager], store=store, compile_cache="shared")
+    assert not result.errors
+    first, second, eager_run = result.runs
+    assert first.meta["compile_cache"] == {"kind": "shared", "fx_graph_hits": 0, "fx_graph_misses": 1,
+                                           "aot_autograd_hits": 0, "aot_autograd_misses": 1}
+    assert second.meta["compile_cache"]["kind"] == "shared" and second.meta["compile_cache"]["fx_graph_hits"] == 1
+    assert (first.compile_cache_reused, second.compile_cache_reused) == (False, True)
+    assert eager_run.meta["compile_cache"] is None and eager_run.compile_cache_reused is None
+    assert {r.run_id for r in store.list()} == {r.run_id for r in (fresh, *result.runs)}  # the cache is not a run
+    # the profiled steps ran the same generated code: the same compiled-region rows per step
+    for run in (first, second):
+        names = x_names(scan_trace(run.trace_path))
+        assert sum(n for k, n in names.items() if k.startswith("Torch-Compiled Region")) == 2
+    # a cold run: its own empty cache (a first call from scratch), then the warm run after it finds its graph
+    other = RunStore(tmp_path / "other")
+    cold_run, after = run_sweep([cold, warm], store=other, compile_cache="shared").runs
+    assert cold_run.meta["compile_cache"]["kind"] == "fresh" and cold_run.meta["compile_cache"]["fx_graph_hits"] == 0
+    assert "cold run" in cold_run.meta["compile_cache"]["shared_refused"] and cold_run.compile_cache_reused is False
+    assert after.meta["compile_cache"]["fx_graph_hits"] == 1 and after.compile_cache_reused is True
+    with pytest.raises(ConfigError, match="compile_cache.*'fresh' or 'shared'"):
+        run_experiment(warm, store=store, compile_cache="warm")
+
+
 def _slow_config(**kw):
     # big enough to keep the worker busy for many seconds on a 2-core machine
     return ExperimentConfig(size=1024, dtype="fp32", device="cpu", wait=0, warmup_steps=0, active=400, **kw)

@@ -24,8 +24,8 @@ from .calibration import CalibrationJob, measure_peaks
 from .lock import device_lock
 from .runner import calibrate, environment_info, machine_busy, prestart_worker, run_experiment
 from .sweep import EXECUTORS, SPREAD_WARN_PCT, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points, sweep_values
-from .worker import PROCESS_KINDS, persistent_refusal, stop_persistent_workers
+from .worker import COMPILE_CACHES, PROCESS_KINDS, persistent_refusal, shared_cache_refusal, stop_persistent_workers
 
 __all__ = ["run_experiment", "run_sweep", "sweep_configs", "sweep_values", "sweep_points", "SPREAD_WARN_PCT", "SweepProgress",
            "SweepResult", "calibrate", "CalibrationJob", "measure_peaks", "environment_info", "prestart_worker",
-           "machine_busy", "device_lock", "PROCESS_KINDS", "persistent_refusal", "stop_persistent_workers", "EXECUTORS"]
+           "machine_busy", "device_lock", "PROCESS_KINDS", "COMPILE_CACHES", "shared_cache_refusal", "persistent_refusal", "stop_persistent_workers", "EXECUTORS"]

@@ -79,7 +79,8 @@ def _error_from(d: dict, where: str) -> ProfilingError:
     return WorkerError("store" if d.get("type") == "RunStoreError" else "error", f"{d.get('message')} (on {where})")
 
 
-def run_on_node(config: dict, prestart: int, process: str, max_bytes: int, device_type: Optional[str]) -> dict:
+def run_on_node(config: dict, prestart: int, process: str, max_bytes: int, device_type: Optional[str],
+                compile_cache: str = "fresh") -> dict:
     """The body of one Ray task, on its node: the run as ``run_experiment`` makes it locally, into the node's store;
     then its artifacts as bytes (or the error) and the node's facts. Never raises a ProfilingError (a failed run is
     an answer, not a fault to retry)."""
@@ -92,7 +93,7 @@ def run_on_node(config: dict, prestart: int, process: str, max_bytes: int, devic
     try:
         cfg = ExperimentConfig.from_dict(config)
         store = RunStore(node_store_root())
-        run = run_experiment(cfg, store=store, prestart=prestart, process=process)
+        run = run_experiment(cfg, store=store, prestart=prestart, process=process, compile_cache=compile_cache)
     except ProfilingError as exc:
         return {"error": _error_dict(exc), "where": where, "node": node}
     try:
@@ -125,7 +126,7 @@ def _wants_gpu(cfg: ExperimentConfig, cluster_gpus: float) -> bool:
 
 def run_sweep_ray(configs: Sequence[ExperimentConfig], *, store: RunStore, report: Callable, result,
                   cancel_event: Optional[threading.Event], prestart: int, status: Callable[[str], None],
-                  process: str, ray_address: Optional[str], placement: str, max_retries: int,
+                  process: str, compile_cache: str, ray_address: Optional[str], placement: str, max_retries: int,
                   max_artifact_bytes: int) -> None:
     """Fill ``result`` (a SweepResult) with the outcome of every job, calling ``report`` as each ends (see
     ``_progress``); ``run_sweep`` is the entry point."""
@@ -144,15 +145,15 @@ def run_sweep_ray(configs: Sequence[ExperimentConfig], *, store: RunStore, repor
     if started:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
     try:
-        _sweep(ray, configs, store, report, result, cancel_event, prestart, status, process, placement,
-               max_retries, max_artifact_bytes)
+        _sweep(ray, configs, store, report, result, cancel_event, prestart, status, process, compile_cache,
+               placement, max_retries, max_artifact_bytes)
     finally:
         if started:
             ray.shutdown()
 
 
-def _sweep(ray, configs, store, report, result, cancel_event, prestart, status, process, placement, max_retries,
-           max_artifact_bytes) -> None:
+def _sweep(ray, configs, store, report, result, cancel_event, prestart, status, process, compile_cache, placement,
+           max_retries, max_artifact_bytes) -> None:
     gpus = ray.cluster_resources().get("GPU", 0)
     if placement == "per_device_type":
         types = _device_types(ray)
@@ -172,7 +173,7 @@ def _sweep(ray, configs, store, report, result, cancel_event, prestart, status, 
         else:
             opts["scheduling_strategy"] = "SPREAD"
         ref = task.options(max_retries=max_retries, retry_exceptions=False, **opts).remote(
-            cfg.to_dict(), prestart, process, max_artifact_bytes, dtype)
+            cfg.to_dict(), prestart, process, max_artifact_bytes, dtype, compile_cache)
         pending[ref] = (cfg, dtype)
     total = len(jobs)
     status(f"{total} runs queued on the Ray cluster ({placement})")

@@ -19,10 +19,12 @@ from datetime import datetime, timezone
 from typing import Callable, Optional
 
 from ..config import ExperimentConfig
+from ..errors import RunStoreError
 from ..store.runs import Run, RunStore
 from .host import cpu_model
 from .lock import device_key, device_lock
-from .worker import check_process, fork_server, persistent_refusal, run_in_worker
+from .worker import (COMPILE_CACHE_FILE, SHARED_CACHE_DIR, check_compile_cache, check_process, fork_server,
+                     persistent_refusal, run_in_worker, shared_cache_refusal)
 
 
 def _trace_versions(trace_path) -> dict:
@@ -44,7 +46,7 @@ def _trace_versions(trace_path) -> dict:
 def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None,
                    on_status: Optional[Callable[[str], None]] = None, wait_for_device: bool = True,
                    lock_timeout_s: Optional[float] = None, cancel_event: Optional[threading.Event] = None,
-                   prestart: int = 0, process: str = "fresh") -> Run:
+                   prestart: int = 0, process: str = "fresh", compile_cache: str = "fresh") -> Run:
     """Profile ``config`` in a worker process and save it as a run.
 
     Args:
@@ -61,6 +63,10 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
             eager run goes to this device's persistent worker, one process kept between runs (and its CUDA
             context), with the settings a run may change set back before each; cold runs, compiled runs, scripts
             keep their new process (``worker.persistent_refusal``).  ``meta["process"]`` says which ran it.
+        compile_cache: ``"fresh"`` (default): a compiled run compiles from an empty cache of its own.
+            ``"shared"``: a warm compiled run uses the store's compile cache, so its warm-up compiles only what no
+            earlier run left there; cold runs keep an empty one (``worker.COMPILE_CACHES``).  A compiled run's
+            ``meta["compile_cache"]`` says which it had and whether Inductor found its graph there.
 
     Returns:
         The complete ``Run``.  On any failure raises ``WorkerError`` (or ``RunStoreError`` when the store cannot
@@ -68,10 +74,21 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
     """
     t0 = time.perf_counter()
     check_process(process)
+    check_compile_cache(compile_cache)
     store = store or RunStore()
     status = on_status or (lambda _m: None)
     key = device_key(config.device)
     run_id, staging = store._begin(config.name)
+    cache_refusal = shared_cache_refusal(config) if compile_cache == "shared" else None
+    if compile_cache == "shared" and isinstance(config, ExperimentConfig) and config.compile != "off":
+        try:
+            shared = store.root / SHARED_CACHE_DIR
+            shared.mkdir(exist_ok=True)
+            how = "use" if cache_refusal is None else "give"  # a cold run: an empty cache, then adds to the shared
+            (staging / COMPILE_CACHE_FILE).write_text(f"{how} {shared.resolve()}")
+        except OSError as exc:
+            store._abort(staging)
+            raise RunStoreError(f"cannot make the shared compile cache in {store.root}: {exc.strerror}") from None
     started = datetime.now(timezone.utc)
     t_staged = time.perf_counter()
     load_before = _load_average()
@@ -103,6 +120,9 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
     refusal = persistent_refusal(config) if process == "persistent" else None
     if refusal:
         proc["persistent_refused"] = refusal
+    cache = facts.get("compile_cache")
+    if cache is not None and cache_refusal is not None and config.compile != "off":
+        cache = {**cache, "shared_refused": cache_refusal}
     meta = {
         "name": config.name,
         "status": "ok",
@@ -123,6 +143,9 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         "process": proc,
         # False means the run started with no CUDA context in its process: a cold run was honestly cold.
         "cuda_initialized_before_run": facts.get("cuda_initialized_before_run"),
+        # a compiled run's Inductor cache: "fresh" (empty, its own) or "shared" (the store's, warm runs only), and
+        # how often Inductor found its graph there (torch's counters); None for a run that compiled nothing
+        "compile_cache": cache,
         "peak_device_memory_bytes": facts.get("peak_device_memory_bytes"),
         "peak_host_rss_bytes": facts.get("peak_host_rss_bytes"),
         "profiler_cycles": facts.get("cycles"),

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Mapping, Optional
 from ..config import ExperimentConfig
 from ..errors import ConfigError, ProfilingError, WorkerError
 from .runner import run_experiment
-from .worker import check_process
+from .worker import check_compile_cache, check_process
 from ..store.runs import Run, RunStore
 from ..workloads import WORKLOADS, get_workload
 
@@ -85,10 +85,11 @@ def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] 
               on_progress: Optional[Callable[[SweepProgress], None]] = None,
               cancel_event: Optional[threading.Event] = None, prestart: int = 0,
               on_status: Optional[Callable[[str], None]] = None, process: str = "fresh",
-              executor: str = "local", ray_address: Optional[str] = None, placement: str = "spread",
+              compile_cache: str = "fresh", executor: str = "local", ray_address: Optional[str] = None, placement: str = "spread",
               max_retries: int = 1, max_artifact_bytes: Optional[int] = None) -> SweepResult:
     """Run each config in its own fresh worker, in order (``process="persistent"``: the warm eager ones in the
-    device's persistent worker, as ``run_experiment`` says).  A failed run is recorded and the sweep goes on;
+    device's persistent worker, as ``run_experiment`` says; ``compile_cache="shared"``: the warm compiled ones
+    share the store's compile cache, as it says too).  A failed run is recorded and the sweep goes on;
     a set ``cancel_event`` kills the current worker and stops the sweep (the configs it did not run are
     ``result.skipped``).
 
@@ -98,6 +99,7 @@ def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] 
     declare), a task whose process dies retried ``max_retries`` times, artifacts over ``max_artifact_bytes``
     (default ``cluster.MAX_ARTIFACT_BYTES``) refused. Every job ends as a run, an error or a skipped config."""
     check_process(process)
+    check_compile_cache(compile_cache)
     if executor not in EXECUTORS:
         raise ConfigError("executor", executor, " or ".join(EXECUTORS))
     configs = list(configs)
@@ -109,11 +111,12 @@ def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] 
         from . import cluster
         cluster.run_sweep_ray(configs, store=store, report=lambda *p: report(SweepProgress(*p)), result=result, cancel_event=cancel_event,
                               prestart=prestart, status=on_status or (lambda _m: None), process=process,
+                              compile_cache=compile_cache,
                               ray_address=ray_address, placement=placement, max_retries=max_retries,
                               max_artifact_bytes=cluster.MAX_ARTIFACT_BYTES if max_artifact_bytes is None
                               else max_artifact_bytes)
     else:
-        _run_local(configs, store, report, result, cancel_event, prestart, on_status, process)
+        _run_local(configs, store, report, result, cancel_event, prestart, on_status, process, compile_cache)
     result.wall_s = time.perf_counter() - t0
     done = len(result.runs) + len(result.errors)
     total = done + len(result.skipped)  # every job (per device type: each config once per type)
@@ -124,7 +127,7 @@ def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] 
     return result
 
 
-def _run_local(configs, store, report, result, cancel_event, prestart, on_status, process) -> None:
+def _run_local(configs, store, report, result, cancel_event, prestart, on_status, process, compile_cache) -> None:
     for i, cfg in enumerate(configs):
         if cancel_event is not None and cancel_event.is_set():
             result.cancelled = True
@@ -133,7 +136,8 @@ def _run_local(configs, store, report, result, cancel_event, prestart, on_status
         report(SweepProgress(i, len(configs), cfg.name, f"[{i + 1}/{len(configs)}] {cfg.name}", len(result.errors)))
         try:
             result.runs.append(run_experiment(cfg, store=store, cancel_event=cancel_event, prestart=prestart,
-                                              on_status=on_status, process=process))
+                                              on_status=on_status, process=process,
+                                              compile_cache=compile_cache))
         except WorkerError as exc:
             if exc.kind == "cancelled":
                 result.cancelled = True

@@ -237,8 +237,10 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
         return orig_run(name, func)
 
     timer.run = tracked  # type: ignore[method-assign]
-    # A fresh compile cache per run: nothing compiled by an earlier run is reused (honest cold compile).
-    cache = staging / ".compile-cache"
+    # A fresh compile cache per run: nothing compiled by an earlier run is reused (honest cold compile), unless
+    # the caller gave this warm run the store's shared cache (COMPILE_CACHES).
+    shared, use_shared = _shared_cache_dir(staging)
+    cache = shared if use_shared else staging / ".compile-cache"
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache / "inductor")
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
     config = None
@@ -270,7 +272,13 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
         _report_error(channel, {"kind": kind, "message": msg[:2000]})
         return 2
     finally:
-        shutil.rmtree(cache, ignore_errors=True)
+        if not use_shared:
+            if shared is not None and config is not None and config.compile != "off":
+                with contextlib.suppress(OSError):
+                    _merge_cache(cache, shared)  # what this cold run compiled, for the warm runs after it
+            shutil.rmtree(cache, ignore_errors=True)
+    if config is not None and config.compile != "off":
+        facts["compile_cache"] = {"kind": "shared" if use_shared else "fresh", **_compile_cache_counts()}
     facts["timings"] = timer.timings
     facts["prestarted"] = prestarted
     facts["cuda_initialized_before_run"] = cuda_was_initialized
@@ -284,6 +292,48 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
                                 "message": f"could not write {RESULT_FILE}: {exc}"})
         return 2
     return 0
+
+
+def _shared_cache_dir(staging: Path) -> tuple[Optional[Path], bool]:
+    """The shared compile cache the caller named in ``staging`` (COMPILE_CACHE_FILE: ``use DIR`` for a warm run,
+    ``give DIR`` for a cold one, which compiles from an empty cache and then adds what it compiled), and whether
+    this run uses it; (None, False) without one."""
+    try:
+        how, _, where = (staging / COMPILE_CACHE_FILE).read_text().strip().partition(" ")
+    except OSError:
+        return None, False
+    if how not in ("use", "give") or not where:
+        return None, False
+    return Path(where), how == "use"
+
+
+def _merge_cache(src: Path, dst: Path) -> None:
+    """Add the files of the compile cache ``src`` to the shared cache ``dst``, keeping those ``dst`` has: each
+    written under a temporary name and renamed into place, so a run reading ``dst`` meanwhile never sees half a
+    file (Inductor's and Triton's caches are folders of content-addressed files, made to be shared this way)."""
+    for path in src.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        target = dst / path.relative_to(src)
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, target)
+
+
+def _compile_cache_counts() -> dict:
+    """How often this process's compiles found their graph in Inductor's caches (torch's own counters): the FX
+    graph cache (Inductor's output code) and AOTAutograd's cache; zeros where torch keeps no such counter."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    ind, aot = counters.get("inductor", {}), counters.get("aot_autograd", {})
+    return {"fx_graph_hits": int(ind.get("fxgraph_cache_hit", 0)), "fx_graph_misses": int(ind.get("fxgraph_cache_miss", 0)),
+            "aot_autograd_hits": int(aot.get("autograd_cache_hit", 0)),
+            "aot_autograd_misses": int(aot.get("autograd_cache_miss", 0))}
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -735,6 +785,41 @@ def check_process(process) -> str:
         from ..errors import ConfigError
         raise ConfigError("process", process, " or ".join(repr(k) for k in PROCESS_KINDS))
     return process
+
+
+COMPILE_CACHES = ("fresh", "shared")
+"""Where a compiled run's Inductor and Triton caches live.  ``fresh`` (the default): an empty cache of its own,
+deleted after the run, so the compile it pays is a compile from scratch.  ``shared``: a *warm* compiled run uses the
+run store's one cache (``<store>/.compile-cache``, :data:`SHARED_CACHE_DIR`), as a user's second start of a program
+uses Inductor's cache on disk: its warm-up then compiles only what no earlier run left there (seconds less on a GPU
+for a graph seen before; the profiled steps run the same generated code).  A cold run always compiles from an empty
+cache of its own (:func:`shared_cache_refusal`), then adds what it compiled to the shared one, so the warm run of
+the same config after it finds its graph.  meta.json's ``compile_cache`` says which cache a compiled run had and
+how often Inductor found its graph there."""
+SHARED_CACHE_DIR = ".compile-cache"
+COMPILE_CACHE_FILE = "compile_cache_dir"
+"""In a run's staging folder: the shared compile cache the caller gave the run (absent: a fresh cache)."""
+
+
+def check_compile_cache(compile_cache) -> str:
+    """``compile_cache`` if it is one of COMPILE_CACHES, else a ConfigError quoting it."""
+    if compile_cache not in COMPILE_CACHES:
+        from ..errors import ConfigError
+        raise ConfigError("compile_cache", compile_cache, " or ".join(repr(k) for k in COMPILE_CACHES))
+    return compile_cache
+
+
+def shared_cache_refusal(config) -> str | None:
+    """Why ``config`` compiles from an empty cache even when the shared cache is asked for; None when it may use
+    it.  The rule: only warm compiled runs of an experiment share the store's cache; a cold run shows a first call
+    from scratch, and a run that compiles nothing has no use for one."""
+    if not isinstance(config, ExperimentConfig):
+        return "a calibration compiles nothing"
+    if config.compile == "off":
+        return "an eager run compiles nothing"
+    if not config.is_warm:
+        return "a cold run (0 warm-up calls) always compiles from an empty cache, so that its first call is a compile from scratch"
+    return None
 
 
 def persistent_refusal(config) -> str | None:

@@ -153,6 +153,22 @@ class Run:
         pk = self.meta.get("peak_device_memory_bytes")
         return pk if type(pk) is int and pk >= 0 else None
 
+    @property
+    def compile_cache_reused(self) -> Optional[bool]:
+        """Whether this compiled run's compile found its graph in a cache an earlier run filled (meta.json's
+        ``compile_cache``: a warm run given the store's shared cache, and Inductor's FX graph or AOTAutograd cache
+        hit): its warm-up then paid less than a compile from scratch.  False for a compiled run that compiled from
+        an empty cache (every compiled run before the shared cache existed did); None for a run that compiled
+        nothing or says nothing (an imported trace)."""
+        cfg = self.meta.get("config") if isinstance(self.meta.get("config"), dict) else {}
+        if self.meta.get("source") != "experiment" or cfg.get("compile", "off") == "off":
+            return None
+        cache = self.meta.get("compile_cache")
+        if not isinstance(cache, dict):
+            return False
+        hits = [cache.get(k) for k in ("fx_graph_hits", "aot_autograd_hits")]
+        return cache.get("kind") == "shared" and any(type(h) is int and h > 0 for h in hits)
+
     def table_text(self) -> str:
         """The profiler table torch printed (``table.txt``), bytes that are not UTF-8 read as U+FFFD; ``""`` for a run
         without one (an imported trace) or whose table.txt cannot be read (not a regular file, over
