@@ -37,7 +37,8 @@ def child(out: Path) -> int:
     out.write_text(json.dumps({
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "key_in_caller": key,
         "device_lock": m.get("device_lock"), "device": m.get("device"),
-        "span": [start + m["timings"]["lock_wait_s"], start + m["timings"]["wall_s"]],
+        # from the lock taken to the worker's result back, on the wall clock (started_at is the staging's end)
+        "span": [start + m["timings"]["lock_wait_s"], start + m["timings"]["wall_s"] - m["overhead_s"]["staging_s"]],
         "lock_wait_s": m["timings"]["lock_wait_s"],
         "waited_for": sorted({s.split("'")[1] for s in statuses if s.startswith("waiting for device lock '")}),
     }, indent=1))
