@@ -243,11 +243,11 @@ def test_runs_on_two_gpus_do_not_wait_for_each_other_and_two_on_one_do(tmp_path,
 
 
 SEE_ENV = '''
-import json, os, sys
+import json, os
 import torch
 
 def make_step(device, dtype):
-    with open(os.environ["SEEN_FILE"], "a") as f:
+    with open(SEEN_FILE, "a") as f:
         f.write(json.dumps(os.environ.get("CUDA_VISIBLE_DEVICES")) + "\\n")
     x = torch.ones(2, 2)
     return (lambda a: a + 1), (x,)
@@ -260,9 +260,9 @@ def test_a_forked_run_uses_the_gpu_its_caller_locked(tmp_path, monkeypatch):
     on the GPU its lock names. The run's own code reads the variable."""
     from profiling_core import ExperimentConfig, RunStore, run_experiment
     script = tmp_path / "see_env.py"
-    script.write_text(SEE_ENV)
     seen = tmp_path / "seen.txt"
-    monkeypatch.setenv("SEEN_FILE", str(seen))
+    script.write_text(f"SEEN_FILE = {str(seen)!r}\n" + SEE_ENV)  # not through the environment: the fork
+    # server's may be older than this test (made by an earlier one of this process)
     store = RunStore(tmp_path / "runs")
     cfg = ExperimentConfig.for_workload("script", {"path": str(script)}, dtype="fp32", device="cpu", wait=0,
                                         warmup_steps=0, active=1)
