@@ -31,14 +31,15 @@ with st.form("compile_form"):
     reps = c3.number_input("Runs of each mode", 1, 10, 1 if cuda else 3, key="compile_reps",
                            help="the modes run in turn, this many rounds, each run in a fresh worker; the charts show "
                                 "each mode's median with its min–max range")
+    executor = ui.executor_control("compile")
     go = st.form_submit_button("Run eager + compiled", type="primary", icon=":material/play_arrow:")
 if go:
     try:
         configs = [ExperimentConfig(size=size, dtype=dtype, device=device, warmup=int(warmup), compile=m, wait=0,
                                     warmup_steps=0, active=active) for _ in range(int(reps)) for m in ["off", *modes]]
-        ui.start_sweep("compile", configs, f"Eager + {len(modes)} compile mode(s)")
+        ui.start_sweep("compile", configs, f"Eager + {len(modes)} compile mode(s)", executor)
     except ConfigError as exc:
-        st.error(str(exc))
+        st.error(ui.md_text(exc), icon=":material/error:")
 ui.finish_sweep("compile", "compile_runs")
 
 runs = ui.runs_frame()

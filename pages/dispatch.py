@@ -100,14 +100,15 @@ with st.form("coldwarm_form"):
     pairs_n = c1.number_input("Pairs", 1, 10, 1 if ui.environment().get("cuda_available") else 3, key="cw_pairs",
                               help="cold and warm runs alternate, each in a fresh worker; with several pairs the "
                                    "chart shows the median of each step with its min–max range")
+    executor = ui.executor_control("cw")
     go = st.form_submit_button("Run cold + warm pair (schedule 0/0/3)", icon=":material/play_arrow:")
 if go:
     try:
         pair = [ExperimentConfig(size=size, dtype=dtype, device=device, warmup=w, wait=0, warmup_steps=0, active=3)
                 for _ in range(int(pairs_n)) for w in (0, 10)]
-        ui.start_sweep("coldwarm", pair, f"Cold + warm pair × {int(pairs_n)}")
+        ui.start_sweep("coldwarm", pair, f"Cold + warm pair × {int(pairs_n)}", executor)
     except ConfigError as exc:
-        st.error(str(exc))
+        st.error(ui.md_text(exc), icon=":material/error:")
 ui.finish_sweep("coldwarm", "coldwarm_runs")
 pair_ids = [r for r in st.session_state.get("coldwarm_runs", []) if r in set(ui.runs_frame()["run_id"])]
 cold_id = ui.run_picker("Cold run", key="cw_cold",

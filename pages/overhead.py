@@ -59,6 +59,7 @@ with st.form("sweep_form"):
                               help="each (size, mode) runs this many times, each in a fresh worker; the chart shows "
                                    "their median with the min–max range (on a CPU the step time is mostly noise "
                                    "unless repeated)")
+    executor = ui.executor_control("sweep")
     go = st.form_submit_button("Run sweep", type="primary", icon=":material/play_arrow:", disabled=not wl.size_knobs)
 if go and sizes_error is None:  # (a bad value is said under its box)
     try:
@@ -71,9 +72,9 @@ if go and sizes_error is None:  # (a bad value is said under its box)
         if not configs:
             st.warning("Pick at least one size and one mode.")
         else:
-            ui.start_sweep("sweep", configs, f"Sweep of {len(configs)} runs")
+            ui.start_sweep("sweep", configs, f"Sweep of {len(configs)} runs", executor)
     except ConfigError as exc:
-        st.error(ui.md_text(exc))
+        st.error(ui.md_text(exc), icon=":material/error:")
 ui.finish_sweep("sweep", "overhead_runs")
 
 # --- which runs to chart ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 """Device lock: exclusive, visible to the waiter, fail-fast on request, released when the holder dies."""
+import json
 import os
 import subprocess
 import sys
@@ -161,3 +162,114 @@ def test_a_cancel_reaches_a_run_waiting_for_the_device(tmp_path, entry):
         assert err.message.endswith("(the test holding the device)); nothing was started")
     assert not [m for m in statuses if "worker" in m], statuses
     assert store.list() == [] and list((store.root / ".staging").iterdir()) == []
+
+
+# ------------------------------------------------------------------------------ one lock per GPU
+UUID_A = "GPU-8f3c1a2b-0000-1111-2222-333344445555"
+UUID_B = "GPU-8f3d9e8f-6666-7777-8888-999900001111"
+H200S = [{"index": 0, "uuid": UUID_A, "name": "NVIDIA H200"}, {"index": 1, "uuid": UUID_B, "name": "NVIDIA H200"}]
+
+
+@pytest.mark.parametrize("value,entry", [
+    (None, "0"),  # unset: every GPU visible, the run's cuda is GPU 0
+    ("1", "1"), (" 2 , 0", "2"), ("3,1", "3"), ("+1", "1"), ("01", "1"),
+    (UUID_A, UUID_A), ("GPU-8f3c", "GPU-8f3c"), (f"{UUID_B},0", UUID_B),
+    ("MIG-5c2a0f1e-aaaa-bbbb-cccc-ddddeeeeffff", "MIG-5c2a0f1e-aaaa-bbbb-cccc-ddddeeeeffff"),
+    ("", None), (" ", None), ("-1", None), ("none", None), ("NoDevFiles", None), (",1", None),
+])
+def test_visible_gpu_reads_the_first_entry_of_cuda_visible_devices(value, entry):
+    from profiling_core.run.lock import visible_gpu
+    assert visible_gpu({} if value is None else {"CUDA_VISIBLE_DEVICES": value}) == entry
+
+
+@pytest.mark.parametrize("entry,gpus,order,key", [
+    ("0", None, None, "cuda0"), ("7", None, None, "cuda7"),
+    ("1", H200S, None, "cuda1"), ("2", H200S, None, None),  # NVML knows 2 GPUs: a third is no GPU
+    # a UUID, or a unique prefix of one, is the GPU of that number: the same lock as its index
+    (UUID_B, H200S, None, "cuda1"), ("GPU-" + UUID_A[4:].upper(), H200S, None, "cuda0"), ("GPU-8f3d", H200S, None, "cuda1"),
+    ("GPU-8f3", H200S, None, None),  # a prefix of both: CUDA takes it for no GPU
+    ("GPU-ffff", H200S, None, None),
+    # without NVML the UUID is its own lock
+    (UUID_B, None, None, "cuda-" + UUID_B),
+    # GPUs of two models: CUDA's default order (fastest first) may not be NVML's, unless it is told the bus order
+    (UUID_B, [H200S[0], {**H200S[1], "name": "NVIDIA A100"}], None, "cuda-" + UUID_B),
+    (UUID_B, [H200S[0], {**H200S[1], "name": "NVIDIA A100"}], "PCI_BUS_ID", "cuda1"),
+    ("MIG-5c2a0f1e-aaaa-bbbb-cccc-ddddeeeeffff", H200S, None, "cuda-MIG-5c2a0f1e-aaaa-bbbb-cccc-ddddeeeeffff"),
+    ("MIG-GPU-8f3c1a2b/1/0", None, None, "cuda-MIG-GPU-8f3c1a2b-1-0"),  # the old MIG form: no '/' in a file name
+])
+def test_gpu_key_names_the_gpu_however_it_is_written(entry, gpus, order, key):
+    from profiling_core.run.lock import gpu_key
+    assert gpu_key(entry, gpus, order) == key
+
+
+@pytest.mark.parametrize("value,key", [(None, "cuda0"), ("0", "cuda0"), ("1", "cuda1"), ("1,0", "cuda1"),
+                                       ("", "cpu"), ("-1", "cpu")])
+def test_device_key_of_a_cuda_run_is_its_gpu(monkeypatch, value, key):
+    from profiling_core.run.lock import device_key
+    if value is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert device_key("cuda") == key
+    assert device_key("cpu") == "cpu"  # a CPU run's lock is the CPU's, whatever GPU is visible
+
+
+def test_device_key_of_auto_is_the_cpu_without_an_nvidia_driver(monkeypatch):
+    from profiling_core.run.lock import device_key
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert device_key("auto") == ("cuda1" if os.path.exists("/dev/nvidiactl") else "cpu")
+
+
+def test_runs_on_two_gpus_do_not_wait_for_each_other_and_two_on_one_do(tmp_path, monkeypatch):
+    """GPU 1 is held. A CUDA run given GPU 0 goes past the lock to its worker (which, on a machine without CUDA,
+    says so); one given GPU 1, by number or as the first of several, finds the device busy."""
+    from profiling_core import ExperimentConfig, RunStore, WorkerError, run_experiment
+    store = RunStore(tmp_path / "runs")
+    cfg = ExperimentConfig(size=32, dtype="fp32", device="cuda", wait=0, warmup_steps=0, active=1)
+    with device_lock("cuda1", what="a run on GPU 1"):
+        for busy in ("1", "1,0"):
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", busy)
+            with pytest.raises(DeviceBusyError, match=r"device cuda1 is busy: pid \d+ \(a run on GPU 1\)"):
+                run_experiment(cfg, store=store, wait_for_device=False)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+        statuses = []
+        try:
+            run = run_experiment(cfg, store=store, wait_for_device=False, on_status=statuses.append)
+        except WorkerError as exc:  # no CUDA here: the worker ran and said so
+            assert exc.kind == "device" and "torch.cuda.is_available() is False" in exc.message, exc
+        else:  # a machine with a GPU: the run is GPU 0's
+            assert run.meta["device_lock"] == "cuda0" and run.meta["device"]["visible_devices"] == "0"
+        assert any("worker pid" in m for m in statuses), statuses  # it went past the lock to a worker
+
+
+SEE_ENV = '''
+import json, os
+import torch
+
+def make_step(device, dtype):
+    with open(SEEN_FILE, "a") as f:
+        f.write(json.dumps(os.environ.get("CUDA_VISIBLE_DEVICES")) + "\\n")
+    x = torch.ones(2, 2)
+    return (lambda a: a + 1), (x,)
+'''
+
+
+def test_a_forked_run_uses_the_gpu_its_caller_locked(tmp_path, monkeypatch):
+    """A forked run has the fork server's environment, made when the server started: a caller given another GPU
+    since (a Ray worker process runs one task after another, each with its own CUDA_VISIBLE_DEVICES) must still run
+    on the GPU its lock names. The run's own code reads the variable."""
+    from profiling_core import ExperimentConfig, RunStore, run_experiment
+    script = tmp_path / "see_env.py"
+    seen = tmp_path / "seen.txt"
+    script.write_text(f"SEEN_FILE = {str(seen)!r}\n" + SEE_ENV)  # not through the environment: the fork
+    # server's may be older than this test (made by an earlier one of this process)
+    store = RunStore(tmp_path / "runs")
+    cfg = ExperimentConfig.for_workload("script", {"path": str(script)}, dtype="fp32", device="cpu", wait=0,
+                                        warmup_steps=0, active=1)
+    for value in ("5", "7,2", None):
+        if value is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+        run_experiment(cfg, store=store, prestart=1)
+    assert [json.loads(line) for line in seen.read_text().splitlines()] == ["5", "7,2", None]

@@ -212,8 +212,13 @@ def test_cancel_stops_queued_and_kills_running_tasks(cluster, tmp_path):
     ({"executor": "ray", "placement": "everywhere"}, "placement must be spread or per_device_type, got 'everywhere'"),
     ({"executor": "ray", "max_retries": -1}, "max_retries must be an integer from 0, got -1"),
     ({"executor": "ray", "max_artifact_bytes": 0}, "max_artifact_bytes must be a positive integer, got 0"),
+    ({"executor": "ray", "ray_address": "head"}, "or ray://HOST:PORT (Ray Client), got 'head'"),
+    ({"executor": "ray", "ray_address": "head:65536"}, "or ray://HOST:PORT (Ray Client), got 'head:65536'"),
+    ({"executor": "ray", "ray_address": "ray://"}, "or ray://HOST:PORT (Ray Client), got 'ray://'"),
+    ({"executor": "ray", "ray_address": 6379}, "or ray://HOST:PORT (Ray Client), got 6379"),
 ])
 def test_bad_executor_arguments_are_refused_by_name(tmp_path, kwargs, match):
     from profiling_core.errors import ConfigError
     with pytest.raises(ConfigError, match=re.escape(match)):
         run_sweep([tiny()], store=RunStore(tmp_path / "runs"), **kwargs)
+    assert on_disk(tmp_path / "runs") == ({}, [])  # refused before anything ran

@@ -8,7 +8,8 @@ Pages are UI only: what they show is computed by ``profiling_core``; this packag
 - ``state``: the current run, the run pickers that follow it, and the runs a page's action announces.
 - ``jobs``: profiles, sweeps and calibrations in background :class:`~pages._ui.jobs.Job` s, with progress and Cancel.
 - ``blocks``: a chart or a table with its downloads, the page's HTML report, findings, the diagnosis.
-- ``form``: the experiment form (workload, knobs, dtype, device, warm-up, compile, schedule) and its words.
+- ``form``: the experiment form (workload, knobs, dtype, device, warm-up, compile, schedule) and its words; where a
+  sweep's runs happen (this machine or a Ray cluster: ``executor_control``).
 - ``frame``: the start of each script run, deep links through the app's frame, the sidebar.
 
 Each module imports only those above it in this list (no cycles).
@@ -23,7 +24,7 @@ from .cache import (calibrations, chart, config_summary, corrupt_runs, diagnosis
                     gemm_vs_peak, load_run, memory, memory_categories, memory_section, mode_label, report, runs_frame,
                     session, store, store_summary, summaries)
 from .form import (COMPILE_MODES, DEVICES, SCHEDULE_WARMUP_LABEL, SIZES, WARMUP_CALLS_HELP, WARMUP_CALLS_LABEL,
-                   chosen_process, config_form, dtype_select, knob_widget)
+                   chosen_process, config_form, dtype_select, executor_control, knob_widget)
 from .frame import follow_deep_link, in_frame, new_script_run, sidebar
 from .jobs import (finish_calibration, finish_profile, finish_sweep, follow_job, get_job, pop_job, start_calibration,
                    start_profile, start_sweep)
@@ -39,7 +40,7 @@ __all__ = [
     "session", "store",
     "store_summary", "summaries",
     "COMPILE_MODES", "DEVICES", "SCHEDULE_WARMUP_LABEL", "SIZES", "WARMUP_CALLS_HELP", "WARMUP_CALLS_LABEL",
-    "chosen_process", "config_form", "dtype_select", "knob_widget",
+    "chosen_process", "config_form", "dtype_select", "executor_control", "knob_widget",
     "follow_deep_link", "in_frame", "new_script_run", "sidebar",
     "finish_calibration", "finish_profile", "finish_sweep", "follow_job", "get_job", "pop_job", "start_calibration",
     "start_profile", "start_sweep",

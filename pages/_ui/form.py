@@ -1,5 +1,6 @@
 """The experiment form every page that profiles shares: the workload and its knobs, dtype, device, warm-up calls,
-torch.compile and the profiler's schedule, in one ``st.form`` that returns a validated ``ExperimentConfig``.
+torch.compile and the profiler's schedule, in one ``st.form`` that returns a validated ``ExperimentConfig``; and
+the control of where a sweep's runs happen (:func:`executor_control`), which every sweep page draws in its form.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import profiling_core.config as _config
 from profiling_core import ExperimentConfig
 from profiling_core.errors import ConfigError
 from profiling_core.present import md_text
+from profiling_core.run import EXECUTORS, PLACEMENTS, ray_missing
 from profiling_core.workloads import get_workload, workload_names
 
 from .cache import environment
@@ -168,3 +170,42 @@ def config_form(key: str, *, defaults: Optional[dict] = None, submit_label: str 
     except ConfigError as exc:
         st.error(md_text(str(exc)), icon=":material/error:")  # it quotes what was typed (a script's path)
         return None
+
+
+EXECUTOR_WORDS = {"local": "this machine, one run after the other", "ray": "a Ray cluster, one task per run"}
+PLACEMENT_WORDS = {"spread": "spread over the nodes", "per_device_type": "every config on each device type"}
+EXECUTOR_HELP = ("local: the runs one after the other here, each in a fresh worker behind this machine's device "
+                 "lock. ray: each run a Ray task on a cluster's node (a worker there, behind that node's lock of "
+                 "the GPU Ray gives it), its trace sent back and saved in this app's run store; runs on different "
+                 "GPUs or nodes go on at once")
+RAY_ADDRESS_LABEL = "Ray address (empty: a local Ray instance started for the sweep)"
+RAY_ADDRESS_HELP = ("HOST:PORT of a cluster's head node (its GCS port, 6379 by default, e.g. 10.0.0.5:6379), "
+                    "ray://HOST:PORT for Ray Client, or auto for the cluster `ray start` made on this machine")
+
+
+def executor_control(key: str) -> dict:
+    """Where the sweep's runs happen, drawn in the page's form (keys ``<key>_executor``, ``_ray_address``,
+    ``_placement``, ``_retries``): returns ``run_sweep``'s ``executor``, ``ray_address``, ``placement`` and
+    ``max_retries`` for :func:`~pages._ui.jobs.start_sweep`, which checks them before anything starts. Without Ray
+    installed the Ray choices are disabled, with what to install; the executor is then ``local``."""
+    missing = ray_missing()
+    with st.expander("Where the runs happen: this machine or a Ray cluster"):
+        if missing:
+            st.caption(md_text(missing) + ", to run the sweep on a Ray cluster.")
+        executor = st.selectbox("Executor", EXECUTORS, key=f"{key}_executor", format_func=EXECUTOR_WORDS.get,
+                                disabled=bool(missing), help=EXECUTOR_HELP)
+        c1, c2, c3 = st.columns([2, 1, 1])
+        address = c1.text_input(RAY_ADDRESS_LABEL, key=f"{key}_ray_address", max_chars=300,
+                                disabled=bool(missing), placeholder="e.g. 10.0.0.5:6379", help=RAY_ADDRESS_HELP)
+        placement = c2.selectbox("Placement", PLACEMENTS, key=f"{key}_placement", format_func=PLACEMENT_WORDS.get,
+                                 disabled=bool(missing),
+                                 help="every config once on each device type needs nodes that declare a "
+                                      "device_type:<name> resource (docs/RAY.md)")
+        retries = c3.number_input("Retries of a run whose task died", 0, 10, 1, key=f"{key}_retries",
+                                  disabled=bool(missing),
+                                  help="a task whose process died (a worker killed, a node lost) runs again this "
+                                       "many times; a run that failed on its node is not retried")
+    if missing or executor != "ray":
+        return {"executor": "local"}
+    return {"executor": "ray", "ray_address": (address or "").strip() or "local", "placement": placement,
+            "max_retries": int(retries)}

@@ -177,13 +177,22 @@ def prestart() -> int:
     return 0 if os.environ.get("PROFILING_PRESTART") == "0" else 1
 
 
-def start_sweep(key: str, configs: list[ExperimentConfig], label: str) -> Job:
-    """Run ``configs`` one fresh worker each in the background; progress and cancel through the job."""
+def start_sweep(key: str, configs: list[ExperimentConfig], label: str, executor: Optional[dict] = None) -> Job:
+    """Run ``configs`` one fresh worker each in the background; progress and cancel through the job. ``executor``:
+    where they run (``form.executor_control``'s choice; default this machine), checked here before any job starts:
+    what the sweep cannot run with raises ConfigError (the page says it under its form and keeps what was typed)."""
     from profiling_core import run_sweep
+    from profiling_core.run import check_executor
+
+    options = dict(executor or {"executor": "local"})
+    check_executor(**options)
+    if options["executor"] == "ray":
+        label += " on " + ("a local Ray instance" if options.get("ray_address") == "local"
+                           else f"the Ray cluster at {options.get('ray_address')}")
 
     def work(job: Job):
         return run_sweep(configs, store=store(), on_progress=job.progress, cancel_event=job.cancel_event,
-                         prestart=prestart(),
+                         prestart=prestart(), **options,
                          on_status=lambda m: setattr(job, "message", f"{job.message.split(' · ')[0]} · {m}"))
 
     return start_job(key, label, work)

@@ -14,7 +14,9 @@
   ``host``: facts of the machine read without torch.
 
 - ``cluster``: the ``ray`` executor of sweeps (each run a Ray task on a cluster's node, its artifacts committed
-  here; ``device_type_resource``: the custom resource a node of a device type declares).
+  here; ``device_type_resource``: the custom resource a node of a device type declares; :func:`ray_missing`:
+  whether Ray is installed, found without importing it). :func:`check_executor` refuses a sweep's executor options
+  before anything runs.
 
 Only the worker imports torch; only ``cluster`` imports ray, when a Ray sweep runs.
 """
@@ -23,9 +25,11 @@ from __future__ import annotations
 from .calibration import CalibrationJob, measure_peaks
 from .lock import device_lock
 from .runner import calibrate, environment_info, machine_busy, prestart_worker, run_experiment
-from .sweep import EXECUTORS, SPREAD_WARN_PCT, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points, sweep_values
+from .cluster import PLACEMENTS, ray_missing
+from .sweep import EXECUTORS, SPREAD_WARN_PCT, check_executor, SweepProgress, SweepResult, run_sweep, sweep_configs, sweep_points, sweep_values
 from .worker import COMPILE_CACHES, PROCESS_KINDS, persistent_refusal, shared_cache_refusal, stop_persistent_workers
 
 __all__ = ["run_experiment", "run_sweep", "sweep_configs", "sweep_values", "sweep_points", "SPREAD_WARN_PCT", "SweepProgress",
            "SweepResult", "calibrate", "CalibrationJob", "measure_peaks", "environment_info", "prestart_worker",
-           "machine_busy", "device_lock", "PROCESS_KINDS", "COMPILE_CACHES", "shared_cache_refusal", "persistent_refusal", "stop_persistent_workers", "EXECUTORS"]
+           "machine_busy", "device_lock", "PROCESS_KINDS", "COMPILE_CACHES", "shared_cache_refusal", "persistent_refusal", "stop_persistent_workers", "EXECUTORS",
+           "check_executor", "PLACEMENTS", "ray_missing"]

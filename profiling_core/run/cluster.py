@@ -124,32 +124,135 @@ def _wants_gpu(cfg: ExperimentConfig, cluster_gpus: float) -> bool:
     return cfg.device == "cuda" or (cfg.device == "auto" and cluster_gpus > 0)
 
 
-def run_sweep_ray(configs: Sequence[ExperimentConfig], *, store: RunStore, report: Callable, result,
-                  cancel_event: Optional[threading.Event], prestart: int, status: Callable[[str], None],
-                  process: str, compile_cache: str, ray_address: Optional[str], placement: str, max_retries: int,
-                  max_artifact_bytes: int) -> None:
-    """Fill ``result`` (a SweepResult) with the outcome of every job, calling ``report`` as each ends (see
-    ``_progress``); ``run_sweep`` is the entry point."""
+RAY_ADDRESS_RE = re.compile(r"(ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?):([0-9]{1,5})")
+RAY_ADDRESS_ALLOWED = ("empty (the Ray of RAY_ADDRESS, else a local Ray instance started for the sweep), local (a "
+                       "local Ray instance started for the sweep), auto (the cluster `ray start` made on this machine), "
+                       "HOST:PORT (a cluster's head node, e.g. 10.0.0.5:6379) or ray://HOST:PORT (Ray Client)")
+INSTALL_HINT = "pip install -e '.[ray]' (or pip install 'ray[default]')"
+
+
+def ray_missing() -> Optional[str]:
+    """Why the ``ray`` executor cannot run in this Python (Ray is not installed: what to install), or None. Finds
+    the package without importing it."""
+    import importlib.util
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):
+        found = False
+    return None if found else f"Ray is not installed in this Python: {INSTALL_HINT}"
+
+
+def check_ray_address(address) -> Optional[str]:
+    """``address`` as ``ray.init`` takes it: None for empty (``RAY_ADDRESS``, else a local Ray started for the
+    sweep), ``local`` (a local Ray started for the sweep, whatever ``RAY_ADDRESS`` says), ``auto``, or
+    ``[ray://]HOST:PORT`` (spaces around it dropped; a port from 1 to 65535). Anything else raises ConfigError
+    saying what is allowed."""
+    if address is None:
+        return None
+    if not isinstance(address, str):
+        raise ConfigError("ray_address", address, RAY_ADDRESS_ALLOWED)
+    text = address.strip()
+    if not text:
+        return None
+    if text in ("auto", "local"):
+        return text
+    m = RAY_ADDRESS_RE.fullmatch(text)
+    if m is None or not 1 <= int(m.group(3)) <= 65535:
+        raise ConfigError("ray_address", address if len(address) <= 200 else address[:199] + "…", RAY_ADDRESS_ALLOWED)
+    return text
+
+
+def check_options(ray_address, placement, max_retries, max_artifact_bytes) -> Optional[str]:
+    """Refuse what a Ray sweep cannot run with (ConfigError naming the field and what is allowed), before anything
+    starts; returns the address as ``check_ray_address`` reads it."""
     if placement not in PLACEMENTS:
         raise ConfigError("placement", placement, " or ".join(PLACEMENTS))
     if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
         raise ConfigError("max_retries", max_retries, "an integer from 0")
     if not isinstance(max_artifact_bytes, int) or isinstance(max_artifact_bytes, bool) or max_artifact_bytes < 1:
         raise ConfigError("max_artifact_bytes", max_artifact_bytes, "a positive integer")
+    return check_ray_address(ray_address)
+
+
+_CONNECTION_LOCK = threading.Lock()
+_CONNECTION = {"users": 0, "started": False, "address": None}
+"""This process's one connection to Ray, shared by the sweeps that run at once (two pages of the app): made by the
+first that needs it, shut down by the last of them, and never when it was made by someone else (a notebook's
+``ray.init``)."""
+
+
+def _where(address: Optional[str]) -> str:
+    return {None: "Ray (RAY_ADDRESS, else a local Ray instance)", "local": "a local Ray instance",
+            "auto": "this machine's Ray cluster (auto)"}.get(address, f"the Ray cluster at {address}")
+
+
+def _connect(ray, address: Optional[str]) -> None:
+    with _CONNECTION_LOCK:
+        if _CONNECTION["users"] and address != _CONNECTION["address"]:
+            raise ProfilingError(
+                f"another sweep of this process uses {_where(_CONNECTION['address'])}; "
+                f"one process connects to one cluster at a time: wait for it to end, or use the same address")
+        if not _CONNECTION["users"] and not ray.is_initialized():
+            _reachable(address)
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            except Exception as exc:  # noqa: BLE001 - Ray's errors on connecting are of many types
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                where = _where(address)
+                raise ProfilingError(
+                    f"could not connect to {where}: {type(exc).__name__}: {reason[:500]}. Check that the cluster "
+                    f"is up (ray status on its head node) and its address; leave the address empty to start a local "
+                    f"Ray instance; nothing ran") from None
+            _CONNECTION["started"] = True
+        _CONNECTION["users"] += 1
+        _CONNECTION["address"] = address
+
+
+CONNECT_TIMEOUT_S = 5.0
+"""How long a cluster's address may take to accept a connection before the sweep says it is not reachable (Ray's
+own connect waits minutes)."""
+
+
+def _reachable(address: Optional[str]) -> None:
+    """Raise a ProfilingError at once when nothing listens at ``address``'s HOST:PORT (``auto`` and a local start
+    are Ray's to find)."""
+    m = RAY_ADDRESS_RE.fullmatch(address or "")
+    if m is None:
+        return
+    host, port = m.group(2).strip("[]"), int(m.group(3))
     try:
-        import ray
-    except ImportError:
-        raise ProfilingError("executor='ray' needs Ray: pip install -e '.[ray]' (or pip install 'ray[default]')"
-                             ) from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ProfilingError(
+            f"no Ray cluster is reachable at {address} ({exc.strerror or f'no answer within {CONNECT_TIMEOUT_S:g} s'}). Check that the cluster is up (ray status on its head node) and its address "
+            f"(the head's GCS port, 6379 by default); leave the address empty to start a local Ray instance; "
+            f"nothing ran") from None
+
+
+def _disconnect(ray) -> None:
+    with _CONNECTION_LOCK:
+        _CONNECTION["users"] -= 1
+        if not _CONNECTION["users"]:
+            if _CONNECTION["started"]:
+                ray.shutdown()
+            _CONNECTION.update(started=False, address=None)
+
+
+def run_sweep_ray(configs: Sequence[ExperimentConfig], *, store: RunStore, report: Callable, result,
+                  cancel_event: Optional[threading.Event], prestart: int, status: Callable[[str], None],
+                  process: str, compile_cache: str, ray_address: Optional[str], placement: str,
+                  max_retries: int, max_artifact_bytes: int) -> None:
+    """Fill ``result`` (a SweepResult) with the outcome of every job, calling ``report`` as each ends (see
+    ``_progress``); ``run_sweep`` is the entry point."""
+    address = check_options(ray_address, placement, max_retries, max_artifact_bytes)  # run_sweep checked it too
+    import ray
+    status(f"connecting to {_where(address)}")
+    _connect(ray, address)
     try:
         _sweep(ray, configs, store, report, result, cancel_event, prestart, status, process, compile_cache,
                placement, max_retries, max_artifact_bytes)
     finally:
-        if started:
-            ray.shutdown()
+        _disconnect(ray)
 
 
 def _sweep(ray, configs, store, report, result, cancel_event, prestart, status, process, compile_cache, placement,

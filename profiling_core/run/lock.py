@@ -1,6 +1,8 @@
 """Device lock: two callers (two browser sessions, the CLI and the app) never profile one device at once.
 
-An exclusive ``fcntl.flock`` on ``<lock dir>/<device>.lock``; the holder writes who it is into
+One lock per device: ``cpu``, and one per GPU (``cuda0``, ``cuda1``, …: :func:`device_key` reads the GPU a run
+will use from ``CUDA_VISIBLE_DEVICES``, as Ray gives each task its GPU), so runs on two GPUs of a machine go on at
+once and two runs on one GPU never do.  An exclusive ``fcntl.flock`` on ``<lock dir>/<device>.lock``; the holder writes who it is into
 ``<device>.holder`` so a waiter can say what it waits for.  An flock belongs to the open file, not to the process:
 the caller hands the lock's descriptor to its worker (``device_lock`` yields it), so the device stays locked while
 the worker lives, even when the caller was killed first; the kernel drops the lock when the last process holding
@@ -20,11 +22,12 @@ import errno
 import fcntl
 import json
 import os
+import re
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 from ..errors import DeviceBusyError, ProfilingError, WorkerError
 from ..store.files import read_json_object
@@ -39,13 +42,72 @@ def lock_dir() -> Path:
     return d
 
 
+ENV_VISIBLE = "CUDA_VISIBLE_DEVICES"
+ENV_ORDER = "CUDA_DEVICE_ORDER"
+GPU_ENV = (ENV_VISIBLE, ENV_ORDER)
+"""The variables that say which GPU a run's ``cuda`` is: the caller's are the worker's (``run_in_worker`` hands
+them to a forked or persistent worker, whose own environment is its parent's)."""
+
+
+def visible_gpu(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The GPU a run's ``cuda`` (``cuda:0``) is, as ``CUDA_VISIBLE_DEVICES`` names it: its first entry, stripped (an
+    index such as ``1``, a GPU UUID ``GPU-…`` or a prefix of one, a MIG id ``MIG-…``); ``"0"`` when the variable is
+    unset. None when it hides every GPU: set but empty, or a first entry CUDA does not read as a GPU (``-1``,
+    ``none``), as torch's own reading of the variable says."""
+    env = os.environ if environ is None else environ
+    value = env.get(ENV_VISIBLE)
+    if value is None:
+        return "0"
+    first = value.split(",")[0].strip()
+    if first.startswith(("GPU-", "MIG-")):
+        return first
+    m = re.match(r"[+-]?\d+", first)  # CUDA reads an entry's leading integer; a negative one ends the list
+    if m is None or int(m.group()) < 0:
+        return None
+    return str(int(m.group()))
+
+
+def gpu_key(entry: str, gpus: Optional[Sequence[Mapping]] = None, order: Optional[str] = None) -> Optional[str]:
+    """The lock of the GPU that ``entry`` (from :func:`visible_gpu`) names: ``cuda<i>`` for the GPU CUDA numbers
+    ``i``. A UUID (or a unique prefix of one) is turned into that number through ``gpus`` (NVML's list,
+    ``host.nvml_gpus()``: index, uuid, name) where NVML's order is CUDA's: ``order`` (``CUDA_DEVICE_ORDER``) is
+    ``PCI_BUS_ID``, or every GPU is of one model (CUDA's default order, fastest first, keeps the bus order among
+    equals). Otherwise, and for a MIG id (an instance of its own), the key is ``cuda-`` and the id itself, its
+    characters other than letters, digits and ``-`` made ``-``: the same GPU named once by number and once by
+    UUID then has two locks, which cannot be told apart without initialising CUDA. None when NVML knows the GPUs
+    and ``entry`` names none of them (CUDA then shows no GPU either)."""
+    if entry.isdigit():
+        if gpus is not None and int(entry) >= len(gpus):
+            return None
+        return f"cuda{int(entry)}"
+    if entry.startswith("GPU-") and gpus is not None:
+        found = [g for g in gpus if str(g.get("uuid", "")).lower().startswith(entry.lower())]
+        if len(found) != 1:
+            return None
+        if order == "PCI_BUS_ID" or len({g.get("name") for g in gpus}) == 1:
+            return f"cuda{found[0]['index']}"
+        entry = str(found[0]["uuid"])
+    return "cuda-" + re.sub(r"[^A-Za-z0-9-]+", "-", entry)[:96]
+
+
 def device_key(device: str) -> str:
-    """The lock a config's device maps to.  'auto' means the GPU when this machine has an NVIDIA driver."""
+    """The lock a config's device maps to on this machine: ``cpu``, or the GPU its run will use (``cuda0``,
+    ``cuda1``, …: :func:`gpu_key` of :func:`visible_gpu`), so runs on two GPUs of one machine do not wait for each
+    other and two runs on one GPU, however ``CUDA_VISIBLE_DEVICES`` names it, do. ``auto`` means the GPU when this
+    machine has an NVIDIA driver. A run whose ``CUDA_VISIBLE_DEVICES`` hides every GPU runs on the CPU (``auto``)
+    or fails (``cuda``): ``cpu``. Never initialises CUDA; NVML is asked only to read a UUID."""
     if device == "cpu":
         return "cpu"
-    if device == "cuda" or os.path.exists("/dev/nvidiactl"):
-        return "cuda"
-    return "cpu"
+    if device != "cuda" and not os.path.exists("/dev/nvidiactl"):
+        return "cpu"
+    entry = visible_gpu()
+    if entry is None:
+        return "cpu"
+    gpus = None
+    if not entry.isdigit():
+        from .host import nvml_gpus
+        gpus = nvml_gpus()
+    return gpu_key(entry, gpus, os.environ.get(ENV_ORDER)) or "cpu"
 
 
 HOLDER_MAX_BYTES = 4096  # {"pid": ..., "what": ..., "since": ...}

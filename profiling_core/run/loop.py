@@ -203,10 +203,28 @@ def device_info(torch, device: str) -> dict:
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
         info.update(name=p.name, total_memory_bytes=p.total_memory, multi_processor_count=p.multi_processor_count,
-                    compute_capability=f"{p.major}.{p.minor}", cudnn=torch.backends.cudnn.version())
+                    compute_capability=f"{p.major}.{p.minor}", cudnn=torch.backends.cudnn.version(),
+                    **gpu_identity(getattr(p, "uuid", None)))
     else:  # the name calibrations are kept under (one device identity for runs and calibrations)
         info.update(name=cpu_model(), total_memory_bytes=None)
     return info
+
+
+def gpu_identity(uuid) -> dict:
+    """Which physical GPU the run's ``cuda`` was: ``index`` as NVML (and ``nvidia-smi``) numbers it and ``uuid``,
+    found by the UUID CUDA gives (``index_from: "nvml"``); without NVML, the number ``CUDA_VISIBLE_DEVICES``
+    gives it (CUDA's own numbering, ``index_from: "CUDA_VISIBLE_DEVICES"``) and the UUID as CUDA writes it."""
+    from .host import nvml_gpus
+    from .lock import visible_gpu
+    text = str(uuid) if uuid is not None else None
+    if text:
+        bare = text.lower().removeprefix("gpu-").removeprefix("mig-")
+        for g in nvml_gpus() or ():
+            if str(g["uuid"]).lower().removeprefix("gpu-").removeprefix("mig-") == bare:
+                return {"index": g["index"], "uuid": g["uuid"], "index_from": "nvml"}
+    entry = visible_gpu()
+    return {"index": int(entry) if entry is not None and entry.isdigit() else None, "uuid": text,
+            "index_from": "CUDA_VISIBLE_DEVICES"}
 
 
 def compile_step(torch, step, mode: str):

@@ -131,7 +131,9 @@ def run_experiment(config: ExperimentConfig, *, store: Optional[RunStore] = None
         "started_at": started.isoformat(),
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "python": platform.python_version()},
+        # for a GPU run: which GPU (index as nvidia-smi numbers it, uuid, CUDA_VISIBLE_DEVICES as the run saw it)
         "device": facts.get("device", {}),
+        "device_lock": key,  # the lock it held: cpu, or its GPU's (cuda0, cuda1, ...: lock.device_key)
         "matmul": facts.get("matmul"),
         "versions": {"torch": facts.get("device", {}).get("torch"),
                      "cuda_runtime": facts.get("device", {}).get("cuda_runtime"),

@@ -46,6 +46,23 @@ EXECUTORS = ("local", "ray")
 """Where a sweep's runs happen: ``local`` (this machine, one after the other) or ``ray`` (tasks on a Ray cluster)."""
 
 
+def check_executor(executor: str, *, ray_address: Optional[str] = None, placement: str = "spread",
+                   max_retries: int = 1, max_artifact_bytes: Optional[int] = None) -> None:
+    """Refuse, before anything runs, what ``run_sweep`` could not run with: an executor other than ``EXECUTORS``;
+    for ``ray``, a placement, retry count, artifact cap or address it does not take (``cluster.check_options``:
+    empty, ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``), or a Python without Ray. Raises ConfigError (or, Ray
+    missing, ProfilingError saying what to install)."""
+    if executor not in EXECUTORS:
+        raise ConfigError("executor", executor, " or ".join(EXECUTORS))
+    if executor == "ray":
+        from . import cluster
+        cluster.check_options(ray_address, placement, max_retries,
+                              cluster.MAX_ARTIFACT_BYTES if max_artifact_bytes is None else max_artifact_bytes)
+        missing = cluster.ray_missing()
+        if missing:
+            raise ProfilingError(f"executor='ray' needs Ray: {cluster.INSTALL_HINT}")
+
+
 def sweep_values(text: str, workload: str = "matmul_add", knobs: Optional[Mapping] = None, *,
                  field: Optional[str] = None) -> list[int]:
     """The values of a sweep's axis typed as text (the CLI's ``--sizes``, the Overhead page's box): comma-separated
@@ -100,8 +117,8 @@ def run_sweep(configs: Iterable[ExperimentConfig], *, store: Optional[RunStore] 
     (default ``cluster.MAX_ARTIFACT_BYTES``) refused. Every job ends as a run, an error or a skipped config."""
     check_process(process)
     check_compile_cache(compile_cache)
-    if executor not in EXECUTORS:
-        raise ConfigError("executor", executor, " or ".join(EXECUTORS))
+    check_executor(executor, ray_address=ray_address, placement=placement, max_retries=max_retries,
+                   max_artifact_bytes=max_artifact_bytes)
     configs = list(configs)
     store = store or RunStore()
     result = SweepResult()

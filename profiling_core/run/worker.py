@@ -47,6 +47,10 @@ from ..config import ExperimentConfig
 from ..errors import WorkerError
 
 CONFIG_FILE = "config.json"
+GPU_ENV_FILE = "gpu_env.json"
+"""The caller's ``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER`` (null: unset), which its device lock was chosen
+by: a forked or persistent worker has its parent's environment, not the caller's (a Ray worker process is given
+another GPU per task), so the run sets them from here before CUDA starts."""
 RESULT_FILE = "result.json"
 PHASE_FILE = "phase"
 """The phase the worker is in (a timing name such as ``warmup_s``), rewritten as each begins; its parent reads it."""
@@ -221,6 +225,7 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     ran it (``kind``, ``pid``, ``runs_before``), recorded in meta.json."""
     t_imports = time.perf_counter()
     from . import loop
+    gpu_env = _apply_gpu_env(staging)
 
     timer = loop.Phase(on_start=lambda name: _write_phase(staging, name))
     timer.timings["process_start_s"] = round(max(0.0, t_main - t_spawn), 6) if t_spawn else None
@@ -280,6 +285,8 @@ def _child_main(staging: Path, t_spawn: float, t_main: float, torch_import_s: fl
     if config is not None and config.compile != "off":
         facts["compile_cache"] = {"kind": "shared" if use_shared else "fresh", **_compile_cache_counts()}
     facts["timings"] = timer.timings
+    if isinstance(facts.get("device"), dict) and facts["device"].get("type") == "cuda":
+        facts["device"]["visible_devices"] = gpu_env
     facts["prestarted"] = prestarted
     facts["cuda_initialized_before_run"] = cuda_was_initialized
     facts["process"] = process or {"kind": "forked" if prestarted else "fresh", "pid": os.getpid(), "runs_before": 0}
@@ -334,6 +341,27 @@ def _compile_cache_counts() -> dict:
     return {"fx_graph_hits": int(ind.get("fxgraph_cache_hit", 0)), "fx_graph_misses": int(ind.get("fxgraph_cache_miss", 0)),
             "aot_autograd_hits": int(aot.get("autograd_cache_hit", 0)),
             "aot_autograd_misses": int(aot.get("autograd_cache_miss", 0))}
+
+
+def _apply_gpu_env(staging: Path) -> Optional[str]:
+    """Set this process's GPU variables to the caller's (``GPU_ENV_FILE``) while CUDA is untouched in it, so the
+    run uses the GPU its device lock names; returns ``CUDA_VISIBLE_DEVICES`` as the run sees it. A process whose
+    CUDA already started (a persistent worker after its first run) keeps its own: it serves one device key, and
+    the same key is the same GPU."""
+    import torch
+    try:
+        wanted = json.loads((staging / GPU_ENV_FILE).read_text())
+    except (OSError, ValueError):
+        wanted = None
+    if isinstance(wanted, dict) and not torch.cuda.is_initialized():
+        for name, value in wanted.items():
+            if name not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+                continue
+            if value is None:
+                os.environ.pop(name, None)
+            elif isinstance(value, str):
+                os.environ[name] = value
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -998,6 +1026,8 @@ def run_in_worker(config: ExperimentConfig, staging: Path, *, cancel_event: Opti
     if cancel_event is not None and cancel_event.is_set():
         raise WorkerError("cancelled", f"{config.name} was cancelled before its worker started")
     (staging / CONFIG_FILE).write_text(config.to_json())
+    from .lock import GPU_ENV
+    (staging / GPU_ENV_FILE).write_text(json.dumps({k: os.environ.get(k) for k in GPU_ENV}))
     log_path = staging / LOG_FILE
     status = on_status or (lambda _msg: None)
     if process == "persistent" and persistent_refusal(config) is None:
