@@ -27,7 +27,7 @@ def frames(at) -> list:
 
 
 def test_the_runs_page_groups_runs_by_machine_and_compares_them(runs_dir, media):
-    ids = seed_two_machines(runs_dir)
+    seed_two_machines(runs_dir)
     at = app("runs")
     assert not errors_of(at)
     runs = frames(at)[0]
