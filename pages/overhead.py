@@ -98,6 +98,9 @@ if len(axes) > 1:  # sizes along different knobs (2 new tokens is not a 2-token 
     per_run["mode"] = per_run["mode"] + " · " + per_run["axis"].map(lambda a: size_axis_title(a)[0])
 if per_run["step"].nunique() > 1:  # a forward pass and a training step are different work: never one point
     per_run["mode"] = per_run["mode"] + " · " + per_run["step"]
+machines = per_run["machine"].nunique() > 1
+if machines:  # runs of several machines (a Ray sweep per device type, an imported store): one curve per machine
+    per_run["mode"] = per_run["mode"] + " · " + per_run["machine"]
 x_title, symbol = size_axis_title(axes[0]) if len(axes) == 1 else (
     " / ".join(size_axis_title(x)[0] for x in axes) + ", each curve along its own", "size")
 axis_of = dict(zip(per_run["mode"], per_run["axis"]))  # each curve's axis, for the crossover's wording
@@ -144,12 +147,16 @@ peak_charts = []
 if gemm.empty:
     st.caption("None of the chosen runs has a GEMM of known FLOPs.")
 else:
-    peaks = {d: float(p) for d, p in gemm.dropna(subset=["compute_peak"]).groupby("dtype")["compute_peak"].max().items()}
+    points = gemm
+    if gemm["machine"].nunique() > 1:  # each machine's own curve, against its own device's peak
+        points = gemm.assign(mode=gemm["mode"] + " · " + gemm["machine"],
+                             dtype=gemm["dtype"] + " · " + gemm["machine"])
+    peaks = {d: float(p) for d, p in points.dropna(subset=["compute_peak"]).groupby("dtype")["compute_peak"].max().items()}
     if not peaks:
         st.caption("No calibration of these runs' device in the store: the peak line is missing (measure it on "
                    "**Home**).")
-    achieved = ui.chart("achieved_vs_peak", gemm[["size", "mode", "dtype", "tflops"]], peaks=peaks or None,
-                        peak_source="datasheet" if (gemm["peak_source"] == "datasheet").any() else "measured",
+    achieved = ui.chart("achieved_vs_peak", points[["size", "mode", "dtype", "tflops"]], peaks=peaks or None,
+                        peak_source="datasheet" if (points["peak_source"] == "datasheet").any() else "measured",
                         x_title=x_title)
     ui.chart_block(achieved, gemm, "gemm_vs_peak", key="overhead_peak")
     peak_charts = [achieved]

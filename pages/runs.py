@@ -1,8 +1,13 @@
-"""Runs: the history of every profile and imported trace; open, compare side by side, delete."""
+"""Runs: the history of every profile and imported trace, by machine; open, compare side by side (two runs, or one
+config across machines), import another machine's runs, delete."""
+import tempfile
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
 from pages import _ui as ui
+from profiling_core.errors import ProfilingError
 from profiling_core.present import charts
 from profiling_core.present import (MEMORY_HOWTO_RUNS, ReportSection, comparison_warnings, different_work,
                                       memory_comparison, phase_summary)
@@ -38,14 +43,74 @@ def delete_form() -> None:
                 st.rerun()
 
 
+def _import_result(result, shown: str) -> None:
+    """Say what an import of a store did, on the page's next run (with its new runs announced)."""
+    notices = [("success", f"Imported {len(result.runs)} run(s) from {ui.md_code(shown, 200)}"
+                           + (f" and {result.calibrations} calibration(s)" if result.calibrations else "") + ".")]
+    if result.skipped:
+        notices.append(("warning", f"Skipped {len(result.skipped)} run folder(s): " + "; ".join(
+            f"{ui.md_code(folder, 120)}: {ui.md_text(why)}" for folder, why in result.skipped[:20])
+            + (" …" if len(result.skipped) > 20 else "")))
+    ui.end_action("runs_import", [r.run_id for r in result.runs], notices)
+
+
+def import_form() -> None:
+    st.header("Import another machine's runs", divider="gray")
+    st.caption("Every run of another run store (its folder, or a .tar/.tar.gz of it: `tar czf runs.tgz runs` on "
+               "that machine) lands here with its meta.json, so it keeps its machine and takes part in the "
+               "comparison of machines above, with that store's calibrations. Broken runs and runs already here are "
+               "skipped, each with its reason; an archive with links, devices or paths outside it is refused.")
+    ui.show_notices("runs_import")
+    with st.form("runs_import_form"):
+        path = st.text_input("Folder of a run store, or a .tar/.tar.gz of one, on this server", key="runs_import_path",
+                             max_chars=4096)
+        go = st.form_submit_button("Import the store", icon=":material/drive_folder_upload:")
+    if go and path.strip():
+        try:
+            with st.spinner("Importing ..."):
+                result = ui.store().import_store(path.strip())
+        except (ProfilingError, OSError) as exc:
+            ui.show_error(exc, f"Could not import {path.strip()}")
+        else:
+            _import_result(result, path.strip())
+    elif go:
+        st.warning("Name a folder or an archive.")
+    upload = st.file_uploader("Or upload a .tar/.tar.gz of a run store", type=["tar", "gz", "tgz"],
+                              key="runs_import_upload")
+    tried = st.session_state.setdefault("runs_imported_uploads", set())
+    if upload is not None and upload.file_id not in tried:
+        tried.add(upload.file_id)  # one try per upload, whatever happens: a rerun never imports it again
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = Path(tmp) / "upload"  # the user's file name is kept as text only, never as a path
+            archive.write_bytes(upload.getbuffer())
+            try:
+                with st.spinner("Importing ..."):
+                    result = ui.store().import_store(archive, filename=upload.name)
+            except (ProfilingError, OSError) as exc:
+                ui.show_error(exc, f"Could not import {upload.name}")
+                result = None
+        if result is not None:
+            _import_result(result, upload.name)
+
+
 if runs.empty:
     if len(broken):
         delete_form()
     else:
-        st.info("No runs yet: profile one on the **Profile** page or import a trace in the **Trace lab**.")
+        st.info("No runs yet: profile one on the **Profile** page, import a trace in the **Trace lab**, or import "
+                "another machine's runs below.")
+    import_form()
     st.stop()
 
-ui.table_block(runs, "runs", key="runs_table", width="stretch")
+machines = ui.machines()
+order = {m: i for i, m in enumerate(machines["machine"])}
+by_machine = runs.assign(_order=runs["machine"].map(order)).sort_values("_order", kind="stable").drop(
+    columns="_order")  # grouped by machine, newest first inside each
+ui.table_block(by_machine, "runs", key="runs_table", width="stretch")
+st.subheader("Machines")
+st.dataframe(machines, hide_index=True, width="stretch", height=ui.fit_height(machines))
+st.caption("A machine is a host and its device (a CPU and a GPU of one host are two): a Ray node's, else what the "
+           "run's meta.json recorded. An imported trace does not say where it was recorded: *unknown machine*.")
 
 st.header("Open a run", divider="gray")
 c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
@@ -54,6 +119,47 @@ with c1:
 if c2.button("Open on the Profile page", key="runs_open_btn", icon=":material/open_in_new:"):
     ui.set_current_run(pick)
     st.switch_page("pages/profile.py")
+
+st.header("Compare machines", divider="gray")
+matches = ui.config_matches()
+machine_sections = []
+if not matches:
+    st.caption("No config has run on two machines yet. Run a sweep on a Ray cluster with one run per device type "
+               "(`sweep --executor ray --per-device-type`), or import another machine's runs below: the same "
+               "config (everything but the device, the time-out and the table's rows) then shows here side by side.")
+else:
+    labels = [f"{name} · {len(ms)} machines · {i + 1}" for i, (name, ms) in enumerate(matches)]
+    pick_cfg = st.selectbox("Config run on several machines", labels, key="runs_machines_config")
+    _name, per_machine = matches[labels.index(pick_cfg)]
+    newest = [ids[0] for _label, ids in per_machine]  # each machine's newest run of it
+    cmp = ui.machine_comparison(newest)
+    for w in comparison_warnings(pd.DataFrame(), [], runs=[ui.load_run(r) for r in newest]):
+        st.warning(ui.md_text(w), icon=":material/warning:")
+    st.dataframe(cmp.table.drop(columns=["run_id"]), hide_index=True, width="stretch",
+                 height=ui.fit_height(cmp.table),
+                 column_config={"fraction_of_peak": st.column_config.ProgressColumn(
+                     "of its peak", format="percent", min_value=0.0, max_value=1.0),
+                     "gpu_busy_fraction": st.column_config.NumberColumn("gpu_busy_fraction", format="percent"),
+                     **{c: st.column_config.NumberColumn(c, format="%.2f")
+                        for c in ("cpu_us_per_step", "gpu_busy_us_per_step")}})
+    st.caption("Each machine's newest run of this config: its median step (CPU time, and the GPU busy time of the "
+               "work it launched), the steady state's bound, and its GEMM's achieved TFLOP/s against THAT device's "
+               "own roof (*peak*: the lower of its dtype's compute peak and intensity × bandwidth; *measured* by a "
+               "calibration in this store, else the GPU's *datasheet*; none for a device with neither).")
+    per_step = cmp.table.melt(id_vars=["machine"], value_vars=["cpu_us_per_step", "gpu_busy_us_per_step"],
+                              var_name="per step", value_name="us")
+    mchart = ui.chart("grouped_bars", per_step, category="machine", value="us", group="per step",
+                      title="The median step on each machine", value_title="µs per step")
+    ui.chart_block(mchart, per_step, "compare_machines", key="runs_machines")
+    st.subheader("Findings and diagnoses that differ")
+    if cmp.differences.empty:
+        st.caption("Every finding and every diagnosis gives the same verdict on each machine.")
+    else:
+        st.dataframe(cmp.differences, hide_index=True, width="stretch", height=ui.fit_height(cmp.differences))
+        st.caption(f"By id: a finding's verdict (its title) or a rule's, on each machine; *{ui.md_text('—')}*: "
+                   "that machine's run has none. Open a run on the Profile page for the evidence.")
+    machine_sections = [ReportSection("Machines", charts=[mchart],
+                                      tables=[("machines", cmp.table), ("what differs", cmp.differences)])]
 
 st.header("Compare two runs", divider="gray")
 a_col, b_col = st.columns(2)
@@ -184,8 +290,9 @@ ui.report_button("Compare runs", [ReportSection("Steps", text="\n\n".join(busy),
                                     if memory_charts else []),
                                   ReportSection("Kernels", charts=[kchart]),
                                   ReportSection(name_a, findings=ui.findings(a)),
-                                  ReportSection(name_b, findings=ui.findings(b))],
+                                  ReportSection(name_b, findings=ui.findings(b)), *machine_sections],
                  configs={a: ui.load_run(a).meta.get("config") or {}, b: ui.load_run(b).meta.get("config") or {}},
                  key="runs")
 
+import_form()
 delete_form()

@@ -345,8 +345,8 @@ def test_the_gemm_with_the_most_total_time_is_the_runs_and_runs_without_one_are_
     t = gemm_vs_peak([(a, None, DiagnosisReport(roof, [], None)), (b, None, nothing), (b, None, only_copy)])
     assert list(t.columns) == GEMM_VS_PEAK_COLUMNS
     assert t.to_dict(orient="records") == [
-        {"run": "64_bf16_cold_eager", "run_id": a.run_id, "size": 64, "mode": "eager", "dtype": "bf16",
-         "kernel": "k_short_many", "µs per call": 30.0, "tflops": 500.0, "peak": 800.0, "roof": "compute",
+        {"run": "64_bf16_cold_eager", "run_id": a.run_id, "machine": "NVIDIA H200 on vm", "size": 64,
+         "mode": "eager", "dtype": "bf16", "kernel": "k_short_many", "µs per call": 30.0, "tflops": 500.0, "peak": 800.0, "roof": "compute",
          "compute_peak": 800.0, "fraction_of_peak": 0.625, "peak_source": None}]
     assert gemm_vs_peak([]).empty
 

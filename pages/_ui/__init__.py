@@ -20,9 +20,10 @@ from profiling_core.present import md_code, md_text, peaks_frame
 from profiling_core.workloads import get_workload, workload_names
 
 from .blocks import PERFETTO_HOWTO, chart_block, fit_height, report_button, show_diagnosis, show_findings, table_block
-from .cache import (calibrations, chart, config_summary, corrupt_runs, diagnosis, environment, findings, fusions,
-                    gemm_vs_peak, load_run, memory, memory_categories, memory_section, mode_label, report, runs_frame,
-                    session, store, store_summary, summaries)
+from .cache import (calibrations, chart, config_matches, config_summary, corrupt_runs, diagnosis, environment, findings,
+                    fusions, gemm_vs_peak, load_run, machine_comparison, machines, memory,
+                    memory_categories, memory_section, mode_label, report, runs_frame, session, store, store_summary,
+                    summaries)
 from .form import (COMPILE_MODES, DEVICES, SCHEDULE_WARMUP_LABEL, SIZES, WARMUP_CALLS_HELP, WARMUP_CALLS_LABEL,
                    chosen_process, config_form, dtype_select, executor_control, knob_widget)
 from .frame import follow_deep_link, in_frame, new_script_run, sidebar
@@ -35,7 +36,8 @@ from .state import (CURRENT_RUN, current_run_id, end_action, label_of, newest_ru
 __all__ = [
     "md_code", "md_text", "peaks_frame", "get_workload", "workload_names",
     "PERFETTO_HOWTO", "chart_block", "fit_height", "report_button", "show_diagnosis", "show_findings", "table_block",
-    "calibrations", "chart", "config_summary", "corrupt_runs", "diagnosis", "environment", "findings", "fusions",
+    "calibrations", "chart", "config_matches", "config_summary", "corrupt_runs", "diagnosis", "environment", "findings",
+    "fusions", "machine_comparison", "machines",
     "gemm_vs_peak", "load_run", "memory", "memory_categories", "memory_section", "mode_label", "report", "runs_frame",
     "session", "store",
     "store_summary", "summaries",

@@ -78,6 +78,28 @@ def corrupt_runs() -> pd.DataFrame:
     return _frames()[1]
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _machines(root: str, mtime_ns: int) -> tuple[pd.DataFrame, list]:
+    """(the store's machines, ``present.machines_table``; its configs run on two machines or more,
+    ``store.match_configs``, as [(config name, [(machine label, [run ids, newest first])])])."""
+    from profiling_core.store import match_configs
+    runs = RunStore(root).list()
+    matches = [(m.name, [(machine.label, [r.run_id for r in rs]) for machine, rs in m.machines])
+               for m in match_configs(runs)]
+    return present.machines_table(runs), matches
+
+
+def machines() -> pd.DataFrame:
+    """The store's machines, one row each (``present.machines_table``). Do not modify it."""
+    return memo(("machines",), lambda: _machines(*_store_stamp()))[0]
+
+
+def config_matches() -> list:
+    """The configs run on two machines or more (``store.match_configs``): [(config name, [(machine label,
+    [its run ids of that config, newest first])])]."""
+    return memo(("machines",), lambda: _machines(*_store_stamp()))[1]
+
+
 def load_run(run_id: str):
     return memo(("run", run_id), lambda: store().load(run_id))
 
@@ -85,7 +107,7 @@ def load_run(run_id: str):
 def forget_runs() -> None:
     """After a run was added or deleted in this script run."""
     kept = st.session_state.setdefault(_MEMO, {})
-    for k in [k for k in kept if k[0] in ("runs", "run", "labels")]:
+    for k in [k for k in kept if k[0] in ("runs", "run", "labels", "machines")]:
         del kept[k]
 
 
@@ -268,6 +290,12 @@ def gemm_vs_peak(run_ids: list[str]) -> pd.DataFrame:
         run = load_run(r)
         items.append((run, report(r) if run.config is None else None, diagnosis(r)))
     return present.gemm_vs_peak(items)
+
+
+def machine_comparison(run_ids: list[str]):
+    """The runs side by side, one per machine (``present.machine_comparison``): each judged against its own device's
+    peaks (:func:`diagnosis`), with its findings."""
+    return present.machine_comparison((load_run(r), report(r), diagnosis(r), findings(r)) for r in run_ids)
 
 
 def memory(run_id: str):

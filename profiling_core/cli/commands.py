@@ -1,4 +1,4 @@
-"""Command line: ``python -m profiling_core {run,sweep,workloads,ls,show,rm,import,calibrate,analyze}``.
+"""Command line: ``python -m profiling_core {run,sweep,workloads,ls,show,rm,import,import-store,calibrate,analyze}``.
 
 ``run`` and ``sweep`` take ``--workload NAME`` (default matmul_add) and that workload's knobs as repeated
 ``--knob NAME=VALUE`` (``python -m profiling_core workloads`` lists them); matmul_add's knobs are also its own flags
@@ -237,6 +237,18 @@ def cmd_import(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_store(a: argparse.Namespace) -> int:
+    result = _store(a).import_store(a.path)
+    if a.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        echo(*[f"imported {r.meta['imported_from']['run_id']} as run {r.run_id}" for r in result.runs],
+             *[f"skipped  {folder}: {why}" for folder, why in result.skipped],
+             f"{len(result.runs)} imported, {len(result.skipped)} skipped, {result.calibrations} calibration(s) added "
+             f"from {a.path}")
+    return 0
+
+
 def _peaks_lines(p) -> list[str]:
     """A calibration as lines for :func:`echo` (a schema-checked ``DevicePeaks``: each dtype has its median and size,
     every figure is a finite number)."""
@@ -337,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("import", cmd_import, "import an external trace file as a run")
     p.add_argument("path")
     p.add_argument("--name", default=None)
+    p = add("import-store", cmd_import_store, "import every run of another run store (a folder, or a .tar/.tar.gz "
+                                              "of one: another machine's runs), keeping their meta (machine)")
+    p.add_argument("path")
     try:
         from . import analyze as analyze_cli
     except ImportError:

@@ -12,6 +12,8 @@
 - ``summaries``: tables and labels about runs from plain data (a ``Run``, its ``Report``, its ``DiagnosisReport``,
   calibrations): :func:`runs_table`, :func:`config_summary`, :func:`mode_label`, :func:`run_size`,
   :func:`step_summary` / :func:`step_summaries`, :func:`peaks_frame`, :func:`gemm_vs_peak`, ...
+- ``machines``: the same config across machines (:func:`machine_comparison`: per-step time, the GEMM against each
+  device's own peak, the findings and diagnoses that differ) and the machines of a store (:func:`machines_table`).
 - ``memory``: the memory section of a run (:func:`memory_section`: its charts' frames and its peak in a sentence)
   and the comparison of runs (:func:`memory_comparison`), from the analyses' memory frames.
 
@@ -30,7 +32,9 @@ __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "cha
            "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame", "GEMM_VS_PEAK_COLUMNS",
            "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind", "different_work", "run_size_axis",
            "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary", "memory", "MEMORY_HOWTO", "MEMORY_HOWTO_RUNS",
-           "MemorySection", "memory_section", "memory_steps", "memory_comparison", "peak_sentence"]
+           "MemorySection", "memory_section", "memory_steps", "memory_comparison", "peak_sentence", "machines",
+           "MACHINE_COMPARISON_COLUMNS", "MACHINES_COLUMNS", "ABSENT", "MachineComparison", "machine_comparison",
+           "machines_table", "machine_labels"]
 
 _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
            "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}
@@ -40,13 +44,15 @@ _SUMMARIES = {"RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_s
               "different_work", "run_size_axis", "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary"}
 _MEMORY = {"MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection", "memory_section", "memory_steps", "memory_comparison",
            "peak_sentence"}
+_MACHINES = {"MACHINE_COMPARISON_COLUMNS", "MACHINES_COLUMNS", "ABSENT", "MachineComparison", "machine_comparison",
+             "machines_table", "machine_labels"}
 
 
 def __getattr__(name: str):
     # charts and export import altair (half a second), summaries pandas: loaded on first use, so the CLI's
     # terminal_safe stays cheap
     import importlib
-    if name in ("charts", "export", "summaries", "memory"):
+    if name in ("charts", "export", "summaries", "memory", "machines"):
         return importlib.import_module(f".{name}", __name__)
     if name in _EXPORT:
         return getattr(importlib.import_module(".export", __name__), name)
@@ -54,4 +60,6 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(".summaries", __name__), name)
     if name in _MEMORY:
         return getattr(importlib.import_module(".memory", __name__), name)
+    if name in _MACHINES:
+        return getattr(importlib.import_module(".machines", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 
 import pandas as pd
 
+from ..store.machines import machine_of
 from ..units import human_bytes
 from ..workloads import get_workload
 from .markdown import md_code, md_text
@@ -35,7 +36,7 @@ __all__ = ["RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size
            "different_work", "run_size_axis", "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary"]
 
 RUNS_COLUMNS = ["run_id", "name", "source", "status", "started_at", "workload", "size", "dtype", "compile", "warmup",
-                "active", "device", "wall_s"]
+                "active", "device", "machine", "wall_s"]
 """The columns of :func:`runs_table`'s readable runs."""
 
 
@@ -44,7 +45,8 @@ def runs_table(runs: Iterable[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
     Returns:
         (readable runs: :data:`RUNS_COLUMNS`, one row each, ``started_at`` as ``YYYY-MM-DD HH:MM:SS``, ``size`` only
-        for matmul_add, ``workload`` empty for an imported trace; runs whose meta.json cannot be used:
+        for matmul_add, ``workload`` empty for an imported trace, ``machine`` the label of
+        ``store.machine_of(run)`` (``unknown machine`` for an imported trace); runs whose meta.json cannot be used:
         ``run_id`` and ``problem``, why).
     """
     rows, corrupt = [], []
@@ -62,6 +64,7 @@ def runs_table(runs: Iterable[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
             "dtype": cfg.get("dtype"), "compile": cfg.get("compile"),
             "warmup": cfg.get("warmup"), "active": cfg.get("active"),
             "device": device.get("name") or device.get("type") or cfg.get("device") or "",
+            "machine": machine_of(run).label,
             "wall_s": (run.meta.get("timings") or {}).get("wall_s"),
         })
     return pd.DataFrame(rows, columns=RUNS_COLUMNS), pd.DataFrame(corrupt, columns=["run_id", "problem"])
@@ -225,19 +228,20 @@ def run_size(run: Run) -> Optional[int]:
     return int(head) if head.isdigit() else None
 
 
-STEP_SUMMARY_COLUMNS = ["run_id", "name", "axis", "size", "step", "mode", "steps", "cpu_us_per_step", "gpu_busy_us_per_step",
+STEP_SUMMARY_COLUMNS = ["run_id", "name", "machine", "axis", "size", "step", "mode", "steps", "cpu_us_per_step", "gpu_busy_us_per_step",
                         "gpu_busy_fraction", "launches_per_step", "gpu_ops_per_step", "has_gpu"]
 """The keys of :func:`step_summary`, the columns of :func:`step_summaries`."""
 
 
 def step_summary(run: Run, report: Report) -> dict:
     """One run's median step: CPU µs, GPU busy µs (of the ops it launched), the share of its wall time the GPU was
-    busy, launches and GPU ops; with the run's name, size (:func:`run_size`) and its axis (:func:`run_size_axis`),
-    what a step runs (:func:`step_kind`) and mode (:func:`mode_label`). NaN medians when the trace has no
+    busy, launches and GPU ops; with the run's name, its machine's label (``store.machine_of``), size
+    (:func:`run_size`) and its axis (:func:`run_size_axis`), what a step runs (:func:`step_kind`) and mode
+    (:func:`mode_label`). NaN medians when the trace has no
     ProfilerStep."""
     st_ = report.steps
     med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
-    return {"run_id": run.run_id, "name": run.name, "axis": run_size_axis(run), "size": run_size(run),
+    return {"run_id": run.run_id, "name": run.name, "machine": machine_of(run).label, "axis": run_size_axis(run), "size": run_size(run),
             "step": step_kind(run, report), "mode": mode_label(run, report),
             "steps": len(st_), "cpu_us_per_step": med("cpu_dur_us"), "gpu_busy_us_per_step": med("gpu_busy_us"),
             "gpu_busy_fraction": med("gpu_busy_fraction"), "launches_per_step": med("launches"),
@@ -267,14 +271,15 @@ def peaks_frame(peaks: Iterable[DevicePeaks]) -> pd.DataFrame:
                                        "datasheet"])
 
 
-GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "size", "mode", "dtype", "kernel", "µs per call", "tflops", "peak", "roof",
+GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "machine", "size", "mode", "dtype", "kernel", "µs per call", "tflops", "peak", "roof",
                         "compute_peak", "fraction_of_peak", "peak_source"]
 """The columns of :func:`gemm_vs_peak`."""
 
 
 def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]]) -> pd.DataFrame:
     """Per (run, its report, its diagnosis): its GEMM, the GEMM row of the diagnosis's roofline with the most total
-    time (µs per call × calls), against its device's peaks: :data:`GEMM_VS_PEAK_COLUMNS` (run name, id, size, mode,
+    time (µs per call × calls), against its device's peaks: :data:`GEMM_VS_PEAK_COLUMNS` (run name, id, its machine's
+    label (``store.machine_of``), size, mode,
     dtype, kernel, µs per call, achieved TFLOP/s, ``peak``: the roof it is judged by (min of the dtype's compute peak
     and intensity × bandwidth), ``roof``: which one, ``compute_peak``: the dtype's peak, the fraction of ``peak``,
     ``peak_source``: ``measured`` or ``datasheet``, ``DevicePeaks.source``, None without peaks). Runs without a GEMM of
@@ -287,7 +292,7 @@ def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]])
         if g.empty:
             continue
         top = g.assign(total=g["time_us"] * g["count"]).sort_values("total", ascending=False).iloc[0]
-        rows.append({"run": run.name, "run_id": run.run_id, "size": run_size(run), "mode": mode_label(run, rep),
+        rows.append({"run": run.name, "run_id": run.run_id, "machine": machine_of(run).label, "size": run_size(run), "mode": mode_label(run, rep),
                      "dtype": top["dtype"], "kernel": top["kernel"], "µs per call": float(top["time_us"]),
                      "tflops": float(top["tflops"]), "peak": top["peak"], "roof": top.get("roof"),
                      "compute_peak": top.get("compute_peak", top["peak"]),

@@ -16,12 +16,16 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
 from .files import read_json_object
 
-if TYPE_CHECKING:
-    from .runs import Run
+
+class _RunLike(Protocol):
+    """What :meth:`PeakBook.for_run` reads of a run (a ``runs.Run``; not imported, so that ``runs`` may use this
+    module to import another store's calibrations)."""
+    meta: dict
+
 
 GPU_DTYPES = ("bf16", "fp16", "tf32", "fp32")
 CPU_DTYPES = ("fp32", "bf16", "fp16")
@@ -297,7 +301,7 @@ class PeakBook:
                 return c
         return None
 
-    def for_run(self, run: Run) -> Optional[DevicePeaks]:
+    def for_run(self, run: _RunLike) -> Optional[DevicePeaks]:
         """The newest calibration of the device ``run`` ran on: its meta.json's device name, and torch version where
         it gives one; None for a run without a device name (an imported trace) or a device never calibrated."""
         dev = run.meta.get("device")

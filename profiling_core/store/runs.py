@@ -37,7 +37,11 @@ import re
 import secrets
 import shutil
 import socket
+import stat
+import tarfile
+import tempfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,6 +68,10 @@ IMPORT_MAX_BYTES = 512 * 2**20  # of JSON, decompressed: the loader's own defaul
 META_MAX_BYTES = 2**20  # a run's meta.json is a few KiB
 META_MAX_DEPTH = 32  # a run's meta.json nests 2 levels (the object, its config)
 TABLE_MAX_BYTES = 16 * 2**20  # torch's table of a run is some KiB; of a large model some hundred
+MEMORY_CATEGORIES_MAX_BYTES = 64 * 2**20  # memory.MAX_BYTES, the reader's own cap
+STORE_IMPORT_MAX_BYTES = 8 * IMPORT_MAX_BYTES  # an archive of a store: every member's size, added up
+STORE_IMPORT_MAX_MEMBERS = 100_000  # an archive of a store: its members (a run has 3 to 5 files)
+CALIBRATIONS_DIR = ".calibrations"
 
 
 def default_root() -> Path:
@@ -182,6 +190,26 @@ class Run:
         if self.problem is not None:
             d["error"] = self.problem
         return d
+
+
+@dataclass
+class StoreImport:
+    """What :meth:`RunStore.import_store` did.
+
+    Attributes:
+        runs: the runs it imported, each under its new run id (its old one in ``meta["imported_from"]["run_id"]``).
+        skipped: (the source's folder name, why it was not imported), one per run folder left out.
+        calibrations: how many of the source's calibrations (``.calibrations/``) it added.
+    """
+
+    runs: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    calibrations: int = 0
+
+    def to_dict(self) -> dict:
+        return {"runs": [r.to_dict() for r in self.runs],
+                "skipped": [{"folder": f, "reason": why} for f, why in self.skipped],
+                "calibrations": self.calibrations}
 
 
 class RunStore:
@@ -411,6 +439,126 @@ class RunStore:
         meta.pop("run_id", None)
         return self._land(str(meta.get("name") or "run"), meta, write, "could not write the run into the store")
 
+    def import_store(self, source: os.PathLike | str, max_bytes: int = IMPORT_MAX_BYTES,
+                     filename: Optional[str] = None) -> StoreImport:
+        """Import every run of another run store (another machine's): its folder, or a ``.tar`` / ``.tar.gz`` (any
+        compression ``tarfile`` reads) of it, whose run folders sit at the archive's top or inside one folder (as
+        ``tar czf runs.tgz runs`` makes it).
+
+        Each run folder lands through :meth:`import_run`, whole or not at all, under a new run id, with its meta.json
+        as it was (its config, device and host: its machine, ``store.machines.machine_of``) and
+        ``meta["imported_from"]``: the run id it had there, where it came from and when. The source's calibrations
+        (``.calibrations/``, each checked against the calibration schema) are added where this store has none of
+        that key, so imported runs are judged against their own device's measured peaks.
+
+        A run folder is skipped, with the reason in :attr:`StoreImport.skipped`, when its meta.json cannot be used
+        (the reasons ``RunStore.list`` gives), it has no trace or a trace the loader refuses (as
+        :meth:`import_trace`: over ``max_bytes`` decompressed, not JSON, ...), a file of it is not a regular file
+        (a link, a FIFO, a device) or is over its cap (table.txt 16 MiB, memory_categories.json 64 MiB), or a run
+        of that id is here already (its own id, or an import's ``imported_from``): importing a store twice adds
+        nothing the second time. Hidden folders (``.staging``, ``.trash``) are never read.
+
+        An archive is refused whole, with RunStoreError naming the member, when a member's path is absolute or
+        holds ``..``, a member is a link (symbolic or hard), a device or a FIFO, a path appears twice, a run's file
+        is over its cap, or the archive holds more than ``STORE_IMPORT_MAX_MEMBERS`` members or
+        ``STORE_IMPORT_MAX_BYTES`` bytes (its members' sizes, added up). Only the files of run folders and
+        calibrations are extracted, into a private temporary folder, never by ``tarfile``'s own extraction.
+        ``filename`` names the source in messages and in ``imported_from`` (an upload's name); by default its path.
+        """
+        src = Path(source)
+        shown = filename or str(src)
+        try:
+            same = src.resolve() == self.root.resolve()
+        except OSError:
+            same = False
+        if same:
+            raise RunStoreError(f"{shown} is this run store: there is nothing to import")
+        if src.is_dir():
+            return self._import_store_dir(src, shown, max_bytes)
+        if not src.is_file():
+            raise RunStoreError(f"{shown} is neither a folder nor a file: name a run store's folder, or a .tar or "
+                                ".tar.gz of one")
+        with tempfile.TemporaryDirectory(prefix="profiling_core-import-") as tmp:
+            _extract_store_archive(src, Path(tmp), shown, max_bytes)
+            root = Path(tmp)
+            inside = [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+            if len(inside) == 1 and not (inside[0] / META_FILE).exists() and not any(
+                    (p / META_FILE).exists() for p in root.iterdir() if p.is_dir()):
+                root = inside[0]  # `tar czf runs.tgz runs`: the store is the one folder inside
+            return self._import_store_dir(root, shown, max_bytes)
+
+    def _import_store_dir(self, src: Path, shown: str, max_bytes: int) -> StoreImport:
+        from ..trace import open_trace  # the loader imports numpy and msgspec: only when importing
+        from .peaks import PeakBook
+        out = StoreImport()
+        here = self.list()
+        present = {r.run_id for r in here} | {str(r.meta["imported_from"].get("run_id")) for r in here
+                                              if isinstance(r.meta.get("imported_from"), dict)}
+        try:
+            children = sorted(src.iterdir(), key=lambda p: p.name)
+        except OSError as exc:
+            raise RunStoreError(f"cannot read {shown}: {exc.strerror}") from None
+        caps = {TRACE_FILE: max_bytes, TRACE_GZ_FILE: max_bytes, TABLE_FILE: TABLE_MAX_BYTES,
+                MEMORY_CATEGORIES_FILE: MEMORY_CATEGORIES_MAX_BYTES}
+        for p in children:
+            name = os.fsencode(p.name).decode("utf-8", "backslashreplace")
+            if p.name.startswith("."):
+                continue
+            try:
+                mode = p.lstat().st_mode
+            except OSError:
+                continue
+            if not stat.S_ISDIR(mode):
+                if stat.S_ISLNK(mode):
+                    out.skipped.append((name, "a symbolic link, not a run folder"))
+                continue  # a file beside the runs (a README) is not a run
+            if not RUN_ID_RE.fullmatch(p.name) or ".." in p.name:
+                out.skipped.append((name, "not a run folder: its name is not a run id"))
+                continue
+            if p.name in present:
+                out.skipped.append((name, f"already in this store (run id {p.name})"))
+                continue
+            meta, why = _read_meta(p / META_FILE)
+            files: dict[str, bytes] = {}
+            for fname, cap in caps.items():
+                if why is not None:
+                    break
+                if not os.path.lexists(p / fname):
+                    continue
+                data, why = read_small_file(p / fname, fname, cap, follow_symlinks=False)
+                if data is not None:
+                    files[fname] = data
+            if why is None and TRACE_FILE not in files and TRACE_GZ_FILE not in files:
+                why = f"no {TRACE_FILE} or {TRACE_GZ_FILE}"
+            if why is None:
+                trace = p / (TRACE_FILE if TRACE_FILE in files else TRACE_GZ_FILE)
+                try:
+                    open_trace(trace, engine="sqlite", max_bytes=max_bytes).close()
+                except TraceError as exc:
+                    why = str(exc).replace(os.fspath(trace), trace.name)
+            if why is not None:
+                out.skipped.append((name, why))
+                continue
+            meta = dict(meta, imported_from={"run_id": p.name, "store": shown,
+                                             "imported_at": datetime.now(timezone.utc).isoformat()})
+            try:
+                out.runs.append(self.import_run(files, meta))
+            except RunStoreError as exc:
+                out.skipped.append((name, str(exc)))
+                continue
+            present.add(p.name)
+        mine = PeakBook(self.root)
+        have = {c.key for c in mine.all()[0]}
+        for c in PeakBook(src).all()[0]:
+            if c.key not in have:
+                try:
+                    mine.save(c)
+                except OSError as exc:
+                    raise RunStoreError(f"could not save the calibration of {c.device}: {exc.strerror}") from None
+                have.add(c.key)
+                out.calibrations += 1
+        return out
+
     def _land(self, name: str, meta: dict, fill: Callable[[Path], object], failure: str) -> Run:
         """The one way a run made outside a worker enters the store: a staging folder, ``fill(staging)`` writes
         its files, then the atomic commit; an OSError on the way leaves nothing (RunStoreError ``failure: why``)."""
@@ -424,6 +572,93 @@ class RunStore:
             self._abort(staging)
             raise
         return self._commit(run_id, staging, meta)
+
+
+def _member_problem(m: tarfile.TarInfo) -> Optional[str]:
+    """Why a member of a store's archive is refused, or None."""
+    name = m.name
+    parts = [x for x in name.replace("\\", "/").split("/") if x not in ("", ".")]
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name):
+        return "its path is absolute"
+    if ".." in parts:
+        return "its path holds '..'"
+    if m.issym() or m.islnk():
+        return f"it is a {'symbolic' if m.issym() else 'hard'} link (to {m.linkname!r})"
+    if m.ischr() or m.isblk():
+        return "it is a device"
+    if m.isfifo():
+        return "it is a FIFO"
+    if not (m.isfile() or m.isdir()):
+        return "it is neither a file nor a folder"
+    return None
+
+
+def _extract_store_archive(src: Path, dest: Path, shown: str, max_bytes: int) -> None:
+    """Extract the run folders' files and the calibrations of a store's archive into ``dest`` (see
+    ``RunStore.import_store`` for what is refused); RunStoreError names the member that was refused."""
+    from .peaks import PeakBook
+    caps = {META_FILE: META_MAX_BYTES, TRACE_FILE: max_bytes, TRACE_GZ_FILE: max_bytes, TABLE_FILE: TABLE_MAX_BYTES,
+            MEMORY_CATEGORIES_FILE: MEMORY_CATEGORIES_MAX_BYTES}
+    try:
+        tf = tarfile.open(src, "r:*")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise RunStoreError(f"{shown} is not a folder or a tar archive (.tar, .tar.gz) of a run store: {exc}"
+                            ) from None
+    with tf:
+        members, total = [], 0
+        try:
+            for m in tf:
+                why = _member_problem(m)
+                if why is not None:
+                    raise RunStoreError(f"{shown}: the member {m.name!r} is refused: {why}; an archive of a run "
+                                        "store holds plain folders and files only")
+                members.append(m)
+                total += max(0, m.size)
+                if len(members) > STORE_IMPORT_MAX_MEMBERS:
+                    raise RunStoreError(f"{shown} holds more than {STORE_IMPORT_MAX_MEMBERS:,} members, the most an "
+                                        "archive of a run store may hold")
+                if total > STORE_IMPORT_MAX_BYTES:
+                    raise RunStoreError(f"{shown} holds more than {STORE_IMPORT_MAX_BYTES:,} bytes, the most an "
+                                        "archive of a run store may hold")
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+            raise RunStoreError(f"{shown} is not a readable tar archive: {exc}") from None
+        seen = set()
+        for m in members:
+            if not m.isfile():
+                continue
+            parts = [x for x in m.name.split("/") if x not in ("", ".")]
+            key = "/".join(parts)
+            if key in seen:
+                raise RunStoreError(f"{shown}: the member {m.name!r} is refused: its path appears twice")
+            seen.add(key)
+            if len(parts) > 3 or len(parts) < 2:
+                continue  # the files of runs are <run>/<file> or <store>/<run>/<file>
+            fname, folder = parts[-1], parts[-2]
+            if folder == CALIBRATIONS_DIR and fname.endswith(".json"):
+                cap = PeakBook.MAX_BYTES
+            elif fname in caps and not folder.startswith("."):
+                cap = caps[fname]
+            else:
+                continue
+            if m.size > cap:
+                raise RunStoreError(f"{shown}: the member {m.name!r} is refused: it is {m.size:,} bytes, over the cap "
+                                    f"of {cap:,} bytes for a {fname if folder != CALIBRATIONS_DIR else 'calibration'}")
+            target = dest.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                f = tf.extractfile(m)
+                with open(target, "xb") as out:
+                    left = m.size
+                    while left > 0 and f is not None:
+                        chunk = f.read(min(left, 1 << 20))
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                        left -= len(chunk)
+            except (tarfile.TarError, EOFError, zlib.error) as exc:
+                raise RunStoreError(f"{shown} is not a readable tar archive: {exc}") from None
+            except OSError as exc:
+                raise RunStoreError(f"could not unpack {shown}: {exc.strerror or exc}") from None
 
 
 def _own(staging: Path) -> int:

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""On a GPU machine: one sweep on the GPU and on the CPU of the same host (two machines, by the store's rule), then
+the comparison of machines, and the import of one store into another, checked against plain scans of the traces.
+
+The sweep: matmul_add 256 and 1024, bf16, warm (3 calls), eager, schedule 0/0/5, once with ``device="cuda"`` into
+store A and once with ``device="cpu"`` into store B. Store B is then packed as a .tar.gz and imported into A
+(``RunStore.import_store``), so the CPU runs take part as another machine's would. For each config matched across
+the two machines: the comparison's rows (median CPU and GPU busy time per step, the GEMM's TFLOP/s, its roof and
+fraction, the peak's source) beside a plain JSON scan of each trace's ProfilerStep durations, and the findings and
+rules that differ. Writes DIR/compare_machines.json and prints a line per check; exits 1 when one fails.
+
+Usage (repo root, on the device machine): python3 scripts/gpu_compare_machines.py --out DIR
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from profiling_core import ExperimentConfig, RunStore, analyze, diagnose, findings, open_trace  # noqa: E402
+from profiling_core.present import machine_comparison  # noqa: E402
+from profiling_core.run import run_sweep  # noqa: E402
+from profiling_core.store import PeakBook, match_configs  # noqa: E402
+
+
+def plain_cpu_step_median(path: Path) -> float:
+    evs = json.loads(path.read_text())["traceEvents"]
+    return statistics.median(e["dur"] for e in evs if e.get("ph") == "X"
+                             and str(e.get("name", "")).startswith("ProfilerStep#"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    checks, result = [], {"configs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        gpu_store, cpu_store = RunStore(Path(tmp) / "gpu"), RunStore(Path(tmp) / "cpu")
+        common = dict(dtype="bf16", warmup=3, compile="off", wait=0, warmup_steps=0, active=5)
+        for store, device in ((gpu_store, "cuda"), (cpu_store, "cpu")):
+            configs = [ExperimentConfig(size=n, device=device, **common) for n in (256, 1024)]
+            res = run_sweep(configs, store=store)
+            checks.append((f"{device} sweep: 2 runs, no errors", len(res.runs) == 2 and not res.errors,
+                           [str(e) for _c, e in res.errors]))
+        archive = Path(tmp) / "cpu.tgz"
+        with tarfile.open(archive, "w:gz") as tf:
+            tf.add(cpu_store.root, arcname="runs")
+        imp = gpu_store.import_store(archive)
+        checks.append(("import of the CPU store's tarball: 2 runs, none skipped",
+                       len(imp.runs) == 2 and not imp.skipped, imp.to_dict()["skipped"]))
+        matches = match_configs(gpu_store.list())
+        checks.append(("2 configs matched across 2 machines", len(matches) == 2 and
+                       all(len(m.machines) == 2 for m in matches), [m.name for m in matches]))
+        for m in matches:
+            items = []
+            for run in m.newest:
+                with open_trace(run.trace_path) as tp:
+                    rep = analyze(tp, config=run.config)
+                    items.append((run, rep, diagnose(tp, rep, run.config, PeakBook(gpu_store.root).for_run(run)),
+                                  findings(rep, config=run.config)))
+            cmp = machine_comparison(items)
+            rows = cmp.table.astype(object).where(cmp.table.notna(), None).to_dict(orient="records")
+            for row, (run, *_rest) in zip(rows, items):
+                row["plain_cpu_us_per_step"] = plain_cpu_step_median(run.trace_path)
+                checks.append((f"{m.name} on {row['machine']}: CPU per step equals the plain scan",
+                               abs(row["cpu_us_per_step"] - row["plain_cpu_us_per_step"]) < 0.05,
+                               [row["cpu_us_per_step"], row["plain_cpu_us_per_step"]]))
+            gpu = [r for r in rows if (r["gpu_busy_us_per_step"] or 0) > 0]
+            checks.append((f"{m.name}: one machine has GPU time, judged against its own peak",
+                           len(gpu) == 1 and gpu[0]["peak_source"] in ("measured", "datasheet"),
+                           [(r["machine"], r["peak_source"], r["compute_peak"]) for r in rows]))
+            result["configs"].append({"config": m.name, "rows": rows,
+                                      "differences": cmp.differences.to_dict(orient="records")})
+    result["checks"] = [{"check": c, "ok": bool(ok), "detail": d} for c, ok, d in checks]
+    (out / "compare_machines.json").write_text(json.dumps(result, indent=1, default=str))
+    for c, ok, d in checks:
+        print(("ok    " if ok else "FAIL  ") + c + ("" if ok else f": {d}"))
+    return 0 if all(ok for _c, ok, _d in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""Machines: where a run ran, runs grouped by machine, one config matched across machines and compared, and another
+store's runs imported (a folder, a tarball, a hostile tarball).
+
+The H200 runs are the real ones of tests/data/h200_app; the CPU run is made here, with the same config as the H200's
+``sweep_64_warm_eager`` but on this machine's CPU. Expected values come from plain JSON scans of the traces and from
+the runs' meta.json read here as JSON, never from the code under test.
+"""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import statistics
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from profiling_core import ExperimentConfig, RunStore, analyze, diagnose, findings, open_trace
+from profiling_core.errors import RunStoreError
+from profiling_core.present import ABSENT, MACHINE_COMPARISON_COLUMNS, machine_comparison, machines_table
+from profiling_core.store import (DATASHEETS, UNKNOWN, DevicePeaks, PeakBook, Run, group_by_machine, machine_of,
+                                  match_configs)
+
+from test_h200_app_traces import DATA as APP, meta
+from test_summaries import plain_step_medians
+
+CPU_TRACE = Path(__file__).parent / "data" / "cpu" / "64_fp32_warm_eager.json"
+TOL = 0.05  # µs: the library keeps integer ns, the JSON has fractional µs
+
+
+def copy_h200_run(root: Path, name: str, suffix: str = "", **meta_changes) -> str:
+    """An H200 run of tests/data/h200_app as a run folder of the store at ``root``, its meta.json changed as given,
+    its run id ending in ``suffix``."""
+    m = dict(meta(name), **meta_changes)
+    rid = m["run_id"] = m["run_id"] + suffix
+    d = root / rid
+    d.mkdir(parents=True)
+    shutil.copyfile(APP / f"{name}.json", d / "trace.json")
+    shutil.copyfile(APP / f"{name}.txt", d / "table.txt")
+    (d / "meta.json").write_text(json.dumps(m))
+    return rid
+
+
+def run_with(meta_: dict) -> Run:
+    return Run("r1", Path("/nonexistent"), meta_)
+
+
+# --- the machine of a run -------------------------------------------------------------------------------------------
+
+def test_a_run_made_here_is_its_device_on_its_host():
+    m = machine_of(run_with(meta("sweep_64_warm_eager")))
+    assert (m.label, m.host, m.device, m.kind, m.known) == ("NVIDIA H200 on vm", "vm", "NVIDIA H200", "cuda", True)
+
+
+def test_a_ray_run_is_its_node():
+    node = {"hostname": "gpu-node-7", "device_name": "NVIDIA A100-SXM4-80GB", "driver": "550", "torch": "2.11"}
+    m = machine_of(run_with(dict(meta("sweep_64_warm_eager"), node=node)))
+    assert (m.label, m.host, m.device) == ("NVIDIA A100-SXM4-80GB on gpu-node-7", "gpu-node-7", "NVIDIA A100-SXM4-80GB")
+
+
+def test_an_imported_trace_is_an_unknown_machine(tmp_path):
+    run = RunStore(tmp_path / "runs").import_trace(CPU_TRACE, name="cpu")
+    assert machine_of(run) == UNKNOWN and machine_of(run).label == "unknown machine"
+
+
+@pytest.mark.parametrize("bad", [None, 7, ["vm"], {"a": 1}, "", "   "])
+def test_values_that_are_not_names_count_as_missing(bad):
+    m = machine_of(run_with({"source": "experiment", "host": {"hostname": bad}, "device": {"name": bad, "type": "cpu"}}))
+    assert (m.label, m.host, m.device) == ("cpu", None, "cpu")
+    assert machine_of(run_with({"source": "experiment", "host": bad, "device": bad})) == UNKNOWN
+
+
+def test_a_cpu_and_a_gpu_of_one_host_are_two_machines():
+    gpu = machine_of(run_with(meta("sweep_64_warm_eager")))
+    cpu = machine_of(run_with(dict(meta("sweep_64_warm_eager"), device={"type": "cpu", "name": "AMD EPYC"})))
+    assert gpu.key != cpu.key and cpu.label == "AMD EPYC on vm"
+
+
+# --- grouping and matching ------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def two_machines(tmp_path):
+    """The H200's 64 and 2048 runs, the 64 run again as if on a second machine (another host, an A100), an
+    imported trace and a corrupt run."""
+    root = tmp_path / "runs"
+    h64 = copy_h200_run(root, "sweep_64_warm_eager")
+    h2048 = copy_h200_run(root, "sweep_2048_warm_eager")
+    other = dict(meta("sweep_64_warm_eager")["device"], name="NVIDIA A100-SXM4-80GB")
+    a64 = copy_h200_run(root, "sweep_64_warm_eager", "-a100", host={"hostname": "lab"}, device=other,
+                        started_at="2026-11-30T10:00:00+00:00")
+    store = RunStore(root)
+    imp = store.import_trace(CPU_TRACE, name="cpu").run_id
+    bad = root / "20261129-120000-bad-dead"
+    bad.mkdir()
+    (bad / "meta.json").write_text("{ not json")
+    return store, {"h64": h64, "h2048": h2048, "a64": a64, "imp": imp}
+
+
+def test_runs_are_grouped_by_machine_unknown_last(two_machines):
+    store, ids = two_machines
+    groups = [(m.label, sorted(r.run_id for r in rs)) for m, rs in group_by_machine(store.list())]
+    assert groups[-1] == ("unknown machine", [ids["imp"]])
+    assert sorted(groups[:-1]) == [("NVIDIA A100-SXM4-80GB on lab", [ids["a64"]]),
+                                   ("NVIDIA H200 on vm", sorted([ids["h64"], ids["h2048"]]))]
+    table = machines_table(store.list())
+    assert table.set_index("machine")["runs"].to_dict() == {"NVIDIA A100-SXM4-80GB on lab": 1,
+                                                            "NVIDIA H200 on vm": 2, "unknown machine": 1}
+
+
+def test_the_same_config_is_matched_across_machines_and_only_it(two_machines):
+    store, ids = two_machines
+    [match] = match_configs(store.list())
+    assert match.name == ExperimentConfig.from_dict(meta("sweep_64_warm_eager")["config"]).name
+    assert {m.label: [r.run_id for r in rs] for m, rs in match.machines} == {
+        "NVIDIA H200 on vm": [ids["h64"]], "NVIDIA A100-SXM4-80GB on lab": [ids["a64"]]}
+
+
+def test_device_time_out_and_table_rows_are_not_compared_the_rest_is(tmp_path):
+    root = tmp_path / "runs"
+    cfg = meta("sweep_64_warm_eager")["config"]
+    cpu = {"type": "cpu", "name": "AMD EPYC"}
+    copy_h200_run(root, "sweep_64_warm_eager")
+    copy_h200_run(root, "sweep_64_warm_eager", "-cpu", device=cpu,
+                  config=dict(cfg, device="cpu", timeout_s=60.0, row_limit=5))
+    assert len(match_configs(RunStore(root).list())) == 1
+    for field, value in (("dtype", "fp32"), ("warmup", 3), ("active", 5), ("record_shapes", False)):
+        root2 = tmp_path / field
+        copy_h200_run(root2, "sweep_64_warm_eager")
+        copy_h200_run(root2, "sweep_64_warm_eager", "-cpu", device=cpu, config=dict(cfg, **{field: value}))
+        assert match_configs(RunStore(root2).list()) == [], field
+
+
+# --- the comparison: an H200 run and a real CPU run of the same config ----------------------------------------------
+
+CPU_PEAKS = {"fp32": 0.5, "bf16": 0.25}
+
+
+@pytest.fixture(scope="module")
+def h200_and_cpu(tmp_path_factory):
+    from profiling_core import run_experiment
+    root = tmp_path_factory.mktemp("h200_and_cpu") / "runs"
+    h64 = copy_h200_run(root, "sweep_64_warm_eager")
+    store = RunStore(root)
+    cfg = ExperimentConfig.from_dict(dict(meta("sweep_64_warm_eager")["config"], device="cpu"))
+    cpu = run_experiment(cfg, store=store)
+    dev = cpu.meta["device"]
+    PeakBook(root).save(DevicePeaks(
+        device=dev["name"], kind="cpu", driver=None, torch_version=dev["torch"],
+        measured_at="2026-12-02T00:00:00+00:00", method="by hand", gemm_tflops=CPU_PEAKS,
+        gemm_tflops_median=CPU_PEAKS, gemm_sizes={"fp32": 1024, "bf16": 1024}, bandwidth_gbs=20.0,
+        bandwidth_gbs_median=18.0, copy_bytes=16 << 20))
+    return store, store.load(h64), cpu
+
+
+def judged(store: RunStore, run: Run):
+    with open_trace(run.trace_path, engine="sqlite") as tp:
+        rep = analyze(tp, config=run.config)
+        return run, rep, diagnose(tp, rep, run.config, PeakBook(store.root).for_run(run)), findings(rep, config=run.config)
+
+
+@pytest.mark.slow
+def test_one_config_on_an_h200_and_a_cpu_side_by_side(h200_and_cpu):
+    store, h200, cpu = h200_and_cpu
+    [match] = match_configs(store.list())
+    assert sorted(r.run_id for r in match.newest) == sorted([h200.run_id, cpu.run_id])
+    items = [judged(store, h200), judged(store, cpu)]
+    cmp = machine_comparison(items)
+    t = cmp.table.set_index("run_id")
+    assert list(cmp.table.columns) == MACHINE_COMPARISON_COLUMNS
+
+    gpu_row, cpu_row = t.loc[h200.run_id], t.loc[cpu.run_id]
+    want = plain_step_medians("sweep_64_warm_eager")  # a plain scan of the H200 trace's JSON
+    assert gpu_row["machine"] == "NVIDIA H200 on vm"
+    assert gpu_row["cpu_us_per_step"] == pytest.approx(want["cpu"], abs=TOL)
+    assert gpu_row["gpu_busy_us_per_step"] == pytest.approx(want["busy"], abs=TOL)
+    evs = json.loads(cpu.trace_path.read_text())["traceEvents"]
+    steps = [e for e in evs if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert cpu_row["steps"] == len(steps) == 10
+    assert cpu_row["cpu_us_per_step"] == pytest.approx(statistics.median(e["dur"] for e in steps), abs=TOL)
+    assert cpu_row["gpu_busy_us_per_step"] == 0
+
+    # each against its own device's peak: the H200's datasheet bf16 figure (no calibration of it here), the CPU's
+    # calibration saved above
+    assert (gpu_row["gemm_dtype"], gpu_row["peak_source"]) == ("bf16", "datasheet")
+    assert gpu_row["compute_peak"] == DATASHEETS["H200"]["tflops"]["bf16"]
+    assert (cpu_row["gemm_dtype"], cpu_row["peak_source"], cpu_row["compute_peak"]) == ("bf16", "measured", 0.25)
+    for row in (gpu_row, cpu_row):
+        assert row["peak"] <= row["compute_peak"]
+        assert row["fraction_of_peak"] == pytest.approx(row["tflops"] / row["peak"], rel=1e-6)
+
+    # what differs: by hand, from each run's own findings and diagnoses
+    (_, _, dg, fg), (_, _, dc, fc) = items
+    labels = list(cmp.table["machine"])
+
+    def by_id(pairs):
+        out = {}
+        for i, title in pairs:
+            out.setdefault(i, [])
+            if title not in out[i]:
+                out[i].append(title)
+        return {i: " / ".join(v) for i, v in out.items()}
+
+    for kind, a, b in (("finding", by_id((f.id, f.title) for f in fg), by_id((f.id, f.title) for f in fc)),
+                       ("diagnosis", by_id((d.rule, d.title) for d in dg.diagnoses),
+                        by_id((d.rule, d.title) for d in dc.diagnoses))):
+        want = {i: (a.get(i, ABSENT), b.get(i, ABSENT)) for i in set(a) | set(b) if a.get(i) != b.get(i)}
+        got = cmp.differences[cmp.differences["kind"] == kind]
+        assert {r["id"]: (r[labels[0]], r[labels[1]]) for _, r in got.iterrows()} == want
+    assert "q4.offset" in set(cmp.differences["id"])  # the CPU has no GPU lane: at least this one differs
+
+
+# --- importing another store ----------------------------------------------------------------------------------------
+
+def test_a_store_is_imported_with_its_machines_and_only_once(two_machines, tmp_path):
+    src, ids = two_machines
+    dest = RunStore(tmp_path / "dest")
+    result = dest.import_store(src.root)
+    sound = [r for r in src.list() if r.problem is None]
+    assert sorted(r.meta["imported_from"]["run_id"] for r in result.runs) == sorted(r.run_id for r in sound)
+    assert [(f, why[:9]) for f, why in result.skipped] == [("20261129-120000-bad-dead", "meta.json")]
+    before = {r.run_id: machine_of(r).label for r in sound}
+    after = {r.meta["imported_from"]["run_id"]: machine_of(r).label for r in dest.list()}
+    assert after == before
+    assert len(match_configs(dest.list())) == 1  # the imported runs take part in the comparison
+    again = dest.import_store(src.root)
+    assert again.runs == [] and sorted(f for f, _ in again.skipped) == sorted(
+        [r.run_id for r in sound] + ["20261129-120000-bad-dead"])
+    assert all("already in this store" in why for f, why in again.skipped if f != "20261129-120000-bad-dead")
+
+
+def test_broken_runs_are_skipped_with_their_reason(tmp_path):
+    root = tmp_path / "src"
+    good = copy_h200_run(root, "sweep_64_warm_eager")
+    no_trace = copy_h200_run(root, "sweep_2048_warm_eager")
+    (root / no_trace / "trace.json").unlink()
+    not_json = copy_h200_run(root, "sweep_4096_warm_eager")
+    (root / not_json / "trace.json").write_text("{ this is not json")
+    linked = copy_h200_run(root, "sweep_8192_warm_eager")
+    (root / linked / "table.txt").unlink()
+    (root / linked / "table.txt").symlink_to("/etc/passwd")
+    result = RunStore(tmp_path / "dest").import_store(root)
+    assert [r.meta["imported_from"]["run_id"] for r in result.runs] == [good]
+    why = dict(result.skipped)
+    assert why[no_trace] == "no trace.json or trace.json.gz"
+    assert "JSON" in why[not_json] or "json" in why[not_json]
+    assert why[linked] == "table.txt is not a regular file: it is a symbolic link"
+
+
+def tarball(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as tf:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tf.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def test_a_tarball_of_a_store_is_imported(two_machines, tmp_path):
+    src, ids = two_machines
+    archive = tmp_path / "runs.tgz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(src.root, arcname="runs")  # as `tar czf runs.tgz runs` makes it
+    result = RunStore(tmp_path / "dest").import_store(archive)
+    assert sorted(r.meta["imported_from"]["run_id"] for r in result.runs) == sorted(
+        [ids["h64"], ids["h2048"], ids["a64"], ids["imp"]])
+    assert all(r.meta["imported_from"]["store"] == str(archive) for r in result.runs)
+
+
+def _file(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
+    return tarfile.TarInfo(name), data
+
+
+def _special(name: str, kind: bytes, link: str = "") -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info, None
+
+
+GOOD_META = json.dumps(meta("sweep_64_warm_eager")).encode()
+HOSTILE_MEMBERS = {
+    "dot-dot": (_file("run1/../../escaped.json"), "'..'"),
+    "absolute": (_file("/tmp/escaped-abs.json"), "absolute"),
+    "symlink": (_special("run1/trace.json", tarfile.SYMTYPE, "/etc/passwd"), "symbolic link"),
+    "hardlink": (_special("run1/table.txt", tarfile.LNKTYPE, "/etc/passwd"), "hard link"),
+    "device": (_special("run1/dev", tarfile.CHRTYPE), "device"),
+    "fifo": (_special("run1/fifo", tarfile.FIFOTYPE), "FIFO"),
+    "twice": (_file("run1/meta.json", GOOD_META), "appears twice"),
+    "too big": (_file("run2/meta.json", b" " * (2**20 + 1)), "over the cap"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_MEMBERS)
+def test_a_hostile_tarball_is_refused_whole(tmp_path, case):
+    member, says = HOSTILE_MEMBERS[case]
+    archive = tarball(tmp_path / "evil.tgz", [_file("run1/meta.json", GOOD_META),
+                                             _file("run1/trace.json", (APP / "sweep_64_warm_eager.json").read_bytes()),
+                                             member])
+    dest = RunStore(tmp_path / "dest")
+    with pytest.raises(RunStoreError) as err:
+        dest.import_store(archive)
+    assert says in str(err.value) and repr(member[0].name) in str(err.value)
+    assert dest.list() == []
+    assert not (tmp_path / "escaped.json").exists() and not Path("/tmp/escaped-abs.json").exists()
+
+
+def test_what_is_not_a_store_is_refused_with_what_is_allowed(tmp_path):
+    (tmp_path / "x.tgz").write_bytes(b"not a tarball")
+    with pytest.raises(RunStoreError, match="not a folder or a tar archive"):
+        RunStore(tmp_path / "dest").import_store(tmp_path / "x.tgz")
+    with pytest.raises(RunStoreError, match="neither a folder nor a file"):
+        RunStore(tmp_path / "dest").import_store(tmp_path / "missing")
+    with pytest.raises(RunStoreError, match="is this run store"):
+        RunStore(tmp_path / "dest").import_store(tmp_path / "dest")
+
+
+def test_the_cli_imports_a_store(two_machines, tmp_path, capsys):
+    from profiling_core.cli import main
+    src, ids = two_machines
+    assert main(["import-store", str(src.root), "--store", str(tmp_path / "dest"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["runs"]) == 4 and [s["folder"] for s in out["skipped"]] == ["20261129-120000-bad-dead"]
+    assert main(["import-store", str(tmp_path / "missing"), "--store", str(tmp_path / "dest")]) == 2
+    assert "neither a folder nor a file" in capsys.readouterr().err
