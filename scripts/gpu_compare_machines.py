@@ -75,9 +75,14 @@ def main() -> int:
                                abs(row["cpu_us_per_step"] - row["plain_cpu_us_per_step"]) < 0.05,
                                [row["cpu_us_per_step"], row["plain_cpu_us_per_step"]]))
             gpu = [r for r in rows if (r["gpu_busy_us_per_step"] or 0) > 0]
+            cpu = [r for r in rows if not (r["gpu_busy_us_per_step"] or 0) > 0]
             checks.append((f"{m.name}: one machine has GPU time, judged against its own peak",
                            len(gpu) == 1 and gpu[0]["peak_source"] in ("measured", "datasheet"),
                            [(r["machine"], r["peak_source"], r["compute_peak"]) for r in rows]))
+            # the CPU's trace names the host's GPU too: its GEMM must not be judged by the GPU's peak
+            checks.append((f"{m.name}: the CPU machine is not judged by the GPU's peak",
+                           len(cpu) == 1 and cpu[0]["compute_peak"] != gpu[0]["compute_peak"] if gpu else False,
+                           [(r["machine"], r["peak_source"], r["compute_peak"]) for r in cpu]))
             result["configs"].append({"config": m.name, "rows": rows,
                                       "differences": cmp.differences.to_dict(orient="records")})
     result["checks"] = [{"check": c, "ok": bool(ok), "detail": d} for c, ok, d in checks]

@@ -123,6 +123,23 @@ def test_without_peaks_or_a_named_gpu_there_is_no_fraction_and_no_cost_bound(tmp
     assert d.roofline["fraction_of_peak"].isna().all() and d.diagnoses[0].cost_us_per_step is None
 
 
+def test_a_cpu_run_on_a_gpu_host_is_not_judged_by_the_gpu_s_datasheet(tmp_path):
+    """Kineto writes the host's GPUs into a CPU-only run's deviceProperties too (seen on the H200 host: a CPU run's
+    1024² bf16 GEMM was put at 0.2 % of the H200's 989.4 TFLOP/s). Its GEMMs ran on the CPU: no GPU peak applies."""
+    doc = json.loads((DATA / "cpu" / "64_fp32_warm_eager.json").read_text())
+    h200 = json.loads((DATA / "h200_app" / "sweep_4096_warm_eager.json").read_text())["deviceProperties"]
+    doc["deviceProperties"] = h200
+    p = tmp_path / "cpu_on_gpu_host.json"
+    p.write_text(json.dumps(doc))
+    assert not any(e.get("cat") == "kernel" for e in doc["traceEvents"])  # a plain scan: no GPU work at all
+    with open_trace(p, engine="sqlite") as s:
+        assert [d["name"] for d in s.devices] == ["NVIDIA H200"]
+        d = diagnose(s, config=ExperimentConfig(size=64, dtype="fp32", device="cpu"))
+    assert d.peaks is None
+    gemm = d.roofline[d.roofline["kind"] == "gemm"] if len(d.roofline) else d.roofline
+    assert len(gemm) == 0 or gemm["fraction_of_peak"].isna().all()
+
+
 # Every real fixture: the rules that apply to it, and no others.
 EXPECTED = {
     # the compiled 4096 step: 420 µs of CPU (the compiled region's Python, under the profiler) for 195 µs of GPU work

@@ -81,14 +81,16 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
         config: the run's ``ExperimentConfig`` (or its dict) when known.
         peaks: the device's measured peaks (``PeakBook.find``). Without them, the datasheet peaks of the first GPU
             the trace names (``session.devices``, :meth:`DevicePeaks.from_datasheet`), labelled ``datasheet`` in every
-            text and in ``DiagnosisReport.peaks.source``; without either, no fraction of peak and no cost bound.
+            text and in ``DiagnosisReport.peaks.source`` — only for a trace that ran GPU work (``report.has_gpu``):
+            Kineto names the host's GPUs in a CPU-only run's trace too, and a CPU's GEMM is not judged by a GPU's
+            peak; without either, no fraction of peak and no cost bound.
         compute_capability: the GPU's (e.g. 9.0, from meta.json); else read from kernel names where they say.
         process_peak_bytes: the run's ``peak_device_memory_bytes`` (meta.json: ``torch.cuda.max_memory_allocated()``
             of the whole process) when known; the memory rules tell an earlier peak from fragmentation by it.
     """
     report = report if report is not None else analyze(session, config=config if not isinstance(config, dict)
                                                         else None)
-    if peaks is None:
+    if peaks is None and report.has_gpu:  # a CPU run on a GPU host names the GPU too: its GEMMs did not run there
         names = [d.get("name") for d in (getattr(session, "devices", None) or []) if d.get("name")]
         peaks = DevicePeaks.from_datasheet(names[0]) if names else None
     roof = roofline(report, session, config, peaks)
