@@ -247,6 +247,56 @@ def test_broken_runs_are_skipped_with_their_reason(tmp_path):
     assert why[linked] == "table.txt is not a regular file: it is a symbolic link"
 
 
+def test_links_and_files_over_their_caps_are_skipped_by_name(tmp_path):
+    root = tmp_path / "src"
+    good = copy_h200_run(root, "sweep_64_warm_eager")
+    meta_link = copy_h200_run(root, "sweep_2048_warm_eager")
+    (root / meta_link / "meta.json").rename(root / "meta-elsewhere.json")
+    (root / meta_link / "meta.json").symlink_to(root / "meta-elsewhere.json")
+    trace_link = copy_h200_run(root, "sweep_4096_warm_eager")
+    (root / trace_link / "trace.json").rename(root / "trace-elsewhere.json")
+    (root / trace_link / "trace.json").symlink_to(root / "trace-elsewhere.json")
+    big = copy_h200_run(root, "sweep_8192_warm_eager")
+    cap = (APP / "sweep_64_warm_eager.json").stat().st_size  # the 64 run's trace fits, the 8192 run's does not
+    assert (APP / "sweep_8192_warm_eager.json").stat().st_size > cap
+    result = RunStore(tmp_path / "dest").import_store(root, max_bytes=cap)
+    assert [r.meta["imported_from"]["run_id"] for r in result.runs] == [good]
+    why = dict(result.skipped)
+    assert why[meta_link] == "meta.json is not a regular file: it is a symbolic link"
+    assert why[trace_link] == "trace.json is not a regular file: it is a symbolic link"
+    assert why[big].startswith("trace.json is over ")
+
+
+@pytest.mark.parametrize("first, then, lands", [("good", "garbage", True), ("garbage", "good", False)])
+def test_what_lands_is_what_was_checked_whatever_the_source_becomes(tmp_path, monkeypatch, first, then, lands):
+    """The source's trace is replaced the moment the loader's check begins (after the import read it): the check
+    sees the bytes that were read, and the run that lands holds those bytes or nothing."""
+    import profiling_core.trace as trace_mod
+    good = (APP / "sweep_64_warm_eager.json").read_bytes()
+    content = {"good": good, "garbage": b"{ this is not json"}
+    root = tmp_path / "src"
+    rid = copy_h200_run(root, "sweep_64_warm_eager")
+    source = root / rid / "trace.json"
+    source.write_bytes(content[first])
+    real, checked = trace_mod.open_trace, []
+
+    def swapping(path, *args, **kwargs):
+        source.write_bytes(content[then])  # the file swapped between the import's read and its check
+        checked.append(Path(path).read_bytes())
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(trace_mod, "open_trace", swapping)
+    dest = RunStore(tmp_path / "dest")
+    result = dest.import_store(root)
+    assert checked == [content[first]]  # the check read the bytes the import had read, not the swapped file
+    if lands:
+        [run] = result.runs
+        assert run.trace_path.read_bytes() == content[first] == checked[0]
+    else:
+        assert result.runs == [] and dest.list() == []
+        assert "JSON" in dict(result.skipped)[rid] or "json" in dict(result.skipped)[rid]
+
+
 def tarball(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
     with tarfile.open(path, "w:gz") as tf:
         for info, data in members:
