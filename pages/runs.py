@@ -9,8 +9,8 @@ import streamlit as st
 from pages import _ui as ui
 from profiling_core.errors import ProfilingError
 from profiling_core.present import charts
-from profiling_core.present import (MEMORY_HOWTO_RUNS, ReportSection, comparison_warnings, different_work,
-                                      memory_comparison, phase_summary)
+from profiling_core.present import (ABSENT, DIFFERS, MEMORY_HOWTO_RUNS, ONE_RUN, TOO_NOISY, VARIES, ReportSection,
+                                      comparison_warnings, different_work, memory_comparison, phase_summary)
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -128,38 +128,63 @@ if not matches:
                "(`sweep --executor ray --per-device-type`), or import another machine's runs below: the same "
                "config (everything but the device, the time-out and the table's rows) then shows here side by side.")
 else:
-    labels = [f"{name} · {len(ms)} machines · {i + 1}" for i, (name, ms) in enumerate(matches)]
+    labels = [f"{name} · {len(ms)} machines, {sum(len(ids) for _m, ids in ms)} runs · {i + 1}"
+              for i, (name, ms) in enumerate(matches)]
     pick_cfg = st.selectbox("Config run on several machines", labels, key="runs_machines_config")
     _name, per_machine = matches[labels.index(pick_cfg)]
-    newest = [ids[0] for _label, ids in per_machine]  # each machine's newest run of it
-    cmp = ui.machine_comparison(newest)
-    for w in comparison_warnings(pd.DataFrame(), [], runs=[ui.load_run(r) for r in newest]):
+    every = [r for _label, ids in per_machine for r in ids]  # all of each machine's runs of it
+    cmp = ui.machine_comparison(every)
+    for w in comparison_warnings(cmp.table, ["machine"], runs=[ui.load_run(r) for r in every]):
         st.warning(ui.md_text(w), icon=":material/warning:")
-    st.dataframe(cmp.table.drop(columns=["run_id"]), hide_index=True, width="stretch",
-                 height=ui.fit_height(cmp.table),
-                 column_config={"fraction_of_peak": st.column_config.ProgressColumn(
-                     "of its peak", format="percent", min_value=0.0, max_value=1.0),
-                     "gpu_busy_fraction": st.column_config.NumberColumn("gpu_busy_fraction", format="percent"),
-                     **{c: st.column_config.NumberColumn(c, format="%.2f")
-                        for c in ("cpu_us_per_step", "gpu_busy_us_per_step")}})
-    st.caption("Each machine's newest run of this config: its median step (CPU time, and the GPU busy time of the "
-               "work it launched), the steady state's bound, and its GEMM's achieved TFLOP/s against THAT device's "
+    shown = cmp.table.drop(columns=["run_ids"])
+    st.dataframe(shown, hide_index=True, width="stretch", height=ui.fit_height(shown),
+                 column_config={"n": st.column_config.NumberColumn("runs", format="%d"),
+                                "fraction_of_peak": st.column_config.ProgressColumn(
+                                    "of its peak", format="percent", min_value=0.0, max_value=1.0),
+                                "gpu_busy_fraction": st.column_config.NumberColumn("gpu_busy_fraction",
+                                                                                   format="percent"),
+                                **{c: st.column_config.NumberColumn(c, format="%.2f") for c in shown.columns
+                                   if c.startswith(("cpu_us_per_step", "gpu_busy_us_per_step", "tflops"))}})
+    one = [m for m, n in zip(cmp.table["machine"], cmp.table["n"]) if n < 2]
+    st.caption("Every run of this config on each machine (*runs*): the median over them of each run's median step "
+               "(CPU time, and the GPU busy time of the work it launched) with its min, max and spread (max − min, "
+               "% of the median), the steady state's bound, and its GEMM's achieved TFLOP/s against THAT device's "
                "own roof (*peak*: the lower of its dtype's compute peak and intensity × bandwidth; *measured* by a "
-               "calibration in this store, else the GPU's *datasheet*; none for a device with neither).")
-    per_step = cmp.table.melt(id_vars=["machine"], value_vars=["cpu_us_per_step", "gpu_busy_us_per_step"],
-                              var_name="per step", value_name="us")
+               "calibration in this store, else the GPU's *datasheet*; none for a device with neither)."
+               + (f" {len(one)} machine(s) ran it once: their run-to-run spread is unknown, so no gap to them is "
+                  "called a difference; run the config again there." if one else ""))
+    with st.expander(f"Each run ({len(cmp.runs)})"):
+        st.dataframe(cmp.runs, hide_index=True, width="stretch", height=ui.fit_height(cmp.runs))
+    per_step = pd.concat([cmp.table[["machine", v, f"{v}_min", f"{v}_max"]].set_axis(
+        ["machine", "us", "lo", "hi"], axis=1).assign(**{"per step": v})
+        for v in ("cpu_us_per_step", "gpu_busy_us_per_step")], ignore_index=True)
     mchart = ui.chart("grouped_bars", per_step, category="machine", value="us", group="per step",
-                      title="The median step on each machine", value_title="µs per step")
+                      title="The median step on each machine (the rule: min–max of its runs)",
+                      value_title="µs per step", spread=("lo", "hi"))
     ui.chart_block(mchart, per_step, "compare_machines", key="runs_machines")
+    st.subheader("Gaps between machines")
+    if cmp.gaps.empty:
+        st.caption("No figure is known on two machines.")
+    else:
+        st.dataframe(cmp.gaps, hide_index=True, width="stretch", height=ui.fit_height(cmp.gaps),
+                     column_config={c: st.column_config.NumberColumn(c, format="%.2f")
+                                    for c in ("a", "b", "ratio", "gap", "spread_a", "spread_b")})
+        st.caption(f"Each figure between two machines: *{ui.md_text(DIFFERS)}* when the gap between their medians "
+                   f"is larger than each machine's own run-to-run spread (max − min); *{ui.md_text(TOO_NOISY)}* "
+                   f"when it is not; *{ui.md_text(ONE_RUN)}* when a machine ran the config once.")
     st.subheader("Findings and diagnoses that differ")
     if cmp.differences.empty:
-        st.caption("Every finding and every diagnosis gives the same verdict on each machine.")
+        st.caption("Every finding and every diagnosis gives the same verdict on every run of each machine.")
     else:
         st.dataframe(cmp.differences, hide_index=True, width="stretch", height=ui.fit_height(cmp.differences))
-        st.caption(f"By id: a finding's verdict (its title) or a rule's, on each machine; *{ui.md_text('—')}*: "
-                   "that machine's run has none. Open a run on the Profile page for the evidence.")
+        st.caption(f"By id: a finding's verdict (its title) or a rule's, on each machine; *{ui.md_text(ABSENT)}*: "
+                   f"that machine's runs have none; *{ui.md_text(VARIES)}*: its runs disagree (how many gave each). "
+                   f"*{ui.md_text(DIFFERS)}* in the last column: two machines share no verdict on it; "
+                   f"*{ui.md_text(VARIES)}*: the runs disagree, not the machines. Open a run on the Profile page "
+                   "for the evidence.")
     machine_sections = [ReportSection("Machines", charts=[mchart],
-                                      tables=[("machines", cmp.table), ("what differs", cmp.differences)])]
+                                      tables=[("machines", cmp.table), ("gaps between machines", cmp.gaps),
+                                              ("what differs", cmp.differences), ("each run", cmp.runs)])]
 
 st.header("Compare two runs", divider="gray")
 a_col, b_col = st.columns(2)

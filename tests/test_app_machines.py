@@ -26,6 +26,12 @@ def frames(at) -> list:
     return [d.value for d in at.dataframe]
 
 
+def comparison_table(at):
+    """The comparison's table: one row per machine, with its run count and spread."""
+    [table] = [f for f in frames(at) if {"n", "cpu_us_per_step_spread_pct", "fraction_of_peak"} <= set(f.columns)]
+    return table
+
+
 def test_the_runs_page_groups_runs_by_machine_and_compares_them(runs_dir, media):
     seed_two_machines(runs_dir)
     at = app("runs")
@@ -38,14 +44,14 @@ def test_the_runs_page_groups_runs_by_machine_and_compares_them(runs_dir, media)
                                                                "NVIDIA A100-SXM4-80GB on lab": 2}
     configs = at.selectbox(key="runs_machines_config").options
     assert len(configs) == 2  # 64 and 2048, each on both machines
-    [table] = [f for f in frames(at) if "fraction_of_peak" in f.columns and "machine" in f.columns]
+    table = comparison_table(at)
     assert set(table["machine"]) == {"NVIDIA H200 on vm", "NVIDIA A100-SXM4-80GB on lab"}
     shown = {r["machine"]: r for _, r in table.iterrows()}
     # the newest config first: the 2048 runs (their meta's start times), each row the trace's own step
     assert {r["run"] for r in shown.values()} == {meta("sweep_2048_warm_eager")["name"]}
     at.selectbox(key="runs_machines_config").set_value([c for c in configs if c.startswith("64_")][0]).run()
     assert not errors_of(at)
-    [table] = [f for f in frames(at) if "fraction_of_peak" in f.columns and "machine" in f.columns]
+    table = comparison_table(at)
     assert set(table["run"]) == {meta("sweep_64_warm_eager")["name"]}
     assert download(at, media, "csv_runs_machines").startswith(b"machine,")
 
@@ -65,7 +71,7 @@ def test_an_imported_store_takes_part_in_the_comparison(runs_dir, tmp_path):
     assert any("Imported 1 run(s)" in s.value for s in at.success)
     assert any("broken" in w.value and "not a run folder" in w.value for w in at.warning)
     assert len(at.selectbox(key="runs_machines_config").options) == 1
-    [table] = [f for f in frames(at) if "fraction_of_peak" in f.columns and "machine" in f.columns]
+    table = comparison_table(at)
     assert set(table["machine"]) == {"NVIDIA H200 on vm", "NVIDIA A100-SXM4-80GB on lab"}
 
 
@@ -87,7 +93,7 @@ def test_hostile_machine_names_are_text_on_the_runs_page(runs_dir, media):
     assert live_names(at) == []
     [machines] = [f for f in frames(at) if list(f.columns)[:2] == ["machine", "device"] and "runs" in f.columns]
     assert LABEL in set(machines["machine"])
-    [table] = [f for f in frames(at) if "fraction_of_peak" in f.columns and "machine" in f.columns]
+    table = comparison_table(at)
     assert LABEL in set(table["machine"])
     report = download(at, media, "report_runs").decode()
     assert "<img" not in report and "<!--<script>" not in report
@@ -104,3 +110,39 @@ def test_the_sweep_overlays_machines_one_curve_each(runs_dir, media):
     assert sorted(sweep["size"]) == [64, 64, 2048, 2048]
     csv = download(at, media, "csv_overhead_main").decode()
     assert "eager · NVIDIA H200 on vm" in csv
+
+
+def test_repeated_runs_show_their_count_spread_and_what_counts_as_a_difference(runs_dir, media):
+    from test_machines import A100_RUNS, H200_RUNS, runs_of_one_config
+    runs_of_one_config(runs_dir, {"h200": H200_RUNS, "a100": A100_RUNS})
+    at = app("runs")
+    assert [e.value for e in at.exception] == [] and not errors_of(at)
+    table = comparison_table(at).set_index("machine")
+    assert table["n"].to_dict() == {"NVIDIA H200 on vm": 3, "NVIDIA A100-SXM4-80GB on lab": 2}
+    lo, hi = table.loc["NVIDIA H200 on vm", ["cpu_us_per_step_min", "cpu_us_per_step_max"]]
+    assert lo < table.loc["NVIDIA H200 on vm", "cpu_us_per_step"] < hi
+    assert table["cpu_us_per_step_spread_pct"].notna().all()
+    [gaps] = [f for f in frames(at) if "verdict" in f.columns and "machine_a" in f.columns]
+    verdicts = gaps.set_index("value")["verdict"].to_dict()
+    assert verdicts["cpu_us_per_step"] == "too noisy to tell" and verdicts["gpu_busy_us_per_step"] == "differs"
+    [each] = [f for f in frames(at) if "run_id" in f.columns and "bound" in f.columns]
+    assert len(each) == 5
+    assert not any("ran it once" in c.value for c in at.caption)
+    # by hand: the H200's CPU medians 78.8–246.4 µs around 199.6 (84 %), the A100's 61.5–82.4 around 72.0 (29 %),
+    # both past 20 %: said, by machine (the page escapes Markdown: backslashes dropped here)
+    said = [w.value.replace("\\", "") for w in at.warning if "spread by more than 20%" in w.value.replace("\\", "")]
+    assert len(said) == 1
+    assert "machine NVIDIA H200 on vm (n=3: 84%)" in said[0]
+    assert "machine NVIDIA A100-SXM4-80GB on lab (n=2: 29%)" in said[0]
+    assert download(at, media, "csv_runs_machines").startswith(b"machine,")
+
+
+def test_a_machine_with_one_run_is_said_to_have_no_known_spread(runs_dir):
+    seed_two_machines(runs_dir)
+    at = app("runs")
+    assert not errors_of(at)
+    table = comparison_table(at)
+    assert list(table["n"]) == [1, 1] and table["cpu_us_per_step_spread_pct"].isna().all()
+    assert any("2 machine(s) ran it once" in c.value for c in at.caption)
+    [gaps] = [f for f in frames(at) if "verdict" in f.columns and "machine_a" in f.columns]
+    assert set(gaps["verdict"]) == {"one run: spread unknown"}

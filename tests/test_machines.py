@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shutil
 import statistics
 import tarfile
@@ -18,7 +19,8 @@ import pytest
 
 from profiling_core import ExperimentConfig, RunStore, analyze, diagnose, findings, open_trace
 from profiling_core.errors import RunStoreError
-from profiling_core.present import ABSENT, MACHINE_COMPARISON_COLUMNS, machine_comparison, machines_table
+from profiling_core.present import (ABSENT, MACHINE_COMPARISON_COLUMNS, comparison_warnings, machine_comparison,
+                                    machine_labels, machines_table)
 from profiling_core.store import (DATASHEETS, UNKNOWN, DevicePeaks, PeakBook, Run, group_by_machine, machine_of,
                                   match_configs)
 
@@ -134,23 +136,25 @@ def test_device_time_out_and_table_rows_are_not_compared_the_rest_is(tmp_path):
 # --- the comparison: an H200 run and a real CPU run of the same config ----------------------------------------------
 
 CPU_PEAKS = {"fp32": 0.5, "bf16": 0.25}
+CPU_REPEATS = 3
 
 
 @pytest.fixture(scope="module")
 def h200_and_cpu(tmp_path_factory):
+    """The H200's 64 run and three real runs of its config on this machine's CPU."""
     from profiling_core import run_experiment
     root = tmp_path_factory.mktemp("h200_and_cpu") / "runs"
     h64 = copy_h200_run(root, "sweep_64_warm_eager")
     store = RunStore(root)
     cfg = ExperimentConfig.from_dict(dict(meta("sweep_64_warm_eager")["config"], device="cpu"))
-    cpu = run_experiment(cfg, store=store)
-    dev = cpu.meta["device"]
+    cpus = [run_experiment(cfg, store=store) for _ in range(CPU_REPEATS)]
+    dev = cpus[0].meta["device"]
     PeakBook(root).save(DevicePeaks(
         device=dev["name"], kind="cpu", driver=None, torch_version=dev["torch"],
         measured_at="2026-12-02T00:00:00+00:00", method="by hand", gemm_tflops=CPU_PEAKS,
         gemm_tflops_median=CPU_PEAKS, gemm_sizes={"fp32": 1024, "bf16": 1024}, bandwidth_gbs=20.0,
         bandwidth_gbs_median=18.0, copy_bytes=16 << 20))
-    return store, store.load(h64), cpu
+    return store, store.load(h64), cpus
 
 
 def judged(store: RunStore, run: Run):
@@ -159,55 +163,190 @@ def judged(store: RunStore, run: Run):
         return run, rep, diagnose(tp, rep, run.config, PeakBook(store.root).for_run(run)), findings(rep, config=run.config)
 
 
-@pytest.mark.slow
-def test_one_config_on_an_h200_and_a_cpu_side_by_side(h200_and_cpu):
-    store, h200, cpu = h200_and_cpu
-    [match] = match_configs(store.list())
-    assert sorted(r.run_id for r in match.newest) == sorted([h200.run_id, cpu.run_id])
-    items = [judged(store, h200), judged(store, cpu)]
-    cmp = machine_comparison(items)
-    t = cmp.table.set_index("run_id")
-    assert list(cmp.table.columns) == MACHINE_COMPARISON_COLUMNS
+def plain_cpu_step_median(path: Path) -> tuple[int, float]:
+    """(ProfilerStep slices, their median duration) of a trace, by a plain scan of its JSON."""
+    evs = json.loads(path.read_text())["traceEvents"]
+    steps = [e["dur"] for e in evs if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    return len(steps), statistics.median(steps)
 
-    gpu_row, cpu_row = t.loc[h200.run_id], t.loc[cpu.run_id]
+
+def by_id(pairs) -> dict[str, str]:
+    """{id: its titles in order, joined by " / "}: one run's verdicts, by hand."""
+    out: dict[str, list[str]] = {}
+    for i, title in pairs:
+        out.setdefault(i, [])
+        if title not in out[i]:
+            out[i].append(title)
+    return {i: " / ".join(v) for i, v in out.items()}
+
+
+def expected_differences(per_machine: dict[str, list]) -> dict[tuple[str, str], tuple[dict, str]]:
+    """{(kind, id): ({machine: its cell}, verdict)} by hand from each run's own findings and diagnoses: an id whose
+    verdict is not the same on every run; a machine's cell its runs' one verdict, or how many gave each; the
+    verdict ``differs`` when two machines share no verdict on it, else ``varies between runs``."""
+    out = {}
+    for kind in ("finding", "diagnosis"):
+        runs = {m: [by_id((f.id, f.title) for f in fs) if kind == "finding" else
+                    by_id((d.rule, d.title) for d in dg.diagnoses) for _r, _p, dg, fs in items]
+                for m, items in per_machine.items()}
+        ids = {i for vs in runs.values() for v in vs for i in v}
+        for i in ids:
+            got = {m: [v.get(i, ABSENT) for v in vs] for m, vs in runs.items()}
+            if len({g for gs in got.values() for g in gs}) == 1:
+                continue
+            cells = {}
+            for m, gs in got.items():
+                counts = {g: gs.count(g) for g in dict.fromkeys(gs)}
+                cells[m] = gs[0] if len(counts) == 1 else "varies between runs: " + "; ".join(
+                    f"{g} ({k} of {len(gs)})" for g, k in counts.items())
+            sets = [set(gs) for gs in got.values()]
+            disjoint = any(not (a & b) for j, a in enumerate(sets) for b in sets[j + 1:])
+            out[(kind, i)] = (cells, "differs" if disjoint else "varies between runs")
+    return out
+
+
+def differences_of(cmp) -> dict[tuple[str, str], tuple[dict, str]]:
+    machines = [c for c in cmp.differences.columns if c not in ("kind", "id", "verdict")]
+    return {(r["kind"], r["id"]): ({m: r[m] for m in machines}, r["verdict"]) for _, r in cmp.differences.iterrows()}
+
+
+@pytest.mark.slow
+def test_one_config_on_an_h200_and_repeated_on_a_cpu(h200_and_cpu):
+    store, h200, cpus = h200_and_cpu
+    [match] = match_configs(store.list())
+    per = {m.label: [r.run_id for r in rs] for m, rs in match.machines}
+    cpu_label = machine_of(cpus[0]).label
+    assert per == {"NVIDIA H200 on vm": [h200.run_id], cpu_label: per[cpu_label]}
+    assert sorted(per[cpu_label]) == sorted(r.run_id for r in cpus)
+    judged_runs = {m.label: [judged(store, r) for r in rs] for m, rs in match.machines}
+    cmp = machine_comparison([item for items in judged_runs.values() for item in items])
+    assert list(cmp.table.columns) == MACHINE_COMPARISON_COLUMNS
+    t = cmp.table.set_index("machine")
+    gpu_row, cpu_row = t.loc["NVIDIA H200 on vm"], t.loc[cpu_label]
+
     want = plain_step_medians("sweep_64_warm_eager")  # a plain scan of the H200 trace's JSON
-    assert gpu_row["machine"] == "NVIDIA H200 on vm"
+    assert (gpu_row["n"], gpu_row["run_ids"]) == (1, h200.run_id)
     assert gpu_row["cpu_us_per_step"] == pytest.approx(want["cpu"], abs=TOL)
     assert gpu_row["gpu_busy_us_per_step"] == pytest.approx(want["busy"], abs=TOL)
-    evs = json.loads(cpu.trace_path.read_text())["traceEvents"]
-    steps = [e for e in evs if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    assert cpu_row["steps"] == len(steps) == 10
-    assert cpu_row["cpu_us_per_step"] == pytest.approx(statistics.median(e["dur"] for e in steps), abs=TOL)
-    assert cpu_row["gpu_busy_us_per_step"] == 0
+    assert math.isnan(gpu_row["cpu_us_per_step_spread_pct"])  # one run: no spread
 
-    # each against its own device's peak: the H200's datasheet bf16 figure (no calibration of it here), the CPU's
-    # calibration saved above
+    scans = [plain_cpu_step_median(r.trace_path) for r in cpus]  # each CPU run's trace, scanned by hand
+    assert [n for n, _ in scans] == [10] * CPU_REPEATS
+    meds = [m for _, m in scans]
+    mid, lo, hi = statistics.median(meds), min(meds), max(meds)
+    assert cpu_row["n"] == CPU_REPEATS and cpu_row["steps"] == 10
+    assert cpu_row["cpu_us_per_step"] == pytest.approx(mid, abs=TOL)
+    assert (cpu_row["cpu_us_per_step_min"], cpu_row["cpu_us_per_step_max"]) == (
+        pytest.approx(lo, abs=TOL), pytest.approx(hi, abs=TOL))
+    assert cpu_row["cpu_us_per_step_spread_pct"] == pytest.approx((hi - lo) / mid * 100, abs=0.01)
+    assert (cpu_row["gpu_busy_us_per_step"], cpu_row["gpu_busy_us_per_step_max"]) == (0, 0)
+
+    # each against its own device's peak: the H200's datasheet bf16 figure, the CPU's calibration saved above
     assert (gpu_row["gemm_dtype"], gpu_row["peak_source"]) == ("bf16", "datasheet")
     assert gpu_row["compute_peak"] == DATASHEETS["H200"]["tflops"]["bf16"]
     assert (cpu_row["gemm_dtype"], cpu_row["peak_source"], cpu_row["compute_peak"]) == ("bf16", "measured", 0.25)
-    for row in (gpu_row, cpu_row):
+    for _, row in cmp.runs.iterrows():
         assert row["peak"] <= row["compute_peak"]
         assert row["fraction_of_peak"] == pytest.approx(row["tflops"] / row["peak"], rel=1e-6)
 
+    # one H200 run: its spread is unknown, so no gap is called a difference, however large
+    assert len(cmp.gaps) and set(cmp.gaps["verdict"]) == {"one run: spread unknown"}
+    noisy = (hi - lo) / mid * 100 > 20
+    said = [w for w in comparison_warnings(cmp.table, ["machine"]) if "spread by more than" in w]
+    assert bool(said) == noisy and all(cpu_label in w for w in said)
+
     # what differs: by hand, from each run's own findings and diagnoses
-    (_, _, dg, fg), (_, _, dc, fc) = items
-    labels = list(cmp.table["machine"])
+    expected = expected_differences(judged_runs)
+    assert differences_of(cmp) == expected
+    assert expected[("finding", "q4.offset")][1] == "differs"  # the CPU has no GPU lane, on any of its runs
 
-    def by_id(pairs):
-        out = {}
-        for i, title in pairs:
-            out.setdefault(i, [])
-            if title not in out[i]:
-                out[i].append(title)
-        return {i: " / ".join(v) for i, v in out.items()}
 
-    for kind, a, b in (("finding", by_id((f.id, f.title) for f in fg), by_id((f.id, f.title) for f in fc)),
-                       ("diagnosis", by_id((d.rule, d.title) for d in dg.diagnoses),
-                        by_id((d.rule, d.title) for d in dc.diagnoses))):
-        want = {i: (a.get(i, ABSENT), b.get(i, ABSENT)) for i in set(a) | set(b) if a.get(i) != b.get(i)}
-        got = cmp.differences[cmp.differences["kind"] == kind]
-        assert {r["id"]: (r[labels[0]], r[labels[1]]) for _, r in got.iterrows()} == want
-    assert "q4.offset" in set(cmp.differences["id"])  # the CPU has no GPU lane: at least this one differs
+# --- repeated runs, from the H200's traces: each run's figures from a plain scan ------------------------------------
+
+A100 = dict(meta("sweep_64_warm_eager")["device"], name="NVIDIA A100-SXM4-80GB")
+CONFIG = meta("sweep_64_warm_eager")["config"]
+
+
+def runs_of_one_config(root: Path, machines: dict[str, list[str]]) -> RunStore:
+    """For each machine (``h200`` or ``a100``) runs of the config of ``sweep_64_warm_eager`` whose traces are those
+    of the H200 runs named: real traces, each with its own timings, as the runs of one config on one machine."""
+    for machine, names in machines.items():
+        for i, name in enumerate(names):
+            changes = dict(config=CONFIG, started_at=f"2026-11-30T10:{i:02d}:00+00:00")
+            if machine == "a100":
+                changes.update(host={"hostname": "lab"}, device=A100)
+            copy_h200_run(root, name, f"-{machine}{i}", **changes)
+    return RunStore(root)
+
+
+def spread_of(names: list[str], what: str) -> tuple[float, float, float]:
+    vals = [plain_step_medians(n)[what] for n in names]
+    return statistics.median(vals), min(vals), max(vals)
+
+
+H200_RUNS = ["sweep_64_warm_eager", "coldwarm_64_warm_eager", "spine_64_warm_eager_b8"]
+A100_RUNS = ["sweep_8192_warm_eager", "variance_8192_warm_eager_a20"]
+
+
+def test_a_gap_counts_only_beyond_both_machines_spread(tmp_path):
+    store = runs_of_one_config(tmp_path / "runs", {"h200": H200_RUNS, "a100": A100_RUNS})
+    [match] = match_configs(store.list())
+    per = {m.label: [judged(store, r) for r in rs] for m, rs in match.machines}
+    cmp = machine_comparison(per["NVIDIA H200 on vm"] + per["NVIDIA A100-SXM4-80GB on lab"])
+    t = cmp.table.set_index("machine")
+    assert t["n"].to_dict() == {"NVIDIA H200 on vm": 3, "NVIDIA A100-SXM4-80GB on lab": 2}
+    gaps = cmp.gaps.set_index("value")
+    for what, col in (("cpu", "cpu_us_per_step"), ("busy", "gpu_busy_us_per_step")):
+        (ma, la, ha), (mb, lb, hb) = spread_of(H200_RUNS, what), spread_of(A100_RUNS, what)
+        assert t.loc["NVIDIA H200 on vm", col] == pytest.approx(ma, abs=TOL)
+        assert (t.loc["NVIDIA H200 on vm", f"{col}_min"], t.loc["NVIDIA H200 on vm", f"{col}_max"]) == (
+            pytest.approx(la, abs=TOL), pytest.approx(ha, abs=TOL))
+        assert t.loc["NVIDIA A100-SXM4-80GB on lab", col] == pytest.approx(mb, abs=TOL)
+        g = gaps.loc[col]
+        assert (g["machine_a"], g["machine_b"]) == ("NVIDIA H200 on vm", "NVIDIA A100-SXM4-80GB on lab")
+        assert (g["gap"], g["spread_a"], g["spread_b"]) == (pytest.approx(abs(mb - ma), abs=2 * TOL),
+                                                            pytest.approx(ha - la, abs=2 * TOL),
+                                                            pytest.approx(hb - lb, abs=2 * TOL))
+    # by hand: the CPU medians are 199.6 µs (78.8–246.4) and 72.0 µs (61.5–82.4): a gap of 127.6 µs, inside the
+    # H200 runs' own 167.6 µs; the GPU busy medians 3.55 µs (3.01–3.57) and 1524.5 µs (1524.0–1525.0): a gap of
+    # some 1521 µs, beyond both spreads (0.56 and 0.95 µs)
+    assert gaps.loc["cpu_us_per_step", "verdict"] == "too noisy to tell"
+    assert gaps.loc["gpu_busy_us_per_step", "verdict"] == "differs"
+    assert differences_of(cmp) == expected_differences(per)
+
+
+def test_a_verdict_some_runs_of_a_machine_give_varies_between_runs(tmp_path):
+    """One machine ran the config twice, once with the 64 run's trace and once with the 8192 run's: its bound is
+    not one verdict, and it is no difference from the machine whose run agrees with one of them."""
+    store = runs_of_one_config(tmp_path / "runs", {"h200": ["sweep_64_warm_eager"],
+                                                   "a100": ["sweep_8192_warm_eager", "sweep_64_warm_eager"]})
+    [match] = match_configs(store.list())
+    per = {m.label: [judged(store, r) for r in rs] for m, rs in match.machines}
+    h200 = per["NVIDIA H200 on vm"]
+    a100 = sorted(per["NVIDIA A100-SXM4-80GB on lab"], key=lambda item: item[0].meta["started_at"])  # 8192's first
+    assert [r.run_id.rsplit("-", 1)[1] for r, *_ in a100] == ["a1000", "a1001"]
+    cmp = machine_comparison(h200 + a100)  # runs in the order given: the A100's 8192 run first
+    bounds = [next(f for f in fs if f.id == "q2.bound") for _r, _p, _d, fs in h200 + a100]
+    b64, b8192 = bounds[0].evidence["bound"], bounds[1].evidence["bound"]
+    assert b64 != b8192 and bounds[2].evidence["bound"] == b64
+    t = cmp.table.set_index("machine")
+    assert t.loc["NVIDIA H200 on vm", "bound"] == b64
+    assert t.loc["NVIDIA A100-SXM4-80GB on lab", "bound"] == f"varies between runs: {b8192} (1 of 2); {b64} (1 of 2)"
+    cells, verdict = differences_of(cmp)[("finding", "q2.bound")]
+    assert verdict == "varies between runs"
+    assert cells == {"NVIDIA H200 on vm": bounds[0].title,
+                     "NVIDIA A100-SXM4-80GB on lab": f"varies between runs: {bounds[1].title} (1 of 2); "
+                                                     f"{bounds[0].title} (1 of 2)"}
+    assert set(cmp.gaps["verdict"]) == {"one run: spread unknown"}  # the H200 ran it once
+    assert differences_of(cmp) == expected_differences({"NVIDIA H200 on vm": h200,
+                                                        "NVIDIA A100-SXM4-80GB on lab": a100})
+
+
+def test_two_machines_that_share_a_label_stay_two_columns():
+    a = run_with({"source": "experiment", "host": {"hostname": "b"}, "device": {"name": "A", "type": "cuda"}})
+    b = run_with({"source": "experiment", "host": {"hostname": None}, "device": {"name": "A on b", "type": "cuda"}})
+    assert machine_of(a).label == machine_of(b).label and machine_of(a).key != machine_of(b).key
+    assert machine_labels([a, b, a]) == ["A on b", "A on b · 2", "A on b"]
 
 
 # --- importing another store ----------------------------------------------------------------------------------------
@@ -245,6 +384,56 @@ def test_broken_runs_are_skipped_with_their_reason(tmp_path):
     assert why[no_trace] == "no trace.json or trace.json.gz"
     assert "JSON" in why[not_json] or "json" in why[not_json]
     assert why[linked] == "table.txt is not a regular file: it is a symbolic link"
+
+
+def test_links_and_files_over_their_caps_are_skipped_by_name(tmp_path):
+    root = tmp_path / "src"
+    good = copy_h200_run(root, "sweep_64_warm_eager")
+    meta_link = copy_h200_run(root, "sweep_2048_warm_eager")
+    (root / meta_link / "meta.json").rename(root / "meta-elsewhere.json")
+    (root / meta_link / "meta.json").symlink_to(root / "meta-elsewhere.json")
+    trace_link = copy_h200_run(root, "sweep_4096_warm_eager")
+    (root / trace_link / "trace.json").rename(root / "trace-elsewhere.json")
+    (root / trace_link / "trace.json").symlink_to(root / "trace-elsewhere.json")
+    big = copy_h200_run(root, "sweep_8192_warm_eager")
+    cap = (APP / "sweep_64_warm_eager.json").stat().st_size  # the 64 run's trace fits, the 8192 run's does not
+    assert (APP / "sweep_8192_warm_eager.json").stat().st_size > cap
+    result = RunStore(tmp_path / "dest").import_store(root, max_bytes=cap)
+    assert [r.meta["imported_from"]["run_id"] for r in result.runs] == [good]
+    why = dict(result.skipped)
+    assert why[meta_link] == "meta.json is not a regular file: it is a symbolic link"
+    assert why[trace_link] == "trace.json is not a regular file: it is a symbolic link"
+    assert why[big].startswith("trace.json is over ")
+
+
+@pytest.mark.parametrize("first, then, lands", [("good", "garbage", True), ("garbage", "good", False)])
+def test_what_lands_is_what_was_checked_whatever_the_source_becomes(tmp_path, monkeypatch, first, then, lands):
+    """The source's trace is replaced the moment the loader's check begins (after the import read it): the check
+    sees the bytes that were read, and the run that lands holds those bytes or nothing."""
+    import profiling_core.trace as trace_mod
+    good = (APP / "sweep_64_warm_eager.json").read_bytes()
+    content = {"good": good, "garbage": b"{ this is not json"}
+    root = tmp_path / "src"
+    rid = copy_h200_run(root, "sweep_64_warm_eager")
+    source = root / rid / "trace.json"
+    source.write_bytes(content[first])
+    real, checked = trace_mod.open_trace, []
+
+    def swapping(path, *args, **kwargs):
+        source.write_bytes(content[then])  # the file swapped between the import's read and its check
+        checked.append(Path(path).read_bytes())
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(trace_mod, "open_trace", swapping)
+    dest = RunStore(tmp_path / "dest")
+    result = dest.import_store(root)
+    assert checked == [content[first]]  # the check read the bytes the import had read, not the swapped file
+    if lands:
+        [run] = result.runs
+        assert run.trace_path.read_bytes() == content[first] == checked[0]
+    else:
+        assert result.runs == [] and dest.list() == []
+        assert "JSON" in dict(result.skipped)[rid] or "json" in dict(result.skipped)[rid]
 
 
 def tarball(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:

@@ -293,8 +293,8 @@ def gemm_vs_peak(run_ids: list[str]) -> pd.DataFrame:
 
 
 def machine_comparison(run_ids: list[str]):
-    """The runs side by side, one per machine (``present.machine_comparison``): each judged against its own device's
-    peaks (:func:`diagnosis`), with its findings."""
+    """The runs of one config side by side by machine (``present.machine_comparison``: each machine's runs its
+    median and spread), each judged against its own device's peaks (:func:`diagnosis`), with its findings."""
     return present.machine_comparison((load_run(r), report(r), diagnosis(r), findings(r)) for r in run_ids)
 
 

@@ -12,8 +12,9 @@
 - ``summaries``: tables and labels about runs from plain data (a ``Run``, its ``Report``, its ``DiagnosisReport``,
   calibrations): :func:`runs_table`, :func:`config_summary`, :func:`mode_label`, :func:`run_size`,
   :func:`step_summary` / :func:`step_summaries`, :func:`peaks_frame`, :func:`gemm_vs_peak`, ...
-- ``machines``: the same config across machines (:func:`machine_comparison`: per-step time, the GEMM against each
-  device's own peak, the findings and diagnoses that differ) and the machines of a store (:func:`machines_table`).
+- ``machines``: the same config across machines (:func:`machine_comparison`: over each machine's runs, the median
+  per-step time and GEMM against each device's own peak with their spread, the gaps beyond it, the findings and
+  diagnoses that differ) and the machines of a store (:func:`machines_table`).
 - ``memory``: the memory section of a run (:func:`memory_section`: its charts' frames and its peak in a sentence)
   and the comparison of runs (:func:`memory_comparison`), from the analyses' memory frames.
 
@@ -33,7 +34,8 @@ __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "cha
            "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind", "different_work", "run_size_axis",
            "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary", "memory", "MEMORY_HOWTO", "MEMORY_HOWTO_RUNS",
            "MemorySection", "memory_section", "memory_steps", "memory_comparison", "peak_sentence", "machines",
-           "MACHINE_COMPARISON_COLUMNS", "MACHINES_COLUMNS", "ABSENT", "MachineComparison", "machine_comparison",
+           "MACHINE_COMPARISON_COLUMNS", "MACHINE_RUNS_COLUMNS", "MACHINE_GAPS_COLUMNS", "MACHINES_COLUMNS", "ABSENT",
+           "DIFFERS", "TOO_NOISY", "ONE_RUN", "VARIES", "GAP_VALUES", "MachineComparison", "machine_comparison",
            "machines_table", "machine_labels"]
 
 _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
@@ -44,8 +46,9 @@ _SUMMARIES = {"RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_s
               "different_work", "run_size_axis", "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary"}
 _MEMORY = {"MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection", "memory_section", "memory_steps", "memory_comparison",
            "peak_sentence"}
-_MACHINES = {"MACHINE_COMPARISON_COLUMNS", "MACHINES_COLUMNS", "ABSENT", "MachineComparison", "machine_comparison",
-             "machines_table", "machine_labels"}
+_MACHINES = {"MACHINE_COMPARISON_COLUMNS", "MACHINE_RUNS_COLUMNS", "MACHINE_GAPS_COLUMNS", "MACHINES_COLUMNS",
+             "ABSENT", "DIFFERS", "TOO_NOISY", "ONE_RUN", "VARIES", "GAP_VALUES", "MachineComparison",
+             "machine_comparison", "machines_table", "machine_labels"}
 
 
 def __getattr__(name: str):

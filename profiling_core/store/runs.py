@@ -454,9 +454,12 @@ class RunStore:
         A run folder is skipped, with the reason in :attr:`StoreImport.skipped`, when its meta.json cannot be used
         (the reasons ``RunStore.list`` gives), it has no trace or a trace the loader refuses (as
         :meth:`import_trace`: over ``max_bytes`` decompressed, not JSON, ...), a file of it is not a regular file
-        (a link, a FIFO, a device) or is over its cap (table.txt 16 MiB, memory_categories.json 64 MiB), or a run
+        (a link, a FIFO, a device) or is over its cap (meta.json 1 MiB, the trace ``max_bytes``, table.txt 16 MiB,
+        memory_categories.json 64 MiB), or a run
         of that id is here already (its own id, or an import's ``imported_from``): importing a store twice adds
-        nothing the second time. Hidden folders (``.staging``, ``.trash``) are never read.
+        nothing the second time. Hidden folders (``.staging``, ``.trash``) are never read. Each file of a run folder
+        is read once, under its cap and without following a link; the loader checks those bytes and those bytes
+        land, so a file replaced while the import runs cannot slip past the check.
 
         An archive is refused whole, with RunStoreError naming the member, when a member's path is absolute or
         holds ``..``, a member is a link (symbolic or hard), a device or a FIFO, a path appears twice, a run's file
@@ -488,7 +491,10 @@ class RunStore:
             return self._import_store_dir(root, shown, max_bytes)
 
     def _import_store_dir(self, src: Path, shown: str, max_bytes: int) -> StoreImport:
-        from ..trace import open_trace  # the loader imports numpy and msgspec: only when importing
+        """Each run folder's files are read once, under their caps and without following links
+        (``read_small_file``); the trace's loader check (:func:`_trace_problem`) reads those bytes from a private
+        copy, and :meth:`import_run` commits those same bytes. A file of ``src`` changed, replaced or turned into a
+        link after it was read changes neither what was checked nor what lands."""
         from .peaks import PeakBook
         out = StoreImport()
         here = self.list()
@@ -518,7 +524,7 @@ class RunStore:
             if p.name in present:
                 out.skipped.append((name, f"already in this store (run id {p.name})"))
                 continue
-            meta, why = _read_meta(p / META_FILE)
+            meta, why = _read_meta(p / META_FILE, follow_symlinks=False)
             files: dict[str, bytes] = {}
             for fname, cap in caps.items():
                 if why is not None:
@@ -531,11 +537,8 @@ class RunStore:
             if why is None and TRACE_FILE not in files and TRACE_GZ_FILE not in files:
                 why = f"no {TRACE_FILE} or {TRACE_GZ_FILE}"
             if why is None:
-                trace = p / (TRACE_FILE if TRACE_FILE in files else TRACE_GZ_FILE)
-                try:
-                    open_trace(trace, engine="sqlite", max_bytes=max_bytes).close()
-                except TraceError as exc:
-                    why = str(exc).replace(os.fspath(trace), trace.name)
+                fname = TRACE_FILE if TRACE_FILE in files else TRACE_GZ_FILE
+                why = _trace_problem(fname, files[fname], max_bytes)
             if why is not None:
                 out.skipped.append((name, why))
                 continue
@@ -572,6 +575,26 @@ class RunStore:
             self._abort(staging)
             raise
         return self._commit(run_id, staging, meta)
+
+
+def _trace_problem(fname: str, data: bytes, max_bytes: int) -> Optional[str]:
+    """Why the loader every analysis uses (``open_trace``, the offline mirror) refuses these bytes of a trace named
+    ``fname`` (over ``max_bytes`` decompressed, not JSON, ...), or None. The loader reads a path: the bytes are
+    written to a file in a private temporary folder first, so what it checks is exactly ``data``, whatever happens
+    to the file they were read from."""
+    from ..trace import open_trace  # the loader imports numpy and msgspec: only when importing
+    with tempfile.TemporaryDirectory(prefix="profiling_core-check-") as tmp:
+        path = Path(tmp) / fname
+        try:
+            with open(path, "xb") as f:
+                f.write(data)
+        except OSError as exc:
+            return f"{fname} could not be checked: {exc.strerror or exc}"
+        try:
+            open_trace(path, engine="sqlite", max_bytes=max_bytes).close()
+        except TraceError as exc:
+            return str(exc).replace(os.fspath(path), fname)
+    return None
 
 
 def _member_problem(m: tarfile.TarInfo) -> Optional[str]:
@@ -726,9 +749,10 @@ class _Meta(msgspec.Struct):
     machine_load: Optional[_LoadMeta] = None
 
 
-def _read_meta(path: Path) -> tuple[dict, Optional[str]]:
-    """``(meta, None)``, or ``({}, why)`` when the file at ``path`` cannot be used as a run's meta.json."""
-    meta, why = read_json_object(path, "meta.json", META_MAX_BYTES, META_MAX_DEPTH)
+def _read_meta(path: Path, follow_symlinks: bool = True) -> tuple[dict, Optional[str]]:
+    """``(meta, None)``, or ``({}, why)`` when the file at ``path`` cannot be used as a run's meta.json (a symbolic
+    link where ``follow_symlinks`` is false)."""
+    meta, why = read_json_object(path, "meta.json", META_MAX_BYTES, META_MAX_DEPTH, follow_symlinks=follow_symlinks)
     if why is not None:
         return {}, why
     try:
