@@ -48,14 +48,14 @@ def test_valid_ids_pass():
 
 def test_a_run_becomes_visible_only_when_complete(store, monkeypatch):
     seen_while_copying = {}
-    copy = shutil.copyfile
+    copy = shutil.copyfileobj
 
-    def watching_copy(src, dst):
-        out = copy(src, dst)
+    def watching_copy(src, dst, *args):
+        out = copy(src, dst, *args)
         seen_while_copying.update(listed=store.list(), staging=staging_folders(store))
         return out
 
-    monkeypatch.setattr(shutil, "copyfile", watching_copy)
+    monkeypatch.setattr(shutil, "copyfileobj", watching_copy)
     run = store.import_trace(H200, name="n")
     assert seen_while_copying["listed"] == []  # a staging folder is never listed
     assert len(seen_while_copying["staging"]) == 1 and not seen_while_copying["staging"][0].exists()
@@ -300,3 +300,22 @@ def test_staging_of_a_killed_writer_is_removed_on_the_next_open(tmp_path):
         writer.kill()
         writer.wait()
     assert staging_folders(RunStore(root)) == []
+
+
+def test_an_imported_trace_lands_as_the_loader_checked_it(store, tmp_path, monkeypatch):
+    """The source is read once: a file replaced right after the loader's check cannot put other bytes in the store."""
+    import profiling_core.trace as trace_mod
+    src = tmp_path / "mine.json"
+    good = H200.read_bytes()
+    src.write_bytes(good)
+    real = trace_mod.open_trace
+
+    def check_then_swap(path, *args, **kwargs):
+        session = real(path, *args, **kwargs)
+        src.write_bytes(b'{"traceEvents": [')  # replaced the moment the check has read it
+        return session
+
+    monkeypatch.setattr(trace_mod, "open_trace", check_then_swap)
+    run = store.import_trace(src, name="n")
+    assert run.trace_path.read_bytes() == good
+    assert run.meta["size_bytes"] == len(good)

@@ -394,23 +394,37 @@ class RunStore:
         from ..trace import open_trace  # the loader imports numpy and msgspec: only when importing
         src = Path(source)
         shown = filename or src.name
-        try:
-            open_trace(src, engine="sqlite", max_bytes=max_bytes).close()
-        except TraceError as exc:
-            if filename is None:
-                raise
-            raise type(exc)(str(exc).replace(os.fspath(src), filename)) from None
-        try:
-            with open(src, "rb") as f:
-                is_gz = f.read(2) == b"\x1f\x8b"
-            size = src.stat().st_size
-        except OSError as exc:
-            raise RunStoreError(f"cannot read {shown}: {exc.strerror}") from None
+
+        def check(path: Path) -> None:
+            try:
+                open_trace(path, engine="sqlite", max_bytes=max_bytes).close()
+            except TraceError as exc:
+                raise type(exc)(str(exc).replace(os.fspath(path), filename or os.fspath(src))) from None
+
         meta = {"name": name or shown, "status": "ok", "source": "import", "original_filename": shown,
-                "size_bytes": size, "started_at": datetime.now(timezone.utc).isoformat(),
+                "size_bytes": None, "started_at": datetime.now(timezone.utc).isoformat(),
                 "host": socket.gethostname(), "config": None}
-        return self._land(name or shown.removesuffix(".gz").removesuffix(".json"), meta,
-                          lambda staging: shutil.copyfile(src, staging / (TRACE_GZ_FILE if is_gz else TRACE_FILE)),
+
+        def fill(staging: Path) -> None:
+            # The source is read once, into the staging folder, and the loader checks that copy: what lands is
+            # exactly what was checked, whatever happens to the source meanwhile.
+            try:
+                f = open(src, "rb")
+            except OSError as exc:
+                raise RunStoreError(f"cannot read {shown}: {exc.strerror}") from None
+            with f:
+                size = os.fstat(f.fileno()).st_size
+                if size > max_bytes:
+                    check(src)  # the loader's own refusal of a file over the cap, before anything is copied
+                head = f.read(2)
+                dest = staging / (TRACE_GZ_FILE if head == b"\x1f\x8b" else TRACE_FILE)
+                with open(dest, "xb") as out:
+                    out.write(head)
+                    shutil.copyfileobj(f, out, 1 << 20)
+            check(dest)
+            meta["size_bytes"] = dest.stat().st_size
+
+        return self._land(name or shown.removesuffix(".gz").removesuffix(".json"), meta, fill,
                           f"could not copy {shown} into the store")
 
     def import_run(self, files: Mapping[str, bytes], meta: dict) -> Run:
