@@ -3,8 +3,9 @@
 
 Each cell is one fresh process, timed from outside: its wall time and its own peak RSS (``os.wait4``). Rounds are
 interleaved (every process of every trace once per round, the order rotated each round), so a noisy machine slows
-all of them alike; read the ratios of one run, not absolutes across runs. The table gives min and median wall and
-the median peak RSS of the rounds.
+all of them alike; read the ratios of one run, not absolutes across runs. The table gives min and median wall, the
+median CPU time (user + system, the process's threads together: on a shared machine it moves less than the wall)
+and the median peak RSS of the rounds.
 
 The processes, per trace:
 
@@ -30,7 +31,8 @@ events repeated N times as N ranks of one file (``bench_trace.make_trace``: pid 
 Outputs: ``--save-outputs DIR`` keeps the ``--json`` output of each engine on each trace (from the first round);
 ``--check-outputs DIR`` compares this run's outputs with those byte for byte and fails on any difference (run it with
 the tree before a change, then after). ``--profile T`` prints instead where one ``analyze --json`` process's time goes
-(imports, load, tables, each analysis, findings, diagnosis, JSON) and cProfile's top entries; ``--importtime`` adds
+(imports, load, tables, each analysis, findings, diagnosis, JSON: wall and CPU time of each, in a process started as
+an ``analyze`` process starts) and cProfile's top entries; ``--importtime`` adds
 ``python -X importtime``'s largest imports.
 
 Bytecode caching is on for the children (``PYTHONPYCACHEPREFIX`` in a temporary folder, written by a warm-up run), as
@@ -195,8 +197,18 @@ def record(trace: str, folder: str, out: str) -> None:
         f.write(msgspec.msgpack.encode(answers))
 
 
+def _as_analyze_process() -> None:
+    """What an ``analyze`` process does before it imports pandas (a tree without it: nothing)."""
+    try:
+        from profiling_core.cli import text_in_python_objects
+    except ImportError:
+        return
+    text_in_python_objects()
+
+
 def replay(trace: str, answers_file: str) -> int:
     """(child, timed) The command with trace_processor's answers read from ``answers_file``."""
+    _as_analyze_process()
     import msgspec
     with open(answers_file, "rb") as f:
         answers = msgspec.msgpack.decode(f.read())
@@ -205,18 +217,20 @@ def replay(trace: str, answers_file: str) -> int:
 
 # --- whole processes ---------------------------------------------------------------------------------------------
 
-def run_process(argv: list, env: dict, stdout_path: str | None = None) -> dict:
-    """Run ``argv``; its wall time and its own peak RSS (os.wait4), its stdout kept in ``stdout_path``."""
+def run_process(argv: list, env: dict, stdout_path: str | None = None, cwd: str = ROOT) -> dict:
+    """Run ``argv`` in ``cwd``; its wall time, its own CPU time (user + system) and peak RSS (os.wait4), its stdout
+    kept in ``stdout_path``. (``python -m`` puts ``cwd`` before PYTHONPATH on sys.path: a process of another tree
+    runs in that tree's folder.)"""
     with open(stdout_path or os.devnull, "wb") as out:
         t0 = time.perf_counter()
-        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env, cwd=cwd)
         err = p.stderr.read()
         _, status, usage = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
     rc = os.waitstatus_to_exitcode(status)
     if rc != 0:
         raise RuntimeError(f"{argv[:4]} failed ({rc}): {err.decode(errors='replace')[-2000:]}")
-    return {"wall_s": wall, "rss_mib": usage.ru_maxrss / 1024}
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mib": usage.ru_maxrss / 1024}
 
 
 def child_env(pycache: str) -> dict:
@@ -289,19 +303,19 @@ def bench(args) -> int:
             return e if root is None else {**e, "PYTHONPATH": root,
                                            "PYTHONPYCACHEPREFIX": os.path.join(tmp, "pyc", str(hash(root)))}
         before = os.path.abspath(args.before_root) if args.before_root else None
-        plan = [(c, label, argv, env_of(root)) for c in cases for label, argv, root in
+        plan = [(c, label, argv, env_of(root), root or ROOT) for c in cases for label, argv, root in
                 processes(c, args.ti_python, before)]
-        for c, label, argv, e in plan:  # warm-up: bytecode written, files in the page cache
-            run_process(argv, e)
-        results: dict = {(c["name"], label): [] for c, label, _, _ in plan}
+        for c, label, argv, e, cwd in plan:  # warm-up: bytecode written, files in the page cache
+            run_process(argv, e, cwd=cwd)
+        results: dict = {(c["name"], label): [] for c, label, _, _, _ in plan}
         outputs = os.path.join(tmp, "outputs")
         os.makedirs(outputs)
         for r in range(args.rounds):
             k = r % len(plan)
-            for c, label, argv, e in plan[k:] + plan[:k]:
+            for c, label, argv, e, cwd in plan[k:] + plan[:k]:
                 keep = os.path.join(outputs, f"{c['name']}.{label.replace(' ', '_')}.json") \
                     if r == 0 and label != "traceinsight" else None
-                results[(c["name"], label)].append(run_process(argv, e, keep))
+                results[(c["name"], label)].append(run_process(argv, e, keep, cwd))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         report(args, cases, results)
         return check_outputs(args, outputs)
@@ -341,9 +355,10 @@ def check_outputs(args, outputs: str) -> int:
 def report(args, cases: list, results: dict) -> None:
     print(f"\nmachine: {os.cpu_count()} cores ({_cpu_model()}), python {sys.version.split()[0]}, "
           f"{time.strftime('%Y-%m-%d %H:%M')}; {args.rounds} interleaved rounds of fresh processes\n")
-    print("| trace | process | wall min s | wall median s | peak RSS median MiB | traceinsight / this (median) "
-          "| this / shell (min) | RSS / shell |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| trace | process | wall min s | wall median s | CPU median s | peak RSS median MiB "
+          "| traceinsight / this (wall, median) | traceinsight / this (CPU, median) | this / shell (min) "
+          "| RSS / shell |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for c in cases:
         ti = results.get((c["name"], "traceinsight"))
         for label in ("sqlite", "sqlite before", "perfetto", "perfetto before", "traceinsight"):
@@ -352,15 +367,18 @@ def report(args, cases: list, results: dict) -> None:
                 continue
             walls = [x["wall_s"] for x in runs]
             rss = statistics.median(x["rss_mib"] for x in runs)
-            vs_ti = "–"
+            vs_ti = vs_ti_cpu = "–"
             if ti and label != "traceinsight":  # per round: the same round's traceinsight over this
                 vs_ti = f"{statistics.median(t['wall_s'] / x['wall_s'] for t, x in zip(ti, runs)):.1f}×"
+                vs_ti_cpu = f"{statistics.median(t['cpu_s'] / x['cpu_s'] for t, x in zip(ti, runs)):.1f}×"
+            cpu = statistics.median(x["cpu_s"] for x in runs)
             shell = SHELL.get(c["name"])
             vs_shell = f"{min(walls) / shell[0]:.2f}×" if shell and label != "traceinsight" else "–"
             rss_shell = f"{rss / shell[1]:.2f}×" if shell and label != "traceinsight" else "–"
             name = f"{c['name']} ({c['mib']:.0f} MiB, {c['events'] / 1000:.0f}k events)"
             print(f"| {name} | {label.replace('perfetto', 'perfetto (Python side)')} | {min(walls):.2f} | "
-                  f"{statistics.median(walls):.2f} | {rss:.0f} | {vs_ti} | {vs_shell} | {rss_shell} |")
+                  f"{statistics.median(walls):.2f} | {cpu:.2f} | {rss:.0f} | {vs_ti} | {vs_ti_cpu} | {vs_shell} | "
+                  f"{rss_shell} |")
 
 
 def _cpu_model() -> str:
@@ -375,15 +393,18 @@ def _cpu_model() -> str:
 
 def profile(args) -> int:
     """Phases of one ``analyze --json`` run in this process (after the imports), then cProfile's top entries."""
-    t0 = time.perf_counter()
+    _as_analyze_process()
+    clock = lambda: (time.perf_counter(), time.process_time())  # noqa: E731 - wall, and CPU (all threads)
+    c0 = clock()
     from profiling_core.analyses import analyze as _analyze_imported  # noqa: F401 - timed: the imports
     from profiling_core.analyses import report as rep
     from profiling_core.cli.analyze import build_json
     from profiling_core.explain.diagnosis import diagnose
     from profiling_core.explain.questions import findings
     from profiling_core.trace import open_trace
-    t_imports = time.perf_counter() - t0
-    phases = [("imports (profiling_core, numpy, pandas)", t_imports)]
+    c1 = clock()
+    phases = [(f"imports (profiling_core, numpy, pandas{', pyarrow' if sys.modules.get('pyarrow') else ''})",
+               c1[0] - c0[0], c1[1] - c0[1])]
     analyses: list = []
 
     def timed(name, fn):
@@ -402,26 +423,26 @@ def profile(args) -> int:
 
     def once():
         analyses.clear()
-        t = time.perf_counter()
+        marks = [clock()]
         s = open_trace(args.profile, engine=args.engine)
-        t1 = time.perf_counter()
+        marks.append(clock())
         s.tables  # noqa: B018 - perfetto: the extraction queries
-        t2 = time.perf_counter()
+        marks.append(clock())
         r = rep.analyze(s)
-        t3 = time.perf_counter()
+        marks.append(clock())
         f = findings(r)
-        t4 = time.perf_counter()
+        marks.append(clock())
         d = diagnose(s, r)
-        t5 = time.perf_counter()
+        marks.append(clock())
         json.dumps(build_json(r, f, d), ensure_ascii=False)
-        t6 = time.perf_counter()
+        marks.append(clock())
         s.close()
-        return [("open_trace (decode, tables)", t1 - t), ("session.tables", t2 - t1), ("analyze", t3 - t2),
-                ("findings", t4 - t3), ("diagnose", t5 - t4), ("JSON output", t6 - t5)]
+        names = ("open_trace (decode, tables)", "session.tables", "analyze", "findings", "diagnose", "JSON output")
+        return [(n, b[0] - a[0], b[1] - a[1]) for n, a, b in zip(names, marks, marks[1:])]
     phases += once()
-    print(f"{args.profile} ({args.engine}):\n\n| phase | s |\n|---|---|")
-    for name, t in phases:
-        print(f"| {name} | {t:.3f} |")
+    print(f"{args.profile} ({args.engine}):\n\n| phase | wall s | CPU s |\n|---|---|---|")
+    for name, t, cpu in phases:
+        print(f"| {name} | {t:.3f} | {cpu:.3f} |")
     print("\n| analysis (inside analyze) | s |\n|---|---|")
     for name, t in sorted(analyses, key=lambda x: -x[1]):
         print(f"| {name} | {t:.3f} |")

@@ -259,6 +259,21 @@ def test_per_event_names_are_one_shared_str_per_name(path):
             assert g[c].dtype == object and len({id(v) for v in values}) == len(set(values)), c
 
 
+@pytest.mark.parametrize("name,want", [
+    ("ProfilerStep#12", "ProfilerStep*"), ("ProfilerStep#0", "ProfilerStep*"),
+    ("ProfilerStep#", "ProfilerStep#"), ("ProfilerStep#3x", "ProfilerStep#3x"),
+    ("ProfilerStep#3\n", "ProfilerStep#3\n"),  # (Python's "$" would match before the newline: not a step slice)
+    ("ProfilerStep#\u0663", "ProfilerStep#\u0663"),  # an Arabic-Indic digit: "\\d" in Python, not a step number
+    ("aten::mm", "aten::mm"),
+])
+def test_step_slices_read_as_one_name_whatever_pandas_stores_text_in(name, want):
+    """The first-step comparison names every ProfilerStep#N slice ProfilerStep* (N: ASCII digits and nothing after),
+    by Python on each name, so a process whose pandas has pyarrow (the app) and one that has not (``analyze``) agree
+    on every name."""
+    from profiling_core.explain.questions.base import _step_star
+    assert _step_star(name) == want
+
+
 def test_cpu_trace_has_no_gpu_results():
     s = session(CPU_TRACE)
     assert kernel_stats(s).empty and launch_latency(s).empty and launch_paths(s).empty

@@ -131,6 +131,50 @@ def test_add_parser_registers_analyze():
         parser.parse_args(["analyze", "x.json", "--engine", "nope"])
 
 
+_AS_PROGRAM = """
+import json, runpy, sys
+module, sys.argv = sys.argv[1], [sys.argv[1], *sys.argv[2:]]
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)  # what `python -m module args` runs
+except SystemExit as e:
+    rc = e.code
+loaded = sorted(m for m, v in sys.modules.items() if v is not None)
+print(json.dumps({"rc": rc, "modules": loaded}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv,path", [
+    (["profiling_core", "analyze"], DATA / "h200" / "4096_bf16_warm_compile.json"),
+    (["profiling_core.cli.analyze"], CPU_TRACE),
+    (["profiling_core", "analyze"], DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"),
+], ids=["h200", "cpu", "rocm"])
+def test_a_command_line_process_prints_what_the_library_computes_without_loading_pyarrow(argv, path, capsys):
+    """An ``analyze`` process keeps pandas from loading pyarrow (text columns in Python strings): its output is the
+    same bytes as the same command run here, where pandas has pyarrow (as in the app), and no pyarrow module is
+    loaded in it when it ends (its ``sys.modules``, read as ``python -m`` finishes)."""
+    pytest.importorskip("pyarrow")
+    assert analyze_cli.main([str(path), "--json", "--engine", "sqlite"]) == 0
+    here = capsys.readouterr().out
+    assert "pyarrow" in sys.modules  # (the comparison is between the two storages)
+    p = subprocess.run([sys.executable, "-c", _AS_PROGRAM, *argv, str(path), "--json", "--engine", "sqlite"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    end = json.loads(p.stderr.splitlines()[-1])
+    assert end["rc"] == 0, p.stderr[-2000:]
+    assert "pandas" in end["modules"] and not [m for m in end["modules"] if m.split(".")[0] == "pyarrow"]
+    assert p.stdout == here
+
+
+def test_main_with_arguments_leaves_the_collector_as_it_was(capsys):
+    """Only the process's own command line (no argv) freezes the heap on its way out; a caller that passes argv
+    (a test, a script) goes on, and its objects stay collectable."""
+    import gc
+    before = gc.get_freeze_count()
+    from profiling_core.cli import main
+    assert main(["analyze", str(CPU_TRACE), "--json", "--engine", "sqlite"]) == 0
+    capsys.readouterr()
+    assert gc.get_freeze_count() == before
+
+
 @pytest.mark.parametrize("argv", [["-m", "profiling_core.cli.analyze"], ["-m", "profiling_core", "analyze"]])
 def test_module_entry_points(argv):
     ok = subprocess.run([sys.executable, *argv, str(DATA / "h200" / "64_bf16_cold_eager.json"), "--json",

@@ -278,4 +278,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from . import leaving, text_in_python_objects
+    text_in_python_objects()
+    rc = main()
+    leaving()
+    sys.exit(rc)

@@ -7,6 +7,7 @@ their findings' ids); ``profiling_core.explain.questions.findings`` runs them in
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -69,6 +70,15 @@ def _per_name(col: pd.Series, fn) -> np.ndarray:
     return fn(pd.Series(uniq, dtype=object).astype(str)).to_numpy(dtype=object)[codes]
 
 
+_STEP_SLICE = re.compile(r"ProfilerStep#[0-9]+")
+
+
+def _step_star(name: str) -> str:
+    """``ProfilerStep#N`` (N: ASCII digits, nothing after them) as ``ProfilerStep*``; any other name as it is. (Python's
+    ``re`` on each name, whichever storage pandas gives the text column.)"""
+    return "ProfilerStep*" if _STEP_SLICE.fullmatch(name) else name
+
+
 def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
     """``{step: CPU slices of that step's chain}`` for the given steps (id, name with ProfilerStep#N as
     ProfilerStep*, dur_us, self_us = dur_us less its children's, occurrence = the how-manieth slice of that name in
@@ -77,7 +87,7 @@ def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
     child = cpu.groupby(["step", "parent_id"])["dur_us"].sum()
     out = cpu.drop(columns="parent_id")
     del cpu
-    out["name"] = _per_name(out["name"], lambda t: t.str.replace(r"^ProfilerStep#\d+$", "ProfilerStep*", regex=True))
+    out["name"] = _per_name(out["name"], lambda t: t.map(_step_star, na_action="ignore"))
     at = child.index.get_indexer(pd.MultiIndex.from_arrays([out["step"], out["id"]]))
     sums = np.append(child.to_numpy(dtype=float), 0.0)  # index -1 (no children) takes the 0
     out["self_us"] = out["dur_us"] - sums[at]

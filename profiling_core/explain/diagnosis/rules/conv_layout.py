@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ...questions.base import _per_name
 from ..base import Diagnosis, _Ctx, _fmt_us, _in_steps, _steps
 
 _TRANSPOSES = ("nchwtonhwc", "nhwctonchw")
@@ -18,8 +19,7 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     if ops.empty:
         return None
     k = _in_steps(r, ops[ops["category"] == "kernel"])
-    low = k["name"].astype(str).str.lower()
-    tr = k[low.str.contains("|".join(_TRANSPOSES))]
+    tr = k[_per_name(k["name"], lambda t: t.str.lower().str.contains("|".join(_TRANSPOSES), na=False)).astype(bool)]
     if tr.empty:
         return None
     n = _steps(r)

@@ -21,8 +21,8 @@ import numpy as np
 
 from ....analyses import phases_at
 from ....units import human_bytes
-from ..base import Diagnosis, _Ctx, _args_of, _fmt_us, _steps
-
+from ...questions.base import _per_name
+from ..base import Diagnosis, _args_of, _Ctx, _fmt_us, _steps
 
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
                "cuStreamSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
@@ -48,8 +48,8 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     idx = idx[inside]
     idx = _reached_device(idx, names, tb)
     lat = r.launch_latency
-    copies = lat[lat["step"].notna() & lat["gpu_name"].astype(str).str.contains("HtoD|DtoH", na=False)] \
-        if not lat.empty else lat
+    copies = lat[lat["step"].notna() & _per_name(lat["gpu_name"], lambda t: t.str.contains("HtoD|DtoH", na=False))
+                 .astype(bool)] if not lat.empty else lat
     copy_kinds = {k: int(copies["gpu_name"].astype(str).str.contains(k).sum()) for k in ("HtoD", "DtoH")}
     if len(idx) == 0 and not any(copy_kinds.values()):
         return None
