@@ -374,7 +374,25 @@ def _cpu_model() -> str:
 # --- where one process's time goes -------------------------------------------------------------------------------
 
 def profile(args) -> int:
-    """Phases of one ``analyze --json`` run in this process (after the imports), then cProfile's top entries."""
+    """Phases of one ``analyze --json`` run in this process (after the imports), then cProfile's top entries. On the
+    perfetto engine trace_processor's answers are replayed (recorded first by a child, as for the timed rows), so the
+    figures are the engine's Python side: ``session.tables`` is the extraction queries and their hand-over, and the
+    args reader's queries run inside the analyses."""
+    if args.engine == "perfetto":
+        import msgspec
+        import perfetto.trace_processor as ptp
+        folder = next((rec for src, rec in TRACES.values() if os.path.basename(src).split(".json")[0]
+                       == os.path.basename(args.profile).split(".json")[0]), None)
+        if folder is None:
+            raise SystemExit(f"no recording for {args.profile}: the perfetto profile runs on " + ", ".join(TRACES))
+        with tempfile.TemporaryDirectory(prefix="bench-rec-") as d:
+            answers_file = os.path.join(d, "answers")
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--record", args.profile,
+                            os.path.join(SHARED, folder), answers_file], check=True, env=child_env(d))
+            with open(answers_file, "rb") as f:
+                answers = msgspec.msgpack.decode(f.read())
+        ptp.TraceProcessor = lambda trace=None, config=None: _Replayer(answers)
+        os.environ["PERFETTO_BIN"] = sys.executable
     t0 = time.perf_counter()
     from profiling_core.analyses import analyze as _analyze_imported  # noqa: F401 - timed: the imports
     from profiling_core.analyses import report as rep
@@ -407,6 +425,8 @@ def profile(args) -> int:
         t1 = time.perf_counter()
         s.tables  # noqa: B018 - perfetto: the extraction queries
         t2 = time.perf_counter()
+        s.devices  # noqa: B018 - perfetto: deviceProperties, read from the file
+        t2b = time.perf_counter()
         r = rep.analyze(s)
         t3 = time.perf_counter()
         f = findings(r)
@@ -416,7 +436,8 @@ def profile(args) -> int:
         json.dumps(build_json(r, f, d), ensure_ascii=False)
         t6 = time.perf_counter()
         s.close()
-        return [("open_trace (decode, tables)", t1 - t), ("session.tables", t2 - t1), ("analyze", t3 - t2),
+        return [("open_trace (decode, tables)", t1 - t), ("session.tables", t2 - t1), ("session.devices", t2b - t2),
+                ("analyze", t3 - t2b),
                 ("findings", t4 - t3), ("diagnose", t5 - t4), ("JSON output", t6 - t5)]
     phases += once()
     print(f"{args.profile} ({args.engine}):\n\n| phase | s |\n|---|---|")
@@ -459,7 +480,8 @@ def main(argv=None) -> int:
     ap.add_argument("--before-root", metavar="DIR", help="also time both engines of this tree (rows '... before'); "
                                                           "their outputs must equal this tree's")
     ap.add_argument("--profile", metavar="TRACE")
-    ap.add_argument("--engine", default="sqlite", choices=("sqlite",), help="with --profile")
+    ap.add_argument("--engine", default="sqlite", choices=("sqlite", "perfetto"), help="with --profile (perfetto: "
+                    "trace_processor's answers replayed, for traces with a recording)")
     ap.add_argument("--importtime", action="store_true")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--record", nargs=3, help=argparse.SUPPRESS)
