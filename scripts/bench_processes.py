@@ -37,7 +37,8 @@ Bytecode caching is on for the children (``PYTHONPYCACHEPREFIX`` in a temporary 
 for an installed package; a first run that compiles every module is not what a user pays twice.
 
 ``--before-root DIR`` also times both engines of another tree (a ``git archive`` of the commit before a change) in
-the same interleaved rounds, and checks that its outputs are the same bytes as this tree's.
+the same interleaved rounds, and checks that its outputs are the same bytes as this tree's (each tree's perfetto
+answers are recorded with that tree, as its SQL may differ).
 
 Usage:
     python scripts/bench_processes.py [--rounds 5] [--before-root DIR] [--ranks 2] [--ti-python /work/venv-ti/bin/python]
@@ -74,7 +75,6 @@ TRACES = {  # name: (trace file, its recorded trace_processor tables)
 }
 # trace_processor_shell v58.2 (load + 3 queries), measured on a quiet 16-core machine: the reference figures
 SHELL = {"control": (0.53, 115), "control_x2": (0.64, 165)}
-CELLS_PER_BATCH = 50_000
 
 TI_CHILD = r"""
 import logging, os, shutil, sys, tempfile
@@ -91,60 +91,30 @@ shutil.rmtree(d)
 
 # --- the perfetto engine's Python side over recorded answers -----------------------------------------------------
 
-def _protos():
+def _recorded():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import tp_recorded
+    return tp_recorded
+
+
+def _protos():  # (not through tp_recorded: the timed process imports only what the engine and perfetto import)
     from perfetto.trace_processor.platform import PlatformDelegate
     from perfetto.trace_processor.protos import ProtoFactory
     return ProtoFactory(PlatformDelegate())
-
-
-def _encode(protos, cols: list, rows: list) -> bytes:
-    """``rows`` as the QueryResult protobuf trace_processor sends (whole rows per batch, at most CELLS_PER_BATCH cells
-    each, the last one flagged)."""
-    res = protos.QueryResult()
-    res.column_names.extend(cols)
-    per = max(1, CELLS_PER_BATCH // max(1, len(cols)))
-    for start in range(0, max(1, len(rows)), per):
-        b = res.batch.add()
-        cells, ints, floats, strings, blobs = [], [], [], [], []
-        for row in rows[start:start + per]:
-            for v in row:
-                if v is None:
-                    cells.append(1)
-                elif isinstance(v, int):
-                    cells.append(2)
-                    ints.append(v)
-                elif isinstance(v, float):
-                    cells.append(3)
-                    floats.append(v)
-                elif isinstance(v, str):
-                    cells.append(4)
-                    strings.append(v)
-                else:
-                    cells.append(5)
-                    blobs.append(bytes(v))
-        b.cells.extend(cells)
-        b.varint_cells.extend(ints)
-        b.float64_cells.extend(floats)
-        b.string_cells = "".join(s + "\0" for s in strings)
-        b.blob_cells.extend(blobs)
-        b.is_last_batch = start + per >= len(rows)
-    return res.SerializeToString()
 
 
 class _Recorder:
     """A stand-in for perfetto's TraceProcessor that answers over a recording and keeps every answer's bytes."""
 
     def __init__(self, folder: str, answers: dict) -> None:
-        sys.path.insert(0, os.path.join(ROOT, "tests"))
         from pathlib import Path
-
-        import tp_recorded
-        self._rec = tp_recorded.RecordedTrace(Path(folder))
+        self._tp = _recorded()
+        self._rec = self._tp.RecordedTrace(Path(folder))
         self._answers, self._protos = answers, _protos()
 
     def query(self, sql: str):
         if sql not in self._answers:
-            self._answers[sql] = _encode(self._protos, *self._rec.rows(sql))
+            self._answers[sql] = self._tp.encode_result(self._protos, *self._rec.rows(sql))
         return _Replayer(self._answers).query(sql)
 
     def close(self) -> None:
@@ -232,9 +202,9 @@ def _gunzip(src: str, dst: str) -> None:
         shutil.copyfileobj(f, g, 1 << 22)
 
 
-def prepare(args, tmp: str) -> list[dict]:
+def prepare(args, tmp: str, roots: list) -> list[dict]:
     """The bench traces (decompressed: trace_processor reads them as they are, and so do we) and, for those with a
-    recording, the answers the perfetto engine's replay needs."""
+    recording, the answers the perfetto engine's replay needs: recorded for each tree in ``roots`` (its own SQL)."""
     names = args.only.split(",") if args.only else list(TRACES)
     cases = []
     env = child_env(os.path.join(tmp, "pyc"))
@@ -242,9 +212,11 @@ def prepare(args, tmp: str) -> list[dict]:
         src, rec = TRACES[name]
         path = os.path.join(tmp, f"{name}.json")
         _gunzip(os.path.join(SHARED, src), path)
-        answers = os.path.join(tmp, f"{name}.answers")
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--record", path, os.path.join(SHARED, rec),
-                        answers], check=True, env=env)
+        answers = {}
+        for k, root in enumerate(roots):
+            answers[root] = os.path.join(tmp, f"{name}.{k}.answers")
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--record", path, os.path.join(SHARED, rec),
+                            answers[root]], check=True, env={**env, "PYTHONPATH": root})
         cases.append({"name": name, "path": path, "answers": answers})
     if args.ranks > 1 and "control" in names:
         path = os.path.join(tmp, f"control_x{args.ranks}.json")
@@ -271,8 +243,8 @@ def processes(case: dict, ti_python: str | None, before: str | None) -> list[tup
         out.append((f"sqlite{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", "sqlite",
                                      "--json"], root))
         if case["answers"]:
-            out.append((f"perfetto{tag}", [py, os.path.abspath(__file__), "--replay", case["path"], case["answers"]],
-                        root))
+            out.append((f"perfetto{tag}", [py, os.path.abspath(__file__), "--replay", case["path"],
+                                           case["answers"][root]], root))
     if ti_python:
         out.append(("traceinsight", [ti_python, "-c", TI_CHILD.format(path=case["path"])], None))
     return out
@@ -281,14 +253,14 @@ def processes(case: dict, ti_python: str | None, before: str | None) -> list[tup
 def bench(args) -> int:
     tmp = tempfile.mkdtemp(prefix="bench-proc-")
     try:
-        cases = prepare(args, tmp)
+        before = os.path.abspath(args.before_root) if args.before_root else None
+        cases = prepare(args, tmp, [ROOT] + ([before] if before else []))
         env = child_env(os.path.join(tmp, "pyc"))
 
         def env_of(root):
             e = {k: v for k, v in env.items() if k != "PYTHONPATH"}
             return e if root is None else {**e, "PYTHONPATH": root,
                                            "PYTHONPYCACHEPREFIX": os.path.join(tmp, "pyc", str(hash(root)))}
-        before = os.path.abspath(args.before_root) if args.before_root else None
         plan = [(c, label, argv, env_of(root)) for c in cases for label, argv, root in
                 processes(c, args.ti_python, before)]
         for c, label, argv, e in plan:  # warm-up: bytecode written, files in the page cache
