@@ -114,7 +114,7 @@ class SqlArgs:
         paths: dict = {}  # a key's part after the name ("[0][1]") -> its index path, None if not an array element
         for a, rest, value in zip(c["arg_set_id"], c["rest"], c["value"]):
             a = int(a)
-            if value.__class__ is float and value != value:  # (NaN: no value)
+            if isinstance(value, float) and value != value:  # (NaN: no value)
                 value = None
             if not rest:
                 out[a] = value
