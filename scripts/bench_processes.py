@@ -358,8 +358,9 @@ def profile(args) -> int:
     if args.engine == "perfetto":
         import msgspec
         import perfetto.trace_processor as ptp
-        folder = next((rec for src, rec in TRACES.values() if os.path.basename(src).split(".json")[0]
-                       == os.path.basename(args.profile).split(".json")[0]), None)
+        stem = os.path.basename(args.profile).split(".json")[0]  # a bench trace's name, or its file's
+        folder = next((rec for name, (src, rec) in TRACES.items()
+                       if stem in (name, os.path.basename(src).split(".json")[0])), None)
         if folder is None:
             raise SystemExit(f"no recording for {args.profile}: the perfetto profile runs on " + ", ".join(TRACES))
         with tempfile.TemporaryDirectory(prefix="bench-rec-") as d:
