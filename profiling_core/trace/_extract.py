@@ -3,8 +3,8 @@
 The analyses never send SQL: they read a :class:`~profiling_core.trace._tables.TraceTables` (numpy columns of
 ``slice``, ``flow``, ``thread``, ``process``, ``thread_track``, and an :class:`ArgsReader` for the few arguments they
 need). The mirror builds those columns itself while it loads a trace; every other engine gets them from the
-queries in :data:`EXTRACTION_QUERIES` and :func:`args_query` (the arg sets an analysis asks for), which use only trace_processor's own tables and
-columns. So the perfetto engine (a real ``trace_processor_shell``) and any SQLite copy of trace_processor's tables
+queries in :data:`EXTRACTION_QUERIES` and :func:`args_query` (for the arg sets an analysis asks for), which use only
+trace_processor's own tables and columns. So the perfetto engine (a real ``trace_processor_shell``) and any SQLite copy of trace_processor's tables
 (the tests replay the tables a real trace_processor printed, ``tests/data/tp_tables``) feed the analyses through this
 one function, :func:`tables_from_sql`. docs/SQL.md lists the queries.
 
