@@ -83,17 +83,14 @@ _ONE_DECODER = msgspec.json.Decoder(Event, float_hook=str)
 BATCH = 16384
 
 
-def read_document(data: bytes | bytearray, source: str, stats=None) -> _RawTrace | list[msgspec.Raw]:
-    """The document's top level, its values left as zero-copy raw JSON slices: an object's ``traceEvents`` and
-    ``deviceProperties`` (a :class:`_RawTrace`; its other keys skipped), or a bare list's elements. The events are
-    not split or decoded (msgspec only checks the JSON while it skips over them), so this is also how the top-level
-    ``deviceProperties`` of a file is read without its events (``TraceSession.devices`` on the perfetto engine).
+def split_events(data: bytes | bytearray, source: str, stats=None) -> list[msgspec.Raw]:
+    """The trace's events as zero-copy raw JSON slices (an object with traceEvents, or a bare list).
 
-    Raises TraceFormatError for anything that is not a JSON object or list. Lone surrogate escapes are repaired first
-    (see :func:`repair_surrogates`; counted in ``stats``, a LoadStats).
+    Raises TraceFormatError for anything that is not such a document. Lone surrogate escapes are repaired first (see
+    :func:`repair_surrogates`; counted in ``stats``, a LoadStats).
     """
     try:
-        return _RAW_DECODER.decode(data)
+        doc = _RAW_DECODER.decode(data)
     except msgspec.ValidationError:
         raise TraceFormatError(f"{source}: top level must be a JSON object with 'traceEvents' "
                                "or a list of events") from None
@@ -101,19 +98,10 @@ def read_document(data: bytes | bytearray, source: str, stats=None) -> _RawTrace
         fixed, n = repair_surrogates(data)
         if n:
             _count(stats, "lone_surrogate", n)
-            return read_document(fixed, source, stats)
+            return split_events(fixed, source, stats)
         raise TraceFormatError(f"{source} is not valid JSON: {_short(e)}") from None
     except RecursionError:
         raise TraceFormatError(f"{source} nests JSON arrays/objects too deeply to be a trace") from None
-
-
-def split_events(data: bytes | bytearray, source: str, stats=None) -> list[msgspec.Raw]:
-    """The trace's events as zero-copy raw JSON slices (an object with traceEvents, or a bare list).
-
-    Raises TraceFormatError for anything that is not such a document (:func:`read_document`, which also repairs lone
-    surrogate escapes).
-    """
-    doc = read_document(data, source, stats)
     if isinstance(doc, list):
         return doc
     if stats is not None:
