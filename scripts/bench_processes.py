@@ -39,7 +39,8 @@ Bytecode caching is on for the children (``PYTHONPYCACHEPREFIX`` in a temporary 
 for an installed package; a first run that compiles every module is not what a user pays twice.
 
 ``--before-root DIR`` also times both engines of another tree (a ``git archive`` of the commit before a change) in
-the same interleaved rounds, and checks that its outputs are the same bytes as this tree's.
+the same interleaved rounds, and checks that its outputs are the same bytes as this tree's (each tree's perfetto
+answers are recorded with that tree, as its SQL may differ).
 
 Usage:
     python scripts/bench_processes.py [--rounds 5] [--before-root DIR] [--ranks 2] [--ti-python /work/venv-ti/bin/python]
@@ -76,7 +77,6 @@ TRACES = {  # name: (trace file, its recorded trace_processor tables)
 }
 # trace_processor_shell v58.2 (load + 3 queries), measured on a quiet 16-core machine: the reference figures
 SHELL = {"control": (0.53, 115), "control_x2": (0.64, 165)}
-CELLS_PER_BATCH = 50_000
 
 TI_CHILD = r"""
 import logging, os, shutil, sys, tempfile
@@ -93,60 +93,30 @@ shutil.rmtree(d)
 
 # --- the perfetto engine's Python side over recorded answers -----------------------------------------------------
 
-def _protos():
+def _recorded():
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import tp_recorded
+    return tp_recorded
+
+
+def _protos():  # (not through tp_recorded: the timed process imports only what the engine and perfetto import)
     from perfetto.trace_processor.platform import PlatformDelegate
     from perfetto.trace_processor.protos import ProtoFactory
     return ProtoFactory(PlatformDelegate())
-
-
-def _encode(protos, cols: list, rows: list) -> bytes:
-    """``rows`` as the QueryResult protobuf trace_processor sends (whole rows per batch, at most CELLS_PER_BATCH cells
-    each, the last one flagged)."""
-    res = protos.QueryResult()
-    res.column_names.extend(cols)
-    per = max(1, CELLS_PER_BATCH // max(1, len(cols)))
-    for start in range(0, max(1, len(rows)), per):
-        b = res.batch.add()
-        cells, ints, floats, strings, blobs = [], [], [], [], []
-        for row in rows[start:start + per]:
-            for v in row:
-                if v is None:
-                    cells.append(1)
-                elif isinstance(v, int):
-                    cells.append(2)
-                    ints.append(v)
-                elif isinstance(v, float):
-                    cells.append(3)
-                    floats.append(v)
-                elif isinstance(v, str):
-                    cells.append(4)
-                    strings.append(v)
-                else:
-                    cells.append(5)
-                    blobs.append(bytes(v))
-        b.cells.extend(cells)
-        b.varint_cells.extend(ints)
-        b.float64_cells.extend(floats)
-        b.string_cells = "".join(s + "\0" for s in strings)
-        b.blob_cells.extend(blobs)
-        b.is_last_batch = start + per >= len(rows)
-    return res.SerializeToString()
 
 
 class _Recorder:
     """A stand-in for perfetto's TraceProcessor that answers over a recording and keeps every answer's bytes."""
 
     def __init__(self, folder: str, answers: dict) -> None:
-        sys.path.insert(0, os.path.join(ROOT, "tests"))
         from pathlib import Path
-
-        import tp_recorded
-        self._rec = tp_recorded.RecordedTrace(Path(folder))
+        self._tp = _recorded()
+        self._rec = self._tp.RecordedTrace(Path(folder))
         self._answers, self._protos = answers, _protos()
 
     def query(self, sql: str):
         if sql not in self._answers:
-            self._answers[sql] = _encode(self._protos, *self._rec.rows(sql))
+            self._answers[sql] = self._tp.encode_result(self._protos, *self._rec.rows(sql))
         return _Replayer(self._answers).query(sql)
 
     def close(self) -> None:
@@ -161,12 +131,17 @@ class _Replayer:
         from perfetto.trace_processor.api import TraceProcessor
         self._answers, self._protos, self._iter = answers, _protos(), TraceProcessor.QueryResultIterator
 
+    spent: list = []  # (sql, seconds) of each query: perfetto's own work on an answer (read by --profile)
+
     def query(self, sql: str):
+        t = time.perf_counter()
         response = self._protos.QueryResult()
         response.ParseFromString(self._answers[sql])
         if response.error:
             raise RuntimeError(response.error)
-        return self._iter(response.column_names, response.batch)
+        it = self._iter(response.column_names, response.batch)
+        _Replayer.spent.append((sql, time.perf_counter() - t))
+        return it
 
     def close(self) -> None:
         pass
@@ -246,9 +221,9 @@ def _gunzip(src: str, dst: str) -> None:
         shutil.copyfileobj(f, g, 1 << 22)
 
 
-def prepare(args, tmp: str) -> list[dict]:
+def prepare(args, tmp: str, roots: list) -> list[dict]:
     """The bench traces (decompressed: trace_processor reads them as they are, and so do we) and, for those with a
-    recording, the answers the perfetto engine's replay needs."""
+    recording, the answers the perfetto engine's replay needs: recorded for each tree in ``roots`` (its own SQL)."""
     names = args.only.split(",") if args.only else list(TRACES)
     cases = []
     env = child_env(os.path.join(tmp, "pyc"))
@@ -256,9 +231,11 @@ def prepare(args, tmp: str) -> list[dict]:
         src, rec = TRACES[name]
         path = os.path.join(tmp, f"{name}.json")
         _gunzip(os.path.join(SHARED, src), path)
-        answers = os.path.join(tmp, f"{name}.answers")
-        subprocess.run([sys.executable, os.path.abspath(__file__), "--record", path, os.path.join(SHARED, rec),
-                        answers], check=True, env=env)
+        answers = {}
+        for k, root in enumerate(roots):
+            answers[root] = os.path.join(tmp, f"{name}.{k}.answers")
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--record", path, os.path.join(SHARED, rec),
+                            answers[root]], check=True, env={**env, "PYTHONPATH": root})
         cases.append({"name": name, "path": path, "answers": answers})
     if args.ranks > 1 and "control" in names:
         path = os.path.join(tmp, f"control_x{args.ranks}.json")
@@ -285,8 +262,8 @@ def processes(case: dict, ti_python: str | None, before: str | None) -> list[tup
         out.append((f"sqlite{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", "sqlite",
                                      "--json"], root))
         if case["answers"]:
-            out.append((f"perfetto{tag}", [py, os.path.abspath(__file__), "--replay", case["path"], case["answers"]],
-                        root))
+            out.append((f"perfetto{tag}", [py, os.path.abspath(__file__), "--replay", case["path"],
+                                           case["answers"][root]], root))
     if ti_python:
         out.append(("traceinsight", [ti_python, "-c", TI_CHILD.format(path=case["path"])], None))
     return out
@@ -295,7 +272,8 @@ def processes(case: dict, ti_python: str | None, before: str | None) -> list[tup
 def bench(args) -> int:
     tmp = tempfile.mkdtemp(prefix="bench-proc-")
     try:
-        cases = prepare(args, tmp)
+        before = os.path.abspath(args.before_root) if args.before_root else None
+        cases = prepare(args, tmp, [ROOT] + ([before] if before else []))
         env = child_env(os.path.join(tmp, "pyc"))
 
         def env_of(root):
@@ -392,8 +370,27 @@ def _cpu_model() -> str:
 # --- where one process's time goes -------------------------------------------------------------------------------
 
 def profile(args) -> int:
-    """Phases of one ``analyze --json`` run in this process (after the imports), then cProfile's top entries."""
+    """Phases of one ``analyze --json`` run in this process (after the imports), then cProfile's top entries. On the
+    perfetto engine trace_processor's answers are replayed (recorded first by a child, as for the timed rows), so the
+    figures are the engine's Python side: ``session.tables`` is the extraction queries and their hand-over, and the
+    args reader's queries run inside the analyses."""
     _as_analyze_process()
+    if args.engine == "perfetto":
+        import msgspec
+        import perfetto.trace_processor as ptp
+        stem = os.path.basename(args.profile).split(".json")[0]  # a bench trace's name, or its file's
+        folder = next((rec for name, (src, rec) in TRACES.items()
+                       if stem in (name, os.path.basename(src).split(".json")[0])), None)
+        if folder is None:
+            raise SystemExit(f"no recording for {args.profile}: the perfetto profile runs on " + ", ".join(TRACES))
+        with tempfile.TemporaryDirectory(prefix="bench-rec-") as d:
+            answers_file = os.path.join(d, "answers")
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--record", args.profile,
+                            os.path.join(SHARED, folder), answers_file], check=True, env=child_env(d))
+            with open(answers_file, "rb") as f:
+                answers = msgspec.msgpack.decode(f.read())
+        ptp.TraceProcessor = lambda trace=None, config=None: _Replayer(answers)
+        os.environ["PERFETTO_BIN"] = sys.executable
     clock = lambda: (time.perf_counter(), time.process_time())  # noqa: E731 - wall, and CPU (all threads)
     c0 = clock()
     from profiling_core.analyses import analyze as _analyze_imported  # noqa: F401 - timed: the imports
@@ -423,10 +420,13 @@ def profile(args) -> int:
 
     def once():
         analyses.clear()
+        _Replayer.spent.clear()
         marks = [clock()]
         s = open_trace(args.profile, engine=args.engine)
         marks.append(clock())
         s.tables  # noqa: B018 - perfetto: the extraction queries
+        marks.append(clock())
+        s.devices  # noqa: B018 - perfetto: deviceProperties, read from the file
         marks.append(clock())
         r = rep.analyze(s)
         marks.append(clock())
@@ -437,9 +437,17 @@ def profile(args) -> int:
         json.dumps(build_json(r, f, d), ensure_ascii=False)
         marks.append(clock())
         s.close()
-        names = ("open_trace (decode, tables)", "session.tables", "analyze", "findings", "diagnose", "JSON output")
+        names = ("open_trace (decode, tables)", "session.tables", "session.devices", "analyze", "findings", "diagnose",
+                 "JSON output")
         return [(n, b[0] - a[0], b[1] - a[1]) for n, a, b in zip(names, marks, marks[1:])]
     phases += once()
+    if args.engine == "perfetto":
+        own = [t for sql, t in _Replayer.spent if not sql.startswith("SELECT arg_set_id")]
+        arg = [t for sql, t in _Replayer.spent if sql.startswith("SELECT arg_set_id")]
+        phases += [(f"(perfetto's own parse + QueryResultIterator: {len(own)} extraction queries, in "
+                    "session.tables)", sum(own), float("nan")),
+                   (f"(perfetto's own parse + QueryResultIterator: {len(arg)} args queries, in analyze and "
+                    "diagnose)", sum(arg), float("nan"))]
     print(f"{args.profile} ({args.engine}):\n\n| phase | wall s | CPU s |\n|---|---|---|")
     for name, t, cpu in phases:
         print(f"| {name} | {t:.3f} | {cpu:.3f} |")
@@ -480,7 +488,8 @@ def main(argv=None) -> int:
     ap.add_argument("--before-root", metavar="DIR", help="also time both engines of this tree (rows '... before'); "
                                                           "their outputs must equal this tree's")
     ap.add_argument("--profile", metavar="TRACE")
-    ap.add_argument("--engine", default="sqlite", choices=("sqlite",), help="with --profile")
+    ap.add_argument("--engine", default="sqlite", choices=("sqlite", "perfetto"), help="with --profile (perfetto: "
+                    "trace_processor's answers replayed, for traces with a recording)")
     ap.add_argument("--importtime", action="store_true")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--record", nargs=3, help=argparse.SUPPRESS)

@@ -48,3 +48,52 @@ def test_device_properties_of_the_wrong_shape_name_nothing_and_refuse_nothing(tm
         devs = s.devices
         assert len(s.query("select * from slice")) == 1
     assert devs in ([], [{"id": None, "name": None, "compute_capability": None}])
+
+
+_GPU = '[{"id": 0, "name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0}]'
+_EVENT = '{"ph": "X", "name": %s, "pid": 1, "tid": 1, "ts": 1, "dur": 2, "args": %s}'
+_BAIT = '\\"deviceProperties\\": [{\\"id\\": 7, \\"name\\": \\"bait\\"}]'  # the key's text inside a JSON string
+
+
+def _doc(before: str = "", events: tuple = (), after: str = "") -> str:
+    evs = ", ".join(events) or _EVENT % ('"a"', "{}")
+    return "{" + before + '"traceEvents": [' + evs + "]" + after + "}"
+
+
+HOSTILE = {  # name: the file's text; each is read by the perfetto session and the mirror, and scanned with json
+    "first": _doc(f'"deviceProperties": {_GPU}, '),
+    "last": _doc(after=f', "deviceProperties": {_GPU}'),
+    "absent": _doc('"schemaVersion": 1, '),
+    "key_text_in_an_event_name_only": _doc(events=(_EVENT % (f'"x {_BAIT}"', "{}"),)),
+    "key_text_in_a_string_before_the_real_key": _doc(
+        f'"traceName": "{_BAIT}", ', (_EVENT % (f'"{_BAIT}"', "{}"),), f', "deviceProperties": {_GPU}'),
+    "key_in_an_events_args": _doc(events=(_EVENT % ('"a"', '{"deviceProperties": ' + _GPU + "}"),)),
+    "key_in_another_top_level_object": _doc('"distributedInfo": {"deviceProperties": ' + _GPU + "}, "),
+    "bare_list_of_events": "[" + _EVENT % ('"a"', '{"deviceProperties": ' + _GPU + "}") + "]",
+    "lone_surrogate_in_an_event": _doc(f'"deviceProperties": {_GPU}, ', (_EVENT % ('"a\\ud800b"', "{}"),)),
+    "an_event_list_of_one_long_string": _doc(
+        f'"deviceProperties": {_GPU}, ', (_EVENT % ('"' + "]}, " * 50_000 + _BAIT + '"', "{}"),)),
+}
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_device_properties_are_read_from_the_top_level_only_wherever_they_are(tmp_path, name, gz):
+    import gzip
+    text = HOSTILE[name]
+    p = tmp_path / ("t.json.gz" if gz else "t.json")
+    p.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    doc = json.loads(text)
+    expected = [(d["id"], d["name"]) for d in (doc.get("deviceProperties") or [])] if isinstance(doc, dict) else []
+    assert expected in ([], [(0, "NVIDIA H200")])
+    lazy = TraceSession(str(p), "perfetto", "test: the on-demand reading", backend=None).devices
+    with open_trace(p, engine="sqlite") as s:
+        mirror = s.devices
+    assert [(d["id"], d["name"]) for d in lazy] == expected
+    assert lazy == mirror
+
+
+def test_a_file_that_is_not_json_names_no_devices(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text('{"deviceProperties": ' + _GPU + ', "traceEvents": [{"ph": "X",')  # cut off mid-event
+    assert TraceSession(str(p), "perfetto", "test: the on-demand reading", backend=None).devices == []

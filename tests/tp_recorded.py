@@ -260,3 +260,69 @@ def perfetto_session(trace: Path, folder: Path):
                            PerfettoBackend(start))
     session.started = started
     return session
+
+
+CELLS_PER_BATCH = 50_000
+
+
+def _protos():
+    from perfetto.trace_processor.platform import PlatformDelegate
+    from perfetto.trace_processor.protos import ProtoFactory
+    return ProtoFactory(PlatformDelegate())
+
+
+def encode_result(protos, cols: list, rows: list) -> bytes:
+    """``rows`` as the QueryResult protobuf trace_processor sends (whole rows per batch, at most CELLS_PER_BATCH cells
+    each, the last one flagged): NULL, integer, float, string and blob cells as trace_processor types them."""
+    res = protos.QueryResult()
+    res.column_names.extend(cols)
+    per = max(1, CELLS_PER_BATCH // max(1, len(cols)))
+    for start in range(0, max(1, len(rows)), per):
+        b = res.batch.add()
+        cells, ints, floats, strings, blobs = [], [], [], [], []
+        for row in rows[start:start + per]:
+            for v in row:
+                if v is None:
+                    cells.append(1)
+                elif isinstance(v, int):
+                    cells.append(2)
+                    ints.append(v)
+                elif isinstance(v, float):
+                    cells.append(3)
+                    floats.append(v)
+                elif isinstance(v, str):
+                    cells.append(4)
+                    strings.append(v)
+                else:
+                    cells.append(5)
+                    blobs.append(bytes(v))
+        b.cells.extend(cells)
+        b.varint_cells.extend(ints)
+        b.float64_cells.extend(floats)
+        b.string_cells = "".join(s + "\0" for s in strings)
+        b.blob_cells.extend(blobs)
+        b.is_last_batch = start + per >= len(rows)
+    return res.SerializeToString()
+
+
+class ProtoTraceProcessor:
+    """Stands in for perfetto's ``TraceProcessor`` over a recording, in this process: ``query(sql)`` answers over the
+    recorded tables, encodes the rows as trace_processor would send them (:func:`encode_result`), and does what
+    perfetto's own ``query`` does with those bytes (``QueryResult.ParseFromString``, then perfetto's
+    ``QueryResultIterator``), so the engine reads perfetto's own result objects. ``sent`` lists the SQL; ``recording``
+    is the :class:`RecordedTrace` it answers over."""
+
+    def __init__(self, folder: Path) -> None:
+        from perfetto.trace_processor.api import TraceProcessor
+        self.recording = self._rec = RecordedTrace(Path(folder))
+        self._protos, self._iter = _protos(), TraceProcessor.QueryResultIterator
+        self.sent: list[str] = []
+
+    def query(self, sql: str):
+        self.sent.append(sql)
+        response = self._protos.QueryResult()
+        response.ParseFromString(encode_result(self._protos, *self._rec.rows(sql)))
+        return self._iter(response.column_names, response.batch)
+
+    def close(self) -> None:
+        self._rec.close()

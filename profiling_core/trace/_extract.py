@@ -3,16 +3,16 @@
 The analyses never send SQL: they read a :class:`~profiling_core.trace._tables.TraceTables` (numpy columns of
 ``slice``, ``flow``, ``thread``, ``process``, ``thread_track``, and an :class:`ArgsReader` for the few arguments they
 need). The mirror builds those columns itself while it loads a trace; every other engine gets them from the
-queries in :data:`EXTRACTION_QUERIES` and :func:`args_query`, which use only trace_processor's own tables and
-columns. So the perfetto engine (a real ``trace_processor_shell``) and any SQLite copy of trace_processor's tables
+queries in :data:`EXTRACTION_QUERIES` and :func:`args_query` (for the arg sets an analysis asks for), which use only
+trace_processor's own tables and columns. So the perfetto engine (a real ``trace_processor_shell``) and any SQLite copy of trace_processor's tables
 (the tests replay the tables a real trace_processor printed, ``tests/data/tp_tables``) feed the analyses through this
 one function, :func:`tables_from_sql`. docs/SQL.md lists the queries.
 
-The results are handed over as columns (``columns(sql)`` gives ``{column: list of values}``, None for NULL), not as
-DataFrames: perfetto's ``QueryResultIterator`` already holds one Python object per cell, and a DataFrame of them
-(``as_pandas_dataframe``) costs as much again (pandas infers a string dtype for every text column, which the tables
-then take apart into codes), so the perfetto engine reads the iterator's cells directly
-(``PerfettoBackend.query_columns``).
+The results are handed over as columns (``columns(sql)`` gives ``{column: its values}``, a list or an object array,
+None for NULL), not as DataFrames: perfetto's ``QueryResultIterator`` already holds one Python object per cell, and a
+DataFrame of them (``as_pandas_dataframe``) costs as much again (pandas infers a string dtype for every text column,
+which the tables then take apart into codes), so the perfetto engine hands over views of the iterator's own object
+array (``PerfettoBackend.query_columns``), which numpy converts to int64 in one call per column.
 """
 from __future__ import annotations
 
@@ -26,43 +26,63 @@ from ._tables import TextColumn, TraceTables
 __all__ = ["EXTRACTION_QUERIES", "args_query", "tables_from_sql", "SqlArgs", "ColumnsFn"]
 
 EXTRACTION_QUERIES = {
-    "slice": "SELECT id, ts, dur, track_id, category, name, depth, parent_id, arg_set_id FROM slice ORDER BY id",
+    "slice_ids": "SELECT count(*) AS n, min(id) AS lo, max(id) AS hi FROM slice",
+    "slice": "SELECT ts, dur, track_id, category, name, depth, parent_id, arg_set_id FROM slice ORDER BY id",
     "flow": "SELECT slice_out, slice_in FROM flow ORDER BY id",
     "thread": "SELECT utid, tid, name, upid, is_main_thread FROM thread ORDER BY utid",
     "process": "SELECT upid, pid, name FROM process ORDER BY upid",
     "thread_track": "SELECT id, utid FROM thread_track ORDER BY id",
 }
-"""One query per table the analyses read; the columns are those of :class:`TraceTables`."""
+"""One query per table the analyses read; the columns are those of :class:`TraceTables`. The slice ids are not
+fetched, only checked to be 0..n-1 (``slice_ids``: ids are unique, so n of them from 0 to n - 1 are those), as the
+analyses index slices by id."""
 
 _ARG_NAME = re.compile(r"^[A-Za-z0-9_ ]+$")
 _INDEXES = re.compile(r"\[(\d+)\]")
+ARGS_PER_QUERY = 10_000
+"""At most this many arg set ids in one args query's ``IN`` list (a statement of ~70 kB at most)."""
 
 
-def args_query(name: str) -> str:
-    """The rows of trace_processor's ``args`` table that hold the top-level argument ``name`` of any arg set (the
-    value itself, or the elements of an array, keyed ``args.<name>[i][j]...``)."""
+def args_query(name: str, arg_set_ids) -> str:
+    """The rows of trace_processor's ``args`` table that hold the top-level argument ``name`` of the arg sets
+    ``arg_set_ids`` (the value itself, or the elements of an array, keyed ``args.<name>[i][j]...``): each row's arg set,
+    its key after ``args.<name>`` (``""``, or ``[i][j]...``) and its value, the column its ``value_type`` names
+    (NULL for a type that holds none)."""
     if not _ARG_NAME.match(name):
         raise ValueError(f"argument names are letters, digits, '_' and spaces, got {name!r}")
-    return ("SELECT arg_set_id, key, int_value, string_value, real_value, value_type FROM args "
-            f"WHERE flat_key = 'args.{name}' ORDER BY arg_set_id")
+    ids = ",".join(str(int(a)) for a in arg_set_ids)
+    return (f"SELECT arg_set_id, substr(key, {len('args.' + name) + 1}) AS rest, "
+            "CASE WHEN value_type IN ('int', 'bool', 'uint', 'pointer') THEN int_value "
+            "WHEN value_type = 'real' THEN real_value WHEN value_type = 'string' THEN string_value END AS value "
+            f"FROM args WHERE flat_key = 'args.{name}' AND arg_set_id IN ({ids}) ORDER BY arg_set_id")
 
 
-ColumnsFn = Callable[[str], dict]  # SQL -> {column: list of its values, None for NULL}, in the query's column order
+ColumnsFn = Callable[[str], dict]  # SQL -> {column: its values (a list or an object array), None for NULL}, in order
 
 
-def _ints(col: list, null: int = -1) -> np.ndarray:
-    """A column of integers (None/NaN for NULL) as int64, ``null`` where NULL."""
+def _ints(col, null: int = -1) -> np.ndarray:
+    """A column of integers (a list or an object array; None/NaN for NULL) as int64, ``null`` where NULL."""
     if len(col) == 0:
         return np.zeros(0, np.int64)
+    cells = col if isinstance(col, np.ndarray) else np.array(col, dtype=object)
     try:
-        return np.array(col, dtype=np.int64)
-    except (TypeError, ValueError):  # NULLs (None, or NaN where a float crept in)
+        return cells.astype(np.int64)
+    except (TypeError, ValueError):  # NULLs
+        pass
+    try:
+        known = cells != None  # noqa: E711 - elementwise, on an object array
+        out = np.full(len(cells), null, np.int64)
+        out[known] = cells[known].astype(np.int64)
+        return out
+    except (TypeError, ValueError):  # NaN where a float crept in
         return np.array([null if v is None or v != v else v for v in col], dtype=np.int64)  # noqa: PLR0124 - NaN
 
 
-def _texts(col: list) -> list:
-    """A text column as str or None (NULL, NaN)."""
-    return [v if isinstance(v, str) else None for v in col]
+def _texts(col) -> list:
+    """A text column as str or None (NULL, NaN), equal strings as one object (as the mirror's loader interns them, so
+    that ``TextColumn.of`` codes them by identity)."""
+    one: dict = {}
+    return [one.setdefault(v, v) if isinstance(v, str) else None for v in col]
 
 
 def _opt_int(v):
@@ -70,29 +90,32 @@ def _opt_int(v):
 
 
 class SqlArgs:
-    """:class:`ArgsReader` over trace_processor's ``args`` table: one query per argument name (cached), whose rows are
-    put back together into each arg set's value (an array from its elements' ``[i][j]`` keys)."""
+    """:class:`ArgsReader` over trace_processor's ``args`` table: the rows of the arg sets asked for (each arg set's
+    rows fetched once per argument name, by :func:`args_query`), put back together into each arg set's value (an array
+    from its elements' ``[i][j]`` keys)."""
 
     def __init__(self, columns: ColumnsFn) -> None:
         self._columns = columns
-        self._cache: dict[str, dict] = {}
+        self._values: dict[str, dict] = {}  # name -> {arg_set_id: value} of the arg sets fetched that have it
+        self._fetched: dict[str, set] = {}  # name -> the arg set ids fetched
 
     def get(self, name: str, arg_set_ids) -> dict:
-        values = self._cache.get(name)
-        if values is None:
-            values = self._cache[name] = self._read(name)
-        return {a: values[a] for a in map(int, arg_set_ids) if a in values}
+        ids = [int(a) for a in arg_set_ids]
+        values = self._values.setdefault(name, {})
+        fetched = self._fetched.setdefault(name, set())
+        missing = sorted({a for a in ids if a >= 0} - fetched)
+        for k in range(0, len(missing), ARGS_PER_QUERY):
+            self._read(name, missing[k:k + ARGS_PER_QUERY], values)
+        fetched.update(missing)
+        return {a: values[a] for a in ids if a in values}
 
-    def _read(self, name: str) -> dict:
-        c = self._columns(args_query(name))
-        out: dict = {}
-        cut = len(f"args.{name}")
+    def _read(self, name: str, arg_set_ids: list, out: dict) -> None:
+        c = self._columns(args_query(name, arg_set_ids))
         paths: dict = {}  # a key's part after the name ("[0][1]") -> its index path, None if not an array element
-        for a, key, iv, sv, rv, vt in zip(c["arg_set_id"], c["key"], c["int_value"], c["string_value"],
-                                          c["real_value"], c["value_type"]):
+        for a, rest, value in zip(c["arg_set_id"], c["rest"], c["value"]):
             a = int(a)
-            value = _scalar(vt, iv, sv, rv)
-            rest = key[cut:]
+            if isinstance(value, float) and value != value:  # (NaN: no value)
+                value = None
             if not rest:
                 out[a] = value
                 continue
@@ -106,17 +129,6 @@ class SqlArgs:
             if not isinstance(root, list):
                 root = out[a] = []
             _put(root, path, value)
-        return out
-
-
-def _scalar(value_type, iv, sv, rv):
-    if value_type in ("int", "bool", "uint", "pointer"):
-        return _opt_int(iv)
-    if value_type == "real":
-        return None if rv is None or (isinstance(rv, float) and rv != rv) else float(rv)
-    if value_type == "string":
-        return sv if isinstance(sv, str) else None
-    return None
 
 
 def _put(root: list, path: list[int], value) -> None:
@@ -139,9 +151,9 @@ def tables_from_sql(columns: ColumnsFn) -> TraceTables:
     ``{column: list of values}``), from :data:`EXTRACTION_QUERIES`."""
     q = {name: columns(sql) for name, sql in EXTRACTION_QUERIES.items()}
     s = q["slice"]
-    ids = _ints(s["id"])
-    n = len(ids)
-    if n and not np.array_equal(ids, np.arange(n)):
+    n = len(s["ts"])
+    count, lo, hi = (q["slice_ids"][c][0] for c in ("n", "lo", "hi"))
+    if count != n or (n and (lo, hi) != (0, n - 1)):
         raise ValueError("slice ids are not 0..n-1 in id order; the analyses index slices by id")
     rows = np.arange(n)
     tt = q["thread_track"]

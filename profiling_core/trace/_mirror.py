@@ -27,9 +27,9 @@ from ._model import Model, build
 from ._stats import LoadStats
 from ._tables import ABSENT, TraceTables, visible_arg
 from ._decode import NotStreamable, iter_batches, repair_utf8, split_events, stream_typed
-from ._source import is_stream, iter_trace_chunks, read_trace_bytes
+from ._source import STREAM_CHUNK, is_stream, iter_trace_chunks, read_trace_bytes
 
-_STREAM_CHUNK = 4 << 20  # bytes of JSON read (and split into events) at a time
+_STREAM_CHUNK = STREAM_CHUNK  # bytes of JSON read (and split into events) at a time
 
 
 _PREFIX = "trace-mirror-"

@@ -116,7 +116,7 @@ class PerfettoBackend:
             raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
 
     def query_columns(self, sql: str) -> dict:
-        """``sql``'s result as ``{column: list of values}`` (None for NULL), read from perfetto's
+        """``sql``'s result as ``{column: object array of its values}`` (None for NULL): views of perfetto's
         ``QueryResultIterator`` as it holds them (``column_names`` and ``cells``, one Python object per cell, row after
         row), without the DataFrame ``as_pandas_dataframe`` would build of them: the extraction queries' hand-over."""
         import numpy as np
@@ -127,8 +127,8 @@ class PerfettoBackend:
             except Exception as e:  # noqa: BLE001 - perfetto raises TraceProcessorException
                 raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
         names = list(it.column_names)
-        cells = np.asarray(it.cells, dtype=object)
-        return {c: cells[j::len(names)].tolist() for j, c in enumerate(names)}
+        cells = np.asarray(it.cells, dtype=object).reshape(-1, len(names))
+        return {c: cells[:, j] for j, c in enumerate(names)}
 
     def query_df(self, sql: str):
         if not isinstance(sql, str):

@@ -54,9 +54,9 @@ class TraceSession:
         load_stats: for the mirror, what was read and what was skipped (``LoadStats``);
             None for perfetto.
         devices: the GPUs the trace says it ran on (Kineto's ``deviceProperties``: ``[{"id", "name",
-            "compute_capability"}]``, ``[]`` when it names none): read with the events by the mirror, and by one
-            more pass of the same loader over the file on first use for perfetto (trace_processor does not keep
-            them).
+            "compute_capability"}]``, ``[]`` when it names none): read with the events by the mirror, and on first
+            use for perfetto (trace_processor does not keep them) by the same streamed reading of the document, its
+            events split but not decoded.
     """
 
     def __init__(self, path: str, engine: str, engine_reason: str, backend: Any,
@@ -156,15 +156,17 @@ class _MirrorAdapter:
 
 
 def _devices_of_file(path: str) -> list[dict]:
-    """``deviceProperties`` of the trace at ``path``, through the loader's own reading of the document (streamed, the
-    events split but not decoded); ``[]`` for a file it cannot read."""
+    """``deviceProperties`` of the trace at ``path``, read as the mirror's loader reads them: the document streamed a
+    chunk at a time (``STREAM_CHUNK``, as the mirror reads it) and split around its events, which are not decoded, else
+    (a document that cannot be streamed) split whole; ``[]`` for a file it cannot read. Only about a chunk is held at
+    a time."""
     from ._decode import NotStreamable, split_events, stream_events
-    from ._source import iter_trace_chunks, read_trace_bytes
+    from ._source import STREAM_CHUNK, iter_trace_chunks, read_trace_bytes
     from ._stats import LoadStats
 
     stats = LoadStats()
     try:
-        for _ in stream_events(iter_trace_chunks(path, DEFAULT_MAX_BYTES), stats):
+        for _ in stream_events(iter_trace_chunks(path, DEFAULT_MAX_BYTES, STREAM_CHUNK), stats):
             pass
     except NotStreamable:
         try:

@@ -13,6 +13,7 @@ import zlib
 from ..errors import TraceFormatError, TraceTooLargeError
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # uncompressed bytes
+STREAM_CHUNK = 4 << 20  # bytes of JSON read (and split into events) at a time by the streamed readers
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 4 * 1024 * 1024
 _KINDS = ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
