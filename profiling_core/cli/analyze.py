@@ -278,7 +278,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from . import leaving, text_in_python_objects
+    from ._process import leaving, text_in_python_objects
     text_in_python_objects()
     rc = main()
     leaving()
