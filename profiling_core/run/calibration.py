@@ -141,16 +141,12 @@ def measure_peaks(device: str = "cuda", *, gemm_size: Optional[int] = None, copy
 
 
 def _cuda_driver() -> Optional[str]:
-    """The NVIDIA driver version (from NVML through torch when it can, else the CUDA driver API's number)."""
-    try:
-        import ctypes
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-        if lib.nvmlInit_v2() == 0:
-            buf = ctypes.create_string_buffer(96)
-            if lib.nvmlSystemGetDriverVersion(buf, 96) == 0:
-                return buf.value.decode()
-    except OSError:
-        pass
+    """The NVIDIA driver version (from NVML when it can, ``host.nvml_driver_version``; else the CUDA driver API's
+    number)."""
+    from .host import nvml_driver_version
+    version = nvml_driver_version()
+    if version:
+        return version
     try:
         import ctypes
         lib = ctypes.CDLL("libcuda.so.1")
