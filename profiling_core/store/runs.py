@@ -391,15 +391,11 @@ class RunStore:
         (an upload's own name, which may not fit a file name): it names the file in messages and is kept in
         meta.json as ``original_filename``; by default the source's name.
         """
-        from ..trace import open_trace  # the loader imports numpy and msgspec: only when importing
         src = Path(source)
         shown = filename or src.name
 
         def check(path: Path) -> None:
-            try:
-                open_trace(path, engine="sqlite", max_bytes=max_bytes).close()
-            except TraceError as exc:
-                raise type(exc)(str(exc).replace(os.fspath(path), filename or os.fspath(src))) from None
+            _check_trace(path, max_bytes, filename or os.fspath(src))
 
         meta = {"name": name or shown, "status": "ok", "source": "import", "original_filename": shown,
                 "size_bytes": None, "started_at": datetime.now(timezone.utc).isoformat(),
@@ -591,12 +587,20 @@ class RunStore:
         return self._commit(run_id, staging, meta)
 
 
-def _trace_problem(fname: str, data: bytes, max_bytes: int) -> Optional[str]:
-    """Why the loader every analysis uses (``open_trace``, the offline mirror) refuses these bytes of a trace named
-    ``fname`` (over ``max_bytes`` decompressed, not JSON, ...), or None. The loader reads a path: the bytes are
-    written to a file in a private temporary folder first, so what it checks is exactly ``data``, whatever happens
-    to the file they were read from."""
+def _check_trace(path: Path, max_bytes: int, shown: str) -> None:
+    """Raise what the loader every analysis uses (``open_trace``, the offline mirror) raises on the trace at
+    ``path`` (over ``max_bytes`` decompressed, not JSON, ...), its message naming the trace ``shown``."""
     from ..trace import open_trace  # the loader imports numpy and msgspec: only when importing
+    try:
+        open_trace(path, engine="sqlite", max_bytes=max_bytes).close()
+    except TraceError as exc:
+        raise type(exc)(str(exc).replace(os.fspath(path), shown)) from None
+
+
+def _trace_problem(fname: str, data: bytes, max_bytes: int) -> Optional[str]:
+    """Why the loader refuses these bytes of a trace named ``fname`` (:func:`_check_trace`), or None. The loader
+    reads a path: the bytes are written to a file in a private temporary folder first, so what it checks is exactly
+    ``data``, whatever happens to the file they were read from."""
     with tempfile.TemporaryDirectory(prefix="profiling_core-check-") as tmp:
         path = Path(tmp) / fname
         try:
@@ -605,9 +609,9 @@ def _trace_problem(fname: str, data: bytes, max_bytes: int) -> Optional[str]:
         except OSError as exc:
             return f"{fname} could not be checked: {exc.strerror or exc}"
         try:
-            open_trace(path, engine="sqlite", max_bytes=max_bytes).close()
+            _check_trace(path, max_bytes, fname)
         except TraceError as exc:
-            return str(exc).replace(os.fspath(path), fname)
+            return str(exc)
     return None
 
 
