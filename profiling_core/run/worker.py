@@ -354,8 +354,9 @@ def _apply_gpu_env(staging: Path) -> Optional[str]:
     except (OSError, ValueError):
         wanted = None
     if isinstance(wanted, dict) and not torch.cuda.is_initialized():
+        from .lock import GPU_ENV
         for name, value in wanted.items():
-            if name not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+            if name not in GPU_ENV:
                 continue
             if value is None:
                 os.environ.pop(name, None)
@@ -807,12 +808,17 @@ server); ``persistent``, warm eager runs in one process kept per device between 
 says which runs; the others still get a new process)."""
 
 
+def _one_of(field: str, value, allowed: tuple) -> str:
+    """``value`` if it is one of ``allowed``, else a ConfigError naming ``field`` and quoting what is allowed."""
+    if value not in allowed:
+        from ..errors import ConfigError
+        raise ConfigError(field, value, " or ".join(repr(k) for k in allowed))
+    return value
+
+
 def check_process(process) -> str:
     """``process`` if it is one of PROCESS_KINDS, else a ConfigError quoting it."""
-    if process not in PROCESS_KINDS:
-        from ..errors import ConfigError
-        raise ConfigError("process", process, " or ".join(repr(k) for k in PROCESS_KINDS))
-    return process
+    return _one_of("process", process, PROCESS_KINDS)
 
 
 COMPILE_CACHES = ("fresh", "shared")
@@ -826,15 +832,14 @@ the same config after it finds its graph.  meta.json's ``compile_cache`` says wh
 how often Inductor found its graph there."""
 SHARED_CACHE_DIR = ".compile-cache"
 COMPILE_CACHE_FILE = "compile_cache_dir"
-"""In a run's staging folder: the shared compile cache the caller gave the run (absent: a fresh cache)."""
+"""In a run's staging folder, written by the caller when the shared cache was asked for: ``use DIR`` (a warm
+compiled run compiles in the shared cache DIR) or ``give DIR`` (a cold one compiles in an empty cache of its own,
+then adds what it compiled to DIR); absent: a fresh cache, deleted after the run."""
 
 
 def check_compile_cache(compile_cache) -> str:
     """``compile_cache`` if it is one of COMPILE_CACHES, else a ConfigError quoting it."""
-    if compile_cache not in COMPILE_CACHES:
-        from ..errors import ConfigError
-        raise ConfigError("compile_cache", compile_cache, " or ".join(repr(k) for k in COMPILE_CACHES))
-    return compile_cache
+    return _one_of("compile_cache", compile_cache, COMPILE_CACHES)
 
 
 def shared_cache_refusal(config) -> str | None:
