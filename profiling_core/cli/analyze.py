@@ -201,20 +201,29 @@ def _memory_lines(mem: dict) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the ``analyze`` subcommand; returns the exit status (0, or 2 when the trace cannot be read)."""
-    from ..analyses import analyze
-    from ..explain.diagnosis import diagnose
-    from ..explain.questions import findings
+    """Run the ``analyze`` subcommand; returns the exit status (0, or 2 when the trace cannot be read).
+
+    The analyses' imports (pandas, most of a process's start) and the run's context are done while the trace loads
+    (``open_trace``'s ``while_loading``)."""
     from ..trace import open_trace
+    ctx: dict = {}
+
+    def meanwhile() -> None:
+        from ..analyses import analyze
+        from ..explain.diagnosis import diagnose
+        from ..explain.questions import findings
+        ctx.update(analyze=analyze, diagnose=diagnose, findings=findings)
+        ctx["context"] = _run_context(args.path, args.peaks)
+
     try:
-        config, device, peaks, process_peak = _run_context(args.path, args.peaks)
-        session = open_trace(args.path, engine=args.engine)
-        report = analyze(session, config=config, peak_tflops=args.peak_tflops)
-        found = findings(report, config)
+        session = open_trace(args.path, engine=args.engine, while_loading=meanwhile)
+        config, device, peaks, process_peak = ctx["context"]
+        report = ctx["analyze"](session, config=config, peak_tflops=args.peak_tflops)
+        found = ctx["findings"](report, config)
         cc = device.get("compute_capability") if isinstance(device, dict) else None
-        diagnosis = diagnose(session, report, config, peaks,
-                             compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None,
-                             process_peak_bytes=process_peak)
+        diagnosis = ctx["diagnose"](session, report, config, peaks,
+                                    compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None,
+                                    process_peak_bytes=process_peak)
     except (ProfilingError, OSError, ValueError) as exc:
         echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
         return 2

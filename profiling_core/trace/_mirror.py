@@ -10,15 +10,18 @@ import gc
 import itertools
 import json
 import os
+import pickle
 import queue
+import signal
 import sqlite3
+import sys
 import tempfile
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 
-from ..errors import QueryError, TraceFormatError
+from ..errors import QueryError, TraceError, TraceFormatError
 from . import _schema
 from ._collect import Collector
 from ._console import ConsoleProcess
@@ -114,7 +117,7 @@ class MirrorBackend:
     """
 
     def __init__(self, path: str, max_bytes: int, tmp_dir: str | None = None,
-                 sql_tables: str = "on_first_query") -> None:
+                 sql_tables: str = "on_first_query", while_loading: Callable[[], Any] | None = None) -> None:
         _remove_orphans(tmp_dir)
         fd, self.db_path = tempfile.mkstemp(prefix=f"{_PREFIX}{os.getpid()}-", suffix=".sqlite", dir=tmp_dir)
         os.close(fd)
@@ -132,7 +135,7 @@ class MirrorBackend:
         self._start_lock = threading.Lock()
         self.tables: TraceTables | None = None
         try:
-            model = _load_model(path, max_bytes, self.stats, self.args_path)
+            model = load_model(path, max_bytes, self.stats, self.args_path, while_loading)
             self.tables = TraceTables.from_model(model, RawArgs(self))
             self._builder = threading.Thread(target=self._build_sql, args=(model,), name="trace-sql-build",
                                              daemon=True)
@@ -358,6 +361,66 @@ def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> 
             f"{os.fspath(path)}: none of its {stats.events} events could be used "
             f"(skipped: {', '.join(f'{k}: {v}' for k, v in sorted(stats.skipped.items()))})")
     return model
+
+
+def load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str,
+               while_loading: Callable[[], Any] | None = None) -> Model:
+    """The trace's columns (:func:`_load_model`); with ``while_loading``, that function runs in this thread while
+    the trace loads.
+
+    The load is Python code that holds the GIL, so a thread would not overlap with ``while_loading`` (the command
+    line's imports of pandas and the analyses, measured: no gain). Where it can, the same ``_load_model`` runs
+    instead in a child process forked from this one, which sends back the columns and the load's stats (pickled:
+    a few MiB of arrays for a trace of 100k events) or the error it raised, and ends; the args database it wrote
+    is the file this process named. It forks only on Linux, and only while this process runs no other thread (a
+    fork copies no thread, and a lock another thread held would stay held in the child); otherwise
+    ``while_loading`` runs first and the load after it, here. Either way: the same columns, stats and errors."""
+    if while_loading is None:
+        return _load_model(path, max_bytes, stats, args_path)
+    if not (sys.platform.startswith("linux") and threading.active_count() == 1):
+        while_loading()
+        return _load_model(path, max_bytes, stats, args_path)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: load, answer, end (no atexit handlers, no flush of the parent's buffers)
+        code = 0
+        try:
+            os.close(r)
+            try:
+                out = ("ok", _load_model(path, max_bytes, stats, args_path), stats)
+            except BaseException as e:  # noqa: BLE001 - sent to the parent, which raises it
+                out = ("error", e, stats)
+            try:
+                data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as e:  # noqa: BLE001 - an error that does not pickle: its text
+                data = pickle.dumps(("error", TraceError(f"{path}: {type(out[1]).__name__}: {out[1]}"
+                                                         if out[0] == "error" else f"{path}: {e}"), stats))
+            with open(w, "wb", closefd=True) as f:
+                f.write(data)
+        except BaseException:  # noqa: BLE001 - the parent says the loader ended without an answer
+            code = 1
+        os._exit(code)
+    os.close(w)
+    try:
+        try:
+            while_loading()
+        except BaseException:
+            os.kill(pid, signal.SIGKILL)
+            raise
+        with open(r, "rb", closefd=False) as f:
+            data = f.read()
+    finally:
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+    if not data:
+        how = (f"was ended by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exited with status {os.waitstatus_to_exitcode(status)}")
+        raise TraceError(f"{path}: the process loading the trace {how} before it answered (out of memory?)")
+    kind, value, child_stats = pickle.loads(data)
+    vars(stats).update(vars(child_stats))
+    if kind == "error":
+        raise value
+    return value
 
 
 class _Cancelled(Exception):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import EngineUnavailableError, ProfilingError, QueryError
 from ._source import DEFAULT_MAX_BYTES
@@ -179,17 +179,18 @@ def _devices_of_file(path: str) -> list[dict]:
 
 
 def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "",
-                sql_tables: str = "on_first_query") -> TraceSession:
+                sql_tables: str = "on_first_query", while_loading: Callable[[], Any] | None = None) -> TraceSession:
     from ._mirror import MirrorBackend
 
-    backend = MirrorBackend(path, max_bytes, sql_tables=sql_tables)
+    backend = MirrorBackend(path, max_bytes, sql_tables=sql_tables, while_loading=while_loading)
     return TraceSession(os.fspath(path), "sqlite", reason or "sqlite: the offline SQLite mirror was asked for",
                         _MirrorAdapter(backend), backend.stats)
 
 
 def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int = DEFAULT_MAX_BYTES,
                perfetto_bin: str | None = None, perfetto_timeout_s: float = 5.0,
-               sql_tables: str = "on_first_query") -> TraceSession:
+               sql_tables: str = "on_first_query",
+               while_loading: Callable[[], Any] | None = None) -> TraceSession:
     """Open a Chrome/Kineto JSON trace (``.json`` or gzip, detected by content) for SQL.
 
     Args:
@@ -206,6 +207,11 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
             ``"on_first_query"`` (default: when SQL is first asked for; the analyses read the columns and need no
             SQL, so they never wait for SQLite or share the CPU with it) or ``"background"`` (by a background thread as
             soon as the load returns, so SQL is usually ready before it is asked for; the app does this).
+        while_loading: a function to run in this thread while the trace loads (the command line imports the
+            analyses meanwhile). The mirror then loads in a child process forked from this one, where it can
+            (``_mirror.load_model`` says when: on Linux, with no other thread running), so the two overlap; with
+            perfetto it runs once trace_processor has loaded the trace. Either way it has run once when this returns, and an error it
+            raises is raised here (the load is then stopped).
 
     Returns:
         A TraceSession; close it when done (or use it as a context manager).
@@ -218,7 +224,7 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         raise ValueError(f"sql_tables must be one of {', '.join(SQL_TABLES)}, got {sql_tables!r}")
     path = os.fspath(path)
     if engine == "sqlite":
-        return open_mirror(path, max_bytes, sql_tables=sql_tables)
+        return open_mirror(path, max_bytes, sql_tables=sql_tables, while_loading=while_loading)
     from ._perfetto import open_perfetto
     binary = perfetto_bin or os.environ.get("PERFETTO_BIN") or None
     try:
@@ -228,5 +234,11 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         if engine == "perfetto":
             raise
         return open_mirror(path, max_bytes, reason=f"perfetto: {e}; using the offline SQLite mirror",
-                           sql_tables=sql_tables)
+                           sql_tables=sql_tables, while_loading=while_loading)
+    if while_loading is not None:
+        try:
+            while_loading()
+        except BaseException:
+            backend.close()
+            raise
     return TraceSession(path, "perfetto", why, backend, None)
