@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from ..store.peaks import CPU_DTYPES, GPU_DTYPES, DevicePeaks
-from .host import cpu_model
+from .host import cpu_model, nvml_driver_version
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32"}
 
@@ -121,7 +121,7 @@ def measure_peaks(device: str = "cuda", *, gemm_size: Optional[int] = None, copy
     if on_gpu:
         torch.cuda.empty_cache()
         name = torch.cuda.get_device_name()
-        driver = _cuda_driver()
+        driver = nvml_driver_version()
         threads = None
     else:
         name, driver, threads = cpu_model(), None, torch.get_num_threads()
@@ -138,24 +138,6 @@ def measure_peaks(device: str = "cuda", *, gemm_size: Optional[int] = None, copy
                        gemm_tflops=best, gemm_tflops_median=median, gemm_sizes=sizes,
                        bandwidth_gbs=round(bw_best, 1), bandwidth_gbs_median=round(bw_median, 1),
                        copy_bytes=elems * 4, threads=threads)
-
-
-def _cuda_driver() -> Optional[str]:
-    """The NVIDIA driver version (from NVML when it can, ``host.nvml_driver_version``; else the CUDA driver API's
-    number)."""
-    from .host import nvml_driver_version
-    version = nvml_driver_version()
-    if version:
-        return version
-    try:
-        import ctypes
-        lib = ctypes.CDLL("libcuda.so.1")
-        v = ctypes.c_int()
-        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
-            return f"CUDA {v.value // 1000}.{v.value % 1000 // 10}"
-    except OSError:
-        pass
-    return None
 
 
 @dataclass(frozen=True)
