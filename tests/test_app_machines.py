@@ -2,7 +2,7 @@
 store; the Overhead page's sweep, one curve per machine. Hostile machine names stay text."""
 from __future__ import annotations
 
-from conftest_app import app, download, errors_of, media, runs_dir  # noqa: F401
+from conftest_app import app, download, errors_of
 from test_app_hostile_names import HOSTILE, live_names
 from test_h200_app_traces import meta
 from test_machines import copy_h200_run

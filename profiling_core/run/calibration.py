@@ -17,6 +17,7 @@ worker's fault handling), via ``runner.calibrate()``; the result, a
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -100,24 +101,26 @@ def measure_peaks(device: str = "cuda", *, gemm_size: Optional[int] = None, copy
                 a = torch.randn(n, n, device=device, dtype=dt, generator=gen)
                 b = torch.randn(n, n, device=device, dtype=dt, generator=gen)
                 out = torch.empty(n, n, device=device, dtype=dt)
-                if on_gpu or gemm_size or n <= 256 or run(lambda: torch.mm(a, b, out=out), 1) <= 0.5:
+                gemm = functools.partial(torch.mm, a, b, out=out)  # these tensors, not whatever the names hold later
+                if on_gpu or gemm_size or n <= 256 or run(gemm, 1) <= 0.5:
                     break
                 n //= 2
-            per_call = _rounds(run, lambda: torch.mm(a, b, out=out), repeats, rounds, warmup, round_s)
+            per_call = _rounds(run, gemm, repeats, rounds, warmup, round_s)
             flops = 2.0 * n ** 3
             best[d] = round(flops / min(per_call) / 1e12, 4)
             median[d] = round(flops / statistics.median(per_call) / 1e12, 4)
             sizes[d] = n
-            del a, b, out
+            del a, b, out, gemm  # the device memory goes before the next dtype's tensors
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_was
     elems = nbytes // 4
     src = torch.rand(elems, device=device, generator=gen)
     dst = torch.empty_like(src)
-    per_copy = _rounds(run, lambda: dst.copy_(src), repeats, rounds, warmup, round_s)
+    copy = functools.partial(dst.copy_, src)
+    per_copy = _rounds(run, copy, repeats, rounds, warmup, round_s)
     moved = 2.0 * elems * 4  # read once, written once
     bw_best, bw_median = moved / min(per_copy) / 1e9, moved / statistics.median(per_copy) / 1e9
-    del src, dst
+    del src, dst, copy
     if on_gpu:
         torch.cuda.empty_cache()
         name = torch.cuda.get_device_name()
