@@ -9,8 +9,9 @@ import streamlit as st
 from pages import _ui as ui
 from profiling_core.errors import ProfilingError
 from profiling_core.present import charts
-from profiling_core.present import (ABSENT, DIFFERS, MEMORY_HOWTO_RUNS, ONE_RUN, TOO_NOISY, VARIES, ReportSection,
-                                      comparison_warnings, different_work, memory_comparison, phase_summary)
+from profiling_core.present import (ABSENT, DIFFERS, MEMORY_HOWTO_RUNS, ONE_RUN, ONE_RUN_DIFFERS, TOO_NOISY, VARIES,
+                                      ReportSection, comparison_warnings, different_work, memory_comparison,
+                                      phase_summary)
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -179,9 +180,11 @@ else:
         st.dataframe(cmp.differences, hide_index=True, width="stretch", height=ui.fit_height(cmp.differences))
         st.caption(f"By id: a finding's verdict (its title) or a rule's, on each machine; *{ui.md_text(ABSENT)}*: "
                    f"that machine's runs have none; *{ui.md_text(VARIES)}*: its runs disagree (how many gave each). "
-                   f"*{ui.md_text(DIFFERS)}* in the last column: two machines share no verdict on it; "
-                   f"*{ui.md_text(VARIES)}*: the runs disagree, not the machines. Open a run on the Profile page "
-                   "for the evidence.")
+                   f"*{ui.md_text(DIFFERS)}* in the last column: two machines, each with two runs or more, share "
+                   f"no verdict on it; *{ui.md_text(ONE_RUN_DIFFERS)}*: two machines share none but one of them ran "
+                   "the config once, so one run cannot tell the machines apart from run-to-run variation (run it "
+                   f"again there); *{ui.md_text(VARIES)}*: the runs disagree, not the machines. Open a run on the "
+                   "Profile page for the evidence.")
     machine_sections = [ReportSection("Machines", charts=[mchart],
                                       tables=[("machines", cmp.table), ("gaps between machines", cmp.gaps),
                                               ("what differs", cmp.differences), ("each run", cmp.runs)])]

@@ -17,6 +17,8 @@ os.environ.setdefault("PROFILING_LOCK_DIR", tempfile.mkdtemp(prefix="profiling-l
 
 DATA = Path(__file__).resolve().parent / "data"
 
+pytest_plugins = ["conftest_app"]  # the AppTest fixtures (runs_dir, media, seed_run, interrupted), by argument name
+
 
 @pytest.fixture
 def store(tmp_path):

@@ -1,12 +1,16 @@
-"""Shared fixtures for the AppTest suites (imported explicitly: ``from conftest_app import ...``).
+"""Shared fixtures and helpers for the AppTest suites. The fixtures reach every test through ``pytest_plugins`` in
+conftest.py (a test names them as arguments, no import); the helpers (``app``, ``download``, ``import_trace``, ...)
+are imported: ``from conftest_app import ...``.
 
 - ``runs_dir``: a fresh run store per test (``PROFILING_RUNS_DIR``), so tests never see each other's runs.
 - ``media``: captures the MediaFileManager AppTest creates, so a test can fetch what a download button
   serves (eager files and deferred callables alike) with ``download(at, key)``.
 - ``seed_run``: imports a stored test trace into the store (fast: no worker, no torch).
+- ``interrupted``: runs a page until a progress bar shows a text, then stops it as the next click does.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -92,3 +96,43 @@ def app(page: str | None = None, timeout: float = TIMEOUT):
 
 def errors_of(at) -> list[str]:
     return [e.value for e in at.exception] + [str(e.value) for e in at.error]
+
+
+@pytest.fixture
+def interrupted(monkeypatch):
+    """``interrupted(at, shows)`` runs the page until a progress bar of it shows the text ``shows``, then stops it as
+    the browser's next click does (a page that follows a job never ends on its own), keeping what it drew by then:
+    what the user saw when clicking next."""
+    import streamlit.testing.v1.local_script_runner as runner_mod
+
+    real = runner_mod.require_widgets_deltas
+    state = {"shows": None}
+
+    def shown(runner) -> bool:
+        for msg in list(runner.forward_msgs()):
+            el = msg.delta.new_element if msg.HasField("delta") and msg.delta.HasField("new_element") else None
+            if el is not None and el.WhichOneof("type") == "progress" and state["shows"] in el.progress.text:
+                return True
+        return False
+
+    def require(runner, timeout=3):
+        if state["shows"] is None:
+            return real(runner, timeout)
+        deadline = time.monotonic() + 60
+        while not runner.script_stopped() and not shown(runner):
+            assert time.monotonic() < deadline, f"the page never showed {state['shows']!r}"
+            time.sleep(0.05)
+        if not runner.script_stopped():
+            runner.request_stop()
+            runner.join()
+
+    monkeypatch.setattr(runner_mod, "require_widgets_deltas", require)
+
+    def run(at, shows):
+        state["shows"] = shows
+        try:
+            return at.run()
+        finally:
+            state["shows"] = None
+
+    return run

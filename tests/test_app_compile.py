@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir  # noqa: F401
+from conftest_app import app, download, errors_of, import_trace, H200
 from profiling_core.present import md_text
 
 

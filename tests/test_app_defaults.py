@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import app, errors_of, runs_dir  # noqa: F401
+from conftest_app import app, errors_of
 
 DTYPE_KEYS = {"profile": "profile_form_dtype", "variance": "variance_form_dtype", "overhead": "sweep_dtype",
               "compile_vs_eager": "compile_dtype", "dispatch": "cw_dtype"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest_app import DATA, app, errors_of, import_trace, runs_dir  # noqa: F401
+from conftest_app import DATA, app, errors_of, import_trace
 
 from profiling_core.present import md_text
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir, seed_run  # noqa: F401
+from conftest_app import app, download, errors_of, import_trace, H200
 
 
 GPU_ONLY_SECTIONS = {"How each kernel was launched", "Launch latency: why the GPU lane is offset",

@@ -1,7 +1,7 @@
 """AppTest: the home page (thin frame + shared sidebar)."""
 from __future__ import annotations
 
-from conftest_app import app, errors_of, runs_dir, seed_run  # noqa: F401
+from conftest_app import app, errors_of
 
 
 def test_home_renders_on_an_empty_store(runs_dir):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest_app import H200, app, download, import_trace, media, runs_dir  # noqa: F401
+from conftest_app import H200, app, download, import_trace
 
 HOSTILE = ("![x](http://attacker.invalid/p.png) [click](http://attacker.invalid) <img src=x onerror=alert(1)> "
            "**bold** :red[x] $x$ <!--<script> </script> \"' \u2028 \x1b[31m {{x}} `tick` ${x}")

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest_app import CPU_TRACE, app, errors_of, import_trace, runs_dir  # noqa: F401
+from conftest_app import CPU_TRACE, app, errors_of, import_trace
 from profiling_core.present import md_text
 from hostile_store import (BAD_PEAKS, ESCAPING_PEAKS, GOOD_PEAKS, LONE_SURROGATES_META, LONE_SURROGATES_PEAKS,
                            NOT_READABLE, make)

@@ -5,51 +5,9 @@ from __future__ import annotations
 import os
 import time
 
-import pytest
-
-from conftest_app import app, errors_of, runs_dir  # noqa: F401
+from conftest_app import app, errors_of
 from profiling_core.present import md_text
 from test_app_profile import fill_profile_form
-
-
-@pytest.fixture
-def interrupted(monkeypatch):
-    """``interrupted(at, shows)`` runs the page until a progress bar of it shows the text ``shows``, then stops it as
-    the browser's next click does (a page that follows a job never ends on its own), keeping what it drew by then:
-    what the user saw when clicking next."""
-    import streamlit.testing.v1.local_script_runner as runner_mod
-
-    real = runner_mod.require_widgets_deltas
-    state = {"shows": None}
-
-    def shown(runner) -> bool:
-        for msg in list(runner.forward_msgs()):
-            el = msg.delta.new_element if msg.HasField("delta") and msg.delta.HasField("new_element") else None
-            if el is not None and el.WhichOneof("type") == "progress" and state["shows"] in el.progress.text:
-                return True
-        return False
-
-    def require(runner, timeout=3):
-        if state["shows"] is None:
-            return real(runner, timeout)
-        deadline = time.monotonic() + 60
-        while not runner.script_stopped() and not shown(runner):
-            assert time.monotonic() < deadline, f"the page never showed {state['shows']!r}"
-            time.sleep(0.05)
-        if not runner.script_stopped():
-            runner.request_stop()
-            runner.join()
-
-    monkeypatch.setattr(runner_mod, "require_widgets_deltas", require)
-
-    def run(at, shows):
-        state["shows"] = shows
-        try:
-            return at.run()
-        finally:
-            state["shows"] = None
-
-    return run
 
 
 def _run_button(at):

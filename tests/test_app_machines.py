@@ -2,7 +2,7 @@
 store; the Overhead page's sweep, one curve per machine. Hostile machine names stay text."""
 from __future__ import annotations
 
-from conftest_app import app, download, errors_of, media, runs_dir  # noqa: F401
+from conftest_app import app, download, errors_of
 from test_app_hostile_names import HOSTILE, live_names
 from test_h200_app_traces import meta
 from test_machines import copy_h200_run
@@ -146,3 +146,18 @@ def test_a_machine_with_one_run_is_said_to_have_no_known_spread(runs_dir):
     assert any("2 machine(s) ran it once" in c.value for c in at.caption)
     [gaps] = [f for f in frames(at) if "verdict" in f.columns and "machine_a" in f.columns]
     assert set(gaps["verdict"]) == {"one run: spread unknown"}
+
+
+def test_a_verdict_that_differs_with_one_run_each_is_not_called_a_machine_difference(runs_dir):
+    from test_machines import runs_of_one_config
+    # the 64 run is overhead-bound, the 8192 run compute-bound, each as its own q2 finding says
+    runs_of_one_config(runs_dir, {"h200": ["sweep_64_warm_eager"], "a100": ["sweep_8192_warm_eager"]})
+    at = app("runs")
+    assert [e.value for e in at.exception] == [] and not errors_of(at)
+    [diff] = [f for f in frames(at) if {"kind", "id", "verdict"} <= set(f.columns)]
+    row = diff.set_index("id").loc["q2.bound"]
+    assert row["NVIDIA H200 on vm"] != row["NVIDIA A100-SXM4-80GB on lab"]
+    assert row["verdict"] == "one run: differs between the runs, spread unknown"
+    assert "differs" not in set(diff["verdict"])
+    said = [c.value.replace("\\", "") for c in at.caption if "By id:" in c.value]
+    assert len(said) == 1 and "one run cannot tell the machines apart from run-to-run variation" in said[0]

@@ -16,16 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import DATA, scan_trace
-from conftest_app import (  # noqa: F401
-    CPU_TRACE,
-    app,
-    download,
-    errors_of,
-    import_trace,
-    media,
-    runs_dir,
-    seed_run,
-)
+from conftest_app import CPU_TRACE, app, download, errors_of, import_trace
 from test_app_hostile_names import HOSTILE, live_names
 from test_app_profile import fill_profile_form, submit
 

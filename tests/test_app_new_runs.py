@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import app, errors_of, import_trace, H200, runs_dir  # noqa: F401
+from conftest_app import app, errors_of, import_trace, H200
 from test_app_profile import fill_profile_form, submit
 
 SESSION_STATE_WARNING = "Session State API"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import FAST_PROFILE, app, download, errors_of, media, runs_dir, seed_run  # noqa: F401
+from conftest_app import FAST_PROFILE, app, download, errors_of
 from profiling_core.present import md_text
 
 

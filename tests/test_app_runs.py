@@ -5,7 +5,7 @@ import pytest
 
 from profiling_core.present import md_text
 
-from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir, seed_run  # noqa: F401
+from conftest_app import app, download, errors_of, import_trace, H200
 
 
 def test_runs_compare_and_delete(seed_run, runs_dir, media):

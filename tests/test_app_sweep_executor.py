@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from conftest_app import app, errors_of, runs_dir  # noqa: F401
+from conftest_app import app, errors_of
 from profiling_core.present import md_text
-from test_app_jobs import interrupted  # noqa: F401
 
 SWEEP_PAGES = {"overhead": "sweep", "compile_vs_eager": "compile", "dispatch": "cw"}
 """Each page that runs a sweep, and the key of its form's executor control."""

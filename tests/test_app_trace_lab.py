@@ -5,7 +5,7 @@ import pytest
 
 from profiling_core.present import md_text
 
-from conftest_app import CPU_TRACE, H200, app, download, errors_of, media, runs_dir  # noqa: F401
+from conftest_app import CPU_TRACE, H200, app, download, errors_of
 
 
 def upload(at, name: str, content: bytes):

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import scan_trace
 
-from conftest_app import app, download, errors_of, import_trace, H200, media, runs_dir  # noqa: F401
+from conftest_app import app, download, errors_of, import_trace, H200
 from profiling_core.units import format_duration_us
 from profiling_core import open_trace
 from profiling_core.explain.questions import findings

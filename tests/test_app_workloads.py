@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import app, errors_of, runs_dir  # noqa: F401
+from conftest_app import app, errors_of
 from profiling_core.present import md_text
 from profiling_core.workloads import workload_names
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import app, errors_of, import_trace, CPU_TRACE, H200, runs_dir  # noqa: F401
+from conftest_app import app, errors_of, import_trace, CPU_TRACE, H200
 from profiling_core import RunStore, TraceFormatError, open_trace
 from profiling_core.present import md_text
 

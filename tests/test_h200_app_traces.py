@@ -359,3 +359,37 @@ def test_profiler_table_calls_match_torch_table(name):
         if row == "matmul_add":
             continue  # two rows in torch's table (CPU and GPU annotation) under one name
         assert int(cpu.get(row, 0)) == n, row
+
+
+# --- docs/FINDINGS.md quotes the findings as the code writes them -------------------------------------------------
+
+def doc_quotes(heading: str) -> dict[str, str]:
+    """The quoted findings (``> label: *"…"*``) in the section of docs/FINDINGS.md that starts with ``heading``,
+    by label, each quote's lines joined."""
+    text = (Path(__file__).parent.parent / "docs" / "FINDINGS.md").read_text()
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    paragraphs = re.split(r"\n>?\n", section)  # a quote's paragraphs are parted by a bare ">" line
+    joined = [" ".join(ln[2:] for ln in p.strip().splitlines()) for p in paragraphs if p.strip().startswith("> ")]
+    return dict(m.groups() for p in joined if (m := re.fullmatch(r'([^:]+): \*"(.*)"\*', p)))
+
+
+def plain_us(number: str, unit: str) -> float:
+    return float(number) * {"µs": 1.0, "ms": 1e3, "s": 1e6}[unit]
+
+
+@pytest.mark.parametrize("label,name", [("64² cold", "coldwarm_64_cold_eager"), ("64² warm", "coldwarm_64_warm_eager")])
+def test_findings_doc_quotes_the_current_q3_text(label, name):
+    quote = doc_quotes("## Q3.")[label]
+    text = finding(name, "q3.cold_start").text
+    for part in filter(None, (p.strip() for p in quote.split("…"))):
+        assert part in text, (part, text)
+
+
+def test_findings_doc_says_most_only_for_more_than_half():
+    quotes = doc_quotes("## Q3.")
+    assert len(quotes) == 4, quotes
+    for label, quote in quotes.items():
+        if "Most of the extra time" in quote:
+            m = re.search(r"Most of the extra time \(([\d.]+) (µs|ms|s) of ([\d.]+) (µs|ms|s)\)", quote)
+            assert m, f"{label}: says most without the share: {quote}"
+            assert plain_us(*m.group(1, 2)) > plain_us(*m.group(3, 4)) / 2, label

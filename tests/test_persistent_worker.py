@@ -13,7 +13,6 @@ from collections import Counter
 
 import pytest
 from conftest import scan_trace
-from conftest_app import runs_dir  # noqa: F401  (a fixture)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

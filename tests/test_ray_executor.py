@@ -86,6 +86,9 @@ def test_spread_sweep_lands_every_run_with_its_node(cluster, tmp_path):
         node = meta["node"]
         assert node["ray_node_id"] in cluster["nodes"]
         assert node["hostname"] and node["torch"] and node["device_name"] == meta["device"]["name"]
+        # a CPU run: no NVIDIA driver recorded; the CUDA driver API's version only under its own name
+        assert node["driver"] is None and "driver" not in meta["device"]
+        assert node["cuda_driver_api"] == meta["versions"].get("cuda_driver_version")
     # SPREAD over two idle nodes of one CPU each: one run on each
     assert len({m["node"]["ray_node_id"] for m in runs.values()}) == 2
     assert progress[-1].done == progress[-1].total == 2

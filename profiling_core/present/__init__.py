@@ -35,8 +35,8 @@ __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "cha
            "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary", "memory", "MEMORY_HOWTO", "MEMORY_HOWTO_RUNS",
            "MemorySection", "memory_section", "memory_steps", "memory_comparison", "peak_sentence", "machines",
            "MACHINE_COMPARISON_COLUMNS", "MACHINE_RUNS_COLUMNS", "MACHINE_GAPS_COLUMNS", "MACHINES_COLUMNS", "ABSENT",
-           "DIFFERS", "TOO_NOISY", "ONE_RUN", "VARIES", "GAP_VALUES", "MachineComparison", "machine_comparison",
-           "machines_table", "machine_labels"]
+           "DIFFERS", "TOO_NOISY", "ONE_RUN", "ONE_RUN_DIFFERS", "VARIES", "GAP_VALUES", "MachineComparison",
+           "machine_comparison", "machines_table", "machine_labels"]
 
 _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
            "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}
@@ -47,8 +47,8 @@ _SUMMARIES = {"RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_s
 _MEMORY = {"MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection", "memory_section", "memory_steps", "memory_comparison",
            "peak_sentence"}
 _MACHINES = {"MACHINE_COMPARISON_COLUMNS", "MACHINE_RUNS_COLUMNS", "MACHINE_GAPS_COLUMNS", "MACHINES_COLUMNS",
-             "ABSENT", "DIFFERS", "TOO_NOISY", "ONE_RUN", "VARIES", "GAP_VALUES", "MachineComparison",
-             "machine_comparison", "machines_table", "machine_labels"}
+             "ABSENT", "DIFFERS", "TOO_NOISY", "ONE_RUN", "ONE_RUN_DIFFERS", "VARIES", "GAP_VALUES",
+             "MachineComparison", "machine_comparison", "machines_table", "machine_labels"}
 
 
 def __getattr__(name: str):

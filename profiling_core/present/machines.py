@@ -10,8 +10,10 @@ time), its verdicts the findings' and the rules' own. A machine's figure is the 
 spread (:func:`profiling_core.run.sweep_points`, as every page that compares repeated runs), and two machines are
 said to differ on a figure only when the gap between their medians exceeds the run-to-run spread (max − min) of each
 (:attr:`MachineComparison.gaps`). A verdict that some runs of a machine give and others do not is :data:`VARIES` on
-that machine, not a difference between machines. Machine labels and everything else from the runs are plain text:
-escape them where they are rendered.
+that machine, not a difference between machines; a verdict two machines never share is called a difference only
+when each ran the config twice or more (with one run, its run-to-run variation is unknown: :data:`ONE_RUN_DIFFERS`,
+as :data:`ONE_RUN` for a gap). Machine labels and everything else from the runs are plain text: escape them where
+they are rendered.
 
     >>> from profiling_core import RunStore, analyze, diagnose, findings, open_trace
     >>> from profiling_core.store import PeakBook, match_configs
@@ -43,8 +45,8 @@ if TYPE_CHECKING:
     from ..store import Run
 
 __all__ = ["MACHINE_COMPARISON_COLUMNS", "MACHINE_RUNS_COLUMNS", "MACHINE_GAPS_COLUMNS", "MACHINES_COLUMNS",
-           "ABSENT", "DIFFERS", "TOO_NOISY", "ONE_RUN", "VARIES", "GAP_VALUES", "MachineComparison",
-           "machine_comparison", "machines_table", "machine_labels"]
+           "ABSENT", "DIFFERS", "TOO_NOISY", "ONE_RUN", "ONE_RUN_DIFFERS", "VARIES", "GAP_VALUES",
+           "MachineComparison", "machine_comparison", "machines_table", "machine_labels"]
 
 MEDIANS = ("steps", "cpu_us_per_step", "gpu_busy_us_per_step", "gpu_busy_fraction", "tflops", "peak", "compute_peak",
            "fraction_of_peak")
@@ -72,11 +74,15 @@ MACHINES_COLUMNS = ["machine", "device", "kind", "host", "runs", "newest"]
 ABSENT = "—"
 """A finding or diagnosis a machine's run does not have, in :attr:`MachineComparison.differences`."""
 DIFFERS = "differs"
-"""Two machines differ: medians further apart than each one's run-to-run spread; a verdict two machines never share."""
+"""Two machines differ: medians further apart than each one's run-to-run spread; a verdict two machines, each with two
+runs or more, never share."""
 TOO_NOISY = "too noisy to tell"
 """The gap between two machines' medians is within one of their run-to-run spreads."""
 ONE_RUN = "one run: spread unknown"
 """A machine ran the config once: its run-to-run spread is not known, so no gap is called a difference."""
+ONE_RUN_DIFFERS = "one run: differs between the runs, spread unknown"
+"""A verdict two machines never share where one of them ran the config once: the runs differ, but with one run its
+run-to-run variation is unknown, so that cannot be told from a difference between the machines."""
 VARIES = "varies between runs"
 """A verdict some runs of a machine give and others do not (and every two machines share one)."""
 
@@ -105,9 +111,11 @@ class MachineComparison:
         differences: ``kind`` (``finding`` or ``diagnosis``), ``id`` (the finding's id, the rule's id), one column
             per machine (its label) with its verdict there: a finding's title (``Compute-bound``, ``No GPU lane``),
             a rule's title, :data:`ABSENT`, or where the machine's runs disagree ``varies between runs: <verdict>
-            (k of n); ...``; and ``verdict``: :data:`DIFFERS` when two machines share no verdict on it (no run of
-            one gives what a run of the other gives), else :data:`VARIES`. Only the ids whose verdicts are not the
-            same on every run; findings first, in their questions' order, then the rules in their order.
+            (k of n); ...``; and ``verdict``: :data:`DIFFERS` when two machines with two runs or more each share no
+            verdict on it (no run of one gives what a run of the other gives), else :data:`ONE_RUN_DIFFERS` when two
+            machines share none but one of them has a single run, else :data:`VARIES`. Only the ids whose verdicts
+            are not the same on every run; findings first, in their questions' order, then the rules in their
+            order.
     """
 
     table: pd.DataFrame
@@ -205,10 +213,10 @@ def _differences(labels: list[str], items: list, order: list[str]) -> pd.DataFra
             if len(set(got)) == 1:
                 continue
             by_machine = {m: [g for g, lab in zip(got, labels) if lab == m] for m in order}
-            sets = [set(v) for v in by_machine.values()]
-            disjoint = any(not (x & y) for x, y in combinations(sets, 2))
+            apart = [min(len(x), len(y)) for x, y in combinations(by_machine.values(), 2) if not set(x) & set(y)]
+            verdict = VARIES if not apart else DIFFERS if max(apart) >= 2 else ONE_RUN_DIFFERS
             rows.append({"kind": kind, "id": ident, **{m: _agreed(v) for m, v in by_machine.items()},
-                         "verdict": DIFFERS if disjoint else VARIES})
+                         "verdict": verdict})
     return pd.DataFrame(rows, columns=["kind", "id", *order, "verdict"])
 
 

@@ -17,6 +17,7 @@ worker's fault handling), via ``runner.calibrate()``; the result, a
 """
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import time
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from ..store.peaks import CPU_DTYPES, GPU_DTYPES, DevicePeaks
-from .host import cpu_model
+from .host import cpu_model, nvml_driver_version
 
 _TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32"}
 
@@ -100,28 +101,30 @@ def measure_peaks(device: str = "cuda", *, gemm_size: Optional[int] = None, copy
                 a = torch.randn(n, n, device=device, dtype=dt, generator=gen)
                 b = torch.randn(n, n, device=device, dtype=dt, generator=gen)
                 out = torch.empty(n, n, device=device, dtype=dt)
-                if on_gpu or gemm_size or n <= 256 or run(lambda: torch.mm(a, b, out=out), 1) <= 0.5:
+                gemm = functools.partial(torch.mm, a, b, out=out)  # these tensors, not whatever the names hold later
+                if on_gpu or gemm_size or n <= 256 or run(gemm, 1) <= 0.5:
                     break
                 n //= 2
-            per_call = _rounds(run, lambda: torch.mm(a, b, out=out), repeats, rounds, warmup, round_s)
+            per_call = _rounds(run, gemm, repeats, rounds, warmup, round_s)
             flops = 2.0 * n ** 3
             best[d] = round(flops / min(per_call) / 1e12, 4)
             median[d] = round(flops / statistics.median(per_call) / 1e12, 4)
             sizes[d] = n
-            del a, b, out
+            del a, b, out, gemm  # the device memory goes before the next dtype's tensors
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32_was
     elems = nbytes // 4
     src = torch.rand(elems, device=device, generator=gen)
     dst = torch.empty_like(src)
-    per_copy = _rounds(run, lambda: dst.copy_(src), repeats, rounds, warmup, round_s)
+    copy = functools.partial(dst.copy_, src)
+    per_copy = _rounds(run, copy, repeats, rounds, warmup, round_s)
     moved = 2.0 * elems * 4  # read once, written once
     bw_best, bw_median = moved / min(per_copy) / 1e9, moved / statistics.median(per_copy) / 1e9
-    del src, dst
+    del src, dst, copy
     if on_gpu:
         torch.cuda.empty_cache()
         name = torch.cuda.get_device_name()
-        driver = _cuda_driver()
+        driver = nvml_driver_version()
         threads = None
     else:
         name, driver, threads = cpu_model(), None, torch.get_num_threads()
@@ -138,24 +141,6 @@ def measure_peaks(device: str = "cuda", *, gemm_size: Optional[int] = None, copy
                        gemm_tflops=best, gemm_tflops_median=median, gemm_sizes=sizes,
                        bandwidth_gbs=round(bw_best, 1), bandwidth_gbs_median=round(bw_median, 1),
                        copy_bytes=elems * 4, threads=threads)
-
-
-def _cuda_driver() -> Optional[str]:
-    """The NVIDIA driver version (from NVML when it can, ``host.nvml_driver_version``; else the CUDA driver API's
-    number)."""
-    from .host import nvml_driver_version
-    version = nvml_driver_version()
-    if version:
-        return version
-    try:
-        import ctypes
-        lib = ctypes.CDLL("libcuda.so.1")
-        v = ctypes.c_int()
-        if lib.cuDriverGetVersion(ctypes.byref(v)) == 0:
-            return f"CUDA {v.value // 1000}.{v.value % 1000 // 10}"
-    except OSError:
-        pass
-    return None
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ does exactly what a local run does: :func:`~profiling_core.run.runner.run_experi
 (:func:`node_store_root`), so the fresh process or fork server, the device lock of that node and the store's
 staging apply there as they do here. The task then sends back the run's artifacts (``RUN_FILES``: trace, table,
 memory categories when the run has them) as bytes with its meta.json, adds the node's facts under
-``meta["node"]`` (hostname, Ray node id, device name, driver, torch version, and the device type it was placed
-by), and deletes the run from the node's store. This process commits it into its own store through
+``meta["node"]`` (hostname, Ray node id, device name, NVIDIA driver version, CUDA driver API version, torch
+version, and the device type it was placed by: :func:`node_facts`), and deletes the run from the node's store. This process commits it into its own store through
 ``RunStore.import_run``, whole or not at all.
 
 Placement: ``"spread"`` (Ray's SPREAD strategy: one task per config, spread over the nodes that have the
@@ -107,11 +107,20 @@ def run_on_node(config: dict, prestart: int, process: str, max_bytes: int, devic
     finally:
         store.delete(run.run_id)
     meta = dict(run.meta)
-    dev, versions = meta.get("device") or {}, meta.get("versions") or {}
-    node.update(device_name=dev.get("name"), driver=dev.get("driver") or versions.get("cuda_driver_version"),
-                torch=versions.get("torch") or dev.get("torch"), node_run_id=run.run_id)
+    node.update(node_facts(meta), node_run_id=run.run_id)
     meta["node"] = node
     return {"files": files, "meta": meta, "where": where}
+
+
+def node_facts(meta: dict) -> dict:
+    """What ``meta["node"]`` keeps of a run's device facts: ``device_name``, ``driver`` (the NVIDIA driver's version
+    as the worker read it through NVML, ``meta["device"]["driver"]``; None without NVML or on a CPU),
+    ``cuda_driver_api`` (the CUDA driver API's version Kineto wrote into the trace, e.g. ``13000``: not the driver's
+    version) and ``torch``."""
+    dev = meta.get("device") if isinstance(meta.get("device"), dict) else {}
+    versions = meta.get("versions") if isinstance(meta.get("versions"), dict) else {}
+    return {"device_name": dev.get("name"), "driver": dev.get("driver"),
+            "cuda_driver_api": versions.get("cuda_driver_version"), "torch": versions.get("torch") or dev.get("torch")}
 
 
 def _device_types(ray) -> list[str]:

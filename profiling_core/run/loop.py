@@ -28,7 +28,7 @@ from typing import Callable
 from ..config import ExperimentConfig
 from ..store import memory as memcat
 from ..workloads import get_workload
-from .host import cpu_model
+from .host import cpu_model, nvml_driver_version
 
 TRACE_FILE = "trace.json"
 TABLE_FILE = "table.txt"
@@ -198,13 +198,15 @@ def resolve_device(torch, wanted: str) -> str:
 
 
 def device_info(torch, device: str) -> dict:
+    """The device facts a run's meta.json keeps (``meta["device"]``); on a GPU, ``driver`` is the NVIDIA driver's
+    version as NVML gives it (``host.nvml_driver_version``, e.g. ``580.159.04``; None without NVML)."""
     info = {"type": device, "torch": torch.__version__, "cuda_runtime": torch.version.cuda,
             "cpu_threads": torch.get_num_threads()}
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
         info.update(name=p.name, total_memory_bytes=p.total_memory, multi_processor_count=p.multi_processor_count,
                     compute_capability=f"{p.major}.{p.minor}", cudnn=torch.backends.cudnn.version(),
-                    **gpu_identity(getattr(p, "uuid", None)))
+                    driver=nvml_driver_version(), **gpu_identity(getattr(p, "uuid", None)))
     else:  # the name calibrations are kept under (one device identity for runs and calibrations)
         info.update(name=cpu_model(), total_memory_bytes=None)
     return info

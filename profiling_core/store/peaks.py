@@ -76,7 +76,8 @@ class DevicePeaks:
     Attributes:
         device: the device's name (torch's CUDA device name, or the CPU model).
         kind: ``"cuda"`` or ``"cpu"``.
-        driver: the CUDA driver version (None on a CPU).
+        driver: the NVIDIA driver's version as NVML gives it (``run.host.nvml_driver_version``, e.g.
+            ``580.159.04``); None on a CPU or where NVML cannot be loaded.
         torch_version: torch's version string.
         measured_at: when (ISO 8601, UTC).
         method: one paragraph saying how each figure was measured.
