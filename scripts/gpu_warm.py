@@ -43,11 +43,44 @@ KINDS = {"fresh": {"prestart": 0, "process": "fresh"},        # a new interprete
          "shared": {"prestart": 1, "process": "persistent", "compile_cache": "shared"}}
 
 
-def _row(run, click_s: float) -> dict:
+def _kernels(run) -> dict:
+    """The profiled steps' device kernels, from a plain scan of the trace: kernel µs per step and the longest
+    kernel's name (the same config must run the same kernels in whichever process ran it)."""
+    import gzip
+    path = run.trace_path
+    with (gzip.open(path, "rt") if str(path).endswith(".gz") else open(path)) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    steps = sum(1 for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    if not kernels or not steps:
+        return {}
+    longest = max(kernels, key=lambda e: e.get("dur", 0))
+    return {"us_per_step": round(sum(e.get("dur", 0) for e in kernels) / steps, 3), "per_step": len(kernels) / steps,
+            "longest": str(longest.get("name"))[:80]}
+
+
+def _session_others(sid: int) -> list[int]:
+    """The live processes of session ``sid`` other than its leader (a persistent worker between runs: none)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != sid:
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[3]) == sid:
+                out.append(int(entry.name))
+    return out
+
+
+def _row(run, click_s: float, kernels: bool = False) -> dict:
     m = run.meta
-    return {"name": run.name, "run_id": run.run_id, "click_to_artifacts_s": round(click_s, 4),
-            "process": m.get("process"), "timings": m.get("timings"), "overhead_s": m.get("overhead_s"),
-            "cuda_initialized_before_run": m.get("cuda_initialized_before_run"), "compile_cache": m.get("compile_cache")}
+    row = {"name": run.name, "run_id": run.run_id, "click_to_artifacts_s": round(click_s, 4),
+           "process": m.get("process"), "timings": m.get("timings"), "overhead_s": m.get("overhead_s"),
+           "cuda_initialized_before_run": m.get("cuda_initialized_before_run"), "compile_cache": m.get("compile_cache")}
+    if kernels:
+        row["kernels"] = _kernels(run)
+    return row
 
 
 def _stats(xs: list[float]) -> dict:
@@ -93,10 +126,13 @@ def run_set(store: RunStore, repeats: int, kinds: list[str], configs: list[Exper
             t0 = time.perf_counter()
             res = run_sweep(configs, store=store, **KINDS[kind])
             wall = time.perf_counter() - t0
-            rows = [_row(r, r.meta["overhead_s"]["total_s"]) for r in res.runs]
-            out[kind].append({"wall_s": round(wall, 3), "runs": rows,
+            rows = [_row(r, r.meta["overhead_s"]["total_s"], kernels=True) for r in res.runs]
+            pids = {r["process"]["pid"] for r in rows if (r["process"] or {}).get("kind") == "persistent"}
+            left = {pid: _session_others(pid) for pid in pids}  # what the runs left running in the worker's session
+            out[kind].append({"wall_s": round(wall, 3), "runs": rows, "left_in_persistent_session": left,
                               "errors": [{"name": c.name, "error": str(e)} for c, e in res.errors]})
-            print(f"set {i} {kind:10s} {wall:.2f} s  {len(res.runs)} ok, {len(res.errors)} failed", flush=True)
+            print(f"set {i} {kind:10s} {wall:.2f} s  {len(res.runs)} ok, {len(res.errors)} failed, left in the "
+                  f"persistent worker's session: {left}", flush=True)
     return out
 
 
@@ -159,6 +195,20 @@ def main() -> int:
             walls = ", ".join(f"{rep['wall_s']:.2f}" for rep in reps)
             print(f"{kind:26s} {walls:>24s}  cold {statistics.median(colds) if colds else float('nan'):.3f}"
                   f"  warm {statistics.median(warms) if warms else float('nan'):.3f}")
+        kinds = list(result["set"])
+        print("\nper run: total s (process kind, compiled runs before it) · kernel µs per step, kernels per step")
+        print(f"{'run':34s}" + "".join(f"{k:>44s}" for k in kinds))
+        names = [r["name"] for r in result["set"][kinds[0]][0]["runs"]]
+        for name in names:
+            cells = []
+            for kind in kinds:
+                rows = [r for rep in result["set"][kind] for r in rep["runs"] if r["name"] == name]
+                cells.append("; ".join(
+                    f"{r['overhead_s']['total_s']:.2f} ({r['process']['kind'][:4]},"
+                    f"{r['process'].get('compiled_runs_before', '-')}) "
+                    f"{r['kernels'].get('us_per_step', float('nan')):.1f}/{r['kernels'].get('per_step', 0):g}"
+                    for r in rows))
+            print(f"{name[:34]:34s}" + "".join(f"{c:>44s}" for c in cells))
     (out_dir / "warm.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\nwrote {out_dir / 'warm.json'}")
     return 0
