@@ -31,8 +31,8 @@ from .workloads import (BATCH_RANGE, BIASES, MATMUL_ADD, SIZE_RANGE, Knobs, chec
                         check_choice as _check_choice, check_int as _check_int, get_workload, matmul_add_bias_shape)
 # (SIZE_RANGE, BATCH_RANGE and BIASES are matmul_add's knob ranges, defined with its knobs; kept importable from here)
 
-__all__ = ["ExperimentConfig", "DTYPES", "COMPILE_MODES", "DEVICES", "BIASES", "MATMUL_PRECISIONS", "config_field",
-           "field_names"]
+__all__ = ["ExperimentConfig", "DTYPES", "COMPILE_MODES", "DEVICES", "BIASES", "MATMUL_PRECISIONS", "as_config",
+           "config_field", "field_names"]
 
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -301,6 +301,18 @@ class ExperimentConfig:
                 MATMUL_ADD.knob(name)  # an unknown knob: ConfigError naming matmul_add's knobs
             return cls(**{**fields_, **knobs})
         return cls(workload=workload, knobs=knobs, **fields_)
+
+
+def as_config(config) -> Optional[ExperimentConfig]:
+    """A run's config as an ``ExperimentConfig``: itself, or its dict (as meta.json holds it) read by
+    :meth:`ExperimentConfig.from_dict` (which knows what older runs ran with); None stays None. Raises ConfigError for
+    a dict it cannot read and for anything else."""
+    if config is None or isinstance(config, ExperimentConfig):
+        return config
+    if isinstance(config, Mapping):
+        return ExperimentConfig.from_dict(dict(config))
+    raise ConfigError("config", type(config).__name__,
+                      "an ExperimentConfig, a dict of its fields (as meta.json holds it) or None")
 
 
 def config_field(config, key: str):

@@ -234,6 +234,31 @@ def test_a_gemm_replayed_from_a_cuda_graph_gets_its_flops_from_the_config():
     assert g.time_us == pytest.approx(statistics.mean(kernel_durs(DIAG / "bf16_64_ro.json", "nvjet")))
 
 
+def test_a_config_given_as_meta_json_s_dict_counts_as_the_config_itself():
+    # A trace recorded without shapes: its GEMMs' FLOPs can only come from the config. meta.json's dict must give
+    # the same answer as the ExperimentConfig read from it (it used to crash analyze and be dropped by diagnose).
+    from profiling_core import analyze
+    from profiling_core.errors import ConfigError
+    meta = json.loads((DIAG / "bf16_64_noshapes.meta.json").read_text())
+    mm = [e for e in scan_trace(DIAG / "bf16_64_noshapes.json") if e.get("ph") == "X" and e.get("name") == "aten::mm"
+          and e.get("cat") == "cpu_op"]
+    steps = [e for e in scan_trace(DIAG / "bf16_64_noshapes.json")
+             if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
+    in_steps = [e for e in mm if any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)]
+    assert len(in_steps) == 3 and all("Input Dims" not in e.get("args", {}) for e in mm)
+    with open_trace(DIAG / "bf16_64_noshapes.json", engine="sqlite") as s:
+        for cfg in (meta["config"], ExperimentConfig.from_dict(meta["config"])):
+            g = analyze(s, config=cfg).gemm_throughput
+            assert set(g["flops_from"]) == {"config"} and set(g["flops"]) == {2 * 64 ** 3}
+            (row,) = diagnose(s, config=cfg, peaks=H200).roofline.query("kind == 'gemm'").itertuples()
+            assert row.flops_from == "config" and row.flops == 2 * 64 ** 3 and row.count == len(in_steps)
+        assert analyze(s).gemm_throughput.empty  # without a config there is nothing to count them by
+        for bad, says in (({**meta["config"], "size": "big"}, "size must be"), ("4096", "config must be an"),
+                          ({**meta["config"], "sizes": 64}, "config must be one of the fields")):
+            with pytest.raises(ConfigError, match=says):
+                analyze(s, config=bad)
+
+
 def test_the_starved_rule_counts_the_launch_calls_of_each_step():
     x = next(d for d in run("bf16_64").diagnoses if d.rule == "gpu_starved")
     evs = [e for e in scan_trace(DIAG / "bf16_64.json") if e.get("ph") == "X"]

@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from ..config import as_config
 from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
 __all__ = ["gemm_throughput", "gemm_flops_from_dims", "gemm_dims"]
@@ -188,7 +189,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     Args:
         session: a trace session.
         peak_tflops: the peak the user sets (e.g. ~989 for a dense bf16 H100/H200); None leaves the fraction NaN.
-        config: an ``ExperimentConfig`` whose ``gemm_flops()`` gives the FLOPs of every GEMM op, or None.
+        config: an ``ExperimentConfig`` (or its dict) whose ``gemm_flops()`` gives the FLOPs of every GEMM op, or None.
 
     Returns:
         DataFrame in time order: ``id``, ``op``, ``start_ns``, ``device`` (``gpu`` or ``cpu``), ``time_us``,
@@ -206,6 +207,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     ids, names = gm["id"][keep].tolist(), gm["name"][keep].tolist()
     asid = gm["arg_set_id"][keep].tolist()
     # the study's matmul_add: one GEMM of the config's FLOPs per call; any other workload (gemm_flops() None): shapes
+    config = as_config(config)
     cfg_flops = config.gemm_flops() if config is not None else None
     dims = _dims_by_op(sh.tables, {i: -1 if a is None else a for i, a in zip(ids, asid)})
     peak = float(peak_tflops) if peak_tflops else float("nan")

@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
+from ..config import as_config
 from .breakdown import category_totals, step_breakdown, top_kernels
 from .compile import compile_breakdown
 from .gemm import gemm_throughput
@@ -133,7 +134,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
 
     Args:
         session: a trace session from ``profiling_core.open_trace``.
-        config: the ``ExperimentConfig`` the trace came from, if known (gives GEMM FLOPs).
+        config: the ``ExperimentConfig`` the trace came from, or its dict (meta.json's ``config``), if known (gives
+            GEMM FLOPs); ConfigError for anything else.
         peak_tflops: the peak TFLOP/s the user sets for ``gemm_throughput``'s fraction of peak.
 
     Returns:
@@ -149,6 +151,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device the peak allocated
         and reserved bytes; ``note`` says how to record memory events when the trace has none).
     """
+    config = as_config(config)
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
     # Largest temporaries first, while few results are held yet, smallest last, when all are: the peak memory of the
     # whole run is then lower (93 MB trace: 6 MiB less than in the Report's field order); each result is the same in

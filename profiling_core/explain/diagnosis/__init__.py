@@ -88,8 +88,7 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
         process_peak_bytes: the run's ``peak_device_memory_bytes`` (meta.json: ``torch.cuda.max_memory_allocated()``
             of the whole process) when known; the memory rules tell an earlier peak from fragmentation by it.
     """
-    report = report if report is not None else analyze(session, config=config if not isinstance(config, dict)
-                                                        else None)
+    report = report if report is not None else analyze(session, config=config)
     if peaks is None and report.has_gpu:  # a CPU run on a GPU host names the GPU too: its GEMMs did not run there
         names = [d.get("name") for d in (getattr(session, "devices", None) or []) if d.get("name")]
         peaks = DevicePeaks.from_datasheet(names[0]) if names else None

@@ -8,12 +8,10 @@ from .base import NO_GPU_TEXT, Finding, _n, _num, _short
 def _as_config(config):
     """The run's config as an ``ExperimentConfig`` (a meta.json dict is read by ``ExperimentConfig.from_dict``, which
     knows what older runs ran with); None when unknown or unreadable."""
-    from ...config import ExperimentConfig
+    from ...config import as_config
     from ...errors import ConfigError
-    if config is None or isinstance(config, ExperimentConfig):
-        return config
     try:
-        return ExperimentConfig.from_dict(dict(config))
+        return as_config(config)
     except (ConfigError, TypeError, ValueError):
         return None
 
