@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import gzip
 import json
+import re
 import shutil
 import sqlite3
 from decimal import Decimal
@@ -436,6 +437,49 @@ def test_args_reader_gives_each_events_args(session):
             want = by_key[(names[i], int(tb.ts[i]))].get(key)
             assert got.get(int(tb.arg_set_id[i])) == want, (key, names[i])
     assert tb.args.get("correlation", []) == {} and tb.args.get("correlation", [10**9]) == {}
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
+def test_args_reader_reads_several_names_at_once(session, engine):
+    """get_many(names, ids) gives, for every name at once, what the JSON says (a plain scan) and what get gives one
+    name at a time; a name asked twice counts once, one no event has gives nothing; on both engines (perfetto:
+    trace_processor's recorded args table)."""
+    s = session("64_bf16_cold_eager.json", engine)
+    doc = json.loads((DATA / "64_bf16_cold_eager.json").read_text())
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("args")]
+    by_key = {(e["name"], round(e["ts"] * 1000)): e["args"] for e in xs}
+    tb = s.tables
+    rows = [i for i in range(tb.slice_count) if tb.arg_set_id[i] >= 0]
+    names = tb.name.tolist()
+    # (the names an analysis can ask: trace_processor's args table flattens a key's dots into paths)
+    keys = sorted({k for e in xs for k in e["args"] if re.fullmatch(r"[A-Za-z0-9_ ]+", k)})
+    assert len(keys) >= 3 and "External id" in keys
+    ids = tb.arg_set_id[rows].tolist()
+    got = tb.args.get_many(keys + [keys[0], "no such arg"], [-1] + ids)
+    assert sorted(got) == sorted(keys + ["no such arg"]) and got["no such arg"] == {}
+    for key in keys:
+        assert got[key] == tb.args.get(key, ids)
+        for i in rows:
+            assert got[key].get(int(tb.arg_set_id[i])) == by_key[(names[i], int(tb.ts[i]))].get(key), (key, names[i])
+    assert tb.args.get_many(keys, []) == {k: {} for k in keys}
+
+
+def test_args_reader_reads_odd_arg_sets_as_trace_processor_shows_them(tmp_path):
+    """Each name read from the same arg set in one pass keeps the rules of one name at a time: of a key written
+    twice the last counts, null and objects show nothing, booleans are 0/1, an arg set that is not an object has no
+    arguments, and keys that are not asked are skipped whatever they hold."""
+    events = ['{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+              '"args": {"k": 1, "k": 2, "n": null, "o": {"x": 1}, "b": true, "deep": [[[[1]]]], "s": "t"}}',
+              '{"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 3, "dur": 1, "args": [1, 2]}',
+              '{"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": 5, "dur": 1, "args": {"k": "v", "n": 0}}']
+    p = tmp_path / "odd.json"
+    p.write_text('{"traceEvents": [' + ", ".join(events) + "]}")
+    with open_trace(p, engine="sqlite") as s:
+        tb = s.tables
+        asid = {n: int(tb.arg_set_id[i]) for i, n in enumerate(tb.name.tolist())}
+        got = tb.args.get_many(["k", "n", "o", "b", "s", "missing"], [asid[n] for n in "abc" if asid[n] >= 0])
+    assert got == {"k": {asid["a"]: 2, asid["c"]: "v"}, "n": {asid["c"]: 0}, "o": {}, "b": {asid["a"]: 1},
+                   "s": {asid["a"]: "t"}, "missing": {}}
 
 
 def test_files_of_a_killed_process_are_removed_by_the_next_open(tmp_path):

@@ -664,8 +664,7 @@ _STEP_DIGITS = re.compile(r"\d+")
 def _equal_arg(tb, key: str, a_rows: np.ndarray, b_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(a, b) rows of every pair of an ``a_rows`` slice and a ``b_rows`` slice whose argument ``key`` is one equal
     scalar (not None)."""
-    va = tb.args.get(key, tb.arg_set_id[a_rows].tolist())
-    vb = tb.args.get(key, tb.arg_set_id[b_rows].tolist())
+    va = vb = tb.args.get(key, tb.arg_set_id[a_rows].tolist() + tb.arg_set_id[b_rows].tolist())
     by_value: dict = {}
     for r, asid in zip(a_rows.tolist(), tb.arg_set_id[a_rows].tolist()):
         v = va.get(asid)

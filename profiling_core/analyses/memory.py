@@ -186,8 +186,8 @@ class _Events:
         rows = np.flatnonzero(sh.name_mask(lambda u: u == "[memory]"))
         asid = tb.arg_set_id[rows] if len(rows) else np.zeros(0, dtype=np.int64)
         ids = [int(a) for a in asid.tolist() if a >= 0]
-        got = {k: tb.args.get(k, ids) if ids else {} for k in ("Bytes", "Addr", "Total Allocated", "Total Reserved",
-                                                               "Device Type", "Device Id")}
+        keys = ("Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
+        got = tb.args.get_many(keys, ids) if ids else {k: {} for k in keys}
         nb = [_number(got["Bytes"].get(a)) for a in asid.tolist()]
         nb = [x if x is not None and abs(x) < _MAX_BYTES else None for x in nb]
         keep = np.array([x is not None for x in nb], dtype=bool)

@@ -109,6 +109,10 @@ class SqlArgs:
         fetched.update(missing)
         return {a: values[a] for a in ids if a in values}
 
+    def get_many(self, names, arg_set_ids) -> dict[str, dict]:
+        ids = [int(a) for a in arg_set_ids]  # (trace_processor's args table has a row per key: a query per name)
+        return {n: self.get(n, ids) for n in dict.fromkeys(names)}
+
     def _read(self, name: str, arg_set_ids: list, out: dict) -> None:
         c = self._columns(args_query(name, arg_set_ids))
         paths: dict = {}  # a key's part after the name ("[0][1]") -> its index path, None if not an array element

@@ -7,6 +7,7 @@ RSS. SQL runs on the files opened read-only, under an authorizer that allows rea
 from __future__ import annotations
 
 import gc
+import functools
 import itertools
 import json
 import os
@@ -20,6 +21,7 @@ import threading
 from typing import Any, Callable
 
 import msgspec
+from msgspec.structs import astuple
 
 from ..errors import QueryError, TraceError, TraceFormatError
 from . import _schema
@@ -70,39 +72,58 @@ def _remove_orphans(tmp_dir: str | None) -> None:
                 pass
 
 
+@functools.lru_cache(maxsize=64)
+def _args_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder:
+    """A decoder of an arg set's JSON object into just these top-level keys (the others are skipped unread)."""
+    fields = [(f"a{k}", msgspec.Raw, msgspec.Raw()) for k in range(len(names))]
+    return msgspec.json.Decoder(msgspec.defstruct("Args", fields, rename={f"a{k}": n for k, n in enumerate(names)},
+                                                  gc=False))
+
+
+_MISS = object()
+
+
 class RawArgs:
     """The mirror's :class:`~profiling_core.trace._tables.ArgsReader`: each arg set's raw JSON from the args database
-    (complete once the trace is loaded), its top-level value decoded with msgspec (each distinct value's text once)
-    and shown as trace_processor's ``args`` table shows it (``visible_arg``). An arg set that is not a JSON object
-    has no arguments; of a key written twice, the last counts."""
+    (complete once the trace is loaded), decoded with msgspec into just the top-level keys asked for (a struct of
+    those fields, each kept as raw JSON: the other keys are skipped in C), each array's text decoded once per call
+    (shapes and types repeat), and shown as trace_processor's ``args`` table shows it
+    (``visible_arg``). An arg set that is not a JSON object has no arguments; of a key written twice, the last
+    counts."""
 
     def __init__(self, backend: "MirrorBackend") -> None:
         self._backend = backend
-        self._top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
         self._value = msgspec.json.Decoder().decode
 
     def get(self, name: str, arg_set_ids) -> dict:
+        return self.get_many((name,), arg_set_ids)[name]
+
+    def get_many(self, names, arg_set_ids) -> dict[str, dict]:
+        names = tuple(dict.fromkeys(names))
+        decode, value = _args_decoder(names).decode, self._value
         raws = self._backend.raw_args(a for a in arg_set_ids if a >= 0)
-        out: dict = {}
-        seen: dict = {}
+        cols: list[dict] = [{} for _ in names]
+        lists: dict[bytes, Any] = {}  # an array's text -> what it shows: shapes and types repeat, each made once
         for a, raw in raws.items():
             try:
-                v = self._top(raw).get(name)
-            except (msgspec.DecodeError, RecursionError):
+                got = decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # (not a JSON object: no args)
                 continue
-            if v is None:
-                continue
-            text = bytes(v)
-            got = seen.get(text, ABSENT)
-            if got is ABSENT:
-                try:
-                    got = visible_arg(self._value(text))
-                except (msgspec.DecodeError, RecursionError):
-                    got = ABSENT
-                seen[text] = got
-            if got is not ABSENT:
-                out[a] = got
-        return out
+            for col, v in zip(cols, astuple(got)):
+                if not len(v):
+                    continue  # (not in the arg set)
+                text = bytes(v)
+                shown = lists.get(text, _MISS) if text[0] == 0x5B else _MISS  # "["
+                if shown is _MISS:
+                    try:
+                        shown = visible_arg(value(text))
+                    except RecursionError:
+                        shown = ABSENT
+                    if text[0] == 0x5B:
+                        lists[text] = shown
+                if shown is not ABSENT:
+                    col[a] = shown
+        return dict(zip(names, cols))
 
 
 class MirrorBackend:

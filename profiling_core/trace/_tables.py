@@ -75,7 +75,8 @@ class TextColumn:
 
 class ArgsReader(Protocol):
     """The arguments of slices, as the analyses read them: ``get(name, arg_set_ids)`` gives ``{arg_set_id: value}``
-    of the top-level argument ``name`` for those arg sets that have it.
+    of the top-level argument ``name`` for those arg sets that have it; ``get_many(names, arg_set_ids)`` the same for
+    several names of the same arg sets (a memory event's six, a GEMM's shapes and types) in one pass.
 
     A value is what trace_processor's ``args`` table can show of it (:func:`visible_arg`): a number or a string;
     booleans as 0/1; an array as a list of such values (nested arrays as lists), where a null element takes no
@@ -84,6 +85,10 @@ class ArgsReader(Protocol):
     an empty array) is left out."""
 
     def get(self, name: str, arg_set_ids: Iterable[int]) -> dict: ...
+
+    def get_many(self, names: Iterable[str], arg_set_ids: Iterable[int]) -> dict[str, dict]:
+        """``{name: get(name, arg_set_ids)}`` for each name, each arg set read once for all of them."""
+        ...
 
 
 ABSENT = object()

@@ -85,10 +85,15 @@ def _fmt_us(x: float) -> str:
 
 def _args_of(session, name: str, ids) -> dict[int, Any]:
     """{slice id: its arg ``name``} of these slices, for those that have it."""
+    return _args_each(session, (name,), ids)[0]
+
+
+def _args_each(session, names: tuple[str, ...], ids) -> tuple[dict[int, Any], ...]:
+    """For each of ``names``, {slice id: that arg} of these slices that have it (each slice's args read once)."""
     tb = session.tables
     asids = {int(i): int(tb.arg_set_id[int(i)]) for i in ids}
-    values = tb.args.get(name, {a for a in asids.values() if a >= 0})
-    return {i: values.get(a) for i, a in asids.items() if a >= 0 and a in values}
+    got = tb.args.get_many(names, {a for a in asids.values() if a >= 0})
+    return tuple({i: got[n][a] for i, a in asids.items() if a >= 0 and a in got[n]} for n in names)
 
 
 def _graph_replays(report) -> int:

@@ -20,7 +20,7 @@ from ...analyses import Report, gemm_dims, launch_ops
 from ...analyses.categories import gpu_op_category, is_gemm_kernel
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
-from .base import _args_of, _steps
+from .base import _args_each, _args_of, _steps
 
 
 _TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
@@ -70,8 +70,7 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     if not g.empty:
         g = g[g["device"] == "gpu"] if (g["device"] == "gpu").any() else g
         ids = g["id"].tolist()
-        dims = _args_of(session, "Input Dims", ids)
-        types = _args_of(session, "Input type", ids)
+        dims, types = _args_each(session, ("Input Dims", "Input type"), ids)
         groups: dict[tuple, dict] = {}
         for rec in g.itertuples(index=False):
             t = types.get(rec.id)
@@ -206,7 +205,7 @@ def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], categor
     if not len(ids) or mine_k.empty:
         return None
     starts = mine_k["launch_start_ns"].to_numpy(dtype=np.int64)
-    args = [_args_of(session, key, ids) for key in ("Input Dims", "Input type", "Concrete Inputs")]
+    args = _args_each(session, ("Input Dims", "Input type", "Concrete Inputs"), ids)
     # Each op's kernels: those launched in [ts, ts + dur), found by binary search on the sorted launch starts (a scan
     # of every kernel per op was quadratic, and a frame per op cost milliseconds each), kept in the frame's row order:
     # (their GPU durations, their names).
@@ -369,8 +368,7 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
     if not len(rows):
         return out
     chosen = op_ids[rows]
-    dims = _args_of(session, "Input Dims", set(chosen.tolist()))
-    types = _args_of(session, "Input type", set(chosen.tolist()))
+    dims, types = _args_each(session, ("Input Dims", "Input type"), set(chosen.tolist()))
     groups: dict[tuple, list] = {}
     sizes: dict[str, tuple[float, int] | None] = {}  # by the recorded shapes and types: each distinct one once
     for op_id, op, name, gpu_id, dur in zip(chosen.tolist(), tb.name[chosen].tolist(),
