@@ -385,6 +385,26 @@ def test_findings_doc_quotes_the_current_q3_text(label, name):
         assert part in text, (part, text)
 
 
+@pytest.mark.parametrize("label,name", [(f"{n}²", f"sweep_{n}_warm_eager") for n in (64, 2048, 4096, 8192)])
+def test_findings_doc_quotes_the_current_q2_text(label, name):
+    quote = doc_quotes("## Q2.")[label]
+    text = finding(name, "q2.bound").text
+    for part in filter(None, (p.strip() for p in quote.split("…"))):
+        assert part in text, (part, text)
+
+
+def test_the_q2_verdict_and_its_evidence_are_told_apart_where_they_differ():
+    # 2048²: the verdict's idle share (1 − GPU work ÷ CPU time) and the busy share measured inside the step windows
+    # do not add up to 100 %; the text must say they are two measures, not one.
+    f = finding("sweep_2048_warm_eager", "q2.bound")
+    ev = f.evidence
+    assert round(100 * ev["gpu_idle_share"]) + round(100 * ev["busy_in_window"], 1) < 95
+    assert f"idle {100 * ev['gpu_idle_share']:.0f}% of each step" in f.text
+    assert f"measured another way: inside each step's own CPU window the GPU was busy a median " \
+           f"{100 * ev['busy_in_window']:.1f}%" in f.text
+    assert ev["gpu_idle_share"] == pytest.approx(1 - ev["gpu_us_per_step"] / ev["cpu_us_per_step"], abs=0.01)
+
+
 def test_findings_doc_says_most_only_for_more_than_half():
     quotes = doc_quotes("## Q3.")
     assert len(quotes) == 4, quotes

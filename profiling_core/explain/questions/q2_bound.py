@@ -79,9 +79,11 @@ def _q2_bound(r, config=None) -> list[Finding]:
                          f"{_us(ss['queue_delay_first_us'])} in step {ss['basis_steps'][0]})")
             text += "."
     else:
-        text += (f"The GPU runs out of work and waits for the next launch, idle {100 * ss['gpu_idle_share']:.0f}% "
-                 f"of a step: the workload is overhead-bound (busy {100 * (ss['busy_in_window'] or 0):.1f}% of each "
-                 "step's own window).")
+        text += ("The GPU runs out of work and waits for the next launch: with steps back to back it sits idle "
+                 f"{100 * ss['gpu_idle_share']:.0f}% of each step, so the workload is overhead-bound.")
+        if ss["busy_in_window"] is not None:  # (a measure of its own: a step's GPU work may run outside its window)
+            text += (" Evidence beside the verdict, measured another way: inside each step's own CPU window the GPU "
+                     f"was busy {median}{100 * ss['busy_in_window']:.1f}%.")
     if len(s) > 1:
         text += f" Step by step, by the same rule: {counts}."
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
