@@ -46,7 +46,14 @@ def _calls(r, session, steps: list[int]):
         w = _work_ops(g)
         rows += [(k, int(i), str(n), float(us)) for i, n, us in zip(w["id"], w["name"], w["self_us"])]
     dims = _args_of(session, "Input Dims", [i for _, i, _, _ in rows])
-    return [(k, i, n, json.dumps(dims.get(i)), us) for k, i, n, us in rows]
+    texts: dict[int, str] = {}  # id of a shapes value (held in dims meanwhile) -> its JSON: equal ones often share one
+
+    def text(d) -> str:
+        t = texts.get(id(d))
+        if t is None:
+            t = texts[id(d)] = json.dumps(d)
+        return t
+    return [(k, i, n, text(dims.get(i)), us) for k, i, n, us in rows]
 
 
 def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
