@@ -664,15 +664,15 @@ _STEP_DIGITS = re.compile(r"\d+")
 def _equal_arg(tb, key: str, a_rows: np.ndarray, b_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(a, b) rows of every pair of an ``a_rows`` slice and a ``b_rows`` slice whose argument ``key`` is one equal
     scalar (not None)."""
-    va = vb = tb.args.get(key, tb.arg_set_id[a_rows].tolist() + tb.arg_set_id[b_rows].tolist())
+    values = tb.args.get(key, tb.arg_set_id[a_rows].tolist() + tb.arg_set_id[b_rows].tolist())  # both sides at once
     by_value: dict = {}
     for r, asid in zip(a_rows.tolist(), tb.arg_set_id[a_rows].tolist()):
-        v = va.get(asid)
+        v = values.get(asid)
         if v is not None and not isinstance(v, list):
             by_value.setdefault(v, []).append(r)
     out_a, out_b = [], []
     for r, asid in zip(b_rows.tolist(), tb.arg_set_id[b_rows].tolist()):
-        v = vb.get(asid)
+        v = values.get(asid)
         if v is not None and not isinstance(v, list):
             for x in by_value.get(v, ()):
                 out_a.append(x)
