@@ -12,6 +12,7 @@ from profiling_core.present import ReportSection, comparison_warnings
 from profiling_core.run import SPREAD_WARN_PCT
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
+CHAIN_LINES = 400  # the most rows of a chain written out as text (a training step has thousands)
 
 st.title("Dispatch and launch")
 st.caption("How a Python call becomes a kernel: the dispatch chain, the launch call of each kernel, the delay "
@@ -45,11 +46,14 @@ if rep is not None and len(rep.dispatch_chains):
         chain = chain_subtree(chain, op)
     depth_of = dict(zip(chain["id"], chain["depth"]))
     lines = []
-    for _, r in chain.iterrows():
+    for _, r in chain.head(CHAIN_LINES).iterrows():
         d = r["depth"] if r["lane"] == "cpu" else depth_of.get(r["parent_id"], 0) + 1
         where = "GPU" if r["lane"] == "gpu" else r["category"]
         indent = "   " * int(d) + ("└─ " if d else "")
         lines.append(f"{indent}{str(r['name'])[:90]}  [{where}, {r['dur_us']:,.1f} µs]")
+    if len(chain) > CHAIN_LINES:
+        lines.append(f"… and {len(chain) - CHAIN_LINES:,} more rows: start the chain at one op above to read its "
+                     "part, or take the chart's CSV for all of them")
     st.code("\n".join(lines), language="text")
     flame_df = charts.flame_from_chain(chain)
     flame = ui.chart("dispatch_flame", flame_df, title=f"ProfilerStep#{step}: nesting over time"
@@ -78,8 +82,9 @@ if not no_gpu:  # a CPU trace has no launches, GPU lane or synchronize: the note
     # --- question 4: launch latency -------------------------------------------------------------------
     st.header("Launch latency: why the GPU lane is offset", divider="gray")
     if rep is not None and len(rep.launch_latency):
-        ll = rep.launch_latency.rename(columns={"gpu_name": "kernel", "launch_name": "launch"})
-        ll = ll[["kernel", "launch", "step", "latency_us", "gpu_category"]].copy()
+        ll = rep.launch_latency.rename(columns={"gpu_name": "kernel", "launch_name": "launch",
+                                                "gpu_start_ns": "t_ns"})
+        ll = ll[["kernel", "launch", "step", "latency_us", "gpu_category", "t_ns"]].copy()
         ll["step"] = ll["step"].astype("float").fillna(-1).astype(int)
         lat = ui.chart("launch_latency", ll)
         ui.chart_block(lat, ll, "launch_latency", key="dispatch_latency")
@@ -162,9 +167,14 @@ if not no_gpu:
                           "dur_us": sw["dur_us"] - sw["gpu_busy_us"]})], ignore_index=True)
         syn = ui.chart("sync_idle", parts)
         ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
-        for _, r in sw.iterrows():
+        longest = sw.sort_values("dur_us", ascending=False, kind="stable").head(charts.MAX_SYNC_BARS)
+        for _, r in longest.iterrows():
             st.markdown(f"- {ui.md_code(r['name'])} lasted {format_duration_us(r['dur_us'])} while the GPU was busy "
                         f"{format_duration_us(r['gpu_busy_us'])}: **{r['idle_pct']:.0f} % idle**.")
+        if len(sw) > len(longest):
+            st.caption(f"The {len(longest)} longest of {len(sw):,} synchronize calls; the CSV has them all: together "
+                       f"they lasted {format_duration_us(sw['dur_us'].sum())}, the GPU busy "
+                       f"{format_duration_us(sw['gpu_busy_us'].sum())} of it.")
         report_sections.append(ReportSection("Sync wait", charts=[syn]))
     else:
         st.caption("No synchronize call in this trace (CPU traces have none: there is no device to wait for).")

@@ -164,9 +164,23 @@ def test_kernel_durations_by_step_facets_per_kernel_with_median_and_mean(duratio
 def test_kernel_spread_compares_runs(durations):
     two = pd.concat([durations.assign(run="a"), durations.assign(run="b")])
     spec = C.kernel_spread(two).to_dict()
-    assert _marks(spec) == ["boxplot", "tick"]
-    assert spec["spec"]["layer"][0]["mark"]["extent"] == "min-max"
-    assert {r["run"] for r in _datasets(spec)[0]} == {"a", "b"}
+    assert _marks(spec) == ["rule", "bar", "tick", "tick"]  # whiskers, quartiles, median, mean
+    rows = _datasets(spec)[0]
+    assert {(r["run"], r["kernel"]) for r in rows} == {(a, k) for a in "ab" for k in ("gemm", "add")}
+    gemm = next(r for r in rows if r["run"] == "a" and r["kernel"] == "gemm")
+    # by hand, linear interpolation over the sorted 168.6, 169.0, 175.0
+    assert (gemm["min_us"], gemm["q1_us"], gemm["median_us"], gemm["q3_us"], gemm["max_us"]) == pytest.approx(
+        (168.6, 168.8, 169.0, 172.0, 175.0))
+    assert gemm["launches"] == 3
+
+
+def test_kernel_spread_holds_any_number_of_launches():
+    """One row per (run, kernel) whatever the launches: 30,000 launches make a spec of 2 rows, not a MaxRowsError."""
+    n = 30_000
+    df = pd.DataFrame({"kernel": ["k1", "k2"] * (n // 2), "dur_us": [float(i % 1000) for i in range(n)]})
+    rows = _datasets(C.kernel_spread(df).to_dict())[0]
+    assert len(rows) == 2 and {r["launches"] for r in rows} == {n // 2}
+    assert {r["max_us"] for r in rows} == {998.0, 999.0}
 
 
 def test_grouped_bars_groups_and_labels():
@@ -465,3 +479,61 @@ def test_a_log_axis_over_five_decades_reads_in_decades_and_names_its_peaks_sourc
     assert "bf16 peak (datasheet) 989.4 TFLOP/s" in shown
     narrow = _svg_texts(C.achieved_vs_peak(g.assign(tflops=[100.0, 200.0, 300.0, 500.0])))
     assert {"100", "200", "500"} <= set(narrow)  # under three decades: 2× and 5× ticks between
+
+
+# --- big traces: every chart of events stays within Altair's MAX_ROWS and says what it left out ------------------
+
+def test_keep_longest_keeps_the_longest_in_their_order_and_says_how_long_the_rest_were():
+    df = pd.DataFrame({"name": list("abcdefgh"), "dur_us": [5.0, 1.0, 7.0, 1.0, 3.0, 7.0, 2.0, 0.5]})
+    kept, note = C.keep_longest(df, 4)
+    assert list(kept["name"]) == ["a", "c", "e", "f"]  # 7, 7, 5, 3 in the rows' order
+    assert note.startswith("8 slices: the 4 shortest, each 2.0 µs or shorter, are left out")
+    same, none = C.keep_longest(df, 8)
+    assert same is df and none is None
+    ties, _ = C.keep_longest(df, 2, what="slices")  # 7 and 7: the earlier of equals first
+    assert list(ties["name"]) == ["c", "f"]
+
+
+def test_thin_by_time_keeps_each_slice_of_times_lowest_highest_and_last():
+    n = 10_000
+    t = pd.Series(range(n)) * 1000
+    v = pd.Series([(i * 7919) % 1000 for i in range(n)], dtype=float)
+    v[4321] = 5000.0  # one spike
+    keep, note = C.thin_by_time(t, [v], 400, what="launches")
+    assert keep.sum() <= 3 * 100 and keep[4321] and keep[n - 1]
+    assert note.startswith(f"{n:,} launches drawn as {int(keep.sum()):,}: in each of 100 slices of time")
+    bucket = (t * 100 // (n * 1000)).astype(int)  # the slices by hand: each keeps its own min and max
+    for b, g in v.groupby(bucket):
+        assert v[keep & (bucket == b)].max() == g.max() and v[keep & (bucket == b)].min() == g.min()
+
+
+def test_a_kernel_called_many_times_a_step_is_drawn_as_each_steps_median_with_its_range():
+    rows = [(step, "many", call, float(call)) for step in range(3) for call in range(50)]
+    rows += [(step, "few", call, 10.0 + call) for step in range(3) for call in range(2)]
+    df = pd.DataFrame(rows, columns=["step", "kernel", "occurrence", "dur_us"])
+    spec = C.kernel_durations_by_step(df).to_dict()
+    data = _datasets(spec)[0]
+    many = [r for r in data if r["kernel"] == "many"]
+    assert len(many) == 3 and {(r["dur_us"], r["lo_us"], r["hi_us"], r["calls"]) for r in many} == {(24.5, 0.0, 49.0,
+                                                                                                     50)}
+    assert all(r["median_us"] == 24.5 and r["mean_us"] == 24.5 for r in many)  # of all 150 launches
+    assert len([r for r in data if r["kernel"] == "few"]) == 6  # one line per call, as before
+    assert "1 kernel(s) called over 20 times in a step" in " ".join(spec["title"]["subtitle"])
+
+
+def test_memory_comparison_of_many_runs_shares_one_charts_points():
+    n = 5000
+    runs = pd.concat([pd.DataFrame({"run": f"run {k}", "t_ms": [i / 10 for i in range(n)],
+                                    "allocated_bytes": [float((i * 31) % 997) for i in range(n)]}) for k in range(6)])
+    spec = C.memory_comparison_chart(runs).to_dict()
+    assert sum(len(d) for d in _datasets(spec)) <= C.MAX_ROWS
+    assert spec["title"]["subtitle"][0].startswith("run 0: 5,000 instants drawn as")
+
+
+def test_sync_idle_draws_the_longest_calls():
+    parts = pd.concat([pd.DataFrame({"label": [f"sync #{i}"] * 2, "part": ["GPU busy", "GPU idle"],
+                                     "dur_us": [float(i), 1.0]}) for i in range(100)])
+    spec = C.sync_idle(parts).to_dict()
+    drawn = {r["label"] for r in _datasets(spec)[0]}
+    assert drawn == {f"sync #{i}" for i in range(70, 100)}
+    assert spec["title"]["subtitle"] == ["100 synchronize calls: the 30 longest are drawn (the CSV has them all)"]

@@ -20,7 +20,9 @@ The modules, by what they chart (every name is importable from here: ``charts.st
 - ``peaks``: :func:`roofline`, :func:`achieved_vs_peak`.
 - ``memory``: :func:`memory_timeline_chart`, :func:`memory_categories_chart`, :func:`memory_comparison_chart`.
 - ``_style``: what they share: ``WIDTH``, ``CATEGORY_COLORS``, ``BREAKDOWN_COLORS``, :func:`empty_chart`, the
-  column check and number formats.
+  column check and number formats, and the bounds that keep a big trace's charts drawable (``MAX_ROWS``: the
+  longest ``MAX_SLICES`` slices of a timeline, ``keep_longest``; the lowest, highest and last of each slice of time
+  for ``MAX_POINTS`` points, ``thin_by_time``); each chart's subtitle says what it left out.
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from __future__ import annotations
 from ._style import BREAKDOWN_COLORS, CATEGORY_COLORS, MEMORY_COLORS, PHASE_COLORS, WIDTH, empty_chart  # noqa: F401
 from .bars import breakdown_bars, grouped_bars, phase_bars, time_by_category
 from .kernels import cold_vs_warm, kernel_durations_by_step, kernel_spread, launch_latency, sync_idle
+from .kernels import MAX_CALL_LINES, MAX_COLOURS, MAX_SYNC_BARS  # noqa: F401
+from ._style import MAX_POINTS, MAX_ROWS, MAX_SLICES, keep_longest, thin_by_time  # noqa: F401
 from .memory import memory_categories_chart, memory_comparison_chart, memory_timeline_chart
 from .peaks import achieved_vs_peak, roofline
 from .sweep import crossover_points, gpu_busy_fraction, overhead_vs_compute

@@ -1,10 +1,14 @@
-"""What every chart shares: the width, the palettes, the column check, number formats, the empty chart."""
+"""What every chart shares: the width, the palettes, the column check, number formats, the empty chart, and the two
+rules by which a chart of a big trace's events stays drawable (:data:`MAX_ROWS`)."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Optional
 
 import altair as alt
+import numpy as np
 import pandas as pd
+
+from ...units import format_duration_us
 
 WIDTH = 640
 """Default width in pixels; the app stretches charts to the container, exports keep this width."""
@@ -56,6 +60,82 @@ MEMORY_COLORS = {
     "AUTOGRAD_DETAIL": "#4169e1",
     "unknown": "#a0a0a0",
 }
+
+
+MAX_ROWS = 5000
+"""Altair's cap on the rows of one dataset of a chart (``alt.data_transformers``' default ``max_rows``): a chart given
+more raises ``MaxRowsError`` instead of drawing, and a real trace has far more events (9,450 launches in HTA's A100
+trace, 13,905 slices in one step of TraceLens' Qwen trace). So every chart that draws one mark per event keeps each of
+its datasets at or under a bound of its own, by one of the two rules below, and says in its subtitle what it left
+out; the CSV beside a chart in the app keeps every row."""
+
+MAX_SLICES = 4000
+"""The most slices a timeline draws (``step_timeline``, ``dispatch_flame``, ``trace_overview``): beyond it the
+shortest are left out (:func:`keep_longest`)."""
+
+MAX_POINTS = 2000
+"""The most points a scatter or line of events draws (``launch_latency``, the memory charts): beyond it, in each of
+``MAX_POINTS // 4`` equal slices of time, the points of its lowest and highest value and its last one
+(:func:`thin_by_time`)."""
+
+
+def keep_longest(data: pd.DataFrame, max_rows: int = MAX_SLICES, *, dur: str = "dur_us",
+                 what: str = "slices") -> tuple[pd.DataFrame, Optional[str]]:
+    """The ``max_rows`` longest rows of ``data`` by ``dur`` (between equal ones, the earlier row), in their order,
+    and a note saying how many shorter ones were left out and the longest of those; ``data`` itself and None when it
+    has no more rows than that.
+
+    The rule for timelines: a chart ``WIDTH`` pixels wide shows a slice only when it spans a visible part of the
+    time axis, so the longest slices are the ones a reader can see; what is left out is each at most as long as the
+    note says."""
+    n = len(data)
+    if n <= max_rows:
+        return data, None
+    d = pd.to_numeric(data[dur], errors="coerce").fillna(-np.inf).to_numpy(dtype=float)
+    order = np.lexsort((np.arange(n), -d))  # longest first; the earlier row first among equals
+    keep = np.sort(order[:max_rows])
+    longest_out = float(d[order[max_rows]])
+    bound = f", each {format_duration_us(longest_out)} or shorter," if np.isfinite(longest_out) else ""
+    note = (f"{n:,} {what}: the {n - max_rows:,} shortest{bound} are left out to keep the chart drawable "
+            "(the CSV has them all)")
+    return data.iloc[keep], note
+
+
+def thin_by_time(t_ns: pd.Series, values: list[pd.Series], max_points: int = MAX_POINTS,
+                 what: str = "instants") -> tuple[pd.Series, Optional[str]]:
+    """A mask of the rows to draw (at most about ``max_points``) and a note saying how they were chosen, or None when
+    all are drawn: in each of ``max_points // 4`` equal slices of the time ``t_ns``, the row of its lowest and of its
+    highest value of each of ``values`` (series aligned with ``t_ns``) and its last row.
+
+    The rule for points and lines of events: the envelope of the values over time (a peak, a growing latency) stays
+    as it is; what is left out lies between the lowest and highest drawn in its slice of time."""
+    n = len(t_ns)
+    if n <= max_points:
+        return pd.Series(True, index=t_ns.index), None
+    slices = max_points // 4
+    t = t_ns.astype("int64")
+    lo, span = int(t.min()), int(t.max()) - int(t.min()) + 1
+    bucket = ((t - lo) * slices // span).astype("int64")
+    keep = set(bucket.groupby(bucket).apply(lambda b: b.index[-1]))
+    for v in values:
+        v = pd.to_numeric(v, errors="coerce")
+        if v.notna().any():
+            keep |= set(v.groupby(bucket).idxmax().dropna()) | set(v.groupby(bucket).idxmin().dropna())
+    mask = pd.Series(t_ns.index.isin(list(keep)), index=t_ns.index)
+    return mask, (f"{n:,} {what} drawn as {int(mask.sum()):,}: in each of {slices} slices of time its lowest, "
+                  "highest and last (the CSV has them all)")
+
+
+def with_notes(title, notes: Iterable[Optional[str]]):
+    """``title`` with the notes that are not None as its subtitle (one line each); ``title`` itself when none is."""
+    lines = [n for n in notes if n]
+    if not lines:
+        return title
+    if isinstance(title, alt.TitleParams):
+        old = title.subtitle if isinstance(title.subtitle, list) else ([title.subtitle] if isinstance(
+            title.subtitle, str) else [])
+        return alt.TitleParams(title.text, subtitle=old + lines)
+    return alt.TitleParams(title, subtitle=lines)
 
 
 def _require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:

@@ -7,7 +7,17 @@ import pandas as pd
 
 from ...explain import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
 from ...units import format_duration_us
-from ._style import LOG_AXIS_FORMAT, WIDTH, _require, decade_ticks, log_ticks
+from ._style import (LOG_AXIS_FORMAT, MAX_POINTS, MAX_ROWS, WIDTH, _require, decade_ticks, log_ticks, thin_by_time,
+                     with_notes)
+
+MAX_CALL_LINES = 20
+"""The most calls of one kernel in one step that :func:`kernel_durations_by_step` draws as a line each; a kernel
+called more often in some step is drawn as the median of each step's calls with their min..max."""
+MAX_COLOURS = 10
+"""The most kernel names :func:`launch_latency` gives a colour of their own: beyond it the ``MAX_COLOURS - 1`` with
+the most launches keep theirs and the rest share "other" (each point's tooltip names its kernel)."""
+MAX_SYNC_BARS = 30
+"""The most synchronize calls :func:`sync_idle` draws a bar for: the longest; the subtitle says how many more."""
 
 
 def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel duration per step"
@@ -26,12 +36,14 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
     if "run" not in data.columns:
         data["run"] = "this run"
     data["kernel"] = data["kernel"].astype(str)
-    calls = "occurrence" in data.columns and data["occurrence"].nunique() > 1
-    if calls:
-        data["call"] = data["occurrence"].astype(int) + 1
     grouped = data.groupby(["run", "kernel"])["dur_us"]
     data["median_us"] = grouped.transform("median")
     data["mean_us"] = grouped.transform("mean")
+    data["note"] = _skew_notes(data)  # (the medians, means and notes are of every launch, before any aggregation)
+    data, aggregated = _aggregate_calls(data)
+    calls = "occurrence" in data.columns and data["occurrence"].nunique() > 1
+    if calls:
+        data["call"] = data["occurrence"].astype(int) + 1
     color = alt.Color("run:N", title="run")
     base = alt.Chart().encode(color=color)
     # one slow step (the first, cold) would flatten the others to a line: a log axis keeps them apart
@@ -52,20 +64,49 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
         y="median_us:Q", tooltip=["run:N", alt.Tooltip("median_us:Q", format=",.2f", title="median µs")])
     mean = base.mark_rule(strokeDash=[6, 3], strokeWidth=1.5, opacity=0.8).encode(
         y="mean_us:Q", tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
-    subtitle = "solid rule: median, dashed rule: mean" + ("; one line per call in a step" if calls else "")
-    data["note"] = _skew_notes(data)
+    subtitle = ["solid rule: median, dashed rule: mean" + ("; one line per call in a step" if calls else "")]
+    layers = [lines, median, mean]
+    if aggregated:
+        subtitle.append(f"{len(aggregated)} kernel(s) called over {MAX_CALL_LINES} times in a step: the median of "
+                        "each step's calls, the bar their min..max")
+        layers.append(base.mark_rule(strokeWidth=1, opacity=0.5).encode(
+            x="step:O", y="lo_us:Q", y2="hi_us:Q", tooltip=["run:N", "kernel:N", "step:O", "calls:Q",
+                                                            alt.Tooltip("lo_us:Q", format=",.2f", title="min µs"),
+                                                            alt.Tooltip("hi_us:Q", format=",.2f", title="max µs")]))
     data["note_row"] = data["note"].ne("") & ~data.duplicated(["run", "kernel"])
     data["note_line"] = data["run"].map({r: i for i, r in enumerate(dict.fromkeys(data["run"]))})
     notes = [alt.Chart().transform_filter(f"datum.note_row && datum.note_line == {i}")
              .mark_text(align="left", baseline="top", fontSize=11)
              .encode(x=alt.value(6), y=alt.value(4 + 13 * i), text="note:N", color=color)
              for i in sorted(set(data.loc[data["note_row"], "note_line"]))]
-    return (alt.layer(lines, median, mean, *notes, data=data).properties(width=WIDTH, height=170)
+    return (alt.layer(*layers, *notes, data=data).properties(width=WIDTH, height=170)
             .facet(row=alt.Row("kernel:N", title=None,
                                header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
                                                  labelOrient="top", labelFontWeight="bold", labelLimit=WIDTH)))
             .resolve_scale(y="independent")
             .properties(title=alt.TitleParams(title, subtitle=subtitle)))
+
+
+def _aggregate_calls(data: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+    """``data`` with the rows of each (run, kernel) called over ``MAX_CALL_LINES`` times in some step (or, when the
+    rows together are over ``MAX_ROWS``, of every (run, kernel) called more than once in a step) made one row per
+    step: ``dur_us`` the median of its calls, ``lo_us`` / ``hi_us`` their min and max, ``calls`` how many; and the
+    (run, kernel)s so made."""
+    per_step = data.groupby(["run", "kernel", "step"])["dur_us"].transform("size")
+    most = per_step.groupby([data["run"], data["kernel"]]).transform("max")
+    many = most > (1 if len(data) > MAX_ROWS else MAX_CALL_LINES)
+    if not many.any():
+        return data, []
+    keys = ["run", "kernel", "step"]
+    agg = (data[many].groupby(keys, sort=False)
+           .agg(dur_us=("dur_us", "median"), lo_us=("dur_us", "min"), hi_us=("dur_us", "max"),
+                calls=("dur_us", "size"), median_us=("median_us", "first"), mean_us=("mean_us", "first"),
+                note=("note", "first"))
+           .reset_index())
+    if "occurrence" in data.columns:
+        agg["occurrence"] = 0
+    made = list(dict.fromkeys(zip(agg["run"], agg["kernel"])))
+    return pd.concat([data[~many], agg], ignore_index=True), made
 
 
 def _skew_notes(data: pd.DataFrame) -> pd.Series:
@@ -83,25 +124,35 @@ def _skew_notes(data: pd.DataFrame) -> pd.Series:
 
 
 def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel durations") -> alt.FacetChart:
-    """Per kernel (one row each, own x scale): box plot (min..max whiskers, quartiles, median) per run,
-    mean as a red tick.
+    """Per kernel (one row each, own x scale): a box per run (min..max whiskers, quartiles, median), mean as a red
+    tick.
 
-    durations: ``kernel``, ``dur_us``, optional ``run``.
+    durations: ``kernel``, ``dur_us``, optional ``run``. The box is computed here, one row per (run, kernel), however
+    many launches there are: quartiles and median as pandas' ``quantile`` (linear interpolation), the numbers of
+    ``kernel_stats``.
     """
     _require(durations, ["kernel", "dur_us"], "kernel_spread")
     data = durations.copy()
     if "run" not in data.columns:
         data["run"] = "this run"
     data["kernel"] = data["kernel"].astype(str)  # full names tell kernels apart; headers show what fits
-    data["mean_us"] = data.groupby(["run", "kernel"])["dur_us"].transform("mean")
+    g = data.groupby(["run", "kernel"], sort=False)["dur_us"]
+    box = pd.DataFrame({"min_us": g.min(), "q1_us": g.quantile(0.25), "median_us": g.median(),
+                        "q3_us": g.quantile(0.75), "max_us": g.max(), "mean_us": g.mean(),
+                        "launches": g.size()}).reset_index()
     y = alt.Y("run:N", title=None, axis=alt.Axis(labelLimit=260))
-    box = alt.Chart().mark_boxplot(extent="min-max", size=14).encode(
-        x=alt.X("dur_us:Q", title="duration (µs)", scale=alt.Scale(zero=False)), y=y,
-        color=alt.Color("run:N", title="run", legend=None))
+    tip = ["run:N", "launches:Q"] + [alt.Tooltip(f"{c}_us:Q", format=",.2f", title=f"{t} µs") for c, t in
+                                     (("min", "min"), ("q1", "25th pct"), ("median", "median"), ("q3", "75th pct"),
+                                      ("max", "max"), ("mean", "mean"))]
+    color = alt.Color("run:N", title="run", legend=None)
+    whisker = alt.Chart().mark_rule().encode(x=alt.X("min_us:Q", title="duration (µs)", scale=alt.Scale(zero=False)),
+                                             x2="max_us:Q", y=y, color=color, tooltip=tip)
+    quartiles = alt.Chart().mark_bar(size=14).encode(x="q1_us:Q", x2="q3_us:Q", y=y, color=color, tooltip=tip)
+    median = alt.Chart().mark_tick(color="white", thickness=2, size=14).encode(x="median_us:Q", y=y, tooltip=tip)
     mean = alt.Chart().mark_tick(color="#d62728", thickness=2, size=18).encode(
         x="mean_us:Q", y=y, tooltip=["run:N", alt.Tooltip("mean_us:Q", format=",.2f", title="mean µs")])
-    n_runs = max(1, data["run"].nunique())
-    return (alt.layer(box, mean, data=data).properties(width=WIDTH, height=30 * n_runs + 10)
+    n_runs = max(1, box["run"].nunique())
+    return (alt.layer(whisker, quartiles, median, mean, data=box).properties(width=WIDTH, height=30 * n_runs + 10)
             .facet(row=alt.Row("kernel:N", title=None,
                                header=alt.Header(labelAngle=0, labelAlign="left", labelAnchor="start",
                                                  labelOrient="top", labelFontWeight="bold")))
@@ -114,24 +165,42 @@ def launch_latency(latency: pd.DataFrame, *, title: str = "Launch latency: kerne
                    ) -> alt.Chart:
     """Points of launch latency per kernel across steps.
 
-    latency: ``kernel``, ``latency_us``, optional ``step`` and ``launch`` (the launch call's name).
+    latency: ``kernel``, ``latency_us``, optional ``step``, ``launch`` (the launch call's name) and ``t_ns`` (when
+    the GPU op started; without it, rows are taken to be in that order). Over ``MAX_POINTS`` launches the chart draws
+    ``thin_by_time``'s points (each slice of time's lowest, highest and last latency); over ``MAX_COLOURS`` kernel
+    names, the ``MAX_COLOURS - 1`` with the most launches keep a colour of their own and the rest share "other".
+    The subtitle says either.
     """
     _require(latency, ["kernel", "latency_us"], "launch_latency")
-    data = latency.copy()
+    data = latency.reset_index(drop=True)
     if "step" not in data.columns:
         data["step"] = range(len(data))
     if "launch" not in data.columns:
         data["launch"] = ""
-    data["kernel"] = data["kernel"].astype(str)  # one colour per full name; the legend shows what fits
+    data["name"] = data["kernel"].astype(str)  # one colour per full name; the legend shows what fits
+    t = pd.to_numeric(data["t_ns"], errors="coerce") if "t_ns" in data.columns else None
+    if t is None or t.isna().any():  # (no time for some row: the rows' order is the time order)
+        t = pd.Series(range(len(data)), index=data.index)
+    keep, thinned = thin_by_time(t, [data["latency_us"]], MAX_POINTS, what="launches")
+    counts = data["name"].value_counts(sort=False)
+    notes = [thinned]
+    if len(counts) > MAX_COLOURS:
+        top = set(counts.sort_values(ascending=False, kind="stable").index[:MAX_COLOURS - 1])
+        data["kernel"] = data["name"].where(data["name"].isin(top), "other")
+        notes.append(f"{len(counts):,} GPU op names: the {MAX_COLOURS - 1} launched most often have a colour each, "
+                     f"the other {len(counts) - MAX_COLOURS + 1:,} share one")
+    else:
+        data["kernel"] = data["name"]
+    data = data[keep.to_numpy()][["kernel", "name", "launch", "step", "latency_us"]]
     return (alt.Chart(data).mark_point(size=70, opacity=0.85, filled=True)
             .encode(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
                     y=alt.Y("latency_us:Q", title="latency (µs)"),
                     color=alt.Color("kernel:N", title="kernel",
                                     legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
                     shape=alt.Shape("launch:N", title="launch call"),
-                    tooltip=["kernel:N", "launch:N", "step:O",
+                    tooltip=[alt.Tooltip("name:N", title="kernel"), "launch:N", "step:O",
                              alt.Tooltip("latency_us:Q", format=",.2f", title="µs")])
-            .properties(title=title, width=WIDTH, height=260))
+            .properties(title=with_notes(title, notes), width=WIDTH, height=260))
 
 
 def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs warm") -> alt.Chart:
@@ -163,13 +232,21 @@ def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs wa
 def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited for") -> alt.Chart:
     """Stacked horizontal bar(s): GPU busy vs idle during each synchronize call.
 
-    parts: ``label`` (which sync), ``part`` ("GPU busy" / "GPU idle"), ``dur_us``.
+    parts: ``label`` (which sync), ``part`` ("GPU busy" / "GPU idle"), ``dur_us``. Over ``MAX_SYNC_BARS`` calls the
+    longest are drawn, and the subtitle says how many more there are.
     """
     _require(parts, ["label", "part", "dur_us"], "sync_idle")
+    total = parts.groupby("label", sort=False)["dur_us"].sum()
+    note = None
+    if len(total) > MAX_SYNC_BARS:
+        longest = total.sort_values(ascending=False, kind="stable").index[:MAX_SYNC_BARS]
+        parts = parts[parts["label"].isin(set(longest))]
+        note = (f"{len(total):,} synchronize calls: the {MAX_SYNC_BARS} longest are drawn (the CSV has them all)")
     return (alt.Chart(parts).mark_bar()
             .encode(x=alt.X("dur_us:Q", title="µs", stack="zero"),
                     y=alt.Y("label:N", title=None, axis=alt.Axis(labelLimit=320)),
                     color=alt.Color("part:N", title=None,
                                     scale=alt.Scale(domain=["GPU busy", "GPU idle"], range=["#2ca02c", "#d9d9d9"])),
                     tooltip=["label:N", "part:N", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")])
-            .properties(title=title, width=WIDTH, height=max(60, 30 * parts["label"].nunique() + 20)))
+            .properties(title=with_notes(title, [note]), width=WIDTH,
+                        height=max(60, 30 * parts["label"].nunique() + 20)))

@@ -14,7 +14,7 @@ from typing import Optional
 import altair as alt
 import pandas as pd
 
-from ._style import MEMORY_COLORS, WIDTH, _require, empty_chart
+from ._style import MAX_POINTS, MEMORY_COLORS, WIDTH, _require, empty_chart, thin_by_time, with_notes
 
 __all__ = ["memory_timeline_chart", "memory_categories_chart", "memory_comparison_chart", "byte_unit",
            "PEAK_OP_CHARS", "MAX_INSTANTS"]
@@ -25,30 +25,17 @@ _LABEL_CHAR_PX = 6.2  # width of one 11-px label character
 SERIES_COLORS = {"allocated": "#1f77b4", "reserved": "#ff7f0e"}
 PEAK_OP_CHARS = 60
 """The most characters of the op name a peak's label shows (the rest as an ellipsis; the tooltip has it whole)."""
-MAX_INSTANTS = 2000
-"""The most instants a device's lines or areas are drawn with; beyond it the chart keeps, in each of
-``MAX_INSTANTS // 4`` equal slices of time, the instants of its lowest and highest value and its last one (the peak
-among them), and says so. The CSV export keeps every event."""
+MAX_INSTANTS = MAX_POINTS
+"""The most instants a device's lines or areas are drawn with (``_style.MAX_POINTS``); beyond it the chart keeps, in
+each of ``MAX_INSTANTS // 4`` equal slices of time, the instants of its lowest and highest value and its last one
+(the peak among them), and says so (:func:`~profiling_core.present.charts._style.thin_by_time`). The CSV export keeps
+every event."""
 
 
 def thin_instants(t_ns: pd.Series, values: list[pd.Series]) -> tuple[pd.Series, Optional[str]]:
     """A mask of the instants to draw (at most about :data:`MAX_INSTANTS`) and a note saying how they were chosen, or
-    None when all are drawn. ``values``: series aligned with ``t_ns`` whose lowest and highest per slice are kept."""
-    n = len(t_ns)
-    if n <= MAX_INSTANTS:
-        return pd.Series(True, index=t_ns.index), None
-    slices = MAX_INSTANTS // 4
-    t = t_ns.astype("int64")
-    lo, span = int(t.min()), int(t.max()) - int(t.min()) + 1
-    bucket = ((t - lo) * slices // span).astype("int64")
-    keep = set(bucket.groupby(bucket).apply(lambda b: b.index[-1]))
-    for v in values:
-        v = pd.to_numeric(v, errors="coerce")
-        if v.notna().any():
-            keep |= set(v.groupby(bucket).idxmax().dropna()) | set(v.groupby(bucket).idxmin().dropna())
-    mask = pd.Series(t_ns.index.isin(list(keep)), index=t_ns.index)
-    return mask, (f"{n:,} instants drawn as {int(mask.sum()):,}: in each of {slices} slices of time its lowest, "
-                  "highest and last (the CSV has them all)")
+    None when all are drawn (``thin_by_time``'s rule)."""
+    return thin_by_time(t_ns, values, MAX_INSTANTS, what="instants")
 
 
 def byte_unit(values) -> tuple[str, int]:
@@ -277,16 +264,14 @@ def memory_comparison_chart(runs: pd.DataFrame, *, title: str = "Allocated memor
     data["value_unit"] = data["allocated_bytes"] / scale
     names = list(dict.fromkeys(data["series"]))
     parts, thinned = [], []
-    for _, g in data.groupby("series", sort=False):
+    budget = max(8, MAX_INSTANTS // len(names))  # the runs share one chart's points
+    for series, g in data.groupby("series", sort=False):
         g = g.sort_values("t_ms", kind="stable").reset_index(drop=True)
-        keep, note = thin_instants((g["t_ms"] * 1e6).round(), [g["allocated_bytes"]])
+        keep, note = thin_by_time((g["t_ms"] * 1e6).round(), [g["allocated_bytes"]], budget, what="instants")
         parts.append(g[keep])
-        thinned += [note] if note else []
+        thinned += [f"{series}: {note}"] if note else []
     data = pd.concat(parts, ignore_index=True)
-    if thinned:
-        title = alt.TitleParams(title, subtitle=[f"a run of over {MAX_INSTANTS:,} instants is drawn thinned: in each "
-                                                 f"of {MAX_INSTANTS // 4} slices of time its lowest, highest and "
-                                                 "last (the CSV has them all)"])
+    title = with_notes(title, thinned)
     return (alt.Chart(data[["series", "t_ms", "value_unit"]]).mark_line(interpolate="step-after", strokeWidth=1.5)
             .encode(x=alt.X("t_ms:Q", title="time since the run's first profiled step (ms)",
                             axis=alt.Axis(format=",.1f")),

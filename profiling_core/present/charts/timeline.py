@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 import altair as alt
 import pandas as pd
 
-from ._style import CATEGORY_COLORS, LOG_AXIS_FORMAT, WIDTH, _require
+from ._style import CATEGORY_COLORS, LOG_AXIS_FORMAT, MAX_SLICES, WIDTH, _require, keep_longest, with_notes
 
 _CHAR_PX = 5.5  # width of one 9-px label character
 
@@ -36,6 +36,8 @@ def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
     slices are drawn thinner so the parent stays visible).
     links: optional, one row per launch→kernel flow: ``launch_us``, ``kernel_us``, ``launch_lane``,
     ``kernel_lane`` and optional ``name`` (the kernel).
+    A step of more than ``MAX_SLICES`` slices is drawn with its longest (``keep_longest``), and only the links whose
+    GPU slice is drawn; the subtitle says how many were left out.
     """
     _require(slices, ["lane", "name", "start_us", "end_us"], "step_timeline")
     data = slices.copy()
@@ -44,6 +46,11 @@ def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
     if "depth" not in data.columns:
         data["depth"] = 0
     data["dur_us"] = data["end_us"] - data["start_us"]
+    data, note = keep_longest(data, MAX_SLICES)
+    if note is not None and links is not None and len(links):
+        _require(links, ["kernel_us", "kernel_lane"], "step_timeline links")
+        drawn = set(zip(data["lane"].astype(str), data["start_us"].astype(float)))
+        links = links[[(str(lane), float(t)) in drawn for lane, t in zip(links["kernel_lane"], links["kernel_us"])]]
     # Deeper slices are thinner bars, so a parent and its children stay distinguishable on one lane.
     data["thickness"] = (1.0 - 0.12 * data["depth"].clip(lower=0, upper=6)).round(2)
     order = list(lane_order) if lane_order else list(dict.fromkeys(data["lane"]))
@@ -78,7 +85,8 @@ def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
                     tooltip=[alt.Tooltip("name:N", title="kernel"),
                              alt.Tooltip("latency_us:Q", format=",.2f", title="launch → start (µs)")]))
     n_lanes = max(1, len(order))
-    return (alt.layer(*layers).properties(title=title, width=WIDTH, height=max(120, 70 * n_lanes))
+    return (alt.layer(*layers).properties(title=with_notes(title, [note]), width=WIDTH,
+                                          height=max(120, 70 * n_lanes))
             .resolve_scale(y="shared"))
 
 
@@ -86,6 +94,8 @@ def dispatch_flame(chain: pd.DataFrame, *, title: str = "Dispatch chain (flame v
     """Icicle/flame view of nested slices: depth down, time across; GPU ops at the bottom.
 
     chain: ``name``, ``start_us``, ``end_us``, ``depth`` (int, 0 = outermost), optional ``category``.
+    A chain of more than ``MAX_SLICES`` slices is drawn with its longest (``keep_longest``); the subtitle says how
+    many were left out.
     """
     _require(chain, ["name", "start_us", "end_us", "depth"], "dispatch_flame")
     data = chain.copy()
@@ -93,9 +103,10 @@ def dispatch_flame(chain: pd.DataFrame, *, title: str = "Dispatch chain (flame v
         data["category"] = "cpu_op"
     data["dur_us"] = data["end_us"] - data["start_us"]
     span = float(data["end_us"].max() - data["start_us"].min()) if len(data) else 1.0
+    data, note = keep_longest(data, MAX_SLICES)
     # Only label slices wide enough to hold their name.
-    data["label"] = data.apply(lambda r: r["name"] if r["dur_us"] > span * len(str(r["name"])) / 110
-                               else "", axis=1)
+    names = data["name"].astype(str)
+    data["label"] = names.where(data["dur_us"] > span * names.str.len() / 110, "")
     cats = [c for c in CATEGORY_COLORS if c in set(data["category"])] or ["other"]
     base = alt.Chart(data).encode(
         x=alt.X("start_us:Q", title="time (µs)", axis=alt.Axis(format=",.0f")),
@@ -109,7 +120,7 @@ def dispatch_flame(chain: pd.DataFrame, *, title: str = "Dispatch chain (flame v
                  alt.Tooltip("start_us:Q", format=",.2f", title="start (µs)"),
                  alt.Tooltip("dur_us:Q", format=",.2f", title="duration (µs)")])
     text = base.mark_text(align="left", dx=3, fontSize=10, color="white").encode(text="label:N")
-    return alt.layer(bars, text).properties(title=title, width=WIDTH,
+    return alt.layer(bars, text).properties(title=with_notes(title, [note]), width=WIDTH,
                                             height=max(80, 28 * (int(data["depth"].max()) + 1 if len(data) else 1)))
 
 
@@ -170,8 +181,8 @@ def flame_from_chain(chain: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-OVERVIEW_MAX_SLICES = 4000
-"""The most slices :func:`trace_overview` draws; beyond it the shortest are left out (and it says so)."""
+OVERVIEW_MAX_SLICES = MAX_SLICES
+"""The most slices :func:`trace_overview` draws; beyond it the shortest are left out (``keep_longest``)."""
 
 
 def overview_from_chains(chains: pd.DataFrame, *, max_depth: int = 3,
@@ -193,15 +204,16 @@ def overview_from_chains(chains: pd.DataFrame, *, max_depth: int = 3,
     df["category"] = [chart_category(c, n) for c, n in zip(df["category"], df["name"])]
     steps = (df[(df["depth"] == 0) & ~is_gpu].groupby("step")["start_us"].min().reset_index())
     dropped = max(0, len(df) - max_slices)
-    if dropped:
-        df = df.nlargest(max_slices, "dur_us")
-    return df[cols].sort_values("start_us").reset_index(drop=True), steps, dropped
+    df, _ = keep_longest(df, max_slices)
+    return df[cols].sort_values("start_us", kind="stable").reset_index(drop=True), steps, dropped
 
 
 def trace_overview(slices: pd.DataFrame, steps: pd.DataFrame, *, title: str = "The whole run") -> alt.LayerChart:
     """Every profiled step on one zoomable timeline (drag to pan, scroll to zoom): CPU slices by depth, GPU ops on
-    their lane, a rule and label at each step's start. slices/steps: from :func:`overview_from_chains`."""
+    their lane, a rule and label at each step's start. slices/steps: from :func:`overview_from_chains`. More than
+    ``MAX_SLICES`` slices are drawn with their longest (``keep_longest``), and the subtitle says so."""
     _require(slices, ["lane", "name", "start_us", "end_us", "depth", "category"], "trace_overview")
+    slices, note = keep_longest(slices.assign(dur_us=slices["end_us"] - slices["start_us"]), MAX_SLICES)
     zoom = alt.selection_interval(bind="scales", encodings=["x"])
     cats = [c for c in CATEGORY_COLORS if c in set(slices["category"])] or ["other"]
     x = alt.X("start_us:Q", title="time since the first step (µs)", axis=alt.Axis(format=LOG_AXIS_FORMAT))
@@ -220,4 +232,4 @@ def trace_overview(slices: pd.DataFrame, steps: pd.DataFrame, *, title: str = "T
     # inside the plot, under its top edge: above it they would print over the legend
     labels = (alt.Chart(marks).mark_text(align="left", baseline="top", dx=3, fontSize=10, color="#333")
               .encode(x="start_us:Q", y=alt.value(2), text="label:N"))
-    return alt.layer(bars, rules, labels).properties(title=title, width=WIDTH, height=200)
+    return alt.layer(bars, rules, labels).properties(title=with_notes(title, [note]), width=WIDTH, height=200)

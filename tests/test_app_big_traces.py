@@ -1,0 +1,137 @@
+"""AppTest: every page on the largest real traces people import, its controls at their largest.
+
+Real traces hold far more events than a chart can draw (Altair refuses a dataset of more than 5,000 rows with
+``MaxRowsError``, which took the whole page down): HTA's A100 trace has 9,450 launch → GPU op pairs and 61
+synchronize calls, the 2021 ResNet-50 trace 3,090 launches of one kernel, TraceLens' Qwen trace 13,905 slices in its
+one step. Each page must draw every chart with each dataset within ``MAX_ROWS``, and a chart that leaves events out
+must say how many in its subtitle; what it draws is checked against the CSV beside it (every row) and against a plain
+scan of the trace's JSON."""
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import re
+
+import pytest
+
+from conftest_app import DATA, app, download, errors_of, import_trace
+from profiling_core.present import charts
+
+CONTROL = DATA / "big" / "control.json.gz"  # A100, HTA
+RESNET = DATA / "traces" / "worker0.1623143089861.pt.trace.json.gz"  # V100, 2021
+QWEN = DATA / "traces" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"  # H100, TraceLens
+PAGES = ["trace_lab", "profile", "dispatch", "variance", "runs", "compile_vs_eager", "overhead", "home"]
+
+
+def _specs(at) -> list[dict]:
+    """Each chart's spec, with its datasets back in as lists of rows (Streamlit sends them apart, as Arrow)."""
+    import pyarrow as pa  # (Streamlit's own dependency)
+    out = []
+    for c in at.get("vega_lite_chart"):
+        spec = json.loads(c.proto.spec)
+        spec["datasets"] = {d.name: pa.ipc.open_stream(d.data.data).read_all().to_pylist() for d in c.proto.datasets}
+        if isinstance(spec.get("data"), dict) and "values" in spec["data"]:
+            spec["datasets"]["(inline)"] = spec["data"]["values"]
+        out.append(spec)
+    return out
+
+
+def _datasets(spec: dict) -> dict:
+    return spec["datasets"]
+
+
+def _subtitle(spec: dict) -> str:
+    title = spec.get("title")
+    sub = title.get("subtitle", []) if isinstance(title, dict) else []
+    return " ".join(sub if isinstance(sub, list) else [sub])
+
+
+def _chart(at, title_part: str) -> dict:
+    found = [s for s in _specs(at) if title_part in json.dumps(s.get("title", ""))]
+    assert len(found) == 1, [s.get("title") for s in _specs(at)]
+    return found[0]
+
+
+def _rows(data: bytes) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(data.decode())))
+
+
+def _scan(path) -> list[dict]:
+    with gzip.open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def _bounded(at) -> None:
+    assert not errors_of(at), errors_of(at)
+    for spec in _specs(at):
+        for name, rows in _datasets(spec).items():
+            assert len(rows) <= charts.MAX_ROWS, (spec.get("title"), len(rows))
+
+
+@pytest.mark.parametrize("trace", [CONTROL, RESNET, QWEN], ids=["control", "resnet50", "qwen"])
+def test_every_page_draws_a_big_real_trace(runs_dir, trace):
+    import_trace(runs_dir, trace, "big")
+    for page in PAGES:
+        at = app(page)
+        _bounded(at)
+        if page == "variance":  # the most kernels the slider offers: 3,090 + 978 + ... launches on the ResNet-50
+            at.slider(key="variance_top").set_value(10).run()
+            _bounded(at)
+
+
+def test_a_step_of_13905_slices_is_drawn_with_its_longest(runs_dir, media):
+    """Qwen's one ProfilerStep: the timeline draws the MAX_SLICES longest of its slices, names how many it left out
+    and how long they were at most, and the CSV keeps them all."""
+    import_trace(runs_dir, QWEN, "qwen")
+    at = app("profile")
+    _bounded(at)
+    every = _rows(download(at, media, "csv_profile_timeline"))
+    spec = _chart(at, "ProfilerStep#")
+    drawn = next(rows for rows in _datasets(spec).values() if rows and "thickness" in rows[0])
+    assert len(every) > charts.MAX_SLICES and len(drawn) == charts.MAX_SLICES
+    dur = sorted((float(r["end_us"]) - float(r["start_us"]) for r in every), reverse=True)
+    assert min(r["dur_us"] for r in drawn) == pytest.approx(dur[charts.MAX_SLICES - 1])
+    note = _subtitle(spec)
+    assert f"{len(every):,} slices: the {len(every) - charts.MAX_SLICES:,} shortest" in note
+    # the longest left out, as the note quotes it, is no longer than the shortest drawn
+    assert dur[charts.MAX_SLICES] <= dur[charts.MAX_SLICES - 1]
+
+
+def test_dispatch_on_9450_launches_and_61_syncs(runs_dir, media):
+    """HTA's A100 trace on the Dispatch page: each synchronize counted as a plain scan counts them, the latency
+    chart's points each a real launch and every step's lowest and highest latency among them, the chain's text cut
+    with a line that says so."""
+    import_trace(runs_dir, CONTROL, "control")
+    events = _scan(CONTROL)
+    syncs = [e for e in events if e.get("ph") == "X" and e.get("name") in ("cudaStreamSynchronize",
+                                                                          "cudaDeviceSynchronize")]
+    gpu_ops = [e for e in events if e.get("ph") == "X" and str(e.get("cat")).lower() in ("kernel", "gpu_memcpy",
+                                                                                        "gpu_memset")]
+    at = app("dispatch")
+    _bounded(at)
+    lat = _chart(at, "Launch latency")
+    every = _rows(download(at, media, "csv_dispatch_latency"))
+    assert len(every) == len(gpu_ops) == 9450  # every GPU op of this trace has its launch's flow
+    drawn = next(iter(_datasets(lat).values()))
+    assert len(drawn) <= charts.MAX_POINTS
+    assert f"{len(every):,} launches drawn as {len(drawn):,}" in _subtitle(lat)
+    names = {r["kernel"] for r in every}
+    assert f"{len(names):,} GPU op names: the {charts.MAX_COLOURS - 1} launched most often" in _subtitle(lat)
+    assert len({r["kernel"] for r in drawn}) <= charts.MAX_COLOURS  # the legend's entries
+    real = {(r["kernel"], r["step"], round(float(r["latency_us"]), 6)) for r in every}
+    assert {(r["name"], str(r["step"]), round(r["latency_us"], 6)) for r in drawn} <= real
+    for step in {r["step"] for r in every}:
+        mine = [float(r["latency_us"]) for r in every if r["step"] == step]
+        shown = [r["latency_us"] for r in drawn if str(r["step"]) == step]
+        assert min(shown) == pytest.approx(min(mine)) and max(shown) == pytest.approx(max(mine))
+    sync = _chart(at, "What the synchronize waited for")
+    assert len(syncs) == 61
+    assert f"{len(syncs)} synchronize calls: the {charts.MAX_SYNC_BARS} longest" in _subtitle(sync)
+    assert len(_rows(download(at, media, "csv_dispatch_sync"))) == len(syncs)
+    assert any(f"The {charts.MAX_SYNC_BARS} longest of {len(syncs)} synchronize calls" in c.value for c in at.caption)
+    tree = at.code[0].value
+    more = re.search(r"… and ([\d,]+) more rows", tree)
+    chain = _rows(download(at, media, "csv_dispatch_flame"))
+    assert more and int(more.group(1).replace(",", "")) == len(chain) - len(tree.splitlines()) + 1
