@@ -773,3 +773,29 @@ def test_chain_subtree_keeps_an_op_its_calls_and_the_gpu_ops_they_launched():
     assert chain_subtree(chain, "aten::add")["name"].str.contains("CUDAFunctor_add").sum() == 1
     with pytest.raises(ValueError, match="holds 1 slice\\(s\\) named 'aten::mm'; asked for number 1"):
         chain_subtree(chain, "aten::mm", 1)
+
+
+def test_kernel_occurrences_in_a_step_follow_a_plain_scan():
+    """TraceLens' Qwen trace launches one kernel up to 168 times in its one step: ``occurrence`` numbers each name's
+    launches 0, 1, 2, ... in GPU time order, as a scan of the JSON pairing each kernel with its launch call by
+    ``args.correlation`` finds them (the launch call inside the CPU ProfilerStep's window)."""
+    import collections
+    path = DATA / "traces" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    with gzip.open(path) as f:
+        ev = json.load(f)["traceEvents"]
+    (step,) = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+               and str(e.get("name")).startswith("ProfilerStep#")]
+    lo, hi = step["ts"], step["ts"] + step["dur"]
+    launches = {e["args"]["correlation"]: e for e in ev if e.get("ph") == "X"
+                and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    kernels = sorted((e for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel"
+                      and lo <= launches.get(e["args"]["correlation"], {"ts": -1})["ts"] < hi), key=lambda e: e["ts"])
+    want = collections.defaultdict(list)
+    for e in kernels:
+        want[e["name"]].append(round(e["dur"], 3))
+    got = kernel_durations_by_step(session(path))
+    assert set(got["step"]) == {6} and len(got) == len(kernels)
+    for name, g in got.groupby("name"):
+        assert g["occurrence"].tolist() == list(range(len(want[name])))
+        assert g.sort_values("occurrence")["dur_us"].round(3).tolist() == want[name]
+    assert max(len(v) for v in want.values()) == 168

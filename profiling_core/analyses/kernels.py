@@ -5,8 +5,8 @@ import pandas as pd
 
 import numpy as np
 
-from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, frame_cols, shared_for
+from ._common import nullable_int, us
+from ._shared import Shared, shared_for
 
 __all__ = ["kernel_stats", "kernel_durations_by_step", "gpu_ops"]
 
@@ -59,62 +59,6 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     return out[cols].reset_index(drop=True)
 
 
-def _per_step_kernels_raw(sh: Shared, kernels_only: bool = False) -> pd.DataFrame:
-    """What ``per_step_kernels.sql`` returns: one row per (GPU op, step whose window holds its launch call).
-
-    ``kernels_only``: only its rows of category kernel (when there is one; else all rows, so that an empty result
-    keeps the column types the full result has)."""
-    cols = ["step", "gpu_id", "name", "category", "start_ns", "dur_ns", "launch_name", "launch_ns"]
-    i, k = sh.pair_steps
-    if len(i) == 0:
-        return frame([], cols)
-    p = sh.p
-    if kernels_only:
-        m = p["gpu_category"][i] == "kernel"
-        if m.any():
-            i, k = i[m], k[m]
-    order = np.lexsort((p["gpu_id"][i], p["gpu_ts"][i]))  # ORDER BY g.ts, g.id (stable: step order, then pair)
-    i, k = i[order], k[order]
-    step_n = np.array([r[1] for r in sh.steps_list], dtype=object)[k]
-    return frame_cols({"step": step_n, "gpu_id": p["gpu_id"][i], "name": sh.pair_codes("gpu_name").take(i),
-                       "category": sh.pair_codes("gpu_category").take(i), "start_ns": p["gpu_ts"][i],
-                       "dur_ns": p["gpu_dur"][i], "launch_name": sh.pair_codes("launch_name").take(i),
-                       "launch_ns": p["launch_ts"][i]})
-
-
-def _kernel_durations_by_step_fast(sh: Shared) -> pd.DataFrame | None:
-    """``kernel_durations_by_step`` from the arrays, when there are kernel rows with names and integer step
-    numbers (None otherwise: the frame path decides the dtypes of the rest). ``occurrence`` (``groupby(["step",
-    "name"]).cumcount()``): each row's position among the rows of its (step, name), from one stable sort."""
-    i, k = sh.pair_steps
-    p = sh.p
-    if len(i) == 0:
-        return None
-    m = p["gpu_category"][i] == "kernel"
-    if not m.any():
-        return None
-    i, k = i[m], k[m]
-    order = np.lexsort((p["gpu_id"][i], p["gpu_ts"][i]))  # ORDER BY g.ts, g.id (stable: step order, then pair)
-    i, k = i[order], k[order]
-    numbers = [r[1] for r in sh.steps_list]
-    name = sh.pair_codes("gpu_name").take(i)
-    if not all(type(x) is int for x in numbers) or (name.codes < 0).any():
-        return None
-    step = np.array(numbers, dtype=np.int64)[k]
-    _, step_code = np.unique(step, return_inverse=True)
-    key = step_code * (len(name.uniq) + 1) + name.codes
-    by_key = np.argsort(key, kind="stable")
-    sk = key[by_key]
-    start = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])  # each (step, name) run in the sorted order
-    occurrence = np.empty(len(key), dtype=np.int64)
-    occurrence[by_key] = np.arange(len(key)) - np.repeat(start, np.diff(np.r_[start, len(key)]))
-    df = frame_cols({"step": step, "name": name, "occurrence": occurrence, "gpu_id": p["gpu_id"][i],
-                     "start_ns": p["gpu_ts"][i], "dur_us": p["gpu_dur"][i].astype("float64") / 1000.0,
-                     "launch_name": sh.pair_codes("launch_name").take(i)})
-    df["start_ns"] = pd.array(df["start_ns"].to_numpy(), dtype="Int64")
-    return df
-
-
 def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFrame:
     """Long table of kernel durations per step, for charting the spread of one kernel over steps.
 
@@ -130,16 +74,31 @@ def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFr
         string column would copy each long kernel name into every row).
     """
     sh = shared_for(session, shared)
-    fast = _kernel_durations_by_step_fast(sh)
-    if fast is not None:
-        return fast
-    df = _per_step_kernels_raw(sh, kernels_only=True)
-    keep = df["category"].astype("object") == "kernel"
-    df = df if keep.all() and len(df) else df[keep].copy()
-    df = ints(df, "step", "gpu_id")
-    df = nullable_int(df, "start_ns")
-    df = us(df, {"dur_ns": "dur_us"})
-    df["occurrence"] = df.groupby(["step", "name"]).cumcount().astype("int64")
-    for c in ("name", "launch_name"):
-        df[c] = df[c].astype("object")
-    return df[["step", "name", "occurrence", "gpu_id", "start_ns", "dur_us", "launch_name"]].reset_index(drop=True)
+    i, k = sh.pair_steps
+    p = sh.p
+    if len(i):
+        m = p["gpu_category"][i] == "kernel"
+        i, k = i[m], k[m]
+    if len(i):
+        order = np.lexsort((p["gpu_id"][i], p["gpu_ts"][i]))  # ORDER BY g.ts, g.id (stable: step order, then pair)
+        i, k = i[order], k[order]
+        gpu_id, start, dur = p["gpu_id"][i], p["gpu_ts"][i], p["gpu_dur"][i]
+    else:
+        gpu_id = start = dur = np.zeros(0, dtype=np.int64)
+    # a step named "ProfilerStep#" without digits has no number: 0, as a NULL count is elsewhere
+    numbers = np.array([0 if r[1] is None else r[1] for r in sh.steps_list], dtype=np.int64)
+    step = numbers[k]
+    name = sh.pair_codes("gpu_name").take(i)
+    # occurrence (the how-manieth launch of its name in its step, in time order): each (step, name) run of one
+    # stable sort, a NULL name (code -1) a name of its own
+    _, step_code = np.unique(step, return_inverse=True)
+    key = step_code.reshape(-1) * (len(name.uniq) + 1) + (name.codes + 1)
+    by_key = np.argsort(key, kind="stable")
+    sk = key[by_key]
+    first = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]]) if len(sk) else np.zeros(0, dtype=np.int64)
+    occurrence = np.empty(len(key), dtype=np.int64)
+    occurrence[by_key] = np.arange(len(key)) - np.repeat(first, np.diff(np.r_[first, len(key)]))
+    return pd.DataFrame({"step": step, "name": pd.Series(name.values(), dtype=object),
+                         "occurrence": occurrence, "gpu_id": gpu_id.astype(np.int64),
+                         "start_ns": pd.array(start, dtype="Int64"), "dur_us": dur.astype(np.float64) / 1000.0,
+                         "launch_name": pd.Series(sh.pair_codes("launch_name").take(i).values(), dtype=object)})
