@@ -114,8 +114,7 @@ _NO_WORK = frozenset({
 def _work_ops(g) -> "object":
     """The CPU slices of one step that do the workload's work: ATen ops that are neither metadata-only nor composite
     wrappers (:data:`_NO_WORK`); their own time (children excluded) is the work."""
-    names = g["name"].astype(str)
-    return g[names.str.startswith("aten::") & ~names.isin(_NO_WORK)]
+    return g[_per_name(g["name"], lambda t: t.str.startswith("aten::") & ~t.isin(_NO_WORK)).astype(bool)]
 
 
 _CALL_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime", "driver")
