@@ -9,8 +9,11 @@ download button is clicked, so they are not part of a rerun.
 The run store is a temporary folder holding one real CPU profile (size 64, fp32, schedule 0/0/20, made
 by a fresh worker process) and the H200 traces of tests/data (imported), so GPU panels have data.
 
+With ``--trace T`` the trace T is imported last, so it is the run every page opens (the current run): a big
+imported trace's first run is what a user waits for after importing it into the Trace lab.
+
 Usage:
-    python scripts/bench_app.py [--reruns 10] [--no-profile]
+    python scripts/bench_app.py [--reruns 10] [--no-profile] [--trace T]
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reruns", type=int, default=10)
     ap.add_argument("--no-profile", action="store_true", help="skip the real CPU profile (imports only)")
+    ap.add_argument("--trace", default=None, help="a trace to import last: the run every page then opens")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="bench_app_")
@@ -45,6 +49,9 @@ def main() -> int:
         store.import_trace(ROOT / "tests" / "data" / "h200" / f"{name}.json", name=name)
     if not args.no_profile:
         run_experiment(ExperimentConfig(size=64, dtype="fp32", device="cpu", wait=0, warmup_steps=0, active=20))
+    if args.trace:
+        store.import_trace(Path(args.trace), name=Path(args.trace).name.split(".json")[0])
+        print(f"current run: {args.trace}")
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")

@@ -66,12 +66,14 @@ def chart_block(spec: dict, data: Optional[pd.DataFrame], name: str, key: str) -
         # fit the width only and keep the height the chart asks for.
         shown["autosize"] = {"type": "fit-x", "contains": "padding"}
     st.vega_lite_chart(shown, width="stretch", key=f"chart_{key}")
-    spec_json = json.dumps(spec, sort_keys=True, default=str)
+
+    def spec_json() -> str:  # (on click only: a big trace's spec takes tens of ms to write out)
+        return json.dumps(spec, sort_keys=True, default=str)
     base = export.safe_filename(name)
     cols = st.columns([1, 1, 1, 5])
-    cols[0].download_button("PNG", data=lambda: _png(spec_json), file_name=f"{base}.png", mime="image/png",
+    cols[0].download_button("PNG", data=lambda: _png(spec_json()), file_name=f"{base}.png", mime="image/png",
                             key=f"png_{key}", on_click="ignore", icon=":material/image:")
-    cols[1].download_button("SVG", data=lambda: _svg(spec_json), file_name=f"{base}.svg",
+    cols[1].download_button("SVG", data=lambda: _svg(spec_json()), file_name=f"{base}.svg",
                             mime="image/svg+xml", key=f"svg_{key}", on_click="ignore", icon=":material/draw:")
     if data is not None:
         cols[2].download_button("CSV", data=lambda: export.dataframe_csv(data), file_name=f"{base}.csv",
