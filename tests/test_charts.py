@@ -537,3 +537,4 @@ def test_sync_idle_draws_the_longest_calls():
     drawn = {r["label"] for r in _datasets(spec)[0]}
     assert drawn == {f"sync #{i}" for i in range(70, 100)}
     assert spec["title"]["subtitle"] == ["100 synchronize calls: the 30 longest are drawn (the CSV has them all)"]
+    assert spec["encoding"]["y"]["sort"] is None  # in time order, not "sync #100" before "sync #99"

@@ -232,8 +232,9 @@ def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs wa
 def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited for") -> alt.Chart:
     """Stacked horizontal bar(s): GPU busy vs idle during each synchronize call.
 
-    parts: ``label`` (which sync), ``part`` ("GPU busy" / "GPU idle"), ``dur_us``. Over ``MAX_SYNC_BARS`` calls the
-    longest are drawn, and the subtitle says how many more there are.
+    parts: ``label`` (which sync), ``part`` ("GPU busy" / "GPU idle"), ``dur_us``; the bars top down in the rows'
+    order (the calls' time order, as ``sync_wait`` gives them). Over ``MAX_SYNC_BARS`` calls the longest are drawn,
+    and the subtitle says how many more there are.
     """
     _require(parts, ["label", "part", "dur_us"], "sync_idle")
     total = parts.groupby("label", sort=False)["dur_us"].sum()
@@ -244,7 +245,7 @@ def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited 
         note = (f"{len(total):,} synchronize calls: the {MAX_SYNC_BARS} longest are drawn (the CSV has them all)")
     return (alt.Chart(parts).mark_bar()
             .encode(x=alt.X("dur_us:Q", title="µs", stack="zero"),
-                    y=alt.Y("label:N", title=None, axis=alt.Axis(labelLimit=320)),
+                    y=alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),  # in their order
                     color=alt.Color("part:N", title=None,
                                     scale=alt.Scale(domain=["GPU busy", "GPU idle"], range=["#2ca02c", "#d9d9d9"])),
                     tooltip=["label:N", "part:N", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")])
