@@ -3,7 +3,7 @@
 Real traces hold far more events than a chart can draw (Altair refuses a dataset of more than 5,000 rows with
 ``MaxRowsError``, which took the whole page down): HTA's A100 trace has 9,450 launch → GPU op pairs and 61
 synchronize calls, the 2021 ResNet-50 trace 3,090 launches of one kernel, TraceLens' Qwen trace 13,905 slices in its
-one step. Each page must draw every chart with each dataset within ``MAX_ROWS``, and a chart that leaves events out
+one step, and this project's own H200 trace of a compiled Llama decoding 5,735 slices a step and 52 synchronize calls. Each page must draw every chart with each dataset within ``MAX_ROWS``, and a chart that leaves events out
 must say how many in its subtitle; what it draws is checked against the CSV beside it (every row) and against a plain
 scan of the trace's JSON."""
 from __future__ import annotations
@@ -22,6 +22,7 @@ from profiling_core.present import charts
 CONTROL = DATA / "big" / "control.json.gz"  # A100, HTA
 RESNET = DATA / "traces" / "worker0.1623143089861.pt.trace.json.gz"  # V100, 2021
 QWEN = DATA / "traces" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"  # H100, TraceLens
+LLM_DECODE = DATA / "h200_train" / "llm_decode_dynamic_compile_default.json.gz"  # ours, H200: 5,735 slices a step
 PAGES = ["trace_lab", "profile", "dispatch", "variance", "runs", "compile_vs_eager", "overhead", "home"]
 
 
@@ -70,7 +71,7 @@ def _bounded(at) -> None:
             assert len(rows) <= charts.MAX_ROWS, (spec.get("title"), len(rows))
 
 
-@pytest.mark.parametrize("trace", [CONTROL, RESNET, QWEN], ids=["control", "resnet50", "qwen"])
+@pytest.mark.parametrize("trace", [CONTROL, RESNET, QWEN, LLM_DECODE], ids=["control", "resnet50", "qwen", "h200_llm"])
 def test_every_page_draws_a_big_real_trace(runs_dir, trace):
     import_trace(runs_dir, trace, "big")
     for page in PAGES:
