@@ -589,3 +589,18 @@ def test_cpu_overhead_vs_compute_from_the_work_ops_own_time():
     assert set(f.evidence["work_ops"]) == {"aten::mm", "aten::add"} and "the add" not in f.text
     assert f.evidence["bound"] == "overhead-bound" and "framework overhead" in f.text
     assert f.evidence["gemm_gflops_median"] > 0 and "GFLOP/s (FLOPs from shapes)" in f.text
+
+
+def test_q9_counts_one_region_in_one_step_in_the_singular():
+    """HTA's Triton example (A100) has one Torch-Compiled Region in its one ProfilerStep (a plain scan of
+    the JSON counts them): the finding reads "1 Torch-Compiled Region slice over 1 step", not "1 ... slices over 1
+    steps"."""
+    import gzip
+    path = DATA / "traces" / "triton_example.json.gz"
+    with gzip.open(path) as f:
+        ev = json.load(f)["traceEvents"]
+    regions = [e for e in ev if e.get("ph") == "X" and str(e.get("name")).startswith("Torch-Compiled Region")]
+    steps = [e for e in ev if e.get("ph") == "X" and str(e.get("name")).startswith("ProfilerStep#")
+             and e.get("cat") != "gpu_user_annotation"]
+    assert len(regions) == len(steps) == 1
+    assert "torch.compile ran: 1 Torch-Compiled Region slice over 1 step, with" in by_id(path)["q9.compile"].text

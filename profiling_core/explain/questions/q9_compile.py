@@ -48,7 +48,7 @@ def _q9_compile(r, config=None) -> list[Finding]:
         ev["backward_fx_graph_hashes"] = backward
     kernels = sorted(set(r.launch_paths.loc[r.launch_paths["category"] == "kernel", "name"].astype(str)))
     ev["kernel_names"] = kernels
-    text = (f"torch.compile ran: {regions} Torch-Compiled Region slices over {len(cb)} steps, with "
+    text = (f"torch.compile ran: {_n(regions, 'Torch-Compiled Region slice')} over {_n(len(cb), 'step')}, with "
             + (f"{len(forward)} distinct CompiledFxGraph hash{'es' if len(forward) != 1 else ''}" if hashes
                else "no CompiledFxGraph call recorded")
             + (" (the same every step: a cache hit)" if len(forward) == 1 and forward_calls > 1 else "")
