@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -538,3 +539,15 @@ def test_sync_idle_draws_the_longest_calls():
     assert drawn == {f"sync #{i}" for i in range(70, 100)}
     assert spec["title"]["subtitle"] == ["100 synchronize calls: the 30 longest are drawn (the CSV has them all)"]
     assert spec["encoding"]["y"]["sort"] is None  # in time order, not "sync #100" before "sync #99"
+
+
+def test_thin_by_time_holds_the_loaders_whole_range_of_times():
+    """Times from -2**62 to 2**62 ns (what the loader keeps) would overflow int64 arithmetic: every slice of time
+    still keeps its lowest, highest and last, the first and the last point among them."""
+    n = 5000
+    t = pd.Series([-(2**62) + 1 + i * ((2**63 - 2) // (n - 1)) for i in range(n)], dtype="int64")
+    v = pd.Series([float(i % 97) for i in range(n)])
+    keep, note = C.thin_by_time(t, [v], 400)
+    assert note is not None and keep.sum() <= 300 and keep.iloc[0] and keep.iloc[-1]
+    kept_slices = {int(i * 100 // n) for i in np.flatnonzero(keep.to_numpy())}  # equal times apart: slice by position
+    assert kept_slices == set(range(100))  # each of the 100 slices of time keeps its points, none merged

@@ -113,9 +113,9 @@ def thin_by_time(t_ns: pd.Series, values: list[pd.Series], max_points: int = MAX
     if n <= max_points:
         return pd.Series(True, index=t_ns.index), None
     slices = max_points // 4
-    t = t_ns.astype("int64")
-    lo, span = int(t.min()), int(t.max()) - int(t.min()) + 1
-    bucket = ((t - lo) * slices // span).astype("int64")
+    t = t_ns.astype("float64")  # (int64 arithmetic would overflow on a span near the loader's ±2**62 ns)
+    lo, span = float(t.min()), float(t.max()) - float(t.min())
+    bucket = ((t - lo) / span * slices if span > 0 else t * 0).astype("int64").clip(0, slices - 1)
     keep = set(bucket.groupby(bucket).apply(lambda b: b.index[-1]))
     for v in values:
         v = pd.to_numeric(v, errors="coerce")
