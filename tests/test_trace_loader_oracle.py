@@ -7,8 +7,10 @@ repository). The generated ones are Kineto-like (long runs of X and flow events,
 flows s/t/f with and without bp=e) with the odd things a loader must get right mixed in: overlapping slices (spill
 tracks) with flows on them, threads made only of overlaps, bad or float/str timestamps, negative durations, odd
 pids/tids (strings, lists, bools, out of range), new threads in the middle of a run, odd flow ids, empty or odd names
-and args, B/E pairs and instants between X events, odd phases, entries that are not objects. A last group checks
-pieces with their own rules: the decoder's pieces, the slice order, flow key numbers, the three-decimals reading.
+and args, B/E pairs and instants between X events, odd phases, entries that are not objects. Instants have a group of
+their own: each scope with each odd value, among the other phases, at chunk boundaries and in chunks of any size. A
+last group checks pieces with their own rules: the decoder's pieces, the slice order, flow key numbers, the
+three-decimals reading.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from profiling_core.trace import _decode, _nest
+from profiling_core.trace import _collect, _decode, _nest
 from profiling_core.trace._collect import Collector
 from profiling_core.trace._decode import iter_batches, split_events, stream_typed
 from profiling_core.trace import LoadStats
@@ -273,12 +275,15 @@ def package(batches) -> dict:
     return out
 
 
-def _same(batches) -> dict:
-    """The package's result, checked equal to the oracle's, key by key."""
+def _same(batches, ordered: bool = False) -> dict:
+    """The package's result, checked equal to the oracle's, key by key (``ordered``: the skip reasons in the order
+    they were first met, too)."""
     got, want = package(batches), loader_oracle.load(batches)
     assert got.keys() == want.keys()
     for k in want:
         assert got[k] == want[k], k
+    if ordered:
+        assert list(got["skipped"]) == list(want["skipped"])
     return got
 
 
@@ -359,6 +364,153 @@ def test_bad_values_among_good_ones():
                               "ts_out_of_range": 1, "bad_pid_or_tid": 2, "flow_invalid_id": 1,
                               "flow_missing_or_bad_ts": 1}, got["skipped"]  # ("12.5" is a good ts)
     assert [t[1] for t in got["threads"]] == [0, 1, 5]
+
+
+# ------------------------------------------------------------------------------------------------------- instants
+# An instant (ph i/I/R) is checked in this order: ts (any bad or out-of-range value: i_missing_or_bad_ts), pid/tid
+# (bad_pid_or_tid), then its scope, which needs its thread: so an instant of a bad scope still makes its thread.
+
+_ABSENT = object()
+_I_SCOPES = ["g", "p", "t", None, _ABSENT, "x", "", "G", "tt", 5, True, ["g"], {"s": "g"}]
+_I_TS = [7, "7.5", "7.0005", -3, "-0.001", 2**62 // 1000, -(2**62 // 1000), "4611686018427387.903",  # (in range)
+         2**62 // 1000 + 1, -(2**62 // 1000) - 1, "4611686018427387.904", 2**70, "x", "", "nan", "inf", " 5", None,
+         True, [1], {"a": 1}, _ABSENT]
+_I_IDS = [1, 2, 0, -1, 2**32, 2**62, "Spans", "", None, _ABSENT, True, False, 1.5, [1], {"a": 1}]
+_I_TEXT = ["n", "[No name]", "é", "", None, 3, 1.5, True, ["a"], {"a": 1}, _ABSENT]
+_I_ARGS = [{"a": 1}, {}, None, [], "x", 0, {"a": {}}, _ABSENT]
+
+
+def _instant(ph="i", s=_ABSENT, ts=5, pid=1, tid=1, name="n", cat="c", args=_ABSENT) -> dict:
+    e = {"ph": ph, "s": s, "ts": ts, "pid": pid, "tid": tid, "name": name, "cat": cat, "args": args}
+    return {k: v for k, v in e.items() if v is not _ABSENT}
+
+
+def _every_instant() -> list:
+    """Each scope with each ts, pid, tid, name, category and args value of the lists above (the others good), on
+    threads of their own (tids by scope: the instants make them, or not), with X events on those threads after them."""
+    evs = []
+    for k, s in enumerate(_I_SCOPES):
+        ph = "iIR"[k % 3]
+        evs += [_instant(ph, s, ts=v, tid=100 + k) for v in _I_TS]
+        evs += [_instant(ph, s, pid=v, tid=200 + k) for v in _I_IDS] + [_instant(ph, s, tid=v) for v in _I_IDS]
+        evs += [_instant(ph, s, name=n, cat=c, tid=300 + k) for n in _I_TEXT for c in _I_TEXT[::3]]
+        evs += [_instant(ph, s, args=a, tid=400 + k) for a in _I_ARGS]
+        evs += [{"ph": "X", "pid": 1, "tid": t + k, "ts": 5, "dur": 1, "args": {"x": 1}} for t in (100, 200, 300, 400)]
+    return evs
+
+
+def _mixed(seed: int, n: int) -> list:
+    """Every phase in a random order, instants most of all, with new threads first met on any of them."""
+    rng = random.Random(seed)
+    pool = [(1, 1)]
+    evs = []
+    for i in range(n):
+        if rng.random() < 0.03:
+            pool.append((rng.choice([1, 2, "Spans", 0, -1]), rng.choice([len(pool) + 1, "lane", 0, -5])))
+        pid, tid = rng.choice(pool)
+        ts = rng.randint(0, 1000)
+        r = rng.random()
+        if r < 0.45:
+            def odd(values, good):
+                return rng.choice(values) if rng.random() < 0.1 else good
+            e = _instant(rng.choice("iiIR"), odd(_I_SCOPES, rng.choice(["t", "t", _ABSENT, "g", "p"])),
+                         odd(_I_TS, ts), odd(_I_IDS, pid), odd(_I_IDS, tid), odd(_I_TEXT, "n"), odd(_I_TEXT, "c"),
+                         rng.choice(_I_ARGS))
+        elif r < 0.7:
+            e = {"ph": "X", "pid": pid, "tid": tid, "ts": ts if rng.random() < 0.95 else rng.choice(_I_TS),
+                 "dur": rng.choice([0, 3, 50, -1, "x"]) if rng.random() < 0.1 else rng.randint(0, 20),
+                 "name": rng.choice(["k", "", None]), "args": rng.choice(_I_ARGS[:3])}
+            e = {k: v for k, v in e.items() if v is not _ABSENT}
+        elif r < 0.78:
+            e = {"ph": rng.choice("stf"), "id": rng.choice([1, 2, "zz"]), "pid": pid, "tid": tid, "ts": ts,
+                 "bp": rng.choice(["e", None])}
+        elif r < 0.84:
+            e = {"ph": "M", "name": rng.choice(["thread_name", "process_name"]), "pid": pid, "tid": tid,
+                 "args": {"name": f"m{i}"}}
+        elif r < 0.93:
+            e = {"ph": rng.choice("BE"), "pid": pid, "tid": tid, "ts": ts, "name": "b", "args": {"b": i}}
+        elif r < 0.98:
+            e = {"ph": "C", "pid": pid, "tid": tid, "ts": ts, "name": "c", "args": {"v": i}}
+        else:
+            e = rng.choice([{"ph": "zz"}, {"ph": None}, 5])
+        evs.append(e)
+    return evs
+
+
+def _batches(evs: list, size: int = _decode.BATCH) -> list:
+    """The events as the whole-document reading gives them: batches of ``size`` from file index 0."""
+    return list(iter_batches(split_events(json.dumps(evs).encode(), "x"), size=size))
+
+
+def test_instants_every_scope_and_skip():
+    """A hand count of each way an instant goes, then every scope with every odd value, against the oracle."""
+    evs = [{"ph": "X", "pid": 1, "tid": 1, "ts": 0, "dur": 10, "name": "x"},
+           _instant("i", "x", ts=1, tid=2),                            # makes thread (1, 2), then i_bad_scope
+           _instant("I", "g", ts="x", tid=3),                          # i_missing_or_bad_ts (makes nothing)
+           _instant("R", "g", ts=2, pid=[1], tid=3),                   # bad_pid_or_tid
+           _instant("i", "p", ts=2**62 // 1000 + 1, tid=4),            # out of range: i_missing_or_bad_ts
+           _instant("i", "x", ts="x", pid=[1]),                        # (ts first)
+           _instant("i", "x", ts=2, pid=[1]),                          # (pid/tid before the scope)
+           _instant("i", "p", ts=3, pid="Spans", tid=5, name=""),      # "Spans"'s track, name NULL
+           _instant("i", "g", ts=4, pid=2, tid=6, cat=7),              # makes (2, 6); the global track, category NULL
+           _instant("i", None, ts="5.5", name=3, args={"a": 1}),       # thread (1, 1): "[No name]", arg set 0
+           _instant("I", "t", ts=6, args={}),                          # no arg set
+           _instant("R", "p", ts=7, name="[No name]", args={"b": 2}),  # process 1's track, arg set 1
+           {"ph": "X", "pid": 1, "tid": 2, "ts": 8, "dur": 1, "args": {"c": 3}}]  # arg set 2
+    got = _same(_batches(evs), ordered=True)
+    assert list(got["skipped"].items()) == [("i_bad_scope", 1), ("i_missing_or_bad_ts", 3), ("bad_pid_or_tid", 2)]
+    spans = got["processes"][2][1]  # (the number of the string pid)
+    assert [p[2] for p in got["processes"]] == [None, None, "Spans", None]
+    assert [(t[1], t[3]) for t in got["threads"]] == [(0, 0), (1, 1), (2, 1), (spans, 2), (5, 2), (2, 3), (6, 3)]
+    rows = sorted(zip(got["ts"], got["dur"], got["name"], got["category"], got["arg_set_id"]))
+    assert rows == [(0, 10000, "x", None, -1), (3000, 0, None, "c", -1), (4000, 0, "n", None, -1),
+                    (5500, 0, "[No name]", "c", 0), (6000, 0, "n", "c", -1), (7000, 0, "[No name]", "c", 1),
+                    (8000, 1000, "[No name]", None, 2)]
+    assert sorted(t[2] for t in got["tracks"]) == ["legacy_chrome_global_instants", "legacy_chrome_process_instants",
+                                                   "legacy_chrome_process_instants", "thread_execution",
+                                                   "thread_execution"]
+    every = _every_instant()
+    for size in (_decode.BATCH, 5, 64):
+        _same(_batches(every, size), ordered=True)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 2048])
+def test_instants_among_other_phases(chunk, monkeypatch):
+    """Instants between X, flow, M, B/E, C and odd events, in chunks of every size (a chunk of one event, chunk
+    boundaries everywhere): the threads they make, their slices and skips in file order among the others'."""
+    monkeypatch.setattr(_collect, "_CHUNK", chunk)
+    for seed in range(4):
+        evs = _mixed(seed, 600 if chunk < 64 else 5000)
+        _same(_batches(evs, random.Random(seed).choice([_decode.BATCH, 1000, 333])), ordered=True)
+    _same(_batches(_every_instant()), ordered=True)
+
+
+@pytest.mark.parametrize("off", range(-4, 5))
+def test_instants_at_chunk_boundaries(off):
+    """New threads first met on instants (of each scope, a bad one too), X, M, B/E and C events around the end of a
+    chunk (the loader's own chunk size): made in file order, with the slices and skips in file order."""
+    n = 2 * _collect._CHUNK + off - 6
+    evs = [{"ph": "X", "pid": 1, "tid": 1, "ts": i, "dur": 1, "args": {"i": i}} for i in range(n)]
+    evs += [_instant("i", "x", ts=1, tid=10),                          # makes (1, 10), skipped
+            {"ph": "X", "pid": 1, "tid": 10, "ts": 1, "dur": 1},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 11, "args": {"name": "eleven"}},
+            _instant("i", "t", ts=2, tid=11, args={"a": 1}),
+            {"ph": "X", "pid": 1, "tid": 12, "ts": 2, "dur": 1, "args": {"x": 1}},
+            _instant("I", None, ts=2, tid=12, args={"b": 1}),
+            {"ph": "B", "pid": 1, "tid": 13, "ts": 3, "name": "b", "args": {"b": 1}},
+            _instant("R", "p", ts=3, pid="P", tid=13, args={"p": 1}),
+            {"ph": "E", "pid": 1, "tid": 13, "ts": 9},
+            _instant("i", "g", ts=4, pid=7, tid=14, args={"g": 1}),
+            {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "seven"}},
+            {"ph": "C", "pid": 1, "tid": 15, "ts": 4, "name": "c", "args": {"v": 1}},
+            _instant("i", "t", ts="x", tid=18),                        # (makes no thread)
+            _instant("i", "t", ts=5, tid=[16]),
+            {"ph": "X", "pid": 1, "tid": 16, "ts": 5, "dur": 1},
+            _instant("i", "t", ts=5, tid=17, args={"c": 1})]
+    got = _same(_batches(evs), ordered=True)
+    p = got["processes"][2][1]  # (the number of the string pid)
+    assert [t[1] for t in got["threads"]] == [0, 1, 10, 11, 12, 13, p, 13, 7, 14, 15, 16, 17]
+    assert got["skipped"] == {"i_bad_scope": 1, "i_missing_or_bad_ts": 1, "bad_pid_or_tid": 1}
 
 
 def test_empty_and_tiny_traces():
