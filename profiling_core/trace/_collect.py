@@ -28,8 +28,9 @@ process instant keeps NULL; a category that is not a non-empty string is NULL. A
 ``null`` get no arg set; the others get arg set ids in the order their slices are made (an E makes its B/E slice).
 Skip reasons are counted in the order they are first met.
 
-X and flow events, almost every event of a Kineto trace, are handled a chunk at a time as columns (lists and numpy
-arrays); the other phases one event at a time, in file order between them (see :meth:`Collector.run`).
+X, flow and instant events, almost every event of a Kineto trace (instants: one per allocation and free of a trace
+recorded with ``profile_memory``), are handled a chunk at a time as columns (lists and numpy arrays); the other phases
+one event at a time, in file order between them (see :meth:`Collector.run`).
 """
 from __future__ import annotations
 
@@ -56,14 +57,20 @@ _TS_LIMIT = 1 << 62  # ns; anything larger cannot be a real timestamp (and would
 _US_MAX = (_TS_LIMIT - 1) // 1000  # largest int µs whose ns value is below _TS_LIMIT
 _EMPTY_ARGS = (b"", b"{}", b"null")
 _CHUNK = 2048  # events handled as columns at a time (they stay in the CPU's cache across the column steps)
-_PH_CODE = {"X": 1, "s": 2, "t": 3, "f": 4}  # the phases handled as columns; a flow's code - 2 is its kind
+# the phases handled as columns -> their codes: X 1, a flow its kind + 2, an instant _INSTANT
+_PH_CODE = {"X": 1, "s": 2, "t": 3, "f": 4, "i": 5, "I": 5, "R": 5}
+_INSTANT = 5
+# an instant's scope -> where its slice goes: 0 its thread, 1 the global instants track, 2 its process's track;
+# any other scope: _BAD_SCOPE
+_SCOPE = {None: 0, "t": 0, "g": 1, "p": 2}
+_BAD_SCOPE = 3
 _NO_ROWS = np.zeros(0, np.int64)
 _INT, _STR, _INT_STR, _INT_BOOL, _NUMBERS = {int}, {str}, {int, str}, {int, bool}, {int, float}
 # states of a µs value (_ns_values) and skip reasons of column events (their codes, 0: kept)
 _OK, _NAN, _NEG, _OUT = 0, 1, 2, 3
 _REASONS = ("", "X_missing_or_bad_ts", "X_missing_or_bad_dur", "X_negative_dur", "ts_out_of_range",
-            "flow_missing_or_bad_ts", "flow_invalid_id")
-_R_X_TS, _R_X_DUR, _R_X_NEG, _R_RANGE, _R_F_TS, _R_F_ID = range(1, 7)
+            "flow_missing_or_bad_ts", "flow_invalid_id", "i_missing_or_bad_ts", "i_bad_scope")
+_R_X_TS, _R_X_DUR, _R_X_NEG, _R_RANGE, _R_F_TS, _R_F_ID, _R_I_TS, _R_I_SCOPE = range(1, 9)
 
 
 class Collector:
@@ -111,7 +118,7 @@ class Collector:
         self._c_names: dict[tuple, list] = {}  # (prefix, keys) -> the counters' names (interned)
         self._be: dict[int, list] = {}  # thread index -> open B events (file index, ts, event)
         self._tally: dict[str, list] = {}  # this chunk's skip reasons -> [file index first met, count]
-        self._side: list[tuple] = []   # this chunk's slices made one event at a time (see _side_slice)
+        self._side: list[tuple] = []   # this chunk's B/E slices (see _side_slice)
 
     def thread(self, pid: Any, tid: Any) -> int | None:
         """The thread index of a (pid, tid) as written in the JSON, made if new; None if they are not ids."""
@@ -153,11 +160,12 @@ class Collector:
     def _chunk(self, base: int, evs: list[Event]) -> None:
         """Consume ``evs`` (``base``: the file index of evs[0]), with the effect of taking them one at a time.
 
-        The X and flow events go as columns: their values are checked with masks (each skipped one gets its reason),
-        and their threads looked up (nothing made). Then, in file order, the events of other phases run one at a
-        time, and each column event whose thread was not found is resolved (made, or skipped as bad_pid_or_tid) at
-        its place among them, so that threads are made, and arg set ids and skip reasons handed out, in file order.
-        Finally the kept column events are appended, the chunk's slices in the order they were made.
+        The X, flow and instant events go as columns: their values are checked with masks (each skipped one gets its
+        reason), and their threads looked up (nothing made). Then, in file order, the events of other phases run one
+        at a time, and each column event whose thread was not found is resolved (made, or skipped as bad_pid_or_tid)
+        at its place among them, so that threads are made, and arg set ids and skip reasons handed out, in file
+        order (an instant of a bad scope makes its thread before it is skipped). Finally the kept column events are
+        appended, the chunk's slices in the order they were made.
         """
         n = len(evs)
         phs = [e.ph for e in evs]
@@ -183,9 +191,9 @@ class Collector:
         for p, j in missing[mi:]:
             self._resolve(base, cols, p, j)
         if cols is not None:
-            cols.tally_values(self, base + (np.arange(n) if whole else col))
+            cols.tally(self, base + (np.arange(n) if whole else col))
             cols.append(self, base + (np.arange(n) if whole else col))
-        if self._side:  # (no X slices in the chunk)
+        if self._side:  # (no X or instant slices in the chunk)
             self._add_slices([], _NO_ROWS, _NO_ROWS, _NO_ROWS, [], [], _NO_ROWS)
         for reason, (_at, k) in sorted(self._tally.items(), key=lambda kv: kv[1][0]):
             self.stats.skip(reason, k)
@@ -210,8 +218,8 @@ class Collector:
 
     def _add_slices(self, raws: list, ts: np.ndarray, dur: np.ndarray, th: np.ndarray, names: list, cats: list,
                     idx: np.ndarray) -> None:
-        """Append slices (X slices of this chunk, in file order) and this chunk's slices made one event at a time,
-        in the order they were made; each with args gets the next arg set id."""
+        """Append slices (X and instant slices of this chunk, in file order) and this chunk's B/E slices, in the order
+        they were made; each with args gets the next arg set id."""
         if self._side:
             made = np.concatenate([idx, np.array([s[0] for s in self._side], np.int64)])  # when each was made
             order = np.argsort(made, kind="stable")
@@ -272,11 +280,9 @@ class Collector:
     # ----------------------------------------------------------------------------- phases taken one at a time
 
     def _event(self, idx: int, e: Event) -> None:
-        """An event of a phase that is not X or a flow (file index ``idx``)."""
+        """An event of a phase that is not handled as columns (file index ``idx``)."""
         ph = e.ph
-        if ph == "i" or ph == "I" or ph == "R":
-            self._instant(idx, e)
-        elif ph == "M":
+        if ph == "M":
             self._metadata(idx, e)
         elif ph == "B" or ph == "E":
             self._begin_end(idx, e)
@@ -288,31 +294,12 @@ class Collector:
             self._skip(idx, f"unsupported_phase:{ph[:8]}")
 
     def _side_slice(self, at: int, idx: int, ts: int, dur: int, th: int, e: Event) -> None:
-        """A slice made one event at a time (at file index ``at``; ``idx``: its own file index), appended with the
-        chunk's X slices in the order they were made."""
-        name = _slice_name(e.name) if th >= 0 else _text(e.name)
+        """A B/E slice (made at file index ``at``, the E's; ``idx``: its own, the B's), appended with the chunk's X and
+        instant slices in the order they were made."""
+        name = _slice_name(e.name)
         cat = _text(e.cat)
         sd = self.strings.setdefault
-        self._side.append((at, idx, ts, dur, th, sd(name, name) if name else name, sd(cat, cat) if cat else cat,
-                           e.args))
-
-    def _instant(self, idx: int, e: Event) -> None:
-        ts = to_ns(e.ts)
-        if ts is None or not -_TS_LIMIT < ts < _TS_LIMIT:
-            self._skip(idx, "i_missing_or_bad_ts")
-            return
-        th = self.thread(e.pid, e.tid)
-        if th is None:
-            self._skip(idx, "bad_pid_or_tid")
-            return
-        if e.s == "g":
-            self._side_slice(idx, idx, ts, 0, -1, e)
-        elif e.s == "p":
-            self._side_slice(idx, idx, ts, 0, -2 - self.thread_keys[th][0], e)
-        elif e.s is None or e.s == "t":
-            self._side_slice(idx, idx, ts, 0, th, e)
-        else:
-            self._skip(idx, "i_bad_scope")
+        self._side.append((at, idx, ts, dur, th, sd(name, name), sd(cat, cat) if cat else cat, e.args))
 
     def _counter(self, idx: int, e: Event) -> None:
         ts = to_ns(e.ts)
@@ -408,27 +395,55 @@ class Collector:
 
 
 class _Columns:
-    """The X and flow events of a chunk (``events``, in file order; ``code``: their phase codes) as columns: values
-    converted and checked, each event's skip reason code (``reason``, None when none is skipped on its values), and
-    the thread of each (``th``, -1 where not known yet; ``missing``: the indexes of the events whose thread the
-    collector must resolve)."""
+    """The X, flow and instant events of a chunk (``events``, in file order; ``code``: their phase codes) as columns:
+    values converted and checked, each event's skip reason code (``reason``, None when none is skipped), and the
+    thread of each (``th``, -1 where not known yet; ``missing``: the indexes of the events whose thread the collector
+    must resolve).
+
+    X events and instants are the chunk's slice events (``ss``: their indexes, ``sev``: the events, ``ts``/``dur``:
+    their values, an instant's dur 0; ``scope``: each one's _SCOPE code, X 0, None when all are 0). An instant's
+    checks that need its thread (its scope, ``i_bad_scope``) wait until the threads are resolved (:meth:`tally`)."""
 
     def __init__(self, c: Collector, events: list[Event], code: np.ndarray) -> None:
         self.events = events
         n = len(events)
-        self.xs = xs = np.flatnonzero(code == 1)
-        self.fs = fs = np.flatnonzero(code != 1)
-        nx, nf = len(xs), len(fs)
-        self.xev = events if not nf else _take(events, xs) if nx else []
-        self.fev = events if not nx else _take(events, fs) if nf else []
+        flow = (code >= 2) & (code <= 4)
+        self.ss = ss = np.flatnonzero(~flow)
+        self.fs = fs = np.flatnonzero(flow)
+        ns, nf = len(ss), len(fs)
+        self.sev = events if not nf else _take(events, ss) if ns else []
+        self.fev = events if not ns else _take(events, fs) if nf else []
         self.code = code
+        self.scope = None
         reason = None
-        if nx:
-            self.x_ts, ts_st = _ns_values([e.ts for e in self.xev], True)
-            self.x_dur, dur_st = _ns_values([e.dur for e in self.xev], False)
+        if ns:
+            inst = code[ss] == _INSTANT
+            ni = int(np.count_nonzero(inst))
+            self.ts, ts_st = _ns_values([e.ts for e in self.sev], True)
+            if not ni:
+                self.dur, dur_st = _ns_values([e.dur for e in self.sev], False)
+            else:
+                x = ~inst
+                xev = list(compress(self.sev, x.tolist())) if ni < ns else []
+                self.dur = np.zeros(ns, np.int64)
+                dur_st = None
+                if xev:
+                    dur, x_st = _ns_values([e.dur for e in xev], False)
+                    self.dur[x] = dur
+                    if x_st is not None:
+                        dur_st = np.zeros(ns, np.int8)
+                        dur_st[x] = x_st
+                iev = self.sev if ni == ns else list(compress(self.sev, inst.tolist()))
+                scope = _scopes([e.s for e in iev])
+                if scope.any():
+                    self.scope = np.zeros(ns, np.int8)
+                    self.scope[inst] = scope
             if ts_st is not None or dur_st is not None:
+                r = _x_reasons(ts_st, dur_st, ns)
+                if ni and ts_st is not None:
+                    r[inst & (ts_st != _OK)] = _R_I_TS  # (an instant's ts: any bad value, out of range too)
                 reason = np.zeros(n, np.int8)
-                reason[xs] = _x_reasons(ts_st, dur_st, nx)
+                reason[ss] = r
         if nf:
             self.f_ts, ts_st = _ns_values([e.ts for e in self.fev], True)
             self.fids, bad_id = flow_ids([e.id for e in self.fev])
@@ -446,8 +461,19 @@ class _Columns:
         missing = np.flatnonzero(th < 0)
         self.missing = missing[reason[missing] == 0] if reason is not None and len(missing) else missing
 
-    def tally_values(self, c: Collector, at: np.ndarray) -> None:
-        """Count the events skipped on their values (``at``: the file index of each event)."""
+    def tally(self, c: Collector, at: np.ndarray) -> None:
+        """Once the threads are resolved: skip the instants of a bad scope (those whose thread is known), and count
+        the events skipped on their values (``at``: the file index of each event)."""
+        if self.scope is not None:
+            bad = np.zeros(len(self.events), bool)
+            bad[self.ss] = self.scope == _BAD_SCOPE
+            bad &= self.th >= 0
+            if self.reason is not None:
+                bad &= self.reason == 0
+            if bad.any():
+                if self.reason is None:
+                    self.reason = np.zeros(len(self.events), np.int8)
+                self.reason[bad] = _R_I_SCOPE
         if self.reason is None:
             return
         for r in np.unique(self.reason[self.reason > 0]).tolist():
@@ -455,20 +481,32 @@ class _Columns:
             c._skip(int(at[int(hit.argmax())]), _REASONS[r], int(np.count_nonzero(hit)))
 
     def append(self, c: Collector, at: np.ndarray) -> None:
-        """Append the kept events' slices (with the chunk's others, see Collector._add_slices) and flow events."""
+        """Append the kept events' slices (with the chunk's others, see Collector._add_slices) and flow events (after
+        :meth:`tally`)."""
         keep = self.th >= 0
         if self.reason is not None:
             keep &= self.reason == 0
         if keep.all():
             keep = None
-        xs, fs = self.xs, self.fs
-        if len(xs):
-            xev, ts, dur = self.xev, self.x_ts, self.x_dur
+        ss, fs = self.ss, self.fs
+        if len(ss):
+            sev, ts, dur, scope = self.sev, self.ts, self.dur, self.scope
             if keep is not None:
-                k = keep[xs]
-                xs, xev, ts, dur = xs[k], list(compress(xev, k.tolist())), ts[k], dur[k]
-            c._add_slices([e.args for e in xev], ts, dur, self.th[xs], c._intern([e.name for e in xev], "[No name]"),
-                          c._intern([e.cat for e in xev], None), at[xs])
+                k = keep[ss]
+                ss, sev, ts, dur = ss[k], list(compress(sev, k.tolist())), ts[k], dur[k]
+                scope = None if scope is None else scope[k]
+            th = self.th[ss]
+            names = c._intern([e.name for e in sev], "[No name]")
+            if scope is not None:  # instants on the global or a process's track (kept: no bad scope is left)
+                for j in np.flatnonzero(scope).tolist():
+                    if _text(sev[j].name) is None:
+                        names[j] = None  # (their name is NULL, not "[No name]")
+                th[scope == 1] = -1
+                p = np.flatnonzero(scope == 2)
+                if len(p):
+                    keys = c.thread_keys
+                    th[p] = [-2 - keys[t][0] for t in th[p].tolist()]
+            c._add_slices([e.args for e in sev], ts, dur, th, names, c._intern([e.cat for e in sev], None), at[ss])
         if len(fs):
             fev, ts, fids = self.fev, self.f_ts, self.fids
             if keep is not None:
@@ -487,6 +525,15 @@ class _Columns:
             c.f_text.frombytes(np.fromiter(map(c.flow_texts.setdefault, texts, count(c.n_texts)), np.int64,
                                            nf).tobytes())
             c.n_texts += nf
+
+
+def _scopes(values: list) -> np.ndarray:
+    """Each instant's _SCOPE code from its ``s``."""
+    try:
+        return np.fromiter(map(_SCOPE.get, values, repeat(_BAD_SCOPE)), np.int8, len(values))
+    except TypeError:  # an unhashable scope (a list or an object)
+        return np.fromiter((_SCOPE.get(v, _BAD_SCOPE) if v is None or type(v) is str else _BAD_SCOPE for v in values),
+                           np.int8, len(values))
 
 
 def _lookup(index: dict, pids: list, tids: list) -> np.ndarray:
