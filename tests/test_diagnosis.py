@@ -177,6 +177,25 @@ def test_each_real_fixture_gets_only_the_rules_that_apply(name):
         assert rules(diagnose(s)) == EXPECTED[name]
 
 
+def test_a_multi_tensor_optimizer_without_foreach_ops_is_not_called_a_for_loop():
+    """HTA's A100 training trace steps a FusedAdam (apex's or DeepSpeed's: no aten::_foreach_ or _fused_ op, 257
+    aten::add_ of its step counters a step) whose update is 8 multi_tensor_apply kernels a step, as a plain scan of
+    the JSON finds them (kernels paired to the launch calls inside each Optimizer.step range by correlation): not the
+    per-parameter for-loop, so the rule stays silent; the 2021 ResNet-50's SGD, whose optimizer ranges launch one
+    elementwise kernel per parameter and term, is still named."""
+    path = TRACES.parent / "big" / "control.json.gz"
+    evs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    for rng in [e for e in evs if str(e.get("name", "")).startswith("Optimizer.step#FusedAdam")]:
+        inside = [e for e in evs if rng["ts"] <= e["ts"] < rng["ts"] + rng["dur"]]
+        corr = {e["args"]["correlation"] for e in inside if e.get("cat") == "cuda_runtime"}
+        kernels = [e["name"] for e in evs if e.get("cat") == "kernel" and e["args"].get("correlation") in corr]
+        assert len(kernels) == 8 and all("multi_tensor_apply" in k for k in kernels)
+        assert sum(e["name"] == "aten::add_" for e in inside) == 257
+    with open_trace(path, engine="sqlite") as s:
+        assert "unfused_optimizer" not in rules(diagnose(s))
+    assert "unfused_optimizer" in EXPECTED["worker0.1623143089861.pt.trace.json.gz"]
+
+
 def test_the_sync_rule_counts_the_calls_inside_steps_by_a_plain_scan():
     path = TRACES / "gaunernst_bert-small-uncased__1016001.json.gz"
     evs = [e for e in scan_trace(path) if e.get("ph") == "X"]

@@ -83,6 +83,27 @@ def _fmt_us(x: float) -> str:
     return f"{x:,.1f} µs" if x >= 10 else f"{x:,.2f} µs"
 
 
+MULTI_TENSOR_KERNEL = "multi_tensor_apply"
+"""In a kernel's name: one launch that updates many tensors (the kernel template of torch's foreach and fused
+optimizers, and of apex's and DeepSpeed's multi-tensor ones, which run no ``aten::_foreach_`` op)."""
+
+
+def _multi_tensor_kernels(c: _Ctx) -> tuple[pd.DataFrame, list]:
+    """The GPU ops named like ``MULTI_TENSOR_KERNEL`` (``gpu_ops`` rows), and the phase of the training step each was
+    launched in (``analyses.phases_at`` at its launch call's start; None without phases or a launch call)."""
+    from ...analyses import phases_at
+    ops, lat = c.report.gpu_ops, c.report.launch_latency
+    if ops.empty:
+        return ops, []
+    k = ops[ops["name"].astype(str).str.contains(MULTI_TENSOR_KERNEL, regex=False, na=False)]
+    if not len(k) or not c.report.has_phases or lat.empty:
+        return k, [None] * len(k)
+    launched = dict(zip(lat["gpu_id"].astype(int), lat["launch_start_ns"].astype("int64")))
+    ids = [int(i) for i in k["id"] if int(i) in launched]
+    at = dict(zip(ids, phases_at(c.session, [launched[i] for i in ids])))
+    return k, [at.get(int(i)) for i in k["id"]]
+
+
 def _args_of(session, name: str, ids) -> dict[int, Any]:
     """{slice id: its arg ``name``} of these slices, for those that have it."""
     return _args_each(session, (name,), ids)[0]

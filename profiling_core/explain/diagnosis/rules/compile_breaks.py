@@ -13,9 +13,9 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import annotation_ranges, phases_at
+from ....analyses import annotation_ranges
 from ....config import config_field as _cfg
-from ..base import Diagnosis, _Ctx, _fmt_us, _steps
+from ..base import Diagnosis, _Ctx, _fmt_us, _multi_tensor_kernels, _steps
 from .decode_launch_bound import TOKEN_RANGE
 
 _REGION = "Torch-Compiled Region: "
@@ -51,13 +51,8 @@ def _staging_copies(c: _Ctx):
     ops, lat = c.report.gpu_ops, c.report.launch_latency
     if ops.empty or lat.empty or not (lat["launch_name"] == "cudaGraphLaunch").any():
         return ops.iloc[:0]
-    k = ops[ops["name"].astype(str).str.contains("multi_tensor_apply", na=False)]
-    if len(k) and c.report.has_phases:
-        launched = dict(zip(lat["gpu_id"].astype(int), lat["launch_start_ns"].astype("int64")))
-        ids = [int(i) for i in k["id"] if int(i) in launched]
-        at = dict(zip(ids, phases_at(c.session, [launched[i] for i in ids])))
-        k = k[[at.get(int(i)) != "optimizer" for i in k["id"]]]
-    return k
+    k, phase = _multi_tensor_kernels(c)
+    return k[[p != "optimizer" for p in phase]]
 
 
 def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
