@@ -128,8 +128,8 @@ def kernel_spread(durations: pd.DataFrame, *, title: str = "Spread of kernel dur
     tick.
 
     durations: ``kernel``, ``dur_us``, optional ``run``. The box is computed here, one row per (run, kernel), however
-    many launches there are: quartiles and median as pandas' ``quantile`` (linear interpolation), the numbers of
-    ``kernel_stats``.
+    many launches there are: quartiles and median as pandas' ``quantile`` (linear interpolation; the median is
+    ``kernel_stats``' median).
     """
     _require(durations, ["kernel", "dur_us"], "kernel_spread")
     data = durations.copy()
