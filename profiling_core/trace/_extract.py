@@ -78,11 +78,9 @@ def _ints(col, null: int = -1) -> np.ndarray:
         return np.array([null if v is None or v != v else v for v in col], dtype=np.int64)  # noqa: PLR0124 - NaN
 
 
-def _texts(col) -> list:
-    """A text column as str or None (NULL, NaN), equal strings as one object (as the mirror's loader interns them, so
-    that ``TextColumn.of`` codes them by identity)."""
-    one: dict = {}
-    return [one.setdefault(v, v) if isinstance(v, str) else None for v in col]
+def _text(v):
+    """A text cell as str or None (NULL, NaN)."""
+    return v if isinstance(v, str) else None
 
 
 def _opt_int(v):
@@ -167,15 +165,14 @@ def tables_from_sql(columns: ColumnsFn) -> TraceTables:
     track_utid = np.full(size, -1, np.int64)
     track_utid[tt_ids] = tt_utid
     th, pr = q["thread"], q["process"]
-    threads = [(int(u), _opt_int(tid), nm, _opt_int(upid), _opt_int(main) or 0)
-               for u, tid, nm, upid, main in zip(th["utid"], th["tid"], _texts(th["name"]), th["upid"],
-                                                 th["is_main_thread"])]
-    processes = [(int(u), _opt_int(pid), nm) for u, pid, nm in zip(pr["upid"], pr["pid"], _texts(pr["name"]))]
+    threads = [(int(u), _opt_int(tid), _text(nm), _opt_int(upid), _opt_int(main) or 0)
+               for u, tid, nm, upid, main in zip(th["utid"], th["tid"], th["name"], th["upid"], th["is_main_thread"])]
+    processes = [(int(u), _opt_int(pid), _text(nm)) for u, pid, nm in zip(pr["upid"], pr["pid"], pr["name"])]
     f = q["flow"]
     tables = TraceTables(
         ts=_ints(s["ts"]), dur=_ints(s["dur"]), track_id=track_ids, depth=_ints(s["depth"]),
         parent_id=_ints(s["parent_id"]), arg_set_id=_ints(s["arg_set_id"]),
-        name=TextColumn.of(_texts(s["name"]), rows), category=TextColumn.of(_texts(s["category"]), rows),
+        name=TextColumn.of(s["name"], rows), category=TextColumn.of(s["category"], rows),
         track_utid=track_utid, flow_out=_ints(f["slice_out"]), flow_in=_ints(f["slice_in"]),
         threads=threads, processes=processes, args=SqlArgs(columns))
     tables.freeze()

@@ -46,31 +46,26 @@ class TextColumn:
     __hash__ = None
 
     @classmethod
-    def of(cls, values: list, order: np.ndarray) -> "TextColumn":
-        """``[values[i] for i in order]`` (str or None; equal strings mostly one object, as the loader interns them)
-        coded: by object identity first (integers sort fast), then by value among
-        the distinct objects."""
+    def of(cls, values, order: np.ndarray) -> "TextColumn":
+        """``[values[i] for i in order]`` (a list or an object array of str, None for NULL; any other value, a NaN,
+        counts as NULL) coded. The distinct values are found by ``dict.fromkeys`` (in C; a dict keeps the order in
+        which keys first came) and each row's code looked up in C, so Python runs once per distinct value, not per
+        row: equal strings get one code whether they are one object (the mirror's loader interns them) or not
+        (each of perfetto's result cells is a new one)."""
         if len(order) == 0:
             return cls(np.zeros(0, dtype=np.int32), [])
-        ids = np.fromiter(map(id, values), dtype=np.int64, count=len(values))[order]
-        distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        by_first = np.argsort(first, kind="stable")  # the distinct objects in order of first appearance
-        rank = np.empty(len(distinct), dtype=np.int64)
-        rank[by_first] = np.arange(len(distinct))
-        code_of: dict = {}
+        cells = np.empty(len(values), dtype=object)
+        cells[:] = values
+        cells = cells[order]
+        code = dict.fromkeys(cells)
         uniq: list = []
-        remap = np.empty(len(distinct), dtype=np.int32)
-        for j, i in enumerate(first[by_first].tolist()):
-            v = values[int(order[i])]
-            if v is None:
-                remap[j] = -1
-                continue
-            c = code_of.get(v)
-            if c is None:
-                c = code_of[v] = len(uniq)
+        for v in code:
+            if type(v) is str:
+                code[v] = len(uniq)
                 uniq.append(v)
-            remap[j] = c
-        return cls(remap[rank[inverse.reshape(-1)]], uniq)
+            else:
+                code[v] = -1
+        return cls(np.fromiter(map(code.__getitem__, cells), dtype=np.int32, count=len(cells)), uniq)
 
 
 class ArgsReader(Protocol):
