@@ -10,15 +10,14 @@ and the median peak RSS of the rounds.
 The processes, per trace:
 
 - ``sqlite``: ``python -m profiling_core analyze T --engine sqlite --json`` (the offline mirror), as a user runs it.
-- ``perfetto (Python side)``: the same command on the perfetto engine, with trace_processor's answers replayed: no
-  ``trace_processor_shell`` can run here, so before the rounds each SQL text the command sends is answered once over
-  the tables a real trace_processor v58.2 recorded for that trace (``tests/tp_recorded.py``, from
-  ``/work/shared/traces/tp_tables``) and kept as the bytes trace_processor would send (a ``QueryResult`` protobuf,
-  in batches of at most 50,000 cells). In the timed process perfetto's ``TraceProcessor`` is replaced by a stand-in
-  whose ``query(sql)`` does what perfetto's own does with those bytes (``QueryResult.ParseFromString``, then
-  perfetto's ``QueryResultIterator``); everything else is the command as it runs (the trace_processor process,
-  its load and its SQL are not in the figure: the shell's own figures are the reference for those). Only traces
-  with a recording get this row.
+- ``perfetto (stand-in shell)``: the same command on the perfetto engine, as it runs: perfetto's own client starts
+  a trace_processor HTTP server, sends it the file and reads its answers. No ``trace_processor_shell`` can run here,
+  so the server is a stand-in (``tests/fake_tp_shell.py``) that answers each SQL text with the bytes a real
+  trace_processor v58.2 would send (a ``QueryResult`` protobuf, in batches of at most 50,000 cells), computed before
+  the rounds over the tables it recorded for that trace (``/work/shared/traces/tp_tables``), and that takes as long
+  to load the file as the shell did: its measured load + 3 queries on control.json (``SHELL``), in proportion to the
+  file's size. Its SQL costs nothing, so the row is the command's own time beside a load of the shell's length. Only
+  traces with a recording get this row.
 - ``traceinsight``: traceinsight 0.6.1 (Meta's HTA, ``hta`` package) in its own venv (``--ti-python``): import,
   ``TraceAnalysis`` load, ``get_gpu_kernel_breakdown`` and ``get_temporal_breakdown``.
 
@@ -77,6 +76,7 @@ TRACES = {  # name: (trace file, its recorded trace_processor tables)
 }
 # trace_processor_shell v58.2 (load + 3 queries), measured on a quiet 16-core machine: the reference figures
 SHELL = {"control": (0.53, 115), "control_x2": (0.64, 165)}
+CONTROL_MIB = 33.2  # control.json's size, decompressed
 
 TI_CHILD = r"""
 import logging, os, shutil, sys, tempfile
@@ -91,103 +91,31 @@ shutil.rmtree(d)
 """
 
 
-# --- the perfetto engine's Python side over recorded answers -----------------------------------------------------
+# --- the perfetto engine against a stand-in trace_processor serving recorded answers ---------------------------
 
-def _recorded():
+def fake_shell(folder: str) -> str:
+    """The stand-in trace_processor_shell (``tests/fake_tp_shell.py``) as an executable in ``folder``."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    import tp_recorded
-    return tp_recorded
+    from fake_tp_shell import shell_command
+    return shell_command(folder)[0]
 
 
-def _protos():  # (not through tp_recorded: the timed process imports only what the engine and perfetto import)
-    from perfetto.trace_processor.platform import PlatformDelegate
-    from perfetto.trace_processor.protos import ProtoFactory
-    return ProtoFactory(PlatformDelegate())
+def shell_load_s(mib: float) -> float:
+    """The load the stand-in takes for a trace of ``mib`` MiB: the shell's own figure on control.json (load + 3
+    queries, ``SHELL``), in proportion to the file's size."""
+    return SHELL["control"][0] * mib / CONTROL_MIB
 
 
-class _Recorder:
-    """A stand-in for perfetto's TraceProcessor that answers over a recording and keeps every answer's bytes."""
-
-    def __init__(self, folder: str, answers: dict) -> None:
-        from pathlib import Path
-        self._tp = _recorded()
-        self._rec = self._tp.RecordedTrace(Path(folder))
-        self._answers, self._protos = answers, _protos()
-
-    def query(self, sql: str):
-        if sql not in self._answers:
-            self._answers[sql] = self._tp.encode_result(self._protos, *self._rec.rows(sql))
-        return _Replayer(self._answers).query(sql)
-
-    def close(self) -> None:
-        self._rec.close()
+def perfetto_env(shell: str, answers: str, load_s: float) -> dict:
+    return {"PERFETTO_BIN": shell, "FAKE_TP_ANSWERS": answers, "FAKE_TP_LOAD_S": f"{load_s:.3f}"}
 
 
-class _Replayer:
-    """A stand-in for perfetto's TraceProcessor: ``query(sql)`` does what perfetto's does with trace_processor's
-    answer (api.py: parse the QueryResult, then ``QueryResultIterator(column_names, batch)``)."""
-
-    def __init__(self, answers: dict) -> None:
-        from perfetto.trace_processor.api import TraceProcessor
-        self._answers, self._protos, self._iter = answers, _protos(), TraceProcessor.QueryResultIterator
-
-    spent: list = []  # (sql, seconds) of each query: perfetto's own work on an answer (read by --profile)
-
-    def query(self, sql: str):
-        t = time.perf_counter()
-        response = self._protos.QueryResult()
-        response.ParseFromString(self._answers[sql])
-        if response.error:
-            raise RuntimeError(response.error)
-        it = self._iter(response.column_names, response.batch)
-        _Replayer.spent.append((sql, time.perf_counter() - t))
-        return it
-
-    def close(self) -> None:
-        pass
-
-
-def _run_cli_with(tp_factory, trace: str) -> int:
-    """``analyze trace --engine perfetto --json`` in this process, perfetto's TraceProcessor replaced."""
-    import perfetto.trace_processor as ptp
-    ptp.TraceProcessor = lambda trace=None, config=None: tp_factory()
-    os.environ["PERFETTO_BIN"] = sys.executable  # (an executable file: open_perfetto checks one is given)
-    from profiling_core.cli.analyze import main
-    return main([trace, "--engine", "perfetto", "--json"])
-
-
-def record(trace: str, folder: str, out: str) -> None:
-    """(child) Run the command once over the recording; write every answer's bytes (msgpack {sql: bytes})."""
-    import msgspec
-    answers: dict = {}
-    with open(os.devnull, "w") as null:
-        stdout, sys.stdout = sys.stdout, null
-        try:
-            rc = _run_cli_with(lambda: _Recorder(folder, answers), trace)
-        finally:
-            sys.stdout = stdout
-    if rc:
-        raise SystemExit(rc)
-    with open(out, "wb") as f:
-        f.write(msgspec.msgpack.encode(answers))
-
-
-def _as_analyze_process() -> None:
-    """What an ``analyze`` process does before it imports pandas (a tree without it: nothing)."""
-    try:
-        from profiling_core.cli import text_in_python_objects
-    except ImportError:
-        return
-    text_in_python_objects()
-
-
-def replay(trace: str, answers_file: str) -> int:
-    """(child, timed) The command with trace_processor's answers read from ``answers_file``."""
-    _as_analyze_process()
-    import msgspec
-    with open(answers_file, "rb") as f:
-        answers = msgspec.msgpack.decode(f.read())
-    return _run_cli_with(lambda: _Replayer(answers), trace)
+def record(trace: str, folder: str, out: str, env: dict, shell: str) -> None:
+    """Run ``analyze trace --engine perfetto --json`` once, the stand-in answering over trace_processor's recorded
+    tables ``folder`` and keeping every answer's bytes in ``out`` (msgpack {sql: bytes}) for the timed runs."""
+    subprocess.run([sys.executable, "-m", "profiling_core", "analyze", trace, "--engine", "perfetto", "--json"],
+                   check=True, stdout=subprocess.DEVNULL, cwd=env.get("PYTHONPATH", ROOT),
+                   env={**env, "PERFETTO_BIN": shell, "FAKE_TP_TABLES": folder, "FAKE_TP_RECORD": out})
 
 
 # --- whole processes ---------------------------------------------------------------------------------------------
@@ -223,10 +151,11 @@ def _gunzip(src: str, dst: str) -> None:
 
 def prepare(args, tmp: str, roots: list) -> list[dict]:
     """The bench traces (decompressed: trace_processor reads them as they are, and so do we) and, for those with a
-    recording, the answers the perfetto engine's replay needs: recorded for each tree in ``roots`` (its own SQL)."""
+    recording, the answers the stand-in trace_processor serves: recorded for each tree in ``roots`` (its own SQL)."""
     names = args.only.split(",") if args.only else list(TRACES)
     cases = []
     env = child_env(os.path.join(tmp, "pyc"))
+    shell = fake_shell(tmp)
     for name in names:
         src, rec = TRACES[name]
         path = os.path.join(tmp, f"{name}.json")
@@ -234,9 +163,8 @@ def prepare(args, tmp: str, roots: list) -> list[dict]:
         answers = {}
         for k, root in enumerate(roots):
             answers[root] = os.path.join(tmp, f"{name}.{k}.answers")
-            subprocess.run([sys.executable, os.path.abspath(__file__), "--record", path, os.path.join(SHARED, rec),
-                            answers[root]], check=True, env={**env, "PYTHONPATH": root})
-        cases.append({"name": name, "path": path, "answers": answers})
+            record(path, os.path.join(SHARED, rec), answers[root], {**env, "PYTHONPATH": root}, shell)
+        cases.append({"name": name, "path": path, "answers": answers, "shell": shell})
     if args.ranks > 1 and "control" in names:
         path = os.path.join(tmp, f"control_x{args.ranks}.json")
         size = 34.83 * args.ranks  # control.json's MB, so make_trace makes `ranks` copies
@@ -253,20 +181,21 @@ def prepare(args, tmp: str, roots: list) -> list[dict]:
     return cases
 
 
-def processes(case: dict, ti_python: str | None, before: str | None) -> list[tuple[str, list, str | None]]:
-    """(label, argv, the tree on PYTHONPATH) of each process to time on ``case``; with ``before`` (another tree, e.g.
-    a ``git archive`` of an older commit) its two engines too, labelled ``... before``."""
+def processes(case: dict, ti_python: str | None, before: str | None) -> list[tuple[str, list, str | None, dict]]:
+    """(label, argv, the tree on PYTHONPATH, more environment) of each process to time on ``case``; with ``before``
+    (another tree, e.g. a ``git archive`` of an older commit) its two engines too, labelled ``... before``."""
     py = sys.executable
     out = []
     for tag, root in [("", ROOT)] + ([(" before", before)] if before else []):
         out.append((f"sqlite{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", "sqlite",
                                      "--json"], root))
         if case["answers"]:
-            out.append((f"perfetto{tag}", [py, os.path.abspath(__file__), "--replay", case["path"],
-                                           case["answers"][root]], root))
+            out.append((f"perfetto{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", "perfetto",
+                                           "--json"], root,
+                        perfetto_env(case["shell"], case["answers"][root], shell_load_s(case["mib"]))))
     if ti_python:
         out.append(("traceinsight", [ti_python, "-c", TI_CHILD.format(path=case["path"])], None))
-    return out
+    return [(*x, {}) if len(x) == 3 else x for x in out]
 
 
 def bench(args) -> int:
@@ -281,7 +210,7 @@ def bench(args) -> int:
             return e if root is None else {**e, "PYTHONPATH": root,
                                            "PYTHONPYCACHEPREFIX": os.path.join(tmp, "pyc", str(hash(root)))}
         before = os.path.abspath(args.before_root) if args.before_root else None
-        plan = [(c, label, argv, env_of(root), root or ROOT) for c in cases for label, argv, root in
+        plan = [(c, label, argv, {**env_of(root), **more}, root or ROOT) for c in cases for label, argv, root, more in
                 processes(c, args.ti_python, before)]
         for c, label, argv, e, cwd in plan:  # warm-up: bytecode written, files in the page cache
             run_process(argv, e, cwd=cwd)
@@ -354,7 +283,7 @@ def report(args, cases: list, results: dict) -> None:
             vs_shell = f"{min(walls) / shell[0]:.2f}×" if shell and label != "traceinsight" else "–"
             rss_shell = f"{rss / shell[1]:.2f}×" if shell and label != "traceinsight" else "–"
             name = f"{c['name']} ({c['mib']:.0f} MiB, {c['events'] / 1000:.0f}k events)"
-            print(f"| {name} | {label.replace('perfetto', 'perfetto (Python side)')} | {min(walls):.2f} | "
+            print(f"| {name} | {label.replace('perfetto', 'perfetto (stand-in shell)')} | {min(walls):.2f} | "
                   f"{statistics.median(walls):.2f} | {cpu:.2f} | {rss:.0f} | {vs_ti} | {vs_ti_cpu} | {vs_shell} | "
                   f"{rss_shell} |")
 
@@ -369,28 +298,32 @@ def _cpu_model() -> str:
 
 # --- where one process's time goes -------------------------------------------------------------------------------
 
+def _as_analyze_process() -> None:
+    """What an ``analyze`` process does before it imports pandas (a tree without it: nothing)."""
+    try:
+        from profiling_core.cli import text_in_python_objects
+    except ImportError:
+        return
+    text_in_python_objects()
+
+
 def profile(args) -> int:
     """Phases of one ``analyze --json`` run in this process (after the imports), then cProfile's top entries. On the
-    perfetto engine trace_processor's answers are replayed (recorded first by a child, as for the timed rows), so the
-    figures are the engine's Python side: ``session.tables`` is the extraction queries and their hand-over, and the
-    args reader's queries run inside the analyses."""
+    perfetto engine the stand-in trace_processor serves the answers (recorded first, as for the timed rows) and takes
+    no time to load, so the figures are the engine's Python side: ``open_trace`` is starting the server and sending
+    it the file, ``session.tables`` the extraction queries and their hand-over, and the args reader's queries run
+    inside the analyses."""
     _as_analyze_process()
     if args.engine == "perfetto":
-        import msgspec
-        import perfetto.trace_processor as ptp
         stem = os.path.basename(args.profile).split(".json")[0]  # a bench trace's name, or its file's
         folder = next((rec for name, (src, rec) in TRACES.items()
                        if stem in (name, os.path.basename(src).split(".json")[0])), None)
         if folder is None:
             raise SystemExit(f"no recording for {args.profile}: the perfetto profile runs on " + ", ".join(TRACES))
-        with tempfile.TemporaryDirectory(prefix="bench-rec-") as d:
-            answers_file = os.path.join(d, "answers")
-            subprocess.run([sys.executable, os.path.abspath(__file__), "--record", args.profile,
-                            os.path.join(SHARED, folder), answers_file], check=True, env=child_env(d))
-            with open(answers_file, "rb") as f:
-                answers = msgspec.msgpack.decode(f.read())
-        ptp.TraceProcessor = lambda trace=None, config=None: _Replayer(answers)
-        os.environ["PERFETTO_BIN"] = sys.executable
+        d = tempfile.mkdtemp(prefix="bench-rec-")
+        shell, answers = fake_shell(d), os.path.join(d, "answers")
+        record(args.profile, os.path.join(SHARED, folder), answers, child_env(d), shell)
+        os.environ.update(perfetto_env(shell, answers, 0.0))  # (no load time: the Python side alone)
     clock = lambda: (time.perf_counter(), time.process_time())  # noqa: E731 - wall, and CPU (all threads)
     c0 = clock()
     from profiling_core.analyses import analyze as _analyze_imported  # noqa: F401 - timed: the imports
@@ -420,7 +353,6 @@ def profile(args) -> int:
 
     def once():
         analyses.clear()
-        _Replayer.spent.clear()
         marks = [clock()]
         s = open_trace(args.profile, engine=args.engine)
         marks.append(clock())
@@ -441,13 +373,6 @@ def profile(args) -> int:
                  "JSON output")
         return [(n, b[0] - a[0], b[1] - a[1]) for n, a, b in zip(names, marks, marks[1:])]
     phases += once()
-    if args.engine == "perfetto":
-        own = [t for sql, t in _Replayer.spent if not sql.startswith("SELECT arg_set_id")]
-        arg = [t for sql, t in _Replayer.spent if sql.startswith("SELECT arg_set_id")]
-        phases += [(f"(perfetto's own parse + QueryResultIterator: {len(own)} extraction queries, in "
-                    "session.tables)", sum(own), float("nan")),
-                   (f"(perfetto's own parse + QueryResultIterator: {len(arg)} args queries, in analyze and "
-                    "diagnose)", sum(arg), float("nan"))]
     print(f"{args.profile} ({args.engine}):\n\n| phase | wall s | CPU s |\n|---|---|---|")
     for name, t, cpu in phases:
         print(f"| {name} | {t:.3f} | {cpu:.3f} |")
@@ -489,17 +414,10 @@ def main(argv=None) -> int:
                                                           "their outputs must equal this tree's")
     ap.add_argument("--profile", metavar="TRACE")
     ap.add_argument("--engine", default="sqlite", choices=("sqlite", "perfetto"), help="with --profile (perfetto: "
-                    "trace_processor's answers replayed, for traces with a recording)")
+                    "a stand-in trace_processor serving recorded answers, for traces with a recording)")
     ap.add_argument("--importtime", action="store_true")
     ap.add_argument("--top", type=int, default=30)
-    ap.add_argument("--record", nargs=3, help=argparse.SUPPRESS)
-    ap.add_argument("--replay", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.record:
-        record(*args.record)
-        return 0
-    if args.replay:
-        return replay(*args.replay)
     if args.profile:
         return profile(args)
     return bench(args)

@@ -6,13 +6,22 @@ hard time bound and its output is captured, so an offline machine falls back to 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.client
+import importlib.util
 import os
 import platform
 import random
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import EngineUnavailableError, QueryError, TraceError
 from ._rules import SCHEMA_QUERY
@@ -74,6 +83,172 @@ def _fetch_binary(timeout_s: float | None) -> str:
             os.unlink(tmp_path)
         except OSError:
             pass
+
+
+STATUS_POLL_S = 0.01
+"""How often :meth:`Shell.wait` asks a starting trace_processor whether it listens yet."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    """Whether a trace_processor answers ``/status`` on ``port``."""
+    conn = http.client.HTTPConnection("localhost", port, timeout=5)
+    try:
+        conn.request("GET", "/status")
+        with conn.getresponse() as r:
+            r.read()
+            return r.status == 200
+    except OSError:  # refused (not listening yet), reset...
+        return False
+    finally:
+        conn.close()
+
+
+class Shell:
+    """A ``trace_processor_shell`` serving HTTP on a local port, started by :func:`spawn_shell` and ended by
+    :meth:`close` (its whole process group: nothing it started outlives it)."""
+
+    def __init__(self, process: subprocess.Popen, port: int, output) -> None:
+        self.process, self.port, self._output = process, port, output
+
+    @property
+    def addr(self) -> str:
+        return f"localhost:{self.port}"
+
+    def output(self) -> str:
+        """The first line of what it printed (stdout and stderr), for an error message."""
+        self._output.seek(0)
+        text = self._output.read(4096).decode("utf-8", "replace").strip()
+        return text.splitlines()[0][:200] if text else ""
+
+    def wait(self, timeout_s: float) -> Shell:
+        """Wait until it answers ``/status``, asking every ``STATUS_POLL_S``; itself. perfetto's own start
+        (``shell.load_shell``) asks once a second, and its first question comes before any process can listen, so it
+        spends a whole second there on every trace (the trace is then loaded by :func:`send_trace`, and queried
+        through perfetto's client, ``TraceProcessor(addr=...)``). Raises EngineUnavailableError (and ends it) if it
+        exits or does not answer within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not _listening(self.port):
+            if self.process.poll() is not None:
+                said = self.output()
+                self.close()
+                raise EngineUnavailableError(f"trace_processor exited as it started (status {self.process.returncode})"
+                                             + (f": {said}" if said else ""))
+            if time.monotonic() > deadline:
+                self.close()
+                raise EngineUnavailableError(f"trace_processor did not start serving within {timeout_s:g} s")
+            time.sleep(STATUS_POLL_S)
+        return self
+
+    def close(self) -> None:
+        p = self.process
+        if p.poll() is None:
+            try:
+                if os.name == "posix":
+                    os.killpg(p.pid, signal.SIGKILL)
+                else:  # pragma: no cover - Windows
+                    p.kill()
+            except OSError:
+                pass
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        self._output.close()
+
+
+def spawn_shell(binary: str) -> Shell:
+    """Start ``binary`` as trace_processor's HTTP server (``-D --http-port PORT --no-ftrace-raw``, the arguments
+    perfetto's own ``TraceProcessor`` starts it with) on a free local port; :meth:`Shell.wait` waits until it
+    serves. Raises EngineUnavailableError if it cannot be started."""
+    port = _free_port()
+    output = tempfile.TemporaryFile()  # noqa: SIM115 - held by the Shell, closed by its close()
+    try:
+        process = subprocess.Popen([binary, "-D", "--http-port", str(port), "--no-ftrace-raw"],
+                                   stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                   start_new_session=os.name == "posix")
+    except OSError as e:
+        output.close()
+        raise EngineUnavailableError(f"trace_processor could not be started: {e.strerror or e}") from None
+    return Shell(process, port, output)
+
+
+PARSE_CHUNK = 2**20
+"""A trace goes to trace_processor in pieces of this size, as perfetto's client sends a file."""
+
+
+@functools.cache
+def rpc_message(name: str):
+    """The class of trace_processor's RPC message ``perfetto.protos.<name>`` (``AppendTraceDataResult``...), from
+    the descriptor the perfetto package ships, read with protobuf without importing perfetto's client."""
+    from google.protobuf import descriptor_pb2, message_factory
+    from google.protobuf.descriptor_pool import DescriptorPool
+    spec = importlib.util.find_spec("perfetto")
+    if spec is None or not spec.submodule_search_locations:
+        raise EngineUnavailableError("the perfetto package is not installed")
+    folder = os.path.join(next(iter(spec.submodule_search_locations)), "trace_processor")
+    files = descriptor_pb2.FileDescriptorSet()
+    with open(os.path.join(folder, "trace_processor.descriptor"), "rb") as f:
+        files.MergeFromString(f.read())
+    pool = DescriptorPool()
+    for file in files.file:
+        pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"perfetto.protos.{name}"))
+
+
+def send_trace(shell: Shell, path: str) -> None:
+    """Load the trace at ``path`` into ``shell`` as perfetto's client loads a file (``TraceProcessor(trace=path)``):
+    the file in ``PARSE_CHUNK`` pieces to ``/parse``, each answered by an ``AppendTraceDataResult``, then
+    ``/notify_eof``, which returns once the load is done. Done here, not by that client, because the client imports
+    pandas first (a third of a second): the load starts as soon as trace_processor listens. Raises
+    EngineUnavailableError with trace_processor's error."""
+    result_type = rpc_message("AppendTraceDataResult")
+    conn = http.client.HTTPConnection("localhost", shell.port)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(PARSE_CHUNK):
+                conn.request("POST", "/parse", body=chunk)
+                with conn.getresponse() as r:
+                    result = result_type.FromString(r.read())
+                if result.error:
+                    raise EngineUnavailableError(f"trace_processor could not load the trace: {result.error[:300]}")
+        conn.request("GET", "/notify_eof")
+        with conn.getresponse() as r:
+            r.read()
+    finally:
+        conn.close()
+
+
+class _Connected:
+    """A :class:`Shell` with the trace loaded (:func:`send_trace`) and perfetto's ``TraceProcessor`` client
+    connected to it, which ends with it: ``query``, ``close``."""
+
+    def __init__(self, shell: Shell, path: str) -> None:
+        self._shell = shell
+        try:
+            send_trace(shell, path)
+            try:
+                from perfetto.trace_processor import TraceProcessor
+            except ImportError as e:
+                raise EngineUnavailableError(f"the perfetto package is not installed ({e})") from None
+            self._tp = TraceProcessor(addr=shell.addr)
+        except BaseException:
+            shell.close()
+            raise
+
+    def query(self, sql: str):
+        return self._tp.query(sql)
+
+    def close(self) -> None:
+        try:
+            self._tp.close()
+        finally:
+            self._shell.close()
 
 
 class PerfettoBackend:
@@ -197,14 +372,18 @@ class PerfettoBackend:
                 pass
 
 
-def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: float | None
-                  ) -> tuple[PerfettoBackend, str]:
+def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: float | None,
+                  while_loading: Callable[[], Any] | None = None) -> tuple[PerfettoBackend, str]:
     """Open ``path`` with trace_processor: (its backend, the one line saying which binary). Raises
-    EngineUnavailableError if it cannot run."""
-    try:
-        from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
-    except ImportError as e:
-        raise EngineUnavailableError(f"the perfetto package is not installed ({e})") from None
+    EngineUnavailableError if it cannot run.
+
+    ``while_loading`` runs in this thread while trace_processor starts and loads the trace (perfetto's client sends
+    it the file from another thread, which mostly waits on trace_processor, so the two overlap); the error it
+    raises is raised here, after the trace_processor it waited beside is ended. It runs whenever the trace was
+    handed to trace_processor, also when trace_processor then failed (EngineUnavailableError) and not when an
+    earlier check failed."""
+    if importlib.util.find_spec("perfetto") is None:
+        raise EngineUnavailableError("the perfetto package is not installed")
     if binary is not None:
         if not os.path.isfile(binary) or not os.access(binary, os.X_OK):
             raise EngineUnavailableError(f"trace_processor binary {binary!r} does not exist or is not executable")
@@ -218,11 +397,38 @@ def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: f
     check_size(path, max_bytes)
     if not os.path.isfile(path):
         raise TraceError(f"no such trace file: {path}")
-    config = TraceProcessorConfig(bin_path=binary, load_timeout=int(timeout_s or 60) if timeout_s else 60)
-    try:
-        backend = PerfettoBackend(lambda: TraceProcessor(trace=path, config=config))
-    except Exception as e:  # noqa: BLE001 - the API raises plain Exceptions
-        raise EngineUnavailableError(f"trace_processor failed to start or load the trace: "
-                                     f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__}"
-                                     ) from None
-    return backend, why
+    start_timeout = timeout_s or 60
+    first = [spawn_shell(binary)]
+
+    def start() -> _Connected:
+        shell = first.pop() if first else spawn_shell(binary)
+        return _Connected(shell.wait(start_timeout), path)
+
+    loaded: dict = {}
+
+    def load() -> None:
+        try:
+            loaded["backend"] = PerfettoBackend(start)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            loaded["error"] = e
+    if while_loading is None:
+        load()
+    else:
+        loader = threading.Thread(target=load, name="trace_processor load", daemon=True)
+        loader.start()
+        try:
+            while_loading()
+        except BaseException:
+            loader.join()
+            if "backend" in loaded:
+                loaded["backend"].close()
+            raise
+        loader.join()
+    e = loaded.get("error")
+    if e is None:
+        return loaded["backend"], why
+    if isinstance(e, EngineUnavailableError) or not isinstance(e, Exception):
+        raise e
+    said = str(e).strip()  # (perfetto's client raises plain Exceptions)
+    raise EngineUnavailableError("trace_processor failed to start or load the trace: "
+                                 f"{said.splitlines()[0][:200] if said else type(e).__name__}") from None

@@ -54,19 +54,19 @@ class TraceSession:
         load_stats: for the mirror, what was read and what was skipped (``LoadStats``);
             None for perfetto.
         devices: the GPUs the trace says it ran on (Kineto's ``deviceProperties``: ``[{"id", "name",
-            "compute_capability"}]``, ``[]`` when it names none): read with the events by the mirror, and on first
-            use for perfetto (trace_processor does not keep them) by the same streamed reading of the document, its
-            events split but not decoded.
+            "compute_capability"}]``, ``[]`` when it names none): read with the events by the mirror, and for
+            perfetto (trace_processor does not keep them) by the same streamed reading of the document, its events
+            split but not decoded, while trace_processor loads the trace (else on first use).
     """
 
     def __init__(self, path: str, engine: str, engine_reason: str, backend: Any,
-                 load_stats: LoadStats | None = None) -> None:
+                 load_stats: LoadStats | None = None, devices: list | None = None) -> None:
         self.path = path
         self.engine = engine
         self.engine_reason = engine_reason
         self.load_stats = load_stats
         self._backend = backend
-        self._devices: list | None = None if load_stats is None else load_stats.devices
+        self._devices: list | None = devices if load_stats is None else load_stats.devices
 
     @property
     def devices(self) -> list[dict]:
@@ -210,7 +210,7 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         while_loading: a function to run in this thread while the trace loads (the command line imports the
             analyses meanwhile). The mirror then loads in a child process forked from this one, where it can
             (``_mirror.load_model`` says when: on Linux, with no other thread running), so the two overlap; with
-            perfetto it runs once trace_processor has loaded the trace. Either way it has run once when this returns, and an error it
+            perfetto it runs while trace_processor starts and loads the trace. Either way it has run once when this returns, and an error it
             raises is raised here (the load is then stopped).
 
     Returns:
@@ -227,18 +227,21 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         return open_mirror(path, max_bytes, sql_tables=sql_tables, while_loading=while_loading)
     from ._perfetto import open_perfetto
     binary = perfetto_bin or os.environ.get("PERFETTO_BIN") or None
+    ran: list = []
+    devices: list = []
+
+    def meanwhile() -> None:  # while trace_processor loads: the caller's work, then the file's deviceProperties
+        if while_loading is not None:
+            ran.append(True)
+            while_loading()
+        devices.append(_devices_of_file(path))
     try:
         backend, why = open_perfetto(path, binary, max_bytes=max_bytes,
-                                     timeout_s=None if engine == "perfetto" else perfetto_timeout_s)
+                                     timeout_s=None if engine == "perfetto" else perfetto_timeout_s,
+                                     while_loading=meanwhile)
     except EngineUnavailableError as e:
         if engine == "perfetto":
             raise
         return open_mirror(path, max_bytes, reason=f"perfetto: {e}; using the offline SQLite mirror",
-                           sql_tables=sql_tables, while_loading=while_loading)
-    if while_loading is not None:
-        try:
-            while_loading()
-        except BaseException:
-            backend.close()
-            raise
-    return TraceSession(path, "perfetto", why, backend, None)
+                           sql_tables=sql_tables, while_loading=None if ran else while_loading)
+    return TraceSession(path, "perfetto", why, backend, None, devices=devices[0])
