@@ -799,3 +799,20 @@ def test_kernel_occurrences_in_a_step_follow_a_plain_scan():
         assert g["occurrence"].tolist() == list(range(len(want[name])))
         assert g.sort_values("occurrence")["dur_us"].round(3).tolist() == want[name]
     assert max(len(v) for v in want.values()) == 168
+
+
+def test_a_streams_own_waits_are_not_cpu_time():
+    """``cuda_sync`` events ("Event Sync", "Stream Wait Event", "Context Sync") sit on the GPU's lanes: they are a
+    stream waiting, not CPU time. A plain scan of the multi-stream trace finds which names only ever come as such
+    events; none of them is a row of the table's CPU lane."""
+    path = Path(__file__).parent / "data" / "traces" / "event_sync_trace.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    cats: dict = {}
+    for e in events:
+        if e.get("ph") == "X":
+            cats.setdefault(e["name"], set()).add(e.get("cat"))
+    waits = {n for n, c in cats.items() if c == {"cuda_sync"}}
+    assert waits >= {"Event Sync", "Stream Wait Event"}
+    with open_trace(path, engine="sqlite") as s:
+        t = analyze(s).profiler_table
+    assert not set(t.loc[t["lane"] == "cpu", "name"]) & waits

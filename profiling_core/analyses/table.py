@@ -9,7 +9,7 @@ from ._common import ints, us
 from ._shared import Shared, frame, shared_for
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
-            "python_function", "ac2g", "flow"}
+            "python_function", "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
 _GPU_ROWS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation"}
 
 
