@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from profiling_core import ExperimentConfig
-from profiling_core.analyses import CPU_MATH_BOUND_AT, GPU_BOUND_AT
+from profiling_core.analyses import CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT
 from profiling_core.explain.questions import FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, findings
 from profiling_core.trace import open_trace
 
@@ -55,10 +55,17 @@ def problems(fs) -> list[str]:
                     out.append(f"q2: verdict {ev['bound']} against a work share of {share}")
                 if f"{100 * share:.1f}%" not in t:
                     out.append(f"q2: the share {share} the verdict rests on is not the one the text quotes")
-            else:  # a GPU: GPU work launched per step against CPU time per step
-                gpu, cpu = ev["gpu_us_per_step"], ev["cpu_us_per_step"]
-                if (ev["bound"] == "overhead-bound") != (gpu < GPU_BOUND_AT * cpu):
-                    out.append(f"q2: verdict {ev['bound']} with {gpu} µs of GPU work per {cpu} µs of CPU")
+            else:  # a GPU: GPU work launched per step against the CPU's own time per step (its time less the
+                # time it was blocked in synchronize calls while the GPU worked)
+                gpu, cpu, wait = ev["gpu_us_per_step"], ev["cpu_us_per_step"], ev["sync_wait_us_per_step"]
+                fed = ev["starved_share"] is not None and ev["starved_share"] <= STARVED_AT  # never waited
+                if (ev["bound"] == "overhead-bound") != (gpu < GPU_BOUND_AT * (cpu - wait) and not fed):
+                    out.append(f"q2: verdict {ev['bound']} with {gpu} µs of GPU work per {cpu} µs of CPU, {wait} "
+                               "of it blocked in synchronize calls")
+                if (wait > 0) != ("blocked in synchronize calls" in t):
+                    out.append(f"q2: {wait} µs blocked in synchronize calls, and the text says otherwise: {t!r}")
+                if ev["bound"] == "overhead-bound" and f"idle {100 * ev['gpu_idle_share']:.0f}%" not in t:
+                    out.append(f"q2: the idle share {ev['gpu_idle_share']} is not the one the text quotes")
                 if ev["bound"] == "overhead-bound" and "more GPU" in t:
                     out.append("q2: overhead-bound, yet the text says more GPU than CPU time")
         forward = set(ev.get("fx_graph_hashes", [])) - set(ev.get("backward_fx_graph_hashes", []))

@@ -10,7 +10,7 @@ import pytest
 import verdict_traces as vt
 from conftest import scan_trace
 from profiling_core import analyze, diagnose, findings, open_trace
-from profiling_core.analyses import GPU_BOUND_AT
+from profiling_core.analyses import GPU_BOUND_AT, STARVED_AT
 from profiling_core.store import DevicePeaks
 
 DATA = Path(__file__).parent / "data"
@@ -40,6 +40,66 @@ def test_a_gpu_bound_step_whose_queue_drifts_is_compute_bound(tmp_path):
     assert q2.evidence["cpu_us_per_step"] < 400 and q2.evidence["queue_drift_us"] > 0
     assert "compute-bound" in q2.text and "overhead-bound" not in q2.text
     assert "gpu_starved" not in rules(d)
+
+
+def _starved_by_scan(events) -> list[float]:
+    """Per step, from the JSON alone: the µs of the step's window in which no kernel ran and the next kernel's
+    launch call (paired by correlation) had not yet begun: the GPU waiting for the CPU."""
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    launch = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"
+              and "correlation" in e.get("args", {})}
+    out = []
+    for a, b in steps_of(events):
+        idle_from, starved = float("-inf"), 0.0
+        for k in kernels:
+            lo, hi = max(idle_from, a), min(k["ts"], b)
+            if hi > lo and launch[k["args"]["correlation"]] >= idle_from:
+                starved += hi - lo
+            idle_from = max(idle_from, k["ts"] + k["dur"])
+        starved += max(0.0, b - max(idle_from, a))
+        out.append(starved)
+    return out
+
+
+def test_a_step_that_waits_for_its_gpu_in_a_sync_is_compute_bound(tmp_path):
+    """Its CPU time holds its GPU work (GPU work / CPU time < 1 every step), and the GPU sets the pace: the time
+    blocked in cudaDeviceSynchronize while the GPU worked is not the CPU's own."""
+    path = vt.gpu_bound_synced(tmp_path / "t.json")
+    events = scan_trace(path)
+    steps = steps_of(events)
+    syncs = [sum(e["dur"] for e in events if e["name"] == "cudaDeviceSynchronize" and a <= e["ts"] < b)
+             for a, b in steps]
+    gpu = [sum(e["dur"] for e in events if e.get("cat") == "kernel") / len(steps)] * len(steps)
+    assert all(g < b - a for g, (a, b) in zip(gpu, steps))  # the old rule's ratio: under 1
+    r, f, d = run(path)
+    q2 = f["q2.bound"]
+    assert q2.evidence["bound"] == "compute-bound"
+    assert q2.evidence["sync_wait_us_per_step"] == pytest.approx(sorted(syncs)[len(syncs) // 2], rel=0.01)
+    assert "blocked in synchronize calls" in q2.text and "overhead-bound" not in q2.text
+    assert "gpu_starved" not in rules(d)
+    x = rules(d)["sync_in_step"]  # what removing the syncs can win: at most the GPU's idle time, not their length
+    assert x.cost_us_per_step < 0.1 * x.evidence["sync_calls_us_per_step"]
+
+
+def test_a_full_launch_queue_is_compute_bound_and_its_counter_case_is_not(tmp_path):
+    """A CPU throttled by a full launch queue: GPU work / CPU time just under 1, the GPU never waiting for a launch:
+    compute-bound. The same kernels with the CPU working before each launch: the GPU waits for every launch:
+    overhead-bound. The starved time is checked against a plain scan of each trace."""
+    full = vt.full_launch_queue(tmp_path / "full.json", gap_us=5.0)
+    r, f, _ = run(full)
+    q2 = f["q2.bound"]
+    assert 0.97 < q2.evidence["gpu_to_cpu"] < GPU_BOUND_AT  # the ratio alone would say overhead-bound
+    assert q2.evidence["bound"] == "compute-bound" and "never waited for a launch" in q2.text
+    scan = _starved_by_scan(scan_trace(full))
+    assert r.steps["gpu_starved_us"].tolist() == pytest.approx(scan, abs=0.01)
+    assert max(scan[1:]) == 0.0
+    paced = vt.cpu_paced(tmp_path / "paced.json")
+    r, f, _ = run(paced)
+    q2 = f["q2.bound"]
+    assert q2.evidence["bound"] == "overhead-bound"
+    scan = _starved_by_scan(scan_trace(paced))
+    assert r.steps["gpu_starved_us"].tolist() == pytest.approx(scan, abs=0.01)
+    assert min(scan) > 0.05 * min(r.steps["cpu_dur_us"])
 
 
 @pytest.mark.parametrize("pinned", [False, True])
@@ -245,7 +305,9 @@ def test_no_verdict_contradicts_its_own_evidence(path):
     r, f, d = run(path, peaks=H200_PEAKS if "h200" in path.parent.name else None, config=config)
     ss = r.summary["steady_state"]
     if ss["bound"] in ("compute-bound", "overhead-bound"):
-        assert (ss["bound"] == "compute-bound") == (ss["gpu_us_per_step"] >= GPU_BOUND_AT * ss["cpu_us_per_step"])
+        fed = ss["starved_share"] is not None and ss["starved_share"] <= STARVED_AT  # the GPU never waited
+        own = ss["cpu_us_per_step"] - ss["sync_wait_us_per_step"]
+        assert (ss["bound"] == "compute-bound") == (ss["gpu_us_per_step"] >= GPU_BOUND_AT * own or fed)
         assert f["q2.bound"].evidence["bound"] == ss["bound"]
     found = rules(d)
     if "cpu_contention" in found:

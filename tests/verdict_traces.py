@@ -120,6 +120,64 @@ def gpu_bound_with_drift(path: Path, steps: int = 5) -> Path:
     return t.write(path)
 
 
+def gpu_bound_synced(path: Path, steps: int = 4) -> Path:
+    """A step that launches 3 GEMMs of 2 ms in ~0.3 ms of CPU, then waits for them in cudaDeviceSynchronize: its CPU
+    time holds all of its GPU work (so GPU work / CPU time stays under 1), and the GPU sets the pace."""
+    t = Trace()
+    for n in range(steps):
+        def body(t):
+            for _ in range(3):
+                t.cpu("aten::mm", 90, dims=[[4096, 4096], [4096, 4096]], types=["float", "float"],
+                      children=lambda t: t.launch("ampere_sgemm_128x64_nn", 2000.0))
+            t.sync("cudaDeviceSynchronize")
+        t.step(n + 1, body)
+    return t.write(path)
+
+
+def full_launch_queue(path: Path, steps: int = 4, kernels: int = 6, kernel_us: float = 1000.0,
+                      cpu_us: float = 20.0, gap_us: float = 1.0) -> Path:
+    """A CPU far ahead of its GPU, its launch queue full: each launch call blocks until the kernel before the one it
+    queues has ended (a queue one kernel deep), so the CPU's time follows the GPU's and GPU work / CPU time sits just
+    under 1; the GPU never waits for a launch (each kernel starts ``gap_us`` after the one before it, already
+    queued)."""
+    t = Trace()
+    ends: list[float] = []
+    for n in range(steps):
+        def body(t):
+            for _ in range(kernels):
+                def queue(t):
+                    t.corr += 1
+                    ts = t.t
+                    free_slot = ends[-2] if len(ends) >= 2 else ts  # the kernel before the last one has ended
+                    dur = max(5.0, free_slot - ts + 1.0)
+                    t._x("cudaLaunchKernel", ts, dur, "cuda_runtime", correlation=t.corr)
+                    start = max(ts + 3.0, (ends[-1] + gap_us) if ends else ts + 3.0)
+                    t._x("ampere_sgemm_128x64_nn", start, kernel_us, "kernel", pid=0, tid=7, correlation=t.corr,
+                         device=0, stream=7)
+                    ends.append(start + kernel_us)
+                    t.gpu_free = start + kernel_us
+                    t.t = ts + dur
+                t.cpu("aten::mm", cpu_us, dims=[[4096, 4096], [4096, 4096]], types=["float", "float"],
+                      children=queue)
+        t.step(n + 1, body)
+    return t.write(path)
+
+
+def cpu_paced(path: Path, steps: int = 4, kernels: int = 6, kernel_us: float = 1000.0, cpu_us: float = 1100.0
+              ) -> Path:
+    """The counter-case of :func:`full_launch_queue`: the CPU spends ``cpu_us`` before each launch of a
+    ``kernel_us`` kernel, so the GPU drains its queue and waits ~0.1 ms for every launch: overhead-bound."""
+    t = Trace()
+    for n in range(steps):
+        def body(t):
+            for _ in range(kernels):
+                t.cpu("aten::mm", cpu_us, dims=[[4096, 4096], [4096, 4096]], types=["float", "float"],
+                      children=lambda t: (setattr(t, "t", t.t + cpu_us - 10.0),
+                                          t.launch("ampere_sgemm_128x64_nn", kernel_us)))
+        t.step(n + 1, body)
+    return t.write(path)
+
+
 def copy_bound(path: Path, pinned: bool, steps: int = 4) -> Path:
     """A step that copies 8 MiB from the host (pageable: the call blocks for the whole copy; pinned: it returns at
     once), runs a 20 µs kernel on it and reads a scalar back with .item()."""

@@ -28,14 +28,15 @@ from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_
                      memory_timeline, unfreed)
 from .phases import PHASES, SUM_TOLERANCE_US, phase_ops, phases, phases_at
 from .report import Report, analyze
-from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, annotation_ranges, basis_steps, bound,
-                    cpu_vs_gpu, gpu_busy, steady_state, steps)
+from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT, SYNC_WAIT_AT, annotation_ranges,
+                    basis_steps, bound, counted_wait, cpu_vs_gpu, gpu_busy, steady_state, steps)
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
     "analyze", "Report",
     "steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "annotation_ranges", "GPU_BOUND_AT",
+    "STARVED_AT", "SYNC_WAIT_AT", "counted_wait",
     "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "gpu_ops", "kernel_stats", "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
     "cold_start_gap", "sync_wait", "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops",

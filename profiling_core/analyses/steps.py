@@ -7,6 +7,7 @@ import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, frame, shared_for, union_ns, unions_ns
+from .timing import _sync_wait_raw
 
 __all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "annotation_ranges",
            "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS"]
@@ -57,18 +58,69 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         cpu_dur_us``: the share of the step's wall time the GPU was busy, 0..1), ``gpu_ops``, ``kernels`` (ops of
         category kernel launched in the step), ``memcpys``, ``memsets``, ``launches`` (calls that launched GPU
         work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
-        ``last_gpu_end_ns``. Empty (same columns) when the trace has no steps.
+        ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the synchronize calls that start in
+        the step's window: CPU time spent blocked on GPU work, :func:`bound`), ``gpu_starved_us`` (the time in the
+        step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`). Empty (same columns) when the trace
+        has no steps.
     """
-    df = _steps_raw(shared_for(session, shared))
+    sh = shared_for(session, shared)
+    df = _steps_raw(sh)
     df = ints(df, *_STEP_COUNTS)
     df = nullable_int(df, "start_ns", "first_gpu_start_ns", "last_gpu_end_ns")
+    starts = df["start_ns"].to_numpy(dtype=np.int64, na_value=0)
+    durs = df["cpu_dur_ns"].to_numpy(dtype=np.int64)
+    df["sync_wait_ns"] = _sync_wait_in(sh, starts, durs)
+    df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
-                 "gpu_busy_in_step_ns": "gpu_busy_in_step_us"})
+                 "gpu_busy_in_step_ns": "gpu_busy_in_step_us", "sync_wait_ns": "sync_wait_us",
+                 "gpu_starved_ns": "gpu_starved_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
-            "first_gpu_start_ns", "last_gpu_end_ns"]
+            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us"]
     return df[cols].reset_index(drop=True)
+
+
+def _starved_in(sh: Shared, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window [start, end) (ns): the time the GPU sat idle with nothing launched for it to run, waiting for the
+    CPU: the gaps in the GPU's work (any device or stream; before its first op and after its last too) whose next
+    op's launch call had not begun when the gap began (an op whose launch call is not in the trace counts as not
+    launched). A gap while launched work waited in the queue is the GPU's own (a dependency, a stream wait, the
+    time between two kernels), not a wait for the CPU."""
+    out = np.zeros(len(starts), dtype=np.int64)
+    if not len(starts):
+        return out
+    t, rows, p = sh.slices, sh.gpu_rows, sh.p
+    big = np.iinfo(np.int64).max
+    launch = np.full(len(t["ts"]), big, dtype=np.int64)
+    if len(p["gpu_id"]):
+        np.minimum.at(launch, p["gpu_id"], p["launch_ts"])
+    ts, end, launched = t["ts"][rows], t["ts"][rows] + t["dur"][rows], launch[rows]
+    order = np.argsort(ts, kind="stable")
+    ts, end, launched = ts[order], end[order], launched[order]
+    gap_lo = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(end)]  # gap k: the GPU idle before op k...
+    gap_hi = np.r_[ts, big]  # ... until it starts (the last gap: after every op)
+    starved = np.r_[launched >= gap_lo[:-1], True] & (gap_hi > gap_lo)
+    lo, hi = gap_lo[starved], gap_hi[starved]  # (both sorted: starts ascending, running maximum of ends)
+    for j, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        first, last = np.searchsorted(hi, a, side="right"), np.searchsorted(lo, b, side="left")
+        out[j] = int((np.minimum(hi[first:last], b) - np.maximum(lo[first:last], a)).clip(min=0).sum())
+    return out
+
+
+def _sync_wait_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
+    """Per window [start, start + dur) (ns): the time the GPU was busy inside the synchronize calls that start in
+    it (``timing.sync_wait``'s ``gpu_busy``): time the CPU spent blocked on work the GPU was still doing."""
+    sw = _sync_wait_raw(sh)
+    if sw.empty or not len(starts):
+        return np.zeros(len(starts), dtype=np.int64)
+    ts = sw["start_ns"].to_numpy(dtype=np.int64)
+    order = np.argsort(ts, kind="stable")
+    ts = ts[order]
+    cum = np.r_[0, np.cumsum(sw["gpu_busy_ns"].to_numpy(dtype=np.int64)[order])]
+    lo = np.searchsorted(ts, starts, side="left")
+    hi = np.searchsorted(ts, starts + durs, side="left")
+    return cum[hi] - cum[lo]
 
 
 def annotation_ranges(session, name: str, shared: Shared | None = None) -> pd.DataFrame:
@@ -121,6 +173,23 @@ GPU_BOUND_AT = 1.0
 """The bound rule's threshold: a step that launched at least this many µs of GPU work per µs of its CPU time is
 compute-bound (the GPU limits the steady state), below it overhead-bound (the GPU waits on the CPU)."""
 
+STARVED_AT = 0.01
+"""The bound rule's other test: a step whose GPU sat idle with nothing launched for it (``gpu_starved_us``) for at
+most this share of its CPU window never waited for the CPU, so it is compute-bound whatever its CPU time (a full
+launch queue makes the launch calls wait for the GPU, and the CPU's time then follows the GPU's). A share, not zero:
+the first op of a window and the clocks of the CPU and the GPU leave a few µs either way."""
+
+SYNC_WAIT_AT = 0.005
+"""Time blocked in synchronize calls counts as the GPU's (``bound``'s ``sync_wait_us``) from this share of the
+step's CPU time: less moves the ratio by less than half a percent, and is left in the CPU's time (and unsaid)."""
+
+
+def counted_wait(sync_wait_us: float, cpu_us: float) -> float:
+    """The part of ``sync_wait_us`` the bound rule takes out of ``cpu_us``: all of it from :data:`SYNC_WAIT_AT` of
+    ``cpu_us``, else none."""
+    return sync_wait_us if sync_wait_us > 0 and sync_wait_us >= SYNC_WAIT_AT * cpu_us else 0.0
+
+
 CPU_MATH_BOUND_AT = 0.5
 """On a CPU, where no GPU lane exists: a step whose math (the work ops' own time) takes at least this share of its
 wall time is compute-bound, below it overhead-bound."""
@@ -130,19 +199,31 @@ CPU_GEMM_FLOOR_GFLOPS = 1.0
 product at ~25 GFLOP/s): a CPU GEMM slower than this spent its time stalled, not computing."""
 
 
-def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_AT) -> str:
+def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_AT, sync_wait_us: float = 0.0,
+          starved_share: float | None = None) -> str:
     """The one bound rule: what limits a step's throughput in steady state.
 
     A training or inference loop runs its steps back to back: the CPU issues a step's work in ``cpu_us`` and the GPU
-    runs it in ``gpu_us`` (the union of the GPU ops the step launched, wherever they ran). When ``gpu_us`` is at
-    least ``at`` × ``cpu_us`` the CPU runs ahead, the queue of launched work grows, and the step rate is the GPU's:
+    runs it in ``gpu_us`` (the union of the GPU ops the step launched, wherever they ran). Part of ``cpu_us`` may be
+    ``sync_wait_us``: time blocked in synchronize calls while the GPU worked (the step's ``sync_wait_us``), which
+    the GPU's pace sets, not the CPU's; the CPU's own time is the rest (:func:`counted_wait`: from
+    :data:`SYNC_WAIT_AT` of the CPU time). When ``gpu_us`` is at least ``at`` × that own
+    time the CPU runs ahead (its queue grows, or it waits on the GPU at a sync), and the step rate is the GPU's:
     ``compute-bound``. Below it the GPU drains its queue and waits for the next launch: ``overhead-bound``.
-    ``no-gpu`` when the step launched no GPU work (``gpu_ops`` 0). The share of the CPU window in which the GPU was
-    busy is evidence, not the verdict: with a growing queue the GPU work of a step runs long after its window.
+    ``no-gpu`` when the step launched no GPU work (``gpu_ops`` 0). (Without the sync's wait taken out, a loop that
+    synchronizes every step could never be compute-bound: its CPU time holds all of its GPU work.) A step whose GPU
+    never waited for a launch (``starved_share``, the share of its window the GPU sat idle with nothing launched, at
+    most :data:`STARVED_AT`) is compute-bound too: when the launch queue is full, each launch call waits for the GPU
+    to free a slot, so the CPU time follows the GPU's and the ratio alone sits just under 1. The share of the CPU
+    window in which the GPU was busy is evidence, not the verdict: with a growing queue the GPU work of a step runs
+    long after its window.
     """
     if gpu_ops == 0:
         return "no-gpu"
-    return "compute-bound" if gpu_us >= at * cpu_us else "overhead-bound"
+    if gpu_us >= at * (cpu_us - counted_wait(sync_wait_us, cpu_us)) or (starved_share is not None
+                                                                         and starved_share <= STARVED_AT):
+        return "compute-bound"
+    return "overhead-bound"
 
 
 def cpu_vs_gpu(session, at: float = GPU_BOUND_AT, steps_df: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -154,18 +235,23 @@ def cpu_vs_gpu(session, at: float = GPU_BOUND_AT, steps_df: pd.DataFrame | None 
         steps_df: the result of :func:`steps` when already computed (saves a query).
 
     Returns:
-        DataFrame with ``step``, ``cpu_dur_us``, ``gpu_busy_us``, ``gpu_busy_fraction`` (in the step's own window),
-        ``gpu_to_cpu`` (``gpu_busy_us / cpu_dur_us``: GPU work launched per unit of CPU time; at or above ``at``
-        the GPU is the bottleneck) and ``bound`` (``overhead-bound``, ``compute-bound``, or ``no-gpu`` when the step
+        DataFrame with ``step``, ``cpu_dur_us``, ``sync_wait_us``, ``gpu_busy_us``, ``gpu_busy_fraction`` (in the
+        step's own window), ``gpu_to_cpu`` (``gpu_busy_us / (cpu_dur_us - sync_wait_us)``: GPU work launched per
+        unit of the CPU's own time, the wait as :func:`counted_wait` counts it; at or above ``at`` the GPU is the
+        bottleneck), ``gpu_starved_share`` (the share
+        of the step's window the GPU sat idle with nothing launched) and ``bound`` (``overhead-bound``, ``compute-bound``, or ``no-gpu`` when the step
         launched no GPU work).
     """
     df = steps(session) if steps_df is None else steps_df
-    out = df[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "gpu_ops"]].copy()
-    out["gpu_to_cpu"] = ratio(out["gpu_busy_us"], out["cpu_dur_us"])
-    out["bound"] = pd.Series([bound(g, c, int(n), at) for g, c, n in zip(
-        out["gpu_busy_us"].tolist(), out["cpu_dur_us"].tolist(), out["gpu_ops"].tolist())],
-        index=out.index, dtype=object)
-    return out.drop(columns=["gpu_ops"]).reset_index(drop=True)
+    out = df[["step", "cpu_dur_us", "sync_wait_us", "gpu_busy_us", "gpu_busy_fraction", "gpu_ops",
+              "gpu_starved_us"]].copy()
+    waits = [counted_wait(w, c) for w, c in zip(out["sync_wait_us"].tolist(), out["cpu_dur_us"].tolist())]
+    out["gpu_to_cpu"] = ratio(out["gpu_busy_us"], out["cpu_dur_us"] - pd.Series(waits, index=out.index))
+    out["gpu_starved_share"] = ratio(out["gpu_starved_us"], out["cpu_dur_us"])
+    out["bound"] = pd.Series([bound(g, c, int(n), at, w, None if x != x else x) for g, c, n, w, x in zip(
+        out["gpu_busy_us"].tolist(), out["cpu_dur_us"].tolist(), out["gpu_ops"].tolist(),
+        out["sync_wait_us"].tolist(), out["gpu_starved_share"].tolist())], index=out.index, dtype=object)
+    return out.drop(columns=["gpu_ops", "gpu_starved_us"]).reset_index(drop=True)
 
 
 def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
@@ -176,19 +262,22 @@ def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
 
 def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     """The bound of the run's steady state, with its evidence: :func:`bound` applied to the medians of the basis
-    steps (:func:`basis_steps`) that launched GPU work.
+    steps (:func:`basis_steps`) that launched GPU work (the median GPU work against the median CPU time less the
+    median time blocked in synchronize calls while the GPU worked).
 
     Returns a dict: ``bound`` (``compute-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without steps),
     ``basis`` (``after_first`` or ``all``), ``basis_steps`` (those of the basis that launched GPU work, when some
-    did; ``steps_without_gpu`` then lists the others), ``cpu_us_per_step`` and ``gpu_us_per_step`` (medians),
-    ``gpu_to_cpu`` (their ratio), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
-    steady-state step the GPU waits, ``1 − gpu/cpu`` when overhead-bound, else 0), ``busy_in_window`` (median share
+    did; ``steps_without_gpu`` then lists the others), ``cpu_us_per_step``, ``sync_wait_us_per_step`` (as
+    :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time) and ``gpu_us_per_step`` (medians), ``cpu_own_us_per_step`` (the first less the second), ``gpu_to_cpu`` (GPU work
+    per unit of the CPU's own time), ``starved_share`` (the median share of a step's window the GPU sat idle with
+    nothing launched for it), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
+    steady-state step the GPU waits, ``1 − gpu/cpu_own`` when overhead-bound, else 0), ``busy_in_window`` (median share
     of each step's own CPU window in which the GPU was busy), ``queue_delay_first_us`` / ``queue_delay_last_us``
     (from the start of the first and last basis step to the start of the first GPU op each launched) and
     ``queue_drift_us`` (their difference: it grows when the CPU runs ahead of the GPU).
     """
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
-           "gpu_to_cpu": None, "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
+           "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "gpu_to_cpu": None, "starved_share": None, "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
            "steps_without_gpu": []}
     if steps_df is None or steps_df.empty:
@@ -207,10 +296,15 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
         out["basis_steps"] = [int(x) for x in with_gpu["step"]]
     gpu = float(with_gpu["gpu_busy_us"].median())
     cpu_g = float(with_gpu["cpu_dur_us"].median())
-    out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, gpu_to_cpu=gpu / cpu_g if cpu_g > 0 else None,
-               bound=bound(gpu, cpu_g, len(with_gpu), at),
+    wait = counted_wait(float(with_gpu["sync_wait_us"].median()), cpu_g)
+    own = cpu_g - wait
+    starved = float(ratio(with_gpu["gpu_starved_us"], with_gpu["cpu_dur_us"]).median())
+    starved = None if starved != starved else starved  # (NaN: no window with a duration)
+    out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, sync_wait_us_per_step=wait, cpu_own_us_per_step=own,
+               gpu_to_cpu=gpu / own if own > 0 else None, starved_share=starved,
+               bound=bound(gpu, cpu_g, len(with_gpu), at, wait, starved),
                busy_in_window=float(with_gpu["gpu_busy_fraction"].median()))
-    out["gpu_idle_share"] = max(0.0, 1.0 - gpu / cpu_g) if out["bound"] == "overhead-bound" and cpu_g > 0 else 0.0
+    out["gpu_idle_share"] = max(0.0, 1.0 - gpu / own) if out["bound"] == "overhead-bound" and own > 0 else 0.0
     delay = (with_gpu["first_gpu_start_ns"].astype("Float64") - with_gpu["start_ns"].astype("Float64")) / 1000.0
     delay = delay.dropna()
     if len(delay):

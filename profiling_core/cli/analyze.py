@@ -128,8 +128,12 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      f"{format_duration_us(s['gpu_step_median_us'])}")
     ss = s.get("steady_state") or {}
     if ss.get("bound") in ("compute-bound", "overhead-bound"):
+        wait = ss.get("sync_wait_us_per_step") or 0.0
+        basis = "the steps after the first" if ss.get("basis") == "after_first" else "all the steps"
         lines.append(f"  steady state: {ss['bound']}: {format_duration_us(ss['gpu_us_per_step'])} of GPU work launched "
-                     f"per {format_duration_us(ss['cpu_us_per_step'])} of CPU per step (the steps after the first)")
+                     f"per {format_duration_us(ss['cpu_us_per_step'])} of CPU per step"
+                     + (f", {format_duration_us(wait)} of it blocked in synchronize calls while the GPU worked"
+                        if wait > 0 else "") + f" ({basis})")
     if s["has_gpu"]:
         frac = s["gpu_busy_fraction"]
         lines.append(f"  GPU busy {format_duration_us(s['gpu_busy_us'])}" + (f" ({100 * frac:.1f}% of the window)" if frac is not

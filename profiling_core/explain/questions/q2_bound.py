@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analyses.steps import CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, steady_state
+from ...analyses.steps import CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT, steady_state
 from ...units import format_duration_us as _us
 from .base import NO_GPU_TEXT, Finding, _num, _self_times_by_step, _work_ops
 
@@ -50,9 +50,12 @@ def _q2_bound(r, config=None) -> list[Finding]:
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med),
           "gpu_step_median_us": _num(float(s["gpu_busy_us"].median())),
           "gpu_busy_fraction_median": _num(float(s["gpu_busy_fraction"].median())), "bound": label,
-          "bound_rule": "gpu_us_per_step >= threshold x cpu_us_per_step: compute-bound, else overhead-bound",
+          "bound_rule": "gpu_us_per_step >= threshold x (cpu_us_per_step - sync_wait_us_per_step), or "
+                        "starved_share <= starved_at: compute-bound, else overhead-bound",
+          "starved_share": _num(ss.get("starved_share")), "starved_at": STARVED_AT,
           "bound_threshold": GPU_BOUND_AT, "bound_basis": ss["basis"], "bound_basis_steps": ss["basis_steps"],
           "cpu_us_per_step": _num(ss["cpu_us_per_step"]), "gpu_us_per_step": _num(ss["gpu_us_per_step"]),
+          "sync_wait_us_per_step": _num(ss.get("sync_wait_us_per_step")),
           "gpu_to_cpu": _num(ss["gpu_to_cpu"]), "gpu_idle_share": _num(ss["gpu_idle_share"]),
           "busy_in_window": _num(ss["busy_in_window"]), "queue_drift_us": _num(ss["queue_drift_us"]),
           "bound_counts": {k: int(v) for k, v in bounds.items()},
@@ -63,12 +66,32 @@ def _q2_bound(r, config=None) -> list[Finding]:
                 "is no overhead/compute verdict.")
         return [Finding("q2.bound", 2, "No-gpu", text, ev)]
     cpu, gpu, ratio = ss["cpu_us_per_step"], ss["gpu_us_per_step"], ss["gpu_to_cpu"] or 0.0
+    wait = ss.get("sync_wait_us_per_step") or 0.0
     median = "a median " if len(ss["basis_steps"]) > 1 else ""
-    text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of GPU "
-            f"work ({ratio:.2f}× the CPU time). ")
-    if label == "compute-bound":
-        text += ("The GPU has at least as much to do as the CPU, so the CPU runs ahead and the GPU sets the pace: the "
-                 "workload is compute-bound.")
+    if wait > 0:
+        text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time, {_us(wait)} of it blocked in "
+                f"synchronize calls while the GPU worked (time the GPU's pace sets, so not the CPU's own), and "
+                f"launched {_us(gpu)} of GPU work ({ratio:.2f}× the CPU's own {_us(cpu - wait)}). ")
+    else:
+        text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of "
+                f"GPU work ({ratio:.2f}× the CPU time). ")
+    if label == "compute-bound" and gpu < GPU_BOUND_AT * (cpu - wait):  # (the rule's other test: no starving)
+        starved = ss["starved_share"] or 0.0
+        text += ("Yet the GPU never waited for a launch: "
+                 + ("it never sat idle with nothing launched for it (every gap in its work came with launched work "
+                    "already queued" if starved < 0.0005 else
+                    f"it sat idle with nothing launched for it only {100 * starved:.1f}% of "
+                    f"{'each step' if median else 'the step'} (every other gap in its work came with launched work "
+                    "already queued")
+                 + (f"; the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
+                    f"{_us(ss['queue_delay_last_us'])} after its step began" if (ss["queue_drift_us"] or 0) > 0
+                    and ss["queue_delay_last_us"] is not None else "")
+                 + "). A full launch queue makes each launch call wait for the GPU, so the CPU's time follows the "
+                 "GPU's: the GPU sets the pace and the workload is compute-bound.")
+    elif label == "compute-bound":
+        text += ("The GPU has at least as much to do as the CPU, so the CPU "
+                 + ("waits for it at the synchronize calls" if wait > 0 else "runs ahead")
+                 + " and the GPU sets the pace: the workload is compute-bound.")
         busy, drift = ss["busy_in_window"], ss["queue_drift_us"]
         if busy is not None and busy < 0.5:
             text += (f" Inside each step's own CPU window the GPU was busy only {100 * busy:.1f}%: the work a step "

@@ -71,9 +71,11 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     n_calls, call_us, calls_us, graphs = launch_call_stats(calls, len(basis))
     top = _cpu_time_by_op(r, basis)[:TOP_CPU_OPS]
     where = ", ".join(f"{name[:60]} {_fmt_us(us)}" for name, us in top if us > 0)
-    text = (f"The GPU waits on the CPU: in steady state a step takes {_fmt_us(cpu)} of CPU time and launches "
-            f"{_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per step), so "
-            f"the GPU idles {idle:.0%} of it.")
+    wait = float(ss.get("sync_wait_us_per_step") or 0.0)
+    blocked = (f", {_fmt_us(wait)} of it blocked in synchronize calls while the GPU worked," if wait > 0 else "")
+    text = (f"The GPU waits on the CPU: in steady state a step takes {_fmt_us(cpu)} of CPU time{blocked} and "
+            f"launches {_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per "
+            f"step), so the GPU idles {idle:.0%} of the CPU's own time.")
     if where:
         text += f" Where the CPU time goes (own time per step, largest first): {where}."
     if call_us is not None:

@@ -3,7 +3,9 @@ host-device copies launched inside a ProfilerStep.
 
 The cost is the time the CPU spends blocked in them per step: the synchronising calls, and the calls that launched
 each host↔device copy (a copy from pageable memory holds its ``cudaMemcpyAsync`` until the bytes are staged, so its
-call lasts about as long as the copy; a pinned one returns at once). Each copy's bytes, rate and the copy engine's
+call lasts about as long as the copy; a pinned one returns at once). In a compute-bound steady state (the GPU sets the
+pace) the CPU's wait is for work the GPU had to do anyway: the cost is then at most the GPU's idle time inside the
+steps' windows. Each copy's bytes, rate and the copy engine's
 time are the evidence.
 
 An op such as ``.item()`` counts only when a runtime call ran inside it (:func:`_reached_device`): on a CPU tensor
@@ -107,11 +109,23 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     if logged:
         fix = ("Log the loss every N steps, not every step: keep a running sum on the device (total += loss.detach()) "
                "and call .item() on it every N steps. " + fix)
+    cost = blocked if calls or copy_calls else None
+    basis = ("time the CPU spent blocked per step in synchronising calls and in the calls that launched host-device "
+             "copies (measured)")
+    ss = r.summary.get("steady_state") or {}
+    idle = None
+    if cost is not None and ss.get("bound") == "compute-bound":
+        st = r.steps[r.steps["step"].isin(ss.get("basis_steps") or [])]
+        idle = float((st["cpu_dur_us"] * (1.0 - st["gpu_busy_fraction"])).median()) if len(st) else None
+        if idle is not None and idle < cost:
+            cost = idle
+            basis = (f"the GPU's idle time per step inside the steps' windows (measured): the GPU sets the pace (a "
+                     f"compute-bound step), so the {_fmt_us(blocked)} the CPU spent blocked per step was spent waiting "
+                     "for work the GPU had to do anyway; what removing the syncs can win back is at most the time the "
+                     "GPU ran dry")
     return Diagnosis("sync_in_step", "Host-device synchronisation or copies inside the step", text, fix,
-                     blocked if calls or copy_calls else None,
-                     "time the CPU spent blocked per step in synchronising calls and in the calls that launched "
-                     "host-device copies (measured)",
-                     {"slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
+                     cost, basis,
+                     {"gpu_idle_us_per_step": idle, "slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
                       "blocked_us_per_step": blocked, "sync_calls_us_per_step": sync_us,
                       "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows,
                       "sync_ops_by_phase": by_phase, "logged_per_step": logged, "grad_scaler_per_step": scaler})
