@@ -42,6 +42,8 @@ def problems(fs) -> list[str]:
                 out.append(f"q3: says no cost, but the first step was slower: {ev}")
             if "Most of the extra time" in t and not ev.get("largest_excess_us", 0) > ev["extra_us"] / 2:
                 out.append(f"q3: says most of the extra, but the slice holds at most half of it: {ev}")
+            if " of the extra time (" in t and ev.get("largest_excess_us", 0) > ev["extra_us"] * 1.0005:
+                out.append(f"q3: a part of the extra larger than the whole: {ev}")
         if f.id == "q8.variance" and "mean_above_median_pct" in ev:
             pct = ev["mean_above_median_pct"]
             if ("pull it up" in t) != (pct > MEAN_ABOVE_MEDIAN_PCT):

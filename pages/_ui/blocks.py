@@ -133,7 +133,7 @@ def show_diagnosis(run_id: str, *, key: str) -> None:
             st.markdown(md_text(x.text))
             st.markdown("**Change:** " + md_text(x.fix))
             if x.cost_us_per_step is not None:
-                st.caption(md_text(f"Cost: {x.cost_us_per_step:,.1f} µs per step ({x.cost_basis})"))
+                st.caption(md_text(f"Cost: {x.cost_us_per_step:,.1f} µs {d.cost_unit} ({x.cost_basis})"))
             elif x.cost_basis:
                 st.caption(md_text(f"Cost: {x.cost_basis}"))
             with st.expander("evidence"):

@@ -7,8 +7,8 @@ and evidence), ``devices``, ``gemm``, ``time_by_category``, ``memory`` (``events
 ``devices`` its ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (null without a reserved figure) and where the
 peak happened; ``note``, when the trace has no ``[memory]`` events, says how to record them),
 ``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``), ``findings``, and the
-diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``). A file that cannot be read exits with status 2 and a one-line
-reason on stderr. Standalone: ``python -m profiling_core.cli.analyze``.
+diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``, ``cost_unit``: what their costs are per). A file
+that cannot be read exits with status 2 and a one-line reason on stderr. Standalone: ``python -m profiling_core.cli.analyze``.
 
 A trace inside the run store (``runs/RUN/trace.json``) is analysed with its run's config and device from
 ``meta.json``, and judged against the newest calibration of that device in the store (``calibrate``); ``--peaks``
@@ -173,7 +173,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                    if p.source == "datasheet" else f" (against {p.device}'s peaks measured {p.measured_at[:10]})")
         lines.append("  what to change" + (against or " (no calibration of this device: no fraction of peak)") + ":")
         for d in diagnosis.diagnoses:
-            cost = f" [{format_duration_us(d.cost_us_per_step)}/step: {d.cost_basis}]" if d.cost_us_per_step else ""
+            unit = "/step" if diagnosis.cost_unit == "per step" else " in the trace"
+            cost = f" [{format_duration_us(d.cost_us_per_step)}{unit}: {d.cost_basis}]" if d.cost_us_per_step else ""
             lines.append(f"    {d.title}: {d.text}{cost}")
             lines.append(f"      fix: {d.fix}")
         if not diagnosis.diagnoses:

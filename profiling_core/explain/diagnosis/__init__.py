@@ -62,12 +62,15 @@ class DiagnosisReport:
     roofline: pd.DataFrame
     diagnoses: list[Diagnosis]
     peaks: Optional[DevicePeaks]
+    cost_unit: str = "per step"
+    """What a diagnosis's ``cost_us_per_step`` is per: ``"per step"``, or ``"in the trace"`` for a trace without
+    ProfilerSteps (its rules then count the whole trace as one step)."""
 
     def to_dict(self) -> dict:
         roof = self.roofline.astype(object).where(self.roofline.notna(), None)
         return {"peaks": self.peaks.to_dict() if self.peaks else None,
                 "roofline": roof.to_dict(orient="records"),
-                "diagnoses": [d.to_dict() for d in self.diagnoses]}
+                "diagnoses": [d.to_dict() for d in self.diagnoses], "cost_unit": self.cost_unit}
 
 
 def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optional[DevicePeaks] = None,
@@ -95,4 +98,4 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
     roof = roofline(report, session, config, peaks)
     ctx = _Ctx(report, session, config, peaks, roof, compute_capability, process_peak_bytes)
     found = [d for rule in RULES if (d := rule(ctx)) is not None]
-    return DiagnosisReport(roof, found, peaks)
+    return DiagnosisReport(roof, found, peaks, "per step" if len(report.steps) else "in the trace")

@@ -90,10 +90,16 @@ def _q3_cold(r, config=None) -> list[Finding]:
                        "largest_excess_usual_us": _num(worst["ref"])})
             if worst["excess_us"] > 0:
                 # "most" only for more than half the extra: the slice with the largest excess may hold less
-                share = "Most" if worst["excess_us"] > extra / 2 else "The largest part"
-                text += (f" {share} of the extra time ({_us(worst['excess_us'])} of {_us(extra)}) shows as self time "
-                         f"of {_short(worst['name'])}: {_us(worst['self_us'])} against {_us(worst['ref'])} in the "
-                         "other steps.")
+                if worst["excess_us"] > extra * 1.0005:  # a part larger than the whole: other slices were faster
+                    text += (f" One slice alone holds more than all of the extra time: the self time of "
+                             f"{_short(worst['name'])} was {_us(worst['excess_us'])} longer than usual "
+                             f"({_us(worst['self_us'])} against {_us(worst['ref'])} in the other steps), and other "
+                             "slices ran faster.")
+                else:
+                    share = "Most" if worst["excess_us"] > extra / 2 else "The largest part"
+                    text += (f" {share} of the extra time ({_us(worst['excess_us'])} of {_us(extra)}) shows as self "
+                             f"time of {_short(worst['name'])}: {_us(worst['self_us'])} against {_us(worst['ref'])} "
+                             "in the other steps.")
     g = r.cold_start_gap.dropna(subset=["gap_us"])
     if len(g) >= 2:
         ev.update({"first_gap_us": _num(g["gap_us"].iloc[0]), "other_gaps_median_us": _num(

@@ -55,10 +55,19 @@ def _q5_chain(r, config=None) -> list[Finding]:
     if not paths:
         cpu = chain[chain["lane"] == "cpu"].sort_values(["depth", "start_ns"])
         names = list(dict.fromkeys(cpu["name"].astype(str)))[:8]
-        return [Finding("q5.chain", 5, "CPU-only dispatch",
-                        f"{NO_GPU_TEXT if not r.has_gpu else 'No GPU op was launched in this step'}: "
-                        f"ProfilerStep#{step} holds {len(cpu)} CPU slices ({', '.join(map(_short, names))}).",
-                        {"step": step, "cpu_slices": int(len(cpu)), "names": names})]
+        launched = int(r.steps.loc[r.steps["step"] == step, "gpu_ops"].max()) if len(r.steps) else 0
+        if not r.has_gpu:
+            why = NO_GPU_TEXT
+        elif launched:  # launched from a thread whose calls do not nest under the step's slice
+            why = (f"ProfilerStep#{step} launched {launched} GPU op{'s' if launched != 1 else ''} ("
+                   + ("their launch calls fall" if launched != 1 else "its launch call falls")
+                   + " in its window), but from slices that do not sit inside the step's own slice (on another "
+                   "thread, or a track of its own), so no chain from the step down to a launch can be drawn")
+        else:
+            why = "No GPU op was launched in this step"
+        return [Finding("q5.chain", 5, "CPU-only dispatch" if not launched else "Dispatch outside the step's slice",
+                        f"{why}: ProfilerStep#{step} holds {len(cpu)} CPU slices ({', '.join(map(_short, names))}).",
+                        {"step": step, "cpu_slices": int(len(cpu)), "names": names, "gpu_ops_launched": launched})]
     shown = paths[:_MAX_LISTED]
     text = f"In ProfilerStep#{step}: " + "; ".join(" → ".join(_short(n, 48) for n in p) for p in shown)
     text += f"; and {len(paths) - len(shown)} more distinct chains." if len(paths) > len(shown) else "."

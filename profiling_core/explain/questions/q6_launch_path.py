@@ -84,6 +84,9 @@ def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool) -
     return "An occupancy query precedes the launch of " + ". And of ".join(parts) + ". "
 
 
+_OCCUPANCY = ("cudaOccupancy", "hipOccupancy", "cuOccupancy")
+
+
 def _q6_paths(r, config=None) -> list[Finding]:
     if not r.has_gpu:
         return [Finding("q6.launch_path", 6, "No GPU lane", NO_GPU_TEXT + ": no kernel was launched.",
@@ -100,7 +103,15 @@ def _q6_paths(r, config=None) -> list[Finding]:
                     zip(top["name"], top["launch_apis"], top["parent_ops"], top["count"]))
     if len(lp) > len(top):
         per += f"; and {len(lp) - len(top)} more kernels"
-    if occ.empty:
+    tb = r.profiler_table
+    queries = int(tb.loc[(tb["lane"] == "cpu") & tb["name"].astype(str).str.startswith(_OCCUPANCY), "calls"].sum()) \
+        if len(tb) else 0
+    ev["occupancy_queries_in_trace"] = queries
+    if occ.empty and queries:
+        text = (f"This trace holds {queries} occupancy quer{'y' if queries == 1 else 'ies'} (cudaOccupancy…), none "
+                "under an op that launched a kernel (a query is tied to a launch through the op both sit in), so "
+                f"which launch each one sizes cannot be read from it. Launches: {per}.")
+    elif occ.empty:
         text = f"No occupancy query (cudaOccupancy…) precedes any kernel launch in this trace. Launches: {per}."
     else:
         steps_of = _occupancy_steps(r)

@@ -20,8 +20,18 @@ def _q7_sync(r, config=None) -> list[Finding]:
     if not r.has_gpu:
         text += NO_GPU_TEXT + "."
     elif longest["idle_pct"] >= 50:
+        st = r.steps
+        ts = longest["start_ns"]
+        inside = [int(n) for n, a, d in zip(st["step"], st["start_ns"], st["cpu_dur_us"])
+                  if a is not None and a == a and ts == ts and a <= ts < a + d * 1000] if len(st) else []
+        ev["in_step"] = inside[0] if inside else None
+        ends = [a + d * 1000 for a, d in zip(st["start_ns"], st["cpu_dur_us"]) if a is not None and a == a]
+        where = (f"a call inside step {inside[0]}, made by the step's own code" if inside else
+                 "the trace has no steps to place it in" if not ends or ts != ts else
+                 "after the last step: the profiler's own sync at the end of its window" if ts >= max(ends) else
+                 "before the first step" if ts < min(st["start_ns"].dropna()) else "between two steps")
         text += ("The GPU had little or nothing left to run: most of the call is the synchronisation itself "
-                 "(the profiler syncs at the end of its window), not waiting for GPU work.")
+                 f"({where}), not waiting for GPU work.")
     else:
         text += "The CPU waited for GPU work it had queued earlier: the sync's length is the GPU's backlog."
     return [Finding("q7.sync", 7, "Why the sync is long", text, ev)]

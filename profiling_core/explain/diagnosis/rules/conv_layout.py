@@ -1,8 +1,9 @@
 """``conv_layout``: cuDNN's layout transposes around the convolutions. Tensor-core convolutions run in NHWC; given
 NCHW tensors (torch's default memory format), cuDNN transposes the input (and weights) to NHWC before each
 convolution and the result back after it (``nchwToNhwcKernel`` / ``nhwcToNchwKernel``). channels_last removes them.
-The cost is their GPU time per step when the GPU sets the pace (a compute-bound steady state), else the CPU time of
-their launch calls (the GPU's time is then not on the step's critical path)."""
+The cost is their GPU time per step when the GPU sets the pace (a compute-bound steady state), their launch calls'
+CPU time when the GPU waits on the CPU (an overhead-bound one: the GPU's time is then not on the critical path), and
+their GPU time as an upper bound when there is no verdict (a trace without steps)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -29,15 +30,19 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     launches = lat[lat["gpu_id"].isin(tr["id"])] if not lat.empty else lat
     launch_us = float(launches.drop_duplicates("launch_id")["launch_dur_us"].sum()) / n if len(launches) else 0.0
     ss = r.summary.get("steady_state") or {}
+    unit = "per step" if len(r.steps) else "in the trace"
     if ss.get("bound") == "compute-bound":
         cost, basis = per_step, "the transposes' GPU time per step: the GPU sets the pace, so the step shortens by it"
-    else:
+    elif ss.get("bound") == "overhead-bound":
         cost, basis = launch_us, ("the CPU time of the transposes' launch calls per step: the GPU waits on the CPU, "
                                   "so their GPU time is not on the critical path (it is when the GPU sets the pace)")
+    else:  # no steps (or no GPU work in them): nothing says which side sets the pace
+        cost, basis = per_step, (f"the transposes' GPU time {unit}: what channels_last saves at most (without a "
+                                 "steady-state verdict, whether the GPU or the CPU sets the pace is not known)")
     names = sorted({str(x) for x in tr["name"]}, key=lambda x: (len(x), x))  # (a set's order varies between runs)
     text = (f"cuDNN transposes between NCHW and NHWC around the convolutions: {count:g} transpose kernel"
-            f"{'s' if count != 1 else ''} per step ({', '.join(x[:60] for x in names[:2])}), {_fmt_us(per_step)} of "
-            f"GPU time per step, {per_step / gpu_total:.0%} of all kernel time; {len(tr) / max(1, len(k)):.0%} of the "
+            f"{'s' if count != 1 else ''} {unit} ({', '.join(x[:60] for x in names[:2])}), {_fmt_us(per_step)} of "
+            f"GPU time {unit}, {per_step / gpu_total:.0%} of all kernel time; {len(tr) / max(1, len(k)):.0%} of the "
             "kernels. The convolution kernels work in NHWC, and the tensors arrive in NCHW.")
     fix = ("Use channels_last: model = model.to(memory_format=torch.channels_last) and "
            "x = x.contiguous(memory_format=torch.channels_last) (or .to(memory_format=...)) once, outside the step; the "

@@ -70,8 +70,9 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
                "as one cudaGraphLaunch"
                + (f" (about {_fmt_us(gain)} per token less in launch calls, from {n_calls:g} calls of "
                   f"{_fmt_us(call_us)})" if gain else "")
-               + ". With a dynamic cache the shapes change every token, so no graph can be reused (and Dynamo "
-               "recompiles). A larger batch gives each launch more work too.")
+               + ". With a dynamic cache the shapes change every token, so no CUDA graph can be reused (a graph "
+               "replays fixed shapes; compiled code made for dynamic shapes still launches each kernel). A larger "
+               "batch gives each launch more work too.")
     cost = max(0.0, cpu - gpu) * per_step
     return Diagnosis("decode_launch_bound", "Decode tokens are launch-bound (the GPU waits within each token)",
                      text, fix, cost, "CPU time less GPU work per steady-state decode token, times the tokens of a "

@@ -68,13 +68,18 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
         parts.append(f"the CPU waits for the GPU: {what} per step"
                      + (f", {_fmt_us(sync_us)} blocked in synchronising calls per step" if calls else ""))
     for row in copy_rows:
+        same = row["min_bytes"] == row["max_bytes"]
+        size = (f" of {human_bytes(row['bytes'])}" if same else
+                f" of {human_bytes(row['min_bytes'])} to {human_bytes(row['max_bytes'])} "
+                f"({human_bytes(row['bytes'])} on average)") if row["bytes"] else ""
         parts.append(f"{row['per_step']:g} {row['kind']} cop{'y' if row['per_step'] == 1 else 'ies'} per step"
-                     + (f" of {human_bytes(row['bytes'])}" if row["bytes"] else "")
+                     + size
                      + (f" {'from' if row['kind'] == 'host-to-device' else 'to'} {row['memory']} memory"
                         if row["memory"] else "")
                      + f": the copy engine {_fmt_us(row['copy_us'])}"
                      + (f" ({row['gbs']:,.1f} GB/s)" if row["gbs"] and (row["bytes"] or 0) >= 64 << 10 else "")
-                     + f", the CPU {_fmt_us(row['call_us'])} in the call that launched it")
+                     + f", the CPU {_fmt_us(row['call_us'])} in the call that launched it"
+                     + ("" if row["per_step"] == 1 and same else ", a copy on average"))
     by_phase: dict = {}
     logged = scaler = 0.0
     if r.has_phases and len(idx):
@@ -194,7 +199,8 @@ def _copy_rows(session, copies, n_steps: int) -> list[dict]:
         low = name.lower()
         memory = "pageable" if "pageable" in low else "pinned" if "pinned" in low else None
         out.append({"name": name, "kind": "host-to-device" if "HtoD" in name else "device-to-host",
-                    "memory": memory, "per_step": len(grp) / n_steps, "bytes": mean_b, "copy_us": t,
+                    "memory": memory, "per_step": len(grp) / n_steps, "bytes": mean_b,
+                    "min_bytes": min(b) if b else None, "max_bytes": max(b) if b else None, "copy_us": t,
                     "gbs": mean_b / t / 1e3 if mean_b and t > 0 else None,
                     "call_us": float(grp.drop_duplicates("launch_id")["launch_dur_us"].mean())})
     return out
