@@ -816,3 +816,30 @@ def test_a_streams_own_waits_are_not_cpu_time():
     with open_trace(path, engine="sqlite") as s:
         t = analyze(s).profiler_table
     assert not set(t.loc[t["lane"] == "cpu", "name"]) & waits
+
+
+@pytest.mark.parametrize("name", ["gaunernst_bert-small-uncased__1016001.json.gz", "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"])
+def test_self_cpu_time_fits_in_the_threads_time(name):
+    """These traces' ProfilerStep is entered inside a Python frame and left outside it, so it cannot nest on its
+    thread's track and sits on a track of its own, with no children: its whole 4.43 ms (BERT) counted as its own,
+    beside its ops' own time on the same thread, and the table's self CPU time summed to more than the thread was
+    busy. A plain scan of the JSON: per thread, the union of its CPU slices' intervals bounds the self time."""
+    path = Path(__file__).parent / "data" / "traces" / name
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    gpu_cats = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "trace", "ac2g", "flow"}
+    spans: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") not in gpu_cats and e.get("dur", 0) > 0:
+            spans.setdefault((e["pid"], e["tid"]), []).append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    busy_us = 0.0
+    for iv in spans.values():
+        end = float("-inf")
+        for a, b in sorted(iv):
+            busy_us += max(0.0, b - max(a, end))
+            end = max(end, b)
+    with open_trace(path, engine="sqlite") as s:
+        t = analyze(s).profiler_table
+    cpu = t[t["lane"] == "cpu"]
+    assert cpu["self_cpu_us"].sum() <= busy_us * 1.0001
+    step = cpu[cpu["name"] == "ProfilerStep*"].iloc[0]
+    assert step["self_cpu_us"] < 0.5 * step["cpu_total_us"]
