@@ -138,7 +138,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         frac = s["gpu_busy_fraction"]
         lines.append(f"  GPU busy {format_duration_us(s['gpu_busy_us'])}" + (f" ({100 * frac:.1f}% of the window)" if frac is not
                                                                  None else ""))
-        lines.append(f"  launch latency (median) {format_duration_us(s['launch_latency_median_us'])}   launch APIs: "
+        lines.append(f"  launch call → GPU start (median, queueing included) "
+                     f"{format_duration_us(s['launch_latency_median_us'])}   launch APIs: "
                      + (", ".join(s["launch_apis"]) or "none"))
     if s["compiled_regions_per_step"]:
         lines.append(f"  compiled regions per step {s['compiled_regions_per_step']:g}   memcpy DtoD {s['memcpy_dtod']}")

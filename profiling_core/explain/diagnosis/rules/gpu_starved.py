@@ -75,7 +75,7 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     blocked = (f", {_fmt_us(wait)} of it blocked in synchronize calls while the GPU worked," if wait > 0 else "")
     text = (f"The GPU waits on the CPU: in steady state a step takes {_fmt_us(cpu)} of CPU time{blocked} and "
             f"launches {_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per "
-            f"step), so the GPU idles {idle:.0%} of the CPU's own time.")
+            f"step), so the GPU idles {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
     if where:
         text += f" Where the CPU time goes (own time per step, largest first): {where}."
     if call_us is not None:
