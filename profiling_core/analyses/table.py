@@ -47,9 +47,10 @@ def _spilled_own(t: dict, own: np.ndarray) -> None:
     on = np.flatnonzero(utid >= 0)
     if not len(on):
         return
-    pairs = np.unique(np.stack([utid[on], track[on]], axis=1), axis=0)
-    many = np.unique(pairs[:, 0], return_counts=True)
-    for u in many[0][many[1] > 1].tolist():
+    first_track = np.full(int(utid[on].max()) + 1, -1, dtype=np.int64)  # per thread: some track of it...
+    first_track[utid[on]] = track[on]
+    other = on[track[on] != first_track[utid[on]]]  # ...and the rows of its threads on any other track
+    for u in np.unique(utid[other]).tolist():
         rows = on[utid[on] == u]
         first = track[rows[np.argmin(ts[rows])]]
         tops = {k: rows[(track[rows] == k) & (depth[rows] == 0)] for k in np.unique(track[rows]).tolist()}
