@@ -107,15 +107,18 @@ class Trace:
 BF16 = ["c10::BFloat16", "c10::BFloat16"]
 
 
-def gpu_bound_with_drift(path: Path, steps: int = 5) -> Path:
-    """An fp32-MLP-like step: 0.3 ms of CPU that launches 3 GEMMs of 7 ms each. The CPU runs ahead, the queue
-    drifts, and the GPU work of a step runs long after that step's window: compute-bound."""
+def gpu_bound_with_drift(path: Path, steps: int = 5, gemm_us: float = 7000.0, sync: bool = False) -> Path:
+    """An fp32-MLP-like step: 0.3 ms of CPU that launches 3 GEMMs of ``gemm_us`` each. The CPU runs ahead, the queue
+    drifts, and the GPU work of a step runs long after that step's window: compute-bound. With ``sync`` the step then
+    waits for them in cudaDeviceSynchronize."""
     t = Trace()
     for n in range(steps):
         def body(t):
             for _ in range(3):
                 t.cpu("aten::mm", 90, dims=[[4096, 4096], [4096, 4096]], types=["float", "float"],
-                      children=lambda t: t.launch("ampere_sgemm_128x64_nn", 7000.0))
+                      children=lambda t: t.launch("ampere_sgemm_128x64_nn", gemm_us))
+            if sync:
+                t.sync("cudaDeviceSynchronize")
         t.step(n + 1, body)
     return t.write(path)
 
@@ -123,15 +126,7 @@ def gpu_bound_with_drift(path: Path, steps: int = 5) -> Path:
 def gpu_bound_synced(path: Path, steps: int = 4) -> Path:
     """A step that launches 3 GEMMs of 2 ms in ~0.3 ms of CPU, then waits for them in cudaDeviceSynchronize: its CPU
     time holds all of its GPU work (so GPU work / CPU time stays under 1), and the GPU sets the pace."""
-    t = Trace()
-    for n in range(steps):
-        def body(t):
-            for _ in range(3):
-                t.cpu("aten::mm", 90, dims=[[4096, 4096], [4096, 4096]], types=["float", "float"],
-                      children=lambda t: t.launch("ampere_sgemm_128x64_nn", 2000.0))
-            t.sync("cudaDeviceSynchronize")
-        t.step(n + 1, body)
-    return t.write(path)
+    return gpu_bound_with_drift(path, steps, gemm_us=2000.0, sync=True)
 
 
 def full_launch_queue(path: Path, steps: int = 4, kernels: int = 6, kernel_us: float = 1000.0,
