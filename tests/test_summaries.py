@@ -398,6 +398,7 @@ def test_an_imported_training_trace_is_a_training_step_and_its_comparison_with_a
     assert different_work([("A", fwd, rf), ("B", fwd, rf)]) is None
     table = phase_summary([("A", rf), ("B", rt)])
     assert table["run"].unique().tolist() == ["B"]
-    assert table["phase"].tolist() == ["forward", "backward", "optimizer", "zero_grad", "other"]
+    # (no zero_grad: the MI250 loop marks none, and a phase the trace never marks is not reported as zero)
+    assert table["phase"].tolist() == ["forward", "backward", "optimizer", "other"]
     with pytest.raises(ValueError, match="has no config"):
         step_kind(train)

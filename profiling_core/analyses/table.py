@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, us
-from ._shared import Shared, frame, shared_for, union_ns
+from ._shared import Shared, frame, shared_for
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
             "python_function", "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
@@ -23,48 +23,42 @@ def _cpu_mask(sh: Shared) -> np.ndarray:
 
 def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     """(is a CPU slice (:func:`_cpu_mask`), own ns) for every row of ``sh.slices``: a slice's own (self) time is its
-    duration less its children's (the profiler table's "Self CPU"), or, for a slice on a spill track of its thread
-    (:func:`_spilled_own`), less the time the thread's other tracks spent in slices inside its window."""
+    duration less its children's (the profiler table's "Self CPU"), or, for a childless top slice on a spill track of
+    its thread (:func:`_spilled_own`), less the time the thread's first track spent in slices inside its window."""
     t = sh.slices
     dur, ppos = t["dur"], t["ppos"]
     child = np.zeros(len(dur), dtype=np.int64)
     has = ppos >= 0
     np.add.at(child, ppos[has], dur[has])
     own = dur - child
-    _spilled_own(t, own)
+    _spilled_own(t, own, child)
     return _cpu_mask(sh), own
 
 
-def _spilled_own(t: dict, own: np.ndarray) -> None:
-    """Own time, in place, of each top slice of a thread's spill track. A slice that overlaps a slice of its
-    thread's track without enclosing it (a ``record_function`` range, ``ProfilerStep#N`` say, entered inside a
-    Python frame and left outside it) cannot nest there, and goes on a track of its own (trace_processor's
+def _spilled_own(t: dict, own: np.ndarray, child: np.ndarray) -> None:
+    """Own time, in place, of each top slice of a thread's spill track that has no child. A slice that overlaps a
+    slice of its thread's track without enclosing it (a ``record_function`` range, ``ProfilerStep#N`` say, entered
+    inside a Python frame and left outside it) cannot nest there, and goes on a track of its own (trace_processor's
     ``thread_overlapping_slice``), where nothing is its child: its whole duration would count as its own, though the
     thread was busy in other slices meanwhile (a step's own time beside all of its ops'). Its own time is its
-    duration less the time the thread's other tracks spent in top slices inside its window (the thread's first
-    track is the one of its earliest slice; a spill track's top slices are its depth-0 ones)."""
+    duration less the time the thread's first track (the track of its earliest slice) spent in top slices inside its
+    window. ``profiler_table.sql`` states the same rule."""
     utid, track, depth, ts, dur = t["utid"], t["track_id"], t["depth"], t["ts"], t["dur"]
     on = np.flatnonzero(utid >= 0)
     if not len(on):
         return
-    first_track = np.full(int(utid[on].max()) + 1, -1, dtype=np.int64)  # per thread: some track of it...
-    first_track[utid[on]] = track[on]
-    other = on[track[on] != first_track[utid[on]]]  # ...and the rows of its threads on any other track
+    some_track = np.full(int(utid[on].max()) + 1, -1, dtype=np.int64)  # per thread: some track of it...
+    some_track[utid[on]] = track[on]
+    other = on[track[on] != some_track[utid[on]]]  # ...and the rows of its threads on any other track
     for u in np.unique(utid[other]).tolist():
         rows = on[utid[on] == u]
-        first = track[rows[np.argmin(ts[rows])]]
-        tops = {k: rows[(track[rows] == k) & (depth[rows] == 0)] for k in np.unique(track[rows]).tolist()}
-        for k, spilled in tops.items():
-            if k == first:
-                continue
-            others = np.concatenate([v for j, v in tops.items() if j != k])
-            o = others[np.argsort(ts[others], kind="stable")]
-            b, e = ts[o], ts[o] + dur[o]
-            for r in spilled.tolist():
-                lo, hi = int(ts[r]), int(ts[r] + dur[r])
-                m = (b < hi) & (e > lo)
-                if m.any():  # (the other tracks' top slices may overlap each other: their union inside the window)
-                    own[r] = dur[r] - union_ns(np.maximum(b[m], lo), np.minimum(e[m], hi))
+        first = track[rows[np.argmin(ts[rows])]]  # (the lowest id among the earliest: rows are in id order)
+        tops = rows[(track[rows] == first) & (depth[rows] == 0)]
+        tops = tops[np.argsort(ts[tops], kind="stable")]
+        b, e = ts[tops], ts[tops] + dur[tops]
+        for r in rows[(track[rows] != first) & (depth[rows] == 0) & (child[rows] == 0)].tolist():
+            lo, hi = int(ts[r]), int(ts[r] + dur[r])
+            own[r] = dur[r] - int((np.minimum(e, hi) - np.maximum(b, lo)).clip(min=0).sum())
 
 
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:

@@ -1,5 +1,7 @@
 -- The profiler table (key_averages) rebuilt from the trace: per name and lane, calls, self/total CPU and device time (ns).
--- CPU rows: self = duration minus the durations of its child slices; device time of a CPU op = GPU ops whose launch call
+-- CPU rows: self = duration minus the durations of its child slices (a childless top slice of a thread's spill track,
+-- one that could not nest where it overlapped a slice without enclosing it: minus the time its thread's first track
+-- spent in top slices inside its window); device time of a CPU op = GPU ops whose launch call
 -- has that op as parent (self) or as an ancestor (total; a launch call itself gets none, as in torch's table).
 -- GPU rows (kernels, memcpy, memset, gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
 WITH RECURSIVE gpu_op AS (
@@ -16,11 +18,23 @@ cpu AS (
   SELECT s.id, s.name, s.ts, s.dur, tt.utid FROM slice s JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.category IS NOT NULL
     AND lower(s.category) NOT IN ('trace', 'kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset',
-                                  'gpu_user_annotation', 'python_function', 'ac2g', 'flow')
+                                  'gpu_user_annotation', 'python_function', 'ac2g', 'flow', 'cuda_sync')
 ),
 child AS (
   SELECT parent_id AS id, SUM(dur) AS child_ns FROM slice
   WHERE parent_id IS NOT NULL AND parent_id IN (SELECT id FROM cpu) GROUP BY parent_id
+),
+first_track AS (  -- each thread's first track: the one of its earliest slice (lowest id among the earliest)
+  SELECT t.utid, (SELECT s2.track_id FROM slice s2 JOIN thread_track t2 ON t2.id = s2.track_id
+                  WHERE t2.utid = t.utid ORDER BY s2.ts, s2.id LIMIT 1) AS track_id
+  FROM (SELECT DISTINCT utid FROM thread_track) t
+),
+spilled AS (
+  SELECT c.id, SUM(MAX(0, MIN(o.ts + o.dur, c.ts + c.dur) - MAX(o.ts, c.ts))) AS other_ns
+  FROM cpu c JOIN slice cs ON cs.id = c.id JOIN first_track f ON f.utid = c.utid
+  JOIN slice o ON o.track_id = f.track_id AND o.depth = 0 AND o.ts < c.ts + c.dur AND o.ts + o.dur > c.ts
+  WHERE cs.depth = 0 AND cs.track_id <> f.track_id AND c.id NOT IN (SELECT id FROM child)
+  GROUP BY c.id
 ),
 self_dev AS (
   SELECT parent_id AS id, SUM(gpu_dur) AS ns FROM launched WHERE parent_id IS NOT NULL GROUP BY parent_id
@@ -36,10 +50,11 @@ total_dev AS (
 ),
 cpu_rows AS (
   SELECT CASE WHEN c.name GLOB 'ProfilerStep#*' THEN 'ProfilerStep*' ELSE c.name END AS name, 'cpu' AS lane,
-    c.dur - coalesce(ch.child_ns, 0) AS self_cpu_ns, c.dur AS cpu_total_ns,
+    c.dur - coalesce(sp.other_ns, ch.child_ns, 0) AS self_cpu_ns, c.dur AS cpu_total_ns,
     coalesce(sd.ns, 0) AS self_device_ns, coalesce(td.ns, 0) AS device_total_ns
   FROM cpu c
   LEFT JOIN child ch ON ch.id = c.id
+  LEFT JOIN spilled sp ON sp.id = c.id
   LEFT JOIN self_dev sd ON sd.id = c.id
   LEFT JOIN total_dev td ON td.id = c.id
 ),
