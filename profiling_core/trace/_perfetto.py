@@ -103,7 +103,7 @@ def _listening(port: int) -> bool:
         with conn.getresponse() as r:
             r.read()
             return r.status == 200
-    except OSError:  # refused (not listening yet), reset...
+    except (OSError, http.client.HTTPException):  # refused (not listening yet), reset, not HTTP (yet)...
         return False
     finally:
         conn.close()
