@@ -187,15 +187,14 @@ def processes(case: dict, ti_python: str | None, before: str | None) -> list[tup
     py = sys.executable
     out = []
     for tag, root in [("", ROOT)] + ([(" before", before)] if before else []):
-        out.append((f"sqlite{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", "sqlite",
-                                     "--json"], root))
-        if case["answers"]:
-            out.append((f"perfetto{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", "perfetto",
-                                           "--json"], root,
-                        perfetto_env(case["shell"], case["answers"][root], shell_load_s(case["mib"]))))
+        for engine in ("sqlite", "perfetto") if case["answers"] else ("sqlite",):
+            more = {} if engine == "sqlite" else perfetto_env(case["shell"], case["answers"][root],
+                                                               shell_load_s(case["mib"]))
+            out.append((f"{engine}{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", engine,
+                                           "--json"], root, more))
     if ti_python:
-        out.append(("traceinsight", [ti_python, "-c", TI_CHILD.format(path=case["path"])], None))
-    return [(*x, {}) if len(x) == 3 else x for x in out]
+        out.append(("traceinsight", [ti_python, "-c", TI_CHILD.format(path=case["path"])], None, {}))
+    return out
 
 
 def bench(args) -> int:

@@ -28,6 +28,10 @@ __all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", 
            "unions_ns", "coverage_ns", "expand_ranges"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
+              "cuStreamSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
+              "hipEventSynchronize"}
+"""The calls that block the CPU until the GPU has done what they wait for (:attr:`Shared.sync_waits`)."""
 
 def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
     """A frame of Python row tuples (pandas infers each column's dtype from its values); object columns when empty."""
@@ -541,6 +545,27 @@ class Shared:
         order = np.argsort(o["ts"], kind="stable")
         ts, end = o["ts"][order], o["end"][order]
         return ts, end, np.maximum.accumulate(end) if len(end) else end
+
+    @cached_property
+    def sync_waits(self) -> pd.DataFrame:
+        """Each synchronize call (:data:`SYNC_CALLS`, any track) in (ts, id) order, with what the GPU did during it:
+        ``id``, ``name``, ``start_ns``, ``dur_ns``, ``gpu_busy_ns`` (the union of the GPU op intervals inside the
+        call), ``gpu_ops`` (ops overlapping it), ``last_gpu_end_ns``: what ``sync_wait.sql`` returns. Read by
+        ``timing.sync_wait`` and by the steps' ``sync_wait_us``; do not modify."""
+        t = self.slices
+        i = np.flatnonzero(self.name_mask(lambda x: x in SYNC_CALLS))
+        i = i[np.lexsort((t["id"][i], t["ts"][i]))]
+        rows, parts = [], []
+        for sid, name, ts, dur in zip(t["id"][i].tolist(), self.names_at(i).tolist(), t["ts"][i].tolist(),
+                                      t["dur"][i].tolist()):
+            end = ts + dur
+            b, e = self.ops_overlapping(ts, end)
+            n = len(b)
+            parts.append((np.maximum(b, ts), np.minimum(e, end)))
+            rows.append((sid, name, ts, dur, n, int(e.max()) if n else None))
+        busy = unions_ns(parts).tolist()  # every call's union in one sweep
+        return frame([(sid, name, ts, dur, u, n, last) for (sid, name, ts, dur, n, last), u in zip(rows, busy)],
+                     ["id", "name", "start_ns", "dur_ns", "gpu_busy_ns", "gpu_ops", "last_gpu_end_ns"])
 
     def ops_overlapping(self, b: int, e: int) -> tuple[np.ndarray, np.ndarray]:
         """(ts, end) of the GPU ops with ts < e and end > b."""

@@ -7,7 +7,6 @@ import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, frame, shared_for, union_ns, unions_ns
-from .timing import _sync_wait_raw
 
 __all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "annotation_ranges",
            "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS"]
@@ -60,8 +59,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
         ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the synchronize calls that start in
         the step's window: CPU time spent blocked on GPU work, :func:`bound`), ``gpu_starved_us`` (the time in the
-        step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`). Empty (same columns) when the trace
-        has no steps.
+        step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`). Empty (same columns) when
+        the trace has no steps.
     """
     sh = shared_for(session, shared)
     df = _steps_raw(sh)
@@ -111,7 +110,7 @@ def _starved_in(sh: Shared, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
 def _sync_wait_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
     """Per window [start, start + dur) (ns): the time the GPU was busy inside the synchronize calls that start in
     it (``timing.sync_wait``'s ``gpu_busy``): time the CPU spent blocked on work the GPU was still doing."""
-    sw = _sync_wait_raw(sh)
+    sw = sh.sync_waits
     if sw.empty or not len(starts):
         return np.zeros(len(starts), dtype=np.int64)
     ts = sw["start_ns"].to_numpy(dtype=np.int64)
@@ -207,8 +206,8 @@ def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_
     runs it in ``gpu_us`` (the union of the GPU ops the step launched, wherever they ran). Part of ``cpu_us`` may be
     ``sync_wait_us``: time blocked in synchronize calls while the GPU worked (the step's ``sync_wait_us``), which
     the GPU's pace sets, not the CPU's; the CPU's own time is the rest (:func:`counted_wait`: from
-    :data:`SYNC_WAIT_AT` of the CPU time). When ``gpu_us`` is at least ``at`` × that own
-    time the CPU runs ahead (its queue grows, or it waits on the GPU at a sync), and the step rate is the GPU's:
+    :data:`SYNC_WAIT_AT` of the CPU time). When ``gpu_us`` is at least ``at`` × that own time the CPU runs ahead
+    (its queue grows, or it waits on the GPU at a sync), and the step rate is the GPU's:
     ``compute-bound``. Below it the GPU drains its queue and waits for the next launch: ``overhead-bound``.
     ``no-gpu`` when the step launched no GPU work (``gpu_ops`` 0). (Without the sync's wait taken out, a loop that
     synchronizes every step could never be compute-bound: its CPU time holds all of its GPU work.) A step whose GPU
@@ -238,9 +237,8 @@ def cpu_vs_gpu(session, at: float = GPU_BOUND_AT, steps_df: pd.DataFrame | None 
         DataFrame with ``step``, ``cpu_dur_us``, ``sync_wait_us``, ``gpu_busy_us``, ``gpu_busy_fraction`` (in the
         step's own window), ``gpu_to_cpu`` (``gpu_busy_us / (cpu_dur_us - sync_wait_us)``: GPU work launched per
         unit of the CPU's own time, the wait as :func:`counted_wait` counts it; at or above ``at`` the GPU is the
-        bottleneck), ``gpu_starved_share`` (the share
-        of the step's window the GPU sat idle with nothing launched) and ``bound`` (``overhead-bound``, ``compute-bound``, or ``no-gpu`` when the step
-        launched no GPU work).
+        bottleneck), ``gpu_starved_share`` (the share of the step's window the GPU sat idle with nothing launched)
+        and ``bound`` (``overhead-bound``, ``compute-bound``, or ``no-gpu`` when the step launched no GPU work).
     """
     df = steps(session) if steps_df is None else steps_df
     out = df[["step", "cpu_dur_us", "sync_wait_us", "gpu_busy_us", "gpu_busy_fraction", "gpu_ops",
@@ -268,16 +266,19 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     Returns a dict: ``bound`` (``compute-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without steps),
     ``basis`` (``after_first`` or ``all``), ``basis_steps`` (those of the basis that launched GPU work, when some
     did; ``steps_without_gpu`` then lists the others), ``cpu_us_per_step``, ``sync_wait_us_per_step`` (as
-    :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time) and ``gpu_us_per_step`` (medians), ``cpu_own_us_per_step`` (the first less the second), ``gpu_to_cpu`` (GPU work
-    per unit of the CPU's own time), ``starved_share`` (the median share of a step's window the GPU sat idle with
+    :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time) and ``gpu_us_per_step``
+    (medians), ``cpu_own_us_per_step`` (the first less the second), ``gpu_to_cpu`` (GPU work per unit of the CPU's
+    own time), ``starved_share`` (the median share of a step's window the GPU sat idle with
     nothing launched for it), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
-    steady-state step the GPU waits, ``1 − gpu/cpu_own`` when overhead-bound, else 0), ``busy_in_window`` (median share
-    of each step's own CPU window in which the GPU was busy), ``queue_delay_first_us`` / ``queue_delay_last_us``
+    steady-state step the GPU waits, ``1 − gpu/cpu_own`` when overhead-bound, else 0), ``busy_in_window`` (median
+    share of each step's own CPU window in which the GPU was busy), ``queue_delay_first_us`` /
+    ``queue_delay_last_us``
     (from the start of the first and last basis step to the start of the first GPU op each launched) and
     ``queue_drift_us`` (their difference: it grows when the CPU runs ahead of the GPU).
     """
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
-           "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "gpu_to_cpu": None, "starved_share": None, "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
+           "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
+           "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
            "steps_without_gpu": []}
     if steps_df is None or steps_df.empty:

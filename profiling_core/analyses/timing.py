@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, shared_for, unions_ns
+from ._shared import Shared, frame, shared_for
 
 __all__ = ["cold_start_gap", "sync_wait"]
 
@@ -94,33 +94,6 @@ def cold_start_gap(session, shared: Shared | None = None) -> pd.DataFrame:
                "first_aten", "gap_us"]]
 
 
-_SYNC = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
-         "cuStreamSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
-         "hipEventSynchronize"}
-
-
-def _sync_calls(sh: Shared):
-    """(id, name, ts, dur) of each synchronize call (any track), in (ts, id) order."""
-    t = sh.slices
-    i = np.flatnonzero(sh.name_mask(lambda x: x in _SYNC))
-    i = i[np.lexsort((t["id"][i], t["ts"][i]))]
-    return zip(t["id"][i].tolist(), sh.names_at(i).tolist(), t["ts"][i].tolist(), t["dur"][i].tolist())
-
-
-def _sync_wait_raw(sh: Shared) -> pd.DataFrame:
-    """What ``sync_wait.sql`` returns, from the sync calls and the shared GPU op intervals."""
-    cols = ["id", "name", "start_ns", "dur_ns", "gpu_busy_ns", "gpu_ops", "last_gpu_end_ns"]
-    rows, parts = [], []
-    for sid, name, ts, dur in _sync_calls(sh):
-        end = ts + dur
-        b, e = sh.ops_overlapping(ts, end)
-        n = len(b)
-        parts.append((np.maximum(b, ts), np.minimum(e, end)))
-        rows.append((sid, name, ts, dur, n, int(e.max()) if n else None))
-    busy = unions_ns(parts).tolist()  # every call's union in one sweep
-    return frame([(sid, name, ts, dur, u, n, last) for (sid, name, ts, dur, n, last), u in zip(rows, busy)], cols)
-
-
 def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
     """Each synchronize call (cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, cu*/hip* kin).
 
@@ -132,8 +105,7 @@ def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
         intervals inside the call), ``gpu_ops`` (ops overlapping it), ``idle_pct`` (100 × (1 − busy / dur)),
         ``gpu_tail_us`` (call start → end of the last GPU op it waited for; NaN when none).
     """
-    df = _sync_wait_raw(shared_for(session, shared))
-    df = ints(df, "id", "gpu_ops")
+    df = ints(shared_for(session, shared).sync_waits.copy(), "id", "gpu_ops")
     df = nullable_int(df, "start_ns", "last_gpu_end_ns")
     df["gpu_tail_us"] = (df["last_gpu_end_ns"] - df["start_ns"]).astype("Float64").astype("float64") / 1000.0
     df = us(df, {"dur_ns": "dur_us", "gpu_busy_ns": "gpu_busy_us"})

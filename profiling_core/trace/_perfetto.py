@@ -411,19 +411,17 @@ def open_perfetto(path: str, binary: str | None, *, max_bytes: int, timeout_s: f
             loaded["backend"] = PerfettoBackend(start)
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
             loaded["error"] = e
-    if while_loading is None:
-        load()
-    else:
-        loader = threading.Thread(target=load, name="trace_processor load", daemon=True)
-        loader.start()
-        try:
+    loader = threading.Thread(target=load, name="trace_processor load", daemon=True)
+    loader.start()
+    try:
+        if while_loading is not None:
             while_loading()
-        except BaseException:
-            loader.join()
-            if "backend" in loaded:
-                loaded["backend"].close()
-            raise
+    except BaseException:
         loader.join()
+        if "backend" in loaded:
+            loaded["backend"].close()
+        raise
+    loader.join()
     e = loaded.get("error")
     if e is None:
         return loaded["backend"], why

@@ -20,16 +20,15 @@ def _q7_sync(r, config=None) -> list[Finding]:
     if not r.has_gpu:
         text += NO_GPU_TEXT + "."
     elif longest["idle_pct"] >= 50:
-        st = r.steps
-        ts = longest["start_ns"]
-        inside = [int(n) for n, a, d in zip(st["step"], st["start_ns"], st["cpu_dur_us"])
-                  if a is not None and a == a and ts == ts and a <= ts < a + d * 1000] if len(st) else []
-        ev["in_step"] = inside[0] if inside else None
-        ends = [a + d * 1000 for a, d in zip(st["start_ns"], st["cpu_dur_us"]) if a is not None and a == a]
-        where = (f"a call inside step {inside[0]}, made by the step's own code" if inside else
-                 "the trace has no steps to place it in" if not ends or ts != ts else
-                 "after the last step: the profiler's own sync at the end of its window" if ts >= max(ends) else
-                 "before the first step" if ts < min(st["start_ns"].dropna()) else "between two steps")
+        st = r.steps.dropna(subset=["start_ns"])  # where the call sits among the steps' windows
+        ts, starts = int(longest["start_ns"]), st["start_ns"].astype("int64")
+        inside = st.loc[(starts <= ts) & (ts < starts + st["cpu_dur_us"] * 1000), "step"].tolist()
+        ev["in_step"] = int(inside[0]) if inside else None
+        where = (f"a call inside step {int(inside[0])}, made by the step's own code" if inside else
+                 "the trace has no steps to place it in" if st.empty else
+                 "after the last step: the profiler's own sync at the end of its window"
+                 if ts >= (starts + st["cpu_dur_us"] * 1000).max() else
+                 "before the first step" if ts < starts.min() else "between two steps")
         text += ("The GPU had little or nothing left to run: most of the call is the synchronisation itself "
                  f"({where}), not waiting for GPU work.")
     else:
