@@ -67,9 +67,12 @@ def test_includes_expand_to_the_fragment_text():
     raw = (QUERY_DIR / "steps.sql").read_text()
     pairing = (QUERY_DIR / "_launch_pairing.sql").read_text()
     correlation = (QUERY_DIR / "_launch_correlation.sql").read_text()
+    recording = (QUERY_DIR / "_recording.sql").read_text()
     assert "-- @include launch_pairing\n" in raw and "-- @include launch_correlation\n" in pairing
+    assert "-- @include recording\n" in raw
     expected = raw.replace("-- @include launch_pairing\n",
                            pairing.replace("-- @include launch_correlation\n", correlation))
+    expected = expected.replace("-- @include recording\n", recording)
     assert load_query("steps") == expected
     assert "_launch_pairing" not in query_names()
     for name in query_names():

@@ -371,7 +371,8 @@ class Shared:
     @cached_property
     def slices(self) -> dict:
         """``slice_tree`` as columns: ``id`` (a :class:`RowIds` when the ids are the rows, else an int64 array), int64
-        arrays ``ts``, ``dur``, ``track_id``, ``depth``, ``parent``
+        arrays ``ts``, ``dur`` (a step slice's cut at the recording's end: :func:`_steps_cut_at_recording`),
+        ``track_id``, ``depth``, ``parent``
         (-1 for none), ``utid`` (-1 off-thread), ``ppos`` (the parent's row, -1 for none: ``parent`` itself when the
         ids are the rows); names and categories as codes into their distinct values in order of first appearance
         (``name_codes``/``name_uniq``, ``cat_codes``/``cat_uniq``, ``cat_low_uniq``: lower case; code -1 is NULL and
@@ -391,6 +392,7 @@ class Shared:
             out[c + "_uniq_arr"] = col.lookup  # indexed by the codes: the values of those rows
         out["ppos"] = out["parent"]  # slice ids are the rows: a parent's id is its row
         out["dense"] = True
+        out["dur"] = _steps_cut_at_recording(out)
         return out
 
     def name_mask(self, pred) -> np.ndarray:
@@ -676,6 +678,31 @@ class Shared:
         tb = self.tables
         pid_of = {upid: pid for upid, pid, _name in tb.processes}
         return {utid: (tid, pid_of.get(upid)) for utid, tid, _name, upid, _main in sorted(tb.threads)}
+
+def _steps_cut_at_recording(t: dict) -> np.ndarray:
+    """The slices' durations with every step slice (``ProfilerStep#N``, not a ``gpu_user_annotation`` copy) cut at
+    the end of the recording: the latest end of the profiler's own ``Trace`` slices (Kineto's "PyTorch Profiler
+    (N)", one per recording) where the trace has any. A step slice can be written with an end long after the
+    profiler stopped (HTA's Triton example: a 13.3 s step in a 355 ms recording); nothing of it was recorded past
+    that point. A step starting after the recording's end keeps no time. The same rule as the queries' fragment
+    ``_recording.sql``. ``dur`` itself when nothing is cut."""
+    dur = t["dur"]
+    cats = t["cat_low_uniq"]
+    rec = np.array([c == "trace" for c in cats], dtype=bool)[t["cat_codes"]]
+    if not rec.any():
+        return dur
+    end = int((t["ts"][rec] + dur[rec]).max())
+    step_name = np.array([isinstance(u, str) and u.startswith("ProfilerStep#") for u in t["name_uniq"]],
+                         dtype=bool)[t["name_codes"]]
+    over = step_name & (t["ts"] + dur > end)
+    if over.any():
+        over &= np.array([c != "gpu_user_annotation" for c in cats], dtype=bool)[t["cat_codes"]]
+    if not over.any():
+        return dur
+    dur = dur.copy()
+    dur[over] = np.maximum(end - t["ts"][over], 0)
+    return dur
+
 
 def step_number(name):
     """N of a ``ProfilerStep#N`` name: the digits right after ``#`` as an int; None without any."""

@@ -43,7 +43,9 @@ def _steps_raw(sh: Shared) -> pd.DataFrame:
 def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     """One row per ``ProfilerStep#N`` in time order.
 
-    Only the CPU slice of a step counts (newer traces repeat it as a ``gpu_user_annotation``). GPU ops (kernel,
+    Only the CPU slice of a step counts (newer traces repeat it as a ``gpu_user_annotation``), and only up to the
+    end of the recording (the profiler's own ``Trace`` slice: a step slice written with a later end is cut there,
+    ``cut_us`` says by how much; the queries' ``_recording.sql`` fragment states the same rule). GPU ops (kernel,
     memcpy, memset) belong to the step whose window holds their *launch call*, paired by flow events or, where a
     trace has none, by ``args.correlation``; they may run after the step ends.
 
@@ -59,8 +61,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
         ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the synchronize calls that start in
         the step's window: CPU time spent blocked on GPU work, :func:`bound`), ``gpu_starved_us`` (the time in the
-        step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`). Empty (same columns) when
-        the trace has no steps.
+        step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`), ``cut_us`` (how much of
+        the step's slice lay past the recording's end and is not counted: 0 but in a malformed trace). Empty (same
+        columns) when the trace has no steps.
     """
     sh = shared_for(session, shared)
     df = _steps_raw(sh)
@@ -70,13 +73,15 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     durs = df["cpu_dur_ns"].to_numpy(dtype=np.int64)
     df["sync_wait_ns"] = _sync_wait_in(sh, starts, durs)
     df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
+    rows = df["slice_id"].to_numpy(dtype=np.int64)  # the slices' ids are their rows
+    df["cut_ns"] = sh.tables.dur[rows] - durs if len(rows) else np.zeros(0, dtype=np.int64)
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
                  "gpu_busy_in_step_ns": "gpu_busy_in_step_us", "sync_wait_ns": "sync_wait_us",
-                 "gpu_starved_ns": "gpu_starved_us"})
+                 "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
-            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us"]
+            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us", "cut_us"]
     return df[cols].reset_index(drop=True)
 
 

@@ -1,8 +1,11 @@
 -- Per matmul_add region (the study's record_function) on the CPU: when it starts, its first child and its first aten:: op.
 -- The gap from the region's start to its first aten:: op is the cold-start cost (workspace, heuristics, lazy loading).
-WITH step AS (
-  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts, s.dur, tt.utid
-  FROM slice s JOIN thread_track tt ON tt.id = s.track_id
+WITH
+-- @include recording
+step AS (
+  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts,
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, tt.utid
+  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 region AS (

@@ -4,9 +4,12 @@
 -- counts with the first step (time order) whose window holds its start, as launch_latency's step; the GPU's
 -- gpu_user_annotation copies are not CPU rows. backward_fx_graph_*: the FX graph calls inside a CompiledFunctionBackward
 -- (the backward's graphs). GPU work launched in the step: kernels, memcpy by kind, memset, launch calls.
-WITH RECURSIVE step AS (
-  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts, s.dur, tt.utid
-  FROM slice s JOIN thread_track tt ON tt.id = s.track_id
+WITH RECURSIVE
+-- @include recording
+step AS (
+  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts,
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, tt.utid
+  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 gpu_op AS (

@@ -1,8 +1,11 @@
 -- The slice tree of every ProfilerStep#N: the CPU slices inside it on its thread, then the GPU ops its launch calls produced
 -- (each GPU op is a child of its launch call). Rows: step, id, parent_id, depth below the step, name, category, lane.
-WITH step AS (
-  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts, s.dur, s.depth, tt.utid
-  FROM slice s JOIN thread_track tt ON tt.id = s.track_id
+WITH
+-- @include recording
+step AS (
+  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts,
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, s.depth, tt.utid
+  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 gpu_op AS (
@@ -12,11 +15,12 @@ gpu_op AS (
 -- @include launch_pairing
 cpu AS (
   SELECT st.step, s.id, CASE WHEN s.id = st.step_id THEN NULL ELSE s.parent_id END AS parent_id,
-    s.depth - st.depth AS depth, s.name, s.category, s.ts, s.dur, 'cpu' AS lane
+    s.depth - st.depth AS depth, s.name, s.category, s.ts,
+    CASE WHEN s.id = st.step_id THEN st.dur ELSE s.dur END AS dur, 'cpu' AS lane
   FROM step st
   JOIN thread_track tt ON tt.utid = st.utid
   JOIN slice s ON s.track_id = tt.id
-  WHERE s.ts >= st.ts AND s.ts + s.dur <= st.ts + st.dur
+  WHERE s.id = st.step_id OR (s.ts >= st.ts AND s.ts + s.dur <= st.ts + st.dur)
 )
 SELECT step, id, parent_id, depth, name, category, ts AS start_ns, dur AS dur_ns, lane FROM cpu
 UNION ALL

@@ -1,8 +1,12 @@
 -- GPU busy time as a union of GPU op intervals: over the whole trace, and over the ops launched inside ProfilerSteps.
 -- scope 'trace': all kernels/memcpys/memsets; window = first to last event of the trace (any category but Trace).
 -- scope 'steps': ops launched inside a step; window = first step start to the later of last step end and last op end.
-WITH step AS (
-  SELECT s.id AS step_id, s.ts, s.dur FROM slice s
+WITH
+-- @include recording
+step AS (
+  SELECT s.id AS step_id, s.ts,
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur
+  FROM slice s CROSS JOIN recording r
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 gpu_op AS (

@@ -1,7 +1,11 @@
 -- Each GPU op (kernel, memcpy, memset) with the CPU call that launched it and the queueing delay (GPU start - launch start).
 -- Pairs come from the flow table (ac2g flows); ops without a flow are paired by args.correlation (older traces).
-WITH step AS (
-  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts, s.dur FROM slice s
+WITH
+-- @include recording
+step AS (
+  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts,
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur
+  FROM slice s CROSS JOIN recording r
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 gpu_op AS (

@@ -4,7 +4,9 @@
 -- spent in top slices inside its window); device time of a CPU op = GPU ops whose launch call
 -- has that op as parent (self) or as an ancestor (total; a launch call itself gets none, as in torch's table).
 -- GPU rows (kernels, memcpy, memset, gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
-WITH RECURSIVE gpu_op AS (
+WITH RECURSIVE
+-- @include recording
+gpu_op AS (
   SELECT id, ts, dur, arg_set_id FROM slice
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
@@ -14,8 +16,11 @@ launched AS (
   FROM launch p JOIN slice l ON l.id = p.launch_id JOIN gpu_op g ON g.id = p.gpu_id
   JOIN thread_track tt ON tt.id = l.track_id
 ),
-cpu AS (
-  SELECT s.id, s.name, s.ts, s.dur, tt.utid FROM slice s JOIN thread_track tt ON tt.id = s.track_id
+cpu AS (  -- a step slice's dur cut at the recording's end (the recording fragment)
+  SELECT s.id, s.name, s.ts,
+    CASE WHEN s.name GLOB 'ProfilerStep#*' AND s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur,
+    tt.utid
+  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.category IS NOT NULL
     AND lower(s.category) NOT IN ('trace', 'kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset',
                                   'gpu_user_annotation', 'python_function', 'ac2g', 'flow', 'cuda_sync')

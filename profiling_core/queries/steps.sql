@@ -3,9 +3,12 @@
 -- paired with its GPU op by the flow table, or by args.correlation where the trace has no flow for that op.
 -- gpu_busy_ns: union of the intervals of the GPU ops launched in the step (they may run after the step ends).
 -- gpu_busy_in_step_ns: union of all GPU op intervals clipped to the step's own window [ts, ts + dur).
-WITH step AS (
-  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.name, s.ts, s.dur, tt.utid
-  FROM slice s JOIN thread_track tt ON tt.id = s.track_id
+WITH
+-- @include recording
+step AS (
+  SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.name, s.ts,
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, tt.utid
+  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 gpu_op AS (

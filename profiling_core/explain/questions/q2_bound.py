@@ -3,6 +3,8 @@ steady state, GPU work launched per step against CPU time per step, with the in-
 drift as evidence; on a CPU, the work ops' own time against the step."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ...analyses.steps import CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT, steady_state
@@ -29,6 +31,21 @@ def _basis_text(ss: dict, n_steps: int) -> str:
 
 
 def _q2_bound(r, config=None) -> list[Finding]:
+    found = _q2_verdict(r)
+    cut = r.steps[r.steps["cut_us"] > 0] if "cut_us" in r.steps else r.steps.iloc[:0]
+    if len(cut):  # the rule that cut them, said where their figures are read
+        f = found[0]
+        names = ", ".join(f"{nm}'s by {_us(float(c))}" for nm, c in zip(cut["name"][:3], cut["cut_us"][:3]))
+        more = f" and {len(cut) - 3} more" if len(cut) > 3 else ""
+        text = (f"{f.text} The step slice{'s' if len(cut) > 1 else ''} outlast{'' if len(cut) > 1 else 's'} the "
+                f"recording (the profiler's own Trace slice), {names}{more}: only the recorded part counts in "
+                "every figure here.")
+        ev = {**f.evidence, "steps_cut_us": {str(nm): _num(float(c)) for nm, c in zip(cut["name"], cut["cut_us"])}}
+        found = [replace(f, text=text, evidence=ev), *found[1:]]
+    return found
+
+
+def _q2_verdict(r) -> list[Finding]:
     s = r.steps
     if s.empty:
         if not r.has_gpu:

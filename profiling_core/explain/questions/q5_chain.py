@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _short
+from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _n, _short
 
 
 def _missing(x) -> bool:
@@ -66,7 +66,7 @@ def _q5_chain(r, config=None) -> list[Finding]:
         else:
             why = "No GPU op was launched in this step"
         return [Finding("q5.chain", 5, "CPU-only dispatch" if not launched else "Dispatch outside the step's slice",
-                        f"{why}: ProfilerStep#{step} holds {len(cpu)} CPU slices ({', '.join(map(_short, names))}).",
+                        f"{why}: ProfilerStep#{step} holds {_n(len(cpu), 'CPU slice')} ({', '.join(map(_short, names))}).",
                         {"step": step, "cpu_slices": int(len(cpu)), "names": names, "gpu_ops_launched": launched})]
     shown = paths[:_MAX_LISTED]
     text = f"In ProfilerStep#{step}: " + "; ".join(" → ".join(_short(n, 48) for n in p) for p in shown)
