@@ -53,7 +53,8 @@ class Report:
     memory: MemoryReport = field(default_factory=MemoryReport)
     """Where the memory goes, from the trace's ``[memory]`` events (:mod:`profiling_core.analyses.memory`): empty
     frames, and a ``summary`` whose ``note`` says how to record them, when the trace has none."""
-    cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "calls", "own_us"]))
+    cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "calls", "own_us",
+                                                                        "wait_us"]))
     """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
     where a step's CPU time goes, the autograd engine's thread included."""
     summary: dict[str, Any] = field(default_factory=dict)

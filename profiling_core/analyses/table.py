@@ -61,6 +61,67 @@ def _spilled_own(t: dict, own: np.ndarray, child: np.ndarray) -> None:
             own[r] = dur[r] - int((np.minimum(e, hi) - np.maximum(b, lo)).clip(min=0).sum())
 
 
+AUTOGRAD_FUNCTION = "autograd::engine::evaluate_function:"
+"""The prefix of the slice the autograd engine opens around each backward function it runs."""
+
+
+def _union(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals [b, e) merged into disjoint ones, sorted."""
+    order = np.argsort(b, kind="stable")
+    b, e = b[order], e[order]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, b[1:] > reach[:-1]]
+    starts = np.flatnonzero(new)
+    return b[starts], reach[np.r_[starts[1:] - 1, len(b) - 1]]
+
+
+def _covered(lo: np.ndarray, hi: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per window [lo, hi): how much of it the disjoint sorted intervals [s, t) cover."""
+    before = np.r_[0, np.cumsum(t - s)]
+
+    def upto(x):  # measure of (-inf, x) covered
+        k = np.searchsorted(s, x, side="right")
+        last = np.maximum(k - 1, 0)
+        return before[np.maximum(k - 1, 0)] + np.where(k > 0, np.clip(np.minimum(x, t[last]) - s[last], 0, None), 0)
+    return upto(hi) - upto(lo)
+
+
+def _autograd_wait_ns(sh: Shared) -> np.ndarray:
+    """For every row of ``sh.slices``, the part of its own time (its window less its children's) during which the
+    autograd engine ran backward functions (:data:`AUTOGRAD_FUNCTION` slices) on *another* thread of its process.
+    On a GPU the engine runs the backward on a thread of its own while the thread that called ``backward()`` blocks
+    until it is done, so that caller's own time there (a ``train::backward`` or ``## backward ##`` range) is a wait
+    for work counted on the engine's thread, not work of its own. 0 elsewhere, and on a trace whose backward runs on
+    the calling thread (a CPU run): there the functions are the caller's children."""
+    t = sh.slices
+    wait = np.zeros(len(t["ts"]), dtype=np.int64)
+    utid = t["utid"]
+    fn = np.flatnonzero(sh.name_mask(lambda u: isinstance(u, str) and u.startswith(AUTOGRAD_FUNCTION))
+                        & (utid >= 0))
+    if not len(fn):
+        return wait
+    upid_of = {u: up for u, _tid, _name, up, _main in sh.tables.threads}
+    upid = np.array([upid_of.get(u, -1) for u in range(int(utid.max()) + 1)] + [-2], dtype=np.int64)  # [-1]: none
+    ts, end, ppos = t["ts"], t["ts"] + t["dur"], t["ppos"]
+    for proc in np.unique(upid[utid[fn]]).tolist():
+        fp = fn[upid[utid[fn]] == proc]
+        engine = np.unique(utid[fp])
+        in_proc = upid[utid] == proc
+        for u in [-1, *engine.tolist()]:  # -1: the process's other threads, which wait for every engine thread
+            src = fp[utid[fp] != u]
+            rows = np.flatnonzero(in_proc & ((utid == u) if u >= 0 else ~np.isin(utid, engine)))
+            if not len(src) or not len(rows):
+                continue
+            s, e = _union(ts[src], end[src])
+            ov = np.zeros(len(wait), dtype=np.int64)
+            ov[rows] = _covered(ts[rows], end[rows], s, e)
+            kids = rows[ppos[rows] >= 0]
+            child = np.zeros(len(wait), dtype=np.int64)
+            np.add.at(child, ppos[kids], ov[kids])
+            wait[rows] = np.maximum(ov[rows] - child[rows], 0)
+    return wait
+
+
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     """What ``profiler_table.sql`` returns, from the shared slice tree and launch pairs."""
     cols = ["name", "lane", "calls", "self_cpu_ns", "cpu_total_ns", "self_device_ns", "device_total_ns"]
@@ -157,15 +218,18 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
 
     A CPU slice belongs to the first step (time order) whose window holds its start, whatever thread it ran on
     (:func:`cpu_slices_by_step`): the backward's ops on the autograd engine's own thread count with their step, not
-    only the step's own thread (``dispatch_chains``). Own time is the slice's duration less its children's. The
-    step slices themselves are left out (their own time is what no op of the step accounts for).
+    only the step's own thread (``dispatch_chains``). Own time is the slice's duration less its children's, and
+    less the time it waited while the autograd engine ran the backward on another thread (:func:`_autograd_wait_ns`:
+    that time is counted once, on the engine's thread, where the backward's ops ran). The step slices themselves
+    are left out (their own time is what no op of the step accounts for).
 
     Returns:
-        DataFrame ``step``, ``name``, ``calls``, ``own_us`` (summed over the step's slices of that name), in step
-        order, then largest ``own_us`` first; empty (same columns) without steps.
+        DataFrame ``step``, ``name``, ``calls``, ``own_us`` (summed over the step's slices of that name), ``wait_us``
+        (the autograd wait taken out of it), in step order, then largest ``own_us`` first; empty (same columns)
+        without steps.
     """
     sh = shared_for(session, shared)
-    cols = ["step", "name", "calls", "own_us"]
+    cols = ["step", "name", "calls", "own_us", "wait_us"]
     steps = [s for s in sh.steps_list if isinstance(s[1], int)]
     t = sh.slices
     if not steps or len(t["ts"]) == 0:
@@ -178,12 +242,14 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     key = j * (len(t["name_uniq"]) + 1) + (code + 1)
     uk, inv = np.unique(key, return_inverse=True)
     calls = np.bincount(inv, minlength=len(uk))
-    ns = np.bincount(inv, weights=own[rows].astype(np.float64), minlength=len(uk))
+    wait = _autograd_wait_ns(sh)[rows]
+    ns = np.bincount(inv, weights=(own[rows] - wait).astype(np.float64), minlength=len(uk))
+    waited = np.bincount(inv, weights=wait.astype(np.float64), minlength=len(uk))
     k_step, k_name = uk // (len(t["name_uniq"]) + 1), uk % (len(t["name_uniq"]) + 1) - 1
     names = t["name_uniq"]
     df = pd.DataFrame({"step": [steps[k][1] for k in k_step.tolist()],
                        "name": pd.Series([names[c] for c in k_name.tolist()], dtype=object),
-                       "calls": calls.astype(np.int64), "own_us": ns / 1000.0})
+                       "calls": calls.astype(np.int64), "own_us": ns / 1000.0, "wait_us": waited / 1000.0})
     df = df.sort_values(["step", "own_us", "name"], ascending=[True, False, True], kind="stable")
     df["step"] = df["step"].astype("Int64")
     return df[cols].reset_index(drop=True)

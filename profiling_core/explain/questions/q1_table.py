@@ -16,6 +16,13 @@ def _q1_table(r, config=None) -> list[Finding]:
           "top_self_cpu_us": _num(top["self_cpu_us"]), "rows": int(len(t))}
     text = (f"The table has {len(t)} rows; self CPU time sums to {_us(self_cpu)} and the largest self CPU row is "
             f"{_short(top['name'])} ({_us(top['self_cpu_us'])}); total CPU time of a row includes its children.")
+    own = r.cpu_own_times
+    waited = float(own.loc[own["name"] == top["name"], "wait_us"].sum()) if len(own) and "wait_us" in own else 0.0
+    if waited > 0:  # self time that is a thread's wait for the autograd engine's thread (``cpu_own_times``)
+        ev["top_self_cpu_autograd_wait_us"] = _num(waited)
+        text += (f" Of {_short(top['name'])}'s self time, {_us(waited)} inside the steps passed while the autograd "
+                 "engine ran the backward on another thread: its thread was waiting, and the backward's own rows "
+                 "count that time again (self CPU time sums the threads' time, waits included).")
     out = [Finding("q1.table", 1, "Self vs total CPU time", text, ev)]
     if not r.has_gpu:
         out.append(Finding("q1.no_gpu", 1, "No device columns", NO_GPU_TEXT + ": the table has no CUDA columns to "

@@ -43,17 +43,22 @@ def launch_call_stats(calls, units: int) -> tuple[float, Optional[float], float,
             int((calls["launch_name"] == "cudaGraphLaunch").sum()))
 
 
-def _cpu_time_by_op(report, steps: list[int]) -> list[tuple[str, float]]:
-    """(name, median own time per step) of the CPU slices of ``steps`` on every thread (``report.cpu_own_times``:
-    the autograd engine's thread too, as the launch figures count its launches), largest first (the step slices
-    themselves excluded: their own time is what no op of the step accounts for)."""
+def _cpu_time_by_op(report, steps: list[int]) -> list[tuple[str, float, float]]:
+    """(name, median own time per step, median autograd wait per step) of the CPU slices of ``steps`` on every thread
+    (``report.cpu_own_times``: the autograd engine's thread too, as the launch figures count its launches; a
+    thread's wait for that engine is not its own time), largest own time first (the step slices themselves
+    excluded: their own time is what no op of the step accounts for)."""
     own = report.cpu_own_times
     own = own[own["step"].isin(steps)] if len(own) else own
     n = max(1, own["step"].nunique()) if len(own) else 1
-    per: dict[str, list[float]] = {}
-    for name, us in zip(own["name"].astype(str).tolist(), own["own_us"].tolist()):
-        per.setdefault(name, []).append(float(us))
-    out = [(name, float(np.median(v + [0.0] * (n - len(v))))) for name, v in per.items()]
+    per: dict[str, tuple[list[float], list[float]]] = {}
+    waits = own["wait_us"].tolist() if "wait_us" in own else [0.0] * len(own)
+    for name, us, w in zip(own["name"].astype(str).tolist(), own["own_us"].tolist(), waits):
+        a, b = per.setdefault(name, ([], []))
+        a.append(float(us))
+        b.append(float(w))
+    pad = lambda v: v + [0.0] * (n - len(v))  # noqa: E731 (a step without the op: 0 for it)
+    out = [(name, float(np.median(pad(a))), float(np.median(pad(b)))) for name, (a, b) in per.items()]
     return sorted(out, key=lambda kv: -kv[1])
 
 
@@ -70,7 +75,9 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     calls = calls[calls["step"].isin(basis)] if len(calls) else calls
     n_calls, call_us, calls_us, graphs = launch_call_stats(calls, len(basis))
     top = _cpu_time_by_op(r, basis)[:TOP_CPU_OPS]
-    where = ", ".join(f"{name[:60]} {_fmt_us(us)}" for name, us in top if us > 0)
+    where = ", ".join(f"{name[:60]} {_fmt_us(us)}" + (f" (and {_fmt_us(w)} waiting for the autograd engine's "
+                                                       "thread, counted there)" if w > 0 else "")
+                      for name, us, w in top if us > 0)
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
     blocked = (f", {_fmt_us(wait)} of it blocked in synchronize calls while the GPU worked," if wait > 0 else "")
     text = (f"The GPU waits on the CPU: in steady state a step takes {_fmt_us(cpu)} of CPU time{blocked} and "
@@ -83,8 +90,8 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                  f"step in all (median {_fmt_us(call_us)} each).")
     if graphs:
         text += f" The step already replays a CUDA graph ({graphs / max(1, len(basis)):g} cudaGraphLaunch per step)."
-    names = [n for n, _ in top]
-    compiled = any(n.startswith(_COMPILED) for n, _ in _cpu_time_by_op(r, basis))
+    names = [n for n, _us, _w in top]
+    compiled = any(n.startswith(_COMPILED) for n, _us, _w in _cpu_time_by_op(r, basis))
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
     if names and names[0] in _BLOCKING:
         fix = (f"The largest CPU cost is {names[0]}, a call that waits for the GPU or for a copy: see the "
@@ -115,5 +122,6 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                      {"gpu_idle_share": idle, "cpu_step_us": cpu, "gpu_busy_us": gpu, "basis_steps": basis,
                       "gpu_ops_per_step": per_step_ops, "launch_calls_per_step": n_calls, "launch_call_us": call_us,
                       "launch_calls_us_per_step": calls_us, "graph_launch_gain_us": gain,
-                      "top_cpu_ops": [{"name": n, "us_per_step": us} for n, us in top],
+                      "top_cpu_ops": [{"name": n, "us_per_step": us, "autograd_wait_us_per_step": w}
+                                      for n, us, w in top],
                       "slice_ids": st["slice_id"].astype(int).tolist()[:50]})

@@ -1,0 +1,99 @@
+"""A thread that called ``backward()`` waits while the autograd engine runs the backward on a thread of its own:
+that wait is not its own CPU time (``cpu_own_times``, the GPU-starved finding's "Where the CPU time goes", Q1's
+largest self CPU row). Checked against a plain scan of the events, on a real H200 training trace and on traces
+built to break the rule (the backward on the calling thread, an engine thread of another process)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import scan_trace
+from profiling_core import analyze, diagnose, findings, open_trace
+from profiling_core.analyses import cpu_own_times
+
+DATA = Path(__file__).parent / "data"
+FN = "autograd::engine::evaluate_function:"
+
+
+def _own_waits(events, name):
+    """By a plain scan: for each slice called ``name``, the µs of its own time (its window less its same-thread
+    children's windows) that slices starting with FN on other threads of its process cover."""
+    xs = [e for e in events if e.get("ph") == "X"]
+    out = []
+    for b in (e for e in xs if e["name"] == name and e.get("cat") != "gpu_user_annotation"):
+        lo, hi = float(b["ts"]), float(b["ts"]) + float(b["dur"])
+        kids = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in xs
+                if e is not b and e["pid"] == b["pid"] and e["tid"] == b["tid"] and lo <= float(e["ts"])
+                and float(e["ts"]) + float(e["dur"]) <= hi]
+        fns = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in xs if e["name"].startswith(FN)
+               and e["pid"] == b["pid"] and e["tid"] != b["tid"]]
+        # sweep the window in µs steps of the union: own instants covered by some fn
+        points = sorted({lo, hi, *(p for iv in kids + fns for p in iv if lo <= p <= hi)})
+        got = 0.0
+        for a, z in zip(points, points[1:]):
+            mid = (a + z) / 2
+            if any(k0 <= mid < k1 for k0, k1 in kids):
+                continue
+            if any(f0 <= mid < f1 for f0, f1 in fns):
+                got += z - a
+        out.append(got)
+    return out
+
+
+def _x(name, ts, dur, tid, pid=1, cat="cpu_op"):
+    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": {}}
+
+
+def _trace(path, *, engine_tid=2, engine_pid=1):
+    """One step: the main thread's ``train::backward`` (1000 µs, a 50 µs child op) while an engine thread runs
+    three backward functions (100 µs each, one of them overlapping the child)."""
+    ev = [_x("ProfilerStep#1", 0, 1200, 1, cat="user_annotation"),
+          _x("train::backward", 100, 1000, 1, cat="user_annotation"),
+          _x("aten::ones_like", 150, 50, 1)]
+    for ts in (180, 400, 700):
+        ev.append(_x(f"{FN} MmBackward0", ts, 100, engine_tid, pid=engine_pid))
+        ev.append(_x("aten::mm", ts + 10, 80, engine_tid, pid=engine_pid))
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_the_wait_for_the_engines_thread_is_not_own_time(tmp_path):
+    path = _trace(tmp_path / "t.json")
+    (want,) = _own_waits(scan_trace(path), "train::backward")
+    assert want == pytest.approx(80 + 100 + 100)  # 200..280 (after the child), 400..500, 700..800
+    got = cpu_own_times(open_trace(path)).set_index("name")
+    assert got.loc["train::backward", "wait_us"] == pytest.approx(want)
+    assert got.loc["train::backward", "own_us"] == pytest.approx(1000 - 50 - want)
+    assert got.loc["aten::mm", "wait_us"] == 0 and got.loc["aten::mm", "own_us"] == pytest.approx(3 * 80)
+
+
+@pytest.mark.parametrize("where", ["same thread", "another process"])
+def test_functions_on_the_calling_thread_or_in_another_process_are_not_a_wait(tmp_path, where):
+    """On a CPU run the engine runs the functions on the calling thread (they are its children, not a wait); an
+    engine thread of another process (merged ranks) is not what this thread waits for."""
+    path = _trace(tmp_path / "t.json", **({"engine_tid": 1} if where == "same thread" else {"engine_pid": 2}))
+    got = cpu_own_times(open_trace(path))
+    assert (got["wait_us"] == 0).all()
+    assert _own_waits(scan_trace(path), "train::backward") == [0.0]
+
+
+def test_a_real_h200_training_step_names_its_wait_beside_its_own_time():
+    """The H200 fused-Adam MLP (eager): the main thread's train::backward waits while the engine's thread runs the
+    backward; the wait per step matches the scan, the GPU-starved finding lists it apart, and Q1 says it."""
+    path = DATA / "h200_train" / "app" / "mlp_train_adam_fused_eager.json.gz"
+    s = open_trace(path)
+    r = analyze(s)
+    own = r.cpu_own_times
+    waits = _own_waits(scan_trace(path), "train::backward")
+    bw = own[own["name"] == "train::backward"]
+    assert bw["wait_us"].sum() == pytest.approx(sum(waits), abs=0.01)  # every backward lies in a step here
+    assert (bw["wait_us"] > 0).all() and (bw["own_us"] >= 0).all()
+    d = {x.rule: x for x in diagnose(s, r).diagnoses}
+    top = {o["name"]: o for o in d["gpu_starved"].evidence["top_cpu_ops"]}
+    assert top["train::backward"]["autograd_wait_us_per_step"] > top["train::backward"]["us_per_step"]
+    assert "waiting for the autograd engine's thread" in d["gpu_starved"].text
+    q1 = next(f for f in findings(r) if f.id == "q1.table")
+    assert q1.evidence["top_self_cpu_row"] == "train::backward"
+    assert q1.evidence["top_self_cpu_autograd_wait_us"] == pytest.approx(sum(waits), abs=0.01)
