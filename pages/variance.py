@@ -86,11 +86,26 @@ else:
     median = stats["median_us"].where(stats["median_us"] > 0)
     stats["mean_above_median_pct"] = (100 * (stats["mean_us"] / median - 1)).fillna(0.0)
     ui.table_block(stats.round(3), "kernel_stats", key="variance_stats", width="stretch")
+    configs = rep.kernel_configs
     for _, k in stats.iterrows():
-        st.markdown(f"- {ui.md_code(k['kernel'])}: median {format_duration_us(k['median_us'])}, mean "
-                    f"{format_duration_us(k['mean_us'])}, min {format_duration_us(k['min_us'])}, max "
-                    f"{format_duration_us(k['max_us'])}, std {format_duration_us(k['std_us'])} over "
-                    f"{int(k['count'])} launches; {skew_verdict(k)}.")
+        mine = configs[configs["name"].astype(object) == k["kernel"]] if len(configs) else configs
+        line = (f"- {ui.md_code(k['kernel'])}: median {format_duration_us(k['median_us'])}, mean "
+                f"{format_duration_us(k['mean_us'])}, min {format_duration_us(k['min_us'])}, max "
+                f"{format_duration_us(k['max_us'])}, std {format_duration_us(k['std_us'])} over "
+                f"{int(k['count'])} launches")
+        if len(mine) < 2:
+            st.markdown(f"{line}; {skew_verdict(k)}.")
+            continue
+        # launches in another grid or block do another amount of work: the same per-configuration reading as Q8
+        st.markdown(f"{line}, in {len(mine)} launch configurations: its spread is partly work, not noise; each "
+                    "configuration's own:")
+        for _, c in mine.iterrows():
+            pct = 100 * (c["mean_us"] / c["median_us"] - 1) if c["median_us"] > 0 else 0.0
+            cfg = {"count": int(c["count"]), "mean_above_median_pct": pct}
+            st.markdown(f"    - grid {ui.md_code(c['grid'] or 'not recorded')}, block "
+                        f"{ui.md_code(c['block'] or 'not recorded')}: median {format_duration_us(c['median_us'])}, "
+                        f"min {format_duration_us(c['min_us'])}, max {format_duration_us(c['max_us'])} over "
+                        f"{int(c['count'])} launches; {skew_verdict(cfg)}.")
 
 st.header("Compare two runs", divider="gray")
 other = ui.run_picker("Second run", key="variance_other",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from conftest import scan_trace
 from conftest_app import app, download, errors_of, import_trace, H200
 from profiling_core.units import format_duration_us
 from profiling_core import open_trace
+from profiling_core.present import md_code
 from profiling_core.explain.questions import findings
 from test_app_profile import fill_profile_form, submit
 
@@ -80,3 +82,44 @@ def test_any_kernel_of_the_trace_can_be_studied(runs_dir):
     durs = _kernel_durations_from_json(path, add)
     assert stats["kernel"].tolist() == [add] and stats["count"].tolist() == [len(durs)]
     assert stats["median_us"].iloc[0] == pytest.approx(statistics.median(durs), abs=1e-3)
+
+
+def _launches_by_config(path, kernel: str) -> dict:
+    """{(grid, block): [µs, ...]} of every launch of ``kernel``, by a plain JSON scan."""
+    out: dict = {}
+    for e in scan_trace(path):
+        if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel" and e.get("name") == kernel:
+            key = ("×".join(map(str, e["args"]["grid"])), "×".join(map(str, e["args"]["block"])))
+            out.setdefault(key, []).append(float(e["dur"]))
+    return out
+
+
+def test_a_kernel_launched_in_two_configurations_is_read_per_configuration(runs_dir):
+    """The H200 fused-Adam MLP: its largest kernel, multi_tensor_apply, runs in two grids (the parameters' chunks),
+    so its spread over all launches (CV 26%) is work, not noise. Q8 and the page give each grid's own statistics,
+    which a plain scan of the JSON confirms, and the same skew verdict."""
+    path = Path(__file__).parent / "data" / "h200_train" / "mlp_train_adam_fused_bf16.json.gz"
+    [q8] = [f for f in findings(open_trace(str(path))) if f.id == "q8.variance"]
+    kernel = q8.evidence["kernel"]
+    want = _launches_by_config(path, kernel)
+    assert len(want) == 2 and q8.evidence["cv"] > 0.2  # the trace as it is
+    got = {(c["grid"], c["block"]): c for c in q8.evidence["configs"]}
+    assert set(got) == set(want)
+    for key, durs in want.items():
+        assert got[key]["count"] == len(durs)
+        assert got[key]["median_us"] == pytest.approx(statistics.median(durs), abs=1e-3)
+        assert got[key]["cv"] == pytest.approx(statistics.pstdev(durs) / statistics.fmean(durs), abs=5e-4)
+        assert f"grid {key[0]}, block {key[1]} ×{len(durs)}: median {format_duration_us(statistics.median(durs))}" \
+            in q8.text
+    assert "partly work, not noise" in q8.text
+    rid = import_trace(runs_dir, path, "fused_adam")
+    at = app("variance")
+    at.selectbox(key="variance_run").set_value(rid).run()
+    assert not errors_of(at)
+    text = "\n".join(m.value for m in at.markdown)
+    assert "in 2 launch configurations" in text
+    for key, durs in want.items():
+        line = next(m.value for m in at.markdown if f"grid {md_code(key[0])}," in m.value)
+        assert f"median {format_duration_us(statistics.median(durs))}" in line and f"over {len(durs)} launches" in line
+        assert ("a few slow launches pull it up" in line) == (
+            statistics.fmean(durs) / statistics.median(durs) - 1 > 0.02)

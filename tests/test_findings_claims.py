@@ -48,7 +48,7 @@ def problems(fs) -> list[str]:
             pct = ev["mean_above_median_pct"]
             if ("pull it up" in t) != (pct > MEAN_ABOVE_MEDIAN_PCT):
                 out.append(f"q8: the skew verdict and its {pct:.2f}% disagree: {t!r}")
-            if abs(pct) >= 0.05 and ("% above the median" in t) != (pct > 0):
+            if abs(pct) >= 0.05 and ("% above the median" in t or "% above its median" in t) != (pct > 0):
                 out.append(f"q8: above/below the median does not match {pct:.2f}%")
         if f.id == "q2.bound" and ev.get("bound") in ("overhead-bound", "compute-bound"):
             if "cpu_work_share_median" in ev:  # a CPU: the work ops' share of the step

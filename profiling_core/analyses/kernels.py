@@ -8,7 +8,7 @@ import numpy as np
 from ._common import nullable_int, us
 from ._shared import Shared, shared_for
 
-__all__ = ["kernel_stats", "kernel_durations_by_step", "gpu_ops"]
+__all__ = ["kernel_stats", "kernel_configs", "kernel_durations_by_step", "gpu_ops"]
 
 
 def gpu_ops(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -56,6 +56,75 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     out["cv"] = out["std_us"] / out["mean_us"].where(out["mean_us"] > 0)
     out = out.reset_index().sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
     out["count"] = out["count"].astype("int64")
+    return out[cols].reset_index(drop=True)
+
+
+def _key(v):
+    """A ``grid`` or ``block`` arg as a hashable key (a list as a tuple)."""
+    return tuple(v) if isinstance(v, list) else v
+
+
+def _config_text(v):
+    """A ``grid`` or ``block`` key as text (``(64, 1, 1)`` as ``64×1×1``); None where the kernel has none."""
+    if v is None:
+        return None
+    return "×".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+
+
+def kernel_configs(session, shared: Shared | None = None) -> pd.DataFrame:
+    """Duration statistics per kernel name *and launch configuration*: its ``grid`` and ``block``, as Kineto records
+    them in each kernel's args. Launches of one name in another configuration do another amount of work (an
+    elementwise kernel over a larger tensor, a fused optimizer's chunks, a split-K reduction), so a name's spread
+    over all its launches (:func:`kernel_stats`) mixes work with noise; each configuration's own spread is the noise
+    (study question 8).
+
+    Returns:
+        DataFrame, one row per (name, grid, block) of the kernels (category kernel) of :func:`gpu_ops`: ``name``,
+        ``grid``, ``block`` (text such as ``"64×1×1"``, None where the trace records none), ``count``, ``total_us``,
+        ``mean_us``, ``median_us``, ``min_us``, ``max_us``, ``cv`` (population std / mean, as :func:`kernel_stats`);
+        the largest total first (ties by name, grid, block). Empty (same columns) on traces without kernels.
+    """
+    sh = shared_for(session, shared)
+    cols = ["name", "grid", "block", "count", "total_us", "mean_us", "median_us", "min_us", "max_us", "cv"]
+    i = sh.gpu_lane_rows()
+    i = i[sh.cats_at(i) == "kernel"]
+    if not len(i):
+        return pd.DataFrame({c: pd.Series(dtype="object" if c in ("name", "grid", "block") else "float64")
+                             for c in cols})
+    tb, t = sh.tables, sh.slices
+    ids = tb.arg_set_id[i]
+    got = tb.args.get_many(["grid", "block"], np.unique(ids[ids >= 0]).tolist())
+    grid, block = got["grid"], got["block"]
+    configs: dict = {}  # (grid, block) -> its code, in order of first appearance
+    per_set = {a: configs.setdefault((_key(grid.get(a)), _key(block.get(a))), len(configs))
+               for a in grid.keys() | block.keys()}
+    none = configs.setdefault((None, None), len(configs))
+    cfg = np.array([per_set.get(a, none) for a in ids.tolist()], dtype=np.int64)
+    # one group per (name, configuration): sorted by it, then by duration, so each group's min, max and median
+    # are positions in its run
+    key = t["name_codes"][i].astype(np.int64) * len(configs) + cfg
+    dur = t["dur"][i].astype(np.float64) / 1000.0
+    order = np.lexsort((dur, key))
+    key, dur = key[order], dur[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    n = np.diff(np.r_[starts, len(key)])
+    total = np.add.reduceat(dur, starts)
+    mean = total / n
+    dev = dur - np.repeat(mean, n)
+    std = np.sqrt(np.add.reduceat(dev * dev, starts) / n)
+    median = (dur[starts + (n - 1) // 2] + dur[starts + n // 2]) / 2
+    k = key[starts]
+    texts = [(_config_text(g), _config_text(b)) for g, b in configs]
+    names = t["name_uniq"]
+    which = (k % len(configs)).tolist()
+    out = pd.DataFrame({"name": pd.Series([names[c] for c in (k // len(configs)).tolist()], dtype=object),
+                        "grid": pd.Series([texts[c][0] for c in which], dtype=object),
+                        "block": pd.Series([texts[c][1] for c in which], dtype=object),
+                        "count": n.astype(np.int64), "total_us": total, "mean_us": mean, "median_us": median,
+                        "min_us": dur[starts], "max_us": dur[starts + n - 1],
+                        "cv": np.where(mean > 0, std / np.where(mean > 0, mean, 1.0), np.nan)})
+    out = out.sort_values(["total_us", "name", "grid", "block"], ascending=[False, True, True, True], kind="stable",
+                          na_position="last")
     return out[cols].reset_index(drop=True)
 
 

@@ -10,7 +10,7 @@ from ..config import as_config
 from .breakdown import category_totals, step_breakdown, top_kernels
 from .compile import compile_breakdown
 from .gemm import gemm_throughput
-from .kernels import gpu_ops, kernel_durations_by_step, kernel_stats
+from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
@@ -53,6 +53,11 @@ class Report:
     memory: MemoryReport = field(default_factory=MemoryReport)
     """Where the memory goes, from the trace's ``[memory]`` events (:mod:`profiling_core.analyses.memory`): empty
     frames, and a ``summary`` whose ``note`` says how to record them, when the trace has none."""
+    kernel_configs: pd.DataFrame = field(default_factory=lambda: frame([], ["name", "grid", "block", "count",
+                                                                         "total_us", "mean_us", "median_us",
+                                                                         "min_us", "max_us", "cv"]))
+    """Per kernel name and launch configuration (grid, block), its durations' statistics
+    (:func:`~profiling_core.analyses.kernels.kernel_configs`)."""
     cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "calls", "own_us",
                                                                         "wait_us"]))
     """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
@@ -175,6 +180,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
            "compile_breakdown": compile_breakdown(session, shared=sh),
            "gpu_ops": gpu_ops(session, shared=sh)}
     out["kernel_stats"] = kernel_stats(session, ops=out["gpu_ops"])
+    out["kernel_configs"] = kernel_configs(session, shared=sh)
     out["sync_wait"] = sync_wait(session, shared=sh)
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])

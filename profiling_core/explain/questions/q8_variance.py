@@ -4,7 +4,8 @@ slow launches skew its mean (the Kernel variance page gives each kernel the same
 One kernel name can run several shapes (cuBLAS picks one kernel for a range of sizes): where the GEMM ops that
 launched it recorded their shapes (``gemm_throughput``'s FLOPs from shapes), its launches are grouped by those FLOPs,
 and a name that ran more than one size is said so, with each size's own median and spread; its spread over all
-launches is then shape, not noise, and the skew verdict is given for each size."""
+launches is then shape, not noise, and the skew verdict is given for each size. Otherwise a name launched in more
+than one configuration (grid and block, ``report.kernel_configs``) is read the same way, per configuration."""
 from __future__ import annotations
 
 import pandas as pd
@@ -16,6 +17,7 @@ from .base import NO_GPU_TEXT, Finding, _num, _short
 MEAN_ABOVE_MEDIAN_PCT = 2.0
 """A kernel whose mean lies more than this many percent above its median is skewed by a few slow launches
 (question 8); the Kernel variance page gives each kernel the same verdict."""
+_MAX_CONFIGS = 4  # launch configurations listed in the text (all of them in the evidence)
 MIN_LAUNCHES_FOR_SKEW = 3
 """Fewer launches than this say nothing about skew: the question-8 finding and the page then give no verdict."""
 
@@ -48,12 +50,45 @@ def _q8_variance(r, config=None) -> list[Finding]:
                      f"{'above' if skew >= 0 else 'below'} its median"
                      + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
         return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
+    configs = _by_config(r, str(k["name"]))
+    if len(configs) > 1:
+        ev["configs"] = [{k: _num(v) if k in ("median_us", "mean_us", "cv") else v for k, v in g.items()}
+                         for g in configs]
+        listed = configs[:_MAX_CONFIGS]
+        parts = [f"grid {g['grid']}, block {g['block']} ×{g['count']}: median {_us(g['median_us'])}, CV "
+                 f"{100 * g['cv']:.1f}%" for g in listed]
+        more = f"; {len(configs) - len(listed)} more" if len(configs) > len(listed) else ""
+        text += (f" It ran in {len(configs)} launch configurations (grid and block, from the kernels' args): "
+                 + "; ".join(parts) + more + ". A launch in another configuration does another amount of work, so "
+                 "the spread over all its launches is partly work, not noise: read each configuration's own.")
+        big = max(configs, key=lambda g: g["count"] * g["median_us"])
+        if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
+            skew = (big["mean_us"] / big["median_us"] - 1) * 100 if big["median_us"] > 0 else 0.0
+            ev["mean_above_median_pct"] = _num(skew)
+            text += (f" In grid {big['grid']}, block {big['block']} its mean is {abs(skew):.1f}% "
+                     f"{'above' if skew >= 0 else 'below'} its median"
+                     + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
+        return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
     if int(k["count"]) >= MIN_LAUNCHES_FOR_SKEW:
         skew = (k["mean_us"] / k["median_us"] - 1) * 100 if k["median_us"] > 0 else 0.0
         ev["mean_above_median_pct"] = _num(skew)
         text += (f" The mean is {abs(skew):.1f}% {'above' if skew >= 0 else 'below'} the median"
                  + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
+
+
+def _by_config(r, name: str) -> list[dict]:
+    """The launches of kernel ``name`` by launch configuration (``report.kernel_configs``), the largest total first:
+    [{"grid", "block", "count", "median_us", "mean_us", "cv"}]; [] where the report has none."""
+    c = getattr(r, "kernel_configs", None)
+    if c is None or c.empty:
+        return []
+    mine = c[c["name"].astype(object) == name]
+    return [{"grid": g if g is not None else "not recorded", "block": b if b is not None else "not recorded",
+             "count": int(n), "median_us": float(med), "mean_us": float(mean),
+             "cv": float(cv) if cv == cv and cv is not None else 0.0}
+            for g, b, n, med, mean, cv in zip(mine["grid"], mine["block"], mine["count"], mine["median_us"],
+                                              mine["mean_us"], mine["cv"])]
 
 
 def _by_shape(r, name: str) -> list[dict]:
