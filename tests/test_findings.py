@@ -604,3 +604,27 @@ def test_q9_counts_one_region_in_one_step_in_the_singular():
              and e.get("cat") != "gpu_user_annotation"]
     assert len(regions) == len(steps) == 1
     assert "torch.compile ran: 1 Torch-Compiled Region slice over 1 step, with" in by_id(path)["q9.compile"].text
+
+
+def test_q3_counts_the_first_steps_calls_on_every_thread():
+    """HTA's MI250 training trace: the first step's cold start shows on both threads, and its largest cost, a 6.5 ms
+    hipLaunchKernel, runs on the autograd engine's thread. Q3's first-step-only calls are those of a plain scan over
+    every thread: runtime calls starting in the first step's window under names no later step calls."""
+    path = DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    ev = scan(path).xs
+    steps = sorted((e for e in ev if str(e["name"]).startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+    win = [(float(s["ts"]), float(s["ts"]) + float(s["dur"])) for s in steps]
+    calls = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
+    def in_step(e, k):
+        return win[k][0] <= float(e["ts"]) < win[k][1]
+    later = {e["name"] for e in calls for k in range(1, len(win)) if in_step(e, k)}
+    first = [e for e in calls if in_step(e, 0) and e["name"] not in later]
+    want = {}
+    for e in first:
+        want[e["name"]] = want.get(e["name"], 0) + 1
+    assert len({e["tid"] for e in first}) == 2  # the trace as it is: both threads call them
+    q3 = by_id(path)["q3.cold_start"]
+    assert q3.evidence["first_step_only_calls"] == want
+    assert q3.evidence["first_step_only_calls_us"] == pytest.approx(sum(float(e["dur"]) for e in first), abs=0.01)
+    assert "hipLaunchKernel ×12" in q3.text

@@ -58,8 +58,8 @@ class Report:
                                                                          "min_us", "max_us", "cv"]))
     """Per kernel name and launch configuration (grid, block), its durations' statistics
     (:func:`~profiling_core.analyses.kernels.kernel_configs`)."""
-    cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "calls", "own_us",
-                                                                        "wait_us"]))
+    cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "category", "calls",
+                                                                        "own_us", "wait_us"]))
     """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
     where a step's CPU time goes, the autograd engine's thread included."""
     summary: dict[str, Any] = field(default_factory=dict)

@@ -224,12 +224,12 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     are left out (their own time is what no op of the step accounts for).
 
     Returns:
-        DataFrame ``step``, ``name``, ``calls``, ``own_us`` (summed over the step's slices of that name), ``wait_us``
-        (the autograd wait taken out of it), in step order, then largest ``own_us`` first; empty (same columns)
-        without steps.
+        DataFrame ``step``, ``name``, ``category`` (lower case, of the name's first slice in the step), ``calls``,
+        ``own_us`` (summed over the step's slices of that name), ``wait_us`` (the autograd wait taken out of it), in
+        step order, then largest ``own_us`` first; empty (same columns) without steps.
     """
     sh = shared_for(session, shared)
-    cols = ["step", "name", "calls", "own_us", "wait_us"]
+    cols = ["step", "name", "category", "calls", "own_us", "wait_us"]
     steps = [s for s in sh.steps_list if isinstance(s[1], int)]
     t = sh.slices
     if not steps or len(t["ts"]) == 0:
@@ -240,7 +240,7 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
         return frame([], cols)
     code = t["name_codes"][rows]
     key = j * (len(t["name_uniq"]) + 1) + (code + 1)
-    uk, inv = np.unique(key, return_inverse=True)
+    uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
     calls = np.bincount(inv, minlength=len(uk))
     wait = _autograd_wait_ns(sh)[rows]
     ns = np.bincount(inv, weights=(own[rows] - wait).astype(np.float64), minlength=len(uk))
@@ -249,6 +249,7 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     names = t["name_uniq"]
     df = pd.DataFrame({"step": [steps[k][1] for k in k_step.tolist()],
                        "name": pd.Series([names[c] for c in k_name.tolist()], dtype=object),
+                       "category": pd.Series(sh.cats_at(rows[first]), dtype=object),
                        "calls": calls.astype(np.int64), "own_us": ns / 1000.0, "wait_us": waited / 1000.0})
     df = df.sort_values(["step", "own_us", "name"], ascending=[True, False, True], kind="stable")
     df["step"] = df["step"].astype("Int64")

@@ -122,20 +122,16 @@ _LAZY_LOADING = ("Lazy Function Loading", "Runtime Triggered Module Loading")
 
 
 def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
-    """Runtime/driver calls made in the first step under names that no later step calls (name, calls, us)."""
-    ch = r.dispatch_chains
-    if ch.empty:
+    """Runtime/driver calls made in the first step, on any thread (``report.cpu_own_times``: the autograd engine's
+    thread too), under names that no later step calls (name, calls, us: their own time, waits included)."""
+    own = r.cpu_own_times
+    if own.empty or "category" not in own:
         return pd.DataFrame(columns=["name", "calls", "us"])
-    # the category test once per distinct category (missing categories are no call), names as text once
-    cat = ch["category"]
-    keep = [c for c in cat.dropna().unique() if str(c).lower() in _CALL_CATEGORIES]
-    calls = ch[cat.isin(keep)]
-    names = pd.Series(_per_name(calls["name"], lambda t: t), index=calls.index, dtype=object)
-    later = set(names[calls["step"] != first_step].unique())
-    sel = (calls["step"] == first_step) & ~names.isin(later)
-    first = calls[sel]
-    out = first.groupby(names[sel])["dur_us"].agg(["count", "sum"]).reset_index()
-    out.columns = ["name", "calls", "us"]
+    calls = own[own["category"].isin(_CALL_CATEGORIES)]
+    later = set(calls.loc[calls["step"] != first_step, "name"])
+    first = calls[(calls["step"] == first_step) & ~calls["name"].isin(later)]
+    out = pd.DataFrame({"name": first["name"].astype(object), "calls": first["calls"].astype("int64"),
+                        "us": (first["own_us"] + first["wait_us"]).astype(float)})
     return out.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
 
 
