@@ -351,3 +351,35 @@ def test_a_step_that_launched_nothing_is_left_out_of_the_per_step_figures_and_sa
     (first,) = [e for e in events if e["name"] == "ProfilerStep#1"]
     assert ss["cpu_us_per_step"] == pytest.approx(first["dur"])  # the median of the one step that launched work
     assert "the 1 that launched GPU work, as step 2 launched none" in f["q2.bound"].text
+
+
+def _steps_syncing(path, syncing: set, steps: int = 4):
+    """``steps`` GPU steps of one launch each; the steps numbered in ``syncing`` also call cudaStreamSynchronize."""
+    t = vt.Trace()
+    for n in range(1, steps + 1):
+        def body(t, n=n):
+            t.cpu("aten::mm", 30, children=lambda t: t.launch("gemm", 20.0))
+            if n in syncing:
+                t.sync()
+        t.step(n, body)
+    return t.write(path)
+
+
+@pytest.mark.parametrize("syncing, says", [({1}, None), ({2, 4}, "Inside 2 of the 3 steps"),
+                                           ({1, 2, 3, 4}, "Inside each step")])
+def test_the_sync_finding_reads_the_steady_state_and_says_how_many_steps_sync(tmp_path, syncing, says):
+    """A first step's syncs alone are its cold start's (question 3), not a per-step cost; syncs in some steady-state
+    steps only are said to be in some, and counted per step over all of them (a plain count of the events)."""
+    path = _steps_syncing(tmp_path / "t.json", syncing)
+    d = rules(run(path)[2])
+    if says is None:
+        assert "sync_in_step" not in d
+        return
+    f = d["sync_in_step"]
+    assert f.text.startswith(says) and "of the steady state (the steps after the first)" in f.text
+    ev = [e for e in scan_trace(path) if e.get("name") == "cudaStreamSynchronize"]
+    steady = [e for e in ev if e["ts"] > min(float(x["ts"]) for x in scan_trace(path)
+                                             if x.get("name") == "ProfilerStep#2")]
+    per_step = len(steady) / 3
+    assert f"cudaStreamSynchronize ×{per_step:.3g} per step" in f.text
+    assert f.evidence["sync_calls_us_per_step"] == pytest.approx(sum(float(e["dur"]) for e in steady) / 3)

@@ -21,10 +21,10 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import phases_at
+from ....analyses import basis_steps, phases_at
 from ....units import human_bytes
 from ...questions.base import _per_name
-from ..base import Diagnosis, _args_of, _Ctx, _fmt_us, _steps
+from ..base import Diagnosis, _args_of, _Ctx, _fmt_us
 
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
                "cuStreamSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
@@ -42,20 +42,26 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     # (tested on the codes: each distinct name and category once)
     idx = np.flatnonzero(np.isin(tb.name.codes, _codes(tb.name, (*_SYNC_CALLS, *_SYNC_OPS)))
                          & ~np.isin(tb.category.codes, _codes(tb.category, ("gpu_user_annotation",))))
-    starts = r.steps["start_ns"].to_numpy(dtype=np.int64)
-    ends = starts + np.round(r.steps["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
-    inside = np.zeros(len(idx), dtype=bool)
-    for a, b in zip(starts, ends):
-        inside |= (tb.ts[idx] >= a) & (tb.ts[idx] + tb.dur[idx] <= b)
-    idx = idx[inside]
-    idx = _reached_device(idx, names, tb)
+    ss = r.summary.get("steady_state") or {}
+    st = basis_steps(r.steps)  # the steady state's steps: after the first, from 3 steps on (as the bound's)
+    basis = st["step"].tolist()
+    starts = st["start_ns"].to_numpy(dtype=np.int64)
+    ends = starts + np.round(st["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
+    step_of = np.full(len(idx), -1, dtype=np.int64)
+    for k, a, b in zip(st["step"].tolist(), starts, ends):
+        step_of[(tb.ts[idx] >= a) & (tb.ts[idx] + tb.dur[idx] <= b)] = k
+    idx, step_of = idx[step_of >= 0], step_of[step_of >= 0]
+    kept = _reached_device(idx, names, tb)
+    step_of, idx = step_of[np.isin(idx, kept)], kept
     lat = r.launch_latency
-    copies = lat[lat["step"].notna() & _per_name(lat["gpu_name"], lambda t: t.str.contains("HtoD|DtoH", na=False))
+    copies = lat[lat["step"].isin(basis) & _per_name(lat["gpu_name"], lambda t: t.str.contains("HtoD|DtoH",
+                                                                                                   na=False))
                  .astype(bool)] if not lat.empty else lat
     copy_kinds = {k: int(copies["gpu_name"].astype(str).str.contains(k).sum()) for k in ("HtoD", "DtoH")}
     if len(idx) == 0 and not any(copy_kinds.values()):
-        return None
-    n = _steps(r)
+        return None  # (a first step's syncs alone are its cold start's: question 3)
+    n = max(1, len(st))
+    with_any = len(set(step_of.tolist()) | set(copies["step"].dropna().astype(int).tolist()))
     calls = [int(i) for i in idx if names[i] in _SYNC_CALLS]
     copy_calls = sorted(set(copies["launch_id"].astype(int).tolist()) - set(calls)) if len(copies) else []
     sync_us = float(tb.dur[calls].sum()) / 1000 / n if calls else 0.0
@@ -100,7 +106,11 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
             parts.append(f"{logged:g} per step after the optimizer, outside every phase: the loop reading a value "
                          "back (logging the loss with .item()) every step")
     pageable = any(row["memory"] == "pageable" for row in copy_rows)
-    text = ("Inside each step: " + "; ".join(parts) + ". A synchronising call returns only when the GPU has caught "
+    where = ("Inside each step" if with_any >= n else
+             f"Inside {with_any} of the {n} steps (per step: averaged over {'both' if n == 2 else f'all {n}'})")
+    if len(basis) < len(r.steps):
+        where += " of the steady state (the steps after the first)"
+    text = (where + ": " + "; ".join(parts) + ". A synchronising call returns only when the GPU has caught "
             "up, so nothing further is queued meanwhile and the GPU runs dry after it"
             + ("; a copy from pageable host memory holds the CPU until its bytes are staged, which synchronises too."
                if pageable else "."))
@@ -117,10 +127,8 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     cost = blocked if calls or copy_calls else None
     basis = ("time the CPU spent blocked per step in synchronising calls and in the calls that launched host-device "
              "copies (measured)")
-    ss = r.summary.get("steady_state") or {}
     idle = None
     if cost is not None and ss.get("bound") == "compute-bound":
-        st = r.steps[r.steps["step"].isin(ss.get("basis_steps") or [])]
         idle = float((st["cpu_dur_us"] * (1.0 - st["gpu_busy_fraction"])).median()) if len(st) else None
         if idle is not None and idle < cost:
             cost = idle
