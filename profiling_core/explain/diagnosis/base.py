@@ -45,6 +45,9 @@ class _Ctx:
     process_peak_bytes: Optional[int] = None
     """The process's own peak of allocated device memory (a run's meta.json ``peak_device_memory_bytes``,
     ``torch.cuda.max_memory_allocated()``), None where unknown (an imported trace, a CPU run)."""
+    shared: Any = None
+    """The session's ``analyses.Shared`` for the whole diagnosis: every rule that calls an analysis passes it, so
+    the launch pairs, step windows and phase ranges are computed once, not once per call."""
 
 
 def _ampere_or_later(c: "_Ctx", kernel_names) -> bool:
@@ -100,7 +103,7 @@ def _multi_tensor_kernels(c: _Ctx) -> tuple[pd.DataFrame, list]:
         return k, [None] * len(k)
     launched = dict(zip(lat["gpu_id"].astype(int), lat["launch_start_ns"].astype("int64")))
     ids = [int(i) for i in k["id"] if int(i) in launched]
-    at = dict(zip(ids, phases_at(c.session, [launched[i] for i in ids])))
+    at = dict(zip(ids, phases_at(c.session, [launched[i] for i in ids], shared=c.shared)))
     return k, [at.get(int(i)) for i in k["id"]]
 
 

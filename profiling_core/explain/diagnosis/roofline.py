@@ -20,6 +20,7 @@ from ...analyses import Report, gemm_dims, launch_ops
 from ...analyses.categories import gpu_op_category, is_gemm_kernel
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
+from ..questions.base import _per_name
 from .base import _args_each, _args_of, _steps
 
 
@@ -39,7 +40,8 @@ def _study_matmul(config) -> Optional[tuple[int, int]]:
     return (_cfg(config, "batch") or 1, n) if isinstance(n, int) else None
 
 
-def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] = None) -> pd.DataFrame:
+def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] = None,
+             shared=None) -> pd.DataFrame:
     """One row per GEMM op and per convolution, attention, elementwise and copy GPU op group, against ``peaks``.
 
     Columns: ``kind`` (``gemm``, ``conv``, ``attention``, ``elementwise``, ``copy``), ``op`` (the CPU op, or the kernel for a GEMM that had
@@ -59,7 +61,8 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     their FLOPs one per output element; a memcpy's bytes are what the trace records for it (read and written for a
     device-to-device copy). An elementwise op can pass the measured bandwidth (fraction above 1) when an input is
     still in L2 (the GEMM's result just written, for the study's add): the copy that measured it streams from HBM. A GEMM's dtype comes from its recorded ``Input type``, else
-    the config; an fp32 GEMM whose kernel names say ``tf32`` is judged against the tf32 peak.
+    the config; an fp32 GEMM whose kernel names say ``tf32`` is judged against the tf32 peak. ``shared``: the
+    session's ``analyses.Shared`` when the caller holds one (``diagnose`` does).
     """
     cols = ["kind", "op", "kernel", "dtype", "batch", "m", "k", "n", "count", "time_us", "flops", "bytes",
             "intensity", "tflops", "gbs", "peak", "roof", "compute_peak", "fraction_of_peak", "judged", "flops_from",
@@ -93,7 +96,7 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     rows += _graph_gemms(report, config, peaks, have_cpu_gemm=not g.empty)
     rows += _conv_rows(report, session, peaks)
     rows += _attention_rows(report, session, peaks)
-    rows += _memory_rows(report, session, peaks)
+    rows += _memory_rows(report, session, peaks, shared)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     for r in rows:
@@ -201,7 +204,8 @@ def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], categor
     tb = session.tables
     codes = [i for i, v in enumerate(tb.name.uniq) if v in op_names]
     ids = np.flatnonzero(np.isin(tb.name.codes, codes)) if codes else np.array([], dtype=np.int64)
-    mine_k = lat[lat["gpu_name"].map(lambda n: gpu_op_category(n, "kernel") == category)]
+    mine_k = lat[_per_name(lat["gpu_name"], lambda u: u.map(lambda n: gpu_op_category(n, "kernel") == category))
+                 .astype(bool)]  # (decided once per distinct kernel name)
     if not len(ids) or mine_k.empty:
         return None
     starts = mine_k["launch_start_ns"].to_numpy(dtype=np.int64)
@@ -328,7 +332,7 @@ def _attention_rows(report: Report, session, peaks) -> list[dict]:
             for (op, dtype, dims, flops, nbytes), grp in groups.items()]
 
 
-def _memory_rows(report: Report, session, peaks) -> list[dict]:
+def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     """Copies (bytes from the trace) and the elementwise kernels their CPU op's shapes size."""
     out = []
     ops = report.gpu_ops
@@ -361,7 +365,7 @@ def _memory_rows(report: Report, session, peaks) -> list[dict]:
     # The CPU op of each launch, and of those only the elementwise ones (by name code, once per distinct name): their
     # recorded shapes are read, not those of every op that launched a kernel.
     tb = session.tables
-    op_ids = launch_ops(session, kern["launch_id"].to_numpy(dtype=np.int64))
+    op_ids = launch_ops(session, kern["launch_id"].to_numpy(dtype=np.int64), shared=shared)
     codes = [c for c, v in enumerate(tb.name.uniq) if v in _ELEMENTWISE]
     rows = np.flatnonzero(op_ids >= 0)
     rows = rows[np.isin(tb.name.codes[op_ids[rows]], codes)]

@@ -25,7 +25,7 @@ def _token_regions(c: _Ctx, names: list) -> tuple[Optional[float], dict[str, dic
     """For the compiled regions inside ``decode::token`` ranges: the median number per token (None without token
     ranges), and {frame: {"frame/recompile": tokens that ran it}} for the frames that ran more than one variant
     there."""
-    tokens = annotation_ranges(c.session, TOKEN_RANGE)
+    tokens = annotation_ranges(c.session, TOKEN_RANGE, shared=c.shared)
     rows = np.array([i for i, n in enumerate(names) if isinstance(n, str) and n.startswith(_REGION)], dtype=np.int64)
     if tokens.empty or not len(rows):
         return None, {}

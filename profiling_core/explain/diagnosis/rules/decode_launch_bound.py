@@ -23,7 +23,7 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     r = c.report
     if not r.has_gpu:
         return None
-    tokens = annotation_ranges(c.session, TOKEN_RANGE)
+    tokens = annotation_ranges(c.session, TOKEN_RANGE, shared=c.shared)
     if tokens.empty:
         return None
     basis = (r.summary.get("steady_state") or {}).get("basis_steps") or []

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
+from ...questions.base import _per_name
 from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _in_steps, _per, _steps
 
 
@@ -28,8 +29,9 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
     if not _ampere_or_later(c, simt_names):
         return None  # a GPU without TF32 (or one this cannot tell): nothing to change
     r = c.roof
-    rows = r[(r["kind"] == "gemm") & r["kernel"].map(lambda n: any(x in simt_names for x in split_kernel_names(str(n))))] \
-        if not r.empty else r
+    simt = _per_name(r["kernel"], lambda u: u.map(lambda n: any(x in simt_names for x in split_kernel_names(n)))) \
+        if not r.empty else None  # (decided once per distinct kernel text)
+    rows = r[(r["kind"] == "gemm") & simt.astype(bool)] if not r.empty else r
     if not rows.empty and (rows["roof"] == "memory").any():
         rows = rows[rows["roof"] != "memory"]  # the memory roof holds them: tensor cores would change nothing
         if rows.empty:

@@ -90,7 +90,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     logged = scaler = 0.0
     if r.has_phases and len(idx):
         ops = [int(i) for i in idx if not _nested_sync_op(names, tb, i)]
-        placed = list(zip(ops, phases_at(c.session, tb.ts[ops])))
+        placed = list(zip(ops, phases_at(c.session, tb.ts[ops], shared=c.shared)))
         for _i, ph in placed:
             by_phase[ph] = by_phase.get(ph, 0) + 1 / n
         logged = sum(1 for i, ph in placed if ph in ("zero_grad", "other") and names[i] in _SYNC_OPS) / n

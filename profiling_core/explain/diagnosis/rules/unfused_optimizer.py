@@ -32,7 +32,7 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     opt = r.phases[r.phases["phase"] == "optimizer"]
     if opt.empty or not (opt["cpu_us"] > 0).any():
         return None
-    ops = phase_ops(c.session, "optimizer")
+    ops = phase_ops(c.session, "optimizer", shared=c.shared)
     names = ops["name"].astype(str)
     if names.str.startswith(("aten::_fused_", "aten::_foreach_")).any():
         return None  # fused or foreach ran
