@@ -188,6 +188,27 @@ def coverage_ns(b: np.ndarray, e: np.ndarray, group: np.ndarray | None = None, n
     return first, own
 
 
+def merged(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [b, e) as disjoint sorted intervals (starts, ends)."""
+    if len(b) == 0:
+        return b, e
+    o = np.argsort(b, kind="stable")
+    b, e = b[o], np.maximum.accumulate(e[o])
+    heads = np.flatnonzero(np.r_[True, b[1:] > e[:-1]])
+    return b[heads], np.maximum.reduceat(e, heads)
+
+
+def covered_ns(lo: np.ndarray, hi: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per window [lo, hi): how much of it the disjoint sorted intervals [s, t) (:func:`merged`) cover."""
+    before = np.r_[0, np.cumsum(t - s)]  # before[j]: the length of the intervals ahead of interval j
+
+    def upto(x):  # how much of (-inf, x) they cover
+        k = np.searchsorted(s, x, side="right")  # the intervals that start at or before x
+        last = np.maximum(k - 1, 0)
+        return before[last] + np.where(k > 0, np.clip(np.minimum(x, t[last]) - s[last], 0, None), 0)
+    return upto(hi) - upto(lo)
+
+
 def union_ns(b: np.ndarray, e: np.ndarray) -> int:
     """Total length of the union of intervals [b, e) (integer ns); 0 for none (:func:`coverage_ns`)."""
     return int(coverage_ns(b, e)[0].sum())

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..workloads import TRAIN_RANGES
-from ._shared import Shared, coverage_ns, frame, frame_cols, shared_for
+from ._shared import Shared, coverage_ns, frame, frame_cols, merged, shared_for
 
 __all__ = ["phases", "phase_ops", "phases_at", "phase_masks", "empty_phases", "PHASE_COLUMNS", "PHASES", "SUM_TOLERANCE_US", "PROFILER_PHASE_PREFIXES"]
 
@@ -112,17 +112,6 @@ def _forward_before(sh: Shared, step_row: int, until: int, marks: np.ndarray) ->
     return out
 
 
-def _merged(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals [b, e) as disjoint sorted intervals."""
-    if len(b) == 0:
-        return b, e
-    o = np.argsort(b, kind="stable")
-    b, e = b[o], np.maximum.accumulate(e[o])
-    new = np.r_[True, b[1:] > e[:-1]]
-    heads = np.flatnonzero(new)
-    return b[heads], np.maximum.reduceat(e, heads)
-
-
 def _inside(x: np.ndarray, mb: np.ndarray, me: np.ndarray) -> np.ndarray:
     """Whether each x lies in one of the disjoint sorted intervals [mb, me)."""
     if len(mb) == 0:
@@ -146,7 +135,7 @@ class _Phased:
         self.ranges = []
         for k in range(len(_NAMED)):
             r = np.flatnonzero(self.marks == k)
-            self.ranges.append(_merged(b[r], e[r]))
+            self.ranges.append(merged(b[r], e[r]))
         if len(self.ranges[0][0]) == 0:  # no train::forward: read each step's forward by position
             bw_b = self.ranges[1][0]
             fb, fe = [], []
@@ -156,7 +145,7 @@ class _Phased:
                     for x, y in _forward_before(sh, int(sid), int(bw_b[i]), self.marks):
                         fb.append(x)
                         fe.append(y)
-            self.ranges[0] = _merged(np.array(fb, dtype=np.int64), np.array(fe, dtype=np.int64))
+            self.ranges[0] = merged(np.array(fb, dtype=np.int64), np.array(fe, dtype=np.int64))
         self.forward_by = "record_function" if (self.marks == 0).any() else "position"
 
     def phase_at(self, x: np.ndarray) -> np.ndarray:

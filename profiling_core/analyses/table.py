@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, us
-from ._shared import Shared, frame, shared_for
+from ._shared import Shared, covered_ns, frame, merged, shared_for
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
             "python_function", "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
@@ -65,27 +65,6 @@ AUTOGRAD_FUNCTION = "autograd::engine::evaluate_function:"
 """The prefix of the slice the autograd engine opens around each backward function it runs."""
 
 
-def _union(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals [b, e) merged into disjoint ones, sorted."""
-    order = np.argsort(b, kind="stable")
-    b, e = b[order], e[order]
-    reach = np.maximum.accumulate(e)
-    new = np.r_[True, b[1:] > reach[:-1]]
-    starts = np.flatnonzero(new)
-    return b[starts], reach[np.r_[starts[1:] - 1, len(b) - 1]]
-
-
-def _covered(lo: np.ndarray, hi: np.ndarray, s: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Per window [lo, hi): how much of it the disjoint sorted intervals [s, t) cover."""
-    before = np.r_[0, np.cumsum(t - s)]
-
-    def upto(x):  # measure of (-inf, x) covered
-        k = np.searchsorted(s, x, side="right")
-        last = np.maximum(k - 1, 0)
-        return before[np.maximum(k - 1, 0)] + np.where(k > 0, np.clip(np.minimum(x, t[last]) - s[last], 0, None), 0)
-    return upto(hi) - upto(lo)
-
-
 def _autograd_wait_ns(sh: Shared) -> np.ndarray:
     """For every row of ``sh.slices``, the part of its own time (its window less its children's) during which the
     autograd engine ran backward functions (:data:`AUTOGRAD_FUNCTION` slices) on *another* thread of its process.
@@ -112,9 +91,9 @@ def _autograd_wait_ns(sh: Shared) -> np.ndarray:
             rows = np.flatnonzero(in_proc & ((utid == u) if u >= 0 else ~np.isin(utid, engine)))
             if not len(src) or not len(rows):
                 continue
-            s, e = _union(ts[src], end[src])
+            s, e = merged(ts[src], end[src])
             ov = np.zeros(len(wait), dtype=np.int64)
-            ov[rows] = _covered(ts[rows], end[rows], s, e)
+            ov[rows] = covered_ns(ts[rows], end[rows], s, e)
             kids = rows[ppos[rows] >= 0]
             child = np.zeros(len(wait), dtype=np.int64)
             np.add.at(child, ppos[kids], ov[kids])
