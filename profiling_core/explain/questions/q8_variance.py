@@ -44,11 +44,7 @@ def _q8_variance(r, config=None) -> list[Finding]:
                  + "; ".join(parts) + ". The spread over all its launches is shape, not noise: read each size's own.")
         big = max(shapes, key=lambda g: g["count"] * g["median_us"])
         if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
-            skew = (big["mean_us"] / big["median_us"] - 1) * 100 if big["median_us"] > 0 else 0.0
-            ev["mean_above_median_pct"] = _num(skew)
-            text += (f" At {big['gflop']:,.3g} GFLOP its mean is {abs(skew):.1f}% "
-                     f"{'above' if skew >= 0 else 'below'} its median"
-                     + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
+            text += _skew(f"At {big['gflop']:,.3g} GFLOP its mean", "its median", big, ev)
         return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
     configs = _by_config(r, str(k["name"]))
     if len(configs) > 1:
@@ -63,18 +59,21 @@ def _q8_variance(r, config=None) -> list[Finding]:
                  "the spread over all its launches is partly work, not noise: read each configuration's own.")
         big = max(configs, key=lambda g: g["count"] * g["median_us"])
         if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
-            skew = (big["mean_us"] / big["median_us"] - 1) * 100 if big["median_us"] > 0 else 0.0
-            ev["mean_above_median_pct"] = _num(skew)
-            text += (f" In grid {big['grid']}, block {big['block']} its mean is {abs(skew):.1f}% "
-                     f"{'above' if skew >= 0 else 'below'} its median"
-                     + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
+            text += _skew(f"In grid {big['grid']}, block {big['block']} its mean", "its median", big, ev)
         return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
     if int(k["count"]) >= MIN_LAUNCHES_FOR_SKEW:
-        skew = (k["mean_us"] / k["median_us"] - 1) * 100 if k["median_us"] > 0 else 0.0
-        ev["mean_above_median_pct"] = _num(skew)
-        text += (f" The mean is {abs(skew):.1f}% {'above' if skew >= 0 else 'below'} the median"
-                 + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
+        text += _skew("The mean", "the median", k, ev)
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
+
+
+def _skew(lead: str, median: str, g, ev: dict) -> str:
+    """The skew verdict of launches with this ``mean_us`` and ``median_us`` (a mean more than
+    :data:`MEAN_ABOVE_MEDIAN_PCT` above the median: a few slow launches), as a sentence starting with ``lead``;
+    its figure goes into ``ev``."""
+    skew = (g["mean_us"] / g["median_us"] - 1) * 100 if g["median_us"] > 0 else 0.0
+    ev["mean_above_median_pct"] = _num(skew)
+    return (f" {lead} is {abs(skew):.1f}% {'above' if skew >= 0 else 'below'} {median}"
+            + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
 
 
 def _by_config(r, name: str) -> list[dict]:
