@@ -126,7 +126,7 @@ REPORTS = {"profile": "profile", "variance": "variance", "dispatch": "dispatch",
 
 
 def perfetto_scripts(at) -> list[str]:
-    """The HTML of every components.html frame on the page (the Perfetto button's)."""
+    """The HTML of every st.iframe frame on the page (the Perfetto button's)."""
     return [node.proto.srcdoc for node in at._tree
             if type(getattr(node, "proto", None)).__name__ == "IFrame" and node.proto.srcdoc]
 
