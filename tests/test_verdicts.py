@@ -383,3 +383,34 @@ def test_the_sync_finding_reads_the_steady_state_and_says_how_many_steps_sync(tm
     per_step = len(steady) / 3
     assert f"cudaStreamSynchronize ×{per_step:.3g} per step" in f.text
     assert f.evidence["sync_calls_us_per_step"] == pytest.approx(sum(float(e["dur"]) for e in steady) / 3)
+
+
+def _first_delays_by_scan(path) -> list[float]:
+    """Per step (time order), the delay of its first GPU op after its launch call, paired by correlation."""
+    ev = scan_trace(path)
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]}
+    ops = sorted((e for e in ev if e.get("cat") == "kernel"), key=lambda e: calls[e["args"]["correlation"]]["ts"])
+    out = []
+    for b, e in steps_of(ev):
+        mine = [o for o in ops if b <= calls[o["args"]["correlation"]]["ts"] < e]
+        if mine:
+            out.append(mine[0]["ts"] - calls[mine[0]["args"]["correlation"]]["ts"])
+    return out
+
+
+@pytest.mark.parametrize("synced", [False, True])
+def test_q4_tells_a_queue_that_drifts_from_one_that_drains_each_step(tmp_path, synced):
+    """Three 7 ms GEMMs launched per step in 0.3 ms of CPU: without a sync the queue grows from step to step (the
+    GPU lane drifts right); with the step waiting for its GEMMs at its end, each step's queue drains, and its first
+    GEMM starts at once: growth within the step only. The scan's first-op delays per step decide which."""
+    path = vt.gpu_bound_with_drift(tmp_path / "t.json", steps=4, sync=synced)
+    first = _first_delays_by_scan(path)
+    q4 = run(path)[1]["q4.offset"]
+    if synced:
+        assert max(first) < 3 * min(first)  # the trace as built: every step starts with an empty queue
+        assert "Within each step the delay grows" in q4.text and "drifts right" not in q4.text
+    else:
+        assert first[-1] > 3 * first[0]
+        assert "The queue grows across the steps" in q4.text and "drifts right" in q4.text
+    assert q4.evidence["step_first_us"] == {k: pytest.approx(v, abs=0.01)
+                                            for k, v in zip(sorted(q4.evidence["step_first_us"]), first)}

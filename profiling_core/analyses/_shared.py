@@ -188,6 +188,10 @@ def coverage_ns(b: np.ndarray, e: np.ndarray, group: np.ndarray | None = None, n
     return first, own
 
 
+AUTOGRAD_FUNCTION = "autograd::engine::evaluate_function:"
+"""The prefix of the slice the autograd engine opens around each backward function it runs."""
+
+
 def merged(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals [b, e) as disjoint sorted intervals (starts, ends)."""
     if len(b) == 0:
@@ -611,6 +615,44 @@ class Shared:
         index = {c: k for k, c in enumerate(GPU_OP_CATEGORIES)}
         return np.array([index[gpu_op_category(names[k // m - 1], cats[k % m - 1])] for k in uk.tolist()],
                         dtype=np.int8)[inv.reshape(-1)]
+
+    @cached_property
+    def autograd_wait(self) -> np.ndarray:
+        """For every row of ``slices`` (int64 ns), the part of its own time (its window less its children's) during
+        which the autograd engine ran backward functions (:data:`AUTOGRAD_FUNCTION` slices) on *another* thread of its
+        process. On a GPU the engine runs the backward on a thread of its own while the thread that called
+        ``backward()`` blocks until it is done, so that caller's own time there (a ``train::backward`` or ``##
+        backward ##`` range, or the step slice itself) is a wait for work counted on the engine's thread, not work of
+        its own. 0 elsewhere, and on a trace whose backward runs on the calling thread (a CPU run): there the
+        functions are the caller's children. Read by ``cpu_own_times`` and the dispatch chains' ``wait_us``."""
+        t = self.slices
+        wait = np.zeros(len(t["ts"]), dtype=np.int64)
+        utid = t["utid"]
+        fn = np.flatnonzero(self.name_mask(lambda u: isinstance(u, str) and u.startswith(AUTOGRAD_FUNCTION))
+                            & (utid >= 0))
+        if not len(fn):
+            return wait
+        upid_of = {u: up for u, _tid, _name, up, _main in self.tables.threads}
+        upid = np.array([upid_of.get(u, -1) for u in range(int(utid.max()) + 1)] + [-2],
+                        dtype=np.int64)  # (index -1, off-thread: -2, no process)
+        ts, end, ppos = t["ts"], t["ts"] + t["dur"], t["ppos"]
+        for proc in np.unique(upid[utid[fn]]).tolist():
+            fp = fn[upid[utid[fn]] == proc]
+            engine = np.unique(utid[fp])
+            in_proc = upid[utid] == proc
+            for u in [-1, *engine.tolist()]:  # -1: the process's other threads, which wait for every engine thread
+                src = fp[utid[fp] != u]
+                rows = np.flatnonzero(in_proc & ((utid == u) if u >= 0 else ~np.isin(utid, engine)))
+                if not len(src) or not len(rows):
+                    continue
+                s, e = merged(ts[src], end[src])
+                ov = np.zeros(len(wait), dtype=np.int64)
+                ov[rows] = covered_ns(ts[rows], end[rows], s, e)
+                kids = rows[ppos[rows] >= 0]
+                child = np.zeros(len(wait), dtype=np.int64)
+                np.add.at(child, ppos[kids], ov[kids])
+                wait[rows] = np.maximum(ov[rows] - child[rows], 0)
+        return wait
 
     @cached_property
     def step_windows(self) -> dict:

@@ -244,14 +244,19 @@ def _dispatch_chain_cols(sh: Shared) -> dict | None:
 
 
 def dispatch_chains(session, shared: Shared | None = None) -> pd.DataFrame:
-    """The dispatch tree of every step (see :func:`dispatch_chain`), all steps in one frame with a ``step`` column."""
-    cols = _dispatch_chain_cols(shared_for(session, shared))
-    names = ["step", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us"]
+    """The dispatch tree of every step (see :func:`dispatch_chain`), all steps in one frame with a ``step`` column,
+    and ``wait_us``: of a CPU slice's own time, what passed while the autograd engine ran the backward on another
+    thread (``Shared.autograd_wait``: a wait, counted on the engine's thread), 0 for GPU rows."""
+    sh = shared_for(session, shared)
+    cols = _dispatch_chain_cols(sh)
+    names = ["step", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us", "wait_us"]
     if cols is None:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in names})
     # One row per slice of every step (83k on a 93 MB trace): built once from the arrays with its final dtypes.
     cols["start_ns"] = IntsOrNull(cols["start_ns"], np.zeros(len(cols["start_ns"]), dtype=bool))
     cols["dur_us"] = cols.pop("dur_ns").astype("float64") / 1000.0
+    ids = np.asarray(cols["id"], dtype=np.int64)  # (the slices' ids are their rows)
+    cols["wait_us"] = np.where(cols["lane"] == "cpu", sh.autograd_wait[ids], 0) / 1000.0
     return frame_cols({c: cols[c] for c in names})
 
 

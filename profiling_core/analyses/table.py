@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, us
-from ._shared import Shared, covered_ns, frame, merged, shared_for
+from ._shared import Shared, frame, shared_for
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
             "python_function", "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
@@ -59,46 +59,6 @@ def _spilled_own(t: dict, own: np.ndarray, child: np.ndarray) -> None:
         for r in rows[(track[rows] != first) & (depth[rows] == 0) & (child[rows] == 0)].tolist():
             lo, hi = int(ts[r]), int(ts[r] + dur[r])
             own[r] = dur[r] - int((np.minimum(e, hi) - np.maximum(b, lo)).clip(min=0).sum())
-
-
-AUTOGRAD_FUNCTION = "autograd::engine::evaluate_function:"
-"""The prefix of the slice the autograd engine opens around each backward function it runs."""
-
-
-def _autograd_wait_ns(sh: Shared) -> np.ndarray:
-    """For every row of ``sh.slices``, the part of its own time (its window less its children's) during which the
-    autograd engine ran backward functions (:data:`AUTOGRAD_FUNCTION` slices) on *another* thread of its process.
-    On a GPU the engine runs the backward on a thread of its own while the thread that called ``backward()`` blocks
-    until it is done, so that caller's own time there (a ``train::backward`` or ``## backward ##`` range) is a wait
-    for work counted on the engine's thread, not work of its own. 0 elsewhere, and on a trace whose backward runs on
-    the calling thread (a CPU run): there the functions are the caller's children."""
-    t = sh.slices
-    wait = np.zeros(len(t["ts"]), dtype=np.int64)
-    utid = t["utid"]
-    fn = np.flatnonzero(sh.name_mask(lambda u: isinstance(u, str) and u.startswith(AUTOGRAD_FUNCTION))
-                        & (utid >= 0))
-    if not len(fn):
-        return wait
-    upid_of = {u: up for u, _tid, _name, up, _main in sh.tables.threads}
-    upid = np.array([upid_of.get(u, -1) for u in range(int(utid.max()) + 1)] + [-2], dtype=np.int64)  # [-1]: none
-    ts, end, ppos = t["ts"], t["ts"] + t["dur"], t["ppos"]
-    for proc in np.unique(upid[utid[fn]]).tolist():
-        fp = fn[upid[utid[fn]] == proc]
-        engine = np.unique(utid[fp])
-        in_proc = upid[utid] == proc
-        for u in [-1, *engine.tolist()]:  # -1: the process's other threads, which wait for every engine thread
-            src = fp[utid[fp] != u]
-            rows = np.flatnonzero(in_proc & ((utid == u) if u >= 0 else ~np.isin(utid, engine)))
-            if not len(src) or not len(rows):
-                continue
-            s, e = merged(ts[src], end[src])
-            ov = np.zeros(len(wait), dtype=np.int64)
-            ov[rows] = covered_ns(ts[rows], end[rows], s, e)
-            kids = rows[ppos[rows] >= 0]
-            child = np.zeros(len(wait), dtype=np.int64)
-            np.add.at(child, ppos[kids], ov[kids])
-            wait[rows] = np.maximum(ov[rows] - child[rows], 0)
-    return wait
 
 
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
@@ -198,7 +158,7 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     A CPU slice belongs to the first step (time order) whose window holds its start, whatever thread it ran on
     (:func:`cpu_slices_by_step`): the backward's ops on the autograd engine's own thread count with their step, not
     only the step's own thread (``dispatch_chains``). Own time is the slice's duration less its children's, and
-    less the time it waited while the autograd engine ran the backward on another thread (:func:`_autograd_wait_ns`:
+    less the time it waited while the autograd engine ran the backward on another thread (``Shared.autograd_wait``:
     that time is counted once, on the engine's thread, where the backward's ops ran). The step slices themselves
     are left out (their own time is what no op of the step accounts for).
 
@@ -221,7 +181,7 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     key = j * (len(t["name_uniq"]) + 1) + (code + 1)
     uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
     calls = np.bincount(inv, minlength=len(uk))
-    wait = _autograd_wait_ns(sh)[rows]
+    wait = sh.autograd_wait[rows]
     ns = np.bincount(inv, weights=(own[rows] - wait).astype(np.float64), minlength=len(uk))
     waited = np.bincount(inv, weights=wait.astype(np.float64), minlength=len(uk))
     k_step, k_name = uk // (len(t["name_uniq"]) + 1), uk % (len(t["name_uniq"]) + 1) - 1

@@ -3,7 +3,7 @@ the rows counts the GPU's time more than once (``q1.double_count``; ``q1.no_gpu`
 from __future__ import annotations
 
 from ...units import format_duration_us as _us
-from .base import NO_GPU_TEXT, Finding, _num, _short
+from .base import NO_GPU_TEXT, Finding, _num, _per_name, _short, _step_star
 
 
 def _q1_table(r, config=None) -> list[Finding]:
@@ -16,9 +16,14 @@ def _q1_table(r, config=None) -> list[Finding]:
           "top_self_cpu_us": _num(top["self_cpu_us"]), "rows": int(len(t))}
     text = (f"The table has {len(t)} rows; self CPU time sums to {_us(self_cpu)} and the largest self CPU row is "
             f"{_short(top['name'])} ({_us(top['self_cpu_us'])}); total CPU time of a row includes its children.")
-    own = r.cpu_own_times
-    waited = float(own.loc[own["name"] == top["name"], "wait_us"].sum()) if len(own) and "wait_us" in own else 0.0
-    if waited > 0:  # self time that is a thread's wait for the autograd engine's thread (``cpu_own_times``)
+    ch = r.dispatch_chains  # (the steps' slices on their own thread, the step slices included)
+    if len(ch) and "wait_us" in ch:
+        cpu = ch[ch["lane"] == "cpu"]
+        waited = float(cpu.loc[_per_name(cpu["name"], lambda t: t.map(_step_star, na_action="ignore"))
+                               == top["name"], "wait_us"].sum())
+    else:
+        waited = 0.0
+    if waited > 0:  # self time that is a thread's wait for the autograd engine's thread (``Shared.autograd_wait``)
         ev["top_self_cpu_autograd_wait_us"] = _num(waited)
         text += (f" Of {_short(top['name'])}'s self time, {_us(waited)} inside the steps passed while the autograd "
                  "engine ran the backward on another thread: its thread was waiting, and the backward's own rows "

@@ -21,11 +21,44 @@ def _q4_offset(r, config=None) -> list[Finding]:
           "paired_by": sorted(set(ll["paired_by"]))}
     text = (f"Each GPU op started a median {_us(lat.median())} after its launch call began (min {_us(lat.min())}, "
             f"max {_us(lat.max())}, over {len(ll)} ops paired by {' and '.join(ev['paired_by'])}).")
-    if len(ll) >= 3 and lat.iloc[-1] > 3 * max(lat.iloc[0], 1e-9):
-        text += (f" The delay grows from {_us(lat.iloc[0])} for the first op to {_us(lat.iloc[-1])} for the last: the "
-                 f"CPU launches faster than the GPU executes, so work queues up and the GPU lane drifts right.")
+    text += _growth(ll, ev)
     ov = r.profiler_table[r.profiler_table["name"].astype(str).str.contains("Activity Buffer Request")]
     if len(ov):
         ev["activity_buffer_request_us"] = _num(ov["cpu_total_us"].sum())
         text += f" The profiler's own 'Activity Buffer Request' took {_us(ov['cpu_total_us'].sum())} on the CPU."
     return [Finding("q4.offset", 4, "CPU-to-GPU offset", text, ev)]
+
+
+GROWS_AT = 3.0
+"""A delay this many times its starting value is a queue that grew."""
+
+
+def _growth(ll, ev: dict) -> str:
+    """Whether the queue grows, read where it can: across the steps (each step's first GPU op against the first
+    step's: the CPU runs further ahead every step, the GPU lane drifts right) or within them (a step's last op
+    against its first, the queue drained by the next step); without steps, the trace's last op against its first."""
+    o = ll.sort_values("launch_start_ns", kind="stable")
+    stepped = o[o["step"].notna()] if "step" in o else o.iloc[:0]
+    if stepped["step"].nunique() >= 2:
+        g = stepped.groupby("step", sort=False)["latency_us"]
+        first, last = g.first(), g.last()
+        ev.update(step_first_us={int(k): _num(v) for k, v in first.items()},
+                  step_last_us={int(k): _num(v) for k, v in last.items()})
+        if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9):
+            return (f" The queue grows across the steps: the first GPU op of step {int(first.index[0])} started "
+                    f"{_us(first.iloc[0])} after its launch, that of step {int(first.index[-1])} "
+                    f"{_us(first.iloc[-1])}: the CPU launches faster than the GPU executes, so work queues up and the "
+                    "GPU lane drifts right.")
+        within = (last / first.where(first > 0)).median()
+        if within > GROWS_AT:
+            return (f" Within each step the delay grows (a median {_us(first.median())} for a step's first GPU op, "
+                    f"{_us(last.median())} for its last): the CPU launches a step's work faster than the GPU runs it, "
+                    f"and the queue drains before the next step (the first ops of steps {int(first.index[0])} and "
+                    f"{int(first.index[-1])} waited {_us(first.iloc[0])} and {_us(first.iloc[-1])}), so the lanes do "
+                    "not drift apart.")
+        return ""
+    lat = o["latency_us"]
+    if len(o) >= 3 and lat.iloc[-1] > GROWS_AT * max(lat.iloc[0], 1e-9):
+        return (f" The delay grows from {_us(lat.iloc[0])} for the first op to {_us(lat.iloc[-1])} for the last: the "
+                f"CPU launches faster than the GPU executes, so work queues up and the GPU lane drifts right.")
+    return ""
