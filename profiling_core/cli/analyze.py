@@ -136,8 +136,11 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                         if wait > 0 else "") + f" ({basis})")
     if s["has_gpu"]:
         frac = s["gpu_busy_fraction"]
-        lines.append(f"  GPU busy {format_duration_us(s['gpu_busy_us'])}" + (f" ({100 * frac:.1f}% of the window)" if frac is not
-                                                                 None else ""))
+        # gpu_busy's scope: with steps, the work the steps launched (not what ran in their window from before them)
+        what, window = (("GPU busy with the work the steps launched", "of their window")
+                        if s.get("gpu_busy_scope") == "steps" else ("GPU busy", "of the trace's span"))
+        lines.append(f"  {what} {format_duration_us(s['gpu_busy_us'])}"
+                     + (f" ({100 * frac:.1f}% {window})" if frac is not None else ""))
         lines.append(f"  launch call → GPU start (median, queueing included) "
                      f"{format_duration_us(s['launch_latency_median_us'])}   launch APIs: "
                      + (", ".join(s["launch_apis"]) or "none"))
