@@ -271,7 +271,34 @@ def test_one_kernel_name_that_ran_two_shapes_is_read_per_shape(tmp_path):
     q8 = f["q8.variance"]
     assert [(g["gflop"], g["count"], g["median_us"]) for g in q8.evidence["shapes"]] == [
         (2 * 2048 ** 3 / 1e9, 6, 80.0), (2 * 1024 ** 3 / 1e9, 6, 10.0)]  # by hand: 2·M·K·N, per size
-    assert "ran 2 GEMM sizes" in q8.text and "shape, not noise" in q8.text and q8.evidence["cv"] > 0.7
+    assert "ran 2 GEMM shapes" in q8.text and "shape, not noise" in q8.text and q8.evidence["cv"] > 0.7
+    assert [g["shape"] for g in q8.evidence["shapes"]] == ["2048×2048×2048", "1024×1024×1024"]
+
+
+def test_two_gemm_shapes_of_equal_flops_are_two_groups():
+    """The H200 MLP (compiled): its nvjet kernel ran [4096×2048]·[2048×8192] and [4096×8192]·[8192×2048], both
+    137.4 GFLOP; a scan of the launching addmm ops' shapes and their kernels' durations gives the two groups Q8
+    reports."""
+    import statistics
+    path = DATA / "h200_workloads" / "mlp_compile.json"
+    q8 = run(path)[1]["q8.variance"]
+    ev = scan_trace(path)
+    ops = [e for e in ev if e.get("name") == "aten::addmm" and e.get("cat") == "cpu_op"]
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+    want: dict = {}
+    for k in (e for e in ev if e.get("cat") == "kernel" and e["name"] == q8.evidence["kernel"]):
+        call = calls[k["args"]["correlation"]]
+        op = next(o for o in ops if o["tid"] == call["tid"] and o["ts"] <= call["ts"] < o["ts"] + o["dur"])
+        (_, a, b) = op["args"]["Input Dims"][:3]
+        want.setdefault(f"{a[0]}×{a[1]}×{b[1]}", []).append(k["dur"])
+    assert len(want) == 2
+    got = {g["shape"]: g for g in q8.evidence["shapes"]}
+    assert set(got) == set(want)
+    for shape, durs in want.items():
+        assert got[shape]["count"] == len(durs)
+        assert got[shape]["median_us"] == pytest.approx(statistics.median(durs), abs=1e-3)
+        assert f"{shape} ({got[shape]['gflop']:,.3g} GFLOP) ×{len(durs)}" in q8.text
 
 
 def test_a_cuda_trace_that_launched_no_kernel_says_so(tmp_path):

@@ -194,12 +194,13 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     Returns:
         DataFrame in time order: ``id``, ``op``, ``start_ns``, ``device`` (``gpu`` or ``cpu``), ``time_us``,
         ``flops``, ``tflops``, ``peak_tflops``, ``fraction_of_peak``, ``flops_from`` (``config`` or ``shapes``),
-        ``kernel_names``. Ops whose FLOPs are unknown are left out; empty when none is known. Text columns are
-        object columns (see :func:`~profiling_core.analyses.gpu_ops`).
+        ``kernel_names``, ``shape`` (``M×K×N`` from the recorded shapes, ``B × M×K×N`` for a batch; None where the
+        FLOPs come from the config). Ops whose FLOPs are unknown are left out; empty when none is known. Text columns
+        are object columns (see :func:`~profiling_core.analyses.gpu_ops`).
     """
     sh = shared_for(session, shared)
     cols = ["id", "op", "start_ns", "device", "time_us", "flops", "tflops", "peak_tflops", "fraction_of_peak",
-            "flops_from", "kernel_names"]
+            "flops_from", "kernel_names", "shape"]
     gm = _gemm_slices(sh)
     ts, dur, utid = gm["start_ns"], gm["cpu_dur_ns"], gm["utid"]
     keep = np.flatnonzero(_inner_gemms(ts, dur, utid) == 0)  # the innermost GEMM ops
@@ -211,19 +212,24 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     cfg_flops = config.gemm_flops() if config is not None else None
     dims = _dims_by_op(sh.tables, {i: -1 if a is None else a for i, a in zip(ids, asid)})
     peak = float(peak_tflops) if peak_tflops else float("nan")
-    flops_of: dict = {}  # (op name, its dims object) -> FLOPs: ops of equal shapes share one dims list
+    flops_of: dict = {}  # (op name, its dims object) -> (FLOPs, shape): ops of equal shapes share one dims list
     rows = []
     for op_id, name, start, cpu_ns, kernel_ns, kernel_names in zip(ids, names, ts[keep].tolist(), dur[keep].tolist(),
                                                                    kns.tolist(), kn.tolist()):
         d = dims.get(op_id)
         if d is None:
-            flops = None
+            flops = shape = None
         else:
             key = (name, id(d))
-            flops = flops_of[key] if key in flops_of else flops_of.setdefault(key, gemm_flops_from_dims(name, d))
+            if key not in flops_of:
+                bmkn = gemm_dims(name, d)
+                flops_of[key] = (gemm_flops_from_dims(name, d), None if bmkn is None else
+                                 f"{bmkn[1]}×{bmkn[2]}×{bmkn[3]}" if bmkn[0] == 1 else
+                                 f"{bmkn[0]} × {bmkn[1]}×{bmkn[2]}×{bmkn[3]}")
+            flops, shape = flops_of[key]
         src = "shapes"
         if flops is None and cfg_flops is not None:
-            flops, src = int(cfg_flops), "config"
+            flops, src, shape = int(cfg_flops), "config", None
         if flops is None:
             continue
         on_gpu = kernel_ns is not None and kernel_ns > 0
@@ -231,7 +237,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
         tflops = flops / time_ns / 1e3 if time_ns > 0 else float("nan")
         rows.append((op_id, name, start, "gpu" if on_gpu else "cpu", time_ns / 1000.0, flops, tflops, peak,
                      tflops / float(peak_tflops) if peak_tflops else float("nan"), src,
-                     kernel_names if on_gpu else None))
+                     kernel_names if on_gpu else None, shape))
     if not rows:
         return frame([], cols)
     # numbers as numpy columns; text as object columns holding the same str objects (one per distinct kernel list:

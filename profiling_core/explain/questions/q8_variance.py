@@ -38,13 +38,19 @@ def _q8_variance(r, config=None) -> list[Finding]:
     shapes = _by_shape(r, str(k["name"]))
     if len(shapes) > 1:
         ev["shapes"] = shapes
-        parts = [f"{g['gflop']:,.3g} GFLOP ×{g['count']}: median {_us(g['median_us'])}, CV {100 * g['cv']:.1f}%"
-                 for g in shapes]
-        text += (f" It ran {len(shapes)} GEMM sizes (from the launching ops' recorded shapes, 2·M·K·N per call): "
-                 + "; ".join(parts) + ". The spread over all its launches is shape, not noise: read each size's own.")
-        big = max(shapes, key=lambda g: g["count"] * g["median_us"])
+        listed = shapes[:_MAX_CONFIGS]
+        parts = [f"{g['shape']} ({g['gflop']:,.3g} GFLOP) ×{g['count']}: median {_us(g['median_us'])}, CV "
+                 f"{100 * g['cv']:.1f}%" for g in listed]
+        more = f"; {len(shapes) - len(listed)} more" if len(shapes) > len(listed) else ""
+        shaped = sum(g["count"] for g in shapes)
+        unshaped = (f"; {int(k['count']) - shaped} of its {int(k['count'])} launches have none: launched before "
+                    "the profiler started, or by an op that recorded none" if shaped < int(k["count"]) else "")
+        text += (f" It ran {len(shapes)} GEMM shapes (M×K×N, from the launching ops' recorded shapes{unshaped}): "
+                 + "; ".join(parts) + more + ". The spread over all its launches is shape, not noise: read each "
+                 "shape's own.")
+        big = max(shapes, key=lambda g: g["count"] * g["mean_us"])  # the largest total
         if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
-            text += _skew(f"At {big['gflop']:,.3g} GFLOP its mean", "its median", big, ev)
+            text += _skew(f"At {big['shape']} its mean", "its median", big, ev)
         return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
     configs = _by_config(r, str(k["name"]))
     if len(configs) > 1:
@@ -57,7 +63,7 @@ def _q8_variance(r, config=None) -> list[Finding]:
         text += (f" It ran in {len(configs)} launch configurations (grid and block, from the kernels' args): "
                  + "; ".join(parts) + more + ". A launch in another configuration does another amount of work, so "
                  "the spread over all its launches is partly work, not noise: read each configuration's own.")
-        big = max(configs, key=lambda g: g["count"] * g["median_us"])
+        big = max(configs, key=lambda g: g["count"] * g["mean_us"])  # the largest total
         if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
             text += _skew(f"In grid {big['grid']}, block {big['block']} its mean", "its median", big, ev)
         return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
@@ -91,17 +97,20 @@ def _by_config(r, name: str) -> list[dict]:
 
 
 def _by_shape(r, name: str) -> list[dict]:
-    """The launches of kernel ``name`` grouped by the FLOPs of the GEMM op that launched it alone (recorded shapes),
-    largest FLOPs first: [{"gflop", "count", "median_us", "mean_us", "cv"}]; [] where no such op recorded its shapes."""
+    """The launches of kernel ``name`` grouped by the shape (M×K×N) of the GEMM op that launched it alone (recorded
+    shapes: two shapes of equal FLOPs are two groups), largest FLOPs first, then shape: [{"shape", "gflop", "count",
+    "median_us", "mean_us", "cv"}]; [] where no such op recorded its shapes."""
     g = r.gemm_throughput
-    if g.empty or "kernel_names" not in g.columns:
+    if g.empty or "kernel_names" not in g.columns or "shape" not in g.columns:
         return []
-    mine = g[(g["kernel_names"].astype(object) == name) & (g["flops_from"].astype(object) == "shapes")]
+    mine = g[(g["kernel_names"].astype(object) == name) & (g["flops_from"].astype(object) == "shapes")
+             & g["shape"].notna()]
     out = []
-    for flops, grp in mine.groupby("flops", sort=True):
+    for (shape, flops), grp in mine.groupby([mine["shape"].astype(object), "flops"], sort=True):
         t = grp["time_us"].astype(float)
         mean = float(t.mean())
-        out.append({"gflop": float(flops) / 1e9, "count": int(len(t)), "median_us": float(t.median()),
-                    "mean_us": mean, "cv": float(t.std(ddof=0) / mean) if mean > 0 and len(t) > 1 else 0.0})
-    out.sort(key=lambda x: -x["gflop"])
+        out.append({"shape": str(shape), "gflop": float(flops) / 1e9, "count": int(len(t)),
+                    "median_us": float(t.median()), "mean_us": mean,
+                    "cv": float(t.std(ddof=0) / mean) if mean > 0 and len(t) > 1 else 0.0})
+    out.sort(key=lambda x: (-x["gflop"], x["shape"]))
     return out if sum(x["count"] for x in out) else []
