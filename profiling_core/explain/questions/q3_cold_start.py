@@ -151,9 +151,13 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
     why = why or "from the trace: no call in the first step is missing from the later ones"
     out = f" This is not a cold start ({why})"
     if startup_us > 0:
-        share = f", {100 * startup_us / extra:.0f}% of the {_us(extra)} extra" if extra > 0 else ""
-        return out + (f": the extra is the profiler's own start-up — its "
-                      f"{' and '.join(map(str, sorted(set(startup['name']))))} took {_us(startup_us)}{share}.")
+        share = startup_us / extra if extra > 0 else None
+        names = " and ".join(map(str, sorted(set(startup["name"]))))
+        if share is not None and share < 0.5:  # a part of it, said as a part
+            return out + (f": part of the extra is the profiler's own start-up — its {names} took "
+                          f"{_us(startup_us)}, {100 * share:.0f}% of the {_us(extra)} extra.")
+        return out + (f": the extra is the profiler's own start-up — its {names} took {_us(startup_us)}"
+                      + (f", {100 * share:.0f}% of the {_us(extra)} extra" if share is not None else "") + ".")
     return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). It may be the "
                   "profiler's first recorded step"
                   + (f" (ProfilerStep#{first_step} is the first step it records, after {first_step} unrecorded "

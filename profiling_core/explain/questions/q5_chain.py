@@ -65,9 +65,17 @@ def _q5_chain(r, config=None) -> list[Finding]:
                    "thread, or a track of its own), so no chain from the step down to a launch can be drawn")
         else:
             why = "No GPU op was launched in this step"
+        own = r.cpu_own_times  # every thread's slices in the step's window (the step slices left out)
+        mine = own[own["step"] == step] if len(own) else own
+        others = max(0, int(mine["calls"].sum()) - (len(cpu) - 1)) if len(mine) else 0
+        elsewhere = (f"; {_n(others, 'more CPU slice')} of other threads or tracks start in its window"
+                     + (f" ({', '.join(map(_short, mine['name'].astype(str).head(3)))}"
+                        + (f" and {len(mine) - 3} more" if len(mine) > 3 else "") + ")") if others > 0 else "")
         return [Finding("q5.chain", 5, "CPU-only dispatch" if not launched else "Dispatch outside the step's slice",
-                        f"{why}: ProfilerStep#{step} holds {_n(len(cpu), 'CPU slice')} ({', '.join(map(_short, names))}).",
-                        {"step": step, "cpu_slices": int(len(cpu)), "names": names, "gpu_ops_launched": launched})]
+                        f"{why}: ProfilerStep#{step}'s own slice holds {_n(len(cpu), 'CPU slice')} "
+                        f"({', '.join(map(_short, names))}){elsewhere}.",
+                        {"step": step, "cpu_slices": int(len(cpu)), "names": names, "gpu_ops_launched": launched,
+                         "cpu_slices_elsewhere": others})]
     shown = paths[:_MAX_LISTED]
     text = f"In ProfilerStep#{step}: " + "; ".join(" → ".join(_short(n, 48) for n in p) for p in shown)
     text += f"; and {len(paths) - len(shown)} more distinct chains." if len(paths) > len(shown) else "."

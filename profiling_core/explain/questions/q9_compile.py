@@ -26,6 +26,9 @@ def _q9_compile(r, config=None) -> list[Finding]:
           "kernel_launches_per_step": _num(cb["kernel_launches"].median()),
           "launches_per_step": _num(cb["launches"].median()),
           "kernels_per_step": _num(cb["kernels"].median()), "memcpy_dtod": int(cb["memcpy_dtod"].sum()),
+          "memcpy_htod": int(cb["memcpy_htod"].sum()), "memcpy_dtoh": int(cb["memcpy_dtoh"].sum()),
+          "memcpy_htod_per_step": _num(cb["memcpy_htod"].median()),
+          "memcpy_dtoh_per_step": _num(cb["memcpy_dtoh"].median()),
           "memsets": int(cb["memsets"].sum()), "graph_launches": int(cb["graph_launches"].sum()),
           "memcpy_dtod_per_step": _num(cb["memcpy_dtod"].median()), "memsets_per_step": _num(cb["memsets"].median()),
           "graph_launches_per_step": _num(cb["graph_launches"].median())}
@@ -59,6 +62,8 @@ def _q9_compile(r, config=None) -> list[Finding]:
             f"{_n(ev['kernels_per_step'], 'kernel')}")
     totals = []
     for key, word, plural, note in (("memcpy_dtod", "device-to-device copy", "device-to-device copies", ""),
+                                    ("memcpy_htod", "host-to-device copy", "host-to-device copies", ""),
+                                    ("memcpy_dtoh", "device-to-host copy", "device-to-host copies", ""),
                                     ("memsets", "memset", None, ""),
                                     ("graph_launches", "cudaGraphLaunch call", None, " (CUDA graphs replayed)")):
         if ev[key]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ....analyses import basis_steps
 from ...questions.base import _per_name
 from ..base import Diagnosis, _Ctx, _fmt_us, _in_steps, _steps
 
@@ -20,13 +21,18 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     if ops.empty:
         return None
     k = _in_steps(r, ops[ops["category"] == "kernel"])
+    lat = r.launch_latency
+    if len(r.steps) and not lat.empty:  # the steady state's steps (after the first, from 3 on), as the bound's
+        basis = set(basis_steps(r.steps)["step"].tolist())
+        k = k[k["id"].isin(set(lat.loc[lat["step"].isin(basis), "gpu_id"].astype(int)))]
+        n = max(1, len(basis))
+    else:
+        n = _steps(r)
     tr = k[_per_name(k["name"], lambda t: t.str.lower().str.contains("|".join(_TRANSPOSES), na=False)).astype(bool)]
     if tr.empty:
         return None
-    n = _steps(r)
     per_step, count = float(tr["dur_us"].sum()) / n, len(tr) / n
     gpu_total = float(k["dur_us"].sum()) / n
-    lat = r.launch_latency
     launches = lat[lat["gpu_id"].isin(tr["id"])] if not lat.empty else lat
     launch_us = float(launches.drop_duplicates("launch_id")["launch_dur_us"].sum()) / n if len(launches) else 0.0
     ss = r.summary.get("steady_state") or {}
@@ -42,8 +48,8 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     names = sorted({str(x) for x in tr["name"]}, key=lambda x: (len(x), x))  # (a set's order varies between runs)
     text = (f"cuDNN transposes between NCHW and NHWC around the convolutions: {count:g} transpose kernel"
             f"{'s' if count != 1 else ''} {unit} ({', '.join(x[:60] for x in names[:2])}), {_fmt_us(per_step)} of "
-            f"GPU time {unit}, {per_step / gpu_total:.0%} of all kernel time; {len(tr) / max(1, len(k)):.0%} of the "
-            "kernels. The convolution kernels work in NHWC, and the tensors arrive in NCHW.")
+            f"GPU time {unit}, {_share(per_step / gpu_total)} of all kernel time; {_share(len(tr) / max(1, len(k)))} "
+            "of the kernels. The convolution kernels work in NHWC, and the tensors arrive in NCHW.")
     fix = ("Use channels_last: model = model.to(memory_format=torch.channels_last) and "
            "x = x.contiguous(memory_format=torch.channels_last) (or .to(memory_format=...)) once, outside the step; the "
            "convolutions then read and write NHWC directly. torch.compile does this layout choice itself for convs it "
@@ -52,3 +58,8 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
                      basis, {"slice_ids": tr["id"].astype(int).tolist()[:50], "transposes_per_step": count,
                              "transpose_us_per_step": per_step, "launch_us_per_step": launch_us,
                              "kernel_share": per_step / gpu_total if gpu_total else None})
+
+
+def _share(x: float) -> str:
+    """A share as a percentage, with the digits a small one needs (0.09%, not 0%)."""
+    return f"{100 * x:.2g}%" if 0 < x < 0.01 else f"{x:.0%}"

@@ -57,7 +57,9 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
             basis = (f"these GEMMs' time less their floor at TF32 (the same FLOPs at the {src} tf32 peak, "
                      f"{tf:,.0f} TFLOP/s, or their bytes at the measured bandwidth, whichever is longer): what TF32 "
                      "could save at most")
-    text = (f"fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores: {top[:90]}{rate}, "
+    others = len(simt_names) - 1
+    text = (f"fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores: {top[:90]}{rate}"
+            + (f" and {others} other such kernel{'s' if others > 1 else ''}" if others else "") + ", "
             f"{_fmt_us(per_step)} of such kernels {_per(c.report)}. This GPU has TF32 tensor cores"
             + (f" ({src} {tf:,.0f} TFLOP/s{' here' if src == 'measured' else ''})" if tf else "") + ", which torch leaves off for matmuls by default.")
     fix = ("torch.set_float32_matmul_precision('high') (or torch.backends.cuda.matmul.allow_tf32 = True): fp32 GEMMs "

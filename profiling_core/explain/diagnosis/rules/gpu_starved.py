@@ -9,6 +9,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...questions.base import _self_times_by_step
 from ..base import Diagnosis, _Ctx, _fmt_us
 
 GPU_IDLE_AT = 0.5
@@ -62,6 +63,17 @@ def _cpu_time_by_op(report, steps: list[int]) -> list[tuple[str, float, float]]:
     return sorted(out, key=lambda kv: -kv[1])
 
 
+def _step_own_us(report, steps: list[int]) -> float:
+    """The median own time of the step slices of ``steps`` (their duration less their children's and less their
+    wait for the autograd engine's thread: the dispatch chains' self times), 0 without chains."""
+    ch = report.dispatch_chains
+    if ch.empty:
+        return 0.0
+    by_step = _self_times_by_step(ch, steps)
+    own = [float(g.loc[g["name"] == "ProfilerStep*", "self_us"].sum()) for g in by_step.values()]
+    return float(np.median(own)) if own else 0.0
+
+
 def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     r = c.report
     ss = r.summary.get("steady_state") or {}
@@ -84,7 +96,10 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
             f"launches {_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per "
             f"step), so the GPU idles {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
     if where:
-        text += f" Where the CPU time goes (own time per step, largest first): {where}."
+        step_own = _step_own_us(r, basis)
+        text += (f" Where the CPU time goes (own time per step, largest first): {where}"
+                 + (f"; not listed, the step slice's own time outside every op of its thread: {_fmt_us(step_own)}"
+                    if step_own > 0 else "") + ".")
     if call_us is not None:
         text += (f" The {n_calls:g} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} per "
                  f"step in all (median {_fmt_us(call_us)} each).")

@@ -48,11 +48,13 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     kernels = float(basis["kernels"].median())
     cls = next((m.group(1) for n in c.session.tables.name.uniq if isinstance(n, str) and (m := _CLASS.match(n))),
                None)
-    top = names.value_counts().head(4)
-    what = ", ".join(f"{n} ×{k / n_steps:g}" for n, k in top.items())
+    counts = names.value_counts()
+    top = counts.head(4)
+    what = ", ".join(f"{n} ×{k / n_steps:g}" for n, k in top.items()) + (
+        f" and {len(counts) - len(top)} more" if len(counts) > len(top) else "")
     on_gpu = r.has_gpu
     text = (f"The optimizer{f' ({cls})' if cls else ''} ran its for-loop implementation: {per_step:g} ATen ops per "
-            f"step ({what}, ...), none of them a multi-tensor (_foreach_) or fused (_fused_) op"
+            f"step ({what}), none of them a multi-tensor (_foreach_) or fused (_fused_) op"
             + (f"; {kernels:g} kernels per step in the optimizer phase, {_fmt_us(gpu_us)} of GPU time" if on_gpu
                else "")
             + f", {_fmt_us(cpu_us)} of CPU time per step. Each parameter's update is a few small ops, each "
