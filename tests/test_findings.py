@@ -628,3 +628,30 @@ def test_q3_counts_the_first_steps_calls_on_every_thread():
     assert q3.evidence["first_step_only_calls"] == want
     assert q3.evidence["first_step_only_calls_us"] == pytest.approx(sum(float(e["dur"]) for e in first), abs=0.01)
     assert "hipLaunchKernel ×12" in q3.text
+
+
+def test_q5_names_what_other_threads_started_in_a_step_without_a_chain():
+    """HTA's CPU-only gloo trace: the step's own slice holds nothing, while two gloo:all_reduce calls of other
+    threads start in its window (a plain scan)."""
+    path = DATA / "traces" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    xs = scan(path).xs
+    (st,) = [e for e in xs if str(e["name"]).startswith("ProfilerStep#")]
+    others = [e for e in xs if e["tid"] != st["tid"] and e.get("cat") not in ("Trace", "python_function")
+              and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
+    assert {e["name"] for e in others} == {"gloo:all_reduce"} and len(others) == 2
+    q5 = by_id(path)["q5.chain"]
+    assert q5.evidence["cpu_slices_elsewhere"] == 2
+    assert "2 more CPU slices of other threads or tracks start in its window (gloo:all_reduce)" in q5.text
+
+
+def test_q9_counts_a_compiled_steps_host_to_device_copies():
+    """The H200 dynamic-cache decode compiled with mode="default": 16 host-to-device copies a step beside its
+    kernels (a plain scan of the copies whose launch call starts in each step)."""
+    path = DATA / "h200_train" / "llm_decode_dynamic_compile_default.json.gz"
+    s = scan(path)
+    per_step = [sum(1 for launch, g in s.pairs if str(g["name"]).startswith("Memcpy HtoD")
+                    and st["ts"] <= launch["ts"] < st["ts"] + st["dur"]) for st in s.steps]
+    assert per_step and len(set(per_step)) == 1
+    q9 = by_id(path)["q9.compile"]
+    assert q9.evidence["memcpy_htod_per_step"] == per_step[0]
+    assert f"{per_step[0]} host-to-device copies" in q9.text
