@@ -17,7 +17,7 @@ from .base import NO_GPU_TEXT, Finding, _num, _short
 MEAN_ABOVE_MEDIAN_PCT = 2.0
 """A kernel whose mean lies more than this many percent above its median is skewed by a few slow launches
 (question 8); the Kernel variance page gives each kernel the same verdict."""
-_MAX_CONFIGS = 4  # launch configurations listed in the text (all of them in the evidence)
+_MAX_GROUPS = 4  # GEMM shapes or launch configurations listed in the text (all of them in the evidence)
 MIN_LAUNCHES_FOR_SKEW = 3
 """Fewer launches than this say nothing about skew: the question-8 finding and the page then give no verdict."""
 
@@ -38,37 +38,40 @@ def _q8_variance(r, config=None) -> list[Finding]:
     shapes = _by_shape(r, str(k["name"]))
     if len(shapes) > 1:
         ev["shapes"] = shapes
-        listed = shapes[:_MAX_CONFIGS]
-        parts = [f"{g['shape']} ({g['gflop']:,.3g} GFLOP) ×{g['count']}: median {_us(g['median_us'])}, CV "
-                 f"{100 * g['cv']:.1f}%" for g in listed]
-        more = f"; {len(shapes) - len(listed)} more" if len(shapes) > len(listed) else ""
         shaped = sum(g["count"] for g in shapes)
         unshaped = (f"; {int(k['count']) - shaped} of its {int(k['count'])} launches have none: launched before "
                     "the profiler started, or by an op that recorded none" if shaped < int(k["count"]) else "")
-        text += (f" It ran {len(shapes)} GEMM shapes (M×K×N, from the launching ops' recorded shapes{unshaped}): "
-                 + "; ".join(parts) + more + ". The spread over all its launches is shape, not noise: read each "
-                 "shape's own.")
-        big = max(shapes, key=lambda g: g["count"] * g["mean_us"])  # the largest total
-        if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
-            text += _skew(f"At {big['shape']} its mean", "its median", big, ev)
-        return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
+        return _per_group(
+            text, ev, shapes, lambda g: f"{g['shape']} ({g['gflop']:,.3g} GFLOP)",
+            f" It ran {len(shapes)} GEMM shapes (M×K×N, from the launching ops' recorded shapes{unshaped}): ",
+            "The spread over all its launches is shape, not noise: read each shape's own.",
+            lambda g: f"At {g['shape']} its mean")
     configs = _by_config(r, str(k["name"]))
     if len(configs) > 1:
         ev["configs"] = [{k: _num(v) if k in ("median_us", "mean_us", "cv") else v for k, v in g.items()}
                          for g in configs]
-        listed = configs[:_MAX_CONFIGS]
-        parts = [f"grid {g['grid']}, block {g['block']} ×{g['count']}: median {_us(g['median_us'])}, CV "
-                 f"{100 * g['cv']:.1f}%" for g in listed]
-        more = f"; {len(configs) - len(listed)} more" if len(configs) > len(listed) else ""
-        text += (f" It ran in {len(configs)} launch configurations (grid and block, from the kernels' args): "
-                 + "; ".join(parts) + more + ". A launch in another configuration does another amount of work, so "
-                 "the spread over all its launches is partly work, not noise: read each configuration's own.")
-        big = max(configs, key=lambda g: g["count"] * g["mean_us"])  # the largest total
-        if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
-            text += _skew(f"In grid {big['grid']}, block {big['block']} its mean", "its median", big, ev)
-        return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
+        return _per_group(
+            text, ev, configs, lambda g: f"grid {g['grid']}, block {g['block']}",
+            f" It ran in {len(configs)} launch configurations (grid and block, from the kernels' args): ",
+            "A launch in another configuration does another amount of work, so the spread over all its launches is "
+            "partly work, not noise: read each configuration's own.",
+            lambda g: f"In grid {g['grid']}, block {g['block']} its mean")
     if int(k["count"]) >= MIN_LAUNCHES_FOR_SKEW:
         text += _skew("The mean", "the median", k, ev)
+    return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
+
+
+def _per_group(text: str, ev: dict, groups: list[dict], label, head: str, tail: str, lead) -> list[Finding]:
+    """Q8 on a kernel whose launches fall in groups that do different work (GEMM shapes, launch configurations):
+    each group's count, median and CV (the first :data:`_MAX_GROUPS`), then the skew verdict of the group with
+    the largest total (count × mean)."""
+    listed = groups[:_MAX_GROUPS]
+    parts = [f"{label(g)} ×{g['count']}: median {_us(g['median_us'])}, CV {100 * g['cv']:.1f}%" for g in listed]
+    more = f"; {len(groups) - len(listed)} more" if len(groups) > len(listed) else ""
+    text += head + "; ".join(parts) + more + ". " + tail
+    big = max(groups, key=lambda g: g["count"] * g["mean_us"])
+    if big["count"] >= MIN_LAUNCHES_FOR_SKEW:
+        text += _skew(lead(big), "its median", big, ev)
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
 
 
