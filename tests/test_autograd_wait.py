@@ -17,9 +17,10 @@ DATA = Path(__file__).parent / "data"
 FN = "autograd::engine::evaluate_function:"
 
 
-def _own_waits(events, name):
+def _own_waits(events, name, engine=lambda e: e["name"].startswith(FN)):
     """By a plain scan: for each slice called ``name``, the µs of its own time (its window less its same-thread
-    children's windows) that slices starting with FN on other threads of its process cover."""
+    children's windows) that the ``engine`` slices (by default, those starting with FN) on other threads of its
+    process cover."""
     xs = [e for e in events if e.get("ph") == "X"]
     out = []
     for b in (e for e in xs if e["name"] == name and e.get("cat") != "gpu_user_annotation"):
@@ -27,7 +28,7 @@ def _own_waits(events, name):
         kids = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in xs
                 if e is not b and e["pid"] == b["pid"] and e["tid"] == b["tid"] and lo <= float(e["ts"])
                 and float(e["ts"]) + float(e["dur"]) <= hi]
-        fns = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in xs if e["name"].startswith(FN)
+        fns = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in xs if engine(e)
                and e["pid"] == b["pid"] and e["tid"] != b["tid"]]
         # sweep the window in µs steps of the union: own instants covered by some fn
         points = sorted({lo, hi, *(p for iv in kids + fns for p in iv if lo <= p <= hi)})
@@ -48,10 +49,12 @@ def _x(name, ts, dur, tid, pid=1, cat="cpu_op"):
 
 def _trace(path, *, engine_tid=2, engine_pid=1):
     """One step: the main thread's ``train::backward`` (1000 µs, a 50 µs child op) while an engine thread runs
-    three backward functions (100 µs each, one of them overlapping the child)."""
+    three backward functions (100 µs each, one of them overlapping the child), and a data loader's thread of the
+    same process runs an op of its own meanwhile (it waits for nothing)."""
     ev = [_x("ProfilerStep#1", 0, 1200, 1, cat="user_annotation"),
           _x("train::backward", 100, 1000, 1, cat="user_annotation"),
-          _x("aten::ones_like", 150, 50, 1)]
+          _x("aten::ones_like", 150, 50, 1),
+          _x("aten::copy_", 350, 500, 9)]
     for ts in (180, 400, 700):
         ev.append(_x(f"{FN} MmBackward0", ts, 100, engine_tid, pid=engine_pid))
         ev.append(_x("aten::mm", ts + 10, 80, engine_tid, pid=engine_pid))
@@ -67,6 +70,7 @@ def test_the_wait_for_the_engines_thread_is_not_own_time(tmp_path):
     assert got.loc["train::backward", "wait_us"] == pytest.approx(want)
     assert got.loc["train::backward", "own_us"] == pytest.approx(1000 - 50 - want)
     assert got.loc["aten::mm", "wait_us"] == 0 and got.loc["aten::mm", "own_us"] == pytest.approx(3 * 80)
+    assert got.loc["aten::copy_", "wait_us"] == 0 and got.loc["aten::copy_", "own_us"] == pytest.approx(500)
 
 
 @pytest.mark.parametrize("where", ["same thread", "another process"])
@@ -96,4 +100,28 @@ def test_a_real_h200_training_step_names_its_wait_beside_its_own_time():
     assert "waiting for the autograd engine's thread" in d["gpu_starved"].text
     q1 = next(f for f in findings(r) if f.id == "q1.table")
     assert q1.evidence["top_self_cpu_row"] == "train::backward"
+    assert q1.evidence["top_self_cpu_autograd_wait_us"] == pytest.approx(sum(waits), abs=0.01)
+
+
+def test_a_2021_trace_s_backward_nodes_are_the_engine_s_work():
+    """The 2021 format has no evaluate_function slices: its engine thread's top slices are the backward nodes
+    (MmBackward, AccumulateGrad). Kineto's gpu_metrics example: the step's thread waits while they run, and Q1
+    says how much of ProfilerStep*'s self time that was, as a scan over those nodes counts it."""
+    import re
+    path = DATA / "third_party" / "gpu_metrics_input.json"
+    ev = scan_trace(path)
+    node = re.compile(r"\w+Backward\d*|torch::autograd::AccumulateGrad")
+    xs = [e for e in ev if e.get("ph") == "X"]
+    tops = []  # the top slices of each thread, by a scan
+    for tid in {e["tid"] for e in xs}:
+        end = -1.0
+        for e in sorted((e for e in xs if e["tid"] == tid), key=lambda e: (float(e["ts"]), -float(e["dur"]))):
+            if float(e["ts"]) >= end:
+                tops.append(id(e))
+                end = float(e["ts"]) + float(e["dur"])
+    top = set(tops)
+    waits = _own_waits(ev, "ProfilerStep#2", engine=lambda e: id(e) in top and bool(node.fullmatch(e["name"])))
+    assert waits and waits[0] > 1000  # the trace as it is: milliseconds of the step's own time
+    q1 = next(f for f in findings(analyze(open_trace(path))) if f.id == "q1.table")
+    assert q1.evidence["top_self_cpu_row"] == "ProfilerStep*"
     assert q1.evidence["top_self_cpu_autograd_wait_us"] == pytest.approx(sum(waits), abs=0.01)

@@ -190,6 +190,9 @@ def coverage_ns(b: np.ndarray, e: np.ndarray, group: np.ndarray | None = None, n
 
 AUTOGRAD_FUNCTION = "autograd::engine::evaluate_function:"
 """The prefix of the slice the autograd engine opens around each backward function it runs."""
+_BACKWARD_NODE = re.compile(r"\w+Backward\d*|torch::autograd::AccumulateGrad")
+"""A backward node's own name (``MmBackward``, ``AddBackward0``, the gradient accumulation), which the 2021 format
+records at the top of the engine's thread (it has no :data:`AUTOGRAD_FUNCTION` slice around it)."""
 
 
 def merged(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -619,19 +622,40 @@ class Shared:
     @cached_property
     def autograd_wait(self) -> np.ndarray:
         """For every row of ``slices`` (int64 ns), the part of its own time (its window less its children's) during
-        which the autograd engine ran backward functions (:data:`AUTOGRAD_FUNCTION` slices) on *another* thread of its
-        process. On a GPU the engine runs the backward on a thread of its own while the thread that called
-        ``backward()`` blocks until it is done, so that caller's own time there (a ``train::backward`` or ``##
-        backward ##`` range, or the step slice itself) is a wait for work counted on the engine's thread, not work of
-        its own. 0 elsewhere, and on a trace whose backward runs on the calling thread (a CPU run): there the
-        functions are the caller's children. Read by ``cpu_own_times`` and the dispatch chains' ``wait_us``."""
+        which the autograd engine ran backward functions on another thread of its process, for the slices of a
+        thread that runs the steps (holds a ``ProfilerStep#N`` slice); 0 for every other slice (a data loader's
+        thread does not wait for the backward). On a GPU the engine runs the backward on a thread of its own while the loop's thread, which
+        called ``backward()``, blocks until it is done: that thread's own time there (a ``train::backward`` or ``##
+        backward ##`` range, or the step slice itself) is a wait for work counted on the engine's thread. The
+        engine's work is its ``autograd::engine::evaluate_function: …`` slices (:data:`AUTOGRAD_FUNCTION`), or, in
+        the 2021 format, which has none, the backward nodes at the top of a thread (``MmBackward``,
+        ``torch::autograd::AccumulateGrad``: :data:`_BACKWARD_NODE`). A CPU run's backward runs on the calling
+        thread (the functions are its children, not another thread's): no wait. Read by ``cpu_own_times`` and the dispatch chains'
+        ``wait_us``."""
         t = self.slices
         wait = np.zeros(len(t["ts"]), dtype=np.int64)
         utid = t["utid"]
-        fn = np.flatnonzero(self.name_mask(lambda u: isinstance(u, str) and u.startswith(AUTOGRAD_FUNCTION))
-                            & (utid >= 0))
-        if not len(fn):
+        fn = np.flatnonzero((self.name_mask(lambda u: isinstance(u, str) and u.startswith(AUTOGRAD_FUNCTION))
+                             | (self.name_mask(lambda u: isinstance(u, str) and bool(_BACKWARD_NODE.fullmatch(u)))
+                                & (t["depth"] == 0))) & (utid >= 0))
+        loops = {int(r[6]) for r in self.steps_list if r[6] is not None}  # the threads that run the steps
+        if not len(fn) or not loops:
             return wait
+        upid_of = {u: up for u, _tid, _name, up, _main in self.tables.threads}
+        ts, end, ppos = t["ts"], t["ts"] + t["dur"], t["ppos"]
+        for u in sorted(loops):  # the loop's thread waits for the backward functions other threads run
+            src = fn[np.array([x != u and upid_of.get(x) == upid_of.get(u) for x in utid[fn].tolist()], dtype=bool)]
+            rows = np.flatnonzero(utid == u)
+            if not len(src) or not len(rows):
+                continue
+            s, e = merged(ts[src], end[src])
+            ov = np.zeros(len(wait), dtype=np.int64)
+            ov[rows] = covered_ns(ts[rows], end[rows], s, e)
+            kids = rows[ppos[rows] >= 0]
+            child = np.zeros(len(wait), dtype=np.int64)
+            np.add.at(child, ppos[kids], ov[kids])
+            wait[rows] = np.maximum(ov[rows] - child[rows], 0)
+        return wait
         upid_of = {u: up for u, _tid, _name, up, _main in self.tables.threads}
         upid = np.array([upid_of.get(u, -1) for u in range(int(utid.max()) + 1)] + [-2],
                         dtype=np.int64)  # (index -1, off-thread: -2, no process)
