@@ -656,27 +656,6 @@ class Shared:
             np.add.at(child, ppos[kids], ov[kids])
             wait[rows] = np.maximum(ov[rows] - child[rows], 0)
         return wait
-        upid_of = {u: up for u, _tid, _name, up, _main in self.tables.threads}
-        upid = np.array([upid_of.get(u, -1) for u in range(int(utid.max()) + 1)] + [-2],
-                        dtype=np.int64)  # (index -1, off-thread: -2, no process)
-        ts, end, ppos = t["ts"], t["ts"] + t["dur"], t["ppos"]
-        for proc in np.unique(upid[utid[fn]]).tolist():
-            fp = fn[upid[utid[fn]] == proc]
-            engine = np.unique(utid[fp])
-            in_proc = upid[utid] == proc
-            for u in [-1, *engine.tolist()]:  # -1: the process's other threads, which wait for every engine thread
-                src = fp[utid[fp] != u]
-                rows = np.flatnonzero(in_proc & ((utid == u) if u >= 0 else ~np.isin(utid, engine)))
-                if not len(src) or not len(rows):
-                    continue
-                s, e = merged(ts[src], end[src])
-                ov = np.zeros(len(wait), dtype=np.int64)
-                ov[rows] = covered_ns(ts[rows], end[rows], s, e)
-                kids = rows[ppos[rows] >= 0]
-                child = np.zeros(len(wait), dtype=np.int64)
-                np.add.at(child, ppos[kids], ov[kids])
-                wait[rows] = np.maximum(ov[rows] - child[rows], 0)
-        return wait
 
     @cached_property
     def step_windows(self) -> dict:
