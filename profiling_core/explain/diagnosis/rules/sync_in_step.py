@@ -44,7 +44,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                          & ~np.isin(tb.category.codes, _codes(tb.category, ("gpu_user_annotation",))))
     ss = r.summary.get("steady_state") or {}
     st = basis_steps(r.steps)  # the steady state's steps: after the first, from 3 steps on (as the bound's)
-    basis = st["step"].tolist()
+    steady = st["step"].tolist()
     starts = st["start_ns"].to_numpy(dtype=np.int64)
     ends = starts + np.round(st["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
     step_of = np.full(len(idx), -1, dtype=np.int64)
@@ -54,7 +54,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     kept = _reached_device(idx, names, tb)
     step_of, idx = step_of[np.isin(idx, kept)], kept
     lat = r.launch_latency
-    copies = lat[lat["step"].isin(basis) & _per_name(lat["gpu_name"], lambda t: t.str.contains("HtoD|DtoH",
+    copies = lat[lat["step"].isin(steady) & _per_name(lat["gpu_name"], lambda t: t.str.contains("HtoD|DtoH",
                                                                                                    na=False))
                  .astype(bool)] if not lat.empty else lat
     copy_kinds = {k: int(copies["gpu_name"].astype(str).str.contains(k).sum()) for k in ("HtoD", "DtoH")}
@@ -106,10 +106,9 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
             parts.append(f"{logged:g} per step after the optimizer, outside every phase: the loop reading a value "
                          "back (logging the loss with .item()) every step")
     pageable = any(row["memory"] == "pageable" for row in copy_rows)
-    where = ("Inside each step" if with_any >= n else
-             f"Inside {with_any} of the {n} steps (per step: averaged over {'both' if n == 2 else f'all {n}'})")
-    if len(basis) < len(r.steps):
-        where += " of the steady state (the steps after the first)"
+    scope = " of the steady state (the steps after the first)" if len(steady) < len(r.steps) else ""
+    where = (f"Inside each step{scope}" if with_any >= n else
+             f"Inside {with_any} of the {n} steps{scope}, counted per step over {'both' if n == 2 else f'all {n}'}")
     text = (where + ": " + "; ".join(parts) + ". A synchronising call returns only when the GPU has caught "
             "up, so nothing further is queued meanwhile and the GPU runs dry after it"
             + ("; a copy from pageable host memory holds the CPU until its bytes are staged, which synchronises too."
