@@ -48,15 +48,32 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     cols = ["name", "count", "total_us", "mean_us", "median_us", "min_us", "max_us", "std_us", "cv"]
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype="object" if c == "name" else "float64") for c in cols})
-    g = k.groupby(k["name"].astype("object"), sort=False)["dur_us"]
-    out = pd.DataFrame({
-        "count": g.count(), "total_us": g.sum(), "mean_us": g.mean(), "median_us": g.median(),
-        "min_us": g.min(), "max_us": g.max(), "std_us": g.std(ddof=0).fillna(0.0),
-    })
-    out["cv"] = out["std_us"] / out["mean_us"].where(out["mean_us"] > 0)
-    out = out.reset_index().sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
-    out["count"] = out["count"].astype("int64")
+    codes, names = pd.factorize(k["name"].astype("object"), use_na_sentinel=False)
+    first, st = _duration_stats(codes.astype(np.int64), k["dur_us"].to_numpy(dtype=np.float64))
+    out = pd.DataFrame({"name": pd.Series(np.asarray(names, dtype=object)[first], dtype=object), **st})
+    out = out.sort_values(["total_us", "name"], ascending=[False, True], kind="stable")
     return out[cols].reset_index(drop=True)
+
+
+def _duration_stats(key: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Per distinct ``key`` (int64, in ascending order): (that key, and the columns ``count``, ``total_us``,
+    ``mean_us``, ``median_us``, ``min_us``, ``max_us``, ``std_us`` (population: 0 for a single launch, and for
+    launches of one duration), ``cv`` (std / mean, NaN for a zero mean)) of the durations ``dur`` (µs). One sort by
+    (key, duration): each group's min, max and median are positions in its run."""
+    order = np.lexsort((dur, key))
+    key, dur = key[order], dur[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    n = np.diff(np.r_[starts, len(key)])
+    total = np.add.reduceat(dur, starts)
+    mean = total / n
+    lo, hi = dur[starts], dur[starts + n - 1]
+    d = dur - np.repeat(lo, n)  # (shifted to each group's minimum: the moments of small numbers, no cancellation
+    m1 = np.add.reduceat(d, starts) / n  # of large ones)
+    std = np.where(lo == hi, 0.0, np.sqrt(np.maximum(np.add.reduceat(d * d, starts) / n - m1 * m1, 0.0)))
+    median = (dur[starts + (n - 1) // 2] + dur[starts + n // 2]) / 2
+    return key[starts], {"count": n.astype(np.int64), "total_us": total, "mean_us": mean, "median_us": median,
+                         "min_us": lo, "max_us": hi, "std_us": std,
+                         "cv": np.where(mean > 0, std / np.where(mean > 0, mean, 1.0), np.nan)}
 
 
 def _key(v):
@@ -100,29 +117,14 @@ def kernel_configs(session, shared: Shared | None = None) -> pd.DataFrame:
                for a in grid.keys() | block.keys()}
     none = configs.setdefault((None, None), len(configs))
     cfg = np.array([per_set.get(a, none) for a in ids.tolist()], dtype=np.int64)
-    # one group per (name, configuration): sorted by it, then by duration, so each group's min, max and median
-    # are positions in its run
-    key = t["name_codes"][i].astype(np.int64) * len(configs) + cfg
-    dur = t["dur"][i].astype(np.float64) / 1000.0
-    order = np.lexsort((dur, key))
-    key, dur = key[order], dur[order]
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    n = np.diff(np.r_[starts, len(key)])
-    total = np.add.reduceat(dur, starts)
-    mean = total / n
-    dev = dur - np.repeat(mean, n)
-    std = np.sqrt(np.add.reduceat(dev * dev, starts) / n)
-    median = (dur[starts + (n - 1) // 2] + dur[starts + n // 2]) / 2
-    k = key[starts]
+    k, st = _duration_stats(t["name_codes"][i].astype(np.int64) * len(configs) + cfg,
+                            t["dur"][i].astype(np.float64) / 1000.0)
     texts = [(_config_text(g), _config_text(b)) for g, b in configs]
     names = t["name_uniq"]
     which = (k % len(configs)).tolist()
     out = pd.DataFrame({"name": pd.Series([names[c] for c in (k // len(configs)).tolist()], dtype=object),
                         "grid": pd.Series([texts[c][0] for c in which], dtype=object),
-                        "block": pd.Series([texts[c][1] for c in which], dtype=object),
-                        "count": n.astype(np.int64), "total_us": total, "mean_us": mean, "median_us": median,
-                        "min_us": dur[starts], "max_us": dur[starts + n - 1],
-                        "cv": np.where(mean > 0, std / np.where(mean > 0, mean, 1.0), np.nan)})
+                        "block": pd.Series([texts[c][1] for c in which], dtype=object), **st})
     out = out.sort_values(["total_us", "name", "grid", "block"], ascending=[False, True, True, True], kind="stable",
                           na_position="last")
     return out[cols].reset_index(drop=True)
