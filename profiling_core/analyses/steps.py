@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
-from ._shared import Shared, frame, shared_for, union_ns, unions_ns
+from ._shared import Shared, covered_ns, frame, shared_for, union_ns, unions_ns
 
 __all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "annotation_ranges",
            "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS"]
@@ -105,11 +105,12 @@ def _starved_in(sh: Shared, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     gap_lo = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(end)]  # gap k: the GPU idle before op k...
     gap_hi = np.r_[ts, big]  # ... until it starts (the last gap: after every op)
     starved = np.r_[launched >= gap_lo[:-1], True] & (gap_hi > gap_lo)
-    lo, hi = gap_lo[starved], gap_hi[starved]  # (both sorted: starts ascending, running maximum of ends)
-    for j, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
-        first, last = np.searchsorted(hi, a, side="right"), np.searchsorted(lo, b, side="left")
-        out[j] = int((np.minimum(hi[first:last], b) - np.maximum(lo[first:last], a)).clip(min=0).sum())
-    return out
+    # the starved gaps are disjoint and sorted (starts ascending, running maximum of ends); cut to the windows'
+    # span, so the open first and last gaps have finite ends
+    lo = np.maximum(gap_lo[starved], starts.min())
+    hi = np.minimum(gap_hi[starved], ends.max())
+    keep = hi > lo
+    return covered_ns(starts, ends, lo[keep], hi[keep]) if keep.any() else out
 
 
 def _sync_wait_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
