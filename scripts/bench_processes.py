@@ -43,7 +43,7 @@ answers are recorded with that tree, as its SQL may differ).
 
 Usage:
     python scripts/bench_processes.py [--rounds 5] [--before-root DIR] [--ranks 2] [--ti-python /work/venv-ti/bin/python]
-        [--save-outputs DIR | --check-outputs DIR] [--only control,resnet50]
+        [--save-outputs DIR | --check-outputs DIR] [--only control,resnet50] [--shared DIR]
     python scripts/bench_processes.py --profile /path/to/trace.json [--engine sqlite] [--importtime]
 """
 from __future__ import annotations
@@ -169,7 +169,8 @@ def prepare(args, tmp: str, roots: list) -> list[dict]:
         path = os.path.join(tmp, f"control_x{args.ranks}.json")
         size = 34.83 * args.ranks  # control.json's MB, so make_trace makes `ranks` copies
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_trace.py"), "--make-trace", str(size),
-                        path], check=True, env=env)
+                        path], check=True,
+                       env={**env, "BENCH_CONTROL_TRACE": os.path.join(SHARED, TRACES["control"][0])})
         cases.append({"name": f"control_x{args.ranks}", "path": path, "answers": None})
     for c in cases:
         c["mib"] = os.path.getsize(c["path"]) / 2**20
@@ -298,12 +299,15 @@ def _cpu_model() -> str:
 # --- where one process's time goes -------------------------------------------------------------------------------
 
 def _as_analyze_process() -> None:
-    """What an ``analyze`` process does before it imports pandas (a tree without it: nothing)."""
+    """What an ``analyze`` process does before it imports numpy and pandas (an older tree: what it has of it)."""
     try:
-        from profiling_core.cli import text_in_python_objects
+        from profiling_core.cli import starting_analyze
     except ImportError:
-        return
-    text_in_python_objects()
+        try:
+            from profiling_core.cli import text_in_python_objects as starting_analyze
+        except ImportError:
+            return
+    starting_analyze()
 
 
 def profile(args) -> int:
@@ -401,6 +405,7 @@ def profile(args) -> int:
 
 
 def main(argv=None) -> int:
+    global SHARED
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--ranks", type=int, default=2, help="the extra row: control.json as this many ranks (1: none)")
@@ -416,7 +421,12 @@ def main(argv=None) -> int:
                     "a stand-in trace_processor serving recorded answers, for traces with a recording)")
     ap.add_argument("--importtime", action="store_true")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--shared", metavar="DIR", help="the shared traces folder (default: ../shared/traces beside "
+                    f"the repository, else /work/shared/traces; now {SHARED}): on another machine, a copy of "
+                    "the files TRACES names")
     args = ap.parse_args(argv)
+    if args.shared:
+        SHARED = args.shared
     if args.profile:
         return profile(args)
     return bench(args)

@@ -45,7 +45,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCE = "/work/shared/traces/third_party/hta/trace_diff_control_a100/control.json.gz"
+SOURCE = os.environ.get("BENCH_CONTROL_TRACE",  # another machine: a copy of it
+                        "/work/shared/traces/third_party/hta/trace_diff_control_a100/control.json.gz")
 
 QUERIES = {
     "count slices": "select count(*) from slice",
