@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -132,14 +133,15 @@ def test_add_parser_registers_analyze():
 
 
 _AS_PROGRAM = """
-import json, runpy, sys
+import json, os, runpy, sys
 module, sys.argv = sys.argv[1], [sys.argv[1], *sys.argv[2:]]
 try:
     runpy.run_module(module, run_name="__main__", alter_sys=True)  # what `python -m module args` runs
 except SystemExit as e:
     rc = e.code
 loaded = sorted(m for m, v in sys.modules.items() if v is not None)
-print(json.dumps({"rc": rc, "modules": loaded}), file=sys.stderr)
+print(json.dumps({"rc": rc, "modules": loaded, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}),
+      file=sys.stderr)
 """
 
 
@@ -162,6 +164,44 @@ def test_a_command_line_process_prints_what_the_library_computes_without_loading
     assert end["rc"] == 0, p.stderr[-2000:]
     assert "pandas" in end["modules"] and not [m for m in end["modules"] if m.split(".")[0] == "pyarrow"]
     assert p.stdout == here
+
+
+_THREADS_AFTER_NUMPY = """
+import os, sys
+from profiling_core.cli import starting_analyze
+starting_analyze()
+import numpy
+print(os.environ.get("OPENBLAS_NUM_THREADS"), open("/proc/self/status").read().split("Threads:")[1].split()[0])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="counts threads in /proc; OpenBLAS starts its own only with two cores or more")
+@pytest.mark.parametrize("setting,expected", [(None, ("1", 1)), ("2", ("2", 2))], ids=["unset", "user's own"])
+def test_an_analyze_process_starts_numpy_without_blas_threads_unless_told(setting, expected):
+    """numpy's OpenBLAS starts a thread per core at import, spinning on other cores for nothing (the analyses do no
+    BLAS work): an analyze process imports numpy with one BLAS thread (the process's threads right after numpy's
+    import, /proc), unless its environment sets how many, which is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if setting is not None:
+        env["OPENBLAS_NUM_THREADS"] = setting
+    p = subprocess.run([sys.executable, "-c", _THREADS_AFTER_NUMPY], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    value, threads = p.stdout.split()
+    assert (value, int(threads)) == expected
+
+
+@pytest.mark.parametrize("argv", [["profiling_core", "analyze"], ["profiling_core.cli.analyze"]])
+def test_both_analyze_entry_points_start_as_an_analyze_process(argv):
+    """``python -m profiling_core analyze`` and ``python -m profiling_core.cli.analyze`` both start with
+    ``starting_analyze`` (the environment's BLAS setting, read when the process ends), where the user set none."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    p = subprocess.run([sys.executable, "-c", _AS_PROGRAM, *argv, str(DATA / "h200" / "64_bf16_cold_eager.json"),
+                        "--json", "--engine", "sqlite"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    end = json.loads(p.stderr.splitlines()[-1])
+    assert end["rc"] == 0 and end["blas_threads"] == "1", p.stderr[-2000:]
 
 
 def test_main_with_arguments_leaves_the_collector_as_it_was(capsys):

@@ -2,7 +2,7 @@
 
 - ``commands``: the commands and their arguments (``profiling-core`` and ``python -m profiling_core``).
 - ``analyze``: ``analyze PATH``'s summary and ``--json`` object; also ``python -m profiling_core.cli.analyze``.
-- ``_process``: what a command-line process does at its start and its end (:func:`text_in_python_objects`,
+- ``_process``: what a command-line process does at its start and its end (:func:`starting_analyze`,
   :func:`leaving`).
 
 Each command is a thin layer over the library: what it prints is computed by the stages below.
@@ -12,18 +12,18 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-from ._process import leaving, text_in_python_objects
+from ._process import leaving, starting_analyze, text_in_python_objects
 
-__all__ = ["main", "text_in_python_objects", "leaving"]
+__all__ = ["main", "starting_analyze", "text_in_python_objects", "leaving"]
 
 
 def main(argv: Optional[list] = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
 
     Without ``argv`` this is the process's own command line (``python -m profiling_core``, ``profiling-core``): an
-    ``analyze`` process starts with :func:`text_in_python_objects` and every command ends with :func:`leaving`."""
+    ``analyze`` process starts with :func:`starting_analyze` and every command ends with :func:`leaving`."""
     if argv is None and sys.argv[1:2] == ["analyze"]:
-        text_in_python_objects()
+        starting_analyze()
     from .commands import main as _main  # imported on call: ``-m profiling_core.cli.analyze`` need not load the rest
     rc = _main(argv)
     if argv is None:

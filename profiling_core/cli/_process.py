@@ -3,7 +3,28 @@ point call these; nothing else should)."""
 from __future__ import annotations
 
 import gc
+import os
 import sys
+
+
+def starting_analyze() -> None:
+    """What an ``analyze`` process does first, before numpy and pandas are imported: :func:`text_in_python_objects`
+    and :func:`one_blas_thread`."""
+    text_in_python_objects()
+    one_blas_thread()
+
+
+def one_blas_thread() -> None:
+    """For an ``analyze`` process, before numpy is imported: numpy's OpenBLAS to start no threads of its own
+    (``OPENBLAS_NUM_THREADS=1``, unless the environment already says how many).
+
+    At its import, OpenBLAS starts one thread per core, and each waits for work by spinning for a while before it
+    sleeps; the analyses do no BLAS work (no matrix products: sorts, searches and sums), so those threads only burn
+    other cores' time: about 1.9 s of CPU for numpy's import on a 16-core host, against 0.7 s with one thread
+    (docs/BENCHMARKS.md). The forked loader inherits the setting. Only a command-line process does this, and nothing
+    happens once numpy is imported."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def text_in_python_objects() -> None:

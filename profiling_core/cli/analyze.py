@@ -296,8 +296,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    from ._process import leaving, text_in_python_objects
-    text_in_python_objects()
+    from ._process import leaving, starting_analyze
+    starting_analyze()
     rc = main()
     leaving()
     sys.exit(rc)
