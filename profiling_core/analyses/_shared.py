@@ -486,8 +486,10 @@ class Shared:
         A GPU op is paired with the slice at the other end of each flow that ends on it, unless that slice is a
         ``[memory]`` event: the 2021 format writes its flows' starts and its memory events with an integer tid and
         its calls with a string one, so trace_processor binds the flows to the memory events of a lane of their
-        own, which launch nothing. A GPU op with no such flow (2021-era traces) is paired with every runtime call
-        (category cuda_runtime, cuda_driver or runtime) whose ``args.correlation`` equals its own."""
+        own, which launch nothing. A GPU op that two or more flows end on was launched by the calls whose
+        ``args.correlation`` is its own: a flow whose call has another correlation is dropped (:func:`_misbound`).
+        A GPU op with no such flow (2021-era traces, or the op whose flow was dropped) is paired with every runtime
+        call (category cuda_runtime, cuda_driver or runtime) whose ``args.correlation`` equals its own."""
         tb = self.tables
         n = tb.slice_count
         gr = self.gpu_rows
@@ -498,6 +500,8 @@ class Shared:
         m[m] = is_gpu[fi[m]]
         m[m] = ~self.name_mask(lambda u: u == "[memory]")[fo[m]]  # a memory event launches nothing (see the docstring)
         lo, gi = fo[m], fi[m]
+        ok = ~_misbound(tb, lo, gi)
+        lo, gi = lo[ok], gi[ok]
         by_corr = np.zeros(len(lo), dtype=bool)
         has_flow = np.zeros(n, dtype=bool)
         has_flow[gi] = True
@@ -777,6 +781,32 @@ def step_number(name):
 
 
 _STEP_DIGITS = re.compile(r"\d+")
+
+
+def _misbound(tb, launch_rows: np.ndarray, gpu_rows: np.ndarray) -> np.ndarray:
+    """Which of these flows (launch call row → GPU op row) end on a GPU op that two or more of them end on, while
+    their call's ``args.correlation`` and the op's are both written and differ.
+
+    Kineto writes a flow's end at its kernel's start, and the trace's reader binds it to the slice that encloses
+    that time on the GPU lane. When a kernel starts before the one ahead of it on the same stream has ended (cuBLAS'
+    ``splitKreduce_kernel`` 0.13 µs before its ``nvjet`` GEMM ends, on the H200), its flow can bind to the kernel
+    ahead, which then has two launches and the kernel none. The correlation id, written on both the call and the
+    kernel, says which flow is whose. Only ops with more than one flow are read (one flow per op is the rule, and
+    a graph launch's flows end on different ops), so a trace without such an op reads no args here."""
+    bad = np.zeros(len(gpu_rows), dtype=bool)
+    if not len(gpu_rows):
+        return bad
+    _, inverse, counts = np.unique(gpu_rows, return_inverse=True, return_counts=True)
+    multi = np.flatnonzero(counts[inverse] > 1)
+    if not len(multi):
+        return bad
+    lr, gr = launch_rows[multi], gpu_rows[multi]
+    values = tb.args.get("correlation", tb.arg_set_id[lr].tolist() + tb.arg_set_id[gr].tolist())
+    for k, a, b in zip(multi.tolist(), tb.arg_set_id[lr].tolist(), tb.arg_set_id[gr].tolist()):
+        ca, cb = values.get(a), values.get(b)
+        bad[k] = (ca is not None and cb is not None and not isinstance(ca, list) and not isinstance(cb, list)
+                  and ca != cb)
+    return bad
 
 
 def _equal_arg(tb, key: str, a_rows: np.ndarray, b_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -2,24 +2,16 @@
 -- Pairs come from the flow table (ac2g flows); ops without a flow are paired by args.correlation (older traces).
 WITH
 -- @include recording
+gpu_op AS (
+  SELECT id, ts, dur, name, lower(category) AS cat, arg_set_id, track_id FROM slice
+  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
+),
+-- @include launch_pairing
 step AS (
   SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts,
     CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur
   FROM slice s CROSS JOIN recording r
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
-),
-gpu_op AS (
-  SELECT id, ts, dur, name, lower(category) AS cat, arg_set_id, track_id FROM slice
-  WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
-),
-by_flow AS (
-  SELECT f.slice_out AS launch_id, g.id AS gpu_id, 'flow' AS paired_by FROM flow f JOIN gpu_op g ON g.id = f.slice_in
-),
--- @include launch_correlation
-launch AS (
-  SELECT launch_id, gpu_id, paired_by FROM by_flow
-  UNION
-  SELECT l.id, g.id, 'correlation' FROM gpu_corr g CROSS JOIN launch_corr l ON l.corr = g.corr WHERE g.corr IS NOT NULL
 )
 SELECT g.id AS gpu_id, g.name AS gpu_name, g.cat AS gpu_category, g.ts AS gpu_start_ns, g.dur AS gpu_dur_ns,
   t.tid AS stream,

@@ -1,0 +1,120 @@
+"""A flow that its timestamp binds to the wrong kernel: each GPU op is paired with the call whose args.correlation
+is its own, on both paths (the analyses' launch pairs and the launch_latency SQL).
+
+Kineto writes a launch flow's end at its kernel's start, and the reader binds it to the slice enclosing that time on
+the GPU lane. cuBLAS' splitKreduce kernel starts 0.13 µs before its nvjet GEMM ends on the same stream (H200, the
+Llama trained with SGD in fp16): one of its flows then ends on the GEMM, which had two launches and the reduce none.
+The expected pairs here come from a plain scan of the JSON (call and GPU op of equal correlation)."""
+from __future__ import annotations
+
+import bisect
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import scan_trace
+
+from profiling_core.analyses import analyze
+from profiling_core.queries import load_query
+from profiling_core.trace import open_trace
+
+DATA = Path(__file__).parent / "data"
+SGD = DATA / "h200_train" / "app" / "lm_train_sgd_fp16_log.json.gz"
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def _scan_pairs(path):
+    """{(GPU op name, start µs): (launching call's name, start µs)} by equal args.correlation, from the JSON."""
+    events = scan_trace(path)
+    calls = {e["args"]["correlation"]: e for e in events if e.get("ph") == "X"
+             and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    assert all("correlation" in e.get("args", {}) for e in ops)
+    return {(e["name"], e["ts"]): (calls[e["args"]["correlation"]]["name"], calls[e["args"]["correlation"]]["ts"])
+            for e in ops}
+
+
+def _match(expected, name, ts_us):
+    """The scan's key of the GPU op ``name`` starting within 0.005 µs of ``ts_us`` (float µs against integer ns)."""
+    starts = sorted(t for n, t in expected if n == name)
+    i = bisect.bisect_left(starts, ts_us - 0.005)
+    assert i < len(starts) and abs(starts[i] - ts_us) < 0.005, (name, ts_us)
+    return name, starts[i]
+
+
+def _check(expected, rows):
+    """Every GPU op paired once, with the call of its own correlation."""
+    seen = Counter()
+    for gpu_name, gpu_ns, launch_name, launch_ns in rows:
+        key = _match(expected, gpu_name, gpu_ns / 1000)
+        seen[key] += 1
+        want_name, want_ts = expected[key]
+        assert (launch_name, round(launch_ns / 1000, 3)) == (want_name, round(want_ts, 3)), key
+    assert set(seen) == set(expected) and max(seen.values()) == 1
+
+
+def test_the_h200_trace_really_has_a_flow_bound_to_the_kernel_ahead():
+    """(What the fix is for, seen in the trace itself: a reduce kernel whose flow's end lies inside the GEMM ahead of
+    it on the same stream.)"""
+    events = scan_trace(SGD)
+    ops = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    by_stream: dict = {}
+    for e in ops:
+        by_stream.setdefault((e["pid"], e["tid"]), []).append(e)
+    overlapping = [(a, b) for es in by_stream.values() for a, b in zip(es, es[1:]) if b["ts"] < a["ts"] + a["dur"]]
+    assert len(overlapping) == 3
+    assert all(a["name"].startswith("nvjet") and "splitKreduce" in b["name"] for a, b in overlapping)
+
+
+def test_each_gpu_op_of_the_h200_trace_is_paired_with_the_call_of_its_own_correlation():
+    expected = _scan_pairs(SGD)
+    assert len(expected) == 2088
+    with open_trace(str(SGD), engine="sqlite") as s:
+        lat = analyze(s).launch_latency
+        sql = s.query(load_query("launch_latency"))
+    for df in (lat, sql):
+        assert len(df) == 2088
+        _check(expected, df[["gpu_name", "gpu_start_ns", "launch_name", "launch_start_ns"]].itertuples(index=False))
+    # the reduce kernels are paired (by correlation where their flow went astray), and Q4's count says so
+    assert (sql["gpu_name"].str.contains("splitKreduce")).sum() == sum(
+        "splitKreduce" in n for n, _ in expected)
+
+
+def _two_kernels(correlation: bool) -> dict:
+    """A GEMM and a reduce kernel on one stream, the reduce starting 0.13 µs before the GEMM ends, each launched by
+    its own call and flow (ids as Kineto writes them: the correlation)."""
+    def args(c, **more):
+        return {"correlation": c, **more} if correlation else more
+    return {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": args(1)},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+         "args": args(2)},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100, "dur": 48.0,
+         "args": args(1, stream=7, device=0)},
+        {"ph": "X", "cat": "kernel", "name": "reduce", "pid": 0, "tid": 7, "ts": 147.87, "dur": 3,
+         "args": args(2, stream=7, device=0)},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 1, "tid": 1, "ts": 10},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 100, "bp": "e"},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 2, "pid": 1, "tid": 1, "ts": 20},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 2, "pid": 0, "tid": 7, "ts": 147.87, "bp": "e"},
+    ]}
+
+
+@pytest.mark.parametrize("correlation,expected", [
+    (True, [("gemm", 10_000, "flow"), ("reduce", 20_000, "correlation")]),
+    # without correlation ids nothing says the second flow is not the GEMM's: it is kept as bound
+    (False, [("gemm", 10_000, "flow"), ("gemm", 20_000, "flow")]),
+], ids=["with correlation", "without"])
+def test_a_flow_bound_to_the_kernel_ahead_goes_to_the_kernel_of_its_correlation(tmp_path, correlation, expected):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_two_kernels(correlation)))
+    with open_trace(str(path), engine="sqlite") as s:
+        assert sorted(s.tables.flow_in.tolist()) == [3, 3]  # both flows end on the GEMM (row 3): the case itself
+        lat = analyze(s).launch_latency
+        sql = s.query(load_query("launch_latency"))
+    for df in (lat, sql):
+        got = sorted(df[["gpu_name", "launch_start_ns", "paired_by"]].itertuples(index=False, name=None))
+        assert got == expected
