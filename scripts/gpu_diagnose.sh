@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 (and 12's item 4) on a lent GPU machine, one call (repo root; the device tool sets OUT):
+# Issue 13 (and 12's item 4) on a lent GPU machine, one call (repo root; OUT names the folder to write results to):
 #   1. the CLI's calibrate (a worker behind the device lock), listed with the datasheet beside;
 #   2. scripts/gpu_diagnose.py: the runs the rules are judged on, forked from the prestarted worker;
 #   3. analyze --json of each of those traces against that calibration;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One batched session on a lent GPU machine (repo root; the device tool sets OUT):
+# One batched session on a lent GPU machine (repo root; OUT names the folder to write results to):
 #   1. issue 2's study set through the CLI, timed as a whole;
 #   2. click-to-artifacts / click-to-analysis and the OOM paths (scripts/gpu_click.py);
 #   3. issue 5's sets through the library (scripts/gpu_study.py) with runs forked from the prestarted worker;
