@@ -131,6 +131,20 @@ def test_steps_match_the_scan(path):
         assert 0.0 <= g["gpu_busy_fraction"] <= 1.0
 
 
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_steps_count_the_slices_that_began_in_them(path):
+    """``slices``: the events that make slices (complete, begin, instant) beginning in the step's window on any
+    thread or lane, the step's own not counted (a plain scan; the window as the step's duration, cut at the
+    recording's end like the step)."""
+    from conftest import scan_trace
+    events = [e for e in scan_trace(path) if isinstance(e, dict) and e.get("ph") in ("X", "B", "i", "I")]
+    got = steps(session(path))
+    for g in got.itertuples():
+        lo, hi = g.start_ns / 1000, g.start_ns / 1000 + g.cpu_dur_us
+        want = sum(1 for e in events if lo - NS <= float(e["ts"]) < hi - NS) - 1
+        assert g.slices == want, g.name
+
+
 def test_steps_hand_counts_h200():
     # read off the JSON: 3 steps, each with one GEMM (cuLaunchKernelEx) and one add (cudaLaunchKernel)
     s = steps(session(h200("64_bf16_cold_eager")))

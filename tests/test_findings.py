@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from conftest import scan_trace
 
 from profiling_core.explain.questions import NO_GPU_TEXT, Finding, findings
 
@@ -606,11 +607,34 @@ def test_q9_counts_one_region_in_one_step_in_the_singular():
     assert "torch.compile ran: 1 Torch-Compiled Region slice over 1 step, with" in by_id(path)["q9.compile"].text
 
 
-def test_q3_counts_the_first_steps_calls_on_every_thread():
-    """HTA's MI250 training trace: the first step's cold start shows on both threads, and its largest cost, a 6.5 ms
-    hipLaunchKernel, runs on the autograd engine's thread. Q3's first-step-only calls are those of a plain scan over
-    every thread: runtime calls starting in the first step's window under names no later step calls."""
-    path = DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+def _two_thread_cold_start(path):
+    """Three steps on thread 1; each launches a kernel from thread 1 and from thread 2 (as a training step's backward
+    launches from the autograd engine's thread); the first step alone calls cudaMalloc on thread 1 and loads a
+    module (hipModuleLoadData, as ROCm's lazy loading does) on thread 2."""
+    def x(name, cat, tid, ts, dur, **args):
+        return {"ph": "X", "name": name, "cat": cat, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                **({"args": args} if args else {})}
+    ev, corr = [], 0
+    for k, (t0, dur) in enumerate([(0, 5000), (6000, 1000), (8000, 1000)]):
+        ev.append(x(f"ProfilerStep#{k + 1}", "user_annotation", 1, t0, dur))
+        for tid in (1, 2):
+            corr += 1
+            ev += [x("cudaLaunchKernel", "cuda_runtime", tid, t0 + 100 + tid * 10, 5, correlation=corr),
+                   x("gemm", "kernel", 7, t0 + 300 + tid * 50, 20, correlation=corr, device=0, stream=7),
+                   {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 1, "tid": tid,
+                    "ts": t0 + 100 + tid * 10},
+                   {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": corr, "pid": 1, "tid": 7,
+                    "ts": t0 + 300 + tid * 50, "bp": "e"}]
+    ev += [x("cudaMalloc", "cuda_runtime", 1, 500, 2000), x("hipModuleLoadData", "cuda_runtime", 2, 600, 1500)]
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def test_q3_counts_the_first_steps_calls_on_every_thread(tmp_path):
+    """The first step's cold start shows on both threads (on MI250 its largest cost, a 6.5 ms hipLaunchKernel, runs
+    on the autograd engine's thread). Q3's first-step-only calls are those of a plain scan over every thread:
+    runtime calls starting in the first step's window under names no later step calls."""
+    path = _two_thread_cold_start(tmp_path / "t.json")
     ev = scan(path).xs
     steps = sorted((e for e in ev if str(e["name"]).startswith("ProfilerStep#")
                     and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
@@ -623,11 +647,40 @@ def test_q3_counts_the_first_steps_calls_on_every_thread():
     want = {}
     for e in first:
         want[e["name"]] = want.get(e["name"], 0) + 1
-    assert len({e["tid"] for e in first}) == 2  # the trace as it is: both threads call them
+    assert len({e["tid"] for e in first}) == 2  # the case itself: both threads call them
     q3 = by_id(path)["q3.cold_start"]
     assert q3.evidence["first_step_only_calls"] == want
     assert q3.evidence["first_step_only_calls_us"] == pytest.approx(sum(float(e["dur"]) for e in first), abs=0.01)
-    assert "hipLaunchKernel ×12" in q3.text
+    assert "hipModuleLoadData ×1" in q3.text and "cudaMalloc ×1" in q3.text
+
+
+def test_an_empty_step_counts_in_no_per_step_figure():
+    """HTA's MI250 training trace has two steps, the second an empty 49 µs slice: nothing begins in its window on
+    any thread or lane (a plain scan). It is no step of the loop, so no per-step figure rests on it: the medians are
+    the first step's own (not the mean of 9.29 ms and 49 µs), and Q3 compares the first step with nothing."""
+    path = DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    ev = scan_trace(path)
+    steps = sorted((e for e in ev if e.get("ph") == "X" and str(e["name"]).startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+    def began_in(s):  # slices (complete, instant, begin events) that begin in the step's window, itself not counted
+        return sum(1 for e in ev if e.get("ph") in ("X", "i", "I", "B")
+                   and s["ts"] <= float(e["ts"]) < s["ts"] + s["dur"]) - 1
+    began = [began_in(s) for s in steps]
+    assert len(steps) == 2 and began[1] == 0 and began[0] > 0
+    r = report(path)
+    assert r.steps["slices"].tolist() == began
+    first_us = float(steps[0]["dur"])
+    assert r.summary["cpu_step_median_us"] == pytest.approx(first_us)
+    assert r.summary["steady_state"]["empty_steps"] == [2]
+    found = {f.id: f for f in findings(r)}
+    q2, q3 = found["q2.bound"], found["q3.cold_start"]
+    assert q2.evidence["cpu_step_median_us"] == pytest.approx(first_us, abs=0.001) and q2.evidence["empty_steps"] == [2]
+    assert "step 2, with nothing in its window, left out" in q2.text
+    assert q3.evidence["empty_steps"] == [2] and q3.evidence["first_step_slower"] is None
+    assert "Only one profiled step did any work" in q3.text and "×" not in q3.text  # no ratio against nothing
+    kernels = sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel")  # all launched in step 1
+    assert found["q9.compile"].evidence["kernels_per_step"] == kernels
+    assert found["q10.compile_cost"].evidence["cpu_step_median_us"] == pytest.approx(first_us, abs=0.001)
 
 
 def test_q5_names_what_other_threads_started_in_a_step_without_a_chain():

@@ -30,13 +30,14 @@ from .phases import PHASES, SUM_TOLERANCE_US, phase_ops, phases, phases_at
 from ._shared import Shared
 from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT, SYNC_WAIT_AT, annotation_ranges,
-                    basis_steps, bound, counted_wait, cpu_vs_gpu, gpu_busy, steady_state, steps)
+                    basis_steps, bound, counted_wait, cpu_vs_gpu, gpu_busy, steady_state, steps, working_steps)
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
     "analyze", "Report", "Shared",
-    "steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "annotation_ranges", "GPU_BOUND_AT",
+    "steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps", "annotation_ranges",
+    "GPU_BOUND_AT",
     "STARVED_AT", "SYNC_WAIT_AT", "counted_wait",
     "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "gpu_ops", "kernel_stats", "kernel_configs", "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",

@@ -15,7 +15,7 @@ from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared, frame
-from .steps import basis_steps, cpu_vs_gpu, gpu_busy, steady_state, steps
+from .steps import basis_steps, cpu_vs_gpu, gpu_busy, steady_state, steps, working_steps
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
@@ -95,6 +95,7 @@ def _summary(r: Report, session) -> dict[str, Any]:
     scope = "steps" if "steps" in busy.index else "trace"
     has_gpu = r.has_gpu
     n_steps = len(r.steps)
+    work = working_steps(r.steps)  # (the per-step figures leave out an empty step)
     apis = sorted(set(_distinct(r.launch_latency["launch_name"]).astype(str))) if not r.launch_latency.empty else []
     regions = int(r.compile_breakdown["compiled_regions"].sum()) if n_steps else 0
     dtod = int((r.gpu_ops["name"].str.startswith("Memcpy DtoD", na=False)).sum()) if has_gpu else 0
@@ -109,23 +110,24 @@ def _summary(r: Report, session) -> dict[str, Any]:
         "gpu_busy_fraction": (float(busy.loc[scope, "busy_fraction"])
                               if has_gpu and scope in busy.index and pd.notna(busy.loc[scope, "busy_fraction"])
                               else None),
-        "cpu_step_median_us": _median(r.steps["cpu_dur_us"]),
+        "cpu_step_median_us": _median(work["cpu_dur_us"]),
         "steady_state": steady_state(r.steps),
         "devices": list(getattr(session, "devices", None) or []),
-        "gpu_step_median_us": _median(r.steps["gpu_busy_us"]) if has_gpu else None,
+        "gpu_step_median_us": _median(work["gpu_busy_us"]) if has_gpu else None,
         "launch_latency_median_us": _median(r.launch_latency["latency_us"]),
         "launch_apis": apis,
-        "compiled_regions_per_step": regions / n_steps if n_steps else None,
+        "compiled_regions_per_step": regions / len(work) if n_steps else None,
         "memcpy_dtod": dtod,
-        "train_phases": _phase_medians(r.phases),
+        "train_phases": _phase_medians(r.phases, r.steps),
         "time_by_category": {c.category: float(c.share) for c in category_totals(r.step_breakdown).itertuples()
                              if pd.notna(c.share)},
         "memory": r.memory.summary,
     }
 
 
-def _phase_medians(df: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """{phase: {cpu_us, gpu_us, kernels}} medians over the steps (the steady state's basis steps); {} without
+def _phase_medians(df: pd.DataFrame, steps_df: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """{phase: {cpu_us, gpu_us, kernels}} medians over the steps (the steady state's basis steps of the working
+    steps ``steps_df``); {} without
     phases. A phase no step has any time or GPU op in is left out: the trace marks no such phase (a 2021 trace names
     its backward ops ``MmBackward``, with no range the rule reads, so neither forward nor backward is known there),
     and a 0 would say the step had none."""
@@ -133,7 +135,7 @@ def _phase_medians(df: pd.DataFrame) -> dict[str, dict[str, float]]:
         return {}
     seen = df.groupby("phase", sort=False)[["cpu_us", "gpu_ops"]].sum()
     seen = set(seen.index[(seen["cpu_us"] > 0) | (seen["gpu_ops"] > 0)]) | {"other"}
-    basis = df[df["step"].isin(basis_steps(df[["step"]].drop_duplicates())["step"])]
+    basis = df[df["step"].isin(basis_steps(working_steps(steps_df)[["step"]].drop_duplicates())["step"])]
     g = basis.groupby("phase", sort=False)
     return {ph: {"cpu_us": float(x["cpu_us"].median()), "gpu_us": float(x["gpu_us"].median()),
                  "kernels": float(x["kernels"].median())} for ph, x in g if ph in seen}
@@ -151,7 +153,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     Returns:
         A :class:`Report`. ``summary`` holds: ``engine``, ``steps``, ``has_gpu``, ``gpu_ops``, ``kernels``,
         ``gpu_busy_scope``/``gpu_busy_us``/``gpu_busy_fraction`` (from :func:`gpu_busy`, the ``steps`` scope when the
-        trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us``,
+        trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us`` (over the
+        steps the loop worked in: :func:`~profiling_core.analyses.steps.working_steps`),
         ``steady_state`` (:func:`~profiling_core.analyses.steps.steady_state`: the one bound rule's verdict on the
         steps after the first, with its evidence), ``devices`` (the GPUs the trace names, ``session.devices``), ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,

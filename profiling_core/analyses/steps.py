@@ -8,7 +8,8 @@ import numpy as np
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, covered_ns, frame, shared_for, union_ns, unions_ns
 
-__all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "annotation_ranges",
+__all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
+           "annotation_ranges",
            "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
@@ -62,8 +63,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the synchronize calls that start in
         the step's window: CPU time spent blocked on GPU work, :func:`bound`), ``gpu_starved_us`` (the time in the
         step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`), ``cut_us`` (how much of
-        the step's slice lay past the recording's end and is not counted: 0 but in a malformed trace). Empty (same
-        columns) when the trace has no steps.
+        the step's slice lay past the recording's end and is not counted: 0 but in a malformed trace), ``slices``
+        (the slices of any thread or GPU lane that began in the step's window, its own slice not counted: 0 for an
+        empty step, :func:`working_steps`). Empty (same columns) when the trace has no steps.
     """
     sh = shared_for(session, shared)
     df = _steps_raw(sh)
@@ -75,13 +77,16 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
     rows = df["slice_id"].to_numpy(dtype=np.int64)  # the slices' ids are their rows
     df["cut_ns"] = sh.tables.dur[rows] - durs if len(rows) else np.zeros(0, dtype=np.int64)
+    began = np.sort(sh.tables.ts)  # (every slice's start: the engines need not keep slices in time order)
+    df["slices"] = (np.searchsorted(began, starts + durs, side="left") - np.searchsorted(began, starts, side="left")
+                    - 1).clip(min=0) if len(rows) else np.zeros(0, dtype=np.int64)
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
                  "gpu_busy_in_step_ns": "gpu_busy_in_step_us", "sync_wait_ns": "sync_wait_us",
                  "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
-            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us", "cut_us"]
+            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us", "cut_us", "slices"]
     return df[cols].reset_index(drop=True)
 
 
@@ -258,6 +263,18 @@ def cpu_vs_gpu(session, at: float = GPU_BOUND_AT, steps_df: pd.DataFrame | None 
     return out.drop(columns=["gpu_ops", "gpu_starved_us"]).reset_index(drop=True)
 
 
+def working_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """The steps the loop worked in: those with a slice that began in their window (``slices`` > 0), or all of
+    them when none has. An empty step is no step of the loop but the profiler stopping right after it began
+    (HTA's MI250 trace: ProfilerStep#2, 49 µs with nothing in it on any thread or lane); a per-step median over it
+    would stand for no step (the mean of 9.29 ms and 49 µs), and a first step compared with it would look 189×
+    slower. Every per-step median and comparison rests on these steps."""
+    if "slices" not in df or df.empty:
+        return df
+    worked = df["slices"] > 0
+    return df[worked] if worked.any() and not worked.all() else df
+
+
 def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
     """The steps a steady-state verdict rests on: with 3 or more steps, those after the first (the first carries
     start-up effects that differ with the schedule and warm-up); otherwise all of them."""
@@ -266,12 +283,13 @@ def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
 
 def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     """The bound of the run's steady state, with its evidence: :func:`bound` applied to the medians of the basis
-    steps (:func:`basis_steps`) that launched GPU work (the median GPU work against the median CPU time less the
-    median time blocked in synchronize calls while the GPU worked).
+    steps (:func:`basis_steps` of the :func:`working_steps`) that launched GPU work (the median GPU work against the
+    median CPU time less the median time blocked in synchronize calls while the GPU worked).
 
     Returns a dict: ``bound`` (``compute-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without steps),
     ``basis`` (``after_first`` or ``all``), ``basis_steps`` (those of the basis that launched GPU work, when some
-    did; ``steps_without_gpu`` then lists the others), ``cpu_us_per_step``, ``sync_wait_us_per_step`` (as
+    did; ``steps_without_gpu`` then lists the others), ``empty_steps`` (those left out as empty),
+    ``cpu_us_per_step``, ``sync_wait_us_per_step`` (as
     :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time) and ``gpu_us_per_step``
     (medians), ``cpu_own_us_per_step`` (the first less the second), ``gpu_to_cpu`` (GPU work per unit of the CPU's
     own time), ``starved_share`` (the median share of a step's window the GPU sat idle with
@@ -286,11 +304,13 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
            "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
-           "steps_without_gpu": []}
+           "steps_without_gpu": [], "empty_steps": []}
     if steps_df is None or steps_df.empty:
         return out
-    basis = basis_steps(steps_df)
-    out["basis"] = "after_first" if len(basis) < len(steps_df) else "all"
+    work = working_steps(steps_df)
+    out["empty_steps"] = [int(x) for x in steps_df.loc[~steps_df.index.isin(work.index), "step"]]
+    basis = basis_steps(work)
+    out["basis"] = "after_first" if len(basis) < len(work) else "all"
     out["basis_steps"] = [int(x) for x in basis["step"]]
     cpu = float(basis["cpu_dur_us"].median())
     out["cpu_us_per_step"] = cpu

@@ -7,9 +7,11 @@ from .base import Finding, _num
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
+    from ...analyses import working_steps
     cb = r.compile_breakdown
     if cb.empty:
         return []
+    cb = cb[cb["step"].isin(working_steps(r.steps)["step"])]  # per step: the steps the loop worked in
     cpu_med = float(cb["cpu_dur_us"].median())
     if int(cb["compiled_regions"].sum()) == 0:
         text = (f"Eager steps took a median {_us(cpu_med)} of CPU time; profile the same size with torch.compile to "

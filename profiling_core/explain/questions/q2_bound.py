@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...analyses.steps import CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT, steady_state
+from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT, steady_state,
+                                working_steps)
 from ...units import format_duration_us as _us
 from .base import NO_GPU_TEXT, Finding, _num, _self_times_by_step, _work_ops
 
@@ -23,6 +24,12 @@ def _basis_text(ss: dict, n_steps: int) -> str:
         text = f"the {n_steps - 1} steps after the first; the first carries start-up effects"
     else:
         text = _all_steps(n_steps)
+    empty = ss.get("empty_steps") or []
+    if empty and ss["basis"] != "after_first":
+        text = "the only step with work in it" if n_steps == 1 else f"all {n_steps} steps with work in them"
+    if empty:  # no step of the loop: the figures leave it out (analyses.working_steps)
+        text += (f"; step{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}, with nothing in "
+                 f"{'their windows' if len(empty) > 1 else 'its window'}, left out")
     idle = ss.get("steps_without_gpu") or []
     if idle:  # the figures are those of the steps that launched GPU work
         text += (f"; of them, the {len(ss['basis_steps'])} that launched GPU work, as step"
@@ -56,15 +63,18 @@ def _q2_verdict(r) -> list[Finding]:
                         f"No ProfilerStep in this trace; over the whole trace the GPU was busy "
                         f"{_us(r.summary['gpu_busy_us'])}, {100 * (frac or 0):.1f}% of its span.",
                         {"steps": 0, "gpu_busy_us": _num(r.summary["gpu_busy_us"]), "gpu_busy_fraction": _num(frac)})]
+    all_steps, s = s, working_steps(s)  # the per-step figures: the steps the loop worked in
     cpu_med = float(s["cpu_dur_us"].median())
     if not r.has_gpu:
         return [_q2_cpu(r, cpu_med)]
-    ss = r.summary.get("steady_state") or steady_state(s)
+    ss = r.summary.get("steady_state") or steady_state(all_steps)
     label = ss["bound"]
     cv = r.cpu_vs_gpu
+    cv = cv[cv["step"].isin(s["step"])] if "step" in cv else cv
     bounds = cv["bound"].value_counts().to_dict()
     counts = ", ".join(f"{int(v)} {k}" for k, v in sorted(bounds.items(), key=lambda kv: -kv[1]))
-    ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med),
+    ev = {"steps": int(len(all_steps)), **({"empty_steps": ss["empty_steps"]} if ss.get("empty_steps") else {}),
+          "cpu_step_median_us": _num(cpu_med),
           "gpu_step_median_us": _num(float(s["gpu_busy_us"].median())),
           "gpu_busy_fraction_median": _num(float(s["gpu_busy_fraction"].median())), "bound": label,
           "bound_rule": "gpu_us_per_step >= threshold x (cpu_us_per_step - sync_wait_us_per_step), or "
@@ -134,7 +144,7 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     composite wrappers excluded) against the step, the rest being framework overhead (Python, dispatch, the
     profiler); the verdict at :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` of the step; the GEMMs'
     achieved GFLOP/s where their FLOPs are known."""
-    s = r.steps
+    s = working_steps(r.steps)  # (an empty step is no step of the loop)
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0}
     devices = [d.get("name") for d in r.summary.get("devices") or [] if d.get("name")]
     if devices:  # a trace from a GPU machine whose steps ran no GPU op: say so, not "ran on the CPU"

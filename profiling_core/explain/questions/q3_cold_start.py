@@ -37,9 +37,22 @@ def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) 
 
 
 def _q3_cold(r, config=None) -> list[Finding]:
-    s = r.steps
+    from ...analyses import working_steps
+    s = working_steps(r.steps)  # an empty step is no step of the loop to compare the first with
     if len(s) < 2:
-        return []
+        empty = r.steps[~r.steps.index.isin(s.index)]
+        if len(s) != 1 or empty.empty:
+            return []
+        first = s.iloc[0]
+        names = ", ".join(f"ProfilerStep#{int(k)} ({_us(d)})" for k, d in zip(empty["step"], empty["cpu_dur_us"]))
+        text = (f"Only one profiled step did any work: ProfilerStep#{int(first['step'])}, "
+                f"{_us(first['cpu_dur_us'])} on the CPU. The other{'s' if len(empty) > 1 else ''}, {names}, "
+                f"{'are' if len(empty) > 1 else 'is'} empty: nothing began in {'their' if len(empty) > 1 else 'its'} "
+                "window on any thread or GPU lane (the profiler stopped right after it began). There is no "
+                "later step to compare the first with: profile more active steps (the schedule's active count).")
+        return [Finding("q3.cold_start", 3, "First step vs the others", text,
+                        {"first_step": int(first["step"]), "first_step_cpu_us": _num(first["cpu_dur_us"]),
+                         "empty_steps": [int(k) for k in empty["step"]], "first_step_slower": None})]
     first, rest = s.iloc[0], s.iloc[1:]
     first_step = int(first["step"])
     rest_med = float(rest["cpu_dur_us"].median())

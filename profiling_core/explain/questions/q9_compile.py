@@ -17,9 +17,11 @@ def _as_config(config):
 
 
 def _q9_compile(r, config=None) -> list[Finding]:
+    from ...analyses import working_steps
     cb = r.compile_breakdown
     if cb.empty:
         return []
+    cb = cb[cb["step"].isin(working_steps(r.steps)["step"])]  # per step: the steps the loop worked in
     regions = int(cb["compiled_regions"].sum())
     ev = {"steps": int(len(cb)), "compiled_regions": regions,
           "compiled_regions_per_step": _num(regions / len(cb)),
