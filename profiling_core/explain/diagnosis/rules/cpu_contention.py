@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses.steps import CPU_GEMM_FLOOR_GFLOPS
+from ....analyses.steps import CPU_GEMM_FLOOR_GFLOPS, working_steps
 from ....config import config_field as _cfg
 from ...questions.base import _self_times_by_step, _work_ops
 from ..base import Diagnosis, _Ctx, _args_of, _fmt_us
@@ -60,7 +60,7 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
     r = c.report
     if r.has_gpu or r.steps.empty or r.dispatch_chains.empty:
         return None
-    numbers = [int(x) for x in r.steps["step"]]
+    numbers = [int(x) for x in working_steps(r.steps)["step"]]  # (an empty step is no step of the loop)
     basis = numbers[1:] if len(numbers) > 1 else numbers
     calls = _calls(r, c.session, numbers)
     groups: dict[tuple, list[float]] = {}

@@ -21,7 +21,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import basis_steps, phases_at
+from ....analyses import basis_steps, phases_at, working_steps
 from ....units import human_bytes
 from ...questions.base import _per_name
 from ..base import Diagnosis, _args_of, _Ctx, _fmt_us
@@ -43,7 +43,8 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     idx = np.flatnonzero(np.isin(tb.name.codes, _codes(tb.name, (*_SYNC_CALLS, *_SYNC_OPS)))
                          & ~np.isin(tb.category.codes, _codes(tb.category, ("gpu_user_annotation",))))
     ss = r.summary.get("steady_state") or {}
-    st = basis_steps(r.steps)  # the steady state's steps: after the first, from 3 steps on (as the bound's)
+    work = working_steps(r.steps)  # (an empty step is no step of the loop)
+    st = basis_steps(work)  # the steady state's steps: after the first, from 3 steps on (as the bound's)
     steady = st["step"].tolist()
     starts = st["start_ns"].to_numpy(dtype=np.int64)
     ends = starts + np.round(st["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
@@ -106,9 +107,13 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
             parts.append(f"{logged:g} per step after the optimizer, outside every phase: the loop reading a value "
                          "back (logging the loss with .item()) every step")
     pageable = any(row["memory"] == "pageable" for row in copy_rows)
-    scope = " of the steady state (the steps after the first)" if len(steady) < len(r.steps) else ""
-    where = (f"Inside each step{scope}" if with_any >= n else
-             f"Inside {with_any} of the {n} steps{scope}, counted per step over {'both' if n == 2 else f'all {n}'}")
+    scope = " of the steady state (the steps after the first)" if len(steady) < len(work) else ""
+    if len(work) == 1 < len(r.steps):  # one step with work beside empty ones: no steady state to speak of
+        where = f"Inside the only step with work in it (step {steady[0]}; the other steps are empty)"
+    else:
+        where = (f"Inside each step{scope}" if with_any >= n else
+                 f"Inside {with_any} of the {n} steps{scope}, counted per step over "
+                 f"{'both' if n == 2 else f'all {n}'}")
     text = (where + ": " + "; ".join(parts) + ". A synchronising call returns only when the GPU has caught "
             "up, so nothing further is queued meanwhile and the GPU runs dry after it"
             + ("; a copy from pageable host memory holds the CPU until its bytes are staged, which synchronises too."
