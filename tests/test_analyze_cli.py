@@ -374,3 +374,19 @@ def test_a_cpu_peak_and_a_peak_without_totals_say_how_they_are_counted(capsys):
     assert ("    cuda:0: peak 2.6 GiB allocated (counted from the window's start: the device's own peak is not in "
             "the trace) in step 5") in out
     assert "Memory peaks far above what the steps keep" not in out  # it said "2.6 GiB above the 0 B its steps keep"
+
+
+def test_the_summary_says_which_steps_its_per_step_figures_rest_on(capsys):
+    """HTA's MI250 trace: two steps, the second empty (nothing begins in its 49 µs window, a plain scan). The
+    summary's medians are the first step's own CPU time, and the steady-state line says the empty step is left out
+    rather than "all the steps"."""
+    path = DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    events = scan_trace(path)
+    steps = sorted((e for e in events if e.get("ph") == "X" and str(e["name"]).startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+    assert [sum(1 for e in events if e.get("ph") in ("X", "i") and s["ts"] <= e["ts"] < s["ts"] + s["dur"]) - 1
+            for s in steps][1] == 0
+    assert analyze_cli.main([str(path), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert f"CPU per step (median) {steps[0]['dur'] / 1000:.2f} ms" in out
+    assert "(all the steps with work in them; step 2 empty, left out)" in out
