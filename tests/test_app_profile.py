@@ -112,6 +112,25 @@ def test_profile_breakdown_on_a_cpu_run(seed_run):
     assert "Where the GPU time goes" not in [h.value for h in at.header]  # no GPU lane: nothing to break down
 
 
+def test_the_profile_metrics_leave_an_empty_step_out_and_say_so(runs_dir):
+    """HTA's MI250 trace: its second step is empty (a plain scan: nothing begins in its window). The CPU-per-step
+    metric is the first step's own time, not the mean of the two, and a caption says which step is left out."""
+    from conftest import DATA, scan_trace
+    from conftest_app import import_trace
+    path = DATA / "traces" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    events = scan_trace(path)
+    steps = sorted((e for e in events if e.get("ph") == "X" and str(e["name"]).startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+    assert not [e for e in events if e.get("ph") in ("X", "i") and e is not steps[1]
+                and steps[1]["ts"] <= e["ts"] < steps[1]["ts"] + steps[1]["dur"]]
+    import_trace(runs_dir, path, name="train")
+    at = app("profile")
+    assert not errors_of(at), errors_of(at)
+    [m] = [m for m in at.metric if m.label == "CPU per step (median)"]
+    assert m.value == f"{steps[0]['dur'] / 1000:.2f} ms"
+    assert any("Step 2 is empty" in c.value and "leave it out" in c.value for c in at.caption)
+
+
 def test_profile_shows_a_training_traces_phases_and_not_a_forward_ones(runs_dir):
     from conftest import DATA
     from conftest_app import CPU_TRACE, import_trace
