@@ -69,11 +69,7 @@ c4.metric("Bound, steady state", ss["bound"].removesuffix("-bound") if s.get("ha
                "after the first; at or above 1× the GPU sets the pace (compute-bound), below it the GPU waits on the "
                "CPU (overhead-bound). The GPU's busy share inside each step's own window is evidence only: when the CPU "
                "runs ahead, a step's GPU work runs after its window.")
-if ss.get("empty_steps"):
-    empty, many = ss["empty_steps"], len(ss["empty_steps"]) > 1
-    st.caption(f"Step{'s' if many else ''} {', '.join(map(str, empty))} {'are' if many else 'is'} empty (nothing "
-               f"began in {'their windows' if many else 'its window'} on any thread or GPU lane): the per-step "
-               f"figures leave {'them' if many else 'it'} out.")
+ui.empty_steps_note(s)
 
 # --- the whole run ---------------------------------------------------------------------------------
 if not rep.dispatch_chains.empty:

@@ -26,6 +26,17 @@ ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "ti
                     "tflops", "gbs", "peak", "roof", "intensity", "flops_from"]
 
 
+def empty_steps_note(summary: dict) -> None:
+    """Under a page's per-step metrics: which steps are empty and left out of them (``steady_state``'s
+    ``empty_steps``, :func:`profiling_core.analyses.working_steps`); nothing when none is."""
+    empty = (summary.get("steady_state") or {}).get("empty_steps") or []
+    if empty:
+        many = len(empty) > 1
+        st.caption(f"Step{'s' if many else ''} {', '.join(map(str, empty))} {'are' if many else 'is'} empty (nothing "
+                   f"began in {'their windows' if many else 'its window'} on any thread or GPU lane): the per-step "
+                   f"figures leave {'them' if many else 'it'} out.")
+
+
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:
     """Findings as callouts; ``questions`` keeps only those answering these study question numbers. A finding's
     title and text are plain text that quotes the trace's names, so they are shown escaped (:func:`md_text`)."""
