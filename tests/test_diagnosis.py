@@ -469,6 +469,12 @@ def test_the_starved_rules_cpu_ops_count_every_thread_as_its_launch_total_does()
     events = scan_trace(path)
     (step,) = [e for e in events if e.get("name") == "ProfilerStep#1" and e.get("cat") != "gpu_user_annotation"]
     assert x.evidence["basis_steps"] == [1]
+    # step 2 is empty (nothing begins in its window): one step of work is no steady state, and the text says which
+    (step2,) = [e for e in events if e.get("name") == "ProfilerStep#2" and e.get("cat") != "gpu_user_annotation"]
+    assert not [e for e in events if e.get("ph") in ("X", "i") and e is not step2
+                and step2["ts"] <= e["ts"] < step2["ts"] + step2["dur"]]
+    assert x.text.startswith("The GPU waits on the CPU: in the only step with work in it (step 1; the other steps "
+                             "are empty) the step takes 9,288.3 µs")
     own = _own_times_in(events, step["ts"], step["ts"] + step["dur"])
     top = sorted(own.items(), key=lambda kv: -kv[1])[:5]
     assert top[0][0] == "hipLaunchKernel" and top[0][1] > 6500  # the launch that blocked, on the autograd thread

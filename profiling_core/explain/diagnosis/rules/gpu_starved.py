@@ -92,7 +92,10 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                       for name, us, w in top if us > 0)
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
     blocked = (f", {_fmt_us(wait)} of it blocked in synchronize calls while the GPU worked," if wait > 0 else "")
-    text = (f"The GPU waits on the CPU: in steady state a step takes {_fmt_us(cpu)} of CPU time{blocked} and "
+    # one step with work beside empty ones (analyses.working_steps) is no steady state: say which step it is
+    scope = (f"in the only step with work in it (step {basis[0]}; the other steps are empty) the step takes"
+             if ss.get("empty_steps") and len(basis) == 1 else "in steady state a step takes")
+    text = (f"The GPU waits on the CPU: {scope} {_fmt_us(cpu)} of CPU time{blocked} and "
             f"launches {_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per "
             f"step), so the GPU idles {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
     if where:
