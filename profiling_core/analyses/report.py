@@ -126,16 +126,15 @@ def _summary(r: Report, session) -> dict[str, Any]:
 
 
 def _phase_medians(df: pd.DataFrame, steps_df: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """{phase: {cpu_us, gpu_us, kernels}} medians over the steps (the steady state's basis steps of the working
-    steps ``steps_df``); {} without
-    phases. A phase no step has any time or GPU op in is left out: the trace marks no such phase (a 2021 trace names
-    its backward ops ``MmBackward``, with no range the rule reads, so neither forward nor backward is known there),
-    and a 0 would say the step had none."""
+    """{phase: {cpu_us, gpu_us, kernels}} medians over the steps (the steady state's basis steps of ``steps_df``);
+    {} without phases. A phase no step has any time or GPU op in is left out: the trace marks no such phase (a 2021
+    trace names its backward ops ``MmBackward``, with no range the rule reads, so neither forward nor backward is
+    known there), and a 0 would say the step had none."""
     if df.empty:
         return {}
     seen = df.groupby("phase", sort=False)[["cpu_us", "gpu_ops"]].sum()
     seen = set(seen.index[(seen["cpu_us"] > 0) | (seen["gpu_ops"] > 0)]) | {"other"}
-    basis = df[df["step"].isin(basis_steps(working_steps(steps_df)[["step"]].drop_duplicates())["step"])]
+    basis = df[df["step"].isin(basis_steps(steps_df.drop_duplicates("step"))["step"])]
     g = basis.groupby("phase", sort=False)
     return {ph: {"cpu_us": float(x["cpu_us"].median()), "gpu_us": float(x["gpu_us"].median()),
                  "kernels": float(x["kernels"].median())} for ph, x in g if ph in seen}

@@ -268,7 +268,8 @@ def working_steps(df: pd.DataFrame) -> pd.DataFrame:
     them when none has. An empty step is no step of the loop but the profiler stopping right after it began
     (HTA's MI250 trace: ProfilerStep#2, 49 µs with nothing in it on any thread or lane); a per-step median over it
     would stand for no step (the mean of 9.29 ms and 49 µs), and a first step compared with it would look 189×
-    slower. Every per-step median and comparison rests on these steps."""
+    slower. The summary's per-step medians, :func:`basis_steps` (and so the steady state) and the questions' and
+    rules' per-step figures rest on these steps."""
     if "slices" not in df or df.empty:
         return df
     worked = df["slices"] > 0
@@ -276,14 +277,15 @@ def working_steps(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
-    """The steps a steady-state verdict rests on: with 3 or more steps, those after the first (the first carries
-    start-up effects that differ with the schedule and warm-up); otherwise all of them."""
+    """The steps a steady-state verdict rests on, of the :func:`working_steps`: with 3 or more, those after the
+    first (the first carries start-up effects that differ with the schedule and warm-up); otherwise all of them."""
+    df = working_steps(df)
     return df.iloc[1:] if len(df) >= 3 else df
 
 
 def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     """The bound of the run's steady state, with its evidence: :func:`bound` applied to the medians of the basis
-    steps (:func:`basis_steps` of the :func:`working_steps`) that launched GPU work (the median GPU work against the
+    steps (:func:`basis_steps`, of the :func:`working_steps`) that launched GPU work (the median GPU work against the
     median CPU time less the median time blocked in synchronize calls while the GPU worked).
 
     Returns a dict: ``bound`` (``compute-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without steps),
@@ -309,7 +311,7 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
         return out
     work = working_steps(steps_df)
     out["empty_steps"] = [int(x) for x in steps_df.loc[~steps_df.index.isin(work.index), "step"]]
-    basis = basis_steps(work)
+    basis = basis_steps(steps_df)
     out["basis"] = "after_first" if len(basis) < len(work) else "all"
     out["basis_steps"] = [int(x) for x in basis["step"]]
     cpu = float(basis["cpu_dur_us"].median())

@@ -20,9 +20,8 @@ def one_blas_thread() -> None:
 
     At its import, OpenBLAS starts one thread per core, and each waits for work by spinning for a while before it
     sleeps; the analyses do no BLAS work (no matrix products: sorts, searches and sums), so those threads only burn
-    other cores' time: about 1.9 s of CPU for numpy's import on a 16-core host, against 0.7 s with one thread
-    (docs/BENCHMARKS.md). The forked loader inherits the setting. Only a command-line process does this, and nothing
-    happens once numpy is imported."""
+    other cores' time (docs/BENCHMARKS.md has the figures of a 16-core host). The forked loader inherits the
+    setting. Only a command-line process does this, and nothing happens once numpy is imported."""
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 

@@ -44,7 +44,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                          & ~np.isin(tb.category.codes, _codes(tb.category, ("gpu_user_annotation",))))
     ss = r.summary.get("steady_state") or {}
     work = working_steps(r.steps)  # (an empty step is no step of the loop)
-    st = basis_steps(work)  # the steady state's steps: after the first, from 3 steps on (as the bound's)
+    st = basis_steps(r.steps)  # the steady state's steps: after the first, from 3 steps on (as the bound's)
     steady = st["step"].tolist()
     starts = st["start_ns"].to_numpy(dtype=np.int64)
     ends = starts + np.round(st["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
