@@ -229,7 +229,7 @@ if ra.has_phases or rb.has_phases:
             pchart = ui.chart("phase_bars", r.phases, value="cpu_us", title="Where each training step's time goes")
             ui.chart_block(pchart, r.phases, f"{label}_phases", key=f"runs_phases_{key}")
             phase_charts.append(pchart)
-    st.caption("Each training step split into forward, backward, optimizer, zero_grad and other (what no phase "
+    st.caption("Each training step split into data, forward, backward, optimizer, zero_grad and other (what no phase "
                "covers), as on the Profile page; the table gives the median step's.")
 
 both = {name_a: ra.step_breakdown, name_b: rb.step_breakdown}

@@ -40,10 +40,16 @@ def runs() -> dict[str, ExperimentConfig]:
                        knobs={"mode": "decode", "batch": 4, "kv_len": 2048, "d_model": 1024, "heads": 16}),
         "gemv_m4": dict(workload="script", knobs=script("gemv")),
         "gemv_m4_n4095": dict(workload="script", knobs=script("gemv", "unaligned")),
+        "input_loader": dict(workload="script", knobs=script("input_bound")),
+        "input_workers": dict(workload="script", knobs=script("input_bound", "workers"), modes=("eager",)),
+        "input_python": dict(workload="script", knobs=script("input_bound", "python_outside_ops"),
+                             modes=("eager",)),
     }
     out = {}
     for label, c in cases.items():
         for m, mode in (("eager", "off"), ("compile", "default")):
+            if m not in c.get("modes", ("eager", "compile")):
+                continue
             out[f"{label}_{m}"] = ExperimentConfig(workload=c["workload"], knobs=c["knobs"], compile=mode,
                                                    **{**W, **({"dtype": c["dtype"]} if "dtype" in c else {})})
     return out

@@ -212,8 +212,8 @@ def test_the_phases_count_each_phases_kernels_by_hand(tmp_path, ranges, impl, ke
     events = scan_trace(path)
     for st in _steps(events):
         got = r.phases[r.phases["step"] == int(st["name"].split("#")[1])].set_index("phase")
-        assert got["kernels"].to_dict() == {"forward": 1, "backward": 2, "optimizer": kernels, "zero_grad": 0,
-                                            "other": 0}
+        assert got["kernels"].to_dict() == {"data": 0, "forward": 1, "backward": 2, "optimizer": kernels,
+                                            "zero_grad": 0, "other": 0}
         assert got.loc["backward", "gpu_us"] == 80.0 and got.loc["forward", "gpu_us"] == 20.0
         assert abs(got["cpu_us"].sum() - st["dur"]) <= SUM_TOLERANCE_US
         (opt,) = _inside(events, st, lambda x: x == ("train::optimizer" if ranges else "Optimizer.step#AdamW.step"))

@@ -10,7 +10,7 @@ import pytest
 import verdict_traces as vt
 from conftest import scan_trace
 from profiling_core import analyze, diagnose, findings, open_trace
-from profiling_core.analyses import GPU_BOUND_AT, STARVED_AT
+from profiling_core.analyses import DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT, basis_steps, data_wait
 from profiling_core.store import DevicePeaks
 
 DATA = Path(__file__).parent / "data"
@@ -341,6 +341,11 @@ def test_no_verdict_contradicts_its_own_evidence(path):
         assert not r.has_gpu  # a rule about CPU threads speaks only where the CPU did the work
     if "gpu_starved" in found:
         assert ss["bound"] == "overhead-bound" and ss["gpu_idle_share"] >= 0.5
+    dw = data_wait(r.steps)  # the input rule speaks exactly where the steps' own figures say they waited for data
+    assert ("input_bound" in found) == (dw["share"] is not None and dw["share"] >= DATA_WAIT_AT)
+    if "input_bound" in found:
+        basis = basis_steps(r.steps)
+        assert dw["share"] == pytest.approx(basis["data_us"].sum() / basis["cpu_dur_us"].sum())
     longest = float((r.steps[["cpu_dur_us", "gpu_busy_us"]].max(axis=1)).max()) if len(r.steps) else None
     for x in d.diagnoses:
         if x.cost_us_per_step is not None and longest is not None:

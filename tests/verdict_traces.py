@@ -451,3 +451,36 @@ def memory_steps(path: Path, *, steps: int = 4, kept: int = 100 * MiB, temp: int
                 alloc(-temp, box["a"])))
         t.step(n, body)
     return t.write(path)
+
+
+SINGLE_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+WORKERS_NEXT = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+def data_loader_steps(path: Path, data_us, *, name: str = SINGLE_NEXT, train: bool = True, gpu: bool = True,
+                      compute_us: float = 40.0, gpu_copy: bool = False) -> Path:
+    """One step per entry of ``data_us``: the DataLoader's range (``name``, category user_annotation) of that many µs
+    around a collation (``aten::stack``, 10 µs), then the batch's copy and a forward GEMM (``compute_us`` of CPU, a
+    20 µs kernel; on the CPU, ``gpu`` False: an ``aten::mm`` of ``compute_us``), then, with ``train``, a backward
+    range and an SGD step (without: an inference loop, no training phase). ``gpu_copy``: the DataLoader range also has
+    its ``gpu_user_annotation`` copy on the GPU lane (as Kineto writes a range that launched GPU work)."""
+    t = Trace()
+    for n, d in enumerate(data_us):
+        def body(t, d=d):
+            start = t.t
+            t.cpu(name, d, cat="user_annotation", children=lambda t: t.cpu("aten::stack", 10.0))
+            if gpu_copy:
+                t._x(name, start + 3.0, d, "gpu_user_annotation", pid=0, tid=7)
+            if gpu:
+                t.copy("HtoD (Pinned -> Device)", 1 << 20, 30.0, 8.0, blocking=False)
+                t.cpu("aten::mm", compute_us, dims=[[512, 512], [512, 512]], types=BF16,
+                      children=lambda t: t.launch(BF16_GEMM, 20.0))
+            else:
+                t.cpu("aten::mm", compute_us, dims=[[512, 512], [512, 512]], types=FP32)
+            if train:
+                _annotate(t, "autograd::engine::evaluate_function: MmBackward0", lambda t: t.cpu(
+                    "aten::mm", compute_us, dims=[[512, 512], [512, 512]], types=BF16 if gpu else FP32,
+                    children=(lambda t: t.launch(BF16_GEMM, 40.0)) if gpu else None))
+                _annotate(t, "Optimizer.step#SGD.step", lambda t: t.cpu("aten::_foreach_add_", 12.0))
+        t.step(n + 1, body)
+    return t.write(path, device_properties=gpu)

@@ -9,7 +9,8 @@ names).
 GPU ops are put into categories (GEMM, attention, elementwise, copies, communication, ...) by the stated name rules of
 ``profiling_core.analyses.categories``; ``step_breakdown`` splits each step's window over them and idle time,
 ``top_kernels`` ranks the GPU ops with the CPU ops that launched them; ``phases`` splits each step of a training loop
-into forward, backward, optimizer and zero_grad (the rule is stated in ``profiling_core.analyses.phases``);
+into data (the DataLoader's batches), forward, backward, optimizer and zero_grad (the rule is stated in
+``profiling_core.analyses.phases``);
 ``memory`` says where the memory goes from the ``[memory]`` events (peaks, what was live at them, per op, per step,
 what was never freed; its rules are stated in ``profiling_core.analyses.memory``).
 Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once and returns a :class:`Report`;
@@ -26,24 +27,25 @@ from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_lat
 from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_MATCH_TOLERANCE, RELATIVE_BASES,
                      MemoryReport, live_at_peak, memory_by_op, memory_churn, memory_peaks, memory_report,
                      memory_timeline, unfreed)
-from .phases import PHASES, SUM_TOLERANCE_US, phase_ops, phases, phases_at
+from .phases import PHASES, SUM_TOLERANCE_US, is_data_loader_next, phase_ops, phases, phases_at
 from ._shared import Shared
 from .report import Report, analyze
-from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT, SYNC_WAIT_AT, annotation_ranges,
-                    basis_steps, bound, counted_wait, cpu_vs_gpu, gpu_busy, steady_state, steps, working_steps)
+from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT, SYNC_WAIT_AT,
+                    annotation_ranges, basis_steps, bound, counted_wait, cpu_vs_gpu, data_wait, gpu_busy, steady_state,
+                    steps, working_steps)
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
     "analyze", "Report", "Shared",
     "steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps", "annotation_ranges",
-    "GPU_BOUND_AT",
+    "data_wait", "DATA_WAIT_AT", "GPU_BOUND_AT",
     "STARVED_AT", "SYNC_WAIT_AT", "counted_wait",
     "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "gpu_ops", "kernel_stats", "kernel_configs", "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
     "cold_start_gap", "sync_wait", "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops",
     "gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "profiler_table", "cpu_own_times",
-    "phases", "phase_ops", "phases_at", "PHASES", "SUM_TOLERANCE_US",
+    "phases", "phase_ops", "phases_at", "PHASES", "SUM_TOLERANCE_US", "is_data_loader_next",
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
     "memory_timeline", "memory_peaks", "live_at_peak", "memory_by_op", "unfreed", "memory_churn", "memory_report",
     "MemoryReport", "NO_MEMORY_TEXT", "NOTHING_RECORDED_TEXT", "BEFORE_WINDOW", "PEAK_MATCH_TOLERANCE",

@@ -1,8 +1,12 @@
-"""The phases of a training step: forward, backward, optimizer, zero_grad, per profiler step.
+"""The phases of a training step: data, forward, backward, optimizer, zero_grad, per profiler step.
 
 The rule, stated once (:func:`phase_masks`): a slice (any thread, not a ``gpu_user_annotation`` copy) marks a phase by
 its name:
 
+- ``data``: the range torch.utils.data's DataLoader puts around each batch its iterator hands out
+  (``enumerate(DataLoader)#<iterator class>.__next__``, :func:`is_data_loader_next`): the time the loop waited for
+  its batch, made in its own thread (``num_workers=0``: the samples' loading and collation) or by worker processes
+  (the wait for the next ready batch, and its pinning).
 - ``forward``: the ``train::forward`` range the app's training workloads add (``workloads._train.TRAIN_RANGES``). A
   trace without any (an imported one) has no forward annotation, so its forward is read from where it sits: the
   step's own sub-slices that end before the step's first backward range begins and mark no other phase (descending
@@ -13,11 +17,13 @@ its name:
 - ``optimizer``: ``train::optimizer``, or the profiler's ``Optimizer.step#<Class>.step``.
 - ``zero_grad``: ``train::zero_grad``, or ``Optimizer.zero_grad#<Class>.zero_grad``.
 
-Inside a step's window each instant counts once, for the first phase (in that order) whose ranges cover it; the time
-no phase covers is ``other`` (the loop's own Python, ``.item()`` after the step, the profiler's step call). So the
-phases of a step add up to its CPU time exactly (integer ns; :data:`SUM_TOLERANCE_US`). A GPU op belongs to the phase
-whose ranges hold the start of the call that launched it (by the same order), to ``other`` when none does; its time
-is the union of those ops' intervals, wherever they ran. A trace with no phase range at all has no phases.
+A trace has phases when a slice marks one of the training phases (forward to zero_grad) and it has steps; a
+DataLoader alone (an inference loop) makes no training step. Inside a step's window each instant counts once, for the
+first phase (in that order) whose ranges cover it; the time no phase covers is ``other`` (the loop's own Python,
+``.item()`` after the step, the profiler's step call). So the phases of a step add up to its CPU time exactly
+(integer ns; :data:`SUM_TOLERANCE_US`). A GPU op belongs to the phase whose ranges hold the start of the call that
+launched it (by the same order), to ``other`` when none does; its time is the union of those ops' intervals, wherever
+they ran. A trace with no phase range at all has no phases.
 """
 from __future__ import annotations
 
@@ -27,20 +33,32 @@ import pandas as pd
 from ..workloads import TRAIN_RANGES
 from ._shared import Shared, coverage_ns, frame, frame_cols, merged, shared_for
 
-__all__ = ["phases", "phase_ops", "phases_at", "phase_masks", "empty_phases", "PHASE_COLUMNS", "PHASES", "SUM_TOLERANCE_US", "PROFILER_PHASE_PREFIXES"]
+__all__ = ["phases", "phase_ops", "phases_at", "phase_masks", "empty_phases", "is_data_loader_next", "PHASE_COLUMNS",
+           "PHASES", "SUM_TOLERANCE_US", "PROFILER_PHASE_PREFIXES", "DATA_LOADER_NEXT"]
 
-PHASES = ("forward", "backward", "optimizer", "zero_grad", "other")
+PHASES = ("data", "forward", "backward", "optimizer", "zero_grad", "other")
 """The phases in the order an instant covered by several is given to the first; ``other`` is what none covers."""
 
 PROFILER_PHASE_PREFIXES = {"backward": "autograd::engine::evaluate_function: ", "optimizer": "Optimizer.step#",
                            "zero_grad": "Optimizer.zero_grad#"}
 """The profiler's own annotations of a phase (name prefixes), read where a trace has no ``train::`` range."""
 
+DATA_LOADER_NEXT = ("enumerate(DataLoader)#", ".__next__")
+"""How torch.utils.data names the range around each batch a DataLoader's iterator hands out (``_BaseDataLoaderIter``'s
+``_profile_name``): this prefix, the iterator's class, this suffix."""
+
+
+def is_data_loader_next(name) -> bool:
+    """Whether a slice of this name is a DataLoader handing out a batch (:data:`DATA_LOADER_NEXT`)."""
+    return isinstance(name, str) and name.startswith(DATA_LOADER_NEXT[0]) and name.endswith(DATA_LOADER_NEXT[1])
+
+
 SUM_TOLERANCE_US = 0.001
 """How far a step's phases (``other`` included) may sum from its ``cpu_dur_us``: one nanosecond (they are integer ns
 of one window, each instant counted once)."""
 
 _NAMED = PHASES[:-1]
+_DATA, _FORWARD, _BACKWARD = (PHASES.index(p) for p in ("data", "forward", "backward"))
 
 PHASE_COLUMNS = ["step", "phase", "cpu_us", "share", "gpu_us", "gpu_ops", "kernels", "aten_ops", "source"]
 
@@ -54,6 +72,8 @@ def _phase_of_name(name) -> int:
     """The index into PHASES of the phase a slice of this name marks; -1 for none."""
     if not isinstance(name, str):
         return -1
+    if is_data_loader_next(name):
+        return _DATA
     for k, ph in enumerate(_NAMED):
         if name == TRAIN_RANGES.get(ph) or (ph in PROFILER_PHASE_PREFIXES and name.startswith(PROFILER_PHASE_PREFIXES[ph])):
             return k
@@ -70,6 +90,14 @@ def phase_masks(sh: Shared) -> np.ndarray:
         out = out.copy()
         out[sh.cat_mask(lambda c: c == "gpu_user_annotation")] = -1
     return out
+
+
+def data_ranges(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
+    """The ``data`` phase's ranges (the DataLoader's batches, :func:`is_data_loader_next`) as disjoint sorted
+    intervals (ns), whether or not the trace has training phases: ``steps``' ``data_us`` reads them too."""
+    t = sh.slices
+    r = np.flatnonzero(phase_masks(sh) == _DATA)
+    return merged(t["ts"][r], t["ts"][r] + t["dur"][r])
 
 
 def _children(t, rows: np.ndarray) -> dict[int, np.ndarray]:
@@ -128,7 +156,7 @@ class _Phased:
         self.sh = sh
         self.marks = phase_masks(sh)
         self.steps = [s for s in sh.steps_list if s[6] is not None]
-        self.any = bool((self.marks >= 0).any()) and bool(self.steps)
+        self.any = bool((self.marks > _DATA).any()) and bool(self.steps)  # (a training phase: a DataLoader alone is none)
         if not self.any:
             return
         b, e = t["ts"], t["ts"] + t["dur"]
@@ -136,8 +164,8 @@ class _Phased:
         for k in range(len(_NAMED)):
             r = np.flatnonzero(self.marks == k)
             self.ranges.append(merged(b[r], e[r]))
-        if len(self.ranges[0][0]) == 0:  # no train::forward: read each step's forward by position
-            bw_b = self.ranges[1][0]
+        if len(self.ranges[_FORWARD][0]) == 0:  # no train::forward: read each step's forward by position
+            bw_b = self.ranges[_BACKWARD][0]
             fb, fe = [], []
             for sid, _n, _nm, ts, dur, _d, _u in self.steps:
                 i = np.searchsorted(bw_b, ts, side="left")
@@ -145,8 +173,8 @@ class _Phased:
                     for x, y in _forward_before(sh, int(sid), int(bw_b[i]), self.marks):
                         fb.append(x)
                         fe.append(y)
-            self.ranges[0] = merged(np.array(fb, dtype=np.int64), np.array(fe, dtype=np.int64))
-        self.forward_by = "record_function" if (self.marks == 0).any() else "position"
+            self.ranges[_FORWARD] = merged(np.array(fb, dtype=np.int64), np.array(fe, dtype=np.int64))
+        self.forward_by = "record_function" if (self.marks == _FORWARD).any() else "position"
 
     def phase_at(self, x: np.ndarray) -> np.ndarray:
         """The index into PHASES of the first phase whose ranges hold each instant (``other`` where none does)."""
@@ -167,8 +195,8 @@ def phases(session, shared: Shared | None = None) -> pd.DataFrame:
         ``cpu_dur_us`` within :data:`SUM_TOLERANCE_US`), ``share`` (of the step), ``gpu_us`` (union of the GPU ops
         launched from calls inside the phase's ranges), ``gpu_ops``, ``kernels`` (of them, category kernel),
         ``aten_ops`` (ATen ops, at any depth, starting inside the phase's ranges), ``source`` (``record_function``
-        for the app's ``train::`` ranges, ``profiler`` for the profiler's annotations, ``position`` for a forward
-        read by position, empty for ``other``). Empty (same columns) when the trace has no phase range or no steps.
+        for the app's ``train::`` ranges, ``profiler`` for the profiler's and torch.utils.data's own annotations,
+        ``position`` for a forward read by position, empty for ``other`` and for a phase no slice marks). Empty (same columns) when the trace has no phase range or no steps.
     """
     sh = shared_for(session, shared)
     cols = PHASE_COLUMNS
@@ -229,7 +257,7 @@ def phases(session, shared: Shared | None = None) -> pd.DataFrame:
     src = {k: ("" if not (ph.marks == k).any() else "record_function" if _has_range(sh, ph.marks, k) else "profiler")
            for k in range(len(_NAMED))}
     if ph.forward_by == "position":
-        src[0] = "position"
+        src[_FORWARD] = "position"
     src[K - 1] = ""
     dur = (ends - starts).astype(np.float64)
     step_no = [s[1] for s in steps]

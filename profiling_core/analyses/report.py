@@ -48,7 +48,7 @@ class Report:
     top_kernels: pd.DataFrame
     """Every GPU op name ranked by total time, with the CPU ops that launched it (:func:`top_kernels` with n=None)."""
     phases: pd.DataFrame = field(default_factory=empty_phases)
-    """Per step and phase of a training step (forward, backward, optimizer, zero_grad, other): CPU time, GPU work
+    """Per step and phase of a training step (data, forward, backward, optimizer, zero_grad, other): CPU time, GPU work
     and kernels (:func:`~profiling_core.analyses.phases.phases`); empty when the trace has no phases."""
     memory: MemoryReport = field(default_factory=MemoryReport)
     """Where the memory goes, from the trace's ``[memory]`` events (:mod:`profiling_core.analyses.memory`): empty

@@ -7,10 +7,11 @@ import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, covered_ns, frame, shared_for, union_ns, unions_ns
+from .phases import data_ranges
 
 __all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
-           "annotation_ranges",
-           "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS"]
+           "annotation_ranges", "data_wait",
+           "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "DATA_WAIT_AT"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
 
@@ -65,7 +66,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`), ``cut_us`` (how much of
         the step's slice lay past the recording's end and is not counted: 0 but in a malformed trace), ``slices``
         (the slices of any thread or GPU lane that began in the step's window, its own slice not counted: 0 for an
-        empty step, :func:`working_steps`). Empty (same columns) when the trace has no steps.
+        empty step, :func:`working_steps`), ``data_us`` (the time of the step's window inside a DataLoader's
+        ``enumerate(DataLoader)#...__next__`` range: the loop waiting for its batch, the ``data`` phase's rule in
+        ``analyses.phases``; 0 where no DataLoader is profiled). Empty (same columns) when the trace has no steps.
     """
     sh = shared_for(session, shared)
     df = _steps_raw(sh)
@@ -80,13 +83,16 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     began = np.sort(sh.tables.ts)  # (every slice's start: the engines need not keep slices in time order)
     df["slices"] = (np.searchsorted(began, starts + durs, side="left") - np.searchsorted(began, starts, side="left")
                     - 1).clip(min=0) if len(rows) else np.zeros(0, dtype=np.int64)
+    db, de = data_ranges(sh)
+    df["data_ns"] = (covered_ns(starts, starts + durs, db, de) if len(db) and len(rows)
+                     else np.zeros(len(rows), dtype=np.int64))
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
                  "gpu_busy_in_step_ns": "gpu_busy_in_step_us", "sync_wait_ns": "sync_wait_us",
-                 "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us"})
+                 "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us", "data_ns": "data_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
-            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us", "cut_us", "slices"]
+            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us", "cut_us", "slices", "data_us"]
     return df[cols].reset_index(drop=True)
 
 
@@ -201,8 +207,10 @@ def counted_wait(sync_wait_us: float, cpu_us: float) -> float:
 
 
 CPU_MATH_BOUND_AT = 0.5
-"""On a CPU, where no GPU lane exists: a step whose math (the work ops' own time) takes at least this share of its
-wall time is compute-bound, below it overhead-bound."""
+"""On a CPU, where no GPU lane exists: a step whose math (the work ops' own time, outside the DataLoader's batches)
+takes at least this share of its wall time is compute-bound. Below it, the step is bound by the larger of the rest:
+the DataLoader handing out its batch (``steps.data_us``: input-bound) or everything else, the framework's overhead
+around the ops (overhead-bound)."""
 
 CPU_GEMM_FLOOR_GFLOPS = 1.0
 """GFLOP/s below which no CPU core runs a GEMM of a measurable size (one core of a 2-core cloud VM runs an fp32 64³
@@ -281,6 +289,26 @@ def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
     first (the first carries start-up effects that differ with the schedule and warm-up); otherwise all of them."""
     df = working_steps(df)
     return df.iloc[1:] if len(df) >= 3 else df
+
+
+DATA_WAIT_AT = 0.2
+"""The share of the steady state's CPU time spent inside the DataLoader's batches (:func:`data_wait`) from which the
+loop waits on its input: question 2 and the ``input_bound`` rule say so."""
+
+
+def data_wait(steps_df: pd.DataFrame) -> dict:
+    """How long the steady state's steps (:func:`basis_steps`) waited for their batches (``data_us``): ``steps`` (their
+    numbers), ``data_us_per_step`` and ``cpu_us_per_step`` (means), ``share`` (the sum of ``data_us`` over the sum of
+    ``cpu_dur_us``; None without CPU time), ``by_step`` ({step: data_us}). Sums and means, not medians: a DataLoader's
+    workers hand out prefetched batches for a while and then the loop waits for the next ones at once, so most steps
+    wait for nothing and a median would hide the waits."""
+    b = basis_steps(steps_df) if len(steps_df) else steps_df
+    n = len(b)
+    data = b["data_us"].astype(float) if "data_us" in b else pd.Series(0.0, index=b.index)
+    cpu = float(b["cpu_dur_us"].sum()) if n else 0.0
+    return {"steps": [int(x) for x in b["step"]], "data_us_per_step": float(data.sum()) / n if n else 0.0,
+            "cpu_us_per_step": cpu / n if n else 0.0, "share": float(data.sum()) / cpu if cpu > 0 else None,
+            "by_step": {int(k): float(v) for k, v in zip(b["step"], data)}}
 
 
 def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:

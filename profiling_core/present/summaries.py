@@ -189,8 +189,8 @@ PHASE_SUMMARY_COLUMNS = ["run", "phase", "cpu_us", "gpu_us", "kernels"]
 
 
 def phase_summary(items: Iterable[tuple[str, Report]]) -> pd.DataFrame:
-    """Each training run's median step by phase (``Report.summary["train_phases"]``: forward, backward, optimizer,
-    zero_grad, other), one row per (run, phase) in the phases' order: :data:`PHASE_SUMMARY_COLUMNS`. ``items``:
+    """Each training run's median step by phase (``Report.summary["train_phases"]``: data, forward, backward,
+    optimizer, zero_grad, other), one row per (run, phase) in the phases' order: :data:`PHASE_SUMMARY_COLUMNS`. ``items``:
     (label, report); a run without phases (a forward pass) has no rows."""
     rows = [{"run": label, "phase": ph, **figures} for label, rep in items
             for ph, figures in (rep.summary.get("train_phases") or {}).items()]

@@ -81,10 +81,10 @@ def _step_star(name: str) -> str:
 
 def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
     """``{step: CPU slices of that step's chain}`` for the given steps (id, name with ProfilerStep#N as
-    ProfilerStep*, dur_us, self_us = dur_us less its children's and less its wait for the autograd engine's thread
+    ProfilerStep*, start_ns, dur_us, self_us = dur_us less its children's and less its wait for the autograd engine's thread
     (the chains' ``wait_us``: that time is the engine thread's), occurrence = the how-manieth slice of that name in
     the step), computed in one pass over the chains (children summed per step and parent)."""
-    keep = ["step", "id", "parent_id", "name", "dur_us"] + (["wait_us"] if "wait_us" in ch else [])
+    keep = ["step", "id", "parent_id", "name", "start_ns", "dur_us"] + (["wait_us"] if "wait_us" in ch else [])
     cpu = ch.loc[ch["lane"] == "cpu", keep]  # only the columns used
     child = cpu.groupby(["step", "parent_id"])["dur_us"].sum()
     out = cpu.drop(columns="parent_id")

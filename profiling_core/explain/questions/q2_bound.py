@@ -7,10 +7,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, GPU_BOUND_AT, STARVED_AT, steady_state,
-                                working_steps)
+from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT,
+                                data_wait, steady_state, working_steps)
+from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
-from .base import NO_GPU_TEXT, Finding, _num, _self_times_by_step, _work_ops
+from .base import NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _work_ops
 
 _TOP_WORK_OPS = 3
 
@@ -134,16 +135,36 @@ def _q2_verdict(r) -> list[Finding]:
         if ss["busy_in_window"] is not None:  # (a measure of its own: a step's GPU work may run outside its window)
             text += (" Evidence beside the verdict, measured another way: inside each step's own CPU window the GPU "
                      f"was busy {median}{100 * ss['busy_in_window']:.1f}%.")
+        dw = data_wait(all_steps)
+        if dw["share"] is not None and dw["share"] >= DATA_WAIT_AT:  # what keeps the CPU from launching: its input
+            ev.update({"data_us_per_step": _num(dw["data_us_per_step"]), "data_share": _num(dw["share"])})
+            text += (f" Of the steps' CPU time, {100 * dw['share']:.0f}% went to waiting for input: the DataLoader "
+                     f"handing out each batch took {_us(dw['data_us_per_step'])} per step on average (What to change: "
+                     "*The step waits for its batch*).")
     if len(s) > 1:
         text += f" Step by step, by the same rule: {counts}."
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
 
 
+def _outside_batches(g):
+    """The slices of one step's chain (:func:`~.base._self_times_by_step`) that start outside every DataLoader
+    batch (``analyses.is_data_loader_next``) of that chain: the collation's ops inside one are the input's work."""
+    dl = g[_per_name(g["name"], lambda t: t.map(is_data_loader_next)).astype(bool)]
+    if dl.empty:
+        return g
+    b = dl["start_ns"].to_numpy(dtype=np.int64)
+    e = b + np.round(dl["dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
+    ts = g["start_ns"].to_numpy(dtype=np.int64, na_value=-1)
+    inside = ((ts[:, None] >= b[None, :]) & (ts[:, None] < e[None, :])).any(axis=1)
+    return g[~inside]
+
+
 def _q2_cpu(r, cpu_med: float) -> Finding:
     """Question 2 on a CPU: the work ops' own time (ATen ops that do arithmetic or move data; metadata-only ops and
-    composite wrappers excluded) against the step, the rest being framework overhead (Python, dispatch, the
-    profiler); the verdict at :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` of the step; the GEMMs'
-    achieved GFLOP/s where their FLOPs are known."""
+    composite wrappers excluded; those inside a DataLoader's batch are the input's) against the step, beside the time
+    the DataLoader took to hand out the batch (``steps.data_us``), the rest being framework overhead (Python,
+    dispatch, the profiler); the verdict by :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` (the rule is
+    stated there); the GEMMs' achieved GFLOP/s where their FLOPs are known."""
     s = working_steps(r.steps)  # (an empty step is no step of the loop)
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0}
     devices = [d.get("name") for d in r.summary.get("devices") or [] if d.get("name")]
@@ -156,31 +177,50 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     ch = r.dispatch_chains
     numbers = [int(x) for x in s["step"]]
     by_step = _self_times_by_step(ch, numbers) if not ch.empty else {}
-    shares, works, per_op = [], [], {}
+    data_of = dict(zip(numbers, s["data_us"].astype(float))) if "data_us" in s else {}
+    shares, works, data_shares, per_op = [], [], [], {}
     for k, dur in zip(numbers, s["cpu_dur_us"].astype(float)):
         g = by_step.get(k)
         if g is None or dur <= 0:
             continue
-        w = _work_ops(g)
+        w = _work_ops(_outside_batches(g))
         work_us = float(w["self_us"].sum())
         works.append(work_us)
         shares.append(work_us / dur)
+        data_shares.append(min(1.0, data_of.get(k, 0.0) / dur))
         for name, us in w.groupby(w["name"].astype(str))["self_us"].sum().items():
             per_op.setdefault(name, []).append(float(us))
     if not shares or max(works) <= 0:
         return Finding("q2.bound", 2, "CPU only", text, ev)
-    share, work_med = float(np.median(shares)), float(np.median(works))
-    label = "compute-bound" if share >= CPU_MATH_BOUND_AT else "overhead-bound"
+    share, work_med, data_share = float(np.median(shares)), float(np.median(works)), float(np.median(data_shares))
+    rest = max(0.0, 1.0 - share - data_share)
+    label = ("compute-bound" if share >= CPU_MATH_BOUND_AT else "input-bound" if data_share > 0 and data_share >= rest
+             else "overhead-bound")
     top = sorted(((float(np.median(v)), n) for n, v in per_op.items()), reverse=True)[:_TOP_WORK_OPS]
     listed = ", ".join(f"{n} {_us(us)}" for us, n in top)
     ev.update({"cpu_work_us_median": _num(work_med), "cpu_work_share_median": _num(share), "bound": label,
                "bound_threshold": CPU_MATH_BOUND_AT, "bound_basis": "cpu_work_share",
                "work_ops": {n: _num(us) for us, n in top}})
     text += (f" The work ops (the ATen ops that compute or move data, their own time: {listed}) took a median "
-             f"{_us(work_med)}, {100 * share:.1f}% of a step; the other {100 * (1 - share):.1f}% is framework overhead "
-             f"around them (Python, dispatch through the wrapping ops, the profiler's step). "
-             f"{'Below' if label == 'overhead-bound' else 'At or above'} {100 * CPU_MATH_BOUND_AT:.0f}%, so on this CPU "
-             f"the workload is {label}.")
+             f"{_us(work_med)}, {100 * share:.1f}% of a step; ")
+    if data_share > 0:
+        ev["data_share_median"] = _num(data_share)
+        text += (f"the DataLoader handing out the step's batch (enumerate(DataLoader)#...__next__, its ops included) "
+                 f"{100 * data_share:.1f}%; the other {100 * rest:.1f}% is framework overhead around the ops (Python, "
+                 "dispatch through the wrapping ops, the profiler's step). ")
+    else:
+        text += (f"the other {100 * (1 - share):.1f}% is framework overhead around them (Python, dispatch through the "
+                 "wrapping ops, the profiler's step). ")
+    if label == "compute-bound":
+        text += f"At or above {100 * CPU_MATH_BOUND_AT:.0f}%, so on this CPU the workload is compute-bound."
+    elif label == "input-bound":
+        dw = data_wait(r.steps)  # (the rule's own test: the pointer only where the rule speaks)
+        text += (f"Below {100 * CPU_MATH_BOUND_AT:.0f}%, and the batches take more of the step than the overhead: on "
+                 "this CPU the loop is input-bound, waiting for its data"
+                 + (" (What to change: *The step waits for its batch*)." if dw["share"] is not None
+                    and dw["share"] >= DATA_WAIT_AT else "."))
+    else:
+        text += f"Below {100 * CPU_MATH_BOUND_AT:.0f}%, so on this CPU the workload is overhead-bound."
     g = r.gemm_throughput
     cpu_g = g[g["device"] == "cpu"] if not g.empty else g
     if len(cpu_g):

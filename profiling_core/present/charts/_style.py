@@ -42,6 +42,7 @@ BREAKDOWN_COLORS = {
 
 # Phases of a training step (``analyses.phases``), in the order they stack, with one colour each.
 PHASE_COLORS = {
+    "data": "#8c564b",
     "forward": "#1f77b4",
     "backward": "#ff7f0e",
     "optimizer": "#2ca02c",

@@ -6,6 +6,8 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 
 - ``fp32_without_tf32``: fp32 GEMMs in full-fp32 FFMA kernels on a GPU with TF32 tensor cores.
 - ``unaligned_gemm_dims``: a bf16/fp16 GEMM whose K or N (the leading dimensions) is not a multiple of 8.
+- ``input_bound``: the steady-state steps spend a fifth of their CPU time or more in the DataLoader's ``__next__``,
+  waiting for their batches (GPU or CPU); the fix depends on whether workers made them.
 - ``gpu_starved``: the GPU idles half a steady-state step or more, whatever the launch count.
 - ``decode_launch_bound``: the GPU idles half a steady-state decode token or more (``decode::token`` ranges), with
   the launch calls per token; the fix is a static KV cache and CUDA graphs.

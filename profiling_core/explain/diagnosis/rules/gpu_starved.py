@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from ...questions.base import _self_times_by_step
+from ....analyses import is_data_loader_next
 from ..base import Diagnosis, _Ctx, _fmt_us
 
 GPU_IDLE_AT = 0.5
@@ -25,6 +25,15 @@ _BLOCKING = ("cudaMemcpyAsync", "cudaMemcpy", "cudaStreamSynchronize", "cudaDevi
              "cudaEventSynchronize", "hipMemcpyWithStream", "hipMemcpy", "hipStreamSynchronize", "hipDeviceSynchronize",
              "aten::item", "aten::_local_scalar_dense")
 _COMPILED = ("TorchDynamo Cache Lookup", "Torch-Compiled Region")
+_OP_CATEGORIES = ("cpu_op", "operator", "cuda_runtime", "cuda_driver", "runtime", "driver")
+"""The CPU slices that are ops or calls (ATen ops, runtime and driver calls; lower case, the 2021 format's
+``Operator`` and ``Runtime`` too), as against Python frames and ``record_function`` ranges."""
+PYTHON_DOMINATES = 0.5
+"""Share of the step its thread must spend in no op (:func:`_outside_ops_us`: Python that runs no op) for the rule to
+send the user to that code first: fewer launches do not shorten it."""
+PYTHON_FLOOR_US = 1000.0
+"""...and at least this much of it per step: below, the Python is the loop's own fixed cost per iteration (the call
+of the step, the profiler's step, a few µs of each record_function), which more work per step amortises."""
 
 
 def launch_calls(report):
@@ -63,14 +72,66 @@ def _cpu_time_by_op(report, steps: list[int]) -> list[tuple[str, float, float]]:
     return sorted(out, key=lambda kv: -kv[1])
 
 
-def _step_own_us(report, steps: list[int]) -> float:
-    """The median own time of the step slices of ``steps`` (their duration less their children's and less their
-    wait for the autograd engine's thread: the dispatch chains' self times), 0 without chains."""
+def _uncovered_us(g, b: int, e: int, cover) -> float:
+    """The µs of the window [b, e) (ns) that the rows ``cover`` of a dispatch chain (``start_ns``, ``dur_us``) leave
+    uncovered."""
+    lo = np.clip(cover["start_ns"].to_numpy(dtype=np.int64), b, e)
+    hi = np.clip(lo + np.round(cover["dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64), b, e)
+    covered = 0
+    if len(lo):
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], np.maximum.accumulate(hi[order])
+        heads = np.flatnonzero(np.r_[True, lo[1:] >= hi[:-1]])
+        covered = int((np.maximum.reduceat(hi, heads) - lo[heads]).sum())
+    return (e - b - covered) / 1000.0
+
+
+def _step_windows(report, steps: list[int]):
+    """(step, its chain's CPU rows, the step slice's row, window start ns, window end ns) for each of ``steps`` that
+    has a dispatch chain (the step slice is its chain's root, depth 0)."""
     ch = report.dispatch_chains
     if ch.empty:
-        return 0.0
-    by_step = _self_times_by_step(ch, steps)
-    own = [float(g.loc[g["name"] == "ProfilerStep*", "self_us"].sum()) for g in by_step.values()]
+        return
+    ch = ch[(ch["lane"] == "cpu") & ch["step"].isin(steps)]
+    for step, g in ch.groupby("step", sort=False):
+        top = g[g["depth"] == 0]
+        if top.empty:
+            continue
+        b = int(top["start_ns"].iloc[0])
+        yield step, g, top.iloc[0], b, b + int(round(float(top["dur_us"].iloc[0]) * 1000))
+
+
+def _outside_ops_us(report, steps: list[int], calls) -> Optional[float]:
+    """The median, over ``steps``, of the time of a step's window that its own thread (the step slice's) spent in no
+    op: covered by no ATen op, no runtime or driver call and no DataLoader batch (Python frames and ``record_function``
+    ranges do not cover it: that is Python that runs no op, the loop's own code or the model's Python between its
+    ops, and with with_stack the profiler's own recording of it), less the thread's wait for the autograd engine's
+    thread (the chains' ``wait_us`` of the slices that are no op). None where a step's thread launched fewer than
+    half of that step's launch calls (``calls``): its work ran on other threads, so its idle time is not the step's
+    Python."""
+    launched = calls.groupby("step")["launch_id"].nunique() if len(calls) else None
+    out = []
+    for step, g, _top, b, e in _step_windows(report, steps):
+        names = g["name"].astype(str)
+        if launched is not None and int(names.isin(_LAUNCH_CALLS).sum()) * 2 < int(launched.get(step, 0)):
+            return None
+        ops = (g["category"].astype(str).str.lower().isin(_OP_CATEGORIES).to_numpy()
+               | names.map(is_data_loader_next).to_numpy())
+        # the thread's wait for the autograd engine's (the backward's ops run there) lies in a range's or the step's
+        # own time: a wait, not Python
+        waited = float(g.loc[~ops, "wait_us"].astype(float).sum()) if "wait_us" in g else 0.0
+        out.append(max(0.0, _uncovered_us(g, b, e, g[ops]) - waited))
+    return float(np.median(out)) if out else None
+
+
+def _step_own_us(report, steps: list[int]) -> float:
+    """The median own time of the step slices of ``steps``: the time of the step's window that no other slice of its
+    thread covers (its children's, or, where Python frames recorded with with_stack begin before the step and so
+    hold it rather than lie under it, theirs), less its wait for the autograd engine's thread; 0 without chains."""
+    own = []
+    for _step, g, top, b, e in _step_windows(report, steps):
+        wait = float(top["wait_us"]) if "wait_us" in g and top["wait_us"] == top["wait_us"] else 0.0
+        own.append(max(0.0, _uncovered_us(g, b, e, g[g["depth"] > 0]) - wait))
     return float(np.median(own)) if own else 0.0
 
 
@@ -87,8 +148,8 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     calls = calls[calls["step"].isin(basis)] if len(calls) else calls
     n_calls, call_us, calls_us, graphs = launch_call_stats(calls, len(basis))
     top = _cpu_time_by_op(r, basis)[:TOP_CPU_OPS]
-    where = ", ".join(f"{name[:60]} {_fmt_us(us)}" + (f" (and {_fmt_us(w)} waiting for the autograd engine's "
-                                                       "thread, counted there)" if w > 0 else "")
+    where = ", ".join(f"{name if len(name) <= 60 else name[:59] + '…'} {_fmt_us(us)}"
+                      + (f" (and {_fmt_us(w)} waiting for the autograd engine's thread, counted there)" if w > 0 else "")
                       for name, us, w in top if us > 0)
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
     blocked = (f", {_fmt_us(wait)} of it blocked in synchronize calls while the GPU worked," if wait > 0 else "")
@@ -111,7 +172,20 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     names = [n for n, _us, _w in top]
     compiled = any(n.startswith(_COMPILED) for n, _us, _w in _cpu_time_by_op(r, basis))
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
-    if names and names[0] in _BLOCKING:
+    outside = _outside_ops_us(r, basis, calls)
+    if names and is_data_loader_next(names[0]):
+        fix = (f"The largest CPU cost is the DataLoader handing out the step's batch ({names[0]}): make the batches "
+               "while the step runs (worker processes, pinned memory, cheaper samples; see *The step waits for its "
+               "batch*). Fewer launches or a CUDA graph come after that.")
+    elif outside is not None and outside >= max(PYTHON_DOMINATES * cpu, PYTHON_FLOOR_US):
+        fix = (f"Most of the step is Python that runs no op: its thread spent {_fmt_us(outside)} of the step's "
+               f"{_fmt_us(cpu)} in no ATen op, launch or other runtime call; fewer launches do not shorten that. Find "
+               "out what it is first: wrap parts of the loop in torch.profiler.record_function (or profile once with "
+               "with_stack=True, whose own recording then adds to it). Building a batch sample by sample, "
+               "tokenizing, logging or Python arithmetic on values belong out of the step (in a DataLoader's worker "
+               "processes, or once before the loop) or in tensor ops on whole batches; the model's own Python "
+               "between its ops is what torch.compile removes.")
+    elif names and names[0] in _BLOCKING:
         fix = (f"The largest CPU cost is {names[0]}, a call that waits for the GPU or for a copy: see the "
                "synchronisation and copies finding; pinned inputs copied with non_blocking=True ahead of the step, and "
                "no .item() in the hot loop, let the CPU queue the next work instead.")

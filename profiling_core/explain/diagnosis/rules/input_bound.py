@@ -1,0 +1,79 @@
+"""``input_bound``: the loop waits for its batches. Found by the time the steady-state steps spend inside the
+DataLoader's batch range (``enumerate(DataLoader)#<iterator>.__next__``: ``steps.data_us``, the ``data`` phase's
+rule), summed over those steps: at least ``analyses.DATA_WAIT_AT`` of their CPU time (``analyses.data_wait``: a sum,
+as workers' waits come in bursts). On a GPU or a CPU alike. The iterator's class tells how the batches were made:
+``_SingleProcessDataLoaderIter`` in the loop's own thread (``num_workers=0``), ``_MultiProcessingDataLoaderIter`` by
+worker processes that did not keep up. The cost is that time per step on average, the most any faster input can
+save; on a GPU no more than the CPU time per step less the GPU work launched per step (that work stays)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ....analyses import DATA_WAIT_AT, data_wait, is_data_loader_next
+from ..base import Diagnosis, _Ctx, _fmt_us
+
+_SINGLE, _WORKERS = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
+BURST_AT = 10.0
+"""A step that waited this many times the median wait of the others or more is a burst: the workers' prefetched
+batches ran out there."""
+
+
+def _iterators(report, steps: list[int]) -> list[str]:
+    """The DataLoader ranges' names in these steps (``cpu_own_times``), most time first."""
+    own = report.cpu_own_times
+    if own.empty:
+        return []
+    own = own[own["step"].isin(steps)]
+    names = own[[is_data_loader_next(str(n)) for n in own["name"]]]
+    return [str(n) for n in names.groupby(names["name"].astype(str))["own_us"].sum().sort_values(ascending=False).index]
+
+
+def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
+    r = c.report
+    dw = data_wait(r.steps)
+    share = dw["share"]
+    if share is None or share < DATA_WAIT_AT or not dw["steps"]:
+        return None
+    n, data, cpu = len(dw["steps"]), dw["data_us_per_step"], dw["cpu_us_per_step"]
+    names = _iterators(r, dw["steps"])
+    which = names[0] if names else "enumerate(DataLoader)#...__next__"
+    scope = f"the {n} steady-state steps" if n > 1 else "the one steady-state step"
+    text = (f"The loop waits for its data: over {scope} the DataLoader's {which} took {_fmt_us(data)} per step on "
+            f"average, {share:.0%} of their CPU time ({_fmt_us(cpu)} per step).")
+    ev = {"data_us_per_step": data, "cpu_us_per_step": cpu, "data_share": share, "data_wait_at": DATA_WAIT_AT,
+          "basis_steps": dw["steps"], "data_us_by_step": dw["by_step"], "iterators": names}
+    waits = sorted(dw["by_step"].values())
+    if n >= 2 and waits[-1] > 0:
+        others = waits[:-1]
+        mid = others[len(others) // 2]
+        if waits[-1] >= BURST_AT * max(mid, 1.0):
+            worst = max(dw["by_step"], key=dw["by_step"].get)
+            text += (f" The waits come in bursts: step {worst} waited {_fmt_us(waits[-1])}, "
+                     + (f"the other {_fmt_us(mid)}" if len(others) == 1 else f"the others a median {_fmt_us(mid)}")
+                     + ": the batches made ahead ran out there.")
+            ev["burst_step"] = worst
+    gpu = None
+    if r.has_gpu:
+        st = r.steps[r.steps["step"].isin(dw["steps"])]
+        gpu = float(st["gpu_busy_us"].sum()) / n
+        text += f" Meanwhile the GPU had {_fmt_us(gpu)} of work per step: it idles while the batch is made."
+        ev["gpu_us_per_step"] = gpu
+    if _WORKERS in which:
+        fix = ("The DataLoader's worker processes do not make batches as fast as the step uses them: the loop waits "
+               "in __next__ for the next ready one. Give it more workers (num_workers, up to the cores the "
+               "training process leaves free), make each sample cheaper (decode or resize once and cache the "
+               "result, move augmentations onto the GPU as batched tensor ops), and keep the workers between "
+               "epochs (persistent_workers=True); a larger prefetch_factor only evens out bursts, it adds no speed.")
+    elif _SINGLE in which:
+        fix = ("The batches are made in the training loop's own thread (num_workers=0), one after the other with "
+               "the step. Set num_workers to a few processes (DataLoader(..., num_workers=4, pin_memory=True, "
+               "persistent_workers=True)) so batches are made while the step runs, copy them with "
+               ".to(device, non_blocking=True), and make each sample cheaper (decode or resize once and cache the "
+               "result, augment on the GPU).")
+    else:
+        fix = ("Make the batches while the step runs: worker processes (num_workers), pinned memory and non_blocking "
+               "copies, and cheaper samples (decode or resize once and cache, augment on the GPU).")
+    cost = data if gpu is None else min(data, max(0.0, cpu - gpu))
+    basis = ("time inside the DataLoader per steady-state step (mean): the most faster input can save"
+             + ("; no more than the CPU time less the GPU work per step" if gpu is not None else ""))
+    return Diagnosis("input_bound", "The step waits for its batch (input-bound)", text, fix, cost, basis, ev)
