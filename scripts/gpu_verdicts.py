@@ -44,6 +44,8 @@ def runs() -> dict[str, ExperimentConfig]:
         "input_workers": dict(workload="script", knobs=script("input_bound", "workers"), modes=("eager",)),
         "input_python": dict(workload="script", knobs=script("input_bound", "python_outside_ops"),
                              modes=("eager",)),
+        "empty_cache": dict(workload="script", knobs=script("empty_cache"), modes=("eager",)),
+        "empty_cache_kept": dict(workload="script", knobs=script("empty_cache", "kept"), modes=("eager",)),
     }
     out = {}
     for label, c in cases.items():

@@ -5,7 +5,8 @@
   thread, one fed by two workers that fall behind; the same loop on a CPU; the 2021 ResNet-50 trace of PyTorch's
   own profiler tutorial);
 - a step whose batch is built by plain Python: the GPU-starved finding sends the user to that Python, not to fewer
-  launches.
+  launches;
+- ``torch.cuda.empty_cache()`` in the loop: the allocator's driver calls in every step (``allocator_in_step``).
 
 Every figure is checked against a plain scan of the JSON."""
 from __future__ import annotations
@@ -234,3 +235,48 @@ def test_other_formats_ops_and_a_wait_for_the_backward_are_not_python(path):
     _, _, d = run(path)
     assert "gpu_starved" in d and "Python that runs no op" not in d["gpu_starved"].fix
 
+
+# --- the allocator in every step ------------------------------------------------------------------------------------
+
+EMPTY, KEPT = H200 / "empty_cache_eager.json", H200 / "empty_cache_kept_eager.json"
+ALLOCATOR = ("cudaMalloc", "cudaFree")
+
+
+def _allocator_calls(path) -> dict[int, tuple[int, float]]:
+    """{N: (cudaMalloc and cudaFree calls inside ProfilerStep#N's window, their µs)} by a plain scan."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    out = {}
+    for st in ev:
+        if str(st["name"]).startswith("ProfilerStep#") and st.get("cat") != "gpu_user_annotation":
+            mine = [e for e in ev if e["name"] in ALLOCATOR and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
+            out[int(st["name"].split("#")[1])] = (len(mine), sum(e["dur"] for e in mine))
+    return out
+
+
+def test_empty_cache_in_the_loop_is_found_and_costed_by_the_driver_calls():
+    """The same H200 training step with and without torch.cuda.empty_cache() at its end: 3 cudaMalloc and 3 cudaFree
+    in every step with it, none without; the rule's cost is those calls' time per steady step, by a scan, and the
+    steps with the call are longer than without by at least that much."""
+    calls = _allocator_calls(EMPTY)
+    basis = steady(calls)
+    assert all(calls[n][0] == 6 for n in calls)
+    _, _, d = run(EMPTY)
+    x = d["allocator_in_step"]
+    per = statistics.mean(calls[n][1] for n in basis)
+    assert x.cost_us_per_step == pytest.approx(per, abs=0.01)
+    assert "cudaMalloc ×3, cudaFree ×3 per step" in x.text or "cudaFree ×3, cudaMalloc ×3 per step" in x.text
+    assert "empty_cache()" in x.fix
+    longer = statistics.mean(scan(EMPTY)[n][0] for n in basis) - statistics.mean(scan(KEPT)[n][0] for n in steady(scan(KEPT)))
+    assert longer >= per
+    assert all(n == 0 for n, _ in _allocator_calls(KEPT).values())
+    assert "allocator_in_step" not in run(KEPT)[2]
+
+
+def test_one_step_that_grew_the_cache_is_no_allocator_verdict():
+    """This project's compiled static-cache decode on the H200 calls the driver's allocator three times in its first
+    step and in its second, none in its third: of the steady state (the steps after the first), one step in two. No
+    rule."""
+    path = DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz"
+    calls = _allocator_calls(path)
+    assert [calls[n][0] for n in sorted(calls)] == [3, 3, 0]
+    assert "allocator_in_step" not in run(path)[2]

@@ -11,6 +11,7 @@ import verdict_traces as vt
 from conftest import scan_trace
 from profiling_core import analyze, diagnose, findings, open_trace
 from profiling_core.analyses import DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT, basis_steps, data_wait
+from profiling_core.explain.diagnosis.rules.allocator_in_step import ALLOCS, FREES
 from profiling_core.store import DevicePeaks
 
 DATA = Path(__file__).parent / "data"
@@ -346,6 +347,11 @@ def test_no_verdict_contradicts_its_own_evidence(path):
     if "input_bound" in found:
         basis = basis_steps(r.steps)
         assert dw["share"] == pytest.approx(basis["data_us"].sum() / basis["cpu_dur_us"].sum())
+    own = r.cpu_own_times  # the allocator rule: driver allocation calls in every step of the steady state
+    steady = set(int(x) for x in basis_steps(r.steps)["step"]) if len(r.steps) else set()
+    with_calls = (set(int(x) for x in own.loc[own["name"].astype(str).isin(FREES + ALLOCS), "step"])
+                  if len(own) else set())
+    assert ("allocator_in_step" in found) == (r.has_gpu and bool(steady) and steady <= with_calls)
     longest = float((r.steps[["cpu_dur_us", "gpu_busy_us"]].max(axis=1)).max()) if len(r.steps) else None
     for x in d.diagnoses:
         if x.cost_us_per_step is not None and longest is not None:

@@ -27,6 +27,7 @@ from ...analyses.categories import is_gemm_kernel, kernel_family
 from ...store.peaks import DevicePeaks
 from .base import Diagnosis, _Ctx
 from .roofline import roofline
+from .rules.allocator_in_step import _rule_allocator_in_step
 from .rules.attention_backend import _rule_attention_backend
 from .rules.conv_layout import _rule_conv_layout
 from .rules.cpu_contention import _rule_cpu_contention
@@ -52,7 +53,7 @@ __all__ = ["Diagnosis", "DiagnosisReport", "diagnose", "roofline", "kernel_famil
 
 RULES: tuple[Callable[[_Ctx], Optional[Diagnosis]], ...] = (
     _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_input_bound, _rule_gpu_starved, _rule_decode_launch_bound,
-    _rule_sync_in_step,
+    _rule_sync_in_step, _rule_allocator_in_step,
     _rule_compile,
     _rule_profiler_overhead, _rule_attention_backend, _rule_cudagraphs_skipped, _rule_conv_layout,
     _rule_cpu_contention, _rule_unfused_optimizer, _rule_fp32_training, _rule_memory_peak, _rule_memory_growth,

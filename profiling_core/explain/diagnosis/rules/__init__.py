@@ -12,6 +12,9 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 - ``decode_launch_bound``: the GPU idles half a steady-state decode token or more (``decode::token`` ranges), with
   the launch calls per token; the fix is a static KV cache and CUDA graphs.
 - ``sync_in_step``: synchronising calls and host-device copies inside a ProfilerStep.
+- ``allocator_in_step``: ``cudaMalloc``/``cudaFree`` (or the driver's calls of expandable segments) in every
+  steady-state step: ``torch.cuda.empty_cache()`` in the loop, an allocator retrying near a full memory, or a cache
+  that grows.
 - ``compile_breaks``: recompiles, graph breaks, or CUDA-graph staging copies costlier than the GEMMs; recompiles
   inside decode tokens are traced to a dynamic KV cache, with the static cache as the fix.
 - ``profiler_overhead``: the run was profiled with with_stack or profile_memory.

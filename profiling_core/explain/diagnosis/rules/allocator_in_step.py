@@ -1,0 +1,58 @@
+"""``allocator_in_step``: the caching allocator goes to the driver in every steady-state step. PyTorch's CUDA
+allocator keeps the blocks a step frees and hands them to the next step, so a warm loop calls neither ``cudaMalloc``
+nor ``cudaFree`` (nor, with ``expandable_segments``, the driver's ``cuMemCreate``/``cuMemMap``/``cuMemUnmap``/
+``cuMemRelease``). Found by those calls (``report.cpu_own_times``, any thread) in every step of the steady state
+(``analyses.basis_steps``): once in one step is a cache that grew, and no rule. Frees in every step mean cached blocks
+are given back each step, by ``torch.cuda.empty_cache()`` in the loop or by the allocator itself when an allocation
+did not fit and it released its cache to retry (memory near full); allocations alone, a cache that grows or
+shapes that change. The stream-ordered ``cudaMallocAsync``/``cudaFreeAsync`` of the ``backend:cudaMallocAsync``
+allocator are its normal path and are not counted. The cost is the calls' own CPU time per step (mean), the least
+that keeping the blocks saves: ``cudaFree`` also waits for the device to finish its work."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ....analyses import basis_steps
+from ..base import Diagnosis, _Ctx, _fmt_us
+
+FREES = ("cudaFree", "hipFree", "cuMemUnmap", "cuMemRelease", "cuMemAddressFree")
+ALLOCS = ("cudaMalloc", "hipMalloc", "cuMemCreate", "cuMemMap", "cuMemAddressReserve", "cuMemSetAccess")
+
+
+def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
+    r = c.report
+    own = r.cpu_own_times
+    if not r.has_gpu or own.empty or r.steps.empty:
+        return None
+    basis = [int(x) for x in basis_steps(r.steps)["step"]]
+    calls = own[own["step"].isin(basis) & own["name"].astype(str).isin(FREES + ALLOCS)]
+    if calls.empty or set(calls["step"].astype(int)) != set(basis):
+        return None
+    n = len(basis)
+    by_name = calls.groupby(calls["name"].astype(str))[["calls", "own_us"]].sum()
+    us = float(by_name["own_us"].sum()) / n
+    cpu = float(r.steps.loc[r.steps["step"].isin(basis), "cpu_dur_us"].sum()) / n
+    listed = ", ".join(f"{name} ×{row.calls / n:g}" for name, row in by_name.sort_values("own_us", ascending=False)
+                       .iterrows())
+    frees = any(name in FREES for name in by_name.index)
+    scope = f"every one of the {n} steady-state steps" if n > 1 else "the one steady-state step"
+    text = (f"The caching allocator goes to the driver in {scope}: {listed} per step, {_fmt_us(us)} of CPU time per "
+            f"step ({us / cpu:.0%} of the step's {_fmt_us(cpu)}). A warm loop's allocator hands each step the blocks "
+            "the step before freed, and asks the driver for none.")
+    if frees:
+        text += (" Blocks are given back every step: that is torch.cuda.empty_cache() in the loop, or the allocator "
+                 "releasing its cache to retry an allocation that did not fit (memory near full); cudaFree also "
+                 "waits for the device to finish its work.")
+        fix = ("Take torch.cuda.empty_cache() out of the loop (it returns every cached block, and the next step asks "
+               "the driver for them again); if memory is near full, leave the allocator room: a smaller batch, "
+               "activation checkpointing, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against "
+               "fragmentation (torch.cuda.memory_stats()'s num_alloc_retries counts the retries).")
+    else:
+        fix = ("The cache grows in every step: something the loop keeps grows (a list of losses kept as tensors, a "
+               "history), or each step's shapes are new (variable lengths: pad or bucket them to a few sizes); "
+               "profile_memory=True shows which ops' blocks stay.")
+    ev = {"basis_steps": basis, "calls_per_step": {k: float(v) / n for k, v in by_name["calls"].items()},
+          "us_per_step": us, "cpu_step_us": cpu, "frees": frees}
+    return Diagnosis("allocator_in_step", "The allocator asks the driver for memory in every step", text, fix, us,
+                     "the CPU time of the driver allocation calls per steady-state step (mean): the least that keeping "
+                     "the cached blocks saves", ev)
