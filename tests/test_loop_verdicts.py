@@ -280,3 +280,101 @@ def test_one_step_that_grew_the_cache_is_no_allocator_verdict():
     calls = _allocator_calls(path)
     assert [calls[n][0] for n in sorted(calls)] == [3, 3, 0]
     assert "allocator_in_step" not in run(path)[2]
+
+
+# --- communication that no compute overlaps -------------------------------------------------------------------------
+
+CONTROL = DATA / "big" / "control.json.gz"
+NCCL = DATA / "third_party" / "nccl_data.json.gz"
+
+
+def _union_in(iv, b, e) -> float:
+    return _union([(max(b, x), min(e, y)) for x, y in iv if x < e and y > b])
+
+
+def _exposed_by_scan(path) -> dict[int, tuple[float, float, float]]:
+    """{N: (window µs, GPU time of collectives alone in it, collectives' own time in it)} by a plain scan. A step's
+    window runs from its CPU slice's start to the later of its end and the end of the GPU work its launch calls
+    (paired by ``args.correlation``) queued, cut to start where the window before it ended; collectives are the GPU
+    ops named ``nccl...``; alone means while no other GPU op (any stream) ran."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    gpu_cats = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
+    gpu = [e for e in ev if str(e.get("cat", "")).lower() in gpu_cats]
+    launch_ts = {e["args"]["correlation"]: e["ts"] for e in ev
+                 if str(e.get("cat", "")).lower() in ("cuda_runtime", "cuda_driver", "runtime")
+                 and "correlation" in (e.get("args") or {})}
+    steps = sorted((e for e in ev if str(e["name"]).startswith("ProfilerStep#") and e["cat"] != "gpu_user_annotation"),
+                   key=lambda e: e["ts"])
+    out, prev_end = {}, float("-inf")
+    for st in steps:
+        b, end = st["ts"], st["ts"] + st["dur"]
+        mine = [g for g in gpu if b <= launch_ts.get((g.get("args") or {}).get("correlation"), float("inf")) < end]
+        e = max([end] + [g["ts"] + g["dur"] for g in mine])
+        b = max(b, prev_end)
+        prev_end = e
+        iv = lambda es: [(g["ts"], g["ts"] + g["dur"]) for g in es]  # noqa: E731
+        comm = [g for g in gpu if str(g["name"]).lower().startswith("nccl")]
+        other = [g for g in gpu if not str(g["name"]).lower().startswith("nccl")]
+        alone = _union_in(iv(gpu), b, e) - _union_in(iv(other), b, e)
+        out[int(st["name"].split("#")[1])] = (e - b, alone, _union_in(iv(comm), b, e))
+    return out
+
+
+def test_collectives_that_no_compute_overlaps_are_found_on_a_real_training_trace():
+    """HTA's A100 control trace (a sharded-embedding model): its send/receive and all-reduce kernels run alone on the
+    GPU a fifth of each steady step."""
+    want = _exposed_by_scan(CONTROL)
+    basis = steady(want)
+    window = sum(want[n][0] for n in basis)
+    alone = sum(want[n][1] for n in basis)
+    comm = sum(want[n][2] for n in basis)
+    _, _, d = run(CONTROL)
+    x = d["exposed_communication"]
+    assert alone / window >= 0.1
+    assert x.cost_us_per_step == pytest.approx(alone / len(basis), abs=1.0)
+    assert x.evidence["exposed_share"] == pytest.approx(alone / window, abs=1e-4)
+    assert x.evidence["hidden_share"] == pytest.approx(1 - alone / comm, abs=1e-4)
+    assert "send/receive" in x.text and x.fix.startswith("Point-to-point transfers")
+
+
+def test_collectives_mostly_alone_but_a_small_share_of_the_step_are_not_a_verdict():
+    """HTA's 2-GPU rank 0: its all-reduce kernels run with little compute beside them, but take 7% of the steady
+    steps' windows (the GPU idles most of the step): under the rule's tenth."""
+    want = _exposed_by_scan(NCCL)
+    basis = steady(want)
+    share = sum(want[n][1] for n in basis) / sum(want[n][0] for n in basis)
+    assert 0.03 < share < 0.1
+    assert "exposed_communication" not in run(NCCL)[2]
+
+
+@pytest.mark.parametrize("overlapped", [True, False])
+def test_an_all_reduce_beside_compute_is_hidden_and_after_it_is_exposed(tmp_path, overlapped):
+    """Each step: a 400 µs GEMM, then a 300 µs all-reduce on a second stream, launched at the GEMM's start
+    (overlapped: it runs under the GEMM) or after it has finished (exposed: 300 µs of every step)."""
+    t = vt.Trace()
+    for n in range(4):
+        def body(t):
+            start = t.launch(vt.BF16_GEMM, 400.0)
+            if not overlapped:
+                t.sync()
+            t.corr += 1
+            ts = t.t
+            t._x("cudaLaunchKernel", ts, 5.0, "cuda_runtime", correlation=t.corr)
+            k = max(ts + 3.0, start if overlapped else t.gpu_free)
+            t._x("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", k, 300.0,
+                 "kernel", pid=0, tid=8, correlation=t.corr, device=0, stream=8)
+            t.t = ts + 5.0
+            t.gpu_free = max(t.gpu_free, k + 300.0)
+            t.sync()
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    want = _exposed_by_scan(path)
+    _, _, d = run(path)
+    if overlapped:
+        assert all(a == pytest.approx(0.0) for _, a, _ in want.values())
+        assert "exposed_communication" not in d
+    else:
+        assert all(a == pytest.approx(300.0) for _, a, _ in want.values())
+        x = d["exposed_communication"]
+        assert x.cost_us_per_step == pytest.approx(300.0) and "all-reduce" in x.text
+        assert x.fix.startswith("DDP overlaps each gradient bucket's all-reduce")

@@ -12,6 +12,7 @@ from conftest import scan_trace
 from profiling_core import analyze, diagnose, findings, open_trace
 from profiling_core.analyses import DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT, basis_steps, data_wait
 from profiling_core.explain.diagnosis.rules.allocator_in_step import ALLOCS, FREES
+from profiling_core.explain.diagnosis.rules.exposed_communication import EXPOSED_AT
 from profiling_core.store import DevicePeaks
 
 DATA = Path(__file__).parent / "data"
@@ -322,7 +323,7 @@ def test_a_trace_of_a_device_without_calibration_is_judged_by_its_datasheet_and_
 
 TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_diag", "h200_workloads", "h200_verdicts", "h200_train",
                             "h200_train/app", "cpu",
-                            "third_party", "traces")
+                            "third_party", "traces", "big")
                 for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json", "facts.json")))
 
 
@@ -352,6 +353,11 @@ def test_no_verdict_contradicts_its_own_evidence(path):
     with_calls = (set(int(x) for x in own.loc[own["name"].astype(str).isin(FREES + ALLOCS), "step"])
                   if len(own) else set())
     assert ("allocator_in_step" in found) == (r.has_gpu and bool(steady) and steady <= with_calls)
+    sb = r.step_breakdown  # the communication rule: collectives alone on the GPU a tenth of the steady windows
+    comm = sb[(sb["category"] == "communication") & sb["step"].isin(steady)] if len(sb) else sb
+    alone = float(comm["time_us"].sum()) if len(comm) else 0.0
+    window = float(comm["window_us"].sum()) if len(comm) else 0.0
+    assert ("exposed_communication" in found) == (r.has_gpu and window > 0 and alone >= EXPOSED_AT * window)
     longest = float((r.steps[["cpu_dur_us", "gpu_busy_us"]].max(axis=1)).max()) if len(r.steps) else None
     for x in d.diagnoses:
         if x.cost_us_per_step is not None and longest is not None:

@@ -36,6 +36,7 @@ from .rules.cudagraph_pools import _rule_cudagraph_pools
 from .rules.cudagraphs_skipped import _rule_cudagraphs_skipped
 from .rules.fp32_training import _rule_fp32_training
 from .rules.decode_launch_bound import _rule_decode_launch_bound
+from .rules.exposed_communication import _rule_exposed_communication
 from .rules.fp32_without_tf32 import _rule_fp32_without_tf32
 from .rules.gpu_starved import GPU_IDLE_AT, LAUNCHES_DOMINATE, _rule_gpu_starved
 from .rules.input_bound import _rule_input_bound
@@ -53,7 +54,7 @@ __all__ = ["Diagnosis", "DiagnosisReport", "diagnose", "roofline", "kernel_famil
 
 RULES: tuple[Callable[[_Ctx], Optional[Diagnosis]], ...] = (
     _rule_fp32_without_tf32, _rule_unaligned_dims, _rule_input_bound, _rule_gpu_starved, _rule_decode_launch_bound,
-    _rule_sync_in_step, _rule_allocator_in_step,
+    _rule_sync_in_step, _rule_allocator_in_step, _rule_exposed_communication,
     _rule_compile,
     _rule_profiler_overhead, _rule_attention_backend, _rule_cudagraphs_skipped, _rule_conv_layout,
     _rule_cpu_contention, _rule_unfused_optimizer, _rule_fp32_training, _rule_memory_peak, _rule_memory_growth,

@@ -15,6 +15,8 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 - ``allocator_in_step``: ``cudaMalloc``/``cudaFree`` (or the driver's calls of expandable segments) in every
   steady-state step: ``torch.cuda.empty_cache()`` in the loop, an allocator retrying near a full memory, or a cache
   that grows.
+- ``exposed_communication``: the GPU runs only collectives (no compute on any stream) for a tenth of the steady-state
+  steps' windows or more; the fix follows the collective (all-reduce, all-gather/reduce-scatter, send/receive).
 - ``compile_breaks``: recompiles, graph breaks, or CUDA-graph staging copies costlier than the GEMMs; recompiles
   inside decode tokens are traced to a dynamic KV cache, with the static cache as the fix.
 - ``profiler_overhead``: the run was profiled with with_stack or profile_memory.
