@@ -40,16 +40,19 @@ def run(path):
 
 def scan(path) -> dict[int, tuple[float, float]]:
     """{N: (the CPU slice ProfilerStep#N's duration, the µs of its window inside DataLoader ranges)} by a plain scan:
-    the ranges named ``enumerate(DataLoader)#<class>.__next__`` on the CPU (not their gpu_user_annotation copies),
-    clipped to the window (they never overlap one another: one loop hands out one batch at a time)."""
+    the ranges named ``enumerate(DataLoader)#<class>.__next__`` on the step's own thread (not their
+    gpu_user_annotation copies), clipped to the window (they never overlap one another: one loop hands out one batch
+    at a time)."""
     ev = [e for e in scan_trace(path) if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation"]
-    loads = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in ev
+    loads = [(e["pid"], e["tid"], float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in ev
              if str(e["name"]).startswith("enumerate(DataLoader)#") and str(e["name"]).endswith(".__next__")]
     out = {}
     for e in ev:
         if str(e["name"]).startswith("ProfilerStep#"):
             b, end = float(e["ts"]), float(e["ts"]) + float(e["dur"])
-            out[int(e["name"].split("#")[1])] = (end - b, sum(max(0.0, min(end, y) - max(b, x)) for x, y in loads))
+            out[int(e["name"].split("#")[1])] = (end - b, sum(max(0.0, min(end, y) - max(b, x))
+                                                              for pid, tid, x, y in loads
+                                                              if (pid, tid) == (e["pid"], e["tid"])))
     return out
 
 
@@ -378,3 +381,18 @@ def test_an_all_reduce_beside_compute_is_hidden_and_after_it_is_exposed(tmp_path
         x = d["exposed_communication"]
         assert x.cost_us_per_step == pytest.approx(300.0) and "all-reduce" in x.text
         assert x.fix.startswith("DDP overlaps each gradient bucket's all-reduce")
+
+
+def test_a_thread_that_prefetches_batches_beside_the_step_keeps_nobody_waiting(tmp_path):
+    """The same built steps, their DataLoader ranges moved to a second thread of the process (a prefetching thread:
+    the loop takes ready batches from it): the loop's thread waits for nothing, so no data time and no rule."""
+    path = vt.data_loader_steps(tmp_path / "t.json", [400.0] * 4)
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        if str(e["name"]).startswith("enumerate(DataLoader)#") or e["name"] == "aten::stack":
+            e["tid"] = 2
+    path.write_text(json.dumps(doc))
+    r, f, d = run(path)
+    assert r.steps["data_us"].tolist() == [0.0] * 4
+    assert "input_bound" not in d and "waiting for input" not in f["q2.bound"].text
+    assert (r.phases.loc[r.phases["phase"] == "data", "cpu_us"] == 0).all()

@@ -4,9 +4,10 @@ The rule, stated once (:func:`phase_masks`): a slice (any thread, not a ``gpu_us
 its name:
 
 - ``data``: the range torch.utils.data's DataLoader puts around each batch its iterator hands out
-  (``enumerate(DataLoader)#<iterator class>.__next__``, :func:`is_data_loader_next`): the time the loop waited for
-  its batch, made in its own thread (``num_workers=0``: the samples' loading and collation) or by worker processes
-  (the wait for the next ready batch, and its pinning).
+  (``enumerate(DataLoader)#<iterator class>.__next__``, :func:`is_data_loader_next`), on a thread that holds the
+  steps (the loop's): the time the loop waited for its batch, made in its own thread (``num_workers=0``: the
+  samples' loading and collation) or by worker processes (the wait for the next ready batch, and its pinning). A
+  thread of the loop's own that prefetches batches while the step runs keeps nobody waiting.
 - ``forward``: the ``train::forward`` range the app's training workloads add (``workloads._train.TRAIN_RANGES``). A
   trace without any (an imported one) has no forward annotation, so its forward is read from where it sits: the
   step's own sub-slices that end before the step's first backward range begins and mark no other phase (descending
@@ -82,13 +83,17 @@ def _phase_of_name(name) -> int:
 
 def phase_masks(sh: Shared) -> np.ndarray:
     """For every row of ``sh.slices``: the index into :data:`PHASES` of the phase its name marks (-1: none; a
-    ``gpu_user_annotation`` copy marks none)."""
+    ``gpu_user_annotation`` copy marks none, nor a DataLoader's range on a thread that holds no step)."""
     t = sh.slices
     by_name = np.array([_phase_of_name(u) for u in t["name_uniq"]] or [-1], dtype=np.int64)
     out = by_name[t["name_codes"]] if len(t["name_codes"]) else np.zeros(0, dtype=np.int64)
     if (out >= 0).any():
         out = out.copy()
         out[sh.cat_mask(lambda c: c == "gpu_user_annotation")] = -1
+        data = out == _DATA
+        if data.any():  # a batch handed out on a thread that runs no step keeps no step waiting
+            loop = np.array(sorted({int(s[6]) for s in sh.steps_list if s[6] is not None}), dtype=np.int64)
+            out[data & ~np.isin(t["utid"], loop)] = -1
     return out
 
 
