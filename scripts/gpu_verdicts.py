@@ -42,6 +42,13 @@ def runs() -> dict[str, ExperimentConfig]:
         "gemv_m4_n4095": dict(workload="script", knobs=script("gemv", "unaligned")),
         "input_loader": dict(workload="script", knobs=script("input_bound")),
         "input_workers": dict(workload="script", knobs=script("input_bound", "workers"), modes=("eager",)),
+        "input_workers8": dict(workload="script", knobs=script("input_bound", "workers8"), modes=("eager",)),
+        # the same three loops over 20 profiled steps: a DataLoader's workers wait in bursts
+        "input_loader_a20": dict(workload="script", knobs=script("input_bound"), modes=("eager",), run={"active": 20}),
+        "input_workers_a20": dict(workload="script", knobs=script("input_bound", "workers"), modes=("eager",),
+                                  run={"active": 20}),
+        "input_workers8_a20": dict(workload="script", knobs=script("input_bound", "workers8"), modes=("eager",),
+                                   run={"active": 20}),
         "input_python": dict(workload="script", knobs=script("input_bound", "python_outside_ops"),
                              modes=("eager",)),
         "empty_cache": dict(workload="script", knobs=script("empty_cache"), modes=("eager",)),
@@ -53,7 +60,8 @@ def runs() -> dict[str, ExperimentConfig]:
             if m not in c.get("modes", ("eager", "compile")):
                 continue
             out[f"{label}_{m}"] = ExperimentConfig(workload=c["workload"], knobs=c["knobs"], compile=mode,
-                                                   **{**W, **({"dtype": c["dtype"]} if "dtype" in c else {})})
+                                                   **{**W, **({"dtype": c["dtype"]} if "dtype" in c else {}),
+                                                      **c.get("run", {})})
     return out
 
 

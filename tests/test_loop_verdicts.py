@@ -138,7 +138,7 @@ def test_a_loop_that_waits_for_its_batches_is_called_input_bound(path, fix):
     assert x.evidence["data_share"] == pytest.approx(share, rel=1e-6)
     assert f"{share:.0%} of their CPU time" in x.text
     assert fix in x.fix
-    if r.has_gpu:  # the most faster input can save, and no more than the CPU time the GPU's own work leaves
+    if r.has_gpu:  # the time waited for the batches, and no more than the CPU time the GPU's own work leaves
         gpu = statistics.mean(float(g) for g in r.steps.set_index("step").loc[steady(by_step), "gpu_busy_us"])
         cpu = statistics.mean(scan(path)[n][0] for n in steady(by_step))
         assert x.cost_us_per_step == pytest.approx(min(per, cpu - gpu), rel=1e-6)

@@ -3,7 +3,7 @@ time to make (a numpy transform per sample): the GPU waits for the input, not fo
 
 ``make_step``: the batch is made in the loop's own thread (``num_workers=0``): the DataLoader's ``__next__`` is most
 of the step. ``workers``: the same dataset, two worker processes and pinned batches: the workers make the next
-batches while the GPU runs. ``python_outside_ops``: no DataLoader; the batch is made by Python code in the step that
+batches while the GPU runs (``workers8``: eight). ``python_outside_ops``: no DataLoader; the batch is made by Python code in the step that
 no profiled op covers (a per-sample loop, then one ``torch.tensor``): the step slice's own time is most of the step.
 """
 import numpy as np
@@ -67,6 +67,10 @@ def make_step(device, dtype):
 
 def workers(device, dtype):
     return _loader_step(device, dtype, workers=2)
+
+
+def workers8(device, dtype):
+    return _loader_step(device, dtype, workers=8)
 
 
 def python_outside_ops(device, dtype):

@@ -3,8 +3,8 @@ DataLoader's batch range (``enumerate(DataLoader)#<iterator>.__next__``: ``steps
 rule), summed over those steps: at least ``analyses.DATA_WAIT_AT`` of their CPU time (``analyses.data_wait``: a sum,
 as workers' waits come in bursts). On a GPU or a CPU alike. The iterator's class tells how the batches were made:
 ``_SingleProcessDataLoaderIter`` in the loop's own thread (``num_workers=0``), ``_MultiProcessingDataLoaderIter`` by
-worker processes that did not keep up. The cost is that time per step on average, the most any faster input can
-save; on a GPU no more than the CPU time per step less the GPU work launched per step (that work stays)."""
+worker processes that did not keep up. The cost is that time per step on average, what making the batches beside the
+step saves; on a GPU no more than the CPU time per step less the GPU work launched per step (that work stays)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -74,6 +74,7 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
         fix = ("Make the batches while the step runs: worker processes (num_workers), pinned memory and non_blocking "
                "copies, and cheaper samples (decode or resize once and cache, augment on the GPU).")
     cost = data if gpu is None else min(data, max(0.0, cpu - gpu))
-    basis = ("time inside the DataLoader per steady-state step (mean): the most faster input can save"
-             + ("; no more than the CPU time less the GPU work per step" if gpu is not None else ""))
+    basis = ("the time the step waited inside the DataLoader per steady-state step (mean): what making the batches "
+             "beside the step saves" + ("; no more than the CPU time less the GPU work per step" if gpu is not None
+                                        else ""))
     return Diagnosis("input_bound", "The step waits for its batch (input-bound)", text, fix, cost, basis, ev)
