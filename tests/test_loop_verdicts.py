@@ -396,3 +396,24 @@ def test_a_thread_that_prefetches_batches_beside_the_step_keeps_nobody_waiting(t
     assert r.steps["data_us"].tolist() == [0.0] * 4
     assert "input_bound" not in d and "waiting for input" not in f["q2.bound"].text
     assert (r.phases.loc[r.phases["phase"] == "data", "cpu_us"] == 0).all()
+
+
+def test_the_starved_finding_points_to_the_input_finding_only_where_there_is_one(tmp_path):
+    """Each step: 150 µs in the DataLoader (its largest op by own time) beside ten other ops of 80 µs, each
+    launching a 2 µs kernel: the GPU starves, but the batches are 15% of the step, under the input rule's fifth, so
+    the starved finding must not send the user to an input finding that is not there."""
+    t = vt.Trace()
+    for n in range(4):
+        def body(t):
+            t.cpu(vt.SINGLE_NEXT, 150.0, cat="user_annotation", children=lambda t: t.cpu("aten::stack", 10.0))
+            for k in range(10):
+                t.cpu(f"aten::op{k}", 80.0, children=lambda t: t.launch(vt.BF16_GEMM, 2.0))
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    _, share, _ = _share(path)
+    assert 0.1 < share < DATA_WAIT_AT
+    _, _, d = run(path)
+    assert "input_bound" not in d
+    top = d["gpu_starved"].text.split("largest first): ")[1]
+    assert top.startswith(vt.SINGLE_NEXT)  # the DataLoader is the largest CPU cost by own time...
+    assert "The step waits for its batch" not in d["gpu_starved"].fix  # ...but no input finding to point to

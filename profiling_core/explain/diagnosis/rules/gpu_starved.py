@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import is_data_loader_next
+from ....analyses import DATA_WAIT_AT, data_wait, is_data_loader_next
 from ..base import Diagnosis, _Ctx, _fmt_us
 
 GPU_IDLE_AT = 0.5
@@ -173,7 +173,8 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     compiled = any(n.startswith(_COMPILED) for n, _us, _w in _cpu_time_by_op(r, basis))
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
     outside = _outside_ops_us(r, basis, calls)
-    if names and is_data_loader_next(names[0]):
+    waits = data_wait(r.steps)["share"]  # the input rule's own test: the pointer only where that rule speaks
+    if names and is_data_loader_next(names[0]) and waits is not None and waits >= DATA_WAIT_AT:
         fix = (f"The largest CPU cost is the DataLoader handing out the step's batch ({names[0]}): make the batches "
                "while the step runs (worker processes, pinned memory, cheaper samples; see *The step waits for its "
                "batch*). Fewer launches or a CUDA graph come after that.")
