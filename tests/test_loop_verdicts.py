@@ -417,3 +417,13 @@ def test_the_starved_finding_points_to_the_input_finding_only_where_there_is_one
     top = d["gpu_starved"].text.split("largest first): ")[1]
     assert top.startswith(vt.SINGLE_NEXT)  # the DataLoader is the largest CPU cost by own time...
     assert "The step waits for its batch" not in d["gpu_starved"].fix  # ...but no input finding to point to
+
+
+def test_batches_made_while_a_gpu_bound_step_runs_keep_nobody_waiting(tmp_path):
+    """400 µs of DataLoader a step beside a 3 ms forward kernel: the GPU sets the pace (compute-bound), the CPU makes
+    the next batch while the queue drains, so the batches are no wait, though they are a fifth of the CPU time."""
+    path = vt.data_loader_steps(tmp_path / "t.json", [400.0] * 5, kernel_us=3000.0)
+    r, f, d = run(path)
+    assert r.summary["steady_state"]["bound"] == "compute-bound"
+    assert r.steps["data_us"].tolist() == pytest.approx([400.0] * 5)
+    assert "input_bound" not in d

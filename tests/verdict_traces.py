@@ -458,10 +458,10 @@ WORKERS_NEXT = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
 
 
 def data_loader_steps(path: Path, data_us, *, name: str = SINGLE_NEXT, train: bool = True, gpu: bool = True,
-                      compute_us: float = 40.0, gpu_copy: bool = False) -> Path:
+                      compute_us: float = 40.0, gpu_copy: bool = False, kernel_us: float = 20.0) -> Path:
     """One step per entry of ``data_us``: the DataLoader's range (``name``, category user_annotation) of that many µs
     around a collation (``aten::stack``, 10 µs), then the batch's copy and a forward GEMM (``compute_us`` of CPU, a
-    20 µs kernel; on the CPU, ``gpu`` False: an ``aten::mm`` of ``compute_us``), then, with ``train``, a backward
+    ``kernel_us`` kernel; on the CPU, ``gpu`` False: an ``aten::mm`` of ``compute_us``), then, with ``train``, a backward
     range and an SGD step (without: an inference loop, no training phase). ``gpu_copy``: the DataLoader range also has
     its ``gpu_user_annotation`` copy on the GPU lane (as Kineto writes a range that launched GPU work)."""
     t = Trace()
@@ -474,7 +474,7 @@ def data_loader_steps(path: Path, data_us, *, name: str = SINGLE_NEXT, train: bo
             if gpu:
                 t.copy("HtoD (Pinned -> Device)", 1 << 20, 30.0, 8.0, blocking=False)
                 t.cpu("aten::mm", compute_us, dims=[[512, 512], [512, 512]], types=BF16,
-                      children=lambda t: t.launch(BF16_GEMM, 20.0))
+                      children=lambda t: t.launch(BF16_GEMM, kernel_us))
             else:
                 t.cpu("aten::mm", compute_us, dims=[[512, 512], [512, 512]], types=FP32)
             if train:

@@ -1,7 +1,8 @@
 """``input_bound``: the loop waits for its batches. Found by the time the steady-state steps spend inside the
 DataLoader's batch range (``enumerate(DataLoader)#<iterator>.__next__``: ``steps.data_us``, the ``data`` phase's
 rule), summed over those steps: at least ``analyses.DATA_WAIT_AT`` of their CPU time (``analyses.data_wait``: a sum,
-as workers' waits come in bursts). On a GPU or a CPU alike. The iterator's class tells how the batches were made:
+as workers' waits come in bursts). On a CPU, and on a GPU whose steady state is overhead-bound (where the GPU sets the
+pace, the batches are made while it works through the launched queue, and nobody waits for them). The iterator's class tells how the batches were made:
 ``_SingleProcessDataLoaderIter`` in the loop's own thread (``num_workers=0``), ``_MultiProcessingDataLoaderIter`` by
 worker processes that did not keep up. The cost is that time per step on average, what making the batches beside the
 step saves; on a GPU no more than the CPU time per step less the GPU work launched per step (that work stays)."""
@@ -34,6 +35,9 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     share = dw["share"]
     if share is None or share < DATA_WAIT_AT or not dw["steps"]:
         return None
+    ss = r.summary.get("steady_state") or {}
+    if r.has_gpu and ss.get("bound") == "compute-bound":
+        return None  # the GPU sets the pace: the batches are made while it works through the queue
     n, data, cpu = len(dw["steps"]), dw["data_us_per_step"], dw["cpu_us_per_step"]
     names = _iterators(r, dw["steps"])
     which = names[0] if names else "enumerate(DataLoader)#...__next__"
@@ -56,7 +60,8 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     if r.has_gpu:
         st = r.steps[r.steps["step"].isin(dw["steps"])]
         gpu = float(st["gpu_busy_us"].sum()) / n
-        text += f" Meanwhile the GPU had {_fmt_us(gpu)} of work per step: it idles while the batch is made."
+        text += (f" Meanwhile the GPU had {_fmt_us(gpu)} of work per step and idled "
+                 f"{float(ss.get('gpu_idle_share') or 0.0):.0%} of the step: it waits while the batch is made.")
         ev["gpu_us_per_step"] = gpu
     if _WORKERS in which:
         fix = ("The DataLoader's worker processes do not make batches as fast as the step uses them: the loop waits "
