@@ -6,8 +6,8 @@ nor ``cudaFree`` (nor, with ``expandable_segments``, the driver's ``cuMemCreate`
 are given back each step, by ``torch.cuda.empty_cache()`` in the loop or by the allocator itself when an allocation
 did not fit and it released its cache to retry (memory near full); allocations alone, a cache that grows or
 shapes that change. The stream-ordered ``cudaMallocAsync``/``cudaFreeAsync`` of the ``backend:cudaMallocAsync``
-allocator are its normal path and are not counted. The cost is the calls' own CPU time per step (mean), the least
-that keeping the blocks saves: ``cudaFree`` also waits for the device to finish its work."""
+allocator are its normal path and are not counted. The cost is the calls' own CPU time per step (mean): what the
+step spends asking the driver for memory (``cudaFree`` also waits for the device to finish its work)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -54,5 +54,6 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
     ev = {"basis_steps": basis, "calls_per_step": {k: float(v) / n for k, v in by_name["calls"].items()},
           "us_per_step": us, "cpu_step_us": cpu, "frees": frees}
     return Diagnosis("allocator_in_step", "The allocator asks the driver for memory in every step", text, fix, us,
-                     "the CPU time of the driver allocation calls per steady-state step (mean): the least that keeping "
-                     "the cached blocks saves", ev)
+                     "the CPU time of the driver allocation calls per steady-state step (mean): what the step spends "
+                     "asking the driver for memory (cudaFree's wait for the device comes on top where the GPU had work "
+                     "queued)", ev)
