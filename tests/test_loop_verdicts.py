@@ -427,3 +427,21 @@ def test_batches_made_while_a_gpu_bound_step_runs_keep_nobody_waiting(tmp_path):
     assert r.summary["steady_state"]["bound"] == "compute-bound"
     assert r.steps["data_us"].tolist() == pytest.approx([400.0] * 5)
     assert "input_bound" not in d
+
+
+def test_an_optimizer_that_runs_one_step_in_four_is_costed_per_step_of_the_loop(tmp_path):
+    """Gradient accumulation with the profiler stepped per micro-batch: a for-loop AdamW in steps 4 and 8 only. The
+    rule reads the optimizer's figures in the steps that ran it, and its cost per step of the loop: by a scan, the
+    optimizer ranges' time in the steady steps (2 to 8) over those 7 steps."""
+    path = vt.training_step(tmp_path / "t.json", impl="for-loop", steps=8, optimizer_every=4, ranges=False)
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    opt = {int(s["name"].split("#")[1]): e["dur"] for s in ev if s["name"].startswith("ProfilerStep#")
+           for e in ev if e["name"] == "Optimizer.step#AdamW.step" and s["ts"] <= e["ts"] < s["ts"] + s["dur"]}
+    assert sorted(opt) == [4, 8]
+    _, _, d = run(path)
+    x = d["unfused_optimizer"]
+    assert "ran in 2 of the 7 steady-state steps" in x.text
+    # the step is GPU-paced (compute-bound) or not; by hand, the GPU time of an optimizer step is its 4 parameters x
+    # 5 ops x one 2 us kernel, its CPU time the range's duration by the scan
+    per = 40.0 if "GPU time" in x.cost_basis else statistics.median(opt.values())
+    assert x.cost_us_per_step == pytest.approx(per * 2 / 7, rel=1e-6)

@@ -328,7 +328,8 @@ FOREACH_OPS = ("aten::_foreach_mul_", "aten::_foreach_addcmul_", "aten::_foreach
 
 
 def training_step(path: Path, *, impl: str = "fused", types=BF16, kernel: str = BF16_GEMM, params: int = 4,
-                  log_loss: bool = False, ranges: bool = True, backward: bool = True, steps: int = 4) -> Path:
+                  log_loss: bool = False, ranges: bool = True, backward: bool = True, steps: int = 4,
+                  optimizer_every: int = 1) -> Path:
     """A training step on a GPU: a forward GEMM (20 µs), a backward of two GEMMs (40 µs each) inside
     ``autograd::engine::evaluate_function: MmBackward0``, the optimizer inside ``Optimizer.step#AdamW.step``, and
     ``Optimizer.zero_grad#AdamW.zero_grad``; ``ranges``: each phase inside the app's ``train::`` range too.
@@ -336,7 +337,8 @@ def training_step(path: Path, *, impl: str = "fused", types=BF16, kernel: str = 
     ``impl``: ``for-loop`` (the five ops of FOR_LOOP_OPS per parameter, one 2 µs elementwise kernel each),
     ``foreach`` (the three FOREACH_OPS, one multi-tensor kernel each) or ``fused`` (one ``aten::_fused_adamw_``, one
     kernel). ``log_loss``: an ``.item()`` (a blocking 4-byte copy back and a stream sync) after zero_grad.
-    ``backward`` False: no backward phase (a forward and an optimizer step only)."""
+    ``backward`` False: no backward phase (a forward and an optimizer step only). ``optimizer_every``: the optimizer
+    and zero_grad run in every this-many-th step only (gradient accumulation over that many micro-batches)."""
     t = Trace()
 
     def mm(t, gpu_us):
@@ -361,8 +363,10 @@ def training_step(path: Path, *, impl: str = "fused", types=BF16, kernel: str = 
     phases += [("train::optimizer", "Optimizer.step#AdamW.step", optimizer),
                ("train::zero_grad", "Optimizer.zero_grad#AdamW.zero_grad", lambda t: t.cpu("aten::detach", 3))]
     for n in range(steps):
-        def body(t):
+        def body(t, n=n):
             for rng, annotation, inner in phases:
+                if rng in ("train::optimizer", "train::zero_grad") and (n + 1) % optimizer_every:
+                    continue
                 def run(t, annotation=annotation, inner=inner):
                     if annotation is None:
                         inner(t)

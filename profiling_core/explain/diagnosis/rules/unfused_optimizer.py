@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ....analyses import phase_ops
+from ....analyses import basis_steps, phase_ops
 from ..base import Diagnosis, _Ctx, _fmt_us, _multi_tensor_kernels
 
 PER_PARAMETER_OPS_AT = 8
@@ -62,13 +62,23 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     fix = ("Construct the optimizer with fused=True (torch.optim.Adam/AdamW/SGD(..., fused=True): one kernel updates "
            "every parameter; CUDA, and the CPU in recent torch) or foreach=True (one multi-tensor op per update term; "
            "torch's default on CUDA, not on a CPU). In this app: the impl knob.")
+    # gradient accumulation: the optimizer runs in one step of several; the cost is per step, all steps counted
+    steady = [int(x) for x in basis_steps(r.steps)["step"]]
+    ran = set(int(x) for x in opt.loc[opt["cpu_us"] > 0, "step"])
+    k = len(ran & set(steady))
+    every = k / len(steady) if steady and k else 1.0
+    if every < 1:
+        text += (f" The optimizer ran in {k} of the {len(steady)} steady-state steps (gradient accumulation): the "
+                 "figures above are per step that ran it, the cost below per step of the loop.")
     gpu_paced = on_gpu and (r.summary.get("steady_state") or {}).get("bound") == "compute-bound"
-    cost, basis_text = ((gpu_us, "the optimizer phase's GPU time per step (the GPU sets the pace: a compute-bound "
-                         "step): what a fused optimizer could save at most (it still takes some)") if gpu_paced else
-                        (cpu_us, "the optimizer phase's CPU time per step: what a fused optimizer could save at most "
-                         "(it still takes some)"))
+    cost, basis_text = ((gpu_us * every, "the optimizer phase's GPU time per step (the GPU sets the pace: a "
+                         "compute-bound step): what a fused optimizer could save at most (it still takes some)")
+                        if gpu_paced else
+                        (cpu_us * every, "the optimizer phase's CPU time per step: what a fused optimizer could save "
+                         "at most (it still takes some)"))
     return Diagnosis("unfused_optimizer", "For-loop optimizer: per-parameter ops every step", text, fix, cost,
                      basis_text,
                      {"slice_ids": ops["slice_id"].astype(int).tolist()[:50], "optimizer": cls,
+                      "steady_steps_with_optimizer": k, "steady_steps": len(steady),
                       "aten_ops_per_step": per_step, "kernels_per_step": kernels, "gpu_us_per_step": gpu_us,
                       "cpu_us_per_step": cpu_us})
