@@ -30,7 +30,8 @@ if upload is not None and upload.file_id not in imported:
         try:
             with st.spinner(f"Importing {ui.md_code(upload.name, 120)} ..."):
                 stem = Path(upload.name).name.removesuffix(".gz").removesuffix(".json")
-                run = ui.store().import_trace(path, name=stem, filename=upload.name)  # refuses what cannot be read
+                # refuses what cannot be read; the page then opens the run with the tables the check loaded
+                run = ui.store().import_trace(path, name=stem, filename=upload.name, checked=ui.hand_over_session)
         except (ProfilingError, ValueError) as exc:
             ui.show_error(exc, f"Could not import {upload.name}")
         else:

@@ -22,7 +22,7 @@ from profiling_core.workloads import get_workload, workload_names
 from .blocks import (PERFETTO_HOWTO, chart_block, empty_steps_note, fit_height, report_button, show_diagnosis,
                      show_findings, table_block)
 from .cache import (calibrations, chart, config_matches, config_summary, corrupt_runs, diagnosis, environment, findings,
-                    fusions, gemm_vs_peak, load_run, machine_comparison, machines, memory,
+                    fusions, gemm_vs_peak, hand_over_session, load_run, machine_comparison, machines, memory,
                     memory_categories, memory_section, mode_label, report, runs_frame, session, store, store_summary,
                     summaries)
 from .form import (COMPILE_MODES, DEVICES, SCHEDULE_WARMUP_LABEL, SIZES, WARMUP_CALLS_HELP, WARMUP_CALLS_LABEL,
@@ -40,7 +40,8 @@ __all__ = [
     "show_findings", "table_block",
     "calibrations", "chart", "config_matches", "config_summary", "corrupt_runs", "diagnosis", "environment", "findings",
     "fusions", "machine_comparison", "machines",
-    "gemm_vs_peak", "load_run", "memory", "memory_categories", "memory_section", "mode_label", "report", "runs_frame",
+    "gemm_vs_peak", "hand_over_session", "load_run", "memory", "memory_categories", "memory_section", "mode_label",
+    "report", "runs_frame",
     "session", "store",
     "store_summary", "summaries",
     "COMPILE_MODES", "DEVICES", "SCHEDULE_WARMUP_LABEL", "SIZES", "WARMUP_CALLS_HELP", "WARMUP_CALLS_LABEL",

@@ -138,11 +138,35 @@ class _LockedSession:
         return getattr(self._inner, name)
 
 
+_HANDED: dict[tuple[str, int], Any] = {}
+"""Sessions an import's check loaded, by (trace path, mtime ns), until the page opens that trace
+(:func:`hand_over_session`); shared by every browser tab, as the opened sessions are."""
+_HANDED_MAX = 4
+_HANDED_LOCK = threading.Lock()
+
+
+def hand_over_session(run, session) -> None:
+    """``RunStore.import_trace``'s ``checked``: keep the session its check loaded, so that opening the imported run
+    takes its tables over instead of loading the file a second time (``open_trace``'s ``loaded``). A few at most;
+    the oldest is closed beyond that."""
+    try:
+        key = (str(run.trace_path), run.trace_path.stat().st_mtime_ns)
+    except OSError:
+        session.close()
+        return
+    with _HANDED_LOCK:
+        _HANDED[key] = session
+        while len(_HANDED) > _HANDED_MAX:
+            _HANDED.pop(next(iter(_HANDED))).close()
+
+
 @st.cache_resource(show_spinner="Opening the trace ...", max_entries=8)
 def _open_session(path: str, mtime_ns: int) -> _LockedSession:
     from profiling_core import open_trace
+    with _HANDED_LOCK:
+        loaded = _HANDED.pop((path, mtime_ns), None)
     # SQLite tables written in the background: the analyses do not need them, the Trace lab then finds them ready
-    return _LockedSession(open_trace(path, sql_tables="background"))
+    return _LockedSession(open_trace(path, sql_tables="background", loaded=loaded))
 
 
 def _readable(run_id: str, make: Callable[[], Any]) -> Any:

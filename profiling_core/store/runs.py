@@ -45,7 +45,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Callable, Iterator, Mapping, Optional
+from typing import Annotated, Any, Callable, Iterator, Mapping, Optional
 
 import msgspec
 
@@ -382,20 +382,27 @@ class RunStore:
 
     # --- import ----------------------------------------------------------------------------------
     def import_trace(self, source: os.PathLike | str, name: Optional[str] = None,
-                     max_bytes: int = IMPORT_MAX_BYTES, filename: Optional[str] = None) -> Run:
+                     max_bytes: int = IMPORT_MAX_BYTES, filename: Optional[str] = None,
+                     checked: Optional[Callable[[Run, Any], None]] = None) -> Run:
         """Copy an external Chrome/Kineto trace (.json or .json.gz) into the store as a run.
 
         The trace is first read by the loader every analysis uses (``open_trace``, the offline mirror): what it
         refuses (not JSON, truncated, no events list, NaN, over ``max_bytes`` decompressed, ...) is refused here
         with its message (TraceError), and nothing is kept. ``filename`` is the file's name as the user knows it
         (an upload's own name, which may not fit a file name): it names the file in messages and is kept in
-        meta.json as ``original_filename``; by default the source's name.
+        meta.json as ``original_filename``; by default the source's name. ``checked``: called once the run has
+        landed with the run and the session the check loaded (its ``path`` the run's trace), which it then owns
+        (``open_trace(run.trace_path, loaded=session)`` opens the run without loading the file again); without it
+        the session is closed.
         """
         src = Path(source)
         shown = filename or src.name
+        kept: list = []
 
-        def check(path: Path) -> None:
-            _check_trace(path, max_bytes, filename or os.fspath(src))
+        def check(path: Path, keep: bool = False) -> None:
+            session = _check_trace(path, max_bytes, filename or os.fspath(src), keep=keep)
+            if session is not None:
+                kept.append(session)
 
         meta = {"name": name or shown, "status": "ok", "source": "import", "original_filename": shown,
                 "size_bytes": None, "started_at": datetime.now(timezone.utc).isoformat(),
@@ -417,11 +424,20 @@ class RunStore:
                 with open(dest, "xb") as out:
                     out.write(head)
                     shutil.copyfileobj(f, out, 1 << 20)
-            check(dest)
+            check(dest, keep=checked is not None)
             meta["size_bytes"] = dest.stat().st_size
 
-        return self._land(name or shown.removesuffix(".gz").removesuffix(".json"), meta, fill,
-                          f"could not copy {shown} into the store")
+        try:
+            run = self._land(name or shown.removesuffix(".gz").removesuffix(".json"), meta, fill,
+                             f"could not copy {shown} into the store")
+        except BaseException:
+            for session in kept:
+                session.close()
+            raise
+        if checked is not None and kept:
+            kept[0].path = os.fspath(run.trace_path)  # (it was loaded from the staged copy, now the run's trace)
+            checked(run, kept[0])
+        return run
 
     def import_run(self, files: Mapping[str, bytes], meta: dict) -> Run:
         """Land a run made in another store (another machine's, e.g. a cluster node's): its artifacts as bytes,
@@ -587,14 +603,19 @@ class RunStore:
         return self._commit(run_id, staging, meta)
 
 
-def _check_trace(path: Path, max_bytes: int, shown: str) -> None:
+def _check_trace(path: Path, max_bytes: int, shown: str, keep: bool = False):
     """Raise what the loader every analysis uses (``open_trace``, the offline mirror) raises on the trace at
-    ``path`` (over ``max_bytes`` decompressed, not JSON, ...), its message naming the trace ``shown``."""
+    ``path`` (over ``max_bytes`` decompressed, not JSON, ...), its message naming the trace ``shown``. With ``keep``,
+    return the open session the check loaded (the caller closes it), else None."""
     from ..trace import open_trace  # the loader imports numpy and msgspec: only when importing
     try:
-        open_trace(path, engine="sqlite", max_bytes=max_bytes).close()
+        session = open_trace(path, engine="sqlite", max_bytes=max_bytes)
     except TraceError as exc:
         raise type(exc)(str(exc).replace(os.fspath(path), shown)) from None
+    if keep:
+        return session
+    session.close()
+    return None
 
 
 def _trace_problem(fname: str, data: bytes, max_bytes: int) -> Optional[str]:

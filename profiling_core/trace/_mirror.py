@@ -180,6 +180,15 @@ class MirrorBackend:
             if conn is not None:
                 conn.close()
 
+    def start_sql(self) -> None:
+        """Start writing the SQLite tables in the background now, if that has not started (``sql_tables=
+        "on_first_query"`` waited for a first query); returns at once."""
+        builder = self._builder
+        if builder is not None:
+            with self._start_lock:
+                if builder.ident is None and not self._closed:
+                    builder.start()
+
     def wait_sql(self) -> None:
         """Block until the SQLite tables are built (starting to build them if that waited for a first query); raise
         QueryError if building them failed."""

@@ -154,6 +154,18 @@ class _MirrorAdapter:
     def close(self) -> None:
         self._b.close()
 
+    def build_sql_in_background(self) -> None:
+        self._b.start_sql()
+
+
+def _taken_over(loaded: "TraceSession", path: str, reason: str, sql_tables: str) -> "TraceSession":
+    """A session on ``path`` that takes over the mirror ``loaded`` holds (its columns, args and SQLite files): no
+    second load. ``loaded`` is closed to its caller from then on (it no longer owns the backend)."""
+    backend, loaded._backend = loaded._backend, None
+    if sql_tables == "background":
+        backend.build_sql_in_background()
+    return TraceSession(path, "sqlite", reason, backend, loaded.load_stats)
+
 
 def _devices_of_file(path: str) -> list[dict]:
     """``deviceProperties`` of the trace at ``path``, read as the mirror's loader reads them: the document streamed a
@@ -190,7 +202,8 @@ def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "",
 def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int = DEFAULT_MAX_BYTES,
                perfetto_bin: str | None = None, perfetto_timeout_s: float = 5.0,
                sql_tables: str = "on_first_query",
-               while_loading: Callable[[], Any] | None = None) -> TraceSession:
+               while_loading: Callable[[], Any] | None = None,
+               loaded: TraceSession | None = None) -> TraceSession:
     """Open a Chrome/Kineto JSON trace (``.json`` or gzip, detected by content) for SQL.
 
     Args:
@@ -212,6 +225,11 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
             (``_mirror.load_model`` says when: on Linux, with no other thread running), so the two overlap; with
             perfetto it runs while trace_processor starts and loads the trace. Either way it has run once when this returns, and an error it
             raises is raised here (the load is then stopped).
+        loaded: an open session of the offline mirror already loaded from this file's bytes (``RunStore.import_trace``
+            hands over the one its check loaded): where this call opens the mirror (``engine="sqlite"``, or
+            ``"auto"`` when perfetto cannot run) it takes that session's tables over instead of loading the file
+            again, and ``engine_reason`` says so; where it opens perfetto, ``loaded`` is closed. Either way ``loaded``
+            is closed to the caller afterwards. ValueError for a closed session or one of another engine.
 
     Returns:
         A TraceSession; close it when done (or use it as a context manager).
@@ -222,8 +240,16 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
     if sql_tables not in SQL_TABLES:
         raise ValueError(f"sql_tables must be one of {', '.join(SQL_TABLES)}, got {sql_tables!r}")
+    if loaded is not None and (loaded.closed or loaded.engine != "sqlite"):
+        raise ValueError("loaded must be an open session of the offline SQLite mirror, got "
+                         + ("a closed session" if loaded.closed else f"one of engine {loaded.engine!r}"))
     path = os.fspath(path)
+    once = "; its tables taken over from the session that had loaded this file, not read again" if loaded else ""
     if engine == "sqlite":
+        if loaded is not None:
+            if while_loading is not None:
+                while_loading()
+            return _taken_over(loaded, path, "sqlite: the offline SQLite mirror was asked for" + once, sql_tables)
         return open_mirror(path, max_bytes, sql_tables=sql_tables, while_loading=while_loading)
     from ._perfetto import open_perfetto
     binary = perfetto_bin or os.environ.get("PERFETTO_BIN") or None
@@ -241,7 +267,20 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
                                      while_loading=meanwhile)
     except EngineUnavailableError as e:
         if engine == "perfetto":
+            if loaded is not None:
+                loaded.close()
             raise
-        return open_mirror(path, max_bytes, reason=f"perfetto: {e}; using the offline SQLite mirror",
-                           sql_tables=sql_tables, while_loading=None if ran else while_loading)
+        reason = f"perfetto: {e}; using the offline SQLite mirror"
+        if loaded is not None:
+            if while_loading is not None and not ran:
+                while_loading()
+            return _taken_over(loaded, path, reason + once, sql_tables)
+        return open_mirror(path, max_bytes, reason=reason, sql_tables=sql_tables,
+                           while_loading=None if ran else while_loading)
+    except BaseException:
+        if loaded is not None:
+            loaded.close()
+        raise
+    if loaded is not None:
+        loaded.close()  # (perfetto's own tables answer from here on)
     return TraceSession(path, "perfetto", why, backend, None, devices=devices[0])
