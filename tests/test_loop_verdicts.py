@@ -445,3 +445,17 @@ def test_an_optimizer_that_runs_one_step_in_four_is_costed_per_step_of_the_loop(
     # 5 ops x one 2 us kernel, its CPU time the range's duration by the scan
     per = 40.0 if "GPU time" in x.cost_basis else statistics.median(opt.values())
     assert x.cost_us_per_step == pytest.approx(per * 2 / 7, rel=1e-6)
+
+
+def test_batches_copied_from_pinned_memory_alone_are_no_sync_finding():
+    """The two-worker loop copies its batches from pinned memory with non_blocking=True and synchronises nowhere (a
+    scan finds no synchronising call in its steps): the sync finding told it to do just that. The loop fed from
+    pageable memory keeps the finding."""
+    ev = [e for e in scan_trace(WORKERS) if e.get("ph") == "X"]
+    copies = {e["name"] for e in ev if str(e["name"]).startswith("Memcpy")}
+    assert copies == {"Memcpy HtoD (Pinned -> Device)"}
+    steps = [s for s in ev if str(s["name"]).startswith("ProfilerStep#") and s["cat"] != "gpu_user_annotation"]
+    assert not [e for e in ev for s in steps if "Synchronize" in str(e["name"])
+                and s["ts"] <= e["ts"] < s["ts"] + s["dur"]]  # (the profiler's own sync comes after the last step)
+    assert "sync_in_step" not in run(WORKERS)[2]
+    assert "pageable" in run(LOADER)[2]["sync_in_step"].text

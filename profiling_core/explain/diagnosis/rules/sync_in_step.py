@@ -3,7 +3,8 @@ host-device copies launched inside a ProfilerStep.
 
 The cost is the time the CPU spends blocked in them per step: the synchronising calls, and the calls that launched
 each host↔device copy (a copy from pageable memory holds its ``cudaMemcpyAsync`` until the bytes are staged, so its
-call lasts about as long as the copy; a pinned one returns at once). In a compute-bound steady state (the GPU sets the
+call lasts about as long as the copy; a pinned one returns at once). Host-to-device copies from pinned memory alone,
+with no synchronising call, are no finding: that is how a loop should feed its GPU. In a compute-bound steady state (the GPU sets the
 pace) the CPU's wait is for work the GPU had to do anyway: the cost is then at most the GPU's idle time inside the
 steps' windows. Each copy's bytes, rate and the copy engine's
 time are the evidence.
@@ -69,6 +70,8 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     copy_call_us = float(tb.dur[copy_calls].sum()) / 1000 / n if copy_calls else 0.0
     blocked = sync_us + copy_call_us
     copy_rows = _copy_rows(c.session, copies, n)
+    if len(idx) == 0 and all(row["kind"] == "host-to-device" and row["memory"] == "pinned" for row in copy_rows):
+        return None  # a batch copied from pinned memory (non_blocking) holds nothing: how a loop should feed a GPU
     parts = []
     if len(idx):
         what = ", ".join(f"{x} ×{(names[idx] == x).sum() / n:.3g}" for x in dict.fromkeys(names[idx].tolist()))
@@ -114,10 +117,12 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
         where = (f"Inside each step{scope}" if with_any >= n else
                  f"Inside {with_any} of the {n} steps{scope}, counted per step over "
                  f"{'both' if n == 2 else f'all {n}'}")
-    text = (where + ": " + "; ".join(parts) + ". A synchronising call returns only when the GPU has caught "
-            "up, so nothing further is queued meanwhile and the GPU runs dry after it"
-            + ("; a copy from pageable host memory holds the CPU until its bytes are staged, which synchronises too."
-               if pageable else "."))
+    why = ([] if not len(idx) else ["a synchronising call returns only when the GPU has caught up, so nothing "
+                                     "further is queued meanwhile and the GPU runs dry after it"])
+    if pageable:
+        why.append("a copy from pageable host memory holds the CPU until its bytes are staged, which synchronises"
+                   + (" too" if why else ""))
+    text = where + ": " + "; ".join(parts) + "." + (f" {'; '.join(why)}.".replace(" a", " A", 1) if why else "")
     fix = ("Keep values on the GPU inside the step: avoid .item(), .cpu(), .tolist(), printing tensors and "
            "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. Move inputs to the "
            "device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead of the step; bring a "
