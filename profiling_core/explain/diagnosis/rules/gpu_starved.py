@@ -175,9 +175,9 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     outside = _outside_ops_us(r, basis, calls)
     waits = data_wait(r.steps)["share"]  # the input rule's own test: the pointer only where that rule speaks
     if names and is_data_loader_next(names[0]) and waits is not None and waits >= DATA_WAIT_AT:
-        fix = (f"The largest CPU cost is the DataLoader handing out the step's batch ({names[0]}): make the batches "
-               "while the step runs (worker processes, pinned memory, cheaper samples; see *The step waits for its "
-               "batch*). Fewer launches or a CUDA graph come after that.")
+        fix = (f"The largest CPU cost is the DataLoader handing out the step's batch ({names[0]}): see *The step "
+               "waits for its batch* for what makes the batches while the step runs. Fewer launches or a CUDA graph "
+               "come after that.")
     elif outside is not None and outside >= max(PYTHON_DOMINATES * cpu, PYTHON_FLOOR_US):
         fix = (f"Most of the step is Python that runs no op: its thread spent {_fmt_us(outside)} of the step's "
                f"{_fmt_us(cpu)} in no ATen op, launch or other runtime call; fewer launches do not shorten that. Find "

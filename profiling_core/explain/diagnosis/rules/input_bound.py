@@ -69,12 +69,17 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
                "training process leaves free), make each sample cheaper (decode or resize once and cache the "
                "result, move augmentations onto the GPU as batched tensor ops), and keep the workers between "
                "epochs (persistent_workers=True); a larger prefetch_factor only evens out bursts, it adds no speed.")
-    elif _SINGLE in which:
+    elif _SINGLE in which and r.has_gpu:
         fix = ("The batches are made in the training loop's own thread (num_workers=0), one after the other with "
                "the step. Set num_workers to a few processes (DataLoader(..., num_workers=4, pin_memory=True, "
                "persistent_workers=True)) so batches are made while the step runs, copy them with "
                ".to(device, non_blocking=True), and make each sample cheaper (decode or resize once and cache the "
                "result, augment on the GPU).")
+    elif _SINGLE in which:  # on a CPU the workers take cores from the step's own math
+        fix = ("The batches are made in the training loop's own thread (num_workers=0), one after the other with "
+               "the step. Set num_workers to a few processes (DataLoader(..., num_workers=2, persistent_workers=True)) "
+               "so batches are made on other cores while the step runs, leaving the step the cores it computes on "
+               "(torch.set_num_threads), and make each sample cheaper (decode or resize once and cache the result).")
     else:
         fix = ("Make the batches while the step runs: worker processes (num_workers), pinned memory and non_blocking "
                "copies, and cheaper samples (decode or resize once and cache, augment on the GPU).")
