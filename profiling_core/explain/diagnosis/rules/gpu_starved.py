@@ -10,6 +10,7 @@ from typing import Optional
 import numpy as np
 
 from ....analyses import DATA_WAIT_AT, data_wait, is_data_loader_next
+from ....analyses._shared import union_ns
 from ..base import Diagnosis, _Ctx, _fmt_us
 
 GPU_IDLE_AT = 0.5
@@ -77,13 +78,7 @@ def _uncovered_us(g, b: int, e: int, cover) -> float:
     uncovered."""
     lo = np.clip(cover["start_ns"].to_numpy(dtype=np.int64), b, e)
     hi = np.clip(lo + np.round(cover["dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64), b, e)
-    covered = 0
-    if len(lo):
-        order = np.argsort(lo, kind="stable")
-        lo, hi = lo[order], np.maximum.accumulate(hi[order])
-        heads = np.flatnonzero(np.r_[True, lo[1:] >= hi[:-1]])
-        covered = int((np.maximum.reduceat(hi, heads) - lo[heads]).sum())
-    return (e - b - covered) / 1000.0
+    return (e - b - (union_ns(lo, hi) if len(lo) else 0)) / 1000.0
 
 
 def _step_windows(report, steps: list[int]):
