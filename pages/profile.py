@@ -144,10 +144,10 @@ if rep.has_phases:
     st.caption("Each step split by phase: the app's `train::forward`, `train::backward`, `train::optimizer` and "
                "`train::zero_grad` ranges, or in an imported trace the profiler's own annotations "
                "(`autograd::engine::evaluate_function: …` for backward, `Optimizer.step#…` and "
-               "`Optimizer.zero_grad#…`; forward is what the step ran before its first backward range); *data* is "
-               "the DataLoader's own range around each batch it hands out (`enumerate(DataLoader)#…__next__`). An "
-               "instant counts once; *other* is what no phase covers (the loop's Python, a `.item()` after the step). GPU "
-               "µs and kernels are those launched from inside each phase.")
+               "`Optimizer.zero_grad#…`; forward is what the step ran before its first backward range); *data* "
+               "is the DataLoader's own range around each batch it hands out (`enumerate(DataLoader)#…__next__`). "
+               "An instant counts once; *other* is what no phase covers (the loop's Python, a `.item()` after the "
+               "step). GPU µs and kernels are those launched from inside each phase.")
 
 # --- memory ----------------------------------------------------------------------------------------
 memory_charts, memory_tables, memory_text = [], [], ""

@@ -161,7 +161,8 @@ class _Phased:
         self.sh = sh
         self.marks = phase_masks(sh)
         self.steps = [s for s in sh.steps_list if s[6] is not None]
-        self.any = bool((self.marks > _DATA).any()) and bool(self.steps)  # (a training phase: a DataLoader alone is none)
+        # (a training phase: a DataLoader alone is none)
+        self.any = bool((self.marks > _DATA).any()) and bool(self.steps)
         if not self.any:
             return
         b, e = t["ts"], t["ts"] + t["dur"]
@@ -201,7 +202,8 @@ def phases(session, shared: Shared | None = None) -> pd.DataFrame:
         launched from calls inside the phase's ranges), ``gpu_ops``, ``kernels`` (of them, category kernel),
         ``aten_ops`` (ATen ops, at any depth, starting inside the phase's ranges), ``source`` (``record_function``
         for the app's ``train::`` ranges, ``profiler`` for the profiler's and torch.utils.data's own annotations,
-        ``position`` for a forward read by position, empty for ``other`` and for a phase no slice marks). Empty (same columns) when the trace has no phase range or no steps.
+        ``position`` for a forward read by position, empty for ``other`` and for a phase no slice marks). Empty
+        (same columns) when the trace has no phase range or no steps.
     """
     sh = shared_for(session, shared)
     cols = PHASE_COLUMNS

@@ -144,8 +144,8 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     n_calls, call_us, calls_us, graphs = launch_call_stats(calls, len(basis))
     top = _cpu_time_by_op(r, basis)[:TOP_CPU_OPS]
     where = ", ".join(f"{name if len(name) <= 60 else name[:59] + '…'} {_fmt_us(us)}"
-                      + (f" (and {_fmt_us(w)} waiting for the autograd engine's thread, counted there)" if w > 0 else "")
-                      for name, us, w in top if us > 0)
+                      + (f" (and {_fmt_us(w)} waiting for the autograd engine's thread, counted there)"
+                         if w > 0 else "") for name, us, w in top if us > 0)
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
     blocked = (f", {_fmt_us(wait)} of it blocked in synchronize calls while the GPU worked," if wait > 0 else "")
     # one step with work beside empty ones (analyses.working_steps) is no steady state: say which step it is
