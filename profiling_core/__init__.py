@@ -29,7 +29,6 @@ Nothing here imports streamlit; only the worker imports torch.
 """
 from __future__ import annotations
 
-from .config import ExperimentConfig
 from .errors import (ConfigError, DeviceBusyError, DoesNotFitError, EngineUnavailableError, InvalidRunIdError,
                      ProfilingError, QueryError, RunNotFoundError, RunStoreError, TraceError, TraceFormatError,
                      TraceTooLargeError, WorkerError)
@@ -42,7 +41,8 @@ __all__ = [
     "EngineUnavailableError", "QueryError",
 ]
 
-_LAZY = {  # loaded on first use, so that importing the config (in the worker, or a notebook) stays cheap
+_LAZY = {  # loaded on first use, so that importing one stage (the worker, a notebook's config, a command) stays cheap
+    "ExperimentConfig": "config",
     "run_experiment": "run",
     "run_sweep": "run",
     "calibrate": "run",

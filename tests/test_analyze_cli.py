@@ -390,3 +390,20 @@ def test_the_summary_says_which_steps_its_per_step_figures_rest_on(capsys):
     out = capsys.readouterr().out
     assert f"CPU per step (median) {steps[0]['dur'] / 1000:.2f} ms" in out
     assert "(all the steps with work in them; step 2 empty, left out)" in out
+
+
+@pytest.mark.parametrize("args", [["--help"], [], ["x", "--engine", "bad"], ["x", "--peak-tflops", "many"]],
+                         ids=["help", "no path", "bad engine", "bad number"])
+def test_an_analyze_process_parses_its_arguments_as_the_whole_command_line_does(args, capsys, monkeypatch):
+    """``python -m profiling_core analyze ...`` parses with the analyze command's parser alone (the other commands'
+    modules are not imported): its help, usage and argument errors are those of the whole command line's parser
+    (``commands.build_parser``), and so is its exit status."""
+    from profiling_core.cli.commands import build_parser
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps its help to the terminal's width: the same one here and there
+    with pytest.raises(SystemExit) as whole:
+        build_parser().parse_args(["analyze", *args])
+    expected = capsys.readouterr()
+    p = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "COLUMNS": "100"})
+    assert (p.returncode, p.stdout, p.stderr) == (whole.value.code, expected.out, expected.err)
+    assert "usage: python -m profiling_core analyze" in p.stdout + p.stderr

@@ -22,10 +22,15 @@ def main(argv: Optional[list] = None) -> int:
 
     Without ``argv`` this is the process's own command line (``python -m profiling_core``, ``profiling-core``): an
     ``analyze`` process starts with :func:`starting_analyze` and every command ends with :func:`leaving`."""
-    if argv is None and sys.argv[1:2] == ["analyze"]:
-        starting_analyze()
-    from .commands import main as _main  # imported on call: ``-m profiling_core.cli.analyze`` need not load the rest
-    rc = _main(argv)
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["analyze"]:
+        if argv is None:
+            starting_analyze()
+        from ._dispatch import dispatch
+        from .analyze import command_parser
+        rc = dispatch(command_parser(), argv)  # its parser alone: the other commands' imports are not needed
+    else:
+        from .commands import main as _main  # imported on call: ``-m profiling_core.cli.analyze`` need not load it
+        rc = _main(argv)
     if argv is None:
         leaving()
     return rc

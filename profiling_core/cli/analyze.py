@@ -26,7 +26,7 @@ from ..errors import ProfilingError
 from ..present.terminal import echo
 from ..units import format_duration_us, human_bytes
 
-__all__ = ["add_parser", "run", "build_json", "main"]
+__all__ = ["add_parser", "command_parser", "run", "build_json", "main"]
 
 ENGINES = ("auto", "perfetto", "sqlite")
 DESCRIPTION = "Analyse a Chrome/Kineto trace: steps, kernels, launches, compile rows and findings per study question."
@@ -49,6 +49,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register the ``analyze`` subcommand on an ``argparse`` subparsers object; returns its parser."""
     return _configure(subparsers.add_parser("analyze", help="analyse a trace: steps, kernels, launches, findings",
                                             description=DESCRIPTION))
+
+
+def command_parser() -> argparse.ArgumentParser:
+    """``python -m profiling_core``'s parser with the ``analyze`` subcommand alone: what an ``analyze`` process
+    parses its command line with (``cli.main``), the same arguments, usage and errors as the whole command line's
+    (``commands.build_parser``) without importing the other commands (the runner, the store, the sweeps: ~50 ms of
+    a process whose load of the trace waits for its imports to fork)."""
+    parser = argparse.ArgumentParser(prog="python -m profiling_core")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return parser
 
 
 def _clean(x: Any) -> Any:

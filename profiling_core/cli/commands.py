@@ -18,12 +18,13 @@ import threading
 from typing import Optional
 
 from ..config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, ExperimentConfig
-from ..errors import ProfilingError, WorkerError
+from ..errors import ProfilingError
 from ..present.terminal import echo, terminal_safe
 from ..run.sweep import EXECUTORS
 from ..run.worker import COMPILE_CACHES, PROCESS_KINDS
 from ..store.runs import RunStore
 from ..workloads import INT_TEXT, WORKLOADS, get_workload, workload_names
+from ._dispatch import dispatch
 
 
 def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -362,25 +363,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
-    try:
-        rc = a.func(a)
-        sys.stdout.flush()  # inside the try: a reader that went away shows here, not at exit
-        return rc
-    except BrokenPipeError:
-        # The reader went away (`ls | head`): say nothing more. Point stdout at devnull so that Python's flush at
-        # exit does not raise again (the recipe of Python's signal module documentation).
-        import os
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 1
-    except WorkerError as exc:
-        echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
-        return 3
-    except (ProfilingError, OSError) as exc:
-        echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        echo("interrupted", file=sys.stderr)
-        return 130
+    return dispatch(build_parser(), argv)
