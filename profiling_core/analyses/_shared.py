@@ -743,6 +743,13 @@ class Shared:
         return int(t["ts"][m].min()), int((t["ts"][m] + t["dur"][m]).max())
 
     @cached_property
+    def phased(self):
+        """The phase ranges of the trace's training steps (``phases._Phased``), which :func:`~.phases.phases`,
+        ``phases_at`` and ``phase_ops`` all read."""
+        from .phases import _Phased  # (phases reads this module's pieces)
+        return _Phased(self)
+
+    @cached_property
     def lanes(self) -> dict:
         """{utid: (tid, pid)} of every thread (pid None without a process row)."""
         tb = self.tables

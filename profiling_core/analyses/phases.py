@@ -158,7 +158,6 @@ class _Phased:
 
     def __init__(self, sh: Shared) -> None:
         t = sh.slices
-        self.sh = sh
         self.marks = phase_masks(sh)
         self.steps = [s for s in sh.steps_list if s[6] is not None]
         # (a training phase: a DataLoader alone is none)
@@ -207,7 +206,7 @@ def phases(session, shared: Shared | None = None) -> pd.DataFrame:
     """
     sh = shared_for(session, shared)
     cols = PHASE_COLUMNS
-    ph = _Phased(sh)
+    ph = sh.phased
     if not ph.any:
         return frame([], cols)
     t, steps = sh.slices, ph.steps
@@ -288,7 +287,7 @@ def _has_range(sh: Shared, marks: np.ndarray, k: int) -> bool:
 def phases_at(session, ts, shared: Shared | None = None) -> list:
     """The phase (a name of :data:`PHASES`) of the training step at each of these instants (ns): the first phase
     whose ranges hold it, ``other`` where none does; None for every instant when the trace has no phases."""
-    ph = _Phased(shared_for(session, shared))
+    ph = shared_for(session, shared).phased
     ts = np.asarray(ts, dtype=np.int64)
     if not ph.any:
         return [None] * len(ts)
@@ -302,7 +301,7 @@ def phase_ops(session, phase: str, shared: Shared | None = None) -> pd.DataFrame
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
     sh = shared_for(session, shared)
     cols = ["step", "slice_id", "name", "dur_us"]
-    ph = _Phased(sh)
+    ph = sh.phased
     if not ph.any:
         return frame([], cols)
     t = sh.slices
