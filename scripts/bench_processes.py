@@ -426,7 +426,7 @@ def main(argv=None) -> int:
                     "the files TRACES names")
     args = ap.parse_args(argv)
     if args.shared:
-        SHARED = args.shared
+        SHARED = os.path.abspath(args.shared)  # (a tree timed "before" runs in its own folder)
     if args.profile:
         return profile(args)
     return bench(args)
