@@ -12,6 +12,7 @@ Every figure is checked against a plain scan of the JSON."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -295,8 +296,9 @@ def _union_in(iv, b, e) -> float:
     return _union([(max(b, x), min(e, y)) for x, y in iv if x < e and y > b])
 
 
-def _exposed_by_scan(path) -> dict[int, tuple[float, float, float]]:
-    """{N: (window µs, GPU time of collectives alone in it, collectives' own time in it)} by a plain scan. A step's
+def _exposed_by_scan(path) -> dict[int, tuple[float, float, float, dict]]:
+    """{N: (window µs, GPU time of collectives alone in it, collectives' own time in it, {the collective its kernel
+    names say (``AllReduce``, ``SendRecv``): its kernels' own time in it})} by a plain scan. A step's
     window runs from its CPU slice's start to the later of its end and the end of the GPU work its launch calls
     (paired by ``args.correlation``) queued, cut to start where the window before it ended; collectives are the GPU
     ops named ``nccl...``; alone means while no other GPU op (any stream) ran."""
@@ -319,7 +321,9 @@ def _exposed_by_scan(path) -> dict[int, tuple[float, float, float]]:
         comm = [g for g in gpu if str(g["name"]).lower().startswith("nccl")]
         other = [g for g in gpu if not str(g["name"]).lower().startswith("nccl")]
         alone = _union_in(iv(gpu), b, e) - _union_in(iv(other), b, e)
-        out[int(st["name"].split("#")[1])] = (e - b, alone, _union_in(iv(comm), b, e))
+        kinds = {word: _union_in(iv([g for g in comm if re.search(rf"_{word}[_(]", str(g["name"]))]), b, e)
+                 for word in ("AllReduce", "SendRecv")}
+        out[int(st["name"].split("#")[1])] = (e - b, alone, _union_in(iv(comm), b, e), kinds)
     return out
 
 
@@ -338,6 +342,13 @@ def test_collectives_that_no_compute_overlaps_are_found_on_a_real_training_trace
     assert x.evidence["exposed_share"] == pytest.approx(alone / window, abs=1e-4)
     assert x.evidence["hidden_share"] == pytest.approx(1 - alone / comm, abs=1e-4)
     assert "send/receive" in x.text and x.fix.startswith("Point-to-point transfers")
+    # each collective's time is read in the same steady windows as the exposed and overlapped time
+    kinds = {k: sum(want[n][3][word] for n in basis) / len(basis)
+             for word, k in (("SendRecv", "send/receive"), ("AllReduce", "all-reduce"))}
+    assert x.evidence["collectives_us_per_step"] == pytest.approx(kinds, abs=0.01)
+    assert sum(kinds.values()) == pytest.approx(comm / len(basis), abs=0.01)  # they never ran at the same time
+    said = f"send/receive {kinds['send/receive']:,.1f} µs, all-reduce {kinds['all-reduce']:,.1f} µs per step."
+    assert said in x.text
 
 
 def test_collectives_mostly_alone_but_a_small_share_of_the_step_are_not_a_verdict():
@@ -374,13 +385,43 @@ def test_an_all_reduce_beside_compute_is_hidden_and_after_it_is_exposed(tmp_path
     want = _exposed_by_scan(path)
     _, _, d = run(path)
     if overlapped:
-        assert all(a == pytest.approx(0.0) for _, a, _ in want.values())
+        assert all(a == pytest.approx(0.0) for _, a, _, _ in want.values())
         assert "exposed_communication" not in d
     else:
-        assert all(a == pytest.approx(300.0) for _, a, _ in want.values())
+        assert all(a == pytest.approx(300.0) for _, a, _, _ in want.values())
         x = d["exposed_communication"]
         assert x.cost_us_per_step == pytest.approx(300.0) and "all-reduce" in x.text
         assert x.fix.startswith("DDP overlaps each gradient bucket's all-reduce")
+
+
+def test_collectives_at_once_on_two_streams_are_each_counted_and_said_to_overlap(tmp_path):
+    """Each step: a 400 µs GEMM, then an all-reduce and a send/receive of 300 µs each at the same time on two streams:
+    300 µs of every step runs collectives alone; each kind has its own 300 µs, which add up to twice that union, and
+    the text says why."""
+    t = vt.Trace()
+    for n in range(4):
+        def body(t):
+            t.launch(vt.BF16_GEMM, 400.0)
+            t.sync()
+            ts = t.t
+            for stream, name in ((8, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long)"),
+                                 (9, "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)")):
+                t.corr += 1
+                t._x("cudaLaunchKernel", t.t, 5.0, "cuda_runtime", correlation=t.corr)
+                t._x(name, ts + 20.0, 300.0, "kernel", pid=0, tid=stream, correlation=t.corr, device=0, stream=stream)
+                t.t += 5.0
+            t.gpu_free = max(t.gpu_free, ts + 320.0)
+            t.sync()
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    want = _exposed_by_scan(path)
+    assert all(a == pytest.approx(300.0) and k == {"AllReduce": 300.0, "SendRecv": 300.0}
+               for _, a, _, k in want.values())
+    x = run(path)[2]["exposed_communication"]
+    assert x.cost_us_per_step == pytest.approx(300.0)
+    assert x.evidence["collectives_us_per_step"] == pytest.approx({"all-reduce": 300.0, "send/receive": 300.0})
+    assert x.evidence["communication_us_per_step"] == pytest.approx(300.0)
+    assert "they add up to more than the collectives' time above" in x.text
 
 
 def test_a_thread_that_prefetches_batches_beside_the_step_keeps_nobody_waiting(tmp_path):

@@ -2,16 +2,20 @@
 ``analyses.step_breakdown``'s ``communication`` time (an instant counts for communication only when no compute, copy
 or memset ran then, on any stream: the exposed communication) over the steady state's steps
 (``analyses.basis_steps``): at least :data:`EXPOSED_AT` of their windows, summed. The text names the collectives
-(``nccl``/``rccl`` kernels, from ``top_kernels``) and how much of their time compute hid; the fix follows the
-collective: gradient all-reduce (DDP), all-gather and reduce-scatter (FSDP, ZeRO), send/receive and all-to-all
-(pipeline stages, sharded embeddings). The cost is the exposed time per step (mean): the most that overlapping it
-with compute can save."""
+(``nccl``/``rccl`` kernels: each kind's own time in the same steady windows) and how much of their time compute hid;
+the fix follows the collective: gradient all-reduce (DDP), all-gather and reduce-scatter (FSDP, ZeRO), send/receive
+and all-to-all (pipeline stages, sharded embeddings). The cost is the exposed time per step (mean): the most that
+overlapping it with compute can save."""
 from __future__ import annotations
 
 import re
 from typing import Optional
 
+import numpy as np
+
 from ....analyses import basis_steps
+from ....analyses._shared import unions_ns
+from ....analyses.categories import gpu_op_category
 from ..base import Diagnosis, _Ctx, _fmt_us
 
 EXPOSED_AT = 0.1
@@ -43,18 +47,16 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
     if window <= 0 or exposed < EXPOSED_AT * window:
         return None
     n = len(comm)
-    tk = r.top_kernels
-    tk = tk[tk["category"] == "communication"] if len(tk) else tk
-    kinds: dict[str, float] = {}
-    for name, total in zip(tk["name"].astype(str), tk["total_us"].astype(float)):
-        kinds[_kind(name)] = kinds.get(_kind(name), 0.0) + total
-    steps_all = max(1, len(r.steps))
-    named = ", ".join(f"{k} {_fmt_us(v / steps_all)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    kinds = _kinds_in_windows(c, set(basis))
+    named = ", ".join(f"{k} {_fmt_us(v / n)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    together = sum(kinds.values())
     hidden = 1.0 - exposed / busy if busy > 0 else 0.0
     text = (f"The GPU waits for communication that no compute overlaps: in the steady state ({n} step"
             f"{'s' if n != 1 else ''}) it ran only collectives for {_fmt_us(exposed / n)} per step, "
             f"{exposed / window:.0%} of the steps' windows; compute hid {hidden:.0%} of the collectives' "
-            f"{_fmt_us(busy / n)} per step." + (f" Collective kernels per step (all steps): {named}." if named else ""))
+            f"{_fmt_us(busy / n)} per step." + (f" By collective, in the same steps: {named} per step" if named else "")
+            + ("; run at once on several streams, they add up to more than the collectives' time above, which counts "
+               "each instant once." if named and together > busy + 1.0 else "." if named else ""))
     top = max(kinds, key=kinds.get) if kinds else "collective"
     fixes = {
         "all-reduce": "DDP overlaps each gradient bucket's all-reduce with the rest of the backward: keep that "
@@ -83,7 +85,39 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
             "(the collectives' kernel names say the algorithm, RING or TREE, not the link).")
     ev = {"basis_steps": basis, "exposed_us_per_step": exposed / n, "communication_us_per_step": busy / n,
           "exposed_share": exposed / window, "hidden_share": hidden, "collectives_us_per_step":
-          {k: v / steps_all for k, v in kinds.items()}, "exposed_at": EXPOSED_AT}
+          {k: v / n for k, v in kinds.items()}, "exposed_at": EXPOSED_AT}
     return Diagnosis("exposed_communication", "Communication that no compute overlaps", text, fix, exposed / n,
                      "the time per steady-state step the GPU ran only collectives (mean): the most that overlapping "
                      "them with compute can save", ev)
+
+
+def _kinds_in_windows(c: _Ctx, basis: set) -> dict[str, float]:
+    """{collective kind: µs} over the steps ``basis``: per step, the union of that kind's kernels (``gpu_ops`` of
+    category ``communication``) clipped to the step's window (``step_breakdown``'s), summed over the steps; the basis
+    of the rule's exposed and overlapped time, so the figures read against each other."""
+    ops = c.report.gpu_ops
+    st, w = c.shared.steps_list, c.shared.step_windows
+    steps = [k for k, row in enumerate(st) if row[1] is not None and int(row[1]) in basis]
+    if ops.empty or not steps:
+        return {}
+    names, cats = ops["name"].astype(object).to_numpy(), ops["category"].astype(object).to_numpy()
+    kind_of = {}  # (name, category) -> its kind, or None for a GPU op that is not a collective
+    kinds = [kind_of.setdefault((nm, ct), _kind(str(nm)) if gpu_op_category(nm, ct) == "communication" else None)
+             for nm, ct in zip(names.tolist(), cats.tolist())]
+    b = ops["start_ns"].to_numpy(dtype=np.int64)
+    e = b + np.round(ops["dur_us"].to_numpy(dtype=np.float64) * 1000).astype(np.int64)
+    labels = sorted({k for k in kinds if k is not None})
+    kinds = np.array(kinds, dtype=object)
+    parts, keys = [], []
+    for kind in labels:
+        mine = kinds == kind
+        for k in steps:
+            lo, hi = int(w["lo"][k]), int(w["hi"][k])
+            kb, ke = np.maximum(b[mine], lo), np.minimum(e[mine], hi)
+            keep = ke > kb
+            parts.append((kb[keep], ke[keep]))
+            keys.append(kind)
+    out: dict[str, float] = {}
+    for kind, ns in zip(keys, unions_ns(parts).tolist()):
+        out[kind] = out.get(kind, 0.0) + ns / 1000.0
+    return {k: v for k, v in out.items() if v > 0}
