@@ -184,6 +184,28 @@ def test_a_conv_in_nchw_gets_the_channels_last_rule_and_its_own_category(tmp_pat
     assert row["tflops"] == pytest.approx(flops / 40.0 / 1e6) and row["roof"] == "compute"
 
 
+def test_the_channels_last_rule_names_its_transposes_whole_or_cut_with_an_ellipsis(tmp_path):
+    """Kernel names are long C++ signatures: the rule names the two shortest whole, or cut to 60 characters with an
+    ellipsis (never cut silently mid-name), and says how many more there are."""
+    path = vt.conv_with_transposes(tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    long = {"nchwToNhwc": "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)0>"
+                          "(int, int, int, int, float const*, float*, float, float)",
+            "nhwcToNchw": "void nhwcToNchwKernel<float, float, float, true, false, (cudnnKernelDataType_t)0>(int)"}
+    k = 0
+    for e in doc["traceEvents"]:
+        for word, name in long.items():
+            if word in e["name"]:
+                k += 1
+                e["name"] = name if k % 3 else "void cudnn::ops::nchwToNhwcKernel<__half, __half, float, true>(int)"
+    path.write_text(json.dumps(doc))
+    names = sorted({e["name"] for e in doc["traceEvents"] if "Nhwc" in e["name"] or "Nchw" in e["name"]},
+                   key=lambda x: (len(x), x))
+    assert len(names) == 3 and all(len(x) > 60 for x in names)
+    text = rules(run(path)[2])["conv_layout"].text
+    assert f"({names[0][:59]}…; {names[1][:59]}…; and 1 more)" in text
+
+
 @pytest.mark.parametrize("backend", ["flash", "compiled"])
 def test_attention_in_decode_is_judged_by_the_bandwidth(tmp_path, backend):
     q, kv = [4, 16, 1, 64], [4, 16, 2048, 64]  # one new token per sequence against a 2,048-token KV cache
