@@ -189,8 +189,8 @@ def test_the_channels_last_rule_names_its_transposes_whole_or_cut_with_an_ellips
     ellipsis (never cut silently mid-name), and says how many more there are."""
     path = vt.conv_with_transposes(tmp_path / "t.json")
     doc = json.loads(path.read_text())
-    long = {"nchwToNhwc": "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)0>"
-                          "(int, int, int, int, float const*, float*, float, float)",
+    long = {"nchwToNhwc": "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, "
+                          "(cudnnKernelDataType_t)0>(int, int, int, int, float const*, float*, float, float)",
             "nhwcToNchw": "void nhwcToNchwKernel<float, float, float, true, false, (cudnnKernelDataType_t)0>(int)"}
     k = 0
     for e in doc["traceEvents"]:
