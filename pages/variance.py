@@ -5,7 +5,7 @@ import streamlit as st
 from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.present import ReportSection, comparison_warnings
-from profiling_core.explain import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
+from profiling_core.explain import MIN_LAUNCHES_FOR_SKEW, skew_text
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -43,9 +43,7 @@ def skew_verdict(k: pd.Series) -> str:
     """The question-8 finding's verdict for one kernel, with its threshold (``profiling_core.findings``)."""
     if k["count"] < MIN_LAUNCHES_FOR_SKEW:
         return f"too few launches (under {MIN_LAUNCHES_FOR_SKEW}) to judge the skew"
-    pct = k["mean_above_median_pct"]
-    where = f"the mean is {abs(pct):.1f}% {'above' if pct >= 0 else 'below'} the median"
-    return where + (": a few slow launches pull it up; read the median" if pct > MEAN_ABOVE_MEDIAN_PCT else "")
+    return "the mean " + skew_text(k["mean_above_median_pct"])
 
 
 rid = ui.run_picker("Run", key="variance_run")

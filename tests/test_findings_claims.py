@@ -53,6 +53,11 @@ def problems(fs) -> list[str]:
                 out.append(f"q8: the skew verdict and its {pct:.2f}% disagree: {t!r}")
             if abs(pct) >= 0.05 and ("% above the median" in t or "% above its median" in t) != (pct > 0):
                 out.append(f"q8: above/below the median does not match {pct:.2f}%")
+            if ("pull it down" in t) != (pct < -MEAN_ABOVE_MEDIAN_PCT):
+                out.append(f"q8: says fast launches pull the mean down, against its {pct:.2f}%: {t!r}")
+            if ("mean and median agree" in t or "equals the median" in t or "equals its median" in t) != (
+                    abs(pct) <= MEAN_ABOVE_MEDIAN_PCT):
+                out.append(f"q8: says the mean and median agree, against its {pct:.2f}%: {t!r}")
         if f.id == "q2.bound" and ev.get("bound") in ("overhead-bound", "compute-bound", "input-bound"):
             if "cpu_work_share_median" in ev:  # a CPU: the work ops' share of the step, beside the batches' share
                 share, data = ev["cpu_work_share_median"], ev.get("data_share_median", 0.0)
@@ -139,6 +144,8 @@ def _findings_of(path):
     ("no kernels", [60.0, 60.0, 60.0], None),
     ("mean equals median", [60.0, 60.0, 60.0, 60.0], [10.0, 10.0, 10.0, 10.0]),
     ("a few slow launches", [60.0, 60.0, 60.0, 60.0, 60.0], [10.0, 10.0, 10.0, 10.0, 30.0]),
+    ("a few fast launches", [60.0, 60.0, 60.0, 60.0, 60.0], [10.0, 10.0, 10.0, 10.0, 2.0]),
+    ("mean near the median", [60.0, 60.0, 60.0, 60.0, 60.0], [10.0, 10.0, 10.0, 10.1, 10.4]),
 ])
 def test_edge_cases_say_nothing_their_numbers_contradict(tmp_path, case, steps, kernels):
     fs = _findings_of(_trace(tmp_path, steps, kernels))
@@ -151,9 +158,13 @@ def test_edge_cases_say_nothing_their_numbers_contradict(tmp_path, case, steps, 
     if case == "slower first step":
         assert "Most of the extra time" in fs["q3.cold_start"].text  # the kernel-less 340 µs sits in one slice
     if case == "mean equals median":
-        assert "The mean is 0.0% above the median." in fs["q8.variance"].text
+        assert "The mean equals the median (to 0.1%)." in fs["q8.variance"].text
     if case == "a few slow launches":
         assert "pull it up" in fs["q8.variance"].text
+    if case == "a few fast launches":  # by hand: mean 8.4 µs, median 10 µs: 16% below
+        assert "The mean is 16.0% below the median: a few fast launches pull it down" in fs["q8.variance"].text
+    if case == "mean near the median":  # by hand: mean 10.1 µs, median 10 µs: 1% above
+        assert "The mean is 1.0% above the median, within 2%: mean and median agree." in fs["q8.variance"].text
 
 
 def test_the_checks_can_fail():

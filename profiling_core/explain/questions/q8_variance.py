@@ -76,13 +76,27 @@ def _per_group(text: str, ev: dict, groups: list[dict], label, head: str, tail: 
 
 
 def _skew(lead: str, median: str, g, ev: dict) -> str:
-    """The skew verdict of launches with this ``mean_us`` and ``median_us`` (a mean more than
-    :data:`MEAN_ABOVE_MEDIAN_PCT` above the median: a few slow launches), as a sentence starting with ``lead``;
-    its figure goes into ``ev``."""
+    """The skew verdict of launches with this ``mean_us`` and ``median_us`` (:func:`skew_text`), as a sentence
+    starting with ``lead``; its figure goes into ``ev``."""
     skew = (g["mean_us"] / g["median_us"] - 1) * 100 if g["median_us"] > 0 else 0.0
     ev["mean_above_median_pct"] = _num(skew)
-    return (f" {lead} is {abs(skew):.1f}% {'above' if skew >= 0 else 'below'} {median}"
-            + (": a few slow launches pull it up; read the median." if skew > MEAN_ABOVE_MEDIAN_PCT else "."))
+    return f" {lead} {skew_text(skew, median)}."
+
+
+def skew_text(pct: float, median: str = "the median") -> str:
+    """How a kernel's mean stands to its median, ``pct`` percent above it (below where negative), as the rest of a
+    sentence about the mean (no full stop): more than :data:`MEAN_ABOVE_MEDIAN_PCT` above it, a few slow launches
+    pull it up; as far below it, a few fast ones pull it down (read the median either way); closer, within that
+    threshold, the two agree; under 0.05% apart, they are equal. The question-8 finding and the Kernel variance page
+    both say it so."""
+    side = "above" if pct >= 0 else "below"
+    if pct > MEAN_ABOVE_MEDIAN_PCT:
+        return f"is {pct:.1f}% above {median}: a few slow launches pull it up; read the median"
+    if pct < -MEAN_ABOVE_MEDIAN_PCT:
+        return f"is {-pct:.1f}% below {median}: a few fast launches pull it down; read the median"
+    if abs(pct) < 0.05:
+        return f"equals {median} (to 0.1%)"
+    return f"is {abs(pct):.1f}% {side} {median}, within {MEAN_ABOVE_MEDIAN_PCT:g}%: mean and median agree"
 
 
 def _by_config(r, name: str) -> list[dict]:
