@@ -269,6 +269,7 @@ class Shared:
         self.session = session
         self._pair_codes: dict = {}
         self._pair_rows: tuple = ()  # (launch rows, GPU op rows) of ``slices``, set with ``p``
+        self._memo: dict = {}  # (``cached``)
 
     # --- raw queries ----------------------------------------------------------------------------------------------
     @cached_property
@@ -742,12 +743,12 @@ class Shared:
             return None, None
         return int(t["ts"][m].min()), int((t["ts"][m] + t["dur"][m]).max())
 
-    @cached_property
-    def phased(self):
-        """The phase ranges of the trace's training steps (``phases._Phased``), which :func:`~.phases.phases`,
-        ``phases_at`` and ``phase_ops`` all read."""
-        from .phases import _Phased  # (phases reads this module's pieces)
-        return _Phased(self)
+    def cached(self, key: str, build):
+        """``build(self)``, computed once for this trace under ``key``: a piece that lives in the module that
+        builds it but that several analyses read (``phases``' phase ranges)."""
+        if key not in self._memo:
+            self._memo[key] = build(self)
+        return self._memo[key]
 
     @cached_property
     def lanes(self) -> dict:

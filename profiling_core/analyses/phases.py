@@ -206,7 +206,7 @@ def phases(session, shared: Shared | None = None) -> pd.DataFrame:
     """
     sh = shared_for(session, shared)
     cols = PHASE_COLUMNS
-    ph = sh.phased
+    ph = sh.cached("phases", _Phased)
     if not ph.any:
         return frame([], cols)
     t, steps = sh.slices, ph.steps
@@ -287,7 +287,7 @@ def _has_range(sh: Shared, marks: np.ndarray, k: int) -> bool:
 def phases_at(session, ts, shared: Shared | None = None) -> list:
     """The phase (a name of :data:`PHASES`) of the training step at each of these instants (ns): the first phase
     whose ranges hold it, ``other`` where none does; None for every instant when the trace has no phases."""
-    ph = shared_for(session, shared).phased
+    ph = shared_for(session, shared).cached("phases", _Phased)
     ts = np.asarray(ts, dtype=np.int64)
     if not ph.any:
         return [None] * len(ts)
@@ -301,7 +301,7 @@ def phase_ops(session, phase: str, shared: Shared | None = None) -> pd.DataFrame
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
     sh = shared_for(session, shared)
     cols = ["step", "slice_id", "name", "dur_us"]
-    ph = sh.phased
+    ph = sh.cached("phases", _Phased)
     if not ph.any:
         return frame([], cols)
     t = sh.slices
