@@ -240,6 +240,22 @@ def test_other_formats_ops_and_a_wait_for_the_backward_are_not_python(path):
     assert "gpu_starved" in d and "Python that runs no op" not in d["gpu_starved"].fix
 
 
+def test_a_step_slice_recorded_apart_from_the_loop_has_no_own_time_of_the_loop():
+    """HTA's Triton example records ProfilerStep#1 under a process and thread of its own, none of the step's ops or
+    launches with it (a plain scan says so): its whole window is that thread's 'own' time, which is not the loop's
+    Python. The rule lists the ops' own times and no step-slice time beside them (a first version added the whole
+    step, 1,673.2 µs, to ops that already filled 1,405.4 µs of it); a step slice on the loop's own thread keeps it."""
+    path = DATA / "traces" / "triton_example.json.gz"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    (st,) = [e for e in ev if e["name"] == "ProfilerStep#1"]
+    assert not [e for e in ev if (e["pid"], e["tid"]) == (st["pid"], st["tid"]) and e is not st]
+    assert [e for e in ev if e["name"] == "cuLaunchKernel" and e["tid"] != st["tid"]]
+    x = run(path)[2]["gpu_starved"]
+    assert x.evidence["step_slice_own_us"] is None and "not listed" not in x.text
+    y = run(PYTHON)[2]["gpu_starved"]
+    assert y.evidence["step_slice_own_us"] > 0 and "not listed, the step slice's own time" in y.text
+
+
 # --- the allocator in every step ------------------------------------------------------------------------------------
 
 EMPTY, KEPT = H200 / "empty_cache_eager.json", H200 / "empty_cache_kept_eager.json"

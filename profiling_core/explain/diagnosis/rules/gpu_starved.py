@@ -96,20 +96,30 @@ def _step_windows(report, steps: list[int]):
         yield step, g, top.iloc[0], b, b + int(round(float(top["dur_us"].iloc[0]) * 1000))
 
 
+def _step_thread_launches(report, steps: list[int], calls) -> bool:
+    """Whether each of ``steps``' own thread (the step slice's) made at least half of that step's launch calls
+    (``calls``): the loop runs there. Where it does not (the step slice recorded on a thread, or under a process id,
+    of its own, as in HTA's Triton example), the step thread's time outside its ops is not the loop's Python."""
+    launched = calls.groupby("step")["launch_id"].nunique() if len(calls) else None
+    for step, g, _top, _b, _e in _step_windows(report, steps):
+        mine = int(g["name"].astype(str).isin(_LAUNCH_CALLS).sum())
+        if launched is not None and mine * 2 < int(launched.get(step, 0)):
+            return False
+    return True
+
+
 def _outside_ops_us(report, steps: list[int], calls) -> Optional[float]:
     """The median, over ``steps``, of the time of a step's window that its own thread (the step slice's) spent in no
     op: covered by no ATen op, no runtime or driver call and no DataLoader batch (Python frames and ``record_function``
     ranges do not cover it: that is Python that runs no op, the loop's own code or the model's Python between its
     ops, and with with_stack the profiler's own recording of it), less the thread's wait for the autograd engine's
-    thread (the chains' ``wait_us`` of the slices that are no op). None where a step's thread launched fewer than
-    half of that step's launch calls (``calls``): its work ran on other threads, so its idle time is not the step's
-    Python."""
-    launched = calls.groupby("step")["launch_id"].nunique() if len(calls) else None
+    thread (the chains' ``wait_us`` of the slices that are no op). None where the step's thread is not where the
+    loop runs (:func:`_step_thread_launches`)."""
+    if not _step_thread_launches(report, steps, calls):
+        return None
     out = []
     for step, g, _top, b, e in _step_windows(report, steps):
         names = g["name"].astype(str)
-        if launched is not None and int(names.isin(_LAUNCH_CALLS).sum()) * 2 < int(launched.get(step, 0)):
-            return None
         ops = (g["category"].astype(str).str.lower().isin(_OP_CATEGORIES).to_numpy()
                | names.map(is_data_loader_next).to_numpy())
         # the thread's wait for the autograd engine's (the backward's ops run there) lies in a range's or the step's
@@ -154,11 +164,11 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     text = (f"The GPU waits on the CPU: {scope} {_fmt_us(cpu)} of CPU time{blocked} and "
             f"launches {_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per "
             f"step), so the GPU idles {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
-    if where:
-        step_own = _step_own_us(r, basis)
+    step_own = _step_own_us(r, basis) if _step_thread_launches(r, basis, calls) else None
+    if where:  # (the step slice's own time is the loop's only where the loop runs on its thread)
         text += (f" Where the CPU time goes (own time per step, largest first): {where}"
                  + (f"; not listed, the step slice's own time outside every op of its thread: {_fmt_us(step_own)}"
-                    if step_own > 0 else "") + ".")
+                    if step_own else "") + ".")
     if call_us is not None:
         text += (f" The {n_calls:g} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} per "
                  f"step in all (median {_fmt_us(call_us)} each).")
@@ -212,4 +222,4 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                       "launch_calls_us_per_step": calls_us, "graph_launch_gain_us": gain,
                       "top_cpu_ops": [{"name": n, "us_per_step": us, "autograd_wait_us_per_step": w}
                                       for n, us, w in top],
-                      "slice_ids": st["slice_id"].astype(int).tolist()[:50]})
+                      "step_slice_own_us": step_own, "slice_ids": st["slice_id"].astype(int).tolist()[:50]})
