@@ -202,7 +202,7 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
                "bound_threshold": CPU_MATH_BOUND_AT, "bound_basis": "cpu_work_share",
                "work_ops": {n: _num(us) for us, n in top}})
     text += (f" The work ops (the ATen ops that compute or move data, their own time: {listed}) took a median "
-             f"{_us(work_med)}, {100 * share:.1f}% of a step; ")
+             f"{_us(work_med)} per step and a median {100 * share:.1f}% of each step (each step's own share); ")
     if data_share > 0:
         ev["data_share_median"] = _num(data_share)
         text += (f"the DataLoader handing out the step's batch (enumerate(DataLoader)#...__next__, its ops included) "
