@@ -407,3 +407,43 @@ def test_an_analyze_process_parses_its_arguments_as_the_whole_command_line_does(
                        text=True, timeout=120, env={**os.environ, "COLUMNS": "100"})
     assert (p.returncode, p.stdout, p.stderr) == (whole.value.code, expected.out, expected.err)
     assert "usage: python -m profiling_core analyze" in p.stdout + p.stderr
+
+
+def _merged_ranks(src: Path, out: Path, ranks: int = 2) -> Path:
+    """``src``'s events written once per rank, each copy under its own pids (pid + 1,000,000 × k): ranks' traces
+    merged into one file."""
+    doc = json.loads(src.read_text())
+    events = []
+    for k in range(ranks):
+        for e in doc["traceEvents"]:
+            e = dict(e)
+            if isinstance(e.get("pid"), int):
+                e["pid"] += 1_000_000 * k
+            events.append(e)
+    out.write_text(json.dumps({**doc, "traceEvents": events}))
+    return out
+
+
+def test_a_trace_of_merged_ranks_says_its_per_step_figures_mix_them(tmp_path, capsys):
+    """Two ranks' steps in one file: the summary names the processes that hold step slices (a plain scan of the
+    JSON), question 2 and the command line say that every per-step figure mixes them; one rank's own trace says
+    nothing of it."""
+    from profiling_core import analyze, findings, open_trace
+    from profiling_core.explain import MERGED_PROCESSES_TEXT
+    src = DATA / "h200" / "64_bf16_cold_eager.json"
+    path = _merged_ranks(src, tmp_path / "merged.json")
+    step_pids = lambda p: sorted({e["pid"] for e in scan_trace(p) if str(e.get("name", "")).startswith(  # noqa: E731
+        "ProfilerStep#") and e.get("cat") != "gpu_user_annotation"})
+    pids = step_pids(path)
+    assert len(pids) == 2 and len(step_pids(src)) == 1
+    note = MERGED_PROCESSES_TEXT.format(n=2, pids=f"{pids[0]}, {pids[1]}")
+    for p, merged in ((path, True), (src, False)):
+        with open_trace(p, engine="sqlite") as s:
+            r = analyze(s)
+        assert r.summary["step_processes"] == step_pids(p)
+        q2 = next(f for f in findings(r) if f.id == "q2.bound")
+        assert (note in q2.text) == merged
+        assert analyze_cli.main([str(p), "--engine", "sqlite"]) == 0
+        assert (f"  note: {note}" in capsys.readouterr().out) == merged
+    assert analyze_cli.main([str(path), "--engine", "sqlite", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_processes"] == pids

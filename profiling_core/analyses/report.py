@@ -90,7 +90,15 @@ def _distinct(s: pd.Series) -> pd.Series:
     return pd.Series(u, dtype=object) if all(type(x) is str or x is None for x in u.tolist()) else s
 
 
-def _summary(r: Report, session) -> dict[str, Any]:
+def _step_processes(sh: Shared) -> list:
+    """The process ids (``pid``) whose threads hold the trace's step slices, sorted: one for a trace of one process's
+    loop; several where ranks' traces were merged into one file, whose per-step figures then mix them."""
+    lanes = sh.lanes
+    return sorted({lanes[u][1] for *_rest, u in sh.steps_list if u is not None and u in lanes
+                   and lanes[u][1] is not None})
+
+
+def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
     busy = r.gpu_busy.set_index("scope") if not r.gpu_busy.empty else r.gpu_busy
     scope = "steps" if "steps" in busy.index else "trace"
     has_gpu = r.has_gpu
@@ -122,6 +130,7 @@ def _summary(r: Report, session) -> dict[str, Any]:
         "time_by_category": {c.category: float(c.share) for c in category_totals(r.step_breakdown).itertuples()
                              if pd.notna(c.share)},
         "memory": r.memory.summary,
+        "step_processes": _step_processes(sh),
     }
 
 
@@ -161,7 +170,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}
         over the steps after the first when there are 3 or more, else all; empty without phases), ``memory``
         (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device the peak allocated
-        and reserved bytes; ``note`` says how to record memory events when the trace has none).
+        and reserved bytes; ``note`` says how to record memory events when the trace has none), ``step_processes``
+        (the pids whose threads hold the step slices: more than one where ranks' traces were merged into one file).
     """
     config = as_config(config)
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
@@ -190,5 +200,5 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["memory"] = memory_report(session, shared=sh, config=config)
     out["cpu_own_times"] = cpu_own_times(session, shared=sh)
     r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
-    r.summary.update(_summary(r, session))
+    r.summary.update(_summary(r, session, sh))
     return r

@@ -1,14 +1,16 @@
 """``python -m profiling_core analyze PATH [--engine E] [--json] [--peaks FILE] [--peak-tflops X]``.
 
-Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one
-JSON object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
+Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one JSON
+object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
 ``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``steady_state`` (the bound rule's verdict
-and evidence), ``devices``, ``gemm``, ``time_by_category``, ``memory`` (``events``, ``skipped_events``, per device in
-``devices`` its ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (null without a reserved figure) and where the
-peak happened; ``note``, when the trace has no ``[memory]`` events, says how to record them),
-``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``), ``findings``, and the
-diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``, ``cost_unit``: what their costs are per). A file
-that cannot be read exits with status 2 and a one-line reason on stderr. Standalone: ``python -m profiling_core.cli.analyze``.
+and evidence), ``devices``, ``step_processes`` (the pids holding step slices: several where ranks' traces were
+merged into one file, which the summary then notes), ``gemm``, ``time_by_category``, ``memory`` (``events``,
+``skipped_events``, per device in ``devices`` its ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (null without
+a reserved figure) and where the peak happened; ``note``, when the trace has no ``[memory]`` events, says how to
+record them), ``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``),
+``findings``, and the diagnosis: ``peaks`` used, ``roofline`` rows, ``diagnoses``, ``cost_unit``: what their costs
+are per). A file that cannot be read exits with status 2 and a one-line reason on stderr. Standalone: ``python -m
+profiling_core.cli.analyze``.
 
 A trace inside the run store (``runs/RUN/trace.json``) is analysed with its run's config and device from
 ``meta.json``, and judged against the newest calibration of that device in the store (``calibrate``); ``--peaks``
@@ -113,6 +115,7 @@ def build_json(report, found, diagnosis=None) -> dict:
         "train_phases": _clean(s.get("train_phases") or {}),
         "phases": _records(report.phases, ["step", "phase", "cpu_us", "share", "gpu_us", "gpu_ops", "kernels"]),
         "devices": _clean(s.get("devices") or []),
+        "step_processes": _clean(s.get("step_processes") or []),
         "has_gpu": bool(s["has_gpu"]),
         "gemm": _records(report.gemm_throughput, ["op", "device", "time_us", "flops", "tflops",
                                                   "fraction_of_peak"]),
@@ -133,6 +136,10 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     lines = [f"{path}  (engine {report.engine})",
              f"  steps {s['steps']}   GPU ops {s['gpu_ops']}   kernels {s['kernels']}" +
              ("" if s["has_gpu"] else "   (no GPU lane)")]
+    pids = s.get("step_processes") or []
+    if len(pids) > 1:
+        from ..explain import MERGED_PROCESSES_TEXT
+        lines.append("  note: " + MERGED_PROCESSES_TEXT.format(n=len(pids), pids=", ".join(map(str, pids[:8]))))
     if s["steps"]:
         lines.append(f"  CPU per step (median) {format_duration_us(s['cpu_step_median_us'])}   GPU busy per step (median) "
                      f"{format_duration_us(s['gpu_step_median_us'])}")

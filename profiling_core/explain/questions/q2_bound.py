@@ -50,7 +50,18 @@ def _q2_bound(r, config=None) -> list[Finding]:
                 "every figure here.")
         ev = {**f.evidence, "steps_cut_us": {str(nm): _num(float(c)) for nm, c in zip(cut["name"], cut["cut_us"])}}
         found = [replace(f, text=text, evidence=ev), *found[1:]]
+    pids = r.summary.get("step_processes") or []
+    if len(pids) > 1 and found:  # merged ranks: say it where the per-step figures are read
+        f = found[0]
+        text = (f"{f.text} {MERGED_PROCESSES_TEXT.format(n=len(pids), pids=', '.join(map(str, pids[:8])))}")
+        found = [replace(f, text=text, evidence={**f.evidence, "step_processes": pids}), *found[1:]]
     return found
+
+
+MERGED_PROCESSES_TEXT = ("This trace holds the steps of {n} processes (pid {pids}): ranks' traces merged into one "
+                         "file. Every per-step figure here mixes their steps and their GPU work: read each rank's own "
+                         "trace.")
+"""What question 2 (and ``analyze``'s summary) says of a trace whose step slices belong to several processes."""
 
 
 def _q2_verdict(r) -> list[Finding]:
