@@ -101,9 +101,10 @@ def _kinds_in_windows(c: _Ctx, basis: set) -> dict[str, float]:
     if ops.empty or not steps:
         return {}
     names, cats = ops["name"].astype(object).to_numpy(), ops["category"].astype(object).to_numpy()
-    kind_of = {}  # (name, category) -> its kind, or None for a GPU op that is not a collective
-    kinds = [kind_of.setdefault((nm, ct), _kind(str(nm)) if gpu_op_category(nm, ct) == "communication" else None)
-             for nm, ct in zip(names.tolist(), cats.tolist())]
+    kind_of: dict = {}  # (name, category) -> its kind, or None for a GPU op that is not a collective: once each
+    for key in set(zip(names.tolist(), cats.tolist())):
+        kind_of[key] = _kind(str(key[0])) if gpu_op_category(*key) == "communication" else None
+    kinds = [kind_of[key] for key in zip(names.tolist(), cats.tolist())]
     b = ops["start_ns"].to_numpy(dtype=np.int64)
     e = b + np.round(ops["dur_us"].to_numpy(dtype=np.float64) * 1000).astype(np.int64)
     labels = sorted({k for k in kinds if k is not None})
