@@ -429,14 +429,15 @@ def test_a_trace_of_merged_ranks_says_its_per_step_figures_mix_them(tmp_path, ca
     JSON), question 2 and the command line say that every per-step figure mixes them; one rank's own trace says
     nothing of it."""
     from profiling_core import analyze, findings, open_trace
-    from profiling_core.explain import MERGED_PROCESSES_TEXT
+    from profiling_core.explain import merged_processes_text
     src = DATA / "h200" / "64_bf16_cold_eager.json"
     path = _merged_ranks(src, tmp_path / "merged.json")
     step_pids = lambda p: sorted({e["pid"] for e in scan_trace(p) if str(e.get("name", "")).startswith(  # noqa: E731
         "ProfilerStep#") and e.get("cat") != "gpu_user_annotation"})
     pids = step_pids(path)
     assert len(pids) == 2 and len(step_pids(src)) == 1
-    note = MERGED_PROCESSES_TEXT.format(n=2, pids=f"{pids[0]}, {pids[1]}")
+    note = merged_processes_text(pids)
+    assert note.startswith(f"This trace holds the steps of 2 processes (pid {pids[0]}, {pids[1]}): ")
     for p, merged in ((path, True), (src, False)):
         with open_trace(p, engine="sqlite") as s:
             r = analyze(s)

@@ -138,8 +138,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
              ("" if s["has_gpu"] else "   (no GPU lane)")]
     pids = s.get("step_processes") or []
     if len(pids) > 1:
-        from ..explain import MERGED_PROCESSES_TEXT
-        lines.append("  note: " + MERGED_PROCESSES_TEXT.format(n=len(pids), pids=", ".join(map(str, pids[:8]))))
+        from ..explain import merged_processes_text
+        lines.append("  note: " + merged_processes_text(pids))
     if s["steps"]:
         lines.append(f"  CPU per step (median) {format_duration_us(s['cpu_step_median_us'])}   GPU busy per step (median) "
                      f"{format_duration_us(s['gpu_step_median_us'])}")

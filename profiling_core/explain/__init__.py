@@ -12,9 +12,9 @@ Pure functions of the trace's tables, the report, the run's config and the peaks
 from __future__ import annotations
 
 from .diagnosis import Diagnosis, DiagnosisReport, diagnose, roofline
-from .questions import (FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, MERGED_PROCESSES_TEXT, MIN_LAUNCHES_FOR_SKEW,
-                        NO_GPU_TEXT, Finding, findings, skew_text)
+from .questions import (FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW, NO_GPU_TEXT, Finding,
+                        findings, merged_processes_text, skew_text)
 
 __all__ = ["findings", "Finding", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
-           "MIN_LAUNCHES_FOR_SKEW", "MERGED_PROCESSES_TEXT", "skew_text", "diagnose", "DiagnosisReport", "Diagnosis",
+           "MIN_LAUNCHES_FOR_SKEW", "merged_processes_text", "skew_text", "diagnose", "DiagnosisReport", "Diagnosis",
            "roofline"]

@@ -53,15 +53,17 @@ def _q2_bound(r, config=None) -> list[Finding]:
     pids = r.summary.get("step_processes") or []
     if len(pids) > 1 and found:  # merged ranks: say it where the per-step figures are read
         f = found[0]
-        text = (f"{f.text} {MERGED_PROCESSES_TEXT.format(n=len(pids), pids=', '.join(map(str, pids[:8])))}")
+        text = f"{f.text} {merged_processes_text(pids)}"
         found = [replace(f, text=text, evidence={**f.evidence, "step_processes": pids}), *found[1:]]
     return found
 
 
-MERGED_PROCESSES_TEXT = ("This trace holds the steps of {n} processes (pid {pids}): ranks' traces merged into one "
-                         "file. Every per-step figure here mixes their steps and their GPU work: read each rank's own "
-                         "trace.")
-"""What question 2 (and ``analyze``'s summary) says of a trace whose step slices belong to several processes."""
+def merged_processes_text(pids: list) -> str:
+    """What question 2 and ``analyze``'s summary say of a trace whose step slices belong to several processes
+    (``pids``, ``Report.summary["step_processes"]``: the first eight named)."""
+    named = ", ".join(map(str, pids[:8])) + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
+    return (f"This trace holds the steps of {len(pids)} processes (pid {named}): ranks' traces merged into one file. "
+            "Every per-step figure here mixes their steps and their GPU work: read each rank's own trace.")
 
 
 def _q2_verdict(r) -> list[Finding]:
