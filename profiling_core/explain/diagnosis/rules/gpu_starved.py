@@ -108,15 +108,13 @@ def _step_thread_launches(report, steps: list[int], calls) -> bool:
     return True
 
 
-def _outside_ops_us(report, steps: list[int], calls) -> Optional[float]:
+def _outside_ops_us(report, steps: list[int]) -> Optional[float]:
     """The median, over ``steps``, of the time of a step's window that its own thread (the step slice's) spent in no
     op: covered by no ATen op, no runtime or driver call and no DataLoader batch (Python frames and ``record_function``
     ranges do not cover it: that is Python that runs no op, the loop's own code or the model's Python between its
     ops, and with with_stack the profiler's own recording of it), less the thread's wait for the autograd engine's
-    thread (the chains' ``wait_us`` of the slices that are no op). None where the step's thread is not where the
-    loop runs (:func:`_step_thread_launches`)."""
-    if not _step_thread_launches(report, steps, calls):
-        return None
+    thread (the chains' ``wait_us`` of the slices that are no op). For steps whose thread is where the loop runs
+    (:func:`_step_thread_launches`); None without chains."""
     out = []
     for step, g, _top, b, e in _step_windows(report, steps):
         names = g["name"].astype(str)
@@ -164,8 +162,9 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     text = (f"The GPU waits on the CPU: {scope} {_fmt_us(cpu)} of CPU time{blocked} and "
             f"launches {_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per "
             f"step), so the GPU idles {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
-    step_own = _step_own_us(r, basis) if _step_thread_launches(r, basis, calls) else None
-    if where:  # (the step slice's own time is the loop's only where the loop runs on its thread)
+    on_loop = _step_thread_launches(r, basis, calls)  # (else the step thread's idle time is not the loop's)
+    step_own = _step_own_us(r, basis) if on_loop else None
+    if where:
         text += (f" Where the CPU time goes (own time per step, largest first): {where}"
                  + (f"; not listed, the step slice's own time outside every op of its thread: {_fmt_us(step_own)}"
                     if step_own else "") + ".")
@@ -177,7 +176,7 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     names = [n for n, _us, _w in top]
     compiled = any(n.startswith(_COMPILED) for n, _us, _w in _cpu_time_by_op(r, basis))
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
-    outside = _outside_ops_us(r, basis, calls)
+    outside = _outside_ops_us(r, basis) if on_loop else None
     waits = data_wait(r.steps)["share"]  # the input rule's own test: the pointer only where that rule speaks
     if names and is_data_loader_next(names[0]) and waits is not None and waits >= DATA_WAIT_AT:
         fix = (f"The largest CPU cost is the DataLoader handing out the step's batch ({names[0]}): see *The step "
