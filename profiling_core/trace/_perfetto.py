@@ -352,12 +352,14 @@ class PerfettoBackend:
                 frame = self._run(sent)
             except QueryError:
                 if stopped.is_set():
+                    timer.join()  # (its close() ends the process: over when the error says it is)
                     self._tp = None
                     raise stopped_error(limits) from None
                 raise
             finally:
                 timer.cancel()
             if stopped.is_set():  # the answer came just as the process was being ended
+                timer.join()
                 self._tp = None
         rows, cut = capped_rows(frame.itertuples(index=False, name=None), limits)
         return frame.iloc[:len(rows)], cut
