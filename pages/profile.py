@@ -69,7 +69,7 @@ c4.metric("Bound, steady state", ss["bound"].removesuffix("-bound") if s.get("ha
                "after the first; at or above 1× the GPU sets the pace (compute-bound), below it the GPU waits on the "
                "CPU (overhead-bound). The GPU's busy share inside each step's own window is evidence only: when the CPU "
                "runs ahead, a step's GPU work runs after its window.")
-ui.empty_steps_note(s)
+ui.per_step_notes(s)
 
 # --- the whole run ---------------------------------------------------------------------------------
 if not rep.dispatch_chains.empty:

@@ -54,7 +54,7 @@ c1.metric("Profiler steps", s.get("steps", 0))
 c2.metric("GPU ops", s.get("gpu_ops", 0) if rep.has_gpu else "none (CPU trace)")
 c3.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")))
 c4.metric("SQL engine", sess.engine, help=ui.md_text(sess.engine_reason))
-ui.empty_steps_note(s)
+ui.per_step_notes(s)
 
 st.header("The same analyses", divider="gray")
 st.caption("This trace is now the current run of every page. A quick look:")

@@ -19,6 +19,7 @@ class Trace:
         self.gpu_free = 0.0  # when the stream is next free
         self.corr = 0
         self.device_name = device_name
+        self.other_free: dict[int, float] = {}  # when the stream of each GPU but device 0 is next free
 
     def _x(self, name, ts, dur, cat, pid=1, tid=1, **args):
         self.events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur,
@@ -53,14 +54,20 @@ class Trace:
         self._x(name, start, self.t - start, cat, **args)
 
     def launch(self, kernel: str, gpu_us: float, call_us: float = 5.0, call: str = "cudaLaunchKernel",
-               cat: str = "kernel", **gpu_args):
-        """A runtime call of ``call_us`` that queues ``gpu_us`` of GPU work named ``kernel``."""
+               cat: str = "kernel", device: int = 0, after: float = 0.0, **gpu_args):
+        """A runtime call of ``call_us`` that queues ``gpu_us`` of GPU work named ``kernel`` on GPU ``device`` (its
+        ops under pid ``device``, as Kineto writes them), starting no earlier than ``after`` (a dependency on
+        another GPU's work)."""
         self.corr += 1
         ts = self.t
         self._x(call, ts, call_us, "cuda_runtime", correlation=self.corr)
-        start = max(ts + 3.0, self.gpu_free)
-        self._x(kernel, start, gpu_us, cat, pid=0, tid=7, correlation=self.corr, device=0, stream=7, **gpu_args)
-        self.gpu_free = start + gpu_us
+        start = max(ts + 3.0, self.gpu_free if device == 0 else self.other_free.get(device, 0.0), after)
+        self._x(kernel, start, gpu_us, cat, pid=device, tid=7, correlation=self.corr, device=device, stream=7,
+                **gpu_args)
+        if device == 0:
+            self.gpu_free = start + gpu_us
+        else:
+            self.other_free[device] = start + gpu_us
         self.t = ts + call_us
         return start
 
@@ -79,9 +86,9 @@ class Trace:
         self.t = ts + dur
 
     def sync(self, name: str = "cudaStreamSynchronize"):
-        """A synchronising call that waits until the stream is idle."""
+        """A synchronising call that waits until the stream (every GPU's) is idle."""
         ts = self.t
-        dur = max(2.0, self.gpu_free - ts + 2.0)
+        dur = max(2.0, max([self.gpu_free, *self.other_free.values()]) - ts + 2.0)
         self._x(name, ts, dur, "cuda_runtime")
         self.t = ts + dur
 
@@ -99,7 +106,8 @@ class Trace:
     def write(self, path: Path, device_properties: bool = True) -> Path:
         doc = {"schemaVersion": 1, "traceEvents": self.events}
         if device_properties:
-            doc["deviceProperties"] = [{"id": 0, "name": self.device_name, "computeMajor": 9, "computeMinor": 0}]
+            doc["deviceProperties"] = [{"id": d, "name": self.device_name, "computeMajor": 9, "computeMinor": 0}
+                                       for d in [0, *sorted(self.other_free)]]
         Path(path).write_text(json.dumps(doc))
         return Path(path)
 
@@ -187,6 +195,41 @@ def copy_bound(path: Path, pinned: bool, steps: int = 4) -> Path:
             t.cpu("aten::item", 30, children=lambda t: t.cpu(
                 "aten::_local_scalar_dense", 28, children=lambda t: (
                     t.copy("DtoH (Device -> Pageable)", 4, 2.0, 6.0, blocking=True), t.sync())))
+        t.step(n + 1, body)
+    return t.write(path)
+
+
+def two_gpu_pipeline(path: Path, steps: int = 5, kernels: int = 4, kernel_us: float = 1000.0) -> Path:
+    """One process, a model split across two GPUs (as ``device_map="auto"`` splits one): each step runs its first
+    ``kernels`` GEMMs on device 0, then its last ``kernels`` on device 1 once device 0's are done, and waits for
+    both in cudaDeviceSynchronize. The union of the two GPUs' work fills the step; each GPU idles half of it."""
+    t = Trace()
+    for n in range(steps):
+        def body(t):
+            done0 = 0.0
+            for _ in range(kernels):
+                t.cpu("aten::mm", 20, dims=[[4096, 4096], [4096, 4096]], types=BF16, children=lambda t: t.launch(
+                    BF16_GEMM, kernel_us))
+                done0 = t.gpu_free
+            for _ in range(kernels):
+                t.cpu("aten::mm", 20, dims=[[4096, 4096], [4096, 4096]], types=BF16, children=lambda t: t.launch(
+                    BF16_GEMM, kernel_us, device=1, after=done0))
+            t.sync("cudaDeviceSynchronize")
+        t.step(n + 1, body)
+    return t.write(path)
+
+
+def two_gpu_cpu_paced(path: Path, steps: int = 4, kernels: int = 6, kernel_us: float = 100.0, cpu_us: float = 400.0
+                      ) -> Path:
+    """:func:`cpu_paced` on two GPUs of one process, its launches alternating between device 0 and device 1: the
+    CPU spends ``cpu_us`` before each ``kernel_us`` kernel, so both GPUs wait for it most of the step."""
+    t = Trace()
+    for n in range(steps):
+        def body(t):
+            for k in range(kernels):
+                t.cpu("aten::mm", cpu_us, dims=[[1024, 1024], [1024, 1024]], types=BF16,
+                      children=lambda t: (setattr(t, "t", t.t + cpu_us - 10.0),
+                                          t.launch(BF16_GEMM, kernel_us, device=k % 2)))
         t.step(n + 1, body)
     return t.write(path)
 

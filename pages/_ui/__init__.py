@@ -19,7 +19,7 @@ from __future__ import annotations
 from profiling_core.present import md_code, md_text, peaks_frame
 from profiling_core.workloads import get_workload, workload_names
 
-from .blocks import (PERFETTO_HOWTO, chart_block, empty_steps_note, fit_height, report_button, show_diagnosis,
+from .blocks import (PERFETTO_HOWTO, chart_block, fit_height, per_step_notes, report_button, show_diagnosis,
                      show_findings, table_block)
 from .cache import (calibrations, chart, config_matches, config_summary, corrupt_runs, diagnosis, environment, findings,
                     fusions, gemm_vs_peak, hand_over_session, load_run, machine_comparison, machines, memory,
@@ -36,7 +36,7 @@ from .state import (CURRENT_RUN, current_run_id, end_action, label_of, newest_ru
 
 __all__ = [
     "md_code", "md_text", "peaks_frame", "get_workload", "workload_names",
-    "PERFETTO_HOWTO", "chart_block", "empty_steps_note", "fit_height", "report_button", "show_diagnosis",
+    "PERFETTO_HOWTO", "chart_block", "per_step_notes", "fit_height", "report_button", "show_diagnosis",
     "show_findings", "table_block",
     "calibrations", "chart", "config_matches", "config_summary", "corrupt_runs", "diagnosis", "environment", "findings",
     "fusions", "machine_comparison", "machines",

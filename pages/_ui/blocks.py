@@ -12,6 +12,7 @@ from typing import Optional
 import pandas as pd
 import streamlit as st
 
+from profiling_core.explain import devices_text
 from profiling_core.present import export, md_text
 
 from .cache import chart, diagnosis, environment, load_run
@@ -26,15 +27,19 @@ ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "ti
                     "tflops", "gbs", "peak", "roof", "intensity", "flops_from"]
 
 
-def empty_steps_note(summary: dict) -> None:
+def per_step_notes(summary: dict) -> None:
     """Under a page's per-step metrics: which steps are empty and left out of them (``steady_state``'s
-    ``empty_steps``, :func:`profiling_core.analyses.working_steps`); nothing when none is."""
+    ``empty_steps``, :func:`profiling_core.analyses.working_steps`), and, where one process drove several GPUs
+    (``step_devices``), what its GPU figures count and each GPU's own busy time; nothing when neither holds."""
     empty = (summary.get("steady_state") or {}).get("empty_steps") or []
     if empty:
         many = len(empty) > 1
         st.caption(f"Step{'s' if many else ''} {', '.join(map(str, empty))} {'are' if many else 'is'} empty (nothing "
                    f"began in {'their windows' if many else 'its window'} on any thread or GPU lane): the per-step "
                    f"figures leave {'them' if many else 'it'} out.")
+    gpus = summary.get("step_devices") or []
+    if len(gpus) > 1:
+        st.caption(md_text(devices_text(gpus)))  # (device ids are the trace's process ids: escaped)
 
 
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:

@@ -8,7 +8,9 @@ name is one ``str`` shared by its rows, not copied into each (a 93 MB trace has 
 names).
 GPU ops are put into categories (GEMM, attention, elementwise, copies, communication, ...) by the stated name rules of
 ``profiling_core.analyses.categories``; ``step_breakdown`` splits each step's window over them and idle time,
-``top_kernels`` ranks the GPU ops with the CPU ops that launched them; ``phases`` splits each step of a training loop
+``top_kernels`` ranks the GPU ops with the CPU ops that launched them; every GPU figure of a step is the time at
+least one GPU was busy (the union over devices and streams), and ``device_busy`` gives each GPU's own busy time per
+step where one process drove several; ``phases`` splits each step of a training loop
 into data (the DataLoader's batches), forward, backward, optimizer and zero_grad (the rule is stated in
 ``profiling_core.analyses.phases``);
 ``memory`` says where the memory goes from the ``[memory]`` events (peaks, what was live at them, per op, per step,
@@ -31,14 +33,15 @@ from .phases import PHASES, SUM_TOLERANCE_US, is_data_loader_next, phase_ops, ph
 from ._shared import Shared
 from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT, SYNC_WAIT_AT,
-                    annotation_ranges, basis_steps, bound, counted_wait, cpu_vs_gpu, data_wait, gpu_busy, steady_state,
-                    steps, working_steps)
+                    annotation_ranges, basis_steps, bound, counted_wait, cpu_vs_gpu, data_wait, device_busy, gpu_busy,
+                    steady_state, steps, working_steps)
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
     "analyze", "Report", "Shared",
-    "steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps", "annotation_ranges",
+    "steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
+    "annotation_ranges",
     "data_wait", "DATA_WAIT_AT", "GPU_BOUND_AT",
     "STARVED_AT", "SYNC_WAIT_AT", "counted_wait",
     "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "gpu_ops", "kernel_stats", "kernel_configs", "kernel_durations_by_step",

@@ -574,6 +574,29 @@ class Shared:
         return {"id": t["id"][i], "ts": t["ts"][i], "end": t["ts"][i] + t["dur"][i], "category": self.cats_at(i)}
 
     @cached_property
+    def op_devices(self) -> tuple[np.ndarray, list]:
+        """(code, devices): the GPU each op of :attr:`ops` ran on, as an index (int64) into ``devices``, the sorted
+        distinct pids of the GPU lanes that hold ops (Kineto writes a GPU's ops under a pid that is its device
+        index); -1 for an op off a thread lane, or on a lane without a process id."""
+        t, i = self.slices, self.gpu_rows
+        has, _tid, pid = self.lane_of
+        u = t["utid"][i] + 1
+        pids = take_rows(pid, u)
+        known = has[u]
+        if isinstance(pids, IntsOrNull):
+            known = known & ~pids.missing
+            vals = pids.values
+        else:  # (pids that are not integers: a lane's pid as text)
+            known = known & np.array([v is not None for v in pids.tolist()], dtype=bool)
+            vals = np.array([str(v) for v in pids.tolist()], dtype=object)
+        devices = sorted(set(vals[known].tolist()))
+        code = np.full(len(i), -1, dtype=np.int64)
+        if devices:
+            code[known] = np.searchsorted(np.array(devices, dtype=object if vals.dtype == object else np.int64),
+                                          vals[known])
+        return code, devices
+
+    @cached_property
     def ops_by_ts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The GPU op intervals sorted by start: (ts, end, running max of end) for overlap look-ups."""
         o = self.ops

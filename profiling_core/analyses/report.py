@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 import pandas as pd
 
 from ..config import as_config
@@ -15,7 +16,7 @@ from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared, frame
-from .steps import basis_steps, cpu_vs_gpu, gpu_busy, steady_state, steps, working_steps
+from .steps import basis_steps, cpu_vs_gpu, device_busy, gpu_busy, steady_state, steps, working_steps
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
@@ -62,6 +63,12 @@ class Report:
                                                                         "own_us", "wait_us"]))
     """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
     where a step's CPU time goes, the autograd engine's thread included."""
+    device_busy: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "slice_id", "device",
+                                                                      "gpu_busy_in_step_us", "gpu_busy_fraction",
+                                                                      "gpu_ops"]))
+    """Per step and GPU, the time that GPU alone was busy in the step's window
+    (:func:`~profiling_core.analyses.steps.device_busy`): where one process drove several GPUs, every other GPU
+    figure is the time at least one of them was busy."""
     summary: dict[str, Any] = field(default_factory=dict)
     """Headline numbers; see :func:`analyze`."""
 
@@ -107,6 +114,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
     apis = sorted(set(_distinct(r.launch_latency["launch_name"]).astype(str))) if not r.launch_latency.empty else []
     regions = int(r.compile_breakdown["compiled_regions"].sum()) if n_steps else 0
     dtod = int((r.gpu_ops["name"].str.startswith("Memcpy DtoD", na=False)).sum()) if has_gpu else 0
+    ss = steady_state(r.steps)
     return {
         "engine": r.engine,
         "steps": n_steps,
@@ -119,7 +127,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
                               if has_gpu and scope in busy.index and pd.notna(busy.loc[scope, "busy_fraction"])
                               else None),
         "cpu_step_median_us": _median(work["cpu_dur_us"]),
-        "steady_state": steady_state(r.steps),
+        "steady_state": ss,
         "devices": list(getattr(session, "devices", None) or []),
         "gpu_step_median_us": _median(work["gpu_busy_us"]) if has_gpu else None,
         "launch_latency_median_us": _median(r.launch_latency["latency_us"]),
@@ -131,7 +139,24 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
                              if pd.notna(c.share)},
         "memory": r.memory.summary,
         "step_processes": _step_processes(sh),
+        "step_devices": _step_devices(r.device_busy, ss["basis_steps"]),
     }
+
+
+def _step_devices(db: pd.DataFrame, basis: list) -> list[dict]:
+    """Per GPU that ran ops in the steps' windows (``db``, :func:`device_busy`), in device order: ``device``,
+    ``busy_us`` and ``busy_fraction`` (medians over the steady state's ``basis`` steps, or every step when it has
+    none, of that GPU's own busy time in a step's window and its share of the window). One entry for a process of
+    one GPU; several where it drove several GPUs, whose other per-step figures then count the time at least one of
+    them was busy."""
+    if db.empty:
+        return []
+    b = db[db["step"].isin(basis)] if basis else db
+    b = b if len(b) else db
+    return [{"device": d.item() if isinstance(d, np.generic) else d,
+             "busy_us": float(g["gpu_busy_in_step_us"].median()),
+             "busy_fraction": float(g["gpu_busy_fraction"].median())}
+            for d, g in b.groupby("device", sort=True)]
 
 
 def _phase_medians(df: pd.DataFrame, steps_df: pd.DataFrame) -> dict[str, dict[str, float]]:
@@ -171,7 +196,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         over the steps after the first when there are 3 or more, else all; empty without phases), ``memory``
         (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device the peak allocated
         and reserved bytes; ``note`` says how to record memory events when the trace has none), ``step_processes``
-        (the pids whose threads hold the step slices: more than one where ranks' traces were merged into one file).
+        (the pids whose threads hold the step slices: more than one where ranks' traces were merged into one file),
+        ``step_devices`` (per GPU that ran ops in the steps' windows: ``device``, and the medians of its own
+        ``busy_us`` per step and ``busy_fraction`` of the step; several where one process drove several GPUs).
     """
     config = as_config(config)
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
@@ -199,6 +226,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["phases"] = phases(session, shared=sh)
     out["memory"] = memory_report(session, shared=sh, config=config)
     out["cpu_own_times"] = cpu_own_times(session, shared=sh)
+    out["device_busy"] = device_busy(session, shared=sh)
     r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
     r.summary.update(_summary(r, session, sh))
     return r

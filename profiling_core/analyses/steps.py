@@ -9,7 +9,7 @@ from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, covered_ns, frame, shared_for, union_ns, unions_ns
 from .phases import data_ranges
 
-__all__ = ["steps", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
+__all__ = ["steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
            "annotation_ranges", "data_wait",
            "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "DATA_WAIT_AT"]
 
@@ -94,6 +94,43 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
             "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us", "cut_us", "slices", "data_us"]
     return df[cols].reset_index(drop=True)
+
+
+def device_busy(session, shared: Shared | None = None) -> pd.DataFrame:
+    """Per step and GPU: the time that GPU alone was busy inside the step's window.
+
+    A process can drive several GPUs (``nn.DataParallel``, a model split across devices as ``device_map="auto"``
+    does); every other GPU figure of a step counts the time *at least one* of them was busy (the union over all
+    devices and streams), which says nothing of how long each one idled: two GPUs that take turns are each idle
+    half the step while the union is busy all of it. A GPU op's device is its lane's process id (Kineto writes a
+    GPU's ops under its device index).
+
+    Returns:
+        DataFrame with one row per step (as :func:`steps` has them) and per device that ran an op inside any step's
+        window: ``step``, ``slice_id``, ``device``, ``gpu_busy_in_step_us`` (union of that device's op intervals
+        clipped to the step's window), ``gpu_busy_fraction`` (of the step's window, 0..1), ``gpu_ops`` (that
+        device's ops overlapping the window). Empty without steps or GPU ops.
+    """
+    sh = shared_for(session, shared)
+    cols = ["step", "slice_id", "device", "gpu_busy_in_step_ns", "dur_ns", "gpu_ops"]
+    windows = [(step, sid, ts, dur) for sid, step, _n, ts, dur, _d, utid in sh.steps_list if utid is not None]
+    code, devices = sh.op_devices if windows else (None, [])
+    rows, parts = [], []
+    if devices:
+        ops = sh.ops
+        inside = [((ops["ts"] < ts + dur) & (ops["end"] > ts), ts, ts + dur) for _s, _i, ts, dur in windows]
+        seen = sorted(set(code[np.logical_or.reduce([m for m, _b, _e in inside])].tolist()) - {-1})
+        for (step, sid, ts, dur), (m, b, e) in zip(windows, inside):
+            for d in seen:
+                k = m & (code == d)
+                rows.append([step, sid, devices[d], 0, dur, int(k.sum())])
+                parts.append((np.maximum(ops["ts"][k], b), np.minimum(ops["end"][k], e)))
+        for r, busy in zip(rows, unions_ns(parts).tolist()):
+            r[3] = busy
+    df = us(frame([tuple(r) for r in rows], cols), {"gpu_busy_in_step_ns": "gpu_busy_in_step_us"})
+    df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["dur_ns"] / 1000.0).fillna(0.0)
+    return df[["step", "slice_id", "device", "gpu_busy_in_step_us", "gpu_busy_fraction", "gpu_ops"]
+              ].reset_index(drop=True)
 
 
 def _starved_in(sh: Shared, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

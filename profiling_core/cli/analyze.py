@@ -4,7 +4,9 @@ Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summ
 object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
 ``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``steady_state`` (the bound rule's verdict
 and evidence), ``devices``, ``step_processes`` (the pids holding step slices: several where ranks' traces were
-merged into one file, which the summary then notes), ``gemm``, ``time_by_category``, ``memory`` (``events``,
+merged into one file, which the summary then notes), ``step_devices`` (per GPU that ran the steps' work: its
+own median ``busy_us`` and ``busy_fraction`` of a step; several where one process drove several GPUs, which the
+summary then notes), ``gemm``, ``time_by_category``, ``memory`` (``events``,
 ``skipped_events``, per device in ``devices`` its ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (null without
 a reserved figure) and where the peak happened; ``note``, when the trace has no ``[memory]`` events, says how to
 record them), ``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops`` (``op``, ``launches``),
@@ -116,6 +118,7 @@ def build_json(report, found, diagnosis=None) -> dict:
         "phases": _records(report.phases, ["step", "phase", "cpu_us", "share", "gpu_us", "gpu_ops", "kernels"]),
         "devices": _clean(s.get("devices") or []),
         "step_processes": _clean(s.get("step_processes") or []),
+        "step_devices": _clean(s.get("step_devices") or []),
         "has_gpu": bool(s["has_gpu"]),
         "gemm": _records(report.gemm_throughput, ["op", "device", "time_us", "flops", "tflops",
                                                   "fraction_of_peak"]),
@@ -140,6 +143,10 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     if len(pids) > 1:
         from ..explain import merged_processes_text
         lines.append("  note: " + merged_processes_text(pids))
+    gpus = s.get("step_devices") or []
+    if len(gpus) > 1:
+        from ..explain import devices_text
+        lines.append("  note: " + devices_text(gpus))
     if s["steps"]:
         lines.append(f"  CPU per step (median) {format_duration_us(s['cpu_step_median_us'])}   GPU busy per step (median) "
                      f"{format_duration_us(s['gpu_step_median_us'])}")

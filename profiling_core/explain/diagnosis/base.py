@@ -82,6 +82,14 @@ def _per(report: Report) -> str:
     return "per step" if len(report.steps) else "in the trace"
 
 
+def _gpus_idle(report: Report) -> str:
+    """The subject of "... idles X%": "the GPU idles" for a process of one GPU; "both GPUs idle at once" ("all N
+    GPUs") where the steps' work ran on several (``summary["step_devices"]``), whose busy figures count the time
+    any one of them worked."""
+    n = len(report.summary.get("step_devices") or [])
+    return "the GPU idles" if n < 2 else "both GPUs idle at once" if n == 2 else f"all {n} GPUs idle at once"
+
+
 def _fmt_us(x: float) -> str:
     return f"{x:,.1f} µs" if x >= 10 else f"{x:,.2f} µs"
 

@@ -50,6 +50,11 @@ def _q2_bound(r, config=None) -> list[Finding]:
                 "every figure here.")
         ev = {**f.evidence, "steps_cut_us": {str(nm): _num(float(c)) for nm, c in zip(cut["name"], cut["cut_us"])}}
         found = [replace(f, text=text, evidence=ev), *found[1:]]
+    gpus = r.summary.get("step_devices") or []
+    if len(gpus) > 1 and found:  # one process, several GPUs: say what each GPU figure counts, and each GPU's own
+        f = found[0]
+        found = [replace(f, text=f"{f.text} {devices_text(gpus)}", evidence={**f.evidence, "step_devices": gpus}),
+                 *found[1:]]
     pids = r.summary.get("step_processes") or []
     if len(pids) > 1 and found:  # merged ranks: say it where the per-step figures are read
         f = found[0]
@@ -64,6 +69,17 @@ def merged_processes_text(pids: list) -> str:
     named = ", ".join(map(str, pids[:8])) + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
     return (f"This trace holds the steps of {len(pids)} processes (pid {named}): ranks' traces merged into one file. "
             "Every per-step figure here mixes their steps and their GPU work: read each rank's own trace.")
+
+
+def devices_text(gpus: list) -> str:
+    """What question 2 and ``analyze``'s summary say of steps whose GPU work ran on several GPUs of one process
+    (``gpus``, ``Report.summary["step_devices"]``: the first eight named): every other GPU figure is the time at
+    least one of them was busy, so each one's own busy time is given beside it."""
+    each = "; ".join(f"device {g['device']} {_us(g['busy_us'])} ({100 * g['busy_fraction']:.1f}% of the step)"
+                     for g in gpus[:8]) + (f"; and {len(gpus) - 8} more" if len(gpus) > 8 else "")
+    return (f"The steps' GPU work ran on {len(gpus)} GPUs of this process: every GPU figure here counts the time at "
+            "least one of them was busy, so each GPU on its own idled at least as long as they say. Each GPU's own "
+            f"busy time per step (median): {each}.")
 
 
 def _q2_verdict(r) -> list[Finding]:

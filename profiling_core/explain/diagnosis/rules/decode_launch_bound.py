@@ -12,7 +12,7 @@ from typing import Optional
 import numpy as np
 
 from ....analyses import annotation_ranges, bound
-from ..base import Diagnosis, _Ctx, _fmt_us
+from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
 from .gpu_starved import GPU_IDLE_AT, launch_call_stats, launch_calls
 
 TOKEN_RANGE = "decode::token"
@@ -53,7 +53,7 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     n_calls, call_us, calls_us, graphs = launch_call_stats(calls, n_tokens)
     text = (f"Each decode token waits on the CPU: in steady state a token ({TOKEN_RANGE}, {per_step:g} per step) "
             f"takes {_fmt_us(cpu)} of CPU time and launches {_fmt_us(gpu)} of GPU work ({ops:g} GPU op"
-            f"{'s' if ops != 1 else ''}), so the GPU idles {idle:.0%} of each token.")
+            f"{'s' if ops != 1 else ''}), so {_gpus_idle(r)} {idle:.0%} of each token.")
     if call_us is not None:
         text += (f" Its {n_calls:g} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} "
                  f"per token in all (median {_fmt_us(call_us)} each).")

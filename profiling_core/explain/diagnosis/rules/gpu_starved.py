@@ -11,7 +11,7 @@ import numpy as np
 
 from ....analyses import DATA_WAIT_AT, data_wait, is_data_loader_next
 from ....analyses._shared import union_ns
-from ..base import Diagnosis, _Ctx, _fmt_us
+from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
 
 GPU_IDLE_AT = 0.5
 """The share of a steady-state step the GPU idles at or above which the steps are GPU-starved."""
@@ -161,7 +161,7 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
              if ss.get("empty_steps") and len(basis) == 1 else "in steady state a step takes")
     text = (f"The GPU waits on the CPU: {scope} {_fmt_us(cpu)} of CPU time{blocked} and "
             f"launches {_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per "
-            f"step), so the GPU idles {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
+            f"step), so {_gpus_idle(r)} {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
     on_loop = _step_thread_launches(r, basis, calls)  # (else the step thread's idle time is not the loop's)
     step_own = _step_own_us(r, basis) if on_loop else None
     if where:

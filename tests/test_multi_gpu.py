@@ -1,0 +1,118 @@
+"""One process, several GPUs (``nn.DataParallel``, a model split across devices as ``device_map="auto"`` splits one):
+every per-step GPU figure is the time at least one GPU was busy, so each GPU's own busy time is measured beside it
+and the texts say what the figures count. Expected values come from a plain scan of each trace's JSON."""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import verdict_traces as vt
+from profiling_core import analyze, diagnose, findings, open_trace
+from profiling_core.explain import devices_text
+
+from test_verdicts import H200_PEAKS, steps_of
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(path):
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        return r, {f.id: f for f in findings(r)}, {d.rule: d for d in diagnose(s, r, None, H200_PEAKS).diagnoses}
+
+
+def _union(intervals) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def per_device_by_scan(path: Path) -> dict[int, list[tuple[float, float]]]:
+    """{device: [(busy µs, share of the step), ...] per step after the first}: the union of the device's kernel
+    intervals (its events' pid) clipped to each ProfilerStep window, from the JSON alone."""
+    events = json.loads(Path(path).read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    out: dict[int, list] = {}
+    for a, b in steps_of(events)[1:]:
+        for dev in sorted({k["pid"] for k in kernels}):
+            busy = _union([(max(k["ts"], a), min(k["ts"] + k["dur"], b)) for k in kernels
+                           if k["pid"] == dev and k["ts"] < b and k["ts"] + k["dur"] > a])
+            out.setdefault(dev, []).append((busy, busy / (b - a)))
+    return out
+
+
+def test_a_model_split_over_two_gpus_says_each_gpu_idles_half_the_step(tmp_path):
+    path = vt.two_gpu_pipeline(tmp_path / "t.json")
+    r, f, d = run(path)
+    scan = per_device_by_scan(path)
+    got = {g["device"]: g for g in r.summary["step_devices"]}
+    assert sorted(got) == [0, 1]
+    for dev, rows in scan.items():
+        assert got[dev]["busy_us"] == pytest.approx(statistics.median(x for x, _ in rows))
+        assert got[dev]["busy_fraction"] == pytest.approx(statistics.median(s for _, s in rows))
+        assert 0.45 < got[dev]["busy_fraction"] < 0.55  # each GPU idles half of the step...
+    union = float(r.steps["gpu_busy_fraction"].iloc[1:].median())
+    assert union > 0.95  # ... while the union over both is busy nearly all of it
+    q2 = f["q2.bound"]
+    assert q2.evidence["step_devices"] == r.summary["step_devices"]
+    assert "2 GPUs of this process" in q2.text and "at least one of them was busy" in q2.text
+    for dev in (0, 1):
+        share = 100 * statistics.median(s for _, s in scan[dev])
+        assert f"device {dev} 4.00 ms ({share:.1f}% of the step)" in q2.text
+
+
+def test_a_cpu_paced_step_on_two_gpus_says_both_idle_at_once(tmp_path):
+    path = vt.two_gpu_cpu_paced(tmp_path / "t.json")
+    r, f, d = run(path)
+    scan = per_device_by_scan(path)
+    assert [g["device"] for g in r.summary["step_devices"]] == [0, 1]
+    for g in r.summary["step_devices"]:
+        assert g["busy_us"] == pytest.approx(statistics.median(x for x, _ in scan[g["device"]]))
+    starved = d["gpu_starved"]
+    assert "both GPUs idle at once" in starved.text and "the GPU idles" not in starved.text
+    assert "2 GPUs of this process" in f["q2.bound"].text
+
+
+def test_one_gpu_keeps_its_texts_and_its_busy_time_is_the_steps(tmp_path):
+    path = vt.cpu_paced(tmp_path / "t.json", kernel_us=100.0, cpu_us=400.0)  # the one-GPU twin of the case above
+    r, f, d = run(path)
+    scan = per_device_by_scan(path)
+    assert list(scan) == [0]
+    [g] = r.summary["step_devices"]
+    assert g["device"] == 0 and g["busy_us"] == pytest.approx(statistics.median(x for x, _ in scan[0]))
+    basis = r.steps[r.steps["step"].isin(r.summary["steady_state"]["basis_steps"])]
+    assert g["busy_us"] == pytest.approx(float(basis["gpu_busy_in_step_us"].median()))
+    assert "GPUs of this process" not in f["q2.bound"].text and "step_devices" not in f["q2.bound"].evidence
+    assert "the GPU idles" in d["gpu_starved"].text
+
+
+def test_a_cpu_only_trace_names_no_gpu(tmp_path):
+    path = vt.cpu_steps(tmp_path / "t.json", [[("aten::add", 30.0)]] * 3)
+    r, f, _d = run(path)
+    assert r.summary["step_devices"] == [] and r.device_busy.empty
+
+
+def test_the_text_names_eight_gpus_and_counts_the_rest():
+    gpus = [{"device": k, "busy_us": 1000.0 + k, "busy_fraction": 0.5} for k in range(10)]
+    text = devices_text(gpus)
+    assert text.startswith("The steps' GPU work ran on 10 GPUs of this process")
+    assert "device 7 1.01 ms (50.0% of the step); and 2 more." in text and "device 8" not in text
+
+
+def test_analyze_cli_notes_the_gpus_and_writes_them_in_json(tmp_path):
+    path = vt.two_gpu_pipeline(tmp_path / "t.json")
+    def cli(*extra):
+        return subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(path), *extra], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=True).stdout
+    human, doc = cli(), json.loads(cli("--json"))
+    assert [g["device"] for g in doc["step_devices"]] == [0, 1]
+    note = [ln for ln in human.splitlines() if ln.startswith("  note: The steps' GPU work ran on 2 GPUs")]
+    assert len(note) == 1 and "device 1 4.00 ms" in note[0]
