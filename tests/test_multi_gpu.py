@@ -56,8 +56,9 @@ def test_a_model_split_over_two_gpus_says_each_gpu_idles_half_the_step(tmp_path)
     got = {g["device"]: g for g in r.summary["step_devices"]}
     assert sorted(got) == [0, 1]
     for dev, rows in scan.items():
-        assert got[dev]["busy_us"] == pytest.approx(statistics.median(x for x, _ in rows))
+        assert got[dev]["busy_in_step_us"] == pytest.approx(statistics.median(x for x, _ in rows))
         assert got[dev]["busy_fraction"] == pytest.approx(statistics.median(s for _, s in rows))
+        assert got[dev]["busy_us"] == pytest.approx(4000.0)  # 4 GEMMs of 1 ms launched on each GPU per step
         assert 0.45 < got[dev]["busy_fraction"] < 0.55  # each GPU idles half of the step...
     union = float(r.steps["gpu_busy_fraction"].iloc[1:].median())
     assert union > 0.95  # ... while the union over both is busy nearly all of it
@@ -66,7 +67,7 @@ def test_a_model_split_over_two_gpus_says_each_gpu_idles_half_the_step(tmp_path)
     assert "2 GPUs of this process" in q2.text and "at least one of them was busy" in q2.text
     for dev in (0, 1):
         share = 100 * statistics.median(s for _, s in scan[dev])
-        assert f"device {dev} 4.00 ms ({share:.1f}% of the step)" in q2.text
+        assert f"device {dev} 4.00 ms launched, busy {share:.1f}% of the step's window" in q2.text
 
 
 def test_a_cpu_paced_step_on_two_gpus_says_both_idle_at_once(tmp_path):
@@ -75,7 +76,14 @@ def test_a_cpu_paced_step_on_two_gpus_says_both_idle_at_once(tmp_path):
     scan = per_device_by_scan(path)
     assert [g["device"] for g in r.summary["step_devices"]] == [0, 1]
     for g in r.summary["step_devices"]:
-        assert g["busy_us"] == pytest.approx(statistics.median(x for x, _ in scan[g["device"]]))
+        assert g["busy_in_step_us"] == pytest.approx(statistics.median(x for x, _ in scan[g["device"]]))
+        assert g["busy_us"] == pytest.approx(300.0)  # 3 kernels of 100 µs launched on each GPU per step
+    # each GPU's figure is at most the union's, and their sum at least the union's, measured either way
+    union = r.steps.iloc[1:]
+    for col, key in (("gpu_busy_us", "busy_us"), ("gpu_busy_in_step_us", "busy_in_step_us")):
+        u = float(union[col].median())
+        assert all(g[key] <= u + 1e-6 for g in r.summary["step_devices"])
+        assert sum(g[key] for g in r.summary["step_devices"]) >= u - 1e-6
     starved = d["gpu_starved"]
     assert "both GPUs idle at once" in starved.text and "the GPU idles" not in starved.text
     assert "2 GPUs of this process" in f["q2.bound"].text
@@ -87,9 +95,10 @@ def test_one_gpu_keeps_its_texts_and_its_busy_time_is_the_steps(tmp_path):
     scan = per_device_by_scan(path)
     assert list(scan) == [0]
     [g] = r.summary["step_devices"]
-    assert g["device"] == 0 and g["busy_us"] == pytest.approx(statistics.median(x for x, _ in scan[0]))
+    assert g["device"] == 0 and g["busy_in_step_us"] == pytest.approx(statistics.median(x for x, _ in scan[0]))
     basis = r.steps[r.steps["step"].isin(r.summary["steady_state"]["basis_steps"])]
-    assert g["busy_us"] == pytest.approx(float(basis["gpu_busy_in_step_us"].median()))
+    assert g["busy_in_step_us"] == pytest.approx(float(basis["gpu_busy_in_step_us"].median()))
+    assert g["busy_us"] == pytest.approx(float(basis["gpu_busy_us"].median()))
     assert "GPUs of this process" not in f["q2.bound"].text and "step_devices" not in f["q2.bound"].evidence
     assert "the GPU idles" in d["gpu_starved"].text
 
@@ -101,10 +110,11 @@ def test_a_cpu_only_trace_names_no_gpu(tmp_path):
 
 
 def test_the_text_names_eight_gpus_and_counts_the_rest():
-    gpus = [{"device": k, "busy_us": 1000.0 + k, "busy_fraction": 0.5} for k in range(10)]
+    gpus = [{"device": k, "busy_us": 1000.0 + k, "busy_in_step_us": 900.0, "busy_fraction": 0.5} for k in range(10)]
     text = devices_text(gpus)
     assert text.startswith("The steps' GPU work ran on 10 GPUs of this process")
-    assert "device 7 1.01 ms (50.0% of the step); and 2 more." in text and "device 8" not in text
+    assert "device 7 1.01 ms launched, busy 50.0% of the step's window; and 2 more." in text
+    assert "device 8" not in text
 
 
 def test_analyze_cli_notes_the_gpus_and_writes_them_in_json(tmp_path):

@@ -63,7 +63,7 @@ class Report:
                                                                         "own_us", "wait_us"]))
     """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
     where a step's CPU time goes, the autograd engine's thread included."""
-    device_busy: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "slice_id", "device",
+    device_busy: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "slice_id", "device", "gpu_busy_us",
                                                                       "gpu_busy_in_step_us", "gpu_busy_fraction",
                                                                       "gpu_ops"]))
     """Per step and GPU, the time that GPU alone was busy in the step's window
@@ -144,17 +144,19 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
 
 
 def _step_devices(db: pd.DataFrame, basis: list) -> list[dict]:
-    """Per GPU that ran ops in the steps' windows (``db``, :func:`device_busy`), in device order: ``device``,
-    ``busy_us`` and ``busy_fraction`` (medians over the steady state's ``basis`` steps, or every step when it has
-    none, of that GPU's own busy time in a step's window and its share of the window). One entry for a process of
-    one GPU; several where it drove several GPUs, whose other per-step figures then count the time at least one of
-    them was busy."""
+    """Per GPU that ran the steps' work (``db``, :func:`device_busy`), in device order: ``device``, ``busy_us``
+    (the work the step launched on it: the per-device twin of ``steps.gpu_busy_us``), ``busy_in_step_us`` and
+    ``busy_fraction`` (its busy time inside the step's window and that time's share of the window), each the median
+    over the steady state's ``basis`` steps, or over every step when it has none. One entry for a process of one
+    GPU; several where it drove several GPUs, whose other per-step figures then count the time at least one of them
+    was busy."""
     if db.empty:
         return []
     b = db[db["step"].isin(basis)] if basis else db
     b = b if len(b) else db
     return [{"device": d.item() if isinstance(d, np.generic) else d,
-             "busy_us": float(g["gpu_busy_in_step_us"].median()),
+             "busy_us": float(g["gpu_busy_us"].median()),
+             "busy_in_step_us": float(g["gpu_busy_in_step_us"].median()),
              "busy_fraction": float(g["gpu_busy_fraction"].median())}
             for d, g in b.groupby("device", sort=True)]
 
@@ -197,8 +199,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device the peak allocated
         and reserved bytes; ``note`` says how to record memory events when the trace has none), ``step_processes``
         (the pids whose threads hold the step slices: more than one where ranks' traces were merged into one file),
-        ``step_devices`` (per GPU that ran ops in the steps' windows: ``device``, and the medians of its own
-        ``busy_us`` per step and ``busy_fraction`` of the step; several where one process drove several GPUs).
+        ``step_devices`` (per GPU that ran the steps' work: ``device``, and the medians of its own ``busy_us`` (the
+        work the step launched on it), ``busy_in_step_us`` and ``busy_fraction`` of the step's window; several where
+        one process drove several GPUs).
     """
     config = as_config(config)
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses

@@ -97,7 +97,7 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
 
 
 def device_busy(session, shared: Shared | None = None) -> pd.DataFrame:
-    """Per step and GPU: the time that GPU alone was busy inside the step's window.
+    """Per step and GPU: that GPU's own busy time, measured as :func:`steps` measures the union over all GPUs.
 
     A process can drive several GPUs (``nn.DataParallel``, a model split across devices as ``device_map="auto"``
     does); every other GPU figure of a step counts the time *at least one* of them was busy (the union over all
@@ -106,30 +106,42 @@ def device_busy(session, shared: Shared | None = None) -> pd.DataFrame:
     GPU's ops under its device index).
 
     Returns:
-        DataFrame with one row per step (as :func:`steps` has them) and per device that ran an op inside any step's
-        window: ``step``, ``slice_id``, ``device``, ``gpu_busy_in_step_us`` (union of that device's op intervals
-        clipped to the step's window), ``gpu_busy_fraction`` (of the step's window, 0..1), ``gpu_ops`` (that
-        device's ops overlapping the window). Empty without steps or GPU ops.
+        DataFrame with one row per step (as :func:`steps` has them) and per device that ran an op the steps
+        launched or one inside a step's window: ``step``, ``slice_id``, ``device``, ``gpu_busy_us`` (union of the
+        intervals of the ops the step launched on that device, as ``steps.gpu_busy_us``), ``gpu_busy_in_step_us``
+        (union of that device's op intervals clipped to the step's window, as ``steps.gpu_busy_in_step_us``),
+        ``gpu_busy_fraction`` (of the step's window, 0..1), ``gpu_ops`` (the ops the step launched on it). Each
+        device's figure is at most the union's and their sum at least the union's. Empty without steps or GPU ops.
     """
     sh = shared_for(session, shared)
-    cols = ["step", "slice_id", "device", "gpu_busy_in_step_ns", "dur_ns", "gpu_ops"]
+    cols = ["step", "slice_id", "device", "gpu_busy_ns", "gpu_busy_in_step_ns", "dur_ns", "gpu_ops"]
     windows = [(step, sid, ts, dur) for sid, step, _n, ts, dur, _d, utid in sh.steps_list if utid is not None]
     code, devices = sh.op_devices if windows else (None, [])
-    rows, parts = [], []
+    rows, launched, clipped = [], [], []
     if devices:
-        ops = sh.ops
-        inside = [((ops["ts"] < ts + dur) & (ops["end"] > ts), ts, ts + dur) for _s, _i, ts, dur in windows]
-        seen = sorted(set(code[np.logical_or.reduce([m for m, _b, _e in inside])].tolist()) - {-1})
-        for (step, sid, ts, dur), (m, b, e) in zip(windows, inside):
+        ops, p = sh.ops, sh.p
+        by_row = np.full(len(sh.slices["ts"]), -1, dtype=np.int64)
+        by_row[sh.gpu_rows] = code
+        pair_dev = by_row[p["gpu_id"]]
+        parts = []
+        for step, sid, ts, dur in windows:
+            i = sh.pairs_in(ts, ts + dur)
+            m = (ops["ts"] < ts + dur) & (ops["end"] > ts)
+            parts.append((i, m, ts, ts + dur))
+        seen = sorted((set(code[np.logical_or.reduce([m for _i, m, _b, _e in parts])].tolist())
+                       | set(pair_dev[np.concatenate([i for i, *_ in parts])].tolist())) - {-1})
+        for (step, sid, ts, dur), (i, m, b, e) in zip(windows, parts):
             for d in seen:
-                k = m & (code == d)
-                rows.append([step, sid, devices[d], 0, dur, int(k.sum())])
-                parts.append((np.maximum(ops["ts"][k], b), np.minimum(ops["end"][k], e)))
-        for r, busy in zip(rows, unions_ns(parts).tolist()):
-            r[3] = busy
-    df = us(frame([tuple(r) for r in rows], cols), {"gpu_busy_in_step_ns": "gpu_busy_in_step_us"})
+                k, j = m & (code == d), i[pair_dev[i] == d]
+                rows.append([step, sid, devices[d], 0, 0, dur, len(np.unique(p["gpu_id"][j]))])
+                launched.append((p["gpu_ts"][j], p["gpu_end"][j]))
+                clipped.append((np.maximum(ops["ts"][k], b), np.minimum(ops["end"][k], e)))
+        for r, busy, in_step in zip(rows, unions_ns(launched).tolist(), unions_ns(clipped).tolist()):
+            r[3], r[4] = busy, in_step
+    df = us(frame([tuple(r) for r in rows], cols), {"gpu_busy_ns": "gpu_busy_us",
+                                                    "gpu_busy_in_step_ns": "gpu_busy_in_step_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["dur_ns"] / 1000.0).fillna(0.0)
-    return df[["step", "slice_id", "device", "gpu_busy_in_step_us", "gpu_busy_fraction", "gpu_ops"]
+    return df[["step", "slice_id", "device", "gpu_busy_us", "gpu_busy_in_step_us", "gpu_busy_fraction", "gpu_ops"]
               ].reset_index(drop=True)
 
 

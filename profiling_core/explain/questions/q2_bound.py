@@ -74,12 +74,13 @@ def merged_processes_text(pids: list) -> str:
 def devices_text(gpus: list) -> str:
     """What question 2 and ``analyze``'s summary say of steps whose GPU work ran on several GPUs of one process
     (``gpus``, ``Report.summary["step_devices"]``: the first eight named): every other GPU figure is the time at
-    least one of them was busy, so each one's own busy time is given beside it."""
-    each = "; ".join(f"device {g['device']} {_us(g['busy_us'])} ({100 * g['busy_fraction']:.1f}% of the step)"
-                     for g in gpus[:8]) + (f"; and {len(gpus) - 8} more" if len(gpus) > 8 else "")
+    least one of them was busy, so each one's own busy time is given beside it, measured the same two ways (the work
+    a step launched on it; its busy share of the step's window)."""
+    each = "; ".join(f"device {g['device']} {_us(g['busy_us'])} launched, busy {100 * g['busy_fraction']:.1f}% of "
+                     "the step's window" for g in gpus[:8]) + (f"; and {len(gpus) - 8} more" if len(gpus) > 8 else "")
     return (f"The steps' GPU work ran on {len(gpus)} GPUs of this process: every GPU figure here counts the time at "
             "least one of them was busy, so each GPU on its own idled at least as long as they say. Each GPU's own "
-            f"busy time per step (median): {each}.")
+            f"figures per step (median): {each}.")
 
 
 def _q2_verdict(r) -> list[Finding]:
