@@ -111,9 +111,11 @@ def test_a_host_copy_is_costed_by_the_cpu_time_it_blocks(tmp_path, pinned):
     steps = steps_of(events)
     calls = [e for e in events if e["name"] in ("cudaMemcpyAsync", "cudaStreamSynchronize")
              and any(a <= e["ts"] and e["ts"] + e["dur"] <= b for a, b in steps)]
-    _, _, d = run(path)
+    r, _, d = run(path)
     x = rules(d)["sync_in_step"]
-    assert x.cost_us_per_step == pytest.approx(sum(e["dur"] for e in calls) / len(steps))
+    blocked = sum(e["dur"] for e in calls) / len(steps)
+    assert x.evidence["blocked_us_per_step"] == pytest.approx(blocked)
+    assert x.cost_us_per_step == pytest.approx(min(blocked, _room(r)))  # (a step gets no shorter than its GPU work)
     (htod,) = [c for c in x.evidence["copies"] if c["kind"] == "host-to-device"]
     assert htod["bytes"] == 8 << 20 and htod["memory"] == ("pinned" if pinned else "pageable")
     assert htod["copy_us"] == (170.0 if pinned else 650.0)
@@ -481,3 +483,80 @@ def test_q4_tells_a_queue_that_drifts_from_one_that_drains_each_step(tmp_path, s
         assert "The queue grows across the steps" in q4.text and "drifts right" in q4.text
     assert q4.evidence["step_first_us"] == {k: pytest.approx(v, abs=0.01)
                                             for k, v in zip(sorted(q4.evidence["step_first_us"]), first)}
+
+
+# --- a cost is what the step can lose --------------------------------------------------------------------------------
+# A step gets no shorter than the GPU work it launches, nor than its CPU's own time: a fix that takes GPU time off a
+# step the CPU paces (overhead-bound) saves at most what the CPU spent blocked on the GPU, and removing blocking
+# saves at most the step's CPU time less its GPU work.
+
+def _room(r) -> float:
+    ss = r.summary["steady_state"]
+    return max(0.0, ss["cpu_us_per_step"] - ss["gpu_us_per_step"])
+
+
+def test_gpu_time_fixes_on_a_cpu_paced_training_step_save_only_what_the_cpu_waited():
+    """A real H200 fp32 training step whose CPU sets the pace (2.25 ms of CPU for 1.78 ms of GPU work): TF32 and
+    autocast would take ~0.9 ms of GEMM time off the GPU, none of it on the critical path."""
+    r, _f, d = run(DATA / "h200_memory" / "train.json")
+    ss = r.summary["steady_state"]
+    assert ss["bound"] == "overhead-bound" and ss["cpu_us_per_step"] > ss["gpu_us_per_step"]
+    for rule in ("fp32_without_tf32", "fp32_training"):
+        x = rules(d)[rule]
+        assert x.cost_us_per_step <= (ss["sync_wait_us_per_step"] or 0.0) + 1e-9
+        assert "is not on the critical path" in x.cost_basis
+
+
+def test_a_gpu_time_fix_on_a_gpu_paced_step_keeps_its_gpu_saving(tmp_path):
+    r, _f, d = run(vt.gpu_bound_with_drift(tmp_path / "t.json"))
+    assert r.summary["steady_state"]["bound"] == "compute-bound"
+    x = rules(d)["fp32_without_tf32"]
+    assert x.cost_us_per_step > 10000.0 and "critical path" not in x.cost_basis  # 3 × 7 ms of FFMA GEMMs a step
+
+
+@pytest.mark.parametrize("path", [DATA / "h200_verdicts" / "copy_pageable_eager.json",
+                                  DATA / "h200_verdicts" / "copy_pageable_compile.json", "pinned"],
+                         ids=["pageable eager (H200)", "pageable compiled (H200)", "pinned, built"])
+def test_removing_the_blocking_saves_no_more_than_the_steps_cpu_time_less_its_gpu_work(path, tmp_path):
+    path = vt.copy_bound(tmp_path / "t.json", pinned=True) if path == "pinned" else path
+    r, _f, d = run(path)
+    assert r.summary["steady_state"]["bound"] == "overhead-bound"
+    x = rules(d)["sync_in_step"]
+    assert x.evidence["blocked_us_per_step"] > _room(r)  # the CPU blocked longer than the step can lose...
+    assert x.cost_us_per_step == pytest.approx(_room(r))  # ... so the cost is what it can lose
+    assert "gets no shorter than its GPU work" in x.cost_basis
+
+
+def test_decode_tokens_of_a_gpu_paced_step_are_not_launch_bound(tmp_path):
+    """Three launches a token, replayed from a graph: each token's CPU time is longer than its own GPU work, but
+    work queued before it keeps the GPU busy through it: the step is compute-bound."""
+    r, _f, d = run(vt.decode_tokens(tmp_path / "t.json", launches=3, graph=True))
+    assert r.summary["steady_state"]["bound"] == "compute-bound"
+    assert "decode_launch_bound" not in rules(d)
+
+
+@pytest.mark.parametrize("regions", [None, "static"])
+def test_launch_bound_decode_tokens_cost_no_more_than_the_step_can_lose(tmp_path, regions):
+    r, _f, d = run(vt.decode_tokens(tmp_path / "t.json", regions=regions))
+    x = rules(d)["decode_launch_bound"]
+    ev = x.evidence
+    per_tokens = (ev["cpu_us_per_token"] - ev["gpu_us_per_token"]) * ev["tokens_per_step"]
+    assert per_tokens > _room(r) and x.cost_us_per_step == pytest.approx(_room(r))
+
+
+def test_fp32_ffma_gemms_beside_tf32_ones_are_not_sent_to_tf32(tmp_path):
+    """TF32 is one switch for all matmuls: where one fp32 GEMM ran a TF32 tensor-core kernel (an A100's
+    cutlass_80_tensorop_s1688gemm, as in HTA's control trace), TF32 was on, and the FFMA kernels cuBLAS chose for
+    other shapes are no TF32 finding."""
+    def build(kernels):
+        t = vt.Trace(device_name="NVIDIA A100-SXM4-80GB")
+        for n in range(4):
+            def body(t):
+                for k in kernels:
+                    t.cpu("aten::mm", 60, dims=[[4096, 4096], [4096, 4096]], types=vt.FP32,
+                          children=lambda t, k=k: t.launch(k, 2000.0))
+            t.step(n + 1, body)
+        return t.write(tmp_path / f"{len(kernels)}.json")
+    tensorop = "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4"
+    assert "fp32_without_tf32" in rules(run(build([vt.SGEMM]))[2])
+    assert "fp32_without_tf32" not in rules(run(build([vt.SGEMM, tensorop]))[2])

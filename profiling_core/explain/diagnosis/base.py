@@ -90,6 +90,21 @@ def _gpus_idle(report: Report) -> str:
     return "the GPU idles" if n < 2 else "both GPUs idle at once" if n == 2 else f"all {n} GPUs idle at once"
 
 
+def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, str]:
+    """The cost bound of a change that takes ``saved_us`` of GPU time off a step and nothing off its CPU time
+    (``basis`` says what that GPU time is), by the one bound rule (``analyses.steps.bound``): where the GPU sets the
+    pace (a compute-bound steady state) or no verdict says who does (no steps), the step shortens by that GPU time
+    at most; where the GPU waits on the CPU (an overhead-bound one), the step is as long as the CPU's own time and
+    shortens at most by the time the CPU spent blocked on the GPU (``sync_wait_us_per_step``)."""
+    ss = report.summary.get("steady_state") or {}
+    if ss.get("bound") != "overhead-bound":
+        return saved_us, basis
+    wait = float(ss.get("sync_wait_us_per_step") or 0.0)
+    return min(saved_us, wait), (f"{basis}, {_fmt_us(saved_us)} per step, is not on the critical path: the GPU waits "
+                                 "on the CPU (an overhead-bound step), so the step shortens at most by the time its "
+                                 f"CPU spent blocked on the GPU, {_fmt_us(wait)} per step, until the CPU side is cut")
+
+
 def _fmt_us(x: float) -> str:
     return f"{x:,.1f} µs" if x >= 10 else f"{x:,.2f} µs"
 

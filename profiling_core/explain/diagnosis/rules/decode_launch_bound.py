@@ -4,7 +4,10 @@ loop gets this rule when it names its tokens so): the bound rule (``analyses.ste
 the tokens of the steady-state steps, with the launch calls per token counted as ``gpu_starved`` counts them per
 step. A one-token forward launches a few hundred small kernels, so it is launch-bound long before the step is; the
 fix is the one that removes launches per token: a static KV cache and CUDA graphs (torch.compile with
-mode='reduce-overhead'). The cost is the CPU time per token less its GPU work, times the tokens of a step."""
+mode='reduce-overhead'). The cost is the CPU time per token less its GPU work, times the tokens of a step, and no more
+than the step's CPU time less its GPU work (a step gets no shorter than the GPU work it launches). A step whose steady
+state is compute-bound gets no such verdict: the GPU sets its pace, and work queued before a token keeps the GPU busy
+through that token's CPU time."""
 from __future__ import annotations
 
 from typing import Optional
@@ -26,7 +29,10 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     tokens = annotation_ranges(c.session, TOKEN_RANGE, shared=c.shared)
     if tokens.empty:
         return None
-    basis = (r.summary.get("steady_state") or {}).get("basis_steps") or []
+    ss = r.summary.get("steady_state") or {}
+    if ss.get("bound") == "compute-bound":
+        return None  # the GPU sets the step's pace: queued work keeps it busy through the tokens' CPU time
+    basis = ss.get("basis_steps") or []
     steady = tokens[tokens["step"].isin(basis)]
     tokens = steady if len(steady) else tokens
     with_gpu = tokens[tokens["gpu_ops"] > 0]
@@ -74,9 +80,17 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
                "replays fixed shapes; compiled code made for dynamic shapes still launches each kernel). A larger "
                "batch gives each launch more work too.")
     cost = max(0.0, cpu - gpu) * per_step
+    basis = ("CPU time less GPU work per steady-state decode token, times the tokens of a step: the most that "
+             "removing the per-token CPU cost can save")
+    if ss.get("gpu_us_per_step") is not None and ss.get("cpu_us_per_step") is not None:
+        room = max(0.0, float(ss["cpu_us_per_step"]) - float(ss["gpu_us_per_step"]))
+        if room < cost:
+            cost, basis = room, (f"the step's CPU time less the GPU work it launches, per steady-state step: a step "
+                                 f"gets no shorter than its GPU work, so of the {_fmt_us(max(0.0, cpu - gpu))} per "
+                                 f"token ({per_step:g} tokens a step) that the CPU spends beyond the token's GPU work, "
+                                 "removing it can win back at most this")
     return Diagnosis("decode_launch_bound", "Decode tokens are launch-bound (the GPU waits within each token)",
-                     text, fix, cost, "CPU time less GPU work per steady-state decode token, times the tokens of a "
-                     "step: the most that removing the per-token CPU cost can save",
+                     text, fix, cost, basis,
                      {"tokens_per_step": per_step, "cpu_us_per_token": cpu, "gpu_us_per_token": gpu,
                       "gpu_idle_share": idle, "gpu_ops_per_token": ops, "launch_calls_per_token": n_calls,
                       "launch_call_us": call_us, "launch_calls_us_per_token": calls_us,

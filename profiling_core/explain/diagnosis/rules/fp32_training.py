@@ -4,12 +4,13 @@ or TF32 on a GPU with bf16 tensor cores (Ampere or later), where ``torch.autocas
 The GEMMs and their dtypes are the roofline's (recorded ``Input type``, TF32 where the kernel's name says so). The rule
 speaks when the fp32/TF32 GEMMs take at least :data:`FP32_SHARE_AT` of the step's GEMM time: a bf16 model that keeps
 one small product in fp32 on purpose (a Llama's rotary frequencies) is already autocast's result. The cost bound is
-their time per step less the same FLOPs at the bf16 peak (measured, else the datasheet's)."""
+their time per step less the same FLOPs at the bf16 peak (measured, else the datasheet's), on the critical path only
+where the GPU sets the pace (``base._gpu_time_cost``)."""
 from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _steps
+from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _steps
 
 
 FP32_SHARE_AT = 0.5
@@ -37,15 +38,17 @@ def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
     cost, basis = None, ""
     if bf:
         at_bf16 = float((fp32["flops"] * fp32["count"]).sum()) / n / (bf * 1e6)
-        cost = max(0.0, t32 - at_bf16)
-        basis = (f"these GEMMs' time less the same FLOPs at the {src} bf16 peak ({bf:,.0f} TFLOP/s): what autocast "
-                 "could save at most")
+        cost, basis = _gpu_time_cost(r, max(0.0, t32 - at_bf16),
+                                     f"these GEMMs' time less the same FLOPs at the {src} bf16 peak ({bf:,.0f} "
+                                     "TFLOP/s): what autocast could save at most")
     kinds = sorted(set(fp32["dtype"].astype(str)))
+    tf = c.peaks.peak_tflops("tf32") if c.peaks is not None else None
+    rate = (f" ({src} peaks: bf16 {bf:,.0f}, tf32 {tf:,.0f} TFLOP/s, {bf / tf:.1f}×)" if bf and tf
+            else f" ({src} bf16 peak {bf:,.0f} TFLOP/s)" if bf else "")
     text = (f"This training step runs its GEMMs in {' and '.join(kinds)}: {_fmt_us(t32)} of GEMM time per step"
             + (f" ({t32 / tall:.0%} of the GEMMs')" if tall > 0 else "") + ", forward and backward, on a GPU whose "
-            "tensor cores run bf16 at several times the fp32/TF32 rate"
-            + (f" ({src} bf16 peak {bf:,.0f} TFLOP/s)" if bf else "") + ". The weights can stay fp32 (the "
-            "optimizer's master copy) while the matmuls run in bf16.")
+            f"tensor cores run bf16 faster than TF32 and fp32{rate}. The weights can stay fp32 (the optimizer's "
+            "master copy) while the matmuls run in bf16.")
     fix = ("Wrap the forward and the loss in torch.autocast('cuda', dtype=torch.bfloat16) (backward then follows the "
            "forward's dtypes; parameters and optimizer state stay fp32). For fp16, add torch.amp.GradScaler. In this "
            "app: the autocast knob, with dtype fp32.")

@@ -5,7 +5,8 @@ Only GEMMs that TF32 could speed up count: where the roofline knows a GEMM's sha
 by the memory roof at the fp32 peak (a thin product, e.g. a rotary embedding's K = 1 outer product in an LLM's
 decode) moves the same bytes on tensor cores and is left out; when every such GEMM is, the rule does not fire. The
 cost bound is these GEMMs' time less their floor at TF32: the larger of the same FLOPs at the tf32 peak and their
-bytes at the measured bandwidth."""
+bytes at the measured bandwidth, on the critical path only where the GPU sets the pace (``base._gpu_time_cost``).
+A trace in which an fp32 GEMM ran on the tensor cores had TF32 on: the rule does not fire there (:func:`_tf32_on`)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -15,7 +16,19 @@ import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
 from ...questions.base import _per_name
-from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _in_steps, _per, _steps
+from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _in_steps, _per, _steps
+
+
+def _tf32_on(roof: pd.DataFrame) -> bool:
+    """True when an fp32 GEMM of the roofline (recorded fp32 inputs) ran on the tensor cores: a kernel whose name says
+    tf32, or a tensor-core one (``tensorop``, ``s1688``/``s16816``: with fp32 inputs that math is TF32). TF32 was then
+    on for matmuls in this run (``allow_tf32`` is one switch for all of them), so turning it on changes nothing for
+    the GEMMs cuBLAS still ran in FFMA kernels (it picks kernels by shape)."""
+    if roof.empty:
+        return False
+    g = roof[(roof["kind"] == "gemm") & roof["dtype"].isin(["fp32", "tf32"])]
+    return any(kernel_family(x)["math"] in ("tf32", "tensor-core")
+               for n in pd.unique(g["kernel"].astype(str)) for x in split_kernel_names(n))
 
 
 def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
@@ -29,6 +42,8 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
     if not _ampere_or_later(c, simt_names):
         return None  # a GPU without TF32 (or one this cannot tell): nothing to change
     r = c.roof
+    if _tf32_on(r):
+        return None  # TF32 was on (an fp32 GEMM ran on the tensor cores): cuBLAS chose FFMA for these; the fix is moot
     simt = _per_name(r["kernel"], lambda u: u.map(lambda n: any(x in simt_names for x in split_kernel_names(n)))) \
         if not r.empty else None  # (decided once per distinct kernel text)
     rows = r[(r["kind"] == "gemm") & simt.astype(bool)] if not r.empty else r
@@ -53,10 +68,10 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
             bw = c.peaks.bandwidth_gbs if c.peaks is not None else None
             if bw:
                 floor = np.maximum(floor, pd.to_numeric(rows["bytes"], errors="coerce").fillna(0.0) / (bw * 1e3))
-            cost = max(0.0, float(((rows["time_us"] - floor) * rows["count"]).sum()) / _steps(c.report))
-            basis = (f"these GEMMs' time less their floor at TF32 (the same FLOPs at the {src} tf32 peak, "
-                     f"{tf:,.0f} TFLOP/s, or their bytes at the measured bandwidth, whichever is longer): what TF32 "
-                     "could save at most")
+            cost, basis = _gpu_time_cost(
+                c.report, max(0.0, float(((rows["time_us"] - floor) * rows["count"]).sum()) / _steps(c.report)),
+                f"these GEMMs' time less their floor at TF32 (the same FLOPs at the {src} tf32 peak, {tf:,.0f} "
+                "TFLOP/s, or their bytes at the measured bandwidth, whichever is longer): what TF32 could save at most")
     others = len(simt_names) - 1
     text = (f"fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores: {top[:90]}{rate}"
             + (f" and {others} other such kernel{'s' if others > 1 else ''}" if others else "") + ", "

@@ -6,7 +6,8 @@ each host↔device copy (a copy from pageable memory holds its ``cudaMemcpyAsync
 call lasts about as long as the copy; a pinned one returns at once). Host-to-device copies from pinned memory alone,
 with no synchronising call, are no finding: that is how a loop should feed its GPU. In a compute-bound steady state (the GPU sets the
 pace) the CPU's wait is for work the GPU had to do anyway: the cost is then at most the GPU's idle time inside the
-steps' windows. Each copy's bytes, rate and the copy engine's
+steps' windows; in an overhead-bound one it is at most the step's CPU time less its GPU work (a step gets no shorter
+than the GPU work it launches). Each copy's bytes, rate and the copy engine's
 time are the evidence.
 
 An op such as ``.item()`` counts only when a runtime call ran inside it (:func:`_reached_device`): on a CPU tensor
@@ -145,6 +146,13 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                      f"compute-bound step), so the {_fmt_us(blocked)} the CPU spent blocked per step was spent waiting "
                      "for work the GPU had to do anyway; what removing the syncs can win back is at most the time the "
                      "GPU ran dry")
+    elif cost is not None and ss.get("bound") == "overhead-bound" and ss.get("gpu_us_per_step") is not None:
+        room = max(0.0, float(ss["cpu_us_per_step"]) - float(ss["gpu_us_per_step"]))
+        if room < cost:
+            cost = room
+            basis = (f"the step's CPU time less the GPU work it launches, per steady-state step (measured): a step "
+                     f"gets no shorter than its GPU work, so of the {_fmt_us(blocked)} the CPU spent blocked per step "
+                     "removing the blocking can win back at most this")
     return Diagnosis("sync_in_step", "Host-device synchronisation or copies inside the step", text, fix,
                      cost, basis,
                      {"gpu_idle_us_per_step": idle, "slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],

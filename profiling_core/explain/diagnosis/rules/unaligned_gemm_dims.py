@@ -5,7 +5,8 @@ The rule: for ``x @ w`` with row-major operands (torch's default), A is M×K wit
 leading dimension N and the result M×N with leading dimension N (``nn.Linear``'s transposed weight has K too), so K and
 N are the dimensions whose alignment matters; M (the rows, e.g. the batch of a decode step) does not. The kernel that
 ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built for). The cost bound
-is its time less the same FLOPs at its roof (the roofline's ceiling for its intensity)."""
+is its time less the same FLOPs at its roof (the roofline's ceiling for its intensity), on the critical path only
+where the GPU sets the pace (``base._gpu_time_cost``)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -13,7 +14,7 @@ from typing import Optional
 import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
-from ..base import Diagnosis, _Ctx, _steps
+from ..base import Diagnosis, _Ctx, _gpu_time_cost, _steps
 
 ALIGN_ELEMENTS = 8
 """16 bytes of bf16/fp16: the alignment cuBLAS's vectorised tensor-core kernels need of each leading dimension."""
@@ -43,9 +44,9 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
     roof = row.get("roof") or "compute"
     if peak and pd.notna(peak):
         ideal = float((bad["flops"] * bad["count"]).sum()) / _steps(c.report) / (peak * 1e6)
-        cost, basis = max(0.0, per_step - ideal), (f"this GEMM time less the same FLOPs at its {roof} roof "
-                                                   f"({peak:,.1f} TFLOP/s, from the {src} peaks): a bound, not a "
-                                                   f"promise")
+        cost, basis = _gpu_time_cost(c.report, max(0.0, per_step - ideal),
+                                     f"this GEMM time less the same FLOPs at its {roof} roof ({peak:,.1f} TFLOP/s, "
+                                     f"from the {src} peaks): a bound, not a promise")
     frac = (f" ({row['fraction_of_peak']:.0%} of its {roof} roof, {src})"
             if row["fraction_of_peak"] is not None and pd.notna(row["fraction_of_peak"]) else "")
     text = (f"A {row['dtype']} GEMM with {dims}: {' and '.join(odd)} "
