@@ -68,8 +68,9 @@ def _occupancy_clause(name: str, n_launch: int, n_query: int, steps_with: list[i
 def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool) -> str:
     """The occupancy-query sentences: kernels queried before every launch (sized launch by launch, the post's
     pattern) apart from kernels queried before only some launches (a one-time query)."""
-    rows = list(zip(occ["name"].astype(str), occ["count"].astype(int), occ["occupancy_queries"].astype(int)))[
-        :_MAX_LISTED]
+    every_row = list(zip(occ["name"].astype(str), occ["count"].astype(int), occ["occupancy_queries"].astype(int)))
+    rows = every_row[:_MAX_LISTED]
+    left = len({n for n, _c, _q in every_row} - {n for n, _c, _q in rows})
     every = [r for r in rows if r[2] >= r[1]]
     some = [r for r in rows if r[2] < r[1]]
     parts = []
@@ -81,10 +82,17 @@ def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool) -
         parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in some)
                      + (": a one-time query on the op's first call" + (" in a cold process" if cold else "")
                         + ", not a per-launch pattern" if once else ": not every launch is preceded by one"))
-    return "An occupancy query precedes the launch of " + ". And of ".join(parts) + ". "
+    return ("An occupancy query precedes the launch of " + ". And of ".join(parts)
+            + (f". And of {_n(left, 'more kernel name')}, not listed" if left else "") + ". ")
 
 
 _OCCUPANCY = ("cudaOccupancy", "hipOccupancy", "cuOccupancy")
+
+
+def _hip(lp: pd.DataFrame) -> bool:
+    """True when the kernels were launched through HIP (an AMD GPU's trace): its calls are named hip…."""
+    apis = " ".join(str(a) for a in pd.unique(lp["launch_apis"].astype(str)))
+    return "hip" in apis and "cuda" not in apis and "cuLaunch" not in apis
 
 
 def _q6_paths(r, config=None) -> list[Finding]:
@@ -108,20 +116,22 @@ def _q6_paths(r, config=None) -> list[Finding]:
         if len(tb) else 0
     ev["occupancy_queries_in_trace"] = queries
     if occ.empty and queries:
-        text = (f"This trace holds {queries} occupancy quer{'y' if queries == 1 else 'ies'} (cudaOccupancy…), none "
+        text = (f"This trace holds {queries} occupancy quer{'y' if queries == 1 else 'ies'} "
+                f"({'hipOccupancy' if _hip(lp) else 'cudaOccupancy'}…), none "
                 "under an op that launched a kernel (a query is tied to a launch through the op both sit in), so "
                 f"which launch each one sizes cannot be read from it. Launches: {per}.")
     elif occ.empty:
-        text = f"No occupancy query (cudaOccupancy…) precedes any kernel launch in this trace. Launches: {per}."
+        text = (f"No occupancy query ({'hipOccupancy' if _hip(lp) else 'cudaOccupancy'}…) precedes any kernel launch "
+                f"in this trace. Launches: {per}.")
     else:
         steps_of = _occupancy_steps(r)
         first_step = int(r.steps["step"].iloc[0]) if not r.steps.empty else None
         ev["occupancy_query_launches"] = {str(n): {"launches": int(c), "with_query": int(q),
                                                    "steps": sorted(set(steps_of.get(str(n), [])))}
                                           for n, c, q in zip(occ["name"], occ["count"], occ["occupancy_queries"])}
-        plain = lp[~lp["occupancy_query_before"]]
+        plain = set(lp.loc[~lp["occupancy_query_before"], "name"].astype(str)) - set(occ["name"].astype(str))
         text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config))
                 + (f"{_n(len(plain), 'other kernel name')} launch{'es' if len(plain) == 1 else ''} without one. "
-                   if len(plain) else "")
+                   if plain else "")
                 + f"Launches: {per}.")
     return [Finding("q6.launch_path", 6, "How kernels are launched", text, ev)]
