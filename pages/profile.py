@@ -59,7 +59,8 @@ with right:
 s = rep.summary
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Profiled steps", s.get("steps", 0))
-c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")))
+c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")),
+          help=ui.STEP_MEDIAN_HELP)
 c3.metric("GPU busy per step (median)",
           format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
 ss = s.get("steady_state") or {}

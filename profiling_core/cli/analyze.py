@@ -147,8 +147,10 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     if len(gpus) > 1:
         from ..explain import devices_text
         lines.append("  note: " + devices_text(gpus))
-    if s["steps"]:
-        lines.append(f"  CPU per step (median) {format_duration_us(s['cpu_step_median_us'])}   GPU busy per step (median) "
+    if s["steps"]:  # (medians of every step with work in it; the steady state's figures follow)
+        n = s["steps"] - len((s.get("steady_state") or {}).get("empty_steps") or [])
+        lines.append(f"  CPU per step (median of {n} step{'s' if n != 1 else ''}) "
+                     f"{format_duration_us(s['cpu_step_median_us'])}   GPU busy per step (median) "
                      f"{format_duration_us(s['gpu_step_median_us'])}")
     ss = s.get("steady_state") or {}
     if ss.get("bound") in ("compute-bound", "overhead-bound"):
@@ -207,7 +209,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         lines.append("  what to change" + (against or " (no calibration of this device: no fraction of peak)") + ":")
         for d in diagnosis.diagnoses:
             unit = "/step" if diagnosis.cost_unit == "per step" else " in the trace"
-            cost = f" [{format_duration_us(d.cost_us_per_step)}{unit}: {d.cost_basis}]" if d.cost_us_per_step else ""
+            cost = (f" [{format_duration_us(d.cost_us_per_step)}{unit}: {d.cost_basis}]" if d.cost_us_per_step is not None
+                    else "")
             lines.append(f"    {d.title}: {d.text}{cost}")
             lines.append(f"      fix: {d.fix}")
         if not diagnosis.diagnoses:
