@@ -278,6 +278,11 @@ def test_one_stalled_call_among_fast_ones_is_named_against_its_median(tmp_path):
     assert "took 5,000.0 µs in step 3 against a median 50.0 µs for the same call (100×)" in x.text
     assert x.cost_us_per_step == pytest.approx((5000.0 - 50.0) / 3)  # by hand: over steps 2-4
     assert "not recorded in an imported trace" in x.text
+    # its share is of the mean step over the same steps, of which the lost time is a part: under 100% whatever the
+    # stall (against the median step, 220 µs, it read 750%)
+    durs = [b - a for a, b in steps_of(scan_trace(path))][1:]
+    share = (5000.0 - 50.0) / 3 / (sum(durs) / 3)
+    assert share < 1 and f"{share:.0%} of the steps' time" in x.text
 
 
 def test_a_quiet_cpu_run_with_ordinary_spread_gets_no_contention_verdict(tmp_path):

@@ -10,7 +10,8 @@ Both are what an op's intra-op threads look like when they do not get their core
 region on its OpenMP threads (one per core by default) and waits for the slowest; on a machine busy with other work
 a thread that lost its core stalls the op for a scheduler slice (milliseconds), a thousand times a 64² GEMM. The fix
 names the threads knob (fewer threads than idle cores, or one) and a quieter machine. It fires only when the time
-lost is at least :data:`MIN_LOST_SHARE` of a step. The cost is the time the slow calls took above their median, or
+lost is at least :data:`MIN_LOST_SHARE` of the steps' time (the lost time per step against the mean step: both are
+means over the steps after the first). The cost is the time the slow calls took above their median, or
 above the floor rate for a GEMM: what they would save running as the same call does elsewhere in the run."""
 from __future__ import annotations
 
@@ -85,9 +86,10 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
                          "median_us": med, "gflops": f / us / 1e3 if f else None,
                          "lost_us": max(lost_vs_median, lost_vs_floor),
                          "by": "floor rate" if lost_vs_floor >= lost_vs_median else "median"})
-    step_us = float(r.steps[r.steps["step"].isin(basis)]["cpu_dur_us"].median())
-    lost = sum(x["lost_us"] for x in slow) / len(basis)
-    if not slow or not step_us > 0 or lost < MIN_LOST_SHARE * step_us:
+    durs = r.steps[r.steps["step"].isin(basis)]["cpu_dur_us"]
+    step_us, mean_us = float(durs.median()), float(durs.mean())
+    lost = sum(x["lost_us"] for x in slow) / len(basis)  # (a mean per step: its share is of the mean step)
+    if not slow or not mean_us > 0 or lost < MIN_LOST_SHARE * mean_us:
         return None
     slow.sort(key=lambda x: -x["lost_us"])
     said = []
@@ -113,7 +115,7 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
             f"they do not get their cores (threads: {how}). torch runs each op's "
             "parallel region on its OpenMP threads and waits for the slowest; a thread that lost its core to other "
             f"work stalls the op for a scheduler slice. The slow calls lose {_fmt_us(lost)} per step, "
-            f"{lost / step_us:.0%} of a step.")
+            f"{lost / mean_us:.0%} of the steps' time (a mean step: {_fmt_us(mean_us)}).")
     if threads == 1:
         fix = ("The run already used one thread: profile on a quieter machine (stop what else runs; the Home page "
                "and each run's load average say how busy it was), then compare the step times.")
@@ -124,6 +126,6 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
     return Diagnosis("cpu_contention", "CPU ops stalled: their threads did not get the cores", text, fix, lost,
                      "the slow calls' own time above the same call's median (a GEMM: above the floor rate), per "
                      "step after the first",
-                     {"threads": threads, "basis_steps": basis, "median_step_us": step_us,
+                     {"threads": threads, "basis_steps": basis, "median_step_us": step_us, "mean_step_us": mean_us,
                       "slow_call_at": SLOW_CALL_AT, "floor_gflops": CPU_GEMM_FLOOR_GFLOPS,
                       "slow_calls": slow[:20], "slice_ids": [x["id"] for x in slow][:50]})
