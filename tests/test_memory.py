@@ -592,3 +592,18 @@ def test_per_op_gpu_memory_is_the_profiler_tables_but_where_torch_counts_by_time
         assert table[name][0] == pytest.approx(window(name, True), abs=0.01 * 2**20)
         assert float(by_op.loc[name, "total_net_bytes"]) == window(name, False)
     assert float(by_op.loc["aten::mse_loss", "total_net_bytes"]) == 2 * table["aten::mse_loss"][0]
+
+
+def test_the_ops_live_at_the_peak_past_the_listed_ones_are_counted(tmp_path):
+    """Five ops each leave one block open at the peak (by hand: 500 + 400 + 300 + 200 + 100 bytes); the text names
+    the largest three and counts the other two and their bytes, so that the named ones and the rest add up to what
+    the window allocated and held at the peak."""
+    from profiling_core import findings
+    ev, total = [step(1, 0, 1000)], 0
+    for k, nbytes in enumerate([500, 400, 300, 200, 100]):
+        total += nbytes
+        ev += [op(f"op{k}", 10 + 100 * k, 50), mem(20 + 100 * k, nbytes, addr=100 + k, total=total)]
+    with open_trace(write(tmp_path, ev), engine="sqlite") as s:
+        [q1] = [f for f in findings(analyze(s)) if f.id == "q1.memory"]
+    assert "live at the peak: op0 500 B in 1 block, op1 400 B in 1 block, op2 300 B in 1 block, and 300 B from 2 " \
+           "more ops" in q1.text

@@ -41,9 +41,12 @@ def _q1_memory(r, config=None) -> list[Finding]:
             if len(m.live_at_peak) else m.live_at_peak
         top = live.head(TOP_LIVE)
         if len(top):
+            rest = live.iloc[len(top):]
             s += ". Allocated in the window and live at the peak: " + ", ".join(
                 f"{_short(op) if op else 'top level'} {human_bytes(b)} in {_blocks(n)}"
-                for op, b, n in zip(top["op"], top["bytes"], top["blocks"]))
+                for op, b, n in zip(top["op"], top["bytes"], top["blocks"])) + (
+                f", and {human_bytes(int(rest['bytes'].sum()))} from {len(rest)} more op{'s' if len(rest) > 1 else ''}"
+                if len(rest) else "")
         u = m.unfreed[m.unfreed["device"] == dev] if len(m.unfreed) else m.unfreed
         if pk["has_addresses"]:
             if len(u):

@@ -50,7 +50,8 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     extra, pk, steady, how = max(found, key=lambda x: x[0])
     dev = pk["device"]
     live = m.live_at_peak
-    live = live[(live["device"] == dev) & (live["origin"] == "window")].head(TOP_LIVE) if len(live) else live
+    live = live[(live["device"] == dev) & (live["origin"] == "window")] if len(live) else live
+    rest, live = live.iloc[TOP_LIVE:], live.head(TOP_LIVE)
     where = f" in {pk['op']}" if pk["op"] else ""
     step = f" (step {pk['step']:g})" if pk["step"] == pk["step"] else ""
     text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}, "
@@ -61,7 +62,9 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     if len(live):
         text += " Allocated in the window and live at the peak: " + ", ".join(
             f"{op or 'top level'} {human_bytes(b)} in {n} block{'s' if n != 1 else ''}"
-            for op, b, n in zip(live["op"], live["bytes"], live["blocks"])) + "."
+            for op, b, n in zip(live["op"], live["bytes"], live["blocks"])) + (
+            f", and {human_bytes(int(rest['bytes'].sum()))} from {len(rest)} more op{'s' if len(rest) > 1 else ''}"
+            if len(rest) else "") + "."
     fix = ("Shorten the temporaries' lives: free intermediates as soon as they are used (del, in-place ops, no "
            "references kept for logging), compute the largest one in chunks (e.g. the loss over the vocabulary, "
            "attention over blocks of the sequence), run inference under torch.inference_mode(), and in training "
