@@ -565,3 +565,33 @@ def test_fp32_ffma_gemms_beside_tf32_ones_are_not_sent_to_tf32(tmp_path):
     tensorop = "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4"
     assert "fp32_without_tf32" in rules(run(build([vt.SGEMM]))[2])
     assert "fp32_without_tf32" not in rules(run(build([vt.SGEMM, tensorop]))[2])
+
+
+def _first_op_waits(path) -> list[float]:
+    """Per step, from the JSON alone: how long its first kernel started after its launch call (by correlation)."""
+    events = scan_trace(path)
+    launch = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"
+              and "correlation" in e.get("args", {})}
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: launch[e["args"]["correlation"]])
+    return [next(k["ts"] - launch[k["args"]["correlation"]] for k in kernels
+                 if a <= launch[k["args"]["correlation"]] < b) for a, b in steps_of(events)]
+
+
+def test_a_launch_queue_that_fills_and_holds_is_not_said_to_drift(tmp_path):
+    """A full launch queue: the first step's first kernel starts at once, every later one ~2 ms after its launch
+    (the queue is as long as it can get): the lanes hold their distance, they do not drift apart."""
+    path = vt.full_launch_queue(tmp_path / "t.json", gap_us=5.0)
+    waits = _first_op_waits(path)
+    assert waits[0] < 10 and max(waits[1:]) - min(waits[1:]) < 0.1 * max(waits[1:])
+    _r, f, _d = run(path)
+    q4 = f["q4.offset"].text
+    assert "grew and then held" in q4 and f"steps 2 to 4 {waits[-1] / 1000:.2f} ms each" in q4
+    assert "drifts right" not in q4
+
+
+def test_a_queue_that_keeps_growing_is_said_to_drift(tmp_path):
+    path = vt.gpu_bound_with_drift(tmp_path / "t.json")
+    waits = _first_op_waits(path)
+    assert all(b - a > 0.1 * waits[-1] for a, b in zip(waits[1:], waits[2:]))  # each step's wait well above the last's
+    _r, f, _d = run(path)
+    assert "grows across the steps" in f["q4.offset"].text and "drifts right" in f["q4.offset"].text

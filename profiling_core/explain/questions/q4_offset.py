@@ -33,9 +33,24 @@ GROWS_AT = 3.0
 """A delay this many times its starting value is a queue that grew."""
 
 
+HELD_WITHIN = 0.10
+"""Steps whose first GPU op waited within this share of the last step's wait: the queue held its length, where at
+least half the steps after the first (and two) did (a slow steady drift has only its last steps that close)."""
+
+
+def _held_tail(first):
+    """The last steps (a Series by step) whose first op's delay is within :data:`HELD_WITHIN` of the last step's."""
+    last = float(first.iloc[-1])
+    k = len(first)
+    while k > 0 and abs(float(first.iloc[k - 1]) - last) <= HELD_WITHIN * max(last, 1e-9):
+        k -= 1
+    return first.iloc[k:]
+
+
 def _growth(ll, ev: dict) -> str:
     """Whether the queue grows, read where it can: across the steps (each step's first GPU op against the first
-    step's: the CPU runs further ahead every step, the GPU lane drifts right) or within them (a step's last op
+    step's: the CPU runs further ahead every step, the GPU lane drifts right; where the last steps' first ops waited
+    alike, :func:`_held_tail`, it grew and then held) or within them (a step's last op
     against its first, the queue drained by the next step); without steps, the trace's last op against its first."""
     o = ll.sort_values("launch_start_ns", kind="stable")
     stepped = o[o["step"].notna()] if "step" in o else o.iloc[:0]
@@ -44,6 +59,14 @@ def _growth(ll, ev: dict) -> str:
         first, last = g.first(), g.last()
         ev.update(step_first_us={int(k): _num(v) for k, v in first.items()},
                   step_last_us={int(k): _num(v) for k, v in last.items()})
+        held = _held_tail(first)  # (the last steps whose first ops waited as long as the last one's: it stopped growing)
+        if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9) and len(held) >= max(2, (len(first) - 1) / 2):
+            span = (f"{_us(held.min())} each" if _us(held.min()) == _us(held.max())
+                    else f"{_us(held.min())} to {_us(held.max())}")
+            return (f" The queue grew and then held: the first GPU op of step {int(first.index[0])} started "
+                    f"{_us(first.iloc[0])} after its launch, those of steps {int(held.index[0])} to "
+                    f"{int(held.index[-1])} {span}: the CPU stays a bounded distance ahead of the GPU (a full launch "
+                    "queue, or a wait that holds it back), so the lanes do not drift further apart.")
         if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9):
             return (f" The queue grows across the steps: the first GPU op of step {int(first.index[0])} started "
                     f"{_us(first.iloc[0])} after its launch, that of step {int(first.index[-1])} "
