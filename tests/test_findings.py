@@ -504,6 +504,18 @@ def test_q3_says_nothing_of_the_first_step_when_the_others_spread_wider_than_the
     assert "range from 18.00 ms to 74.50 ms" in f.text and f.evidence["others_spread_pct"] > 100
 
 
+def test_q3_explains_no_first_step_cost_when_a_later_step_took_longer():
+    """The H200 LLM training run: steps of 41.82, 42.07 and 36.97 ms (a plain scan). The first is 6% above the
+    others' median, but the second took longer than it: no first-step cost to explain."""
+    path = DATA / "h200_train" / "llm_train.json.gz"
+    durs = [s["dur"] for s in _plain_steps(scan_trace(path))]
+    first, later = durs[0], durs[1:]
+    assert first > 1.05 * statistics.median(later) and min(later) <= first <= max(later)
+    f = by_id(path)["q3.cold_start"]
+    assert f.evidence["first_step_slower"] is None and "extra" not in f.text
+    assert f"range from {min(later) / 1000:.2f} ms to {max(later) / 1000:.2f} ms" in f.text
+
+
 @pytest.mark.parametrize("name", ["coldwarm_64_cold_eager", "coldwarm_64_warm_eager", "spine_64_warm_eager_b8"])
 def test_q3_and_q6_take_warm_or_cold_from_the_config(name):
     config = json.loads((APP / f"{name}.meta.json").read_text())["config"]

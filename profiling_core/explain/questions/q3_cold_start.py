@@ -67,8 +67,9 @@ def _q3_cold(r, config=None) -> list[Finding]:
     later = rest[rest["step"] != first_step]["cpu_dur_us"]  # (another rank's slice of the first step is not later)
     lo, hi = (float(later.min()), float(later.max())) if len(later) else (0.0, 0.0)
     spread = (hi - lo) / rest_med * 100 if rest_med > 0 else 0.0
-    if len(later) >= 2 and spread > SPREAD_WARN_PCT and lo <= float(first["cpu_dur_us"]) <= hi:
-        # inside the others' own range, and that range is wide: the steps' noise, not the first step, decides
+    if len(later) >= 2 and (spread > SPREAD_WARN_PCT or slower) and lo <= float(first["cpu_dur_us"]) <= hi:
+        # inside the others' own range, and that range is wide (or wide enough to hold a first step above the 5% of
+        # the rule: a later step took longer): the steps' noise, not the first step, decides
         ev.update(others_spread_pct=_num(spread), others_min_us=_num(lo), others_max_us=_num(hi), first_step_slower=None)
         text += (f" The others themselves range from {_us(lo)} to {_us(hi)} ({spread:.0f}% of their median) and the "
                  "first step lies inside that range: the steps' own noise is larger than the difference, so this "
