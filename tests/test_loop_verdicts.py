@@ -453,6 +453,13 @@ def test_a_thread_that_prefetches_batches_beside_the_step_keeps_nobody_waiting(t
     assert r.steps["data_us"].tolist() == [0.0] * 4
     assert "input_bound" not in d and "waiting for input" not in f["q2.bound"].text
     assert (r.phases.loc[r.phases["phase"] == "data", "cpu_us"] == 0).all()
+    # the starved finding lists own times of both threads: they add up to more than the step, and it says so
+    text = d["gpu_starved"].text
+    step_us = r.summary["steady_state"]["cpu_us_per_step"]
+    listed = [float(x.replace(",", "")) for x in re.findall(r" ([\d,.]+) µs", text.split("Where the CPU time goes")[1]
+                                                                  .split(". These")[0])]
+    assert sum(listed) > step_us and f"more than the step's {step_us:,.1f} µs" in text
+    assert "every thread of the process, which run side by side" in text
 
 
 def test_the_starved_finding_points_to_the_input_finding_only_where_there_is_one(tmp_path):

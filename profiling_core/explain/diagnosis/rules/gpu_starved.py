@@ -165,9 +165,12 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     on_loop = _step_thread_launches(r, basis, calls)  # (else the step thread's idle time is not the loop's)
     step_own = _step_own_us(r, basis) if on_loop else None
     if where:
+        listed = sum(us for _name, us, _w in top) + (step_own or 0.0)
         text += (f" Where the CPU time goes (own time per step, largest first): {where}"
                  + (f"; not listed, the step slice's own time outside every op of its thread: {_fmt_us(step_own)}"
-                    if step_own else "") + ".")
+                    if step_own else "") + "."
+                 + (f" These are the own times of every thread of the process, which run side by side: together "
+                    f"{_fmt_us(listed)}, more than the step's {_fmt_us(cpu)}." if listed > 1.01 * cpu else ""))
     if call_us is not None:
         text += (f" The {n_calls:g} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} per "
                  f"step in all (median {_fmt_us(call_us)} each).")
