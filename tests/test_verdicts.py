@@ -595,3 +595,33 @@ def test_a_queue_that_keeps_growing_is_said_to_drift(tmp_path):
     assert all(b - a > 0.1 * waits[-1] for a, b in zip(waits[1:], waits[2:]))  # each step's wait well above the last's
     _r, f, _d = run(path)
     assert "grows across the steps" in f["q4.offset"].text and "drifts right" in f["q4.offset"].text
+
+
+# --- a CPU run is told nothing about a GPU it did not have -----------------------------------------------------------
+
+def test_a_cpu_runs_texts_name_no_gpu_figure(tmp_path, capsys):
+    """A CPU training loop (built: DataLoader, forward, backward, optimizer; no GPU lane), once eager and once with a
+    compiled region per step, profiled with profile_memory: analyze's summary, question 9 and the profiler-overhead
+    diagnosis say nothing of GPU time, kernels or device copies it cannot have."""
+    from profiling_core.cli import analyze as analyze_cli
+    path = vt.data_loader_steps(tmp_path / "t.json", [300.0] * 4, gpu=False)
+    assert analyze_cli.main([str(path), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    head, summary = out.split("  findings:")[0].split("\n", 2)[1:]  # (the counts' line, then the figures)
+    assert "GPU ops 0   kernels 0   (no GPU lane)" in head and "training phases" in summary
+    assert "GPU busy" not in summary and " GPU, " not in summary and "kernel" not in summary
+    r, _f, d = run(path, peaks=None, config={"profile_memory": True, "device": "cpu"})
+    text = rules(d)["profiler_overhead"].text
+    assert "ran on the CPU, so every time here does" in text and "GPU kernel times" not in text
+
+    t = vt.Trace()
+    for n in range(3):
+        t.step(n + 1, lambda t: (t.cpu("TorchDynamo Cache Lookup", 10), t.cpu(
+            "Torch-Compiled Region: 0/0", 60, children=lambda t: t.cpu("## Call CompiledFxGraph fabc123 ##", 40))))
+    compiled = t.write(tmp_path / "c.json", device_properties=False)
+    assert analyze_cli.main([str(compiled), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled regions per step 1" in out and "memcpy DtoD" not in out
+    _r, f, _d = run(compiled, peaks=None)
+    q9 = f["q9.compile"].text
+    assert "the compiled code ran on the CPU" in q9 and "kernel launch" not in q9

@@ -150,8 +150,9 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     if s["steps"]:  # (medians of every step with work in it; the steady state's figures follow)
         n = s["steps"] - len((s.get("steady_state") or {}).get("empty_steps") or [])
         lines.append(f"  CPU per step (median of {n} step{'s' if n != 1 else ''}) "
-                     f"{format_duration_us(s['cpu_step_median_us'])}   GPU busy per step (median) "
-                     f"{format_duration_us(s['gpu_step_median_us'])}")
+                     f"{format_duration_us(s['cpu_step_median_us'])}"
+                     + (f"   GPU busy per step (median) {format_duration_us(s['gpu_step_median_us'])}"
+                        if s["has_gpu"] else ""))
     ss = s.get("steady_state") or {}
     if ss.get("bound") in ("compute-bound", "overhead-bound"):
         wait = ss.get("sync_wait_us_per_step") or 0.0
@@ -176,7 +177,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      f"{format_duration_us(s['launch_latency_median_us'])}   launch APIs: "
                      + (", ".join(s["launch_apis"]) or "none"))
     if s["compiled_regions_per_step"]:
-        lines.append(f"  compiled regions per step {s['compiled_regions_per_step']:g}   memcpy DtoD {s['memcpy_dtod']}")
+        lines.append(f"  compiled regions per step {s['compiled_regions_per_step']:g}"
+                     + (f"   memcpy DtoD {s['memcpy_dtod']}" if s["has_gpu"] else ""))
     shares = s.get("time_by_category") or {}
     if s["has_gpu"] and shares:
         lines.append("  GPU time by category (share of the steps' windows): "
@@ -184,8 +186,9 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     ph = report.summary.get("train_phases") or {}
     if ph:  # a training step: where each phase's time goes (medians of the steps after the first)
         lines.append("  training phases (per step, median): " + ", ".join(
-            f"{name} {format_duration_us(v['cpu_us'])} CPU / {format_duration_us(v['gpu_us'])} GPU, "
-            f"{v['kernels']:g} kernels" for name, v in ph.items()))
+            f"{name} {format_duration_us(v['cpu_us'])} CPU"
+            + (f" / {format_duration_us(v['gpu_us'])} GPU, {v['kernels']:g} kernel{'s' if v['kernels'] != 1 else ''}"
+               if s["has_gpu"] else "") for name, v in ph.items()))
     lines.extend(_memory_lines(s.get("memory") or {}))
     ks = report.kernel_stats.head(5)
     if len(ks):

@@ -59,9 +59,10 @@ def _q9_compile(r, config=None) -> list[Finding]:
             + (" (the same every step: a cache hit)" if len(forward) == 1 and forward_calls > 1 else "")
             + (f" and {_n(len(backward), 'backward graph')} run by autograd (CompiledFunctionBackward"
                + (", the same every step" if len(backward) == 1 and int(cb["backward_fx_graph_calls"].sum()) > 1
-                  else "") + ")" if backward else "") + ". Per step (median): "
-            f"{_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')}, "
-            f"{_n(ev['kernels_per_step'], 'kernel')}")
+                  else "") + ")" if backward else "")
+            + (". Per step (median): " f"{_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')}, "
+               f"{_n(ev['kernels_per_step'], 'kernel')}" if r.has_gpu else f". {NO_GPU_TEXT}: the compiled code ran "
+               "on the CPU"))
     totals = []
     for key, word, plural, note in (("memcpy_dtod", "device-to-device copy", "device-to-device copies", ""),
                                     ("memcpy_htod", "host-to-device copy", "host-to-device copies", ""),

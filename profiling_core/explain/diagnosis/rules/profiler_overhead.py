@@ -16,8 +16,9 @@ def _rule_profiler_overhead(c: _Ctx) -> Optional[Diagnosis]:
     mem = sum(1 for n in tb.name.tolist() if n == "[memory]")
     text = (f"This run was profiled with {' and '.join(on)}: the profiler then records a Python stack and/or every "
             f"allocation for each op ({mem:,} [memory] events here), which adds CPU time to every op. The CPU-side "
-            "times of this trace (step time, launch latency, op durations) include that cost; GPU kernel times do "
-            "not.")
+            + ("times of this trace (step time, launch latency, op durations) include that cost; GPU kernel times "
+               "do not." if c.report.has_gpu else "times of this trace (step time, op durations) include that cost; "
+               "it ran on the CPU, so every time here does."))
     fix = ("Profile timing with record_shapes only (or nothing extra), and make a second run with with_stack / "
            "profile_memory when you need stacks or memory; compare the two runs' CPU step times.")
     return Diagnosis("profiler_overhead", "The profiler's own overhead", text, fix, None,
