@@ -79,6 +79,8 @@ def test_memory_kept_by_every_step_is_named_with_the_op_and_steps_that_keep_it(t
     assert x.evidence["steps"] == [2, 3, 4, 5] and x.evidence["net_bytes_per_step"] == [4096] * 4
     assert x.evidence["unfreed"] == [{"op": "leaky_op", "bytes": 5 * 4096, "blocks": 5, "steps": [1, 2, 3, 4, 5]}]
     assert "grows in every step: steps 2–5 each leave about 4.0 KiB more" in x.text
+    # 16 KiB over 100 MiB kept: both levels read 100.0 MiB, so no "from 100.0 MiB to 100.0 MiB"
+    assert "(16.0 KiB over 4 steps, on top of 100.0 MiB)" in x.text
     assert "leaky_op 20.0 KiB in 5 blocks (steps 1, 2, 3, 4, 5)" in x.text
     assert "left 20.0 KiB in 5 blocks never freed, the most from leaky_op" in f["q1.memory"].text
 

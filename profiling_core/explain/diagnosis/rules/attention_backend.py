@@ -53,7 +53,8 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
              "; the trace does not say why flash was not chosen: force it (torch.nn.attention.sdpa_kernel("
              "SDPBackend.FLASH_ATTENTION)) and torch's warning names the reason.")
     if backend in good:
-        fix = "Nothing to change for the backend (flash and cuDNN are the fused, memory-efficient ones)."
+        fix = (f"Nothing to change for the backend ({'cuDNN' if backend == 'cudnn' else 'flash'} attention is a fused, "
+               "memory-efficient kernel).")
     elif not on_gpu:
         fix = ("On a CPU torch's own choice (backend auto) runs its flash CPU kernel: drop the forced backend."
                if forced and forced != "auto" else "Nothing to change for the backend.")

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
-from ...questions.base import _per_name
+from ...questions.base import _per_name, _short
 from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _in_steps, _per, _steps
 
 
@@ -73,7 +73,7 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
                 f"these GEMMs' time less their floor at TF32 (the same FLOPs at the {src} tf32 peak, {tf:,.0f} "
                 "TFLOP/s, or their bytes at the measured bandwidth, whichever is longer): what TF32 could save at most")
     others = len(simt_names) - 1
-    text = (f"fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores: {top[:90]}{rate}"
+    text = (f"fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores: {_short(top, 90)}{rate}"
             + (f" and {others} other such kernel{'s' if others > 1 else ''}" if others else "") + ", "
             f"{_fmt_us(per_step)} of such kernels {_per(c.report)}. This GPU has TF32 tensor cores"
             + (f" ({src} {tf:,.0f} TFLOP/s{' here' if src == 'measured' else ''})" if tf else "") + ", which torch leaves off for matmuls by default.")

@@ -31,10 +31,12 @@ def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
     per = float(basis["net_bytes"].median())
     steps = [int(s) for s in basis["step"]]
     u = m.unfreed[m.unfreed["device"] == dev].head(TOP_OPS) if len(m.unfreed) else m.unfreed
+    start, end = (human_bytes(int(basis["start_allocated_bytes"].iloc[0])),
+                  human_bytes(int(basis["end_allocated_bytes"].iloc[-1])))
     text = (f"{dev}'s allocated memory grows in every step: steps {steps[0]}–{steps[-1]} each leave about "
             f"{human_bytes(per)} more allocated than they found ({human_bytes(total)} over {len(steps)} steps, "
-            f"from {human_bytes(int(basis['start_allocated_bytes'].iloc[0]))} to "
-            f"{human_bytes(int(basis['end_allocated_bytes'].iloc[-1]))}). A run long enough runs out of memory.")
+            + (f"from {start} to {end}" if start != end else f"on top of {start}")
+            + "). A run long enough runs out of memory.")
     if len(u):
         text += " Allocated in the window and never freed: " + ", ".join(
             f"{op or 'top level'} {human_bytes(b)} in {n} block{'s' if n != 1 else ''} (steps "

@@ -14,6 +14,7 @@ from typing import Optional
 import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
+from ...questions.base import _short
 from ..base import Diagnosis, _Ctx, _gpu_time_cost, _steps
 
 ALIGN_ELEMENTS = 8
@@ -33,7 +34,7 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
     dims = f"M={int(row['m'])}, K={int(row['k'])}, N={int(row['n'])}"
     odd = [k for k in ("K", "N") if int(row[k.lower()]) % ALIGN_ELEMENTS]
     fams = [kernel_family(x) for x in split_kernel_names(str(row["kernel"]))]
-    fam_txt = "; ".join(f"{x[:70]} (" + ", ".join(
+    fam_txt = "; ".join(f"{_short(x, 70)} (" + ", ".join(
         t for t in ((f"built for sm{f['arch']}" if f["arch"] else ""), (f"operand alignment {f['align']} element"
                     f"{'s' if (f['align'] or 0) > 1 else ''}" if f["align"] else "")) if t) + ")"
         for x, f in zip(split_kernel_names(str(row["kernel"])), fams))
