@@ -314,10 +314,16 @@ def cpu_vs_gpu(session, at: float = GPU_BOUND_AT, steps_df: pd.DataFrame | None 
     waits = [counted_wait(w, c) for w, c in zip(out["sync_wait_us"].tolist(), out["cpu_dur_us"].tolist())]
     out["gpu_to_cpu"] = ratio(out["gpu_busy_us"], out["cpu_dur_us"] - pd.Series(waits, index=out.index))
     out["gpu_starved_share"] = ratio(out["gpu_starved_us"], out["cpu_dur_us"])
-    out["bound"] = pd.Series([bound(g, c, int(n), at, w, None if x != x else x) for g, c, n, w, x in zip(
-        out["gpu_busy_us"].tolist(), out["cpu_dur_us"].tolist(), out["gpu_ops"].tolist(),
-        out["sync_wait_us"].tolist(), out["gpu_starved_share"].tolist())], index=out.index, dtype=object)
+    out["bound"] = pd.Series(_step_bounds(df, at), index=out.index, dtype=object)
     return out.drop(columns=["gpu_ops", "gpu_starved_us"]).reset_index(drop=True)
+
+
+def _step_bounds(df: pd.DataFrame, at: float = GPU_BOUND_AT) -> list[str]:
+    """:func:`bound` of each row of a :func:`steps` frame, on that step's own figures."""
+    starved = ratio(df["gpu_starved_us"], df["cpu_dur_us"]).tolist()
+    return [bound(g, c, int(n), at, w, None if x != x else x) for g, c, n, w, x in zip(
+        df["gpu_busy_us"].tolist(), df["cpu_dur_us"].tolist(), df["gpu_ops"].tolist(), df["sync_wait_us"].tolist(),
+        starved)]
 
 
 def working_steps(df: pd.DataFrame) -> pd.DataFrame:
@@ -363,7 +369,9 @@ def data_wait(steps_df: pd.DataFrame) -> dict:
 def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     """The bound of the run's steady state, with its evidence: :func:`bound` applied to the medians of the basis
     steps (:func:`basis_steps`, of the :func:`working_steps`) that launched GPU work (the median GPU work against the
-    median CPU time less the median time blocked in synchronize calls while the GPU worked).
+    median CPU time less the median time blocked in synchronize calls while the GPU worked), unless every one of
+    those steps gets the other verdict on its own figures: the medians of the rule's two tests (GPU work against CPU
+    time, the starved share) can fail both where each step passes one (``bound_of_every_step`` then True).
 
     Returns a dict: ``bound`` (``compute-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without steps),
     ``basis`` (``after_first`` or ``all``), ``basis_steps`` (those of the basis that launched GPU work, when some
@@ -383,7 +391,7 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
            "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
-           "steps_without_gpu": [], "empty_steps": []}
+           "steps_without_gpu": [], "empty_steps": [], "bound_of_every_step": False}
     if steps_df is None or steps_df.empty:
         return out
     work = working_steps(steps_df)
@@ -406,9 +414,14 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     own = cpu_g - wait
     starved = float(ratio(with_gpu["gpu_starved_us"], with_gpu["cpu_dur_us"]).median())
     starved = None if starved != starved else starved  # (NaN: no window with a duration)
+    label = bound(gpu, cpu_g, len(with_gpu), at, wait, starved)
+    # each step by the same rule: where every one of them gets the other verdict (each meeting the rule its own way,
+    # one by its GPU work, another by never starving), the medians of the two tests must not overrule them all
+    each = set(_step_bounds(with_gpu, at))
+    out["bound_of_every_step"] = len(each) == 1 and label not in each
     out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, sync_wait_us_per_step=wait, cpu_own_us_per_step=own,
                gpu_to_cpu=gpu / own if own > 0 else None, starved_share=starved,
-               bound=bound(gpu, cpu_g, len(with_gpu), at, wait, starved),
+               bound=next(iter(each)) if out["bound_of_every_step"] else label,
                busy_in_window=float(with_gpu["gpu_busy_fraction"].median()))
     out["gpu_idle_share"] = max(0.0, 1.0 - gpu / own) if out["bound"] == "overhead-bound" and own > 0 else 0.0
     delay = (with_gpu["first_gpu_start_ns"].astype("Float64") - with_gpu["start_ns"].astype("Float64")) / 1000.0

@@ -133,7 +133,16 @@ def _q2_verdict(r) -> list[Finding]:
     else:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of "
                 f"GPU work ({ratio:.2f}× the CPU time). ")
-    if label == "compute-bound" and gpu < GPU_BOUND_AT * (cpu - wait):  # (the rule's other test: no starving)
+    if ss.get("bound_of_every_step"):  # every step gets this verdict on its own figures; their medians would not
+        rows = cv[cv["step"].isin(ss["basis_steps"])]
+        each = "; ".join(f"step {int(x.step)}: {x.gpu_to_cpu:.2f}× GPU work per CPU time, the GPU idle with nothing "
+                         f"launched {100 * _num(x.gpu_starved_share) if _num(x.gpu_starved_share) else 0:.1f}% of it"
+                         for x in rows.itertuples())
+        text += (f"Each of these steps is {label} by the rule on its own figures ({each}; the rule: GPU work at least "
+                 f"{GPU_BOUND_AT:g}× the CPU's own time, or idle with nothing launched at most {100 * STARVED_AT:g}% "
+                 "of the step, is compute-bound), though the medians, taken across steps that meet the rule in "
+                 f"different ways, would not be: the verdict is the steps', {label}.")
+    elif label == "compute-bound" and gpu < GPU_BOUND_AT * (cpu - wait):  # (the rule's other test: no starving)
         starved = ss["starved_share"] or 0.0
         text += ("Yet the GPU never waited for a launch: "
                  + ("it never sat idle with nothing launched for it (every gap in its work came with launched work "
