@@ -20,6 +20,7 @@ import pytest
 
 import verdict_traces as vt
 from conftest import scan_trace
+from test_analyses import _union
 from profiling_core import analyze, diagnose, findings, open_trace
 from profiling_core.analyses import DATA_WAIT_AT, phases_at
 from profiling_core.store import DevicePeaks
@@ -189,15 +190,6 @@ def test_q2_on_a_cpu_tells_the_batches_from_the_framework_overhead(tmp_path):
     assert f["q2.bound"].title == "Compute-bound" and "the DataLoader handing out" in f["q2.bound"].text
     # the collation's aten::stack inside the DataLoader is the input's work, not the step's math
     assert "aten::stack" not in f["q2.bound"].evidence["work_ops"]
-
-
-def _union(iv) -> float:
-    total, end = 0.0, float("-inf")
-    for b, e in sorted(iv):
-        if e > end:
-            total += e - max(b, end)
-            end = e
-    return total
 
 
 def test_the_starved_gpu_is_sent_to_the_input_or_to_the_python_not_to_cuda_graphs():

@@ -15,6 +15,7 @@ import verdict_traces as vt
 from profiling_core import analyze, diagnose, findings, open_trace
 from profiling_core.explain import devices_text
 
+from test_analyses import _union
 from test_verdicts import H200_PEAKS, steps_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,15 +25,6 @@ def run(path):
     with open_trace(path, engine="sqlite") as s:
         r = analyze(s)
         return r, {f.id: f for f in findings(r)}, {d.rule: d for d in diagnose(s, r, None, H200_PEAKS).diagnoses}
-
-
-def _union(intervals) -> float:
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
 
 
 def per_device_by_scan(path: Path) -> dict[int, list[tuple[float, float]]]:

@@ -9,6 +9,7 @@ import pytest
 
 import verdict_traces as vt
 from conftest import scan_trace
+from test_analyses import _union
 from profiling_core import analyze, diagnose, findings, open_trace
 from profiling_core.analyses import DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT, basis_steps, data_wait
 from profiling_core.explain.diagnosis.rules.allocator_in_step import ALLOCS, FREES
@@ -646,7 +647,7 @@ def test_steps_that_each_meet_the_bound_rule_their_own_way_keep_their_verdict():
     launch = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
               and "correlation" in e.get("args", {})}
     gpu = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    work = {n: _union_us([(e["ts"], e["ts"] + e["dur"]) for e in gpu
+    work = {n: _union([(e["ts"], e["ts"] + e["dur"]) for e in gpu
                           if a <= launch.get(e["args"].get("correlation"), -1) < b])
             for n, (a, b) in zip(range(len(steps_of(events))), steps_of(events))}
     assert [work[k] for k in (len(work) - 2, len(work) - 1)] == pytest.approx(cv["gpu_busy_us"].tolist(), abs=0.01)
@@ -658,11 +659,3 @@ def test_steps_that_each_meet_the_bound_rule_their_own_way_keep_their_verdict():
     assert "Each of these steps is compute-bound by the rule on its own figures" in q2
     assert "Yet the GPU never waited" not in q2 and "overhead-bound, so" not in q2
 
-
-def _union_us(intervals) -> float:
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
