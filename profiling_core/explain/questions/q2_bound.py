@@ -135,8 +135,10 @@ def _q2_verdict(r) -> list[Finding]:
                 f"GPU work ({ratio:.2f}× the CPU time). ")
     if ss.get("bound_of_every_step"):  # every step gets this verdict on its own figures; their medians would not
         rows = cv[cv["step"].isin(ss["basis_steps"])]
-        each = "; ".join(f"step {int(x.step)}: {x.gpu_to_cpu:.2f}× GPU work per CPU time, the GPU idle with nothing "
-                         f"launched {100 * _num(x.gpu_starved_share) if _num(x.gpu_starved_share) else 0:.1f}% of it"
+        each = "; ".join(f"step {int(x.step)}: "
+                         + (f"{x.gpu_to_cpu:.2f}× GPU work per CPU time" if _num(x.gpu_to_cpu) is not None
+                            else "no CPU time of its own")
+                         + f", the GPU idle with nothing launched {100 * (_num(x.gpu_starved_share) or 0):.1f}% of it"
                          for x in rows.itertuples())
         text += (f"Each of these steps is {label} by the rule on its own figures ({each}; the rule: GPU work at least "
                  f"{GPU_BOUND_AT:g}× the CPU's own time, or idle with nothing launched at most {100 * STARVED_AT:g}% "
