@@ -118,3 +118,41 @@ def test_a_flow_bound_to_the_kernel_ahead_goes_to_the_kernel_of_its_correlation(
     for df in (lat, sql):
         got = sorted(df[["gpu_name", "launch_start_ns", "paired_by"]].itertuples(index=False, name=None))
         assert got == expected
+
+
+def _start_tied(correlation: bool) -> dict:
+    """A launch call that starts in the very microsecond of a zero-length cudaFuncSetAttribute call written before
+    it, its flow's start at that microsecond (whole-µs timestamps, as HTA's A100 control trace has, 67 times): the
+    reader binds the flow to the first of the two."""
+    def args(c):
+        return {"correlation": c} if correlation else {}
+    return {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFuncSetAttribute", "pid": 1, "tid": 1, "ts": 10, "dur": 0,
+         "args": args(7)},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+         "args": args(8)},
+        {"ph": "X", "cat": "kernel", "name": "mul_kernel", "pid": 0, "tid": 7, "ts": 30, "dur": 4,
+         "args": {**args(8), "stream": 7, "device": 0}},
+        {"ph": "s", "cat": "async_cpu_to_gpu", "name": "async_gpu", "id": 8, "pid": 1, "tid": 1, "ts": 10, "bp": "e"},
+        {"ph": "f", "cat": "async_cpu_to_gpu", "name": "async_gpu", "id": 8, "pid": 0, "tid": 7, "ts": 30, "bp": "e"},
+    ]}
+
+
+@pytest.mark.parametrize("correlation,expected", [
+    (True, [("mul_kernel", "cudaLaunchKernel", "correlation")]),
+    (False, []),  # a call that launches nothing is no launch, and no correlation says which call was
+], ids=["with correlation", "without"])
+def test_a_flow_bound_to_a_call_that_launches_nothing_goes_to_the_call_of_its_correlation(tmp_path, correlation,
+                                                                                          expected):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_start_tied(correlation)))
+    with open_trace(str(path), engine="sqlite") as s:
+        flows = list(zip(s.tables.flow_out.tolist(), s.tables.flow_in.tolist()))
+        assert [(s.tables.name.uniq[s.tables.name.codes[a]]) for a, _b in flows] == ["cudaFuncSetAttribute"]
+        r = analyze(s)
+        sql = s.query(load_query("launch_latency"))
+    for df in (r.launch_latency, sql):
+        got = sorted(df[["gpu_name", "launch_name", "paired_by"]].itertuples(index=False, name=None))
+        assert got == expected
+    assert r.summary["launch_apis"] == sorted({launch for _g, launch, _p in expected})

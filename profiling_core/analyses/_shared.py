@@ -501,7 +501,7 @@ class Shared:
         m[m] = is_gpu[fi[m]]
         m[m] = ~self.name_mask(lambda u: u == "[memory]")[fo[m]]  # a memory event launches nothing (see the docstring)
         lo, gi = fo[m], fi[m]
-        ok = ~_misbound(tb, lo, gi)
+        ok = ~_misbound(tb, lo, gi) & ~self._launches_nothing(lo)
         lo, gi = lo[ok], gi[ok]
         by_corr = np.zeros(len(lo), dtype=bool)
         has_flow = np.zeros(n, dtype=bool)
@@ -519,6 +519,20 @@ class Shared:
         keep = np.ones(len(lo), dtype=bool)
         keep[1:] = (lo[1:] != lo[:-1]) | (gi[1:] != gi[:-1])
         return lo[keep], gi[keep], by_corr[keep]
+
+    def _launches_nothing(self, rows: np.ndarray) -> np.ndarray:
+        """Which of these slices are runtime calls (category cuda_runtime, cuda_driver or runtime) that launch no GPU
+        work: their name names no launch, copy or memset (``cudaEventQuery``, ``cudaFuncSetAttribute``,
+        ``cudaPeekAtLastError``, an occupancy query). A flow's start is written at its launch call's start, in whole
+        microseconds on older traces; where a zero-length call was written at that same microsecond just before it,
+        the reader binds the flow to that call (HTA's A100 control trace: 67 such flows), so the op it ends on is
+        left to its correlation."""
+        t = self.slices
+        runtime = np.array([isinstance(c, str) and c.lower() in ("cuda_runtime", "cuda_driver", "runtime")
+                            for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"][rows]]
+        launching = np.array([isinstance(x, str) and any(k in x.lower() for k in ("launch", "memcpy", "memset"))
+                              for x in t["name_uniq"]], dtype=bool)[t["name_codes"][rows]]
+        return runtime & ~launching
 
     @cached_property
     def p(self) -> dict[str, np.ndarray]:

@@ -4,15 +4,21 @@
 -- 'flow' or 'correlation').
 -- A GPU op that two or more flows end on keeps only the flows whose call's args.correlation is not another
 -- one than its own (a kernel that starts before the one ahead of it on its stream has ended can have its flow
--- bound to that one); the op whose flow was dropped is then paired by correlation.
+-- bound to that one); the op whose flow was dropped is then paired by correlation. So is an op whose flow starts
+-- on a runtime call that launches nothing (its name names no launch, copy or memset: a zero-length
+-- cudaFuncSetAttribute written at the microsecond its launch call starts took the flow).
 by_flow AS (
   SELECT f.slice_out AS launch_id, g.id AS gpu_id, 'flow' AS paired_by FROM flow f JOIN gpu_op g ON g.id = f.slice_in
-  WHERE g.id NOT IN (SELECT slice_in FROM flow GROUP BY slice_in HAVING count(*) > 1)
+  JOIN slice c ON c.id = f.slice_out
+  WHERE NOT (lower(coalesce(c.category, '')) IN ('cuda_runtime', 'cuda_driver', 'runtime')
+             AND lower(c.name) NOT GLOB '*launch*' AND lower(c.name) NOT GLOB '*memcpy*'
+             AND lower(c.name) NOT GLOB '*memset*')
+  AND (g.id NOT IN (SELECT slice_in FROM flow GROUP BY slice_in HAVING count(*) > 1)
     OR NOT EXISTS (
       SELECT 1 FROM slice l WHERE l.id = f.slice_out
         AND extract_arg(l.arg_set_id, 'args.correlation') IS NOT NULL
         AND extract_arg(g.arg_set_id, 'args.correlation') IS NOT NULL
-        AND extract_arg(l.arg_set_id, 'args.correlation') != extract_arg(g.arg_set_id, 'args.correlation'))
+        AND extract_arg(l.arg_set_id, 'args.correlation') != extract_arg(g.arg_set_id, 'args.correlation')))
 ),
 -- @include launch_correlation
 launch AS (
