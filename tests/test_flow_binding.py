@@ -81,25 +81,37 @@ def test_each_gpu_op_of_the_h200_trace_is_paired_with_the_call_of_its_own_correl
         "splitKreduce" in n for n, _ in expected)
 
 
+def _cpu(cat: str, name: str, ts: float, dur: float, args: dict | None = None) -> dict:
+    """A slice on the CPU thread (pid 1, tid 1)."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+            **({"args": args} if args is not None else {})}
+
+
+def _kernel(name: str, ts: float, dur: float, args: dict) -> dict:
+    """A kernel on stream 7 of device 0."""
+    return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": dur, "args": args}
+
+
+def _flow(flow_id: int, start: float, end: float, cat: str = "ac2g", name: str = "ac2g", bp_start: bool = False
+          ) -> list[dict]:
+    """A launch flow from the CPU thread at ``start`` to stream 7 at ``end`` (Kineto's ``s`` and ``f`` events)."""
+    return [{"ph": "s", "cat": cat, "name": name, "id": flow_id, "pid": 1, "tid": 1, "ts": start,
+             **({"bp": "e"} if bp_start else {})},
+            {"ph": "f", "cat": cat, "name": name, "id": flow_id, "pid": 0, "tid": 7, "ts": end, "bp": "e"}]
+
+
 def _two_kernels(correlation: bool) -> dict:
     """A GEMM and a reduce kernel on one stream, the reduce starting 0.13 µs before the GEMM ends, each launched by
     its own call and flow (ids as Kineto writes them: the correlation)."""
     def args(c, **more):
         return {"correlation": c, **more} if correlation else more
     return {"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-         "args": args(1)},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
-         "args": args(2)},
-        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100, "dur": 48.0,
-         "args": args(1, stream=7, device=0)},
-        {"ph": "X", "cat": "kernel", "name": "reduce", "pid": 0, "tid": 7, "ts": 147.87, "dur": 3,
-         "args": args(2, stream=7, device=0)},
-        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 1, "tid": 1, "ts": 10},
-        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 100, "bp": "e"},
-        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 2, "pid": 1, "tid": 1, "ts": 20},
-        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 2, "pid": 0, "tid": 7, "ts": 147.87, "bp": "e"},
+        _cpu("cpu_op", "aten::mm", 0, 50),
+        _cpu("cuda_runtime", "cudaLaunchKernel", 10, 5, args(1)),
+        _cpu("cuda_runtime", "cudaLaunchKernel", 20, 5, args(2)),
+        _kernel("gemm", 100, 48.0, args(1, stream=7, device=0)),
+        _kernel("reduce", 147.87, 3, args(2, stream=7, device=0)),
+        *_flow(1, 10, 100), *_flow(2, 20, 147.87),
     ]}
 
 
@@ -127,15 +139,11 @@ def _start_tied(correlation: bool) -> dict:
     def args(c):
         return {"correlation": c} if correlation else {}
     return {"traceEvents": [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 0, "dur": 50},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaFuncSetAttribute", "pid": 1, "tid": 1, "ts": 10, "dur": 0,
-         "args": args(7)},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-         "args": args(8)},
-        {"ph": "X", "cat": "kernel", "name": "mul_kernel", "pid": 0, "tid": 7, "ts": 30, "dur": 4,
-         "args": {**args(8), "stream": 7, "device": 0}},
-        {"ph": "s", "cat": "async_cpu_to_gpu", "name": "async_gpu", "id": 8, "pid": 1, "tid": 1, "ts": 10, "bp": "e"},
-        {"ph": "f", "cat": "async_cpu_to_gpu", "name": "async_gpu", "id": 8, "pid": 0, "tid": 7, "ts": 30, "bp": "e"},
+        _cpu("cpu_op", "aten::mul", 0, 50),
+        _cpu("cuda_runtime", "cudaFuncSetAttribute", 10, 0, args(7)),
+        _cpu("cuda_runtime", "cudaLaunchKernel", 10, 5, args(8)),
+        _kernel("mul_kernel", 30, 4, {**args(8), "stream": 7, "device": 0}),
+        *_flow(8, 10, 30, cat="async_cpu_to_gpu", name="async_gpu", bp_start=True),
     ]}
 
 
