@@ -28,6 +28,8 @@ __all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", 
            "unions_ns", "coverage_ns", "expand_ranges"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+_RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime")
+"""The categories (lower case) of the runtime and driver calls that launch GPU work."""
 SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
               "cuStreamSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
               "hipEventSynchronize"}
@@ -509,7 +511,7 @@ class Shared:
         orphans = gr[~has_flow[gr] & (tb.arg_set_id[gr] >= 0)]
         if len(orphans):
             runtime = np.flatnonzero(self.cat_mask(
-                lambda c: isinstance(c, str) and c.lower() in ("cuda_runtime", "cuda_driver", "runtime"))
+                lambda c: isinstance(c, str) and c.lower() in _RUNTIME_CATS)
                 & (tb.arg_set_id >= 0))
             c_lo, c_gi = _equal_arg(tb, "correlation", runtime, orphans)
             lo, gi = np.concatenate([lo, c_lo]), np.concatenate([gi, c_gi])
@@ -527,11 +529,9 @@ class Shared:
         microseconds on older traces; where a zero-length call was written at that same microsecond just before it,
         the reader binds the flow to that call (HTA's A100 control trace: 67 such flows), so the op it ends on is
         left to its correlation."""
-        t = self.slices
-        runtime = np.array([isinstance(c, str) and c.lower() in ("cuda_runtime", "cuda_driver", "runtime")
-                            for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"][rows]]
-        launching = np.array([isinstance(x, str) and any(k in x.lower() for k in ("launch", "memcpy", "memset"))
-                              for x in t["name_uniq"]], dtype=bool)[t["name_codes"][rows]]
+        runtime = self.cat_mask(lambda c: isinstance(c, str) and c.lower() in _RUNTIME_CATS)[rows]
+        launching = self.name_mask(lambda x: isinstance(x, str) and any(k in x.lower()
+                                                                         for k in ("launch", "memcpy", "memset")))[rows]
         return runtime & ~launching
 
     @cached_property
