@@ -61,7 +61,6 @@ nested under the op that was running on their thread. The rules, each stated onc
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -322,15 +321,10 @@ def _device_key(name: str):
     return (order.get(kind, 99), kind, int(index) if index.isdigit() else -1, name)
 
 
-_CACHE: weakref.WeakKeyDictionary[Shared, _Events] = weakref.WeakKeyDictionary()
-
-
 def _events(session, shared: Shared | None) -> _Events:
-    sh = shared_for(session, shared)
-    ev = _CACHE.get(sh)
-    if ev is None:
-        ev = _CACHE[sh] = _Events(sh)
-    return ev
+    """The trace's memory events, built once per :class:`Shared` and kept in it (they hold the Shared: a cache beside
+    it, keyed by it, would keep both alive for the process's life)."""
+    return shared_for(session, shared).cached("memory_events", _Events)
 
 
 def memory_timeline(session, shared: Shared | None = None) -> pd.DataFrame:
