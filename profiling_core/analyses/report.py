@@ -71,6 +71,12 @@ class Report:
     figure is the time at least one of them was busy."""
     summary: dict[str, Any] = field(default_factory=dict)
     """Headline numbers; see :func:`analyze`."""
+    _shared: Optional[Shared] = field(default=None, repr=False, compare=False)
+    """What the analyses computed once for all of them (the launch pairs, steps, phase ranges), kept for
+    ``diagnose`` on the same session to reuse; not kept in a copy of the report (pickle: a cached report)."""
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_shared": None}
 
     @property
     def has_phases(self) -> bool:
@@ -230,6 +236,6 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["memory"] = memory_report(session, shared=sh, config=config)
     out["cpu_own_times"] = cpu_own_times(session, shared=sh)
     out["device_busy"] = device_busy(session, shared=sh)
-    r = Report(engine=str(getattr(session, "engine", "unknown")), **out)
+    r = Report(engine=str(getattr(session, "engine", "unknown")), _shared=sh, **out)
     r.summary.update(_summary(r, session, sh))
     return r

@@ -22,7 +22,8 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from ...analyses import Report, Shared, analyze
+from ...analyses import Report, analyze
+from ...analyses._shared import shared_for
 from ...analyses.categories import is_gemm_kernel, kernel_family
 from ...store.peaks import DevicePeaks
 from .base import Diagnosis, _Ctx
@@ -99,7 +100,7 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
     if peaks is None and report.has_gpu:  # a CPU run on a GPU host names the GPU too: its GEMMs did not run there
         names = [d.get("name") for d in (getattr(session, "devices", None) or []) if d.get("name")]
         peaks = DevicePeaks.from_datasheet(names[0]) if names else None
-    shared = Shared(session)
+    shared = shared_for(session, report._shared)  # what analyze computed, where the report is its own
     roof = roofline(report, session, config, peaks, shared=shared)
     ctx = _Ctx(report, session, config, peaks, roof, compute_capability, process_peak_bytes, shared)
     found = [d for rule in RULES if (d := rule(ctx)) is not None]
