@@ -67,9 +67,10 @@ ss = s.get("steady_state") or {}
 c4.metric("Bound, steady state", ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get("bound")
           else "no GPU",
           help="the bound rule (question 2): GPU work launched per step against CPU time per step, over the steps "
-               "after the first; at or above 1× the GPU sets the pace (compute-bound), below it the GPU waits on the "
-               "CPU (overhead-bound). The GPU's busy share inside each step's own window is evidence only: when the CPU "
-               "runs ahead, a step's GPU work runs after its window.")
+               "after the first; at or above 1× the GPU sets the pace (compute-bound; copy-bound when most of its "
+               "work is copies between host and device), below it the GPU waits on the CPU (overhead-bound). The "
+               "GPU's busy share inside each step's own window is evidence only: when the CPU runs ahead, a step's GPU "
+               "work runs after its window.")
 ui.per_step_notes(s)
 
 # --- the whole run ---------------------------------------------------------------------------------

@@ -53,6 +53,12 @@ def runs() -> dict[str, ExperimentConfig]:
                              modes=("eager",)),
         "empty_cache": dict(workload="script", knobs=script("empty_cache"), modes=("eager",)),
         "empty_cache_kept": dict(workload="script", knobs=script("empty_cache", "kept"), modes=("eager",)),
+        # who sets the pace where the CPU waits in a copy, or the copies are the GPU's work
+        "readback_cpu": dict(workload="script", knobs=script("copies", "readback_cpu"), modes=("eager",)),
+        "readback_item": dict(workload="script", knobs=script("copies", "readback_item"), modes=("eager",)),
+        "stream_in_pinned": dict(workload="script", knobs=script("copies", "stream_in_pinned"), modes=("eager",)),
+        "stream_in_pageable": dict(workload="script", knobs=script("copies", "stream_in_pageable"),
+                                   modes=("eager",)),
     }
     out = {}
     for label, c in cases.items():

@@ -58,7 +58,7 @@ def problems(fs) -> list[str]:
             if ("mean and median agree" in t or "equals the median" in t or "equals its median" in t) != (
                     abs(pct) <= MEAN_ABOVE_MEDIAN_PCT):
                 out.append(f"q8: says the mean and median agree, against its {pct:.2f}%: {t!r}")
-        if f.id == "q2.bound" and ev.get("bound") in ("overhead-bound", "compute-bound", "input-bound"):
+        if f.id == "q2.bound" and ev.get("bound") in ("overhead-bound", "compute-bound", "copy-bound", "input-bound"):
             if "cpu_work_share_median" in ev:  # a CPU: the work ops' share of the step, beside the batches' share
                 share, data = ev["cpu_work_share_median"], ev.get("data_share_median", 0.0)
                 want = ("compute-bound" if share >= CPU_MATH_BOUND_AT else
@@ -70,14 +70,19 @@ def problems(fs) -> list[str]:
                 if f"{100 * share:.1f}%" not in t:
                     out.append(f"q2: the share {share} the verdict rests on is not the one the text quotes")
             else:  # a GPU: GPU work launched per step against the CPU's own time per step (its time less the
-                # time it was blocked in synchronize calls while the GPU worked)
+                # time it was blocked while the GPU worked: in synchronize calls, in copies to pageable memory)
                 gpu, cpu, wait = ev["gpu_us_per_step"], ev["cpu_us_per_step"], ev["sync_wait_us_per_step"]
                 fed = ev["starved_share"] is not None and ev["starved_share"] <= STARVED_AT  # never waited
                 if (ev["bound"] == "overhead-bound") != (gpu < GPU_BOUND_AT * (cpu - wait) and not fed):
                     out.append(f"q2: verdict {ev['bound']} with {gpu} µs of GPU work per {cpu} µs of CPU, {wait} "
                                "of it blocked in synchronize calls")
-                if (wait > 0) != ("blocked in synchronize calls" in t):
-                    out.append(f"q2: {wait} µs blocked in synchronize calls, and the text says otherwise: {t!r}")
+                if (wait > 0) != bool(re.search(r"of it blocked in (synchronize calls|copies to or from pageable)", t)):
+                    out.append(f"q2: {wait} µs blocked in synchronising calls, and the text says otherwise: {t!r}")
+                copies, others = ev.get("copy_us_per_step") or 0.0, ev.get("other_us_per_step") or 0.0
+                if ev["bound"] in ("compute-bound", "copy-bound") and (
+                        (ev["bound"] == "copy-bound") != (copies > 0 and copies >= others)):
+                    out.append(f"q2: verdict {ev['bound']} with {copies} µs of host copies against {others} µs of "
+                               "the GPU's other work")
                 # (the evidence keeps 3 decimals: 0.995 may be the text's 99%, rounded from 0.9947)
                 said = re.search(r"idle (\d+)%", t)
                 if ev["bound"] == "overhead-bound" and (said is None

@@ -116,7 +116,11 @@ def test_a_host_copy_is_costed_by_the_cpu_time_it_blocks(tmp_path, pinned):
     x = rules(d)["sync_in_step"]
     blocked = sum(e["dur"] for e in calls) / len(steps)
     assert x.evidence["blocked_us_per_step"] == pytest.approx(blocked)
-    assert x.cost_us_per_step == pytest.approx(min(blocked, _room(r)))  # (a step gets no shorter than its GPU work)
+    if pinned:  # (a step gets no shorter than its GPU work)
+        assert x.cost_us_per_step == pytest.approx(min(blocked, _room(r)))
+    else:  # its GPU work is mostly the copy from pageable memory, no floor of the step: pinned, it runs faster
+        assert r.summary["steady_state"]["bound"] == "copy-bound"
+        assert x.cost_us_per_step == pytest.approx(blocked) and blocked > _room(r)
     (htod,) = [c for c in x.evidence["copies"] if c["kind"] == "host-to-device"]
     assert htod["bytes"] == 8 << 20 and htod["memory"] == ("pinned" if pinned else "pageable")
     assert htod["copy_us"] == (170.0 if pinned else 650.0)
@@ -523,12 +527,10 @@ def test_a_gpu_time_fix_on_a_gpu_paced_step_keeps_its_gpu_saving(tmp_path):
     assert x.cost_us_per_step > 10000.0 and "critical path" not in x.cost_basis  # 3 × 7 ms of FFMA GEMMs a step
 
 
-@pytest.mark.parametrize("path", [DATA / "h200_verdicts" / "copy_pageable_eager.json",
-                                  DATA / "h200_verdicts" / "copy_pageable_compile.json", "pinned"],
-                         ids=["pageable eager (H200)", "pageable compiled (H200)", "pinned, built"])
-def test_removing_the_blocking_saves_no_more_than_the_steps_cpu_time_less_its_gpu_work(path, tmp_path):
-    path = vt.copy_bound(tmp_path / "t.json", pinned=True) if path == "pinned" else path
-    r, _f, d = run(path)
+def test_removing_the_blocking_saves_no_more_than_the_steps_cpu_time_less_its_gpu_work(tmp_path):
+    """The built pinned copy step: its calls block 24 µs a step (the copies' calls and the .item()'s sync) where the
+    CPU's time exceeds its GPU work by 22 µs. (A copy from pageable memory is no such floor: test_copy_bound.)"""
+    r, _f, d = run(vt.copy_bound(tmp_path / "t.json", pinned=True))
     assert r.summary["steady_state"]["bound"] == "overhead-bound"
     x = rules(d)["sync_in_step"]
     assert x.evidence["blocked_us_per_step"] > _room(r)  # the CPU blocked longer than the step can lose...

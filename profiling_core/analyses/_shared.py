@@ -35,6 +35,21 @@ SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
               "hipEventSynchronize"}
 """The calls that block the CPU until the GPU has done what they wait for (:attr:`Shared.sync_waits`)."""
 
+
+def is_host_copy(name) -> bool:
+    """Whether a GPU op's name is a copy between host and device memory (``Memcpy HtoD ...``, ``Memcpy DtoH ...``, as
+    CUDA's activity records name them; a device-to-device or peer copy is not one)."""
+    return isinstance(name, str) and name.startswith(("Memcpy HtoD", "Memcpy DtoH"))
+
+
+def is_pageable_copy(name) -> bool:
+    """Whether a GPU op is a host↔device copy to or from pageable host memory (its name says so: ``Memcpy HtoD
+    (Pageable -> Device)``, ``Memcpy DtoH (Device -> Pageable)``). The call that launched such a copy holds the CPU
+    until its bytes are staged through a pinned buffer: it waits for the work queued ahead of the copy on its stream
+    and for the copy itself, as a synchronize call would (:attr:`Shared.sync_waits`). Traces whose copy names do not
+    say which memory (2021-era ones, ROCm's) have none."""
+    return is_host_copy(name) and "pageable" in name.lower()
+
 def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
     """A frame of Python row tuples (pandas infers each column's dtype from its values); object columns when empty."""
     if rows:
@@ -620,12 +635,27 @@ class Shared:
 
     @cached_property
     def sync_waits(self) -> pd.DataFrame:
-        """Each synchronize call (:data:`SYNC_CALLS`, any track) in (ts, id) order, with what the GPU did during it:
-        ``id``, ``name``, ``start_ns``, ``dur_ns``, ``gpu_busy_ns`` (the union of the GPU op intervals inside the
-        call), ``gpu_ops`` (ops overlapping it), ``last_gpu_end_ns``: what ``sync_wait.sql`` returns. Read by
-        ``timing.sync_wait`` and by the steps' ``sync_wait_us``; do not modify."""
+        """Each synchronize call (:data:`SYNC_CALLS`, any track) in (ts, id) order, with what the GPU did during it
+        (:meth:`_waits_in`): what ``sync_wait.sql`` returns. Read by ``timing.sync_wait`` and by the steps'
+        ``sync_wait_us``; do not modify."""
+        return self._waits_in(np.flatnonzero(self.name_mask(lambda x: x in SYNC_CALLS)))
+
+    @cached_property
+    def copy_waits(self) -> pd.DataFrame:
+        """Each call that launched a copy to or from pageable host memory (:func:`is_pageable_copy`), in (ts, id)
+        order, with what the GPU did during it (:meth:`_waits_in`): the call holds the CPU until the copy's bytes are
+        staged, so it waits for the GPU as a synchronize call does. Read by the steps' ``sync_wait_us``; do not
+        modify."""
+        p = self.p
+        if not len(p["gpu_id"]):
+            return self._waits_in(np.zeros(0, dtype=np.int64))
+        return self._waits_in(np.unique(p["launch_id"][self.name_mask(is_pageable_copy)[p["gpu_id"]]]))
+
+    def _waits_in(self, i: np.ndarray) -> pd.DataFrame:
+        """These slices (rows) in (ts, id) order, with what the GPU did while each ran: ``id``, ``name``,
+        ``start_ns``, ``dur_ns``, ``gpu_busy_ns`` (the union of the GPU op intervals inside the call), ``gpu_ops``
+        (ops overlapping it), ``last_gpu_end_ns``."""
         t = self.slices
-        i = np.flatnonzero(self.name_mask(lambda x: x in SYNC_CALLS))
         i = i[np.lexsort((t["id"][i], t["ts"][i]))]
         rows, parts = [], []
         for sid, name, ts, dur in zip(t["id"][i].tolist(), self.names_at(i).tolist(), t["ts"][i].tolist(),

@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
-from ._shared import Shared, covered_ns, frame, shared_for, union_ns, unions_ns
+from ._shared import Shared, covered_ns, frame, is_host_copy, shared_for, union_ns, unions_ns
 from .phases import data_ranges
 
 __all__ = ["steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
@@ -61,8 +61,12 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         cpu_dur_us``: the share of the step's wall time the GPU was busy, 0..1), ``gpu_ops``, ``kernels`` (ops of
         category kernel launched in the step), ``memcpys``, ``memsets``, ``launches`` (calls that launched GPU
         work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
-        ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the synchronize calls that start in
-        the step's window: CPU time spent blocked on GPU work, :func:`bound`), ``gpu_starved_us`` (the time in the
+        ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the calls that start in the step's
+        window and block until it is done: the synchronize calls, and the calls that launched a copy to or from
+        pageable memory, :attr:`Shared.copy_waits`; CPU time spent blocked on GPU work, :func:`bound`),
+        ``copy_wait_us`` (the part of it in those copies), ``copy_busy_us`` and ``other_busy_us`` (the union of the
+        intervals of the host↔device copies launched in the step, and of its other GPU ops: the two parts of
+        ``gpu_busy_us``, which may overlap), ``gpu_starved_us`` (the time in the
         step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`), ``cut_us`` (how much of
         the step's slice lay past the recording's end and is not counted: 0 but in a malformed trace), ``slices``
         (the slices of any thread or GPU lane that began in the step's window, its own slice not counted: 0 for an
@@ -76,7 +80,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df = nullable_int(df, "start_ns", "first_gpu_start_ns", "last_gpu_end_ns")
     starts = df["start_ns"].to_numpy(dtype=np.int64, na_value=0)
     durs = df["cpu_dur_ns"].to_numpy(dtype=np.int64)
-    df["sync_wait_ns"] = _sync_wait_in(sh, starts, durs)
+    df["copy_wait_ns"] = _waits_in(sh.copy_waits, starts, durs)
+    df["sync_wait_ns"] = _waits_in(sh.sync_waits, starts, durs) + df["copy_wait_ns"].to_numpy()
+    df["copy_busy_ns"], df["other_busy_ns"] = _copies_and_rest_in(sh, starts, durs)
     df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
     rows = df["slice_id"].to_numpy(dtype=np.int64)  # the slices' ids are their rows
     df["cut_ns"] = sh.tables.dur[rows] - durs if len(rows) else np.zeros(0, dtype=np.int64)
@@ -88,11 +94,13 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
                      else np.zeros(len(rows), dtype=np.int64))
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
                  "gpu_busy_in_step_ns": "gpu_busy_in_step_us", "sync_wait_ns": "sync_wait_us",
+                 "copy_busy_ns": "copy_busy_us", "other_busy_ns": "other_busy_us", "copy_wait_ns": "copy_wait_us",
                  "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us", "data_ns": "data_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
-            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "gpu_starved_us", "cut_us", "slices", "data_us"]
+            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "copy_busy_us", "other_busy_us", "gpu_starved_us", "cut_us",
+            "slices", "data_us"]
     return df[cols].reset_index(drop=True)
 
 
@@ -173,10 +181,10 @@ def _starved_in(sh: Shared, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return covered_ns(starts, ends, lo[keep], hi[keep]) if keep.any() else out
 
 
-def _sync_wait_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
-    """Per window [start, start + dur) (ns): the time the GPU was busy inside the synchronize calls that start in
-    it (``timing.sync_wait``'s ``gpu_busy``): time the CPU spent blocked on work the GPU was still doing."""
-    sw = sh.sync_waits
+def _waits_in(sw: pd.DataFrame, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
+    """Per window [start, start + dur) (ns): the time the GPU was busy inside the blocking calls of ``sw``
+    (:attr:`Shared.sync_waits`, :attr:`Shared.copy_waits`) that start in it: time the CPU spent blocked on work the
+    GPU was still doing."""
     if sw.empty or not len(starts):
         return np.zeros(len(starts), dtype=np.int64)
     ts = sw["start_ns"].to_numpy(dtype=np.int64)
@@ -186,6 +194,24 @@ def _sync_wait_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> np.ndarra
     lo = np.searchsorted(ts, starts, side="left")
     hi = np.searchsorted(ts, starts + durs, side="left")
     return cum[hi] - cum[lo]
+
+
+def _copies_and_rest_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per window [start, start + dur) (ns), of the GPU ops whose launch call starts in it (as ``gpu_busy_us`` counts
+    a step's): the union of the intervals of the host↔device copies
+    (:func:`~profiling_core.analyses._shared.is_host_copy`), and the union of the others' (kernels, memsets, device
+    copies)."""
+    p = sh.p
+    if not len(starts) or not len(p["gpu_id"]):
+        return np.zeros(len(starts), dtype=np.int64), np.zeros(len(starts), dtype=np.int64)
+    copy = sh.name_mask(is_host_copy)[p["gpu_id"]]
+    copies, rest = [], []
+    for a, d in zip(starts.tolist(), durs.tolist()):
+        i = sh.pairs_in(a, a + d)
+        c, o = i[copy[i]], i[~copy[i]]
+        copies.append((p["gpu_ts"][c], p["gpu_end"][c]))
+        rest.append((p["gpu_ts"][o], p["gpu_end"][o]))
+    return unions_ns(copies), unions_ns(rest)
 
 
 def annotation_ranges(session, name: str, shared: Shared | None = None) -> pd.DataFrame:
@@ -249,6 +275,10 @@ SYNC_WAIT_AT = 0.005
 step's CPU time: less moves the ratio by less than half a percent, and is left in the CPU's time (and unsaid)."""
 
 
+GPU_PACED = ("compute-bound", "copy-bound")
+"""The verdicts of a step whose pace the GPU sets: by its kernels, or by its copies over the host↔device link."""
+
+
 def counted_wait(sync_wait_us: float, cpu_us: float) -> float:
     """The part of ``sync_wait_us`` the bound rule takes out of ``cpu_us``: all of it from :data:`SYNC_WAIT_AT` of
     ``cpu_us``, else none."""
@@ -267,12 +297,13 @@ product at ~25 GFLOP/s): a CPU GEMM slower than this spent its time stalled, not
 
 
 def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_AT, sync_wait_us: float = 0.0,
-          starved_share: float | None = None) -> str:
+          starved_share: float | None = None, copy_us: float = 0.0, other_us: float = 0.0) -> str:
     """The one bound rule: what limits a step's throughput in steady state.
 
     A training or inference loop runs its steps back to back: the CPU issues a step's work in ``cpu_us`` and the GPU
     runs it in ``gpu_us`` (the union of the GPU ops the step launched, wherever they ran). Part of ``cpu_us`` may be
-    ``sync_wait_us``: time blocked in synchronize calls while the GPU worked (the step's ``sync_wait_us``), which
+    ``sync_wait_us``: time blocked in synchronising calls while the GPU worked (the step's ``sync_wait_us``: in
+    synchronize calls, and in the calls that copy to or from pageable memory, which wait for the GPU too), which
     the GPU's pace sets, not the CPU's; the CPU's own time is the rest (:func:`counted_wait`: from
     :data:`SYNC_WAIT_AT` of the CPU time). When ``gpu_us`` is at least ``at`` × that own time the CPU runs ahead
     (its queue grows, or it waits on the GPU at a sync), and the step rate is the GPU's:
@@ -283,13 +314,16 @@ def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_
     most :data:`STARVED_AT`) is compute-bound too: when the launch queue is full, each launch call waits for the GPU
     to free a slot, so the CPU time follows the GPU's and the ratio alone sits just under 1. The share of the CPU
     window in which the GPU was busy is evidence, not the verdict: with a growing queue the GPU work of a step runs
-    long after its window.
+    long after its window. A step the GPU paces whose copies between host and device keep it busy at least as long
+    as all its other work (``copy_us`` against ``other_us``: the unions of each, which run side by side where the
+    copies overlap compute) is ``copy-bound``: the link sets the pace (a copy from pageable memory runs at a fraction
+    of a pinned one's rate, and holds the CPU while it runs), not the GPU's compute.
     """
     if gpu_ops == 0:
         return "no-gpu"
     if gpu_us >= at * (cpu_us - counted_wait(sync_wait_us, cpu_us)) or (starved_share is not None
                                                                          and starved_share <= STARVED_AT):
-        return "compute-bound"
+        return "copy-bound" if copy_us > 0 and copy_us >= other_us else "compute-bound"
     return "overhead-bound"
 
 
@@ -306,7 +340,8 @@ def cpu_vs_gpu(session, at: float = GPU_BOUND_AT, steps_df: pd.DataFrame | None 
         step's own window), ``gpu_to_cpu`` (``gpu_busy_us / (cpu_dur_us - sync_wait_us)``: GPU work launched per
         unit of the CPU's own time, the wait as :func:`counted_wait` counts it; at or above ``at`` the GPU is the
         bottleneck), ``gpu_starved_share`` (the share of the step's window the GPU sat idle with nothing launched)
-        and ``bound`` (``overhead-bound``, ``compute-bound``, or ``no-gpu`` when the step launched no GPU work).
+        and ``bound`` (``overhead-bound``, ``compute-bound``, ``copy-bound``, or ``no-gpu`` when the step launched
+        no GPU work).
     """
     df = steps(session) if steps_df is None else steps_df
     out = df[["step", "cpu_dur_us", "sync_wait_us", "gpu_busy_us", "gpu_busy_fraction", "gpu_ops",
@@ -321,9 +356,11 @@ def cpu_vs_gpu(session, at: float = GPU_BOUND_AT, steps_df: pd.DataFrame | None 
 def _step_bounds(df: pd.DataFrame, at: float = GPU_BOUND_AT) -> list[str]:
     """:func:`bound` of each row of a :func:`steps` frame, on that step's own figures."""
     starved = ratio(df["gpu_starved_us"], df["cpu_dur_us"]).tolist()
-    return [bound(g, c, int(n), at, w, None if x != x else x) for g, c, n, w, x in zip(
+    copies = df["copy_busy_us"].tolist() if "copy_busy_us" in df else [0.0] * len(df)
+    others = df["other_busy_us"].tolist() if "other_busy_us" in df else [0.0] * len(df)
+    return [bound(g, c, int(n), at, w, None if x != x else x, k, o) for g, c, n, w, x, k, o in zip(
         df["gpu_busy_us"].tolist(), df["cpu_dur_us"].tolist(), df["gpu_ops"].tolist(), df["sync_wait_us"].tolist(),
-        starved)]
+        starved, copies, others)]
 
 
 def working_steps(df: pd.DataFrame) -> pd.DataFrame:
@@ -373,12 +410,15 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     those steps gets the other verdict on its own figures: the medians of the rule's two tests (GPU work against CPU
     time, the starved share) can fail both where each step passes one (``bound_of_every_step`` then True).
 
-    Returns a dict: ``bound`` (``compute-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without steps),
+    Returns a dict: ``bound`` (``compute-bound``, ``copy-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without
+    steps),
     ``basis`` (``after_first`` or ``all``), ``basis_steps`` (those of the basis that launched GPU work, when some
     did; ``steps_without_gpu`` then lists the others), ``empty_steps`` (those left out as empty),
     ``cpu_us_per_step``, ``sync_wait_us_per_step`` (as
     :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time) and ``gpu_us_per_step``
-    (medians), ``cpu_own_us_per_step`` (the first less the second), ``gpu_to_cpu`` (GPU work per unit of the CPU's
+    (medians), ``cpu_own_us_per_step`` (the first less the second), ``copy_us_per_step`` and ``other_us_per_step``
+    (medians of the GPU's time in host↔device copies and in its other work, the two parts of ``gpu_us_per_step``),
+    ``gpu_to_cpu`` (GPU work per unit of the CPU's
     own time), ``starved_share`` (the median share of a step's window the GPU sat idle with
     nothing launched for it), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
     steady-state step the GPU waits, ``1 − gpu/cpu_own`` when overhead-bound, else 0), ``busy_in_window`` (median
@@ -388,7 +428,9 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     ``queue_drift_us`` (their difference: it grows when the CPU runs ahead of the GPU).
     """
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
-           "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
+           "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None, "other_us_per_step": None,
+           "gpu_to_cpu": None,
+           "starved_share": None,
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
            "steps_without_gpu": [], "empty_steps": [], "bound_of_every_step": False}
@@ -414,12 +456,15 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     own = cpu_g - wait
     starved = float(ratio(with_gpu["gpu_starved_us"], with_gpu["cpu_dur_us"]).median())
     starved = None if starved != starved else starved  # (NaN: no window with a duration)
-    label = bound(gpu, cpu_g, len(with_gpu), at, wait, starved)
+    copy = float(with_gpu["copy_busy_us"].median()) if "copy_busy_us" in with_gpu else 0.0
+    other = float(with_gpu["other_busy_us"].median()) if "other_busy_us" in with_gpu else 0.0
+    label = bound(gpu, cpu_g, len(with_gpu), at, wait, starved, copy, other)
     # each step by the same rule: where every one of them gets the other verdict (each meeting the rule its own way,
     # one by its GPU work, another by never starving), the medians of the two tests must not overrule them all
     each = set(_step_bounds(with_gpu, at))
     out["bound_of_every_step"] = len(each) == 1 and label not in each
     out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, sync_wait_us_per_step=wait, cpu_own_us_per_step=own,
+               copy_us_per_step=copy, other_us_per_step=other,
                gpu_to_cpu=gpu / own if own > 0 else None, starved_share=starved,
                bound=next(iter(each)) if out["bound_of_every_step"] else label,
                busy_in_window=float(with_gpu["gpu_busy_fraction"].median()))

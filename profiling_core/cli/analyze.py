@@ -155,7 +155,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      + (f"   GPU busy per step (median) {format_duration_us(s['gpu_step_median_us'])}"
                         if s["has_gpu"] else ""))
     ss = s.get("steady_state") or {}
-    if ss.get("bound") in ("compute-bound", "overhead-bound"):
+    if ss.get("bound") in ("compute-bound", "copy-bound", "overhead-bound"):
         wait = ss.get("sync_wait_us_per_step") or 0.0
         empty, idle = ss.get("empty_steps") or [], ss.get("steps_without_gpu") or []
         basis = ("the steps after the first" if ss.get("basis") == "after_first"
@@ -165,8 +165,10 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                 basis += f"; step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} {why}, left out"
         lines.append(f"  steady state: {ss['bound']}: {format_duration_us(ss['gpu_us_per_step'])} of GPU work launched "
                      f"per {format_duration_us(ss['cpu_us_per_step'])} of CPU per step"
-                     + (f", {format_duration_us(wait)} of it blocked in synchronize calls while the GPU worked"
-                        if wait > 0 else "") + f" ({basis})")
+                     + (f", {format_duration_us(wait)} of it blocked in synchronising calls while the GPU worked"
+                        if wait > 0 else "")
+                     + (f", {format_duration_us(ss['copy_us_per_step'])} of the GPU work copies between host and "
+                        "device" if ss["bound"] == "copy-bound" else "") + f" ({basis})")
     if s["has_gpu"]:
         frac = s["gpu_busy_fraction"]
         # gpu_busy's scope: with steps, the work the steps launched (not what ran in their window from before them)

@@ -109,7 +109,9 @@ def _q2_verdict(r) -> list[Finding]:
           "gpu_step_median_us": _num(float(s["gpu_busy_us"].median())),
           "gpu_busy_fraction_median": _num(float(s["gpu_busy_fraction"].median())), "bound": label,
           "bound_rule": "gpu_us_per_step >= threshold x (cpu_us_per_step - sync_wait_us_per_step), or "
-                        "starved_share <= starved_at: compute-bound, else overhead-bound",
+                        "starved_share <= starved_at: compute-bound (copy-bound where copy_us_per_step >= "
+                        "other_us_per_step), else overhead-bound",
+          "copy_us_per_step": _num(ss.get("copy_us_per_step")), "other_us_per_step": _num(ss.get("other_us_per_step")),
           "starved_share": _num(ss.get("starved_share")), "starved_at": STARVED_AT,
           "bound_threshold": GPU_BOUND_AT, "bound_basis": ss["basis"], "bound_basis_steps": ss["basis_steps"],
           "cpu_us_per_step": _num(ss["cpu_us_per_step"]), "gpu_us_per_step": _num(ss["gpu_us_per_step"]),
@@ -128,7 +130,7 @@ def _q2_verdict(r) -> list[Finding]:
     median = "a median " if len(ss["basis_steps"]) > 1 else ""
     if wait > 0:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time, {_us(wait)} of it blocked in "
-                f"synchronize calls while the GPU worked (time the GPU's pace sets, so not the CPU's own), and "
+                f"{_blocked_in(s, ss)} while the GPU worked (time the GPU's pace sets, so not the CPU's own), and "
                 f"launched {_us(gpu)} of GPU work ({ratio:.2f}× the CPU's own {_us(cpu - wait)}). ")
     else:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of "
@@ -144,6 +146,20 @@ def _q2_verdict(r) -> list[Finding]:
                  f"{GPU_BOUND_AT:g}× the CPU's own time, or idle with nothing launched at most {100 * STARVED_AT:g}% "
                  "of the step, is compute-bound), though the medians, taken across steps that meet the rule in "
                  f"different ways, would not be: the verdict is the steps', {label}.")
+    elif label == "copy-bound":
+        copy, other = ss.get("copy_us_per_step") or 0.0, ss.get("other_us_per_step") or 0.0
+        lead = ("The GPU has at least as much to do as the CPU's own time" if gpu >= GPU_BOUND_AT * (cpu - wait) else
+                "The GPU never waited for a launch (it sat idle with nothing launched for it "
+                f"{100 * (ss['starved_share'] or 0.0):.1f}% of {'each step' if median else 'the step'})")
+        text += (f"{lead}, and its copies between host and device keep it busy {_us(copy)} a step, at least as long "
+                 f"as all its other work ({_us(other)}): the link between them sets the pace, not the GPU's compute, "
+                 "so the workload is copy-bound. "
+                 + ("Its copies to or from pageable memory run at a fraction of a pinned one's rate and hold the CPU "
+                    "while they run: pin the host memory and copy with non_blocking=True. " if "pageable" in
+                    _blocked_in(s, ss) else "")
+                 + "The fewer bytes cross the link each step (data kept on the device, a smaller dtype) and the more "
+                 "of them overlap with compute (a copy on a side stream ahead of the step that needs it), the "
+                 "shorter the step.")
     elif label == "compute-bound" and gpu < GPU_BOUND_AT * (cpu - wait):  # (the rule's other test: no starving)
         starved = ss["starved_share"] or 0.0
         text += ("Yet the GPU never waited for a launch: "
@@ -159,7 +175,7 @@ def _q2_verdict(r) -> list[Finding]:
                  "GPU's: the GPU sets the pace and the workload is compute-bound.")
     elif label == "compute-bound":
         text += ("The GPU has at least as much to do as the CPU, so the CPU "
-                 + ("waits for it at the synchronize calls" if wait > 0 else "runs ahead")
+                 + ("waits for it in those calls" if wait > 0 else "runs ahead")
                  + " and the GPU sets the pace: the workload is compute-bound.")
         busy, drift = ss["busy_in_window"], ss["queue_drift_us"]
         if busy is not None and busy < 0.5:
@@ -198,6 +214,19 @@ def _outside_batches(g):
     ts = g["start_ns"].to_numpy(dtype=np.int64, na_value=-1)
     inside = ((ts[:, None] >= b[None, :]) & (ts[:, None] < e[None, :])).any(axis=1)
     return g[~inside]
+
+
+def _blocked_in(steps, ss: dict) -> str:
+    """Where the steady state's steps were blocked on the GPU (``steps.sync_wait_us``): synchronize calls, copies to
+    or from pageable memory (``copy_wait_us``), or both."""
+    b = steps[steps["step"].isin(ss["basis_steps"])] if "copy_wait_us" in steps else steps.iloc[:0]
+    copies = bool(len(b)) and float(b["copy_wait_us"].sum()) > 0
+    syncs = not len(b) or float((b["sync_wait_us"] - b["copy_wait_us"]).sum()) > 0
+    if copies and syncs:
+        return "synchronize calls and in copies to or from pageable memory (which wait for the GPU too)"
+    if copies:
+        return "copies to or from pageable memory (which wait for the GPU as a synchronize call does)"
+    return "synchronize calls"
 
 
 def _q2_cpu(r, cpu_med: float) -> Finding:

@@ -1,14 +1,14 @@
 """``conv_layout``: cuDNN's layout transposes around the convolutions. Tensor-core convolutions run in NHWC; given
 NCHW tensors (torch's default memory format), cuDNN transposes the input (and weights) to NHWC before each
 convolution and the result back after it (``nchwToNhwcKernel`` / ``nhwcToNchwKernel``). channels_last removes them.
-The cost is their GPU time per step when the GPU sets the pace (a compute-bound steady state), their launch calls'
+The cost is their GPU time per step when the GPU sets the pace (a compute- or copy-bound steady state), their launch calls'
 CPU time when the GPU waits on the CPU (an overhead-bound one: the GPU's time is then not on the critical path), and
 their GPU time as an upper bound when there is no verdict (a trace without steps)."""
 from __future__ import annotations
 
 from typing import Optional
 
-from ....analyses import basis_steps
+from ....analyses import GPU_PACED, basis_steps
 from ...questions.base import _per_name, _short
 from ..base import Diagnosis, _Ctx, _fmt_us, _in_steps, _steps
 
@@ -37,7 +37,7 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     launch_us = float(launches.drop_duplicates("launch_id")["launch_dur_us"].sum()) / n if len(launches) else 0.0
     ss = r.summary.get("steady_state") or {}
     unit = "per step" if len(r.steps) else "in the trace"
-    if ss.get("bound") == "compute-bound":
+    if ss.get("bound") in GPU_PACED:
         cost, basis = per_step, "the transposes' GPU time per step: the GPU sets the pace, so the step shortens by it"
     elif ss.get("bound") == "overhead-bound":
         cost, basis = launch_us, ("the CPU time of the transposes' launch calls per step: the GPU waits on the CPU, "

@@ -6,7 +6,7 @@ step. A one-token forward launches a few hundred small kernels, so it is launch-
 fix is the one that removes launches per token: a static KV cache and CUDA graphs (torch.compile with
 mode='reduce-overhead'). The cost is the CPU time per token less its GPU work, times the tokens of a step, and no more
 than the step's CPU time less its GPU work (a step gets no shorter than the GPU work it launches). A step whose steady
-state is compute-bound gets no such verdict: the GPU sets its pace, and work queued before a token keeps the GPU busy
+state is compute- or copy-bound gets no such verdict: the GPU sets its pace, and work queued before a token keeps the GPU busy
 through that token's CPU time."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import annotation_ranges, bound
+from ....analyses import GPU_PACED, annotation_ranges, bound
 from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
 from .gpu_starved import GPU_IDLE_AT, launch_call_stats, launch_calls
 
@@ -30,7 +30,7 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     if tokens.empty:
         return None
     ss = r.summary.get("steady_state") or {}
-    if ss.get("bound") == "compute-bound":
+    if ss.get("bound") in GPU_PACED:
         return None  # the GPU sets the step's pace: queued work keeps it busy through the tokens' CPU time
     basis = ss.get("basis_steps") or []
     steady = tokens[tokens["step"].isin(basis)]

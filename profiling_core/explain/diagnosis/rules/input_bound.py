@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ....analyses import DATA_WAIT_AT, data_wait, is_data_loader_next
+from ....analyses import DATA_WAIT_AT, GPU_PACED, data_wait, is_data_loader_next
 from ..base import Diagnosis, _Ctx, _fmt_us
 
 _SINGLE, _WORKERS = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
@@ -36,7 +36,7 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     if share is None or share < DATA_WAIT_AT or not dw["steps"]:
         return None
     ss = r.summary.get("steady_state") or {}
-    if r.has_gpu and ss.get("bound") == "compute-bound":
+    if r.has_gpu and ss.get("bound") in GPU_PACED:
         return None  # the GPU sets the pace: the batches are made while it works through the queue
     n, data, cpu = len(dw["steps"]), dw["data_us_per_step"], dw["cpu_us_per_step"]
     names = _iterators(r, dw["steps"])

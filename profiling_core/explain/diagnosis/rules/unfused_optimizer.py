@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ....analyses import basis_steps, phase_ops
+from ....analyses import GPU_PACED, basis_steps, phase_ops
 from ..base import Diagnosis, _Ctx, _fmt_us, _multi_tensor_kernels
 
 PER_PARAMETER_OPS_AT = 8
@@ -70,9 +70,10 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     if every < 1:
         text += (f" The optimizer ran in {k} of the {len(steady)} steady-state steps (gradient accumulation): the "
                  "figures above are per step that ran it, the cost below per step of the loop.")
-    gpu_paced = on_gpu and (r.summary.get("steady_state") or {}).get("bound") == "compute-bound"
+    paced_by = (r.summary.get("steady_state") or {}).get("bound")
+    gpu_paced = on_gpu and paced_by in GPU_PACED
     cost, basis_text = ((gpu_us * every, "the optimizer phase's GPU time per step (the GPU sets the pace: a "
-                         "compute-bound step): what a fused optimizer could save at most (it still takes some)")
+                         f"{paced_by} step): what a fused optimizer could save at most (it still takes some)")
                         if gpu_paced else
                         (cpu_us * every, "the optimizer phase's CPU time per step: what a fused optimizer could save "
                          "at most (it still takes some)"))
