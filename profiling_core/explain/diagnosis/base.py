@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import pandas as pd
 
-from ...analyses import Report
+from ...analyses import GPU_PACED, Report
 from ...store.peaks import DevicePeaks
 
 
@@ -92,17 +92,30 @@ def _gpus_idle(report: Report) -> str:
 
 def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, str]:
     """The cost bound of a change that takes ``saved_us`` of GPU time off a step and nothing off its CPU time
-    (``basis`` says what that GPU time is), by the one bound rule (``analyses.steps.bound``): where the GPU sets the
-    pace (a compute-bound steady state) or no verdict says who does (no steps), the step shortens by that GPU time
-    at most; where the GPU waits on the CPU (an overhead-bound one), the step is as long as the CPU's own time and
-    shortens at most by the time the CPU spent blocked on the GPU (``sync_wait_us_per_step``)."""
+    (``basis`` says what that GPU time is), by the one bound rule (``analyses.steps.bound``). A step gets no shorter
+    than its CPU's own time (its CPU time less the time it spent blocked on the GPU, ``sync_wait_us_per_step``):
+    where the GPU waits on the CPU (an overhead-bound steady state) the step is as long as the CPU's time and shortens
+    at most by that blocked time; where the GPU sets the pace (compute- or copy-bound) the step is as long as the
+    longer of its CPU time and its GPU work, and shortens at most to the CPU's own time. Where no verdict says who
+    sets the pace (no steps), the step shortens by that GPU time at most."""
     ss = report.summary.get("steady_state") or {}
-    if ss.get("bound") != "overhead-bound":
-        return saved_us, basis
+    label = ss.get("bound")
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
-    return min(saved_us, wait), (f"{basis}, {_fmt_us(saved_us)} per step, is not on the critical path: the GPU waits "
-                                 "on the CPU (an overhead-bound step), so the step shortens at most by the time its "
-                                 f"CPU spent blocked on the GPU, {_fmt_us(wait)} per step, until the CPU side is cut")
+    if label == "overhead-bound":
+        return min(saved_us, wait), (f"{basis}, {_fmt_us(saved_us)} per step, is not on the critical path: the GPU "
+                                     "waits on the CPU (an overhead-bound step), so the step shortens at most by the "
+                                     f"time its CPU spent blocked on the GPU, {_fmt_us(wait)} per step, until the CPU "
+                                     "side is cut")
+    if label not in GPU_PACED or ss.get("cpu_us_per_step") is None or ss.get("gpu_us_per_step") is None:
+        return saved_us, basis
+    cpu, gpu = float(ss["cpu_us_per_step"]), float(ss["gpu_us_per_step"])
+    own = cpu - wait
+    room = max(cpu, gpu) - own
+    if saved_us <= room:
+        return saved_us, basis
+    return room, (f"{basis}, {_fmt_us(saved_us)} per step, is more than the step can lose: the GPU sets the pace (a "
+                  f"{label} step) only down to the CPU's own time, {_fmt_us(own)} per step, so the step shortens at "
+                  f"most from {_fmt_us(max(cpu, gpu))} (the longer of its CPU time and its GPU work) to that")
 
 
 def _fmt_us(x: float) -> str:

@@ -5,7 +5,7 @@ or memset ran then, on any stream: the exposed communication) over the steady st
 (``nccl``/``rccl`` kernels: each kind's own time in the same steady windows) and how much of their time compute hid;
 the fix follows the collective: gradient all-reduce (DDP), all-gather and reduce-scatter (FSDP, ZeRO), send/receive
 and all-to-all (pipeline stages, sharded embeddings). The cost is the exposed time per step (mean): the most that
-overlapping it with compute can save."""
+overlapping it with compute can save, and no more than the step can lose (``base._gpu_time_cost``)."""
 from __future__ import annotations
 
 import re
@@ -16,7 +16,7 @@ import numpy as np
 from ....analyses import basis_steps
 from ....analyses._shared import unions_ns
 from ....analyses.categories import gpu_op_category
-from ..base import Diagnosis, _Ctx, _fmt_us
+from ..base import Diagnosis, _Ctx, _fmt_us, _gpu_time_cost
 
 EXPOSED_AT = 0.1
 """The share of the steady-state steps' windows the GPU spends in communication alone from which the rule speaks."""
@@ -86,9 +86,12 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
     ev = {"basis_steps": basis, "exposed_us_per_step": exposed / n, "communication_us_per_step": busy / n,
           "exposed_share": exposed / window, "hidden_share": hidden, "collectives_us_per_step":
           {k: v / n for k, v in kinds.items()}, "exposed_at": EXPOSED_AT}
-    return Diagnosis("exposed_communication", "Communication that no compute overlaps", text, fix, exposed / n,
-                     "the time per steady-state step the GPU ran only collectives (mean): the most that overlapping "
-                     "them with compute can save", ev)
+    alone = "the time per steady-state step the GPU ran only collectives (mean)"
+    cost, cost_basis = _gpu_time_cost(r, exposed / n, alone)
+    if cost_basis == alone:
+        cost_basis += ": the most that overlapping them with compute can save"
+    return Diagnosis("exposed_communication", "Communication that no compute overlaps", text, fix, cost, cost_basis,
+                     ev)
 
 
 def _kinds_in_windows(c: _Ctx, basis: set) -> dict[str, float]:
