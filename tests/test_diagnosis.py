@@ -6,6 +6,7 @@ trigger the rules the real ones cannot (a sync inside the step, a recompile)."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -101,6 +102,38 @@ def test_the_add_kernel_moves_three_matrices():
     assert e.op == "aten::add" and e.bytes == 3 * 4096 * 4096 * 2  # two inputs read, the sum written, bf16
     assert e.time_us == pytest.approx(statistics.mean(kernel_durs(DIAG / "bf16_4096.json", "CUDAFunctor_add")))
     assert e.gbs == pytest.approx(e.bytes / e.time_us / 1e3) and e.peak == H200.bandwidth_gbs
+
+
+_ESIZE = {"float": 4, "c10::BFloat16": 2, "c10::Half": 2}
+
+
+def test_a_copy_to_a_narrower_dtype_reads_its_source_and_writes_its_destination():
+    """``x.to(torch.bfloat16)`` of 8 MiB of fp32 on the H200 (``aten::copy_(self, src)``): its kernel reads the source
+    (fp32) and writes ``self`` (bf16), which it does not read; counted as three fp32 matrices, it ran at 112% of the
+    measured bandwidth."""
+    path = DATA / "h200_verdicts" / "copy_pinned_eager.json"
+    copies = [e for e in scan_trace(path) if e.get("name") == "aten::copy_"
+              and e["args"].get("Input type", [None])[0] == "c10::BFloat16"]
+    (want,) = {sum(math.prod(d) * _ESIZE[t] for d, t in zip(e["args"]["Input Dims"][:2], e["args"]["Input type"][:2]))
+               for e in copies}
+    assert want == (8 << 20) + (4 << 20)
+    with open_trace(path, engine="sqlite") as s:
+        d = diagnose(s, None, None, H200)
+    (e,) = d.roofline[(d.roofline["kind"] == "elementwise") & (d.roofline["op"] == "aten::copy_")].itertuples()
+    assert e.bytes == want and e.fraction_of_peak < 1
+
+
+def test_a_rate_above_its_roof_says_what_gave_way():
+    """ResNet-50 on a V100 (2021): small adds run at up to 1,183 GB/s against the datasheet's 900: their tensors (up to
+    7 MB) sat in the L2 cache the kernel before had just written them to. The row says so rather than stand at 131%."""
+    path = DATA / "traces" / "worker0.1623143089861.pt.trace.json.gz"
+    with open_trace(path, engine="sqlite") as s:
+        d = diagnose(s)
+    roof = d.roofline[d.roofline["roof"] == "memory"]
+    over = roof[roof["fraction_of_peak"] > 1]
+    assert len(over) and (over["gbs"] > d.peaks.bandwidth_gbs).all()
+    assert all("above that bandwidth" in j and "L2 cache" in j for j in over["judged"])
+    assert not any("above that" in j for j in roof.loc[roof["fraction_of_peak"] <= 1, "judged"])
 
 
 def test_without_a_calibration_the_trace_s_gpu_is_judged_by_its_datasheet_and_says_so():

@@ -405,11 +405,15 @@ def test_no_verdict_contradicts_its_own_evidence(path):
         if row["peak"] is not None and row["compute_peak"] is not None and row["peak"] == row["peak"]:
             assert row["peak"] <= row["compute_peak"] + 1e-9
             assert row["roof"] == ("memory" if row["peak"] < row["compute_peak"] else "compute")
-    for row in roof.to_dict("records"):  # the verdict's words name the roof and its unit
+    for row in roof.to_dict("records"):  # the verdict's words name the roof and its unit, and say it when a rate
+        over = row["fraction_of_peak"] is not None and row["fraction_of_peak"] > 1  # passes its roof
         if row["roof"] == "memory":
-            assert row["judged"].endswith("GB/s (memory-bound)"), row
+            assert row["judged"].endswith("(memory-bound; above that bandwidth: part of its bytes were read from or "
+                                          "written to the GPU's L2 cache, not its memory)" if over else
+                                          "GB/s (memory-bound)"), row
         elif row["roof"] == "compute":
-            assert row["judged"].endswith("TFLOP/s (compute-bound)"), row
+            assert ("TFLOP/s (compute-bound; above that peak:" in row["judged"] if over else
+                    row["judged"].endswith("TFLOP/s (compute-bound)")), row
 
 
 def test_a_step_that_already_replays_graphs_is_not_told_to_capture_one():

@@ -28,6 +28,8 @@ _TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", 
 _ESIZE = {**DTYPES, "fp64": 8, "tf32": 4}  # bytes per element: the run dtypes and what else a trace records
 _ELEMENTWISE = ("aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::relu",
                 "aten::gelu", "aten::silu", "aten::sigmoid", "aten::tanh", "aten::copy_")
+_OVERWRITES = ("aten::copy_",)
+"""In-place ops that write ``self`` without reading it."""
 
 
 def _study_matmul(config) -> Optional[tuple[int, int]]:
@@ -57,10 +59,11 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
     padding, dilation and groups in ``Concrete Inputs``) has 2·N·K·Hₒ·Wₒ·(C/g)·R·S FLOPs and moves its input, weights
     and output once; its time is that of the convolution kernels launched inside it (not cuDNN's layout transposes,
     which the ``conv_layout`` rule counts). A fused attention (``aten::scaled_dot_product_attention`` that launched a
-flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` and timed by those kernels. Elementwise bytes are the inputs read and the broadcast output written, and
-    their FLOPs one per output element; a memcpy's bytes are what the trace records for it (read and written for a
+flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` and timed by those kernels. Elementwise bytes are the inputs read and the output written
+    (:func:`_elementwise_bytes`), and their FLOPs one per output element; a memcpy's bytes are what the trace records for it (read and written for a
     device-to-device copy). An elementwise op can pass the measured bandwidth (fraction above 1) when an input is
-    still in L2 (the GEMM's result just written, for the study's add): the copy that measured it streams from HBM. A GEMM's dtype comes from its recorded ``Input type``, else
+    still in L2 (the GEMM's result just written, for the study's add): the copy that measured it streams from HBM;
+    ``judged`` then says so. A GEMM's dtype comes from its recorded ``Input type``, else
     the config; an fp32 GEMM whose kernel names say ``tf32`` is judged against the tf32 peak. ``shared``: the
     session's ``analyses.Shared`` when the caller holds one (``diagnose`` does).
     """
@@ -100,21 +103,30 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     for r in rows:
-        r["judged"] = _judged(r)
+        r["judged"] = _judged(r, peaks.source if peaks is not None else None)
     return pd.DataFrame(rows)[cols]
 
 
-def _judged(row: dict) -> Optional[str]:
+def _judged(row: dict, source: Optional[str] = None) -> Optional[str]:
     """The row's verdict in the unit of the roof that bounds it: GB/s against the bandwidth under the memory roof
     (for a GEMM or attention there, intensity × bandwidth over intensity: the same fraction), TFLOP/s against the
-    dtype's peak under the compute roof; the achieved rate alone where there is no peak."""
-    gbs, tflops, peak = row.get("gbs"), row.get("tflops"), row.get("peak")
+    dtype's peak under the compute roof; the achieved rate alone where there is no peak. A rate above its roof says
+    what gave way: bytes served by the L2 cache under the memory roof; under the compute roof, a peak measured on
+    one GEMM shape (``source`` ``"measured"``), or else the datasheet's peak or the work counted from the op's
+    recorded shapes."""
+    gbs, tflops, peak, frac = row.get("gbs"), row.get("tflops"), row.get("peak"), row.get("fraction_of_peak")
+    over = frac is not None and frac == frac and frac > 1  # (a roof is a ceiling: above it, say what gave way)
     if row.get("roof") == "memory" and gbs is not None:
         # A FLOP-counted row's memory roof is in TFLOP/s (intensity × bandwidth); the others' is the bandwidth.
         bw = peak / row["intensity"] * 1e3 if row.get("compute_peak") is not None else peak
-        return f"{gbs:,.0f} of {bw:,.0f} GB/s (memory-bound)"
+        return (f"{gbs:,.0f} of {bw:,.0f} GB/s (memory-bound"
+                + ("; above that bandwidth: part of its bytes were read from or written to the GPU's L2 cache, not its memory" if over else "") + ")")
     if row.get("roof") == "compute" and tflops is not None:
-        return f"{tflops:,.3g} of {peak:,.4g} TFLOP/s (compute-bound)"
+        return (f"{tflops:,.3g} of {peak:,.4g} TFLOP/s (compute-bound"
+                + (("; above that peak: the peak was measured on one GEMM shape, and this shape runs faster"
+                    if source == "measured" else
+                    "; above that peak: the peak or the work counted from its recorded shapes does not hold for it")
+                   if over else "") + ")")
     if gbs is not None:
         return f"{gbs:,.0f} GB/s"
     return f"{tflops:,.3g} TFLOP/s" if tflops is not None and tflops == tflops else None
@@ -381,7 +393,7 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
                                             kern["gpu_dur_us"].to_numpy()[rows].tolist()):
         d, t = dims.get(op_id), types.get(op_id)
         key = repr((d, t))
-        sized = sizes[key] if key in sizes else sizes.setdefault(key, _elementwise_bytes(d, t))
+        sized = sizes[op + key] if op + key in sizes else sizes.setdefault(op + key, _elementwise_bytes(d, t, op))
         if sized is None:
             continue
         groups.setdefault((op, name, *sized), []).append((int(gpu_id), float(dur)))
@@ -397,9 +409,12 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     return out
 
 
-def _elementwise_bytes(dims, types) -> Optional[tuple[float, int]]:
-    """(bytes, output elements): inputs read once and the broadcast output written once, from recorded shapes and
-    types (tensor inputs only); an elementwise op does one operation per output element."""
+def _elementwise_bytes(dims, types, op: str = "") -> Optional[tuple[float, int]]:
+    """(bytes, output elements) of elementwise op ``op`` from its recorded shapes and types (tensor inputs only): its
+    inputs read once and its output written once; an elementwise op does one operation per output element. The
+    output of an out-of-place op is the inputs' broadcast shape in the widest input's type (type promotion); that of
+    an in-place op (``add_``) is ``self``, its first input, in its own type, and ``copy_`` writes ``self`` without
+    reading it (``x.to(torch.bfloat16)`` of 8 MiB of fp32 reads 8 MiB and writes 4)."""
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
     shapes, sizes = [], []
@@ -410,8 +425,14 @@ def _elementwise_bytes(dims, types) -> Optional[tuple[float, int]]:
             sizes.append(e)
     if not shapes:
         return None
-    try:
-        out = np.broadcast_shapes(*shapes)
-    except ValueError:
-        return None
-    return float(sum(math.prod(s) * e for s, e in zip(shapes, sizes)) + math.prod(out) * max(sizes)), math.prod(out)
+    if op.endswith("_"):
+        out, out_size = shapes[0], sizes[0]
+        if op in _OVERWRITES:
+            shapes, sizes = shapes[1:], sizes[1:]
+    else:
+        try:
+            out = np.broadcast_shapes(*shapes)
+        except ValueError:
+            return None
+        out_size = max(sizes)
+    return float(sum(math.prod(s) * e for s, e in zip(shapes, sizes)) + math.prod(out) * out_size), math.prod(out)
