@@ -170,3 +170,45 @@ def test_a_copy_beside_compute_sets_the_pace_only_when_it_outlasts_it(tmp_path, 
     assert (steady(rows, "copies") >= steady(rows, "others")) == (verdict == "copy-bound")
     r, f, _d = run(path)
     assert r.summary["steady_state"]["bound"] == verdict and f["q2.bound"].title == verdict.capitalize()
+
+
+def test_a_pinned_copy_s_call_is_not_time_blocked_and_gets_no_advice_to_pin():
+    """The pinned 8 MiB step: its copies' calls return at once (5.4 and 4.6 µs, no GPU work under them), so the time
+    the CPU was blocked is its stream synchronize's alone, and the fix does not tell it to pin what is pinned."""
+    path = H200 / "copy_pinned_eager.json"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    rows = scan(path)
+    steps = sorted((e for e in ev if str(e["name"]).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"),
+                   key=lambda e: e["ts"])[1:]
+    syncs = [sum(c["dur"] for c in ev if c["name"] in _SYNCS and s["ts"] <= c["ts"] < s["ts"] + s["dur"])
+             for s in steps]
+    r, _f, d = run(path)
+    x = d["sync_in_step"]
+    assert steady(rows, "in_pageable") == 0.0
+    assert x.evidence["blocked_us_per_step"] == pytest.approx(sum(syncs) / len(syncs), abs=0.01)
+    assert "pin_memory" not in x.fix and "not those of pinned memory" not in x.cost_basis
+
+
+def test_where_the_cpu_was_blocked_is_said_the_same_way_everywhere(tmp_path):
+    """The .cpu() loop waited 943.5 µs a step in its copy to pageable memory and 9 µs in its stream sync: the summary
+    line and Q2 say the copies; the copy of 4 bytes is no copy pinned memory would speed up."""
+    import subprocess
+    import sys
+    path = H200 / "readback_cpu_eager.json"
+    out = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(path), "--engine", "sqlite"],
+                         capture_output=True, text=True, check=True).stdout
+    (line,) = [x for x in out.splitlines() if x.strip().startswith("steady state:")]
+    assert "blocked in copies to or from pageable memory" in line
+    r, f, d = run(path)
+    assert "blocked in copies to or from pageable memory" in f["q2.bound"].text
+    assert d["sync_in_step"].evidence["pageable_copy_us_per_step"] == 0.0  # (4 B: its time is its start-up)
+
+
+def test_an_overhead_bound_step_that_was_blocked_says_its_idle_share_is_without_the_blocking():
+    """The compiled pageable step: its CPU's own time (919 µs) exceeds its GPU work (792.5 µs), so the GPU would idle
+    14% of a step without the blocking; as recorded it was busy under half of each window. Q2 says which is which."""
+    r, f, _d = run(H200 / "copy_pageable_compile.json")
+    ss, text = r.summary["steady_state"], f["q2.bound"].text
+    assert ss["bound"] == "overhead-bound" and ss["busy_in_window"] < 0.5
+    assert f"were the CPU not blocked, steps back to back would still leave it idle {100 * ss['gpu_idle_share']:.0f}%" \
+        in text

@@ -156,6 +156,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                         if s["has_gpu"] else ""))
     ss = s.get("steady_state") or {}
     if ss.get("bound") in ("compute-bound", "copy-bound", "overhead-bound"):
+        from ..explain import blocked_in
         wait = ss.get("sync_wait_us_per_step") or 0.0
         empty, idle = ss.get("empty_steps") or [], ss.get("steps_without_gpu") or []
         basis = ("the steps after the first" if ss.get("basis") == "after_first"
@@ -165,8 +166,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                 basis += f"; step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} {why}, left out"
         lines.append(f"  steady state: {ss['bound']}: {format_duration_us(ss['gpu_us_per_step'])} of GPU work launched "
                      f"per {format_duration_us(ss['cpu_us_per_step'])} of CPU per step"
-                     + (f", {format_duration_us(wait)} of it blocked in synchronising calls while the GPU worked"
-                        if wait > 0 else "")
+                     + (f", {format_duration_us(wait)} of it blocked in {blocked_in(report.steps, ss)} while the GPU "
+                        "worked" if wait > 0 else "")
                      + (f", {format_duration_us(ss['copy_us_per_step'])} of the GPU work copies between host and "
                         "device" if ss["bound"] == "copy-bound" else "") + f" ({basis})")
     if s["has_gpu"]:
@@ -184,7 +185,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      + (f"   memcpy DtoD {s['memcpy_dtod']}" if s["has_gpu"] else ""))
     shares = s.get("time_by_category") or {}
     if s["has_gpu"] and shares:
-        lines.append("  GPU time by category (share of the steps' windows): "
+        lines.append("  GPU time by category (share of the steps' windows, whatever launched the work): "
                      + ", ".join(f"{c} {100 * v:.1f}%" for c, v in shares.items() if v > 0))
     ph = report.summary.get("train_phases") or {}
     if ph:  # a training step: where each phase's time goes (medians of the steps after the first)

@@ -130,7 +130,7 @@ def _q2_verdict(r) -> list[Finding]:
     median = "a median " if len(ss["basis_steps"]) > 1 else ""
     if wait > 0:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time, {_us(wait)} of it blocked in "
-                f"{_blocked_in(s, ss)} while the GPU worked (time the GPU's pace sets, so not the CPU's own), and "
+                f"{blocked_in(s, ss)} while the GPU worked (time the GPU's pace sets, so not the CPU's own), and "
                 f"launched {_us(gpu)} of GPU work ({ratio:.2f}× the CPU's own {_us(cpu - wait)}). ")
     else:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of "
@@ -152,11 +152,11 @@ def _q2_verdict(r) -> list[Finding]:
                 "The GPU never waited for a launch (it sat idle with nothing launched for it "
                 f"{100 * (ss['starved_share'] or 0.0):.1f}% of {'each step' if median else 'the step'})")
         text += (f"{lead}, and its copies between host and device keep it busy {_us(copy)} a step, at least as long "
-                 f"as all its other work ({_us(other)}): the link between them sets the pace, not the GPU's compute, "
-                 "so the workload is copy-bound. "
-                 + ("Its copies to or from pageable memory run at a fraction of a pinned one's rate and hold the CPU "
-                    "while they run: pin the host memory and copy with non_blocking=True. " if "pageable" in
-                    _blocked_in(s, ss) else "")
+                 f"as all its other work ({_us(other)}): the copies set the pace, not the GPU's compute, so the "
+                 "workload is copy-bound. "
+                 + ("Its copies to or from pageable memory are staged through a pinned buffer while the CPU waits, at a "
+                    "fraction of a pinned copy's rate: pin the host memory and copy with non_blocking=True. "
+                    if "pageable" in blocked_in(s, ss) else "")
                  + "The fewer bytes cross the link each step (data kept on the device, a smaller dtype) and the more "
                  "of them overlap with compute (a copy on a side stream ahead of the step that needs it), the "
                  "shorter the step.")
@@ -178,6 +178,10 @@ def _q2_verdict(r) -> list[Finding]:
                  + ("waits for it in those calls" if wait > 0 else "runs ahead")
                  + " and the GPU sets the pace: the workload is compute-bound.")
         busy, drift = ss["busy_in_window"], ss["queue_drift_us"]
+        if wait > 0 and busy is not None and busy >= 0.5 and busy < 0.9:  # (below a half: said just below)
+            text += (f" As recorded the GPU was busy {100 * busy:.1f}% of each step's window: while the CPU waits in "
+                     "those calls nothing more is queued, so the GPU idles while the CPU does its own work after them, "
+                     "until those calls are gone.")
         if busy is not None and busy < 0.5:
             text += (f" Inside each step's own CPU window the GPU was busy only {100 * busy:.1f}%: the work a step "
                      "launches runs after that window, behind the work queued before it")
@@ -187,8 +191,10 @@ def _q2_verdict(r) -> list[Finding]:
                          f"{_us(ss['queue_delay_first_us'])} in step {ss['basis_steps'][0]})")
             text += "."
     else:
-        text += ("The GPU runs out of work and waits for the next launch: with steps back to back it sits idle "
-                 f"{100 * ss['gpu_idle_share']:.0f}% of each step, so the workload is overhead-bound.")
+        text += ("The GPU runs out of work and waits for the next launch: "
+                 + ("were the CPU not blocked, steps back to back would still leave it idle " if wait > 0 else
+                    "with steps back to back it sits idle ")
+                 + f"{100 * ss['gpu_idle_share']:.0f}% of each step, so the workload is overhead-bound.")
         if ss["busy_in_window"] is not None:  # (a measure of its own: a step's GPU work may run outside its window)
             text += (" Evidence beside the verdict, measured another way: inside each step's own CPU window the GPU "
                      f"was busy {median}{100 * ss['busy_in_window']:.1f}%.")
@@ -216,9 +222,10 @@ def _outside_batches(g):
     return g[~inside]
 
 
-def _blocked_in(steps, ss: dict) -> str:
-    """Where the steady state's steps were blocked on the GPU (``steps.sync_wait_us``): synchronize calls, copies to
-    or from pageable memory (``copy_wait_us``), or both."""
+def blocked_in(steps, ss: dict) -> str:
+    """Where the steady state's steps (``ss``: ``analyses.steady_state`` of ``steps``) were blocked on the GPU
+    (``steps.sync_wait_us``): synchronize calls, copies to or from pageable memory (``copy_wait_us``), or both; what
+    question 2 and ``analyze``'s summary say."""
     b = steps[steps["step"].isin(ss["basis_steps"])] if "copy_wait_us" in steps else steps.iloc[:0]
     copies = bool(len(b)) and float(b["copy_wait_us"].sum()) > 0
     syncs = not len(b) or float((b["sync_wait_us"] - b["copy_wait_us"]).sum()) > 0

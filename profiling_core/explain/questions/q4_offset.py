@@ -2,6 +2,9 @@
 call's, and whether the queue grows."""
 from __future__ import annotations
 
+from typing import Optional
+
+from ...analyses.steps import STARVED_AT
 from ...units import format_duration_us as _us
 from .base import NO_GPU_TEXT, Finding, _num
 
@@ -21,7 +24,7 @@ def _q4_offset(r, config=None) -> list[Finding]:
           "paired_by": sorted(set(ll["paired_by"]))}
     text = (f"Each GPU op started a median {_us(lat.median())} after its launch call began (min {_us(lat.min())}, "
             f"max {_us(lat.max())}, over {len(ll)} ops paired by {' and '.join(ev['paired_by'])}).")
-    text += _growth(ll, ev)
+    text += _growth(ll, ev, r.steps)
     ov = r.profiler_table[r.profiler_table["name"].astype(str).str.contains("Activity Buffer Request")]
     if len(ov):
         ev["activity_buffer_request_us"] = _num(ov["cpu_total_us"].sum())
@@ -47,11 +50,22 @@ def _held_tail(first):
     return first.iloc[k:]
 
 
-def _growth(ll, ev: dict) -> str:
+def _drained(steps, numbers) -> Optional[float]:
+    """The median time the GPU sat idle with nothing launched for it (``steps.gpu_starved_us``) in these steps after
+    the first, when it did so in every one of them (more than :data:`~profiling_core.analyses.STARVED_AT` of the
+    step): the queue emptied each step, so no backlog carried from one to the next. None otherwise."""
+    s = steps[steps["step"].isin(numbers)].iloc[1:] if "gpu_starved_us" in steps else steps.iloc[:0]
+    if s.empty or not (s["gpu_starved_us"] > STARVED_AT * s["cpu_dur_us"]).all():
+        return None
+    return float(s["gpu_starved_us"].median())
+
+
+def _growth(ll, ev: dict, steps) -> str:
     """Whether the queue grows, read where it can: across the steps (each step's first GPU op against the first
     step's: the CPU runs further ahead every step, the GPU lane drifts right; where the last steps' first ops waited
-    alike, :func:`_held_tail`, it grew and then held) or within them (a step's last op
-    against its first, the queue drained by the next step); without steps, the trace's last op against its first."""
+    alike, :func:`_held_tail`, it grew and then held; where the GPU ran dry in every later step, :func:`_drained`, no
+    backlog carried over) or within them (the later half of a step's ops against its first, the queue drained by the
+    next step); without steps, the trace's last op against its first."""
     o = ll.sort_values("launch_start_ns", kind="stable")
     stepped = o[o["step"].notna()] if "step" in o else o.iloc[:0]
     if stepped["step"].nunique() >= 2:
@@ -67,15 +81,24 @@ def _growth(ll, ev: dict) -> str:
                     f"{_us(first.iloc[0])} after its launch, those of steps {int(held.index[0])} to "
                     f"{int(held.index[-1])} {span}: the CPU stays a bounded distance ahead of the GPU (a full launch "
                     "queue, or a wait that holds it back), so the lanes do not drift further apart.")
+        dry = _drained(steps, [int(k) for k in first.index])
+        if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9) and dry is not None:
+            return (f" The first GPU op of step {int(first.index[0])} started {_us(first.iloc[0])} after its launch, "
+                    f"that of step {int(first.index[-1])} {_us(first.iloc[-1])}; but the GPU ran dry with nothing "
+                    f"launched for it in every step after the first (a median {_us(dry)} each), so the queue empties "
+                    "within each step and no backlog carries over: the lanes do not drift apart (a step's first op "
+                    "waits behind the end of the work before it).")
         if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9):
             return (f" The queue grows across the steps: the first GPU op of step {int(first.index[0])} started "
                     f"{_us(first.iloc[0])} after its launch, that of step {int(first.index[-1])} "
                     f"{_us(first.iloc[-1])}: the CPU launches faster than the GPU executes, so work queues up and the "
                     "GPU lane drifts right.")
-        within = (last / first.where(first > 0)).median()
+        late = stepped.groupby("step", sort=False)["latency_us"].agg(lambda x: x.iloc[len(x) // 2:].median())
+        within = (late / first.where(first > 0)).median()
         if within > GROWS_AT:
             return (f" Within each step the delay grows (a median {_us(first.median())} for a step's first GPU op, "
-                    f"{_us(last.median())} for its last): the CPU launches a step's work faster than the GPU runs it, "
+                    f"{_us(late.median())} for the later half of its ops, {_us(last.median())} for its last): the CPU "
+                    "launches a step's work faster than the GPU runs it, "
                     f"and the queue drains before the next step (the first ops of steps {int(first.index[0])} and "
                     f"{int(first.index[-1])} waited {_us(first.iloc[0])} and {_us(first.iloc[-1])}), so the lanes do "
                     "not drift apart.")

@@ -67,7 +67,11 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     n = max(1, len(st))
     with_any = len(set(step_of.tolist()) | set(copies["step"].dropna().astype(int).tolist()))
     calls = [int(i) for i in idx if names[i] in _SYNC_CALLS]
-    copy_calls = sorted(set(copies["launch_id"].astype(int).tolist()) - set(calls)) if len(copies) else []
+    # the calls that launched a copy and held the CPU for it: not those of copies to or from pinned memory, which
+    # return at once (where a trace's copy names do not say which memory, every copy's call counts)
+    held = copies[~copies["gpu_name"].astype(str).str.lower().str.contains("pinned", regex=False)] if len(copies) \
+        else copies
+    copy_calls = sorted(set(held["launch_id"].astype(int).tolist()) - set(calls)) if len(held) else []
     sync_us = float(tb.dur[calls].sum()) / 1000 / n if calls else 0.0
     copy_call_us = float(tb.dur[copy_calls].sum()) / 1000 / n if copy_calls else 0.0
     blocked = sync_us + copy_call_us
@@ -89,7 +93,8 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                      + (f" {'from' if row['kind'] == 'host-to-device' else 'to'} {row['memory']} memory"
                         if row["memory"] else "")
                      + f": the copy engine {_fmt_us(row['copy_us'])}"
-                     + (f" ({row['gbs']:,.1f} GB/s)" if row["gbs"] and (row["bytes"] or 0) >= 64 << 10 else "")
+                     + (f" ({row['gbs']:,.1f} GB/s)" if row["gbs"] and (row["bytes"] or 0) >= _BANDWIDTH_BOUND_BYTES
+                        else "")
                      + f", the CPU {_fmt_us(row['call_us'])} in the call that launched it"
                      + ("" if row["per_step"] == 1 and same else ", a copy on average"))
     by_phase: dict = {}
@@ -125,10 +130,12 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
         why.append("a copy from pageable host memory holds the CPU until its bytes are staged, which synchronises"
                    + (" too" if why else ""))
     text = where + ": " + "; ".join(parts) + "." + (f" {'; '.join(why)}.".replace(" a", " A", 1) if why else "")
+    unpinned = any(row["kind"] == "host-to-device" and row["memory"] != "pinned" for row in copy_rows)
     fix = ("Keep values on the GPU inside the step: avoid .item(), .cpu(), .tolist(), printing tensors and "
-           "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. Move inputs to the "
-           "device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead of the step; bring a "
-           "value back with a non_blocking copy and an event when it must come back.")
+           "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. "
+           + ("Move inputs to the device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead "
+              "of the step; " if unpinned else "")
+           + "Bring a value back with a non_blocking copy and an event when it must come back.")
     if scaler:
         fix = ("Use a fused optimizer (fused=True: SGD, Adam and AdamW have one on CUDA): scaler.step then hands it "
                "found_inf and the scale on the device instead of reading them back. " + fix)
@@ -136,10 +143,13 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
         fix = ("Log the loss every N steps, not every step: keep a running sum on the device (total += loss.detach()) "
                "and call .item() on it every N steps. " + fix)
     cost = blocked if calls or copy_calls else None
-    # (a copy from pageable memory is no floor of the step: pinned, the same bytes cross the link several times faster)
-    pageable_us = sum(row["per_step"] * row["copy_us"] for row in copy_rows if row["memory"] == "pageable")
-    basis = ("time the CPU spent blocked per step in synchronising calls and in the calls that launched host-device "
-             "copies (measured)" + ("; the copies from pageable memory, pinned, still take their bytes at the link's "
+    # (a copy from pageable memory is no floor of the step: pinned, the same bytes cross the link several times faster;
+    # not a copy of a few bytes, whose time is the copy's start-up either way)
+    pageable_us = sum(row["per_step"] * row["copy_us"] for row in copy_rows
+                      if row["memory"] == "pageable" and (row["bytes"] or 0) >= _BANDWIDTH_BOUND_BYTES)
+    basis = ("time the CPU spent blocked per step in synchronising calls"
+             + (" and in the calls that launched host-device copies (not those of pinned memory, which return at "
+                "once)" if copy_calls else "") + " (measured)" + ("; the copies from pageable memory, pinned, still take their bytes at the link's "
                                     "rate, which this trace does not give: the win is less by that" if pageable_us
                                     else ""))
     idle = None
@@ -171,6 +181,10 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                       "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows,
                       "sync_ops_by_phase": by_phase, "logged_per_step": logged, "grad_scaler_per_step": scaler})
 
+
+_BANDWIDTH_BOUND_BYTES = 64 << 10
+"""From this size a copy's time is its bytes over the link's rate (the text gives its GB/s), so pinned memory, which
+raises the rate, shortens it; a smaller copy's time is mostly its start-up."""
 
 _UNSCALE = "aten::_amp_foreach_non_finite_check_and_unscale_"
 """The op of GradScaler.unscale_ (the gradients checked for inf/NaN and divided by the scale)."""
