@@ -212,3 +212,21 @@ def test_an_overhead_bound_step_that_was_blocked_says_its_idle_share_is_without_
     assert ss["bound"] == "overhead-bound" and ss["busy_in_window"] < 0.5
     assert f"were the CPU not blocked, steps back to back would still leave it idle {100 * ss['gpu_idle_share']:.0f}%" \
         in text
+
+
+def test_the_first_step_s_extra_time_is_read_over_all_calls_of_a_name():
+    """The pageable 8 MiB step calls cudaMemcpyAsync twice (the 8 MiB copy, the .item()'s readback): question 3
+    compares what the first step spent in all of them with the other steps (by scan: the calls' durations summed per
+    step; a runtime call has no children), not one call with one call."""
+    ev = [e for e in scan_trace(H200 / "copy_pageable_eager.json") if e.get("ph") == "X"]
+    steps = sorted((e for e in ev if str(e["name"]).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"),
+                   key=lambda e: e["ts"])
+    per_step = [sum(c["dur"] for c in ev if c["name"] == "cudaMemcpyAsync" and s["ts"] <= c["ts"] < s["ts"] + s["dur"])
+                for s in steps]
+    assert all(sum(1 for c in ev if c["name"] == "cudaMemcpyAsync" and s["ts"] <= c["ts"] < s["ts"] + s["dur"]) == 2
+               for s in steps)
+    _r, f, _d = run(H200 / "copy_pageable_eager.json")
+    ev3 = f["q3.cold_start"].evidence
+    assert ev3["largest_excess_slice"] == "cudaMemcpyAsync"
+    assert ev3["largest_excess_self_us"] == pytest.approx(per_step[0], abs=0.01)
+    assert ev3["largest_excess_usual_us"] == pytest.approx(median(per_step[1:]), abs=0.01)

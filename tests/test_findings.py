@@ -89,8 +89,9 @@ def test_q3_names_the_slice_that_grew(name):
 
 
 def test_q3_reference_counts_each_other_step_once_with_two_ranks(tmp_path):
-    """Two ranks in one trace share step numbers: the reference self time of "the other steps" is the same as with
-    one rank (each other step number counted once, the first step never among them)."""
+    """Two ranks in one trace share step numbers: a step number's self time of a name sums both ranks' calls (Q2 says
+    such a trace's per-step figures mix its ranks), so the first step's and the other steps' reference are twice one
+    rank's (each other step number counted once, the first step never among them)."""
     src = h200("4096_bf16_warm_eager_a20")
     doc = json.loads(src.read_text())
     second = []
@@ -105,7 +106,8 @@ def test_q3_reference_counts_each_other_step_once_with_two_ranks(tmp_path):
     two.write_text(json.dumps({**doc, "traceEvents": doc["traceEvents"] + second}))
     one_ev, two_ev = by_id(src)["q3.cold_start"].evidence, by_id(two)["q3.cold_start"].evidence
     assert two_ev["largest_excess_slice"] == one_ev["largest_excess_slice"] == "aten::mm"
-    assert two_ev["largest_excess_usual_us"] == pytest.approx(one_ev["largest_excess_usual_us"], abs=1e-9)
+    assert two_ev["largest_excess_usual_us"] == pytest.approx(2 * one_ev["largest_excess_usual_us"], abs=1e-6)
+    assert two_ev["largest_excess_self_us"] == pytest.approx(2 * one_ev["largest_excess_self_us"], abs=1e-6)
 
 
 @pytest.mark.parametrize("name", H200)

@@ -94,11 +94,13 @@ def _q3_cold(r, config=None) -> list[Finding]:
         f0 = by_step.get(first_step)
         others = [by_step[k] for k in rest_steps if k in by_step]
         if f0 is not None and others:
-            ref = pd.concat(others).groupby(["name", "occurrence"])["self_us"].median()
-            at = ref.index.get_indexer(pd.MultiIndex.from_arrays([f0["name"], f0["occurrence"]]))
-            f0 = f0.assign(ref=np.where(at >= 0, ref.to_numpy(dtype=float)[at], 0.0))
+            # each name's self time summed over the step (all its calls), against the median of those sums over the
+            # other steps (0 where a step did not call it): what a step spent in it, as the steps' own figures count
+            f0 = f0.groupby("name", sort=False)["self_us"].sum().to_frame()
+            ref = pd.concat([g.groupby("name")["self_us"].sum() for g in others], axis=1).fillna(0.0).median(axis=1)
+            f0["ref"] = ref.reindex(f0.index).fillna(0.0).to_numpy(dtype=float)
             f0["excess_us"] = f0["self_us"] - f0["ref"]
-            worst = f0.sort_values("excess_us", ascending=False).iloc[0]
+            worst = f0.sort_values("excess_us", ascending=False, kind="stable").reset_index().iloc[0]
             ev.update({"largest_excess_slice": str(worst["name"]), "largest_excess_us": _num(worst["excess_us"]),
                        "largest_excess_self_us": _num(worst["self_us"]),
                        "largest_excess_usual_us": _num(worst["ref"])})
@@ -112,8 +114,9 @@ def _q3_cold(r, config=None) -> list[Finding]:
                 else:
                     share = "Most" if worst["excess_us"] > extra / 2 else "The largest part"
                     text += (f" {share} of the extra time ({_us(worst['excess_us'])} of {_us(extra)}) shows as self "
-                             f"time of {_short(worst['name'])}: {_us(worst['self_us'])} against {_us(worst['ref'])} "
-                             "in the other steps.")
+                             f"time of {_short(worst['name'])}: {_us(worst['self_us'])} in the first step against "
+                             f"{'a median ' if len(others) > 1 else ''}{_us(worst['ref'])} in the other steps (all its "
+                             "calls in a step).")
     g = r.cold_start_gap.dropna(subset=["gap_us"])
     if len(g) >= 2:
         ev.update({"first_gap_us": _num(g["gap_us"].iloc[0]), "other_gaps_median_us": _num(
