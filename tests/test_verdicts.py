@@ -726,3 +726,13 @@ def test_one_late_op_a_step_is_no_queue_that_grows_within_it():
             assert statistics.median(waits[len(waits) // 2:]) < 3 * waits[0]
     _r, f, _d = run(path)
     assert "Within each step the delay grows" not in f["q4.offset"].text
+
+
+def test_a_decode_loop_is_told_its_cache_must_be_static_before_it_is_told_to_graph_the_step():
+    """The H200 Llama decode, compiled (default mode) with a dynamic cache: the per-token rule says no CUDA graph can
+    be reused while the shapes change each token; the GPU-starved rule's fix, which names reduce-overhead, says the
+    cache must be static first instead of contradicting it."""
+    _, _, d = run(DATA / "h200_train" / "llm_decode_dynamic_compile_default.json.gz")
+    starved, tokens = rules(d)["gpu_starved"], rules(d)["decode_launch_bound"]
+    assert "no CUDA graph can be reused" in tokens.fix and "reduce-overhead" in starved.fix
+    assert starved.fix.index("must be a static one") < starved.fix.index("reduce-overhead")

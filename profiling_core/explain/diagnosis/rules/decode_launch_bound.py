@@ -16,10 +16,7 @@ import numpy as np
 
 from ....analyses import GPU_PACED, annotation_ranges, bound
 from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
-from .gpu_starved import GPU_IDLE_AT, launch_call_stats, launch_calls
-
-TOKEN_RANGE = "decode::token"
-"""The range that marks one decode token."""
+from .gpu_starved import GPU_IDLE_AT, TOKEN_RANGE, launch_call_stats, launch_calls
 
 
 def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:

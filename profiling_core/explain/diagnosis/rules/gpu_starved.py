@@ -9,9 +9,12 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import DATA_WAIT_AT, data_wait, is_data_loader_next
+from ....analyses import DATA_WAIT_AT, annotation_ranges, data_wait, is_data_loader_next
 from ....analyses._shared import union_ns
 from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
+
+TOKEN_RANGE = "decode::token"
+"""The range that marks one decode token (the causal_lm workload's ``record_function``; ``decode_launch_bound``)."""
 
 GPU_IDLE_AT = 0.5
 """The share of a steady-state step the GPU idles at or above which the steps are GPU-starved."""
@@ -217,6 +220,9 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                "step as a CUDA graph (torch.compile(mode='reduce-overhead'), or torch.cuda.graphs) so it launches once; "
                "the profiler table's CPU self time, sorted, names the rest"
                + (f" (fewer launches alone save about {_fmt_us(gain)} per step)" if gain else "") + ".")
+    if "reduce-overhead" in fix and not annotation_ranges(c.session, TOKEN_RANGE, shared=c.shared).empty:
+        fix = ("This loop decodes token by token (decode::token ranges): a CUDA graph replays fixed shapes, so its KV "
+               "cache must be a static one (see *Decode tokens are launch-bound*). " + fix)
     return Diagnosis("gpu_starved", "The GPU waits on the CPU (GPU-starved steps)", text, fix, max(0.0, cpu - gpu),
                      "CPU time less GPU work per steady-state step: the most that any change on the CPU side can save",
                      {"gpu_idle_share": idle, "cpu_step_us": cpu, "gpu_busy_us": gpu, "basis_steps": basis,

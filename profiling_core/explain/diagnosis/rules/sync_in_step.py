@@ -134,8 +134,8 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     fix = ("Keep values on the GPU inside the step: avoid .item(), .cpu(), .tolist(), printing tensors and "
            "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. "
            + ("Move inputs to the device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead "
-              "of the step; " if unpinned else "")
-           + "Bring a value back with a non_blocking copy and an event when it must come back.")
+              "of the step; bring" if unpinned else "Bring")
+           + " a value back with a non_blocking copy and an event when it must come back.")
     if scaler:
         fix = ("Use a fused optimizer (fused=True: SGD, Adam and AdamW have one on CUDA): scaler.step then hands it "
                "found_inf and the scale on the device instead of reading them back. " + fix)
