@@ -1,6 +1,8 @@
 """AppTest: the Profile page runs a real (tiny, CPU) profile through its own controls."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest_app import FAST_PROFILE, app, download, errors_of
@@ -71,6 +73,17 @@ def test_the_steady_state_metric_is_the_verdict_the_finding_states(runs_dir):
     with open_trace(path, engine="sqlite") as s:
         q2 = next(f for f in findings(s) if f.id == "q2.bound")
     assert m.value == "compute" and q2.evidence["bound"] == "compute-bound" and "compute-bound" in q2.text
+
+
+def test_a_copy_bound_run_shows_its_verdict_on_the_profile_page(runs_dir):
+    """The H200 step that streams 64 MiB from pinned memory each step: the page's metric reads copy, and every page
+    section renders."""
+    from conftest_app import import_trace
+    import_trace(runs_dir, Path(__file__).parent / "data" / "h200_verdicts" / "stream_in_pinned_eager.json", "stream")
+    at = app("profile")
+    assert not errors_of(at)
+    [m] = [m for m in at.metric if m.label == "Bound, steady state"]
+    assert m.value == "copy" and "copy-bound" in m.help
 
 
 
