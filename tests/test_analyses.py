@@ -857,3 +857,52 @@ def test_self_cpu_time_fits_in_the_threads_time(name):
     assert cpu["self_cpu_us"].sum() <= busy_us * 1.0001
     step = cpu[cpu["name"] == "ProfilerStep*"].iloc[0]
     assert step["self_cpu_us"] < 0.5 * step["cpu_total_us"]
+
+
+def test_an_occupancy_query_sizes_the_launch_that_follows_it_not_every_later_one():
+    """ResNet-50 on a V100 (2021): cuBLAS queries occupancy before each sgemm it launches, and under the same op the
+    split-K reduction and cuDNN's winograd kernels are launched after that sgemm, with no query of their own. By a
+    plain scan: a launch counts when a query under its innermost op started after the previous launch under that op
+    and no later than it."""
+    from conftest import scan_trace
+    path = DATA / "traces" / "worker0.1623143089861.pt.trace.json.gz"
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    runtime = [e for e in xs if str(e.get("cat", "")).lower() in LAUNCH_CATS]
+    kernels = {e["args"]["correlation"]: e["name"] for e in xs if str(e.get("cat", "")).lower() == "kernel"
+               and "correlation" in e.get("args", {})}
+    ops_by_tid: dict = {}
+    for e in xs:
+        if str(e.get("cat", "")).lower() not in LAUNCH_CATS and str(e.get("cat", "")).lower() != "kernel":
+            ops_by_tid.setdefault(e.get("tid"), []).append(e)
+
+    def innermost(call):
+        best = None
+        for o in ops_by_tid.get(call.get("tid"), ()):
+            if o["ts"] <= call["ts"] and call["ts"] + call["dur"] <= o["ts"] + o["dur"]:
+                if best is None or o["dur"] < best["dur"]:
+                    best = o
+        return best
+
+    queries = [e for e in runtime if e["name"].startswith(("cudaOccupancy", "cuOccupancy", "hipOccupancy"))]
+    parents = {}
+    for q in queries:
+        p = innermost(q)
+        if p is not None:
+            parents.setdefault(id(p), (p, []))[1].append(q["ts"])
+    want: dict[str, int] = {}
+    for p, qts in parents.values():
+        calls = sorted((c for c in runtime if c.get("tid") == p.get("tid") and p["ts"] <= c["ts"]
+                        and c["ts"] + c["dur"] <= p["ts"] + p["dur"]
+                        and c.get("args", {}).get("correlation") in kernels and innermost(c) is p),
+                       key=lambda c: c["ts"])
+        prev = None
+        for c in calls:
+            if any(t <= c["ts"] and (prev is None or t > prev) for t in qts):
+                name = kernels[c["args"]["correlation"]]
+                want[name] = want.get(name, 0) + 1
+            prev = c["ts"]
+    got = launch_paths(session(path))
+    got = got[got["category"] == "kernel"].set_index("name")["occupancy_queries"]
+    assert {n: int(v) for n, v in got.items() if v} == want
+    assert not any("winograd" in n.lower() or "splitK" in n for n in want)  # launched after the sized sgemm
+    assert any(n.startswith("volta_sgemm") for n in want)

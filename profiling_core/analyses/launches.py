@@ -16,7 +16,7 @@ __all__ = ["launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "di
 def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
     """Each launch pair whose GPU op is on a GPU lane (a thread track), in (GPU op ts, id) order, with ns columns."""
     cols = ["gpu_id", "gpu_name", "gpu_category", "gpu_start_ns", "gpu_dur_ns", "stream", "launch_id", "launch_name",
-            "launch_start_ns", "launch_dur_ns", "latency_ns", "paired_by", "step"]
+            "launch_start_ns", "launch_dur_ns", "latency_ns", "paired_by", "step", "occupancy_query_before"]
     p = sh.p
     if len(p["gpu_id"]) == 0:
         return frame([], cols)
@@ -45,7 +45,7 @@ def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
         "launch_id": p["launch_id"][idx], "launch_name": sh.pair_codes("launch_name").take(idx),
         "launch_start_ns": p["launch_ts"][idx], "launch_dur_ns": p["launch_dur"][idx],
         "latency_ns": p["gpu_ts"][idx] - p["launch_ts"][idx], "paired_by": sh.pair_codes("paired_by").take(idx),
-        "step": take_rows(step, idx)})
+        "step": take_rows(step, idx), "occupancy_query_before": sh.cached("occupancy_sized", _sized_by_query)[idx]})
 
 
 def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -61,7 +61,8 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
         DataFrame in GPU time order: ``gpu_id``, ``gpu_name``, ``gpu_category``, ``stream``, ``launch_id``,
         ``launch_name``, ``launch_start_ns``, ``gpu_start_ns``, ``launch_dur_us``, ``gpu_dur_us``, ``latency_us``
         (GPU op start − launch call start), ``paired_by`` (``flow`` or ``correlation``), ``step`` (the step whose
-        window holds the launch, or NA). Empty on CPU-only traces.
+        window holds the launch, or NA), ``occupancy_query_before`` (an occupancy query sized the launch: the rule of
+        :func:`launch_paths`). Empty on CPU-only traces.
     """
     df = _launch_latency_raw(shared_for(session, shared))
     df = ints(df, "gpu_id", "launch_id")
@@ -70,7 +71,8 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
         df[c] = df[c].astype("object")
     df = us(df, {"launch_dur_ns": "launch_dur_us", "gpu_dur_ns": "gpu_dur_us", "latency_ns": "latency_us"})
     return df[["gpu_id", "gpu_name", "gpu_category", "stream", "launch_id", "launch_name", "launch_start_ns",
-               "gpu_start_ns", "launch_dur_us", "gpu_dur_us", "latency_us", "paired_by", "step"]]
+               "gpu_start_ns", "launch_dur_us", "gpu_dur_us", "latency_us", "paired_by", "step",
+               "occupancy_query_before"]]
 
 
 def launch_ops(session, launch_ids, shared: Shared | None = None) -> np.ndarray:
@@ -91,12 +93,50 @@ def launch_ops(session, launch_ids, shared: Shared | None = None) -> np.ndarray:
     return np.where(op >= 0, sh.slices["id"][np.maximum(op, 0)], -1).astype(np.int64)
 
 
+OCCUPANCY_PREFIXES = ("cudaOccupancy", "hipOccupancy", "cuOccupancy")
+"""The names of occupancy queries (``cudaOccupancyMaxActiveBlocksPerMultiprocessor`` and kin)."""
+
+
+def _sized_by_query(sh: Shared) -> np.ndarray:
+    """Per launch pair: whether an occupancy query sized its launch. A query sizes the launch that follows it under
+    the same parent op: a launch call counts when a query under its parent started after the previous launch call
+    under that parent (or there is none) and no later than it. (cuBLAS queries before the GEMM it launches; the
+    kernels launched after that GEMM under the same op, a split-K reduction, were not sized by it.)"""
+    p, t = sh.p, sh.slices
+    n = len(p["gpu_id"])
+    out = np.zeros(n, dtype=bool)
+    occ = np.flatnonzero(sh.name_mask(lambda x: isinstance(x, str) and x.startswith(OCCUPANCY_PREFIXES))
+                         & (t["parent"] >= 0))
+    has = p["launch_parent"] >= 0
+    if not len(occ) or not has.any():
+        return out
+    calls = np.unique(p["launch_id"][has])  # each launch call once
+    c_par = t["ppos"][calls]
+    # the queries and the launch calls, by parent, then start (a query at a call's own start before it), then row
+    row = np.concatenate([occ, calls])
+    par = np.concatenate([t["ppos"][occ], c_par])
+    ts = np.concatenate([t["ts"][occ], t["ts"][calls]])
+    kind = np.concatenate([np.zeros(len(occ), dtype=np.int64), np.ones(len(calls), dtype=np.int64)])
+    order = np.lexsort((row, kind, ts, par))
+    row, par, ts, kind = row[order], par[order], ts[order], kind[order]
+    pos = np.arange(len(row))
+    last_q = np.maximum.accumulate(np.where(kind == 0, pos, -1))  # the latest query at or before each event
+    prev_c = np.r_[-1, np.maximum.accumulate(np.where(kind == 1, pos, -1))[:-1]]  # the latest call before it
+    is_call = kind == 1
+    q_ok = (last_q >= 0) & (par[np.maximum(last_q, 0)] == par)  # a query under the same parent
+    c_in = (prev_c >= 0) & (par[np.maximum(prev_c, 0)] == par)  # a previous call under the same parent
+    sized = is_call & q_ok & (~c_in | (last_q > prev_c))
+    sized_rows = row[sized]
+    out[has] = np.isin(p["launch_id"][has], sized_rows)
+    return out
+
+
 def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     """What ``launch_path.sql`` returns (same groups and sums; row order by name, API, parent op), from the shared
     launch pairs and slice tree.
 
-    Vectorised: each pair's parent op name and whether an occupancy query under that parent starts no later than
-    the launch (the earliest such query per parent, by ``np.minimum.at``); the groups are the distinct (GPU op name,
+    Vectorised: each pair's parent op name and whether an occupancy query sized its launch (:func:`_sized_by_query`);
+    the groups are the distinct (GPU op name,
     category, API, parent op) in order of first appearance (codes from ``pd.factorize``), as a dict would hold them."""
     cols = ["gpu_name", "gpu_category", "launch_api", "parent_op", "count", "with_occupancy_query"]
     p = sh.p
@@ -104,18 +144,10 @@ def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     if n == 0:
         return frame([], cols)
     t = sh.slices
-    # the earliest occupancy query under each parent (a slice row; NO_OCC where there is none)
-    occ = np.flatnonzero(sh.name_mask(lambda x: isinstance(x, str) and x.startswith(
-        ("cudaOccupancy", "hipOccupancy", "cuOccupancy"))) & (t["parent"] >= 0))
-    no_occ = np.iinfo(np.int64).max
-    first_occ = np.full(len(t["id"]), no_occ, dtype=np.int64)
-    np.minimum.at(first_occ, t["ppos"][occ], t["ts"][occ])
     par = p["launch_parent"]
     has = par >= 0
     prow = sh.pos(par[has])
-    before = np.zeros(n, dtype=bool)
-    f = first_occ[prow]
-    before[has] = (f != no_occ) & (f <= p["launch_ts"][has])
+    before = sh.cached("occupancy_sized", _sized_by_query)
     # the parent op's name ("" without a parent or for a NULL name) as codes into the slice names: "" has one code
     uniq = t["name_uniq"]  # the distinct names, then None (code -1)
     labels = np.empty(len(uniq) + 1, dtype=object)
@@ -142,8 +174,9 @@ def _launch_path_raw(sh: Shared) -> pd.DataFrame:
 def launch_paths(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per GPU op name: which API call(s) launched it, from which CPU op, and whether an occupancy query preceded.
 
-    An occupancy query is a ``cudaOccupancy*`` / ``cuOccupancy*`` / ``hipOccupancy*`` call that starts before the
-    launch call under the same parent op (the A100 pattern of the study; cuBLAS 13 on an H200 launches GEMMs with
+    An occupancy query is a ``cudaOccupancy*`` / ``cuOccupancy*`` / ``hipOccupancy*`` call under the same parent op
+    as the launch call, started after the previous launch call under that op and no later than this one: it sizes
+    the launch that follows it (the A100 pattern of the study; cuBLAS 13 on an H200 launches GEMMs with
     ``cuLaunchKernelEx`` and no such query).
 
     Args:

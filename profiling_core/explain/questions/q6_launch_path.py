@@ -11,43 +11,16 @@ _OCCUPANCY_PREFIXES = ("cudaOccupancy", "cuOccupancy", "hipOccupancy")
 
 
 def _occupancy_steps(r) -> dict[str, list[int]]:
-    """Per GPU op name: the step of each of its launches that an occupancy query precedes under the same parent op
-    (as ``launch_paths`` counts them), read from the dispatch chains."""
-    ch = r.dispatch_chains
-    if ch.empty:
+    """Per GPU op name: the step of each of its launches that an occupancy query sized (``launch_latency``'s
+    ``occupancy_query_before``, the rule ``launch_paths`` counts by), in time order."""
+    ll = r.launch_latency
+    if ll.empty or "occupancy_query_before" not in ll:
         return {}
-    occ = ch[_per_name(ch["name"], lambda t: t.str.startswith(_OCCUPANCY_PREFIXES)).astype(bool)]
-    if occ.empty:
-        return {}
-    first_q = occ.groupby(["step", "parent_id"])["start_ns"].min().rename("first_q").reset_index()
-    if ch.duplicated(["step", "id"]).any():  # ambiguous ids: keep the row-by-row lookups' exact behaviour
-        return _occupancy_steps_by_loc(ch, first_q.set_index(["step", "parent_id"])["first_q"])
-    # each GPU op -> its launch call (its parent, same step) -> the first occupancy query under the launch's parent
-    gpu = ch.loc[(ch["lane"] == "gpu") & ch["parent_id"].notna(), ["step", "parent_id", "name"]]
-    gpu = gpu.assign(_pos=range(len(gpu)))
-    launch = ch[["step", "id", "parent_id", "start_ns"]].rename(
-        columns={"id": "parent_id", "parent_id": "launch_parent", "start_ns": "launch_start"})
-    m = gpu.merge(launch, on=["step", "parent_id"], how="inner")
-    m = m[m["launch_parent"].notna()]
-    m = m.merge(first_q.rename(columns={"parent_id": "launch_parent"}), on=["step", "launch_parent"], how="inner")
-    m = m[(m["first_q"] <= m["launch_start"]).fillna(False).astype(bool)].sort_values("_pos", kind="stable")
+    sized = ll[ll["occupancy_query_before"].astype(bool) & ll["step"].notna()].sort_values("launch_start_ns",
+                                                                                           kind="stable")
     out: dict[str, list[int]] = {}
-    for name, step in zip(m["name"].tolist(), m["step"].tolist()):
-        out.setdefault(str(name), []).append(int(step))
-    return out
-
-
-def _occupancy_steps_by_loc(ch: pd.DataFrame, first_q: pd.Series) -> dict[str, list[int]]:
-    by_id = ch.set_index(["step", "id"])
-    out: dict[str, list[int]] = {}
-    for row in ch[ch["lane"] == "gpu"].itertuples(index=False):
-        key = (row.step, row.parent_id)
-        if pd.isna(row.parent_id) or key not in by_id.index:
-            continue
-        launch = by_id.loc[key]
-        q = first_q.get((row.step, launch["parent_id"]))
-        if q is not None and q <= launch["start_ns"]:
-            out.setdefault(str(row.name), []).append(int(row.step))
+    for name, step in zip(sized["gpu_name"].astype(str).tolist(), sized["step"].tolist()):
+        out.setdefault(name, []).append(int(step))
     return out
 
 
