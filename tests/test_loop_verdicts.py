@@ -523,3 +523,21 @@ def test_batches_copied_from_pinned_memory_alone_are_no_sync_finding():
                 and s["ts"] <= e["ts"] < s["ts"] + s["dur"]]  # (the profiler's own sync comes after the last step)
     assert "sync_in_step" not in run(WORKERS)[2]
     assert "pageable" in run(LOADER)[2]["sync_in_step"].text
+
+
+def test_a_compute_bound_verdict_that_rests_on_exposed_collectives_says_so():
+    """HTA's control trace reads compute-bound by 66.03 ms of GPU work against 63.99 ms of the CPU's own time; of that
+    work the collectives ran alone a median 14.46 ms a step (by scan): without them the GPU would wait on the CPU,
+    and Q2 says so."""
+    want = _exposed_by_scan(CONTROL)
+    basis = steady(want)
+    alone = statistics.median(want[n][1] for n in basis)
+    rows = [x for x in scan_steps(CONTROL) if x["step"] in basis]
+    cpu, gpu = statistics.median(x["cpu"] for x in rows), statistics.median(x["gpu"] for x in rows)
+    own = cpu - statistics.median(x["in_syncs"] + x["in_pageable"] for x in rows)
+    assert gpu >= own > gpu - alone
+    q2 = run(CONTROL)[1]["q2.bound"]
+    assert q2.evidence["bound"] == "compute-bound"
+    assert q2.evidence["exposed_collectives_us_per_step"] == pytest.approx(alone, abs=1.0)
+    assert "collectives that no compute overlaps: without them the GPU would have" in q2.text
+    assert "would wait on the CPU, so overlapping them makes the step overhead-bound" in q2.text

@@ -177,6 +177,14 @@ def _q2_verdict(r) -> list[Finding]:
         text += ("The GPU has at least as much to do as the CPU, so the CPU "
                  + ("waits for it in those calls" if wait > 0 else "runs ahead")
                  + " and the GPU sets the pace: the workload is compute-bound.")
+        comm = _exposed_collectives(r, ss["basis_steps"])
+        if comm > 0 and gpu - comm < GPU_BOUND_AT * (cpu - wait):  # the verdict rests on communication
+            ev["exposed_collectives_us_per_step"] = _num(comm)
+            text += (f" Of that GPU work, {_us(comm)} a step (median) is collectives that no compute overlaps: "
+                     f"without them the GPU would have {_us(gpu - comm)} to do against the CPU's own "
+                     f"{_us(cpu - wait)} and would wait on the CPU, so overlapping them makes the step overhead-bound "
+                     "and shortens it by less than they take (What to change: *Communication that no compute "
+                     "overlaps*).")
         busy, drift = ss["busy_in_window"], ss["queue_drift_us"]
         if wait > 0 and busy is not None and busy >= 0.5 and busy < 0.9:  # (below a half: said just below)
             text += (f" As recorded the GPU was busy {100 * busy:.1f}% of each step's window: while the CPU waits in "
@@ -220,6 +228,16 @@ def _outside_batches(g):
     ts = g["start_ns"].to_numpy(dtype=np.int64, na_value=-1)
     inside = ((ts[:, None] >= b[None, :]) & (ts[:, None] < e[None, :])).any(axis=1)
     return g[~inside]
+
+
+def _exposed_collectives(r, basis: list) -> float:
+    """The median, over the steady state's steps, of the time the GPU ran collectives alone (``step_breakdown``'s
+    ``communication`` category: no compute, copy or memset beside them); 0 without any."""
+    sb = r.step_breakdown
+    if sb.empty:
+        return 0.0
+    comm = sb[(sb["category"] == "communication") & sb["step"].isin(basis)]["time_us"]
+    return float(comm.median()) if len(comm) else 0.0
 
 
 def blocked_in(steps, ss: dict) -> str:
