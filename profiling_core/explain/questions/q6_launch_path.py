@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _is_cold, _n, _per_name, _short
-
-
-_OCCUPANCY_PREFIXES = ("cudaOccupancy", "cuOccupancy", "hipOccupancy")
+from ...analyses.launches import OCCUPANCY_PREFIXES
+from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _is_cold, _n, _short
 
 
 def _occupancy_steps(r) -> dict[str, list[int]]:
@@ -59,9 +57,6 @@ def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool) -
             + (f". And of {_n(left, 'more kernel name')}, not listed" if left else "") + ". ")
 
 
-_OCCUPANCY = ("cudaOccupancy", "hipOccupancy", "cuOccupancy")
-
-
 def _hip(lp: pd.DataFrame) -> bool:
     """True when the kernels were launched through HIP (an AMD GPU's trace): its calls are named hip…."""
     apis = " ".join(str(a) for a in pd.unique(lp["launch_apis"].astype(str)))
@@ -85,7 +80,7 @@ def _q6_paths(r, config=None) -> list[Finding]:
     if len(lp) > len(top):
         per += f"; and {len(lp) - len(top)} more kernels"
     tb = r.profiler_table
-    queries = int(tb.loc[(tb["lane"] == "cpu") & tb["name"].astype(str).str.startswith(_OCCUPANCY), "calls"].sum()) \
+    queries = int(tb.loc[(tb["lane"] == "cpu") & tb["name"].astype(str).str.startswith(OCCUPANCY_PREFIXES), "calls"].sum()) \
         if len(tb) else 0
     ev["occupancy_queries_in_trace"] = queries
     if occ.empty and queries:
