@@ -16,6 +16,10 @@ from .base import NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _w
 _TOP_WORK_OPS = 3
 
 
+UNLIKE_STEPS = 2.0
+"""Two steady-state steps whose CPU times differ by this factor or more: their median, their mean, is no step's."""
+
+
 def _all_steps(n: int) -> str:
     return "the only step" if n == 1 else f"all {n} steps"
 
@@ -135,6 +139,10 @@ def _q2_verdict(r) -> list[Finding]:
     else:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of "
                 f"GPU work ({ratio:.2f}× the CPU time). ")
+    two = s[s["step"].isin(ss["basis_steps"])]["cpu_dur_us"].astype(float).tolist()
+    if len(two) == 2 and min(two) > 0 and max(two) >= UNLIKE_STEPS * min(two):  # a mean no step took
+        text += (f"(The median of two steps is their mean, and these two differ: {_us(two[0])} and {_us(two[1])} of "
+                 "CPU time; profile more steps to tell a steady state from a one-off.) ")
     if ss.get("bound_of_every_step"):  # every step gets this verdict on its own figures; their medians would not
         rows = cv[cv["step"].isin(ss["basis_steps"])]
         each = "; ".join(f"step {int(x.step)}: "
