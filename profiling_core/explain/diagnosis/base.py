@@ -90,6 +90,23 @@ def _gpus_idle(report: Report) -> str:
     return "the GPU idles" if n < 2 else "both GPUs idle at once" if n == 2 else f"all {n} GPUs idle at once"
 
 
+def _cpu_time_cost(report: Report, saved_us: float, basis: str, what: str, relief_us: float = 0.0,
+                   relief: str = "") -> tuple[float, str]:
+    """The cost bound of a change that takes ``saved_us`` of CPU time off a step (``basis`` says what that time is;
+    ``what`` names it in the capped text): a step gets no shorter than the GPU work it launches, so it shortens at
+    most by its CPU time less that work (the steady state's medians), more by ``relief_us`` of that work that the
+    change itself shortens (``relief`` says which: a copy from pageable memory, pinned). Without a steady state
+    (no steps), ``saved_us`` as it is."""
+    ss = report.summary.get("steady_state") or {}
+    if ss.get("cpu_us_per_step") is None or ss.get("gpu_us_per_step") is None:
+        return saved_us, basis
+    room = max(0.0, float(ss["cpu_us_per_step"]) - float(ss["gpu_us_per_step"]) + relief_us)
+    if saved_us <= room:
+        return saved_us, basis
+    return room, (f"the step's CPU time less the GPU work it launches{relief}, per steady-state step (measured): a "
+                  f"step gets no shorter than its GPU work, so of {what} removing it can win back at most this")
+
+
 def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, str]:
     """The cost bound of a change that takes ``saved_us`` of GPU time off a step and nothing off its CPU time
     (``basis`` says what that GPU time is), by the one bound rule (``analyses.steps.bound``). A step gets no shorter

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from ....analyses import GPU_PACED, annotation_ranges, bound
-from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
+from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_us, _gpus_idle
 from .gpu_starved import GPU_IDLE_AT, TOKEN_RANGE, launch_call_stats, launch_calls
 
 
@@ -76,16 +76,11 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
                + ". With a dynamic cache the shapes change every token, so no CUDA graph can be reused (a graph "
                "replays fixed shapes; compiled code made for dynamic shapes still launches each kernel). A larger "
                "batch gives each launch more work too.")
-    cost = max(0.0, cpu - gpu) * per_step
-    basis = ("CPU time less GPU work per steady-state decode token, times the tokens of a step: the most that "
-             "removing the per-token CPU cost can save")
-    if ss.get("gpu_us_per_step") is not None and ss.get("cpu_us_per_step") is not None:
-        room = max(0.0, float(ss["cpu_us_per_step"]) - float(ss["gpu_us_per_step"]))
-        if room < cost:
-            cost, basis = room, (f"the step's CPU time less the GPU work it launches, per steady-state step: a step "
-                                 f"gets no shorter than its GPU work, so of the {_fmt_us(max(0.0, cpu - gpu))} per "
-                                 f"token ({per_step:g} tokens a step) that the CPU spends beyond the token's GPU work, "
-                                 "removing it can win back at most this")
+    cost, basis = _cpu_time_cost(
+        r, max(0.0, cpu - gpu) * per_step, "CPU time less GPU work per steady-state decode token, times the tokens of "
+        "a step: the most that removing the per-token CPU cost can save",
+        f"the {_fmt_us(max(0.0, cpu - gpu))} per token ({per_step:g} tokens a step) that the CPU spends beyond the "
+        "token's GPU work,")
     return Diagnosis("decode_launch_bound", "Decode tokens are launch-bound (the GPU waits within each token)",
                      text, fix, cost, basis,
                      {"tokens_per_step": per_step, "cpu_us_per_token": cpu, "gpu_us_per_token": gpu,

@@ -27,7 +27,7 @@ import numpy as np
 from ....analyses import GPU_PACED, basis_steps, phases_at, working_steps
 from ....units import human_bytes
 from ...questions.base import _per_name
-from ..base import Diagnosis, _args_of, _Ctx, _fmt_us
+from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_us
 
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
                "cuStreamSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
@@ -164,16 +164,10 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                      "blocked per step was spent waiting for work the GPU had to do anyway; what removing the syncs "
                      "can win back is at most the time the GPU ran dry" + (" and what the faster copies save"
                                                                           if pageable_us else ""))
-    elif cost is not None and ss.get("bound") == "overhead-bound" and ss.get("gpu_us_per_step") is not None:
-        room = max(0.0, float(ss["cpu_us_per_step"]) - float(ss["gpu_us_per_step"]) + pageable_us)
-        if room < cost:
-            cost = room
-            basis = ("the step's CPU time less the GPU work it launches"
-                     + (" other than its copies from pageable memory (which pinned memory speeds up)"
-                        if pageable_us else "")
-                     + ", per steady-state step (measured): a step gets no shorter than its GPU work, so of the "
-                     f"{_fmt_us(blocked)} the CPU spent blocked per step removing the blocking can win back at most "
-                     "this")
+    elif cost is not None and ss.get("bound") == "overhead-bound":
+        cost, basis = _cpu_time_cost(r, cost, basis, f"the {_fmt_us(blocked)} the CPU spent blocked per step",
+                                     pageable_us, " other than its copies from pageable memory (which pinned memory "
+                                     "speeds up)" if pageable_us else "")
     return Diagnosis("sync_in_step", "Host-device synchronisation or copies inside the step", text, fix,
                      cost, basis,
                      {"gpu_idle_us_per_step": idle, "pageable_copy_us_per_step": pageable_us, "slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
