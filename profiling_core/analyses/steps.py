@@ -99,8 +99,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
-            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "copy_busy_us", "other_busy_us", "gpu_starved_us", "cut_us",
-            "slices", "data_us"]
+            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "copy_busy_us", "other_busy_us",
+            "gpu_starved_us", "cut_us", "slices", "data_us"]
     return df[cols].reset_index(drop=True)
 
 
@@ -428,9 +428,8 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     ``queue_drift_us`` (their difference: it grows when the CPU runs ahead of the GPU).
     """
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
-           "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None, "other_us_per_step": None,
-           "gpu_to_cpu": None,
-           "starved_share": None,
+           "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None,
+           "other_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
            "steps_without_gpu": [], "empty_steps": [], "bound_of_every_step": False}

@@ -120,7 +120,8 @@ def _judged(row: dict, source: Optional[str] = None) -> Optional[str]:
         # A FLOP-counted row's memory roof is in TFLOP/s (intensity × bandwidth); the others' is the bandwidth.
         bw = peak / row["intensity"] * 1e3 if row.get("compute_peak") is not None else peak
         return (f"{gbs:,.0f} of {bw:,.0f} GB/s (memory-bound"
-                + ("; above that bandwidth: part of its bytes were read from or written to the GPU's L2 cache, not its memory" if over else "") + ")")
+                + ("; above that bandwidth: part of its bytes were read from or written to the GPU's L2 cache, not "
+                   "its memory" if over else "") + ")")
     if row.get("roof") == "compute" and tflops is not None:
         return (f"{tflops:,.3g} of {peak:,.4g} TFLOP/s (compute-bound"
                 + (("; above that peak: the peak was measured on one GEMM shape, and this shape runs faster"

@@ -1,8 +1,8 @@
 """``conv_layout``: cuDNN's layout transposes around the convolutions. Tensor-core convolutions run in NHWC; given
 NCHW tensors (torch's default memory format), cuDNN transposes the input (and weights) to NHWC before each
 convolution and the result back after it (``nchwToNhwcKernel`` / ``nhwcToNchwKernel``). channels_last removes them.
-The cost is their GPU time per step when the GPU sets the pace (a compute- or copy-bound steady state), their launch calls'
-CPU time when the GPU waits on the CPU (an overhead-bound one: the GPU's time is then not on the critical path), and
+The cost is their GPU time per step when the GPU sets the pace (a compute- or copy-bound steady state), their
+launch calls' CPU time when the GPU waits on the CPU (an overhead-bound one: the GPU's time is then not on the critical path), and
 their GPU time as an upper bound when there is no verdict (a trace without steps)."""
 from __future__ import annotations
 

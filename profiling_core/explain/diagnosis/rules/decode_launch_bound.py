@@ -6,8 +6,8 @@ step. A one-token forward launches a few hundred small kernels, so it is launch-
 fix is the one that removes launches per token: a static KV cache and CUDA graphs (torch.compile with
 mode='reduce-overhead'). The cost is the CPU time per token less its GPU work, times the tokens of a step, and no more
 than the step's CPU time less its GPU work (a step gets no shorter than the GPU work it launches). A step whose steady
-state is compute- or copy-bound gets no such verdict: the GPU sets its pace, and work queued before a token keeps the GPU busy
-through that token's CPU time."""
+state is compute- or copy-bound gets no such verdict: the GPU sets its pace, and work queued before a token keeps the
+GPU busy through that token's CPU time."""
 from __future__ import annotations
 
 from typing import Optional

@@ -170,7 +170,8 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                                      "speeds up)" if pageable_us else "")
     return Diagnosis("sync_in_step", "Host-device synchronisation or copies inside the step", text, fix,
                      cost, basis,
-                     {"gpu_idle_us_per_step": idle, "pageable_copy_us_per_step": pageable_us, "slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
+                     {"gpu_idle_us_per_step": idle, "pageable_copy_us_per_step": pageable_us,
+                      "slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
                       "blocked_us_per_step": blocked, "sync_calls_us_per_step": sync_us,
                       "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows,
                       "sync_ops_by_phase": by_phase, "logged_per_step": logged, "grad_scaler_per_step": scaler})
