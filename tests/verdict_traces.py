@@ -532,3 +532,24 @@ def data_loader_steps(path: Path, data_us, *, name: str = SINGLE_NEXT, train: bo
                 _annotate(t, "Optimizer.step#SGD.step", lambda t: t.cpu("aten::_foreach_add_", 12.0))
         t.step(n + 1, body)
     return t.write(path, device_properties=gpu)
+
+
+def earlier_work(path: Path, *, earlier_us: float = 5000.0, sync: bool = True, kernels: int = 6,
+                 kernel_us: float = 30.0, steps: int = 1) -> Path:
+    """A trace taken from a running loop: when the profiler began recording, the GPU still had ``earlier_us`` of
+    work queued (its kernel is in the trace, its launch call is not). The first step waits for it in
+    cudaDeviceSynchronize (with ``sync``) or launches its own ``kernels`` small kernels behind it, 50 µs of CPU
+    each."""
+    t = Trace()
+    start = t.t + 1.0
+    t._x("ampere_sgemm_128x64_nn", start, earlier_us, "kernel", pid=0, tid=7, correlation=10 ** 6, device=0,
+         stream=7)
+    t.gpu_free = start + earlier_us
+    for n in range(steps):
+        def body(t, first=n == 0):
+            if sync and first:
+                t.sync("cudaDeviceSynchronize")
+            for _ in range(kernels):
+                t.cpu("aten::add", 50, children=lambda t: t.launch("vectorized_elementwise_kernel", kernel_us))
+        t.step(n + 1, body)
+    return t.write(path)

@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
-from ._shared import Shared, covered_ns, frame, is_host_copy, shared_for, union_ns, unions_ns
+from ._shared import Shared, covered_ns, frame, is_host_copy, merged, shared_for, union_ns, unions_ns
 from .phases import data_ranges
 
 __all__ = ["steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
@@ -64,10 +64,13 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the calls that start in the step's
         window and block until it is done: the synchronize calls, and the calls that launched a copy to or from
         pageable memory, :attr:`Shared.copy_waits`; CPU time spent blocked on GPU work, :func:`bound`),
-        ``copy_wait_us`` (the part of it in those copies), ``copy_busy_us`` and ``other_busy_us`` (the union of the
+        ``copy_wait_us`` (the part of it in those copies), ``unlaunched_wait_us`` (the part of ``sync_wait_us`` in
+        which the GPU ran work the trace holds no launch call for, :func:`_unlaunched_ops`: work launched before
+        the profiler began recording, which no step counts as its own), ``copy_busy_us`` and ``other_busy_us`` (the union of the
         intervals of the host↔device copies launched in the step, and of its other GPU ops: the two parts of
         ``gpu_busy_us``, which may overlap), ``gpu_starved_us`` (the time in the
-        step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`), ``cut_us`` (how much of
+        step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`), ``unlaunched_in_step_us``
+        (the part of ``gpu_busy_in_step_us`` in which the GPU ran work the trace holds no launch call for), ``cut_us`` (how much of
         the step's slice lay past the recording's end and is not counted: 0 but in a malformed trace), ``slices``
         (the slices of any thread or GPU lane that began in the step's window, its own slice not counted: 0 for an
         empty step, :func:`working_steps`), ``data_us`` (the time of the step's window inside a DataLoader's
@@ -82,6 +85,11 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     durs = df["cpu_dur_ns"].to_numpy(dtype=np.int64)
     df["copy_wait_ns"] = _waits_in(sh.copy_waits, starts, durs)
     df["sync_wait_ns"] = _waits_in(sh.sync_waits, starts, durs) + df["copy_wait_ns"].to_numpy()
+    early = _unlaunched_ops(sh)
+    df["unlaunched_wait_ns"] = (_unlaunched_waits_in(sh, early, starts, durs) if len(early[0])
+                                else np.zeros(len(starts), dtype=np.int64))
+    df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
+                                   else np.zeros(len(starts), dtype=np.int64))
     df["copy_busy_ns"], df["other_busy_ns"] = _copies_and_rest_in(sh, starts, durs)
     df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
     rows = df["slice_id"].to_numpy(dtype=np.int64)  # the slices' ids are their rows
@@ -95,12 +103,13 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
                  "gpu_busy_in_step_ns": "gpu_busy_in_step_us", "sync_wait_ns": "sync_wait_us",
                  "copy_busy_ns": "copy_busy_us", "other_busy_ns": "other_busy_us", "copy_wait_ns": "copy_wait_us",
-                 "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us", "data_ns": "data_us"})
+                 "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us", "data_ns": "data_us",
+                 "unlaunched_wait_ns": "unlaunched_wait_us", "unlaunched_in_step_ns": "unlaunched_in_step_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
-            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "copy_busy_us", "other_busy_us",
-            "gpu_starved_us", "cut_us", "slices", "data_us"]
+            "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "unlaunched_wait_us",
+            "copy_busy_us", "other_busy_us", "gpu_starved_us", "unlaunched_in_step_us", "cut_us", "slices", "data_us"]
     return df[cols].reset_index(drop=True)
 
 
@@ -179,6 +188,35 @@ def _starved_in(sh: Shared, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     hi = np.minimum(gap_hi[starved], ends.max())
     keep = hi > lo
     return covered_ns(starts, ends, lo[keep], hi[keep]) if keep.any() else out
+
+
+def _unlaunched_ops(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
+    """The union, as disjoint sorted intervals (:func:`merged`), of the GPU ops the trace holds no launch call for
+    (no flow and no correlation pairs them with one: launched before the profiler began recording, in its warm-up
+    or earlier, so no step counts them as its work; a one-step trace taken from a running loop holds the tail of the
+    work queued before it)."""
+    rows, p = sh.gpu_rows, sh.p
+    if not len(rows):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    paired = np.zeros(len(sh.slices["ts"]), dtype=bool)
+    paired[p["gpu_id"]] = True
+    r = rows[~paired[rows]]
+    ts = sh.slices["ts"][r].astype(np.int64)
+    return merged(ts, ts + sh.slices["dur"][r].astype(np.int64))
+
+
+def _unlaunched_waits_in(sh: Shared, early: tuple[np.ndarray, np.ndarray], starts: np.ndarray,
+                         durs: np.ndarray) -> np.ndarray:
+    """Per window [start, start + dur) (ns): of the blocking calls that start in it (those ``sync_wait_us`` counts),
+    the time the GPU ran work the trace holds no launch call for (``early``, :func:`_unlaunched_ops`)."""
+    out = np.zeros(len(starts), dtype=np.int64)
+    for sw in (sh.sync_waits, sh.copy_waits):
+        if sw.empty or not len(starts):
+            continue
+        b = sw["start_ns"].to_numpy(dtype=np.int64)
+        covered = covered_ns(b, b + sw["dur_ns"].to_numpy(dtype=np.int64), *early)
+        out += _waits_in(sw.assign(gpu_busy_ns=covered), starts, durs)
+    return out
 
 
 def _waits_in(sw: pd.DataFrame, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
@@ -422,7 +460,10 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     own time), ``starved_share`` (the median share of a step's window the GPU sat idle with
     nothing launched for it), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
     steady-state step the GPU waits, ``1 − gpu/cpu_own`` when overhead-bound, else 0), ``busy_in_window`` (median
-    share of each step's own CPU window in which the GPU was busy), ``queue_delay_first_us`` /
+    share of each step's own CPU window in which the GPU was busy), ``unlaunched_in_window`` (median share of each
+    step's window in which the GPU ran work the trace holds no launch call for, part of ``busy_in_window``),
+    ``unlaunched_wait_us_per_step`` (median of the part of the blocked time in which it did, part of
+    ``sync_wait_us_per_step``; 0 when that is), ``queue_delay_first_us`` /
     ``queue_delay_last_us``
     (from the start of the first and last basis step to the start of the first GPU op each launched) and
     ``queue_drift_us`` (their difference: it grows when the CPU runs ahead of the GPU).
@@ -430,7 +471,8 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
            "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None,
            "other_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
-           "threshold": at, "gpu_idle_share": None, "busy_in_window": None,
+           "threshold": at, "gpu_idle_share": None, "busy_in_window": None, "unlaunched_in_window": None,
+           "unlaunched_wait_us_per_step": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
            "steps_without_gpu": [], "empty_steps": [], "bound_of_every_step": False}
     if steps_df is None or steps_df.empty:
@@ -467,6 +509,10 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
                gpu_to_cpu=gpu / own if own > 0 else None, starved_share=starved,
                bound=next(iter(each)) if out["bound_of_every_step"] else label,
                busy_in_window=float(with_gpu["gpu_busy_fraction"].median()))
+    if "unlaunched_in_step_us" in with_gpu:
+        out["unlaunched_in_window"] = float(ratio(with_gpu["unlaunched_in_step_us"], with_gpu["cpu_dur_us"])
+                                            .fillna(0.0).median())
+        out["unlaunched_wait_us_per_step"] = (float(with_gpu["unlaunched_wait_us"].median()) if wait > 0 else 0.0)
     out["gpu_idle_share"] = max(0.0, 1.0 - gpu / own) if out["bound"] == "overhead-bound" and own > 0 else 0.0
     delay = (with_gpu["first_gpu_start_ns"].astype("Float64") - with_gpu["start_ns"].astype("Float64")) / 1000.0
     delay = delay.dropna()

@@ -44,16 +44,12 @@ def _basis_text(ss: dict, n_steps: int) -> str:
 
 def _q2_bound(r, config=None) -> list[Finding]:
     found = _q2_verdict(r)
-    cut = r.steps[r.steps["cut_us"] > 0] if "cut_us" in r.steps else r.steps.iloc[:0]
-    if len(cut):  # the rule that cut them, said where their figures are read
+    said = cut_steps_text(r.steps)
+    if said:  # the rule that cut them, said where their figures are read
         f = found[0]
-        names = ", ".join(f"{nm}'s by {_us(float(c))}" for nm, c in zip(cut["name"][:3], cut["cut_us"][:3]))
-        more = f" and {len(cut) - 3} more" if len(cut) > 3 else ""
-        text = (f"{f.text} The step slice{'s' if len(cut) > 1 else ''} outlast{'' if len(cut) > 1 else 's'} the "
-                f"recording (the profiler's own Trace slice), {names}{more}: only the recorded part counts in "
-                "every figure here.")
+        cut = r.steps[r.steps["cut_us"] > 0]
         ev = {**f.evidence, "steps_cut_us": {str(nm): _num(float(c)) for nm, c in zip(cut["name"], cut["cut_us"])}}
-        found = [replace(f, text=text, evidence=ev), *found[1:]]
+        found = [replace(f, text=f"{f.text} {said}", evidence=ev), *found[1:]]
     gpus = r.summary.get("step_devices") or []
     if len(gpus) > 1 and found:  # one process, several GPUs: say what each GPU figure counts, and each GPU's own
         f = found[0]
@@ -65,6 +61,19 @@ def _q2_bound(r, config=None) -> list[Finding]:
         text = f"{f.text} {merged_processes_text(pids)}"
         found = [replace(f, text=text, evidence={**f.evidence, "step_processes": pids}), *found[1:]]
     return found
+
+
+def cut_steps_text(steps) -> str:
+    """What question 2 and the pages' per-step notes say of step slices written past the end of the recording
+    (``steps.cut_us`` > 0: the profiler's own Trace slice ends first, and only the recorded part counts); "" when
+    none was."""
+    cut = steps[steps["cut_us"] > 0] if "cut_us" in steps else steps.iloc[:0]
+    if not len(cut):
+        return ""
+    names = ", ".join(f"{nm}'s by {_us(float(c))}" for nm, c in zip(cut["name"][:3], cut["cut_us"][:3]))
+    more = f" and {len(cut) - 3} more" if len(cut) > 3 else ""
+    return (f"The step slice{'s' if len(cut) > 1 else ''} outlast{'' if len(cut) > 1 else 's'} the recording (the "
+            f"profiler's own Trace slice), {names}{more}: only the recorded part counts in every figure here.")
 
 
 def merged_processes_text(pids: list) -> str:
@@ -122,6 +131,8 @@ def _q2_verdict(r) -> list[Finding]:
           "sync_wait_us_per_step": _num(ss.get("sync_wait_us_per_step")),
           "gpu_to_cpu": _num(ss["gpu_to_cpu"]), "gpu_idle_share": _num(ss["gpu_idle_share"]),
           "busy_in_window": _num(ss["busy_in_window"]), "queue_drift_us": _num(ss["queue_drift_us"]),
+          "unlaunched_in_window": _num(ss.get("unlaunched_in_window")),
+          "unlaunched_wait_us_per_step": _num(ss.get("unlaunched_wait_us_per_step")),
           "bound_counts": {k: int(v) for k, v in bounds.items()},
           "gpu_busy_fraction": _num(r.summary.get("gpu_busy_fraction"))}
     basis = _basis_text(ss, len(s))
@@ -132,10 +143,13 @@ def _q2_verdict(r) -> list[Finding]:
     cpu, gpu, ratio = ss["cpu_us_per_step"], ss["gpu_us_per_step"], ss["gpu_to_cpu"] or 0.0
     wait = ss.get("sync_wait_us_per_step") or 0.0
     median = "a median " if len(ss["basis_steps"]) > 1 else ""
+    early = ss.get("unlaunched_wait_us_per_step") or 0.0
     if wait > 0:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time, {_us(wait)} of it blocked in "
-                f"{blocked_in(s, ss)} while the GPU worked (time the GPU's pace sets, so not the CPU's own), and "
-                f"launched {_us(gpu)} of GPU work ({ratio:.2f}× the CPU's own {_us(cpu - wait)}). ")
+                f"{blocked_in(s, ss)} while the GPU worked (time the GPU's pace sets, so not the CPU's own"
+                + (f"; {_us(early)} of it on {EARLIER_WORK} and no step counts as its GPU work"
+                   if early >= EARLIER_AT * wait else "")
+                + f"), and launched {_us(gpu)} of GPU work ({ratio:.2f}× the CPU's own {_us(cpu - wait)}). ")
     else:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of "
                 f"GPU work ({ratio:.2f}× the CPU time). ")
@@ -195,11 +209,13 @@ def _q2_verdict(r) -> list[Finding]:
                      "overlaps*).")
         busy, drift = ss["busy_in_window"], ss["queue_drift_us"]
         if wait > 0 and busy is not None and busy >= 0.5 and busy < 0.9:  # (below a half: said just below)
-            text += (f" As recorded the GPU was busy {100 * busy:.1f}% of each step's window: while the CPU waits in "
+            text += (f" As recorded the GPU was busy {100 * busy:.1f}% of each step's window{_earlier_share(ss)}: "
+                     "while the CPU waits in "
                      "those calls nothing more is queued, so the GPU idles while the CPU does its own work after them, "
                      "until those calls are gone.")
         if busy is not None and busy < 0.5:
-            text += (f" Inside each step's own CPU window the GPU was busy only {100 * busy:.1f}%: the work a step "
+            text += (f" Inside each step's own CPU window the GPU was busy only {100 * busy:.1f}%"
+                     f"{_earlier_share(ss)}: the work a step "
                      "launches runs after that window, behind the work queued before it")
             if drift is not None and drift > 0 and len(ss["basis_steps"]) > 1:
                 text += (f" (the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
@@ -213,7 +229,7 @@ def _q2_verdict(r) -> list[Finding]:
                  + f"{100 * ss['gpu_idle_share']:.0f}% of each step, so the workload is overhead-bound.")
         if ss["busy_in_window"] is not None:  # (a measure of its own: a step's GPU work may run outside its window)
             text += (" Evidence beside the verdict, measured another way: inside each step's own CPU window the GPU "
-                     f"was busy {median}{100 * ss['busy_in_window']:.1f}%.")
+                     f"was busy {median}{100 * ss['busy_in_window']:.1f}%{_earlier_share(ss)}.")
         dw = data_wait(all_steps)
         if dw["share"] is not None and dw["share"] >= DATA_WAIT_AT:  # what keeps the CPU from launching: its input
             ev.update({"data_us_per_step": _num(dw["data_us_per_step"]), "data_share": _num(dw["share"])})
@@ -223,6 +239,26 @@ def _q2_verdict(r) -> list[Finding]:
     if len(s) > 1:
         text += f" Step by step, by the same rule: {counts}."
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
+
+
+EARLIER_WORK = "work launched before the profiler began recording, whose launch calls the trace does not hold"
+"""What question 2 calls the GPU work a trace holds no launch call for (``steps.unlaunched_in_step_us``)."""
+
+EARLIER_AT = 0.01
+"""Question 2 names the share of a step's blocked time, or of its window, that the GPU spent on work launched before
+the profiler began recording from this share on (less moves no figure it prints)."""
+
+
+def _earlier_share(ss: dict) -> str:
+    """The clause that says how much of a step's window the GPU spent on work launched before the profiler began
+    recording (``steady_state``'s ``unlaunched_in_window``), where that is at least :data:`EARLIER_AT`; else "".
+    ("that earlier work" where the blocked time's clause named it.)"""
+    share = ss.get("unlaunched_in_window") or 0.0
+    if share < EARLIER_AT:
+        return ""
+    wait, early = ss.get("sync_wait_us_per_step") or 0.0, ss.get("unlaunched_wait_us_per_step") or 0.0
+    said = wait > 0 and early >= EARLIER_AT * wait
+    return f" ({100 * share:.1f}% of the window on {'that earlier work' if said else EARLIER_WORK})"
 
 
 def _outside_batches(g):
