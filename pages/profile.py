@@ -71,7 +71,7 @@ c4.metric("Bound, steady state", ss["bound"].removesuffix("-bound") if s.get("ha
                "work is copies between host and device), below it the GPU waits on the CPU (overhead-bound). The "
                "GPU's busy share inside each step's own window is evidence only: when the CPU runs ahead, a step's GPU "
                "work runs after its window.")
-ui.per_step_notes(s)
+ui.per_step_notes(s, rep.steps)
 
 # --- the whole run ---------------------------------------------------------------------------------
 if not rep.dispatch_chains.empty:

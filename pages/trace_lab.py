@@ -55,14 +55,19 @@ c2.metric("GPU ops", s.get("gpu_ops", 0) if rep.has_gpu else "none (CPU trace)")
 c3.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")),
           help=ui.STEP_MEDIAN_HELP)
 c4.metric("SQL engine", sess.engine, help=ui.md_text(sess.engine_reason))
-ui.per_step_notes(s)
+ui.per_step_notes(s, rep.steps)
 
 st.header("The same analyses", divider="gray")
 st.caption("This trace is now the current run of every page. A quick look:")
 if len(rep.steps):
-    steps = rep.steps[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_fraction", "launches", "kernels"]
-                      if rep.has_gpu else ["step", "cpu_dur_us"]]  # a CPU trace has no GPU columns to show
-    st.dataframe(steps, hide_index=True, width="stretch", height=ui.fit_height(steps))
+    steps = rep.steps[["step", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us", "gpu_busy_fraction", "launches",
+                       "kernels"] if rep.has_gpu else ["step", "cpu_dur_us"]]  # a CPU trace has no GPU columns
+    st.dataframe(steps, hide_index=True, width="stretch", height=ui.fit_height(steps), column_config={
+        "gpu_busy_us": st.column_config.NumberColumn(help="The GPU work the step launched (the union of its ops' "
+                                                     "intervals), wherever it ran"),
+        "gpu_busy_in_step_us": st.column_config.NumberColumn(help="The time the GPU was busy inside the step's "
+                                                             "window, whatever launched the work"),
+        "gpu_busy_fraction": st.column_config.NumberColumn(help="gpu_busy_in_step_us / cpu_dur_us")})
 if len(rep.kernel_stats):
     top = rep.kernel_stats.head(10).assign(kernel=lambda d: d["name"].astype(str))  # full names: one bar each
     kc = ui.chart("grouped_bars", top, category="kernel", value="total_us", title="Kernels by total time",

@@ -118,3 +118,46 @@ def test_a_trace_of_two_gpus_in_one_process_says_what_its_gpu_figures_count(runs
     one = app("trace_lab")
     upload(one, "one.json", (H200 / "4096_bf16_warm_eager.json").read_bytes())
     assert not [c.value for c in one.caption if "GPUs of this process" in c.value]
+
+
+def test_the_steps_table_shows_both_busy_figures_its_share_is_made_of(runs_dir):
+    """TraceLens' Qwen trace: its one step's window holds 13.48 ms of GPU work queued before the recording began, so
+    the GPU work the step launched (31.91 ms) is not what its busy share (0.918 of 47.15 ms) divides: the table shows
+    the window's busy time beside it (a plain scan of the JSON: the union of every GPU op clipped to the window)."""
+    from conftest import scan_trace
+    from test_analyses import _union
+    path = H200.parent / "traces" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    [step] = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    b, e = float(step["ts"]), float(step["ts"]) + float(step["dur"])
+    busy = _union([(max(float(x["ts"]), b), min(float(x["ts"]) + float(x["dur"]), e)) for x in ev
+                   if x.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                   and float(x["ts"]) < e and float(x["ts"]) + float(x["dur"]) > b])
+    at = app("trace_lab")
+    upload(at, path.name, path.read_bytes())
+    assert not errors_of(at), errors_of(at)
+    row = at.dataframe[0].value.iloc[0]
+    assert row["gpu_busy_in_step_us"] == pytest.approx(busy, abs=0.01)
+    assert row["gpu_busy_fraction"] == pytest.approx(row["gpu_busy_in_step_us"] / row["cpu_dur_us"], abs=1e-6)
+    # the step's own GPU work (0.677 of the window) is not what the share (0.918) divides
+    assert row["gpu_busy_us"] / row["cpu_dur_us"] < row["gpu_busy_fraction"] - 0.2
+
+
+def test_a_step_cut_at_the_end_of_the_recording_is_said_under_the_metrics(runs_dir):
+    """HTA's Triton example: ProfilerStep#1 is written 13,336.32 ms long, past the profiler's own Trace slice, which
+    ends 1.67 ms after the step began: the page says the step is cut there (a plain scan gives both ends)."""
+    from conftest import scan_trace
+    path = H200.parent / "traces" / "triton_example.json.gz"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    [step] = [e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    [rec] = [e for e in ev if e.get("cat") == "Trace"]  # the profiler's own slice: "PyTorch Profiler (0)"
+    cut_ms = (float(step["ts"]) + float(step["dur"]) - float(rec["ts"]) - float(rec["dur"])) / 1000
+    assert cut_ms > 13000
+    at = app("trace_lab")
+    upload(at, path.name, path.read_bytes())
+    assert not errors_of(at), errors_of(at)
+    [note] = [c.value for c in at.caption if "outlasts the recording" in c.value]
+    assert md_text(f"ProfilerStep#1's by {cut_ms:.2f} ms") in note, note
+    clean = app("trace_lab")
+    upload(clean, "one.json", (H200 / "4096_bf16_warm_eager.json").read_bytes())
+    assert not [c.value for c in clean.caption if "outlasts the recording" in c.value]

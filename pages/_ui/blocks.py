@@ -12,7 +12,7 @@ from typing import Optional
 import pandas as pd
 import streamlit as st
 
-from profiling_core.explain import devices_text
+from profiling_core.explain import cut_steps_text, devices_text
 from profiling_core.present import export, md_text
 
 from .cache import chart, diagnosis, environment, load_run
@@ -31,16 +31,21 @@ ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "ti
                     "tflops", "gbs", "peak", "roof", "intensity", "flops_from"]
 
 
-def per_step_notes(summary: dict) -> None:
+def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
     """Under a page's per-step metrics: which steps are empty and left out of them (``steady_state``'s
-    ``empty_steps``, :func:`profiling_core.analyses.working_steps`), and, where one process drove several GPUs
-    (``step_devices``), what its GPU figures count and each GPU's own busy time; nothing when neither holds."""
+    ``empty_steps``, :func:`profiling_core.analyses.working_steps`), which step slices outlast the recording and are
+    cut at its end (``steps``: the report's, :func:`profiling_core.explain.cut_steps_text`), and, where one process
+    drove several GPUs (``step_devices``), what its GPU figures count and each GPU's own busy time; nothing when none
+    holds."""
     empty = (summary.get("steady_state") or {}).get("empty_steps") or []
     if empty:
         many = len(empty) > 1
         st.caption(f"Step{'s' if many else ''} {', '.join(map(str, empty))} {'are' if many else 'is'} empty (nothing "
                    f"began in {'their windows' if many else 'its window'} on any thread or GPU lane): the per-step "
                    f"figures leave {'them' if many else 'it'} out.")
+    cut = cut_steps_text(steps) if steps is not None else ""
+    if cut:
+        st.caption(md_text(cut))  # (step names are the trace's: escaped)
     gpus = summary.get("step_devices") or []
     if len(gpus) > 1:
         st.caption(md_text(devices_text(gpus)))  # (device ids are the trace's process ids: escaped)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from .diagnosis import Diagnosis, DiagnosisReport, diagnose, roofline
 from .questions import (FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW, NO_GPU_TEXT, Finding,
-                        blocked_in, devices_text, findings, merged_processes_text, skew_text)
+                        blocked_in, cut_steps_text, devices_text, findings, merged_processes_text, skew_text)
 
 __all__ = ["findings", "Finding", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
-           "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "devices_text", "merged_processes_text", "skew_text", "diagnose",
+           "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "cut_steps_text", "devices_text", "merged_processes_text", "skew_text", "diagnose",
            "DiagnosisReport", "Diagnosis", "roofline"]
