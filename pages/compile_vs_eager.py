@@ -6,14 +6,15 @@ from pages import _ui as ui
 from profiling_core import ExperimentConfig
 from profiling_core.analyses import compile_payoff
 from profiling_core.errors import ConfigError
-from profiling_core.present import ReportSection, comparison_warnings
+from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts
 from profiling_core.run import SPREAD_WARN_PCT, sweep_points
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
 st.title("Compile vs eager")
-st.caption("torch.compile fuses add(matmul) into one addmm: fewer launches, new CPU rows (Dynamo cache lookup, "
-           "the compiled region, the AOT prologue, the compiled FX graph). Is the step cheaper on the CPU?")
+st.caption("torch.compile can fuse add(matmul) into one addmm, and reduce-overhead replays the step as a CUDA graph "
+           "(one cudaGraphLaunch); both add CPU rows of their own (Dynamo cache lookup, the compiled region, the AOT "
+           "prologue, the compiled FX graph). Is the step cheaper on the CPU, and how many launches are left?")
 
 cuda = bool(ui.environment().get("cuda_available"))
 with st.form("compile_form"):
@@ -45,10 +46,25 @@ ui.finish_sweep("compile", "compile_runs")
 runs = ui.runs_frame()
 default = [r for r in st.session_state.get("compile_runs", []) if r in set(runs["run_id"])] or list(
     runs["run_id"].head(2))
-chosen = ui.runs_multiselect("Runs to compare (the first eager one is the baseline)", "compile_chosen", default)
+chosen = ui.runs_multiselect("Runs to compare (the eager ones of the first eager run's setting are the baseline)",
+                             "compile_chosen", default)
 if not chosen:
     st.info("No runs yet: press **Run eager + compiled** above.")
     st.stop()
+# runs compare (and repeat each other) only where they measured the same setting but for their compile mode
+setting = {r: setting_parts(ui.load_run(r), ui.report(r), besides=("mode",)) for r in chosen}
+base_id = next((r for r in chosen if ui.mode_label(r) == "eager"), chosen[0])
+unlike = [r for r in chosen if setting[r] != setting[base_id]]
+if unlike:
+    said = []
+    for r in unlike:  # each against the baseline: the parts in which the two differ
+        base_label, label = setting_labels([setting[base_id], setting[r]])
+        said.append(f"{ui.load_run(r).name} ({label}; the baseline: {base_label})")
+    st.warning(ui.md_text(
+        f"Left out: {len(unlike)} of the chosen runs measured another setting than the baseline "
+        f"{ui.load_run(base_id).name}, not only another compile mode: {'; '.join(said)}. Their times differ for "
+        "that, not for torch.compile: compare each with an eager run of its own setting."), icon=":material/warning:")
+    chosen = [r for r in chosen if r not in set(unlike)]
 
 
 def per_step(run_id: str) -> dict:
@@ -177,6 +193,8 @@ if payoff_rows:
                "minus the eager run's (the same number of calls). It pays off once the per-step CPU saving has "
                "added up to it.")
     ui.table_block(pd.DataFrame(payoff_rows), "compile_payoff", key="compile_payoff", width="stretch")
+elif base_rows.empty or (table["mode"] == "eager").all():
+    st.caption("Compare an eager and a compiled run to see the one-time compile cost beside the per-step saving.")
 else:
     st.caption("Compare an eager and a compiled run made here (imported traces have no warm-up timings) to see "
                "the one-time compile cost beside the per-step saving.")

@@ -5,7 +5,7 @@ from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.errors import ConfigError
-from profiling_core.present import ReportSection, comparison_warnings, size_axis_title
+from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts, size_axis_title
 from profiling_core.run import sweep_configs, sweep_points, sweep_values
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -101,6 +101,12 @@ if per_run["step"].nunique() > 1:  # a forward pass and a training step are diff
 machines = per_run["machine"].nunique() > 1
 if machines:  # runs of several machines (a Ray sweep per device type, an imported store): one curve per machine
     per_run["mode"] = per_run["mode"] + " · " + per_run["machine"]
+# runs that measured another setting (cold against warm, another dtype, batch or knob) are points of another curve,
+# never repeats of one point: one curve per setting, named by what differs
+others = setting_labels(setting_parts(ui.load_run(r), ui.report(r), besides=("size", "mode", "where"))
+                        for r in per_run["run_id"])
+if any(others):
+    per_run["mode"] = per_run["mode"] + [f" · {x}" if x else "" for x in others]
 x_title, symbol = size_axis_title(axes[0]) if len(axes) == 1 else (
     " / ".join(size_axis_title(x)[0] for x in axes) + ", each curve along its own", "size")
 axis_of = dict(zip(per_run["mode"], per_run["axis"]))  # each curve's axis, for the crossover's wording
@@ -126,10 +132,15 @@ ui.chart_block(main, sweep[cols], "overhead_vs_compute", key="overhead_main")
 cross = charts.crossover_points(sweep)
 if len(cross):
     for _, r in cross.iterrows():
-        st.success(f"**{ui.md_text(r['mode'])}**: GPU busy time per step overtakes CPU time per step near "
-                   f"{ui.md_text(size_axis_title(axis_of.get(r['mode']))[1])} ≈ {r['size']:,.0f} "
-                   f"(~{format_duration_us(r['value_us'])} per step). Below it the step is overhead-bound; above it, "
-                   "compute-bound.")
+        sym = ui.md_text(size_axis_title(axis_of.get(r['mode']))[1])
+        lo, hi = ("overhead", "compute") if r["overtakes"] else ("compute", "overhead")
+        st.success(f"**{ui.md_text(r['mode'])}**: GPU busy time per step "
+                   f"{'overtakes CPU time per step' if r['overtakes'] else 'falls below CPU time per step'} between "
+                   f"{sym} = {r['below']:,.0f} and {sym} = {r['above']:,.0f}, near {sym} ≈ {r['size']:,.0f} by log-log "
+                   f"interpolation (~{format_duration_us(r['value_us'])} per step). The step is {lo}-bound at "
+                   f"{sym} = {r['below']:,.0f} and {hi}-bound at {sym} = {r['above']:,.0f}"
+                   + (f"; the sizes between were not measured, and the curves may cross anywhere among them: run "
+                      "some to place it." if r["above"] > 2 * r["below"] else "."))
 elif per_run["has_gpu"].any():
     st.caption("The curves do not cross inside this sweep: extend the sizes to find the crossover.")
 

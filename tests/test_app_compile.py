@@ -48,17 +48,44 @@ def test_compile_page_runs_eager_and_compiled_through_its_form(runs_dir, media):
 
 
 def test_compile_vs_eager_on_h200_traces(runs_dir, media):
-    eager = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "4096_bf16_warm_eager")
-    comp = import_trace(runs_dir, H200 / "4096_bf16_warm_compile.json", "4096_bf16_warm_compile")
-    ro = import_trace(runs_dir, H200 / "64_bf16_warm_compile_ro.json", "64_bf16_warm_compile_ro")
+    from test_machines import copy_h200_run
+    eager, comp, ro = (copy_h200_run(runs_dir, f"sweep_4096_warm_{m}") for m in ("eager", "compile", "reduce-overhead"))
     at = app("compile_vs_eager")
     at.multiselect(key="compile_chosen").set_value([eager, comp, ro]).run()
     assert not errors_of(at)
+    assert not [w.value for w in at.warning if "Left out" in w.value]  # one setting, three modes
     delta = at.dataframe[-1].value if "metric" in at.dataframe[-1].value else at.dataframe[0].value
     tables = [d.value for d in at.dataframe if "metric" in d.value.columns]
     delta = tables[0].set_index("metric")
     assert delta.loc["launches per step", "eager"] >= 2
-    compiled_cols = [c for c in delta.columns if c.startswith("compile") and not c.startswith("Δ")]
-    assert any(delta.loc["memcpy DtoD per step", c] >= 1 for c in compiled_cols)
-    assert any(delta.loc["cudaGraphLaunch per step", c] >= 1 for c in compiled_cols)
+    compiled_cols = [c for c in delta.columns if c != "eager" and not c.startswith("Δ")]
+    assert [delta.loc["kernels per step", c] for c in compiled_cols] == [1, 3]  # as a plain scan of the two traces counts
+    assert [delta.loc["cudaGraphLaunch per step", c] for c in compiled_cols] == [0, 1]
     assert download(at, media, "svg_compile_region").lstrip().startswith(b"<svg")
+
+
+def test_runs_of_another_setting_are_left_out_not_pooled_into_the_baseline(runs_dir):
+    """The 4096 eager run is the baseline; a 64 eager run and a CPU trace chosen with it measured other settings:
+    they are left out and named, and the baseline's figures are the 4096 run's own (a plain scan: the median of its
+    ProfilerStep durations; 3 launches a step), not a median pooled with them."""
+    import statistics
+    from test_h200_app_traces import cpu_steps, xs
+    from test_machines import copy_h200_run
+    from conftest_app import CPU_TRACE
+    e4096, e64, c4096 = (copy_h200_run(runs_dir, n) for n in ("sweep_4096_warm_eager", "sweep_64_warm_eager",
+                                                               "sweep_4096_warm_compile"))
+    cpu = import_trace(runs_dir, CPU_TRACE, "64_fp32_warm_eager")
+    at = app("compile_vs_eager")
+    at.multiselect(key="compile_chosen").set_value([e4096, e64, c4096, cpu]).run()
+    assert not errors_of(at)
+    [left] = [w.value for w in at.warning if "Left out" in w.value]
+    assert all(md_text(x) in left for x in ("2 of the chosen runs", "64_bf16_warm_eager (size 64; the baseline: size "
+                                            "4096)", "64_fp32_warm_eager (unknown machine (no GPU work)"))
+    delta = [d.value for d in at.dataframe if "metric" in d.value.columns][0].set_index("metric")
+    steps = cpu_steps("sweep_4096_warm_eager")
+    assert delta.loc["CPU per step (µs)", "eager"] == pytest.approx(statistics.median(float(e["dur"]) for e in steps),
+                                                                    abs=0.01)
+    ran = {g["args"]["correlation"] for g in xs("sweep_4096_warm_eager", "kernel", "gpu_memcpy", "gpu_memset")}
+    launches = [sum(1 for c in xs("sweep_4096_warm_eager", "cuda_runtime", "cuda_driver")  # calls that launched work
+                    if c["args"].get("correlation") in ran and s["ts"] <= c["ts"] < s["ts"] + s["dur"]) for s in steps]
+    assert delta.loc["launches per step", "eager"] == statistics.median(launches) == 3

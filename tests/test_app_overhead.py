@@ -44,7 +44,9 @@ def test_overhead_marks_the_crossover_on_gpu_traces(runs_dir):
         import_trace(runs_dir, H200 / f"{n}.json", n)
     at = app("overhead")
     assert not errors_of(at)
-    assert any("overtakes CPU time per step near n" in s.value for s in at.success)
+    # two runs measured, 64 and 4096: the crossing lies between them, and the page says the sizes between are unknown
+    assert any("overtakes CPU time per step between n = 64 and n = 4,096" in s.value
+               and "the sizes between were not measured" in s.value for s in at.success), [s.value for s in at.success]
     assert "GPU busy fraction of the step" in {h.value for h in at.header}
 
 
@@ -151,3 +153,25 @@ def test_a_causal_lm_sweeps_new_tokens_in_decode_and_seq_len_in_prefill_and_char
                                                + ["eager · seq_len (causal_lm) · forward"] * 2)
     shown = " ".join(x.value for kind in ("success", "info", "caption", "warning") for x in at.get(kind))
     assert "n ≈" not in shown and "matrix size" not in shown
+
+
+def test_runs_of_one_size_but_other_settings_are_points_of_their_own_curves(runs_dir):
+    """Four H200 runs of size 64: cold, warm over 3 steps, warm over 10 steps, warm at batch 8. Their step times
+    differ 3-4x for what they measured (a plain scan: their median ProfilerStep durations), so the page never pools
+    them into one point whose spread it calls noise: one curve per setting, named by what differs."""
+    import statistics
+    from test_h200_app_traces import cpu_steps
+    from test_machines import copy_h200_run
+    names = ["coldwarm_64_cold_eager", "coldwarm_64_warm_eager", "sweep_64_warm_eager", "spine_64_warm_eager_b8"]
+    medians = [statistics.median(float(e["dur"]) for e in cpu_steps(n)) for n in names]
+    assert max(medians) > 2.5 * min(medians)  # what pooling them called noise
+    ids = [copy_h200_run(runs_dir, n) for n in names]
+    at = app("overhead")
+    at.multiselect(key="overhead_chosen").set_value(ids).run()
+    assert not errors_of(at)
+    assert not [w.value for w in at.warning if "spread by more than" in w.value]
+    [table] = [d.value for d in at.dataframe if {"n", "mode", "cpu_us_per_step"} <= set(d.value.columns)]
+    assert list(table["n"]) == [1, 1, 1, 1]
+    assert sorted(table["cpu_us_per_step"].round(2)) == sorted(round(m, 2) for m in medians)
+    labels = " | ".join(table["mode"])
+    assert all(x in labels for x in ("cold", "warm (10 calls)", "batch 8", "schedule 0/0/3×1", "schedule 0/0/10×1"))

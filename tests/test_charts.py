@@ -128,6 +128,15 @@ def test_crossover_is_interpolated_in_log_space(sweep):
     assert eager["value_us"] == pytest.approx(140.0)
 
 
+def test_a_crossover_names_the_measured_sizes_either_side_and_its_direction(sweep):
+    eager = C.crossover_points(sweep).iloc[0]
+    assert (eager["below"], eager["above"]) == (1024, 4096)  # 30 < 140 µs at 1024, 180 > 140 µs at 4096
+    assert bool(eager["overtakes"])
+    falling = sweep[sweep["mode"] == "eager"].assign(cpu_us_per_step=[1.0, 2.0, 50.0, 400.0, 9000.0])
+    down = C.crossover_points(falling).iloc[0]  # the GPU's curve starts above the CPU's and falls below it
+    assert (down["below"], down["above"], bool(down["overtakes"])) == (256, 1024, False)
+
+
 def test_no_crossover_when_curves_do_not_cross(sweep):
     flat = sweep.assign(gpu_busy_us_per_step=1.0)
     assert C.crossover_points(flat).empty

@@ -402,3 +402,19 @@ def test_an_imported_training_trace_is_a_training_step_and_its_comparison_with_a
     assert table["phase"].tolist() == ["forward", "backward", "optimizer", "other"]
     with pytest.raises(ValueError, match="has no config"):
         step_kind(train)
+
+
+def test_a_setting_label_names_only_what_differs_between_runs():
+    from profiling_core.present import setting_labels, setting_parts
+    from test_machines import run_with
+    from test_h200_app_traces import meta
+    cold, warm, b8 = (run_with(meta(n)) for n in ("coldwarm_64_cold_eager", "coldwarm_64_warm_eager",
+                                                  "spine_64_warm_eager_b8"))
+    parts = [setting_parts(r, besides=("size", "mode")) for r in (cold, warm, b8)]
+    assert parts[0]["warm-up"] == "cold" and parts[1]["warm-up"] == "warm (10 calls)"
+    assert setting_labels(parts[:2]) == ["cold", "warm (10 calls)"]  # the same schedule, dtype, size: not named
+    assert setting_labels(parts) == ["bias vector · cold · schedule 0/0/3×1",
+                                     "bias vector · warm (10 calls) · schedule 0/0/3×1",
+                                     "bias matrix · batch 8 · warm (10 calls) · schedule 1/1/3×1"]
+    assert setting_labels([parts[1], parts[1]]) == ["", ""]
+    assert "knob size" in setting_parts(cold) and "knob size" not in parts[0]

@@ -153,6 +153,54 @@ def mode_label(run: Run, report: Optional[Report] = None) -> str:
     return "compile" if len(cb) and cb["compiled_regions"].sum() > 0 else "eager"
 
 
+def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[str] = ()) -> dict[str, str]:
+    """What a run measured, part by part, as plain text (escape it where it is rendered): two runs are repeats of
+    one setting, or points of one curve, only where every part but those ``besides`` names is the same.
+
+    Parts, as the dict's keys in this order: ``where`` (the machine, :func:`~profiling_core.store.machine_of`, and
+    whether the trace holds GPU work: a CPU-only trace of a GPU host is another measurement), ``workload``,
+    ``dtype``, ``knob <name>`` for each knob of the workload that has a value (the size knob left out when
+    ``besides`` holds ``size``), ``precision`` (``torch.set_float32_matmul_precision`` when not ``highest``),
+    ``warm-up`` (``cold``, or ``warm`` with its calls), ``schedule`` (the profiler's wait/warmup/active×repeat:
+    which steps are recorded, so whether the first recorded one carries start-up effects), ``mode``
+    (:func:`mode_label`; left out when ``besides`` holds ``mode``) and ``threads`` (a CPU run's). An imported trace
+    has no config: its parts are ``where`` (from ``report``: GPU work or not), ``workload`` ``imported trace`` and
+    its size where its name gives one (:func:`run_size`), and its mode; what else it ran is unknown."""
+    besides = set(besides)
+    cfg = run.config
+    gpu = report.has_gpu if report is not None else (run.meta.get("device") or {}).get("type") == "cuda"
+    parts = {"where": f"{machine_of(run).label}{'' if gpu else ' (no GPU work)'}"}
+    if cfg is None:
+        parts["workload"] = "imported trace"
+        size = run_size(run)  # (from a name like 64_bf16_warm_eager, as the sweep pages read it)
+        if size is not None and "size" not in besides:
+            parts["knob size"] = f"size {size}"
+    else:
+        parts.update({"workload": cfg.workload, "dtype": cfg.dtype})
+        parts.update({f"knob {k}": f"{k} {v}" for k, v in cfg.workload_knobs.items()
+                      if v is not None and not ("size" in besides and k == cfg.size_knob)})
+        parts.update({"precision": "" if cfg.matmul_precision == "highest" else f"matmul {cfg.matmul_precision}",
+                      "warm-up": f"warm ({cfg.warmup} calls)" if cfg.warmup else "cold",
+                      "schedule": f"schedule {cfg.wait}/{cfg.warmup_steps}/{cfg.active}×{cfg.repeat}"})
+    if "mode" not in besides and (cfg is not None or report is not None):
+        parts["mode"] = mode_label(run, report)
+    dev = run.meta.get("device") or {}
+    if cfg is not None and dev.get("type") == "cpu" and dev.get("cpu_threads"):
+        parts["threads"] = f"{dev['cpu_threads']} CPU threads"
+    return {k: v for k, v in parts.items() if k not in besides and v != ""}
+
+
+def setting_labels(parts: Iterable[dict[str, str]]) -> list[str]:
+    """One label per run of :func:`setting_parts` dicts, naming only the parts in which the runs differ (``warm (10
+    calls)`` against ``cold``; ``batch 8`` where one run has a batch the others have not); "" for every run when all
+    are alike, "—" for a run that has none of the differing parts."""
+    parts = list(parts)
+    order = ("where", "workload", "dtype", "knob", "precision", "warm-up", "schedule", "mode", "threads")
+    keys = sorted((k for k in dict.fromkeys(k for p in parts for k in p) if len({p.get(k, "") for p in parts}) > 1),
+                  key=lambda k: order.index(k.split(" ")[0]) if k.split(" ")[0] in order else len(order))
+    return [(" · ".join(p[k] for k in keys if p.get(k)) or "—") if keys else "" for p in parts]
+
+
 STEP_KINDS = {"forward": "a forward pass", "decode": "a decode (a prefill, then one forward per new token against a "
                "KV cache)", "train": "a training step (forward, loss, backward, optimizer step, zero_grad)"}
 """What one profiler step runs (``Workload.step_kind``), in words."""

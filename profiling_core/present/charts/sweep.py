@@ -14,7 +14,10 @@ def crossover_points(sweep: pd.DataFrame, a: str = "cpu_us_per_step", b: str = "
     """Where curve ``b`` overtakes curve ``a`` along ``size``, per ``mode`` (log-log interpolation).
 
     sweep: ``size``, ``mode`` (optional), and the two columns. Returns ``mode``, ``size`` (float, the
-    interpolated crossing), ``value_us``; empty when the curves never cross inside the sweep.
+    interpolated crossing), ``value_us``, ``below`` and ``above`` (the measured sizes on either side of it: where the
+    curves were last measured apart, and first measured crossed; the interpolation says nothing of the sizes between,
+    which may cross anywhere) and ``overtakes`` (True where ``b`` rises above ``a`` there, False where it falls
+    below); empty when the curves never cross inside the sweep.
     """
     _require(sweep, ["size", a, b], "crossover_points")
     data = sweep.copy()
@@ -31,9 +34,10 @@ def crossover_points(sweep: pd.DataFrame, a: str = "cpu_us_per_step", b: str = "
                 t = 0.0 if d1 == d0 else d0 / (d0 - d1)
                 lx = math.log(xs[i - 1]) + t * (math.log(xs[i]) - math.log(xs[i - 1]))
                 lv = math.log(ya[i - 1]) + t * (math.log(ya[i]) - math.log(ya[i - 1]))
-                rows.append({"mode": mode, "size": math.exp(lx), "value_us": math.exp(lv)})
+                rows.append({"mode": mode, "size": math.exp(lx), "value_us": math.exp(lv), "below": xs[i - 1],
+                             "above": xs[i], "overtakes": d0 < 0})
                 break
-    return pd.DataFrame(rows, columns=["mode", "size", "value_us"])
+    return pd.DataFrame(rows, columns=["mode", "size", "value_us", "below", "above", "overtakes"])
 
 
 def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU busy time per step",
