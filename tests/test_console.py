@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import tp_recorded
 from hypothesis import HealthCheck, given, settings
@@ -332,3 +333,16 @@ time.sleep(60)
     finally:
         if p.poll() is None:
             p.kill()
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "perfetto"])
+def test_whole_numbers_beside_nulls_are_shown_exactly(engines, engine):
+    """Epoch nanoseconds in a column with NULLs (the sync_wait example's last_gpu_end_ns on HTA's AlexNet trace):
+    pandas would make the column float64, which rounds 1,695,835,572,943,625,000 to ...624,960. The console keeps
+    every number as SQLite returned it, on both engines."""
+    base = 1_695_835_572_943_625_000
+    r = engines[engine].console(f"select id, case when id % 2 = 0 then null else {base} + id end as t, "
+                                "case when id % 2 = 0 then null else 0.5 end as f from slice order by id limit 6")
+    got = r.frame["t"].tolist()
+    assert [None if v is pd.NA else int(v) for v in got] == [None, base + 1, None, base + 3, None, base + 5]
+    assert r.frame["f"].dropna().tolist() == [0.5, 0.5, 0.5]  # a column of fractions stays a float column

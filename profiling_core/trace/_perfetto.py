@@ -290,6 +290,19 @@ class PerfettoBackend:
         except Exception as e:  # perfetto raises TraceProcessorException
             raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
 
+    def _rows(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """(with the lock held) ``sql``'s (column names, rows), each cell the Python object perfetto's iterator holds
+        (None for NULL, whole numbers as int: exact)."""
+        tp = self._running()
+        try:
+            it = tp.query(sql)
+            names = list(it.column_names)
+            cells = list(it.cells)
+        except Exception as e:  # noqa: BLE001 - perfetto raises TraceProcessorException
+            raise QueryError(f"SQL error: {str(e).strip()[:500]}") from None
+        k = len(names)
+        return names, [tuple(cells[i:i + k]) for i in range(0, len(cells), k)] if k else []
+
     def query_columns(self, sql: str) -> dict:
         """``sql``'s result as ``{column: object array of its values}`` (None for NULL): views of perfetto's
         ``QueryResultIterator`` as it holds them (``column_names`` and ``cells``, one Python object per cell, row after
@@ -331,7 +344,7 @@ class PerfettoBackend:
         (a subquery's duplicate column names come back made unique, ``a`` and ``a:1``). At the deadline the
         trace_processor process is ended (the only way to stop its statement), which frees the session at once; the
         next query starts a new one, which loads the trace again."""
-        from ._rules import StatementGate, capped_rows, row_cap, stopped_error
+        from ._rules import StatementGate, capped_rows, console_frame, row_cap, stopped_error
         with self._lock:
             if self._gate is None:
                 self._gate = StatementGate(self._schema)
@@ -349,7 +362,7 @@ class PerfettoBackend:
             timer.daemon = True
             timer.start()
             try:
-                frame = self._run(sent)
+                names, rows = self._rows(sent)
             except QueryError:
                 if stopped.is_set():
                     timer.join()  # (its close() ends the process: over when the error says it is)
@@ -361,8 +374,8 @@ class PerfettoBackend:
             if stopped.is_set():  # the answer came just as the process was being ended
                 timer.join()
                 self._tp = None
-        rows, cut = capped_rows(frame.itertuples(index=False, name=None), limits)
-        return frame.iloc[:len(rows)], cut
+        rows, cut = capped_rows(rows, limits)
+        return console_frame(names, rows), cut
 
     def close(self) -> None:
         self._closed = True

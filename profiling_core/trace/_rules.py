@@ -329,6 +329,23 @@ def capped_rows(rows: Iterable[tuple], limits: Any) -> tuple[list[tuple], bool]:
     return out, False
 
 
+def console_frame(columns: list[str], rows: list[tuple]):
+    """A console query's rows as the DataFrame the console shows: each column as pandas reads it from the rows,
+    except a column of whole numbers with NULLs among them, which keeps its numbers exact (pandas' nullable
+    ``Int64``): pandas would make it float64, which holds integers exactly only up to 2**53, and rounds epoch
+    nanoseconds such as 1,695,835,572,943,625,000 by up to 128 ns. The same on both engines."""
+    import pandas as pd
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+    frame = pd.DataFrame.from_records(rows, columns=columns)
+    for j in range(len(columns)):
+        values = [r[j] for r in rows]
+        if None in values and all(v is None or v.__class__ is int for v in values) and any(
+                v is not None for v in values):
+            frame.isetitem(j, pd.array(values, dtype="Int64"))
+    return frame
+
+
 def row_cap(statement: Statement, limits: Any) -> int:
     """How many rows of ``statement`` can fit under ``limits`` (its row cap, and its size cap at
     :data:`CELL_BYTES` a value, text not counted): what an engine that cannot cap while fetching asks for."""

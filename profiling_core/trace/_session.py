@@ -138,14 +138,15 @@ class _MirrorAdapter:
         self._b = backend
 
     def query_df(self, sql: str):
-        return self.query_capped(sql, None)[0]
-
-    def query_capped(self, sql: str, limits: QueryLimits | None):
         import pandas as pd
-        cols, rows, cut = self._b.query_rows(sql, limits)
-        frame = pd.DataFrame.from_records(rows, columns=cols) if rows else pd.DataFrame(
+        cols, rows, _cut = self._b.query_rows(sql, None)
+        return pd.DataFrame.from_records(rows, columns=cols) if rows else pd.DataFrame(
             {c: pd.Series(dtype=object) for c in cols})
-        return frame, cut
+
+    def query_capped(self, sql: str, limits: QueryLimits):
+        from ._rules import console_frame
+        cols, rows, cut = self._b.query_rows(sql, limits)
+        return console_frame(cols, rows), cut
 
     @property
     def tables(self):
