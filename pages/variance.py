@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core.units import format_duration_us
-from profiling_core.present import ReportSection, comparison_warnings
+from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts
 from profiling_core.explain import MIN_LAUNCHES_FOR_SKEW, skew_text
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -117,6 +117,11 @@ if other and other != rid:
                    "pick a run of the same kind to compare.")
     else:
         both.append(d2.assign(run=f"B · {ui.load_run(other).name}"))
+        a_label, b_label = setting_labels([setting_parts(ui.load_run(r), ui.report(r)) for r in (rid, other)])
+        if a_label:  # (another size, batch, dtype or machine: a kernel of one name does other work, in other grids)
+            st.caption(ui.md_text(f"A and B measured different settings (A: {a_label}; B: {b_label}): a kernel of "
+                                  "the same name may do another amount of work in each (a launch in another grid "
+                                  "does), so compare their spreads, not their times."))
 busy = comparison_warnings(pd.DataFrame(), [], runs=[ui.load_run(r) for r in dict.fromkeys((rid, other or rid))])
 for w in busy:
     st.warning(ui.md_text(w), icon=":material/warning:")

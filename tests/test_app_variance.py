@@ -11,7 +11,7 @@ from conftest import scan_trace
 from conftest_app import app, download, errors_of, import_trace, H200
 from profiling_core.units import format_duration_us
 from profiling_core import open_trace
-from profiling_core.present import md_code
+from profiling_core.present import md_code, md_text
 from profiling_core.explain.questions import findings
 from test_app_profile import fill_profile_form, submit
 
@@ -123,3 +123,28 @@ def test_a_kernel_launched_in_two_configurations_is_read_per_configuration(runs_
         assert f"median {format_duration_us(statistics.median(durs))}" in line and f"over {len(durs)} launches" in line
         assert ("a few slow launches pull it up" in line) == (
             statistics.fmean(durs) / statistics.median(durs) - 1 > 0.02)
+
+
+def test_two_runs_of_other_settings_are_said_to_compare_by_spread_not_time(runs_dir):
+    """The H200's cold 64 run and its batch-8 run both launch an nvjet GEMM of one name, in grids 4x2x1 and 4x16x1
+    (a plain scan of their kernels' args): the page says they measured different settings. Two runs of one setting
+    (the 4096 eager run with 10 and with 20 active steps, as imported traces) get no such note."""
+    from test_h200_app_traces import xs
+    from test_machines import copy_h200_run
+    grids = {n: {tuple(k["args"]["grid"]) for k in xs(n, "kernel") if k["name"].startswith("nvjet")}
+             for n in ("coldwarm_64_cold_eager", "spine_64_warm_eager_b8")}
+    assert grids["coldwarm_64_cold_eager"] != grids["spine_64_warm_eager_b8"]
+    a, b = copy_h200_run(runs_dir, "coldwarm_64_cold_eager"), copy_h200_run(runs_dir, "spine_64_warm_eager_b8")
+    at = app("variance")
+    at.selectbox(key="variance_run").set_value(a)
+    at.selectbox(key="variance_other").set_value(b).run()
+    assert not errors_of(at)
+    [note] = [c.value for c in at.caption if "measured different settings" in c.value]
+    assert all(md_text(x) in note for x in ("A: bias vector · cold", "B: bias matrix · batch 8",
+                                            "compare their spreads, not their times"))
+    c = import_trace(runs_dir, H200 / "4096_bf16_warm_eager_a20.json", "4096_bf16_warm_eager_a20")
+    d = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "4096_bf16_warm_eager")
+    same = app("variance")
+    same.selectbox(key="variance_run").set_value(c)
+    same.selectbox(key="variance_other").set_value(d).run()
+    assert not [x.value for x in same.caption if "measured different settings" in x.value]
