@@ -103,6 +103,31 @@ def test_earlier_work_beside_a_step_that_never_waits_is_named_where_its_busy_sha
     assert float(share.group(2)) == pytest.approx(100 * want["in_step"] / want["window"], abs=0.05)
 
 
+def test_a_gpu_busy_with_earlier_work_is_no_full_queue_of_the_steps_own(tmp_path):
+    """Built to break the rule's other test: a 404 µs step that launches 8 kernels of 10 µs behind 400 µs of work
+    queued before the recording. The GPU never waits for a launch (it runs the earlier work, then the step's), yet
+    the step's own work is a fifth of its CPU time and its launch calls are quick: overhead-bound. The same step
+    whose launch queue is full (each call held until a slot frees) is compute-bound: its launch calls took the CPU's
+    time beyond its GPU work."""
+    path = vt.earlier_work(tmp_path / "quick.json", earlier_us=400.0, sync=False, kernels=8, kernel_us=10.0)
+    r, f = q2(path)
+    [row] = r.cpu_vs_gpu.itertuples()
+    assert row.gpu_starved_share <= 0.01 and row.gpu_to_cpu < 0.25  # never starved, a fifth of the CPU's time
+    assert r.summary["steady_state"]["bound"] == "overhead-bound", f.text
+    full = vt.earlier_work(tmp_path / "full.json", earlier_us=400.0, sync=False, kernels=8, kernel_us=60.0,
+                           full_queue=True)
+    r2, f2 = q2(full)
+    [row2] = r2.cpu_vs_gpu.itertuples()
+    ev = [e for e in scan_trace(full) if e.get("ph") == "X"]
+    [step] = [e for e in ev if str(e["name"]).startswith("ProfilerStep#")]
+    calls = sum(float(e["dur"]) for e in ev if e["name"] == "cudaLaunchKernel")
+    own = [e for e in ev if e.get("cat") == "kernel" and e["name"] == "vectorized_elementwise_kernel"]
+    assert row2.gpu_to_cpu < 1 and calls >= float(step["dur"]) - sum(float(e["dur"]) for e in own)
+    assert r2.summary["steady_state"]["bound"] == "compute-bound", f2.text
+    m = re.search(r"the step's launch calls took ([\d.,]+ [µm]?s) of its CPU time", f2.text)
+    assert m and us_of(m.group(1)) == pytest.approx(calls, abs=0.1), f2.text
+
+
 def test_a_step_that_waits_only_on_its_own_work_says_nothing_of_earlier_work(tmp_path):
     path = vt.gpu_bound_synced(tmp_path / "own.json")
     assert all(v["in_step"] == 0 for v in scan(path).values())

@@ -535,21 +535,36 @@ def data_loader_steps(path: Path, data_us, *, name: str = SINGLE_NEXT, train: bo
 
 
 def earlier_work(path: Path, *, earlier_us: float = 5000.0, sync: bool = True, kernels: int = 6,
-                 kernel_us: float = 30.0, steps: int = 1) -> Path:
+                 kernel_us: float = 30.0, steps: int = 1, full_queue: bool = False) -> Path:
     """A trace taken from a running loop: when the profiler began recording, the GPU still had ``earlier_us`` of
     work queued (its kernel is in the trace, its launch call is not). The first step waits for it in
     cudaDeviceSynchronize (with ``sync``) or launches its own ``kernels`` small kernels behind it, 50 µs of CPU
-    each."""
+    each; with ``full_queue`` the launch queue is one kernel deep, so each launch call blocks until the kernel
+    before the one it queues has ended (the earlier work first)."""
     t = Trace()
     start = t.t + 1.0
     t._x("ampere_sgemm_128x64_nn", start, earlier_us, "kernel", pid=0, tid=7, correlation=10 ** 6, device=0,
          stream=7)
     t.gpu_free = start + earlier_us
+    ends = [start + earlier_us]
+
+    def blocking_launch(t):
+        t.corr += 1
+        ts = t.t
+        dur = max(5.0, (ends[-2] if len(ends) >= 2 else ts) - ts + 1.0)  # a slot frees when that kernel ends
+        t._x("cudaLaunchKernel", ts, dur, "cuda_runtime", correlation=t.corr)
+        begin = max(ts + 3.0, ends[-1])
+        t._x("vectorized_elementwise_kernel", begin, kernel_us, "kernel", pid=0, tid=7, correlation=t.corr,
+             device=0, stream=7)
+        ends.append(begin + kernel_us)
+        t.gpu_free, t.t = ends[-1], ts + dur
+
     for n in range(steps):
         def body(t, first=n == 0):
             if sync and first:
                 t.sync("cudaDeviceSynchronize")
             for _ in range(kernels):
-                t.cpu("aten::add", 50, children=lambda t: t.launch("vectorized_elementwise_kernel", kernel_us))
+                t.cpu("aten::add", 50, children=blocking_launch if full_queue else
+                      (lambda t: t.launch("vectorized_elementwise_kernel", kernel_us)))
         t.step(n + 1, body)
     return t.write(path)

@@ -68,7 +68,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         which the GPU ran work the trace holds no launch call for, :func:`_unlaunched_ops`: work launched before
         the profiler began recording, which no step counts as its own), ``copy_busy_us`` and ``other_busy_us`` (the union of the
         intervals of the host↔device copies launched in the step, and of its other GPU ops: the two parts of
-        ``gpu_busy_us``, which may overlap), ``gpu_starved_us`` (the time in the
+        ``gpu_busy_us``, which may overlap), ``launch_call_us`` (the time of the step's calls that launched GPU
+        work, each once: where a full launch queue holds the CPU), ``gpu_starved_us`` (the time in the
         step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`), ``unlaunched_in_step_us``
         (the part of ``gpu_busy_in_step_us`` in which the GPU ran work the trace holds no launch call for), ``cut_us`` (how much of
         the step's slice lay past the recording's end and is not counted: 0 but in a malformed trace), ``slices``
@@ -91,6 +92,7 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
                                    else np.zeros(len(starts), dtype=np.int64))
     df["copy_busy_ns"], df["other_busy_ns"] = _copies_and_rest_in(sh, starts, durs)
+    df["launch_call_ns"] = _launch_calls_in(sh, starts, durs)
     df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
     rows = df["slice_id"].to_numpy(dtype=np.int64)  # the slices' ids are their rows
     df["cut_ns"] = sh.tables.dur[rows] - durs if len(rows) else np.zeros(0, dtype=np.int64)
@@ -104,12 +106,14 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
                  "gpu_busy_in_step_ns": "gpu_busy_in_step_us", "sync_wait_ns": "sync_wait_us",
                  "copy_busy_ns": "copy_busy_us", "other_busy_ns": "other_busy_us", "copy_wait_ns": "copy_wait_us",
                  "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us", "data_ns": "data_us",
-                 "unlaunched_wait_ns": "unlaunched_wait_us", "unlaunched_in_step_ns": "unlaunched_in_step_us"})
+                 "unlaunched_wait_ns": "unlaunched_wait_us", "unlaunched_in_step_ns": "unlaunched_in_step_us",
+                 "launch_call_ns": "launch_call_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
             "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "unlaunched_wait_us",
-            "copy_busy_us", "other_busy_us", "gpu_starved_us", "unlaunched_in_step_us", "cut_us", "slices", "data_us"]
+            "copy_busy_us", "other_busy_us", "launch_call_us", "gpu_starved_us", "unlaunched_in_step_us", "cut_us",
+            "slices", "data_us"]
     return df[cols].reset_index(drop=True)
 
 
@@ -234,6 +238,20 @@ def _waits_in(sw: pd.DataFrame, starts: np.ndarray, durs: np.ndarray) -> np.ndar
     return cum[hi] - cum[lo]
 
 
+def _launch_calls_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
+    """Per window [start, start + dur) (ns): the summed durations of the distinct calls that start in it and launched
+    GPU work (as ``launches`` counts them)."""
+    p = sh.p
+    out = np.zeros(len(starts), dtype=np.int64)
+    if not len(p["gpu_id"]):
+        return out
+    for j, (a, d) in enumerate(zip(starts.tolist(), durs.tolist())):
+        i = sh.pairs_in(a, a + d)
+        _ids, first = np.unique(p["launch_id"][i], return_index=True)
+        out[j] = int(p["launch_dur"][i][first].sum())
+    return out
+
+
 def _copies_and_rest_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per window [start, start + dur) (ns), of the GPU ops whose launch call starts in it (as ``gpu_busy_us`` counts
     a step's): the union of the intervals of the host↔device copies
@@ -335,7 +353,8 @@ product at ~25 GFLOP/s): a CPU GEMM slower than this spent its time stalled, not
 
 
 def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_AT, sync_wait_us: float = 0.0,
-          starved_share: float | None = None, copy_us: float = 0.0, other_us: float = 0.0) -> str:
+          starved_share: float | None = None, copy_us: float = 0.0, other_us: float = 0.0,
+          launch_us: float | None = None) -> str:
     """The one bound rule: what limits a step's throughput in steady state.
 
     A training or inference loop runs its steps back to back: the CPU issues a step's work in ``cpu_us`` and the GPU
@@ -350,7 +369,11 @@ def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_
     synchronizes every step could never be compute-bound: its CPU time holds all of its GPU work.) A step whose GPU
     never waited for a launch (``starved_share``, the share of its window the GPU sat idle with nothing launched, at
     most :data:`STARVED_AT`) is compute-bound too: when the launch queue is full, each launch call waits for the GPU
-    to free a slot, so the CPU time follows the GPU's and the ratio alone sits just under 1. The share of the CPU
+    to free a slot, so the CPU time follows the GPU's and the ratio alone sits just under 1. That holds where the
+    step's launch calls (``launch_us``, when known) took at least the CPU's own time beyond its GPU work: that is
+    where a full queue puts it. A GPU kept busy by work queued before the step (a one-step trace taken from a
+    running loop) never waits for a launch either, while the step's quick launches and its own small work leave the
+    ratio anywhere below 1: the queue was not the step's, and the ratio decides. The share of the CPU
     window in which the GPU was busy is evidence, not the verdict: with a growing queue the GPU work of a step runs
     long after its window. A step the GPU paces whose copies between host and device keep it busy at least as long
     as all its other work (``copy_us`` against ``other_us``: the unions of each, which run side by side where the
@@ -359,8 +382,10 @@ def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_
     """
     if gpu_ops == 0:
         return "no-gpu"
-    if gpu_us >= at * (cpu_us - counted_wait(sync_wait_us, cpu_us)) or (starved_share is not None
-                                                                         and starved_share <= STARVED_AT):
+    own = cpu_us - counted_wait(sync_wait_us, cpu_us)
+    full_queue = (starved_share is not None and starved_share <= STARVED_AT
+                  and (launch_us is None or launch_us >= own - gpu_us))
+    if gpu_us >= at * own or full_queue:
         return "copy-bound" if copy_us > 0 and copy_us >= other_us else "compute-bound"
     return "overhead-bound"
 
@@ -396,9 +421,10 @@ def _step_bounds(df: pd.DataFrame, at: float = GPU_BOUND_AT) -> list[str]:
     starved = ratio(df["gpu_starved_us"], df["cpu_dur_us"]).tolist()
     copies = df["copy_busy_us"].tolist() if "copy_busy_us" in df else [0.0] * len(df)
     others = df["other_busy_us"].tolist() if "other_busy_us" in df else [0.0] * len(df)
-    return [bound(g, c, int(n), at, w, None if x != x else x, k, o) for g, c, n, w, x, k, o in zip(
+    calls = df["launch_call_us"].tolist() if "launch_call_us" in df else [None] * len(df)
+    return [bound(g, c, int(n), at, w, None if x != x else x, k, o, lc) for g, c, n, w, x, k, o, lc in zip(
         df["gpu_busy_us"].tolist(), df["cpu_dur_us"].tolist(), df["gpu_ops"].tolist(), df["sync_wait_us"].tolist(),
-        starved, copies, others)]
+        starved, copies, others, calls)]
 
 
 def working_steps(df: pd.DataFrame) -> pd.DataFrame:
@@ -456,6 +482,7 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time) and ``gpu_us_per_step``
     (medians), ``cpu_own_us_per_step`` (the first less the second), ``copy_us_per_step`` and ``other_us_per_step``
     (medians of the GPU's time in host↔device copies and in its other work, the two parts of ``gpu_us_per_step``),
+    ``launch_us_per_step`` (median time in the calls that launched GPU work),
     ``gpu_to_cpu`` (GPU work per unit of the CPU's
     own time), ``starved_share`` (the median share of a step's window the GPU sat idle with
     nothing launched for it), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
@@ -470,7 +497,7 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     """
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
            "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None,
-           "other_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
+           "other_us_per_step": None, "launch_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None, "unlaunched_in_window": None,
            "unlaunched_wait_us_per_step": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
@@ -499,13 +526,14 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     starved = None if starved != starved else starved  # (NaN: no window with a duration)
     copy = float(with_gpu["copy_busy_us"].median()) if "copy_busy_us" in with_gpu else 0.0
     other = float(with_gpu["other_busy_us"].median()) if "other_busy_us" in with_gpu else 0.0
-    label = bound(gpu, cpu_g, len(with_gpu), at, wait, starved, copy, other)
+    calls = float(with_gpu["launch_call_us"].median()) if "launch_call_us" in with_gpu else None
+    label = bound(gpu, cpu_g, len(with_gpu), at, wait, starved, copy, other, calls)
     # each step by the same rule: where every one of them gets the other verdict (each meeting the rule its own way,
     # one by its GPU work, another by never starving), the medians of the two tests must not overrule them all
     each = set(_step_bounds(with_gpu, at))
     out["bound_of_every_step"] = len(each) == 1 and label not in each
     out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, sync_wait_us_per_step=wait, cpu_own_us_per_step=own,
-               copy_us_per_step=copy, other_us_per_step=other,
+               copy_us_per_step=copy, other_us_per_step=other, launch_us_per_step=calls,
                gpu_to_cpu=gpu / own if own > 0 else None, starved_share=starved,
                bound=next(iter(each)) if out["bound_of_every_step"] else label,
                busy_in_window=float(with_gpu["gpu_busy_fraction"].median()))

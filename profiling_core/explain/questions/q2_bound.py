@@ -122,9 +122,11 @@ def _q2_verdict(r) -> list[Finding]:
           "gpu_step_median_us": _num(float(s["gpu_busy_us"].median())),
           "gpu_busy_fraction_median": _num(float(s["gpu_busy_fraction"].median())), "bound": label,
           "bound_rule": "gpu_us_per_step >= threshold x (cpu_us_per_step - sync_wait_us_per_step), or "
-                        "starved_share <= starved_at: compute-bound (copy-bound where copy_us_per_step >= "
+                        "starved_share <= starved_at with launch_us_per_step >= cpu_us_per_step - "
+                        "sync_wait_us_per_step - gpu_us_per_step: compute-bound (copy-bound where copy_us_per_step >= "
                         "other_us_per_step), else overhead-bound",
           "copy_us_per_step": _num(ss.get("copy_us_per_step")), "other_us_per_step": _num(ss.get("other_us_per_step")),
+          "launch_us_per_step": _num(ss.get("launch_us_per_step")),
           "starved_share": _num(ss.get("starved_share")), "starved_at": STARVED_AT,
           "bound_threshold": GPU_BOUND_AT, "bound_basis": ss["basis"], "bound_basis_steps": ss["basis_steps"],
           "cpu_us_per_step": _num(ss["cpu_us_per_step"]), "gpu_us_per_step": _num(ss["gpu_us_per_step"]),
@@ -193,8 +195,12 @@ def _q2_verdict(r) -> list[Finding]:
                  + (f"; the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
                     f"{_us(ss['queue_delay_last_us'])} after its step began" if (ss["queue_drift_us"] or 0) > 0
                     and ss["queue_delay_last_us"] is not None else "")
-                 + "). A full launch queue makes each launch call wait for the GPU, so the CPU's time follows the "
-                 "GPU's: the GPU sets the pace and the workload is compute-bound.")
+                 + "). A full launch queue makes each launch call wait for the GPU"
+                 + ((f" (the launch calls took a median {_us(ss['launch_us_per_step'])} of each step's CPU time"
+                     if median else f" (the step's launch calls took {_us(ss['launch_us_per_step'])} of its CPU time")
+                    + f", at least the {_us(cpu - wait - gpu)} by which the CPU's own time exceeds its GPU work)"
+                    if ss.get("launch_us_per_step") is not None else "")
+                 + ", so the CPU's time follows the GPU's: the GPU sets the pace and the workload is compute-bound.")
     elif label == "compute-bound":
         text += ("The GPU has at least as much to do as the CPU, so the CPU "
                  + ("waits for it in those calls" if wait > 0 else "runs ahead")
