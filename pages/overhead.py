@@ -136,8 +136,8 @@ if len(cross):
         lo, hi = ("overhead", "compute") if r["overtakes"] else ("compute", "overhead")
         st.success(f"**{ui.md_text(r['mode'])}**: GPU busy time per step "
                    f"{'overtakes CPU time per step' if r['overtakes'] else 'falls below CPU time per step'} between "
-                   f"{sym} = {r['below']:,.0f} and {sym} = {r['above']:,.0f}, near {sym} ≈ {r['size']:,.0f} by log-log "
-                   f"interpolation (~{format_duration_us(r['value_us'])} per step). The step is {lo}-bound at "
+                   f"{sym} = {r['below']:,.0f} and {sym} = {r['above']:,.0f}, near {sym} ≈ {r['size']:,.0f} by "
+                   f"log-log interpolation (~{format_duration_us(r['value_us'])} per step). The step is {lo}-bound at "
                    f"{sym} = {r['below']:,.0f} and {hi}-bound at {sym} = {r['above']:,.0f}"
                    + (f"; the sizes between were not measured, and the curves may cross anywhere among them: run "
                       "some to place it." if r["above"] > 2 * r["below"] else "."))

@@ -64,16 +64,17 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the calls that start in the step's
         window and block until it is done: the synchronize calls, and the calls that launched a copy to or from
         pageable memory, :attr:`Shared.copy_waits`; CPU time spent blocked on GPU work, :func:`bound`),
-        ``copy_wait_us`` (the part of it in those copies), ``unlaunched_wait_us`` (the part of ``sync_wait_us`` in
-        which the GPU ran work the trace holds no launch call for, :func:`_unlaunched_ops`: work launched before
-        the profiler began recording, which no step counts as its own), ``copy_busy_us`` and ``other_busy_us`` (the union of the
-        intervals of the host↔device copies launched in the step, and of its other GPU ops: the two parts of
-        ``gpu_busy_us``, which may overlap), ``launch_call_us`` (the time of the step's calls that launched GPU
-        work, each once: where a full launch queue holds the CPU), ``gpu_starved_us`` (the time in the
-        step's window the GPU sat idle with nothing launched for it: :func:`_starved_in`), ``unlaunched_in_step_us``
-        (the part of ``gpu_busy_in_step_us`` in which the GPU ran work the trace holds no launch call for), ``cut_us`` (how much of
-        the step's slice lay past the recording's end and is not counted: 0 but in a malformed trace), ``slices``
-        (the slices of any thread or GPU lane that began in the step's window, its own slice not counted: 0 for an
+        ``copy_wait_us`` (the part of it in those copies), ``unlaunched_wait_us`` (the part of ``sync_wait_us``
+        in which the GPU ran work the trace holds no launch call for, :func:`_unlaunched_ops`: work launched
+        before the profiler began recording, which no step counts as its own), ``copy_busy_us`` and
+        ``other_busy_us`` (the union of the intervals of the host↔device copies launched in the step, and of its
+        other GPU ops: the two parts of ``gpu_busy_us``, which may overlap), ``launch_call_us`` (the time of the
+        step's calls that launched GPU work, each once: where a full launch queue holds the CPU),
+        ``gpu_starved_us`` (the time in the step's window the GPU sat idle with nothing launched for it:
+        :func:`_starved_in`), ``unlaunched_in_step_us`` (the part of ``gpu_busy_in_step_us`` in which the GPU
+        ran work the trace holds no launch call for), ``cut_us`` (how much of the step's slice lay past the
+        recording's end and is not counted: 0 but in a malformed trace), ``slices`` (the slices of any thread or
+        GPU lane that began in the step's window, its own slice not counted: 0 for an
         empty step, :func:`working_steps`), ``data_us`` (the time of the step's window inside a DataLoader's
         ``enumerate(DataLoader)#...__next__`` range: the loop waiting for its batch, the ``data`` phase's rule in
         ``analyses.phases``; 0 where no DataLoader is profiled). Empty (same columns) when the trace has no steps.

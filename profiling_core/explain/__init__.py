@@ -16,5 +16,5 @@ from .questions import (FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCH
                         blocked_in, cut_steps_text, devices_text, findings, merged_processes_text, skew_text)
 
 __all__ = ["findings", "Finding", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
-           "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "cut_steps_text", "devices_text", "merged_processes_text", "skew_text", "diagnose",
-           "DiagnosisReport", "Diagnosis", "roofline"]
+           "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "cut_steps_text", "devices_text", "merged_processes_text",
+           "skew_text", "diagnose", "DiagnosisReport", "Diagnosis", "roofline"]

@@ -33,7 +33,8 @@ from .q9_compile import _q9_compile
 from .q10_compile_cost import _q10_cost
 
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
-           "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "cut_steps_text", "devices_text", "merged_processes_text", "skew_text"]
+           "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "cut_steps_text", "devices_text", "merged_processes_text",
+           "skew_text"]
 
 
 _RULES: tuple[Callable, ...] = (_q1_table, _q1_memory, _q2_bound, _q3_cold, _q4_offset, _q5_chain, _q6_paths, _q7_sync,
