@@ -168,7 +168,8 @@ def _q2_verdict(r) -> list[Finding]:
                          for x in rows.itertuples())
         text += (f"Each of these steps is {label} by the rule on its own figures ({each}; the rule: GPU work at least "
                  f"{GPU_BOUND_AT:g}× the CPU's own time, or idle with nothing launched at most {100 * STARVED_AT:g}% "
-                 "of the step, is compute-bound), though the medians, taken across steps that meet the rule in "
+                 "of the step while its launch calls took the CPU's own time beyond its GPU work, is compute-bound), "
+                 "though the medians, taken across steps that meet the rule in "
                  f"different ways, would not be: the verdict is the steps', {label}.")
     elif label == "copy-bound":
         copy, other = ss.get("copy_us_per_step") or 0.0, ss.get("other_us_per_step") or 0.0
