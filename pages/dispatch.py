@@ -8,7 +8,7 @@ from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.analyses import chain_subtree
 from profiling_core.errors import ConfigError
-from profiling_core.present import ReportSection, comparison_warnings
+from profiling_core.present import ReportSection, chain_lines, comparison_warnings
 from profiling_core.run import SPREAD_WARN_PCT
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -37,23 +37,15 @@ if rep is not None and len(rep.dispatch_chains):
     steps = list(dict.fromkeys(chains.sort_values("start_ns")["step"]))
     step = st.selectbox("Step", steps, key="dispatch_step", format_func=lambda s: f"ProfilerStep#{s}")
     chain = chains[chains["step"] == step]
-    cpu_ops = chain[(chain["lane"] == "cpu") & (chain["depth"] > 0)].sort_values("start_ns")
+    cpu_ops = chain[(chain["lane"] == "cpu") & (chain["depth"] > 0)  # ([memory] instants are no ops)
+                    & (chain["category"].astype(str) != "cpu_instant_event")].sort_values("start_ns")
     picks = ["the whole step"] + list(dict.fromkeys(cpu_ops["name"].astype(str)))
     op = st.selectbox("Start the chain at", picks, key="dispatch_op",
                       help="any op of the step: its chain down to the kernels it launched (its first call in the "
                            "step)")
     if op != "the whole step":
         chain = chain_subtree(chain, op)
-    depth_of = dict(zip(chain["id"], chain["depth"]))
-    lines = []
-    for _, r in chain.head(CHAIN_LINES).iterrows():
-        d = r["depth"] if r["lane"] == "cpu" else depth_of.get(r["parent_id"], 0) + 1
-        where = "GPU" if r["lane"] == "gpu" else r["category"]
-        indent = "   " * int(d) + ("└─ " if d else "")
-        lines.append(f"{indent}{str(r['name'])[:90]}  [{where}, {r['dur_us']:,.1f} µs]")
-    if len(chain) > CHAIN_LINES:
-        lines.append(f"… and {len(chain) - CHAIN_LINES:,} more rows: start the chain at one op above to read its "
-                     "part, or take the chart's CSV for all of them")
+    lines = chain_lines(chain, CHAIN_LINES)
     st.code("\n".join(lines), language="text")
     flame_df = charts.flame_from_chain(chain)
     flame = ui.chart("dispatch_flame", flame_df, title=f"ProfilerStep#{step}: nesting over time"

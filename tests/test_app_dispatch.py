@@ -64,3 +64,22 @@ def test_the_chain_starts_at_the_op_the_user_picks(runs_dir):
     assert not errors_of(at)
     (code,) = [c.value for c in at.code if "aten::add" in c.value]
     assert code.splitlines()[0].startswith("aten::add") and "aten::mm" not in code and "CUDAFunctor_add" in code
+
+
+def test_each_kernel_of_the_chain_sits_under_the_call_that_launched_it(runs_dir):
+    """The H200's 64 run: the GEMM kernel is launched by aten::mm's cuLaunchKernelEx (a plain scan: the same
+    correlation), the add's kernel by aten::add's cudaLaunchKernel; the text once hung both under the last call.
+    A trace with [memory] events offers no [memory] instant as an op to start the chain at."""
+    from conftest_app import DATA
+    from test_machines import copy_h200_run
+    copy_h200_run(runs_dir, "sweep_64_warm_eager")
+    at = app("dispatch")
+    assert not errors_of(at)
+    lines = at.code[0].value.splitlines()
+    mm = next(i for i, x in enumerate(lines) if "cuLaunchKernelEx" in x)
+    assert "nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT" in lines[mm + 1]
+    assert "aten::add" in lines[mm + 2] and "cudaLaunchKernel" in lines[mm + 3] and "elementwise" in lines[mm + 4]
+    import_trace(runs_dir, DATA / "h200_memory" / "eager.json", "memory_eager")
+    mem = app("dispatch")
+    assert not errors_of(mem)
+    assert "[memory]" not in mem.selectbox(key="dispatch_op").options

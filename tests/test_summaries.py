@@ -418,3 +418,56 @@ def test_a_setting_label_names_only_what_differs_between_runs():
                                      "bias matrix · batch 8 · warm (10 calls) · schedule 1/1/3×1"]
     assert setting_labels([parts[1], parts[1]]) == ["", ""]
     assert "knob size" in setting_parts(cold) and "knob size" not in parts[0]
+
+
+def test_a_warm_run_like_a_cold_one_shares_its_setting_but_for_warm_up_and_schedule():
+    """The H200's cold 64 run: of the warm runs of size 64, the batch-8 one is newer but measures another setting;
+    the one offered is the warm run of the same batch, bias and dtype (its schedule differs, as a cold run's must)."""
+    from profiling_core.present import runs_table, setting_parts
+    from test_machines import run_with
+    from test_h200_app_traces import meta
+    names = ["spine_64_warm_eager_b8", "coldwarm_64_warm_eager", "coldwarm_64_cold_eager"]  # newest first
+    runs = {n: run_with(dict(meta(n), run_id=n)) for n in names}
+    for n, r in runs.items():
+        r.run_id = n
+    table, _ = runs_table(runs.values())
+    settings = {n: setting_parts(r, besides=("warm-up", "schedule")) for n, r in runs.items()}
+    assert newest_run(table, warm=True, like="coldwarm_64_cold_eager") == "spine_64_warm_eager_b8"  # size and dtype
+    assert newest_run(table, warm=True, like="coldwarm_64_cold_eager", settings=settings) == "coldwarm_64_warm_eager"
+
+
+def test_a_chain_is_written_in_tree_order_each_kernel_under_the_call_that_launched_it():
+    """Every line's parent in the text (the nearest line above it indented less) is its parent in a plain scan of
+    the trace: the enclosing slice on the same thread, or for a GPU op the runtime call with its correlation; a
+    training step's kernels are in the first lines, not after all its CPU rows."""
+    import gzip
+    from profiling_core.analyses import dispatch_chain
+    from profiling_core.present import chain_lines
+    for path, cap in ((DATA / "h200_app" / "sweep_64_warm_eager.json", None),
+                      (DATA / "h200_train" / "app" / "lm_train_sgd_fp16_log.json.gz", 400)):
+        raw = path.read_bytes()
+        ev = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)["traceEvents"]
+        xs = [e for e in ev if e.get("ph") == "X"]
+        launch = {e["args"]["correlation"]: e["name"] for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                  and "correlation" in (e.get("args") or {})}
+        gpu = {e["name"][:90]: launch.get(e["args"].get("correlation")) for e in xs
+               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
+        with open_trace(path, engine="sqlite") as s:
+            chain = dispatch_chain(s)
+        lines = chain_lines(chain, cap)
+        stack: list[tuple[int, str]] = []
+        gpu_lines = 0
+        for line in lines:
+            if line.startswith("… and"):
+                continue
+            body = line.lstrip(" └─")
+            depth = (len(line) - len(line.lstrip(" "))) // 3
+            name, where = body.rsplit("  [", 1)
+            while stack and stack[-1][0] >= depth:
+                stack.pop()
+            if where.startswith("GPU"):
+                gpu_lines += 1
+                assert stack and stack[-1][1] == gpu[name], (path.name, line, stack[-1:])
+            stack.append((depth, name))
+        assert gpu_lines > 0, path.name
+        assert len([x for x in lines if not x.startswith("…")]) == (len(chain) if cap is None else min(cap, len(chain)))

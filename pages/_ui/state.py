@@ -11,7 +11,7 @@ import streamlit as st
 
 import profiling_core.present as present
 
-from .cache import forget_runs, memo, runs_frame, session
+from .cache import forget_runs, load_run, memo, runs_frame, session
 from .notices import leave_notices
 
 CURRENT_RUN = "current_run_id"
@@ -100,9 +100,13 @@ def runs_multiselect(label: str, key: str, default: list[str], *, help: Optional
 
 
 def newest_run(*, warm: bool, like: Optional[str] = None) -> Optional[str]:
-    """The newest run profiled warm (warm-up calls > 0) or cold, of ``like``'s size and dtype when there is one
-    (``present.newest_run``); else the current run."""
-    return present.newest_run(runs_frame(), warm=warm, like=like) or current_run_id()
+    """The newest run profiled warm (warm-up calls > 0) or cold, of ``like``'s setting but for its warm-up and
+    schedule when there is one (``present.newest_run``); else the current run."""
+    runs = runs_frame()
+    settings = None
+    if like is not None:
+        settings = {r: present.setting_parts(load_run(r), besides=("warm-up", "schedule")) for r in runs["run_id"]}
+    return present.newest_run(runs, warm=warm, like=like, settings=settings) or current_run_id()
 
 
 def sql_engine() -> tuple[str, str]:

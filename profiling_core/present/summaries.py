@@ -86,13 +86,16 @@ def _newest_of(runs: pd.DataFrame, warm: bool) -> Optional[str]:
     return None
 
 
-def newest_run(runs: pd.DataFrame, *, warm: bool, like: Optional[str] = None) -> Optional[str]:
+def newest_run(runs: pd.DataFrame, *, warm: bool, like: Optional[str] = None,
+               settings: Optional[dict] = None) -> Optional[str]:
     """The newest of :func:`runs_table`'s ``runs`` (newest first) profiled warm (warm-up calls > 0) or cold; an
     imported trace counts as warm when its name says ``_warm_``.
 
     Args:
-        like: a run id: only other runs like it are candidates (the same workload, size and dtype: a cold/warm
-            comparison compares like with like); none is offered when no other run is like it.
+        like: a run id: only other runs like it are candidates (a cold/warm comparison compares like with like):
+            the same setting but for warm-up and schedule where ``settings`` gives each run's (``{run id:
+            setting_parts(run, besides=("warm-up", "schedule"))}``: the same machine, workload, dtype, knobs and
+            mode), else the same workload, size and dtype; none is offered when no other run is like it.
 
     Returns:
         The run id, or None when no run is profiled so.
@@ -102,10 +105,13 @@ def newest_run(runs: pd.DataFrame, *, warm: bool, like: Optional[str] = None) ->
         if not len(ref):
             return None
         same = runs[runs["run_id"] != like]
-        for col in ("workload", "size", "dtype"):
-            if col in runs.columns:
-                v = ref[col].iloc[0]
-                same = same[same[col].isna()] if pd.isna(v) else same[same[col] == v]
+        if settings is not None:
+            same = same[[settings.get(r) == settings.get(like) for r in same["run_id"]]]
+        else:
+            for col in ("workload", "size", "dtype"):
+                if col in runs.columns:
+                    v = ref[col].iloc[0]
+                    same = same[same[col].isna()] if pd.isna(v) else same[same[col] == v]
         runs = same
     return _newest_of(runs, warm)
 
@@ -199,6 +205,38 @@ def setting_labels(parts: Iterable[dict[str, str]]) -> list[str]:
     keys = sorted((k for k in dict.fromkeys(k for p in parts for k in p) if len({p.get(k, "") for p in parts}) > 1),
                   key=lambda k: order.index(k.split(" ")[0]) if k.split(" ")[0] in order else len(order))
     return [(" · ".join(p[k] for k in keys if p.get(k)) or "—") if keys else "" for p in parts]
+
+
+def chain_lines(chain: pd.DataFrame, max_rows: int | None = None) -> list[str]:
+    """One step's dispatch chain (:func:`~profiling_core.analyses.dispatch_chain`, or a part of it,
+    :func:`~profiling_core.analyses.chain_subtree`) as indented lines of plain text, in tree order: each slice under its
+    parent, siblings in time order, each GPU op right under the call that launched it (``name  [category or GPU,
+    µs]``). A row whose parent is not in ``chain`` starts a tree of its own. With ``max_rows``, the first that many
+    rows, then one line saying how many more there are."""
+    ids = chain["id"].astype("int64").tolist()
+    present = set(ids)
+    kids: dict = {}
+    roots = []
+    rows = sorted(chain.itertuples(index=False), key=lambda r: (int(r.start_ns) if pd.notna(r.start_ns) else 0,
+                                                               r.lane != "cpu"))
+    for r in rows:
+        p = r.parent_id
+        if pd.notna(p) and int(p) in present and int(p) != int(r.id):
+            kids.setdefault(int(p), []).append(r)
+        else:
+            roots.append(r)
+    lines: list[str] = []
+    total = len(ids)
+    stack = [(r, 0) for r in reversed(roots)]
+    while stack and (max_rows is None or len(lines) < max_rows):
+        r, d = stack.pop()
+        where = "GPU" if r.lane == "gpu" else r.category
+        lines.append(f"{'   ' * d}{'└─ ' if d else ''}{str(r.name)[:90]}  [{where}, {r.dur_us:,.1f} µs]")
+        stack.extend((k, d + 1) for k in reversed(kids.get(int(r.id), ())))
+    if len(lines) < total:
+        lines.append(f"… and {total - len(lines):,} more rows: start the chain at one op above to read its part, or "
+                     "take the chart's CSV for all of them")
+    return lines
 
 
 STEP_KINDS = {"forward": "a forward pass", "decode": "a decode (a prefill, then one forward per new token against a "
