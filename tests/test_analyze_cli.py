@@ -93,6 +93,14 @@ def test_peak_tflops_gives_a_fraction(capsys):
     assert all(g["fraction_of_peak"] == pytest.approx(g["tflops"] / 2.0) for g in got["gemm"])
 
 
+@pytest.mark.parametrize("peak", ["-5", "0", "nan", "inf"])
+def test_a_peak_that_is_not_a_positive_number_is_refused(peak, capsys):
+    from profiling_core.cli import main
+    assert main(["analyze", str(CPU_TRACE), "--peak-tflops", peak]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: peak_tflops must be a positive number of TFLOP/s") and "Traceback" not in err
+
+
 @pytest.mark.parametrize("path", THIRD, ids=lambda p: p.name)
 def test_json_on_third_party_traces(path, capsys):
     got = run_json(path, capsys)

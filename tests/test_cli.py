@@ -132,3 +132,16 @@ def test_import_and_analyze_agree_on_what_is_a_trace(tmp_path, kind):
         assert runs == []
     else:
         assert [r["status"] for r in runs] == ["ok"]
+
+
+def test_rm_with_an_unknown_id_among_them_deletes_none(tmp_path):
+    """A typo among the ids: the command says which id is unknown and deletes none of the others (it deleted the
+    ones before it, then failed, and its --json told nothing of them)."""
+    from profiling_core import RunStore
+    store = tmp_path / "runs"
+    run = RunStore(store).import_trace(ROOT / "tests" / "data" / "cpu" / "64_fp32_warm_eager.json")
+    for flags in ([], ["--json"]):
+        p = cli("rm", *flags, run.run_id, "nope", store=store, check=False)
+        assert p.returncode == 2 and "no run 'nope'" in p.stderr and p.stdout == ""
+        assert [r.run_id for r in RunStore(store).list()] == [run.run_id]
+    assert json.loads(cli("rm", "--json", run.run_id, store=store).stdout) == {"deleted": [run.run_id]}

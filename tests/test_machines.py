@@ -396,6 +396,12 @@ def test_a_store_is_imported_with_its_machines_and_only_once(two_machines, tmp_p
     assert again.runs == [] and sorted(f for f, _ in again.skipped) == sorted(
         [r.run_id for r in sound] + ["20261129-120000-bad-dead"])
     assert all("already in this store" in why for f, why in again.skipped if f != "20261129-120000-bad-dead")
+    # each named by the id it has in this store, which show and rm take (the source's own id is not one of them)
+    here = {r.meta["imported_from"]["run_id"]: r.run_id for r in dest.list()}
+    for folder, why in again.skipped:
+        if folder != "20261129-120000-bad-dead":
+            assert why == f"already in this store (run id {here[folder]})" and here[folder] != folder
+            dest.load(here[folder])
 
 
 def test_broken_runs_are_skipped_with_their_reason(tmp_path):

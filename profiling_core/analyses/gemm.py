@@ -175,6 +175,23 @@ def _gemm_ops_raw(sh: Shared) -> pd.DataFrame:
                        "kernel_ns": kns, "kernel_names": kn})
 
 
+def check_peak_tflops(peak_tflops) -> Optional[float]:
+    """``peak_tflops`` as a float, or None for None; ConfigError, saying what is allowed, for anything that is not a
+    positive finite number of TFLOP/s (0, a negative, NaN, infinity, text): a fraction of such a peak means
+    nothing."""
+    from ..errors import ConfigError
+    if peak_tflops is None:
+        return None
+    try:
+        value = float(peak_tflops)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if isinstance(peak_tflops, bool) or not math.isfinite(value) or value <= 0:
+        raise ConfigError("peak_tflops", peak_tflops, "a positive number of TFLOP/s (the GPU's dense peak for the "
+                          "GEMMs' dtype, e.g. 989 for bf16 on an H100 or H200)")
+    return value
+
+
 def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
                     shared: Shared | None = None) -> pd.DataFrame:
     """Achieved TFLOP/s of each GEMM op whose FLOPs are known.
@@ -188,7 +205,8 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
 
     Args:
         session: a trace session.
-        peak_tflops: the peak the user sets (e.g. ~989 for a dense bf16 H100/H200); None leaves the fraction NaN.
+        peak_tflops: the peak the user sets (e.g. ~989 for a dense bf16 H100/H200); None leaves the fraction NaN;
+            ConfigError for one that is not a positive number (:func:`check_peak_tflops`).
         config: an ``ExperimentConfig`` (or its dict) whose ``gemm_flops()`` gives the FLOPs of every GEMM op, or None.
 
     Returns:
@@ -199,6 +217,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
         are object columns (see :func:`~profiling_core.analyses.gpu_ops`).
     """
     sh = shared_for(session, shared)
+    peak_tflops = check_peak_tflops(peak_tflops)
     cols = ["id", "op", "start_ns", "device", "time_us", "flops", "tflops", "peak_tflops", "fraction_of_peak",
             "flops_from", "kernel_names", "shape"]
     gm = _gemm_slices(sh)

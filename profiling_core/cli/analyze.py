@@ -174,7 +174,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         frac = s["gpu_busy_fraction"]
         # gpu_busy's scope: with steps, the work the steps launched (not what ran in their window from before them)
         what, window = (("GPU busy with the work the steps launched", "of their window")
-                        if s.get("gpu_busy_scope") == "steps" else ("GPU busy", "of the trace's span"))
+                        if s.get("gpu_busy_scope") == "steps" else
+                        ("GPU busy", "of the span from its first event to its last"))
         lines.append(f"  {what} {format_duration_us(s['gpu_busy_us'])}"
                      + (f" ({100 * frac:.1f}% {window})" if frac is not None else ""))
         lines.append(f"  launch call → GPU start (median, queueing included) "

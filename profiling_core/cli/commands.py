@@ -220,6 +220,8 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 def cmd_rm(a: argparse.Namespace) -> int:
     store = _store(a)
+    for rid in a.run_ids:  # every id first: a typo among them deletes none of the others
+        store.load(rid)
     for rid in a.run_ids:
         store.delete(rid)
         if not a.json:

@@ -524,8 +524,10 @@ class RunStore:
         from .peaks import PeakBook
         out = StoreImport()
         here = self.list()
-        present = {r.run_id for r in here} | {str(r.meta["imported_from"].get("run_id")) for r in here
-                                              if isinstance(r.meta.get("imported_from"), dict)}
+        # {a source's run id: its id here}: a run of this store, or one imported before under an id of its own
+        present = {r.run_id: r.run_id for r in here}
+        present.update({str(r.meta["imported_from"].get("run_id")): r.run_id for r in here
+                        if isinstance(r.meta.get("imported_from"), dict)})
         try:
             children = sorted(src.iterdir(), key=lambda p: p.name)
         except OSError as exc:
@@ -548,7 +550,7 @@ class RunStore:
                 out.skipped.append((name, "not a run folder: its name is not a run id"))
                 continue
             if p.name in present:
-                out.skipped.append((name, f"already in this store (run id {p.name})"))
+                out.skipped.append((name, f"already in this store (run id {present[p.name]})"))
                 continue
             meta, why = _read_meta(p / META_FILE, follow_symlinks=False)
             files: dict[str, bytes] = {}
@@ -575,7 +577,7 @@ class RunStore:
             except RunStoreError as exc:
                 out.skipped.append((name, str(exc)))
                 continue
-            present.add(p.name)
+            present[p.name] = out.runs[-1].run_id
         mine = PeakBook(self.root)
         have = {c.key for c in mine.all()[0]}
         for c in PeakBook(src).all()[0]:
