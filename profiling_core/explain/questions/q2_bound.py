@@ -253,7 +253,8 @@ EARLIER_WORK = "work launched before the profiler began recording, whose launch 
 
 EARLIER_AT = 0.01
 """Question 2 names the share of a step's blocked time, or of its window, that the GPU spent on work launched before
-the profiler began recording from this share on (less moves no figure it prints)."""
+the profiler began recording from this share on: below it, that work moves the figure it would stand beside (the
+blocked time, the busy share) by less than a hundredth."""
 
 
 def _earlier_share(ss: dict) -> str:
