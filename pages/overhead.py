@@ -101,12 +101,13 @@ if per_run["step"].nunique() > 1:  # a forward pass and a training step are diff
 machines = per_run["machine"].nunique() > 1
 if machines:  # runs of several machines (a Ray sweep per device type, an imported store): one curve per machine
     per_run["mode"] = per_run["mode"] + " · " + per_run["machine"]
-# runs that measured another setting (cold against warm, another dtype, batch or knob) are points of another curve,
-# never repeats of one point: one curve per setting, named by what differs
-others = setting_labels(setting_parts(ui.load_run(r), ui.report(r), besides=("size", "mode", "where"))
-                        for r in per_run["run_id"])
-if any(others):
-    per_run["mode"] = per_run["mode"] + [f" · {x}" if x else "" for x in others]
+# runs of one curve that measured another setting (cold against warm, another dtype, batch or knob) are points of
+# another curve, never repeats of one point: one curve per setting, named by what differs within the curve
+parts = {r: setting_parts(ui.load_run(r), ui.report(r), besides=("size", "mode", "where")) for r in per_run["run_id"]}
+extra = dict.fromkeys(per_run["run_id"], "")
+for _curve, ids in per_run.groupby("mode", sort=False)["run_id"]:
+    extra.update({r: f" · {x}" if x else "" for r, x in zip(ids, setting_labels(parts[r] for r in ids))})
+per_run["mode"] = per_run["mode"] + per_run["run_id"].map(extra)
 x_title, symbol = size_axis_title(axes[0]) if len(axes) == 1 else (
     " / ".join(size_axis_title(x)[0] for x in axes) + ", each curve along its own", "size")
 axis_of = dict(zip(per_run["mode"], per_run["axis"]))  # each curve's axis, for the crossover's wording
