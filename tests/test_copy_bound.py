@@ -230,3 +230,25 @@ def test_the_first_step_s_extra_time_is_read_over_all_calls_of_a_name():
     assert ev3["largest_excess_slice"] == "cudaMemcpyAsync"
     assert ev3["largest_excess_self_us"] == pytest.approx(per_step[0], abs=0.01)
     assert ev3["largest_excess_usual_us"] == pytest.approx(median(per_step[1:]), abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["stream_in_pageable_eager", "stream_in_pinned_eager", "readback_cpu_eager"])
+def test_the_launch_calls_time_leaves_out_the_copies_waits_the_blocked_time_holds(name):
+    """``steps.launch_call_us``, which the bound rule reads as where a full launch queue holds the CPU, is the time of
+    the step's distinct calls that launched GPU work (a plain scan: runtime calls whose correlation a GPU op carries,
+    starting in the step) less their waits on the GPU in copies to or from pageable memory, which the blocked time
+    (``sync_wait_us``) already holds: none of it is counted twice."""
+    path = H200 / f"{name}.json"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    ran = {e["args"]["correlation"] for e in ev if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset")
+           and "correlation" in (e.get("args") or {})}
+    calls = [e for e in ev if str(e.get("cat", "")).lower() in ("cuda_runtime", "cuda_driver")
+             and (e.get("args") or {}).get("correlation") in ran]
+    by_scan = {x["step"]: x for x in scan(path)}
+    r, _, _ = run(path)
+    for row in r.steps.itertuples():
+        st = next(e for e in ev if e["name"] == f"ProfilerStep#{int(row.step)}" and e.get("cat") != "gpu_user_annotation")
+        total = sum(c["dur"] for c in calls if st["ts"] <= c["ts"] < st["ts"] + st["dur"])
+        want = max(0.0, total - by_scan[int(row.step)]["in_pageable"])
+        assert row.launch_call_us == pytest.approx(want, abs=0.01), (name, row.step)
+        assert row.copy_wait_us == pytest.approx(by_scan[int(row.step)]["in_pageable"], abs=0.01)

@@ -69,7 +69,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         before the profiler began recording, which no step counts as its own), ``copy_busy_us`` and
         ``other_busy_us`` (the union of the intervals of the host↔device copies launched in the step, and of its
         other GPU ops: the two parts of ``gpu_busy_us``, which may overlap), ``launch_call_us`` (the time of the
-        step's calls that launched GPU work, each once: where a full launch queue holds the CPU),
+        step's calls that launched GPU work, each once, less ``copy_wait_us``, which ``sync_wait_us`` holds: where
+        a full launch queue holds the CPU),
         ``gpu_starved_us`` (the time in the step's window the GPU sat idle with nothing launched for it:
         :func:`_starved_in`), ``unlaunched_in_step_us`` (the part of ``gpu_busy_in_step_us`` in which the GPU
         ran work the trace holds no launch call for), ``cut_us`` (how much of the step's slice lay past the
@@ -93,7 +94,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
                                    else np.zeros(len(starts), dtype=np.int64))
     df["copy_busy_ns"], df["other_busy_ns"] = _copies_and_rest_in(sh, starts, durs)
-    df["launch_call_ns"] = _launch_calls_in(sh, starts, durs)
+    # (less the copies' waits: sync_wait_us holds those, and the bound rule takes them out of the CPU's own time)
+    df["launch_call_ns"] = (_launch_calls_in(sh, starts, durs) - df["copy_wait_ns"].to_numpy()).clip(min=0)
     df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
     rows = df["slice_id"].to_numpy(dtype=np.int64)  # the slices' ids are their rows
     df["cut_ns"] = sh.tables.dur[rows] - durs if len(rows) else np.zeros(0, dtype=np.int64)
