@@ -66,14 +66,19 @@ with right:
     root, size = ui.store_summary()
     st.markdown(f"- **Run store**: {ui.md_code(root, 500)} ({size})")
 
-st.subheader("This device's peaks")
-st.caption("What a dense GEMM per dtype and a large copy reach on this machine, measured in a worker like a run: "
-           "the ceilings every GEMM and copy is judged by (Profile → *What to change*). The vendor's datasheet "
-           "figure, where known, is shown beside, never used instead.")
+st.subheader("Measured peaks")
+st.caption("What a dense GEMM per dtype and a large copy reached on each device calibrated in this store (here, or "
+           "on the machine of a store whose runs were imported: the device column says which), measured in a worker "
+           "like a run: the ceilings every GEMM and copy of a run on that device is judged by (Profile → *What to "
+           "change*). The vendor's datasheet figure, where known, is shown beside, never used instead.")
 ui.finish_calibration("calibrate")
 good, bad = ui.calibrations()
+here = env.get("device_name") if cuda else env.get("cpu_model")  # (the device name a run made here records)
+if good and here and not any(p.device == here for p in good):
+    st.caption(ui.md_text(f"None of them is of this machine's device ({here}): calibrate it below to judge runs made "
+                          "here."))
 if good:
-    ui.table_block(ui.peaks_frame(good), "calibrations", key="home_peaks",
+    ui.table_block(ui.peaks_frame(good).assign(here=lambda d: d["device"] == here), "calibrations", key="home_peaks",
                    column_config={"measured best": st.column_config.NumberColumn(format="%.3f"),
                                   "median": st.column_config.NumberColumn(format="%.3f")})
     with st.expander("How they were measured"):

@@ -25,3 +25,22 @@ def test_home_lists_recent_runs_and_the_engine(seed_run):
     assert f"{os.cpu_count()} cores" in cpu_line and "threads" in cpu_line  # the CPU model and thread count
     sidebar = " ".join(m.value for m in at.sidebar.markdown)
     assert seed_run in sidebar
+
+
+def test_peaks_of_another_machine_are_not_called_this_machines(runs_dir):
+    """A store holding an H200's calibration (imported with its runs) on a machine without that GPU: the table names
+    the H200 as the device measured, marks no row as this machine's, and says this machine's device is not
+    calibrated (the page called them "this device's peaks ... on this machine")."""
+    import json
+    from conftest_app import DATA
+    from profiling_core.store import DevicePeaks, PeakBook
+    peaks = DevicePeaks.from_dict(json.loads((DATA / "h200_verdicts" / "peaks.json").read_text()))
+    PeakBook(runs_dir).save(peaks)
+    at = app()
+    assert not errors_of(at)
+    [table] = [d.value for d in at.dataframe if "measured best" in d.value.columns]
+    assert set(table["device"]) == {"NVIDIA H200"} and not table["here"].any()
+    assert "This device's peaks" not in [s.value for s in at.subheader]
+    from profiling_core.present import md_text
+    notes = [c.value for c in at.caption if md_text("None of them is of this machine's device") in c.value]
+    assert len(notes) == (0 if "H200" in next(m.value for m in at.markdown if "**Device name**" in m.value) else 1)
