@@ -203,7 +203,7 @@ if any(ui.mode_label(r) == "reduce-overhead" for r in cpu_runs):
     st.info("mode=\"reduce-overhead\" captures CUDA graphs, and a CPU has none: on the CPU it compiles as the default "
             "mode does (no cudaGraphLaunch, no saving from graphs).", icon=":material/info:")
 
-st.header("The GEMM against the measured peak", divider="gray")
+st.header("The GEMM against its device's peak", divider="gray")
 gemm = ui.gemm_vs_peak(chosen)
 if gemm.empty:
     st.caption("None of these runs has a GEMM of known FLOPs.")

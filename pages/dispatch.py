@@ -112,6 +112,24 @@ cold_id = ui.run_picker("Cold run", key="cw_cold",
                         default=pair_ids[-2] if len(pair_ids) > 1 else ui.newest_run(warm=False))
 warm_id = ui.run_picker("Warm run", key="cw_warm",
                         default=pair_ids[-1] if len(pair_ids) > 1 else ui.newest_run(warm=True, like=cold_id))
+def _warmup_calls(rid: str):
+    """The run's warm-up calls before profiling (its config's), or None for an imported trace."""
+    cfg = ui.load_run(rid).config
+    return None if cfg is None else int(cfg.warmup)
+
+
+if cold_id and warm_id and cold_id == warm_id:
+    st.info("The cold and the warm run are the same run (no other run to pair it with): pick a cold run and a warm "
+            "one, or run a pair above.", icon=":material/info:")
+    cold_id = warm_id = None
+elif cold_id and warm_id:
+    picked = ((cold_id, "cold", _warmup_calls(cold_id)), (warm_id, "warm", _warmup_calls(warm_id)))
+    mislabelled = [f"{ui.load_run(r).name}, picked as the {want} run, was profiled "
+                   + (f"after {n} warm-up calls" if n else "cold, with no warm-up call")
+                   for r, want, n in picked if n is not None and (n > 0) != (want == "warm")]
+    if mislabelled:
+        st.warning(ui.md_text("; ".join(mislabelled) + ": the chart's labels follow the pickers, not the runs."),
+                   icon=":material/warning:")
 if cold_id and warm_id:
     # the last pairs made here (cold, warm, cold, warm, ...) when the pickers show one of them, else the picked pair
     repeated = len(pair_ids) > 2 and cold_id in pair_ids[0::2] and warm_id in pair_ids[1::2]

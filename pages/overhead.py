@@ -131,17 +131,20 @@ cols = ["axis", "step", "size", "mode", "n", "cpu_us_per_step", "cpu_us_per_step
 main = ui.chart("overhead_vs_compute", sweep[cols], x_title=x_title, symbol=symbol)
 ui.chart_block(main, sweep[cols], "overhead_vs_compute", key="overhead_main")
 cross = charts.crossover_points(sweep)
+crossings = []  # (curve, what the page says of it), plain text: the report says it too
 if len(cross):
     for _, r in cross.iterrows():
-        sym = ui.md_text(size_axis_title(axis_of.get(r['mode']))[1])
+        sym = size_axis_title(axis_of.get(r['mode']))[1]
         lo, hi = ("overhead", "compute") if r["overtakes"] else ("compute", "overhead")
-        st.success(f"**{ui.md_text(r['mode'])}**: GPU busy time per step "
-                   f"{'overtakes CPU time per step' if r['overtakes'] else 'falls below CPU time per step'} between "
-                   f"{sym} = {r['below']:,.0f} and {sym} = {r['above']:,.0f}, near {sym} ≈ {r['size']:,.0f} by "
-                   f"log-log interpolation (~{format_duration_us(r['value_us'])} per step). The step is {lo}-bound at "
-                   f"{sym} = {r['below']:,.0f} and {hi}-bound at {sym} = {r['above']:,.0f}"
-                   + (f"; the sizes between were not measured, and the curves may cross anywhere among them: run "
-                      "some to place it." if r["above"] > 2 * r["below"] else "."))
+        said = (f"GPU busy time per step "
+                f"{'overtakes CPU time per step' if r['overtakes'] else 'falls below CPU time per step'} between "
+                f"{sym} = {r['below']:,.0f} and {sym} = {r['above']:,.0f}, near {sym} ≈ {r['size']:,.0f} by "
+                f"log-log interpolation (~{format_duration_us(r['value_us'])} per step). The step is {lo}-bound at "
+                f"{sym} = {r['below']:,.0f} and {hi}-bound at {sym} = {r['above']:,.0f}"
+                + (f"; the sizes between were not measured, and the curves may cross anywhere among them: run "
+                   "some to place it." if r["above"] > 2 * r["below"] else "."))
+        crossings.append((str(r["mode"]), said))
+        st.success(f"**{ui.md_text(r['mode'])}**: {ui.md_text(said)}")
 elif per_run["has_gpu"].any():
     st.caption("The curves do not cross inside this sweep: extend the sizes to find the crossover.")
 
@@ -153,7 +156,7 @@ if per_run["has_gpu"].any():  # a CPU run has no GPU busy fraction to draw
     frac_charts = [frac]
 st.dataframe(sweep[cols], hide_index=True, width="stretch", height=ui.fit_height(sweep))
 
-st.header("GEMM throughput against the measured peak", divider="gray")
+st.header("GEMM throughput against its device's peak", divider="gray")
 gemm = ui.gemm_vs_peak(chosen)
 peak_charts = []
 if gemm.empty:
@@ -176,8 +179,9 @@ else:
                    column_config={"fraction_of_peak": st.column_config.ProgressColumn(
                        "of peak", format="percent", min_value=0.0, max_value=1.0)})
 ui.report_button("Overhead vs compute",
-                 [ReportSection("CPU vs GPU per step", text="\n\n".join(warnings), charts=[main, *frac_charts],
+                 [ReportSection("CPU vs GPU per step", charts=[main, *frac_charts],
+                                text="\n\n".join([*warnings, *(f"{m}: {x}" for m, x in crossings)]),
                                 tables=[("sweep", sweep[cols])]),
-                  ReportSection("GEMM against the measured peak", charts=peak_charts,
+                  ReportSection("GEMM against its device's peak", charts=peak_charts,
                                 tables=[("GEMM", gemm)] if len(gemm) else [])],
                  configs={r: (ui.load_run(r).meta.get("config") or {}) for r in chosen}, key="overhead")

@@ -109,6 +109,7 @@ st.header("Compare two runs", divider="gray")
 other = ui.run_picker("Second run", key="variance_other",
                       default=next((r for r in ui.runs_frame()["run_id"] if r != rid), rid))
 both = [dur.assign(run=f"A · {ui.load_run(rid).name}")]
+unlike = ""  # what the page says of two runs of different settings, plain text: the report says it too
 if other and other != rid:
     d2, _ = durations(other)
     d2 = d2[d2["kernel"].isin(keep)]
@@ -119,9 +120,10 @@ if other and other != rid:
         both.append(d2.assign(run=f"B · {ui.load_run(other).name}"))
         a_label, b_label = setting_labels([setting_parts(ui.load_run(r), ui.report(r)) for r in (rid, other)])
         if a_label:  # (another size, batch, dtype or machine: a kernel of one name does other work, in other grids)
-            st.caption(ui.md_text(f"A and B measured different settings (A: {a_label}; B: {b_label}): a kernel of "
-                                  "the same name may do another amount of work in each (a launch in another grid "
-                                  "does), so compare their spreads, not their times."))
+            unlike = (f"A and B measured different settings (A: {a_label}; B: {b_label}): a kernel of the same name "
+                      "may do another amount of work in each (a launch in another grid does), so compare their "
+                      "spreads, not their times.")
+            st.caption(ui.md_text(unlike))
 busy = comparison_warnings(pd.DataFrame(), [], runs=[ui.load_run(r) for r in dict.fromkeys((rid, other or rid))])
 for w in busy:
     st.warning(ui.md_text(w), icon=":material/warning:")
@@ -133,5 +135,7 @@ st.caption("Box: quartiles and median; whiskers: min..max; red tick: the mean.")
 ui.show_findings(ui.findings(rid), questions={8})
 ui.report_button("Kernel variance", [ReportSection("Per-step durations", charts=[per_step],
                                                    tables=[] if stats is None else [("kernel_stats", stats)]),
-                                     ReportSection("Spread", text="\n\n".join(busy), charts=[spread])],
-                 configs={rid: ui.load_run(rid).meta.get("config") or {}}, key="variance")
+                                     ReportSection("Spread", text="\n\n".join([*busy, *([unlike] if unlike else [])]),
+                                                   charts=[spread])],
+                 configs={r: ui.load_run(r).meta.get("config") or {}
+                          for r in dict.fromkeys((rid, *(r for r in (other,) if len(both) > 1)))}, key="variance")

@@ -83,3 +83,17 @@ def test_each_kernel_of_the_chain_sits_under_the_call_that_launched_it(runs_dir)
     mem = app("dispatch")
     assert not errors_of(mem)
     assert "[memory]" not in mem.selectbox(key="dispatch_op").options
+
+
+def test_one_run_is_not_compared_with_itself_as_cold_and_warm(runs_dir, media):
+    """A store with one warm run and no cold one: the cold/warm pickers fall back to it for both, and the page said
+    'cold · 64_fp32_warm_eager' against 'warm · 64_fp32_warm_eager'. It says there is no pair; the report names the
+    run with where it was recorded, and calls the environment the machine that wrote the report."""
+    from test_machines import copy_h200_run
+    copy_h200_run(runs_dir, "sweep_64_warm_eager")
+    at = app("dispatch")
+    assert not errors_of(at)
+    assert any("The cold and the warm run are the same run" in i.value for i in at.info)
+    report = download(at, media, "report_dispatch").decode()
+    assert "cold · 64_bf16_warm_eager" not in report
+    assert "recorded on" in report and "NVIDIA H200 on vm" in report and "Where this report was written" in report

@@ -45,8 +45,10 @@ def test_overhead_marks_the_crossover_on_gpu_traces(runs_dir):
     at = app("overhead")
     assert not errors_of(at)
     # two runs measured, 64 and 4096: the crossing lies between them, and the page says the sizes between are unknown
-    assert any("overtakes CPU time per step between n = 64 and n = 4,096" in s.value
-               and "the sizes between were not measured" in s.value for s in at.success), [s.value for s in at.success]
+    from profiling_core.present import md_text
+    assert any(md_text("overtakes CPU time per step between n = 64 and n = 4,096") in s.value
+               and md_text("the sizes between were not measured") in s.value for s in at.success), [
+        s.value for s in at.success]
     assert "GPU busy fraction of the step" in {h.value for h in at.header}
 
 
@@ -175,3 +177,15 @@ def test_runs_of_one_size_but_other_settings_are_points_of_their_own_curves(runs
     assert sorted(table["cpu_us_per_step"].round(2)) == sorted(round(m, 2) for m in medians)
     labels = " | ".join(table["mode"])
     assert all(x in labels for x in ("cold", "warm (10 calls)", "batch 8", "schedule 0/0/3×1", "schedule 0/0/10×1"))
+
+
+def test_the_report_says_what_the_page_says_of_the_crossover(runs_dir, media):
+    from profiling_core.present import md_text
+    for n in ("64_bf16_cold_eager", "4096_bf16_warm_eager"):
+        import_trace(runs_dir, H200 / f"{n}.json", n)
+    at = app("overhead")
+    assert not errors_of(at)
+    [said] = [s.value for s in at.success if md_text("overtakes CPU time per step") in s.value]
+    report = download(at, media, "report_overhead").decode()
+    assert "overtakes CPU time per step between n = 64 and n = 4,096" in report
+    assert "GEMM against its device&#x27;s peak" in report or "GEMM against its device's peak" in report

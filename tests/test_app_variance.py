@@ -125,7 +125,7 @@ def test_a_kernel_launched_in_two_configurations_is_read_per_configuration(runs_
             statistics.fmean(durs) / statistics.median(durs) - 1 > 0.02)
 
 
-def test_two_runs_of_other_settings_are_said_to_compare_by_spread_not_time(runs_dir):
+def test_two_runs_of_other_settings_are_said_to_compare_by_spread_not_time(runs_dir, media):
     """The H200's cold 64 run and its batch-8 run both launch an nvjet GEMM of one name, in grids 4x2x1 and 4x16x1
     (a plain scan of their kernels' args): the page says they measured different settings. Two runs of one setting
     (the 4096 eager run with 10 and with 20 active steps, as imported traces) get no such note."""
@@ -142,6 +142,8 @@ def test_two_runs_of_other_settings_are_said_to_compare_by_spread_not_time(runs_
     [note] = [c.value for c in at.caption if "measured different settings" in c.value]
     assert all(md_text(x) in note for x in ("A: bias vector · cold", "B: bias matrix · batch 8",
                                             "compare their spreads, not their times"))
+    report = download(at, media, "report_variance").decode()  # names both runs it draws, and says the same
+    assert a in report and b in report and "compare their spreads, not their times" in report
     c = import_trace(runs_dir, H200 / "4096_bf16_warm_eager_a20.json", "4096_bf16_warm_eager_a20")
     d = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "4096_bf16_warm_eager")
     same = app("variance")

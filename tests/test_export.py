@@ -241,3 +241,13 @@ def test_vega_safe_escapes_only_what_breaks_a_chart():
         assert vega_safe("a" + c) == "a" + (terminal_safe(c) if ord(c) < 0x80 else f"\\u{ord(c):04x}")
     keep = "tab\t nl\n cr\r del\x7f c1\x85 bidi\u202e é € 😀 \\u2028 \"'<>{{x}}`$"
     assert vega_safe({"k\x1b": [keep, 1, 2.5, None, True]}) == {"k\\x1b": [keep, 1, 2.5, None, True]}
+
+
+def test_a_missing_value_is_an_empty_cell_not_a_tag():
+    """A CPU trace's steps table has no GPU start (pandas' NA): pandas wrote it as "<NA>" into the HTML unescaped, a
+    tag a browser drops. It is an empty cell; the environment is said to be where the report was written."""
+    df = pd.DataFrame({"step": [1, 2], "first_gpu_start_ns": pd.array([None, 5], dtype="Int64"),
+                       "name": ["a", None]})
+    html = E.html_report("t", [E.ReportSection("steps", tables=[("steps", df)])], environment={"torch": "2.13.0+cpu"})
+    assert "<NA>" not in html and "&lt;NA&gt;" not in html and "None" not in html
+    assert "<h2>Where this report was written</h2>" in html and "<h2>Environment</h2>" not in html

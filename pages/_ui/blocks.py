@@ -12,8 +12,10 @@ from typing import Optional
 import pandas as pd
 import streamlit as st
 
+from profiling_core.errors import InvalidRunIdError, RunNotFoundError
 from profiling_core.explain import cut_steps_text, devices_text
 from profiling_core.present import export, md_text
+from profiling_core.store import machine_of
 
 from .cache import chart, diagnosis, environment, load_run
 
@@ -122,6 +124,17 @@ def fit_height(df: pd.DataFrame) -> int:
 def report_button(title: str, sections: list, *, configs: Optional[dict] = None, key: str) -> None:
     """Download one self-contained HTML report of the page (charts inlined as SVG; built on click)."""
     env = {k: v for k, v in environment().items() if v is not None}
+    runs = {}
+    for label in configs or {}:
+        try:
+            runs[label] = load_run(label)
+        except (InvalidRunIdError, RunNotFoundError):  # a label that names no run of the store
+            pass
+    # each run with where it was recorded (its meta.json's machine and device), beside its config
+    configs = {label: {**(cfg or {}), **({"recorded on": machine_of(runs[label]).label,
+                                          "torch": (runs[label].meta.get("device") or {}).get("torch")}
+                                         if label in runs else {})}
+               for label, cfg in (configs or {}).items()}
 
     def build() -> str:
         return export.html_report(title, sections, configs=configs, environment=env)

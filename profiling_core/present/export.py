@@ -106,7 +106,8 @@ def _table_html(df: pd.DataFrame, max_rows: int = 200) -> str:
     shown = df.head(max_rows)
     note = f'<p class="meta">first {max_rows} of {len(df)} rows</p>' if len(df) > max_rows else ""
     # every cell that is not a number, and every column name, through html_text (pandas' own escape leaves quotes)
-    cells = shown.map(lambda v: v if isinstance(v, numbers.Number) or v is None or v is pd.NA else html_text(v))
+    cells = shown.map(lambda v: "" if v is None or v is pd.NA or v is pd.NaT  # (pandas writes NA as "<NA>")
+                      else v if isinstance(v, numbers.Number) else html_text(v))
     cells.columns = [html_text(c) for c in shown.columns]
     return cells.to_html(index=False, escape=False, border=0, float_format=lambda v: f"{v:,.3f}") + note
 
@@ -129,8 +130,9 @@ def html_report(title: str, sections: Iterable[ReportSection], *,
                 generated: Optional[_dt.datetime] = None) -> str:
     """One self-contained HTML page: sections (charts as inline SVG, tables, findings), configs, environment.
 
-    configs maps a label (run id or name) to its config dict. Nothing is fetched from the network when
-    the file is opened.
+    configs maps a label (run id or name) to its config dict (with where the run was recorded);
+    ``environment`` is the machine that wrote the report, not one a run ran on. Nothing is fetched from the network
+    when the file is opened.
     """
     when = (generated or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html_text(title)}</title>",
@@ -152,8 +154,8 @@ def html_report(title: str, sections: Iterable[ReportSection], *,
         parts.append("<h2>Configurations</h2>")
         for label, cfg in configs.items():
             parts.append(f"<h3>{html_text(str(label))}</h3>{_kv_html(cfg or {})}")
-    if environment:
-        parts.append(f"<h2>Environment</h2>{_kv_html(environment)}")
+    if environment:  # (the runs' own machines are in their configurations above)
+        parts.append(f"<h2>Where this report was written</h2>{_kv_html(environment)}")
     parts.append("</body></html>")
     return "\n".join(parts)
 
