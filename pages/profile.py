@@ -64,8 +64,12 @@ c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us"
 c3.metric("GPU busy per step (median)",
           format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
 ss = s.get("steady_state") or {}
-c4.metric("Bound, steady state", ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get("bound")
-          else "no GPU",
+bound_shown = ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get("bound") else "no GPU"
+report_summary = (f"Profiled steps: {s.get('steps', 0)}. CPU per step (median of every step with work in it): "
+                  f"{format_duration_us(s.get('cpu_step_median_us'))}. GPU busy per step (median): "
+                  + (format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
+                  + f". Bound, steady state: {bound_shown}.")
+c4.metric("Bound, steady state", bound_shown,
           help="the bound rule (question 2): GPU work launched per step against CPU time per step, over the steps "
                "after the first; at or above 1× the GPU sets the pace (compute-bound; copy-bound when most of its "
                "work is copies between host and device), below it the GPU waits on the CPU (overhead-bound). The "
@@ -246,7 +250,8 @@ d3.download_button("Meta JSON", data=json.dumps(run.meta, indent=1, default=str)
 with d4:
     ui.report_button(
         f"Profile {run.name}",
-        [ReportSection("Profiler table", preformatted=table_text or "",
+        [ReportSection("The run", text=report_summary),
+         ReportSection("Profiler table", preformatted=table_text or "",
                        text="" if table_text else "This trace came without torch's table (an imported trace): the "
                                                   "table rebuilt from the trace follows.",
                        tables=[("profiler table (rebuilt, µs)", rep.profiler_table), ("steps", rep.steps)]),
@@ -258,8 +263,10 @@ with d4:
            if memory_text else []),
          ReportSection("Step timeline", charts=[chart_data] if chart_data is not None else []),
          ReportSection("Findings", findings=found),
-         ReportSection("What to change", text="" if diag.diagnoses else "No rule applies to this trace.",
-                       findings=[(x.title, f"{x.text} Change: {x.fix}") for x in diag.diagnoses],
+         ReportSection("What to change", text=ui.peaks_note(diag) + ("" if diag.diagnoses else
+                                                                     "\n\nNo rule applies to this trace."),
+                       findings=[(x.title, " ".join(filter(None, (x.text, f"Change: {x.fix}", ui.cost_line(diag, x)))))
+                                 for x in diag.diagnoses],
                        tables=[("roofline", diag.roofline.drop(columns=["slice_ids"]))] if len(diag.roofline)
                        else [])],
         configs={rid: (run.meta.get("config") or {"source": "imported trace"})}, key="profile")

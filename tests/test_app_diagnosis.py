@@ -55,7 +55,7 @@ def test_profile_without_a_calibration_judges_by_the_datasheet_and_says_so(runs_
     at = app("profile")
     assert not errors_of(at)
     text = _texts(at)
-    assert f"No calibration of {md_text('NVIDIA H200')} in the store: fractions are of the vendor's datasheet" in text
+    assert md_text("No calibration of NVIDIA H200 in the store: fractions are of the vendor's datasheet") in text
     assert md_text("fp32 GEMM without TF32") in text and md_text("of the datasheet fp32 peak") in text
 
 
@@ -118,3 +118,20 @@ def test_the_compile_page_shows_eager_and_compiled_gemms_against_the_peak(runs_d
     table = next(d.value for d in at.dataframe if "fraction_of_peak" in d.value.columns)
     assert sorted(table["mode"]) == ["default", "eager"] and set(table["dtype"]) == {"fp32"}
     assert table["fraction_of_peak"].between(0.95, 1.05).all()  # full-fp32 FFMA, at the fp32 peak
+
+
+def test_the_profile_report_says_what_the_page_says(runs_dir, media):
+    """The page's headline figures, what its fractions of peak are of, and every rule's cost are in the report (it
+    left out all three)."""
+    from conftest_app import download
+    seed_h200_run(runs_dir, "bf16_4095")
+    at = app("profile")
+    assert not errors_of(at)
+    report = download(at, media, "report_profile").decode()
+    metrics = {m.label: m.value for m in at.metric}
+    assert f"Profiled steps: {metrics['Profiled steps']}." in report
+    assert metrics["CPU per step (median)"] in report
+    assert f"Bound, steady state: {metrics['Bound, steady state']}" in report
+    costs = [c.value for c in at.caption if c.value.startswith("Cost")]
+    assert costs and all(c.replace("\\", "") in report for c in costs)
+    assert "No calibration of NVIDIA H200 in the store" in report

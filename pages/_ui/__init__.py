@@ -20,7 +20,7 @@ from profiling_core.present import md_code, md_text, peaks_frame
 from profiling_core.workloads import get_workload, workload_names
 
 from .blocks import (PERFETTO_HOWTO, STEP_MEDIAN_HELP, chart_block, fit_height, per_step_notes, report_button,
-                     show_diagnosis, show_findings, table_block)
+                     show_diagnosis, show_findings, table_block, peaks_note, cost_line)
 from .cache import (calibrations, chart, config_matches, config_summary, corrupt_runs, diagnosis, environment, findings,
                     fusions, gemm_vs_peak, hand_over_session, load_run, machine_comparison, machines, memory,
                     memory_categories, memory_section, mode_label, report, runs_frame, session, store, store_summary,
@@ -37,7 +37,7 @@ from .state import (CURRENT_RUN, current_run_id, end_action, label_of, newest_ru
 __all__ = [
     "md_code", "md_text", "peaks_frame", "get_workload", "workload_names",
     "PERFETTO_HOWTO", "STEP_MEDIAN_HELP", "chart_block", "per_step_notes", "fit_height", "report_button",
-    "show_diagnosis", "show_findings", "table_block",
+    "show_diagnosis", "show_findings", "table_block", "peaks_note", "cost_line",
     "calibrations", "chart", "config_matches", "config_summary", "corrupt_runs", "diagnosis", "environment", "findings",
     "fusions", "machine_comparison", "machines",
     "gemm_vs_peak", "hand_over_session", "load_run", "memory", "memory_categories", "memory_section", "mode_label",

@@ -143,21 +143,33 @@ def report_button(title: str, sections: list, *, configs: Optional[dict] = None,
                        mime="text/html", key=f"report_{key}", on_click="ignore", icon=":material/description:")
 
 
+def peaks_note(d) -> str:
+    """What a diagnosis's fractions of peak are of (``DiagnosisReport.peaks``), as plain text: the page's caption and
+    the report's."""
+    p = d.peaks
+    if p is None:
+        return ("No calibration of this run's device in the store, and no datasheet for it: achieved throughput is "
+                "shown without a fraction of peak. Measure the peaks on Home (Calibrate this device).")
+    if p.source == "datasheet":
+        return (f"No calibration of {p.device} in the store: fractions are of the vendor's datasheet figures "
+                f"({p.method.removeprefix('datasheet: ')}), labelled datasheet; a calibration measured on the device "
+                "is what to judge by (Home, Calibrate this device).")
+    return f"Judged against {p.device}'s peaks measured {p.measured_at[:10]} (torch {p.torch_version}; see Home)."
+
+
+def cost_line(d, x) -> str:
+    """A diagnosis's cost as the page and the report say it (plain text); "" when it has none."""
+    if x.cost_us_per_step is not None:
+        return f"Cost: {x.cost_us_per_step:,.1f} µs {d.cost_unit} ({x.cost_basis})"
+    return f"Cost: {x.cost_basis}" if x.cost_basis else ""
+
+
 def show_diagnosis(run_id: str, *, key: str) -> None:
     """What to change: each rule's finding (text, fix, cost), then the roofline of the run's GEMMs, convolutions,
     attention, elementwise ops and copies."""
     d = diagnosis(run_id)
     p = d.peaks
-    if p is None:
-        st.caption("No calibration of this run's device in the store, and no datasheet for it: achieved throughput "
-                   "is shown without a fraction of peak. Measure the peaks on **Home** (*Calibrate this device*).")
-    elif p.source == "datasheet":
-        st.caption(f"No calibration of {md_text(p.device)} in the store: fractions are of the vendor's datasheet "
-                   f"figures ({md_text(p.method.removeprefix('datasheet: '))}), labelled *datasheet*; a calibration "
-                   "measured on the device is what to judge by (**Home**, *Calibrate this device*).")
-    else:
-        st.caption(f"Judged against {md_text(p.device)}'s peaks measured {md_text(p.measured_at[:10])} "
-                   f"(torch {md_text(p.torch_version)}; see Home).")
+    st.caption(md_text(peaks_note(d)))
     if not d.diagnoses:
         st.success("None of the rules applies to this trace (fp32 without TF32, unaligned GEMM sizes, GPU-starved "
                    "steps, syncs and host copies in the step, recompiles, the profiler's own options, the attention "
@@ -170,10 +182,8 @@ def show_diagnosis(run_id: str, *, key: str) -> None:
             st.markdown(f"**{md_text(x.title)}**")
             st.markdown(md_text(x.text))
             st.markdown("**Change:** " + md_text(x.fix))
-            if x.cost_us_per_step is not None:
-                st.caption(md_text(f"Cost: {x.cost_us_per_step:,.1f} µs {d.cost_unit} ({x.cost_basis})"))
-            elif x.cost_basis:
-                st.caption(md_text(f"Cost: {x.cost_basis}"))
+            if cost_line(d, x):
+                st.caption(md_text(cost_line(d, x)))
             with st.expander("evidence"):
                 st.json(json.loads(json.dumps(x.evidence, default=str)), expanded=False)
     roof = d.roofline
