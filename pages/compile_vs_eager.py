@@ -223,7 +223,13 @@ for r in chosen:
     ui.show_findings(ui.findings(r), questions={9, 10})
 if compiled_chosen and len(compiled_chosen) < len(chosen):
     st.caption("The eager runs are the baseline above: they have no compiled region to explain.")
-ui.report_button("Compile vs eager", [ReportSection("Per step", text="\n\n".join(warnings), charts=[cpu, *gpu_charts, reg],
-                                                    tables=[("deltas", delta), *((("payoff", pd.DataFrame(payoff_rows)),)
-                                                                                 if payoff_rows else ())])],
-                 configs={r: ui.load_run(r).meta.get("config") or {} for r in chosen}, key="compile")
+findings_shown = [(f"{ui.load_run(r).name} ({ui.mode_label(r)}): {f.title}", f.text) for r in chosen
+                  if not (compiled_chosen and ui.mode_label(r) == "eager")
+                  for f in ui.findings(r) if getattr(f, "question", None) in {9, 10}]
+ui.report_button("Compile vs eager", [
+    ReportSection("Per step", text="\n\n".join(warnings), charts=[cpu, *gpu_charts, reg],
+                  tables=[("deltas", delta), *((("payoff", pd.DataFrame(payoff_rows)),) if payoff_rows else ())]),
+    *([ReportSection("The GEMM against its device's peak", tables=[("GEMM", gemm.drop(columns=["run_id"]))])]
+      if len(gemm) else []),
+    ReportSection("What the findings say, run by run", findings=findings_shown)],
+    configs={r: ui.load_run(r).meta.get("config") or {} for r in chosen}, key="compile")

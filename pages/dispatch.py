@@ -62,12 +62,17 @@ if not no_gpu:  # a CPU trace has no launches, GPU lane or synchronize: the note
         lp = rep.launch_paths
         ui.table_block(lp, "launch_paths", key="dispatch_paths", width="stretch")
         occ = lp[lp["occupancy_query_before"]]
+        apis = sorted(set(", ".join(lp["launch_apis"]).split(", ")))
         if len(occ):
             st.markdown(f"**Pattern: occupancy query before the launch** (as on the A100 in the post) for "
                         f"{', '.join(ui.md_code(n, 50) for n in occ['name'])}.")
+            pattern = f"Pattern: an occupancy query before the launch of {', '.join(map(str, occ['name']))}."
         else:
             st.markdown("**Pattern: no occupancy query** precedes any launch in this trace; the launch APIs are "
-                        f"{', '.join(ui.md_code(a) for a in sorted(set(', '.join(lp['launch_apis']).split(', '))))}.")
+                        f"{', '.join(ui.md_code(a) for a in apis)}.")
+            pattern = f"Pattern: no occupancy query precedes any launch; the launch APIs are {', '.join(apis)}."
+        report_sections.append(ReportSection("How each kernel was launched", text=pattern,
+                                             tables=[("launch paths", lp)]))
     else:
         st.caption("No launch calls paired with GPU ops in this trace (no GPU lane).")
 
@@ -163,7 +168,11 @@ if cold_id and warm_id:
         col.dataframe(g[["step", "region_dur_us", "first_aten", "gap_us"]], hide_index=True)
     for w in cw_warnings:
         st.warning(ui.md_text(w), icon=":material/warning:")
-    report_sections.append(ReportSection("Cold vs warm", text="\n\n".join(cw_warnings), charts=[cwc]))
+    report_sections.append(ReportSection(
+        "Cold vs warm", text="\n\n".join(cw_warnings), charts=[cwc],
+        tables=[(f"{label}: {ui.load_run(r).name}, matmul_add start → first aten op",
+                 ui.report(r).cold_start_gap[["step", "region_dur_us", "first_aten", "gap_us"]])
+                for label, r in (("cold", cold_id), ("warm", warm_id))]))
 
 if not no_gpu:
     # --- question 7: sync wait ------------------------------------------------------------------------
@@ -193,4 +202,5 @@ if rid:
     ui.show_findings(ui.findings(rid), questions={3, 4, 5, 6, 7})
     ui.report_button("Dispatch and launch", report_sections + [ReportSection("Findings", findings=[
         f for f in ui.findings(rid) if getattr(f, "question", 0) in (3, 4, 5, 6, 7)])],
-        configs={rid: ui.load_run(rid).meta.get("config") or {}}, key="dispatch")
+        configs={r: ui.load_run(r).meta.get("config") or {}  # (and the cold/warm pair the report draws)
+                 for r in dict.fromkeys(x for x in (rid, cold_id, warm_id) if x)}, key="dispatch")

@@ -89,3 +89,14 @@ def test_runs_of_another_setting_are_left_out_not_pooled_into_the_baseline(runs_
     launches = [sum(1 for c in xs("sweep_4096_warm_eager", "cuda_runtime", "cuda_driver")  # calls that launched work
                     if c["args"].get("correlation") in ran and s["ts"] <= c["ts"] < s["ts"] + s["dur"]) for s in steps]
     assert delta.loc["launches per step", "eager"] == statistics.median(launches) == 3
+
+
+def test_the_report_holds_the_pages_findings_and_gemm_table(runs_dir, media):
+    from test_machines import copy_h200_run
+    ids = [copy_h200_run(runs_dir, f"sweep_4096_warm_{m}") for m in ("eager", "compile")]
+    at = app("compile_vs_eager")
+    at.multiselect(key="compile_chosen").set_value(ids).run()
+    assert not errors_of(at)
+    report = download(at, media, "report_compile").decode()
+    assert "What the findings say, run by run" in report and "4096_bf16_warm_compile (default): " in report
+    assert "CompiledFxGraph" in report and "<h3>GEMM</h3>" in report

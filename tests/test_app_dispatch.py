@@ -97,3 +97,15 @@ def test_one_run_is_not_compared_with_itself_as_cold_and_warm(runs_dir, media):
     report = download(at, media, "report_dispatch").decode()
     assert "cold · 64_bf16_warm_eager" not in report
     assert "recorded on" in report and "NVIDIA H200 on vm" in report and "Where this report was written" in report
+
+
+def test_the_report_holds_the_launch_paths_and_names_the_cold_warm_pair(runs_dir, media):
+    from test_machines import copy_h200_run
+    cold = copy_h200_run(runs_dir, "coldwarm_64_cold_eager")
+    warm = copy_h200_run(runs_dir, "coldwarm_64_warm_eager")
+    at = app("dispatch")
+    assert not errors_of(at)
+    report = download(at, media, "report_dispatch").decode()
+    assert "How each kernel was launched" in report and "launch paths" in report
+    assert "Pattern: no occupancy query precedes any launch" in report
+    assert cold in report and warm in report and "matmul_add start → first aten op" in report
