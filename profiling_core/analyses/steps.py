@@ -93,9 +93,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
                                 else np.zeros(len(starts), dtype=np.int64))
     df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
                                    else np.zeros(len(starts), dtype=np.int64))
-    df["copy_busy_ns"], df["other_busy_ns"] = _copies_and_rest_in(sh, starts, durs)
+    df["copy_busy_ns"], df["other_busy_ns"], calls = _launched_in(sh, starts, durs)
     # (less the copies' waits: sync_wait_us holds those, and the bound rule takes them out of the CPU's own time)
-    df["launch_call_ns"] = (_launch_calls_in(sh, starts, durs) - df["copy_wait_ns"].to_numpy()).clip(min=0)
+    df["launch_call_ns"] = (calls - df["copy_wait_ns"].to_numpy()).clip(min=0)
     df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
     rows = df["slice_id"].to_numpy(dtype=np.int64)  # the slices' ids are their rows
     df["cut_ns"] = sh.tables.dur[rows] - durs if len(rows) else np.zeros(0, dtype=np.int64)
@@ -241,36 +241,26 @@ def _waits_in(sw: pd.DataFrame, starts: np.ndarray, durs: np.ndarray) -> np.ndar
     return cum[hi] - cum[lo]
 
 
-def _launch_calls_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
-    """Per window [start, start + dur) (ns): the summed durations of the distinct calls that start in it and launched
-    GPU work (as ``launches`` counts them)."""
+def _launched_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per window [start, start + dur) (ns), of the launch pairs whose call starts in it (as ``gpu_busy_us`` counts a
+    step's), in one pass: the union of the intervals of the host↔device copies
+    (:func:`~profiling_core.analyses._shared.is_host_copy`), the union of the other GPU ops' (kernels, memsets,
+    device copies), and the summed durations of the distinct calls that launched them (as ``launches`` counts
+    them)."""
     p = sh.p
-    out = np.zeros(len(starts), dtype=np.int64)
-    if not len(p["gpu_id"]):
-        return out
-    for j, (a, d) in enumerate(zip(starts.tolist(), durs.tolist())):
-        i = sh.pairs_in(a, a + d)
-        _ids, first = np.unique(p["launch_id"][i], return_index=True)
-        out[j] = int(p["launch_dur"][i][first].sum())
-    return out
-
-
-def _copies_and_rest_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per window [start, start + dur) (ns), of the GPU ops whose launch call starts in it (as ``gpu_busy_us`` counts
-    a step's): the union of the intervals of the host↔device copies
-    (:func:`~profiling_core.analyses._shared.is_host_copy`), and the union of the others' (kernels, memsets, device
-    copies)."""
-    p = sh.p
+    zeros = np.zeros(len(starts), dtype=np.int64)
     if not len(starts) or not len(p["gpu_id"]):
-        return np.zeros(len(starts), dtype=np.int64), np.zeros(len(starts), dtype=np.int64)
+        return zeros, zeros.copy(), zeros.copy()
     copy = sh.name_mask(is_host_copy)[p["gpu_id"]]
-    copies, rest = [], []
-    for a, d in zip(starts.tolist(), durs.tolist()):
+    copies, rest, calls = [], [], zeros.copy()
+    for j, (a, d) in enumerate(zip(starts.tolist(), durs.tolist())):
         i = sh.pairs_in(a, a + d)
         c, o = i[copy[i]], i[~copy[i]]
         copies.append((p["gpu_ts"][c], p["gpu_end"][c]))
         rest.append((p["gpu_ts"][o], p["gpu_end"][o]))
-    return unions_ns(copies), unions_ns(rest)
+        _ids, first = np.unique(p["launch_id"][i], return_index=True)
+        calls[j] = int(p["launch_dur"][i][first].sum())
+    return unions_ns(copies), unions_ns(rest), calls
 
 
 def annotation_ranges(session, name: str, shared: Shared | None = None) -> pd.DataFrame:
