@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 
 import pandas as pd
 
-from ..store.machines import machine_of
+from ..store.machines import comparable_config, machine_of
 from ..units import human_bytes
 from ..workloads import get_workload
 from .markdown import md_code, md_text
@@ -159,6 +159,12 @@ def mode_label(run: Run, report: Optional[Report] = None) -> str:
     return "compile" if len(cb) and cb["compiled_regions"].sum() > 0 else "eager"
 
 
+_SETTING_NAMED = ("workload", "knobs", "size", "batch", "bias", "dtype", "matmul_precision", "warmup", "compile",
+                  "wait", "warmup_steps", "active", "repeat")
+"""The config fields :func:`setting_parts` names in parts of their own (matmul_add's size, batch and bias as its
+knobs, as every workload's)."""
+
+
 def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[str] = ()) -> dict[str, str]:
     """What a run measured, part by part, as plain text (escape it where it is rendered): two runs are repeats of
     one setting, or points of one curve, only where every part but those ``besides`` names is the same.
@@ -169,7 +175,9 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
     ``besides`` holds ``size``), ``precision`` (``torch.set_float32_matmul_precision`` when not ``highest``),
     ``warm-up`` (``cold``, or ``warm`` with its calls), ``schedule`` (the profiler's wait/warmup/active×repeat:
     which steps are recorded, so whether the first recorded one carries start-up effects), ``mode``
-    (:func:`mode_label`; left out when ``besides`` holds ``mode``) and ``threads`` (a CPU run's). An imported trace
+    (:func:`mode_label`; left out when ``besides`` holds ``mode``), and ``option <name>`` for every other field that
+    :func:`~profiling_core.store.machines.comparable_config` compares (CPU threads, the profiler's options): the
+    config's parts are that function's fields, so a setting is a comparable config on one machine. An imported trace
     has no config: its parts are ``where`` (from ``report``: GPU work or not), ``workload`` ``imported trace`` and
     its size where its name gives one (:func:`run_size`), and its mode; what else it ran is unknown."""
     besides = set(besides)
@@ -190,9 +198,9 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
                       "schedule": f"schedule {cfg.wait}/{cfg.warmup_steps}/{cfg.active}×{cfg.repeat}"})
     if "mode" not in besides and (cfg is not None or report is not None):
         parts["mode"] = mode_label(run, report)
-    dev = run.meta.get("device") or {}
-    if cfg is not None and dev.get("type") == "cpu" and dev.get("cpu_threads"):
-        parts["threads"] = f"{dev['cpu_threads']} CPU threads"
+    if cfg is not None:  # every other field the store compares configs by
+        parts.update({f"option {k}": f"{k} {v}" for k, v in (comparable_config(run) or {}).items()
+                      if k not in _SETTING_NAMED})
     return {k: v for k, v in parts.items() if k not in besides and v != ""}
 
 
@@ -201,7 +209,7 @@ def setting_labels(parts: Iterable[dict[str, str]]) -> list[str]:
     calls)`` against ``cold``; ``batch 8`` where one run has a batch the others have not); "" for every run when all
     are alike, "—" for a run that has none of the differing parts."""
     parts = list(parts)
-    order = ("where", "workload", "dtype", "knob", "precision", "warm-up", "schedule", "mode", "threads")
+    order = ("where", "workload", "dtype", "knob", "precision", "warm-up", "schedule", "mode", "option")
     keys = sorted((k for k in dict.fromkeys(k for p in parts for k in p) if len({p.get(k, "") for p in parts}) > 1),
                   key=lambda k: order.index(k.split(" ")[0]) if k.split(" ")[0] in order else len(order))
     return [(" · ".join(p[k] for k in keys if p.get(k)) or "—") if keys else "" for p in parts]
