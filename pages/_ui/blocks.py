@@ -124,17 +124,18 @@ def fit_height(df: pd.DataFrame) -> int:
 def report_button(title: str, sections: list, *, configs: Optional[dict] = None, key: str) -> None:
     """Download one self-contained HTML report of the page (charts inlined as SVG; built on click)."""
     env = {k: v for k, v in environment().items() if v is not None}
-    runs = {}
-    for label in configs or {}:
+
+    def recorded(label: str) -> dict:
+        """Where the run ``label`` names was recorded (its meta.json's machine and torch); {} for a label that
+        names no run of the store."""
         try:
-            runs[label] = load_run(label)
-        except (InvalidRunIdError, RunNotFoundError):  # a label that names no run of the store
-            pass
-    # each run with where it was recorded (its meta.json's machine and device), beside its config
-    configs = {label: {**(cfg or {}), **({"recorded on": machine_of(runs[label]).label,
-                                          "torch": (runs[label].meta.get("device") or {}).get("torch")}
-                                         if label in runs else {})}
-               for label, cfg in (configs or {}).items()}
+            run = load_run(label)
+        except (InvalidRunIdError, RunNotFoundError):
+            return {}
+        torch_version = (run.meta.get("device") or {}).get("torch")
+        return {"recorded on": machine_of(run).label, **({"torch": torch_version} if torch_version else {})}
+
+    configs = {label: {**(cfg or {}), **recorded(label)} for label, cfg in (configs or {}).items()}
 
     def build() -> str:
         return export.html_report(title, sections, configs=configs, environment=env)
