@@ -164,3 +164,23 @@ def test_a_flow_bound_to_a_call_that_launches_nothing_goes_to_the_call_of_its_co
         got = sorted(df[["gpu_name", "launch_name", "paired_by"]].itertuples(index=False, name=None))
         assert got == expected
     assert r.summary["launch_apis"] == sorted({launch for _g, launch, _p in expected})
+
+
+def test_a_gpu_op_paired_by_correlation_is_paired_with_launch_calls_only(tmp_path):
+    """Correlation ids are written by the profiler per call, but nothing in a file stops two calls from sharing one
+    (traces merged by hand, ids that wrapped): of the runtime calls whose ``args.correlation`` equals a GPU op's,
+    only one that can launch work (its name names a launch, copy or memset) is the op's launch, on both paths."""
+    trace = {"traceEvents": [
+        _cpu("cpu_op", "aten::mul", 0, 50),
+        _cpu("cuda_runtime", "cudaEventQuery", 5, 1, {"correlation": 8}),
+        _cpu("cuda_runtime", "cudaLaunchKernel", 10, 5, {"correlation": 8}),
+        _kernel("mul_kernel", 30, 4, {"correlation": 8, "stream": 7, "device": 0}),
+    ]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    with open_trace(str(path), engine="sqlite") as s:
+        lat = analyze(s).launch_latency
+        sql = s.query(load_query("launch_latency"))
+    for df in (lat, sql):
+        got = sorted(df[["gpu_name", "launch_name", "paired_by"]].itertuples(index=False, name=None))
+        assert got == [("mul_kernel", "cudaLaunchKernel", "correlation")]

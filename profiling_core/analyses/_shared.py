@@ -507,7 +507,8 @@ class Shared:
         own, which launch nothing. A GPU op that two or more flows end on was launched by the calls whose
         ``args.correlation`` is its own: a flow whose call has another correlation is dropped (:func:`_misbound`).
         A GPU op with no such flow (2021-era traces, or the op whose flow was dropped) is paired with every runtime
-        call (category cuda_runtime, cuda_driver or runtime) whose ``args.correlation`` equals its own."""
+        call (category cuda_runtime, cuda_driver or runtime) that can launch work (:meth:`_launches_nothing`) and
+        whose ``args.correlation`` equals its own."""
         tb = self.tables
         n = tb.slice_count
         gr = self.gpu_rows
@@ -528,6 +529,7 @@ class Shared:
             runtime = np.flatnonzero(self.cat_mask(
                 lambda c: isinstance(c, str) and c.lower() in _RUNTIME_CATS)
                 & (tb.arg_set_id >= 0))
+            runtime = runtime[~self._launches_nothing(runtime)]
             c_lo, c_gi = _equal_arg(tb, "correlation", runtime, orphans)
             lo, gi = np.concatenate([lo, c_lo]), np.concatenate([gi, c_gi])
             by_corr = np.concatenate([by_corr, np.ones(len(c_lo), dtype=bool)])
