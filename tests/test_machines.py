@@ -492,6 +492,26 @@ def test_a_tarball_of_a_store_is_imported(two_machines, tmp_path):
     assert all(r.meta["imported_from"]["store"] == str(archive) for r in result.runs)
 
 
+def test_a_tarball_says_what_it_skipped_as_the_folder_does(two_machines, tmp_path):
+    """Folders that hold no run's file (a run id's folder without meta.json, an empty one, one that is no run) are
+    listed as skipped, with the same reasons, whether the store comes as a folder or as its archive."""
+    src, _ids = two_machines
+    (src.root / "20261129-130000-lost-beef").mkdir()
+    (src.root / "20261129-130000-lost-beef" / "notes.txt").write_text("meta.json went missing")
+    (src.root / "20261129-140000-empty-cafe").mkdir()
+    (src.root / "notes").mkdir()
+    (src.root / "notes" / "readme.txt").write_text("not a run")
+    archive = tmp_path / "runs.tgz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(src.root, arcname="runs")
+    from_folder = RunStore(tmp_path / "a").import_store(src.root)
+    from_archive = RunStore(tmp_path / "b").import_store(archive)
+    assert sorted(from_archive.skipped) == sorted(from_folder.skipped)
+    assert sorted(dict(from_archive.skipped)) == ["20261129-120000-bad-dead", "20261129-130000-lost-beef",
+                                                  "20261129-140000-empty-cafe", "notes"]
+    assert len(from_archive.runs) == len(from_folder.runs) == 4
+
+
 def _file(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
     return tarfile.TarInfo(name), data
 

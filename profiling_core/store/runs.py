@@ -688,9 +688,17 @@ def _extract_store_archive(src: Path, dest: Path, shown: str, max_bytes: int) ->
             raise RunStoreError(f"{shown} is not a readable tar archive: {exc}") from None
         seen = set()
         for m in members:
+            parts = [x for x in m.name.split("/") if x not in ("", ".")]
+            # Every folder at a run's level is made, files or not, so the import lists what it skipped as the
+            # folder import does ("meta.json is missing", "its name is not a run id"); hidden ones stay out.
+            folders = (parts if m.isdir() else parts[:-1])[:2]
+            if folders and not any(x.startswith(".") for x in folders):
+                try:
+                    dest.joinpath(*folders).mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise RunStoreError(f"could not unpack {shown}: {exc.strerror or exc}") from None
             if not m.isfile():
                 continue
-            parts = [x for x in m.name.split("/") if x not in ("", ".")]
             key = "/".join(parts)
             if key in seen:
                 raise RunStoreError(f"{shown}: the member {m.name!r} is refused: its path appears twice")
