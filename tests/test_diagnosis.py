@@ -136,6 +136,22 @@ def test_a_rate_above_its_roof_says_what_gave_way():
     assert not any("above that" in j for j in roof.loc[roof["fraction_of_peak"] <= 1, "judged"])
 
 
+@pytest.mark.parametrize("path", [DIAG / "bf16_4096.json", DIAG / "fp32_tf32_on_compile.json",
+                                  TRACES / "worker0.1623143089861.pt.trace.json.gz"], ids=lambda p: p.name)
+def test_each_roofline_row_names_the_unit_of_its_peak(path):
+    """One table holds GEMMs judged in TFLOP/s and elementwise ops and copies judged in GB/s under one ``peak``
+    column: ``peak_unit`` says which, and it is the unit of the rate the fraction divides (achieved / peak)."""
+    with open_trace(path, engine="sqlite") as s:
+        roof = diagnose(s, peaks=H200 if path.parent == DIAG else None).roofline
+    with_peak = roof[roof["peak"].notna()]
+    assert set(with_peak["peak_unit"]) == {"TFLOP/s", "GB/s"}
+    assert roof.loc[roof["peak"].isna(), "peak_unit"].isna().all()
+    for row in with_peak.itertuples():
+        rate = row.tflops if row.peak_unit == "TFLOP/s" else row.gbs
+        assert row.fraction_of_peak == pytest.approx(rate / row.peak), row
+        assert (row.peak_unit == "TFLOP/s") == (row.kind in ("gemm", "conv", "attention")), row
+
+
 def test_without_a_calibration_the_trace_s_gpu_is_judged_by_its_datasheet_and_says_so():
     d = run("bf16_4095", peaks=None)  # the trace's deviceProperties name the NVIDIA H200
     assert rules(d) == ["unaligned_gemm_dims"] and d.peaks.source == "datasheet"

@@ -30,7 +30,7 @@ TABLE_ROWS_SHOWN = 25
 """Rows a table shows without scrolling; longer ones scroll inside their box (the CSV holds every row)."""
 
 ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "time_us", "judged", "fraction_of_peak",
-                    "tflops", "gbs", "peak", "roof", "intensity", "flops_from"]
+                    "tflops", "gbs", "peak", "peak_unit", "roof", "intensity", "flops_from"]
 
 
 def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:

@@ -50,7 +50,8 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
     no CPU op of its own, e.g. replayed from a CUDA graph), ``kernel``, ``dtype``, ``m``/``k``/``n``/``batch`` (GEMMs
     with known shapes), ``count``, ``time_us`` (mean per call), ``flops``, ``bytes``, ``intensity`` (FLOP/byte),
     ``tflops``, ``gbs``, ``peak`` (the ceiling it is judged by: for a GEMM min(TFLOP/s of its dtype, intensity × the
-    bandwidth) in TFLOP/s, GB/s for the rest), ``roof`` (``compute`` or ``memory``: which ceiling that is),
+    bandwidth) in TFLOP/s, GB/s for the rest), ``peak_unit`` (that unit, as text: ``TFLOP/s`` or ``GB/s``; None
+    without a peak: the rows of one table hold both), ``roof`` (``compute`` or ``memory``: which ceiling that is),
     ``compute_peak`` (a GEMM's dtype peak, TFLOP/s), ``fraction_of_peak`` (achieved / ``peak``), ``flops_from``,
     ``slice_ids``.
 
@@ -68,8 +69,8 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     session's ``analyses.Shared`` when the caller holds one (``diagnose`` does).
     """
     cols = ["kind", "op", "kernel", "dtype", "batch", "m", "k", "n", "count", "time_us", "flops", "bytes",
-            "intensity", "tflops", "gbs", "peak", "roof", "compute_peak", "fraction_of_peak", "judged", "flops_from",
-            "slice_ids"]
+            "intensity", "tflops", "gbs", "peak", "peak_unit", "roof", "compute_peak", "fraction_of_peak", "judged",
+            "flops_from", "slice_ids"]
     rows: list[dict] = []
     g = report.gemm_throughput
     cfg_dtype = _cfg(config, "dtype")
@@ -151,9 +152,9 @@ def _gemm_row(op, kernel, dtype, d, flops, ids, times, src, peaks, nbytes=None, 
         peak, roof = compute, ("compute" if compute else None)
     return {"kind": kind, "op": op, "kernel": kernel, "dtype": dtype, "batch": batch, "m": m, "k": k, "n": n,
             "count": len(ids), "time_us": t, "flops": flops, "bytes": nbytes, "intensity": intensity,
-            "tflops": tflops, "gbs": nbytes / t / 1e3 if nbytes and t > 0 else None, "peak": peak, "roof": roof,
-            "compute_peak": compute, "fraction_of_peak": tflops / peak if peak else None, "flops_from": src,
-            "slice_ids": ids}
+            "tflops": tflops, "gbs": nbytes / t / 1e3 if nbytes and t > 0 else None, "peak": peak,
+            "peak_unit": "TFLOP/s" if peak else None, "roof": roof, "compute_peak": compute,
+            "fraction_of_peak": tflops / peak if peak else None, "flops_from": src, "slice_ids": ids}
 
 
 def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dict]:
@@ -366,7 +367,8 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
             out.append({"kind": "copy", "op": name, "kernel": name, "dtype": None, "batch": None, "m": None,
                         "k": None, "n": None, "count": len(grp), "time_us": t, "flops": 0, "bytes": moved,
                         "intensity": 0.0, "tflops": None, "gbs": gbs, "peak": peak,
-                        "roof": "memory" if peak else None, "compute_peak": None,
+                        "peak_unit": "GB/s" if peak else None, "roof": "memory" if peak else None,
+                        "compute_peak": None,
                         "fraction_of_peak": gbs / peak if peak and gbs else None, "flops_from": None,
                         "slice_ids": grp["id"].astype(int).tolist()})
     lat = report.launch_latency
@@ -404,7 +406,8 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
         out.append({"kind": "elementwise", "op": op, "kernel": name, "dtype": None, "batch": None, "m": None,
                     "k": None, "n": None, "count": len(items), "time_us": t, "flops": elems, "bytes": nbytes,
                     "intensity": elems / nbytes, "tflops": elems / t / 1e6 if t > 0 else None, "gbs": gbs,
-                    "peak": bw, "roof": "memory" if bw else None, "compute_peak": None,
+                    "peak": bw, "peak_unit": "GB/s" if bw else None, "roof": "memory" if bw else None,
+                    "compute_peak": None,
                     "fraction_of_peak": gbs / bw if bw and gbs else None, "flops_from": None,
                     "slice_ids": [i for i, _ in items]})
     return out
