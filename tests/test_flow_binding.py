@@ -184,3 +184,31 @@ def test_a_gpu_op_paired_by_correlation_is_paired_with_launch_calls_only(tmp_pat
     for df in (lat, sql):
         got = sorted(df[["gpu_name", "launch_name", "paired_by"]].itertuples(index=False, name=None))
         assert got == [("mul_kernel", "cudaLaunchKernel", "correlation")]
+
+
+def test_a_launch_call_that_could_not_nest_sits_in_the_op_that_encloses_it(tmp_path):
+    """A launch call that starts 1 µs before the call above it ends (HTA's A100 control trace, five times) cannot
+    nest: the reader puts it at depth 0 on another track of its thread, without a parent. It still sits in the op
+    that encloses it in time: its kernel's device time is that op's, and the occupancy query made in that op before
+    it sized it, on both paths (the analyses and the SQL)."""
+    trace = {"traceEvents": [
+        _cpu("cpu_op", "aten::mm", 0, 40),
+        _cpu("cuda_runtime", "cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 20, 0, {"correlation": 5}),
+        _cpu("cuda_runtime", "cudaPointerGetAttributes", 25, 3, {"correlation": 6}),
+        _cpu("cuda_runtime", "cudaLaunchKernel", 27, 8, {"correlation": 7}),
+        _kernel("gemm", 50, 10, {"correlation": 7, "stream": 7, "device": 0}),
+        *_flow(7, 27, 50),
+    ]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    with open_trace(str(path), engine="sqlite") as s:
+        launch = s.query("SELECT parent_id, depth FROM slice WHERE name = 'cudaLaunchKernel'")
+        assert launch["parent_id"].isna().all() and launch["depth"].tolist() == [0]  # the case itself
+        r = analyze(s)
+        paths_sql = s.query(load_query("launch_path"))
+        table_sql = s.query(load_query("profiler_table"))
+    assert r.launch_paths[["name", "parent_ops", "occupancy_queries"]].values.tolist() == [["gemm", "aten::mm", 1]]
+    assert paths_sql[["gpu_name", "parent_op", "with_occupancy_query"]].values.tolist() == [["gemm", "aten::mm", 1]]
+    for table, column, scale in ((r.profiler_table, "self_device_us", 1), (table_sql, "self_device_ns", 1000)):
+        row = table[(table["name"] == "aten::mm") & (table["lane"] == "cpu")]
+        assert row[column].tolist() == [10 * scale]

@@ -554,8 +554,8 @@ class Shared:
     @cached_property
     def p(self) -> dict[str, np.ndarray]:
         """The launch pairs (:meth:`_launch_pairs`: one row per launch call ↔ GPU op pair, in launch_id, gpu_id
-        order) as arrays: ints as int64 (``launch_parent``: -1 for none), text and ``launch_utid`` (None for none)
-        as object."""
+        order) as arrays: ints as int64 (``launch_parent``: the slice the call sits in, :meth:`enclosing_rows` for a
+        call the reader could not nest; -1 for none), text and ``launch_utid`` (None for none) as object."""
         t = self.slices
         lpos, gpos, by_corr = self._launch_pairs()
         self._pair_rows = (lpos, gpos)
@@ -567,7 +567,11 @@ class Shared:
                "gpu_name": self.names_at(gpos), "gpu_category": self.cats_at(gpos),
                "gpu_category_raw": self.categories_at(gpos), "launch_utid": nullable(utid, utid < 0)}
         out["gpu_end"] = out["gpu_ts"] + out["gpu_dur"]
-        out["launch_parent"] = par.astype(np.int64)
+        par = par.astype(np.int64)
+        lone = np.flatnonzero(par < 0)
+        if len(lone):
+            par[lone] = self.enclosing_rows(lpos[lone])
+        out["launch_parent"] = par
         names = self.name_codes_at(gpos)
         self._pair_codes["gpu_name"] = names  # what pair_codes("gpu_name") gives
         kinds = np.array([x[7:11] if isinstance(x, str) and x.startswith(("Memcpy DtoD", "Memcpy HtoD", "Memcpy DtoH"))
@@ -801,6 +805,48 @@ class Shared:
             live = live[~hit]
             cur[live] = t["ppos"][cur[live]]
             live = live[cur[live] >= 0]
+        return out
+
+    def enclosing_rows(self, rows: np.ndarray) -> np.ndarray:
+        """For these rows of ``slices`` that have no parent: the row of the innermost slice of their thread that
+        encloses them in time (the latest start, then the shortest, then the first), -1 where none does.
+
+        A slice that starts inside another and ends after it cannot be nested: trace_processor (and the mirror)
+        puts it at depth 0 on another track of its thread, without a parent (HTA's A100 control trace: a
+        ``cudaLaunchKernel`` that starts 2 µs before a ``cudaPointerGetAttributes`` above it ends, inside its
+        ``aten::mm``). Only the thread's other tracks can hold an enclosing slice: on its own track it would have
+        been nested. Each track is properly nested, so the innermost slice enclosing a time span on it is the last
+        slice starting at or before the span (the deepest of equal starts), or an ancestor of that slice."""
+        t = self.slices
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.full(len(rows), -1, dtype=np.int64)
+        if not len(rows):
+            return out
+        ts, dur, utid, track = t["ts"], t["dur"], t["utid"], t["track_id"]
+        best_ts = np.full(len(rows), np.iinfo(np.int64).min)
+        best_dur = np.zeros(len(rows), dtype=np.int64)
+        on_thread = np.flatnonzero(np.isin(utid, np.unique(utid[rows])) & (utid >= 0))
+        for tr in np.unique(track[on_thread]):
+            mine = on_thread[track[on_thread] == tr]
+            mine = mine[np.lexsort((t["depth"][mine], ts[mine]))]  # by start, the deepest of equal starts last
+            ask = np.flatnonzero((utid[rows] == utid[mine[0]]) & (track[rows] != tr))
+            if not len(ask):
+                continue
+            a, e = ts[rows[ask]], ts[rows[ask]] + dur[rows[ask]]
+            k = np.searchsorted(ts[mine], a, side="right") - 1
+            cur = np.where(k >= 0, mine[np.maximum(k, 0)], -1)
+            live = np.flatnonzero(cur >= 0)
+            while len(live):  # climb until the slice also ends at or after the span's end
+                c = cur[live]
+                done = ts[c] + dur[c] >= e[live]
+                live = live[~done]
+                cur[live] = t["ppos"][cur[live]]
+                live = live[cur[live] >= 0]
+            found = np.flatnonzero(cur >= 0)
+            c, i = cur[found], ask[found]
+            better = (ts[c] > best_ts[i]) | ((ts[c] == best_ts[i]) & ((dur[c] < best_dur[i])
+                                                                   | ((dur[c] == best_dur[i]) & (c < out[i]))))
+            out[i[better]], best_ts[i[better]], best_dur[i[better]] = c[better], ts[c[better]], dur[c[better]]
         return out
 
     @cached_property

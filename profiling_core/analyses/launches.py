@@ -8,7 +8,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
+from ._shared import _RUNTIME_CATS, Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
 
 __all__ = ["launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains"]
 
@@ -98,23 +98,35 @@ OCCUPANCY_PREFIXES = ("cudaOccupancy", "hipOccupancy", "cuOccupancy")
 
 
 def _sized_by_query(sh: Shared) -> np.ndarray:
-    """Per launch pair: whether an occupancy query sized its launch. A query sizes the launch that follows it under
-    the same parent op: a launch call counts when a query under its parent started after the previous launch call
-    under that parent (or there is none) and no later than it. (cuBLAS queries before the GEMM it launches; the
-    kernels launched after that GEMM under the same op, a split-K reduction, were not sized by it.)"""
+    """Per launch pair: whether an occupancy query sized its launch. A query sizes the kernel launch that follows it
+    under the same parent op: a kernel's launch call counts when a query under its parent (``Shared.p``'s
+    ``launch_parent``) started after the previous kernel launch call under that parent (or there is none) and no
+    later than it. (cuBLAS queries before the GEMM it launches, at times with a memset of its workspace between;
+    the kernels launched after that GEMM under the same op, a split-K reduction, were not sized by it.) Copies and
+    memsets are sized by nothing. A query's op is its nearest ancestor that is not a runtime call: a zero-length
+    query written at the microsecond of a zero-length ``cudaPeekAtLastError`` is nested in that call."""
     p, t = sh.p, sh.slices
     n = len(p["gpu_id"])
     out = np.zeros(n, dtype=bool)
     occ = np.flatnonzero(sh.name_mask(lambda x: isinstance(x, str) and x.startswith(OCCUPANCY_PREFIXES))
                          & (t["parent"] >= 0))
-    has = p["launch_parent"] >= 0
+    has = (p["launch_parent"] >= 0) & (p["gpu_category"] == "kernel")
     if not len(occ) or not has.any():
         return out
-    calls = np.unique(p["launch_id"][has])  # each launch call once
-    c_par = t["ppos"][calls]
+    calls, first = np.unique(p["launch_id"][has], return_index=True)  # each launch call once
+    c_par = p["launch_parent"][has][first]
+    q_par = t["ppos"][occ]
+    runtime = sh.cat_mask(lambda c: isinstance(c, str) and c.lower() in _RUNTIME_CATS)
+    up = np.flatnonzero(runtime[q_par])
+    while len(up):  # climb past the runtime calls a query is nested in
+        q_par[up] = t["ppos"][q_par[up]]
+        up = up[q_par[up] >= 0]
+        up = up[runtime[q_par[up]]]
+    keep = q_par >= 0
+    occ, q_par = occ[keep], q_par[keep]
     # the queries and the launch calls, by parent, then start (a query at a call's own start before it), then row
     row = np.concatenate([occ, calls])
-    par = np.concatenate([t["ppos"][occ], c_par])
+    par = np.concatenate([q_par, c_par])
     ts = np.concatenate([t["ts"][occ], t["ts"][calls]])
     kind = np.concatenate([np.zeros(len(occ), dtype=np.int64), np.ones(len(calls), dtype=np.int64)])
     order = np.lexsort((row, kind, ts, par))
@@ -175,8 +187,8 @@ def launch_paths(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per GPU op name: which API call(s) launched it, from which CPU op, and whether an occupancy query preceded.
 
     An occupancy query is a ``cudaOccupancy*`` / ``cuOccupancy*`` / ``hipOccupancy*`` call under the same parent op
-    as the launch call, started after the previous launch call under that op and no later than this one: it sizes
-    the launch that follows it (the A100 pattern of the study; cuBLAS 13 on an H200 launches GEMMs with
+    as a kernel's launch call, started after the previous kernel launch call under that op and no later than this
+    one: it sizes the kernel launch that follows it (the A100 pattern of the study; cuBLAS 13 on an H200 launches GEMMs with
     ``cuLaunchKernelEx`` and no such query).
 
     Args:

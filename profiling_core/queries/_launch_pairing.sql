@@ -6,11 +6,14 @@
 -- one than its own (a kernel that starts before the one ahead of it on its stream has ended can have its flow
 -- bound to that one); the op whose flow was dropped is then paired by correlation. So is an op whose flow starts
 -- on a runtime call that launches nothing (its name names no launch, copy or memset: a zero-length
--- cudaFuncSetAttribute written at the microsecond its launch call starts took the flow).
+-- cudaFuncSetAttribute written at the microsecond its launch call starts took the flow). A flow that starts on a
+-- [memory] event is dropped: the 2021 format writes its flows' starts and its memory events with an integer tid and
+-- its calls with a string one, so the reader binds those flows to the memory events, which launch nothing.
 by_flow AS (
   SELECT f.slice_out AS launch_id, g.id AS gpu_id, 'flow' AS paired_by FROM flow f JOIN gpu_op g ON g.id = f.slice_in
   JOIN slice c ON c.id = f.slice_out
-  WHERE NOT (lower(coalesce(c.category, '')) IN ('cuda_runtime', 'cuda_driver', 'runtime')
+  WHERE coalesce(c.name, '') <> '[memory]'
+  AND NOT (lower(coalesce(c.category, '')) IN ('cuda_runtime', 'cuda_driver', 'runtime')
              AND lower(c.name) NOT GLOB '*launch*' AND lower(c.name) NOT GLOB '*memcpy*'
              AND lower(c.name) NOT GLOB '*memset*')
   AND (g.id NOT IN (SELECT slice_in FROM flow GROUP BY slice_in HAVING count(*) > 1)

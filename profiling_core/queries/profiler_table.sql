@@ -2,7 +2,8 @@
 -- CPU rows: self = duration minus the durations of its child slices (a childless top slice of a thread's spill track,
 -- one that could not nest where it overlapped a slice without enclosing it: minus the time its thread's first track
 -- spent in top slices inside its window); device time of a CPU op = GPU ops whose launch call
--- has that op as parent (self) or as an ancestor (total; a launch call itself gets none, as in torch's table).
+-- sits in that op (self: its parent, or the slice enclosing a call that could not nest, the launch_op fragment) or in
+-- a descendant of it (total; a launch call itself gets none, as in torch's table).
 -- GPU rows (kernels, memcpy, memset, gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
 WITH RECURSIVE
 -- @include recording
@@ -11,8 +12,11 @@ gpu_op AS (
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
 -- @include launch_pairing
+-- @include launch_op
 launched AS (
-  SELECT l.id AS launch_id, l.parent_id, l.ts, tt.utid, g.dur AS gpu_dur
+  SELECT l.id AS launch_id,
+    CAST(coalesce(l.parent_id, (SELECT op_id FROM launch_op WHERE launch_id = l.id)) AS INT) AS parent_id, l.ts,
+    tt.utid, g.dur AS gpu_dur
   FROM launch p JOIN slice l ON l.id = p.launch_id JOIN gpu_op g ON g.id = p.gpu_id
   JOIN thread_track tt ON tt.id = l.track_id
 ),
