@@ -472,7 +472,8 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     ``basis`` (``after_first`` or ``all``), ``basis_steps`` (those of the basis that launched GPU work, when some
     did; ``steps_without_gpu`` then lists the others), ``empty_steps`` (those left out as empty),
     ``cpu_us_per_step``, ``sync_wait_us_per_step`` (as
-    :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time) and ``gpu_us_per_step``
+    :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time; ``sync_wait_measured_us_per_step``
+    the median as measured) and ``gpu_us_per_step``
     (medians), ``cpu_own_us_per_step`` (the first less the second), ``copy_us_per_step`` and ``other_us_per_step``
     (medians of the GPU's time in host↔device copies and in its other work, the two parts of ``gpu_us_per_step``),
     ``launch_us_per_step`` (median time in the calls that launched GPU work),
@@ -489,7 +490,7 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     ``queue_drift_us`` (their difference: it grows when the CPU runs ahead of the GPU).
     """
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
-           "sync_wait_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None,
+           "sync_wait_us_per_step": None, "sync_wait_measured_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None,
            "other_us_per_step": None, "launch_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None, "unlaunched_in_window": None,
            "unlaunched_wait_us_per_step": None,
@@ -513,7 +514,8 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
         out["basis_steps"] = [int(x) for x in with_gpu["step"]]
     gpu = float(with_gpu["gpu_busy_us"].median())
     cpu_g = float(with_gpu["cpu_dur_us"].median())
-    wait = counted_wait(float(with_gpu["sync_wait_us"].median()), cpu_g)
+    measured = float(with_gpu["sync_wait_us"].median())
+    wait = counted_wait(measured, cpu_g)
     own = cpu_g - wait
     starved = float(ratio(with_gpu["gpu_starved_us"], with_gpu["cpu_dur_us"]).median())
     starved = None if starved != starved else starved  # (NaN: no window with a duration)
@@ -525,7 +527,8 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     # one by its GPU work, another by never starving), the medians of the two tests must not overrule them all
     each = set(_step_bounds(with_gpu, at))
     out["bound_of_every_step"] = len(each) == 1 and label not in each
-    out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, sync_wait_us_per_step=wait, cpu_own_us_per_step=own,
+    out.update(cpu_us_per_step=cpu_g, gpu_us_per_step=gpu, sync_wait_us_per_step=wait,
+               sync_wait_measured_us_per_step=measured, cpu_own_us_per_step=own,
                copy_us_per_step=copy, other_us_per_step=other, launch_us_per_step=calls,
                gpu_to_cpu=gpu / own if own > 0 else None, starved_share=starved,
                bound=next(iter(each)) if out["bound_of_every_step"] else label,
