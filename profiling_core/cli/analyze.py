@@ -186,7 +186,9 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      + (f"   memcpy DtoD {s['memcpy_dtod']}" if s["has_gpu"] else ""))
     shares = s.get("time_by_category") or {}
     if s["has_gpu"] and shares:
-        lines.append("  GPU time by category (share of the steps' windows, whatever launched the work): "
+        lines.append("  GPU time by category (share of the steps' windows, whatever launched the work; where streams "
+                     "overlap, an instant counts once, for the first category listed: communication is what nothing "
+                     "else overlapped): "
                      + ", ".join(f"{c} {100 * v:.1f}%" for c, v in shares.items() if v > 0))
     ph = report.summary.get("train_phases") or {}
     if ph:  # a training step: where each phase's time goes (medians of the steps after the first)
