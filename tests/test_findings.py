@@ -722,3 +722,36 @@ def test_q9_counts_a_compiled_steps_host_to_device_copies():
     q9 = by_id(path)["q9.compile"]
     assert q9.evidence["memcpy_htod_per_step"] == per_step[0]
     assert f"{per_step[0]} host-to-device copies" in q9.text
+
+
+def _no_step_trace(ops: list[tuple[float, float, float]]) -> dict:
+    """A trace without ProfilerStep: one launch call (5 µs) per (launch µs, kernel start µs, kernel µs), its flow to
+    a kernel on stream 7."""
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 0, "dur": 1000}]
+    for i, (launch, start, dur) in enumerate(ops, 1):
+        ev += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": launch,
+                "dur": 5, "args": {"correlation": i}},
+               {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": start, "dur": dur,
+                "args": {"correlation": i, "stream": 7, "device": 0}},
+               {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": i, "pid": 1, "tid": 1, "ts": launch},
+               {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": i, "pid": 0, "tid": 7, "ts": start, "bp": "e"}]
+    return {"traceEvents": ev}
+
+
+@pytest.mark.parametrize("ops, says", [
+    # the last kernel waits 470 µs (launched at 20, starts at 490) behind k2, which runs until 470: the GPU ran
+    # earlier work for 450 of the 470 µs, 96%
+    ([(0, 5, 3), (10, 15, 455), (20, 490, 3)], "busy with earlier work for 96% of that wait"),
+    # the same wait with the GPU idle through it (k2 ends at 18): it waited for something else than a queue
+    ([(0, 5, 3), (10, 15, 3), (20, 490, 3)], None),
+], ids=["queued", "idle"])
+def test_q4_without_steps_calls_a_long_last_wait_a_queue_only_behind_work(tmp_path, ops, says):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_no_step_trace(ops)))
+    from profiling_core.trace import open_trace
+    with open_trace(str(path), engine="sqlite") as s:
+        text = {f.id: f for f in findings(s)}["q4.offset"].text
+    if says:
+        assert says in text and "queued up" in text
+    else:
+        assert "queue" not in text and "drifts" not in text

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from ...analyses.steps import STARVED_AT
 from ...units import format_duration_us as _us
 from .base import NO_GPU_TEXT, Finding, _num
@@ -35,6 +37,10 @@ def _q4_offset(r, config=None) -> list[Finding]:
 GROWS_AT = 3.0
 """A delay this many times its starting value is a queue that grew."""
 
+QUEUED_AT = 0.9
+"""Without steps, a last GPU op's long wait is a queue of work only where the GPU ran earlier work for at least this
+share of it (an op launched onto an idle GPU that starts late waited for something else)."""
+
 
 HELD_WITHIN = 0.10
 """Steps whose first GPU op waited within this share of the last step's wait: the queue held its length, where at
@@ -65,7 +71,8 @@ def _growth(ll, ev: dict, steps) -> str:
     step's: the CPU runs further ahead every step, the GPU lane drifts right; where the last steps' first ops waited
     alike, :func:`_held_tail`, it grew and then held; where the GPU ran dry in every later step, :func:`_drained`, no
     backlog carried over) or within them (the later half of a step's ops against its first, the queue drained by the
-    next step); without steps, the trace's last op against its first."""
+    next step); with fewer than two steps, the trace's last op against its first, where the GPU ran earlier work through most of
+    the last op's wait (:data:`QUEUED_AT`)."""
     o = ll.sort_values("launch_start_ns", kind="stable")
     stepped = o[o["step"].notna()] if "step" in o else o.iloc[:0]
     if stepped["step"].nunique() >= 2:
@@ -105,6 +112,27 @@ def _growth(ll, ev: dict, steps) -> str:
         return ""
     lat = o["latency_us"]
     if len(o) >= 3 and lat.iloc[-1] > GROWS_AT * max(lat.iloc[0], 1e-9):
-        return (f" The delay grows from {_us(lat.iloc[0])} for the first op to {_us(lat.iloc[-1])} for the last: the "
-                f"CPU launches faster than the GPU executes, so work queues up and the GPU lane drifts right.")
+        busy = _busy_share(o, o.iloc[-1])
+        ev["last_wait_busy_share"] = _num(busy)
+        if busy >= QUEUED_AT:
+            return (f" The last GPU op started {_us(lat.iloc[-1])} after its launch call, the GPU busy with earlier "
+                    f"work for {100 * busy:.0f}% of that wait, where the first started {_us(lat.iloc[0])} after its "
+                    "own: by the end the CPU had launched faster than the GPU executes, so work queued up (with fewer "
+                    "than two steps the trace cannot say where the queue grew or drained in between).")
     return ""
+
+
+def _busy_share(ops, op) -> float:
+    """The share of ``op``'s wait (from its launch call's start to its own start) in which the GPU ran other ops of
+    ``ops`` (``launch_latency`` rows): where it is low, the op waited for something else than a queue of work."""
+    a, b = int(op["launch_start_ns"]), int(op["gpu_start_ns"])
+    if b <= a:
+        return 0.0
+    start = ops["gpu_start_ns"].to_numpy(dtype=np.int64)
+    end = start + np.round(ops["gpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
+    m = (end > a) & (start < b)
+    lo, hi = np.maximum(start[m], a), np.minimum(end[m], b)
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], np.maximum.accumulate(hi[order])  # the union: each interval from the end of those before
+    prev = np.concatenate([[a], hi[:-1]])
+    return float(np.clip(hi - np.maximum(lo, prev), 0, None).sum()) / (b - a)
