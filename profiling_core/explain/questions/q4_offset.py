@@ -38,8 +38,8 @@ GROWS_AT = 3.0
 """A delay this many times its starting value is a queue that grew."""
 
 QUEUED_AT = 0.9
-"""Without steps, a last GPU op's long wait is a queue of work only where the GPU ran earlier work for at least this
-share of it (an op launched onto an idle GPU that starts late waited for something else)."""
+"""With fewer than two steps, a last GPU op's long wait is a queue of work only where the GPU ran earlier work for at
+least this share of it (an op launched onto an idle GPU that starts late waited for something else)."""
 
 
 HELD_WITHIN = 0.10
@@ -71,8 +71,8 @@ def _growth(ll, ev: dict, steps) -> str:
     step's: the CPU runs further ahead every step, the GPU lane drifts right; where the last steps' first ops waited
     alike, :func:`_held_tail`, it grew and then held; where the GPU ran dry in every later step, :func:`_drained`, no
     backlog carried over) or within them (the later half of a step's ops against its first, the queue drained by the
-    next step); with fewer than two steps, the trace's last op against its first, where the GPU ran earlier work through most of
-    the last op's wait (:data:`QUEUED_AT`)."""
+    next step); with fewer than two steps, the trace's last op against its first, where the GPU ran earlier work
+    through most of the last op's wait (:data:`QUEUED_AT`)."""
     o = ll.sort_values("launch_start_ns", kind="stable")
     stepped = o[o["step"].notna()] if "step" in o else o.iloc[:0]
     if stepped["step"].nunique() >= 2:
