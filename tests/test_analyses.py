@@ -664,6 +664,51 @@ def test_profiler_table_matches_torch(path):
             assert g["device_total_us"] == pytest.approx(row["device_total_us"], abs=tol(row["device_total_us"]))
 
 
+def _stack_work(x):
+    """Three GEMMs and ReLUs, then a Python loop that runs no op."""
+    import torch
+    for _ in range(3):
+        x = torch.relu(x @ x)
+    total = 0
+    for i in range(20000):
+        total += i
+    return x
+
+
+def test_profiler_table_holds_the_python_frames_as_torchs_own_table_does(tmp_path):
+    """Recorded with ``with_stack=True``, torch's table (``key_averages``) has a row per Python frame, whose self
+    time is the interpreter's time in it outside any op (the loop above). Profiled here, on the CPU: the same rows,
+    calls and CPU totals as torch's own table, and the same self CPU time summed. (A frame that the ``ProfilerStep``
+    range starts inside and ends outside cannot nest; torch splits its self time otherwise, on up to three rows.)"""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+    x = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True, acc_events=True,
+                 schedule=schedule(wait=1, warmup=1, active=2)) as prof:
+        for _ in range(4):
+            _stack_work(x)
+            prof.step()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    want = {e.key: e for e in prof.key_averages()}
+    assert any("_stack_work" in k for k in want)  # a Python frame is a row of torch's table
+    with open_trace(str(tmp_path / "t.json"), engine="sqlite") as s:
+        got = profiler_table(s)
+        sql = s.query(load_query("profiler_table"))
+    got = got[got["lane"] == "cpu"].set_index("name")
+    assert set(got.index) == set(want)
+    off = 0
+    for name, e in want.items():
+        g = got.loc[name]
+        assert g["calls"] == e.count, name
+        assert g["cpu_total_us"] == pytest.approx(e.cpu_time_total, abs=1.0), name
+        off += abs(g["self_cpu_us"] - e.self_cpu_time_total) > 1.0
+    assert off <= 3
+    assert got["self_cpu_us"].sum() == pytest.approx(sum(e.self_cpu_time_total for e in want.values()), abs=2.0)
+    sql = sql[sql["lane"] == "cpu"].set_index("name")
+    assert set(sql.index) == set(want)
+    assert (sql["self_cpu_ns"] / 1000).sum() == pytest.approx(got["self_cpu_us"].sum(), abs=0.01)
+
+
 def test_profiler_table_footer_self_cpu_total():
     for name in H200:
         txt = (DATA / "h200" / f"{name}.txt").read_text()

@@ -9,13 +9,15 @@ from ._common import ints, us
 from ._shared import Shared, frame, shared_for
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
-            "python_function", "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
+            "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
 _GPU_ROWS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation"}
 
 
 def _cpu_mask(sh: Shared) -> np.ndarray:
-    """Whether each row of ``sh.slices`` is a CPU slice: on a thread, and its category is not a GPU op's, a trace's
-    or a Python function's (:data:`_NOT_CPU`; NULL is not a CPU category)."""
+    """Whether each row of ``sh.slices`` is a CPU slice: on a thread, and its category is not a GPU op's or a trace's
+    (:data:`_NOT_CPU`; NULL is not a CPU category). The Python frames of a ``with_stack=True`` recording
+    (``python_function``) are rows, as in torch's own table: the time the interpreter spends in a frame outside any
+    op is that frame's self time."""
     t = sh.slices
     low = t["cat_low_uniq"]  # lower(category) of each category code (NULL: None)
     return np.array([c is not None and c not in _NOT_CPU for c in low], dtype=bool)[t["cat_codes"]] & (t["utid"] >= 0)

@@ -1,4 +1,5 @@
 -- The profiler table (key_averages) rebuilt from the trace: per name and lane, calls, self/total CPU and device time (ns).
+-- Python frames (python_function, recorded with with_stack=True) are rows, as in torch's table.
 -- CPU rows: self = duration minus the durations of its child slices (a childless top slice of a thread's spill track,
 -- one that could not nest where it overlapped a slice without enclosing it: minus the time its thread's first track
 -- spent in top slices inside its window); device time of a CPU op = GPU ops whose launch call
@@ -27,7 +28,7 @@ cpu AS (  -- a step slice's dur cut at the recording's end (the recording fragme
   FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.category IS NOT NULL
     AND lower(s.category) NOT IN ('trace', 'kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset',
-                                  'gpu_user_annotation', 'python_function', 'ac2g', 'flow', 'cuda_sync')
+                                  'gpu_user_annotation', 'ac2g', 'flow', 'cuda_sync')
 ),
 child AS (
   SELECT parent_id AS id, SUM(dur) AS child_ns FROM slice
