@@ -176,6 +176,29 @@ def test_q8_variance_evidence(name):
     assert ev["max_us"] == pytest.approx(max(per[top]), abs=0.002)
 
 
+def _kernel_durations(path) -> dict[str, list[float]]:
+    per: dict[str, list[float]] = {}
+    for e in scan(path).gpu:
+        if e["cat"].lower() == "kernel":
+            per.setdefault(e["name"], []).append(e["dur"])
+    return per
+
+
+@pytest.mark.parametrize("path", [p for p in THIRD + [DATA / "traces" / "triton_example.json.gz"]
+                                  if _kernel_durations(p)], ids=lambda p: p.name)
+def test_q8_reads_the_largest_kernel_launched_more_than_once(path):
+    # one launch has no spread: the largest total among kernels launched twice or more, else no spread quoted
+    repeated = {n: d for n, d in _kernel_durations(path).items() if len(d) > 1}
+    f = by_id(path)["q8.variance"]
+    assert "ran 1×" not in f.text
+    if not repeated:
+        assert "CV" not in f.text and "cannot be read from a single launch" in f.text
+        return
+    top = max(repeated, key=lambda n: sum(repeated[n]))
+    assert f.evidence["kernel"] == top and f.evidence["count"] == len(repeated[top])
+    assert f"ran {len(repeated[top])}×: median" in f.text
+
+
 @pytest.mark.parametrize("name", H200)
 def test_q9_compile_evidence(name):
     sc = scan(h200(name))

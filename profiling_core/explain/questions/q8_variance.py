@@ -1,6 +1,10 @@
 """Question 8, the same kernel at different times (``q8.variance``): the largest kernel's spread, and whether a few
 slow launches skew its mean (the Kernel variance page gives each kernel the same verdict).
 
+The kernel read is the one with the largest total time among those launched at least twice: one launch has no
+spread to read, so larger kernels that ran once are passed over (and counted). Where every kernel ran once, the
+finding says so and quotes no spread.
+
 One kernel name can run several shapes (cuBLAS picks one kernel for a range of sizes): where the GEMM ops that
 launched it recorded their shapes (``gemm_throughput``'s FLOPs from shapes), its launches are grouped by those FLOPs,
 and a name that ran more than one size is said so, with each size's own median and spread; its spread over all
@@ -11,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...units import format_duration_us as _us
-from .base import NO_GPU_TEXT, Finding, _num, _short
+from .base import NO_GPU_TEXT, Finding, _n, _num, _short
 
 
 MEAN_ABOVE_MEDIAN_PCT = 2.0
@@ -27,12 +31,15 @@ def _q8_variance(r, config=None) -> list[Finding]:
     if ks.empty:
         return [] if r.has_gpu else [Finding("q8.variance", 8, "No GPU lane", NO_GPU_TEXT + ": no kernel durations.",
                                              {"kernels": 0})]
-    k = ks.iloc[0]
+    repeated = ks[ks["count"] > 1]
+    if repeated.empty:
+        return [_each_ran_once(ks)]
+    k = repeated.iloc[0]
     ev = {"kernel": str(k["name"]), "count": int(k["count"]), "median_us": _num(k["median_us"]),
           "mean_us": _num(k["mean_us"]), "min_us": _num(k["min_us"]), "max_us": _num(k["max_us"]),
           "std_us": _num(k["std_us"]), "cv": _num(k["cv"])}
     spread = (k["max_us"] / k["min_us"] - 1) * 100 if k["min_us"] > 0 else float("nan")
-    text = (f"{_short(k['name'])} (the largest total) ran {int(k['count'])}×: median {_us(k['median_us'])}, mean "
+    text = (f"{_short(k['name'])} ({_which(ks, repeated)}) ran {int(k['count'])}×: median {_us(k['median_us'])}, mean "
             f"{_us(k['mean_us'])}, min {_us(k['min_us'])}, max {_us(k['max_us'])} (max {spread:.1f}% above min, "
             f"CV {100 * (k['cv'] if pd.notna(k['cv']) else 0):.1f}%).")
     shapes = _by_shape(r, str(k["name"]))
@@ -59,6 +66,28 @@ def _q8_variance(r, config=None) -> list[Finding]:
     if int(k["count"]) >= MIN_LAUNCHES_FOR_SKEW:
         text += _skew("The mean", "the median", k, ev)
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
+
+
+def _which(ks, repeated) -> str:
+    """Which kernel question 8 reads, as the parenthesis after its name: the largest total, or the largest of those
+    launched more than once (``repeated``) where larger ones ran once."""
+    once = int((ks["total_us"] > repeated["total_us"].iloc[0]).sum())
+    if not once:
+        return "the largest total"
+    return (f"the largest total of the kernels launched more than once; {_n(once, 'larger kernel')}, each launched "
+            f"once, {'has' if once == 1 else 'have'} no spread to read")
+
+
+def _each_ran_once(ks) -> Finding:
+    """Question 8 where every kernel was launched once: no spread to read, so none is quoted."""
+    k = ks.iloc[0]
+    which = (f"The trace's only kernel, {_short(k['name'])}, was launched once ({_us(k['total_us'])})" if len(ks) == 1
+             else f"Each of the trace's {len(ks)} kernel names was launched once (the largest, {_short(k['name'])}, "
+                  f"took {_us(k['total_us'])})")
+    text = (f"{which}: a kernel's spread cannot be read from a single launch. Profile more iterations to see how much "
+            "the same kernel varies.")
+    return Finding("q8.variance", 8, "Same kernel, different times", text,
+                   {"kernel": str(k["name"]), "count": int(k["count"]), "kernels": int(len(ks))})
 
 
 def _per_group(text: str, ev: dict, groups: list[dict], label, head: str, tail: str, lead) -> list[Finding]:
