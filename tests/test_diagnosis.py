@@ -298,6 +298,20 @@ def test_fp32_without_tf32_names_the_ffma_kernel_and_bounds_the_cost_by_the_tf32
     assert g["dtype"] == "tf32" and "tf32" in g["kernel"] and g["peak"] == H200.gemm_tflops["tf32"]
 
 
+def test_a_fix_names_this_app_s_setting_only_on_a_run_of_this_app():
+    # imported traces (no matmul_add region in the JSON, no config): torch's own switch, no app knob
+    for name, rule in (("event_sync_trace.json.gz", "fp32_without_tf32"),
+                       ("worker0.1623143089861.pt.trace.json.gz", "unfused_optimizer")):
+        assert not any(e.get("name") == "matmul_add" for e in scan_trace(TRACES / name))
+        with open_trace(TRACES / name, engine="sqlite") as s:
+            x = next(d for d in diagnose(s).diagnoses if d.rule == rule)
+        assert "this app" not in x.fix.lower(), (name, x.fix)
+    # the same rule on a run of this app (its config known) names the app's knob
+    x = next(d for d in run("fp32_tf32_off").diagnoses if d.rule == "fp32_without_tf32")
+    assert "set_float32_matmul_precision('high')" in x.fix and x.fix.endswith(
+        "In this app: the fp32 matmul precision knob.")
+
+
 def test_a_gemm_replayed_from_a_cuda_graph_gets_its_flops_from_the_config():
     d = run("bf16_64_ro")
     (g,) = d.roofline[d.roofline["kind"] == "gemm"].itertuples()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import scan_trace
 
+from profiling_core.config import ExperimentConfig
 from profiling_core.explain.questions import NO_GPU_TEXT, Finding, findings
 
 try:
@@ -222,6 +223,24 @@ def test_q10_compile_cost_evidence(name):
     regions = sorted(e["dur"] for e in sc.xs if e["name"].startswith("Torch-Compiled Region"))
     assert ev["compiled_region_us"] == pytest.approx(statistics.median(regions), abs=0.002)
     assert ev["cpu_step_median_us"] == pytest.approx(statistics.median(s["dur"] for s in sc.steps), abs=0.002)
+
+
+IMPORTED = THIRD + [DATA / "traces" / n for n in (
+    "event_sync_trace.json.gz", "gaunernst_bert-small-uncased__1016001.json.gz", "worker0.1623143089861.pt.trace.json.gz")]
+"""Traces other programs wrote: none holds the study's matmul_add region, and none comes with a run's config."""
+
+
+def test_only_a_run_of_this_app_is_told_about_the_study_s_size_and_post():
+    for path in IMPORTED:
+        assert not scan(path).named("matmul_add")
+        for f in findings(report(path)):
+            assert "the same size" not in f.text and "study's post" not in f.text, (path.name, f.id, f.text)
+    # an app run: its trace holds matmul_add, or its config is known
+    assert scan(h200("64_bf16_cold_eager")).named("matmul_add")
+    assert "profile the same size with torch.compile" in by_id(h200("64_bf16_cold_eager"))["q10.compile_cost"].text
+    older = report(DATA / "third_party" / "gpu_metrics_input.json")
+    q6 = {f.id: f for f in findings(older, config=ExperimentConfig())}["q6.launch_path"]
+    assert "(the per-launch pattern of the study's post)" in q6.text
 
 
 def _txt_self_cuda_sum(path: Path) -> float:

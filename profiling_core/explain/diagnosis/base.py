@@ -10,6 +10,7 @@ import pandas as pd
 
 from ...analyses import GPU_PACED, Report
 from ...store.peaks import DevicePeaks
+from ..questions.base import _app_run
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,12 @@ class _Ctx:
     shared: Any = None
     """The session's ``analyses.Shared`` for the whole diagnosis: every rule that calls an analysis passes it, so
     the launch pairs, step windows and phase ranges are computed once, not once per call."""
+
+
+def _in_this_app(c: "_Ctx", setting: str) -> str:
+    """`` In this app: <setting>.``: the app's setting that makes a fix, on a run of this app
+    (``questions.base._app_run``); "" on a trace another program wrote, which has no such setting."""
+    return f" In this app: {setting}." if _app_run(c.report, c.config) else ""
 
 
 def _ampere_or_later(c: "_Ctx", kernel_names) -> bool:

@@ -49,6 +49,14 @@ def _short(name: str, n: int = 60) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
+def _app_run(r, config) -> bool:
+    """Whether the trace is a run of this app: its config is known (a run of the store), or it holds the study's
+    ``matmul_add`` regions (``report.cold_start_gap``: the ``record_function`` the study's workload opens). A trace
+    another program wrote is neither: sentences that name the study, its post or this app's settings are for app
+    runs only."""
+    return config is not None or not r.cold_start_gap.empty
+
+
 def _num(x) -> Optional[float]:
     return None if x is None or pd.isna(x) else round(float(x), 3)
 

@@ -2,8 +2,10 @@
 Dynamo/AOT wrapping and cache lookup per step, eager or under reduce-overhead's CUDA graphs."""
 from __future__ import annotations
 
+from ...config import config_field as _cfg
 from ...units import format_duration_us as _us
-from .base import Finding, _num
+from ...workloads import get_workload
+from .base import Finding, _app_run, _num
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
@@ -14,8 +16,8 @@ def _q10_cost(r, config=None) -> list[Finding]:
     cb = cb[cb["step"].isin(working_steps(r.steps)["step"])]  # per step: the steps the loop worked in
     cpu_med = float(cb["cpu_dur_us"].median())
     if int(cb["compiled_regions"].sum()) == 0:
-        text = (f"Eager steps took a median {_us(cpu_med)} of CPU time; profile the same size with torch.compile to "
-                f"compare the compiled path's CPU cost.")
+        text = (f"Eager steps took a median {_us(cpu_med)} of CPU time; profile {_same_work(r, config)} with "
+                "torch.compile to compare the compiled path's CPU cost.")
         return [Finding("q10.compile_cost", 10, "CPU cost per step (eager)", text,
                         {"cpu_step_median_us": _num(cpu_med), "compiled": False})]
     # the forward's graph runs inside the compiled region; a training step's backward graph (inside
@@ -43,3 +45,11 @@ def _q10_cost(r, config=None) -> list[Finding]:
     if int(cb["graph_launches"].sum()):
         text += " In this mode the GPU work is replayed from a CUDA graph (cudaGraphLaunch)."
     return [Finding("q10.compile_cost", 10, "CPU cost of torch.compile", text, ev)]
+
+
+def _same_work(r, config) -> str:
+    """What to profile again under torch.compile: on a run of this app (``base._app_run``) the same size (the
+    workload's sweep axis; the same settings for a script, which has none), else the same program."""
+    if not _app_run(r, config):
+        return "the same program"
+    return "the same size" if get_workload(_cfg(config, "workload") or "matmul_add").size_knob else "the same settings"

@@ -1,11 +1,12 @@
 """Question 6, which kernels are launched how (``q6.launch_path``): each kernel's launch API and parent op, and the
-occupancy queries before launches (per launch, the post's pattern, or once in a cold process)."""
+occupancy queries before launches (per launch, the post's pattern, or once in a cold process). The post is named only
+on a run of this app (``base._app_run``): another program's trace is not the study's workload."""
 from __future__ import annotations
 
 import pandas as pd
 
 from ...analyses.launches import OCCUPANCY_PREFIXES
-from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _is_cold, _n, _short
+from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _app_run, _is_cold, _n, _short
 
 
 def _occupancy_steps(r) -> dict[str, list[int]]:
@@ -36,9 +37,10 @@ def _occupancy_clause(name: str, n_launch: int, n_query: int, steps_with: list[i
     return f"{who}, only before {which} of its {_n(n_launch, 'launch', 'launches')}{where}"
 
 
-def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool) -> str:
-    """The occupancy-query sentences: kernels queried before every launch (sized launch by launch, the post's
-    pattern) apart from kernels queried before only some launches (a one-time query)."""
+def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool, app: bool) -> str:
+    """The occupancy-query sentences: kernels queried before every launch (sized launch by launch: on a run of this
+    app, ``app``, said to be the post's pattern) apart from kernels queried before only some launches (a one-time
+    query)."""
     every_row = list(zip(occ["name"].astype(str), occ["count"].astype(int), occ["occupancy_queries"].astype(int)))
     rows = every_row[:_MAX_LISTED]
     left = len({n for n, _c, _q in every_row} - {n for n, _c, _q in rows})
@@ -47,7 +49,8 @@ def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool) -
     parts = []
     if every:
         parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in every)
-                     + ": sized adaptively launch by launch (the per-launch pattern of the study's post)")
+                     + ": sized adaptively launch by launch"
+                     + (" (the per-launch pattern of the study's post)" if app else ""))
     if some:
         once = all(q == 1 or sorted(set(steps_of.get(n, []))) == [first_step] for n, _, q in some)
         parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in some)
@@ -98,7 +101,7 @@ def _q6_paths(r, config=None) -> list[Finding]:
                                                    "steps": sorted(set(steps_of.get(str(n), [])))}
                                           for n, c, q in zip(occ["name"], occ["count"], occ["occupancy_queries"])}
         plain = set(lp.loc[~lp["occupancy_query_before"], "name"].astype(str)) - set(occ["name"].astype(str))
-        text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config))
+        text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config), _app_run(r, config))
                 + (f"{_n(len(plain), 'other kernel name')} launch{'es' if len(plain) == 1 else ''} without one. "
                    if plain else "")
                 + f"Launches: {per}.")

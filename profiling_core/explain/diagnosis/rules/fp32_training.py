@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _steps
+from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _in_this_app, _steps
 
 
 FP32_SHARE_AT = 0.5
@@ -50,8 +50,8 @@ def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
             f"tensor cores run bf16 faster than TF32 and fp32{rate}. The weights can stay fp32 (the optimizer's "
             "master copy) while the matmuls run in bf16.")
     fix = ("Wrap the forward and the loss in torch.autocast('cuda', dtype=torch.bfloat16) (backward then follows the "
-           "forward's dtypes; parameters and optimizer state stay fp32). For fp16, add torch.amp.GradScaler. In this "
-           "app: the autocast knob, with dtype fp32.")
+           "forward's dtypes; parameters and optimizer state stay fp32). For fp16, add torch.amp.GradScaler."
+           + _in_this_app(c, "the autocast knob, with dtype fp32"))
     return Diagnosis("fp32_training", "fp32 training where autocast would do", text, fix, cost, basis,
                      {"slice_ids": [int(i) for ids in fp32["slice_ids"] for i in (ids or [])][:50],
                       "fp32_gemm_us_per_step": t32, "gemm_us_per_step": tall, "dtypes": kinds})

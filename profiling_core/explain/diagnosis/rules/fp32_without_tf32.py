@@ -16,7 +16,7 @@ import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
 from ...questions.base import _per_name, _short
-from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _in_steps, _per, _steps
+from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _in_steps, _in_this_app, _per, _steps
 
 
 def _tf32_on(roof: pd.DataFrame) -> bool:
@@ -78,8 +78,8 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
             f"{_fmt_us(per_step)} of such kernels {_per(c.report)}. This GPU has TF32 tensor cores"
             + (f" ({src} {tf:,.0f} TFLOP/s{' here' if src == 'measured' else ''})" if tf else "") + ", which torch leaves off for matmuls by default.")
     fix = ("torch.set_float32_matmul_precision('high') (or torch.backends.cuda.matmul.allow_tf32 = True): fp32 GEMMs "
-           "then run on TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32 accumulation); in this app, the "
-           "fp32 matmul precision knob. Or run the GEMM in bf16.")
+           "then run on TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32 accumulation). Or run the GEMM "
+           "in bf16." + _in_this_app(c, "the fp32 matmul precision knob"))
     return Diagnosis("fp32_without_tf32", "fp32 GEMM without TF32", text, fix, cost, basis,
                      {"slice_ids": kern["id"].astype(int).tolist()[:50], "kernels": sorted(simt_names)[:10],
                       "kernel_us_per_step": per_step})

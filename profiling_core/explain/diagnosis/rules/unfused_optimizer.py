@@ -16,7 +16,7 @@ import re
 from typing import Optional
 
 from ....analyses import GPU_PACED, basis_steps, phase_ops
-from ..base import Diagnosis, _Ctx, _fmt_us, _multi_tensor_kernels
+from ..base import Diagnosis, _Ctx, _fmt_us, _in_this_app, _multi_tensor_kernels
 
 PER_PARAMETER_OPS_AT = 8
 """ATen ops per step in the optimizer phase from which a for-loop optimizer is worth naming (a for-loop Adam runs
@@ -61,7 +61,7 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
             "dispatched (and on a GPU launched) on its own.")
     fix = ("Construct the optimizer with fused=True (torch.optim.Adam/AdamW/SGD(..., fused=True): one kernel updates "
            "every parameter; CUDA, and the CPU in recent torch) or foreach=True (one multi-tensor op per update term; "
-           "torch's default on CUDA, not on a CPU). In this app: the impl knob.")
+           "torch's default on CUDA, not on a CPU)." + _in_this_app(c, "the impl knob"))
     # gradient accumulation: the optimizer runs in one step of several; the cost is per step, all steps counted
     steady = [int(x) for x in basis_steps(r.steps)["step"]]
     ran = set(int(x) for x in opt.loc[opt["cpu_us"] > 0, "step"])
