@@ -243,6 +243,25 @@ def test_only_a_run_of_this_app_is_told_about_the_study_s_size_and_post():
     assert "(the per-launch pattern of the study's post)" in q6.text
 
 
+def test_compile_is_suggested_only_where_the_step_s_own_thread_ran_something():
+    # a plain scan: does any slice sit inside a step slice, on the step's own thread?
+    said = {}
+    for path in IMPORTED:
+        sc = scan(path)
+        if not sc.steps or any(e["name"].startswith("Torch-Compiled Region") for e in sc.xs):
+            continue
+        ran = any(e is not st and (e.get("pid"), e.get("tid")) == (st.get("pid"), st.get("tid"))
+                  and st["ts"] <= e["ts"] < st["ts"] + st["dur"] for st in sc.steps for e in sc.xs)
+        f = by_id(path)["q10.compile_cost"]
+        said[path.name] = ran
+        assert ("with torch.compile to compare" in f.text) == ran, (path.name, f.text)
+        assert (f.title == "CPU cost per step (eager)") == ran
+    # HTA's gloo trace: the step's thread ran nothing in its step; two other threads ran gloo:all_reduce
+    assert said["rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"] is False and sum(said.values()) >= 3
+    f = by_id(DATA / "third_party" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")["q10.compile_cost"]
+    assert "other threads' (gloo:all_reduce)" in f.text
+
+
 def _txt_self_cuda_sum(path: Path) -> float:
     total = 0.0
     for line in path.read_text().splitlines():

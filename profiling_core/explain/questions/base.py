@@ -49,6 +49,12 @@ def _short(name: str, n: int = 60) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
+def _listed(names, n: int = 3) -> str:
+    """The first ``n`` of ``names``, shortened, then how many more: ``a, b, c and 2 more``."""
+    names = [str(x) for x in names]
+    return ", ".join(map(_short, names[:n])) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
 def _app_run(r, config) -> bool:
     """Whether the trace is a run of this app: its config is known (a run of the store), or it holds the study's
     ``matmul_add`` regions (``report.cold_start_gap``: the ``record_function`` the study's workload opens). A trace

@@ -1,11 +1,16 @@
 """Question 10, what torch.compile costs on the CPU (``q10.compile_cost``): the compiled region, CompiledFxGraph,
-Dynamo/AOT wrapping and cache lookup per step, eager or under reduce-overhead's CUDA graphs."""
+Dynamo/AOT wrapping and cache lookup per step, eager or under reduce-overhead's CUDA graphs.
+
+An eager trace gets its steps' CPU time and the suggestion to profile the same work with torch.compile, but only
+where the step's own thread ran a slice inside a step (``report.dispatch_chains``' CPU rows below the step slice):
+a step whose thread ran none spent its window on other threads' slices (a collective's wait, a data loader), which
+compiling the step's code does not touch, so no compile cost is suggested there."""
 from __future__ import annotations
 
 from ...config import config_field as _cfg
 from ...units import format_duration_us as _us
 from ...workloads import get_workload
-from .base import Finding, _app_run, _num
+from .base import Finding, _app_run, _listed, _num
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
@@ -16,10 +21,7 @@ def _q10_cost(r, config=None) -> list[Finding]:
     cb = cb[cb["step"].isin(working_steps(r.steps)["step"])]  # per step: the steps the loop worked in
     cpu_med = float(cb["cpu_dur_us"].median())
     if int(cb["compiled_regions"].sum()) == 0:
-        text = (f"Eager steps took a median {_us(cpu_med)} of CPU time; profile {_same_work(r, config)} with "
-                "torch.compile to compare the compiled path's CPU cost.")
-        return [Finding("q10.compile_cost", 10, "CPU cost per step (eager)", text,
-                        {"cpu_step_median_us": _num(cpu_med), "compiled": False})]
+        return [_eager(r, config, set(cb["step"]), cpu_med)]
     # the forward's graph runs inside the compiled region; a training step's backward graph (inside
     # CompiledFunctionBackward, on the autograd engine's thread) runs outside it, so it is not part of the split
     region = float(cb["compiled_region_us"].median())
@@ -45,6 +47,27 @@ def _q10_cost(r, config=None) -> list[Finding]:
     if int(cb["graph_launches"].sum()):
         text += " In this mode the GPU work is replayed from a CUDA graph (cudaGraphLaunch)."
     return [Finding("q10.compile_cost", 10, "CPU cost of torch.compile", text, ev)]
+
+
+def _eager(r, config, steps: set, cpu_med: float) -> Finding:
+    """Q10 on an eager trace (see the module docstring): the suggestion to compile where the steps' own thread ran a
+    slice in ``steps``, else where their windows' time went."""
+    ev = {"cpu_step_median_us": _num(cpu_med), "compiled": False}
+    ch = r.dispatch_chains
+    if ch.empty or ((ch["lane"] == "cpu") & (ch["depth"] > 0) & ch["step"].isin(steps)).any():
+        return Finding("q10.compile_cost", 10, "CPU cost per step (eager)",
+                       f"Eager steps took a median {_us(cpu_med)} of CPU time; profile {_same_work(r, config)} with "
+                       "torch.compile to compare the compiled path's CPU cost.", ev)
+    own = r.cpu_own_times
+    mine = own[own["step"].isin(steps)].sort_values("own_us", ascending=False, kind="stable") if len(own) else own
+    names = list(dict.fromkeys(mine["name"].astype(str))) if len(mine) else []
+    ev.update({"slices_on_step_thread": 0, "other_slices": names[:10]})
+    where = (f": the slices in their windows are other threads' ({_listed(names)})" if names else
+             ": no other slice starts in their windows either")
+    return Finding("q10.compile_cost", 10, "Step time (nothing on the step's thread)",
+                   f"The steps lasted a median {_us(cpu_med)}, but their own thread ran nothing inside them{where}. "
+                   "That time is not the cost of eager ops on the step's thread, so torch.compile has nothing there "
+                   "to cut.", ev)
 
 
 def _same_work(r, config) -> str:

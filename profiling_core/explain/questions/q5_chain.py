@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _n, _short
+from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _listed, _n, _short
 
 
 def _missing(x) -> bool:
@@ -69,8 +69,7 @@ def _q5_chain(r, config=None) -> list[Finding]:
         mine = own[own["step"] == step] if len(own) else own
         others = max(0, int(mine["calls"].sum()) - (len(cpu) - 1)) if len(mine) else 0
         elsewhere = (f"; {_n(others, 'more CPU slice')} of other threads or tracks start in its window"
-                     + (f" ({', '.join(map(_short, mine['name'].astype(str).head(3)))}"
-                        + (f" and {len(mine) - 3} more" if len(mine) > 3 else "") + ")") if others > 0 else "")
+                     f" ({_listed(mine['name'])})" if others > 0 else "")
         return [Finding("q5.chain", 5, "CPU-only dispatch" if not launched else "Dispatch outside the step's slice",
                         f"{why}: ProfilerStep#{step}'s own slice holds {_n(len(cpu), 'CPU slice')} "
                         f"({', '.join(map(_short, names))}){elsewhere}.",
