@@ -163,6 +163,22 @@ def test_q7_sync_evidence(name):
     assert ev["idle_pct"] == pytest.approx(100 * (1 - busy / y["dur"]), abs=0.01)
 
 
+def test_q7_calls_a_sync_the_step_s_own_code_only_on_the_step_s_thread():
+    seen = set()
+    for path in IMPORTED + [DATA / "traces" / "triton_example.json.gz"] + [h200(n) for n in H200]:
+        f = by_id(path)["q7.sync"]
+        if f.evidence.get("in_step") is None:
+            continue
+        sc = scan(path)
+        (st,) = [e for e in sc.steps if e["name"] == f"ProfilerStep#{f.evidence['in_step']}"]
+        call = max(sc.named(f.evidence["name"]), key=lambda e: e["dur"])
+        own = (call["pid"], call["tid"]) == (st["pid"], st["tid"])
+        seen.add(own)
+        assert ("made by the step's own code" in f.text) == own, (path.name, f.text)
+    # HTA's Triton example: the step slice on pid 3100453, the sync on pid 1670242
+    assert seen == {True, False}
+
+
 @pytest.mark.parametrize("name", H200)
 def test_q8_variance_evidence(name):
     per: dict[str, list[float]] = {}

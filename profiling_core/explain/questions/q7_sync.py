@@ -20,17 +20,30 @@ def _q7_sync(r, config=None) -> list[Finding]:
     if not r.has_gpu:
         text += NO_GPU_TEXT + "."
     elif longest["idle_pct"] >= 50:
-        st = r.steps.dropna(subset=["start_ns"])  # where the call sits among the steps' windows
-        ts, starts = int(longest["start_ns"]), st["start_ns"].astype("int64")
-        inside = st.loc[(starts <= ts) & (ts < starts + st["cpu_dur_us"] * 1000), "step"].tolist()
-        ev["in_step"] = int(inside[0]) if inside else None
-        where = (f"a call inside step {int(inside[0])}, made by the step's own code" if inside else
-                 "the trace has no steps to place it in" if st.empty else
-                 "after the last step: the profiler's own sync at the end of its window"
-                 if ts >= (starts + st["cpu_dur_us"] * 1000).max() else
-                 "before the first step" if ts < starts.min() else "between two steps")
         text += ("The GPU had little or nothing left to run: most of the call is the synchronisation itself "
-                 f"({where}), not waiting for GPU work.")
+                 f"({_place(r, int(longest['start_ns']), int(longest['id']), ev)}), not waiting for GPU work.")
     else:
         text += "The CPU waited for GPU work it had queued earlier: the sync's length is the GPU's backlog."
     return [Finding("q7.sync", 7, "Why the sync is long", text, ev)]
+
+
+def _place(r, ts: int, call_id: int, ev: dict) -> str:
+    """Where a synchronize call starting at ``ts`` sits among the steps, in words; ``ev`` gets ``in_step`` (the step
+    whose window holds it, or None) and, for such a call, ``on_step_thread``. A call is the step's own code only where
+    it sits inside the step's slice on the step's thread (the step's dispatch chain holds it); a call in the step's
+    window on another thread or process is said to be there."""
+    st = r.steps.dropna(subset=["start_ns"])
+    starts = st["start_ns"].astype("int64")
+    inside = st.loc[(starts <= ts) & (ts < starts + st["cpu_dur_us"] * 1000), "step"].tolist()
+    ev["in_step"] = int(inside[0]) if inside else None
+    if not inside:
+        return ("the trace has no steps to place it in" if st.empty else
+                "after the last step: the profiler's own sync at the end of its window"
+                if ts >= (starts + st["cpu_dur_us"] * 1000).max() else
+                "before the first step" if ts < starts.min() else "between two steps")
+    step, ch = int(inside[0]), r.dispatch_chains
+    ev["on_step_thread"] = bool(((ch["step"] == step) & (ch["lane"] == "cpu") & (ch["id"] == call_id)).any())
+    if ev["on_step_thread"]:
+        return f"a call inside step {step}, made by the step's own code"
+    return (f"a call in step {step}'s window, on another thread or process than the step's slice, so not one the "
+            "step's own code made")
