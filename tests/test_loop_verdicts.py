@@ -219,6 +219,20 @@ def test_the_starved_gpu_is_sent_to_the_input_or_to_the_python_not_to_cuda_graph
     assert statistics.median(lo) - 0.1 <= said <= statistics.median(hi) + 0.1
     assert said >= 0.5 * x.evidence["cpu_step_us"]
     assert x.fix.startswith("Most of the step is Python that runs no op")
+    # recorded without Python frames (no python_function event): it says how to find out
+    assert not any(e.get("cat") == "python_function" for e in ev) and "profile once with with_stack=True" in x.fix
+
+
+def test_the_python_finding_points_to_the_frames_a_trace_already_holds():
+    """TraceLens' BERT-small trace was recorded with with_stack=True (1,385 python_function slices): the fix reads its
+    Python frames rather than asking for a recording the trace already has."""
+    path = DATA / "traces" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    frames = [e for e in scan_trace(path) if e.get("ph") == "X" and e.get("cat") == "python_function"]
+    assert len(frames) == 1385
+    with open_trace(path, engine="sqlite") as s:
+        [x] = [x for x in diagnose(s).diagnoses if x.rule == "gpu_starved"]
+    assert x.fix.startswith("Most of the step is Python that runs no op")
+    assert "recorded its Python frames" in x.fix and "profile once with with_stack=True" not in x.fix
 
 
 @pytest.mark.parametrize("path", [DATA / "third_party" / "gpu_metrics_input.json",

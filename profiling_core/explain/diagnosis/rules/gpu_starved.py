@@ -141,6 +141,11 @@ def _step_own_us(report, steps: list[int]) -> float:
     return float(np.median(own)) if own else 0.0
 
 
+def _has_python_frames(session) -> bool:
+    """Whether the trace holds Python frames (``python_function`` slices: recorded with ``with_stack=True``)."""
+    return any(isinstance(u, str) and u.lower() == "python_function" for u in session.tables.category.uniq)
+
+
 def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     r = c.report
     ss = r.summary.get("steady_state") or {}
@@ -189,10 +194,14 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                "waits for its batch* for what makes the batches while the step runs. Fewer launches or a CUDA graph "
                "come after that.")
     elif outside is not None and outside >= max(PYTHON_DOMINATES * cpu, PYTHON_FLOOR_US):
+        find = ("this trace recorded its Python frames (with_stack=True): the profiler table's Python rows say "
+                "where it goes (a frame's self time is the interpreter's own, outside any op; their recording adds "
+                "to it)" if _has_python_frames(c.session) else
+                "wrap parts of the loop in torch.profiler.record_function (or profile once with with_stack=True, "
+                "whose own recording then adds to it)")
         fix = (f"Most of the step is Python that runs no op: its thread spent {_fmt_us(outside)} of the step's "
                f"{_fmt_us(cpu)} in no ATen op, launch or other runtime call; fewer launches do not shorten that. Find "
-               "out what it is first: wrap parts of the loop in torch.profiler.record_function (or profile once with "
-               "with_stack=True, whose own recording then adds to it). Building a batch sample by sample, "
+               f"out what it is first: {find}. Building a batch sample by sample, "
                "tokenizing, logging or Python arithmetic on values belong out of the step (in a DataLoader's worker "
                "processes, or once before the loop) or in tensor ops on whole batches; the model's own Python "
                "between its ops is what torch.compile removes.")
