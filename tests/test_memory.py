@@ -20,6 +20,7 @@ from conftest import DATA, ROOT, scan_trace
 from profiling_core import ExperimentConfig, analyze, open_trace, run_experiment
 from profiling_core.analyses import (BEFORE_WINDOW, NO_MEMORY_TEXT, live_at_peak, memory_by_op, memory_churn,
                                      memory_peaks, memory_report, memory_timeline, unfreed)
+from profiling_core.present import memory_section
 
 TRACES = DATA / "traces"
 BERT = TRACES / "gaunernst_bert-small-uncased__1016001.json.gz"
@@ -91,6 +92,76 @@ def test_a_block_allocated_before_the_window_is_reported_by_what_can_be_known(tm
     assert rows(r.unfreed, ["op", "device", "bytes", "blocks", "steps"]) == [("aten::mul", "cuda:0", 50, 1, [1])]
     assert rows(r.churn, ["step", "alloc_bytes", "freed_bytes", "net_bytes", "start_allocated_bytes",
                           "end_allocated_bytes", "peak_allocated_bytes"]) == [(1, 150, 500, -350, 1000, 650, 1150)]
+
+
+MiB = 2**20
+
+
+def plain_levels(path) -> tuple[int, list[int]]:
+    """(the level before the first [memory] event, the totals after each), by a plain scan of the JSON."""
+    evs = sorted((e for e in scan_trace(path) if e.get("name") == "[memory]"), key=lambda e: e["ts"])
+    totals = [e["args"]["Total Allocated"] for e in evs]
+    return totals[0] - evs[0]["args"]["Bytes"], totals
+
+
+def explained(path) -> tuple[str, dict]:
+    """(the q1.memory finding's text, {rule: diagnosis})."""
+    from profiling_core import diagnose, findings
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        return (next(f.text for f in findings(r) if f.id == "q1.memory"),
+                {d.rule: d for d in diagnose(s, r).diagnoses})
+
+
+def test_the_level_the_window_opened_with_is_its_peak_when_no_event_rises_above_it(tmp_path):
+    """The window opens with 1 GiB allocated; its first event frees 512 MiB allocated before it, then each step
+    allocates and frees 100 MiB: no event's total passes 612 MiB, yet 1 GiB was allocated at the opening (it said
+    "peaks at 612.0 MiB ...; 1.0 GiB of it was allocated before the profiler's window")."""
+    ev, total = [], 1024 * MiB
+    for n in (1, 2):
+        t0 = n * 1000
+        ev.append(step(n, t0, 900))
+        if n == 1:
+            total -= 512 * MiB
+            ev.append(mem(t0 + 8, -512 * MiB, addr=9, total=total, reserved=2048 * MiB))
+        ev.append(op("aten::mm", t0 + 100, 100))
+        total += 100 * MiB
+        ev.append(mem(t0 + 150, 100 * MiB, addr=1, total=total, reserved=2048 * MiB))
+        total -= 100 * MiB
+        ev.append(mem(t0 + 350, -100 * MiB, addr=1, total=total, reserved=2048 * MiB))
+    path = write(tmp_path, ev)
+    opening, totals = plain_levels(path)
+    assert (opening, max(totals)) == (1024 * MiB, 612 * MiB)
+    r = report_of(path)
+    pk = r.peaks.iloc[0]
+    assert pk["peak_allocated_bytes"] == max(opening, *totals) == 1024 * MiB
+    assert pk["at_opening"] and pk["op"] is None and math.isnan(pk["step"])
+    assert r.live_at_peak["bytes"].sum() == 1024 * MiB and set(r.live_at_peak["origin"]) == {BEFORE_WINDOW}
+    # a step's peak is never below the level it began with
+    assert rows(r.churn, ["step", "start_allocated_bytes", "peak_allocated_bytes"]) == [
+        (1, 1024 * MiB, 1024 * MiB), (2, 512 * MiB, 612 * MiB)]
+    text, rules = explained(path)
+    assert text.startswith("cuda:0 peaks at 1.0 GiB allocated (2.0 GiB reserved by the allocator then), when the "
+                           "window opened (before its first event); 1.0 GiB of it was allocated before the "
+                           "profiler's window")
+    assert "memory_peak" not in rules  # what rose above the steps' level was allocated before the window
+    assert memory_section(r).sentences == [
+        "cuda:0 peaked at 1.0 GiB allocated (2.0 GiB reserved at most), when the window opened (before its first "
+        "event). The window began with 1.0 GiB allocated and ended with 512.0 MiB."]
+
+
+def test_what_the_peak_holds_from_before_the_window_is_what_is_still_live_then(tmp_path):
+    """1 GiB at the opening, 512 MiB of it freed, then a 600 MiB allocation makes the peak (1,112 MiB): 512 MiB from
+    before the window is still live there, not the 1 GiB the window opened with."""
+    path = write(tmp_path, [step(1, 0, 100), mem(10, -512 * MiB, addr=9, total=512 * MiB),
+                            op("aten::mm", 20, 10), mem(25, 600 * MiB, addr=1, total=1112 * MiB),
+                            mem(40, -600 * MiB, addr=1, total=512 * MiB)])
+    r = report_of(path)
+    assert r.peaks.iloc[0]["peak_allocated_bytes"] == max(plain_levels(path)[1]) == 1112 * MiB
+    before = r.live_at_peak[r.live_at_peak["origin"] == BEFORE_WINDOW]
+    assert before["bytes"].sum() == 512 * MiB
+    assert "cuda:0 peaks at 1.1 GiB allocated, in aten::mm (step 1); 512.0 MiB of it was allocated before the " \
+           "profiler's window" in explained(path)[0]
 
 
 def test_allocations_never_freed_across_steps_are_grouped_by_op_with_their_steps(tmp_path):
@@ -306,7 +377,8 @@ _event = st.tuples(st.integers(0, 3), st.integers(-300, 300), st.sampled_from([0
 @given(st.lists(_event, min_size=1, max_size=40))
 def test_any_sequence_of_events_keeps_the_figures_consistent(tmp_path_factory, seq):
     """Whatever the events (frees of unknown blocks, reused and open addresses, two devices, totals on some events
-    only), the level equals the total wherever an event has one, the peak is the highest level, each op's own
+    only), the level equals the total wherever an event has one, the peak is the highest level (the one the window
+    opened with included), each op's own
     figures add up to the device's, and what was live at a peak is positive."""
     evs, level = [], defaultdict(int)
     for k, (addr, nb, kind, with_total) in enumerate(seq):
@@ -318,7 +390,8 @@ def test_any_sequence_of_events_keeps_the_figures_consistent(tmp_path_factory, s
     assert (tl.loc[has, "level_bytes"] == tl.loc[has, "allocated_bytes"]).all()
     for pk in r.peaks.to_dict(orient="records"):
         d = tl[tl["device"] == pk["device"]]
-        assert pk["peak_allocated_bytes"] == d["level_bytes"].max()
+        opening = d["level_bytes"].iloc[0] - d["bytes"].iloc[0]
+        assert pk["peak_allocated_bytes"] == max(opening, d["level_bytes"].max())
         by = r.by_op[r.by_op["device"] == pk["device"]].set_index("op")
         assert by["self_alloc_bytes"].sum() == pk["alloc_bytes"] and by["self_freed_bytes"].sum() == pk["freed_bytes"]
         assert by.loc["outer", "total_net_bytes"] == d["bytes"].sum()

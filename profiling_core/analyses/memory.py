@@ -31,6 +31,11 @@ nested under the op that was running on their thread. The rules, each stated onc
   (:func:`memory_by_op`, :func:`unfreed`, :func:`live_at_peak`) merge ``ProfilerStep#N`` into ``ProfilerStep*`` as
   the profiler table does; an op's total counts the events nested anywhere under each of its slices (a slice nested
   in one of the same name counts twice, as torch's ``cpu_memory_usage`` does).
+- **Peak.** A device's peak is the highest level the window saw, the level it opened with
+  (``first_allocated_bytes``) among them: the first event at the highest level, or the window's opening when that
+  level is higher than every event's (``at_opening``: a window whose first events free what was allocated before it;
+  the peak then has no op and no step, and takes its time and reserved figure from the first event). A step's peak
+  likewise is the highest of the level it began with and its events' levels.
 - **Step.** An event's step is the ``ProfilerStep#N`` (CPU slice, any thread) whose window holds its timestamp, NaN
   outside every step.
 - **Blocks.** A block is matched by address within its device: an allocation opens it, the next free of that
@@ -141,7 +146,8 @@ _TIMELINE = ["device", "start_ns", "bytes", "allocated_bytes", "reserved_bytes",
              "level_bytes"]
 _PEAKS = ["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_ns", "step", "op", "call_chain",
           "first_allocated_bytes", "last_allocated_bytes", "basis", "events", "alloc_bytes", "freed_bytes",
-          "reserved_at_peak_bytes", "gap_at_peak_bytes", "gap_max_bytes", "gap_median_bytes", "has_addresses"]
+          "reserved_at_peak_bytes", "gap_at_peak_bytes", "gap_max_bytes", "gap_median_bytes", "has_addresses",
+          "at_opening"]
 _LIVE = ["device", "op", "origin", "bytes", "blocks"]
 _BY_OP = ["op", "device", "self_alloc_bytes", "self_freed_bytes", "self_net_bytes", "total_net_bytes", "self_events"]
 _UNFREED = ["op", "device", "bytes", "blocks", "steps"]
@@ -314,6 +320,15 @@ class _Events:
     def device_rows(self, d: int) -> np.ndarray:
         return np.flatnonzero(self.dev == d)
 
+    def peak(self, d: int) -> tuple[np.ndarray, int, int]:
+        """(the device's rows, the position among them of its peak's event or -1 for the window's opening, the level
+        the window opened with), by the *Peak* rule."""
+        i = self.device_rows(d)
+        lv = self.level[i]
+        opening = int(lv[0] - self.bytes[i[0]])
+        k = int(np.argmax(lv))
+        return i, (-1 if opening > lv[k] else k), opening
+
 
 def _device_key(name: str):
     kind, _, index = name.partition(":")
@@ -354,36 +369,39 @@ def memory_peaks(session, shared: Shared | None = None) -> pd.DataFrame:
     """One row per device: its peak, where it happened, and the gap between reserved and allocated.
 
     Returns:
-        DataFrame with ``device``, ``peak_allocated_bytes`` (the highest level), ``peak_reserved_bytes`` (the highest
-        reserved figure, NaN without one), ``peak_ns`` / ``step`` / ``op`` of the first event at the peak,
-        ``call_chain`` (the names of its op and the op's ancestors, outermost first, `` > ``-joined; "" at the top
-        level), ``first_allocated_bytes`` / ``last_allocated_bytes`` (the level at the window's start and end),
-        ``basis`` (``total``, ``since_profiling`` for the CPU or ``running_sum``: :data:`RELATIVE_BASES`), ``events``, ``alloc_bytes`` / ``freed_bytes`` (what the window
+        DataFrame with ``device``, ``peak_allocated_bytes`` (the highest level, the window's opening level included:
+        the *Peak* rule), ``peak_reserved_bytes`` (the highest reserved figure, NaN without one), ``peak_ns`` /
+        ``step`` / ``op`` of the first event at the peak, ``call_chain`` (the names of its op and the op's ancestors,
+        outermost first, `` > ``-joined; "" at the top level), ``first_allocated_bytes`` / ``last_allocated_bytes``
+        (the level at the window's start and end), ``basis`` (``total``, ``since_profiling`` for the CPU or
+        ``running_sum``: :data:`RELATIVE_BASES`), ``events``, ``alloc_bytes`` / ``freed_bytes`` (what the window
         allocated and freed), and the reserved memory no tensor holds: ``reserved_at_peak_bytes`` (the reserved
         figure at the peak's event), ``gap_at_peak_bytes`` (that less the peak), ``gap_max_bytes`` /
         ``gap_median_bytes`` (reserved less allocated over the device's events; NaN without reserved figures),
-        ``has_addresses`` (blocks can be followed). Empty (same columns) without memory events.
+        ``has_addresses`` (blocks can be followed), ``at_opening`` (the peak is the level the window opened with:
+        then ``step`` NaN, ``op`` None, ``call_chain`` "", ``peak_ns`` and ``reserved_at_peak_bytes`` the first
+        event's). Empty (same columns) without memory events.
     """
     ev = _events(session, shared)
-    rows = []
-    for d, name in enumerate(ev.devices):
-        i = ev.device_rows(d)
-        lv = ev.level[i]
-        p = int(np.argmax(lv))
-        res = ev.res[i]
-        gap = res - lv
-        has_res = ~np.isnan(res)
-        b = ev.bytes[i]
-        step = ev.step[i[p]]
-        rows.append((name, int(lv[p]), float(np.nanmax(res)) if has_res.any() else np.nan, int(ev.ts[i[p]]), step,
-                     ev.op_names(ev.parent[i[p:p + 1]])[0], ev.chain(int(ev.parent[i[p]])), int(lv[0] - b[0]),
-                     int(lv[-1]), ev.basis[d], len(i), int(b[b > 0].sum()), int(-b[b < 0].sum()),
-                     float(res[p]), float(gap[p]), float(np.nanmax(gap)) if has_res.any() else np.nan,
-                     float(np.nanmedian(gap)) if has_res.any() else np.nan, bool(ev.has_addr[d])))
-    out = frame(rows, _PEAKS)
+    out = frame([_peak_row(ev, d) for d in range(len(ev.devices))], _PEAKS)
     if len(out):
         out["step"] = out["step"].astype("float64")
     return out
+
+
+def _peak_row(ev: _Events, d: int) -> tuple:
+    i, k, opening = ev.peak(d)
+    lv, b, res = ev.level[i], ev.bytes[i], ev.res[i]
+    q = max(k, 0)  # the event the peak takes its time and reserved figure from
+    peak = opening if k < 0 else int(lv[k])
+    parent = -1 if k < 0 else int(ev.parent[i[k]])
+    gap = res - lv
+    has_res = bool((~np.isnan(res)).any())
+    return (ev.devices[d], peak, float(np.nanmax(res)) if has_res else np.nan, int(ev.ts[i[q]]),
+            np.nan if k < 0 else ev.step[i[k]], ev.op_names(np.array([parent]))[0], ev.chain(parent), opening,
+            int(lv[-1]), ev.basis[d], len(i), int(b[b > 0].sum()), int(-b[b < 0].sum()), float(res[q]),
+            float(res[q] - peak), float(np.nanmax(gap)) if has_res else np.nan,
+            float(np.nanmedian(gap)) if has_res else np.nan, bool(ev.has_addr[d]), k < 0)
 
 
 def live_at_peak(session, device: str | None = None, shared: Shared | None = None) -> pd.DataFrame:
@@ -402,14 +420,12 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
         when no device qualifies.
     """
     ev = _events(session, shared)
-    peaks = memory_peaks(session, shared=shared)
     out = []
     for d, name in enumerate(ev.devices):
         if (device is not None and name != device) or not ev.has_addr[d]:
             continue
-        i = ev.device_rows(d)
-        pk = peaks.loc[peaks["device"] == name].iloc[0]
-        p = int(i[int(np.argmax(ev.level[i]))])  # the peak's event, as a timeline index
+        i, k, opening = ev.peak(d)
+        p = int(i[k]) if k >= 0 else -1  # the peak's event, as a timeline index (-1: the window's opening)
         alloc = i[(i <= p) & (ev.closed_at[i] != -2)]
         alloc = alloc[(ev.closed_at[alloc] == -1) | (ev.closed_at[alloc] > p)]
         g = pd.DataFrame({"op": ev.label_codes(ev.parent[alloc]), "bytes": ev.bytes[alloc]})
@@ -419,8 +435,8 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
         later = freed_before[freed_before > p]
         if len(later):
             out.append((name, None, BEFORE_WINDOW, int(-ev.bytes[later].sum()), len(later)))
-        if pk["basis"] != "running_sum":  # with totals: the rest of what the window opened with
-            rest = int(pk["first_allocated_bytes"]) + int(ev.bytes[freed_before].sum())
+        if ev.basis[d] != "running_sum":  # with totals: the rest of what the window opened with
+            rest = opening + int(ev.bytes[freed_before].sum())
             if rest > 0:
                 out.append((name, None, BEFORE_WINDOW, rest, None))
     df = frame(out, _LIVE)
@@ -508,7 +524,8 @@ def memory_churn(session, shared: Shared | None = None) -> pd.DataFrame:
 
     Returns:
         DataFrame with ``step``, ``device``, ``alloc_bytes``, ``freed_bytes``, ``net_bytes`` (allocated less freed:
-        what the step left behind), ``peak_allocated_bytes`` (the highest level in the step),
+        what the step left behind), ``peak_allocated_bytes`` (the highest level in the step, the one it began with
+        included),
         ``start_allocated_bytes`` / ``end_allocated_bytes`` (the level before its first event and after its last)
         and ``events``; in step order, devices in order. Events outside every step are in no row. Empty (same
         columns) without events in steps.
@@ -525,7 +542,8 @@ def memory_churn(session, shared: Shared | None = None) -> pd.DataFrame:
         b = ev.bytes[i]
         lv = ev.level[i]
         al, fr = int(b[b > 0].sum()), int(-b[b < 0].sum())
-        rows.append((int(step), ev.devices[d], al, fr, al - fr, int(lv.max()), int(lv[0] - b[0]), int(lv[-1]),
+        start = int(lv[0] - b[0])
+        rows.append((int(step), ev.devices[d], al, fr, al - fr, max(int(lv.max()), start), start, int(lv[-1]),
                      len(i)))
     return frame(rows, _CHURN)
 
@@ -535,8 +553,8 @@ class MemoryReport:
     """Every memory analysis of one trace, computed once (the frames as the functions of the same name return
     them), and ``summary``: ``events``, ``skipped_events``, ``devices`` ({device: ``peak_allocated_bytes``,
     ``peak_reserved_bytes``, ``basis``, ``first_allocated_bytes``, ``last_allocated_bytes``, ``gap_at_peak_bytes``,
-    ``op``, ``step``}) and ``note`` (without events :data:`NO_MEMORY_TEXT`, or :data:`NOTHING_RECORDED_TEXT` for a
-    run that recorded memory; else None)."""
+    ``op``, ``step``, ``events``, ``at_opening``}) and ``note`` (without events :data:`NO_MEMORY_TEXT`, or
+    :data:`NOTHING_RECORDED_TEXT` for a run that recorded memory; else None)."""
 
     timeline: pd.DataFrame = field(default_factory=lambda: _empty(_TIMELINE))
     peaks: pd.DataFrame = field(default_factory=lambda: _empty(_PEAKS))
@@ -562,7 +580,7 @@ def _summary(ev: _Events, peaks: pd.DataFrame) -> dict[str, Any]:
                              "first_allocated_bytes": int(r["first_allocated_bytes"]),
                              "last_allocated_bytes": int(r["last_allocated_bytes"]),
                              "gap_at_peak_bytes": num(r["gap_at_peak_bytes"]), "op": r["op"],
-                             "step": num(r["step"]), "events": int(r["events"])}
+                             "step": num(r["step"]), "events": int(r["events"]), "at_opening": bool(r["at_opening"])}
                for r in peaks.to_dict(orient="records")}
     return {"events": len(ev.ts), "skipped_events": ev.skipped, "devices": devices,
             "note": None if len(ev.ts) else NO_MEMORY_TEXT}

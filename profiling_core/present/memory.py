@@ -100,7 +100,9 @@ def peak_sentence(peak: Mapping, origin_ns: Optional[int] = None) -> str:
     reserved = peak.get("peak_reserved_bytes")
     if not _missing(reserved):
         text += f" ({human_bytes(float(reserved))} reserved at most)"
-    if origin_ns is not None and not _missing(peak.get("peak_ns")):
+    if bool(peak.get("at_opening", False)):
+        text += ", when the window opened (before its first event)"
+    elif origin_ns is not None and not _missing(peak.get("peak_ns")):
         text += f", {(int(peak['peak_ns']) - int(origin_ns)) / 1e6:,.2f} ms into the profiled steps"
     step = peak.get("step")
     if not _missing(step):

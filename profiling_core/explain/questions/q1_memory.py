@@ -1,7 +1,7 @@
 """Question 1, the profiler table's memory columns (``q1.memory``): where the memory goes, from the trace's
-``[memory]`` events (``analyses.memory``): each device's peak and where it happened, what was already allocated
-when the window opened, what was live at the peak, and what the window never freed; or, without events, how to
-record them."""
+``[memory]`` events (``analyses.memory``): each device's peak and where it happened, what was allocated before the
+window and still live at the peak, what the window allocated that was live there, and what the window never freed;
+or, without events, how to record them."""
 from __future__ import annotations
 
 from ...analyses.memory import BEFORE_WINDOW, RELATIVE_BASES
@@ -15,6 +15,37 @@ def _blocks(n) -> str:
     return f"{int(n)} block{'s' if int(n) != 1 else ''}"
 
 
+def _live(m, dev: str, origin: str):
+    """The rows of ``live_at_peak`` of this device and origin."""
+    live = m.live_at_peak
+    return live[(live["device"] == dev) & (live["origin"] == origin)] if len(live) else live
+
+
+def _peak_clause(pk: dict, before_bytes: int) -> str:
+    """The device's peak: how much, when, where, and how much of it was allocated before the window."""
+    relative = RELATIVE_BASES.get(pk["basis"])
+    s = f"{pk['device']} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated"
+    if relative:
+        s += f" {relative[0]}"
+    if pk["peak_reserved_bytes"] == pk["peak_reserved_bytes"]:
+        s += f" ({human_bytes(pk['reserved_at_peak_bytes'])} reserved by the allocator then)"
+    if pk["at_opening"]:
+        s += ", when the window opened (before its first event)"
+    if pk["op"]:
+        s += f", in {_short(pk['op'])}"
+    if pk["step"] == pk["step"]:
+        s += f" (step {pk['step']:g})"
+    if relative:
+        return s + f": {relative[1]}"
+    if before_bytes > 0:  # what was allocated before the window and is still live at the peak
+        return s + (f"; {human_bytes(before_bytes)} of it was allocated before the profiler's window (weights, "
+                    "state, tensors built before it)")
+    if not pk["has_addresses"] and pk["first_allocated_bytes"] > 0:  # (no blocks: what is still live is unknown)
+        return s + (f"; the window opened with {human_bytes(pk['first_allocated_bytes'])} allocated (weights, state, "
+                    "tensors built before it)")
+    return s
+
+
 def _q1_memory(r, config=None) -> list[Finding]:
     m = r.memory
     if not m.has_events:
@@ -22,23 +53,9 @@ def _q1_memory(r, config=None) -> list[Finding]:
     parts, devices = [], {}
     for pk in m.peaks.to_dict(orient="records"):
         dev = pk["device"]
-        relative = RELATIVE_BASES.get(pk["basis"])
-        s = f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated"
-        if relative:
-            s += f" {relative[0]}"
-        if pk["peak_reserved_bytes"] == pk["peak_reserved_bytes"]:
-            s += f" ({human_bytes(pk['reserved_at_peak_bytes'])} reserved by the allocator then)"
-        if pk["op"]:
-            s += f", in {_short(pk['op'])}"
-        if pk["step"] == pk["step"]:
-            s += f" (step {pk['step']:g})"
-        if relative:
-            s += f": {relative[1]}"
-        elif pk["first_allocated_bytes"] > 0:
-            s += (f"; {human_bytes(pk['first_allocated_bytes'])} of it was allocated before the profiler's window "
-                  "(weights, state, tensors built before it)")
-        live = m.live_at_peak[(m.live_at_peak["device"] == dev) & (m.live_at_peak["origin"] == "window")] \
-            if len(m.live_at_peak) else m.live_at_peak
+        before_bytes = int(_live(m, dev, BEFORE_WINDOW)["bytes"].sum())
+        s = _peak_clause(pk, before_bytes)
+        live = _live(m, dev, "window")
         top = live.head(TOP_LIVE)
         if len(top):
             rest = live.iloc[len(top):]
@@ -55,14 +72,12 @@ def _q1_memory(r, config=None) -> list[Finding]:
             else:
                 s += ". Every block the window allocated it also freed"
         parts.append(s + ".")
-        before = m.live_at_peak[(m.live_at_peak["device"] == dev) & (m.live_at_peak["origin"] == BEFORE_WINDOW)] \
-            if len(m.live_at_peak) else m.live_at_peak
         devices[dev] = {"peak_allocated_bytes": int(pk["peak_allocated_bytes"]),
                         "reserved_at_peak_bytes": None if pk["reserved_at_peak_bytes"] != pk["reserved_at_peak_bytes"]
                         else float(pk["reserved_at_peak_bytes"]),
                         "op": pk["op"], "step": None if pk["step"] != pk["step"] else float(pk["step"]),
                         "basis": pk["basis"], "first_allocated_bytes": int(pk["first_allocated_bytes"]),
-                        "live_before_window_bytes": int(before["bytes"].sum()) if len(before) else 0,
+                        "live_before_window_bytes": before_bytes,
                         "live_at_peak": [{"op": op, "bytes": int(b), "blocks": int(n)}
                                          for op, b, n in zip(top["op"], top["bytes"], top["blocks"])],
                         "unfreed_bytes": int(u["bytes"].sum()) if len(u) else 0}

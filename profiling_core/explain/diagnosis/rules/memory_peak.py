@@ -7,7 +7,9 @@ The rule speaks when the peak exceeds it by :data:`PEAK_OVER_STEADY_AT` times th
 :data:`MIN_TRANSIENT_BYTES`, and names the op at the peak, its call chain and what was live there. A device whose
 level counts from the window's start (``analyses.memory.RELATIVE_BASES``: a trace without totals, a CPU) is left
 out: the excess is known, the steady state is not (what was allocated before the window is in neither), so the
-rule cannot say the peak is far above it."""
+rule cannot say the peak is far above it. So is a device whose peak is the level the window opened with
+(``at_opening``): what rose above the steady state was allocated before the window, by no op the trace holds, and
+no temporary of the steps made it."""
 from __future__ import annotations
 
 from ....analyses.memory import RELATIVE_BASES, chain_tail
@@ -39,7 +41,7 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
         return None
     found = []
     for pk in m.peaks.to_dict(orient="records"):
-        if pk["basis"] in RELATIVE_BASES:
+        if pk["basis"] in RELATIVE_BASES or pk["at_opening"]:
             continue
         steady, how = _steady(c.report, pk["device"], pk)
         extra = pk["peak_allocated_bytes"] - steady
