@@ -76,13 +76,70 @@ def test_a_peak_near_the_steady_state_or_a_small_one_is_not_named(tmp_path, kept
 def test_memory_kept_by_every_step_is_named_with_the_op_and_steps_that_keep_it(tmp_path):
     d, f = diagnosis(vt.memory_steps(tmp_path / "t.json", temp=MiB, leak=4096, steps=5))
     x = d["memory_growth"]
-    assert x.evidence["steps"] == [2, 3, 4, 5] and x.evidence["net_bytes_per_step"] == [4096] * 4
+    assert x.evidence["steps"] == [2, 3, 4, 5] and x.evidence["growth_bytes_per_step"] == [4096] * 4
     assert x.evidence["unfreed"] == [{"op": "leaky_op", "bytes": 5 * 4096, "blocks": 5, "steps": [1, 2, 3, 4, 5]}]
     assert "grows in every step: steps 2–5 each leave about 4.0 KiB more" in x.text
     # 16 KiB over 100 MiB kept: both levels read 100.0 MiB, so no "from 100.0 MiB to 100.0 MiB"
     assert "(16.0 KiB over 4 steps, on top of 100.0 MiB)" in x.text
     assert "leaky_op 20.0 KiB in 5 blocks (steps 1, 2, 3, 4, 5)" in x.text
     assert "left 20.0 KiB in 5 blocks never freed, the most from leaky_op" in f["q1.memory"].text
+
+
+def kept_between_steps(path, in_step: int, between: int, steps: int = 4):
+    """Steps over 100 MiB from before the window: each allocates ``in_step`` bytes at a fresh address and keeps
+    them to its end; between a step and the next, ``between`` bytes more are allocated (negative: that many of the
+    step's freed). The totals are written beside each event."""
+    ev, total = [], 100 * MiB
+
+    def mem(ts, nbytes, addr):
+        nonlocal total
+        total += nbytes
+        ev.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+                   "args": {"Bytes": nbytes, "Addr": addr, "Total Allocated": total, "Total Reserved": GiB,
+                            "Device Type": 1, "Device Id": 0}})
+    for n in range(1, steps + 1):
+        t0 = n * 1000
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": t0,
+                   "dur": 800, "args": {}})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t0 + 10, "dur": 50,
+                   "args": {}})
+        mem(t0 + 20, in_step, 0x1000 + n)
+        mem(t0 + 870, between, 0x1000 + n if between < 0 else 0x2000 + n)  # outside every step
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+def step_start_levels(path) -> list[int]:
+    """The level at each step's start, by a plain scan: the total after the last event before it."""
+    evs = json.loads(path.read_text())["traceEvents"]
+    mems = sorted((e for e in evs if e["name"] == "[memory]"), key=lambda e: e["ts"])
+    starts = sorted(e["ts"] for e in evs if e["name"].startswith("ProfilerStep#"))
+    return [([100 * MiB] + [m["args"]["Total Allocated"] for m in mems if m["ts"] < t])[-1] for t in starts]
+
+
+def test_what_each_step_keeps_but_frees_before_the_next_is_no_growth(tmp_path):
+    """Each step keeps 80 MiB to its end and frees it between steps: every step's net is +80 MiB, yet each begins
+    at 100 MiB, and the window ends where it began (it said "steps 2–4 each leave about 80.0 MiB more allocated
+    than they found (240.0 MiB over 3 steps, from 100.0 MiB to 180.0 MiB)")."""
+    path = kept_between_steps(tmp_path / "t.json", 80 * MiB, -80 * MiB)
+    assert step_start_levels(path) == [100 * MiB] * 4
+    d, _ = diagnosis(path)
+    assert "memory_growth" not in d
+
+
+def test_growth_between_steps_counts_and_the_figures_add_up(tmp_path):
+    """Each step keeps 4 MiB and 4 MiB more are kept between steps: the level a step leaves (the next one's start,
+    the last one's end) rises by 8, 8, then 4 MiB, from 108 MiB to 128 MiB (it said "4.0 MiB ... (12.0 MiB over 3
+    steps, from 108.0 MiB to 128.0 MiB)": 12 is not 128 - 108)."""
+    path = kept_between_steps(tmp_path / "t.json", 4 * MiB, 4 * MiB)
+    starts = step_start_levels(path)
+    assert [b - a for a, b in zip(starts, starts[1:])] == [8 * MiB] * 3
+    d, _ = diagnosis(path)
+    x = d["memory_growth"]
+    assert ("steps 2–4 each leave about 8.0 MiB more allocated than the step before (20.0 MiB over 3 steps, from "
+            "108.0 MiB left by step 1 to 128.0 MiB left by step 4)") in x.text
+    assert x.evidence["growth_bytes_per_step"] == [8 * MiB, 8 * MiB, 4 * MiB]
+    assert x.evidence["growth_bytes"] == sum(x.evidence["growth_bytes_per_step"]) == 128 * MiB - 108 * MiB
 
 
 @pytest.mark.parametrize("kw", [dict(first_step_state=8 * MiB), dict(), dict(leak=4096, steps=2)],

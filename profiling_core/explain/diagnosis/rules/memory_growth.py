@@ -2,41 +2,60 @@
 losses still attached to their graph, a cache keyed by step, a tensor appended each iteration) and the run ends out
 of memory if it is long enough.
 
-Read from ``analyses.memory.memory_churn``: the rule speaks when the steps after the first (which may build lasting
-state, an optimizer's, a cache's), at least :data:`MIN_GROWING_STEPS` of them, each leave more allocated than they
-found, and names the ops whose blocks stay (``analyses.memory.unfreed``)."""
+Read from ``analyses.memory.memory_churn``, by levels alone: the level a step leaves is the level at the next step's
+start (what the step and the time after it kept), and for the last step its own end. The rule speaks when that level
+rises with every step after the first (which may build lasting state, an optimizer's, a cache's), at least
+:data:`MIN_GROWING_STEPS` of them, and names the ops whose blocks stay (``analyses.memory.unfreed``). A step's growth
+is the rise of that level over the previous step's, so the figures of its sentence add up: the growths sum to the
+difference between the two levels it names. What a step allocates and frees again before the next begins, inside it
+or between steps, is no growth."""
 from __future__ import annotations
+
+import pandas as pd
 
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx
 
 MIN_GROWING_STEPS = 2
-"""Steps that must each end with more allocated than they began with: two rises in a row after the first step are a
-trend; one could be a cache filled once."""
+"""Steps whose level must each rise above the previous step's: two rises in a row after the first step are a trend;
+one could be a cache filled once."""
 TOP_OPS = 3
+
+
+def _left(ch: pd.DataFrame) -> pd.Series:
+    """The level each step of one device leaves (in step order): the next step's start, the last step's end."""
+    ch = ch.sort_values("step")
+    left = ch["start_allocated_bytes"].shift(-1)
+    left.iloc[-1] = ch["end_allocated_bytes"].iloc[-1]
+    return pd.Series(left.astype("int64").to_numpy(), index=ch["step"].astype(int).to_numpy())
+
+
+def _growing(churn: pd.DataFrame) -> list[tuple[int, str, pd.Series]]:
+    """(growth over the steps after the first, device, each such step's growth) of the devices that grow."""
+    found = []
+    for dev, ch in churn.groupby("device", sort=False):
+        left = _left(ch)
+        rise = left.diff().iloc[1:]
+        if len(rise) >= MIN_GROWING_STEPS and (rise > 0).all():
+            found.append((int(left.iloc[-1] - left.iloc[0]), dev, rise.astype("int64")))
+    return found
 
 
 def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
     m = c.report.memory
-    if m.churn.empty:
-        return None
-    found = []
-    for dev, ch in m.churn.groupby("device", sort=False):
-        basis = ch.sort_values("step").iloc[1:]
-        if len(basis) >= MIN_GROWING_STEPS and (basis["net_bytes"] > 0).all():
-            found.append((float(basis["net_bytes"].sum()), dev, basis))
+    found = _growing(m.churn) if not m.churn.empty else []
     if not found:
         return None
-    total, dev, basis = max(found, key=lambda x: x[0])
-    per = float(basis["net_bytes"].median())
-    steps = [int(s) for s in basis["step"]]
+    total, dev, rise = max(found, key=lambda x: x[0])
+    left = _left(m.churn[m.churn["device"] == dev])
+    per = float(rise.median())
+    steps = [int(s) for s in rise.index]
     u = m.unfreed[m.unfreed["device"] == dev].head(TOP_OPS) if len(m.unfreed) else m.unfreed
-    start, end = (human_bytes(int(basis["start_allocated_bytes"].iloc[0])),
-                  human_bytes(int(basis["end_allocated_bytes"].iloc[-1])))
+    start, end = human_bytes(int(left.iloc[0])), human_bytes(int(left.iloc[-1]))
     text = (f"{dev}'s allocated memory grows in every step: steps {steps[0]}–{steps[-1]} each leave about "
-            f"{human_bytes(per)} more allocated than they found ({human_bytes(total)} over {len(steps)} steps, "
-            + (f"from {start} to {end}" if start != end else f"on top of {start}")
-            + "). A run long enough runs out of memory.")
+            f"{human_bytes(per)} more allocated than the step before ({human_bytes(total)} over {len(steps)} steps, "
+            + (f"from {start} left by step {int(left.index[0])} to {end} left by step {steps[-1]}" if start != end
+               else f"on top of {start}") + "). A run long enough runs out of memory.")
     if len(u):
         text += " Allocated in the window and never freed: " + ", ".join(
             f"{op or 'top level'} {human_bytes(b)} in {n} block{'s' if n != 1 else ''} (steps "
@@ -46,8 +65,8 @@ def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
            "loss.detach(), not the tensor with its graph), a dict or cache filled per step, a tensor accumulated "
            "without .detach() (total += loss keeps every step's graph). torch.cuda.memory._record_memory_history() and "
            "its snapshot name the stack of every block still alive.")
-    ev = {"device": dev, "steps": steps, "net_bytes_per_step": [int(x) for x in basis["net_bytes"]],
-          "median_net_bytes": per, "growth_bytes": total, "min_growing_steps": MIN_GROWING_STEPS,
+    ev = {"device": dev, "steps": steps, "growth_bytes_per_step": [int(x) for x in rise],
+          "median_growth_bytes": per, "growth_bytes": total, "min_growing_steps": MIN_GROWING_STEPS,
           "unfreed": [{"op": op, "bytes": int(b), "blocks": int(n), "steps": list(s)}
                       for op, b, n, s in zip(u["op"], u["bytes"], u["blocks"], u["steps"])]}
     return Diagnosis("memory_growth", "Memory grows every step", text, fix, None,
