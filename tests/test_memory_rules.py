@@ -85,6 +85,16 @@ def test_memory_kept_by_every_step_is_named_with_the_op_and_steps_that_keep_it(t
     assert "left 20.0 KiB in 5 blocks never freed, the most from leaky_op" in f["q1.memory"].text
 
 
+def test_a_cpus_growth_says_its_levels_count_from_when_profiling_began(tmp_path):
+    """Each step keeps 4 KiB on the CPU: the levels the sentence names count from when the profiler began recording,
+    as the peak's do (it said "from 4.0 KiB to 20.0 KiB" and no more)."""
+    path = vt.memory_steps(tmp_path / "t.json", kept=0, temp=MiB, leak=4096, steps=5, kind=0)
+    d, f = diagnosis(path)
+    assert ("(16.0 KiB over 4 steps, from 4.0 KiB left by step 1 to 20.0 KiB left by step 5, counted from when the "
+            "profiler began recording)") in d["memory_growth"].text
+    assert "counted from when the profiler began recording" in f["q1.memory"].text
+
+
 def kept_between_steps(path, in_step: int, between: int, steps: int = 4):
     """Steps over 100 MiB from before the window: each allocates ``in_step`` bytes at a fresh address and keeps
     them to its end; between a step and the next, ``between`` bytes more are allocated (negative: that many of the

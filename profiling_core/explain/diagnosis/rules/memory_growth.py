@@ -8,11 +8,14 @@ rises with every step after the first (which may build lasting state, an optimiz
 :data:`MIN_GROWING_STEPS` of them, and names the ops whose blocks stay (``analyses.memory.unfreed``). A step's growth
 is the rise of that level over the previous step's, so the figures of its sentence add up: the growths sum to the
 difference between the two levels it names. What a step allocates and frees again before the next begins, inside it
-or between steps, is no growth."""
+or between steps, is no growth. On a device whose level counts from the window's start
+(``analyses.memory.RELATIVE_BASES``: a CPU, a trace without totals) the sentence says so beside the levels, as the
+peak's sentence and ``q1.memory`` do."""
 from __future__ import annotations
 
 import pandas as pd
 
+from ....analyses.memory import RELATIVE_BASES
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx
 
@@ -41,6 +44,12 @@ def _growing(churn: pd.DataFrame) -> list[tuple[int, str, pd.Series]]:
     return found
 
 
+def _counted(peaks: pd.DataFrame, dev: str) -> str:
+    """How the device's levels are counted where they leave out what was allocated before the window, else ""."""
+    basis = peaks.loc[peaks["device"] == dev, "basis"]
+    return RELATIVE_BASES[basis.iloc[0]][0] if len(basis) and basis.iloc[0] in RELATIVE_BASES else ""
+
+
 def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
     m = c.report.memory
     found = _growing(m.churn) if not m.churn.empty else []
@@ -52,10 +61,12 @@ def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
     steps = [int(s) for s in rise.index]
     u = m.unfreed[m.unfreed["device"] == dev].head(TOP_OPS) if len(m.unfreed) else m.unfreed
     start, end = human_bytes(int(left.iloc[0])), human_bytes(int(left.iloc[-1]))
+    counted = _counted(m.peaks, dev)
     text = (f"{dev}'s allocated memory grows in every step: steps {steps[0]}–{steps[-1]} each leave about "
             f"{human_bytes(per)} more allocated than the step before ({human_bytes(total)} over {len(steps)} steps, "
             + (f"from {start} left by step {int(left.index[0])} to {end} left by step {steps[-1]}" if start != end
-               else f"on top of {start}") + "). A run long enough runs out of memory.")
+               else f"on top of {start}") + (f", {counted}" if counted else "")
+            + "). A run long enough runs out of memory.")
     if len(u):
         text += " Allocated in the window and never freed: " + ", ".join(
             f"{op or 'top level'} {human_bytes(b)} in {n} block{'s' if n != 1 else ''} (steps "
