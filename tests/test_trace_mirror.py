@@ -14,6 +14,7 @@ import pytest
 import tp_recorded
 
 from profiling_core.errors import QueryError
+from profiling_core.trace._extract import SqlArgs
 from profiling_core.trace import open_trace
 
 DATA = Path(__file__).parent / "data" / "traces"
@@ -466,8 +467,10 @@ def test_args_reader_reads_several_names_at_once(session, engine):
 
 def test_args_reader_reads_odd_arg_sets_as_trace_processor_shows_them(tmp_path):
     """Each name read from the same arg set in one pass keeps the rules of one name at a time: of a key written
-    twice the last counts, null and objects show nothing, booleans are 0/1, an arg set that is not an object has no
-    arguments, and keys that are not asked are skipped whatever they hold."""
+    twice the last counts, null and objects show nothing, booleans stay booleans (trace_processor's ``bool`` value
+    type: a reader asking for a number tells ``true`` from 1), an arg set that is not an object has no arguments, and
+    keys that are not asked are skipped whatever they hold. trace_processor's args table, read as the perfetto engine
+    reads it, gives the same."""
     events = ['{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
               '"args": {"k": 1, "k": 2, "n": null, "o": {"x": 1}, "b": true, "deep": [[[[1]]]], "s": "t"}}',
               '{"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 3, "dur": 1, "args": [1, 2]}',
@@ -477,9 +480,13 @@ def test_args_reader_reads_odd_arg_sets_as_trace_processor_shows_them(tmp_path):
     with open_trace(p, engine="sqlite") as s:
         tb = s.tables
         asid = {n: int(tb.arg_set_id[i]) for i, n in enumerate(tb.name.tolist())}
-        got = tb.args.get_many(["k", "n", "o", "b", "s", "missing"], [asid[n] for n in "abc" if asid[n] >= 0])
-    assert got == {"k": {asid["a"]: 2, asid["c"]: "v"}, "n": {asid["c"]: 0}, "o": {}, "b": {asid["a"]: 1},
+        ids = [asid[n] for n in "abc" if asid[n] >= 0]
+        got = tb.args.get_many(["k", "n", "o", "b", "s", "missing"], ids)
+        from_sql = SqlArgs(lambda sql: {c: v.tolist() for c, v in s.query(sql).items()}).get_many(["k", "n", "o", "b", "s", "missing"], ids)
+    assert got == {"k": {asid["a"]: 2, asid["c"]: "v"}, "n": {asid["c"]: 0}, "o": {}, "b": {asid["a"]: True},
                    "s": {asid["a"]: "t"}, "missing": {}}
+    assert type(got["b"][asid["a"]]) is bool and type(got["n"][asid["c"]]) is int
+    assert from_sql == got and type(from_sql["b"][asid["a"]]) is bool
 
 
 def test_files_of_a_killed_process_are_removed_by_the_next_open(tmp_path):

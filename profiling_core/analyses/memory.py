@@ -5,9 +5,9 @@ its ``Bytes`` (negative for a free), the block's ``Addr``, the allocator's ``Tot
 after it, and its ``Device Type`` / ``Device Id``. trace_processor (and the mirror) load them as slices of duration 0
 nested under the op that was running on their thread. The rules, each stated once:
 
-- **Events.** A slice named ``[memory]`` whose ``Bytes`` is a number of magnitude below 2⁶⁰ is an event (``Bytes`` rounded to whole
-  bytes); one without is left out of every frame and counted (``MemoryReport.summary["skipped_events"]``). Events
-  are taken in (timestamp, slice id) order.
+- **Events.** A slice named ``[memory]`` whose ``Bytes`` is a number of magnitude below 2⁶⁰ is an event (``Bytes``
+  rounded to whole bytes; a JSON boolean is no number); one without is left out of every frame and counted
+  (``MemoryReport.summary["skipped_events"]``). Events are taken in (timestamp, slice id) order.
 - **Device.** ``Device Type`` is c10's ``DeviceType`` number (0 CPU, 1 CUDA, 6 HIP, 12 XPU, 13 MPS, 20 the private
   backend, ... :data:`DEVICE_TYPES`): ``"cpu"`` for the CPU whatever its id, else ``"<type>:<id>"`` (``"cuda:0"``),
   ``"<type>"`` without an id, ``"device_type_<n>"`` for a number torch does not name, ``"unknown"`` without one.

@@ -46,15 +46,15 @@ ARGS_PER_QUERY = 10_000
 def args_query(name: str, arg_set_ids) -> str:
     """The rows of trace_processor's ``args`` table that hold the top-level argument ``name`` of the arg sets
     ``arg_set_ids`` (the value itself, or the elements of an array, keyed ``args.<name>[i][j]...``): each row's arg set,
-    its key after ``args.<name>`` (``""``, or ``[i][j]...``) and its value, the column its ``value_type`` names
-    (NULL for a type that holds none)."""
+    its key after ``args.<name>`` (``""``, or ``[i][j]...``), its value, the column its ``value_type`` names
+    (NULL for a type that holds none), and that ``value_type`` (a boolean's value is its 0/1 ``int_value``)."""
     if not _ARG_NAME.match(name):
         raise ValueError(f"argument names are letters, digits, '_' and spaces, got {name!r}")
     ids = ",".join(str(int(a)) for a in arg_set_ids)
     return (f"SELECT arg_set_id, substr(key, {len('args.' + name) + 1}) AS rest, "
             "CASE WHEN value_type IN ('int', 'bool', 'uint', 'pointer') THEN int_value "
-            "WHEN value_type = 'real' THEN real_value WHEN value_type = 'string' THEN string_value END AS value "
-            f"FROM args WHERE flat_key = 'args.{name}' AND arg_set_id IN ({ids}) ORDER BY arg_set_id")
+            "WHEN value_type = 'real' THEN real_value WHEN value_type = 'string' THEN string_value END AS value, "
+            f"value_type FROM args WHERE flat_key = 'args.{name}' AND arg_set_id IN ({ids}) ORDER BY arg_set_id")
 
 
 ColumnsFn = Callable[[str], dict]  # SQL -> {column: its values (a list or an object array), None for NULL}, in order
@@ -114,10 +114,12 @@ class SqlArgs:
     def _read(self, name: str, arg_set_ids: list, out: dict) -> None:
         c = self._columns(args_query(name, arg_set_ids))
         paths: dict = {}  # a key's part after the name ("[0][1]") -> its index path, None if not an array element
-        for a, rest, value in zip(c["arg_set_id"], c["rest"], c["value"]):
+        for a, rest, value, vt in zip(c["arg_set_id"], c["rest"], c["value"], c["value_type"]):
             a = int(a)
             if isinstance(value, float) and value != value:  # (NaN: no value)
                 value = None
+            elif vt == "bool" and value is not None:
+                value = bool(value)
             if not rest:
                 out[a] = value
                 continue

@@ -74,7 +74,8 @@ class ArgsReader(Protocol):
     several names of the same arg sets (a memory event's six, a GEMM's shapes and types) in one pass.
 
     A value is what trace_processor's ``args`` table can show of it (:func:`visible_arg`): a number or a string;
-    booleans as 0/1; an array as a list of such values (nested arrays as lists), where a null element takes no
+    a boolean as a bool (the table's ``bool`` value type; Python counts it as 0/1, so a reader that wants a number
+    rejects it by its type); an array as a list of such values (nested arrays as lists), where a null element takes no
     position (trace_processor skips nulls), an empty array or an object inside it, which have no row of their own
     there, reads as an empty list, and trailing ones are dropped. An argument with nothing to show (null, an object,
     an empty array) is left out."""
@@ -93,8 +94,6 @@ def visible_arg(value):
     """A decoded JSON argument as trace_processor's ``args`` table shows it (see :class:`ArgsReader`); ABSENT when it
     has no row there."""
     t = type(value)
-    if t is bool:
-        return int(value)
     if t is dict or value is None:
         return ABSENT
     if t is list:
