@@ -161,6 +161,24 @@ def test_the_peak_in_a_sentence():
                                                       "profiled steps.")
 
 
+def test_a_peak_before_the_first_step_or_in_a_trace_without_steps_is_placed_without_a_wrong_step_word():
+    """The hand timeline's peak is at 4 ms: with the first step at 4.85 ms it is 0.85 ms before it (it said "-0.85
+    ms into the profiled steps"); without steps the times run from the first memory event, and no step is named
+    (it said "0.00 ms into the profiled steps" and "what the steps allocated, they gave back")."""
+    tl = _timeline()
+    late = pd.DataFrame({"step": [2], "start_ns": [4_850_000], "end_ns": [9_000_000]})
+    assert ", 0.85 ms before the first step, in step 3," in memory_section(_report(tl, _peaks(tl)), late).sentences[0]
+    flat = tl.assign(allocated_bytes=[6 * MiB, 1 * MiB, 1 * MiB, 1 * MiB, 1 * MiB, 6 * MiB], step=np.nan)
+    pk = _peaks(flat).assign(call_chain="train::forward › aten::mm")
+    assert (pk["peak_ns"].iloc[0], pk["first_allocated_bytes"].iloc[0], pk["last_allocated_bytes"].iloc[0]) == (
+        0, 6 * MiB, 6 * MiB)
+    text = memory_section(_report(flat, pk), None).sentences[0]
+    assert text.startswith("cuda:0 peaked at 6.0 MiB allocated (8.0 MiB reserved at most), 0.00 ms after the first "
+                           "memory event, inside aten::mm (called from train::forward › aten::mm).")
+    assert text.endswith("The window began with 6.0 MiB allocated and ended with 6.0 MiB: what the window "
+                         "allocated, it gave back.") and "step" not in text
+
+
 def test_missing_columns_are_named():
     with pytest.raises(ValueError, match=r"memory_timeline_chart needs column\(s\) reserved_bytes; got device"):
         C.memory_timeline_chart(_timeline().drop(columns=["reserved_bytes"]), _peaks(_timeline()))

@@ -95,6 +95,23 @@ def test_a_cpus_growth_says_its_levels_count_from_when_profiling_began(tmp_path)
     assert "counted from when the profiler began recording" in f["q1.memory"].text
 
 
+def test_without_steps_the_peak_is_measured_against_what_the_window_keeps(tmp_path):
+    """A trace without steps: 10 MiB from before the window, a 300 MiB temporary allocated and freed. The rule names
+    no step (it said "300.0 MiB above the 10.0 MiB its steps keep")."""
+    ev = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 100, "dur": 100, "args": {}}]
+    for ts, nbytes, total in ((150, 300 * MiB, 310 * MiB), (350, -300 * MiB, 10 * MiB)):
+        ev.append({"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+                   "args": {"Bytes": nbytes, "Addr": 7, "Total Allocated": total, "Total Reserved": 512 * MiB,
+                            "Device Type": 1, "Device Id": 0}})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    d, _ = diagnosis(path)
+    x = d["memory_peak"]
+    assert x.title == "Memory peaks far above what the window keeps" and "step" not in x.text
+    assert x.text.startswith("cuda:0 peaks at 310.0 MiB allocated in aten::mm, 300.0 MiB above the 10.0 MiB the "
+                             "window keeps (the higher of the levels at the window's start and end)")
+
+
 def kept_between_steps(path, in_step: int, between: int, steps: int = 4):
     """Steps over 100 MiB from before the window: each allocates ``in_step`` bytes at a fresh address and keeps
     them to its end; between a step and the next, ``between`` bytes more are allocated (negative: that many of the

@@ -87,11 +87,40 @@ def _relative(peak: Mapping) -> Optional[tuple[str, str]]:
     return RELATIVE_BASES.get(str(peak.get("basis", "total")))
 
 
-def peak_sentence(peak: Mapping, origin_ns: Optional[int] = None) -> str:
+def _when(peak: Mapping, origin_ns: Optional[int], has_steps: bool) -> str:
+    """When the peak happened, as a clause (", ..."), or "" when it cannot be said."""
+    if bool(peak.get("at_opening", False)):
+        return ", when the window opened (before its first event)"
+    if origin_ns is None or _missing(peak.get("peak_ns")):
+        return ""
+    ms = (int(peak["peak_ns"]) - int(origin_ns)) / 1e6
+    if not has_steps:
+        return f", {ms:,.2f} ms after the first memory event"
+    return f", {ms:,.2f} ms into the profiled steps" if ms >= 0 else f", {-ms:,.2f} ms before the first step"
+
+
+def _window_change(first: float, last: float, relative: bool, has_steps: bool) -> str:
+    """How the window ended against how it began, as sentences."""
+    grew, fell = last > first, last < first
+    over, gave = ("the profiled steps", "what the steps allocated, they gave back") if has_steps else \
+        ("the window", "what the window allocated, it gave back")
+    if relative:
+        change = last - first
+        return (f" The window ended with {human_bytes(change)} more allocated than at its start: memory grew over "
+                f"{over}." if grew else
+                f" The window ended with {human_bytes(-change)} less allocated than at its start." if fell else
+                f" The window ended where it began: {gave}.")
+    text = f" The window began with {human_bytes(first)} allocated and ended with {human_bytes(last)}"
+    return text + (f": memory grew over {over}." if grew else f": {gave}." if not fell else ".")
+
+
+def peak_sentence(peak: Mapping, origin_ns: Optional[int] = None, has_steps: bool = True) -> str:
     """The peak of one device in a sentence: how much was allocated (and reserved), when, in which step and op, and
-    where the window began and ended. ``peak``: a row of ``memory_peaks``. On a device whose level counts from the
-    window's start (its ``basis``: a trace without totals, a CPU) it says so and why, and gives the window's change
-    instead of levels the trace cannot know. Plain text (it quotes the trace's op)."""
+    where the window began and ended. ``peak``: a row of ``memory_peaks``. ``origin_ns``: the first profiled step's
+    start, or, ``has_steps`` False, the first memory event (the times are said from it, and no step is named then).
+    On a device whose level counts from the window's start (its ``basis``: a trace without totals, a CPU) it says so
+    and why, and gives the window's change instead of levels the trace cannot know. Plain text (it quotes the
+    trace's op)."""
     device = str(peak.get("device"))
     relative = _relative(peak)
     text = f"{device} peaked at {human_bytes(float(peak['peak_allocated_bytes']))} allocated"
@@ -100,10 +129,7 @@ def peak_sentence(peak: Mapping, origin_ns: Optional[int] = None) -> str:
     reserved = peak.get("peak_reserved_bytes")
     if not _missing(reserved):
         text += f" ({human_bytes(float(reserved))} reserved at most)"
-    if bool(peak.get("at_opening", False)):
-        text += ", when the window opened (before its first event)"
-    elif origin_ns is not None and not _missing(peak.get("peak_ns")):
-        text += f", {(int(peak['peak_ns']) - int(origin_ns)) / 1e6:,.2f} ms into the profiled steps"
+    text += _when(peak, origin_ns, has_steps)
     step = peak.get("step")
     if not _missing(step):
         text += f", in step {int(step)}"
@@ -116,18 +142,7 @@ def peak_sentence(peak: Mapping, origin_ns: Optional[int] = None) -> str:
     text += "."
     first, last = peak.get("first_allocated_bytes"), peak.get("last_allocated_bytes")
     if not _missing(first) and not _missing(last):
-        grew, fell = float(last) > float(first), float(last) < float(first)
-        if relative:
-            change = float(last) - float(first)
-            text += (f" The window ended with {human_bytes(change)} more allocated than at its start: memory grew "
-                     "over the profiled steps." if grew else
-                     f" The window ended with {human_bytes(-change)} less allocated than at its start." if fell else
-                     " The window ended where it began: what the steps allocated, they gave back.")
-        else:
-            text += (f" The window began with {human_bytes(float(first))} allocated and ended with "
-                     f"{human_bytes(float(last))}")
-            text += (": memory grew over the profiled steps." if grew else
-                     ": what the steps allocated, they gave back." if not fell else ".")
+        text += _window_change(float(first), float(last), bool(relative), has_steps)
     if relative:
         text += f" {relative[0][0].upper()}{relative[0][1:]}: {relative[1]}."
     return text
@@ -247,7 +262,7 @@ def memory_section(memory: Any, steps: Optional[pd.DataFrame] = None, categories
     origin = int(st["start_ns"].min()) if len(st) else int(timeline["start_ns"].min())
     order = _device_order(peaks)
     by_device = {str(r["device"]): r for r in peaks.to_dict("records")}
-    sentences = [peak_sentence(by_device[d], origin) for d in order]
+    sentences = [peak_sentence(by_device[d], origin, has_steps=bool(len(st))) for d in order]
     notes: list[str] = []
     live = _live_table(memory.live_at_peak, order, notes)
     unfreed = _unfreed_table(memory.unfreed, order, notes)

@@ -2,7 +2,8 @@
 intermediate, a copy) that could be freed sooner, computed in chunks, or recomputed.
 
 The steady state is what a step leaves allocated when it ends (the median of the steps' end levels,
-``analyses.memory.memory_churn``), or, in a trace without steps, the higher of the window's first and last levels.
+``analyses.memory.memory_churn``), or, in a trace without steps, the higher of the window's first and last levels
+(what the window keeps: the text then names no step).
 The rule speaks when the peak exceeds it by :data:`PEAK_OVER_STEADY_AT` times the steady state and by at least
 :data:`MIN_TRANSIENT_BYTES`, and names the op at the peak, its call chain and what was live there. A device whose
 level counts from the window's start (``analyses.memory.RELATIVE_BASES``: a trace without totals, a CPU) is left
@@ -25,13 +26,13 @@ CPU runs (a few KiB of temporaries over none kept) would be named for nothing.""
 TOP_LIVE = 3
 
 
-def _steady(r, device: str, peak_row) -> tuple[float, str]:
-    """(the level the device's steps keep, how it was read)."""
+def _steady(r, device: str, peak_row) -> tuple[float, str, str]:
+    """(the level the device keeps, what keeps it: its steps or, without any, the window, how it was read)."""
     ch = r.memory.churn
     ch = ch[ch["device"] == device] if len(ch) else ch
     if len(ch):
-        return float(ch["end_allocated_bytes"].median()), "the median level at the end of a step"
-    return float(max(peak_row["first_allocated_bytes"], peak_row["last_allocated_bytes"])), \
+        return float(ch["end_allocated_bytes"].median()), "its steps keep", "the median level at the end of a step"
+    return float(max(peak_row["first_allocated_bytes"], peak_row["last_allocated_bytes"])), "the window keeps", \
         "the higher of the levels at the window's start and end"
 
 
@@ -43,13 +44,13 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     for pk in m.peaks.to_dict(orient="records"):
         if pk["basis"] in RELATIVE_BASES or pk["at_opening"]:
             continue
-        steady, how = _steady(c.report, pk["device"], pk)
+        steady, keeper, how = _steady(c.report, pk["device"], pk)
         extra = pk["peak_allocated_bytes"] - steady
         if extra >= MIN_TRANSIENT_BYTES and extra >= PEAK_OVER_STEADY_AT * max(steady, 0.0):
-            found.append((extra, pk, steady, how))
+            found.append((extra, pk, steady, keeper, how))
     if not found:
         return None
-    extra, pk, steady, how = max(found, key=lambda x: x[0])
+    extra, pk, steady, keeper, how = max(found, key=lambda x: x[0])
     dev = pk["device"]
     live = m.live_at_peak
     live = live[(live["device"] == dev) & (live["origin"] == "window")] if len(live) else live
@@ -57,8 +58,8 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     where = f" in {pk['op']}" if pk["op"] else ""
     step = f" (step {pk['step']:g})" if pk["step"] == pk["step"] else ""
     text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}, "
-            f"{human_bytes(extra)} above the {human_bytes(steady)} its steps keep ({how}): temporaries that live "
-            "only around the peak make most of it.")
+            f"{human_bytes(extra)} above the {human_bytes(steady)} {keeper} ({how}): temporaries that live only "
+            "around the peak make most of it.")
     if pk["call_chain"]:
         text += f" Call chain at the peak: {chain_tail(pk['call_chain'])}."
     if len(live):
@@ -77,5 +78,6 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
           "basis": pk["basis"], "threshold": PEAK_OVER_STEADY_AT, "min_excess_bytes": MIN_TRANSIENT_BYTES,
           "live_at_peak": [{"op": op, "bytes": int(b), "blocks": int(n)}
                            for op, b, n in zip(live["op"], live["bytes"], live["blocks"])]}
-    return Diagnosis("memory_peak", "Memory peaks far above what the steps keep", text, fix, None,
+    title = "Memory peaks far above what the " + ("steps keep" if keeper == "its steps keep" else "window keeps")
+    return Diagnosis("memory_peak", title, text, fix, None,
                      "memory, not time: the bytes above the steady state are what the change can save", ev)
