@@ -34,8 +34,8 @@ def op(name, ts, dur, cat="cpu_op", pid=1, tid=1):
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": {}}
 
 
-def step(n, ts, dur):
-    return op(f"ProfilerStep#{n}", ts, dur, cat="user_annotation")
+def step(n, ts, dur, pid=1):
+    return op(f"ProfilerStep#{n}", ts, dur, cat="user_annotation", pid=pid)
 
 
 def mem(ts, nbytes, addr=None, total=None, reserved=None, kind=1, index=0, pid=1, tid=1, **extra):
@@ -197,6 +197,39 @@ def test_several_devices_are_measured_apart_and_named_as_torch_names_them(tmp_pa
     # the same address on two devices is two blocks: the CPU's and cuda:1's stay open
     assert sorted(rows(r.unfreed, ["device", "bytes"])) == [("cpu", 10), ("cuda:1", 500), ("mps:0", 8)]
     assert list(live_at_peak_of(path, "cuda:1")["device"]) == ["cuda:1"]
+
+
+def test_two_processes_on_the_same_device_are_measured_apart_and_named_with_their_pid(tmp_path):
+    """Two ranks merged into one file, both on cuda:0: rank 1 over 100 MiB, rank 2 over 900 MiB, each allocating
+    and freeing 50 MiB at the same address per step. Keyed by device alone their totals interleaved: "began with
+    100.0 MiB ... ended with 900.0 MiB: memory grew", and one rank's free closed the other's block."""
+    ev = []
+    for pid, base in ((1, 100 * MiB), (2, 900 * MiB)):
+        for n in (1, 2):
+            t0 = n * 1000 + pid
+            ev += [step(n, t0, 900, pid=pid), op("aten::mm", t0 + 100, 100, pid=pid),
+                   mem(t0 + 150, 50 * MiB, addr=9, total=base + 50 * MiB, pid=pid),
+                   mem(t0 + 350, -50 * MiB, addr=9, total=base, pid=pid)]
+    ev.append(mem(5000, 8 * MiB, addr=3, total=8 * MiB, kind=0, index=-1, pid=1))  # the CPU: one process's
+    path = write(tmp_path, ev)
+    plain = defaultdict(list)  # (pid, device) -> totals, by a plain scan
+    for e in sorted((e for e in scan_trace(path) if e.get("name") == "[memory]"), key=lambda e: e["ts"]):
+        plain[e["pid"], e["args"]["Device Type"]].append((e["args"]["Bytes"], e["args"]["Total Allocated"]))
+    r = report_of(path)
+    assert rows(r.peaks, ["device", "peak_allocated_bytes", "first_allocated_bytes", "last_allocated_bytes"]) == [
+        ("cpu", 8 * MiB, 0, 8 * MiB),
+        *[(f"cuda:0 (pid {pid})", max(t for _, t in plain[pid, 1]), plain[pid, 1][0][1] - plain[pid, 1][0][0],
+           plain[pid, 1][-1][1]) for pid in (1, 2)]]
+    assert rows(r.churn[r.churn["device"] == "cuda:0 (pid 2)"], ["step", "start_allocated_bytes",
+                                                                  "end_allocated_bytes", "peak_allocated_bytes"]) == [
+        (1, 900 * MiB, 900 * MiB, 950 * MiB), (2, 900 * MiB, 900 * MiB, 950 * MiB)]
+    assert r.unfreed["device"].tolist() == ["cpu"]  # each rank's free closes its own block
+    assert r.live_at_peak.groupby("device")["bytes"].sum().to_dict() == {
+        "cpu": 8 * MiB, "cuda:0 (pid 1)": 150 * MiB, "cuda:0 (pid 2)": 950 * MiB}
+    said = {t.split(" peaked")[0]: t for t in memory_section(r).sentences}
+    assert list(said) == ["cuda:0 (pid 2)", "cpu", "cuda:0 (pid 1)"]  # the highest accelerator first
+    for pid, base in ((1, "100.0 MiB"), (2, "900.0 MiB")):
+        assert f"The window began with {base} allocated and ended with {base}: what" in said[f"cuda:0 (pid {pid})"]
 
 
 def live_at_peak_of(path, device):

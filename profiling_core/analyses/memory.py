@@ -11,6 +11,9 @@ nested under the op that was running on their thread. The rules, each stated onc
 - **Device.** ``Device Type`` is c10's ``DeviceType`` number (0 CPU, 1 CUDA, 6 HIP, 12 XPU, 13 MPS, 20 the private
   backend, ... :data:`DEVICE_TYPES`): ``"cpu"`` for the CPU whatever its id, else ``"<type>:<id>"`` (``"cuda:0"``),
   ``"<type>"`` without an id, ``"device_type_<n>"`` for a number torch does not name, ``"unknown"`` without one.
+  Where events of several processes (ranks merged into one file) name the same device, each process's is a device of
+  its own, named with the pid of the event's thread: ``"cuda:0 (pid 2)"`` (:func:`device_of` gives the device back);
+  a trace whose devices are each one process's keeps the bare names.
 - **Totals.** ``Total Allocated`` / ``Total Reserved`` count where they are numbers from 0 to below 2⁶⁰ (else NaN: a
   negative, missing or absurd total is no total). The CPU allocator reserves nothing and writes 0: a device whose every reserved
   figure is 0 has none (NaN).
@@ -83,6 +86,7 @@ __all__ = [
     "RELATIVE_BASES",
     "MemoryReport",
     "chain_tail",
+    "device_of",
     "live_at_peak",
     "memory_by_op",
     "memory_churn",
@@ -212,6 +216,8 @@ class _Events:
         addr = [got["Addr"].get(a) for a in asid]
         self.addr = [v if type(v) is int else None for v in addr]
         names = [device_name(got["Device Type"].get(a), got["Device Id"].get(a)) for a in asid]
+        lanes = sh.lanes
+        names = _with_process(names, [lanes.get(int(u), (None, None))[1] for u in t["utid"][self.rows]])
         self.devices = sorted(set(names), key=_device_key)
         code = {d: k for k, d in enumerate(self.devices)}
         self.dev = np.array([code[d] for d in names], dtype=np.int64)
@@ -249,7 +255,7 @@ class _Events:
                 off[valid] = a[valid] - c[valid]
                 s = pd.Series(off).ffill().bfill().to_numpy()
                 self.level[i] = c + s.astype(np.int64)
-                self.basis[d] = "since_profiling" if self.devices[d] == "cpu" else "total"
+                self.basis[d] = "since_profiling" if device_of(self.devices[d]) == "cpu" else "total"
             else:
                 self.level[i] = c
                 self.basis[d] = "running_sum"
@@ -330,10 +336,27 @@ class _Events:
         return i, (-1 if opening > lv[k] else k), opening
 
 
+def device_of(label: str) -> str:
+    """The device of a memory device's label, without its process (``"cuda:0"`` of ``"cuda:0 (pid 2)"``)."""
+    return label.split(" (", 1)[0]
+
+
+def _with_process(names: list[str], pids: list) -> list[str]:
+    """Each event's device, named with its process where events of several processes share the device (the *Device*
+    rule); the names as they are where each device is one process's."""
+    procs: dict[str, set] = {}
+    for name, pid in zip(names, pids):
+        procs.setdefault(name, set()).add(pid)
+    return [f"{name} (pid {pid})" if len(procs[name]) > 1 else name for name, pid in zip(names, pids)]
+
+
 def _device_key(name: str):
-    kind, _, index = name.partition(":")
+    device, _, proc = name.partition(" (pid ")
+    kind, _, index = device.partition(":")
+    pid = proc.rstrip(")")
     order = {v: k for k, v in DEVICE_TYPES.items()}
-    return (order.get(kind, 99), kind, int(index) if index.isdigit() else -1, name)
+    return (order.get(kind, 99), kind, int(index) if index.isdigit() else -1, device,
+            int(pid) if pid.isdigit() else -1, name)
 
 
 def _events(session, shared: Shared | None) -> _Events:

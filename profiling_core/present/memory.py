@@ -21,6 +21,7 @@ from ..analyses.memory import (
     NOTHING_RECORDED_TEXT,
     RELATIVE_BASES,
     chain_tail,
+    device_of,
 )
 from ..units import human_bytes
 from .markdown import md_text
@@ -285,7 +286,7 @@ def main_device(peaks: pd.DataFrame) -> Optional[str]:
     """The device whose memory a run is about: the accelerator with the highest allocated peak, else the CPU."""
     if peaks is None or not len(peaks):
         return None
-    p = peaks.assign(_acc=peaks["device"].astype(str) != "cpu").sort_values(
+    p = peaks.assign(_acc=peaks["device"].astype(str).map(device_of) != "cpu").sort_values(
         ["_acc", "peak_allocated_bytes"], ascending=[False, False])
     return str(p["device"].iloc[0])
 

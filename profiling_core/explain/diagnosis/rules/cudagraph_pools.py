@@ -10,6 +10,7 @@ allocation then happened in the pools, or before the window: the run's ``max_mem
 figure)."""
 from __future__ import annotations
 
+from ....analyses.memory import device_of
 from ....config import config_field as _cfg
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx, _graph_replays
@@ -20,7 +21,7 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
     graphs = _graph_replays(r)
     if not graphs:
         return None
-    gpu = m.peaks[m.peaks["device"] != "cpu"]
+    gpu = m.peaks[m.peaks["device"].map(device_of) != "cpu"]
     recorded_nothing = not m.has_events and bool(_cfg(c.config, "profile_memory"))
     if gpu.empty and not recorded_nothing:
         return None
