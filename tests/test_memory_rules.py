@@ -169,6 +169,17 @@ def test_growth_between_steps_counts_and_the_figures_add_up(tmp_path):
     assert x.evidence["growth_bytes"] == sum(x.evidence["growth_bytes_per_step"]) == 128 * MiB - 108 * MiB
 
 
+def test_blocks_kept_at_the_top_level_are_named_as_such(tmp_path):
+    """The 4 MiB kept between steps are allocated at the top level (no op around them), outside every step: the
+    texts name them so (they said "nan 16.0 MiB in 4 blocks (steps )")."""
+    path = kept_between_steps(tmp_path / "t.json", 4 * MiB, 4 * MiB)
+    d, f = diagnosis(path)
+    assert ("never freed: aten::empty 16.0 MiB in 4 blocks (steps 1, 2, 3, 4), top level 16.0 MiB in 4 blocks "
+            "(outside every step).") in d["memory_growth"].text
+    assert "live at the peak: aten::empty 16.0 MiB in 4 blocks, top level 16.0 MiB in 4 blocks." in \
+        f["q1.memory"].text
+
+
 @pytest.mark.parametrize("kw", [dict(first_step_state=8 * MiB), dict(), dict(leak=4096, steps=2)],
                          ids=["state built once", "nothing kept", "two steps"])
 def test_state_built_once_or_nothing_kept_is_not_growth(tmp_path, kw):

@@ -171,6 +171,20 @@ def _empty(cols: list[str]) -> pd.DataFrame:
     return frame([], cols)
 
 
+_OPTIONAL_TEXT = ("op",)
+"""The text columns whose rows may have none (None: an event at the top level, a block from before the window)."""
+
+
+def _frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
+    """``frame(rows, cols)`` whose :data:`_OPTIONAL_TEXT` columns hold None where a row has no text (pandas reads
+    None beside text as NaN, which a sentence would print as "nan")."""
+    df = frame(rows, cols)
+    for k, c in enumerate(cols):
+        if c in _OPTIONAL_TEXT and rows:
+            df[c] = pd.Series([r[k] for r in rows], dtype=object)
+    return df
+
+
 def _number(v) -> float | None:
     """A finite number (int or float, not a bool) as a float; None for anything else."""
     if type(v) is bool or not isinstance(v, (int, float)):
@@ -409,7 +423,7 @@ def memory_peaks(session, shared: Shared | None = None) -> pd.DataFrame:
         event's). Empty (same columns) without memory events.
     """
     ev = _events(session, shared)
-    out = frame([_peak_row(ev, d) for d in range(len(ev.devices))], _PEAKS)
+    out = _frame([_peak_row(ev, d) for d in range(len(ev.devices))], _PEAKS)
     if len(out):
         out["step"] = out["step"].astype("float64")
     return out
@@ -465,7 +479,7 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
             rest = opening + int(ev.bytes[freed_before].sum())
             if rest > 0:
                 out.append((name, None, BEFORE_WINDOW, rest, None))
-    df = frame(out, _LIVE)
+    df = _frame(out, _LIVE)
     if df.empty:
         return df
     df["blocks"] = pd.array(df["blocks"].tolist(), dtype="Int64")
@@ -517,7 +531,7 @@ def memory_by_op(session, shared: Shared | None = None) -> pd.DataFrame:
         s = self_.loc[(op, d)] if (op, d) in self_.index else None
         al, fr, n = (int(s["alloc"]), int(s["freed"]), int(s["n"])) if s is not None else (0, 0, 0)
         rows.append((ev.label(op), ev.devices[d], al, fr, al - fr, int(totals.get((op, d), 0)), n))
-    df = frame(rows, _BY_OP)
+    df = _frame(rows, _BY_OP)
     df = df.sort_values(["total_net_bytes", "self_alloc_bytes"], ascending=False, kind="stable")
     return df.reset_index(drop=True)
 
@@ -541,7 +555,7 @@ def unfreed(session, shared: Shared | None = None) -> pd.DataFrame:
     for (op, d), x in g.groupby(["op", "dev"], sort=False):
         steps = sorted({int(s) for s in x["step"].tolist() if not math.isnan(s)})
         rows.append((ev.label(op), ev.devices[d], int(x["bytes"].sum()), len(x), steps))
-    df = frame(rows, _UNFREED).sort_values("bytes", ascending=False, kind="stable")
+    df = _frame(rows, _UNFREED).sort_values("bytes", ascending=False, kind="stable")
     return df.reset_index(drop=True)
 
 

@@ -44,6 +44,12 @@ def _growing(churn: pd.DataFrame) -> list[tuple[int, str, pd.Series]]:
     return found
 
 
+def _steps_text(steps: list) -> str:
+    if not steps:
+        return "outside every step"
+    return f"steps {', '.join(map(str, steps[:6]))}{', …' if len(steps) > 6 else ''}"
+
+
 def _counted(peaks: pd.DataFrame, dev: str) -> str:
     """How the device's levels are counted where they leave out what was allocated before the window, else ""."""
     basis = peaks.loc[peaks["device"] == dev, "basis"]
@@ -69,8 +75,7 @@ def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
             + "). A run long enough runs out of memory.")
     if len(u):
         text += " Allocated in the window and never freed: " + ", ".join(
-            f"{op or 'top level'} {human_bytes(b)} in {n} block{'s' if n != 1 else ''} (steps "
-            f"{', '.join(map(str, s[:6]))}{', …' if len(s) > 6 else ''})"
+            f"{op or 'top level'} {human_bytes(b)} in {n} block{'s' if n != 1 else ''} ({_steps_text(s)})"
             for op, b, n, s in zip(u["op"], u["bytes"], u["blocks"], u["steps"])) + "."
     fix = ("Find what the loop keeps: a loss or output appended to a list (keep loss.item() every N steps, or "
            "loss.detach(), not the tensor with its graph), a dict or cache filled per step, a tensor accumulated "
