@@ -179,6 +179,22 @@ def test_a_peak_before_the_first_step_or_in_a_trace_without_steps_is_placed_with
                          "allocated, it gave back.") and "step" not in text
 
 
+def test_a_peak_at_the_window_opening_is_drawn_on_the_line():
+    """The window opens at 8 MiB and its first event frees 4 MiB: the peak is the opening level, at the first event's
+    time, and the line starts there (it started at the first event's 4 MiB, the peak's mark above it)."""
+    tl = pd.DataFrame({"device": "cuda:0", "start_ns": [1_000_000, 2_000_000, 3_000_000],
+                       "bytes": [-4 * MiB, MiB, -MiB], "allocated_bytes": [4 * MiB, 5 * MiB, 4 * MiB],
+                       "reserved_bytes": 16 * MiB, "step": 2, "op": [None, "aten::mm", "aten::add"]})
+    opening = int(tl["allocated_bytes"].iloc[0] - tl["bytes"].iloc[0])
+    pk = pd.DataFrame({"device": ["cuda:0"], "peak_allocated_bytes": [opening], "peak_ns": [1_000_000],
+                       "step": [np.nan], "op": [None], "peak_reserved_bytes": [16 * MiB]})
+    spec = C.memory_timeline_chart(tl, pk, STEPS).to_dict()
+    line = next(d for d in spec["datasets"].values() if d and "series" in d[0])
+    drawn = [(r["t_ms"], r["value_unit"]) for r in line if r["series"] == "allocated"]
+    assert drawn[:2] == [(1.0, 8.0), (1.0, 4.0)] and max(v for _, v in drawn) == opening / MiB
+    assert "peak 8.0 MiB" in _texts(C.memory_timeline_chart(tl, pk, STEPS))
+
+
 def test_missing_columns_are_named():
     with pytest.raises(ValueError, match=r"memory_timeline_chart needs column\(s\) reserved_bytes; got device"):
         C.memory_timeline_chart(_timeline().drop(columns=["reserved_bytes"]), _peaks(_timeline()))

@@ -126,6 +126,16 @@ def _peak_label(row) -> str:
     return " · ".join(parts)
 
 
+def _with_opening(drawn: pd.DataFrame, g: pd.DataFrame) -> pd.DataFrame:
+    """``drawn`` (the device's events to draw) with the level the window opened with (the first event's level less
+    its ``bytes``, where the frame has them) drawn at the first event's time, so a peak at the window's opening is on
+    the line."""
+    if "bytes" not in g.columns or not len(g) or not float(g["bytes"].iloc[0]):
+        return drawn
+    opening = g.iloc[[0]].assign(allocated_bytes=float(g["allocated_bytes"].iloc[0]) - float(g["bytes"].iloc[0]))
+    return pd.concat([opening, drawn], ignore_index=True)
+
+
 def memory_timeline_chart(timeline: pd.DataFrame, peaks: pd.DataFrame, steps: Optional[pd.DataFrame] = None, *,
                           origin_ns: Optional[int] = None, title: str = "Memory over time"):
     """Allocated and reserved bytes over time, per device, as steps (the value holds until the next event), the
@@ -147,7 +157,7 @@ def memory_timeline_chart(timeline: pd.DataFrame, peaks: pd.DataFrame, steps: Op
     for device, g in timeline.groupby("device", sort=True):
         g = g.sort_values("start_ns", kind="stable").reset_index(drop=True)
         keep, note = thin_instants(g["start_ns"], [g["allocated_bytes"], g["reserved_bytes"]])
-        g = g[keep]
+        g = _with_opening(g[keep], g)
         t_ms = (g["start_ns"].astype("int64") - t0) / 1e6
         long = pd.concat([pd.DataFrame({"t_ms": t_ms, "series": name, "value": pd.to_numeric(g[col], errors="coerce")})
                           for name, col in (("allocated", "allocated_bytes"), ("reserved", "reserved_bytes"))],
