@@ -81,6 +81,13 @@ def test_each_gpu_op_of_the_h200_trace_is_paired_with_the_call_of_its_own_correl
         "splitKreduce" in n for n, _ in expected)
 
 
+def _written(tmp_path, trace: dict):
+    """``trace`` written as a JSON file in ``tmp_path``; its path."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    return path
+
+
 def _cpu(cat: str, name: str, ts: float, dur: float, args: dict | None = None) -> dict:
     """A slice on the CPU thread (pid 1, tid 1)."""
     return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
@@ -121,8 +128,7 @@ def _two_kernels(correlation: bool) -> dict:
     (False, [("gemm", 10_000, "flow"), ("gemm", 20_000, "flow")]),
 ], ids=["with correlation", "without"])
 def test_a_flow_bound_to_the_kernel_ahead_goes_to_the_kernel_of_its_correlation(tmp_path, correlation, expected):
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(_two_kernels(correlation)))
+    path = _written(tmp_path, _two_kernels(correlation))
     with open_trace(str(path), engine="sqlite") as s:
         assert sorted(s.tables.flow_in.tolist()) == [3, 3]  # both flows end on the GEMM (row 3): the case itself
         lat = analyze(s).launch_latency
@@ -153,8 +159,7 @@ def _start_tied(correlation: bool) -> dict:
 ], ids=["with correlation", "without"])
 def test_a_flow_bound_to_a_call_that_launches_nothing_goes_to_the_call_of_its_correlation(tmp_path, correlation,
                                                                                           expected):
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(_start_tied(correlation)))
+    path = _written(tmp_path, _start_tied(correlation))
     with open_trace(str(path), engine="sqlite") as s:
         flows = list(zip(s.tables.flow_out.tolist(), s.tables.flow_in.tolist()))
         assert [(s.tables.name.uniq[s.tables.name.codes[a]]) for a, _b in flows] == ["cudaFuncSetAttribute"]
@@ -176,8 +181,7 @@ def test_a_gpu_op_paired_by_correlation_is_paired_with_launch_calls_only(tmp_pat
         _cpu("cuda_runtime", "cudaLaunchKernel", 10, 5, {"correlation": 8}),
         _kernel("mul_kernel", 30, 4, {"correlation": 8, "stream": 7, "device": 0}),
     ]}
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(trace))
+    path = _written(tmp_path, trace)
     with open_trace(str(path), engine="sqlite") as s:
         lat = analyze(s).launch_latency
         sql = s.query(load_query("launch_latency"))
@@ -199,8 +203,7 @@ def test_a_launch_call_that_could_not_nest_sits_in_the_op_that_encloses_it(tmp_p
         _kernel("gemm", 50, 10, {"correlation": 7, "stream": 7, "device": 0}),
         *_flow(7, 27, 50),
     ]}
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(trace))
+    path = _written(tmp_path, trace)
     with open_trace(str(path), engine="sqlite") as s:
         launch = s.query("SELECT parent_id, depth FROM slice WHERE name = 'cudaLaunchKernel'")
         assert launch["parent_id"].isna().all() and launch["depth"].tolist() == [0]  # the case itself
