@@ -123,7 +123,7 @@ RELATIVE_BASES = {
     "since_profiling": ("counted from when the profiler began recording",
                         ("torch counts a CPU's memory only from when the profiler began recording it (a tensor made "
                          "before, such as an input or a weight, shows neither its allocation nor its free), so this "
-                         "is what the profiled steps allocated less what they freed; what the process held, and so "
+                         "is what the recording allocated less what it freed; what the process held, and so "
                          "its own peak, the trace cannot know")),
 }
 """The ``basis`` values whose level leaves out what was allocated before the window (the *Allocated level* and *The
