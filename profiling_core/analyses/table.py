@@ -33,19 +33,25 @@ def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     has = ppos >= 0
     np.add.at(child, ppos[has], dur[has])
     own = dur - child
-    _spilled_own(t, own, child)
-    return _cpu_mask(sh), own
+    cpu = _cpu_mask(sh)
+    _spilled_own(t, own, cpu)
+    return cpu, own
 
 
-def _spilled_own(t: dict, own: np.ndarray, child: np.ndarray) -> None:
-    """Own time, in place, of each top slice of a thread's spill track that has no child. A slice that overlaps a
-    slice of its thread's track without enclosing it (a ``record_function`` range, ``ProfilerStep#N`` say, entered
-    inside a Python frame and left outside it) cannot nest there, and goes on a track of its own (trace_processor's
-    ``thread_overlapping_slice``), where nothing is its child: its whole duration would count as its own, though the
-    thread was busy in other slices meanwhile (a step's own time beside all of its ops'). Its own time is its
-    duration less the time the thread's first track (the track of its earliest slice) spent in top slices inside its
-    window. ``profiler_table.sql`` states the same rule."""
-    utid, track, depth, ts, dur = t["utid"], t["track_id"], t["depth"], t["ts"], t["dur"]
+def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray) -> None:
+    """Own time, in place, of each CPU slice (``cpu``) of a thread's spill track. A slice that overlaps a slice of its
+    thread's track without enclosing it (a ``record_function`` range, ``ProfilerStep#N`` say, entered inside a
+    Python frame and left outside it) cannot nest there, and goes on a track of its own (trace_processor's
+    ``thread_overlapping_slice``), where only what nests in it on that track is its child: its duration less its
+    children would count as its own the time the thread spent meanwhile in the first track's slices (a step's own
+    time beside all of its ops'). Its own time is its duration less the union of its children and of the time spent
+    inside its window by the outermost slices of the thread's first track (the track of its earliest slice) that do
+    not enclose it: those that overlap its window, do not enclose it, and whose parent encloses it or who have none
+    (with ``with_stack=True`` the first track's top slices are Python frames around the whole recording: the slices
+    that count are the ones below the frames around it). That window, less those slices, is taken out of the own
+    time of the innermost first-track slice around it, which would count it too. ``profiler_table.sql`` states the
+    same rule."""
+    utid, track, ts, dur, ppos = t["utid"], t["track_id"], t["ts"], t["dur"], t["ppos"]
     on = np.flatnonzero(utid >= 0)
     if not len(on):
         return
@@ -55,12 +61,33 @@ def _spilled_own(t: dict, own: np.ndarray, child: np.ndarray) -> None:
     for u in np.unique(utid[other]).tolist():
         rows = on[utid[on] == u]
         first = track[rows[np.argmin(ts[rows])]]  # (the lowest id among the earliest: rows are in id order)
-        tops = rows[(track[rows] == first) & (depth[rows] == 0)]
-        tops = tops[np.argsort(ts[tops], kind="stable")]
-        b, e = ts[tops], ts[tops] + dur[tops]
-        for r in rows[(track[rows] != first) & (depth[rows] == 0) & (child[rows] == 0)].tolist():
+        mine = rows[track[rows] == first]
+        b, e, par = ts[mine], ts[mine] + dur[mine], ppos[mine]
+        pb = np.where(par >= 0, ts[np.maximum(par, 0)], 0)
+        pe = np.where(par >= 0, ts[np.maximum(par, 0)] + dur[np.maximum(par, 0)], 0)
+        spill = rows[(track[rows] != first) & cpu[rows]]
+        kids = spill[ppos[spill] >= 0]  # (a spill slice's children are on its own track)
+        depth = t["depth"][mine]
+        for r in spill.tolist():
             lo, hi = int(ts[r]), int(ts[r] + dur[r])
-            own[r] = dur[r] - int((np.minimum(e, hi) - np.maximum(b, lo)).clip(min=0).sum())
+            outer = (b < hi) & (e > lo) & ~((b <= lo) & (e >= hi)) & ((par < 0) | ((pb <= lo) & (pe >= hi)))
+            k = kids[ppos[kids] == r]
+            below = int((np.minimum(e[outer], hi) - np.maximum(b[outer], lo)).clip(min=0).sum())
+            own[r] = dur[r] - _union_ns(np.concatenate([np.maximum(b[outer], lo), ts[k]]),
+                                        np.concatenate([np.minimum(e[outer], hi), ts[k] + dur[k]]))
+            around = np.flatnonzero((b <= lo) & (e >= hi))
+            if len(around):  # the frame around it counted that window (less its own children) as its own time
+                own[mine[around[np.argmax(depth[around])]]] -= dur[r] - below
+
+
+def _union_ns(b: np.ndarray, e: np.ndarray) -> int:
+    """The length of the union of the intervals [b, e)."""
+    if not len(b):
+        return 0
+    order = np.argsort(b, kind="stable")
+    b, e = b[order], np.maximum.accumulate(e[order])
+    prev = np.concatenate([[b[0]], e[:-1]])
+    return int(np.clip(e - np.maximum(b, prev), 0, None).sum())
 
 
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:

@@ -1,8 +1,9 @@
 -- The profiler table (key_averages) rebuilt from the trace: per name and lane, calls, self/total CPU and device time (ns).
 -- Python frames (python_function, recorded with with_stack=True) are rows, as in torch's table.
--- CPU rows: self = duration minus the durations of its child slices (a childless top slice of a thread's spill track,
--- one that could not nest where it overlapped a slice without enclosing it: minus the time its thread's first track
--- spent in top slices inside its window); device time of a CPU op = GPU ops whose launch call
+-- CPU rows: self = duration minus the durations of its child slices (a slice of a thread's spill track, one that
+-- could not nest where it overlapped a slice without enclosing it: minus the union of its children and the time spent
+-- in its window by the outermost slices of its thread's first track that do not enclose it; what that leaves of its
+-- window is taken out of the self time of the innermost first-track slice around it); device time of a CPU op = GPU ops whose launch call
 -- sits in that op (self: its parent, or the slice enclosing a call that could not nest, the launch_op fragment) or in
 -- a descendant of it (total; a launch call itself gets none, as in torch's table).
 -- GPU rows (kernels, memcpy, memset, gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
@@ -39,12 +40,40 @@ first_track AS (  -- each thread's first track: the one of its earliest slice (l
                   WHERE t2.utid = t.utid ORDER BY s2.ts, s2.id LIMIT 1) AS track_id
   FROM (SELECT DISTINCT utid FROM thread_track) t
 ),
-spilled AS (
-  SELECT c.id, SUM(MAX(0, MIN(o.ts + o.dur, c.ts + c.dur) - MAX(o.ts, c.ts))) AS other_ns
-  FROM cpu c JOIN slice cs ON cs.id = c.id JOIN first_track f ON f.utid = c.utid
-  JOIN slice o ON o.track_id = f.track_id AND o.depth = 0 AND o.ts < c.ts + c.dur AND o.ts + o.dur > c.ts
-  WHERE cs.depth = 0 AND cs.track_id <> f.track_id AND c.id NOT IN (SELECT id FROM child)
-  GROUP BY c.id
+spill AS (  -- the CPU slices of a thread's spill track (any track but its first)
+  SELECT c.id, c.ts, c.dur, f.track_id AS first_track
+  FROM cpu c JOIN slice cs ON cs.id = c.id JOIN first_track f ON f.utid = c.utid WHERE cs.track_id <> f.track_id
+),
+outer_of AS (  -- per spill slice, the outermost first-track slices below what encloses it, clipped to its window
+  SELECT sp.id, MAX(o.ts, sp.ts) AS b, MIN(o.ts + o.dur, sp.ts + sp.dur) AS e
+  FROM spill sp JOIN slice o ON o.track_id = sp.first_track AND o.ts < sp.ts + sp.dur AND o.ts + o.dur > sp.ts
+    AND NOT (o.ts <= sp.ts AND o.ts + o.dur >= sp.ts + sp.dur)
+  LEFT JOIN slice op ON op.id = o.parent_id
+  WHERE o.parent_id IS NULL OR (op.ts <= sp.ts AND op.ts + op.dur >= sp.ts + sp.dur)
+),
+cover AS (  -- those, and the spill slice's own children
+  SELECT id, b, e FROM outer_of
+  UNION ALL
+  SELECT sp.id, k.ts, k.ts + k.dur FROM spill sp JOIN slice k ON k.parent_id = sp.id
+),
+cover_ordered AS (
+  SELECT id, b, e,
+    MAX(e) OVER (PARTITION BY id ORDER BY b, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+  FROM cover
+),
+spilled AS (  -- the union of the cover, per spill slice
+  SELECT id, SUM(MAX(0, e - MAX(b, coalesce(prev_e, b)))) AS other_ns FROM cover_ordered GROUP BY id
+),
+below AS (
+  SELECT id, SUM(e - b) AS ns FROM outer_of GROUP BY id
+),
+handed AS (  -- a spill slice's window less the slices below leaves the own time of its innermost first-track encloser
+  SELECT (SELECT o.id FROM slice o WHERE o.track_id = sp.first_track AND o.ts <= sp.ts
+            AND o.ts + o.dur >= sp.ts + sp.dur ORDER BY o.depth DESC LIMIT 1) AS id, sp.dur - coalesce(bl.ns, 0) AS ns
+  FROM spill sp LEFT JOIN below bl ON bl.id = sp.id
+),
+handed_by AS (
+  SELECT id, SUM(ns) AS ns FROM handed WHERE id IS NOT NULL GROUP BY id
 ),
 self_dev AS (
   SELECT parent_id AS id, SUM(gpu_dur) AS ns FROM launched WHERE parent_id IS NOT NULL GROUP BY parent_id
@@ -60,11 +89,12 @@ total_dev AS (
 ),
 cpu_rows AS (
   SELECT CASE WHEN c.name GLOB 'ProfilerStep#*' THEN 'ProfilerStep*' ELSE c.name END AS name, 'cpu' AS lane,
-    c.dur - coalesce(sp.other_ns, ch.child_ns, 0) AS self_cpu_ns, c.dur AS cpu_total_ns,
+    c.dur - coalesce(sp.other_ns, ch.child_ns, 0) - coalesce(hb.ns, 0) AS self_cpu_ns, c.dur AS cpu_total_ns,
     coalesce(sd.ns, 0) AS self_device_ns, coalesce(td.ns, 0) AS device_total_ns
   FROM cpu c
   LEFT JOIN child ch ON ch.id = c.id
   LEFT JOIN spilled sp ON sp.id = c.id
+  LEFT JOIN handed_by hb ON hb.id = c.id
   LEFT JOIN self_dev sd ON sd.id = c.id
   LEFT JOIN total_dev td ON td.id = c.id
 ),
