@@ -832,3 +832,29 @@ def test_q4_without_steps_calls_a_long_last_wait_a_queue_only_behind_work(tmp_pa
         assert says in text and "queued up" in text
     else:
         assert "queue" not in text and "drifts" not in text
+
+
+def test_q2_on_a_cpu_counts_a_compiled_graphs_code_as_work():
+    """A compiled MLP on a CPU (this app's run): Inductor's fused bias+GELU code runs inside each
+    ``## Call CompiledFxGraph`` call, with no ATen op around it. Its own time (by a plain scan: the call's duration
+    less its children's on its thread) is work, not framework overhead: Q2 lists it among the work ops with that
+    time, and the step's work share counts it."""
+    path = DATA / "cpu" / "mlp_bf16_warm_compile.json"
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
+    steps = sorted((e for e in xs if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+
+    def inside(e, o):
+        return o is not e and o["tid"] == e["tid"] and e["ts"] <= o["ts"] and o["ts"] + o["dur"] <= e["ts"] + e["dur"]
+
+    def own(e):  # the duration less the direct children's (a child: inside it and inside no other slice inside it)
+        kids = [o for o in xs if inside(e, o)]
+        return e["dur"] - sum(o["dur"] for o in kids if not any(inside(p, o) for p in kids))
+    graph = {}
+    for st in steps:  # (Q2 on a CPU reads every step with work in it)
+        calls = [e for e in xs if e["name"].startswith("## Call CompiledFxGraph") and inside(st, e)]
+        assert len(calls) == 1
+        graph[int(st["name"].split("#")[1])] = own(calls[0])
+    q2 = by_id(path)["q2.bound"]
+    [(name, us)] = [(n, v) for n, v in q2.evidence["work_ops"].items() if n.startswith("## Call CompiledFxGraph")]
+    assert us == pytest.approx(statistics.median(graph.values()), abs=0.002)
+    assert "compiled graphs' generated code" in q2.text and q2.evidence["bound"] == "compute-bound"

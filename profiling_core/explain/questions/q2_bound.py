@@ -11,7 +11,7 @@ from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WA
                                 data_wait, steady_state, working_steps)
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
-from .base import NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _work_ops
+from .base import COMPILED_GRAPH_CALL, NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _work_ops
 
 _TOP_WORK_OPS = 3
 
@@ -307,8 +307,9 @@ def blocked_in(steps, ss: dict) -> str:
 
 
 def _q2_cpu(r, cpu_med: float) -> Finding:
-    """Question 2 on a CPU: the work ops' own time (ATen ops that do arithmetic or move data; metadata-only ops and
-    composite wrappers excluded; those inside a DataLoader's batch are the input's) against the step, beside the time
+    """Question 2 on a CPU: the work ops' own time (ATen ops that do arithmetic or move data, and the calls of
+    torch.compile'd graphs, whose own time is Inductor's generated code; metadata-only ops and composite wrappers
+    excluded; those inside a DataLoader's batch are the input's) against the step, beside the time
     the DataLoader took to hand out the batch (``steps.data_us``), the rest being framework overhead (Python,
     dispatch, the profiler); the verdict by :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` (the rule is
     stated there); the GEMMs' achieved GFLOP/s where their FLOPs are known."""
@@ -348,7 +349,9 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     ev.update({"cpu_work_us_median": _num(work_med), "cpu_work_share_median": _num(share), "bound": label,
                "bound_threshold": CPU_MATH_BOUND_AT, "bound_basis": "cpu_work_share",
                "work_ops": {n: _num(us) for us, n in top}})
-    text += (f" The work ops (the ATen ops that compute or move data, their own time: {listed}) took a median "
+    compiled = (", and compiled graphs' generated code" if any(n.startswith(COMPILED_GRAPH_CALL) for n in per_op)
+                else "")
+    text += (f" The work ops (the ATen ops that compute or move data{compiled}, their own time: {listed}) took a median "
              f"{_us(work_med)} per step and a median {100 * share:.1f}% of each step (each step's own share); ")
     if data_share > 0:
         ev["data_share_median"] = _num(data_share)
