@@ -192,7 +192,9 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      + ", ".join(f"{c} {100 * v:.1f}%" for c, v in shares.items() if v > 0))
     ph = report.summary.get("train_phases") or {}
     if ph:  # a training step: where each phase's time goes (medians of the steps after the first)
-        lines.append("  training phases (per step, median): " + ", ".join(
+        after_first = (report.summary.get("steady_state") or {}).get("basis") == "after_first"
+        lines.append("  training phases (per step, median of the "
+                     + ("steps after the first" if after_first else "steps") + "): " + ", ".join(
             f"{name} {format_duration_us(v['cpu_us'])} CPU"
             + (f" / {format_duration_us(v['gpu_us'])} GPU, {v['kernels']:g} kernel{'s' if v['kernels'] != 1 else ''}"
                if s["has_gpu"] else "") for name, v in ph.items()))
