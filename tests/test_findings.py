@@ -858,3 +858,25 @@ def test_q2_on_a_cpu_counts_a_compiled_graphs_code_as_work():
     [(name, us)] = [(n, v) for n, v in q2.evidence["work_ops"].items() if n.startswith("## Call CompiledFxGraph")]
     assert us == pytest.approx(statistics.median(graph.values()), abs=0.002)
     assert "compiled graphs' generated code" in q2.text and q2.evidence["bound"] == "compute-bound"
+
+
+def test_q5_counts_the_slices_of_other_threads_by_name_and_no_memory_instant(tmp_path):
+    """A CPU step whose thread ran aten::mm and aten::add, with [memory] instants among them, while another thread
+    ran two aten::copy_ in its window: Q5 counts 3 CPU slices in the step's own slice (the step, the two ops) and 2
+    on the other thread, and names aten::copy_ for those, not the step's own ops."""
+    def x(name, tid, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    def mem(ts):
+        return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+                "args": {"Device Type": 0, "Device Id": -1, "Bytes": 64, "Total Allocated": 64, "Addr": ts}}
+    events = []
+    for k, t0 in ((1, 0), (2, 100)):
+        events += [x(f"ProfilerStep#{k}", 1, t0, 90, "user_annotation"), x("aten::mm", 1, t0 + 10, 30),
+                   mem(t0 + 12), x("aten::add", 1, t0 + 50, 20), mem(t0 + 52),
+                   x("aten::copy_", 2, t0 + 20, 5), x("aten::copy_", 2, t0 + 60, 5)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    f = by_id(path)["q5.chain"]
+    assert f.evidence["cpu_slices"] == 3 and f.evidence["cpu_slices_elsewhere"] == 2
+    assert "[memory]" not in f.text and "(aten::copy_)" in f.text

@@ -53,7 +53,8 @@ def _q5_chain(r, config=None) -> list[Finding]:
     chain = ch[ch["step"] == step]
     paths = list(dict.fromkeys(tuple(p) for p in _chain_paths(chain)))
     if not paths:
-        cpu = chain[chain["lane"] == "cpu"].sort_values(["depth", "start_ns"])
+        # (the profiler's [memory] instants are no slices of work: they are left out of the counts)
+        cpu = chain[(chain["lane"] == "cpu") & (chain["name"] != "[memory]")].sort_values(["depth", "start_ns"])
         names = list(dict.fromkeys(cpu["name"].astype(str)))[:8]
         launched = int(r.steps.loc[r.steps["step"] == step, "gpu_ops"].max()) if len(r.steps) else 0
         if not r.has_gpu:
@@ -66,10 +67,13 @@ def _q5_chain(r, config=None) -> list[Finding]:
         else:
             why = "No GPU op was launched in this step"
         own = r.cpu_own_times  # every thread's slices in the step's window (the step slices left out)
-        mine = own[own["step"] == step] if len(own) else own
-        others = max(0, int(mine["calls"].sum()) - (len(cpu) - 1)) if len(mine) else 0
+        mine = own[(own["step"] == step) & (own["name"] != "[memory]")] if len(own) else own
+        in_chain = cpu["name"].astype(str).value_counts()
+        extra = {n: int(c) - int(in_chain.get(n, 0)) for n, c in zip(mine["name"].astype(str), mine["calls"])}
+        extra = {n: c for n, c in extra.items() if c > 0}  # (in the window, not in the step's own slice)
+        others = sum(extra.values())
         elsewhere = (f"; {_n(others, 'more CPU slice')} of other threads or tracks start in its window"
-                     f" ({_listed(mine['name'])})" if others > 0 else "")
+                     f" ({_listed(extra)})" if others > 0 else "")
         return [Finding("q5.chain", 5, "CPU-only dispatch" if not launched else "Dispatch outside the step's slice",
                         f"{why}: ProfilerStep#{step}'s own slice holds {_n(len(cpu), 'CPU slice')} "
                         f"({', '.join(map(_short, names))}){elsewhere}.",
