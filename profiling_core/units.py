@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["format_duration_us", "MISSING", "human_bytes"]
+__all__ = ["format_duration_us", "MISSING", "human_bytes", "format_rate"]
 
 MISSING = "n/a"
 """What :func:`format_duration_us` shows for a duration the trace does not have (None, NaN, ``pd.NA``)."""
@@ -52,3 +52,20 @@ def human_bytes(n: float) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return f"{n:,.1f} GiB"
+
+
+def format_rate(x: Any) -> str:
+    """A rate (GFLOP/s, TFLOP/s) as short text with three significant digits and no exponent: ``"0.000581"``,
+    ``"0.556"``, ``"12.3"``, ``"233"``, ``"1,920"`` (``:.3g`` would write ``"1.92e+03"``, and a fixed ``:.3f``
+    rounds 0.000581 up to ``"0.001"``). :data:`MISSING` for None, NaN or text."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return MISSING
+    if math.isnan(v) or math.isinf(v):
+        return MISSING
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{max(0, 2 - math.floor(math.log10(abs(v))))}f}"

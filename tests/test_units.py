@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from profiling_core.units import format_duration_us, human_bytes
+from profiling_core.units import MISSING, format_duration_us, format_rate, human_bytes
 
 
 @pytest.mark.parametrize("us,text", [
@@ -60,3 +60,10 @@ def test_the_variance_finding_quotes_durations_as_formatted():
 ])
 def test_sizes_read_in_binary_units(n, text):
     assert human_bytes(n) == text
+
+
+@pytest.mark.parametrize("x, text", [(0.000581, "0.000581"), (0.556, "0.556"), (1.0, "1.00"), (12.34, "12.3"),
+                                     (233.4, "233"), (1920.4, "1,920"), (0, "0"), (None, MISSING),
+                                     (float("nan"), MISSING), (-12.34, "-12.3")])
+def test_a_rate_reads_with_three_significant_digits_and_no_exponent(x, text):
+    assert format_rate(x) == text

@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 from ..errors import ProfilingError
 from ..present.terminal import echo
-from ..units import format_duration_us, human_bytes
+from ..units import format_duration_us, format_rate, human_bytes
 
 __all__ = ["add_parser", "command_parser", "run", "build_json", "main"]
 
@@ -207,7 +207,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                          f"{format_duration_us(r.min_us):>10}  max {format_duration_us(r.max_us):>10}  {name}")
     if len(report.gemm_throughput):
         g = report.gemm_throughput
-        lines.append(f"  GEMM: median {g['tflops'].median():.3f} TFLOP/s over {len(g)} op(s) on {g['device'].iloc[0]}"
+        lines.append(f"  GEMM: median {format_rate(g['tflops'].median())} TFLOP/s over {len(g)} op(s) on {g['device'].iloc[0]}"
                      + (f", {100 * g['fraction_of_peak'].median():.1f}% of peak" if g["fraction_of_peak"].notna().any()
                         else ""))
     lines.append("  findings:")

@@ -11,6 +11,7 @@ from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WA
                                 data_wait, steady_state, working_steps)
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
+from ...units import format_rate
 from .base import COMPILED_GRAPH_CALL, NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _work_ops
 
 _TOP_WORK_OPS = 3
@@ -376,7 +377,7 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     if len(cpu_g):
         gflops = float(cpu_g["tflops"].median()) * 1000
         ev["gemm_gflops_median"] = _num(gflops)
-        text += f" The GEMMs ran at a median {gflops:,.3g} GFLOP/s (FLOPs from {cpu_g['flops_from'].iloc[0]})."
+        text += f" The GEMMs ran at a median {format_rate(gflops)} GFLOP/s (FLOPs from {cpu_g['flops_from'].iloc[0]})."
         if gflops < CPU_GEMM_FLOOR_GFLOPS:
             ev["gemm_below_floor_gflops"] = CPU_GEMM_FLOOR_GFLOPS
             text += (f" That is below the {CPU_GEMM_FLOOR_GFLOPS:g} GFLOP/s any core exceeds: the GEMMs' time is "

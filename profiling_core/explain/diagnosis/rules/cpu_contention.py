@@ -22,6 +22,7 @@ import numpy as np
 
 from ....analyses.steps import CPU_GEMM_FLOOR_GFLOPS, working_steps
 from ....config import config_field as _cfg
+from ....units import format_rate
 from ...questions.base import _self_times_by_step, _work_ops
 from ..base import Diagnosis, _Ctx, _args_of, _fmt_us
 
@@ -98,7 +99,7 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
     for x in floor:
         by_op.setdefault((x["name"], json.dumps(x["shape"])), []).append(x)
     for (name, shape), xs in by_op.items():
-        said.append(f"{name} {shape} ran at a median {float(np.median([x['gflops'] for x in xs])):,.3g} GFLOP/s over "
+        said.append(f"{name} {shape} ran at a median {format_rate(np.median([x['gflops'] for x in xs]))} GFLOP/s over "
                     f"{len(xs)} call{'s' if len(xs) > 1 else ''} ({_fmt_us(float(np.median([x['own_us'] for x in xs])))}"
                     f"{' each' if len(xs) > 1 else ''}), where one core runs a GEMM above "
                     f"{CPU_GEMM_FLOOR_GFLOPS:g} GFLOP/s")
