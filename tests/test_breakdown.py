@@ -15,6 +15,8 @@ from profiling_core.analyses._shared import coverage_ns, union_ns
 from profiling_core.analyses.categories import is_gemm_kernel
 from profiling_core.trace import open_trace
 
+from conftest import scan_trace
+
 try:
     from test_analyses import ALL, DATA, NS, Scan, h200, scan, session
 except ImportError:  # tests/ made a package
@@ -149,6 +151,9 @@ def scan_breakdown(sc: Scan) -> dict:
 def test_step_breakdown_matches_the_scan(path):
     sc = scan(path)
     got = step_breakdown(session(path))
+    if not sc.gpu:  # no GPU lane: nothing to break down (see test_step_breakdown_empty_without_a_gpu_lane)
+        assert got.empty
+        return
     want = scan_breakdown(sc)
     assert len(got) == len(sc.steps) * len(BREAKDOWN_CATEGORIES)
     assert got["category"].tolist() == list(BREAKDOWN_CATEGORIES) * len(sc.steps)
@@ -291,6 +296,17 @@ def test_step_breakdown_empty_without_steps():
     assert category_totals(b).empty
     assert len(top_kernels(session(path))) == 4  # the trace's four kernels, without per-step counts
     assert top_kernels(session(path))["per_step"].isna().all()
+
+
+def test_step_breakdown_empty_without_a_gpu_lane():
+    """A CPU-only trace (three steps, no kernel, memcpy or memset by a plain scan) has no GPU time to break down:
+    no row says its GPU sat idle, and the summary's time by category is empty."""
+    path = DATA / "cpu" / "64_fp32_warm_eager.json"
+    events = scan_trace(path)
+    assert not any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in events)
+    assert sum(str(e.get("name", "")).startswith("ProfilerStep#") for e in events if e.get("ph") == "X") == 3
+    assert step_breakdown(session(path)).empty
+    assert analyze(session(path)).summary["time_by_category"] == {}
 
 
 @pytest.mark.skipif(not NCCL.is_file(), reason="shared/traces is not beside the repository")

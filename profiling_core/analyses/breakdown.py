@@ -42,11 +42,12 @@ def step_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
         line up): ``step`` (N), ``category``, ``time_us`` (the time attributed to it; a step's ``time_us`` add up to
         its window), ``share`` (``time_us / window_us``), ``busy_us`` (the union of the category's own ops in the
         window; ``idle``: its time), ``overlapped_us`` (``busy_us − time_us``: the time it ran under an earlier
-        category), ``window_us`` (the length of the step's window). Empty (same columns) without steps.
+        category), ``window_us`` (the length of the step's window). Empty (same columns) without steps, and on a
+        trace without a GPU op (no GPU lane: there is no GPU time to break down, and no GPU that sat idle).
     """
     sh = shared_for(session, shared)
     st = sh.steps_list
-    if not st:
+    if not st or not len(sh.gpu_rows):  # (no GPU lane: no GPU time to break down, not an idle GPU)
         return frame([], _BREAKDOWN_COLS)
     g, w = sh.step_gpu_time, sh.step_windows
     kk = len(BREAKDOWN_CATEGORIES)
