@@ -880,3 +880,22 @@ def test_q5_counts_the_slices_of_other_threads_by_name_and_no_memory_instant(tmp
     f = by_id(path)["q5.chain"]
     assert f.evidence["cpu_slices"] == 3 and f.evidence["cpu_slices_elsewhere"] == 2
     assert "[memory]" not in f.text and "(aten::copy_)" in f.text
+
+
+@pytest.mark.parametrize("works, straddles", [((70, 30, 60), True), ((70, 55, 60), False)],
+                         ids=["straddling", "all above"])
+def test_q2_on_a_cpu_says_when_its_steps_fall_on_both_sides_of_the_line(tmp_path, works, straddles):
+    """Three 100 µs CPU steps whose one aten::mm takes ``works`` µs: a work share of 70%, 30% and 60% gives the
+    median's compute-bound verdict, but one step (a stall elsewhere, say) fell below the 50% line: Q2 says the
+    verdict is close. Steps all above it get no such word."""
+    events = []
+    for k, us in enumerate(works, 1):
+        t0 = 200 * k
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1, "ts": t0,
+                    "dur": 100},
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 5, "dur": us}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    q2 = by_id(path)["q2.bound"]
+    assert q2.evidence["bound"] == "compute-bound"
+    assert ("The steps disagree: their work took from 30.0% to 70.0%" in q2.text) == straddles

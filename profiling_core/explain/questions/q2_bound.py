@@ -372,6 +372,11 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
                     and dw["share"] >= DATA_WAIT_AT else "."))
     else:
         text += f"Below {100 * CPU_MATH_BOUND_AT:.0f}%, so on this CPU the workload is overhead-bound."
+    if min(shares) < CPU_MATH_BOUND_AT <= max(shares):  # the steps themselves fall on both sides of the line
+        ev["cpu_work_share_range"] = [_num(min(shares)), _num(max(shares))]
+        text += (f" The steps disagree: their work took from {100 * min(shares):.1f}% to {100 * max(shares):.1f}% "
+                 f"of a step, on both sides of {100 * CPU_MATH_BOUND_AT:.0f}%, so the verdict is the median's and a "
+                 "close one: profile more steps, on a quiet machine, before acting on it.")
     g = r.gemm_throughput
     cpu_g = g[g["device"] == "cpu"] if not g.empty else g
     if len(cpu_g):
