@@ -64,7 +64,11 @@ c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us"
 c3.metric("GPU busy per step (median)",
           format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
 ss = s.get("steady_state") or {}
-bound_shown = ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get("bound") else "no GPU"
+found = ui.findings(rid)
+q2 = next((f for f in found if getattr(f, "id", None) == "q2.bound"), None)
+cpu_bound = (q2.evidence or {}).get("bound") if q2 is not None and not s.get("has_gpu") else None
+bound_shown = (ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get("bound") else
+               f"{cpu_bound.removesuffix('-bound')} (CPU)" if isinstance(cpu_bound, str) else "no GPU")
 report_summary = (f"Profiled steps: {s.get('steps', 0)}. CPU per step (median of every step with work in it): "
                   f"{format_duration_us(s.get('cpu_step_median_us'))}. GPU busy per step (median): "
                   + (format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
@@ -74,7 +78,8 @@ c4.metric("Bound, steady state", bound_shown,
                "after the first; at or above 1× the GPU sets the pace (compute-bound; copy-bound when most of its "
                "work is copies between host and device), below it the GPU waits on the CPU (overhead-bound). The "
                "GPU's busy share inside each step's own window is evidence only: when the CPU runs ahead, a step's GPU "
-               "work runs after its window.")
+               "work runs after its window. On a run without a GPU lane, question 2's CPU rule: the work ops' own "
+               "time against the rest of each step, compute-bound from half of it.")
 ui.per_step_notes(s, rep.steps)
 
 # --- the whole run ---------------------------------------------------------------------------------
@@ -226,7 +231,6 @@ else:
 
 # --- findings ------------------------------------------------------------------------------------
 st.header("3 · What this trace says", divider="gray")
-found = ui.findings(rid)
 ui.show_findings(found)
 
 # --- diagnosis -----------------------------------------------------------------------------------

@@ -75,6 +75,22 @@ def test_the_steady_state_metric_is_the_verdict_the_finding_states(runs_dir):
     assert m.value == "compute" and q2.evidence["bound"] == "compute-bound" and "compute-bound" in q2.text
 
 
+def test_a_cpu_runs_metric_is_the_verdict_its_finding_states(runs_dir):
+    """A CPU-only run (this app's compiled MLP on a 2-core VM): the metric reads question 2's CPU verdict, which the
+    finding below it states, not "no GPU" beside a "Compute-bound" finding."""
+    from conftest_app import import_trace
+    from profiling_core import open_trace
+    from profiling_core.explain.questions import findings
+    path = Path(__file__).parent / "data" / "cpu" / "mlp_bf16_warm_compile.json"
+    import_trace(runs_dir, path, "mlp")
+    at = app("profile")
+    assert not errors_of(at)
+    [m] = [m for m in at.metric if m.label == "Bound, steady state"]
+    with open_trace(path, engine="sqlite") as s:
+        q2 = next(f for f in findings(s) if f.id == "q2.bound")
+    assert q2.evidence["bound"] == "compute-bound" and m.value == "compute (CPU)"
+
+
 def test_a_copy_bound_run_shows_its_verdict_on_the_profile_page(runs_dir):
     """The H200 step that streams 64 MiB from pinned memory each step: the page's metric reads copy, and every page
     section renders."""

@@ -22,8 +22,9 @@ from .cache import chart, diagnosis, environment, load_run
 PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in the left bar and pick the "
                   "downloaded `trace.json` (the file stays in your browser; nothing is uploaded).")
 
-STEP_MEDIAN_HELP = ("The median over every step with work in it; question 2 and the diagnosis read the steady state "
-                    "(the steps after the first, from 3 steps on).")
+STEP_MEDIAN_HELP = ("The median over every step with work in it; the diagnosis and question 2's GPU verdict read the "
+                    "steady state (the steps after the first, from 3 steps on); on a run without a GPU lane, question "
+                    "2 reads every step with work in it.")
 """The help of a page's per-step median metrics (``summary["cpu_step_median_us"]``)."""
 
 TABLE_ROWS_SHOWN = 25
