@@ -332,12 +332,15 @@ def test_a_runs_gemm_against_the_peak_by_hand(store, name, n):
 
 
 def test_the_gemm_with_the_most_total_time_is_the_runs_and_runs_without_one_are_left_out(store):
-    cols = ["kind", "op", "kernel", "dtype", "count", "time_us", "tflops", "peak", "roof", "compute_peak",
-            "fraction_of_peak"]
-    roof = pd.DataFrame([
-        ["gemm", "aten::mm", "k_short_many", "bf16", 10, 30.0, 500.0, 800.0, "compute", 800.0, 0.625],  # 300 µs
-        ["gemm", "aten::addmm", "k_long_few", "fp32", 2, 100.0, 40.0, 51.25, "compute", 51.25, 0.78],   # 200 µs
-        ["copy", "aten::copy_", "memcpy", None, 50, 90.0, None, 4210.0, "memory", None, 0.5],  # no GEMM, however long
+    cols = ["kind", "op", "kernel", "dtype", "batch", "m", "k", "n", "count", "time_us", "tflops", "peak", "roof",
+            "compute_peak", "fraction_of_peak"]
+    roof = pd.DataFrame([  # (the shape says which GEMM it is: two runs' largest can differ)
+        ["gemm", "aten::mm", "k_short_many", "bf16", None, 32, 1024, 256, 10, 30.0, 500.0, 800.0, "compute", 800.0,
+         0.625],  # 300 µs
+        ["gemm", "aten::addmm", "k_long_few", "fp32", None, 32, 256, 1024, 2, 100.0, 40.0, 51.25, "compute", 51.25,
+         0.78],   # 200 µs
+        ["copy", "aten::copy_", "memcpy", None, None, None, None, None, 50, 90.0, None, 4210.0, "memory", None,
+         0.5],  # no GEMM, however long
     ], columns=cols)
     a, b = run_of(store, "coldwarm_64_cold_eager"), run_of(store, "coldwarm_64_warm_eager")
     nothing = DiagnosisReport(pd.DataFrame(columns=cols), [], None)
@@ -346,7 +349,8 @@ def test_the_gemm_with_the_most_total_time_is_the_runs_and_runs_without_one_are_
     assert list(t.columns) == GEMM_VS_PEAK_COLUMNS
     assert t.to_dict(orient="records") == [
         {"run": "64_bf16_cold_eager", "run_id": a.run_id, "machine": "NVIDIA H200 on vm", "size": 64,
-         "mode": "eager", "dtype": "bf16", "kernel": "k_short_many", "µs per call": 30.0, "tflops": 500.0, "peak": 800.0, "roof": "compute",
+         "mode": "eager", "dtype": "bf16", "kernel": "k_short_many", "shape": "32×1024×256", "µs per call": 30.0,
+         "tflops": 500.0, "peak": 800.0, "roof": "compute",
          "compute_peak": 800.0, "fraction_of_peak": 0.625, "peak_source": None}]
     assert gemm_vs_peak([]).empty
 

@@ -365,7 +365,8 @@ def peaks_frame(peaks: Iterable[DevicePeaks]) -> pd.DataFrame:
                                        "datasheet"])
 
 
-GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "machine", "size", "mode", "dtype", "kernel", "µs per call", "tflops", "peak", "roof",
+GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "machine", "size", "mode", "dtype", "kernel", "shape", "µs per call", "tflops",
+                        "peak", "roof",
                         "compute_peak", "fraction_of_peak", "peak_source"]
 """The columns of :func:`gemm_vs_peak`."""
 
@@ -374,7 +375,7 @@ def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]])
     """Per (run, its report, its diagnosis): its GEMM, the GEMM row of the diagnosis's roofline with the most total
     time (µs per call × calls), against its device's peaks: :data:`GEMM_VS_PEAK_COLUMNS` (run name, id, its machine's
     label (``store.machine_of``), size, mode,
-    dtype, kernel, µs per call, achieved TFLOP/s, ``peak``: the roof it is judged by (min of the dtype's compute peak
+    dtype, kernel, ``shape`` (:func:`_gemm_shape`: which GEMM it is, since two runs' largest can differ), µs per call, achieved TFLOP/s, ``peak``: the roof it is judged by (min of the dtype's compute peak
     and intensity × bandwidth), ``roof``: which one, ``compute_peak``: the dtype's peak, the fraction of ``peak``,
     ``peak_source``: ``measured`` or ``datasheet``, ``DevicePeaks.source``, None without peaks). Runs without a GEMM of
     known FLOPs are left out. The report is read only for an imported trace's mode (:func:`mode_label`): None will
@@ -387,12 +388,23 @@ def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]])
             continue
         top = g.assign(total=g["time_us"] * g["count"]).sort_values("total", ascending=False).iloc[0]
         rows.append({"run": run.name, "run_id": run.run_id, "machine": machine_of(run).label, "size": run_size(run), "mode": mode_label(run, rep),
-                     "dtype": top["dtype"], "kernel": top["kernel"], "µs per call": float(top["time_us"]),
+                     "dtype": top["dtype"], "kernel": top["kernel"], "shape": _gemm_shape(top),
+                     "µs per call": float(top["time_us"]),
                      "tflops": float(top["tflops"]), "peak": top["peak"], "roof": top.get("roof"),
                      "compute_peak": top.get("compute_peak", top["peak"]),
                      "fraction_of_peak": top["fraction_of_peak"],
                      "peak_source": diag.peaks.source if diag.peaks is not None else None})
     return pd.DataFrame(rows, columns=GEMM_VS_PEAK_COLUMNS)
+
+
+def _gemm_shape(row) -> Optional[str]:
+    """A roofline GEMM row's ``M×K×N`` (``B × M×K×N`` for a batch), as ``gemm_throughput`` writes it; None without
+    recorded shapes. Two runs' GEMM rows compare only where these agree."""
+    m, k, n, b = (row.get(c) for c in ("m", "k", "n", "batch"))
+    if any(v is None or v != v for v in (m, k, n)):
+        return None
+    dims = f"{int(m)}×{int(k)}×{int(n)}"
+    return dims if b is None or b != b or int(b) == 1 else f"{int(b)} × {dims}"
 
 
 def comparison_warnings(points: pd.DataFrame, labels: Iterable[str], value: str = "cpu_us_per_step",
