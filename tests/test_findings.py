@@ -680,7 +680,7 @@ def test_cpu_overhead_vs_compute_from_the_work_ops_own_time():
     assert f.evidence["cpu_work_share_median"] == pytest.approx(statistics.median(shares), abs=1e-3)
     assert set(f.evidence["work_ops"]) == {"aten::mm", "aten::add"} and "the add" not in f.text
     assert f.evidence["bound"] == "overhead-bound" and "framework overhead" in f.text
-    assert f.evidence["gemm_gflops_median"] > 0 and "GFLOP/s (FLOPs from shapes)" in f.text
+    assert f.evidence["gemm_gflops_median"] > 0 and "GFLOP/s each (FLOPs from shapes;" in f.text
 
 
 def test_q9_counts_one_region_in_one_step_in_the_singular():

@@ -382,7 +382,9 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     if len(cpu_g):
         gflops = float(cpu_g["tflops"].median()) * 1000
         ev["gemm_gflops_median"] = _num(gflops)
-        text += f" The GEMMs ran at a median {format_rate(gflops)} GFLOP/s (FLOPs from {cpu_g['flops_from'].iloc[0]})."
+        text += (f" The GEMM calls ran at a median {format_rate(gflops)} GFLOP/s each (FLOPs from "
+                 f"{cpu_g['flops_from'].iloc[0]}; the roofline divides a GEMM's FLOPs by its mean call, so its slow "
+                 "calls weigh more there).")
         if gflops < CPU_GEMM_FLOOR_GFLOPS:
             ev["gemm_below_floor_gflops"] = CPU_GEMM_FLOOR_GFLOPS
             text += (f" That is below the {CPU_GEMM_FLOOR_GFLOPS:g} GFLOP/s any core exceeds: the GEMMs' time is "
