@@ -475,3 +475,13 @@ def test_a_chain_is_written_in_tree_order_each_kernel_under_the_call_that_launch
             stack.append((depth, name))
         assert gpu_lines > 0, path.name
         assert len([x for x in lines if not x.startswith("…")]) == (len(chain) if cap is None else min(cap, len(chain)))
+
+
+def test_a_spread_warning_names_a_size_as_a_whole_number():
+    """A sweep's size column holds NaN for a run without one, so pandas reads its sizes as floats: the warning still
+    names size 64, not 64.0."""
+    from profiling_core.present import comparison_warnings
+    points = pd.DataFrame({"size": [64.0, float("nan")], "mode": ["eager", "eager"], "n": [2, 1],
+                           "cpu_us_per_step_spread_pct": [120.0, float("nan")]})
+    [w] = comparison_warnings(points, ["size", "mode"])
+    assert "size 64, mode eager (n=2: 120%)" in w

@@ -374,9 +374,9 @@ GEMM_VS_PEAK_COLUMNS = ["run", "run_id", "machine", "size", "mode", "dtype", "ke
 def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]]) -> pd.DataFrame:
     """Per (run, its report, its diagnosis): its GEMM, the GEMM row of the diagnosis's roofline with the most total
     time (µs per call × calls), against its device's peaks: :data:`GEMM_VS_PEAK_COLUMNS` (run name, id, its machine's
-    label (``store.machine_of``), size, mode,
-    dtype, kernel, ``shape`` (:func:`_gemm_shape`: which GEMM it is, since two runs' largest can differ), µs per call, achieved TFLOP/s, ``peak``: the roof it is judged by (min of the dtype's compute peak
-    and intensity × bandwidth), ``roof``: which one, ``compute_peak``: the dtype's peak, the fraction of ``peak``,
+    label (``store.machine_of``), size, mode, dtype, kernel, ``shape`` (:func:`_gemm_shape`: which GEMM it is,
+    since two runs' largest can differ), µs per call, achieved TFLOP/s, ``peak``: the roof it is judged by (min of
+    the dtype's compute peak and intensity × bandwidth), ``roof``: which one, ``compute_peak``: the dtype's peak, the fraction of ``peak``,
     ``peak_source``: ``measured`` or ``datasheet``, ``DevicePeaks.source``, None without peaks). Runs without a GEMM of
     known FLOPs are left out. The report is read only for an imported trace's mode (:func:`mode_label`): None will
     do for a run with a config."""
@@ -407,6 +407,11 @@ def _gemm_shape(row) -> Optional[str]:
     return dims if b is None or b != b or int(b) == 1 else f"{int(b)} × {dims}"
 
 
+def _whole(v):
+    """``v``, an integer where it is a whole float (a size read from a column that also holds NaN: 64, not 64.0)."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def comparison_warnings(points: pd.DataFrame, labels: Iterable[str], value: str = "cpu_us_per_step",
                         runs: Iterable["Run"] = ()) -> list[str]:
     """What must be said wherever runs are compared, as plain text (escape it where it is rendered): one sentence
@@ -420,7 +425,7 @@ def comparison_warnings(points: pd.DataFrame, labels: Iterable[str], value: str 
     if len(points) and col in points.columns:
         noisy = points[pd.to_numeric(points[col], errors="coerce") > SPREAD_WARN_PCT]
         if len(noisy):
-            named = "; ".join(", ".join(f"{c} {r[c]}" for c in labels) + f" (n={int(r['n'])}: {r[col]:.0f}%)"
+            named = "; ".join(", ".join(f"{c} {_whole(r[c])}" for c in labels) + f" (n={int(r['n'])}: {r[col]:.0f}%)"
                               for _, r in noisy.sort_values(col, ascending=False).iterrows())
             out.append(f"The runs of {len(noisy)} point{'s' if len(noisy) != 1 else ''} spread by more than "
                        f"{SPREAD_WARN_PCT:.0f}% of their median CPU time per step (max − min): {named}. Read them as "
