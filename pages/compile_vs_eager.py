@@ -88,7 +88,11 @@ warnings = comparison_warnings(points, ["mode"], value="CPU per step (µs)", run
 noisy_modes = set(points.loc[points["CPU per step (µs)_spread_pct"] > SPREAD_WARN_PCT, "mode"])
 for w in warnings:
     st.warning(ui.md_text(w), icon=":material/warning:")
-metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s", "cache_reused")]
+GPU_COUNTS = ["launches per step", "kernels per step", "memcpy DtoD per step", "memsets per step",
+              "cudaGraphLaunch per step"]
+any_gpu = any(ui.report(r).has_gpu for r in chosen)
+metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s", "cache_reused")
+           and (any_gpu or c not in GPU_COUNTS)]  # (without a GPU lane there is nothing to count: no zeros)
 if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, with the range of its CPU time
     g = per_run.groupby("mode", sort=False)
     table = g[metrics].median()
@@ -113,9 +117,8 @@ cpu = ui.chart("grouped_bars", cpu_rows, category="run", value="cpu_us", title="
                value_title="µs per step", spread=("lo", "hi") if "lo" in cpu_rows.columns else None)
 ui.chart_block(cpu, cpu_rows, "compile_cpu_per_step", key="compile_cpu")
 gpu_charts = []
-if any(ui.report(r).has_gpu for r in chosen):
-    counts = long[long["metric"].isin(["launches per step", "kernels per step", "memcpy DtoD per step",
-                                       "memsets per step", "cudaGraphLaunch per step"])]
+if any_gpu:
+    counts = long[long["metric"].isin(GPU_COUNTS)]
     ops = ui.chart("grouped_bars", counts, category="metric", value="value", group="run",
                    title="Launches and GPU ops per step (median)", value_title="per step")
     ui.chart_block(ops, counts, "compile_gpu_ops", key="compile_ops")

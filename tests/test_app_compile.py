@@ -100,3 +100,28 @@ def test_the_report_holds_the_pages_findings_and_gemm_table(runs_dir, media):
     report = download(at, media, "report_compile").decode()
     assert "What the findings say, run by run" in report and "4096_bf16_warm_compile (default): " in report
     assert "CompiledFxGraph" in report and "<h3>GEMM</h3>" in report
+
+
+def test_two_cpu_runs_show_no_gpu_counts(runs_dir):
+    """This app's MLP on a CPU, eager and compiled (one setting, two modes): the page says there is nothing to count
+    on a GPU, and its table of deltas holds no launch, kernel or copy row of zeros beside that."""
+    import json
+    import shutil
+    from pathlib import Path
+    cpu = Path(__file__).parent / "data" / "cpu"
+    ids = []
+    for name in ("mlp_bf16_warm_eager", "mlp_bf16_warm_compile"):
+        meta = json.loads((cpu / f"{name}.meta.json").read_text())
+        d = runs_dir / meta["run_id"]
+        d.mkdir(parents=True)
+        shutil.copyfile(cpu / f"{name}.json", d / "trace.json")
+        (d / "meta.json").write_text(json.dumps(meta))
+        ids.append(meta["run_id"])
+    at = app("compile_vs_eager")
+    at.multiselect(key="compile_chosen").set_value(ids).run()
+    assert not errors_of(at)
+    assert not [w.value for w in at.warning if "Left out" in w.value]
+    assert any("No GPU lane in these traces" in i.value for i in at.info)
+    delta = [d.value for d in at.dataframe if "metric" in d.value.columns][0].set_index("metric")
+    assert "CPU per step (µs)" in delta.index
+    assert not {"launches per step", "kernels per step", "memsets per step"} & set(delta.index)
