@@ -241,7 +241,7 @@ def test_one_config_on_an_h200_and_repeated_on_a_cpu(h200_and_cpu):
     assert (cpu_row["cpu_us_per_step_min"], cpu_row["cpu_us_per_step_max"]) == (
         pytest.approx(lo, abs=TOL), pytest.approx(hi, abs=TOL))
     assert cpu_row["cpu_us_per_step_spread_pct"] == pytest.approx((hi - lo) / mid * 100, abs=0.01)
-    assert (cpu_row["gpu_busy_us_per_step"], cpu_row["gpu_busy_us_per_step_max"]) == (0, 0)
+    assert all(v != v for v in (cpu_row["gpu_busy_us_per_step"], cpu_row["gpu_busy_us_per_step_max"]))  # (no GPU)
 
     # each against its own device's peak: the H200's datasheet bf16 figure, the CPU's calibration saved above
     assert (gpu_row["gemm_dtype"], gpu_row["peak_source"]) == ("bf16", "datasheet")

@@ -331,15 +331,16 @@ def step_summary(run: Run, report: Report) -> dict:
     """One run's median step: CPU µs, GPU busy µs (of the ops it launched), the share of its wall time the GPU was
     busy, launches and GPU ops; with the run's name, its machine's label (``store.machine_of``), size
     (:func:`run_size`) and its axis (:func:`run_size_axis`), what a step runs (:func:`step_kind`) and mode
-    (:func:`mode_label`). NaN medians when the trace has no
-    ProfilerStep."""
+    (:func:`mode_label`). NaN medians when the trace has no ProfilerStep, and NaN GPU figures (busy, share,
+    launches, GPU ops) when it has no GPU lane: nothing was there to count, which a 0 would not say."""
     st_ = report.steps
     med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
-    return {"run_id": run.run_id, "name": run.name, "machine": machine_of(run).label, "axis": run_size_axis(run), "size": run_size(run),
-            "step": step_kind(run, report), "mode": mode_label(run, report),
-            "steps": len(st_), "cpu_us_per_step": med("cpu_dur_us"), "gpu_busy_us_per_step": med("gpu_busy_us"),
-            "gpu_busy_fraction": med("gpu_busy_fraction"), "launches_per_step": med("launches"),
-            "gpu_ops_per_step": med("gpu_ops"), "has_gpu": report.has_gpu}
+    gpu = med if report.has_gpu else (lambda c: float("nan"))
+    return {"run_id": run.run_id, "name": run.name, "machine": machine_of(run).label, "axis": run_size_axis(run),
+            "size": run_size(run), "step": step_kind(run, report), "mode": mode_label(run, report),
+            "steps": len(st_), "cpu_us_per_step": med("cpu_dur_us"), "gpu_busy_us_per_step": gpu("gpu_busy_us"),
+            "gpu_busy_fraction": gpu("gpu_busy_fraction"), "launches_per_step": gpu("launches"),
+            "gpu_ops_per_step": gpu("gpu_ops"), "has_gpu": report.has_gpu}
 
 
 def step_summaries(items: Iterable[tuple[Run, Report]]) -> pd.DataFrame:
