@@ -60,34 +60,31 @@ def test_display_slider_does_not_rerun_the_profile(seed_run, runs_dir):
     assert sorted(p.name for p in runs_dir.iterdir()) == before
 
 
-def test_the_steady_state_metric_is_the_verdict_the_finding_states(runs_dir):
-    """One rule: the Profile page's steady-state metric is question 2's verdict."""
-    from conftest_app import H200, import_trace
+def _bound_metric_and_q2(runs_dir, path: Path):
+    """The Profile page's bound metric for the trace at ``path`` (imported as the store's one run), and question 2's
+    finding on that trace."""
+    from conftest_app import import_trace
     from profiling_core import open_trace
     from profiling_core.explain.questions import findings
-    path = H200 / "4096_bf16_warm_eager_a20.json"
-    import_trace(runs_dir, path, "a20")
+    import_trace(runs_dir, path, path.stem)
     at = app("profile")
     assert not errors_of(at)
     [m] = [m for m in at.metric if m.label == "Bound, steady state"]
     with open_trace(path, engine="sqlite") as s:
-        q2 = next(f for f in findings(s) if f.id == "q2.bound")
+        return m, next(f for f in findings(s) if f.id == "q2.bound")
+
+
+def test_the_steady_state_metric_is_the_verdict_the_finding_states(runs_dir):
+    """One rule: the Profile page's steady-state metric is question 2's verdict."""
+    from conftest_app import H200
+    m, q2 = _bound_metric_and_q2(runs_dir, H200 / "4096_bf16_warm_eager_a20.json")
     assert m.value == "compute" and q2.evidence["bound"] == "compute-bound" and "compute-bound" in q2.text
 
 
 def test_a_cpu_runs_metric_is_the_verdict_its_finding_states(runs_dir):
     """A CPU-only run (this app's compiled MLP on a 2-core VM): the metric reads question 2's CPU verdict, which the
     finding below it states, not "no GPU" beside a "Compute-bound" finding."""
-    from conftest_app import import_trace
-    from profiling_core import open_trace
-    from profiling_core.explain.questions import findings
-    path = Path(__file__).parent / "data" / "cpu" / "mlp_bf16_warm_compile.json"
-    import_trace(runs_dir, path, "mlp")
-    at = app("profile")
-    assert not errors_of(at)
-    [m] = [m for m in at.metric if m.label == "Bound, steady state"]
-    with open_trace(path, engine="sqlite") as s:
-        q2 = next(f for f in findings(s) if f.id == "q2.bound")
+    m, q2 = _bound_metric_and_q2(runs_dir, Path(__file__).parent / "data" / "cpu" / "mlp_bf16_warm_compile.json")
     assert q2.evidence["bound"] == "compute-bound" and m.value == "compute (CPU)"
 
 
