@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, us
-from ._shared import Shared, frame, shared_for
+from ._shared import Shared, frame, shared_for, union_ns
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
             "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
@@ -73,21 +73,11 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray) -> None:
             outer = (b < hi) & (e > lo) & ~((b <= lo) & (e >= hi)) & ((par < 0) | ((pb <= lo) & (pe >= hi)))
             k = kids[ppos[kids] == r]
             below = int((np.minimum(e[outer], hi) - np.maximum(b[outer], lo)).clip(min=0).sum())
-            own[r] = dur[r] - _union_ns(np.concatenate([np.maximum(b[outer], lo), ts[k]]),
+            own[r] = dur[r] - union_ns(np.concatenate([np.maximum(b[outer], lo), ts[k]]),
                                         np.concatenate([np.minimum(e[outer], hi), ts[k] + dur[k]]))
             around = np.flatnonzero((b <= lo) & (e >= hi))
             if len(around):  # the frame around it counted that window (less its own children) as its own time
                 own[mine[around[np.argmax(depth[around])]]] -= dur[r] - below
-
-
-def _union_ns(b: np.ndarray, e: np.ndarray) -> int:
-    """The length of the union of the intervals [b, e)."""
-    if not len(b):
-        return 0
-    order = np.argsort(b, kind="stable")
-    b, e = b[order], np.maximum.accumulate(e[order])
-    prev = np.concatenate([[b[0]], e[:-1]])
-    return int(np.clip(e - np.maximum(b, prev), 0, None).sum())
 
 
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:

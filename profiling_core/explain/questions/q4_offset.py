@@ -6,6 +6,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...analyses._shared import union_ns
 from ...analyses.steps import STARVED_AT
 from ...units import format_duration_us as _us
 from .base import NO_GPU_TEXT, Finding, _num
@@ -130,9 +131,4 @@ def _busy_share(ops, op) -> float:
         return 0.0
     start = ops["gpu_start_ns"].to_numpy(dtype=np.int64)
     end = start + np.round(ops["gpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
-    m = (end > a) & (start < b)
-    lo, hi = np.maximum(start[m], a), np.minimum(end[m], b)
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], np.maximum.accumulate(hi[order])  # the union: each interval from the end of those before
-    prev = np.concatenate([[a], hi[:-1]])
-    return float(np.clip(hi - np.maximum(lo, prev), 0, None).sum()) / (b - a)
+    return union_ns(np.clip(start, a, b), np.clip(end, a, b)) / (b - a)
