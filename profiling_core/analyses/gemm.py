@@ -10,7 +10,13 @@ import pandas as pd
 from ..config import as_config
 from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
-__all__ = ["gemm_throughput", "gemm_flops_from_dims", "gemm_dims"]
+__all__ = ["gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "gemm_shape_text"]
+
+
+def gemm_shape_text(batch, m, k, n) -> str:
+    """A GEMM's shape as the tables write it: ``M×K×N``, or ``B × M×K×N`` for a batch of more than one."""
+    dims = f"{int(m)}×{int(k)}×{int(n)}"
+    return dims if batch is None or batch != batch or int(batch) == 1 else f"{int(batch)} × {dims}"
 
 
 def _prod(xs) -> int:
@@ -242,9 +248,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
             key = (name, id(d))
             if key not in flops_of:
                 bmkn = gemm_dims(name, d)
-                flops_of[key] = (gemm_flops_from_dims(name, d), None if bmkn is None else
-                                 f"{bmkn[1]}×{bmkn[2]}×{bmkn[3]}" if bmkn[0] == 1 else
-                                 f"{bmkn[0]} × {bmkn[1]}×{bmkn[2]}×{bmkn[3]}")
+                flops_of[key] = (gemm_flops_from_dims(name, d), None if bmkn is None else gemm_shape_text(*bmkn))
             flops, shape = flops_of[key]
         src = "shapes"
         if flops is None and cfg_flops is not None:

@@ -399,13 +399,11 @@ def gemm_vs_peak(items: Iterable[tuple[Run, Optional[Report], DiagnosisReport]])
 
 
 def _gemm_shape(row) -> Optional[str]:
-    """A roofline GEMM row's ``M×K×N`` (``B × M×K×N`` for a batch), as ``gemm_throughput`` writes it; None without
-    recorded shapes. Two runs' GEMM rows compare only where these agree."""
+    """A roofline GEMM row's shape (``analyses.gemm_shape_text``); None without recorded shapes. Two runs' GEMM rows
+    compare only where these agree."""
+    from ..analyses import gemm_shape_text
     m, k, n, b = (row.get(c) for c in ("m", "k", "n", "batch"))
-    if any(v is None or v != v for v in (m, k, n)):
-        return None
-    dims = f"{int(m)}×{int(k)}×{int(n)}"
-    return dims if b is None or b != b or int(b) == 1 else f"{int(b)} × {dims}"
+    return None if any(v is None or v != v for v in (m, k, n)) else gemm_shape_text(b, m, k, n)
 
 
 def _whole(v):
