@@ -14,7 +14,10 @@ from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
 from .table import cpu_slices_by_step
 
-__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops"]
+__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "COMPILED_GRAPH_CALL"]
+
+COMPILED_GRAPH_CALL = "## Call CompiledFxGraph "
+"""How the profiler names a call of a torch.compile'd graph (``## Call CompiledFxGraph <hash> ##``)."""
 
 _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_calls", "backward_fx_graph_calls",
            "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches",
@@ -38,7 +41,7 @@ def _kind(name) -> int:
         return 2
     if name == "AOTDispatcher Runtime Wrapper Prologue":
         return 3
-    if name.startswith("## Call CompiledFxGraph "):  # GLOB '## Call CompiledFxGraph *'
+    if name.startswith(COMPILED_GRAPH_CALL):  # GLOB '## Call CompiledFxGraph *'
         return 4
     return 5 if name in _GRAPH_LAUNCHES else 0
 

@@ -14,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...config import config_field as _cfg
 
 
@@ -126,15 +127,11 @@ _NO_WORK = frozenset({
     "aten::_batch_norm_impl_index", "aten::softmax", "aten::group_norm", "aten::embedding", "aten::einsum",
 })
 
-COMPILED_GRAPH_CALL = "## Call CompiledFxGraph "
-"""How the profiler names a call of a torch.compile'd graph (``## Call CompiledFxGraph <hash> ##``)."""
-
-
 def _work_ops(g) -> "object":
     """The CPU slices of one step that do the workload's work: ATen ops that are neither metadata-only nor composite
-    wrappers (:data:`_NO_WORK`), and the calls of torch.compile'd graphs (:data:`COMPILED_GRAPH_CALL`: on a CPU the
-    code Inductor generated runs inside them, with no ATen op around it); their own time (children excluded) is the
-    work."""
+    wrappers (:data:`_NO_WORK`), and the calls of torch.compile'd graphs (``analyses.compile.COMPILED_GRAPH_CALL``:
+    on a CPU the code Inductor generated runs inside them, with no ATen op around it); their own time (children
+    excluded) is the work."""
     return g[_per_name(g["name"], lambda t: (t.str.startswith("aten::") & ~t.isin(_NO_WORK))
                        | t.str.startswith(COMPILED_GRAPH_CALL)).astype(bool)]
 

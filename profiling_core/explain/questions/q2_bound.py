@@ -9,10 +9,11 @@ import numpy as np
 
 from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT,
                                 data_wait, steady_state, working_steps)
+from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
 from ...units import format_rate
-from .base import COMPILED_GRAPH_CALL, NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _work_ops
+from .base import NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _work_ops
 
 _TOP_WORK_OPS = 3
 
