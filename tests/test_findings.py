@@ -175,8 +175,40 @@ def test_q7_calls_a_sync_the_step_s_own_code_only_on_the_step_s_thread():
         own = (call["pid"], call["tid"]) == (st["pid"], st["tid"])
         seen.add(own)
         assert ("made by the step's own code" in f.text) == own, (path.name, f.text)
+        # elsewhere, the text says where the call was, not whose it was: the autograd engine's thread runs a GPU
+        # step's backward, and a trace does not say which program made a slice on another process
+        assert ("on another thread or process than the step's slice" in f.text) == (not own), (path.name, f.text)
+        assert "not one the step's own code made" not in f.text
     # HTA's Triton example: the step slice on pid 3100453, the sync on pid 1670242
     assert seen == {True, False}
+
+
+SYNC_CALLS = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy"}
+
+
+def test_sync_in_step_says_which_syncs_the_step_s_slice_does_not_hold():
+    """``sync_in_step`` counts a synchronising call by the step's window, as every step figure does; where the step's
+    slice (its thread) does not hold the call, it says so, in question 7's words, and counts them. The scan: the
+    synchronising runtime calls inside the windows of the steps the rule reads (after the first, from 3 steps on),
+    on a (pid, tid) other than the step slice's."""
+    from profiling_core.explain.diagnosis import diagnose
+    seen = set()
+    for path in IMPORTED + [DATA / "traces" / "triton_example.json.gz"] + [h200(n) for n in H200]:
+        x = {d.rule: d for d in diagnose(session(path)).diagnoses}.get("sync_in_step")
+        sc = scan(path)
+        steady = sc.steps[1:] if len(sc.steps) >= 3 else sc.steps
+        calls = [(e, s) for e in sc.xs if e["name"] in SYNC_CALLS for s in steady
+                 if s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"]]
+        if x is None or not calls:
+            continue
+        off = sum(1 for e, s in calls if (e["pid"], e["tid"]) != (s["pid"], s["tid"]))
+        said = "on another thread or process than the step's slice" in x.text
+        assert said == (off > 0), (path.name, off, x.text)
+        assert x.evidence["off_step_thread_per_step"] >= off / len(steady) - 1e-9
+        assert ("(all on another" in x.text) == (off == len(calls) and said and x.evidence[
+            "off_step_thread_per_step"] * len(steady) == pytest.approx(len(calls))), (path.name, x.text)
+        seen.add(off > 0)
+    assert seen == {True, False}  # the Triton example's sync on another process; BERT's on the step's own thread
 
 
 @pytest.mark.parametrize("name", H200)

@@ -85,6 +85,25 @@ def _per_name(col: pd.Series, fn) -> np.ndarray:
     return fn(pd.Series(uniq, dtype=object).astype(str)).to_numpy(dtype=object)[codes]
 
 
+ELSEWHERE = "on another thread or process than the step's slice"
+"""Where a slice in a step's window sits when the step's slice does not hold it (:func:`_on_step_thread` false): the
+step's code may still have caused it (the autograd engine's thread runs a GPU step's backward), or another program
+(a second rank in the file): the trace does not say, so the texts say where it was, not whose it was."""
+
+
+def _on_step_thread(r, steps, ids) -> np.ndarray:
+    """Boolean per (step, slice id) pair: whether the slice lies inside that step's slice on the step's thread (a CPU
+    row of the step's dispatch chain, ``report.dispatch_chains``). The one test of "the step's own slice holds it"
+    for every text that places a slice in a step."""
+    ch = r.dispatch_chains
+    steps, ids = np.asarray(steps, dtype=np.int64), np.asarray(ids, dtype=np.int64)
+    if ch.empty or not len(ids):
+        return np.zeros(len(ids), dtype=bool)
+    cpu = ch[ch["lane"] == "cpu"]
+    own = pd.MultiIndex.from_arrays([cpu["step"].astype("int64"), cpu["id"].astype("int64")])
+    return np.asarray(pd.MultiIndex.from_arrays([steps, ids]).isin(own), dtype=bool)
+
+
 _STEP_SLICE = re.compile(r"ProfilerStep#[0-9]+")
 
 

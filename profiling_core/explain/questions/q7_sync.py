@@ -3,7 +3,7 @@ time within it."""
 from __future__ import annotations
 
 from ...units import format_duration_us as _us
-from .base import NO_GPU_TEXT, Finding, _num
+from .base import ELSEWHERE, NO_GPU_TEXT, Finding, _num, _on_step_thread
 
 
 def _q7_sync(r, config=None) -> list[Finding]:
@@ -31,7 +31,7 @@ def _place(r, ts: int, call_id: int, ev: dict) -> str:
     """Where a synchronize call starting at ``ts`` sits among the steps, in words; ``ev`` gets ``in_step`` (the step
     whose window holds it, or None) and, for such a call, ``on_step_thread``. A call is the step's own code only where
     it sits inside the step's slice on the step's thread (the step's dispatch chain holds it); a call in the step's
-    window on another thread or process is said to be there."""
+    window on another thread or process is said to be there, not to be another program's (``base.ELSEWHERE``)."""
     st = r.steps.dropna(subset=["start_ns"])
     starts = st["start_ns"].astype("int64")
     inside = st.loc[(starts <= ts) & (ts < starts + st["cpu_dur_us"] * 1000), "step"].tolist()
@@ -41,9 +41,8 @@ def _place(r, ts: int, call_id: int, ev: dict) -> str:
                 "after the last step: the profiler's own sync at the end of its window"
                 if ts >= (starts + st["cpu_dur_us"] * 1000).max() else
                 "before the first step" if ts < starts.min() else "between two steps")
-    step, ch = int(inside[0]), r.dispatch_chains
-    ev["on_step_thread"] = bool(((ch["step"] == step) & (ch["lane"] == "cpu") & (ch["id"] == call_id)).any())
+    step = int(inside[0])
+    ev["on_step_thread"] = bool(_on_step_thread(r, [step], [call_id])[0])
     if ev["on_step_thread"]:
         return f"a call inside step {step}, made by the step's own code"
-    return (f"a call in step {step}'s window, on another thread or process than the step's slice, so not one the "
-            "step's own code made")
+    return f"a call in step {step}'s window, {ELSEWHERE}"

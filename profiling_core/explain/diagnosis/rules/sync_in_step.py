@@ -26,7 +26,7 @@ import numpy as np
 
 from ....analyses import GPU_PACED, basis_steps, phases_at, working_steps
 from ....units import human_bytes
-from ...questions.base import _per_name
+from ...questions.base import ELSEWHERE, _on_step_thread, _per_name
 from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_us
 
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
@@ -79,9 +79,14 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     if len(idx) == 0 and all(row["kind"] == "host-to-device" and row["memory"] == "pinned" for row in copy_rows):
         return None  # a batch copied from pinned memory (non_blocking) holds nothing: how a loop should feed a GPU
     parts = []
+    # where the step's slice does not hold them: said, as question 7 says it (the step's code may still have made
+    # them, on the autograd engine's thread say; or another program did: the trace cannot tell)
+    off = ~_on_step_thread(r, step_of, idx) if len(idx) else np.zeros(0, dtype=bool)
     if len(idx):
         what = ", ".join(f"{x} ×{(names[idx] == x).sum() / n:.3g}" for x in dict.fromkeys(names[idx].tolist()))
         parts.append(f"the CPU waits for the GPU: {what} per step"
+                     + (f" ({'all' if off.all() else f'{off.sum() / n:.3g} per step'} {ELSEWHERE})" if off.any()
+                        else "")
                      + (f", {_fmt_us(sync_us)} blocked in synchronising calls per step" if calls else ""))
     for row in copy_rows:
         same = row["min_bytes"] == row["max_bytes"]
@@ -173,7 +178,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                      {"gpu_idle_us_per_step": idle, "pageable_copy_us_per_step": pageable_us,
                       "slice_ids": [int(i) for i in idx][:50] + copies["launch_id"].astype(int).tolist()[:50],
                       "blocked_us_per_step": blocked, "sync_calls_us_per_step": sync_us,
-                      "copy_calls_us_per_step": copy_call_us, "copies_in_steps": copy_kinds, "copies": copy_rows,
+                      "copy_calls_us_per_step": copy_call_us, "off_step_thread_per_step": float(off.sum()) / n, "copies_in_steps": copy_kinds, "copies": copy_rows,
                       "sync_ops_by_phase": by_phase, "logged_per_step": logged, "grad_scaler_per_step": scaler})
 
 
