@@ -359,6 +359,44 @@ def test_launch_paths_match_the_scan(path):
         assert got.loc[name, "occupancy_queries"] == occ[name]
 
 
+COMPILED_CODE = ("Torch-Compiled Region", "## Call CompiledFxGraph ")
+
+
+@pytest.mark.parametrize("path", [
+    # reduce-overhead: the GEMM replayed by a cudaGraphLaunch inside the compiled region
+    h200("64_bf16_warm_compile_ro"),
+    # an LLM's eager prefill and its compiled decode in one step
+    DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz",
+    # a compiled training step: the backward's graph runs on the autograd engine's thread, outside the region
+    DATA / "h200_train" / "mlp_train_adamw_fused_bf16_compile.json.gz",
+    h200("64_bf16_cold_eager"),
+], ids=lambda p: p.name)
+def test_launch_paths_count_the_launches_made_from_compiled_code(path):
+    """``from_compiled``: per GPU op name, the launches whose call lies inside (by time, on its thread) a compiled
+    region, a compiled graph's call or a CompiledFunctionBackward; the mirror and the SQL against a scan."""
+    sc = scan(path)
+    marks: dict = {}
+    for e in sc.xs:
+        if str(e.get("name", "")).startswith(COMPILED_CODE) or e.get("name") == "CompiledFunctionBackward":
+            marks.setdefault((e.get("pid"), e.get("tid")), []).append((e["ts"], e["ts"] + e["dur"]))
+    want: dict = {}
+    for l, g in sc.pairs:
+        inside = any(a <= l["ts"] and l["ts"] + l["dur"] <= b for a, b in marks.get((l.get("pid"), l.get("tid")), ()))
+        want[g["name"]] = want.get(g["name"], 0) + int(inside)
+    s = session(path)
+    got = launch_paths(s).set_index("name")["from_compiled"]
+    assert {n: int(v) for n, v in got.items()} == want
+    sql = s.query(load_query("launch_path")).groupby("gpu_name")["from_compiled"].sum()
+    assert {n: int(v) for n, v in sql.items()} == want
+    total = int(launch_paths(s)["count"].sum())
+    if "eager" in path.name:
+        assert not any(want.values())
+    elif path.name.startswith("64_bf16_warm_compile_ro"):
+        assert sum(want.values()) == total
+    else:  # an eager prefill beside the compiled decode; an eager optimizer after the compiled forward and backward
+        assert 0 < sum(want.values()) < total
+
+
 def test_launch_paths_h200_pattern():
     lp = launch_paths(session(h200("64_bf16_cold_eager"))).set_index("name")
     assert lp.loc["nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT", "launch_apis"] == "cuLaunchKernelEx"

@@ -931,3 +931,41 @@ def test_q2_on_a_cpu_says_when_its_steps_fall_on_both_sides_of_the_line(tmp_path
     q2 = by_id(path)["q2.bound"]
     assert q2.evidence["bound"] == "compute-bound"
     assert ("The steps disagree: their work took from 30.0% to 70.0%" in q2.text) == straddles
+
+
+@pytest.mark.parametrize("path", [DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz",
+                                  DATA / "h200_train" / "mlp_train_adamw_fused_bf16_compile.json.gz",
+                                  DATA / "h200_app" / "sweep_4096_warm_reduce-overhead.json"], ids=lambda p: p.name)
+def test_q9_tells_compiled_code_s_kernels_from_eager_code_s(path):
+    """Question 9 lists as torch.compile's only the kernels launched from inside its code (a compiled region, a
+    compiled graph's call, a compiled backward), by a scan of the launches' enclosing slices on their thread; the
+    eager prefill's GEMM of an LLM's decode step is eager code's."""
+    sc = scan(path)
+    marks: dict = {}
+    for e in sc.xs:
+        if str(e.get("name", "")).startswith(("Torch-Compiled Region", "## Call CompiledFxGraph ")) \
+                or e.get("name") == "CompiledFunctionBackward":
+            marks.setdefault((e.get("pid"), e.get("tid")), []).append((e["ts"], e["ts"] + e["dur"]))
+    compiled, eager = set(), set()
+    n = n_compiled = 0
+    for l, g in sc.pairs:
+        if g["cat"].lower() != "kernel":
+            continue
+        inside = any(a <= l["ts"] and l["ts"] + l["dur"] <= b for a, b in marks.get((l.get("pid"), l.get("tid")), ()))
+        (compiled if inside else eager).add(g["name"])
+        n, n_compiled = n + 1, n_compiled + inside
+    f = by_id(path)["q9.compile"]
+    if not eager:
+        assert "eager code" not in f.text and "compiled and eager" not in f.text
+        assert "Kernels: " in f.text
+        return
+    assert "Per step (median), compiled and eager code together:" in f.text
+    assert f"Of the trace's {n:,} kernels, {n_compiled:,} were launched from torch.compile's code" in f.text
+    assert set(f.evidence["compiled_kernel_names"]) == compiled and set(f.evidence["eager_kernel_names"]) == eager
+    listed_compiled, listed_eager = f.text.split("launched from torch.compile's code: ")[1].split("; the others "
+                                                                                                  "from eager code: ")
+    for part in (listed_compiled, listed_eager):
+        labels = [x.split(" (")[0] for x in part.rstrip(".").split(" and ")[0].split(", ") if x]
+        assert len(labels) == len(set(labels)), part  # names the cut makes alike are one entry
+    if "llm_decode" in path.name:
+        assert any("cutlass_80_simt_sgemm" in k for k in eager)  # the prefill's aten::bmm

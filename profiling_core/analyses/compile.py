@@ -14,7 +14,8 @@ from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
 from .table import cpu_slices_by_step
 
-__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "COMPILED_GRAPH_CALL"]
+__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "in_compiled_code",
+           "COMPILED_GRAPH_CALL"]
 
 COMPILED_GRAPH_CALL = "## Call CompiledFxGraph "
 """How the profiler names a call of a torch.compile'd graph (``## Call CompiledFxGraph <hash> ##``)."""
@@ -59,6 +60,24 @@ def _under(sh: Shared, rows: np.ndarray, name: str) -> np.ndarray:
     while (live := cur >= 0).any():
         hit[live] |= named[cur[live]]
         cur = np.where(live & ~hit, ppos[np.maximum(cur, 0)], -1)
+    return hit
+
+
+def in_compiled_code(sh: Shared, rows: np.ndarray) -> np.ndarray:
+    """Whether each of ``rows`` (of ``sh.slices``; -1 for none: False) is or lies under (its parent chain) torch.compile's
+    code: a ``Torch-Compiled Region``, a call of a compiled graph (:data:`COMPILED_GRAPH_CALL`), or a
+    ``CompiledFunctionBackward`` (a compiled function's backward graph, which autograd runs outside the region, on its
+    engine's thread in training). A launch call there launched compiled code's kernels, a CUDA graph's replay
+    (``cudaGraphLaunch`` under reduce-overhead) included; any other launch is eager code's."""
+    t = sh.slices
+    rows = np.asarray(rows, dtype=np.int64)
+    mark = sh.name_mask(lambda u: isinstance(u, str) and (u.startswith(("Torch-Compiled Region", COMPILED_GRAPH_CALL))
+                                                           or u == _BACKWARD))
+    hit = np.zeros(len(rows), dtype=bool)
+    cur = rows.copy()
+    while (live := cur >= 0).any():
+        hit[live] |= mark[cur[live]]
+        cur = np.where(live & ~hit, t["ppos"][np.maximum(cur, 0)], -1)
     return hit
 
 

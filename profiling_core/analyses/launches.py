@@ -8,6 +8,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
+from .compile import in_compiled_code
 from ._shared import _RUNTIME_CATS, Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
 
 __all__ = ["launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains"]
@@ -150,7 +151,7 @@ def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     Vectorised: each pair's parent op name and whether an occupancy query sized its launch (:func:`_sized_by_query`);
     the groups are the distinct (GPU op name,
     category, API, parent op) in order of first appearance (codes from ``pd.factorize``), as a dict would hold them."""
-    cols = ["gpu_name", "gpu_category", "launch_api", "parent_op", "count", "with_occupancy_query"]
+    cols = ["gpu_name", "gpu_category", "launch_api", "parent_op", "count", "with_occupancy_query", "from_compiled"]
     p = sh.p
     n = len(p["gpu_id"])
     if n == 0:
@@ -177,8 +178,12 @@ def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     first = np.unique(g, return_index=True)[1]
     count = np.bincount(g)
     with_occ = np.bincount(g[before], minlength=len(count))
+    compiled = np.zeros(n, dtype=bool)
+    compiled[has] = in_compiled_code(sh, prow)
+    from_compiled = np.bincount(g[compiled], minlength=len(count))
     vals = [col.values()[first].tolist() for col in keys]
-    rows = [(*k, int(a), int(b)) for *k, a, b in zip(*vals, count.tolist(), with_occ.tolist())]
+    rows = [(*k, int(a), int(b), int(c)) for *k, a, b, c in zip(*vals, count.tolist(), with_occ.tolist(),
+                                                                  from_compiled.tolist())]
     rows.sort(key=lambda r: (r[0] is not None, r[0] or "", r[2] is not None, r[2] or "", r[3]))
     return frame(rows, cols)
 
@@ -197,19 +202,22 @@ def launch_paths(session, shared: Shared | None = None) -> pd.DataFrame:
     Returns:
         DataFrame with ``name``, ``category``, ``launch_apis`` (distinct API names joined by ``", "``),
         ``parent_ops`` (distinct parent op names joined by ``", "``), ``count`` (launches of that op),
-        ``occupancy_queries`` (launches preceded by an occupancy query) and ``occupancy_query_before`` (bool),
-        sorted by name. Empty on CPU-only traces.
+        ``occupancy_queries`` (launches preceded by an occupancy query), ``occupancy_query_before`` (bool) and
+        ``from_compiled`` (launches made from torch.compile's code: a call under a compiled region, a compiled graph's
+        call or a compiled backward, :func:`~profiling_core.analyses.compile.in_compiled_code`), sorted by name.
+        Empty on CPU-only traces.
     """
     df = _launch_path_raw(shared_for(session, shared))
-    cols = ["name", "category", "launch_apis", "parent_ops", "count", "occupancy_queries", "occupancy_query_before"]
+    cols = ["name", "category", "launch_apis", "parent_ops", "count", "occupancy_queries", "occupancy_query_before",
+            "from_compiled"]
     if df.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    df = ints(df, "count", "with_occupancy_query")
+    df = ints(df, "count", "with_occupancy_query", "from_compiled")
     # one row per (name, category) group, in pandas' group order (sorted; groups with a missing key left out)
     gb = df.groupby(["gpu_name", "gpu_category"], sort=True)
     which = gb.ngroup().fillna(-1).astype("int64").to_numpy()  # NaN: a row of no group
     apis, parents = df["launch_api"].astype(str).tolist(), df["parent_op"].astype(str).tolist()
-    counts, occs = df["count"].tolist(), df["with_occupancy_query"].tolist()
+    counts, occs, comp = df["count"].tolist(), df["with_occupancy_query"].tolist(), df["from_compiled"].tolist()
     members: list[list[int]] = [[] for _ in range(gb.ngroups)]
     for j, w in enumerate(which.tolist()):
         if w >= 0:
@@ -222,6 +230,7 @@ def launch_paths(session, shared: Shared | None = None) -> pd.DataFrame:
             "launch_apis": ", ".join(sorted({apis[j] for j in js})),
             "parent_ops": ", ".join(sorted(p for p in {parents[j] for j in js} if p)),
             "count": int(sum(counts[j] for j in js)), "occupancy_queries": occ, "occupancy_query_before": occ > 0,
+            "from_compiled": int(sum(comp[j] for j in js)),
         })
     return pd.DataFrame(rows, columns=cols)
 

@@ -1,5 +1,10 @@
 """Question 9, what torch.compile changes in the trace (``q9.compile``): compiled regions, graph hashes, launches and
-copies per step, and whether Inductor's addmm copied the bias into the output."""
+copies per step, the kernels, and whether Inductor's addmm copied the bias into the output.
+
+A step may run compiled and eager code (an LLM's eager prefill before its compiled decode; an eager optimizer after
+a compiled forward and backward): the per-step counts are then said to hold both, and the kernels are listed as
+torch.compile's code launched them and as eager code did (``launch_paths``' ``from_compiled``), the most launched
+first, at most :data:`KERNELS_LISTED` names of each."""
 from __future__ import annotations
 
 from .base import NO_GPU_TEXT, Finding, _n, _num, _short
@@ -51,8 +56,19 @@ def _q9_compile(r, config=None) -> list[Finding]:
     forward_calls = int(cb["fx_graph_calls"].sum()) - int(cb["backward_fx_graph_calls"].sum())
     if backward:
         ev["backward_fx_graph_hashes"] = backward
-    kernels = sorted(set(r.launch_paths.loc[r.launch_paths["category"] == "kernel", "name"].astype(str)))
+    lp = r.launch_paths[r.launch_paths["category"] == "kernel"]
+    kernels = sorted(set(lp["name"].astype(str)))
     ev["kernel_names"] = kernels
+    # which kernels torch.compile's code launched (its regions, graphs and compiled backward) and which eager code did:
+    # a step may run both (an eager prefill before a compiled decode, an eager optimizer after a compiled backward)
+    compiled = lp[lp["from_compiled"] > 0]
+    eager = lp[lp["from_compiled"] < lp["count"]]
+    mixed = len(compiled) > 0 and len(eager) > 0
+    if mixed:
+        ev["compiled_kernel_names"] = sorted(set(compiled["name"].astype(str)))
+        ev["eager_kernel_names"] = sorted(set(eager["name"].astype(str)))
+        ev["kernel_launches_from_compiled"] = int(lp["from_compiled"].sum())
+        ev["kernel_launches"] = int(lp["count"].sum())
     text = (f"torch.compile ran: {_n(regions, 'Torch-Compiled Region slice')} over {_n(len(cb), 'step')}, with "
             + (f"{len(forward)} distinct CompiledFxGraph hash{'es' if len(forward) != 1 else ''}" if hashes
                else "no CompiledFxGraph call recorded")
@@ -60,7 +76,8 @@ def _q9_compile(r, config=None) -> list[Finding]:
             + (f" and {_n(len(backward), 'backward graph')} run by autograd (CompiledFunctionBackward"
                + (", the same every step" if len(backward) == 1 and int(cb["backward_fx_graph_calls"].sum()) > 1
                   else "") + ")" if backward else "")
-            + (". Per step (median): " f"{_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')}, "
+            + (". Per step (median)" + (", compiled and eager code together" if mixed else "") + ": "
+               f"{_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')}, "
                f"{_n(ev['kernels_per_step'], 'kernel')}" if r.has_gpu else f". {NO_GPU_TEXT}: the compiled code ran "
                "on the CPU"))
     totals = []
@@ -75,10 +92,35 @@ def _q9_compile(r, config=None) -> list[Finding]:
     if totals:
         text += f"; in total over the {_n(len(cb), 'step')}: {', '.join(totals)}"
     text += "."
-    if kernels:
-        text += " Kernels: " + ", ".join(_short(k, 48) for k in kernels) + "."
+    if mixed:
+        text += (f" Of the trace's {ev['kernel_launches']:,} kernels, {ev['kernel_launches_from_compiled']:,} were "
+                 f"launched from torch.compile's code: {_kernel_list(compiled, compiled['from_compiled'])}; the "
+                 f"others from eager code: {_kernel_list(eager, eager['count'] - eager['from_compiled'])}.")
+    elif kernels:
+        text += f" Kernels: {_kernel_list(lp, lp['count'])}."
     text += _bias_copy(r, config, ev)
     return [Finding("q9.compile", 9, "What torch.compile changed", text, ev)]
+
+
+KERNELS_LISTED = 10
+"""At most this many kernel names in question 9's text (the evidence holds them all)."""
+
+
+def _kernel_list(lp, launches) -> str:
+    """Kernel names of launch-path rows ``lp``, most launched first (``launches``: a number per row), each cut to 48
+    characters and before a ", " (a template's arguments: the list is comma-separated); names the cut makes alike are
+    one entry that says how many kernels it stands for; then how many more kernels there are."""
+    by: dict[str, list] = {}
+    for name, k in zip(lp["name"].astype(str), list(launches)):
+        cut = name.find(", ", 0, 47)
+        e = by.setdefault(name[:cut] + "…" if cut >= 0 else _short(name, 48), [0, set()])
+        e[0] += int(k)
+        e[1].add(name)
+    order = sorted(by.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    shown = [label + (f" ({len(names)} kernels)" if len(names) > 1 else "")
+             for label, (_k, names) in order[:KERNELS_LISTED]]
+    rest = sum(len(names) for _label, (_k, names) in order[KERNELS_LISTED:])
+    return ", ".join(shown) + (f" and {rest} more" if rest else "")
 
 
 def _bias_copy(r, config, ev: dict) -> str:
