@@ -155,7 +155,8 @@ if rep.has_phases:
     ui.chart_block(phase_chart, rep.phases, f"{run.name}_phases", key="profile_phases")
     st.caption("Each step split by phase: the app's `train::forward`, `train::backward`, `train::optimizer` and "
                "`train::zero_grad` ranges, or in an imported trace the profiler's own annotations "
-               "(`autograd::engine::evaluate_function: …` for backward, `Optimizer.step#…` and "
+               "(`autograd::engine::evaluate_function: …` for backward, in a 2021 trace its `…Backward` nodes; "
+               "`Optimizer.step#…` and "
                "`Optimizer.zero_grad#…`; forward is what the step ran before its first backward range); *data* "
                "is the DataLoader's own range around each batch it hands out (`enumerate(DataLoader)#…__next__`). "
                "An instant counts once; *other* is what no phase covers (the loop's Python, a `.item()` after the "

@@ -209,7 +209,7 @@ AUTOGRAD_FUNCTION = "autograd::engine::evaluate_function:"
 """The prefix of the slice the autograd engine opens around each backward function it runs."""
 _BACKWARD_NODE = re.compile(r"\w+Backward\d*|torch::autograd::AccumulateGrad")
 """A backward node's own name (``MmBackward``, ``AddBackward0``, the gradient accumulation), which the 2021 format
-records at the top of the engine's thread (it has no :data:`AUTOGRAD_FUNCTION` slice around it)."""
+records with no :data:`AUTOGRAD_FUNCTION` slice around it (newer traces record it too, inside that slice)."""
 
 
 def merged(b: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -698,24 +698,52 @@ class Shared:
                         dtype=np.int8)[inv.reshape(-1)]
 
     @cached_property
+    def backward_work(self) -> np.ndarray:
+        """Boolean array over ``slices``: the slices that are the backward's work, the autograd engine running one
+        backward function each. The rule, stated here once (``autograd_wait`` and ``phases`` read it): a slice on a
+        thread, not a ``gpu_user_annotation`` copy, that is either
+
+        - an ``autograd::engine::evaluate_function: …`` slice (:data:`AUTOGRAD_FUNCTION`), or
+        - a backward node's own slice (``MmBackward``, ``AddBackward0``, ``torch::autograd::AccumulateGrad``:
+          :data:`_BACKWARD_NODE`) with no such slice, nor another node, among its ancestors.
+
+        The second is the 2021 format, which has no ``evaluate_function`` slices: its nodes lie at the top of the
+        engine's own thread on a GPU, and under the calling thread's slices (the step) on a CPU run, where the engine
+        runs the backward on the thread that called ``backward()``. In a newer trace a node's slice lies inside its
+        ``evaluate_function`` slice and so is not counted again; a node run inside another (a reentrant backward)
+        neither. The engine's own work between nodes (the 2021 format's top-level ``aten::add`` that sums two
+        gradients for one input) is not a node and not counted."""
+        t = self.slices
+        fn = self.name_mask(lambda u: isinstance(u, str) and u.startswith(AUTOGRAD_FUNCTION))
+        node = self.name_mask(lambda u: isinstance(u, str) and bool(_BACKWARD_NODE.fullmatch(u)))
+        out = (fn | node) & (t["utid"] >= 0) & ~self.cat_mask(lambda c: c == "gpu_user_annotation")
+        rows = np.flatnonzero(node & out)
+        if len(rows):  # a node inside an evaluate_function slice or another node is that one's work
+            ppos, hit = t["ppos"], fn | node
+            up, held = ppos[rows], np.zeros(len(rows), dtype=bool)
+            while (up >= 0).any():
+                on = up >= 0
+                held[on] |= hit[up[on]]
+                up = np.where(on, ppos[np.maximum(up, 0)], -1)
+            out[rows[held]] = False
+        return out
+
+    @cached_property
     def autograd_wait(self) -> np.ndarray:
         """For every row of ``slices`` (int64 ns), the part of its own time (its window less its children's) during
         which the autograd engine ran backward functions on another thread of its process, for the slices of a
         thread that runs the steps (holds a ``ProfilerStep#N`` slice); 0 for every other slice (a data loader's
-        thread does not wait for the backward). On a GPU the engine runs the backward on a thread of its own while the loop's thread, which
-        called ``backward()``, blocks until it is done: that thread's own time there (a ``train::backward`` or ``##
-        backward ##`` range, or the step slice itself) is a wait for work counted on the engine's thread. The
-        engine's work is its ``autograd::engine::evaluate_function: …`` slices (:data:`AUTOGRAD_FUNCTION`), or, in
-        the 2021 format, which has none, the backward nodes at the top of a thread (``MmBackward``,
-        ``torch::autograd::AccumulateGrad``: :data:`_BACKWARD_NODE`). A CPU run's backward runs on the calling
-        thread (the functions are its children, not another thread's): no wait. Read by ``cpu_own_times`` and the dispatch chains'
-        ``wait_us``."""
+        thread does not wait for the backward). On a GPU the engine runs the backward on a thread of its own while
+        the loop's thread, which called ``backward()``, blocks until it is done: that thread's own time there (a
+        ``train::backward`` or ``## backward ##`` range, or the step slice itself) is a wait for work counted on the
+        engine's thread. The engine's work is :attr:`backward_work` (``autograd::engine::evaluate_function: …``
+        slices, or the 2021 format's backward nodes) on the other threads of the loop's process. A CPU run's backward
+        runs on the calling thread (the functions are its children, not another thread's): no wait. Read by
+        ``cpu_own_times`` and the dispatch chains' ``wait_us``."""
         t = self.slices
         wait = np.zeros(len(t["ts"]), dtype=np.int64)
         utid = t["utid"]
-        fn = np.flatnonzero((self.name_mask(lambda u: isinstance(u, str) and u.startswith(AUTOGRAD_FUNCTION))
-                             | (self.name_mask(lambda u: isinstance(u, str) and bool(_BACKWARD_NODE.fullmatch(u)))
-                                & (t["depth"] == 0))) & (utid >= 0))
+        fn = np.flatnonzero(self.backward_work)
         loops = {int(r[6]) for r in self.steps_list if r[6] is not None}  # the threads that run the steps
         if not len(fn) or not loops:
             return wait

@@ -1,7 +1,7 @@
 """The phases of a training step: data, forward, backward, optimizer, zero_grad, per profiler step.
 
 The rule, stated once (:func:`phase_masks`): a slice (any thread, not a ``gpu_user_annotation`` copy) marks a phase by
-its name:
+its name, the profiler's backward by where its node lies too:
 
 - ``data``: the range torch.utils.data's DataLoader puts around each batch its iterator hands out
   (``enumerate(DataLoader)#<iterator class>.__next__``, :func:`is_data_loader_next`), on a thread that holds the
@@ -13,8 +13,11 @@ its name:
   step's own sub-slices that end before the step's first backward range begins and mark no other phase (descending
   into the one that holds that instant, so a range the loop wraps around its whole step is looked inside); that is
   the forward pass and the loss, and whatever the loop did before them (moving the batch to the device, say).
-- ``backward``: ``train::backward``, or the profiler's own ``autograd::engine::evaluate_function: ...`` (on a GPU the
-  autograd engine runs them on its own thread, inside the time of ``loss.backward()``).
+- ``backward``: ``train::backward``, or the backward's work as the profiler records it (``Shared.backward_work``,
+  the one rule ``autograd_wait`` reads too): its ``autograd::engine::evaluate_function: ...`` slices, or in the 2021
+  format, which has none, the backward nodes' own slices (``MmBackward``, ``torch::autograd::AccumulateGrad``) that
+  lie inside no other. On a GPU the autograd engine runs them on its own thread, inside the time of
+  ``loss.backward()``; on a CPU, on the thread that called it.
 - ``optimizer``: ``train::optimizer``, or the profiler's ``Optimizer.step#<Class>.step``.
 - ``zero_grad``: ``train::zero_grad``, or ``Optimizer.zero_grad#<Class>.zero_grad``.
 
@@ -40,9 +43,9 @@ __all__ = ["phases", "phase_ops", "phases_at", "phase_masks", "empty_phases", "i
 PHASES = ("data", "forward", "backward", "optimizer", "zero_grad", "other")
 """The phases in the order an instant covered by several is given to the first; ``other`` is what none covers."""
 
-PROFILER_PHASE_PREFIXES = {"backward": "autograd::engine::evaluate_function: ", "optimizer": "Optimizer.step#",
-                           "zero_grad": "Optimizer.zero_grad#"}
-"""The profiler's own annotations of a phase (name prefixes), read where a trace has no ``train::`` range."""
+PROFILER_PHASE_PREFIXES = {"optimizer": "Optimizer.step#", "zero_grad": "Optimizer.zero_grad#"}
+"""The profiler's own annotations of the optimizer's phases (name prefixes), read beside the ``train::`` ranges. The
+backward's are not a prefix: ``Shared.backward_work`` states them."""
 
 DATA_LOADER_NEXT = ("enumerate(DataLoader)#", ".__next__")
 """How torch.utils.data names the range around each batch a DataLoader's iterator hands out (``_BaseDataLoaderIter``'s
@@ -70,7 +73,8 @@ def empty_phases() -> pd.DataFrame:
 
 
 def _phase_of_name(name) -> int:
-    """The index into PHASES of the phase a slice of this name marks; -1 for none."""
+    """The index into PHASES of the phase a slice of this name marks; -1 for none (the profiler's backward slices
+    are read by :func:`phase_masks`, from ``Shared.backward_work``)."""
     if not isinstance(name, str):
         return -1
     if is_data_loader_next(name):
@@ -82,13 +86,16 @@ def _phase_of_name(name) -> int:
 
 
 def phase_masks(sh: Shared) -> np.ndarray:
-    """For every row of ``sh.slices``: the index into :data:`PHASES` of the phase its name marks (-1: none; a
-    ``gpu_user_annotation`` copy marks none, nor a DataLoader's range on a thread that holds no step)."""
+    """For every row of ``sh.slices``: the index into :data:`PHASES` of the phase it marks, by its name or, for the
+    profiler's backward, as ``sh.backward_work`` (-1: none; a ``gpu_user_annotation`` copy marks none, nor a
+    DataLoader's range on a thread that holds no step)."""
     t = sh.slices
     by_name = np.array([_phase_of_name(u) for u in t["name_uniq"]] or [-1], dtype=np.int64)
     out = by_name[t["name_codes"]] if len(t["name_codes"]) else np.zeros(0, dtype=np.int64)
-    if (out >= 0).any():
+    bw = sh.backward_work
+    if (out >= 0).any() or bw.any():
         out = out.copy()
+        out[bw] = _BACKWARD
         out[sh.cat_mask(lambda c: c == "gpu_user_annotation")] = -1
         data = out == _DATA
         if data.any():  # a batch handed out on a thread that runs no step keeps no step waiting

@@ -169,9 +169,8 @@ def _step_devices(db: pd.DataFrame, basis: list) -> list[dict]:
 
 def _phase_medians(df: pd.DataFrame, steps_df: pd.DataFrame) -> dict[str, dict[str, float]]:
     """{phase: {cpu_us, gpu_us, kernels}} medians over the steps (the steady state's basis steps of ``steps_df``);
-    {} without phases. A phase no step has any time or GPU op in is left out: the trace marks no such phase (a 2021
-    trace names its backward ops ``MmBackward``, with no range the rule reads, so neither forward nor backward is
-    known there), and a 0 would say the step had none."""
+    {} without phases. A phase no step has any time or GPU op in is left out: the trace marks no such phase (a loop
+    without a DataLoader has no ``data``), and a 0 would say the step had none."""
     if df.empty:
         return {}
     seen = df.groupby("phase", sort=False)[["cpu_us", "gpu_ops"]].sum()
