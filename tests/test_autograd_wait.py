@@ -125,3 +125,27 @@ def test_a_2021_trace_s_backward_nodes_are_the_engine_s_work():
     q1 = next(f for f in findings(analyze(open_trace(path))) if f.id == "q1.table")
     assert q1.evidence["top_self_cpu_row"] == "ProfilerStep*"
     assert q1.evidence["top_self_cpu_autograd_wait_us"] == pytest.approx(sum(waits), abs=0.01)
+
+
+@pytest.mark.parametrize("path", [DATA / "traces" / "worker0.1623143089861.pt.trace.json.gz",
+                                  DATA / "third_party" / "gpu_metrics_input.json"], ids=lambda p: p.name)
+def test_a_2021_step_waits_for_the_engine_exactly_while_its_backward_phase_runs(path):
+    """One rule says which slices are the backward's work; the wait for the engine and the backward phase both read
+    it. On a 2021 GPU trace the loop's thread runs nothing while the engine's thread runs the nodes, so each step
+    slice's wait is its backward phase's CPU time, and both are what a scan finds: the instants of the step's own
+    time that the engine thread's nodes cover (before, the wait found them and the phases had no backward)."""
+    import re
+    ev = scan_trace(path)
+    node = re.compile(r"\w+Backward\d*|torch::autograd::AccumulateGrad")
+    xs = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("Operator", "Runtime")]
+    steps = [e for e in xs if re.fullmatch(r"ProfilerStep#\d+", e["name"])]
+    r = analyze(open_trace(path))
+    ch, ph = r.dispatch_chains, r.phases
+    for st in steps:
+        n = int(st["name"].split("#")[1])
+        (want,) = _own_waits(xs, st["name"], engine=lambda e: bool(node.fullmatch(e["name"])))
+        assert want > 1000  # milliseconds of backward per step
+        (wait,) = ch[(ch["name"] == st["name"]) & (ch["lane"] == "cpu")]["wait_us"]
+        assert wait == pytest.approx(want, abs=1e-3)
+        (back,) = ph[(ph["step"] == n) & (ph["phase"] == "backward")]["cpu_us"]
+        assert back == pytest.approx(want, abs=1e-3)

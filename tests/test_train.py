@@ -4,6 +4,7 @@ each step and matching a plain scan, on the app's ranges and on a real imported 
 training rules on synthetic traces."""
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
@@ -186,6 +187,106 @@ def test_an_imported_training_trace_gets_its_phases_from_the_profilers_annotatio
                                        and any(x.get("args", {}).get("correlation") == e["args"].get("correlation")
                                                and st["ts"] <= x["ts"] < st["ts"] + st["dur"]
                                                for x in events if x.get("cat") == "cuda_runtime"))
+
+
+RESNET_2021 = DATA / "traces" / "worker0.1623143089861.pt.trace.json.gz"
+NODE = re.compile(r"\w+Backward\d*|torch::autograd::AccumulateGrad")
+"""A backward node's own name, as the 2021 format records it (written here apart from the library's)."""
+
+
+def _outermost(xs):
+    """The slices of ``xs`` (one thread's) that lie inside no other slice of ``xs``, by a plain sweep."""
+    out, end = [], float("-inf")
+    for e in sorted(xs, key=lambda e: (e["ts"], -e["dur"])):
+        if e["ts"] >= end:
+            out.append(e)
+            end = e["ts"] + e["dur"]
+    return out
+
+
+def test_a_2021_training_trace_s_backward_is_its_backward_nodes():
+    """The 2021 format has no ``evaluate_function`` slices: the autograd engine's thread records the backward nodes
+    themselves at its top (``CudnnConvolutionBackward``, ``torch::autograd::AccumulateGrad``), which Q1's wait for
+    the engine already read. The phases read the same slices: on Kineto's ResNet-50 V100 sample each step's backward
+    is the union of its 339 top-level nodes (about 28 ms of CPU; before, no step had a backward, nor a forward, and
+    ``other`` held 80 ms), its forward what the loop's thread ran before the first of them, and the GPU work those
+    nodes launched is the backward's. A plain scan of the JSON gives each figure."""
+    events = scan_trace(RESNET_2021)
+    cpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("Operator", "Runtime")]
+    threads = {(e["pid"], e["tid"]) for e in cpu}
+    nodes = [e for th in threads for e in _outermost([x for x in cpu if (x["pid"], x["tid"]) == th])
+             if NODE.fullmatch(e["name"])]
+    steps = _steps(events)
+    loop = {(st["pid"], st["tid"]) for st in steps}
+    assert len(nodes) == 2034 and len({(e["pid"], e["tid"]) for e in nodes}) == 1
+    assert not {(e["pid"], e["tid"]) for e in nodes} & loop  # the engine's own thread, not the loop's
+    kernel_of = {e["args"]["correlation"]: e for e in events if e.get("cat") == "Kernel"}
+    launches = [e for e in cpu if e.get("cat") == "Runtime" and e["args"].get("correlation") in kernel_of]
+    with open_trace(RESNET_2021, engine="sqlite") as s:
+        r = analyze(s)
+    df = r.phases
+    for st in steps:
+        lo, hi = st["ts"], st["ts"] + st["dur"]
+        got = df[df["step"] == int(st["name"].split("#")[1])].set_index("phase")
+        mine = [(max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in nodes
+                if e["ts"] < hi and e["ts"] + e["dur"] > lo]
+        assert len(mine) == 339
+        (loader,) = _inside(events, st, lambda x: x.startswith("enumerate(DataLoader)#"))
+        (opt,) = _inside(events, st, lambda x: x == "Optimizer.step#SGD.step")
+        (zero,) = _inside(events, st, lambda x: x == "Optimizer.zero_grad#SGD.zero_grad")
+        assert all(b >= loader["ts"] + loader["dur"] for b, _ in mine)  # no instant is both data and backward
+        back = _union(mine)
+        assert 27_000 < back < 30_000
+        assert got.loc["backward", "cpu_us"] == pytest.approx(back, abs=1e-3)
+        assert got.loc["backward", "source"] == "profiler"
+        # the forward by position: the step's children on the loop's thread that end before the first node begins
+        # and mark no phase (none of them holds that instant: the loop's thread waits in no slice meanwhile)
+        first = min(b for b, _ in mine)
+        kids = _outermost([e for e in cpu if (e["pid"], e["tid"]) == (st["pid"], st["tid"]) and e is not st
+                           and lo <= e["ts"] and e["ts"] + e["dur"] <= hi])
+        assert not any(e["ts"] < first < e["ts"] + e["dur"] for e in kids)
+        fwd = _union([(e["ts"], e["ts"] + e["dur"]) for e in kids if e["ts"] + e["dur"] <= first
+                      and e not in (loader, zero)])
+        assert got.loc["forward", "cpu_us"] == pytest.approx(fwd, abs=1e-3) and fwd > 30_000
+        assert got.loc["forward", "source"] == "position"
+        assert got.loc["data", "cpu_us"] == pytest.approx(loader["dur"], abs=1e-3)
+        assert got.loc["optimizer", "cpu_us"] == pytest.approx(opt["dur"], abs=1e-3)
+        assert got.loc["zero_grad", "cpu_us"] == pytest.approx(zero["dur"], abs=1e-3)
+        assert got.loc["other", "cpu_us"] == pytest.approx(st["dur"] - back - fwd - loader["dur"] - opt["dur"]
+                                                           - zero["dur"], abs=2e-3)
+        assert abs(got["cpu_us"].sum() - st["dur"]) <= SUM_TOLERANCE_US
+        # the kernels the nodes' launch calls (on the engine's thread, inside a node) launched are the backward's
+        k = sum(1 for e in launches if lo <= e["ts"] < hi and any(b <= e["ts"] < z for b, z in mine))
+        assert got.loc["backward", "kernels"] == k == 521
+    assert {"forward", "backward"} <= set(r.summary["train_phases"])
+
+
+def test_a_2021_cpu_run_s_backward_nodes_under_the_step_are_its_backward(tmp_path):
+    """On a CPU the engine runs the backward on the thread that called it: in the 2021 format its nodes lie under
+    the step, not at the top of a thread of their own. They are the backward all the same (one node inside another,
+    a reentrant backward, counts once), and no wait: the thread ran them itself. Built by hand: a 1000 µs step with
+    a 190 µs forward op, zero_grad (40), the loss's gradient seed (10), nodes covering 100 + 80 + 40 µs and the
+    optimizer (200)."""
+    def x(name, ts, dur):
+        return {"ph": "X", "name": name, "cat": "Operator", "pid": 7, "tid": 7, "ts": ts, "dur": dur, "args": {}}
+    ev = [x("ProfilerStep#1", 0, 1000), x("aten::linear", 10, 190), x("Optimizer.zero_grad#SGD.zero_grad", 210, 40),
+          x("aten::ones_like", 260, 10), x("MmBackward", 300, 100), x("aten::mm", 310, 80),
+          x("AddBackward0", 420, 80), x("ReluBackward1", 430, 50), x("torch::autograd::AccumulateGrad", 520, 40),
+          x("aten::add_", 525, 30), x("Optimizer.step#SGD.step", 600, 200)]
+    path = tmp_path / "cpu2021.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    events = scan_trace(path)
+    (st,) = _steps(events)
+    kids = _outermost([e for e in events if e is not st])  # the step's children: one thread here
+    back = [(e["ts"], e["ts"] + e["dur"]) for e in kids if NODE.fullmatch(e["name"])]
+    assert _union(back) == 220
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+    got = r.phases.set_index("phase")
+    assert got["cpu_us"].to_dict() == {"data": 0.0, "forward": 200.0, "backward": 220.0, "optimizer": 200.0,
+                                       "zero_grad": 40.0, "other": 340.0}
+    assert got.loc["backward", "source"] == "profiler" and got.loc["forward", "source"] == "position"
+    assert (r.cpu_own_times["wait_us"] == 0).all()
 
 
 def test_a_forward_only_trace_has_no_phases_and_no_phase_chart():
