@@ -969,3 +969,17 @@ def test_q9_tells_compiled_code_s_kernels_from_eager_code_s(path):
         assert len(labels) == len(set(labels)), part  # names the cut makes alike are one entry
     if "llm_decode" in path.name:
         assert any("cutlass_80_simt_sgemm" in k for k in eager)  # the prefill's aten::bmm
+
+
+def test_q3_says_an_unnamed_runtime_call_is_one():
+    """Kineto names a runtime call it has no name for ``INVALID``; question 3 lists such calls of an LLM's first
+    step (37 by a scan, none in a later step) and says what the name is."""
+    path = DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz"
+    sc = scan(path)
+    first, later = sc.steps[0], sc.steps[1:]
+    invalid = [e for e in sc.xs if e["name"] == "INVALID" and str(e.get("cat")).lower() == "cuda_runtime"]
+    n = sum(1 for e in invalid if first["ts"] <= e["ts"] < first["ts"] + first["dur"])
+    assert n == 37 and not any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for e in invalid for s in later)
+    f = by_id(path)["q3.cold_start"]
+    assert f"INVALID (calls the profiler could not name) ×{n} (" in f.text
+

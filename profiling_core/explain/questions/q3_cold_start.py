@@ -21,6 +21,14 @@ their median; within it, the difference is noise and no cost is explained."""
 _PROFILER_STARTUP = ("Activity Buffer Request",)
 _GEMM_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul")
 
+UNNAMED_CALL = "INVALID"
+"""The name Kineto gives a CUDA runtime call whose callback id is not in its table of names."""
+
+
+def _call_name(name) -> str:
+    """A runtime call's name as the texts print it: Kineto's :data:`UNNAMED_CALL` said to be one."""
+    return f"{name} (calls the profiler could not name)" if name == UNNAMED_CALL else str(name)
+
 
 def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) -> str:
     """What the calls found point at (workspace, library heuristics, lazy loading), only for those present."""
@@ -144,8 +152,8 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
     why = (f"the run's config has {'no' if warmup == 0 else f'{warmup} iterations of'} warm-up"
            if warmup is not None else None)
     if cold and (len(only) or len(lazy)):
-        listed = ", ".join(f"{n} ×{int(c)} ({_us(u)})" for n, c, u in only[["name", "calls", "us"]].head(4)
-                           .itertuples(index=False))
+        listed = ", ".join(f"{_call_name(n)} ×{int(c)} ({_us(u)})" for n, c, u in only[["name", "calls", "us"]]
+                           .head(4).itertuples(index=False))
         more = f" and {len(only) - 4} more" if len(only) > 4 else ""
         calls_us = float(only["us"].sum())
         out = f" This is a cold start ({why or 'from the trace: the first step does work no later step repeats'}):"
