@@ -12,6 +12,7 @@ import re
 import statistics
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -702,16 +703,33 @@ def test_profiler_table_matches_torch(path):
             assert g["device_total_us"] == pytest.approx(row["device_total_us"], abs=tol(row["device_total_us"]))
 
 
+_STACK_SCRIPT = """
+import json, sys
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+
 def _stack_work(x):
-    """Three GEMMs and ReLUs in a ``record_function`` range, then a Python loop that runs no op."""
-    import torch
-    with torch.profiler.record_function("region"):
+    # three GEMMs and ReLUs in a record_function range, then a Python loop that runs no op
+    with record_function("region"):
         for _ in range(3):
             x = torch.relu(x @ x)
     total = 0
     for i in range(20000):
         total += i
     return x
+
+
+x = torch.randn(64, 64)
+with profile(activities=[ProfilerActivity.CPU], with_stack=True, acc_events=True,
+             schedule=schedule(wait=1, warmup=1, active=2)) as prof:
+    for _ in range(4):
+        _stack_work(x)
+        prof.step()
+prof.export_chrome_trace(sys.argv[1])
+json.dump({e.key: [e.count, e.cpu_time_total, e.self_cpu_time_total] for e in prof.key_averages()},
+          open(sys.argv[2], "w"))
+"""
 
 
 def test_profiler_table_holds_the_python_frames_as_torchs_own_table_does(tmp_path):
@@ -722,17 +740,19 @@ def test_profiler_table_holds_the_python_frames_as_torchs_own_table_does(tmp_pat
     is the thread's time in its window outside its children and the frames and ops below the frames around it, less
     than half its total in both tables (it was all of it). torch splits the time around such ranges otherwise, on up to five rows,
     one of them negative; here every instant of a thread's recorded time is some row's own, once: the self times add
-    up to the time the thread spent in any slice (a plain scan's union)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
-    x = torch.randn(64, 64)
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True, acc_events=True,
-                 schedule=schedule(wait=1, warmup=1, active=2)) as prof:
-        for _ in range(4):
-            _stack_work(x)
-            prof.step()
-    prof.export_chrome_trace(str(tmp_path / "t.json"))
-    want = {e.key: e for e in prof.key_averages()}
+    up to the time the thread spent in any slice (a plain scan's union).
+
+    Profiled in a process of its own: a thread another test left running (a worker's pipe reader) would be recorded
+    too, its frames begun before the recording written by torch on thread 0 (the process's main thread for the
+    trace's readers)."""
+    import subprocess
+    import sys
+    script = tmp_path / "stack_work.py"
+    script.write_text(_STACK_SCRIPT)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "t.json"), str(tmp_path / "torch_table.json")],
+                   check=True, capture_output=True, timeout=300)
+    want = {k: SimpleNamespace(count=v[0], cpu_time_total=v[1], self_cpu_time_total=v[2])
+            for k, v in json.loads((tmp_path / "torch_table.json").read_text()).items()}
     assert any("_stack_work" in k for k in want)  # a Python frame is a row of torch's table
     with open_trace(str(tmp_path / "t.json"), engine="sqlite") as s:
         got = profiler_table(s)
