@@ -77,3 +77,37 @@ def test_attention_time_is_the_attention_category():
     b = r.step_breakdown
     att = b[b["category"] == "attention"]
     assert att["time_us"].sum() == pytest.approx(sum(e["dur"] for e in kernel), rel=1e-6)
+
+
+def test_a_run_that_asked_for_cuda_graphs_and_got_none_is_not_told_to_turn_them_on():
+    """block_decode_ro asked torch.compile for mode='reduce-overhead' and its compiled steps replay no CUDA graph:
+    gpu_starved must not advise that mode; it says the graphs were skipped and points to the finding that says why.
+    Without the config the trace alone does not say the mode was asked for, and the advice stays."""
+    path, cfg = load("block_decode_ro")
+    meta = json.loads((DATA / "block_decode_ro.meta.json").read_text())
+    assert meta["config"]["compile"] == "reduce-overhead"
+    events = scan_trace(path)
+    assert not any(e.get("name") == "cudaGraphLaunch" for e in events)
+    regions = [e for e in events if str(e.get("name", "")).startswith("Torch-Compiled Region")]
+    assert len(regions) == 3  # one compiled call a step: the steps ran compiled
+    found = {d.rule: d for d in diagnosed("block_decode_ro").diagnoses}
+    fix = found["gpu_starved"].fix
+    assert "asked torch.compile for mode='reduce-overhead'" in fix and "no cudaGraphLaunch" in fix
+    assert "replays it as a CUDA graph" not in fix  # (the old advice: turn on what the run already used)
+    assert f"*{found['cudagraphs_skipped'].title}*" in fix
+    with open_trace(path, engine="sqlite") as s:  # no config: nothing says the mode was asked for
+        plain = next(d for d in diagnose(s, compute_capability=9.0).diagnoses if d.rule == "gpu_starved")
+    assert "torch.compile(mode='reduce-overhead') replays it as a CUDA graph" in plain.fix
+
+
+def test_max_autotune_asks_for_cuda_graphs_too():
+    """mode='max-autotune' also replays CUDA graphs: the same run under that mode is told the graphs were skipped,
+    by both rules, and not sent to reduce-overhead."""
+    path, _cfg = load("block_decode_ro")
+    meta = json.loads((DATA / "block_decode_ro.meta.json").read_text())
+    cfg = ExperimentConfig.from_dict({**meta["config"], "compile": "max-autotune"})
+    with open_trace(path, engine="sqlite") as s:
+        found = {d.rule: d for d in diagnose(s, config=cfg, compute_capability=9.0).diagnoses}
+    assert "mode='max-autotune' (CUDA graphs), but no step replays one" in found["cudagraphs_skipped"].text
+    fix = found["gpu_starved"].fix
+    assert "asked torch.compile for mode='max-autotune'" in fix and "reduce-overhead" not in fix

@@ -2,7 +2,9 @@
 ``analyses.steps.steady_state``), whatever the number of launches: one 1 µs kernel in a 375 µs compiled step is as
 starved as a hundred tiny eager ones. The finding names where the CPU time goes (the step's top CPU ops by own time:
 Dynamo's guards, the compiled region's Python, the dispatcher, a blocking copy, the profiler) and the change that
-fits it; the cost is the CPU time per step less the GPU work per step, the most any change on the CPU side can save."""
+fits it (a run whose config asked for CUDA graphs, ``cudagraphs_skipped.graph_mode_asked``, and replayed none is sent
+to why they were skipped, not told to turn them on); the cost is the CPU time per step less the GPU work per step,
+the most any change on the CPU side can save."""
 from __future__ import annotations
 
 from typing import Optional
@@ -12,6 +14,7 @@ import numpy as np
 from ....analyses import DATA_WAIT_AT, annotation_ranges, data_wait, is_data_loader_next
 from ....analyses._shared import union_ns
 from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
+from .cudagraphs_skipped import TITLE as SKIPPED_TITLE, graph_mode_asked, graphs_skipped
 
 TOKEN_RANGE = "decode::token"
 """The range that marks one decode token (the causal_lm workload's ``record_function``; ``decode_launch_bound``)."""
@@ -188,6 +191,7 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     compiled = any(n.startswith(_COMPILED) for n, _us, _w in _cpu_time_by_op(r, basis))
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
     outside = _outside_ops_us(r, basis) if on_loop else None
+    asked = graph_mode_asked(c.config)  # a mode that replays CUDA graphs, from the run's config (None without)
     waits = data_wait(r.steps)["share"]  # the input rule's own test: the pointer only where that rule speaks
     if names and is_data_loader_next(names[0]) and waits is not None and waits >= DATA_WAIT_AT:
         fix = (f"The largest CPU cost is the DataLoader handing out the step's batch ({names[0]}): see *The step "
@@ -209,6 +213,16 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
         fix = (f"The largest CPU cost is {names[0]}, a call that waits for the GPU or for a copy: see the "
                "synchronisation and copies finding; pinned inputs copied with non_blocking=True ahead of the step, and "
                "no .item() in the hot loop, let the CPU queue the next work instead.")
+    elif asked and not graphs:  # the run's own config: graphs asked for, none replayed
+        fix = (f"This run already asked torch.compile for mode='{asked}', which replays the compiled step as a CUDA "
+               "graph (one launch, no Python per kernel), and its steady-state steps replay none (no "
+               "cudaGraphLaunch): Inductor skipped the graphs, so each kernel is launched from the CPU. "
+               + (f"See *{SKIPPED_TITLE}* for why it skips them and how to find out (TORCH_LOGS='perf_hints'); "
+                  if graphs_skipped(c) else
+                  "Run with TORCH_LOGS='perf_hints' to see why ('skipping cudagraphs due to ...': an input mutated "
+                  "in place such as a KV cache written by the step, dynamic shapes, CPU tensors); ")
+               + "once they replay, give each step more work (a larger batch) and keep guards cheap (no Python "
+               "scalars or changing shapes passed in).")
     elif call_us is not None and n_calls * call_us >= LAUNCHES_DOMINATE * cpu and not graphs:
         fix = ("Cut the launches: torch.compile fuses kernels (mode='default'), and mode='reduce-overhead' replays "
                f"the step as one CUDA graph (about {_fmt_us(gain)} per step less in launch calls, from "
@@ -229,7 +243,8 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                "step as a CUDA graph (torch.compile(mode='reduce-overhead'), or torch.cuda.graphs) so it launches once; "
                "the profiler table's CPU self time, sorted, names the rest"
                + (f" (fewer launches alone save about {_fmt_us(gain)} per step)" if gain else "") + ".")
-    if "reduce-overhead" in fix and not annotation_ranges(c.session, TOKEN_RANGE, shared=c.shared).empty:
+    if ("reduce-overhead" in fix and not asked
+            and not annotation_ranges(c.session, TOKEN_RANGE, shared=c.shared).empty):
         fix = ("This loop decodes token by token (decode::token ranges): a CUDA graph replays fixed shapes, so its KV "
                "cache must be a static one (see *Decode tokens are launch-bound*). " + fix)
     return Diagnosis("gpu_starved", "The GPU waits on the CPU (GPU-starved steps)", text, fix, max(0.0, cpu - gpu),
