@@ -165,6 +165,64 @@ def test_an_unaligned_leading_dimension_is_named(tmp_path):
     assert "of its memory roof" in x.text
 
 
+def _gemms_under_compile(path, dims) -> list[bool]:
+    """For each CPU ``aten::mm`` recorded with these ``Input Dims`` (by a plain scan): whether a ``Torch-Compiled
+    Region`` and a ``## Call CompiledFxGraph`` call of its thread hold it (start and end inside theirs)."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation"]
+
+    def inside(e, prefix):
+        return any(str(o["name"]).startswith(prefix) and (o["pid"], o["tid"]) == (e["pid"], e["tid"])
+                   and o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"] for o in ev)
+    return [inside(e, "Torch-Compiled Region") and inside(e, "## Call CompiledFxGraph ") for e in ev
+            if e["name"] == "aten::mm" and e.get("args", {}).get("Input Dims", [])[:2] == dims]
+
+
+@pytest.mark.parametrize("name,compiled", [("gemv_m4_n4095_compile", True), ("gemv_m4_n4095_eager", False)])
+def test_an_unaligned_gemm_that_ran_compiled_is_not_promised_compiles_padding(name, compiled):
+    """On the H200, torch.compile ran the M=4 GEMM with N=4095 inside its compiled graph, unpadded (its aten::mm
+    records N=4095 and a cuBLAS align1 kernel ran): the fix cannot send the user to torch.compile's shape padding;
+    it names the padding to do by hand. The eager run is still told that torch.compile pads such GEMMs."""
+    path = DATA / "h200_verdicts" / f"{name}.json"
+    under = _gemms_under_compile(path, [[4, 4096], [4096, 4095]])
+    assert len(under) == 3 and all(u == compiled for u in under)  # one a step
+    aligned1 = [e["name"] for e in scan_trace(path) if e.get("cat") == "kernel" and "gemm" in e["name"]]
+    assert len(aligned1) == 3 and all("_align1>" in n for n in aligned1)
+    x = rules(run(path)[2])["unaligned_gemm_dims"]
+    assert (x.evidence["m"], x.evidence["k"], x.evidence["n"]) == (4, 4096, 4095)
+    promise = "torch.compile pads such GEMMs itself"
+    if compiled:
+        assert promise not in x.fix
+        assert "ran under torch.compile (inside a compiled region) and unpadded" in x.fix
+        assert "N from 4095 to 4096" in x.fix and "K from" not in x.fix  # K = 4096 is aligned
+    else:
+        assert promise in x.fix and "ran under torch.compile" not in x.fix
+
+
+def test_of_unaligned_gemms_only_the_compiled_ones_are_sent_to_pad_by_hand(tmp_path):
+    """One unaligned GEMM inside a compiled graph, another outside any: the fix names the compiled one's padding and
+    sends the eager one to padding or to torch.compile, promising neither that compile pads."""
+    t = vt.Trace()
+    kernel = "void cutlass::Kernel2<cutlass_75_tensorop_s1688gemm_bf16_64x64_32x1_nn_align1>(...)"
+
+    def body(t):
+        t.cpu("Torch-Compiled Region: 0/0", 120, children=lambda t: t.cpu(
+            "## Call CompiledFxGraph f0 ##", 100, cat="user_annotation", children=lambda t: t.cpu(
+                "aten::mm", 60, dims=[[64, 1000], [1000, 4095]], types=vt.BF16,
+                children=lambda t: t.launch(kernel, 30.0))))
+        t.cpu("aten::mm", 60, dims=[[64, 4096], [4096, 1001]], types=vt.BF16,
+              children=lambda t: t.launch(kernel, 30.0))
+    for s in range(4):
+        t.step(s + 1, body)
+    path = t.write(tmp_path / "t.json")
+    assert _gemms_under_compile(path, [[64, 1000], [1000, 4095]]) == [True] * 4
+    assert _gemms_under_compile(path, [[64, 4096], [4096, 1001]]) == [False] * 4
+    x = rules(run(path)[2])["unaligned_gemm_dims"]
+    assert "torch.compile pads such GEMMs itself" not in x.fix
+    assert x.fix.startswith("The GEMM with M=64, K=1000, N=4095 ran under torch.compile")
+    assert "N from 4095 to 4096" in x.fix and "1001" not in x.fix  # K = 1000 is a multiple of 8
+    assert "The other unaligned GEMMs ran eagerly" in x.fix
+
+
 def test_a_big_aligned_gemm_is_judged_by_the_compute_roof(tmp_path):
     path = vt.gemm(tmp_path / "t.json", 4096, 4096, 4096, "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 190.0)
     _, _, d = run(path)

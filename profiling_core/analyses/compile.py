@@ -14,8 +14,7 @@ from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
 from .table import cpu_slices_by_step
 
-__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "in_compiled_code",
-           "COMPILED_GRAPH_CALL"]
+__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL"]
 
 COMPILED_GRAPH_CALL = "## Call CompiledFxGraph "
 """How the profiler names a call of a torch.compile'd graph (``## Call CompiledFxGraph <hash> ##``)."""
@@ -51,10 +50,11 @@ _BACKWARD = "CompiledFunctionBackward"
 """The autograd node that runs a compiled function's backward graph (on the autograd engine's thread in training)."""
 
 
-def _under(sh: Shared, rows: np.ndarray, name: str) -> np.ndarray:
-    """Whether each of ``rows`` (of ``sh.slices``) has an ancestor (parent chain) named ``name``."""
+def _under(sh: Shared, rows: np.ndarray, named: np.ndarray) -> np.ndarray:
+    """Whether each of ``rows`` (of ``sh.slices``) has an ancestor (parent chain) among ``named`` (a boolean array
+    over ``sh.slices``, e.g. ``sh.name_mask``)."""
     t = sh.slices
-    ppos, named = t["ppos"], sh.name_mask(lambda u: u == name)
+    ppos = t["ppos"]
     hit = np.zeros(len(rows), dtype=bool)
     cur = ppos[rows] if len(rows) else np.zeros(0, dtype=np.int64)
     while (live := cur >= 0).any():
@@ -63,21 +63,21 @@ def _under(sh: Shared, rows: np.ndarray, name: str) -> np.ndarray:
     return hit
 
 
-def in_compiled_code(sh: Shared, rows: np.ndarray) -> np.ndarray:
-    """Whether each of ``rows`` (of ``sh.slices``; -1 for none: False) is or lies under (its parent chain) torch.compile's
-    code: a ``Torch-Compiled Region``, a call of a compiled graph (:data:`COMPILED_GRAPH_CALL`), or a
+def ran_compiled(session, ids, shared: Shared | None = None) -> np.ndarray:
+    """Whether each of these slices (ids; -1 for none: False) is or lies under (its parent chain) torch.compile's code:
+    a ``Torch-Compiled Region``, a call of a compiled graph (:data:`COMPILED_GRAPH_CALL`), or a
     ``CompiledFunctionBackward`` (a compiled function's backward graph, which autograd runs outside the region, on its
-    engine's thread in training). A launch call there launched compiled code's kernels, a CUDA graph's replay
-    (``cudaGraphLaunch`` under reduce-overhead) included; any other launch is eager code's."""
-    t = sh.slices
-    rows = np.asarray(rows, dtype=np.int64)
-    mark = sh.name_mask(lambda u: isinstance(u, str) and (u.startswith(("Torch-Compiled Region", COMPILED_GRAPH_CALL))
-                                                           or u == _BACKWARD))
+    engine's thread in training). An op there ran as the compiled code ran it (an Inductor graph's extern GEMM with
+    the shapes it recorded); a launch call there launched compiled code's kernels, a CUDA graph's replay
+    (``cudaGraphLaunch`` under reduce-overhead) included; any other is eager code's."""
+    sh = shared_for(session, shared)
+    ids = np.asarray(list(ids), dtype=np.int64)
+    rows = np.full(len(ids), -1, dtype=np.int64)
+    rows[ids >= 0] = sh.pos(ids[ids >= 0])
+    mark = sh.name_mask(lambda u: _kind(u) in (2, 4) or u == _BACKWARD)
     hit = np.zeros(len(rows), dtype=bool)
-    cur = rows.copy()
-    while (live := cur >= 0).any():
-        hit[live] |= mark[cur[live]]
-        cur = np.where(live & ~hit, t["ppos"][np.maximum(cur, 0)], -1)
+    on = rows >= 0
+    hit[on] = mark[rows[on]] | _under(sh, rows[on], mark)
     return hit
 
 
@@ -96,7 +96,7 @@ def _compile_cpu_rows(sh: Shared) -> list[tuple]:
     k = kind_of[t["name_codes"][rows]]
     rows, j, k = rows[k > 0], j[k > 0], k[k > 0].astype(np.int64)
     bwd = np.zeros(len(rows), dtype=bool)
-    bwd[k == 4] = _under(sh, rows[k == 4], _BACKWARD)
+    bwd[k == 4] = _under(sh, rows[k == 4], sh.name_mask(lambda u: u == _BACKWARD))
     rows, j, k = np.concatenate([rows, rows[bwd]]), np.concatenate([j, j[bwd]]), np.concatenate([k, np.full(
         int(bwd.sum()), 6, dtype=np.int64)])  # kind 6: an FX graph call of a backward (also counted as kind 4)
     n = np.bincount(j * 7 + k, minlength=7 * len(steps)).reshape(len(steps), 7).tolist()

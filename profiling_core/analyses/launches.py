@@ -8,7 +8,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from .compile import in_compiled_code
+from .compile import ran_compiled
 from ._shared import _RUNTIME_CATS, Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
 
 __all__ = ["launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains"]
@@ -179,7 +179,7 @@ def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     count = np.bincount(g)
     with_occ = np.bincount(g[before], minlength=len(count))
     compiled = np.zeros(n, dtype=bool)
-    compiled[has] = in_compiled_code(sh, prow)
+    compiled[has] = ran_compiled(sh.session, par[has], shared=sh)
     from_compiled = np.bincount(g[compiled], minlength=len(count))
     vals = [col.values()[first].tolist() for col in keys]
     rows = [(*k, int(a), int(b), int(c)) for *k, a, b, c in zip(*vals, count.tolist(), with_occ.tolist(),
@@ -204,7 +204,7 @@ def launch_paths(session, shared: Shared | None = None) -> pd.DataFrame:
         ``parent_ops`` (distinct parent op names joined by ``", "``), ``count`` (launches of that op),
         ``occupancy_queries`` (launches preceded by an occupancy query), ``occupancy_query_before`` (bool) and
         ``from_compiled`` (launches made from torch.compile's code: a call under a compiled region, a compiled graph's
-        call or a compiled backward, :func:`~profiling_core.analyses.compile.in_compiled_code`), sorted by name.
+        call or a compiled backward, :func:`~profiling_core.analyses.compile.ran_compiled`), sorted by name.
         Empty on CPU-only traces.
     """
     df = _launch_path_raw(shared_for(session, shared))

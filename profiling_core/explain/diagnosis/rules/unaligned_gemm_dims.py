@@ -6,19 +6,65 @@ leading dimension N and the result M×N with leading dimension N (``nn.Linear``'
 N are the dimensions whose alignment matters; M (the rows, e.g. the batch of a decode step) does not. The kernel that
 ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built for). The cost bound
 is its time less the same FLOPs at its roof (the roofline's ceiling for its intensity), on the critical path only
-where the GPU sets the pace (``base._gpu_time_cost``)."""
+where the GPU sets the pace (``base._gpu_time_cost``).
+
+The fix: pad K and N to a multiple of 8. torch.compile's Inductor pads such GEMMs where it judges that padding pays
+(``torch._inductor.config.shape_padding``); where a GEMM ran under torch.compile all the same, unpadded
+(``analyses.ran_compiled``: its op lies in a compiled region or a compiled graph's call), the fix says so and names
+the padding to do by hand instead of sending the user to torch.compile."""
 from __future__ import annotations
 
 from typing import Optional
 
 import pandas as pd
 
+from ....analyses import ran_compiled
 from ....analyses.categories import kernel_family, split_kernel_names
 from ...questions.base import _short
 from ..base import Diagnosis, _Ctx, _gpu_time_cost, _steps
 
 ALIGN_ELEMENTS = 8
 """16 bytes of bf16/fp16: the alignment cuBLAS's vectorised tensor-core kernels need of each leading dimension."""
+_PAD_BY_HAND = ("e.g. torch.nn.functional.pad of the inputs and a slice of the result, or choose sizes that are (a "
+                "vocabulary padded to a multiple of 64)")
+
+
+def _dims(row) -> str:
+    return f"M={int(row['m'])}, K={int(row['k'])}, N={int(row['n'])}"
+
+
+def _padding(row) -> str:
+    """The padding a GEMM row needs by hand: each of its unaligned leading dimensions (K, N) up to the next multiple
+    of ``ALIGN_ELEMENTS``."""
+    return ", ".join(f"{d} from {v} to {-(-v // ALIGN_ELEMENTS) * ALIGN_ELEMENTS}"
+                     for d in ("K", "N") if (v := int(row[d.lower()])) % ALIGN_ELEMENTS)
+
+
+def _fix(c: _Ctx, bad: pd.DataFrame) -> str:
+    """Pad K and N; torch.compile pads such GEMMs itself, unless one of them already ran under it
+    (:func:`~profiling_core.analyses.ran_compiled`) unpadded: then the padding to do by hand, shape by shape."""
+    ids = [[int(i) for i in lst] for lst in bad["slice_ids"]]
+    flat = ran_compiled(c.session, [i for lst in ids for i in lst], shared=c.shared).tolist()
+    compiled, at = [], 0
+    for (_i, row), lst in zip(bad.iterrows(), ids):
+        if any(flat[at:at + len(lst)]):
+            compiled.append(row)
+        at += len(lst)
+    if not compiled:
+        return ("Pad K and N to a multiple of 8 (64 is better still: whole tiles), " + _PAD_BY_HAND + "; "
+                "torch.compile pads such GEMMs itself (torch._inductor.config.shape_padding, on by default).")
+    shapes = list(dict.fromkeys((_dims(r), _padding(r)) for r in compiled))
+    alone = len(shapes) == 1 and len(compiled) == len(bad)
+    which = ("This GEMM" if alone else
+             "The GEMM" + ("s" if len(shapes) > 1 else "") + " with " + "; ".join(d for d, _p in shapes))
+    pads = "; ".join(p if len(shapes) == 1 else f"{d}: {p}" for d, p in shapes)
+    text = (f"{which} ran under torch.compile (inside a compiled region) and unpadded: Inductor's shape padding "
+            f"(torch._inductor.config.shape_padding) did not pad {'it' if len(shapes) == 1 else 'them'} here, so "
+            f"pad by hand to a multiple of 8 ({pads}; 64 is better still: whole tiles), " + _PAD_BY_HAND + ".")
+    if len(compiled) < len(bad):
+        text += (" The other unaligned GEMMs ran eagerly: pad their K and N the same way, or compile them "
+                 "(Inductor pads such GEMMs where it judges that padding pays).")
+    return text
 
 
 def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
@@ -54,9 +100,7 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
             f"{'is' if len(odd) == 1 else 'are'} not {'a multiple' if len(odd) == 1 else 'multiples'} of "
             f"{ALIGN_ELEMENTS}, and K and N are the leading dimensions of row-major operands, so cuBLAS cannot use its "
             f"16-byte-aligned tensor-core kernels; it ran {fam_txt} at {row['tflops']:,.1f} TFLOP/s{frac}.")
-    fix = ("Pad K and N to a multiple of 8 (64 is better still: whole tiles), e.g. torch.nn.functional.pad of the "
-           "inputs and a slice of the result, or choose sizes that are (a vocabulary padded to a multiple of 64); "
-           "torch.compile pads such GEMMs itself (torch._inductor.config.shape_padding, on by default).")
+    fix = _fix(c, bad)
     return Diagnosis("unaligned_gemm_dims", "GEMM dimensions not multiples of 8", text, fix, cost, basis,
                      {"slice_ids": [i for lst in bad["slice_ids"] for i in lst][:50], "kernel": row["kernel"],
                       "m": int(row["m"]), "k": int(row["k"]), "n": int(row["n"]), "unaligned": odd,
