@@ -555,3 +555,51 @@ def test_a_compute_bound_verdict_that_rests_on_exposed_collectives_says_so():
     assert q2.evidence["exposed_collectives_us_per_step"] == pytest.approx(alone, abs=1.0)
     assert "collectives that no compute overlaps: without them the GPU would have" in q2.text
     assert "would wait on the CPU, so overlapping them makes the step overhead-bound" in q2.text
+
+
+def _unaligned_bf16_gemms(path) -> tuple[dict[tuple[int, int, int], float], int]:
+    """({(M, K, N): GPU µs per step} of the bf16 aten::mm / aten::addmm whose K or N is not a multiple of 8, the
+    number of steps), by a plain scan: each op's kernels are those whose launch call (same correlation) starts inside
+    the op on its thread, summed over the trace and divided by the ProfilerSteps."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = [e for e in ev if str(e["name"]).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
+    calls = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})]
+    kernels = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "kernel"}
+    per: dict[tuple[int, int, int], float] = {}
+    for op in ev:
+        if op.get("cat") != "cpu_op" or op["name"] not in ("aten::mm", "aten::addmm"):
+            continue
+        at = 1 if op["name"] == "aten::addmm" else 0  # addmm's first input is the bias
+        if op["args"]["Input type"][at] != "c10::BFloat16":
+            continue
+        (m, k), (_k, n) = op["args"]["Input Dims"][at:at + 2]
+        if k % 8 == 0 and n % 8 == 0:
+            continue
+        for c in calls:
+            if ((c["pid"], c["tid"]) == (op["pid"], op["tid"]) and op["ts"] <= c["ts"] < op["ts"] + op["dur"]
+                    and c["args"]["correlation"] in kernels):
+                per[(m, k, n)] = per.get((m, k, n), 0.0) + kernels[c["args"]["correlation"]]["dur"]
+    return {s: us / len(steps) for s, us in per.items()}, len(steps)
+
+
+@pytest.mark.parametrize("path", [LOADER, WORKERS, PYTHON], ids=lambda p: p.name)
+def test_the_unaligned_gemm_finding_names_every_shape_its_cost_counts(path):
+    """The MLP's last layer (N = 10) is unaligned forward (64×2048×10) and in its backward's input gradient
+    (64×10×2048, K = 10): the cost counts both, so the text names both, each with its GPU time per step."""
+    want, _steps = _unaligned_bf16_gemms(path)
+    assert sorted(want) == [(64, 10, 2048), (64, 2048, 10)]
+    assert all(us < 10 for us in want.values())  # (µs below 10 are written with two decimals)
+    x = run(path)[2]["unaligned_gemm_dims"]
+    assert x.text.startswith("A bf16 GEMM with M=64, K=2048, N=10: N is not a multiple of 8")
+    assert (f"The cost counts 2 unaligned GEMM shapes, each by its GPU time per step, this one first: "
+            f"M=64, K=2048, N=10 (N unaligned) {want[(64, 2048, 10)]:.2f} µs; "
+            f"M=64, K=10, N=2048 (K unaligned) {want[(64, 10, 2048)]:.2f} µs.") in x.text
+    got = {(s["m"], s["k"], s["n"]): s["us_per_step"] for s in x.evidence["shapes"]}
+    assert got == pytest.approx(want, abs=1e-6)
+    # the time at stake: both shapes' time less their FLOPs at the memory roof (the same for both: one intensity)
+    flops, nbytes = 2 * 64 * 2048 * 10, 2 * (64 * 2048 + 2048 * 10 + 64 * 10)
+    roof = flops / nbytes * json.loads((H200 / "peaks.json").read_text())["bandwidth_gbs"] / 1e3  # TFLOP/s
+    at_stake = sum(want.values()) - 2 * flops / (roof * 1e6)
+    assert f"{at_stake:.1f} µs per step" in x.cost_basis and f"memory roof ({roof:.1f} TFLOP/s" in x.cost_basis
+    assert "these 2 GEMM shapes' time less the same FLOPs at their memory roof" in x.cost_basis
+    assert "this GEMM time" not in x.cost_basis

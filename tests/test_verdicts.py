@@ -223,6 +223,32 @@ def test_of_unaligned_gemms_only_the_compiled_ones_are_sent_to_pad_by_hand(tmp_p
     assert "The other unaligned GEMMs ran eagerly" in x.fix
 
 
+def test_unaligned_gemms_under_two_roofs_are_each_costed_at_their_own(tmp_path):
+    """A big unaligned GEMM (compute roof) and a GEMV-like one (memory roof) in each step: the cost is their time
+    less each one's FLOPs at its own roof, and the text names both shapes with their time per step."""
+    t = vt.Trace()
+    kernel = "void cutlass::Kernel2<cutlass_75_tensorop_s1688gemm_bf16_64x64_32x1_nn_align1>(...)"
+
+    def body(t):
+        t.cpu("aten::mm", 60, dims=[[4096, 4096], [4096, 4095]], types=vt.BF16,
+              children=lambda t: t.launch(kernel, 400.0))
+        t.cpu("aten::mm", 60, dims=[[4, 4096], [4096, 4095]], types=vt.BF16,
+              children=lambda t: t.launch(kernel, 30.0))
+    for s in range(4):
+        t.step(s + 1, body)
+    _, _, d = run(t.write(tmp_path / "t.json"))
+    x = rules(d)["unaligned_gemm_dims"]
+    big, small = 2 * 4096 * 4096 * 4095, 2 * 4 * 4096 * 4095
+    compute = H200_PEAKS.gemm_tflops["bf16"]
+    memory = small / (2 * (4 * 4096 + 4096 * 4095 + 4 * 4095)) * H200_PEAKS.bandwidth_gbs / 1e3  # TFLOP/s
+    assert memory < compute
+    assert x.cost_us_per_step == pytest.approx(400.0 + 30.0 - big / (compute * 1e6) - small / (memory * 1e6))
+    assert (f"each one's roof (memory {memory:,.1f} TFLOP/s; compute {compute:,.1f} TFLOP/s, from the measured "
+            "peaks)") in x.cost_basis
+    assert ("The cost counts 2 unaligned GEMM shapes, each by its GPU time per step, this one first: "
+            "M=4096, K=4096, N=4095 (N unaligned) 400.0 µs; M=4, K=4096, N=4095 (N unaligned) 30.0 µs.") in x.text
+
+
 def test_a_big_aligned_gemm_is_judged_by_the_compute_roof(tmp_path):
     path = vt.gemm(tmp_path / "t.json", 4096, 4096, 4096, "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 190.0)
     _, _, d = run(path)
