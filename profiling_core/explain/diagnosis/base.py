@@ -120,7 +120,8 @@ def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, 
     than its CPU's own time (its CPU time less the time it spent blocked on the GPU, ``sync_wait_us_per_step``):
     where the GPU waits on the CPU (an overhead-bound steady state) the step is as long as the CPU's time and shortens
     at most by the time it spent blocked while the GPU worked (as measured: ``sync_wait_measured_us_per_step``, which
-    the bound rule's threshold may count as none); where the GPU sets the pace (compute- or copy-bound) the step is as long as the
+    the bound rule's threshold may count as none; where that is the figure, the basis names it first, then the time at
+    stake that ``basis`` describes); where the GPU sets the pace (compute- or copy-bound) the step is as long as the
     longer of its CPU time and its GPU work, and shortens at most to the CPU's own time. Where no verdict says who
     sets the pace (no steps), the step shortens by that GPU time at most."""
     ss = report.summary.get("steady_state") or {}
@@ -128,10 +129,17 @@ def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, 
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
     if label == "overhead-bound":
         blocked = float(ss.get("sync_wait_measured_us_per_step") or wait)
-        return min(saved_us, blocked), (
-            f"{basis} ({_fmt_us(saved_us)} per step); it is not on the critical path: the GPU waits on the CPU (an "
-            "overhead-bound step), so the step shortens at most by the time its CPU spent blocked in synchronising "
-            f"calls while the GPU worked, {_fmt_us(blocked)} per step, until the CPU side is cut")
+        if saved_us <= blocked:
+            return saved_us, (
+                f"{basis} ({_fmt_us(saved_us)} per step); it is not on the critical path: the GPU waits on the CPU (an "
+                "overhead-bound step), so the step shortens at most by the time its CPU spent blocked in "
+                f"synchronising calls while the GPU worked, {_fmt_us(blocked)} per step, until the CPU side is cut")
+        # the figure is the blocked time, not what the basis describes: say so first
+        return blocked, (
+            f"the time the step's CPU spent blocked in synchronising calls while the GPU worked, {_fmt_us(blocked)} "
+            "per step (measured): the GPU waits on the CPU (an overhead-bound step), so the step shortens at most by "
+            f"that until the CPU side is cut; the time at stake, {_fmt_us(saved_us)} per step, is not on the critical "
+            f"path: {basis}")
     if label not in GPU_PACED or ss.get("cpu_us_per_step") is None or ss.get("gpu_us_per_step") is None:
         return saved_us, basis
     cpu, gpu = float(ss["cpu_us_per_step"]), float(ss["gpu_us_per_step"])
