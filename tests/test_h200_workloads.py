@@ -111,3 +111,36 @@ def test_max_autotune_asks_for_cuda_graphs_too():
     assert "mode='max-autotune' (CUDA graphs), but no step replays one" in found["cudagraphs_skipped"].text
     fix = found["gpu_starved"].fix
     assert "asked torch.compile for mode='max-autotune'" in fix and "reduce-overhead" not in fix
+
+
+def test_fp32_attention_inputs_recorded_in_the_trace_are_the_reason_flash_did_not_run():
+    """Without the run's config the trace alone says why flash did not run: every scaled_dot_product_attention call
+    recorded float (fp32) query, key and value, and flash takes only fp16/bf16."""
+    path, _cfg = load("attention_fp32_eager")
+    calls = [e for e in scan_trace(path) if e.get("name") == "aten::scaled_dot_product_attention"
+             and e.get("cat") == "cpu_op"]
+    assert len(calls) == 3 and all(e["args"]["Input type"][:3] == ["float"] * 3 for e in calls)
+    with open_trace(path, engine="sqlite") as s:
+        x = next(d for d in diagnose(s, compute_capability=9.0).diagnoses if d.rule == "attention_backend")
+    assert x.evidence["backend"] == "efficient"
+    assert x.evidence["reasons"] == ["flash attention takes only fp16/bf16 inputs and the trace records fp32 ones "
+                                     "(aten::scaled_dot_product_attention's Input type: float)"]
+    assert "does not say" not in x.text
+
+
+@pytest.mark.parametrize("types", [["c10::BFloat16"] * 3, None])
+def test_bf16_or_unrecorded_attention_inputs_leave_the_reason_unsaid(tmp_path, types):
+    """bf16 inputs that ran the efficient backend (something else ruled flash out), or no recorded types: the trace
+    does not say why, and the text says so."""
+    import verdict_traces as vt
+    t = vt.Trace()
+    for n in range(3):
+        t.step(n + 1, lambda t: t.cpu(
+            "aten::scaled_dot_product_attention", 40, dims=[[8, 16, 2048, 128]] * 3, types=types,
+            children=lambda t: t.cpu("aten::_scaled_dot_product_efficient_attention", 30, types=types,
+                                     children=lambda t: t.launch("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(...)",
+                                                                 50.0))))
+    with open_trace(t.write(tmp_path / "t.json"), engine="sqlite") as s:
+        x = next(d for d in diagnose(s, compute_capability=9.0).diagnoses if d.rule == "attention_backend")
+    assert x.evidence["backend"] == "efficient" and x.evidence["reasons"] == []
+    assert "the trace does not say why flash was not chosen" in x.text

@@ -1,5 +1,7 @@
 """``attention_backend``: which scaled_dot_product_attention backend ran and, where it is not a fused one on a GPU,
-the reasons the run's own settings give why flash could not run."""
+the reasons the run's own settings give why flash could not run, and the one the trace itself records: attention
+inputs of a type flash does not take (flash takes fp16 and bf16; the ops' recorded ``Input type`` of query, key and
+value). Without either, the text says the trace does not say why."""
 from __future__ import annotations
 
 from typing import Optional
@@ -7,7 +9,30 @@ from typing import Optional
 import numpy as np
 
 from ....config import config_field as _cfg
-from ..base import Diagnosis, _Ctx
+from ..base import Diagnosis, _Ctx, _args_of
+from ..roofline import _TORCH_DTYPES
+
+FLASH_INPUT_TYPES = ("c10::BFloat16", "c10::Half")
+"""The recorded ``Input type`` of the query, key and value that flash attention takes (bf16, fp16)."""
+
+
+def _recorded_input_types(c: _Ctx, ops: list[str]) -> dict[str, list[str]]:
+    """{forward attention op: the distinct recorded ``Input type`` of its query, key and value (its first three
+    inputs)} over every call of ``ops`` in the trace (backward ops, whose first input is the gradient, left out);
+    an op without recorded types is absent."""
+    fwd = [o for o in ops if not o.endswith("_backward")]
+    col = c.session.tables.name
+    codes = [i for i, n in enumerate(col.uniq) if n in fwd]
+    if not codes:
+        return {}
+    ids = np.flatnonzero(np.isin(col.codes, codes))
+    got = _args_of(c.session, "Input type", ids.tolist())
+    out: dict[str, set] = {}
+    for i in ids.tolist():
+        t = got.get(i)
+        if isinstance(t, list):
+            out.setdefault(col.uniq[col.codes[i]], set()).update(x for x in t[:3] if isinstance(x, str) and x)
+    return {op: sorted(ts) for op, ts in out.items() if ts}
 
 
 def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
@@ -36,9 +61,18 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
     if forced and forced != "auto":
         why.append(f"the run forced backend={forced}")
     good = ("flash", "cudnn")  # cuDNN's SDPA is a flash-style fused kernel: torch prefers it on Hopper
+    recorded = _recorded_input_types(c, ops) if on_gpu and backend not in good else {}
     if on_gpu and backend not in good:
         if dtype == "fp32":
             why.append("flash attention takes only fp16/bf16 inputs and this run is fp32")
+        else:  # the trace's own record: query, key and value of a type flash does not take
+            odd = {op: [t for t in ts if t not in FLASH_INPUT_TYPES] for op, ts in recorded.items()}
+            op = next((o for o in sorted(odd, key=lambda o: (o != "aten::scaled_dot_product_attention", o))
+                       if odd[o]), None)
+            if op is not None:
+                names = sorted({_TORCH_DTYPES.get(t, t) for t in odd[op]})
+                why.append(f"flash attention takes only fp16/bf16 inputs and the trace records {' and '.join(names)} "
+                           f"ones ({op}'s Input type: {', '.join(odd[op])})")
         hd = knobs.get("head_dim") or (knobs.get("d_model") // knobs["heads"] if knobs.get("d_model")
                                        and knobs.get("heads") else None)
         if hd and hd > 256:
@@ -63,5 +97,7 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
                "most 256, no explicit attention mask where is_causal=True does; force it with "
                "torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) to see the reason torch gives when it "
                "cannot.")
-    return Diagnosis("attention_backend", f"Attention backend: {backend}", text, fix, None, "",
-                     {"backend": backend, "ops": ops[:10], "reasons": why})
+    ev = {"backend": backend, "ops": ops[:10], "reasons": why}
+    if recorded:
+        ev["input_types"] = recorded
+    return Diagnosis("attention_backend", f"Attention backend: {backend}", text, fix, None, "", ev)
