@@ -276,15 +276,20 @@ def test_json_carries_the_peaks_the_roofline_and_the_diagnoses(tmp_path, capsys)
     assert out["diagnoses"][0]["cost_us_per_step"] > 0
 
 
-def test_a_store_run_is_judged_by_its_devices_calibration(tmp_path, capsys):
+@pytest.mark.parametrize("name", ["trace.json", "trace.json.gz"])
+def test_a_store_run_is_judged_by_its_devices_calibration(tmp_path, capsys, name):
+    """A run of the store, its trace as the store keeps it (``trace.json``, or ``trace.json.gz`` for a gzip import):
+    its meta.json's config and device, and the store's calibration of that device."""
+    import gzip
     from profiling_core.store.peaks import PeakBook
     run = tmp_path / "runs" / "20261201-120000-bf16_4095"
     run.mkdir(parents=True)
-    run.joinpath("trace.json").write_bytes((DATA / "h200_diag" / "bf16_4095.json").read_bytes())
+    raw = (DATA / "h200_diag" / "bf16_4095.json").read_bytes()
+    run.joinpath(name).write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
     meta = json.loads((DATA / "h200_diag" / "bf16_4095.meta.json").read_text())
     run.joinpath("meta.json").write_text(json.dumps({**meta, "name": "4095_bf16_warm_eager", "status": "ok"}))
     PeakBook(tmp_path / "runs").save(_h200_peaks(tmp_path))
-    out = run_json(run / "trace.json", capsys)
+    out = run_json(run / name, capsys)
     assert out["peaks"]["torch_version"] == "2.11.0+cu130"
     assert [r["flops_from"] for r in out["roofline"] if r["kind"] == "gemm"] == ["shapes"]
     assert [d["rule"] for d in out["diagnoses"]] == ["unaligned_gemm_dims"]

@@ -325,10 +325,10 @@ def _run_context(path: str, peaks_file: Optional[str]):
 
     from ..store.files import read_json_object
     from ..store.peaks import DevicePeaks, PeakBook
-    from ..store.runs import RunStore
+    from ..store.runs import TRACE_FILE, TRACE_GZ_FILE, RunStore
     config, device, peaks, store_root, process_peak = None, {}, None, None, None
     trace = Path(path)
-    if trace.name == "trace.json" and (trace.parent / "meta.json").is_file():
+    if trace.name in (TRACE_FILE, TRACE_GZ_FILE) and (trace.parent / "meta.json").is_file():
         store_root = trace.parent.parent
         try:
             run = RunStore(store_root).load(trace.parent.name)
