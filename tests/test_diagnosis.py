@@ -199,9 +199,10 @@ EXPECTED = {
     # an A100 trace whose fp32 GEMM ran in ampere_sgemm (no TF32), outside any ProfilerStep
     "event_sync_trace.json.gz": ["fp32_without_tf32"],
     # BERT inference: the vocabulary projection (N=30522) and 141 tokens are not multiples of 8, 61 short kernels a
-    # step, and an .item() with a stream sync in each step
+    # step, and an .item() with a stream sync in each step; recorded with with_stack and profile_memory (its header's
+    # "with_stack": 1, "profile_memory": 1)
     "gaunernst_bert-small-uncased__1016001.json.gz": ["unaligned_gemm_dims", "gpu_starved", "sync_in_step",
-                                                      "attention_backend"],
+                                                      "profiler_overhead", "attention_backend"],
     "gpu_metrics_input.json": ["gpu_starved", "sync_in_step"],
     # one kernel in a 13 s step: the GPU starves whatever the number of launches
     "triton_example.json.gz": ["gpu_starved", "sync_in_step"],
@@ -212,8 +213,9 @@ EXPECTED = {
     "trace.json.gz": ["attention_backend"],  # one flash attention call (aten::_scaled_dot_product_flash_attention)
     # Qwen 0.5B inference with profile_memory: the MLP's temporaries take the peak to 1.9 GiB over 0.9 GiB of
     # weights (and an .item() per step, flash attention; its one fp32 GEMM, the rotary embedding's 32 x 1 x 559
-    # bmm in a full-fp32 kernel, is held by the memory roof: TF32 would not speed it up)
-    "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz": ["sync_in_step", "attention_backend", "memory_peak"],
+    # bmm in a full-fp32 kernel, is held by the memory roof: TF32 would not speed it up); recorded with with_stack
+    "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz": ["sync_in_step", "profiler_overhead", "attention_backend",
+                                                "memory_peak"],
     # ResNet-50 training (2021 format): its batches made in the loop's thread (num_workers=0: 40% of each step in
     # the DataLoader's __next__), a pageable input copy per step, NCHW convolutions, a for-loop SGD; its [memory]
     # events carry no totals, so what the steps keep is unknown and no peak is judged against it

@@ -80,10 +80,11 @@ def report_differences(got, want) -> list[str]:
         x, y = getattr(got, field), getattr(want, field)
         if isinstance(y, pd.DataFrame):
             out += frame_differences(field, x, y)
-    # devices come from the JSON's deviceProperties, read by our loader on both engines (the perfetto session reads
-    # the file itself: trace_processor does not keep them), so a replay of trace_processor's tables has none
-    sa = {k: v for k, v in got.summary.items() if k not in ("engine", "devices")}
-    sb = {k: v for k, v in want.summary.items() if k not in ("engine", "devices")}
+    # devices and the options the trace was recorded with come from the JSON's top level, read by our loader on both
+    # engines (the perfetto session reads the file itself: trace_processor does not keep them), so a replay of
+    # trace_processor's tables has none
+    sa = {k: v for k, v in got.summary.items() if k not in ("engine", "devices", "recorded_with")}
+    sb = {k: v for k, v in want.summary.items() if k not in ("engine", "devices", "recorded_with")}
     if sa != sb:
         out.append(f"summary: {sa} != {sb}")
     return out

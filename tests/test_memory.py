@@ -581,7 +581,25 @@ def test_the_trace_s_peak_is_the_run_s_max_memory_allocated(name):
     assert {"eager": 201_326_592, "train": 745_742_336}[name] == got  # equal to the byte, here
 
 
-def test_a_cuda_graph_run_that_recorded_memory_and_saw_no_event_says_why():
+def test_a_trace_that_says_it_recorded_memory_is_not_told_to_record_it():
+    """torch writes ``"profile_memory": 1`` at the top of a trace recorded with it; without the run's config (an
+    imported trace) the reading is the same as with it: memory was recorded and the steps made no event, so the note
+    does not ask for profile_memory=True, and the profiler's overhead is said."""
+    from profiling_core import diagnose
+    from profiling_core.analyses import NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT
+    from profiling_core.explain.questions import findings
+    doc = json.loads((H200_MEMORY / "ro.json").read_text())
+    assert doc["profile_memory"] == 1 and not any(e.get("name") == "[memory]" for e in doc["traceEvents"])
+    with open_trace(H200_MEMORY / "ro.json", engine="sqlite") as s:
+        r = analyze(s)
+        d = {x.rule: x for x in diagnose(s, r).diagnoses}
+    assert r.summary["memory"]["note"] == NOTHING_RECORDED_TEXT != NO_MEMORY_TEXT
+    assert {f.id: f for f in findings(r)}["q1.memory"].text == NOTHING_RECORDED_TEXT
+    assert d["profiler_overhead"].evidence["options"] == ["profile_memory"]
+    assert d["cudagraph_pools"].evidence["memory_events"] == 0
+
+
+def test_a_cuda_graph_run_that_recorded_memory_and_saw_no_event_says_why(tmp_path):
     """mode='reduce-overhead': every profiled step replays its CUDA graph, which allocates from the graph's pool:
     profile_memory was on, and the trace has no [memory] event."""
     from profiling_core.analyses import NOTHING_RECORDED_TEXT
@@ -601,7 +619,11 @@ def test_a_cuda_graph_run_that_recorded_memory_and_saw_no_event_says_why():
     x = d["cudagraph_pools"]
     assert x.evidence["graph_launches"] == graphs == 3 and x.evidence["memory_events"] == 0
     assert "the process's own peak was 46.0 MiB" in x.text  # 48,235,520 B
-    with open_trace(H200_MEMORY / "ro.json", engine="sqlite") as s:  # without the config: no claim about recording
+    # without the config and without the trace's own "profile_memory": 1, nothing says memory was recorded
+    doc = json.loads((H200_MEMORY / "ro.json").read_text())
+    del doc["profile_memory"]
+    (tmp_path / "ro.json").write_text(json.dumps(doc))
+    with open_trace(tmp_path / "ro.json", engine="sqlite") as s:
         assert analyze(s).summary["memory"]["note"] == NO_MEMORY_TEXT
 
 

@@ -97,3 +97,45 @@ def test_a_file_that_is_not_json_names_no_devices(tmp_path):
     p = tmp_path / "t.json"
     p.write_text('{"deviceProperties": ' + _GPU + ', "traceEvents": [{"ph": "X",')  # cut off mid-event
     assert TraceSession(str(p), "perfetto", "test: the on-demand reading", backend=None).devices == []
+
+
+RECORDING_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+
+
+def scanned_options(path):
+    import gzip
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return sorted(k for k in RECORDING_OPTIONS if isinstance(doc, dict) and doc.get(k) in (1, True)
+                  and not isinstance(doc.get(k), float))
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_both_readings_give_the_options_the_trace_was_recorded_with(path):
+    """torch writes each torch.profiler option that was on at the document's top level (``"profile_memory": 1``):
+    both readings give those, against a plain scan."""
+    expected = scanned_options(path)
+    try:
+        s = open_trace(path, engine="sqlite")
+    except Exception:  # noqa: BLE001 - a bad-input fixture
+        pytest.skip("not a loadable trace")
+    with s:
+        mirror = sorted(s.recorded_with)
+    lazy = sorted(TraceSession(str(path), "perfetto", "test: the on-demand reading", backend=None).recorded_with)
+    assert mirror == expected == lazy
+
+
+def test_the_memory_traces_say_they_recorded_memory():
+    assert "profile_memory" in scanned_options(DATA / "h200_memory" / "ro.json")
+    assert scanned_options(DATA / "h200" / "64_bf16_cold_eager.json") == []
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("true", True), ("0", False), ("false", False), ('"1"', False),
+                                       ("2", False), ("null", False), ("1.0", False)])
+def test_only_an_option_written_as_on_counts(tmp_path, value, on):
+    p = tmp_path / "t.json"
+    p.write_text('{"profile_memory": ' + value + ', "traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, '
+                 '"ts": 1, "dur": 2}]}')
+    with open_trace(p, engine="sqlite") as s:
+        assert (s.recorded_with == ["profile_memory"]) is on
+    assert (TraceSession(str(p), "perfetto", "test", backend=None).recorded_with == ["profile_memory"]) is on

@@ -28,7 +28,7 @@ from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_s
 from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_ops, launch_paths
 from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_MATCH_TOLERANCE, RELATIVE_BASES,
                      MemoryReport, live_at_peak, memory_by_op, memory_churn, memory_peaks, memory_report,
-                     memory_timeline, unfreed)
+                     memory_timeline, recorded_with, unfreed)
 from .phases import PHASES, SUM_TOLERANCE_US, is_data_loader_next, phase_ops, phases, phases_at
 from ._shared import Shared
 from .report import Report, analyze
@@ -53,6 +53,6 @@ __all__ = [
     "phases", "phase_ops", "phases_at", "PHASES", "SUM_TOLERANCE_US", "is_data_loader_next",
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
     "memory_timeline", "memory_peaks", "live_at_peak", "memory_by_op", "unfreed", "memory_churn", "memory_report",
-    "MemoryReport", "NO_MEMORY_TEXT", "NOTHING_RECORDED_TEXT", "BEFORE_WINDOW", "PEAK_MATCH_TOLERANCE",
+    "MemoryReport", "NO_MEMORY_TEXT", "NOTHING_RECORDED_TEXT", "recorded_with", "BEFORE_WINDOW", "PEAK_MATCH_TOLERANCE",
     "RELATIVE_BASES",
 ]

@@ -96,6 +96,7 @@ __all__ = [
     "memory_peaks",
     "memory_report",
     "memory_timeline",
+    "recorded_with",
     "unfreed",
 ]
 
@@ -104,11 +105,21 @@ NO_MEMORY_TEXT = ("This trace has no [memory] events, so it cannot say where the
                   "form's profile-memory knob; on the command line, run --profile-memory).")
 """What the report, the findings and the CLI say of a trace without memory events, and how to record them."""
 
-NOTHING_RECORDED_TEXT = ("This run was profiled with profile_memory=True, yet its profiled steps recorded no "
+NOTHING_RECORDED_TEXT = ("This trace was recorded with profile_memory=True, yet its profiled steps recorded no "
                          "[memory] event: they allocated and freed nothing through the allocator. A step that "
                          "replays CUDA graphs does so (each replay runs in its graph's private pool, captured "
                          "before the window); what was allocated before the window is no event either.")
-"""What they say instead when the run's config says memory was recorded and the trace has no event."""
+"""What they say instead when memory was recorded (``recorded_with``: the trace's own header or the run's config says
+so) and the trace has no event."""
+
+
+def recorded_with(option: str, recorded, config=None) -> bool:
+    """Whether the trace was recorded with the torch.profiler ``option`` (``profile_memory``, ``with_stack``,
+    ``record_shapes``, ...): the trace says so (``recorded``: ``TraceSession.recorded_with`` or a report's
+    ``summary["recorded_with"]``, the options torch wrote at the document's top level as on) or the run's config does.
+    The one test of it for every text that depends on how a trace was recorded."""
+    from ..config import config_field
+    return option in (recorded or ()) or bool(config_field(config, option))
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
                 8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu", 16: "ve",
@@ -629,13 +640,12 @@ def _summary(ev: _Events, peaks: pd.DataFrame) -> dict[str, Any]:
 def memory_report(session, shared: Shared | None = None, config=None) -> MemoryReport:
     """Every memory analysis of ``session`` once (what ``analyze`` puts in ``Report.memory``); ``config``, the run's
     (when known), tells a run that recorded memory and saw no event (:data:`NOTHING_RECORDED_TEXT`) from a trace
-    made without ``profile_memory`` (:data:`NO_MEMORY_TEXT`)."""
-    from ..config import config_field
+    made without ``profile_memory`` (:data:`NO_MEMORY_TEXT`); so does the trace's own header (:func:`recorded_with`)."""
     sh = shared_for(session, shared)
     ev = _events(session, sh)
     peaks = memory_peaks(session, shared=sh)
     summary = _summary(ev, peaks)
-    if not len(ev.ts) and config_field(config, "profile_memory"):
+    if not len(ev.ts) and recorded_with("profile_memory", getattr(session, "recorded_with", None), config):
         summary["note"] = NOTHING_RECORDED_TEXT
     return MemoryReport(timeline=memory_timeline(session, shared=sh), peaks=peaks,
                         live_at_peak=live_at_peak(session, shared=sh), by_op=memory_by_op(session, shared=sh),

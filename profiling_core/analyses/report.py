@@ -135,6 +135,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
         "cpu_step_median_us": _median(work["cpu_dur_us"]),
         "steady_state": ss,
         "devices": list(getattr(session, "devices", None) or []),
+        "recorded_with": list(getattr(session, "recorded_with", None) or []),
         "gpu_step_median_us": _median(work["gpu_busy_us"]) if has_gpu else None,
         "launch_latency_median_us": _median(r.launch_latency["latency_us"]),
         "launch_apis": apis,
@@ -196,7 +197,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us`` (over the
         steps the loop worked in: :func:`~profiling_core.analyses.steps.working_steps`),
         ``steady_state`` (:func:`~profiling_core.analyses.steps.steady_state`: the one bound rule's verdict on the
-        steps after the first, with its evidence), ``devices`` (the GPUs the trace names, ``session.devices``), ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
+        steps after the first, with its evidence), ``devices`` (the GPUs the trace names, ``session.devices``), ``recorded_with`` (the torch.profiler options the trace says it was recorded with, ``session.recorded_with``), ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
         ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step
         breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}

@@ -3,7 +3,8 @@
 Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one JSON
 object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
 ``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``steady_state`` (the bound rule's verdict
-and evidence), ``devices``, ``step_processes`` (the pids holding step slices: several where ranks' traces were
+and evidence), ``devices``, ``recorded_with`` (the torch.profiler options the trace says it was recorded with),
+``step_processes`` (the pids holding step slices: several where ranks' traces were
 merged into one file, which the summary then notes), ``step_devices`` (per GPU that ran the steps' work: its
 own median ``busy_us`` and ``busy_fraction`` of a step; several where one process drove several GPUs, which the
 summary then notes), ``gemm``, ``time_by_category``, ``memory`` (``events``,
@@ -118,6 +119,7 @@ def build_json(report, found, diagnosis=None) -> dict:
         "train_phases": _clean(s.get("train_phases") or {}),
         "phases": _records(report.phases, ["step", "phase", "cpu_us", "share", "gpu_us", "gpu_ops", "kernels"]),
         "devices": _clean(s.get("devices") or []),
+        "recorded_with": _clean(s.get("recorded_with") or []),
         "step_processes": _clean(s.get("step_processes") or []),
         "step_devices": _clean(s.get("step_devices") or []),
         "has_gpu": bool(s["has_gpu"]),

@@ -41,6 +41,23 @@ class Event(msgspec.Struct, gc=False):
 class _RawTrace(msgspec.Struct, gc=False):
     traceEvents: msgspec.Raw = msgspec.Raw()  # noqa: N815
     deviceProperties: msgspec.Raw = msgspec.Raw()  # noqa: N815
+    # the options torch.profiler recorded with, which it writes at the top level when on ("profile_memory": 1)
+    record_shapes: Any = None
+    profile_memory: Any = None
+    with_stack: Any = None
+    with_flops: Any = None
+    with_modules: Any = None
+
+
+RECORDING_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
+"""The options of ``torch.profiler.profile`` a Kineto trace says it was recorded with: torch writes each one that was
+on at the document's top level (``"profile_memory": 1``) and leaves out those that were off."""
+
+
+def recording_options(doc: "_RawTrace") -> list[str]:
+    """The :data:`RECORDING_OPTIONS` the document says were on (the value 1 or true; any other value says nothing)."""
+    return [k for k in RECORDING_OPTIONS if getattr(doc, k) is True or (type(getattr(doc, k)) is int
+                                                                          and getattr(doc, k) == 1)]
 
 
 class _Device(msgspec.Struct, gc=False):
@@ -106,6 +123,7 @@ def split_events(data: bytes | bytearray, source: str, stats=None) -> list[msgsp
         return doc
     if stats is not None:
         stats.devices = devices_of(doc.deviceProperties)
+        stats.recorded_with = recording_options(doc)
     if not len(doc.traceEvents) or bytes(doc.traceEvents) == b"null":
         raise TraceFormatError(f"{source} is a JSON object without a 'traceEvents' list; "
                                "expected a Chrome/Kineto trace")
@@ -376,6 +394,7 @@ def _stream(chunks, typed: bool, stats):
         doc = _check_doc(head, bytes(buf[end:]))
         if stats is not None:
             stats.devices = devices_of(doc.deviceProperties)
+            stats.recorded_with = recording_options(doc)
     buf.clear()
     yield raws, None
 

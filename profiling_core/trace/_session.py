@@ -57,22 +57,40 @@ class TraceSession:
             "compute_capability"}]``, ``[]`` when it names none): read with the events by the mirror, and for
             perfetto (trace_processor does not keep them) by the same streamed reading of the document, its events
             split but not decoded, while trace_processor loads the trace (else on first use).
+        recorded_with: the torch.profiler options the trace says it was recorded with (``profile_memory``,
+            ``with_stack``, ``record_shapes``, ``with_flops``, ``with_modules``: those torch wrote at the top level
+            as on), read as ``devices`` is.
     """
 
     def __init__(self, path: str, engine: str, engine_reason: str, backend: Any,
-                 load_stats: LoadStats | None = None, devices: list | None = None) -> None:
+                 load_stats: LoadStats | None = None, devices: list | None = None,
+                 recorded_with: list | None = None) -> None:
         self.path = path
         self.engine = engine
         self.engine_reason = engine_reason
         self.load_stats = load_stats
         self._backend = backend
         self._devices: list | None = devices if load_stats is None else load_stats.devices
+        self._recorded: list | None = recorded_with if load_stats is None else load_stats.recorded_with
+
+    def _read_header(self) -> None:
+        header = _header_of_file(self.path)
+        if self._devices is None:
+            self._devices = header.devices
+        if self._recorded is None:
+            self._recorded = header.recorded_with
 
     @property
     def devices(self) -> list[dict]:
         if self._devices is None:
-            self._devices = _devices_of_file(self.path)
+            self._read_header()
         return self._devices
+
+    @property
+    def recorded_with(self) -> list[str]:
+        if self._recorded is None:
+            self._read_header()
+        return self._recorded
 
     def query(self, sql: str) -> pd.DataFrame:
         """Run one read-only SQL statement; returns its rows as a DataFrame.
@@ -168,11 +186,11 @@ def _taken_over(loaded: "TraceSession", path: str, reason: str, sql_tables: str)
     return TraceSession(path, "sqlite", reason, backend, loaded.load_stats)
 
 
-def _devices_of_file(path: str) -> list[dict]:
-    """``deviceProperties`` of the trace at ``path``, read as the mirror's loader reads them: the document streamed a
-    chunk at a time (``STREAM_CHUNK``, as the mirror reads it) and split around its events, which are not decoded, else
-    (a document that cannot be streamed) split whole; ``[]`` for a file it cannot read. Only about a chunk is held at
-    a time."""
+def _header_of_file(path: str) -> LoadStats:
+    """The document-level facts of the trace at ``path`` (``LoadStats.devices``, ``deviceProperties``, and
+    ``recorded_with``), read as the mirror's loader reads them: the document streamed a chunk at a time
+    (``STREAM_CHUNK``, as the mirror reads it) and split around its events, which are not decoded, else (a document
+    that cannot be streamed) split whole; none for a file it cannot read. Only about a chunk is held at a time."""
     from ._decode import NotStreamable, split_events, stream_events
     from ._source import STREAM_CHUNK, iter_trace_chunks, read_trace_bytes
     from ._stats import LoadStats
@@ -185,10 +203,10 @@ def _devices_of_file(path: str) -> list[dict]:
         try:
             split_events(read_trace_bytes(path, DEFAULT_MAX_BYTES), path, stats)
         except (ProfilingError, OSError):
-            return []
+            return LoadStats()
     except (ProfilingError, OSError):
-        return []
-    return stats.devices
+        return LoadStats()
+    return stats
 
 
 def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "",
@@ -255,13 +273,13 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
     from ._perfetto import open_perfetto
     binary = perfetto_bin or os.environ.get("PERFETTO_BIN") or None
     ran: list = []
-    devices: list = []
+    header: list = []
 
     def meanwhile() -> None:  # while trace_processor loads: the caller's work, then the file's deviceProperties
         if while_loading is not None:
             ran.append(True)
             while_loading()
-        devices.append(_devices_of_file(path))
+        header.append(_header_of_file(path))
     try:
         backend, why = open_perfetto(path, binary, max_bytes=max_bytes,
                                      timeout_s=None if engine == "perfetto" else perfetto_timeout_s,
@@ -284,4 +302,5 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         raise
     if loaded is not None:
         loaded.close()  # (perfetto's own tables answer from here on)
-    return TraceSession(path, "perfetto", why, backend, None, devices=devices[0])
+    return TraceSession(path, "perfetto", why, backend, None, devices=header[0].devices,
+                        recorded_with=header[0].recorded_with)

@@ -20,6 +20,8 @@ class LoadStats:
     repaired: dict[str, int] = field(default_factory=dict)
     # the GPUs the trace says it ran on (Kineto's top-level deviceProperties): [{"id", "name", "compute_capability"}]
     devices: list[dict] = field(default_factory=list)
+    # the torch.profiler options the trace says it was recorded with (``_decode.RECORDING_OPTIONS`` that were on)
+    recorded_with: list[str] = field(default_factory=list)
 
     def skip(self, reason: str, n: int = 1) -> None:
         self.skipped[reason] = self.skipped.get(reason, 0) + n

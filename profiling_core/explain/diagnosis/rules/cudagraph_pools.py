@@ -5,12 +5,12 @@ the work outside the graphs.
 
 Graphs are in use where the trace launches GPU work with ``cudaGraphLaunch`` (``base._graph_replays``; whatever the config says: ``cudagraphs_skipped``
 covers a run that asked and got none); the rule speaks where the trace has memory events on a GPU (to say what the
-pools hold against what the tensors use) or where the run recorded memory and got no event at all (every
+pools hold against what the tensors use) or where the trace was recorded with memory (``analyses.recorded_with``) and got no event at all (every
 allocation then happened in the pools, or before the window: the run's ``max_memory_allocated`` is the only
 figure)."""
 from __future__ import annotations
 
-from ....analyses.memory import device_of
+from ....analyses.memory import device_of, recorded_with
 from ....config import config_field as _cfg
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx, _graph_replays
@@ -22,7 +22,7 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
     if not graphs:
         return None
     gpu = m.peaks[m.peaks["device"].map(device_of) != "cpu"]
-    recorded_nothing = not m.has_events and bool(_cfg(c.config, "profile_memory"))
+    recorded_nothing = not m.has_events and recorded_with("profile_memory", r.summary.get("recorded_with"), c.config)
     if gpu.empty and not recorded_nothing:
         return None
     per_step = graphs / max(1, len(r.steps))
@@ -32,7 +32,7 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
             f" ({per_step:g} per step). Each captured graph keeps a private pool for its tensors, reserved between "
             "replays, and a replay allocates nothing the profiler records")
     if gpu.empty:
-        text += (": this run recorded memory (profile_memory=True) and its steps made no [memory] event at all, so "
+        text += (": this trace was recorded with profile_memory=True and its steps made no [memory] event at all, so "
                  "the trace cannot say what the pools hold"
                  + (f"; the process's own peak was {human_bytes(c.process_peak_bytes)} (max_memory_allocated)."
                     if c.process_peak_bytes is not None else "."))

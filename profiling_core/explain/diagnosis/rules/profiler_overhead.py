@@ -1,20 +1,21 @@
-"""``profiler_overhead``: the run was profiled with with_stack or profile_memory, which add CPU time to every op
-(from the run's config)."""
+"""``profiler_overhead``: the trace was recorded with with_stack or profile_memory, which add CPU time to every op
+(the trace's header or the run's config says so: ``analyses.recorded_with``)."""
 from __future__ import annotations
 
 from typing import Optional
 
-from ....config import config_field as _cfg
+from ....analyses import recorded_with
 from ..base import Diagnosis, _Ctx
 
 
 def _rule_profiler_overhead(c: _Ctx) -> Optional[Diagnosis]:
-    on = [k for k in ("with_stack", "profile_memory") if _cfg(c.config, k)]
+    on = [k for k in ("with_stack", "profile_memory")
+          if recorded_with(k, c.report.summary.get("recorded_with"), c.config)]
     if not on:
         return None
     tb = c.session.tables
     mem = sum(1 for n in tb.name.tolist() if n == "[memory]")
-    text = (f"This run was profiled with {' and '.join(on)}: the profiler then records a Python stack and/or every "
+    text = (f"This trace was recorded with {' and '.join(on)}: the profiler then records a Python stack and/or every "
             f"allocation for each op ({mem:,} [memory] events here), which adds CPU time to every op. The CPU-side "
             + ("times of this trace (step time, launch latency, op durations) include that cost; GPU kernel times "
                "do not." if c.report.has_gpu else "times of this trace (step time, op durations) include that cost; "
