@@ -361,6 +361,47 @@ def test_profiler_table_calls_match_torch_table(name):
         assert int(cpu.get(row, 0)) == n, row
 
 
+def _txt_self_cpu(name: str) -> tuple[float, dict]:
+    """(the footer's "Self CPU time total", Self CPU per row) of torch's own table (.txt), in µs."""
+    def us(text: str) -> float:
+        number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+        return float(number) * {"us": 1.0, "ms": 1e3, "s": 1e6}[unit]
+
+    text = (DATA / f"{name}.txt").read_text()
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(aten::\S+|Activity Buffer Request)\s+[\d.]+%\s+(\S+)\s", line)
+        if m:
+            rows[m.group(1)] = us(m.group(2))
+    return us(re.search(r"Self CPU time total: (\S+)", text).group(1)), rows
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_profiler_table_self_cpu_adds_up_to_the_threads_time_as_in_torchs_table(name):
+    """Every instant of the loop thread's recorded time is some row's self CPU time, once: the rows add up to the
+    union of that thread's CPU slices (a plain scan) and to the footer of torch's own table. The profiler's
+    "Activity Buffer Request" is written with pid -1, tid 0, inside the first aten::mm of the loop's thread; torch
+    nests it there, so aten::mm's self CPU time is its own, without the request's (one row each, as in torch's)."""
+    cpu_cats = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "overhead")
+    xs_ = [e for e in events(name) if e.get("ph") == "X" and e.get("cat") in cpu_cats]
+    lanes: dict = {}
+    for e in xs_:
+        if e["pid"] != -1:
+            lanes.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    loop = (cpu_steps(name)[0]["pid"], cpu_steps(name)[0]["tid"])
+    for e in xs_:
+        if e["pid"] == -1:  # the profiler's own slices lie inside an op of the loop's thread
+            assert any(b <= e["ts"] and e["ts"] + e["dur"] <= f for b, f in lanes[loop]), e["name"]
+    plain = sum(union_us(v) for v in lanes.values())
+    footer, rows = _txt_self_cpu(name)
+    t = report(name).profiler_table
+    cpu = t[t["lane"] == "cpu"].groupby("name")["self_cpu_us"].sum()
+    assert float(cpu.sum()) == pytest.approx(plain, abs=0.01)
+    assert float(cpu.sum()) == pytest.approx(footer, abs=max(1.0, 1e-3 * footer))
+    for row, us in rows.items():
+        assert float(cpu.get(row, 0.0)) == pytest.approx(us, abs=max(0.002, 5e-4 * us)), row
+
+
 # --- docs/FINDINGS.md quotes the findings as the code writes them -------------------------------------------------
 
 def doc_quotes(heading: str) -> dict[str, str]:

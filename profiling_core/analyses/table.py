@@ -34,11 +34,42 @@ def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     np.add.at(child, ppos[has], dur[has])
     own = dur - child
     cpu = _cpu_mask(sh)
-    _spilled_own(t, own, cpu)
+    _spilled_own(t, own, cpu, _host_utid(sh, cpu))
     return cpu, own
 
 
-def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray) -> None:
+def _host_utid(sh: Shared, cpu: np.ndarray) -> np.ndarray:
+    """The thread of each row of ``sh.slices`` for the own-time rule: its own (``utid``), but for a CPU slice written
+    on no thread, the thread whose CPU slice encloses it. Kineto writes the profiler's own work, such as its start-up
+    slice ``Activity Buffer Request`` (the CUPTI buffer it requests on the thread making the first CUDA call), with
+    pid -1 and tid 0, which the trace's readers put on thread 0 (:func:`~profiling_core.trace._ids.thread_numbers`);
+    torch's table has its real thread and nests it there, inside the op that made the call. Such a slice (a CPU slice
+    of a thread numbered 0) belongs to the thread of the innermost CPU slice of a thread not numbered 0 that encloses
+    its window (shortest, then latest start, then lowest id), as a slice of a track of its own there (a spill track:
+    :func:`_spilled_own`), and stays on thread 0 where none does. ``profiler_table.sql`` states the same rule."""
+    t = sh.slices
+    utid = t["utid"].copy()
+    if not len(utid):
+        return utid
+    tid_of = {u: tid for u, tid, _name, _upid, _main in sh.tables.threads}
+    zero = np.array([tid_of.get(u) == 0 for u in range(int(utid.max()) + 1)] if utid.max() >= 0 else [], dtype=bool)
+    on = cpu & (utid >= 0)
+    if not on.any():
+        return utid
+    at_zero = zero[np.maximum(utid, 0)] & on
+    lost = np.flatnonzero(at_zero)
+    if not len(lost):
+        return utid
+    ts, end, ids = t["ts"], t["ts"] + t["dur"], t["id"]
+    hosts = np.flatnonzero(on & ~at_zero)
+    for r in lost.tolist():
+        h = hosts[(ts[hosts] <= ts[r]) & (end[hosts] >= end[r])]
+        if len(h):
+            utid[r] = utid[h[np.lexsort((ids[h], -ts[h], end[h] - ts[h]))[0]]]
+    return utid
+
+
+def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) -> None:
     """Own time, in place, of each CPU slice (``cpu``) of a thread's spill track. A slice that overlaps a slice of its
     thread's track without enclosing it (a ``record_function`` range, ``ProfilerStep#N`` say, entered inside a
     Python frame and left outside it) cannot nest there, and goes on a track of its own (trace_processor's
@@ -49,9 +80,11 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray) -> None:
     not enclose it: those that overlap its window, do not enclose it, and whose parent encloses it or who have none
     (with ``with_stack=True`` the first track's top slices are Python frames around the whole recording: the slices
     that count are the ones below the frames around it). That window, less those slices, is taken out of the own
-    time of the innermost first-track slice around it, which would count it too. ``profiler_table.sql`` states the
-    same rule."""
-    utid, track, ts, dur, ppos = t["utid"], t["track_id"], t["ts"], t["dur"], t["ppos"]
+    time of the innermost first-track slice around it, which would count it too. The thread of a slice is ``host``
+    (:func:`_host_utid`: a slice written on no thread is a spill slice of the thread around it). ``profiler_table.sql``
+    states the same rule."""
+    utid, track, ts, dur, ppos = host, t["track_id"], t["ts"], t["dur"], t["ppos"]
+    moved = host != t["utid"]
     on = np.flatnonzero(utid >= 0)
     if not len(on):
         return
@@ -60,7 +93,8 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray) -> None:
     other = on[track[on] != some_track[utid[on]]]  # ...and the rows of its threads on any other track
     for u in np.unique(utid[other]).tolist():
         rows = on[utid[on] == u]
-        first = track[rows[np.argmin(ts[rows])]]  # (the lowest id among the earliest: rows are in id order)
+        own_rows = rows[~moved[rows]]  # (the thread's own slices: its first track is one of its own)
+        first = track[own_rows[np.argmin(ts[own_rows])]]  # (the lowest id among the earliest: rows are in id order)
         mine = rows[track[rows] == first]
         b, e, par = ts[mine], ts[mine] + dur[mine], ppos[mine]
         pb = np.where(par >= 0, ts[np.maximum(par, 0)], 0)

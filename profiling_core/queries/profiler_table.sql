@@ -3,7 +3,10 @@
 -- CPU rows: self = duration minus the durations of its child slices (a slice of a thread's spill track, one that
 -- could not nest where it overlapped a slice without enclosing it: minus the union of its children and the time spent
 -- in its window by the outermost slices of its thread's first track that do not enclose it; what that leaves of its
--- window is taken out of the self time of the innermost first-track slice around it); device time of a CPU op = GPU ops whose launch call
+-- window is taken out of the self time of the innermost first-track slice around it; a CPU slice written on no
+-- thread, on thread 0 (Kineto's pid -1 / tid 0: the profiler's own work, its "Activity Buffer Request" say), is a
+-- spill slice of the thread of the innermost CPU slice (shortest, then latest start, then lowest id) of a thread not
+-- numbered 0 that encloses it, as torch's own table nests it there); device time of a CPU op = GPU ops whose launch call
 -- sits in that op (self: its parent, or the slice enclosing a call that could not nest, the launch_op fragment) or in
 -- a descendant of it (total; a launch call itself gets none, as in torch's table).
 -- GPU rows (kernels, memcpy, memset, gpu_user_annotation) carry their own duration as device time. ProfilerStep#N rows are merged into ProfilerStep*.
@@ -35,6 +38,13 @@ child AS (
   SELECT parent_id AS id, SUM(dur) AS child_ns FROM slice
   WHERE parent_id IS NOT NULL AND parent_id IN (SELECT id FROM cpu) GROUP BY parent_id
 ),
+host AS (  -- each CPU slice's thread for the own-time rule: a slice of thread 0 takes the thread around it
+  SELECT c.id, coalesce(CASE WHEN th.tid = 0 THEN
+    (SELECT h.utid FROM cpu h JOIN thread t2 ON t2.utid = h.utid
+     WHERE t2.tid <> 0 AND h.ts <= c.ts AND h.ts + h.dur >= c.ts + c.dur
+     ORDER BY h.dur, h.ts DESC, h.id LIMIT 1) END, c.utid) AS utid
+  FROM cpu c JOIN thread th ON th.utid = c.utid
+),
 first_track AS (  -- each thread's first track: the one of its earliest slice (lowest id among the earliest)
   SELECT t.utid, (SELECT s2.track_id FROM slice s2 JOIN thread_track t2 ON t2.id = s2.track_id
                   WHERE t2.utid = t.utid ORDER BY s2.ts, s2.id LIMIT 1) AS track_id
@@ -42,7 +52,8 @@ first_track AS (  -- each thread's first track: the one of its earliest slice (l
 ),
 spill AS (  -- the CPU slices of a thread's spill track (any track but its first)
   SELECT c.id, c.ts, c.dur, f.track_id AS first_track
-  FROM cpu c JOIN slice cs ON cs.id = c.id JOIN first_track f ON f.utid = c.utid WHERE cs.track_id <> f.track_id
+  FROM cpu c JOIN host hu ON hu.id = c.id JOIN slice cs ON cs.id = c.id JOIN first_track f ON f.utid = hu.utid
+  WHERE cs.track_id <> f.track_id
 ),
 outer_of AS (  -- per spill slice, the outermost first-track slices below what encloses it, clipped to its window
   SELECT sp.id, MAX(o.ts, sp.ts) AS b, MIN(o.ts + o.dur, sp.ts + sp.dur) AS e
