@@ -10,6 +10,7 @@ import numpy as np
 from ._common import ints, nullable_int, us
 from .compile import ran_compiled
 from ._shared import _RUNTIME_CATS, Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
+from .table import _cpu_own_ns
 
 __all__ = ["launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains"]
 
@@ -299,18 +300,25 @@ def _dispatch_chain_cols(sh: Shared) -> dict | None:
 
 def dispatch_chains(session, shared: Shared | None = None) -> pd.DataFrame:
     """The dispatch tree of every step (see :func:`dispatch_chain`), all steps in one frame with a ``step`` column,
-    and ``wait_us``: of a CPU slice's own time, what passed while the autograd engine ran the backward on another
-    thread (``Shared.autograd_wait``: a wait, counted on the engine's thread), 0 for GPU rows."""
+    ``wait_us``: of a CPU slice's own time, what passed while the autograd engine ran the backward on another
+    thread (``Shared.autograd_wait``: a wait, counted on the engine's thread), 0 for GPU rows, and ``own_us``: a CPU
+    slice's own time less that wait, by the profiler table's rule (``table._cpu_own_ns``: its duration less its
+    children's, or, for a slice that could not nest among its thread's Python frames, less the frames and ops below
+    the frames around it), as ``cpu_own_times`` counts it; a GPU row's duration."""
     sh = shared_for(session, shared)
     cols = _dispatch_chain_cols(sh)
-    names = ["step", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us", "wait_us"]
+    names = ["step", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us", "wait_us", "own_us"]
     if cols is None:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in names})
     # One row per slice of every step (83k on a 93 MB trace): built once from the arrays with its final dtypes.
     cols["start_ns"] = IntsOrNull(cols["start_ns"], np.zeros(len(cols["start_ns"]), dtype=bool))
     cols["dur_us"] = cols.pop("dur_ns").astype("float64") / 1000.0
     ids = np.asarray(cols["id"], dtype=np.int64)  # (the slices' ids are their rows)
-    cols["wait_us"] = np.where(cols["lane"] == "cpu", sh.autograd_wait[ids], 0) / 1000.0
+    cpu = cols["lane"] == "cpu"
+    wait = np.where(cpu, sh.autograd_wait[ids], 0)
+    cols["wait_us"] = wait / 1000.0
+    own = _cpu_own_ns(sh)[1][ids]
+    cols["own_us"] = np.where(cpu, (own - wait) / 1000.0, cols["dur_us"])
     return frame_cols({c: cols[c] for c in names})
 
 

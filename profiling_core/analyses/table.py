@@ -25,8 +25,14 @@ def _cpu_mask(sh: Shared) -> np.ndarray:
 
 def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     """(is a CPU slice (:func:`_cpu_mask`), own ns) for every row of ``sh.slices``: a slice's own (self) time is its
-    duration less its children's (the profiler table's "Self CPU"), or, for a childless top slice on a spill track of
-    its thread (:func:`_spilled_own`), less the time the thread's first track spent in slices inside its window."""
+    duration less its children's (the profiler table's "Self CPU"), or, for a slice on a spill track of its thread
+    (:func:`_spilled_own`), less the union of its children and of the time the thread's first track spent in slices
+    inside its window. The one rule for a CPU slice's own time: the table, ``cpu_own_times`` and the dispatch chains'
+    ``own_us`` read it. Computed once per trace (read only)."""
+    return sh.cached("cpu_own_ns", _cpu_own_build)
+
+
+def _cpu_own_build(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     t = sh.slices
     dur, ppos = t["dur"], t["ppos"]
     child = np.zeros(len(dur), dtype=np.int64)

@@ -115,19 +115,11 @@ def _step_star(name: str) -> str:
 
 def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
     """``{step: CPU slices of that step's chain}`` for the given steps (id, name with ProfilerStep#N as
-    ProfilerStep*, start_ns, dur_us, self_us = dur_us less its children's and less its wait for the autograd engine's thread
-    (the chains' ``wait_us``: that time is the engine thread's)), computed in one pass over the chains (children
-    summed per step and parent)."""
-    keep = ["step", "id", "parent_id", "name", "start_ns", "dur_us"] + (["wait_us"] if "wait_us" in ch else [])
-    cpu = ch.loc[ch["lane"] == "cpu", keep]  # only the columns used
-    child = cpu.groupby(["step", "parent_id"])["dur_us"].sum()
-    out = cpu.drop(columns="parent_id")
-    del cpu
+    ProfilerStep*, start_ns, dur_us, self_us: the chains' ``own_us``, the slice's own time by the profiler table's
+    rule less its wait for the autograd engine's thread, as ``cpu_own_times`` counts it)."""
+    keep = (ch["lane"] == "cpu") & ch["step"].isin(list(steps))
+    out = ch.loc[keep, ["step", "id", "name", "start_ns", "dur_us", "own_us"]].rename(columns={"own_us": "self_us"})
     out["name"] = _per_name(out["name"], lambda t: t.map(_step_star, na_action="ignore"))
-    at = child.index.get_indexer(pd.MultiIndex.from_arrays([out["step"], out["id"]]))
-    sums = np.append(child.to_numpy(dtype=float), 0.0)  # index -1 (no children) takes the 0
-    out["self_us"] = out["dur_us"] - sums[at] - (out.pop("wait_us").astype(float) if "wait_us" in out else 0.0)
-    out = out[out["step"].isin(list(steps))]
     return {k: g.drop(columns="step") for k, g in out.groupby("step", sort=False)}
 
 

@@ -134,13 +134,11 @@ def _outside_ops_us(report, steps: list[int]) -> Optional[float]:
 
 
 def _step_own_us(report, steps: list[int]) -> float:
-    """The median own time of the step slices of ``steps``: the time of the step's window that no other slice of its
-    thread covers (its children's, or, where Python frames recorded with with_stack begin before the step and so
-    hold it rather than lie under it, theirs), less its wait for the autograd engine's thread; 0 without chains."""
-    own = []
-    for _step, g, top, b, e in _step_windows(report, steps):
-        wait = float(top["wait_us"]) if "wait_us" in g and top["wait_us"] == top["wait_us"] else 0.0
-        own.append(max(0.0, _uncovered_us(g, b, e, g[g["depth"] > 0]) - wait))
+    """The median own time of the step slices of ``steps``: the chains' ``own_us`` of the step slice (the profiler
+    table's rule: its duration less its children's, or, where Python frames recorded with with_stack hold it rather
+    than lie under it, less the frames and ops below the frames around it), less its wait for the autograd engine's
+    thread; 0 without chains."""
+    own = [max(0.0, float(top["own_us"])) for _step, _g, top, _b, _e in _step_windows(report, steps)]
     return float(np.median(own)) if own else 0.0
 
 
