@@ -381,6 +381,32 @@ def test_q5_chain_evidence_cold_eager():
             "nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT"] in ev["paths"]
 
 
+@pytest.mark.parametrize("path", [DATA / "h200_diag" / "bf16_64_stack_memory.json", h200("64_bf16_cold_eager"),
+                                  DATA / "traces" / "gaunernst_bert-small-uncased__1016001.json.gz"],
+                         ids=lambda p: p.name)
+def test_q5_chain_holds_every_slice_around_the_launch(path):
+    """Q5's path to a GPU op is every CPU slice of the step's thread, inside the step, that encloses the op's launch
+    call, outermost first, by a scan: with with_stack=True the step slice and the record_function range lie on a track
+    of their own beside the Python frames (they cannot nest among them), and still hold the call."""
+    f = by_id(path)["q5.chain"]
+    sc = scan(path)
+    (st,) = [e for e in sc.steps if e["name"] == f"ProfilerStep#{f.evidence['step']}"]
+    lo, hi = st["ts"], st["ts"] + st["dur"]
+    lane = [e for e in sc.xs if (e["pid"], e["tid"]) == (st["pid"], st["tid"]) and lo <= e["ts"]
+            and e["ts"] + e["dur"] <= hi and str(e.get("cat")).lower() not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    want = set()
+    for l, g in sc.pairs:
+        if (l["pid"], l["tid"]) != (st["pid"], st["tid"]) or not lo <= l["ts"] < hi:
+            continue
+        around = [e for e in lane if e is not l and e["ts"] <= l["ts"] and l["ts"] + l["dur"] <= e["ts"] + e["dur"]]
+        want.add((tuple(sorted(e["name"] for e in around)), l["name"], g["name"]))
+    got = {(tuple(sorted(p[:-2])), p[-2], p[-1]) for p in f.evidence["paths"]}
+    assert got == want
+    assert all(p[0] == st["name"] for p in f.evidence["paths"])
+    if "stack" in path.name:
+        assert any("matmul_add" in p for p in f.evidence["paths"])
+
+
 # --- no GPU lane ----------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("path", [CPU_TRACE, DATA / "third_party" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"],

@@ -2,6 +2,7 @@
 one step."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _listed, _n, _short
@@ -13,34 +14,62 @@ def _missing(x) -> bool:
 
 
 def _chain_paths(chain: pd.DataFrame) -> list[list[str]]:
-    """Per GPU op row of the chain (in row order): the names from the outermost ancestor (at most 50 names, the
-    nearest kept) down to the op, walking up from that row's own parent. A slice's name and parent are those of its
-    first row: a kernel paired with two launch calls has two rows, one under each (each row keeps its own parent).
-    Parent links are read from dicts built once; the walk above each parent (shared by every op the same call
-    launched) is computed once per parent."""
+    """Per GPU op row of the chain (in row order): the names of the CPU slices around its launch call, outermost first
+    (at most 50 names, the nearest kept), down to the op. Around it are the call's ancestors (walking up from the
+    row's own parent) and the chain's other slices that enclose the call in time, from trees of their own: a range
+    that cannot nest among its thread's slices (under ``with_stack=True`` the step slice and a ``record_function``
+    range, entered inside a Python frame and left outside it) lies on a track of its own, outside the call's parent
+    chain, and still holds the call. Outermost first is by start, then by the later end, then by depth (a slice and its
+    child can start and end at the same microsecond). A slice's name and parent
+    are those of its first row: a kernel paired with two launch calls has two rows, one under each (each row keeps
+    its own parent). The path above each parent (shared by every op the same call launched) is computed once per
+    parent."""
     first = chain.drop_duplicates("id")
     ids = first["id"].tolist()
     name_of = dict(zip(ids, first["name"].tolist()))
     parent_of = dict(zip(ids, first["parent_id"].tolist()))
-    above: dict = {}  # parent id -> names walked up from it (at most 49: the op's own name comes first)
+    start = first["start_ns"].astype("float64").to_numpy()
+    end = start + first["dur_us"].astype("float64").to_numpy() * 1000.0
+    span = {i: (b, e, d) for i, b, e, d in zip(ids, start.tolist(), end.tolist(), first["depth"].tolist())}
+    root_of: dict = {}
 
-    def walk_up(start) -> list[str]:
-        names, cur, seen = [], start, set()
-        while not _missing(cur) and cur in name_of and len(names) < 49 and cur not in seen:
+    def root(i):  # the top of a slice's parent chain within the chain
+        path = []
+        while i not in root_of and not _missing(parent_of.get(i)) and parent_of[i] in name_of and i not in path:
+            path.append(i)
+            i = parent_of[i]
+        r = root_of.get(i, i)
+        for j in path + [i]:
+            root_of[j] = r
+        return r
+    cpu = first["lane"].to_numpy() == "cpu"
+    roots = np.array([root(i) if c else -1 for i, c in zip(ids, cpu.tolist())], dtype=object)
+    several = len({r for r, c in zip(roots.tolist(), cpu.tolist()) if c}) > 1
+    id_arr = np.array(ids, dtype=object)
+    above: dict = {}  # parent id -> the names around it, outermost first (at most 49: the op's own name comes last)
+
+    def around(start_id) -> list[str]:
+        up, cur, seen = [], start_id, set()
+        while not _missing(cur) and cur in name_of and cur not in seen:
             seen.add(cur)
-            names.append(str(name_of[cur]))
+            up.append(cur)
             cur = parent_of[cur]
-        return names
+        if several:  # the slices of other trees that hold the call
+            b, e, _d = span[start_id]
+            held = id_arr[cpu & (roots != root(start_id)) & (start <= b) & (end >= e)].tolist()
+            up += [i for i in held if i not in seen]
+        path = sorted(up, key=lambda i: (span[i][0], -span[i][1], span[i][2]))
+        return [str(name_of[i]) for i in path[-49:]]
 
     paths = []
     gpu = chain[chain["lane"] == "gpu"]
     for gid, parent in zip(gpu["id"].tolist(), gpu["parent_id"].tolist()):
-        names = [str(name_of[gid])]
-        if not _missing(parent):
+        names = []
+        if not _missing(parent) and parent in name_of:
             if parent not in above:
-                above[parent] = walk_up(parent)
-            names += above[parent]
-        paths.append(names[::-1])
+                above[parent] = around(parent)
+            names = list(above[parent])
+        paths.append(names + [str(name_of[gid])])
     return paths
 
 
