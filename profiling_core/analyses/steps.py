@@ -171,10 +171,13 @@ def device_busy(session, shared: Shared | None = None) -> pd.DataFrame:
 
 def _starved_in(sh: Shared, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per window [start, end) (ns): the time the GPU sat idle with nothing launched for it to run, waiting for the
-    CPU: the gaps in the GPU's work (any device or stream; before its first op and after its last too) whose next
-    op's launch call had not begun when the gap began (an op whose launch call is not in the trace counts as not
-    launched). A gap while launched work waited in the queue is the GPU's own (a dependency, a stream wait, the
-    time between two kernels), not a wait for the CPU."""
+    CPU. That is the gaps in the GPU's recorded work (any device or stream; after its last op too) that follow a
+    recorded op and whose next op's launch call had not begun when the gap began (an op whose launch call is not in
+    the trace counts as not launched). A gap while launched work waited in the queue is the GPU's own (a dependency,
+    a stream wait, the time between two kernels), not a wait for the CPU. The time before the trace's first GPU op
+    is never counted: the trace cannot show whether the GPU was idle then (the profiler does not record an op that
+    began before its window, such as work queued in the loop's warm-up, so the GPU may have been busy with it), and
+    once a launch call had begun the GPU had work queued. (A trace with no GPU op at all counts every window.)"""
     out = np.zeros(len(starts), dtype=np.int64)
     if not len(starts):
         return out
@@ -189,6 +192,7 @@ def _starved_in(sh: Shared, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     gap_lo = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(end)]  # gap k: the GPU idle before op k...
     gap_hi = np.r_[ts, big]  # ... until it starts (the last gap: after every op)
     starved = np.r_[launched >= gap_lo[:-1], True] & (gap_hi > gap_lo)
+    starved[0] &= not len(rows)  # (the open gap before the first recorded op: unknown, not starved)
     # the starved gaps are disjoint and sorted (starts ascending, running maximum of ends); cut to the windows'
     # span, so the open first and last gaps have finite ends
     lo = np.maximum(gap_lo[starved], starts.min())
