@@ -461,6 +461,45 @@ def test_staging_copies_that_cost_more_than_the_gemm_are_named(tmp_path):
     assert "compile_breaks" not in rules(run_(50, graph=False))  # no graph replayed: a foreach op, not staging
 
 
+def test_a_fix_for_staging_copies_alone_does_not_send_the_reader_after_graph_breaks_or_recompiles():
+    """The H200 reduce-overhead run (h200_memory/ro): one compiled frame never recompiled (every region 0/0), one
+    region per step, one CUDA graph replayed per step; only its input staging copies cost more than its GEMM. The fix
+    addresses those copies and names no graph-break or recompile hunt; a recompile-only trace gets only that hunt."""
+    path = DATA / "h200_memory" / "ro.json"
+    evs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in evs if str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("cat") != "gpu_user_annotation"]
+    regions = [e for e in evs if e["name"].startswith("Torch-Compiled Region: ")]
+    assert {e["name"] for e in regions} == {"Torch-Compiled Region: 0/0"}  # one frame, never recompiled
+    assert [sum(1 for e in regions if a <= e["ts"] < b) for a, b in steps] == [1] * len(steps)
+    assert sum(1 for e in evs if e["name"] == "cudaGraphLaunch") == len(steps)
+    staging = [e for e in evs if e.get("cat") == "kernel" and "multi_tensor_apply" in e["name"]]
+    meta = json.loads((DATA / "h200_memory" / "ro.meta.json").read_text())
+    with open_trace(path, engine="sqlite") as s:
+        (x,) = [d for d in diagnose(s, config=ExperimentConfig.from_dict(meta["config"]), peaks=H200).diagnoses
+                if d.rule == "compile_breaks"]
+    per_step = sum(e["dur"] for e in staging) / len(steps)
+    assert x.text == (f"torch.compile in this trace: CUDA-graph input staging copies ({len(staging)} multi_tensor_apply "
+                      f"kernels, {per_step:.2f} µs per step) cost more than the GEMMs "
+                      f"({x.text.split('than the GEMMs (')[1]}")
+    for word in ("graph break", "recompile", "TORCH_LOGS", "mark_dynamic", "dynamic=True"):
+        assert word not in x.fix, word
+    assert "mark_static_address" in x.fix and "copied in" in x.fix
+
+
+def test_a_recompile_alone_gets_the_recompile_hunt_and_no_staging_or_graph_break_advice(tmp_path):
+    evs = []
+    for i, region in enumerate(["0/0", "0/1"]):  # one frame, recompiled once; one region per step
+        t = i * 1000
+        evs += [_x(f"ProfilerStep#{i + 1}", t, 900, "user_annotation"),
+                _x(f"Torch-Compiled Region: {region}", t + 20, 300, "user_annotation")]
+    with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
+        (x,) = [d for d in diagnose(s).diagnoses if d.rule == "compile_breaks"]
+    assert x.text == "torch.compile in this trace: 1 recompiled frame (0/1: frame/recompile count)."
+    assert "TORCH_LOGS='recompiles'" in x.fix and "mark_dynamic" in x.fix
+    assert "graph break" not in x.fix and "reduce-overhead" not in x.fix
+
+
 def test_the_attention_backend_that_ran_is_named_from_the_trace():
     path = TRACES / "gaunernst_bert-small-uncased__1016001.json.gz"
     flash = [e for e in scan_trace(path) if e.get("name") == "aten::_scaled_dot_product_flash_attention"]

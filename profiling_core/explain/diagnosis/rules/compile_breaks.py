@@ -70,25 +70,40 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     for h in cb["backward_fx_graph_hash"].dropna():  # a forward's backward graph is the same compiled function
         backward.update(str(h).split(","))
     hashes -= backward
-    parts = []
+    parts, fixes = [], []  # (a fix for each kind of part that fired, and only for those)
     if recompiled:
         parts.append(f"{len(recompiled)} recompiled frame{'s' if len(recompiled) > 1 else ''} "
                      f"({', '.join(x.split(': ', 1)[1] for x in recompiled[:4])}: frame/recompile count)")
     per_token, decode = _token_regions(c, names)
+    breaks = False
     if per_token is not None:  # a decode step calls the compiled forward once per token: count per token
         if per_token > 1:
+            breaks = True
             parts.append(f"{per_token:g} compiled regions per decode token (graph breaks split the forward)")
     elif per_step > 1 and len(frames := sorted({r.removeprefix(_REGION).split("/", 1)[0] for r in regions})) > 1:
         # several frames: graph breaks (or several compiled functions); one frame called often is neither
+        breaks = True
         parts.append(f"{per_step:g} compiled regions per step from {len(frames)} compiled frames (graph breaks "
                      "split the compiled code, or the step calls several compiled functions)")
     if len(hashes) > 1:
         parts.append(f"{len(hashes)} distinct compiled graphs")
+    # the fix names only what fired: several graphs may come of either a graph break or a recompile
+    hunt = [w for w, on in (("graph breaks", breaks or len(hashes) > 1),
+                            ("recompiles", bool(recompiled) or len(hashes) > 1)) if on]
+    if hunt:
+        fixes.append(f"Find the {' and '.join(hunt)} with TORCH_LOGS='{','.join(w.replace(' ', '_') for w in hunt)}' "
+                     "(or torch._dynamo.explain)"
+                     + ("; mark dynamic sizes (torch._dynamo.mark_dynamic) or compile with dynamic=True"
+                        if "recompiles" in hunt else "") + ".")
     staging = _staging_copies(c)
     math_us = float(c.roof.loc[c.roof["kind"] == "gemm", "time_us"].mul(
         c.roof.loc[c.roof["kind"] == "gemm", "count"]).sum()) if not c.roof.empty else 0.0
     stage_us = float(staging["dur_us"].sum())
     if len(staging) and math_us and stage_us > math_us:
+        fixes.append("Under mode='reduce-overhead' each replay first copies every input that is not a parameter or "
+                     "buffer into the CUDA graph's static buffers: keep such an input in one tensor that every call "
+                     "reuses and mark it with torch._dynamo.mark_static_address, so the graph reads it in place and "
+                     "nothing is copied in.")
         parts.append(f"CUDA-graph input staging copies ({len(staging)} multi_tensor_apply kernels, "
                      f"{_fmt_us(stage_us / _steps(c.report))} per step) cost more than the GEMMs "
                      f"({_fmt_us(math_us / _steps(c.report))} per step)")
@@ -105,9 +120,7 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     if not parts:
         return None
     text = "torch.compile in this trace: " + "; ".join(parts) + "."
-    fix = ("Find graph breaks and recompiles with TORCH_LOGS='graph_breaks,recompiles' (or torch._dynamo.explain); "
-           "mark dynamic sizes (torch._dynamo.mark_dynamic) or compile with dynamic=True; under reduce-overhead, "
-           "keep inputs in the same static buffers between calls so nothing is copied in.")
+    fix = " ".join(fixes)
     if decode:
         fix = ("Give the decode loop a static KV cache (transformers' StaticCache, or generate(..., "
                "cache_implementation='static'); this workload's cache=static): it is allocated once at its full "
