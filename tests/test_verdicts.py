@@ -612,6 +612,40 @@ def test_gpu_time_fixes_on_a_cpu_paced_training_step_save_only_what_the_cpu_wait
         assert "is not on the critical path" in x.cost_basis
 
 
+def test_the_tf32_rule_s_text_and_cost_count_the_same_gemm_time_as_the_fp32_training_rule():
+    """The H200 fp32 MLP training step: 5 GEMMs a step in FFMA kernels (982.6 µs), one of which cuBLAS splits along
+    K and finishes with a splitKreduce_kernel (7.7 µs): 990.3 µs of GEMM time a step, 42.9 GFLOP. The TF32 rule's
+    text gives that time and the FFMA kernels' part of it, its cost is that time less the FLOPs at the tf32 peak, and
+    the fp32 training rule gives the same GEMM time."""
+    path = DATA / "h200_memory" / "train.json"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = steps_of([e for e in ev if e.get("cat") != "gpu_user_annotation"])
+    launch = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+              and "correlation" in e.get("args", {})}
+    kernels = [e for e in ev if e.get("cat") == "kernel"
+               and any(a <= launch.get(e["args"].get("correlation"), -1) < b for a, b in steps)]
+    ffma = [k for k in kernels if "sgemm" in k["name"] or "_ffma_" in k["name"]]
+    reduce = [k for k in kernels if "splitKreduce_kernel" in k["name"]]
+    n = len(steps)
+    assert len(ffma) == 5 * n and len(reduce) == n
+    ffma_us, reduce_us = sum(k["dur"] for k in ffma) / n, sum(k["dur"] for k in reduce) / n
+    flops = 0
+    for o in (e for e in ev if e["name"] in ("aten::mm", "aten::addmm") and any(a <= e["ts"] < b for a, b in steps)):
+        dims = o["args"]["Input Dims"]
+        m1, m2 = (dims[1], dims[2]) if o["name"] == "aten::addmm" else (dims[0], dims[1])  # (addmm's first: bias)
+        flops += 2 * m1[0] * m1[1] * m2[1]
+    floor = flops / n / (H200_PEAKS.gemm_tflops["tf32"] * 1e6)
+    _r, _f, d = run(path)
+    x, t = rules(d)["fp32_without_tf32"], rules(d)["fp32_training"]
+    gemm = f"{ffma_us + reduce_us:.1f} µs"
+    assert (f"{gemm} of GEMM time per step in these GEMMs: {ffma_us:.1f} µs in the FFMA kernels and "
+            f"{reduce_us:.2f} µs in the other kernel they launched (splitKreduce_kernel)") in x.text
+    assert f"the time at stake, {ffma_us + reduce_us - floor:.1f} µs per step" in x.cost_basis
+    assert f"these GEMMs' time ({gemm} per step, every kernel they launched)" in x.cost_basis
+    assert f"{gemm} of GEMM time per step" in t.text
+    assert x.evidence["gemm_us_per_step"] == pytest.approx(t.evidence["fp32_gemm_us_per_step"])
+
+
 def test_a_gpu_time_fix_on_a_gpu_paced_step_keeps_its_gpu_saving(tmp_path):
     r, _f, d = run(vt.gpu_bound_with_drift(tmp_path / "t.json"))
     assert r.summary["steady_state"]["bound"] == "compute-bound"

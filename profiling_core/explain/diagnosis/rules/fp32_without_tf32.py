@@ -4,8 +4,12 @@ ones (its compute capability, else the kernels' own arch).
 Only GEMMs that TF32 could speed up count: where the roofline knows a GEMM's shapes and the device's peaks, one held
 by the memory roof at the fp32 peak (a thin product, e.g. a rotary embedding's K = 1 outer product in an LLM's
 decode) moves the same bytes on tensor cores and is left out; when every such GEMM is, the rule does not fire. The
-cost bound is these GEMMs' time less their floor at TF32: the larger of the same FLOPs at the tf32 peak and their
-bytes at the measured bandwidth, on the critical path only where the GPU sets the pace (``base._gpu_time_cost``).
+GEMM time the text gives and the cost counts is the roofline's (as ``fp32_training``'s): every kernel these GEMM ops
+launched, the FFMA kernels and any other (cuBLAS's split-K reduction), since TF32 replaces the op's kernels, not one
+of them; the text says how much of it the FFMA kernels took where that differs. Where the roofline has no such GEMM
+(no recorded shapes) the text gives the FFMA kernels' time and there is no cost. The cost bound is these GEMMs' time
+less their floor at TF32: the larger of the same FLOPs at the tf32 peak and their bytes at the measured bandwidth,
+on the critical path only where the GPU sets the pace (``base._gpu_time_cost``).
 A trace in which an fp32 GEMM ran on the tensor cores had TF32 on: the rule does not fire there (:func:`_tf32_on`)."""
 from __future__ import annotations
 
@@ -55,10 +59,11 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
     kern = k[k["name"].isin(simt_names)]
     per_step = float(_in_steps(c.report, kern)["dur_us"].sum()) / _steps(c.report)
     top = str(kern.groupby(kern["name"].astype(object))["dur_us"].sum().idxmax())
-    cost, basis, rate = None, "", ""
+    cost, basis, rate, gemm_us = None, "", "", None
     tf = c.peaks.peak_tflops("tf32") if c.peaks is not None else None
     src = c.peaks.source if c.peaks is not None else "measured"
     if not rows.empty:
+        gemm_us = float((rows["time_us"] * rows["count"]).sum()) / _steps(c.report)  # (fp32_training's basis)
         row = rows.sort_values("time_us", ascending=False).iloc[0]
         rate = f" at {row['tflops']:,.1f} TFLOP/s"
         if row["fraction_of_peak"] is not None and pd.notna(row["fraction_of_peak"]):
@@ -70,16 +75,39 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
                 floor = np.maximum(floor, pd.to_numeric(rows["bytes"], errors="coerce").fillna(0.0) / (bw * 1e3))
             cost, basis = _gpu_time_cost(
                 c.report, max(0.0, float(((rows["time_us"] - floor) * rows["count"]).sum()) / _steps(c.report)),
-                f"these GEMMs' time less their floor at TF32 (the same FLOPs at the {src} tf32 peak, {tf:,.0f} "
-                "TFLOP/s, or their bytes at the measured bandwidth, whichever is longer): what TF32 could save at most")
+                f"these GEMMs' time ({_fmt_us(gemm_us)} per step, every kernel they launched) less their floor at "
+                f"TF32 (the same FLOPs at the {src} tf32 peak, {tf:,.0f} TFLOP/s, or their bytes at the measured "
+                "bandwidth, whichever is longer): what TF32 could save at most")
     others = len(simt_names) - 1
     text = (f"fp32 GEMMs ran in full-fp32 FFMA kernels, not on the tensor cores: {_short(top, 90)}{rate}"
             + (f" and {others} other such kernel{'s' if others > 1 else ''}" if others else "") + ", "
-            f"{_fmt_us(per_step)} of such kernels {_per(c.report)}. This GPU has TF32 tensor cores"
+            + (f"{_fmt_us(per_step)} of such kernels {_per(c.report)}" if gemm_us is None
+               or _fmt_us(gemm_us) == _fmt_us(per_step) else _gemm_time(gemm_us, per_step, rows, simt_names, c))
+            + ". This GPU has TF32 tensor cores"
             + (f" ({src} {tf:,.0f} TFLOP/s{' here' if src == 'measured' else ''})" if tf else "") + ", which torch leaves off for matmuls by default.")
     fix = ("torch.set_float32_matmul_precision('high') (or torch.backends.cuda.matmul.allow_tf32 = True): fp32 GEMMs "
            "then run on TF32 tensor cores (inputs rounded to a 10-bit mantissa, fp32 accumulation). Or run the GEMM "
            "in bf16." + _in_this_app(c, "the fp32 matmul precision knob"))
     return Diagnosis("fp32_without_tf32", "fp32 GEMM without TF32", text, fix, cost, basis,
                      {"slice_ids": kern["id"].astype(int).tolist()[:50], "kernels": sorted(simt_names)[:10],
-                      "kernel_us_per_step": per_step})
+                      "kernel_us_per_step": per_step, "gemm_us_per_step": gemm_us})
+
+
+def _gemm_time(gemm_us: float, ffma_us: float, rows: pd.DataFrame, simt_names: set, c: _Ctx) -> str:
+    """The GEMMs' time per step (every kernel their ops launched, ``gemm_us``) with the FFMA kernels' part of it
+    (``ffma_us``, all of them in the steps) and the other kernels' names, where the two differ."""
+    rest = sorted({_kernel_stem(x) for n in rows["kernel"].astype(str) for x in split_kernel_names(n)
+                   if x not in simt_names})
+    if gemm_us > ffma_us:
+        return (f"{_fmt_us(gemm_us)} of GEMM time {_per(c.report)} in these GEMMs: {_fmt_us(ffma_us)} in the FFMA "
+                f"kernels and {_fmt_us(gemm_us - ffma_us)} in the other kernel{'s' if len(rest) != 1 else ''} they "
+                f"launched ({', '.join(rest[:3]) or 'unnamed'})")
+    return (f"{_fmt_us(ffma_us)} of such kernels {_per(c.report)}, {_fmt_us(gemm_us)} of it in GEMMs whose shapes "
+            "the trace records (the time the cost counts)")
+
+
+def _kernel_stem(name: str) -> str:
+    """A kernel's name without its return type, namespaces, template and argument lists
+    (``void cublasLt::splitKreduce_kernel<32, ...>(...)`` → ``splitKreduce_kernel``)."""
+    base = name.removeprefix("void ").split("<", 1)[0].split("(", 1)[0].strip()
+    return base.rsplit("::", 1)[-1] or _short(name, 40)
