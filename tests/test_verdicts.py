@@ -646,6 +646,47 @@ def test_the_tf32_rule_s_text_and_cost_count_the_same_gemm_time_as_the_fp32_trai
     assert x.evidence["gemm_us_per_step"] == pytest.approx(t.evidence["fp32_gemm_us_per_step"])
 
 
+def test_profile_memory_that_recorded_nothing_is_not_said_to_cost_cpu_time():
+    """The H200 reduce-overhead run was profiled with profile_memory, but its trace holds no [memory] event (a CUDA
+    graph's replay allocates nothing the profiler sees): the finding says so, with no claim of a cost. The fp32 MLP
+    training run, profiled the same way, recorded allocations: its finding gives their count and the cost."""
+    for name, cost in (("ro", False), ("train", True)):
+        path = DATA / "h200_memory" / f"{name}.json"
+        mem = sum(1 for e in scan_trace(path) if e.get("name") == "[memory]")
+        config = json.loads((DATA / "h200_memory" / f"{name}.meta.json").read_text())["config"]
+        assert config["profile_memory"] and not config["with_stack"] and (mem > 0) is cost
+        _r, _f, d = run(path, config=config)
+        x = rules(d)["profiler_overhead"]
+        assert x.evidence["memory_events"] == mem
+        if cost:
+            assert f"every allocation and free ({mem:,} [memory] events here), which adds CPU time" in x.text
+            assert "include that cost" in x.text
+        else:
+            assert "the trace holds no [memory] event" in x.text and "added no per-allocation CPU time" in x.text
+            assert "adds CPU time" not in x.text and "include that cost" not in x.text and "0 [memory]" not in x.text
+            assert x.fix.startswith("Nothing to change for these times")
+
+
+@pytest.mark.parametrize("path,same", [("h200_memory/train_fused", "the same settings"),
+                                       ("h200_verdicts/decode_eager", "the same settings"),
+                                       ("h200_diag/fp32_tf32_off", "the same size")])
+def test_q10_asks_for_the_same_settings_where_one_knob_is_not_the_run_s_size(path, same):
+    """An eager run of this app is told to profile the same work with torch.compile. The MLP's sweep axis is its
+    batch and the transformer block's its KV length, each one knob of several (width, heads, mode ...) that set the
+    work: "the same size" would not say which, so Q10 asks for the same settings; the study's matmul_add, whose
+    matrix size is the size, keeps "the same size"."""
+    trace = DATA / f"{path}.json"
+    trace = trace if trace.is_file() else trace.with_name(trace.name + ".gz")
+    config = json.loads((DATA / f"{path}.meta.json").read_text())["config"]
+    assert config["compile"] == "off"
+    assert not any(str(e.get("name", "")).startswith("Torch-Compiled Region") for e in scan_trace(trace))
+    with open_trace(trace, engine="sqlite") as s:
+        q10 = {x.id: x for x in findings(analyze(s), config)}["q10.compile_cost"].text
+    assert f"profile {same} with torch.compile" in q10
+    if same == "the same settings":
+        assert "the same size" not in q10
+
+
 def test_a_gpu_time_fix_on_a_gpu_paced_step_keeps_its_gpu_saving(tmp_path):
     r, _f, d = run(vt.gpu_bound_with_drift(tmp_path / "t.json"))
     assert r.summary["steady_state"]["bound"] == "compute-bound"
@@ -754,9 +795,10 @@ def test_a_cpu_runs_texts_name_no_gpu_figure(tmp_path, capsys):
     head, summary = out.split("  findings:")[0].split("\n", 2)[1:]  # (the counts' line, then the figures)
     assert "GPU ops 0   kernels 0   (no GPU lane)" in head and "training phases" in summary
     assert "GPU busy" not in summary and " GPU, " not in summary and "kernel" not in summary
-    r, _f, d = run(path, peaks=None, config={"profile_memory": True, "device": "cpu"})
+    r, _f, d = run(path, peaks=None, config={"with_stack": True, "profile_memory": True, "device": "cpu"})
     text = rules(d)["profiler_overhead"].text
     assert "ran on the CPU, so every time here does" in text and "GPU kernel times" not in text
+    assert "the trace holds no [memory] event" in text  # (the built trace has none: only with_stack cost anything)
 
     t = vt.Trace()
     for n in range(3):

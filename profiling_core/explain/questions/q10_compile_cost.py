@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from ...config import config_field as _cfg
 from ...units import format_duration_us as _us
-from ...workloads import get_workload
 from .base import Finding, _app_run, _listed, _num
 
 
@@ -71,8 +70,10 @@ def _eager(r, config, steps: set, cpu_med: float) -> Finding:
 
 
 def _same_work(r, config) -> str:
-    """What to profile again under torch.compile: on a run of this app (``base._app_run``) the same size (the
-    workload's sweep axis; the same settings for a script, which has none), else the same program."""
+    """What to profile again under torch.compile: on a run of this app (``base._app_run``) the same size for the
+    study's matmul_add (a trace that holds its regions, or a run of it: its matrix size is what the study varies), the
+    same settings for any other workload (its sweep axis is one knob of several that set the work, an MLP's batch
+    beside its width, so "the same size" would not say which) or a script, else the same program."""
     if not _app_run(r, config):
         return "the same program"
-    return "the same size" if get_workload(_cfg(config, "workload") or "matmul_add").size_knob else "the same settings"
+    return "the same size" if (_cfg(config, "workload") or "matmul_add") == "matmul_add" else "the same settings"
