@@ -790,6 +790,27 @@ def test_profiler_table_holds_the_python_frames_as_torchs_own_table_does(tmp_pat
     assert (sql["self_cpu_ns"] / 1000).sum() == pytest.approx(got["self_cpu_us"].sum(), abs=0.01)
 
 
+def test_a_slice_written_on_thread_0_is_held_by_the_op_around_it(tmp_path):
+    """Kineto writes its own work on pid -1, tid 0: such a CPU slice inside another thread's op takes its time out of
+    that op's self time (once, not twice); one inside nothing keeps its own. By hand: three 8 µs ops each around a
+    2 µs thread-0 slice, and one more thread-0 slice after them."""
+    ev = []
+    for i in range(3):
+        ev.append({"ph": "X", "name": "op", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": i * 10, "dur": 8})
+        ev.append({"ph": "X", "name": "abr", "cat": "cpu_op", "pid": -1, "tid": 0, "ts": i * 10 + 1, "dur": 2})
+    ev.append({"ph": "X", "name": "alone", "cat": "cpu_op", "pid": -1, "tid": 0, "ts": 100, "dur": 5})
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": ev}))
+    with open_trace(str(tmp_path / "t.json"), engine="sqlite") as s:
+        got = profiler_table(s).set_index("name")
+        sql = s.query(load_query("profiler_table")).set_index("name")
+    assert got.loc["op", "self_cpu_us"] == pytest.approx(3 * (8 - 2))
+    assert got.loc["abr", "self_cpu_us"] == pytest.approx(3 * 2)
+    assert got.loc["alone", "self_cpu_us"] == pytest.approx(5)
+    assert got["self_cpu_us"].sum() == pytest.approx(3 * 8 + 5)
+    for name in ("op", "abr", "alone"):
+        assert sql.loc[name, "self_cpu_ns"] / 1000 == pytest.approx(got.loc[name, "self_cpu_us"])
+
+
 def test_profiler_table_footer_self_cpu_total():
     for name in H200:
         txt = (DATA / "h200" / f"{name}.txt").read_text()

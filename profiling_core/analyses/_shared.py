@@ -835,16 +835,19 @@ class Shared:
             live = live[cur[live] >= 0]
         return out
 
-    def enclosing_rows(self, rows: np.ndarray) -> np.ndarray:
-        """For these rows of ``slices`` that have no parent: the row of the innermost slice of their thread that
-        encloses them in time (the latest start, then the shortest, then the first), -1 where none does.
+    def enclosing_rows(self, rows: np.ndarray, hosts: np.ndarray | None = None) -> np.ndarray:
+        """For these rows of ``slices``: the row of the innermost slice that encloses each in time (the latest start,
+        then the shortest, then the first), -1 where none does; by default among the other tracks of its own thread,
+        or, with ``hosts`` (a boolean mask over ``slices``), among those slices, whatever their thread.
 
         A slice that starts inside another and ends after it cannot be nested: trace_processor (and the mirror)
         puts it at depth 0 on another track of its thread, without a parent (HTA's A100 control trace: a
         ``cudaLaunchKernel`` that starts 2 µs before a ``cudaPointerGetAttributes`` above it ends, inside its
         ``aten::mm``). Only the thread's other tracks can hold an enclosing slice: on its own track it would have
-        been nested. Each track is properly nested, so the innermost slice enclosing a time span on it is the last
-        slice starting at or before the span (the deepest of equal starts), or an ancestor of that slice."""
+        been nested. A slice written on no thread of its own (Kineto's thread 0) is held by another thread's slice:
+        ``hosts`` names them (``table._host_utid``). Each track is properly nested, so the innermost slice enclosing
+        a time span on it is the last slice starting at or before the span (the deepest of equal starts), or an
+        ancestor of that slice."""
         t = self.slices
         rows = np.asarray(rows, dtype=np.int64)
         out = np.full(len(rows), -1, dtype=np.int64)
@@ -853,20 +856,27 @@ class Shared:
         ts, dur, utid, track = t["ts"], t["dur"], t["utid"], t["track_id"]
         best_ts = np.full(len(rows), np.iinfo(np.int64).min)
         best_dur = np.zeros(len(rows), dtype=np.int64)
-        on_thread = np.flatnonzero(np.isin(utid, np.unique(utid[rows])) & (utid >= 0))
+        if hosts is None:
+            on_thread = np.flatnonzero(np.isin(utid, np.unique(utid[rows])) & (utid >= 0))
+        else:
+            on_thread = np.flatnonzero(hosts & (utid >= 0))
+        if not len(on_thread):
+            return out
+        ok = np.zeros(len(ts), dtype=bool)
+        ok[on_thread] = True
         for tr in np.unique(track[on_thread]):
             mine = on_thread[track[on_thread] == tr]
             mine = mine[np.lexsort((t["depth"][mine], ts[mine]))]  # by start, the deepest of equal starts last
-            ask = np.flatnonzero((utid[rows] == utid[mine[0]]) & (track[rows] != tr))
+            ask = np.flatnonzero(((utid[rows] == utid[mine[0]]) if hosts is None else True) & (track[rows] != tr))
             if not len(ask):
                 continue
             a, e = ts[rows[ask]], ts[rows[ask]] + dur[rows[ask]]
             k = np.searchsorted(ts[mine], a, side="right") - 1
             cur = np.where(k >= 0, mine[np.maximum(k, 0)], -1)
             live = np.flatnonzero(cur >= 0)
-            while len(live):  # climb until the slice also ends at or after the span's end
+            while len(live):  # climb until the slice (one of those searched) also ends at or after the span's end
                 c = cur[live]
-                done = ts[c] + dur[c] >= e[live]
+                done = (ts[c] + dur[c] >= e[live]) & ok[c]
                 live = live[~done]
                 cur[live] = t["ppos"][cur[live]]
                 live = live[cur[live] >= 0]

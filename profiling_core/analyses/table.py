@@ -51,8 +51,9 @@ def _host_utid(sh: Shared, cpu: np.ndarray) -> np.ndarray:
     pid -1 and tid 0, which the trace's readers put on thread 0 (:func:`~profiling_core.trace._ids.thread_numbers`);
     torch's table has its real thread and nests it there, inside the op that made the call. Such a slice (a CPU slice
     of a thread numbered 0) belongs to the thread of the innermost CPU slice of a thread not numbered 0 that encloses
-    its window (shortest, then latest start, then lowest id), as a slice of a track of its own there (a spill track:
-    :func:`_spilled_own`), and stays on thread 0 where none does. ``profiler_table.sql`` states the same rule."""
+    its window (``Shared.enclosing_rows``: the latest start, then the shortest, then the first), as a slice of a track
+    of its own there (a spill track: :func:`_spilled_own`), and stays on thread 0 where none does.
+    ``profiler_table.sql`` states the same rule."""
     t = sh.slices
     utid = t["utid"].copy()
     if not len(utid):
@@ -66,12 +67,8 @@ def _host_utid(sh: Shared, cpu: np.ndarray) -> np.ndarray:
     lost = np.flatnonzero(at_zero)
     if not len(lost):
         return utid
-    ts, end, ids = t["ts"], t["ts"] + t["dur"], t["id"]
-    hosts = np.flatnonzero(on & ~at_zero)
-    for r in lost.tolist():
-        h = hosts[(ts[hosts] <= ts[r]) & (end[hosts] >= end[r])]
-        if len(h):
-            utid[r] = utid[h[np.lexsort((ids[h], -ts[h], end[h] - ts[h]))[0]]]
+    host = sh.enclosing_rows(lost, hosts=on & ~at_zero)
+    utid[lost[host >= 0]] = utid[host[host >= 0]]
     return utid
 
 
@@ -102,20 +99,35 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
         own_rows = rows[~moved[rows]]  # (the thread's own slices: its first track is one of its own)
         first = track[own_rows[np.argmin(ts[own_rows])]]  # (the lowest id among the earliest: rows are in id order)
         mine = rows[track[rows] == first]
+        mine = mine[np.lexsort((t["depth"][mine], ts[mine]))]  # by start, the deepest of equal starts last
         b, e, par = ts[mine], ts[mine] + dur[mine], ppos[mine]
         pb = np.where(par >= 0, ts[np.maximum(par, 0)], 0)
         pe = np.where(par >= 0, ts[np.maximum(par, 0)] + dur[np.maximum(par, 0)], 0)
+        at = np.full(len(ts), -1, dtype=np.int64)  # row -> its position in mine
+        at[mine] = np.arange(len(mine))
         spill = rows[(track[rows] != first) & cpu[rows]]
         kids = spill[ppos[spill] >= 0]  # (a spill slice's children are on its own track)
+        kids = kids[np.argsort(ppos[kids], kind="stable")]
         depth = t["depth"][mine]
         for r in spill.tolist():
             lo, hi = int(ts[r]), int(ts[r] + dur[r])
-            outer = (b < hi) & (e > lo) & ~((b <= lo) & (e >= hi)) & ((par < 0) | ((pb <= lo) & (pe >= hi)))
-            k = kids[ppos[kids] == r]
-            below = int((np.minimum(e[outer], hi) - np.maximum(b[outer], lo)).clip(min=0).sum())
-            own[r] = dur[r] - union_ns(np.concatenate([np.maximum(b[outer], lo), ts[k]]),
-                                        np.concatenate([np.minimum(e[outer], hi), ts[k] + dur[k]]))
-            around = np.flatnonzero((b <= lo) & (e >= hi))
+            # the first track's slices that overlap the window: those starting inside it, and the chain of those
+            # around its start (the last slice starting at or before it and its ancestors: the track is nested)
+            j = int(np.searchsorted(b, lo, side="right"))
+            chain, c = [], (int(mine[j - 1]) if j > 0 else -1)
+            while c >= 0:
+                if at[c] >= 0:
+                    chain.append(at[c])
+                c = int(ppos[c])
+            near = np.concatenate([np.array(chain, dtype=np.int64),
+                                   np.arange(j, int(np.searchsorted(b, hi, side="left")), dtype=np.int64)])
+            nb, ne, npar, npb, npe = b[near], e[near], par[near], pb[near], pe[near]
+            outer = (nb < hi) & (ne > lo) & ~((nb <= lo) & (ne >= hi)) & ((npar < 0) | ((npb <= lo) & (npe >= hi)))
+            k = kids[np.searchsorted(ppos[kids], r, side="left"):np.searchsorted(ppos[kids], r, side="right")]
+            below = int((np.minimum(ne[outer], hi) - np.maximum(nb[outer], lo)).clip(min=0).sum())
+            own[r] = dur[r] - union_ns(np.concatenate([np.maximum(nb[outer], lo), ts[k]]),
+                                        np.concatenate([np.minimum(ne[outer], hi), ts[k] + dur[k]]))
+            around = near[(nb <= lo) & (ne >= hi)]
             if len(around):  # the frame around it counted that window (less its own children) as its own time
                 own[mine[around[np.argmax(depth[around])]]] -= dur[r] - below
 

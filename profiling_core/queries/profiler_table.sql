@@ -5,7 +5,7 @@
 -- in its window by the outermost slices of its thread's first track that do not enclose it; what that leaves of its
 -- window is taken out of the self time of the innermost first-track slice around it; a CPU slice written on no
 -- thread, on thread 0 (Kineto's pid -1 / tid 0: the profiler's own work, its "Activity Buffer Request" say), is a
--- spill slice of the thread of the innermost CPU slice (shortest, then latest start, then lowest id) of a thread not
+-- spill slice of the thread of the innermost CPU slice (latest start, then shortest, then lowest id) of a thread not
 -- numbered 0 that encloses it, as torch's own table nests it there); device time of a CPU op = GPU ops whose launch call
 -- sits in that op (self: its parent, or the slice enclosing a call that could not nest, the launch_op fragment) or in
 -- a descendant of it (total; a launch call itself gets none, as in torch's table).
@@ -42,7 +42,7 @@ host AS (  -- each CPU slice's thread for the own-time rule: a slice of thread 0
   SELECT c.id, coalesce(CASE WHEN th.tid = 0 THEN
     (SELECT h.utid FROM cpu h JOIN thread t2 ON t2.utid = h.utid
      WHERE t2.tid <> 0 AND h.ts <= c.ts AND h.ts + h.dur >= c.ts + c.dur
-     ORDER BY h.dur, h.ts DESC, h.id LIMIT 1) END, c.utid) AS utid
+     ORDER BY h.ts DESC, h.dur, h.id LIMIT 1) END, c.utid) AS utid
   FROM cpu c JOIN thread th ON th.utid = c.utid
 ),
 first_track AS (  -- each thread's first track: the one of its earliest slice (lowest id among the earliest)
