@@ -651,6 +651,17 @@ def test_a_training_step_under_reduce_overhead_holds_graph_pools_not_fragmentati
     assert "memory_fragmentation" not in d
 
 
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune", None])
+def test_the_graph_pools_finding_names_the_mode_the_run_asked_for(mode):
+    """Both torch.compile modes that replay CUDA graphs are named as the run's; without a config none is."""
+    from profiling_core import diagnose
+    meta = json.loads((H200_MEMORY / "train_ro.meta.json").read_text())
+    config = None if mode is None else ExperimentConfig.from_dict({**meta["config"], "compile": mode})
+    with open_trace(H200_MEMORY / "train_ro.json", engine="sqlite") as s:
+        x = {d.rule: d for d in diagnose(s, config=config).diagnoses}["cudagraph_pools"]
+    assert x.text.startswith("This run replays CUDA graphs" + (f" (mode='{mode}')" if mode else "") + ": 6 ")
+
+
 def test_a_cache_that_keeps_a_tensor_per_step_is_memory_growth_by_a_plain_count():
     """scripts/memory_cases/temporaries_and_cache.py: each call keeps one 2048 x 2048 bf16 tensor (8 MiB)."""
     events, r, d = _h200("script_cache")

@@ -14,6 +14,7 @@ from ....analyses.memory import device_of, recorded_with
 from ....config import config_field as _cfg
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx, _graph_replays
+from .cudagraphs_skipped import graph_mode_asked
 
 
 def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
@@ -27,7 +28,8 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
         return None
     per_step = graphs / max(1, len(r.steps))
     mode = _cfg(c.config, "compile")
-    why = " (mode='reduce-overhead')" if mode == "reduce-overhead" else ""
+    asked = graph_mode_asked(c.config)  # a torch.compile mode that replays CUDA graphs (reduce-overhead, max-autotune)
+    why = f" (mode='{asked}')" if asked else ""
     text = (f"This run replays CUDA graphs{why}: {graphs} cudaGraphLaunch call{'s' if graphs != 1 else ''}"
             f" ({per_step:g} per step). Each captured graph keeps a private pool for its tensors, reserved between "
             "replays, and a replay allocates nothing the profiler records")
