@@ -20,6 +20,7 @@ Nothing here plots or imports streamlit. ``analyze(session)`` runs them all once
 """
 from __future__ import annotations
 
+from ._common import recorded_with
 from .breakdown import category_totals, step_breakdown, top_kernels
 from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, gpu_op_category
 from .compile import compile_breakdown, compile_payoff, fused_ops, ran_compiled, triton_fusions
@@ -28,7 +29,7 @@ from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_s
 from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_ops, launch_paths
 from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_MATCH_TOLERANCE, RELATIVE_BASES,
                      MemoryReport, live_at_peak, memory_by_op, memory_churn, memory_peaks, memory_report,
-                     memory_timeline, recorded_with, unfreed)
+                     memory_timeline, unfreed)
 from .phases import PHASES, SUM_TOLERANCE_US, is_data_loader_next, phase_ops, phases, phases_at
 from ._shared import Shared
 from .report import Report, analyze

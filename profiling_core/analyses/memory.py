@@ -78,6 +78,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ._common import recorded_with
 from ._shared import Shared, frame, shared_for
 from .table import row_label
 
@@ -96,7 +97,6 @@ __all__ = [
     "memory_peaks",
     "memory_report",
     "memory_timeline",
-    "recorded_with",
     "unfreed",
 ]
 
@@ -112,14 +112,6 @@ NOTHING_RECORDED_TEXT = ("This trace was recorded with profile_memory=True, yet 
 """What they say instead when memory was recorded (``recorded_with``: the trace's own header or the run's config says
 so) and the trace has no event."""
 
-
-def recorded_with(option: str, recorded, config=None) -> bool:
-    """Whether the trace was recorded with the torch.profiler ``option`` (``profile_memory``, ``with_stack``,
-    ``record_shapes``, ...): the trace says so (``recorded``: ``TraceSession.recorded_with`` or a report's
-    ``summary["recorded_with"]``, the options torch wrote at the document's top level as on) or the run's config does.
-    The one test of it for every text that depends on how a trace was recorded."""
-    from ..config import config_field
-    return option in (recorded or ()) or bool(config_field(config, option))
 
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip", 7: "fpga",
                 8: "maia", 9: "xla", 10: "vulkan", 11: "metal", 12: "xpu", 13: "mps", 14: "meta", 15: "hpu", 16: "ve",

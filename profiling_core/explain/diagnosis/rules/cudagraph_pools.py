@@ -10,7 +10,8 @@ allocation then happened in the pools, or before the window: the run's ``max_mem
 figure)."""
 from __future__ import annotations
 
-from ....analyses.memory import device_of, recorded_with
+from ....analyses import recorded_with
+from ....analyses.memory import device_of
 from ....config import config_field as _cfg
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx, _graph_replays
