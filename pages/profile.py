@@ -272,8 +272,8 @@ with d4:
                                                                      "\n\nNo rule applies to this trace."),
                        findings=[(x.title, " ".join(filter(None, (x.text, f"Change: {x.fix}", ui.cost_line(diag, x)))))
                                  for x in diag.diagnoses],
-                       tables=[("roofline", diag.roofline.drop(columns=["slice_ids"]))] if len(diag.roofline)
-                       else [])],
+                       tables=[("roofline", diag.roofline.drop(columns=["slice_ids", "leading_dims"]))]
+                       if len(diag.roofline) else [])],
         configs={rid: (run.meta.get("config") or {"source": "imported trace"})}, key="profile")
 st.info("**Open the trace in Perfetto:** " + ui.PERFETTO_HOWTO, icon=":material/open_in_new:")
 trace_bytes = run.trace_path.read_bytes()

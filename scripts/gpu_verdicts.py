@@ -59,6 +59,17 @@ def runs() -> dict[str, ExperimentConfig]:
         "stream_in_pinned": dict(workload="script", knobs=script("copies", "stream_in_pinned"), modes=("eager",)),
         "stream_in_pageable": dict(workload="script", knobs=script("copies", "stream_in_pageable"),
                                    modes=("eager",)),
+        # which dimension's alignment matters: the operands' layout (the leading dimension of each)
+        "gemm_m4095": dict(workload="script", knobs=script("gemm_layouts"), modes=("eager",)),
+        "gemm_m4095_t": dict(workload="script", knobs=script("gemm_layouts", "transposed_m"), modes=("eager",)),
+        "lm_head_50257": dict(workload="script", knobs=script("gemm_layouts", "lm_head")),
+        "lm_head_50304": dict(workload="script", knobs=script("gemm_layouts", "lm_head_padded")),
+        "gemm_m1_k4095": dict(workload="script", knobs=script("gemm_layouts", "m1_k4095"), modes=("eager",)),
+        "gemm_n1": dict(workload="script", knobs=script("gemm_layouts", "n1"), modes=("eager",)),
+        "gemm_m1_k4096": dict(workload="script", knobs=script("gemm_layouts", "m1_k4096"), modes=("eager",)),
+        "gemm_m4_k4095": dict(workload="script", knobs=script("gemm_layouts", "m4_k4095"), modes=("eager",)),
+        "linear_m1_k4095": dict(workload="script", knobs=script("gemm_layouts", "linear_m1_k4095"), modes=("eager",)),
+        "linear_m1_k4096": dict(workload="script", knobs=script("gemm_layouts", "linear_m1_k4096"), modes=("eager",)),
     }
     out = {}
     for label, c in cases.items():

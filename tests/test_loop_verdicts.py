@@ -558,9 +558,10 @@ def test_a_compute_bound_verdict_that_rests_on_exposed_collectives_says_so():
 
 
 def _unaligned_bf16_gemms(path) -> tuple[dict[tuple[int, int, int], float], int]:
-    """({(M, K, N): GPU µs per step} of the bf16 aten::mm / aten::addmm whose K or N is not a multiple of 8, the
-    number of steps), by a plain scan: each op's kernels are those whose launch call (same correlation) starts inside
-    the op on its thread, summed over the trace and divided by the ProfilerSteps."""
+    """({(M, K, N): GPU µs per step} of the bf16 aten::mm / aten::addmm a leading dimension of which is not a
+    multiple of 8, the number of steps), by a plain scan: an operand's leading dimension is its recorded stride that
+    is not 1 (its rows' distance), the result's is N; each op's kernels are those whose launch call (same
+    correlation) starts inside the op on its thread, summed over the trace and divided by the ProfilerSteps."""
     ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
     steps = [e for e in ev if str(e["name"]).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
     calls = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})]
@@ -573,7 +574,9 @@ def _unaligned_bf16_gemms(path) -> tuple[dict[tuple[int, int, int], float], int]
         if op["args"]["Input type"][at] != "c10::BFloat16":
             continue
         (m, k), (_k, n) = op["args"]["Input Dims"][at:at + 2]
-        if k % 8 == 0 and n % 8 == 0:
+        lds = [max(st) if 1 in st else None for st in op["args"]["Input Strides"][at:at + 2]] + [n]
+        assert None not in lds  # (every operand here has a unit stride)
+        if all(ld % 8 == 0 for ld in lds):
             continue
         for c in calls:
             if ((c["pid"], c["tid"]) == (op["pid"], op["tid"]) and op["ts"] <= c["ts"] < op["ts"] + op["dur"]
@@ -584,24 +587,28 @@ def _unaligned_bf16_gemms(path) -> tuple[dict[tuple[int, int, int], float], int]
 
 @pytest.mark.parametrize("path", [LOADER, WORKERS, PYTHON], ids=lambda p: p.name)
 def test_the_unaligned_gemm_finding_names_every_shape_its_cost_counts(path):
-    """The MLP's last layer (N = 10) is unaligned forward (64×2048×10) and in its backward's input gradient
-    (64×10×2048, K = 10): the cost counts both, so the text names both, each with its GPU time per step."""
+    """The MLP's last layer (N = 10) is unaligned forward (64×2048×10), in its backward's input gradient
+    (64×10×2048, K = 10) and in its weight gradient (10×64×2048: ``dY.t() @ X``, whose first operand is a transposed
+    view with rows 10 apart, so M = 10 is its leading dimension): the cost counts all three, so the text names each,
+    with its GPU time per step, most time first."""
     want, _steps = _unaligned_bf16_gemms(path)
-    assert sorted(want) == [(64, 10, 2048), (64, 2048, 10)]
+    assert sorted(want) == [(10, 64, 2048), (64, 10, 2048), (64, 2048, 10)]
     assert all(us < 10 for us in want.values())  # (µs below 10 are written with two decimals)
     x = run(path)[2]["unaligned_gemm_dims"]
-    assert x.text.startswith("A bf16 GEMM with M=64, K=2048, N=10: N is not a multiple of 8")
-    assert (f"The cost counts 2 unaligned GEMM shapes, each by its GPU time per step, this one first: "
-            f"M=64, K=2048, N=10 (N unaligned) {want[(64, 2048, 10)]:.2f} µs; "
-            f"M=64, K=10, N=2048 (K unaligned) {want[(64, 10, 2048)]:.2f} µs.") in x.text
+    assert x.text.startswith("A bf16 GEMM with M=64, K=2048, N=10: N is not a multiple of 8 and is the leading "
+                             "dimension of the result")
+    which = {(64, 2048, 10): "N", (64, 10, 2048): "K", (10, 64, 2048): "M"}
+    named = "; ".join(f"M={m}, K={k}, N={n} ({which[(m, k, n)]} unaligned) {us:.2f} µs"
+                      for (m, k, n), us in sorted(want.items(), key=lambda kv: -kv[1]))
+    assert f"The cost counts 3 unaligned GEMM shapes, each by its GPU time per step, this one first: {named}." in x.text
     got = {(s["m"], s["k"], s["n"]): s["us_per_step"] for s in x.evidence["shapes"]}
     assert got == pytest.approx(want, abs=1e-6)
-    # the time at stake: both shapes' time less their FLOPs at the memory roof (the same for both: one intensity)
+    # the time at stake: the shapes' time less their FLOPs at the memory roof (the same for all: one intensity)
     flops, nbytes = 2 * 64 * 2048 * 10, 2 * (64 * 2048 + 2048 * 10 + 64 * 10)
     roof = flops / nbytes * json.loads((H200 / "peaks.json").read_text())["bandwidth_gbs"] / 1e3  # TFLOP/s
-    at_stake = sum(want.values()) - 2 * flops / (roof * 1e6)
+    at_stake = sum(want.values()) - 3 * flops / (roof * 1e6)
     assert f"{at_stake:.1f} µs per step" in x.cost_basis and f"memory roof ({roof:.1f} TFLOP/s" in x.cost_basis
-    assert "these 2 GEMM shapes' time less the same FLOPs at their memory roof" in x.cost_basis
+    assert "these 3 GEMM shapes' time less the same FLOPs at their memory roof" in x.cost_basis
     assert "this GEMM time" not in x.cost_basis
 
 
@@ -625,11 +632,11 @@ def test_a_capped_gpu_time_cost_says_first_what_its_figure_is():
     want, _n = _unaligned_bf16_gemms(LOADER)
     flops, nbytes = 2 * 64 * 2048 * 10, 2 * (64 * 2048 + 2048 * 10 + 64 * 10)
     roof = flops / nbytes * json.loads((H200 / "peaks.json").read_text())["bandwidth_gbs"] / 1e3
-    at_stake = sum(want.values()) - 2 * flops / (roof * 1e6)
+    at_stake = sum(want.values()) - len(want) * flops / (roof * 1e6)  # (the shapes have the same FLOPs and bytes)
     assert blocked < at_stake
     x = run(LOADER)[2]["unaligned_gemm_dims"]
     assert x.cost_us_per_step == pytest.approx(blocked, abs=0.01)
     assert x.cost_basis.startswith("the time the step's CPU spent blocked in synchronising calls while the GPU "
                                    f"worked, {blocked:.2f} µs per step (measured)")
-    assert (f"the time at stake, {at_stake:.1f} µs per step, is not on the critical path: these 2 GEMM shapes' "
+    assert (f"the time at stake, {at_stake:.1f} µs per step, is not on the critical path: these 3 GEMM shapes' "
             "time less the same FLOPs") in x.cost_basis

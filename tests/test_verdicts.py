@@ -162,8 +162,159 @@ def test_an_unaligned_leading_dimension_is_named(tmp_path):
     _, _, d = run(path)
     x = rules(d)["unaligned_gemm_dims"]
     assert x.evidence["unaligned"] == ["N"] and "N is not a multiple of 8" in x.text
+    # (this trace records no Input Strides: the operands are taken as row-major, and the text says so)
+    assert "the trace recorded no Input Strides, so the operands are taken as row-major" in x.text
     assert "built for sm75" in x.text and "operand alignment 1 element" in x.text
     assert "of its memory roof" in x.text
+
+
+def _gemm_kernels_by_scan(path) -> list[dict]:
+    """Each bf16 ``aten::mm`` of a trace, by a plain scan: its recorded dims and strides, the names of the kernels
+    whose launch call (same correlation) starts inside it on its thread, and their µs."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    calls = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})]
+    kernels = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "kernel"}
+    out = []
+    for op in ev:
+        if op.get("cat") != "cpu_op" or op["name"] != "aten::mm":
+            continue
+        ks = [kernels[c["args"]["correlation"]] for c in calls if (c["pid"], c["tid"]) == (op["pid"], op["tid"])
+              and op["ts"] <= c["ts"] < op["ts"] + op["dur"] and c["args"]["correlation"] in kernels]
+        out.append({"dims": op["args"]["Input Dims"][:2], "strides": op["args"]["Input Strides"][:2],
+                    "kernels": [k["name"] for k in ks], "us": sum(k["dur"] for k in ks)})
+    return out
+
+
+def test_a_gemm_s_leading_dimensions_are_read_from_the_strides_torch_records(tmp_path):
+    """GEMMs of every layout, profiled by torch on the CPU: each operand's leading dimension from the ``Input Dims``
+    and ``Input Strides`` torch wrote (a plain scan), against what cuBLAS would be given, by hand."""
+    import torch
+    import torch.nn.functional as F
+    from profiling_core.analyses import gemm_leading_dims
+    a, b = torch.randn(6, 10), torch.randn(10, 12)
+    cases = {  # range name: (the GEMM, its op, [(operand, layout, dim, ld)] by hand)
+        "row-major": (lambda: a @ b, "aten::mm", [("A", "row-major", "K", 10), ("B", "row-major", "N", 12),
+                                                 ("C", "row-major", "N", 12)]),
+        "x.t()": (lambda: torch.randn(10, 6).t() @ b, "aten::mm", [("A", "transposed", "M", 6),
+                                                                   ("B", "row-major", "N", 12),
+                                                                   ("C", "row-major", "N", 12)]),
+        "linear": (lambda: F.linear(a, torch.randn(12, 10), torch.randn(12)), "aten::addmm",
+                   [("A", "row-major", "K", 10), ("B", "transposed", "K", 10), ("C", "row-major", "N", 12)]),
+        "a slice": (lambda: torch.randn(6, 16)[:, :10] @ b, "aten::mm", [("A", "row-major", "K", 16),
+                                                                          ("B", "row-major", "N", 12),
+                                                                          ("C", "row-major", "N", 12)]),
+        "every other column": (lambda: torch.randn(6, 20)[:, ::2] @ b, "aten::mm",
+                               [("A", "copied", "K", 10), ("B", "row-major", "N", 12), ("C", "row-major", "N", 12)]),
+        "bmm": (lambda: torch.bmm(torch.randn(3, 6, 10), torch.randn(3, 10, 12)), "aten::bmm",
+                [("A", "row-major", "K", 10), ("B", "row-major", "N", 12), ("C", "row-major", "N", 12)]),
+        "out=": (lambda: torch.mm(a, b, out=torch.empty(12, 6).t()), "aten::mm",
+                 [("A", "row-major", "K", 10), ("B", "row-major", "N", 12), ("C", "transposed", "M", 6)]),
+        "one row": (lambda: torch.randn(1, 10) @ b, "aten::mm", [("A", "vector", "K", None),
+                                                                 ("B", "row-major", "N", 12),
+                                                                 ("C", "vector", "N", None)]),
+        "one column": (lambda: torch.mm(a, torch.randn(10, 1)), "aten::mm", [("A", "row-major", "K", 10),
+                                                                             ("B", "vector", "N", None),
+                                                                             ("C", "vector", "N", None)]),
+    }
+    with torch.profiler.profile(record_shapes=True) as prof:
+        for name, (gemm, _op, _want) in cases.items():
+            with torch.profiler.record_function(name):
+                gemm()
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    ev = [e for e in scan_trace(tmp_path / "t.json") if e.get("ph") == "X"]
+    for name, (_gemm, op, want) in cases.items():
+        (rng,) = [e for e in ev if e["name"] == name]
+        (rec,) = [e for e in ev if e["name"] == op and rng["ts"] <= e["ts"] <= rng["ts"] + rng["dur"]]
+        got = gemm_leading_dims(op, rec["args"]["Input Dims"], rec["args"]["Input Strides"])
+        assert [(x["operand"], x["layout"], x["dim"], x["ld"]) for x in got] == want, name
+    assert gemm_leading_dims("aten::mm", [[6, 10], [10, 12]], None) is None  # no strides recorded
+
+
+def test_which_gemm_dimension_must_be_aligned_follows_the_operands_layout():
+    """On the H200, (4095×4096) @ (4096×4096) in bf16 twice: with the first operand row-major (M = 4095 spans no
+    row) cuBLAS ran a 16-byte-aligned kernel; with it a transposed view (``x.t()``: its rows are 4095 elements apart,
+    so M is its leading dimension) an align1 kernel, several times slower. Only the second is named, by its M."""
+    row_major = _gemm_kernels_by_scan(DATA / "h200_verdicts" / "gemm_m4095_eager.json")
+    transposed = _gemm_kernels_by_scan(DATA / "h200_verdicts" / "gemm_m4095_t_eager.json")
+    assert {str(g["strides"]) for g in row_major} == {"[[4096, 1], [4096, 1]]"}
+    assert {str(g["strides"]) for g in transposed} == {"[[1, 4095], [4096, 1]]"}
+    assert all(g["dims"] == [[4095, 4096], [4096, 4096]] for g in row_major + transposed)
+    assert not any("align1" in k for g in row_major for k in g["kernels"])
+    assert all(len(g["kernels"]) == 1 and "_align1>" in g["kernels"][0] for g in transposed)
+    slow = statistics.mean(g["us"] for g in transposed) / statistics.mean(g["us"] for g in row_major)
+    assert slow > 3  # (5.3× in these runs)
+    assert "unaligned_gemm_dims" not in rules(run(DATA / "h200_verdicts" / "gemm_m4095_eager.json")[2])
+    x = rules(run(DATA / "h200_verdicts" / "gemm_m4095_t_eager.json")[2])["unaligned_gemm_dims"]
+    assert x.evidence["unaligned"] == ["M"] and x.evidence["m"] == 4095
+    assert {"operand": "A", "layout": "transposed", "dim": "M", "ld": 4095} in x.evidence["leading_dims"]
+    assert x.text.startswith("A bf16 GEMM with M=4095, K=4096, N=4096: M is not a multiple of 8 and is the leading "
+                             "dimension of the first operand (read transposed")
+    assert "operand alignment 1 element" in x.text
+    assert "M from 4095 to 4096" in x.fix and "a contiguous copy of it, whose rows span K=4096" in x.fix
+
+
+def test_a_view_of_a_wider_tensor_is_named_by_its_rows_distance(tmp_path):
+    """A first operand that is a slice of a wider tensor (64×1000 columns of a 64×1001 one: rows 1,001 elements
+    apart) has an unaligned leading dimension though M, K and N are multiples of 8: the text says whose rows, and the
+    fix pads the tensor it views rather than an extent."""
+    t = vt.Trace()
+    kernel = "void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_64x64_nn_align1>(...)"
+    for s in range(4):
+        t.step(s + 1, lambda t: t.cpu("aten::mm", 60, dims=[[64, 1000], [1000, 4096]], types=vt.BF16,
+                                      strides=[[1001, 1], [4096, 1]], children=lambda t: t.launch(kernel, 30.0)))
+    x = rules(run(t.write(tmp_path / "t.json"))[2])["unaligned_gemm_dims"]
+    assert x.evidence["unaligned"] == [] and x.evidence["m"] == 64
+    assert ("M=64, K=1000, N=4096: the first operand's rows are 1001 elements apart (a view of a wider tensor), not "
+            "a multiple of 8, so cuBLAS") in x.text
+    assert "the first operand's rows from 1001 to 1008 elements apart (pad the tensor it is a view of" in x.fix
+    assert "K from" not in x.fix and "recorded no Input Strides" not in x.text
+
+
+def test_a_single_column_has_no_leading_dimension_to_align():
+    """(4096×4096) @ (4096×1) on the H200: N = 1 is no multiple of 8, yet cuBLAS ran a Hopper (sm90) GEMM kernel,
+    no align1 one (a plain scan); the second operand and the result are vectors, so nothing is called unaligned."""
+    (g, *_rest) = gemms = _gemm_kernels_by_scan(DATA / "h200_verdicts" / "gemm_n1_eager.json")
+    assert len(gemms) == 3 and g["dims"] == [[4096, 4096], [4096, 1]]
+    assert all(any(k.startswith("nvjet_sm90") for k in x["kernels"]) for x in gemms)
+    assert not any("align1" in k for x in gemms for k in x["kernels"])
+    assert "unaligned_gemm_dims" not in rules(run(DATA / "h200_verdicts" / "gemm_n1_eager.json")[2])
+
+
+LM_HEAD = DATA / "h200_verdicts" / "lm_head_50257_eager.json"
+
+
+def test_a_language_model_head_over_an_odd_vocabulary_is_unaligned_in_all_three_gemms():
+    """``F.linear(x, w)`` and its backward with a vocabulary of 50,257 (GPT-2's): the forward's result (N), the
+    input gradient's first operand (K) and the weight gradient's transposed first operand ``dY.t()`` (M) all have
+    rows 50,257 elements apart, and each ran an align1 kernel (a plain scan). The cost counts the three; the same
+    head padded to 50,304 (run beside it) took less GPU time per step by what the cost says, within 3% (the roof is
+    the bf16 peak measured on one square GEMM; the padded head's GEMMs ran at 0.95-1.05 times it)."""
+    odd, padded = _gemm_kernels_by_scan(LM_HEAD), _gemm_kernels_by_scan(DATA / "h200_verdicts" /
+                                                                         "lm_head_50304_eager.json")
+    assert len(odd) == len(padded) == 9  # three GEMMs a step, three steps
+    assert all(len(g["kernels"]) == 1 and "_align1>" in g["kernels"][0] for g in odd)
+    assert not any("align1" in k for g in padded for k in g["kernels"])
+    _r, _f, d = run(LM_HEAD)
+    x = rules(d)["unaligned_gemm_dims"]
+    got = {(s["m"], s["k"], s["n"]): s["unaligned"] for s in x.evidence["shapes"]}
+    assert got == {(4096, 768, 50257): ["N"], (4096, 50257, 768): ["K"], (50257, 4096, 768): ["M"]}
+    assert "The cost counts 3 unaligned GEMM shapes" in x.text
+    per_step = sum(g["us"] for g in odd) / 3
+    saved = per_step - sum(g["us"] for g in padded) / 3
+    assert saved > 0.8 * per_step  # (the padded head's GEMMs took 1,189 µs a step, the odd one's 7,908)
+    assert x.cost_us_per_step == pytest.approx(saved, rel=0.03) and x.cost_us_per_step < per_step
+    assert "M from 50257 to 50264" in x.fix and "K from 50257 to 50264" in x.fix and "N from 50257 to 50264" in x.fix
+
+
+def test_torch_compile_pads_the_odd_vocabulary_of_a_language_model_head():
+    """The same head under torch.compile on the H200: Inductor padded the vocabulary to 50,264 in every GEMM (their
+    recorded dims, a plain scan), none ran an align1 kernel, and nothing is called unaligned: what the eager run's
+    fix says torch.compile does."""
+    gemms = _gemm_kernels_by_scan(DATA / "h200_verdicts" / "lm_head_50257_compile.json")
+    assert len(gemms) == 9 and all(50264 in sum(g["dims"], []) and 50257 not in sum(g["dims"], []) for g in gemms)
+    assert not any("align1" in k for g in gemms for k in g["kernels"])
+    assert "unaligned_gemm_dims" not in rules(run(DATA / "h200_verdicts" / "lm_head_50257_compile.json")[2])
+    assert "torch.compile pads such GEMMs itself" in rules(run(LM_HEAD)[2])["unaligned_gemm_dims"].fix
 
 
 def _gemms_under_compile(path, dims) -> list[bool]:

@@ -36,13 +36,15 @@ class Trace:
         self.t += gap_us
         return window
 
-    def cpu(self, name, dur, *, dims=None, types=None, concrete=None, children=None, cat="cpu_op"):
+    def cpu(self, name, dur, *, dims=None, types=None, concrete=None, strides=None, children=None, cat="cpu_op"):
         """A CPU op of ``dur`` µs (``cat`` user_annotation: a record_function range); ``children(self)`` runs inside
         it (its own time is the rest)."""
         start = self.t
         args = {}
         if dims is not None:
             args["Input Dims"] = dims
+        if strides is not None:
+            args["Input Strides"] = strides
         if types is not None:
             args["Input type"] = types
         if concrete is not None:

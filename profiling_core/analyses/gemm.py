@@ -10,7 +10,7 @@ import pandas as pd
 from ..config import as_config
 from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
-__all__ = ["gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "gemm_shape_text"]
+__all__ = ["gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims", "gemm_shape_text"]
 
 
 def gemm_shape_text(batch, m, k, n) -> str:
@@ -49,6 +49,79 @@ def gemm_dims(op: str, dims: list[list[int]]) -> Optional[tuple[int, int, int, i
         return max(_prod(a[:-2]), _prod(b[:-2])), a[-2], a[-1], b[-1]
     except (IndexError, TypeError):
         return None
+
+
+def _operands(op: str, dims, strides):
+    """(A, B, C) of one GEMM op as (sizes, strides) pairs of 2-D matrices (a batch's last two dimensions): C only
+    where the op was given its output (an ``out=`` call records it as a third input, as Inductor's GEMMs do), else
+    None; None for the whole when the records do not fit the op or a matrix operand is a vector (1-D)."""
+    if op == "aten::addmm" or op == "aten::baddbmm":
+        at = (1, 2)
+    elif op == "aten::linear":
+        (x, w), (xs, ws) = dims[:2], strides[:2]
+        if len(w) != 2 or len(ws) != 2 or len(x) < 2 or len(xs) != len(x):
+            return None
+        # y = x @ w.T: B is the weight seen transposed (K×N), its strides swapped
+        return (x[-2:], xs[-2:]), ([w[1], w[0]], [ws[1], ws[0]]), None
+    else:
+        at = (0, 1)
+    mats = [(dims[i], strides[i]) for i in at]
+    if op in ("aten::mm", "aten::bmm") and len(dims) >= 3 and len(strides) >= 3 and dims[2]:
+        mats.append((dims[2], strides[2]))
+    out = []
+    for d, s in mats:
+        if len(d) < 2 or len(s) != len(d):
+            return None
+        out.append((list(d[-2:]), list(s[-2:])))
+    return out[0], out[1], (out[2] if len(out) > 2 else None)
+
+
+def gemm_leading_dims(op: str, dims, strides) -> Optional[list[dict]]:
+    """How cuBLAS reads each matrix of one GEMM op, from its recorded ``Input Dims`` and ``Input Strides``: for the
+    first operand A (M×K), the second B (K×N) and the result C (M×N), a dict of ``operand`` (``"A"``, ``"B"``,
+    ``"C"``), ``layout``, ``dim`` and ``ld``; None where the trace recorded no strides or they do not fit the op.
+
+    The rule (torch's ``prepare_matrix_for_cublas``): a matrix whose columns are contiguous (stride 1 along its
+    second dimension) is read ``row-major``, its rows ``ld`` = its first stride apart, ``dim`` naming the extent its
+    rows span (K for A, N for B and C); one whose rows are contiguous (stride 1 along its first dimension: the
+    transposed view of a row-major tensor, e.g. ``x.t()``) is read ``transposed``, ``ld`` = its second stride,
+    ``dim`` the other extent (M for A, K for B: ``nn.Linear``'s weight, stored N×K); any other is first copied to a
+    contiguous tensor by torch (``copied``, ``ld`` = its row length). A matrix with an extent of 1 is a ``vector``
+    (``ld`` None): it is one contiguous run, and no distance between rows applies (on an H200, (4096×4096) @
+    (4096×1) ran a Hopper GEMM kernel at 81% of its memory roof). The result, when the op was not given one, is the
+    new contiguous tensor torch makes: row-major, ``ld`` = N. An ``ld`` larger than the extent it spans is a view of
+    a wider tensor.
+    """
+    try:
+        ops = _operands(op, dims, strides)
+    except (IndexError, TypeError, ValueError):
+        return None
+    if ops is None:
+        return None
+    a, b, c = ops
+    names = {"A": ("M", "K"), "B": ("K", "N"), "C": ("M", "N")}  # (rows, columns) of each matrix
+    out = []
+    for operand, mat in (("A", a), ("B", b), ("C", c)):
+        rows_dim, cols_dim = names[operand]
+        if mat is None:  # the result torch allocates: contiguous
+            m, n = a[0][0], b[0][1]
+            vector = m == 1 or n == 1
+            out.append({"operand": "C", "layout": "vector" if vector else "row-major", "dim": "N",
+                        "ld": None if vector else int(n)})
+            continue
+        (r, cl), (s0, s1) = mat
+        if not all(type(v) is int for v in (r, cl, s0, s1)):
+            return None
+        if r == 1 or cl == 1:
+            layout, dim, ld = "vector", cols_dim, None
+        elif s1 == 1 and s0 >= max(1, cl):
+            layout, dim, ld = "row-major", cols_dim, s0
+        elif s0 == 1 and s1 >= max(1, r):
+            layout, dim, ld = "transposed", rows_dim, s1
+        else:
+            layout, dim, ld = "copied", cols_dim, cl
+        out.append({"operand": operand, "layout": layout, "dim": dim, "ld": None if ld is None else int(ld)})
+    return out
 
 
 def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:

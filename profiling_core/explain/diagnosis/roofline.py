@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses import Report, gemm_dims, launch_ops
+from ...analyses import Report, gemm_dims, gemm_leading_dims, launch_ops
 from ...analyses.categories import gpu_op_category, is_gemm_kernel
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
@@ -53,7 +53,8 @@ def roofline(report: Report, session, config=None, peaks: Optional[DevicePeaks] 
     bandwidth) in TFLOP/s, GB/s for the rest), ``peak_unit`` (that unit, as text: ``TFLOP/s`` or ``GB/s``; None
     without a peak: the rows of one table hold both), ``roof`` (``compute`` or ``memory``: which ceiling that is),
     ``compute_peak`` (a GEMM's dtype peak, TFLOP/s), ``fraction_of_peak`` (achieved / ``peak``), ``flops_from``,
-    ``slice_ids``.
+    ``leading_dims`` (a GEMM's operands as cuBLAS reads them, from its recorded ``Input Strides``:
+    :func:`~profiling_core.analyses.gemm_leading_dims`; None where the trace recorded none), ``slice_ids``.
 
     GEMM FLOPs are 2·M·K·N per product (times the batch); bytes are each operand read once and the result written
     once (the least a GEMM can move). A convolution (``aten::convolution`` with recorded shapes and its stride,
@@ -70,20 +71,21 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     """
     cols = ["kind", "op", "kernel", "dtype", "batch", "m", "k", "n", "count", "time_us", "flops", "bytes",
             "intensity", "tflops", "gbs", "peak", "peak_unit", "roof", "compute_peak", "fraction_of_peak", "judged",
-            "flops_from", "slice_ids"]
+            "flops_from", "leading_dims", "slice_ids"]
     rows: list[dict] = []
     g = report.gemm_throughput
     cfg_dtype = _cfg(config, "dtype")
     if not g.empty:
         g = g[g["device"] == "gpu"] if (g["device"] == "gpu").any() else g
         ids = g["id"].tolist()
-        dims, types = _args_each(session, ("Input Dims", "Input type"), ids)
+        dims, strides, types = _args_each(session, ("Input Dims", "Input Strides", "Input type"), ids)
         groups: dict[tuple, dict] = {}
         for rec in g.itertuples(index=False):
             t = types.get(rec.id)
             dtype = _TORCH_DTYPES.get(t[0]) if isinstance(t, list) and t and isinstance(t[0], str) else cfg_dtype
             # What ran: the recorded shapes (torch.compile may have padded them), else the config's workload.
             d, src = gemm_dims(rec.op, dims.get(rec.id)), "shapes"
+            lds = gemm_leading_dims(rec.op, dims.get(rec.id), strides.get(rec.id)) if d is not None else None
             study = _study_matmul(config) if d is None else None
             if study is not None:
                 batch, n = study
@@ -92,11 +94,14 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
             names = rec.kernel_names or ""
             if dtype == "fp32" and "tf32" in names.lower():
                 dtype = "tf32"
-            grp = groups.setdefault((rec.op, names, dtype, d, flops, src), {"ids": [], "time": []})
+            key = tuple(tuple(x.items()) for x in lds) if lds is not None else None
+            grp = groups.setdefault((rec.op, names, dtype, d, flops, src, key), {"ids": [], "time": []})
             grp["ids"].append(int(rec.id))
             grp["time"].append(float(rec.time_us))
-        for (op, names, dtype, d, flops, src), grp in groups.items():
-            rows.append(_gemm_row(op, names, dtype, d, flops, grp["ids"], grp["time"], src, peaks))
+        for (op, names, dtype, d, flops, src, key), grp in groups.items():
+            row = _gemm_row(op, names, dtype, d, flops, grp["ids"], grp["time"], src, peaks)
+            row["leading_dims"] = [dict(x) for x in key] if key is not None else None
+            rows.append(row)
     rows += _graph_gemms(report, config, peaks, have_cpu_gemm=not g.empty)
     rows += _conv_rows(report, session, peaks)
     rows += _attention_rows(report, session, peaks)
@@ -105,7 +110,7 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     for r in rows:
         r["judged"] = _judged(r, peaks.source if peaks is not None else None)
-    return pd.DataFrame(rows)[cols]
+    return pd.DataFrame([{"leading_dims": None, **r} for r in rows])[cols]
 
 
 def _judged(row: dict, source: Optional[str] = None) -> Optional[str]:

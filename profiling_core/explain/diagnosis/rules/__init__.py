@@ -5,7 +5,8 @@ run's config and the peaks, silent where it does not apply or cannot decide) and
 ``profiling_core.explain.diagnosis.RULES`` runs them in order:
 
 - ``fp32_without_tf32``: fp32 GEMMs in full-fp32 FFMA kernels on a GPU with TF32 tensor cores.
-- ``unaligned_gemm_dims``: a bf16/fp16 GEMM whose K or N (the leading dimensions) is not a multiple of 8.
+- ``unaligned_gemm_dims``: a bf16/fp16 GEMM a leading dimension of which (K or M of the first operand, N or K of
+  the second, N of the result, as their recorded strides lay them out) is not a multiple of 8.
 - ``input_bound``: the steady-state steps spend a fifth of their CPU time or more in the DataLoader's ``__next__``,
   waiting for their batches (GPU or CPU); the fix depends on whether workers made them.
 - ``gpu_starved``: the GPU idles half a steady-state step or more, whatever the launch count.

@@ -1,17 +1,25 @@
-"""``unaligned_gemm_dims``: a bf16/fp16 GEMM whose leading dimensions are not multiples of 8, so cuBLAS cannot use its
-16-byte-aligned tensor-core kernels.
+"""``unaligned_gemm_dims``: a bf16/fp16 GEMM a leading dimension of which is not a multiple of 8, so cuBLAS cannot
+use its 16-byte-aligned tensor-core kernels.
 
-The rule: for ``x @ w`` with row-major operands (torch's default), A is M×K with leading dimension K, B is K×N with
-leading dimension N and the result M×N with leading dimension N (``nn.Linear``'s transposed weight has K too), so K and
-N are the dimensions whose alignment matters; M (the rows, e.g. the batch of a decode step) does not. The kernel that
-ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built for). The cost bound
-is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's ceiling for its
+The rule: cuBLAS reads each matrix of a GEMM (A, M×K; B, K×N; the result C, M×N) along its contiguous dimension, its
+rows ``ld`` elements apart; each ``ld`` must be a multiple of 8 elements (16 bytes). Which extent that is depends on
+the layout, read from the op's recorded ``Input Strides`` (:func:`~profiling_core.analyses.gemm_leading_dims`): K for
+a row-major A, M for a transposed one (``x.t()``, or the weight gradient ``dY.t() @ X`` that autograd makes), N for a
+row-major B, K for ``nn.Linear``'s weight (stored N×K), N for the result. A matrix with an extent of 1 is a vector,
+one contiguous run with no leading dimension to align: on an H200, (4096×4096) @ (4096×1) ran a Hopper GEMM kernel at
+81% of its memory roof. Without recorded strides every operand is taken as row-major, torch's default (K and N, and
+the text says so). So M counts only where A is read transposed: on an H200, (4095×4096) @ (4096×4096) ran a
+16-byte-aligned kernel at 808 TFLOP/s with A row-major and an ``align1`` kernel at 153 TFLOP/s with A a transposed
+view (``scripts/verdict_cases/gemm_layouts.py``). The kernel that ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built for). The cost
+bound is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's ceiling for its
 intensity), on the critical path only where the GPU sets the pace (``base._gpu_time_cost``). The text describes the
 GEMM shape with the most time per step and, where the cost counts more than one shape, names each with its time per
 step (each is padded on its own).
 
-The fix: pad K and N to a multiple of 8. torch.compile's Inductor pads such GEMMs where it judges that padding pays
-(``torch._inductor.config.shape_padding``); where a GEMM ran under torch.compile all the same, unpadded
+The fix: pad the unaligned extents to a multiple of 8 (a transposed view whose other extent is aligned can be made
+contiguous instead, where the user's code makes it). torch.compile's Inductor pads such GEMMs where it judges that
+padding pays (``torch._inductor.config.shape_padding``: on the H200 it padded a language model's head of 50,257 rows
+to 50,264, forward and backward); where a GEMM ran under torch.compile all the same, unpadded
 (``analyses.ran_compiled``: its op lies in a compiled region or a compiled graph's call), the fix says so and names
 the padding to do by hand instead of sending the user to torch.compile."""
 from __future__ import annotations
@@ -40,28 +48,110 @@ def _dims(row) -> str:
             + (f" (a batch of {int(b)})" if b is not None and b == b and int(b) > 1 else ""))
 
 
+def _up(v: int) -> int:
+    return -(-v // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+
+
+def _matrices(row) -> list[dict]:
+    """The row's matrices as cuBLAS reads them (``leading_dims``: operand, layout, dim, ld), or, where the trace
+    recorded no strides, as if each were row-major (layout None): A's rows span K, B's and the result's N; a matrix
+    with an extent of 1 is a vector either way (ld None)."""
+    lds = row.get("leading_dims")
+    if isinstance(lds, list) and lds:
+        return lds
+    m, k, n = int(row["m"]), int(row["k"]), int(row["n"])
+    return [{"operand": o, "layout": None, "dim": d, "ld": None if 1 in (rows, cols) else cols}
+            for o, d, rows, cols in (("A", "K", m, k), ("B", "N", k, n), ("C", "N", m, n))]
+
+
+def _unaligned(row) -> list[dict]:
+    """The row's matrices whose leading dimension is not a multiple of ``ALIGN_ELEMENTS`` (a vector has none), each
+    with ``wide``: its rows lie further apart than the extent they span (a view of a wider tensor; padding that
+    extent does not help)."""
+    ext = {"M": int(row["m"]), "K": int(row["k"]), "N": int(row["n"])}
+    return [{**x, "wide": int(x["ld"]) != ext[x["dim"]]} for x in _matrices(row)
+            if x["ld"] is not None and int(x["ld"]) % ALIGN_ELEMENTS]
+
+
 def _odd(row) -> list[str]:
-    return [d for d in ("K", "N") if int(row[d.lower()]) % ALIGN_ELEMENTS]
+    """The extents (M, K, N) whose padding the row needs: those an unaligned leading dimension spans."""
+    got = {x["dim"] for x in _unaligned(row) if not x["wide"]}
+    return [d for d in ("M", "K", "N") if d in got]
 
 
-def _shapes(bad: pd.DataFrame, steps: int) -> pd.DataFrame:
-    """One row per unaligned GEMM shape (dtype, batch, M, K, N: each is padded on its own) with its GPU time per
-    step (``us_per_step``, every roofline row of that shape: one op or kernel or another), most time first."""
-    b = bad.assign(_us=bad["time_us"] * bad["count"] / steps, batch=bad["batch"].fillna(1))
-    out = b.groupby(_SHAPE, sort=False, dropna=False)["_us"].sum().rename("us_per_step").reset_index()
-    return out.sort_values("us_per_step", ascending=False, kind="stable").reset_index(drop=True)
+def _label(row) -> str:
+    """What is unaligned in a row, in a few words: its extents ("K and N"), or a view's rows ("A's rows")."""
+    wide = [f"{_WHO[x['operand']]}'s rows" for x in _unaligned(row) if x["wide"]]
+    return " and ".join(_odd(row) + wide)
+
+
+_WHO = {"A": "the first operand", "B": "the second operand", "C": "the result"}
+_LAYOUT = {"transposed": " (read transposed: a view whose rows are contiguous, such as x.t())",
+           "copied": " (which torch first copies to a contiguous tensor)"}
+
+
+def _why(row) -> str:
+    """Which extents are not multiples of 8 and whose leading dimension each is, e.g. "M is not a multiple of 8 and
+    is the leading dimension of the first operand (read transposed ...)"."""
+    bad = _unaligned(row)
+    odd = _odd(row)
+    whose = []
+    for d in odd:
+        who = [_WHO[x["operand"]] + _LAYOUT.get(x["layout"], "") for x in bad if x["dim"] == d and not x["wide"]]
+        whose.append(" and of ".join(who) if len(who) < 3 else ", of ".join(who[:-1]) + " and of " + who[-1])
+    parts = []
+    if len(odd) == 1:
+        parts.append(f"{odd[0]} is not a multiple of {ALIGN_ELEMENTS} and is the leading dimension of {whose[0]}")
+    elif odd:
+        parts.append(" and ".join([", ".join(odd[:-1]), odd[-1]]) + f" are not multiples of {ALIGN_ELEMENTS}: "
+                     + ", ".join(f"{d} is the leading dimension of {w}" if i == 0 else f"{d} of {w}"
+                                 for i, (d, w) in enumerate(zip(odd, whose))))
+    for x in bad:
+        if x["wide"]:
+            parts.append(f"{_WHO[x['operand']]}'s rows are {int(x['ld'])} elements apart (a view of a wider tensor), "
+                         f"not a multiple of {ALIGN_ELEMENTS}")
+    text = "; ".join(parts)
+    if all(x["layout"] is None for x in _matrices(row)):
+        text += " (the trace recorded no Input Strides, so the operands are taken as row-major, torch's default)"
+    return text
 
 
 def _padding(row) -> str:
-    """The padding a GEMM row needs by hand: each of its unaligned leading dimensions (K, N) up to the next multiple
-    of ``ALIGN_ELEMENTS``."""
-    return ", ".join(f"{d} from {v} to {-(-v // ALIGN_ELEMENTS) * ALIGN_ELEMENTS}"
-                     for d in ("K", "N") if (v := int(row[d.lower()])) % ALIGN_ELEMENTS)
+    """The padding a GEMM row needs by hand: each unaligned extent up to the next multiple of ``ALIGN_ELEMENTS``
+    (or, for a transposed view whose other extent is aligned, a contiguous copy); a view of a wider tensor, that
+    tensor's rows."""
+    ext = {"M": int(row["m"]), "K": int(row["k"]), "N": int(row["n"])}
+    out = [f"{d} from {ext[d]} to {_up(ext[d])}" for d in _odd(row)]
+    other = {"A": "K", "B": "N"}
+    for x in _unaligned(row):
+        o = other.get(x["operand"])
+        if x["layout"] == "transposed" and not x["wide"] and o and ext[o] % ALIGN_ELEMENTS == 0:
+            out.append(f"or, where your code makes {_WHO[x['operand']]}'s transposed view, a contiguous copy of it, "
+                       f"whose rows span {o}={ext[o]}")
+        if x["wide"]:
+            out.append(f"{_WHO[x['operand']]}'s rows from {int(x['ld'])} to {_up(int(x['ld']))} elements apart "
+                       "(pad the tensor it is a view of, or make it contiguous)")
+    return ", ".join(out)
 
 
-def _fix(c: _Ctx, bad: pd.DataFrame) -> str:
-    """Pad K and N; torch.compile pads such GEMMs itself, unless one of them already ran under it
-    (:func:`~profiling_core.analyses.ran_compiled`) unpadded: then the padding to do by hand, shape by shape."""
+def _shapes(bad: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """One row per unaligned GEMM shape (dtype, batch, M, K, N and the extents to pad: each is padded on its own)
+    with its GPU time per step (``us_per_step``, every roofline row of that shape: one op or kernel or another),
+    most time first; ``row`` is the shape's roofline row with the most time."""
+    b = bad.assign(_us=bad["time_us"] * bad["count"] / steps, batch=bad["batch"].fillna(1),
+                   _odd=[" and ".join(_odd(r)) + "|" + _padding(r) for _i, r in bad.iterrows()],
+                   _total=bad["time_us"] * bad["count"])
+    keys = _SHAPE + ["_odd"]
+    out = b.groupby(keys, sort=False, dropna=False)["_us"].sum().rename("us_per_step").reset_index()
+    top = b.sort_values("_total", ascending=False, kind="stable").drop_duplicates(keys)
+    out = out.merge(top[keys].assign(row=list(top.index)), on=keys, how="left")
+    return out.sort_values("us_per_step", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def _fix(c: _Ctx, bad: pd.DataFrame, shapes: pd.DataFrame) -> str:
+    """The padding of each unaligned shape; torch.compile pads such GEMMs itself, unless one of them already ran
+    under it (:func:`~profiling_core.analyses.ran_compiled`) unpadded: then the padding to do by hand, shape by
+    shape."""
     ids = [[int(i) for i in lst] for lst in bad["slice_ids"]]
     flat = ran_compiled(c.session, [i for lst in ids for i in lst], shared=c.shared).tolist()
     compiled, at = [], 0
@@ -70,7 +160,10 @@ def _fix(c: _Ctx, bad: pd.DataFrame) -> str:
             compiled.append(row)
         at += len(lst)
     if not compiled:
-        return ("Pad K and N to a multiple of 8 (64 is better still: whole tiles), " + _PAD_BY_HAND + "; "
+        every = list(dict.fromkeys((_dims(bad.loc[x["row"]]), _padding(bad.loc[x["row"]]))
+                                   for _i, x in shapes.iterrows()))
+        pads = "; ".join(p if len(every) == 1 else f"{d}: {p}" for d, p in every)
+        return (f"Pad to a multiple of 8 ({pads}; 64 is better still: whole tiles), " + _PAD_BY_HAND + "; "
                 "torch.compile pads such GEMMs itself (torch._inductor.config.shape_padding, on by default).")
     shapes = list(dict.fromkeys((_dims(r), _padding(r)) for r in compiled))
     alone = len(shapes) == 1 and len(compiled) == len(bad)
@@ -81,7 +174,7 @@ def _fix(c: _Ctx, bad: pd.DataFrame) -> str:
             f"(torch._inductor.config.shape_padding) did not pad {'it' if len(shapes) == 1 else 'them'} here, so "
             f"pad by hand to a multiple of 8 ({pads}; 64 is better still: whole tiles), " + _PAD_BY_HAND + ".")
     if len(compiled) < len(bad):
-        text += (" The other unaligned GEMMs ran eagerly: pad their K and N the same way, or compile them "
+        text += (" The other unaligned GEMMs ran eagerly: pad them the same way, or compile them "
                  "(Inductor pads such GEMMs where it judges that padding pays).")
     return text
 
@@ -92,15 +185,12 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
     g = g[g["m"].notna()] if not g.empty else g
     if g.empty:
         return None
-    bad = g[g.apply(lambda x: any(int(v) % ALIGN_ELEMENTS for v in (x["k"], x["n"])), axis=1)]
+    bad = g[[bool(_unaligned(x)) for _i, x in g.iterrows()]]
     if bad.empty:
         return None
     steps = _steps(c.report)
     shapes = _shapes(bad, steps)
-    top = shapes.iloc[0]  # the shape with the most time per step; its row with the most time describes it
-    mine = bad[(bad["dtype"] == top["dtype"]) & (bad["batch"].fillna(1) == top["batch"])
-               & (bad["m"] == top["m"]) & (bad["k"] == top["k"]) & (bad["n"] == top["n"])]
-    row = mine.loc[(mine["time_us"] * mine["count"]).idxmax()]
+    row = bad.loc[shapes.iloc[0]["row"]]  # the shape with the most time per step, by its row with the most time
     dims = f"M={int(row['m'])}, K={int(row['k'])}, N={int(row['n'])}"
     odd = _odd(row)
     fams = [kernel_family(x) for x in split_kernel_names(str(row["kernel"]))]
@@ -126,23 +216,22 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
         cost, basis = _gpu_time_cost(c.report, max(0.0, per_step - ideal), what + ": a bound, not a promise")
     frac = (f" ({row['fraction_of_peak']:.0%} of its {roof} roof, {src})"
             if row["fraction_of_peak"] is not None and pd.notna(row["fraction_of_peak"]) else "")
-    text = (f"A {row['dtype']} GEMM with {dims}: {' and '.join(odd)} "
-            f"{'is' if len(odd) == 1 else 'are'} not {'a multiple' if len(odd) == 1 else 'multiples'} of "
-            f"{ALIGN_ELEMENTS}, and K and N are the leading dimensions of row-major operands, so cuBLAS cannot use its "
-            f"16-byte-aligned tensor-core kernels; it ran {fam_txt} at {row['tflops']:,.1f} TFLOP/s{frac}.")
+    text = (f"A {row['dtype']} GEMM with {dims}: {_why(row)}, so cuBLAS cannot use its 16-byte-aligned tensor-core "
+            f"kernels; it ran {fam_txt} at {row['tflops']:,.1f} TFLOP/s{frac}.")
     if len(shapes) > 1:
-        named = [f"{_dims(x)} ({' and '.join(_odd(x))} unaligned) {_fmt_us(float(x['us_per_step']))}"
+        named = [f"{_dims(x)} ({_label(bad.loc[x['row']])} unaligned) {_fmt_us(float(x['us_per_step']))}"
                  for _i, x in shapes.head(LISTED).iterrows()]
         rest = shapes.iloc[LISTED:]
         if len(rest):
             named.append(f"and {len(rest)} more, {_fmt_us(float(rest['us_per_step'].sum()))} together")
         text += (f" The cost counts {len(shapes)} unaligned GEMM shapes, each by its GPU time per step, this one "
                  f"first: " + "; ".join(named) + ".")
-    fix = _fix(c, bad)
+    fix = _fix(c, bad, shapes)
     return Diagnosis("unaligned_gemm_dims", "GEMM dimensions not multiples of 8", text, fix, cost, basis,
                      {"slice_ids": [i for lst in bad["slice_ids"] for i in lst][:50], "kernel": row["kernel"],
                       "m": int(row["m"]), "k": int(row["k"]), "n": int(row["n"]), "unaligned": odd,
-                      "tflops": row["tflops"], "fraction_of_peak": row["fraction_of_peak"], "roof": roof,
+                      "leading_dims": _matrices(row), "tflops": row["tflops"],
+                      "fraction_of_peak": row["fraction_of_peak"], "roof": roof,
                       "shapes": [{"dtype": x["dtype"], "batch": int(x["batch"]), "m": int(x["m"]), "k": int(x["k"]),
-                                  "n": int(x["n"]), "unaligned": _odd(x), "us_per_step": float(x["us_per_step"])}
-                                 for _i, x in shapes.iterrows()]})
+                                  "n": int(x["n"]), "unaligned": _odd(bad.loc[x["row"]]),
+                                  "us_per_step": float(x["us_per_step"])} for _i, x in shapes.iterrows()]})
