@@ -22,6 +22,7 @@ from profiling_core import ExperimentConfig  # noqa: E402
 
 CASES = ROOT / "scripts" / "verdict_cases"
 W = dict(warmup=10, active=3, device="cuda", dtype="bf16")
+ATTN = {"batch": 8, "heads": 16, "seq_len": 2048, "causal": True}
 
 
 def script(name: str, function: str = "make_step") -> dict:
@@ -70,6 +71,13 @@ def runs() -> dict[str, ExperimentConfig]:
         "gemm_m4_k4095": dict(workload="script", knobs=script("gemm_layouts", "m4_k4095"), modes=("eager",)),
         "linear_m1_k4095": dict(workload="script", knobs=script("gemm_layouts", "linear_m1_k4095"), modes=("eager",)),
         "linear_m1_k4096": dict(workload="script", knobs=script("gemm_layouts", "linear_m1_k4096"), modes=("eager",)),
+        # flash attention and head_dim: not a multiple of 8, above 256; an fp32 run beside them; flash forced
+        "attn_hd100": dict(workload="attention", knobs={**ATTN, "head_dim": 100}, modes=("eager",)),
+        "attn_hd264": dict(workload="attention", knobs={**ATTN, "head_dim": 264}, modes=("eager",)),
+        "attn_hd100_fp32": dict(workload="attention", knobs={**ATTN, "head_dim": 100}, modes=("eager",),
+                                dtype="fp32"),
+        "attn_hd100_flash": dict(workload="attention", knobs={**ATTN, "head_dim": 100, "backend": "flash"},
+                                 modes=("eager",)),
     }
     out = {}
     for label, c in cases.items():

@@ -2,6 +2,7 @@
 verdict written here, and properties every test trace must keep (no verdict contradicts its own evidence)."""
 from __future__ import annotations
 
+import collections
 import json
 import statistics
 from pathlib import Path
@@ -315,6 +316,50 @@ def test_torch_compile_pads_the_odd_vocabulary_of_a_language_model_head():
     assert not any("align1" in k for g in gemms for k in g["kernels"])
     assert "unaligned_gemm_dims" not in rules(run(DATA / "h200_verdicts" / "lm_head_50257_compile.json")[2])
     assert "torch.compile pads such GEMMs itself" in rules(run(LM_HEAD)[2])["unaligned_gemm_dims"].fix
+
+
+def _attention_calls(name) -> tuple[list[list[int]], collections.Counter]:
+    """By a plain scan of an H200 attention run: the query shape of each ``aten::scaled_dot_product_attention``
+    call, and how often each backend's own op was called."""
+    ev = scan_trace(DATA / "h200_verdicts" / f"{name}.json")
+    q = [e["args"]["Input Dims"][0] for e in ev if e.get("cat") == "cpu_op"
+         and e["name"] == "aten::scaled_dot_product_attention"]
+    return q, collections.Counter(e["name"] for e in ev if e.get("cat") == "cpu_op"
+                                  and e["name"].startswith("aten::_scaled_dot_product_"))
+
+
+def _attention_verdict(name):
+    """The attention_backend diagnosis of an H200 attention run, read without its config (as an imported trace)."""
+    with open_trace(DATA / "h200_verdicts" / f"{name}.json", engine="sqlite") as s:
+        return next(d for d in diagnose(s, compute_capability=9.0).diagnoses if d.rule == "attention_backend")
+
+
+def test_flash_attention_ran_a_head_dim_that_is_not_a_multiple_of_8():
+    """bf16, head_dim 100, torch's own choice on the H200: flash ran every call (it pads the head itself), so a
+    head_dim that is not a multiple of 8 is never given as a reason flash could not run; fp32 at the same head_dim
+    ran the efficient backend, for its dtype alone."""
+    q, backends = _attention_calls("attn_hd100_eager")
+    assert q == [[8, 16, 2048, 100]] * 3 and backends == {"aten::_scaled_dot_product_flash_attention": 3}
+    x = _attention_verdict("attn_hd100_eager")
+    assert x.evidence["backend"] == "flash" and x.evidence["reasons"] == []
+    q, backends = _attention_calls("attn_hd100_fp32_eager")
+    assert q == [[8, 16, 2048, 100]] * 3 and backends == {"aten::_scaled_dot_product_efficient_attention": 3}
+    x = _attention_verdict("attn_hd100_fp32_eager")
+    assert x.evidence["backend"] == "efficient" and len(x.evidence["reasons"]) == 1
+    assert x.evidence["reasons"][0].startswith("flash attention takes only fp16/bf16 inputs")
+    assert "multiple of 8" not in x.text + x.fix
+
+
+def test_a_head_dim_above_256_recorded_in_the_trace_is_why_flash_did_not_run():
+    """bf16, head_dim 264 on the H200: the efficient backend ran (flash takes up to 256). Read without the run's
+    config, the reason comes from the query's recorded shape."""
+    q, backends = _attention_calls("attn_hd264_eager")
+    assert q == [[8, 16, 2048, 264]] * 3 and backends == {"aten::_scaled_dot_product_efficient_attention": 3}
+    x = _attention_verdict("attn_hd264_eager")
+    assert x.evidence["backend"] == "efficient" and x.evidence["head_dims"] == [264]
+    assert x.evidence["reasons"] == ["flash supports head_dim up to 256 and the trace records 264 (the last "
+                                     "dimension of the attention's query)"]
+    assert "does not say" not in x.text
 
 
 def _gemms_under_compile(path, dims) -> list[bool]:
