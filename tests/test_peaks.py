@@ -1,7 +1,6 @@
 """The device-peak calibration (profiling_core.run.calibration, profiling_core.store.peaks): real and small on this CPU, and its storage."""
 from __future__ import annotations
 
-
 import pytest
 
 from profiling_core.run.calibration import measure_peaks
@@ -83,6 +82,20 @@ def test_datasheets_match_whole_device_names_only():
     assert datasheet_for("NVIDIA H200")["bandwidth_gbs"] == 4800.0
     assert datasheet_for("NVIDIA H2000") is None and datasheet_for("") is None
     assert datasheet_for("NVIDIA A100-SXM4-80GB")["tflops"]["tf32"] == 156.0
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+                                  "NVIDIA A100-SXM4-40GB MIG 3g.20gb"])
+def test_a_variant_no_sheet_holds_gets_no_datasheet_peaks(name):
+    """An H100 NVL or a MIG slice names its family (H100, H200, A100) but runs at other rates: no sheet here holds
+    them, so none is used (its family's SXM figures would judge it by another device's peaks)."""
+    assert datasheet_for(name) is None
+
+
+def test_a_variant_its_sheet_names_still_gets_it():
+    assert datasheet_for("NVIDIA H100 PCIe")["source"] == "NVIDIA H100 datasheet (PCIe, dense)"
+    assert datasheet_for("NVIDIA H100 80GB HBM3")["source"] == "NVIDIA H100 datasheet (SXM, dense)"
+    assert datasheet_for("NVIDIA A100 80GB PCIe")["tflops"]["bf16"] == 312.0
 
 
 def test_calibrate_runs_in_a_worker_behind_the_device_lock_and_stores_the_result(tmp_path):

@@ -61,10 +61,22 @@ DATASHEETS: dict[str, dict[str, Any]] = {
 }
 
 
+VARIANT_WORDS = ("NVL", "MIG", "PCIe", "SXM", "NVLink")
+"""Words of a device name that name a variant with other rates than its family's sheet (an H100 NVL, a MIG slice of
+an H100 with a fraction of its SMs): a name holding one of them matches only a key that holds it too."""
+
+
 def datasheet_for(device_name: str) -> Optional[dict[str, Any]]:
-    """The datasheet entry whose key is a word-bounded part of ``device_name`` (e.g. "NVIDIA H200"), or None."""
+    """The datasheet entry whose key is a word-bounded part of ``device_name`` (e.g. "NVIDIA H200"), or None. A
+    name that says it is a variant (:data:`VARIANT_WORDS`, any case) the key does not say gets None: no sheet here
+    holds its rates, and its family's would judge it by another device's peaks."""
+    name = device_name or ""
     for key, entry in DATASHEETS.items():
-        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", device_name or ""):
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", name):
+            rest = name.replace(key, " ")
+            if any(re.search(rf"(?<![A-Za-z0-9]){w}(?![A-Za-z0-9])", rest, re.IGNORECASE)
+                   and not re.search(w, key, re.IGNORECASE) for w in VARIANT_WORDS):
+                return None
             return entry
     return None
 
