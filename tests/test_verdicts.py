@@ -210,9 +210,9 @@ def test_a_gemm_s_leading_dimensions_are_read_from_the_strides_torch_records(tmp
                 [("A", "row-major", "K", 10), ("B", "row-major", "N", 12), ("C", "row-major", "N", 12)]),
         "out=": (lambda: torch.mm(a, b, out=torch.empty(12, 6).t()), "aten::mm",
                  [("A", "row-major", "K", 10), ("B", "row-major", "N", 12), ("C", "transposed", "M", 6)]),
-        "one row": (lambda: torch.randn(1, 10) @ b, "aten::mm", [("A", "vector", "K", None),
+        "one row": (lambda: torch.randn(1, 10) @ b, "aten::mm", [("A", "row-major", "K", 10),
                                                                  ("B", "row-major", "N", 12),
-                                                                 ("C", "vector", "N", None)]),
+                                                                 ("C", "row-major", "N", 12)]),
         "one column": (lambda: torch.mm(a, torch.randn(10, 1)), "aten::mm", [("A", "row-major", "K", 10),
                                                                              ("B", "vector", "N", None),
                                                                              ("C", "vector", "N", None)]),
@@ -279,6 +279,22 @@ def test_a_single_column_has_no_leading_dimension_to_align():
     assert all(any(k.startswith("nvjet_sm90") for k in x["kernels"]) for x in gemms)
     assert not any("align1" in k for x in gemms for k in x["kernels"])
     assert "unaligned_gemm_dims" not in rules(run(DATA / "h200_verdicts" / "gemm_n1_eager.json")[2])
+
+
+def test_a_single_row_keeps_its_row_length_as_its_leading_dimension():
+    """A decode step's (1×4095) @ (4095×4096) on the H200 ran cuBLAS's gemv kernel, a Hopper GEMM kernel where
+    K = 4096 (the same call, a plain scan), and took longer: one row's length is still what cuBLAS aligns, so K is
+    named as the first operand's leading dimension."""
+    odd = _gemm_kernels_by_scan(DATA / "h200_verdicts" / "gemm_m1_k4095_eager.json")
+    even = _gemm_kernels_by_scan(DATA / "h200_verdicts" / "gemm_m1_k4096_eager.json")
+    assert {str(g["dims"]) for g in odd} == {"[[1, 4095], [4095, 4096]]"} and len(odd) == len(even) == 3
+    assert all("gemvx" in g["kernels"][0] for g in odd)
+    assert all(g["kernels"][0].startswith("nvjet_sm90") for g in even)
+    assert statistics.mean(g["us"] for g in odd) > 1.2 * statistics.mean(g["us"] for g in even)  # (12.6 / 9.5 µs)
+    assert "unaligned_gemm_dims" not in rules(run(DATA / "h200_verdicts" / "gemm_m1_k4096_eager.json")[2])
+    x = rules(run(DATA / "h200_verdicts" / "gemm_m1_k4095_eager.json")[2])["unaligned_gemm_dims"]
+    assert x.evidence["unaligned"] == ["K"]
+    assert "M=1, K=4095, N=4096: K is not a multiple of 8 and is the leading dimension of the first operand," in x.text
 
 
 LM_HEAD = DATA / "h200_verdicts" / "lm_head_50257_eager.json"

@@ -86,11 +86,13 @@ def gemm_leading_dims(op: str, dims, strides) -> Optional[list[dict]]:
     rows span (K for A, N for B and C); one whose rows are contiguous (stride 1 along its first dimension: the
     transposed view of a row-major tensor, e.g. ``x.t()``) is read ``transposed``, ``ld`` = its second stride,
     ``dim`` the other extent (M for A, K for B: ``nn.Linear``'s weight, stored N×K); any other is first copied to a
-    contiguous tensor by torch (``copied``, ``ld`` = its row length). A matrix with an extent of 1 is a ``vector``
-    (``ld`` None): it is one contiguous run, and no distance between rows applies (on an H200, (4096×4096) @
-    (4096×1) ran a Hopper GEMM kernel at 81% of its memory roof). The result, when the op was not given one, is the
-    new contiguous tensor torch makes: row-major, ``ld`` = N. An ``ld`` larger than the extent it spans is a view of
-    a wider tensor.
+    contiguous tensor by torch (``copied``, ``ld`` = its row length). A matrix of one column is a ``vector`` (``ld``
+    None): no row of it is longer than one element, so no leading dimension applies (on an H200, (4096×4096) @
+    (4096×1) ran a Hopper GEMM kernel at 81% of its memory roof); one of one row is ``row-major`` with ``ld`` its
+    row length, what torch passes for it (on the H200, (1×4095) @ (4095×4096) ran cuBLAS's gemv kernel at 63% of its
+    memory roof where K = 4096 ran a Hopper kernel at 84%). The result, when the op was not given one, is the new
+    contiguous tensor torch makes: row-major, ``ld`` = N. An ``ld`` larger than the extent it spans is a view of a
+    wider tensor.
     """
     try:
         ops = _operands(op, dims, strides)
@@ -104,16 +106,17 @@ def gemm_leading_dims(op: str, dims, strides) -> Optional[list[dict]]:
     for operand, mat in (("A", a), ("B", b), ("C", c)):
         rows_dim, cols_dim = names[operand]
         if mat is None:  # the result torch allocates: contiguous
-            m, n = a[0][0], b[0][1]
-            vector = m == 1 or n == 1
-            out.append({"operand": "C", "layout": "vector" if vector else "row-major", "dim": "N",
-                        "ld": None if vector else int(n)})
+            n = b[0][1]
+            out.append({"operand": "C", "layout": "vector" if n == 1 else "row-major", "dim": "N",
+                        "ld": None if n == 1 else int(n)})
             continue
         (r, cl), (s0, s1) = mat
         if not all(type(v) is int for v in (r, cl, s0, s1)):
             return None
-        if r == 1 or cl == 1:
+        if cl == 1:
             layout, dim, ld = "vector", cols_dim, None
+        elif r == 1:
+            layout, dim, ld = "row-major", cols_dim, cl
         elif s1 == 1 and s0 >= max(1, cl):
             layout, dim, ld = "row-major", cols_dim, s0
         elif s0 == 1 and s1 >= max(1, r):

@@ -5,9 +5,10 @@ The rule: cuBLAS reads each matrix of a GEMM (A, M×K; B, K×N; the result C, M�
 rows ``ld`` elements apart; each ``ld`` must be a multiple of 8 elements (16 bytes). Which extent that is depends on
 the layout, read from the op's recorded ``Input Strides`` (:func:`~profiling_core.analyses.gemm_leading_dims`): K for
 a row-major A, M for a transposed one (``x.t()``, or the weight gradient ``dY.t() @ X`` that autograd makes), N for a
-row-major B, K for ``nn.Linear``'s weight (stored N×K), N for the result. A matrix with an extent of 1 is a vector,
-one contiguous run with no leading dimension to align: on an H200, (4096×4096) @ (4096×1) ran a Hopper GEMM kernel at
-81% of its memory roof. Without recorded strides every operand is taken as row-major, torch's default (K and N, and
+row-major B, K for ``nn.Linear``'s weight (stored N×K), N for the result. A matrix of one column is a vector with no
+leading dimension to align (on an H200, (4096×4096) @ (4096×1) ran a Hopper GEMM kernel at 81% of its memory roof);
+one of one row keeps its row length (a decode step's (1×4095) @ (4095×4096) ran cuBLAS's gemv kernel at 63% of its
+memory roof, K = 4096 a Hopper kernel at 84%). Without recorded strides every operand is taken as row-major, torch's default (K and N, and
 the text says so). So M counts only where A is read transposed: on an H200, (4095×4096) @ (4096×4096) ran a
 16-byte-aligned kernel at 808 TFLOP/s with A row-major and an ``align1`` kernel at 153 TFLOP/s with A a transposed
 view (``scripts/verdict_cases/gemm_layouts.py``). The kernel that ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built for). The cost
@@ -55,13 +56,13 @@ def _up(v: int) -> int:
 def _matrices(row) -> list[dict]:
     """The row's matrices as cuBLAS reads them (``leading_dims``: operand, layout, dim, ld), or, where the trace
     recorded no strides, as if each were row-major (layout None): A's rows span K, B's and the result's N; a matrix
-    with an extent of 1 is a vector either way (ld None)."""
+    of one column is a vector either way (ld None)."""
     lds = row.get("leading_dims")
     if isinstance(lds, list) and lds:
         return lds
-    m, k, n = int(row["m"]), int(row["k"]), int(row["n"])
-    return [{"operand": o, "layout": None, "dim": d, "ld": None if 1 in (rows, cols) else cols}
-            for o, d, rows, cols in (("A", "K", m, k), ("B", "N", k, n), ("C", "N", m, n))]
+    k, n = int(row["k"]), int(row["n"])
+    return [{"operand": o, "layout": None, "dim": d, "ld": None if cols == 1 else cols}
+            for o, d, cols in (("A", "K", k), ("B", "N", n), ("C", "N", n))]
 
 
 def _unaligned(row) -> list[dict]:
