@@ -297,6 +297,28 @@ def test_a_single_row_keeps_its_row_length_as_its_leading_dimension():
     assert "M=1, K=4095, N=4096: K is not a multiple of 8 and is the leading dimension of the first operand," in x.text
 
 
+@pytest.mark.parametrize("compile_mode, flagged", [("reduce-overhead", False), ("off", True)])
+def test_a_gemm_known_only_from_the_config_is_judged_only_when_eager(tmp_path, compile_mode, flagged):
+    """The study's 4095² GEMM replayed from a CUDA graph each step (no CPU op records its shapes: the roofline has
+    them from the config). Compiled, Inductor may have padded it (under compile="default" the H200 ran it as 4096²:
+    ``h200_diag/bf16_4095_compile``'s recorded ``aten::mm``), so nothing is called unaligned; an eager run's config
+    is what ran."""
+    from profiling_core import ExperimentConfig
+    padded = [e["args"]["Input Dims"] for e in scan_trace(DATA / "h200_diag" / "bf16_4095_compile.json")
+              if e.get("name") == "aten::mm" and e.get("cat") == "cpu_op"]
+    assert padded and all(d[:2] == [[4096, 4096], [4096, 4096]] for d in padded)
+    t = vt.Trace()
+    for s in range(4):
+        t.step(s + 1, lambda t: t.launch("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", 200.0,
+                                         call="cudaGraphLaunch"))
+    cfg = ExperimentConfig(size=4095, dtype="bf16", compile=compile_mode, device="cuda", warmup=10,
+                           record_shapes=compile_mode != "off")
+    _r, _f, d = run(t.write(tmp_path / "t.json"), config=cfg)
+    (row,) = d.roofline[d.roofline["kind"] == "gemm"].to_dict("records")
+    assert row["flops_from"] == "config" and (row["m"], row["k"], row["n"]) == (4095, 4095, 4095)
+    assert ("unaligned_gemm_dims" in rules(d)) is flagged
+
+
 LM_HEAD = DATA / "h200_verdicts" / "lm_head_50257_eager.json"
 
 

@@ -5,17 +5,22 @@ The rule: cuBLAS reads each matrix of a GEMM (A, M×K; B, K×N; the result C, M�
 rows ``ld`` elements apart; each ``ld`` must be a multiple of 8 elements (16 bytes). Which extent that is depends on
 the layout, read from the op's recorded ``Input Strides`` (:func:`~profiling_core.analyses.gemm_leading_dims`): K for
 a row-major A, M for a transposed one (``x.t()``, or the weight gradient ``dY.t() @ X`` that autograd makes), N for a
-row-major B, K for ``nn.Linear``'s weight (stored N×K), N for the result. A matrix of one column is a vector with no
-leading dimension to align (on an H200, (4096×4096) @ (4096×1) ran a Hopper GEMM kernel at 81% of its memory roof);
-one of one row keeps its row length (a decode step's (1×4095) @ (4095×4096) ran cuBLAS's gemv kernel at 63% of its
-memory roof, K = 4096 a Hopper kernel at 84%). Without recorded strides every operand is taken as row-major, torch's default (K and N, and
-the text says so). So M counts only where A is read transposed: on an H200, (4095×4096) @ (4096×4096) ran a
-16-byte-aligned kernel at 808 TFLOP/s with A row-major and an ``align1`` kernel at 153 TFLOP/s with A a transposed
-view (``scripts/verdict_cases/gemm_layouts.py``). The kernel that ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built for). The cost
-bound is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's ceiling for its
-intensity), on the critical path only where the GPU sets the pace (``base._gpu_time_cost``). The text describes the
-GEMM shape with the most time per step and, where the cost counts more than one shape, names each with its time per
-step (each is padded on its own).
+row-major B, K for ``nn.Linear``'s weight (stored N×K), N for the result. So M counts only where A is read
+transposed: on an H200, (4095×4096) @ (4096×4096) ran a 16-byte-aligned kernel at 808 TFLOP/s with A row-major and
+an ``align1`` kernel at 153 TFLOP/s with A a transposed view (``scripts/verdict_cases/gemm_layouts.py``). A matrix
+of one column is a vector with no leading dimension to align ((4096×4096) @ (4096×1) ran a Hopper GEMM kernel at 81%
+of its memory roof); one of one row keeps its row length (a decode step's (1×4095) @ (4095×4096) ran cuBLAS's gemv
+kernel at 63% of its memory roof, K = 4096 a Hopper kernel at 84%). Without recorded strides every operand is taken
+as row-major, torch's default (K and N, and the text says so). A GEMM known only from the run's config (replayed
+from a CUDA graph: no CPU op recorded its shapes) is judged only in an eager run: a compiled run's Inductor may have
+padded it (on the H200 it ran the study's 4095² GEMM as 4096² under ``compile="default"``, as its recorded shapes
+say).
+
+The kernel that ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built
+for). The cost bound is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's
+ceiling for its intensity), on the critical path only where the GPU sets the pace (``base._gpu_time_cost``). The text
+describes the GEMM shape with the most time per step and, where the cost counts more than one shape, names each with
+its time per step (each is padded on its own).
 
 The fix: pad the unaligned extents to a multiple of 8 (a transposed view whose other extent is aligned can be made
 contiguous instead, where the user's code makes it). torch.compile's Inductor pads such GEMMs where it judges that
@@ -30,6 +35,7 @@ from typing import Optional
 import pandas as pd
 
 from ....analyses import ran_compiled
+from ....config import config_field as _cfg
 from ....analyses.categories import kernel_family, split_kernel_names
 from ...questions.base import _short
 from ..base import Diagnosis, _Ctx, _fmt_us, _gpu_time_cost, _steps
@@ -184,6 +190,8 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
     r = c.roof
     g = r[(r["kind"] == "gemm") & r["dtype"].isin(["bf16", "fp16"])] if not r.empty else r
     g = g[g["m"].notna()] if not g.empty else g
+    if not g.empty and (_cfg(c.config, "compile") or "off") != "off":
+        g = g[g["flops_from"] != "config"]  # a compiled run's shapes that ran are unknown: Inductor may have padded
     if g.empty:
         return None
     bad = g[[bool(_unaligned(x)) for _i, x in g.iterrows()]]
