@@ -12,22 +12,27 @@ transposed view.
 dimension is M = 4095.
 ``lm_head``: ``F.linear(x, w)`` with x (4096, 768) and w (50257, 768), then its backward (a gradient given).
 ``lm_head_padded``: the same with w (50304, 768).
+``m1_k4095`` / ``m1_k4096``, ``m4_k4095``, ``n1``, ``linear_m1_k4095`` / ``linear_m1_k4096``: one row (a decode step)
+with K odd or even, four rows with K odd, one column (N = 1), and ``F.linear`` of one token (its weight read
+transposed) with K odd or even.
 """
 import torch
 
 
-def make_step(device, dtype):
+def _product(device, dtype, a, b, fn=torch.matmul, transpose_a=False):
+    """``fn`` over two seeded random operands of shapes ``a`` and ``b``; ``transpose_a``: the first is made as
+    ``a`` reversed and passed as its transposed view."""
     torch.manual_seed(0)
-    a = torch.randn(4095, 4096, device=device, dtype=dtype)
-    b = torch.randn(4096, 4096, device=device, dtype=dtype)
-    return torch.matmul, (a, b)
+    x = torch.randn(*(a[::-1] if transpose_a else a), device=device, dtype=dtype)
+    return fn, (x.t() if transpose_a else x, torch.randn(*b, device=device, dtype=dtype))
+
+
+def make_step(device, dtype):
+    return _product(device, dtype, (4095, 4096), (4096, 4096))
 
 
 def transposed_m(device, dtype):
-    torch.manual_seed(0)
-    a = torch.randn(4096, 4095, device=device, dtype=dtype).t()  # (4095, 4096), strides (1, 4095)
-    b = torch.randn(4096, 4096, device=device, dtype=dtype)
-    return torch.matmul, (a, b)
+    return _product(device, dtype, (4095, 4096), (4096, 4096), transpose_a=True)  # A's strides (1, 4095)
 
 
 def _head(device, dtype, vocab):
@@ -53,43 +58,29 @@ def lm_head_padded(device, dtype):
 
 def m1_k4095(device, dtype):
     """(1, 4095) @ (4095, 4096): a single row (M = 1) whose K is odd, the second operand row-major (N = 4096)."""
-    torch.manual_seed(0)
-    return torch.matmul, (torch.randn(1, 4095, device=device, dtype=dtype),
-                          torch.randn(4095, 4096, device=device, dtype=dtype))
-
-
-def n1(device, dtype):
-    """(4096, 4096) @ (4096, 1) with ``torch.mm``: a single column (N = 1), K and M aligned."""
-    torch.manual_seed(0)
-    return torch.mm, (torch.randn(4096, 4096, device=device, dtype=dtype),
-                      torch.randn(4096, 1, device=device, dtype=dtype))
+    return _product(device, dtype, (1, 4095), (4095, 4096))
 
 
 def m1_k4096(device, dtype):
     """(1, 4096) @ (4096, 4096): ``m1_k4095`` with K aligned, to compare."""
-    torch.manual_seed(0)
-    return torch.matmul, (torch.randn(1, 4096, device=device, dtype=dtype),
-                          torch.randn(4096, 4096, device=device, dtype=dtype))
+    return _product(device, dtype, (1, 4096), (4096, 4096))
 
 
 def m4_k4095(device, dtype):
     """(4, 4095) @ (4095, 4096): four rows whose K (their leading dimension) is odd."""
-    torch.manual_seed(0)
-    return torch.matmul, (torch.randn(4, 4095, device=device, dtype=dtype),
-                          torch.randn(4095, 4096, device=device, dtype=dtype))
+    return _product(device, dtype, (4, 4095), (4095, 4096))
 
 
-def _linear_m1(device, dtype, k):
-    torch.manual_seed(0)
-    return torch.nn.functional.linear, (torch.randn(1, k, device=device, dtype=dtype),
-                                        torch.randn(4096, k, device=device, dtype=dtype))
+def n1(device, dtype):
+    """(4096, 4096) @ (4096, 1) with ``torch.mm``: a single column (N = 1), K and M aligned."""
+    return _product(device, dtype, (4096, 4096), (4096, 1), fn=torch.mm)
 
 
 def linear_m1_k4095(device, dtype):
     """``F.linear`` of one token: x (1, 4095), the weight (4096, 4095) read transposed: its rows 4095 apart."""
-    return _linear_m1(device, dtype, 4095)
+    return _product(device, dtype, (1, 4095), (4096, 4095), fn=torch.nn.functional.linear)
 
 
 def linear_m1_k4096(device, dtype):
     """``linear_m1_k4095`` with K aligned, to compare."""
-    return _linear_m1(device, dtype, 4096)
+    return _product(device, dtype, (1, 4096), (4096, 4096), fn=torch.nn.functional.linear)
