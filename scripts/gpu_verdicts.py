@@ -78,10 +78,14 @@ def runs() -> dict[str, ExperimentConfig]:
                                 dtype="fp32"),
         "attn_hd100_flash": dict(workload="attention", knobs={**ATTN, "head_dim": 100, "backend": "flash"},
                                  modes=("eager",)),
+        "attn_mask": dict(workload="script", knobs=script("attention_mask"), modes=("eager",)),
+        "attn_mask_additive": dict(workload="script", knobs=script("attention_mask", "additive"), modes=("eager",)),
+        # the study's GEMM at an odd size, compiled: CUDA graphs replay it without a CPU op of its shapes
+        "mm4095_ro": dict(workload="matmul_add", knobs={}, modes=("ro",), run={"size": 4095}),
     }
     out = {}
     for label, c in cases.items():
-        for m, mode in (("eager", "off"), ("compile", "default")):
+        for m, mode in (("eager", "off"), ("compile", "default"), ("ro", "reduce-overhead")):
             if m not in c.get("modes", ("eager", "compile")):
                 continue
             out[f"{label}_{m}"] = ExperimentConfig(workload=c["workload"], knobs=c["knobs"], compile=mode,

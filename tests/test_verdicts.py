@@ -319,6 +319,24 @@ def test_a_gemm_known_only_from_the_config_is_judged_only_when_eager(tmp_path, c
     assert ("unaligned_gemm_dims" in rules(d)) is flagged
 
 
+def test_a_compiled_odd_gemm_replayed_from_a_cuda_graph_ran_padded():
+    """The study's 4095² GEMM under reduce-overhead on the H200: no CPU op records its shapes (the roofline takes
+    4095 from the config), while the replayed kernels are a Triton padding copy (``triton_poi_fused_mm_0``) and an
+    aligned Hopper GEMM (a plain scan): Inductor padded it, so nothing is called unaligned."""
+    path = DATA / "h200_verdicts" / "mm4095_ro.json"
+    ev = scan_trace(path)
+    assert not [e for e in ev if e.get("cat") == "cpu_op" and e["name"] in ("aten::mm", "aten::addmm")]
+    kernels = {e["name"] for e in ev if e.get("cat") == "kernel"}
+    assert "triton_poi_fused_mm_0" in kernels and "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT" in kernels
+    assert not any("align1" in k for k in kernels)
+    cfg = json.loads((DATA / "h200_verdicts" / "mm4095_ro.meta.json").read_text())["config"]
+    assert (cfg["size"], cfg["compile"]) == (4095, "reduce-overhead")
+    _r, _f, d = run(path, config=cfg)
+    (row,) = d.roofline[d.roofline["kind"] == "gemm"].to_dict("records")
+    assert row["flops_from"] == "config" and row["m"] == 4095
+    assert "unaligned_gemm_dims" not in rules(d)
+
+
 LM_HEAD = DATA / "h200_verdicts" / "lm_head_50257_eager.json"
 
 
@@ -398,6 +416,20 @@ def test_a_head_dim_above_256_recorded_in_the_trace_is_why_flash_did_not_run():
     assert x.evidence["reasons"] == ["flash supports head_dim up to 256 and the trace records 264 (the last "
                                      "dimension of the attention's query)"]
     assert "does not say" not in x.text
+
+
+def test_an_explicit_causal_mask_ran_cudnn_attention_on_the_h200():
+    """An explicit boolean causal mask where is_causal=True would do (bf16, 8×16×2048×128): on the H200 torch ran
+    its cuDNN backend (a fused kernel, a plain scan), so there is nothing to change for the backend; the mask's
+    recorded shape is the fourth input."""
+    ev = scan_trace(DATA / "h200_verdicts" / "attn_mask_eager.json")
+    calls = [e for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::scaled_dot_product_attention"]
+    assert len(calls) == 3 and all(e["args"]["Input Dims"][3] == [2048, 2048] for e in calls)
+    _q, backends = _attention_calls("attn_mask_eager")
+    assert backends == {"aten::_scaled_dot_product_cudnn_attention": 3}
+    assert any(e["name"].startswith("cudnn_generated_fort_native_sdpa_sm90_flash") for e in ev if e.get("cat") == "kernel")
+    x = _attention_verdict("attn_mask_eager")
+    assert x.evidence["backend"] == "cudnn" and x.fix.startswith("Nothing to change for the backend")
 
 
 def _gemms_under_compile(path, dims) -> list[bool]:

@@ -14,7 +14,7 @@ kernel at 63% of its memory roof, K = 4096 a Hopper kernel at 84%). Without reco
 as row-major, torch's default (K and N, and the text says so). A GEMM known only from the run's config (replayed
 from a CUDA graph: no CPU op recorded its shapes) is judged only in an eager run: a compiled run's Inductor may have
 padded it (on the H200 it ran the study's 4095² GEMM as 4096² under ``compile="default"``, as its recorded shapes
-say).
+say, and under ``reduce-overhead`` the replay ran a Triton padding copy and an aligned Hopper kernel).
 
 The kernel that ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built
 for). The cost bound is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's
