@@ -35,8 +35,8 @@ from typing import Optional
 import pandas as pd
 
 from ....analyses import ran_compiled
-from ....config import config_field as _cfg
 from ....analyses.categories import kernel_family, split_kernel_names
+from ....config import config_field as _cfg
 from ...questions.base import _short
 from ..base import Diagnosis, _Ctx, _fmt_us, _gpu_time_cost, _steps
 
@@ -87,7 +87,8 @@ def _odd(row) -> list[str]:
 
 
 def _label(row) -> str:
-    """What is unaligned in a row, in a few words: its extents ("K and N"), or a view's rows ("A's rows")."""
+    """What is unaligned in a row, in a few words: its extents ("K and N"), or a view's rows ("the first operand's
+    rows")."""
     wide = [f"{_WHO[x['operand']]}'s rows" for x in _unaligned(row) if x["wide"]]
     return " and ".join(_odd(row) + wide)
 
