@@ -23,6 +23,12 @@ def _prod(xs) -> int:
     return math.prod(int(x) for x in xs) if xs else 1
 
 
+def _inputs(op: str, per_input: list) -> tuple:
+    """The entries of the first and second operand in one of a GEMM op's per-input records (``Input Dims``, ``Input
+    Strides``): addmm and baddbmm take the bias first; ``aten::linear``'s second is its weight, stored N×K."""
+    return (per_input[1], per_input[2]) if op in ("aten::addmm", "aten::baddbmm") else (per_input[0], per_input[1])
+
+
 def gemm_dims(op: str, dims: list[list[int]]) -> Optional[tuple[int, int, int, int]]:
     """(batch, M, K, N) of one GEMM op from its recorded ``Input Dims``, or None when the shapes do not fit the op.
 
@@ -31,15 +37,11 @@ def gemm_dims(op: str, dims: list[list[int]]) -> Optional[tuple[int, int, int, i
         dims: the op's input shapes, e.g. ``[[64, 64], [64, 64]]`` for mm (a matrix @ vector has N = 1).
     """
     try:
-        if op == "aten::addmm" or op == "aten::baddbmm":
-            a, b = dims[1], dims[2]
-        elif op == "aten::linear":
-            x, w = dims[0], dims[1]
-            if len(w) != 2 or not x or x[-1] != w[1]:
+        a, b = _inputs(op, dims)
+        if op == "aten::linear":  # (b: the weight, N×K)
+            if len(b) != 2 or not a or a[-1] != b[1]:
                 return None
-            return _prod(x[:-2]), (x[-2] if len(x) > 1 else 1), x[-1], w[0]
-        else:
-            a, b = dims[0], dims[1]
+            return _prod(a[:-2]), (a[-2] if len(a) > 1 else 1), a[-1], b[0]
         if len(a) < 2 or len(b) < 1:
             return None
         if len(b) == 1:  # matrix @ vector
@@ -55,17 +57,13 @@ def _operands(op: str, dims, strides):
     """(A, B, C) of one GEMM op as (sizes, strides) pairs of 2-D matrices (a batch's last two dimensions): C only
     where the op was given its output (an ``out=`` call records it as a third input, as Inductor's GEMMs do), else
     None; None for the whole when the records do not fit the op or a matrix operand is a vector (1-D)."""
-    if op == "aten::addmm" or op == "aten::baddbmm":
-        at = (1, 2)
-    elif op == "aten::linear":
-        (x, w), (xs, ws) = dims[:2], strides[:2]
-        if len(w) != 2 or len(ws) != 2 or len(x) < 2 or len(xs) != len(x):
+    (a, b), (sa, sb) = _inputs(op, dims), _inputs(op, strides)
+    if op == "aten::linear":
+        if len(b) != 2 or len(sb) != 2 or len(a) < 2 or len(sa) != len(a):
             return None
         # y = x @ w.T: B is the weight seen transposed (K×N), its strides swapped
-        return (x[-2:], xs[-2:]), ([w[1], w[0]], [ws[1], ws[0]]), None
-    else:
-        at = (0, 1)
-    mats = [(dims[i], strides[i]) for i in at]
+        return (a[-2:], sa[-2:]), ([b[1], b[0]], [sb[1], sb[0]]), None
+    mats = [(a, sa), (b, sb)]
     if op in ("aten::mm", "aten::bmm") and len(dims) >= 3 and len(strides) >= 3 and dims[2]:
         mats.append((dims[2], strides[2]))
     out = []
