@@ -231,6 +231,27 @@ def test_a_gemm_s_leading_dimensions_are_read_from_the_strides_torch_records(tmp
     assert gemm_leading_dims("aten::mm", [[6, 10], [10, 12]], None) is None  # no strides recorded
 
 
+def test_a_cpu_gemm_of_odd_size_is_not_called_unaligned(tmp_path):
+    """A bf16 (100×100) @ (100×100) profiled by torch on this CPU: no GPU kernel ran (a plain scan), so there is no
+    cuBLAS kernel to be unaligned for, and the rule says nothing (it told a CPU run "cuBLAS cannot use its
+    16-byte-aligned tensor-core kernels; it ran  at 0.0 TFLOP/s")."""
+    import torch
+    a, b = torch.randn(100, 100, dtype=torch.bfloat16), torch.randn(100, 100, dtype=torch.bfloat16)
+    torch.mm(a, b)
+    with torch.profiler.profile(record_shapes=True, activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for n in range(3):
+            with torch.profiler.record_function(f"ProfilerStep#{n + 1}"):
+                torch.mm(a, b)
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    ev = scan_trace(tmp_path / "t.json")
+    mms = [e for e in ev if e.get("name") == "aten::mm" and e.get("cat") == "cpu_op"]
+    assert len(mms) == 3 and all(e["args"]["Input Dims"] == [[100, 100], [100, 100]] for e in mms)
+    assert not [e for e in ev if e.get("cat") == "kernel"]
+    _r, _f, d = run(tmp_path / "t.json", peaks=None)
+    assert len(d.roofline[d.roofline["kind"] == "gemm"]) == 1  # (the GEMM is still on the roofline)
+    assert "unaligned_gemm_dims" not in rules(d)
+
+
 def test_which_gemm_dimension_must_be_aligned_follows_the_operands_layout():
     """On the H200, (4095×4096) @ (4096×4096) in bf16 twice: with the first operand row-major (M = 4095 spans no
     row) cuBLAS ran a 16-byte-aligned kernel; with it a transposed view (``x.t()``: its rows are 4095 elements apart,

@@ -17,7 +17,7 @@ padded it (on the H200 it ran the study's 4095² GEMM as 4096² under ``compile=
 say, and under ``reduce-overhead`` the replay ran a Triton padding copy and an aligned Hopper kernel).
 
 The kernel that ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built
-for). The cost bound is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's
+for); a GEMM that launched none ran on the CPU, where neither cuBLAS nor its alignment applies, and is not judged. The cost bound is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's
 ceiling for its intensity), on the critical path only where the GPU sets the pace (``base._gpu_time_cost``). The text
 describes the GEMM shape with the most time per step and, where the cost counts more than one shape, names each with
 its time per step (each is padded on its own).
@@ -190,7 +190,8 @@ def _fix(c: _Ctx, bad: pd.DataFrame, shapes: pd.DataFrame) -> str:
 def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
     r = c.roof
     g = r[(r["kind"] == "gemm") & r["dtype"].isin(["bf16", "fp16"])] if not r.empty else r
-    g = g[g["m"].notna()] if not g.empty else g
+    # a GEMM that launched no GPU kernel ran on the CPU (no cuBLAS, no kernel to cite): not this rule's
+    g = g[g["m"].notna() & (g["kernel"].fillna("").astype(str) != "")] if not g.empty else g
     if not g.empty and (_cfg(c.config, "compile") or "off") != "off":
         g = g[g["flops_from"] != "config"]  # a compiled run's shapes that ran are unknown: Inductor may have padded
     if g.empty:
