@@ -82,6 +82,11 @@ def runs() -> dict[str, ExperimentConfig]:
         "attn_mask_additive": dict(workload="script", knobs=script("attention_mask", "additive"), modes=("eager",)),
         # the study's GEMM at an odd size, compiled: CUDA graphs replay it without a CPU op of its shapes
         "mm4095_ro": dict(workload="matmul_add", knobs={}, modes=("ro",), run={"size": 4095}),
+        # with_stack where the process has other Python threads: a DataLoader's pin-memory thread (which runs ops
+        # of its own), Inductor's progress-bar monitor; torch writes their frames on thread 0
+        "stack_workers": dict(workload="script", knobs=script("input_bound", "workers"), modes=("eager",),
+                              run={"with_stack": True}),
+        "stack_mm": dict(workload="matmul_add", knobs={}, run={"size": 4096, "with_stack": True}),
     }
     out = {}
     for label, c in cases.items():

@@ -338,3 +338,22 @@ def test_any_other_process_kind_is_refused_naming_it(bad):
     with pytest.raises(ConfigError) as info:
         check_process(bad)
     assert repr(bad) in str(info.value) and "'fresh' or 'persistent'" in str(info.value)
+
+
+@slow
+@pytest.mark.parametrize("process,prestart", [("fresh", 0), ("fresh", 1), ("persistent", 0), ("persistent", 1)],
+                         ids=["fresh", "forked", "persistent-fresh", "persistent-forked"])
+def test_a_with_stack_run_records_no_frame_of_the_runner_s_own_threads(store, process, prestart):
+    """torch's Python tracer records the frames every thread holds when the profile starts: a worker's own thread
+    (its watch on the caller) must hold none, or every with_stack run of a user's workload shows it, open for the
+    whole profile (torch's table gave it half the run's self CPU time).  Every Python frame in the trace is on
+    the thread that ran the steps, and torch's own table names no thread's bootstrap."""
+    cfg = ExperimentConfig(**{**WARM, "with_stack": True})
+    run = run_experiment(cfg, store=store, process=process, prestart=prestart)
+    assert _meta(run)["process"]["kind"] == ("forked" if (process, prestart) == ("fresh", 1) else process)
+    events = scan_trace(run.trace_path)
+    loop = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "X" and e["name"] == "matmul_add"}
+    frames = Counter((e["pid"], e["tid"]) for e in events if e.get("cat") == "python_function")
+    assert len(loop) == 1 and frames and set(frames) == loop, frames
+    table = run.table_path.read_text()
+    assert "run/loop.py" in table and "threading.py" not in table and "watch" not in table

@@ -28,10 +28,14 @@ process group, killed on any failure.
 """
 from __future__ import annotations
 
+import _thread
+import collections
 import contextlib
 import errno
+import functools
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -152,30 +156,43 @@ def _classify(exc: BaseException, phase: str) -> str:
 
 
 def _watch_parent(channel: int) -> None:
-    """Die with the parent: a thread reads the channel, whose other end only the parent holds; the read returns
-    end-of-file once the parent is gone, however it died (SIGKILL included: the kernel closes its descriptors),
-    and the thread SIGKILLs the worker's session (the worker leads its own; Inductor's compile workers and the
-    children of a user's script are in it).
+    """Die with the parent: a thread waits on the channel, whose other end only the parent holds; it turns
+    readable (end-of-file) once the parent is gone, however it died (SIGKILL included: the kernel closes its
+    descriptors), and the thread SIGKILLs the worker's session (the worker leads its own; Inductor's compile
+    workers and the children of a user's script are in it).
 
     A pipe watchdog (the channel is a socket, read as a pipe would be) rather than Linux's
     prctl(PR_SET_PDEATHSIG): that signal fires when the *thread* that forked the worker ends (the app starts runs
     from Streamlit script threads), for a forked run it would watch the fork server instead of the caller, and it
     exists on Linux only.  The watchdog works the same for both kinds of worker and on any POSIX system.  The
-    parent never writes to the channel, so any read that returns means it is gone.
-    """
-    def watch() -> None:
-        try:
-            while os.read(channel, 4096):
-                pass
-        except OSError:
-            pass
-        if os.getsid(0) == os.getpid():
-            _kill_session(os.getpid())  # its other members; then the group, this process with it
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(os.getpid(), signal.SIGKILL)
-        os.kill(os.getpid(), signal.SIGKILL)
+    parent never writes to the channel.
 
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    The thread holds no Python frame while it waits: it runs C callables only (``deque`` consuming ``map`` over
+    ``iter(poll, ...)``) until the channel turns readable, and only then calls Python (``_parent_gone``).
+    torch's Python tracer (``with_stack``) records the frames every thread of the process holds when a profile
+    starts; a ``threading.Thread`` waiting in Python would appear in every such run of a user's workload as this
+    module's ``watch`` frame open for the whole profile (torch's own table gave it half of the run's self CPU
+    time).
+    """
+    poller = select.poll()
+    poller.register(channel, select.POLLIN)
+    events = iter(poller.poll, None)  # poll() returns a list of events, never None: one item per wake-up
+    _thread.start_new_thread(collections.deque, (map(functools.partial(_parent_gone, channel), events), 0))
+
+
+def _parent_gone(channel: int, _events: object) -> None:
+    """The channel turned readable: end-of-file or an error once the parent is gone (data, which the parent never
+    sends, is read and ignored).  Then SIGKILL the worker's session, this process last."""
+    try:
+        if os.read(channel, 4096):
+            return
+    except OSError:
+        pass
+    if os.getsid(0) == os.getpid():
+        _kill_session(os.getpid())  # its other members; then the group, this process with it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _keep(fds: Sequence[int]) -> None:
