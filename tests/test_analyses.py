@@ -790,6 +790,62 @@ def test_profiler_table_holds_the_python_frames_as_torchs_own_table_does(tmp_pat
     assert (sql["self_cpu_ns"] / 1000).sum() == pytest.approx(got["self_cpu_us"].sum(), abs=0.01)
 
 
+_NESTED_RANGES_SCRIPT = """
+import sys
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+
+def work(x):
+    with record_function("outer"):  # both entered and left inside the same frame's calls: both spill
+        with record_function("inner"):
+            for _ in range(3):
+                x = torch.relu(x @ x)
+        total = 0
+        for i in range(5000):
+            total += i
+    return x
+
+
+x = torch.randn(64, 64)
+work(x)
+with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+    for _ in range(3):
+        work(x)
+prof.export_chrome_trace(sys.argv[1])
+"""
+
+
+def test_nested_ranges_on_a_spill_track_hand_their_window_over_once(tmp_path):
+    """Two ``record_function`` ranges, one inside the other, in one function: both go on a spill track, the inner
+    one as the outer one's child, and the frame around both on the first track counted their windows as its own.
+    The outer range hands its window over to that frame once; the inner one, inside it, does not hand it again:
+    every instant of the thread is some row's own time once (the self times add up to a plain scan's union of the
+    thread's slices; handed over twice, a frame's own time went missing)."""
+    import subprocess
+    import sys
+    script = tmp_path / "nested.py"
+    script.write_text(_NESTED_RANGES_SCRIPT)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "t.json")], check=True, capture_output=True,
+                   timeout=300)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    lanes: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "python_function"):
+            lanes.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    with open_trace(str(tmp_path / "t.json"), engine="sqlite") as s:
+        got = profiler_table(s)
+        sql = s.query(load_query("profiler_table"))
+        depth = s.query("SELECT s.name, s.depth, tt.type FROM slice s JOIN thread_track tt ON tt.id = s.track_id "
+                        "WHERE s.name IN ('outer', 'inner')")
+    assert set(depth["type"]) == {"thread_overlapping_slice"}  # (the case: both on a spill track, nested there)
+    assert set(depth.loc[depth["name"] == "inner", "depth"]) == {1}
+    got = got[got["lane"] == "cpu"]
+    assert got["self_cpu_us"].sum() == pytest.approx(sum(_union(v) for v in lanes.values()), abs=0.01)
+    assert (got["self_cpu_us"] >= 0).all()
+    assert (sql[sql["lane"] == "cpu"]["self_cpu_ns"] / 1000).sum() == pytest.approx(got["self_cpu_us"].sum())
+
+
 def test_a_slice_written_on_thread_0_is_held_by_the_op_around_it(tmp_path):
     """Kineto writes its own work on pid -1, tid 0: such a CPU slice inside another thread's op takes its time out of
     that op's self time (once, not twice); one inside nothing keeps its own. By hand: three 8 µs ops each around a

@@ -27,21 +27,144 @@ def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     """(is a CPU slice (:func:`_cpu_mask`), own ns) for every row of ``sh.slices``: a slice's own (self) time is its
     duration less its children's (the profiler table's "Self CPU"), or, for a slice on a spill track of its thread
     (:func:`_spilled_own`), less the union of its children and of the time the thread's first track spent in slices
-    inside its window. The one rule for a CPU slice's own time: the table, ``cpu_own_times`` and the dispatch chains'
+    inside its window; an idle thread's frame (:func:`idle_frames`) is on a thread of its own. The one rule for a CPU slice's own time: the table, ``cpu_own_times`` and the dispatch chains'
     ``own_us`` read it. Computed once per trace (read only)."""
     return sh.cached("cpu_own_ns", _cpu_own_build)
 
 
 def _cpu_own_build(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     t = sh.slices
-    dur, ppos = t["dur"], t["ppos"]
+    idle, idle_own = idle_frames(sh)
+    ppos = _parents(sh)
+    dur = t["dur"]
     child = np.zeros(len(dur), dtype=np.int64)
     has = ppos >= 0
+    has[idle] = False  # (an idle thread's frame is no slice's child, nor on the thread it is read on)
     np.add.at(child, ppos[has], dur[has])
     own = dur - child
     cpu = _cpu_mask(sh)
-    _spilled_own(t, own, cpu, _host_utid(sh, cpu))
+    host = _host_utid(sh, cpu)
+    host[idle] = -1
+    _spilled_own({**t, "ppos": ppos}, own, cpu, host)
+    own[idle] = idle_own
     return cpu, own
+
+
+def _parents(sh: Shared) -> np.ndarray:
+    """Each row's parent for the own-time rule: its parent in ``sh.slices`` (``ppos``), past the frames of idle
+    threads (:func:`idle_frames`) that the readers nested it in: the nearest ancestor that is not one (-1: none)."""
+    return sh.cached("own_parents", _parents_build)
+
+
+def _parents_build(sh: Shared) -> np.ndarray:
+    ppos = sh.slices["ppos"]
+    rows = idle_frames(sh)[0]
+    if not len(rows):
+        return ppos
+    idle = np.zeros(len(ppos), dtype=bool)
+    idle[rows] = True
+    up = ppos.copy()
+    m = (up >= 0) & idle[np.maximum(up, 0)]
+    while m.any():
+        up[m] = ppos[up[m]]
+        m = (up >= 0) & idle[np.maximum(up, 0)]
+    return up
+
+
+_HELD_NS = 1000  # a frame open until the recording stopped ends within this of its thread's last frame's end
+
+
+def idle_frames(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
+    """(rows of ``sh.slices``, own ns of each) of the Python frames of threads that ran no Python code while the
+    profile recorded: the one rule for telling them from the frames of the thread they are read on.
+
+    torch's Python tracer (``with_stack=True``) records, when a recording starts, the frames every thread of the
+    process holds, and writes those of a thread it never saw run Python code (a thread waiting all along: a progress
+    bar's monitor, a notebook kernel's I/O threads, a watchdog) on thread 0, open until the recording stopped; the
+    trace's readers put thread 0 on the process's main thread (tid = pid), where such frames nest by time alone with
+    that thread's own slices, around them or inside them. torch's table counts each such frame on its own thread:
+    its self time is its whole wait.
+
+    torch links every frame to its caller (the ``Python id`` and ``Python parent id`` arguments), so a thread's
+    Python frames (category ``python_function``, as torch writes it) form trees. On a thread whose frames open until
+    its last frame's end (within 1 µs: the stop, as written) each have an id of their own and form more than one
+    tree, a tree all of whose frames are open until then is an idle thread's stack (the thread's own tree holds the
+    calls it made while recording, which ended before; where no tree does, every tree is such a stack). An idle
+    thread's frame is no slice's child and no slice's parent there: its own time is its duration less its callees'
+    (the frames whose ``Python parent id`` is its ``Python id``), it holds no other thread's time, and no device
+    time. Traces without those arguments keep their frames where the readers nest them. torch links the stacks of
+    several idle threads into one chain (the second's outermost frame gets the first's innermost as its caller), and
+    so counts them in its own table; so does this rule. ``profiler_table.sql`` states the same rule."""
+    return sh.cached("idle_frames", _idle_frames_build)
+
+
+def _idle_frames_build(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
+    none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    t = sh.slices
+    code = [i for i, c in enumerate(t["cat_uniq"]) if c == "python_function"]  # (as torch writes it)
+    if not code:
+        return none
+    utid = t["utid"]
+    py = np.flatnonzero(np.isin(t["cat_codes"], code) & (utid >= 0))
+    if len(py) < 2:
+        return none
+    end = t["ts"][py] + t["dur"][py]
+    u = utid[py]
+    last = np.full(int(u.max()) + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last, u, end)
+    held = end >= last[u] - _HELD_NS
+    counts = np.bincount(u[held], minlength=len(last))
+    if not (counts >= 2).any():
+        return none  # a thread holding one frame at the stop cannot hold two trees
+    tb = sh.tables
+    ids_of = tb.arg_set_id
+    names = ("Python id", "Python parent id")
+    cand = py[held & (counts[u] >= 2)]
+    got = tb.args.get_many(names, np.unique(ids_of[cand]).tolist())
+    threads = []
+    for th in np.unique(utid[cand]).tolist():
+        rows = cand[utid[cand] == th]
+        pid = {_int(got[names[0]].get(a)) for a in ids_of[rows].tolist()}
+        roots = sum(_int(got[names[1]].get(a)) not in pid for a in ids_of[rows].tolist())
+        if roots >= 2 and None not in pid and len(pid) == len(rows):  # (each open frame with an id of its own)
+            threads.append(th)
+    if not threads:
+        return none
+    rows = py[np.isin(u, threads)]
+    got = tb.args.get_many(names, np.unique(ids_of[rows]).tolist())
+    ths, asids = utid[rows].tolist(), ids_of[rows].tolist()
+    me = [_int(got[names[0]].get(a)) for a in asids]
+    position: dict = {}  # (thread, Python id) -> the first frame with it
+    for i, key in enumerate(zip(ths, me)):
+        if key[1] is not None:
+            position.setdefault(key, i)
+    # each frame's caller, a position in rows (-1: a root)
+    caller = np.array([position.get((th, _int(got[names[1]].get(a))), -1) for th, a in zip(ths, asids)],
+                      dtype=np.int64)
+    root = np.where(caller >= 0, caller, np.arange(len(rows)))
+    for _ in range(64):  # each frame's tree: its root, by pointer jumping (a cycle of ids never reaches one)
+        nxt = root[root]
+        if (nxt == root).all():
+            break
+        root = nxt
+    rooted = caller[root] < 0
+    r_end = t["ts"][rows] + t["dur"][rows]
+    open_all = r_end >= last[utid[rows]] - _HELD_NS
+    idle_tree = np.ones(len(rows), dtype=bool)
+    np.logical_and.at(idle_tree, root[rooted], open_all[rooted])  # idle: every frame of it open at the stop
+    idle = rooted & idle_tree[root]
+    if not idle.any():
+        return none
+    dur = t["dur"][rows]
+    callees = np.zeros(len(rows), dtype=np.int64)
+    c = caller >= 0
+    np.add.at(callees, caller[c], dur[c])
+    return rows[idle], (dur - callees)[idle]
+
+
+def _int(v):
+    """A Python id as an int (None when absent or not an integer)."""
+    return v if type(v) is int else None
 
 
 def _host_utid(sh: Shared, cpu: np.ndarray) -> np.ndarray:
@@ -50,7 +173,8 @@ def _host_utid(sh: Shared, cpu: np.ndarray) -> np.ndarray:
     slice ``Activity Buffer Request`` (the CUPTI buffer it requests on the thread making the first CUDA call), with
     pid -1 and tid 0, which the trace's readers put on thread 0 (:func:`~profiling_core.trace._ids.thread_numbers`);
     torch's table has its real thread and nests it there, inside the op that made the call. Such a slice (a CPU slice
-    of a thread numbered 0) belongs to the thread of the innermost CPU slice of a thread not numbered 0 that encloses
+    of a thread numbered 0 that is not a Python frame: torch writes an idle thread's frames there, :func:`idle_frames`)
+    belongs to the thread of the innermost CPU slice of a thread not numbered 0 that encloses
     its window (``Shared.enclosing_rows``: the latest start, then the shortest, then the first), as a slice of a track
     of its own there (a spill track: :func:`_spilled_own`), and stays on thread 0 where none does.
     ``profiler_table.sql`` states the same rule."""
@@ -63,7 +187,8 @@ def _host_utid(sh: Shared, cpu: np.ndarray) -> np.ndarray:
     on = cpu & (utid >= 0)
     if not on.any():
         return utid
-    at_zero = zero[np.maximum(utid, 0)] & on
+    frames = np.array([c == "python_function" for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"]]
+    at_zero = zero[np.maximum(utid, 0)] & on & ~frames  # (Python frames there: idle threads', see idle_frames)
     lost = np.flatnonzero(at_zero)
     if not len(lost):
         return utid
@@ -83,7 +208,8 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
     not enclose it: those that overlap its window, do not enclose it, and whose parent encloses it or who have none
     (with ``with_stack=True`` the first track's top slices are Python frames around the whole recording: the slices
     that count are the ones below the frames around it). That window, less those slices, is taken out of the own
-    time of the innermost first-track slice around it, which would count it too. The thread of a slice is ``host``
+    time of the innermost first-track slice around it, which would count it too, unless that slice also encloses the
+    spill slice this one is inside (which handed the window over already). The thread of a slice is ``host``
     (:func:`_host_utid`: a slice written on no thread is a spill slice of the thread around it). ``profiler_table.sql``
     states the same rule."""
     utid, track, ts, dur, ppos = host, t["track_id"], t["ts"], t["dur"], t["ppos"]
@@ -106,6 +232,7 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
         at = np.full(len(ts), -1, dtype=np.int64)  # row -> its position in mine
         at[mine] = np.arange(len(mine))
         spill = rows[(track[rows] != first) & cpu[rows]]
+        enclosers: dict = {}  # spill slice -> its innermost first-track encloser (-1: none)
         kids = spill[ppos[spill] >= 0]  # (a spill slice's children are on its own track)
         kids = kids[np.argsort(ppos[kids], kind="stable")]
         depth = t["depth"][mine]
@@ -128,8 +255,11 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
             own[r] = dur[r] - union_ns(np.concatenate([np.maximum(nb[outer], lo), ts[k]]),
                                         np.concatenate([np.minimum(ne[outer], hi), ts[k] + dur[k]]))
             around = near[(nb <= lo) & (ne >= hi)]
-            if len(around):  # the frame around it counted that window (less its own children) as its own time
-                own[mine[around[np.argmax(depth[around])]]] -= dur[r] - below
+            enc = enclosers[r] = int(mine[around[np.argmax(depth[around])]]) if len(around) else -1
+            # the frame around it counted that window (less its own children) as its own time, unless that frame
+            # encloses the spill slice this one is inside, which handed it over already
+            if enc >= 0 and enclosers.get(int(ppos[r]), -1) != enc:
+                own[enc] -= dur[r] - below
 
 
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
@@ -151,9 +281,10 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
         cur = sh.pos(p["launch_parent"][keep])
         g = p["gpu_dur"][keep]
         np.add.at(self_dev, cur, g)
+        up = _parents(sh)  # (an idle thread's frames hold none of the GPU time below them)
         while len(cur):
             np.add.at(total_dev, cur, g)
-            nxt = ppos[cur]
+            nxt = up[cur]
             m = nxt >= 0
             cur, g = nxt[m], g[m]
     # one code per row label: the name, ProfilerStep#N merged into ProfilerStep* (codes of the distinct names)

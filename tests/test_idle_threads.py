@@ -1,0 +1,222 @@
+"""The Python frames of threads that ran no Python code while a profile recorded (``with_stack=True``): torch writes
+them on thread 0, open from the recording's start to its stop, and the trace's readers put thread 0 on the
+process's main thread, where they nest by time alone with that thread's slices (around them, inside them, or on a
+track of their own when they end a nanosecond later). The profiler table counts each such frame on its own thread,
+as torch's own table does: its self time is its wait.
+
+Expected values come from a plain scan of the JSON: each (pid, tid) lane nested by time on its own, and the frames
+of thread 0 by the caller links torch writes with them (``Python id`` / ``Python parent id``); and from torch's own
+``key_averages`` of the same recording. The Python table and ``profiler_table.sql`` must both give them."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from profiling_core.analyses import profiler_table
+from profiling_core.queries import load_query
+from profiling_core.trace import open_trace
+
+DATA = Path(__file__).parent / "data"
+
+
+def _trace(idle_ts, idle_end, *, idle_threads=1, ids=True):
+    """A main thread (pid 7, tid 7) whose two frames held from the start run two profiler steps of a frame around
+    an op each, and idle threads' frames written on thread 0 of the same process from ``idle_ts`` to
+    ``idle_end`` µs: where they start and end decides how the readers nest them with the main thread's slices."""
+    ev = []
+
+    def x(name, cat, tid, ts, end, me=None, up=None):
+        e = {"ph": "X", "name": name, "cat": cat, "pid": 7, "tid": tid, "ts": ts, "dur": round(end - ts, 3)}
+        if cat == "python_function" and ids:
+            e["args"] = {"Python id": me, "Python parent id": up}
+        ev.append(e)
+
+    stacks = [["threading.py(1): _bootstrap", "monitor.py(2): run", "threading.py(3): wait"],
+              ["server.py(9): serve", "selectors.py(9): select"]][:idle_threads]
+    me = 0
+    for k, stack in enumerate(stacks):
+        up = None
+        for depth, name in enumerate(stack):
+            me += 1
+            x(name, "python_function", 0, idle_ts + k * 0.5 + depth, idle_end, me, up)
+            up = me
+    x("runpy(1): main", "python_function", 7, 100, 1000, 10, None)
+    x("loop.py(2): run", "python_function", 7, 101, 1000, 11, 10)
+    x("ProfilerStep#1", "user_annotation", 7, 150, 600)
+    x("loop.py(3): step", "python_function", 7, 200, 300, 12, 11)
+    x("aten::mm", "cpu_op", 7, 210, 250)
+    x("ProfilerStep#2", "user_annotation", 7, 600, 900)
+    x("loop.py(3): step", "python_function", 7, 620, 700, 13, 11)
+    x("aten::mm", "cpu_op", 7, 630, 680)
+    return {"traceEvents": ev}
+
+
+def _scan(events):
+    """Self µs per row name by a plain scan: each (pid, tid) lane nested by time on its own (a slice's self time is
+    its duration less its children's), and the Python frames of thread 0 by their caller links."""
+    lanes = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") != "Trace":
+            lanes[(e["pid"], e["tid"])].append(e)
+    own = defaultdict(float)
+    for (_pid, tid), es in lanes.items():
+        if tid == 0 and all(e["cat"] == "python_function" for e in es):
+            callees = defaultdict(float)
+            for e in es:
+                callees[e["args"]["Python parent id"]] += e["dur"]
+            for e in es:
+                own[e["name"]] += e["dur"] - callees[e["args"]["Python id"]]
+            continue
+        es.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack, children = [], defaultdict(float)
+        for e in es:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]:
+                stack.pop()
+            if stack:
+                children[id(stack[-1])] += e["dur"]
+            stack.append(e)
+        for e in es:
+            own["ProfilerStep*" if e["name"].startswith("ProfilerStep#") else e["name"]] += e["dur"] - children[id(e)]
+    return own
+
+
+def _tables(path):
+    with open_trace(str(path), engine="sqlite") as s:
+        got = profiler_table(s)
+        sql = s.query(load_query("profiler_table"))
+    cpu = got[got["lane"] == "cpu"].set_index("name")
+    return cpu, sql[sql["lane"] == "cpu"].set_index("name")
+
+
+LAYOUTS = {  # idle frames' start and end (µs) against the main thread's 100..1000
+    "around the main thread's frames": (90, 1000.001),
+    "ending a nanosecond before them": (90, 999.999),   # the main thread's held frames spill to a track of their own
+    "inside them": (110, 1000),
+    "starting inside, ending after": (110, 1000.001),   # the idle frames spill
+}
+
+
+@pytest.mark.parametrize("idle_threads", [1, 2])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_idle_threads_frames_count_on_their_own_thread(tmp_path, layout, idle_threads):
+    trace = _trace(*LAYOUTS[layout], idle_threads=idle_threads)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    want = _scan(trace["traceEvents"])
+    got, sql = _tables(path)
+    assert set(got.index) == set(want)
+    for name, us in want.items():
+        assert got.loc[name, "self_cpu_us"] == pytest.approx(us, abs=1e-6), name
+        assert sql.loc[name, "self_cpu_ns"] / 1000 == pytest.approx(us, abs=1e-6), name
+    # the waits by hand: the innermost idle frame holds its whole window less nothing
+    assert got.loc["threading.py(3): wait", "self_cpu_us"] == pytest.approx(LAYOUTS[layout][1] - LAYOUTS[layout][0] - 2)
+    assert got.loc["loop.py(2): run", "self_cpu_us"] == pytest.approx(49 + 100)  # 101..150 and 900..1000
+
+
+def test_without_python_ids_the_frames_stay_where_the_readers_nest_them(tmp_path):
+    """No caller links (an older torch): nothing tells the threads apart, so the frames of thread 0 are the main
+    thread's slices as nested; every instant of that lane is some row's own time, once."""
+    trace = _trace(90, 1000.001, ids=False)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    got, sql = _tables(path)
+    assert got["self_cpu_us"].sum() == pytest.approx(1000.001 - 90)  # the merged lane's span: one union
+    assert got.loc["threading.py(3): wait", "self_cpu_us"] == pytest.approx(1000.001 - 92 - 900)
+    assert (sql["self_cpu_ns"] / 1000).sum() == pytest.approx(got["self_cpu_us"].sum())
+
+
+def test_caller_links_in_a_cycle_or_to_nowhere_leave_the_frames_nested(tmp_path):
+    """Links that make no tree (a frame its own caller's caller, ids missing from the open frames) are not taken
+    for an idle thread: the table is the readers' nesting, with each instant counted once."""
+    trace = _trace(90, 1000.001)
+    for e in trace["traceEvents"]:
+        if e["tid"] == 0:
+            e["args"] = {"Python id": e["args"]["Python id"], "Python parent id": 3 if e["args"]["Python id"] == 1
+                         else e["args"]["Python parent id"]}  # 1 -> 3 -> 2 -> 1
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    got, sql = _tables(path)
+    assert got["self_cpu_us"].sum() == pytest.approx(1000.001 - 90)
+    assert (sql["self_cpu_ns"] / 1000).sum() == pytest.approx(got["self_cpu_us"].sum())
+
+
+_IDLE_SCRIPT = """
+import json, sys, threading
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+n = int(sys.argv[3])
+gate = threading.Event()
+for _ in range(n):  # threads that wait all along: torch writes their frames on thread 0
+    threading.Thread(target=gate.wait, daemon=True).start()
+
+
+def work(x):
+    for _ in range(3):
+        x = torch.relu(x @ x)
+    return x
+
+
+x = torch.randn(64, 64)
+work(x)
+with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+    for _ in range(4):
+        work(x)
+prof.export_chrome_trace(sys.argv[1])
+json.dump({e.key: [e.count, e.cpu_time_total, e.self_cpu_time_total] for e in prof.key_averages()},
+          open(sys.argv[2], "w"))
+"""
+
+
+@pytest.mark.parametrize("idle_threads", [1, 2])
+def test_the_table_of_a_recording_with_idle_threads_is_torchs_own(tmp_path, idle_threads):
+    """A real recording on the CPU with threads waiting all along: every row of torch's own table (``key_averages``)
+    is ours, with its calls, total and self CPU time, the idle threads' waits included; the self times add up to
+    torch's."""
+    script = tmp_path / "idle.py"
+    script.write_text(_IDLE_SCRIPT)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "t.json"), str(tmp_path / "torch.json"),
+                    str(idle_threads)], check=True, capture_output=True, timeout=300)
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    zero = [e for e in events if e.get("cat") == "python_function" and e.get("tid") == 0]
+    # each idle thread's stack is on thread 0; torch links them into one chain (the second thread's outermost frame
+    # gets the first's innermost as its caller), in its own table too
+    assert sum(e["name"].startswith("threading.py") and e["name"].endswith(": _bootstrap") for e in zero) == idle_threads
+    assert sum(e["args"]["Python parent id"] is None for e in zero) == 1
+    want = json.loads((tmp_path / "torch.json").read_text())
+    got, sql = _tables(tmp_path / "t.json")
+    assert set(got.index) == set(want)
+    for name, (calls, total, self_us) in want.items():
+        assert got.loc[name, "calls"] == calls, name
+        assert got.loc[name, "cpu_total_us"] == pytest.approx(total, abs=1.0), name
+        assert got.loc[name, "self_cpu_us"] == pytest.approx(self_us, abs=1.0), name
+        assert sql.loc[name, "self_cpu_ns"] / 1000 == pytest.approx(got.loc[name, "self_cpu_us"], abs=1e-3), name
+    inner = [e for e in zero if not any(c["args"]["Python parent id"] == e["args"]["Python id"] for c in zero)]
+    assert len(inner) == 1 and got.loc[inner[0]["name"], "self_cpu_us"] >= inner[0]["dur"] - 1.0  # its whole wait
+    assert got["self_cpu_us"].sum() == pytest.approx(sum(v[2] for v in want.values()), abs=1.0 * len(want))
+
+
+def test_an_h200_run_with_its_runners_watch_thread():
+    """An H200 run of this app from before the runner's watch thread held no Python frame: the watch's frames are
+    thread 0's, around the main thread's whole stack. Its innermost frame's self time is its duration (a plain scan)
+    and no frame of that thread holds the GPU time of the kernels below the main thread's frames: the main thread's
+    outermost frame holds them all."""
+    path = DATA / "h200_diag" / "bf16_64_stack_memory.json"
+    events = json.loads(path.read_text())["traceEvents"]
+    zero = {e["name"]: e for e in events if e.get("cat") == "python_function" and e.get("tid") == 0}
+    watch = next(n for n in zero if n.endswith(": watch"))
+    got, sql = _tables(path)
+    assert got.loc[watch, "self_cpu_us"] == pytest.approx(zero[watch]["dur"], abs=1e-3)
+    assert (got.loc[list(zero), "device_total_us"] == 0).all()
+    main = next(e for e in events if e.get("cat") == "python_function" and e.get("tid") != 0
+                and e["args"].get("Python parent id") is None)
+    kernels = sum(e["dur"] for e in events if e.get("cat") == "kernel")  # (all launched inside the main stack)
+    assert got.loc[main["name"], "device_total_us"] == pytest.approx(kernels, abs=1e-3)
+    for name in zero:
+        assert sql.loc[name, "self_cpu_ns"] / 1000 == pytest.approx(got.loc[name, "self_cpu_us"], abs=1e-3)
+        assert sql.loc[name, "device_total_ns"] == 0
