@@ -220,3 +220,26 @@ def test_an_h200_run_with_its_runners_watch_thread():
     for name in zero:
         assert sql.loc[name, "self_cpu_ns"] / 1000 == pytest.approx(got.loc[name, "self_cpu_us"], abs=1e-3)
         assert sql.loc[name, "device_total_ns"] == 0
+
+
+def test_q1_says_how_much_self_time_is_idle_threads_frames(tmp_path):
+    """Q1's reading of the table names the self time that is idle threads' frames: in the H200 fixture, the watch
+    thread's whole stack, by a plain scan the sum over its frames of duration less callees (its outermost frame's
+    duration); a recording without such frames says nothing of them."""
+    from profiling_core.analyses import analyze
+    from profiling_core.explain.questions import findings
+    path = DATA / "h200_diag" / "bf16_64_stack_memory.json"
+    events = json.loads(path.read_text())["traceEvents"]
+    zero = [e for e in events if e.get("cat") == "python_function" and e.get("tid") == 0]
+    outer = next(e for e in zero if e["args"]["Python parent id"] is None)
+    with open_trace(str(path), engine="sqlite") as s:
+        q1 = next(f for f in findings(analyze(s)) if f.id == "q1.table")
+    assert q1.evidence["idle_thread_self_us"] == pytest.approx(outer["dur"], abs=1e-3)
+    assert set(q1.evidence["idle_thread_rows"]) == {e["name"] for e in zero}
+    assert "threads that ran no Python code while the profile recorded" in q1.text
+    assert "1.55 ms of the self CPU time" in q1.text
+    trace = _trace(90, 1000.001, ids=False)
+    (tmp_path / "t.json").write_text(json.dumps(trace))
+    with open_trace(str(tmp_path / "t.json"), engine="sqlite") as s:
+        q1 = next(f for f in findings(analyze(s)) if f.id == "q1.table")
+    assert "idle_thread_self_us" not in q1.evidence and "ran no Python code" not in q1.text

@@ -17,7 +17,7 @@ from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared, frame
 from .steps import basis_steps, cpu_vs_gpu, device_busy, gpu_busy, steady_state, steps, working_steps
-from .table import cpu_own_times, profiler_table
+from .table import cpu_own_times, idle_frames, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = ["Report", "analyze"]
@@ -147,7 +147,18 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
         "memory": r.memory.summary,
         "step_processes": _step_processes(sh),
         "step_devices": _step_devices(r.device_busy, ss["basis_steps"]),
+        "idle_thread_frames": _idle_thread_frames(sh),
     }
+
+
+def _idle_thread_frames(sh: Shared) -> dict[str, float]:
+    """{row name: self µs} of the profiler table's Python frames of idle threads (:func:`~.table.idle_frames`: threads
+    that ran no Python code while the profile recorded), largest first; empty without any."""
+    rows, own = idle_frames(sh)
+    per: dict[str, float] = {}
+    for name, ns in zip(sh.names_at(rows).tolist(), own.tolist()):
+        per[str(name)] = per.get(str(name), 0.0) + ns / 1000.0
+    return dict(sorted(per.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _step_devices(db: pd.DataFrame, basis: list) -> list[dict]:
@@ -207,7 +218,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         (the pids whose threads hold the step slices: more than one where ranks' traces were merged into one file),
         ``step_devices`` (per GPU that ran the steps' work: ``device``, and the medians of its own ``busy_us`` (the
         work the step launched on it), ``busy_in_step_us`` and ``busy_fraction`` of the step's window; several where
-        one process drove several GPUs).
+        one process drove several GPUs), ``idle_thread_frames`` ({row name: self µs} of the table's Python frames of
+        threads that ran no Python code while recording: :func:`~profiling_core.analyses.table.idle_frames`).
     """
     config = as_config(config)
     sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses

@@ -28,6 +28,16 @@ def _q1_table(r, config=None) -> list[Finding]:
         text += (f" Of {_short(top['name'])}'s self time, {_us(waited)} inside the steps passed while the autograd "
                  "engine ran the backward on another thread: its thread was waiting, and the backward's own rows "
                  "count that time again (self CPU time sums the threads' time, waits included).")
+    idle = r.summary.get("idle_thread_frames") or {}
+    if idle:  # self time that is the wait of threads that ran no Python code (``analyses.table.idle_frames``)
+        waited_idle = float(sum(idle.values()))
+        ev["idle_thread_self_us"] = _num(waited_idle)
+        ev["idle_thread_rows"] = sorted(idle)
+        names = ", ".join(_short(n) for n in list(idle)[:3]) + (", …" if len(idle) > 3 else "")
+        text += (f" {_us(waited_idle)} of the self CPU time is in the frames of threads that ran no Python code "
+                 f"while the profile recorded ({names}): the stacks they held when it began, which torch writes on "
+                 "thread 0 and counts until it stopped, whether the thread waited or ran one long C call; none of "
+                 "it is time of the thread that ran the steps.")
     out = [Finding("q1.table", 1, "Self vs total CPU time", text, ev)]
     if not r.has_gpu:
         out.append(Finding("q1.no_gpu", 1, "No device columns", NO_GPU_TEXT + ": the table has no CUDA columns to "
