@@ -36,3 +36,37 @@ def scan_trace(path):
         raw = gzip.decompress(raw)
     data = json.loads(raw)
     return data["traceEvents"] if isinstance(data, dict) else data
+
+
+_RECORD_SCRIPT = '''
+import json, sys
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+{setup}
+{work}
+
+x = torch.randn(64, 64)
+with profile(activities=[ProfilerActivity.CPU], with_stack=True, acc_events=True{schedule}) as prof:
+    for _ in range({steps}):
+        work(x)
+        prof.step()
+prof.export_chrome_trace(sys.argv[1])
+json.dump({{e.key: [e.count, e.cpu_time_total, e.self_cpu_time_total] for e in prof.key_averages()}},
+          open(sys.argv[2], "w"))
+'''
+
+
+def record_on_cpu(tmp_path, work: str, *, steps: int, schedule: str = "", setup: str = ""):
+    """Profile ``work(x)`` (``work``: the source of a function of that name; ``x`` a 64×64 tensor) ``steps`` times,
+    with ``with_stack=True`` on the CPU, in a process of its own (a thread another test left in this one would be
+    recorded too). ``schedule``: torch's schedule arguments (``wait=1, warmup=1, active=2``); ``setup``: code run
+    before. Returns (the trace's path, torch's own table: ``{key: [count, cpu_time_total, self_cpu_time_total]}``)."""
+    import json
+    import subprocess
+    script = tmp_path / "record.py"
+    script.write_text(_RECORD_SCRIPT.format(setup=setup, work=work, steps=steps,
+                                            schedule=f", schedule=schedule({schedule})" if schedule else ""))
+    trace, table = tmp_path / "t.json", tmp_path / "torch_table.json"
+    subprocess.run([sys.executable, str(script), str(trace), str(table)], check=True, capture_output=True,
+                   timeout=300)
+    return trace, json.loads(table.read_text())

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import record_on_cpu
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
@@ -703,13 +704,8 @@ def test_profiler_table_matches_torch(path):
             assert g["device_total_us"] == pytest.approx(row["device_total_us"], abs=tol(row["device_total_us"]))
 
 
-_STACK_SCRIPT = """
-import json, sys
-import torch
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
-
-
-def _stack_work(x):
+_STACK_WORK = """
+def work(x):
     # three GEMMs and ReLUs in a record_function range, then a Python loop that runs no op
     with record_function("region"):
         for _ in range(3):
@@ -718,17 +714,6 @@ def _stack_work(x):
     for i in range(20000):
         total += i
     return x
-
-
-x = torch.randn(64, 64)
-with profile(activities=[ProfilerActivity.CPU], with_stack=True, acc_events=True,
-             schedule=schedule(wait=1, warmup=1, active=2)) as prof:
-    for _ in range(4):
-        _stack_work(x)
-        prof.step()
-prof.export_chrome_trace(sys.argv[1])
-json.dump({e.key: [e.count, e.cpu_time_total, e.self_cpu_time_total] for e in prof.key_averages()},
-          open(sys.argv[2], "w"))
 """
 
 
@@ -745,16 +730,10 @@ def test_profiler_table_holds_the_python_frames_as_torchs_own_table_does(tmp_pat
     Profiled in a process of its own: a thread another test left running (a worker's pipe reader) would be recorded
     too, its frames begun before the recording written by torch on thread 0 (the process's main thread for the
     trace's readers)."""
-    import subprocess
-    import sys
-    script = tmp_path / "stack_work.py"
-    script.write_text(_STACK_SCRIPT)
-    subprocess.run([sys.executable, str(script), str(tmp_path / "t.json"), str(tmp_path / "torch_table.json")],
-                   check=True, capture_output=True, timeout=300)
-    want = {k: SimpleNamespace(count=v[0], cpu_time_total=v[1], self_cpu_time_total=v[2])
-            for k, v in json.loads((tmp_path / "torch_table.json").read_text()).items()}
-    assert any("_stack_work" in k for k in want)  # a Python frame is a row of torch's table
-    with open_trace(str(tmp_path / "t.json"), engine="sqlite") as s:
+    trace, table = record_on_cpu(tmp_path, _STACK_WORK, steps=4, schedule="wait=1, warmup=1, active=2")
+    want = {k: SimpleNamespace(count=v[0], cpu_time_total=v[1], self_cpu_time_total=v[2]) for k, v in table.items()}
+    assert any(": work" in k for k in want)  # a Python frame is a row of torch's table
+    with open_trace(str(trace), engine="sqlite") as s:
         got = profiler_table(s)
         sql = s.query(load_query("profiler_table"))
     got = got[got["lane"] == "cpu"].set_index("name")
@@ -766,7 +745,7 @@ def test_profiler_table_holds_the_python_frames_as_torchs_own_table_does(tmp_pat
         assert g["cpu_total_us"] == pytest.approx(e.cpu_time_total, abs=1.0), name
         off += abs(g["self_cpu_us"] - e.self_cpu_time_total) > 1.0
     assert off <= 5
-    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    events = json.loads(trace.read_text())["traceEvents"]
     lanes: dict = {}
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "python_function"):
@@ -790,12 +769,7 @@ def test_profiler_table_holds_the_python_frames_as_torchs_own_table_does(tmp_pat
     assert (sql["self_cpu_ns"] / 1000).sum() == pytest.approx(got["self_cpu_us"].sum(), abs=0.01)
 
 
-_NESTED_RANGES_SCRIPT = """
-import sys
-import torch
-from torch.profiler import ProfilerActivity, profile, record_function
-
-
+_NESTED_RANGES_WORK = """
 def work(x):
     with record_function("outer"):  # both entered and left inside the same frame's calls: both spill
         with record_function("inner"):
@@ -805,14 +779,6 @@ def work(x):
         for i in range(5000):
             total += i
     return x
-
-
-x = torch.randn(64, 64)
-work(x)
-with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-    for _ in range(3):
-        work(x)
-prof.export_chrome_trace(sys.argv[1])
 """
 
 
@@ -822,18 +788,13 @@ def test_nested_ranges_on_a_spill_track_hand_their_window_over_once(tmp_path):
     The outer range hands its window over to that frame once; the inner one, inside it, does not hand it again:
     every instant of the thread is some row's own time once (the self times add up to a plain scan's union of the
     thread's slices; handed over twice, a frame's own time went missing)."""
-    import subprocess
-    import sys
-    script = tmp_path / "nested.py"
-    script.write_text(_NESTED_RANGES_SCRIPT)
-    subprocess.run([sys.executable, str(script), str(tmp_path / "t.json")], check=True, capture_output=True,
-                   timeout=300)
-    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    trace, _table = record_on_cpu(tmp_path, _NESTED_RANGES_WORK, steps=3)
+    events = json.loads(trace.read_text())["traceEvents"]
     lanes: dict = {}
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "python_function"):
             lanes.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
-    with open_trace(str(tmp_path / "t.json"), engine="sqlite") as s:
+    with open_trace(str(trace), engine="sqlite") as s:
         got = profiler_table(s)
         sql = s.query(load_query("profiler_table"))
         depth = s.query("SELECT s.name, s.depth, tt.type FROM slice s JOIN thread_track tt ON tt.id = s.track_id "

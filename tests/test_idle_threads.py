@@ -10,12 +10,11 @@ of thread 0 by the caller links torch writes with them (``Python id`` / ``Python
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from conftest import record_on_cpu
 
 from profiling_core.analyses import profiler_table
 from profiling_core.queries import load_query
@@ -145,31 +144,17 @@ def test_caller_links_in_a_cycle_or_to_nowhere_leave_the_frames_nested(tmp_path)
     assert (sql["self_cpu_ns"] / 1000).sum() == pytest.approx(got["self_cpu_us"].sum())
 
 
-_IDLE_SCRIPT = """
-import json, sys, threading
-import torch
-from torch.profiler import ProfilerActivity, profile
-
-n = int(sys.argv[3])
+_IDLE_SETUP = """
 gate = threading.Event()
-for _ in range(n):  # threads that wait all along: torch writes their frames on thread 0
+for _ in range({n}):  # threads that wait all along: torch writes their frames on thread 0
     threading.Thread(target=gate.wait, daemon=True).start()
+"""
 
-
+_WORK = """
 def work(x):
     for _ in range(3):
         x = torch.relu(x @ x)
     return x
-
-
-x = torch.randn(64, 64)
-work(x)
-with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-    for _ in range(4):
-        work(x)
-prof.export_chrome_trace(sys.argv[1])
-json.dump({e.key: [e.count, e.cpu_time_total, e.self_cpu_time_total] for e in prof.key_averages()},
-          open(sys.argv[2], "w"))
 """
 
 
@@ -178,18 +163,15 @@ def test_the_table_of_a_recording_with_idle_threads_is_torchs_own(tmp_path, idle
     """A real recording on the CPU with threads waiting all along: every row of torch's own table (``key_averages``)
     is ours, with its calls, total and self CPU time, the idle threads' waits included; the self times add up to
     torch's."""
-    script = tmp_path / "idle.py"
-    script.write_text(_IDLE_SCRIPT)
-    subprocess.run([sys.executable, str(script), str(tmp_path / "t.json"), str(tmp_path / "torch.json"),
-                    str(idle_threads)], check=True, capture_output=True, timeout=300)
-    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    trace, want = record_on_cpu(tmp_path, _WORK, steps=4,
+                                setup="import threading\n" + _IDLE_SETUP.format(n=idle_threads))
+    events = json.loads(trace.read_text())["traceEvents"]
     zero = [e for e in events if e.get("cat") == "python_function" and e.get("tid") == 0]
     # each idle thread's stack is on thread 0; torch links them into one chain (the second thread's outermost frame
     # gets the first's innermost as its caller), in its own table too
     assert sum(e["name"].startswith("threading.py") and e["name"].endswith(": _bootstrap") for e in zero) == idle_threads
     assert sum(e["args"]["Python parent id"] is None for e in zero) == 1
-    want = json.loads((tmp_path / "torch.json").read_text())
-    got, sql = _tables(tmp_path / "t.json")
+    got, sql = _tables(trace)
     assert set(got.index) == set(want)
     for name, (calls, total, self_us) in want.items():
         assert got.loc[name, "calls"] == calls, name
