@@ -225,3 +225,49 @@ def test_q1_says_how_much_self_time_is_idle_threads_frames(tmp_path):
     with open_trace(str(tmp_path / "t.json"), engine="sqlite") as s:
         q1 = next(f for f in findings(analyze(s)) if f.id == "q1.table")
     assert "idle_thread_self_us" not in q1.evidence and "ran no Python code" not in q1.text
+
+
+_RANGE_WORK = """
+def work(x):
+    with record_function("region"):  # entered inside a frame and left outside it: a spill slice
+        for _ in range(3):
+            x = torch.relu(x @ x)
+    total = 0
+    for i in range(20000):  # Python that runs no op
+        total += i
+    return x
+"""
+
+
+@pytest.mark.parametrize("end_delta", [0.001, -0.001], ids=["ending after the stack", "ending before it"])
+def test_an_idle_stack_beside_a_real_recording_leaves_its_rows(tmp_path, end_delta):
+    """A real CPU recording with a range on a spill track, and an idle thread's stack written on thread 0 from
+    before its outermost frame until a nanosecond after (the readers nest the whole stack inside it) or before its
+    end (the main thread's stack at the stop goes to a track of its own, its later slices under the idle frames):
+    the idle frames count their wait (a plain scan: each frame's duration less its callee's), no row goes
+    negative, the SQL gives the same rows; nested inside, the main thread's rows are those of the recording
+    alone. (Beside it, the rows of the main thread's frames open at the stop can move by tens of µs between the
+    frames and ranges around them: the first-track rule reads the tracks the readers made.)"""
+    trace, _table = record_on_cpu(tmp_path, _RANGE_WORK, steps=4, schedule="wait=1, warmup=1, active=2")
+    base = json.loads(trace.read_text())
+    frames = [e for e in base["traceEvents"] if e.get("cat") == "python_function"]
+    root = min((e for e in frames if e["args"]["Python parent id"] is None), key=lambda e: e["ts"])
+    alone, _ = _tables(trace)
+    top = max(e["args"]["Python id"] for e in frames)
+    end = root["ts"] + root["dur"] + end_delta
+    idle = []
+    for depth, name in enumerate(["threading.py(1): _bootstrap", "monitor.py(2): run", "threading.py(3): wait"]):
+        ts = round(root["ts"] - 5 + depth, 3)
+        idle.append({"ph": "X", "cat": "python_function", "name": name, "pid": root["pid"], "tid": 0, "ts": ts,
+                     "dur": round(end - ts, 3), "args": {"Python id": top + 1 + depth,
+                                                         "Python parent id": top + depth if depth else None}})
+    path = tmp_path / "with_idle.json"
+    path.write_text(json.dumps({**base, "traceEvents": base["traceEvents"] + idle}))
+    got, sql = _tables(path)
+    for e, inner in zip(idle, idle[1:] + [None]):
+        assert got.loc[e["name"], "self_cpu_us"] == pytest.approx(e["dur"] - (inner["dur"] if inner else 0), abs=1e-6)
+    assert (got["self_cpu_us"] >= 0).all()
+    assert ((sql["self_cpu_ns"] / 1000) - got["self_cpu_us"]).abs().max() < 1e-6
+    if end_delta > 0:
+        rows = got.drop(index=[e["name"] for e in idle])
+        assert ((rows["self_cpu_us"] - alone["self_cpu_us"]).abs() < 1e-6).all()

@@ -204,8 +204,9 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
     ``thread_overlapping_slice``), where only what nests in it on that track is its child: its duration less its
     children would count as its own the time the thread spent meanwhile in the first track's slices (a step's own
     time beside all of its ops'). Its own time is its duration less the union of its children and of the time spent
-    inside its window by the outermost slices of the thread's first track (the track of its earliest slice) that do
-    not enclose it: those that overlap its window, do not enclose it, and whose parent encloses it or who have none
+    inside its window by the outermost slices of the thread's first track (the track of its earliest slice, an idle
+    thread's frame included: the readers' track; its idle frames themselves are not among those slices) that do not
+    enclose it: those that overlap its window, do not enclose it, and whose parent encloses it or who have none
     (with ``with_stack=True`` the first track's top slices are Python frames around the whole recording: the slices
     that count are the ones below the frames around it). That window, less those slices, is taken out of the own
     time of the innermost first-track slice around it, which would count it too, unless that slice also encloses the
@@ -222,7 +223,9 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
     other = on[track[on] != some_track[utid[on]]]  # ...and the rows of its threads on any other track
     for u in np.unique(utid[other]).tolist():
         rows = on[utid[on] == u]
-        own_rows = rows[~moved[rows]]  # (the thread's own slices: its first track is one of its own)
+        # the thread's first track: the readers' track of its earliest slice of its own (not one moved there from
+        # thread 0; an idle thread's frame is one, as the readers put it: the track is theirs, not this rule's)
+        own_rows = np.flatnonzero(t["utid"] == u)
         first = track[own_rows[np.argmin(ts[own_rows])]]  # (the lowest id among the earliest: rows are in id order)
         mine = rows[track[rows] == first]
         mine = mine[np.lexsort((t["depth"][mine], ts[mine]))]  # by start, the deepest of equal starts last

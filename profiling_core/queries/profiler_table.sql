@@ -68,10 +68,10 @@ host AS (  -- each CPU slice's thread for the own-time rule: a slice of thread 0
   FROM cpu c JOIN thread th ON th.utid = c.utid
   WHERE c.id NOT IN (SELECT id FROM idle)
 ),
-first_track AS (  -- each thread's first track: the one of its earliest slice (lowest id among the earliest)
+first_track AS (  -- each thread's first track: the one of its earliest slice (lowest id among the earliest; an idle
+                  -- thread's frame included: the readers' track)
   SELECT t.utid, (SELECT s2.track_id FROM slice s2 JOIN thread_track t2 ON t2.id = s2.track_id
-                  WHERE t2.utid = t.utid AND s2.id NOT IN (SELECT id FROM idle)
-                  ORDER BY s2.ts, s2.id LIMIT 1) AS track_id
+                  WHERE t2.utid = t.utid ORDER BY s2.ts, s2.id LIMIT 1) AS track_id
   FROM (SELECT DISTINCT utid FROM thread_track) t
 ),
 spill AS (  -- the CPU slices of a thread's spill track (any track but its first)
