@@ -317,13 +317,14 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     rows.sort(key=lambda r: (-r[5], -r[3], r[0] is not None, r[0] or "", r[1]))
     return frame(rows, cols)
 
-__all__ = ["cpu_own_times", "cpu_slices_by_step", "profiler_table", "row_label"]
+__all__ = ["cpu_own_times", "cpu_slices_by_step", "idle_frames", "profiler_table", "row_label"]
 
 
 def cpu_slices_by_step(sh: Shared, steps: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
     """Which step each CPU slice belongs to: the rule for every per-step count of CPU rows.
 
-    A CPU slice (the profiler table's: on a thread, not a GPU op, a trace's or a Python function's; the GPU's
+    A CPU slice (the profiler table's, :func:`_cpu_mask`: a slice on a thread whose category is not a GPU op's or a
+    trace's: ops, ranges, runtime calls and, recorded with ``with_stack``, Python frames; the GPU's
     ``gpu_user_annotation`` copies are not CPU slices) belongs to the first of ``steps`` (time order) whose window
     holds its start, whatever thread it ran on, as a launch call does in ``launch_latency``: the backward's ops on
     the autograd engine's own thread (``pt_autograd_0`` on a GPU) count with the step that ran them, not only the
