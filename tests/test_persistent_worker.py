@@ -153,9 +153,13 @@ def test_a_failure_in_run_two_is_reported_and_run_three_gets_a_new_process(store
 def test_a_crash_in_run_two_loses_only_that_run(store):
     first = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
     pid = _meta(first)["process"]["pid"]
-    threading.Timer(2.0, os.kill, (pid, signal.SIGKILL)).start()
+
+    def status(msg):  # killed inside the profiling loop
+        if msg.rstrip().endswith(": profiling"):
+            os.kill(pid, signal.SIGKILL)
+
     with pytest.raises(WorkerError) as info:
-        run_experiment(_slow(), store=store, process="persistent", prestart=1)
+        run_experiment(_slow(), store=store, process="persistent", prestart=1, on_status=status)
     assert info.value.kind == "crash" and "SIGKILL" in info.value.message
     third = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
     assert _meta(third)["process"]["pid"] != pid
@@ -163,8 +167,9 @@ def test_a_crash_in_run_two_loses_only_that_run(store):
 
 
 def _slow(**kw):
-    # warm, and many seconds of profiling on a 2-core machine
-    return ExperimentConfig(size=1024, dtype="fp32", device="cpu", warmup=1, wait=0, warmup_steps=0, active=400,
+    # warm, and ten seconds or more of profiling on a quiet 2-core machine (the most steps a config takes): the tests
+    # stop it within seconds of its profiling loop's start
+    return ExperimentConfig(size=1024, dtype="fp32", device="cpu", warmup=1, wait=0, warmup_steps=0, active=1000,
                             **kw)
 
 
@@ -174,12 +179,15 @@ def test_a_timeout_or_cancel_kills_it_and_leaves_nothing_half_committed(store, h
     first = run_experiment(ExperimentConfig(**WARM), store=store, process="persistent", prestart=1)
     pid = _meta(first)["process"]["pid"]
     cancel = threading.Event()
-    if how == "cancel":
-        threading.Timer(2.0, cancel.set).start()
+
+    def status(msg):  # cancelled inside the profiling loop
+        if how == "cancel" and msg.rstrip().endswith(": profiling"):
+            cancel.set()
+
     t0 = time.monotonic()
     with pytest.raises(WorkerError) as info:
         run_experiment(_slow(timeout_s=2) if how == "timeout" else _slow(), store=store, process="persistent",
-                       cancel_event=cancel)
+                       cancel_event=cancel, on_status=status)
     assert info.value.kind == ("timeout" if how == "timeout" else "cancelled")
     assert time.monotonic() - t0 < 30
     assert not _running(pid)  # killed, not left idle

@@ -105,23 +105,24 @@ def test_shared_compile_cache_serves_warm_runs_only(store, tmp_path):
 
 
 def _slow_config(**kw):
-    # big enough to keep the worker busy for many seconds on a 2-core machine
-    return ExperimentConfig(size=1024, dtype="fp32", device="cpu", wait=0, warmup_steps=0, active=400, **kw)
+    # big enough to keep the worker busy for ten seconds or more on a quiet 2-core machine (the most steps a config
+    # takes): the tests that use it stop it (a timeout, a cancel, a kill) within seconds of its profiling loop's start
+    return ExperimentConfig(size=1024, dtype="fp32", device="cpu", wait=0, warmup_steps=0, active=1000, **kw)
 
 
 @pytest.mark.parametrize("prestart", [0, 1], ids=["fresh", "forked"])
 def test_worker_killed_mid_run_leaves_no_run(store, prestart):
-    pids = []
+    pids, profiling = [], threading.Event()
 
     def status(msg):
         m = re.search(r"worker pid (\d+)", msg)
         if m:
             pids.append(int(m.group(1)))
+        if msg.rstrip().endswith(": profiling"):
+            profiling.set()
 
-    def killer():
-        while not pids:
-            time.sleep(0.05)
-        time.sleep(3.0)  # inside the profiling loop by now
+    def killer():  # inside the profiling loop, whatever the machine's speed (not a fixed wait: a quiet machine
+        profiling.wait(120)  # ran the whole loop within one)
         os.kill(pids[0], signal.SIGKILL)
 
     t = threading.Thread(target=killer)
@@ -144,9 +145,13 @@ def test_timeout_kills_worker_and_leaves_no_run(store):
 
 def test_cancel_kills_worker(store):
     cancel = threading.Event()
-    threading.Timer(2.0, cancel.set).start()
+
+    def status(msg):  # cancelled inside the profiling loop
+        if msg.rstrip().endswith(": profiling"):
+            cancel.set()
+
     with pytest.raises(WorkerError) as info:
-        run_experiment(_slow_config(), store=store, cancel_event=cancel)
+        run_experiment(_slow_config(), store=store, cancel_event=cancel, on_status=status)
     assert info.value.kind == "cancelled"
     assert store.list() == []
 
@@ -309,7 +314,7 @@ def test_phase_timer_tells_each_start():
 # ------------------------------------------------------------------------- a killed caller, a full disk
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SLOW_ARGS = ["--size", "1024", "--dtype", "fp32", "--device", "cpu", "--wait", "0", "--warmup-steps", "0",
-              "--active", "400"]  # as _slow_config: many seconds of profiling
+              "--active", "400"]  # many seconds of profiling
 _FORKED_CALLER = ("import sys\nfrom profiling_core import ExperimentConfig, RunStore, run_experiment\n"
                   "cfg = ExperimentConfig(size=1024, dtype='fp32', device='cpu', wait=0, warmup_steps=0, active=400)\n"
                   "run_experiment(cfg, store=RunStore(sys.argv[1]), prestart=1,\n"
