@@ -169,7 +169,8 @@ def test_the_table_of_a_recording_with_idle_threads_is_torchs_own(tmp_path, idle
     zero = [e for e in events if e.get("cat") == "python_function" and e.get("tid") == 0]
     # each idle thread's stack is on thread 0; torch links them into one chain (the second thread's outermost frame
     # gets the first's innermost as its caller), in its own table too
-    assert sum(e["name"].startswith("threading.py") and e["name"].endswith(": _bootstrap") for e in zero) == idle_threads
+    bootstraps = [e for e in zero if e["name"].startswith("threading.py") and e["name"].endswith(": _bootstrap")]
+    assert len(bootstraps) == idle_threads
     assert sum(e["args"]["Python parent id"] is None for e in zero) == 1
     got, sql = _tables(trace)
     assert set(got.index) == set(want)
