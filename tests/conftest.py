@@ -46,6 +46,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 {work}
 
 x = torch.randn(64, 64)
+work(x)  # warm: code objects made by a first call and dropped would be gone by the export (torch issue 130622)
 with profile(activities=[ProfilerActivity.CPU], with_stack=True, acc_events=True{schedule}) as prof:
     for _ in range({steps}):
         work(x)
@@ -58,7 +59,7 @@ json.dump({{e.key: [e.count, e.cpu_time_total, e.self_cpu_time_total] for e in p
 
 def record_on_cpu(tmp_path, work: str, *, steps: int, schedule: str = "", setup: str = ""):
     """Profile ``work(x)`` (``work``: the source of a function of that name; ``x`` a 64×64 tensor) ``steps`` times,
-    with ``with_stack=True`` on the CPU, in a process of its own (a thread another test left in this one would be
+    after one call outside the profile, with ``with_stack=True`` on the CPU, in a process of its own (a thread another test left in this one would be
     recorded too). ``schedule``: torch's schedule arguments (``wait=1, warmup=1, active=2``); ``setup``: code run
     before. Returns (the trace's path, torch's own table: ``{key: [count, cpu_time_total, self_cpu_time_total]}``)."""
     import json
