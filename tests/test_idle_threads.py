@@ -9,6 +9,7 @@ of thread 0 by the caller links torch writes with them (``Python id`` / ``Python
 ``key_averages`` of the same recording. The Python table and ``profiler_table.sql`` must both give them."""
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -272,3 +273,34 @@ def test_an_idle_stack_beside_a_real_recording_leaves_its_rows(tmp_path, end_del
     if end_delta > 0:
         rows = got.drop(index=[e["name"] for e in idle])
         assert ((rows["self_cpu_us"] - alone["self_cpu_us"]).abs() < 1e-6).all()
+
+
+@pytest.mark.parametrize("name", ["Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+                                  "gaunernst_bert-small-uncased__1016001.json.gz"])
+def test_a_trace_of_process_0_keeps_thread_0_and_q1_names_its_idle_stack(name):
+    """TraceLens' H100 traces have process id 0, so the readers keep torch's thread 0 as a thread of its own: the
+    tqdm monitor's stack there is alone on it, one tree. It is still an idle thread's (every frame open at the stop,
+    no call that returned): its rows keep their self times (a plain scan: each frame's duration less its callee's,
+    the innermost `wait` about half the recording), and Q1 says that time is no time of the thread that ran the
+    steps."""
+    from profiling_core.analyses import analyze
+    from profiling_core.explain.questions import findings
+    path = DATA / "traces" / name
+    events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if isinstance(e, dict)]
+    zero = [e for e in events if e.get("cat") == "python_function" and e.get("tid") == 0]
+    assert zero and {e["pid"] for e in zero} == {0}
+    callees = defaultdict(float)
+    for e in zero:
+        callees[e["args"]["Python parent id"]] += e["dur"]
+    outer = next(e for e in zero if e["args"]["Python parent id"] is None)
+    with open_trace(str(path), engine="sqlite") as s:
+        r = analyze(s)
+        sql = s.query(load_query("profiler_table"))
+    table = r.profiler_table.set_index("name")
+    for e in zero:
+        assert table.loc[e["name"], "self_cpu_us"] == pytest.approx(e["dur"] - callees[e["args"]["Python id"]],
+                                                                   abs=1e-3)
+    assert ((sql.set_index("name")["self_cpu_ns"] / 1000) - table["self_cpu_us"]).abs().max() < 1e-6
+    q1 = next(f for f in findings(r) if f.id == "q1.table")
+    assert q1.evidence["idle_thread_self_us"] == pytest.approx(outer["dur"], abs=1e-3)
+    assert q1.evidence["top_self_cpu_row"] in q1.evidence["idle_thread_rows"]

@@ -86,28 +86,26 @@ def idle_frames(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     that thread's own slices, around them or inside them. torch's table counts each such frame on its own thread:
     its self time is its whole wait.
 
-    torch links every frame to its caller (the ``Python id`` and ``Python parent id`` arguments), so a thread's
-    Python frames (category ``python_function``, as torch writes it) form trees. On a thread whose frames open until
-    its last frame's end (within 1 µs: the stop, as written) each have an id of their own and form more than one
-    tree, a tree all of whose frames are open until then is an idle thread's stack (the thread's own tree holds the
-    calls it made while recording, which ended before; where no tree does, every tree is such a stack). An idle
-    thread's frame is no slice's child and no slice's parent there: its own time is its duration less its callees'
-    (the frames whose ``Python parent id`` is its ``Python id``), it holds no other thread's time, and no device
-    time. Traces without those arguments keep their frames where the readers nest them. torch links the stacks of
-    several idle threads into one chain (the second's outermost frame gets the first's innermost as its caller), and
-    so counts them in its own table; so does this rule. ``profiler_table.sql`` states the same rule."""
+    torch links every frame to its caller (the ``Python id`` and ``Python parent id`` arguments), so a thread's Python
+    frames (category ``python_function``, as torch writes it) form trees. On a thread whose frames open until its last
+    frame's end (within 1 µs: the stop, as written) each have an id of their own and form more than one tree, or on a
+    thread numbered 0 (where a trace's process id is 0, the readers keep torch's thread 0 as a thread of its own), a
+    tree all of whose frames are open until then is an idle thread's stack (the thread's own tree holds the calls it
+    made while recording, which ended before; where no tree does, every tree is such a stack). An idle thread's frame is
+    no slice's child and no slice's parent there: its own time is its duration less its callees' (the frames whose
+    ``Python parent id`` is its ``Python id``), it holds no other thread's time, and no device time. Traces without
+    those arguments keep their frames where the readers nest them. torch links the stacks of several idle threads into
+    one chain (the second's outermost frame gets the first's innermost as its caller), and so counts them in its own
+    table; so does this rule. ``profiler_table.sql`` states the same rule."""
     return sh.cached("idle_frames", _idle_frames_build)
 
 
 def _idle_frames_build(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     t = sh.slices
-    code = [i for i, c in enumerate(t["cat_uniq"]) if c == "python_function"]  # (as torch writes it)
-    if not code:
-        return none
     utid = t["utid"]
-    py = np.flatnonzero(np.isin(t["cat_codes"], code) & (utid >= 0))
-    if len(py) < 2:
+    py = np.flatnonzero(_python_frames(sh) & (utid >= 0))
+    if not len(py):
         return none
     end = t["ts"][py] + t["dur"][py]
     u = utid[py]
@@ -115,19 +113,24 @@ def _idle_frames_build(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     np.maximum.at(last, u, end)
     held = end >= last[u] - _HELD_NS
     counts = np.bincount(u[held], minlength=len(last))
-    if not (counts >= 2).any():
-        return none  # a thread holding one frame at the stop cannot hold two trees
     tb = sh.tables
+    zero = np.zeros(len(last), dtype=bool)  # threads numbered 0: torch's own lane for them, kept as a thread
+    for th, tid, _name, _upid, _main in tb.threads:
+        if 0 <= th < len(zero) and tid == 0:
+            zero[th] = True
+    maybe = (counts >= 2) | zero
+    if not maybe.any():
+        return none  # a thread holding one frame at the stop cannot hold two trees
     ids_of = tb.arg_set_id
     names = ("Python id", "Python parent id")
-    cand = py[held & (counts[u] >= 2)]
+    cand = py[held & maybe[u]]
     got = tb.args.get_many(names, np.unique(ids_of[cand]).tolist())
     threads = []
     for th in np.unique(utid[cand]).tolist():
         rows = cand[utid[cand] == th]
         pid = {_int(got[names[0]].get(a)) for a in ids_of[rows].tolist()}
         roots = sum(_int(got[names[1]].get(a)) not in pid for a in ids_of[rows].tolist())
-        if roots >= 2 and None not in pid and len(pid) == len(rows):  # (each open frame with an id of its own)
+        if (roots >= 2 or zero[th]) and None not in pid and len(pid) == len(rows):  # (each with an id of its own)
             threads.append(th)
     if not threads:
         return none
@@ -163,6 +166,11 @@ def _idle_frames_build(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     return rows[idle], (dur - callees)[idle]
 
 
+def _python_frames(sh: Shared) -> np.ndarray:
+    """Which rows of ``sh.slices`` are Python frames: category ``python_function``, as torch writes it."""
+    return sh.cat_mask(lambda c: c == "python_function")
+
+
 def _int(v):
     """A Python id as an int (None when absent or not an integer)."""
     return v if type(v) is int else None
@@ -188,8 +196,7 @@ def _host_utid(sh: Shared, cpu: np.ndarray) -> np.ndarray:
     on = cpu & (utid >= 0)
     if not on.any():
         return utid
-    frames = np.array([c == "python_function" for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"]]
-    at_zero = zero[np.maximum(utid, 0)] & on & ~frames  # (Python frames there: idle threads', see idle_frames)
+    at_zero = zero[np.maximum(utid, 0)] & on & ~_python_frames(sh)  # (Python frames there: idle threads')
     lost = np.flatnonzero(at_zero)
     if not len(lost):
         return utid

@@ -31,7 +31,7 @@ launched AS (
 cpu AS (  -- a step slice's dur cut at the recording's end (the recording fragment)
   SELECT s.id, s.name, s.ts,
     CASE WHEN s.name GLOB 'ProfilerStep#*' AND s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur,
-    tt.utid, lower(s.category) = 'python_function' AS frame
+    tt.utid, s.category = 'python_function' AS frame
   FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.category IS NOT NULL
     AND lower(s.category) NOT IN ('trace', 'kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset',

@@ -187,10 +187,10 @@ def _taken_over(loaded: "TraceSession", path: str, reason: str, sql_tables: str)
 
 
 def _header_of_file(path: str) -> LoadStats:
-    """The document-level facts of the trace at ``path`` as a ``LoadStats`` (its ``devices``, from
-    ``deviceProperties``, and its ``recorded_with``), read as the mirror's loader reads them: the document streamed a chunk at a time
-    (``STREAM_CHUNK``, as the mirror reads it) and split around its events, which are not decoded, else (a document
-    that cannot be streamed) split whole; none for a file it cannot read. Only about a chunk is held at a time."""
+    """The document-level facts of the trace at ``path`` as a ``LoadStats`` (its ``devices``, from ``deviceProperties``,
+    and its ``recorded_with``), read as the mirror's loader reads them: the document streamed a chunk at a time
+    (``STREAM_CHUNK``, as the mirror reads it) and split around its events, which are not decoded, else (a document that
+    cannot be streamed) split whole; none for a file it cannot read. Only about a chunk is held at a time."""
     from ._decode import NotStreamable, split_events, stream_events
     from ._source import STREAM_CHUNK, iter_trace_chunks, read_trace_bytes
     from ._stats import LoadStats

@@ -17,8 +17,9 @@ padded it (on the H200 it ran the study's 4095² GEMM as 4096² under ``compile=
 say, and under ``reduce-overhead`` the replay ran a Triton padding copy and an aligned Hopper kernel).
 
 The kernel that ran is the evidence (:func:`kernel_family`: its operand alignment, the SM generation it was built
-for); a GEMM that launched none ran on the CPU, where neither cuBLAS nor its alignment applies, and is not judged. The cost bound is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's
-ceiling for its intensity), on the critical path only where the GPU sets the pace (``base._gpu_time_cost``). The text
+for); a GEMM that launched none ran on the CPU, where neither cuBLAS nor its alignment applies, and is not judged.
+The cost bound is the time of every unaligned GEMM less the same FLOPs at each one's roof (the roofline's ceiling for
+its intensity), on the critical path only where the GPU sets the pace (``base._gpu_time_cost``). The text
 describes the GEMM shape with the most time per step and, where the cost counts more than one shape, names each with
 its time per step (each is padded on its own).
 
