@@ -461,6 +461,24 @@ def test_staging_copies_that_cost_more_than_the_gemm_are_named(tmp_path):
     assert "compile_breaks" not in rules(run_(50, graph=False))  # no graph replayed: a foreach op, not staging
 
 
+def test_a_graph_replayed_without_staging_copies_is_diagnosed(tmp_path):
+    """A reduce-overhead run whose graph stages no input (its inputs static: no multi_tensor_apply kernel) replays
+    graphs all the same; the compile rule looked for staging copies in an empty selection and raised KeyError, so the
+    whole diagnosis of such a run failed. Now it finds none and says nothing of them."""
+    evs = [_x("ProfilerStep#1", 0, 1000, "user_annotation"),
+           _x("Torch-Compiled Region: 0/0", 10, 900, "user_annotation"),
+           _x("aten::mm", 300, 100, **{"Input Dims": [[64, 64], [64, 64]],
+                                       "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
+           _x("cudaLaunchKernel", 310, 5, "cuda_runtime", correlation=2),
+           _x("nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT", 370, 2, "kernel", pid=0, tid=7, correlation=2),
+           _x("cudaGraphLaunch", 600, 8, "cuda_runtime", correlation=3),
+           _x("triton_poi_fused_add_0", 750, 1, "kernel", pid=0, tid=7, correlation=3)]
+    with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
+        d = diagnose(s)
+        assert (d.roofline["kind"] == "gemm").sum() == 1
+    assert not any("staging" in x.text for x in d.diagnoses)
+
+
 def test_a_fix_for_staging_copies_alone_does_not_send_the_reader_after_graph_breaks_or_recompiles():
     """The H200 reduce-overhead run (h200_memory/ro): one compiled frame never recompiled (every region 0/0), one
     region per step, one CUDA graph replayed per step; only its input staging copies cost more than its GEMM. The fix

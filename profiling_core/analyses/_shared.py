@@ -398,7 +398,7 @@ class Shared:
     @cached_property
     def step_slices(self) -> pd.DataFrame:
         """Every ``ProfilerStep#N`` slice that is not a ``gpu_user_annotation`` copy, in (ts, id) order: ``step_id``,
-        ``step`` (N: the digits right after ``#``, None without any), ``name``, ``ts``, ``dur``, ``depth``, ``utid``
+        ``step`` (N: :func:`step_number`), ``name``, ``ts``, ``dur``, ``depth``, ``utid``
         (None off-thread)."""
         t = self.slices
         m = self.name_mask(lambda u: isinstance(u, str) and u.startswith("ProfilerStep#"))
@@ -935,13 +935,20 @@ def _steps_cut_at_recording(t: dict) -> np.ndarray:
     return dur
 
 
-def step_number(name):
-    """N of a ``ProfilerStep#N`` name: the digits right after ``#`` as an int; None without any."""
-    m = _STEP_DIGITS.match(name, 13) if isinstance(name, str) else None
-    return int(m.group()) if m else None
+def step_number(name) -> int:
+    """N of a ``ProfilerStep#N`` name, as the study's SQL reads it (``CAST(substr(name, 14) AS INT)``: SQLite's rule,
+    trace_processor's too): the integer the text after ``#`` begins with, after ASCII white space and with its sign,
+    held to int64's range; 0 where that text begins with no digits (``ProfilerStep#x``). Every analysis numbers steps
+    by this, so the queries and the analyses name a step alike."""
+    m = _STEP_NUMBER.match(name, 13) if isinstance(name, str) else None
+    if m is None:
+        return 0
+    digits = m.group(2).lstrip("0") or "0"
+    n = 1 << 63 if len(digits) > 19 else int(digits)  # (a longer run of digits is past int64 either way)
+    return -min(n, 1 << 63) if m.group(1) == "-" else min(n, (1 << 63) - 1)
 
 
-_STEP_DIGITS = re.compile(r"\d+")
+_STEP_NUMBER = re.compile(r"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
 
 
 def _misbound(tb, launch_rows: np.ndarray, gpu_rows: np.ndarray) -> np.ndarray:

@@ -132,7 +132,7 @@ def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
     return None if d is None else 2 * math.prod(int(x) for x in d)
 
 
-def _is_shapes(v) -> bool:
+def is_shapes(v) -> bool:
     """Whether an ``Input Dims`` value is a list of input shapes, each a list of integers (an input without a shape,
     such as a scalar, has an empty one)."""
     return type(v) is list and all(type(x) is list and all(type(y) is int for y in x) for x in v)
@@ -140,10 +140,10 @@ def _is_shapes(v) -> bool:
 
 def _dims_by_op(tables, ops: dict) -> dict[int, list[list[int]]]:
     """{GEMM op id: its recorded ``Input Dims``} of these {slice id: arg set id (-1: none)}, for the ops whose
-    ``Input Dims`` are shapes (:func:`_is_shapes`; as the args table shows them, without trailing empty shapes)."""
+    ``Input Dims`` are shapes (:func:`is_shapes`; as the args table shows them, without trailing empty shapes)."""
     want = {sid: a for sid, a in ops.items() if a >= 0}
     values = tables.args.get("Input Dims", set(want.values()))
-    return {sid: values[a] for sid, a in want.items() if _is_shapes(values.get(a))}
+    return {sid: values[a] for sid, a in want.items() if is_shapes(values.get(a))}
 
 
 _GEMM_NAMES = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear")

@@ -77,15 +77,17 @@ def _duration_stats(key: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, dict[
 
 
 def _key(v):
-    """A ``grid`` or ``block`` arg as a hashable key (a list as a tuple)."""
-    return tuple(v) if isinstance(v, list) else v
+    """A ``grid`` or ``block`` arg as a hashable key (a list as a tuple, and a list in it too)."""
+    return tuple(_key(x) for x in v) if isinstance(v, list) else v
 
 
 def _config_text(v):
     """A ``grid`` or ``block`` key as text (``(64, 1, 1)`` as ``64×1×1``); None where the kernel has none."""
     if v is None:
         return None
-    return "×".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
+    if not isinstance(v, tuple):
+        return str(v)
+    return "×".join(f"({_config_text(x)})" if isinstance(x, tuple) else str(x) for x in v)
 
 
 def kernel_configs(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -156,8 +158,7 @@ def kernel_durations_by_step(session, shared: Shared | None = None) -> pd.DataFr
         gpu_id, start, dur = p["gpu_id"][i], p["gpu_ts"][i], p["gpu_dur"][i]
     else:
         gpu_id = start = dur = np.zeros(0, dtype=np.int64)
-    # a step named "ProfilerStep#" without digits has no number: 0, as a NULL count is elsewhere
-    numbers = np.array([0 if r[1] is None else r[1] for r in sh.steps_list], dtype=np.int64)
+    numbers = np.array([r[1] for r in sh.steps_list], dtype=np.int64)
     step = numbers[k]
     name = sh.pair_codes("gpu_name").take(i)
     # occurrence (the how-manieth launch of its name in its step, in time order): each (step, name) run of one

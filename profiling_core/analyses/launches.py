@@ -31,13 +31,9 @@ def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
         i, k = i[order], k[order]
         first = np.ones(len(i), dtype=bool)
         first[1:] = i[1:] != i[:-1]
-        numbers = [r[1] for r in sh.steps_list]
-        if all(type(x) is int for x in numbers):
-            at = np.full(len(step), -1, dtype=np.int64)
-            at[i[first]] = k[first]
-            step = IntsOrNull(np.array(numbers, dtype=np.int64)[np.maximum(at, 0)], at < 0)
-        else:
-            step[i[first]] = np.array(numbers, dtype=object)[k[first]]
+        at = np.full(len(step), -1, dtype=np.int64)
+        at[i[first]] = k[first]
+        step = IntsOrNull(np.array([r[1] for r in sh.steps_list], dtype=np.int64)[np.maximum(at, 0)], at < 0)
     idx = np.flatnonzero(keep)
     idx = idx[np.lexsort((p["gpu_id"][idx], p["gpu_ts"][idx]))]  # ORDER BY g.ts, g.id (then launch_id)
     return frame_cols({

@@ -254,7 +254,7 @@ class _Events:
             return
         starts = np.array([r[3] for r in st], dtype=np.int64)
         ends = starts + np.array([r[4] for r in st], dtype=np.int64)
-        nums = np.array([np.nan if r[1] is None else float(r[1]) for r in st])
+        nums = np.array([float(r[1]) for r in st])
         k = np.searchsorted(starts, self.ts, side="right") - 1
         ok = (k >= 0) & (self.ts < ends[np.maximum(k, 0)])
         self.step[ok] = nums[k[ok]]

@@ -383,7 +383,7 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     """
     sh = shared_for(session, shared)
     cols = ["step", "name", "category", "calls", "own_us", "wait_us"]
-    steps = [s for s in sh.steps_list if isinstance(s[1], int)]
+    steps = sh.steps_list
     t = sh.slices
     if not steps or len(t["ts"]) == 0:
         return frame([], cols)

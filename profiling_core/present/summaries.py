@@ -106,7 +106,7 @@ def newest_run(runs: pd.DataFrame, *, warm: bool, like: Optional[str] = None,
             return None
         same = runs[runs["run_id"] != like]
         if settings is not None:
-            same = same[[settings.get(r) == settings.get(like) for r in same["run_id"]]]
+            same = same.loc[[settings.get(r) == settings.get(like) for r in same["run_id"]]]
         else:
             for col in ("workload", "size", "dtype"):
                 if col in runs.columns:

@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses import Report, gemm_dims, gemm_leading_dims, launch_ops
+from ...analyses import Report, gemm_dims, gemm_leading_dims, is_shapes, launch_ops
 from ...analyses.categories import gpu_op_category, is_gemm_kernel
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
@@ -424,12 +424,12 @@ def _elementwise_bytes(dims, types, op: str = "") -> Optional[tuple[float, int]]
     output of an out-of-place op is the inputs' broadcast shape in the widest input's type (type promotion); that of
     an in-place op (``add_``) is ``self``, its first input, in its own type, and ``copy_`` writes ``self`` without
     reading it (``x.to(torch.bfloat16)`` of 8 MiB of fp32 reads 8 MiB and writes 4)."""
-    if not isinstance(dims, list) or not isinstance(types, list):
-        return None
+    if not is_shapes(dims) or not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        return None  # (not what torch records: a shape that is not a list of integers, a type that is not text)
     shapes, sizes = [], []
     for d, t in zip(dims, types):
         e = _ESIZE.get(_TORCH_DTYPES.get(t, ""))
-        if isinstance(d, list) and d and e:
+        if d and e:
             shapes.append(tuple(d))
             sizes.append(e)
     if not shapes:

@@ -71,7 +71,8 @@ def _q3_cold(r, config=None) -> list[Finding]:
           "other_steps_median_us": _num(rest_med), "ratio": _num(ratio), "extra_us": _num(extra),
           "first_step_slower": bool(slower)}
     text = (f"The first profiled step (ProfilerStep#{first_step}) took {_us(first['cpu_dur_us'])} on the "
-            f"CPU against a median {_us(rest_med)} for the {len(rest)} others ({ratio:.{2 if ratio < 10 else 1}f}×).")
+            f"CPU against a median {_us(rest_med)} for the {len(rest)} others"
+            + (f" ({ratio:.{2 if ratio < 10 else 1}f}×)." if ratio is not None else "."))
     later = rest[rest["step"] != first_step]["cpu_dur_us"]  # (another rank's slice of the first step is not later)
     lo, hi = (float(later.min()), float(later.max())) if len(later) else (0.0, 0.0)
     spread = (hi - lo) / rest_med * 100 if rest_med > 0 else 0.0

@@ -50,7 +50,7 @@ def step_timeline(slices: pd.DataFrame, links: Optional[pd.DataFrame] = None, *,
     if note is not None and links is not None and len(links):
         _require(links, ["kernel_us", "kernel_lane"], "step_timeline links")
         drawn = set(zip(data["lane"].astype(str), data["start_us"].astype(float)))
-        links = links[[(str(lane), float(t)) in drawn for lane, t in zip(links["kernel_lane"], links["kernel_us"])]]
+        links = links.loc[[(str(lane), float(t)) in drawn for lane, t in zip(links["kernel_lane"], links["kernel_us"])]]
     # Deeper slices are thinner bars, so a parent and its children stay distinguishable on one lane.
     data["thickness"] = (1.0 - 0.12 * data["depth"].clip(lower=0, upper=6)).round(2)
     order = list(lane_order) if lane_order else list(dict.fromkeys(data["lane"]))

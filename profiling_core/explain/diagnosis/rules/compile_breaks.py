@@ -52,7 +52,7 @@ def _staging_copies(c: _Ctx):
     if ops.empty or lat.empty or not (lat["launch_name"] == "cudaGraphLaunch").any():
         return ops.iloc[:0]
     k, phase = _multi_tensor_kernels(c)
-    return k[[p != "optimizer" for p in phase]]
+    return k.loc[[p != "optimizer" for p in phase]]  # (.loc: an empty list is no rows, not no columns)
 
 
 def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:

@@ -25,7 +25,7 @@ def _iterators(report, steps: list[int]) -> list[str]:
     if own.empty:
         return []
     own = own[own["step"].isin(steps)]
-    names = own[[is_data_loader_next(str(n)) for n in own["name"]]]
+    names = own.loc[[is_data_loader_next(str(n)) for n in own["name"]]]
     return [str(n) for n in names.groupby(names["name"].astype(str))["own_us"].sum().sort_values(ascending=False).index]
 
 

@@ -197,7 +197,7 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
         g = g[g["flops_from"] != "config"]  # a compiled run's shapes that ran are unknown: Inductor may have padded
     if g.empty:
         return None
-    bad = g[[bool(_unaligned(x)) for _i, x in g.iterrows()]]
+    bad = g.loc[[bool(_unaligned(x)) for _i, x in g.iterrows()]]
     if bad.empty:
         return None
     steps = _steps(c.report)

@@ -1,0 +1,143 @@
+"""Traces that load but are odd (hand-edited, merged, written by other tools): every analysis still answers, and
+answers as the study's SQL does. The cases are what ``scripts/fuzz_analyses.py`` found; the last test runs it."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import scan_trace
+from test_study_queries import SPECS, compare
+
+from profiling_core.analyses import analyze, kernel_configs
+from profiling_core.analyses._shared import step_number
+from profiling_core.explain.questions import findings
+from profiling_core.queries import load_query
+from profiling_core.trace import open_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+EAGER = DATA / "traces" / "64_bf16_warm_eager_b8.json"  # an H200 eager run: 3 steps, kernels, launches
+
+
+def _steps_of(evs: list) -> list[dict]:
+    return [e for e in evs if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+            and e.get("cat") != "gpu_user_annotation"]
+
+
+def _edited(tmp_path, src: Path, edit, name: str = "edited.json") -> Path:
+    doc = json.loads(src.read_text())
+    edit(doc["traceEvents"])
+    out = tmp_path / name
+    out.write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize("tail", ["7", "x", "", "-3", " 12", "\t5", "+5", "00012", "12abc", "+-7", "- 7", "0x10",
+                                  "\u0661", "\u00a07", "99999999999999999999", "-99999999999999999999",
+                                  pytest.param("9" * 5000, id="5000 digits")])
+def test_a_step_number_is_what_sqlite_reads_from_the_name(tail):
+    """The study's SQL numbers a step ``CAST(substr(name, 14) AS INT)``; SQLite itself is the reference."""
+    name = "ProfilerStep#" + tail
+    (want,) = sqlite3.connect(":memory:").execute("SELECT CAST(substr(?, 14) AS INT)", (name,)).fetchone()
+    assert step_number(name) == want
+
+
+@pytest.mark.parametrize("tail", ["x", "99999999999999999999"])
+def test_a_step_without_a_plain_number_is_numbered_alike_by_every_analysis_and_the_sql(tmp_path, tail):
+    """A step slice named ``ProfilerStep#x`` had no number in the analyses (the dispatch chains raised TypeError, the
+    launches and cold-start gaps gave None where the SQL gives 0), and one whose number is past int64 raised
+    OverflowError. Each analysis now numbers it as its query does, and its rows are those of a plain scan."""
+    def rename(evs):
+        _steps_of(evs)[1]["name"] = "ProfilerStep#" + tail
+    path = _edited(tmp_path, EAGER, rename)
+    evs = scan_trace(path)
+    step = _steps_of(evs)[1]
+    inside = [e for e in evs if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) == (step["pid"], step["tid"])
+              and step["ts"] <= e["ts"] and e["ts"] + e["dur"] <= step["ts"] + step["dur"]]
+    number = 0 if tail == "x" else 2 ** 63 - 1
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        for q in SPECS:
+            n, problems = compare(q, s.query(load_query(q)), r)
+            assert n and not problems, problems[:3]
+    assert int(r.steps["step"].iloc[1]) == number
+    chain = r.dispatch_chains
+    assert (chain[chain["category"].isna() | (chain["category"] != "kernel")]["step"] == number).sum() \
+        >= len(inside) > 1
+    assert number in set(r.launch_latency["step"].dropna().astype("int64"))
+    assert any(f.question == 5 for f in findings(r))
+
+
+def test_a_kernel_whose_grid_holds_a_list_is_a_launch_configuration_of_its_own(tmp_path):
+    """A ``grid`` written as a nested list (another tool's trace, or an edited one) made kernel_configs raise
+    TypeError (unhashable). It is a configuration of its own, shown with its inner list in parentheses; the counts are
+    a plain scan's."""
+    def nest(evs):
+        ks = [e for e in evs if e.get("cat") == "kernel" and isinstance(e.get("args", {}).get("grid"), list)]
+        for e in ks[:2]:
+            g = e["args"]["grid"]
+            e["args"]["grid"] = [[g[0], g[1]], g[2]]
+    path = _edited(tmp_path, EAGER, nest)
+    kernels = [e for e in scan_trace(path) if e.get("cat") == "kernel"]
+    want: dict = {}
+    for e in kernels:
+        g, b = e["args"].get("grid"), e["args"].get("block")
+        text = "×".join(f"({'×'.join(map(str, x))})" if isinstance(x, list) else str(x) for x in g)
+        key = (e["name"], text, "×".join(map(str, b)))
+        want[key] = want.get(key, 0) + 1
+    assert sum(1 for k in want if k[1].startswith("(")) >= 1
+    with open_trace(path, engine="sqlite") as s:
+        got = kernel_configs(s)
+    assert {(r.name, r.grid, r.block): int(r.count) for r in got.itertuples()} == want
+
+
+def test_steps_that_took_no_time_compare_without_a_ratio(tmp_path):
+    """Steps whose slices last 0 µs (an edited trace; a step cut at the recording's end is cut to 0 too): question 3
+    divided by their median and raised TypeError. It now gives the figures and no ratio."""
+    def zero(evs):
+        for e in _steps_of(evs):
+            e["dur"] = 0
+    path = _edited(tmp_path, EAGER, zero)
+    with open_trace(path, engine="sqlite") as s:
+        (q3,) = [f for f in findings(analyze(s)) if f.question == 3]
+    assert q3.evidence["ratio"] is None
+    assert "against a median 0.0 µs for the 2 others." in q3.text and "×" not in q3.text.split("others")[0]
+
+
+@pytest.mark.slow
+def test_fuzzed_odd_traces_pass_every_stage():
+    """scripts/fuzz_analyses.py, seeded: 200 real traces of tests/data made odd, each through analyze, findings,
+    diagnose, the --json object and the text summary: nothing raised, nothing hung."""
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_analyses.py"), "-n", "200", "--seed", "11",
+                        "--timeout", "120"], capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "fuzzed 200 cases" in p.stdout and ": 0 distinct failure(s)" in p.stdout
+
+
+def test_elementwise_ops_whose_recorded_shapes_are_not_shapes_are_left_out_of_the_roofline(tmp_path):
+    """The roofline sizes an elementwise op by its ``Input Dims`` and ``Input type``; a type written as a list raised
+    TypeError (unhashable) and took the whole diagnosis down. An op whose shapes or types are not those of tensors
+    (a list for a type, text or a list inside a shape) is not sized; the others are, as before."""
+    src = DATA / "h200_diag" / "bf16_4096.json"  # the bias add: 3 aten::add ops with shapes, one per step
+    from profiling_core.explain.diagnosis import diagnose
+
+    def odd(evs):
+        adds = [e for e in evs if e.get("name") == "aten::add"]
+        adds[0]["args"]["Input type"] = [["c10::BFloat16"], "c10::BFloat16", "Scalar"]
+        adds[1]["args"]["Input Dims"] = [["x", 4096], [4096, 4096], []]
+    adds = [e for e in scan_trace(src) if e.get("name") == "aten::add"]
+    assert len(adds) == 3
+    with open_trace(src, engine="sqlite") as s:
+        before = diagnose(s).roofline
+    with open_trace(_edited(tmp_path, src, odd), engine="sqlite") as s:
+        after = diagnose(s).roofline
+    def adds_of(roof):
+        return roof[(roof["kind"] == "elementwise") & (roof["op"] == "aten::add")]
+    assert adds_of(before)["count"].sum() == 3
+    (row,) = adds_of(after).to_dict("records")
+    assert row["count"] == 1
+    assert row["bytes"] == 3 * 4096 * 4096 * 2  # two bf16 inputs read, one output written
