@@ -5,7 +5,7 @@ import streamlit as st
 from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts
-from profiling_core.explain import MIN_LAUNCHES_FOR_SKEW, skew_text
+from profiling_core.explain import MIN_LAUNCHES_FOR_SKEW, mean_above_median_pct, skew_text
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -39,11 +39,11 @@ def durations(run_id: str) -> tuple[pd.DataFrame, str]:
     return working.rename(columns={"name": "kernel"})[["step", "kernel", "dur_us"]], "cpu_op"
 
 
-def skew_verdict(k: pd.Series) -> str:
-    """The question-8 finding's verdict for one kernel, with its threshold (``profiling_core.findings``)."""
+def skew_verdict(k) -> str:
+    """The question-8 finding's verdict for one kernel (or configuration): its ``count``, ``mean_us``, ``median_us``."""
     if k["count"] < MIN_LAUNCHES_FOR_SKEW:
         return f"too few launches (under {MIN_LAUNCHES_FOR_SKEW}) to judge the skew"
-    return "the mean " + skew_text(k["mean_above_median_pct"])
+    return "the mean " + skew_text(k["mean_us"], k["median_us"])
 
 
 rid = ui.run_picker("Run", key="variance_run")
@@ -81,8 +81,7 @@ if stats is None:
     st.caption("Per-kernel statistics come from the GPU kernels (`kernel_stats`); this trace has none, so read the "
                "aten ops' spread from the charts.")
 else:
-    median = stats["median_us"].where(stats["median_us"] > 0)
-    stats["mean_above_median_pct"] = (100 * (stats["mean_us"] / median - 1)).fillna(0.0)
+    stats["mean_above_median_pct"] = [mean_above_median_pct(m, d) for m, d in zip(stats["mean_us"], stats["median_us"])]
     ui.table_block(stats.round(3), "kernel_stats", key="variance_stats", width="stretch")
     configs = rep.kernel_configs
     for _, k in stats.iterrows():
@@ -98,12 +97,10 @@ else:
         st.markdown(f"{line}, in {len(mine)} launch configurations: its spread is partly work, not noise; each "
                     "configuration's own:")
         for _, c in mine.iterrows():
-            pct = 100 * (c["mean_us"] / c["median_us"] - 1) if c["median_us"] > 0 else 0.0
-            cfg = {"count": int(c["count"]), "mean_above_median_pct": pct}
             st.markdown(f"    - grid {ui.md_code(c['grid'] or 'not recorded')}, block "
                         f"{ui.md_code(c['block'] or 'not recorded')}: median {format_duration_us(c['median_us'])}, "
                         f"min {format_duration_us(c['min_us'])}, max {format_duration_us(c['max_us'])} over "
-                        f"{int(c['count'])} launches; {skew_verdict(cfg)}.")
+                        f"{int(c['count'])} launches; {skew_verdict(c)}.")
 
 st.header("Compare two runs", divider="gray")
 other = ui.run_picker("Second run", key="variance_other",

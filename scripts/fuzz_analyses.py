@@ -12,7 +12,9 @@ crossed; phases changed; ``deviceProperties`` made odd. A trace with a ``.meta.j
 run's config, and the diagnosis is judged against a calibration, as in the app.
 
 Each case runs ``analyze``, ``findings``, ``diagnose``, the ``--json`` object (``json.dumps(allow_nan=False)``: a
-NaN is no JSON) and the text summary. A ``TraceError`` at the load is an accepted refusal; any other exception, or a
+NaN is no JSON) and the text summary; then every sentence (the summary's lines, the findings, the diagnoses' texts
+and fixes) is read for what none may show (:data:`UNREADABLE`: NaN, infinity, Python's None as a value, a negative
+duration). A ``TraceError`` at the load is an accepted refusal; any other exception, or a
 case that runs past ``--timeout`` seconds, is reported once per (stage, exception type, place in profiling_core),
 with the case kept as a file to replay. Seeded: ``--seed S --start I -n 1`` replays case I. Exit status 1 on any
 failure.
@@ -28,6 +30,7 @@ import gzip
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -70,6 +73,10 @@ NAMES = ["ProfilerStep#1", "ProfilerStep#x", "ProfilerStep#", "ProfilerStep#-3",
          "Activity Buffer Request", "", "\u00e9\u6f22 <b>x</b>"]
 CATS = ["kernel", "cpu_op", "python_function", "user_annotation", "gpu_user_annotation", "cuda_runtime",
         "cuda_driver", "gpu_memcpy", "gpu_memset", "ac2g", "cpu_instant_event", "Trace", "overhead", "", None]
+
+
+UNREADABLE = re.compile(r"\b(nan|NaN|inf|null)\b|[#(=]None\b|\bNone ?(µs|ms|s|%|×)|(?<![\w.])-\d[\d.,]* ?(µs|ms|s)\b")
+"""What no sentence may show: a number that is not one (NaN, infinity, Python's None) or a negative duration."""
 
 
 def load_seeds() -> list[tuple[str, dict, object]]:
@@ -246,7 +253,12 @@ def run_case(path: str, config, peaks) -> str | None:
             stage = "json"
             json.dumps(build_json(report, found, diagnosis), ensure_ascii=False, allow_nan=False)
             stage = "text"
-            _human(path, report, found, diagnosis)
+            lines = _human(path, report, found, diagnosis)
+            stage = "text check"
+            for text in [*lines, *(f.text for f in found), *(x for d in diagnosis.diagnoses for x in (d.text, d.fix))]:
+                m = UNREADABLE.search(text)
+                if m:
+                    raise AssertionError(f"a text shows {m.group()!r}: …{text[max(0, m.start() - 120):m.end() + 60]}…")
     except BaseException as e:
         e.stage = stage
         raise

@@ -150,3 +150,15 @@ def test_two_runs_of_other_settings_are_said_to_compare_by_spread_not_time(runs_
     same.selectbox(key="variance_run").set_value(c)
     same.selectbox(key="variance_other").set_value(d).run()
     assert not [x.value for x in same.caption if "measured different settings" in x.value]
+
+
+def test_a_kernel_whose_median_launch_is_0_us_is_not_said_to_equal_its_mean(runs_dir, tmp_path):
+    """A trace with whole-µs times records short launches as 0 µs; the page turned a median of 0 µs into a skew of
+    0% ("the mean equals the median") where the mean was 2 µs."""
+    from test_odd_traces import _kernels_of_whole_us
+    import_trace(runs_dir, _kernels_of_whole_us(tmp_path, [0, 0, 0, 0, 4, 8]), "whole_us")
+    at = app("variance")
+    assert not errors_of(at), errors_of(at)
+    (line,) = [m.value for m in at.markdown if "fill_kernel" in m.value and "launches" in m.value]
+    assert "over 6 launches; the mean is 2.0 µs where the median is 0 µs" in line
+    assert "equals" not in line

@@ -141,3 +141,60 @@ def test_elementwise_ops_whose_recorded_shapes_are_not_shapes_are_left_out_of_th
     (row,) = adds_of(after).to_dict("records")
     assert row["count"] == 1
     assert row["bytes"] == 3 * 4096 * 4096 * 2  # two bf16 inputs read, one output written
+
+
+def test_gpu_ops_that_start_before_their_launch_are_named_and_read_as_no_queue(tmp_path):
+    """A GPU op cannot start before the call that launched it; where a trace says one did (its clocks not aligned, or
+    an edited file), question 4 printed a negative delay ("min -500.0 µs") and read the queue's growth from such
+    delays. It now says how many ops started before their call, by how much, and reads no growth from them."""
+    def early(evs):
+        launches = {e["args"]["correlation"]: e for e in evs if e.get("cat") == "cuda_runtime"
+                    and isinstance(e.get("args", {}).get("correlation"), int)}
+        k = [e for e in evs if e.get("cat") == "kernel" and e["args"].get("correlation") in launches][1]
+        k["ts"] = launches[k["args"]["correlation"]]["ts"] - 500
+    path = _edited(tmp_path, EAGER, early)
+    evs = scan_trace(path)
+    launch_ts = {e["args"]["correlation"]: e["ts"] for e in evs if e.get("cat") == "cuda_runtime"
+                 and isinstance(e.get("args", {}).get("correlation"), int)}
+    before = [e["ts"] - launch_ts[e["args"]["correlation"]] for e in evs
+              if e.get("cat") == "kernel" and e["args"].get("correlation") in launch_ts
+              and e["ts"] < launch_ts[e["args"]["correlation"]]]
+    assert len(before) == 1
+    with open_trace(path, engine="sqlite") as s:
+        (q4,) = [f for f in findings(analyze(s)) if f.question == 4]
+    assert q4.evidence["started_before_launch"] == 1
+    assert q4.evidence["min_us"] == pytest.approx(min(before), abs=0.001)
+    assert "(the earliest 500.0 µs before its call," in q4.text
+    assert "1 of the" in q4.text and "started before their launch call began" in q4.text
+    assert "queue grew" not in q4.text and "queue grows" not in q4.text and "-" not in q4.text.split("(")[1][:20]
+
+
+def _kernels_of_whole_us(tmp_path, durs: list[int]) -> Path:
+    """A trace with whole-µs times (as older Kineto and other tools write them): one step launching one kernel name
+    once per duration in ``durs`` (a launch of 0 µs is one shorter than 1 µs)."""
+    evs = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0,
+            "dur": 1000}]
+    for i, d in enumerate(durs):
+        evs += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 10 + 100 * i,
+                 "dur": 5, "args": {"correlation": i + 1}},
+                {"ph": "X", "cat": "kernel", "name": "void fill_kernel<float>()", "pid": 0, "tid": 7,
+                 "ts": 20 + 100 * i, "dur": d, "args": {"correlation": i + 1}}]
+    path = tmp_path / "whole_us.json"
+    path.write_text(json.dumps({"traceEvents": evs}))
+    return path
+
+
+def test_a_kernel_whose_launches_last_0_us_has_no_percentage_of_them(tmp_path):
+    """A launch recorded as 0 µs: question 8 said "max nan% above min"; and over a median of 0 µs the skew verdict
+    (here and on the Kernel variance page) read the mean as equal to the median, however far above it lay."""
+    from profiling_core.explain import skew_text
+    with open_trace(_kernels_of_whole_us(tmp_path, [0, 2, 2, 3]), engine="sqlite") as s:
+        (q8,) = [f for f in findings(analyze(s)) if f.question == 8]
+    assert "(the shortest launch recorded as 0 µs, CV" in q8.text and "nan" not in q8.text
+    with open_trace(_kernels_of_whole_us(tmp_path, [0, 0, 0, 0, 4, 8]), engine="sqlite") as s:
+        (q8,) = [f for f in findings(analyze(s)) if f.question == 8]
+    assert q8.evidence["median_us"] == 0 and q8.evidence["mean_us"] == pytest.approx(2.0)
+    assert q8.evidence["mean_above_median_pct"] is None
+    assert "The mean is 2.0 µs where the median is 0 µs (at least half the launches recorded as 0 µs)" in q8.text
+    assert skew_text(0.0, 0.0) == "equals the median (0 µs)"
+    assert skew_text(3.0, 2.0).startswith("is 50.0% above the median")

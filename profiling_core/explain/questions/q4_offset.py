@@ -25,9 +25,18 @@ def _q4_offset(r, config=None) -> list[Finding]:
     ev = {"pairs": int(len(ll)), "median_us": _num(lat.median()), "min_us": _num(lat.min()),
           "max_us": _num(lat.max()), "first_us": _num(lat.iloc[0]), "last_us": _num(lat.iloc[-1]),
           "paired_by": sorted(set(ll["paired_by"]))}
-    text = (f"Each GPU op started a median {_us(lat.median())} after its launch call began (min {_us(lat.min())}, "
-            f"max {_us(lat.max())}, over {len(ll)} ops paired by {' and '.join(ev['paired_by'])}).")
-    text += _growth(ll, ev, r.steps)
+    med, lo = float(lat.median()), float(lat.min())
+    text = (f"Each GPU op started a median {_us(abs(med))} {'after' if med >= 0 else 'before'} its launch call began "
+            f"({f'min {_us(lo)}' if lo >= 0 else f'the earliest {_us(-lo)} before its call'}, max {_us(lat.max())}, "
+            f"over {len(ll)} ops paired by {' and '.join(ev['paired_by'])}).")
+    early = int((lat < 0).sum())
+    if early:  # no op starts before it is launched: the timestamps, not the queue, say so
+        ev["started_before_launch"] = early
+        text += (f" {early} of the {len(ll)} GPU ops started before their launch call began, which no launched op "
+                 f"can: the trace's GPU and CPU timestamps disagree (clocks not aligned when it was recorded, or "
+                 f"the events were edited), so these delays measure no queue and its growth is not read from them.")
+    else:
+        text += _growth(ll, ev, r.steps)
     ov = r.profiler_table[r.profiler_table["name"].astype(str).str.contains("Activity Buffer Request")]
     if len(ov):
         ev["activity_buffer_request_us"] = _num(ov["cpu_total_us"].sum())

@@ -12,6 +12,8 @@ launches is then shape, not noise, and the skew verdict is given for each size. 
 than one configuration (grid and block, ``report.kernel_configs``) is read the same way, per configuration."""
 from __future__ import annotations
 
+from typing import Optional
+
 import pandas as pd
 
 from ...units import format_duration_us as _us
@@ -38,9 +40,11 @@ def _q8_variance(r, config=None) -> list[Finding]:
     ev = {"kernel": str(k["name"]), "count": int(k["count"]), "median_us": _num(k["median_us"]),
           "mean_us": _num(k["mean_us"]), "min_us": _num(k["min_us"]), "max_us": _num(k["max_us"]),
           "std_us": _num(k["std_us"]), "cv": _num(k["cv"])}
-    spread = (k["max_us"] / k["min_us"] - 1) * 100 if k["min_us"] > 0 else float("nan")
+    # (a launch recorded as 0 µs, as traces with whole-µs times write a short one: no percentage of it to give)
+    spread = (f"max {(k['max_us'] / k['min_us'] - 1) * 100:.1f}% above min" if k["min_us"] > 0
+              else "the shortest launch recorded as 0 µs")
     text = (f"{_short(k['name'])} ({_which(ks, repeated)}) ran {int(k['count'])}×: median {_us(k['median_us'])}, mean "
-            f"{_us(k['mean_us'])}, min {_us(k['min_us'])}, max {_us(k['max_us'])} (max {spread:.1f}% above min, "
+            f"{_us(k['mean_us'])}, min {_us(k['min_us'])}, max {_us(k['max_us'])} ({spread}, "
             f"CV {100 * (k['cv'] if pd.notna(k['cv']) else 0):.1f}%).")
     shapes = _by_shape(r, str(k["name"]))
     if len(shapes) > 1:
@@ -106,18 +110,29 @@ def _per_group(text: str, ev: dict, groups: list[dict], label, head: str, tail: 
 
 def _skew(lead: str, median: str, g, ev: dict) -> str:
     """The skew verdict of launches with this ``mean_us`` and ``median_us`` (:func:`skew_text`), as a sentence
-    starting with ``lead``; its figure goes into ``ev``."""
-    skew = (g["mean_us"] / g["median_us"] - 1) * 100 if g["median_us"] > 0 else 0.0
-    ev["mean_above_median_pct"] = _num(skew)
-    return f" {lead} {skew_text(skew, median)}."
+    starting with ``lead``; its figure goes into ``ev`` (None where the median is 0 µs)."""
+    ev["mean_above_median_pct"] = _num(mean_above_median_pct(g["mean_us"], g["median_us"]))
+    return f" {lead} {skew_text(g['mean_us'], g['median_us'], median)}."
 
 
-def skew_text(pct: float, median: str = "the median") -> str:
-    """How a kernel's mean stands to its median, ``pct`` percent above it (below where negative), as the rest of a
-    sentence about the mean (no full stop): more than :data:`MEAN_ABOVE_MEDIAN_PCT` above it, a few slow launches
-    pull it up; as far below it, a few fast ones pull it down (read the median either way); closer, within that
-    threshold, the two agree; under 0.05% apart, they are equal. The question-8 finding and the Kernel variance page
-    both say it so."""
+def mean_above_median_pct(mean_us: float, median_us: float) -> Optional[float]:
+    """How far the mean lies above the median, in percent of the median (negative below it); None where the median
+    is 0 µs (at least half the launches recorded as 0 µs, as traces with whole-µs times write short ones)."""
+    return (mean_us / median_us - 1) * 100 if median_us > 0 else None
+
+
+def skew_text(mean_us: float, median_us: float, median: str = "the median") -> str:
+    """How a kernel's mean stands to its median (:func:`mean_above_median_pct`), as the rest of a sentence about the
+    mean (no full stop): more than :data:`MEAN_ABOVE_MEDIAN_PCT` above it, a few slow launches pull it up; as far
+    below it, a few fast ones pull it down (read the median either way); closer, within that threshold, the two
+    agree; under 0.05% apart, they are equal. Over a median of 0 µs there is no percentage: the mean is named. The
+    question-8 finding and the Kernel variance page both say it so."""
+    pct = mean_above_median_pct(mean_us, median_us)
+    if pct is None:
+        if mean_us <= 0:
+            return f"equals {median} (0 µs)"
+        return (f"is {_us(mean_us)} where {median} is 0 µs (at least half the launches recorded as 0 µs): a few "
+                "longer launches pull it up; read the median")
     side = "above" if pct >= 0 else "below"
     if pct > MEAN_ABOVE_MEDIAN_PCT:
         return f"is {pct:.1f}% above {median}: a few slow launches pull it up; read the median"
