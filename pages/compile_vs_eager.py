@@ -142,8 +142,9 @@ for r in chosen:
     ui.table_block(fused, f"{ui.load_run(r).name}_fusions", key=f"compile_fused_{r}", width="stretch")
 if shown_any and eager_ids:
     e = ui.report(eager_ids[0]).steps
-    st.caption(f"Eager: {float(e['kernels'].median()) if len(e) else float('nan'):g} kernels per step (median); "
-               "the compiled runs' counts are in the chart above.")
+    st.caption((f"Eager: {float(e['kernels'].median()):g} kernels per step (median); " if len(e) else
+                "The eager run has no ProfilerStep, so it has no kernel count per step; ")
+               + "the compiled runs' counts are in the chart above.")
 elif not shown_any:
     st.caption("No Triton kernels in these runs: nothing was fused into generated kernels (on a CPU Inductor "
                "writes C++, and at this size a GEMM plus a bias add may compile to a library GEMM and a copy).")

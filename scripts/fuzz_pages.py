@@ -6,7 +6,9 @@ imports its trace into a fresh run store through ``RunStore.import_trace`` (the 
 refuses is an accepted refusal, with its message) and draws each page with Streamlit's AppTest on that run, with the
 pages' default controls. A page's uncaught exception fails the case; an error box the page shows is printed with
 its text (a page may tell the user that a trace lacks what it needs), and fails the case when it names an exception
-type (``TypeError: ...``: a bug shown, not a reason given).
+type (``TypeError: ...``: a bug shown, not a reason given). Every text the page shows (markdown, captions, notes,
+metrics, titles) is read as ``fuzz_analyses`` reads the findings: no NaN, infinity, None as a value or negative
+duration.
 
 Usage: python scripts/fuzz_pages.py [-n 40] [--seed 1] [--start 0] [--pages trace_lab,profile,...] [--keep DIR]
 """
@@ -25,7 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from fuzz_analyses import load_seeds, mutate  # noqa: E402
+from fuzz_analyses import UNREADABLE, load_seeds, mutate  # noqa: E402
 
 PAGES = ["trace_lab", "profile", "dispatch", "variance", "runs", "compile_vs_eager", "overhead", "home"]
 _EXCEPTION_NAMED = re.compile(r"\b[A-Z][A-Za-z]*(Error|Exception)\b: ")
@@ -76,6 +78,14 @@ def main(argv=None) -> int:
                     at.run()
                 for e in at.exception:
                     bad.append(f"{page}: uncaught: {' '.join(str(e.value).split())[:400]}")
+                for kind in ("markdown", "caption", "info", "warning", "success", "metric", "title", "header",
+                             "subheader"):
+                    for el in at.get(kind):
+                        text = " ".join(str(getattr(el, "value", "")).split())
+                        m = UNREADABLE.search(text)
+                        if m:
+                            bad.append(f"{page}: a {kind} shows {m.group()!r}: "
+                                       f"…{text[max(0, m.start() - 150):m.end() + 60]}…")
                 for e in at.error:
                     text = " ".join(str(e.value).split())
                     shown += 1

@@ -125,3 +125,20 @@ def test_two_cpu_runs_show_no_gpu_counts(runs_dir):
     delta = [d.value for d in at.dataframe if "metric" in d.value.columns][0].set_index("metric")
     assert "CPU per step (µs)" in delta.index
     assert not {"launches per step", "kernels per step", "memsets per step"} & set(delta.index)
+
+
+def test_an_eager_trace_without_steps_gets_no_kernel_count_per_step(runs_dir, tmp_path):
+    """Beside a compiled run's Triton kernels the page quotes the eager run's kernels per step; an eager trace with no
+    ProfilerStep has none, and the caption said "Eager: nan kernels per step"."""
+    import json
+    doc = json.loads((H200 / "64_bf16_warm_eager_b8.json").read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    (tmp_path / "no_steps.json").write_text(json.dumps(doc))
+    eager = import_trace(runs_dir, tmp_path / "no_steps.json", "eager_no_steps")
+    comp = import_trace(runs_dir, H200.parent / "h200_diag" / "bf16_4095_compile.json", "compiled")  # Triton kernels
+    at = app("compile_vs_eager")
+    at.multiselect(key="compile_chosen").set_value([eager, comp]).run()
+    assert not errors_of(at), errors_of(at)
+    captions = [c.value for c in at.caption if "kernel count per step" in c.value or "kernels per step" in c.value]
+    assert captions and all("nan" not in c for c in captions)
+    assert any(c.startswith("The eager run has no ProfilerStep, so it has no kernel count per step") for c in captions)

@@ -143,7 +143,7 @@ def test_elementwise_ops_whose_recorded_shapes_are_not_shapes_are_left_out_of_th
     assert row["bytes"] == 3 * 4096 * 4096 * 2  # two bf16 inputs read, one output written
 
 
-def test_gpu_ops_that_start_before_their_launch_are_named_and_read_as_no_queue(tmp_path):
+def test_gpu_ops_that_start_before_their_launch_are_named_and_read_as_no_queue(tmp_path, capsys):
     """A GPU op cannot start before the call that launched it; where a trace says one did (its clocks not aligned, or
     an edited file), question 4 printed a negative delay ("min -500.0 µs") and read the queue's growth from such
     delays. It now says how many ops started before their call, by how much, and reads no growth from them."""
@@ -164,9 +164,28 @@ def test_gpu_ops_that_start_before_their_launch_are_named_and_read_as_no_queue(t
         (q4,) = [f for f in findings(analyze(s)) if f.question == 4]
     assert q4.evidence["started_before_launch"] == 1
     assert q4.evidence["min_us"] == pytest.approx(min(before), abs=0.001)
-    assert "(the earliest 500.0 µs before its call," in q4.text
+    assert "(min 500.0 µs before its call, max " in q4.text
     assert "1 of the" in q4.text and "started before their launch call began" in q4.text
     assert "queue grew" not in q4.text and "queue grows" not in q4.text and "-" not in q4.text.split("(")[1][:20]
+    from profiling_core.cli.analyze import main
+    assert main([str(path), "--engine", "sqlite"]) == 0  # the summary's median (one op of 5 early: not the median)
+    line = next(x for x in capsys.readouterr().out.splitlines() if "launch call → GPU start" in x)
+    assert "before the call" not in line and " -" not in line
+
+
+def test_a_median_launch_delay_below_0_is_said_so_in_the_summary(tmp_path, capsys):
+    """The command line's summary printed "launch call → GPU start (median, queueing included) -61.6 µs"."""
+    def all_early(evs):
+        launches = {e["args"]["correlation"]: e for e in evs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                    and isinstance(e.get("args", {}).get("correlation"), int)}
+        for k in evs:
+            if k.get("cat") == "kernel" and k["args"].get("correlation") in launches:
+                k["ts"] = launches[k["args"]["correlation"]]["ts"] - 40
+    path = _edited(tmp_path, EAGER, all_early)
+    from profiling_core.cli.analyze import main
+    assert main([str(path), "--engine", "sqlite"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "launch call → GPU start" in x)
+    assert "(median, queueing included) 40.0 µs before the call (the trace's GPU and CPU times disagree)" in line
 
 
 def _kernels_of_whole_us(tmp_path, durs: list[int]) -> Path:
@@ -198,3 +217,19 @@ def test_a_kernel_whose_launches_last_0_us_has_no_percentage_of_them(tmp_path):
     assert "The mean is 2.0 µs where the median is 0 µs (at least half the launches recorded as 0 µs)" in q8.text
     assert skew_text(0.0, 0.0) == "equals the median (0 µs)"
     assert skew_text(3.0, 2.0).startswith("is 50.0% above the median")
+
+
+def test_a_step_numbered_past_a_million_is_written_whole(tmp_path):
+    """torch.profiler numbers steps by the calls to ``prof.step()``, so a long training run profiled late has steps
+    past 1,000,000; the memory peak's step was formatted with ``:g``, which writes 1,000,002 as "1e+06"."""
+    src = DATA / "h200_memory" / "eager.json"  # its peak is in aten::add of step 2
+
+    def renumber(evs):
+        for e in evs:
+            if str(e.get("name", "")).startswith("ProfilerStep#"):
+                e["name"] = f"ProfilerStep#{1_000_000 + int(e['name'][13:])}"
+    path = _edited(tmp_path, src, renumber)
+    with open_trace(path, engine="sqlite") as s:
+        texts = [f.text for f in findings(analyze(s))]
+    assert any("in aten::add (step 1000002)" in t for t in texts)
+    assert not any("e+06" in t for t in texts)

@@ -69,8 +69,10 @@ def _num(x) -> Optional[float]:
 
 
 def _n(count, word: str, plural: Optional[str] = None) -> str:
-    """``1 launch``, ``3 launches``; a median such as 1.5 keeps the plural."""
-    return f"{count:g} {word if count == 1 else (plural or word + 's')}"
+    """``1 launch``, ``3 launches``; a median such as 1.5 keeps the plural (a whole number is written whole:
+    ``:g`` alone would write 1,234,567 as 1.23457e+06)."""
+    shown = str(int(count)) if float(count).is_integer() else f"{count:g}"
+    return f"{shown} {word if count == 1 else (plural or word + 's')}"
 
 
 def _ordinal(i: int) -> str:

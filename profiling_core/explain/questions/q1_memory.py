@@ -34,7 +34,7 @@ def _peak_clause(pk: dict, before_bytes: int) -> str:
     if pk["op"]:
         s += f", in {_short(pk['op'])}"
     if pk["step"] == pk["step"]:
-        s += f" (step {pk['step']:g})"
+        s += f" (step {int(pk['step'])})"  # (not :g, which writes step 1,000,000 as 1e+06)
     if relative:
         return s + f": {relative[1]}"
     if before_bytes > 0:  # what was allocated before the window and is still live at the peak

@@ -9,7 +9,7 @@ import numpy as np
 from ...analyses._shared import union_ns
 from ...analyses.steps import STARVED_AT
 from ...units import format_duration_us as _us
-from .base import NO_GPU_TEXT, Finding, _num
+from .base import NO_GPU_TEXT, Finding, _n, _num
 
 
 def _q4_offset(r, config=None) -> list[Finding]:
@@ -25,10 +25,10 @@ def _q4_offset(r, config=None) -> list[Finding]:
     ev = {"pairs": int(len(ll)), "median_us": _num(lat.median()), "min_us": _num(lat.min()),
           "max_us": _num(lat.max()), "first_us": _num(lat.iloc[0]), "last_us": _num(lat.iloc[-1]),
           "paired_by": sorted(set(ll["paired_by"]))}
-    med, lo = float(lat.median()), float(lat.min())
+    med = float(lat.median())
     text = (f"Each GPU op started a median {_us(abs(med))} {'after' if med >= 0 else 'before'} its launch call began "
-            f"({f'min {_us(lo)}' if lo >= 0 else f'the earliest {_us(-lo)} before its call'}, max {_us(lat.max())}, "
-            f"over {len(ll)} ops paired by {' and '.join(ev['paired_by'])}).")
+            f"(min {_offset(float(lat.min()))}, max {_offset(float(lat.max()))}, over {_n(len(ll), 'op')} paired by "
+            f"{' and '.join(ev['paired_by'])}).")
     early = int((lat < 0).sum())
     if early:  # no op starts before it is launched: the timestamps, not the queue, say so
         ev["started_before_launch"] = early
@@ -42,6 +42,11 @@ def _q4_offset(r, config=None) -> list[Finding]:
         ev["activity_buffer_request_us"] = _num(ov["cpu_total_us"].sum())
         text += f" The profiler's own 'Activity Buffer Request' took {_us(ov['cpu_total_us'].sum())} on the CPU."
     return [Finding("q4.offset", 4, "CPU-to-GPU offset", text, ev)]
+
+
+def _offset(us: float) -> str:
+    """A GPU op's start after its launch call's, as text: one that started before its call says so."""
+    return _us(us) if us >= 0 else f"{_us(-us)} before its call"
 
 
 GROWS_AT = 3.0

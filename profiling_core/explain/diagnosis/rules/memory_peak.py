@@ -56,7 +56,7 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     live = live[(live["device"] == dev) & (live["origin"] == "window")] if len(live) else live
     rest, live = live.iloc[TOP_LIVE:], live.head(TOP_LIVE)
     where = f" in {pk['op']}" if pk["op"] else ""
-    step = f" (step {pk['step']:g})" if pk["step"] == pk["step"] else ""
+    step = f" (step {int(pk['step'])})" if pk["step"] == pk["step"] else ""  # (not :g: step 1,000,000 is 1e+06)
     text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}, "
             f"{human_bytes(extra)} above the {human_bytes(steady)} {keeper} ({how}): temporaries that live only "
             "around the peak make most of it.")
