@@ -7,6 +7,7 @@ from profiling_core import ExperimentConfig
 from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.analyses import chain_subtree
+from profiling_core.explain import offset_text
 from profiling_core.errors import ConfigError
 from profiling_core.present import ReportSection, chain_lines, comparison_warnings
 from profiling_core.run import SPREAD_WARN_PCT
@@ -85,9 +86,13 @@ if not no_gpu:  # a CPU trace has no launches, GPU lane or synchronize: the note
         ll["step"] = ll["step"].astype("float").fillna(-1).astype(int)
         lat = ui.chart("launch_latency", ll)
         ui.chart_block(lat, ll, "launch_latency", key="dispatch_latency")
-        st.caption(f"Median launch → start: {format_duration_us(ll['latency_us'].median())}; "
-                   f"max {format_duration_us(ll['latency_us'].max())}. A growing latency means the CPU runs ahead of "
-                   "a busy GPU (queueing); a flat small one means the GPU waits for the CPU.")
+        early = int((ll["latency_us"] < 0).sum())
+        st.caption(f"Median launch → start: {offset_text(float(ll['latency_us'].median()))}; "
+                   f"max {offset_text(float(ll['latency_us'].max()))}. "
+                   + (f"{early} of the {len(ll)} GPU ops started before their launch call, which no launched op can: "
+                      "the trace's GPU and CPU times disagree, so these delays are no queue. " if early else "")
+                   + "A growing latency means the CPU runs ahead of a busy GPU (queueing); a flat small one means "
+                   "the GPU waits for the CPU.")
         report_sections.append(ReportSection("Launch latency", charts=[lat]))
     else:
         st.caption("No launch → GPU op pairs (no GPU lane).")

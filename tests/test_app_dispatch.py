@@ -109,3 +109,25 @@ def test_the_report_holds_the_launch_paths_and_names_the_cold_warm_pair(runs_dir
     assert "How each kernel was launched" in report and "launch paths" in report
     assert "Pattern: no occupancy query precedes any launch" in report
     assert cold in report and warm in report and "matmul_add start → first aten op" in report
+
+
+def test_launch_delays_below_0_are_said_as_ops_that_started_before_their_call(runs_dir, tmp_path):
+    """The launch-latency caption printed "Median launch → start: -499.99 ms" for a trace whose GPU ops start before
+    their launch calls (its clocks not aligned, or an edited file); it now says so, as question 4 does."""
+    import json
+    from test_odd_traces import EAGER
+
+    doc = json.loads(EAGER.read_text())
+    evs = doc["traceEvents"]
+    launches = {e["args"]["correlation"]: e for e in evs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and isinstance(e.get("args", {}).get("correlation"), int)}
+    early = [k for k in evs if k.get("cat") == "kernel" and k["args"].get("correlation") in launches]
+    for k in early:
+        k["ts"] = launches[k["args"]["correlation"]]["ts"] - 40
+    (tmp_path / "early.json").write_text(json.dumps(doc))
+    import_trace(runs_dir, tmp_path / "early.json", "early")
+    at = app("dispatch")
+    assert not errors_of(at), errors_of(at)
+    (cap,) = [c.value for c in at.caption if c.value.startswith("Median launch → start")]
+    assert cap.startswith("Median launch → start: 40.0 µs before its call; max 40.0 µs before its call. "
+                          f"{len(early)} of the {len(early)} GPU ops started before their launch call")

@@ -149,3 +149,28 @@ def test_a_2021_step_waits_for_the_engine_exactly_while_its_backward_phase_runs(
         assert wait == pytest.approx(want, abs=1e-3)
         (back,) = ph[(ph["step"] == n) & (ph["phase"] == "backward")]["cpu_us"]
         assert back == pytest.approx(want, abs=1e-3)
+
+
+def test_a_range_that_could_not_nest_never_makes_a_wait_larger_than_own_time(tmp_path):
+    """A ``record_function`` range entered inside a Python frame and left after it goes on a spill track, and takes its
+    window out of the range around it (the profiler table's rule). The wait was read from windows alone, so it could
+    exceed that own time: here ``## backward ##`` waited 400 µs of its 200 and ``my_range`` 300 of its 200 (own times
+    of -200 and -100 µs). By hand, on the loop's thread: the step alone [0, 100] and [900, 1000]; the frame [100, 500];
+    ``my_range`` [500, 700] (its window less the frame's part); ``## backward ##`` [700, 900]; the engine's thread runs
+    the backward over [100, 900], so all of the last three is a wait."""
+    x = lambda name, ts, dur, cat="user_annotation", tid=1: {  # noqa: E731
+        "ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+    path = tmp_path / "spill.json"
+    path.write_text(json.dumps({"traceEvents": [
+        x("ProfilerStep#1", 0, 1000), x("## backward ##", 100, 800),
+        x("train.py(10): backward", 100, 400, "python_function"), x("my_range", 400, 300),
+        x(FN + " MmBackward0", 100, 800, "cpu_op", tid=2)]}))
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+    own = r.cpu_own_times.set_index("name")
+    want = {"train.py(10): backward": 400.0, "my_range": 200.0, "## backward ##": 200.0}
+    for name, us in want.items():
+        assert own.loc[name, "wait_us"] == pytest.approx(us) and own.loc[name, "own_us"] == pytest.approx(0.0)
+    table = r.profiler_table.set_index("name")["self_cpu_us"]
+    assert {n: table[n] for n in want} == pytest.approx(want)
+    assert (r.dispatch_chains["own_us"] >= 0).all()

@@ -738,8 +738,10 @@ class Shared:
         ``train::backward`` or ``## backward ##`` range, or the step slice itself) is a wait for work counted on the
         engine's thread. The engine's work is :attr:`backward_work` (``autograd::engine::evaluate_function: …``
         slices, or the 2021 format's backward nodes) on the other threads of the loop's process. A CPU run's backward
-        runs on the calling thread (the functions are its children, not another thread's): no wait. Read by
-        ``cpu_own_times`` and the dispatch chains' ``wait_us``."""
+        runs on the calling thread (the functions are its children, not another thread's): no wait. Never more than
+        the slice's own time by the profiler table's rule (``table._cpu_own_ns``), which also takes out the windows
+        it hands to slices on a spill track: the time it waited is part of its own time. Read by ``cpu_own_times``
+        and the dispatch chains' ``wait_us``."""
         t = self.slices
         wait = np.zeros(len(t["ts"]), dtype=np.int64)
         utid = t["utid"]
@@ -761,7 +763,8 @@ class Shared:
             child = np.zeros(len(wait), dtype=np.int64)
             np.add.at(child, ppos[kids], ov[kids])
             wait[rows] = np.maximum(ov[rows] - child[rows], 0)
-        return wait
+        from .table import _cpu_own_ns
+        return np.minimum(wait, np.maximum(_cpu_own_ns(self)[1], 0))
 
     @cached_property
     def step_windows(self) -> dict:

@@ -27,8 +27,8 @@ def _q4_offset(r, config=None) -> list[Finding]:
           "paired_by": sorted(set(ll["paired_by"]))}
     med = float(lat.median())
     text = (f"Each GPU op started a median {_us(abs(med))} {'after' if med >= 0 else 'before'} its launch call began "
-            f"(min {_offset(float(lat.min()))}, max {_offset(float(lat.max()))}, over {_n(len(ll), 'op')} paired by "
-            f"{' and '.join(ev['paired_by'])}).")
+            f"(min {offset_text(float(lat.min()))}, max {offset_text(float(lat.max()))}, over {_n(len(ll), 'op')} "
+            f"paired by {' and '.join(ev['paired_by'])}).")
     early = int((lat < 0).sum())
     if early:  # no op starts before it is launched: the timestamps, not the queue, say so
         ev["started_before_launch"] = early
@@ -44,8 +44,9 @@ def _q4_offset(r, config=None) -> list[Finding]:
     return [Finding("q4.offset", 4, "CPU-to-GPU offset", text, ev)]
 
 
-def _offset(us: float) -> str:
-    """A GPU op's start after its launch call's, as text: one that started before its call says so."""
+def offset_text(us: float) -> str:
+    """A GPU op's start after its launch call's (µs), as text: one that started before its call says so (no op can:
+    the trace's GPU and CPU times disagree). Question 4 and the Dispatch page say it so."""
     return _us(us) if us >= 0 else f"{_us(-us)} before its call"
 
 
