@@ -66,7 +66,8 @@ ARG_KEYS = ["External id", "correlation", "Python id", "Python parent id", "Pyth
 NAMES = ["ProfilerStep#1", "ProfilerStep#x", "ProfilerStep#", "ProfilerStep#-3", "ProfilerStep#99999999999999999999",
          "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaLaunchKernel",
          "cuLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "aten::mm", "aten::addmm", "aten::copy_",
-         "aten::to", "aten::item", "aten::nonzero", "Memcpy DtoD (Device -> Device)", "Memcpy HtoD (Pageable -> Device)",
+         "aten::to", "aten::item", "aten::nonzero", "Memcpy DtoD (Device -> Device)",
+         "Memcpy HtoD (Pageable -> Device)",
          "[memory]", "Torch-Compiled Region: 0/0", "CompiledFunction", "Optimizer.step#AdamW.step",
          "Optimizer.zero_grad#AdamW.zero_grad", "## forward ##", "autograd::engine::evaluate_function: MmBackward0",
          "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", "<built-in method run_backward>", "INVALID",
@@ -75,7 +76,8 @@ CATS = ["kernel", "cpu_op", "python_function", "user_annotation", "gpu_user_anno
         "cuda_driver", "gpu_memcpy", "gpu_memset", "ac2g", "cpu_instant_event", "Trace", "overhead", "", None]
 
 
-UNREADABLE = re.compile(r"\b(nan|NaN|inf|null)\b|[#(=]None\b|\bNone ?(µs|ms|s|%|×)|(?<![\w.])-\d[\d.,]* ?(µs|ms|s)\b")
+UNREADABLE = re.compile(r"\b(nan|NaN|inf|null)\b|[#(=]None\b|\bNone ?(µs|ms|s|%|×)"
+                        r"|(?<![\w.])-\d[\d.,]* ?(µs|ms|s)\b")
 """What no sentence may show: a number that is not one (NaN, infinity, Python's None) or a negative duration."""
 
 
@@ -258,7 +260,8 @@ def run_case(path: str, config, peaks) -> str | None:
             for text in [*lines, *(f.text for f in found), *(x for d in diagnosis.diagnoses for x in (d.text, d.fix))]:
                 m = UNREADABLE.search(text)
                 if m:
-                    raise AssertionError(f"a text shows {m.group()!r}: …{text[max(0, m.start() - 120):m.end() + 60]}…")
+                    around = text[max(0, m.start() - 120):m.end() + 60]
+                    raise AssertionError(f"a text shows {m.group()!r}: …{around}…")
     except BaseException as e:
         e.stage = stage
         raise
