@@ -233,3 +233,27 @@ def test_a_step_numbered_past_a_million_is_written_whole(tmp_path):
         texts = [f.text for f in findings(analyze(s))]
     assert any("in aten::add (step 1000002)" in t for t in texts)
     assert not any("e+06" in t for t in texts)
+
+
+def test_a_step_whose_first_gpu_op_starts_before_it_gives_no_queue_growth(tmp_path):
+    """Question 2 reads a growing queue from the delay of each basis step's first GPU op after the step began; where
+    the first of them started before its step (the trace's clocks disagree) it said "the queue grew: … 60.0 µs after
+    its step began, against -50.0 µs in step 2". Four steps of 100 µs, each launching a 300 µs kernel that starts
+    60 µs in (step 2's, 50 µs before the step): compute-bound, the GPU busy 40% of a step's window."""
+    evs = []
+    for k in range(1, 5):
+        t = 1000 * k
+        start = t - 50 if k == 2 else t + 60
+        evs += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1, "ts": t,
+                 "dur": 100},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 10,
+                 "dur": 5, "args": {"correlation": k}},
+                {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": start, "dur": 300,
+                 "args": {"correlation": k}}]
+    path = tmp_path / "early_step.json"
+    path.write_text(json.dumps({"traceEvents": evs}))
+    with open_trace(path, engine="sqlite") as s:
+        (q2,) = [f for f in findings(analyze(s)) if f.question == 2]
+    assert q2.title == "Compute-bound"
+    assert "Inside each step's own CPU window the GPU was busy only 40.0%" in q2.text
+    assert "queue grew" not in q2.text and "-50.0 µs" not in q2.text

@@ -197,7 +197,7 @@ def _q2_verdict(r) -> list[Finding]:
                     "already queued")
                  + (f"; the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
                     f"{_us(ss['queue_delay_last_us'])} after its step began" if (ss["queue_drift_us"] or 0) > 0
-                    and ss["queue_delay_last_us"] is not None else "")
+                    and ss["queue_delay_last_us"] is not None and ss["queue_delay_first_us"] >= 0 else "")
                  + "). A full launch queue makes each launch call wait for the GPU"
                  + ((f" (the launch calls took a median {_us(ss['launch_us_per_step'])} of each step's CPU time"
                      if median else f" (the step's launch calls took {_us(ss['launch_us_per_step'])} of its CPU time")
@@ -226,7 +226,8 @@ def _q2_verdict(r) -> list[Finding]:
             text += (f" Inside each step's own CPU window the GPU was busy only {100 * busy:.1f}%"
                      f"{_earlier_share(ss)}: the work a step "
                      "launches runs after that window, behind the work queued before it")
-            if drift is not None and drift > 0 and len(ss["basis_steps"]) > 1:
+            # (a first op that started before its step began says the trace's clocks disagree: no growth read)
+            if drift is not None and drift > 0 and len(ss["basis_steps"]) > 1 and ss["queue_delay_first_us"] >= 0:
                 text += (f" (the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
                          f"{_us(ss['queue_delay_last_us'])} after its step began, against "
                          f"{_us(ss['queue_delay_first_us'])} in step {ss['basis_steps'][0]})")
