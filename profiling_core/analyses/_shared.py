@@ -700,8 +700,8 @@ class Shared:
     @cached_property
     def backward_work(self) -> np.ndarray:
         """Boolean array over ``slices``: the slices that are the backward's work, the autograd engine running one
-        backward function each. The rule, stated here once (``autograd_wait`` and ``phases`` read it): a slice on a
-        thread, not a ``gpu_user_annotation`` copy, that is either
+        backward function each. The rule, stated here once (``table.autograd_wait`` and ``phases`` read it): a slice on
+        a thread, not a ``gpu_user_annotation`` copy, that is either
 
         - an ``autograd::engine::evaluate_function: …`` slice (:data:`AUTOGRAD_FUNCTION`), or
         - a backward node's own slice (``MmBackward``, ``AddBackward0``, ``torch::autograd::AccumulateGrad``:
@@ -727,44 +727,6 @@ class Shared:
                 up = np.where(on, ppos[np.maximum(up, 0)], -1)
             out[rows[held]] = False
         return out
-
-    @cached_property
-    def autograd_wait(self) -> np.ndarray:
-        """For every row of ``slices`` (int64 ns), the part of its own time (its window less its children's) during
-        which the autograd engine ran backward functions on another thread of its process, for the slices of a
-        thread that runs the steps (holds a ``ProfilerStep#N`` slice); 0 for every other slice (a data loader's
-        thread does not wait for the backward). On a GPU the engine runs the backward on a thread of its own while
-        the loop's thread, which called ``backward()``, blocks until it is done: that thread's own time there (a
-        ``train::backward`` or ``## backward ##`` range, or the step slice itself) is a wait for work counted on the
-        engine's thread. The engine's work is :attr:`backward_work` (``autograd::engine::evaluate_function: …``
-        slices, or the 2021 format's backward nodes) on the other threads of the loop's process. A CPU run's backward
-        runs on the calling thread (the functions are its children, not another thread's): no wait. Never more than
-        the slice's own time by the profiler table's rule (``table._cpu_own_ns``), which also takes out the windows
-        it hands to slices on a spill track: the time it waited is part of its own time. Read by ``cpu_own_times``
-        and the dispatch chains' ``wait_us``."""
-        t = self.slices
-        wait = np.zeros(len(t["ts"]), dtype=np.int64)
-        utid = t["utid"]
-        fn = np.flatnonzero(self.backward_work)
-        loops = {int(r[6]) for r in self.steps_list if r[6] is not None}  # the threads that run the steps
-        if not len(fn) or not loops:
-            return wait
-        upid_of = {u: up for u, _tid, _name, up, _main in self.tables.threads}
-        ts, end, ppos = t["ts"], t["ts"] + t["dur"], t["ppos"]
-        for u in sorted(loops):  # the loop's thread waits for the backward functions other threads run
-            src = fn[np.array([x != u and upid_of.get(x) == upid_of.get(u) for x in utid[fn].tolist()], dtype=bool)]
-            rows = np.flatnonzero(utid == u)
-            if not len(src) or not len(rows):
-                continue
-            s, e = merged(ts[src], end[src])
-            ov = np.zeros(len(wait), dtype=np.int64)
-            ov[rows] = covered_ns(ts[rows], end[rows], s, e)
-            kids = rows[ppos[rows] >= 0]
-            child = np.zeros(len(wait), dtype=np.int64)
-            np.add.at(child, ppos[kids], ov[kids])
-            wait[rows] = np.maximum(ov[rows] - child[rows], 0)
-        from .table import _cpu_own_ns
-        return np.minimum(wait, np.maximum(_cpu_own_ns(self)[1], 0))
 
     @cached_property
     def step_windows(self) -> dict:

@@ -10,7 +10,7 @@ import numpy as np
 from ._common import ints, nullable_int, us
 from .compile import ran_compiled
 from ._shared import _RUNTIME_CATS, Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
-from .table import _cpu_own_ns
+from .table import _cpu_own_ns, autograd_wait
 
 __all__ = ["launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains"]
 
@@ -297,7 +297,7 @@ def _dispatch_chain_cols(sh: Shared) -> dict | None:
 def dispatch_chains(session, shared: Shared | None = None) -> pd.DataFrame:
     """The dispatch tree of every step (see :func:`dispatch_chain`), all steps in one frame with a ``step`` column,
     ``wait_us``: of a CPU slice's own time, what passed while the autograd engine ran the backward on another
-    thread (``Shared.autograd_wait``: a wait, counted on the engine's thread), 0 for GPU rows, and ``own_us``: a CPU
+    thread (``table.autograd_wait``: a wait, counted on the engine's thread), 0 for GPU rows, and ``own_us``: a CPU
     slice's own time less that wait, by the profiler table's rule (``table._cpu_own_ns``: its duration less its
     children's, or, for a slice that could not nest among its thread's Python frames, less the frames and ops below
     the frames around it), as ``cpu_own_times`` counts it; a GPU row's duration."""
@@ -311,7 +311,7 @@ def dispatch_chains(session, shared: Shared | None = None) -> pd.DataFrame:
     cols["dur_us"] = cols.pop("dur_ns").astype("float64") / 1000.0
     ids = np.asarray(cols["id"], dtype=np.int64)  # (the slices' ids are their rows)
     cpu = cols["lane"] == "cpu"
-    wait = np.where(cpu, sh.autograd_wait[ids], 0)
+    wait = np.where(cpu, autograd_wait(sh)[ids], 0)
     cols["wait_us"] = wait / 1000.0
     own = _cpu_own_ns(sh)[1][ids]
     cols["own_us"] = np.where(cpu, (own - wait) / 1000.0, cols["dur_us"])

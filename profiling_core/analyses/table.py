@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, us
-from ._shared import Shared, frame, shared_for, union_ns
+from ._shared import Shared, covered_ns, frame, merged, shared_for, union_ns
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
             "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
@@ -31,6 +31,47 @@ def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     slice's own time: the table, ``cpu_own_times`` and the dispatch chains' ``own_us`` read it. Computed once per
     trace (read only)."""
     return sh.cached("cpu_own_ns", _cpu_own_build)
+
+
+def autograd_wait(sh: Shared) -> np.ndarray:
+    """For every row of ``sh.slices`` (int64 ns), the part of its own time (its window less its children's) during
+    which the autograd engine ran backward functions on another thread of its process, for the slices of a thread
+    that runs the steps (holds a ``ProfilerStep#N`` slice); 0 for every other slice (a data loader's thread does not
+    wait for the backward). On a GPU the engine runs the backward on a thread of its own while the loop's thread,
+    which called ``backward()``, blocks until it is done: that thread's own time there (a ``train::backward`` or
+    ``## backward ##`` range, or the step slice itself) is a wait for work counted on the engine's thread. The
+    engine's work is ``Shared.backward_work`` (``autograd::engine::evaluate_function: …`` slices, or the 2021
+    format's backward nodes) on the other threads of the loop's process. A CPU run's backward runs on the calling
+    thread (the functions are its children, not another thread's): no wait. Never more than the slice's own time by
+    the profiler table's rule (:func:`_cpu_own_ns`), which also takes out the windows it hands to slices on a spill
+    track: the time it waited is part of its own time. Read by :func:`cpu_own_times` and the dispatch chains'
+    ``wait_us``; computed once per trace (read only)."""
+    return sh.cached("autograd_wait", _autograd_wait_build)
+
+
+def _autograd_wait_build(sh: Shared) -> np.ndarray:
+    t = sh.slices
+    wait = np.zeros(len(t["ts"]), dtype=np.int64)
+    utid = t["utid"]
+    fn = np.flatnonzero(sh.backward_work)
+    loops = {int(r[6]) for r in sh.steps_list if r[6] is not None}  # the threads that run the steps
+    if not len(fn) or not loops:
+        return wait
+    upid_of = {u: up for u, _tid, _name, up, _main in sh.tables.threads}
+    ts, end, ppos = t["ts"], t["ts"] + t["dur"], t["ppos"]
+    for u in sorted(loops):  # the loop's thread waits for the backward functions other threads run
+        src = fn[np.array([x != u and upid_of.get(x) == upid_of.get(u) for x in utid[fn].tolist()], dtype=bool)]
+        rows = np.flatnonzero(utid == u)
+        if not len(src) or not len(rows):
+            continue
+        s, e = merged(ts[src], end[src])
+        ov = np.zeros(len(wait), dtype=np.int64)
+        ov[rows] = covered_ns(ts[rows], end[rows], s, e)
+        kids = rows[ppos[rows] >= 0]
+        child = np.zeros(len(wait), dtype=np.int64)
+        np.add.at(child, ppos[kids], ov[kids])
+        wait[rows] = np.maximum(ov[rows] - child[rows], 0)
+    return np.minimum(wait, np.maximum(_cpu_own_ns(sh)[1], 0))
 
 
 def _cpu_own_build(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
@@ -372,7 +413,7 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     A CPU slice belongs to the first step (time order) whose window holds its start, whatever thread it ran on
     (:func:`cpu_slices_by_step`): the backward's ops on the autograd engine's own thread count with their step, not
     only the step's own thread (``dispatch_chains``). Own time is the slice's duration less its children's, and
-    less the time it waited while the autograd engine ran the backward on another thread (``Shared.autograd_wait``:
+    less the time it waited while the autograd engine ran the backward on another thread (:func:`autograd_wait`:
     that time is counted once, on the engine's thread, where the backward's ops ran). The step slices themselves
     are left out (their own time is what no op of the step accounts for).
 
@@ -395,7 +436,7 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     key = j * (len(t["name_uniq"]) + 1) + (code + 1)
     uk, first, inv = np.unique(key, return_index=True, return_inverse=True)
     calls = np.bincount(inv, minlength=len(uk))
-    wait = sh.autograd_wait[rows]
+    wait = autograd_wait(sh)[rows]
     ns = np.bincount(inv, weights=(own[rows] - wait).astype(np.float64), minlength=len(uk))
     waited = np.bincount(inv, weights=wait.astype(np.float64), minlength=len(uk))
     k_step, k_name = uk // (len(t["name_uniq"]) + 1), uk % (len(t["name_uniq"]) + 1) - 1

@@ -23,7 +23,7 @@ def _q1_table(r, config=None) -> list[Finding]:
                                == top["name"], "wait_us"].sum())
     else:
         waited = 0.0
-    if waited > 0:  # self time that is a thread's wait for the autograd engine's thread (``Shared.autograd_wait``)
+    if waited > 0:  # self time that is a thread's wait for the autograd engine's thread (``table.autograd_wait``)
         ev["top_self_cpu_autograd_wait_us"] = _num(waited)
         text += (f" Of {_short(top['name'])}'s self time, {_us(waited)} inside the steps passed while the autograd "
                  "engine ran the backward on another thread: its thread was waiting, and the backward's own rows "
