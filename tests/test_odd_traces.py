@@ -257,3 +257,29 @@ def test_a_step_whose_first_gpu_op_starts_before_it_gives_no_queue_growth(tmp_pa
     assert q2.title == "Compute-bound"
     assert "Inside each step's own CPU window the GPU was busy only 40.0%" in q2.text
     assert "queue grew" not in q2.text and "-50.0 µs" not in q2.text
+
+
+def test_a_blocking_call_that_outlasts_its_step_blocks_it_no_longer_than_the_step(tmp_path):
+    """The time a step spent blocked counts the GPU's busy time inside the synchronizing calls that start in it; one
+    that runs past the step's end (on another thread, or in an edited trace) made a 100 µs step wait 500 µs, and
+    question 2 then wrote the CPU's own time as "-400.0 µs". A step's wait is now at most its duration."""
+    evs = []
+    for k in range(1, 4):
+        t = 1000 * k
+        evs += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 1, "ts": t,
+                 "dur": 100},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 10,
+                 "dur": 5, "args": {"correlation": k}},
+                {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": t + 20, "dur": 600,
+                 "args": {"correlation": k}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 2, "ts": t + 50,
+                 "dur": 570}]
+    path = tmp_path / "long_sync.json"
+    path.write_text(json.dumps({"traceEvents": evs}))
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+    assert (r.steps["sync_wait_us"] <= r.steps["cpu_dur_us"]).all()
+    assert r.steps["sync_wait_us"].tolist() == [100.0, 100.0, 100.0]
+    (q2,) = [f for f in findings(r) if f.question == 2]
+    assert "-" not in q2.text.split("CPU's own")[-1][:12] and "0.00×" not in q2.text
+    assert "launched 600.0 µs of GPU work (all of the CPU's time was that wait: it had none of its own)" in q2.text

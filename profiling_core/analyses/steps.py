@@ -63,7 +63,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
         ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the calls that start in the step's
         window and block until it is done: the synchronize calls, and the calls that launched a copy to or from
-        pageable memory, :attr:`Shared.copy_waits`; CPU time spent blocked on GPU work, :func:`bound`),
+        pageable memory, :attr:`Shared.copy_waits`; CPU time spent blocked on GPU work, :func:`bound`; at most the
+        step's duration),
         ``copy_wait_us`` (the part of it in those copies), ``unlaunched_wait_us`` (the part of ``sync_wait_us``
         in which the GPU ran work the trace holds no launch call for, :func:`_unlaunched_ops`: work launched
         before the profiler began recording, which no step counts as its own), ``copy_busy_us`` and
@@ -86,11 +87,13 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df = nullable_int(df, "start_ns", "first_gpu_start_ns", "last_gpu_end_ns")
     starts = df["start_ns"].to_numpy(dtype=np.int64, na_value=0)
     durs = df["cpu_dur_ns"].to_numpy(dtype=np.int64)
-    df["copy_wait_ns"] = _waits_in(sh.copy_waits, starts, durs)
-    df["sync_wait_ns"] = _waits_in(sh.sync_waits, starts, durs) + df["copy_wait_ns"].to_numpy()
+    # (at most the step's own duration: a call that starts in the step and runs past its end, on another thread or in
+    # an edited trace, blocked the step no longer than the step lasted)
+    df["copy_wait_ns"] = np.minimum(_waits_in(sh.copy_waits, starts, durs), durs)
+    df["sync_wait_ns"] = np.minimum(_waits_in(sh.sync_waits, starts, durs) + df["copy_wait_ns"].to_numpy(), durs)
     early = _unlaunched_ops(sh)
-    df["unlaunched_wait_ns"] = (_unlaunched_waits_in(sh, early, starts, durs) if len(early[0])
-                                else np.zeros(len(starts), dtype=np.int64))
+    df["unlaunched_wait_ns"] = (np.minimum(_unlaunched_waits_in(sh, early, starts, durs), df["sync_wait_ns"].to_numpy())
+                                if len(early[0]) else np.zeros(len(starts), dtype=np.int64))
     df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
                                    else np.zeros(len(starts), dtype=np.int64))
     df["copy_busy_ns"], df["other_busy_ns"], calls = _launched_in(sh, starts, durs)

@@ -153,7 +153,9 @@ def _q2_verdict(r) -> list[Finding]:
                 f"{blocked_in(s, ss)} while the GPU worked (time the GPU's pace sets, so not the CPU's own"
                 + (f"; {_us(early)} of it on {EARLIER_WORK} and no step counts as its GPU work"
                    if early >= EARLIER_AT * wait else "")
-                + f"), and launched {_us(gpu)} of GPU work ({ratio:.2f}× the CPU's own {_us(cpu - wait)}). ")
+                + f"), and launched {_us(gpu)} of GPU work "
+                + (f"({ratio:.2f}× the CPU's own {_us(cpu - wait)}). " if cpu - wait > 0 else
+                   "(all of the CPU's time was that wait: it had none of its own). "))
     else:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of "
                 f"GPU work ({ratio:.2f}× the CPU time). ")
