@@ -261,8 +261,8 @@ def test_a_step_whose_first_gpu_op_starts_before_it_gives_no_queue_growth(tmp_pa
 
 def test_a_blocking_call_that_outlasts_its_step_blocks_it_no_longer_than_the_step(tmp_path):
     """The time a step spent blocked counts the GPU's busy time inside the synchronizing calls that start in it; one
-    that runs past the step's end (on another thread, or in an edited trace) made a 100 µs step wait 500 µs, and
-    question 2 then wrote the CPU's own time as "-400.0 µs". A step's wait is now at most its duration."""
+    that runs past the step's end (on another thread, or in an edited trace) made a 100 µs step wait 570 µs, and
+    question 2 then wrote "0.00× the CPU's own -470.0 µs". A step's wait is now at most its duration."""
     evs = []
     for k in range(1, 4):
         t = 1000 * k
