@@ -7,7 +7,7 @@ from profiling_core import ExperimentConfig
 from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.analyses import chain_subtree
-from profiling_core.explain import offset_text
+from profiling_core.explain import offset_text, started_before_launch_text
 from profiling_core.errors import ConfigError
 from profiling_core.present import ReportSection, chain_lines, comparison_warnings
 from profiling_core.run import SPREAD_WARN_PCT
@@ -89,8 +89,7 @@ if not no_gpu:  # a CPU trace has no launches, GPU lane or synchronize: the note
         early = int((ll["latency_us"] < 0).sum())
         st.caption(f"Median launch → start: {offset_text(float(ll['latency_us'].median()))}; "
                    f"max {offset_text(float(ll['latency_us'].max()))}. "
-                   + (f"{early} of the {len(ll)} GPU ops started before their launch call, which no launched op can: "
-                      "the trace's GPU and CPU times disagree, so these delays are no queue. " if early else "")
+                   + (started_before_launch_text(early, len(ll)) + ". " if early else "")
                    + "A growing latency means the CPU runs ahead of a busy GPU (queueing); a flat small one means "
                    "the GPU waits for the CPU.")
         report_sections.append(ReportSection("Launch latency", charts=[lat]))

@@ -24,7 +24,7 @@ from .q1_memory import _q1_memory
 from .q1_table import _q1_table
 from .q2_bound import _q2_bound, blocked_in, cut_steps_text, devices_text, merged_processes_text
 from .q3_cold_start import FIRST_STEP_SLOWER_PCT, _q3_cold
-from .q4_offset import _q4_offset, offset_text
+from .q4_offset import _q4_offset, offset_text, started_before_launch_text
 from .q5_chain import _q5_chain
 from .q6_launch_path import _q6_paths
 from .q7_sync import _q7_sync
@@ -35,7 +35,8 @@ from .q10_compile_cost import _q10_cost
 
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
            "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "cut_steps_text", "devices_text", "merged_processes_text",
-           "mean_above_median_pct", "offset_text", "skew_text"]
+           "mean_above_median_pct", "offset_text", "skew_text",
+           "started_before_launch_text"]
 
 
 _RULES: tuple[Callable, ...] = (_q1_table, _q1_memory, _q2_bound, _q3_cold, _q4_offset, _q5_chain, _q6_paths, _q7_sync,

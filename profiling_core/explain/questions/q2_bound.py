@@ -148,6 +148,10 @@ def _q2_verdict(r) -> list[Finding]:
     wait = ss.get("sync_wait_us_per_step") or 0.0
     median = "a median " if len(ss["basis_steps"]) > 1 else ""
     early = ss.get("unlaunched_wait_us_per_step") or 0.0
+    # the queue grew: the last basis step's first GPU op started later after its step began than the first one's;
+    # not read where that first one started before its step (the trace's clocks disagree, the delay is none)
+    first_delay = ss["queue_delay_first_us"]
+    grew = (ss["queue_drift_us"] or 0) > 0 and first_delay is not None and first_delay >= 0
     if wait > 0:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time, {_us(wait)} of it blocked in "
                 f"{blocked_in(s, ss)} while the GPU worked (time the GPU's pace sets, so not the CPU's own"
@@ -198,8 +202,7 @@ def _q2_verdict(r) -> list[Finding]:
                     f"{'each step' if median else 'the step'} (every other gap in its work came with launched work "
                     "already queued")
                  + (f"; the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
-                    f"{_us(ss['queue_delay_last_us'])} after its step began" if (ss["queue_drift_us"] or 0) > 0
-                    and ss["queue_delay_last_us"] is not None and ss["queue_delay_first_us"] >= 0 else "")
+                    f"{_us(ss['queue_delay_last_us'])} after its step began" if grew else "")
                  + "). A full launch queue makes each launch call wait for the GPU"
                  + ((f" (the launch calls took a median {_us(ss['launch_us_per_step'])} of each step's CPU time"
                      if median else f" (the step's launch calls took {_us(ss['launch_us_per_step'])} of its CPU time")
@@ -218,7 +221,7 @@ def _q2_verdict(r) -> list[Finding]:
                      f"{_us(cpu - wait)} and would wait on the CPU, so overlapping them makes the step overhead-bound "
                      "and shortens it by less than they take (What to change: *Communication that no compute "
                      "overlaps*).")
-        busy, drift = ss["busy_in_window"], ss["queue_drift_us"]
+        busy = ss["busy_in_window"]
         if wait > 0 and busy is not None and busy >= 0.5 and busy < 0.9:  # (below a half: said just below)
             text += (f" As recorded the GPU was busy {100 * busy:.1f}% of each step's window{_earlier_share(ss)}: "
                      "while the CPU waits in "
@@ -228,8 +231,7 @@ def _q2_verdict(r) -> list[Finding]:
             text += (f" Inside each step's own CPU window the GPU was busy only {100 * busy:.1f}%"
                      f"{_earlier_share(ss)}: the work a step "
                      "launches runs after that window, behind the work queued before it")
-            # (a first op that started before its step began says the trace's clocks disagree: no growth read)
-            if drift is not None and drift > 0 and len(ss["basis_steps"]) > 1 and ss["queue_delay_first_us"] >= 0:
+            if grew and len(ss["basis_steps"]) > 1:
                 text += (f" (the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
                          f"{_us(ss['queue_delay_last_us'])} after its step began, against "
                          f"{_us(ss['queue_delay_first_us'])} in step {ss['basis_steps'][0]})")

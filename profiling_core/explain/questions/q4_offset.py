@@ -32,9 +32,7 @@ def _q4_offset(r, config=None) -> list[Finding]:
     early = int((lat < 0).sum())
     if early:  # no op starts before it is launched: the timestamps, not the queue, say so
         ev["started_before_launch"] = early
-        text += (f" {early} of the {len(ll)} GPU ops started before their launch call began, which no launched op "
-                 f"can: the trace's GPU and CPU timestamps disagree (clocks not aligned when it was recorded, or "
-                 f"the events were edited), so these delays measure no queue and its growth is not read from them.")
+        text += f" {started_before_launch_text(early, len(ll))} and its growth is not read from them."
     else:
         text += _growth(ll, ev, r.steps)
     ov = r.profiler_table[r.profiler_table["name"].astype(str).str.contains("Activity Buffer Request")]
@@ -48,6 +46,14 @@ def offset_text(us: float) -> str:
     """A GPU op's start after its launch call's (µs), as text: one that started before its call says so (no op can:
     the trace's GPU and CPU times disagree). Question 4 and the Dispatch page say it so."""
     return _us(us) if us >= 0 else f"{_us(-us)} before its call"
+
+
+def started_before_launch_text(early: int, pairs: int) -> str:
+    """That ``early`` of ``pairs`` GPU ops started before their launch call began, and what that says (the trace's
+    clocks, not a queue), as a sentence without its full stop. Question 4 and the Dispatch page say it so."""
+    return (f"{early} of the {pairs} GPU ops started before their launch call began, which no launched op can: the "
+            "trace's GPU and CPU timestamps disagree (clocks not aligned when it was recorded, or the events were "
+            "edited), so these delays measure no queue")
 
 
 GROWS_AT = 3.0
