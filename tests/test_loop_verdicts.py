@@ -196,7 +196,9 @@ def test_q2_on_a_cpu_tells_the_batches_from_the_framework_overhead(tmp_path):
 def test_the_starved_gpu_is_sent_to_the_input_or_to_the_python_not_to_cuda_graphs():
     _, _, d = run(LOADER)
     fix = d["gpu_starved"].fix
-    assert fix.startswith("The largest CPU cost is the DataLoader") and "torch.compile(mode=" not in fix
+    assert fix.startswith("The step's largest CPU cost is waiting for its batch") and "torch.compile(mode=" not in fix
+    waits = [scan(LOADER)[n][1] for n in steady(scan(LOADER))]
+    assert f"{statistics.mean(waits):,.1f} µs per step inside the DataLoader" in fix
     # the Python case: by a scan, each steady step's thread spent its time outside any ATen op or runtime call, less
     # at most what the autograd engine's thread was busy meanwhile (the loop's thread waiting for the backward)
     _, _, d = run(PYTHON)
@@ -221,6 +223,64 @@ def test_the_starved_gpu_is_sent_to_the_input_or_to_the_python_not_to_cuda_graph
     assert x.fix.startswith("Most of the step is Python that runs no op")
     # recorded without Python frames (no python_function event): it says how to find out
     assert not any(e.get("cat") == "python_function" for e in ev) and "profile once with with_stack=True" in x.fix
+
+
+def _own_us(ev, e) -> float:
+    """A slice's own time by a plain scan: its duration less its direct children's on its own (pid, tid) lane."""
+    lane = [x for x in ev if (x["pid"], x["tid"]) == (e["pid"], e["tid"]) and x is not e
+            and x["ts"] >= e["ts"] and x["ts"] + x["dur"] <= e["ts"] + e["dur"]]
+    kids = [x for x in lane if not any(y is not x and y["ts"] <= x["ts"] and x["ts"] + x["dur"] <= y["ts"] + y["dur"]
+                                       and y["dur"] > x["dur"] for y in lane)]
+    return e["dur"] - sum(x["dur"] for x in kids)
+
+
+def test_with_python_frames_the_starved_gpu_is_still_sent_to_the_input_first():
+    """The two workers' loop again on the H200, recorded with with_stack=True: the Python frames under the
+    DataLoader's range (a queue's get, a lock's acquire) hold its time, so the range's own time is small and no longer
+    the largest CPU op, and the queue's feeder threads wait beside the step. The batch wait is still most of the step:
+    the finding must send the user to the input first, by the wait's own measure, not to CUDA graphs (a first version
+    read the largest op by own time and did)."""
+    path = H200 / "stack_workers_eager.json.gz"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation"]
+    by_step = scan(path)
+    waits = [by_step[n][1] for n in steady(by_step)]
+    assert sum(waits) / sum(by_step[n][0] for n in steady(by_step)) >= 0.5
+    loads = [e for e in ev if str(e["name"]).endswith("DataLoaderIter.__next__")]
+    assert loads and all(_own_us(ev, e) < 0.05 * e["dur"] for e in loads)  # the frames under it hold the time
+    _, f, d = run(path)
+    fix = d["gpu_starved"].fix
+    assert fix.startswith("The step's largest CPU cost is waiting for its batch")
+    assert f"{statistics.mean(waits):,.1f} µs per step inside the DataLoader" in fix
+    assert "torch.compile(mode=" not in fix and "input_bound" in d
+
+
+@pytest.mark.parametrize("call_us,sent", [(10.0, True), (40.0, False)])
+def test_the_input_comes_first_where_its_wait_is_the_largest_cost(tmp_path, call_us, sent):
+    """Each step: a DataLoader batch of 300 µs whose collate runs an op of 280 µs own time (the range's own time is
+    not the largest op's), then ten ops of ``call_us`` + 5 µs, each launching a 2 µs kernel by a launch call of
+    ``call_us``. The batches are over a fifth of the step either way (the input rule speaks); the starved finding
+    sends the user to them first where their wait is the largest cost a fix names: more than the launch calls' 100 µs
+    a step, not where these take 400 µs (then it says to cut the launches)."""
+    t = vt.Trace()
+    for n in range(4):
+        def body(t):
+            t.cpu(vt.WORKERS_NEXT, 300.0, cat="user_annotation", children=lambda t: t.cpu("aten::stack", 290.0))
+            for k in range(10):
+                t.cpu(f"aten::op{k}", call_us + 5.0, children=lambda t: t.launch(vt.BF16_GEMM, 2.0, call_us=call_us))
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    by_step = scan(path)
+    waits = [by_step[n][1] for n in steady(by_step)]
+    share = sum(waits) / sum(by_step[n][0] for n in steady(by_step))
+    assert DATA_WAIT_AT <= share < 0.5 if not sent else share >= DATA_WAIT_AT
+    _, _, d = run(path)
+    assert "input_bound" in d
+    fix = d["gpu_starved"].fix
+    if sent:
+        assert fix.startswith("The step's largest CPU cost is waiting for its batch")
+        assert f"{statistics.mean(waits):,.1f} µs per step inside the DataLoader" in fix
+    else:
+        assert fix.startswith("Cut the launches") and "The step waits for its batch" not in fix
 
 
 def test_the_python_finding_points_to_the_frames_a_trace_already_holds():

@@ -15,6 +15,7 @@ from ....analyses import DATA_WAIT_AT, annotation_ranges, data_wait, is_data_loa
 from ....analyses._shared import union_ns
 from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
 from .cudagraphs_skipped import TITLE as SKIPPED_TITLE, graph_mode_asked, graphs_skipped
+from .input_bound import loader_ranges
 
 TOKEN_RANGE = "decode::token"
 """The range that marks one decode token (the causal_lm workload's ``record_function``; ``decode_launch_bound``)."""
@@ -190,11 +191,18 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
     outside = _outside_ops_us(r, basis) if on_loop else None
     asked = graph_mode_asked(c.config)  # a mode that replays CUDA graphs, from the run's config (None without)
-    waits = data_wait(r.steps)["share"]  # the input rule's own test: the pointer only where that rule speaks
-    if names and is_data_loader_next(names[0]) and waits is not None and waits >= DATA_WAIT_AT:
-        fix = (f"The largest CPU cost is the DataLoader handing out the step's batch ({names[0]}): see *The step "
-               "waits for its batch* for what makes the batches while the step runs. Fewer launches or a CUDA graph "
-               "come after that.")
+    dw = data_wait(r.steps)  # the input rule's own test: the pointer only where that rule speaks
+    # ...and where the batch wait is the largest of the loop's costs that a fix below would name first: its Python in
+    # no op, its launch calls, a blocking call (by own time). Not by the top op's own time alone: with with_stack the
+    # wait's own time is the Python frames' under the DataLoader's range (a lock's acquire), and other threads' own
+    # time (a queue's feeder waiting) runs beside the step
+    rivals = [outside or 0.0, calls_us] + [us for n, us, _w in top[:1] if n in _BLOCKING]
+    if dw["share"] is not None and dw["share"] >= DATA_WAIT_AT and dw["data_us_per_step"] >= max(rivals):
+        which = (loader_ranges(r, dw["steps"]) or ["enumerate(DataLoader)#...__next__"])[0]
+        fix = (f"The step's largest CPU cost is waiting for its batch: {_fmt_us(dw['data_us_per_step'])} per step "
+               f"inside the DataLoader's {which} on average ({dw['share']:.0%} of the CPU time): see *The step waits "
+               "for its batch* for what makes the batches while the step runs. Fewer launches or a CUDA graph come "
+               "after that.")
     elif outside is not None and outside >= max(PYTHON_DOMINATES * cpu, PYTHON_FLOOR_US):
         find = ("this trace recorded its Python frames (with_stack=True): the profiler table's Python rows say "
                 "where it goes (a frame's self time is the interpreter's own, outside any op; their recording adds "

@@ -19,7 +19,7 @@ BURST_AT = 10.0
 batches ran out there."""
 
 
-def _iterators(report, steps: list[int]) -> list[str]:
+def loader_ranges(report, steps: list[int]) -> list[str]:
     """The DataLoader ranges' names in these steps (``cpu_own_times``), most time first."""
     own = report.cpu_own_times
     if own.empty:
@@ -39,7 +39,7 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     if r.has_gpu and ss.get("bound") in GPU_PACED:
         return None  # the GPU sets the pace: the batches are made while it works through the queue
     n, data, cpu = len(dw["steps"]), dw["data_us_per_step"], dw["cpu_us_per_step"]
-    names = _iterators(r, dw["steps"])
+    names = loader_ranges(r, dw["steps"])
     which = names[0] if names else "enumerate(DataLoader)#...__next__"
     scope = f"the {n} steady-state steps" if n > 1 else "the one steady-state step"
     text = (f"The loop waits for its data: over {scope} the DataLoader's {which} took {_fmt_us(data)} per step on "
