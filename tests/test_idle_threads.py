@@ -229,6 +229,27 @@ def test_q1_says_how_much_self_time_is_idle_threads_frames(tmp_path):
     assert "idle_thread_self_us" not in q1.evidence and "ran no Python code" not in q1.text
 
 
+def test_an_h200_compiled_run_after_the_watch_fix():
+    """An H200 run of 2026-12-05 (``torch.compile`` default, with_stack, forked from the prestarted worker): the
+    runner's watch holds no frame now, so thread 0 holds only Inductor's own waiting threads (tqdm's monitor, the
+    compile workers' reader), linked into one chain; Q1 counts their outermost frame's duration (a plain scan) as
+    idle threads' self time and names each of their frames, and none of the loop thread's."""
+    from profiling_core.analyses import analyze
+    from profiling_core.explain.questions import findings
+    path = DATA / "h200_verdicts" / "stack_mm_compile.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    frames = [e for e in events if e.get("cat") == "python_function"]
+    zero = [e for e in frames if e.get("tid") == 0]
+    assert not any("run/worker.py" in e["name"] for e in zero)  # (its frames are the loop thread's stack alone)
+    assert {e["name"] for e in zero if e["name"].startswith(("tqdm/", "torch/_inductor/compile_worker/"))}
+    (outer,) = [e for e in zero if e["args"]["Python parent id"] is None]
+    with open_trace(str(path), engine="sqlite") as s:
+        q1 = next(f for f in findings(analyze(s)) if f.id == "q1.table")
+    assert q1.evidence["idle_thread_self_us"] == pytest.approx(outer["dur"], abs=1e-3)
+    assert set(q1.evidence["idle_thread_rows"]) == {e["name"] for e in zero}
+    assert f"{outer['dur'] / 1000:.2f} ms of the self CPU time" in q1.text
+
+
 _RANGE_WORK = """
 def work(x):
     with record_function("region"):  # entered inside a frame and left outside it: a spill slice
