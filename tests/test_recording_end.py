@@ -84,3 +84,53 @@ def test_steps_are_cut_only_past_the_recording(tmp_path, record_until):
         assert got["cut_us"].sum() == 0
     else:
         assert got["cut_us"].iloc[-1] == pytest.approx(st[-1][2]) and 0 < got["cpu_dur_us"].iloc[0] <= st[0][2]
+
+
+def _own_by_scan(path) -> float:
+    """The step slices' own time (µs) by a plain scan: each step's recorded window (cut at the recording's end)
+    less the time inside it of the CPU ops on its thread that start in its slice as written (their launch calls lie
+    inside them)."""
+    end, st = _scan(path)
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    own = 0.0
+    for _name, ts, dur in st:
+        w = ts + _recorded(end, ts, dur)
+        own += (w - ts) - sum(max(0.0, min(w, e["ts"] + e["dur"]) - max(ts, e["ts"]))
+                              for e in ev if ts <= e["ts"] < ts + dur)
+    return own
+
+
+@pytest.mark.parametrize("record_until,want", [(None, 12.0), (70.0, 6.0), (20.0, 2.0)])
+def test_a_cut_steps_own_time_counts_its_children_inside_the_cut(tmp_path, record_until, want):
+    """Three steps of 44 µs, each 2 µs, a 40 µs aten::mm, 2 µs (4 µs of own time). A recording that ends 70 µs after
+    the first step's start holds step 1 (4 µs own) and 21 µs of step 2, of which its mm ran 19 (2 µs own); one that
+    ends at 20 µs holds 20 µs of step 1, 18 of them in its mm (2 µs own). The steps' own time must not count the
+    children's time past the cut (it went negative: 21 - 40 µs), in the table and in its SQL alike."""
+    path = _steps_trace(tmp_path / "t.json", record_until=record_until)
+    assert _own_by_scan(path) == pytest.approx(want, abs=0.001)
+    s = open_trace(path)
+    table = profiler_table(s).set_index("name")
+    assert table.loc["ProfilerStep*", "self_cpu_us"] == pytest.approx(want, abs=0.001)
+    sql = s.query(load_query("profiler_table"))
+    assert sql.loc[sql["name"] == "ProfilerStep*", "self_cpu_ns"].astype("int64").sum() / 1000 == pytest.approx(
+        want, abs=0.001)
+
+
+def test_a_cut_step_on_a_spill_track_counts_its_children_inside_the_cut(tmp_path):
+    """A step entered inside a Python frame and left after it (a spill slice: it cannot nest in the frame) whose mm
+    also outlasts the frame, so it nests in the step on the spill track: the frame 0–30 µs, the step 2–46, its mm
+    4–44, the recording's end at 20. The step's recorded window is 2–20, of which its mm ran 16: 2 µs own (it was
+    18 - 40 µs)."""
+    t = vt.Trace()
+    base = t.t
+    t._x("loop.py(1): run", base, 30.0, "python_function")
+    t._x("ProfilerStep#1", base + 2, 44.0, "user_annotation")
+    t._x("aten::mm", base + 4, 40.0, "cpu_op")
+    t._x("PyTorch Profiler (0)", base, 20.0, "Trace", pid="Spans", tid="PyTorch Profiler")
+    path = t.write(tmp_path / "t.json")
+    s = open_trace(path)
+    table = profiler_table(s).set_index("name")
+    assert table.loc["ProfilerStep*", "self_cpu_us"] == pytest.approx(2.0, abs=0.001)
+    sql = s.query(load_query("profiler_table")).set_index("name")
+    assert (sql["self_cpu_ns"].astype("int64") / 1000).to_dict() == pytest.approx(
+        table["self_cpu_us"].to_dict(), abs=0.001)

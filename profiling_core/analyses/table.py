@@ -25,7 +25,9 @@ def _cpu_mask(sh: Shared) -> np.ndarray:
 
 def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     """(is a CPU slice (:func:`_cpu_mask`), own ns) for every row of ``sh.slices``: a slice's own (self) time is its
-    duration less its children's (the profiler table's "Self CPU"), or, for a slice on a spill track of its thread
+    duration less its children's (the profiler table's "Self CPU"; of a step cut at the recording's end, their time
+    inside the cut: a child running past it would make the step's own time negative), or, for a slice on a spill
+    track of its thread
     (:func:`_spilled_own`), less the union of its children and of the time the thread's first track spent in slices
     inside its window; an idle thread's frame (:func:`idle_frames`) is on a thread of its own. The one rule for a CPU
     slice's own time: the table, ``cpu_own_times`` and the dispatch chains' ``own_us`` read it. Computed once per
@@ -78,11 +80,19 @@ def _cpu_own_build(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     t = sh.slices
     idle, idle_own = idle_frames(sh)
     ppos = _parents(sh)
-    dur = t["dur"]
+    dur, ts = t["dur"], t["ts"]
     child = np.zeros(len(dur), dtype=np.int64)
     has = ppos >= 0
     has[idle] = False  # (an idle thread's frame is no slice's child, nor on the thread it is read on)
-    np.add.at(child, ppos[has], dur[has])
+    kids = np.flatnonzero(has)
+    up = ppos[kids]
+    took = dur[kids]
+    cut = dur[up] != sh.tables.dur[up]  # a step cut at the recording's end: its children count inside the cut only
+    if cut.any():
+        k, u = kids[cut], up[cut]
+        took = took.copy()
+        took[cut] = np.maximum(np.minimum(ts[k] + dur[k], ts[u] + dur[u]) - np.maximum(ts[k], ts[u]), 0)
+    np.add.at(child, up, took)
     own = dur - child
     cpu = _cpu_mask(sh)
     host = _host_utid(sh, cpu)
@@ -304,8 +314,8 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
             outer = (nb < hi) & (ne > lo) & ~((nb <= lo) & (ne >= hi)) & ((npar < 0) | ((npb <= lo) & (npe >= hi)))
             k = kids[np.searchsorted(ppos[kids], r, side="left"):np.searchsorted(ppos[kids], r, side="right")]
             below = int((np.minimum(ne[outer], hi) - np.maximum(nb[outer], lo)).clip(min=0).sum())
-            own[r] = dur[r] - union_ns(np.concatenate([np.maximum(nb[outer], lo), ts[k]]),
-                                        np.concatenate([np.minimum(ne[outer], hi), ts[k] + dur[k]]))
+            own[r] = dur[r] - union_ns(np.concatenate([np.maximum(nb[outer], lo), np.clip(ts[k], lo, hi)]),
+                                        np.concatenate([np.minimum(ne[outer], hi), np.clip(ts[k] + dur[k], lo, hi)]))
             around = near[(nb <= lo) & (ne >= hi)]
             enc = enclosers[r] = int(mine[around[np.argmax(depth[around])]]) if len(around) else -1
             # the frame around it counted that window (less its own children) as its own time, unless that frame

@@ -1,6 +1,7 @@
 -- The profiler table (key_averages) rebuilt from the trace: per name and lane, calls, self/total CPU and device time (ns).
 -- Python frames (python_function, recorded with with_stack=True) are rows, as in torch's table.
--- CPU rows: self = duration minus the durations of its child slices (a slice of a thread's spill track, one that
+-- CPU rows: self = duration minus the durations of its child slices (of a step cut at the recording's end, their time
+-- inside the cut; a slice of a thread's spill track, one that
 -- could not nest where it overlapped a slice without enclosing it: minus the union of its children and the time spent
 -- in its window by the outermost slices of its thread's first track that do not enclose it; what that leaves of its
 -- window is taken out of the self time of the innermost first-track slice around it, unless that one also encloses
@@ -50,14 +51,18 @@ bypass (id, p) AS (  -- a slice the readers nested in an idle thread's frame: up
 reparent AS (  -- those slices, with their parent for the own-time rule: the nearest ancestor that is not such a frame
   SELECT id, p AS parent_id FROM bypass WHERE p IS NULL OR p NOT IN (SELECT id FROM idle)
 ),
-child AS (
-  SELECT parent_id AS id, SUM(dur) AS child_ns FROM (
-    SELECT parent_id, dur FROM slice
+child AS (  -- a step cut at the recording's end: its children count inside the cut only
+  SELECT k.parent_id AS id,
+    SUM(CASE WHEN c.dur < p.dur THEN MAX(0, MIN(k.ts + k.dur, c.ts + c.dur) - MAX(k.ts, c.ts)) ELSE k.dur END)
+      AS child_ns
+  FROM (
+    SELECT parent_id, ts, dur FROM slice
     WHERE parent_id IS NOT NULL AND parent_id NOT IN (SELECT id FROM idle)
       AND id NOT IN (SELECT id FROM idle)
     UNION ALL
-    SELECT r.parent_id, s.dur FROM reparent r JOIN slice s ON s.id = r.id WHERE r.parent_id IS NOT NULL)
-  WHERE parent_id IN (SELECT id FROM cpu) GROUP BY parent_id
+    SELECT r.parent_id, s.ts, s.dur FROM reparent r JOIN slice s ON s.id = r.id WHERE r.parent_id IS NOT NULL) k
+  JOIN cpu c ON c.id = k.parent_id JOIN slice p ON p.id = k.parent_id
+  GROUP BY k.parent_id
 ),
 host AS (  -- each CPU slice's thread for the own-time rule: a slice of thread 0 (not a Python frame) takes the
            -- thread around it; an idle thread's frame has none
@@ -89,12 +94,14 @@ outer_of AS (  -- per spill slice, the outermost first-track slices below what e
   LEFT JOIN slice op ON op.id = CAST(CASE WHEN ro.id IS NULL THEN o.parent_id ELSE ro.parent_id END AS INT)
   WHERE o.id NOT IN (SELECT id FROM idle) AND (op.id IS NULL OR (op.ts <= sp.ts AND op.ts + op.dur >= sp.ts + sp.dur))
 ),
-cover AS (  -- those, and the spill slice's own children
+cover AS (  -- those, and the spill slice's own children, in its window
   SELECT id, b, e FROM outer_of
   UNION ALL
-  SELECT sp.id, k.ts, k.ts + k.dur FROM spill sp JOIN slice k ON k.parent_id = sp.id
+  SELECT sp.id, MIN(MAX(k.ts, sp.ts), sp.ts + sp.dur), MIN(k.ts + k.dur, sp.ts + sp.dur)
+  FROM spill sp JOIN slice k ON k.parent_id = sp.id
   UNION ALL
-  SELECT sp.id, k.ts, k.ts + k.dur FROM spill sp JOIN reparent r ON r.parent_id = sp.id JOIN slice k ON k.id = r.id
+  SELECT sp.id, MIN(MAX(k.ts, sp.ts), sp.ts + sp.dur), MIN(k.ts + k.dur, sp.ts + sp.dur)
+  FROM spill sp JOIN reparent r ON r.parent_id = sp.id JOIN slice k ON k.id = r.id
 ),
 cover_ordered AS (
   SELECT id, b, e,
