@@ -2,14 +2,15 @@
 
 The analyses keep durations as float microseconds (``*_us`` columns); every place that shows one to a reader
 goes through :func:`format_duration_us`, so a number reads the same in a finding, a page and a terminal. A size in
-bytes (a run store's folder) reads through :func:`human_bytes`.
+bytes (a run store's folder) reads through :func:`human_bytes`, a rate through :func:`format_rate`, a count per step
+through :func:`format_count`.
 """
 from __future__ import annotations
 
 import math
 from typing import Any
 
-__all__ = ["format_duration_us", "MISSING", "human_bytes", "format_rate"]
+__all__ = ["format_duration_us", "MISSING", "human_bytes", "format_rate", "format_count"]
 
 MISSING = "n/a"
 """What :func:`format_duration_us` shows for a duration the trace does not have (None, NaN, ``pd.NA``)."""
@@ -69,3 +70,22 @@ def format_rate(x: Any) -> str:
     if abs(v) >= 100:
         return f"{v:,.0f}"
     return f"{v:.{max(0, 2 - math.floor(math.log10(abs(v))))}f}"
+
+
+def format_count(x: Any) -> str:
+    """A count, or a count per step or per token (a mean or a median: ``1.5``), as short text: a whole number in
+    full (``"1462"``, ``"1000000"``), any other to six significant digits (``"3.33333"``), never in exponent form
+    (``:g`` writes 1,000,000 as ``"1e+06"``); a fraction of a million or more keeps one decimal (``"1234567.5"``), one
+    below 1e-4 is written out (``"0.0000125"``). :data:`MISSING` for None, NaN, infinity or text."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return MISSING
+    if math.isnan(v) or math.isinf(v):
+        return MISSING
+    if v.is_integer():
+        return str(int(v))
+    text = f"{v:.6g}"
+    if "e" in text:  # six significant digits written out below 1e-4; one decimal from a million on
+        text = f"{v:.1f}" if abs(v) >= 1 else f"{v:.{5 - math.floor(math.log10(abs(v)))}f}".rstrip("0")
+    return text

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from profiling_core.units import MISSING, format_duration_us, format_rate, human_bytes
+from profiling_core.units import MISSING, format_count, format_duration_us, format_rate, human_bytes
 
 
 @pytest.mark.parametrize("us,text", [
@@ -67,3 +67,17 @@ def test_sizes_read_in_binary_units(n, text):
                                      (float("nan"), MISSING), (-12.34, "-12.3")])
 def test_a_rate_reads_with_three_significant_digits_and_no_exponent(x, text):
     assert format_rate(x) == text
+
+
+@pytest.mark.parametrize("x,text", [
+    (3, "3"), (1462.0, "1462"), (np.int64(7), "7"),
+    (1_000_000, "1000000"),            # :g wrote 1e+06
+    (2_500_000.0, "2500000"),          # ... and 2.5e+06
+    (1_234_567.5, "1234567.5"),        # ... and 1.23457e+06
+    (1.5, "1.5"), (10 / 3, "3.33333"), (0.5, "0.5"),
+    (0.0000125, "0.0000125"),          # :g wrote 1.25e-05
+    (None, MISSING), (float("nan"), MISSING), (math.inf, MISSING), ("3", "3"), ("many", MISSING),
+])
+def test_a_count_per_step_reads_whole_and_never_in_exponent_form(x, text):
+    assert format_count(x) == text
+

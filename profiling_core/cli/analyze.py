@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from ..errors import ProfilingError
 from ..present.terminal import echo
-from ..units import format_duration_us, format_rate, human_bytes
+from ..units import format_count, format_duration_us, format_rate, human_bytes
 
 __all__ = ["add_parser", "command_parser", "run", "build_json", "main"]
 
@@ -186,7 +186,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         lines.append(f"  launch call → GPU start (median, queueing included) {shown}   launch APIs: "
                      + (", ".join(s["launch_apis"]) or "none"))
     if s["compiled_regions_per_step"]:
-        lines.append(f"  compiled regions per step {s['compiled_regions_per_step']:g}"
+        lines.append(f"  compiled regions per step {format_count(s['compiled_regions_per_step'])}"
                      + (f"   memcpy DtoD {s['memcpy_dtod']}" if s["has_gpu"] else ""))
     shares = s.get("time_by_category") or {}
     if s["has_gpu"] and shares:
@@ -200,7 +200,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         lines.append("  training phases (per step, median of the "
                      + ("steps after the first" if after_first else "steps") + "): " + ", ".join(
             f"{name} {format_duration_us(v['cpu_us'])} CPU"
-            + (f" / {format_duration_us(v['gpu_us'])} GPU, {v['kernels']:g} kernel{'s' if v['kernels'] != 1 else ''}"
+            + (f" / {format_duration_us(v['gpu_us'])} GPU, {format_count(v['kernels'])} "
+               f"kernel{'s' if v['kernels'] != 1 else ''}"
                if s["has_gpu"] else "") for name, v in ph.items()))
     lines.extend(_memory_lines(s.get("memory") or {}))
     ks = report.kernel_stats.head(5)
@@ -268,7 +269,7 @@ def _memory_lines(mem: dict) -> list[str]:
         if d.get("op"):
             line += f", at {d['op'] if len(d['op']) <= 60 else d['op'][:59] + '…'}"
         if d.get("step") is not None:
-            line += f" in step {d['step']:g}"
+            line += f" in step {format_count(d['step'])}"
         if d["basis"] == "total" and d["first_allocated_bytes"]:
             line += f"; {human_bytes(d['first_allocated_bytes'])} already allocated when the window opened"
         out.append(line)

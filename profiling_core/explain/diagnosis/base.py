@@ -10,6 +10,7 @@ import pandas as pd
 
 from ...analyses import GPU_PACED, Report
 from ...store.peaks import DevicePeaks
+from ...units import format_count as _fmt_n  # (a count per step: 1e+06 never, see format_count)
 from ..questions.base import _app_run
 
 

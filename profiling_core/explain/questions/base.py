@@ -16,6 +16,7 @@ import pandas as pd
 
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...config import config_field as _cfg
+from ...units import format_count
 
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
@@ -69,10 +70,9 @@ def _num(x) -> Optional[float]:
 
 
 def _n(count, word: str, plural: Optional[str] = None) -> str:
-    """``1 launch``, ``3 launches``; a median such as 1.5 keeps the plural (a whole number is written whole:
-    ``:g`` alone would write 1,234,567 as 1.23457e+06)."""
-    shown = str(int(count)) if float(count).is_integer() else f"{count:g}"
-    return f"{shown} {word if count == 1 else (plural or word + 's')}"
+    """``1 launch``, ``3 launches``; a median such as 1.5 keeps the plural (the count as ``units.format_count``
+    writes it: whole, never in exponent form)."""
+    return f"{format_count(count)} {word if count == 1 else (plural or word + 's')}"
 
 
 def _ordinal(i: int) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ....analyses import basis_steps
-from ..base import Diagnosis, _Ctx, _fmt_us
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us
 
 FREES = ("cudaFree", "hipFree", "cuMemUnmap", "cuMemRelease", "cuMemAddressFree")
 ALLOCS = ("cudaMalloc", "hipMalloc", "cuMemCreate", "cuMemMap", "cuMemAddressReserve", "cuMemSetAccess")
@@ -32,8 +32,8 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
     by_name = calls.groupby(calls["name"].astype(str))[["calls", "own_us"]].sum()
     us = float(by_name["own_us"].sum()) / n
     cpu = float(r.steps.loc[r.steps["step"].isin(basis), "cpu_dur_us"].sum()) / n
-    listed = ", ".join(f"{name} ×{row.calls / n:g}" for name, row in by_name.sort_values("own_us", ascending=False)
-                       .iterrows())
+    listed = ", ".join(f"{name} ×{_fmt_n(row.calls / n)}"
+                       for name, row in by_name.sort_values("own_us", ascending=False).iterrows())
     frees = any(name in FREES for name in by_name.index)
     scope = f"every one of the {n} steady-state steps" if n > 1 else "the one steady-state step"
     text = (f"The caching allocator goes to the driver in {scope}: {listed} per step, {_fmt_us(us)} of CPU time per "

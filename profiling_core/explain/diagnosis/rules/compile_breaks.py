@@ -15,7 +15,7 @@ import numpy as np
 
 from ....analyses import annotation_ranges
 from ....config import config_field as _cfg
-from ..base import Diagnosis, _Ctx, _fmt_us, _multi_tensor_kernels, _steps
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _multi_tensor_kernels, _steps
 from .decode_launch_bound import TOKEN_RANGE
 
 _REGION = "Torch-Compiled Region: "
@@ -79,11 +79,11 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     if per_token is not None:  # a decode step calls the compiled forward once per token: count per token
         if per_token > 1:
             breaks = True
-            parts.append(f"{per_token:g} compiled regions per decode token (graph breaks split the forward)")
+            parts.append(f"{_fmt_n(per_token)} compiled regions per decode token (graph breaks split the forward)")
     elif per_step > 1 and len(frames := sorted({r.removeprefix(_REGION).split("/", 1)[0] for r in regions})) > 1:
         # several frames: graph breaks (or several compiled functions); one frame called often is neither
         breaks = True
-        parts.append(f"{per_step:g} compiled regions per step from {len(frames)} compiled frames (graph breaks "
+        parts.append(f"{_fmt_n(per_step)} compiled regions per step from {len(frames)} compiled frames (graph breaks "
                      "split the compiled code, or the step calls several compiled functions)")
     if len(hashes) > 1:
         parts.append(f"{len(hashes)} distinct compiled graphs")

@@ -10,7 +10,7 @@ from typing import Optional
 
 from ....analyses import GPU_PACED, basis_steps
 from ...questions.base import _per_name, _short
-from ..base import Diagnosis, _Ctx, _fmt_us, _in_steps, _steps
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_steps, _steps
 
 _TRANSPOSES = ("nchwtonhwc", "nhwctonchw")
 
@@ -47,7 +47,7 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
                                  "steady-state verdict, whether the GPU or the CPU sets the pace is not known)")
     names = sorted({str(x) for x in tr["name"]}, key=lambda x: (len(x), x))  # (a set's order varies between runs)
     named = "; ".join(_short(x) for x in names[:2]) + (f"; and {len(names) - 2} more" if len(names) > 2 else "")
-    text = (f"cuDNN transposes between NCHW and NHWC around the convolutions: {count:g} transpose kernel"
+    text = (f"cuDNN transposes between NCHW and NHWC around the convolutions: {_fmt_n(count)} transpose kernel"
             f"{'s' if count != 1 else ''} {unit} ({named}), {_fmt_us(per_step)} of "
             f"GPU time {unit}, {_share(per_step / gpu_total)} of all kernel time; {_share(len(tr) / max(1, len(k)))} "
             "of the kernels. The convolution kernels work in NHWC, and the tensors arrive in NCHW.")

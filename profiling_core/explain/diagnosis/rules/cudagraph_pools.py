@@ -14,7 +14,7 @@ from ....analyses import recorded_with
 from ....analyses.memory import device_of
 from ....config import config_field as _cfg
 from ....units import human_bytes
-from ..base import Diagnosis, _Ctx, _graph_replays
+from ..base import Diagnosis, _Ctx, _fmt_n, _graph_replays
 from .cudagraphs_skipped import graph_mode_asked
 
 
@@ -32,8 +32,8 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
     asked = graph_mode_asked(c.config)  # a torch.compile mode that replays CUDA graphs (reduce-overhead, max-autotune)
     why = f" (mode='{asked}')" if asked else ""
     text = (f"This run replays CUDA graphs{why}: {graphs} cudaGraphLaunch call{'s' if graphs != 1 else ''}"
-            f" ({per_step:g} per step). Each captured graph keeps a private pool for its tensors, reserved between "
-            "replays, and a replay allocates nothing the profiler records")
+            f" ({_fmt_n(per_step)} per step). Each captured graph keeps a private pool for its tensors, reserved "
+            "between replays, and a replay allocates nothing the profiler records")
     if gpu.empty:
         text += (": this trace was recorded with profile_memory=True and its steps made no [memory] event at all, so "
                  "the trace cannot say what the pools hold"

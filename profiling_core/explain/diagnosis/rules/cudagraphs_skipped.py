@@ -6,7 +6,7 @@ from typing import Optional
 
 from ....config import config_field as _cfg
 from ....workloads.causal_lm import CUDA_GRAPH_MODES
-from ..base import Diagnosis, _Ctx
+from ..base import Diagnosis, _Ctx, _fmt_n
 
 TITLE = "CUDA graphs asked for but not used"
 
@@ -40,8 +40,8 @@ def _rule_cudagraphs_skipped(c: _Ctx) -> Optional[Diagnosis]:
     cb = c.report.compile_breakdown
     launches = float(cb["kernel_launches"].median())
     text = (f"This run asked torch.compile for mode='{mode}' (CUDA graphs), but no step replays one: no "
-            f"cudaGraphLaunch in any step, {launches:g} kernel launches per step instead. Inductor skipped the CUDA "
-            "graphs; it does so when the compiled graph mutates one of its inputs in place (a KV cache written by "
+            f"cudaGraphLaunch in any step, {_fmt_n(launches)} kernel launches per step instead. Inductor skipped the "
+            "CUDA graphs; it does so when the compiled graph mutates one of its inputs in place (a KV cache written by "
             "the step), has dynamic shapes, or holds CPU tensors. The trace does not say which.")
     fix = ("Run with TORCH_LOGS='perf_hints' to see why ('skipping cudagraphs due to ...'). For a KV cache written "
            "in place: allocate it once and mark it static (torch._dynamo.mark_static_address(cache)) or keep the "

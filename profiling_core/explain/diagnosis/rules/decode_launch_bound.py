@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from ....analyses import GPU_PACED, annotation_ranges, bound
-from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_us, _gpus_idle
+from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _gpus_idle
 from .gpu_starved import GPU_IDLE_AT, TOKEN_RANGE, launch_call_stats, launch_calls
 
 
@@ -54,15 +54,15 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
             inside |= (starts >= lo) & (starts < hi)
         calls = calls[inside]
     n_calls, call_us, calls_us, graphs = launch_call_stats(calls, n_tokens)
-    text = (f"Each decode token waits on the CPU: in steady state a token ({TOKEN_RANGE}, {per_step:g} per step) "
-            f"takes {_fmt_us(cpu)} of CPU time and launches {_fmt_us(gpu)} of GPU work ({ops:g} GPU op"
+    text = (f"Each decode token waits on the CPU: in steady state a token ({TOKEN_RANGE}, {_fmt_n(per_step)} per step) "
+            f"takes {_fmt_us(cpu)} of CPU time and launches {_fmt_us(gpu)} of GPU work ({_fmt_n(ops)} GPU op"
             f"{'s' if ops != 1 else ''}), so {_gpus_idle(r)} {idle:.0%} of each token.")
     if call_us is not None:
-        text += (f" Its {n_calls:g} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} "
+        text += (f" Its {_fmt_n(n_calls)} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} "
                  f"per token in all (median {_fmt_us(call_us)} each).")
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
     if graphs:
-        text += f" Each token already replays a CUDA graph ({graphs / n_tokens:g} cudaGraphLaunch per token)."
+        text += f" Each token already replays a CUDA graph ({_fmt_n(graphs / n_tokens)} cudaGraphLaunch per token)."
         fix = ("The graph replays already; what is left per token is Python around it (the decode loop, sampling, "
                "cache bookkeeping, input copies into the graph's buffers): keep the loop free of .item() and host "
                "syncs, and decode more sequences per batch so each replay does more work.")
@@ -71,7 +71,7 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
                "generate(..., cache_implementation='static'); this workload's cache=static) keeps every token's "
                "shapes the same, and torch.compile(model.forward, mode='reduce-overhead') then launches each token "
                "as one cudaGraphLaunch"
-               + (f" (about {_fmt_us(gain)} per token less in launch calls, from {n_calls:g} calls of "
+               + (f" (about {_fmt_us(gain)} per token less in launch calls, from {_fmt_n(n_calls)} calls of "
                   f"{_fmt_us(call_us)})" if gain else "")
                + ". With a dynamic cache the shapes change every token, so no CUDA graph can be reused (a graph "
                "replays fixed shapes; compiled code made for dynamic shapes still launches each kernel). A larger "
@@ -79,8 +79,8 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     cost, basis = _cpu_time_cost(
         r, max(0.0, cpu - gpu) * per_step, "CPU time less GPU work per steady-state decode token, times the tokens of "
         "a step: the most that removing the per-token CPU cost can save",
-        f"the {_fmt_us(max(0.0, cpu - gpu))} per token ({per_step:g} tokens a step) that the CPU spends beyond the "
-        "token's GPU work,")
+        f"the {_fmt_us(max(0.0, cpu - gpu))} per token ({_fmt_n(per_step)} tokens a step) that the CPU spends beyond "
+        "the token's GPU work,")
     return Diagnosis("decode_launch_bound", "Decode tokens are launch-bound (the GPU waits within each token)",
                      text, fix, cost, basis,
                      {"tokens_per_step": per_step, "cpu_us_per_token": cpu, "gpu_us_per_token": gpu,

@@ -13,7 +13,7 @@ import numpy as np
 
 from ....analyses import DATA_WAIT_AT, annotation_ranges, data_wait, is_data_loader_next
 from ....analyses._shared import union_ns
-from ..base import Diagnosis, _Ctx, _fmt_us, _gpus_idle
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _gpus_idle
 from .cudagraphs_skipped import TITLE as SKIPPED_TITLE, graph_mode_asked, graphs_skipped
 from .input_bound import loader_ranges
 
@@ -170,7 +170,7 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     scope = (f"in the only step with work in it (step {basis[0]}; the other steps are empty) the step takes"
              if ss.get("empty_steps") and len(basis) == 1 else "in steady state a step takes")
     text = (f"The GPU waits on the CPU: {scope} {_fmt_us(cpu)} of CPU time{blocked} and "
-            f"launches {_fmt_us(gpu)} of GPU work ({per_step_ops:g} GPU op{'s' if per_step_ops != 1 else ''} per "
+            f"launches {_fmt_us(gpu)} of GPU work ({_fmt_n(per_step_ops)} GPU op{'s' if per_step_ops != 1 else ''} per "
             f"step), so {_gpus_idle(r)} {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
     on_loop = _step_thread_launches(r, basis, calls)  # (else the step thread's idle time is not the loop's)
     step_own = _step_own_us(r, basis) if on_loop else None
@@ -182,10 +182,11 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                  + (f" These are the own times of every thread of the process, which run side by side: together "
                     f"{_fmt_us(listed)}, more than the step's {_fmt_us(cpu)}." if listed > 1.01 * cpu else ""))
     if call_us is not None:
-        text += (f" The {n_calls:g} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} per "
+        text += (f" The {_fmt_n(n_calls)} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} per "
                  f"step in all (median {_fmt_us(call_us)} each).")
     if graphs:
-        text += f" The step already replays a CUDA graph ({graphs / max(1, len(basis)):g} cudaGraphLaunch per step)."
+        text += (f" The step already replays a CUDA graph ({_fmt_n(graphs / max(1, len(basis)))} cudaGraphLaunch per "
+                 "step).")
     names = [n for n, _us, _w in top]
     compiled = any(n.startswith(_COMPILED) for n, _us, _w in _cpu_time_by_op(r, basis))
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
@@ -232,8 +233,8 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     elif call_us is not None and n_calls * call_us >= LAUNCHES_DOMINATE * cpu and not graphs:
         fix = ("Cut the launches: torch.compile fuses kernels (mode='default'), and mode='reduce-overhead' replays "
                f"the step as one CUDA graph (about {_fmt_us(gain)} per step less in launch calls, from "
-               f"{n_calls:g} calls of {_fmt_us(call_us)}); or give each launch more work (a larger batch). Measure "
-               "it: graph replay has its own per-call cost (input copies, checks).")
+               f"{_fmt_n(n_calls)} calls of {_fmt_us(call_us)}); or give each launch more work (a larger batch). "
+               "Measure it: graph replay has its own per-call cost (input copies, checks).")
     elif compiled and not graphs:
         fix = ("The compiled step's own Python and guards cost more than its GPU work: "
                "torch.compile(mode='reduce-overhead') replays it as a CUDA graph (one launch, no Python per kernel); "

@@ -27,7 +27,7 @@ import numpy as np
 from ....analyses import GPU_PACED, basis_steps, phases_at, working_steps
 from ....units import human_bytes
 from ...questions.base import ELSEWHERE, _on_step_thread, _per_name
-from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_us
+from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_n, _fmt_us
 
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
                "cuStreamSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
@@ -93,7 +93,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
         size = (f" of {human_bytes(row['bytes'])}" if same else
                 f" of {human_bytes(row['min_bytes'])} to {human_bytes(row['max_bytes'])} "
                 f"({human_bytes(row['bytes'])} on average)") if row["bytes"] else ""
-        parts.append(f"{row['per_step']:g} {row['kind']} cop{'y' if row['per_step'] == 1 else 'ies'} per step"
+        parts.append(f"{_fmt_n(row['per_step'])} {row['kind']} cop{'y' if row['per_step'] == 1 else 'ies'} per step"
                      + size
                      + (f" {'from' if row['kind'] == 'host-to-device' else 'to'} {row['memory']} memory"
                         if row["memory"] else "")
@@ -113,14 +113,14 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
         if _UNSCALE in tb.name.uniq:
             scaler = sum(1 for i, ph in placed if ph == "optimizer" and names[i] in _SYNC_OPS
                          and not _under(names, tb, i, "Optimizer.step#")) / n
-        parts.append("by phase of the training step: " + ", ".join(f"{ph} ×{v:g}" for ph, v in by_phase.items()))
+        parts.append("by phase of the training step: " + ", ".join(f"{ph} ×{_fmt_n(v)}" for ph, v in by_phase.items()))
         if scaler:
-            parts.append(f"{scaler:g} per step in the optimizer phase, before the optimizer's own step: the "
+            parts.append(f"{_fmt_n(scaler)} per step in the optimizer phase, before the optimizer's own step: the "
                          "GradScaler reading found_inf back to decide whether to step (scaler.step with an "
                          "optimizer that is not fused)")
         if logged:
-            parts.append(f"{logged:g} per step after the optimizer, outside every phase: the loop reading a value "
-                         "back (logging the loss with .item()) every step")
+            parts.append(f"{_fmt_n(logged)} per step after the optimizer, outside every phase: the loop reading a "
+                         "value back (logging the loss with .item()) every step")
     pageable = any(row["memory"] == "pageable" for row in copy_rows)
     scope = " of the steady state (the steps after the first)" if len(steady) < len(work) else ""
     if len(work) == 1 < len(r.steps):  # one step with work beside empty ones: no steady state to speak of

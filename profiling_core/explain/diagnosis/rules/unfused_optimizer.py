@@ -16,7 +16,7 @@ import re
 from typing import Optional
 
 from ....analyses import GPU_PACED, basis_steps, phase_ops
-from ..base import Diagnosis, _Ctx, _fmt_us, _in_this_app, _multi_tensor_kernels
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels
 
 PER_PARAMETER_OPS_AT = 8
 """ATen ops per step in the optimizer phase from which a for-loop optimizer is worth naming (a for-loop Adam runs
@@ -50,12 +50,12 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
                None)
     counts = names.value_counts()
     top = counts.head(4)
-    what = ", ".join(f"{n} ×{k / n_steps:g}" for n, k in top.items()) + (
+    what = ", ".join(f"{n} ×{_fmt_n(k / n_steps)}" for n, k in top.items()) + (
         f" and {len(counts) - len(top)} more" if len(counts) > len(top) else "")
     on_gpu = r.has_gpu
-    text = (f"The optimizer{f' ({cls})' if cls else ''} ran its for-loop implementation: {per_step:g} ATen ops per "
-            f"step ({what}), none of them a multi-tensor (_foreach_) or fused (_fused_) op"
-            + (f"; {kernels:g} kernels per step in the optimizer phase, {_fmt_us(gpu_us)} of GPU time" if on_gpu
+    text = (f"The optimizer{f' ({cls})' if cls else ''} ran its for-loop implementation: {_fmt_n(per_step)} ATen "
+            f"ops per step ({what}), none of them a multi-tensor (_foreach_) or fused (_fused_) op"
+            + (f"; {_fmt_n(kernels)} kernels per step in the optimizer phase, {_fmt_us(gpu_us)} of GPU time" if on_gpu
                else "")
             + f", {_fmt_us(cpu_us)} of CPU time per step. Each parameter's update is a few small ops, each "
             "dispatched (and on a GPU launched) on its own.")
