@@ -7,6 +7,8 @@ and ``<label>.analyze.json`` (what ``python -m profiling_core analyze --json`` s
 plus ``peaks.json``. The cases' own code is in ``scripts/verdict_cases/``.
 
 Usage (repo root, on the device machine): python3 scripts/gpu_verdicts.py --out DIR [--only LABEL,...]
+[--skip LABEL,...] [--with-stack] [--traces-only] (``gpu_workloads._options``: each case recorded with
+``with_stack=True`` beside it; the traces alone, read elsewhere).
 """
 from __future__ import annotations
 

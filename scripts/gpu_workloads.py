@@ -100,15 +100,40 @@ def run_each(configs: dict, store: RunStore, out: Path, only: set):
         yield label, run, time.perf_counter() - t0
 
 
-def _out_and_only() -> tuple[Path, set]:
-    """The scripts' two options: ``--out DIR`` (made) and ``--only LABEL,...`` (empty: every case)."""
+def _options() -> argparse.Namespace:
+    """The scripts' options: ``--out DIR`` (made), ``--only LABEL,...`` (empty: every case), ``--skip LABEL,...``,
+    ``--with-stack`` (every case recorded with ``with_stack=True`` too, labelled ``<label>_stack``: a verdict must hold
+    where Python frames take the ops' time), ``--traces-only`` (no calibration, no ``analyze``: the traces are read
+    elsewhere)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
-    a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out, {x for x in a.only.split(",") if x}
+    ap.add_argument("--skip", default="")
+    ap.add_argument("--with-stack", action="store_true")
+    ap.add_argument("--traces-only", action="store_true")
+    a, _rest = ap.parse_known_args()
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    return a
+
+
+def _out_and_only() -> tuple[Path, set]:
+    """``--out DIR`` (made) and ``--only LABEL,...`` (empty: every case), less ``--skip``."""
+    a = _options()
+    only = {x for x in a.only.split(",") if x}
+    return Path(a.out), only
+
+
+def _cases(runs: dict, a: argparse.Namespace) -> dict:
+    """The runs ``--skip`` leaves, each also with ``with_stack=True`` (``<label>_stack``) under ``--with-stack``."""
+    skip = {x for x in a.skip.split(",") if x}
+    out = {}
+    for label, cfg in runs.items():
+        if label in skip:
+            continue
+        out[label] = cfg
+        if a.with_stack and not cfg.with_stack:
+            out[f"{label}_stack"] = ExperimentConfig.from_dict({**cfg.to_dict(), "with_stack": True})
+    return out
 
 
 def calibrated_main(runs: dict, prefix: str) -> int:
@@ -119,12 +144,19 @@ def calibrated_main(runs: dict, prefix: str) -> int:
 
     from profiling_core import calibrate
     out, only = _out_and_only()
+    a = _options()
+    runs = _cases(runs, a)
     store = RunStore(tempfile.mkdtemp(prefix=f"{prefix}-store-"))
     t0 = time.perf_counter()
-    peaks = calibrate(store=store)
-    (out / "peaks.json").write_text(json.dumps(peaks.to_dict(), indent=1))
-    print(f"== calibration {time.perf_counter() - t0:.1f} s: {peaks.gemm_tflops} {peaks.bandwidth_gbs} GB/s", flush=True)
+    if not a.traces_only:
+        peaks = calibrate(store=store)
+        (out / "peaks.json").write_text(json.dumps(peaks.to_dict(), indent=1))
+        print(f"== calibration {time.perf_counter() - t0:.1f} s: {peaks.gemm_tflops} {peaks.bandwidth_gbs} GB/s",
+              flush=True)
     for label, run, took in run_each(runs, store, out, only):
+        if a.traces_only:
+            print(f"== {label} ({took:.1f} s)", flush=True)
+            continue
         res = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(run.trace_path), "--json",
                               "--engine", "sqlite", "--peaks", str(out / "peaks.json")], capture_output=True, text=True)
         (out / f"{label}.analyze.json").write_text(res.stdout or res.stderr)
