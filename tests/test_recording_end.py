@@ -102,10 +102,10 @@ def _own_by_scan(path) -> float:
 
 @pytest.mark.parametrize("record_until,want", [(None, 12.0), (70.0, 6.0), (20.0, 2.0)])
 def test_a_cut_steps_own_time_counts_its_children_inside_the_cut(tmp_path, record_until, want):
-    """Three steps of 44 µs, each 2 µs, a 40 µs aten::mm, 2 µs (4 µs of own time). A recording that ends 70 µs after
-    the first step's start holds step 1 (4 µs own) and 21 µs of step 2, of which its mm ran 19 (2 µs own); one that
-    ends at 20 µs holds 20 µs of step 1, 18 of them in its mm (2 µs own). The steps' own time must not count the
-    children's time past the cut (it went negative: 21 - 40 µs), in the table and in its SQL alike."""
+    """Three steps of 44 µs, each 2 µs, a 40 µs aten::mm, 2 µs (4 µs of own time). A recording that ends 70 µs
+    after the first step's start holds step 1 (4 µs own) and 21 µs of step 2, of which its mm ran 19 (2 µs own); one
+    that ends at 20 µs holds 20 µs of step 1, 18 of them in its mm (2 µs own). The steps' own time must not count
+    the children's time past the cut (it went negative: 21 - 40 µs), in the table and in its SQL alike."""
     path = _steps_trace(tmp_path / "t.json", record_until=record_until)
     assert _own_by_scan(path) == pytest.approx(want, abs=0.001)
     s = open_trace(path)
