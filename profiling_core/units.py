@@ -8,7 +8,7 @@ through :func:`format_count`.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 __all__ = ["format_duration_us", "MISSING", "human_bytes", "format_rate", "format_count"]
 
@@ -55,15 +55,21 @@ def human_bytes(n: float) -> str:
     return f"{n:,.1f} GiB"
 
 
+def _finite(x: Any) -> Optional[float]:
+    """``x`` as a finite float, or None (None, NaN, infinity, ``pd.NA``, text that is no number)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) or math.isinf(v) else v
+
+
 def format_rate(x: Any) -> str:
     """A rate (GFLOP/s, TFLOP/s) as short text with three significant digits and no exponent: ``"0.000581"``,
     ``"0.556"``, ``"12.3"``, ``"233"``, ``"1,920"`` (``:.3g`` would write ``"1.92e+03"``, and a fixed ``:.3f``
     rounds 0.000581 up to ``"0.001"``). :data:`MISSING` for None, NaN or text."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return MISSING
-    if math.isnan(v) or math.isinf(v):
+    v = _finite(x)
+    if v is None:
         return MISSING
     if v == 0:
         return "0"
@@ -77,11 +83,8 @@ def format_count(x: Any) -> str:
     full (``"1462"``, ``"1000000"``), any other to six significant digits (``"3.33333"``), never in exponent form
     (``:g`` writes 1,000,000 as ``"1e+06"``); a fraction of a million or more keeps one decimal (``"1234567.5"``), one
     below 1e-4 is written out (``"0.0000125"``). :data:`MISSING` for None, NaN, infinity or text."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return MISSING
-    if math.isnan(v) or math.isinf(v):
+    v = _finite(x)
+    if v is None:
         return MISSING
     if v.is_integer():
         return str(int(v))
