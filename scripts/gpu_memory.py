@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from gpu_workloads import _out_and_only, run_each  # noqa: E402
+from gpu_workloads import _cases, _options, run_each  # noqa: E402
 from profiling_core import ExperimentConfig, RunStore  # noqa: E402
 
 W = dict(warmup=5, active=3, device="cuda")
@@ -132,9 +132,10 @@ def torch_alone(out: Path) -> None:
 
 
 def main() -> int:
-    out, only = _out_and_only()
+    a = _options()
+    out, only = a.out, a.only
     store = RunStore(tempfile.mkdtemp(prefix="mem-store-"))
-    for label, run, took in run_each(runs(), store, out, only):
+    for label, run, took in run_each(_cases(runs(), a), store, out, only):
         meta = json.loads(Path(run.meta_path).read_text())
         print(f"== {label} ({took:.1f} s) peak {meta.get('peak_device_memory_bytes')}", flush=True)
     if not only or "torch_alone" in only:

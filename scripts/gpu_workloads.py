@@ -101,34 +101,27 @@ def run_each(configs: dict, store: RunStore, out: Path, only: set):
 
 
 def _options() -> argparse.Namespace:
-    """The scripts' options: ``--out DIR`` (made), ``--only LABEL,...`` (empty: every case), ``--skip LABEL,...``,
-    ``--with-stack`` (every case recorded with ``with_stack=True`` too, labelled ``<label>_stack``: a verdict must hold
-    where Python frames take the ops' time), ``--traces-only`` (no calibration, no ``analyze``: the traces are read
-    elsewhere)."""
+    """The scripts' options, parsed once: ``out`` (``--out DIR``, made), ``only`` (``--only LABEL,...``; empty:
+    every case) and ``skip`` (``--skip LABEL,...``) as sets, ``with_stack`` (``--with-stack``: every case recorded
+    with ``with_stack=True`` too, labelled ``<label>_stack``: a verdict must hold where Python frames take the ops'
+    time), ``traces_only`` (``--traces-only``: no calibration, no ``analyze``; the traces are read elsewhere)."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--only", default="")
     ap.add_argument("--skip", default="")
     ap.add_argument("--with-stack", action="store_true")
     ap.add_argument("--traces-only", action="store_true")
-    a, _rest = ap.parse_known_args()
-    Path(a.out).mkdir(parents=True, exist_ok=True)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    a.only, a.skip = ({x for x in v.split(",") if x} for v in (a.only, a.skip))
     return a
-
-
-def _out_and_only() -> tuple[Path, set]:
-    """``--out DIR`` (made) and ``--only LABEL,...`` (empty: every case), less ``--skip``."""
-    a = _options()
-    only = {x for x in a.only.split(",") if x}
-    return Path(a.out), only
 
 
 def _cases(runs: dict, a: argparse.Namespace) -> dict:
     """The runs ``--skip`` leaves, each also with ``with_stack=True`` (``<label>_stack``) under ``--with-stack``."""
-    skip = {x for x in a.skip.split(",") if x}
     out = {}
     for label, cfg in runs.items():
-        if label in skip:
+        if label in a.skip:
             continue
         out[label] = cfg
         if a.with_stack and not cfg.with_stack:
@@ -143,9 +136,8 @@ def calibrated_main(runs: dict, prefix: str) -> int:
     import subprocess
 
     from profiling_core import calibrate
-    out, only = _out_and_only()
     a = _options()
-    runs = _cases(runs, a)
+    out, only, runs = a.out, a.only, _cases(runs, a)
     store = RunStore(tempfile.mkdtemp(prefix=f"{prefix}-store-"))
     t0 = time.perf_counter()
     if not a.traces_only:
@@ -166,9 +158,9 @@ def calibrated_main(runs: dict, prefix: str) -> int:
 
 
 def main() -> int:
-    out, only = _out_and_only()
+    a = _options()
     store = RunStore(tempfile.mkdtemp(prefix="wl-store-"))
-    for label, run, took in run_each(runs(), store, out, only):
+    for label, run, took in run_each(_cases(runs(), a), store, a.out, a.only):
         print(f"== {label} ({run.config.name}, {took:.1f} s)\n{scan(run.trace_path)}", flush=True)
     shutil.rmtree(store.root, ignore_errors=True)
     return 0
