@@ -28,9 +28,9 @@ def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     duration less its children's (the profiler table's "Self CPU"; of a step cut at the recording's end, their time
     inside the cut: a child running past it would make the step's own time negative), or, for a slice on a spill
     track of its thread (:func:`_spilled_own`), less the union of its children and of the time the thread's first
-    track spent in slices inside its window; an idle thread's frame (:func:`idle_frames`) is on a thread of its own. The one rule for a CPU
-    slice's own time: the table, ``cpu_own_times`` and the dispatch chains' ``own_us`` read it. Computed once per
-    trace (read only)."""
+    track spent in slices inside its window; an idle thread's frame (:func:`idle_frames`) is on a thread of its own.
+    The one rule for a CPU slice's own time: the table, ``cpu_own_times`` and the dispatch chains' ``own_us`` read
+    it. Computed once per trace (read only)."""
     return sh.cached("cpu_own_ns", _cpu_own_build)
 
 
