@@ -426,13 +426,19 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     that time is counted once, on the engine's thread, where the backward's ops ran). The step slices themselves
     are left out (their own time is what no op of the step accounts for).
 
+    Not every thread works for the step: a thread that neither holds the step slice nor makes a launch call in the
+    step's window (a DataLoader's pin-memory thread, its queues' feeder threads, recorded with ``with_stack``; an idle
+    thread's frames, :func:`idle_frames`) runs *beside* it, and its time is no cost of the step's (its waits overlap
+    the step's own). ``beside_us`` is the part of ``own_us`` on such threads.
+
     Returns:
         DataFrame ``step``, ``name``, ``category`` (lower case, of the name's first slice in the step), ``calls``,
-        ``own_us`` (summed over the step's slices of that name), ``wait_us`` (the autograd wait taken out of it), in
-        step order, then largest ``own_us`` first; empty (same columns) without steps.
+        ``own_us`` (summed over the step's slices of that name), ``wait_us`` (the autograd wait taken out of it),
+        ``beside_us`` (of ``own_us``, the time on threads beside the step), in step order, then largest ``own_us``
+        first; empty (same columns) without steps.
     """
     sh = shared_for(session, shared)
-    cols = ["step", "name", "category", "calls", "own_us", "wait_us"]
+    cols = ["step", "name", "category", "calls", "own_us", "wait_us", "beside_us"]
     steps = sh.steps_list
     t = sh.slices
     if not steps or len(t["ts"]) == 0:
@@ -448,15 +454,35 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     wait = autograd_wait(sh)[rows]
     ns = np.bincount(inv, weights=(own[rows] - wait).astype(np.float64), minlength=len(uk))
     waited = np.bincount(inv, weights=wait.astype(np.float64), minlength=len(uk))
+    beside = _beside_step(sh, steps, rows, j)
+    aside = np.bincount(inv, weights=np.where(beside, own[rows] - wait, 0).astype(np.float64), minlength=len(uk))
     k_step, k_name = uk // (len(t["name_uniq"]) + 1), uk % (len(t["name_uniq"]) + 1) - 1
     names = t["name_uniq"]
     df = pd.DataFrame({"step": [steps[k][1] for k in k_step.tolist()],
                        "name": pd.Series([names[c] for c in k_name.tolist()], dtype=object),
                        "category": pd.Series(sh.cats_at(rows[first]), dtype=object),
-                       "calls": calls.astype(np.int64), "own_us": ns / 1000.0, "wait_us": waited / 1000.0})
+                       "calls": calls.astype(np.int64), "own_us": ns / 1000.0, "wait_us": waited / 1000.0,
+                       "beside_us": aside / 1000.0})
     df = df.sort_values(["step", "own_us", "name"], ascending=[True, False, True], kind="stable")
     df["step"] = df["step"].astype("Int64")
     return df[cols].reset_index(drop=True)
+
+
+def _beside_step(sh: Shared, steps: list[tuple], rows: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Whether each of these CPU slices (``rows``, in step ``j`` of ``steps``) ran on a thread beside its step (see
+    :func:`cpu_own_times`): not the step slice's thread, and no launch call of the step's window on it; an idle
+    thread's frame always."""
+    utid = sh.slices["utid"]
+    width = int(utid.max()) + 2 if len(utid) else 1
+    works = [j_ * width + int(s[6]) + 1 for j_, s in enumerate(steps) if s[6] is not None]
+    i, k = sh.pair_steps
+    u = utid[sh.p["launch_id"][i]]  # (the launch calls' rows)
+    out = ~np.isin(j * width + utid[rows] + 1, np.concatenate([np.array(works, dtype=np.int64),
+                                                              k[u >= 0] * width + u[u >= 0] + 1]))
+    idle = idle_frames(sh)[0]
+    if len(idle):
+        out |= np.isin(rows, idle)
+    return out
 
 
 def row_label(name):

@@ -44,6 +44,11 @@ PYTHON_FLOOR_US = 1000.0
 of the step, the profiler's step, a few µs of each record_function), which more work per step amortises."""
 
 
+BESIDE_NOTED_AT = 0.05
+"""Share of the step's CPU time the threads beside it (no step slice, no launch call) must spend for the finding to
+name them: below, their time is the profiler's and the runtime's background."""
+
+
 def launch_calls(report):
     """The launch calls of the trace (``_LAUNCH_CALLS``: kernel, graph, copy and memset launches), each once, from
     ``report.launch_latency``."""
@@ -61,23 +66,36 @@ def launch_call_stats(calls, units: int) -> tuple[float, Optional[float], float,
             int((calls["launch_name"] == "cudaGraphLaunch").sum()))
 
 
-def _cpu_time_by_op(report, steps: list[int]) -> list[tuple[str, float, float]]:
-    """(name, median own time per step, median autograd wait per step) of the CPU slices of ``steps`` on every thread
-    (``report.cpu_own_times``: the autograd engine's thread too, as the launch figures count its launches; a
-    thread's wait for that engine is not its own time), largest own time first (the step slices themselves
-    excluded: their own time is what no op of the step accounts for)."""
+def _cpu_time_by_op(report, steps: list[int], beside: bool = False) -> list[tuple[str, float, float]]:
+    """(name, median own time per step, median autograd wait per step) of the CPU slices of ``steps`` on the threads
+    that run the steps (``report.cpu_own_times`` less its ``beside_us``: the step slice's thread, and those that make
+    its launch calls, such as the autograd engine's, as the launch figures count its launches; a thread's wait for
+    that engine is not its own time), largest own time first (the step slices themselves excluded: their own time is
+    what no op of the step accounts for). With ``beside``, the own time of the threads beside the steps instead
+    (waits 0)."""
     own = report.cpu_own_times
     own = own[own["step"].isin(steps)] if len(own) else own
     n = max(1, own["step"].nunique()) if len(own) else 1
     per: dict[str, tuple[list[float], list[float]]] = {}
-    waits = own["wait_us"].tolist() if "wait_us" in own else [0.0] * len(own)
-    for name, us, w in zip(own["name"].astype(str).tolist(), own["own_us"].tolist(), waits):
-        a, b = per.setdefault(name, ([], []))
-        a.append(float(us))
-        b.append(float(w))
+    aside = own["beside_us"].tolist() if "beside_us" in own else [0.0] * len(own)
+    waits = own["wait_us"].tolist() if "wait_us" in own and not beside else [0.0] * len(own)
+    for name, us, b, w in zip(own["name"].astype(str).tolist(), own["own_us"].tolist(), aside, waits):
+        a, c = per.setdefault(name, ([], []))
+        a.append(float(b) if beside else float(us) - float(b))
+        c.append(float(w))
     pad = lambda v: v + [0.0] * (n - len(v))  # noqa: E731 (a step without the op: 0 for it)
-    out = [(name, float(np.median(pad(a))), float(np.median(pad(b)))) for name, (a, b) in per.items()]
+    out = [(name, float(np.median(pad(a))), float(np.median(pad(c)))) for name, (a, c) in per.items()]
     return sorted(out, key=lambda kv: -kv[1])
+
+
+def _beside_us(report, steps: list[int]) -> float:
+    """The median, over ``steps``, of the own time of the threads beside each step (``cpu_own_times``' ``beside_us``:
+    no step slice and no launch call of the step on them)."""
+    own = report.cpu_own_times
+    if not len(own) or "beside_us" not in own:
+        return 0.0
+    per = own[own["step"].isin(steps)].groupby("step")["beside_us"].sum()
+    return float(np.median(per.to_numpy().tolist() + [0.0] * (len(set(steps)) - len(per)))) if len(steps) else 0.0
 
 
 def _uncovered_us(g, b: int, e: int, cover) -> float:
@@ -176,11 +194,19 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     step_own = _step_own_us(r, basis) if on_loop else None
     if where:
         listed = sum(us for _name, us, _w in top) + (step_own or 0.0)
-        text += (f" Where the CPU time goes (own time per step, largest first): {where}"
+        text += (f" Where the CPU time goes (own time per step on the threads that run the step, largest first): "
+                 f"{where}"
                  + (f"; not listed, the step slice's own time outside every op of its thread: {_fmt_us(step_own)}"
                     if step_own else "") + "."
-                 + (f" These are the own times of every thread of the process, which run side by side: together "
+                 + (f" These threads (the step's own and those that launch its work) run side by side: together "
                     f"{_fmt_us(listed)}, more than the step's {_fmt_us(cpu)}." if listed > 1.01 * cpu else ""))
+    aside = _beside_us(r, basis)
+    if aside >= BESIDE_NOTED_AT * cpu and aside > 0:
+        name, us, _w = _cpu_time_by_op(r, basis, beside=True)[0]
+        text += (f" Other threads, which hold no step and launch nothing (a DataLoader's pin-memory or queue threads, "
+                 f"idle threads), spent {_fmt_us(aside)} per step beside it, most in "
+                 f"{name if len(name) <= 60 else name[:59] + '…'} ({_fmt_us(us)}): time that overlaps the step's, not "
+                 "a cost of it.")
     if call_us is not None:
         text += (f" The {_fmt_n(n_calls)} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} per "
                  f"step in all (median {_fmt_us(call_us)} each).")
@@ -261,4 +287,5 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                       "launch_calls_us_per_step": calls_us, "graph_launch_gain_us": gain,
                       "top_cpu_ops": [{"name": n, "us_per_step": us, "autograd_wait_us_per_step": w}
                                       for n, us, w in top],
-                      "step_slice_own_us": step_own, "slice_ids": st["slice_id"].astype(int).tolist()[:50]})
+                      "step_slice_own_us": step_own, "beside_us_per_step": aside,
+                      "slice_ids": st["slice_id"].astype(int).tolist()[:50]})
