@@ -8,7 +8,8 @@ from dataclasses import replace
 import numpy as np
 
 from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT,
-                                data_wait, steady_state, working_steps)
+                                SYNC_WAIT_AT, data_wait, steady_state, working_steps)
+from ...analyses import recorded_with
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
@@ -57,12 +58,56 @@ def _q2_bound(r, config=None) -> list[Finding]:
         f = found[0]
         found = [replace(f, text=f"{f.text} {devices_text(gpus)}", evidence={**f.evidence, "step_devices": gpus}),
                  *found[1:]]
+    note = stack_note(r, config, found[0].evidence) if found else None
+    if note:  # the recording's own cost, said where the verdict it can sway is read
+        f = found[0]
+        found = [replace(f, text=f"{f.text} {note[0]}", evidence={**f.evidence, **note[1]}), *found[1:]]
     pids = r.summary.get("step_processes") or []
     if len(pids) > 1 and found:  # merged ranks: say it where the per-step figures are read
         f = found[0]
         text = f"{f.text} {merged_processes_text(pids)}"
         found = [replace(f, text=text, evidence={**f.evidence, "step_processes": pids}), *found[1:]]
     return found
+
+
+STACK_NOTE_AT = 0.25
+"""Question 2 says that an overhead-bound verdict on a with_stack trace may be the recording's where the GPU work per
+step is at least this share of what would make the steps compute-bound: the with_stack runs in docs/FINDINGS.md took
+at most 3.6 times the CPU time per step of the same runs without it, and a step further from the line would stay
+overhead-bound with four times less CPU time."""
+
+
+def stack_note(r, config, ev: dict):
+    """(What question 2 adds, its evidence) to an overhead-bound verdict on a trace recorded with ``with_stack``
+    (:func:`~profiling_core.analyses.recorded_with`), else None. Recording a Python stack for each op adds CPU time to
+    every op and none to the GPU's work, so such a trace can be overhead-bound where the code is not (docs/FINDINGS.md
+    has runs where it was, and runs where the difference was below the noise between two runs): on a GPU, the note
+    gives the CPU time per step at or below which the same GPU work makes the steps compute-bound, by the bound rule
+    (:data:`~profiling_core.analyses.steps.GPU_BOUND_AT`: GPU work at least that many times the CPU's own time, the
+    blocked time aside), where the GPU work is at least :data:`STACK_NOTE_AT` of that."""
+    if ev.get("bound") != "overhead-bound" or not recorded_with("with_stack", r.summary.get("recorded_with"), config):
+        return None
+    ss = r.summary.get("steady_state") or {}
+    gpu, wait = float(ss.get("gpu_us_per_step") or 0.0), float(ss.get("sync_wait_us_per_step") or 0.0)
+    if r.has_gpu and gpu < STACK_NOTE_AT * GPU_BOUND_AT * (float(ss.get("cpu_us_per_step") or 0.0) - wait):
+        return None  # (too far from the line for the recording's cost to move it)
+    head = ("This trace recorded a Python stack for each op (with_stack=True), which adds CPU time to every op"
+            + ("" if r.has_gpu else " and its dispatch"))
+    tail = " Read the bound from a run without with_stack (What to change: *The profiler's own overhead*)."
+    if not r.has_gpu or not gpu:
+        return (f"{head}: part of the overhead here may be the recording's.{tail}", {"recorded_with_stack": True})
+    # the bound rule (analyses.steps.bound) is GPU-paced at CPU time c where GPU work >= GPU_BOUND_AT x (c less the
+    # wait it counts, all of it from SYNC_WAIT_AT of c): up to gpu / GPU_BOUND_AT, and, where the wait counts, up to
+    # that plus the wait
+    at = gpu / GPU_BOUND_AT
+    if wait > 0:
+        at = max(at, min(at + wait, wait / SYNC_WAIT_AT))
+    copy, other = float(ss.get("copy_us_per_step") or 0.0), float(ss.get("other_us_per_step") or 0.0)
+    copies = copy > 0 and copy >= other  # (the rule's own split)
+    return (f"{head} and none to the GPU's work, so this verdict may be the recording's: the same GPU work makes the "
+            f"steps {'copy' if copies else 'compute'}-bound at {_us(at)} of CPU time per step or less"
+            + (", its blocked time included" if wait > 0 else "") + f".{tail}",
+            {"recorded_with_stack": True, "compute_bound_at_cpu_us": _num(at)})
 
 
 def cut_steps_text(steps) -> str:
