@@ -78,12 +78,13 @@ def scan(trace: Path) -> str:
 
 
 def run_each(configs: dict, store: RunStore, out: Path, only: set):
-    """Each config (``{label: config}``, those in ``only`` when it is not empty) through the runner, forked from the
-    prestarted worker as the app does; its trace and meta.json copied to ``out`` as ``<label>.json`` /
+    """Each config (``{label: config}``, those in ``only`` when it is not empty, a ``<label>_stack`` twin of
+    :func:`_cases` with its label) through the runner, forked from the prestarted worker as the app does; its trace
+    and meta.json copied to ``out`` as ``<label>.json`` /
     ``<label>.meta.json`` (and its table and memory categories, where it has them, as ``.table.txt`` /
     ``.memory_categories.json``). Yields (label, run, seconds) per run that landed; a failed run is printed and skipped."""
     for label, cfg in configs.items():
-        if only and label not in only:
+        if only and label not in only and label.removesuffix("_stack") not in only:
             continue
         t0 = time.perf_counter()
         try:
