@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT,
-                                SYNC_WAIT_AT, data_wait, steady_state, working_steps)
+                                SYNC_WAIT_AT, counted_wait, data_wait, steady_state, working_steps)
 from ...analyses import recorded_with
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
@@ -89,7 +89,8 @@ def stack_note(r, config, ev: dict):
         return None
     ss = r.summary.get("steady_state") or {}
     gpu, wait = float(ss.get("gpu_us_per_step") or 0.0), float(ss.get("sync_wait_us_per_step") or 0.0)
-    if r.has_gpu and gpu < STACK_NOTE_AT * GPU_BOUND_AT * (float(ss.get("cpu_us_per_step") or 0.0) - wait):
+    cpu = float(ss.get("cpu_us_per_step") or 0.0)
+    if r.has_gpu and gpu < STACK_NOTE_AT * GPU_BOUND_AT * (cpu - counted_wait(wait, cpu)):
         return None  # (too far from the line for the recording's cost to move it)
     head = ("This trace recorded a Python stack for each op (with_stack=True), which adds CPU time to every op"
             + ("" if r.has_gpu else " and its dispatch"))
@@ -99,14 +100,13 @@ def stack_note(r, config, ev: dict):
     # the bound rule (analyses.steps.bound) is GPU-paced at CPU time c where GPU work >= GPU_BOUND_AT x (c less the
     # wait it counts, all of it from SYNC_WAIT_AT of c): up to gpu / GPU_BOUND_AT, and, where the wait counts, up to
     # that plus the wait
-    at = gpu / GPU_BOUND_AT
-    if wait > 0:
-        at = max(at, min(at + wait, wait / SYNC_WAIT_AT))
+    line = gpu / GPU_BOUND_AT
+    at = max(line, min(line + wait, wait / SYNC_WAIT_AT)) if wait > 0 else line
     copy, other = float(ss.get("copy_us_per_step") or 0.0), float(ss.get("other_us_per_step") or 0.0)
     copies = copy > 0 and copy >= other  # (the rule's own split)
     return (f"{head} and none to the GPU's work, so this verdict may be the recording's: the same GPU work makes the "
             f"steps {'copy' if copies else 'compute'}-bound at {_us(at)} of CPU time per step or less"
-            + (", its blocked time included" if wait > 0 else "") + f".{tail}",
+            + (", its blocked time included" if at > line else "") + f".{tail}",
             {"recorded_with_stack": True, "compute_bound_at_cpu_us": _num(at)})
 
 
