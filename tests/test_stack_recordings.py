@@ -15,7 +15,7 @@ import verdict_traces as vt
 from conftest import scan_trace
 from profiling_core import ExperimentConfig, analyze, findings, open_trace
 
-H100 = Path(__file__).parent / "data" / "h100_stack"
+H100 = Path(__file__).parent / "data" / "h100"
 CPU = Path(__file__).parent / "data" / "cpu" / "64_fp32_warm_eager.json"
 NOTE = "This trace recorded a Python stack for each op (with_stack=True)"
 

@@ -25,8 +25,10 @@ its time per step (each is padded on its own).
 
 The fix: pad the unaligned extents to a multiple of 8 (a transposed view whose other extent is aligned can be made
 contiguous instead, where the user's code makes it). torch.compile's Inductor pads such GEMMs where it judges that
-padding pays (``torch._inductor.config.shape_padding``: on the H200 it padded a language model's head of 50,257 rows
-to 50,264, forward and backward); where a GEMM ran under torch.compile all the same, unpadded
+padding pays (``torch._inductor.config.shape_padding``), GEMM by GEMM, by timing the padded GEMM against the unpadded
+one: on the H200 it padded a language model's head of 50,257 rows to 50,264, forward and backward; on an H100 the
+same head's M=50257 GEMM stayed unpadded (docs/FINDINGS.md). So the eager fix says that it can, not that it will;
+where a GEMM ran under torch.compile all the same, unpadded
 (``analyses.ran_compiled``: its op lies in a compiled region or a compiled graph's call), the fix says so and names
 the padding to do by hand instead of sending the user to torch.compile."""
 from __future__ import annotations
@@ -158,9 +160,9 @@ def _shapes(bad: pd.DataFrame, steps: int) -> pd.DataFrame:
 
 
 def _fix(c: _Ctx, bad: pd.DataFrame, shapes: pd.DataFrame) -> str:
-    """The padding of each unaligned shape; torch.compile pads such GEMMs itself, unless one of them already ran
-    under it (:func:`~profiling_core.analyses.ran_compiled`) unpadded: then the padding to do by hand, shape by
-    shape."""
+    """The padding of each unaligned shape, and that torch.compile can pad such GEMMs itself, unless one of them
+    already ran under it (:func:`~profiling_core.analyses.ran_compiled`) unpadded: then the padding to do by hand,
+    shape by shape."""
     ids = [[int(i) for i in lst] for lst in bad["slice_ids"]]
     flat = ran_compiled(c.session, [i for lst in ids for i in lst], shared=c.shared).tolist()
     compiled, at = [], 0
@@ -173,7 +175,9 @@ def _fix(c: _Ctx, bad: pd.DataFrame, shapes: pd.DataFrame) -> str:
                                    for _i, x in shapes.iterrows()))
         pads = "; ".join(p if len(every) == 1 else f"{d}: {p}" for d, p in every)
         return (f"Pad to a multiple of 8 ({pads}; 64 is better still: whole tiles), " + _PAD_BY_HAND + "; "
-                "torch.compile pads such GEMMs itself (torch._inductor.config.shape_padding, on by default).")
+                "torch.compile can pad such GEMMs itself (torch._inductor.config.shape_padding, on by default): it "
+                "pads each one where its own timing finds the padded GEMM faster, so read a compiled run's GEMMs "
+                "again (this finding names any it left unpadded).")
     shapes = list(dict.fromkeys((_dims(r), _padding(r)) for r in compiled))
     alone = len(shapes) == 1 and len(compiled) == len(bad)
     which = ("This GEMM" if alone else
