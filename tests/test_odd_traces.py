@@ -170,7 +170,7 @@ def test_gpu_ops_that_start_before_their_launch_are_named_and_read_as_no_queue(t
     from profiling_core.cli.analyze import main
     assert main([str(path), "--engine", "sqlite"]) == 0  # the summary's median (one op of 5 early: not the median)
     line = next(x for x in capsys.readouterr().out.splitlines() if "launch call → GPU start" in x)
-    assert "before the call" not in line and " -" not in line
+    assert "before its call" not in line and " -" not in line
 
 
 def test_a_median_launch_delay_below_0_is_said_so_in_the_summary(tmp_path, capsys):
@@ -185,7 +185,7 @@ def test_a_median_launch_delay_below_0_is_said_so_in_the_summary(tmp_path, capsy
     from profiling_core.cli.analyze import main
     assert main([str(path), "--engine", "sqlite"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "launch call → GPU start" in x)
-    assert "(median, queueing included) 40.0 µs before the call (the trace's GPU and CPU times disagree)" in line
+    assert "(median, queueing included) 40.0 µs before its call (the trace's GPU and CPU times disagree)" in line
 
 
 def _kernels_of_whole_us(tmp_path, durs: list[int]) -> Path:

@@ -181,8 +181,11 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         lines.append(f"  {what} {format_duration_us(s['gpu_busy_us'])}"
                      + (f" ({100 * frac:.1f}% {window})" if frac is not None else ""))
         lat = s["launch_latency_median_us"]
-        shown = (format_duration_us(lat) if lat is None or lat >= 0
-                 else f"{format_duration_us(-lat)} before the call (the trace's GPU and CPU times disagree)")
+        if lat is None or lat >= 0:
+            shown = format_duration_us(lat)
+        else:  # (question 4's words for it)
+            from ..explain import offset_text
+            shown = f"{offset_text(lat)} (the trace's GPU and CPU times disagree)"
         lines.append(f"  launch call → GPU start (median, queueing included) {shown}   launch APIs: "
                      + (", ".join(s["launch_apis"]) or "none"))
     if s["compiled_regions_per_step"]:
