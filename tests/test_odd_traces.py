@@ -95,6 +95,32 @@ def test_a_kernel_whose_grid_holds_a_list_is_a_launch_configuration_of_its_own(t
     assert {(r.name, r.grid, r.block): int(r.count) for r in got.itertuples()} == want
 
 
+def test_a_grid_that_is_no_whole_numbers_is_no_launch_configuration(tmp_path):
+    """A ``grid`` or ``block`` written as a string (``"nan"``), a fraction, true or an empty list (an edited trace; the
+    analyses' fuzzer wrote them) is no launch configuration: those kernels count where the trace records none, shown
+    as not recorded, never as the odd value; the counts are a plain scan's, each odd value read as none."""
+    odd = ["nan", 2.5, True, []]
+
+    def spoil(evs):
+        ks = [e for e in evs if e.get("cat") == "kernel" and isinstance(e.get("args", {}).get("grid"), list)]
+        for k, e in enumerate(ks):  # (every odd value, on a grid and on a block)
+            e["args"]["grid" if k % 2 == 0 else "block"] = odd[k % len(odd)]
+    path = _edited(tmp_path, EAGER, spoil)
+    whole = lambda v: isinstance(v, list) and v and all(type(x) is int for x in v)  # noqa: E731
+    want: dict = {}
+    for e in (e for e in scan_trace(path) if e.get("cat") == "kernel"):
+        g, b = e["args"].get("grid"), e["args"].get("block")
+        key = (e["name"], "×".join(map(str, g)) if whole(g) else None, "×".join(map(str, b)) if whole(b) else None)
+        want[key] = want.get(key, 0) + 1
+    assert sum(n for k, n in want.items() if None in k[1:]) == sum(want.values()) >= len(odd)
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        got = kernel_configs(s)
+    assert {(x.name, x.grid, x.block): int(x.count) for x in got.itertuples()} == want
+    q8 = next(f for f in findings(r) if f.question == 8)
+    assert "nan" not in q8.text and "2.5" not in q8.text and "True" not in q8.text
+
+
 def test_steps_that_took_no_time_compare_without_a_ratio(tmp_path):
     """Steps whose slices last 0 µs (an edited trace; a step cut at the recording's end is cut to 0 too): question 3
     divided by their median and raised TypeError. It now gives the figures and no ratio."""

@@ -77,12 +77,18 @@ def _duration_stats(key: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, dict[
 
 
 def _key(v):
-    """A ``grid`` or ``block`` arg as a hashable key (a list as a tuple, and a list in it too)."""
-    return tuple(_key(x) for x in v) if isinstance(v, list) else v
+    """A ``grid`` or ``block`` arg as a hashable key: a whole number, or a non-empty list of them (a list in it too,
+    as another tool may write) as a tuple. Anything else (a string, a fraction, true or false, an empty list) is no
+    launch configuration: None, as where the kernel has none."""
+    if isinstance(v, list):
+        parts = tuple(_key(x) for x in v)
+        return parts if parts and None not in parts else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _config_text(v):
-    """A ``grid`` or ``block`` key as text (``(64, 1, 1)`` as ``64×1×1``); None where the kernel has none."""
+    """A ``grid`` or ``block`` key (:func:`_key`) as text (``(64, 1, 1)`` as ``64×1×1``); None where the kernel has
+    none."""
     if v is None:
         return None
     if not isinstance(v, tuple):
@@ -99,9 +105,10 @@ def kernel_configs(session, shared: Shared | None = None) -> pd.DataFrame:
 
     Returns:
         DataFrame, one row per (name, grid, block) of the kernels (category kernel) of :func:`gpu_ops`: ``name``,
-        ``grid``, ``block`` (text such as ``"64×1×1"``, None where the trace records none), ``count``, ``total_us``,
-        ``mean_us``, ``median_us``, ``min_us``, ``max_us``, ``cv`` (population std / mean, as :func:`kernel_stats`);
-        the largest total first (ties by name, grid, block). Empty (same columns) on traces without kernels.
+        ``grid``, ``block`` (text such as ``"64×1×1"``, None where the trace records none or no whole numbers),
+        ``count``, ``total_us``, ``mean_us``, ``median_us``, ``min_us``, ``max_us``, ``cv`` (population std / mean,
+        as :func:`kernel_stats`); the largest total first (ties by name, grid, block). Empty (same columns) on traces
+        without kernels.
     """
     sh = shared_for(session, shared)
     cols = ["name", "grid", "block", "count", "total_us", "mean_us", "median_us", "min_us", "max_us", "cv"]
