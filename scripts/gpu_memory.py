@@ -135,7 +135,7 @@ def main() -> int:
     a = _options()
     out, only = a.out, a.only
     store = RunStore(tempfile.mkdtemp(prefix="mem-store-"))
-    for label, run, took in run_each(_cases(runs(), a), store, out, only):
+    for label, run, took in run_each(_cases(runs(), a), store, out):
         meta = json.loads(Path(run.meta_path).read_text())
         print(f"== {label} ({took:.1f} s) peak {meta.get('peak_device_memory_bytes')}", flush=True)
     if not only or "torch_alone" in only:

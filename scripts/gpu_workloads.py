@@ -77,15 +77,12 @@ def scan(trace: Path) -> str:
     return "\n".join(lines)
 
 
-def run_each(configs: dict, store: RunStore, out: Path, only: set):
-    """Each config (``{label: config}``, those in ``only`` when it is not empty, a ``<label>_stack`` twin of
-    :func:`_cases` with its label) through the runner, forked from the prestarted worker as the app does; its trace
-    and meta.json copied to ``out`` as ``<label>.json`` /
+def run_each(configs: dict, store: RunStore, out: Path):
+    """Each config (``{label: config}``, as :func:`_cases` picks them) through the runner, forked from the prestarted
+    worker as the app does; its trace and meta.json copied to ``out`` as ``<label>.json`` /
     ``<label>.meta.json`` (and its table and memory categories, where it has them, as ``.table.txt`` /
     ``.memory_categories.json``). Yields (label, run, seconds) per run that landed; a failed run is printed and skipped."""
     for label, cfg in configs.items():
-        if only and label not in only and label.removesuffix("_stack") not in only:
-            continue
         t0 = time.perf_counter()
         try:
             run = run_experiment(cfg, store=store, prestart=1)
@@ -119,10 +116,11 @@ def _options() -> argparse.Namespace:
 
 
 def _cases(runs: dict, a: argparse.Namespace) -> dict:
-    """The runs ``--skip`` leaves, each also with ``with_stack=True`` (``<label>_stack``) under ``--with-stack``."""
+    """The runs ``--only`` names (all when it names none) less those ``--skip`` names, each also with
+    ``with_stack=True`` (``<label>_stack``) under ``--with-stack``."""
     out = {}
     for label, cfg in runs.items():
-        if label in a.skip:
+        if label in a.skip or (a.only and label not in a.only):
             continue
         out[label] = cfg
         if a.with_stack and not cfg.with_stack:
@@ -138,7 +136,7 @@ def calibrated_main(runs: dict, prefix: str) -> int:
 
     from profiling_core import calibrate
     a = _options()
-    out, only, runs = a.out, a.only, _cases(runs, a)
+    out, runs = a.out, _cases(runs, a)
     store = RunStore(tempfile.mkdtemp(prefix=f"{prefix}-store-"))
     t0 = time.perf_counter()
     if not a.traces_only:
@@ -146,7 +144,7 @@ def calibrated_main(runs: dict, prefix: str) -> int:
         (out / "peaks.json").write_text(json.dumps(peaks.to_dict(), indent=1))
         print(f"== calibration {time.perf_counter() - t0:.1f} s: {peaks.gemm_tflops} {peaks.bandwidth_gbs} GB/s",
               flush=True)
-    for label, run, took in run_each(runs, store, out, only):
+    for label, run, took in run_each(runs, store, out):
         if a.traces_only:
             print(f"== {label} ({took:.1f} s)", flush=True)
             continue
@@ -161,7 +159,7 @@ def calibrated_main(runs: dict, prefix: str) -> int:
 def main() -> int:
     a = _options()
     store = RunStore(tempfile.mkdtemp(prefix="wl-store-"))
-    for label, run, took in run_each(_cases(runs(), a), store, a.out, a.only):
+    for label, run, took in run_each(_cases(runs(), a), store, a.out):
         print(f"== {label} ({run.config.name}, {took:.1f} s)\n{scan(run.trace_path)}", flush=True)
     shutil.rmtree(store.root, ignore_errors=True)
     return 0
