@@ -341,6 +341,15 @@ def counted_wait(sync_wait_us: float, cpu_us: float) -> float:
     return sync_wait_us if sync_wait_us > 0 and sync_wait_us >= SYNC_WAIT_AT * cpu_us else 0.0
 
 
+def gpu_paced_up_to(gpu_us: float, sync_wait_us: float = 0.0, at: float = GPU_BOUND_AT) -> float:
+    """The most CPU time per step at which :func:`bound` calls a step with ``gpu_us`` of GPU work and ``sync_wait_us``
+    blocked GPU-paced by its ratio test (GPU work at least ``at`` times the CPU's own time): up to ``gpu_us / at``,
+    and, where the wait counts (:func:`counted_wait`: from :data:`SYNC_WAIT_AT` of the CPU time), up to that plus the
+    wait."""
+    line = gpu_us / at
+    return max(line, min(line + sync_wait_us, sync_wait_us / SYNC_WAIT_AT)) if sync_wait_us > 0 else line
+
+
 CPU_MATH_BOUND_AT = 0.5
 """On a CPU, where no GPU lane exists: a step whose math (the work ops' own time, outside the DataLoader's batches)
 takes at least this share of its wall time is compute-bound. Below it, the step is bound by the larger of the rest:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT,
-                                SYNC_WAIT_AT, counted_wait, data_wait, steady_state, working_steps)
+                                bound, counted_wait, data_wait, gpu_paced_up_to, steady_state, working_steps)
 from ...analyses import recorded_with
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
@@ -82,9 +82,10 @@ def stack_note(r, config, ev: dict):
     (:func:`~profiling_core.analyses.recorded_with`), else None. Recording a Python stack for each op adds CPU time to
     every op and none to the GPU's work, so such a trace can be overhead-bound where the code is not (docs/FINDINGS.md
     has runs where it was, and runs where the difference was below the noise between two runs): on a GPU, the note
-    gives the CPU time per step at or below which the same GPU work makes the steps compute-bound, by the bound rule
-    (:data:`~profiling_core.analyses.steps.GPU_BOUND_AT`: GPU work at least that many times the CPU's own time, the
-    blocked time aside), where the GPU work is at least :data:`STACK_NOTE_AT` of that."""
+    gives the CPU time per step at or below which the same GPU work makes the steps compute-bound (or copy-bound) by
+    the bound rule (:func:`~profiling_core.analyses.steps.gpu_paced_up_to`; the label is
+    :func:`~profiling_core.analyses.steps.bound`'s at that time), where the GPU work is at least
+    :data:`STACK_NOTE_AT` of that."""
     if ev.get("bound") != "overhead-bound" or not recorded_with("with_stack", r.summary.get("recorded_with"), config):
         return None
     ss = r.summary.get("steady_state") or {}
@@ -97,15 +98,13 @@ def stack_note(r, config, ev: dict):
     tail = " Read the bound from a run without with_stack (What to change: *The profiler's own overhead*)."
     if not r.has_gpu or not gpu:
         return (f"{head}: part of the overhead here may be the recording's.{tail}", {"recorded_with_stack": True})
-    # the bound rule (analyses.steps.bound) is GPU-paced at CPU time c where GPU work >= GPU_BOUND_AT x (c less the
-    # wait it counts, all of it from SYNC_WAIT_AT of c): up to gpu / GPU_BOUND_AT, and, where the wait counts, up to
-    # that plus the wait
-    line = gpu / GPU_BOUND_AT
-    at = max(line, min(line + wait, wait / SYNC_WAIT_AT)) if wait > 0 else line
-    copy, other = float(ss.get("copy_us_per_step") or 0.0), float(ss.get("other_us_per_step") or 0.0)
-    copies = copy > 0 and copy >= other  # (the rule's own split)
+    at, line = gpu_paced_up_to(gpu, wait), gpu / GPU_BOUND_AT
+    # compute- or copy-bound: the rule's label where it is GPU-paced (read at the ratio's line, which the float sums
+    # of the wait cannot put a rounding step past)
+    paced = bound(gpu, line, sync_wait_us=wait, copy_us=float(ss.get("copy_us_per_step") or 0.0),
+                  other_us=float(ss.get("other_us_per_step") or 0.0))
     return (f"{head} and none to the GPU's work, so this verdict may be the recording's: the same GPU work makes the "
-            f"steps {'copy' if copies else 'compute'}-bound at {_us(at)} of CPU time per step or less"
+            f"steps {paced} at {_us(at)} of CPU time per step or less"
             + (", its blocked time included" if at > line else "") + f".{tail}",
             {"recorded_with_stack": True, "compute_bound_at_cpu_us": _num(at)})
 
