@@ -80,6 +80,8 @@ def _key(v):
     """A ``grid`` or ``block`` arg as a hashable key: a whole number, or a non-empty list of them (a list in it too,
     as another tool may write) as a tuple. Anything else (a string, a fraction, true or false, an empty list) is no
     launch configuration: None, as where the kernel has none."""
+    if type(v) is list and v and all(type(x) is int for x in v):  # (what Kineto writes: no bool, which is an int)
+        return tuple(v)
     if isinstance(v, list):
         parts = tuple(_key(x) for x in v)
         return parts if parts and None not in parts else None

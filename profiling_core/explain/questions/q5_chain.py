@@ -43,8 +43,10 @@ def _chain_paths(chain: pd.DataFrame) -> list[list[str]]:
             root_of[j] = r
         return r
     cpu = first["lane"].to_numpy() == "cpu"
-    roots = np.array([root(i) if c else -1 for i, c in zip(ids, cpu.tolist())], dtype=object)
-    several = len({r for r, c in zip(roots.tolist(), cpu.tolist()) if c}) > 1
+    tree: dict = {}  # a CPU slice's root -> the number of its tree (its own tree is compared as a number)
+    trees = np.array([tree.setdefault(root(i), len(tree)) if c else -1 for i, c in zip(ids, cpu.tolist())],
+                     dtype=np.int64)
+    several = len(tree) > 1
     id_arr = np.array(ids, dtype=object)
     above: dict = {}  # parent id -> the names around it, outermost first (at most 49: the op's own name comes last)
 
@@ -56,7 +58,7 @@ def _chain_paths(chain: pd.DataFrame) -> list[list[str]]:
             cur = parent_of[cur]
         if several:  # the slices of other trees that hold the call
             b, e, _d = span[start_id]
-            held = id_arr[cpu & (roots != root(start_id)) & (start <= b) & (end >= e)].tolist()
+            held = id_arr[cpu & (trees != tree.get(root(start_id), -1)) & (start <= b) & (end >= e)].tolist()
             up += [i for i in held if i not in seen]
         path = sorted(up, key=lambda i: (span[i][0], -span[i][1], span[i][2]))
         return [str(name_of[i]) for i in path[-49:]]
