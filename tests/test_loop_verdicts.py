@@ -369,6 +369,42 @@ def test_one_step_that_grew_the_cache_is_no_allocator_verdict():
     assert "allocator_in_step" not in run(path)[2]
 
 
+@pytest.mark.parametrize("on_loop", [False, True])
+def test_driver_calls_beside_the_step_are_not_its_cost(tmp_path, on_loop):
+    """Each of 4 steps: the loop's thread launches six 100 µs kernels (60 µs of ops); a second thread that holds no
+    step slice and launches nothing calls cudaFree twice (40 µs each) and cudaMalloc once (30 µs) in the step's
+    window: another thread's time, no cost of the step's, so no verdict. With one cudaMalloc of 20 µs on the loop's
+    thread too, the rule speaks, and its cost is that call's 20 µs per step (by hand); the other thread's 3 calls,
+    110 µs, are named apart, and their frees count as blocks given back (the cache is the process's)."""
+    t = vt.Trace()
+    for n in range(4):
+        def body(t):
+            b = t.t
+            for k in range(6):
+                t.cpu(f"aten::op{k}", 10.0, children=lambda t: t.launch(vt.BF16_GEMM, 100.0, call_us=5.0))
+            if on_loop:
+                t.cpu("cudaMalloc", 20.0, cat="cuda_runtime")
+            for k, (name, dur) in enumerate([("cudaFree", 40.0), ("cudaFree", 40.0), ("cudaMalloc", 30.0)]):
+                t.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 3,
+                                 "ts": b + 1.0 + 41.0 * k, "dur": dur, "args": {}})
+            t.t = max(t.t, b + 130.0)
+        t.step(n + 1, body)
+    r, _, d = run(t.write(tmp_path / "t.json"))
+    own = r.cpu_own_times
+    mine = own[own["name"].isin(["cudaFree", "cudaMalloc"])]
+    assert mine.groupby("name")["beside_calls"].sum().to_dict() == {"cudaFree": 8, "cudaMalloc": 4}
+    if not on_loop:
+        assert "allocator_in_step" not in d
+        return
+    x = d["allocator_in_step"]
+    assert x.cost_us_per_step == pytest.approx(20.0)
+    assert x.evidence["calls_per_step"] == {"cudaMalloc": 1.0}
+    assert x.evidence["frees"] and x.evidence["beside_calls_per_step"] == 3.0
+    assert "cudaMalloc ×1 per step, 20.0 µs of CPU time per step" in x.text
+    assert "made 3 more such calls per step, 110.0 µs, time that overlaps the step's" in x.text
+    assert "empty_cache()" in x.fix
+
+
 # --- communication that no compute overlaps -------------------------------------------------------------------------
 
 CONTROL = DATA / "big" / "control.json.gz"

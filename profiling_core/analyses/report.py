@@ -60,10 +60,11 @@ class Report:
     """Per kernel name and launch configuration (grid, block), its durations' statistics
     (:func:`~profiling_core.analyses.kernels.kernel_configs`)."""
     cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "category", "calls",
-                                                                        "own_us", "wait_us", "beside_us"]))
+                                                                        "own_us", "wait_us", "beside_us",
+                                                                        "beside_calls"]))
     """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
-    where a step's CPU time goes, the autograd engine's thread included; ``beside_us`` the part on threads that run
-    beside the step (no step slice, no launch call in it)."""
+    where a step's CPU time goes, the autograd engine's thread included; ``beside_us`` and ``beside_calls`` the part
+    on threads that run beside the step (no step slice, no launch call in it)."""
     device_busy: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "slice_id", "device", "gpu_busy_us",
                                                                       "gpu_busy_in_step_us", "gpu_busy_fraction",
                                                                       "gpu_ops"]))

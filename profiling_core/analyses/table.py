@@ -429,16 +429,17 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     Not every thread works for the step: a thread that neither holds the step slice nor makes a launch call in the
     step's window (a DataLoader's pin-memory thread, its queues' feeder threads, recorded with ``with_stack``; an idle
     thread's frames, :func:`idle_frames`) runs *beside* it, and its time is no cost of the step's (its waits overlap
-    the step's own). ``beside_us`` is the part of ``own_us`` on such threads.
+    the step's own). ``beside_us`` is the part of ``own_us`` on such threads, ``beside_calls`` the part of ``calls``.
 
     Returns:
         DataFrame ``step``, ``name``, ``category`` (lower case, of the name's first slice in the step), ``calls``,
         ``own_us`` (summed over the step's slices of that name), ``wait_us`` (the autograd wait taken out of it),
-        ``beside_us`` (of ``own_us``, the time on threads beside the step), in step order, then largest ``own_us``
-        first; empty (same columns) without steps.
+        ``beside_us`` (of ``own_us``, the time on threads beside the step), ``beside_calls`` (of ``calls``, those
+        on threads beside the step), in step order, then largest ``own_us`` first; empty (same columns) without
+        steps.
     """
     sh = shared_for(session, shared)
-    cols = ["step", "name", "category", "calls", "own_us", "wait_us", "beside_us"]
+    cols = ["step", "name", "category", "calls", "own_us", "wait_us", "beside_us", "beside_calls"]
     steps = sh.steps_list
     t = sh.slices
     if not steps or len(t["ts"]) == 0:
@@ -462,7 +463,8 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
                        "name": pd.Series([names[c] for c in k_name.tolist()], dtype=object),
                        "category": pd.Series(sh.cats_at(rows[first]), dtype=object),
                        "calls": calls.astype(np.int64), "own_us": ns / 1000.0, "wait_us": waited / 1000.0,
-                       "beside_us": aside / 1000.0})
+                       "beside_us": aside / 1000.0,
+                       "beside_calls": np.bincount(inv, weights=beside, minlength=len(uk)).astype(np.int64)})
     df = df.sort_values(["step", "own_us", "name"], ascending=[True, False, True], kind="stable")
     df["step"] = df["step"].astype("Int64")
     return df[cols].reset_index(drop=True)

@@ -1,13 +1,15 @@
 """``allocator_in_step``: the caching allocator goes to the driver in every steady-state step. PyTorch's CUDA
 allocator keeps the blocks a step frees and hands them to the next step, so a warm loop calls neither ``cudaMalloc``
 nor ``cudaFree`` (nor, with ``expandable_segments``, the driver's ``cuMemCreate``/``cuMemMap``/``cuMemUnmap``/
-``cuMemRelease``). Found by those calls (``report.cpu_own_times``, any thread) in every step of the steady state
-(``analyses.basis_steps``): once in one step is a cache that grew, and no rule. Frees in every step mean cached blocks
+``cuMemRelease``). Found by those calls on the threads that run the step in every step of the steady state
+(``analyses.basis_steps``; ``report.cpu_own_times`` less its part beside the step: a thread that holds no step slice
+and launches nothing in the step's window spends its own time, not the step's, and is named apart): once in one step
+is a cache that grew, and no rule. Frees in every step (on any thread: the cache is the process's) mean cached blocks
 are given back each step, by ``torch.cuda.empty_cache()`` in the loop or by the allocator itself when an allocation
-did not fit and it released its cache to retry (memory near full); allocations alone, a cache that grows or
-shapes that change. The stream-ordered ``cudaMallocAsync``/``cudaFreeAsync`` of the ``backend:cudaMallocAsync``
-allocator are its normal path and are not counted. The cost is the calls' own CPU time per step (mean): what the
-step spends asking the driver for memory (``cudaFree`` also waits for the device to finish its work)."""
+did not fit and it released its cache to retry (memory near full); allocations alone, a cache that grows or shapes
+that change. The stream-ordered ``cudaMallocAsync``/``cudaFreeAsync`` of the ``backend:cudaMallocAsync`` allocator
+are its normal path and are not counted. The cost is the step's calls' own CPU time per step (mean): what the step
+spends asking the driver for memory (``cudaFree`` also waits for the device to finish its work)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -25,7 +27,9 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
     if not r.has_gpu or own.empty or r.steps.empty:
         return None
     basis = [int(x) for x in basis_steps(r.steps)["step"]]
-    calls = own[own["step"].isin(basis) & own["name"].astype(str).isin(FREES + ALLOCS)]
+    every = own[own["step"].isin(basis) & own["name"].astype(str).isin(FREES + ALLOCS)]
+    calls = every.assign(calls=every["calls"] - every["beside_calls"], own_us=every["own_us"] - every["beside_us"])
+    calls = calls[calls["calls"] > 0]
     if calls.empty or set(calls["step"].astype(int)) != set(basis):
         return None
     n = len(basis)
@@ -34,11 +38,16 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
     cpu = float(r.steps.loc[r.steps["step"].isin(basis), "cpu_dur_us"].sum()) / n
     listed = ", ".join(f"{name} ×{_fmt_n(row.calls / n)}"
                        for name, row in by_name.sort_values("own_us", ascending=False).iterrows())
-    frees = any(name in FREES for name in by_name.index)
+    frees = bool(every["name"].astype(str).isin(FREES).any())  # (any thread's: the blocks are the process's)
+    aside = every[every["beside_calls"] > 0]
     scope = f"every one of the {n} steady-state steps" if n > 1 else "the one steady-state step"
     text = (f"The caching allocator goes to the driver in {scope}: {listed} per step, {_fmt_us(us)} of CPU time per "
             f"step ({us / cpu:.0%} of the step's {_fmt_us(cpu)}). A warm loop's allocator hands each step the blocks "
             "the step before freed, and asks the driver for none.")
+    if len(aside):
+        text += (f" Threads beside the step (no step slice, no launch) made {_fmt_n(aside['beside_calls'].sum() / n)} "
+                 f"more such calls per step, {_fmt_us(float(aside['beside_us'].sum()) / n)}, time that overlaps the "
+                 "step's and is not counted.")
     if frees:
         text += (" Blocks are given back every step: that is torch.cuda.empty_cache() in the loop, or the allocator "
                  "releasing its cache to retry an allocation that did not fit (memory near full); cudaFree also "
@@ -52,7 +61,8 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
                "history), or each step's shapes are new (variable lengths: pad or bucket them to a few sizes); "
                "profile_memory=True shows which ops' blocks stay.")
     ev = {"basis_steps": basis, "calls_per_step": {k: float(v) / n for k, v in by_name["calls"].items()},
-          "us_per_step": us, "cpu_step_us": cpu, "frees": frees}
+          "us_per_step": us, "cpu_step_us": cpu, "frees": frees,
+          "beside_calls_per_step": float(aside["beside_calls"].sum()) / n}
     return Diagnosis("allocator_in_step", "The allocator asks the driver for memory in every step", text, fix, us,
                      "the CPU time of the driver allocation calls per steady-state step (mean): what the step spends "
                      "asking the driver for memory (cudaFree's wait for the device comes on top where the GPU had work "
