@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DATA, ROOT, scan_trace
-from profiling_core import ExperimentConfig, analyze, open_trace, run_experiment
+from profiling_core import ExperimentConfig, analyze, findings, open_trace, run_experiment
 from profiling_core.analyses import (BEFORE_WINDOW, NO_MEMORY_TEXT, live_at_peak, memory_by_op, memory_churn,
                                      memory_peaks, memory_report, memory_timeline, unfreed)
 from profiling_core.present import memory_section
@@ -135,7 +135,7 @@ def test_the_level_the_window_opened_with_is_its_peak_when_no_event_rises_above_
     r = report_of(path)
     pk = r.peaks.iloc[0]
     assert pk["peak_allocated_bytes"] == max(opening, *totals) == 1024 * MiB
-    assert pk["at_opening"] and pk["op"] is None and math.isnan(pk["step"])
+    assert pk["at_opening"] and pk["op"] is None and pd.isna(pk["step"])
     assert r.live_at_peak["bytes"].sum() == 1024 * MiB and set(r.live_at_peak["origin"]) == {BEFORE_WINDOW}
     # a step's peak is never below the level it began with
     assert rows(r.churn, ["step", "start_allocated_bytes", "peak_allocated_bytes"]) == [
@@ -180,6 +180,29 @@ def test_allocations_never_freed_across_steps_are_grouped_by_op_with_their_steps
     assert (by.loc["aten::relu", "self_alloc_bytes"], by.loc["aten::relu", "self_freed_bytes"],
             by.loc["aten::relu", "self_net_bytes"]) == (768, 768, 0)
     assert by.loc["ProfilerStep*", "total_net_bytes"] == 192  # the three steps merged, as torch's table does
+
+
+def test_a_step_number_past_two_to_the_53_is_named_exactly_as_the_steps_name_it(tmp_path):
+    """Steps numbered 2**53 + 1 and 2**53 + 3 (odd, so a float would round them to their even neighbours): the memory
+    timeline, the peak, the unfreed blocks, the churn, the summary (which the command line prints) and question 1 name
+    them by the number the trace wrote, as the steps table does."""
+    big = 2**53 + 1
+    ev = []
+    for k, n in enumerate((big, big + 2)):
+        t0 = 100 + 100 * k
+        ev += [step(n, t0, 90), op("leaky", t0 + 5, 20), mem(t0 + 10, 64 * (k + 1), addr=1000 + k, total=64 + 64 * k)]
+    path = write(tmp_path, ev)
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        m = memory_report(s)
+    assert r.steps["step"].tolist() == [big, big + 2]
+    assert m.timeline["step"].tolist() == [big, big + 2]
+    assert int(m.peaks.iloc[0]["step"]) == big + 2
+    assert rows(m.unfreed, ["op", "steps"]) == [("leaky", [big, big + 2])]
+    assert m.churn["step"].tolist() == [big, big + 2]
+    assert m.summary["devices"]["cuda:0"]["step"] == big + 2
+    q1 = next(f for f in findings(r) if f.id == "q1.memory")
+    assert f"(step {big + 2})" in q1.text and q1.evidence["devices"]["cuda:0"]["step"] == big + 2
 
 
 def test_several_devices_are_measured_apart_and_named_as_torch_names_them(tmp_path):

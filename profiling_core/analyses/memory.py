@@ -39,8 +39,8 @@ nested under the op that was running on their thread. The rules, each stated onc
   level is higher than every event's (``at_opening``: a window whose first events free what was allocated before it;
   the peak then has no op and no step, and takes its time and reserved figure from the first event). A step's peak
   likewise is the highest of the level it began with and its events' levels.
-- **Step.** An event's step is the ``ProfilerStep#N`` (CPU slice, any thread) whose window holds its timestamp, NaN
-  outside every step.
+- **Step.** An event's step is the ``ProfilerStep#N`` (CPU slice, any thread) whose window holds its timestamp (its
+  number as every analysis reads it, exact however large: a nullable integer column), none outside every step.
 - **Blocks.** A block is matched by address within its device: an allocation opens it, the next free of that
   address closes it (the free's own ``Bytes`` count in the level either way); an allocation at an address still open
   closes the older block there (its free was not recorded). A free of an address no allocation of the window opened
@@ -248,16 +248,24 @@ class _Events:
         self._blocks()
 
     def _steps(self) -> None:
+        """``step`` (int64: the step number, exact however large) and ``in_step`` (whether the event is in a step's
+        window; ``step`` is 0 where not) per event."""
         st = self.sh.steps_list
-        self.step = np.full(len(self.ts), np.nan)
+        self.step = np.zeros(len(self.ts), dtype=np.int64)
+        self.in_step = np.zeros(len(self.ts), dtype=bool)
         if not st or not len(self.ts):
             return
         starts = np.array([r[3] for r in st], dtype=np.int64)
         ends = starts + np.array([r[4] for r in st], dtype=np.int64)
-        nums = np.array([float(r[1]) for r in st])
+        nums = np.array([int(r[1]) for r in st], dtype=np.int64)
         k = np.searchsorted(starts, self.ts, side="right") - 1
         ok = (k >= 0) & (self.ts < ends[np.maximum(k, 0)])
         self.step[ok] = nums[k[ok]]
+        self.in_step = ok
+
+    def step_at(self, i: int):
+        """Event ``i``'s step number, None outside every step."""
+        return int(self.step[i]) if self.in_step[i] else None
 
     def _levels(self) -> None:
         """``level`` (int64) per event and ``basis`` per device (the *Allocated level* rule); reserved NaN on a device
@@ -391,7 +399,7 @@ def memory_timeline(session, shared: Shared | None = None) -> pd.DataFrame:
     Returns:
         DataFrame with ``device`` (``"cuda:0"``, ``"cpu"``, ...), ``start_ns``, ``bytes`` (signed: negative for a
         free), ``allocated_bytes`` / ``reserved_bytes`` (the event's totals, NaN where it has none), ``step`` (the
-        profiler step, NaN outside every step), ``op`` (the slice the event is nested in, None at the top level),
+        profiler step, nullable Int64: NA outside every step), ``op`` (the slice the event is nested in, None at the top level),
         ``slice_id``, ``addr`` (None without one) and ``level_bytes`` (the allocated level every other frame reads:
         the module's *Allocated level* rule). Empty (same columns) without memory events.
     """
@@ -403,7 +411,7 @@ def memory_timeline(session, shared: Shared | None = None) -> pd.DataFrame:
     return pd.DataFrame({
         "device": pd.Series(np.array(ev.devices, dtype=object)[ev.dev], dtype=object),
         "start_ns": ev.ts, "bytes": ev.bytes, "allocated_bytes": ev.alloc, "reserved_bytes": ev.res,
-        "step": ev.step, "op": pd.Series(ev.op_names(ev.parent), dtype=object),
+        "step": pd.arrays.IntegerArray(ev.step, ~ev.in_step), "op": pd.Series(ev.op_names(ev.parent), dtype=object),
         "slice_id": np.asarray(ev.sh.slices["id"][ev.rows], dtype=np.int64), "addr": pd.Series(addr, dtype=object),
         "level_bytes": ev.level})
 
@@ -422,13 +430,12 @@ def memory_peaks(session, shared: Shared | None = None) -> pd.DataFrame:
         figure at the peak's event), ``gap_at_peak_bytes`` (that less the peak), ``gap_max_bytes`` /
         ``gap_median_bytes`` (reserved less allocated over the device's events; NaN without reserved figures),
         ``has_addresses`` (blocks can be followed), ``at_opening`` (the peak is the level the window opened with:
-        then ``step`` NaN, ``op`` None, ``call_chain`` "", ``peak_ns`` and ``reserved_at_peak_bytes`` the first
+        then ``step`` NA, ``op`` None, ``call_chain`` "", ``peak_ns`` and ``reserved_at_peak_bytes`` the first
         event's). Empty (same columns) without memory events.
     """
     ev = _events(session, shared)
     out = _frame([_peak_row(ev, d) for d in range(len(ev.devices))], _PEAKS)
-    if len(out):
-        out["step"] = out["step"].astype("float64")
+    out["step"] = out["step"].astype("Int64")
     return out
 
 
@@ -441,7 +448,7 @@ def _peak_row(ev: _Events, d: int) -> tuple:
     gap = res - lv
     has_res = bool((~np.isnan(res)).any())
     return (ev.devices[d], peak, float(np.nanmax(res)) if has_res else np.nan, int(ev.ts[i[q]]),
-            np.nan if k < 0 else ev.step[i[k]], ev.op_names(np.array([parent]))[0], ev.chain(parent), opening,
+            None if k < 0 else ev.step_at(i[k]), ev.op_names(np.array([parent]))[0], ev.chain(parent), opening,
             int(lv[-1]), ev.basis[d], len(i), int(b[b > 0].sum()), int(-b[b < 0].sum()), float(res[q]),
             float(res[q] - peak), float(np.nanmax(gap)) if has_res else np.nan,
             float(np.nanmedian(gap)) if has_res else np.nan, bool(ev.has_addr[d]), k < 0)
@@ -553,10 +560,10 @@ def unfreed(session, shared: Shared | None = None) -> pd.DataFrame:
     if not len(i):
         return _empty(_UNFREED)
     g = pd.DataFrame({"op": ev.label_codes(ev.parent[i]), "dev": ev.dev[i], "bytes": ev.bytes[i],
-                      "step": ev.step[i]})
+                      "step": ev.step[i], "in_step": ev.in_step[i]})
     rows = []
     for (op, d), x in g.groupby(["op", "dev"], sort=False):
-        steps = sorted({int(s) for s in x["step"].tolist() if not math.isnan(s)})
+        steps = sorted({int(s) for s, m in zip(x["step"].tolist(), x["in_step"].tolist()) if m})
         rows.append((ev.label(op), ev.devices[d], int(x["bytes"].sum()), len(x), steps))
     df = _frame(rows, _UNFREED).sort_values("bytes", ascending=False, kind="stable")
     return df.reset_index(drop=True)
@@ -574,12 +581,12 @@ def memory_churn(session, shared: Shared | None = None) -> pd.DataFrame:
         columns) without events in steps.
     """
     ev = _events(session, shared)
-    m = ~np.isnan(ev.step)
+    m = ev.in_step
     if not m.any():
         return _empty(_CHURN)
     rows = []
     idx = np.flatnonzero(m)
-    g = pd.DataFrame({"step": ev.step[idx].astype(np.int64), "dev": ev.dev[idx], "i": idx})
+    g = pd.DataFrame({"step": ev.step[idx], "dev": ev.dev[idx], "i": idx})
     for (step, d), x in g.groupby(["step", "dev"], sort=True):
         i = x["i"].to_numpy()
         b = ev.bytes[i]
@@ -623,7 +630,7 @@ def _summary(ev: _Events, peaks: pd.DataFrame) -> dict[str, Any]:
                              "first_allocated_bytes": int(r["first_allocated_bytes"]),
                              "last_allocated_bytes": int(r["last_allocated_bytes"]),
                              "gap_at_peak_bytes": num(r["gap_at_peak_bytes"]), "op": r["op"],
-                             "step": num(r["step"]), "events": int(r["events"]), "at_opening": bool(r["at_opening"])}
+                             "step": None if pd.isna(r["step"]) else int(r["step"]), "events": int(r["events"]), "at_opening": bool(r["at_opening"])}
                for r in peaks.to_dict(orient="records")}
     return {"events": len(ev.ts), "skipped_events": ev.skipped, "devices": devices,
             "note": None if len(ev.ts) else NO_MEMORY_TEXT}

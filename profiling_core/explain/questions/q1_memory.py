@@ -4,6 +4,8 @@ window and still live at the peak, what the window allocated that was live there
 or, without events, how to record them."""
 from __future__ import annotations
 
+import pandas as pd
+
 from ...analyses.memory import BEFORE_WINDOW, RELATIVE_BASES
 from ...units import human_bytes
 from .base import Finding, _short
@@ -33,7 +35,7 @@ def _peak_clause(pk: dict, before_bytes: int) -> str:
         s += ", when the window opened (before its first event)"
     if pk["op"]:
         s += f", in {_short(pk['op'])}"
-    if pk["step"] == pk["step"]:
+    if not pd.isna(pk["step"]):
         s += f" (step {int(pk['step'])})"  # (not :g, which writes step 1,000,000 as 1e+06)
     if relative:
         return s + f": {relative[1]}"
@@ -75,7 +77,7 @@ def _q1_memory(r, config=None) -> list[Finding]:
         devices[dev] = {"peak_allocated_bytes": int(pk["peak_allocated_bytes"]),
                         "reserved_at_peak_bytes": None if pk["reserved_at_peak_bytes"] != pk["reserved_at_peak_bytes"]
                         else float(pk["reserved_at_peak_bytes"]),
-                        "op": pk["op"], "step": None if pk["step"] != pk["step"] else float(pk["step"]),
+                        "op": pk["op"], "step": None if pd.isna(pk["step"]) else int(pk["step"]),
                         "basis": pk["basis"], "first_allocated_bytes": int(pk["first_allocated_bytes"]),
                         "live_before_window_bytes": before_bytes,
                         "live_at_peak": [{"op": op, "bytes": int(b), "blocks": int(n)}

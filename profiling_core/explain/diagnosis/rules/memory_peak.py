@@ -13,6 +13,8 @@ rule cannot say the peak is far above it. So is a device whose peak is the level
 no temporary of the steps made it."""
 from __future__ import annotations
 
+import pandas as pd
+
 from ....analyses.memory import RELATIVE_BASES, chain_tail
 from ....units import human_bytes
 from ..base import Diagnosis, _Ctx
@@ -56,7 +58,7 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     live = live[(live["device"] == dev) & (live["origin"] == "window")] if len(live) else live
     rest, live = live.iloc[TOP_LIVE:], live.head(TOP_LIVE)
     where = f" in {pk['op']}" if pk["op"] else ""
-    step = f" (step {int(pk['step'])})" if pk["step"] == pk["step"] else ""  # (not :g: step 1,000,000 is 1e+06)
+    step = f" (step {int(pk['step'])})" if not pd.isna(pk["step"]) else ""  # (not :g: step 1,000,000 is 1e+06)
     text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}, "
             f"{human_bytes(extra)} above the {human_bytes(steady)} {keeper} ({how}): temporaries that live only "
             "around the peak make most of it.")
@@ -74,7 +76,7 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
            "recompute activations instead of keeping them (torch.utils.checkpoint) or use a smaller micro-batch "
            "with gradient accumulation. torch.cuda.memory._record_memory_history() names every block's stack.")
     ev = {"device": dev, "peak_allocated_bytes": int(pk["peak_allocated_bytes"]), "steady_bytes": steady,
-          "steady_basis": how, "excess_bytes": extra, "op": pk["op"], "step": pk["step"] if step else None,
+          "steady_basis": how, "excess_bytes": extra, "op": pk["op"], "step": int(pk["step"]) if step else None,
           "basis": pk["basis"], "threshold": PEAK_OVER_STEADY_AT, "min_excess_bytes": MIN_TRANSIENT_BYTES,
           "live_at_peak": [{"op": op, "bytes": int(b), "blocks": int(n)}
                            for op, b, n in zip(live["op"], live["bytes"], live["blocks"])]}
