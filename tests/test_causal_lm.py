@@ -5,6 +5,7 @@ ranges per decode step, one optimizer step per train step, the model's own modul
 verdicts on synthetic traces: launch-bound tokens, and recompiles across decode lengths."""
 from __future__ import annotations
 
+import json
 import re
 import sys
 from collections import Counter
@@ -222,6 +223,20 @@ def test_launch_bound_decode_tokens_are_found_with_their_launches_and_the_cuda_g
     assert x.cost_us_per_step == pytest.approx(690.0 - 640.0) and "no shorter than its GPU work" in x.cost_basis
     assert "the GPU idles 64% of each token" in x.text and "30 launch calls" in x.text
     assert "reduce-overhead" in x.fix and "cache=static" in x.fix and "StaticCache" in x.fix
+
+
+def test_tokens_per_step_count_each_step_apart_however_large_its_number(tmp_path):
+    """The same decode steps numbered from 2**53 + 1: as floats, steps 2**53 + 3 and 2**53 + 4 are one number, and
+    their tokens would count as one step's 8. Each step holds its 4 tokens, by a plain scan."""
+    path = vt.decode_tokens(tmp_path / "t.json", tokens=4, launches=30, kernel_us=2.0)
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["name"] = f"ProfilerStep#{2**53 + int(e['name'].split('#')[1])}"
+    path.write_text(json.dumps(doc))
+    _, per_step = token_figures(scan_trace(path))
+    assert per_step == 4
+    assert diagnose_trace(path)["decode_launch_bound"].evidence["tokens_per_step"] == per_step
 
 
 def test_decode_tokens_that_keep_the_gpu_busy_get_no_launch_verdict(tmp_path):

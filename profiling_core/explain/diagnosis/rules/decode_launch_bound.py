@@ -42,7 +42,7 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     if idle < GPU_IDLE_AT:
         return None
     n_tokens = len(tokens)
-    per_step = float(tokens.groupby(tokens["step"].astype("float64").fillna(-1))["slice_id"].count().median())
+    per_step = float(tokens.groupby("step", dropna=False)["slice_id"].count().median())  # (those outside steps: one)
     ops = float(with_gpu["gpu_ops"].median())
     calls = launch_calls(r)
     if len(calls):
