@@ -783,6 +783,38 @@ def test_threads_beside_the_step_are_not_its_cost(tmp_path):
     assert "spent 800.0 µs per step beside it, most in aten::pin_memory (500.0 µs)" in x.text
 
 
+def test_a_first_step_call_beside_the_step_is_no_part_of_its_extra(tmp_path):
+    """Four steps of six ops launching 100 µs kernels; the first step alone also calls cudaFuncGetAttributes (100 µs)
+    and does 300 µs more of host work on the loop's thread, while a thread that holds no step slice and launches
+    nothing (a pin-memory thread) calls cudaHostAlloc for 420 µs in its window. Question 3 counts the step's own call
+    as part of the first step's extra (by a plain scan of the step slices) and names the other thread's apart, where
+    it took more than the whole extra."""
+    t = vt.Trace()
+    for n in range(4):
+        def body(t, first=n == 0):
+            b = t.t
+            for k in range(6):
+                t.cpu(f"aten::op{k}", 10.0, children=lambda t: t.launch(vt.BF16_GEMM, 100.0, call_us=5.0))
+            if first:
+                t.cpu("cudaFuncGetAttributes", 100.0, cat="cuda_runtime")
+                t.cpu("aten::to", 300.0)
+                t.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaHostAlloc", "pid": 1, "tid": 3,
+                                 "ts": b + 2.0, "dur": 420.0, "args": {}})
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    durs = [float(e["dur"]) for e in json.loads(path.read_text())["traceEvents"]
+            if str(e["name"]).startswith("ProfilerStep#")]
+    extra = durs[0] - statistics.median(durs[1:])
+    r, f, _ = run(path)
+    q3 = f["q3.cold_start"]
+    assert q3.evidence["extra_us"] == pytest.approx(extra) and extra < 420.0
+    assert q3.evidence["first_step_only_calls"] == {"cudaFuncGetAttributes": 1}
+    assert q3.evidence["first_step_only_calls_beside"] == {"cudaHostAlloc": 1}
+    assert (f"the first step alone calls cudaFuncGetAttributes ×1 (100.0 µs), 100.0 µs in all, "
+            f"{100 * 100.0 / extra:.0f}% of the {extra:.1f} µs extra") in q3.text
+    assert "launch nothing (a DataLoader's pin-memory thread, say) call cudaHostAlloc ×1 (420.0 µs) in the first" in q3.text
+
+
 def test_with_python_frames_the_threads_beside_the_step_are_found_by_their_launches():
     """The two workers' loop on the H200 with with_stack=True: the pin-memory thread and the queues' feeder threads
     wait beside the step. A plain scan of each steady step's window sorts the threads: the step slice's and those

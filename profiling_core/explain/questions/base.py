@@ -155,16 +155,22 @@ _LAZY_LOADING = ("Lazy Function Loading", "Runtime Triggered Module Loading")
 
 def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
     """Runtime/driver calls made in the first step, on any thread (``report.cpu_own_times``: the autograd engine's
-    thread too), under names that no later step calls (name, calls, us: their own time, waits included)."""
+    thread too), under names that no later step calls: name, calls and us (their own time, waits included) on the
+    threads that run the step, beside_calls and beside_us on the threads beside it (no step slice, no launch call in
+    its window: a DataLoader's pin-memory thread pinning its first batches), whose time overlaps the step's and is
+    none of it; the step's threads' time first."""
+    cols = ["name", "calls", "us", "beside_calls", "beside_us"]
     own = r.cpu_own_times
     if own.empty or "category" not in own:
-        return pd.DataFrame(columns=["name", "calls", "us"])
+        return pd.DataFrame(columns=cols)
     calls = own[own["category"].isin(_CALL_CATEGORIES)]
     later = set(calls.loc[calls["step"] != first_step, "name"])
     first = calls[(calls["step"] == first_step) & ~calls["name"].isin(later)]
-    out = pd.DataFrame({"name": first["name"].astype(object), "calls": first["calls"].astype("int64"),
-                        "us": (first["own_us"] + first["wait_us"]).astype(float)})
-    return out.sort_values("us", ascending=False, kind="stable").reset_index(drop=True)
+    beside, aside = first["beside_calls"], first["beside_us"]
+    out = pd.DataFrame({"name": first["name"].astype(object), "calls": (first["calls"] - beside).astype("int64"),
+                        "us": (first["own_us"] - aside + first["wait_us"]).astype(float),
+                        "beside_calls": beside.astype("int64"), "beside_us": aside.astype(float)})
+    return out.sort_values(["us", "beside_us"], ascending=False, kind="stable").reset_index(drop=True)[cols]
 
 
 def _table_rows(r, names) -> pd.DataFrame:

@@ -30,12 +30,21 @@ def _call_name(name) -> str:
     return f"{name} (calls the profiler could not name)" if name == UNNAMED_CALL else str(name)
 
 
+def _calls_text(calls: pd.DataFrame, count: str, us: str) -> str:
+    """The first four calls of a first-step-only frame as text (``cudaMalloc ×3 (45.0 µs)``), and how many more."""
+    listed = ", ".join(f"{_call_name(n)} ×{int(c)} ({_us(u)})"
+                       for n, c, u in calls[["name", count, us]].head(4).itertuples(index=False))
+    return listed + (f" and {len(calls) - 4} more" if len(calls) > 4 else "")
+
+
 def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) -> str:
     """What the calls found point at (workspace, library heuristics, lazy loading), only for those present."""
     names = " ".join(only["name"])
     causes = []
-    if "Malloc" in names:
+    if any("Malloc" in n and "Host" not in n for n in only["name"].astype(str)):
         causes.append("workspace allocation (cudaMalloc)")
+    if "HostAlloc" in names or "MallocHost" in names:
+        causes.append("pinned host memory allocation (cudaHostAlloc)")
     if "Occupancy" in names or "FuncSetAttribute" in names or "DeviceGetAttribute" in names:
         lib = f"the GEMM library's (cuBLAS, under {slice_name})" if slice_name in _GEMM_OPS else "a library's"
         causes.append(f"{lib} set-up and kernel heuristics (attribute and occupancy queries)")
@@ -146,23 +155,29 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
     warmup = _cfg(config, "warmup")
     cold = _is_cold(r, config)
     ev.update({"cold_start": cold, "cold_start_basis": "config" if warmup is not None else "trace",
-               "config_warmup": warmup, "first_step_only_calls": {n: int(c) for n, c in zip(only["name"],
-                                                                                             only["calls"])},
+               "config_warmup": warmup,
+               "first_step_only_calls": {n: int(c) for n, c in zip(only["name"], only["calls"]) if c > 0},
                "first_step_only_calls_us": _num(only["us"].sum()) if len(only) else 0.0,
+               "first_step_only_calls_beside": {n: int(c) for n, c in zip(only["name"], only["beside_calls"])
+                                                if c > 0},
+               "first_step_only_calls_beside_us": _num(only["beside_us"].sum()) if len(only) else 0.0,
                "lazy_loading_slices": sorted(map(str, lazy["name"])), "profiler_startup_us": _num(startup_us)})
     why = (f"the run's config has {'no' if warmup == 0 else f'{warmup} iterations of'} warm-up"
            if warmup is not None else None)
     if cold and (len(only) or len(lazy)):
-        listed = ", ".join(f"{_call_name(n)} ×{int(c)} ({_us(u)})" for n, c, u in only[["name", "calls", "us"]]
-                           .head(4).itertuples(index=False))
-        more = f" and {len(only) - 4} more" if len(only) > 4 else ""
-        calls_us = float(only["us"].sum())
+        mine = only[only["calls"] > 0]
+        aside = only[only["beside_calls"] > 0].sort_values("beside_us", ascending=False, kind="stable")
         out = f" This is a cold start ({why or 'from the trace: the first step does work no later step repeats'}):"
-        if len(only):
-            out += (f" the first step alone calls {listed}{more}, {_us(calls_us)} in all"
+        if len(mine):
+            calls_us = float(mine["us"].sum())
+            out += (f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all"
                     + (f", {100 * calls_us / extra:.0f}% of the {_us(extra)} extra; the rest is host-side work "
                        f"with no CUDA call in the trace" if extra > 0 else "") + ".")
-        causes = _cold_start_causes(only, lazy, str(ev.get("largest_excess_slice", "")))
+        if len(aside):
+            out += (" Threads that hold no step slice and launch nothing (a DataLoader's pin-memory thread, say) call "
+                    f"{_calls_text(aside, 'beside_calls', 'beside_us')} in the first step alone: time that overlaps "
+                    "the step's, and none of its extra.")
+        causes = _cold_start_causes(mine, lazy, str(ev.get("largest_excess_slice", "")))
         if causes:
             out += f" These point at {causes}; warm-up before profiling moves that cost out of the profile."
         return out
