@@ -815,6 +815,24 @@ def test_a_first_step_call_beside_the_step_is_no_part_of_its_extra(tmp_path):
     assert "launch nothing (a DataLoader's pin-memory thread, say) call cudaHostAlloc ×1 (420.0 µs) in the first" in q3.text
 
 
+@pytest.mark.parametrize("call, cause", [("cudaMallocHost", "pinned host memory allocation (cudaHostAlloc)"),
+                                         ("cudaMalloc", "workspace allocation (cudaMalloc)")])
+def test_a_first_step_allocation_is_named_by_the_memory_it_allocates(tmp_path, call, cause):
+    """The first of four steps alone calls ``call`` (200 µs) on the loop's thread: pinned host memory is no device
+    workspace."""
+    t = vt.Trace()
+    for n in range(4):
+        def body(t, first=n == 0):
+            for k in range(6):
+                t.cpu(f"aten::op{k}", 10.0, children=lambda t: t.launch(vt.BF16_GEMM, 100.0, call_us=5.0))
+            if first:
+                t.cpu(call, 200.0, cat="cuda_runtime")
+        t.step(n + 1, body)
+    q3 = run(t.write(tmp_path / "t.json"))[1]["q3.cold_start"]
+    assert f"the first step alone calls {call} ×1 (200.0 µs)" in q3.text
+    assert f"These point at {cause};" in q3.text
+
+
 def test_with_python_frames_the_threads_beside_the_step_are_found_by_their_launches():
     """The two workers' loop on the H200 with with_stack=True: the pin-memory thread and the queues' feeder threads
     wait beside the step. A plain scan of each steady step's window sorts the threads: the step slice's and those
