@@ -812,7 +812,8 @@ def test_a_first_step_call_beside_the_step_is_no_part_of_its_extra(tmp_path):
     assert q3.evidence["first_step_only_calls_beside"] == {"cudaHostAlloc": 1}
     assert (f"the first step alone calls cudaFuncGetAttributes ×1 (100.0 µs), 100.0 µs in all, "
             f"{100 * 100.0 / extra:.0f}% of the {extra:.1f} µs extra") in q3.text
-    assert "launch nothing (a DataLoader's pin-memory thread, say) call cudaHostAlloc ×1 (420.0 µs) in the first" in q3.text
+    assert ("launch nothing (a DataLoader's pin-memory thread, say) call cudaHostAlloc ×1 (420.0 µs) in the first"
+            in q3.text)
 
 
 @pytest.mark.parametrize("call, cause", [("cudaMallocHost", "pinned host memory allocation (cudaHostAlloc)"),

@@ -399,9 +399,9 @@ def memory_timeline(session, shared: Shared | None = None) -> pd.DataFrame:
     Returns:
         DataFrame with ``device`` (``"cuda:0"``, ``"cpu"``, ...), ``start_ns``, ``bytes`` (signed: negative for a
         free), ``allocated_bytes`` / ``reserved_bytes`` (the event's totals, NaN where it has none), ``step`` (the
-        profiler step, nullable Int64: NA outside every step), ``op`` (the slice the event is nested in, None at the top level),
-        ``slice_id``, ``addr`` (None without one) and ``level_bytes`` (the allocated level every other frame reads:
-        the module's *Allocated level* rule). Empty (same columns) without memory events.
+        profiler step, nullable Int64: NA outside every step), ``op`` (the slice the event is nested in, None at the
+        top level), ``slice_id``, ``addr`` (None without one) and ``level_bytes`` (the allocated level every other
+        frame reads: the module's *Allocated level* rule). Empty (same columns) without memory events.
     """
     ev = _events(session, shared)
     if not len(ev.ts):
@@ -630,7 +630,8 @@ def _summary(ev: _Events, peaks: pd.DataFrame) -> dict[str, Any]:
                              "first_allocated_bytes": int(r["first_allocated_bytes"]),
                              "last_allocated_bytes": int(r["last_allocated_bytes"]),
                              "gap_at_peak_bytes": num(r["gap_at_peak_bytes"]), "op": r["op"],
-                             "step": None if pd.isna(r["step"]) else int(r["step"]), "events": int(r["events"]), "at_opening": bool(r["at_opening"])}
+                             "step": None if pd.isna(r["step"]) else int(r["step"]), "events": int(r["events"]),
+                             "at_opening": bool(r["at_opening"])}
                for r in peaks.to_dict(orient="records")}
     return {"events": len(ev.ts), "skipped_events": ev.skipped, "devices": devices,
             "note": None if len(ev.ts) else NO_MEMORY_TEXT}
