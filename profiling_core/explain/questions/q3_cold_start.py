@@ -189,8 +189,12 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
                    if first_step > 0 else
                    "the cold-start work does not show as CUDA calls here; the extra is the process's first "
                    "profiled call."))
-    why = why or "from the trace: no call in the first step is missing from the later ones"
-    out = f" This is not a cold start ({why})"
+    if why is not None:
+        out = f" This is not a cold start ({why})"
+    else:  # the trace alone: what its window shows, and where a cold start would not show
+        out = (" The trace shows no cold start (no call in the first step is missing from the later ones"
+               + (f"; the {first_step} schedule step(s) before ProfilerStep#{first_step} went unrecorded, and a cold "
+                  "start there would not show" if first_step > 0 else "") + ")")
     if startup_us > 0:
         share = startup_us / extra if extra > 0 else None
         names = " and ".join(map(str, sorted(set(startup["name"]))))
@@ -202,5 +206,5 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
     return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). It may be the "
                   "profiler's first recorded step"
                   + (f" (ProfilerStep#{first_step} is the first step it records, after {first_step} unrecorded "
-                     f"schedule step(s))" if first_step > 0 else "")
+                     f"schedule step(s))" if first_step > 0 and why is not None else "")
                   + " or other work on the machine: run it again to tell.")
