@@ -369,6 +369,26 @@ def test_one_step_that_grew_the_cache_is_no_allocator_verdict():
     assert "allocator_in_step" not in run(path)[2]
 
 
+def _gemm_steps(extra, steps: int = 4) -> vt.Trace:
+    """``steps`` steps of six 10 µs ops on the loop's thread, each launching a 100 µs kernel (a 5 µs call);
+    ``extra(t, n, b)`` adds step ``n``'s other slices (``b``: the step's start)."""
+    t = vt.Trace()
+    for n in range(steps):
+        def body(t, n=n):
+            b = t.t
+            for k in range(6):
+                t.cpu(f"aten::op{k}", 10.0, children=lambda t: t.launch(vt.BF16_GEMM, 100.0, call_us=5.0))
+            extra(t, n, b)
+        t.step(n + 1, body)
+    return t
+
+
+def _call_beside(t, name: str, ts: float, dur: float) -> None:
+    """A runtime call on a thread (tid 3) that holds no step slice and launches nothing."""
+    t.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 3, "ts": ts, "dur": dur,
+                     "args": {}})
+
+
 @pytest.mark.parametrize("on_loop", [False, True])
 def test_driver_calls_beside_the_step_are_not_its_cost(tmp_path, on_loop):
     """Each of 4 steps: the loop's thread launches six 100 µs kernels (60 µs of ops); a second thread that holds no
@@ -376,20 +396,13 @@ def test_driver_calls_beside_the_step_are_not_its_cost(tmp_path, on_loop):
     window: another thread's time, no cost of the step's, so no verdict. With one cudaMalloc of 20 µs on the loop's
     thread too, the rule speaks, and its cost is that call's 20 µs per step (by hand); the other thread's 3 calls,
     110 µs, are named apart, and their frees count as blocks given back (the cache is the process's)."""
-    t = vt.Trace()
-    for n in range(4):
-        def body(t):
-            b = t.t
-            for k in range(6):
-                t.cpu(f"aten::op{k}", 10.0, children=lambda t: t.launch(vt.BF16_GEMM, 100.0, call_us=5.0))
-            if on_loop:
-                t.cpu("cudaMalloc", 20.0, cat="cuda_runtime")
-            for k, (name, dur) in enumerate([("cudaFree", 40.0), ("cudaFree", 40.0), ("cudaMalloc", 30.0)]):
-                t.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 3,
-                                 "ts": b + 1.0 + 41.0 * k, "dur": dur, "args": {}})
-            t.t = max(t.t, b + 130.0)
-        t.step(n + 1, body)
-    r, _, d = run(t.write(tmp_path / "t.json"))
+    def extra(t, n, b):
+        if on_loop:
+            t.cpu("cudaMalloc", 20.0, cat="cuda_runtime")
+        for k, (name, dur) in enumerate([("cudaFree", 40.0), ("cudaFree", 40.0), ("cudaMalloc", 30.0)]):
+            _call_beside(t, name, b + 1.0 + 41.0 * k, dur)
+        t.t = max(t.t, b + 130.0)
+    r, _, d = run(_gemm_steps(extra).write(tmp_path / "t.json"))
     own = r.cpu_own_times
     mine = own[own["name"].isin(["cudaFree", "cudaMalloc"])]
     assert mine.groupby("name")["beside_calls"].sum().to_dict() == {"cudaFree": 8, "cudaMalloc": 4}
@@ -789,19 +802,12 @@ def test_a_first_step_call_beside_the_step_is_no_part_of_its_extra(tmp_path):
     nothing (a pin-memory thread) calls cudaHostAlloc for 420 µs in its window. Question 3 counts the step's own call
     as part of the first step's extra (by a plain scan of the step slices) and names the other thread's apart, where
     it took more than the whole extra."""
-    t = vt.Trace()
-    for n in range(4):
-        def body(t, first=n == 0):
-            b = t.t
-            for k in range(6):
-                t.cpu(f"aten::op{k}", 10.0, children=lambda t: t.launch(vt.BF16_GEMM, 100.0, call_us=5.0))
-            if first:
-                t.cpu("cudaFuncGetAttributes", 100.0, cat="cuda_runtime")
-                t.cpu("aten::to", 300.0)
-                t.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaHostAlloc", "pid": 1, "tid": 3,
-                                 "ts": b + 2.0, "dur": 420.0, "args": {}})
-        t.step(n + 1, body)
-    path = t.write(tmp_path / "t.json")
+    def extra(t, n, b):
+        if n == 0:
+            t.cpu("cudaFuncGetAttributes", 100.0, cat="cuda_runtime")
+            t.cpu("aten::to", 300.0)
+            _call_beside(t, "cudaHostAlloc", b + 2.0, 420.0)
+    path = _gemm_steps(extra).write(tmp_path / "t.json")
     durs = [float(e["dur"]) for e in json.loads(path.read_text())["traceEvents"]
             if str(e["name"]).startswith("ProfilerStep#")]
     extra = durs[0] - statistics.median(durs[1:])
@@ -821,15 +827,10 @@ def test_a_first_step_call_beside_the_step_is_no_part_of_its_extra(tmp_path):
 def test_a_first_step_allocation_is_named_by_the_memory_it_allocates(tmp_path, call, cause):
     """The first of four steps alone calls ``call`` (200 µs) on the loop's thread: pinned host memory is no device
     workspace."""
-    t = vt.Trace()
-    for n in range(4):
-        def body(t, first=n == 0):
-            for k in range(6):
-                t.cpu(f"aten::op{k}", 10.0, children=lambda t: t.launch(vt.BF16_GEMM, 100.0, call_us=5.0))
-            if first:
-                t.cpu(call, 200.0, cat="cuda_runtime")
-        t.step(n + 1, body)
-    q3 = run(t.write(tmp_path / "t.json"))[1]["q3.cold_start"]
+    def extra(t, n, b):
+        if n == 0:
+            t.cpu(call, 200.0, cat="cuda_runtime")
+    q3 = run(_gemm_steps(extra).write(tmp_path / "t.json"))[1]["q3.cold_start"]
     assert f"the first step alone calls {call} ×1 (200.0 µs)" in q3.text
     assert f"These point at {cause};" in q3.text
 
