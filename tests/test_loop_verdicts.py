@@ -415,6 +415,7 @@ def test_driver_calls_beside_the_step_are_not_its_cost(tmp_path, on_loop):
     assert x.evidence["frees"] and x.evidence["beside_calls_per_step"] == 3.0
     assert "cudaMalloc ×1 per step, 20.0 µs of CPU time per step" in x.text
     assert "made 3 more such calls per step, 110.0 µs, time that overlaps the step's" in x.text
+    assert "that is torch.cuda.empty_cache() on a thread beside the step, or the allocator" in x.text
     assert "empty_cache()" in x.fix
 
 

@@ -49,7 +49,9 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
                  f"more such calls per step, {_fmt_us(float(aside['beside_us'].sum()) / n)}, time that overlaps the "
                  "step's and is not counted.")
     if frees:
-        text += (" Blocks are given back every step: that is torch.cuda.empty_cache() in the loop, or the allocator "
+        where = ("in the loop" if by_name.index.isin(FREES).any()
+                 else "on a thread beside the step")  # (only the other threads free)
+        text += (f" Blocks are given back every step: that is torch.cuda.empty_cache() {where}, or the allocator "
                  "releasing its cache to retry an allocation that did not fit (memory near full); cudaFree also "
                  "waits for the device to finish its work.")
         fix = ("Take torch.cuda.empty_cache() out of the loop (it returns every cached block, and the next step asks "
