@@ -1,6 +1,7 @@
 """Helpers shared by the analyses: convert ns columns to µs, cast counts, tell how a trace was recorded."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ..config import config_field
@@ -9,25 +10,57 @@ GPU_OP_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")
 """Categories (lower-cased) of GPU work: 2022+ Kineto names and the 2021 ones (Kernel, Memcpy, Memset)."""
 
 
+def _numpy_kind(s: pd.Series) -> str:
+    """The kind of a column held as a plain numpy array (``"i"``, ``"u"``, ``"f"``, ...); ``""`` for an object,
+    text or nullable (extension) column."""
+    return s.dtype.kind if isinstance(s.dtype, np.dtype) and s.dtype != object else ""
+
+
+def _replaced(df: pd.DataFrame, new: dict, drop=()) -> pd.DataFrame:
+    """``df`` with the columns of ``new`` ({column: array}) put in, each where it was or else after the others,
+    and the columns ``drop`` left out: one new frame (pandas inserts a column into a frame at ~0.1–0.5 ms each,
+    whatever its length; the analyses convert ~60 columns per trace), ``df`` itself unchanged."""
+    if not new and not drop:
+        return df
+    cols = {c: (pd.Series(new[c], index=df.index, copy=False) if c in new else df[c])
+            for c in df.columns if c not in drop or c in new}
+    for c, v in new.items():
+        if c not in cols:
+            cols[c] = pd.Series(v, index=df.index, copy=False)
+    return pd.DataFrame(cols, index=df.index, copy=False)
+
+
 def us(df: pd.DataFrame, mapping: dict[str, str]) -> pd.DataFrame:
-    """Add float µs columns from integer ns ones: ``mapping`` is ``{ns_column: us_column}``; drops the ns columns."""
+    """Add float µs columns from integer ns ones: ``mapping`` is ``{ns_column: us_column}`` (no µs column named as
+    an ns one); drops the ns columns. Text or NULL where a number should be reads as NaN."""
+    new = {}
     for ns_col, us_col in mapping.items():
-        df[us_col] = pd.to_numeric(df[ns_col], errors="coerce").astype("float64") / 1000.0
-    return df.drop(columns=list(mapping))
+        s = df[ns_col]
+        ns = (s.to_numpy(dtype=np.float64) if _numpy_kind(s) in ("i", "u", "f")
+              else pd.to_numeric(s, errors="coerce").astype("float64").to_numpy())
+        new[us_col] = ns / 1000.0
+    return _replaced(df, new, drop=list(mapping))
 
 
 def nullable_int(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
-    """Cast columns holding integers or NULLs to pandas' nullable Int64 (timestamps in ns stay exact)."""
+    """Cast columns holding integers or NULLs to pandas' nullable Int64 (timestamps in ns stay exact; a float is
+    rounded first, text reads as NULL)."""
+    new = {}
     for c in cols:
-        df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
-    return df
+        s = df[c]
+        if s.dtype == "Int64":
+            continue
+        new[c] = (pd.arrays.IntegerArray(s.to_numpy(dtype=np.int64), np.zeros(len(s), dtype=bool))
+                  if _numpy_kind(s) in ("i", "u") and s.dtype != np.uint64
+                  else pd.to_numeric(s, errors="coerce").round().astype("Int64").array)
+    return _replaced(df, new)
 
 
 def ints(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
     """Cast count columns to plain int64 (NULL counts become 0)."""
-    for c in cols:
-        df[c] = pd.to_numeric(df[c], errors="coerce").fillna(0).astype("int64")
-    return df
+    new = {c: pd.to_numeric(df[c], errors="coerce").fillna(0).astype("int64").to_numpy()
+           for c in cols if df[c].dtype != np.int64}
+    return _replaced(df, new)
 
 
 def ratio(num: pd.Series, den: pd.Series) -> pd.Series:
