@@ -89,6 +89,10 @@ def runs() -> dict[str, ExperimentConfig]:
         "stack_workers": dict(workload="script", knobs=script("input_bound", "workers"), modes=("eager",),
                               run={"with_stack": True}),
         "stack_mm": dict(workload="matmul_add", knobs={}, run={"size": 4096, "with_stack": True}),
+        # cold, and the schedule records from the loop's first step: the pin-memory thread's first pinned
+        # allocations land in the recorded first step, beside the step's own thread (question 3 names them apart)
+        "cold_workers": dict(workload="script", knobs=script("input_bound", "workers"), modes=("eager",),
+                             run={"warmup": 0, "wait": 0, "warmup_steps": 0, "active": 5}),
     }
     out = {}
     for label, c in cases.items():
