@@ -1,12 +1,16 @@
 """``TextColumn.of``: rows coded by value, distinct values in order of first appearance, NULL as -1, checked against
 ``pd.factorize`` (an independent coder) on strings that are one object per value (as the mirror's loader interns
-them) and on strings that are a new object per row (as perfetto's result cells are)."""
+them) and on strings that are a new object per row (as perfetto's result cells are); and the analyses' ``factorize``
+(the same coding, pandas' rules for missing values) against ``pd.factorize`` itself."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
+from profiling_core.analyses._shared import factorize
 from profiling_core.trace._tables import TextColumn
 
 
@@ -37,3 +41,36 @@ def test_nan_counts_as_null_and_an_object_array_reads_like_a_list():
     assert col.uniq == ["a", "b"]
     assert TextColumn.of(values.tolist(), np.arange(6)) == col
     assert TextColumn.of([], np.arange(0)).uniq == []
+
+
+def _cells():
+    return hst.lists(hst.one_of(
+        hst.sampled_from(["aten::mm", "void gemm<128>", "", "ProfilerStep#1", "a"]),
+        hst.builds(lambda s: "".join(list(s)), hst.sampled_from(["aten::mm", "a"])),  # equal text, another object
+        hst.sampled_from([None, float("nan"), np.float64("nan"), pd.NA, pd.NaT]),
+        hst.sampled_from([0, 1, 1.0, True, False, 2.5, np.str_("a"), (1, 2)])), max_size=40)
+
+
+@pytest.mark.parametrize("use_na_sentinel", [True, False])
+def test_the_analyses_factorize_is_pandas_factorize(use_na_sentinel):
+    """``analyses._shared.factorize`` (dict-based, for speed on long kernel names) against ``pd.factorize`` itself:
+    the same codes and the same distinct values (missing values as pandas gives them), on columns mixing text
+    (equal strings as one object or several), every kind of missing value, numbers equal across types and text
+    subclasses; and the same TypeError for a value that cannot be hashed."""
+    @settings(max_examples=300, deadline=None)
+    @given(_cells())
+    def check(cells):
+        a = np.empty(len(cells), dtype=object)
+        a[:] = cells if cells else []
+        want_codes, want_uniq = pd.factorize(a, use_na_sentinel=use_na_sentinel)
+        for given_as in (a, pd.Series(a, dtype=object), list(a)):
+            codes, uniq = factorize(given_as, use_na_sentinel=use_na_sentinel)
+            assert codes.tolist() == want_codes.tolist()
+            assert [repr(u) for u in uniq.tolist()] == [repr(u) for u in want_uniq.tolist()]
+    check()
+    unhashable = np.empty(2, dtype=object)
+    unhashable[0], unhashable[1] = ["a"], ["a"]
+    with pytest.raises(TypeError):
+        pd.factorize(unhashable)
+    with pytest.raises(TypeError):
+        factorize(unhashable)

@@ -22,10 +22,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..trace._tables import first_seen_codes
 from .categories import GPU_OP_CATEGORIES, gpu_op_category
 
 __all__ = ["Shared", "Coded", "IntsOrNull", "take_rows", "shared_for", "frame", "frame_cols", "nullable", "union_ns",
-           "unions_ns", "coverage_ns", "expand_ranges"]
+           "unions_ns", "coverage_ns", "expand_ranges", "factorize"]
 
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "runtime")
@@ -57,6 +58,29 @@ def frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
 
 
+def factorize(values, use_na_sentinel: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(values, use_na_sentinel=...)`` of a column of Python objects (text, mostly): (int64 codes, the
+    distinct values as an object array, in the order they first come), computed by
+    :func:`~profiling_core.trace._tables.first_seen_codes`. A missing value (None, NaN, ``pd.NA``, NaT) has code -1;
+    with ``use_na_sentinel=False`` every missing value shares one code, at the place the first one came, whose
+    value is NaN, as pandas gives it. TypeError, as from pandas, for a value that cannot be a dict key (a list)."""
+    codes, uniq = first_seen_codes(values.tolist() if hasattr(values, "tolist") else list(values))
+    na = np.array([v is None or v is pd.NA or (pd.api.types.is_scalar(v) and bool(pd.isna(v))) for v in uniq],
+                  dtype=bool)
+    if not na.any():
+        out = np.empty(len(uniq), dtype=object)
+        out[:] = uniq
+        return codes, out
+    keep = ~na
+    if not use_na_sentinel:  # the missing values: one value, where the first of them came
+        keep[int(np.argmax(na))] = True
+    to = np.cumsum(keep) - 1
+    to[na] = -1 if use_na_sentinel else to[int(np.argmax(na))]
+    out = np.empty(int(keep.sum()), dtype=object)
+    out[:] = [np.nan if n else v for v, n, k in zip(uniq, na, keep) if k]
+    return to[codes], out
+
+
 class Coded(NamedTuple):
     """A text column as codes into its distinct values: row k holds ``uniq[codes[k]]``, None where the code is -1
     (``pd.factorize``'s form). ``frame_cols`` builds such a column from the distinct values, not row by row."""
@@ -73,10 +97,7 @@ class Coded(NamedTuple):
 
     @classmethod
     def of(cls, values) -> "Coded":
-        codes, uniq = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
-        u = np.empty(len(uniq), dtype=object)
-        u[:] = uniq.tolist()
-        return cls(codes, u)
+        return cls(*factorize(values))
 
     def take(self, idx: np.ndarray) -> "Coded":
         return Coded(self.codes[idx], self.uniq)

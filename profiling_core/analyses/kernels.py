@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import nullable_int, us
-from ._shared import Shared, shared_for
+from ._shared import Shared, factorize, shared_for
 
 __all__ = ["kernel_stats", "kernel_configs", "kernel_durations_by_step", "gpu_ops"]
 
@@ -48,7 +48,7 @@ def kernel_stats(session, ops: pd.DataFrame | None = None) -> pd.DataFrame:
     cols = ["name", "count", "total_us", "mean_us", "median_us", "min_us", "max_us", "std_us", "cv"]
     if k.empty:
         return pd.DataFrame({c: pd.Series(dtype="object" if c == "name" else "float64") for c in cols})
-    codes, names = pd.factorize(k["name"].astype("object"), use_na_sentinel=False)
+    codes, names = factorize(k["name"], use_na_sentinel=False)
     first, st = _duration_stats(codes.astype(np.int64), k["dur_us"].to_numpy(dtype=np.float64))
     out = pd.DataFrame({"name": pd.Series(np.asarray(names, dtype=object)[first], dtype=object), **st})
     out = out.sort_values(["total_us", "name"], ascending=[False, True], kind="stable")

@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, us
-from ._shared import Shared, covered_ns, frame, merged, shared_for, union_ns
+from ._shared import Shared, covered_ns, factorize, frame, merged, shared_for, union_ns
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
             "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
@@ -351,7 +351,7 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     # one code per row label: the name, ProfilerStep#N merged into ProfilerStep* (codes of the distinct names)
     labels = np.empty(len(t["name_uniq"]), dtype=object)
     labels[:] = [row_label(u) for u in t["name_uniq"]]
-    label_codes, uniq = pd.factorize(labels, use_na_sentinel=False)
+    label_codes, uniq = factorize(labels, use_na_sentinel=False)
     code = label_codes[t["name_codes"]]  # name code -1 (NULL) takes the last label, None
     uniq = [None if (u is None or u != u) else u for u in uniq.tolist()]
     k = len(uniq)

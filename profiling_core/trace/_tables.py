@@ -48,24 +48,32 @@ class TextColumn:
     @classmethod
     def of(cls, values, order: np.ndarray) -> "TextColumn":
         """``[values[i] for i in order]`` (a list or an object array of str, None for NULL; any other value, a NaN,
-        counts as NULL) coded. The distinct values are found by ``dict.fromkeys`` (in C; a dict keeps the order in
-        which keys first came) and each row's code looked up in C, so Python runs once per distinct value, not per
-        row: equal strings get one code whether they are one object (the mirror's loader interns them) or not
-        (each of perfetto's result cells is a new one)."""
+        counts as NULL) coded by :func:`first_seen_codes`: equal strings get one code whether they are one object
+        (the mirror's loader interns them) or not (each of perfetto's result cells is a new one)."""
         if len(order) == 0:
             return cls(np.zeros(0, dtype=np.int32), [])
         cells = np.empty(len(values), dtype=object)
         cells[:] = values
-        cells = cells[order]
-        code = dict.fromkeys(cells)
-        uniq: list = []
-        for v in code:
-            if type(v) is str:
-                code[v] = len(uniq)
-                uniq.append(v)
-            else:
-                code[v] = -1
-        return cls(np.fromiter(map(code.__getitem__, cells), dtype=np.int32, count=len(cells)), uniq)
+        codes, uniq = first_seen_codes(cells[order], np.int32)
+        text = [type(v) is str for v in uniq]
+        if all(text):
+            return cls(codes, uniq)
+        to = np.cumsum(text, dtype=np.int32) - 1  # the other values are NULL: code -1, the later codes moved down
+        to[~np.array(text)] = -1
+        return cls(to[codes], [v for v, t in zip(uniq, text) if t])
+
+
+def first_seen_codes(cells, dtype=np.int64) -> tuple[np.ndarray, list]:
+    """Each cell's code (an integer array of ``dtype``) into the distinct cells, and those cells in the order they
+    first come (the codes ``pd.factorize`` gives). Equal cells share a code by a dict's equality (``1 == 1.0``; a
+    NaN matches only itself). The distinct cells are found by ``dict.fromkeys`` and each cell's code is looked up in
+    C, so Python runs once per distinct value, not per cell; each string's hash is the one Python keeps with it
+    (pandas' factorize reads every string's characters again: 3.1 ms against 0.2 ms on 9,450 kernel names of ~300
+    characters). Raises TypeError on a cell that cannot be a dict key (a list)."""
+    code = dict.fromkeys(cells)
+    uniq = list(code)
+    code.update(zip(uniq, range(len(uniq))))
+    return np.fromiter(map(code.__getitem__, cells), dtype=dtype, count=len(cells)), uniq
 
 
 class ArgsReader(Protocol):

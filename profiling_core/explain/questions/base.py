@@ -14,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from ...analyses._shared import factorize
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...config import config_field as _cfg
 from ...units import format_count
@@ -83,7 +84,7 @@ def _per_name(col: pd.Series, fn) -> np.ndarray:
     """``fn(col.astype(str))`` as an object array, computed once per distinct value and taken back to every row: a
     dispatch-chain column has 80k+ rows of a few hundred names on a large trace, and the per-row text copies
     cost tens of MiB."""
-    codes, uniq = pd.factorize(col, use_na_sentinel=False)  # a missing value is one more distinct value
+    codes, uniq = factorize(col, use_na_sentinel=False)  # a missing value is one more distinct value
     return fn(pd.Series(uniq, dtype=object).astype(str)).to_numpy(dtype=object)[codes]
 
 
