@@ -223,9 +223,11 @@ def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], categor
     tb = session.tables
     codes = [i for i, v in enumerate(tb.name.uniq) if v in op_names]
     ids = np.flatnonzero(np.isin(tb.name.codes, codes)) if codes else np.array([], dtype=np.int64)
+    if not len(ids):
+        return None
     mine_k = lat[_per_name(lat["gpu_name"], lambda u: u.map(lambda n: gpu_op_category(n, "kernel") == category))
                  .astype(bool)]  # (decided once per distinct kernel name)
-    if not len(ids) or mine_k.empty:
+    if mine_k.empty:
         return None
     starts = mine_k["launch_start_ns"].to_numpy(dtype=np.int64)
     args = _args_each(session, ("Input Dims", "Input type", "Concrete Inputs"), ids)

@@ -46,7 +46,8 @@ def _q1_table(r, config=None) -> list[Finding]:
     dev_sum = float(t["self_device_us"].sum())
     busy = float(r.summary["gpu_busy_us"]) if r.summary.get("gpu_busy_scope") == "trace" else float(
         r.gpu_busy.set_index("scope").loc["trace", "busy_us"])
-    ann = t[(t["lane"] == "gpu") & ~t["name"].isin(set(r.gpu_ops["name"].unique()))]
+    # (a set of the names: Python keeps each str's hash, where pandas' unique() hashes every row's text again)
+    ann = t[(t["lane"] == "gpu") & ~t["name"].isin(set(r.gpu_ops["name"]))]
     cpu_dev = t[(t["lane"] == "cpu") & (t["self_device_us"] > 0)]
     ev2 = {"sum_self_device_us": _num(dev_sum), "gpu_busy_us": _num(busy),
            "ratio": _num(dev_sum / busy) if busy > 0 else None,
