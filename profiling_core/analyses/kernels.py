@@ -124,8 +124,16 @@ def kernel_configs(session, shared: Shared | None = None) -> pd.DataFrame:
     got = tb.args.get_many(["grid", "block"], np.unique(ids[ids >= 0]).tolist())
     grid, block = got["grid"], got["block"]
     configs: dict = {}  # (grid, block) -> its code, in order of first appearance
-    per_set = {a: configs.setdefault((_key(grid.get(a)), _key(block.get(a))), len(configs))
-               for a in grid.keys() | block.keys()}
+    # Keyed once per pair of value objects: the args reader hands out one list per distinct text (thousands of
+    # kernels, tens of configurations); the values are held by ``got`` meanwhile, so an id names one object.
+    made: dict = {}
+    per_set = {}
+    for a in grid.keys() | block.keys():
+        g, b = grid.get(a), block.get(a)
+        code = made.get((id(g), id(b)))
+        if code is None:
+            code = made[(id(g), id(b))] = configs.setdefault((_key(g), _key(b)), len(configs))
+        per_set[a] = code
     none = configs.setdefault((None, None), len(configs))
     cfg = np.array([per_set.get(a, none) for a in ids.tolist()], dtype=np.int64)
     k, st = _duration_stats(t["name_codes"][i].astype(np.int64) * len(configs) + cfg,
