@@ -298,6 +298,22 @@ def test_events_without_a_number_of_bytes_are_left_out_and_counted(tmp_path):
     assert r.summary["skipped_events"] == len(scanned) - len(numbers) == 5
 
 
+def test_a_number_beyond_a_floats_range_is_no_size_and_no_total(tmp_path):
+    """JSON integers of 400 digits (an edited or corrupted trace) as Bytes and as totals: the event with such Bytes
+    is left out and counted, such a total is none. Reading them as floats raised OverflowError, and the whole
+    analysis with it."""
+    huge = 10 ** 400
+    path = write(tmp_path, [mem(1, 100, addr=1, total=100), mem(2, huge, addr=2, total=200),
+                            mem(3, 50, addr=3, total=huge, reserved=huge), mem(4, -100, addr=1, total=50)])
+    scanned = [e["args"] for e in scan_trace(path)]
+    kept = [a for a in scanned if abs(a["Bytes"]) < 2 ** 60]  # a plain scan
+    r = report_of(path)
+    assert r.timeline["bytes"].tolist() == [a["Bytes"] for a in kept] == [100, 50, -100]
+    assert r.summary["skipped_events"] == len(scanned) - len(kept) == 1
+    assert r.timeline["allocated_bytes"].isna().tolist() == [False, True, False]
+    assert r.timeline["reserved_bytes"].isna().all()
+
+
 def test_without_totals_the_level_is_the_running_sum_from_the_window_start(tmp_path):
     path = write(tmp_path, [step(1, 0, 50), mem(1, 30), mem(2, 70), mem(3, -30), step(2, 50, 50), mem(51, -70),
                             mem(52, 5)])

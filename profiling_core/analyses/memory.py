@@ -188,12 +188,28 @@ def _frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
     return df
 
 
-def _number(v) -> float | None:
-    """A finite number (int or float, not a bool) as a float; None for anything else."""
-    if type(v) is bool or not isinstance(v, (int, float)):
-        return None
-    x = float(v)
-    return x if math.isfinite(x) else None
+def _numbers(values: list) -> np.ndarray:
+    """Each value as a float64 where it is a finite number (an int or a float, not a bool), NaN for anything else
+    (missing, text, a bool, an infinity, an integer beyond a float's range). Converted at once where every value is
+    an int or a float (the common case), one at a time otherwise."""
+    if set(map(type, values)) <= {int, float}:
+        try:
+            a = np.array(values, dtype=np.float64)
+        except OverflowError:
+            a = None
+        if a is not None:
+            a[~np.isfinite(a)] = np.nan
+            return a
+    out = np.full(len(values), np.nan)
+    for k, v in enumerate(values):
+        if type(v) is not bool and isinstance(v, (int, float)):
+            try:
+                x = float(v)
+            except OverflowError:
+                continue
+            if math.isfinite(x):
+                out[k] = x
+    return out
 
 
 def device_name(kind, index) -> str:
@@ -217,25 +233,33 @@ class _Events:
         ids = [int(a) for a in asid.tolist() if a >= 0]
         keys = ("Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
         got = tb.args.get_many(keys, ids) if ids else {k: {} for k in keys}
-        nb = [_number(got["Bytes"].get(a)) for a in asid.tolist()]
-        nb = [x if x is not None and abs(x) < _MAX_BYTES else None for x in nb]
-        keep = np.array([x is not None for x in nb], dtype=bool)
+        nb = _numbers([got["Bytes"].get(a) for a in asid.tolist()])
+        keep = np.abs(nb) < _MAX_BYTES  # (False for NaN)
         self.skipped = int((~keep).sum())
         rows, asid = rows[keep], asid[keep]
-        nbytes = np.array([round(x) for x in nb if x is not None], dtype=np.int64)
+        nbytes = np.rint(nb[keep]).astype(np.int64)  # (round half to even, as Python's round)
         ts = t["ts"][rows]
         order = np.lexsort((rows, ts))
         self.rows, self.ts, self.bytes, asid = rows[order], ts[order], nbytes[order], asid[order].tolist()
         n = len(self.rows)
 
         def total(key):
-            vals = [_number(got[key].get(a)) for a in asid]
-            return np.array([np.nan if v is None or not 0 <= v < _MAX_BYTES else round(v) for v in vals],
-                            dtype=np.float64)
+            v = _numbers([got[key].get(a) for a in asid])
+            return np.where((v >= 0) & (v < _MAX_BYTES), np.rint(v), np.nan)
         self.alloc, self.res = total("Total Allocated"), total("Total Reserved")
         addr = [got["Addr"].get(a) for a in asid]
         self.addr = [v if type(v) is int else None for v in addr]
-        names = [device_name(got["Device Type"].get(a), got["Device Id"].get(a)) for a in asid]
+        named: dict = {}  # (kind, index, their types) -> device_name: a few devices for thousands of events
+        names = []
+        for kind, index in zip([got["Device Type"].get(a) for a in asid], [got["Device Id"].get(a) for a in asid]):
+            try:
+                key = (type(kind), kind, type(index), index)
+                name = named.get(key)
+                if name is None:
+                    name = named[key] = device_name(kind, index)
+            except TypeError:  # (a list: no dict key)
+                name = device_name(kind, index)
+            names.append(name)
         lanes = sh.lanes
         names = _with_process(names, [lanes.get(int(u), (None, None))[1] for u in t["utid"][self.rows]])
         self.devices = sorted(set(names), key=_device_key)
