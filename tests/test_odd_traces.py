@@ -14,6 +14,7 @@ from test_study_queries import SPECS, compare
 
 from profiling_core.analyses import analyze, kernel_configs
 from profiling_core.analyses._shared import step_number
+from profiling_core.explain.diagnosis import diagnose
 from profiling_core.explain.questions import findings
 from profiling_core.queries import load_query
 from profiling_core.trace import open_trace
@@ -119,6 +120,59 @@ def test_a_grid_that_is_no_whole_numbers_is_no_launch_configuration(tmp_path):
     assert {(x.name, x.grid, x.block): int(x.count) for x in got.itertuples()} == want
     q8 = next(f for f in findings(r) if f.question == 8)
     assert "nan" not in q8.text and "2.5" not in q8.text and "True" not in q8.text
+
+
+def _gemm_steps(dims: list, copies: list) -> list[dict]:
+    """One step per entry: an aten::mm of those ``Input Dims`` launching a GEMM kernel, and a copy (name, ``bytes``)
+    (each GPU op paired to its launch by correlation)."""
+    evs, t = [], 0
+    for n, (d, (copy, b)) in enumerate(zip(dims, copies), start=1):
+        c = 10 * n
+        evs += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": t,
+                 "dur": 100, "args": {}},
+                {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t + 1, "dur": 50,
+                 "args": {"Input Dims": d, "Input type": ["float", "float"], "Input Strides": [[4, 1], [8, 1]]}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 2,
+                 "dur": 5, "args": {"correlation": c}},
+                {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_f32f32", "pid": 0, "tid": 7, "ts": t + 8,
+                 "dur": 30, "args": {"correlation": c, "device": 0, "stream": 7}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": t + 60,
+                 "dur": 2, "args": {"correlation": c + 1}},
+                {"ph": "X", "cat": "gpu_memcpy", "name": copy, "pid": 0, "tid": 7,
+                 "ts": t + 61, "dur": 2, "args": {"bytes": b, "correlation": c + 1, "device": 0, "stream": 7}}]
+        t += 100
+    return evs
+
+
+def test_a_size_no_tensor_can_have_is_no_shape_and_no_copy_size(tmp_path):
+    """A GEMM's Input Dims or a copy's bytes of 400 digits (an edited trace: beyond int64, where torch holds sizes)
+    made the GEMM rows and the roofline raise OverflowError (FLOPs no float holds), and the whole analysis with them;
+    a negative size made negative FLOPs. Such shapes are no shapes and such bytes no size: those ops have no FLOPs,
+    and a copy of such bytes leaves its kind of copy without a roofline row (the row is the mean of every copy of the
+    name). What counts is a plain scan's: sizes from 0 to below 2**63."""
+    huge = 10 ** 400
+    dims = [[[64, 4], [4, 8]], [[huge, 4], [4, 8]], [[64, -4], [-4, 8]], [[64, 4], [4, 8]]]
+    dtod, htod = "Memcpy DtoD (Device -> Device)", "Memcpy HtoD (Pageable -> Device)"
+    copies = [(dtod, 4096), (htod, huge), (dtod, 4096), (htod, -4096)]
+    path = tmp_path / "sizes.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+                                "traceEvents": _gemm_steps(dims, copies)}))
+    evs = scan_trace(path)
+    size = lambda v: type(v) is int and 0 <= v < 2 ** 63  # noqa: E731
+    shaped = [e["ts"] for e in evs if e["name"] == "aten::mm" and all(size(x) for d in e["args"]["Input Dims"]
+                                                                     for x in d)]
+    by_name: dict = {}
+    for e in (e for e in evs if e.get("cat") == "gpu_memcpy"):
+        by_name.setdefault(e["name"], []).append(e["args"]["bytes"])
+    sized = {name: len(b) for name, b in by_name.items() if all(map(size, b))}
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        findings(r)
+        d = diagnose(s, r)
+    assert [t // 1000 for t in r.gemm_throughput["start_ns"]] == shaped == [1, 301]
+    assert r.gemm_throughput["flops"].tolist() == [2 * 64 * 4 * 8] * 2
+    rows = {row["op"]: row["count"] for row in d.roofline.to_dict("records") if row["kind"] == "copy"}
+    assert rows == sized == {dtod: 2}
 
 
 def test_steps_that_took_no_time_compare_without_a_ratio(tmp_path):

@@ -69,6 +69,17 @@ def ratio(num: pd.Series, den: pd.Series) -> pd.Series:
     return pd.to_numeric(num, errors="coerce").astype("float64") / den.where(den > 0)
 
 
+SIZE_LIMIT = 2 ** 63
+"""Sizes are below this: torch holds a tensor's sizes, its element count and a copy's bytes as int64."""
+
+
+def is_size(v) -> bool:
+    """Whether ``v`` is a size torch can have recorded (a dimension, an element count, a number of bytes): a whole
+    number (not a bool) from 0 to below :data:`SIZE_LIMIT`. A larger one is no size a tensor had, and FLOPs or bytes
+    made from it would not fit a float."""
+    return type(v) is int and 0 <= v < SIZE_LIMIT
+
+
 def recorded_with(option: str, recorded, config=None) -> bool:
     """Whether the trace was recorded with the torch.profiler ``option`` (``profile_memory``, ``with_stack``,
     ``record_shapes``, ...): the trace says so (``recorded``: ``TraceSession.recorded_with`` or a report's

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import as_config
+from ._common import SIZE_LIMIT, is_size
 from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
 __all__ = ["gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims", "gemm_shape_text"]
@@ -133,9 +134,11 @@ def gemm_flops_from_dims(op: str, dims: list[list[int]]) -> Optional[int]:
 
 
 def is_shapes(v) -> bool:
-    """Whether an ``Input Dims`` value is a list of input shapes, each a list of integers (an input without a shape,
-    such as a scalar, has an empty one)."""
-    return type(v) is list and all(type(x) is list and all(type(y) is int for y in x) for x in v)
+    """Whether an ``Input Dims`` value is a list of input shapes that tensors can have: each a list of sizes
+    (:func:`~profiling_core.analyses._common.is_size`: whole numbers from 0 to below 2^63) whose product, the
+    tensor's element count, is a size too (an input without a shape, such as a scalar, has an empty one)."""
+    return type(v) is list and all(type(x) is list and all(is_size(y) for y in x) and math.prod(x) < SIZE_LIMIT
+                                   for x in v)
 
 
 def _dims_by_op(tables, ops: dict) -> dict[int, list[list[int]]]:

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...analyses import Report, gemm_dims, gemm_leading_dims, is_shapes, launch_ops
+from ...analyses._common import is_size
 from ...analyses.categories import gpu_op_category, is_gemm_kernel
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
@@ -193,7 +194,7 @@ def _conv_shape(dims, concrete) -> Optional[tuple[int, int, int, int, int]]:
     ``Input Dims`` ([N, C, *spatial], [K, C/g, *kernel]) and ``Concrete Inputs`` (stride, padding, dilation,
     transposed, output padding, groups as the schema orders them); None for a transposed convolution or a shape it
     cannot read."""
-    if not isinstance(dims, list) or len(dims) < 2 or not isinstance(concrete, list) or len(concrete) < 9:
+    if not is_shapes(dims) or len(dims) < 2 or not isinstance(concrete, list) or len(concrete) < 9:
         return None
     x, w = dims[0], dims[1]
     try:
@@ -296,7 +297,7 @@ def _attention_shape(dims, types, concrete, causal_at: int = 5, mask_at: Optiona
     (Σᵢ min(i + 1, Lk) pairs; a fused kernel skips the masked blocks). Softmax's few FLOPs per score are not counted.
     Bytes: Q, K, V and the mask read once, the output [..., Lq, Dv] written once: the least attention can move, so a
     decode step (Lq = 1) has about 1 FLOP/byte and is judged by the bandwidth it reaches."""
-    if not isinstance(dims, list) or len(dims) < 3 or not isinstance(types, list) or len(types) < 3:
+    if not is_shapes(dims) or len(dims) < 3 or not isinstance(types, list) or len(types) < 3:
         return None
     q, k, v = dims[:3]
     if not all(isinstance(x, list) and len(x) >= 2 and all(isinstance(n, int) and n > 0 for n in x)
@@ -365,7 +366,7 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
         nb = _args_of(session, "bytes", cp["id"].tolist())
         for name, grp in cp.groupby(cp["name"].astype(object), sort=False):
             b = [nb.get(int(i)) for i in grp["id"]]
-            if any(not isinstance(x, int) for x in b):
+            if not all(map(is_size, b)):  # (a number of bytes torch could have copied)
                 continue
             t = float(grp["dur_us"].mean())
             moved = 2.0 * float(np.mean(b)) if "DtoD" in name else float(np.mean(b))  # DtoD: read and written

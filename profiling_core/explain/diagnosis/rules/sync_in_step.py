@@ -25,6 +25,7 @@ from typing import Optional
 import numpy as np
 
 from ....analyses import GPU_PACED, basis_steps, phases_at, working_steps
+from ....analyses._common import is_size
 from ....units import human_bytes
 from ...questions.base import ELSEWHERE, _on_step_thread, _per_name
 from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_n, _fmt_us
@@ -243,7 +244,7 @@ def _copy_rows(session, copies, n_steps: int) -> list[dict]:
     out = []
     for name, grp in copies.groupby(copies["gpu_name"].astype(str), sort=False):
         b = [nbytes.get(int(i)) for i in grp["gpu_id"]]
-        b = [x for x in b if isinstance(x, int) and not isinstance(x, bool)]
+        b = [x for x in b if is_size(x)]  # (a number of bytes torch could have copied)
         mean_b = float(sum(b) / len(b)) if b else None
         t = float(grp["gpu_dur_us"].mean())
         low = name.lower()
