@@ -57,7 +57,7 @@ from profiling_core.trace import open_trace  # noqa: E402
 DATA = os.path.join(ROOT, "tests", "data")
 MAX_SEED_BYTES = 3 << 20  # decompressed: larger seeds make slow cases and add no kind of event the others lack
 ODD = [None, True, -1, 0, 1, 2 ** 63, -2 ** 63, 1e308, -0.0, 1.5e-9, 3.5, "", "x", "12", "nan", [], {}, [1, [2]], [[]],
-       [[-1, 0]], [[1, 2], "x"], "\u00e9\u6f22"]
+       [[-1, 0]], [[1, 2], "x"], "\u00e9\u6f22", 10 ** 400, [[10 ** 400, 2], [2, 3]]]  # (an int no float holds)
 ARG_KEYS = ["External id", "correlation", "Python id", "Python parent id", "Python thread", "Input Dims", "Input type",
             "Input Strides", "Concrete Inputs", "grid", "block", "device", "stream", "context", "Ev Idx", "Bytes",
             "bytes", "Total Allocated", "Total Reserved", "Addr", "Device Type", "Device Id", "Sequence number",
