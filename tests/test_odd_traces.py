@@ -97,17 +97,18 @@ def test_a_kernel_whose_grid_holds_a_list_is_a_launch_configuration_of_its_own(t
 
 
 def test_a_grid_that_is_no_whole_numbers_is_no_launch_configuration(tmp_path):
-    """A ``grid`` or ``block`` written as a string (``"nan"``), a fraction, true or an empty list (an edited trace; the
-    analyses' fuzzer wrote them) is no launch configuration: those kernels count where the trace records none, shown
-    as not recorded, never as the odd value; the counts are a plain scan's, each odd value read as none."""
-    odd = ["nan", 2.5, True, []]
+    """A ``grid`` or ``block`` written as a string (``"nan"``), a fraction, true, an empty list, a negative number or one
+    beyond int64 (an edited trace; the analyses' fuzzer wrote them) is no launch configuration: those kernels count
+    where the trace records none, shown as not recorded, never as the odd value; the counts are a plain scan's, each
+    odd value read as none."""
+    odd = ["nan", 2.5, True, [], [-1, 1, 1], [10 ** 400, 1, 1]]
 
     def spoil(evs):
         ks = [e for e in evs if e.get("cat") == "kernel" and isinstance(e.get("args", {}).get("grid"), list)]
         for k, e in enumerate(ks):  # (every odd value, on a grid and on a block)
             e["args"]["grid" if k % 2 == 0 else "block"] = odd[k % len(odd)]
     path = _edited(tmp_path, EAGER, spoil)
-    whole = lambda v: isinstance(v, list) and v and all(type(x) is int for x in v)  # noqa: E731
+    whole = lambda v: isinstance(v, list) and v and all(type(x) is int and 0 <= x < 2 ** 63 for x in v)  # noqa: E731
     want: dict = {}
     for e in (e for e in scan_trace(path) if e.get("cat") == "kernel"):
         g, b = e["args"].get("grid"), e["args"].get("block")
@@ -119,7 +120,8 @@ def test_a_grid_that_is_no_whole_numbers_is_no_launch_configuration(tmp_path):
         got = kernel_configs(s)
     assert {(x.name, x.grid, x.block): int(x.count) for x in got.itertuples()} == want
     q8 = next(f for f in findings(r) if f.question == 8)
-    assert "nan" not in q8.text and "2.5" not in q8.text and "True" not in q8.text
+    assert "nan" not in q8.text and "2.5" not in q8.text and "True" not in q8.text and "-1×" not in q8.text
+    assert "0" * 20 not in q8.text
 
 
 def _gemm_steps(dims: list, copies: list) -> list[dict]:

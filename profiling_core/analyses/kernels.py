@@ -5,7 +5,7 @@ import pandas as pd
 
 import numpy as np
 
-from ._common import nullable_int, us
+from ._common import is_size, nullable_int, us
 from ._shared import Shared, factorize, shared_for
 
 __all__ = ["kernel_stats", "kernel_configs", "kernel_durations_by_step", "gpu_ops"]
@@ -77,15 +77,16 @@ def _duration_stats(key: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, dict[
 
 
 def _key(v):
-    """A ``grid`` or ``block`` arg as a hashable key: a whole number, or a non-empty list of them (a list in it too,
-    as another tool may write) as a tuple. Anything else (a string, a fraction, true or false, an empty list) is no
-    launch configuration: None, as where the kernel has none."""
-    if type(v) is list and v and all(type(x) is int for x in v):  # (what Kineto writes: no bool, which is an int)
+    """A ``grid`` or ``block`` arg as a hashable key: a size (:func:`~profiling_core.analyses._common.is_size`: a
+    whole number from 0 to below 2^63), or a non-empty list of them (a list in it too, as another tool may write) as
+    a tuple. Anything else (a string, a fraction, true or false, a negative number, an empty list) is no launch
+    configuration: None, as where the kernel has none."""
+    if type(v) is list and v and all(map(is_size, v)):  # (what Kineto writes)
         return tuple(v)
     if isinstance(v, list):
         parts = tuple(_key(x) for x in v)
         return parts if parts and None not in parts else None
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
+    return v if is_size(v) else None
 
 
 def _config_text(v):
