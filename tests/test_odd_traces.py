@@ -97,10 +97,10 @@ def test_a_kernel_whose_grid_holds_a_list_is_a_launch_configuration_of_its_own(t
 
 
 def test_a_grid_that_is_no_whole_numbers_is_no_launch_configuration(tmp_path):
-    """A ``grid`` or ``block`` written as a string (``"nan"``), a fraction, true, an empty list, a negative number or one
-    beyond int64 (an edited trace; the analyses' fuzzer wrote them) is no launch configuration: those kernels count
-    where the trace records none, shown as not recorded, never as the odd value; the counts are a plain scan's, each
-    odd value read as none."""
+    """A ``grid`` or ``block`` written as a string (``"nan"``), a fraction, true, an empty list, a negative number or
+    one beyond int64 (an edited trace; the analyses' fuzzer wrote them) is no launch configuration: those kernels
+    count where the trace records none, shown as not recorded, never as the odd value; the counts are a plain scan's,
+    each odd value read as none."""
     odd = ["nan", 2.5, True, [], [-1, 1, 1], [10 ** 400, 1, 1]]
 
     def spoil(evs):
