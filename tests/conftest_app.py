@@ -136,3 +136,18 @@ def interrupted(monkeypatch):
             state["shows"] = None
 
     return run
+
+
+def chart_specs(at) -> list[dict]:
+    """Each chart's spec, with its datasets back in as lists of rows (Streamlit sends them apart, as Arrow)."""
+    import json
+
+    import pyarrow as pa  # (Streamlit's own dependency)
+    out = []
+    for c in at.get("vega_lite_chart"):
+        spec = json.loads(c.proto.spec)
+        spec["datasets"] = {d.name: pa.ipc.open_stream(d.data.data).read_all().to_pylist() for d in c.proto.datasets}
+        if isinstance(spec.get("data"), dict) and "values" in spec["data"]:
+            spec["datasets"]["(inline)"] = spec["data"]["values"]
+        out.append(spec)
+    return out

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from conftest_app import DATA, app, download, errors_of, import_trace
+from conftest_app import DATA, app, chart_specs, download, errors_of, import_trace
 from profiling_core.present import charts
 
 CONTROL = DATA / "big" / "control.json.gz"  # A100, HTA
@@ -24,19 +24,6 @@ RESNET = DATA / "traces" / "worker0.1623143089861.pt.trace.json.gz"  # V100, 202
 QWEN = DATA / "traces" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"  # H100, TraceLens
 LLM_DECODE = DATA / "h200_train" / "llm_decode_dynamic_compile_default.json.gz"  # ours, H200: 5,735 slices a step
 PAGES = ["trace_lab", "profile", "dispatch", "variance", "runs", "compile_vs_eager", "overhead", "home"]
-
-
-def _specs(at) -> list[dict]:
-    """Each chart's spec, with its datasets back in as lists of rows (Streamlit sends them apart, as Arrow)."""
-    import pyarrow as pa  # (Streamlit's own dependency)
-    out = []
-    for c in at.get("vega_lite_chart"):
-        spec = json.loads(c.proto.spec)
-        spec["datasets"] = {d.name: pa.ipc.open_stream(d.data.data).read_all().to_pylist() for d in c.proto.datasets}
-        if isinstance(spec.get("data"), dict) and "values" in spec["data"]:
-            spec["datasets"]["(inline)"] = spec["data"]["values"]
-        out.append(spec)
-    return out
 
 
 def _datasets(spec: dict) -> dict:
@@ -50,8 +37,8 @@ def _subtitle(spec: dict) -> str:
 
 
 def _chart(at, title_part: str) -> dict:
-    found = [s for s in _specs(at) if title_part in json.dumps(s.get("title", ""))]
-    assert len(found) == 1, [s.get("title") for s in _specs(at)]
+    found = [s for s in chart_specs(at) if title_part in json.dumps(s.get("title", ""))]
+    assert len(found) == 1, [s.get("title") for s in chart_specs(at)]
     return found[0]
 
 
@@ -66,7 +53,7 @@ def _scan(path) -> list[dict]:
 
 def _bounded(at) -> None:
     assert not errors_of(at), errors_of(at)
-    for spec in _specs(at):
+    for spec in chart_specs(at):
         for name, rows in _datasets(spec).items():
             assert len(rows) <= charts.MAX_ROWS, (spec.get("title"), len(rows))
 

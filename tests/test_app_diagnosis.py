@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest_app import DATA, app, errors_of, import_trace
+from conftest_app import DATA, app, chart_specs, errors_of, import_trace
 
 from profiling_core.present import md_text
 
@@ -135,3 +135,31 @@ def test_the_profile_report_says_what_the_page_says(runs_dir, media):
     costs = [c.value for c in at.caption if c.value.startswith("Cost")]
     assert costs and all(c.replace("\\", "") in report for c in costs)
     assert "No calibration of NVIDIA H200 in the store" in report
+
+
+def test_the_roofline_chart_is_drawn_from_the_table_and_hashed_as_it_is(runs_dir):
+    """The roofline chart's points are the rows of the table above it, and its data is hashed for the chart cache
+    as it is: a GEMM with recorded strides has a ``leading_dims`` column of lists in the diagnosis, which Streamlit's
+    hash of a DataFrame cannot read, so it logged a warning and pickled the frame on every rerun."""
+    import logging
+    warned = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            warned.append(record.getMessage())
+
+    seed_h200_run(runs_dir, "bf16_4095")
+    log = logging.getLogger("streamlit.runtime.caching.hashing")
+    handler = Catch(level=logging.WARNING)
+    log.addHandler(handler)
+    try:
+        at = app("profile")
+    finally:
+        log.removeHandler(handler)
+    assert not errors_of(at)
+    assert not [w for w in warned if "hashing method failed" in w], warned
+    table = next(d.value for d in at.dataframe if "fraction_of_peak" in d.value.columns)
+    roof = next(s for s in chart_specs(at) if "Roofline" in json.dumps(s.get("title", "")))
+    points = [v for d in roof["datasets"].values() for v in d if "label" in v]
+    want = table[(table["intensity"] > 0) & (table["tflops"] > 0)]
+    assert sorted(p["label"] for p in points) == sorted(want["kernel"].astype(str).str.slice(0, 80))

@@ -198,6 +198,6 @@ def show_diagnosis(run_id: str, *, key: str) -> None:
                         "time_us": st.column_config.NumberColumn("µs per call", format="%.2f"),
                         "tflops": st.column_config.NumberColumn("TFLOP/s", format="%.3f"),
                         "gbs": st.column_config.NumberColumn("GB/s", format="%.1f")})
-        spec = chart("roofline", roof.drop(columns=["slice_ids"]), peaks=p.gemm_tflops if p else None,
+        spec = chart("roofline", shown, peaks=p.gemm_tflops if p else None,
                      bandwidth_gbs=p.bandwidth_gbs if p else None)
         chart_block(spec, shown, f"{load_run(run_id).name}_roofline", key=f"{key}_roofline")
