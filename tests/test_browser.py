@@ -127,9 +127,10 @@ def test_profile_in_a_real_browser(server, browser_page, tmp_path):
     page.get_by_label("dtype", exact=True).first.click()
     page.get_by_role("option", name="fp32", exact=True).click()
     page.get_by_role("button", name="Run profile").click()
-    # the run's own heading (not the progress bar's text), then the page's last section: the run is drawn
-    page.get_by_role("heading", name="64_fp32_cold_eager").wait_for(timeout=120_000)
-    page.get_by_role("heading", name="5 · Take it with you").wait_for(timeout=60_000)
+    # the run's own heading (not the progress bar's text), then the page's last section: the run is drawn (the
+    # first of each: while a rerun draws, the previous run's elements stay beside the new ones, see below)
+    page.get_by_role("heading", name="64_fp32_cold_eager").first.wait_for(timeout=120_000)
+    page.get_by_role("heading", name="5 · Take it with you").first.wait_for(timeout=60_000)
     # count only once the script run has ended: while a rerun draws, Streamlit keeps the previous run's elements
     # (stale) beside the new ones, so a count read mid-rerun can see a section twice
     _wait_idle(page)
@@ -243,7 +244,8 @@ def test_each_pages_action_shows_the_runs_it_made(server, browser_page, name, bu
     _wait_idle(page)
     before = len(_newest_runs(10_000))
     page.get_by_role("button", name=button).click()
-    page.locator('[data-testid="stProgress"]').first.wait_for(timeout=60_000)
+    # the runs, read off the store (a one-run action on a quick machine can end before its progress bar is seen);
+    # then the page: its progress bar gone and its script run ended
     deadline = time.monotonic() + 300
     while len(_newest_runs(10_000)) < before + made and time.monotonic() < deadline:
         page.wait_for_timeout(500)
