@@ -69,7 +69,7 @@ def _bound_metric_and_q2(runs_dir, path: Path):
     import_trace(runs_dir, path, path.stem)
     at = app("profile")
     assert not errors_of(at)
-    [m] = [m for m in at.metric if m.label == "Bound, steady state"]
+    [m] = [m for m in at.metric if m.label.startswith("Bound, steady state")]
     with open_trace(path, engine="sqlite") as s:
         return m, next(f for f in findings(s) if f.id == "q2.bound")
 
@@ -79,13 +79,15 @@ def test_the_steady_state_metric_is_the_verdict_the_finding_states(runs_dir):
     from conftest_app import H200
     m, q2 = _bound_metric_and_q2(runs_dir, H200 / "4096_bf16_warm_eager_a20.json")
     assert m.value == "compute" and q2.evidence["bound"] == "compute-bound" and "compute-bound" in q2.text
+    assert m.label == "Bound, steady state"
 
 
 def test_a_cpu_runs_metric_is_the_verdict_its_finding_states(runs_dir):
     """A CPU-only run (this app's compiled MLP on a 2-core VM): the metric reads question 2's CPU verdict, which the
     finding below it states, not "no GPU" beside a "Compute-bound" finding."""
     m, q2 = _bound_metric_and_q2(runs_dir, Path(__file__).parent / "data" / "cpu" / "mlp_bf16_warm_compile.json")
-    assert q2.evidence["bound"] == "compute-bound" and m.value == "compute (CPU)"
+    assert q2.evidence["bound"] == "compute-bound" and m.value == "compute"
+    assert m.label == "Bound, steady state (CPU rule)"  # (the value one word, whole in a quarter of the page)
 
 
 def test_a_copy_bound_run_shows_its_verdict_on_the_profile_page(runs_dir):
