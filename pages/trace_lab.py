@@ -51,7 +51,7 @@ sess = ui.session(rid)
 s = rep.summary
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Profiler steps", s.get("steps", 0))
-c2.metric("GPU ops", s.get("gpu_ops", 0) if rep.has_gpu else "none (CPU trace)")
+c2.metric("GPU ops" if rep.has_gpu else "GPU ops (a CPU trace)", s.get("gpu_ops", 0) if rep.has_gpu else "none")
 c3.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")),
           help=ui.STEP_MEDIAN_HELP)
 c4.metric("SQL engine", sess.engine, help=ui.md_text(sess.engine_reason))

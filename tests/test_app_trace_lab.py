@@ -105,7 +105,7 @@ def test_a_cpu_trace_shows_no_gpu_columns(runs_dir):
     assert not errors_of(at), errors_of(at)
     steps = at.dataframe[0].value
     assert list(steps.columns) == ["step", "cpu_dur_us"]  # no GPU busy time, launches or kernels to show
-    assert [m.value for m in at.metric if m.label == "GPU ops"] == ["none (CPU trace)"]
+    assert [m.value for m in at.metric if m.label == "GPU ops (a CPU trace)"] == ["none"]
 
 
 def test_a_trace_of_two_gpus_in_one_process_says_what_its_gpu_figures_count(runs_dir, tmp_path):

@@ -169,6 +169,11 @@ def test_screenshot_every_page(server, browser_page):
         assert exceptions.count() == 0, f"{name or 'home'}: {exceptions.first.inner_text()}"
         shot = _shot(page, name or "home")
         assert shot.stat().st_size > 10_000
+        # a metric's value shows whole at this width (Streamlit cuts a longer one with an ellipsis)
+        cut = page.locator('[data-testid="stMetricValue"]').evaluate_all(
+            "els => els.filter(e => [e, ...e.querySelectorAll('*')].some(x => x.scrollWidth > x.clientWidth + 1))"
+            ".map(e => e.innerText)")
+        assert not cut, f"{name or 'home'}: metric values cut: {cut}"
 
 
 FAKE_PERFETTO = """<script>
