@@ -560,3 +560,21 @@ def test_thin_by_time_holds_the_loaders_whole_range_of_times():
     assert note is not None and keep.sum() <= 300 and keep.iloc[0] and keep.iloc[-1]
     kept_slices = {int(i * 100 // n) for i in np.flatnonzero(keep.to_numpy())}  # equal times apart: slice by position
     assert kept_slices == set(range(100))  # each of the 100 slices of time keeps its points, none merged
+
+
+def test_run_names_in_legends_are_drawn_whole():
+    """A legend that names runs shows each name whole: run names run to ~50 characters (``4096_bf16_warm_compile_
+    reduce-overhead_b8``), which Vega's default label limit (160 px) cut with an ellipsis."""
+    cold, warm = "cold · 4096_bf16_cold_compile_reduce-overhead_b8", "warm · 4096_bf16_warm_compile_reduce-overhead_b8"
+    steps = pd.DataFrame({"step": [0, 1, 0, 1], "dur_us": [900.0, 100.0, 110.0, 100.0],
+                          "label": [cold, cold, warm, warm]})
+    shown = _svg_texts(C.cold_vs_warm(steps))
+    assert cold in shown and warm in shown, [t for t in shown if "·" in t]
+    runs = ["4096_bf16_warm_eager_b8-20261205-231820-9d2d", "4096_bf16_warm_compile_reduce-overhead_b8-1a2b"]
+    bars = pd.DataFrame({"metric": ["cpu_us", "cpu_us"], "value": [10.0, 20.0], "run": runs})
+    shown = _svg_texts(C.grouped_bars(bars, category="metric", value="value", group="run"))
+    assert set(runs) <= set(shown), [t for t in shown if "4096" in t]
+    durations = pd.DataFrame({"step": [0, 1, 0, 1], "kernel": ["k"] * 4, "dur_us": [1.0, 1.1, 1.2, 1.0],
+                              "run": [runs[0], runs[0], runs[1], runs[1]]})
+    shown = _svg_texts(C.kernel_durations_by_step(durations))
+    assert set(runs) <= set(shown), [t for t in shown if "4096" in t]

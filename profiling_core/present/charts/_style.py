@@ -13,6 +13,13 @@ from ...units import format_duration_us
 WIDTH = 640
 """Default width in pixels; the app stretches charts to the container, exports keep this width."""
 
+
+def names_legend() -> alt.Legend:
+    """The legend of a colour that names runs or kernels: below the chart, one name per line, each drawn whole up to
+    the chart's width (Vega's default cuts a label at 160 px with an ellipsis, where run names run to ~50
+    characters)."""
+    return alt.Legend(orient="bottom", columns=1, labelLimit=WIDTH)
+
 # Categories of trace events, in the order the legend shows them, with one colour each.
 CATEGORY_COLORS = {
     "step": "#c7c7c7",

@@ -11,7 +11,7 @@ import pandas as pd
 from ...analyses.breakdown import category_totals
 from ...analyses.categories import BREAKDOWN_CATEGORIES
 from ._style import (BREAKDOWN_COLORS, LOG_AXIS_FORMAT, PHASE_COLORS, WIDTH, _plain_format, _require, _us_format, decade_ticks,
-                     empty_chart)
+                     empty_chart, names_legend)
 
 
 def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional[str] = None,
@@ -40,7 +40,7 @@ def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional
                        axis=alt.Axis(labelLimit=320)),
                tooltip=[f"{c}:N" for c in cols if c != value] + [alt.Tooltip(f"{value}:Q", format=fmt)])
     if group:
-        enc["color"] = alt.Color(f"{group}:N", title=group)
+        enc["color"] = alt.Color(f"{group}:N", title=group, legend=names_legend())
         enc["yOffset"] = alt.YOffset(f"{group}:N")
     base = alt.Chart(data).encode(**enc)
     bars = base.mark_bar()

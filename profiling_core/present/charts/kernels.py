@@ -8,7 +8,7 @@ import pandas as pd
 from ...explain import MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW
 from ...units import format_duration_us
 from ._style import (LOG_AXIS_FORMAT, MAX_POINTS, MAX_ROWS, WIDTH, _require, decade_ticks, log_ticks, thin_by_time,
-                     with_notes)
+                     names_legend, with_notes)
 
 MAX_CALL_LINES = 20
 """The most calls of one kernel in one step that :func:`kernel_durations_by_step` draws as a line each; a kernel
@@ -44,7 +44,7 @@ def kernel_durations_by_step(durations: pd.DataFrame, *, title: str = "Kernel du
     calls = "occurrence" in data.columns and data["occurrence"].nunique() > 1
     if calls:
         data["call"] = data["occurrence"].astype(int) + 1
-    color = alt.Color("run:N", title="run")
+    color = alt.Color("run:N", title="run", legend=names_legend())
     base = alt.Chart().encode(color=color)
     # one slow step (the first, cold) would flatten the others to a line: a log axis keeps them apart
     outlier = bool(len(data) and (data["dur_us"] > 10 * data["median_us"]).any())
@@ -195,8 +195,7 @@ def launch_latency(latency: pd.DataFrame, *, title: str = "Launch latency: kerne
     return (alt.Chart(data).mark_point(size=70, opacity=0.85, filled=True)
             .encode(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)),
                     y=alt.Y("latency_us:Q", title="latency (µs)"),
-                    color=alt.Color("kernel:N", title="kernel",
-                                    legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
+                    color=alt.Color("kernel:N", title="kernel", legend=names_legend()),
                     shape=alt.Shape("launch:N", title="launch call"),
                     tooltip=[alt.Tooltip("name:N", title="kernel"), "launch:N", "step:O",
                              alt.Tooltip("latency_us:Q", format=",.2f", title="µs")])
@@ -217,7 +216,7 @@ def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs wa
     y = alt.Y("dur_us:Q", title="step duration (µs)" + (", symmetric log scale" if log else ""), scale=yscale,
               axis=alt.Axis(values=decade_ticks(steps["dur_us"]), format=LOG_AXIS_FORMAT) if log else alt.Axis())
     enc = dict(x=alt.X("step:O", title="profiled step", axis=alt.Axis(labelAngle=0)), xOffset="label:N",
-               color=alt.Color("label:N", title=None))
+               color=alt.Color("label:N", title=None, legend=names_legend()))
     bars = (alt.Chart(steps).mark_bar()
             .encode(y=y, tooltip=["label:N", "step:O", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")], **enc))
     layers = [bars]

@@ -14,7 +14,7 @@ from typing import Optional
 import altair as alt
 import pandas as pd
 
-from ._style import MAX_POINTS, MEMORY_COLORS, WIDTH, _require, empty_chart, thin_by_time, with_notes
+from ._style import MAX_POINTS, MEMORY_COLORS, WIDTH, _require, empty_chart, names_legend, thin_by_time, with_notes
 
 __all__ = ["memory_timeline_chart", "memory_categories_chart", "memory_comparison_chart", "byte_unit",
            "PEAK_OP_CHARS", "MAX_INSTANTS"]
@@ -287,7 +287,7 @@ def memory_comparison_chart(runs: pd.DataFrame, *, title: str = "Allocated memor
                             axis=alt.Axis(format=",.1f")),
                     y=alt.Y("value_unit:Q", title=f"allocated ({unit})", axis=alt.Axis(format=",.4~r")),
                     color=alt.Color("series:N", title=None, scale=alt.Scale(domain=names),
-                                    legend=alt.Legend(orient="top", direction="vertical", labelLimit=600)),
+                                    legend=names_legend()),
                     tooltip=[alt.Tooltip("series:N", title="run"), alt.Tooltip("t_ms:Q", format=",.3f", title="ms"),
                              alt.Tooltip("value_unit:Q", format=",.2f", title=unit)])
             .properties(title=title, width=WIDTH, height=260))
