@@ -20,6 +20,7 @@ def names_legend() -> alt.Legend:
     characters)."""
     return alt.Legend(orient="bottom", columns=1, labelLimit=WIDTH)
 
+
 # Categories of trace events, in the order the legend shows them, with one colour each.
 CATEGORY_COLORS = {
     "step": "#c7c7c7",
