@@ -18,8 +18,8 @@ def _numpy_kind(s: pd.Series) -> str:
 
 def _replaced(df: pd.DataFrame, new: dict, drop=()) -> pd.DataFrame:
     """``df`` with the columns of ``new`` ({column: array}) put in, each where it was or else after the others,
-    and the columns ``drop`` left out: one new frame (pandas inserts a column into a frame at ~0.1–0.5 ms each,
-    whatever its length; the analyses convert ~60 columns per trace), ``df`` itself unchanged."""
+    and the columns ``drop`` left out: one new frame (pandas pays a fixed cost per column inserted into a frame,
+    whatever its length, and the analyses convert dozens of columns per trace), ``df`` itself unchanged."""
     if not new and not drop:
         return df
     cols = {c: (pd.Series(new[c], index=df.index, copy=False) if c in new else df[c])
