@@ -351,7 +351,9 @@ def test_close_deletes_the_database_and_refuses_queries(tmp_path):
     p = shutil.copy(DATA / "64_bf16_cold_eager.json", tmp_path / "a.json")
     s = open_trace(p, engine="sqlite")
     backend = s._backend._b
-    files = [backend.db_path, backend.args_path]
+    assert Path(backend.args_file).stat().st_size > 0  # the args, written by the load
+    assert s.query("select count(*) as n from args").iloc[0, 0] > 0  # the SQL tables, args among them
+    files = [backend.db_path, backend.args_path, backend.args_file]
     assert all(Path(f).exists() for f in files)
     s.close()
     s.close()  # idempotent
@@ -377,7 +379,7 @@ def test_sql_tables_are_written_in_the_background_and_errors_reach_the_first_que
     with pytest.raises(QueryError, match="disk is full"):  # every later query too, never a half-built table
         s.query("select 1")
     backend = s._backend._b
-    files = [backend.db_path, backend.args_path]
+    files = [backend.db_path, backend.args_path, backend.args_file]
     s.close()
     assert not any(Path(f).exists() for f in files)
 
@@ -413,7 +415,7 @@ def test_close_stops_a_background_build_that_is_still_running(tmp_path, monkeypa
     s = open_trace(p, engine="sqlite", sql_tables="background")
     assert started.wait(10)
     backend = s._backend._b
-    files = [backend.db_path, backend.args_path]
+    files = [backend.db_path, backend.args_path, backend.args_file]
     t0 = time.perf_counter()
     s.close()
     assert time.perf_counter() - t0 < 5
@@ -503,12 +505,13 @@ def test_files_of_a_killed_process_are_removed_by_the_next_open(tmp_path):
     tmp.mkdir()
     code = ("import os, signal; from profiling_core.trace._mirror import MirrorBackend\n"
             f"b = MirrorBackend({str(p)!r}, 1 << 30, tmp_dir={str(tmp)!r})\n"
-            "b.wait_sql(); print(b.db_path, b.args_path, flush=True); os.kill(os.getpid(), signal.SIGKILL)\n")
+            "b.wait_sql(); print(b.db_path, b.args_path, b.args_file, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        cwd=Path(__file__).resolve().parent.parent)
     assert r.returncode == -signal.SIGKILL
     orphans = r.stdout.split()
-    assert len(orphans) == 2 and all(Path(f).exists() for f in orphans)
+    assert len(orphans) == 3 and all(Path(f).exists() for f in orphans)
     live = tmp / f"trace-mirror-{os.getppid()}-keep.sqlite"  # a live process's file (our parent's pid)
     live.write_bytes(b"")
     b = MirrorBackend(str(p), 1 << 30, tmp_dir=str(tmp))
@@ -551,3 +554,77 @@ def test_console_fuzz_every_statement_ends_in_time_and_the_process_lives():
     results, refused, stopped, cut, alike = map(int, m.groups())
     assert results + refused == 600 and min(results, refused, stopped, cut) > 0
     assert alike >= 150  # of 300 statements, those naming what only one engine has and those a cap stopped aside
+
+
+def test_args_read_back_as_written_wherever_they_lie_in_the_file(tmp_path):
+    """Arg sets of very different sizes (a 200 KB one every 7th of the first 300 events: 8.6 MB of args in all,
+    then 20,000 small ones), asked for in any order, some twice, some not at all, with ids that name no arg set:
+    each read gives each event its own args (a plain scan of the JSON written here), on the command line's path (the
+    load in a forked process) and the app's, and the SQL ``args`` table gives the same values."""
+    import random
+
+    n = 20_300
+    evs = [{"ph": "X", "name": f"e{k}", "pid": 1, "tid": 1, "ts": 10 * k, "dur": 5,
+            "args": {"k": k, "pad": ("x" * 200_000 if k % 7 == 0 and k < 300 else "y" * (k % 50)),
+                     "shape": [[k % 3, 4]]}}
+           for k in range(n)]
+    evs.append({"ph": "X", "name": "no_args", "pid": 1, "tid": 1, "ts": 10 * n, "dur": 1})
+    p = _write(tmp_path, evs)
+    rng = random.Random(7)
+    for while_loading in (None, lambda: None):
+        with open_trace(p, engine="sqlite", while_loading=while_loading) as s:
+            t = s.tables
+            asid = dict(zip(t.name.tolist(), t.arg_set_id.tolist()))
+            assert asid["no_args"] < 0
+            for size in (120, 300, 15_000):
+                wanted = rng.sample(range(300), 120) + rng.sample(range(300, n), size)
+                ids = [asid[f"e{k}"] for k in wanted] + [asid[f"e{k}"] for k in wanted[:10]] + [-1, 10**6]
+                rng.shuffle(ids)
+                got = t.args.get_many(("k", "shape", "pad"), ids)
+                assert got["k"] == {asid[f"e{k}"]: k for k in wanted}
+                assert got["pad"] == {asid[f"e{k}"]: evs[k]["args"]["pad"] for k in wanted}
+                assert got["shape"] == {asid[f"e{k}"]: [[k % 3, 4]] for k in wanted}
+            sql = s.query("select arg_set_id, int_value from args where key = 'args.k'")
+            assert dict(zip(sql["arg_set_id"], sql["int_value"])) == {asid[f"e{k}"]: k for k in range(n)}
+            pads = s.query("select count(*) as n, sum(length(string_value)) as chars from args where key = 'args.pad'")
+            assert pads.iloc[0].tolist() == [n, sum(len(e["args"]["pad"]) for e in evs[:n])]
+
+
+def test_an_argument_nested_too_deeply_to_show_leaves_the_others_of_its_read(tmp_path):
+    """One event's argument nests arrays as deeply as a trace may (the deepest that loads here: such a value is too
+    deep to decode or show on its own, depending on the interpreter's stack): every other event in the same read
+    has its own value (a plain scan of the JSON), and the deep one has none or the whole nest."""
+    from profiling_core.errors import TraceFormatError
+
+    def trace(depth: int) -> Path:
+        deep = "[" * depth + "7" + "]" * depth
+        p = tmp_path / f"deep{depth}.json"
+        p.write_text('{"traceEvents": ['
+                     + ",".join(f'{{"ph": "X", "name": "e{k}", "pid": 1, "tid": 1, "ts": {10 * k}, "dur": 5, '
+                                f'"args": {{"v": {deep if k == 3 else json.dumps([k, "x"])}, "k": {k}}}}}'
+                                for k in range(6)) + "]}")
+        return p
+
+    def loads(depth: int) -> bool:
+        try:
+            open_trace(trace(depth), engine="sqlite").close()
+            return True
+        except TraceFormatError:
+            return False
+
+    lo, hi = 10, 100_000  # the deepest nest that loads, by bisection
+    assert loads(lo) and not loads(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if loads(mid) else (lo, mid)
+    with open_trace(trace(lo), engine="sqlite") as s:
+        t = s.tables
+        asid = dict(zip(t.name.tolist(), t.arg_set_id.tolist()))
+        got = t.args.get_many(("v", "k"), list(asid.values()))
+        deep = got["v"].pop(asid["e3"], None)
+        assert got["v"] == {asid[f"e{k}"]: [k, "x"] for k in range(6) if k != 3}
+        assert got["k"] == {asid[f"e{k}"]: k for k in range(6)}
+        depth = 0
+        while type(deep) is list and len(deep) == 1:
+            deep, depth = deep[0], depth + 1
+        assert deep is None or (deep, depth) == (7, lo)

@@ -98,6 +98,7 @@ class Collector:
         self.strings: dict[str, str] = {}
         self.args: list[tuple] = []
         self.n_args = 0
+        self.args_offsets = np.zeros(1, dtype=np.int64)  # set by whoever took ``args`` (_mirror._collect)
         # flow events, in file order
         self.f_ts = array("q")
         self.f_idx = array("q")
@@ -239,7 +240,7 @@ class Collector:
         a0 = self.n_args
         m = int(np.count_nonzero(has))
         if m == n:
-            self.args.extend(zip(range(a0, a0 + m), raws))  # zero-copy slices of the JSON, until the writer takes them
+            self.args.extend(zip(range(a0, a0 + m), raws))  # zero-copy slices of the JSON, until they are written
             aid = np.arange(a0, a0 + m, dtype=np.int64)
         else:
             self.args.extend(zip(range(a0, a0 + m), compress(raws, has.tolist())))

@@ -9,19 +9,19 @@ from __future__ import annotations
 import gc
 import functools
 import itertools
-import json
 import os
 import pickle
-import queue
 import signal
 import sqlite3
 import sys
 import tempfile
 import threading
+from array import array
+from operator import attrgetter
 from typing import Any, Callable
 
 import msgspec
-from msgspec.structs import astuple
+import numpy as np
 
 from ..errors import QueryError, TraceError, TraceFormatError
 from . import _schema
@@ -42,8 +42,9 @@ _PREFIX = "trace-mirror-"
 
 def _remove_orphans(tmp_dir: str | None) -> None:
     """Delete the files of mirrors whose process is gone (killed: SIGKILL, a time-out, a crash), so they cannot fill
-    the temporary directory (an args database is ~half the trace's size). Each file's name carries its process id;
-    a process that still exists keeps its files (a reused pid only means a file is kept a little longer)."""
+    the temporary directory (the args file and the args database are each ~half the trace's size). Each file's
+    name carries its process id; a process that still exists keeps its files (a reused pid only means a file is kept
+    a little longer)."""
     d = tmp_dir or tempfile.gettempdir()
     try:
         names = os.listdir(d)
@@ -80,14 +81,14 @@ def _args_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder:
                                                   gc=False))
 
 
-_MISS = object()
+_SCALARS = frozenset({int, float, str, bool})  # (what visible_arg gives back as it is)
 
 
 class RawArgs:
-    """The mirror's :class:`~profiling_core.trace._tables.ArgsReader`: each arg set's raw JSON from the args database
+    """The mirror's :class:`~profiling_core.trace._tables.ArgsReader`: each arg set's raw JSON from the args file
     (complete once the trace is loaded), decoded with msgspec into just the top-level keys asked for (a struct of
-    those fields, each kept as raw JSON: the other keys are skipped in C), each array's text decoded once per call
-    (shapes and types repeat), and shown as trace_processor's ``args`` table shows it
+    those fields, each kept as raw JSON: the other keys are skipped in C), each distinct value's text decoded once
+    per call (shapes and types repeat), and shown as trace_processor's ``args`` table shows it
     (``visible_arg``). An arg set that is not a JSON object has no arguments; of a key written twice, the last
     counts."""
 
@@ -100,37 +101,45 @@ class RawArgs:
 
     def get_many(self, names, arg_set_ids) -> dict[str, dict]:
         names = tuple(dict.fromkeys(names))
-        decode, value = _args_decoder(names).decode, self._value
-        raws = self._backend.raw_args(a for a in arg_set_ids if a >= 0)
-        cols: list[dict] = [{} for _ in names]
-        lists: dict[bytes, Any] = {}  # an array's text -> what it shows: shapes and types repeat, each made once
-        for a, raw in raws.items():
+        decode = _args_decoder(names).decode
+        ids, raws = self._backend.raw_args(arg_set_ids)
+        out: dict[str, dict] = {name: {} for name in names}
+        shown: list[dict] = [{b"": ABSENT} for _ in names]  # per name: each distinct text -> what it shows
+        for c in range(0, len(ids), _ARGS_PER_PASS):  # (a pass at a time: its structs and texts are then dropped)
+            kept, structs = [], []
+            for a, raw in zip(ids[c:c + _ARGS_PER_PASS], raws[c:c + _ARGS_PER_PASS]):
+                try:
+                    structs.append(decode(raw))
+                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # (not a JSON object)
+                    continue
+                kept.append(a)
+            for k, name in enumerate(names):
+                texts = list(map(bytes, map(attrgetter(f"a{k}"), structs)))  # (b"": not in the arg set)
+                seen = shown[k]
+                new = [t for t in dict.fromkeys(texts) if t not in seen]  # (shapes and types repeat)
+                seen.update(zip(new, self._shown(new)))
+                out[name].update((a, v) for a, v in zip(kept, map(seen.__getitem__, texts)) if v is not ABSENT)
+        return out
+
+    def _shown(self, texts: list[bytes]) -> list:
+        """What each of these JSON texts shows (``visible_arg``); ABSENT for one nested too deeply to decode or
+        show."""
+        out = []
+        for text in texts:
             try:
-                got = decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):  # (not a JSON object: no args)
-                continue
-            for col, v in zip(cols, astuple(got)):
-                if not len(v):
-                    continue  # (not in the arg set)
-                text = bytes(v)
-                shown = lists.get(text, _MISS) if text[0] == 0x5B else _MISS  # "["
-                if shown is _MISS:
-                    try:
-                        shown = visible_arg(value(text))
-                    except RecursionError:
-                        shown = ABSENT
-                    if text[0] == 0x5B:
-                        lists[text] = shown
-                if shown is not ABSENT:
-                    col[a] = shown
-        return dict(zip(names, cols))
+                v = self._value(text)
+                out.append(v if type(v) in _SCALARS else visible_arg(v))
+            except (msgspec.DecodeError, RecursionError):
+                out.append(ABSENT)
+        return out
 
 
 class MirrorBackend:
-    """Owns the columns, the SQLite file and the connections of one loaded trace.
+    """Owns the columns, the args file, the SQLite files and the connections of one loaded trace.
 
-    Loading reads the JSON into columns (:class:`TraceTables`, what the analyses read) and returns; a background
-    thread then copies the columns into the SQLite file when the first query needs them (``sql_tables=
+    Loading reads the JSON into columns (:class:`TraceTables`, what the analyses read) and each event's args, as
+    raw JSON, into the args file (what :class:`RawArgs` reads), and returns; a background thread then copies the
+    columns into the SQLite file, and the args into the args database, when the first query needs them (``sql_tables=
     "on_first_query"``: nothing is spent on SQLite by a caller that only reads the columns) or right away
     (``"background"``). SQLite's own work (inserting the rows, building the indexes) runs with the GIL released, so
     it overlaps with whatever the caller does next. A query waits for it (and raises its error, if it had one);
@@ -145,10 +154,12 @@ class MirrorBackend:
         self.stats = LoadStats()
         self._lock = threading.Lock()
         self._console_lock = threading.Lock()
-        self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"
+        self.args_file = self.db_path[:-len(".sqlite")] + "-args.bin"  # the raw args, written by the load
+        self.args_path = self.db_path[:-len(".sqlite")] + "-args.sqlite"  # their SQL table, written with the others
+        self._args_fd: int | None = None
+        self._args_offsets = np.zeros(1, dtype=np.int64)
         self._query: QueryConnection | None = None
         self._console: ConsoleProcess | None = None
-        self._args_conn = None
         self._closed = False
         self._builder: threading.Thread | None = None
         self._build_conn: sqlite3.Connection | None = None
@@ -156,7 +167,8 @@ class MirrorBackend:
         self._start_lock = threading.Lock()
         self.tables: TraceTables | None = None
         try:
-            model = load_model(path, max_bytes, self.stats, self.args_path, while_loading)
+            model = load_model(path, max_bytes, self.stats, self.args_file, while_loading)
+            self._args_offsets = model.args_offsets
             self.tables = TraceTables.from_model(model, RawArgs(self))
             self._builder = threading.Thread(target=self._build_sql, args=(model,), name="trace-sql-build",
                                              daemon=True)
@@ -168,11 +180,18 @@ class MirrorBackend:
             raise
 
     def _build_sql(self, model: Model) -> None:
-        """(background thread) Write the columns into the SQLite file: tables, rows, views, indexes."""
+        """(background thread) Write the columns into the SQLite file (tables, rows, views, indexes), and the args
+        file into the args database."""
         conn = None
         try:
             conn = self._build_conn = sqlite3.connect(self.db_path, check_same_thread=False)
             _write_tables(conn, model, lambda: self._closed)
+            conn.execute("ATTACH DATABASE ? AS argsdb", (self.args_path,))
+            conn.execute("PRAGMA argsdb.journal_mode = OFF")
+            conn.execute("PRAGMA argsdb.synchronous = OFF")
+            conn.execute("BEGIN")
+            _write_args_table(conn, self.args_file, model.args_offsets, lambda: self._closed)
+            conn.execute("COMMIT")
         except BaseException as e:  # noqa: BLE001 - raised by the first query, in the caller's thread
             self._build_error = e
         finally:
@@ -204,30 +223,41 @@ class MirrorBackend:
             raise QueryError(f"the trace's SQL tables could not be written to {self.db_path}: "
                              f"{type(e).__name__}: {e}") from None
 
-    def raw_args(self, arg_set_ids) -> dict[int, bytes]:
-        """{arg_set_id: the raw JSON text of that event's ``args``} for these ids (unknown ids are left out).
+    def raw_args(self, arg_set_ids) -> tuple[list[int], list[bytes]]:
+        """(ids, raws): these arg set ids, each once, in order, and the raw JSON text of each one's ``args`` (ids of
+        no arg set are left out).
 
-        The args database is complete when the load returns (it is written while the JSON is decoded), so this
-        never waits for the SQL tables. Raises QueryError on a closed session."""
-        ids = sorted({int(a) for a in arg_set_ids})
+        Read from the args file, which is complete when the load returns: so this never waits for the SQL tables.
+        Arg sets close to each other in the file are read with one call (``_ARGS_GAP``, ``_ARGS_SPAN``); nothing
+        of the file is kept in memory between calls. Raises QueryError on a closed session."""
+        off = self._args_offsets
+        ids = np.unique(np.asarray(arg_set_ids if isinstance(arg_set_ids, (list, tuple, np.ndarray))
+                                   else list(arg_set_ids), dtype=np.int64).ravel())
+        ids = ids[(ids >= 0) & (ids < len(off) - 1)]
         with self._lock:
             if self._closed:
                 raise QueryError("the trace session is closed")
-            if not ids:
-                return {}
-            if self._args_conn is None:
-                self._args_conn = sqlite3.connect(f"file:{self.args_path}?mode=ro", uri=True,
-                                                  check_same_thread=False)
-                # Lookups by arg set id walk a few B-tree pages each: SQLite's default 2 MiB page cache would only
-                # hold pages already used (−2 MiB at the analyses' peak on a 93 MB trace, same speed).
-                self._args_conn.execute("PRAGMA cache_size = -256")
+            if not len(ids):
+                return [], []
             try:
-                # One rowid lookup per id, in the ids' order (the CROSS JOIN keeps json_each outside); a BLOB comes
-                # back as bytes already.
-                return dict(self._args_conn.execute(
-                    "SELECT a.arg_set_id, a.raw FROM json_each(?) j CROSS JOIN _args_raw a ON a.arg_set_id = j.value",
-                    (json.dumps(ids),)))
-            except sqlite3.Error as e:
+                if self._args_fd is None:
+                    self._args_fd = os.open(self.args_file, os.O_RDONLY)
+                fd = self._args_fd
+                start, end = off[ids], off[ids + 1]
+                cut = np.flatnonzero((start[1:] - end[:-1] > _ARGS_GAP)
+                                     | (start[1:] // _ARGS_SPAN != start[:-1] // _ARGS_SPAN)) + 1
+                first, last = np.r_[0, cut], np.r_[cut, len(ids)] - 1  # each read's first and last arg set
+                base = np.repeat(start[first], np.diff(np.r_[first, len(ids)]))
+                rel_s, rel_e = (start - base).tolist(), (end - base).tolist()
+                raws: list[bytes] = []
+                for i, j, at, size in zip(first.tolist(), (last + 1).tolist(), start[first].tolist(),
+                                          (end[last] - start[first]).tolist()):
+                    data = os.pread(fd, size, at)
+                    if len(data) != size:
+                        raise OSError(f"{self.args_file} is shorter than the args written to it")
+                    raws += [data[x:y] for x, y in zip(rel_s[i:j], rel_e[i:j])]
+                return ids.tolist(), raws
+            except OSError as e:
                 raise QueryError(f"the trace's args could not be read: {e}") from None
 
     def _connection(self) -> QueryConnection:
@@ -269,7 +299,10 @@ class MirrorBackend:
                 except sqlite3.Error:
                     pass
             builder.join(0.01)
-        for name in ("_console", "_query", "_args_conn"):
+        fd, self._args_fd = self._args_fd, None
+        if fd is not None:
+            os.close(fd)
+        for name in ("_console", "_query"):
             conn = getattr(self, name, None)
             if conn is not None:
                 try:
@@ -277,7 +310,7 @@ class MirrorBackend:
                 except sqlite3.Error:
                     pass
             setattr(self, name, None)
-        for name in ("db_path", "args_path"):
+        for name in ("db_path", "args_path", "args_file"):
             path = getattr(self, name, None)
             if path:
                 try:
@@ -287,81 +320,78 @@ class MirrorBackend:
                 setattr(self, name, None)
 
 
-class _ArgsWriter:
-    """Writes (arg_set_id, raw JSON) rows into the args database from a second thread.
-
-    sqlite3 releases the GIL while SQLite copies rows into pages, so this overlaps with parsing.
-    """
+class _ArgsFile:
+    """Writes each arg set's raw JSON, one after the other in arg set id order, into the args file while the trace is
+    decoded (:meth:`put`); :meth:`finish` gives the offsets of the arg sets in it (arg set ``a`` is the bytes from
+    ``offsets[a]`` to ``offsets[a + 1]``). A plain file written in this thread: the bytes are copied once, nothing
+    else is built (no index: the offsets are one), so decoding never waits for it."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self.queue: queue.Queue = queue.Queue(maxsize=2)
-        self.error: BaseException | None = None
+        self.file = open(path, "wb")
+        self.lengths = array("q")
         self.repaired = 0  # byte sequences of args that were not UTF-8 (see _decode.repair_utf8)
-        self.thread = threading.Thread(target=self._run, name="trace-args-writer", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        conn = None
-        try:
-            conn = sqlite3.connect(self.path)
-            conn.execute("PRAGMA journal_mode = OFF")
-            conn.execute("PRAGMA synchronous = OFF")
-            conn.execute(_schema.ARGS_TABLE)
-            conn.execute("BEGIN")
-            while (rows := self.queue.get()) is not None:
-                if rows:
-                    # One statement per batch: the rows' bytes as one blob, cut by (id, start, length) triples in
-                    # SQLite (substr on a blob is a byte copy), so the GIL is released for the whole batch instead
-                    # of being taken back for every row as executemany does (which starved the parsing thread).
-                    raws = [r for _, r in rows]
-                    blob = b"".join(raws)
-                    if repair_utf8(blob)[1]:
-                        # Raw args are not UTF-8-checked by the decoder; repair the few that are not (U+FFFD).
-                        fixed = [repair_utf8(bytes(r)) for r in raws]
-                        raws = [r for r, _ in fixed]
-                        self.repaired += sum(n for _, n in fixed)
-                        blob = b"".join(raws)
-                        del fixed
-                    if len(blob) > _ARGS_BLOB_MAX:  # far below SQLite's 1e9-byte limit on one value
-                        conn.executemany("INSERT INTO _args_raw VALUES (?,?)", zip([a for a, _ in rows], raws))
-                        del blob, raws
-                        continue
-                    # A batch's ids are consecutive (the collector numbers arg sets as it meets them): only the
-                    # lengths cross over as JSON (written in C by msgspec); SQLite computes ids and offsets.
-                    first = rows[0][0]
-                    if rows[-1][0] - first != len(rows) - 1:
-                        raise AssertionError("arg set ids of a batch are not consecutive")
-                    conn.execute(_ARGS_INSERT, (blob, _ENCODE(list(map(len, raws))), first))
-                    del blob, raws
-            conn.execute("COMMIT")
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread
-            self.error = e
-            while self.queue.get() is not None:  # drain so the producer never blocks
-                pass
-        finally:
-            if conn is not None:
-                conn.close()
 
     def put(self, rows: list) -> None:
-        self.queue.put(rows)
+        """Append ``rows``, (arg set id, raw JSON) pairs whose ids continue the ones written."""
+        if not rows:
+            return
+        if rows[0][0] != len(self.lengths) or rows[-1][0] - rows[0][0] != len(rows) - 1:
+            raise AssertionError("arg set ids are not consecutive")
+        raws = [r for _, r in rows]
+        blob = b"".join(raws)
+        if repair_utf8(blob)[1]:
+            # Raw args are not UTF-8-checked by the decoder; repair the few that are not (U+FFFD).
+            fixed = [repair_utf8(bytes(r)) for r in raws]
+            raws = [r for r, _ in fixed]
+            self.repaired += sum(n for _, n in fixed)
+            blob = b"".join(raws)
+        self.lengths.extend(map(len, raws))
+        self.file.write(blob)
 
-    def finish(self) -> None:
-        self.queue.put(None)
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
+    def finish(self) -> np.ndarray:
+        self.file.close()
+        offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(np.frombuffer(self.lengths, dtype=np.int64), out=offsets[1:])
+        return offsets
+
+    def close(self) -> None:
+        self.file.close()
 
 
-_ARGS_BLOB_MAX = 256 << 20
+def _write_args_table(conn: sqlite3.Connection, args_file: str, offsets: np.ndarray, cancelled) -> None:
+    """Fill ``argsdb._args_raw`` (the SQL ``args`` view's rows) from the args file: one statement per batch of up
+    to ``_ARGS_BATCH`` bytes, the batch's bytes as one blob cut by SQLite (``_ARGS_INSERT``), so the GIL is
+    released for the whole batch."""
+    conn.execute(_schema.ARGS_TABLE.replace("_args_raw", "argsdb._args_raw", 1))
+    n = len(offsets) - 1
+    lengths = np.diff(offsets)
+    with open(args_file, "rb") as f:
+        a = 0
+        while a < n:
+            if cancelled():
+                raise _Cancelled
+            b = max(a + 1, int(np.searchsorted(offsets, offsets[a] + _ARGS_BATCH, side="right")) - 1)
+            b = min(b, n)
+            blob = f.read(int(offsets[b] - offsets[a]))
+            conn.execute(_ARGS_INSERT, (blob, _ENCODE(lengths[a:b].tolist()), a))
+            a = b
+
+
+# Reading arg sets (raw_args): two wanted arg sets at most _ARGS_GAP bytes apart in the file are read with one call,
+# which reads at most about _ARGS_SPAN bytes.
+_ARGS_GAP, _ARGS_SPAN = 16 << 10, 1 << 20
+_ARGS_PER_PASS = 8192  # arg sets decoded at a time by RawArgs.get_many
+_ARGS_BATCH = 8 << 20  # bytes of args per INSERT statement (one arg set longer than this goes alone)
 _ENCODE = msgspec.json.Encoder().encode
-_ARGS_INSERT = ("INSERT INTO _args_raw SELECT ?3 + key, substr(?1, 1 + pos - value, value) FROM "
+# A batch's ids are consecutive: only its lengths cross over as JSON (written in C by msgspec); SQLite computes
+# ids and offsets.
+_ARGS_INSERT = ("INSERT INTO argsdb._args_raw SELECT ?3 + key, substr(?1, 1 + pos - value, value) FROM "
                 "(SELECT key, value, sum(value) OVER (ORDER BY key) AS pos FROM json_each(?2))")
 
 
 
-def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> Model:
-    """Read and decode (a batch at a time) into the tables' columns; args go to their database while the JSON is in
+def _load_model(path: str, max_bytes: int, stats: LoadStats, args_file: str) -> Model:
+    """Read and decode (a batch at a time) into the tables' columns; args go to the args file while the JSON is in
     memory."""
     gc_was = gc.isenabled()
     gc.disable()  # the loader makes millions of small objects and no cycles
@@ -371,16 +401,16 @@ def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> 
         chunks = iter_trace_chunks(path, max_bytes, _STREAM_CHUNK) if data is None else \
             (data[i:i + _STREAM_CHUNK] for i in range(0, len(data), _STREAM_CHUNK))
         try:
-            collector = _collect(stream_typed(chunks, stats), stats, args_path)
+            collector = _collect(stream_typed(chunks, stats), stats, args_file)
         except NotStreamable:
             # Not a plain trace document (or not valid JSON): read it whole, which reports any error exactly.
             stats.__init__()
-            os.unlink(args_path)
+            os.unlink(args_file)
             if data is None:
                 data = read_trace_bytes(path, max_bytes)
             raws = split_events(data, os.fspath(path), stats)
             data = None
-            collector = _collect(iter([(raws, None)]), stats, args_path)
+            collector = _collect(iter([(raws, None)]), stats, args_file)
             del raws
         del data, chunks
         model = build(collector)
@@ -395,7 +425,7 @@ def _load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str) -> 
     return model
 
 
-def load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str,
+def load_model(path: str, max_bytes: int, stats: LoadStats, args_file: str,
                while_loading: Callable[[], Any] | None = None) -> Model:
     """The trace's columns (:func:`_load_model`); with ``while_loading``, that function runs in this thread while
     the trace loads.
@@ -403,15 +433,15 @@ def load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str,
     The load is Python code that holds the GIL, so a thread would not overlap with ``while_loading`` (the command
     line's imports of pandas and the analyses, measured: no gain). Where it can, the same ``_load_model`` runs
     instead in a child process forked from this one, which sends back the columns and the load's stats (pickled:
-    a few MiB of arrays for a trace of 100k events) or the error it raised, and ends; the args database it wrote
-    is the file this process named. It forks only on Linux, and only while this process runs no other thread (a
+    a few MiB of arrays for a trace of 100k events) or the error it raised, and ends; the args file it wrote is
+    the file this process named. It forks only on Linux, and only while this process runs no other thread (a
     fork copies no thread, and a lock another thread held would stay held in the child); otherwise
     ``while_loading`` runs first and the load after it, here. Either way: the same columns, stats and errors."""
     if while_loading is None:
-        return _load_model(path, max_bytes, stats, args_path)
+        return _load_model(path, max_bytes, stats, args_file)
     if not (sys.platform.startswith("linux") and threading.active_count() == 1):
         while_loading()
-        return _load_model(path, max_bytes, stats, args_path)
+        return _load_model(path, max_bytes, stats, args_file)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: load, answer, end (no atexit handlers, no flush of the parent's buffers)
@@ -419,7 +449,7 @@ def load_model(path: str, max_bytes: int, stats: LoadStats, args_path: str,
         try:
             os.close(r)
             try:
-                out = ("ok", _load_model(path, max_bytes, stats, args_path), stats)
+                out = ("ok", _load_model(path, max_bytes, stats, args_file), stats)
             except BaseException as e:  # noqa: BLE001 - sent to the parent, which raises it
                 out = ("error", e, stats)
             try:
@@ -474,31 +504,33 @@ def _write_tables(conn: sqlite3.Connection, model: Model, cancelled=lambda: Fals
             conn.execute(index)
 
 
-def _collect(chunks, stats: LoadStats, args_path: str):
+def _collect(chunks, stats: LoadStats, args_file: str):
     """Feed every event of ``chunks`` (``(raws, None)`` or ``(None, events)``) to a new collector; args go to
-    their database."""
+    the args file (their offsets in it: the collector's ``args_offsets``)."""
     collector = Collector(stats)
-    writer = _ArgsWriter(args_path)
+    out = _ArgsFile(args_file)
     n = 0
     try:
         for raws, events in chunks:
             if events is not None:
                 collector.run(n, events)
-                writer.put(collector.args)
+                out.put(collector.args)
                 collector.args = []
                 n += len(events)
                 del events
                 continue
             for start, batch in iter_batches(raws, base=n, stats=stats):
                 collector.run(start, batch)
-                writer.put(collector.args)
+                out.put(collector.args)
                 collector.args = []
             n += len(raws)
             del raws
-    finally:
-        writer.finish()
-    if writer.repaired:
-        stats.repair("invalid_utf8", writer.repaired)
+    except BaseException:
+        out.close()
+        raise
+    collector.args_offsets = out.finish()
+    if out.repaired:
+        stats.repair("invalid_utf8", out.repaired)
     stats.events = n
     return collector
 

@@ -49,10 +49,14 @@ class Model:
     counter_value: np.ndarray
     counter_tracks: list[CounterTrackRow]
     stats: LoadStats
+    # where each arg set's raw JSON is in the args file the load wrote: arg set a is bytes args_offsets[a] to
+    # args_offsets[a + 1] (int64, one more than the arg sets)
+    args_offsets: np.ndarray
 
 
 def build(c: Collector) -> Model:
-    """Turn the collected events into the rows of the mirror's tables (args were drained already).
+    """Turn the collected events into the rows of the mirror's tables (args were written to the args file already,
+    their offsets set as ``c.args_offsets``).
 
     A flow row goes out of the slice that began first: trace_processor orders the two ends of each link by start
     time (with equal starts, the flow's earlier end stays out).
@@ -84,7 +88,7 @@ def build(c: Collector) -> Model:
         depth=n.depth, parent_id=n.parent_id, arg_set_id=s_args[n.order],
         flow_out=fl[:, 0].copy(), flow_in=fl[:, 1].copy(), flow_trace_id=fl[:, 2].copy(),
         counter_ts=c_ts, counter_track_id=c_track, counter_value=c_value, counter_tracks=counter_tracks,
-        stats=stats)
+        stats=stats, args_offsets=c.args_offsets)
 
 
 def _counters(c: Collector, upid_of: dict[int, int], first_track: int):
