@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -950,6 +951,27 @@ def test_the_tf32_rule_s_text_and_cost_count_the_same_gemm_time_as_the_fp32_trai
     assert f"these GEMMs' time ({gemm} per step, every kernel they launched)" in x.cost_basis
     assert f"{gemm} of GEMM time per step" in t.text
     assert x.evidence["gemm_us_per_step"] == pytest.approx(t.evidence["fp32_gemm_us_per_step"])
+
+
+def test_the_kernel_the_tf32_rule_names_ran_at_the_rate_it_gives():
+    """The H200 fp32 MLP training step runs its GEMMs in four FFMA kernels at different rates: the one the TF32
+    rule names ran at the TFLOP/s the rule gives it (its launching ops' FLOPs over its time, a plain scan of the JSON
+    pairing each kernel to the op around its launch call)."""
+    path = DATA / "h200_memory" / "train.json"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    x = rules(run(path)[2])["fp32_without_tf32"]
+    named, rate = re.search(r"not on the tensor cores: (.+?)… at ([\d,.]+) TFLOP/s", x.text).groups()
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+    ops = [e for e in ev if e["name"] in ("aten::mm", "aten::addmm")]
+    flops = time = 0.0
+    for k in (e for e in ev if e.get("cat") == "kernel" and e["name"].startswith(named)):
+        call = calls[k["args"]["correlation"]]
+        op = next(o for o in ops if o["tid"] == call["tid"] and o["ts"] <= call["ts"] <= o["ts"] + o["dur"])
+        dims = op["args"]["Input Dims"]
+        m1, m2 = (dims[1], dims[2]) if op["name"] == "aten::addmm" else (dims[0], dims[1])  # (addmm's first: bias)
+        flops, time = flops + 2 * m1[0] * m1[1] * m2[1], time + k["dur"]
+    assert time > 0 and float(rate.replace(",", "")) == pytest.approx(flops / time / 1e6, rel=0.01)
 
 
 def test_profile_memory_that_recorded_nothing_is_not_said_to_cost_cpu_time():
