@@ -103,6 +103,7 @@ def _q3_cold(r, config=None) -> list[Finding]:
         ev["cold_start"] = _is_cold(r, config)
         return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
     ch = r.dispatch_chains
+    worst, n_others = None, 0
     if not ch.empty:
         # the other step numbers, each once: with several ranks or threads in one trace a number names one step
         # slice per rank, and the chains of a number hold them all (counting them once per slice made the
@@ -119,22 +120,26 @@ def _q3_cold(r, config=None) -> list[Finding]:
             f0["ref"] = ref.reindex(f0.index).fillna(0.0).to_numpy(dtype=float)
             f0["excess_us"] = f0["self_us"] - f0["ref"]
             worst = f0.sort_values("excess_us", ascending=False, kind="stable").reset_index().iloc[0]
+            n_others = len(others)
             ev.update({"largest_excess_slice": str(worst["name"]), "largest_excess_us": _num(worst["excess_us"]),
                        "largest_excess_self_us": _num(worst["self_us"]),
                        "largest_excess_usual_us": _num(worst["ref"])})
-            if worst["excess_us"] > 0:
-                # "most" only for more than half the extra: the slice with the largest excess may hold less
-                if worst["excess_us"] > extra * 1.0005:  # a part larger than the whole: other slices were faster
-                    text += (f" One slice alone holds more than all of the extra time: the self time of "
-                             f"{_short(worst['name'])} was {_us(worst['excess_us'])} longer than usual "
-                             f"({_us(worst['self_us'])} against {_us(worst['ref'])} in the other steps), and other "
-                             "slices ran faster.")
-                else:
-                    share = "Most" if worst["excess_us"] > extra / 2 else "The largest part"
-                    text += (f" {share} of the extra time ({_us(worst['excess_us'])} of {_us(extra)}) shows as self "
-                             f"time of {_short(worst['name'])}: {_us(worst['self_us'])} in the first step against "
-                             f"{'a median ' if len(others) > 1 else ''}{_us(worst['ref'])} in the other steps (all its "
-                             "calls in a step).")
+    cause, startup = _q3_cause(r, config, first_step, extra, ev)
+    if worst is not None and worst["excess_us"] > 0:
+        # "most" only for more than half the extra: the slice with the largest excess may hold less; and "the
+        # largest" only where the profiler's start-up, which the cause names as a part of the extra, is not larger
+        if worst["excess_us"] > extra * 1.0005:  # a part larger than the whole: other slices were faster
+            text += (f" One slice alone holds more than all of the extra time: the self time of "
+                     f"{_short(worst['name'])} was {_us(worst['excess_us'])} longer than usual "
+                     f"({_us(worst['self_us'])} against {_us(worst['ref'])} in the other steps), and other "
+                     "slices ran faster.")
+        else:
+            share = ("Besides the profiler's own start-up (below), the largest part" if startup > worst["excess_us"]
+                     else "Most" if worst["excess_us"] > extra / 2 else "The largest part")
+            text += (f" {share} of the extra time ({_us(worst['excess_us'])} of {_us(extra)}) shows as self "
+                     f"time of {_short(worst['name'])}: {_us(worst['self_us'])} in the first step against "
+                     f"{'a median ' if n_others > 1 else ''}{_us(worst['ref'])} in the other steps (all its "
+                     "calls in a step).")
     g = r.cold_start_gap.dropna(subset=["gap_us"])
     if len(g) >= 2:
         ev.update({"first_gap_us": _num(g["gap_us"].iloc[0]), "other_gaps_median_us": _num(
@@ -142,12 +147,13 @@ def _q3_cold(r, config=None) -> list[Finding]:
         text += (f" From entering matmul_add to the first aten:: op ({g['first_aten'].iloc[0]}) took "
                  f"{_us(g['gap_us'].iloc[0])} in the first region against a median {_us(g['gap_us'].iloc[1:].median())}"
                  f" later.")
-    text += _q3_cause(r, config, first_step, extra, ev)
+    text += cause
     return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
 
 
-def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
-    """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace."""
+def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, float]:
+    """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace; and the
+    µs of the profiler's start-up the text gives as a part of the extra (0 where it gives none)."""
     only = _first_step_only_calls(r, first_step)
     lazy = _table_rows(r, _LAZY_LOADING)
     startup = _table_rows(r, _PROFILER_STARTUP)
@@ -180,7 +186,7 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
         causes = _cold_start_causes(mine, lazy, str(ev.get("largest_excess_slice", "")))
         if causes:
             out += f" These point at {causes}; warm-up before profiling moves that cost out of the profile."
-        return out
+        return out, 0.0
     if cold:
         return (f" No warm-up ({why}), but no call in the first step is missing from the later ones: "
                 + (f"the {first_step} schedule step(s) before ProfilerStep#{first_step} already ran the function "
@@ -188,7 +194,7 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
                    f"cause (the profiler's first recorded step, or other work on the machine: run it again to tell)."
                    if first_step > 0 else
                    "the cold-start work does not show as CUDA calls here; the extra is the process's first "
-                   "profiled call."))
+                   "profiled call.")), 0.0
     if why is not None:
         out = f" This is not a cold start ({why})"
     else:  # the trace alone: what its window shows, and where a cold start would not show
@@ -200,11 +206,12 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> str:
         names = " and ".join(map(str, sorted(set(startup["name"]))))
         if share is not None and share < 0.5:  # a part of it, said as a part
             return out + (f": part of the extra is the profiler's own start-up — its {names} took "
-                          f"{_us(startup_us)}, {100 * share:.0f}% of the {_us(extra)} extra.")
+                          f"{_us(startup_us)}, {100 * share:.0f}% of the {_us(extra)} extra."), startup_us
         return out + (f": the extra is the profiler's own start-up — its {names} took {_us(startup_us)}"
-                      + (f", {100 * share:.0f}% of the {_us(extra)} extra" if share is not None else "") + ".")
+                      + (f", {100 * share:.0f}% of the {_us(extra)} extra" if share is not None else "")
+                      + "."), startup_us
     return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). It may be the "
                   "profiler's first recorded step"
                   + (f" (ProfilerStep#{first_step} is the first step it records, after {first_step} unrecorded "
                      f"schedule step(s))" if first_step > 0 and why is not None else "")
-                  + " or other work on the machine: run it again to tell.")
+                  + " or other work on the machine: run it again to tell."), 0.0
