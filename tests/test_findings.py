@@ -663,6 +663,22 @@ def _activity_buffer_us(path: Path) -> float:
     return sum(e["dur"] for e in _events(path) if e.get("ph") == "X" and e["name"] == "Activity Buffer Request")
 
 
+def test_q1_says_the_gpu_annotation_rows_carry_their_span_idle_gaps_included():
+    """The cold 64² run's sum of self device time is 1,200× the GPU's busy time: not a double count of its 11.5 µs
+    of kernels but the GPU-side matmul_add rows, each spanning its first GPU op's start to its last's end (13.65 ms
+    for the first, with 4.1 µs of work in it). A hand count from the JSON: the rows' spans plus the GPU ops twice
+    (their own rows and the ops that launched them) make the sum."""
+    path = app("coldwarm_64_cold_eager")
+    x = [e for e in _events(path) if e.get("ph") == "X"]
+    spans = sum(e["dur"] for e in x if e.get("cat") == "gpu_user_annotation")
+    ops = sum(e["dur"] for e in x if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    f = by_id(path)["q1.double_count"]
+    assert f.evidence["sum_self_device_us"] == pytest.approx(spans + 2 * ops, abs=0.01)
+    assert spans > 100 * ops
+    assert ("the GPU-side annotation rows (matmul_add) carry their whole span on the GPU, from the start of the first "
+            "GPU op under them to the end of the last, idle gaps included.") in f.text
+
+
 def test_q3_cold_trace_says_cold_start_and_names_the_calls():
     path = app("coldwarm_64_cold_eager")
     only = _first_step_only_calls(path)

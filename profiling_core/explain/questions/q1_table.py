@@ -62,7 +62,8 @@ def _q1_table(r, config=None) -> list[Finding]:
                      ") carry their kernels' time")
     if len(ann):
         parts.append("the GPU-side annotation rows (" + ", ".join(map(_short, ann["name"][:4])) +
-                     ") carry the time of everything under them")
+                     ") carry their whole span on the GPU, from the start of the first GPU op under them to the "
+                     "end of the last, idle gaps included")
     text2 += ("; ".join(parts) or "no row is counted twice") + "."
     out.append(Finding("q1.double_count", 1, "Summing Self CUDA double counts", text2, ev2))
     return out
