@@ -431,7 +431,7 @@ def test_a_blocking_host_to_device_copy_in_each_step_is_found_by_a_plain_scan():
         x = next(d for d in diagnose(s).diagnoses if d.rule == "sync_in_step")
     assert x.evidence["copies_in_steps"] == {"HtoD": len(copies), "DtoH": 0}
     assert x.cost_us_per_step == pytest.approx(sum(e["dur"] for e in copies) / len(worked), rel=1e-6)
-    assert x.text.startswith("Inside the only step with work in it (step 1; the other steps are empty)")
+    assert x.text.startswith("Inside the only step with work in it (step 1; the other step is empty)")
     assert "2 host-to-device copies per step" in x.text and "pin_memory" in x.fix
 
 
@@ -598,8 +598,8 @@ def test_the_starved_rules_cpu_ops_count_every_thread_as_its_launch_total_does()
     (step2,) = [e for e in events if e.get("name") == "ProfilerStep#2" and e.get("cat") != "gpu_user_annotation"]
     assert not [e for e in events if e.get("ph") in ("X", "i") and e is not step2
                 and step2["ts"] <= e["ts"] < step2["ts"] + step2["dur"]]
-    assert x.text.startswith("The GPU waits on the CPU: in the only step with work in it (step 1; the other steps "
-                             "are empty) the step takes 9,288.3 µs")
+    assert x.text.startswith("The GPU waits on the CPU: in the only step with work in it (step 1; the other step "
+                             "is empty) the step takes 9,288.3 µs")
     own = _own_times_in(events, step["ts"], step["ts"] + step["dur"])
     top = sorted(own.items(), key=lambda kv: -kv[1])[:5]
     assert top[0][0] == "hipLaunchKernel" and top[0][1] > 6500  # the launch that blocked, on the autograd thread

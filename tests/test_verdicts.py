@@ -751,7 +751,7 @@ def test_a_trace_of_a_device_without_calibration_is_judged_by_its_datasheet_and_
 # --- properties of every test trace ---------------------------------------------------------------------------------
 
 TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_diag", "h200_workloads", "h200_verdicts", "h200_train",
-                            "h200_train/app", "cpu",
+                            "h200_train/app", "h200_memory", "cpu",
                             "third_party", "traces", "big")
                 for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json", "facts.json")))
 
@@ -800,6 +800,17 @@ def test_no_verdict_contradicts_its_own_evidence(path):
         if row["peak"] is not None and row["compute_peak"] is not None and row["peak"] == row["peak"]:
             assert row["peak"] <= row["compute_peak"] + 1e-9
             assert row["roof"] == ("memory" if row["peak"] < row["compute_peak"] else "compute")
+    texts = [x.text for x in f.values()] + [x.text for x in d.diagnoses]
+    for text in texts:  # a count of one is said in the singular
+        assert not re.search(r"\b1 more (?:distinct )?(?:kernels|chains|op names)\b", text), text
+    if "gpu_starved" in found and "blocked in" in found["gpu_starved"].text:  # where the CPU was blocked: Q2's words
+        where = re.search(r"blocked in (.+?) while the GPU worked", found["gpu_starved"].text).group(1)
+        assert f"blocked in {where}" in f["q2.bound"].text
+    if len(r.steps) == 2:
+        assert not any("the other steps are empty" in t for t in texts)
+    q7 = f.get("q7.sync")
+    if q7 is not None and "most of the call" in q7.text:  # (more than the half its own rounded figure shows)
+        assert round(q7.evidence["idle_pct"]) > 50 and f"({q7.evidence['idle_pct']:.0f}% idle" in q7.text
     for row in roof.to_dict("records"):  # the verdict's words name the roof and its unit, and say it when a rate
         over = row["fraction_of_peak"] is not None and row["fraction_of_peak"] > 1  # passes its roof
         if row["roof"] == "memory":
@@ -818,6 +829,37 @@ def test_a_step_that_already_replays_graphs_is_not_told_to_capture_one():
     assert "already replays a CUDA graph (16 cudaGraphLaunch per step)" in x.text
     assert "already replays CUDA graphs" in x.fix and "capture the step" not in x.fix
     assert "compile_breaks" not in rules(d)  # 16 compiled calls per step are 16 tokens, not graph breaks
+
+
+def test_the_gpu_starved_rule_says_the_step_was_blocked_in_pageable_copies_where_it_was():
+    """The H200 Llama decode (static cache, reduce-overhead) copies to or from pageable memory inside its steps (a
+    plain scan of the JSON): the GPU-starved item says where its CPU was blocked as question 2 does, copies and
+    synchronize calls, not synchronize calls alone."""
+    path = DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz"
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = steps_of([e for e in ev if e.get("cat") == "user_annotation"])
+    assert any("Pageable" in e["name"] and any(a <= e["ts"] < b for a, b in steps) for e in ev
+               if e.get("cat") == "gpu_memcpy")
+    _r, f, d = run(path)
+    both = "blocked in synchronize calls and in copies to or from pageable memory (which wait for the GPU too)"
+    assert both in rules(d)["gpu_starved"].text and both in f["q2.bound"].text
+
+
+def test_q9_counts_the_kernels_it_splits_between_compiled_and_eager_code_as_what_they_are():
+    """The H200 Llama decode (reduce-overhead, eager prefill) has 4,615 kernels, 10 of them with no launch call in
+    the trace (a plain scan, pairing by correlation id): question 9 splits the 4,605 it can trace to a call between
+    compiled and eager code, and says they are those, not the trace's kernels."""
+    ev = [e for e in scan_trace(DATA / "h200_train" / "app" / "lm_decode_static_ro.json.gz") if e.get("ph") == "X"]
+    calls = {e["args"]["correlation"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    paired = sum(1 for e in kernels if e.get("args", {}).get("correlation") in calls)
+    assert paired < len(kernels)
+    _r, f, _d = run(DATA / "h200_train" / "app" / "lm_decode_static_ro.json.gz")
+    q9 = f["q9.compile"]
+    assert q9.evidence["kernel_launches"] == paired
+    assert f"Of the {paired:,} kernels whose launch call the trace pairs with them, " in q9.text
+    assert "the trace's" not in q9.text
 
 
 def test_a_step_that_launched_nothing_is_left_out_of_the_per_step_figures_and_said_so(tmp_path):

@@ -90,6 +90,11 @@ def _per(report: Report) -> str:
     return "per step" if len(report.steps) else "in the trace"
 
 
+def _other_steps_empty(report: Report) -> str:
+    """Beside the only step with work in it: "the other step is empty" or "the other steps are empty"."""
+    return "the other step is empty" if len(report.steps) == 2 else "the other steps are empty"
+
+
 def _gpus_idle(report: Report) -> str:
     """The subject of "... idles X%": "the GPU idles" for a process of one GPU; "both GPUs idle at once" ("all N
     GPUs") where the steps' work ran on several (``summary["step_devices"]``), whose busy figures count the time

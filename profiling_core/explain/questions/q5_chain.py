@@ -112,5 +112,6 @@ def _q5_chain(r, config=None) -> list[Finding]:
                          "cpu_slices_elsewhere": others})]
     shown = paths[:_MAX_LISTED]
     text = f"In ProfilerStep#{step}: " + "; ".join(" → ".join(_short(n, 48) for n in p) for p in shown)
-    text += f"; and {len(paths) - len(shown)} more distinct chains." if len(paths) > len(shown) else "."
+    more = len(paths) - len(shown)
+    text += f"; and {more} more distinct chain{'s' if more > 1 else ''}." if more > 0 else "."
     return [Finding("q5.chain", 5, "Dispatch chain", text, {"step": step, "paths": [list(p) for p in paths]})]

@@ -81,7 +81,7 @@ def _q6_paths(r, config=None) -> list[Finding]:
     per = "; ".join(f"{_short(n, 48)} by {a} (from {p or 'no parent op'}, {c}×)" for n, a, p, c in
                     zip(top["name"], top["launch_apis"], top["parent_ops"], top["count"]))
     if len(lp) > len(top):
-        per += f"; and {len(lp) - len(top)} more kernels"
+        per += f"; and {len(lp) - len(top)} more kernel{'s' if len(lp) - len(top) > 1 else ''}"
     tb = r.profiler_table
     queries = int(tb.loc[(tb["lane"] == "cpu") & tb["name"].astype(str).str.startswith(OCCUPANCY_PREFIXES), "calls"].sum()) \
         if len(tb) else 0

@@ -19,7 +19,10 @@ def _q7_sync(r, config=None) -> list[Finding]:
             f" of it ({longest['idle_pct']:.0f}% idle, {int(longest['gpu_ops'])} GPU op(s) overlapping). ")
     if not r.has_gpu:
         text += NO_GPU_TEXT + "."
-    elif longest["idle_pct"] >= 50:
+    elif round(longest["idle_pct"]) == 50:  # (said as 50%: neither part is most of it)
+        text += ("For half of the call the GPU ran work queued earlier; the other half is the synchronisation itself "
+                 f"({_place(r, int(longest['start_ns']), int(longest['id']), ev)}).")
+    elif longest["idle_pct"] > 50:
         text += ("The GPU had little or nothing left to run: most of the call is the synchronisation itself "
                  f"({_place(r, int(longest['start_ns']), int(longest['id']), ev)}), not waiting for GPU work.")
     else:

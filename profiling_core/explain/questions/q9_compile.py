@@ -93,7 +93,8 @@ def _q9_compile(r, config=None) -> list[Finding]:
         text += f"; in total over the {_n(len(cb), 'step')}: {', '.join(totals)}"
     text += "."
     if mixed:
-        text += (f" Of the trace's {ev['kernel_launches']:,} kernels, {ev['kernel_launches_from_compiled']:,} were "
+        text += (f" Of the {ev['kernel_launches']:,} kernels whose launch call the trace pairs with them, "
+                 f"{ev['kernel_launches_from_compiled']:,} were "
                  f"launched from torch.compile's code: {_kernel_list(compiled, compiled['from_compiled'])}; the "
                  f"others from eager code: {_kernel_list(eager, eager['count'] - eager['from_compiled'])}.")
     elif kernels:

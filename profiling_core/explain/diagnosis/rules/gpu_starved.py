@@ -13,7 +13,8 @@ import numpy as np
 
 from ....analyses import DATA_WAIT_AT, annotation_ranges, data_wait, is_data_loader_next
 from ....analyses._shared import union_ns
-from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _gpus_idle
+from ...questions import blocked_in
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _gpus_idle, _other_steps_empty
 from .cudagraphs_skipped import TITLE as SKIPPED_TITLE, graph_mode_asked, graphs_skipped
 from .input_bound import loader_ranges
 
@@ -183,9 +184,10 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
                       + (f" (and {_fmt_us(w)} waiting for the autograd engine's thread, counted there)"
                          if w > 0 else "") for name, us, w in top if us > 0)
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
-    blocked = (f", {_fmt_us(wait)} of it blocked in synchronize calls while the GPU worked," if wait > 0 else "")
+    blocked = (f", {_fmt_us(wait)} of it blocked in {blocked_in(r.steps, ss)} while the GPU worked," if wait > 0
+               else "")
     # one step with work beside empty ones (analyses.working_steps) is no steady state: say which step it is
-    scope = (f"in the only step with work in it (step {basis[0]}; the other steps are empty) the step takes"
+    scope = (f"in the only step with work in it (step {basis[0]}; {_other_steps_empty(r)}) the step takes"
              if ss.get("empty_steps") and len(basis) == 1 else "in steady state a step takes")
     text = (f"The GPU waits on the CPU: {scope} {_fmt_us(cpu)} of CPU time{blocked} and "
             f"launches {_fmt_us(gpu)} of GPU work ({_fmt_n(per_step_ops)} GPU op{'s' if per_step_ops != 1 else ''} per "

@@ -28,7 +28,7 @@ from ....analyses import GPU_PACED, basis_steps, phases_at, working_steps
 from ....analyses._common import is_size
 from ....units import human_bytes
 from ...questions.base import ELSEWHERE, _on_step_thread, _per_name
-from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_n, _fmt_us
+from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_n, _fmt_us, _other_steps_empty
 
 _SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
                "cuStreamSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
@@ -125,7 +125,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     pageable = any(row["memory"] == "pageable" for row in copy_rows)
     scope = " of the steady state (the steps after the first)" if len(steady) < len(work) else ""
     if len(work) == 1 < len(r.steps):  # one step with work beside empty ones: no steady state to speak of
-        where = f"Inside the only step with work in it (step {steady[0]}; the other steps are empty)"
+        where = f"Inside the only step with work in it (step {steady[0]}; {_other_steps_empty(r)})"
     else:
         where = (f"Inside each step{scope}" if with_any >= n else
                  f"Inside {with_any} of the {n} steps{scope}, counted per step over "

@@ -51,7 +51,8 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     counts = names.value_counts()
     top = counts.head(4)
     what = ", ".join(f"{n} ×{_fmt_n(k / n_steps)}" for n, k in top.items()) + (
-        f" and {len(counts) - len(top)} more" if len(counts) > len(top) else "")
+        f" and {len(counts) - len(top)} more op name{'s' if len(counts) - len(top) > 1 else ''}"
+        if len(counts) > len(top) else "")
     on_gpu = r.has_gpu
     text = (f"The optimizer{f' ({cls})' if cls else ''} ran its for-loop implementation: {_fmt_n(per_step)} ATen "
             f"ops per step ({what}), none of them a multi-tensor (_foreach_) or fused (_fused_) op"
