@@ -679,6 +679,32 @@ def test_q1_says_the_gpu_annotation_rows_carry_their_span_idle_gaps_included():
             "GPU op under them to the end of the last, idle gaps included.") in f.text
 
 
+def test_q10_takes_the_backward_a_compiled_function_waits_for_out_of_its_wrapping():
+    """The H100 LM-head trace compiles a function that calls backward(): its Torch-Compiled Region holds the
+    autograd engine's backward, run on another thread (a plain scan of the JSON: the engine's
+    ``autograd::engine::evaluate_function`` slices inside the region's window). Q10 splits that wait off the
+    region, says the backward's graph is part of it rather than more per step, and its parts add up to the region."""
+    path = Path(__file__).parent / "data" / "h100" / "lm_head_50257_compile.json.gz"
+    x = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    f = by_id(path)["q10.compile_cost"]
+    step = next(e for e in x if e["name"] == f"ProfilerStep#{f.evidence['split_step']}")
+    (region,) = [e for e in x if e["name"].startswith("Torch-Compiled Region") and e["tid"] == step["tid"]
+                 and step["ts"] <= e["ts"] < step["ts"] + step["dur"]]
+    lo, hi = region["ts"], region["ts"] + region["dur"]
+    engine = sorted((max(e["ts"], lo), min(e["ts"] + e["dur"], hi)) for e in x if e["tid"] != region["tid"]
+                    and e["name"].startswith("autograd::engine::evaluate_function") and e["ts"] < hi
+                    and e["ts"] + e["dur"] > lo)
+    wait, end = 0.0, lo
+    for a, b in engine:  # (their union)
+        wait, end = wait + max(0.0, b - max(a, end)), max(end, b)
+    assert wait > 300
+    ev = f.evidence
+    assert ev["backward_wait_us"] == pytest.approx(wait, abs=0.01)
+    assert ev["fx_graph_us"] + ev["backward_wait_us"] + ev["wrapper_us"] == pytest.approx(region["dur"], abs=0.01)
+    assert f"{wait:.1f} µs waiting for the backward (below)" in f.text
+    assert "more per step" not in f.text and "The compiled function runs the backward pass itself" in f.text
+
+
 def test_q3_cold_trace_says_cold_start_and_names_the_calls():
     path = app("coldwarm_64_cold_eager")
     only = _first_step_only_calls(path)

@@ -11,7 +11,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, frame, shared_for
+from ._shared import Shared, covered_ns, frame, merged, shared_for
 from .table import cpu_slices_by_step
 
 __all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL"]
@@ -26,7 +26,8 @@ _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_c
 
 _CPU_COLS = ["step_id", "step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
              "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
-             "backward_fx_graph_calls", "backward_fx_graph_ns", "backward_fx_graph_hash", "graph_launches"]
+             "backward_fx_graph_calls", "backward_fx_graph_ns", "backward_fx_graph_hash", "graph_launches",
+             "backward_wait_ns"]
 _GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
 
 
@@ -111,9 +112,32 @@ def _compile_cpu_rows(sh: Shared) -> list[tuple]:
             out[jj].setdefault(nm[24:].replace("##", "").strip(" "), None)
         return [",".join(h) if h else None for h in out]
     fx_hash, bwd_hash = hashes(4), hashes(6)
+    wait = _backward_wait(sh, rows[k == 2], j[k == 2], len(steps))
     return [(step_id, step, ts, dur, n[i][1], ns[i][1], n[i][2], ns[i][2], n[i][3], ns[i][3], n[i][4], ns[i][4],
-             fx_hash[i], n[i][6], ns[i][6], bwd_hash[i], n[i][5])
+             fx_hash[i], n[i][6], ns[i][6], bwd_hash[i], n[i][5], int(wait[i]))
             for i, (step_id, step, _nm, ts, dur, _depth, _utid) in enumerate(steps)]
+
+
+def _backward_wait(sh: Shared, regions: np.ndarray, step_of: np.ndarray, n_steps: int) -> np.ndarray:
+    """Per step, the ns of its compiled regions' windows (``regions``: rows of ``sh.slices``; ``step_of``: each one's
+    step index) during which the autograd engine ran backward functions (``Shared.backward_work``) on another thread
+    of the region's process: a compiled function that calls ``backward()`` waits inside its region while the engine
+    runs the backward there, its compiled graph among it (that graph's time is the step's, counted once)."""
+    out = np.zeros(n_steps, dtype=np.int64)
+    work = np.flatnonzero(sh.backward_work)
+    if not len(regions) or not len(work):
+        return out
+    t = sh.slices
+    upid_of = {u: up for u, _tid, _name, up, _main in sh.tables.threads}
+    ts, end = t["ts"], t["ts"] + t["dur"]
+    for u in sorted(set(t["utid"][regions].tolist())):
+        mine = regions[t["utid"][regions] == u]
+        src = work[np.array([x != u and upid_of.get(x) == upid_of.get(u) for x in t["utid"][work].tolist()],
+                            dtype=bool)]
+        if len(src):
+            s, e = merged(ts[src], end[src])
+            np.add.at(out, step_of[t["utid"][regions] == u], covered_ns(ts[mine], end[mine], s, e))
+    return out
 
 
 def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
@@ -122,8 +146,8 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
     cols = ["step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
             "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
             "backward_fx_graph_calls", "backward_fx_graph_ns", "backward_fx_graph_hash",
-            "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
-            "launches", "kernel_launches"]
+            "graph_launches", "backward_wait_ns", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
+            "memsets", "launches", "kernel_launches"]
     cpu = frame(_compile_cpu_rows(sh), _CPU_COLS)
     if cpu.empty:
         return frame([], cols)
@@ -135,7 +159,7 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
         out.append((r.step, r.start_ns, r.cpu_dur_ns, r.cache_lookups, r.cache_lookup_ns, r.compiled_regions,
                     r.compiled_region_ns, r.prologues, r.prologue_ns, r.fx_graph_calls, r.fx_graph_ns,
                     r.fx_graph_hash, r.backward_fx_graph_calls, r.backward_fx_graph_ns, r.backward_fx_graph_hash,
-                    r.graph_launches,
+                    r.graph_launches, r.backward_wait_ns,
                     *(int(c[x][j]) for x in ("kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
                                              "memsets", "launches", "kernel_launches"))))
     return frame(out, cols)
@@ -160,6 +184,8 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
         ``fx_graph_hash``: the hash(es) called in that step, comma-separated in order of first call, NA in eager
         steps), of them those inside a ``CompiledFunctionBackward`` (the backward's graphs:
         ``backward_fx_graph_calls``, ``backward_fx_graph_us``, ``backward_fx_graph_hash``, NA without any);
+        ``backward_wait_us``: the part of the compiled regions' windows in which the autograd engine ran the
+        backward on another thread (a compiled function that calls ``backward()`` waits for it inside its region);
         ``graph_launches`` (cudaGraphLaunch calls); GPU ops launched in the step: ``kernels``, ``memcpys``,
         ``memcpy_dtod``, ``memcpy_htod``, ``memcpy_dtoh``, ``memsets``; ``launches`` (calls that launched GPU
         work) and ``kernel_launches``. All zeros for an eager trace; empty without steps.
@@ -169,12 +195,13 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     df = nullable_int(df, "start_ns")
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "cache_lookup_ns": "cache_lookup_us",
                  "compiled_region_ns": "compiled_region_us", "prologue_ns": "prologue_us",
-                 "fx_graph_ns": "fx_graph_us", "backward_fx_graph_ns": "backward_fx_graph_us"})
+                 "fx_graph_ns": "fx_graph_us", "backward_fx_graph_ns": "backward_fx_graph_us",
+                 "backward_wait_ns": "backward_wait_us"})
     for c in ("fx_graph_hash", "backward_fx_graph_hash"):
         df[c] = df[c].astype("object").where(df[c].notna(), None)
     return df[["step", "start_ns", "cpu_dur_us", "cache_lookups", "cache_lookup_us", "compiled_regions",
                "compiled_region_us", "prologues", "prologue_us", "fx_graph_calls", "fx_graph_us", "fx_graph_hash",
-               "backward_fx_graph_calls", "backward_fx_graph_us", "backward_fx_graph_hash",
+               "backward_fx_graph_calls", "backward_fx_graph_us", "backward_fx_graph_hash", "backward_wait_us",
                "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
                "launches", "kernel_launches"]]
 

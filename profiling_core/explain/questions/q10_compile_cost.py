@@ -28,14 +28,19 @@ def _q10_cost(r, config=None) -> list[Finding]:
     compiled = cb[cb["compiled_regions"] > 0].sort_values(["compiled_region_us", "step"], kind="stable")
     at = compiled.iloc[(len(compiled) - 1) // 2]
     # the forward's graph runs inside the compiled region; a training step's backward graph (inside
-    # CompiledFunctionBackward, on the autograd engine's thread) runs outside it, so it is not part of the split
+    # CompiledFunctionBackward, on the autograd engine's thread) runs outside it, so it is not part of the split,
+    # unless the compiled code itself calls backward(): the region then waits while the engine runs the backward on
+    # its thread (backward_wait_us), which is not wrapping either
     region = float(at["compiled_region_us"])
     fx = float(at["fx_graph_us"] - at["backward_fx_graph_us"])
-    backward = float(cb["backward_fx_graph_us"].median())
+    wait = float(at["backward_wait_us"])
+    backward = float(at["backward_fx_graph_us"]) if wait > 0 else float(cb["backward_fx_graph_us"].median())
     lookup, prologue = float(at["cache_lookup_us"]), float(at["prologue_us"])
     ev = {"cpu_step_median_us": _num(cpu_med), "split_step": int(at["step"]), "compiled_region_us": _num(region),
           "fx_graph_us": _num(fx), "cache_lookup_us": _num(lookup), "prologue_us": _num(prologue), "compiled": True,
-          "wrapper_us": _num(region - fx)}
+          "wrapper_us": _num(region - fx - wait)}
+    if wait > 0:
+        ev["backward_wait_us"] = _num(wait)
     which = f"in ProfilerStep#{int(at['step'])}" + (
         "" if len(compiled) == 1 else f" ({'the' if len(compiled) % 2 else 'a'} middle step by its region's time)")
     head = f"Compiled steps took a median {_us(cpu_med)} of CPU time; {which}, Torch-Compiled Region {_us(region)}"
@@ -44,15 +49,24 @@ def _q10_cost(r, config=None) -> list[Finding]:
         text = (f"{head}; the trace records no CompiledFxGraph call inside it, so the compiled graph's own time cannot "
                 f"be told apart from Dynamo/AOT wrapping (prologue {_us(prologue)}); cache lookup {_us(lookup)} "
                 "before it.")
-    elif fx > region:  # graph slices outside the regions: no split to make
+    elif fx + wait > region:  # graph slices outside the regions: no split to make
         del ev["wrapper_us"]
         text = (f"{head}, but CompiledFxGraph {_us(fx)}: its graph calls are not all inside its compiled regions, so "
                 f"Dynamo/AOT wrapping cannot be told apart (prologue {_us(prologue)}); cache lookup {_us(lookup)} "
                 "before it.")
     else:
-        text = (f"{head}, of which CompiledFxGraph {_us(fx)} and {_us(region - fx)} of Dynamo/AOT wrapping (prologue "
-                f"{_us(prologue)}); cache lookup {_us(lookup)} before it.")
-    if int(cb["backward_fx_graph_calls"].sum()):
+        text = (f"{head}, of which CompiledFxGraph {_us(fx)}"
+                + (f", {_us(wait)} waiting for the backward (below)" if wait > 0 else "")
+                + f" and {_us(region - fx - wait)} of Dynamo/AOT wrapping"
+                + (" and the region's own call into the backward" if wait > 0 else "")
+                + f" (prologue {_us(prologue)}); cache lookup {_us(lookup)} before it.")
+    if wait > 0:  # the compiled code calls backward(): the backward runs inside the region's window
+        ev["backward_fx_graph_us"] = _num(backward)
+        text += (f" The compiled function runs the backward pass itself: for {_us(wait)} of its region the autograd "
+                 "engine ran it on its own thread while the region waited"
+                 + (f", the backward's compiled graph (CompiledFunctionBackward) {_us(backward)} of it"
+                    if int(at["backward_fx_graph_calls"]) else "") + ".")
+    elif int(cb["backward_fx_graph_calls"].sum()):
         ev["backward_fx_graph_us"] = _num(backward)
         text += (f" The backward's compiled graph (CompiledFunctionBackward, run by autograd) takes "
                  f"{_us(backward)} more per step.")
