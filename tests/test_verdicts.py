@@ -795,6 +795,8 @@ def test_no_verdict_contradicts_its_own_evidence(path):
     for x in d.diagnoses:
         if x.cost_us_per_step is not None and longest is not None:
             assert 0 <= x.cost_us_per_step <= longest * 1.001, (x.rule, x.cost_us_per_step, longest)
+        if x.cost_basis and "is more than the step can lose" in x.cost_basis:  # a capped cost says what it is first
+            assert x.cost_basis.startswith("the most the step can lose: "), x.cost_basis
     roof = d.roofline
     for row in roof[roof["kind"].isin(["gemm", "conv", "attention"])].to_dict("records"):
         if row["peak"] is not None and row["compute_peak"] is not None and row["peak"] == row["peak"]:

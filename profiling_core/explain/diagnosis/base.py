@@ -153,9 +153,11 @@ def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, 
     room = max(cpu, gpu) - own
     if saved_us <= room:
         return saved_us, basis
-    return room, (f"{basis}, {_fmt_us(saved_us)} per step, is more than the step can lose: the GPU sets the pace (a "
-                  f"{label} step) only down to the CPU's own time, {_fmt_us(own)} per step, so the step shortens at "
-                  f"most from {_fmt_us(max(cpu, gpu))} (the longer of its CPU time and its GPU work) to that")
+    # the figure is the room, not what the basis describes: say so first (the basis may hold clauses of its own)
+    return room, (f"the most the step can lose: the GPU sets the pace (a {label} step) only down to the CPU's own "
+                  f"time, {_fmt_us(own)} per step, so the step shortens at most from {_fmt_us(max(cpu, gpu))} (the "
+                  f"longer of its CPU time and its GPU work) to that; the time at stake, {_fmt_us(saved_us)} per "
+                  f"step, is more than the step can lose: {basis}")
 
 
 def _fmt_us(x: float) -> str:
