@@ -823,6 +823,35 @@ def test_a_first_step_call_beside_the_step_is_no_part_of_its_extra(tmp_path):
             in q3.text)
 
 
+def test_the_h200_cold_dataloader_run_names_the_pin_thread_s_first_step_calls_apart():
+    """A cold two-worker DataLoader loop on the H200 (no warm-up, the schedule recording from the first step): its
+    pin-memory thread, which holds no step slice and launches nothing, pins the first batches in the first step
+    alone (cudaHostAlloc ×18, 4.45 ms: a plain scan of the JSON). Question 3 names those calls apart, as time beside
+    the step and none of its extra, and counts the step's own first-step calls as a share of the extra."""
+    path = DATA / "h200_verdicts" / "cold_workers_eager.json.gz"
+    x = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = sorted((e for e in x if str(e["name"]).startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+    loop = {(e["pid"], e["tid"]) for e in steps}
+    launching = {(e["pid"], e["tid"]) for e in x if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                 and ("LaunchKernel" in e["name"] or e["name"].startswith(("cudaMemcpy", "cudaMemset")))}
+
+    def beside(step):
+        return [e for e in x if e.get("cat") == "cuda_runtime" and (e["pid"], e["tid"]) not in loop | launching
+                and step["ts"] <= e["ts"] < step["ts"] + step["dur"]]
+    later = {e["name"] for st in steps[1:] for e in beside(st)}
+    first = [e for e in beside(steps[0]) if e["name"] not in later]
+    alloc = [e for e in first if e["name"] == "cudaHostAlloc"]
+    assert len(alloc) == 18
+    q3 = run(path)[1]["q3.cold_start"]
+    assert q3.evidence["first_step_only_calls_beside"] == {n: sum(1 for e in first if e["name"] == n)
+                                                           for n in {e["name"] for e in first}}
+    assert (f"Threads that hold no step slice and launch nothing (a DataLoader's pin-memory thread, say) call "
+            f"cudaHostAlloc ×18 ({sum(e['dur'] for e in alloc) / 1000:.2f} ms)") in q3.text
+    assert "time that overlaps the step's, and none of its extra" in q3.text
+    assert "This is a cold start" in q3.text and "under 1% of the" in q3.text and " 0% of the" not in q3.text
+
+
 @pytest.mark.parametrize("call, cause", [("cudaMallocHost", "pinned host memory allocation (cudaHostAlloc)"),
                                          ("cudaMalloc", "workspace allocation (cudaMalloc)")])
 def test_a_first_step_allocation_is_named_by_the_memory_it_allocates(tmp_path, call, cause):

@@ -151,6 +151,12 @@ def _q3_cold(r, config=None) -> list[Finding]:
     return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
 
 
+def _share(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole``, a share that rounds to 0% said as under 1%."""
+    pct = 100 * part / whole
+    return f"{pct:.0f}%" if round(pct) > 0 or pct <= 0 else "under 1%"
+
+
 def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, float]:
     """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace; and the
     µs of the profiler's start-up the text gives as a part of the extra (0 where it gives none)."""
@@ -177,7 +183,7 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
         if len(mine):
             calls_us = float(mine["us"].sum())
             out += (f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all"
-                    + (f", {100 * calls_us / extra:.0f}% of the {_us(extra)} extra; the rest is host-side work "
+                    + (f", {_share(calls_us, extra)} of the {_us(extra)} extra; the rest is host-side work "
                        f"with no CUDA call in the trace" if extra > 0 else "") + ".")
         if len(aside):
             out += (" Threads that hold no step slice and launch nothing (a DataLoader's pin-memory thread, say) call "
