@@ -721,8 +721,8 @@ class Shared:
     @cached_property
     def backward_work(self) -> np.ndarray:
         """Boolean array over ``slices``: the slices that are the backward's work, the autograd engine running one
-        backward function each. The rule, stated here once (``table.autograd_wait`` and ``phases`` read it): a slice on
-        a thread, not a ``gpu_user_annotation`` copy, that is either
+        backward function each. The rule, stated here once (``table.engine_work_beside`` and ``phases`` read it): a
+        slice on a thread, not a ``gpu_user_annotation`` copy, that is either
 
         - an ``autograd::engine::evaluate_function: …`` slice (:data:`AUTOGRAD_FUNCTION`), or
         - a backward node's own slice (``MmBackward``, ``AddBackward0``, ``torch::autograd::AccumulateGrad``:

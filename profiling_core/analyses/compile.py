@@ -11,8 +11,8 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, covered_ns, frame, merged, shared_for
-from .table import cpu_slices_by_step
+from ._shared import Shared, covered_ns, frame, shared_for
+from .table import cpu_slices_by_step, engine_work_beside
 
 __all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL"]
 
@@ -124,19 +124,15 @@ def _backward_wait(sh: Shared, regions: np.ndarray, step_of: np.ndarray, n_steps
     of the region's process: a compiled function that calls ``backward()`` waits inside its region while the engine
     runs the backward there, its compiled graph among it (that graph's time is the step's, counted once)."""
     out = np.zeros(n_steps, dtype=np.int64)
-    work = np.flatnonzero(sh.backward_work)
-    if not len(regions) or not len(work):
+    if not len(regions) or not sh.backward_work.any():
         return out
     t = sh.slices
-    upid_of = {u: up for u, _tid, _name, up, _main in sh.tables.threads}
-    ts, end = t["ts"], t["ts"] + t["dur"]
     for u in sorted(set(t["utid"][regions].tolist())):
-        mine = regions[t["utid"][regions] == u]
-        src = work[np.array([x != u and upid_of.get(x) == upid_of.get(u) for x in t["utid"][work].tolist()],
-                            dtype=bool)]
-        if len(src):
-            s, e = merged(ts[src], end[src])
-            np.add.at(out, step_of[t["utid"][regions] == u], covered_ns(ts[mine], end[mine], s, e))
+        on = t["utid"][regions] == u
+        s, e = engine_work_beside(sh, u)
+        if len(s):
+            mine = regions[on]
+            np.add.at(out, step_of[on], covered_ns(t["ts"][mine], t["ts"][mine] + t["dur"][mine], s, e))
     return out
 
 

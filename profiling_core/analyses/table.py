@@ -50,22 +50,31 @@ def autograd_wait(sh: Shared) -> np.ndarray:
     return sh.cached("autograd_wait", _autograd_wait_build)
 
 
+def engine_work_beside(sh: Shared, utid: int) -> tuple[np.ndarray, np.ndarray]:
+    """The windows (disjoint sorted starts and ends, ns: :func:`merged`) in which the autograd engine ran backward
+    functions (``Shared.backward_work``) on the other threads of thread ``utid``'s process: what that thread waits
+    for when it called ``backward()``."""
+    t = sh.slices
+    fn = np.flatnonzero(sh.backward_work)
+    upid_of = {u: up for u, _tid, _name, up, _main in sh.tables.threads}
+    src = fn[np.array([x != utid and upid_of.get(x) == upid_of.get(utid) for x in t["utid"][fn].tolist()],
+                      dtype=bool)] if len(fn) else fn
+    return merged(t["ts"][src], t["ts"][src] + t["dur"][src])
+
+
 def _autograd_wait_build(sh: Shared) -> np.ndarray:
     t = sh.slices
     wait = np.zeros(len(t["ts"]), dtype=np.int64)
     utid = t["utid"]
-    fn = np.flatnonzero(sh.backward_work)
     loops = {int(r[6]) for r in sh.steps_list if r[6] is not None}  # the threads that run the steps
-    if not len(fn) or not loops:
+    if not sh.backward_work.any() or not loops:
         return wait
-    upid_of = {u: up for u, _tid, _name, up, _main in sh.tables.threads}
     ts, end, ppos = t["ts"], t["ts"] + t["dur"], t["ppos"]
     for u in sorted(loops):  # the loop's thread waits for the backward functions other threads run
-        src = fn[np.array([x != u and upid_of.get(x) == upid_of.get(u) for x in utid[fn].tolist()], dtype=bool)]
+        s, e = engine_work_beside(sh, u)
         rows = np.flatnonzero(utid == u)
-        if not len(src) or not len(rows):
+        if not len(s) or not len(rows):
             continue
-        s, e = merged(ts[src], end[src])
         ov = np.zeros(len(wait), dtype=np.int64)
         ov[rows] = covered_ns(ts[rows], end[rows], s, e)
         kids = rows[ppos[rows] >= 0]
