@@ -81,9 +81,6 @@ def _args_decoder(names: tuple[str, ...]) -> msgspec.json.Decoder:
                                                   gc=False))
 
 
-_SCALARS = frozenset({int, float, str, bool})  # (what visible_arg gives back as it is)
-
-
 class RawArgs:
     """The mirror's :class:`~profiling_core.trace._tables.ArgsReader`: each arg set's raw JSON from the args file
     (complete once the trace is loaded), decoded with msgspec into just the top-level keys asked for (a struct of
@@ -128,7 +125,7 @@ class RawArgs:
         for text in texts:
             try:
                 v = self._value(text)
-                out.append(v if type(v) in _SCALARS else visible_arg(v))
+                out.append(visible_arg(v))
             except (msgspec.DecodeError, RecursionError):
                 out.append(ABSENT)
         return out
