@@ -3,21 +3,25 @@
 The analyses keep durations as float microseconds (``*_us`` columns); every place that shows one to a reader
 goes through :func:`format_duration_us`, so a number reads the same in a finding, a page and a terminal. A size in
 bytes (a run store's folder) reads through :func:`human_bytes`, a rate through :func:`format_rate`, a count per step
-through :func:`format_count`.
+through :func:`format_count`, a share of a whole through :func:`format_share`, a ratio through :func:`format_times`.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Optional
 
-__all__ = ["format_duration_us", "MISSING", "human_bytes", "format_rate", "format_count"]
+__all__ = ["format_duration_us", "MISSING", "human_bytes", "format_rate", "format_count", "format_share",
+           "format_times"]
 
 MISSING = "n/a"
 """What :func:`format_duration_us` shows for a duration the trace does not have (None, NaN, ``pd.NA``)."""
 
 
-def format_duration_us(us: Any) -> str:
-    """A duration given in microseconds, as short text: ``"12.3 µs"`` below 1 ms, ``"4.56 ms"`` from 1 ms on.
+def format_duration_us(us: Any, fine: bool = False) -> str:
+    """A duration given in microseconds, as short text: ``"12.3 µs"`` below 1 ms, ``"4.56 ms"`` from 1 ms on; with
+    ``fine``, to the nanosecond below 1 ms and to the microsecond above (``"5.312 µs"``, ``"1.024 ms"``), for
+    durations set side by side whose differences are the point (a kernel's min and max a few tenths of a percent
+    apart would read as equal, or further apart than they are, to 0.1 µs).
 
     Milliseconds cover everything larger as well (a 13 s step reads ``"13336.32 ms"``): the finding texts are
     snapshotted word for word (``tests/data/findings_snapshot``), and one unit above µs keeps a page's numbers
@@ -25,6 +29,7 @@ def format_duration_us(us: Any) -> str:
 
     Args:
         us: microseconds (int, float or a numpy/pandas scalar); None, NaN or ``pd.NA`` when unknown.
+        fine: three decimals in either unit instead of one (µs) or two (ms).
 
     Returns:
         The text, or :data:`MISSING` when the value is unknown or not a number.
@@ -35,9 +40,10 @@ def format_duration_us(us: Any) -> str:
         return MISSING
     if math.isnan(x):
         return MISSING
-    if abs(round(x, 1)) >= 1000:  # 999.96 µs reads 1.00 ms, not 1000.0 µs
-        return f"{x / 1000:.2f} ms"
-    return f"{x:.1f} µs"
+    digits = 3 if fine else 1
+    if abs(round(x, digits)) >= 1000:  # 999.96 µs reads 1.00 ms, not 1000.0 µs
+        return f"{x / 1000:.{3 if fine else 2}f} ms"
+    return f"{x:.{digits}f} µs"
 
 
 def human_bytes(n: float) -> str:
@@ -92,3 +98,40 @@ def format_count(x: Any) -> str:
     if "e" in text:  # six significant digits written out below 1e-4; one decimal from a million on
         text = f"{v:.1f}" if abs(v) >= 1 else f"{v:.{5 - math.floor(math.log10(abs(v)))}f}".rstrip("0")
     return text
+
+
+def _digits_apart(v: float, decimals: int, *, bounds: tuple[float, ...], most: int) -> Optional[str]:
+    """``v`` with ``decimals`` decimals, or with as many more (up to ``most``) as keep it from reading as one of
+    ``bounds`` that it is not; None when even ``most`` decimals do not."""
+    for d in range(decimals, most + 1):
+        text = f"{v:.{d}f}"
+        if not any(float(text) == b != v for b in bounds):
+            return text
+    return None
+
+
+def format_share(x: Any, decimals: int = 0) -> str:
+    """A fraction of a whole (0.25) as a percentage (``"25%"``), with ``decimals`` decimals, never written as 0% or
+    100% unless it is exactly that: a share that would round to either takes more decimals, up to two (0.0016 reads
+    ``"0.2%"``, 0.9984 ``"99.8%"``), and past that reads ``"under 0.01%"`` or ``"over 99.99%"``. A verdict that says
+    the GPU sat idle 100% of a step while its busy time is there beside it contradicts itself. :data:`MISSING` for
+    None, NaN, infinity or text."""
+    v = _finite(x)
+    if v is None:
+        return MISSING
+    text = _digits_apart(100 * v, decimals, bounds=(0.0, 100.0), most=max(decimals, 2))
+    if text is None:
+        return "under 0.01%" if 0 < v < 0.5 else "over 99.99%"
+    return text + "%"
+
+
+def format_times(x: Any, decimals: int = 2) -> str:
+    """A ratio as a multiple (``"0.97"``, to be followed by ``×``), with ``decimals`` decimals; a positive ratio that
+    would round to 0 takes two significant digits instead (``"0.0016"``), so 64 µs of GPU work beside 41 ms of CPU
+    time does not read as none. :data:`MISSING` for None, NaN, infinity or text."""
+    v = _finite(x)
+    if v is None:
+        return MISSING
+    if v != 0 and float(f"{v:.{decimals}f}") == 0:
+        return f"{v:.{max(decimals, 1 - math.floor(math.log10(abs(v))))}f}"
+    return f"{v:.{decimals}f}"

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from profiling_core.units import MISSING, format_count, format_duration_us, format_rate, human_bytes
+from profiling_core.units import (MISSING, format_count, format_duration_us, format_rate, format_share, format_times,
+                                  human_bytes)
 
 
 @pytest.mark.parametrize("us,text", [
@@ -34,14 +35,58 @@ def test_an_unknown_duration_reads_na(missing):
     assert format_duration_us(missing) == "n/a"
 
 
+@pytest.mark.parametrize("us,text", [
+    (5.3124, "5.312 µs"),       # to the nanosecond below 1 ms
+    (170.8466, "170.847 µs"),
+    (999.9996, "1.000 ms"),     # rounds into the next unit, as the short form does
+    (1024.4, "1.024 ms"),       # to the microsecond above
+    (2_170_123.0, "2170.123 ms"),
+    (None, "n/a"),
+])
+def test_fine_durations_keep_the_digits_that_tell_close_ones_apart(us, text):
+    assert format_duration_us(us, fine=True) == text
+
+
+@pytest.mark.parametrize("x,decimals,text", [
+    (0.25, 0, "25%"),
+    (0.0, 0, "0%"),              # none is none
+    (1.0, 0, "100%"),            # all is all
+    (0.9984, 0, "99.8%"),        # 64 µs of GPU work in a 41 ms step: not "idle 100%"
+    (0.0016, 0, "0.2%"),         # ...and not "busy 0%"
+    (0.0016, 1, "0.2%"),
+    (0.00016, 1, "0.02%"),
+    (0.999999, 0, "over 99.99%"),
+    (0.0000001, 0, "under 0.01%"),
+    (0.995, 0, "99.5%"),         # 100% to no decimals, so one more
+    (0.5, 1, "50.0%"),
+    (np.float64(0.123), 1, "12.3%"),
+    (float("nan"), 0, "n/a"),
+    ("text", 0, "n/a"),
+])
+def test_a_share_reads_as_none_or_all_only_when_it_is(x, decimals, text):
+    assert format_share(x, decimals) == text
+
+
+@pytest.mark.parametrize("x,text", [
+    (0.97, "0.97"),
+    (1.5, "1.50"),
+    (0.0, "0.00"),
+    (0.0016, "0.0016"),          # 64 µs of GPU work per 41 ms of CPU: two significant digits, not "0.00"
+    (0.000123, "0.00012"),
+    (None, "n/a"),
+])
+def test_a_ratio_that_is_not_zero_never_reads_as_zero(x, text):
+    assert format_times(x) == text
+
+
 def test_the_variance_finding_quotes_durations_as_formatted():
-    """The question-8 finding writes its kernel's median exactly as the formatter does."""
+    """The question-8 finding writes its kernel's median exactly as the formatter does, to the nanosecond."""
     from profiling_core import open_trace
     from profiling_core.explain.questions import findings
 
     path = DATA / "h200" / "4096_bf16_warm_eager_a20.json"
     q8 = next(f for f in findings(open_trace(path)) if f.id == "q8.variance")
-    assert f"median {format_duration_us(q8.evidence['median_us'])}" in q8.text
+    assert f"median {format_duration_us(q8.evidence['median_us'], fine=True)}" in q8.text
 
 
 @pytest.mark.parametrize("n,text", [

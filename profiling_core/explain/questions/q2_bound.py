@@ -13,7 +13,7 @@ from ...analyses import recorded_with
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
-from ...units import format_rate
+from ...units import format_rate, format_share, format_times
 from .base import NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _work_ops
 
 _TOP_WORK_OPS = 3
@@ -202,11 +202,11 @@ def _q2_verdict(r) -> list[Finding]:
                 + (f"; {_us(early)} of it on {EARLIER_WORK} and no step counts as its GPU work"
                    if early >= EARLIER_AT * wait else "")
                 + f"), and launched {_us(gpu)} of GPU work "
-                + (f"({ratio:.2f}× the CPU's own {_us(cpu - wait)}). " if cpu - wait > 0 else
+                + (f"({format_times(ratio)}× the CPU's own {_us(cpu - wait)}). " if cpu - wait > 0 else
                    "(all of the CPU's time was that wait: it had none of its own). "))
     else:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time and launched {_us(gpu)} of "
-                f"GPU work ({ratio:.2f}× the CPU time). ")
+                f"GPU work ({format_times(ratio)}× the CPU time). ")
     two = s[s["step"].isin(ss["basis_steps"])]["cpu_dur_us"].astype(float).tolist()
     if len(two) == 2 and min(two) > 0 and max(two) >= UNLIKE_STEPS * min(two):  # a mean no step took
         text += (f"(The median of two steps is their mean, and these two differ: {_us(two[0])} and {_us(two[1])} of "
@@ -214,9 +214,10 @@ def _q2_verdict(r) -> list[Finding]:
     if ss.get("bound_of_every_step"):  # every step gets this verdict on its own figures; their medians would not
         rows = cv[cv["step"].isin(ss["basis_steps"])]
         each = "; ".join(f"step {int(x.step)}: "
-                         + (f"{x.gpu_to_cpu:.2f}× GPU work per CPU time" if _num(x.gpu_to_cpu) is not None
+                         + (f"{format_times(x.gpu_to_cpu)}× GPU work per CPU time" if _num(x.gpu_to_cpu) is not None
                             else "no CPU time of its own")
-                         + f", the GPU idle with nothing launched {100 * (_num(x.gpu_starved_share) or 0):.1f}% of it"
+                         + ", the GPU idle with nothing launched "
+                         + f"{format_share(_num(x.gpu_starved_share) or 0, 1)} of it"
                          for x in rows.itertuples())
         text += (f"Each of these steps is {label} by the rule on its own figures ({each}; the rule: GPU work at least "
                  f"{GPU_BOUND_AT:g}× the CPU's own time, or idle with nothing launched at most {100 * STARVED_AT:g}% "
@@ -227,7 +228,7 @@ def _q2_verdict(r) -> list[Finding]:
         copy, other = ss.get("copy_us_per_step") or 0.0, ss.get("other_us_per_step") or 0.0
         lead = ("The GPU has at least as much to do as the CPU's own time" if gpu >= GPU_BOUND_AT * (cpu - wait) else
                 "The GPU never waited for a launch (it sat idle with nothing launched for it "
-                f"{100 * (ss['starved_share'] or 0.0):.1f}% of {'each step' if median else 'the step'})")
+                f"{format_share(ss['starved_share'] or 0.0, 1)} of {'each step' if median else 'the step'})")
         text += (f"{lead}, and its copies between host and device keep it busy {_us(copy)} a step, at least as long "
                  f"as all its other work ({_us(other)}): the copies set the pace, not the GPU's compute, so the "
                  "workload is copy-bound. "
@@ -242,7 +243,7 @@ def _q2_verdict(r) -> list[Finding]:
         text += ("Yet the GPU never waited for a launch: "
                  + ("it never sat idle with nothing launched for it (every gap in its work came with launched work "
                     "already queued" if starved < 0.0005 else
-                    f"it sat idle with nothing launched for it only {100 * starved:.1f}% of "
+                    f"it sat idle with nothing launched for it only {format_share(starved, 1)} of "
                     f"{'each step' if median else 'the step'} (every other gap in its work came with launched work "
                     "already queued")
                  + (f"; the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
@@ -267,12 +268,13 @@ def _q2_verdict(r) -> list[Finding]:
                      "overlaps*).")
         busy = ss["busy_in_window"]
         if wait > 0 and busy is not None and busy >= 0.5 and busy < 0.9:  # (below a half: said just below)
-            text += (f" As recorded the GPU was busy {100 * busy:.1f}% of each step's window{_earlier_share(ss)}: "
+            text += (f" As recorded the GPU was busy {format_share(busy, 1)} of each step's window"
+                     f"{_earlier_share(ss)}: "
                      "while the CPU waits in "
                      "those calls nothing more is queued, so the GPU idles while the CPU does its own work after them, "
                      "until those calls are gone.")
         if busy is not None and busy < 0.5:
-            text += (f" Inside each step's own CPU window the GPU was busy only {100 * busy:.1f}%"
+            text += (f" Inside each step's own CPU window the GPU was busy only {format_share(busy, 1)}"
                      f"{_earlier_share(ss)}: the work a step "
                      "launches runs after that window, behind the work queued before it")
             if grew and len(ss["basis_steps"]) > 1:
@@ -284,14 +286,14 @@ def _q2_verdict(r) -> list[Finding]:
         text += ("The GPU runs out of work and waits for the next launch: "
                  + ("were the CPU not blocked, steps back to back would still leave it idle " if wait > 0 else
                     "with steps back to back it sits idle ")
-                 + f"{100 * ss['gpu_idle_share']:.0f}% of each step, so the workload is overhead-bound.")
+                 + f"{format_share(ss['gpu_idle_share'])} of each step, so the workload is overhead-bound.")
         if ss["busy_in_window"] is not None:  # (a measure of its own: a step's GPU work may run outside its window)
             text += (" Evidence beside the verdict, measured another way: inside each step's own CPU window the GPU "
-                     f"was busy {median}{100 * ss['busy_in_window']:.1f}%{_earlier_share(ss)}.")
+                     f"was busy {median}{format_share(ss['busy_in_window'], 1)}{_earlier_share(ss)}.")
         dw = data_wait(all_steps)
         if dw["share"] is not None and dw["share"] >= DATA_WAIT_AT:  # what keeps the CPU from launching: its input
             ev.update({"data_us_per_step": _num(dw["data_us_per_step"]), "data_share": _num(dw["share"])})
-            text += (f" Of the steps' CPU time, {100 * dw['share']:.0f}% went to waiting for input: the DataLoader "
+            text += (f" Of the steps' CPU time, {format_share(dw['share'])} went to waiting for input: the DataLoader "
                      f"handing out each batch took {_us(dw['data_us_per_step'])} per step on average (What to change: "
                      "*The step waits for its batch*).")
     if len(s) > 1:
@@ -317,7 +319,7 @@ def _earlier_share(ss: dict) -> str:
         return ""
     wait, early = ss.get("sync_wait_us_per_step") or 0.0, ss.get("unlaunched_wait_us_per_step") or 0.0
     said = wait > 0 and early >= EARLIER_AT * wait
-    return f" ({100 * share:.1f}% of the window on {'that earlier work' if said else EARLIER_WORK})"
+    return f" ({format_share(share, 1)} of the window on {'that earlier work' if said else EARLIER_WORK})"
 
 
 def _outside_batches(g):

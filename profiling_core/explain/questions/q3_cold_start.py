@@ -9,6 +9,7 @@ import pandas as pd
 from ...config import config_field as _cfg
 from ...run.sweep import SPREAD_WARN_PCT
 from ...units import format_duration_us as _us
+from ...units import format_share
 from .base import (_LAZY_LOADING, Finding, _first_step_only_calls, _is_cold, _num, _self_times_by_step, _short,
                    _table_rows)
 
@@ -151,12 +152,6 @@ def _q3_cold(r, config=None) -> list[Finding]:
     return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
 
 
-def _share(part: float, whole: float) -> str:
-    """``part`` as a percentage of ``whole``, a share that rounds to 0% said as under 1%."""
-    pct = 100 * part / whole
-    return f"{pct:.0f}%" if round(pct) > 0 or pct <= 0 else "under 1%"
-
-
 def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, float]:
     """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace; and the
     µs of the profiler's start-up the text gives as a part of the extra (0 where it gives none)."""
@@ -183,7 +178,7 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
         if len(mine):
             calls_us = float(mine["us"].sum())
             out += (f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all"
-                    + (f", {_share(calls_us, extra)} of the {_us(extra)} extra; the rest is host-side work "
+                    + (f", {format_share(calls_us / extra)} of the {_us(extra)} extra; the rest is host-side work "
                        f"with no CUDA call in the trace" if extra > 0 else "") + ".")
         if len(aside):
             out += (" Threads that hold no step slice and launch nothing (a DataLoader's pin-memory thread, say) call "
@@ -212,9 +207,9 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
         names = " and ".join(map(str, sorted(set(startup["name"]))))
         if share is not None and share < 0.5:  # a part of it, said as a part
             return out + (f": part of the extra is the profiler's own start-up — its {names} took "
-                          f"{_us(startup_us)}, {100 * share:.0f}% of the {_us(extra)} extra."), startup_us
+                          f"{_us(startup_us)}, {format_share(share)} of the {_us(extra)} extra."), startup_us
         return out + (f": the extra is the profiler's own start-up — its {names} took {_us(startup_us)}"
-                      + (f", {100 * share:.0f}% of the {_us(extra)} extra" if share is not None else "")
+                      + (f", {format_share(share)} of the {_us(extra)} extra" if share is not None else "")
                       + "."), startup_us
     return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). It may be the "
                   "profiler's first recorded step"

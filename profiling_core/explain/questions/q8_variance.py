@@ -43,8 +43,10 @@ def _q8_variance(r, config=None) -> list[Finding]:
     # (a launch recorded as 0 µs, as traces with whole-µs times write a short one: no percentage of it to give)
     spread = (f"max {(k['max_us'] / k['min_us'] - 1) * 100:.1f}% above min" if k["min_us"] > 0
               else "the shortest launch recorded as 0 µs")
-    text = (f"{_short(k['name'])} ({_which(ks, repeated)}) ran {int(k['count'])}×: median {_us(k['median_us'])}, mean "
-            f"{_us(k['mean_us'])}, min {_us(k['min_us'])}, max {_us(k['max_us'])} ({spread}, "
+    # (to the nanosecond: the spread and the mean's distance from the median are read off these four)
+    stat = {c: _us(k[c], fine=True) for c in ("median_us", "mean_us", "min_us", "max_us")}
+    text = (f"{_short(k['name'])} ({_which(ks, repeated)}) ran {int(k['count'])}×: median {stat['median_us']}, "
+            f"mean {stat['mean_us']}, min {stat['min_us']}, max {stat['max_us']} ({spread}, "
             f"CV {100 * (k['cv'] if pd.notna(k['cv']) else 0):.1f}%).")
     shapes = _by_shape(r, str(k["name"]))
     if len(shapes) > 1:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ....analyses import GPU_PACED, basis_steps
+from ....units import format_share
 from ...questions.base import _per_name, _short
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_steps, _steps
 
@@ -49,8 +50,9 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     named = "; ".join(_short(x) for x in names[:2]) + (f"; and {len(names) - 2} more" if len(names) > 2 else "")
     text = (f"cuDNN transposes between NCHW and NHWC around the convolutions: {_fmt_n(count)} transpose kernel"
             f"{'s' if count != 1 else ''} {unit} ({named}), {_fmt_us(per_step)} of "
-            f"GPU time {unit}, {_share(per_step / gpu_total)} of all kernel time; {_share(len(tr) / max(1, len(k)))} "
-            "of the kernels. The convolution kernels work in NHWC, and the tensors arrive in NCHW.")
+            f"GPU time {unit}, {format_share(per_step / gpu_total)} of all kernel time; "
+            f"{format_share(len(tr) / max(1, len(k)))} of the kernels. The convolution kernels work in NHWC, and the "
+            "tensors arrive in NCHW.")
     fix = ("Use channels_last: model = model.to(memory_format=torch.channels_last) and "
            "x = x.contiguous(memory_format=torch.channels_last) (or .to(memory_format=...)) once, outside the step; the "
            "convolutions then read and write NHWC directly. torch.compile does this layout choice itself for convs it "
@@ -60,7 +62,3 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
                              "transpose_us_per_step": per_step, "launch_us_per_step": launch_us,
                              "kernel_share": per_step / gpu_total if gpu_total else None})
 
-
-def _share(x: float) -> str:
-    """A share as a percentage, with the digits a small one needs (0.09%, not 0%)."""
-    return f"{100 * x:.2g}%" if 0 < x < 0.01 else f"{x:.0%}"

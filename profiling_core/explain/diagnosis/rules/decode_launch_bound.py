@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 
 from ....analyses import GPU_PACED, annotation_ranges, bound
+from ....units import format_share
 from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _gpus_idle
 from .gpu_starved import GPU_IDLE_AT, TOKEN_RANGE, launch_call_stats, launch_calls
 
@@ -56,7 +57,7 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     n_calls, call_us, calls_us, graphs = launch_call_stats(calls, n_tokens)
     text = (f"Each decode token waits on the CPU: in steady state a token ({TOKEN_RANGE}, {_fmt_n(per_step)} per step) "
             f"takes {_fmt_us(cpu)} of CPU time and launches {_fmt_us(gpu)} of GPU work ({_fmt_n(ops)} GPU op"
-            f"{'s' if ops != 1 else ''}), so {_gpus_idle(r)} {idle:.0%} of each token.")
+            f"{'s' if ops != 1 else ''}), so {_gpus_idle(r)} {format_share(idle)} of each token.")
     if call_us is not None:
         text += (f" Its {_fmt_n(n_calls)} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} "
                  f"per token in all (median {_fmt_us(call_us)} each).")

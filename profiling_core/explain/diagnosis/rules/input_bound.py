@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ....analyses import DATA_WAIT_AT, GPU_PACED, data_wait, is_data_loader_next
+from ....units import format_share
 from ..base import Diagnosis, _Ctx, _fmt_us
 
 _SINGLE, _WORKERS = "_SingleProcessDataLoaderIter", "_MultiProcessingDataLoaderIter"
@@ -61,7 +62,8 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
         st = r.steps[r.steps["step"].isin(dw["steps"])]
         gpu = float(st["gpu_busy_us"].sum()) / n
         text += (f" Meanwhile the GPU had {_fmt_us(gpu)} of work per step and idled "
-                 f"{float(ss.get('gpu_idle_share') or 0.0):.0%} of the step: it waits while the batch is made.")
+                 f"{format_share(float(ss.get('gpu_idle_share') or 0.0))} of the step: it waits while the batch is "
+                 "made.")
         ev["gpu_us_per_step"] = gpu
     if _WORKERS in which:
         fix = ("The DataLoader's worker processes do not make batches as fast as the step uses them: the loop waits "
