@@ -971,17 +971,21 @@ def test_an_empty_step_counts_in_no_per_step_figure():
 
 
 def test_q5_names_what_other_threads_started_in_a_step_without_a_chain():
-    """HTA's CPU-only gloo trace: the step's own slice holds nothing, while two gloo:all_reduce calls of other
-    threads start in its window (a plain scan)."""
+    """HTA's CPU-only gloo trace: the step's own slice holds nothing (not even itself), while two gloo:all_reduce
+    calls of other threads start in its window (a plain scan)."""
     path = DATA / "traces" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
     xs = scan(path).xs
     (st,) = [e for e in xs if str(e["name"]).startswith("ProfilerStep#")]
     others = [e for e in xs if e["tid"] != st["tid"] and e.get("cat") not in ("Trace", "python_function")
               and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
     assert {e["name"] for e in others} == {"gloo:all_reduce"} and len(others) == 2
+    inside = [e for e in xs if e["tid"] == st["tid"] and e is not st and e.get("cat") not in ("Trace",)
+              and st["ts"] <= e["ts"] and e["ts"] + e["dur"] <= st["ts"] + st["dur"]]
+    assert inside == []
     q5 = by_id(path)["q5.chain"]
-    assert q5.evidence["cpu_slices_elsewhere"] == 2
-    assert "2 more CPU slices of other threads or tracks start in its window (gloo:all_reduce)" in q5.text
+    assert q5.evidence["cpu_slices_elsewhere"] == 2 and q5.evidence["cpu_slices"] == 0
+    assert ("ProfilerStep#551's own slice holds no CPU slice below it; 2 CPU slices of other threads or tracks start "
+            "in its window (gloo:all_reduce)") in q5.text
 
 
 def test_q9_counts_a_compiled_steps_host_to_device_copies():
@@ -1058,8 +1062,8 @@ def test_q2_on_a_cpu_counts_a_compiled_graphs_code_as_work():
 
 def test_q5_counts_the_slices_of_other_threads_by_name_and_no_memory_instant(tmp_path):
     """A CPU step whose thread ran aten::mm and aten::add, with [memory] instants among them, while another thread
-    ran two aten::copy_ in its window: Q5 counts 3 CPU slices in the step's own slice (the step, the two ops) and 2
-    on the other thread, and names aten::copy_ for those, not the step's own ops."""
+    ran two aten::copy_ in its window: Q5 counts 2 CPU slices below the step's own slice (the two ops, not the step
+    itself) and 2 on the other thread, and names aten::copy_ for those, not the step's own ops."""
     def x(name, tid, ts, dur, cat="cpu_op"):
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
 
@@ -1074,8 +1078,9 @@ def test_q5_counts_the_slices_of_other_threads_by_name_and_no_memory_instant(tmp
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": events}))
     f = by_id(path)["q5.chain"]
-    assert f.evidence["cpu_slices"] == 3 and f.evidence["cpu_slices_elsewhere"] == 2
-    assert "[memory]" not in f.text and "(aten::copy_)" in f.text
+    assert f.evidence["cpu_slices"] == 2 and f.evidence["cpu_slices_elsewhere"] == 2
+    assert "own slice holds 2 CPU slices below it (aten::mm, aten::add)" in f.text
+    assert "[memory]" not in f.text and "(aten::copy_)" in f.text and "ProfilerStep#2)" not in f.text
 
 
 @pytest.mark.parametrize("works, straddles", [((70, 30, 60), True), ((70, 55, 60), False)],

@@ -125,7 +125,8 @@ def _growth(ll, ev: dict, steps) -> str:
         late = stepped.groupby("step", sort=False)["latency_us"].agg(lambda x: x.iloc[len(x) // 2:].median())
         within = (late / first.where(first > 0)).median()
         if within > GROWS_AT:
-            return (f" Within each step the delay grows (a median {_us(first.median())} for a step's first GPU op, "
+            # (the later half's median against the first: the last op may wait less than the later half)
+            return (f" Within each step the later ops wait longer than the first (a median {_us(first.median())} for a step's first GPU op, "
                     f"{_us(late.median())} for the later half of its ops, {_us(last.median())} for its last): the CPU "
                     "launches a step's work faster than the GPU runs it, "
                     f"and the queue drains before the next step (the first ops of steps {int(first.index[0])} and "

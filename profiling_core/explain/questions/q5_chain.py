@@ -85,7 +85,9 @@ def _q5_chain(r, config=None) -> list[Finding]:
     paths = list(dict.fromkeys(tuple(p) for p in _chain_paths(chain)))
     if not paths:
         # (the profiler's [memory] instants are no slices of work: they are left out of the counts)
-        cpu = chain[(chain["lane"] == "cpu") & (chain["name"] != "[memory]")].sort_values(["depth", "start_ns"])
+        # (the step's own slice, the chain's root, is not one of the slices it holds)
+        cpu = chain[(chain["lane"] == "cpu") & (chain["name"] != "[memory]") & chain["parent_id"].notna()]
+        cpu = cpu.sort_values(["depth", "start_ns"])
         names = list(dict.fromkeys(cpu["name"].astype(str)))[:8]
         launched = int(r.steps.loc[r.steps["step"] == step, "gpu_ops"].max()) if len(r.steps) else 0
         if not r.has_gpu:
@@ -103,11 +105,12 @@ def _q5_chain(r, config=None) -> list[Finding]:
         extra = {n: int(c) - int(in_chain.get(n, 0)) for n, c in zip(mine["name"].astype(str), mine["calls"])}
         extra = {n: c for n, c in extra.items() if c > 0}  # (in the window, not in the step's own slice)
         others = sum(extra.values())
-        elsewhere = (f"; {_n(others, 'more CPU slice')} of other threads or tracks start in its window"
+        elsewhere = (f"; {_n(others, 'more CPU slice' if len(cpu) else 'CPU slice')} of other threads or tracks start in its window"
                      f" ({_listed(extra)})" if others > 0 else "")
         return [Finding("q5.chain", 5, "CPU-only dispatch" if not launched else "Dispatch outside the step's slice",
-                        f"{why}: ProfilerStep#{step}'s own slice holds {_n(len(cpu), 'CPU slice')} "
-                        f"({', '.join(map(_short, names))}){elsewhere}.",
+                        f"{why}: ProfilerStep#{step}'s own slice holds "
+                        + (f"{_n(len(cpu), 'CPU slice')} below it ({', '.join(map(_short, names))})" if len(cpu)
+                           else "no CPU slice below it") + f"{elsewhere}.",
                         {"step": step, "cpu_slices": int(len(cpu)), "names": names, "gpu_ops_launched": launched,
                          "cpu_slices_elsewhere": others})]
     shown = paths[:_MAX_LISTED]

@@ -105,4 +105,27 @@ def _q6_paths(r, config=None) -> list[Finding]:
                 + (f"{_n(len(plain), 'other kernel name')} launch{'es' if len(plain) == 1 else ''} without one. "
                    if plain else "")
                 + f"Launches: {per}.")
+    text += _unpaired_text(r, lp, ev)
     return [Finding("q6.launch_path", 6, "How kernels are launched", text, ev)]
+
+
+def _unpaired_text(r, lp: pd.DataFrame, ev: dict) -> str:
+    """The sentence that says which kernel runs the counts above leave out: those whose launch call the trace does not
+    hold (queued before the recording began, or launched by a call it did not record), which the kernel table
+    (``kernel_stats``, every kernel on the GPU lane) counts; "" when there are none."""
+    ks = r.kernel_stats
+    if ks.empty:
+        return ""
+    paired = dict(zip(lp["name"].astype(str), lp["count"].astype(int)))
+    runs = {str(n): int(c) for n, c in zip(ks["name"], ks["count"])}
+    more = {n: c - paired.get(n, 0) for n, c in runs.items() if c > paired.get(n, 0)}
+    if not more:
+        return ""
+    ev["kernel_runs_without_launch_call"] = sum(more.values())
+    listed = list(more)[:3]
+    names = "; ".join(f"{_short(n, 48)} {runs[n]}× in the table, {paired.get(n, 0)}× here" for n in listed) + (
+        f"; and {_n(len(more) - len(listed), 'more kernel name')}" if len(more) > len(listed) else "")
+    return (f" These counts are of launches whose launch call the trace holds; {_n(sum(more.values()), 'kernel run')} "
+            f"on the GPU lane {'have' if sum(more.values()) != 1 else 'has'} none in it (queued before the recording "
+            f"began, or launched by a call it did not record), so the kernel table counts "
+            f"{'them' if sum(more.values()) != 1 else 'it'} and this list does not: {names}.")

@@ -6,15 +6,22 @@ config). Without any, the text says the trace does not say why.
 
 What holds on an H200 (torch 2.11, ``scripts/gpu_verdicts.py``'s ``attn_*`` cases): flash ran a head_dim of 100 (it
 pads to a multiple of 8 itself: not a multiple of 8 is no reason), refused 264 (the efficient backend ran it);
-an fp32 run of head_dim 100 ran the efficient backend."""
+an fp32 run of head_dim 100 ran the efficient backend.
+
+That padding is not free, and the rule measures it wherever it shows: the kernels that ``aten::pad`` (or
+``aten::constant_pad_nd``) launched inside ``aten::scaled_dot_product_attention``, a fill and a copy per padded input.
+On the H200's bf16 head_dim-100 case they took 261 µs of each step's 788 µs of GPU work, beside 529 µs of flash
+kernel; a head_dim of 64 launched none."""
 from __future__ import annotations
 
 from typing import Optional
 
 import numpy as np
 
+from ....analyses import basis_steps
 from ....config import config_field as _cfg
-from ..base import Diagnosis, _Ctx, _args_of
+from ....units import format_share
+from ..base import Diagnosis, _Ctx, _args_of, _fmt_n, _fmt_us, _gpu_time_cost
 from ..roofline import _TORCH_DTYPES
 
 FLASH_INPUT_TYPES = ("c10::BFloat16", "c10::Half")
@@ -58,6 +65,43 @@ def _recorded_head_dims(c: _Ctx, ops: list[str]) -> list[int]:
     got = _args_of(c.session, "Input Dims", ids.tolist())
     return sorted({int(d[0][-1]) for d in got.values() if isinstance(d, list) and d and isinstance(d[0], list)
                    and len(d[0]) >= 3 and isinstance(d[0][-1], int)})
+
+
+SDPA = "aten::scaled_dot_product_attention"
+PAD_OPS = ("aten::pad", "aten::constant_pad_nd")
+"""The ops through which scaled_dot_product_attention pads its inputs' last dimension for a fused kernel."""
+
+
+def _sdpa_padding(c: _Ctx) -> Optional[dict]:
+    """What padding the attention's inputs cost the steady-state steps (``analyses.basis_steps``): of the GPU ops whose
+    launch call (``launch_latency``) lies inside an :data:`SDPA` call, those launched from inside one of its
+    :data:`PAD_OPS` (``pad_us``, ``pad_ops``: per step), beside all of them (``sdpa_us``); None where none was
+    padded."""
+    col, tb = c.session.tables.name, c.session.tables
+    codes = {n: i for i, n in enumerate(col.uniq) if n == SDPA or n in PAD_OPS}
+    lat = c.report.launch_latency
+    if SDPA not in codes or len(codes) < 2 or lat.empty or c.report.steps.empty:
+        return None
+    steps = basis_steps(c.report.steps)["step"].tolist()
+    rows = lat[lat["step"].isin(steps)].drop_duplicates("gpu_id")
+    sdpa, pads = codes[SDPA], {v for k, v in codes.items() if k != SDPA}
+    pad_us = sdpa_us = 0.0
+    pad_ops = 0
+    for launch, dur in zip(rows["launch_id"].astype(int).tolist(), rows["gpu_dur_us"].astype(float).tolist()):
+        p, padded = int(tb.parent_id[launch]), False
+        while p >= 0:  # (up to the attention call around the launch, if any)
+            code = int(col.codes[p])
+            if code == sdpa:
+                sdpa_us += dur
+                pad_us += dur if padded else 0.0
+                pad_ops += padded
+                break
+            padded = padded or code in pads
+            p = int(tb.parent_id[p])
+    if pad_ops == 0:
+        return None
+    n = max(1, len(steps))
+    return {"pad_us": pad_us / n, "pad_ops": pad_ops / n, "sdpa_us": sdpa_us / n}
 
 
 def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
@@ -114,9 +158,24 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
              "." if backend in good or not on_gpu else
              "; the trace does not say why flash was not chosen: force it (torch.nn.attention.sdpa_kernel("
              "SDPBackend.FLASH_ATTENTION)) and torch's warning names the reason.")
+    pad = _sdpa_padding(c) if on_gpu else None
+    cost, basis = None, ""
+    if pad is not None:
+        dims = [d for d in _recorded_head_dims(c, ops) if d % 8]
+        text += (f" Around its kernel, scaled_dot_product_attention padded its inputs' last dimension"
+                 + (f" (head_dim {' and '.join(map(str, dims))})" if dims else "")
+                 + f" to a multiple of 8 ({' → '.join(o for o in PAD_OPS if o in col.uniq)}): "
+                 f"{_fmt_n(pad['pad_ops'])} GPU op{'s' if pad['pad_ops'] != 1 else ''} per step, "
+                 f"{_fmt_us(pad['pad_us'])} of GPU time per step, {format_share(pad['pad_us'] / pad['sdpa_us'])} of "
+                 f"the {_fmt_us(pad['sdpa_us'])} the attention's GPU ops took (steady-state steps).")
+        cost, basis = _gpu_time_cost(c.report, pad["pad_us"], "the GPU time of the padding's ops per steady-state "
+                                     "step, which a head_dim that is a multiple of 8 does without")
+    pad_fix = (" The padding around it is worth removing: with a head_dim that is a multiple of 8 (d_model / heads) "
+               "scaled_dot_product_attention pads nothing, and its copies of the query, key and value go."
+               if pad is not None else "")
     if backend in good:
         fix = (f"Nothing to change for the backend ({'cuDNN' if backend == 'cudnn' else 'flash'} attention is a fused, "
-               "memory-efficient kernel).")
+               "memory-efficient kernel)." + pad_fix)
     elif not on_gpu:
         fix = ("On a CPU torch's own choice (backend auto) runs its flash CPU kernel: drop the forced backend."
                if forced and forced != "auto" else "Nothing to change for the backend.")
@@ -130,4 +189,9 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
         ev["head_dims"] = dims
     if recorded:
         ev["input_types"] = recorded
-    return Diagnosis("attention_backend", f"Attention backend: {backend}", text, fix, None, "", ev)
+    if pad is not None:
+        ev.update(padding_us_per_step=pad["pad_us"], padding_ops_per_step=pad["pad_ops"],
+                  attention_gpu_us_per_step=pad["sdpa_us"])
+        if backend not in good:
+            fix += pad_fix
+    return Diagnosis("attention_backend", f"Attention backend: {backend}", text, fix, cost, basis, ev)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ....analyses import DATA_WAIT_AT, annotation_ranges, data_wait, is_data_loader_next
 from ....analyses._shared import union_ns
+from ....units import format_share
 from ...questions import blocked_in
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _gpus_idle, _other_steps_empty
 from .cudagraphs_skipped import TITLE as SKIPPED_TITLE, graph_mode_asked, graphs_skipped
@@ -29,7 +30,9 @@ blocked does not count as launch cost) for the rule to recommend fewer launches 
 TOP_CPU_OPS = 5
 _LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "hipLaunchKernel",
                  "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync",
-                 "cudaMemsetAsync")
+                 "hipMemcpyAsync", "hipMemcpyWithStream", "cudaMemsetAsync", "hipMemsetAsync")
+"""The calls that launch GPU work, of both runtimes: kernels, graphs, copies (ROCm's ``hipMemcpyWithStream`` is the
+copy call torch makes where CUDA's is ``cudaMemcpyAsync``) and memsets."""
 _BLOCKING = ("cudaMemcpyAsync", "cudaMemcpy", "cudaStreamSynchronize", "cudaDeviceSynchronize",
              "cudaEventSynchronize", "hipMemcpyWithStream", "hipMemcpy", "hipStreamSynchronize", "hipDeviceSynchronize",
              "aten::item", "aten::_local_scalar_dense")
@@ -191,7 +194,7 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
              if ss.get("empty_steps") and len(basis) == 1 else "in steady state a step takes")
     text = (f"The GPU waits on the CPU: {scope} {_fmt_us(cpu)} of CPU time{blocked} and "
             f"launches {_fmt_us(gpu)} of GPU work ({_fmt_n(per_step_ops)} GPU op{'s' if per_step_ops != 1 else ''} per "
-            f"step), so {_gpus_idle(r)} {idle:.0%} of " + ("the CPU's own time." if wait > 0 else "it."))
+            f"step), so {_gpus_idle(r)} {format_share(idle)} of " + ("the CPU's own time." if wait > 0 else "it."))
     on_loop = _step_thread_launches(r, basis, calls)  # (else the step thread's idle time is not the loop's)
     step_own = _step_own_us(r, basis) if on_loop else None
     if where:

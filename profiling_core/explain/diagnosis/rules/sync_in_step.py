@@ -84,8 +84,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     # them, on the autograd engine's thread say; or another program did: the trace cannot tell)
     off = ~_on_step_thread(r, step_of, idx) if len(idx) else np.zeros(0, dtype=bool)
     if len(idx):
-        what = ", ".join(f"{x} ×{(names[idx] == x).sum() / n:.3g}" for x in dict.fromkeys(names[idx].tolist()))
-        parts.append(f"the CPU waits for the GPU: {what} per step"
+        parts.append(f"the CPU waits for the GPU: {_sync_counts(names, tb, idx, n)} per step"
                      + (f" ({'all' if off.all() else f'{off.sum() / n:.3g} per step'} {ELSEWHERE})" if off.any()
                         else "")
                      + (f", {_fmt_us(sync_us)} blocked in synchronising calls per step" if calls else ""))
@@ -221,6 +220,30 @@ def _reached_device(idx: np.ndarray, names, tb) -> np.ndarray:
         hit.update(np.unique(p[np.isin(p, wanted)]).tolist())
         p = tb.parent_id[p]
     return np.array([i for i in idx.tolist() if names[i] not in _SYNC_OPS or i in hit], dtype=np.int64)
+
+
+def _sync_counts(names, tb, idx, n: int) -> str:
+    """The synchronising slices ``idx`` counted per step by the outermost of each nest (one ``.item()`` is one wait:
+    ``aten::item`` with ``aten::_local_scalar_dense`` and its sync call inside it), each name followed by the chain of
+    synchronising names found inside it: ``aten::item ×1 (→ aten::_local_scalar_dense → cudaStreamSynchronize)``."""
+    inside: dict[int, list[str]] = {}
+    for i in idx.tolist():
+        top, p = int(i), int(tb.parent_id[i])
+        while p >= 0:  # (the outermost synchronising slice above i, or i itself)
+            if names[p] in _SYNC_OPS or names[p] in _SYNC_CALLS:
+                top = p
+            p = int(tb.parent_id[p])
+        inside.setdefault(top, [])
+        if top != i:
+            inside[top].append(str(names[i]))
+    counts: dict[str, int] = {}
+    chains: dict[str, dict[str, None]] = {}
+    for top, inner in inside.items():
+        name = str(names[top])
+        counts[name] = counts.get(name, 0) + 1
+        chains.setdefault(name, {}).update(dict.fromkeys(inner))
+    return ", ".join(f"{x} ×{c / n:.3g}" + (f" (→ {' → '.join(chains[x])})" if chains[x] else "")
+                     for x, c in counts.items())
 
 
 def _nested_sync_op(names, tb, i: int) -> bool:
