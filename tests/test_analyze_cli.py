@@ -162,7 +162,8 @@ print(json.dumps({"rc": rc, "modules": loaded, "blas_threads": os.environ.get("O
 def test_a_command_line_process_prints_what_the_library_computes_without_loading_pyarrow(argv, path, capsys):
     """An ``analyze`` process keeps pandas from loading pyarrow (text columns in Python strings): its output is the
     same bytes as the same command run here, where pandas has pyarrow (as in the app), and no pyarrow module is
-    loaded in it when it ends (its ``sys.modules``, read as ``python -m`` finishes)."""
+    loaded in it when it ends (its ``sys.modules``, read as ``python -m`` finishes); nor the runner, its workers or
+    the sweeps, which reading a trace has no use for."""
     pytest.importorskip("pyarrow")
     assert analyze_cli.main([str(path), "--json", "--engine", "sqlite"]) == 0
     here = capsys.readouterr().out
@@ -172,6 +173,8 @@ def test_a_command_line_process_prints_what_the_library_computes_without_loading
     end = json.loads(p.stderr.splitlines()[-1])
     assert end["rc"] == 0, p.stderr[-2000:]
     assert "pandas" in end["modules"] and not [m for m in end["modules"] if m.split(".")[0] == "pyarrow"]
+    assert not {"profiling_core.run.runner", "profiling_core.run.worker", "profiling_core.run.sweep"} \
+        & set(end["modules"])
     assert p.stdout == here
 
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
 
+from ..analyses.steps import SPREAD_WARN_PCT
 from ..config import ExperimentConfig
 from ..errors import ConfigError, ProfilingError, WorkerError
 from .runner import run_experiment
@@ -163,10 +164,6 @@ def _run_local(configs, store, report, result, cancel_event, prestart, on_status
             result.errors.append((cfg, exc))
         except ProfilingError as exc:
             result.errors.append((cfg, exc))
-
-
-SPREAD_WARN_PCT = 20.0
-"""A sweep point whose runs spread by more than this share of their median (max − min) is noise, not a result."""
 
 
 def sweep_points(runs, keys=("size", "mode"), values=("cpu_us_per_step", "gpu_busy_us_per_step",
