@@ -120,6 +120,22 @@ def test_human_output(capsys):
     assert "(no GPU lane)" in capsys.readouterr().out
 
 
+def test_the_idle_share_says_it_is_what_the_trace_recorded(capsys):
+    """The H200's fp32 attention run (GPU-bound, its queue growing): its first recorded kernel starts 2.27 ms after its
+    launch call with no GPU work recorded before it (a plain scan), so the GPU ran work queued before the recording
+    that the trace does not hold. The breakdown's idle share counts that time; its line says idle is no work the trace
+    recorded, not a GPU known to sit idle."""
+    path = DATA / "h200_verdicts" / "attn_hd100_fp32_eager.json"
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    calls = {e["args"]["correlation"]: e for e in xs if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]}
+    first = min((e for e in xs if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    assert first["ts"] - calls[first["args"]["correlation"]]["ts"] > 2000
+    assert analyze_cli.main([str(path), "--engine", "sqlite"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "GPU time by category" in x]
+    assert "idle: no GPU work the trace recorded, and a kernel already running when the recording began is not " \
+           "recorded" in line and re.search(r"idle \d+\.\d%", line)
+
+
 @pytest.mark.parametrize("content,why", [(None, "no such"), ('{"traceEvents": [', "JSON"), ("hello", "JSON")])
 def test_bad_file_exits_nonzero_with_one_line(tmp_path, capsys, content, why):
     p = tmp_path / "bad.json"

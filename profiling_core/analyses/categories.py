@@ -42,7 +42,10 @@ GPU_OP_CATEGORIES = ("gemm", "convolution", "attention", "elementwise", "other",
 them: compute kernels first, then copies, then communication (so ``communication`` is the time nothing else ran)."""
 
 BREAKDOWN_CATEGORIES = GPU_OP_CATEGORIES + ("idle",)
-""":data:`GPU_OP_CATEGORIES` and ``idle`` (no GPU op running): the rows of a step's breakdown, in this order."""
+""":data:`GPU_OP_CATEGORIES` and ``idle`` (no GPU op of the trace's running): the rows of a step's breakdown, in this
+order. ``idle`` is what the trace records, not more: a kernel already running when the profiler began recording is
+not in the trace (on the H200's fp32 attention run the first recorded kernel started 2.27 ms after its launch call,
+behind warm-up work the trace does not hold), so part of a first window's idle may be such work."""
 
 _COMMUNICATION = ("nccl", "rccl")
 _ATTENTION = ("flash", "fmha", "sdpa", "attention", "attn")

@@ -195,7 +195,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     if s["has_gpu"] and shares:
         lines.append("  GPU time by category (share of the steps' windows, whatever launched the work; where streams "
                      "overlap, an instant counts once, for the first category listed: communication is what nothing "
-                     "else overlapped): "
+                     "else overlapped; idle: no GPU work the trace recorded, and a kernel already running when the "
+                     "recording began is not recorded): "
                      + ", ".join(f"{c} {100 * v:.1f}%" for c, v in shares.items() if v > 0))
     ph = report.summary.get("train_phases") or {}
     if ph:  # a training step: where each phase's time goes (medians of the steps after the first)
