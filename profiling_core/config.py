@@ -42,6 +42,9 @@ WARMUP_RANGE = (0, 10000)
 WAIT_RANGE = (0, 1000)
 ACTIVE_RANGE = (1, 1000)
 REPEAT_RANGE = (1, 100)
+SPREAD_WARN_PCT = 20.0
+"""Repeated measurements that spread by more than this share of their median (max − min) are noise, not a result: a
+sweep point's runs (``run.sweep_points``), a trace's steps after the first (question 3)."""
 MAX_ITERATIONS = 5000
 TIMEOUT_RANGE = (1.0, 7200.0)
 ROW_LIMIT_RANGE = (-1, 1000)

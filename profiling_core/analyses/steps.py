@@ -331,11 +331,6 @@ SYNC_WAIT_AT = 0.005
 step's CPU time: less moves the ratio by less than half a percent, and is left in the CPU's time (and unsaid)."""
 
 
-SPREAD_WARN_PCT = 20.0
-"""Repeated measurements that spread by more than this share of their median (max − min) are noise, not a result: a
-sweep point's runs (``run.sweep_points``), a trace's steps after the first (question 3)."""
-
-
 GPU_PACED = ("compute-bound", "copy-bound")
 """The verdicts of a step whose pace the GPU sets: by its kernels, or by its copies over the host↔device link."""
 

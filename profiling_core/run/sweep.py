@@ -11,8 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional
 
-from ..analyses.steps import SPREAD_WARN_PCT
-from ..config import ExperimentConfig
+from ..config import SPREAD_WARN_PCT, ExperimentConfig
 from ..errors import ConfigError, ProfilingError, WorkerError
 from .runner import run_experiment
 from .worker import check_compile_cache, check_process

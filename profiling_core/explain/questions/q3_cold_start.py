@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...config import config_field as _cfg
-from ...analyses.steps import SPREAD_WARN_PCT
+from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
 from .base import (_LAZY_LOADING, Finding, _first_step_only_calls, _is_cold, _num, _self_times_by_step, _short,
