@@ -76,6 +76,9 @@ def runs() -> dict[str, ExperimentConfig]:
         # flash attention and head_dim: not a multiple of 8, above 256; an fp32 run beside them; flash forced
         "attn_hd100": dict(workload="attention", knobs={**ATTN, "head_dim": 100}, modes=("eager",)),
         "attn_hd264": dict(workload="attention", knobs={**ATTN, "head_dim": 264}, modes=("eager",)),
+        # multiples of 8 that are no power of two: does scaled_dot_product_attention pad them (attention_backend)?
+        "attn_hd104": dict(workload="attention", knobs={**ATTN, "head_dim": 104}, modes=("eager",)),
+        "attn_hd96": dict(workload="attention", knobs={**ATTN, "head_dim": 96}, modes=("eager",)),
         "attn_hd100_fp32": dict(workload="attention", knobs={**ATTN, "head_dim": 100}, modes=("eager",),
                                 dtype="fp32"),
         "attn_hd100_flash": dict(workload="attention", knobs={**ATTN, "head_dim": 100, "backend": "flash"},
