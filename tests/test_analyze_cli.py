@@ -120,6 +120,42 @@ def test_human_output(capsys):
     assert "(no GPU lane)" in capsys.readouterr().out
 
 
+def _steady_line(path, capsys) -> str:
+    assert analyze_cli.main([str(path), "--engine", "sqlite"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  steady state:")]
+    return line
+
+
+def test_a_compute_bound_headline_with_less_gpu_work_than_cpu_time_says_why(tmp_path, capsys):
+    """"compute-bound" beside less GPU work than CPU time reads as a contradiction unless the line says which test of
+    the bound rule held: a full launch queue (the GPU never idle with nothing launched: each kernel starts right
+    after the one before, a plain scan), or each step compute-bound on its own figures (the H200 fp16 4096 run, as
+    question 2 says step by step). A GPU with more work than the CPU's time needs no such clause."""
+    import verdict_traces as vt
+    path = vt.full_launch_queue(tmp_path / "q.json")
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = sorted((e for e in xs if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])[1:]
+    kernels = sorted((e for e in xs if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    assert all(b["ts"] - (a["ts"] + a["dur"]) <= 1.0 for a, b in zip(kernels, kernels[1:]))  # never waiting
+    gpu = [sum(k["dur"] for k in kernels if calls_in(xs, k, st)) for st in steps]
+    assert all(g < st["dur"] for g, st in zip(gpu, steps))  # less GPU work than CPU time, step by step
+    line = _steady_line(path, capsys)
+    assert "compute-bound" in line and line.endswith(
+        "yet the GPU never waited for a launch: it never sat idle with nothing launched for it (question 2)")
+    line = _steady_line(DATA / "h200_diag" / "fp16_4096.json", capsys)
+    assert line.endswith("each step compute-bound by the rule on its own figures, though their medians are not "
+                         "(question 2)")
+    line = _steady_line(vt.gpu_bound_with_drift(tmp_path / "d.json"), capsys)
+    assert "compute-bound" in line and "question 2" not in line
+
+
+def calls_in(xs, kernel, step) -> bool:
+    """Whether ``kernel``'s launch call (paired by correlation) starts inside ``step``."""
+    corr = kernel["args"]["correlation"]
+    return any(e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == corr
+               and step["ts"] <= e["ts"] < step["ts"] + step["dur"] for e in xs)
+
+
 def test_the_idle_share_says_it_is_what_the_trace_recorded(capsys):
     """The H200's fp32 attention run (GPU-bound, its queue growing): its first recorded kernel starts 2.27 ms after its
     launch call with no GPU work recorded before it (a plain scan), so the GPU ran work queued before the recording

@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from ..errors import ProfilingError
 from ..present.terminal import echo
-from ..units import format_count, format_duration_us, format_rate, human_bytes
+from ..units import format_count, format_duration_us, format_rate, format_share, human_bytes
 
 __all__ = ["add_parser", "command_parser", "run", "build_json", "main"]
 
@@ -171,7 +171,9 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      + (f", {format_duration_us(wait)} of it blocked in {blocked_in(report.steps, ss)} while the GPU "
                         "worked" if wait > 0 else "")
                      + (f", {format_duration_us(ss['copy_us_per_step'])} of the GPU work copies between host and "
-                        "device" if ss["bound"] == "copy-bound" else "") + f" ({basis})")
+                        "device" if ss["bound"] == "copy-bound" else "")
+                     + f" ({basis})" + (_compute_bound_why(ss) if ss["bound"] == "compute-bound"
+                                        and ss["gpu_us_per_step"] < ss["cpu_us_per_step"] - wait else ""))
     if s["has_gpu"]:
         frac = s["gpu_busy_fraction"]
         # gpu_busy's scope: with steps, the work the steps launched (not what ran in their window from before them)
@@ -316,6 +318,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         echo(*_human(args.path, report, found, diagnosis))
     return 0
+
+
+def _compute_bound_why(ss: dict) -> str:
+    """Why a steady state with less GPU work than CPU time is compute-bound, in question 2's terms (the bound rule's
+    other test): every step is, on its own figures, where their medians are not; or the GPU never sat idle with nothing
+    launched for it (a full launch queue: the CPU's time follows the GPU's)."""
+    if ss.get("bound_of_every_step"):
+        return ", each step compute-bound by the rule on its own figures, though their medians are not (question 2)"
+    starved = ss.get("starved_share") or 0.0
+    return (", yet the GPU never waited for a launch: it "
+            + ("never sat idle with nothing launched for it" if starved < 0.0005 else
+               f"sat idle with nothing launched for it only {format_share(starved, 1)} of the step") + " (question 2)")
 
 
 def _is_number(text: str) -> bool:
