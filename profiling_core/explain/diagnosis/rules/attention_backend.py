@@ -11,7 +11,8 @@ an fp32 run of head_dim 100 ran the efficient backend.
 That padding is not free, and the rule measures it wherever it shows: the kernels that ``aten::pad`` (or
 ``aten::constant_pad_nd``) launched inside ``aten::scaled_dot_product_attention``, a fill and a copy per padded input.
 On the H200's bf16 head_dim-100 case they took 258 µs of the 783 µs of GPU work the attention launched per
-steady-state step (the flash kernel ~525 µs); the same case at head_dim 128 (``h200_workloads/attention_eager``) launched none."""
+steady-state step (the flash kernel ~525 µs); the same case at head_dim 128 (``h200_workloads/attention_eager``)
+launched none, nor did the transformer blocks' head_dim of 64."""
 from __future__ import annotations
 
 from typing import Optional
@@ -170,8 +171,8 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
                  f"the {_fmt_us(pad['sdpa_us'])} the attention's GPU ops took (steady-state steps).")
         cost, basis = _gpu_time_cost(c.report, pad["pad_us"], "the GPU time of the padding's ops per steady-state "
                                      "step, which a head_dim that is a multiple of 8 does without")
-    pad_fix = (" The padding around it is worth removing: with a head_dim that is a multiple of 8 (a model's d_model / heads) "
-               "scaled_dot_product_attention pads nothing, and its copies of the query, key and value go."
+    pad_fix = (" The padding around it is worth removing: with a head_dim that is a multiple of 8 (a model's d_model / "
+               "heads) scaled_dot_product_attention pads nothing, and its copies of the query, key and value go."
                if pad is not None else "")
     if backend in good:
         fix = (f"Nothing to change for the backend ({'cuDNN' if backend == 'cudnn' else 'flash'} attention is a fused, "
