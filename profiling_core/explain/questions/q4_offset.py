@@ -126,7 +126,8 @@ def _growth(ll, ev: dict, steps) -> str:
         within = (late / first.where(first > 0)).median()
         if within > GROWS_AT:
             # (the later half's median against the first: the last op may wait less than the later half)
-            return (f" Within each step the later ops wait longer than the first (a median {_us(first.median())} for a step's first GPU op, "
+            return (f" Within each step the later ops wait longer than the first (a median {_us(first.median())} for a "
+                    f"step's first GPU op, "
                     f"{_us(late.median())} for the later half of its ops, {_us(last.median())} for its last): the CPU "
                     "launches a step's work faster than the GPU runs it, "
                     f"and the queue drains before the next step (the first ops of steps {int(first.index[0])} and "

@@ -225,7 +225,8 @@ def _reached_device(idx: np.ndarray, names, tb) -> np.ndarray:
 def _sync_counts(names, tb, idx, n: int) -> str:
     """The synchronising slices ``idx`` counted per step by the outermost of each nest (one ``.item()`` is one wait:
     ``aten::item`` with ``aten::_local_scalar_dense`` and its sync call inside it), each name followed by the chain of
-    synchronising names found inside it: ``aten::item ×1 (→ aten::_local_scalar_dense → cudaStreamSynchronize)``."""
+    synchronising names found inside it:
+    ``aten::item ×1 (→ aten::_local_scalar_dense → cudaStreamSynchronize)``."""
     inside: dict[int, list[str]] = {}
     for i in idx.tolist():
         top, p = int(i), int(tb.parent_id[i])
