@@ -1432,6 +1432,19 @@ def test_the_attention_rule_measures_the_padding_around_a_fused_kernel():
     assert "padded" not in plain.text and "padding" not in plain.fix and plain.cost_us_per_step is None
 
 
+@pytest.mark.parametrize("head_dim, pads", [(100, True), (104, False)])
+def test_on_an_h100_a_head_dim_that_is_a_multiple_of_8_is_not_padded(head_dim, pads):
+    """The same attention on an H100: at head_dim 100 aten::pad runs inside scaled_dot_product_attention (a plain
+    scan) and the rule measures its kernels; at 104, a multiple of 8 that is no power of two, nothing is padded (the
+    scan finds no aten::pad) and the rule says nothing of padding: the fix's claim, seen on a second GPU."""
+    path = DATA / "h100" / f"attn_hd{head_dim}_eager.json.gz"
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    assert any(e["name"] == "aten::pad" for e in xs) == pads
+    x = rules(run(path, peaks=None)[2])["attention_backend"]
+    assert (f"padded its inputs' last dimension (head_dim {head_dim}) to a multiple of 8" in x.text) == pads
+    assert ("a head_dim that is a multiple of 8" in x.fix) == pads
+
+
 def test_rocm_copy_calls_count_among_the_launch_calls():
     """The MI250 training step launches 16 GPU ops: 14 kernels through hipLaunchKernel and hipExtModuleLaunchKernel,
     2 copies through hipMemcpyWithStream (a plain scan, pairing by correlation). The GPU-starved item counts all 16
