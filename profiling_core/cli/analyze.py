@@ -181,7 +181,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                         if s.get("gpu_busy_scope") == "steps" else
                         ("GPU busy", "of the span from its first event to its last"))
         lines.append(f"  {what} {format_duration_us(s['gpu_busy_us'])}"
-                     + (f" ({100 * frac:.1f}% {window})" if frac is not None else ""))
+                     + (f" ({format_share(frac, 1)} {window})" if frac is not None else ""))
         lat = s["launch_latency_median_us"]
         if lat is None or lat >= 0:
             shown = format_duration_us(lat)
@@ -199,7 +199,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      "overlap, an instant counts once, for the first category listed: communication is what nothing "
                      "else overlapped; idle: no GPU work the trace recorded, and a kernel already running when the "
                      "recording began is not recorded): "
-                     + ", ".join(f"{c} {100 * v:.1f}%" for c, v in shares.items() if v > 0))
+                     + ", ".join(f"{c} {format_share(v, 1)}" for c, v in shares.items() if v > 0))
     ph = report.summary.get("train_phases") or {}
     if ph:  # a training step: where each phase's time goes (medians of the steps after the first)
         after_first = (report.summary.get("steady_state") or {}).get("basis") == "after_first"

@@ -135,7 +135,8 @@ def devices_text(gpus: list) -> str:
     (``gpus``, ``Report.summary["step_devices"]``: the first eight named): every other GPU figure is the time at
     least one of them was busy, so each one's own busy time is given beside it, measured the same two ways (the work
     a step launched on it; its busy share of the step's window)."""
-    each = "; ".join(f"device {g['device']} {_us(g['busy_us'])} launched, busy {100 * g['busy_fraction']:.1f}% of "
+    each = "; ".join(f"device {g['device']} {_us(g['busy_us'])} launched, busy "
+                     f"{format_share(g['busy_fraction'], 1)} of "
                      "the step's window" for g in gpus[:8]) + (f"; and {len(gpus) - 8} more" if len(gpus) > 8 else "")
     return (f"The steps' GPU work ran on {len(gpus)} GPUs of this process: every GPU figure here counts the time at "
             "least one of them was busy, so each GPU on its own idled at least as long as they say. Each GPU's own "
@@ -151,7 +152,7 @@ def _q2_verdict(r) -> list[Finding]:
         frac = r.summary.get("gpu_busy_fraction")
         return [Finding("q2.bound", 2, "GPU busy share",
                         f"No ProfilerStep in this trace; over the whole trace the GPU was busy "
-                        f"{_us(r.summary['gpu_busy_us'])}, {100 * (frac or 0):.1f}% of its span.",
+                        f"{_us(r.summary['gpu_busy_us'])}, {format_share(frac or 0, 1)} of its span.",
                         {"steps": 0, "gpu_busy_us": _num(r.summary["gpu_busy_us"]), "gpu_busy_fraction": _num(frac)})]
     all_steps, s = s, working_steps(s)  # the per-step figures: the steps the loop worked in
     cpu_med = float(s["cpu_dur_us"].median())
@@ -405,14 +406,16 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     compiled = (", and compiled graphs' generated code" if any(n.startswith(COMPILED_GRAPH_CALL) for n in per_op)
                 else "")
     text += (f" The work ops (the ATen ops that compute or move data{compiled}, their own time: {listed}) took a median "
-             f"{_us(work_med)} per step and a median {100 * share:.1f}% of each step (each step's own share); ")
+             f"{_us(work_med)} per step and a median {format_share(share, 1)} of each step (each step's own share); ")
     if data_share > 0:
         ev["data_share_median"] = _num(data_share)
         text += (f"the DataLoader handing out the step's batch (enumerate(DataLoader)#...__next__, its ops included) "
-                 f"{100 * data_share:.1f}%; the other {100 * rest:.1f}% is framework overhead around the ops (Python, "
+                 f"{format_share(data_share, 1)}; the other {format_share(rest, 1)} is framework overhead around the "
+                 "ops (Python, "
                  "dispatch through the wrapping ops, the profiler's step). ")
     else:
-        text += (f"the other {100 * (1 - share):.1f}% is framework overhead around them (Python, dispatch through the "
+        text += (f"the other {format_share(1 - share, 1)} is framework overhead around them (Python, dispatch through "
+                 "the "
                  "wrapping ops, the profiler's step). ")
     if label == "compute-bound":
         text += f"At or above {100 * CPU_MATH_BOUND_AT:.0f}%, so on this CPU the workload is compute-bound."
@@ -426,7 +429,8 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
         text += f"Below {100 * CPU_MATH_BOUND_AT:.0f}%, so on this CPU the workload is overhead-bound."
     if min(shares) < CPU_MATH_BOUND_AT <= max(shares):  # the steps themselves fall on both sides of the line
         ev["cpu_work_share_range"] = [_num(min(shares)), _num(max(shares))]
-        text += (f" The steps disagree: their work took from {100 * min(shares):.1f}% to {100 * max(shares):.1f}% "
+        text += (f" The steps disagree: their work took from {format_share(min(shares), 1)} to "
+                 f"{format_share(max(shares), 1)} "
                  f"of a step, on both sides of {100 * CPU_MATH_BOUND_AT:.0f}%, so the verdict is the median's and a "
                  "close one: profile more steps, on a quiet machine, before acting on it.")
     g = r.gemm_throughput

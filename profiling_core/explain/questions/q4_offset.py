@@ -9,6 +9,7 @@ import numpy as np
 from ...analyses._shared import union_ns
 from ...analyses.steps import STARVED_AT
 from ...units import format_duration_us as _us
+from ...units import format_share
 from .base import NO_GPU_TEXT, Finding, _n, _num
 
 
@@ -140,7 +141,7 @@ def _growth(ll, ev: dict, steps) -> str:
         ev["last_wait_busy_share"] = _num(busy)
         if busy >= QUEUED_AT:
             return (f" The last GPU op started {_us(lat.iloc[-1])} after its launch call, the GPU busy with earlier "
-                    f"work for {100 * busy:.0f}% of that wait, where the first started {_us(lat.iloc[0])} after its "
+                    f"work for {format_share(busy)} of that wait, where the first started {_us(lat.iloc[0])} after its "
                     "own: by the end the CPU had launched faster than the GPU executes, so work queued up (with fewer "
                     "than two steps the trace cannot say where the queue grew or drained in between).")
     return ""

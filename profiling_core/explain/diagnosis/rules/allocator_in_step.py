@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ....analyses import basis_steps
+from ....units import format_share
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us
 
 FREES = ("cudaFree", "hipFree", "cuMemUnmap", "cuMemRelease", "cuMemAddressFree")
@@ -42,8 +43,8 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
     aside = every[every["beside_calls"] > 0]
     scope = f"every one of the {n} steady-state steps" if n > 1 else "the one steady-state step"
     text = (f"The caching allocator goes to the driver in {scope}: {listed} per step, {_fmt_us(us)} of CPU time per "
-            f"step ({us / cpu:.0%} of the step's {_fmt_us(cpu)}). A warm loop's allocator hands each step the blocks "
-            "the step before freed, and asks the driver for none.")
+            f"step ({format_share(us / cpu)} of the step's {_fmt_us(cpu)}). A warm loop's allocator hands each step "
+            "the blocks the step before freed, and asks the driver for none.")
     if len(aside):
         text += (f" Threads beside the step (no step slice, no launch) made {_fmt_n(aside['beside_calls'].sum() / n)} "
                  f"more such calls per step, {_fmt_us(float(aside['beside_us'].sum()) / n)}, time that overlaps the "

@@ -22,7 +22,7 @@ import numpy as np
 
 from ....analyses.steps import CPU_GEMM_FLOOR_GFLOPS, working_steps
 from ....config import config_field as _cfg
-from ....units import format_rate
+from ....units import format_rate, format_share
 from ...questions.base import _self_times_by_step, _work_ops
 from ..base import Diagnosis, _Ctx, _args_of, _fmt_us
 
@@ -116,7 +116,7 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
             f"they do not get their cores (threads: {how}). torch runs each op's "
             "parallel region on its OpenMP threads and waits for the slowest; a thread that lost its core to other "
             f"work stalls the op for a scheduler slice. The slow calls lose {_fmt_us(lost)} per step, "
-            f"{lost / mean_us:.0%} of the steps' time (a mean step: {_fmt_us(mean_us)}).")
+            f"{format_share(lost / mean_us)} of the steps' time (a mean step: {_fmt_us(mean_us)}).")
     if threads == 1:
         fix = ("The run already used one thread: profile on a quieter machine (stop what else runs; the Home page "
                "and each run's load average say how busy it was), then compare the step times.")

@@ -16,6 +16,7 @@ import numpy as np
 from ....analyses import basis_steps
 from ....analyses._shared import unions_ns
 from ....analyses.categories import gpu_op_category
+from ....units import format_share
 from ..base import Diagnosis, _Ctx, _fmt_us, _gpu_time_cost
 
 EXPOSED_AT = 0.1
@@ -53,7 +54,8 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
     hidden = 1.0 - exposed / busy if busy > 0 else 0.0
     text = (f"The GPU waits for communication that no compute overlaps: in the steady state ({n} step"
             f"{'s' if n != 1 else ''}) it ran only collectives for {_fmt_us(exposed / n)} per step, "
-            f"{exposed / window:.0%} of the steps' windows; compute hid {hidden:.0%} of the collectives' "
+            f"{format_share(exposed / window)} of the steps' windows; compute hid {format_share(hidden)} of the "
+            "collectives' "
             f"{_fmt_us(busy / n)} per step." + (f" By collective, in the same steps: {named} per step" if named else "")
             + ("; run at once on several streams, they add up to more than the collectives' time above, which counts "
                "each instant once." if named and together > busy + 1.0 else "." if named else ""))

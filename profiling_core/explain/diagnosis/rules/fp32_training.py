@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ....units import format_share
 from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _in_this_app, _steps
 
 
@@ -46,7 +47,8 @@ def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
     rate = (f" ({src} peaks: bf16 {bf:,.0f}, tf32 {tf:,.0f} TFLOP/s, {bf / tf:.1f}×)" if bf and tf
             else f" ({src} bf16 peak {bf:,.0f} TFLOP/s)" if bf else "")
     text = (f"This training step runs its GEMMs in {' and '.join(kinds)}: {_fmt_us(t32)} of GEMM time per step"
-            + (f" ({t32 / tall:.0%} of the GEMMs')" if tall > 0 else "") + ", forward and backward, on a GPU whose "
+            + (f" ({format_share(t32 / tall)} of the GEMMs')" if tall > 0 else "")
+            + ", forward and backward, on a GPU whose "
             f"tensor cores run bf16 faster than TF32 and fp32{rate}. The weights can stay fp32 (the optimizer's "
             "master copy) while the matmuls run in bf16.")
     fix = ("Wrap the forward and the loss in torch.autocast('cuda', dtype=torch.bfloat16) (backward then follows the "

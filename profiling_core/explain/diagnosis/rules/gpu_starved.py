@@ -232,9 +232,9 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     if dw["share"] is not None and dw["share"] >= DATA_WAIT_AT and dw["data_us_per_step"] >= max(rivals):
         which = (loader_ranges(r, dw["steps"]) or ["enumerate(DataLoader)#...__next__"])[0]
         fix = (f"The step's largest CPU cost is waiting for its batch: {_fmt_us(dw['data_us_per_step'])} per step "
-               f"inside the DataLoader's {which} on average ({dw['share']:.0%} of the CPU time): see *The step waits "
-               "for its batch* for what makes the batches while the step runs. Fewer launches or a CUDA graph come "
-               "after that.")
+               f"inside the DataLoader's {which} on average ({format_share(dw['share'])} of the CPU time): see *The "
+               "step waits for its batch* for what makes the batches while the step runs. Fewer launches or a CUDA "
+               "graph come after that.")
     elif outside is not None and outside >= max(PYTHON_DOMINATES * cpu, PYTHON_FLOOR_US):
         find = ("this trace recorded its Python frames (with_stack=True): the profiler table's Python rows say "
                 "where it goes (a frame's self time is the interpreter's own, outside any op; their recording adds "

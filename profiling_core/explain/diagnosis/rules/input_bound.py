@@ -44,7 +44,7 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     which = names[0] if names else "enumerate(DataLoader)#...__next__"
     scope = f"the {n} steady-state steps" if n > 1 else "the one steady-state step"
     text = (f"The loop waits for its data: over {scope} the DataLoader's {which} took {_fmt_us(data)} per step on "
-            f"average, {share:.0%} of their CPU time ({_fmt_us(cpu)} per step).")
+            f"average, {format_share(share)} of their CPU time ({_fmt_us(cpu)} per step).")
     ev = {"data_us_per_step": data, "cpu_us_per_step": cpu, "data_share": share, "data_wait_at": DATA_WAIT_AT,
           "basis_steps": dw["steps"], "data_us_by_step": dw["by_step"], "iterators": names}
     waits = sorted(dw["by_step"].values())

@@ -11,7 +11,7 @@ are neither fragmentation nor an earlier peak (an MLP training step under reduce
 reserved against a 464 MiB peak in the window and a 632 MiB process peak)."""
 from __future__ import annotations
 
-from ....units import human_bytes
+from ....units import format_share, human_bytes
 from ..base import Diagnosis, _Ctx, _graph_replays
 
 RESERVED_OVER_ALLOCATED_AT = 1.5
@@ -41,7 +41,8 @@ def _rule_memory_fragmentation(c: _Ctx) -> Diagnosis | None:
     gap = pk["gap_at_peak_bytes"]
     process_peak = c.process_peak_bytes
     text = (f"{dev}'s allocator holds {human_bytes(res)} at the peak, where the tensors use "
-            f"{human_bytes(peak)}: {human_bytes(gap)} ({gap / res:.0%} of the reserve) serves no tensor even then"
+            f"{human_bytes(peak)}: {human_bytes(gap)} ({format_share(gap / res)} of the reserve) serves no tensor "
+            "even then"
             f" (over the window the gap is {human_bytes(pk['gap_median_bytes'])} at the median, "
             f"{human_bytes(pk['gap_max_bytes'])} at most).")
     earlier = process_peak is not None and process_peak >= EARLIER_PEAK_COVERS * res
