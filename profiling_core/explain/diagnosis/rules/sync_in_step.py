@@ -229,11 +229,7 @@ def _sync_counts(names, tb, idx, n: int) -> str:
     ``aten::item ×1 (→ aten::_local_scalar_dense → cudaStreamSynchronize)``."""
     inside: dict[int, list[str]] = {}
     for i in idx.tolist():
-        top, p = int(i), int(tb.parent_id[i])
-        while p >= 0:  # (the outermost synchronising slice above i, or i itself)
-            if names[p] in _SYNC_OPS or names[p] in _SYNC_CALLS:
-                top = p
-            p = int(tb.parent_id[p])
+        top = _outermost_sync(names, tb, int(i))
         inside.setdefault(top, [])
         if top != i:
             inside[top].append(str(names[i]))
@@ -247,15 +243,21 @@ def _sync_counts(names, tb, idx, n: int) -> str:
                      for x, c in counts.items())
 
 
+def _outermost_sync(names, tb, i: int) -> int:
+    """The outermost synchronising slice that holds slice ``i`` (``aten::item`` for the ``aten::_local_scalar_dense``
+    and the sync call under it), or ``i`` itself where none does."""
+    top, p = i, int(tb.parent_id[i])
+    while p >= 0:
+        if names[p] in _SYNC_OPS or names[p] in _SYNC_CALLS:
+            top = p
+        p = int(tb.parent_id[p])
+    return top
+
+
 def _nested_sync_op(names, tb, i: int) -> bool:
     """Whether synchronising slice ``i`` lies inside another one (``aten::_local_scalar_dense`` under ``aten::item``,
     the copy and sync calls under it): one ``.item()`` is placed once."""
-    p = int(tb.parent_id[i])
-    while p >= 0:
-        if names[p] in _SYNC_OPS or names[p] in _SYNC_CALLS:
-            return True
-        p = int(tb.parent_id[p])
-    return False
+    return _outermost_sync(names, tb, i) != i
 
 
 def _copy_rows(session, copies, n_steps: int) -> list[dict]:
