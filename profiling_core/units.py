@@ -100,16 +100,6 @@ def format_count(x: Any) -> str:
     return text
 
 
-def _digits_apart(v: float, decimals: int, *, bounds: tuple[float, ...], most: int) -> Optional[str]:
-    """``v`` with ``decimals`` decimals, or with as many more (up to ``most``) as keep it from reading as one of
-    ``bounds`` that it is not; None when even ``most`` decimals do not."""
-    for d in range(decimals, most + 1):
-        text = f"{v:.{d}f}"
-        if not any(float(text) == b != v for b in bounds):
-            return text
-    return None
-
-
 def format_share(x: Any, decimals: int = 0) -> str:
     """A fraction of a whole (0.25) as a percentage (``"25%"``), with ``decimals`` decimals, never written as 0% or
     100% unless it is exactly that: a share that would round to either takes more decimals, up to two (0.0016 reads
@@ -119,10 +109,12 @@ def format_share(x: Any, decimals: int = 0) -> str:
     v = _finite(x)
     if v is None:
         return MISSING
-    text = _digits_apart(100 * v, decimals, bounds=(0.0, 100.0), most=max(decimals, 2))
-    if text is None:
-        return "under 0.01%" if 0 < v < 0.5 else "over 99.99%"
-    return text + "%"
+    pct = 100 * v
+    for d in range(decimals, max(decimals, 2) + 1):
+        text = f"{pct:.{d}f}"
+        if float(text) not in (0.0, 100.0) or float(text) == pct:
+            return text + "%"
+    return "under 0.01%" if pct < 50 else "over 99.99%"
 
 
 def format_times(x: Any, decimals: int = 2) -> str:
