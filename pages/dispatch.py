@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core import ExperimentConfig
-from profiling_core.units import format_duration_us
+from profiling_core.units import format_duration_us, format_share
 from profiling_core.present import charts
 from profiling_core.analyses import chain_subtree
 from profiling_core.explain import offset_text, started_before_launch_text
@@ -183,17 +183,22 @@ if not no_gpu:
     st.header("The synchronize at the end: busy or idle?", divider="gray")
     if rep is not None and len(rep.sync_wait):
         sw = rep.sync_wait
+        label = sw["name"] + " #" + sw["id"].astype(str)
         parts = pd.concat([
-            pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU busy",
-                          "dur_us": sw["gpu_busy_us"]}),
-            pd.DataFrame({"label": sw["name"] + " #" + sw["id"].astype(str), "part": "GPU idle",
-                          "dur_us": sw["dur_us"] - sw["gpu_busy_us"]})], ignore_index=True)
+            pd.DataFrame({"label": label, "part": "GPU busy", "dur_us": sw["gpu_busy_us"]}),
+            pd.DataFrame({"label": label, "part": "GPU on unrecorded work", "dur_us": sw["unrecorded_us"]}),
+            pd.DataFrame({"label": label, "part": "GPU idle",
+                          "dur_us": (sw["dur_us"] - sw["gpu_busy_us"] - sw["unrecorded_us"]).clip(lower=0)})],
+            ignore_index=True)
         syn = ui.chart("sync_idle", parts)
         ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
         longest = sw.sort_values("dur_us", ascending=False, kind="stable").head(charts.MAX_SYNC_BARS)
         for _, r in longest.iterrows():
+            unrec = (f", and {format_duration_us(r['unrecorded_us'])} on work the trace does not hold (its first "
+                     "recorded op waiting behind work queued before the recording)" if r["unrecorded_us"] > 0 else "")
             st.markdown(f"- {ui.md_code(r['name'])} lasted {format_duration_us(r['dur_us'])} while the GPU was busy "
-                        f"{format_duration_us(r['gpu_busy_us'])}: **{r['idle_pct']:.0f} % idle**.")
+                        f"{format_duration_us(r['gpu_busy_us'])}{unrec}: "
+                        f"**{format_share(max(r['idle_pct'], 0.0) / 100.0)} idle**.")
         if len(sw) > len(longest):
             st.caption(f"The {len(longest)} longest of {len(sw):,} synchronize calls; the CSV has them all: together "
                        f"they lasted {format_duration_us(sw['dur_us'].sum())}, the GPU busy "

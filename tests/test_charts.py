@@ -228,9 +228,13 @@ def test_cold_vs_warm_and_sync_idle():
     assert spec["layer"][0]["encoding"]["y"]["scale"]["type"] == "symlog"  # 29,000 µs cold against ~100 µs warm
     ranged = C.cold_vs_warm(steps.assign(lo_us=steps["dur_us"] - 1, hi_us=steps["dur_us"] + 1)).to_dict()
     assert _marks(ranged) == ["bar", "rule"]
-    parts = pd.DataFrame({"label": ["sync"] * 2, "part": ["GPU busy", "GPU idle"], "dur_us": [26.0, 1754.0]})
+    parts = pd.DataFrame({"label": ["sync"] * 3, "part": ["GPU busy", "GPU on unrecorded work", "GPU idle"],
+                          "dur_us": [26.0, 1200.0, 554.0]})
     spec = C.sync_idle(parts).to_dict()
-    assert spec["encoding"]["color"]["scale"]["domain"] == ["GPU busy", "GPU idle"]
+    assert spec["encoding"]["color"]["scale"]["domain"] == ["GPU busy", "GPU on unrecorded work", "GPU idle"]
+    # stacked in that order, whatever the alphabet says ("GPU idle" < "GPU on ...")
+    assert spec["encoding"]["order"]["field"] == "order"
+    assert sorted(_datasets(spec)[0], key=lambda r: r["order"])[-1]["part"] == "GPU idle"
 
 
 def test_empty_chart_carries_the_reason():

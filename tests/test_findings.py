@@ -207,6 +207,25 @@ def test_q7_sync_evidence(name):
     assert ev["idle_pct"] == pytest.approx(100 * (1 - busy / y["dur"]), abs=0.01)
 
 
+def test_q7_counts_the_wait_behind_unrecorded_work_as_work():
+    """The H200's fp32 attention run ends in a cudaDeviceSynchronize that starts before the first recorded kernel,
+    which had waited since its launch call returned behind the warm-up's work, not recorded (a plain scan). The GPU
+    was not idle then: Q7 gives that part of the call (call start → first kernel) as such, and what is left idle is
+    the call's length less it and the kernels."""
+    path = DATA / "h200_verdicts" / "attn_hd100_fp32_eager.json"
+    sc = scan(path)
+    (y,) = sc.named("cudaDeviceSynchronize")
+    first = sc.gpu[0]
+    assert y["ts"] < first["ts"] and all(l["ts"] + l["dur"] <= y["ts"] for l, g in sc.pairs if g is first)
+    wait = first["ts"] - y["ts"]
+    busy = _union((max(g["ts"], y["ts"]), min(g["ts"] + g["dur"], y["ts"] + y["dur"])) for g in sc.gpu)
+    f = by_id(path)["q7.sync"]
+    assert f.evidence["unrecorded_us"] == pytest.approx(wait, abs=0.002)  # 1,890.6 µs
+    assert f.evidence["idle_pct"] == pytest.approx(100 * (1 - (busy + wait) / y["dur"]), abs=0.001)
+    assert "and for 1.89 ms more its first recorded op waited behind work the trace does not hold" in f.text
+    assert ": 0.1% idle. The CPU waited for GPU work it had queued earlier" in f.text
+
+
 def test_q7_calls_a_sync_the_step_s_own_code_only_on_the_step_s_thread():
     seen = set()
     for path in IMPORTED + [DATA / "traces" / "triton_example.json.gz"] + [h200(n) for n in H200]:

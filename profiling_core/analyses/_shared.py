@@ -35,6 +35,12 @@ SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
               "cuStreamSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
               "hipEventSynchronize"}
 """The calls that block the CPU until the GPU has done what they wait for (:attr:`Shared.sync_waits`)."""
+UNRECORDED_WAIT_NS = 100_000
+"""How long after its launch call returned a GPU's first recorded op must start for :attr:`Shared.unrecorded_waits`
+to say that it waited behind work the trace does not hold. An op launched onto a GPU with nothing queued starts
+within tens of µs of its call (a launch's latency): in the 160 traces of the tests (H200, H100, A100, V100, MI250,
+CPU-only, third-party), where the first op's call is recorded, it started at most 17 µs after the call returned; the
+first ops that waited behind work queued before the recording waited 1.6 to 2.2 ms (docs/FINDINGS.md)."""
 
 
 def is_host_copy(name) -> bool:
@@ -696,6 +702,63 @@ class Shared:
         return frame([(sid, name, ts, dur, u, n, last) for (sid, name, ts, dur, n, last), u in zip(rows, busy)],
                      ["id", "name", "start_ns", "dur_ns", "gpu_busy_ns", "gpu_ops", "last_gpu_end_ns"])
 
+    @cached_property
+    def unrecorded_waits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Where a GPU waited behind work the trace does not hold, as disjoint sorted intervals (start, end), ns.
+
+        The rule, per GPU (the ops of one lane pid, :attr:`op_devices`; ops of no known GPU as one more): take its
+        first recorded op (the earliest start, any stream; of several starting then, those with a launch call). If
+        that op's launch call is in the trace and the op started more than :data:`UNRECORDED_WAIT_NS` after the call
+        returned, the GPU spent [call's end, op's start) on something ahead of it in its queue, and nothing the trace
+        records ran on that GPU before the op: work queued before the recording began (a schedule's warm-up steps
+        whose kernels still ran when the active steps began: the profiler records no op that started before it
+        did), or, on a GPU shared with another process, that process's work. Nothing is said of the time before
+        the call (the GPU may have been busy or idle then), of a first op with no launch call in the trace (it is
+        itself the recorded work), or of later ops (a wait behind recorded work on another stream is not one)."""
+        o, p = self.ops, self.p
+        none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        if not len(o["ts"]) or not len(p["gpu_id"]):
+            return none
+        code = self.op_devices[0]
+        rows = self.gpu_rows
+        call_end = p["launch_ts"] + p["launch_dur"]
+        by_gpu = np.argsort(p["gpu_id"], kind="stable")
+        b, e = [], []
+        for d in np.unique(code).tolist():
+            idx = np.flatnonzero(code == d)
+            ts = o["ts"][idx]
+            first = rows[idx[ts == ts.min()]]
+            at = np.searchsorted(p["gpu_id"][by_gpu], first)
+            lo = np.searchsorted(p["gpu_id"][by_gpu], first, side="right")
+            calls = np.concatenate([by_gpu[a:z] for a, z in zip(at.tolist(), lo.tolist())])
+            if len(calls):
+                start, end = int(call_end[calls].max()), int(ts.min())
+                if end - start > UNRECORDED_WAIT_NS:
+                    b.append(start)
+                    e.append(end)
+        if not b:
+            return none
+        return merged(np.array(b, dtype=np.int64), np.array(e, dtype=np.int64))
+
+    def unrecorded_in(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Per window [lo, hi) (int64 ns arrays): how long :attr:`unrecorded_waits` cover it where no recorded GPU op
+        (any GPU, any stream) runs: time a GPU spent on work the trace does not hold, and not recorded work."""
+        lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+        out = np.zeros(len(lo), dtype=np.int64)
+        wb, we = self.unrecorded_waits
+        if not len(wb):
+            return out
+        s, t = self.ops_union
+        for b, e in zip(wb.tolist(), we.tolist()):  # (disjoint: their parts add up)
+            cb, ce = np.clip(lo, b, e), np.clip(hi, b, e)
+            out += (ce - cb) - covered_ns(cb, ce, s, t)
+        return out
+
+    @cached_property
+    def ops_union(self) -> tuple[np.ndarray, np.ndarray]:
+        """The union of every GPU op interval (any track) as disjoint sorted intervals (:func:`merged`)."""
+        return merged(self.ops["ts"], self.ops["end"])
+
     def ops_overlapping(self, b: int, e: int) -> tuple[np.ndarray, np.ndarray]:
         """(ts, end) of the GPU ops with ts < e and end > b."""
         ts, end, _run = self.ops_by_ts
@@ -771,17 +834,19 @@ class Shared:
         GPU op interval clipped to it (whatever launched it): ``busy`` (n,), the union of all of them (idle being the
         rest of the window); ``time`` (n, K), that union split over the K ``GPU_OP_CATEGORIES`` by their order (an
         instant where several categories run counts for the first of them, so the K add up to ``busy``); ``own``
-        (n, K), each category's own union, overlaps with other categories included. All int64 ns.
+        (n, K), each category's own union, overlaps with other categories included; ``unrecorded`` (n,), the time a
+        GPU spent on work the trace does not hold where no recorded op ran (:meth:`unrecorded_in`). All int64 ns.
 
         One :func:`coverage_ns` sweep over all steps (groups) and categories (classes)."""
         st = self.steps_list
         n, k = len(st), len(GPU_OP_CATEGORIES)
         zero = {"busy": np.zeros(n, dtype=np.int64), "time": np.zeros((n, k), dtype=np.int64),
-                "own": np.zeros((n, k), dtype=np.int64)}
+                "own": np.zeros((n, k), dtype=np.int64), "unrecorded": np.zeros(n, dtype=np.int64)}
         ops = self.ops
         if n == 0 or len(ops["ts"]) == 0:
             return zero
         w = self.step_windows
+        zero["unrecorded"] = self.unrecorded_in(w["lo"], w["hi"])
         order = np.argsort(ops["ts"], kind="stable")
         ts, end, cat = ops["ts"][order], ops["end"][order], self.op_categories[order]
         reach = np.maximum.accumulate(end)  # the latest end so far: the ops before the first reach > b end by b
@@ -797,7 +862,7 @@ class Shared:
             return zero
         b, e = np.maximum(ts[s], w["lo"][j]), np.minimum(end[s], w["hi"][j])
         time, own = coverage_ns(b, e, j, n, cat[s], k)
-        return {"busy": time.sum(axis=1), "time": time, "own": own}
+        return {"busy": time.sum(axis=1), "time": time, "own": own, "unrecorded": zero["unrecorded"]}
 
     @cached_property
     def _is_aten(self) -> np.ndarray:

@@ -20,15 +20,17 @@ _BREAKDOWN_COLS = ["step", "category", "time_us", "share", "busy_us", "overlappe
 
 
 def step_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
-    """Per step, the GPU's time by category of GPU op, and its idle time.
+    """Per step, the GPU's time by category of GPU op, the time it spent on work the trace does not hold, and its
+    idle time.
 
     A step's window is :func:`gpu_busy`'s: from the start of its ``ProfilerStep#N`` slice (the CPU one) to the later
     of the slice's end and the end of the GPU work launched inside it, so that the GPU work of an asynchronous step
     (the CPU running ahead of the GPU) is counted with its step; and where a window starts inside an earlier
     step's, it starts at that window's end instead, so the windows do not overlap and together make the
     ``steps`` scope's window of :func:`gpu_busy`. Every GPU op interval (kernel, memcpy, memset; on any stream,
-    whatever launched it) is clipped to the window; their union is the step's GPU busy time and the rest of the
-    window is ``idle``. Where ops of several categories overlap (several streams), an instant counts once, for the
+    whatever launched it) is clipped to the window; their union is the step's GPU busy time. Of the rest of the
+    window, ``unrecorded`` is where a GPU's first recorded op waited behind work the trace does not hold (queued
+    before the recording began: :attr:`Shared.unrecorded_waits` states the rule), and ``idle`` what remains. Where ops of several categories overlap (several streams), an instant counts once, for the
     first category running in the order of ``GPU_OP_CATEGORIES``: gemm, convolution, attention, elementwise, other, memcpy,
     memset, communication. So compute hides copies and copies hide communication, and ``communication`` is the
     communication nothing else overlapped (exposed); ``busy_us`` gives each category's own time, overlaps included.
@@ -38,10 +40,10 @@ def step_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
 
     Returns:
         DataFrame, one row per (step, category) for every step in time order and every category in
-        ``BREAKDOWN_CATEGORIES`` order (the ``GPU_OP_CATEGORIES``, then ``idle``; zero rows included, so that runs
-        line up): ``step`` (N), ``category``, ``time_us`` (the time attributed to it; a step's ``time_us`` add up to
-        its window), ``share`` (``time_us / window_us``), ``busy_us`` (the union of the category's own ops in the
-        window; ``idle``: its time), ``overlapped_us`` (``busy_us − time_us``: the time it ran under an earlier
+        ``BREAKDOWN_CATEGORIES`` order (the ``GPU_OP_CATEGORIES``, then ``unrecorded`` and ``idle``; zero rows
+        included, so that runs line up): ``step`` (N), ``category``, ``time_us`` (the time attributed to it; a step's
+        ``time_us`` add up to its window), ``share`` (``time_us / window_us``), ``busy_us`` (the union of the
+        category's own ops in the window; ``unrecorded`` and ``idle``: their time), ``overlapped_us`` (``busy_us − time_us``: the time it ran under an earlier
         category), ``window_us`` (the length of the step's window). Empty (same columns) without steps, and on a
         trace without a GPU op (no GPU lane: there is no GPU time to break down, and no GPU that sat idle).
     """
@@ -52,9 +54,9 @@ def step_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     g, w = sh.step_gpu_time, sh.step_windows
     kk = len(BREAKDOWN_CATEGORIES)
     window = w["hi"] - w["lo"]
-    idle = window - g["busy"]
-    time = np.column_stack([g["time"], idle])
-    own = np.column_stack([g["own"], idle])
+    idle = window - g["busy"] - g["unrecorded"]
+    time = np.column_stack([g["time"], g["unrecorded"], idle])
+    own = np.column_stack([g["own"], g["unrecorded"], idle])
     cats = np.array(BREAKDOWN_CATEGORIES, dtype=object)
     df = frame_cols({"step": np.repeat(np.array([r[1] for r in st], dtype=object), kk),
                      "category": np.tile(cats, len(st)),

@@ -41,11 +41,14 @@ GPU_OP_CATEGORIES = ("gemm", "convolution", "attention", "elementwise", "other",
 """The categories of GPU ops, in the order the breakdown attributes overlapping time (the first wins) and shows
 them: compute kernels first, then copies, then communication (so ``communication`` is the time nothing else ran)."""
 
-BREAKDOWN_CATEGORIES = GPU_OP_CATEGORIES + ("idle",)
-""":data:`GPU_OP_CATEGORIES` and ``idle`` (no GPU op of the trace's running): the rows of a step's breakdown, in this
-order. ``idle`` is what the trace records, not more: a kernel already running when the profiler began recording is
-not in the trace (on the H200's fp32 attention run the first recorded kernel started 2.27 ms after its launch call,
-behind warm-up work the trace does not hold), so part of a first window's idle may be such work."""
+BREAKDOWN_CATEGORIES = GPU_OP_CATEGORIES + ("unrecorded", "idle")
+""":data:`GPU_OP_CATEGORIES`, ``unrecorded`` and ``idle``: the rows of a step's breakdown, in this order.
+``unrecorded`` is time a GPU spent on work the trace does not hold, where no recorded op ran: its first recorded op
+waited that long after its launch call returned, behind work queued before the recording began (the profiler
+records no op that started before it did; on the H200's fp32 attention run the first recorded kernel started 2.25 ms
+after its launch call returned). ``Shared.unrecorded_waits`` states the rule: only that wait is known, so time
+before the launch call counts as idle even where such work ran then. ``idle`` is the rest: no GPU op of the trace's
+running."""
 
 _COMMUNICATION = ("nccl", "rccl")
 _ATTENTION = ("flash", "fmha", "sdpa", "attention", "attn")

@@ -102,14 +102,20 @@ def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
 
     Returns:
         DataFrame in time order: ``id``, ``name``, ``start_ns``, ``dur_us``, ``gpu_busy_us`` (union of GPU op
-        intervals inside the call), ``gpu_ops`` (ops overlapping it), ``idle_pct`` (100 × (1 − busy / dur)),
-        ``gpu_tail_us`` (call start → end of the last GPU op it waited for; NaN when none).
+        intervals inside the call), ``unrecorded_us`` (the time inside the call a GPU spent on work the trace does
+        not hold, where no recorded op ran: ``Shared.unrecorded_waits``), ``gpu_ops`` (ops overlapping it),
+        ``idle_pct`` (100 × (1 − (busy + unrecorded) / dur)), ``gpu_tail_us`` (call start → end of the last GPU op it
+        waited for; NaN when none).
     """
-    df = ints(shared_for(session, shared).sync_waits.copy(), "id", "gpu_ops")
+    sh = shared_for(session, shared)
+    df = ints(sh.sync_waits.copy(), "id", "gpu_ops")
+    start, dur = df["start_ns"].to_numpy(dtype=np.int64), df["dur_ns"].to_numpy(dtype=np.int64)
+    df["unrecorded_us"] = sh.unrecorded_in(start, start + dur) / 1000.0
     df = nullable_int(df, "start_ns", "last_gpu_end_ns")
     df["gpu_tail_us"] = (df["last_gpu_end_ns"] - df["start_ns"]).astype("Float64").astype("float64") / 1000.0
     df = us(df, {"dur_ns": "dur_us", "gpu_busy_ns": "gpu_busy_us"})
     den = df["dur_us"].where(df["dur_us"] > 0)
-    df["idle_pct"] = (100.0 * (1.0 - df["gpu_busy_us"] / den)).fillna(100.0)
+    df["idle_pct"] = (100.0 * (1.0 - (df["gpu_busy_us"] + df["unrecorded_us"]) / den)).fillna(100.0)
     df["name"] = df["name"].astype("object")
-    return df[["id", "name", "start_ns", "dur_us", "gpu_busy_us", "gpu_ops", "idle_pct", "gpu_tail_us"]]
+    return df[["id", "name", "start_ns", "dur_us", "gpu_busy_us", "unrecorded_us", "gpu_ops", "idle_pct",
+               "gpu_tail_us"]]

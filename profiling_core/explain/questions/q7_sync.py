@@ -3,6 +3,7 @@ time within it."""
 from __future__ import annotations
 
 from ...units import format_duration_us as _us
+from ...units import format_share
 from .base import ELSEWHERE, NO_GPU_TEXT, Finding, _num, _on_step_thread
 
 
@@ -12,11 +13,15 @@ def _q7_sync(r, config=None) -> list[Finding]:
         return [Finding("q7.sync", 7, "No synchronize call", "No cudaDeviceSynchronize / cudaStreamSynchronize call "
                         "in this trace." + ("" if r.has_gpu else " " + NO_GPU_TEXT + "."), {"syncs": 0})]
     longest = sw.sort_values("dur_us", ascending=False).iloc[0]
+    unrec = float(longest["unrecorded_us"])
     ev = {"syncs": int(len(sw)), "name": str(longest["name"]), "dur_us": _num(longest["dur_us"]),
-          "gpu_busy_us": _num(longest["gpu_busy_us"]), "idle_pct": _num(longest["idle_pct"]),
-          "gpu_ops": int(longest["gpu_ops"])}
+          "gpu_busy_us": _num(longest["gpu_busy_us"]), "unrecorded_us": _num(unrec),
+          "idle_pct": _num(longest["idle_pct"]), "gpu_ops": int(longest["gpu_ops"])}
     text = (f"The longest {longest['name']} took {_us(longest['dur_us'])}; the GPU was busy {_us(longest['gpu_busy_us'])}"
-            f" of it ({longest['idle_pct']:.0f}% idle, {int(longest['gpu_ops'])} GPU op(s) overlapping). ")
+            f" of it ({int(longest['gpu_ops'])} GPU op(s) overlapping)"
+            + (f", and for {_us(unrec)} more its first recorded op waited behind work the trace does not hold (queued "
+               "before the recording began)" if unrec > 0 else "")
+            + f": {format_share(max(float(longest['idle_pct']), 0.0) / 100.0)} idle. ")
     if not r.has_gpu:
         text += NO_GPU_TEXT + "."
     elif round(longest["idle_pct"]) == 50:  # (said as 50%: neither part is most of it)

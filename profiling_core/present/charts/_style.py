@@ -45,6 +45,7 @@ BREAKDOWN_COLORS = {
     "memcpy": "#8c564b",
     "memset": "#e377c2",
     "communication": "#ff7f0e",
+    "unrecorded": "#969696",
     "idle": "#d9d9d9",
 }
 

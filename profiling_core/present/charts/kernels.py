@@ -228,10 +228,16 @@ def cold_vs_warm(steps: pd.DataFrame, *, title: str = "Step duration: cold vs wa
     return alt.layer(*layers).properties(title=title, width=WIDTH, height=260)
 
 
+_SYNC_PARTS = {"GPU busy": "#2ca02c", "GPU on unrecorded work": "#969696", "GPU idle": "#d9d9d9"}
+"""The parts of a synchronize call's bar, in stacking order, with their colours (``unrecorded``'s and ``idle``'s as
+in the breakdown)."""
+
+
 def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited for") -> alt.Chart:
     """Stacked horizontal bar(s): GPU busy vs idle during each synchronize call.
 
-    parts: ``label`` (which sync), ``part`` ("GPU busy" / "GPU idle"), ``dur_us``; the bars top down in the rows'
+    parts: ``label`` (which sync), ``part`` (``_SYNC_PARTS``: "GPU busy", "GPU on unrecorded work" (``sync_wait``'s
+    ``unrecorded_us``), "GPU idle"), ``dur_us``; the bars top down in the rows'
     order (the calls' time order, as ``sync_wait`` gives them). Over ``MAX_SYNC_BARS`` calls the longest are drawn,
     and the subtitle says how many more there are.
     """
@@ -242,11 +248,12 @@ def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited 
         longest = total.sort_values(ascending=False, kind="stable").index[:MAX_SYNC_BARS]
         parts = parts[parts["label"].isin(set(longest))]
         note = (f"{len(total):,} synchronize calls: the {MAX_SYNC_BARS} longest are drawn (the CSV has them all)")
+    parts = parts.assign(order=parts["part"].map({p: k for k, p in enumerate(_SYNC_PARTS)}))
     return (alt.Chart(parts).mark_bar()
-            .encode(x=alt.X("dur_us:Q", title="µs", stack="zero"),
+            .encode(x=alt.X("dur_us:Q", title="µs", stack="zero"), order=alt.Order("order:Q"),
                     y=alt.Y("label:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),  # in their order
                     color=alt.Color("part:N", title=None,
-                                    scale=alt.Scale(domain=["GPU busy", "GPU idle"], range=["#2ca02c", "#d9d9d9"])),
+                                    scale=alt.Scale(domain=list(_SYNC_PARTS), range=list(_SYNC_PARTS.values()))),
                     tooltip=["label:N", "part:N", alt.Tooltip("dur_us:Q", format=",.2f", title="µs")])
             .properties(title=with_notes(title, [note]), width=WIDTH,
                         height=max(60, 30 * parts["label"].nunique() + 20)))
