@@ -126,7 +126,7 @@ def test_profile_shows_the_breakdown_and_the_top_kernels(runs_dir, media):
     assert kern["category"].iloc[0] == "gemm"
     csv = download(at, media, "csv_profile_breakdown").decode()
     assert csv.startswith("step,category,time_us,share,busy_us,overlapped_us,window_us")
-    assert csv.count("\n") == 20 * 9 + 1  # 20 steps × 9 categories (8 of GPU ops, idle) + the header
+    assert csv.count("\n") == 20 * 10 + 1  # 20 steps × 10 categories (8 of GPU ops, unrecorded, idle) + the header
     at.radio(key="profile_breakdown_view").set_value("share of the step").run()
     assert not errors_of(at)
     at.number_input(key="profile_top_n").set_value(1).run()

@@ -290,6 +290,35 @@ FP32_ATTENTION = DATA / "h200_verdicts" / "attn_hd100_fp32_eager.json"
 FP32_COMPILE = DATA / "h200_diag" / "fp32_tf32_off_compile.json"
 
 
+H100_SDPA = DATA / "h100"
+
+
+@pytest.mark.parametrize("name,want", [("plain_0", "a wait"), ("plain_1", "no call"), ("synced_0", "no wait")])
+def test_the_unrecorded_wait_is_the_queued_warm_up_step_h100(name, want):
+    """The same fp32 attention loop on an H100, profiled with schedule(wait=1, warmup=1, active=3)
+    (``scripts/gpu_unrecorded.py``). ``plain_0``: the warm-up step's kernel (~3.26 ms) was running when the recording
+    began, is not in the trace, and the first recorded kernel waited 2.42 ms after its call returned (a plain scan):
+    unrecorded. ``plain_1``: that kernel started after the recording began, so the trace holds it, with no launch call:
+    recorded work, nothing unrecorded. ``synced_0``: a torch.cuda.synchronize() before the recording opened, and the
+    first kernel starts before its call returns: nothing unrecorded."""
+    path = H100_SDPA / f"sdpa_fp32_{name}.json.gz"
+    sc = scan(path)
+    first = sc.gpu[0]
+    call = [l for l, g in sc.pairs if g is first]
+    got = step_breakdown(session(path))
+    unrec = got.loc[got["category"] == "unrecorded", "time_us"].sum()
+    if want == "a wait":
+        wait = first["ts"] - (call[0]["ts"] + call[0]["dur"])
+        assert 2000 < wait < first["dur"] and unrec == pytest.approx(wait, abs=0.01)
+    elif want == "no call":
+        assert not call and unrec == 0.0
+    else:
+        assert first["ts"] < call[0]["ts"] + call[0]["dur"] and unrec == 0.0
+    want_all = scan_breakdown(sc)
+    for r in got.itertuples():
+        assert r.time_us == pytest.approx(want_all["time"][(r.step, r.category)], abs=0.01), r
+
+
 @pytest.mark.parametrize("path", [FP32_ATTENTION, FP32_COMPILE], ids=lambda p: p.name)
 def test_the_wait_behind_unrecorded_work_matches_the_scan(path):
     """Two H200 runs whose first recorded GPU op waited behind the warm-up's work (a plain scan: 2.25 ms after its

@@ -30,9 +30,10 @@ def step_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     ``steps`` scope's window of :func:`gpu_busy`. Every GPU op interval (kernel, memcpy, memset; on any stream,
     whatever launched it) is clipped to the window; their union is the step's GPU busy time. Of the rest of the
     window, ``unrecorded`` is where a GPU's first recorded op waited behind work the trace does not hold (queued
-    before the recording began: :attr:`Shared.unrecorded_waits` states the rule), and ``idle`` what remains. Where ops of several categories overlap (several streams), an instant counts once, for the
-    first category running in the order of ``GPU_OP_CATEGORIES``: gemm, convolution, attention, elementwise, other, memcpy,
-    memset, communication. So compute hides copies and copies hide communication, and ``communication`` is the
+    before the recording began: :attr:`Shared.unrecorded_waits` states the rule), and ``idle`` what remains. Where
+    ops of several categories overlap (several streams), an instant counts once, for the first category running in
+    the order of ``GPU_OP_CATEGORIES``: gemm, convolution, attention, elementwise, other, memcpy, memset,
+    communication. So compute hides copies and copies hide communication, and ``communication`` is the
     communication nothing else overlapped (exposed); ``busy_us`` gives each category's own time, overlaps included.
 
     Args:
@@ -43,9 +44,10 @@ def step_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
         ``BREAKDOWN_CATEGORIES`` order (the ``GPU_OP_CATEGORIES``, then ``unrecorded`` and ``idle``; zero rows
         included, so that runs line up): ``step`` (N), ``category``, ``time_us`` (the time attributed to it; a step's
         ``time_us`` add up to its window), ``share`` (``time_us / window_us``), ``busy_us`` (the union of the
-        category's own ops in the window; ``unrecorded`` and ``idle``: their time), ``overlapped_us`` (``busy_us − time_us``: the time it ran under an earlier
-        category), ``window_us`` (the length of the step's window). Empty (same columns) without steps, and on a
-        trace without a GPU op (no GPU lane: there is no GPU time to break down, and no GPU that sat idle).
+        category's own ops in the window; ``unrecorded`` and ``idle``: their time), ``overlapped_us`` (``busy_us −
+        time_us``: the time it ran under an earlier category), ``window_us`` (the length of the step's window).
+        Empty (same columns) without steps, and on a trace without a GPU op (no GPU lane: there is no GPU time to
+        break down, and no GPU that sat idle).
     """
     sh = shared_for(session, shared)
     st = sh.steps_list

@@ -45,10 +45,9 @@ BREAKDOWN_CATEGORIES = GPU_OP_CATEGORIES + ("unrecorded", "idle")
 """:data:`GPU_OP_CATEGORIES`, ``unrecorded`` and ``idle``: the rows of a step's breakdown, in this order.
 ``unrecorded`` is time a GPU spent on work the trace does not hold, where no recorded op ran: its first recorded op
 waited that long after its launch call returned, behind work queued before the recording began (the profiler
-records no op that started before it did; on the H200's fp32 attention run the first recorded kernel started 2.25 ms
-after its launch call returned). ``Shared.unrecorded_waits`` states the rule: only that wait is known, so time
-before the launch call counts as idle even where such work ran then. ``idle`` is the rest: no GPU op of the trace's
-running."""
+records no op that started before it did: a schedule's warm-up step's kernel still running, docs/FINDINGS.md).
+``Shared.unrecorded_waits`` states the rule: only that wait is known, so time before the launch call counts as idle
+even where such work ran then. ``idle`` is the rest: no GPU op of the trace's running."""
 
 _COMMUNICATION = ("nccl", "rccl")
 _ATTENTION = ("flash", "fmha", "sdpa", "attention", "attn")

@@ -104,8 +104,8 @@ def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
         DataFrame in time order: ``id``, ``name``, ``start_ns``, ``dur_us``, ``gpu_busy_us`` (union of GPU op
         intervals inside the call), ``unrecorded_us`` (the time inside the call a GPU spent on work the trace does
         not hold, where no recorded op ran: ``Shared.unrecorded_waits``), ``gpu_ops`` (ops overlapping it),
-        ``idle_pct`` (100 × (1 − (busy + unrecorded) / dur)), ``gpu_tail_us`` (call start → end of the last GPU op it
-        waited for; NaN when none).
+        ``idle_pct`` (100 × (1 − (busy + unrecorded) / dur)), ``gpu_tail_us`` (call start → end of the last GPU op
+        it waited for; NaN when none).
     """
     sh = shared_for(session, shared)
     df = ints(sh.sync_waits.copy(), "id", "gpu_ops")
