@@ -3,15 +3,17 @@
 The analyses keep durations as float microseconds (``*_us`` columns); every place that shows one to a reader
 goes through :func:`format_duration_us`, so a number reads the same in a finding, a page and a terminal. A size in
 bytes (a run store's folder) reads through :func:`human_bytes`, a rate through :func:`format_rate`, a count per step
-through :func:`format_count`, a share of a whole through :func:`format_share`, a ratio through :func:`format_times`.
+through :func:`format_count`, a share of a whole through :func:`format_share`, a ratio through :func:`format_times`;
+names listed side by side are cut to a width through :func:`cut_apart`.
 """
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Optional
 
 __all__ = ["format_duration_us", "MISSING", "human_bytes", "format_rate", "format_count", "format_share",
-           "format_times"]
+           "format_times", "cut_apart"]
 
 MISSING = "n/a"
 """What :func:`format_duration_us` shows for a duration the trace does not have (None, NaN, ``pd.NA``)."""
@@ -127,3 +129,22 @@ def format_times(x: Any, decimals: int = 2) -> str:
     if v != 0 and float(f"{v:.{decimals}f}") == 0:
         return f"{v:.{max(decimals, 1 - math.floor(math.log10(abs(v))))}f}"
     return f"{v:.{decimals}f}"
+
+
+def cut_apart(names: list[str], width: int) -> list[str]:
+    """Names listed side by side, each cut to at most ``width`` characters with an ellipsis, keeping what tells it
+    apart from the others: a name that shares a head of ``width`` characters or more with another (Tensile's, CUTLASS's
+    and ATen's kernels differ in their tile sizes or template arguments, deep inside) shows its first 20 characters,
+    then its text from a little before where it first differs from them. A name that fits is shown whole."""
+    out = []
+    for n in names:
+        if len(n) <= width:
+            out.append(n)
+            continue
+        common = max((len(os.path.commonprefix([n, m])) for m in names if m != n), default=0)
+        if common < width - 1:
+            out.append(n[:width - 1] + "…")
+        else:  # the first 20 characters, then from a little before where it differs
+            at = max(20, common - 8)
+            out.append(n[:20] + "…" + n[at:at + width - 22] + "…")
+    return out

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from conftest import DATA
-from profiling_core.units import (MISSING, format_count, format_duration_us, format_rate, format_share, format_times,
-                                  human_bytes)
+from profiling_core.units import (MISSING, cut_apart, format_count, format_duration_us, format_rate, format_share,
+                                  format_times, human_bytes)
 
 
 @pytest.mark.parametrize("us,text", [
@@ -126,3 +126,22 @@ def test_a_rate_reads_with_three_significant_digits_and_no_exponent(x, text):
 def test_a_count_per_step_reads_whole_and_never_in_exponent_form(x, text):
     assert format_count(x) == text
 
+
+
+@pytest.mark.parametrize("width", [48, 60, 70])
+def test_names_listed_side_by_side_stay_apart(width):
+    """Kernel names that share a long head (ATen's elementwise kernels differ in their functor, Tensile's in their
+    tile arguments) are cut to the width and still read apart; a name that fits is whole; a name alone is cut at the
+    width."""
+    names = ["void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+             "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul>)",
+             "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+             "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+             "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_ISA942_LBSPPA512",
+             "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_ISA942_LBSPPA128",
+             "attn_fwd"]
+    shown = cut_apart(names, width)
+    assert len(set(shown)) == len(names) and all(len(x) <= width for x in shown)
+    assert shown[-1] == "attn_fwd"
+    assert all(x.endswith("…") for x in shown[:-1])
+    assert cut_apart([names[0]], width) == [names[0][:width - 1] + "…"]

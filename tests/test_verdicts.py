@@ -751,7 +751,7 @@ def test_a_trace_of_a_device_without_calibration_is_judged_by_its_datasheet_and_
 # --- properties of every test trace ---------------------------------------------------------------------------------
 
 TRACES = sorted(p for d in ("h200", "h200_app", "h200_bias", "h200_diag", "h200_workloads", "h200_verdicts", "h200_train",
-                            "h200_train/app", "h200_memory", "cpu",
+                            "h200_train/app", "h200_memory", "h100", "cpu",
                             "third_party", "traces", "big")
                 for p in (DATA / d).glob("*.json*") if not p.name.endswith((".meta.json", "peaks.json", "facts.json")))
 
@@ -813,6 +813,12 @@ def test_no_verdict_contradicts_its_own_evidence(path):
     q7 = f.get("q7.sync")
     if q7 is not None and "most of the call" in q7.text:  # (more than the half its own rounded figure shows)
         assert round(q7.evidence["idle_pct"]) > 50
+    q6 = f.get("q6.launch_path")  # the kernels it lists, different kernels, read apart (cut names of one head)
+    if q6 is not None and "Launches: " in q6.text:
+        launches = q6.text.split("Launches: ")[1].split(". These counts")[0]
+        shown = re.findall(r"(?:^|; )(.+?) by \w+ \(from ", launches)
+        listed = q6.evidence["kernels"]
+        assert len(set(shown)) == len(shown) == min(len(listed), len(shown)), q6.text
     if q7 is not None and q7.evidence.get("idle_pct") is not None:  # its idle share: 0% or 100% only where exact
         m = re.search(r": (\d+(?:\.\d+)?)% idle\. ", q7.text)
         assert m and (float(m[1]) not in (0.0, 100.0) or q7.evidence["idle_pct"] in (0.0, 100.0)), q7.text

@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from typing import Any, Optional
 
 from ..errors import ProfilingError
 from ..present.terminal import echo
-from ..units import format_count, format_duration_us, format_rate, format_share, human_bytes
+from ..units import cut_apart, format_count, format_duration_us, format_rate, format_share, human_bytes
 
 __all__ = ["add_parser", "command_parser", "run", "build_json", "main"]
 
@@ -214,7 +213,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     ks = report.kernel_stats.head(5)
     if len(ks):
         lines.append("  kernels (by total time):")
-        for r, name in zip(ks.itertuples(index=False), _shown_names([str(x) for x in ks["name"]])):
+        for r, name in zip(ks.itertuples(index=False), cut_apart([str(x) for x in ks["name"]], 70)):
             lines.append(f"    {r.count:>5}×  median {format_duration_us(r.median_us):>10}  min "
                          f"{format_duration_us(r.min_us):>10}  max {format_duration_us(r.max_us):>10}  {name}")
     if len(report.gemm_throughput):
@@ -239,25 +238,6 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         if not diagnosis.diagnoses:
             lines.append("    nothing the rules recognise")
     return lines  # printed by echo: each line is one line, whatever a kernel is named
-
-
-def _shown_names(names: list[str], width: int = 70) -> list[str]:
-    """Each name cut to ``width`` characters with an ellipsis, keeping the part that tells it apart from the others:
-    names that share a long head (Tensile's and CUTLASS's kernels differ in their tile sizes, deep inside) show
-    their head, then the text from where they first differ."""
-    out = []
-    for n in names:
-        if len(n) <= width:
-            out.append(n)
-            continue
-        others = [m for m in names if m != n]
-        common = max((len(os.path.commonprefix([n, m])) for m in others), default=0)
-        if common < width - 1:
-            out.append(n[:width - 1] + "…")
-        else:  # the first 20 characters, then from a little before where it differs
-            at = max(20, common - 8)
-            out.append(n[:20] + "…" + n[at:at + width - 22] + "…")
-    return out
 
 
 def _memory_lines(mem: dict) -> list[str]:

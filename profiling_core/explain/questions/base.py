@@ -17,7 +17,7 @@ import pandas as pd
 from ...analyses._shared import factorize
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...config import config_field as _cfg
-from ...units import format_count
+from ...units import cut_apart, format_count
 
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
@@ -55,7 +55,7 @@ def _short(name: str, n: int = 60) -> str:
 def _listed(names, n: int = 3) -> str:
     """The first ``n`` of ``names``, shortened, then how many more: ``a, b, c and 2 more``."""
     names = [str(x) for x in names]
-    return ", ".join(map(_short, names[:n])) + (f" and {len(names) - n} more" if len(names) > n else "")
+    return ", ".join(cut_apart(names[:n], 60)) + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
 def _app_run(r, config) -> bool:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ...analyses.launches import OCCUPANCY_PREFIXES
-from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _app_run, _is_cold, _n, _short
+from ...units import cut_apart
+from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _app_run, _is_cold, _n
 
 
 def _occupancy_steps(r) -> dict[str, list[int]]:
@@ -23,9 +24,9 @@ def _occupancy_steps(r) -> dict[str, list[int]]:
     return out
 
 
-def _occupancy_clause(name: str, n_launch: int, n_query: int, steps_with: list[int], first_step) -> str:
-    """``X, before every one of its 3 launches`` or ``X, only before the first of its 3 launches, in …``."""
-    who = _short(name)
+def _occupancy_clause(who: str, n_launch: int, n_query: int, steps_with: list[int], first_step) -> str:
+    """``X, before every one of its 3 launches`` or ``X, only before the first of its 3 launches, in …`` (``who``: the
+    kernel's name as shown)."""
     if n_query >= n_launch:
         return f"{who}, before " + ("its only launch" if n_launch == 1 else f"every one of its {n_launch} launches")
     steps = sorted(set(steps_with))
@@ -46,14 +47,15 @@ def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool, a
     left = len({n for n, _c, _q in every_row} - {n for n, _c, _q in rows})
     every = [r for r in rows if r[2] >= r[1]]
     some = [r for r in rows if r[2] < r[1]]
+    shown = dict(zip([n for n, _c, _q in rows], cut_apart([n for n, _c, _q in rows], 60)))
     parts = []
     if every:
-        parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in every)
+        parts.append("; ".join(_occupancy_clause(shown[n], c, q, steps_of.get(n, []), first_step) for n, c, q in every)
                      + ": sized adaptively launch by launch"
                      + (" (the per-launch pattern of the study's post)" if app else ""))
     if some:
         once = all(q == 1 or sorted(set(steps_of.get(n, []))) == [first_step] for n, _, q in some)
-        parts.append("; ".join(_occupancy_clause(n, c, q, steps_of.get(n, []), first_step) for n, c, q in some)
+        parts.append("; ".join(_occupancy_clause(shown[n], c, q, steps_of.get(n, []), first_step) for n, c, q in some)
                      + (": a one-time query on the op's first call" + (" in a cold process" if cold else "")
                         + ", not a per-launch pattern" if once else ": not every launch is preceded by one"))
     return ("An occupancy query precedes the launch of " + ". And of ".join(parts)
@@ -78,8 +80,9 @@ def _q6_paths(r, config=None) -> list[Finding]:
           "occupancy_query_kernels": sorted(map(str, occ["name"])),
           "occupancy_queries": int(lp["occupancy_queries"].sum())}
     top = lp.sort_values("count", ascending=False, kind="stable").head(_MAX_LISTED)
-    per = "; ".join(f"{_short(n, 48)} by {a} (from {p or 'no parent op'}, {c}×)" for n, a, p, c in
-                    zip(top["name"], top["launch_apis"], top["parent_ops"], top["count"]))
+    per = "; ".join(f"{n} by {a} (from {p or 'no parent op'}, {c}×)" for n, a, p, c in
+                    zip(cut_apart([str(x) for x in top["name"]], 48), top["launch_apis"], top["parent_ops"],
+                        top["count"]))
     if len(lp) > len(top):
         per += f"; and {len(lp) - len(top)} more kernel{'s' if len(lp) - len(top) > 1 else ''}"
     tb = r.profiler_table
@@ -123,7 +126,8 @@ def _unpaired_text(r, lp: pd.DataFrame, ev: dict) -> str:
         return ""
     ev["kernel_runs_without_launch_call"] = sum(more.values())
     listed = list(more)[:3]
-    names = "; ".join(f"{_short(n, 48)} {runs[n]}× in the table, {paired.get(n, 0)}× here" for n in listed) + (
+    names = "; ".join(f"{shown} {runs[n]}× in the table, {paired.get(n, 0)}× here"
+                      for n, shown in zip(listed, cut_apart(listed, 48))) + (
         f"; and {_n(len(more) - len(listed), 'more kernel name')}" if len(more) > len(listed) else "")
     return (f" These counts are of launches whose launch call the trace holds; {_n(sum(more.values()), 'kernel run')} "
             f"on the GPU lane {'have' if sum(more.values()) != 1 else 'has'} none in it (queued before the recording "
