@@ -3,9 +3,10 @@
 store holding the runs it shows (their traces and recorded configs), in Debian's Chromium, saved to
 docs/screenshots/h200_workloads_<name>.png.
 
-Usage (repo root): python scripts/screenshots_h200.py RUNS_DIR [workloads|train]
+Usage (repo root): python scripts/screenshots_h200.py RUNS_DIR [workloads|train] [NAME,...]
 where RUNS_DIR holds <label>.json and <label>.meta.json as scripts/gpu_workloads.py (``workloads``, the default)
-or scripts/gpu_train.py (``train``: saved as docs/screenshots/h200_train_<name>.png) wrote them.
+or scripts/gpu_train.py (``train``: saved as docs/screenshots/h200_train_<name>.png) wrote them, or as
+``tests/data/h200_workloads`` keeps them (a run's name is then its label); NAME,... takes only those screenshots.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ SHOTS = {  # screenshot name: (page, the runs in its store, the last one is the 
     "overhead_decode_sweep": ("overhead", [f"sweep_decode_{kv}_{m}" for kv in (256, 2048, 8192)
                                            for m in ("eager", "ro")]),
     "dispatch_block": ("dispatch", ["block_prefill_eager"]),
+    "dispatch_attention_fp32": ("dispatch", ["attention_fp32_eager"]),
 }
 TRAIN_SHOTS = {
     "profile_mlp_forloop": ("profile", ["mlp_train_adam_forloop_fp32"]),
@@ -45,7 +47,8 @@ def seed(store_dir: Path, src: Path, labels: list[str]) -> None:
         run = store.import_trace(src / f"{label}.json", name=label)
         meta = json.loads(run.meta_path.read_text())
         recorded = json.loads((src / f"{label}.meta.json").read_text())
-        meta.update(config=recorded["config"], device=recorded["device"], name=recorded["name"], source="experiment")
+        meta.update(config=recorded["config"], device=recorded["device"], name=recorded.get("name", label),
+                    source="experiment")
         run.meta_path.write_text(json.dumps(meta))
 
 
@@ -54,6 +57,8 @@ def main() -> int:
     src = Path(sys.argv[1])
     which = sys.argv[2] if len(sys.argv) > 2 else "workloads"
     shots = {"workloads": SHOTS, "train": TRAIN_SHOTS}[which]
+    if len(sys.argv) > 3:
+        shots = {k: v for k, v in shots.items() if k in sys.argv[3].split(",")}
     out = ROOT / "docs" / "screenshots"
     for name, (page_name, labels) in shots.items():
         runs = Path(tempfile.mkdtemp()) / "runs"
