@@ -134,3 +134,33 @@ def test_a_step_that_waits_only_on_its_own_work_says_nothing_of_earlier_work(tmp
     r, f = q2(path)
     assert "before the profiler began recording" not in f.text
     assert (r.steps["unlaunched_in_step_us"] == 0).all() and (r.steps["unlaunched_wait_us"] == 0).all()
+
+
+@pytest.mark.parametrize("path", [Path(__file__).parent / "data" / "h100" / "sdpa_fp32_plain_0.json.gz",
+                                  Path(__file__).parent / "data" / "h200_verdicts" / "attn_hd100_fp32_eager.json"],
+                         ids=lambda p: p.name)
+def test_a_wait_behind_unrecorded_work_is_busy_time_in_question_2(path):
+    """An fp32 attention loop on an H100 and on an H200 whose first recorded kernel waited behind the warm-up step's
+    kernel, which the trace does not hold (a plain scan: from its launch call's end to its start). The steady-state
+    steps' CPU windows lie inside that wait, so the GPU was busy through them: question 2 says busy 100%, all of it on
+    that work, where it said "busy only 0.0%", and still that the step's own work runs after its window."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"
+             and "correlation" in (e.get("args") or {})}
+    first = min((e for e in ev if e.get("cat") == "kernel"), key=lambda e: float(e["ts"]))
+    call = calls[first["args"]["correlation"]]
+    wait = (float(call["ts"]) + float(call["dur"]), float(first["ts"]))
+    steps = sorted((e for e in ev if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")),
+                   key=lambda e: float(e["ts"]))[1:]  # the steady state: the steps after the first
+    assert all(wait[0] <= float(s["ts"]) and float(s["ts"]) + float(s["dur"]) <= wait[1] for s in steps)
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+    f = {x.id: x for x in findings(r)}["q2.bound"]
+    assert f.evidence["busy_in_window"] == 1.0 and f.evidence["unrecorded_in_window"] == 1.0
+    assert ("Inside each step's own CPU window the GPU was busy 100.0% (100.0% of it on work the trace does not hold, "
+            "queued before the recording began, which the GPU's first recorded op waited behind): the work a step "
+            "launches runs after that window") in f.text
+    st = r.steps.set_index("step")
+    for s_ in steps:
+        n = int(s_["name"].split("#")[1])
+        assert st.loc[n, "unrecorded_in_step_us"] == pytest.approx(float(s_["dur"]), abs=0.002)

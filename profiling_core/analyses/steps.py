@@ -74,7 +74,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         a full launch queue holds the CPU),
         ``gpu_starved_us`` (the time in the step's window the GPU sat idle with nothing launched for it:
         :func:`_starved_in`), ``unlaunched_in_step_us`` (the part of ``gpu_busy_in_step_us`` in which the GPU
-        ran work the trace holds no launch call for), ``cut_us`` (how much of the step's slice lay past the
+        ran work the trace holds no launch call for), ``unrecorded_in_step_us`` (the time in the step's window a GPU
+        spent on work the trace does not hold, where no recorded op ran: ``Shared.unrecorded_waits``; not part of
+        ``gpu_busy_in_step_us``), ``cut_us`` (how much of the step's slice lay past the
         recording's end and is not counted: 0 but in a malformed trace), ``slices`` (the slices of any thread or
         GPU lane that began in the step's window, its own slice not counted: 0 for an
         empty step, :func:`working_steps`), ``data_us`` (the time of the step's window inside a DataLoader's
@@ -96,6 +98,7 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
                                 if len(early[0]) else np.zeros(len(starts), dtype=np.int64))
     df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
                                    else np.zeros(len(starts), dtype=np.int64))
+    df["unrecorded_in_step_ns"] = sh.unrecorded_in(starts, starts + durs)
     df["copy_busy_ns"], df["other_busy_ns"], calls = _launched_in(sh, starts, durs)
     # (less the copies' waits: sync_wait_us holds those, and the bound rule takes them out of the CPU's own time)
     df["launch_call_ns"] = (calls - df["copy_wait_ns"].to_numpy()).clip(min=0)
@@ -113,13 +116,13 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
                  "copy_busy_ns": "copy_busy_us", "other_busy_ns": "other_busy_us", "copy_wait_ns": "copy_wait_us",
                  "gpu_starved_ns": "gpu_starved_us", "cut_ns": "cut_us", "data_ns": "data_us",
                  "unlaunched_wait_ns": "unlaunched_wait_us", "unlaunched_in_step_ns": "unlaunched_in_step_us",
-                 "launch_call_ns": "launch_call_us"})
+                 "unrecorded_in_step_ns": "unrecorded_in_step_us", "launch_call_ns": "launch_call_us"})
     df["gpu_busy_fraction"] = ratio(df["gpu_busy_in_step_us"], df["cpu_dur_us"]).fillna(0.0)
     cols = ["step", "name", "slice_id", "start_ns", "cpu_dur_us", "gpu_busy_us", "gpu_busy_in_step_us",
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
             "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "unlaunched_wait_us",
-            "copy_busy_us", "other_busy_us", "launch_call_us", "gpu_starved_us", "unlaunched_in_step_us", "cut_us",
-            "slices", "data_us"]
+            "copy_busy_us", "other_busy_us", "launch_call_us", "gpu_starved_us", "unlaunched_in_step_us",
+            "unrecorded_in_step_us", "cut_us", "slices", "data_us"]
     return df[cols].reset_index(drop=True)
 
 
@@ -497,8 +500,11 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     own time), ``starved_share`` (the median share of a step's window the GPU sat idle with
     nothing launched for it), ``threshold`` (``at``), and the evidence: ``gpu_idle_share`` (the share of a
     steady-state step the GPU waits, ``1 − gpu/cpu_own`` when overhead-bound, else 0), ``busy_in_window`` (median
-    share of each step's own CPU window in which the GPU was busy), ``unlaunched_in_window`` (median share of each
+    share of each step's own CPU window in which the GPU was busy: running recorded work, or a GPU's first recorded
+    op waiting behind work the trace does not hold), ``unlaunched_in_window`` (median share of each
     step's window in which the GPU ran work the trace holds no launch call for, part of ``busy_in_window``),
+    ``unrecorded_in_window`` (the same for work the trace does not hold, ``steps.unrecorded_in_step_us``, part of
+    ``busy_in_window``),
     ``unlaunched_wait_us_per_step`` (median of the part of the blocked time in which it did, part of
     ``sync_wait_us_per_step``; 0 when that is), ``queue_delay_first_us`` /
     ``queue_delay_last_us``
@@ -509,6 +515,7 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
            "sync_wait_us_per_step": None, "sync_wait_measured_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None,
            "other_us_per_step": None, "launch_us_per_step": None, "gpu_to_cpu": None, "starved_share": None,
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None, "unlaunched_in_window": None,
+           "unrecorded_in_window": None,
            "unlaunched_wait_us_per_step": None,
            "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
            "steps_without_gpu": [], "empty_steps": [], "bound_of_every_step": False}
@@ -539,6 +546,7 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     other = float(with_gpu["other_busy_us"].median()) if "other_busy_us" in with_gpu else 0.0
     calls = float(with_gpu["launch_call_us"].median()) if "launch_call_us" in with_gpu else None
     label = bound(gpu, cpu_g, len(with_gpu), at, wait, starved, copy, other, calls)
+    unrecorded = with_gpu.get("unrecorded_in_step_us", pd.Series(0.0, index=with_gpu.index))
     # each step by the same rule: where every one of them gets the other verdict (each meeting the rule its own way,
     # one by its GPU work, another by never starving), the medians of the two tests must not overrule them all
     each = set(_step_bounds(with_gpu, at))
@@ -548,7 +556,9 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
                copy_us_per_step=copy, other_us_per_step=other, launch_us_per_step=calls,
                gpu_to_cpu=gpu / own if own > 0 else None, starved_share=starved,
                bound=next(iter(each)) if out["bound_of_every_step"] else label,
-               busy_in_window=float(with_gpu["gpu_busy_fraction"].median()))
+               busy_in_window=float(ratio(with_gpu["gpu_busy_in_step_us"] + unrecorded, with_gpu["cpu_dur_us"])
+                                    .fillna(0.0).median()),
+               unrecorded_in_window=float(ratio(unrecorded, with_gpu["cpu_dur_us"]).fillna(0.0).median()))
     if "unlaunched_in_step_us" in with_gpu:
         out["unlaunched_in_window"] = float(ratio(with_gpu["unlaunched_in_step_us"], with_gpu["cpu_dur_us"])
                                             .fillna(0.0).median())

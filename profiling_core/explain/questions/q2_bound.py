@@ -181,6 +181,7 @@ def _q2_verdict(r) -> list[Finding]:
           "gpu_to_cpu": _num(ss["gpu_to_cpu"]), "gpu_idle_share": _num(ss["gpu_idle_share"]),
           "busy_in_window": _num(ss["busy_in_window"]), "queue_drift_us": _num(ss["queue_drift_us"]),
           "unlaunched_in_window": _num(ss.get("unlaunched_in_window")),
+          "unrecorded_in_window": _num(ss.get("unrecorded_in_window")),
           "unlaunched_wait_us_per_step": _num(ss.get("unlaunched_wait_us_per_step")),
           "bound_counts": {k: int(v) for k, v in bounds.items()},
           "gpu_busy_fraction": _num(r.summary.get("gpu_busy_fraction"))}
@@ -274,9 +275,11 @@ def _q2_verdict(r) -> list[Finding]:
                      "while the CPU waits in "
                      "those calls nothing more is queued, so the GPU idles while the CPU does its own work after them, "
                      "until those calls are gone.")
-        if busy is not None and busy < 0.5:
-            text += (f" Inside each step's own CPU window the GPU was busy only {format_share(busy, 1)}"
-                     f"{_earlier_share(ss)}: the work a step "
+        hidden = ss.get("unrecorded_in_window") or 0.0
+        if busy is not None and (busy < 0.5 or (hidden >= EARLIER_AT and busy - hidden < 0.5)):
+            # (busy with work the trace does not hold: the step's own work still runs after its window)
+            text += (f" Inside each step's own CPU window the GPU was busy {'only ' if busy < 0.5 else ''}"
+                     f"{format_share(busy, 1)}{_earlier_share(ss)}: the work a step "
                      "launches runs after that window, behind the work queued before it")
             if grew and len(ss["basis_steps"]) > 1:
                 text += (f" (the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
@@ -305,6 +308,11 @@ def _q2_verdict(r) -> list[Finding]:
 EARLIER_WORK = "work launched before the profiler began recording, whose launch calls the trace does not hold"
 """What question 2 calls the GPU work a trace holds no launch call for (``steps.unlaunched_in_step_us``)."""
 
+UNRECORDED_WORK = ("work the trace does not hold, queued before the recording began, which the GPU's first recorded "
+                   "op waited behind")
+"""What question 2 calls the time a GPU's first recorded op waited behind work the trace does not hold
+(``steps.unrecorded_in_step_us``, ``Shared.unrecorded_waits``)."""
+
 EARLIER_AT = 0.01
 """Question 2 names the share of a step's blocked time, or of its window, that the GPU spent on work launched before
 the profiler began recording from this share on: below it, that work moves the figure it would stand beside (the
@@ -313,14 +321,18 @@ blocked time, the busy share) by less than a hundredth."""
 
 def _earlier_share(ss: dict) -> str:
     """The clause that says how much of a step's window the GPU spent on work launched before the profiler began
-    recording (``steady_state``'s ``unlaunched_in_window``), where that is at least :data:`EARLIER_AT`; else "".
-    ("that earlier work" where the blocked time's clause named it.)"""
-    share = ss.get("unlaunched_in_window") or 0.0
-    if share < EARLIER_AT:
-        return ""
-    wait, early = ss.get("sync_wait_us_per_step") or 0.0, ss.get("unlaunched_wait_us_per_step") or 0.0
-    said = wait > 0 and early >= EARLIER_AT * wait
-    return f" ({format_share(share, 1)} of the window on {'that earlier work' if said else EARLIER_WORK})"
+    recording (``steady_state``'s ``unlaunched_in_window``: recorded, with no launch call) and on work the trace does
+    not hold (``unrecorded_in_window``: a GPU's first recorded op waiting behind it), each where it is at least
+    :data:`EARLIER_AT`; else "". ("that earlier work" where the blocked time's clause named it.)"""
+    share, hidden = ss.get("unlaunched_in_window") or 0.0, ss.get("unrecorded_in_window") or 0.0
+    parts = []
+    if share >= EARLIER_AT:
+        wait, early = ss.get("sync_wait_us_per_step") or 0.0, ss.get("unlaunched_wait_us_per_step") or 0.0
+        said = wait > 0 and early >= EARLIER_AT * wait
+        parts.append(f"{format_share(share, 1)} of the window on {'that earlier work' if said else EARLIER_WORK}")
+    if hidden >= EARLIER_AT:
+        parts.append(f"{format_share(hidden, 1)} of it on {UNRECORDED_WORK}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _outside_batches(g):
