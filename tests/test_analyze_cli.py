@@ -557,3 +557,17 @@ def test_the_kernel_table_tells_apart_names_that_share_a_long_head(capsys):
     rows = out.split("  kernels (by total time):\n")[1].split("\n")[:len(top)]
     shown = [row.split("  ")[-1] for row in rows]  # (the name follows the last two spaces)
     assert len(set(shown)) == len(top) and all(len(x) <= 70 for x in shown)
+
+
+@pytest.mark.parametrize("path,timed", [
+    (DATA / "h200_train" / "llm_train.json.gz", "by their GPU kernels' time"),
+    (DATA / "cpu" / "64_fp32_warm_eager.json", "by their CPU time (no GPU in the trace)")], ids=lambda x: str(x)[-24:])
+def test_the_gemm_line_says_whose_time_it_divides_by(capsys, path, timed):
+    """The GEMM line's rate divides each op's FLOPs by its GPU kernels' time, or on a trace without a GPU lane (a plain
+    scan: no kernel event) by the op's CPU time; it said "on gpu" / "on cpu"."""
+    has_kernels = any(e.get("cat") == "kernel" for e in scan_trace(path))
+    assert has_kernels == ("GPU kernels" in timed)
+    assert analyze_cli.main([str(path), "--engine", "sqlite"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  GEMM: median")]
+    assert re.fullmatch(r"  GEMM: median [\d.]+ TFLOP/s over \d+ op\(s\), " + re.escape(timed) + r"(, [\d.]+% of peak)?",
+                        line), line

@@ -218,7 +218,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                          f"{format_duration_us(r.min_us):>10}  max {format_duration_us(r.max_us):>10}  {name}")
     if len(report.gemm_throughput):
         g = report.gemm_throughput
-        lines.append(f"  GEMM: median {format_rate(g['tflops'].median())} TFLOP/s over {len(g)} op(s) on {g['device'].iloc[0]}"
+        timed = "their GPU kernels' time" if g["device"].iloc[0] == "gpu" else "their CPU time (no GPU in the trace)"
+        lines.append(f"  GEMM: median {format_rate(g['tflops'].median())} TFLOP/s over {len(g)} op(s), by {timed}"
                      + (f", {100 * g['fraction_of_peak'].median():.1f}% of peak" if g["fraction_of_peak"].notna().any()
                         else ""))
     lines.append("  findings:")
