@@ -128,7 +128,8 @@ def scan_windows(sc: Scan) -> list[tuple[int, float, float]]:
 def scan_unrecorded(sc: Scan) -> list[tuple[float, float]]:
     """(start, end) µs of each GPU's wait behind work the trace does not hold, by the rule stated in the analyses:
     the GPU's (pid's) first op by start; if its launch call is in the trace and the op started more than 100 µs after
-    the call returned, [the call's end, the op's start)."""
+    the call returned, [the call's end, the op's start). (The rule's guard against a GPU clock stamped behind the
+    CPU's does not apply to the traces this is used on: test_a_gpu_clock_behind_the_cpu_s_is_not_unrecorded_work.)"""
     first: dict = {}
     for g in sc.gpu:  # (in start order)
         first.setdefault(g.get("pid"), [])
@@ -367,6 +368,22 @@ def test_what_is_not_a_wait_behind_unrecorded_work(tmp_path):
         b = step_breakdown(s).set_index("category")["time_us"]
     assert b["unrecorded"] == pytest.approx(750.0)
     assert b.sum() == pytest.approx(2000.0)
+
+
+@pytest.mark.parametrize("skew", [0.0, 5000.0])
+def test_a_gpu_clock_behind_the_cpu_s_is_not_unrecorded_work(tmp_path, skew):
+    """Three steps 10 ms apart, each launching one 100 µs kernel (call [s + 1, s + 2) µs) onto an idle GPU. The first
+    kernel starts 2 ms after its call returned; the later two 3 µs after theirs. Unrecorded: 2 ms. With the GPU's
+    clock 5 ms behind the CPU's (every kernel stamped 5 ms later), every kernel launched onto the free GPU starts more
+    than 0.1 ms after its call: the trace never shows a prompt start, so nothing is called unrecorded."""
+    ev = []
+    for n, s0 in enumerate((0.0, 10_000.0, 20_000.0)):
+        ev += [_step(n, s0, 500.0), _launch(n + 1, s0 + 1.0),
+               _gpu(n + 1, "my_kernel", s0 + 2.0 + (2000.0 if n == 0 else 3.0) + skew, 100.0, 7)]
+    with open_trace(_write(tmp_path, ev), engine="sqlite") as s:
+        b = step_breakdown(s).set_index(["step", "category"])["time_us"]
+    assert b[(0, "unrecorded")] == (2000.0 if skew == 0 else 0.0)
+    assert b[(1, "unrecorded")] == b[(2, "unrecorded")] == 0.0
 
 
 def test_coverage_by_group_and_class_against_a_brute_force():

@@ -713,7 +713,13 @@ class Shared:
         whose kernels still ran when the active steps began: the profiler records no op that started before it
         did), or, on a GPU shared with another process, that process's work. Nothing is said of the time before
         the call (the GPU may have been busy or idle then), of a first op with no launch call in the trace (it is
-        itself the recorded work), or of later ops (a wait behind recorded work on another stream is not one)."""
+        itself the recorded work), or of later ops (a wait behind recorded work on another stream is not one).
+
+        Where the trace's GPU clock runs behind its CPU clock, every op seems to start late. So a GPU is left out
+        where the trace shows it never starting an op promptly: where every op launched onto it when it was free
+        (all it had started had ended when the call began, and the op is the next it starts) started more than
+        :data:`UNRECORDED_WAIT_NS` after its call returned (:meth:`_late_clock`); a GPU with no such op is judged by
+        the rule alone."""
         o, p = self.ops, self.p
         none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
         if not len(o["ts"]) or not len(p["gpu_id"]):
@@ -722,6 +728,7 @@ class Shared:
         rows = self.gpu_rows
         call_end = p["launch_ts"] + p["launch_dur"]
         by_gpu = np.argsort(p["gpu_id"], kind="stable")
+        pair_gpu = code[np.searchsorted(rows, p["gpu_id"])]  # (gpu_rows is sorted; the pairs' GPU ops are among it)
         b, e = [], []
         for d in np.unique(code).tolist():
             idx = np.flatnonzero(code == d)
@@ -732,12 +739,28 @@ class Shared:
             calls = np.concatenate([by_gpu[a:z] for a, z in zip(at.tolist(), lo.tolist())])
             if len(calls):
                 start, end = int(call_end[calls].max()), int(ts.min())
-                if end - start > UNRECORDED_WAIT_NS:
+                if end - start > UNRECORDED_WAIT_NS and not self._late_clock(ts, o["end"][idx], pair_gpu == d):
                     b.append(start)
                     e.append(end)
         if not b:
             return none
         return merged(np.array(b, dtype=np.int64), np.array(e, dtype=np.int64))
+
+    def _late_clock(self, ts: np.ndarray, end: np.ndarray, mine: np.ndarray) -> bool:
+        """Whether one GPU (its ops' ``ts`` and ``end``; ``mine``, a mask of the launch pairs of its ops) never started
+        an op promptly where it could: True when every op but the first launched onto it while it was free (every op
+        it started before the call began had ended by then, and this op is the next it starts) started more than
+        :data:`UNRECORDED_WAIT_NS` after its call returned; False when one did not, or when no op was launched onto
+        it free."""
+        p = self.p
+        order = np.argsort(ts, kind="stable")
+        ts_s, reach = ts[order], np.maximum.accumulate(end[order])
+        cs, ce, st = p["launch_ts"][mine], (p["launch_ts"] + p["launch_dur"])[mine], p["gpu_ts"][mine]
+        i = np.searchsorted(ts_s, cs, side="left")  # ops [0, i) started before the call began
+        done = (i == 0) | (reach[np.maximum(i - 1, 0)] <= cs)
+        nxt = ts_s[np.minimum(i, len(ts_s) - 1)]
+        free = done & (i < len(ts_s)) & (nxt == st) & (st > ts_s[0])
+        return bool(free.any()) and int((st[free] - ce[free]).min()) > UNRECORDED_WAIT_NS
 
     def unrecorded_in(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Per window [lo, hi) (int64 ns arrays): how long :attr:`unrecorded_waits` cover it where no recorded GPU op
