@@ -217,8 +217,11 @@ def bench(args) -> int:
         results: dict = {(c["name"], label): [] for c, label, _, _, _ in plan}
         outputs = os.path.join(tmp, "outputs")
         os.makedirs(outputs)
+        results[("", "empty interpreter")] = []
         for r in range(args.rounds):
             k = r % len(plan)
+            # the host's own pace: an interpreter that does nothing (hosts of one kind differ several times over here)
+            results[("", "empty interpreter")].append(run_process([sys.executable, "-c", "pass"], env_of(None)))
             for c, label, argv, e, cwd in plan[k:] + plan[:k]:
                 keep = os.path.join(outputs, f"{c['name']}.{label.replace(' ', '_')}.json") \
                     if r == 0 and label != "traceinsight" else None
@@ -261,7 +264,12 @@ def check_outputs(args, outputs: str) -> int:
 
 def report(args, cases: list, results: dict) -> None:
     print(f"\nmachine: {os.cpu_count()} cores ({_cpu_model()}), python {sys.version.split()[0]}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}; {args.rounds} interleaved rounds of fresh processes\n")
+          f"{time.strftime('%Y-%m-%d %H:%M')}; {args.rounds} interleaved rounds of fresh processes")
+    empty = [x["wall_s"] for x in results.get(("", "empty interpreter"), [])]
+    if empty:
+        print(f"an empty interpreter (python -c pass), once a round: min {min(empty):.3f} s, median "
+              f"{statistics.median(empty):.3f} s")
+    print()
     print("| trace | process | wall min s | wall median s | CPU median s | peak RSS median MiB "
           "| traceinsight / this (wall, median) | traceinsight / this (CPU, median) | this / shell (min) "
           "| RSS / shell |")
