@@ -157,9 +157,9 @@ def test_a_wait_behind_unrecorded_work_is_busy_time_in_question_2(path):
         r = analyze(s)
     f = {x.id: x for x in findings(r)}["q2.bound"]
     assert f.evidence["busy_in_window"] == 1.0 and f.evidence["unrecorded_in_window"] == 1.0
-    assert ("Inside each step's own CPU window the GPU was busy 100.0% (100.0% of it on work the trace does not hold, "
-            "queued before the recording began, which the GPU's first recorded op waited behind): the work a step "
-            "launches runs after that window") in f.text
+    assert ("Inside each step's own CPU window the GPU was busy 100.0% (100.0% of the window on work the trace does "
+            "not hold, queued before the recording began, which the GPU's first recorded op waited behind): the work a "
+            "step launches runs after that window") in f.text
     st = r.steps.set_index("step")
     for s_ in steps:
         n = int(s_["name"].split("#")[1])

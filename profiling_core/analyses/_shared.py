@@ -854,7 +854,7 @@ class Shared:
     def step_gpu_time(self) -> dict[str, np.ndarray]:
         """What the GPU did inside each step's window [lo, hi) of :attr:`step_windows` (disjoint windows), from every
         GPU op interval clipped to it (whatever launched it): ``busy`` (n,), the union of all of them (idle being the
-        rest of the window); ``time`` (n, K), that union split over the K ``GPU_OP_CATEGORIES`` by their order (an
+        rest of the window less ``unrecorded``); ``time`` (n, K), that union split over the K ``GPU_OP_CATEGORIES`` by their order (an
         instant where several categories run counts for the first of them, so the K add up to ``busy``); ``own``
         (n, K), each category's own union, overlaps with other categories included; ``unrecorded`` (n,), the time a
         GPU spent on work the trace does not hold where no recorded op ran (:meth:`unrecorded_in`). All int64 ns.

@@ -331,7 +331,7 @@ def _earlier_share(ss: dict) -> str:
         said = wait > 0 and early >= EARLIER_AT * wait
         parts.append(f"{format_share(share, 1)} of the window on {'that earlier work' if said else EARLIER_WORK}")
     if hidden >= EARLIER_AT:
-        parts.append(f"{format_share(hidden, 1)} of it on {UNRECORDED_WORK}")
+        parts.append(f"{format_share(hidden, 1)} of the window on {UNRECORDED_WORK}")
     return f" ({'; '.join(parts)})" if parts else ""
 
 
