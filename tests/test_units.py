@@ -127,7 +127,6 @@ def test_a_count_per_step_reads_whole_and_never_in_exponent_form(x, text):
     assert format_count(x) == text
 
 
-
 @pytest.mark.parametrize("width", [48, 60, 70])
 def test_names_listed_side_by_side_stay_apart(width):
     """Kernel names that share a long head (ATen's elementwise kernels differ in their functor, Tensile's in their

@@ -818,7 +818,7 @@ def test_no_verdict_contradicts_its_own_evidence(path):
         launches = q6.text.split("Launches: ")[1].split(". These counts")[0]
         shown = re.findall(r"(?:^|; )(.+?) by \w+ \(from ", launches)
         listed = q6.evidence["kernels"]
-        assert len(set(shown)) == len(shown) == min(len(listed), len(shown)), q6.text
+        assert shown and len(set(shown)) == len(shown) <= len(listed), q6.text
     if q7 is not None and q7.evidence.get("idle_pct") is not None:  # its idle share: 0% or 100% only where exact
         m = re.search(r": (\d+(?:\.\d+)?)% idle\. ", q7.text)
         assert m and (float(m[1]) not in (0.0, 100.0) or q7.evidence["idle_pct"] in (0.0, 100.0)), q7.text
