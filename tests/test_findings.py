@@ -172,6 +172,27 @@ def test_q4_says_the_queue_grows_when_it_does():
     assert "queues up" not in by_id(h200("64_bf16_cold_eager"))["q4.offset"].text
 
 
+def test_q4_a_queue_that_rises_every_step_grows_however_long_it_began():
+    """The H100 fp32 attention loop whose first recorded kernel is the warm-up step's (no launch call): each step's
+    first launched kernel waited behind the one before, 3.50, 6.55 and 9.62 ms after its call began (a plain scan),
+    under 3× the first, but longer at every step by ~3 ms a step, against a step of ~0.15 ms of CPU time. Question 4
+    said nothing of growth; question 2 said the queue grew."""
+    path = DATA / "h100" / "sdpa_fp32_plain_1.json.gz"
+    sc = scan(path)
+    first: dict = {}
+    for st in sc.steps:
+        ps = sorted(sc.in_step(st), key=lambda lg: lg[0]["ts"])
+        first[st["name"]] = ps[0][1]["ts"] - ps[0][0]["ts"]
+    waits = list(first.values())
+    cpu = statistics.median(st["dur"] for st in sc.steps)
+    assert waits[-1] < 3 * waits[0] and all(b > a for a, b in zip(waits, waits[1:]))
+    assert (waits[-1] - waits[0]) / (len(waits) - 1) >= 0.1 * cpu
+    f = by_id(path)
+    assert "queue grew" in f["q2.bound"].text
+    assert (f"The queue grows across the steps: the first GPU op of step 2 started {waits[0] / 1000:.2f} ms after its "
+            f"launch, that of step 4 {waits[-1] / 1000:.2f} ms") in f["q4.offset"].text
+
+
 @pytest.mark.parametrize("name", H200)
 def test_q6_launch_path_is_what_this_trace_shows(name):
     sc = scan(h200(name))

@@ -60,6 +60,11 @@ def started_before_launch_text(early: int, pairs: int) -> str:
 GROWS_AT = 3.0
 """A delay this many times its starting value is a queue that grew."""
 
+RISES_AT = 0.10
+"""A delay that rose at every one of three steps or more, by this share of a step's CPU time per step on average (the
+median step's), is a queue that grew too, however long the first one was (a first step that already waited behind
+a warm-up step's kernel: 3.50, 6.55, 9.62 ms on an H100)."""
+
 QUEUED_AT = 0.9
 """With fewer than two steps, a last GPU op's long wait is a queue of work only where the GPU ran earlier work for at
 least this share of it (an op launched onto an idle GPU that starts late waited for something else)."""
@@ -91,7 +96,8 @@ def _drained(steps, numbers) -> Optional[float]:
 
 def _growth(ll, ev: dict, steps) -> str:
     """Whether the queue grows, read where it can: across the steps (each step's first GPU op against the first
-    step's: the CPU runs further ahead every step, the GPU lane drifts right; where the last steps' first ops waited
+    step's, :data:`GROWS_AT` times as long, or longer at every step, :data:`RISES_AT`: the CPU runs further ahead every
+    step, the GPU lane drifts right; where the last steps' first ops waited
     alike, :func:`_held_tail`, it grew and then held; where the GPU ran dry in every later step, :func:`_drained`, no
     backlog carried over) or within them (the later half of a step's ops against its first, the queue drained by the
     next step); with fewer than two steps, the trace's last op against its first, where the GPU ran earlier work
@@ -104,7 +110,11 @@ def _growth(ll, ev: dict, steps) -> str:
         ev.update(step_first_us={int(k): _num(v) for k, v in first.items()},
                   step_last_us={int(k): _num(v) for k, v in last.items()})
         held = _held_tail(first)  # (the last steps whose first ops waited as long as the last one's: it stopped growing)
-        if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9) and len(held) >= max(2, (len(first) - 1) / 2):
+        cpu = float(steps["cpu_dur_us"].median()) if "cpu_dur_us" in steps and len(steps) else float("nan")
+        rose = (len(first) >= 3 and bool((first.diff().iloc[1:] > 0).all())
+                and float(first.iloc[-1] - first.iloc[0]) / (len(first) - 1) >= RISES_AT * cpu)
+        grows = first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9) or rose
+        if grows and len(held) >= max(2, (len(first) - 1) / 2):
             span = (f"{_us(held.min())} each" if _us(held.min()) == _us(held.max())
                     else f"{_us(held.min())} to {_us(held.max())}")
             return (f" The queue grew and then held: the first GPU op of step {int(first.index[0])} started "
@@ -112,13 +122,13 @@ def _growth(ll, ev: dict, steps) -> str:
                     f"{int(held.index[-1])} {span}: the CPU stays a bounded distance ahead of the GPU (a full launch "
                     "queue, or a wait that holds it back), so the lanes do not drift further apart.")
         dry = _drained(steps, [int(k) for k in first.index])
-        if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9) and dry is not None:
+        if grows and dry is not None:
             return (f" The first GPU op of step {int(first.index[0])} started {_us(first.iloc[0])} after its launch, "
                     f"that of step {int(first.index[-1])} {_us(first.iloc[-1])}; but the GPU ran dry with nothing "
                     f"launched for it in every step after the first (a median {_us(dry)} each), so the queue empties "
                     "within each step and no backlog carries over: the lanes do not drift apart (a step's first op "
                     "waits behind the end of the work before it).")
-        if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9):
+        if grows:
             return (f" The queue grows across the steps: the first GPU op of step {int(first.index[0])} started "
                     f"{_us(first.iloc[0])} after its launch, that of step {int(first.index[-1])} "
                     f"{_us(first.iloc[-1])}: the CPU launches faster than the GPU executes, so work queues up and the "
