@@ -183,14 +183,7 @@ if not no_gpu:
     st.header("The synchronize at the end: busy or idle?", divider="gray")
     if rep is not None and len(rep.sync_wait):
         sw = rep.sync_wait
-        label = sw["name"] + " #" + sw["id"].astype(str)
-        parts = pd.concat([
-            pd.DataFrame({"label": label, "part": "GPU busy", "dur_us": sw["gpu_busy_us"]}),
-            pd.DataFrame({"label": label, "part": "GPU on unrecorded work", "dur_us": sw["unrecorded_us"]}),
-            pd.DataFrame({"label": label, "part": "GPU idle",
-                          "dur_us": (sw["dur_us"] - sw["gpu_busy_us"] - sw["unrecorded_us"]).clip(lower=0)})],
-            ignore_index=True)
-        syn = ui.chart("sync_idle", parts)
+        syn = ui.chart("sync_idle", charts.sync_parts(sw))
         ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
         longest = sw.sort_values("dur_us", ascending=False, kind="stable").head(charts.MAX_SYNC_BARS)
         for _, r in longest.iterrows():

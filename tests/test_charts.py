@@ -544,6 +544,24 @@ def test_memory_comparison_of_many_runs_shares_one_charts_points():
     assert spec["title"]["subtitle"][0].startswith("run 0: 5,000 instants drawn as")
 
 
+def test_sync_parts_split_each_call_into_busy_unrecorded_and_idle():
+    """The H200 fp32 attention run's final sync (sync_wait, itself checked against plain scans): its three parts, in
+    the chart's order, add up to the call's length, and its unrecorded part is the one sync_wait measured."""
+    from pathlib import Path
+    from profiling_core.analyses import sync_wait
+    from profiling_core.trace import open_trace
+    with open_trace(Path(__file__).parent / "data" / "h200_verdicts" / "attn_hd100_fp32_eager.json",
+                    engine="sqlite") as s:
+        sw = sync_wait(s)
+    parts = C.sync_parts(sw)
+    assert parts["part"].unique().tolist() == ["GPU busy", "GPU on unrecorded work", "GPU idle"]
+    per = parts.groupby("label", sort=False)["dur_us"].sum()
+    assert per.tolist() == pytest.approx(sw["dur_us"].tolist(), abs=0.01)
+    longest = sw.loc[sw["dur_us"].idxmax()]
+    got = parts.set_index(["label", "part"])["dur_us"]
+    assert got[(f"{longest['name']} #{longest['id']}", "GPU on unrecorded work")] == longest["unrecorded_us"] > 1000
+
+
 def test_sync_idle_draws_the_longest_calls():
     parts = pd.concat([pd.DataFrame({"label": [f"sync #{i}"] * 2, "part": ["GPU busy", "GPU idle"],
                                      "dur_us": [float(i), 1.0]}) for i in range(100)])

@@ -15,7 +15,7 @@ The modules, by what they chart (every name is importable from here: ``charts.st
   :func:`overview_from_chains`, :func:`chart_category`).
 - ``sweep``: :func:`overhead_vs_compute`, :func:`crossover_points`, :func:`gpu_busy_fraction`.
 - ``kernels``: :func:`kernel_durations_by_step`, :func:`kernel_spread`, :func:`launch_latency`, :func:`cold_vs_warm`,
-  :func:`sync_idle`.
+  :func:`sync_idle` (its rows: :func:`sync_parts`).
 - ``bars``: :func:`grouped_bars`, :func:`time_by_category`, :func:`breakdown_bars`, :func:`phase_bars`.
 - ``peaks``: :func:`roofline`, :func:`achieved_vs_peak`.
 - ``memory``: :func:`memory_timeline_chart`, :func:`memory_categories_chart`, :func:`memory_comparison_chart`.
@@ -30,7 +30,8 @@ from __future__ import annotations
 # width, trace_overview and the timelines' shaping helpers.
 from ._style import BREAKDOWN_COLORS, CATEGORY_COLORS, MEMORY_COLORS, PHASE_COLORS, WIDTH, empty_chart  # noqa: F401
 from .bars import breakdown_bars, grouped_bars, phase_bars, time_by_category
-from .kernels import cold_vs_warm, kernel_durations_by_step, kernel_spread, launch_latency, sync_idle
+from .kernels import (cold_vs_warm, kernel_durations_by_step, kernel_spread, launch_latency, sync_idle,
+                      sync_parts)
 from .kernels import MAX_CALL_LINES, MAX_COLOURS, MAX_SYNC_BARS  # noqa: F401
 from ._style import MAX_POINTS, MAX_ROWS, MAX_SLICES, keep_longest, thin_by_time  # noqa: F401
 from .memory import memory_categories_chart, memory_comparison_chart, memory_timeline_chart
@@ -43,7 +44,8 @@ from .timeline import (OVERVIEW_MAX_SLICES, chart_category, flame_from_chain, ov
 __all__ = [
     "step_timeline", "overhead_vs_compute", "gpu_busy_fraction", "crossover_points",
     "kernel_durations_by_step", "kernel_spread", "grouped_bars", "launch_latency",
-    "dispatch_flame", "cold_vs_warm", "sync_idle", "empty_chart", "roofline", "achieved_vs_peak", "time_by_category",
+    "dispatch_flame", "cold_vs_warm", "sync_idle", "sync_parts", "empty_chart", "roofline", "achieved_vs_peak",
+    "time_by_category",
     "breakdown_bars", "BREAKDOWN_COLORS", "phase_bars", "PHASE_COLORS", "memory_timeline_chart",
     "memory_categories_chart", "memory_comparison_chart", "MEMORY_COLORS",
 ]

@@ -233,6 +233,16 @@ _SYNC_PARTS = {"GPU busy": "#2ca02c", "GPU on unrecorded work": "#969696", "GPU 
 in the breakdown)."""
 
 
+def sync_parts(sync_wait: pd.DataFrame) -> pd.DataFrame:
+    """The rows of :func:`sync_idle` for ``analyses.sync_wait``'s calls, in their order: per call (``label``: its name
+    and slice id) its GPU busy time, its time on unrecorded work (``unrecorded_us``) and the rest, idle."""
+    label = sync_wait["name"] + " #" + sync_wait["id"].astype(str)
+    idle = (sync_wait["dur_us"] - sync_wait["gpu_busy_us"] - sync_wait["unrecorded_us"]).clip(lower=0)
+    return pd.concat([pd.DataFrame({"label": label, "part": part, "dur_us": dur})
+                      for part, dur in zip(_SYNC_PARTS, (sync_wait["gpu_busy_us"], sync_wait["unrecorded_us"], idle))],
+                     ignore_index=True)
+
+
 def sync_idle(parts: pd.DataFrame, *, title: str = "What the synchronize waited for") -> alt.Chart:
     """Stacked horizontal bar(s): GPU busy vs idle during each synchronize call.
 
