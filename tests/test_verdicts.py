@@ -40,10 +40,17 @@ def steps_of(events):
 # --- the grid -------------------------------------------------------------------------------------------------------
 
 def test_a_gpu_bound_step_whose_queue_drifts_is_compute_bound(tmp_path):
-    r, f, d = run(vt.gpu_bound_with_drift(tmp_path / "t.json"))
+    path = vt.gpu_bound_with_drift(tmp_path / "t.json")
+    r, f, d = run(path)
     q2 = f["q2.bound"]
     assert q2.evidence["bound"] == "compute-bound" and q2.evidence["gpu_us_per_step"] == pytest.approx(21000.0)
-    assert q2.evidence["cpu_us_per_step"] < 400 and q2.evidence["queue_drift_us"] > 0
+    # each step's first kernel, from the JSON: its start after its launch call's (the queue's length at that step)
+    events = scan_trace(path)
+    launch = {e["args"]["correlation"]: e["ts"] for e in events if e.get("cat") == "cuda_runtime"}
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: launch[e["args"]["correlation"]])
+    waits = [k["ts"] - launch[k["args"]["correlation"]] for k in kernels[::3]]
+    assert waits[-1] > 3 * waits[0]  # the rule's 3×, by hand
+    assert q2.evidence["cpu_us_per_step"] < 400 and q2.evidence["queue"] == "grows" == f["q4.offset"].evidence["queue"]
     assert "compute-bound" in q2.text and "overhead-bound" not in q2.text
     assert "gpu_starved" not in rules(d)
 
@@ -839,6 +846,13 @@ def test_no_verdict_contradicts_its_own_evidence(path):
     if m:
         first, later = (float(x.split()[0].replace(",", "")) * (1000 if x.endswith("ms") else 1) for x in m.groups())
         assert later > first, q4.text
+    q2 = f.get("q2.bound")  # where question 2 says the queue grew, question 4 says so, from the same first wait
+    if q2 is not None and "queue grew" in q2.text:
+        m = re.search(r"the queue grew( and then held)?: the first GPU op of step (\d+) started ([\d.,]+ (?:µs|ms)) "
+                      r"after its launch call, against ([\d.,]+ (?:µs|ms)) in step (\d+)", q2.text)
+        assert m and q4 is not None, q2.text
+        assert ("The queue grew and then held" if m[1] else "The queue grows across the steps") in q4.text, q4.text
+        assert f"the first GPU op of step {m[5]} started {m[4]} after its launch" in q4.text, (q2.text, q4.text)
     q5 = f.get("q5.chain")  # the step's own slice is not among the slices it holds
     m = q5 and re.search(r"own slice holds [^(;]*\(([^)]*)\)", q5.text)
     if m:

@@ -16,7 +16,8 @@ from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared, frame
-from .steps import basis_steps, cpu_vs_gpu, device_busy, gpu_busy, steady_state, steps, working_steps
+from .steps import (basis_steps, cpu_vs_gpu, device_busy, gpu_busy, queue_growth, steady_state, steps,
+                    working_steps)
 from .table import cpu_own_times, idle_frames, profiler_table
 from .timing import cold_start_gap, sync_wait
 
@@ -136,6 +137,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
                               else None),
         "cpu_step_median_us": _median(work["cpu_dur_us"]),
         "steady_state": ss,
+        "queue_growth": queue_growth(r.launch_latency, r.steps),
         "devices": list(getattr(session, "devices", None) or []),
         "recorded_with": list(getattr(session, "recorded_with", None) or []),
         "gpu_step_median_us": _median(work["gpu_busy_us"]) if has_gpu else None,
@@ -210,7 +212,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us`` (over the
         steps the loop worked in: :func:`~profiling_core.analyses.steps.working_steps`),
         ``steady_state`` (:func:`~profiling_core.analyses.steps.steady_state`: the one bound rule's verdict on the
-        steps after the first, with its evidence), ``devices`` (the GPUs the trace names, ``session.devices``), ``recorded_with`` (the torch.profiler options the trace says it was recorded with, ``session.recorded_with``), ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
+        steps after the first, with its evidence), ``queue_growth``
+        (:func:`~profiling_core.analyses.steps.queue_growth`: whether the launch queue grew, and its figures),
+        ``devices`` (the GPUs the trace names, ``session.devices``), ``recorded_with`` (the torch.profiler options the trace says it was recorded with, ``session.recorded_with``), ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
         ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step
         breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}

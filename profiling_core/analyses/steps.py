@@ -10,7 +10,8 @@ from ._shared import Shared, covered_ns, frame, is_host_copy, merged, shared_for
 from .phases import data_ranges
 
 __all__ = ["steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
-           "annotation_ranges", "data_wait",
+           "annotation_ranges", "data_wait", "queue_growth",
+           "GROWS_AT", "RISES_AT", "HELD_WITHIN", "QUEUED_AT", "QUEUE_GREW",
            "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "DATA_WAIT_AT"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
@@ -506,10 +507,7 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     ``unrecorded_in_window`` (the same for work the trace does not hold, ``steps.unrecorded_in_step_us``, part of
     ``busy_in_window``),
     ``unlaunched_wait_us_per_step`` (median of the part of the blocked time in which it did, part of
-    ``sync_wait_us_per_step``; 0 when that is), ``queue_delay_first_us`` /
-    ``queue_delay_last_us``
-    (from the start of the first and last basis step to the start of the first GPU op each launched) and
-    ``queue_drift_us`` (their difference: it grows when the CPU runs ahead of the GPU).
+    ``sync_wait_us_per_step``; 0 when that is). Whether the launch queue grew is :func:`queue_growth`'s to say.
     """
     out = {"bound": None, "basis": None, "basis_steps": [], "cpu_us_per_step": None, "gpu_us_per_step": None,
            "sync_wait_us_per_step": None, "sync_wait_measured_us_per_step": None, "cpu_own_us_per_step": None, "copy_us_per_step": None,
@@ -517,7 +515,6 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None, "unlaunched_in_window": None,
            "unrecorded_in_window": None,
            "unlaunched_wait_us_per_step": None,
-           "queue_delay_first_us": None, "queue_delay_last_us": None, "queue_drift_us": None,
            "steps_without_gpu": [], "empty_steps": [], "bound_of_every_step": False}
     if steps_df is None or steps_df.empty:
         return out
@@ -564,12 +561,131 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
                                             .fillna(0.0).median())
         out["unlaunched_wait_us_per_step"] = (float(with_gpu["unlaunched_wait_us"].median()) if wait > 0 else 0.0)
     out["gpu_idle_share"] = max(0.0, 1.0 - gpu / own) if out["bound"] == "overhead-bound" and own > 0 else 0.0
-    delay = (with_gpu["first_gpu_start_ns"].astype("Float64") - with_gpu["start_ns"].astype("Float64")) / 1000.0
-    delay = delay.dropna()
-    if len(delay):
-        first, last = float(delay.iloc[0]), float(delay.iloc[-1])
-        out.update(queue_delay_first_us=first, queue_delay_last_us=last, queue_drift_us=last - first)
     return out
+
+
+GROWS_AT = 3.0
+"""A step's first GPU op waiting this many times as long after its launch call as the first step's: a queue that
+grew."""
+
+RISES_AT = 0.10
+"""A first-op wait that rose at every one of three steps or more, by this share of a step's CPU time per step on
+average (the median step's), is a queue that grew too, however long the first one was (a first step that already
+waited behind a warm-up step's kernel: 3.50, 6.55, 9.62 ms on an H100)."""
+
+HELD_WITHIN = 0.10
+"""Steps whose first GPU op waited within this share of the last step's wait: the queue held its length, where at
+least half the steps after the first (and two) did (a slow steady drift has only its last steps that close)."""
+
+QUEUED_AT = 0.9
+"""With fewer than two steps, a last GPU op's long wait is a queue of work only where the GPU ran earlier work for at
+least this share of it (an op launched onto an idle GPU that starts late waited for something else)."""
+
+QUEUE_GREW = ("grows", "grew_held")
+"""The states of :func:`queue_growth` in which the queue grew from step to step (and did not empty each step)."""
+
+
+def queue_growth(launches: pd.DataFrame, steps_df: pd.DataFrame) -> dict:
+    """Whether the launch queue grew: the one rule that question 4 states and question 2 cites.
+
+    Read from each GPU op's wait after its launch call began (``launches``: ``analyses.launch_latency``), where it
+    can be read:
+
+    * across the steps (two or more steps with launch pairs): each step's first GPU op (its first launch) against the
+      first step's. The queue **grows** where the last one waited more than :data:`GROWS_AT` times the first's, or
+      where, over three steps or more, it waited longer at every step, by at least :data:`RISES_AT` of the median
+      step's CPU time per step: the CPU launches faster than the GPU runs, and the GPU lane drifts right. It grew and
+      then **held** (``grew_held``) where the last steps' first ops waited alike (within :data:`HELD_WITHIN` of the
+      last one's), at least half the steps after the first and two; it grew but **drained** where the GPU sat idle
+      with nothing launched for it in every step after the first (more than :data:`STARVED_AT` of the step): the
+      queue empties each step and no backlog carries over. Where it did not grow across the steps but each step's
+      later half of ops waited more than :data:`GROWS_AT` times its first op (median over steps), it grows
+      **within** each step and drains before the next;
+    * with fewer than two steps, ``queued_at_end``: the trace's last op waited more than :data:`GROWS_AT` times its
+      first (three ops or more) with the GPU running earlier work through at least :data:`QUEUED_AT` of that wait.
+
+    No state where any op started before its launch call (the trace's clocks disagree, so the waits measure no
+    queue: ``started_before_launch`` counts them).
+
+    Returns:
+        dict: ``state`` (``grows``, ``grew_held``, ``drained``, ``within``, ``queued_at_end`` or None; the queue grew
+        from step to step in the states of :data:`QUEUE_GREW`), ``started_before_launch``, and the figures the state
+        rests on: ``step_first_us`` / ``step_last_us`` (step → the wait of its first and last GPU op), ``held_steps``
+        (the steps that held), ``dry_us`` (the median idle time with nothing launched, ``drained``),
+        ``late_half_us`` (the median of the steps' later halves' median waits, ``within``), ``first_us`` /
+        ``last_us`` (the trace's first and last op's waits) and ``last_wait_busy_share`` (``queued_at_end``).
+    """
+    out = {"state": None, "started_before_launch": 0}
+    if launches is None or launches.empty:
+        return out
+    early = int((launches["latency_us"] < 0).sum())
+    if early:
+        out["started_before_launch"] = early
+        return out
+    o = launches.sort_values("launch_start_ns", kind="stable")
+    stepped = o[o["step"].notna()] if "step" in o else o.iloc[:0]
+    if stepped["step"].nunique() >= 2:
+        g = stepped.groupby("step", sort=False)["latency_us"]
+        first, last = g.first(), g.last()
+        out.update(step_first_us={int(k): float(v) for k, v in first.items()},
+                   step_last_us={int(k): float(v) for k, v in last.items()})
+        cpu = (float(steps_df["cpu_dur_us"].median()) if steps_df is not None and "cpu_dur_us" in steps_df
+               and len(steps_df) else float("nan"))
+        rose = (len(first) >= 3 and bool((first.diff().iloc[1:] > 0).all())
+                and float(first.iloc[-1] - first.iloc[0]) / (len(first) - 1) >= RISES_AT * cpu)
+        if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9) or rose:
+            held = _held_tail(first)
+            if len(held) >= max(2, (len(first) - 1) / 2):
+                out.update(state="grew_held", held_steps=[int(k) for k in held.index])
+                return out
+            dry = _drained(steps_df, [int(k) for k in first.index])
+            if dry is not None:
+                out.update(state="drained", dry_us=dry)
+                return out
+            out["state"] = "grows"
+            return out
+        late = g.agg(lambda x: x.iloc[len(x) // 2:].median())
+        if (late / first.where(first > 0)).median() > GROWS_AT:
+            out.update(state="within", late_half_us=float(late.median()))
+        return out
+    lat = o["latency_us"]
+    if len(o) >= 3 and lat.iloc[-1] > GROWS_AT * max(lat.iloc[0], 1e-9):
+        busy = _busy_share(o, o.iloc[-1])
+        out.update(first_us=float(lat.iloc[0]), last_us=float(lat.iloc[-1]), last_wait_busy_share=busy)
+        if busy >= QUEUED_AT:
+            out["state"] = "queued_at_end"
+    return out
+
+
+def _held_tail(first: pd.Series) -> pd.Series:
+    """The last steps (a Series by step) whose first op's wait is within :data:`HELD_WITHIN` of the last step's."""
+    last = float(first.iloc[-1])
+    k = len(first)
+    while k > 0 and abs(float(first.iloc[k - 1]) - last) <= HELD_WITHIN * max(last, 1e-9):
+        k -= 1
+    return first.iloc[k:]
+
+
+def _drained(steps_df, numbers) -> float | None:
+    """The median time the GPU sat idle with nothing launched for it (``gpu_starved_us``) in these steps after the
+    first, when it did so in every one of them (more than :data:`STARVED_AT` of the step). None otherwise."""
+    if steps_df is None or "gpu_starved_us" not in steps_df:
+        return None
+    s = steps_df[steps_df["step"].isin(numbers)].iloc[1:]
+    if s.empty or not (s["gpu_starved_us"] > STARVED_AT * s["cpu_dur_us"]).all():
+        return None
+    return float(s["gpu_starved_us"].median())
+
+
+def _busy_share(ops: pd.DataFrame, op) -> float:
+    """The share of ``op``'s wait (from its launch call's start to its own start) in which the GPU ran other ops of
+    ``ops`` (``launch_latency`` rows): where it is low, the op waited for something else than a queue of work."""
+    a, b = int(op["launch_start_ns"]), int(op["gpu_start_ns"])
+    if b <= a:
+        return 0.0
+    start = ops["gpu_start_ns"].to_numpy(dtype=np.int64)
+    end = start + np.round(ops["gpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
+    return union_ns(np.clip(start, a, b), np.clip(end, a, b)) / (b - a)
 
 
 def _gpu_busy_raw(sh: Shared) -> pd.DataFrame:

@@ -3,7 +3,8 @@
 Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one JSON
 object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
 ``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``steady_state`` (the bound rule's verdict
-and evidence), ``devices``, ``recorded_with`` (the torch.profiler options the trace says it was recorded with),
+and evidence), ``queue_growth`` (whether the launch queue grew, and the figures it rests on), ``devices``,
+``recorded_with`` (the torch.profiler options the trace says it was recorded with),
 ``step_processes`` (the pids holding step slices: several where ranks' traces were
 merged into one file, which the summary then notes), ``step_devices`` (per GPU that ran the steps' work: its
 own median ``busy_us`` and ``busy_fraction`` of a step; several where one process drove several GPUs, which the
@@ -115,6 +116,7 @@ def build_json(report, found, diagnosis=None) -> dict:
         "gpu_busy_fraction": _clean(s["gpu_busy_fraction"]),
         "gpu_busy_us": _clean(s["gpu_busy_us"]),
         "steady_state": _clean(s.get("steady_state")),
+        "queue_growth": _clean(s.get("queue_growth")),
         "train_phases": _clean(s.get("train_phases") or {}),
         "phases": _records(report.phases, ["step", "phase", "cpu_us", "share", "gpu_us", "gpu_ops", "kernels"]),
         "devices": _clean(s.get("devices") or []),

@@ -1,6 +1,7 @@
 """Question 2, overhead-bound or compute-bound (``q2.bound``): the one bound rule (``analyses.steps.bound``) on the
-steady state, GPU work launched per step against CPU time per step, with the in-window busy share and the queue's
-drift as evidence; on a CPU, the work ops' own time against the step."""
+steady state, GPU work launched per step against CPU time per step, with the in-window busy share and whether the
+queue grew (``analyses.steps.queue_growth``, question 4's rule) as evidence; on a CPU, the work ops' own time against
+the step."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,7 +9,8 @@ from dataclasses import replace
 import numpy as np
 
 from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT,
-                                bound, counted_wait, data_wait, gpu_paced_up_to, steady_state, working_steps)
+                                QUEUE_GREW, bound, counted_wait, data_wait, gpu_paced_up_to, queue_growth,
+                                steady_state, working_steps)
 from ...analyses import recorded_with
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
@@ -159,6 +161,7 @@ def _q2_verdict(r) -> list[Finding]:
     if not r.has_gpu:
         return [_q2_cpu(r, cpu_med)]
     ss = r.summary.get("steady_state") or steady_state(all_steps)
+    queue = r.summary.get("queue_growth") or queue_growth(r.launch_latency, all_steps)
     label = ss["bound"]
     cv = r.cpu_vs_gpu
     cv = cv[cv["step"].isin(s["step"])] if "step" in cv else cv
@@ -179,7 +182,8 @@ def _q2_verdict(r) -> list[Finding]:
           "cpu_us_per_step": _num(ss["cpu_us_per_step"]), "gpu_us_per_step": _num(ss["gpu_us_per_step"]),
           "sync_wait_us_per_step": _num(ss.get("sync_wait_us_per_step")),
           "gpu_to_cpu": _num(ss["gpu_to_cpu"]), "gpu_idle_share": _num(ss["gpu_idle_share"]),
-          "busy_in_window": _num(ss["busy_in_window"]), "queue_drift_us": _num(ss["queue_drift_us"]),
+          "busy_in_window": _num(ss["busy_in_window"]),
+          "queue": queue["state"],
           "unlaunched_in_window": _num(ss.get("unlaunched_in_window")),
           "unrecorded_in_window": _num(ss.get("unrecorded_in_window")),
           "unlaunched_wait_us_per_step": _num(ss.get("unlaunched_wait_us_per_step")),
@@ -194,10 +198,7 @@ def _q2_verdict(r) -> list[Finding]:
     wait = ss.get("sync_wait_us_per_step") or 0.0
     median = "a median " if len(ss["basis_steps"]) > 1 else ""
     early = ss.get("unlaunched_wait_us_per_step") or 0.0
-    # the queue grew: the last basis step's first GPU op started later after its step began than the first one's;
-    # not read where that first one started before its step (the trace's clocks disagree, the delay is none)
-    first_delay = ss["queue_delay_first_us"]
-    grew = (ss["queue_drift_us"] or 0) > 0 and first_delay is not None and first_delay >= 0
+    grew = _grew_text(queue)
     if wait > 0:
         text = (f"In steady state ({basis}) a step took {median}{_us(cpu)} of CPU time, {_us(wait)} of it blocked in "
                 f"{blocked_in(s, ss)} while the GPU worked (time the GPU's pace sets, so not the CPU's own"
@@ -248,8 +249,7 @@ def _q2_verdict(r) -> list[Finding]:
                     f"it sat idle with nothing launched for it only {format_share(starved, 1)} of "
                     f"{'each step' if median else 'the step'} (every other gap in its work came with launched work "
                     "already queued")
-                 + (f"; the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
-                    f"{_us(ss['queue_delay_last_us'])} after its step began" if grew else "")
+                 + (f"; {grew}" if grew else "")
                  + "). A full launch queue makes each launch call wait for the GPU"
                  + ((f" (the launch calls took a median {_us(ss['launch_us_per_step'])} of each step's CPU time"
                      if median else f" (the step's launch calls took {_us(ss['launch_us_per_step'])} of its CPU time")
@@ -281,10 +281,8 @@ def _q2_verdict(r) -> list[Finding]:
             text += (f" Inside each step's own CPU window the GPU was busy {'only ' if busy < 0.5 else ''}"
                      f"{format_share(busy, 1)}{_earlier_share(ss)}: the work a step "
                      "launches runs after that window, behind the work queued before it")
-            if grew and len(ss["basis_steps"]) > 1:
-                text += (f" (the queue grew: the first GPU op of step {ss['basis_steps'][-1]} started "
-                         f"{_us(ss['queue_delay_last_us'])} after its step began, against "
-                         f"{_us(ss['queue_delay_first_us'])} in step {ss['basis_steps'][0]})")
+            if grew:
+                text += f" ({grew})"
             text += "."
     else:
         text += ("The GPU runs out of work and waits for the next launch: "
@@ -459,3 +457,15 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
                      "threads waiting for cores, not math (What to change: *CPU ops stalled*), so read the verdict "
                      "as where the step's time went, not as heavy compute.")
     return Finding("q2.bound", 2, label.capitalize(), text, ev)
+
+
+def _grew_text(q: dict) -> str:
+    """That the launch queue grew, with the figures :func:`~profiling_core.analyses.steps.queue_growth` rests it on
+    (the first and last step's first GPU op's wait after its launch call), where that rule says it grew from step to
+    step; "" where it does not (question 4 says the same)."""
+    if q.get("state") not in QUEUE_GREW:
+        return ""
+    first = q["step_first_us"]
+    a, b = next(iter(first)), next(reversed(first))
+    return (f"the queue grew{' and then held' if q['state'] == 'grew_held' else ''}: the first GPU op of step {b} "
+            f"started {_us(first[b])} after its launch call, against {_us(first[a])} in step {a}")

@@ -2,12 +2,9 @@
 call's, and whether the queue grows."""
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
-from ...analyses._shared import union_ns
-from ...analyses.steps import STARVED_AT
+from ...analyses.steps import queue_growth
 from ...units import format_duration_us as _us
 from ...units import format_share
 from .base import NO_GPU_TEXT, Finding, _n, _num
@@ -35,7 +32,7 @@ def _q4_offset(r, config=None) -> list[Finding]:
         ev["started_before_launch"] = early
         text += f" {started_before_launch_text(early, len(ll))} and its growth is not read from them."
     else:
-        text += _growth(ll, ev, r.steps)
+        text += _growth(r, ev)
     ov = r.profiler_table[r.profiler_table["name"].astype(str).str.contains("Activity Buffer Request")]
     if len(ov):
         ev["activity_buffer_request_us"] = _num(ov["cpu_total_us"].sum())
@@ -57,112 +54,51 @@ def started_before_launch_text(early: int, pairs: int) -> str:
             "edited), so these delays measure no queue")
 
 
-GROWS_AT = 3.0
-"""A delay this many times its starting value is a queue that grew."""
-
-RISES_AT = 0.10
-"""A delay that rose at every one of three steps or more, by this share of a step's CPU time per step on average (the
-median step's), is a queue that grew too, however long the first one was (a first step that already waited behind
-a warm-up step's kernel: 3.50, 6.55, 9.62 ms on an H100)."""
-
-QUEUED_AT = 0.9
-"""With fewer than two steps, a last GPU op's long wait is a queue of work only where the GPU ran earlier work for at
-least this share of it (an op launched onto an idle GPU that starts late waited for something else)."""
-
-
-HELD_WITHIN = 0.10
-"""Steps whose first GPU op waited within this share of the last step's wait: the queue held its length, where at
-least half the steps after the first (and two) did (a slow steady drift has only its last steps that close)."""
-
-
-def _held_tail(first):
-    """The last steps (a Series by step) whose first op's delay is within :data:`HELD_WITHIN` of the last step's."""
-    last = float(first.iloc[-1])
-    k = len(first)
-    while k > 0 and abs(float(first.iloc[k - 1]) - last) <= HELD_WITHIN * max(last, 1e-9):
-        k -= 1
-    return first.iloc[k:]
-
-
-def _drained(steps, numbers) -> Optional[float]:
-    """The median time the GPU sat idle with nothing launched for it (``steps.gpu_starved_us``) in these steps after
-    the first, when it did so in every one of them (more than :data:`~profiling_core.analyses.STARVED_AT` of the
-    step): the queue emptied each step, so no backlog carried from one to the next. None otherwise."""
-    s = steps[steps["step"].isin(numbers)].iloc[1:] if "gpu_starved_us" in steps else steps.iloc[:0]
-    if s.empty or not (s["gpu_starved_us"] > STARVED_AT * s["cpu_dur_us"]).all():
-        return None
-    return float(s["gpu_starved_us"].median())
-
-
-def _growth(ll, ev: dict, steps) -> str:
-    """Whether the queue grows, read where it can: across the steps (each step's first GPU op against the first
-    step's, :data:`GROWS_AT` times as long, or longer at every step, :data:`RISES_AT`: the CPU runs further ahead every
-    step, the GPU lane drifts right; where the last steps' first ops waited
-    alike, :func:`_held_tail`, it grew and then held; where the GPU ran dry in every later step, :func:`_drained`, no
-    backlog carried over) or within them (the later half of a step's ops against its first, the queue drained by the
-    next step); with fewer than two steps, the trace's last op against its first, where the GPU ran earlier work
-    through most of the last op's wait (:data:`QUEUED_AT`)."""
-    o = ll.sort_values("launch_start_ns", kind="stable")
-    stepped = o[o["step"].notna()] if "step" in o else o.iloc[:0]
-    if stepped["step"].nunique() >= 2:
-        g = stepped.groupby("step", sort=False)["latency_us"]
-        first, last = g.first(), g.last()
-        ev.update(step_first_us={int(k): _num(v) for k, v in first.items()},
-                  step_last_us={int(k): _num(v) for k, v in last.items()})
-        held = _held_tail(first)  # (the last steps whose first ops waited as long as the last one's: it stopped growing)
-        cpu = float(steps["cpu_dur_us"].median()) if "cpu_dur_us" in steps and len(steps) else float("nan")
-        rose = (len(first) >= 3 and bool((first.diff().iloc[1:] > 0).all())
-                and float(first.iloc[-1] - first.iloc[0]) / (len(first) - 1) >= RISES_AT * cpu)
-        grows = first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9) or rose
-        if grows and len(held) >= max(2, (len(first) - 1) / 2):
-            span = (f"{_us(held.min())} each" if _us(held.min()) == _us(held.max())
-                    else f"{_us(held.min())} to {_us(held.max())}")
-            return (f" The queue grew and then held: the first GPU op of step {int(first.index[0])} started "
-                    f"{_us(first.iloc[0])} after its launch, those of steps {int(held.index[0])} to "
-                    f"{int(held.index[-1])} {span}: the CPU stays a bounded distance ahead of the GPU (a full launch "
-                    "queue, or a wait that holds it back), so the lanes do not drift further apart.")
-        dry = _drained(steps, [int(k) for k in first.index])
-        if grows and dry is not None:
-            return (f" The first GPU op of step {int(first.index[0])} started {_us(first.iloc[0])} after its launch, "
-                    f"that of step {int(first.index[-1])} {_us(first.iloc[-1])}; but the GPU ran dry with nothing "
-                    f"launched for it in every step after the first (a median {_us(dry)} each), so the queue empties "
-                    "within each step and no backlog carries over: the lanes do not drift apart (a step's first op "
-                    "waits behind the end of the work before it).")
-        if grows:
-            return (f" The queue grows across the steps: the first GPU op of step {int(first.index[0])} started "
-                    f"{_us(first.iloc[0])} after its launch, that of step {int(first.index[-1])} "
-                    f"{_us(first.iloc[-1])}: the CPU launches faster than the GPU executes, so work queues up and the "
-                    "GPU lane drifts right.")
-        late = stepped.groupby("step", sort=False)["latency_us"].agg(lambda x: x.iloc[len(x) // 2:].median())
-        within = (late / first.where(first > 0)).median()
-        if within > GROWS_AT:
-            # (the later half's median against the first: the last op may wait less than the later half)
-            return (f" Within each step the later ops wait longer than the first (a median {_us(first.median())} for a "
-                    f"step's first GPU op, "
-                    f"{_us(late.median())} for the later half of its ops, {_us(last.median())} for its last): the CPU "
-                    "launches a step's work faster than the GPU runs it, "
-                    f"and the queue drains before the next step (the first ops of steps {int(first.index[0])} and "
-                    f"{int(first.index[-1])} waited {_us(first.iloc[0])} and {_us(first.iloc[-1])}), so the lanes do "
-                    "not drift apart.")
+def _growth(r, ev: dict) -> str:
+    """What :func:`~profiling_core.analyses.steps.queue_growth` (the report's ``queue_growth``) says of the queue,
+    as sentences with the figures it rests on; its state and figures go into the evidence."""
+    q = r.summary.get("queue_growth") or queue_growth(r.launch_latency, r.steps)
+    ev["queue"] = q["state"]
+    if "step_first_us" in q:
+        ev.update(step_first_us={k: _num(v) for k, v in q["step_first_us"].items()},
+                  step_last_us={k: _num(v) for k, v in q["step_last_us"].items()})
+    if "last_wait_busy_share" in q:
+        ev["last_wait_busy_share"] = _num(q["last_wait_busy_share"])
+    state = q["state"]
+    if state is None:
         return ""
-    lat = o["latency_us"]
-    if len(o) >= 3 and lat.iloc[-1] > GROWS_AT * max(lat.iloc[0], 1e-9):
-        busy = _busy_share(o, o.iloc[-1])
-        ev["last_wait_busy_share"] = _num(busy)
-        if busy >= QUEUED_AT:
-            return (f" The last GPU op started {_us(lat.iloc[-1])} after its launch call, the GPU busy with earlier "
-                    f"work for {format_share(busy)} of that wait, where the first started {_us(lat.iloc[0])} after its "
-                    "own: by the end the CPU had launched faster than the GPU executes, so work queued up (with fewer "
-                    "than two steps the trace cannot say where the queue grew or drained in between).")
-    return ""
+    if state == "queued_at_end":
+        return (f" The last GPU op started {_us(q['last_us'])} after its launch call, the GPU busy with earlier "
+                f"work for {format_share(q['last_wait_busy_share'])} of that wait, where the first started "
+                f"{_us(q['first_us'])} after its own: by the end the CPU had launched faster than the GPU executes, so "
+                "work queued up (with fewer than two steps the trace cannot say where the queue grew or drained in "
+                "between).")
+    first, last = q["step_first_us"], q["step_last_us"]
+    a, b = next(iter(first)), next(reversed(first))
+    if state == "grew_held":
+        held = [first[k] for k in q["held_steps"]]
+        span = (f"{_us(min(held))} each" if _us(min(held)) == _us(max(held))
+                else f"{_us(min(held))} to {_us(max(held))}")
+        return (f" The queue grew and then held: the first GPU op of step {a} started {_us(first[a])} after its "
+                f"launch, those of steps {q['held_steps'][0]} to {q['held_steps'][-1]} {span}: the CPU stays a "
+                "bounded distance ahead of the GPU (a full launch queue, or a wait that holds it back), so the lanes "
+                "do not drift further apart.")
+    if state == "drained":
+        return (f" The first GPU op of step {a} started {_us(first[a])} after its launch, that of step {b} "
+                f"{_us(first[b])}; but the GPU ran dry with nothing launched for it in every step after the first (a "
+                f"median {_us(q['dry_us'])} each), so the queue empties within each step and no backlog carries over: "
+                "the lanes do not drift apart (a step's first op waits behind the end of the work before it).")
+    if state == "grows":
+        return (f" The queue grows across the steps: the first GPU op of step {a} started {_us(first[a])} after its "
+                f"launch, that of step {b} {_us(first[b])}: the CPU launches faster than the GPU executes, so work "
+                "queues up and the GPU lane drifts right.")
+    # (within: the later half's median against the first; the last op may wait less than the later half)
+    return (f" Within each step the later ops wait longer than the first (a median {_us(_median(first))} for a step's "
+            f"first GPU op, {_us(q['late_half_us'])} for the later half of its ops, {_us(_median(last))} for its "
+            "last): the CPU launches a step's work faster than the GPU runs it, and the queue drains before the next "
+            f"step (the first ops of steps {a} and {b} waited {_us(first[a])} and {_us(first[b])}), so the lanes do "
+            "not drift apart.")
 
 
-def _busy_share(ops, op) -> float:
-    """The share of ``op``'s wait (from its launch call's start to its own start) in which the GPU ran other ops of
-    ``ops`` (``launch_latency`` rows): where it is low, the op waited for something else than a queue of work."""
-    a, b = int(op["launch_start_ns"]), int(op["gpu_start_ns"])
-    if b <= a:
-        return 0.0
-    start = ops["gpu_start_ns"].to_numpy(dtype=np.int64)
-    end = start + np.round(ops["gpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
-    return union_ns(np.clip(start, a, b), np.clip(end, a, b)) / (b - a)
+def _median(by_step: dict) -> float:
+    return float(np.median(list(by_step.values())))
