@@ -491,6 +491,40 @@ def test_args_reader_reads_odd_arg_sets_as_trace_processor_shows_them(tmp_path):
     assert from_sql == got and type(from_sql["b"][asid["a"]]) is bool
 
 
+def _args_rows(rows):
+    """A columns function answering every args query with ``rows`` (arg set, key after the name, value, value type)
+    in the order given, as trace_processor's ``args`` table could hand them over (the query orders by arg set
+    only: an arg set's rows in any order)."""
+    cols = ["arg_set_id", "rest", "value", "value_type"]
+    return lambda sql: {c: [r[j] for r in rows] for j, c in enumerate(cols)}
+
+
+def test_sql_args_put_arrays_back_together_from_rows_in_any_order():
+    """The perfetto engine's args are rows of trace_processor's ``args`` table, one per array element, keyed
+    ``[i][j]``; each arg set's value is the array its elements' keys make, whatever the order the rows come in, an
+    empty array (which has no row) where a position has none, the last row of a key given twice counting."""
+    rows = [(1, "", 7, "int"),                                                   # a number
+            (2, "[2]", "c", "string"), (2, "[0]", "a", "string"), (2, "[1]", "b", "string"),  # out of order
+            (3, "[1][0]", 5, "int"), (3, "[0][1]", 2, "int"), (3, "[0][0]", 1, "int"),       # [[1, 2], [5]]
+            (4, "[0][0]", 8, "int"), (4, "[2][0]", 9, "int"), (4, "[2][1]", 10, "int"),      # [[8], [], [9, 10]]
+            (5, "[1]", 1, "int"), (5, "[1]", 2, "int"), (5, "[0]", 0, "int"),               # [1] twice: the last
+            (6, "[0]", 1, "bool"), (6, "[1]", float("nan"), "real"),                        # a bool, a NaN
+            (7, "[0]", 3, "int"), (7, "[1][0]", 4, "int"),                                  # two depths: [3, [4]]
+            (8, ".x", 1, "int"),                                                            # another key: no value
+            (9, "[0][0][0]", 6, "int"),                                                     # three deep
+            (10, "[1]", 4, "int")]                                                          # [[], 4]
+    got = SqlArgs(_args_rows(rows)).get("k", range(1, 12))
+    assert got == {1: 7, 2: ["a", "b", "c"], 3: [[1, 2], [5]], 4: [[8], [], [9, 10]], 5: [0, 2], 6: [True, None],
+                   7: [3, [4]], 9: [[[6]]], 10: [[], 4]}
+    assert type(got[6][0]) is bool
+    import random
+    for seed in range(5):  # any order of an arg set's rows (the query keeps arg sets apart), the same values
+        shuffled = [r for a in range(1, 11) for r in random.Random(seed).sample([r for r in rows if r[0] == a],
+                                                                                 sum(r[0] == a for r in rows))]
+        again = SqlArgs(_args_rows(shuffled)).get("k", range(1, 12))
+        assert {a: v for a, v in again.items() if a != 5} == {a: v for a, v in got.items() if a != 5}
+
+
 def test_files_of_a_killed_process_are_removed_by_the_next_open(tmp_path):
     """A process killed while it holds a trace open (SIGKILL: no close, no finalizer) leaves its SQLite files; the
     next open_trace in the same temporary directory removes them, and keeps those of live processes."""

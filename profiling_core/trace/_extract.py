@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._tables import TextColumn, TraceTables
+from ._tables import TextColumn, TraceTables, first_seen_codes
 
 __all__ = ["EXTRACTION_QUERIES", "args_query", "tables_from_sql", "SqlArgs", "ColumnsFn"]
 
@@ -50,7 +50,7 @@ def args_query(name: str, arg_set_ids) -> str:
     (NULL for a type that holds none), and that ``value_type`` (a boolean's value is its 0/1 ``int_value``)."""
     if not _ARG_NAME.match(name):
         raise ValueError(f"argument names are letters, digits, '_' and spaces, got {name!r}")
-    ids = ",".join(str(int(a)) for a in arg_set_ids)
+    ids = ",".join(map(str, map(int, arg_set_ids)))
     return (f"SELECT arg_set_id, substr(key, {len('args.' + name) + 1}) AS rest, "
             "CASE WHEN value_type IN ('int', 'bool', 'uint', 'pointer') THEN int_value "
             "WHEN value_type = 'real' THEN real_value WHEN value_type = 'string' THEN string_value END AS value, "
@@ -98,44 +98,129 @@ class SqlArgs:
         self._fetched: dict[str, set] = {}  # name -> the arg set ids fetched
 
     def get(self, name: str, arg_set_ids) -> dict:
-        ids = [int(a) for a in arg_set_ids]
+        ids = _id_list(arg_set_ids)
         values = self._values.setdefault(name, {})
         fetched = self._fetched.setdefault(name, set())
-        missing = sorted({a for a in ids if a >= 0} - fetched)
+        wanted = np.unique(np.array(ids, dtype=np.int64))
+        wanted = wanted[wanted >= 0]
+        if fetched:
+            wanted = wanted[~np.isin(wanted, np.fromiter(fetched, np.int64, len(fetched)))]
+        missing = wanted.tolist()
         for k in range(0, len(missing), ARGS_PER_QUERY):
             self._read(name, missing[k:k + ARGS_PER_QUERY], values)
         fetched.update(missing)
         return {a: values[a] for a in ids if a in values}
 
     def get_many(self, names, arg_set_ids) -> dict[str, dict]:
-        ids = [int(a) for a in arg_set_ids]  # (trace_processor's args table has a row per key: a query per name)
+        ids = _id_list(arg_set_ids)  # (trace_processor's args table has a row per key: a query per name)
         return {n: self.get(n, ids) for n in dict.fromkeys(names)}
 
     def _read(self, name: str, arg_set_ids: list, out: dict) -> None:
         c = self._columns(args_query(name, arg_set_ids))
-        paths: dict = {}  # a key's part after the name ("[0][1]") -> its index path, None if not an array element
-        for a, rest, value, vt in zip(c["arg_set_id"], c["rest"], c["value"], c["value_type"]):
-            a = int(a)
-            if isinstance(value, float) and value != value:  # (NaN: no value)
-                value = None
-            elif vt == "bool" and value is not None:
-                value = bool(value)
-            if not rest:
-                out[a] = value
-                continue
-            path = paths.get(rest, ())
-            if path == ():
-                found = [int(i) for i in _INDEXES.findall(rest)]
-                path = paths[rest] = found if "".join(f"[{i}]" for i in found) == rest else None
-            if path is None:
-                continue  # not an element of an array (flat_key matched through something else)
-            root = out.get(a)
-            if not isinstance(root, list):
-                root = out[a] = []
-            _put(root, path, value)
+        if not len(c["arg_set_id"]):
+            return
+        ids = _ints(c["arg_set_id"])
+        value = np.array(c["value"], dtype=object)  # (a copy: the NaN and bool fixes below write into it)
+        vt = np.asarray(c["value_type"], dtype=object)
+        real = np.flatnonzero(vt == "real")
+        if len(real):  # (NaN: no value)
+            nan = np.array([v is not None and v != v for v in value[real].tolist()], dtype=bool)
+            value[real[nan]] = None
+        flag = np.flatnonzero((vt == "bool") & (value != None))  # noqa: E711 - elementwise, on an object array
+        if len(flag):
+            value[flag] = [bool(v) for v in value[flag].tolist()]
+        # Each row's path in its arg set: () for the value itself, (i, j, ...) for an array's element, None for a key
+        # flat_key matched through something else; one parse per distinct key.
+        at, keys = first_seen_codes(c["rest"])
+        _assemble(ids, value, at, [_path(k) if isinstance(k, str) else None for k in keys], out)
 
 
-def _put(root: list, path: list[int], value) -> None:
+def _assemble(ids: np.ndarray, value: np.ndarray, at: np.ndarray, paths: list, out: dict) -> None:
+    """Put each arg set's rows (``ids``, ``value``, ``paths[at]``, in the query's order) back together into
+    ``out[arg set]``: its value, or the array its elements' paths make (:func:`_put`, row by row in the query's
+    order, is the rule). An arg set whose rows are all of one depth up to two and hold each position once, with no
+    gap (the elements of each array 0, 1, 2, ...), is put together instead by sorting its rows by their paths and
+    splitting them at its arrays' bounds, which gives the same lists; any other (an empty array inside another,
+    which has no row, a position given twice, paths of several depths) goes row by row."""
+    n = len(ids)
+    if not n:
+        return
+    depth = np.array([-1 if x is None else len(x) for x in paths], dtype=np.int64)[at]
+    i0, i1 = (np.array([x[d] if x is not None and len(x) > d else -1 for x in paths], dtype=np.int64)[at]
+              for d in range(2))
+    order = np.lexsort((i1, i0, ids))
+    ids_s, depth_s, i0_s, i1_s = ids[order], depth[order], i0[order], i1[order]
+    new_set = np.r_[True, ids_s[1:] != ids_s[:-1]]
+    starts = np.flatnonzero(new_set)
+    run = np.cumsum(new_set) - 1  # (each sorted row's arg set)
+    new_inner = new_set | np.r_[True, i0_s[1:] != i0_s[:-1]]
+    inner_start = np.flatnonzero(new_inner)
+    inner = np.cumsum(new_inner) - 1
+    pos = np.arange(n) - inner_start[inner]  # (position along its innermost array)
+    nth = inner - (np.cumsum(new_inner) - 1)[starts][run]  # (which of its arg set's arrays)
+    sizes = np.diff(np.r_[starts, n])
+    good = (depth_s == depth_s[starts][run]) & (depth_s >= 0) & (depth_s <= 2)
+    along = np.arange(n) - starts[run]  # (position along its arg set's rows)
+    good &= np.where(depth_s == 0, sizes[run] == 1, np.where(depth_s == 1, i0_s == along, i1_s == pos))
+    gaps = np.zeros(len(starts), dtype=bool)  # (arrays of arrays with an empty one before the last: no row)
+    gaps[run[(depth_s == 2) & (i0_s != nth)]] = True
+    bad = np.zeros(len(starts), dtype=bool)
+    bad[run[~good]] = True
+    vals = value[order].tolist()
+    ends = np.r_[starts[1:], n]
+    whole = np.flatnonzero(~bad)
+    for d in (0, 1, 2):
+        g = whole[depth_s[starts][whole] == d]
+        if not len(g):
+            continue
+        keys = ids_s[starts[g]].tolist()
+        if d == 0:
+            out.update(zip(keys, [vals[i] for i in starts[g].tolist()]))
+        elif d == 1:
+            out.update(zip(keys, [vals[i:j] for i, j in zip(starts[g].tolist(), ends[g].tolist())]))
+        else:  # (the innermost arrays, then each arg set's run of them, an empty one where a position has none)
+            bounds = np.r_[inner_start, n].tolist()
+            arrays = [vals[i:j] for i, j in zip(bounds[:-1], bounds[1:])]
+            first = np.r_[inner[starts], len(inner_start)]
+            out.update(zip(keys, [arrays[i:j] for i, j in zip(first[g].tolist(), first[g + 1].tolist())]))
+            at_pos = i0_s[inner_start].tolist()
+            for k in g[gaps[g]].tolist():
+                filled = [[] for _ in range(at_pos[first[k + 1] - 1] + 1)]
+                for m in range(first[k], first[k + 1]):
+                    filled[at_pos[m]] = arrays[m]
+                out[int(ids_s[starts[k]])] = filled
+    if not bad.any():
+        return
+    left = np.flatnonzero(np.isin(ids, ids_s[starts][bad]))  # (in the query's order)
+    for a, k, v in zip(ids[left].tolist(), at[left].tolist(), value[left].tolist()):
+        if paths[k] is None:
+            continue  # not an element of an array (flat_key matched through something else)
+        if not paths[k]:
+            out[a] = v
+            continue
+        root = out.get(a)
+        if not isinstance(root, list):
+            root = out[a] = []
+        _put(root, paths[k], v)
+
+
+def _id_list(arg_set_ids) -> list:
+    """Arg set ids as a list of Python ints (an integer array's ``tolist``, else ``int`` of each)."""
+    if isinstance(arg_set_ids, np.ndarray) and arg_set_ids.dtype.kind in "iu":
+        return arg_set_ids.tolist()
+    return [int(a) for a in arg_set_ids]
+
+
+def _path(rest: str):
+    """The index path of a key's part after the argument's name: () for ``""`` (the value itself), (i, j, ...) for
+    ``[i][j]...``, None for anything else (flat_key matched through another key)."""
+    if not rest:
+        return ()
+    found = tuple(int(i) for i in _INDEXES.findall(rest))
+    return found if "".join(f"[{i}]" for i in found) == rest else None
+
+
+def _put(root: list, path, value) -> None:
     """Set ``root[i][j]... = value``, growing the lists (positions not given are empty lists: trace_processor has no
     row for an empty array)."""
     node = root
