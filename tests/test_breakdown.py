@@ -128,18 +128,24 @@ def scan_windows(sc: Scan) -> list[tuple[int, float, float]]:
 def scan_unrecorded(sc: Scan) -> list[tuple[float, float]]:
     """(start, end) µs of each GPU's wait behind work the trace does not hold, by the rule stated in the analyses:
     the GPU's (pid's) first op by start; if its launch call is in the trace and the op started more than 100 µs after
-    the call returned, [the call's end, the op's start). (The rule's guard against a GPU clock stamped behind the
-    CPU's does not apply to the traces this is used on: test_a_gpu_clock_behind_the_cpu_s_is_not_unrecorded_work.)"""
+    the call returned, [the call's end, the op's start); if it has none where the GPU's other ops have theirs and the
+    trace has the profiler's own ``Trace`` slice, and the op started more than 100 µs after that slice's start (the
+    last before it), [that start, the op's start). (The rule's guard against a GPU clock stamped behind the CPU's does
+    not apply to the traces this is used on: test_a_gpu_clock_behind_the_cpu_s_is_not_unrecorded_work.)"""
     first: dict = {}
     for g in sc.gpu:  # (in start order)
         first.setdefault(g.get("pid"), [])
         if not first[g.get("pid")] or first[g.get("pid")][0]["ts"] == g["ts"]:
             first[g.get("pid")].append(g)
+    began = sorted(e["ts"] for e in sc.xs if str(e.get("cat") or "").lower() == "trace")
     out = []
-    for ops in first.values():
+    for pid, ops in first.items():
         ends = [l["ts"] + l["dur"] for l, g in sc.pairs if any(g is o for o in ops)]
-        if ends and ops[0]["ts"] - max(ends) > 100.0:
-            out.append((max(ends), ops[0]["ts"]))
+        launched = any(g.get("pid") == pid for _, g in sc.pairs)
+        start = (max(ends) if ends else
+                 max((b for b in began if b <= ops[0]["ts"]), default=None) if launched else None)
+        if start is not None and ops[0]["ts"] - start > 100.0:
+            out.append((start, ops[0]["ts"]))
     return out
 
 
@@ -299,9 +305,12 @@ def test_the_unrecorded_wait_is_the_queued_warm_up_step_h100(name, want):
     """The same fp32 attention loop on an H100, profiled with schedule(wait=1, warmup=1, active=3)
     (``scripts/gpu_unrecorded.py``). ``plain_0``: the warm-up step's kernel (~3.26 ms) was running when the recording
     began, is not in the trace, and the first recorded kernel waited 2.42 ms after its call returned (a plain scan):
-    unrecorded. ``plain_1``: that kernel started after the recording began, so the trace holds it, with no launch call:
-    recorded work, nothing unrecorded. ``synced_0``: a torch.cuda.synchronize() before the recording opened, and the
-    first kernel starts before its call returns: nothing unrecorded."""
+    unrecorded. ``plain_1``: that kernel started after the recording began, so the trace holds it, with no launch call
+    (it was launched before the recording); it started 689.5 µs after the recording began, behind the wait step's
+    kernel, still running and not in the trace: unrecorded from the recording's start (454.2 µs of it in the steps'
+    windows).
+    ``synced_0``: a torch.cuda.synchronize() before the recording opened, and the first kernel starts before its
+    call returns: nothing unrecorded."""
     path = H100_SDPA / f"sdpa_fp32_{name}.json.gz"
     sc = scan(path)
     first = sc.gpu[0]
@@ -312,7 +321,10 @@ def test_the_unrecorded_wait_is_the_queued_warm_up_step_h100(name, want):
         wait = first["ts"] - (call[0]["ts"] + call[0]["dur"])
         assert 2000 < wait < first["dur"] and unrec == pytest.approx(wait, abs=0.01)
     elif want == "no call":
-        assert not call and unrec == 0.0
+        began = next(e["ts"] for e in sc.xs if e.get("cat") == "Trace")  # the profiler's own slice: the recording
+        in_steps = sum(max(0.0, min(b, first["ts"]) - max(a, began)) for _, a, b in scan_windows(sc))
+        assert not call and first["ts"] - began == pytest.approx(689.530, abs=0.001)
+        assert unrec == pytest.approx(in_steps, abs=0.01) == pytest.approx(454.203, abs=0.001)  # (in the windows)
     else:
         assert first["ts"] < call[0]["ts"] + call[0]["dur"] and unrec == 0.0
     want_all = scan_breakdown(sc)
@@ -368,6 +380,51 @@ def test_what_is_not_a_wait_behind_unrecorded_work(tmp_path):
         b = step_breakdown(s).set_index("category")["time_us"]
     assert b["unrecorded"] == pytest.approx(750.0)
     assert b.sum() == pytest.approx(2000.0)
+
+
+MLP_FP32 = DATA / "h200_verdicts" / "mlp_fp32_eager.json"
+
+
+def test_a_first_op_launched_before_the_recording_waited_from_its_start_h200():
+    """The H200's fp32 MLP run (schedule with a warm-up step), read off the JSON (µs, the trace's clock less
+    5,297,331,000,000): the profiler's own slice, "PyTorch Profiler (0)", begins the recording at 592,002.749; the
+    first GPU op the trace holds, a GELU kernel (correlation 29), has no launch call in it (the warm-up step launched
+    it) and starts at 599,614.098: 7,611.349 µs on the warm-up's GEMMs, which started before the recording and are not
+    in the trace. ProfilerStep#2 starts at 592,447.043, so 7,167.055 µs of its window are unrecorded, and the 4.704
+    µs from the GELU's end to the next GEMM's start idle. Question 2 said the GPU was busy "only 0.0%" inside each
+    step's window, where all of it lay in that wait."""
+    sc = scan(MLP_FP32)
+    assert scan_unrecorded(sc) == [(pytest.approx(5297331592002.749), pytest.approx(5297331599614.098))]
+    b = step_breakdown(session(MLP_FP32)).set_index(["step", "category"])["time_us"]
+    assert b[(2, "unrecorded")] == pytest.approx(7167.055, abs=0.002)
+    assert b[(2, "idle")] == pytest.approx(4.704, abs=0.002)
+    from profiling_core.explain import findings
+    q2 = {f.id: f for f in findings(analyze(session(MLP_FP32)))}["q2.bound"]
+    assert "busy 100.0% (100.0% of the window on work the trace does not hold" in q2.text
+    assert "busy only 0.0%" not in q2.text
+
+
+def test_a_first_op_without_a_launch_call_by_the_recording_s_start(tmp_path):
+    """Cases built for the rule's second branch. The recording begins at 0 (the profiler's own ``Trace`` slice);
+    step 0 [100, 600) launches kernel 1 at 101; kernel 99, launched before the recording (no call in the trace),
+    starts at 2,100 and runs 100 µs, kernel 1 after it. The window [100, 2300): 2,000 µs unrecorded (from the step's
+    start to kernel 99's), 100 other work each. Not unrecorded: without the ``Trace`` slice (when the recording began
+    is unknown); where the trace holds no launch call of that GPU at all (launches not recorded: its first op says
+    nothing of a queue); where kernel 99 starts 50 µs after the recording began."""
+    trace = {"ph": "X", "name": "PyTorch Profiler (0)", "cat": "Trace", "pid": "Spans", "tid": "PyTorch Profiler",
+             "ts": 0.0, "dur": 5000.0}
+    body = [_step(0, 100.0, 500.0), _gpu(99, "early_kernel", 2100.0, 100.0, 7)]
+    launched = [_launch(1, 101.0), _gpu(1, "my_kernel", 2200.0, 100.0, 7)]
+    cases = {"recorded launches": ([trace] + body + launched, 2000.0),
+             "no Trace slice": (body + launched, 0.0),
+             "no launch call at all": ([trace] + body + [_gpu(7, "my_kernel", 2200.0, 100.0, 7)], 0.0),
+             "50 µs after the start": ([{**trace, "ts": 2050.0}] + body + launched, 0.0)}
+    for what, (events, want) in cases.items():
+        path = _write(tmp_path, events)
+        with open_trace(path, engine="sqlite") as s:
+            b = step_breakdown(s).set_index(["step", "category"])["time_us"]
+        assert b[(0, "unrecorded")] == want, what
+        assert sum(w - max(v, 100.0) for v, w in scan_unrecorded(Scan(path))) == want, what  # (the oracle agrees)
 
 
 @pytest.mark.parametrize("skew", [0.0, 5000.0])

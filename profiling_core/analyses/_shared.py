@@ -36,8 +36,9 @@ SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
               "hipEventSynchronize"}
 """The calls that block the CPU until the GPU has done what they wait for (:attr:`Shared.sync_waits`)."""
 UNRECORDED_WAIT_NS = 100_000
-"""How long after its launch call returned a GPU's first recorded op must start for :attr:`Shared.unrecorded_waits`
-to say that it waited behind work the trace does not hold: several times the tens of µs in which a launch reaches a
+"""How long after its launch call returned (or, launched before the recording, after the recording began) a GPU's
+first recorded op must start for :attr:`Shared.unrecorded_waits` to say that it waited behind work the trace does
+not hold: several times the tens of µs in which a launch reaches a
 GPU with nothing queued, and well below the waits seen behind a queued kernel (docs/FINDINGS.md, "A GPU's wait behind
 work the trace does not hold", has both measured on the test traces and on an H100)."""
 
@@ -711,9 +712,14 @@ class Shared:
         returned, the GPU spent [call's end, op's start) on something ahead of it in its queue, and nothing the trace
         records ran on that GPU before the op: work queued before the recording began (a schedule's warm-up steps
         whose kernels still ran when the active steps began: the profiler records no op that started before it
-        did), or, on a GPU shared with another process, that process's work. Nothing is said of the time before
-        the call (the GPU may have been busy or idle then), of a first op with no launch call in the trace (it is
-        itself the recorded work), or of later ops (a wait behind recorded work on another stream is not one).
+        did), or, on a GPU shared with another process, that process's work. If the first op has no launch call in
+        the trace where the trace holds those of the GPU's other ops, it was launched before the recording began
+        (a warm-up step's op that started after it); where it started more than :data:`UNRECORDED_WAIT_NS` after the
+        recording began (the start of the profiler's own ``Trace`` slice, :attr:`recording_starts`: the last before
+        the op), the GPU spent [recording's start, op's start) on the work queued ahead of it, for the same reason.
+        Nothing is said of the time before the call (the GPU may have been busy or idle then), of a first op with no
+        launch call in a trace without a ``Trace`` slice or without the GPU's launch calls, or of later ops (a wait
+        behind recorded work on another stream is not one).
 
         Where the trace's GPU clock runs behind its CPU clock, every op seems to start late. So a GPU is left out
         where the trace shows it never starting an op promptly: where every op launched onto it when it was free
@@ -737,14 +743,28 @@ class Shared:
             at = np.searchsorted(p["gpu_id"][by_gpu], first)
             lo = np.searchsorted(p["gpu_id"][by_gpu], first, side="right")
             calls = np.concatenate([by_gpu[a:z] for a, z in zip(at.tolist(), lo.tolist())])
+            end, mine = int(ts.min()), pair_gpu == d
             if len(calls):
-                start, end = int(call_end[calls].max()), int(ts.min())
-                if end - start > UNRECORDED_WAIT_NS and not self._late_clock(ts, o["end"][idx], pair_gpu == d):
-                    b.append(start)
-                    e.append(end)
+                start = int(call_end[calls].max())
+            else:  # (launched before the recording: from the recording's start, where the GPU's launches are held)
+                began = self.recording_starts[self.recording_starts <= end]
+                if not len(began) or not mine.any():
+                    continue
+                start = int(began.max())
+            if end - start > UNRECORDED_WAIT_NS and not self._late_clock(ts, o["end"][idx], mine):
+                b.append(start)
+                e.append(end)
         if not b:
             return none
         return merged(np.array(b, dtype=np.int64), np.array(e, dtype=np.int64))
+
+    @cached_property
+    def recording_starts(self) -> np.ndarray:
+        """The starts (ns, sorted) of the profiler's own ``Trace`` slices (Kineto's "PyTorch Profiler (N)", one per
+        recording): when each recording began. Empty where the trace has none."""
+        t = self.slices
+        rec = np.array([c == "trace" for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"]]
+        return np.sort(t["ts"][rec].astype(np.int64))
 
     def _late_clock(self, ts: np.ndarray, end: np.ndarray, mine: np.ndarray) -> bool:
         """Whether one GPU (its ops' ``ts`` and ``end``; ``mine``, a mask of the launch pairs of its ops) never started

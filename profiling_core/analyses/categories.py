@@ -44,10 +44,11 @@ them: compute kernels first, then copies, then communication (so ``communication
 BREAKDOWN_CATEGORIES = GPU_OP_CATEGORIES + ("unrecorded", "idle")
 """:data:`GPU_OP_CATEGORIES`, ``unrecorded`` and ``idle``: the rows of a step's breakdown, in this order.
 ``unrecorded`` is time a GPU spent on work the trace does not hold, where no recorded op ran: its first recorded op
-waited that long after its launch call returned, behind work queued before the recording began (the profiler
-records no op that started before it did: a schedule's warm-up step's kernel still running, docs/FINDINGS.md).
-``Shared.unrecorded_waits`` states the rule: only that wait is known, so time before the launch call counts as idle
-even where such work ran then. ``idle`` is the rest: no GPU op of the trace's running."""
+waited that long after its launch call returned (or, where it was launched before the recording, after the
+recording began), behind work queued before the recording began (the profiler records no op that started before it
+did: a schedule's warm-up step's kernel still running, docs/FINDINGS.md). ``Shared.unrecorded_waits`` states the
+rule: only that wait is known, so time before the launch call counts as idle even where such work ran then. ``idle`` is
+the rest: no GPU op of the trace's running."""
 
 _COMMUNICATION = ("nccl", "rccl")
 _ATTENTION = ("flash", "fmha", "sdpa", "attention", "attn")

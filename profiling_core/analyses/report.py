@@ -214,7 +214,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         ``steady_state`` (:func:`~profiling_core.analyses.steps.steady_state`: the one bound rule's verdict on the
         steps after the first, with its evidence), ``queue_growth``
         (:func:`~profiling_core.analyses.steps.queue_growth`: whether the launch queue grew, and its figures),
-        ``devices`` (the GPUs the trace names, ``session.devices``), ``recorded_with`` (the torch.profiler options the trace says it was recorded with, ``session.recorded_with``), ``launch_latency_median_us`` (None without pairs), ``launch_apis`` (distinct calls that launched GPU work),
+        ``devices`` (the GPUs the trace names, ``session.devices``), ``recorded_with`` (the torch.profiler options the
+        trace says it was recorded with, ``session.recorded_with``), ``launch_latency_median_us`` (None without pairs),
+        ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
         ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step
         breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}

@@ -199,8 +199,9 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         lines.append("  GPU time by category (share of the steps' windows, whatever launched the work; where streams "
                      "overlap, an instant counts once, for the first category listed: communication is what nothing "
                      "else overlapped; unrecorded: a GPU's first recorded op waiting, after its launch call "
-                     "returned, behind work the trace does not hold (queued before the recording began); idle: no "
-                     "GPU work the trace recorded, nor such a wait): "
+                     "returned (or, launched before the recording, after the recording began), behind work the "
+                     "trace does not hold (queued before the recording began); idle: no GPU work the trace "
+                     "recorded, nor such a wait): "
                      + ", ".join(f"{c} {format_share(v, 1)}" for c, v in shares.items() if v > 0))
     ph = report.summary.get("train_phases") or {}
     if ph:  # a training step: where each phase's time goes (medians of the steps after the first)
