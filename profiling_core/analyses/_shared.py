@@ -763,8 +763,7 @@ class Shared:
         """The starts (ns, sorted) of the profiler's own ``Trace`` slices (Kineto's "PyTorch Profiler (N)", one per
         recording): when each recording began. Empty where the trace has none."""
         t = self.slices
-        rec = np.array([c == "trace" for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"]]
-        return np.sort(t["ts"][rec].astype(np.int64))
+        return np.sort(t["ts"][_recordings(t)].astype(np.int64))
 
     def _late_clock(self, ts: np.ndarray, end: np.ndarray, mine: np.ndarray) -> bool:
         """Whether one GPU (its ops' ``ts`` and ``end``; ``mine``, a mask of the launch pairs of its ops) never started
@@ -1003,6 +1002,12 @@ class Shared:
         pid_of = {upid: pid for upid, pid, _name in tb.processes}
         return {utid: (tid, pid_of.get(upid)) for utid, tid, _name, upid, _main in sorted(tb.threads)}
 
+def _recordings(t: dict) -> np.ndarray:
+    """A mask over the slices ``t`` (:attr:`Shared.slices`' columns): the profiler's own ``Trace`` slices (Kineto's
+    "PyTorch Profiler (N)"), one per recording, from its start to its end."""
+    return np.array([c == "trace" for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"]]
+
+
 def _steps_cut_at_recording(t: dict) -> np.ndarray:
     """The slices' durations with every step slice (``ProfilerStep#N``, not a ``gpu_user_annotation`` copy) cut at
     the end of the recording: the latest end of the profiler's own ``Trace`` slices (Kineto's "PyTorch Profiler
@@ -1012,7 +1017,7 @@ def _steps_cut_at_recording(t: dict) -> np.ndarray:
     ``_recording.sql``. ``dur`` itself when nothing is cut."""
     dur = t["dur"]
     cats = t["cat_low_uniq"]
-    rec = np.array([c == "trace" for c in cats], dtype=bool)[t["cat_codes"]]
+    rec = _recordings(t)
     if not rec.any():
         return dur
     end = int((t["ts"][rec] + dur[rec]).max())
