@@ -985,6 +985,77 @@ def test_q4_tells_a_queue_that_drifts_from_one_that_drains_each_step(tmp_path, s
                                             for k, v in zip(sorted(q4.evidence["step_first_us"]), first)}
 
 
+def _queue_trace(path: Path, waits: list[float], *, step_us: float = 1000.0, late: dict | None = None) -> Path:
+    """Steps of ``step_us`` of CPU time, each launching one kernel 10 µs in whose start is ``waits[k]`` after its
+    launch call; ``late`` (step → (call offset, wait, kernel µs)) adds a second launch to a step."""
+    ev = [{"ph": "X", "name": "PyTorch Profiler (0)", "cat": "Trace", "pid": "Spans", "tid": "PyTorch Profiler",
+           "ts": 0.0, "dur": 1000.0 * step_us}]
+    corr = 0
+
+    def launch(ts: float, wait: float, dur: float) -> None:
+        nonlocal corr
+        corr += 1
+        ev.append({"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "pid": 1, "tid": 1, "ts": ts,
+                   "dur": 1.0, "args": {"correlation": corr}})
+        ev.append({"ph": "X", "name": "gemm_kernel", "cat": "kernel", "pid": 0, "tid": 7, "ts": ts + wait,
+                   "dur": dur, "args": {"correlation": corr}})
+
+    for k, w in enumerate(waits):
+        s = 1000.0 + k * step_us
+        ev.append({"ph": "X", "name": f"ProfilerStep#{k}", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": s,
+                   "dur": step_us})
+        nxt = waits[k + 1] + step_us - w if k + 1 < len(waits) else 1.5 * step_us  # back to back on the GPU
+        launch(s + 10.0, w, min(nxt, 20.0) if late else nxt)
+        if late and k in late:
+            launch(s + late[k][0], *late[k][1:])
+    path.write_text(json.dumps({"traceEvents": ev}))
+    return path
+
+
+@pytest.mark.parametrize("waits", [[9000.0, 9500.0, 10000.0, 10500.0], [9000.0, 9300.0, 9600.0, 9900.0]])
+def test_q4_a_long_queue_still_growing_every_step_has_not_held(tmp_path, waits):
+    """The GPU falls 0.3 or 0.5 ms further behind at every 1 ms step, starting 9 ms behind: the last steps' waits
+    are within 10% of each other only because the queue is long. It still grows; it did not grow and then hold."""
+    path = _queue_trace(tmp_path / "t.json", waits)
+    first = _first_delays_by_scan(path)
+    assert first == pytest.approx(waits)
+    assert all(b - a >= 0.1 * 1000.0 for a, b in zip(first, first[1:]))  # rising at every step, 10%+ of a step
+    r, f, _d = run(path)
+    q4 = f["q4.offset"]
+    assert r.summary["queue_growth"]["state"] == "grows"
+    assert "The queue grows across the steps" in q4.text and "held" not in q4.text
+    assert "the queue grew:" in f["q2.bound"].text and "grew and then held" not in f["q2.bound"].text
+
+
+def test_q4_a_queue_that_grew_and_then_held_still_says_so(tmp_path):
+    """The counter case: the queue grows in the first step, then holds at ~9 ms (waits 0.5, 9.0, 9.05, 9.02, 9.04
+    ms), so the steps after the first keep one distance between the lanes."""
+    waits = [500.0, 9000.0, 9050.0, 9020.0, 9040.0]
+    path = _queue_trace(tmp_path / "t.json", waits)
+    assert _first_delays_by_scan(path) == pytest.approx(waits)
+    r, f, _d = run(path)
+    q = r.summary["queue_growth"]
+    assert q["state"] == "grew_held" and q["held_steps"] == [1, 2, 3, 4]
+    assert "The queue grew and then held" in f["q4.offset"].text
+
+
+def test_q4_one_late_step_is_no_growing_queue(tmp_path):
+    """Five 1 ms steps, each launching a 20 µs kernel that starts 5 µs after its call; step 3 also launches a
+    1.5 ms kernel 0.9 ms in, so step 4's kernel waits behind it (1,395 µs). Only the last step waited more than 3×
+    the first: the GPU ran 20 µs a step and sat idle the rest, which is no queue that grows across the steps."""
+    path = _queue_trace(tmp_path / "t.json", [5.0, 5.0, 5.0, 5.0, 1395.0], late={3: (900.0, 5.0, 1500.0)})
+    ev = scan_trace(path)
+    long = next(e for e in ev if e.get("dur") == 1500.0)
+    step4 = next(e for e in ev if e.get("cat") == "kernel" and e["ts"] > long["ts"])
+    assert step4["ts"] == long["ts"] + long["dur"]  # as built: it waits behind the long kernel, nothing more
+    assert _first_delays_by_scan(path) == pytest.approx([5.0, 5.0, 5.0, 5.0, 1395.0])
+    assert sum(e["dur"] for e in ev if e.get("cat") == "kernel") == pytest.approx(5 * 20.0 + 1500.0)
+    r, f, _d = run(path)
+    assert r.summary["queue_growth"]["state"] is None
+    assert "grows across the steps" not in f["q4.offset"].text and "queue grew" not in f["q2.bound"].text
+    assert f["q2.bound"].evidence["bound"] == "overhead-bound"
+
+
 # --- a cost is what the step can lose --------------------------------------------------------------------------------
 # A step gets no shorter than the GPU work it launches, nor than its CPU's own time: a fix that takes GPU time off a
 # step the CPU paces (overhead-bound) saves at most what the CPU spent blocked on the GPU, and removing blocking

@@ -575,7 +575,9 @@ waited behind a warm-up step's kernel: 3.50, 6.55, 9.62 ms on an H100)."""
 
 HELD_WITHIN = 0.10
 """Steps whose first GPU op waited within this share of the last step's wait: the queue held its length, where at
-least half the steps after the first (and two) did (a slow steady drift has only its last steps that close)."""
+least half the steps after the first (and two) did (a slow steady drift has only its last steps that close) and
+their waits did not still rise at every step by :data:`RISES_AT` of a step's CPU time (a long queue still growing
+has its last steps within a few percent of each other too)."""
 
 QUEUED_AT = 0.9
 """With fewer than two steps, a last GPU op's long wait is a queue of work only where the GPU ran earlier work for at
@@ -592,11 +594,14 @@ def queue_growth(launches: pd.DataFrame, steps_df: pd.DataFrame) -> dict:
     can be read:
 
     * across the steps (two or more steps with launch pairs): each step's first GPU op (its first launch) against the
-      first step's. The queue **grows** where the last one waited more than :data:`GROWS_AT` times the first's, or
-      where, over three steps or more, it waited longer at every step, by at least :data:`RISES_AT` of the median
-      step's CPU time per step: the CPU launches faster than the GPU runs, and the GPU lane drifts right. It grew and
-      then **held** (``grew_held``) where the last steps' first ops waited alike (within :data:`HELD_WITHIN` of the
-      last one's), at least half the steps after the first and two; it grew but **drained** where the GPU sat idle
+      first step's. The queue **grows** where the last one waited more than :data:`GROWS_AT` times the first's and
+      so did at least half the steps after the first (one late step is no trend), or where, over three steps or
+      more, it waited longer at every step, by at least :data:`RISES_AT` of the median step's CPU time per step
+      (:func:`_rises`): the CPU launches faster than the GPU runs, and the GPU lane drifts right. It grew and then
+      **held** (``grew_held``) where the last steps after the first waited alike (within :data:`HELD_WITHIN` of the
+      last one's), at least half the steps after the first and two, and did not still wait longer at every one of
+      them by that much a step (a queue still growing at that pace has not held, however long it already is); it
+      grew but **drained** where the GPU sat idle
       with nothing launched for it in every step after the first (more than :data:`STARVED_AT` of the step): the
       queue empties each step and no backlog carries over. Where it did not grow across the steps but each step's
       later half of ops waited more than :data:`GROWS_AT` times its first op (median over steps), it grows
@@ -631,11 +636,12 @@ def queue_growth(launches: pd.DataFrame, steps_df: pd.DataFrame) -> dict:
                    step_last_us={int(k): float(v) for k, v in last.items()})
         cpu = (float(steps_df["cpu_dur_us"].median()) if steps_df is not None and "cpu_dur_us" in steps_df
                and len(steps_df) else float("nan"))
-        rose = (len(first) >= 3 and bool((first.diff().iloc[1:] > 0).all())
-                and float(first.iloc[-1] - first.iloc[0]) / (len(first) - 1) >= RISES_AT * cpu)
-        if first.iloc[-1] > GROWS_AT * max(first.iloc[0], 1e-9) or rose:
+        after = first.iloc[1:]
+        jumped = GROWS_AT * max(float(first.iloc[0]), 1e-9)
+        if (first.iloc[-1] > jumped and (after > jumped).sum() >= len(after) / 2) or (len(first) >= 3
+                                                                                         and _rises(first, cpu)):
             held = _held_tail(first)
-            if len(held) >= max(2, (len(first) - 1) / 2):
+            if len(held) >= max(2, (len(first) - 1) / 2) and not _rises(held, cpu):
                 out.update(state="grew_held", held_steps=[int(k) for k in held.index])
                 return out
             dry = _drained(steps_df, [int(k) for k in first.index])
@@ -657,11 +663,19 @@ def queue_growth(launches: pd.DataFrame, steps_df: pd.DataFrame) -> dict:
     return out
 
 
+def _rises(waits: pd.Series, cpu: float) -> bool:
+    """Whether these first-op waits (two or more, by step) rose at every step, by at least :data:`RISES_AT` of
+    ``cpu`` (a step's CPU time, µs) per step on average. False where ``cpu`` is unknown (NaN)."""
+    return (len(waits) >= 2 and bool((waits.diff().iloc[1:] > 0).all())
+            and float(waits.iloc[-1] - waits.iloc[0]) / (len(waits) - 1) >= RISES_AT * cpu)
+
+
 def _held_tail(first: pd.Series) -> pd.Series:
-    """The last steps (a Series by step) whose first op's wait is within :data:`HELD_WITHIN` of the last step's."""
+    """The last steps after the first (a Series by step) whose first op's wait is within :data:`HELD_WITHIN` of the
+    last step's."""
     last = float(first.iloc[-1])
     k = len(first)
-    while k > 0 and abs(float(first.iloc[k - 1]) - last) <= HELD_WITHIN * max(last, 1e-9):
+    while k > 1 and abs(float(first.iloc[k - 1]) - last) <= HELD_WITHIN * max(last, 1e-9):
         k -= 1
     return first.iloc[k:]
 
