@@ -88,7 +88,7 @@ ui.per_step_notes(s, rep.steps)
 # --- the whole run ---------------------------------------------------------------------------------
 if not rep.dispatch_chains.empty:
     st.header("The whole run", divider="gray")
-    ov_slices, ov_steps, dropped = charts.overview_from_chains(rep.dispatch_chains)
+    ov_slices, ov_steps, dropped = ui.overview(rid)
     overview = ui.chart("trace_overview", ov_slices, ov_steps,
                         title=f"All {len(ov_steps)} profiled steps" + ("" if rep.has_gpu else ": CPU lane"))
     ui.chart_block(overview, ov_slices, f"{run.name}_overview", key="profile_overview")
@@ -225,8 +225,7 @@ if not steps:
 else:
     step = st.select_slider("Step", options=steps, value=steps[0], key="profile_step",
                             help="display only: moving it never re-runs the profile")
-    chain = chains[chains["step"] == step]
-    slices, links = charts.timeline_from_chain(chain)
+    slices, links = ui.step_timeline(rid, step)
     if not rep.has_gpu:
         st.caption("CPU lane only: this trace has no GPU events (recorded on the CPU), so there is no GPU lane "
                    "and no launch → kernel links.")

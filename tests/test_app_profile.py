@@ -60,6 +60,32 @@ def test_display_slider_does_not_rerun_the_profile(seed_run, runs_dir):
     assert sorted(p.name for p in runs_dir.iterdir()) == before
 
 
+def test_the_step_timeline_draws_the_step_the_slider_names(runs_dir):
+    """Moving the step slider redraws the timeline with that step: its ProfilerStep slice (a plain scan of the
+    trace: name, duration) and the kernels launched inside it, each step's own and none of the first step's."""
+    import json as _json
+    from conftest_app import H200, chart_specs, import_trace
+    path = H200 / "4096_bf16_warm_eager_a20.json"
+    ev = [e for e in _json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    steps = {e["name"]: e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")}
+    import_trace(runs_dir, path, "a20")
+    at = app("profile")
+    slider = at.select_slider(key="profile_step")
+    drawn = {}
+    for value in (slider.options[0], slider.options[-1], slider.options[0]):
+        at.select_slider(key="profile_step").set_value(value).run()
+        assert not errors_of(at)
+        [spec] = [s for s in chart_specs(at) if "ProfilerStep#" in _json.dumps(s.get("title"))]
+        rows = [r for d in spec["datasets"].values() for r in d if "name" in r and "end_us" in r]  # (the slices)
+        [top] = [r for r in rows if r["lane"] == "CPU" and r["depth"] == 0]
+        name = f"ProfilerStep#{value}"
+        assert top["name"] == name and f"{name}:" in _json.dumps(spec["title"])
+        assert top["end_us"] - top["start_us"] == pytest.approx(steps[name]["dur"], abs=0.01)
+        drawn.setdefault(value, []).append(sorted((r["name"], round(r["start_us"], 3)) for r in rows))
+    first, last = slider.options[0], slider.options[-1]
+    assert drawn[first][0] == drawn[first][1] != drawn[last][0]
+
+
 def _bound_metric_and_q2(runs_dir, path: Path):
     """The Profile page's bound metric for the trace at ``path`` (imported as the store's one run), and question 2's
     finding on that trace."""

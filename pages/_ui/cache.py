@@ -201,6 +201,35 @@ def report(run_id: str):
     return _readable(run_id, lambda: memo(("report", run_id), make))
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _overview(path: str, mtime_ns: int, config_json: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    return charts.overview_from_chains(_report(path, mtime_ns, config_json).dispatch_chains)
+
+
+def overview(run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """The run's whole-run timeline: (slices, step starts, slices left out) (``charts.overview_from_chains`` of its
+    report's dispatch chains), shaped once per trace version, not at every rerun (tens of ms on a big trace)."""
+    def make():
+        cfg = load_run(run_id).config
+        return _overview(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
+    return _readable(run_id, lambda: memo(("overview", run_id), make))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _step_timeline(path: str, mtime_ns: int, config_json: str, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    chains = _report(path, mtime_ns, config_json).dispatch_chains
+    return charts.timeline_from_chain(chains[chains["step"] == step])
+
+
+def step_timeline(run_id: str, step: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One step of the run on the timeline: (slices, launch → GPU op links) (``charts.timeline_from_chain`` of that
+    step's dispatch chain), shaped once per trace version and step."""
+    def make():
+        cfg = load_run(run_id).config
+        return _step_timeline(*_trace_stamp(run_id), cfg.to_json() if cfg else "", int(step))
+    return _readable(run_id, lambda: memo(("step_timeline", run_id, int(step)), make))
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def _findings(path: str, mtime_ns: int, config_json: str) -> list:
     try:
