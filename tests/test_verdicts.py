@@ -1554,3 +1554,183 @@ def test_rocm_copy_calls_count_among_the_launch_calls():
     assert names["hipMemcpyWithStream"] == 2 and sum(names.values()) == 16
     text = rules(run(path, peaks=None)[2])["gpu_starved"].text
     assert "(16 GPU ops per step)" in text and "The 16 launch calls take" in text
+
+
+# --- per step means the steps' own calls, and a cost never passes what the step can lose (rules read by hand) -------
+
+_UNALIGNED_BF16 = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_128x256_64x3_nn_align1>(x)"
+
+
+def _gemm_loop(path: Path, *, dims, types, kernel: str, gpu_us: float, warmup_calls: int) -> Path:
+    """Four steps of one GEMM and a sync each, after ``warmup_calls`` calls of the same GEMM before the first step
+    (a script's warm-up the recording caught)."""
+    t = vt.Trace()
+
+    def gemm(t):
+        t.cpu("aten::mm", 60, dims=dims, types=types, children=lambda t: t.launch(kernel, gpu_us))
+    for _ in range(warmup_calls):
+        gemm(t)
+    if warmup_calls:
+        t.sync()
+        t.t += 10
+    for n in range(1, 5):
+        t.step(n, lambda t: (gemm(t), t.sync()))
+    return t.write(path)
+
+
+@pytest.mark.parametrize("rule,kw", [
+    ("unaligned_gemm_dims", dict(dims=[[4096, 4095], [4095, 4096]], types=vt.BF16, kernel=_UNALIGNED_BF16,
+                                 gpu_us=200.0)),
+    ("fp32_without_tf32", dict(dims=[[4096, 4096], [4096, 4096]], types=["float", "float"],
+                               kernel="ampere_sgemm_128x64_nn", gpu_us=4000.0))])
+def test_gemm_rules_per_step_count_the_steps_calls_not_a_warm_up_before_them(tmp_path, rule, kw):
+    """Eight calls of the GEMM before the first ProfilerStep, then one per step: the rules' per-step figures are the
+    steps' own GEMMs (one per step, as a scan of the trace counts), the same as without the warm-up calls; before,
+    they divided all twelve calls' time by the four steps (an unaligned GEMM's cost 3× its own, an fp32 GEMM's
+    "12,000 µs of GEMM time per step" beside a step of 4,000 µs of GPU work)."""
+    warm = _gemm_loop(tmp_path / "warm.json", warmup_calls=8, **kw)
+    plain = _gemm_loop(tmp_path / "plain.json", warmup_calls=0, **kw)
+    ev = [e for e in scan_trace(warm) if e.get("ph") == "X"]
+    steps = steps_of(ev)
+    gemms = [e for e in ev if e["name"] == "aten::mm"]
+    assert len(gemms) == 12 and sum(any(a <= e["ts"] < b for a, b in steps) for e in gemms) == 4
+    got = {}
+    for name, path in (("warm", warm), ("plain", plain)):
+        _r, _f, d = run(path)
+        got[name] = rules(d)[rule]
+    assert got["warm"].cost_us_per_step == pytest.approx(got["plain"].cost_us_per_step, rel=1e-9)
+    assert 0 < got["warm"].cost_us_per_step <= kw["gpu_us"]
+    if rule == "fp32_without_tf32":
+        assert "4,000.0 µs of such kernels per step" in got["warm"].text and "12,000" not in got["warm"].text
+
+
+def _scan_step_figures(path: Path) -> tuple[float, float]:
+    """(median step's CPU time, median step's GPU kernel time) over the steps after the first, by a plain scan."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = steps_of(ev)[1:]
+    calls = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime"
+             and "correlation" in e.get("args", {})}
+    gpu = [sum(k["dur"] for k in ev if k.get("cat") == "kernel" and a <= calls[k["args"]["correlation"]] < b)
+           for a, b in steps]
+    return statistics.median(b - a for a, b in steps), statistics.median(gpu)
+
+
+def test_a_for_loop_optimizer_s_cost_on_a_cpu_paced_step_is_what_the_step_can_lose(tmp_path):
+    """A 1 ms forward GEMM and a for-loop AdamW (40 parameters × 5 ops of 8 µs, a 2 µs kernel each): 1,640 µs of
+    CPU and 1,400 µs of GPU work a step, the CPU sets the pace. A fused optimizer takes the optimizer's CPU time and
+    most of its 400 µs of kernels off, but the step keeps its 1 ms GEMM: it can lose at most CPU − (GPU − the
+    optimizer's GPU time), 640 µs, where the rule said 1,604 µs (the optimizer's whole CPU time)."""
+    t = vt.Trace()
+
+    def body(t):
+        vt._annotate(t, "train::forward", lambda t: t.cpu("aten::mm", 30, dims=[[512, 512], [512, 512]],
+                                                          types=vt.BF16, children=lambda t: t.launch(vt.BF16_GEMM,
+                                                                                                    1000.0)))
+
+        def opt(t):
+            for _ in range(40):
+                for op in vt.FOR_LOOP_OPS:
+                    t.cpu(op, 8, children=lambda t: t.launch(vt.ELEMENTWISE, 2.0))
+        vt._annotate(t, "train::optimizer", lambda t: vt._annotate(t, "Optimizer.step#AdamW.step", opt))
+    for n in range(1, 6):
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    cpu, gpu = _scan_step_figures(path)
+    opt_gpu = 40 * len(vt.FOR_LOOP_OPS) * 2.0
+    assert (cpu, gpu) == pytest.approx((1640.0, 1400.0))
+    r, _f, d = run(path)
+    x = rules(d)["unfused_optimizer"]
+    assert r.summary["steady_state"]["bound"] == "overhead-bound"
+    assert x.cost_us_per_step == pytest.approx(cpu - (gpu - opt_gpu))
+    assert "a step gets no shorter than its GPU work" in x.cost_basis
+
+
+def test_the_allocator_rule_s_cost_is_no_more_than_the_step_can_lose(tmp_path):
+    """Each step: a 3 ms GEMM, then empty_cache()'s cudaFree, which waits for it, then a cudaMalloc. The calls take
+    2,987 µs of the step's 3,031 µs, nearly all of it the wait for a GEMM the step runs anyway: without them the
+    step would still take its 3 ms of GPU work, so the cost is the step's CPU time less its GPU work (31 µs)."""
+    t = vt.Trace()
+
+    def body(t):
+        t.cpu("aten::mm", 30, dims=[[4096, 4096], [4096, 4096]], types=vt.BF16,
+              children=lambda t: t.launch(vt.BF16_GEMM, 3000.0))
+        ts = t.t
+        dur = max(5.0, t.gpu_free - ts + 3.0)
+        t._x("cudaFree", ts, dur, "cuda_runtime")
+        t.t = ts + dur
+        t.cpu("aten::empty", 20, children=lambda t: (t._x("cudaMalloc", t.t, 10.0, "cuda_runtime"),
+                                                     setattr(t, "t", t.t + 10.0)))
+    for n in range(1, 6):
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    cpu, gpu = _scan_step_figures(path)
+    _r, _f, d = run(path)
+    x = rules(d)["allocator_in_step"]
+    assert "2,987.0 µs of CPU time per step" in x.text
+    assert x.cost_us_per_step == pytest.approx(cpu - gpu) and cpu - gpu == pytest.approx(31.0)
+    assert "comes on top" not in x.cost_basis
+
+
+@pytest.mark.parametrize("slow_types,slow_dims", [(["c10::Half", "c10::Half"], [[256, 256], [256, 256]]),
+                                                  (None, None)])
+def test_cpu_contention_compares_a_call_only_with_calls_of_its_shapes_and_dtypes(tmp_path, slow_types, slow_dims):
+    """A quiet CPU run: three 300 µs fp32 256² aten::mm a step, and one 6 ms call that is another computation: the
+    same shapes in fp16 (a slow path, not a stall), or an op whose shapes the trace never recorded. Neither is "the
+    same call" as the fp32 ones, so neither is a stall 20× its median; the fp16 one, alone of its kind, has no
+    median at all."""
+    t = vt.Trace()
+    dims = [[256, 256], [256, 256]]
+
+    def body(t):
+        for _ in range(3):
+            t.cpu("aten::mm", 300, dims=None if slow_dims is None else dims,
+                  types=None if slow_types is None else ["float", "float"])
+        t.cpu("aten::mm", 6000, dims=slow_dims, types=slow_types)
+    for n in range(1, 5):
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json", device_properties=False)
+    _r, _f, d = run(path, config={"workload": "mlp", "threads": 2, "device": "cpu"})
+    assert "cpu_contention" not in rules(d)
+
+
+def test_cpu_contention_still_names_a_stall_of_the_same_call(tmp_path):
+    """The counter case: the slow call is the same op, shapes and dtypes as the others (fp32 256²), 20× their
+    300 µs median: a stall the rule names, with the figures of a scan."""
+    t = vt.Trace()
+    dims, types = [[256, 256], [256, 256]], ["float", "float"]
+
+    def body(t):
+        for _ in range(3):
+            t.cpu("aten::mm", 300, dims=dims, types=types)
+        t.cpu("aten::mm", 6000, dims=dims, types=types)
+    for n in range(1, 5):
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json", device_properties=False)
+    _r, _f, d = run(path, config={"workload": "mlp", "threads": 2, "device": "cpu"})
+    x = rules(d)["cpu_contention"]
+    assert "took 6,000.0 µs" in x.text and "against a median 300.0 µs for the same call (20×)" in x.text
+
+
+def test_the_input_rule_does_not_call_a_gpu_without_work_busy(tmp_path):
+    """Steps after the first launch nothing on the GPU while the DataLoader takes 1 ms of their ~1.04 ms: the rule
+    said "the GPU had 0.00 µs of work per step and idled 0% of the step"."""
+    t = vt.Trace()
+
+    def first(t):
+        t.cpu(vt.SINGLE_NEXT, 100, cat="user_annotation", children=lambda t: t.cpu("aten::stack", 10.0))
+        t.cpu("aten::mm", 40, dims=[[512, 512], [512, 512]], types=vt.BF16,
+              children=lambda t: t.launch(vt.BF16_GEMM, 20.0))
+
+    def later(t):
+        t.cpu(vt.SINGLE_NEXT, 1000, cat="user_annotation", children=lambda t: t.cpu("aten::stack", 10.0))
+        t.cpu("aten::add", 40)
+    t.step(1, first)
+    for n in range(2, 5):
+        t.step(n, later)
+    path = t.write(tmp_path / "t.json")
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    later_steps = steps_of(ev)[1:]
+    assert not [e for e in ev if e.get("cat") == "kernel" and any(a <= e["ts"] < b for a, b in later_steps)]
+    _r, _f, d = run(path)
+    x = rules(d)["input_bound"]
+    assert "idled 0%" not in x.text and "the GPU ran no work in these steps" in x.text

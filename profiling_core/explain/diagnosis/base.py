@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
 import pandas as pd
 
 from ...analyses import GPU_PACED, Report
@@ -82,6 +83,38 @@ def _in_steps(report: Report, ops: pd.DataFrame) -> pd.DataFrame:
         return ops
     launched = lat.loc[lat["step"].notna(), "gpu_id"].astype(int)
     return ops[ops["id"].astype(int).isin(set(launched))]
+
+
+def _gemm_rows_in_steps(c: "_Ctx", rows: pd.DataFrame) -> pd.DataFrame:
+    """These GEMM rows of the roofline (``c.roof``) as the profiled steps ran them: ``count`` their calls inside a
+    ProfilerStep (a GEMM op whose call began inside one; a kernel of no op of its own, e.g. a graph replay's, that a
+    step launched, :func:`_in_steps`) and ``time_us`` those calls' mean; rows that no step ran are left out.
+
+    The roofline counts every call in the trace, warm-up calls before the first step among them, so a sum over its
+    rows divided by :func:`_steps` is a per-step figure only over these. A trace without steps keeps its rows."""
+    r = c.report
+    if r.steps.empty or rows.empty:
+        return rows
+    st = r.steps.sort_values("start_ns", kind="stable")
+    starts = st["start_ns"].to_numpy(dtype=np.int64)
+    ends = np.maximum.accumulate(starts + np.round(st["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64))
+    per_call: dict[int, float] = {}  # slice id of a call the steps made -> its time (µs)
+    g = r.gemm_throughput
+    if not g.empty:
+        ts = g["start_ns"].to_numpy(dtype=np.int64)
+        k = np.searchsorted(starts, ts, side="right") - 1
+        inside = (k >= 0) & (ts < ends[np.maximum(k, 0)])
+        per_call.update(zip(g["id"].to_numpy()[inside].astype(int).tolist(),
+                            g["time_us"].to_numpy(dtype=float)[inside].tolist()))
+    launched = _in_steps(r, r.gpu_ops)
+    per_call.update(zip(launched["id"].astype(int).tolist(), launched["dur_us"].astype(float).tolist()))
+    counts, means = [], []
+    for ids in rows["slice_ids"]:
+        times = [per_call[int(i)] for i in (ids if isinstance(ids, (list, tuple)) else ()) if int(i) in per_call]
+        counts.append(len(times))
+        means.append(float(np.mean(times)) if times else 0.0)
+    out = rows.assign(count=counts, time_us=means)
+    return out[out["count"] > 0]
 
 
 def _per(report: Report) -> str:

@@ -9,14 +9,15 @@ are given back each step, by ``torch.cuda.empty_cache()`` in the loop or by the 
 did not fit and it released its cache to retry (memory near full); allocations alone, a cache that grows or shapes
 that change. The stream-ordered ``cudaMallocAsync``/``cudaFreeAsync`` of the ``backend:cudaMallocAsync`` allocator
 are its normal path and are not counted. The cost is the step's calls' own CPU time per step (mean): what the step
-spends asking the driver for memory (``cudaFree`` also waits for the device to finish its work)."""
+spends asking the driver for memory (a ``cudaFree``'s time includes its wait for the device to finish its work), no
+more than the step can lose: its CPU time less the GPU work it launches (``base._cpu_time_cost``)."""
 from __future__ import annotations
 
 from typing import Optional
 
 from ....analyses import basis_steps
 from ....units import format_share
-from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us
+from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us
 
 FREES = ("cudaFree", "hipFree", "cuMemUnmap", "cuMemRelease", "cuMemAddressFree")
 ALLOCS = ("cudaMalloc", "hipMalloc", "cuMemCreate", "cuMemMap", "cuMemAddressReserve", "cuMemSetAccess")
@@ -66,7 +67,9 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
     ev = {"basis_steps": basis, "calls_per_step": {k: float(v) / n for k, v in by_name["calls"].items()},
           "us_per_step": us, "cpu_step_us": cpu, "frees": frees,
           "beside_calls_per_step": float(aside["beside_calls"].sum()) / n}
-    return Diagnosis("allocator_in_step", "The allocator asks the driver for memory in every step", text, fix, us,
-                     "the CPU time of the driver allocation calls per steady-state step (mean): what the step spends "
-                     "asking the driver for memory (cudaFree's wait for the device comes on top where the GPU had work "
-                     "queued)", ev)
+    cost, basis_text = _cpu_time_cost(
+        r, us, "the CPU time of the driver allocation calls per steady-state step (mean): what the step spends asking "
+        "the driver for memory (a cudaFree's time includes its wait for the device where the GPU had work queued)",
+        f"the {_fmt_us(us)} of allocation calls per step")
+    return Diagnosis("allocator_in_step", "The allocator asks the driver for memory in every step", text, fix, cost,
+                     basis_text, ev)

@@ -2,7 +2,8 @@
 trace, either enough:
 
 - a work op's call takes at least :data:`SLOW_CALL_AT` times the median of the same call (same op, same recorded
-  shapes) over the run's steps after the first, over at least :data:`MIN_CALLS` calls;
+  shapes and dtypes; calls whose shapes the trace did not record are never the same call) over the run's steps
+  after the first, over at least :data:`MIN_CALLS` calls;
 - a GEMM of at least :data:`MIN_GEMM_US` of own time runs below ``analyses.steps.CPU_GEMM_FLOOR_GFLOPS``, a rate
   any core exceeds on a product of that size (FLOPs from its recorded shapes).
 
@@ -24,7 +25,7 @@ from ....analyses.steps import CPU_GEMM_FLOOR_GFLOPS, working_steps
 from ....config import config_field as _cfg
 from ....units import format_rate, format_share
 from ...questions.base import _self_times_by_step, _work_ops
-from ..base import Diagnosis, _Ctx, _args_of, _fmt_us
+from ..base import Diagnosis, _Ctx, _args_each, _fmt_us
 
 SLOW_CALL_AT = 10.0
 """A call at least this many times the median of the same call is slow."""
@@ -38,7 +39,8 @@ TOP_CALLS = 5
 
 
 def _calls(r, session, steps: list[int]):
-    """(per call: step, id, name, shape, own µs) of the work ops of ``steps``."""
+    """(per call: step, id, name, shapes, dtypes, own µs) of the work ops of ``steps``, the recorded ``Input Dims``
+    and ``Input type`` as JSON text ("null" where the trace recorded none)."""
     by_step = _self_times_by_step(r.dispatch_chains, steps)
     rows = []
     for k in steps:
@@ -47,15 +49,15 @@ def _calls(r, session, steps: list[int]):
             continue
         w = _work_ops(g)
         rows += [(k, int(i), str(n), float(us)) for i, n, us in zip(w["id"], w["name"], w["self_us"])]
-    dims = _args_of(session, "Input Dims", [i for _, i, _, _ in rows])
-    texts: dict[int, str] = {}  # id of a shapes value (held in dims meanwhile) -> its JSON: equal ones often share one
+    dims, types = _args_each(session, ("Input Dims", "Input type"), [i for _, i, _, _ in rows])
+    texts: dict[int, str] = {}  # id of a value (held in dims/types meanwhile) -> its JSON: equal ones often share one
 
     def text(d) -> str:
         t = texts.get(id(d))
         if t is None:
             t = texts[id(d)] = json.dumps(d)
         return t
-    return [(k, i, n, text(dims.get(i)), us) for k, i, n, us in rows]
+    return [(k, i, n, text(dims.get(i)), text(types.get(i)), us) for k, i, n, us in rows]
 
 
 def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
@@ -66,18 +68,18 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
     basis = numbers[1:] if len(numbers) > 1 else numbers
     calls = _calls(r, c.session, numbers)
     groups: dict[tuple, list[float]] = {}
-    for k, _i, n, shape, us in calls:
-        if k in basis:
-            groups.setdefault((n, shape), []).append(us)
+    for k, _i, n, shape, dtypes, us in calls:
+        if k in basis and shape != "null":  # (without recorded shapes, no two calls are known to be the same)
+            groups.setdefault((n, shape, dtypes), []).append(us)
     medians = {key: float(np.median(v)) for key, v in groups.items() if len(v) >= MIN_CALLS}
     g = r.gemm_throughput
     flops = {int(i): float(f) for i, f, d in zip(g["id"], g["flops"], g["device"]) if d == "cpu" and f > 0} \
         if not g.empty else {}
     slow = []
-    for k, i, n, shape, us in calls:
+    for k, i, n, shape, dtypes, us in calls:
         if k not in basis:
             continue
-        med = medians.get((n, shape))
+        med = medians.get((n, shape, dtypes))
         lost_vs_median = us - med if med and us >= SLOW_CALL_AT * med else 0.0
         f = flops.get(i)
         floor_us = f / (CPU_GEMM_FLOOR_GFLOPS * 1e3) if f else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ....units import format_share
-from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _in_this_app, _steps
+from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gemm_rows_in_steps, _gpu_time_cost, _in_this_app, _steps
 
 
 FP32_SHARE_AT = 0.5
@@ -25,7 +25,7 @@ def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
     ph = r.phases
     if not (ph[ph["phase"] == "backward"]["cpu_us"] > 0).any():
         return None  # phases without a backward: not a training step
-    g = roof[roof["kind"] == "gemm"]
+    g = _gemm_rows_in_steps(c, roof[roof["kind"] == "gemm"])  # (the calls the steps made: per step below)
     fp32 = g[g["dtype"].isin(["fp32", "tf32"])]
     if fp32.empty or not _ampere_or_later(c, fp32["kernel"].astype(str).tolist()):
         return None

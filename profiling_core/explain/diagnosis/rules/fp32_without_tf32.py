@@ -20,7 +20,8 @@ import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
 from ...questions.base import _per_name, _short
-from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gpu_time_cost, _in_steps, _in_this_app, _per, _steps
+from ..base import (Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gemm_rows_in_steps, _gpu_time_cost, _in_steps,
+                    _in_this_app, _per, _steps)
 
 
 def _tf32_on(roof: pd.DataFrame) -> bool:
@@ -56,6 +57,7 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
         if rows.empty:
             return None
         simt_names &= {x for n in rows["kernel"] for x in split_kernel_names(str(n))}
+    rows = _gemm_rows_in_steps(c, rows)  # (the calls the steps made: the figures below are per step)
     kern = k[k["name"].isin(simt_names)]
     per_step = float(_in_steps(c.report, kern)["dur_us"].sum()) / _steps(c.report)
     top = str(kern.groupby(kern["name"].astype(object))["dur_us"].sum().idxmax())

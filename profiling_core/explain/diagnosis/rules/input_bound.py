@@ -61,9 +61,13 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     if r.has_gpu:
         st = r.steps[r.steps["step"].isin(dw["steps"])]
         gpu = float(st["gpu_busy_us"].sum()) / n
-        text += (f" Meanwhile the GPU had {_fmt_us(gpu)} of work per step and idled "
-                 f"{format_share(float(ss.get('gpu_idle_share') or 0.0))} of the step: it waits while the batch is "
-                 "made.")
+        # (the steady state's idle share is the bound rule's, written for an overhead-bound verdict; any other
+        # verdict here, e.g. steps that launched nothing, reads the same figures as these steps')
+        idle = (float(ss.get("gpu_idle_share") or 0.0) if ss.get("bound") == "overhead-bound"
+                else max(0.0, 1.0 - gpu / cpu) if cpu > 0 else 0.0)
+        text += (f" Meanwhile the GPU had {_fmt_us(gpu)} of work per step and idled {format_share(idle)} of the step: "
+                 "it waits while the batch is made." if gpu > 0 else
+                 " Meanwhile the GPU ran no work in these steps: it sat idle while the batch was made.")
         ev["gpu_us_per_step"] = gpu
     if _WORKERS in which:
         fix = ("The DataLoader's worker processes do not make batches as fast as the step uses them: the loop waits "

@@ -41,7 +41,7 @@ from ....analyses import ran_compiled
 from ....analyses.categories import kernel_family, split_kernel_names
 from ....config import config_field as _cfg
 from ...questions.base import _short
-from ..base import Diagnosis, _Ctx, _fmt_us, _gpu_time_cost, _steps
+from ..base import Diagnosis, _Ctx, _fmt_us, _gemm_rows_in_steps, _gpu_time_cost, _steps
 
 ALIGN_ELEMENTS = 8
 """16 bytes of bf16/fp16: the alignment cuBLAS's vectorised tensor-core kernels need of each leading dimension."""
@@ -201,7 +201,7 @@ def _rule_unaligned_dims(c: _Ctx) -> Optional[Diagnosis]:
         g = g[g["flops_from"] != "config"]  # a compiled run's shapes that ran are unknown: Inductor may have padded
     if g.empty:
         return None
-    bad = g.loc[[bool(_unaligned(x)) for _i, x in g.iterrows()]]
+    bad = _gemm_rows_in_steps(c, g.loc[[bool(_unaligned(x)) for _i, x in g.iterrows()]])
     if bad.empty:
         return None
     steps = _steps(c.report)

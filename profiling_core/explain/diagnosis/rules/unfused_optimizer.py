@@ -9,14 +9,15 @@ FusedAdam run no ``_foreach_`` op: in HTA's A100 trace one updates 257 parameter
 257 ``aten::add_`` of its step counters); none of these is the for-loop. The rule speaks when the for-loop ran at least :data:`PER_PARAMETER_OPS_AT` ATen ops per
 step. The cost bound follows the one bound rule (``analyses.steps.bound``): when the GPU sets the pace (a
 compute-bound steady state) it is the optimizer phase's GPU time per step, else its CPU time (a fused optimizer still
-takes some of either)."""
+takes some of either), no more than the step can lose: its CPU time less the GPU work it launches other than the
+optimizer's (``base._cpu_time_cost``), since the step gets no shorter than that work."""
 from __future__ import annotations
 
 import re
 from typing import Optional
 
 from ....analyses import GPU_PACED, basis_steps, phase_ops
-from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels
+from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels
 
 PER_PARAMETER_OPS_AT = 8
 """ATen ops per step in the optimizer phase from which a for-loop optimizer is worth naming (a for-loop Adam runs
@@ -73,11 +74,15 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
                  "figures above are per step that ran it, the cost below per step of the loop.")
     paced_by = (r.summary.get("steady_state") or {}).get("bound")
     gpu_paced = on_gpu and paced_by in GPU_PACED
-    cost, basis_text = ((gpu_us * every, "the optimizer phase's GPU time per step (the GPU sets the pace: a "
-                         f"{paced_by} step): what a fused optimizer could save at most (it still takes some)")
-                        if gpu_paced else
-                        (cpu_us * every, "the optimizer phase's CPU time per step: what a fused optimizer could save "
-                         "at most (it still takes some)"))
+    if gpu_paced:
+        cost, basis_text = (gpu_us * every, "the optimizer phase's GPU time per step (the GPU sets the pace: a "
+                            f"{paced_by} step): what a fused optimizer could save at most (it still takes some)")
+    else:  # the CPU sets the pace: the step gets no shorter than the GPU work left once the optimizer is fused
+        cost, basis_text = _cpu_time_cost(
+            r, cpu_us * every, "the optimizer phase's CPU time per step: what a fused optimizer could save at most (it "
+            "still takes some)", f"the optimizer's {_fmt_us(cpu_us * every)} of CPU time per step",
+            gpu_us * every if on_gpu else 0.0,
+            " other than the optimizer's own, which a fused optimizer shortens too" if on_gpu else "")
     return Diagnosis("unfused_optimizer", "For-loop optimizer: per-parameter ops every step", text, fix, cost,
                      basis_text,
                      {"slice_ids": ops["slice_id"].astype(int).tolist()[:50], "optimizer": cls,
