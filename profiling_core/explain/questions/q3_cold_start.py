@@ -176,9 +176,11 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
         out = f" This is a cold start ({why or 'from the trace: the first step does work no later step repeats'}):"
         if len(mine):
             calls_us = float(mine["us"].sum())
-            out += (f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all"
-                    + (f", {format_share(calls_us / extra)} of the {_us(extra)} extra; the rest is host-side work "
-                       f"with no CUDA call in the trace" if extra > 0 else "") + ".")
+            share = (f", {format_share(calls_us / extra)} of the {_us(extra)} extra; the rest is host-side work "
+                     f"with no CUDA call in the trace" if 0 < calls_us <= extra * 1.0005 else
+                     f", more than all of the {_us(extra)} extra: the first step's other work ran faster than the "
+                     "later steps'" if extra > 0 else "")
+            out += f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all{share}."
         if len(aside):
             out += (" Threads that hold no step slice and launch nothing (a DataLoader's pin-memory thread, say) call "
                     f"{_calls_text(aside, 'beside_calls', 'beside_us')} in the first step alone: time that overlaps "

@@ -26,13 +26,14 @@ import numpy as np
 
 from ....analyses import GPU_PACED, basis_steps, phases_at, working_steps
 from ....analyses._common import is_size
+from ....analyses._shared import SYNC_CALLS
 from ....units import human_bytes
 from ...questions.base import ELSEWHERE, _on_step_thread, _per_name
 from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_n, _fmt_us, _other_steps_empty
 
-_SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-               "cuStreamSynchronize", "cuCtxSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
-               "hipMemcpy", "hipMemcpyWithStream")  # the blocking copies of both runtimes included
+_SYNC_CALLS = (*sorted(SYNC_CALLS), "cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream")
+"""The calls that block the CPU until the GPU has caught up (the analyses' own list), and the blocking copies of both
+runtimes."""
 _SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
 
 
