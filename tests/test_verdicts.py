@@ -1780,3 +1780,47 @@ def test_q3_gives_no_share_over_the_whole_extra_to_the_first_step_s_calls(tmp_pa
     q3 = run(path)[1]["q3.cold_start"]
     assert "the first step alone calls cudaMalloc ×1 (1.00 ms), 1.00 ms in all, more than all of the" in q3.text
     assert "the rest is host-side work" not in q3.text and "%" not in q3.text.split("in all")[1].split(".")[0]
+
+
+def _two_waiters(path: Path, *, second: bool, cpu_us: float = 600.0, gpu_us: float = 400.0) -> Path:
+    """Each step: ``cpu_us`` of CPU work, a ``gpu_us`` kernel, then the step's thread waits in cudaDeviceSynchronize
+    for it; with ``second``, a second thread waits in cudaStreamSynchronize for the same kernel at the same time."""
+    t = vt.Trace()
+
+    def body(t):
+        t.cpu("aten::foo", cpu_us)
+        t.cpu("aten::mm", 20, children=lambda t: t.launch("k", gpu_us))
+        ts, end = t.t, t.gpu_free + 2.0
+        t._x("cudaDeviceSynchronize", ts, end - ts, "cuda_runtime", tid=1)
+        if second:
+            t._x("cudaStreamSynchronize", ts + 1.0, end - ts - 1.0, "cuda_runtime", tid=2)
+        t.t = end
+    for n in range(1, 5):
+        t.step(n, body)
+    return t.write(path)
+
+
+def test_two_threads_waiting_on_the_same_kernel_block_the_step_once(tmp_path):
+    """Two threads wait at once for one 400 µs kernel a step: the step spends that time blocked once. Summed, the
+    two calls gave a "sync wait" of 767 µs a step, more than the GPU work it waited for, and turned an overhead-bound
+    step (626 µs of the CPU's own work against 400 µs of GPU work) compute-bound."""
+    one = _two_waiters(tmp_path / "one.json", second=False)
+    two = _two_waiters(tmp_path / "two.json", second=True)
+    ev = [e for e in scan_trace(two) if e.get("ph") == "X"]
+    syncs = [e for e in ev if e["name"].endswith("Synchronize")]
+    assert len({e["tid"] for e in syncs}) == 2 and len(syncs) == 8
+    kernel_us = statistics.median(e["dur"] for e in ev if e.get("cat") == "kernel")
+    r1, f1, d1 = run(one)
+    r2, f2, d2 = run(two)
+    ss1, ss2 = r1.summary["steady_state"], r2.summary["steady_state"]
+    assert ss2["sync_wait_us_per_step"] == pytest.approx(ss1["sync_wait_us_per_step"])
+    assert ss2["sync_wait_us_per_step"] <= kernel_us
+    assert ss2["bound"] == ss1["bound"] == "overhead-bound"
+    assert (r2.steps["sync_wait_us"] <= r2.steps["gpu_busy_us"] + 1e-6).all()
+    blocked = float(re.search(r"([\d,.]+) µs blocked in synchronising calls per step",
+                              rules(d2)["sync_in_step"].text).group(1).replace(",", ""))
+    held = []  # per step after the first, by a scan: the union of its sync calls' intervals (the two overlap)
+    for a, b in steps_of(ev)[1:]:
+        mine = sorted((e["ts"], e["ts"] + e["dur"]) for e in syncs if a <= e["ts"] < b)
+        held.append(max(e for _s, e in mine) - mine[0][0])
+    assert blocked == pytest.approx(statistics.mean(held), abs=0.05)

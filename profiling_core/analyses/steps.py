@@ -64,8 +64,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
         ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the calls that start in the step's
         window and block until it is done: the synchronize calls, and the calls that launched a copy to or from
-        pageable memory, :attr:`Shared.copy_waits`; CPU time spent blocked on GPU work, :func:`bound`; at most the
-        step's duration),
+        pageable memory, :attr:`Shared.copy_waits`; CPU time spent blocked on GPU work, :func:`bound`; each instant
+        once, however many calls on however many threads waited in it; at most the step's duration),
         ``copy_wait_us`` (the part of it in those copies), ``unlaunched_wait_us`` (the part of ``sync_wait_us``
         in which the GPU ran work the trace holds no launch call for, :func:`_unlaunched_ops`: work launched
         before the profiler began recording, which no step counts as its own), ``copy_busy_us`` and
@@ -92,10 +92,12 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     durs = df["cpu_dur_ns"].to_numpy(dtype=np.int64)
     # (at most the step's own duration: a call that starts in the step and runs past its end, on another thread or in
     # an edited trace, blocked the step no longer than the step lasted)
-    df["copy_wait_ns"] = np.minimum(_waits_in(sh.copy_waits, starts, durs), durs)
-    df["sync_wait_ns"] = np.minimum(_waits_in(sh.sync_waits, starts, durs) + df["copy_wait_ns"].to_numpy(), durs)
+    busy = merged(sh.ops["ts"].astype(np.int64), sh.ops["end"].astype(np.int64))
+    blocking = (sh.sync_waits, sh.copy_waits)
+    df["copy_wait_ns"] = np.minimum(_waits_in((sh.copy_waits,), starts, durs, *busy), durs)
+    df["sync_wait_ns"] = np.minimum(_waits_in(blocking, starts, durs, *busy), durs)
     early = _unlaunched_ops(sh)
-    df["unlaunched_wait_ns"] = (np.minimum(_unlaunched_waits_in(sh, early, starts, durs), df["sync_wait_ns"].to_numpy())
+    df["unlaunched_wait_ns"] = (np.minimum(_waits_in(blocking, starts, durs, *early), df["sync_wait_ns"].to_numpy())
                                 if len(early[0]) else np.zeros(len(starts), dtype=np.int64))
     df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
                                    else np.zeros(len(starts), dtype=np.int64))
@@ -223,33 +225,27 @@ def _unlaunched_ops(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     return merged(ts, ts + sh.slices["dur"][r].astype(np.int64))
 
 
-def _unlaunched_waits_in(sh: Shared, early: tuple[np.ndarray, np.ndarray], starts: np.ndarray,
-                         durs: np.ndarray) -> np.ndarray:
-    """Per window [start, start + dur) (ns): of the blocking calls that start in it (those ``sync_wait_us`` counts),
-    the time the GPU ran work the trace holds no launch call for (``early``, :func:`_unlaunched_ops`)."""
+def _waits_in(calls: tuple[pd.DataFrame, ...], starts: np.ndarray, durs: np.ndarray, s: np.ndarray,
+              t: np.ndarray) -> np.ndarray:
+    """Per window [start, start + dur) (ns): how much of the disjoint sorted intervals [s, t) (the GPU's busy time, or
+    a part of it) lies inside the blocking calls of ``calls`` (:attr:`Shared.sync_waits`, :attr:`Shared.copy_waits`)
+    that start in the window: time the CPU spent blocked on work the GPU was still doing. Each instant counts once,
+    however many calls held it: two threads waiting on the same kernel at once, or a sync beside a copy's call, block
+    the step for that time once."""
     out = np.zeros(len(starts), dtype=np.int64)
-    for sw in (sh.sync_waits, sh.copy_waits):
-        if sw.empty or not len(starts):
-            continue
-        b = sw["start_ns"].to_numpy(dtype=np.int64)
-        covered = covered_ns(b, b + sw["dur_ns"].to_numpy(dtype=np.int64), *early)
-        out += _waits_in(sw.assign(gpu_busy_ns=covered), starts, durs)
+    frames = [c for c in calls if not c.empty]
+    if not frames or not len(starts) or not len(s):
+        return out
+    b = np.concatenate([c["start_ns"].to_numpy(dtype=np.int64) for c in frames])
+    e = b + np.concatenate([c["dur_ns"].to_numpy(dtype=np.int64) for c in frames])
+    order = np.argsort(b, kind="stable")
+    b, e = b[order], e[order]
+    lo = np.searchsorted(b, starts, side="left")
+    hi = np.searchsorted(b, starts + durs, side="left")
+    for k in np.flatnonzero(hi > lo).tolist():
+        mb, me = merged(b[lo[k]:hi[k]], e[lo[k]:hi[k]])
+        out[k] = int(covered_ns(mb, me, s, t).sum())
     return out
-
-
-def _waits_in(sw: pd.DataFrame, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
-    """Per window [start, start + dur) (ns): the time the GPU was busy inside the blocking calls of ``sw``
-    (:attr:`Shared.sync_waits`, :attr:`Shared.copy_waits`) that start in it: time the CPU spent blocked on work the
-    GPU was still doing."""
-    if sw.empty or not len(starts):
-        return np.zeros(len(starts), dtype=np.int64)
-    ts = sw["start_ns"].to_numpy(dtype=np.int64)
-    order = np.argsort(ts, kind="stable")
-    ts = ts[order]
-    cum = np.r_[0, np.cumsum(sw["gpu_busy_ns"].to_numpy(dtype=np.int64)[order])]
-    lo = np.searchsorted(ts, starts, side="left")
-    hi = np.searchsorted(ts, starts + durs, side="left")
-    return cum[hi] - cum[lo]
 
 
 def _launched_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

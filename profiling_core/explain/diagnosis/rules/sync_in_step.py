@@ -26,7 +26,7 @@ import numpy as np
 
 from ....analyses import GPU_PACED, basis_steps, phases_at, working_steps
 from ....analyses._common import is_size
-from ....analyses._shared import SYNC_CALLS
+from ....analyses._shared import SYNC_CALLS, union_ns
 from ....units import human_bytes
 from ...questions.base import ELSEWHERE, _on_step_thread, _per_name
 from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_n, _fmt_us, _other_steps_empty
@@ -35,6 +35,14 @@ _SYNC_CALLS = (*sorted(SYNC_CALLS), "cudaMemcpy", "hipMemcpy", "hipMemcpyWithStr
 """The calls that block the CPU until the GPU has caught up (the analyses' own list), and the blocking copies of both
 runtimes."""
 _SYNC_OPS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
+
+
+def _held_us(tb, rows: list[int]) -> float:
+    """The time (µs) these calls held, the union of their intervals."""
+    if not rows:
+        return 0.0
+    ts = np.asarray(tb.ts[rows], dtype=np.int64)
+    return union_ns(ts, ts + np.asarray(tb.dur[rows], dtype=np.int64)) / 1000
 
 
 def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
@@ -74,9 +82,10 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     held = copies[~copies["gpu_name"].astype(str).str.lower().str.contains("pinned", regex=False)] if len(copies) \
         else copies
     copy_calls = sorted(set(held["launch_id"].astype(int).tolist()) - set(calls)) if len(held) else []
-    sync_us = float(tb.dur[calls].sum()) / 1000 / n if calls else 0.0
-    copy_call_us = float(tb.dur[copy_calls].sum()) / 1000 / n if copy_calls else 0.0
-    blocked = sync_us + copy_call_us
+    # (each instant once: calls on two threads that wait at the same time block the step for that time once)
+    sync_us = _held_us(tb, calls) / n
+    blocked = _held_us(tb, calls + copy_calls) / n
+    copy_call_us = blocked - sync_us
     copy_rows = _copy_rows(c.session, copies, n)
     if len(idx) == 0 and all(row["kind"] == "host-to-device" and row["memory"] == "pinned" for row in copy_rows):
         return None  # a batch copied from pinned memory (non_blocking) holds nothing: how a loop should feed a GPU
