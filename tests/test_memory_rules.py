@@ -284,3 +284,73 @@ def test_no_peak_counted_from_the_window_is_called_far_above_the_steps_or_given_
     assert label in {f.id: f for f in findings(r)}["q1.memory"].text
     [sentence] = memory_section(r.memory, r.steps).sentences
     assert label in sentence and "began with" not in sentence
+
+
+# --- raw events, built to break one claim each -----------------------------------------------------------------------
+
+def _x(name, ts, dur, cat="cpu_op"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+
+
+def _mem(ts, nbytes, addr, total=None, reserved=None):
+    a = {"Device Type": 1, "Device Id": 0, "Bytes": nbytes, "Addr": addr}
+    if total is not None:
+        a["Total Allocated"] = total
+    if reserved is not None:
+        a["Total Reserved"] = reserved
+    return {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+            "args": a}
+
+
+def _write(path, events):
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events, "deviceProperties": [
+        {"id": 0, "name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0}]}))
+    return path
+
+
+def test_a_peak_whose_event_gives_no_reserved_figure_says_none(tmp_path):
+    """The peak's [memory] event has no Total Reserved (the one before it has): question 1 wrote "(nan GiB reserved
+    by the allocator then)"; it now leaves the reserved figure out."""
+    path = _write(tmp_path / "t.json", [
+        _x("ProfilerStep#1", 0, 100, "user_annotation"), _x("aten::empty", 2, 2),
+        _mem(3, 10 * MiB, 1, 10 * MiB, 64 * MiB), _x("aten::mul", 10, 10), _mem(12, 100 * MiB, 2, 110 * MiB)])
+    _d, f = diagnosis(path)
+    text = f["q1.memory"].text
+    assert text.startswith("cuda:0 peaks at 110.0 MiB allocated, in aten::mul (step 1)") and "nan" not in text
+
+
+def test_two_allocations_at_one_timestamp_are_both_the_op_s(tmp_path):
+    """Two 100 MiB allocations inside aten::mul at the same timestamp: the loader nests the second instant under the
+    first, and question 1 named "[memory]" as the op at the peak and among the ops that left blocks; both are
+    aten::mul's (a scan: both instants lie inside its slice)."""
+    ev = [_x("ProfilerStep#1", 0, 100, "user_annotation"), _x("aten::mul", 10, 10),
+          _mem(12, 100 * MiB, 7, 100 * MiB, 256 * MiB), _mem(12, 100 * MiB, 8, 200 * MiB, 256 * MiB)]
+    path = _write(tmp_path / "t.json", ev)
+    assert all(10 <= e["ts"] < 20 for e in ev if e["name"] == "[memory]")
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+    m = r.memory
+    assert set(m.timeline["op"]) == {"aten::mul"} and m.peaks["op"].tolist() == ["aten::mul"]
+    own = m.by_op[m.by_op["op"] == "aten::mul"]
+    assert int(own["self_alloc_bytes"].sum()) == 200 * MiB and "[memory]" not in set(m.by_op["op"])
+    text = {f.id: f for f in findings(r)}["q1.memory"].text
+    assert "[memory]" not in text and "aten::mul 200.0 MiB in 2 blocks" in text
+
+
+@pytest.mark.parametrize("flat_step", [3, None])
+def test_growth_in_every_step_means_every_step(tmp_path, flat_step):
+    """Five steps, each keeping 4 KiB more on the GPU, but for ``flat_step``, which allocates nothing (its level stays
+    where step 2 left it): the rule said "grows in every step: steps 2–5" over the steps with events alone. With a
+    step that kept nothing it says nothing; without one it names steps 2 to 5."""
+    ev, level, t = [], 0, 0
+    for n in range(1, 6):
+        ev.append(_x(f"ProfilerStep#{n}", t, 100, "user_annotation"))
+        if n != flat_step:
+            level += 4096
+            ev += [_x("leaky_op", t + 10, 10), _mem(t + 12, 4096, 1000 + n, level, 2 * MiB)]
+        t += 200
+    d, _f = diagnosis(_write(tmp_path / "t.json", ev))
+    if flat_step is None:
+        assert "grows in every step: steps 2–5 each leave about 4.0 KiB more" in d["memory_growth"].text
+    else:
+        assert "memory_growth" not in d

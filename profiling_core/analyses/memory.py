@@ -29,7 +29,8 @@ nested under the op that was running on their thread. The rules, each stated onc
   0 with the inputs already allocated). Such a device, and a ``running_sum`` one, is measured from the window's
   start: :data:`RELATIVE_BASES` says why in words, and only a ``total`` device's peak is the device's own.
 - **Op.** An event's op is the slice it is nested in (its parent in the slice table: an ATen op, a
-  ``record_function`` range, a Python frame with ``with_stack``), None at the top level of its lane (2021 traces put
+  ``record_function`` range, a Python frame with ``with_stack``; never another ``[memory]`` event, under which a
+  loader may nest one of the same timestamp), None at the top level of its lane (2021 traces put
   memory events on a lane of their own, so all of theirs are at the top level). Frames grouped by op
   (:func:`memory_by_op`, :func:`unfreed`, :func:`live_at_peak`) merge ``ProfilerStep#N`` into ``ProfilerStep*`` as
   the profiler table does; an op's total counts the events nested anywhere under each of its slices (a slice nested
@@ -266,6 +267,16 @@ class _Events:
         code = {d: k for k, d in enumerate(self.devices)}
         self.dev = np.array([code[d] for d in names], dtype=np.int64)
         self.parent = t["ppos"][self.rows] if n else np.zeros(0, dtype=np.int64)
+        # an event's op is the nearest slice around it that is no [memory] event itself: at one timestamp a loader may
+        # nest one instant under another
+        is_event = np.zeros(len(t["ppos"]), dtype=bool)
+        is_event[self.rows] = True
+        up = np.flatnonzero(self.parent >= 0)
+        up = up[is_event[self.parent[up]]]
+        while len(up):
+            self.parent[up] = t["ppos"][self.parent[up]]
+            up = up[(self.parent[up] >= 0)]
+            up = up[is_event[self.parent[up]]]
         self.sh = sh
         self._steps()
         self._levels()

@@ -29,7 +29,7 @@ def _peak_clause(pk: dict, before_bytes: int) -> str:
     s = f"{pk['device']} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated"
     if relative:
         s += f" {relative[0]}"
-    if pk["peak_reserved_bytes"] == pk["peak_reserved_bytes"]:
+    if pk["reserved_at_peak_bytes"] == pk["reserved_at_peak_bytes"]:  # (the peak's event may lack a reserved figure)
         s += f" ({human_bytes(pk['reserved_at_peak_bytes'])} reserved by the allocator then)"
     if pk["at_opening"]:
         s += ", when the window opened (before its first event)"

@@ -33,11 +33,15 @@ def _left(ch: pd.DataFrame) -> pd.Series:
     return pd.Series(left.astype("int64").to_numpy(), index=ch["step"].astype(int).to_numpy())
 
 
-def _growing(churn: pd.DataFrame) -> list[tuple[int, str, pd.Series]]:
-    """(growth over the steps after the first, device, each such step's growth) of the devices that grow."""
+def _growing(churn: pd.DataFrame, steps: list[int]) -> list[tuple[int, str, pd.Series]]:
+    """(growth over the steps after the first, device, each such step's growth) of the devices that grow. A step of
+    ``steps`` (the trace's) between a device's first and last with no row of its own left that device's level as it
+    was: no rise, so no growth in every step."""
     found = []
     for dev, ch in churn.groupby("device", sort=False):
         left = _left(ch)
+        between = [k for k in steps if left.index[0] <= k <= left.index[-1]]
+        left = left.reindex(sorted(set(between) | set(left.index.tolist()))).ffill().astype("int64")
         rise = left.diff().iloc[1:]
         if len(rise) >= MIN_GROWING_STEPS and (rise > 0).all():
             found.append((int(left.iloc[-1] - left.iloc[0]), dev, rise.astype("int64")))
@@ -58,7 +62,7 @@ def _counted(peaks: pd.DataFrame, dev: str) -> str:
 
 def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
     m = c.report.memory
-    found = _growing(m.churn) if not m.churn.empty else []
+    found = _growing(m.churn, [int(k) for k in c.report.steps["step"]]) if not m.churn.empty else []
     if not found:
         return None
     total, dev, rise = max(found, key=lambda x: x[0])
