@@ -1824,3 +1824,35 @@ def test_two_threads_waiting_on_the_same_kernel_block_the_step_once(tmp_path):
         mine = sorted((e["ts"], e["ts"] + e["dur"]) for e in syncs if a <= e["ts"] < b)
         held.append(max(e for _s, e in mine) - mine[0][0])
     assert blocked == pytest.approx(statistics.mean(held), abs=0.05)
+
+
+@pytest.mark.parametrize("call", ["cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch"])
+def test_a_decode_token_replaying_a_graph_of_any_runtime_is_said_to_replay_one(tmp_path, call):
+    """Each decode token replays one captured graph (ten 2 µs kernels) through the CUDA runtime's, ROCm's or the
+    driver API's graph launch. The analyses count all three as graph replays (question 9 says so); the decode rule
+    and the GPU-starved rule counted only cudaGraphLaunch, and on a ROCm trace told the user to start replaying a
+    graph."""
+    t = vt.Trace(device_name="AMD Instinct MI300X" if call.startswith("hip") else "NVIDIA H200")
+
+    def graph_launch(t):
+        t.corr += 1
+        ts = t.t
+        t._x(call, ts, 8.0, "cuda_runtime", correlation=t.corr)
+        start = max(ts + 3, t.gpu_free)
+        for i in range(10):
+            t._x(f"triton_poi_fused_{i}", start, 2.0, "kernel", pid=0, tid=7, correlation=t.corr, device=0, stream=7)
+            start += 2.0
+        t.gpu_free = start
+        t.t = ts + 8.0
+
+    def token(t):
+        t.cpu("Torch-Compiled Region: 0/0", 300, children=lambda t: t.cpu("## Call CompiledFxGraph aaaa ##", 50,
+                                                                           children=graph_launch))
+    for n in range(1, 5):
+        t.step(n, lambda t: [t.cpu("decode::token", 320, children=token, cat="user_annotation") for _ in range(4)])
+    path = t.write(tmp_path / "t.json")
+    assert sum(e["name"] == call for e in scan_trace(path)) == 16
+    _r, _f, d = run(path, config={"compile": "reduce-overhead"})
+    x = rules(d)["decode_launch_bound"]
+    assert f"Each token already replays a CUDA graph (1 {call} per token)" in x.text
+    assert x.fix.startswith("The graph replays already")

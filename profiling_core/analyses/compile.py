@@ -14,7 +14,8 @@ from ._common import ints, nullable_int, us
 from ._shared import Shared, covered_ns, frame, shared_for
 from .table import cpu_slices_by_step, engine_work_beside
 
-__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL"]
+__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
+           "GRAPH_LAUNCHES"]
 
 COMPILED_GRAPH_CALL = "## Call CompiledFxGraph "
 """How the profiler names a call of a torch.compile'd graph (``## Call CompiledFxGraph <hash> ##``)."""
@@ -28,7 +29,8 @@ _CPU_COLS = ["step_id", "step", "start_ns", "cpu_dur_ns", "cache_lookups", "cach
              "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
              "backward_fx_graph_calls", "backward_fx_graph_ns", "backward_fx_graph_hash", "graph_launches",
              "backward_wait_ns"]
-_GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "hipGraphLaunch", "cuGraphLaunch")
+"""The calls that replay a captured graph: the CUDA runtime's, ROCm's and the driver API's."""
 
 
 def _kind(name) -> int:
@@ -44,7 +46,7 @@ def _kind(name) -> int:
         return 3
     if name.startswith(COMPILED_GRAPH_CALL):  # GLOB '## Call CompiledFxGraph *'
         return 4
-    return 5 if name in _GRAPH_LAUNCHES else 0
+    return 5 if name in GRAPH_LAUNCHES else 0
 
 
 _BACKWARD = "CompiledFunctionBackward"

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses import GPU_PACED, Report
+from ...analyses import GPU_PACED, GRAPH_LAUNCHES, Report
 from ...store.peaks import DevicePeaks
 from ...units import format_count as _fmt_n  # (a count per step: 1e+06 never, see format_count)
 from ..questions.base import _app_run
@@ -236,4 +236,4 @@ def _graph_replays(report) -> int:
     backward graph is launched from the autograd thread): the run replays captured graphs, whose private memory
     pools the allocator reserves between replays."""
     lat = report.launch_latency
-    return int(lat.loc[lat["launch_name"] == "cudaGraphLaunch", "launch_id"].nunique()) if len(lat) else 0
+    return int(lat.loc[lat["launch_name"].isin(GRAPH_LAUNCHES), "launch_id"].nunique()) if len(lat) else 0

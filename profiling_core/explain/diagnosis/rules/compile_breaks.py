@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import annotation_ranges
+from ....analyses import GRAPH_LAUNCHES, annotation_ranges
 from ....config import config_field as _cfg
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _multi_tensor_kernels, _steps
 from .decode_launch_bound import TOKEN_RANGE
@@ -49,7 +49,7 @@ def _staging_copies(c: _Ctx):
     replays graphs (``cudaGraphLaunch``), less those launched inside a training step's optimizer phase (a foreach
     optimizer's own multi-tensor kernels)."""
     ops, lat = c.report.gpu_ops, c.report.launch_latency
-    if ops.empty or lat.empty or not (lat["launch_name"] == "cudaGraphLaunch").any():
+    if ops.empty or lat.empty or not lat["launch_name"].isin(GRAPH_LAUNCHES).any():
         return ops.iloc[:0]
     k, phase = _multi_tensor_kernels(c)
     return k.loc[[p != "optimizer" for p in phase]]  # (.loc: an empty list is no rows, not no columns)

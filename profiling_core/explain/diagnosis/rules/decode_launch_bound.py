@@ -17,7 +17,7 @@ import numpy as np
 from ....analyses import GPU_PACED, annotation_ranges, bound
 from ....units import format_share
 from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _gpus_idle
-from .gpu_starved import GPU_IDLE_AT, TOKEN_RANGE, launch_call_stats, launch_calls
+from .gpu_starved import GPU_IDLE_AT, TOKEN_RANGE, graph_call, launch_call_stats, launch_calls
 
 
 def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
@@ -63,7 +63,8 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
                  f"per token in all (median {_fmt_us(call_us)} each).")
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
     if graphs:
-        text += f" Each token already replays a CUDA graph ({_fmt_n(graphs / n_tokens)} cudaGraphLaunch per token)."
+        text += (f" Each token already replays a CUDA graph ({_fmt_n(graphs / n_tokens)} {graph_call(calls)} per "
+                 "token).")
         fix = ("The graph replays already; what is left per token is Python around it (the decode loop, sampling, "
                "cache bookkeeping, input copies into the graph's buffers): keep the loop free of .item() and host "
                "syncs, and decode more sequences per batch so each replay does more work.")

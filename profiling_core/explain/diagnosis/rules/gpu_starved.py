@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import DATA_WAIT_AT, annotation_ranges, data_wait, is_data_loader_next
+from ....analyses import DATA_WAIT_AT, GRAPH_LAUNCHES, annotation_ranges, data_wait, is_data_loader_next
 from ....analyses._shared import union_ns
 from ....units import format_share
 from ...questions import blocked_in
@@ -29,7 +29,7 @@ LAUNCHES_DOMINATE = 0.25
 blocked does not count as launch cost) for the rule to recommend fewer launches first."""
 TOP_CPU_OPS = 5
 _LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC", "hipLaunchKernel",
-                 "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync",
+                 "hipModuleLaunchKernel", "hipExtModuleLaunchKernel", *GRAPH_LAUNCHES, "cudaMemcpyAsync",
                  "hipMemcpyAsync", "hipMemcpyWithStream", "cudaMemsetAsync", "hipMemsetAsync")
 """The calls that launch GPU work, of both runtimes: kernels, graphs, copies (ROCm's ``hipMemcpyWithStream`` is the
 copy call torch makes where CUDA's is ``cudaMemcpyAsync``) and memsets."""
@@ -60,14 +60,21 @@ def launch_calls(report):
     return lat[lat["launch_name"].isin(_LAUNCH_CALLS)].drop_duplicates("launch_id") if not lat.empty else lat
 
 
+def graph_call(calls) -> str:
+    """The graph launch call these launch calls use most (``cudaGraphLaunch``, ROCm's ``hipGraphLaunch``, the driver
+    API's ``cuGraphLaunch``): how a text names the replays it counts."""
+    names = calls.loc[calls["launch_name"].isin(GRAPH_LAUNCHES), "launch_name"].astype(str) if len(calls) else ()
+    return names.value_counts().index[0] if len(names) else GRAPH_LAUNCHES[0]
+
+
 def launch_call_stats(calls, units: int) -> tuple[float, Optional[float], float, int]:
-    """(calls per unit, median µs per call or None, µs of calls per unit, cudaGraphLaunch calls) of these launch
+    """(calls per unit, median µs per call or None, µs of calls per unit, graph launches) of these launch
     calls spread over ``units`` steps (or decode tokens)."""
     n = max(1, units)
     if not len(calls):
         return 0.0, None, 0.0, 0
     return (len(calls) / n, float(calls["launch_dur_us"].median()), float(calls["launch_dur_us"].sum()) / n,
-            int((calls["launch_name"] == "cudaGraphLaunch").sum()))
+            int(calls["launch_name"].isin(GRAPH_LAUNCHES).sum()))
 
 
 def _cpu_time_by_op(report, steps: list[int], beside: bool = False) -> list[tuple[str, float, float]]:
@@ -216,8 +223,8 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
         text += (f" The {_fmt_n(n_calls)} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} per "
                  f"step in all (median {_fmt_us(call_us)} each).")
     if graphs:
-        text += (f" The step already replays a CUDA graph ({_fmt_n(graphs / max(1, len(basis)))} cudaGraphLaunch per "
-                 "step).")
+        text += (f" The step already replays a CUDA graph ({_fmt_n(graphs / max(1, len(basis)))} {graph_call(calls)} "
+                 "per step).")
     names = [n for n, _us, _w in top]
     compiled = any(n.startswith(_COMPILED) for n, _us, _w in _cpu_time_by_op(r, basis))
     gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
