@@ -1856,3 +1856,99 @@ def test_a_decode_token_replaying_a_graph_of_any_runtime_is_said_to_replay_one(t
     x = rules(d)["decode_launch_bound"]
     assert f"Each token already replays a CUDA graph (1 {call} per token)" in x.text
     assert x.fix.startswith("The graph replays already")
+
+
+# --- torch.compile's regions, counted as the steps ran them ----------------------------------------------------------
+
+def _region(t, frame: str, us: float, graph: str = "aaaa", graph_us: float = 30.0, inner=None):
+    def body(t):
+        t.cpu(f"## Call CompiledFxGraph {graph} ##", graph_us,
+              children=lambda t: t.launch("triton_poi_fused_add_0", 5, call="cuLaunchKernel"))
+        if inner is not None:
+            inner(t)
+    t.cpu(f"Torch-Compiled Region: {frame}", us, children=body)
+
+
+def test_q10_counts_a_region_nested_in_another_once(tmp_path):
+    """A compiled function called from compiled code: a 100 µs region (its 80 µs graph) inside a 200 µs one (its own
+    40 µs graph). Question 10 summed both regions' time (300 µs of region in a 214 µs step, 180 µs of "wrapping");
+    the outer region holds the inner one: 200 µs, 120 µs of graphs, 80 µs around them (a scan)."""
+    t = vt.Trace()
+
+    def body(t):
+        t.cpu("TorchDynamo Cache Lookup", 10)
+        _region(t, "0/0", 200, graph_us=40, inner=lambda t: _region(t, "1/0", 100, graph="bbbb", graph_us=80))
+    for n in range(1, 4):
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    outer = [e for e in ev if e["name"] == "Torch-Compiled Region: 0/0"]
+    graphs = [e for e in ev if e["name"].startswith("## Call CompiledFxGraph")]
+    region_us, graph_us = outer[1]["dur"], sum(e["dur"] for e in graphs) / len(outer)
+    q10 = run(path)[1]["q10.compile_cost"]
+    assert (f"Torch-Compiled Region {region_us:.1f} µs, of which CompiledFxGraph {graph_us:.1f} µs and "
+            f"{region_us - graph_us:.1f} µs of Dynamo/AOT wrapping") in q10.text
+
+
+def test_q10_s_compiled_steps_are_the_steps_that_ran_compiled_code(tmp_path):
+    """Two eager steps (1 ms of aten::add each), then one compiled step (94 µs): question 10 said "Compiled steps took
+    a median 1.00 ms", the median of all three; the compiled step took 94 µs (a scan)."""
+    t = vt.Trace()
+    t.step(1, lambda t: t.cpu("aten::add", 1000, children=lambda t: t.launch("vectorized_elementwise_kernel", 5)))
+    t.step(2, lambda t: t.cpu("aten::add", 1000, children=lambda t: t.launch("vectorized_elementwise_kernel", 5)))
+    t.step(3, lambda t: (t.cpu("TorchDynamo Cache Lookup", 10), _region(t, "0/0", 80, graph_us=50)))
+    path = t.write(tmp_path / "t.json")
+    last = steps_of([e for e in scan_trace(path) if e.get("ph") == "X"])[-1]
+    q10 = run(path)[1]["q10.compile_cost"]
+    assert f"Compiled steps took a median {last[1] - last[0]:.1f} µs of CPU time" in q10.text
+
+
+@pytest.mark.parametrize("every", [True, False])
+def test_q9_says_the_graph_is_the_same_every_step_only_where_every_step_called_it(tmp_path, every):
+    """One compiled graph called twice in step 1; steps 2 and 3 call it too, or run eagerly. Question 9 said "(the
+    same every step: a cache hit)" either way."""
+    t = vt.Trace()
+    def eager(t):
+        t.cpu("aten::add", 60, children=lambda t: t.launch("vectorized_elementwise_kernel", 5))
+    t.step(1, lambda t: (_region(t, "0/0", 60), _region(t, "0/0", 60)))
+    for n in (2, 3):
+        t.step(n, (lambda t: _region(t, "0/0", 60)) if every else eager)
+    text = run(t.write(tmp_path / "t.json"))[1]["q9.compile"].text
+    if every:
+        assert "1 distinct CompiledFxGraph hash (the same every step: a cache hit)" in text
+    else:
+        assert "every step" not in text.split("Per step")[0]
+        assert "(called 2 times in 1 of the 3 steps: a cache hit after the first; the other steps called" in text
+
+
+def test_compile_breaks_counts_the_frames_the_steps_ran(tmp_path):
+    """Each step runs compiled frame 0 twice; frame 1 ran once before the first step (a warm-up). The rule said "2
+    compiled regions per step from 2 compiled frames (graph breaks ...)"; in the steps one frame ran, called twice,
+    which is neither a graph break nor two compiled functions."""
+    t = vt.Trace()
+    _region(t, "1/0", 50)
+    t.t += 10
+    for n in range(1, 4):
+        t.step(n, lambda t: (_region(t, "0/0", 50), _region(t, "0/0", 50)))
+    _r, _f, d = run(t.write(tmp_path / "t.json"))
+    assert "compile_breaks" not in rules(d)
+
+
+@pytest.mark.parametrize("frames", [["0/0"] * 4, ["0/0", "1/0", "0/0", "1/0"]])
+def test_compile_breaks_per_decode_token_needs_more_than_one_frame(tmp_path, frames):
+    """Each decode token calls compiled regions four times: one frame (a compiled block called once per layer: no
+    graph break, and the same trace without token ranges gets no verdict), or two (the forward split in two: the
+    rule names it)."""
+    t = vt.Trace()
+
+    def token(t):
+        for f in frames:
+            _region(t, f, 40, graph_us=20)
+    for n in range(1, 4):
+        t.step(n, lambda t: [t.cpu("decode::token", 170, children=token, cat="user_annotation") for _ in range(3)])
+    _r, _f, d = run(t.write(tmp_path / "t.json"))
+    if len(set(frames)) == 1:
+        assert "compile_breaks" not in rules(d)
+    else:
+        assert "4 compiled regions per decode token from 2 compiled frames (graph breaks split the forward)" in \
+            rules(d)["compile_breaks"].text

@@ -103,8 +103,13 @@ def _compile_cpu_rows(sh: Shared) -> list[tuple]:
     rows, j, k = np.concatenate([rows, rows[bwd]]), np.concatenate([j, j[bwd]]), np.concatenate([k, np.full(
         int(bwd.sum()), 6, dtype=np.int64)])  # kind 6: an FX graph call of a backward (also counted as kind 4)
     n = np.bincount(j * 7 + k, minlength=7 * len(steps)).reshape(len(steps), 7).tolist()
-    ns = np.bincount(j * 7 + k, weights=t["dur"][rows].astype(np.float64),
-                     minlength=7 * len(steps)).reshape(len(steps), 7).astype(np.int64).tolist()
+    # a region's time counts once: a compiled region nested in another (compiled code calling a compiled function)
+    # lies inside the outer one's time already
+    dur = t["dur"][rows].astype(np.float64)
+    nested = np.zeros(len(rows), dtype=bool)
+    nested[k == 2] = _under(sh, rows[k == 2], sh.name_mask(lambda u: _kind(u) == 2))
+    dur[nested] = 0.0
+    ns = np.bincount(j * 7 + k, weights=dur, minlength=7 * len(steps)).reshape(len(steps), 7).astype(np.int64).tolist()
 
     def hashes(kind: int) -> list:
         fx, fj = rows[k == kind], j[k == kind]
@@ -114,7 +119,8 @@ def _compile_cpu_rows(sh: Shared) -> list[tuple]:
             out[jj].setdefault(nm[24:].replace("##", "").strip(" "), None)
         return [",".join(h) if h else None for h in out]
     fx_hash, bwd_hash = hashes(4), hashes(6)
-    wait = _backward_wait(sh, rows[k == 2], j[k == 2], len(steps))
+    outer = (k == 2) & ~nested
+    wait = _backward_wait(sh, rows[outer], j[outer], len(steps))
     return [(step_id, step, ts, dur, n[i][1], ns[i][1], n[i][2], ns[i][2], n[i][3], ns[i][3], n[i][4], ns[i][4],
              fx_hash[i], n[i][6], ns[i][6], bwd_hash[i], n[i][5], int(wait[i]))
             for i, (step_id, step, _nm, ts, dur, _depth, _utid) in enumerate(steps)]
@@ -177,7 +183,8 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     Returns:
         DataFrame in step order with ``step``, ``start_ns``, ``cpu_dur_us``; counts and total µs of
         ``TorchDynamo Cache Lookup`` (``cache_lookups``, ``cache_lookup_us``), ``Torch-Compiled Region``
-        (``compiled_regions``, ``compiled_region_us``), ``AOTDispatcher Runtime Wrapper Prologue`` (``prologues``,
+        (``compiled_regions``, every region slice; ``compiled_region_us``, the outermost ones' time: a region nested
+        in another lies inside its time), ``AOTDispatcher Runtime Wrapper Prologue`` (``prologues``,
         ``prologue_us``), ``## Call CompiledFxGraph <hash>`` (``fx_graph_calls``, ``fx_graph_us``,
         ``fx_graph_hash``: the hash(es) called in that step, comma-separated in order of first call, NA in eager
         steps), of them those inside a ``CompiledFunctionBackward`` (the backward's graphs:

@@ -26,6 +26,7 @@ def _q10_cost(r, config=None) -> list[Finding]:
     # H200 training run: median region 1.49 ms less median graph 825 µs said 668 µs of wrapping, where the step of
     # that region spent 1.18 ms in its graph and 310 µs around it)
     compiled = cb[cb["compiled_regions"] > 0].sort_values(["compiled_region_us", "step"], kind="stable")
+    cpu_med = float(compiled["cpu_dur_us"].median())  # ("compiled steps": those that ran compiled code)
     at = compiled.iloc[(len(compiled) - 1) // 2]
     # the forward's graph runs inside the compiled region; a training step's backward graph (inside
     # CompiledFunctionBackward, on the autograd engine's thread) runs outside it, so it is not part of the split,

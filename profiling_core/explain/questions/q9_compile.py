@@ -72,7 +72,7 @@ def _q9_compile(r, config=None) -> list[Finding]:
     text = (f"torch.compile ran: {_n(regions, 'Torch-Compiled Region slice')} over {_n(len(cb), 'step')}, with "
             + (f"{len(forward)} distinct CompiledFxGraph hash{'es' if len(forward) != 1 else ''}" if hashes
                else "no CompiledFxGraph call recorded")
-            + (" (the same every step: a cache hit)" if len(forward) == 1 and forward_calls > 1 else "")
+            + (_same_graph(cb, forward[0], forward_calls) if len(forward) == 1 and forward_calls > 1 else "")
             + (f" and {_n(len(backward), 'backward graph')} run by autograd (CompiledFunctionBackward"
                + (", the same every step" if len(backward) == 1 and int(cb["backward_fx_graph_calls"].sum()) > 1
                   else "") + ")" if backward else "")
@@ -105,6 +105,16 @@ def _q9_compile(r, config=None) -> list[Finding]:
 
 KERNELS_LISTED = 10
 """At most this many kernel names in question 9's text (the evidence holds them all)."""
+
+
+def _same_graph(cb, graph: str, calls: int) -> str:
+    """How the one forward graph ``graph`` was reused, ``calls`` calls in all: " (the same every step: a cache hit)"
+    where every step called it, else how many of the steps did."""
+    ran = sum(graph in str(v).split(",") for v in cb["fx_graph_hash"].dropna())
+    if ran == len(cb):
+        return " (the same every step: a cache hit)"
+    return (f" (called {calls:,} times in {ran} of the {len(cb)} steps: a cache hit after the first; the other "
+            f"step{'s' if len(cb) - ran > 1 else ''} called no compiled graph)")
 
 
 def _kernel_list(lp, launches) -> str:

@@ -21,27 +21,41 @@ from .decode_launch_bound import TOKEN_RANGE
 _REGION = "Torch-Compiled Region: "
 
 
-def _token_regions(c: _Ctx, names: list) -> tuple[Optional[float], dict[str, dict[str, int]]]:
-    """For the compiled regions inside ``decode::token`` ranges: the median number per token (None without token
-    ranges), and {frame: {"frame/recompile": tokens that ran it}} for the frames that ran more than one variant
-    there."""
-    tokens = annotation_ranges(c.session, TOKEN_RANGE, shared=c.shared)
+def _regions_in(c: _Ctx, names: list, windows) -> tuple[np.ndarray, np.ndarray, int]:
+    """The compiled regions whose start lies in one of ``windows`` (a frame with ``start_ns`` and ``cpu_dur_us``:
+    steps, decode tokens): (their rows, each one's window in start order, the number of windows)."""
     rows = np.array([i for i, n in enumerate(names) if isinstance(n, str) and n.startswith(_REGION)], dtype=np.int64)
-    if tokens.empty or not len(rows):
-        return None, {}
-    b = tokens["start_ns"].astype("int64").to_numpy()
-    e = b + np.rint(tokens["cpu_dur_us"].to_numpy() * 1000.0).astype(np.int64)
+    if windows.empty or not len(rows):
+        return rows[:0], rows[:0], len(windows)
+    b = windows["start_ns"].astype("int64").to_numpy()
+    e = b + np.rint(windows["cpu_dur_us"].to_numpy(dtype=float) * 1000.0).astype(np.int64)
     order = np.argsort(b, kind="stable")
     b, e = b[order], e[order]
     ts = np.asarray(c.session.tables.ts)[rows]
     k = np.searchsorted(b, ts, side="right") - 1
     inside = (k >= 0) & (ts < e[np.maximum(k, 0)])
-    per_token = float(np.median(np.bincount(k[inside], minlength=len(b))))
-    ran = Counter(names[i].removeprefix(_REGION) for i in rows[inside].tolist())
+    return rows[inside], k[inside], len(b)
+
+
+def _frames(names: list, rows) -> list[str]:
+    """The compiled frames (the ``N`` of ``Torch-Compiled Region: N/M``) of these region rows."""
+    return sorted({names[i].removeprefix(_REGION).split("/", 1)[0] for i in rows.tolist()})
+
+
+def _token_regions(c: _Ctx, names: list) -> tuple[Optional[float], dict[str, dict[str, int]], list[str]]:
+    """For the compiled regions inside ``decode::token`` ranges: the median number per token (None without token
+    ranges), {frame: {"frame/recompile": tokens that ran it}} for the frames that ran more than one variant
+    there, and the frames that ran there."""
+    tokens = annotation_ranges(c.session, TOKEN_RANGE, shared=c.shared)
+    rows, k, n = _regions_in(c, names, tokens)
+    if tokens.empty or not any(isinstance(x, str) and x.startswith(_REGION) for x in names):
+        return None, {}, []
+    per_token = float(np.median(np.bincount(k, minlength=n)))
+    ran = Counter(names[i].removeprefix(_REGION) for i in rows.tolist())
     by_frame: dict[str, dict[str, int]] = {}
-    for variant, n in sorted(ran.items()):
-        by_frame.setdefault(variant.split("/", 1)[0], {})[variant] = n
-    return per_token, {f: v for f, v in by_frame.items() if len(v) > 1}
+    for variant, m in sorted(ran.items()):
+        by_frame.setdefault(variant.split("/", 1)[0], {})[variant] = m
+    return per_token, {f: v for f, v in by_frame.items() if len(v) > 1}, _frames(names, rows)
 
 
 def _staging_copies(c: _Ctx):
@@ -74,14 +88,16 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     if recompiled:
         parts.append(f"{len(recompiled)} recompiled frame{'s' if len(recompiled) > 1 else ''} "
                      f"({', '.join(x.split(': ', 1)[1] for x in recompiled[:4])}: frame/recompile count)")
-    per_token, decode = _token_regions(c, names)
+    per_token, decode, token_frames = _token_regions(c, names)
     breaks = False
+    # several frames in a step (or a token): graph breaks (or several compiled functions); one frame called often is
+    # neither (a compiled layer called once per layer); frames that ran only outside them (a warm-up) are no step's
     if per_token is not None:  # a decode step calls the compiled forward once per token: count per token
-        if per_token > 1:
+        if per_token > 1 and len(token_frames) > 1:
             breaks = True
-            parts.append(f"{_fmt_n(per_token)} compiled regions per decode token (graph breaks split the forward)")
-    elif per_step > 1 and len(frames := sorted({r.removeprefix(_REGION).split("/", 1)[0] for r in regions})) > 1:
-        # several frames: graph breaks (or several compiled functions); one frame called often is neither
+            parts.append(f"{_fmt_n(per_token)} compiled regions per decode token from {len(token_frames)} compiled "
+                         "frames (graph breaks split the forward)")
+    elif per_step > 1 and len(frames := _frames(names, _regions_in(c, names, c.report.steps)[0])) > 1:
         breaks = True
         parts.append(f"{_fmt_n(per_step)} compiled regions per step from {len(frames)} compiled frames (graph breaks "
                      "split the compiled code, or the step calls several compiled functions)")
