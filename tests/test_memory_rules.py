@@ -354,3 +354,44 @@ def test_growth_in_every_step_means_every_step(tmp_path, flat_step):
         assert "grows in every step: steps 2–5 each leave about 4.0 KiB more" in d["memory_growth"].text
     else:
         assert "memory_growth" not in d
+
+
+@pytest.mark.parametrize("process_peak", [100 * MiB, int(1.9 * GiB)])
+def test_a_process_peak_of_one_device_says_nothing_of_another_s_reserve(tmp_path, process_peak):
+    """The trace's memory is on two GPUs; cuda:1 holds 2 GiB reserved for a 1 GiB peak. The run's
+    max_memory_allocated() is one device's (the process's current one): it said "the process's own peak does not
+    reach it, so fragmentation" (100 MiB, below cuda:1's own 1 GiB peak in the window) or "the reserve is what that
+    peak needed" (1.9 GiB) of cuda:1. With two GPUs in the trace it cannot say which device it measured."""
+    path = _write(tmp_path / "t.json", [
+        _x("ProfilerStep#1", 0, 100, "user_annotation"), _x("aten::mul", 10, 40),
+        _mem(11, 100 * MiB, 1, 100 * MiB, 128 * MiB), _mem(12, -100 * MiB, 1, 0, 128 * MiB)]
+        + [dict(e, args={**e["args"], "Device Id": 1}) for e in (_mem(13, GiB, 2, GiB, 2 * GiB),
+                                                                  _mem(14, -GiB, 2, 0, 2 * GiB))])
+    d, _f = diagnosis(path, process_peak_bytes=process_peak)
+    x = d["memory_fragmentation"]
+    assert x.evidence["device"] == "cuda:1" and x.evidence["process_peak_bytes"] is None
+    assert "the trace alone cannot tell" in x.text and "so fragmentation" not in x.text
+
+
+def test_a_peak_that_stays_allocated_is_not_called_temporaries(tmp_path):
+    """Four steps each allocate and free 10 MiB over the 100 MiB the window opened with; step 4 also allocates 1 GiB
+    in aten::cat and never frees it. The steps' median end level is 100 MiB, so the peak is 1 GiB above it, and the
+    rule said "temporaries that live only around the peak make most of it" while question 1 said the window left
+    the 1 GiB never freed. A scan: the 1 GiB block has no free."""
+    ev, t, level = [_mem(1, 100 * MiB, 1, 100 * MiB, 2 * GiB)], 10, 100 * MiB
+    for n in range(1, 5):
+        ev += [_x(f"ProfilerStep#{n}", t, 100, "user_annotation"), _x("aten::mul", t + 10, 20),
+               _mem(t + 12, 10 * MiB, 500 + n, level + 10 * MiB, 2 * GiB), _mem(t + 25, -10 * MiB, 500 + n, level,
+                                                                               2 * GiB)]
+        if n == 4:
+            level += GiB
+            ev += [_x("aten::cat", t + 40, 20), _mem(t + 42, GiB, 900, level, 2 * GiB)]
+        t += 200
+    path = _write(tmp_path / "t.json", ev)
+    mem = [e for e in ev if e["name"] == "[memory]"]
+    assert not [e for e in mem if e["args"]["Addr"] == 900 and e["args"]["Bytes"] < 0]
+    d, f = diagnosis(path)
+    x = d["memory_peak"]
+    assert "temporaries" not in x.text and "most of it stays" in x.text and x.evidence["kept_bytes"] >= GiB
+    assert "no temporary" in x.fix
+    assert "never freed" in f["q1.memory"].text

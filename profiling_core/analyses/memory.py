@@ -159,7 +159,7 @@ _PEAKS = ["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_ns", "s
           "first_allocated_bytes", "last_allocated_bytes", "basis", "events", "alloc_bytes", "freed_bytes",
           "reserved_at_peak_bytes", "gap_at_peak_bytes", "gap_max_bytes", "gap_median_bytes", "has_addresses",
           "at_opening"]
-_LIVE = ["device", "op", "origin", "bytes", "blocks"]
+_LIVE = ["device", "op", "origin", "bytes", "blocks", "kept_bytes"]
 _BY_OP = ["op", "device", "self_alloc_bytes", "self_freed_bytes", "self_net_bytes", "total_net_bytes", "self_events"]
 _UNFREED = ["op", "device", "bytes", "blocks", "steps"]
 _CHURN = ["step", "device", "alloc_bytes", "freed_bytes", "net_bytes", "peak_allocated_bytes",
@@ -497,7 +497,8 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
 
     Returns:
         DataFrame with ``device``, ``op`` (the allocating op's label; None for blocks from before the window),
-        ``origin`` (``window``, or :data:`BEFORE_WINDOW`), ``bytes``, ``blocks``; largest first per device. Blocks
+        ``origin`` (``window``, or :data:`BEFORE_WINDOW`), ``bytes``, ``blocks``, ``kept_bytes`` (of ``bytes``, the
+        blocks never freed in the window: still held when it ended); largest first per device. Blocks
         from before the window come as two rows where they can be known: those freed later in the window (counted
         from their frees: ``blocks`` exact) and, where the trace has totals, the rest of what was allocated when the
         window opened (never freed in it: ``blocks`` NA, unknown). With totals the rows of a device add up to its
@@ -513,22 +514,24 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
         p = int(i[k]) if k >= 0 else -1  # the peak's event, as a timeline index (-1: the window's opening)
         alloc = i[(i <= p) & (ev.closed_at[i] != -2)]
         alloc = alloc[(ev.closed_at[alloc] == -1) | (ev.closed_at[alloc] > p)]
-        g = pd.DataFrame({"op": ev.label_codes(ev.parent[alloc]), "bytes": ev.bytes[alloc]})
+        g = pd.DataFrame({"op": ev.label_codes(ev.parent[alloc]), "bytes": ev.bytes[alloc],
+                          "kept": np.where(ev.closed_at[alloc] == -1, ev.bytes[alloc], 0)})
         for op, x in g.groupby("op", sort=False):
-            out.append((name, ev.label(op), "window", int(x["bytes"].sum()), len(x)))
+            out.append((name, ev.label(op), "window", int(x["bytes"].sum()), len(x), int(x["kept"].sum())))
         freed_before = i[ev.before[i]]
         later = freed_before[freed_before > p]
         if len(later):
-            out.append((name, None, BEFORE_WINDOW, int(-ev.bytes[later].sum()), len(later)))
+            out.append((name, None, BEFORE_WINDOW, int(-ev.bytes[later].sum()), len(later), 0))
         if ev.basis[d] != "running_sum":  # with totals: the rest of what the window opened with
             rest = opening + int(ev.bytes[freed_before].sum())
             if rest > 0:
-                out.append((name, None, BEFORE_WINDOW, rest, None))
+                out.append((name, None, BEFORE_WINDOW, rest, None, rest))
     df = _frame(out, _LIVE)
     if df.empty:
         return df
     df["blocks"] = pd.array(df["blocks"].tolist(), dtype="Int64")
     df["bytes"] = df["bytes"].astype("int64")
+    df["kept_bytes"] = df["kept_bytes"].astype("int64")
     order = sorted(range(len(df)), key=lambda k: (ev.devices.index(df["device"].iat[k]), -df["bytes"].iat[k]))
     return df.iloc[order].reset_index(drop=True)
 

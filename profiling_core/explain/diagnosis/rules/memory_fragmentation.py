@@ -5,7 +5,8 @@ needed.
 Read from ``analyses.memory.memory_peaks`` on a device with reserved figures (a caching allocator: the CPU writes
 none): the rule speaks when the reserved memory at the peak is at least :data:`RESERVED_OVER_ALLOCATED_AT` times the
 peak and the gap at least :data:`MIN_GAP_BYTES`. A run's ``peak_device_memory_bytes`` (meta.json,
-``torch.cuda.max_memory_allocated()``) tells the two causes apart where it is known. A run whose steps replay CUDA
+``torch.cuda.max_memory_allocated()``, one device's) tells the two causes apart where it is known and the trace's
+memory is that one device's (a trace whose events name several GPUs leaves it unknown). A run whose steps replay CUDA
 graphs (``base._graph_replays``) is left to ``cudagraph_pools``: there the gap holds the graphs' private pools, which
 are neither fragmentation nor an earlier peak (an MLP training step under reduce-overhead on an H200: 922 MiB
 reserved against a 464 MiB peak in the window and a 632 MiB process peak)."""
@@ -39,7 +40,11 @@ def _rule_memory_fragmentation(c: _Ctx) -> Diagnosis | None:
     pk = max(hits, key=lambda p: p["gap_at_peak_bytes"])
     dev, res, peak = pk["device"], pk["reserved_at_peak_bytes"], pk["peak_allocated_bytes"]
     gap = pk["gap_at_peak_bytes"]
-    process_peak = c.process_peak_bytes
+    # (max_memory_allocated is one device's, the process's current one: it speaks for this device only where the
+    # trace's memory events name no other device with a caching allocator)
+    cached = [p["device"] for p in m.peaks.to_dict(orient="records")
+              if p["reserved_at_peak_bytes"] == p["reserved_at_peak_bytes"]]
+    process_peak = c.process_peak_bytes if cached == [dev] else None
     text = (f"{dev}'s allocator holds {human_bytes(res)} at the peak, where the tensors use "
             f"{human_bytes(peak)}: {human_bytes(gap)} ({format_share(gap / res)} of the reserve) serves no tensor "
             "even then"

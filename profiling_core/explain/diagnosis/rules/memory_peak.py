@@ -10,7 +10,8 @@ level counts from the window's start (``analyses.memory.RELATIVE_BASES``: a trac
 out: the excess is known, the steady state is not (what was allocated before the window is in neither), so the
 rule cannot say the peak is far above it. So is a device whose peak is the level the window opened with
 (``at_opening``): what rose above the steady state was allocated before the window, by no op the trace holds, and
-no temporary of the steps made it."""
+no temporary of the steps made it. Where the blocks live at the peak that the window never frees (still held when it
+ended) are half the excess or more, the text says the peak stays rather than calling it temporaries."""
 from __future__ import annotations
 
 import pandas as pd
@@ -56,12 +57,17 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     dev = pk["device"]
     live = m.live_at_peak
     live = live[(live["device"] == dev) & (live["origin"] == "window")] if len(live) else live
+    kept = int(live["kept_bytes"].sum()) if len(live) else 0  # (live at the peak, never freed in the window)
+    stays = kept >= extra / 2
     rest, live = live.iloc[TOP_LIVE:], live.head(TOP_LIVE)
     where = f" in {pk['op']}" if pk["op"] else ""
     step = f" (step {int(pk['step'])})" if not pd.isna(pk["step"]) else ""  # (not :g: step 1,000,000 is 1e+06)
     text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}, "
-            f"{human_bytes(extra)} above the {human_bytes(steady)} {keeper} ({how}): temporaries that live only "
-            "around the peak make most of it.")
+            f"{human_bytes(extra)} above the {human_bytes(steady)} {keeper} ({how}): "
+            + (f"most of it stays: {human_bytes(kept)} of the blocks live at the peak are never freed in the window "
+               "(still held when it ended), so no temporary made it." if stays else
+               "temporaries that live only around the peak make most of it"
+               + (f" ({human_bytes(kept)} of the blocks live there are never freed in the window)." if kept else ".")))
     if pk["call_chain"]:
         text += f" Call chain at the peak: {chain_tail(pk['call_chain'])}."
     if len(live):
@@ -70,7 +76,11 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
             for op, b, n in zip(live["op"], live["bytes"], live["blocks"])) + (
             f", and {human_bytes(int(rest['bytes'].sum()))} from {len(rest)} more op{'s' if len(rest) > 1 else ''}"
             if len(rest) else "") + "."
-    fix = ("Shorten the temporaries' lives: free intermediates as soon as they are used (del, in-place ops, no "
+    fix = ("What stays allocated after the peak is no temporary: find what keeps it (the ops whose blocks are never "
+           "freed: a cache, a list that keeps tensors, state built once in a late step) and free it, keep it on the "
+           "host, or give it a fixed size; torch.cuda.memory._record_memory_history() names every block's stack."
+           if stays else
+           "Shorten the temporaries' lives: free intermediates as soon as they are used (del, in-place ops, no "
            "references kept for logging), compute the largest one in chunks (e.g. the loss over the vocabulary, "
            "attention over blocks of the sequence), run inference under torch.inference_mode(), and in training "
            "recompute activations instead of keeping them (torch.utils.checkpoint) or use a smaller micro-batch "
@@ -78,6 +88,7 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     ev = {"device": dev, "peak_allocated_bytes": int(pk["peak_allocated_bytes"]), "steady_bytes": steady,
           "steady_basis": how, "excess_bytes": extra, "op": pk["op"], "step": int(pk["step"]) if step else None,
           "basis": pk["basis"], "threshold": PEAK_OVER_STEADY_AT, "min_excess_bytes": MIN_TRANSIENT_BYTES,
+          "kept_bytes": kept,
           "live_at_peak": [{"op": op, "bytes": int(b), "blocks": int(n)}
                            for op, b, n in zip(live["op"], live["bytes"], live["blocks"])]}
     title = "Memory peaks far above what the " + ("steps keep" if keeper == "its steps keep" else "window keeps")
