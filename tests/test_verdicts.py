@@ -1952,3 +1952,53 @@ def test_compile_breaks_per_decode_token_needs_more_than_one_frame(tmp_path, fra
     else:
         assert "4 compiled regions per decode token from 2 compiled frames (graph breaks split the forward)" in \
             rules(d)["compile_breaks"].text
+
+
+def test_q3_places_a_cold_start_the_first_step_holds_in_the_first_step(tmp_path):
+    """The first step alone calls cudaMalloc (300 µs) and is still faster than the others (its aten::foo 0.8 ms
+    shorter). Question 3 said "(the run's cold-start work fell before the recorded steps)", while the call it calls
+    cold-start work lies in the first step (a scan)."""
+    t = vt.Trace()
+
+    def body(first):
+        def b(t):
+            t.cpu("aten::foo", 1200 if first else 2000)
+            if first:
+                t.cpu("aten::empty", 305, children=lambda t: t._x("cudaMalloc", t.t, 300, "cuda_runtime")
+                      or setattr(t, "t", t.t + 300))
+            t.cpu("aten::mm", 20, children=lambda t: t.launch("k", 50))
+        return b
+    for n in range(1, 5):
+        t.step(n, body(n == 1))
+    path = t.write(tmp_path / "t.json")
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    first = steps_of(ev)[0]
+    assert [first[0] <= e["ts"] < first[1] for e in ev if e["name"] == "cudaMalloc"] == [True]
+    q3 = run(path)[1]["q3.cold_start"]
+    assert "fell before the recorded steps" not in q3.text
+    assert "it alone calls cudaMalloc ×1 (300.0 µs), cold-start work" in q3.text
+
+
+def test_q3_gives_the_profiler_s_start_up_no_share_past_the_whole(tmp_path):
+    """The profiler's Activity Buffer Request (800 µs, on its own lane beside the first step) is longer than the
+    first step's whole extra (500 µs, a scan): question 3 said "160% of the 500.0 µs extra"."""
+    t = vt.Trace()
+    t.events.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans",
+                     "tid": "PyTorch Profiler", "ts": 900.0, "dur": 6000.0, "args": {}})
+
+    def body(n):
+        def b(t):
+            if n == 1:
+                t.events.append({"ph": "X", "cat": "overhead", "name": "Activity Buffer Request", "pid": -1, "tid": 0,
+                                 "ts": t.t + 10, "dur": 800.0, "args": {}})
+            t.cpu("aten::foo", 1500 if n == 1 else 1000)
+            t.cpu("aten::mm", 20, children=lambda t: t.launch("k", 50))
+        return b
+    for n in range(1, 5):
+        t.step(n, body(n))
+    path = t.write(tmp_path / "t.json")
+    durs = [b - a for a, b in steps_of([e for e in scan_trace(path) if e.get("ph") == "X" and e.get("pid") == 1])]
+    extra = durs[0] - statistics.median(durs[1:])
+    q3 = run(path)[1]["q3.cold_start"]
+    assert f"its Activity Buffer Request took 800.0 µs, more than all of the {extra:.1f} µs extra" in q3.text
+    assert "160%" not in q3.text

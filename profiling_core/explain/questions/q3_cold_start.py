@@ -96,11 +96,18 @@ def _q3_cold(r, config=None) -> list[Finding]:
         return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
     if not slower:
         faster = extra < -FIRST_STEP_SLOWER_PCT / 100 * rest_med
+        cold = _is_cold(r, config)
+        mine = _first_step_only_calls(r, first_step)
+        mine = mine[mine["calls"] > 0]
         text += (f" It was {'faster than' if faster else 'within ' + f'{FIRST_STEP_SLOWER_PCT:g}% of'} the others: "
                  f"this window shows no first-step cost to explain"
-                 + (" (the run's cold-start work fell before the recorded steps)." if _is_cold(r, config)
-                    else "."))
-        ev["cold_start"] = _is_cold(r, config)
+                 # (a cold start the trace shows in the first step did not fall before it: its cost was covered)
+                 + ((f" (it alone calls {_calls_text(mine, 'calls', 'us')}, cold-start work that the rest of the step, "
+                     "quicker than the later steps', more than made up for)." if faster else
+                     f" (it alone calls {_calls_text(mine, 'calls', 'us')}: cold-start work too small to set it "
+                     "apart).") if cold and len(mine) else
+                    " (the run's cold-start work fell before the recorded steps)." if cold else "."))
+        ev["cold_start"] = cold
         return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
     ch = r.dispatch_chains
     worst, n_others = None, 0
@@ -210,7 +217,9 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
             return out + (f": part of the extra is the profiler's own start-up — its {names} took "
                           f"{_us(startup_us)}, {format_share(share)} of the {_us(extra)} extra."), startup_us
         return out + (f": the extra is the profiler's own start-up — its {names} took {_us(startup_us)}"
-                      + (f", {format_share(share)} of the {_us(extra)} extra" if share is not None else "")
+                      + ((f", {format_share(share)} of the {_us(extra)} extra" if share <= 1.0005 else
+                          f", more than all of the {_us(extra)} extra")
+                         if share is not None else "")
                       + "."), startup_us
     return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). It may be the "
                   "profiler's first recorded step"
