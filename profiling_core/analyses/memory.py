@@ -418,8 +418,8 @@ def _device_key(name: str):
     kind, _, index = device.partition(":")
     pid = proc.rstrip(")")
     order = {v: k for k, v in DEVICE_TYPES.items()}
-    return (order.get(kind, 99), kind, int(index) if index.isdigit() else -1, device,
-            int(pid) if pid.isdigit() else -1, name)
+    return (order.get(kind, 99), kind, int(index) if index.isdecimal() else -1, device,
+            int(pid) if pid.isdecimal() else -1, name)
 
 
 def _events(session, shared: Shared | None) -> _Events:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import numbers
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
@@ -52,9 +53,29 @@ def chart_svg(chart: ChartLike) -> str:
     return vlc.vegalite_to_svg(chart_spec(chart), vl_version=_vl_version())
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""How a cell a spreadsheet reads as a formula begins (OWASP's list for CSV injection)."""
+_SIGNED_FIGURE = re.compile(r"[+-]?\d[\d,.]*(?:[eE][+-]?\d+)?(?: ?[A-Za-zµ%/]+)?")
+"""A number, with a unit after it or none (``-1.5 KiB``, ``+3%``): no formula, written as it is."""
+
+
+def _csv_cell(v: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (a kernel's or a run's name beginning ``=``, ``+``, ``-``,
+    ``@``), with a ``'`` before it so that it shows as text; any other cell as it is."""
+    if isinstance(v, str) and v.startswith(_FORMULA_START) and not _SIGNED_FIGURE.fullmatch(v):
+        return "'" + v
+    return v
+
+
 def dataframe_csv(df: pd.DataFrame) -> bytes:
-    """UTF-8 CSV bytes of the DataFrame, without the index."""
-    return df.to_csv(index=False).encode("utf-8")
+    """UTF-8 CSV bytes of the DataFrame, without the index. Text that comes from a trace or a run's name is
+    untrusted: a cell a spreadsheet would run as a formula is written as text (:func:`_csv_cell`)."""
+    out = df.copy(deep=False)
+    for k in range(df.shape[1]):  # (by position: column names may repeat)
+        col = df.iloc[:, k]
+        if col.dtype == object or pd.api.types.is_string_dtype(col):
+            out.isetitem(k, col.map(_csv_cell))
+    return out.to_csv(index=False).encode("utf-8")
 
 
 def safe_filename(text: str, default: str = "export") -> str:

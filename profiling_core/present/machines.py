@@ -181,7 +181,10 @@ def _run_row(label: str, run: Run, rep: Report, diag: DiagnosisReport, found: Se
     return row
 
 
-def _gaps(points: pd.DataFrame) -> pd.DataFrame:
+def _gaps(points: pd.DataFrame, counts: dict) -> pd.DataFrame:
+    """Each pair of machines' gap in each of :data:`GAP_VALUES`, judged against their spreads; ``counts``: (machine,
+    value) → how many of its runs have that value (a run without a GEMM of known FLOPs has no TFLOP/s): one value is
+    one run, however many runs the machine has."""
     rows = []
     by = {r["machine"]: r for _, r in points.iterrows()}
     for value in GAP_VALUES:
@@ -192,7 +195,7 @@ def _gaps(points: pd.DataFrame) -> pd.DataFrame:
                 continue
             sa, sb = ra[f"{value}_max"] - ra[f"{value}_min"], rb[f"{value}_max"] - rb[f"{value}_min"]
             gap = abs(mb - ma)
-            na, nb = int(ra["n"]), int(rb["n"])
+            na, nb = counts[(a, value)], counts[(b, value)]
             verdict = ONE_RUN if min(na, nb) < 2 else DIFFERS if gap > sa and gap > sb else TOO_NOISY
             rows.append({"value": value, "machine_a": a, "machine_b": b, "a": ma, "b": mb,
                          "ratio": (mb / ma) if ma else float("nan"), "gap": gap, "spread_a": sa, "spread_b": sb,
@@ -242,7 +245,8 @@ def machine_comparison(items: Iterable[tuple[Run, Report, DiagnosisReport, Seque
         run_ids=[", ".join(per.get_group(m)["run_id"]) for m in order],
         **{c: [_agreed(list(per.get_group(m)[c])) for m in order] for c in _AGREED})
     table = table[MACHINE_COMPARISON_COLUMNS]
-    return MachineComparison(table, runs, _gaps(points), _differences(labels, items, order))
+    counts = {(m, v): int(per.get_group(m)[v].notna().sum()) for m in order for v in GAP_VALUES}
+    return MachineComparison(table, runs, _gaps(points, counts), _differences(labels, items, order))
 
 
 def machines_table(runs: Iterable[Run]) -> pd.DataFrame:

@@ -24,6 +24,7 @@ from ..store.machines import comparable_config, machine_of
 from ..units import human_bytes
 from ..workloads import get_workload
 from .markdown import md_code, md_text
+from .terminal import terminal_safe
 
 if TYPE_CHECKING:
     from ..analyses import Report
@@ -146,7 +147,8 @@ def mode_label(run: Run, report: Optional[Report] = None) -> str:
     """``eager``, or the torch.compile mode (``default``, ``reduce-overhead``, ...) from the run's config.
 
     An imported trace has no config: its mode is read from ``report``'s compiled regions (``compile``, or
-    ``compile (CUDA graphs)`` when a compiled graph is replayed with cudaGraphLaunch), which it then needs.
+    ``compile (CUDA graphs)`` when a compiled graph is replayed with a graph launch: a trace that replays graphs
+    with no compiled region is ``eager``, its graphs captured by hand), which it then needs.
     """
     cfg = run.config
     if cfg is not None:
@@ -154,9 +156,9 @@ def mode_label(run: Run, report: Optional[Report] = None) -> str:
     if report is None:
         raise ValueError(f"run {run.run_id} has no config: its mode is read from its report, pass it")
     cb = report.compile_breakdown
-    if len(cb) and cb["graph_launches"].sum() > 0:
-        return "compile (CUDA graphs)"
-    return "compile" if len(cb) and cb["compiled_regions"].sum() > 0 else "eager"
+    if not (len(cb) and cb["compiled_regions"].sum() > 0):
+        return "eager"
+    return "compile (CUDA graphs)" if cb["graph_launches"].sum() > 0 else "compile"
 
 
 _SETTING_NAMED = ("workload", "knobs", "size", "batch", "bias", "dtype", "matmul_precision", "warmup", "compile",
@@ -219,7 +221,8 @@ def chain_lines(chain: pd.DataFrame, max_rows: int | None = None) -> list[str]:
     """One step's dispatch chain (:func:`~profiling_core.analyses.dispatch_chain`, or a part of it,
     :func:`~profiling_core.analyses.chain_subtree`) as indented lines of plain text, in tree order: each slice under its
     parent, siblings in time order, each GPU op right under the call that launched it (``name  [category or GPU,
-    µs]``). A row whose parent is not in ``chain`` starts a tree of its own. With ``max_rows``, the first that many
+    µs]``, the name's control characters as visible escapes, so each slice is one line). A row whose parent is not in
+    ``chain`` starts a tree of its own. With ``max_rows``, the first that many
     rows, then one line saying how many more there are."""
     ids = chain["id"].astype("int64").tolist()
     present = set(ids)
@@ -239,7 +242,9 @@ def chain_lines(chain: pd.DataFrame, max_rows: int | None = None) -> list[str]:
     while stack and (max_rows is None or len(lines) < max_rows):
         r, d = stack.pop()
         where = "GPU" if r.lane == "gpu" else r.category
-        lines.append(f"{'   ' * d}{'└─ ' if d else ''}{str(r.name)[:90]}  [{where}, {r.dur_us:,.1f} µs]")
+        # (a name's control characters shown as escapes: a newline in a name would start a line of its own)
+        name = terminal_safe(str(r.name)[:90])
+        lines.append(f"{'   ' * d}{'└─ ' if d else ''}{name}  [{where}, {r.dur_us:,.1f} µs]")
         stack.extend((k, d + 1) for k in reversed(kids.get(int(r.id), ())))
     if len(lines) < total:
         lines.append(f"… and {total - len(lines):,} more rows: start the chain at one op above to read its part, or "
@@ -319,7 +324,7 @@ def run_size(run: Run) -> Optional[int]:
         value = cfg.workload_knobs.get(knob) if knob else None
         return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
     head = run.name.split("_", 1)[0]
-    return int(head) if head.isdigit() else None
+    return int(head) if head.isdecimal() else None  # (isdigit() also takes "²", which int() refuses)
 
 
 STEP_SUMMARY_COLUMNS = ["run_id", "name", "machine", "axis", "size", "step", "mode", "steps", "cpu_us_per_step", "gpu_busy_us_per_step",
@@ -331,14 +336,18 @@ def step_summary(run: Run, report: Report) -> dict:
     """One run's median step: CPU µs, GPU busy µs (of the ops it launched), the share of its wall time the GPU was
     busy, launches and GPU ops; with the run's name, its machine's label (``store.machine_of``), size
     (:func:`run_size`) and its axis (:func:`run_size_axis`), what a step runs (:func:`step_kind`) and mode
-    (:func:`mode_label`). NaN medians when the trace has no ProfilerStep, and NaN GPU figures (busy, share,
-    launches, GPU ops) when it has no GPU lane: nothing was there to count, which a 0 would not say."""
-    st_ = report.steps
+    (:func:`mode_label`). The medians are over the steps the loop worked in (``analyses.working_steps``: an empty
+    step is no step of the loop), as the report's summary takes them. NaN medians when the trace has no ProfilerStep,
+    and NaN GPU figures (busy, share, launches, GPU ops) when it has no GPU lane: nothing was there to count, which a
+    0 would not say."""
+    from ..analyses import working_steps
+    st_ = working_steps(report.steps) if len(report.steps) else report.steps
     med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
     gpu = med if report.has_gpu else (lambda c: float("nan"))
     return {"run_id": run.run_id, "name": run.name, "machine": machine_of(run).label, "axis": run_size_axis(run),
             "size": run_size(run), "step": step_kind(run, report), "mode": mode_label(run, report),
-            "steps": len(st_), "cpu_us_per_step": med("cpu_dur_us"), "gpu_busy_us_per_step": gpu("gpu_busy_us"),
+            "steps": len(report.steps), "cpu_us_per_step": med("cpu_dur_us"),
+            "gpu_busy_us_per_step": gpu("gpu_busy_us"),
             "gpu_busy_fraction": gpu("gpu_busy_fraction"), "launches_per_step": gpu("launches"),
             "gpu_ops_per_step": gpu("gpu_ops"), "has_gpu": report.has_gpu}
 

@@ -76,7 +76,7 @@ def gpu_key(entry: str, gpus: Optional[Sequence[Mapping]] = None, order: Optiona
     characters other than letters, digits and ``-`` made ``-``: the same GPU named once by number and once by
     UUID then has two locks, which cannot be told apart without initialising CUDA. None when NVML knows the GPUs
     and ``entry`` names none of them (CUDA then shows no GPU either)."""
-    if entry.isdigit():
+    if entry.isdecimal():
         if gpus is not None and int(entry) >= len(gpus):
             return None
         return f"cuda{int(entry)}"
@@ -104,7 +104,7 @@ def device_key(device: str) -> str:
     if entry is None:
         return "cpu"
     gpus = None
-    if not entry.isdigit():
+    if not entry.isdecimal():
         from .host import nvml_gpus
         gpus = nvml_gpus()
     return gpu_key(entry, gpus, os.environ.get(ENV_ORDER)) or "cpu"

@@ -225,7 +225,7 @@ def gpu_identity(uuid) -> dict:
             if str(g["uuid"]).lower().removeprefix("gpu-").removeprefix("mig-") == bare:
                 return {"index": g["index"], "uuid": g["uuid"], "index_from": "nvml"}
     entry = visible_gpu()
-    return {"index": int(entry) if entry is not None and entry.isdigit() else None, "uuid": text,
+    return {"index": int(entry) if entry is not None and entry.isdecimal() else None, "uuid": text,
             "index_from": "CUDA_VISIBLE_DEVICES"}
 
 

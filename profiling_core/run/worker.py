@@ -92,7 +92,7 @@ def _session_members(sid: int) -> list[int]:
     except OSError:
         return members
     for entry in entries:
-        if not entry.isdigit():
+        if not entry.isdecimal():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:

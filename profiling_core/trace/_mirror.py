@@ -55,7 +55,7 @@ def _remove_orphans(tmp_dir: str | None) -> None:
         if not name.startswith(_PREFIX):
             continue
         pid = name[len(_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit():
+        if not pid.isdecimal():
             continue
         pid = int(pid)
         if pid not in alive:
