@@ -69,6 +69,10 @@ PRIORITY = {c: k for k, c in enumerate(GPU_OP_CATEGORIES)}
     ("sm80_xmma_dgrad_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc", "kernel", "convolution"),
     ("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16>", "kernel", "other"),  # a layout copy
     ("triton_poi_fused_convolution_0", "kernel", "elementwise"),  # Inductor pointwise, whatever it says
+    # (the H200 compiled Llama decode: a copy beside cuDNN's attention, named after the ops Inductor fused)
+    ("triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy_3", "kernel", "elementwise"),
+    ("triton_poi_fused__scaled_dot_product_efficient_attention_0", "kernel", "elementwise"),
+    ("triton_tem_fused__scaled_dot_product_flash_attention_0", "kernel", "attention"),  # a template: the kernel
     # rule 5: elementwise, reductions, normalisation
     ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>, "
      "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)", "kernel",

@@ -11,7 +11,9 @@ The rules match lower-cased substrings of the name; the first rule that matches 
 3. ``attention``: ``flash``, ``fmha``, ``sdpa``, ``attention`` or ``attn`` (``pytorch_flash::flash_fwd_kernel``
    on an H100, ``attn_fwd`` from Triton on an MI300X; PyTorch's memory-efficient ``fmha_cutlassF_…`` and cuDNN's
    ``…sdpa…`` kernels). Before the GEMM rule because flash kernels are built from CUTLASS and name it. SDPA's
-   math backend runs as GEMMs and a softmax, and shows as such;
+   math backend runs as GEMMs and a softmax, and shows as such; Inductor's pointwise kernels that say
+   ``attention`` (``triton_poi_fused__scaled_dot_product_cudnn_attention__to_copy_…``: a copy or a cat beside the
+   attention kernel, named after the ops it fused) stay ``elementwise``, as for rule 4;
 4. ``convolution``: cuDNN's and MIOpen's convolution kernels, by the words their names use for the three passes and
    the algorithms: ``fprop``, ``dgrad``, ``wgrad`` (``sm90_xmma_fprop_implicit_gemm_…`` forward, ``…dgrad…`` /
    ``…wgrad…`` backward), ``convolve`` (``implicit_convolve_sgemm``), ``winograd``, ``conv2d``/``conv3d``/
@@ -79,9 +81,10 @@ def _kernel_category(low: str) -> str:
     """Rules 2–7 on a lower-cased kernel name."""
     if any(k in low for k in _COMMUNICATION):
         return "communication"
-    if any(k in low for k in _ATTENTION):
+    pointwise = low.startswith(_INDUCTOR_POINTWISE)  # (named after the ops they fused: elementwise, rule 6)
+    if not pointwise and any(k in low for k in _ATTENTION):
         return "attention"
-    if not low.startswith(_INDUCTOR_POINTWISE) and any(k in low for k in _CONVOLUTION):
+    if not pointwise and any(k in low for k in _CONVOLUTION):
         return "convolution"
     if any(k in low for k in _GEMM) or low.startswith(_GEMM_PREFIX):
         return "gemm"
