@@ -2002,3 +2002,30 @@ def test_q3_gives_the_profiler_s_start_up_no_share_past_the_whole(tmp_path):
     q3 = run(path)[1]["q3.cold_start"]
     assert f"its Activity Buffer Request took 800.0 µs, more than all of the {extra:.1f} µs extra" in q3.text
     assert "160%" not in q3.text
+
+
+def test_q2_does_not_take_collectives_the_step_did_not_launch_from_its_gpu_work(tmp_path):
+    """Each 100 µs step launches one 150 µs GEMM; an all-reduce launched by another thread before the step runs
+    200 µs inside each step's window. The breakdown counts that collective in the window (whoever launched it), and
+    question 2 said "Of that GPU work, 200.0 µs a step ... without them the GPU would have -50.0 µs to do"."""
+    ev, corr = [], 0
+
+    def x(name, ts, dur, cat, pid=1, tid=1, **args):
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args})
+
+    def launch(kernel, ts, gts, gdur, stream, tid=1):
+        nonlocal corr
+        corr += 1
+        x("cudaLaunchKernel", ts, 5 if tid == 2 else 10, "cuda_runtime", tid=tid, correlation=corr)
+        x(kernel, gts, gdur, "kernel", pid=0, tid=stream, correlation=corr, device=0, stream=stream)
+    for n, base in enumerate([1000, 2000, 3000, 4000]):
+        x(f"ProfilerStep#{n}", base, 100, "user_annotation")
+        x("aten::mm", base + 5, 50, "cpu_op")
+        launch("gemm_kernel", base + 10, base + 200, 150, 7)
+        launch("ncclDevKernel_AllReduce_RING_LL", base - 40, base, 200, 9, tid=2)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev, "deviceProperties": [
+        {"id": 0, "name": "NVIDIA H100", "computeMajor": 9, "computeMinor": 0}]}))
+    q2 = run(path)[1]["q2.bound"]
+    assert "collectives that no compute overlaps" not in q2.text and "-50.0" not in q2.text
+    assert not re.search(r"would have -", q2.text)

@@ -261,7 +261,9 @@ def _q2_verdict(r) -> list[Finding]:
                  + ("waits for it in those calls" if wait > 0 else "runs ahead")
                  + " and the GPU sets the pace: the workload is compute-bound.")
         comm = _exposed_collectives(r, ss["basis_steps"])
-        if comm > 0 and gpu - comm < GPU_BOUND_AT * (cpu - wait):  # the verdict rests on communication
+        # (the breakdown counts every collective in the step's window, whoever launched it: more than the GPU work
+        # the step launched is not "of that GPU work", and the sentence is not said)
+        if 0 < comm <= gpu and gpu - comm < GPU_BOUND_AT * (cpu - wait):  # the verdict rests on communication
             ev["exposed_collectives_us_per_step"] = _num(comm)
             text += (f" Of that GPU work, {_us(comm)} a step (median) is collectives that no compute overlaps: "
                      f"without them the GPU would have {_us(gpu - comm)} to do against the CPU's own "
