@@ -325,3 +325,22 @@ def test_a_trace_of_process_0_keeps_thread_0_and_q1_names_its_idle_stack(name):
     q1 = next(f for f in findings(r) if f.id == "q1.table")
     assert q1.evidence["idle_thread_self_us"] == pytest.approx(outer["dur"], abs=1e-3)
     assert q1.evidence["top_self_cpu_row"] in q1.evidence["idle_thread_rows"]
+
+
+def test_ranges_left_out_of_order_take_their_window_from_the_op_around_them_once(tmp_path):
+    """An op (200 µs) with a 20 µs child, and three ranges each entered inside the one before and left after it
+    (out of order, so none nests: each goes on a spill track of its own), over [1115, 1287). The op's own time is its
+    duration less its child and less the ranges' window outside that child, counted once: 200 − 20 − (172 − 15) =
+    23 µs by hand. Each range took it out again (the op's own time came out −288 µs); the SQL table states the same
+    rule and gives the same."""
+    def x(name, ts, dur, cat="cpu_op"):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": {}}
+    ev = [x("ProfilerStep#0", 1000, 1000, "user_annotation"), x("aten::outer_op", 1100, 200), x("aten::f", 1110, 20),
+          x("range_a", 1115, 170, "user_annotation"), x("range_b", 1116, 170, "user_annotation"),
+          x("range_c", 1117, 170, "user_annotation")]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    cpu, sql = _tables(path)
+    assert cpu.loc["aten::outer_op", "self_cpu_us"] == pytest.approx(23.0)
+    assert sql.loc["aten::outer_op", "self_cpu_ns"] == 23_000
+    assert (cpu["self_cpu_us"] >= 0).all() and (sql["self_cpu_ns"] >= 0).all()

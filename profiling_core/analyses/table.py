@@ -277,7 +277,9 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
     (with ``with_stack=True`` the first track's top slices are Python frames around the whole recording: the slices
     that count are the ones below the frames around it). That window, less those slices, is taken out of the own
     time of the innermost first-track slice around it, which would count it too, unless that slice also encloses the
-    spill slice this one is inside (which handed the window over already). The thread of a slice is ``host``
+    spill slice this one is inside (which handed the window over already); the windows a slice is handed are taken
+    out as their union, so spill slices that overlap each other (ranges left out of order) take their shared time
+    once. The thread of a slice is ``host``
     (:func:`_host_utid`: a slice written on no thread is a spill slice of the thread around it). ``profiler_table.sql``
     states the same rule."""
     utid, track, ts, dur, ppos = host, t["track_id"], t["ts"], t["dur"], t["ppos"]
@@ -306,6 +308,7 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
         kids = spill[ppos[spill] >= 0]  # (a spill slice's children are on its own track)
         kids = kids[np.argsort(ppos[kids], kind="stable")]
         depth = t["depth"][mine]
+        handed: dict = {}  # first-track slice -> the windows it hands over and its slices inside them: (b, e, sb, se)
         for r in spill.tolist():
             lo, hi = int(ts[r]), int(ts[r] + dur[r])
             # the first track's slices that overlap the window: those starting inside it, and the chain of those
@@ -321,7 +324,6 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
             nb, ne, npar, npb, npe = b[near], e[near], par[near], pb[near], pe[near]
             outer = (nb < hi) & (ne > lo) & ~((nb <= lo) & (ne >= hi)) & ((npar < 0) | ((npb <= lo) & (npe >= hi)))
             k = kids[np.searchsorted(ppos[kids], r, side="left"):np.searchsorted(ppos[kids], r, side="right")]
-            below = int((np.minimum(ne[outer], hi) - np.maximum(nb[outer], lo)).clip(min=0).sum())
             own[r] = dur[r] - union_ns(np.concatenate([np.maximum(nb[outer], lo), np.clip(ts[k], lo, hi)]),
                                         np.concatenate([np.minimum(ne[outer], hi), np.clip(ts[k] + dur[k], lo, hi)]))
             around = near[(nb <= lo) & (ne >= hi)]
@@ -329,7 +331,18 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
             # the frame around it counted that window (less its own children) as its own time, unless that frame
             # encloses the spill slice this one is inside, which handed it over already
             if enc >= 0 and enclosers.get(int(ppos[r]), -1) != enc:
-                own[enc] -= dur[r] - below
+                w = handed.setdefault(enc, ([], [], [], []))
+                w[0].append(lo)
+                w[1].append(hi)
+                w[2].extend(np.maximum(nb[outer], lo).tolist())
+                w[3].extend(np.minimum(ne[outer], hi).tolist())
+        # each first-track slice loses the union of the windows it handed over, less its slices inside them, once:
+        # spill slices that overlap each other (ranges left out of order) would take their shared time twice
+        for enc, (wb, we, sb, se) in handed.items():
+            mb, me = merged(np.array(wb, dtype=np.int64), np.array(we, dtype=np.int64))
+            cb, ce = merged(np.array(sb, dtype=np.int64), np.array(se, dtype=np.int64))
+            inside = int(covered_ns(mb, me, cb, ce).sum()) if len(cb) else 0
+            own[enc] -= int((me - mb).sum()) - inside
 
 
 def _profiler_table_raw(sh: Shared) -> pd.DataFrame:

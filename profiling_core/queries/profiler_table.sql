@@ -111,23 +111,34 @@ cover_ordered AS (
 spilled AS (  -- the union of the cover, per spill slice
   SELECT id, SUM(MAX(0, e - MAX(b, coalesce(prev_e, b)))) AS other_ns FROM cover_ordered GROUP BY id
 ),
-below AS (
-  SELECT id, SUM(e - b) AS ns FROM outer_of GROUP BY id
-),
 encloser AS (  -- each spill slice's innermost first-track encloser
   SELECT sp.id, sp.parent_id, sp.dur, (SELECT o.id FROM slice o WHERE o.track_id = sp.first_track
     AND o.ts <= sp.ts AND o.ts + o.dur >= sp.ts + sp.dur AND o.id NOT IN (SELECT id FROM idle)
     ORDER BY o.depth DESC, o.id LIMIT 1) AS enc
   FROM spill sp
 ),
-handed AS (  -- a spill slice's window less the slices below leaves the own time of its innermost first-track encloser
-             -- (unless that one encloses the spill slice it is inside, which handed the window over already)
-  SELECT e.enc AS id, e.dur - coalesce(bl.ns, 0) AS ns
-  FROM encloser e LEFT JOIN below bl ON bl.id = e.id
-  WHERE NOT EXISTS (SELECT 1 FROM encloser pe WHERE pe.id = e.parent_id AND pe.enc = e.enc)
+handing AS (  -- a spill slice's window, less the slices below, leaves the own time of its innermost first-track
+              -- encloser (unless that one encloses the spill slice it is inside, which handed the window over already)
+  SELECT e.enc, e.id FROM encloser e
+  WHERE e.enc IS NOT NULL AND NOT EXISTS (SELECT 1 FROM encloser pe WHERE pe.id = e.parent_id AND pe.enc = e.enc)
+),
+handed_windows AS (  -- per encloser, the windows handed to it, and the slices below in them; each counted once as
+                     -- a union: spill slices that overlap each other (ranges left out of order) share their time
+  SELECT h.enc AS id, sp.ts AS b, sp.ts + sp.dur AS e,
+    MAX(sp.ts + sp.dur) OVER (PARTITION BY h.enc ORDER BY sp.ts, sp.ts + sp.dur
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+  FROM handing h JOIN spill sp ON sp.id = h.id
+),
+handed_below AS (
+  SELECT h.enc AS id, o.b, o.e,
+    MAX(o.e) OVER (PARTITION BY h.enc ORDER BY o.b, o.e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+  FROM handing h JOIN outer_of o ON o.id = h.id
 ),
 handed_by AS (
-  SELECT id, SUM(ns) AS ns FROM handed WHERE id IS NOT NULL GROUP BY id
+  SELECT w.id, w.ns - coalesce(bl.ns, 0) AS ns
+  FROM (SELECT id, SUM(MAX(0, e - MAX(b, coalesce(prev_e, b)))) AS ns FROM handed_windows GROUP BY id) w
+  LEFT JOIN (SELECT id, SUM(MAX(0, e - MAX(b, coalesce(prev_e, b)))) AS ns FROM handed_below GROUP BY id) bl
+    ON bl.id = w.id
 ),
 self_dev AS (
   SELECT parent_id AS id, SUM(gpu_dur) AS ns FROM launched WHERE parent_id IS NOT NULL GROUP BY parent_id
