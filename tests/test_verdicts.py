@@ -2029,3 +2029,15 @@ def test_q2_does_not_take_collectives_the_step_did_not_launch_from_its_gpu_work(
     q2 = run(path)[1]["q2.bound"]
     assert "collectives that no compute overlaps" not in q2.text and "-50.0" not in q2.text
     assert not re.search(r"would have -", q2.text)
+
+
+def test_q2_says_plainly_that_the_steady_steps_launched_no_gpu_work(tmp_path):
+    """The first step launches a kernel, the three after it none: question 2 read "None of the 3 steps after the
+    first; the first carries start-up effects launched GPU work", the clause's own semicolon cutting it in two."""
+    t = vt.Trace()
+    t.step(1, lambda t: t.cpu("aten::mm", 40, children=lambda t: t.launch(vt.BF16_GEMM, 20.0)))
+    for n in range(2, 5):
+        t.step(n, lambda t: t.cpu("aten::add", 40))
+    q2 = run(t.write(tmp_path / "t.json"))[1]["q2.bound"]
+    assert q2.text.startswith("In steady state (the 3 steps after the first; the first carries start-up effects) no "
+                              "step launched GPU work (median ")

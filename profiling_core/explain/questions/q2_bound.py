@@ -191,8 +191,8 @@ def _q2_verdict(r) -> list[Finding]:
           "gpu_busy_fraction": _num(r.summary.get("gpu_busy_fraction"))}
     basis = _basis_text(ss, len(s))
     if label == "no-gpu":
-        text = (f"None of {basis} launched GPU work (median {_us(ss['cpu_us_per_step'])} of CPU per step), so there "
-                "is no overhead/compute verdict.")
+        text = (f"In steady state ({basis}) no step launched GPU work (median {_us(ss['cpu_us_per_step'])} of CPU "
+                "per step), so there is no overhead/compute verdict.")
         return [Finding("q2.bound", 2, "No-gpu", text, ev)]
     cpu, gpu, ratio = ss["cpu_us_per_step"], ss["gpu_us_per_step"], ss["gpu_to_cpu"] or 0.0
     wait = ss.get("sync_wait_us_per_step") or 0.0
