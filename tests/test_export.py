@@ -269,3 +269,16 @@ def test_csv_cells_a_spreadsheet_would_run_are_written_as_text():
     assert [r[0] for r in rows[1:]] == ["'" + v for v in df["run"][:4]] + ["plain"]
     assert [r[1] for r in rows[1:]] == list(df["size"]) and [r[2] for r in rows[1:]] == ["1.0", "2.0", "3.0", "4.0",
                                                                                          "5.0"]
+
+
+def test_the_report_s_tables_never_round_a_figure_to_zero_or_one():
+    """A table cell of 0.000581 TFLOP/s read 0.001, a fraction of peak of 0.0004 read 0.000 and a busy share of 0.9996
+    read 1.000 (every float at three decimals): the report now writes six significant digits, as the app's counts."""
+    import re
+
+    import pandas as pd
+    from profiling_core.present.export import ReportSection, html_report
+    df = pd.DataFrame({"run": ["64_fp32_warm_eager"], "tflops": [0.000581], "fraction_of_peak": [0.0004],
+                       "gpu_busy_fraction": [0.9996], "us": [1234.5678]})
+    html = html_report("r", [ReportSection("GEMM against the peak", tables=[("gemm", df)])])
+    assert re.findall(r"<td>([^<]*)</td>", html) == ["64_fp32_warm_eager", "0.000581", "0.0004", "0.9996", "1234.57"]

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 import altair as alt
 import pandas as pd
 
+from ..units import format_count
 from .web import html_text, script_json, vega_safe
 
 __all__ = ["chart_spec", "chart_png", "chart_svg", "dataframe_csv", "ReportSection", "html_report",
@@ -130,7 +131,9 @@ def _table_html(df: pd.DataFrame, max_rows: int = 200) -> str:
     cells = shown.map(lambda v: "" if v is None or v is pd.NA or v is pd.NaT  # (pandas writes NA as "<NA>")
                       else v if isinstance(v, numbers.Number) else html_text(v))
     cells.columns = [html_text(c) for c in shown.columns]
-    return cells.to_html(index=False, escape=False, border=0, float_format=lambda v: f"{v:,.3f}") + note
+    # (six significant digits, never an exponent: a fixed 3 decimals wrote 0.000581 TFLOP/s as 0.001, a share of
+    # 0.0004 as 0.000 and one of 0.9996 as 1.000)
+    return cells.to_html(index=False, escape=False, border=0, float_format=format_count) + note
 
 
 def _kv_html(data: Mapping[str, Any]) -> str:
