@@ -549,3 +549,15 @@ def test_a_name_with_a_newline_stays_on_its_line_of_the_chain():
     lines = chain_lines(chain)
     assert len(lines) == 3 and all("\n" not in x for x in lines)
     assert lines[1].startswith("   └─ my_op\\x0aProfilerStep#9")
+
+
+def test_a_compiled_trace_without_steps_is_compiled(tmp_path):
+    """The H200 sweep's compiled run with its ProfilerStep slices taken out (a profile without a schedule): its 10
+    Torch-Compiled Region slices (a scan) are still there, and its mode read "eager" because the per-step compile
+    breakdown is empty without steps."""
+    from profiling_core.present import mode_label
+    doc = json.loads((APP / "sweep_4096_warm_compile.json").read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert sum(str(e.get("name", "")).startswith("Torch-Compiled Region") for e in doc["traceEvents"]) == 10
+    run, rep = _imported(tmp_path, doc, "sweep_4096_warm_compile")
+    assert rep.steps.empty and mode_label(run, rep) == "compile"

@@ -148,17 +148,25 @@ def mode_label(run: Run, report: Optional[Report] = None) -> str:
 
     An imported trace has no config: its mode is read from ``report``'s compiled regions (``compile``, or
     ``compile (CUDA graphs)`` when a compiled graph is replayed with a graph launch: a trace that replays graphs
-    with no compiled region is ``eager``, its graphs captured by hand), which it then needs.
+    with no compiled region is ``eager``, its graphs captured by hand; per step, or over the whole trace where it has
+    no steps), which it then needs.
     """
     cfg = run.config
     if cfg is not None:
         return "eager" if cfg.compile == "off" else cfg.compile
     if report is None:
         raise ValueError(f"run {run.run_id} has no config: its mode is read from its report, pass it")
+    from ..analyses import GRAPH_LAUNCHES
     cb = report.compile_breakdown
-    if not (len(cb) and cb["compiled_regions"].sum() > 0):
+    if len(cb):
+        regions, graphs = cb["compiled_regions"].sum() > 0, cb["graph_launches"].sum() > 0
+    else:  # (no steps: the whole trace's rows, which the profiler table holds)
+        t = report.profiler_table
+        names = t.loc[t["lane"] == "cpu", "name"].astype(str) if len(t) else pd.Series([], dtype=str)
+        regions, graphs = names.str.startswith("Torch-Compiled Region").any(), names.isin(GRAPH_LAUNCHES).any()
+    if not regions:
         return "eager"
-    return "compile (CUDA graphs)" if cb["graph_launches"].sum() > 0 else "compile"
+    return "compile (CUDA graphs)" if graphs else "compile"
 
 
 _SETTING_NAMED = ("workload", "knobs", "size", "batch", "bias", "dtype", "matmul_precision", "warmup", "compile",
