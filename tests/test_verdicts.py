@@ -2041,3 +2041,21 @@ def test_q2_says_plainly_that_the_steady_steps_launched_no_gpu_work(tmp_path):
     q2 = run(t.write(tmp_path / "t.json"))[1]["q2.bound"]
     assert q2.text.startswith("In steady state (the 3 steps after the first; the first carries start-up effects) no "
                               "step launched GPU work (median ")
+
+
+def test_q1_names_gpu_ops_that_ran_at_once_among_what_the_sum_counts(tmp_path):
+    """Two 1 ms kernels on two streams at the same time, launched with no op around their calls: the rows' self
+    device time sums to 2 ms against 1 ms of busy GPU (a scan: the two intervals are the same), and question 1 said
+    "no row is counted twice" beside its own 2.0×."""
+    ev, corr = [], 0
+    for kernel, ts, stream in (("gemm_a", 1000, 7), ("gemm_b", 1010, 8)):
+        corr += 1
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
+                   "dur": 10, "args": {"correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream, "ts": 1020, "dur": 1000,
+                   "args": {"correlation": corr, "device": 0, "stream": stream}})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    text = run(path)[1]["q1.double_count"].text
+    assert "2.0× the 1.00 ms" in text and "no row is counted twice" not in text
+    assert "the GPU ops' own rows sum to 2.00 ms, more than the busy time, because some ran at the same time" in text
