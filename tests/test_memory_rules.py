@@ -395,3 +395,17 @@ def test_a_peak_that_stays_allocated_is_not_called_temporaries(tmp_path):
     assert "temporaries" not in x.text and "most of it stays" in x.text and x.evidence["kept_bytes"] >= GiB
     assert "no temporary" in x.fix
     assert "never freed" in f["q1.memory"].text
+
+
+def test_what_was_live_at_the_peak_adds_up_to_no_more_than_the_peak(tmp_path):
+    """The window opens with 1 GiB allocated; the totals then fall by 1 GiB with no free event (freed where the
+    profiler saw nothing) before a 2 GiB allocation makes the peak (2.0 GiB + 20 MiB, a scan of the totals). The
+    rows live at the peak said 1 GiB more than the peak: the opening's 1 GiB was still counted as live."""
+    path = _write(tmp_path / "t.json", [
+        _x("ProfilerStep#1", 0, 100, "user_annotation"), _x("aten::mul", 10, 40),
+        _mem(11, 10 * MiB, 1, GiB + 10 * MiB, 3 * GiB), _mem(12, 10 * MiB, 2, 20 * MiB, 3 * GiB),
+        _mem(13, 2 * GiB, 3, 2 * GiB + 20 * MiB, 3 * GiB)])
+    with open_trace(path, engine="sqlite") as s:
+        m = analyze(s).memory
+    peak = int(m.peaks["peak_allocated_bytes"].iat[0])
+    assert peak == 2 * GiB + 20 * MiB and int(m.live_at_peak["bytes"].sum()) <= peak

@@ -501,8 +501,9 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
         blocks never freed in the window: still held when it ended); largest first per device. Blocks
         from before the window come as two rows where they can be known: those freed later in the window (counted
         from their frees: ``blocks`` exact) and, where the trace has totals, the rest of what was allocated when the
-        window opened (never freed in it: ``blocks`` NA, unknown). With totals the rows of a device add up to its
-        ``peak_allocated_bytes``. A device without addresses has no rows (the *Blocks* rule). Empty (same columns)
+        window opened (never freed in it: ``blocks`` NA, unknown; no more than the peak leaves beside the other rows,
+        where the totals fell with no free event). With totals the rows of a device add up to its
+        ``peak_allocated_bytes`` at most. A device without addresses has no rows (the *Blocks* rule). Empty (same columns)
         when no device qualifies.
     """
     ev = _events(session, shared)
@@ -512,6 +513,7 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
             continue
         i, k, opening = ev.peak(d)
         p = int(i[k]) if k >= 0 else -1  # the peak's event, as a timeline index (-1: the window's opening)
+        level = int(ev.level[p]) if k >= 0 else opening  # (the device's allocated bytes at its peak)
         alloc = i[(i <= p) & (ev.closed_at[i] != -2)]
         alloc = alloc[(ev.closed_at[alloc] == -1) | (ev.closed_at[alloc] > p)]
         g = pd.DataFrame({"op": ev.label_codes(ev.parent[alloc]), "bytes": ev.bytes[alloc],
@@ -524,6 +526,9 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
             out.append((name, None, BEFORE_WINDOW, int(-ev.bytes[later].sum()), len(later), 0))
         if ev.basis[d] != "running_sum":  # with totals: the rest of what the window opened with
             rest = opening + int(ev.bytes[freed_before].sum())
+            # (no more than the peak leaves beside the rows above: a total that fell with no free event of its own,
+            # memory freed where the profiler saw no event, left less of it live)
+            rest = min(rest, level - sum(row[3] for row in out if row[0] == name))
             if rest > 0:
                 out.append((name, None, BEFORE_WINDOW, rest, None, rest))
     df = _frame(out, _LIVE)
