@@ -2059,3 +2059,27 @@ def test_q1_names_gpu_ops_that_ran_at_once_among_what_the_sum_counts(tmp_path):
     text = run(path)[1]["q1.double_count"].text
     assert "2.0× the 1.00 ms" in text and "no row is counted twice" not in text
     assert "the GPU ops' own rows sum to 2.00 ms, more than the busy time, because some ran at the same time" in text
+
+
+@pytest.mark.parametrize("synced", [True, False])
+def test_bursts_of_waiting_for_batches_count_where_each_step_waits_for_the_gpu(tmp_path, synced):
+    """Ten steps of a 2 ms GEMM; one step in five waits 40 ms in the DataLoader's workers. With a sync at each step's
+    end no queue carries over, so the wait is the step's: 82% of the steady steps' CPU time, and the rule names it.
+    It stayed silent because the median step is GPU-paced ("the batches are made while it works through the queue").
+    Without the sync the queue does carry the GPU through, and the rule still says nothing there."""
+    t = vt.Trace()
+    for n in range(1, 11):
+        def body(t, d=40000.0 if n % 5 == 0 else 20.0):
+            t.cpu(vt.WORKERS_NEXT, d, cat="user_annotation")
+            t.cpu("aten::mm", 40, dims=[[4096, 4096], [4096, 4096]], types=vt.BF16,
+                  children=lambda t: t.launch(vt.BF16_GEMM, 2000.0))
+            if synced:
+                t.sync()
+        t.step(n, body)
+    r, _f, d = run(t.write(tmp_path / "t.json"))
+    assert r.summary["steady_state"]["bound"] == "compute-bound"
+    if synced:
+        x = rules(d)["input_bound"]
+        assert "The waits come in bursts: step 5 waited 40,000.0 µs" in x.text and x.cost_us_per_step > 0
+    else:
+        assert "input_bound" not in rules(d)

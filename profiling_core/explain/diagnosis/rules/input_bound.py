@@ -1,8 +1,10 @@
 """``input_bound``: the loop waits for its batches. Found by the time the steady-state steps spend inside the
 DataLoader's batch range (``enumerate(DataLoader)#<iterator>.__next__``: ``steps.data_us``, the ``data`` phase's
 rule), summed over those steps: at least ``analyses.DATA_WAIT_AT`` of their CPU time (``analyses.data_wait``: a sum,
-as workers' waits come in bursts). On a CPU, and on a GPU whose steady state is overhead-bound (where the GPU sets the
-pace, the batches are made while it works through the launched queue, and nobody waits for them). The iterator's class tells how the batches were made:
+as workers' waits come in bursts). On a CPU, on a GPU whose steady state is overhead-bound, and on one the GPU paces
+whose steps wait for it (a sync: no queue carries over into the next step, so its wait for a batch is the step's);
+where the GPU sets the pace and its queue carries over, the batches are made while it works through it, and nobody
+waits for them. The iterator's class tells how the batches were made:
 ``_SingleProcessDataLoaderIter`` in the loop's own thread (``num_workers=0``), ``_MultiProcessingDataLoaderIter`` by
 worker processes that did not keep up. The cost is that time per step on average, what making the batches beside the
 step saves; on a GPU no more than the CPU time per step less the GPU work launched per step (that work stays)."""
@@ -37,7 +39,7 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     if share is None or share < DATA_WAIT_AT or not dw["steps"]:
         return None
     ss = r.summary.get("steady_state") or {}
-    if r.has_gpu and ss.get("bound") in GPU_PACED:
+    if r.has_gpu and ss.get("bound") in GPU_PACED and not (ss.get("sync_wait_us_per_step") or 0.0) > 0:
         return None  # the GPU sets the pace: the batches are made while it works through the queue
     n, data, cpu = len(dw["steps"]), dw["data_us_per_step"], dw["cpu_us_per_step"]
     names = loader_ranges(r, dw["steps"])
