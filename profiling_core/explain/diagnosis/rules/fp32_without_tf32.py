@@ -107,7 +107,8 @@ def _gemm_time(gemm_us: float, ffma_us: float, rows: pd.DataFrame, simt_names: s
                 f"kernels and {_fmt_us(gemm_us - ffma_us)} in the other kernel{'s' if len(rest) != 1 else ''} they "
                 f"launched ({', '.join(rest[:3]) or 'unnamed'})")
     return (f"{_fmt_us(ffma_us)} of such kernels {_per(c.report)}, {_fmt_us(gemm_us)} of it in GEMMs whose shapes "
-            "the trace records (the time the cost counts)")
+            "the trace records and that the compute roof holds (the time the cost counts; the rest ran GEMMs without "
+            "recorded shapes, or ones the memory roof holds, which TF32 would not speed up)")
 
 
 def _kernel_stem(name: str) -> str:
