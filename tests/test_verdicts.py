@@ -2083,3 +2083,26 @@ def test_bursts_of_waiting_for_batches_count_where_each_step_waits_for_the_gpu(t
         assert "The waits come in bursts: step 5 waited 40,000.0 µs" in x.text and x.cost_us_per_step > 0
     else:
         assert "input_bound" not in rules(d)
+
+
+def test_the_tf32_rule_says_why_it_leaves_a_memory_bound_gemm_s_time_out(tmp_path):
+    """One FFMA kernel runs a 4096³ fp32 GEMM (4 ms) and an outer product 4096×1 @ 1×4096 (1 ms), both with recorded
+    shapes; the outer product is held by the memory roof, where TF32 changes nothing. The text said the 1 ms was not
+    in "GEMMs whose shapes the trace records"."""
+    t = vt.Trace()
+
+    def body(t):
+        t.cpu("aten::mm", 60, dims=[[4096, 4096], [4096, 4096]], types=["float", "float"],
+              children=lambda t: t.launch("ampere_sgemm_128x64_nn", 4000.0))
+        t.cpu("aten::mm", 60, dims=[[4096, 1], [1, 4096]], types=["float", "float"],
+              children=lambda t: t.launch("ampere_sgemm_128x64_nn", 1000.0))
+        t.sync()
+    for n in range(1, 5):
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    assert all("Input Dims" in e["args"] for e in scan_trace(path) if e.get("name") == "aten::mm")
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        x = rules(diagnose(s, r, None, H200_PEAKS, compute_capability=9.0))["fp32_without_tf32"]
+    assert "5,000.0 µs of such kernels per step, 4,000.0 µs of it" in x.text
+    assert "the memory roof holds, which TF32 would not speed up" in x.text
