@@ -346,3 +346,52 @@ def test_whole_numbers_beside_nulls_are_shown_exactly(engines, engine):
     got = r.frame["t"].tolist()
     assert [None if v is pd.NA else int(v) for v in got] == [None, base + 1, None, base + 3, None, base + 5]
     assert r.frame["f"].dropna().tolist() == [0.5, 0.5, 0.5]  # a column of fractions stays a float column
+
+
+def test_a_console_query_interrupted_in_the_caller_leaves_no_answer_for_the_next():
+    """A KeyboardInterrupt (a user's Ctrl-C) while the console's child still runs a query: its answer stayed in the
+    pipe, and the next query read it as its own (asked for 'second', it got the first query's row)."""
+    import os
+    import signal
+    import threading
+    with open_trace(str(TRACE), engine="sqlite") as s:
+        assert s.console("SELECT 1 AS warm").frame["warm"].tolist() == [1]
+        timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            s.console("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 30000000) "
+                      "SELECT 'first query' AS q, count(*) AS n FROM c")
+        timer.join()
+        assert s.console("SELECT 'second' AS q").frame["q"].tolist() == ["second"]
+        assert s.console("SELECT 'third' AS q").frame["q"].tolist() == ["third"]
+
+
+@pytest.mark.parametrize("how", ["query", "console"])
+def test_a_query_text_that_is_no_utf8_is_refused_as_such(how):
+    """A lone surrogate in the query's text: the console reported "stopped after its time limit of 10 s" (and ended
+    its process), the plain query raised UnicodeEncodeError."""
+    with open_trace(str(TRACE), engine="sqlite") as s:
+        with pytest.raises(QueryError, match="cannot be encoded as UTF-8"):
+            getattr(s, how)("SELECT '\ud800' AS x")
+        assert s.console("SELECT 'ok' AS x").frame["x"].tolist() == ["ok"]
+
+
+@pytest.mark.parametrize("kw", [dict(deadline_s=float("inf")), dict(deadline_s=float("nan")), dict(deadline_s=-1),
+                                dict(max_rows=0), dict(max_result_bytes=1.5)])
+def test_limits_that_are_no_limits_are_refused(kw):
+    with pytest.raises(ValueError, match="QueryLimits"):
+        QueryLimits(**kw)
+
+
+def test_the_mirror_s_files_are_readable_by_their_user_alone():
+    """The SQLite file was made private (mkstemp), the args file and the args database beside it were not (0644 under
+    the usual umask): copies of the trace's arguments any user of the temporary directory could read."""
+    import glob
+    import os
+    import stat
+    import tempfile
+    with open_trace(str(TRACE), engine="sqlite") as s:
+        s.query("SELECT count(*) FROM args")
+        files = glob.glob(os.path.join(tempfile.gettempdir(), f"trace-mirror-{os.getpid()}-*"))
+        assert {f.rsplit("-", 1)[-1].split(".", 1)[-1] for f in files} >= {"sqlite", "bin"}
+        assert len(files) >= 3 and all(stat.S_IMODE(os.stat(f).st_mode) == 0o600 for f in files)

@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 
 from ..errors import QueryError
+from ._query import require_utf8
 from ._rules import stopped_error
 
 GRACE_S = 0.5      # how long past its deadline a statement may take to answer before its process is ended
@@ -143,15 +144,22 @@ class ConsoleProcess:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         proc = self._proc
-        request = [sql, dataclasses.asdict(limits)]
+        require_utf8(sql)  # (the child is not asked)
+        request = _frame([sql, dataclasses.asdict(limits)])
         self._busy = True
         try:
-            proc.stdin.write(_frame(request))
+            proc.stdin.write(request)
             proc.stdin.flush()
             ok, reply = _read_frame(proc.stdout.fileno(), time.monotonic() + limits.deadline_s + GRACE_S,
                                     _decode_reply)
         except (OSError, ValueError):  # the child is gone (a crash, or close()), or sent what it may not
             ok = False
+        except BaseException:
+            # (a KeyboardInterrupt, say, while the child still works: its answer would stay in the pipe and be read
+            # as the next query's, so the child ends here, as at a time-out)
+            self._proc = None
+            self._end(proc)
+            raise
         finally:
             self._busy = False
         if not ok:  # past the deadline inside one step, or the child died

@@ -183,7 +183,7 @@ class MirrorBackend:
         try:
             conn = self._build_conn = sqlite3.connect(self.db_path, check_same_thread=False)
             _write_tables(conn, model, lambda: self._closed)
-            conn.execute("ATTACH DATABASE ? AS argsdb", (self.args_path,))
+            conn.execute("ATTACH DATABASE ? AS argsdb", (_private(self.args_path),))
             conn.execute("PRAGMA argsdb.journal_mode = OFF")
             conn.execute("PRAGMA argsdb.synchronous = OFF")
             conn.execute("BEGIN")
@@ -317,6 +317,13 @@ class MirrorBackend:
                 setattr(self, name, None)
 
 
+def _private(path: str) -> str:
+    """``path``, created empty and readable by this user alone (as ``mkstemp`` makes the SQLite file): the args are a
+    copy of the trace's, which another user of the temporary directory may not read."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    return path
+
+
 class _ArgsFile:
     """Writes each arg set's raw JSON, one after the other in arg set id order, into the args file while the trace is
     decoded (:meth:`put`); :meth:`finish` gives the offsets of the arg sets in it (arg set ``a`` is the bytes from
@@ -324,7 +331,7 @@ class _ArgsFile:
     else is built (no index: the offsets are one), so decoding never waits for it."""
 
     def __init__(self, path: str) -> None:
-        self.file = open(path, "wb")
+        self.file = open(_private(path), "wb")
         self.lengths = array("q")
         self.repaired = 0  # byte sequences of args that were not UTF-8 (see _decode.repair_utf8)
 

@@ -59,6 +59,17 @@ def _json_path(key: str) -> str | None:
     return path
 
 
+def require_utf8(sql: Any) -> None:
+    """QueryError where a query's text cannot be written as UTF-8 (a lone surrogate, ``'\\ud800'``): neither SQLite
+    nor the console's pipe takes it."""
+    if isinstance(sql, str):
+        try:
+            sql.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise QueryError(f"the query's text cannot be encoded as UTF-8 ({e.reason} at position {e.start}): "
+                             "write the character another way, e.g. char(0xD800)") from None
+
+
 class QueryConnection:
     """The trace's SQLite database (``db_path``) with its args database (``args_path``) attached as ``argsdb``,
     the ``args`` view, ``extract_arg``, ``PRAGMA query_only`` and the console's authorizer (``rules``). Raises
@@ -126,6 +137,7 @@ class QueryConnection:
         value may exceed ``max_value_bytes`` (SQLite's length limit, so none is built), and fetching stops at
         ``max_rows`` rows or ``max_result_bytes`` (``cut`` is then True; ``_rules.capped_rows``)."""
         conn = self.conn
+        require_utf8(sql)
         statement = check_statement(conn, self.rules, sql)
         self.rules.reset()
         timed_out = [False]

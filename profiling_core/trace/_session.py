@@ -1,6 +1,7 @@
 """open_trace() and TraceSession: one loaded trace, SQL in, DataFrame out."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -34,6 +35,17 @@ class QueryLimits:
     max_rows: int = 100_000
     max_result_bytes: int = 64 * 2**20
     max_value_bytes: int = 16 * 2**20
+
+    def __post_init__(self) -> None:
+        # (a NaN or infinite deadline would reach the console as no deadline, or as an error mid-query)
+        if not (isinstance(self.deadline_s, (int, float)) and not isinstance(self.deadline_s, bool)
+                and math.isfinite(self.deadline_s) and self.deadline_s > 0):
+            raise ValueError(f"QueryLimits.deadline_s must be a finite number of seconds above 0, got "
+                             f"{self.deadline_s!r}")
+        for name in ("max_rows", "max_result_bytes", "max_value_bytes"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+                raise ValueError(f"QueryLimits.{name} must be a whole number above 0, got {v!r}")
 
 
 @dataclass(frozen=True)
