@@ -161,3 +161,23 @@ def test_a_step_cut_at_the_end_of_the_recording_is_said_under_the_metrics(runs_d
     clean = app("trace_lab")
     upload(clean, "one.json", (H200 / "4096_bf16_warm_eager.json").read_bytes())
     assert not [c.value for c in clean.caption if "outlasts the recording" in c.value]
+
+
+@pytest.mark.parametrize("sql,columns,first", [
+    ("SELECT s.name, t.name FROM slice s JOIN thread_track t ON s.track_id = t.id ORDER BY s.id LIMIT 2",
+     ["name", "name:1"], None),
+    ("SELECT x'00ff' AS b UNION ALL SELECT 1", ["b"], "X'00FF'")])
+def test_a_join_s_repeated_names_and_mixed_blobs_show_as_a_table(runs_dir, sql, columns, first):
+    """A join that selects two tables' ``name`` columns (or ``SELECT *`` of a join) and a column mixing a blob with a
+    number raised tracebacks in the page (Streamlit refuses repeated column names, and Arrow a column of bytes beside
+    numbers): the names are made unique as trace_processor makes them, and such blobs show as SQL writes them."""
+    at = app("trace_lab")
+    upload(at, "cpu.json", CPU_TRACE.read_bytes())
+    at.text_area(key="lab_sql").set_value(sql)
+    [go] = [b for b in at.button if b.label == "Run query"]
+    go.click().run()
+    assert not at.exception and not errors_of(at)
+    result = at.dataframe[-1].value
+    assert list(result.columns) == columns
+    if first is not None:
+        assert result.iloc[0, 0] == first

@@ -329,12 +329,32 @@ def capped_rows(rows: Iterable[tuple], limits: Any) -> tuple[list[tuple], bool]:
     return out, False
 
 
+def unique_columns(columns: list[str]) -> list[str]:
+    """Column names made unique as trace_processor makes them: a name seen before gets the first of ``:1``,
+    ``:2``... that no column has (``a``, ``a:1``): a join of two tables' ``name`` columns, ``SELECT *`` of a join (a
+    table shows one column per name)."""
+    taken, seen, out = set(columns), set(), []
+    for c in columns:
+        name = c
+        if name in seen:
+            k = 1
+            while f"{c}:{k}" in seen or f"{c}:{k}" in taken:
+                k += 1
+            name = f"{c}:{k}"
+        seen.add(name)
+        out.append(name)
+    return out
+
+
 def console_frame(columns: list[str], rows: list[tuple]):
-    """A console query's rows as the DataFrame the console shows: each column as pandas reads it from the rows,
-    except a column of whole numbers with NULLs among them, which keeps its numbers exact (pandas' nullable
-    ``Int64``): pandas would make it float64, which holds integers exactly only up to 2**53, and rounds epoch
-    nanoseconds such as 1,695,835,572,943,625,000 by up to 128 ns. The same on both engines."""
+    """A console query's rows as the DataFrame the console shows, its column names unique (:func:`unique_columns`):
+    each column as pandas reads it from the rows, except a column of whole numbers with NULLs among them, which keeps
+    its numbers exact (pandas' nullable ``Int64``): pandas would make it float64, which holds integers exactly only
+    up to 2**53, and rounds epoch nanoseconds such as 1,695,835,572,943,625,000 by up to 128 ns; and a column that
+    mixes blobs with other values, whose blobs show as SQL writes them (``X'00FF'``: no table holds bytes beside
+    numbers). The same on both engines."""
     import pandas as pd
+    columns = unique_columns(list(columns))
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
     frame = pd.DataFrame.from_records(rows, columns=columns)
@@ -343,6 +363,10 @@ def console_frame(columns: list[str], rows: list[tuple]):
         if None in values and all(v is None or v.__class__ is int for v in values) and any(
                 v is not None for v in values):
             frame.isetitem(j, pd.array(values, dtype="Int64"))
+        elif any(isinstance(v, (bytes, bytearray, memoryview)) for v in values) and not all(
+                isinstance(v, (bytes, bytearray, memoryview)) or v is None for v in values):
+            frame.isetitem(j, pd.Series([f"X'{bytes(v).hex().upper()}'" if isinstance(
+                v, (bytes, bytearray, memoryview)) else v for v in values], dtype=object))
     return frame
 
 
