@@ -29,9 +29,19 @@ _SIMPLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEY_PART = re.compile(r"^(.*?)((?:\[\d+\])*)$")
 _BULK_AFTER = 256  # extract_arg calls for one key before all its values are read at once
 _BULK_KEYS = 16    # at most this many keys kept that way per connection
+_CACHED_CHARS = 1024
+"""Keys up to this long are remembered (their conversions, extract_arg's count of them): a trace's arg keys are
+short, and a user's query may pass any text, up to the value cap, whose copies must not pile up in the process."""
+_COUNTED_KEYS = 4096  # extract_arg's counts kept for at most this many keys (then they start again)
 
 
-@functools.lru_cache(maxsize=4096)
+def _short_cached(f):
+    """``f`` cached (4,096 results) for arguments up to :data:`_CACHED_CHARS` long, computed afresh for longer ones."""
+    cached = functools.lru_cache(maxsize=4096)(f)
+    return functools.wraps(f)(lambda x: cached(x) if x is None or len(x) <= _CACHED_CHARS else f(x))
+
+
+@_short_cached
 def _tp_key(fullkey: str | None) -> str | None:
     """json_tree's '$."a b"[0].c' -> trace_processor's 'args.a b[0].c'."""
     if fullkey is None:
@@ -39,13 +49,13 @@ def _tp_key(fullkey: str | None) -> str | None:
     return "args" + _QUOTED.sub(lambda m: "." + m.group(1), fullkey[1:])
 
 
-@functools.lru_cache(maxsize=4096)
+@_short_cached
 def _tp_flat_key(fullkey: str | None) -> str | None:
     key = _tp_key(fullkey)
     return None if key is None else _INDEX.sub("", key)
 
 
-@functools.lru_cache(maxsize=1024)
+@_short_cached
 def _json_path(key: str) -> str | None:
     """trace_processor's arg key ('args.External id', 'args.grid[0]') -> a JSON path."""
     if not key.startswith("args."):
@@ -105,7 +115,12 @@ class QueryConnection:
         path = _json_path(key)
         if path is None:
             return None
-        n = self.arg_calls[key] = self.arg_calls.get(key, 0) + 1
+        if len(key) > _CACHED_CHARS:
+            n = 0  # (no trace's key: not counted, never read in bulk)
+        else:
+            if len(self.arg_calls) >= _COUNTED_KEYS and key not in self.arg_calls:
+                self.arg_calls.clear()
+            n = self.arg_calls[key] = self.arg_calls.get(key, 0) + 1
         if n >= _BULK_AFTER and type(arg_set_id) is int and key not in self.arg_tables \
                 and len(self.arg_tables) < _BULK_KEYS:
             # A query asks this key of many rows (e.g. args.correlation of every launch): read it for all
