@@ -425,3 +425,12 @@ def test_long_keys_passed_to_the_arg_functions_are_not_kept():
             s.console(f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 200) "
                       f"SELECT count(_tp_key('$q{i}_' || x || hex(zeroblob(500000)))) FROM c")
         assert _children_rss_mib() - before < 100
+
+
+@pytest.mark.parametrize("sql", ["EXPLAIN", "explain query plan", "EXPLAIN -- nothing"])
+def test_an_explain_of_nothing_says_what_it_needs(sql):
+    """A bare EXPLAIN was refused with "EXPLAIN is not allowed (the console runs one SELECT, WITH, VALUES or EXPLAIN
+    query ...)", a reason that contradicts itself."""
+    with open_trace(str(TRACE), engine="sqlite") as s:
+        with pytest.raises(QueryError, match="EXPLAIN needs the statement it explains"):
+            s.console(sql)

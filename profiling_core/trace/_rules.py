@@ -287,6 +287,8 @@ def check_statement(conn: sqlite3.Connection, rules: ReadOnlyRules, sql: Any, *,
         raise QueryError(f"INCLUDE PERFETTO MODULE {module} needs trace_processor (the perfetto engine): the offline "
                          "mirror has no PerfettoSQL standard library")
     does = statement_kind(toks)
+    if does == "EXPLAIN":  # (an EXPLAIN with nothing after it: no statement to explain)
+        raise QueryError("EXPLAIN needs the statement it explains: EXPLAIN SELECT … or EXPLAIN QUERY PLAN SELECT …")
     if does.split()[0] not in _READS:
         raise QueryError(f"the trace is read-only: {does} is not allowed (the console runs {ALLOWED_KINDS})")
     rules.reset()
