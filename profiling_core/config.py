@@ -34,6 +34,13 @@ from .workloads import (BATCH_RANGE, BIASES, MATMUL_ADD, SIZE_RANGE, Knobs, chec
 __all__ = ["ExperimentConfig", "DTYPES", "COMPILE_MODES", "DEVICES", "BIASES", "MATMUL_PRECISIONS", "as_config",
            "config_field", "field_names"]
 
+TFLOPS_LIMITS = (1e-6, 1e5)
+"""A peak of TFLOP/s is a number above the first and at most the second (a calibration's, or one a user gives):
+far above what any device reaches (an H200: ~990 dense bf16 TFLOP/s), far from what breaks the arithmetic done
+with it (a fraction of a peak of 5e-324 TFLOP/s is infinite)."""
+GBS_LIMITS = (1e-6, 1e6)
+"""A bandwidth in GB/s is a number above the first and at most the second (an H200: ~4,800 GB/s)."""
+
 DTYPES = {"bf16": 2, "fp16": 2, "fp32": 4}
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DEVICES = ("auto", "cuda", "cpu")

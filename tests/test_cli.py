@@ -145,3 +145,38 @@ def test_rm_with_an_unknown_id_among_them_deletes_none(tmp_path):
         assert p.returncode == 2 and "no run 'nope'" in p.stderr and p.stdout == ""
         assert [r.run_id for r in RunStore(store).list()] == [run.run_id]
     assert json.loads(cli("rm", "--json", run.run_id, store=store).stdout) == {"deleted": [run.run_id]}
+
+
+def test_rm_with_an_id_given_twice_deletes_it_once_and_says_so(tmp_path):
+    """The same id twice: the run was deleted, then the second "no run" made the command exit 2 (and its --json
+    printed nothing of the deletion)."""
+    from profiling_core import RunStore
+    store = tmp_path / "runs"
+    run = RunStore(store).import_trace(ROOT / "tests" / "data" / "cpu" / "64_fp32_warm_eager.json")
+    p = cli("rm", "--json", run.run_id, run.run_id, store=store, check=False)
+    assert p.returncode == 0 and json.loads(p.stdout) == {"deleted": [run.run_id]}
+    assert RunStore(store).list() == []
+
+
+def test_json_output_holds_no_nan_whatever_a_meta_json_holds(tmp_path):
+    """A meta.json field outside the checked schema written as NaN or Infinity (a run made elsewhere and copied in):
+    `show --json` printed it as NaN, which is no JSON (JavaScript's JSON.parse refuses it). It prints null."""
+    from profiling_core import RunStore
+    store = tmp_path / "runs"
+    run = RunStore(store).import_trace(ROOT / "tests" / "data" / "cpu" / "64_fp32_warm_eager.json")
+    meta_path = run.run_dir / "meta.json"
+    text = meta_path.read_text()
+    meta_path.write_text(text.rstrip().rstrip("}") + ', "extra_field": NaN, "other": -Infinity}')
+    out = cli("show", "--json", run.run_id, store=store).stdout
+
+    def refuse(c):
+        raise ValueError(f"{c} is no JSON")
+    meta = json.loads(out, parse_constant=refuse)["meta"]
+    assert meta["extra_field"] is None and meta["other"] is None
+
+
+@pytest.mark.parametrize("args", [["--sizes", ","], ["--sizes", ""], ["--compile-modes", ""], ["--warmups", ","]])
+def test_a_sweep_of_an_empty_list_is_refused(tmp_path, args):
+    """`sweep --sizes ,` ran nothing and reported "0 ok, 0 failed" with status 0."""
+    p = cli("sweep", "--device", "cpu", *args, store=tmp_path / "runs", check=False)
+    assert p.returncode == 2 and "must name at least one" in p.stderr and not (tmp_path / "runs").exists()

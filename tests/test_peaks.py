@@ -65,9 +65,14 @@ def test_wrong_field_values_are_named():
             "gemm_tflops": {"bf16": 1.0}, "gemm_tflops_median": {"bf16": 1.0}, "gemm_sizes": {"bf16": 8},
             "bandwidth_gbs": 1.0, "bandwidth_gbs_median": 1.0, "copy_bytes": 8}
     assert DevicePeaks.from_dict(base).gemm_tflops == {"bf16": 1.0}
-    with pytest.raises(ValueError, match="'gemm_tflops' must map each dtype to a number above 0 and at most "
+    with pytest.raises(ValueError, match="'gemm_tflops' must map each dtype to a number above 0.000001 and at most "
                                          "100,000 TFLOP/s, got -1 for bf16"):
         DevicePeaks.from_dict({**base, "gemm_tflops": {"bf16": -1}})
+    # (a peak no device has: 1e-300 TFLOP/s made fractions of peak near 1e302, "594 of 0 GB/s" in the JSON)
+    with pytest.raises(ValueError, match="got 1e-300 for bf16"):
+        DevicePeaks.from_dict({**base, "gemm_tflops": {"bf16": 1e-300}})
+    with pytest.raises(ValueError, match="'bandwidth_gbs' must be a number above 0.000001"):
+        DevicePeaks.from_dict({**base, "bandwidth_gbs": 1e-300})
     with pytest.raises(ValueError, match="'kind' must be 'cuda' or 'cpu', got 'tpu'"):
         DevicePeaks.from_dict({**base, "kind": "tpu"})
     with pytest.raises(ValueError, match="calibration field 'method' is missing"):

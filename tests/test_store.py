@@ -319,3 +319,19 @@ def test_an_imported_trace_lands_as_the_loader_checked_it(store, tmp_path, monke
     run = store.import_trace(src, name="n")
     assert run.trace_path.read_bytes() == good
     assert run.meta["size_bytes"] == len(good)
+
+
+def test_an_import_of_an_endless_source_stops_at_the_cap_and_keeps_nothing(tmp_path):
+    """A device with no size (/dev/zero): the import checked the cap against fstat's 0 and copied without end (1.4 GB
+    in 3 s, until the disk filled). It stops at the cap, says so, and leaves nothing in the store."""
+    import os
+
+    from profiling_core.errors import TraceTooLargeError
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero here")
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(TraceTooLargeError, match=r"gave more than 8\.0 MiB \(the import cap, 8388608 bytes\)"):
+        store.import_trace("/dev/zero", max_bytes=8 << 20)
+    assert store.list() == []
+    left = [p for p in (tmp_path / "runs").rglob("*") if p.is_file()] if (tmp_path / "runs").exists() else []
+    assert sum(p.stat().st_size for p in left) < 1 << 20

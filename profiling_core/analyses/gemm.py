@@ -7,7 +7,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ..config import as_config
+from ..config import TFLOPS_LIMITS, as_config
+from ..units import format_count
 from ._common import SIZE_LIMIT, is_size
 from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
 
@@ -269,9 +270,11 @@ def check_peak_tflops(peak_tflops) -> Optional[float]:
         value = float(peak_tflops)
     except (TypeError, ValueError):
         value = float("nan")
-    if isinstance(peak_tflops, bool) or not math.isfinite(value) or value <= 0:
-        raise ConfigError("peak_tflops", peak_tflops, "a positive number of TFLOP/s (the GPU's dense peak for the "
-                          "GEMMs' dtype, e.g. 989 for bf16 on an H100 or H200)")
+    low, high = TFLOPS_LIMITS
+    if isinstance(peak_tflops, bool) or not math.isfinite(value) or not low < value <= high:
+        raise ConfigError("peak_tflops", peak_tflops, f"a number of TFLOP/s above {format_count(low)} and at most "
+                          f"{high:,.0f} "
+                          "(the GPU's dense peak for the GEMMs' dtype, e.g. 989 for bf16 on an H100 or H200)")
     return value
 
 

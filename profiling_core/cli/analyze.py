@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Any, Optional
 
 from ..errors import ProfilingError
 from ..present.terminal import echo
 from ..units import cut_apart, format_count, format_duration_us, format_rate, format_share, human_bytes
+from ._json import clean as _clean
 
 __all__ = ["add_parser", "command_parser", "run", "build_json", "main"]
 
@@ -65,33 +65,6 @@ def command_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m profiling_core")
     add_parser(parser.add_subparsers(dest="command", required=True))
     return parser
-
-
-def _clean(x: Any) -> Any:
-    """JSON-safe scalars: NaN/NA → None, numpy numbers → Python numbers."""
-    t = type(x)
-    if x is None or t is str or t is int or t is bool:  # (most values: answered before the checks below)
-        return x
-    if t is float:
-        return None if math.isnan(x) or math.isinf(x) else x
-    if hasattr(x, "item") and not isinstance(x, (list, dict, str)):
-        try:
-            x = x.item()
-        except (ValueError, AttributeError):
-            pass
-    if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
-        return None
-    try:
-        import pandas as pd
-        if x is pd.NA:
-            return None
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
 
 
 def _records(df, cols: list[str]) -> list[dict]:

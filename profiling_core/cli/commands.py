@@ -25,6 +25,7 @@ from ..run.worker import COMPILE_CACHES, PROCESS_KINDS
 from ..store.runs import RunStore
 from ..workloads import INT_TEXT, WORKLOADS, get_workload, workload_names
 from ._dispatch import dispatch
+from ._json import dumps
 
 
 def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
@@ -35,7 +36,7 @@ def _config_args(p: argparse.ArgumentParser, sweep: bool = False) -> None:
                    help="a knob of the workload, repeated for several (e.g. --knob seq_len=512 --knob causal=true)"
                         + ("; the sweep sets the workload's size knob itself" if sweep else ""))
     if not sweep:
-        p.add_argument("--size", type=int, default=64, help="matmul_add: square matrix size n (default 64)")
+        p.add_argument("--size", type=int, default=None, help="matmul_add: square matrix size n (default 64)")
     p.add_argument("--dtype", choices=tuple(DTYPES), default="bf16")
     p.add_argument("--batch", type=int, default=None, help="matmul_add: leading batch dimension (aten::bmm)")
     p.add_argument("--bias", choices=BIASES, default="matrix",
@@ -89,11 +90,16 @@ def _timing_line(meta: dict) -> str:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from ..run.runner import run_experiment
-    cfg = ExperimentConfig.for_workload(a.workload, _knobs(a), size=a.size, compile=a.compile, **_common_fields(a))
+    knobs = _knobs(a)
+    for flag, given in (("size", a.size), ("batch", a.batch)):  # (the same field twice: which one ran would be a guess)
+        if given is not None and flag in knobs and knobs[flag] != given:
+            raise ProfilingError(f"--{flag} {given} and --knob {flag}={knobs[flag]} disagree: give the {flag} once")
+    cfg = ExperimentConfig.for_workload(a.workload, knobs, size=64 if a.size is None else a.size, compile=a.compile,
+                                        **_common_fields(a))
     status = None if a.json else (lambda m: echo(f"  … {m}", flush=True))
     run = run_experiment(cfg, store=_store(a), on_status=status, wait_for_device=not a.no_wait)
     if a.json:
-        print(json.dumps({**run.to_dict(), "config": cfg.to_dict(), "timings": run.meta.get("timings"),
+        print(dumps({**run.to_dict(), "config": cfg.to_dict(), "timings": run.meta.get("timings"),
                           "device": run.meta.get("device")}))
     else:
         dev = run.meta.get("device", {})
@@ -121,14 +127,21 @@ def _ints(text: str, flag: str) -> list[int]:
     return out
 
 
+def _some(values: list, flag: str, what: str) -> list:
+    """``values``, or ProfilingError where the list ``flag`` gave names none (a sweep of nothing runs nothing)."""
+    if not values:
+        raise ProfilingError(f"{flag} must name at least one {what}, comma-separated")
+    return values
+
+
 def cmd_sweep(a: argparse.Namespace) -> int:
     from ..run.sweep import run_sweep, sweep_configs, sweep_values
     knobs = _knobs(a)
-    sizes = sweep_values(a.sizes, a.workload, knobs, field="each of --sizes")
-    modes = _parse_list(a.compile_modes)
+    sizes = _some(sweep_values(a.sizes, a.workload, knobs, field="each of --sizes"), "--sizes", "size")
+    modes = _some(_parse_list(a.compile_modes), "--compile-modes", "compile mode")
     common = {**_common_fields(a), "workload": a.workload, "knobs": knobs}
     if a.warmups:
-        warmups = _ints(a.warmups, "--warmups")
+        warmups = _some(_ints(a.warmups, "--warmups"), "--warmups", "number of warm-up calls")
         configs = [c for w in warmups for c in sweep_configs(sizes, modes, **{**common, "warmup": w})]
     else:
         configs = sweep_configs(sizes, modes, **common)
@@ -154,7 +167,7 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         echo("", "cancelled", file=sys.stderr)
         return 130
     if a.json:
-        print(json.dumps({"runs": [r.to_dict() for r in result.runs],
+        print(dumps({"runs": [r.to_dict() for r in result.runs],
                           "errors": [{"name": c.name, "error": str(e)} for c, e in result.errors],
                           "skipped": [c.name for c in result.skipped],
                           "cancelled": result.cancelled, "wall_s": round(result.wall_s, 3)}))
@@ -177,7 +190,7 @@ def _knob_range(k) -> str:
 
 def cmd_workloads(a: argparse.Namespace) -> int:
     if a.json:
-        print(json.dumps({"workloads": [w.to_dict() for w in WORKLOADS.values()]}))
+        print(dumps({"workloads": [w.to_dict() for w in WORKLOADS.values()]}))
         return 0
     for w in WORKLOADS.values():
         axis = f"sweep axis: {' / '.join(w.size_knobs)}" if w.size_knobs else "no sweep axis"
@@ -194,7 +207,7 @@ def cmd_workloads(a: argparse.Namespace) -> int:
 def cmd_ls(a: argparse.Namespace) -> int:
     runs = _store(a).list()
     if a.json:
-        print(json.dumps([{**r.to_dict(), "started_at": r.meta.get("started_at"),
+        print(dumps([{**r.to_dict(), "started_at": r.meta.get("started_at"),
                            "device": (r.meta.get("device") or {}).get("name")} for r in runs]))
         return 0
     if not runs:
@@ -212,7 +225,7 @@ def cmd_ls(a: argparse.Namespace) -> int:
 def cmd_show(a: argparse.Namespace) -> int:
     run = _store(a).load(a.run_id)
     if a.json:
-        print(json.dumps({**run.to_dict(), "meta": run.meta}))
+        print(dumps({**run.to_dict(), "meta": run.meta}))
         return 0
     echo(*json.dumps(run.meta, indent=1, default=str).splitlines(), *run.table_text().splitlines())
     return 0
@@ -220,21 +233,22 @@ def cmd_show(a: argparse.Namespace) -> int:
 
 def cmd_rm(a: argparse.Namespace) -> int:
     store = _store(a)
-    for rid in a.run_ids:  # every id first: a typo among them deletes none of the others
+    ids = list(dict.fromkeys(a.run_ids))  # (an id given twice is one run, deleted once)
+    for rid in ids:  # every id first: a typo among them deletes none of the others
         store.load(rid)
-    for rid in a.run_ids:
+    for rid in ids:
         store.delete(rid)
         if not a.json:
             echo(f"deleted {rid}")
     if a.json:
-        print(json.dumps({"deleted": a.run_ids}))
+        print(dumps({"deleted": ids}))
     return 0
 
 
 def cmd_import(a: argparse.Namespace) -> int:
     run = _store(a).import_trace(a.path, name=a.name)
     if a.json:
-        print(json.dumps(run.to_dict()))
+        print(dumps(run.to_dict()))
     else:
         echo(f"imported {a.path} as run {run.run_id}")
     return 0
@@ -243,7 +257,7 @@ def cmd_import(a: argparse.Namespace) -> int:
 def cmd_import_store(a: argparse.Namespace) -> int:
     result = _store(a).import_store(a.path)
     if a.json:
-        print(json.dumps(result.to_dict()))
+        print(dumps(result.to_dict()))
     else:
         echo(*[f"imported {r.meta['imported_from']['run_id']} as run {r.run_id}" for r in result.runs],
              *[f"skipped  {folder}: {why}" for folder, why in result.skipped],
@@ -277,7 +291,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     if a.list:
         good, bad = PeakBook(store.root).all()
         if a.json:
-            print(json.dumps({"calibrations": [p.to_dict() for p in good],
+            print(dumps({"calibrations": [p.to_dict() for p in good],
                               "unreadable": [{"file": f, "error": e} for f, e in bad]}))
             return 0
         if not good and not bad:
@@ -291,7 +305,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     status = None if a.json else (lambda m: echo(f"  … {m}", flush=True))
     p = calibrate(job, store=store, on_status=status, wait_for_device=not a.no_wait)
     if a.json:
-        print(json.dumps(p.to_dict()))
+        print(dumps(p.to_dict()))
     else:
         echo(*_peaks_lines(p), f"  method: {p.method}")
     return 0

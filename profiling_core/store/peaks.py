@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol
 
+from ..config import GBS_LIMITS, TFLOPS_LIMITS
+from ..units import format_count
 from .files import read_json_object
 
 
@@ -166,8 +168,8 @@ class DevicePeaks:
 
 # Far above what any device reaches (an H200: ~990 dense bf16 TFLOP/s, 4,800 GB/s), far below what breaks the
 # arithmetic a page or a terminal does with them (a copy of 10**400 bytes in MiB is an OverflowError).
-_TFLOPS = (float, 0, 1e5, "TFLOP/s")
-_GBS = (float, 0, 1e6, "GB/s")
+_TFLOPS = (float, *TFLOPS_LIMITS, "TFLOP/s")
+_GBS = (float, *GBS_LIMITS, "GB/s")
 CALIBRATION_SCHEMA: dict[str, Any] = {
     "text": {"device": 200, "kind": 8, "torch_version": 100, "measured_at": 64, "method": 4000},  # max characters
     "optional_text": {"driver": 100},
@@ -194,7 +196,7 @@ def _allowed(spec: tuple) -> str:
     typ, low, high, unit = spec
     if typ is int:
         return f"an integer from {low:,} to {high:,} {unit}"
-    return f"a number above {low:,} and at most {high:,.0f} {unit}"
+    return f"a number above {format_count(low)} and at most {high:,.0f} {unit}"
 
 
 def _fits(value: Any, spec: tuple) -> bool:

@@ -50,7 +50,8 @@ from typing import Annotated, Any, Callable, Iterator, Mapping, Optional
 import msgspec
 
 from ..config import ExperimentConfig
-from ..errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceError
+from ..errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceError, TraceTooLargeError
+from ..units import human_bytes
 from .files import read_json_object, read_small_file
 
 ENV_ROOT = "PROFILING_RUNS_DIR"
@@ -423,7 +424,8 @@ class RunStore:
                 dest = staging / (TRACE_GZ_FILE if head == b"\x1f\x8b" else TRACE_FILE)
                 with open(dest, "xb") as out:
                     out.write(head)
-                    shutil.copyfileobj(f, out, 1 << 20)
+                    # (within the cap: a device or a pipe, /dev/zero say, has no size to check before)
+                    shutil.copyfileobj(_Capped(f, max_bytes - len(head), shown, max_bytes), out, 1 << 20)
             check(dest, keep=checked is not None)
             meta["size_bytes"] = dest.stat().st_size
 
@@ -603,6 +605,21 @@ class RunStore:
             self._abort(staging)
             raise
         return self._commit(run_id, staging, meta)
+
+
+class _Capped:
+    """A file read through ``read(n)`` that raises TraceTooLargeError once more than ``left`` bytes came from it."""
+
+    def __init__(self, f, left: int, shown: str, cap: int) -> None:
+        self.f, self.left, self.shown, self.cap = f, left, shown, cap
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.left -= len(data)
+        if self.left < 0:
+            raise TraceTooLargeError(f"{self.shown} gave more than {human_bytes(self.cap)} (the import cap, "
+                                     f"{self.cap} bytes); stopped reading it, and nothing was kept")
+        return data
 
 
 def _check_trace(path: Path, max_bytes: int, shown: str, keep: bool = False):
