@@ -213,7 +213,7 @@ def test_dev_zero_is_refused_at_the_cap():
     got = _load_in_child("/dev/zero", extra=", max_bytes=8 << 20", limit=2 << 30)
     assert got.get("error") == "TraceTooLargeError", got
     assert got["message"] == ("/dev/zero (a character device) gave more than 8.0 MiB (the cap, 8388608 bytes); "
-                              "stopped reading it; pass a larger max_bytes to open it")
+                              "stopped reading it; open_trace(path, max_bytes=N) opens a larger one")
 
 
 def _fifo_writer(path, data: bytes, forever: bool = False):
@@ -239,7 +239,7 @@ def test_fifo_is_refused_at_the_cap(tmp_path):
     with pytest.raises(TraceTooLargeError) as ei:
         open_trace(fifo, engine="sqlite", max_bytes=8 << 20)
     assert str(ei.value) == (f"{fifo} (a pipe (FIFO)) gave more than 8.0 MiB (the cap, 8388608 bytes); stopped "
-                             "reading it; pass a larger max_bytes to open it")
+                             "reading it; open_trace(path, max_bytes=N) opens a larger one")
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])

@@ -109,7 +109,7 @@ def _iter_chunks(path, max_bytes: int, chunk: int | None):
             if st.st_size > max_bytes:
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} is {_mib(st.st_size)} ({st.st_size} bytes), over the cap of "
-                    f"{_mib(max_bytes)} ({max_bytes} bytes); pass a larger max_bytes to open it")
+                    f"{_mib(max_bytes)} ({max_bytes} bytes); open_trace(path, max_bytes=N) opens a larger one")
             f.seek(0)
             if chunk is None:
                 data = f.read(st.st_size)
@@ -139,7 +139,7 @@ def _iter_bounded(f, first: bytes, path, max_bytes: int, chunk: int, kind: str):
             if total > max_bytes:
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} ({kind}) gave more than {_mib(max_bytes)} (the cap, {max_bytes} bytes); "
-                    f"stopped reading it; pass a larger max_bytes to open it")
+                    f"stopped reading it; open_trace(path, max_bytes=N) opens a larger one")
             yield data
         data = f.read(chunk)
         if not data:
@@ -163,7 +163,8 @@ def _iter_gzip(f, head: bytes, path, max_bytes: int, chunk: int):
             if total > max_bytes:
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
-                    f"(the cap, {max_bytes} bytes); stopped reading it; pass a larger max_bytes to open it")
+                    f"(the cap, {max_bytes} bytes); stopped reading it; "
+                    "open_trace(path, max_bytes=N) opens a larger one")
             if out:
                 yield out
             pending = d.unconsumed_tail
@@ -179,7 +180,8 @@ def _iter_gzip(f, head: bytes, path, max_bytes: int, chunk: int):
             if total > max_bytes:
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
-                    f"(the cap, {max_bytes} bytes); stopped reading it; pass a larger max_bytes to open it")
+                    f"(the cap, {max_bytes} bytes); stopped reading it; "
+                    "open_trace(path, max_bytes=N) opens a larger one")
             yield out
         if not d.eof:
             raise TraceFormatError(f"{os.fspath(path)} is a truncated gzip file (unexpected end of stream)")
@@ -199,7 +201,7 @@ def check_size(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> N
                 if size > max_bytes:
                     raise TraceTooLargeError(
                         f"{os.fspath(path)} is {_mib(size)} ({size} bytes), over the cap of "
-                        f"{_mib(max_bytes)} ({max_bytes} bytes); pass a larger max_bytes to open it")
+                        f"{_mib(max_bytes)} ({max_bytes} bytes); open_trace(path, max_bytes=N) opens a larger one")
                 return
             f.seek(0)
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -211,7 +213,7 @@ def check_size(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> N
                     if total > max_bytes:
                         raise TraceTooLargeError(
                             f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
-                            f"(the cap, {max_bytes} bytes); pass a larger max_bytes to open it")
+                            f"(the cap, {max_bytes} bytes); open_trace(path, max_bytes=N) opens a larger one")
                 if d.eof:
                     break
     except FileNotFoundError:
