@@ -1757,23 +1757,30 @@ def test_the_sync_rule_knows_every_runtime_s_event_sync(tmp_path, call):
     assert f"{call} ×1 per step" in x.text
 
 
-def test_q3_gives_no_share_over_the_whole_extra_to_the_first_step_s_calls(tmp_path):
-    """The first step alone calls cudaMalloc (1 ms), but its other work is 0.8 ms shorter than the later steps':
-    the first step's extra is ~0.2 ms (a scan), less than the call. Question 3 said the call was "488% of the
-    205.0 µs extra; the rest is host-side work" (no rest exists); it now says the calls are more than all of it."""
+def _first_step_malloc(path: Path, malloc_us: float) -> Path:
+    """Four steps; the first alone calls cudaMalloc (``malloc_us``) and runs its aten::foo 0.8 ms shorter (1.2 against
+    2.0 ms)."""
     t = vt.Trace()
 
     def body(first):
         def b(t):
             t.cpu("aten::foo", 1200 if first else 2000)
             if first:
-                t.cpu("aten::empty", 1005, children=lambda t: t._x("cudaMalloc", t.t, 1000, "cuda_runtime")
-                      or setattr(t, "t", t.t + 1000))
+                t.cpu("aten::empty", malloc_us + 5, children=lambda t: t._x("cudaMalloc", t.t, malloc_us,
+                                                                            "cuda_runtime")
+                      or setattr(t, "t", t.t + malloc_us))
             t.cpu("aten::mm", 20, children=lambda t: t.launch("k", 50))
         return b
     for n in range(1, 5):
         t.step(n, body(n == 1))
-    path = t.write(tmp_path / "t.json")
+    return t.write(path)
+
+
+def test_q3_gives_no_share_over_the_whole_extra_to_the_first_step_s_calls(tmp_path):
+    """The first step alone calls cudaMalloc (1 ms), but its other work is 0.8 ms shorter than the later steps':
+    the first step's extra is ~0.2 ms (a scan), less than the call. Question 3 said the call was "488% of the
+    205.0 µs extra; the rest is host-side work" (no rest exists); it now says the calls are more than all of it."""
+    path = _first_step_malloc(tmp_path / "t.json", 1000.0)
     durs = [b - a for a, b in steps_of([e for e in scan_trace(path) if e.get("ph") == "X"])]
     extra = durs[0] - statistics.median(durs[1:])
     assert 0 < extra < 1000.0
@@ -1958,19 +1965,7 @@ def test_q3_places_a_cold_start_the_first_step_holds_in_the_first_step(tmp_path)
     """The first step alone calls cudaMalloc (300 µs) and is still faster than the others (its aten::foo 0.8 ms
     shorter). Question 3 said "(the run's cold-start work fell before the recorded steps)", while the call it calls
     cold-start work lies in the first step (a scan)."""
-    t = vt.Trace()
-
-    def body(first):
-        def b(t):
-            t.cpu("aten::foo", 1200 if first else 2000)
-            if first:
-                t.cpu("aten::empty", 305, children=lambda t: t._x("cudaMalloc", t.t, 300, "cuda_runtime")
-                      or setattr(t, "t", t.t + 300))
-            t.cpu("aten::mm", 20, children=lambda t: t.launch("k", 50))
-        return b
-    for n in range(1, 5):
-        t.step(n, body(n == 1))
-    path = t.write(tmp_path / "t.json")
+    path = _first_step_malloc(tmp_path / "t.json", 300.0)
     ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
     first = steps_of(ev)[0]
     assert [first[0] <= e["ts"] < first[1] for e in ev if e["name"] == "cudaMalloc"] == [True]
