@@ -2101,3 +2101,28 @@ def test_the_tf32_rule_says_why_it_leaves_a_memory_bound_gemm_s_time_out(tmp_pat
         x = rules(diagnose(s, r, None, H200_PEAKS, compute_capability=9.0))["fp32_without_tf32"]
     assert "5,000.0 µs of such kernels per step, 4,000.0 µs of it" in x.text
     assert "the memory roof holds, which TF32 would not speed up" in x.text
+
+
+@pytest.mark.parametrize("side", [True, False])
+def test_a_sync_on_a_thread_beside_the_step_does_not_block_it(tmp_path, side):
+    """The step's thread launches a 700 µs kernel and runs 900 µs of its own work without waiting; another thread,
+    which holds no step and launches nothing, waits for the kernel in cudaStreamSynchronize. The step's thread never
+    waited, so the step is overhead-bound (924 µs of CPU against 700 µs of GPU work), with or without that thread:
+    question 2 said "684 µs of it blocked in synchronize calls ... compute-bound" with it."""
+    t = vt.Trace()
+
+    def body(t):
+        t.cpu("aten::mm", 20, children=lambda t: t.launch("k", 700))
+        if side:
+            t._x("cudaStreamSynchronize", t.t, t.gpu_free - t.t + 2, "cuda_runtime", tid=2)
+        t.cpu("aten::foo", 900)
+    for n in range(1, 5):
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    ev = scan_trace(path)
+    assert {e["tid"] for e in ev if e.get("name") == "cudaStreamSynchronize"} == ({2} if side else set())
+    assert not [e for e in ev if e.get("tid") == 2 and e.get("name") != "cudaStreamSynchronize"]
+    r, f, _d = run(path)
+    ss = r.summary["steady_state"]
+    assert ss["bound"] == "overhead-bound" and (ss["sync_wait_us_per_step"] or 0) == 0
+    assert "blocked in synchronize calls" not in f["q2.bound"].text
