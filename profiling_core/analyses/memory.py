@@ -5,8 +5,8 @@ its ``Bytes`` (negative for a free), the block's ``Addr``, the allocator's ``Tot
 after it, and its ``Device Type`` / ``Device Id``. trace_processor (and the mirror) load them as slices of duration 0
 nested under the op that was running on their thread. The rules, each stated once:
 
-- **Events.** A slice named ``[memory]`` whose ``Bytes`` is a number of magnitude below 2⁶⁰ is an event (``Bytes``
-  rounded to whole bytes; a JSON boolean is no number); one without is left out of every frame and counted
+- **Events.** A slice named ``[memory]`` whose ``Bytes`` is a number of magnitude below 2⁴⁴ (16 TiB) is an event
+  (``Bytes`` rounded to whole bytes; a JSON boolean is no number); one without is left out of every frame and counted
   (``MemoryReport.summary["skipped_events"]``). Events are taken in (timestamp, slice id) order.
 - **Device.** ``Device Type`` is c10's ``DeviceType`` number (0 CPU, 1 CUDA, 6 HIP, 12 XPU, 13 MPS, 20 the private
   backend, ... :data:`DEVICE_TYPES`): ``"cpu"`` for the CPU whatever its id, else ``"<type>:<id>"`` (``"cuda:0"``),
@@ -14,9 +14,9 @@ nested under the op that was running on their thread. The rules, each stated onc
   Where events of several processes (ranks merged into one file) name the same device, each process's is a device of
   its own, named with the pid of the event's thread: ``"cuda:0 (pid 2)"`` (:func:`device_of` gives the device back);
   a trace whose devices are each one process's keeps the bare names.
-- **Totals.** ``Total Allocated`` / ``Total Reserved`` count where they are numbers from 0 to below 2⁶⁰ (else NaN: a
-  negative, missing or absurd total is no total). The CPU allocator reserves nothing and writes 0: a device whose every reserved
-  figure is 0 has none (NaN).
+- **Totals.** ``Total Allocated`` / ``Total Reserved`` count where they are numbers from 0 to below 2⁴⁴ (else NaN:
+  a negative, missing or absurd total is no total). The CPU allocator reserves nothing and writes 0: a device whose
+  every reserved figure is 0 has none (NaN).
 - **Allocated level** (``level_bytes``, what every other figure reads): the device's ``Total Allocated`` where the
   event has one; between and around such events, the nearest earlier one (else the next one) carried by the events'
   ``Bytes``. A device whose events have no total at all (2021 traces) is measured by the running sum of ``Bytes``
@@ -166,9 +166,10 @@ _CHURN = ["step", "device", "alloc_bytes", "freed_bytes", "net_bytes", "peak_all
           "start_allocated_bytes", "end_allocated_bytes", "events"]
 
 
-_MAX_BYTES = 2.0 ** 60
-"""The largest ``Bytes`` or total an event may carry (an exbibyte): beyond it a figure is no size (it could not be
-summed exactly)."""
+_MAX_BYTES = 2.0 ** 44
+"""The largest ``Bytes`` or total an event may carry (16 TiB, more than any device holds): beyond it a figure is no
+size. Below it a figure is exact in a float64 (below 2⁵³) and half a million of them sum within an int64 (near 2⁶⁰
+nine of them wrapped around, and the level of a device went negative)."""
 
 
 def _empty(cols: list[str]) -> pd.DataFrame:
@@ -503,8 +504,8 @@ def live_at_peak(session, device: str | None = None, shared: Shared | None = Non
         from their frees: ``blocks`` exact) and, where the trace has totals, the rest of what was allocated when the
         window opened (never freed in it: ``blocks`` NA, unknown; no more than the peak leaves beside the other rows,
         where the totals fell with no free event). With totals the rows of a device add up to its
-        ``peak_allocated_bytes`` at most. A device without addresses has no rows (the *Blocks* rule). Empty (same columns)
-        when no device qualifies.
+        ``peak_allocated_bytes`` at most. A device without addresses has no rows (the *Blocks* rule). Empty (same
+        columns) when no device qualifies.
     """
     ev = _events(session, shared)
     out = []
