@@ -434,3 +434,15 @@ def test_an_explain_of_nothing_says_what_it_needs(sql):
     with open_trace(str(TRACE), engine="sqlite") as s:
         with pytest.raises(QueryError, match="EXPLAIN needs the statement it explains"):
             s.console(sql)
+
+
+@pytest.mark.parametrize("sql,want", [("SELECT hex(CAST(X'FF' AS TEXT)) AS h", ["FF"]),
+                                      ("SELECT x'ff' AS b UNION ALL SELECT NULL", [b"\xff", None])])
+def test_a_constant_that_is_no_utf8_text_passes_the_check(sql, want):
+    """The console's check reads the statement's compiled program, whose operands hold its constants: a text that is
+    no UTF-8 (CAST(X'FF' AS TEXT)) made it fail with "Could not decode to UTF-8 column 'p4'", a column no query
+    has; plain SQLite answers the query."""
+    import sqlite3
+    assert [r[0] for r in sqlite3.connect(":memory:").execute(sql).fetchall()] == want
+    with open_trace(str(TRACE), engine="sqlite") as s:
+        assert s.console(sql).frame.iloc[:, 0].tolist() == want

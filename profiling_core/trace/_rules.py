@@ -292,10 +292,15 @@ def check_statement(conn: sqlite3.Connection, rules: ReadOnlyRules, sql: Any, *,
     if does.split()[0] not in _READS:
         raise QueryError(f"the trace is read-only: {does} is not allowed (the console runs {ALLOWED_KINDS})")
     rules.reset()
+    # (the program's operands hold the statement's constants: a text that is no UTF-8, CAST(X'FF' AS TEXT), is read
+    # here with a stand-in for its bad bytes, the statement itself as SQLite runs it)
+    factory, conn.text_factory = conn.text_factory, lambda b: b.decode("utf-8", "replace")
     try:
         program = conn.execute(body if kind == "EXPLAIN" else "EXPLAIN " + body).fetchall()
     except (sqlite3.Error, sqlite3.Warning) as e:
         raise query_error(e, rules) from None
+    finally:
+        conn.text_factory = factory
     if not rules.read:  # (a statement of a read kind that reported no read: none is known; refused all the same)
         raise QueryError(f"the trace is read-only: {does} is not allowed (the console runs {ALLOWED_KINDS})")
     columns = max((r[3] for r in program if r[1] == "ResultRow"), default=0) if kind in _WRAPPABLE else 0
