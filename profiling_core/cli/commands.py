@@ -100,7 +100,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     run = run_experiment(cfg, store=_store(a), on_status=status, wait_for_device=not a.no_wait)
     if a.json:
         print(dumps({**run.to_dict(), "config": cfg.to_dict(), "timings": run.meta.get("timings"),
-                          "device": run.meta.get("device")}))
+                     "device": run.meta.get("device")}))
     else:
         dev = run.meta.get("device", {})
         echo(f"run {run.run_id}  ({cfg.name} on {dev.get('type')} {dev.get('name') or ''})".rstrip(),
@@ -168,9 +168,9 @@ def cmd_sweep(a: argparse.Namespace) -> int:
         return 130
     if a.json:
         print(dumps({"runs": [r.to_dict() for r in result.runs],
-                          "errors": [{"name": c.name, "error": str(e)} for c, e in result.errors],
-                          "skipped": [c.name for c in result.skipped],
-                          "cancelled": result.cancelled, "wall_s": round(result.wall_s, 3)}))
+                     "errors": [{"name": c.name, "error": str(e)} for c, e in result.errors],
+                     "skipped": [c.name for c in result.skipped],
+                     "cancelled": result.cancelled, "wall_s": round(result.wall_s, 3)}))
     else:
         echo(*[f"ok    {r.run_id}   {_timing_line(r.meta)}" for r in result.runs],
              *[f"FAIL  {c.name}: {e}" for c, e in result.errors],
@@ -208,7 +208,7 @@ def cmd_ls(a: argparse.Namespace) -> int:
     runs = _store(a).list()
     if a.json:
         print(dumps([{**r.to_dict(), "started_at": r.meta.get("started_at"),
-                           "device": (r.meta.get("device") or {}).get("name")} for r in runs]))
+                      "device": (r.meta.get("device") or {}).get("name")} for r in runs]))
         return 0
     if not runs:
         echo(f"no runs in {_store(a).root}")
@@ -292,7 +292,7 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
         good, bad = PeakBook(store.root).all()
         if a.json:
             print(dumps({"calibrations": [p.to_dict() for p in good],
-                              "unreadable": [{"file": f, "error": e} for f, e in bad]}))
+                         "unreadable": [{"file": f, "error": e} for f, e in bad]}))
             return 0
         if not good and not bad:
             echo(f"no calibrations in {store.root} (run: python -m profiling_core calibrate)")
