@@ -343,8 +343,10 @@ def test_a_step_whose_first_gpu_op_starts_before_it_gives_no_queue_growth(tmp_pa
 
 def test_a_blocking_call_that_outlasts_its_step_blocks_it_no_longer_than_the_step(tmp_path):
     """The time a step spent blocked counts the GPU's busy time inside the synchronizing calls that start in it; one
-    that runs past the step's end (on another thread, or in an edited trace) made a 100 µs step wait 570 µs, and
-    question 2 then wrote "0.00× the CPU's own -470.0 µs". A step's wait is now at most its duration."""
+    that runs past the step's end (an edited trace: the step's own thread cannot leave the step while it waits) made
+    a 100 µs step wait 570 µs, and question 2 then wrote "0.00× the CPU's own -470.0 µs". A step's wait is now at
+    most its duration. (On a thread beside the step, which holds no step and launches nothing, the call would block
+    that thread, not the step: tests/test_verdicts.py.)"""
     evs = []
     for k in range(1, 4):
         t = 1000 * k
@@ -354,7 +356,7 @@ def test_a_blocking_call_that_outlasts_its_step_blocks_it_no_longer_than_the_ste
                  "dur": 5, "args": {"correlation": k}},
                 {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": t + 20, "dur": 600,
                  "args": {"correlation": k}},
-                {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 2, "ts": t + 50,
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": t + 50,
                  "dur": 570}]
     path = tmp_path / "long_sync.json"
     path.write_text(json.dumps({"traceEvents": evs}))

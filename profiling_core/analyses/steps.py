@@ -257,7 +257,7 @@ def _waits_in(sh: Shared, calls: tuple[pd.DataFrame, ...], starts: np.ndarray, d
         return out
     b = np.concatenate([c["start_ns"].to_numpy(dtype=np.int64) for c in frames])
     e = b + np.concatenate([c["dur_ns"].to_numpy(dtype=np.int64) for c in frames])
-    u = sh.slices["utid"][np.concatenate([c["id"].to_numpy(dtype=np.int64) for c in frames])]
+    u = sh.slices["utid"][sh.pos(np.concatenate([c["id"].to_numpy(dtype=np.int64) for c in frames]))]
     order = np.argsort(b, kind="stable")
     b, e, u = b[order], e[order], u[order]
     lo = np.searchsorted(b, starts, side="left")
