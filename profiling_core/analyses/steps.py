@@ -8,6 +8,7 @@ import numpy as np
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, covered_ns, frame, is_host_copy, merged, shared_for, union_ns, unions_ns
 from .phases import data_ranges
+from .table import _beside_step
 
 __all__ = ["steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
            "annotation_ranges", "data_wait", "queue_growth",
@@ -63,7 +64,7 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         category kernel launched in the step), ``memcpys``, ``memsets``, ``launches`` (calls that launched GPU
         work), ``kernel_launches`` (calls that launched at least one kernel), ``first_gpu_start_ns``,
         ``last_gpu_end_ns``, ``sync_wait_us`` (the time the GPU was busy inside the calls that start in the step's
-        window on a thread that runs the step (its slice's, or one that launched its work: :func:`_step_threads`)
+        window on a thread that runs the step (its slice's, or one that launched its work: :func:`_waits_in`)
         and block until it is done: the synchronize calls, and the calls that launched a copy to or from
         pageable memory, :attr:`Shared.copy_waits`; CPU time spent blocked on GPU work, :func:`bound`; each instant
         once, however many calls on however many threads waited in it; at most the step's duration),
@@ -95,11 +96,10 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     # an edited trace, blocked the step no longer than the step lasted)
     busy = merged(sh.ops["ts"].astype(np.int64), sh.ops["end"].astype(np.int64))
     blocking = (sh.sync_waits, sh.copy_waits)
-    threads = _step_threads(sh)
-    df["copy_wait_ns"] = np.minimum(_waits_in(sh, (sh.copy_waits,), starts, durs, threads, *busy), durs)
-    df["sync_wait_ns"] = np.minimum(_waits_in(sh, blocking, starts, durs, threads, *busy), durs)
+    df["copy_wait_ns"] = np.minimum(_waits_in(sh, (sh.copy_waits,), starts, durs, *busy), durs)
+    df["sync_wait_ns"] = np.minimum(_waits_in(sh, blocking, starts, durs, *busy), durs)
     early = _unlaunched_ops(sh)
-    df["unlaunched_wait_ns"] = (np.minimum(_waits_in(sh, blocking, starts, durs, threads, *early),
+    df["unlaunched_wait_ns"] = (np.minimum(_waits_in(sh, blocking, starts, durs, *early),
                                            df["sync_wait_ns"].to_numpy())
                                 if len(early[0]) else np.zeros(len(starts), dtype=np.int64))
     df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
@@ -228,45 +228,40 @@ def _unlaunched_ops(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     return merged(ts, ts + sh.slices["dur"][r].astype(np.int64))
 
 
-def _step_threads(sh: Shared) -> list[set]:
-    """Per step (the rows of ``steps``: the step slices on a thread), the threads that run it: its slice's, and those
-    of the launch calls in its window (the autograd engine's backward among them). A thread beside the step (no step
-    slice, nothing launched in its window: a DataLoader's pin-memory thread) spends its own time, as
-    ``table.cpu_own_times`` says; a call that blocks there blocks that thread, not the step."""
-    steps = sh.steps_list
-    launched: dict[int, set] = {}
-    i, k = sh.pair_steps
-    u = sh.slices["utid"][sh.p["launch_id"][i]] if len(i) else np.zeros(0, dtype=np.int64)
-    for kk, uu in zip(k.tolist(), u.tolist()):
-        if uu >= 0:
-            launched.setdefault(kk, set()).add(uu)
-    return [{int(utid)} | launched.get(j, set()) for j, (_sid, _n, _nm, _ts, _dur, _d, utid) in enumerate(steps)
-            if utid is not None]
-
-
-def _waits_in(sh: Shared, calls: tuple[pd.DataFrame, ...], starts: np.ndarray, durs: np.ndarray, threads: list,
-              s: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Per window [start, start + dur) (ns): how much of the disjoint sorted intervals [s, t) (the GPU's busy time, or
-    a part of it) lies inside the blocking calls of ``calls`` (:attr:`Shared.sync_waits`, :attr:`Shared.copy_waits`)
-    that start in the window on one of the window's ``threads`` (:func:`_step_threads`): time the step spent blocked
-    on work the GPU was still doing. Each instant counts once, however many calls held it: two threads of the step
-    waiting on the same kernel at once, or a sync beside a copy's call, block the step for that time once."""
+def _waits_in(sh: Shared, calls: tuple[pd.DataFrame, ...], starts: np.ndarray, durs: np.ndarray, s: np.ndarray,
+              t: np.ndarray) -> np.ndarray:
+    """Per window [start, start + dur) (ns; the rows of ``steps``, the step slices on a thread): how much of the
+    disjoint sorted intervals [s, t) (the GPU's busy time, or a part of it) lies inside the blocking calls of
+    ``calls`` (:attr:`Shared.sync_waits`, :attr:`Shared.copy_waits`) that start in the window on a thread that runs
+    its step (``table._beside_step``'s rule: a call on a thread beside the step, one with no step slice and nothing
+    launched in its window, blocks that thread, not the step): time the step spent blocked on work the GPU was
+    still doing. Each instant counts once, however many calls held it: two threads of the step waiting on the same
+    kernel at once, or a sync beside a copy's call, block the step for that time once."""
     out = np.zeros(len(starts), dtype=np.int64)
     frames = [c for c in calls if not c.empty]
     if not frames or not len(starts) or not len(s):
         return out
     b = np.concatenate([c["start_ns"].to_numpy(dtype=np.int64) for c in frames])
     e = b + np.concatenate([c["dur_ns"].to_numpy(dtype=np.int64) for c in frames])
-    u = sh.slices["utid"][sh.pos(np.concatenate([c["id"].to_numpy(dtype=np.int64) for c in frames]))]
+    rows = sh.pos(np.concatenate([c["id"].to_numpy(dtype=np.int64) for c in frames]))
     order = np.argsort(b, kind="stable")
-    b, e, u = b[order], e[order], u[order]
+    b, e, rows = b[order], e[order], rows[order]
     lo = np.searchsorted(b, starts, side="left")
     hi = np.searchsorted(b, starts + durs, side="left")
-    for k in np.flatnonzero(hi > lo).tolist():
-        mine = np.isin(u[lo[k]:hi[k]], list(threads[k]))
-        if mine.any():
-            mb, me = merged(b[lo[k]:hi[k]][mine], e[lo[k]:hi[k]][mine])
-            out[k] = int(covered_ns(mb, me, s, t).sum())
+    windows = np.flatnonzero(hi > lo)
+    if not len(windows):
+        return out
+    # each (window, call in it) once, the window as its index in steps_list, so that one pass tells which are beside
+    on_thread = [j for j, st in enumerate(sh.steps_list) if st[6] is not None]  # (steps' rows: the steps on a thread)
+    k = np.repeat(windows, (hi - lo)[windows])
+    at = np.concatenate([np.arange(lo[w], hi[w]) for w in windows.tolist()])
+    beside = _beside_step(sh, sh.steps_list, rows[at], np.array(on_thread, dtype=np.int64)[k])
+    cut = np.r_[0, np.cumsum((hi - lo)[windows])]
+    for n, w in enumerate(windows.tolist()):
+        mine = at[cut[n]:cut[n + 1]][~beside[cut[n]:cut[n + 1]]]
+        if len(mine):
+            mb, me = merged(b[mine], e[mine])
+            out[w] = int(covered_ns(mb, me, s, t).sum())
     return out
 
 
