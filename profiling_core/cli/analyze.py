@@ -25,7 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Optional
+from typing import Optional
 
 from ..errors import ProfilingError
 from ..present.terminal import echo
