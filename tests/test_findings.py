@@ -1193,3 +1193,30 @@ def test_q3_says_an_unnamed_runtime_call_is_one():
     f = by_id(path)["q3.cold_start"]
     assert f"INVALID (calls the profiler could not name) ×{n} (" in f.text
 
+
+
+def test_q9_counts_only_the_copies_aten_addmm_launched(tmp_path):
+    # each compiled step: aten::addmm copies the bias once, and an aten::copy_ beside it launches two more DtoD copies
+    from verdict_traces import BF16, Trace
+    t = Trace()
+    for s in range(3):
+        def body(t):
+            def region(t):
+                t.cpu("aten::addmm", 30, dims=[[64, 64], [64, 64], [64, 64]], types=BF16 + ["c10::BFloat16"],
+                      children=lambda t: (t.copy("DtoD (Device -> Device)", 8192, 2.0, 4.0, blocking=False),
+                                          t.launch("nvjet_sm90_tst_64x8_64x16_1x4_h_badd_NNT", 3.0)))
+                t.cpu("aten::copy_", 20, children=lambda t: [t.copy("DtoD (Device -> Device)", 8192, 2.0, 4.0,
+                                                                     blocking=False) for _ in range(2)])
+            t.cpu("Torch-Compiled Region: 0/0", 80, children=region)
+        t.step(s + 1, body)
+    path = t.write(tmp_path / "copies.json")
+    xs = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    addmm = [e for e in xs if e["name"] == "aten::addmm"]
+    calls = {e["args"]["correlation"]: e for e in xs if e["name"] == "cudaMemcpyAsync"}
+    dtod = [e for e in xs if e["name"].startswith("Memcpy DtoD")]
+    by_addmm = sum(any(a["ts"] <= calls[g["args"]["correlation"]]["ts"] < a["ts"] + a["dur"] for a in addmm)
+                   for g in dtod)
+    assert (by_addmm, len(dtod)) == (3, 9)  # a hand count of what the builder laid out
+    f = by_id(path)["q9.compile"]
+    assert f.evidence["bias_copies_by_addmm"] == by_addmm
+    assert "3 of the trace's 9 device-to-device copies are launched by aten::addmm" in f.text

@@ -136,14 +136,16 @@ def _kernel_list(lp, launches) -> str:
 
 def _bias_copy(r, config, ev: dict) -> str:
     """Question 9's central observation: whether Inductor's ``aten::addmm`` copied the bias into the output (a
-    device-to-device memcpy launched under it) before the GEMM. From the launch paths; the bias's shape from the
-    run's config when known. Seen on an H200: a matrix bias gives the copy and a GEMM with beta = 1 (``…badd…``); a
-    vector bias gives no copy and the bias in the GEMM's epilogue (``…bias…``)."""
-    lp = r.launch_paths
-    copies = lp[lp["name"].astype(str).str.startswith("Memcpy DtoD")] if not lp.empty else lp
-    by_addmm = int(copies.loc[copies["parent_ops"].astype(str).str.contains("aten::addmm", regex=False),
-                              "count"].sum()) if len(copies) else 0
-    ev["bias_copies_by_addmm"] = by_addmm
+    device-to-device memcpy launched under it) before the GEMM. From each copy's launching op (``top_kernels``); the
+    bias's shape from the run's config when known. Seen on an H200: a matrix bias gives the copy and a GEMM with
+    beta = 1 (``…badd…``); a vector bias gives no copy and the bias in the GEMM's epilogue (``…bias…``)."""
+    tk = r.top_kernels
+    copies = tk[tk["name"].astype(str).str.startswith("Memcpy DtoD")] if not tk.empty else tk
+    # each copy's launching op (``top_kernels``' ``cpu_ops``: the innermost aten:: op around its launch call), so
+    # copies that other ops launched (an aten::copy_ beside the addmm) are not counted as the bias's
+    by_addmm = sum(n for ops in copies["cpu_ops"] for op, n in ops if op == "aten::addmm") if len(copies) else 0
+    all_copies = int(copies["count"].sum()) if len(copies) else 0
+    ev["bias_copies_by_addmm"] = int(by_addmm)
     cfg = _as_config(config)
     if cfg is not None and not cfg.is_matmul_add:
         cfg = None  # the bias knob is matmul_add's: another workload's config says nothing of this bias's shape
@@ -152,7 +154,9 @@ def _bias_copy(r, config, ev: dict) -> str:
     if bias:
         ev["bias"] = bias
     if by_addmm:
-        return (f" The device-to-device copy is launched by aten::addmm: Inductor turned add(matmul) into addmm, "
+        which = ("The device-to-device copy is" if by_addmm == all_copies else
+                 f"{by_addmm:,} of the trace's {all_copies:,} device-to-device copies are")
+        return (f" {which} launched by aten::addmm: Inductor turned add(matmul) into addmm, "
                 f"which first copies the bias{shape if bias == 'matrix' else ''} into the output, then runs the GEMM "
                 f"adding its product to it; a bias shaped like the output does that (the study's matrix bias), "
                 f"while a vector bias rides in the GEMM's epilogue with no copy.")
