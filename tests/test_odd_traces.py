@@ -367,3 +367,27 @@ def test_a_blocking_call_that_outlasts_its_step_blocks_it_no_longer_than_the_ste
     (q2,) = [f for f in findings(r) if f.question == 2]
     assert "-" not in q2.text.split("CPU's own")[-1][:12] and "0.00×" not in q2.text
     assert "launched 600.0 µs of GPU work (all of the CPU's time was that wait: it had none of its own)" in q2.text
+
+
+def test_a_gemm_whose_kernel_took_0_us_has_no_rate(tmp_path):
+    """A trace of whole µs writes a short kernel as 0 µs. A GEMM op that launched such kernels was timed by its CPU
+    op's 40 µs instead and judged against the GPU's memory roof ("10 of 4,800 GB/s"): its rate is unknown."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from verdict_traces import BF16, Trace
+    t = Trace()
+    for n in range(4):
+        t.step(n + 1, lambda t: t.cpu("aten::mm", 40, dims=[[256, 256], [256, 256]], types=BF16,
+                                      children=lambda t: t.launch("nvjet_sm90_tst_64x8_64x16_1x4_h_bz_NNT", 0.0)))
+    path = t.write(tmp_path / "zero_us.json")
+    kernels = [e for e in scan_trace(path) if e.get("cat") == "kernel"]
+    assert len(kernels) == 4 and {e["dur"] for e in kernels} == {0.0}
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        d = diagnose(s, r)
+    g = r.gemm_throughput
+    assert g["device"].tolist() == ["gpu"] * 4 and g["time_us"].tolist() == [0.0] * 4
+    assert g["tflops"].isna().all()
+    row = d.roofline[d.roofline["op"] == "aten::mm"].iloc[0]
+    assert row["judged"] is None and row["gbs"] is None
+    said = " ".join([f.text for f in findings(r)] + [x.text + " " + x.cost_basis for x in d.diagnoses])
+    assert "GB/s" not in said and "TFLOP/s" not in said

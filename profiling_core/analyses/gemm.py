@@ -286,8 +286,9 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     counts once, as the mm). FLOPs come from the op's recorded ``Input Dims`` (record_shapes=True): what ran (torch.compile
     may pad a shape); where an op recorded none, from ``config.gemm_flops()`` when an ``ExperimentConfig`` of the
     study's matmul_add is given (one GEMM per call). The diagnosis's roofline reads them in the same order.
-    Time is the summed duration of the GPU kernels the op launched; on a CPU-only trace it is the op's CPU
-    duration (``device`` says which).
+    Time is the summed duration of the GPU kernels the op launched (0 where they were recorded as 0 µs: the
+    TFLOP/s is then NaN); where it launched none (a CPU-only trace) it is the op's CPU duration (``device`` says
+    which).
 
     Args:
         session: a trace session.
@@ -335,7 +336,9 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
             flops, src, shape = int(cfg_flops), "config", None
         if flops is None:
             continue
-        on_gpu = kernel_ns is not None and kernel_ns > 0
+        # timed by its kernels wherever it launched any: a kernel recorded as 0 µs (traces with whole-µs times write
+        # a short one so) leaves the rate unknown (NaN), not the op's CPU time
+        on_gpu = kernel_ns is not None
         time_ns = float(kernel_ns) if on_gpu else float(cpu_ns)
         tflops = flops / time_ns / 1e3 if time_ns > 0 else float("nan")
         rows.append((op_id, name, start, "gpu" if on_gpu else "cpu", time_ns / 1000.0, flops, tflops, peak,

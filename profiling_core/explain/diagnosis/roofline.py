@@ -123,6 +123,8 @@ def _judged(row: dict, source: Optional[str] = None) -> Optional[str]:
     recorded shapes."""
     gbs, tflops, peak, frac = row.get("gbs"), row.get("tflops"), row.get("peak"), row.get("fraction_of_peak")
     over = frac is not None and frac == frac and frac > 1  # (a roof is a ceiling: above it, say what gave way)
+    if tflops is not None and tflops != tflops:  # (timed at 0 µs: a trace of whole µs recorded a short kernel so)
+        return None
     if row.get("roof") == "memory" and gbs is not None:
         # A FLOP-counted row's memory roof is in TFLOP/s (intensity × bandwidth); the others' is the bandwidth.
         bw = peak / row["intensity"] * 1e3 if row.get("compute_peak") is not None else peak
