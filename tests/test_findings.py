@@ -1220,3 +1220,18 @@ def test_q9_counts_only_the_copies_aten_addmm_launched(tmp_path):
     f = by_id(path)["q9.compile"]
     assert f.evidence["bias_copies_by_addmm"] == by_addmm
     assert "3 of the trace's 9 device-to-device copies are launched by aten::addmm" in f.text
+
+
+def test_q2_on_a_cpu_reads_each_rank_s_step_as_a_step(tmp_path):
+    """The same CPU run twice in one file, as a merge of two ranks' traces makes it: Q2 pooled both ranks' work
+    of step N against one rank's step, so the share doubled (35.5% → 71.0%) and the verdict flipped to
+    compute-bound. Each rank's step slice is a step: the shares are the one rank's, under 100%."""
+    import verdict_traces as vt
+    src = CPU_TRACE
+    two = vt.as_ranks(src, tmp_path / "two_ranks.json")
+    assert len({e["pid"] for e in scan_trace(two) if str(e.get("name")).startswith("ProfilerStep#")}) == 2
+    one_f, two_f = by_id(src)["q2.bound"], by_id(two)["q2.bound"]
+    assert two_f.evidence["steps"] == 2 * one_f.evidence["steps"]
+    for key in ("cpu_work_share_median", "cpu_work_us_median", "bound"):
+        assert two_f.evidence[key] == one_f.evidence[key], key
+    assert 0 < two_f.evidence["cpu_work_share_median"] < 1

@@ -2126,3 +2126,21 @@ def test_a_sync_on_a_thread_beside_the_step_does_not_block_it(tmp_path, side):
     ss = r.summary["steady_state"]
     assert ss["bound"] == "overhead-bound" and (ss["sync_wait_us_per_step"] or 0) == 0
     assert "blocked in synchronize calls" not in f["q2.bound"].text
+
+
+def test_cpu_contention_counts_a_stall_per_step_slice_where_ranks_were_merged(tmp_path):
+    """Two ranks' CPU traces merged into one file, each stalling once in step 3: the rule read every step number
+    once per rank (their calls twice over) and divided what both ranks lost by the step numbers, twice what a step
+    loses. Each rank's step is a step: the cost is one rank's, by hand (5,000 − 50) / 3 over steps 2-4."""
+    fast = [("aten::native_layer_norm", 50.0)] * 4
+    steps = [fast, fast, fast[:2] + [("aten::native_layer_norm", 5000.0)] + fast[3:], fast]
+    one = vt.cpu_steps(tmp_path / "one.json", steps)
+    two = vt.as_ranks(one, tmp_path / "two.json")
+    evs = scan_trace(two)
+    assert len({e["pid"] for e in evs if str(e.get("name")).startswith("ProfilerStep#")}) == 2
+    stalls = [e for e in evs if e["name"] == "aten::native_layer_norm" and e["dur"] == 5000.0]
+    assert len(stalls) == 2
+    _, _, d = run(two, peaks=None)
+    x = rules(d)["cpu_contention"]
+    assert x.cost_us_per_step == pytest.approx((5000.0 - 50.0) / 3)
+    assert len(x.evidence["slow_calls"]) == len(stalls) and x.evidence["basis_steps"] == [2, 3, 4]

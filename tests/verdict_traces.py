@@ -570,3 +570,21 @@ def earlier_work(path: Path, *, earlier_us: float = 5000.0, sync: bool = True, k
                       (lambda t: t.launch("vectorized_elementwise_kernel", kernel_us)))
         t.step(n + 1, body)
     return t.write(path)
+
+
+def as_ranks(src: Path, dst: Path, ranks: int = 2, shift_us: float = 7.0) -> Path:
+    """The trace ``src`` with ``ranks - 1`` copies of its events as further processes (pid + 100000 per rank, every
+    time ``shift_us`` later per rank): the file a merge of several ranks' traces makes, each rank's step N a step
+    slice of its own."""
+    doc = json.loads(Path(src).read_text())
+    events = list(doc["traceEvents"])
+    for k in range(1, ranks):
+        for e in doc["traceEvents"]:
+            if isinstance(e.get("pid"), int):
+                f = dict(e, pid=e["pid"] + 100000 * k)
+                if "ts" in f:
+                    f["ts"] = f["ts"] + shift_us * k
+                events.append(f)
+    doc["traceEvents"] = events
+    Path(dst).write_text(json.dumps(doc))
+    return Path(dst)

@@ -119,11 +119,46 @@ def _step_star(name: str) -> str:
 def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
     """``{step: CPU slices of that step's chain}`` for the given steps (id, name with ProfilerStep#N as
     ProfilerStep*, start_ns, dur_us, self_us: the chains' ``own_us``, the slice's own time by the profiler table's
-    rule less its wait for the autograd engine's thread, as ``cpu_own_times`` counts it)."""
+    rule less its wait for the autograd engine's thread, as ``cpu_own_times`` counts it). A step number names one
+    step slice per rank where ranks' traces were merged into one file: its entry then holds them all
+    (:func:`_self_times_by_slice` keeps them apart)."""
     keep = (ch["lane"] == "cpu") & ch["step"].isin(list(steps))
+    out = _self_rows(ch, keep)
+    return {k: g.drop(columns="step") for k, g in out.groupby("step", sort=False)}
+
+
+def _self_times_by_slice(ch: pd.DataFrame, slice_ids) -> dict:
+    """``{step slice id: CPU slices of that step slice's chain}``, as :func:`_self_times_by_step` gives them for a
+    step number: one entry per step slice (``steps.slice_id``), so two ranks' step N in one file are two steps. A
+    chain row belongs to the step slice at the top of its parents (depth 0)."""
+    cpu = ch[ch["lane"] == "cpu"]
+    top = _chain_tops(cpu)
+    keep = pd.Series(np.isin(top, np.asarray(list(slice_ids), dtype=np.int64)), index=cpu.index)
+    out = _self_rows(cpu, keep).assign(top=top[keep.to_numpy()])
+    return {int(k): g.drop(columns=["step", "top"]) for k, g in out.groupby("top", sort=False)}
+
+
+def _self_rows(ch: pd.DataFrame, keep) -> pd.DataFrame:
     out = ch.loc[keep, ["step", "id", "name", "start_ns", "dur_us", "own_us"]].rename(columns={"own_us": "self_us"})
     out["name"] = _per_name(out["name"], lambda t: t.map(_step_star, na_action="ignore"))
-    return {k: g.drop(columns="step") for k, g in out.groupby("step", sort=False)}
+    return out
+
+
+def _chain_tops(rows: pd.DataFrame) -> np.ndarray:
+    """For each row of dispatch-chain rows ``rows``, the id of the row at depth 0 above it through ``parent_id``
+    (the step slice whose chain holds it); -1 where no parent chain leads to one."""
+    ids = rows["id"].to_numpy(dtype=np.int64)
+    parent = pd.to_numeric(rows["parent_id"]).fillna(-1).to_numpy(dtype=np.int64)  # -1: none (ids are >= 0)
+    depth = rows["depth"].to_numpy(dtype=np.int64)
+    top = np.where(depth == 0, ids, -1)
+    row_of = pd.Series(np.arange(len(ids)), index=ids)
+    row_of = row_of[~row_of.index.duplicated()]  # (an id is one slice, in one step's chain)
+    for d in range(1, int(depth.max()) + 1 if len(depth) else 0):
+        at = np.flatnonzero(depth == d)
+        pos = row_of.reindex(parent[at]).to_numpy(dtype=np.float64)  # NaN: no parent among the rows
+        ok = ~np.isnan(pos)
+        top[at[ok]] = top[pos[ok].astype(np.int64)]
+    return top
 
 
 # ATen ops that only make or reshape tensor metadata (no arithmetic, no data moved): on a CPU their own time is

@@ -16,7 +16,7 @@ from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
 from ...units import format_rate, format_share, format_times
-from .base import NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_step, _work_ops
+from .base import NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_slice, _work_ops
 
 _TOP_WORK_OPS = 3
 
@@ -336,7 +336,7 @@ def _earlier_share(ss: dict) -> str:
 
 
 def _outside_batches(g):
-    """The slices of one step's chain (:func:`~.base._self_times_by_step`) that start outside every DataLoader
+    """The slices of one step's chain (:func:`~.base._self_times_by_slice`) that start outside every DataLoader
     batch (``analyses.is_data_loader_next``) of that chain: the collation's ops inside one are the input's work."""
     dl = g[_per_name(g["name"], lambda t: t.map(is_data_loader_next)).astype(bool)]
     if dl.empty:
@@ -389,19 +389,20 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     else:
         text = f"{NO_GPU_TEXT}: {_all_steps(len(s))} ran on the CPU, median {_us(cpu_med)} per step."
     ch = r.dispatch_chains
-    numbers = [int(x) for x in s["step"]]
-    by_step = _self_times_by_step(ch, numbers) if not ch.empty else {}
-    data_of = dict(zip(numbers, s["data_us"].astype(float))) if "data_us" in s else {}
+    # by step slice: two ranks' step N in one file are two steps, each with its own work and duration
+    slices = [int(x) for x in s["slice_id"]]
+    by_slice = _self_times_by_slice(ch, slices) if not ch.empty else {}
+    data = s["data_us"].astype(float).tolist() if "data_us" in s else [0.0] * len(s)
     shares, works, data_shares, per_op = [], [], [], {}
-    for k, dur in zip(numbers, s["cpu_dur_us"].astype(float)):
-        g = by_step.get(k)
+    for k, dur, data_us in zip(slices, s["cpu_dur_us"].astype(float), data):
+        g = by_slice.get(k)
         if g is None or dur <= 0:
             continue
         w = _work_ops(_outside_batches(g))
         work_us = float(w["self_us"].sum())
         works.append(work_us)
         shares.append(work_us / dur)
-        data_shares.append(min(1.0, data_of.get(k, 0.0) / dur))
+        data_shares.append(min(1.0, data_us / dur))
         for name, us in w.groupby(w["name"].astype(str))["self_us"].sum().items():
             per_op.setdefault(name, []).append(float(us))
     if not shares or max(works) <= 0:

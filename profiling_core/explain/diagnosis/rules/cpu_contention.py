@@ -64,7 +64,9 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
     r = c.report
     if r.has_gpu or r.steps.empty or r.dispatch_chains.empty:
         return None
-    numbers = [int(x) for x in working_steps(r.steps)["step"]]  # (an empty step is no step of the loop)
+    work = working_steps(r.steps)  # (an empty step is no step of the loop)
+    # each step number once: where ranks' traces were merged into one file, a number names one step slice per rank
+    numbers = sorted({int(x) for x in work["step"]})
     basis = numbers[1:] if len(numbers) > 1 else numbers
     calls = _calls(r, c.session, numbers)
     groups: dict[tuple, list[float]] = {}
@@ -89,9 +91,9 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
                          "median_us": med, "gflops": f / us / 1e3 if f else None,
                          "lost_us": max(lost_vs_median, lost_vs_floor),
                          "by": "floor rate" if lost_vs_floor >= lost_vs_median else "median"})
-    durs = r.steps[r.steps["step"].isin(basis)]["cpu_dur_us"]
+    durs = work[work["step"].isin(basis)]["cpu_dur_us"]  # (one per step slice: per rank where ranks were merged)
     step_us, mean_us = float(durs.median()), float(durs.mean())
-    lost = sum(x["lost_us"] for x in slow) / len(basis)  # (a mean per step: its share is of the mean step)
+    lost = sum(x["lost_us"] for x in slow) / len(durs)  # (a mean per step: its share is of the mean step)
     if not slow or not mean_us > 0 or lost < MIN_LOST_SHARE * mean_us:
         return None
     slow.sort(key=lambda x: -x["lost_us"])
