@@ -713,6 +713,37 @@ def test_one_kernel_name_that_ran_two_shapes_is_read_per_shape(tmp_path):
     assert [g["shape"] for g in q8.evidence["shapes"]] == ["2048×2048×2048", "1024×1024×1024"]
 
 
+def test_a_gemm_op_that_launched_its_kernel_twice_counts_two_launches(tmp_path):
+    """Each 2048³ aten::bmm launches the kernel twice (a batch cuBLAS splits), 40 µs each: Q8 grouped per op, so that
+    shape read "×6" at a median 80 µs (two launches summed) and said 6 of the 18 launches had no shape. Per launch,
+    from a plain scan: each launch takes the shape of the op around its launch call."""
+    import statistics
+    t = vt.Trace()
+    name = "nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT"
+    for n in range(6):
+        def body(t):
+            t.cpu("aten::mm", 20, dims=[[1024, 1024], [1024, 1024]], types=vt.BF16,
+                  children=lambda t: t.launch(name, 10.0))
+            t.cpu("aten::bmm", 30, dims=[[2, 2048, 2048], [2, 2048, 2048]], types=vt.BF16,
+                  children=lambda t: (t.launch(name, 40.0 + n), t.launch(name, 40.0 - n)))
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    ev = scan_trace(path)
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"}
+    ops = [e for e in ev if e["name"] in ("aten::mm", "aten::bmm")]
+    want: dict = {}
+    for k in (e for e in ev if e.get("cat") == "kernel"):
+        call = calls[k["args"]["correlation"]]
+        op = next(o for o in ops if o["ts"] <= call["ts"] < o["ts"] + o["dur"])
+        want.setdefault(op["name"], []).append(k["dur"])
+    q8 = run(path)[1]["q8.variance"]
+    got = [(g["shape"], g["count"], g["median_us"]) for g in q8.evidence["shapes"]]
+    assert got == [("2 × 2048×2048×2048", len(want["aten::bmm"]), statistics.median(want["aten::bmm"])),
+                   ("1024×1024×1024", len(want["aten::mm"]), statistics.median(want["aten::mm"]))]
+    assert got[0][1:] == (12, 40.0)  # by hand
+    assert "have none" not in q8.text and "2 × 2048×2048×2048 (34.4 GFLOP) ×12: median 40.0 µs" in q8.text
+
+
 def test_two_gemm_shapes_of_equal_flops_are_two_groups():
     """The H200 MLP (compiled): its nvjet kernel ran [4096×2048]·[2048×8192] and [4096×8192]·[8192×2048], both
     137.4 GFLOP; a scan of the launching addmm ops' shapes and their kernels' durations gives the two groups Q8

@@ -10,9 +10,9 @@ import pandas as pd
 from ..config import TFLOPS_LIMITS, as_config
 from ..units import format_count
 from ._common import SIZE_LIMIT, is_size
-from ._shared import Shared, expand_ranges, frame, frame_cols, nullable, shared_for
+from ._shared import Shared, expand_ranges, factorize, frame, frame_cols, nullable, shared_for
 
-__all__ = ["gemm_throughput", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims", "gemm_shape_text"]
+__all__ = ["gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims", "gemm_shape_text"]
 
 
 def gemm_shape_text(batch, m, k, n) -> str:
@@ -191,16 +191,19 @@ def _inner_gemms(ts: np.ndarray, dur: np.ndarray, utid: np.ndarray) -> np.ndarra
 def _kernels_of(sh: Shared, ts: np.ndarray, end: np.ndarray, utid: np.ndarray):
     """For each GEMM op: (kernel_ns, kernel_names) of the kernel pairs whose launch call is on its thread and starts
     in [ts, end): the sum of their durations (None for none) and their distinct names joined by "," in (launch track,
-    launch ts, launch id, kernel id) order."""
+    launch ts, launch id, kernel id) order; then each (op, kernel pair) as two arrays: the op's position and the
+    pair's row of ``sh.p``."""
     n = len(ts)
     kns = np.full(n, None, dtype=object)
     names = np.full(n, None, dtype=object)
+    item_ops: list[np.ndarray] = []
+    item_pairs: list[np.ndarray] = []
     p = sh.p
     k = np.flatnonzero(p["gpu_category"] == "kernel")
     lu = p["launch_utid"][k]
     k = k[~pd.isna(lu)] if len(k) else k
     if len(k) == 0 or n == 0:
-        return kns, names
+        return kns, names, (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     k = k[np.lexsort((p["gpu_id"][k], p["launch_id"][k], p["launch_ts"][k], p["launch_track_id"][k]))]
     ku = p["launch_utid"][k].astype(np.int64)
     coded = sh.pair_codes("gpu_name")
@@ -222,6 +225,8 @@ def _kernels_of(sh: Shared, ts: np.ndarray, end: np.ndarray, utid: np.ndarray):
         # the (op, pair) items, pairs in visiting order within each op; first of each (op, name) kept
         which, at = expand_ranges(lo, cnt)
         item = by_ts[at]
+        item_ops.append(ops[which])
+        item_pairs.append(lane[item])
         order = np.lexsort((item, which))
         which, item = which[order], item[order]
         code = name_codes[pos[item]]
@@ -242,7 +247,9 @@ def _kernels_of(sh: Shared, ts: np.ndarray, end: np.ndarray, utid: np.ndarray):
             if got is None:
                 got = joined[key] = ",".join(labels[j] for j in key)
             names[ops[op]] = got
-    return kns, names
+    items = ((np.concatenate(item_ops), np.concatenate(item_pairs)) if item_ops
+             else (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
+    return kns, names, items
 
 
 def _gemm_ops_raw(sh: Shared) -> pd.DataFrame:
@@ -253,7 +260,7 @@ def _gemm_ops_raw(sh: Shared) -> pd.DataFrame:
     if len(gm["id"]) == 0:
         return frame([], cols)
     ts, dur, utid = gm["start_ns"], gm["cpu_dur_ns"], gm["utid"]
-    kns, kn = _kernels_of(sh, ts, ts + dur, utid)
+    kns, kn, _items = _kernels_of(sh, ts, ts + dur, utid)
     return frame_cols({"id": gm["id"], "name": gm["name"], "start_ns": ts, "cpu_dur_ns": dur,
                        "arg_set_id": gm["arg_set_id"], "inner_gemms": _inner_gemms(ts, dur, utid),
                        "kernel_ns": kns, "kernel_names": kn})
@@ -276,6 +283,64 @@ def check_peak_tflops(peak_tflops) -> Optional[float]:
                           f"{high:,.0f} "
                           "(the GPU's dense peak for the GEMMs' dtype, e.g. 989 for bf16 on an H100 or H200)")
     return value
+
+
+def _innermost(sh: Shared):
+    """The innermost GEMM ops (positions in ``_gemm_slices``) and :func:`_kernels_of` for them, once per trace."""
+    def build(sh):
+        gm = _gemm_slices(sh)
+        ts, dur, utid = gm["start_ns"], gm["cpu_dur_ns"], gm["utid"]
+        keep = np.flatnonzero(_inner_gemms(ts, dur, utid) == 0)
+        return (keep, *_kernels_of(sh, ts[keep], ts[keep] + dur[keep], utid[keep]))
+    return sh.cached("gemm.innermost", build)
+
+
+def gemm_kernel_shapes(session, gemm: pd.DataFrame | None = None, shared: Shared | None = None) -> pd.DataFrame:
+    """Duration statistics per kernel name *and GEMM shape*: each kernel launch whose call lies inside an innermost
+    GEMM op on its thread (as :func:`gemm_throughput` times the op) takes that op's shape from its recorded ``Input
+    Dims``. One kernel name can run several shapes (cuBLAS picks one kernel for a range of sizes), so its spread over
+    all its launches is partly shape; each shape's own spread is the noise (study question 8). Per launch: an op that
+    launched the kernel three times counts three launches, each with its own duration.
+
+    Args:
+        session: a trace session.
+        gemm: ``gemm_throughput(session)`` when already computed (its ``shape`` and ``flops`` per op id).
+
+    Returns:
+        DataFrame, one row per (kernel name, shape, FLOPs): ``name``, ``shape`` (``M×K×N``, ``B × M×K×N``),
+        ``flops``, ``count``, ``total_us``, ``mean_us``, ``median_us``, ``min_us``, ``max_us``, ``cv`` (population
+        std / mean, as :func:`~profiling_core.analyses.kernels.kernel_stats`); by name, then the largest FLOPs, then
+        shape. Launches outside a GEMM op with recorded shapes are left out; empty (same columns) where there are
+        none.
+    """
+    from .kernels import _duration_stats
+    sh = shared_for(session, shared)
+    cols = ["name", "shape", "flops", "count", "total_us", "mean_us", "median_us", "min_us", "max_us", "cv"]
+    g = gemm_throughput(session, shared=sh) if gemm is None else gemm
+    g = g[(g["flops_from"].astype(object) == "shapes") & g["shape"].notna()] if len(g) else g
+    keep, _kns, _kn, (item_ops, item_pairs) = _innermost(sh)
+    if g.empty or not len(item_ops):
+        return frame([], cols)
+    op_ids = _gemm_slices(sh)["id"][keep][item_ops]
+    shaped = pd.Index(g["id"].to_numpy(dtype=np.int64)).get_indexer(op_ids)
+    on = shaped >= 0
+    if not on.any():
+        return frame([], cols)
+    shape_codes, shapes = factorize(pd.Series(list(zip(g["shape"].astype(object), g["flops"].astype(object))),
+                                              dtype=object).to_numpy()[shaped[on]])
+    coded = sh.pair_codes("gpu_name")
+    pairs = item_pairs[on]
+    name_codes = coded.codes[pairs].astype(np.int64)
+    name_codes[name_codes < 0] = len(coded.uniq)  # (a kernel without a name: the None appended below)
+    k, st = _duration_stats(name_codes * len(shapes) + shape_codes,
+                            sh.p["gpu_dur"][pairs].astype(np.float64) / 1000.0)
+    which = (k % len(shapes)).tolist()
+    name_uniq = np.append(coded.uniq, None)
+    out = pd.DataFrame({"name": pd.Series([name_uniq[c] for c in (k // len(shapes)).tolist()], dtype=object),
+                        "shape": pd.Series([shapes[c][0] for c in which], dtype=object),
+                        "flops": [shapes[c][1] for c in which], **{c: st[c] for c in cols[3:]}})
+    out = out.sort_values(["name", "flops", "shape"], ascending=[True, False, True], kind="stable")
+    return out[cols].reset_index(drop=True)
 
 
 def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
@@ -308,9 +373,8 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
     cols = ["id", "op", "start_ns", "device", "time_us", "flops", "tflops", "peak_tflops", "fraction_of_peak",
             "flops_from", "kernel_names", "shape"]
     gm = _gemm_slices(sh)
-    ts, dur, utid = gm["start_ns"], gm["cpu_dur_ns"], gm["utid"]
-    keep = np.flatnonzero(_inner_gemms(ts, dur, utid) == 0)  # the innermost GEMM ops
-    kns, kn = _kernels_of(sh, ts[keep], ts[keep] + dur[keep], utid[keep])
+    ts, dur = gm["start_ns"], gm["cpu_dur_ns"]
+    keep, kns, kn, _items = _innermost(sh)
     ids, names = gm["id"][keep].tolist(), gm["name"][keep].tolist()
     asid = gm["arg_set_id"][keep].tolist()
     # the study's matmul_add: one GEMM of the config's FLOPs per call; any other workload (gemm_flops() None): shapes

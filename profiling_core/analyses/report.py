@@ -10,7 +10,7 @@ import pandas as pd
 from ..config import as_config
 from .breakdown import category_totals, step_breakdown, top_kernels
 from .compile import compile_breakdown
-from .gemm import gemm_throughput
+from .gemm import gemm_kernel_shapes, gemm_throughput
 from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
@@ -60,6 +60,11 @@ class Report:
                                                                          "min_us", "max_us", "cv"]))
     """Per kernel name and launch configuration (grid, block), its durations' statistics
     (:func:`~profiling_core.analyses.kernels.kernel_configs`)."""
+    gemm_kernel_shapes: pd.DataFrame = field(default_factory=lambda: frame([], ["name", "shape", "flops", "count",
+                                                                             "total_us", "mean_us", "median_us",
+                                                                             "min_us", "max_us", "cv"]))
+    """Per kernel name and shape of the GEMM op that launched it, its launches' statistics
+    (:func:`~profiling_core.analyses.gemm.gemm_kernel_shapes`)."""
     cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "category", "calls",
                                                                         "own_us", "wait_us", "beside_us",
                                                                         "beside_calls"]))
@@ -249,6 +254,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
            "gpu_ops": gpu_ops(session, shared=sh)}
     out["kernel_stats"] = kernel_stats(session, ops=out["gpu_ops"])
     out["kernel_configs"] = kernel_configs(session, shared=sh)
+    out["gemm_kernel_shapes"] = gemm_kernel_shapes(session, gemm=out["gemm_throughput"], shared=sh)
     out["sync_wait"] = sync_wait(session, shared=sh)
     out["cold_start_gap"] = cold_start_gap(session, shared=sh)
     out["cpu_vs_gpu"] = cpu_vs_gpu(session, steps_df=out["steps"])

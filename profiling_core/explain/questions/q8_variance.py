@@ -6,9 +6,9 @@ spread to read, so larger kernels that ran once are passed over (and counted). W
 finding says so and quotes no spread.
 
 One kernel name can run several shapes (cuBLAS picks one kernel for a range of sizes): where the GEMM ops that
-launched it recorded their shapes (``gemm_throughput``'s FLOPs from shapes), its launches are grouped by those FLOPs,
-and a name that ran more than one size is said so, with each size's own median and spread; its spread over all
-launches is then shape, not noise, and the skew verdict is given for each size. Otherwise a name launched in more
+launched it recorded their shapes (``gemm_kernel_shapes``: each launch with its op's shape), its launches are grouped
+by shape, and a name that ran more than one size is said so, with each size's own median and spread; its spread over
+all launches is then shape, not noise, and the skew verdict is given for each size. Otherwise a name launched in more
 than one configuration (grid and block, ``report.kernel_configs``) is read the same way, per configuration."""
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def _q8_variance(r, config=None) -> list[Finding]:
             f"CV {100 * (k['cv'] if pd.notna(k['cv']) else 0):.1f}%).")
     shapes = _by_shape(r, str(k["name"]))
     if len(shapes) > 1:
-        ev["shapes"] = shapes
+        ev["shapes"] = [{k: _num(v) if k in ("median_us", "mean_us", "cv") else v for k, v in g.items()}
+                        for g in shapes]
         shaped = sum(g["count"] for g in shapes)
         unshaped = (f"; {int(k['count']) - shaped} of its {int(k['count'])} launches have none: launched before "
                     "the profiler started, or by an op that recorded none" if shaped < int(k["count"]) else "")
@@ -160,20 +161,17 @@ def _by_config(r, name: str) -> list[dict]:
 
 
 def _by_shape(r, name: str) -> list[dict]:
-    """The launches of kernel ``name`` grouped by the shape (M×K×N) of the GEMM op that launched it alone (recorded
-    shapes: two shapes of equal FLOPs are two groups), largest FLOPs first, then shape: [{"shape", "gflop", "count",
-    "median_us", "mean_us", "cv"}]; [] where no such op recorded its shapes."""
-    g = r.gemm_throughput
-    if g.empty or "kernel_names" not in g.columns or "shape" not in g.columns:
+    """The launches of kernel ``name`` grouped by the shape (M×K×N) of the GEMM op that launched each
+    (``report.gemm_kernel_shapes``: recorded shapes; two shapes of equal FLOPs are two groups), largest FLOPs first,
+    then shape: [{"shape", "gflop", "count", "median_us", "mean_us", "cv"}]; [] where no such op recorded its
+    shapes."""
+    g = getattr(r, "gemm_kernel_shapes", None)
+    if g is None or g.empty:
         return []
-    mine = g[(g["kernel_names"].astype(object) == name) & (g["flops_from"].astype(object) == "shapes")
-             & g["shape"].notna()]
-    out = []
-    for (shape, flops), grp in mine.groupby([mine["shape"].astype(object), "flops"], sort=True):
-        t = grp["time_us"].astype(float)
-        mean = float(t.mean())
-        out.append({"shape": str(shape), "gflop": float(flops) / 1e9, "count": int(len(t)),
-                    "median_us": float(t.median()), "mean_us": mean,
-                    "cv": float(t.std(ddof=0) / mean) if mean > 0 and len(t) > 1 else 0.0})
+    mine = g[g["name"].astype(object) == name]
+    out = [{"shape": str(shape), "gflop": float(flops) / 1e9, "count": int(n), "median_us": float(med),
+            "mean_us": float(mean), "cv": float(cv) if cv == cv else 0.0}
+           for shape, flops, n, med, mean, cv in zip(mine["shape"], mine["flops"], mine["count"], mine["median_us"],
+                                                      mine["mean_us"], mine["cv"])]
     out.sort(key=lambda x: (-x["gflop"], x["shape"]))
-    return out if sum(x["count"] for x in out) else []
+    return out
