@@ -180,3 +180,26 @@ def test_a_sweep_of_an_empty_list_is_refused(tmp_path, args):
     """`sweep --sizes ,` ran nothing and reported "0 ok, 0 failed" with status 0."""
     p = cli("sweep", "--device", "cpu", *args, store=tmp_path / "runs", check=False)
     assert p.returncode == 2 and "must name at least one" in p.stderr and not (tmp_path / "runs").exists()
+
+
+def test_ls_lists_only_the_runs_show_and_rm_accept(tmp_path):
+    """A link in the store to a run folder elsewhere: ``ls`` listed it, and ``show`` and ``rm`` then refused the id
+    it printed ("resolves outside the run store")."""
+    store = tmp_path / "runs"
+    rid = json.loads(cli("import", str(ROOT / "tests" / "data" / "cpu" / "64_fp32_warm_eager.json"), "--json",
+                         store=store).stdout)["run_id"]
+    outside = tmp_path / "elsewhere"
+    (store / rid).rename(outside)
+    (store / rid).symlink_to(outside, target_is_directory=True)
+    assert cli("show", rid, store=store, check=False).returncode == 2  # refused: it is not the store's
+    assert json.loads(cli("ls", "--json", store=store).stdout) == []
+    assert "no runs in" in cli("ls", store=store).stdout
+
+
+def test_a_store_that_is_a_file_is_refused_not_read_as_empty(tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("my notes\n")
+    for args in (["ls"], ["ls", "--json"], ["show", "20260101-000000-x-0000"]):
+        p = cli(*args, store=f, check=False)
+        assert p.returncode == 2 and "is not a folder" in p.stderr and p.stdout == "", args
+    assert f.read_text() == "my notes\n"  # nothing the user made is touched

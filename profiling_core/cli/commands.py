@@ -18,7 +18,7 @@ import threading
 from typing import Optional
 
 from ..config import BIASES, COMPILE_MODES, DEVICES, DTYPES, MATMUL_PRECISIONS, ExperimentConfig
-from ..errors import ProfilingError
+from ..errors import ProfilingError, RunStoreError
 from ..present.terminal import echo, terminal_safe
 from ..run.sweep import EXECUTORS
 from ..run.worker import COMPILE_CACHES, PROCESS_KINDS
@@ -78,7 +78,11 @@ def _knobs(a: argparse.Namespace) -> dict:
 
 
 def _store(a: argparse.Namespace) -> RunStore:
-    return RunStore(a.store)
+    store = RunStore(a.store)
+    if store.root.exists() and not store.root.is_dir():  # (a file holds no runs: "no runs in it" would mislead)
+        raise RunStoreError(f"the run store {store.root} is not a folder: give --store a folder (the first run or "
+                            "import makes it) or leave it out for ./runs or $PROFILING_RUNS_DIR")
+    return store
 
 
 def _timing_line(meta: dict) -> str:

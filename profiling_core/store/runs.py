@@ -226,9 +226,14 @@ class RunStore:
     def _dir(self, run_id: str) -> Path:
         run_id = validate_run_id(run_id)
         path = (self.root / run_id)
-        if path.resolve().parent != self.root.resolve():
+        if not self._inside(path):
             raise InvalidRunIdError(f"run id {run_id!r} resolves outside the run store {self.root}")
         return path
+
+    def _inside(self, path: Path) -> bool:
+        """Whether ``path`` (a name in the store's folder) resolves to a folder of the store itself: a link to a
+        folder elsewhere is no run of this store (``load`` and ``delete`` refuse it, ``list`` leaves it out)."""
+        return path.resolve().parent == self.root.resolve()
 
     def _ensure(self) -> None:
         try:
@@ -352,7 +357,7 @@ class RunStore:
         if not self.root.is_dir():
             return []
         runs = [self._read(p) for p in self.root.iterdir()
-                if p.is_dir() and not p.name.startswith(".") and RUN_ID_RE.fullmatch(p.name)]
+                if p.is_dir() and not p.name.startswith(".") and RUN_ID_RE.fullmatch(p.name) and self._inside(p)]
         return sorted(runs, key=lambda r: (str(r.meta.get("started_at", "")), r.run_id), reverse=True)
 
     def load(self, run_id: str) -> Run:
