@@ -368,3 +368,18 @@ def test_every_hostile_file_at_once_through_the_cli(tmp_path):
         assert any(ln.startswith(f"unreadable calibration {kind}.json: ") and reason in ln
                    for ln in out.splitlines()), kind
     assert f"Test CPU {ESCAPED}" in out
+
+
+def test_import_of_a_file_name_that_is_not_utf8_prints_json_a_strict_reader_takes(tmp_path):
+    """``import --json`` of ``bad\\xff.json`` printed the name with a lone surrogate (``"bad\\udcff.json"``): JSON
+    text, but no Unicode, which a strict reader refuses; ``ls`` then showed the same run as ``bad\\ufffd.json``.
+    The name is kept as it reads back."""
+    src = tmp_path / os.fsdecode(b"bad\xff.json")
+    src.write_bytes(CPU_TRACE.read_bytes())
+    rc, out, err = cli("import", src, "--json", "--store", tmp_path / "runs")
+    assert rc == 0, err
+    assert "\\ud" not in out.lower()  # no surrogate escape in the JSON text
+    got = json.loads(out)
+    assert got["name"] == "bad\ufffd.json"
+    rc, out, _err = cli("ls", "--json", "--store", tmp_path / "runs")
+    assert [r["name"] for r in json.loads(out)] == [got["name"]]

@@ -52,7 +52,7 @@ import msgspec
 from ..config import ExperimentConfig
 from ..errors import ConfigError, InvalidRunIdError, RunNotFoundError, RunStoreError, TraceError, TraceTooLargeError
 from ..units import human_bytes
-from .files import read_json_object, read_small_file
+from .files import _repaired, read_json_object, read_small_file
 
 ENV_ROOT = "PROFILING_RUNS_DIR"
 DEFAULT_ROOT = "runs"
@@ -410,9 +410,10 @@ class RunStore:
             if session is not None:
                 kept.append(session)
 
-        meta = {"name": name or shown, "status": "ok", "source": "import", "original_filename": shown,
-                "size_bytes": None, "started_at": datetime.now(timezone.utc).isoformat(),
-                "host": socket.gethostname(), "config": None}
+        # (a file name's bytes that are not UTF-8 hold lone surrogates: kept as U+FFFD, as meta.json reads back)
+        meta = _repaired({"name": name or shown, "status": "ok", "source": "import", "original_filename": shown,
+                          "size_bytes": None, "started_at": datetime.now(timezone.utc).isoformat(),
+                          "host": socket.gethostname(), "config": None})
 
         def fill(staging: Path) -> None:
             # The source is read once, into the staging folder, and the loader checks that copy: what lands is
