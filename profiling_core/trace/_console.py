@@ -9,7 +9,8 @@ profiling_core.trace._console``), which opens the trace's two SQLite files read-
 the same functions, rules and caps as the session's own connection). The child stops a statement at its deadline
 itself when SQLite reaches a step; if no answer has come ``GRACE_S`` later, the session ends the child (SIGKILL),
 which frees it at once, and the next console query starts another (~0.3 s). That is what the perfetto engine does
-with trace_processor's process.
+with trace_processor's process. The child keeps SQLite's sorts and temporary tables in memory and caps that memory
+(``QueryLimits.max_work_bytes``, ``QueryConnection.limit_work``); a query under another cap gets another child.
 
 Messages are msgpack frames (a 4-byte length, then the body) over the child's stdin/stdout: plain values only, so
 nothing the child sends can run code in the session. The child exits when its stdin closes or its parent is gone.
@@ -98,16 +99,17 @@ class ConsoleProcess:
     def __init__(self, db_path: str, args_path: str) -> None:
         self._paths = (db_path, args_path)
         self._proc: subprocess.Popen | None = None
+        self._work_bytes: int | None = None  # the running child's cap on SQLite's memory (max_work_bytes)
         self._busy = False
         self._closed = False
         self.started = 0  # how many children were started (one more after each that was ended)
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self, work_bytes: int) -> subprocess.Popen:
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         proc = subprocess.Popen([sys.executable, "-m", "profiling_core.trace._console", str(os.getpid()),
-                                 *self._paths], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 *self._paths, str(int(work_bytes))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, env=env, close_fds=True)
         self.started += 1
         try:
@@ -141,8 +143,13 @@ class ConsoleProcess:
             raise QueryError(f"query must be a string, got {type(sql).__name__}")
         if self._closed:
             raise QueryError("the trace session is closed")
+        if self._proc is not None and self._work_bytes != limits.max_work_bytes:
+            # (SQLite's heap limit can be lowered, never raised, in a process: another cap takes another child)
+            proc, self._proc = self._proc, None
+            self._end(proc)
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = self._start()
+            self._proc = self._start(limits.max_work_bytes)
+            self._work_bytes = limits.max_work_bytes
         proc = self._proc
         require_utf8(sql)  # (the child is not asked)
         request = _frame([sql, dataclasses.asdict(limits)])
@@ -202,13 +209,14 @@ def _watch_parent(parent: int) -> None:
 def main(argv: list[str]) -> int:
     from ._query import QueryConnection
 
-    parent, db_path, args_path = int(argv[0]), argv[1], argv[2]
+    parent, db_path, args_path, work_bytes = int(argv[0]), argv[1], argv[2], int(argv[3])
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the session ends it (a Ctrl-C reaches the session)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # nothing else may write into the frames
     try:
         qc = QueryConnection(db_path, args_path)
+        qc.limit_work(work_bytes)  # (this process's SQLite memory: it runs one statement at a time)
     except Exception as e:  # noqa: BLE001 - told to the session
         out.write(_frame(Reply(f"{type(e).__name__}: {e}")))
         out.flush()

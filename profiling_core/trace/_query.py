@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from ..errors import QueryError
+from ..units import human_bytes
 from . import _schema
 from ._rules import (
     ReadOnlyRules,
@@ -88,6 +89,7 @@ class QueryConnection:
     def __init__(self, db_path: str, args_path: str) -> None:
         self.arg_calls: dict[str, int] = {}
         self.arg_tables: dict[str, dict] = {}
+        self.work_bytes: int | None = None  # (:meth:`limit_work`)
         # No statement cache: the rules see a statement only while SQLite compiles it (_rules.check_statement).
         conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, check_same_thread=False, cached_statements=0)
         try:
@@ -146,6 +148,20 @@ class QueryConnection:
             params = (path, ('"' + first + '"').encode())
         return {a: v for a, v in self._aux.execute(sql, params) if v is not None}
 
+    def limit_work(self, max_bytes: int) -> None:
+        """Keep a statement's sorting, grouping and temporary tables in memory (``PRAGMA temp_store = MEMORY``: in
+        temporary files nothing caps them but the disk) and cap all of SQLite's memory in this process at
+        ``max_bytes`` (``PRAGMA hard_heap_limit``, QueryLimits' ``max_work_bytes``): a statement past it fails, and
+        :meth:`rows` says why. For the console's own process only, once (the limit is the whole process's, and
+        SQLite lets it be lowered, never raised)."""
+        self.conn.set_authorizer(None)  # (the rules refuse PRAGMAs that set: these are the engine's own)
+        try:
+            self.conn.execute("PRAGMA temp_store = MEMORY")
+            self.conn.execute(f"PRAGMA hard_heap_limit = {int(max_bytes)}")
+        finally:
+            self.conn.set_authorizer(self.rules)
+        self.work_bytes = int(max_bytes)
+
     def rows(self, sql: Any, limits: Any = None) -> tuple[list[str], list[tuple], bool]:
         """(columns, rows, cut): the rows of one statement that passes the console's rules (``_rules``). With
         ``limits`` (a QueryLimits) the statement is interrupted at its deadline (between two of SQLite's steps), no
@@ -181,6 +197,12 @@ class QueryConnection:
             raise query_error(e, self.rules, limits) from None
         except OverflowError as e:
             raise QueryError(f"SQL error: {e}") from None
+        except MemoryError:  # (SQLite's SQLITE_NOMEM: past limit_work's cap)
+            cap = self.work_bytes
+            raise QueryError("the query needed more memory than the console gives a statement"
+                             + (f" ({human_bytes(cap)} for SQLite's sorting, grouping and temporary tables)"
+                                if cap else "")
+                             + ": narrow it (a WHERE, fewer rows joined, a LIMIT inside a subquery)") from None
         finally:
             if limits is not None:
                 conn.set_progress_handler(None, 0)

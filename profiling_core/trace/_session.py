@@ -30,11 +30,15 @@ class QueryLimits:
         max_result_bytes: fetching stops once the result passes this many bytes, each value counting 16 bytes
             (``_rules.CELL_BYTES``: a NULL or a number too) plus the length of its text or blob.
         max_value_bytes: no single string or blob may be longer (SQLite's ``SQLITE_LIMIT_LENGTH``).
+        max_work_bytes: on the mirror, the memory SQLite may hold while the statement runs, its sorting, grouping and
+            temporary tables included (kept in memory, not in temporary files that only the disk caps); past it
+            the statement fails with QueryError. trace_processor keeps its own memory.
     """
     deadline_s: float = 10.0
     max_rows: int = 100_000
     max_result_bytes: int = 64 * 2**20
     max_value_bytes: int = 16 * 2**20
+    max_work_bytes: int = 2**30
 
     def __post_init__(self) -> None:
         # (a NaN or infinite deadline would reach the console as no deadline, or as an error mid-query)
@@ -42,7 +46,7 @@ class QueryLimits:
                 and math.isfinite(self.deadline_s) and self.deadline_s > 0):
             raise ValueError(f"QueryLimits.deadline_s must be a finite number of seconds above 0, got "
                              f"{self.deadline_s!r}")
-        for name in ("max_rows", "max_result_bytes", "max_value_bytes"):
+        for name in ("max_rows", "max_result_bytes", "max_value_bytes", "max_work_bytes"):
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
                 raise ValueError(f"QueryLimits.{name} must be a whole number above 0, got {v!r}")
@@ -118,8 +122,9 @@ class TraceSession:
         """Run one statement a user typed, under ``limits`` (default ``QueryLimits()``): the console's read-only
         rules (``_rules``: one SELECT, WITH, VALUES or EXPLAIN query or read-only PRAGMA, judged the same way on both
         engines; on the perfetto engine also trace_processor's own tables and ``INCLUDE PERFETTO MODULE``), plus a
-        deadline, a row cap, a result-size cap and a value-size cap. Raises QueryError for a statement the rules
-        refuse, and for one stopped at its deadline or holding a value over the size cap."""
+        deadline, a row cap, a result-size cap, a value-size cap and, on the mirror, a cap on SQLite's memory.
+        Raises QueryError for a statement the rules refuse, and for one stopped at its deadline, holding a value
+        over the size cap or needing more memory than the cap."""
         if self._backend is None:
             raise QueryError("the trace session is closed")
         limits = QueryLimits() if limits is None else limits
