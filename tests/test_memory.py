@@ -825,3 +825,21 @@ def test_sizes_near_an_int64_s_range_are_no_sizes(tmp_path):
     r = report_of(path)
     assert r.timeline["bytes"].tolist() == [100] and r.summary["skipped_events"] == 17
     assert (r.peaks["peak_allocated_bytes"] >= 0).all()
+
+
+def test_each_rank_s_events_take_the_step_of_their_own_process(tmp_path):
+    """Two ranks merged into one file: rank 0's step 1 spans 0–200 µs, rank 1's 7–50 µs. Rank 0's event at 100 µs
+    read as outside every step (the latest window to start, rank 1's, had ended), and an event of rank 1 between
+    its steps took rank 0's step by time. Each event takes the step of its own process whose window holds it, by a
+    hand count of the windows below; an event of a third process without steps takes whichever window holds it."""
+    evs = [step(1, 0, 200, pid=1), step(2, 210, 100, pid=1), step(1, 7, 43, pid=2), step(2, 120, 100, pid=2),
+           mem(100, 1024, addr=1, total=1024, pid=1),     # rank 0, inside its step 1
+           mem(60, 2048, addr=2, total=2048, pid=2),      # rank 1, between its steps (inside rank 0's step 1)
+           mem(150, 4096, addr=3, total=6144, pid=2),     # rank 1, inside its step 2 (and rank 0's step 1)
+           mem(250, -1024, addr=1, total=0, pid=1),       # rank 0, inside its step 2 (and rank 1's step 2)
+           mem(30, 512, addr=4, total=512, pid=3)]        # a process without steps, inside both ranks' step 1
+    r = report_of(write(tmp_path, evs))
+    got = {(int(a), int(b)): (None if s is pd.NA else int(s))
+           for a, b, s in zip(r.timeline["start_ns"], r.timeline["bytes"], r.timeline["step"])}
+    assert got == {(100_000, 1024): 1, (60_000, 2048): None, (150_000, 4096): 2, (250_000, -1024): 2,
+                   (30_000, 512): 1}

@@ -40,8 +40,10 @@ nested under the op that was running on their thread. The rules, each stated onc
   level is higher than every event's (``at_opening``: a window whose first events free what was allocated before it;
   the peak then has no op and no step, and takes its time and reserved figure from the first event). A step's peak
   likewise is the highest of the level it began with and its events' levels.
-- **Step.** An event's step is the ``ProfilerStep#N`` (CPU slice, any thread) whose window holds its timestamp (its
-  number as every analysis reads it, exact however large: a nullable integer column), none outside every step.
+- **Step.** An event's step is the ``ProfilerStep#N`` (CPU slice, any thread of the event's process) whose window
+  holds its timestamp (its number as every analysis reads it, exact however large: a nullable integer column), none
+  outside every step; where windows overlap (ranks' traces merged into one file), the latest to start. An event of
+  a process without steps takes any process's step whose window holds it.
 - **Blocks.** A block is matched by address within its device: an allocation opens it, the next free of that
   address closes it (the free's own ``Bytes`` count in the level either way); an allocation at an address still open
   closes the older block there (its free was not recorded). A free of an address no allocation of the window opened
@@ -294,10 +296,37 @@ class _Events:
         starts = np.array([r[3] for r in st], dtype=np.int64)
         ends = starts + np.array([r[4] for r in st], dtype=np.int64)
         nums = np.array([int(r[1]) for r in st], dtype=np.int64)
-        k = np.searchsorted(starts, self.ts, side="right") - 1
-        ok = (k >= 0) & (self.ts < ends[np.maximum(k, 0)])
-        self.step[ok] = nums[k[ok]]
-        self.in_step = ok
+        lanes = self.sh.lanes
+        pid_code: dict = {}
+        step_pid = np.array([pid_code.setdefault(lanes.get(u, (None, None))[1] if u is not None else None,
+                                                 len(pid_code)) for *_r, u in st], dtype=np.int64)
+        utids = self.sh.slices["utid"][self.rows].tolist()
+        ev_pid = np.array([pid_code.get(lanes.get(u, (None, None))[1] if u >= 0 else None, -1) for u in utids],
+                          dtype=np.int64)
+        # the step of the event's own process whose window holds it (ranks merged into one file each have theirs,
+        # and their windows overlap); an event of a process without steps: any process's step whose window holds it
+        for p in np.unique(step_pid).tolist():
+            mine = np.flatnonzero(step_pid == p)
+            ev = np.flatnonzero(ev_pid == p)
+            self._hold(ev, starts[mine], ends[mine], nums[mine])
+        self._hold(np.flatnonzero(~self.in_step & (ev_pid < 0)), starts, ends, nums)
+
+    def _hold(self, ev: np.ndarray, starts: np.ndarray, ends: np.ndarray, nums: np.ndarray) -> None:
+        """Give events ``ev`` the step of these windows (``starts`` sorted) that holds each: the latest to start,
+        where windows overlap."""
+        if not len(ev) or not len(starts):
+            return
+        ts = self.ts[ev]
+        k = np.searchsorted(starts, ts, side="right") - 1
+        reach = np.maximum.accumulate(ends)  # (an earlier, longer window may hold what the latest one does not)
+        while len(ev):
+            keep = k >= 0
+            ev, ts, k = ev[keep], ts[keep], k[keep]
+            held = ts < ends[k]
+            self.step[ev[held]] = nums[k[held]]
+            self.in_step[ev[held]] = True
+            on = ~held & (ts < reach[k])  # (still inside an earlier window: try the one before)
+            ev, ts, k = ev[on], ts[on], k[on] - 1
 
     def step_at(self, i: int):
         """Event ``i``'s step number, None outside every step."""
