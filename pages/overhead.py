@@ -141,7 +141,7 @@ if len(cross):
                 f"{sym} = {r['below']:,.0f} and {sym} = {r['above']:,.0f}, near {sym} ≈ {r['size']:,.0f} by "
                 f"log-log interpolation (~{format_duration_us(r['value_us'])} per step). The step is {lo}-bound at "
                 f"{sym} = {r['below']:,.0f} and {hi}-bound at {sym} = {r['above']:,.0f}"
-                + (f"; the sizes between were not measured, and the curves may cross anywhere among them: run "
+                + ("; the sizes between were not measured, and the curves may cross anywhere among them: run "
                    "some to place it." if r["above"] > 2 * r["below"] else "."))
         crossings.append((str(r["mode"]), said))
         st.success(f"**{ui.md_text(r['mode'])}**: {ui.md_text(said)}")

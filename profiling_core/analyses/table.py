@@ -283,7 +283,6 @@ def _spilled_own(t: dict, own: np.ndarray, cpu: np.ndarray, host: np.ndarray) ->
     (:func:`_host_utid`: a slice written on no thread is a spill slice of the thread around it). ``profiler_table.sql``
     states the same rule."""
     utid, track, ts, dur, ppos = host, t["track_id"], t["ts"], t["dur"], t["ppos"]
-    moved = host != t["utid"]
     on = np.flatnonzero(utid >= 0)
     if not len(on):
         return
@@ -352,7 +351,7 @@ def _profiler_table_raw(sh: Shared) -> pd.DataFrame:
     n = len(t["id"])
     if n == 0:
         return frame([], cols)
-    dur, ppos = t["dur"], t["ppos"]
+    dur = t["dur"]
     is_cpu, own = _cpu_own_ns(sh)
     is_gpu = np.array([c in _GPU_ROWS for c in t["cat_low_uniq"]], dtype=bool)[t["cat_codes"]]
     # device time: GPU ops launched by calls (on a thread) whose parent is the op (self) or an ancestor (total)

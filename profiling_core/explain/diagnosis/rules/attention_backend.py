@@ -164,7 +164,7 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
     cost, basis = None, ""
     if pad is not None:
         dims = [d for d in _recorded_head_dims(c, ops) if d % 8]
-        text += (f" Around its kernel, scaled_dot_product_attention padded its inputs' last dimension"
+        text += (" Around its kernel, scaled_dot_product_attention padded its inputs' last dimension"
                  + (f" (head_dim {' and '.join(map(str, dims))})" if dims else "")
                  + f" to a multiple of 8 ({' → '.join(o for o in PAD_OPS if o in col.uniq)}): "
                  f"{_fmt_n(pad['pad_ops'])} GPU op{'s' if pad['pad_ops'] != 1 else ''} per step, "

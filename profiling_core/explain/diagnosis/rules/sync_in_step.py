@@ -172,7 +172,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
         idle = float((st["cpu_dur_us"] * (1.0 - st["gpu_busy_fraction"])).median()) if len(st) else None
         if idle is not None and idle + pageable_us < cost:
             cost = idle + pageable_us
-            basis = (f"the GPU's idle time per step inside the steps' windows (measured)"
+            basis = ("the GPU's idle time per step inside the steps' windows (measured)"
                      + (f", and its {_fmt_us(pageable_us)} of copies from pageable memory, which pinned memory "
                         "speeds up" if pageable_us else "")
                      + f": the GPU sets the pace (a {ss['bound']} step), so the {_fmt_us(blocked)} the CPU spent "
