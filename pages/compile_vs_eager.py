@@ -82,6 +82,7 @@ def per_step(run_id: str) -> dict:
 
 per_run = pd.DataFrame([per_step(r) for r in chosen])
 per_run["warmup_s"] = [(ui.load_run(r).meta.get("timings") or {}).get("warmup_s") for r in chosen]
+per_run["warmup_calls"] = [getattr(ui.load_run(r).config, "warmup", None) for r in chosen]
 per_run["cache_reused"] = [bool(ui.load_run(r).compile_cache_reused) for r in chosen]
 points = sweep_points(per_run, keys=("mode",), values=("CPU per step (µs)",))
 warnings = comparison_warnings(points, ["mode"], value="CPU per step (µs)", runs=[ui.load_run(r) for r in chosen])
@@ -91,7 +92,8 @@ for w in warnings:
 GPU_COUNTS = ["launches per step", "kernels per step", "memcpy DtoD per step", "memsets per step",
               "cudaGraphLaunch per step"]
 any_gpu = any(ui.report(r).has_gpu for r in chosen)
-metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s", "cache_reused")
+metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s", "warmup_calls",
+                                                   "cache_reused")
            and (any_gpu or c not in GPU_COUNTS)]  # (without a GPU lane there is nothing to count: no zeros)
 if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, with the range of its CPU time
     g = per_run.groupby("mode", sort=False)
@@ -100,6 +102,7 @@ if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, w
     table["CPU per step max (µs)"] = g["CPU per step (µs)"].max()
     table["runs"] = g.size()
     table["warmup_s"] = g["warmup_s"].median()
+    table["warmup_calls"] = g["warmup_calls"].first()  # (one setting: the runs of another were left out above)
     table["cache_reused"] = g["cache_reused"].any()
     table["FX graph hash"] = g["FX graph hash"].agg(lambda h: ", ".join(sorted({x for x in h if x})))
     table = table.reset_index()
@@ -181,8 +184,17 @@ if not base_rows.empty:
     for _, row in table.iterrows():
         if row["mode"] == "eager" or pd.isna(row["warmup_s"]) or pd.isna(base["warmup_s"]):
             continue
-        p = compile_payoff(base["warmup_s"], row["warmup_s"], base["CPU per step (µs)"], row["CPU per step (µs)"])
+        calls = row["warmup_calls"]
+        p = compile_payoff(base["warmup_s"], row["warmup_s"], base["CPU per step (µs)"], row["CPU per step (µs)"],
+                           warmup_calls=None if pd.isna(calls) else int(calls))
         noisy = sorted({"eager", row["mode"]} & noisy_modes)
+        if not p["measured"]:
+            payoff_rows.append({"run": row["run"], "one-time compile (s)": None,
+                                "compiled from": "no warm-up call: it compiled in its profiled steps",
+                                "CPU saved per step (µs)": round(p["saving_us_per_step"], 1),
+                                "pays off after": "not measured: make the runs with warm-up calls (its compile is "
+                                                  "then their warm-up time's difference)"})
+            continue
         payoff_rows.append({"run": row["run"], "one-time compile (s)": round(p["compile_s"], 2),
                             "compiled from": ("a warm cache: Inductor found the graph an earlier run compiled, "
                                               "so this is less than a first compile costs") if row["cache_reused"]

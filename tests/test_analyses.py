@@ -859,6 +859,16 @@ def test_compile_payoff_by_hand(eager_w, comp_w, eager_us, comp_us, want):
     assert (round(p["compile_s"], 6), p["saving_us_per_step"], p["payoff_steps"]) == want
 
 
+def test_compile_payoff_of_runs_without_warm_up_calls_is_not_measured():
+    """Cold runs compile in their profiled steps: 5 µs of warm-up against 6 µs is no compile of -1 µs paid back
+    after 0 steps."""
+    from profiling_core.analyses import compile_payoff
+    p = compile_payoff(6e-06, 5e-06, 3659.87, 3608.84, warmup_calls=0)
+    assert (p["measured"], p["compile_s"], p["payoff_steps"]) == (False, None, None)
+    assert p["saving_us_per_step"] == pytest.approx(51.03)
+    assert compile_payoff(0.1, 2.1, 400.0, 300.0, warmup_calls=3)["payoff_steps"] == 20000
+
+
 @pytest.mark.parametrize("name,want", [
     ("triton_poi_fused_add_mm_1", ("pointwise", ["add", "mm"])),
     ("triton_red_fused__unsafe_view_add_mean_mul_pow_rsqrt_1",

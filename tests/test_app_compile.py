@@ -142,3 +142,24 @@ def test_an_eager_trace_without_steps_gets_no_kernel_count_per_step(runs_dir, tm
     captions = [c.value for c in at.caption if "kernel count per step" in c.value or "kernels per step" in c.value]
     assert captions and all("nan" not in c for c in captions)
     assert any(c.startswith("The eager run has no ProfilerStep, so it has no kernel count per step") for c in captions)
+
+
+def test_runs_without_warm_up_calls_are_not_said_to_pay_off_after_0_steps(runs_dir):
+    """Cold runs (0 warm-up calls) compile in their profiled steps: their warm-up times (5 and 6 µs of nothing)
+    hold no compile. The page said "one-time compile -0.0 s, pays off after 0 steps" for a compile of 1.6 s."""
+    import json
+    from test_machines import copy_h200_run, meta
+    made = []
+    for name, warm_s in (("sweep_4096_warm_eager", 6e-06), ("sweep_4096_warm_compile", 5e-06)):
+        m = meta(name)
+        made.append(copy_h200_run(runs_dir, name, config={**m["config"], "warmup": 0},
+                                  timings={**m["timings"], "warmup_s": warm_s}))
+    assert all(json.loads((runs_dir / r / "meta.json").read_text())["config"]["warmup"] == 0 for r in made)
+    at = app("compile_vs_eager")
+    at.multiselect(key="compile_chosen").set_value(made).run()
+    assert not errors_of(at), errors_of(at)
+    payoff = [d.value for d in at.dataframe if "pays off after" in d.value.columns][0]
+    assert len(payoff) == 1
+    row = payoff.iloc[0]
+    assert row["pays off after"].startswith("not measured") and " steps" not in row["pays off after"].split(":")[0]
+    assert row["one-time compile (s)"] is None or row["one-time compile (s)"] != row["one-time compile (s)"]

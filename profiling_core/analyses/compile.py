@@ -212,29 +212,35 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
 
 
 def compile_payoff(eager_warmup_s: float, compiled_warmup_s: float, eager_step_us: float,
-                   compiled_step_us: float) -> dict:
+                   compiled_step_us: float, warmup_calls: Optional[int] = None) -> dict:
     """What torch.compile costs once against what it saves per step, on the CPU, from an eager and a compiled run
     of the same workload with the same number of warm-up calls.
 
     The compile happens in the compiled run's first warm-up call, so its one-time cost is the compiled run's warm-up
     time minus the eager run's (the same calls, eagerly). It pays off after ``ceil(cost / saving)`` steps when the
-    compiled step is cheaper on the CPU, and never otherwise.
+    compiled step is cheaper on the CPU, and never otherwise. Runs without warm-up calls (``warmup_calls`` 0: cold
+    runs) compiled in their profiled steps, not in a warm-up: their warm-up times hold no compile, so nothing is
+    said of its cost (``measured`` False), not a cost of 0 s paid back after 0 steps.
 
     Args:
         eager_warmup_s, compiled_warmup_s: the runs' ``warmup_s`` timings (meta.json), seconds.
         eager_step_us, compiled_step_us: their median CPU time per profiled step, µs.
+        warmup_calls: the runs' number of warm-up calls (their config's ``warmup``), where known.
 
     Returns:
-        ``compile_s`` (one-time cost, s), ``saving_us_per_step`` (eager − compiled; negative: compiled costs more),
-        ``payoff_steps`` (steps after which compiling has paid for itself; None: never).
+        ``compile_s`` (one-time cost, s; None where not measured), ``saving_us_per_step`` (eager − compiled;
+        negative: compiled costs more), ``payoff_steps`` (steps after which compiling has paid for itself; None:
+        never, or not measured), ``measured`` (False where the warm-up held no compile).
     """
-    compile_s = float(compiled_warmup_s) - float(eager_warmup_s)
     saving = float(eager_step_us) - float(compiled_step_us)
+    if warmup_calls is not None and int(warmup_calls) == 0:
+        return {"compile_s": None, "saving_us_per_step": saving, "payoff_steps": None, "measured": False}
+    compile_s = float(compiled_warmup_s) - float(eager_warmup_s)
     if saving > 0:
         steps = max(0, math.ceil(round(compile_s * 1e6 / saving, 6)))  # (rounded: 500.0000000000004 is 500)
     else:
         steps = None if compile_s > 0 or saving < 0 else 0
-    return {"compile_s": compile_s, "saving_us_per_step": saving, "payoff_steps": steps}
+    return {"compile_s": compile_s, "saving_us_per_step": saving, "payoff_steps": steps, "measured": True}
 
 
 _TRITON = re.compile(r"^triton_(poi|red|per|tem|for)_fused_(.+?)(?:_\d+)?$")
