@@ -593,6 +593,25 @@ def test_a_conv_in_nchw_gets_the_channels_last_rule_and_its_own_category(tmp_pat
     assert row["tflops"] == pytest.approx(flops / 40.0 / 1e6) and row["roof"] == "compute"
 
 
+def test_an_fp32_conv_that_ran_on_tf32_cores_is_judged_by_the_tf32_peak(tmp_path):
+    """cuDNN runs fp32 convolutions on TF32 tensor cores by default (torch.backends.cudnn.allow_tf32): its kernel
+    says ``tf32``. Judged against the fp32 peak, the conv read "185 of 51.25 TFLOP/s ... above that peak"."""
+    path = vt.conv_with_transposes(tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    for e in doc["traceEvents"]:
+        if e["name"] == "aten::convolution":
+            e["args"]["Input type"] = ["float", "float"] + e["args"]["Input type"][2:]
+        if "fprop_implicit_gemm" in e["name"]:
+            e["name"] = e["name"].replace("bf16bf16_bf16f32_f32", "tf32f32_tf32f32_f32")
+    path.write_text(json.dumps(doc))
+    (row,) = run(path)[2].roofline.query("kind == 'conv'").to_dict("records")
+    flops = 2 * 32 * 64 * 56 * 56 * 64 * 3 * 3  # by hand, as above; 40 µs
+    assert row["dtype"] == "tf32" and row["peak"] == H200_PEAKS.peak_tflops("tf32")
+    assert row["bytes"] == 4 * (2 * 32 * 64 * 56 * 56 + 64 * 64 * 3 * 3)  # fp32 operands: 4 bytes each
+    assert row["fraction_of_peak"] == pytest.approx(flops / 40e-6 / 1e12 / H200_PEAKS.peak_tflops("tf32"))
+    assert "above that peak" not in row["judged"]
+
+
 def test_the_channels_last_rule_names_its_transposes_whole_or_cut_with_an_ellipsis(tmp_path):
     """Kernel names are long C++ signatures: the rule names the two shortest whole, or cut to 60 characters with an
     ellipsis (never cut silently mid-name), and says how many more there are."""

@@ -270,6 +270,8 @@ def _conv_rows(report: Report, session, peaks) -> list[dict]:
         if shape is None or e is None or not kernels:
             continue
         flops, xe, we, oe, _k = shape
+        if dtype == "fp32" and any("tf32" in str(n).lower() for n in kernels):  # (cuDNN ran it on TF32 cores)
+            dtype = "tf32"
         key = (dtype, tuple(map(tuple, dims[i][:2])), flops, (xe + we + oe) * e)
         grp = groups.setdefault(key, {"ids": [], "time": [], "kernels": set()})
         grp["ids"].append(i)
