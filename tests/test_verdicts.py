@@ -593,6 +593,24 @@ def test_a_conv_in_nchw_gets_the_channels_last_rule_and_its_own_category(tmp_pat
     assert row["tflops"] == pytest.approx(flops / 40.0 / 1e6) and row["roof"] == "compute"
 
 
+def test_the_channels_last_cost_is_no_more_than_the_step_can_lose(tmp_path):
+    """Each step: 640 µs of CPU (no waiting) launch 700 µs of GPU work, 300 µs of it transposes. The GPU sets the
+    pace, but without the transposes the step is still its CPU's 640-odd µs: it can shorten by about 56 µs, not the
+    300 µs the rule claimed."""
+    path = vt.conv_with_transposes(tmp_path / "t.json", steps=8, transpose_us=150.0, conv_us=400.0, cpu_us=640.0,
+                                   gap_us=0.0)
+    events = scan_trace(path)
+    spans = steps_of(events)[2:]  # the steady state: after the first (from 3 on)
+    cpu = statistics.median(b - a for a, b in spans)
+    gpu = sum(e["dur"] for e in events if e.get("cat") == "kernel") / len(steps_of(events))
+    assert gpu == 700.0 and cpu < gpu
+    r, _, d = run(path)
+    assert r.summary["steady_state"]["bound"] == "compute-bound"
+    x = rules(d)["conv_layout"]
+    assert x.cost_us_per_step == pytest.approx(gpu - cpu, abs=0.5)  # by hand: 700 µs of GPU down to the CPU's time
+    assert x.cost_us_per_step < 300.0 and "more than the step can lose" in x.cost_basis
+
+
 def test_an_fp32_conv_that_ran_on_tf32_cores_is_judged_by_the_tf32_peak(tmp_path):
     """cuDNN runs fp32 convolutions on TF32 tensor cores by default (torch.backends.cudnn.allow_tf32): its kernel
     says ``tf32``. Judged against the fp32 peak, the conv read "185 of 51.25 TFLOP/s ... above that peak"."""

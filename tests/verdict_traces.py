@@ -261,7 +261,8 @@ def gemm(path: Path, m: int, k: int, n: int, kernel: str, gpu_us: float, steps: 
     return t.write(path)
 
 
-def conv_with_transposes(path: Path, steps: int = 3) -> Path:
+def conv_with_transposes(path: Path, steps: int = 3, transpose_us: float = 12.0, conv_us: float = 40.0,
+                         cpu_us: float = 300.0, gap_us: float = 5.0) -> Path:
     """A bf16 NCHW conv (3×3, stride 1, padding 1, (32, 64, 56, 56) input, 64 filters): cuDNN transposes the input
     to NHWC, runs the implicit-GEMM kernel, transposes back."""
     t = Trace()
@@ -269,17 +270,17 @@ def conv_with_transposes(path: Path, steps: int = 3) -> Path:
         def body(t):
             def conv(t):
                 t.launch("void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float, "
-                         "false, true, (cudnnKernelDataType_t)0>(...)", 12.0)
+                         "false, true, (cudnnKernelDataType_t)0>(...)", transpose_us)
                 t.launch("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize256x64x32_"
-                         "warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn", 40.0)
+                         "warpgroupsize1x1x1_g1_execute_segment_k_off_kernel__5x_cudnn", conv_us)
                 t.launch("void cudnn::engines_precompiled::nhwcToNchwKernel<__nv_bfloat16, __nv_bfloat16, float, "
-                         "true, false, (cudnnKernelDataType_t)0>(...)", 12.0)
-            t.cpu("aten::convolution", 300, dims=[[32, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
+                         "true, false, (cudnnKernelDataType_t)0>(...)", transpose_us)
+            t.cpu("aten::convolution", cpu_us, dims=[[32, 64, 56, 56], [64, 64, 3, 3], [], [], [], [], [], [], []],
                   types=["c10::BFloat16", "c10::BFloat16", "", "ScalarList", "ScalarList", "ScalarList", "Scalar",
                          "ScalarList", "Scalar"],
                   concrete=["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"],
                   children=lambda t: t.cpu("aten::cudnn_convolution", 60, children=conv))
-        t.step(s + 1, body)
+        t.step(s + 1, body, gap_us=gap_us)
     return t.write(path)
 
 

@@ -1,9 +1,10 @@
 """``conv_layout``: cuDNN's layout transposes around the convolutions. Tensor-core convolutions run in NHWC; given
 NCHW tensors (torch's default memory format), cuDNN transposes the input (and weights) to NHWC before each
 convolution and the result back after it (``nchwToNhwcKernel`` / ``nhwcToNchwKernel``). channels_last removes them.
-The cost is their GPU time per step when the GPU sets the pace (a compute- or copy-bound steady state), their
-launch calls' CPU time when the GPU waits on the CPU (an overhead-bound one: the GPU's time is then not on the critical path), and
-their GPU time as an upper bound when there is no verdict (a trace without steps)."""
+The cost is their GPU time per step when the GPU sets the pace (a compute- or copy-bound steady state; at most what
+the step can lose before its CPU sets the pace, ``base._gpu_time_cost``), their launch calls' CPU time when the GPU
+waits on the CPU (an overhead-bound one: the GPU's time is then not on the critical path), and their GPU time as an
+upper bound when there is no verdict (a trace without steps)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -11,7 +12,7 @@ from typing import Optional
 from ....analyses import GPU_PACED, basis_steps
 from ....units import format_share
 from ...questions.base import _per_name, _short
-from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_steps, _steps
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _gpu_time_cost, _in_steps, _steps
 
 _TRANSPOSES = ("nchwtonhwc", "nhwctonchw")
 
@@ -39,7 +40,8 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     ss = r.summary.get("steady_state") or {}
     unit = "per step" if len(r.steps) else "in the trace"
     if ss.get("bound") in GPU_PACED:
-        cost, basis = per_step, "the transposes' GPU time per step: the GPU sets the pace, so the step shortens by it"
+        # (the step gets no shorter than its CPU's own time: the one bound on GPU time saved)
+        cost, basis = _gpu_time_cost(r, per_step, "the transposes' GPU time per step: the GPU sets the pace")
     elif ss.get("bound") == "overhead-bound":
         cost, basis = launch_us, ("the CPU time of the transposes' launch calls per step: the GPU waits on the CPU, "
                                   "so their GPU time is not on the critical path (it is when the GPU sets the pace)")
