@@ -123,6 +123,42 @@ def test_a_copy_to_a_narrower_dtype_reads_its_source_and_writes_its_destination(
     assert e.bytes == want and e.fraction_of_peak < 1
 
 
+# element sizes of the types torch records, from C++ (sizeof) by hand: no table of the library's
+_HAND_BYTES = {"float": 4, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4, "unsigned char": 1, "bool": 1,
+               "c10::Float8_e4m3fn": 1}
+
+
+@pytest.mark.parametrize("op,types,want_elems", [
+    ("aten::copy_", ["long int", "float", "Scalar"], 4 + 8),          # .long(): reads fp32, writes int64
+    ("aten::copy_", ["float", "long int", "Scalar"], 8 + 4),          # int64 to fp32
+    ("aten::copy_", ["long", "int", "Scalar"], 4 + 8),                # int32 to int64, as older traces name them
+    ("aten::copy_", ["float", "unsigned char", "Scalar"], 1 + 4),     # x.float() of uint8 images
+    ("aten::copy_", ["c10::Float8_e4m3fn", "c10::BFloat16", "Scalar"], 2 + 1),
+    ("aten::mul", ["c10::BFloat16", "bool"], 2 + 1 + 2),              # a bf16 tensor times a bool mask
+])
+def test_elementwise_bytes_count_every_tensor_type_torch_records(tmp_path, op, types, want_elems):
+    """Inputs of a type outside fp32/bf16/fp16/fp64 were dropped, and the next input taken for ``self``: a
+    ``.long()`` copy of 64 Mi floats counted 4 bytes an element (nothing read), not 12."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from verdict_traces import Trace
+    n = 1 << 26
+    t = Trace()
+    for k in range(3):
+        t.step(k + 1, lambda t: t.cpu(op, 200, dims=[[n], [n]] + ([[]] if len(types) == 3 else []), types=types,
+                                      children=lambda t: t.launch("vectorized_elementwise_kernel", 100.0)))
+    path = t.write(tmp_path / "t.json")
+    ev = [e for e in scan_trace(path) if e["name"] == op][0]["args"]
+    tensors = [(d, ty) for d, ty in zip(ev["Input Dims"], ev["Input type"]) if d]
+    read = sum(math.prod(d) * _HAND_BYTES[ty] for d, ty in (tensors[1:] if op == "aten::copy_" else tensors))
+    written = n * (_HAND_BYTES[tensors[0][1]] if op == "aten::copy_" else max(_HAND_BYTES[ty] for _, ty in tensors))
+    assert read + written == want_elems * n
+    with open_trace(path, engine="sqlite") as s:
+        d = diagnose(s, None, None, H200)
+    (row,) = d.roofline[(d.roofline["kind"] == "elementwise") & (d.roofline["op"] == op)].itertuples()
+    assert row.bytes == read + written
+
+
 def test_a_rate_above_its_roof_says_what_gave_way():
     """ResNet-50 on a V100 (2021): small adds run at up to 1,183 GB/s against the datasheet's 900: their tensors (up to
     7 MB) sat in the L2 cache the kernel before had just written them to. The row says so rather than stand at 131%."""

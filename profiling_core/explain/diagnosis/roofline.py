@@ -27,6 +27,12 @@ from .base import _args_each, _args_of, _steps
 
 _TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
 _ESIZE = {**DTYPES, "fp64": 8, "tf32": 4}  # bytes per element: the run dtypes and what else a trace records
+_TYPE_BYTES = {"long int": 8, "long": 8, "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+               "unsigned short": 2, "unsigned int": 4, "unsigned long": 8, "c10::complex<float>": 8,
+               "c10::complex<double>": 16, "c10::complex<c10::Half>": 4, "c10::Float8_e4m3fn": 1,
+               "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::Float8_e8m0fnu": 1}
+"""Bytes per element of the other tensor types torch's profiler records in ``Input type`` (C++ type names, as the
+compiler spells them: ``long int`` on recent builds, ``long`` in older traces)."""
 _ELEMENTWISE = ("aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::relu",
                 "aten::gelu", "aten::silu", "aten::sigmoid", "aten::tanh", "aten::copy_")
 _OVERWRITES = ("aten::copy_",)
@@ -433,15 +439,21 @@ def _elementwise_bytes(dims, types, op: str = "") -> Optional[tuple[float, int]]
     reading it (``x.to(torch.bfloat16)`` of 8 MiB of fp32 reads 8 MiB and writes 4)."""
     if not is_shapes(dims) or not isinstance(types, list) or not all(isinstance(t, str) for t in types):
         return None  # (not what torch records: a shape that is not a list of integers, a type that is not text)
-    shapes, sizes = [], []
-    for d, t in zip(dims, types):
-        e = _ESIZE.get(_TORCH_DTYPES.get(t, ""))
-        if d and e:
-            shapes.append(tuple(d))
-            sizes.append(e)
+    shapes, sizes, first = [], [], None
+    for i, (d, t) in enumerate(zip(dims, types)):
+        if not d:  # (a Scalar, or a tensor of no dimension: no bytes worth counting)
+            continue
+        e = _ESIZE.get(_TORCH_DTYPES.get(t, "")) or _TYPE_BYTES.get(t)
+        if not e:  # a tensor of a type whose size is not known: its bytes cannot be counted, nor left out
+            return None
+        first = i if first is None else first
+        shapes.append(tuple(d))
+        sizes.append(e)
     if not shapes:
         return None
     if op.endswith("_"):
+        if first != 0:  # (``self`` is the first input: without its shape there is no output to size)
+            return None
         out, out_size = shapes[0], sizes[0]
         if op in _OVERWRITES:
             shapes, sizes = shapes[1:], sizes[1:]
