@@ -2212,3 +2212,39 @@ def test_cpu_contention_counts_a_stall_per_step_slice_where_ranks_were_merged(tm
     x = rules(d)["cpu_contention"]
     assert x.cost_us_per_step == pytest.approx((5000.0 - 50.0) / 3)
     assert len(x.evidence["slow_calls"]) == len(stalls) and x.evidence["basis_steps"] == [2, 3, 4]
+
+
+def _busy_inside(kernels: list, a: float, b: float) -> float:
+    """The union of kernel intervals inside [a, b), by a plain sweep."""
+    tot, cur = 0.0, a
+    for s, e in sorted(kernels):
+        s, e = max(s, cur), min(e, b)
+        if e > s:
+            tot, cur = tot + e - s, e
+    return tot
+
+
+def test_the_input_rule_s_idle_share_is_of_the_same_steps_as_its_gpu_work(tmp_path):
+    """One steady step launches a 1,500 µs kernel, the others 30 µs ones, each step ~1 ms of which 800 µs in the
+    DataLoader. The rule paired the steps' mean GPU work with the steady state's median-based idle share ("had
+    372 µs of work per step and idled 96%"), though the long kernel kept the GPU busy into the next step. The idle
+    share now comes from the same steps' windows: a plain scan's union of kernel time inside each."""
+    t = vt.Trace()
+    for n in range(1, 7):
+        def body(t, n=n):
+            t.cpu(vt.SINGLE_NEXT, 800, cat="user_annotation", children=lambda t: t.cpu("aten::stack", 10.0))
+            t.cpu("aten::mm", 40, dims=[[512, 512], [512, 512]], types=vt.BF16,
+                  children=lambda t: t.launch(vt.BF16_GEMM, 1500.0 if n == 4 else 30.0))
+            t.cpu("aten::add", 150)
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    events = scan_trace(path)
+    kernels = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "kernel"]
+    spans = steps_of(events)[1:]  # the steady steps: after the first
+    idle = 1 - sum(_busy_inside(kernels, a, b) for a, b in spans) / sum(b - a for a, b in spans)
+    gpu = sum(e - s for s, e in kernels[1:]) / len(spans)  # the work the steady steps launched, per step
+    _, _, d = run(path)
+    x = rules(d)["input_bound"]
+    assert x.evidence["gpu_us_per_step"] == pytest.approx(gpu)
+    assert x.evidence["gpu_idle_share"] == pytest.approx(idle) and 0.3 < idle < 0.9
+    assert f"had {gpu:,.1f} µs of work per step and idled {idle:.0%} of these steps' time" in x.text

@@ -7,12 +7,13 @@ where the GPU sets the pace and its queue carries over, the batches are made whi
 waits for them. The iterator's class tells how the batches were made:
 ``_SingleProcessDataLoaderIter`` in the loop's own thread (``num_workers=0``), ``_MultiProcessingDataLoaderIter`` by
 worker processes that did not keep up. The cost is that time per step on average, what making the batches beside the
-step saves; on a GPU no more than the CPU time per step less the GPU work launched per step (that work stays)."""
+step saves; on a GPU no more than the CPU time per step less the GPU work launched per step (that work stays), and no
+finding where that leaves nothing. The GPU's idle share is of these steps' windows (``gpu_busy_in_step_us``)."""
 from __future__ import annotations
 
 from typing import Optional
 
-from ....analyses import DATA_WAIT_AT, GPU_PACED, data_wait, is_data_loader_next
+from ....analyses import DATA_WAIT_AT, GPU_PACED, basis_steps, data_wait, is_data_loader_next
 from ....units import format_share
 from ..base import Diagnosis, _Ctx, _fmt_us
 
@@ -60,17 +61,22 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
                      + ": the batches made ahead ran out there.")
             ev["burst_step"] = worst
     gpu = None
+    cost = data
     if r.has_gpu:
-        st = r.steps[r.steps["step"].isin(dw["steps"])]
-        gpu = float(st["gpu_busy_us"].sum()) / n
-        # (the steady state's idle share is the bound rule's, written for an overhead-bound verdict; any other
-        # verdict here, e.g. steps that launched nothing, reads the same figures as these steps')
-        idle = (float(ss.get("gpu_idle_share") or 0.0) if ss.get("bound") == "overhead-bound"
-                else max(0.0, 1.0 - gpu / cpu) if cpu > 0 else 0.0)
-        text += (f" Meanwhile the GPU had {_fmt_us(gpu)} of work per step and idled {format_share(idle)} of the step: "
-                 "it waits while the batch is made." if gpu > 0 else
+        # the same rows as data_wait's, means over them: the GPU work the steps launched stays, so making the
+        # batches beside them saves at most their CPU time less that work; the idle share is of their windows
+        st = basis_steps(r.steps)
+        gpu = float(st["gpu_busy_us"].astype(float).sum()) / n
+        cpu_all = float(st["cpu_dur_us"].astype(float).sum())
+        idle = max(0.0, 1.0 - float(st["gpu_busy_in_step_us"].astype(float).sum()) / cpu_all) if cpu_all > 0 else 0.0
+        cost = min(data, max(0.0, cpu - gpu))
+        if cost <= 0:
+            return None  # the steps launched as much GPU work as they took CPU time: the batches' time is hidden
+        text += (f" Meanwhile the GPU had {_fmt_us(gpu)} of work per step and idled {format_share(idle)} of these "
+                 "steps' time: it waits while the batch is made." if gpu > 0 else
                  " Meanwhile the GPU ran no work in these steps: it sat idle while the batch was made.")
         ev["gpu_us_per_step"] = gpu
+        ev["gpu_idle_share"] = idle
     if _WORKERS in which:
         fix = ("The DataLoader's worker processes do not make batches as fast as the step uses them: the loop waits "
                "in __next__ for the next ready one. Give it more workers (num_workers, up to the cores the "
@@ -91,8 +97,7 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     else:
         fix = ("Make the batches while the step runs: worker processes (num_workers), pinned memory and non_blocking "
                "copies, and cheaper samples (decode or resize once and cache, augment on the GPU).")
-    cost = data if gpu is None else min(data, max(0.0, cpu - gpu))
     basis = ("the time the step waited inside the DataLoader per steady-state step (mean): what making the batches "
-             "beside the step saves" + ("; no more than the CPU time less the GPU work per step" if gpu is not None
-                                        else ""))
+             "beside the step saves" + ("; no more than the CPU time less the GPU work launched per step"
+                                        if gpu is not None else ""))
     return Diagnosis("input_bound", "The step waits for its batch (input-bound)", text, fix, cost, basis, ev)
