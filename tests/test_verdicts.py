@@ -2248,3 +2248,19 @@ def test_the_input_rule_s_idle_share_is_of_the_same_steps_as_its_gpu_work(tmp_pa
     assert x.evidence["gpu_us_per_step"] == pytest.approx(gpu)
     assert x.evidence["gpu_idle_share"] == pytest.approx(idle) and 0.3 < idle < 0.9
     assert f"had {gpu:,.1f} µs of work per step and idled {idle:.0%} of these steps' time" in x.text
+
+
+def test_a_gpu_paced_step_with_a_full_launch_queue_can_lose_its_gpu_time(tmp_path):
+    """A full launch queue: each launch call waits for the GPU, so the CPU's time (6,001 µs) follows its GPU work
+    (6,000 µs). The GPU-time bound took the CPU's whole time as the floor and said TF32 could save 0 µs of six
+    1,000 µs fp32 GEMMs; with less GPU work the launch calls return sooner, so the floor is the CPU's time outside
+    them, and the cost is the GEMMs' time above their TF32 floor, by hand."""
+    path = vt.full_launch_queue(tmp_path / "t.json")
+    events = scan_trace(path)
+    gemms = [e for e in events if e.get("cat") == "kernel"]
+    per_step = len(gemms) / len(steps_of(events))
+    floor_us = 2 * 4096 ** 3 / (H200_PEAKS.peak_tflops("tf32") * 1e6)  # FLOPs at the tf32 peak (bytes: shorter)
+    r, _, d = run(path)
+    assert r.summary["steady_state"]["bound"] == "compute-bound"
+    x = rules(d)["fp32_without_tf32"]
+    assert x.cost_us_per_step == pytest.approx(per_step * (1000.0 - floor_us), rel=1e-6)

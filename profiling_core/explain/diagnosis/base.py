@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses import GPU_PACED, GRAPH_LAUNCHES, Report
+from ...analyses import GPU_PACED, GRAPH_LAUNCHES, STARVED_AT, Report
 from ...store.peaks import DevicePeaks
 from ...units import format_count as _fmt_n  # (a count per step: 1e+06 never, see format_count)
 from ..questions.base import _app_run
@@ -161,8 +161,10 @@ def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, 
     at most by the time it spent blocked while the GPU worked (as measured: ``sync_wait_measured_us_per_step``, which
     the bound rule's threshold may count as none; where that is the figure, the basis names it first, then the time at
     stake that ``basis`` describes); where the GPU sets the pace (compute- or copy-bound) the step is as long as the
-    longer of its CPU time and its GPU work, and shortens at most to the CPU's own time. Where no verdict says who
-    sets the pace (no steps), the step shortens by that GPU time at most."""
+    longer of its CPU time and its GPU work, and shortens at most to the CPU's own time; where a full launch queue
+    made it GPU-paced (``analyses.steps.bound``'s second test: the launch calls wait for the GPU), to the CPU's time
+    outside its launch calls. Where no verdict says who sets the pace (no steps), the step shortens by that GPU time
+    at most."""
     ss = report.summary.get("steady_state") or {}
     label = ss.get("bound")
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
@@ -183,14 +185,22 @@ def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, 
         return saved_us, basis
     cpu, gpu = float(ss["cpu_us_per_step"]), float(ss["gpu_us_per_step"])
     own = cpu - wait
-    room = max(cpu, gpu) - own
+    # a full launch queue (the bound rule's second test): the launch calls wait for the GPU, so the CPU's own time
+    # holds that wait, and with less GPU work the calls return sooner; the floor is then the CPU's time outside them
+    launch, starved = ss.get("launch_us_per_step"), ss.get("starved_share")
+    queued = (gpu < own and starved is not None and starved <= STARVED_AT and launch is not None
+              and float(launch) >= own - gpu)
+    floor = max(0.0, own - float(launch)) if queued else own
+    room = max(cpu, gpu) - floor
     if saved_us <= room:
         return saved_us, basis
     # the figure is the room, not what the basis describes: say so first (the basis may hold clauses of its own)
-    return room, (f"the most the step can lose: the GPU sets the pace (a {label} step) only down to the CPU's own "
-                  f"time, {_fmt_us(own)} per step, so the step shortens at most from {_fmt_us(max(cpu, gpu))} (the "
-                  f"longer of its CPU time and its GPU work) to that; the time at stake, {_fmt_us(saved_us)} per "
-                  f"step, is more than the step can lose: {basis}")
+    down_to = (f"the CPU's time outside its launch calls (which wait for the GPU's full queue), {_fmt_us(floor)}"
+               if queued else f"the CPU's own time, {_fmt_us(own)}")
+    return room, (f"the most the step can lose: the GPU sets the pace (a {label} step) only down to {down_to} per "
+                  f"step, so the step shortens at most from {_fmt_us(max(cpu, gpu))} (the longer of its CPU time and "
+                  f"its GPU work) to that; the time at stake, {_fmt_us(saved_us)} per step, is more than the step can "
+                  f"lose: {basis}")
 
 
 def _fmt_us(x: float) -> str:
