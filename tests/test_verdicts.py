@@ -2264,3 +2264,41 @@ def test_a_gpu_paced_step_with_a_full_launch_queue_can_lose_its_gpu_time(tmp_pat
     assert r.summary["steady_state"]["bound"] == "compute-bound"
     x = rules(d)["fp32_without_tf32"]
     assert x.cost_us_per_step == pytest.approx(per_step * (1000.0 - floor_us), rel=1e-6)
+
+
+@pytest.mark.parametrize("item_after", ["train::forward", "train::zero_grad"])
+def test_a_sync_outside_every_phase_is_after_the_optimizer_only_where_it_is(tmp_path, item_after):
+    """``loss.item()`` between the forward and the backward lies outside every phase too: the rule said it ran "1
+    per step after the optimizer". Where it lies is read off each step's ranges, by a plain scan below."""
+    t = vt.Trace()
+
+    def mm(t, gpu_us):
+        t.cpu("aten::mm", 30, dims=[[512, 512], [512, 512]], types=vt.BF16,
+              children=lambda t: t.launch(vt.BF16_GEMM, gpu_us))
+
+    def item(t):  # .item(): a 4-byte copy back to pageable memory and a stream sync
+        t.cpu("aten::item", 30, children=lambda t: t.cpu("aten::_local_scalar_dense", 28, children=lambda t: (
+            t.copy("DtoH (Device -> Pageable)", 4, 2.0, 6.0, blocking=True), t.sync())))
+
+    ranges = [("train::forward", lambda t: mm(t, 20.0)),
+              ("train::backward", lambda t: vt._annotate(t, "autograd::engine::evaluate_function: MmBackward0",
+                                                         lambda t: (mm(t, 40.0), mm(t, 40.0)))),
+              ("train::optimizer", lambda t: vt._annotate(t, "Optimizer.step#AdamW.step", lambda t: t.cpu(
+                  "aten::_fused_adamw_", 15, children=lambda t: t.launch(vt.FUSED, 6.0)))),
+              ("train::zero_grad", lambda t: vt._annotate(t, "Optimizer.zero_grad#AdamW.zero_grad",
+                                                          lambda t: t.cpu("aten::detach", 3)))]
+    for n in range(1, 5):
+        def body(t):
+            for name, inner in ranges:
+                vt._annotate(t, name, inner)
+                if name == item_after:
+                    item(t)
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    ev = scan_trace(path)
+    opt_end = [e["ts"] + e["dur"] for e in ev if e["name"] == "train::optimizer"]
+    items = [e["ts"] for e in ev if e["name"] == "aten::item"]
+    after = all(any(o <= i < o + 200 for o in opt_end) for i in items)  # each right after its step's optimizer
+    assert after == (item_after == "train::zero_grad")
+    x = rules(run(path)[2])["sync_in_step"]
+    assert ("after the optimizer" in x.text) == after

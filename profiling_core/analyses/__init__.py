@@ -31,7 +31,7 @@ from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_lat
 from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_MATCH_TOLERANCE, RELATIVE_BASES,
                      MemoryReport, live_at_peak, memory_by_op, memory_churn, memory_peaks, memory_report,
                      memory_timeline, unfreed)
-from .phases import PHASES, SUM_TOLERANCE_US, is_data_loader_next, phase_ops, phases, phases_at
+from .phases import PHASES, SUM_TOLERANCE_US, after_phase, is_data_loader_next, phase_ops, phases, phases_at
 from ._shared import Shared
 from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, GPU_PACED, GROWS_AT,
@@ -56,7 +56,7 @@ __all__ = [
     "gemm_shape_text", "is_shapes",
     "profiler_table",
     "cpu_own_times",
-    "phases", "phase_ops", "phases_at", "PHASES", "SUM_TOLERANCE_US", "is_data_loader_next",
+    "phases", "phase_ops", "phases_at", "after_phase", "PHASES", "SUM_TOLERANCE_US", "is_data_loader_next",
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",
     "memory_timeline", "memory_peaks", "live_at_peak", "memory_by_op", "unfreed", "memory_churn", "memory_report",
     "MemoryReport", "NO_MEMORY_TEXT", "NOTHING_RECORDED_TEXT", "recorded_with", "BEFORE_WINDOW", "PEAK_MATCH_TOLERANCE",

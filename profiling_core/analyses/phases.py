@@ -37,7 +37,7 @@ import pandas as pd
 from ..workloads import TRAIN_RANGES
 from ._shared import Shared, coverage_ns, frame, frame_cols, merged, shared_for
 
-__all__ = ["phases", "phase_ops", "phases_at", "phase_masks", "empty_phases", "is_data_loader_next", "PHASE_COLUMNS",
+__all__ = ["phases", "phase_ops", "phases_at", "after_phase", "phase_masks", "empty_phases", "is_data_loader_next", "PHASE_COLUMNS",
            "PHASES", "SUM_TOLERANCE_US", "PROFILER_PHASE_PREFIXES", "DATA_LOADER_NEXT"]
 
 PHASES = ("data", "forward", "backward", "optimizer", "zero_grad", "other")
@@ -299,6 +299,28 @@ def phases_at(session, ts, shared: Shared | None = None) -> list:
     if not ph.any:
         return [None] * len(ts)
     return [PHASES[k] for k in ph.phase_at(ts).tolist()]
+
+
+def after_phase(session, ts, phase: str, shared: Shared | None = None) -> list:
+    """Whether each instant (ns) comes after a range of ``phase`` that ended in the same step (the step slice whose
+    window holds the instant, on the step's thread): a synchronising call "after the optimizer" is one after that
+    step's optimizer ran, not any call outside every phase. All False without phases or outside every step."""
+    if phase not in PHASES[:-1]:
+        raise ValueError(f"phase must be one of {', '.join(PHASES[:-1])}, got {phase!r}")
+    ph = shared_for(session, shared).cached("phases", _Phased)
+    ts = np.asarray(ts, dtype=np.int64)
+    out = np.zeros(len(ts), dtype=bool)
+    if not ph.any or not len(ts):
+        return out.tolist()
+    b, e = ph.ranges[PHASES.index(phase)]
+    for _sid, _n, _nm, start, dur, _d, _u in ph.steps:
+        inside = np.flatnonzero((ts >= start) & (ts < start + dur))
+        if not len(inside):
+            continue
+        ended = e[(b >= start) & (e <= start + dur)]  # this step's ranges of the phase
+        if len(ended):
+            out[inside] |= ts[inside] >= ended.min()
+    return out.tolist()
 
 
 def phase_ops(session, phase: str, shared: Shared | None = None) -> pd.DataFrame:

@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import GPU_PACED, basis_steps, phases_at, working_steps
+from ....analyses import GPU_PACED, after_phase, basis_steps, phases_at, working_steps
 from ....analyses._common import is_size
 from ....analyses._shared import SYNC_CALLS, union_ns
 from ....units import human_bytes
@@ -119,7 +119,11 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
         placed = list(zip(ops, phases_at(c.session, tb.ts[ops], shared=c.shared)))
         for _i, ph in placed:
             by_phase[ph] = by_phase.get(ph, 0) + 1 / n
-        logged = sum(1 for i, ph in placed if ph in ("zero_grad", "other") and names[i] in _SYNC_OPS) / n
+        # (after this step's optimizer: a call outside every phase may as well sit between the forward and the
+        # backward)
+        after_opt = after_phase(c.session, tb.ts[ops], "optimizer", shared=c.shared)
+        logged = sum(1 for (i, ph), late in zip(placed, after_opt)
+                     if ph in ("zero_grad", "other") and late and names[i] in _SYNC_OPS) / n
         if _UNSCALE in tb.name.uniq:
             scaler = sum(1 for i, ph in placed if ph == "optimizer" and names[i] in _SYNC_OPS
                          and not _under(names, tb, i, "Optimizer.step#")) / n
