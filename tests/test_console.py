@@ -459,6 +459,9 @@ def test_a_statement_past_the_memory_cap_fails_saying_so_and_the_console_goes_on
         with pytest.raises(QueryError, match=r"needed more memory than the console gives a statement \(32\.0 MiB"):
             s.console(sql, QueryLimits(deadline_s=120, max_work_bytes=32 * 2**20))
         assert s.console("SELECT count(*) AS n FROM slice").frame["n"].tolist() == [SLICES]
+        # the console's views are there (setting temp_store after making them dropped them: "no such table: args")
+        want = s.query("SELECT count(*) AS n FROM args")["n"].tolist()
+        assert s.console("SELECT count(*) AS n FROM args").frame["n"].tolist() == want and want[0] > 0
         # the same statement under the default cap (1 GiB) answers: the cap, not the statement, stopped it
         assert s.console(sql, QueryLimits(deadline_s=120)).frame.iloc[0, 0] == 400000
 

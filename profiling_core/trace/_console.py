@@ -10,7 +10,7 @@ the same functions, rules and caps as the session's own connection). The child s
 itself when SQLite reaches a step; if no answer has come ``GRACE_S`` later, the session ends the child (SIGKILL),
 which frees it at once, and the next console query starts another (~0.3 s). That is what the perfetto engine does
 with trace_processor's process. The child keeps SQLite's sorts and temporary tables in memory and caps that memory
-(``QueryLimits.max_work_bytes``, ``QueryConnection.limit_work``); a query under another cap gets another child.
+(``QueryLimits.max_work_bytes``, ``QueryConnection``'s ``work_bytes``); a query under another cap gets another child.
 
 Messages are msgpack frames (a 4-byte length, then the body) over the child's stdin/stdout: plain values only, so
 nothing the child sends can run code in the session. The child exits when its stdin closes or its parent is gone.
@@ -215,8 +215,7 @@ def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # nothing else may write into the frames
     try:
-        qc = QueryConnection(db_path, args_path)
-        qc.limit_work(work_bytes)  # (this process's SQLite memory: it runs one statement at a time)
+        qc = QueryConnection(db_path, args_path, work_bytes)  # (this process's SQLite memory: one statement at a time)
     except Exception as e:  # noqa: BLE001 - told to the session
         out.write(_frame(Reply(f"{type(e).__name__}: {e}")))
         out.flush()

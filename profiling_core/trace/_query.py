@@ -84,15 +84,25 @@ def require_utf8(sql: Any) -> None:
 class QueryConnection:
     """The trace's SQLite database (``db_path``) with its args database (``args_path``) attached as ``argsdb``,
     the ``args`` view, ``extract_arg``, ``PRAGMA query_only`` and the console's authorizer (``rules``). Raises
-    sqlite3.Error if the files cannot be opened."""
+    sqlite3.Error if the files cannot be opened.
 
-    def __init__(self, db_path: str, args_path: str) -> None:
+    ``work_bytes`` (the console's own process only: the limit is the whole process's, and SQLite lets it be
+    lowered, never raised): a statement's sorting, grouping and temporary tables stay in memory (``PRAGMA
+    temp_store = MEMORY``: in temporary files nothing caps them but the disk), and all of SQLite's memory in the
+    process is capped at that many bytes (``PRAGMA hard_heap_limit``, QueryLimits' ``max_work_bytes``): a statement
+    past it fails, and :meth:`rows` says why."""
+
+    def __init__(self, db_path: str, args_path: str, work_bytes: int | None = None) -> None:
         self.arg_calls: dict[str, int] = {}
         self.arg_tables: dict[str, dict] = {}
-        self.work_bytes: int | None = None  # (:meth:`limit_work`)
+        self.work_bytes: int | None = None
         # No statement cache: the rules see a statement only while SQLite compiles it (_rules.check_statement).
         conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, check_same_thread=False, cached_statements=0)
         try:
+            if work_bytes is not None:  # (first: setting temp_store drops the temporary views made below)
+                conn.execute("PRAGMA temp_store = MEMORY")
+                conn.execute(f"PRAGMA hard_heap_limit = {int(work_bytes)}")
+                self.work_bytes = int(work_bytes)
             conn.execute("ATTACH DATABASE ? AS argsdb", (f"file:{args_path}?mode=ro",))
             conn.create_function("_tp_key", 1, _tp_key, deterministic=True)
             conn.create_function("_tp_flat_key", 1, _tp_flat_key, deterministic=True)
@@ -148,20 +158,6 @@ class QueryConnection:
             params = (path, ('"' + first + '"').encode())
         return {a: v for a, v in self._aux.execute(sql, params) if v is not None}
 
-    def limit_work(self, max_bytes: int) -> None:
-        """Keep a statement's sorting, grouping and temporary tables in memory (``PRAGMA temp_store = MEMORY``: in
-        temporary files nothing caps them but the disk) and cap all of SQLite's memory in this process at
-        ``max_bytes`` (``PRAGMA hard_heap_limit``, QueryLimits' ``max_work_bytes``): a statement past it fails, and
-        :meth:`rows` says why. For the console's own process only, once (the limit is the whole process's, and
-        SQLite lets it be lowered, never raised)."""
-        self.conn.set_authorizer(None)  # (the rules refuse PRAGMAs that set: these are the engine's own)
-        try:
-            self.conn.execute("PRAGMA temp_store = MEMORY")
-            self.conn.execute(f"PRAGMA hard_heap_limit = {int(max_bytes)}")
-        finally:
-            self.conn.set_authorizer(self.rules)
-        self.work_bytes = int(max_bytes)
-
     def rows(self, sql: Any, limits: Any = None) -> tuple[list[str], list[tuple], bool]:
         """(columns, rows, cut): the rows of one statement that passes the console's rules (``_rules``). With
         ``limits`` (a QueryLimits) the statement is interrupted at its deadline (between two of SQLite's steps), no
@@ -197,7 +193,7 @@ class QueryConnection:
             raise query_error(e, self.rules, limits) from None
         except OverflowError as e:
             raise QueryError(f"SQL error: {e}") from None
-        except MemoryError:  # (SQLite's SQLITE_NOMEM: past limit_work's cap)
+        except MemoryError:  # (SQLite's SQLITE_NOMEM: past the cap of ``work_bytes``)
             cap = self.work_bytes
             raise QueryError("the query needed more memory than the console gives a statement"
                              + (f" ({human_bytes(cap)} for SQLite's sorting, grouping and temporary tables)"
