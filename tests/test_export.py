@@ -282,3 +282,19 @@ def test_the_report_s_tables_never_round_a_figure_to_zero_or_one():
                        "gpu_busy_fraction": [0.9996], "us": [1234.5678]})
     html = html_report("r", [ReportSection("GEMM against the peak", tables=[("gemm", df)])])
     assert re.findall(r"<td>([^<]*)</td>", html) == ["64_fp32_warm_eager", "0.000581", "0.0004", "0.9996", "1234.57"]
+
+
+def test_the_html_report_leaves_an_unknown_figure_empty_as_the_csv_does():
+    """A CPU run has no GPU figures (NaN): the report wrote "NaN" in their cells, while None and pandas' NA were
+    already left empty and the CSV of the same table leaves them all empty."""
+    import re
+
+    import numpy as np
+    import pandas as pd
+    from profiling_core.present.export import ReportSection, html_report
+    df = pd.DataFrame({"run": ["cpu_run", "gpu_run"], "gpu_busy_fraction": [np.nan, 0.5],
+                       "launches_per_step": [float("nan"), 3.0], "note": [None, "x"]})
+    html = html_report("r", [ReportSection("steps", tables=[("steps", df)])])
+    cells = re.findall(r"<td>([^<]*)</td>", html)
+    assert cells == ["cpu_run", "", "", "", "gpu_run", "0.5", "3", "x"]
+    assert [c if c == c else "" for c in df.to_csv(index=False).splitlines()[1].split(",")] == ["cpu_run", "", "", ""]

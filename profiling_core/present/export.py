@@ -128,7 +128,9 @@ def _table_html(df: pd.DataFrame, max_rows: int = 200) -> str:
     shown = df.head(max_rows)
     note = f'<p class="meta">first {max_rows} of {len(df)} rows</p>' if len(df) > max_rows else ""
     # every cell that is not a number, and every column name, through html_text (pandas' own escape leaves quotes)
-    cells = shown.map(lambda v: "" if v is None or v is pd.NA or v is pd.NaT  # (pandas writes NA as "<NA>")
+    # (a missing figure is an empty cell, as in the CSV: pandas writes NA as "<NA>", and a NaN as "NaN" without
+    # calling float_format)
+    cells = shown.map(lambda v: "" if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
                       else v if isinstance(v, numbers.Number) else html_text(v))
     cells.columns = [html_text(c) for c in shown.columns]
     # (six significant digits, never an exponent: a fixed 3 decimals wrote 0.000581 TFLOP/s as 0.001, a share of
