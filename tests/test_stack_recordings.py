@@ -152,3 +152,36 @@ def test_on_a_cpu_the_note_names_the_overhead(tmp_path):
             "recording's. Read the bound from a run without with_stack")
     assert want in q2(marked)[1].text
     assert want in q2(CPU, ExperimentConfig(device="cpu", with_stack=True))[1].text
+
+
+@pytest.mark.parametrize("name", ["stack_workers_eager.json.gz", "input_workers_eager.json"])
+def test_a_training_step_recorded_with_stacks_keeps_its_forward(name):
+    """The same H200 training loop recorded with and without Python stacks. With stacks, the Python frames opened
+    before each step hold its ops, so the step slice parents none of them: the forward read by position found no
+    slice (0 µs, no kernels) and its 40 ATen ops went to ``other``. By a plain scan: the step's thread's outermost
+    slices that are no Python frame, start in the step and end before its first backward range, less the
+    DataLoader's batch and the optimizer's ranges."""
+    path = Path(__file__).parent / "data" / "h200_verdicts" / name
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    want = {}
+    for s in (e for e in xs if e["name"].startswith("ProfilerStep#")):
+        b, e_ = s["ts"], s["ts"] + s["dur"]
+        bw = min(e["ts"] for e in xs if e["name"].startswith("autograd::engine::evaluate_function")
+                 and b <= e["ts"] < e_)
+        mine = sorted((e for e in xs if (e["pid"], e["tid"]) == (s["pid"], s["tid"]) and e is not s
+                       and e.get("cat") != "python_function" and b <= e["ts"] and e["ts"] + e["dur"] <= bw),
+                      key=lambda e: (e["ts"], -e["dur"]))
+        top, end = [], -1.0
+        for e in mine:
+            if e["ts"] >= end:
+                top.append(e)
+                end = e["ts"] + e["dur"]
+        fwd = [e for e in top if not e["name"].startswith(("enumerate(DataLoader)#", "Optimizer."))]
+        want[int(s["name"].split("#")[1])] = sum(e["dur"] for e in fwd)
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+    ph = r.phases[r.phases["phase"] == "forward"]
+    got = dict(zip(ph["step"].astype(int), ph["cpu_us"].astype(float)))
+    assert set(got) == set(want) and all(v > 500 for v in want.values())
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, abs=0.01), k

@@ -112,43 +112,29 @@ def data_ranges(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     return merged(t["ts"][r], t["ts"][r] + t["dur"][r])
 
 
-def _children(t, rows: np.ndarray) -> dict[int, np.ndarray]:
-    """{row: its child rows in start order} for these rows (one pass over the parent column)."""
-    want = np.zeros(len(t["ts"]) + 1, dtype=bool)
-    want[rows] = True
-    par = t["ppos"]
-    kids = np.flatnonzero((par >= 0) & want[np.maximum(par, 0)] & (par >= 0))
-    kids = kids[np.lexsort((kids, t["ts"][kids]))]
-    out: dict[int, list] = {}
-    for k, p in zip(kids.tolist(), par[kids].tolist()):
-        out.setdefault(p, []).append(k)
-    return {p: np.array(v, dtype=np.int64) for p, v in out.items()}
-
-
-def _forward_before(sh: Shared, step_row: int, until: int, marks: np.ndarray) -> list[tuple[int, int]]:
-    """The forward of a step without ``train::forward``: its sub-slices that end by ``until`` (its first backward's
-    start) and mark no phase, descending into the one that holds ``until``."""
+def _forward_before(sh: Shared, lanes: dict, step_row: int, until: int, marks: np.ndarray) -> list[tuple[int, int]]:
+    """The forward of a step without ``train::forward``: the outermost slices on the step's thread that start in
+    the step, end by ``until`` (its first backward's start), are no Python frame (``with_stack``'s frames, opened
+    before the step, hold its ops: the step slice is then no parent of them) and mark no phase nor lie in a slice
+    that does (the DataLoader's batch, ``zero_grad``). ``lanes``: per thread its slice rows sorted by start, and
+    their starts."""
     t = sh.slices
+    got = lanes.get(int(t["utid"][step_row]))
+    if got is None:
+        return []
+    rows, starts = got
+    lo, hi = np.searchsorted(starts, [t["ts"][step_row], until], side="left")
+    r = rows[lo:hi]
+    r = r[(r != step_row) & (t["ts"][r] + t["dur"][r] <= until)]
+    r = r[sh.cats_at(r) != "python_function"]
+    marked = r[marks[r] >= 0]
+    r = r[~_inside(t["ts"][r], *merged(t["ts"][marked], t["ts"][marked] + t["dur"][marked]))] if len(marked) else r
     out: list[tuple[int, int]] = []
-    node = step_row
-    for _ in range(64):  # the depth of a slice tree; a deeper one stops here
-        kids = _children(t, np.array([node], dtype=np.int64)).get(node)
-        if kids is None:
-            return out
-        inside = None
-        for k in kids.tolist():
-            b, e = int(t["ts"][k]), int(t["ts"][k] + t["dur"][k])
-            if e <= until:
-                if marks[k] < 0:
-                    out.append((b, e))
-            elif b < until:
-                inside = k
-                break
-            else:
-                break
-        if inside is None or marks[inside] >= 0:
-            return out
-        node = inside
+    end = -1
+    for b, e in zip(t["ts"][r].tolist(), (t["ts"][r] + t["dur"][r]).tolist()):  # (start order: outermost first)
+        if b >= end:
+            out.append((b, e))
+            end = e
     return out
 
 
@@ -179,10 +165,15 @@ class _Phased:
         if len(self.ranges[_FORWARD][0]) == 0:  # no train::forward: read each step's forward by position
             bw_b = self.ranges[_BACKWARD][0]
             fb, fe = [], []
+            lanes = {}  # the steps' threads: their rows by start (ties: the longer, the outer, first)
+            for u in {int(s[6]) for s in self.steps}:
+                rows = np.flatnonzero(t["utid"] == u)
+                rows = rows[np.lexsort((-t["dur"][rows], t["ts"][rows]))]
+                lanes[u] = (rows, t["ts"][rows])
             for sid, _n, _nm, ts, dur, _d, _u in self.steps:
                 i = np.searchsorted(bw_b, ts, side="left")
                 if i < len(bw_b) and bw_b[i] < ts + dur:
-                    for x, y in _forward_before(sh, int(sid), int(bw_b[i]), self.marks):
+                    for x, y in _forward_before(sh, lanes, int(sid), int(bw_b[i]), self.marks):
                         fb.append(x)
                         fe.append(y)
             self.ranges[_FORWARD] = merged(np.array(fb, dtype=np.int64), np.array(fe, dtype=np.int64))
