@@ -668,7 +668,7 @@ def test_a_compute_bound_verdict_that_rests_on_exposed_collectives_says_so():
     q2 = run(CONTROL)[1]["q2.bound"]
     assert q2.evidence["bound"] == "compute-bound"
     assert q2.evidence["exposed_collectives_us_per_step"] == pytest.approx(alone, abs=1.0)
-    assert "collectives that no compute overlaps: without them the GPU would have" in q2.text
+    assert "collectives that no other GPU work overlaps: without them the GPU would have" in q2.text
     assert "would wait on the CPU, so overlapping them makes the step overhead-bound" in q2.text
 
 
@@ -899,3 +899,33 @@ def test_with_python_frames_the_threads_beside_the_step_are_found_by_their_launc
         assert set(rows.loc[rows["beside_us"] > 0, "name"]) <= aside
         assert set(rows.loc[rows["own_us"] - rows["beside_us"] > 0, "name"]) <= mine
         assert (rows["own_us"] - rows["beside_us"]).sum() <= e["dur"]
+
+
+@pytest.mark.parametrize("gpu1_us", [0.0, 1000.0, 2000.0])
+def test_another_gpu_s_work_hides_none_of_this_gpu_s_collectives(tmp_path, gpu1_us):
+    """One process drives two GPUs: GPU 0 runs a 1 ms GEMM, then a 2 ms all-reduce; GPU 1 runs a GEMM of
+    ``gpu1_us`` during that all-reduce. The rule counted GPU 1's GEMM as hiding GPU 0's wait ("compute hid 50%",
+    and no finding at all beside a 2 ms GEMM). By a plain scan per GPU: GPU 0's all-reduce runs alone on it."""
+    nccl = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    t = vt.Trace()
+    for n in range(1, 6):
+        def body(t):
+            t.cpu("aten::mm", 20, dims=[[4096, 4096], [4096, 4096]], types=vt.BF16,
+                  children=lambda t: t.launch(vt.BF16_GEMM, 1000.0))
+            done0 = t.gpu_free
+            t.cpu("nccl:all_reduce", 20, children=lambda t: t.launch(nccl, 2000.0))
+            if gpu1_us:
+                t.cpu("aten::mm", 20, dims=[[4096, 4096], [4096, 4096]], types=vt.BF16,
+                      children=lambda t: t.launch(vt.BF16_GEMM, gpu1_us, device=1, after=done0))
+            t.sync("cudaDeviceSynchronize")
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    ev = [e for e in scan_trace(path) if e.get("cat") == "kernel"]
+    comm0 = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e["pid"] == 0 and "nccl" in e["name"].lower()]
+    other0 = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e["pid"] == 0 and "nccl" not in e["name"].lower()]
+    alone = [(e - s) - sum(max(0.0, min(e, y) - max(s, x)) for x, y in other0) for s, e in comm0]
+    assert alone == [2000.0] * 5 and len({e["pid"] for e in ev}) == (2 if gpu1_us else 1)
+    x = run(path)[2]["exposed_communication"]
+    assert x.evidence["exposed_us_per_step"] == pytest.approx(2000.0)
+    assert x.evidence["hidden_share"] == pytest.approx(0.0)
+    assert ("device 0" in x.text) == bool(gpu1_us) and "its other work (compute, copies) hid 0%" in x.text

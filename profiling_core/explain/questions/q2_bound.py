@@ -265,11 +265,11 @@ def _q2_verdict(r) -> list[Finding]:
         # the step launched is not "of that GPU work", and the sentence is not said)
         if 0 < comm <= gpu and gpu - comm < GPU_BOUND_AT * (cpu - wait):  # the verdict rests on communication
             ev["exposed_collectives_us_per_step"] = _num(comm)
-            text += (f" Of that GPU work, {_us(comm)} a step (median) is collectives that no compute overlaps: "
+            text += (f" Of that GPU work, {_us(comm)} a step (median) is collectives that no other GPU work overlaps: "
                      f"without them the GPU would have {_us(gpu - comm)} to do against the CPU's own "
                      f"{_us(cpu - wait)} and would wait on the CPU, so overlapping them makes the step overhead-bound "
-                     "and shortens it by less than they take (What to change: *Communication that no compute "
-                     "overlaps*).")
+                     "and shortens it by less than they take (What to change: *Communication that no other GPU "
+                     "work overlaps*).")
         busy = ss["busy_in_window"]
         if wait > 0 and busy is not None and busy >= 0.5 and busy < 0.9:  # (below a half: said just below)
             text += (f" As recorded the GPU was busy {format_share(busy, 1)} of each step's window"

@@ -1,8 +1,9 @@
-"""``exposed_communication``: the GPU waits for collectives that no compute overlaps. Found by
-``analyses.step_breakdown``'s ``communication`` time (an instant counts for communication only when no compute, copy
-or memset ran then, on any stream: the exposed communication) over the steady state's steps
-(``analyses.basis_steps``): at least :data:`EXPOSED_AT` of their windows, summed. The text names the collectives
-(``nccl``/``rccl`` kernels: each kind's own time in the same steady windows) and how much of their time compute hid;
+"""``exposed_communication``: the GPU waits for collectives that no other work overlaps. Found per GPU over the steady
+state's steps (``analyses.basis_steps``): the time its collectives ran with nothing else beside them on the same GPU
+(any stream; as ``step_breakdown`` counts communication, whose rule compute, copies and memsets come before; another
+GPU's work hides none of it), at least :data:`EXPOSED_AT` of the steps' windows (``step_breakdown``'s), summed;
+where several GPUs ran collectives, the one that waited most. The text names the collectives
+(``nccl``/``rccl`` kernels: each kind's own time in the same steady windows) and how much of their time other work hid;
 the fix follows the collective: gradient all-reduce (DDP), all-gather and reduce-scatter (FSDP, ZeRO), send/receive
 and all-to-all (pipeline stages, sharded embeddings). The cost is the exposed time per step (mean): the most that
 overlapping it with compute can save, and no more than the step can lose (``base._gpu_time_cost``)."""
@@ -44,17 +45,20 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
     basis = [int(x) for x in basis_steps(r.steps)["step"]]
     comm = sb[(sb["category"] == "communication") & sb["step"].isin(basis)]
     window = float(comm["window_us"].sum())
-    exposed, busy = float(comm["time_us"].sum()), float(comm["busy_us"].sum())
+    n = len(comm)
+    device, exposed, busy = _exposed(c, set(basis))
     if window <= 0 or exposed < EXPOSED_AT * window:
         return None
-    n = len(comm)
-    kinds = _kinds_in_windows(c, set(basis))
+    kinds = _kinds_in_windows(c, set(basis), device)
     named = ", ".join(f"{k} {_fmt_us(v / n)}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
     together = sum(kinds.values())
     hidden = 1.0 - exposed / busy if busy > 0 else 0.0
-    text = (f"The GPU waits for communication that no compute overlaps: in the steady state ({n} step"
+    several = len(set(r.gpu_ops["device"].dropna().tolist())) > 1
+    text = (f"The GPU{f' (device {device}, the one whose collectives waited most)' if several else ''} waits for "
+            f"communication that no other work overlaps: in the steady state ({n} step"
             f"{'s' if n != 1 else ''}) it ran only collectives for {_fmt_us(exposed / n)} per step, "
-            f"{format_share(exposed / window)} of the steps' windows; compute hid {format_share(hidden)} of the "
+            f"{format_share(exposed / window)} of the steps' windows; its other work (compute, copies) hid "
+            f"{format_share(hidden)} of the "
             "collectives' "
             f"{_fmt_us(busy / n)} per step." + (f" By collective, in the same steps: {named} per step" if named else "")
             + ("; run at once on several streams, they add up to more than the collectives' time above, which counts "
@@ -85,22 +89,65 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
                          "step.")
     fix += (" Then check the link: the same bytes on NVLink take a fraction of their time over PCIe or the network "
             "(the collectives' kernel names say the algorithm, RING or TREE, not the link).")
-    ev = {"basis_steps": basis, "exposed_us_per_step": exposed / n, "communication_us_per_step": busy / n,
+    ev = {"basis_steps": basis, "device": device, "exposed_us_per_step": exposed / n, "communication_us_per_step": busy / n,
           "exposed_share": exposed / window, "hidden_share": hidden, "collectives_us_per_step":
           {k: v / n for k, v in kinds.items()}, "exposed_at": EXPOSED_AT}
     alone = "the time per steady-state step the GPU ran only collectives (mean)"
     cost, cost_basis = _gpu_time_cost(r, exposed / n, alone)
     if cost_basis == alone:
         cost_basis += ": the most that overlapping them with compute can save"
-    return Diagnosis("exposed_communication", "Communication that no compute overlaps", text, fix, cost, cost_basis,
+    return Diagnosis("exposed_communication", "Communication that no other GPU work overlaps", text, fix, cost, cost_basis,
                      ev)
 
 
-def _kinds_in_windows(c: _Ctx, basis: set) -> dict[str, float]:
-    """{collective kind: µs} over the steps ``basis``: per step, the union of that kind's kernels (``gpu_ops`` of
-    category ``communication``) clipped to the step's window (``step_breakdown``'s), summed over the steps; the basis
-    of the rule's exposed and overlapped time, so the figures read against each other."""
+def _in_windows(c: _Ctx, basis: set, ops) -> list:
+    """(step window index, the ops' intervals clipped to that window, ns) for each of the steps ``basis``."""
+    st, w = c.shared.steps_list, c.shared.step_windows
+    b = ops["start_ns"].to_numpy(dtype=np.int64)
+    e = b + np.round(ops["dur_us"].to_numpy(dtype=np.float64) * 1000).astype(np.int64)
+    out = []
+    for k, row in enumerate(st):
+        if row[1] is None or int(row[1]) not in basis:
+            continue
+        kb, ke = np.maximum(b, int(w["lo"][k])), np.minimum(e, int(w["hi"][k]))
+        keep = ke > kb
+        out.append((kb[keep], ke[keep]))
+    return out
+
+
+def _exposed(c: _Ctx, basis: set) -> tuple:
+    """(device, exposed µs, collectives' µs) summed over the steps ``basis``, of the GPU whose collectives ran
+    longest with nothing else beside them on that GPU: per step window, the union of its collectives less the part
+    of it its other GPU ops (compute, copies, memsets: ``step_breakdown``'s rule) covered. Another GPU's work hides
+    none of this GPU's wait (one process can drive several GPUs). (None, 0, 0) without collectives."""
     ops = c.report.gpu_ops
+    if ops.empty:
+        return None, 0.0, 0.0
+    cat = np.array([gpu_op_category(n, k) for n, k in zip(ops["name"].astype(object), ops["category"].astype(object))],
+                   dtype=object)
+    best = (None, 0.0, 0.0)
+    for d in sorted(set(ops["device"].dropna().tolist())):
+        on = (ops["device"] == d).to_numpy(dtype=bool)
+        comm = _in_windows(c, basis, ops[on & (cat == "communication")])
+        if not sum(len(x) for x, _ in comm):
+            continue
+        work = _in_windows(c, basis, ops[on & (cat != "communication")])
+        both = [(np.concatenate([a, x]), np.concatenate([z, y])) for (a, z), (x, y) in zip(comm, work)]
+        u_comm, u_work, u_both = (float(unions_ns(p).sum()) / 1000.0 for p in (comm, work, both))
+        exposed = u_both - u_work  # |comm ∪ other| − |other|: the collectives' time with nothing else beside it
+        if best[0] is None or exposed > best[1]:
+            best = (d, exposed, u_comm)
+    return best
+
+
+def _kinds_in_windows(c: _Ctx, basis: set, device=None) -> dict[str, float]:
+    """{collective kind: µs} over the steps ``basis``: per step, the union of that kind's kernels (``gpu_ops`` of
+    category ``communication``, on ``device`` where given) clipped to the step's window (``step_breakdown``'s),
+    summed over the steps; the basis of the rule's exposed and overlapped time, so the figures read against each
+    other."""
+    ops = c.report.gpu_ops
+    if device is not None and not ops.empty:
+        ops = ops[ops["device"] == device]
     st, w = c.shared.steps_list, c.shared.step_windows
     steps = [k for k, row in enumerate(st) if row[1] is not None and int(row[1]) in basis]
     if ops.empty or not steps:
