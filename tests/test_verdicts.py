@@ -2302,3 +2302,39 @@ def test_a_sync_outside_every_phase_is_after_the_optimizer_only_where_it_is(tmp_
     assert after == (item_after == "train::zero_grad")
     x = rules(run(path)[2])["sync_in_step"]
     assert ("after the optimizer" in x.text) == after
+
+
+def test_a_conv_row_times_only_the_kernels_its_own_thread_launched(tmp_path):
+    """Two threads (nn.DataParallel's replicas) each run one aten::convolution at the same time, each launching one
+    40 µs conv kernel on its own GPU: each conv was timed by both kernels (80 µs, half its rate)."""
+    conv_k = ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize256x64x32_warpgroupsize1x1x1_"
+              "g1_execute_segment_k_off_kernel__5x_cudnn")
+    x, w = [32, 64, 56, 56], [64, 64, 3, 3]
+    ev, corr = [], 0
+
+    def xe(name, ts, dur, cat, pid, tid, **args):
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args})
+    for s in range(4):
+        st = 1000.0 + s * 1000.0
+        xe(f"ProfilerStep#{s + 1}", st, 900.0, "user_annotation", 1, 1)
+        for tid, dev in ((1, 0), (2, 1)):
+            xe("aten::convolution", st + 10 + tid, 300.0, "cpu_op", 1, tid,
+               **{"Input Dims": [x, w, [], [], [], [], [], [], []],
+                  "Input type": ["c10::BFloat16", "c10::BFloat16", "", "ScalarList", "ScalarList", "ScalarList",
+                                 "Scalar", "ScalarList", "Scalar"],
+                  "Concrete Inputs": ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]})
+            corr += 1
+            xe("cudaLaunchKernel", st + 100 + tid * 20, 5.0, "cuda_runtime", 1, tid, correlation=corr)
+            xe(conv_k, st + 400 + tid * 50, 40.0, "kernel", dev, 7, correlation=corr, device=dev, stream=7)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev, "deviceProperties": [
+        {"id": d, "name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0} for d in (0, 1)]}))
+    convs = [e for e in scan_trace(path) if e["name"] == "aten::convolution"]
+    calls = {e["args"]["correlation"]: e for e in scan_trace(path) if e["name"] == "cudaLaunchKernel"}
+    kernels = [e for e in scan_trace(path) if e.get("cat") == "kernel"]
+    own = [sum(k["dur"] for k in kernels if calls[k["args"]["correlation"]]["tid"] == c["tid"]
+               and c["ts"] <= calls[k["args"]["correlation"]]["ts"] < c["ts"] + c["dur"]) for c in convs]
+    assert own == [40.0] * len(convs)
+    (row,) = run(path)[2].roofline.query("kind == 'conv'").to_dict("records")
+    assert row["count"] == len(convs) and row["time_us"] == 40.0
+    assert row["tflops"] == pytest.approx(2 * 32 * 64 * 56 * 56 * 64 * 9 / 40e-6 / 1e12)

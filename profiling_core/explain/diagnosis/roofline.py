@@ -18,6 +18,7 @@ import pandas as pd
 
 from ...analyses import Report, gemm_dims, gemm_leading_dims, is_shapes, launch_ops
 from ...analyses._common import is_size
+from ...analyses._shared import shared_for
 from ...analyses.categories import gpu_op_category, is_gemm_kernel
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
@@ -110,8 +111,8 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
             row["leading_dims"] = [dict(x) for x in key] if key is not None else None
             rows.append(row)
     rows += _graph_gemms(report, config, peaks, have_cpu_gemm=not g.empty)
-    rows += _conv_rows(report, session, peaks)
-    rows += _attention_rows(report, session, peaks)
+    rows += _conv_rows(report, session, peaks, shared)
+    rows += _attention_rows(report, session, peaks, shared)
     rows += _memory_rows(report, session, peaks, shared)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
@@ -222,10 +223,11 @@ def _conv_shape(dims, concrete) -> Optional[tuple[int, int, int, int, int]]:
     return flops, math.prod(x), math.prod(w), n * k_out * math.prod(out_sp), k_out
 
 
-def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], category: str):
+def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], category: str, shared=None):
     """(slice ids of the CPU ops named ``op_names``, their recorded ``Input Dims``, ``Input type`` and ``Concrete
-    Inputs``, and for each op the kernels of ``category`` launched inside its time window: their GPU durations (µs)
-    and names); None when the trace has no such op or no such kernel."""
+    Inputs``, and for each op the kernels of ``category`` launched inside its time window on its own thread (as
+    ``analyses.gemm_throughput`` times a GEMM: another thread's launches at the same time are another op's): their
+    GPU durations (µs) and names); None when the trace has no such op or no such kernel."""
     lat = report.launch_latency
     if lat.empty:
         return None
@@ -239,6 +241,8 @@ def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], categor
     if mine_k.empty:
         return None
     starts = mine_k["launch_start_ns"].to_numpy(dtype=np.int64)
+    utid = tb.track_utid[tb.track_id]  # per slice row: its thread
+    launch_utid = utid[shared_for(session, shared).pos(mine_k["launch_id"].to_numpy(dtype=np.int64))]
     args = _args_each(session, ("Input Dims", "Input type", "Concrete Inputs"), ids)
     # Each op's kernels: those launched in [ts, ts + dur), found by binary search on the sorted launch starts (a scan
     # of every kernel per op was quadratic, and a frame per op cost milliseconds each), kept in the frame's row order:
@@ -251,6 +255,7 @@ def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], categor
     inside = {}
     for i, a, b in zip(ids.tolist(), lo.tolist(), hi.tolist()):
         rows = np.sort(order[a:b])
+        rows = rows[launch_utid[rows] == utid[i]]
         inside[i] = (dur[rows], names[rows].tolist())
     return ids.tolist(), *args, inside
 
@@ -260,10 +265,10 @@ def _dtype_of(types) -> Optional[str]:
     return _TORCH_DTYPES.get(types[0]) if isinstance(types, list) and types and isinstance(types[0], str) else None
 
 
-def _conv_rows(report: Report, session, peaks) -> list[dict]:
+def _conv_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     """One row per convolution shape: FLOPs and bytes from the recorded shapes, time from the convolution kernels its
     op launched (``analyses.categories``' ``convolution`` rule)."""
-    found = _ops_and_kernels(report, session, ("aten::convolution",), "convolution")
+    found = _ops_and_kernels(report, session, ("aten::convolution",), "convolution", shared)
     if found is None:
         return []
     ids, dims, types, concrete, inside = found
@@ -333,12 +338,12 @@ def _attention_shape(dims, types, concrete, causal_at: int = 5, mask_at: Optiona
     return flops, float(nbytes)
 
 
-def _attention_rows(report: Report, session, peaks) -> list[dict]:
+def _attention_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     """One row per attention shape: the outermost attention op (:data:`_ATTENTION_OPS`: the public op, or the backend
     a compiled graph calls) with its FLOPs and bytes from the recorded shapes (:func:`_attention_shape`) and its time
     from the fused attention kernels launched inside it (``analyses.categories``' ``attention`` rule). An op that ran
     the math backend launched GEMMs and softmax instead, which the GEMM rows judge, so it has no attention row."""
-    found = _ops_and_kernels(report, session, tuple(_ATTENTION_OPS), "attention")
+    found = _ops_and_kernels(report, session, tuple(_ATTENTION_OPS), "attention", shared)
     if found is None:
         return []
     ids, dims, types, concrete, inside = found
