@@ -159,6 +159,34 @@ def test_elementwise_bytes_count_every_tensor_type_torch_records(tmp_path, op, t
     assert row.bytes == read + written
 
 
+def test_copies_of_one_kind_are_judged_per_size(tmp_path):
+    """Each step: ten 4 KiB device-to-device copies (2 µs each) and one of 1 GiB (520 µs). One row per name gave
+    "195,233,233.45 bytes" (no copy moved that) at 93% of the bandwidth, hiding that the small copies reach 0.1%.
+    By hand: a DtoD copy reads and writes its bytes."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from verdict_traces import Trace
+    t = Trace()
+    for k in range(4):
+        def body(t):
+            for _ in range(10):
+                t.copy("DtoD (Device -> Device)", 4096, 2.0, 5.0, blocking=False)
+            t.copy("DtoD (Device -> Device)", 1 << 30, 520.0, 5.0, blocking=False)
+        t.step(k + 1, body)
+    path = t.write(tmp_path / "t.json")
+    copies = [e for e in scan_trace(path) if e.get("cat") == "gpu_memcpy"]
+    want = {}
+    for e in copies:
+        want.setdefault(2 * e["args"]["bytes"], []).append(e["dur"])
+    with open_trace(path, engine="sqlite") as s:
+        d = diagnose(s, None, None, H200)
+    rows = d.roofline[d.roofline["kind"] == "copy"]
+    got = {int(r.bytes): (r.count, r.time_us, r.gbs) for r in rows.itertuples()}
+    assert got == {b: (len(ds), pytest.approx(statistics.mean(ds)), pytest.approx(b / statistics.mean(ds) / 1e3))
+                   for b, ds in want.items()}
+    assert set(got) == {8192, 2 << 30}
+
+
 def test_a_rate_above_its_roof_says_what_gave_way():
     """ResNet-50 on a V100 (2021): small adds run at up to 1,183 GB/s against the datasheet's 900: their tensors (up to
     7 MB) sat in the L2 cache the kernel before had just written them to. The row says so rather than stand at 131%."""

@@ -150,8 +150,8 @@ def test_a_size_no_tensor_can_have_is_no_shape_and_no_copy_size(tmp_path):
     """A GEMM's Input Dims or a copy's bytes of 400 digits (an edited trace: beyond int64, where torch holds sizes)
     made the GEMM rows and the roofline raise OverflowError (FLOPs no float holds), and the whole analysis with them;
     a negative size made negative FLOPs. Such shapes are no shapes and such bytes no size: those ops have no FLOPs,
-    and a copy of such bytes leaves its kind of copy without a roofline row (the row is the mean of every copy of the
-    name). What counts is a plain scan's: sizes from 0 to below 2**63."""
+    and a copy of such bytes leaves its kind of copy without a roofline row (its rows are the means of the copies of
+    each size the name ran). What counts is a plain scan's: sizes from 0 to below 2**63."""
     huge = 10 ** 400
     dims = [[[64, 4], [4, 8]], [[huge, 4], [4, 8]], [[64, -4], [-4, 8]], [[64, 4], [4, 8]]]
     dtod, htod = "Memcpy DtoD (Device -> Device)", "Memcpy HtoD (Pageable -> Device)"

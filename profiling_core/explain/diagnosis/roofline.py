@@ -379,12 +379,17 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     cp = ops[ops["category"] == "gpu_memcpy"]
     if not cp.empty:
         nb = _args_of(session, "bytes", cp["id"].tolist())
-        for name, grp in cp.groupby(cp["name"].astype(object), sort=False):
-            b = [nb.get(int(i)) for i in grp["id"]]
-            if not all(map(is_size, b)):  # (a number of bytes torch could have copied)
+        # one row per kind of copy and size, as a GEMM's per shape: a 4 KiB copy and a 1 GiB one run at rates a
+        # thousand times apart, and their mean is no copy's
+        b_all = [nb.get(int(i)) for i in cp["id"]]
+        sized = np.array([is_size(b) for b in b_all], dtype=bool)  # (a number of bytes torch could have copied)
+        bad = set(cp.loc[~sized, "name"].astype(object))  # (a name with any such copy keeps no row: its mean is none)
+        cp = cp.assign(_bytes=[b if ok else -1 for b, ok in zip(b_all, sized)])
+        for (name, size), grp in cp.groupby([cp["name"].astype(object), "_bytes"], sort=False):
+            if name in bad:
                 continue
             t = float(grp["dur_us"].mean())
-            moved = 2.0 * float(np.mean(b)) if "DtoD" in name else float(np.mean(b))  # DtoD: read and written
+            moved = 2 * int(size) if "DtoD" in name else int(size)  # DtoD: read and written
             gbs = moved / t / 1e3 if t > 0 else None
             peak = bw if "DtoD" in name else None
             out.append({"kind": "copy", "op": name, "kernel": name, "dtype": None, "batch": None, "m": None,
