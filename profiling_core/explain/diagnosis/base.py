@@ -129,11 +129,12 @@ def _other_steps_empty(report: Report) -> str:
 
 
 def _gpus_idle(report: Report) -> str:
-    """The subject of "... idles X%": "the GPU idles" for a process of one GPU; "both GPUs idle at once" ("all N
-    GPUs") where the steps' work ran on several (``summary["step_devices"]``), whose busy figures count the time
-    any one of them worked."""
+    """The subject of "... X%": "the GPU idles" for a process of one GPU; "none of its N GPUs runs work the step
+    launched for" where the steps' work ran on several (``summary["step_devices"]``), whose busy figures count the
+    time any one of them ran the steps' work: a GPU may run other work meanwhile (launched before the recording, or
+    by another process), so "all idle at once" would say more than the figures do."""
     n = len(report.summary.get("step_devices") or [])
-    return "the GPU idles" if n < 2 else "both GPUs idle at once" if n == 2 else f"all {n} GPUs idle at once"
+    return "the GPU idles" if n < 2 else f"none of its {n} GPUs runs work the step launched for"
 
 
 def _cpu_time_cost(report: Report, saved_us: float, basis: str, what: str, relief_us: float = 0.0,

@@ -141,7 +141,8 @@ def devices_text(gpus: list) -> str:
                      f"{format_share(g['busy_fraction'], 1)} of "
                      "the step's window" for g in gpus[:8]) + (f"; and {len(gpus) - 8} more" if len(gpus) > 8 else "")
     return (f"The steps' GPU work ran on {len(gpus)} GPUs of this process: every GPU figure here counts the time at "
-            "least one of them was busy, so each GPU on its own idled at least as long as they say. Each GPU's own "
+            "least one of them was busy with the work it counts (the steps' own, or all of it for the busy share of a "
+            "step's window), so no GPU on its own was busy with that work for longer than they say. Each GPU's own "
             f"figures per step (median): {each}.")
 
 
