@@ -683,6 +683,19 @@ def test_causal_prefill_attention_counts_the_unmasked_pairs_and_is_compute_bound
     assert row["judged"].endswith("TFLOP/s (compute-bound)")
 
 
+@pytest.mark.parametrize("kv_heads", [32, 8, 1])
+def test_grouped_query_attention_gets_its_row(tmp_path, kv_heads):
+    """Grouped-query attention (``enable_gqa``): 32 query heads over 8 K/V heads got no row at all (the heads do not
+    broadcast), where multi-head (32) and multi-query (1) did. By hand: FLOPs over every query head, K and V read
+    once at their own size."""
+    q, kv = [4, 32, 2048, 128], [4, kv_heads, 2048, 128]
+    path = vt.attention(tmp_path / "t.json", q, kv, gpu_us=500.0)
+    _, _, d = run(path)
+    (row,) = d.roofline[d.roofline["kind"] == "attention"].to_dict("records")
+    assert row["flops"] == 2 * (4 * 32) * (2048 * 2048) * (128 + 128)
+    assert row["bytes"] == 2 * (4 * 32 * 2048 * 128 + 2 * 4 * kv_heads * 2048 * 128 + 4 * 32 * 2048 * 128)
+
+
 def test_attention_on_the_math_backend_is_left_to_its_gemms(tmp_path):
     path = vt.attention(tmp_path / "t.json", [4, 16, 1, 64], [4, 16, 2048, 64], backend="math")
     _, _, d = run(path)

@@ -304,7 +304,8 @@ _ATTENTION_OPS = {"aten::scaled_dot_product_attention": (5, 3),
 def _attention_shape(dims, types, concrete, causal_at: int = 5, mask_at: Optional[int] = 3
                      ) -> Optional[tuple[int, float]]:
     """(FLOPs, bytes) of one attention op from its recorded inputs: query [..., Lq, D], key [..., Lk, D] and value
-    [..., Lk, Dv] (batch and head dims broadcast, so grouped-query K/V with fewer heads are read once), an optional
+    [..., Lk, Dv] (batch and head dims broadcast, and the query's heads may be a multiple of K/V's: grouped-query
+    attention, ``enable_gqa``; K/V with fewer heads are read once), an optional
     mask (argument ``mask_at``), and ``is_causal`` (argument ``causal_at``, in ``Concrete Inputs``).
 
     FLOPs are 2·Lq·Lk·D for Q·Kᵀ and 2·Lq·Lk·Dv for the weights times V, per batch and head, over the (query, key)
@@ -321,9 +322,8 @@ def _attention_shape(dims, types, concrete, causal_at: int = 5, mask_at: Optiona
     e = _ESIZE.get(_TORCH_DTYPES.get(types[0], "") if isinstance(types[0], str) else "")
     if e is None or k[-2] != v[-2] or q[-1] != k[-1]:
         return None
-    try:
-        heads = math.prod(np.broadcast_shapes(tuple(q[:-2]), tuple(k[:-2]), tuple(v[:-2])))
-    except ValueError:
+    heads = _query_heads(q[:-2], k[:-2], v[:-2])
+    if heads is None:
         return None
     lq, lk, d, dv = q[-2], k[-2], q[-1], v[-1]
     causal = isinstance(concrete, list) and len(concrete) > causal_at and concrete[causal_at] == "True"
@@ -336,6 +336,22 @@ def _attention_shape(dims, types, concrete, causal_at: int = 5, mask_at: Optiona
         me = _ESIZE.get(_TORCH_DTYPES.get(mt, ""), 1)  # a bool mask: a byte per element
         nbytes += math.prod(mask) * me
     return flops, float(nbytes)
+
+
+def _query_heads(qb: list, kb: list, vb: list) -> Optional[int]:
+    """The (batch × head) count attention computes over: the query's leading dims broadcast against the key's and
+    value's, where the head dim (the last of them) may also be grouped (``enable_gqa``: the query's heads a multiple of
+    the key's and value's, each K/V head serving a group); None where they fit neither."""
+    try:
+        return math.prod(np.broadcast_shapes(tuple(qb), tuple(kb), tuple(vb)))
+    except ValueError:
+        pass
+    if not qb or len(qb) != len(kb) or len(kb) != len(vb) or kb[-1] != vb[-1] or qb[-1] % kb[-1]:
+        return None
+    try:
+        return math.prod(np.broadcast_shapes(tuple(qb[:-1]), tuple(kb[:-1]), tuple(vb[:-1]))) * qb[-1]
+    except ValueError:
+        return None
 
 
 def _attention_rows(report: Report, session, peaks, shared=None) -> list[dict]:
