@@ -2351,3 +2351,27 @@ def test_a_conv_row_times_only_the_kernels_its_own_thread_launched(tmp_path):
     (row,) = run(path)[2].roofline.query("kind == 'conv'").to_dict("records")
     assert row["count"] == len(convs) and row["time_us"] == 40.0
     assert row["tflops"] == pytest.approx(2 * 32 * 64 * 56 * 56 * 64 * 9 / 40e-6 / 1e12)
+
+
+def test_the_input_rule_names_the_loop_s_own_dataloader_not_a_thread_beside_it(tmp_path):
+    """The loop's thread makes its batches itself (num_workers=0, 300 µs a step); a thread beside the step runs a
+    worker-process DataLoader's range of 380 µs, which the step does not wait on. The rule named that one and told
+    the user to add workers."""
+    t = vt.Trace()
+    for n in range(1, 6):
+        def body(t):
+            start = t.t
+            t.cpu(vt.SINGLE_NEXT, 300, cat="user_annotation", children=lambda t: t.cpu("aten::stack", 10.0))
+            t.cpu("aten::mm", 40, dims=[[512, 512], [512, 512]], types=vt.BF16,
+                  children=lambda t: t.launch(vt.BF16_GEMM, 20.0))
+            t._x(vt.WORKERS_NEXT, start + 1.0, 380.0, "user_annotation", tid=2)
+        t.step(n, body)
+    path = t.write(tmp_path / "t.json")
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    loop = {e["tid"] for e in ev if e["name"].startswith("ProfilerStep#")}
+    on_loop = {e["name"] for e in ev if e["name"].startswith("enumerate(DataLoader)#") and e["tid"] in loop}
+    assert on_loop == {vt.SINGLE_NEXT}
+    x = rules(run(path)[2])["input_bound"]
+    assert x.evidence["iterators"] == [vt.SINGLE_NEXT]
+    assert "_SingleProcessDataLoaderIter" in x.text and "_MultiProcessing" not in x.text
+    assert "num_workers=0" in x.fix

@@ -24,13 +24,16 @@ batches ran out there."""
 
 
 def loader_ranges(report, steps: list[int]) -> list[str]:
-    """The DataLoader ranges' names in these steps (``cpu_own_times``), most time first."""
+    """The DataLoader ranges' names in these steps (``cpu_own_times``), most time first: their time on the steps'
+    own threads (``own_us`` less ``beside_us``), what ``steps.data_us`` counts; a range only on a thread beside the
+    steps (a prefetching or validation thread) is not the loop's wait and is not named."""
     own = report.cpu_own_times
     if own.empty:
         return []
     own = own[own["step"].isin(steps)]
     names = own.loc[[is_data_loader_next(str(n)) for n in own["name"]]]
-    return [str(n) for n in names.groupby(names["name"].astype(str))["own_us"].sum().sort_values(ascending=False).index]
+    mine = (names["own_us"].astype(float) - names["beside_us"].astype(float)).groupby(names["name"].astype(str)).sum()
+    return [str(n) for n in mine[mine > 0].sort_values(ascending=False).index]
 
 
 def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
