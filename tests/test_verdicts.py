@@ -2375,3 +2375,20 @@ def test_the_input_rule_names_the_loop_s_own_dataloader_not_a_thread_beside_it(t
     assert x.evidence["iterators"] == [vt.SINGLE_NEXT]
     assert "_SingleProcessDataLoaderIter" in x.text and "_MultiProcessing" not in x.text
     assert "num_workers=0" in x.fix
+
+
+def test_merged_ranks_are_no_gradient_accumulation(tmp_path):
+    """Two ranks' traces in one file, each step of each running its optimizer once: the rule counted the step
+    numbers that ran it (4) against the steady steps listed once per rank (7), said "ran in 4 of the 7 steady-state
+    steps (gradient accumulation)" and cut its cost by 4/7."""
+    one = vt.training_step(tmp_path / "one.json", impl="for-loop")
+    two = vt.as_ranks(one, tmp_path / "two.json")
+    ev = [e for e in scan_trace(two) if e.get("ph") == "X"]
+    steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
+    opt = [e for e in ev if e["name"].startswith("Optimizer.step#")]
+    assert all(sum(1 for o in opt if o["pid"] == s["pid"] and s["ts"] <= o["ts"] < s["ts"] + s["dur"]) == 1
+               for s in steps) and len({s["pid"] for s in steps}) == 2
+    x1, x2 = rules(run(one)[2])["unfused_optimizer"], rules(run(two)[2])["unfused_optimizer"]
+    assert "gradient accumulation" not in x2.text
+    assert x2.evidence["steady_steps_with_optimizer"] == x2.evidence["steady_steps"]
+    assert x2.cost_us_per_step == pytest.approx(x1.cost_us_per_step, rel=0.05)

@@ -65,7 +65,9 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
            "every parameter; CUDA, and the CPU in recent torch) or foreach=True (one multi-tensor op per update term; "
            "torch's default on CUDA, not on a CPU)." + _in_this_app(c, "the impl knob"))
     # gradient accumulation: the optimizer runs in one step of several; the cost is per step, all steps counted
-    steady = [int(x) for x in basis_steps(r.steps)["step"]]
+    # (each step number once: in a file of merged ranks a number names one step slice per rank, and the phases'
+    # rows, by step number, hold them all)
+    steady = sorted({int(x) for x in basis_steps(r.steps)["step"]})
     ran = set(int(x) for x in opt.loc[opt["cpu_us"] > 0, "step"])
     k = len(ran & set(steady))
     every = k / len(steady) if steady and k else 1.0
