@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import verdict_traces as vt
+from conftest import scan_trace
 from profiling_core import analyze, diagnose, findings, open_trace
 from profiling_core.explain import devices_text
 
@@ -119,3 +120,31 @@ def test_analyze_cli_notes_the_gpus_and_writes_them_in_json(tmp_path):
     assert [g["device"] for g in doc["step_devices"]] == [0, 1]
     note = [ln for ln in human.splitlines() if ln.startswith("  note: The steps' GPU work ran on 2 GPUs")]
     assert len(note) == 1 and "device 1 4.00 ms" in note[0]
+
+
+def test_merged_ranks_pair_each_gpu_op_with_its_own_process_s_call(tmp_path):
+    """Two ranks' traces merged into one file (the second 300 µs later): their correlation ids repeat, so each
+    rank's kernels were paired with the other rank's calls too, and "24 of the 96 GPU ops started before their
+    launch call began". By a plain scan: each kernel has one launch call of its own rank, 3 µs before it."""
+    one = vt.cpu_paced(tmp_path / "one.json")
+    two = vt.as_ranks(one, tmp_path / "two.json", shift_us=300.0)
+    ev = [e for e in scan_trace(two) if e.get("ph") == "X"]
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    calls = [e for e in ev if e.get("cat") == "cuda_runtime"]
+    own = [[c for c in calls if c["args"]["correlation"] == k["args"]["correlation"]
+            and c["pid"] // 100000 == k["pid"] // 100000] for k in kernels]
+    assert all(len(c) == 1 for c in own)
+    waits = sorted(k["ts"] - c[0]["ts"] for k, c in zip(kernels, own))
+    from test_study_queries import SPECS, compare
+    from profiling_core.queries import load_query
+    with open_trace(two, engine="sqlite") as s:
+        r = analyze(s)
+        # the study's SQL pairs them by the same rule (its launch_pairing fragment)
+        q = s.query(load_query("launch_latency"))
+        n, problems = compare("launch_latency", q, r)
+        assert n and not problems, problems[:3]
+    lat = r.launch_latency
+    assert len(lat) == len(kernels) and lat["gpu_id"].is_unique
+    assert sorted(lat["latency_us"].round(3)) == pytest.approx(waits)
+    q4 = next(f for f in findings(r) if f.id == "q4.offset")
+    assert "started before their launch call" not in q4.text

@@ -560,10 +560,38 @@ class Shared:
             c_lo, c_gi = _equal_arg(tb, "correlation", runtime, orphans)
             lo, gi = np.concatenate([lo, c_lo]), np.concatenate([gi, c_gi])
             by_corr = np.concatenate([by_corr, np.ones(len(c_lo), dtype=bool)])
+        lo, gi, by_corr = self._one_process_each(lo, gi, by_corr)
         order = np.lexsort((gi, lo))
         lo, gi, by_corr = lo[order], gi[order], by_corr[order]
         keep = np.ones(len(lo), dtype=bool)
         keep[1:] = (lo[1:] != lo[:-1]) | (gi[1:] != gi[:-1])
+        return lo[keep], gi[keep], by_corr[keep]
+
+    def _one_process_each(self, lo: np.ndarray, gi: np.ndarray, by_corr: np.ndarray) -> tuple:
+        """The pairs less those that tie a GPU op to calls of several processes: where ranks' traces were merged
+        into one file, their correlation ids (and flow ids) repeat, so one rank's GPU op matched the other rank's
+        call too. A GPU op is launched by one process: of its calls, those of the process whose call started last
+        at or before the op started (the op cannot start before its launch); where none did, of the earliest."""
+        if not len(lo):
+            return lo, gi, by_corr
+        lanes = self.lanes
+        utid = self.slices["utid"][lo]
+        pids = [lanes.get(int(u), (None, None))[1] if u >= 0 else None for u in utid.tolist()]
+        code, uniq = factorize(np.array(pids, dtype=object), use_na_sentinel=False)
+        if len(uniq) < 2:
+            return lo, gi, by_corr
+        df = pd.DataFrame({"gi": gi, "code": code, "lts": self.slices["ts"][lo], "gts": self.slices["ts"][gi]})
+        many = df.groupby("gi")["code"].transform("nunique").to_numpy() > 1
+        if not many.any():
+            return lo, gi, by_corr
+        sub = df[many]
+        before = sub[sub["lts"] <= sub["gts"]]
+        last = before.loc[before.groupby("gi")["lts"].idxmax()].set_index("gi")["code"]
+        first = sub.loc[sub.groupby("gi")["lts"].idxmin()].set_index("gi")["code"]
+        chosen = first.copy()
+        chosen.loc[last.index] = last
+        keep = np.ones(len(lo), dtype=bool)
+        keep[many] = sub["code"].to_numpy() == chosen.reindex(sub["gi"]).to_numpy()
         return lo[keep], gi[keep], by_corr[keep]
 
     def _launches_nothing(self, rows: np.ndarray) -> np.ndarray:
