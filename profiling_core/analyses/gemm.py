@@ -12,7 +12,8 @@ from ..units import format_count
 from ._common import SIZE_LIMIT, is_size
 from ._shared import Shared, expand_ranges, factorize, frame, frame_cols, nullable, shared_for
 
-__all__ = ["gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims", "gemm_shape_text"]
+__all__ = ["gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims",
+           "gemm_shape_text"]
 
 
 def gemm_shape_text(batch, m, k, n) -> str:

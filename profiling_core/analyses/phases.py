@@ -37,8 +37,8 @@ import pandas as pd
 from ..workloads import TRAIN_RANGES
 from ._shared import Shared, coverage_ns, frame, frame_cols, merged, shared_for
 
-__all__ = ["phases", "phase_ops", "phases_at", "after_phase", "phase_masks", "empty_phases", "is_data_loader_next", "PHASE_COLUMNS",
-           "PHASES", "SUM_TOLERANCE_US", "PROFILER_PHASE_PREFIXES", "DATA_LOADER_NEXT"]
+__all__ = ["phases", "phase_ops", "phases_at", "after_phase", "phase_masks", "empty_phases", "is_data_loader_next",
+           "PHASE_COLUMNS", "PHASES", "SUM_TOLERANCE_US", "PROFILER_PHASE_PREFIXES", "DATA_LOADER_NEXT"]
 
 PHASES = ("data", "forward", "backward", "optimizer", "zero_grad", "other")
 """The phases in the order an instant covered by several is given to the first; ``other`` is what none covers."""

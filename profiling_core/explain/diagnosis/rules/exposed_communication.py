@@ -2,9 +2,9 @@
 state's steps (``analyses.basis_steps``): the time its collectives ran with nothing else beside them on the same GPU
 (any stream; as ``step_breakdown`` counts communication, whose rule compute, copies and memsets come before; another
 GPU's work hides none of it), at least :data:`EXPOSED_AT` of the steps' windows (``step_breakdown``'s), summed;
-where several GPUs ran collectives, the one that waited most. The text names the collectives
-(``nccl``/``rccl`` kernels: each kind's own time in the same steady windows) and how much of their time other work hid;
-the fix follows the collective: gradient all-reduce (DDP), all-gather and reduce-scatter (FSDP, ZeRO), send/receive
+where several GPUs ran collectives, the one that waited most. The text names the collectives (``nccl``/``rccl``
+kernels: each kind's own time in the same steady windows) and how much of their time other work hid; the fix follows
+the collective: gradient all-reduce (DDP), all-gather and reduce-scatter (FSDP, ZeRO), send/receive
 and all-to-all (pipeline stages, sharded embeddings). The cost is the exposed time per step (mean): the most that
 overlapping it with compute can save, and no more than the step can lose (``base._gpu_time_cost``)."""
 from __future__ import annotations
@@ -89,19 +89,20 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
                          "step.")
     fix += (" Then check the link: the same bytes on NVLink take a fraction of their time over PCIe or the network "
             "(the collectives' kernel names say the algorithm, RING or TREE, not the link).")
-    ev = {"basis_steps": basis, "device": device, "exposed_us_per_step": exposed / n, "communication_us_per_step": busy / n,
-          "exposed_share": exposed / window, "hidden_share": hidden, "collectives_us_per_step":
-          {k: v / n for k, v in kinds.items()}, "exposed_at": EXPOSED_AT}
+    ev = {"basis_steps": basis, "device": device, "exposed_us_per_step": exposed / n,
+          "communication_us_per_step": busy / n, "exposed_share": exposed / window, "hidden_share": hidden,
+          "collectives_us_per_step": {k: v / n for k, v in kinds.items()}, "exposed_at": EXPOSED_AT}
     alone = "the time per steady-state step the GPU ran only collectives (mean)"
     cost, cost_basis = _gpu_time_cost(r, exposed / n, alone)
     if cost_basis == alone:
         cost_basis += ": the most that overlapping them with compute can save"
-    return Diagnosis("exposed_communication", "Communication that no other GPU work overlaps", text, fix, cost, cost_basis,
-                     ev)
+    return Diagnosis("exposed_communication", "Communication that no other GPU work overlaps", text, fix, cost,
+                     cost_basis, ev)
 
 
 def _in_windows(c: _Ctx, basis: set, ops) -> list:
-    """(step window index, the ops' intervals clipped to that window, ns) for each of the steps ``basis``."""
+    """For each of the steps ``basis`` (in ``steps_list`` order), the ops' intervals clipped to its window: (starts,
+    ends), ns."""
     st, w = c.shared.steps_list, c.shared.step_windows
     b = ops["start_ns"].to_numpy(dtype=np.int64)
     e = b + np.round(ops["dur_us"].to_numpy(dtype=np.float64) * 1000).astype(np.int64)
@@ -123,11 +124,13 @@ def _exposed(c: _Ctx, basis: set) -> tuple:
     ops = c.report.gpu_ops
     if ops.empty:
         return None, 0.0, 0.0
-    cat = np.array([gpu_op_category(n, k) for n, k in zip(ops["name"].astype(object), ops["category"].astype(object))],
-                   dtype=object)
+    known: dict = {}  # (name, category) -> its GPU op category: once per distinct pair
+    cat = np.array([known[key] if key in known else known.setdefault(key, gpu_op_category(*key))
+                    for key in zip(ops["name"].astype(object), ops["category"].astype(object))], dtype=object)
+    dev = ops["device"].astype(object).where(ops["device"].notna(), None).to_numpy(dtype=object)
     best = (None, 0.0, 0.0)
-    for d in sorted(set(ops["device"].dropna().tolist())):
-        on = (ops["device"] == d).to_numpy(dtype=bool)
+    for d in sorted(set(dev.tolist()), key=lambda x: (x is None, x if x is not None else 0)):
+        on = np.array([x == d if d is not None else x is None for x in dev.tolist()], dtype=bool)
         comm = _in_windows(c, basis, ops[on & (cat == "communication")])
         if not sum(len(x) for x, _ in comm):
             continue
