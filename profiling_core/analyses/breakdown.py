@@ -95,7 +95,8 @@ def category_totals(breakdown: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
-def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None) -> pd.DataFrame:
+def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None,
+                steps_df: pd.DataFrame | None = None) -> pd.DataFrame:
     """The GPU ops that take the most time, per name, with the CPU ops that launched them.
 
     Over every GPU op of the trace (kernels, memcpys, memsets: the rows of :func:`gpu_ops`), grouped by name and
@@ -107,7 +108,9 @@ def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None) ->
 
     Returns:
         DataFrame sorted by ``total_us`` (largest first, then by name): ``name``, ``category``, ``count``,
-        ``per_step`` (those launched inside a step's slice ÷ the number of steps; NaN without steps), ``total_us``,
+        ``per_step`` (those launched inside a step's slice ÷ the number of steps the loop worked in,
+        :func:`~profiling_core.analyses.steps.working_steps`: an empty step at the end is the profiler stopping; NaN
+        without steps), ``total_us``,
         ``mean_us``, ``share`` (of the summed duration of all GPU ops), ``cpu_ops``: a tuple of (CPU op name,
         launches) pairs, most launches first, for the op's launch calls: the innermost ``aten::`` op enclosing each
         (:func:`launch_ops`), else the launch call's parent slice (e.g. Inductor's ``triton_poi_fused_…`` launcher or
@@ -137,6 +140,9 @@ def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None) ->
     # launched inside a step (its ProfilerStep slice)
     p = sh.p
     n_steps = len(sh.steps_list)
+    if n_steps:  # (per step the loop worked in, as every per-step figure; ``steps_df``: ``steps(session)``)
+        from .steps import steps, working_steps
+        n_steps = len(working_steps(steps(session, shared=sh) if steps_df is None else steps_df))
     in_step = np.zeros(ng, dtype=np.int64)
     if n_steps:
         launched = np.zeros(len(t["ts"]), dtype=bool)  # over the slices' rows (the pairs' gpu_id are rows)

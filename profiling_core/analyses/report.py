@@ -243,7 +243,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
            "steps": steps(session, shared=sh),  # (its per-step pair counts are the temporaries of compile_breakdown)
            # their sweep over every GPU op at once, while little is held
            "step_breakdown": step_breakdown(session, shared=sh),
-           "top_kernels": top_kernels(session, n=None, shared=sh),
+           "top_kernels": None,  # (below: its per-step figure is over the working steps)
            "dispatch_chains": dispatch_chains(session, shared=sh),
            "kernel_durations_by_step": kernel_durations_by_step(session, shared=sh),
            "launch_latency": launch_latency(session, shared=sh),
@@ -252,6 +252,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
            "gpu_busy": gpu_busy(session, shared=sh),
            "compile_breakdown": compile_breakdown(session, shared=sh),
            "gpu_ops": gpu_ops(session, shared=sh)}
+    out["top_kernels"] = top_kernels(session, n=None, shared=sh, steps_df=out["steps"])
     out["kernel_stats"] = kernel_stats(session, ops=out["gpu_ops"])
     out["kernel_configs"] = kernel_configs(session, shared=sh)
     out["gemm_kernel_shapes"] = gemm_kernel_shapes(session, gemm=out["gemm_throughput"], shared=sh)
