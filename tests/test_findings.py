@@ -1235,3 +1235,52 @@ def test_q2_on_a_cpu_reads_each_rank_s_step_as_a_step(tmp_path):
     for key in ("cpu_work_share_median", "cpu_work_us_median", "bound"):
         assert two_f.evidence[key] == one_f.evidence[key], key
     assert 0 < two_f.evidence["cpu_work_share_median"] < 1
+
+
+@pytest.mark.parametrize("user_sync", [True, False])
+def test_q7_calls_a_sync_after_the_steps_the_profiler_s_only_where_it_closes_the_window(tmp_path, user_sync):
+    """After the loop the user's code syncs a stream for 300 µs, launches more work, and the profiler's device sync
+    closes the window: Q7 called the user's sync "the profiler's own sync at the end of its window". By a scan: the
+    longest sync is followed by a launch and another sync."""
+    from verdict_traces import Trace
+    t = Trace()
+
+    def body(t):
+        t.cpu("aten::mm", 50, children=lambda t: t.launch("gemm_k", 100))
+        t.sync()
+    for n in range(3):
+        t.step(n + 1, body)
+    t.t += 10
+    if user_sync:
+        t._x("cudaStreamSynchronize", t.t, 300.0, "cuda_runtime")
+        t.t += 300
+        t.cpu("aten::mm", 50, children=lambda t: t.launch("gemm_k", 100))
+    t.t += 200
+    t._x("cudaDeviceSynchronize", t.t, 400.0 if not user_sync else 50.0, "cuda_runtime")
+    path = t.write(tmp_path / "t.json")
+    xs = sorted((e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"), key=lambda e: e["ts"])
+    longest = max((e for e in xs if "Synchronize" in e["name"]), key=lambda e: e["dur"])
+    after = [e["name"] for e in xs if e["ts"] >= longest["ts"] + longest["dur"]]
+    assert bool(after) == user_sync
+    f = by_id(path)["q7.sync"]
+    assert f.evidence["name"] == longest["name"]
+    assert ("the profiler's own sync" in f.text) == (not user_sync) and "after the last step" in f.text
+
+
+def test_q7_on_syncs_recorded_as_0_us_gives_no_idle_share(tmp_path):
+    """A trace of whole µs writes a short sync as 0 µs: Q7 said "took 0.0 µs; the GPU was busy 0.0 µs of it
+    (1 GPU op(s) overlapping): 100% idle. The GPU had little or nothing left to run" though a kernel still ran."""
+    from verdict_traces import Trace
+    t = Trace()
+
+    def body(t):
+        t.cpu("aten::mm", 50, children=lambda t: t.launch("gemm_k", 100))
+        t._x("cudaStreamSynchronize", t.t, 0.0, "cuda_runtime")
+        t.t += 1
+    for n in range(3):
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    syncs = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("name") == "cudaStreamSynchronize"]
+    assert {e["dur"] for e in syncs} == {0.0}
+    f = by_id(path)["q7.sync"]
+    assert "idle" not in f.text and "idle_pct" not in f.evidence and "0 µs as recorded" in f.text

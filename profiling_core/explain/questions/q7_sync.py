@@ -17,6 +17,11 @@ def _q7_sync(r, config=None) -> list[Finding]:
     ev = {"syncs": int(len(sw)), "name": str(longest["name"]), "dur_us": _num(longest["dur_us"]),
           "gpu_busy_us": _num(longest["gpu_busy_us"]), "unrecorded_us": _num(unrec),
           "idle_pct": _num(longest["idle_pct"]), "gpu_ops": int(longest["gpu_ops"])}
+    if not float(longest["dur_us"]) > 0:  # (whole-µs times write a short call as 0 µs: no length to split)
+        ev.pop("idle_pct")
+        return [Finding("q7.sync", 7, "Why the sync is long", f"Every synchronising call of the trace ({len(sw)}, "
+                        f"{longest['name']} among them) took 0 µs as recorded: too short for the trace to measure, so "
+                        "there is no wait to explain.", ev)]
     text = (f"The longest {longest['name']} took {_us(longest['dur_us'])}; the GPU was busy {_us(longest['gpu_busy_us'])}"
             f" of it ({int(longest['gpu_ops'])} GPU op(s) overlapping)"
             + (f", and for {_us(unrec)} more its first recorded op waited behind work the trace does not hold (queued "
@@ -35,6 +40,18 @@ def _q7_sync(r, config=None) -> list[Finding]:
     return [Finding("q7.sync", 7, "Why the sync is long", text, ev)]
 
 
+def _after_last(r, ts: int, ev: dict) -> str:
+    """A sync after the last step: the profiler's own sync at the end of its window (torch synchronizes the device
+    when the recording stops) where it is a device sync and the last sync and launch call of the trace; else only
+    where it sits."""
+    sw, lat = r.sync_wait, r.launch_latency
+    later = (sw["start_ns"].astype("int64") > ts).any() or (
+        not lat.empty and (lat["launch_start_ns"].astype("int64") > ts).any())
+    if "DeviceSynchronize" in str(ev.get("name", "")) and not later:
+        return "after the last step: the profiler's own sync at the end of its window"
+    return "after the last step"
+
+
 def _place(r, ts: int, call_id: int, ev: dict) -> str:
     """Where a synchronize call starting at ``ts`` sits among the steps, in words; ``ev`` gets ``in_step`` (the step
     whose window holds it, or None) and, for such a call, ``on_step_thread``. A call is the step's own code only where
@@ -46,8 +63,7 @@ def _place(r, ts: int, call_id: int, ev: dict) -> str:
     ev["in_step"] = int(inside[0]) if inside else None
     if not inside:
         return ("the trace has no steps to place it in" if st.empty else
-                "after the last step: the profiler's own sync at the end of its window"
-                if ts >= (starts + st["cpu_dur_us"] * 1000).max() else
+                _after_last(r, ts, ev) if ts >= (starts + st["cpu_dur_us"] * 1000).max() else
                 "before the first step" if ts < starts.min() else "between two steps")
     step = int(inside[0])
     ev["on_step_thread"] = bool(_on_step_thread(r, [step], [call_id])[0])
