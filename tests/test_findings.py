@@ -1284,3 +1284,29 @@ def test_q7_on_syncs_recorded_as_0_us_gives_no_idle_share(tmp_path):
     assert {e["dur"] for e in syncs} == {0.0}
     f = by_id(path)["q7.sync"]
     assert "idle" not in f.text and "idle_pct" not in f.evidence and "0 µs as recorded" in f.text
+
+
+@pytest.mark.parametrize("queried_step", [0, 1])
+def test_q6_a_one_time_query_is_on_the_op_s_first_call_only_where_it_is(tmp_path, queried_step):
+    """One kernel launched once a step for three steps, an occupancy query before one of its launches: Q6 said "a
+    one-time query on the op's first call" also where the query sized the second launch."""
+    from verdict_traces import Trace
+    t = Trace()
+    for n in range(3):
+        def body(t, n=n):
+            def kids(t):
+                if n == queried_step:
+                    t._x("cudaOccupancyMaxActiveBlocksPerMultiprocessor", t.t, 2.0, "cuda_runtime")
+                    t.t += 3
+                t.launch("gemm_k", 100)
+            t.cpu("aten::mm", 50, children=kids)
+            t.sync()
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    ev = json.loads(path.read_text())["traceEvents"]
+    launches = sorted(e["ts"] for e in ev if e["name"] == "cudaLaunchKernel")
+    (query,) = [e["ts"] for e in ev if e["name"].startswith("cudaOccupancy")]
+    first = query < launches[0]  # the query sized the first launch
+    assert first == (queried_step == 0)
+    f = by_id(path)["q6.launch_path"]
+    assert ("a one-time query on the op's first call" in f.text) == first

@@ -24,6 +24,15 @@ def _occupancy_steps(r) -> dict[str, list[int]]:
     return out
 
 
+def _first_launch_queried(r) -> dict[str, bool]:
+    """Per GPU op name: whether an occupancy query sized its first launch (``launch_latency``, in launch order)."""
+    ll = r.launch_latency
+    if ll.empty or "occupancy_query_before" not in ll:
+        return {}
+    first = ll.sort_values("launch_start_ns", kind="stable").drop_duplicates("gpu_name")
+    return dict(zip(first["gpu_name"].astype(str), first["occupancy_query_before"].astype(bool)))
+
+
 def _occupancy_clause(who: str, n_launch: int, n_query: int, steps_with: list[int], first_step) -> str:
     """``X, before every one of its 3 launches`` or ``X, only before the first of its 3 launches, in …`` (``who``: the
     kernel's name as shown)."""
@@ -38,10 +47,12 @@ def _occupancy_clause(who: str, n_launch: int, n_query: int, steps_with: list[in
     return f"{who}, only before {which} of its {_n(n_launch, 'launch', 'launches')}{where}"
 
 
-def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool, app: bool) -> str:
+def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool, app: bool,
+                    first_queried: dict | None = None) -> str:
     """The occupancy-query sentences: kernels queried before every launch (sized launch by launch: on a run of this
-    app, ``app``, said to be the post's pattern) apart from kernels queried before only some launches (a one-time
-    query)."""
+    app, ``app``, said to be the post's pattern) apart from kernels queried before only some launches: a one-time
+    query on the op's first call where each such kernel was queried once, before its first launch
+    (``first_queried``), else only that not every launch is preceded by one."""
     every_row = list(zip(occ["name"].astype(str), occ["count"].astype(int), occ["occupancy_queries"].astype(int)))
     rows = every_row[:_MAX_LISTED]
     left = len({n for n, _c, _q in every_row} - {n for n, _c, _q in rows})
@@ -54,7 +65,7 @@ def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool, a
                      + ": sized adaptively launch by launch"
                      + (" (the per-launch pattern of the study's post)" if app else ""))
     if some:
-        once = all(q == 1 or sorted(set(steps_of.get(n, []))) == [first_step] for n, _, q in some)
+        once = all(q == 1 and (first_queried or {}).get(n, False) for n, _, q in some)
         parts.append("; ".join(_occupancy_clause(shown[n], c, q, steps_of.get(n, []), first_step) for n, c, q in some)
                      + (": a one-time query on the op's first call" + (" in a cold process" if cold else "")
                         + ", not a per-launch pattern" if once else ": not every launch is preceded by one"))
@@ -104,7 +115,8 @@ def _q6_paths(r, config=None) -> list[Finding]:
                                                    "steps": sorted(set(steps_of.get(str(n), [])))}
                                           for n, c, q in zip(occ["name"], occ["count"], occ["occupancy_queries"])}
         plain = set(lp.loc[~lp["occupancy_query_before"], "name"].astype(str)) - set(occ["name"].astype(str))
-        text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config), _app_run(r, config))
+        text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config), _app_run(r, config),
+                                _first_launch_queried(r))
                 + (f"{_n(len(plain), 'other kernel name')} launch{'es' if len(plain) == 1 else ''} without one. "
                    if plain else "")
                 + f"Launches: {per}.")
