@@ -1310,3 +1310,36 @@ def test_q6_a_one_time_query_is_on_the_op_s_first_call_only_where_it_is(tmp_path
     assert first == (queried_step == 0)
     f = by_id(path)["q6.launch_path"]
     assert ("a one-time query on the op's first call" in f.text) == first
+
+
+def test_q7_does_not_wait_for_another_process_s_gpu_work(tmp_path):
+    """Two processes in one file: process 1 launches a 10 µs kernel, then syncs the device for 200 µs; process 2's
+    1 ms kernel runs on GPU 1 meanwhile. Q7 said the GPU was busy the whole sync, "the CPU waited for GPU work it had
+    queued earlier". By a scan: none of process 1's GPU work runs in its sync."""
+    from verdict_traces import Trace
+    t = Trace()
+
+    def body(t):
+        t.cpu("aten::add", 20, children=lambda t: t.launch("add_k", 10))
+        t.t += 30
+        t._x("cudaDeviceSynchronize", t.t, 200.0, "cuda_runtime")
+        t.t += 200
+    for n in range(2):
+        t.step(n + 1, body)
+    t.corr += 1
+    t._x("cudaLaunchKernel", 1000.0, 5.0, "cuda_runtime", pid=2, tid=2, correlation=t.corr)
+    t._x("other_rank_gemm", 1010.0, 1000.0, "kernel", pid=1, tid=7, correlation=t.corr, device=1, stream=7)
+    t.other_free[1] = 2010.0
+    path = t.write(tmp_path / "t.json")
+    ev = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    sync = max((e for e in ev if e["name"] == "cudaDeviceSynchronize"), key=lambda e: e["dur"])
+    calls = {e["args"]["correlation"]: e["pid"] for e in ev if e.get("cat") == "cuda_runtime"
+             and "correlation" in e["args"]}
+    mine = [k for k in ev if k.get("cat") == "kernel" and calls[k["args"]["correlation"]] == sync["pid"]
+            and k["ts"] < sync["ts"] + sync["dur"] and k["ts"] + k["dur"] > sync["ts"]]
+    others = [k for k in ev if k.get("cat") == "kernel" and calls[k["args"]["correlation"]] != sync["pid"]
+              and k["ts"] < sync["ts"] + sync["dur"] and k["ts"] + k["dur"] > sync["ts"]]
+    assert (len(mine), len(others)) == (0, 1)
+    f = by_id(path)["q7.sync"]
+    assert f.evidence["gpu_busy_us"] == 0.0 and f.evidence["gpu_ops"] == 0
+    assert "it had queued earlier" not in f.text

@@ -715,14 +715,21 @@ class Shared:
     def _waits_in(self, i: np.ndarray) -> pd.DataFrame:
         """These slices (rows) in (ts, id) order, with what the GPU did while each ran: ``id``, ``name``,
         ``start_ns``, ``dur_ns``, ``gpu_busy_ns`` (the union of the GPU op intervals inside the call), ``gpu_ops``
-        (ops overlapping it), ``last_gpu_end_ns``."""
+        (ops overlapping it), ``last_gpu_end_ns``. Where several processes launched GPU work (ranks merged into one
+        file), a call waits only for its own process's: the ops another process launched are left out (an op
+        without a launch call in the trace counts for every process)."""
         t = self.slices
         i = i[np.lexsort((t["id"][i], t["ts"][i]))]
+        proc, op_proc = self._launching_processes(i)
         rows, parts = [], []
-        for sid, name, ts, dur in zip(t["id"][i].tolist(), self.names_at(i).tolist(), t["ts"][i].tolist(),
-                                      t["dur"][i].tolist()):
+        for k, (sid, name, ts, dur) in enumerate(zip(t["id"][i].tolist(), self.names_at(i).tolist(),
+                                                     t["ts"][i].tolist(), t["dur"][i].tolist())):
             end = ts + dur
             b, e = self.ops_overlapping(ts, end)
+            if op_proc is not None:
+                mine = self._ops_overlapping_mask(ts, end)
+                keep = (op_proc[mine] < 0) | (op_proc[mine] == proc[k])
+                b, e = b[keep], e[keep]
             n = len(b)
             parts.append((np.maximum(b, ts), np.minimum(e, end)))
             rows.append((sid, name, ts, dur, n, int(e.max()) if n else None))
@@ -827,6 +834,34 @@ class Shared:
     def ops_union(self) -> tuple[np.ndarray, np.ndarray]:
         """The union of every GPU op interval (any track) as disjoint sorted intervals (:func:`merged`)."""
         return merged(self.ops["ts"], self.ops["end"])
+
+    def _launching_processes(self, rows: np.ndarray) -> tuple:
+        """(process code of each of these slices, process code of each GPU op in :attr:`ops_by_ts` order: its launch
+        call's, -1 without one); (None, None) where one process at most launched GPU work."""
+        p, lanes = self.p, self.lanes
+        if not len(p["gpu_id"]):
+            return None, None
+        lu = p["launch_utid"]
+        pid = [lanes.get(int(u), (None, None))[1] if u == u and u is not None and u >= 0 else None
+               for u in lu.tolist()]
+        codes: dict = {}
+        pc = np.array([-1 if x is None else codes.setdefault(x, len(codes)) for x in pid], dtype=np.int64)
+        if len(codes) < 2:
+            return None, None
+        o = self.ops
+        order = np.argsort(o["ts"], kind="stable")
+        op_proc = np.full(len(o["ts"]), -1, dtype=np.int64)
+        at = np.searchsorted(self.gpu_rows, p["gpu_id"])  # (the pairs' GPU ops are among gpu_rows, sorted)
+        op_proc[at] = pc
+        t = self.slices
+        mine = [lanes.get(int(u), (None, None))[1] if u >= 0 else None for u in t["utid"][rows].tolist()]
+        return (np.array([codes.get(x, -2) for x in mine], dtype=np.int64), op_proc[order])
+
+    def _ops_overlapping_mask(self, b: int, e: int) -> np.ndarray:
+        """The positions in :attr:`ops_by_ts` of the ops :meth:`ops_overlapping` returns, same order."""
+        ts, end, _run = self.ops_by_ts
+        hi = int(np.searchsorted(ts, e, side="left"))
+        return np.flatnonzero(end[:hi] > b)
 
     def ops_overlapping(self, b: int, e: int) -> tuple[np.ndarray, np.ndarray]:
         """(ts, end) of the GPU ops with ts < e and end > b."""
