@@ -1343,3 +1343,30 @@ def test_q7_does_not_wait_for_another_process_s_gpu_work(tmp_path):
     f = by_id(path)["q7.sync"]
     assert f.evidence["gpu_busy_us"] == 0.0 and f.evidence["gpu_ops"] == 0
     assert "it had queued earlier" not in f.text
+
+
+@pytest.mark.parametrize("order", [(3, 1, 2, 4, 5), (3, 4, 5, 6, 7)])
+def test_q3_counts_as_unrecorded_only_the_steps_the_trace_lacks(tmp_path, order):
+    """Steps out of time order (#3 first, then #1 and #2): Q3 said "the 3 schedule step(s) before ProfilerStep#3
+    went unrecorded" though #1 and #2 are in the trace. The schedule numbers steps from 0; by a scan of the step
+    names: the numbers below the first step's that the trace lacks."""
+    ev, ts, corr = [], 1000.0, 0
+    for n, d in zip(order, (3000, 1000, 1050, 1100, 1000)):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": ts,
+                   "dur": d, "args": {}})
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": ts + 10, "dur": d - 100,
+                   "args": {}})
+        corr += 1
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts + 20,
+                   "dur": 5, "args": {"correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": ts + 30, "dur": 100,
+                   "args": {"correlation": corr, "device": 0, "stream": 7}})
+        ts += d + 10
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev, "deviceProperties": [
+        {"id": 0, "name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0}]}))
+    held = {int(e["name"].split("#")[1]) for e in ev if e["name"].startswith("ProfilerStep#")}
+    missing = sum(1 for k in range(order[0]) if k not in held)
+    assert missing == (1 if 1 in order[1:] else 3)
+    f = by_id(path)["q3.cold_start"]
+    assert f"the {missing} schedule step(s) before ProfilerStep#{order[0]} went unrecorded" in f.text
