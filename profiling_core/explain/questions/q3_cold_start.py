@@ -3,7 +3,6 @@ that grew, and whether it is a cold start (the run's warm-up, else the calls onl
 profiler's own start-up."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from ...config import SPREAD_WARN_PCT, config_field as _cfg
