@@ -574,9 +574,7 @@ class Shared:
         at or before the op started (the op cannot start before its launch); where none did, of the earliest."""
         if not len(lo):
             return lo, gi, by_corr
-        lanes = self.lanes
-        utid = self.slices["utid"][lo]
-        pids = [lanes.get(int(u), (None, None))[1] if u >= 0 else None for u in utid.tolist()]
+        pids = self.pids_of(self.slices["utid"][lo])
         code, uniq = factorize(np.array(pids, dtype=object), use_na_sentinel=False)
         if len(uniq) < 2:
             return lo, gi, by_corr
@@ -838,12 +836,10 @@ class Shared:
     def _launching_processes(self, rows: np.ndarray) -> tuple:
         """(process code of each of these slices, process code of each GPU op in :attr:`ops_by_ts` order: its launch
         call's, -1 without one); (None, None) where one process at most launched GPU work."""
-        p, lanes = self.p, self.lanes
+        p = self.p
         if not len(p["gpu_id"]):
             return None, None
-        lu = p["launch_utid"]
-        pid = [lanes.get(int(u), (None, None))[1] if u == u and u is not None and u >= 0 else None
-               for u in lu.tolist()]
+        pid = self.pids_of(p["launch_utid"])
         codes: dict = {}
         pc = np.array([-1 if x is None else codes.setdefault(x, len(codes)) for x in pid], dtype=np.int64)
         if len(codes) < 2:
@@ -853,8 +849,7 @@ class Shared:
         op_proc = np.full(len(o["ts"]), -1, dtype=np.int64)
         at = np.searchsorted(self.gpu_rows, p["gpu_id"])  # (the pairs' GPU ops are among gpu_rows, sorted)
         op_proc[at] = pc
-        t = self.slices
-        mine = [lanes.get(int(u), (None, None))[1] if u >= 0 else None for u in t["utid"][rows].tolist()]
+        mine = self.pids_of(self.slices["utid"][rows])
         return (np.array([codes.get(x, -2) for x in mine], dtype=np.int64), op_proc[order])
 
     def _ops_overlapping_mask(self, b: int, e: int) -> np.ndarray:
@@ -1064,6 +1059,13 @@ class Shared:
         tb = self.tables
         pid_of = {upid: pid for upid, pid, _name in tb.processes}
         return {utid: (tid, pid_of.get(upid)) for utid, tid, _name, upid, _main in sorted(tb.threads)}
+
+    def pids_of(self, utids) -> list:
+        """The process id (pid) of each of these threads (utids): None for no thread (None, NaN or a negative
+        utid: a slice written on no thread) and for a thread without a process row."""
+        lanes = self.lanes
+        return [lanes.get(int(u), (None, None))[1] if u is not None and u == u and u >= 0 else None
+                for u in (utids.tolist() if hasattr(utids, "tolist") else utids)]
 
 def _recordings(t: dict) -> np.ndarray:
     """A mask over the slices ``t`` (:attr:`Shared.slices`' columns): the profiler's own ``Trace`` slices (Kineto's

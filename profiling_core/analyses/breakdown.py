@@ -13,6 +13,7 @@ import pandas as pd
 from ._common import ratio
 from ._shared import Shared, frame, frame_cols, shared_for
 from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES
+from .steps import steps, working_steps
 
 __all__ = ["step_breakdown", "category_totals", "top_kernels"]
 
@@ -141,7 +142,6 @@ def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None,
     p = sh.p
     n_steps = len(sh.steps_list)
     if n_steps:  # (per step the loop worked in, as every per-step figure; ``steps_df``: ``steps(session)``)
-        from .steps import steps, working_steps
         n_steps = len(working_steps(steps(session, shared=sh) if steps_df is None else steps_df))
     in_step = np.zeros(ng, dtype=np.int64)
     if n_steps:

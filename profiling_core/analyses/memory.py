@@ -264,8 +264,7 @@ class _Events:
             except TypeError:  # (a list: no dict key)
                 name = device_name(kind, index)
             names.append(name)
-        lanes = sh.lanes
-        names = _with_process(names, [lanes.get(int(u), (None, None))[1] for u in t["utid"][self.rows]])
+        names = _with_process(names, sh.pids_of(t["utid"][self.rows]))
         self.devices = sorted(set(names), key=_device_key)
         code = {d: k for k, d in enumerate(self.devices)}
         self.dev = np.array([code[d] for d in names], dtype=np.int64)
@@ -296,12 +295,10 @@ class _Events:
         starts = np.array([r[3] for r in st], dtype=np.int64)
         ends = starts + np.array([r[4] for r in st], dtype=np.int64)
         nums = np.array([int(r[1]) for r in st], dtype=np.int64)
-        lanes = self.sh.lanes
         pid_code: dict = {}
-        step_pid = np.array([pid_code.setdefault(lanes.get(u, (None, None))[1] if u is not None else None,
-                                                 len(pid_code)) for *_r, u in st], dtype=np.int64)
-        utids = self.sh.slices["utid"][self.rows].tolist()
-        ev_pid = np.array([pid_code.get(lanes.get(u, (None, None))[1] if u >= 0 else None, -1) for u in utids],
+        step_pid = np.array([pid_code.setdefault(x, len(pid_code)) for x in self.sh.pids_of([r[6] for r in st])],
+                            dtype=np.int64)
+        ev_pid = np.array([pid_code.get(x, -1) for x in self.sh.pids_of(self.sh.slices["utid"][self.rows])],
                           dtype=np.int64)
         # the step of the event's own process whose window holds it (ranks merged into one file each have theirs,
         # and their windows overlap); an event of a process without steps: any process's step whose window holds it

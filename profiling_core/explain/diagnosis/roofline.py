@@ -241,8 +241,9 @@ def _ops_and_kernels(report: Report, session, op_names: tuple[str, ...], categor
     if mine_k.empty:
         return None
     starts = mine_k["launch_start_ns"].to_numpy(dtype=np.int64)
-    utid = tb.track_utid[tb.track_id]  # per slice row: its thread
-    launch_utid = utid[shared_for(session, shared).pos(mine_k["launch_id"].to_numpy(dtype=np.int64))]
+    sh = shared_for(session, shared)
+    utid = sh.slices["utid"]  # per slice row: its thread
+    launch_utid = utid[sh.pos(mine_k["launch_id"].to_numpy(dtype=np.int64))]
     args = _args_each(session, ("Input Dims", "Input type", "Concrete Inputs"), ids)
     # Each op's kernels: those launched in [ts, ts + dur), found by binary search on the sorted launch starts (a scan
     # of every kernel per op was quadratic, and a frame per op cost milliseconds each), kept in the frame's row order:
