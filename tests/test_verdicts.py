@@ -593,6 +593,21 @@ def test_a_conv_in_nchw_gets_the_channels_last_rule_and_its_own_category(tmp_pat
     assert row["tflops"] == pytest.approx(flops / 40.0 / 1e6) and row["roof"] == "compute"
 
 
+def test_a_conv_called_again_by_autocast_gets_one_row_in_the_type_it_ran(tmp_path):
+    """Autocast's wrapper records the op with its fp32 inputs and calls it again with bf16 ones: the outer call's
+    window holds the same kernels, and it made a second, fp32 row of the one conv."""
+    path = vt.conv_with_transposes(tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    for e in [e for e in doc["traceEvents"] if e["name"] == "aten::convolution"]:
+        doc["traceEvents"].append({**e, "ts": e["ts"] - 1.0, "dur": e["dur"] + 2.0,
+                                   "args": {**e["args"], "Input type": ["float", "float", *e["args"]["Input type"][2:]]}})
+    path.write_text(json.dumps(doc))
+    convs = [e for e in scan_trace(path) if "fprop_implicit_gemm" in e["name"]]
+    _, _, d = run(path)
+    (row,) = d.roofline[d.roofline["kind"] == "conv"].to_dict("records")
+    assert (row["dtype"], row["count"], row["time_us"]) == ("bf16", len(convs), 40.0)
+
+
 def test_the_channels_last_cost_is_no_more_than_the_step_can_lose(tmp_path):
     """Each step: 640 µs of CPU (no waiting) launch 700 µs of GPU work, 300 µs of it transposes. The GPU sets the
     pace, but without the transposes the step is still its CPU's 640-odd µs: it can shorten by about 56 µs, not the
@@ -694,6 +709,54 @@ def test_grouped_query_attention_gets_its_row(tmp_path, kv_heads):
     (row,) = d.roofline[d.roofline["kind"] == "attention"].to_dict("records")
     assert row["flops"] == 2 * (4 * 32) * (2048 * 2048) * (128 + 128)
     assert row["bytes"] == 2 * (4 * 32 * 2048 * 128 + 2 * 4 * kv_heads * 2048 * 128 + 4 * 32 * 2048 * 128)
+
+
+@pytest.mark.parametrize("backend", ["flash", "efficient"])
+def test_attention_under_autocast_is_judged_in_the_type_it_ran(tmp_path, backend):
+    """Under bf16 autocast the public op records the fp32 inputs it was handed and calls itself again with the cast
+    ones: the row was fp32 (its peak, 4-byte elements) for a bf16 kernel. By a plain scan: the bf16 call's types and
+    the fused kernel's time; by hand: 2-byte elements, judged against the bf16 peak."""
+    q = [4, 32, 2048, 128]
+    path = vt.attention(tmp_path / "t.json", q, q, backend=backend, gpu_us=500.0, autocast=True)
+    ev = scan_trace(path)
+    calls = [e for e in ev if e["name"] == "aten::scaled_dot_product_attention"]
+    assert sorted(e["args"]["Input type"][0] for e in calls) == ["c10::BFloat16"] * 3 + ["float"] * 3
+    fused = [e["dur"] for e in ev if e.get("cat") == "kernel" and ("flash" in e["name"] or "fmha" in e["name"])]
+    _, _, d = run(path)
+    (row,) = d.roofline[d.roofline["kind"] == "attention"].to_dict("records")  # one row per call, not per record
+    assert (row["dtype"], row["count"], row["time_us"]) == ("bf16", 3, pytest.approx(sum(fused) / len(fused)))
+    assert row["bytes"] == 2 * 4 * 4 * 32 * 2048 * 128  # Q, K, V read and O written, 2 bytes each
+    assert row["compute_peak"] == H200_PEAKS.gemm_tflops["bf16"]
+
+
+def test_the_llama_training_steps_attention_is_bf16_under_autocast():
+    """The H200's Llama training step (fp32 weights, bf16 autocast): each aten::scaled_dot_product_attention records
+    fp32 inputs and holds one that records bf16, under which cuDNN's bf16 (``f16``) flash kernel ran. The row read
+    27.6 of 51.25 TFLOP/s, the fp32 peak; it is a bf16 attention."""
+    path = DATA / "h200_train" / "llm_train.json.gz"
+    ev = scan_trace(path)
+    types = collections.Counter(e["args"]["Input type"][0] for e in ev
+                                if e.get("cat") == "cpu_op" and e["name"] == "aten::scaled_dot_product_attention")
+    assert types == {"float": 12, "c10::BFloat16": 12}
+    fused = [e for e in ev if e.get("cat") == "kernel" and "sdpa" in e["name"] and "fprop" in e["name"]]
+    assert len(fused) == 12 and all("_f16_" in e["name"] for e in fused)
+    _, _, d = run(path)
+    (row,) = d.roofline[d.roofline["kind"] == "attention"].to_dict("records")
+    assert (row["dtype"], row["count"]) == ("bf16", 12)
+    assert row["compute_peak"] == H200_PEAKS.gemm_tflops["bf16"]
+    assert row["time_us"] == pytest.approx(sum(e["dur"] for e in fused) / 12)
+
+
+def test_autocast_is_not_why_flash_did_not_run(tmp_path):
+    """The efficient backend ran a bf16 head_dim of 264 under autocast: the reason is the head_dim, not the fp32
+    inputs the public op recorded before autocast cast them (flash got bf16 ones)."""
+    q = [8, 16, 2048, 264]
+    path = vt.attention(tmp_path / "t.json", q, q, backend="efficient", gpu_us=500.0, autocast=True)
+    with open_trace(path, engine="sqlite") as s:
+        x = next(d for d in diagnose(s, compute_capability=9.0).diagnoses if d.rule == "attention_backend")
+    assert x.evidence["backend"] == "efficient"
+    assert x.evidence["reasons"] == ["flash supports head_dim up to 256 and the trace records 264 (the last "
+                                     "dimension of the attention's query)"]
 
 
 def test_attention_on_the_math_backend_is_left_to_its_gemms(tmp_path):

@@ -285,26 +285,48 @@ def conv_with_transposes(path: Path, steps: int = 3, transpose_us: float = 12.0,
 
 
 def attention(path: Path, q: list, kv: list, *, causal: bool = False, backend: str = "flash", gpu_us: float = 11.2,
-              steps: int = 3) -> Path:
+              steps: int = 3, autocast: bool = False) -> Path:
     """One bf16 ``aten::scaled_dot_product_attention`` per step, query ``q`` and key/value ``kv`` ([B, H, L, D]).
 
     ``backend``: ``flash`` (eager: the public op calls ``aten::_scaled_dot_product_flash_attention``, which runs one
-    flash kernel), ``compiled`` (a compiled graph calls the backend op directly), ``math`` (a bmm, a softmax and a bmm:
-    no fused kernel)."""
+    flash kernel), ``efficient`` (the same through ``aten::_scaled_dot_product_efficient_attention`` and a cutlass
+    fmha kernel), ``compiled`` (a compiled graph calls the flash backend op directly), ``math`` (a bmm, a softmax and
+    a bmm: no fused kernel). ``autocast``: fp32 inputs under bf16 autocast, as torch records them (the H200's Llama
+    training step, ``h200_train/llm_train``): the public op with fp32 types holds the casts (``aten::to``) and then
+    the same op again with the bf16 ones."""
     t = Trace()
     flash = "void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<64, 64, 128, 4, false>>(...)"
+    fmha = "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<...>::Params)"
     dims, types = [q, kv, kv, [], [], [], [], []], ["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", "", "Scalar"]
     concrete = ["", "", "", "", "0.", str(causal), "", "False"]
     backend_op = dict(dims=[q, kv, kv, [], [], [], []], types=["c10::BFloat16"] * 3 + ["Scalar"] * 3 + [""],
                       concrete=["", "", "", "0.", str(causal), "False", ""],
                       children=lambda t: t.launch(flash, gpu_us))
+    efficient_op = dict(dims=[q, kv, kv, [], [], [], [], []], types=["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", "Scalar", ""],
+                        concrete=["", "", "", "", "True", "0.", str(causal), ""],
+                        children=lambda t: t.launch(fmha, gpu_us))
+
+    def public(t, types=types, inner=None):
+        if inner is None:
+            inner = (lambda t: t.cpu("aten::_scaled_dot_product_flash_attention", 30, **backend_op)) \
+                if backend == "flash" else \
+                (lambda t: t.cpu("aten::_scaled_dot_product_efficient_attention", 30, **efficient_op))
+        t.cpu("aten::scaled_dot_product_attention", 40, dims=dims, types=types, concrete=concrete, children=inner)
+
+    def cast(t):
+        for x in (q, kv, kv):
+            t.cpu("aten::to", 3, dims=[x, [], [], [], []], types=["float", "Scalar", "Scalar", "Scalar", "Scalar"],
+                  children=lambda t: t.launch("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_"
+                                              "kernel_cuda(...)>(...)", 1.0))
+        public(t)
     for s in range(steps):
         def body(t):
             if backend == "compiled":
                 t.cpu("aten::_scaled_dot_product_flash_attention", 30, **backend_op)
-            elif backend == "flash":
-                t.cpu("aten::scaled_dot_product_attention", 40, dims=dims, types=types, concrete=concrete,
-                      children=lambda t: t.cpu("aten::_scaled_dot_product_flash_attention", 30, **backend_op))
+            elif backend in ("flash", "efficient") and autocast:
+                public(t, types=["float"] * 3 + types[3:], inner=cast)
+            elif backend in ("flash", "efficient"):
+                public(t)
             else:
                 t.cpu("aten::scaled_dot_product_attention", 90, dims=dims, types=types, concrete=concrete,
                       children=lambda t: (t.launch("ampere_bf16_s16816gemm_bf16_64x64_ldg8_f2f_nn", gpu_us / 3),

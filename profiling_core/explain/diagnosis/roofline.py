@@ -268,13 +268,17 @@ def _dtype_of(types) -> Optional[str]:
 
 def _conv_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     """One row per convolution shape: FLOPs and bytes from the recorded shapes, time from the convolution kernels its
-    op launched (``analyses.categories``' ``convolution`` rule)."""
+    op launched (``analyses.categories``' ``convolution`` rule). A call that only calls the op again (:func:`recalls`:
+    autocast's wrapper, whose inputs are not the cast ones) has no row: the call inside it holds the same kernels."""
     found = _ops_and_kernels(report, session, ("aten::convolution",), "convolution", shared)
     if found is None:
         return []
     ids, dims, types, concrete, inside = found
+    wrappers = recalls(session.tables, ids)
     groups: dict[tuple, dict] = {}
     for i in ids:
+        if i in wrappers:
+            continue
         shape = _conv_shape(dims.get(i), concrete.get(i))
         dtype = _dtype_of(types.get(i))
         e = _ESIZE.get(dtype or "")
@@ -355,16 +359,40 @@ def _query_heads(qb: list, kb: list, vb: list) -> Optional[int]:
         return None
 
 
+def recalls(tb, ids) -> dict[int, int]:
+    """{slice id: the call of the same op directly inside it} over ``ids`` (slice ids of CPU ops): an op that calls
+    itself again at once is a dispatch wrapper, and the inner call is the one that ran. Autocast works this way: an op
+    on its lists (``linear``, ``scaled_dot_product_attention``, the GEMMs, the convolutions...) records the inputs as
+    the caller passed them, casts them (``aten::to`` beside the inner call) and calls the op again with the cast ones.
+    On the H200's Llama training step under bf16 autocast (``tests/data/h200_train/llm_train``) each
+    ``aten::scaled_dot_product_attention`` records fp32 query, key and value and holds one that records bf16, under
+    which cuDNN's bf16 flash kernel ran; each fp32 ``aten::linear`` holds a bf16 one. So the types an op computed in
+    are those of the innermost call of such a chain (:func:`ran_as`)."""
+    codes = tb.name.codes
+    par = tb.parent_id[np.asarray(ids, dtype=np.int64)]
+    return {int(p): int(i) for i, p in zip(np.asarray(ids, dtype=np.int64).tolist(), par.tolist())
+            if p >= 0 and codes[p] == codes[i]}
+
+
+def ran_as(i: int, inner: dict[int, int]) -> int:
+    """The call that ran for op call ``i``: the innermost of the chain of same-op calls :func:`recalls` found."""
+    while i in inner:
+        i = inner[i]
+    return i
+
+
 def _attention_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     """One row per attention shape: the outermost attention op (:data:`_ATTENTION_OPS`: the public op, or the backend
-    a compiled graph calls) with its FLOPs and bytes from the recorded shapes (:func:`_attention_shape`) and its time
-    from the fused attention kernels launched inside it (``analyses.categories``' ``attention`` rule). An op that ran
-    the math backend launched GEMMs and softmax instead, which the GEMM rows judge, so it has no attention row."""
+    a compiled graph calls) with its FLOPs and bytes from the recorded shapes and types (:func:`_attention_shape`) of
+    the call that ran (:func:`ran_as`: under autocast, the call with the cast inputs) and its time from the fused
+    attention kernels launched inside it (``analyses.categories``' ``attention`` rule). An op that ran the math backend
+    launched GEMMs and softmax instead, which the GEMM rows judge, so it has no attention row."""
     found = _ops_and_kernels(report, session, tuple(_ATTENTION_OPS), "attention", shared)
     if found is None:
         return []
     ids, dims, types, concrete, inside = found
     tb, chosen = session.tables, set(ids)
+    inner = recalls(tb, ids)
     groups: dict[tuple, dict] = {}
     for i in ids:
         p = int(tb.parent_id[i])
@@ -372,11 +400,12 @@ def _attention_rows(report: Report, session, peaks, shared=None) -> list[dict]:
             p = int(tb.parent_id[p])
         if p >= 0:
             continue
-        shape = _attention_shape(dims.get(i), types.get(i), concrete.get(i), *_ATTENTION_OPS[tb.name[[i]][0]])
+        r = ran_as(i, inner)  # (same op as i: the same schema, the same shapes)
+        shape = _attention_shape(dims.get(r), types.get(r), concrete.get(r), *_ATTENTION_OPS[tb.name[[i]][0]])
         durs, kernels = inside[i]
         if shape is None or not kernels:
             continue
-        key = (tb.name[[i]][0], _dtype_of(types.get(i)), json.dumps(dims[i][:3]), *shape)
+        key = (tb.name[[i]][0], _dtype_of(types.get(r)), json.dumps(dims[r][:3]), *shape)
         grp = groups.setdefault(key, {"ids": [], "time": [], "kernels": set()})
         grp["ids"].append(i)
         grp["time"].append(float(np.nansum(durs)))  # (what the Series' sum gives: NaN counts as 0)

@@ -24,7 +24,7 @@ from ....analyses import basis_steps
 from ....config import config_field as _cfg
 from ....units import format_share
 from ..base import Diagnosis, _Ctx, _args_of, _fmt_n, _fmt_us, _gpu_time_cost
-from ..roofline import _TORCH_DTYPES
+from ..roofline import _TORCH_DTYPES, recalls
 
 FLASH_INPUT_TYPES = ("c10::BFloat16", "c10::Half")
 """The recorded ``Input type`` of the query, key and value that flash attention takes (bf16, fp16)."""
@@ -33,12 +33,15 @@ FLASH_MAX_HEAD_DIM = 256
 
 
 def _forward_calls(c: _Ctx, ops: list[str]) -> np.ndarray:
-    """The slice ids of every call of the forward ops among ``ops`` (backward ops, whose first input is the
-    gradient, left out)."""
+    """The slice ids of every call of the forward ops among ``ops`` that ran (backward ops, whose first input is the
+    gradient, left out, and so are calls that only call the same op again, ``roofline.recalls``: autocast records its
+    inputs before casting them)."""
     fwd = [o for o in ops if not o.endswith("_backward")]
     col = c.session.tables.name
     codes = [i for i, n in enumerate(col.uniq) if n in fwd]
-    return np.flatnonzero(np.isin(col.codes, codes)) if codes else np.zeros(0, dtype=np.int64)
+    ids = np.flatnonzero(np.isin(col.codes, codes)) if codes else np.zeros(0, dtype=np.int64)
+    wrappers = recalls(c.session.tables, ids)
+    return ids[~np.isin(ids, list(wrappers))] if wrappers else ids
 
 
 def _recorded_input_types(c: _Ctx, ops: list[str]) -> dict[str, list[str]]:
