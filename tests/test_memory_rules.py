@@ -216,7 +216,8 @@ def test_cuda_graph_replays_with_memory_events_name_the_private_pools(tmp_path):
     d, _ = diagnosis(path, config={"compile": "reduce-overhead"})
     x = d["cudagraph_pools"]
     assert x.evidence["graph_launches"] == 4 and x.evidence["graph_launches_per_step"] == 1
-    assert "replays CUDA graphs (mode='reduce-overhead'): 4 cudaGraphLaunch calls (1 per step)" in x.text
+    assert ("replays CUDA graphs (mode='reduce-overhead'): 4 cudaGraphLaunch calls in the trace (a median 1 per "
+            "step)") in x.text
     assert "max-autotune-no-cudagraphs" in x.fix
     d2, _ = diagnosis(path)  # an imported trace: the launches alone say it
     assert "cudagraph_pools" in d2 and "mode=" not in d2["cudagraph_pools"].text

@@ -2455,3 +2455,168 @@ def test_merged_ranks_are_no_gradient_accumulation(tmp_path):
     assert "gradient accumulation" not in x2.text
     assert x2.evidence["steady_steps_with_optimizer"] == x2.evidence["steady_steps"]
     assert x2.cost_us_per_step == pytest.approx(x1.cost_us_per_step, rel=0.05)
+
+
+# --- CUDA graphs and torch.compile, against traces built to break them -----------------------------------------------
+
+TRITON = [(f"triton_poi_fused_add_{i}", 2.0) for i in range(30)]
+
+
+def _compiled(t, region: str, graph: str, work):
+    t.cpu("TorchDynamo Cache Lookup", 50)
+    t.cpu(f"Torch-Compiled Region: {region}", 400,
+          children=lambda t: t.cpu(f"## Call CompiledFxGraph {graph} ##", 300, children=work))
+
+
+def _one_by_one(t, kernels=TRITON):
+    for name, us in kernels:
+        t.launch(name, us, call="cuLaunchKernel", call_us=10.0)
+
+
+def test_steps_that_stop_replaying_their_graph_are_not_said_to_replay_one(tmp_path):
+    """Steps 1–2 replay a graph; a recompile (0/1) makes steps 3–8 launch their 30 kernels one by one. The rule said
+    "The step already replays a CUDA graph (0.142857 cudaGraphLaunch per step)" and offered no fewer launches."""
+    t = vt.Trace()
+    for n in range(8):
+        t.step(n + 1, lambda t, n=n: _compiled(t, "0/0", "aaa", lambda t: t.graph(TRITON)) if n < 2 else
+               _compiled(t, "0/1", "bbb", _one_by_one))
+    path = t.write(tmp_path / "t.json")
+    ev = scan_trace(path)
+    basis = steps_of(ev)[1:]  # the steady state: the steps after the first
+    replaying = sum(any(e["name"] == "cudaGraphLaunch" and a <= e["ts"] < b for e in ev) for a, b in basis)
+    assert (replaying, len(basis)) == (1, 7)
+    x = rules(run(path, config={"compile": "reduce-overhead"})[2])["gpu_starved"]
+    assert "already replays" not in x.text + x.fix
+    assert "1 of the 7 steps replay a CUDA graph (cudaGraphLaunch); the others launch their kernels one by one" in x.text
+    assert x.fix.startswith("1 of the 7 steady-state steps replay a CUDA graph") and "recompiles" in x.fix
+
+
+def test_decode_tokens_that_do_not_all_replay_a_graph_are_not_said_to(tmp_path):
+    """Of each step's 8 tokens only the last replays a graph; the rule said "Each token already replays a CUDA graph
+    (0.125 cudaGraphLaunch per token)"."""
+    t = vt.Trace()
+    for n in range(4):
+        def body(t):
+            for k in range(8):
+                work = (lambda t: t.graph(TRITON, call_us=8.0)) if k == 7 else _one_by_one
+                vt._annotate(t, "decode::token", lambda t, work=work: _compiled(t, "0/1", "abc", work))
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    ev = scan_trace(path)
+    tokens = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"] == "decode::token"]
+    replaying = sum(any(e["name"] == "cudaGraphLaunch" and a <= e["ts"] < b for e in ev) for a, b in tokens)
+    x = rules(run(path)[2])["decode_launch_bound"]
+    n = x.evidence["tokens_replaying_graphs"]
+    assert n == replaying * 3 // 4 == 3  # the steady state: the 3 steps after the first, one token each
+    assert "already replays" not in x.text + x.fix
+    assert f"{n} of the 24 tokens replay a CUDA graph" in x.text and "per token" in x.fix
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_compile_rules_count_per_step_over_the_steps_with_work(tmp_path, graphs):
+    """Two working steps (frames 0/0 and 1/0 each: a graph break) and three empty ones the profiler closed: the
+    per-step medians counted the empty steps ("0 kernel launches per step"; no graph-break sentence; "0.8" graph
+    launches per step)."""
+    t = vt.Trace()
+
+    def body(t):
+        for fr in ("0/0", "1/0"):
+            kernels = [(f"triton_poi_fused_add_{fr[0]}_{i}", 2.0) for i in range(15)]
+            if graphs:
+                t.memory(4096, 1 << 30, 2 << 30)
+            _compiled(t, fr, f"g{fr[0]}", (lambda t, k=kernels: t.graph(k)) if graphs else
+                      (lambda t, k=kernels: _one_by_one(t, k)))
+    for n in range(2):
+        t.step(n + 1, body)
+    for n in range(2, 5):
+        t.step(n + 1, lambda t: None)
+    path = t.write(tmp_path / "t.json")
+    ev = scan_trace(path)
+    empty = [sum(a <= e.get("ts", -1) < b and not e["name"].startswith("ProfilerStep#") for e in ev)
+             for a, b in steps_of(ev)[2:]]
+    launch = "cudaGraphLaunch" if graphs else "cuLaunchKernel"
+    per_step = [sum(e["name"] == launch and a <= e["ts"] < b for e in ev) for a, b in steps_of(ev)[:2]]
+    regions = [sum(e["name"].startswith("Torch-Compiled Region") and a <= e["ts"] < b for e in ev)
+               for a, b in steps_of(ev)[:2]]
+    assert per_step == ([2, 2] if graphs else [30, 30]) and regions == [2, 2] and empty == [0, 0, 0]
+    d = rules(run(path, config={"compile": "reduce-overhead"})[2])
+    assert "2 compiled regions per step from 2 compiled frames" in d["compile_breaks"].text
+    if graphs:
+        assert "4 cudaGraphLaunch calls in the trace (a median 2 per step)" in d["cudagraph_pools"].text
+    else:
+        assert "no cudaGraphLaunch in any step, 30 kernel launches per step instead" in d["cudagraphs_skipped"].text
+
+
+def test_graph_replays_outside_the_steps_are_no_steps_replays(tmp_path):
+    """Three steps replay one graph each; nine more replays came before the first step (a warm-up recorded without
+    step slices): "12 cudaGraphLaunch calls (4 per step)"."""
+    t = vt.Trace()
+
+    def region(t):
+        _compiled(t, "0/0", "abc", lambda t: (t.memory(4096, 1 << 30, 2 << 30), t.memory(-4096, (1 << 30) - 4096,
+                                                                                           2 << 30),
+                                              t.graph(TRITON[:10])))
+    for _ in range(9):
+        region(t)
+        t.t += 10
+    for n in range(3):
+        t.step(n + 1, region)
+    path = t.write(tmp_path / "t.json")
+    ev = scan_trace(path)
+    per_step = [sum(e["name"] == "cudaGraphLaunch" and a <= e["ts"] < b for e in ev) for a, b in steps_of(ev)]
+    assert per_step == [1, 1, 1] and sum(e["name"] == "cudaGraphLaunch" for e in ev) == 12
+    x = rules(run(path)[2])["cudagraph_pools"]
+    assert "12 cudaGraphLaunch calls in the trace (a median 1 per step)" in x.text
+
+
+def test_the_users_own_foreach_kernels_are_not_a_graphs_input_copies(tmp_path):
+    """A reduce-overhead forward, an eager backward, then clip_grad_norm_'s foreach kernels (60 µs each) before a
+    fused AdamW: they were "CUDA-graph input staging copies (8 multi_tensor_apply kernels, 120.0 µs per step)".
+    Input copies are what aten::_foreach_copy_ launches inside the compiled code; here there are none. With such
+    copies beside the same kernels, only those are counted."""
+    norm = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<1>, LpNormFunctor>(...)"
+    copy = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<2>, Copy>(...)"
+
+    def path_with(staged: bool):
+        t = vt.Trace()
+
+        def forward(t):
+            if staged:
+                t.cpu("aten::_foreach_copy_", 10, children=lambda t: t.launch(copy, 70.0))
+            t.graph([("triton_poi_fused_relu_0", 5.0)])
+
+        def body(t):
+            vt._annotate(t, "train::forward", lambda t: _compiled(t, "0/0", "fwd", forward))
+            vt._annotate(t, "train::backward", lambda t: t.cpu(
+                "aten::mm", 30, dims=[[512, 512], [512, 512]], types=vt.BF16,
+                children=lambda t: t.launch("nvjet_sm90_tst_128x128_64x4_1x2_h_bz_NNT", 40.0)))
+            t.cpu("aten::_foreach_norm", 20, children=lambda t: t.launch(norm, 60.0))
+            t.cpu("aten::_foreach_mul_", 20, children=lambda t: t.launch(norm, 60.0))
+            vt._annotate(t, "train::optimizer", lambda t: t.cpu(
+                "aten::_fused_adamw_", 15, children=lambda t: t.launch(vt.FUSED, 6.0)))
+        for n in range(4):
+            t.step(n + 1, body)
+        return t.write(tmp_path / f"t{int(staged)}.json")
+    d = rules(run(path_with(False))[2])
+    assert "compile_breaks" not in d or "staging" not in d["compile_breaks"].text
+    x = rules(run(path_with(True))[2])["compile_breaks"]
+    copies = [e for e in scan_trace(path_with(True)) if e["name"] == copy]
+    assert f"CUDA-graph input staging copies ({len(copies)} multi_tensor_apply kernels, 70.0 µs per step)" in x.text
+
+
+def test_a_graph_replayed_outside_the_compiled_code_is_not_the_compiled_codes(tmp_path):
+    """mode='default': the compiled region launches its 20 kernels one by one; the user's own CUDAGraph.replay()
+    beside it replays 10. Q10 said "In this mode the GPU work is replayed from a CUDA graph" where Q9 lists the
+    compiled code's own launches."""
+    t = vt.Trace()
+
+    def body(t):
+        _compiled(t, "0/0", "abc", lambda t: _one_by_one(t, TRITON[:20]))
+        vt._annotate(t, "CUDAGraph.replay", lambda t: t.graph([(f"manual_kernel_{i}", 2.0) for i in range(10)]))
+    for n in range(4):
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    _, f, _ = run(path)
+    q10 = f["q10.compile_cost"].text
+    assert "In this mode the compiled code's GPU work is replayed" not in q10
+    assert "are launched from outside the compiled code, which launches its own kernels one by one" in q10

@@ -73,6 +73,19 @@ class Trace:
         self.t = ts + call_us
         return start
 
+    def graph(self, kernels: list, call_us: float = 10.0, call: str = "cudaGraphLaunch"):
+        """A CUDA graph's replay: one ``call`` of ``call_us`` whose ``kernels`` ((name, µs) each) run back to back on
+        GPU 0, each with the call's correlation, as the H200's reduce-overhead traces record a replay."""
+        self.corr += 1
+        ts = self.t
+        self._x(call, ts, call_us, "cuda_runtime", correlation=self.corr)
+        start = max(ts + 3.0, self.gpu_free)
+        for name, us in kernels:
+            self._x(name, start, us, "kernel", pid=0, tid=7, correlation=self.corr, device=0, stream=7)
+            start += us
+        self.gpu_free = start
+        self.t = ts + call_us
+
     def copy(self, kind: str, nbytes: int, gpu_us: float, call_us: float, *, blocking: bool):
         """A cudaMemcpyAsync of ``nbytes``: ``kind`` as Kineto names it (``HtoD (Pageable -> Device)``,
         ``HtoD (Pinned -> Device)``, ``DtoH (Device -> Pageable)``); a pageable copy blocks the CPU call until done."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 from ._common import recorded_with
 from .breakdown import category_totals, step_breakdown, top_kernels
 from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, gpu_op_category
-from .compile import GRAPH_LAUNCHES, compile_breakdown, compile_payoff, fused_ops, ran_compiled, triton_fusions
+from .compile import (GRAPH_LAUNCHES, STAGING_OP, compile_breakdown, compile_in_working_steps, compile_payoff,
+                      fused_ops, ran_compiled, triton_fusions)
 from .gemm import (gemm_dims, gemm_flops_from_dims, gemm_kernel_shapes, gemm_leading_dims, gemm_shape_text,
                    gemm_throughput, is_shapes)
 from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_stats
@@ -50,8 +51,9 @@ __all__ = [
     "RISES_AT",
     "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "gpu_ops", "kernel_stats", "kernel_configs", "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
-    "cold_start_gap", "sync_wait", "GRAPH_LAUNCHES", "compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops",
-    "ran_compiled",
+    "cold_start_gap", "sync_wait", "GRAPH_LAUNCHES", "STAGING_OP", "compile_breakdown", "compile_in_working_steps",
+    "compile_payoff",
+    "triton_fusions", "fused_ops", "ran_compiled",
     "gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims",
     "gemm_shape_text", "is_shapes",
     "profiler_table",

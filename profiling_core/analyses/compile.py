@@ -14,10 +14,16 @@ from ._common import ints, nullable_int, us
 from ._shared import Shared, covered_ns, frame, shared_for
 from .table import cpu_slices_by_step, engine_work_beside
 
-__all__ = ["compile_breakdown", "compile_payoff", "triton_fusions", "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
+__all__ = ["compile_breakdown", "compile_in_working_steps", "compile_payoff", "STAGING_OP", "triton_fusions",
+           "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
            "GRAPH_LAUNCHES"]
 
 COMPILED_GRAPH_CALL = "## Call CompiledFxGraph "
+STAGING_OP = "aten::_foreach_copy_"
+"""The op through which CUDA graphs' replays copy their inputs into the graphs' static buffers: on every
+reduce-overhead trace here (the H200's ``h200_memory/ro`` and ``train_ro``, its decode and sweep runs, the H100's
+``mm4095_ro``) each input copy is a ``multi_tensor_apply`` kernel that this op launched inside the compiled code (a
+``Torch-Compiled Region``, or ``CompiledFunctionBackward`` for the backward's graph), before the graph's replay."""
 """How the profiler names a call of a torch.compile'd graph (``## Call CompiledFxGraph <hash> ##``)."""
 
 _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_calls", "backward_fx_graph_calls",
@@ -167,6 +173,16 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
                     *(int(c[x][j]) for x in ("kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
                                              "memsets", "launches", "kernel_launches"))))
     return frame(out, cols)
+
+
+def compile_in_working_steps(report) -> pd.DataFrame:
+    """``report.compile_breakdown``'s rows of the steps the loop worked in (``steps.working_steps``): the per-step
+    figures of questions 9 and 10 and of the compile rules rest on these, so that an empty step the profiler closed
+    right after it began counts as no step (two steps of 30 launches and three empty ones: 30 launches per step, not
+    the median 0)."""
+    from .steps import working_steps
+    cb = report.compile_breakdown
+    return cb[cb["step"].isin(working_steps(report.steps)["step"])] if len(cb) else cb
 
 
 def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses import GPU_PACED, GRAPH_LAUNCHES, STARVED_AT, Report
+from ...analyses import GPU_PACED, GRAPH_LAUNCHES, STARVED_AT, Report, working_steps
 from ...store.peaks import DevicePeaks
 from ...units import format_count as _fmt_n  # (a count per step: 1e+06 never, see format_count)
 from ..questions.base import _app_run
@@ -70,7 +70,10 @@ def _ampere_or_later(c: "_Ctx", kernel_names) -> bool:
 
 
 def _steps(report: Report) -> int:
-    return max(1, len(report.steps))
+    """How many steps a per-step figure of the rules divides by: the steps the loop worked in
+    (``analyses.working_steps``; an empty step the profiler closed right after it began launched nothing and is no
+    step of the loop), at least 1."""
+    return max(1, len(working_steps(report.steps)))
 
 
 def _in_steps(report: Report, ops: pd.DataFrame) -> pd.DataFrame:

@@ -13,11 +13,10 @@ from .base import Finding, _app_run, _listed, _num
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
-    from ...analyses import working_steps
-    cb = r.compile_breakdown
-    if cb.empty:
+    from ...analyses import compile_in_working_steps
+    if r.compile_breakdown.empty:
         return []
-    cb = cb[cb["step"].isin(working_steps(r.steps)["step"])]  # per step: the steps the loop worked in
+    cb = compile_in_working_steps(r)  # per step: the steps the loop worked in
     cpu_med = float(cb["cpu_dur_us"].median())
     if int(cb["compiled_regions"].sum()) == 0:
         return [_eager(r, config, set(cb["step"]), cpu_med)]
@@ -72,8 +71,37 @@ def _q10_cost(r, config=None) -> list[Finding]:
         text += (f" The backward's compiled graph (CompiledFunctionBackward, run by autograd) takes "
                  f"{_us(backward)} more per step.")
     if int(cb["graph_launches"].sum()):
-        text += " In this mode the GPU work is replayed from a CUDA graph (cudaGraphLaunch)."
+        text += _graph_sentence(r.launch_paths)
     return [Finding("q10.compile_cost", 10, "CPU cost of torch.compile", text, ev)]
+
+
+def _graph_sentence(lp) -> str:
+    """What the steps' CUDA-graph replays say of the compiled code's GPU work, from ``launch_paths``' launches made
+    from torch.compile's code (``from_compiled``): all of it replayed from graphs (the copies of the graphs' inputs
+    into their static buffers, ``analyses.STAGING_OP``, launched before each replay), part of it (the compiled code
+    also launched kernels one by one: a recompile, graphs skipped for a new shape), or none (the graphs are replayed
+    by code outside it, ``torch.cuda.CUDAGraph.replay`` of the user's own)."""
+    from ...analyses import GRAPH_LAUNCHES, STAGING_OP
+    if lp.empty:
+        return ""
+    graphs = set(GRAPH_LAUNCHES)
+    apis = [set(a.split(", ")) for a in lp["launch_apis"].astype(str)]
+    mine = (lp["from_compiled"].astype(int) > 0).tolist()
+    staging = [p == STAGING_OP for p in lp["parent_ops"].astype(str)]
+    comp = lp["from_compiled"].astype(int).tolist()
+    replayed = sum(k for m, a, k in zip(mine, apis, comp) if m and a & graphs)
+    launched = sum(k for m, a, c, st, k in zip(mine, apis, lp["category"].astype(str), staging, comp)
+                   if m and a - graphs and c == "kernel" and not st)
+    if replayed and not launched:
+        return (" In this mode the compiled code's GPU work is replayed from a CUDA graph (cudaGraphLaunch)"
+                + (f", after its inputs are copied in ({STAGING_OP})" if any(m and st for m, st in zip(mine, staging))
+                   else "") + ".")
+    if replayed:
+        return (f" Part of the compiled code's GPU work is replayed from CUDA graphs (cudaGraphLaunch: {replayed:,} GPU "
+                f"op{'s' if replayed != 1 else ''}) and part launched kernel by kernel ({launched:,} "
+                f"kernel{'s' if launched != 1 else ''}; question 9 lists the kernels).")
+    return (" The CUDA graphs this trace replays (cudaGraphLaunch) are launched from outside the compiled code, which "
+            "launches its own kernels one by one.")
 
 
 def _eager(r, config, steps: set, cpu_med: float) -> Finding:

@@ -22,11 +22,10 @@ def _as_config(config):
 
 
 def _q9_compile(r, config=None) -> list[Finding]:
-    from ...analyses import working_steps
-    cb = r.compile_breakdown
-    if cb.empty:
+    from ...analyses import compile_in_working_steps
+    if r.compile_breakdown.empty:
         return []
-    cb = cb[cb["step"].isin(working_steps(r.steps)["step"])]  # per step: the steps the loop worked in
+    cb = compile_in_working_steps(r)  # per step: the steps the loop worked in
     regions = int(cb["compiled_regions"].sum())
     ev = {"steps": int(len(cb)), "compiled_regions": regions,
           "compiled_regions_per_step": _num(regions / len(cb)),

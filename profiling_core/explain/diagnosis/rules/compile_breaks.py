@@ -13,7 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import GRAPH_LAUNCHES, annotation_ranges
+from ....analyses import (GRAPH_LAUNCHES, STAGING_OP, annotation_ranges, compile_in_working_steps, launch_ops,
+                          ran_compiled)
 from ....config import config_field as _cfg
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _multi_tensor_kernels, _steps
 from .decode_launch_bound import TOKEN_RANGE
@@ -59,14 +60,25 @@ def _token_regions(c: _Ctx, names: list) -> tuple[Optional[float], dict[str, dic
 
 
 def _staging_copies(c: _Ctx):
-    """The GPU ops that copy inputs into CUDA graphs' static buffers: ``multi_tensor_apply`` kernels in a trace that
-    replays graphs (``cudaGraphLaunch``), less those launched inside a training step's optimizer phase (a foreach
-    optimizer's own multi-tensor kernels)."""
+    """The GPU ops that copy inputs into CUDA graphs' static buffers, in a trace that replays graphs
+    (``cudaGraphLaunch``): the ``multi_tensor_apply`` kernels that :data:`STAGING_OP` launched from torch.compile's
+    code (``analyses.ran_compiled``). The user's own foreach ops (an optimizer's ``_foreach_add_``,
+    ``clip_grad_norm_``'s ``_foreach_norm`` and ``_foreach_mul_``) run the same kernels and copy nothing in."""
     ops, lat = c.report.gpu_ops, c.report.launch_latency
     if ops.empty or lat.empty or not lat["launch_name"].isin(GRAPH_LAUNCHES).any():
         return ops.iloc[:0]
-    k, phase = _multi_tensor_kernels(c)
-    return k.loc[[p != "optimizer" for p in phase]]  # (.loc: an empty list is no rows, not no columns)
+    k, _phase = _multi_tensor_kernels(c)
+    if not len(k):
+        return k
+    pairs = lat.drop_duplicates("gpu_id")
+    launch = dict(zip(pairs["gpu_id"].astype(int), pairs["launch_id"].astype(int)))
+    ids = np.array([launch.get(int(i), -1) for i in k["id"]], dtype=np.int64)
+    op = np.full(len(ids), -1, dtype=np.int64)
+    op[ids >= 0] = launch_ops(c.session, ids[ids >= 0], shared=c.shared)
+    names = c.session.tables.name
+    copying = np.array([o >= 0 and names.uniq[names.codes[o]] == STAGING_OP for o in op.tolist()], dtype=bool)
+    copying &= ran_compiled(c.session, op, shared=c.shared)
+    return k[copying]
 
 
 def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
@@ -77,7 +89,7 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     names = tb.name.tolist()
     regions = sorted({n for n in names if isinstance(n, str) and n.startswith("Torch-Compiled Region: ")})
     recompiled = [n for n in regions if not n.endswith("/0")]
-    per_step = float(cb["compiled_regions"].median())
+    per_step = float(compile_in_working_steps(c.report)["compiled_regions"].median())
     hashes, backward = set(), set()
     for h in cb["fx_graph_hash"].dropna():
         hashes.update(str(h).split(","))

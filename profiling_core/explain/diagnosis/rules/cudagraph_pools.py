@@ -10,7 +10,7 @@ allocation then happened in the pools, or before the window: the run's ``max_mem
 figure)."""
 from __future__ import annotations
 
-from ....analyses import recorded_with
+from ....analyses import compile_in_working_steps, recorded_with
 from ....analyses.memory import device_of
 from ....config import config_field as _cfg
 from ....units import human_bytes
@@ -27,12 +27,16 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
     recorded_nothing = not m.has_events and recorded_with("profile_memory", r.summary.get("recorded_with"), c.config)
     if gpu.empty and not recorded_nothing:
         return None
-    per_step = graphs / max(1, len(r.steps))
+    # per step as question 9 counts them: the median over the steps the loop worked in (replays outside the steps,
+    # a warm-up or an evaluation loop recorded without step slices, count in the trace's total only)
+    cb = compile_in_working_steps(r)
+    per_step = float(cb["graph_launches"].median()) if len(cb) else float("nan")
     mode = _cfg(c.config, "compile")
     asked = graph_mode_asked(c.config)  # a torch.compile mode that replays CUDA graphs (reduce-overhead, max-autotune)
     why = f" (mode='{asked}')" if asked else ""
-    text = (f"This run replays CUDA graphs{why}: {graphs} cudaGraphLaunch call{'s' if graphs != 1 else ''}"
-            f" ({_fmt_n(per_step)} per step). Each captured graph keeps a private pool for its tensors, reserved "
+    text = (f"This run replays CUDA graphs{why}: {graphs} cudaGraphLaunch call{'s' if graphs != 1 else ''} in the "
+            "trace" + (f" (a median {_fmt_n(per_step)} per step)" if per_step == per_step else "")
+            + ". Each captured graph keeps a private pool for its tensors, reserved "
             "between replays, and a replay allocates nothing the profiler records")
     if gpu.empty:
         text += (": this trace was recorded with profile_memory=True and its steps made no [memory] event at all, so "

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import GPU_PACED, annotation_ranges, bound
+from ....analyses import GPU_PACED, GRAPH_LAUNCHES, annotation_ranges, bound
 from ....units import format_share
 from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _gpus_idle
 from .gpu_starved import GPU_IDLE_AT, TOKEN_RANGE, graph_call, launch_call_stats, launch_calls
@@ -46,23 +46,37 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
     per_step = float(tokens.groupby("step", dropna=False)["slice_id"].count().median())  # (those outside steps: one)
     ops = float(with_gpu["gpu_ops"].median())
     calls = launch_calls(r)
+    replaying = 0  # tokens with a graph launch in them
     if len(calls):
         starts = calls["launch_start_ns"].astype("float64").to_numpy()
+        graph = calls["launch_name"].isin(GRAPH_LAUNCHES).to_numpy()
         b = tokens["start_ns"].astype("float64").to_numpy()
         e = b + tokens["cpu_dur_us"].to_numpy() * 1000.0
         inside = np.zeros(len(starts), dtype=bool)
         for lo, hi in zip(b, e):
-            inside |= (starts >= lo) & (starts < hi)
+            here = (starts >= lo) & (starts < hi)
+            inside |= here
+            replaying += bool((here & graph).any())
         calls = calls[inside]
     n_calls, call_us, calls_us, graphs = launch_call_stats(calls, n_tokens)
+    # "already replays" only where every token does: tokens that launch kernel by kernel are what a fix would cut
+    partial = 0 < replaying < n_tokens
     text = (f"Each decode token waits on the CPU: in steady state a token ({TOKEN_RANGE}, {_fmt_n(per_step)} per step) "
             f"takes {_fmt_us(cpu)} of CPU time and launches {_fmt_us(gpu)} of GPU work ({_fmt_n(ops)} GPU op"
             f"{'s' if ops != 1 else ''}), so {_gpus_idle(r)} {format_share(idle)} of each token.")
     if call_us is not None:
         text += (f" Its {_fmt_n(n_calls)} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} "
                  f"per token in all (median {_fmt_us(call_us)} each).")
-    gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and not graphs else None
-    if graphs:
+    gain = max(0.0, (n_calls - 1) * call_us) if call_us is not None and (not graphs or partial) else None
+    if partial:
+        text += (f" {replaying} of the {n_tokens} tokens replay a CUDA graph ({graph_call(calls)}); the others launch "
+                 "their kernels one by one.")
+        fix = (f"{replaying} of the {n_tokens} tokens replay a CUDA graph and the others launch their kernels one by "
+               "one: find what changed between them (TORCH_LOGS='recompiles,perf_hints': a recompile for a new "
+               "length, a graph skipped for it; a static KV cache keeps every token's shapes the same) and keep every "
+               "token on the replayed graph"
+               + (f" (the launch calls cost about {_fmt_us(gain)} per token)" if gain else "") + ".")
+    elif graphs:
         text += (f" Each token already replays a CUDA graph ({_fmt_n(graphs / n_tokens)} {graph_call(calls)} per "
                  "token).")
         fix = ("The graph replays already; what is left per token is Python around it (the decode loop, sampling, "
@@ -88,5 +102,6 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
                      {"tokens_per_step": per_step, "cpu_us_per_token": cpu, "gpu_us_per_token": gpu,
                       "gpu_idle_share": idle, "gpu_ops_per_token": ops, "launch_calls_per_token": n_calls,
                       "launch_call_us": call_us, "launch_calls_us_per_token": calls_us,
-                      "graph_launches_per_token": graphs / n_tokens, "graph_launch_gain_us_per_token": gain,
+                      "graph_launches_per_token": graphs / n_tokens, "tokens_replaying_graphs": replaying,
+                      "graph_launch_gain_us_per_token": gain,
                       "slice_ids": tokens["slice_id"].astype(int).tolist()[:50]})

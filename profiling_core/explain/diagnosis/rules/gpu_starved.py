@@ -222,7 +222,15 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
     if call_us is not None:
         text += (f" The {_fmt_n(n_calls)} launch call{'s take' if n_calls != 1 else ' takes'} {_fmt_us(calls_us)} per "
                  f"step in all (median {_fmt_us(call_us)} each).")
-    if graphs:
+    # "already replays" only where every steady-state step does: steps that fall back to launching kernel by kernel
+    # (a recompile for a new shape, graphs skipped) are no replays, and their launches are what a fix would cut
+    replaying = int(calls.loc[calls["launch_name"].isin(GRAPH_LAUNCHES), "step"].nunique()) if graphs else 0
+    partial = 0 < replaying < len(basis)
+    if partial:
+        graphs = 0  # (the launch figures and fixes below then read as for steps without graphs)
+        text += (f" {replaying} of the {len(basis)} steps replay a CUDA graph ({graph_call(calls)}); the others "
+                 "launch their kernels one by one.")
+    elif graphs:
         text += (f" The step already replays a CUDA graph ({_fmt_n(graphs / max(1, len(basis)))} {graph_call(calls)} "
                  "per step).")
     names = [n for n, _us, _w in top]
@@ -258,6 +266,11 @@ def _rule_gpu_starved(c: _Ctx) -> Optional[Diagnosis]:
         fix = (f"The largest CPU cost is {names[0]}, a call that waits for the GPU or for a copy: see the "
                "synchronisation and copies finding; pinned inputs copied with non_blocking=True ahead of the step, and "
                "no .item() in the hot loop, let the CPU queue the next work instead.")
+    elif partial:
+        fix = (f"{replaying} of the {len(basis)} steady-state steps replay a CUDA graph and the others launch their "
+               "kernels one by one: find what changed between them (TORCH_LOGS='recompiles,perf_hints': a recompile "
+               "for a new shape or value, a graph skipped for it) and keep every step on the replayed graph"
+               + (f" (the launch calls cost about {_fmt_us(gain)} per step)" if gain else "") + ".")
     elif asked and not graphs:  # the run's own config: graphs asked for, none replayed
         fix = (f"This run already asked torch.compile for mode='{asked}', which replays the compiled step as a CUDA "
                "graph (one launch, no Python per kernel), and its steady-state steps replay none (no "
