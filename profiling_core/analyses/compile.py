@@ -236,7 +236,10 @@ def compile_payoff(eager_warmup_s: float, compiled_warmup_s: float, eager_step_u
     time minus the eager run's (the same calls, eagerly). It pays off after ``ceil(cost / saving)`` steps when the
     compiled step is cheaper on the CPU, and never otherwise. Runs without warm-up calls (``warmup_calls`` 0: cold
     runs) compiled in their profiled steps, not in a warm-up: their warm-up times hold no compile, so nothing is
-    said of its cost (``measured`` False), not a cost of 0 s paid back after 0 steps.
+    said of its cost (``measured`` False), not a cost of 0 s paid back after 0 steps. Nor is it where the compiled
+    run's warm-up took no longer than the eager one's: a compile, even one served from a warm cache, costs time, so
+    a difference of 0 s or less says the runs' noise is larger than the compile, not that it cost nothing (or
+    less than nothing).
 
     Args:
         eager_warmup_s, compiled_warmup_s: the runs' ``warmup_s`` timings (meta.json), seconds.
@@ -246,17 +249,23 @@ def compile_payoff(eager_warmup_s: float, compiled_warmup_s: float, eager_step_u
     Returns:
         ``compile_s`` (one-time cost, s; None where not measured), ``saving_us_per_step`` (eager − compiled;
         negative: compiled costs more), ``payoff_steps`` (steps after which compiling has paid for itself; None:
-        never, or not measured), ``measured`` (False where the warm-up held no compile).
+        never, or not measured), ``measured`` (False where the warm-up held no compile, or its cost is lost in the
+        noise), ``why`` (where not measured: ``"no warm-up"`` or ``"no slower"``; else None).
     """
     saving = float(eager_step_us) - float(compiled_step_us)
     if warmup_calls is not None and int(warmup_calls) == 0:
-        return {"compile_s": None, "saving_us_per_step": saving, "payoff_steps": None, "measured": False}
+        return {"compile_s": None, "saving_us_per_step": saving, "payoff_steps": None, "measured": False,
+                "why": "no warm-up"}
     compile_s = float(compiled_warmup_s) - float(eager_warmup_s)
+    if not compile_s > 0:
+        return {"compile_s": None, "saving_us_per_step": saving, "payoff_steps": None, "measured": False,
+                "why": "no slower"}
     if saving > 0:
         steps = max(0, math.ceil(round(compile_s * 1e6 / saving, 6)))  # (rounded: 500.0000000000004 is 500)
     else:
-        steps = None if compile_s > 0 or saving < 0 else 0
-    return {"compile_s": compile_s, "saving_us_per_step": saving, "payoff_steps": steps, "measured": True}
+        steps = None
+    return {"compile_s": compile_s, "saving_us_per_step": saving, "payoff_steps": steps, "measured": True,
+            "why": None}
 
 
 _TRITON = re.compile(r"^triton_(poi|red|per|tem|for)_fused_(.+?)(?:_\d+)?$")
