@@ -747,6 +747,21 @@ def test_the_llama_training_steps_attention_is_bf16_under_autocast():
     assert row["time_us"] == pytest.approx(sum(e["dur"] for e in fused) / 12)
 
 
+def test_an_fp32_run_under_autocast_is_not_why_flash_did_not_run(tmp_path):
+    """An app run of dtype fp32 with the autocast knob at bf16 (its way to train in bf16): the attention ran on bf16
+    inputs (recorded), so "this run is fp32" is no reason; a run's dtype is its tensors', which autocast casts."""
+    q = [4, 8, 128, 264]
+    path = vt.attention(tmp_path / "t.json", q, q, backend="efficient", gpu_us=50.0, autocast=True)
+    ran = {tuple(e["args"]["Input type"][:3]) for e in scan_trace(path)
+           if e["name"] == "aten::_scaled_dot_product_efficient_attention"}
+    assert ran == {("c10::BFloat16",) * 3}
+    config = {"workload": "transformer_block", "dtype": "fp32", "knobs": {"train": True, "autocast": "bf16",
+                                                                        "d_model": 2112, "heads": 8}}
+    x = rules(run(path, config=config)[2])["attention_backend"]
+    assert x.evidence["reasons"] == ["flash supports head_dim up to 256 and the trace records 264 (the last "
+                                     "dimension of the attention's query)"]
+
+
 def test_autocast_is_not_why_flash_did_not_run(tmp_path):
     """The efficient backend ran a bf16 head_dim of 264 under autocast: the reason is the head_dim, not the fp32
     inputs the public op recorded before autocast cast them (flash got bf16 ones)."""

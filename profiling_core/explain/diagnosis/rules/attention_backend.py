@@ -137,9 +137,11 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
     good = ("flash", "cudnn")  # cuDNN's SDPA is a flash-style fused kernel: torch prefers it on Hopper
     recorded = _recorded_input_types(c, ops) if on_gpu and backend not in good else {}
     if on_gpu and backend not in good:
-        if dtype == "fp32":
+        # the trace's own record of the types that ran first (query, key and value of a type flash does not take):
+        # the run's dtype is its tensors', which autocast casts (the app's autocast knob, or the user's own)
+        if dtype == "fp32" and not recorded and knobs.get("autocast", "off") == "off":
             why.append("flash attention takes only fp16/bf16 inputs and this run is fp32")
-        else:  # the trace's own record: query, key and value of a type flash does not take
+        else:
             odd = {op: [t for t in ts if t not in FLASH_INPUT_TYPES] for op, ts in recorded.items()}
             op = next((o for o in sorted(odd, key=lambda o: (o != "aten::scaled_dot_product_attention", o))
                        if odd[o]), None)
