@@ -34,19 +34,50 @@ def test_a_temporary_far_above_what_the_steps_keep_is_named_with_the_op_at_the_p
     assert "q1.memory" in f and f"{device} peaks at 1.1 GiB allocated" in f["q1.memory"].text
 
 
-@pytest.mark.parametrize("kept", [0, 100 * MiB], ids=["as torch writes it", "totals from before"])
-def test_on_the_cpu_the_peak_is_counted_from_the_window_and_not_called_far_above_the_steps(tmp_path, kept):
+@pytest.mark.parametrize("kept,counted", [
+    (0, "counted from when the profiler began recording, in aten::mul (step 1): torch counts a CPU's memory only "
+        "from when the profiler began recording it"),
+    (100 * MiB, "counted from an earlier recording in this process, in aten::mul (step 1): torch counts a CPU's "
+                "memory only while a profiler records it, and carries the count from one recording to the next"),
+], ids=["as torch writes it", "totals from before"])
+def test_on_the_cpu_the_peak_is_counted_from_the_window_and_not_called_far_above_the_steps(tmp_path, kept, counted):
     """torch counts a CPU's memory only from when the profiler began recording it: a real CPU run's totals start at
-    0 with its inputs already allocated (tests/test_app_memory.py runs one). Whatever a trace writes, a CPU's level
-    is counted from the window's start, so the steps' steady state is unknown: the 1 GiB temporary is said as such,
-    and no rule claims it is far above what the steps keep (it said "1.0 GiB above the 0 B its steps keep")."""
+    0 with its inputs already allocated (tests/test_app_memory.py runs one), and a later recording in the same
+    process opens with what the earlier ones left (the next test). Either way a CPU's level is counted from the
+    window's start, so the steps' steady state is unknown: the 1 GiB temporary is said as such, and no rule claims
+    it is far above what the steps keep (it said "1.0 GiB above the 0 B its steps keep")."""
     d, f = diagnosis(vt.memory_steps(tmp_path / "t.json", kept=kept, temp=GiB, kind=0))
     assert "memory_peak" not in d
     text = f["q1.memory"].text
-    assert text.startswith(f"cpu peaks at {human_bytes(kept + GiB)} allocated counted from when the profiler "
-                           "began recording, in aten::mul (step 1): torch counts a CPU's memory only from when the "
-                           "profiler began recording it")
+    assert text.startswith(f"cpu peaks at {human_bytes(kept + GiB)} allocated {counted}")
     assert "what the process held, and so its own peak, the trace cannot know" in text
+
+
+@pytest.mark.parametrize("name,opening", [("memory_second_session", 4_259_840), ("memory_second_cycle", 3_279_360)])
+def test_a_later_recording_in_one_process_says_its_cpu_level_counts_from_an_earlier_one(name, opening):
+    """Real CPU traces (tests/data/cpu/README.md): the second of two profiler sessions in one process, and a
+    schedule's second cycle. torch's CPU reporter carried its count over: the first event's Total Allocated less its
+    Bytes (a scan) is the earlier recording's last total, not 0. The texts said the peak (4.1 MiB in the session,
+    at the window's opening, where its recording's net is -4.0 MiB) and the growth ("from 4.3 MiB left by step 5")
+    were "counted from when the profiler began recording", "what the recording allocated less what it freed"."""
+    import gzip
+    from pathlib import Path
+
+    from profiling_core.present import memory_section
+    path = Path(__file__).parent / "data" / "cpu" / f"{name}.json.gz"
+    mem = sorted((e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+                  if e["name"] == "[memory]"), key=lambda e: e["ts"])
+    assert mem[0]["args"]["Total Allocated"] - mem[0]["args"]["Bytes"] == opening
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        d = {x.rule: x for x in diagnose(s, r, None, None).diagnoses}
+    label = "counted from an earlier recording in this process"
+    texts = [{f.id: f for f in findings(r)}["q1.memory"].text, *memory_section(r.memory, r.steps).sentences]
+    if name == "memory_second_cycle":  # each step keeps 1 MiB (the recording's script)
+        texts.append(d["memory_growth"].text)
+    for text in texts:
+        assert label in text and "counted from when the profiler began recording" not in text
+        assert "what the recording allocated less what it freed" not in text
 
 
 def test_without_totals_the_peak_is_counted_from_the_window_and_not_called_far_above_the_steps(tmp_path):
@@ -280,7 +311,9 @@ def test_no_peak_counted_from_the_window_is_called_far_above_the_steps_or_given_
     with open_trace(path, engine="sqlite") as s:
         r = analyze(s)
         d = {x.rule for x in diagnose(s, r, None, None).diagnoses}
-    label = "counted from when the profiler began recording" if how == "cpu" else "counted from the window's start"
+    label = ("counted from the window's start" if how == "no totals" else
+             "counted from when the profiler began recording" if kept == 0 else
+             "counted from an earlier recording in this process")
     assert "memory_peak" not in d
     assert label in {f.id: f for f in findings(r)}["q1.memory"].text
     [sentence] = memory_section(r.memory, r.steps).sentences

@@ -26,8 +26,15 @@ nested under the op that was running on their thread. The rules, each stated onc
   block only when it was allocated while memory profiling was on, and reports the free of no other block, so a
   tensor made before the profiler began recording (an input, a weight) shows in neither its totals nor its events.
   The CPU's level is what the profiler saw allocated (``basis`` ``since_profiling``; on a real CPU run it starts at
-  0 with the inputs already allocated). Such a device, and a ``running_sum`` one, is measured from the window's
-  start: :data:`RELATIVE_BASES` says why in words, and only a ``total`` device's peak is the device's own.
+  0 with the inputs already allocated). The reporter keeps its count for the process's life, though: a second
+  profiler session in one process, or a schedule's later cycle, opens where the earlier recording left it (torch
+  2.13, CPU: two ``with profile(...)`` blocks in one process, the second's first event's ``Total Allocated`` less
+  its ``Bytes`` 4,259,840 B, the first's last total; ``schedule(..., repeat=2)``, the second cycle's 3,279,360 B,
+  the first cycle's last total), and a block an earlier recording allocated and no recording saw freed stays in
+  it. A CPU whose level opens above 0 is so counted from an earlier recording in the process (``basis``
+  ``since_earlier_recording``); one that opens at 0, from when this recording began. Such a device, and a
+  ``running_sum`` one, is measured from the window's start: :data:`RELATIVE_BASES` says why in words, and only a
+  ``total`` device's peak is the device's own.
 - **Op.** An event's op is the slice it is nested in (its parent in the slice table: an ATen op, a
   ``record_function`` range, a Python frame with ``with_stack``; never another ``[memory]`` event, under which a
   loader may nest one of the same timestamp), None at the top level of its lane (2021 traces put
@@ -131,11 +138,18 @@ RELATIVE_BASES = {
                          "before, such as an input or a weight, shows neither its allocation nor its free), so this "
                          "is what the recording allocated less what it freed; what the process held, and so "
                          "its own peak, the trace cannot know")),
+    "since_earlier_recording": ("counted from an earlier recording in this process",
+                                ("torch counts a CPU's memory only while a profiler records it, and carries the "
+                                 "count from one recording to the next in one process (a second profiler session, "
+                                 "a schedule's later cycle): the window opened with what earlier recordings "
+                                 "allocated and no recording saw freed (still held, or freed while none recorded), "
+                                 "so this is that plus what this recording allocated less what it freed; what the "
+                                 "process held, and so its own peak, the trace cannot know")),
 }
 """The ``basis`` values whose level leaves out what was allocated before the window (the *Allocated level* and *The
 CPU's totals* rules), each with (a short label to put beside a figure, why, as a clause): every figure of such a
-device counts from the window's start, and only differences between them (what a step allocated, what the peak rose
-above a step's end) are the device's own."""
+device counts from the window's start (``since_earlier_recording``: from what earlier recordings left), and only
+differences between them (what a step allocated, what the peak rose above a step's end) are the device's own."""
 
 CHAIN_CHARS = 200
 """The most characters of a call chain a statement quotes: its innermost end, where the op is (a chain of Python
@@ -345,7 +359,11 @@ class _Events:
                 off[valid] = a[valid] - c[valid]
                 s = pd.Series(off).ffill().bfill().to_numpy()
                 self.level[i] = c + s.astype(np.int64)
-                self.basis[d] = "since_profiling" if device_of(self.devices[d]) == "cpu" else "total"
+                if device_of(self.devices[d]) != "cpu":
+                    self.basis[d] = "total"
+                else:  # (the opening level: what earlier recordings left in torch's count, *The CPU's totals*)
+                    self.basis[d] = "since_profiling" if self.level[i[0]] == self.bytes[i[0]] else \
+                        "since_earlier_recording"
             else:
                 self.level[i] = c
                 self.basis[d] = "running_sum"
@@ -486,8 +504,9 @@ def memory_peaks(session, shared: Shared | None = None) -> pd.DataFrame:
         the *Peak* rule), ``peak_reserved_bytes`` (the highest reserved figure, NaN without one), ``peak_ns`` /
         ``step`` / ``op`` of the first event at the peak, ``call_chain`` (the names of its op and the op's ancestors,
         outermost first, `` > ``-joined; "" at the top level), ``first_allocated_bytes`` / ``last_allocated_bytes``
-        (the level at the window's start and end), ``basis`` (``total``, ``since_profiling`` for the CPU or
-        ``running_sum``: :data:`RELATIVE_BASES`), ``events``, ``alloc_bytes`` / ``freed_bytes`` (what the window
+        (the level at the window's start and end), ``basis`` (``total``, ``since_profiling`` or
+        ``since_earlier_recording`` for the CPU, ``running_sum``: :data:`RELATIVE_BASES`), ``events``,
+        ``alloc_bytes`` / ``freed_bytes`` (what the window
         allocated and freed), and the reserved memory no tensor holds: ``reserved_at_peak_bytes`` (the reserved
         figure at the peak's event), ``gap_at_peak_bytes`` (that less the peak), ``gap_max_bytes`` /
         ``gap_median_bytes`` (reserved less allocated over the device's events; NaN without reserved figures),

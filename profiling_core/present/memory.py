@@ -273,9 +273,10 @@ def memory_section(memory: Any, steps: Optional[pd.DataFrame] = None, categories
                      "followed from its allocation to its free: nothing is listed as live at the peak or never "
                      "freed there.")
     relative = [d for d in order if _relative(by_device[d])]
-    if relative:
-        notes.append(f"{', '.join(relative)}: the per-step peaks are counted from the window's start (see above); "
-                     "what each step allocated, freed and left behind is the device's own.")
+    for label in dict.fromkeys(_relative(by_device[d])[0] for d in relative):
+        devs = [d for d in relative if _relative(by_device[d])[0] == label]
+        notes.append(f"{', '.join(devs)}: the per-step peaks are {label} (see above); what each step allocated, "
+                     "freed and left behind is the device's own.")
     cats = categories if categories is not None and len(categories) else None
     return MemorySection(True, timeline.assign(allocated_bytes=timeline["level_bytes"].astype(float)), peaks, st,
                          origin, sentences, live, unfreed, _churn_table(memory.churn, order), notes,
