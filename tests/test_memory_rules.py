@@ -371,11 +371,12 @@ def test_two_allocations_at_one_timestamp_are_both_the_op_s(tmp_path):
     assert "[memory]" not in text and "aten::mul 200.0 MiB in 2 blocks" in text
 
 
-@pytest.mark.parametrize("flat_step", [3, None])
+@pytest.mark.parametrize("flat_step", [3, 5, None])
 def test_growth_in_every_step_means_every_step(tmp_path, flat_step):
     """Five steps, each keeping 4 KiB more on the GPU, but for ``flat_step``, which allocates nothing (its level stays
-    where step 2 left it): the rule said "grows in every step: steps 2–5" over the steps with events alone. With a
-    step that kept nothing it says nothing; without one it names steps 2 to 5."""
+    where the step before left it): the rule said "grows in every step: steps 2–5" over the steps with events alone,
+    and, the flat step the last, "steps 2–4" (the steps after a device's last event were not read). With a step that
+    kept nothing it says nothing; without one it names steps 2 to 5."""
     ev, level, t = [], 0, 0
     for n in range(1, 6):
         ev.append(_x(f"ProfilerStep#{n}", t, 100, "user_annotation"))

@@ -35,13 +35,13 @@ def _left(ch: pd.DataFrame) -> pd.Series:
 
 def _growing(churn: pd.DataFrame, steps: list[int]) -> list[tuple[int, str, pd.Series]]:
     """(growth over the steps after the first, device, each such step's growth) of the devices that grow. A step of
-    ``steps`` (the trace's) between a device's first and last with no row of its own left that device's level as it
-    was: no rise, so no growth in every step."""
+    ``steps`` (the trace's) after a device's first with no row of its own, between its rows or after its last, left
+    that device's level as it was: no rise, so no growth in every step."""
     found = []
     for dev, ch in churn.groupby("device", sort=False):
         left = _left(ch)
-        between = [k for k in steps if left.index[0] <= k <= left.index[-1]]
-        left = left.reindex(sorted(set(between) | set(left.index.tolist()))).ffill().astype("int64")
+        after = [k for k in steps if left.index[0] <= k]
+        left = left.reindex(sorted(set(after) | set(left.index.tolist()))).ffill().astype("int64")
         rise = left.diff().iloc[1:]
         if len(rise) >= MIN_GROWING_STEPS and (rise > 0).all():
             found.append((int(left.iloc[-1] - left.iloc[0]), dev, rise.astype("int64")))
