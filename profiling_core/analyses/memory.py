@@ -174,7 +174,7 @@ _TIMELINE = ["device", "start_ns", "bytes", "allocated_bytes", "reserved_bytes",
 _PEAKS = ["device", "peak_allocated_bytes", "peak_reserved_bytes", "peak_ns", "step", "op", "call_chain",
           "first_allocated_bytes", "last_allocated_bytes", "basis", "events", "alloc_bytes", "freed_bytes",
           "reserved_at_peak_bytes", "gap_at_peak_bytes", "gap_max_bytes", "gap_median_bytes", "has_addresses",
-          "at_opening"]
+          "at_opening", "low_after_peak_bytes"]
 _LIVE = ["device", "op", "origin", "bytes", "blocks", "kept_bytes"]
 _BY_OP = ["op", "device", "self_alloc_bytes", "self_freed_bytes", "self_net_bytes", "total_net_bytes", "self_events"]
 _UNFREED = ["op", "device", "bytes", "blocks", "steps"]
@@ -512,7 +512,8 @@ def memory_peaks(session, shared: Shared | None = None) -> pd.DataFrame:
         ``gap_median_bytes`` (reserved less allocated over the device's events; NaN without reserved figures),
         ``has_addresses`` (blocks can be followed), ``at_opening`` (the peak is the level the window opened with:
         then ``step`` NA, ``op`` None, ``call_chain`` "", ``peak_ns`` and ``reserved_at_peak_bytes`` the first
-        event's). Empty (same columns) without memory events.
+        event's), ``low_after_peak_bytes`` (the lowest level from the peak's event to the window's end: what of the
+        peak never came back down). Empty (same columns) without memory events.
     """
     ev = _events(session, shared)
     out = _frame([_peak_row(ev, d) for d in range(len(ev.devices))], _PEAKS)
@@ -532,7 +533,7 @@ def _peak_row(ev: _Events, d: int) -> tuple:
             None if k < 0 else ev.step_at(i[k]), ev.op_names(np.array([parent]))[0], ev.chain(parent), opening,
             int(lv[-1]), ev.basis[d], len(i), int(b[b > 0].sum()), int(-b[b < 0].sum()), float(res[q]),
             float(res[q] - peak), float(np.nanmax(gap)) if has_res else np.nan,
-            float(np.nanmedian(gap)) if has_res else np.nan, bool(ev.has_addr[d]), k < 0)
+            float(np.nanmedian(gap)) if has_res else np.nan, bool(ev.has_addr[d]), k < 0, int(lv[max(k, 0):].min()))
 
 
 def live_at_peak(session, device: str | None = None, shared: Shared | None = None) -> pd.DataFrame:

@@ -10,8 +10,15 @@ level counts from the window's start (``analyses.memory.RELATIVE_BASES``: a trac
 out: the excess is known, the steady state is not (what was allocated before the window is in neither), so the
 rule cannot say the peak is far above it. So is a device whose peak is the level the window opened with
 (``at_opening``): what rose above the steady state was allocated before the window, by no op the trace holds, and
-no temporary of the steps made it. Where the blocks live at the peak that the window never frees (still held when it
-ended) are half the excess or more, the text says the peak stays rather than calling it temporaries."""
+no temporary of the steps made it.
+The text names what makes half the excess or more. Where the blocks live at the peak that the window never frees
+(still held when it ended) do, or the level never falls back by half the excess after the peak
+(``low_after_peak_bytes``: memory allocated with no event of its own, the totals rising between events, stays too),
+the peak stays. Else, where the window's blocks live at the peak and freed after it do, temporaries make it (without
+addresses, where no block can be followed, what the level gave back after the peak is taken for them). Where neither
+does, the rule is left out: no temporary of the steps made most of the peak (as where blocks allocated before the
+window and freed in it, live at the peak, make most of the excess: a cache cleared in the first step, at_opening's
+case with a step's work on top)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -50,22 +57,33 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
         steady, keeper, how = _steady(c.report, pk["device"], pk)
         extra = pk["peak_allocated_bytes"] - steady
         if extra >= MIN_TRANSIENT_BYTES and extra >= PEAK_OVER_STEADY_AT * max(steady, 0.0):
-            found.append((extra, pk, steady, keeper, how))
+            live = m.live_at_peak
+            live = live[(live["device"] == pk["device"]) & (live["origin"] == "window")] if len(live) else live
+            kept = int(live["kept_bytes"].sum()) if len(live) else 0  # (live at the peak, never freed in the window)
+            stay = int(pk["low_after_peak_bytes"] - steady)  # (of the excess, what the level never gave back)
+            temps = int(live["bytes"].sum()) - kept if pk["has_addresses"] else \
+                int(pk["peak_allocated_bytes"] - pk["low_after_peak_bytes"])  # (freed after the peak)
+            what = "kept" if kept >= extra / 2 else "level" if stay >= extra / 2 else "temps" if temps >= extra / 2 \
+                else None
+            if what:
+                found.append((extra, pk, steady, keeper, how, live, kept, stay, what))
     if not found:
         return None
-    extra, pk, steady, keeper, how = max(found, key=lambda x: x[0])
+    extra, pk, steady, keeper, how, live, kept, stay, what = max(found, key=lambda x: x[0])
     dev = pk["device"]
-    live = m.live_at_peak
-    live = live[(live["device"] == dev) & (live["origin"] == "window")] if len(live) else live
-    kept = int(live["kept_bytes"].sum()) if len(live) else 0  # (live at the peak, never freed in the window)
-    stays = kept >= extra / 2
+    stays = what != "temps"
     rest, live = live.iloc[TOP_LIVE:], live.head(TOP_LIVE)
     where = f" in {pk['op']}" if pk["op"] else ""
     step = f" (step {int(pk['step'])})" if not pd.isna(pk["step"]) else ""  # (not :g: step 1,000,000 is 1e+06)
     text = (f"{dev} peaks at {human_bytes(pk['peak_allocated_bytes'])} allocated{where}{step}, "
             f"{human_bytes(extra)} above the {human_bytes(steady)} {keeper} ({how}): "
             + (f"most of it stays: {human_bytes(kept)} of the blocks live at the peak are never freed in the window "
-               "(still held when it ended), so no temporary made it." if stays else
+               "(still held when it ended), so no temporary made it." if what == "kept" else
+               f"most of it stays: after the peak the level never falls below "
+               f"{human_bytes(pk['low_after_peak_bytes'])}, {human_bytes(stay)} above the {human_bytes(steady)} "
+               f"{keeper}, so temporaries do not make most of it"
+               + (f" ({human_bytes(kept)} of the blocks live at the peak are never freed in the window)." if kept
+                  else ".") if what == "level" else
                "temporaries that live only around the peak make most of it"
                + (f" ({human_bytes(kept)} of the blocks live there are never freed in the window)." if kept else ".")))
     if pk["call_chain"]:
@@ -88,7 +106,7 @@ def _rule_memory_peak(c: _Ctx) -> Diagnosis | None:
     ev = {"device": dev, "peak_allocated_bytes": int(pk["peak_allocated_bytes"]), "steady_bytes": steady,
           "steady_basis": how, "excess_bytes": extra, "op": pk["op"], "step": int(pk["step"]) if step else None,
           "basis": pk["basis"], "threshold": PEAK_OVER_STEADY_AT, "min_excess_bytes": MIN_TRANSIENT_BYTES,
-          "kept_bytes": kept,
+          "kept_bytes": kept, "stays_bytes": stay,
           "live_at_peak": [{"op": op, "bytes": int(b), "blocks": int(n)}
                            for op, b, n in zip(live["op"], live["bytes"], live["blocks"])]}
     title = "Memory peaks far above what the " + ("steps keep" if keeper == "its steps keep" else "window keeps")
