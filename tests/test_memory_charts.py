@@ -158,7 +158,7 @@ def test_the_peak_in_a_sentence():
     grew = _peaks(cpu).assign(last_allocated_bytes=7 * MiB, op=None, step=np.nan)
     assert peak_sentence(grew.iloc[0].to_dict()) == ("cpu peaked at 6.0 MiB allocated. The window began with 1.0 MiB "
                                                       "allocated and ended with 7.0 MiB: memory grew over the "
-                                                      "profiled steps.")
+                                                      "window.")
 
 
 def test_a_peak_before_the_first_step_or_in_a_trace_without_steps_is_placed_without_a_wrong_step_word():
@@ -177,6 +177,19 @@ def test_a_peak_before_the_first_step_or_in_a_trace_without_steps_is_placed_with
                            "memory event, inside aten::mm (called from train::forward › aten::mm).")
     assert text.endswith("The window began with 6.0 MiB allocated and ended with 6.0 MiB: what the window "
                          "allocated, it gave back.") and "step" not in text
+
+
+def test_a_peak_after_the_last_step_is_said_outside_every_step():
+    """The hand timeline's last three events (the peak's at 4 ms among them) come after the one step, which ends at
+    3.5 ms: the sentence said "4.00 ms into the profiled steps" and, of the window's levels, "memory grew over the
+    profiled steps" or "what the steps allocated, they gave back", though the allocation was outside the steps."""
+    tl = _timeline().assign(step=[2, 2, 2, np.nan, np.nan, np.nan])
+    one = pd.DataFrame({"step": [2], "start_ns": [0], "end_ns": [3_500_000]})
+    assert tl["start_ns"].iloc[3] > one["end_ns"].iloc[0] and tl["allocated_bytes"].idxmax() == 3
+    text = memory_section(_report(tl, _peaks(tl)), one).sentences[0]
+    assert ", 4.00 ms after the first step began, outside every step, inside aten::mm" in text
+    assert "into the profiled steps" not in text and "in step" not in text
+    assert text.endswith("The window began with 1.0 MiB allocated and ended with 0 B.")
 
 
 def test_a_peak_at_the_window_opening_is_drawn_on_the_line():

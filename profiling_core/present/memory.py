@@ -97,14 +97,18 @@ def _when(peak: Mapping, origin_ns: Optional[int], has_steps: bool) -> str:
     ms = (int(peak["peak_ns"]) - int(origin_ns)) / 1e6
     if not has_steps:
         return f", {ms:,.2f} ms after the first memory event"
-    return f", {ms:,.2f} ms into the profiled steps" if ms >= 0 else f", {-ms:,.2f} ms before the first step"
+    if ms < 0:
+        return f", {-ms:,.2f} ms before the first step"
+    if _missing(peak.get("step")):  # (between steps or after the last: in none of them)
+        return f", {ms:,.2f} ms after the first step began, outside every step"
+    return f", {ms:,.2f} ms into the profiled steps"
 
 
-def _window_change(first: float, last: float, relative: bool, has_steps: bool) -> str:
-    """How the window ended against how it began, as sentences."""
+def _window_change(first: float, last: float, relative: bool) -> str:
+    """How the window ended against how it began, as sentences: the window's, from its first memory event to its
+    last (events outside every step among them), not the steps'."""
     grew, fell = last > first, last < first
-    over, gave = ("the profiled steps", "what the steps allocated, they gave back") if has_steps else \
-        ("the window", "what the window allocated, it gave back")
+    over, gave = "the window", "what the window allocated, it gave back"
     if relative:
         change = last - first
         return (f" The window ended with {human_bytes(change)} more allocated than at its start: memory grew over "
@@ -143,7 +147,7 @@ def peak_sentence(peak: Mapping, origin_ns: Optional[int] = None, has_steps: boo
     text += "."
     first, last = peak.get("first_allocated_bytes"), peak.get("last_allocated_bytes")
     if not _missing(first) and not _missing(last):
-        text += _window_change(float(first), float(last), bool(relative), has_steps)
+        text += _window_change(float(first), float(last), bool(relative))
     if relative:
         text += f" {relative[0][0].upper()}{relative[0][1:]}: {relative[1]}."
     return text
