@@ -511,3 +511,24 @@ def test_a_peak_whose_level_never_comes_back_down_is_not_called_temporaries(tmp_
             f"end of a step): most of it stays: after the peak the level never falls below {human_bytes(low)}, "
             f"{human_bytes(low - steady)} above the {human_bytes(steady)} its steps keep") in x.text
     assert "no temporary" in x.fix
+
+
+def test_a_level_below_the_window_start_is_said_as_such(tmp_path):
+    """A trace without totals: step 1 frees a 1 GiB block allocated before the window, and every step keeps 30 MiB.
+    The levels, counted from 0 at the window's start, run below it: the rule said "from -994.0 MiB left by step 1
+    to -904.0 MiB". A scan: the running sum of Bytes at each step's end."""
+    ev, t = [], 0
+    for n in range(1, 5):
+        ev += [_x(f"ProfilerStep#{n}", t, 100, "user_annotation"), _x("leaky_op", t + 10, 10),
+               _mem(t + 12, 30 * MiB, 500 + n)]
+        if n == 1:
+            ev += [_x("cache_clear", t + 40, 10), _mem(t + 42, -GiB, 99)]
+        t += 200
+    path = _write(tmp_path / "t.json", ev)
+    ends = [e["ts"] + e["dur"] for e in ev if e["name"].startswith("ProfilerStep#")]
+    sums = [sum(e["args"]["Bytes"] for e in ev if e["name"] == "[memory]" and e["ts"] < end) for end in ends]
+    assert sums == [30 * MiB - GiB, 60 * MiB - GiB, 90 * MiB - GiB, 120 * MiB - GiB]
+    d, _f = diagnosis(path)
+    text = d["memory_growth"].text
+    assert (f"from {human_bytes(GiB - 30 * MiB)} below the window's start left by step 1 to "
+            f"{human_bytes(GiB - 120 * MiB)} below the window's start left by step 4") in text and "-9" not in text

@@ -10,7 +10,8 @@ is the rise of that level over the previous step's, so the figures of its senten
 difference between the two levels it names. What a step allocates and frees again before the next begins, inside it
 or between steps, is no growth. On a device whose level counts from the window's start
 (``analyses.memory.RELATIVE_BASES``: a CPU, a trace without totals) the sentence says so beside the levels, as the
-peak's sentence and ``q1.memory`` do."""
+peak's sentence and ``q1.memory`` do, and a level below 0 (without totals, a window that freed more than it had
+allocated: what was allocated before it) as so much below the window's start."""
 from __future__ import annotations
 
 import pandas as pd
@@ -54,6 +55,11 @@ def _steps_text(steps: list) -> str:
     return f"steps {', '.join(map(str, steps[:6]))}{', …' if len(steps) > 6 else ''}"
 
 
+def _level(x: int) -> str:
+    """A level the sentence names: bytes, or, below 0, how far below the window's start it is."""
+    return human_bytes(x) if x >= 0 else f"{human_bytes(-x)} below the window's start"
+
+
 def _counted(peaks: pd.DataFrame, dev: str) -> str:
     """How the device's levels are counted where they leave out what was allocated before the window, else ""."""
     basis = peaks.loc[peaks["device"] == dev, "basis"]
@@ -70,7 +76,7 @@ def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
     per = float(rise.median())
     steps = [int(s) for s in rise.index]
     u = m.unfreed[m.unfreed["device"] == dev].head(TOP_OPS) if len(m.unfreed) else m.unfreed
-    start, end = human_bytes(int(left.iloc[0])), human_bytes(int(left.iloc[-1]))
+    start, end = _level(int(left.iloc[0])), _level(int(left.iloc[-1]))
     counted = _counted(m.peaks, dev)
     text = (f"{dev}'s allocated memory grows in every step: steps {steps[0]}–{steps[-1]} each leave about "
             f"{human_bytes(per)} more allocated than the step before ({human_bytes(total)} over {len(steps)} steps, "
