@@ -97,8 +97,8 @@ def _graph_sentence(lp) -> str:
                 + (f", after its inputs are copied in ({STAGING_OP})" if any(m and st for m, st in zip(mine, staging))
                    else "") + ".")
     if replayed:
-        return (f" Part of the compiled code's GPU work is replayed from CUDA graphs (cudaGraphLaunch: {replayed:,} GPU "
-                f"op{'s' if replayed != 1 else ''}) and part launched kernel by kernel ({launched:,} "
+        return (" Part of the compiled code's GPU work is replayed from CUDA graphs (cudaGraphLaunch: "
+                f"{replayed:,} GPU op{'s' if replayed != 1 else ''}) and part launched kernel by kernel ({launched:,} "
                 f"kernel{'s' if launched != 1 else ''}; question 9 lists the kernels).")
     return (" The CUDA graphs this trace replays (cudaGraphLaunch) are launched from outside the compiled code, which "
             "launches its own kernels one by one.")
