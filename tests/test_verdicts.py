@@ -600,7 +600,8 @@ def test_a_conv_called_again_by_autocast_gets_one_row_in_the_type_it_ran(tmp_pat
     doc = json.loads(path.read_text())
     for e in [e for e in doc["traceEvents"] if e["name"] == "aten::convolution"]:
         doc["traceEvents"].append({**e, "ts": e["ts"] - 1.0, "dur": e["dur"] + 2.0,
-                                   "args": {**e["args"], "Input type": ["float", "float", *e["args"]["Input type"][2:]]}})
+                                   "args": {**e["args"],
+                                            "Input type": ["float", "float", *e["args"]["Input type"][2:]]}})
     path.write_text(json.dumps(doc))
     convs = [e for e in scan_trace(path) if "fprop_implicit_gemm" in e["name"]]
     _, _, d = run(path)
@@ -2502,7 +2503,8 @@ def test_steps_that_stop_replaying_their_graph_are_not_said_to_replay_one(tmp_pa
     assert (replaying, len(basis)) == (1, 7)
     x = rules(run(path, config={"compile": "reduce-overhead"})[2])["gpu_starved"]
     assert "already replays" not in x.text + x.fix
-    assert "1 of the 7 steps replay a CUDA graph (cudaGraphLaunch); the others launch their kernels one by one" in x.text
+    assert ("1 of the 7 steps replay a CUDA graph (cudaGraphLaunch); the others launch their kernels one by "
+            "one") in x.text
     assert x.fix.startswith("1 of the 7 steady-state steps replay a CUDA graph") and "recompiles" in x.fix
 
 
@@ -2589,7 +2591,7 @@ def test_the_users_own_foreach_kernels_are_not_a_graphs_input_copies(tmp_path):
     fused AdamW: they were "CUDA-graph input staging copies (8 multi_tensor_apply kernels, 120.0 µs per step)".
     Input copies are what aten::_foreach_copy_ launches inside the compiled code; here there are none. With such
     copies beside the same kernels, only those are counted."""
-    norm = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<1>, LpNormFunctor>(...)"
+    norm = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<1>, LpNorm>(...)"
     copy = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<TensorListMetadata<2>, Copy>(...)"
 
     def path_with(staged: bool):
@@ -2635,3 +2637,44 @@ def test_a_graph_replayed_outside_the_compiled_code_is_not_the_compiled_codes(tm
     q10 = f["q10.compile_cost"].text
     assert "In this mode the compiled code's GPU work is replayed" not in q10
     assert "are launched from outside the compiled code, which launches its own kernels one by one" in q10
+
+
+def test_fp32_gemms_beside_autocast_are_not_told_to_wrap_the_forward_in_autocast(tmp_path):
+    """A training step under bf16 autocast (each aten::linear records fp32 inputs and holds the bf16 call that ran, as
+    the H200's Llama step records it) whose fp32 output layer runs outside it: 60% of the GEMM time in fp32. The rule
+    told it to wrap the forward in autocast; it now says autocast is on and these GEMMs ran outside it."""
+    sgemm = "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nn_align4>(...)"
+
+    def linear(t):
+        def inner(t):
+            t.cpu("aten::to", 3, types=["float", "Scalar", "Scalar", "Scalar", "Scalar"])
+            t.cpu("aten::linear", 20, dims=[[2048, 4096], [4096, 4096], [4096]], types=["c10::BFloat16"] * 3,
+                  children=lambda t: t.cpu("aten::addmm", 15, dims=[[4096], [2048, 4096], [4096, 4096], [], []],
+                                           types=["c10::BFloat16"] * 3 + ["Scalar", "Scalar"],
+                                           children=lambda t: t.launch(vt.BF16_GEMM, 100.0)))
+        t.cpu("aten::linear", 40, dims=[[2048, 4096], [4096, 4096], [4096]], types=["float"] * 3, children=inner)
+
+    def head(t, types=vt.FP32, kernel=sgemm, us=150.0):
+        t.cpu("aten::mm", 30, dims=[[2048, 4096], [4096, 4096]], types=types, children=lambda t: t.launch(kernel, us))
+    t = vt.Trace()
+    for n in range(4):
+        def body(t):
+            vt._annotate(t, "train::forward", lambda t: (linear(t), head(t)))
+            vt._annotate(t, "train::backward", lambda t: vt._annotate(
+                t, "autograd::engine::evaluate_function: MmBackward0",
+                lambda t: (head(t), head(t), head(t, vt.BF16, vt.BF16_GEMM, 100.0),
+                           head(t, vt.BF16, vt.BF16_GEMM, 100.0))))
+            vt._annotate(t, "train::optimizer", lambda t: t.cpu("aten::_fused_adamw_", 15,
+                                                                children=lambda t: t.launch(vt.FUSED, 6.0)))
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    ev = scan_trace(path)
+    wrapped = sum(1 for e in ev if e["name"] == "aten::linear" and e["args"]["Input type"][0] == "float")
+    fp32_us = sum(e["dur"] for e in ev if e["name"] == sgemm)
+    all_us = fp32_us + sum(e["dur"] for e in ev if e["name"] == vt.BF16_GEMM)
+    assert (wrapped, round(fp32_us / all_us, 2)) == (4, 0.6)
+    x = rules(run(path)[2])["fp32_training"]
+    assert x.evidence["autocast_casts"] == {"aten::linear": wrapped}
+    assert "Autocast is on for part of the step (4 aten::linear calls recorded with fp32 inputs" in x.text
+    assert "these GEMMs ran outside it (aten::mm)" in x.text
+    assert "Wrap the forward" not in x.fix and "already on" in x.fix

@@ -374,6 +374,24 @@ def recalls(tb, ids) -> dict[int, int]:
             if p >= 0 and codes[p] == codes[i]}
 
 
+def autocast_casts(session) -> dict[str, int]:
+    """{op name: calls} of the ops the trace shows autocast casting: a call (:func:`recalls`) whose first recorded
+    input type is fp32 and whose inner call's is bf16 or fp16. Empty where autocast was off (or the trace records no
+    types): it is how a trace says that autocast was on, and around which ops."""
+    tb = session.tables
+    inner = recalls(tb, np.flatnonzero(tb.parent_id >= 0))
+    if not inner:
+        return {}
+    types = _args_each(session, ("Input type",), set(inner) | set(inner.values()))[0]
+    out: dict[str, int] = {}
+    for outer, i in inner.items():
+        a, b = _dtype_of(types.get(outer)), _dtype_of(types.get(i))
+        if a == "fp32" and b in ("bf16", "fp16"):
+            name = tb.name.uniq[tb.name.codes[outer]]
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
 def ran_as(i: int, inner: dict[int, int]) -> int:
     """The call that ran for op call ``i``: the innermost of the chain of same-op calls :func:`recalls` found."""
     while i in inner:

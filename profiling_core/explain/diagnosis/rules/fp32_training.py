@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ....units import format_share
+from ..roofline import autocast_casts
 from ..base import Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gemm_rows_in_steps, _gpu_time_cost, _in_this_app, _steps
 
 
@@ -51,9 +52,27 @@ def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
             + ", forward and backward, on a GPU whose "
             f"tensor cores run bf16 faster than TF32 and fp32{rate}. The weights can stay fp32 (the optimizer's "
             "master copy) while the matmuls run in bf16.")
-    fix = ("Wrap the forward and the loss in torch.autocast('cuda', dtype=torch.bfloat16) (backward then follows the "
-           "forward's dtypes; parameters and optimizer state stay fp32). For fp16, add torch.amp.GradScaler."
-           + _in_this_app(c, "the autocast knob, with dtype fp32"))
+    casts = autocast_casts(c.session)  # (autocast already on around some ops: these GEMMs ran outside it)
+    if casts:
+        ops = sorted(set(fp32["op"].astype(str)))
+        text += (f" Autocast is on for part of the step ({_listed_casts(casts)} recorded with fp32 inputs ran again "
+                 f"with cast ones), but these GEMMs ran outside it ({', '.join(ops[:4])}"
+                 + (f" and {len(ops) - 4} more" if len(ops) > 4 else "") + ").")
+        fix = ("Autocast is already on around part of the step: run these GEMMs under it too (an "
+               "autocast(enabled=False) region, or code outside the autocast block, keeps them in fp32), unless they "
+               "stay in fp32 on purpose (a loss or an output layer kept in fp32 for accuracy), in which case their "
+               "cost is the price of that choice.")
+    else:
+        fix = ("Wrap the forward and the loss in torch.autocast('cuda', dtype=torch.bfloat16) (backward then follows "
+               "the forward's dtypes; parameters and optimizer state stay fp32). For fp16, add torch.amp.GradScaler."
+               + _in_this_app(c, "the autocast knob, with dtype fp32"))
     return Diagnosis("fp32_training", "fp32 training where autocast would do", text, fix, cost, basis,
                      {"slice_ids": [int(i) for ids in fp32["slice_ids"] for i in (ids or [])][:50],
-                      "fp32_gemm_us_per_step": t32, "gemm_us_per_step": tall, "dtypes": kinds})
+                      "fp32_gemm_us_per_step": t32, "gemm_us_per_step": tall, "dtypes": kinds,
+                      "autocast_casts": casts})
+
+
+def _listed_casts(casts: dict[str, int]) -> str:
+    """"12 aten::linear calls and 4 aten::scaled_dot_product_attention calls", the most first."""
+    return " and ".join(f"{n:,} {op} call{'s' if n != 1 else ''}"
+                        for op, n in sorted(casts.items(), key=lambda kv: (-kv[1], kv[0]))[:3])
