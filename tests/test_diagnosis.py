@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import scan_trace
 
+from profiling_core.analyses.categories import ran_tf32
 from profiling_core.config import ExperimentConfig
 from profiling_core.explain.diagnosis import diagnose, kernel_family
 from profiling_core.store.peaks import DevicePeaks
@@ -52,12 +53,34 @@ def kernel_durs(path: Path, contains: str) -> list[float]:
      "s1688gemm_bf16_256x128_nn_align1::Params)", {"arch": 75, "math": "tensor-core", "align": 1}),
     ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_128x256_64x3_nn_align2>(...)",
      {"arch": 80, "math": "tensor-core", "align": 2}),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x128_32x3_nt_align4>(cutlass_80_tensorop_s1688gemm_"
+     "256x128_32x3_nt_align4::Params)", {"arch": 80, "math": "tf32", "align": 4}),
     ("ampere_sgemm_128x64_nn", {"arch": 80, "math": "fp32-simt", "align": None}),
     ("volta_sgemm_128x64_nn", {"arch": 70, "math": "fp32-simt", "align": None}),
     ("triton_poi_fused_add_mm_1", {"arch": None, "math": None, "align": None}),
 ])
 def test_kernel_family_reads_what_the_name_states(name, want):
     assert kernel_family(name) == want
+
+
+@pytest.mark.parametrize("names,want", [
+    # the fp32 GEMM kernels of the recorded traces (tests/data, /work/shared/traces), by what ran them
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x"
+     "_cublas", True),  # H200, matmul precision high (h200_diag/fp32_tf32_on)
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize256x128x8_stage3_warpsize4x2x1_ffma_aligna4_alignc4_execute_"
+     "kernel__5x_cublas", False),  # H200, highest (h200_diag/fp32_tf32_off)
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_align1"
+     "::Params)", False),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_tn_align4>(cutlass_80_tensorop_s1688gemm_"
+     "128x128_32x3_tn_align4::Params)", True),  # A100, HTA's control trace
+    ("ampere_sgemm_32x128_tn", False),
+    ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNT", False),  # bf16 operands (under autocast's fp32 wrapper)
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_128x256_64x3_nn_align2>(...)", False),
+    ("void splitKreduce_kernel<float, float, float, float, true, false, false>(cublasSplitKParams<float>, float "
+     "const*),void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_nt_align4>(...)", True),  # one of a list
+])
+def test_an_fp32_gemm_ran_tf32_where_a_kernel_name_says_so(names, want):
+    assert ran_tf32(names) is want
 
 
 def test_an_unaligned_bf16_gemm_is_named_with_its_kernel_and_fraction_of_peak():

@@ -646,6 +646,24 @@ def test_an_fp32_conv_that_ran_on_tf32_cores_is_judged_by_the_tf32_peak(tmp_path
     assert "above that peak" not in row["judged"]
 
 
+def test_an_fp32_gemm_on_cutlass_tensor_ops_is_judged_by_the_tf32_peak(tmp_path):
+    """An fp32 GEMM (recorded ``float`` inputs) that ran cuBLAS's ``cutlass_80_tensorop_s1688gemm`` ran TF32 math
+    on the tensor cores (as in HTA's A100 control trace, beside FFMA ``ampere_sgemm`` kernels). Judged against the
+    fp32 peak it read "344 of 51.25 TFLOP/s (compute-bound; above that peak: ...)"."""
+    kernel = "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x128_16x3_nn_align4>(...)"
+    t = vt.Trace()
+    for n in range(4):
+        t.step(n + 1, lambda t: t.cpu("aten::mm", 30, dims=[[4096, 4096], [4096, 4096]], types=vt.FP32,
+                                      children=lambda t: t.launch(kernel, 400.0)))
+    path = t.write(tmp_path / "t.json")
+    tf32 = json.loads((DATA / "h200_verdicts" / "peaks.json").read_text())["gemm_tflops"]["tf32"]  # 406.9
+    (row,) = run(path)[2].roofline.query("kind == 'gemm'").to_dict("records")
+    rate = 2 * 4096 ** 3 / 400e-6 / 1e12  # by hand: 343.6 TFLOP/s
+    assert row["dtype"] == "tf32" and row["compute_peak"] == tf32 and row["roof"] == "compute"
+    assert row["fraction_of_peak"] == pytest.approx(rate / tf32)
+    assert row["judged"] == "344 of 406.9 TFLOP/s (compute-bound)"
+
+
 def test_the_channels_last_rule_names_its_transposes_whole_or_cut_with_an_ellipsis(tmp_path):
     """Kernel names are long C++ signatures: the rule names the two shortest whole, or cut to 60 characters with an
     ellipsis (never cut silently mid-name), and says how many more there are."""

@@ -2,7 +2,8 @@
 
 :func:`gpu_op_category` puts every GPU op (kernel, memcpy, memset) into one of :data:`GPU_OP_CATEGORIES` (the
 per-step breakdown and the top-kernels table use it); :func:`is_gemm_kernel` is its GEMM rule, which the diagnosis
-also uses; :func:`kernel_family` reads what a GEMM kernel's name states (architecture, math, alignment).
+also uses; :func:`kernel_family` reads what a GEMM kernel's name states (architecture, math, alignment), and
+:func:`ran_tf32` whether an fp32 GEMM's kernels ran on TF32 tensor cores.
 
 The rules match lower-cased substrings of the name; the first rule that matches wins, in this order:
 
@@ -37,7 +38,7 @@ from functools import lru_cache
 from typing import Any, Optional
 
 __all__ = ["GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES", "gpu_op_category", "is_gemm_kernel", "kernel_family",
-           "split_kernel_names"]
+           "ran_tf32", "split_kernel_names"]
 
 GPU_OP_CATEGORIES = ("gemm", "convolution", "attention", "elementwise", "other", "memcpy", "memset", "communication")
 """The categories of GPU ops, in the order the breakdown attributes overlapping time (the first wins) and shows
@@ -106,9 +107,11 @@ def kernel_family(name: str) -> dict[str, Any]:
 
     - ``arch``: the SM generation it was built for: ``sm<NN>_`` / ``nvjet_sm<NN>`` / ``cutlass_<NN>_`` /
       ``cutlass3x_sm<NN>`` give NN; ``volta_``/``turing_``/``ampere_``/``hopper_`` give 70/75/80/90;
-    - ``math``: ``tf32`` if the name has ``tf32``; ``fp32-simt`` for full-fp32 FFMA kernels (``sgemm``, ``_ffma_``
-      or xmma's ``f32f32_f32f32`` without ``tf32``); ``tensor-core`` for ``tensorop``/``s16816``/``s1688``/
-      ``nvjet``/``hmma``/``wgmma`` kernels;
+    - ``math``: ``tf32`` if the name has ``tf32``, or for a CUTLASS tensor-op kernel of fp32 operands (``tensorop_``
+      then ``s`` and the MMA shape: ``cutlass_80_tensorop_s1688gemm_…``; a kernel of 16-bit operands names their type
+      first, ``tensorop_bf16_s16816gemm``): :func:`ran_tf32` says why; ``fp32-simt`` for full-fp32 FFMA kernels
+      (``sgemm``, ``_ffma_`` or xmma's ``f32f32_f32f32`` without ``tf32``); ``tensor-core`` for the other
+      ``tensorop``/``s16816``/``s1688``/``nvjet``/``hmma``/``wgmma`` kernels;
     - ``align``: the operand alignment in elements of a CUTLASS kernel (``align1`` .. ``align8``).
     """
     n = name or ""
@@ -123,7 +126,7 @@ def kernel_family(name: str) -> dict[str, Any]:
             if word in low:
                 arch = a
                 break
-    if "tf32" in low:
+    if "tf32" in low or re.search(r"tensorop_s\d+gemm", low):
         math_ = "tf32"
     elif "sgemm" in low or "_ffma" in low or "f32f32_f32f32" in low:
         math_ = "fp32-simt"
@@ -133,6 +136,23 @@ def kernel_family(name: str) -> dict[str, Any]:
         math_ = None
     a = re.search(r"align(\d+)", low)
     return {"arch": arch, "math": math_, "align": int(a.group(1)) if a else None}
+
+
+def ran_tf32(kernel_names: str) -> bool:
+    """Whether an fp32 GEMM (recorded ``float`` inputs) whose kernels are ``kernel_names`` (one name, or a
+    comma-joined list as ``gemm_throughput`` gives them) ran on TF32 tensor cores: one of them is a ``tf32`` kernel
+    by :func:`kernel_family`'s ``math``. The one rule for it: the roofline judges such a GEMM against the tf32 peak,
+    and a trace with one had TF32 on (``fp32_without_tf32``).
+
+    Evidence, fp32 GEMMs in the recorded traces: on the H200 (``tests/data/h200_diag``) torch's matmul precision
+    ``high`` ran ``sm90_xmma_gemm_f32f32_tf32f32_…`` and ``highest`` ran ``sm80_xmma_gemm_f32f32_f32f32_…_ffma_…``
+    (FFMA), both xmma names saying their math; other fp32 runs there ran ``cutlass_80_simt_sgemm_…`` (FFMA). On an
+    A100 (HTA's control trace) fp32 GEMMs ran ``ampere_sgemm_…`` (FFMA) and ``cutlass_80_tensorop_s1688gemm_…``:
+    CUTLASS tensor ops on fp32 operands, which is TF32 math. An ``nvjet`` kernel is not taken for TF32: its letters
+    name the operand types (``nvjet_sm90_tst_…`` bf16, ``…_hsh_…`` fp16), and in these traces one ran under an fp32
+    op only as autocast's wrapper, whose inner call was bf16 or fp16; no trace shows the math an fp32 GEMM runs
+    in one. Nor is any other ``tensor-core`` kernel, for the same reason."""
+    return any(kernel_family(x)["math"] == "tf32" for x in split_kernel_names(kernel_names or ""))
 
 
 def split_kernel_names(joined: str) -> list[str]:

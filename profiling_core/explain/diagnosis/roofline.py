@@ -19,7 +19,7 @@ import pandas as pd
 from ...analyses import Report, gemm_dims, gemm_leading_dims, is_shapes, launch_ops
 from ...analyses._common import is_size
 from ...analyses._shared import shared_for
-from ...analyses.categories import gpu_op_category, is_gemm_kernel
+from ...analyses.categories import gpu_op_category, is_gemm_kernel, ran_tf32
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
 from ..questions.base import _per_name
@@ -74,7 +74,8 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     device-to-device copy). An elementwise op can pass the measured bandwidth (fraction above 1) when an input is
     still in L2 (the GEMM's result just written, for the study's add): the copy that measured it streams from HBM;
     ``judged`` then says so. A GEMM's dtype comes from its recorded ``Input type``, else
-    the config; an fp32 GEMM whose kernel names say ``tf32`` is judged against the tf32 peak. ``shared``: the
+    the config; an fp32 GEMM whose kernels ran on TF32 tensor cores (:func:`_tf32_if_ran`) is judged against the
+    tf32 peak. ``shared``: the
     session's ``analyses.Shared`` when the caller holds one (``diagnose`` does).
     """
     cols = ["kind", "op", "kernel", "dtype", "batch", "m", "k", "n", "count", "time_us", "flops", "bytes",
@@ -100,8 +101,7 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
                 d, src = (batch, n, n, n), "config"
             flops = 2 * math.prod(d) if d is not None else int(rec.flops)
             names = rec.kernel_names or ""
-            if dtype == "fp32" and "tf32" in names.lower():
-                dtype = "tf32"
+            dtype = _tf32_if_ran(dtype, names)
             key = tuple(tuple(x.items()) for x in lds) if lds is not None else None
             grp = groups.setdefault((rec.op, names, dtype, d, flops, src, key), {"ids": [], "time": []})
             grp["ids"].append(int(rec.id))
@@ -119,6 +119,12 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     for r in rows:
         r["judged"] = _judged(r, peaks.source if peaks is not None else None)
     return pd.DataFrame([{"leading_dims": None, **r} for r in rows])[cols]
+
+
+def _tf32_if_ran(dtype: Optional[str], kernel_names: str) -> Optional[str]:
+    """``tf32`` for an fp32 op whose kernels ran on TF32 tensor cores (``analyses.categories.ran_tf32``), else
+    ``dtype``."""
+    return "tf32" if dtype == "fp32" and ran_tf32(kernel_names) else dtype
 
 
 def _judged(row: dict, source: Optional[str] = None) -> Optional[str]:
@@ -188,8 +194,7 @@ def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dic
     (batch, n), dtype = study, _cfg(config, "dtype")
     rows = []
     for name, grp in k.groupby(k["name"].astype(object), sort=False):
-        dt = "tf32" if dtype == "fp32" and "tf32" in name.lower() else dtype
-        rows.append(_gemm_row(f"kernel {name}", name, dt, (batch, n, n, n), 2 * batch * n ** 3,
+        rows.append(_gemm_row(f"kernel {name}", name, _tf32_if_ran(dtype, name), (batch, n, n, n), 2 * batch * n ** 3,
                               grp["id"].astype(int).tolist(), grp["dur_us"].astype(float).tolist(), "config", peaks))
     return rows
 
@@ -286,8 +291,7 @@ def _conv_rows(report: Report, session, peaks, shared=None) -> list[dict]:
         if shape is None or e is None or not kernels:
             continue
         flops, xe, we, oe, _k = shape
-        if dtype == "fp32" and any("tf32" in str(n).lower() for n in kernels):  # (cuDNN ran it on TF32 cores)
-            dtype = "tf32"
+        dtype = _tf32_if_ran(dtype, ",".join(str(n) for n in kernels))  # (cuDNN ran it on TF32 cores)
         key = (dtype, tuple(map(tuple, dims[i][:2])), flops, (xe + we + oe) * e)
         grp = groups.setdefault(key, {"ids": [], "time": [], "kernels": set()})
         grp["ids"].append(i)

@@ -10,7 +10,7 @@ of them; the text says how much of it the FFMA kernels took where that differs. 
 (no recorded shapes) the text gives the FFMA kernels' time and there is no cost. The cost bound is these GEMMs' time
 less their floor at TF32: the larger of the same FLOPs at the tf32 peak and their bytes at the measured bandwidth,
 on the critical path only where the GPU sets the pace (``base._gpu_time_cost``).
-A trace in which an fp32 GEMM ran on the tensor cores had TF32 on: the rule does not fire there (:func:`_tf32_on`)."""
+A trace in which an fp32 GEMM ran on TF32 tensor cores had TF32 on: the rule does not fire there (:func:`_tf32_on`)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -25,15 +25,11 @@ from ..base import (Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gemm_rows_in_st
 
 
 def _tf32_on(roof: pd.DataFrame) -> bool:
-    """True when an fp32 GEMM of the roofline (recorded fp32 inputs) ran on the tensor cores: a kernel whose name says
-    tf32, or a tensor-core one (``tensorop``, ``s1688``/``s16816``: with fp32 inputs that math is TF32). TF32 was then
-    on for matmuls in this run (``allow_tf32`` is one switch for all of them), so turning it on changes nothing for
-    the GEMMs cuBLAS still ran in FFMA kernels (it picks kernels by shape)."""
-    if roof.empty:
-        return False
-    g = roof[(roof["kind"] == "gemm") & roof["dtype"].isin(["fp32", "tf32"])]
-    return any(kernel_family(x)["math"] in ("tf32", "tensor-core")
-               for n in pd.unique(g["kernel"].astype(str)) for x in split_kernel_names(n))
+    """True when an fp32 GEMM of the roofline (recorded fp32 inputs) ran on TF32 tensor cores: the roofline's dtype
+    ``tf32`` (``analyses.categories.ran_tf32``). TF32 was then on for matmuls in this run (``allow_tf32`` is one switch
+    for all of them), so turning it on changes nothing for the GEMMs cuBLAS still ran in FFMA kernels (it picks
+    kernels by shape)."""
+    return not roof.empty and bool(((roof["kind"] == "gemm") & (roof["dtype"] == "tf32")).any())
 
 
 def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
