@@ -8,6 +8,7 @@ import re
 import statistics
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import verdict_traces as vt
@@ -662,6 +663,57 @@ def test_an_fp32_gemm_on_cutlass_tensor_ops_is_judged_by_the_tf32_peak(tmp_path)
     assert row["dtype"] == "tf32" and row["compute_peak"] == tf32 and row["roof"] == "compute"
     assert row["fraction_of_peak"] == pytest.approx(rate / tf32)
     assert row["judged"] == "344 of 406.9 TFLOP/s (compute-bound)"
+
+
+FP8_GEMM = ("sm90_xmma_gemm_e4m3e4m3_bf16f32_f32_tn_n_tilesize128x128x128_cgasize1x2x1_warpgroupsize1x1x1_execute_"
+            "segment_k_off_kernel__5x_cublas")
+FP8 = ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float", "", "", "Scalar", "Scalar"]
+
+
+def test_fp8_gemms_count_as_gemms_and_are_shown_unjudged(tmp_path):
+    """A training step whose big GEMMs are fp8 (``aten::_scaled_mm``, 1,000 µs each) beside a small fp32 head (60 µs
+    each, FFMA). Without _scaled_mm among the GEMM ops, fp32_training read "runs its GEMMs in fp32: 180.0 µs ...
+    (100% of the GEMMs')" where fp32 was 6% of the GEMM time; the fp8 rows have no peak to be judged against."""
+    t = vt.Trace()
+
+    def smm(t):
+        t.cpu("aten::_scaled_mm", 30, dims=[[8192, 8192], [8192, 8192], [], [], [], [], [], []], types=FP8,
+              concrete=["", "", "", "", "", "", "15", "False"], children=lambda t: t.launch(FP8_GEMM, 1000.0))
+
+    def head(t):
+        t.cpu("aten::mm", 30, dims=[[1024, 1024], [1024, 1024]], types=vt.FP32,
+              children=lambda t: t.launch(vt.SGEMM, 60.0))
+    for n in range(4):
+        def body(t):
+            vt._annotate(t, "train::forward", lambda t: (smm(t), head(t)))
+            vt._annotate(t, "train::backward", lambda t: vt._annotate(
+                t, "autograd::engine::evaluate_function: MmBackward0", lambda t: (head(t), head(t), smm(t), smm(t))))
+        t.step(n + 1, body)
+    path = t.write(tmp_path / "t.json")
+    kernels = [e for e in scan_trace(path) if e.get("cat") == "kernel"]
+    fp8_us = sum(e["dur"] for e in kernels if e["name"] == FP8_GEMM) / 4  # by scan: 3,000 µs a step
+    fp32_us = sum(e["dur"] for e in kernels if e["name"] == vt.SGEMM) / 4  # 180 µs: 6% of the GEMM time
+    r, _f, d = run(path)
+    assert (r.gemm_throughput["op"] == "aten::_scaled_mm").sum() == 12
+    assert "fp32_training" not in rules(d) and fp32_us / (fp8_us + fp32_us) < 0.5
+    (row,) = d.roofline.query("op == 'aten::_scaled_mm'").to_dict("records")
+    assert row["dtype"] == "fp8" and row["flops"] == 2 * 8192 ** 3 and row["count"] == 12
+    assert row["bytes"] == 2 * 8192 * 8192 * 1 + 8192 * 8192 * 2  # fp8 inputs, a bf16 result (out_dtype 15)
+    assert all(pd.isna(row[c]) for c in ("peak", "compute_peak", "fraction_of_peak"))  # no peak
+    assert row["judged"] == "1,100 TFLOP/s (not judged: the measured peaks hold no fp8 figure)"
+
+
+def test_an_int8_gemm_counts_as_a_gemm_with_an_int32_result_and_is_shown_unjudged(tmp_path):
+    """``aten::_int_mm``: int8 (``signed char``) [M, K] @ [K, N] into an int32 result."""
+    t = vt.Trace()
+    for n in range(3):
+        t.step(n + 1, lambda t: t.cpu("aten::_int_mm", 30, dims=[[4096, 2048], [2048, 1024]],
+                                      types=["signed char", "signed char"],
+                                      children=lambda t: t.launch("cutlass_80_tensorop_i16832gemm_s8", 50.0)))
+    (row,) = run(t.write(tmp_path / "t.json"))[2].roofline.to_dict("records")
+    assert row["dtype"] == "int8" and row["flops"] == 2 * 4096 * 2048 * 1024
+    assert row["bytes"] == (4096 * 2048 + 2048 * 1024) * 1 + 4096 * 1024 * 4
+    assert pd.isna(row["peak"]) and row["judged"] == "344 TFLOP/s (not judged: the measured peaks hold no int8 figure)"
 
 
 def test_the_channels_last_rule_names_its_transposes_whole_or_cut_with_an_ellipsis(tmp_path):

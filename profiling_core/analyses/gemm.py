@@ -36,7 +36,8 @@ def gemm_dims(op: str, dims: list[list[int]]) -> Optional[tuple[int, int, int, i
     """(batch, M, K, N) of one GEMM op from its recorded ``Input Dims``, or None when the shapes do not fit the op.
 
     Args:
-        op: ``aten::mm``, ``aten::bmm``, ``aten::addmm``, ``aten::baddbmm``, ``aten::matmul`` or ``aten::linear``.
+        op: ``aten::mm``, ``aten::bmm``, ``aten::addmm``, ``aten::baddbmm``, ``aten::matmul``, ``aten::linear``,
+            ``aten::_scaled_mm`` or ``aten::_int_mm`` (:data:`_GEMM_NAMES`).
         dims: the op's input shapes, e.g. ``[[64, 64], [64, 64]]`` for mm (a matrix @ vector has N = 1).
     """
     try:
@@ -151,7 +152,11 @@ def _dims_by_op(tables, ops: dict) -> dict[int, list[list[int]]]:
     return {sid: values[a] for sid, a in want.items() if is_shapes(values.get(a))}
 
 
-_GEMM_NAMES = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear")
+_GEMM_NAMES = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+               "aten::_scaled_mm", "aten::_int_mm")
+"""The GEMM ops: torch's matmuls, and its low-precision ones, ``_scaled_mm`` (fp8: ``_scaled_mm(self [M, K], mat2
+[K, N], scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)``) and ``_int_mm`` (int8 [M, K] @ [K, N],
+an int32 result), sized as ``mm`` from their first two inputs."""
 
 
 def _gemm_slices(sh: Shared) -> dict:
@@ -348,10 +353,11 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
                     shared: Shared | None = None) -> pd.DataFrame:
     """Achieved TFLOP/s of each GEMM op whose FLOPs are known.
 
-    GEMM ops are the innermost of aten::mm/bmm/addmm/baddbmm/matmul/linear (an aten::matmul that calls aten::mm
-    counts once, as the mm). FLOPs come from the op's recorded ``Input Dims`` (record_shapes=True): what ran (torch.compile
-    may pad a shape); where an op recorded none, from ``config.gemm_flops()`` when an ``ExperimentConfig`` of the
-    study's matmul_add is given (one GEMM per call). The diagnosis's roofline reads them in the same order.
+    GEMM ops are the innermost of aten::mm/bmm/addmm/baddbmm/matmul/linear/_scaled_mm/_int_mm (:data:`_GEMM_NAMES`;
+    an aten::matmul that calls aten::mm counts once, as the mm). FLOPs come from the op's recorded ``Input Dims``
+    (record_shapes=True): what ran (torch.compile may pad a shape); where an op recorded none, from
+    ``config.gemm_flops()`` when an ``ExperimentConfig`` of the study's matmul_add is given (one GEMM per call).
+    The diagnosis's roofline reads them in the same order.
     Time is the summed duration of the GPU kernels the op launched (0 where they were recorded as 0 µs: the
     TFLOP/s is then NaN); where it launched none (a CPU-only trace) it is the op's CPU duration (``device`` says
     which).

@@ -1,11 +1,13 @@
--- GEMM ops on the CPU (aten::mm, bmm, addmm, baddbmm, matmul, linear) with the GPU kernel time they launched (ns).
+-- GEMM ops on the CPU (aten::mm, bmm, addmm, baddbmm, matmul, linear, _scaled_mm, _int_mm: gemm.py's _GEMM_NAMES)
+-- with the GPU kernel time they launched (ns).
 WITH gpu_op AS (
   SELECT id, ts, dur, name, arg_set_id FROM slice WHERE lower(category) = 'kernel'
 ),
 -- @include launch_pairing
 gemm AS (
   SELECT s.id, s.name, s.ts, s.dur, s.arg_set_id, tt.utid FROM slice s JOIN thread_track tt ON tt.id = s.track_id
-  WHERE s.name IN ('aten::mm', 'aten::bmm', 'aten::addmm', 'aten::baddbmm', 'aten::matmul', 'aten::linear')
+  WHERE s.name IN ('aten::mm', 'aten::bmm', 'aten::addmm', 'aten::baddbmm', 'aten::matmul', 'aten::linear',
+                   'aten::_scaled_mm', 'aten::_int_mm')
     AND coalesce(s.category, '') <> 'gpu_user_annotation'
 )
 SELECT m.id, m.name, m.ts AS start_ns, m.dur AS cpu_dur_ns, m.arg_set_id,

@@ -26,8 +26,20 @@ from ..questions.base import _per_name
 from .base import _args_each, _args_of, _steps
 
 
-_TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64"}
-_ESIZE = {**DTYPES, "fp64": 8, "tf32": 4}  # bytes per element: the run dtypes and what else a trace records
+_TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",
+                 "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+                 "c10::Float8_e5m2fnuz": "fp8", "signed char": "int8"}
+"""The dtype a GEMM, convolution or attention op computes in, by its first recorded ``Input type``: the names the
+peaks use (``store.peaks``: bf16, fp16, tf32, fp32), and fp64, fp8 (``_scaled_mm``'s e4m3 / e5m2 inputs) and int8
+(``_int_mm``), for which the peaks hold no figure: such a row is shown unjudged (:func:`_judged`)."""
+_ESIZE = {**DTYPES, "fp64": 8, "tf32": 4, "fp8": 1, "int8": 1}  # bytes per element of the dtypes above
+_GEMM_RESULT_BYTES = {"aten::_int_mm": 4}
+"""Bytes per element of the result of a GEMM op whose result is not of its inputs' type: ``_int_mm`` (int8 inputs,
+an int32 result); ``_scaled_mm`` writes its ``out_dtype`` (:func:`_scaled_mm_out_bytes`)."""
+_SCALAR_TYPE_BYTES = {5: 2, 6: 4, 7: 8, 15: 2, 23: 1, 24: 1, 25: 1, 26: 1}
+"""Bytes per element of the dtypes an op's ``Concrete Inputs`` record as a ScalarType code (c10's enum: 5 Half,
+6 Float, 7 Double, 15 BFloat16, 23-26 the Float8 types; the H200's Llama trace records ``aten::to(..., dtype)`` as
+"15" for bf16 and "6" for fp32)."""
 _TYPE_BYTES = {"long int": 8, "long": 8, "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
                "unsigned short": 2, "unsigned int": 4, "unsigned long": 8, "c10::complex<float>": 8,
                "c10::complex<double>": 16, "c10::complex<c10::Half>": 4, "c10::Float8_e4m3fn": 1,
@@ -73,7 +85,7 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     (:func:`_elementwise_bytes`), and their FLOPs one per output element; a memcpy's bytes are what the trace records for it (read and written for a
     device-to-device copy). An elementwise op can pass the measured bandwidth (fraction above 1) when an input is
     still in L2 (the GEMM's result just written, for the study's add): the copy that measured it streams from HBM;
-    ``judged`` then says so. A GEMM's dtype comes from its recorded ``Input type``, else
+    ``judged`` then says so. A GEMM's dtype comes from its recorded ``Input type`` (:data:`_TORCH_DTYPES`), else
     the config; an fp32 GEMM whose kernels ran on TF32 tensor cores (:func:`_tf32_if_ran`) is judged against the
     tf32 peak. ``shared``: the
     session's ``analyses.Shared`` when the caller holds one (``diagnose`` does).
@@ -87,7 +99,8 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     if not g.empty:
         g = g[g["device"] == "gpu"] if (g["device"] == "gpu").any() else g
         ids = g["id"].tolist()
-        dims, strides, types = _args_each(session, ("Input Dims", "Input Strides", "Input type"), ids)
+        dims, strides, types, concrete = _args_each(
+            session, ("Input Dims", "Input Strides", "Input type", "Concrete Inputs"), ids)
         groups: dict[tuple, dict] = {}
         for rec in g.itertuples(index=False):
             t = types.get(rec.id)
@@ -103,11 +116,12 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
             names = rec.kernel_names or ""
             dtype = _tf32_if_ran(dtype, names)
             key = tuple(tuple(x.items()) for x in lds) if lds is not None else None
-            grp = groups.setdefault((rec.op, names, dtype, d, flops, src, key), {"ids": [], "time": []})
+            out_e = _GEMM_RESULT_BYTES.get(rec.op) or _scaled_mm_out_bytes(rec.op, concrete.get(rec.id))
+            grp = groups.setdefault((rec.op, names, dtype, d, flops, src, key, out_e), {"ids": [], "time": []})
             grp["ids"].append(int(rec.id))
             grp["time"].append(float(rec.time_us))
-        for (op, names, dtype, d, flops, src, key), grp in groups.items():
-            row = _gemm_row(op, names, dtype, d, flops, grp["ids"], grp["time"], src, peaks)
+        for (op, names, dtype, d, flops, src, key, out_e), grp in groups.items():
+            row = _gemm_row(op, names, dtype, d, flops, grp["ids"], grp["time"], src, peaks, out_e=out_e)
             row["leading_dims"] = [dict(x) for x in key] if key is not None else None
             rows.append(row)
     rows += _graph_gemms(report, config, peaks, have_cpu_gemm=not g.empty)
@@ -117,7 +131,7 @@ flash / memory-efficient / cuDNN kernel) is sized by :func:`_attention_shape` an
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
     for r in rows:
-        r["judged"] = _judged(r, peaks.source if peaks is not None else None)
+        r["judged"] = _judged(r, peaks)
     return pd.DataFrame([{"leading_dims": None, **r} for r in rows])[cols]
 
 
@@ -127,13 +141,26 @@ def _tf32_if_ran(dtype: Optional[str], kernel_names: str) -> Optional[str]:
     return "tf32" if dtype == "fp32" and ran_tf32(kernel_names) else dtype
 
 
-def _judged(row: dict, source: Optional[str] = None) -> Optional[str]:
+def _scaled_mm_out_bytes(op: str, concrete) -> Optional[int]:
+    """Bytes per element of an ``aten::_scaled_mm`` call's result: its ``out_dtype`` (argument 6 of ``_scaled_mm(self,
+    mat2, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)``, recorded as a ScalarType code:
+    :data:`_SCALAR_TYPE_BYTES`); None for another op, or where none is recorded (the result then has ``self``'s
+    type)."""
+    if op != "aten::_scaled_mm" or not isinstance(concrete, list) or len(concrete) < 7:
+        return None
+    code = concrete[6]
+    return _SCALAR_TYPE_BYTES.get(int(code)) if isinstance(code, str) and code.isdigit() else None
+
+
+def _judged(row: dict, peaks: Optional[DevicePeaks] = None) -> Optional[str]:
     """The row's verdict in the unit of the roof that bounds it: GB/s against the bandwidth under the memory roof
     (for a GEMM or attention there, intensity × bandwidth over intensity: the same fraction), TFLOP/s against the
-    dtype's peak under the compute roof; the achieved rate alone where there is no peak. A rate above its roof says
-    what gave way: bytes served by the L2 cache under the memory roof; under the compute roof, a peak measured on
-    one GEMM shape (``source`` ``"measured"``), or else the datasheet's peak or the work counted from the op's
-    recorded shapes."""
+    dtype's peak under the compute roof; the achieved rate alone where there is no peak, saying so where the peaks
+    hold none for the row's dtype (fp8, int8, fp64: never judged against another dtype's peak). A rate above its
+    roof says what gave way: bytes served by the L2 cache under the memory roof; under the compute roof, a peak
+    measured on one GEMM shape (the peaks' source ``"measured"``), or else the datasheet's peak or the work counted
+    from the op's recorded shapes."""
+    source = peaks.source if peaks is not None else None
     gbs, tflops, peak, frac = row.get("gbs"), row.get("tflops"), row.get("peak"), row.get("fraction_of_peak")
     over = frac is not None and frac == frac and frac > 1  # (a roof is a ceiling: above it, say what gave way)
     if tflops is not None and tflops != tflops:  # (timed at 0 µs: a trace of whole µs recorded a short kernel so)
@@ -145,22 +172,31 @@ def _judged(row: dict, source: Optional[str] = None) -> Optional[str]:
                 + ("; above that bandwidth: part of its bytes were read from or written to the GPU's L2 cache, not "
                    "its memory" if over else "") + ")")
     if row.get("roof") == "compute" and tflops is not None:
-        return (f"{tflops:,.3g} of {peak:,.4g} TFLOP/s (compute-bound"
+        return (f"{_tflops_text(tflops)} of {peak:,.4g} TFLOP/s (compute-bound"
                 + (("; above that peak: the peak was measured on one GEMM shape, and this shape runs faster"
                     if source == "measured" else
                     "; above that peak: the peak or the work counted from its recorded shapes does not hold for it")
                    if over else "") + ")")
-    if gbs is not None:
+    dtype = row.get("dtype")
+    unjudged = (f" (not judged: the {source} peaks hold no {dtype} figure)"
+                if peaks is not None and dtype and row.get("compute_peak") is None and row.get("flops") else "")
+    if gbs is not None and not unjudged:
         return f"{gbs:,.0f} GB/s"
-    return f"{tflops:,.3g} TFLOP/s" if tflops is not None and tflops == tflops else None
+    return f"{_tflops_text(tflops)} TFLOP/s{unjudged}" if tflops is not None and tflops == tflops else None
 
 
-def _gemm_row(op, kernel, dtype, d, flops, ids, times, src, peaks, nbytes=None, kind="gemm") -> dict:
-    """A row of FLOP-counted work (a GEMM, or a convolution with its ``nbytes`` given) against its roof."""
+def _tflops_text(v: float) -> str:
+    """A rate in TFLOP/s to three significant digits, whole numbers from 100 up (an fp8 GEMM's 1,100, not 1.1e+03)."""
+    return f"{v:,.0f}" if v >= 100 else f"{v:,.3g}"
+
+
+def _gemm_row(op, kernel, dtype, d, flops, ids, times, src, peaks, nbytes=None, kind="gemm", out_e=None) -> dict:
+    """A row of FLOP-counted work (a GEMM, or a convolution with its ``nbytes`` given) against its roof; ``out_e``:
+    bytes per element of a GEMM's result where they are not its inputs' (:data:`_GEMM_RESULT_BYTES`)."""
     batch, m, k, n = d if d is not None else (None, None, None, None)
     e = _ESIZE.get(dtype or "", None)
     if nbytes is None:
-        nbytes = (batch or 1) * (m * k + k * n + m * n) * e if d is not None and e else None
+        nbytes = (batch or 1) * ((m * k + k * n) * e + m * n * (out_e or e)) if d is not None and e else None
     t = float(np.mean(times))
     tflops = flops / t / 1e6 if t > 0 else float("nan")
     compute = peaks.peak_tflops(dtype) if peaks is not None and dtype else None
