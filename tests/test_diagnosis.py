@@ -146,6 +146,81 @@ def test_a_copy_to_a_narrower_dtype_reads_its_source_and_writes_its_destination(
     assert e.bytes == want and e.fraction_of_peak < 1
 
 
+_PROMOTED = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
+             "complex32", "complex64", "complex128")
+
+
+def test_type_promotion_of_two_dtypes_is_torch_s():
+    """Every pair of the dtypes torch promotes, against ``torch.promote_types`` itself (bf16 with fp16: fp32; uint8
+    with int8: int16)."""
+    torch = pytest.importorskip("torch")
+    from profiling_core.explain.diagnosis.roofline import _promote_types
+    for a in _PROMOTED:
+        for b in _PROMOTED:
+            want = str(torch.promote_types(getattr(torch, a), getattr(torch, b))).removeprefix("torch.")
+            assert _promote_types(a, b) == want, (a, b)
+
+
+# (recorded type, dims, Concrete Inputs text) of each operand, as the profiler records them, and the torch values
+_OPERANDS = [
+    [("c10::BFloat16", [8], ""), ("long int", [8], "")],
+    [("c10::BFloat16", [8], ""), ("c10::Half", [8], "")],
+    [("unsigned char", [8], ""), ("signed char", [8], "")],
+    [("long int", [8], ""), ("double", [], "")],                    # a zero-dim float tensor over an int64 one
+    [("c10::BFloat16", [8], ""), ("double", [], "")],               # same category: the dimensioned one wins
+    [("int", [8], ""), ("long int", [], "")],
+    [("long int", [8], ""), ("Scalar", [], "0.5")],                 # a Python float: the default dtype
+    [("int", [8], ""), ("Scalar", [], "1024")],
+    [("bool", [8], ""), ("Scalar", [], "2")],
+    [("c10::Half", [8], ""), ("Scalar", [], "2.")],
+    [("bool", [8], ""), ("bool", [8], "")],
+    [("c10::BFloat16", [8], ""), ("c10::complex<float>", [], "")],
+    [("double", [8], ""), ("c10::complex<float>", [8], "")],
+]
+
+
+def _torch_operand(torch, t, dims, text):
+    if t == "Scalar":
+        return {"True": True, "False": False}.get(text, float(text) if "." in text else int(text) if text else 0)
+    names = {"c10::BFloat16": "bfloat16", "long int": "int64", "c10::Half": "float16", "unsigned char": "uint8",
+             "signed char": "int8", "double": "float64", "int": "int32", "bool": "bool", "float": "float32",
+             "c10::complex<float>": "complex64"}
+    return torch.ones(dims, dtype=getattr(torch, names[t]))
+
+
+@pytest.mark.parametrize("operands", _OPERANDS)
+def test_an_elementwise_op_s_result_type_is_torch_s(operands):
+    """Dimensioned tensors over zero-dim ones over Python numbers, each class counting where its category is higher:
+    against ``torch.result_type`` of tensors and numbers of the recorded types."""
+    torch = pytest.importorskip("torch")
+    from profiling_core.explain.diagnosis.roofline import _result_type
+    a, b = (_torch_operand(torch, *x) for x in operands)
+    want = torch.result_type(a, b) if isinstance(a, torch.Tensor) else torch.result_type(b, a)
+    assert _result_type(operands) == str(want).removeprefix("torch.")
+
+
+@pytest.mark.parametrize("op,types,concrete", [
+    ("aten::div", ["long int", "long int"], ["", ""]),                 # true division of integers: fp32
+    ("aten::div", ["long int", "long int", ""], ["", "", "floor"]),    # with a rounding mode: int64
+    ("aten::sigmoid", ["long int"], [""]),
+    ("aten::add", ["c10::BFloat16", "c10::Half", "Scalar"], ["", "", "1"]),
+    ("aten::mul", ["c10::BFloat16", "long int"], ["", ""]),
+    ("aten::add_", ["c10::BFloat16", "float", "Scalar"], ["", "", "1"]),  # in place: self's type
+])
+def test_elementwise_bytes_write_the_type_torch_gives_the_result(op, types, concrete):
+    torch = pytest.importorskip("torch")
+    from profiling_core.explain.diagnosis.roofline import _elementwise_bytes
+    n = 1 << 20
+    dims = [[n] if t != "Scalar" and t else [] for t in types]
+    xs = [_torch_operand(torch, t, [4], c) for t, c in zip(types, concrete) if t not in ("", "Scalar")]
+    fn = {"aten::div": lambda a, b: torch.div(a, b, rounding_mode=concrete[2] if len(concrete) > 2 else None),
+          "aten::sigmoid": torch.sigmoid, "aten::add": torch.add, "aten::mul": torch.mul,
+          "aten::add_": lambda a, b: a.add_(b)}[op]
+    out = fn(*xs)
+    read = sum(x.element_size() for x in xs) * n
+    assert _elementwise_bytes(dims, types, op, concrete) == (read + out.element_size() * n, n), out.dtype
+
+
 # element sizes of the types torch records, from C++ (sizeof) by hand: no table of the library's
 _HAND_BYTES = {"float": 4, "c10::BFloat16": 2, "long int": 8, "long": 8, "int": 4, "unsigned char": 1, "bool": 1,
                "c10::Float8_e4m3fn": 1}

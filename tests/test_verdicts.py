@@ -716,6 +716,30 @@ def test_an_int8_gemm_counts_as_a_gemm_with_an_int32_result_and_is_shown_unjudge
     assert pd.isna(row["peak"]) and row["judged"] == "344 TFLOP/s (not judged: the measured peaks hold no int8 figure)"
 
 
+def test_an_elementwise_op_of_mixed_types_writes_the_type_torch_promotes_to(tmp_path):
+    """A bf16 tensor times an int64 one writes bf16 (a floating type wins over any integer one), bf16 plus fp16 writes
+    fp32 (torch.promote_types). Sized by the widest input, the mul counted 1,207,959,552 bytes and read "5,491 of
+    4,258 GB/s ... part of its bytes were read from L2" (impossible for 1.2 GB)."""
+    torch = pytest.importorskip("torch")
+    n = 64 << 20
+    t = vt.Trace()
+    for k in range(3):
+        def body(t):
+            t.cpu("aten::mul", 20, dims=[[n], [n]], types=["c10::BFloat16", "long int"],
+                  children=lambda t: t.launch(vt.ELEMENTWISE, 220.0))
+            t.cpu("aten::add", 20, dims=[[n], [n], []], types=["c10::BFloat16", "c10::Half", "Scalar"],
+                  concrete=["", "", "1"], children=lambda t: t.launch(vt.ELEMENTWISE, 160.0))
+        t.step(k + 1, body)
+    roof = run(t.write(tmp_path / "t.json"))[2].roofline.set_index("op")
+    def size(d):
+        return torch.empty((), dtype=d).element_size()
+    mul_out = torch.promote_types(torch.bfloat16, torch.int64)  # bf16
+    add_out = torch.promote_types(torch.bfloat16, torch.float16)  # fp32
+    assert roof.loc["aten::mul", "bytes"] == n * (2 + 8) + n * size(mul_out) == 805306368
+    assert roof.loc["aten::add", "bytes"] == n * (2 + 2) + n * size(add_out) == n * 8
+    assert roof.loc["aten::mul", "judged"] == f"{805306368 / 220e-6 / 1e9:,.0f} of 4,258 GB/s (memory-bound)"
+
+
 def test_the_channels_last_rule_names_its_transposes_whole_or_cut_with_an_ellipsis(tmp_path):
     """Kernel names are long C++ signatures: the rule names the two shortest whole, or cut to 60 characters with an
     ellipsis (never cut silently mid-name), and says how many more there are."""

@@ -40,12 +40,34 @@ _SCALAR_TYPE_BYTES = {5: 2, 6: 4, 7: 8, 15: 2, 23: 1, 24: 1, 25: 1, 26: 1}
 """Bytes per element of the dtypes an op's ``Concrete Inputs`` record as a ScalarType code (c10's enum: 5 Half,
 6 Float, 7 Double, 15 BFloat16, 23-26 the Float8 types; the H200's Llama trace records ``aten::to(..., dtype)`` as
 "15" for bf16 and "6" for fp32)."""
-_TYPE_BYTES = {"long int": 8, "long": 8, "int": 4, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-               "unsigned short": 2, "unsigned int": 4, "unsigned long": 8, "c10::complex<float>": 8,
-               "c10::complex<double>": 16, "c10::complex<c10::Half>": 4, "c10::Float8_e4m3fn": 1,
-               "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::Float8_e8m0fnu": 1}
-"""Bytes per element of the other tensor types torch's profiler records in ``Input type`` (C++ type names, as the
-compiler spells them: ``long int`` on recent builds, ``long`` in older traces)."""
+_TENSOR_TYPES = {"bool": "bool", "unsigned char": "uint8", "signed char": "int8", "short int": "int16",
+                 "short": "int16", "int": "int32", "long int": "int64", "long": "int64", "unsigned short": "uint16",
+                 "unsigned int": "uint32", "unsigned long": "uint64", "c10::Half": "float16",
+                 "c10::BFloat16": "bfloat16", "float": "float32", "double": "float64",
+                 "c10::complex<c10::Half>": "complex32", "c10::complex<float>": "complex64",
+                 "c10::complex<double>": "complex128", "c10::Float8_e4m3fn": "float8_e4m3fn",
+                 "c10::Float8_e5m2": "float8_e5m2", "c10::Float8_e4m3fnuz": "float8_e4m3fnuz",
+                 "c10::Float8_e5m2fnuz": "float8_e5m2fnuz", "c10::Float8_e8m0fnu": "float8_e8m0fnu"}
+"""The torch dtype (its name in ``torch``) of each tensor type torch's profiler records in ``Input type``: C++ type
+names, as the compiler spells them (``long int`` on recent builds, ``long`` in older traces)."""
+_DTYPE_BYTES = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4,
+                "uint64": 8, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "complex32": 4, "complex64": 8,
+                "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
+                "float8_e8m0fnu": 1}
+"""Bytes per element of those dtypes."""
+_CATEGORY = {"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64": 1, "float16": 2, "bfloat16": 2,
+             "float32": 2, "float64": 2, "complex32": 3, "complex64": 3, "complex128": 3}
+"""Type promotion's categories: bool < integer < floating < complex; torch promotes no other dtype (the fp8 types,
+uint16/32/64) with another."""
+_COMPLEX_PARTS = {"complex32": "float16", "complex64": "float32", "complex128": "float64"}
+_COMPLEX_OF = {"float16": "complex32", "bfloat16": "complex64", "float32": "complex64", "float64": "complex128"}
+_INT_TO_FLOAT = ("aten::div", "aten::sigmoid", "aten::tanh")
+"""Out-of-place ops whose result is floating for integer or bool inputs (true division, and the unary functions
+torch computes in the default dtype): the default dtype, fp32. ``div`` with a ``rounding_mode`` keeps the promoted
+type."""
+_UNARY = ("aten::relu", "aten::gelu", "aten::silu", "aten::sigmoid", "aten::tanh")
+"""Elementwise ops of one operand (``self``); the others' operands are their first two inputs (``add``'s third,
+``alpha``, and ``div``'s ``rounding_mode`` are no operands)."""
 _ELEMENTWISE = ("aten::add", "aten::add_", "aten::mul", "aten::mul_", "aten::sub", "aten::div", "aten::relu",
                 "aten::gelu", "aten::silu", "aten::sigmoid", "aten::tanh", "aten::copy_")
 _OVERWRITES = ("aten::copy_",)
@@ -519,16 +541,16 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     if not len(rows):
         return out
     chosen = op_ids[rows]
-    dims, types = _args_each(session, ("Input Dims", "Input type"), set(chosen.tolist()))
+    dims, types, concrete = _args_each(session, ("Input Dims", "Input type", "Concrete Inputs"), set(chosen.tolist()))
     groups: dict[tuple, list] = {}
     sizes: dict[str, tuple[float, int] | None] = {}  # by the recorded shapes and types: each distinct one once
     for op_id, op, name, gpu_id, dur in zip(chosen.tolist(), tb.name[chosen].tolist(),
                                             kern["gpu_name"].to_numpy(dtype=object)[rows].tolist(),
                                             kern["gpu_id"].to_numpy()[rows].tolist(),
                                             kern["gpu_dur_us"].to_numpy()[rows].tolist()):
-        d, t = dims.get(op_id), types.get(op_id)
-        key = repr((d, t))
-        sized = sizes[op + key] if op + key in sizes else sizes.setdefault(op + key, _elementwise_bytes(d, t, op))
+        d, t, c = dims.get(op_id), types.get(op_id), concrete.get(op_id)
+        key = op + repr((d, t, c))
+        sized = sizes[key] if key in sizes else sizes.setdefault(key, _elementwise_bytes(d, t, op, c))
         if sized is None:
             continue
         groups.setdefault((op, name, *sized), []).append((int(gpu_id), float(dur)))
@@ -545,19 +567,21 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
     return out
 
 
-def _elementwise_bytes(dims, types, op: str = "") -> Optional[tuple[float, int]]:
+def _elementwise_bytes(dims, types, op: str = "", concrete=None) -> Optional[tuple[float, int]]:
     """(bytes, output elements) of elementwise op ``op`` from its recorded shapes and types (tensor inputs only): its
     inputs read once and its output written once; an elementwise op does one operation per output element. The
-    output of an out-of-place op is the inputs' broadcast shape in the widest input's type (type promotion); that of
-    an in-place op (``add_``) is ``self``, its first input, in its own type, and ``copy_`` writes ``self`` without
-    reading it (``x.to(torch.bfloat16)`` of 8 MiB of fp32 reads 8 MiB and writes 4)."""
+    output of an out-of-place op is the inputs' broadcast shape in the type torch's type promotion gives its operands
+    (:func:`_result_type`, then :data:`_INT_TO_FLOAT`: a bf16 tensor times an int64 one writes bf16, bf16 plus fp16
+    writes fp32); that of an in-place op (``add_``) is ``self``, its first input, in its own type, and ``copy_``
+    writes ``self`` without reading it (``x.to(torch.bfloat16)`` of 8 MiB of fp32 reads 8 MiB and writes 4). (None
+    of :data:`_ELEMENTWISE` compares: a comparison would write bool.)"""
     if not is_shapes(dims) or not isinstance(types, list) or not all(isinstance(t, str) for t in types):
         return None  # (not what torch records: a shape that is not a list of integers, a type that is not text)
     shapes, sizes, first = [], [], None
     for i, (d, t) in enumerate(zip(dims, types)):
         if not d:  # (a Scalar, or a tensor of no dimension: no bytes worth counting)
             continue
-        e = _ESIZE.get(_TORCH_DTYPES.get(t, "")) or _TYPE_BYTES.get(t)
+        e = _DTYPE_BYTES.get(_TENSOR_TYPES.get(t, ""))
         if not e:  # a tensor of a type whose size is not known: its bytes cannot be counted, nor left out
             return None
         first = i if first is None else first
@@ -576,5 +600,95 @@ def _elementwise_bytes(dims, types, op: str = "") -> Optional[tuple[float, int]]
             out = np.broadcast_shapes(*shapes)
         except ValueError:
             return None
-        out_size = max(sizes)
+        n = 1 if op in _UNARY else 2
+        con = concrete if isinstance(concrete, list) else []
+        result = _result_type([(types[i], dims[i] if i < len(dims) else [], con[i] if i < len(con) else None)
+                               for i in range(min(n, len(types)))])
+        rounding = op == "aten::div" and len(con) > 2 and con[2] in ("trunc", "floor")
+        if result is not None and op in _INT_TO_FLOAT and _CATEGORY.get(result, 2) < 2 and not rounding:
+            result = "float32"
+        out_size = _DTYPE_BYTES.get(result or "")
+        if out_size is None:
+            return None
     return float(sum(math.prod(s) * e for s, e in zip(shapes, sizes)) + math.prod(out) * out_size), math.prod(out)
+
+
+def _promote_types(a: Optional[str], b: Optional[str]) -> Optional[str]:
+    """``torch.promote_types`` of two dtypes (torch's names; None: no operand yet, which leaves the other): the same
+    type; bool gives way to any other; of two integers the wider (uint8 with int8: int16, which holds both); an
+    integer to a floating or complex type; of two floating types the wider, bf16 with fp16: fp32 (neither holds the
+    other); a complex type with a floating one: the complex type of their promoted parts. None where torch promotes
+    no such pair (:data:`_CATEGORY`)."""
+    if a is None or b is None or a == b:
+        return b if a is None else a
+    ca, cb = _CATEGORY.get(a), _CATEGORY.get(b)
+    if ca is None or cb is None:
+        return None
+    if ca != cb:
+        (lo, clo), (hi, chi) = sorted(((a, ca), (b, cb)), key=lambda x: x[1])
+        if chi == 3 and clo == 2:
+            return _COMPLEX_OF[_promote_types(_COMPLEX_PARTS[hi], lo)]
+        return hi
+    if ca == 3:
+        return _COMPLEX_OF[_promote_types(_COMPLEX_PARTS[a], _COMPLEX_PARTS[b])]
+    if {a, b} in ({"uint8", "int8"}, {"float16", "bfloat16"}):
+        return "int16" if ca == 1 else "float32"
+    return max(a, b, key=lambda x: _DTYPE_BYTES[x])
+
+
+def _scalar_type(text) -> Optional[str]:
+    """The dtype torch gives a Python number passed as an operand (a ``Scalar`` whose value ``Concrete Inputs``
+    records as text: ``True``, ``1024``, ``-0.5``, ``2.``): bool, int64, or for a float the default dtype, fp32; None
+    for another text or none."""
+    if text in ("True", "False"):
+        return "bool"
+    try:
+        int(text)
+        return "int64"
+    except (TypeError, ValueError):
+        pass
+    try:
+        float(text)
+        return "float32"
+    except (TypeError, ValueError):
+        return None
+
+
+def _result_type(operands: list) -> Optional[str]:
+    """``torch.result_type`` of an op's operands, each (recorded type, shape, ``Concrete Inputs`` text): dimensioned
+    tensors, zero-dim tensors and Python numbers (``Scalar``) are promoted each among their own
+    (:func:`_promote_types`), and a class of lower priority (zero-dim below dimensioned, numbers below zero-dim) counts only where its category
+    is higher: then, a floating type promotes with the higher class's integer type (an int64 tensor times a zero-dim
+    fp64 tensor gives fp64, times 0.5 the number's fp32), and a complex type with a floating one gives the complex
+    type of the floating one; a bf16 tensor times a zero-dim fp64 one stays bf16. A number whose type the trace does
+    not say (no ``Concrete Inputs``) matters only where the tensors are integer or bool: there the result is None
+    (unknown), as where torch promotes no such pair. The rule is ATen's ``result_type``
+    (``ResultTypeState``: ``update_result_type_state`` and ``combine_categories``)."""
+    got: dict[str, Optional[str]] = {"dim": None, "zero": None, "wrapped": None}
+    unknown = False
+    for t, shape, text in operands:
+        if t == "Scalar":
+            cls, dt = "wrapped", _scalar_type(text)
+            unknown |= dt is None
+        else:
+            cls, dt = ("dim" if shape else "zero"), _TENSOR_TYPES.get(t)  # (None: no operand, e.g. a string)
+        if dt is not None:
+            if got[cls] is not None and _promote_types(got[cls], dt) is None:
+                return None
+            got[cls] = _promote_types(got[cls], dt)
+    result = _combine(got["dim"], _combine(got["zero"], got["wrapped"]))
+    return None if result is None or (unknown and _CATEGORY.get(result, 0) < 2) else result
+
+
+def _combine(higher: Optional[str], lower: Optional[str]) -> Optional[str]:
+    """ATen's ``combine_categories``: the result of a class of operands (``higher``) and the lower-priority ones'."""
+    ch, cl = _CATEGORY.get(higher or "", -1), _CATEGORY.get(lower or "", -1)
+    if ch == 3:
+        return higher
+    if cl == 3:
+        return _COMPLEX_OF[higher] if ch == 2 else lower
+    if ch == 2:
+        return higher
+    if higher == "bool" or cl == 2:
+        return _promote_types(higher, lower)
+    return higher if higher is not None else lower
