@@ -2772,3 +2772,13 @@ def test_fp32_gemms_beside_autocast_are_not_told_to_wrap_the_forward_in_autocast
     assert "Autocast is on for part of the step (4 aten::linear calls recorded with fp32 inputs" in x.text
     assert "these GEMMs ran outside it (aten::mm)" in x.text
     assert "Wrap the forward" not in x.fix and "already on" in x.fix
+
+
+def test_a_run_that_set_tf32_on_is_not_told_to_turn_it_on(tmp_path):
+    """An app run of dtype fp32 with matmul precision 'high' (TF32 on) whose GEMM ran an FFMA kernel: the rule told
+    it to call torch.set_float32_matmul_precision('high'), the setting it ran with."""
+    sgemm = "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x128_8x4_nn_align1>(...)"
+    path = vt.gemm(tmp_path / "t.json", 4095, 4095, 4095, sgemm, 2700.0, types=vt.FP32)
+    assert {e["args"]["Input type"][0] for e in scan_trace(path) if e["name"] == "aten::mm"} == {"float"}
+    assert "fp32_without_tf32" in rules(run(path, config={"dtype": "fp32", "matmul_precision": "highest"})[2])
+    assert "fp32_without_tf32" not in rules(run(path, config={"dtype": "fp32", "matmul_precision": "high"})[2])

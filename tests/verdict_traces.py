@@ -264,12 +264,13 @@ def gpu_starved_one_launch(path: Path, steps: int = 4) -> Path:
     return t.write(path)
 
 
-def gemm(path: Path, m: int, k: int, n: int, kernel: str, gpu_us: float, steps: int = 4, cpu_us: float = 60.0
-         ) -> Path:
-    """One bf16 ``aten::mm`` of (m, k) @ (k, n) per step, recorded shapes, running ``kernel`` for ``gpu_us``."""
+def gemm(path: Path, m: int, k: int, n: int, kernel: str, gpu_us: float, steps: int = 4, cpu_us: float = 60.0,
+         types=None) -> Path:
+    """One bf16 (or ``types``) ``aten::mm`` of (m, k) @ (k, n) per step, recorded shapes, running ``kernel`` for
+    ``gpu_us``."""
     t = Trace()
     for s in range(steps):
-        t.step(s + 1, lambda t: t.cpu("aten::mm", cpu_us, dims=[[m, k], [k, n]], types=BF16,
+        t.step(s + 1, lambda t: t.cpu("aten::mm", cpu_us, dims=[[m, k], [k, n]], types=types or BF16,
                                       children=lambda t: t.launch(kernel, gpu_us)))
     return t.write(path)
 

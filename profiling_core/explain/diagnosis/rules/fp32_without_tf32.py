@@ -10,7 +10,9 @@ of them; the text says how much of it the FFMA kernels took where that differs. 
 (no recorded shapes) the text gives the FFMA kernels' time and there is no cost. The cost bound is these GEMMs' time
 less their floor at TF32: the larger of the same FLOPs at the tf32 peak and their bytes at the measured bandwidth,
 on the critical path only where the GPU sets the pace (``base._gpu_time_cost``).
-A trace in which an fp32 GEMM ran on TF32 tensor cores had TF32 on: the rule does not fire there (:func:`_tf32_on`)."""
+A trace in which an fp32 GEMM ran on TF32 tensor cores had TF32 on: the rule does not fire there (:func:`_tf32_on`),
+nor for a run whose config set TF32 on (``matmul_precision`` ``high`` or ``medium``): whatever made cuBLAS pick FFMA
+kernels there, the fix would be one the run already made."""
 from __future__ import annotations
 
 from typing import Optional
@@ -19,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ....analyses.categories import kernel_family, split_kernel_names
+from ....config import config_field as _cfg
 from ...questions.base import _per_name, _short
 from ..base import (Diagnosis, _ampere_or_later, _Ctx, _fmt_us, _gemm_rows_in_steps, _gpu_time_cost, _in_steps,
                     _in_this_app, _per, _steps)
@@ -43,8 +46,10 @@ def _rule_fp32_without_tf32(c: _Ctx) -> Optional[Diagnosis]:
     if not _ampere_or_later(c, simt_names):
         return None  # a GPU without TF32 (or one this cannot tell): nothing to change
     r = c.roof
-    if _tf32_on(r):
-        return None  # TF32 was on (an fp32 GEMM ran on the tensor cores): cuBLAS chose FFMA for these; the fix is moot
+    if _tf32_on(r) or _cfg(c.config, "matmul_precision") in ("high", "medium"):
+        # TF32 was on (an fp32 GEMM ran on the tensor cores, or the run set it on): cuBLAS chose FFMA for these; the
+        # fix is moot
+        return None
     simt = _per_name(r["kernel"], lambda u: u.map(lambda n: any(x in simt_names for x in split_kernel_names(n)))) \
         if not r.empty else None  # (decided once per distinct kernel text)
     rows = r[(r["kind"] == "gemm") & simt.astype(bool)] if not r.empty else r
