@@ -316,7 +316,8 @@ def attention(path: Path, q: list, kv: list, *, causal: bool = False, backend: s
     backend_op = dict(dims=[q, kv, kv, [], [], [], []], types=["c10::BFloat16"] * 3 + ["Scalar"] * 3 + [""],
                       concrete=["", "", "", "0.", str(causal), "False", ""],
                       children=lambda t: t.launch(flash, gpu_us))
-    efficient_op = dict(dims=[q, kv, kv, [], [], [], [], []], types=["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", "Scalar", ""],
+    efficient_op = dict(dims=[q, kv, kv, [], [], [], [], []],
+                        types=["c10::BFloat16"] * 3 + ["", "Scalar", "Scalar", "Scalar", ""],
                         concrete=["", "", "", "", "True", "0.", str(causal), ""],
                         children=lambda t: t.launch(fmha, gpu_us))
 

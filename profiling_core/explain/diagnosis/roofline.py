@@ -657,8 +657,8 @@ def _scalar_type(text) -> Optional[str]:
 def _result_type(operands: list) -> Optional[str]:
     """``torch.result_type`` of an op's operands, each (recorded type, shape, ``Concrete Inputs`` text): dimensioned
     tensors, zero-dim tensors and Python numbers (``Scalar``) are promoted each among their own
-    (:func:`_promote_types`), and a class of lower priority (zero-dim below dimensioned, numbers below zero-dim) counts only where its category
-    is higher: then, a floating type promotes with the higher class's integer type (an int64 tensor times a zero-dim
+    (:func:`_promote_types`), and a class of lower priority (zero-dim below dimensioned, numbers below zero-dim)
+    counts only where its category is higher: then, a floating type promotes with the higher class's integer type (an int64 tensor times a zero-dim
     fp64 tensor gives fp64, times 0.5 the number's fp32), and a complex type with a floating one gives the complex
     type of the floating one; a bf16 tensor times a zero-dim fp64 one stays bf16. A number whose type the trace does
     not say (no ``Concrete Inputs``) matters only where the tensors are integer or bool: there the result is None
