@@ -96,6 +96,11 @@ def runs() -> dict[str, ExperimentConfig]:
         # allocations land in the recorded first step, beside the step's own thread (question 3 names them apart)
         "cold_workers": dict(workload="script", knobs=script("input_bound", "workers"), modes=("eager",),
                              run={"warmup": 0, "wait": 0, "warmup_steps": 0, "active": 5}),
+        # fp32 models under bf16 autocast: the op recorded with the caller's inputs and again with the cast ones
+        "autocast_conv": dict(workload="script", knobs=script("autocast"), modes=("eager",), dtype="fp32"),
+        "autocast_mm": dict(workload="script", knobs=script("autocast", "mm"), modes=("eager",), dtype="fp32"),
+        "autocast_attn_hd264": dict(workload="script", knobs=script("autocast", "attention_hd264"),
+                                    modes=("eager",), dtype="fp32"),
     }
     out = {}
     for label, c in cases.items():

@@ -2782,3 +2782,45 @@ def test_a_run_that_set_tf32_on_is_not_told_to_turn_it_on(tmp_path):
     assert {e["args"]["Input type"][0] for e in scan_trace(path) if e["name"] == "aten::mm"} == {"float"}
     assert "fp32_without_tf32" in rules(run(path, config={"dtype": "fp32", "matmul_precision": "highest"})[2])
     assert "fp32_without_tf32" not in rules(run(path, config={"dtype": "fp32", "matmul_precision": "high"})[2])
+
+
+# --- fp32 models under bf16 autocast, recorded on an H100 (tests/data/h100/README.md) -------------------------------
+
+def _nested_same_op(name: str) -> collections.Counter:
+    """By a plain scan of an H100 autocast run: (op, whether an fp32 input is bf16 in the inner call) for each call
+    that holds the same op directly (a stack over each thread's ops, by start and length)."""
+    ev = sorted((e for e in scan_trace(DATA / "h100" / f"{name}.json.gz") if e.get("cat") == "cpu_op"),
+                key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+    out, stack = collections.Counter(), []
+    for e in ev:
+        while stack and (stack[-1]["tid"] != e["tid"] or stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]):
+            stack.pop()
+        if stack and stack[-1]["name"] == e["name"]:
+            cast = any(a == "float" and b == "c10::BFloat16"
+                       for a, b in zip(stack[-1]["args"]["Input type"], e["args"]["Input type"]))
+            out[(e["name"], cast)] += 1
+        stack.append(e)
+    return out
+
+
+@pytest.mark.parametrize("name,op,kind", [("autocast_mm_eager", "aten::mm", "gemm"),
+                                          ("autocast_attn_hd264_eager", "aten::scaled_dot_product_attention",
+                                           "attention"),
+                                          ("autocast_conv_eager", "aten::conv2d", "conv")])
+def test_what_autocast_ran_on_an_h100_is_judged_in_bf16(name, op, kind):
+    """Each op autocast casts is recorded with the fp32 inputs and again, inside, with bf16 ones: the roofline's rows
+    are bf16, one per call that ran (the conv's aten::convolution is recorded once, inside the bf16 conv2d), and the
+    casts the trace shows are the scan's."""
+    nested = _nested_same_op(name)
+    assert {k for k in nested if k[0] == op} == {(op, True)}  # (every such call cast an fp32 input to bf16)
+    casts = nested[(op, True)]
+    with open_trace(DATA / "h100" / f"{name}.json.gz", engine="sqlite") as s:
+        d = diagnose(s, peaks=H200_PEAKS)
+        from profiling_core.explain.diagnosis.roofline import autocast_casts
+        assert autocast_casts(s)[op] == casts > 0
+    rows = d.roofline[d.roofline["kind"] == kind]
+    assert set(rows["dtype"]) == {"bf16"}
+    if kind == "attention":
+        x = next(x for x in d.diagnoses if x.rule == "attention_backend")
+        assert x.evidence["backend"] == "efficient" and len(x.evidence["reasons"]) == 1
+        assert "264" in x.evidence["reasons"][0] and "fp32" not in x.text

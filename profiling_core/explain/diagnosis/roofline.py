@@ -437,9 +437,10 @@ def recalls(tb, ids) -> dict[int, int]:
 
 
 def autocast_casts(session) -> dict[str, int]:
-    """{op name: calls} of the ops the trace shows autocast casting: a call (:func:`recalls`) whose first recorded
-    input type is fp32 and whose inner call's is bf16 or fp16. Empty where autocast was off (or the trace records no
-    types): it is how a trace says that autocast was on, and around which ops."""
+    """{op name: calls} of the ops the trace shows autocast casting: a call (:func:`recalls`) with an fp32 input that
+    its inner call has as bf16 or fp16 (the H100's conv block under autocast: the second conv2d's activation is bf16
+    already, its weight fp32 cast to bf16). Empty where autocast was off (or the trace records no types): it is how
+    a trace says that autocast was on, and around which ops."""
     tb = session.tables
     inner = recalls(tb, np.flatnonzero(tb.parent_id >= 0))
     if not inner:
@@ -447,8 +448,9 @@ def autocast_casts(session) -> dict[str, int]:
     types = _args_each(session, ("Input type",), set(inner) | set(inner.values()))[0]
     out: dict[str, int] = {}
     for outer, i in inner.items():
-        a, b = _dtype_of(types.get(outer)), _dtype_of(types.get(i))
-        if a == "fp32" and b in ("bf16", "fp16"):
+        a, b = types.get(outer), types.get(i)
+        if isinstance(a, list) and isinstance(b, list) and any(
+                x == "float" and _TORCH_DTYPES.get(y) in ("bf16", "fp16") for x, y in zip(a, b)):
             name = tb.name.uniq[tb.name.codes[outer]]
             out[name] = out.get(name, 0) + 1
     return out
