@@ -25,8 +25,8 @@ from .breakdown import category_totals, step_breakdown, top_kernels
 from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, gpu_op_category
 from .compile import (GRAPH_LAUNCHES, STAGING_OP, compile_breakdown, compile_in_working_steps, compile_payoff,
                       fused_ops, ran_compiled, triton_fusions)
-from .gemm import (gemm_dims, gemm_flops_from_dims, gemm_kernel_shapes, gemm_leading_dims, gemm_shape_text,
-                   gemm_throughput, is_shapes)
+from .gemm import (GEMM_OPS, gemm_dims, gemm_flops_from_dims, gemm_kernel_shapes, gemm_leading_dims,
+                   gemm_shape_text, gemm_throughput, is_shapes)
 from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_stats
 from .launches import chain_subtree, dispatch_chain, dispatch_chains, launch_latency, launch_ops, launch_paths
 from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_MATCH_TOLERANCE, RELATIVE_BASES,
@@ -54,7 +54,7 @@ __all__ = [
     "cold_start_gap", "sync_wait", "GRAPH_LAUNCHES", "STAGING_OP", "compile_breakdown", "compile_in_working_steps",
     "compile_payoff",
     "triton_fusions", "fused_ops", "ran_compiled",
-    "gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims",
+    "GEMM_OPS", "gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims",
     "gemm_shape_text", "is_shapes",
     "profiler_table",
     "cpu_own_times",

@@ -12,8 +12,8 @@ from ..units import format_count
 from ._common import SIZE_LIMIT, is_size
 from ._shared import Shared, expand_ranges, factorize, frame, frame_cols, nullable, shared_for
 
-__all__ = ["gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims",
-           "gemm_shape_text"]
+__all__ = ["GEMM_OPS", "gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims",
+           "gemm_leading_dims", "gemm_shape_text"]
 
 
 def gemm_shape_text(batch, m, k, n) -> str:
@@ -37,7 +37,7 @@ def gemm_dims(op: str, dims: list[list[int]]) -> Optional[tuple[int, int, int, i
 
     Args:
         op: ``aten::mm``, ``aten::bmm``, ``aten::addmm``, ``aten::baddbmm``, ``aten::matmul``, ``aten::linear``,
-            ``aten::_scaled_mm`` or ``aten::_int_mm`` (:data:`_GEMM_NAMES`).
+            ``aten::_scaled_mm`` or ``aten::_int_mm`` (:data:`GEMM_OPS`).
         dims: the op's input shapes, e.g. ``[[64, 64], [64, 64]]`` for mm (a matrix @ vector has N = 1).
     """
     try:
@@ -152,7 +152,7 @@ def _dims_by_op(tables, ops: dict) -> dict[int, list[list[int]]]:
     return {sid: values[a] for sid, a in want.items() if is_shapes(values.get(a))}
 
 
-_GEMM_NAMES = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear",
+GEMM_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear",
                "aten::_scaled_mm", "aten::_int_mm")
 """The GEMM ops: torch's matmuls, and its low-precision ones, ``_scaled_mm`` (fp8: ``_scaled_mm(self [M, K], mat2
 [K, N], scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum)``) and ``_int_mm`` (int8 [M, K] @ [K, N],
@@ -164,7 +164,7 @@ def _gemm_slices(sh: Shared) -> dict:
     cpu_dur_ns, arg_set_id (an object array, None for NULL), utid."""
     tb = sh.tables
     t = sh.slices
-    m = sh.name_mask(lambda x: x in _GEMM_NAMES) & (t["utid"] >= 0)
+    m = sh.name_mask(lambda x: x in GEMM_OPS) & (t["utid"] >= 0)
     if m.any():
         m &= sh.cat_mask(lambda c: c != "gpu_user_annotation")  # coalesce(s.category, '') <> ...
     i = np.flatnonzero(m)
@@ -353,7 +353,7 @@ def gemm_throughput(session, peak_tflops: Optional[float] = None, config=None,
                     shared: Shared | None = None) -> pd.DataFrame:
     """Achieved TFLOP/s of each GEMM op whose FLOPs are known.
 
-    GEMM ops are the innermost of aten::mm/bmm/addmm/baddbmm/matmul/linear/_scaled_mm/_int_mm (:data:`_GEMM_NAMES`;
+    GEMM ops are the innermost of aten::mm/bmm/addmm/baddbmm/matmul/linear/_scaled_mm/_int_mm (:data:`GEMM_OPS`;
     an aten::matmul that calls aten::mm counts once, as the mm). FLOPs come from the op's recorded ``Input Dims``
     (record_shapes=True): what ran (torch.compile may pad a shape); where an op recorded none, from
     ``config.gemm_flops()`` when an ``ExperimentConfig`` of the study's matmul_add is given (one GEMM per call).

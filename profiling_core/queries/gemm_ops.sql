@@ -1,4 +1,4 @@
--- GEMM ops on the CPU (aten::mm, bmm, addmm, baddbmm, matmul, linear, _scaled_mm, _int_mm: gemm.py's _GEMM_NAMES)
+-- GEMM ops on the CPU (aten::mm, bmm, addmm, baddbmm, matmul, linear, _scaled_mm, _int_mm: gemm.py's GEMM_OPS)
 -- with the GPU kernel time they launched (ns).
 WITH gpu_op AS (
   SELECT id, ts, dur, name, arg_set_id FROM slice WHERE lower(category) = 'kernel'

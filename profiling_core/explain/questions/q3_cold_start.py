@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...analyses import GEMM_OPS
 from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
@@ -18,7 +19,6 @@ their median; within it, the difference is noise and no cost is explained."""
 
 
 _PROFILER_STARTUP = ("Activity Buffer Request",)
-_GEMM_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul")
 
 UNNAMED_CALL = "INVALID"
 """The name Kineto gives a CUDA runtime call whose callback id is not in its table of names."""
@@ -45,7 +45,7 @@ def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) 
     if "HostAlloc" in names or "MallocHost" in names:
         causes.append("pinned host memory allocation (cudaHostAlloc)")
     if "Occupancy" in names or "FuncSetAttribute" in names or "DeviceGetAttribute" in names:
-        lib = f"the GEMM library's (cuBLAS, under {slice_name})" if slice_name in _GEMM_OPS else "a library's"
+        lib = f"the GEMM library's (cuBLAS, under {slice_name})" if slice_name in GEMM_OPS else "a library's"
         causes.append(f"{lib} set-up and kernel heuristics (attribute and occupancy queries)")
     if len(lazy):
         causes.append("lazy module loading (" + ", ".join(sorted(map(str, lazy["name"]))) + ")")
