@@ -47,7 +47,10 @@ def test_auto_attention_in_bf16_ran_cudnn_and_fp32_ran_efficient_with_its_reason
     assert names["aten::_scaled_dot_product_efficient_attention"] == 3
     x = next(d for d in diagnosed("attention_fp32_eager").diagnoses if d.rule == "attention_backend")
     assert x.evidence["backend"] == "efficient"
-    assert x.evidence["reasons"] == ["flash attention takes only fp16/bf16 inputs and this run is fp32"]
+    # the trace's own record of the types the attention ran in, before the run's dtype (an fp32 run under autocast
+    # runs bf16 attention)
+    assert x.evidence["reasons"] == ["flash attention takes only fp16/bf16 inputs and the trace records fp32 ones "
+                                     "(aten::scaled_dot_product_attention's Input type: float)"]
 
 
 def test_decode_under_reduce_overhead_launches_no_cuda_graph_and_prefill_does():
