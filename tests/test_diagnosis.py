@@ -599,7 +599,8 @@ def test_a_blocking_host_to_device_copy_in_each_step_is_found_by_a_plain_scan():
         x = next(d for d in diagnose(s).diagnoses if d.rule == "sync_in_step")
     assert x.evidence["copies_in_steps"] == {"HtoD": len(copies), "DtoH": 0}
     assert x.cost_us_per_step == pytest.approx(sum(e["dur"] for e in copies) / len(worked), rel=1e-6)
-    assert x.text.startswith("Inside the only step with work in it (step 1; the other step is empty)")
+    assert x.text.startswith("Inside the only step with work in it (step 1; the other step is the profiler's closing "
+                             "stub)")
     assert "2 host-to-device copies per step" in x.text and "pin_memory" in x.fix
 
 

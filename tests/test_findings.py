@@ -1002,7 +1002,7 @@ def test_an_empty_step_counts_in_no_per_step_figure():
     found = {f.id: f for f in findings(r)}
     q2, q3 = found["q2.bound"], found["q3.cold_start"]
     assert q2.evidence["cpu_step_median_us"] == pytest.approx(first_us, abs=0.001) and q2.evidence["empty_steps"] == [2]
-    assert "step 2, with nothing in its window, left out" in q2.text
+    assert "step 2, the profiler's closing stub (no op or launch call began in it), left out" in q2.text
     assert q3.evidence["empty_steps"] == [2] and q3.evidence["first_step_slower"] is None
     assert "Only one profiled step did any work" in q3.text and "×" not in q3.text  # no ratio against nothing
     kernels = sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") == "kernel")  # all launched in step 1
@@ -1370,3 +1370,44 @@ def test_q3_counts_as_unrecorded_only_the_steps_the_trace_lacks(tmp_path, order)
     assert missing == (1 if 1 in order[1:] else 3)
     f = by_id(path)["q3.cold_start"]
     assert f"the {missing} schedule step(s) before ProfilerStep#{order[0]} went unrecorded" in f.text
+
+
+def _profiler_steps(path) -> list[dict]:
+    """By a plain scan: the ``ProfilerStep#N`` slices on the CPU, by start."""
+    return sorted((e for e in scan_trace(path) if e.get("ph") == "X" and str(e["name"]).startswith("ProfilerStep#")
+                   and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+
+
+def test_steps_that_only_sleep_are_steps_of_the_loop():
+    """A real CPU run (torch 2.13, tests/data/cpu/make_step_recordings.py) whose iterations 3 and 4 only sleep 10 ms:
+    no op begins in those steps, yet they are the loop's, and its per-step figures count them. They were dropped as
+    empty: "all 2 steps ran on the CPU, median 302.7 µs per step … compute-bound"."""
+    path = DATA / "cpu" / "steps_sleeping.json.gz"
+    steps = _profiler_steps(path)
+    durs = [float(e["dur"]) for e in steps]
+    assert len(steps) == 4 and min(durs[1:3]) > 10 * max(durs[0], durs[3])
+    r = report(path)
+    assert r.summary["steady_state"]["empty_steps"] == []
+    assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(durs), abs=0.01)
+    q2 = by_id(path)["q2.bound"]
+    assert q2.evidence["steps"] == 4 and "left out" not in q2.text
+
+
+def test_the_profilers_closing_stub_is_left_out_though_the_loader_ran_in_it():
+    """A real CPU run over a DataLoader of 5 batches whose loop ends while the profiler records: the profiler's exit
+    closes a last step of 28 µs holding only the loader's ``__next__`` that raised StopIteration. It counted as a
+    step (a slice began in it): "all 4 steps … median 975.8 µs"; the loop's three steps have a median of 1,015.8 µs."""
+    path = DATA / "cpu" / "steps_loader_stub.json.gz"
+    steps = _profiler_steps(path)
+    last = steps[-1]
+    inside = {e["name"] for e in scan_trace(path) if e.get("ph") == "X" and e["name"] != last["name"]
+              and last["ts"] <= e["ts"] < last["ts"] + last["dur"]}
+    assert inside == {"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}
+    loop = [float(e["dur"]) for e in steps[:-1]]
+    assert len(loop) == 3 and last["dur"] < min(loop)
+    r = report(path)
+    n = int(last["name"].split("#")[1])
+    assert r.summary["steady_state"]["empty_steps"] == [n]
+    assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(loop), abs=0.01)
+    assert f"step {n}, the profiler's closing stub (no op or launch call began in it), left out" in \
+        by_id(path)["q2.bound"].text

@@ -43,8 +43,9 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
     empty = (summary.get("steady_state") or {}).get("empty_steps") or []
     if empty:
         many = len(empty) > 1
-        st.caption(f"Step{'s' if many else ''} {', '.join(map(str, empty))} {'are' if many else 'is'} empty (nothing "
-                   f"began in {'their windows' if many else 'its window'} on any thread or GPU lane): the per-step "
+        st.caption(f"Step{'s' if many else ''} {', '.join(map(str, empty))} {'are' if many else 'is'} the profiler's "
+                   f"closing stub{'s' if many else ''} (no op or launch call began in {'them' if many else 'it'}; "
+                   f"{'each is the last step of its thread' if many else 'it is the last step'}, closed as the profiler stopped): the per-step "
                    f"figures leave {'them' if many else 'it'} out.")
     cut = cut_steps_text(steps) if steps is not None else ""
     if cut:

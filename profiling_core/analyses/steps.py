@@ -81,8 +81,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         spent on work the trace does not hold, where no recorded op ran: ``Shared.unrecorded_waits``; not part of
         ``gpu_busy_in_step_us``), ``cut_us`` (how much of the step's slice lay past the
         recording's end and is not counted: 0 but in a malformed trace), ``slices`` (the slices of any thread or
-        GPU lane that began in the step's window, its own slice not counted: 0 for an
-        empty step, :func:`working_steps`), ``data_us`` (the time of the step's window inside a DataLoader's
+        GPU lane that began in the step's window, its own slice not counted), ``stub`` (whether the step is the
+        profiler's closing stub, :func:`working_steps`), ``data_us`` (the time of the step's window inside a DataLoader's
         ``enumerate(DataLoader)#...__next__`` range: the loop waiting for its batch, the ``data`` phase's rule in
         ``analyses.phases``; 0 where no DataLoader is profiled). Empty (same columns) when the trace has no steps.
     """
@@ -114,6 +114,7 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     began = np.sort(sh.tables.ts)  # (every slice's start: the engines need not keep slices in time order)
     df["slices"] = (np.searchsorted(began, starts + durs, side="left") - np.searchsorted(began, starts, side="left")
                     - 1).clip(min=0) if len(rows) else np.zeros(0, dtype=np.int64)
+    df["stub"] = _stubs(sh, rows, starts, durs)
     db, de = data_ranges(sh)
     df["data_ns"] = (covered_ns(starts, starts + durs, db, de) if len(db) and len(rows)
                      else np.zeros(len(rows), dtype=np.int64))
@@ -128,8 +129,31 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
             "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "unlaunched_wait_us",
             "copy_busy_us", "other_busy_us", "launch_call_us", "gpu_starved_us", "unlaunched_in_step_us",
-            "unrecorded_in_step_us", "cut_us", "slices", "data_us"]
+            "unrecorded_in_step_us", "cut_us", "slices", "stub", "data_us"]
     return df[cols].reset_index(drop=True)
+
+
+def _stubs(sh: Shared, rows: np.ndarray, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
+    """Per step (its slice's row, start and length, ns): whether it is the profiler's closing stub
+    (:func:`working_steps`): the last step of its thread, shorter than each of that thread's others, in whose window
+    no ATen op and no launch call began on any thread."""
+    out = np.zeros(len(rows), dtype=bool)
+    if len(rows) < 2:
+        return out
+    t = sh.slices
+    work = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("aten::"))
+    work[sh.pos(sh.p["launch_id"])] = True
+    began = np.sort(t["ts"][work].astype(np.int64))
+    ops = np.searchsorted(began, starts + durs, side="left") - np.searchsorted(began, starts, side="left")
+    utid = t["utid"][sh.pos(rows)]
+    for u in np.unique(utid).tolist():
+        mine = np.flatnonzero(utid == u)
+        if len(mine) < 2:
+            continue
+        last = mine[np.argmax(starts[mine])]
+        others = mine[mine != last]
+        out[last] = ops[last] == 0 and durs[last] < durs[others].min()
+    return out
 
 
 def device_busy(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -454,16 +478,19 @@ def _step_bounds(df: pd.DataFrame, at: float = GPU_BOUND_AT) -> list[str]:
 
 
 def working_steps(df: pd.DataFrame) -> pd.DataFrame:
-    """The steps the loop worked in: those with a slice that began in their window (``slices`` > 0), or all of
-    them when none has. An empty step is no step of the loop but the profiler stopping right after it began
-    (HTA's MI250 trace: ProfilerStep#2, 49 µs with nothing in it on any thread or lane); a per-step median over it
-    would stand for no step (the mean of 9.29 ms and 49 µs), and a first step compared with it would look 189×
-    slower. The summary's per-step medians, :func:`basis_steps` (and so the steady state) and the questions' and
-    rules' per-step figures rest on these steps."""
-    if "slices" not in df or df.empty:
+    """The steps the loop worked in: all but the profiler's closing stub (``stub``). ``profile.step()`` closes a
+    step and opens the next, so a profiler that stops while it records (no schedule, or a loop that ends mid-cycle)
+    closes one last step that holds no iteration, only what ran between the last ``step()`` and the stop: the last
+    step of its thread, shorter than each of its others, in which no ATen op and no launch call began (HTA's MI250
+    trace: ProfilerStep#2, 49 µs with nothing in it, beside 9.29 ms steps; a DataLoader loop's stub holds the
+    ``__next__`` that ended it, a GPU-bound loop's the kernels queued before it). A per-step median over it would
+    stand for no step, and a first step compared with it would look 189× slower. Any other step is one of the loop,
+    however little it recorded: a step that only sleeps in Python is a step of the loop, and its time is the loop's.
+    The summary's per-step medians, :func:`basis_steps` (and so the steady state) and the questions' and rules'
+    per-step figures rest on these steps."""
+    if "stub" not in df or df.empty:
         return df
-    worked = df["slices"] > 0
-    return df[worked] if worked.any() and not worked.all() else df
+    return df[~df["stub"].astype(bool)]
 
 
 def basis_steps(df: pd.DataFrame) -> pd.DataFrame:

@@ -137,7 +137,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         empty, idle = ss.get("empty_steps") or [], ss.get("steps_without_gpu") or []
         basis = ("the steps after the first" if ss.get("basis") == "after_first"
                  else "all the steps with work in them" if empty else "all the steps")
-        for left, why in ((empty, "empty"), (idle, "launched no GPU work")):
+        for left, why in ((empty, "(the profiler's closing stub)"), (idle, "launched no GPU work")):
             if left:
                 basis += f"; step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} {why}, left out"
         lines.append(f"  steady state: {ss['bound']}: {format_duration_us(ss['gpu_us_per_step'])} of GPU work launched "

@@ -127,8 +127,10 @@ def _per(report: Report) -> str:
 
 
 def _other_steps_empty(report: Report) -> str:
-    """Beside the only step with work in it: "the other step is empty" or "the other steps are empty"."""
-    return "the other step is empty" if len(report.steps) == 2 else "the other steps are empty"
+    """Beside the only step with work in it: "the other step is the profiler's closing stub" (or "other steps are
+    the profiler's closing stubs", of a file that merges several processes' steps: ``analyses.working_steps``)."""
+    return ("the other step is the profiler's closing stub" if len(report.steps) == 2 else
+            "the other steps are the profiler's closing stubs")
 
 
 def _gpus_idle(report: Report) -> str:

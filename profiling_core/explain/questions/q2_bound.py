@@ -29,6 +29,14 @@ def _all_steps(n: int) -> str:
     return "the only step" if n == 1 else f"all {n} steps"
 
 
+def _stubs_left_out(stubs: list) -> str:
+    """"step 5, the profiler's closing stub (no op or launch call began in it), left out" (``analyses.working_steps``:
+    no step of the loop, so no per-step figure counts it)."""
+    many = len(stubs) > 1
+    return (f"step{'s' if many else ''} {', '.join(map(str, stubs))}, the profiler's closing stub{'s' if many else ''} "
+            f"(no op or launch call began in {'them' if many else 'it'}), left out")
+
+
 def _basis_text(ss: dict, n_steps: int) -> str:
     if ss["basis"] == "after_first":
         text = f"the {n_steps - 1} steps after the first; the first carries start-up effects"
@@ -38,8 +46,7 @@ def _basis_text(ss: dict, n_steps: int) -> str:
     if empty and ss["basis"] != "after_first":
         text = "the only step with work in it" if n_steps == 1 else f"all {n_steps} steps with work in them"
     if empty:  # no step of the loop: the figures leave it out (analyses.working_steps)
-        text += (f"; step{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))}, with nothing in "
-                 f"{'their windows' if len(empty) > 1 else 'its window'}, left out")
+        text += "; " + _stubs_left_out(empty)
     idle = ss.get("steps_without_gpu") or []
     if idle:  # the figures are those of the steps that launched GPU work
         text += (f"; of them, the {len(ss['basis_steps'])} that launched GPU work, as step"
@@ -380,15 +387,19 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     the DataLoader took to hand out the batch (``steps.data_us``), the rest being framework overhead (Python,
     dispatch, the profiler); the verdict by :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` (the rule is
     stated there); the GEMMs' achieved GFLOP/s where their FLOPs are known."""
-    s = working_steps(r.steps)  # (an empty step is no step of the loop)
-    ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0}
+    s = working_steps(r.steps)  # (the profiler's closing stub is no step of the loop)
+    stubs = [int(k) for k in r.steps.loc[~r.steps.index.isin(s.index), "step"]]
+    left = f" ({_stubs_left_out(stubs)})" if stubs else ""
+    ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0,
+          **({"empty_steps": stubs} if stubs else {})}
     devices = [d.get("name") for d in r.summary.get("devices") or [] if d.get("name")]
     if devices:  # a trace from a GPU machine whose steps ran no GPU op: say so, not "ran on the CPU"
         text = (f"This trace names {devices[0]}{' and more GPUs' if len(devices) > 1 else ''} but recorded no kernel, "
-                f"memcpy or memset: {_all_steps(len(s))} did their work on the CPU, median {_us(cpu_med)} per step.")
+                f"memcpy or memset: {_all_steps(len(s))}{left} did their work on the CPU, median {_us(cpu_med)} per "
+                "step.")
         ev["devices"] = devices[:8]
     else:
-        text = f"{NO_GPU_TEXT}: {_all_steps(len(s))} ran on the CPU, median {_us(cpu_med)} per step."
+        text = f"{NO_GPU_TEXT}: {_all_steps(len(s))}{left} ran on the CPU, median {_us(cpu_med)} per step."
     ch = r.dispatch_chains
     # by step slice: two ranks' step N in one file are two steps, each with its own work and duration
     slices = [int(x) for x in s["slice_id"]]

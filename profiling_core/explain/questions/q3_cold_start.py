@@ -63,9 +63,10 @@ def _q3_cold(r, config=None) -> list[Finding]:
         names = ", ".join(f"ProfilerStep#{int(k)} ({_us(d)})" for k, d in zip(empty["step"], empty["cpu_dur_us"]))
         text = (f"Only one profiled step did any work: ProfilerStep#{int(first['step'])}, "
                 f"{_us(first['cpu_dur_us'])} on the CPU. The other{'s' if len(empty) > 1 else ''}, {names}, "
-                f"{'are' if len(empty) > 1 else 'is'} empty: nothing began in {'their' if len(empty) > 1 else 'its'} "
-                "window on any thread or GPU lane (the profiler stopped right after it began). There is no "
-                "later step to compare the first with: profile more active steps (the schedule's active count).")
+                f"{'are' if len(empty) > 1 else 'is'} the profiler's closing stub{'s' if len(empty) > 1 else ''}: "
+                f"no op or launch call began in {'their windows' if len(empty) > 1 else 'its window'}, which closed "
+                "as the profiler stopped. There is no later step to compare the first with: profile more active "
+                "steps (the schedule's active count).")
         return [Finding("q3.cold_start", 3, "First step vs the others", text,
                         {"first_step": int(first["step"]), "first_step_cpu_us": _num(first["cpu_dur_us"]),
                          "empty_steps": [int(k) for k in empty["step"]], "first_step_slower": None})]

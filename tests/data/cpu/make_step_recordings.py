@@ -1,0 +1,48 @@
+"""Record the two CPU traces of the profiler's steps kept here (torch's CPU build; run from anywhere):
+
+- ``steps_sleeping.json.gz``: ``schedule(wait=1, warmup=1, active=4)``; the loop's iterations 3 and 4 only sleep 10 ms
+  in Python, the others run a 128² matmul and an add.
+- ``steps_loader_stub.json.gz``: a DataLoader of 5 batches, ``schedule(wait=1, warmup=1, active=4)``: the loop ends
+  while the profiler records, so ``profile``'s exit closes one last step that holds only the ``__next__`` that raised
+  StopIteration (the profiler's closing stub).
+"""
+import gzip
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+from torch.utils.data import DataLoader, TensorDataset
+
+OUT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent)
+
+
+def keep(prof, name):
+    raw = OUT / name
+    prof.export_chrome_trace(str(raw))
+    with open(raw, "rb") as f, gzip.open(f"{raw}.gz", "wb", compresslevel=9) as g:
+        shutil.copyfileobj(f, g)
+    raw.unlink()
+
+
+torch.set_num_threads(1)
+x, w = torch.randn(128, 128), torch.randn(128, 128)
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=4)) as prof:
+    for i in range(6):
+        if i in (3, 4):
+            time.sleep(0.01)
+        else:
+            y = x @ w + x
+        prof.step()
+keep(prof, "steps_sleeping.json")
+
+w = torch.randn(256, 256)
+loader = DataLoader(TensorDataset(torch.randn(40, 256)), batch_size=8, num_workers=0)
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=4)) as prof:
+    for (b,) in loader:
+        for _ in range(20):
+            y = (b @ w).relu() @ w.t()
+        prof.step()
+keep(prof, "steps_loader_stub.json")
