@@ -799,8 +799,8 @@ def test_q3_1_1_3_trace_without_start_up_slice_names_no_cause_it_cannot_see():
     # a cold run whose cold start fell in the schedule's unrecorded steps: the trace alone cannot say it was warm
     assert "cold_eager" in path.name and "This is not a cold start" not in f.text
     assert (f"The trace shows no cold start (no call in the first step is missing from the later ones; the "
-            f"{first.split('#')[1]} schedule step(s) before {first} went unrecorded, and a cold start there would "
-            "not show)") in f.text
+            f"{first.split('#')[1]} schedule step(s) before {first} are not in this trace, and a cold start there "
+            "would not show)") in f.text
     assert "It may be the profiler's first recorded step or other work on the machine" in f.text
     assert "the extra is the profiler's own first-step overhead" not in f.text
 
@@ -1369,7 +1369,7 @@ def test_q3_counts_as_unrecorded_only_the_steps_the_trace_lacks(tmp_path, order)
     missing = sum(1 for k in range(order[0]) if k not in held)
     assert missing == (1 if 1 in order[1:] else 3)
     f = by_id(path)["q3.cold_start"]
-    assert f"the {missing} schedule step(s) before ProfilerStep#{order[0]} went unrecorded" in f.text
+    assert f"the {missing} schedule step(s) before ProfilerStep#{order[0]} are not in this trace" in f.text
 
 
 def _profiler_steps(path) -> list[dict]:
@@ -1411,3 +1411,18 @@ def test_the_profilers_closing_stub_is_left_out_though_the_loader_ran_in_it():
     assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(loop), abs=0.01)
     assert f"step {n}, the profiler's closing stub (no op or launch call began in it), left out" in \
         by_id(path)["q2.bound"].text
+
+
+def test_a_first_step_with_no_step_before_it_is_not_told_its_cold_start_fell_before_it(tmp_path):
+    """A CPU run whose schedule records from ProfilerStep#0 (no wait, no warm-up step) and that had no warm-up calls:
+    its first step was not slower, and Q3 said "the run's cold-start work fell before the recorded steps", where no
+    step ran before it."""
+    from verdict_traces import Trace
+    t = Trace()
+    for n in range(4):
+        t.step(n, lambda t: t.cpu("aten::mm", 500.0, dims=[[512, 512], [512, 512]], types=["float", "float"]))
+    path = t.write(tmp_path / "t.json", device_properties=False)
+    assert _profiler_steps(path)[0]["name"] == "ProfilerStep#0"
+    f = {x.id: x for x in findings(report(path), {"warmup": 0, "device": "cpu"})}["q3.cold_start"]
+    assert "within 5% of the others" in f.text
+    assert "fell before the recorded steps" not in f.text and "left no mark here" in f.text

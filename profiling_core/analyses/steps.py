@@ -136,7 +136,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
 def _stubs(sh: Shared, rows: np.ndarray, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
     """Per step (its slice's row, start and length, ns): whether it is the profiler's closing stub
     (:func:`working_steps`): the last step of its thread, shorter than each of that thread's others, in whose window
-    no ATen op and no launch call began on any thread."""
+    no ATen op and no launch call began on any thread, where one began in another (a trace of steps alone, with no
+    op in any, has no stub to tell apart)."""
     out = np.zeros(len(rows), dtype=bool)
     if len(rows) < 2:
         return out
@@ -152,7 +153,7 @@ def _stubs(sh: Shared, rows: np.ndarray, starts: np.ndarray, durs: np.ndarray) -
             continue
         last = mine[np.argmax(starts[mine])]
         others = mine[mine != last]
-        out[last] = ops[last] == 0 and durs[last] < durs[others].min()
+        out[last] = ops[last] == 0 and durs[last] < durs[others].min() and ops[others].max() > 0
     return out
 
 
@@ -481,9 +482,9 @@ def working_steps(df: pd.DataFrame) -> pd.DataFrame:
     """The steps the loop worked in: all but the profiler's closing stub (``stub``). ``profile.step()`` closes a
     step and opens the next, so a profiler that stops while it records (no schedule, or a loop that ends mid-cycle)
     closes one last step that holds no iteration, only what ran between the last ``step()`` and the stop: the last
-    step of its thread, shorter than each of its others, in which no ATen op and no launch call began (HTA's MI250
-    trace: ProfilerStep#2, 49 µs with nothing in it, beside 9.29 ms steps; a DataLoader loop's stub holds the
-    ``__next__`` that ended it, a GPU-bound loop's the kernels queued before it). A per-step median over it would
+    step of its thread, shorter than each of its others, in which no ATen op and no launch call began where one
+    began in another (HTA's MI250 trace: ProfilerStep#2, 49 µs with nothing in it, beside 9.29 ms steps; a
+    DataLoader loop's stub holds the ``__next__`` that ended it, a GPU-bound loop's the kernels queued before it). A per-step median over it would
     stand for no step, and a first step compared with it would look 189× slower. Any other step is one of the loop,
     however little it recorded: a step that only sleeps in Python is a step of the loop, and its time is the loop's.
     The summary's per-step medians, :func:`basis_steps` (and so the steady state) and the questions' and rules'

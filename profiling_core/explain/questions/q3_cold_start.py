@@ -106,7 +106,9 @@ def _q3_cold(r, config=None) -> list[Finding]:
                      "quicker than the later steps', more than made up for)." if faster else
                      f" (it alone calls {_calls_text(mine, 'calls', 'us')}: cold-start work too small to set it "
                      "apart).") if cold and len(mine) else
-                    " (the run's cold-start work fell before the recorded steps)." if cold else "."))
+                    (" (the run's cold-start work fell before the recorded steps)." if _not_held_before(r, first_step)
+                     else " (no call in it is missing from the later steps: the cold start left no mark here)."
+                     ) if cold else "."))
         ev["cold_start"] = cold
         return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
     ch = r.dispatch_chains
@@ -158,14 +160,20 @@ def _q3_cold(r, config=None) -> list[Finding]:
     return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
 
 
+def _not_held_before(r, first_step: int) -> int:
+    """How many of the schedule's steps before the first recorded one this trace does not hold (steps are numbered
+    from 0; a trace whose steps are out of time order can hold lower numbers after it). They ran the loop's code
+    before this window, unrecorded or recorded in another trace (an earlier cycle of a schedule with ``repeat``,
+    which ``tensorboard_trace_handler`` writes to a file of its own)."""
+    held = {int(k) for k in r.steps["step"].dropna()} if "step" in r.steps else set()
+    return max(0, first_step - len({k for k in held if 0 <= k < first_step}))
+
+
 def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, float]:
     """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace; and the
     µs of the profiler's start-up the text gives as a part of the extra (0 where it gives none)."""
     only = _first_step_only_calls(r, first_step)
-    # the schedule's steps before the first recorded one that the trace does not hold (numbered from 0; a trace
-    # whose steps are out of time order can hold lower numbers after it)
-    held = {int(k) for k in r.steps["step"].dropna()} if "step" in r.steps else set()
-    unrec = max(0, first_step - len({k for k in held if 0 <= k < first_step}))
+    unrec = _not_held_before(r, first_step)
     lazy = _table_rows(r, _LAZY_LOADING)
     startup = _table_rows(r, _PROFILER_STARTUP)
     startup_us = float(startup["cpu_total_us"].sum()) if len(startup) else 0.0
@@ -202,8 +210,8 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
         return out, 0.0
     if cold:
         return (f" No warm-up ({why}), but no call in the first step is missing from the later ones: "
-                + (f"the {unrec} schedule step(s) before ProfilerStep#{first_step} already ran the function "
-                   f"unrecorded, so the cold start fell outside this window; nothing in the trace names the extra's "
+                + (f"the {unrec} schedule step(s) before ProfilerStep#{first_step}, not in this trace, already ran "
+                   f"the function, so the cold start fell outside this window; nothing in the trace names the extra's "
                    f"cause (the profiler's first recorded step, or other work on the machine: run it again to tell)."
                    if unrec > 0 else
                    "the cold-start work does not show as CUDA calls here; the extra is the process's first "
@@ -212,8 +220,8 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
         out = f" This is not a cold start ({why})"
     else:  # the trace alone: what its window shows, and where a cold start would not show
         out = (" The trace shows no cold start (no call in the first step is missing from the later ones"
-               + (f"; the {unrec} schedule step(s) before ProfilerStep#{first_step} went unrecorded, and a cold "
-                  "start there would not show" if unrec > 0 else "") + ")")
+               + (f"; the {unrec} schedule step(s) before ProfilerStep#{first_step} are not in this trace, and a "
+                  "cold start there would not show" if unrec > 0 else "") + ")")
     if startup_us > 0:
         share = startup_us / extra if extra > 0 else None
         names = " and ".join(map(str, sorted(set(startup["name"]))))
@@ -227,6 +235,6 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
                       + "."), startup_us
     return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). It may be the "
                   "profiler's first recorded step"
-                  + (f" (ProfilerStep#{first_step} is the first step it records, after {unrec} unrecorded "
-                     f"schedule step(s))" if unrec > 0 and why is not None else "")
+                  + (f" (ProfilerStep#{first_step} is the first step it records, after {unrec} schedule step(s) "
+                     "not in this trace)" if unrec > 0 and why is not None else "")
                   + " or other work on the machine: run it again to tell."), 0.0
