@@ -574,3 +574,21 @@ def test_the_gemm_line_says_whose_time_it_divides_by(capsys, path, timed):
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  GEMM: median")]
     assert re.fullmatch(r"  GEMM: median [\d.]+ TFLOP/s over \d+ op\(s\), " + re.escape(timed) + r"(, [\d.]+% of peak)?",
                         line), line
+
+
+def test_analyze_json_shows_bidi_and_c1_controls_as_escapes(tmp_path):
+    """``analyze --json`` printed names with raw U+202E and U+0085 (a terminal reorders or breaks lines at them),
+    where every other --json command escapes them; µ stays as written. The JSON reads back the same names."""
+    import subprocess
+    import sys as _sys
+    from verdict_traces import Trace
+    t = Trace()
+    name = "aten::mm\u202ex\u0085"
+    for n in (1, 2):
+        t.step(n, lambda t: t.cpu(name, 50, children=lambda t: t.launch("k\u202e", 10.0)))
+    path = t.write(tmp_path / "t.json")
+    out = subprocess.run([_sys.executable, "-m", "profiling_core", "analyze", str(path), "--json"],
+                         capture_output=True, check=True).stdout
+    assert "\u202e".encode() not in out and "\u0085".encode() not in out and "µ".encode() in out
+    assert b"\\u202e" in out and b"\\u0085" in out
+    assert name in json.dumps(json.loads(out), ensure_ascii=False)

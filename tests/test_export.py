@@ -239,8 +239,9 @@ def test_vega_safe_escapes_only_what_breaks_a_chart():
     from profiling_core.present import terminal_safe, vega_safe
     for c in VEGA_UNSAFE:
         assert vega_safe("a" + c) == "a" + (terminal_safe(c) if ord(c) < 0x80 else f"\\u{ord(c):04x}")
-    keep = "tab\t nl\n cr\r del\x7f c1\x85 bidi\u202e é € 😀 \\u2028 \"'<>{{x}}`$"
+    keep = "tab\t nl\n cr\r del\x7f c1\x85 é € 😀 \\u2028 \"'<>{{x}}`$"
     assert vega_safe({"k\x1b": [keep, 1, 2.5, None, True]}) == {"k\\x1b": [keep, 1, 2.5, None, True]}
+    assert vega_safe("bidi\u202e") == "bidi\\u202e"  # (a chart's label is read too: present.terminal.BIDI_CONTROLS)
 
 
 def test_a_missing_value_is_an_empty_cell_not_a_tag():

@@ -65,3 +65,19 @@ def test_md_code_is_a_literal_code_span(name, expected):
 
 def test_md_code_cuts_long_names():
     assert md_code("x" * 100, max_chars=10) == "` xxxxxxxxx… `"
+
+
+BIDI = ["\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"]
+
+
+@pytest.mark.parametrize("char", BIDI, ids=[f"U+{ord(c):04X}" for c in BIDI])
+def test_a_bidi_control_in_a_name_reorders_nothing_on_any_surface(char):
+    """A name holding a right-to-left override showed everything after it reversed ("aten::add\u202e sm 0.1" reads
+    "aten::add 1.0 ms") in Markdown, the HTML report and the charts; the terminal already showed it as an escape.
+    Every surface now writes it as its \\uNNNN escape, a name stays readable, and no other character changes."""
+    from profiling_core.present.web import html_text, vega_safe
+    name = f"aten::add{char} sm 0.1"
+    want = f"aten::add\\u{ord(char):04x} sm 0.1"
+    for shown_text in (re.sub(r"\\(.)", r"\1", md_text(name)).replace(WJ, ""), md_code(name).strip("` "),
+                       html_text(name), vega_safe({"label": name})["label"]):
+        assert char not in shown_text and shown_text == want

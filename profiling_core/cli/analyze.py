@@ -30,7 +30,7 @@ from typing import Optional
 from ..errors import ProfilingError
 from ..present.terminal import echo
 from ..units import cut_apart, format_count, format_duration_us, format_rate, format_share, human_bytes
-from ._json import clean as _clean
+from ._json import clean as _clean, escaped
 
 __all__ = ["add_parser", "command_parser", "run", "build_json", "main"]
 
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         if callable(close):
             close()
     if args.json:
-        print(json.dumps(build_json(report, found, diagnosis), ensure_ascii=False))
+        print(escaped(json.dumps(build_json(report, found, diagnosis), ensure_ascii=False)))
     else:
         echo(*_human(args.path, report, found, diagnosis))
     return 0

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import re
 
+from .terminal import visible_bidi
+
 __all__ = ["md_text", "md_code"]
 
 WORD_JOINER = "\u2060"
@@ -34,7 +36,9 @@ _MATERIAL = re.compile(r":(?=material/)")  # Streamlit rewrites ':material/' in 
 
 
 def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+    """``text`` on one line, its bidi controls shown as escapes (``terminal.BIDI_CONTROLS``: a name cannot reorder
+    what follows it)."""
+    return " ".join(visible_bidi(text).split())
 
 
 def md_text(text: object) -> str:

@@ -10,14 +10,25 @@ import re
 import sys
 from typing import IO
 
+BIDI_CONTROLS = "\u200e\u200f\u202a-\u202e\u2066-\u2069"
+"""The bidi marks, embeddings, overrides and isolates (as a regex character-class body): a name that holds one
+reorders what follows it wherever it is shown (``aten::add\u202e sm 0.1`` reads "aten::add 1.0 ms"), so every
+surface that shows untrusted text (the terminal, Streamlit's Markdown, the HTML report, the charts) writes them as
+visible escapes (:func:`visible_bidi`)."""
+_BIDI = re.compile(f"[{BIDI_CONTROLS}]")
 # C0 and C1 controls, the bidi marks and overrides, and lone surrogates (a file name's bytes that are not UTF-8, as
 # Python decodes them): a terminal acts on the first ones, and printing the last raises UnicodeEncodeError
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f{BIDI_CONTROLS}\ud800-\udfff]")
 
 
 def visible_escape(char: str) -> str:
     """One character as the escape that shows it: ``\\xNN`` below U+0100, else ``\\uNNNN``."""
     return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+def visible_bidi(text: object) -> str:
+    """``str(text)`` with each of :data:`BIDI_CONTROLS` shown as its ``\\uNNNN`` escape."""
+    return _BIDI.sub(lambda m: visible_escape(m[0]), str(text))
 
 
 def terminal_safe(text: object) -> str:

@@ -4,7 +4,8 @@ Every string that reaches a page the project writes itself (the one-file HTML re
 goes through one of these, by where it lands:
 
 - :func:`html_text`: HTML text or a quoted attribute value: ``& < > " '`` become character references, so a name
-  can open no tag, close no attribute and start no comment.
+  can open no tag, close no attribute and start no comment; bidi controls become visible escapes
+  (:data:`~profiling_core.present.terminal.BIDI_CONTROLS`), so a name cannot reorder the figures after it.
 - :func:`script_json`: a value inside a ``<script>`` element, as a JavaScript literal. JSON alone is not enough
   there: the HTML parser reads a script's body before JavaScript does, and ``</script`` ends it, while ``<!--``
   followed by ``<script`` puts it into the "double-escaped" state in which the real ``</script>`` no longer ends
@@ -14,10 +15,10 @@ goes through one of these, by where it lands:
   value, and JavaScript reads the value back exactly.
 - :func:`vega_safe`: a chart's Vega-Lite spec, before the browser or vl-convert draws it: in every string, the
   characters XML 1.0 does not allow (C0 controls but tab, newline and carriage return; U+FFFE, U+FFFF; lone
-  surrogates) and U+2028/U+2029 become visible escapes (``\\x1b``, ``\\u2028``). vl-convert parses the SVG it
-  writes as XML and aborts the whole process on the first kind (a Rust panic, no exception: a kernel named with an
-  ESC sequence took the app down from a PNG or report button); Vega-Lite writes a custom sort order into an
-  expression whose parser refuses the second ("Unexpected token ILLEGAL": no chart).
+  surrogates), U+2028/U+2029 and the bidi controls become visible escapes (``\\x1b``, ``\\u2028``). vl-convert
+  parses the SVG it writes as XML and aborts the whole process on the first kind (a Rust panic, no exception: a
+  kernel named with an ESC sequence took the app down from a PNG or report button); Vega-Lite writes a custom sort
+  order into an expression whose parser refuses the second ("Unexpected token ILLEGAL": no chart).
 
 Terminal output has its own rule (:func:`profiling_core.present.terminal_safe`) and Streamlit's Markdown its own
 (:func:`profiling_core.present.md_text`).
@@ -29,11 +30,11 @@ import json
 import re
 from typing import Any
 
-from .terminal import visible_escape
+from .terminal import BIDI_CONTROLS, visible_bidi, visible_escape
 
 __all__ = ["html_text", "script_json", "vega_safe"]
 
-_VEGA_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff\u2028\u2029]")
+_VEGA_UNSAFE = re.compile(f"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff\u2028\u2029{BIDI_CONTROLS}]")
 
 _SCRIPT_UNSAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
 
@@ -44,7 +45,7 @@ def html_text(text: object) -> str:
     >>> html_text('<!--<script>"x"')
     '&lt;!--&lt;script&gt;&quot;x&quot;'
     """
-    return html.escape(str(text), quote=True)
+    return html.escape(visible_bidi(text), quote=True)
 
 
 def script_json(value: Any) -> str:
