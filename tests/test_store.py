@@ -159,10 +159,11 @@ DEEP = "[" * 100_000 + "]" * 100_000
     ('{"config": {"warmup": true}}', "Expected `int | null`, got `bool` - at `$.config.warmup`"),
     ('{"device": {"name": ["x"]}}', "Expected `str | null`, got `array` - at `$.device.name`"),
     ('{"timings": {"wall_s": "1 s"}}', "Expected `float | null`, got `str` - at `$.timings.wall_s`"),
+    ('{"timings": {"warmup_s": "1.5 s"}}', "Expected `float | null`, got `str` - at `$.timings.warmup_s`"),
     ('{"machine_load": [1]}', "Expected `object | null`, got `array` - at `$.machine_load`"),
 ], ids=["not-json", "empty", "missing", "not-utf8", "deep-field", "deep-top", "40-levels", "array", "string",
         "device-str", "status-list", "name-int", "started_at-object", "source-null", "config-size-str", "config-warmup-bool",
-        "device-name-list", "wall_s-str", "machine_load-list"])
+        "device-name-list", "wall_s-str", "warmup_s-str", "machine_load-list"])
 def test_a_bad_meta_json_is_listed_as_corrupt_with_the_reason(store, content, reason):
     good, run = make_run(store, "good"), make_run(store, "bad")
     meta = run.run_dir / "meta.json"

@@ -798,6 +798,7 @@ class _ConfigMeta(msgspec.Struct):  # the fields listings read as they are (Run.
 
 class _TimingsMeta(msgspec.Struct):
     wall_s: Optional[_Seconds] = None
+    warmup_s: Optional[_Seconds] = None  # (the Compile vs eager page's one-time compile: a difference of two)
 
 
 class _LoadMeta(msgspec.Struct):
