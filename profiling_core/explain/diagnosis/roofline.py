@@ -431,9 +431,11 @@ def recalls(tb, ids) -> dict[int, int]:
     which cuDNN's bf16 flash kernel ran; each fp32 ``aten::linear`` holds a bf16 one. So the types an op computed in
     are those of the innermost call of such a chain (:func:`ran_as`)."""
     codes = tb.name.codes
-    par = tb.parent_id[np.asarray(ids, dtype=np.int64)]
-    return {int(p): int(i) for i, p in zip(np.asarray(ids, dtype=np.int64).tolist(), par.tolist())
-            if p >= 0 and codes[p] == codes[i]}
+    ids = np.asarray(ids, dtype=np.int64)
+    par = tb.parent_id[ids]
+    same = par >= 0
+    same[same] = codes[par[same]] == codes[ids[same]]
+    return dict(zip(par[same].tolist(), ids[same].tolist()))
 
 
 def autocast_casts(session) -> dict[str, int]:
