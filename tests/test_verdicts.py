@@ -2841,3 +2841,18 @@ def test_a_kernel_queued_into_the_profilers_closing_stub_makes_it_no_step(tmp_pa
     assert r.summary["steady_state"]["empty_steps"] == [3]
     assert r.summary["cpu_step_median_us"] == pytest.approx(b - a)
     assert f["q3.cold_start"].evidence["first_step_slower"] is None and "×" not in f["q3.cold_start"].text
+
+
+def test_the_decode_fix_says_nothing_of_the_caches_setting_that_the_trace_does_not():
+    """The H200's Llama decode with a dynamic KV cache, read without a config: the fix said "this workload's
+    cache=static" where the attention's K/V grow one position a token (a plain scan), and then "with a dynamic cache
+    the shapes change every token". The app's setting is named only for a run of the app."""
+    path = DATA / "h200_train" / "llm_decode_dynamic_compile_default.json.gz"
+    kv = [e["args"]["Input Dims"][1][2] for e in scan_trace(path)
+          if e.get("cat") == "cpu_op" and e["name"] == "aten::_scaled_dot_product_cudnn_attention"]
+    assert sorted(set(kv)) == list(range(128, 145))  # the prefill's 128, then one more cached position a token
+    x = rules(run(path)[2])["decode_launch_bound"]
+    assert "cache=static" not in x.fix and "In this app" not in x.fix
+    app = {"workload": "causal_lm", "knobs": {"cache": "dynamic"}, "compile": "default", "device": "cuda"}
+    assert "In this app: the causal_lm workload's cache=static." in rules(run(path, config=app)[2])[
+        "decode_launch_bound"].fix

@@ -16,7 +16,7 @@ import numpy as np
 from ....analyses import (GRAPH_LAUNCHES, STAGING_OP, annotation_ranges, compile_in_working_steps, launch_ops,
                           ran_compiled)
 from ....config import config_field as _cfg
-from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _multi_tensor_kernels, _steps
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels, _steps
 from .decode_launch_bound import TOKEN_RANGE
 
 _REGION = "Torch-Compiled Region: "
@@ -151,9 +151,10 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     fix = " ".join(fixes)
     if decode:
         fix = ("Give the decode loop a static KV cache (transformers' StaticCache, or generate(..., "
-               "cache_implementation='static'); this workload's cache=static): it is allocated once at its full "
+               "cache_implementation='static')): it is allocated once at its full "
                "length, so every token's forward has the same shapes, one compiled graph serves them all, and "
-               "torch.compile(model.forward, mode='reduce-overhead') can replay it as a CUDA graph. " + fix)
+               "torch.compile(model.forward, mode='reduce-overhead') can replay it as a CUDA graph."
+               + _in_this_app(c, "the causal_lm workload's cache=static") + " " + fix)
     return Diagnosis("compile_breaks", "Recompiles, graph breaks or staging copies", text, fix, None,
                      "", {"regions": regions[:20], "fx_graphs": sorted(hashes)[:20],
                           "decode_token_variants": decode})

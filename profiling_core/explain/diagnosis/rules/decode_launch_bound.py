@@ -16,7 +16,7 @@ import numpy as np
 
 from ....analyses import GPU_PACED, GRAPH_LAUNCHES, annotation_ranges, bound
 from ....units import format_share
-from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _gpus_idle
+from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _gpus_idle, _in_this_app
 from .gpu_starved import GPU_IDLE_AT, TOKEN_RANGE, graph_call, launch_call_stats, launch_calls
 
 
@@ -84,14 +84,14 @@ def _rule_decode_launch_bound(c: _Ctx) -> Optional[Diagnosis]:
                "syncs, and decode more sequences per batch so each replay does more work.")
     else:
         fix = ("Replay each token's forward as a CUDA graph: a static KV cache (transformers' StaticCache, "
-               "generate(..., cache_implementation='static'); this workload's cache=static) keeps every token's "
+               "generate(..., cache_implementation='static')) keeps every token's "
                "shapes the same, and torch.compile(model.forward, mode='reduce-overhead') then launches each token "
                "as one cudaGraphLaunch"
                + (f" (about {_fmt_us(gain)} per token less in launch calls, from {_fmt_n(n_calls)} calls of "
                   f"{_fmt_us(call_us)})" if gain else "")
                + ". With a dynamic cache the shapes change every token, so no CUDA graph can be reused (a graph "
                "replays fixed shapes; compiled code made for dynamic shapes still launches each kernel). A larger "
-               "batch gives each launch more work too.")
+               "batch gives each launch more work too." + _in_this_app(c, "the causal_lm workload's cache=static"))
     cost, basis = _cpu_time_cost(
         r, max(0.0, cpu - gpu) * per_step, "CPU time less GPU work per steady-state decode token, times the tokens of "
         "a step: the most that removing the per-token CPU cost can save",
