@@ -1211,7 +1211,8 @@ def test_the_sync_finding_reads_the_steady_state_and_says_how_many_steps_sync(tm
 def _first_delays_by_scan(path) -> list[float]:
     """Per step (time order), the delay of its first GPU op after its launch call, paired by correlation."""
     ev = scan_trace(path)
-    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in e["args"]}
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e["args"]}
     ops = sorted((e for e in ev if e.get("cat") == "kernel"), key=lambda e: calls[e["args"]["correlation"]]["ts"])
     out = []
     for b, e in steps_of(ev):
@@ -2856,3 +2857,28 @@ def test_the_decode_fix_says_nothing_of_the_caches_setting_that_the_trace_does_n
     app = {"workload": "causal_lm", "knobs": {"cache": "dynamic"}, "compile": "default", "device": "cuda"}
     assert "In this app: the causal_lm workload's cache=static." in rules(run(path, config=app)[2])[
         "decode_launch_bound"].fix
+
+
+def test_a_graphs_replayed_ops_are_no_launch_queue():
+    """The H200 Llama decode under reduce-overhead: each cudaGraphLaunch replays 81 kernels one after another, and Q4
+    read their offsets as a queue ("the later ops wait longer than the first …: the CPU launches a step's work faster
+    than the GPU runs it") of a step that is overhead-bound. By a plain scan: each launch call's first GPU op (by
+    correlation) waited a median ~10 µs; the offset is read from those, and the queue did not grow."""
+    path = DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz"
+    ev = scan_trace(path)
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e["args"]}
+    first: dict = {}
+    for e in ev:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"].get("correlation") in calls:
+            c = e["args"]["correlation"]
+            first[c] = min(first.get(c, float("inf")), e["ts"] - calls[c]["ts"])
+    graphs = [c for c, e in calls.items() if e["name"] == "cudaGraphLaunch" and c in first]
+    assert len(graphs) == 48
+    r, f, _ = run(path)
+    q4 = f["q4.offset"]
+    assert q4.evidence["launches"] == len(first) and q4.evidence["launches_of_several_ops"] == len(graphs)
+    assert q4.evidence["median_us"] == pytest.approx(statistics.median(first.values()), abs=0.01)
+    assert r.summary["launch_latency_median_us"] == pytest.approx(statistics.median(first.values()), abs=0.01)
+    assert q4.evidence["queue"] is None and "faster than the GPU" not in q4.text
+    assert "48 calls (cudaGraphLaunch) ran several GPU ops each" in q4.text

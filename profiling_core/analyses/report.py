@@ -16,7 +16,7 @@ from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared, frame
-from .steps import (basis_steps, cpu_vs_gpu, device_busy, gpu_busy, queue_growth, steady_state, steps,
+from .steps import (basis_steps, cpu_vs_gpu, device_busy, first_ops, gpu_busy, queue_growth, steady_state, steps,
                     working_steps)
 from .table import cpu_own_times, idle_frames, profiler_table
 from .timing import cold_start_gap, sync_wait
@@ -146,7 +146,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
         "devices": list(getattr(session, "devices", None) or []),
         "recorded_with": list(getattr(session, "recorded_with", None) or []),
         "gpu_step_median_us": _median(work["gpu_busy_us"]) if has_gpu else None,
-        "launch_latency_median_us": _median(r.launch_latency["latency_us"]),
+        "launch_latency_median_us": _median(first_ops(r.launch_latency)["latency_us"]),
         "launch_apis": apis,
         "compiled_regions_per_step": regions / len(work) if n_steps else None,
         "memcpy_dtod": dtod,
@@ -220,7 +220,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         steps after the first, with its evidence), ``queue_growth``
         (:func:`~profiling_core.analyses.steps.queue_growth`: whether the launch queue grew, and its figures),
         ``devices`` (the GPUs the trace names, ``session.devices``), ``recorded_with`` (the torch.profiler options the
-        trace says it was recorded with, ``session.recorded_with``), ``launch_latency_median_us`` (None without pairs),
+        trace says it was recorded with, ``session.recorded_with``), ``launch_latency_median_us`` (each launch call's
+        first GPU op's wait, :func:`~profiling_core.analyses.steps.first_ops`; None without pairs),
         ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
         ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step

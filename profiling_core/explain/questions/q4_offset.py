@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...analyses.steps import queue_growth
+from ...analyses.steps import first_ops, queue_growth
 from ...units import format_duration_us as _us
 from ...units import format_share
 from .base import NO_GPU_TEXT, Finding, _n, _num
@@ -24,9 +24,27 @@ def _q4_offset(r, config=None) -> list[Finding]:
           "max_us": _num(lat.max()), "first_us": _num(lat.iloc[0]), "last_us": _num(lat.iloc[-1]),
           "paired_by": sorted(set(ll["paired_by"]))}
     med = float(lat.median())
-    text = (f"Each GPU op started a median {_us(abs(med))} {'after' if med >= 0 else 'before'} its launch call began "
-            f"(min {offset_text(float(lat.min()))}, max {offset_text(float(lat.max()))}, over {_n(len(ll), 'op')} "
-            f"paired by {' and '.join(ev['paired_by'])}).")
+    firsts = first_ops(ll)
+    if len(firsts) < len(ll):  # calls of several ops (a CUDA graph's replay): the offset is each call's first op's
+        fl = firsts["latency_us"]
+        many = ll["launch_id"].value_counts()
+        many = many[many > 1]
+        graph = ll[ll["launch_id"].isin(many.index)]
+        ev.update(median_us=_num(fl.median()), min_us=_num(fl.min()), max_us=_num(fl.max()), launches=int(len(fl)),
+                  launches_of_several_ops=int(len(many)), their_ops=int(many.sum()))
+        med = float(fl.median())
+        apis = ", ".join(sorted(set(graph["launch_name"].astype(str)))) if "launch_name" in graph else "a graph launch"
+        text = (f"Each launch call's first GPU op started a median {_us(abs(med))} "
+                f"{'after' if med >= 0 else 'before'} the call began (min {offset_text(float(fl.min()))}, max "
+                f"{offset_text(float(fl.max()))}, over {_n(len(fl), 'launch call')} paired by "
+                f"{' and '.join(ev['paired_by'])}). {_n(len(many), 'call')} ({apis}) ran several GPU ops each, "
+                f"{int(many.sum()):,} in all: a CUDA graph's replay runs its ops one after another, so a later one "
+                f"starts after the graph's earlier ones (up to {_us(float(graph['latency_us'].max()))} after its "
+                "call), its place in the graph rather than a queue; only each call's first op is read here.")
+    else:
+        text = (f"Each GPU op started a median {_us(abs(med))} {'after' if med >= 0 else 'before'} its launch call "
+                f"began (min {offset_text(float(lat.min()))}, max {offset_text(float(lat.max()))}, over "
+                f"{_n(len(ll), 'op')} paired by {' and '.join(ev['paired_by'])}).")
     early = int((lat < 0).sum())
     if early:  # no op starts before it is launched: the timestamps, not the queue, say so
         ev["started_before_launch"] = early
