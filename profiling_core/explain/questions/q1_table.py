@@ -60,16 +60,18 @@ def _q1_table(r, config=None) -> list[Finding]:
     if len(cpu_dev):
         parts.append("the ops that launched GPU work (" + ", ".join(map(_short, cpu_dev["name"][:4])) +
                      ") carry their kernels' time")
+    ops = t[(t["lane"] == "gpu") & t["name"].isin(set(r.gpu_ops["name"]))]
+    ops_sum = float(ops["self_device_us"].sum())
+    if ops_sum > 0:  # (the GPU ops' own rows: each op's time once more, beside the op that launched it)
+        ev2["gpu_op_rows_us"] = _num(ops_sum)
+        parts.append(f"the GPU ops' own rows (kernels, copies, memsets) "
+                     + ("count that time again, " if len(cpu_dev) else "sum to ") + _us(ops_sum)
+                     + (", more than the busy time, because some ran at the same time (on several streams or GPUs), "
+                        "each with its whole duration" if busy > 0 and ops_sum > busy * 1.01 else ""))
     if len(ann):
         parts.append("the GPU-side annotation rows (" + ", ".join(map(_short, ann["name"][:4])) +
                      ") carry their whole span on the GPU, from the start of the first GPU op under them to the "
                      "end of the last, idle gaps included")
-    ops = t[(t["lane"] == "gpu") & t["name"].isin(set(r.gpu_ops["name"]))]
-    ops_sum = float(ops["self_device_us"].sum())
-    if busy > 0 and ops_sum > busy * 1.01:  # (GPU ops that overlap in time, by 1% of it or more: each its whole time)
-        ev2["gpu_op_rows_us"] = _num(ops_sum)
-        parts.append(f"the GPU ops' own rows sum to {_us(ops_sum)}, more than the busy time, because some ran at the "
-                     "same time (on several streams or GPUs), each with its whole duration")
     text2 += ("; ".join(parts) or "no row is counted twice") + "."
     out.append(Finding("q1.double_count", 1, "Summing Self CUDA double counts", text2, ev2))
     return out
