@@ -138,6 +138,7 @@ def kernel_family(name: str) -> dict[str, Any]:
     return {"arch": arch, "math": math_, "align": int(a.group(1)) if a else None}
 
 
+@lru_cache(maxsize=_CACHED)  # (once per distinct text: a trace's GEMMs share a few kernel names)
 def ran_tf32(kernel_names: str) -> bool:
     """Whether an fp32 GEMM (recorded ``float`` inputs) whose kernels are ``kernel_names`` (one name, or a
     comma-joined list as ``gemm_throughput`` gives them) ran on TF32 tensor cores: one of them is a ``tf32`` kernel
