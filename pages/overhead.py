@@ -2,10 +2,10 @@
 import streamlit as st
 
 from pages import _ui as ui
-from profiling_core.units import format_duration_us
 from profiling_core.present import charts
 from profiling_core.errors import ConfigError
-from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts, size_axis_title
+from profiling_core.present import (ReportSection, comparison_warnings, crossover_sentence, setting_labels,
+                                    setting_parts, size_axis_title)
 from profiling_core.run import sweep_configs, sweep_points, sweep_values
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -134,15 +134,7 @@ cross = charts.crossover_points(sweep)
 crossings = []  # (curve, what the page says of it), plain text: the report says it too
 if len(cross):
     for _, r in cross.iterrows():
-        sym = size_axis_title(axis_of.get(r['mode']))[1]
-        lo, hi = ("overhead", "compute") if r["overtakes"] else ("compute", "overhead")
-        said = (f"GPU busy time per step "
-                f"{'overtakes CPU time per step' if r['overtakes'] else 'falls below CPU time per step'} between "
-                f"{sym} = {r['below']:,.0f} and {sym} = {r['above']:,.0f}, near {sym} ≈ {r['size']:,.0f} by "
-                f"log-log interpolation (~{format_duration_us(r['value_us'])} per step). The step is {lo}-bound at "
-                f"{sym} = {r['below']:,.0f} and {hi}-bound at {sym} = {r['above']:,.0f}"
-                + ("; the sizes between were not measured, and the curves may cross anywhere among them: run "
-                   "some to place it." if r["above"] > 2 * r["below"] else "."))
+        said = crossover_sentence(r, axis_of.get(r["mode"]))
         crossings.append((str(r["mode"]), said))
         st.success(f"**{ui.md_text(r['mode'])}**: {ui.md_text(said)}")
 elif per_run["has_gpu"].any():

@@ -561,3 +561,18 @@ def test_a_compiled_trace_without_steps_is_compiled(tmp_path):
     assert sum(str(e.get("name", "")).startswith("Torch-Compiled Region") for e in doc["traceEvents"]) == 10
     run, rep = _imported(tmp_path, doc, "sweep_4096_warm_compile")
     assert rep.steps.empty and mode_label(run, rep) == "compile"
+
+
+def test_the_crossover_sentence_says_where_the_curves_cross_and_what_it_leaves_unmeasured():
+    """The Overhead page's sentence, built where a notebook can build it too: measured sizes on either side, the
+    interpolated size, and, where the sizes lie more than 2× apart, that those between were not measured."""
+    from profiling_core.present import crossover_sentence
+    far = {"below": 64, "above": 4096, "size": 812.4, "value_us": 40.0, "overtakes": True}
+    said = crossover_sentence(far, "matmul_add size")
+    assert said.startswith("GPU busy time per step overtakes CPU time per step between n = 64 and n = 4,096, near "
+                           "n ≈ 812 by log-log interpolation (~40.0 µs per step). The step is overhead-bound at n = 64 "
+                           "and compute-bound at n = 4,096; the sizes between were not measured")
+    near = {"below": 2048, "above": 4096, "size": 3000.0, "value_us": 900.0, "overtakes": False}
+    said = crossover_sentence(near, "attention seq_len")
+    assert "falls below CPU time per step between seq_len = 2,048 and seq_len = 4,096" in said
+    assert said.endswith("compute-bound at seq_len = 2,048 and overhead-bound at seq_len = 4,096.")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import pandas as pd
 
 from ..store.machines import comparable_config, machine_of
-from ..units import human_bytes
+from ..units import format_duration_us, human_bytes
 from ..workloads import get_workload
 from .markdown import md_code, md_text
 from .terminal import terminal_safe
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
            "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
            "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind",
-           "different_work", "run_size_axis", "size_axis_title", "PHASE_SUMMARY_COLUMNS", "phase_summary"]
+           "different_work", "run_size_axis", "size_axis_title", "crossover_sentence", "PHASE_SUMMARY_COLUMNS",
+           "phase_summary"]
 
 RUNS_COLUMNS = ["run_id", "name", "source", "status", "started_at", "workload", "size", "dtype", "compile", "warmup",
                 "active", "device", "machine", "wall_s"]
@@ -321,6 +322,22 @@ def size_axis_title(axis: str | None) -> tuple[str, str]:
         return "matrix size n (n×n)", "n"
     workload, _, knob = axis.partition(" ")
     return f"{knob} ({workload})", knob
+
+
+def crossover_sentence(point, axis: str | None) -> str:
+    """What a crossing of the size sweep's two curves says (a row of ``charts.crossover_points``: ``below``,
+    ``above``, ``size``, ``value_us``, ``overtakes``), along the sweep's ``axis`` (:func:`size_axis_title`'s symbol):
+    between which measured sizes GPU busy time per step overtakes (or falls below) CPU time per step, where the
+    log-log interpolation puts it, and that it says nothing of the sizes between where they lie far apart."""
+    sym = size_axis_title(axis)[1]
+    lo, hi = ("overhead", "compute") if point["overtakes"] else ("compute", "overhead")
+    return (f"GPU busy time per step "
+            f"{'overtakes CPU time per step' if point['overtakes'] else 'falls below CPU time per step'} between "
+            f"{sym} = {point['below']:,.0f} and {sym} = {point['above']:,.0f}, near {sym} ≈ {point['size']:,.0f} by "
+            f"log-log interpolation (~{format_duration_us(point['value_us'])} per step). The step is {lo}-bound at "
+            f"{sym} = {point['below']:,.0f} and {hi}-bound at {sym} = {point['above']:,.0f}"
+            + ("; the sizes between were not measured, and the curves may cross anywhere among them: run "
+               "some to place it." if point["above"] > 2 * point["below"] else "."))
 
 
 def run_size(run: Run) -> Optional[int]:
