@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...analyses import GEMM_OPS
+from ...analyses import GEMM_OPS, working_steps
 from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
-from .base import (_LAZY_LOADING, Finding, _first_step_only_calls, _is_cold, _num, _self_times_by_step, _short,
-                   _table_rows)
+from .base import (_LAZY_LOADING, Finding, _first_step_only_calls, _first_step_slower_calls, _is_cold, _num,
+                   _self_times_by_step, _short, _table_rows)
 
 
 FIRST_STEP_SLOWER_PCT = 5.0
@@ -53,7 +53,6 @@ def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) 
 
 
 def _q3_cold(r, config=None) -> list[Finding]:
-    from ...analyses import working_steps
     s = working_steps(r.steps)  # an empty step is no step of the loop to compare the first with
     if len(s) < 2:
         empty = r.steps[~r.steps.index.isin(s.index)]
@@ -135,18 +134,25 @@ def _q3_cold(r, config=None) -> list[Finding]:
                        "largest_excess_usual_us": _num(worst["ref"])})
     cause, startup = _q3_cause(r, config, first_step, extra, ev)
     if worst is not None and worst["excess_us"] > 0:
+        # the figures are the slices' own time: the profiler table's self time less a wait for the autograd
+        # engine's thread (``cpu_own_times``), which question 1's self time keeps: named so where the two differ
+        own = r.cpu_own_times
+        waited = bool(len(own) and "wait_us" in own and (own.loc[own["name"].astype(str) == str(worst["name"]),
+                                                                "wait_us"] > 0).any())
+        what_of = (f"own time of {_short(worst['name'])} (its self time less its wait for the autograd engine's "
+                   "thread)" if waited else f"self time of {_short(worst['name'])}")
         # "most" only for more than half the extra: the slice with the largest excess may hold less; and "the
         # largest" only where the profiler's start-up, which the cause names as a part of the extra, is not larger
         if worst["excess_us"] > extra * 1.0005:  # a part larger than the whole: other slices were faster
-            text += (f" One slice alone holds more than all of the extra time: the self time of "
-                     f"{_short(worst['name'])} was {_us(worst['excess_us'])} longer than usual "
+            text += (f" One slice alone holds more than all of the extra time: the {what_of} was "
+                     f"{_us(worst['excess_us'])} longer than usual "
                      f"({_us(worst['self_us'])} against {_us(worst['ref'])} in the other steps), and other "
                      "slices ran faster.")
         else:
             share = ("Besides the profiler's own start-up (below), the largest part" if startup > worst["excess_us"]
                      else "Most" if worst["excess_us"] > extra / 2 else "The largest part")
-            text += (f" {share} of the extra time ({_us(worst['excess_us'])} of {_us(extra)}) shows as self "
-                     f"time of {_short(worst['name'])}: {_us(worst['self_us'])} in the first step against "
+            text += (f" {share} of the extra time ({_us(worst['excess_us'])} of {_us(extra)}) shows as "
+                     f"{what_of}: {_us(worst['self_us'])} in the first step against "
                      f"{'a median ' if n_others > 1 else ''}{_us(worst['ref'])} in the other steps (all its "
                      "calls in a step).")
     g = r.cold_start_gap.dropna(subset=["gap_us"])
@@ -195,11 +201,21 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
         out = f" This is a cold start ({why or 'from the trace: the first step does work no later step repeats'}):"
         if len(mine):
             calls_us = float(mine["us"].sum())
-            share = (f", {format_share(calls_us / extra)} of the {_us(extra)} extra; the rest is host-side work "
-                     f"with no CUDA call in the trace" if 0 < calls_us <= extra * 1.0005 else
-                     f", more than all of the {_us(extra)} extra: the first step's other work ran faster than the "
+            later = [int(k) for k in working_steps(r.steps)["step"] if int(k) != first_step]
+            slow = _first_step_slower_calls(r, first_step, later)
+            slow_us = float(slow["excess_us"].sum()) if len(slow) else 0.0
+            ev["first_step_slower_calls_us"] = _num(slow_us)
+            both = calls_us + slow_us
+            share = (f": {format_share(both / extra)} of the {_us(extra)} extra; the rest is work outside these "
+                     "calls" if 0 < both <= extra * 1.0005 else
+                     f": more than all of the {_us(extra)} extra: the first step's other work ran faster than the "
                      "later steps'" if extra > 0 else "")
-            out += f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all{share}."
+            listed = ", ".join(f"{_call_name(n)} {_us(u)} against {_us(m)}"
+                               for n, u, m in slow[["name", "us", "usual"]].head(3).itertuples(index=False))
+            out += (f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all"
+                    + (f", and the calls every step makes took {_us(slow_us)} more in it than in a later step "
+                       f"({listed}{' and more' if len(slow) > 3 else ''}: a median over the later steps)"
+                       if slow_us > 0 else "") + f"{share}.")
         if len(aside):
             out += (" Threads that hold no step slice and launch nothing (a DataLoader's pin-memory thread, say) call "
                     f"{_calls_text(aside, 'beside_calls', 'beside_us')} in the first step alone: time that overlaps "
