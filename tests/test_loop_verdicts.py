@@ -751,7 +751,8 @@ def test_a_capped_gpu_time_cost_says_first_what_its_figure_is():
     assert blocked < at_stake
     x = run(LOADER)[2]["unaligned_gemm_dims"]
     assert x.cost_us_per_step == pytest.approx(blocked, abs=0.01)
-    assert x.cost_basis.startswith("the time the step's CPU spent blocked in synchronising calls while the GPU "
+    assert x.cost_basis.startswith("the time the step's CPU spent blocked in synchronize calls and in copies to or "
+                                   "from pageable memory (which wait for the GPU too) while the GPU "
                                    f"worked, {blocked:.2f} µs per step (measured)")
     assert (f"the time at stake, {at_stake:.1f} µs per step, is not on the critical path: these 3 GEMM shapes' "
             "time less the same FLOPs") in x.cost_basis

@@ -2927,3 +2927,14 @@ def test_q3_says_own_time_where_it_leaves_out_a_wait_for_the_autograd_thread():
     q3 = run(path)[1]["q3.cold_start"]
     assert "self time of script" not in q3.text
     assert "own time of script (its self time less its wait for the autograd engine's thread)" in q3.text
+
+
+def test_a_cost_basis_names_the_pageable_copies_it_counts_as_blocked():
+    """The H200 input_loader case copies its batches from pageable memory (a plain scan: cudaMemcpyAsync calls whose
+    copies are 'Pageable'), and those copies wait for the GPU: the cost basis said the 6.60 µs per step were "blocked
+    in synchronising calls", where the syncs alone overlap GPU work 2.59 µs. It names the copies now, as question 2
+    does."""
+    path = DATA / "h200_verdicts" / "input_loader_eager.json"
+    assert any("Pageable" in e["name"] for e in scan_trace(path) if e.get("cat") == "gpu_memcpy")
+    x = rules(run(path)[2])["unaligned_gemm_dims"]
+    assert "blocked in synchronize calls and in copies to or from pageable memory" in x.cost_basis

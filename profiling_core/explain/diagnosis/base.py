@@ -175,15 +175,17 @@ def _gpu_time_cost(report: Report, saved_us: float, basis: str) -> tuple[float, 
     label = ss.get("bound")
     wait = float(ss.get("sync_wait_us_per_step") or 0.0)
     if label == "overhead-bound":
+        from ..questions.q2_bound import blocked_in  # (what question 2 says the steps were blocked in)
         blocked = float(ss.get("sync_wait_measured_us_per_step") or wait)
+        where = blocked_in(report.steps, ss) if ss.get("basis_steps") is not None else "synchronize calls"
         if saved_us <= blocked:
             return saved_us, (
                 f"{basis} ({_fmt_us(saved_us)} per step); it is not on the critical path: the GPU waits on the CPU (an "
-                "overhead-bound step), so the step shortens at most by the time its CPU spent blocked in "
-                f"synchronising calls while the GPU worked, {_fmt_us(blocked)} per step, until the CPU side is cut")
+                f"overhead-bound step), so the step shortens at most by the time its CPU spent blocked in {where} "
+                f"while the GPU worked, {_fmt_us(blocked)} per step, until the CPU side is cut")
         # the figure is the blocked time, not what the basis describes: say so first
         return blocked, (
-            f"the time the step's CPU spent blocked in synchronising calls while the GPU worked, {_fmt_us(blocked)} "
+            f"the time the step's CPU spent blocked in {where} while the GPU worked, {_fmt_us(blocked)} "
             "per step (measured): the GPU waits on the CPU (an overhead-bound step), so the step shortens at most by "
             f"that until the CPU side is cut; the time at stake, {_fmt_us(saved_us)} per step, is not on the critical "
             f"path: {basis}")
