@@ -2938,3 +2938,17 @@ def test_a_cost_basis_names_the_pageable_copies_it_counts_as_blocked():
     assert any("Pageable" in e["name"] for e in scan_trace(path) if e.get("cat") == "gpu_memcpy")
     x = rules(run(path)[2])["unaligned_gemm_dims"]
     assert "blocked in synchronize calls and in copies to or from pageable memory" in x.cost_basis
+
+
+@pytest.mark.parametrize("name,asked,not_asked", [
+    ("attn_hd264_eager", "a head_dim of at most 256", ("fp16 or bf16 inputs", "attention mask")),
+    ("attn_hd100_fp32_eager", "fp16 or bf16 inputs", ("head_dim of at most", "attention mask"))])
+def test_the_attention_fix_asks_only_for_what_kept_flash_from_running(name, asked, not_asked):
+    """The H200's bf16 head_dim-264 attention (no mask, by a plain scan: the public op's mask input is empty) was
+    told to use bf16 inputs and drop a mask; the fp32 head_dim-100 one to keep its head_dim at most 256. The fix now
+    names what the reasons found."""
+    masks = [e["args"]["Input Dims"][3] for e in scan_trace(DATA / "h200_verdicts" / f"{name}.json")
+             if e.get("cat") == "cpu_op" and e["name"] == "aten::scaled_dot_product_attention"]
+    assert masks and all(m == [] for m in masks)
+    x = _attention_verdict(name)
+    assert asked in x.fix and not any(w in x.fix for w in not_asked)

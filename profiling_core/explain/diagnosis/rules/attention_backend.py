@@ -186,11 +186,18 @@ def _rule_attention_backend(c: _Ctx) -> Optional[Diagnosis]:
     elif not on_gpu:
         fix = ("On a CPU torch's own choice (backend auto) runs its flash CPU kernel: drop the forced backend."
                if forced and forced != "auto" else "Nothing to change for the backend.")
-    else:
-        fix = ("Let flash run: fp16 or bf16 inputs (autocast or .to(torch.bfloat16)), head_dim at most 256, no "
-               "explicit attention mask where is_causal=True does; force it with "
-               "torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) to see the reason torch gives when it "
-               "cannot.")
+    else:  # the changes the reasons found call for; all of flash's conditions where the trace says none
+        wants = [w for w, hit in (
+            ("fp16 or bf16 inputs (autocast or .to(torch.bfloat16))", any(x.startswith("flash attention takes")
+                                                                         for x in why)),
+            (f"a head_dim of at most {FLASH_MAX_HEAD_DIM} (more heads of a smaller one)",
+             any(x.startswith("flash supports head_dim") for x in why)),
+            ("backend auto (or flash) instead of the forced one", bool(forced and forced != "auto"))) if hit]
+        fix = ("Let flash run: " + ("; ".join(wants) if wants else
+                                    f"fp16 or bf16 inputs (autocast or .to(torch.bfloat16)), head_dim at most "
+                                    f"{FLASH_MAX_HEAD_DIM}, no explicit attention mask where is_causal=True does")
+               + "; force it with torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) to see the reason torch "
+               "gives when it cannot.")
     ev = {"backend": backend, "ops": ops[:10], "reasons": why}
     if on_gpu and backend not in good and dims:
         ev["head_dims"] = dims
