@@ -84,8 +84,9 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
         fix = ("The DataLoader's worker processes do not make batches as fast as the step uses them: the loop waits "
                "in __next__ for the next ready one. Give it more workers (num_workers, up to the cores the "
                "training process leaves free), make each sample cheaper (decode or resize once and cache the "
-               "result, move augmentations onto the GPU as batched tensor ops), and keep the workers between "
-               "epochs (persistent_workers=True); a larger prefetch_factor only evens out bursts, it adds no speed.")
+               "result, move augmentations onto the GPU as batched tensor ops), and, where they are not kept "
+               "between epochs already (the trace cannot say), persistent_workers=True; a larger prefetch_factor "
+               "only evens out bursts, it adds no speed.")
     elif _SINGLE in which and r.has_gpu:
         fix = ("The batches are made in the training loop's own thread (num_workers=0), one after the other with "
                "the step. Set num_workers to a few processes (DataLoader(..., num_workers=4, pin_memory=True, "
