@@ -61,8 +61,10 @@ c1, c2, c3, c4 = st.columns(4)
 c1.metric("Profiled steps", s.get("steps", 0))
 c2.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")),
           help=ui.STEP_MEDIAN_HELP)
-c3.metric("GPU busy per step (median)",
-          format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
+c3.metric("GPU work per step (median)",
+          format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU",
+          help="the GPU time of the work each step launched (its GPU ops' union, wherever they ran), as the bound "
+               "rule reads it: not how busy the GPU was inside the step's window")
 ss = s.get("steady_state") or {}
 found = ui.findings(rid)
 q2 = next((f for f in found if getattr(f, "id", None) == "q2.bound"), None)
@@ -73,7 +75,7 @@ bound_shown = (ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get
 # of the page's width shows whole)
 bound_label = "Bound, steady state" + (" (CPU rule)" if isinstance(cpu_bound, str) else "")
 report_summary = (f"Profiled steps: {s.get('steps', 0)}. CPU per step (median of every step with work in it): "
-                  f"{format_duration_us(s.get('cpu_step_median_us'))}. GPU busy per step (median): "
+                  f"{format_duration_us(s.get('cpu_step_median_us'))}. GPU work launched per step (median): "
                   + (format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
                   + f". {bound_label}: {bound_shown}.")
 c4.metric(bound_label, bound_shown,

@@ -2289,8 +2289,8 @@ def test_q2_says_plainly_that_the_steady_steps_launched_no_gpu_work(tmp_path):
     for n in range(2, 5):
         t.step(n, lambda t: t.cpu("aten::add", 40))
     q2 = run(t.write(tmp_path / "t.json"))[1]["q2.bound"]
-    assert q2.text.startswith("In steady state (the 3 steps after the first; the first carries start-up effects) no "
-                              "step launched GPU work (median ")
+    assert q2.text.startswith("In steady state (the 3 steps after the first; the first may carry start-up effects, "
+                              "and question 3 compares it with them) no step launched GPU work (median ")
 
 
 def test_q1_names_gpu_ops_that_ran_at_once_among_what_the_sum_counts(tmp_path):

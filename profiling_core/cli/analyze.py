@@ -128,7 +128,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         n = s["steps"] - len((s.get("steady_state") or {}).get("empty_steps") or [])
         lines.append(f"  CPU per step (median of {n} step{'s' if n != 1 else ''}) "
                      f"{format_duration_us(s['cpu_step_median_us'])}"
-                     + (f"   GPU busy per step (median) {format_duration_us(s['gpu_step_median_us'])}"
+                     + (f"   GPU work launched per step (median) {format_duration_us(s['gpu_step_median_us'])}"
                         if s["has_gpu"] else ""))
     ss = s.get("steady_state") or {}
     if ss.get("bound") in ("compute-bound", "copy-bound", "overhead-bound"):

@@ -39,7 +39,8 @@ def _stubs_left_out(stubs: list) -> str:
 
 def _basis_text(ss: dict, n_steps: int) -> str:
     if ss["basis"] == "after_first":
-        text = f"the {n_steps - 1} steps after the first; the first carries start-up effects"
+        text = (f"the {n_steps - 1} steps after the first; the first may carry start-up effects, and question 3 "
+                "compares it with them")
     else:
         text = _all_steps(n_steps)
     empty = ss.get("empty_steps") or []
