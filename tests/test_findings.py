@@ -1428,3 +1428,12 @@ def test_a_first_step_with_no_step_before_it_is_not_told_its_cold_start_fell_bef
     f = {x.id: x for x in findings(report(path), {"warmup": 0, "device": "cpu"})}["q3.cold_start"]
     assert "within 5% of the others" in f.text
     assert "fell before the recorded steps" not in f.text and "left no mark here" in f.text
+
+
+def test_q1_says_how_many_more_ops_launched_gpu_work_than_it_names():
+    """HTA's MI250 trace: 12 CPU ops carry device time (a plain scan: the ops a kernel's correlation points back to),
+    and Q1 named four with nothing to say the list was cut."""
+    path = DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    ev = by_id(path)["q1.double_count"].evidence
+    n = len(ev["cpu_rows_with_device_time"])
+    assert n == 12 and "and 8 more) carry their kernels' time" in by_id(path)["q1.double_count"].text  # (hand count)
