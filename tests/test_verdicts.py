@@ -2952,3 +2952,34 @@ def test_the_attention_fix_asks_only_for_what_kept_flash_from_running(name, aske
     assert masks and all(m == [] for m in masks)
     x = _attention_verdict(name)
     assert asked in x.fix and not any(w in x.fix for w in not_asked)
+
+
+def test_the_layout_rule_says_how_many_convolutions_transposed(tmp_path):
+    """HTA's V100 trace: 12 of its 265 forward convolutions launched cuDNN's layout transposes and the others ran
+    NCHW kernels, yet the rule said "The convolution kernels work in NHWC, and the tensors arrive in NCHW". Here each
+    step runs the transposing conv and a second conv whose kernel is NCHW's own (by a plain scan: which conv holds a
+    transpose)."""
+    path = vt.conv_with_transposes(tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    extra, corr = [], 1000
+    for e in [e for e in doc["traceEvents"] if e["name"] == "aten::convolution"]:
+        corr += 1
+        ts = e["ts"] + e["dur"] + 1.0  # (right after it, inside the same step)
+        extra += [{**e, "ts": ts, "dur": 4.0},  # (over before the next step's conv begins)
+                  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts + 1.0,
+                   "dur": 2.0, "args": {"correlation": corr}},
+                  {"ph": "X", "cat": "kernel", "name": "void cudnn::winograd_nonfused::winogradForwardData4x4<float>()",
+                   "pid": 0, "tid": 7, "ts": ts + 900.0, "dur": 30.0, "args": {"correlation": corr, "device": 0,
+                                                                              "stream": 7}}]
+    doc["traceEvents"] += extra
+    path.write_text(json.dumps(doc))
+    ev = scan_trace(path)
+    calls = {e["args"]["correlation"]: e["ts"] for e in ev if e.get("cat") == "cuda_runtime"}
+    transposes = [calls[e["args"]["correlation"]] for e in ev if "nchwToNhwc" in e["name"]]
+    convs = [e for e in ev if e["name"] == "aten::convolution"]
+    with_t = [cv for cv in convs if any(cv["ts"] <= t < cv["ts"] + cv["dur"] for t in transposes)]
+    assert (len(with_t), len(convs)) == (3, 6)
+    x = rules(run(path)[2])["conv_layout"]
+    assert (x.evidence["convolutions_transposed"], x.evidence["convolutions"]) == (3, 6)
+    assert "3 of the trace's 6 convolution calls (aten::convolution) launched them" in x.text
+    assert "The convolution kernels work in NHWC" not in x.text
