@@ -228,8 +228,13 @@ def test_gpu_busy_is_the_union_of_gpu_op_intervals(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_launch_latency_median(name):
-    lat = [op["ts"] - launch_of(name, op)["ts"] for op in gpu_ops_plain(name) if launch_of(name, op)]
-    assert report(name).summary["launch_latency_median_us"] == pytest.approx(statistics.median(lat), abs=TOL)
+    first: dict = {}  # each launch call's first GPU op's wait (a CUDA graph's replay runs several, in order)
+    for op in gpu_ops_plain(name):
+        call = launch_of(name, op)
+        if call:
+            first[id(call)] = min(first.get(id(call), float("inf")), op["ts"] - call["ts"])
+    assert report(name).summary["launch_latency_median_us"] == pytest.approx(statistics.median(first.values()),
+                                                                               abs=TOL)
 
 
 @pytest.mark.parametrize("name", NAMES)
