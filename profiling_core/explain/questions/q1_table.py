@@ -64,7 +64,7 @@ def _q1_table(r, config=None) -> list[Finding]:
     ops_sum = float(ops["self_device_us"].sum())
     if ops_sum > 0:  # (the GPU ops' own rows: each op's time once more, beside the op that launched it)
         ev2["gpu_op_rows_us"] = _num(ops_sum)
-        parts.append(f"the GPU ops' own rows (kernels, copies, memsets) "
+        parts.append("the GPU ops' own rows (kernels, copies, memsets) "
                      + ("count that time again, " if len(cpu_dev) else "sum to ") + _us(ops_sum)
                      + (", more than the busy time, because some ran at the same time (on several streams or GPUs), "
                         "each with its whole duration" if busy > 0 and ops_sum > busy * 1.01 else ""))
