@@ -821,7 +821,7 @@ def test_a_first_step_call_beside_the_step_is_no_part_of_its_extra(tmp_path):
     assert q3.evidence["extra_us"] == pytest.approx(extra) and extra < 420.0
     assert q3.evidence["first_step_only_calls"] == {"cudaFuncGetAttributes": 1}
     assert q3.evidence["first_step_only_calls_beside"] == {"cudaHostAlloc": 1}
-    assert (f"the first step alone calls cudaFuncGetAttributes ×1 (100.0 µs), 100.0 µs in all, "
+    assert (f"the first step alone calls cudaFuncGetAttributes ×1 (100.0 µs), 100.0 µs in all: "
             f"{100 * 100.0 / extra:.0f}% of the {extra:.1f} µs extra") in q3.text
     assert ("launch nothing (a DataLoader's pin-memory thread, say) call cudaHostAlloc ×1 (420.0 µs) in the first"
             in q3.text)
