@@ -3003,3 +3003,19 @@ def test_a_sync_waiting_for_work_queued_before_the_recording_costs_no_more_than_
     x = rules(d)["sync_in_step"]
     assert x.cost_us_per_step == pytest.approx(room) and x.cost_us_per_step < 0.2 * sync["dur"]
     assert "waited for work queued before the recording" in x.cost_basis
+
+
+def test_syncs_inside_the_input_copies_get_the_copies_fix_first():
+    """The H200 input_loader case: both cudaStreamSynchronize calls a step makes sit under aten::copy_ of a
+    .to(device) from pageable memory, and nothing is copied back (a plain scan: no DtoH copy). The fix opened with
+    "avoid .item(), .cpu(), .tolist()", none of which the loop does; it now says the syncs are the copies' own."""
+    path = DATA / "h200_verdicts" / "input_loader_eager.json"
+    ev = scan_trace(path)
+    assert not any("DtoH" in e["name"] for e in ev if e.get("cat") == "gpu_memcpy")
+    copies = [e for e in ev if e["name"] == "aten::copy_"]
+    syncs = [e for e in ev if e["name"] == "cudaStreamSynchronize"]
+    assert syncs and all(any(c["tid"] == s["tid"] and c["ts"] <= s["ts"] < c["ts"] + c["dur"] for c in copies)
+                         for s in syncs)
+    x = rules(run(path)[2])["sync_in_step"]
+    assert x.fix.startswith("The synchronising calls are those of the copies to the device from pageable memory")
+    assert ".item()" not in x.fix and "pin_memory()" in x.fix

@@ -150,8 +150,14 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                    + (" too" if why else ""))
     text = where + ": " + "; ".join(parts) + "." + (f" {'; '.join(why)}.".replace(" a", " A", 1) if why else "")
     unpinned = any(row["kind"] == "host-to-device" and row["memory"] != "pinned" for row in copy_rows)
-    fix = ("Keep values on the GPU inside the step: avoid .item(), .cpu(), .tolist(), printing tensors and "
-           "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. "
+    # every sync inside a copy, and every copy an input's: the syncs are the pageable copies' own (a .to(device)),
+    # and no .item() or .cpu() of the step's makes them
+    in_copies = bool(calls) and all(_inside(tb, i, _COPY_OPS) for i in calls) and copy_kinds["DtoH"] == 0
+    fix = (("Keep values on the GPU inside the step: avoid .item(), .cpu(), .tolist(), printing tensors and "
+            "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. "
+            if not (in_copies and unpinned) else
+            "The synchronising calls are those of the copies to the device from pageable memory (aten::copy_ of a "
+            ".to(device)). ")
            + ("Move inputs to the device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead "
               "of the step; bring" if unpinned else "Bring")
            + " a value back with a non_blocking copy and an event when it must come back.")
@@ -295,3 +301,18 @@ def _copy_rows(session, copies, n_steps: int) -> list[dict]:
                     "gbs": mean_b / t / 1e3 if mean_b and t > 0 else None,
                     "call_us": float(grp.drop_duplicates("launch_id")["launch_dur_us"].mean())})
     return out
+
+
+_COPY_OPS = ("aten::copy_",)
+"""The op inside which a tensor's copy between host and device runs (``.to(device)``, ``.cpu()``, ``.item()``'s
+``_local_scalar_dense`` aside)."""
+
+
+def _inside(tb, i: int, ops: tuple) -> bool:
+    """Whether slice ``i`` lies under an op named in ``ops`` (its parent chain)."""
+    p = int(tb.parent_id[i])
+    while p >= 0:
+        if tb.name.uniq[tb.name.codes[p]] in ops:
+            return True
+        p = int(tb.parent_id[p])
+    return False
