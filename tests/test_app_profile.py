@@ -168,7 +168,8 @@ def test_profile_breakdown_on_a_cpu_run(seed_run):
 
 def test_the_profile_metrics_leave_an_empty_step_out_and_say_so(runs_dir):
     """HTA's MI250 trace: its second step is the profiler's closing stub (a plain scan: nothing begins in its
-    window). The CPU-per-step metric is the first step's own time, not the mean of the two, and a caption says which step is left out."""
+    window). The CPU-per-step metric is the first step's own time, not the mean of the two, and a caption says which
+    step is left out."""
     from conftest import DATA, scan_trace
     from conftest_app import import_trace
     path = DATA / "traces" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"

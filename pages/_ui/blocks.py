@@ -45,8 +45,8 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
         many = len(empty) > 1
         st.caption(f"Step{'s' if many else ''} {', '.join(map(str, empty))} {'are' if many else 'is'} the profiler's "
                    f"closing stub{'s' if many else ''} (no op or launch call began in {'them' if many else 'it'}; "
-                   f"{'each is the last step of its thread' if many else 'it is the last step'}, closed as the profiler stopped): the per-step "
-                   f"figures leave {'them' if many else 'it'} out.")
+                   f"{'each is the last step of its thread' if many else 'it is the last step'}, closed as the "
+                   f"profiler stopped): the per-step figures leave {'them' if many else 'it'} out.")
     cut = cut_steps_text(steps) if steps is not None else ""
     if cut:
         st.caption(md_text(cut))  # (step names are the trace's: escaped)

@@ -82,9 +82,10 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         ``gpu_busy_in_step_us``), ``cut_us`` (how much of the step's slice lay past the
         recording's end and is not counted: 0 but in a malformed trace), ``slices`` (the slices of any thread or
         GPU lane that began in the step's window, its own slice not counted), ``stub`` (whether the step is the
-        profiler's closing stub, :func:`working_steps`), ``data_us`` (the time of the step's window inside a DataLoader's
-        ``enumerate(DataLoader)#...__next__`` range: the loop waiting for its batch, the ``data`` phase's rule in
-        ``analyses.phases``; 0 where no DataLoader is profiled). Empty (same columns) when the trace has no steps.
+        profiler's closing stub, :func:`working_steps`), ``data_us`` (the time of the step's window inside a
+        DataLoader's ``enumerate(DataLoader)#...__next__`` range: the loop waiting for its batch, the ``data`` phase's
+        rule in ``analyses.phases``; 0 where no DataLoader is profiled). Empty (same columns) when the trace has no
+        steps.
     """
     sh = shared_for(session, shared)
     df = _steps_raw(sh)
@@ -484,9 +485,10 @@ def working_steps(df: pd.DataFrame) -> pd.DataFrame:
     closes one last step that holds no iteration, only what ran between the last ``step()`` and the stop: the last
     step of its thread, shorter than each of its others, in which no ATen op and no launch call began where one
     began in another (HTA's MI250 trace: ProfilerStep#2, 49 µs with nothing in it, beside 9.29 ms steps; a
-    DataLoader loop's stub holds the ``__next__`` that ended it, a GPU-bound loop's the kernels queued before it). A per-step median over it would
-    stand for no step, and a first step compared with it would look 189× slower. Any other step is one of the loop,
-    however little it recorded: a step that only sleeps in Python is a step of the loop, and its time is the loop's.
+    DataLoader loop's stub holds the ``__next__`` that ended it, a GPU-bound loop's the kernels queued before it).
+    A per-step median over it would stand for no step, and a first step compared with it would look 189× slower.
+    Any other step is one of the loop, however little it recorded: a step that only sleeps in Python is a step of
+    the loop, and its time is the loop's.
     The summary's per-step medians, :func:`basis_steps` (and so the steady state) and the questions' and rules'
     per-step figures rest on these steps."""
     if "stub" not in df or df.empty:

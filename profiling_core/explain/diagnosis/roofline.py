@@ -26,13 +26,7 @@ from ..questions.base import _per_name
 from .base import _args_each, _args_of, _steps
 
 
-_TORCH_DTYPES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",
-                 "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
-                 "c10::Float8_e5m2fnuz": "fp8", "signed char": "int8"}
-"""The dtype a GEMM, convolution or attention op computes in, by its first recorded ``Input type``: the names the
-peaks use (``store.peaks``: bf16, fp16, tf32, fp32), and fp64, fp8 (``_scaled_mm``'s e4m3 / e5m2 inputs) and int8
-(``_int_mm``), for which the peaks hold no figure: such a row is shown unjudged (:func:`_judged`)."""
-_ESIZE = {**DTYPES, "fp64": 8, "tf32": 4, "fp8": 1, "int8": 1}  # bytes per element of the dtypes above
+_ESIZE = {**DTYPES, "fp64": 8, "tf32": 4, "fp8": 1, "int8": 1}  # bytes per element of _TORCH_DTYPES' dtypes
 _GEMM_RESULT_BYTES = {"aten::_int_mm": 4}
 """Bytes per element of the result of a GEMM op whose result is not of its inputs' type: ``_int_mm`` (int8 inputs,
 an int32 result); ``_scaled_mm`` writes its ``out_dtype`` (:func:`_scaled_mm_out_bytes`)."""
@@ -50,6 +44,13 @@ _TENSOR_TYPES = {"bool": "bool", "unsigned char": "uint8", "signed char": "int8"
                  "c10::Float8_e5m2fnuz": "float8_e5m2fnuz", "c10::Float8_e8m0fnu": "float8_e8m0fnu"}
 """The torch dtype (its name in ``torch``) of each tensor type torch's profiler records in ``Input type``: C++ type
 names, as the compiler spells them (``long int`` on recent builds, ``long`` in older traces)."""
+_TORCH_DTYPES = {c: run for c, d in _TENSOR_TYPES.items() if (run := {
+    "float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64", "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8", "int8": "int8"}.get(d))}
+"""The dtype a GEMM, convolution or attention op computes in, by its first recorded ``Input type``
+(:data:`_TENSOR_TYPES`' torch dtype, named as the peaks name it: ``store.peaks``' bf16, fp16, tf32, fp32), and
+fp64, fp8 (``_scaled_mm``'s e4m3 / e5m2 inputs) and int8 (``_int_mm``), for which the peaks hold no figure: such a
+row is shown unjudged (:func:`_judged`)."""
 _DTYPE_BYTES = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint16": 2, "uint32": 4,
                 "uint64": 8, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "complex32": 4, "complex64": 8,
                 "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
@@ -661,13 +662,13 @@ def _scalar_type(text) -> Optional[str]:
 def _result_type(operands: list) -> Optional[str]:
     """``torch.result_type`` of an op's operands, each (recorded type, shape, ``Concrete Inputs`` text): dimensioned
     tensors, zero-dim tensors and Python numbers (``Scalar``) are promoted each among their own
-    (:func:`_promote_types`), and a class of lower priority (zero-dim below dimensioned, numbers below zero-dim)
-    counts only where its category is higher: then, a floating type promotes with the higher class's integer type (an int64 tensor times a zero-dim
-    fp64 tensor gives fp64, times 0.5 the number's fp32), and a complex type with a floating one gives the complex
-    type of the floating one; a bf16 tensor times a zero-dim fp64 one stays bf16. A number whose type the trace does
-    not say (no ``Concrete Inputs``) matters only where the tensors are integer or bool: there the result is None
-    (unknown), as where torch promotes no such pair. The rule is ATen's ``result_type``
-    (``ResultTypeState``: ``update_result_type_state`` and ``combine_categories``)."""
+    (:func:`_promote_types`), and a class of lower priority (zero-dim below dimensioned, numbers below zero-dim) counts
+    only where its category is higher: then, a floating type promotes with the higher class's integer type (an int64
+    tensor times a zero-dim fp64 tensor gives fp64, times 0.5 the number's fp32), and a complex type with a floating one
+    gives the complex type of the floating one; a bf16 tensor times a zero-dim fp64 one stays bf16. A number whose type
+    the trace does not say (no ``Concrete Inputs``) matters only where the tensors are integer or bool: there the result
+    is None (unknown), as where torch promotes no such pair. The rule is ATen's ``result_type`` (``ResultTypeState``:
+    ``update_result_type_state`` and ``combine_categories``)."""
     got: dict[str, Optional[str]] = {"dim": None, "zero": None, "wrapped": None}
     unknown = False
     for t, shape, text in operands:

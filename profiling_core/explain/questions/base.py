@@ -204,9 +204,15 @@ def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
     first = calls[(calls["step"] == first_step) & ~calls["name"].isin(later)]
     beside, aside = first["beside_calls"], first["beside_us"]
     out = pd.DataFrame({"name": first["name"].astype(object), "calls": (first["calls"] - beside).astype("int64"),
-                        "us": (first["own_us"] - aside + first["wait_us"]).astype(float),
+                        "us": _step_threads_us(first),
                         "beside_calls": beside.astype("int64"), "beside_us": aside.astype(float)})
     return out.sort_values(["us", "beside_us"], ascending=False, kind="stable").reset_index(drop=True)[cols]
+
+
+def _step_threads_us(calls: pd.DataFrame) -> pd.Series:
+    """The time of these ``cpu_own_times`` rows on the threads that run the steps: their own time less that of the
+    threads beside the steps, waits included."""
+    return (calls["own_us"] - calls["beside_us"] + calls["wait_us"]).astype(float)
 
 
 def _first_step_slower_calls(r, first_step: int, later: list) -> pd.DataFrame:
@@ -220,8 +226,7 @@ def _first_step_slower_calls(r, first_step: int, later: list) -> pd.DataFrame:
     if own.empty or "category" not in own or not later:
         return pd.DataFrame(columns=cols)
     calls = own[own["category"].isin(_CALL_CATEGORIES)]
-    us = (calls["own_us"] - calls["beside_us"] + calls["wait_us"]).astype(float)
-    per = pd.DataFrame({"step": calls["step"], "name": calls["name"].astype(object), "us": us})
+    per = pd.DataFrame({"step": calls["step"], "name": calls["name"].astype(object), "us": _step_threads_us(calls)})
     per = per.groupby(["name", "step"], sort=False)["us"].sum().unstack("step", fill_value=0.0)
     if first_step not in per.columns:
         return pd.DataFrame(columns=cols)

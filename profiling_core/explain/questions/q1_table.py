@@ -3,7 +3,7 @@ the rows counts the GPU's time more than once (``q1.double_count``; ``q1.no_gpu`
 from __future__ import annotations
 
 from ...units import format_duration_us as _us
-from .base import NO_GPU_TEXT, Finding, _num, _per_name, _short, _step_star
+from .base import NO_GPU_TEXT, Finding, _listed, _num, _per_name, _short, _step_star
 
 
 def _q1_table(r, config=None) -> list[Finding]:
@@ -58,7 +58,7 @@ def _q1_table(r, config=None) -> list[Finding]:
              f"intervals): ") if busy > 0 else f"Summing self device time over all rows gives {_us(dev_sum)}: "
     parts = []
     if len(cpu_dev):
-        parts.append("the ops that launched GPU work (" + _first_names(cpu_dev["name"]) + ") carry their kernels' "
+        parts.append("the ops that launched GPU work (" + _listed(cpu_dev["name"], 4) + ") carry their kernels' "
                      "time")
     ops = t[(t["lane"] == "gpu") & t["name"].isin(set(r.gpu_ops["name"]))]
     ops_sum = float(ops["self_device_us"].sum())
@@ -69,16 +69,10 @@ def _q1_table(r, config=None) -> list[Finding]:
                      + (", more than the busy time, because some ran at the same time (on several streams or GPUs), "
                         "each with its whole duration" if busy > 0 and ops_sum > busy * 1.01 else ""))
     if len(ann):
-        parts.append("the GPU-side annotation rows (" + _first_names(ann["name"]) +
+        parts.append("the GPU-side annotation rows (" + _listed(ann["name"], 4) +
                      ") carry their whole span on the GPU, from the start of the first GPU op under them to the "
                      "end of the last, idle gaps included")
     text2 += ("; ".join(parts) or "no row is counted twice") + "."
     out.append(Finding("q1.double_count", 1, "Summing Self CUDA double counts", text2, ev2))
     return out
 
-
-def _first_names(names) -> str:
-    """The first four of ``names``, shortened, and "and N more" where there are more (a cut list must not read as
-    whole)."""
-    names = list(names)
-    return ", ".join(map(_short, names[:4])) + (f" and {len(names) - 4} more" if len(names) > 4 else "")

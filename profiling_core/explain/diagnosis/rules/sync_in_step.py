@@ -152,7 +152,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     unpinned = any(row["kind"] == "host-to-device" and row["memory"] != "pinned" for row in copy_rows)
     # every sync inside a copy, and every copy an input's: the syncs are the pageable copies' own (a .to(device)),
     # and no .item() or .cpu() of the step's makes them
-    in_copies = bool(calls) and all(_inside(tb, i, _COPY_OPS) for i in calls) and copy_kinds["DtoH"] == 0
+    in_copies = bool(calls) and all(_under(names, tb, i, _COPY_OP) for i in calls) and copy_kinds["DtoH"] == 0
     fix = (("Keep values on the GPU inside the step: avoid .item(), .cpu(), .tolist(), printing tensors and "
             "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. "
             if not (in_copies and unpinned) else
@@ -303,16 +303,5 @@ def _copy_rows(session, copies, n_steps: int) -> list[dict]:
     return out
 
 
-_COPY_OPS = ("aten::copy_",)
-"""The op inside which a tensor's copy between host and device runs (``.to(device)``, ``.cpu()``, ``.item()``'s
-``_local_scalar_dense`` aside)."""
-
-
-def _inside(tb, i: int, ops: tuple) -> bool:
-    """Whether slice ``i`` lies under an op named in ``ops`` (its parent chain)."""
-    p = int(tb.parent_id[i])
-    while p >= 0:
-        if tb.name.uniq[tb.name.codes[p]] in ops:
-            return True
-        p = int(tb.parent_id[p])
-    return False
+_COPY_OP = "aten::copy_"
+"""The op inside which a tensor's copy between host and device runs (``.to(device)``, ``.cpu()``)."""
