@@ -101,10 +101,29 @@ def runs() -> dict[str, ExperimentConfig]:
         "autocast_mm": dict(workload="script", knobs=script("autocast", "mm"), modes=("eager",), dtype="fp32"),
         "autocast_attn_hd264": dict(workload="script", knobs=script("autocast", "attention_hd264"),
                                     modes=("eager",), dtype="fp32"),
+        # max-autotune: Inductor benchmarks GEMM candidates (Triton templates beside cuBLAS) in the first call, and
+        # may pick a Triton template kernel for the GEMM; cold, the benchmarks run inside the recorded first step
+        "mm64_at": dict(workload="matmul_add", knobs={}, modes=("ma", "manc"), run={"size": 64}),
+        "mm4096_at": dict(workload="matmul_add", knobs={}, modes=("ma", "manc"), run={"size": 4096}),
+        "mm64_at_cold": dict(workload="matmul_add", knobs={}, modes=("ma", "manc"),
+                             run={"size": 64, "warmup": 0, "wait": 0, "warmup_steps": 0}),
+        "mm4096_at_cold": dict(workload="matmul_add", knobs={}, modes=("ma", "manc"),
+                               run={"size": 4096, "warmup": 0, "wait": 0, "warmup_steps": 0}),
+        "mlp_at": dict(workload="mlp", knobs={"batch": 4096, "d": 2048}, modes=("ma", "manc")),
+        # the study's cold compiled runs: compiled in the recorded first step (schedule 0/0/3), or in the
+        # unrecorded first step of the post's schedule (1/1/3)
+        "mm64_cold": dict(workload="matmul_add", knobs={}, modes=("compile", "ro"),
+                          run={"size": 64, "warmup": 0, "wait": 0, "warmup_steps": 0}),
+        "mm4096_cold": dict(workload="matmul_add", knobs={}, modes=("compile", "ro"),
+                            run={"size": 4096, "warmup": 0, "wait": 0, "warmup_steps": 0}),
+        "mm64_cold_post": dict(workload="matmul_add", knobs={}, modes=("compile", "ro"), run={"size": 64, "warmup": 0}),
+        "mm4096_cold_post": dict(workload="matmul_add", knobs={}, modes=("compile", "ro"),
+                                 run={"size": 4096, "warmup": 0}),
     }
     out = {}
     for label, c in cases.items():
-        for m, mode in (("eager", "off"), ("compile", "default"), ("ro", "reduce-overhead")):
+        for m, mode in (("eager", "off"), ("compile", "default"), ("ro", "reduce-overhead"), ("ma", "max-autotune"),
+                        ("manc", "max-autotune-no-cudagraphs")):
             if m not in c.get("modes", ("eager", "compile")):
                 continue
             out[f"{label}_{m}"] = ExperimentConfig(workload=c["workload"], knobs=c["knobs"], compile=mode,
