@@ -1183,18 +1183,43 @@ def test_q9_tells_compiled_code_s_kernels_from_eager_code_s(path):
         assert any("cutlass_80_simt_sgemm" in k for k in eager)  # the prefill's aten::bmm
 
 
-def test_q3_says_an_unnamed_runtime_call_is_one():
-    """Kineto names a runtime call it has no name for ``INVALID``; question 3 lists such calls of an LLM's first
-    step (37 by a scan, none in a later step) and says what the name is."""
+def test_q3_says_an_unnamed_runtime_call_is_one(tmp_path):
+    """Kineto names a runtime call it has no name for ``INVALID``; question 3 lists such calls of a cold first step
+    and says what the name is."""
+    from verdict_traces import Trace
+    t = Trace()
+    for s in range(3):
+        def body(t, first=s == 0):
+            t.cpu("aten::mm", 30, children=lambda t: t.launch("nvjet_sm90_tst_64x8_64x16_1x4_h_NNT", 3.0))
+            if first:
+                for _ in range(4):
+                    t.cpu("INVALID", 200, cat="cuda_runtime")
+        t.step(s + 1, body)
+    path = t.write(tmp_path / "invalid.json")
+    sc = scan(path)
+    invalid = [e for e in sc.xs if e["name"] == "INVALID"]
+    assert len(invalid) == 4 and all(sc.steps[0]["ts"] <= e["ts"] < sc.steps[0]["ts"] + sc.steps[0]["dur"]
+                                     for e in invalid)
+    f = by_id(path)["q3.cold_start"]
+    assert "INVALID (calls the profiler could not name) ×4 (" in f.text
+
+
+def test_q3_leaves_a_cuda_graph_recordings_calls_to_the_recording():
+    """The H200 Llama decode's first step captures its CUDA graph: its 37 calls Kineto could not name (``INVALID``,
+    none in a later step) all lie inside ``CUDAGraphNode.record (dynamo_timed)``, torch.compile's own range, and are
+    the recording's, not the step's cold start: question 3 says the step recorded a CUDA graph, for how long."""
     path = DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz"
     sc = scan(path)
     first, later = sc.steps[0], sc.steps[1:]
+    rec = [e for e in sc.xs if e["name"] == "CUDAGraphNode.record (dynamo_timed)"]
     invalid = [e for e in sc.xs if e["name"] == "INVALID" and str(e.get("cat")).lower() == "cuda_runtime"]
-    n = sum(1 for e in invalid if first["ts"] <= e["ts"] < first["ts"] + first["dur"])
-    assert n == 37 and not any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for e in invalid for s in later)
+    assert len(rec) == 1 and first["ts"] <= rec[0]["ts"] < first["ts"] + first["dur"]
+    assert len(invalid) == 37 and all(rec[0]["ts"] <= e["ts"] < rec[0]["ts"] + rec[0]["dur"] for e in invalid)
+    assert not any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for e in invalid for s in later)
     f = by_id(path)["q3.cold_start"]
-    assert f"INVALID (calls the profiler could not name) ×{n} (" in f.text
-
+    assert "INVALID" not in f.text and "INVALID" not in f.evidence["first_step_only_calls"]
+    assert (f"torch.compile recorded a CUDA graph in this step: its compiler's ranges (CUDAGraphNode.record "
+            f"(dynamo_timed)) took {rec[0]['dur'] / 1000:.2f} ms") in f.text
 
 
 def test_q9_counts_only_the_copies_aten_addmm_launched(tmp_path):

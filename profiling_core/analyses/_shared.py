@@ -35,6 +35,14 @@ SYNC_CALLS = {"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchr
               "cuStreamSynchronize", "cuEventSynchronize", "hipDeviceSynchronize", "hipStreamSynchronize",
               "hipEventSynchronize"}
 """The calls that block the CPU until the GPU has done what they wait for (:attr:`Shared.sync_waits`)."""
+COMPILER_RANGE = " (dynamo_timed)"
+"""How torch.compile names the ranges of its compiler's phases: ``record_function("<phase> (dynamo_timed)")``
+(``torch._dynamo.utils.dynamo_timed``, in torch 2.11 and 2.13 alike): Dynamo's tracing
+(``_compile.compile_inner (dynamo_timed)``), AOT autograd, Inductor's lowering and code generation, max-autotune's
+benchmarks of GEMM candidates (``addmm_template_autotuning (dynamo_timed)``), CUDA graph trees' recording
+(``CUDAGraphNode.record (dynamo_timed)``). What runs inside such a range is the compiler's work, not the step's
+code: the ops it runs on fake tensors (no kernel), the candidates it benchmarks on the GPU, the synchronisations
+around them (:attr:`Shared.compiler_work`)."""
 UNRECORDED_WAIT_NS = 100_000
 """How long after its launch call returned (or, launched before the recording, after the recording began) a GPU's
 first recorded op must start for :attr:`Shared.unrecorded_waits` to say that it waited behind work the trace does
@@ -962,6 +970,51 @@ class Shared:
         b, e = np.maximum(ts[s], w["lo"][j]), np.minimum(end[s], w["hi"][j])
         time, own = coverage_ns(b, e, j, n, cat[s], k)
         return {"busy": time.sum(axis=1), "time": time, "own": own, "unrecorded": zero["unrecorded"]}
+
+    def under(self, rows: np.ndarray, named: np.ndarray) -> np.ndarray:
+        """Whether each of ``rows`` (of ``slices``) has an ancestor (parent chain) among ``named`` (a boolean array
+        over ``slices``, e.g. :meth:`name_mask`)."""
+        ppos = self.slices["ppos"]
+        hit = np.zeros(len(rows), dtype=bool)
+        cur = ppos[rows] if len(rows) else np.zeros(0, dtype=np.int64)
+        while (live := cur >= 0).any():
+            hit[live] |= named[cur[live]]
+            cur = np.where(live & ~hit, ppos[np.maximum(cur, 0)], -1)
+        return hit
+
+    @cached_property
+    def compiler_work(self) -> np.ndarray:
+        """Boolean over ``slices``: the slice is one of torch.compile's compiler ranges (:data:`COMPILER_RANGE`) or
+        lies under one (its parent chain): the compiler's own work, which a step that compiles (a cold compiled
+        run's first step, a recompile, a CUDA graph's recording) holds and the steps after it do not. All False in
+        a trace without such ranges (eager code, or a compile outside the recording)."""
+        ranges = self.name_mask(lambda x: isinstance(x, str) and x.endswith(COMPILER_RANGE))
+        if not ranges.any():
+            return ranges
+        rows = np.flatnonzero(~ranges)
+        out = ranges.copy()
+        out[rows] = self.under(rows, ranges)
+        return out
+
+    def compiler_ns(self, lo: np.ndarray, hi: np.ndarray, utids: list) -> np.ndarray:
+        """For each window ``[lo, hi)`` (ns): how much of it the compiler's ranges (:attr:`compiler_work`) cover on
+        the threads of the process of thread ``utids[k]`` (None: of any process), each instant once."""
+        out = np.zeros(len(lo), dtype=np.int64)
+        work = self.compiler_work
+        if not len(lo) or not work.any():
+            return out
+        t = self.slices
+        top = np.flatnonzero(work)
+        up = t["ppos"][top]
+        top = top[(up < 0) | ~work[np.maximum(up, 0)]]  # the outermost: no parent of the compiler's
+        pids = np.array(self.pids_of(t["utid"][top].tolist()), dtype=object)
+        wanted = self.pids_of(utids)
+        for p in set(wanted):
+            k = np.array([w == p for w in wanted], dtype=bool)
+            mine = top if p is None else top[pids == p]
+            if len(mine):
+                out[k] = covered_ns(lo[k], hi[k], *merged(t["ts"][mine], t["ts"][mine] + t["dur"][mine]))
+        return out
 
     @cached_property
     def _is_aten(self) -> np.ndarray:

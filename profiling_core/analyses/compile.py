@@ -14,7 +14,8 @@ from ._common import ints, nullable_int, us
 from ._shared import Shared, covered_ns, frame, shared_for
 from .table import cpu_slices_by_step, engine_work_beside
 
-__all__ = ["compile_breakdown", "compile_in_working_steps", "compile_payoff", "STAGING_OP", "triton_fusions",
+__all__ = ["compile_breakdown", "compile_in_working_steps", "compile_payoff", "compiler_launches", "STAGING_OP",
+           "triton_fusions",
            "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
            "GRAPH_LAUNCHES"]
 
@@ -59,19 +60,6 @@ _BACKWARD = "CompiledFunctionBackward"
 """The autograd node that runs a compiled function's backward graph (on the autograd engine's thread in training)."""
 
 
-def _under(sh: Shared, rows: np.ndarray, named: np.ndarray) -> np.ndarray:
-    """Whether each of ``rows`` (of ``sh.slices``) has an ancestor (parent chain) among ``named`` (a boolean array
-    over ``sh.slices``, e.g. ``sh.name_mask``)."""
-    t = sh.slices
-    ppos = t["ppos"]
-    hit = np.zeros(len(rows), dtype=bool)
-    cur = ppos[rows] if len(rows) else np.zeros(0, dtype=np.int64)
-    while (live := cur >= 0).any():
-        hit[live] |= named[cur[live]]
-        cur = np.where(live & ~hit, ppos[np.maximum(cur, 0)], -1)
-    return hit
-
-
 def ran_compiled(session, ids, shared: Shared | None = None) -> np.ndarray:
     """Whether each of these slices (ids; -1 for none: False) is or lies under (its parent chain) torch.compile's code:
     a ``Torch-Compiled Region``, a call of a compiled graph (:data:`COMPILED_GRAPH_CALL`), or a
@@ -86,8 +74,46 @@ def ran_compiled(session, ids, shared: Shared | None = None) -> np.ndarray:
     mark = sh.name_mask(lambda u: _kind(u) in (2, 4) or u == _BACKWARD)
     hit = np.zeros(len(rows), dtype=bool)
     on = rows >= 0
-    hit[on] = mark[rows[on]] | _under(sh, rows[on], mark)
+    hit[on] = mark[rows[on]] | sh.under(rows[on], mark)
     return hit
+
+
+def compiler_launches(session, shared: Shared | None = None) -> pd.DataFrame:
+    """Per step and GPU op name, the ops launched from torch.compile's compiler at work (``Shared.compiler_work``: a
+    launch call inside one of its ranges, or in an op inside one): max-autotune's benchmarks of GEMM candidates and
+    what runs between them. They are the compiler's, neither the compiled code's nor the eager code's; a launch
+    that also lies in compiled code (a CUDA graph's recording inside a compiled graph's call) is the compiled code's,
+    as ``launch_paths``' ``from_compiled`` counts it, so that each launch is counted once.
+
+    Returns:
+        DataFrame ``step`` (the first step whose window holds the launch call; NA outside every step), ``name``,
+        ``category`` (lower case), ``count``, ``total_us`` (their summed durations), by step, most launched first;
+        empty where the trace holds no compiler range.
+    """
+    sh = shared_for(session, shared)
+    cols = ["step", "name", "category", "count", "total_us"]
+    work = sh.compiler_work
+    if not work.any():
+        return frame([], cols)
+    p = sh.p
+    par = p["launch_parent"]
+    hit = work[p["launch_id"]] | ((par >= 0) & work[np.maximum(par, 0)])
+    hit[hit] &= ~ran_compiled(sh.session, par[hit], shared=sh)  # (a recording inside compiled code: its code's)
+    if not hit.any():
+        return frame([], cols)
+    step = np.full(len(hit), -1, dtype=np.int64)
+    i, k = sh.pair_steps
+    numbers = np.array([s[1] for s in sh.steps_list] or [0], dtype=np.int64)
+    first = np.unique(i, return_index=True)[1] if len(i) else np.zeros(0, dtype=np.int64)
+    step[i[first]] = numbers[k[first]]
+    df = pd.DataFrame({"step": step[hit], "name": pd.Series(p["gpu_name"][hit], dtype=object),
+                       "category": pd.Series(p["gpu_category"][hit], dtype=object),
+                       "dur": p["gpu_dur"][hit].astype(np.float64) / 1000.0})
+    g = df.groupby(["step", "name", "category"], sort=False)["dur"].agg(["size", "sum"]).reset_index()
+    g.columns = cols
+    g = g.sort_values(["step", "count", "name"], ascending=[True, False, True], kind="stable").reset_index(drop=True)
+    g["step"] = g["step"].astype("Int64").where(g["step"] >= 0)
+    return g
 
 
 def _compile_cpu_rows(sh: Shared) -> list[tuple]:
@@ -105,7 +131,7 @@ def _compile_cpu_rows(sh: Shared) -> list[tuple]:
     k = kind_of[t["name_codes"][rows]]
     rows, j, k = rows[k > 0], j[k > 0], k[k > 0].astype(np.int64)
     bwd = np.zeros(len(rows), dtype=bool)
-    bwd[k == 4] = _under(sh, rows[k == 4], sh.name_mask(lambda u: u == _BACKWARD))
+    bwd[k == 4] = sh.under(rows[k == 4], sh.name_mask(lambda u: u == _BACKWARD))
     rows, j, k = np.concatenate([rows, rows[bwd]]), np.concatenate([j, j[bwd]]), np.concatenate([k, np.full(
         int(bwd.sum()), 6, dtype=np.int64)])  # kind 6: an FX graph call of a backward (also counted as kind 4)
     n = np.bincount(j * 7 + k, minlength=7 * len(steps)).reshape(len(steps), 7).tolist()
@@ -113,7 +139,7 @@ def _compile_cpu_rows(sh: Shared) -> list[tuple]:
     # lies inside the outer one's time already
     dur = t["dur"][rows].astype(np.float64)
     nested = np.zeros(len(rows), dtype=bool)
-    nested[k == 2] = _under(sh, rows[k == 2], sh.name_mask(lambda u: _kind(u) == 2))
+    nested[k == 2] = sh.under(rows[k == 2], sh.name_mask(lambda u: _kind(u) == 2))
     dur[nested] = 0.0
     ns = np.bincount(j * 7 + k, weights=dur, minlength=7 * len(steps)).reshape(len(steps), 7).astype(np.int64).tolist()
 

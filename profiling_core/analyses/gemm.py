@@ -292,11 +292,16 @@ def check_peak_tflops(peak_tflops) -> Optional[float]:
 
 
 def _innermost(sh: Shared):
-    """The innermost GEMM ops (positions in ``_gemm_slices``) and :func:`_kernels_of` for them, once per trace."""
+    """The innermost GEMM ops (positions in ``_gemm_slices``) and :func:`_kernels_of` for them, once per trace. An op
+    inside torch.compile's compiler ranges (``Shared.compiler_work``) is the compiler's, not the workload's: it
+    traced the graph on fake tensors (no kernel; 6 such ops in the CPU-timed rows of an H100's cold max-autotune
+    run) or benchmarked a candidate (its 106 cuBLAS runs), and is left out."""
     def build(sh):
         gm = _gemm_slices(sh)
         ts, dur, utid = gm["start_ns"], gm["cpu_dur_ns"], gm["utid"]
         keep = np.flatnonzero(_inner_gemms(ts, dur, utid) == 0)
+        if len(keep) and sh.compiler_work.any():
+            keep = keep[~sh.compiler_work[sh.pos(gm["id"][keep])]]
         return (keep, *_kernels_of(sh, ts[keep], ts[keep] + dur[keep], utid[keep]))
     return sh.cached("gemm.innermost", build)
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..config import as_config
 from .breakdown import category_totals, step_breakdown, top_kernels
-from .compile import compile_breakdown
+from .compile import compile_breakdown, compiler_launches
 from .gemm import gemm_kernel_shapes, gemm_throughput
 from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_stats
 from .launches import dispatch_chains, launch_latency, launch_paths
@@ -67,10 +67,16 @@ class Report:
     (:func:`~profiling_core.analyses.gemm.gemm_kernel_shapes`)."""
     cpu_own_times: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "category", "calls",
                                                                         "own_us", "wait_us", "beside_us",
-                                                                        "beside_calls"]))
+                                                                        "beside_calls", "compile_us",
+                                                                        "compile_calls"]))
     """Per step, the CPU's own time by op name on every thread (:func:`~profiling_core.analyses.table.cpu_own_times`):
     where a step's CPU time goes, the autograd engine's thread included; ``beside_us`` and ``beside_calls`` the part
-    on threads that run beside the step (no step slice, no launch call in it)."""
+    on threads that run beside the step (no step slice, no launch call in it); ``compile_us`` and ``compile_calls``
+    the part inside torch.compile's compiler ranges."""
+    compiler_launches: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "category", "count",
+                                                                            "total_us"]))
+    """Per GPU op name, the ops torch.compile's compiler launched while it worked (max-autotune's benchmarks, a CUDA
+    graph's recording: :func:`~profiling_core.analyses.compile.compiler_launches`)."""
     device_busy: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "slice_id", "device", "gpu_busy_us",
                                                                       "gpu_busy_in_step_us", "gpu_busy_fraction",
                                                                       "gpu_ops"]))
@@ -264,6 +270,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     out["memory"] = memory_report(session, shared=sh, config=config)
     out["cpu_own_times"] = cpu_own_times(session, shared=sh)
     out["device_busy"] = device_busy(session, shared=sh)
+    out["compiler_launches"] = compiler_launches(session, shared=sh)
     r = Report(engine=str(getattr(session, "engine", "unknown")), _shared=sh, **out)
     r.summary.update(_summary(r, session, sh))
     return r

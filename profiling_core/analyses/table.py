@@ -451,16 +451,20 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     step's window (a DataLoader's pin-memory thread, its queues' feeder threads, recorded with ``with_stack``; an idle
     thread's frames, :func:`idle_frames`) runs *beside* it, and its time is no cost of the step's (its waits overlap
     the step's own). ``beside_us`` is the part of ``own_us`` on such threads, ``beside_calls`` the part of ``calls``.
+    ``compile_us`` and ``compile_calls`` are the parts (on the step's threads) inside torch.compile's compiler ranges
+    (``Shared.compiler_work``): the compiler's own calls, made once where it compiles.
 
     Returns:
         DataFrame ``step``, ``name``, ``category`` (lower case, of the name's first slice in the step), ``calls``,
         ``own_us`` (summed over the step's slices of that name), ``wait_us`` (the autograd wait taken out of it),
         ``beside_us`` (of ``own_us``, the time on threads beside the step), ``beside_calls`` (of ``calls``, those
-        on threads beside the step), in step order, then largest ``own_us`` first; empty (same columns) without
+        on threads beside the step), ``compile_us``, ``compile_calls`` (of the rest, those in the compiler's ranges),
+        in step order, then largest ``own_us`` first; empty (same columns) without
         steps.
     """
     sh = shared_for(session, shared)
-    cols = ["step", "name", "category", "calls", "own_us", "wait_us", "beside_us", "beside_calls"]
+    cols = ["step", "name", "category", "calls", "own_us", "wait_us", "beside_us", "beside_calls", "compile_us",
+            "compile_calls"]
     steps = sh.steps_list
     t = sh.slices
     if not steps or len(t["ts"]) == 0:
@@ -478,6 +482,8 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     waited = np.bincount(inv, weights=wait.astype(np.float64), minlength=len(uk))
     beside = _beside_step(sh, steps, rows, j)
     aside = np.bincount(inv, weights=np.where(beside, own[rows] - wait, 0).astype(np.float64), minlength=len(uk))
+    compiling = sh.compiler_work[rows] & ~beside
+    comp = np.bincount(inv, weights=np.where(compiling, own[rows] - wait, 0).astype(np.float64), minlength=len(uk))
     k_step, k_name = uk // (len(t["name_uniq"]) + 1), uk % (len(t["name_uniq"]) + 1) - 1
     names = t["name_uniq"]
     df = pd.DataFrame({"step": [steps[k][1] for k in k_step.tolist()],
@@ -485,7 +491,9 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
                        "category": pd.Series(sh.cats_at(rows[first]), dtype=object),
                        "calls": calls.astype(np.int64), "own_us": ns / 1000.0, "wait_us": waited / 1000.0,
                        "beside_us": aside / 1000.0,
-                       "beside_calls": np.bincount(inv, weights=beside, minlength=len(uk)).astype(np.int64)})
+                       "beside_calls": np.bincount(inv, weights=beside, minlength=len(uk)).astype(np.int64),
+                       "compile_us": comp / 1000.0,
+                       "compile_calls": np.bincount(inv, weights=compiling, minlength=len(uk)).astype(np.int64)})
     df = df.sort_values(["step", "own_us", "name"], ascending=[True, False, True], kind="stable")
     df["step"] = df["step"].astype("Int64")
     return df[cols].reset_index(drop=True)

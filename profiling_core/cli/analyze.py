@@ -137,7 +137,9 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
         empty, idle = ss.get("empty_steps") or [], ss.get("steps_without_gpu") or []
         basis = ("the steps after the first" if ss.get("basis") == "after_first"
                  else "all the steps with work in them" if empty else "all the steps")
-        for left, why in ((empty, "(the profiler's closing stub)"), (idle, "launched no GPU work")):
+        for left, why in ((empty, "(the profiler's closing stub)"), (ss.get("compile_steps") or [],
+                                                                      "ran torch.compile's compiler"),
+                          (idle, "launched no GPU work")):
             if left:
                 basis += f"; step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} {why}, left out"
         lines.append(f"  steady state: {ss['bound']}: {format_duration_us(ss['gpu_us_per_step'])} of GPU work launched "
@@ -194,7 +196,11 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                          f"{format_duration_us(r.min_us):>10}  max {format_duration_us(r.max_us):>10}  {name}")
     if len(report.gemm_throughput):
         g = report.gemm_throughput
-        timed = "their GPU kernels' time" if g["device"].iloc[0] == "gpu" else "their CPU time (no GPU in the trace)"
+        on_cpu = int((g["device"] != "gpu").sum())  # (an op that launched no kernel is timed by its CPU time)
+        timed = ("their GPU kernels' time" if not on_cpu else
+                 ("their CPU time (no GPU in the trace)" if not s["has_gpu"] else "their CPU time (they launched no "
+                  "GPU kernel)") if on_cpu == len(g) else
+                 f"their GPU kernels' time ({on_cpu} that launched none: by their CPU time)")
         lines.append(f"  GEMM: median {format_rate(g['tflops'].median())} TFLOP/s over {len(g)} op(s), by {timed}"
                      + (f", {100 * g['fraction_of_peak'].median():.1f}% of peak" if g["fraction_of_peak"].notna().any()
                         else ""))

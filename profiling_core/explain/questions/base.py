@@ -194,7 +194,8 @@ def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
     thread too), under names that no later step calls: name, calls and us (their own time, waits included) on the
     threads that run the step, beside_calls and beside_us on the threads beside it (no step slice, no launch call in
     its window: a DataLoader's pin-memory thread pinning its first batches), whose time overlaps the step's and is
-    none of it; the step's threads' time first."""
+    none of it; the step's threads' time first. Calls inside torch.compile's compiler ranges count in neither:
+    they are the compiler's (``compiled_in_step`` says what it did)."""
     cols = ["name", "calls", "us", "beside_calls", "beside_us"]
     own = r.cpu_own_times
     if own.empty or "category" not in own:
@@ -203,16 +204,18 @@ def _first_step_only_calls(r, first_step: int) -> pd.DataFrame:
     later = set(calls.loc[calls["step"] != first_step, "name"])
     first = calls[(calls["step"] == first_step) & ~calls["name"].isin(later)]
     beside, aside = first["beside_calls"], first["beside_us"]
-    out = pd.DataFrame({"name": first["name"].astype(object), "calls": (first["calls"] - beside).astype("int64"),
+    out = pd.DataFrame({"name": first["name"].astype(object),
+                        "calls": (first["calls"] - beside - first["compile_calls"]).astype("int64"),
                         "us": _step_threads_us(first),
                         "beside_calls": beside.astype("int64"), "beside_us": aside.astype(float)})
     return out.sort_values(["us", "beside_us"], ascending=False, kind="stable").reset_index(drop=True)[cols]
 
 
 def _step_threads_us(calls: pd.DataFrame) -> pd.Series:
-    """The time of these ``cpu_own_times`` rows on the threads that run the steps: their own time less that of the
-    threads beside the steps, waits included."""
-    return (calls["own_us"] - calls["beside_us"] + calls["wait_us"]).astype(float)
+    """The time of these ``cpu_own_times`` rows on the threads that run the steps, outside torch.compile's compiler
+    ranges: their own time less that of the threads beside the steps and of the compiler's calls, waits
+    included."""
+    return (calls["own_us"] - calls["beside_us"] - calls["compile_us"] + calls["wait_us"]).astype(float)
 
 
 def _first_step_slower_calls(r, first_step: int, later: list) -> pd.DataFrame:
@@ -246,10 +249,12 @@ def _table_rows(r, names) -> pd.DataFrame:
 
 def _is_cold(r, config) -> bool:
     """Whether the profile holds the process's first run of the workload: the config's warm-up when known, else
-    the trace (runtime calls only the first step makes, or lazy-loading slices)."""
+    the trace (runtime calls only the first step makes, lazy-loading slices, or torch.compile compiling in the first
+    step)."""
     warmup = _cfg(config, "warmup")
     if warmup is not None:
         return warmup == 0
     if r.steps.empty:
         return bool(len(_table_rows(r, _LAZY_LOADING)))
-    return bool(len(_first_step_only_calls(r, int(r.steps["step"].iloc[0]))) or len(_table_rows(r, _LAZY_LOADING)))
+    return bool(len(_first_step_only_calls(r, int(r.steps["step"].iloc[0]))) or len(_table_rows(r, _LAZY_LOADING))
+                or r.steps["compile_us"].iloc[0] > 0)

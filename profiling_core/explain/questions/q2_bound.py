@@ -12,6 +12,7 @@ from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WA
                                 QUEUE_GREW, bound, counted_wait, data_wait, gpu_paced_up_to, queue_growth,
                                 steady_state, working_steps)
 from ...analyses import recorded_with
+from ...analyses._shared import COMPILER_RANGE, merged
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
@@ -26,7 +27,7 @@ UNLIKE_STEPS = 2.0
 
 
 def _all_steps(n: int) -> str:
-    return "the only step" if n == 1 else f"all {n} steps"
+    return "the only step" if n == 1 else "both steps" if n == 2 else f"all {n} steps"
 
 
 def _stubs_left_out(stubs: list) -> str:
@@ -37,12 +38,25 @@ def _stubs_left_out(stubs: list) -> str:
             f"(no op or launch call began in {'them' if many else 'it'}), left out")
 
 
+def compile_steps_left_out(steps: list) -> str:
+    """"step 1 left out, as torch.compile's compiler ran in it: ..." (``analyses.basis_steps``)."""
+    many = len(steps) > 1
+    return (f"step{'s' if many else ''} {', '.join(map(str, steps))} left out, as torch.compile's compiler ran in "
+            f"{'them' if many else 'it'}: compiling or recording a CUDA graph, one-time work like a first step's")
+
+
 def _basis_text(ss: dict, n_steps: int) -> str:
+    comp = ss.get("compile_steps") or []
     if ss["basis"] == "after_first":
         text = (f"the {n_steps - 1} steps after the first; the first may carry start-up effects, and question 3 "
                 "compares it with them")
+    elif comp:  # (two steps, one of which compiled: the other alone)
+        kept = ss.get("basis_steps") or []
+        text = f"step{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}"
     else:
         text = _all_steps(n_steps)
+    if comp:
+        text += "; " + compile_steps_left_out(comp)
     empty = ss.get("empty_steps") or []
     if empty and ss["basis"] != "after_first":
         text = "the only step with work in it" if n_steps == 1 else f"all {n_steps} steps with work in them"
@@ -344,16 +358,20 @@ def _earlier_share(ss: dict) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def _outside_batches(g):
+def _outside_input_and_compiler(g):
     """The slices of one step's chain (:func:`~.base._self_times_by_slice`) that start outside every DataLoader
-    batch (``analyses.is_data_loader_next``) of that chain: the collation's ops inside one are the input's work."""
-    dl = g[_per_name(g["name"], lambda t: t.map(is_data_loader_next)).astype(bool)]
-    if dl.empty:
+    batch (``analyses.is_data_loader_next``) and every range of torch.compile's compiler (``COMPILER_RANGE``) of
+    that chain: the collation's ops inside a batch are the input's work; the ops inside the compiler's ranges are
+    its own (tracing on fake tensors, code generation), done once where it compiles."""
+    ranges = g[_per_name(g["name"], lambda t: t.map(is_data_loader_next) | t.str.endswith(COMPILER_RANGE))
+               .astype(bool)]
+    if ranges.empty:
         return g
-    b = dl["start_ns"].to_numpy(dtype=np.int64)
-    e = b + np.round(dl["dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
+    b = ranges["start_ns"].to_numpy(dtype=np.int64)
+    b, e = merged(b, b + np.round(ranges["dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64))
     ts = g["start_ns"].to_numpy(dtype=np.int64, na_value=-1)
-    inside = ((ts[:, None] >= b[None, :]) & (ts[:, None] < e[None, :])).any(axis=1)
+    k = np.searchsorted(b, ts, side="right") - 1
+    inside = (k >= 0) & (ts < e[np.maximum(k, 0)])
     return g[~inside]
 
 
@@ -390,7 +408,13 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     stated there); the GEMMs' achieved GFLOP/s where their FLOPs are known."""
     s = working_steps(r.steps)  # (the profiler's closing stub is no step of the loop)
     stubs = [int(k) for k in r.steps.loc[~r.steps.index.isin(s.index), "step"]]
-    left = f" ({_stubs_left_out(stubs)})" if stubs else ""
+    left = [_stubs_left_out(stubs)] if stubs else []
+    comp = s["compile_us"] > 0
+    if comp.any() and not comp.all():  # (as analyses.basis_steps: one-time work, where a step without it remains)
+        left.append(compile_steps_left_out([int(k) for k in s.loc[comp, "step"]]))
+        s = s[~comp]
+        cpu_med = float(s["cpu_dur_us"].median())
+    left = f" ({'; '.join(left)})" if left else ""
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0,
           **({"empty_steps": stubs} if stubs else {})}
     devices = [d.get("name") for d in r.summary.get("devices") or [] if d.get("name")]
@@ -411,7 +435,7 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
         g = by_slice.get(k)
         if g is None or dur <= 0:
             continue
-        w = _work_ops(_outside_batches(g))
+        w = _work_ops(_outside_input_and_compiler(g))
         work_us = float(w["self_us"].sum())
         works.append(work_us)
         shares.append(work_us / dur)

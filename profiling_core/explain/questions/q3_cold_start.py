@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ...analyses import GEMM_OPS, working_steps
+from ...analyses._shared import COMPILER_RANGE
 from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
@@ -175,6 +176,42 @@ def _not_held_before(r, first_step: int) -> int:
     return max(0, first_step - len({k for k in held if 0 <= k < first_step}))
 
 
+_GRAPH_RECORDING = "CUDAGraphNode."
+"""How CUDA graph trees name their ranges among the compiler's (``CUDAGraphNode.record (dynamo_timed)``: a graph's
+capture, in the first replayed call of a reduce-overhead run)."""
+
+
+def _compiled_in(r, first_step: int, extra: float, ev: dict) -> str:
+    """What torch.compile's compiler did in the first step (``steps``' ``compile_us``; the GPU ops it launched,
+    ``compiler_launches``), as a sentence; "" where it did not run there."""
+    row = r.steps[r.steps["step"] == first_step]
+    comp = float(row["compile_us"].iloc[0]) if len(row) and "compile_us" in row else 0.0
+    if not comp > 0:
+        return ""
+    ev["compile_us"] = _num(comp)
+    own = r.cpu_own_times
+    ranges = own.loc[(own["step"] == first_step) & own["name"].astype(str).str.endswith(COMPILER_RANGE), "name"]
+    # CUDA graph trees' recording (reduce-overhead, max-autotune) is the compiler's too, but compiles nothing
+    recorded = len(ranges) > 0 and ranges.astype(str).str.startswith(_GRAPH_RECORDING).all()
+    ev["compile_work"] = "cuda_graph_recording" if recorded else "compile"
+    share = f", {format_share(comp / extra)} of the {_us(extra)} extra" if 0 < comp <= extra * 1.0005 else ""
+    text = (f" torch.compile recorded a CUDA graph in this step: its compiler's ranges "
+            f"({', '.join(sorted(set(ranges)))}) took {_us(comp)}{share}" if recorded else
+            f" torch.compile compiled in this step: its compiler's ranges (named '…{COMPILER_RANGE}') took "
+            f"{_us(comp)}{share}")
+    cl = r.compiler_launches
+    cl = cl[cl["step"] == first_step] if len(cl) else cl
+    if len(cl):
+        n = int(cl["count"].sum())
+        ev["compiler_gpu_ops"] = n
+        listed = ", ".join(f"{_short(nm)} ×{int(c):,}" for nm, c in zip(cl["name"].head(3), cl["count"].head(3)))
+        text += (f", and in them it launched {n:,} GPU op{'s' if n != 1 else ''} of its own ({listed}"
+                 + (f" and {len(cl) - 3} more" if len(cl) > 3 else "")
+                 + "; under max-autotune, its benchmarks of candidate kernels)")
+    return text + ("; the later steps replayed the graph." if recorded else
+                   "; the later steps ran the code it compiled.")
+
+
 def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, float]:
     """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace; and the
     µs of the profiler's start-up the text gives as a part of the extra (0 where it gives none)."""
@@ -195,10 +232,15 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
                "lazy_loading_slices": sorted(map(str, lazy["name"])), "profiler_startup_us": _num(startup_us)})
     why = (f"the run's config has {'no' if warmup == 0 else f'{warmup} iterations of'} warm-up"
            if warmup is not None else None)
-    if cold and (len(only) or len(lazy)):
+    comp = _compiled_in(r, first_step, extra, ev)
+    if comp and not cold:  # a warm run whose first recorded step compiled again
+        return f" This is not a cold start ({why}), but{comp}", 0.0
+    if cold and (len(only) or len(lazy) or comp):
         mine = only[only["calls"] > 0]
         aside = only[only["beside_calls"] > 0].sort_values("beside_us", ascending=False, kind="stable")
-        out = f" This is a cold start ({why or 'from the trace: the first step does work no later step repeats'}):"
+        basis = ("from the trace" if comp and not (len(mine) or len(lazy))  # (the sentence after it says what)
+                 else "from the trace: the first step does work no later step repeats")
+        out = f" This is a cold start ({why or basis}):" + comp
         if len(mine):
             calls_us = float(mine["us"].sum())
             later = [int(k) for k in working_steps(r.steps)["step"] if int(k) != first_step]
@@ -212,7 +254,8 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
                      "later steps'" if extra > 0 else "")
             listed = ", ".join(f"{_call_name(n)} {_us(u)} against {_us(m)}"
                                for n, u, m in slow[["name", "us", "usual"]].head(3).itertuples(index=False))
-            out += (f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all"
+            out += ((" Outside the compiler's ranges," if comp else "")
+                    + f" the first step alone calls {_calls_text(mine, 'calls', 'us')}, {_us(calls_us)} in all"
                     + (f", and the calls every step makes took {_us(slow_us)} more in it than in a later step "
                        f"({listed}{' and more' if len(slow) > 3 else ''}: a median over the later steps)"
                        if slow_us > 0 else "") + f"{share}.")

@@ -36,6 +36,9 @@ def _q8_variance(r, config=None) -> list[Finding]:
     repeated = ks[ks["count"] > 1]
     if repeated.empty:
         return [_each_ran_once(ks)]
+    theirs = _compilers_only(r, repeated)
+    if theirs.any() and not theirs.all():  # the workload's kernels, not torch.compile's benchmarks of candidates
+        ks, repeated = ks[~ks["name"].isin(repeated.loc[theirs, "name"])], repeated[~theirs]
     k = repeated.iloc[0]
     ev = {"kernel": str(k["name"]), "count": int(k["count"]), "median_us": _num(k["median_us"]),
           "mean_us": _num(k["mean_us"]), "min_us": _num(k["min_us"]), "max_us": _num(k["max_us"]),
@@ -45,9 +48,16 @@ def _q8_variance(r, config=None) -> list[Finding]:
               else "the shortest launch recorded as 0 µs")
     # (to the nanosecond: the spread and the mean's distance from the median are read off these four)
     stat = {c: _us(k[c], fine=True) for c in ("median_us", "mean_us", "min_us", "max_us")}
-    text = (f"{_short(k['name'])} ({_which(ks, repeated)}) ran {int(k['count'])}×: median {stat['median_us']}, "
-            f"mean {stat['mean_us']}, min {stat['min_us']}, max {stat['max_us']} ({spread}, "
+    left_out = int(theirs.sum()) if not theirs.all() else 0
+    text = (f"{_short(k['name'])} ({_which(ks, repeated, left_out)}) ran {int(k['count'])}×: "
+            f"median {stat['median_us']}, mean {stat['mean_us']}, min {stat['min_us']}, max {stat['max_us']} ({spread}, "
             f"CV {100 * (k['cv'] if pd.notna(k['cv']) else 0):.1f}%).")
+    cl = r.compiler_launches
+    ours = int(cl.loc[cl["name"] == k["name"], "count"].sum()) if len(cl) else 0
+    if ours:  # the same kernel run by the compiler's benchmarks: in these figures, as in the trace
+        ev["compiler_launches"] = ours
+        text += (f" {ours:,} of its {int(k['count']):,} launches were torch.compile's compiler's, while it compiled "
+                 "(under max-autotune, its benchmarks), and are in these figures.")
     shapes = _by_shape(r, str(k["name"]))
     if len(shapes) > 1:
         ev["shapes"] = [{k: _num(v) if k in ("median_us", "mean_us", "cv") else v for k, v in g.items()}
@@ -75,14 +85,27 @@ def _q8_variance(r, config=None) -> list[Finding]:
     return [Finding("q8.variance", 8, "Same kernel, different times", text, ev)]
 
 
-def _which(ks, repeated) -> str:
+def _compilers_only(r, ks) -> pd.Series:
+    """Which of these ``kernel_stats`` rows are kernels that only torch.compile's compiler launched, while it
+    compiled (``compiler_launches``: under max-autotune, its benchmarks of candidate kernels)."""
+    cl = r.compiler_launches
+    if cl.empty:
+        return pd.Series(False, index=ks.index)
+    ours = cl.groupby("name")["count"].sum()
+    return ks["name"].map(ours).fillna(0).to_numpy() >= ks["count"].to_numpy()
+
+
+def _which(ks, repeated, left_out: int = 0) -> str:
     """Which kernel question 8 reads, as the parenthesis after its name: the largest total, or the largest of those
-    launched more than once (``repeated``) where larger ones ran once."""
+    launched more than once (``repeated``) where larger ones ran once; of the workload's kernels, where
+    ``left_out`` kernels that only torch.compile's compiler launched were passed over."""
     once = int((ks["total_us"] > repeated["total_us"].iloc[0]).sum())
+    theirs = (f"; {_n(left_out, 'kernel')} that only torch.compile's compiler launched while it compiled, which "
+              "question 3 counts, left out" if left_out else "")
     if not once:
-        return "the largest total"
+        return "the largest total" + theirs
     return (f"the largest total of the kernels launched more than once; {_n(once, 'larger kernel')}, each launched "
-            f"once, {'has' if once == 1 else 'have'} no spread to read")
+            f"once, {'has' if once == 1 else 'have'} no spread to read" + theirs)
 
 
 def _each_ran_once(ks) -> Finding:

@@ -60,13 +60,20 @@ def _q9_compile(r, config=None) -> list[Finding]:
     ev["kernel_names"] = kernels
     # which kernels torch.compile's code launched (its regions, graphs and compiled backward) and which eager code did:
     # a step may run both (an eager prefill before a compiled decode, an eager optimizer after a compiled backward)
+    # the compiler's own launches (compiling in a recorded step: under max-autotune its benchmarks) are neither
+    cl = r.compiler_launches
+    cl = cl[cl["category"] == "kernel"].groupby("name")["count"].sum() if len(cl) else None
+    lp = lp.assign(from_compiler=0 if cl is None else lp["name"].map(cl).fillna(0).astype("int64").to_numpy())
     compiled = lp[lp["from_compiled"] > 0]
-    eager = lp[lp["from_compiled"] < lp["count"]]
-    mixed = len(compiled) > 0 and len(eager) > 0
+    by_compiler = lp[lp["from_compiler"] > 0]
+    eager = lp[lp["from_compiled"] + lp["from_compiler"] < lp["count"]]
+    mixed = (len(compiled) > 0) + (len(eager) > 0) + (len(by_compiler) > 0) > 1
     if mixed:
         ev["compiled_kernel_names"] = sorted(set(compiled["name"].astype(str)))
         ev["eager_kernel_names"] = sorted(set(eager["name"].astype(str)))
+        ev["compiler_kernel_names"] = sorted(set(by_compiler["name"].astype(str)))
         ev["kernel_launches_from_compiled"] = int(lp["from_compiled"].sum())
+        ev["kernel_launches_from_compiler"] = int(lp["from_compiler"].sum())
         ev["kernel_launches"] = int(lp["count"].sum())
     text = (f"torch.compile ran: {_n(regions, 'Torch-Compiled Region slice')} over {_n(len(cb), 'step')}, with "
             + (f"{len(forward)} distinct CompiledFxGraph hash{'es' if len(forward) != 1 else ''}" if hashes
@@ -75,11 +82,13 @@ def _q9_compile(r, config=None) -> list[Finding]:
             + (f" and {_n(len(backward), 'backward graph')} run by autograd (CompiledFunctionBackward"
                + (", the same every step" if len(backward) == 1 and int(cb["backward_fx_graph_calls"].sum()) > 1
                   else "") + ")" if backward else "")
-            + (". Per step (median)" + (", compiled and eager code together" if mixed else "") + ": "
+            + (". Per step (median)" + (", compiled and eager code together" if len(compiled) and len(eager) else
+                                        "") + ": "
                f"{_n(ev['kernel_launches_per_step'], 'kernel launch', 'kernel launches')}, "
                f"{_n(ev['kernels_per_step'], 'kernel')}" if r.has_gpu else f". {NO_GPU_TEXT}: the compiled code ran "
                "on the CPU"))
     totals = []
+    ours = _compiler_copies(r, set(cb["step"].tolist()))
     for key, word, plural, note in (("memcpy_dtod", "device-to-device copy", "device-to-device copies", ""),
                                     ("memcpy_htod", "host-to-device copy", "host-to-device copies", ""),
                                     ("memcpy_dtoh", "device-to-host copy", "device-to-host copies", ""),
@@ -87,19 +96,46 @@ def _q9_compile(r, config=None) -> list[Finding]:
                                     ("graph_launches", "cudaGraphLaunch call", None, " (CUDA graphs replayed)")):
         if ev[key]:
             text += f", {_n(ev[key + '_per_step'], word, plural)}"
-            totals.append(_n(ev[key], word, plural) + note)
+            theirs = "all" if ours.get(key) == ev[key] else f"{ours.get(key, 0):,}"
+            totals.append(_n(ev[key], word, plural) + note
+                          + (f" ({theirs} of them by the compiler while it compiled)" if ours.get(key) else ""))
     if totals:
         text += f"; in total over the {_n(len(cb), 'step')}: {', '.join(totals)}"
     text += "."
     if mixed:
+        parts = []
+        if len(compiled):
+            parts.append(f"{ev['kernel_launches_from_compiled']:,} were launched from torch.compile's code: "
+                         f"{_kernel_list(compiled, compiled['from_compiled'])}")
+        if len(by_compiler):
+            parts.append(f"{ev['kernel_launches_from_compiler']:,} by its compiler while it compiled (under "
+                         "max-autotune, its benchmarks of candidate kernels; question 3 counts them): "
+                         f"{_kernel_list(by_compiler, by_compiler['from_compiler'])}")
+        if len(eager):
+            parts.append(("the others" if len(parts) else "all") + " from eager code: "
+                         + _kernel_list(eager, eager["count"] - eager["from_compiled"] - eager["from_compiler"]))
         text += (f" Of the {ev['kernel_launches']:,} kernels whose launch call the trace pairs with them, "
-                 f"{ev['kernel_launches_from_compiled']:,} were "
-                 f"launched from torch.compile's code: {_kernel_list(compiled, compiled['from_compiled'])}; the "
-                 f"others from eager code: {_kernel_list(eager, eager['count'] - eager['from_compiled'])}.")
+                 + "; ".join(parts) + ".")
     elif kernels:
         text += f" Kernels: {_kernel_list(lp, lp['count'])}."
     text += _bias_copy(r, config, ev)
     return [Finding("q9.compile", 9, "What torch.compile changed", text, ev)]
+
+
+_COPY_KEYS = {"Memcpy DtoD": "memcpy_dtod", "Memcpy HtoD": "memcpy_htod", "Memcpy DtoH": "memcpy_dtoh"}
+
+
+def _compiler_copies(r, steps: set) -> dict:
+    """How many of the copies and memsets that question 9 totals over ``steps`` torch.compile's compiler launched
+    while it compiled (``compiler_launches``), by the totals' keys."""
+    cl = r.compiler_launches
+    cl = cl[cl["step"].isin(steps)] if len(cl) else cl
+    out: dict = {}
+    for name, cat, n in zip(cl["name"].astype(str), cl["category"].astype(str), cl["count"]):
+        key = "memsets" if cat in ("gpu_memset", "memset") else _COPY_KEYS.get(name[:11])
+        if key:
+            out[key] = out.get(key, 0) + int(n)
+    return out
 
 
 KERNELS_LISTED = 10

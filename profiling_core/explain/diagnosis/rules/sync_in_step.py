@@ -136,7 +136,10 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
             parts.append(f"{_fmt_n(logged)} per step after the optimizer, outside every phase: the loop reading a "
                          "value back (logging the loss with .item()) every step")
     pageable = any(row["memory"] == "pageable" for row in copy_rows)
-    scope = " of the steady state (the steps after the first)" if len(steady) < len(work) else ""
+    comp = ss.get("compile_steps") or []  # (analyses.basis_steps: steps in which torch.compile's compiler ran)
+    scope = (" of the steady state (the steps after the first" + (f", less step{'s' if len(comp) > 1 else ''} "
+             f"{', '.join(map(str, comp))}, in which torch.compile's compiler ran" if comp else "") + ")"
+             if len(steady) < len(work) else "")
     if len(work) == 1 < len(r.steps):  # one step with work beside empty ones: no steady state to speak of
         where = f"Inside the only step with work in it (step {steady[0]}; {_other_steps_empty(r)})"
     else:

@@ -1,0 +1,222 @@
+"""torch.compile's compiler at work inside the recorded steps: a cold compiled run compiles in its first step (on a
+CPU, and under max-autotune on an H100, where it also benchmarks candidate GEMMs on the GPU), a cold
+reduce-overhead run records its CUDA graph in the second. Every figure here is checked against a plain scan of the
+trace's JSON: the compiler's ranges are the events named ``… (dynamo_timed)``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import scan_trace
+from profiling_core import analyze, diagnose, findings, open_trace
+from profiling_core.analyses import basis_steps
+
+DATA = Path(__file__).parent / "data"
+CPU_COLD = DATA / "cpu" / "compile_cold.json.gz"  # 64² fp32 matmul + add, compile default, no warm-up, 0/0/3
+AT_64 = DATA / "h100" / "autotune_64_cold_ma.json.gz"  # 64² bf16, max-autotune, no warm-up, 0/0/3
+AT_4096 = DATA / "h100" / "autotune_4096_cold_manc.json.gz"  # 4096² bf16, max-autotune-no-cudagraphs, cold
+WARM_64 = DATA / "h100" / "autotune_64_warm_manc.json.gz"  # 64², max-autotune-no-cudagraphs, 10 warm-up calls
+_REGION = ("Torch-Compiled Region", "## Call CompiledFxGraph")
+
+
+def config_of(path: Path) -> dict:
+    return json.loads(Path(str(path).replace(".json.gz", ".meta.json")).read_text())["config"]
+
+
+def run(path, with_config=True):
+    cfg = config_of(path) if with_config else None
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s, config=cfg)
+        return r, {f.id: f for f in findings(r, config=cfg)}, diagnose(s, r, cfg, None)
+
+
+def scan(path):
+    """From the JSON alone: the step slices in time order, the compiler's ranges merged per thread, and each
+    CPU event's (tid, ts, dur, name)."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = sorted((e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+    ranges: dict = {}
+    for e in ev:
+        if str(e.get("name", "")).endswith(" (dynamo_timed)"):
+            ranges.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    merged = {}
+    for tid, xs in ranges.items():
+        out = []
+        for b, e in sorted(xs):
+            if out and b <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([b, e])
+        merged[tid] = out
+    return ev, steps, merged
+
+
+def inside(merged, tid, ts) -> bool:
+    return any(b <= ts < e for b, e in merged.get(tid, ()))
+
+
+def compile_us_by_scan(steps, merged) -> list[float]:
+    """Per step: the µs of its window that the compiler's ranges (of the step's thread: one process here) cover."""
+    out = []
+    for s in steps:
+        lo, hi = s["ts"], s["ts"] + s["dur"]
+        out.append(sum(max(0.0, min(e, hi) - max(b, lo)) for xs in merged.values() for b, e in xs))
+    return out
+
+
+@pytest.mark.parametrize("path", [CPU_COLD, AT_64, AT_4096, WARM_64], ids=lambda p: p.name.split(".")[0])
+def test_each_steps_compile_time_is_the_time_its_window_spends_in_the_compilers_ranges(path):
+    r, _f, _d = run(path)
+    _ev, steps, merged = scan(path)
+    assert r.steps["compile_us"].tolist() == pytest.approx(compile_us_by_scan(steps, merged), abs=0.01)
+    if path is WARM_64:  # compiled in the warm-up: nothing of the compiler in the recorded steps
+        assert not merged and (r.steps["compile_us"] == 0).all()
+    else:  # the first step compiled: nearly all of it (the JSON: over 97% of its window)
+        assert r.steps["compile_us"].iloc[0] > 0.97 * steps[0]["dur"]
+
+
+def test_a_step_that_records_a_cuda_graph_is_no_step_of_the_steady_state():
+    """max-autotune (CUDA graphs) cold: step 0 compiles, step 1 records the graph (`CUDAGraphNode.record` and the
+    syncs around it, 16.7 ms), step 2 replays it (0.38 ms). The steady state is step 2; the sync rule, which read
+    step 1's synchronisations as the loop's, is silent; the GPU-starved rule quotes step 2's time."""
+    r, f, d = run(AT_64)
+    _ev, steps, merged = scan(AT_64)
+    assert [round(s["dur"]) for s in steps] == [3547855, 16670, 381]
+    assert compile_us_by_scan(steps, merged)[1] > 1000  # the recording, from the JSON
+    assert basis_steps(r.steps)["step"].tolist() == [2]
+    ss = r.summary["steady_state"]
+    assert ss["compile_steps"] == [1] and ss["cpu_us_per_step"] == pytest.approx(steps[2]["dur"], abs=0.01)
+    q2 = f["q2.bound"]
+    assert "step 1 left out, as torch.compile's compiler ran in it" in q2.text
+    assert "380.7 µs of CPU time" in q2.text
+    got = {x.rule: x for x in d.diagnoses}
+    assert "sync_in_step" not in got
+    assert "380.7 µs of CPU time" in got["gpu_starved"].text
+
+
+def launches_by_compiler(path, step, cats=("kernel", "gpu_memcpy", "gpu_memset")) -> dict:
+    """From the JSON: per GPU op name (of ``cats``), the ops launched in ``step``'s window by a runtime call (paired by
+    correlation) that starts inside the compiler's ranges on its thread and outside every compiled region."""
+    ev, _steps, merged = scan(path)
+    regions: dict = {}
+    for e in ev:
+        if str(e.get("name", "")).startswith(_REGION):
+            regions.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    lo, hi = step["ts"], step["ts"] + step["dur"]
+    out: dict = {}
+    for e in ev:
+        if e.get("cat") not in cats:
+            continue
+        c = calls.get(e.get("args", {}).get("correlation"))
+        if c is None or not lo <= c["ts"] < hi or not inside(merged, c["tid"], c["ts"]):
+            continue
+        if any(b <= c["ts"] < x for b, x in regions.get(c["tid"], ())):
+            continue
+        out[e["name"]] = out.get(e["name"], 0) + 1
+    return out
+
+
+@pytest.mark.parametrize("path", [AT_64, AT_4096], ids=["64_ma", "4096_manc"])
+def test_the_gpu_work_the_compiler_launched_while_it_compiled_is_counted_as_its_own(path):
+    r, f, _d = run(path)
+    _ev, steps, _m = scan(path)
+    want = launches_by_compiler(path, steps[0])
+    cl = r.compiler_launches
+    got = cl[cl["step"] == 0].set_index("name")["count"].to_dict()
+    assert got == want
+    # max-autotune's benchmarks: Triton's candidates (triton_mm) and cuBLAS's, by the hundred
+    assert want["triton_mm"] > 1000
+    q3 = f["q3.cold_start"].text
+    assert f"launched {sum(want.values()):,} GPU ops of its own" in q3 and "triton_mm" in q3
+    # question 9: every kernel is the compiled code's, the compiler's or eager code's, each once
+    ev9 = f["q9.compile"].evidence
+    kernels = [e for e in scan_trace(path) if e.get("cat") == "kernel"]
+    assert ev9["kernel_launches"] == len(kernels)
+    assert ev9["kernel_launches_from_compiler"] == sum(launches_by_compiler(path, steps[0], ("kernel",)).values()) \
+        + sum(cl.loc[(cl["step"] != 0) & (cl["category"] == "kernel"), "count"])
+    assert "by its compiler while it compiled" in f["q9.compile"].text
+
+
+@pytest.mark.parametrize("path", [CPU_COLD, AT_64, AT_4096], ids=["cpu", "64_ma", "4096_manc"])
+@pytest.mark.parametrize("with_config", [True, False], ids=["config", "trace"])
+def test_question_3_names_the_compile_as_the_first_steps_cost(path, with_config):
+    r, f, _d = run(path, with_config)
+    _ev, steps, merged = scan(path)
+    q3 = f["q3.cold_start"]
+    comp = compile_us_by_scan(steps, merged)[0]
+    extra = steps[0]["dur"] - sorted(s["dur"] for s in steps[1:])[len(steps[1:]) // 2 - (len(steps[1:]) % 2 == 0)]
+    assert q3.evidence["compile_us"] == pytest.approx(comp, abs=0.01)
+    assert "This is a cold start" in q3.text and "torch.compile compiled in this step" in q3.text
+    assert "nothing in the trace names the extra's cause" not in q3.text
+    assert comp > 0.9 * extra
+    # the calls the compiler made are not listed as the step's own cold start
+    for name in q3.evidence["first_step_only_calls"]:
+        assert name != "cudaDeviceSynchronize"
+
+
+def test_gemm_ops_inside_the_compiler_are_not_the_workloads():
+    """The CPU run's aten::mm/addmm ops inside the compiler's ranges ran on fake tensors while it traced; the GEMM
+    figures are the three the steps ran (one per step), and on the H100 the 4096² run's three, not the 106 cuBLAS
+    benchmarks of max-autotune."""
+    for path, n in ((CPU_COLD, 3), (AT_4096, 3)):
+        r, _f, _d = run(path)
+        ev, _steps, merged = scan(path)
+        gemms = [e for e in ev if e.get("cat") == "cpu_op" and e["name"] in ("aten::mm", "aten::addmm")]
+        # the innermost (an addmm that calls itself again through a dispatch mode counts once, as the inner one)
+        gemms = [e for e in gemms if not any(o is not e and o["tid"] == e["tid"] and e["ts"] <= o["ts"]
+                                             and o["ts"] + o["dur"] <= e["ts"] + e["dur"] for o in gemms)]
+        theirs = [e for e in gemms if inside(merged, e["tid"], e["ts"])]
+        assert len(gemms) - len(theirs) == n and len(theirs) > 0
+        assert len(r.gemm_throughput) == n
+    g = r.gemm_throughput  # (the 4096² run: every op timed by its kernels)
+    assert (g["device"] == "gpu").all() and g["tflops"].min() > 500
+
+
+def test_question_8_reads_a_kernel_of_the_workload_not_a_benchmark():
+    for path in (AT_64, AT_4096):
+        _r, f, _d = run(path)
+        q8 = f["q8.variance"]
+        assert q8.evidence["kernel"] not in ("triton_mm",) and "FillFunctor" not in q8.evidence["kernel"]
+        assert "that only torch.compile's compiler launched while it compiled" in q8.text
+    # the 4096² GEMM's kernel is also the one cuBLAS's benchmarks ran: the figures say so
+    _r, f, _d = run(AT_4096)
+    kernels = [e for e in scan_trace(AT_4096) if e.get("cat") == "kernel" and e["name"] == f["q8.variance"].evidence[
+        "kernel"]]
+    assert f["q8.variance"].evidence["count"] == len(kernels) == 109
+    assert "106 of its 109 launches were torch.compile's compiler's" in f["q8.variance"].text
+
+
+def test_the_cpu_run_reads_the_steps_after_the_compile():
+    """A cold compiled run on a CPU: step 0 compiled (1.1 s); question 2 reads the other two, and the work ops it
+    names are the steps' (the compiled graph's call, aten::addmm), not the compiler's fake-tensor ops."""
+    r, f, _d = run(CPU_COLD)
+    _ev, steps, _m = scan(CPU_COLD)
+    q2 = f["q2.bound"]
+    assert "step 0 left out, as torch.compile's compiler ran in it" in q2.text
+    assert q2.evidence["cpu_step_median_us"] == pytest.approx((steps[1]["dur"] + steps[2]["dur"]) / 2, abs=0.01)
+    assert set(q2.evidence["work_ops"]) <= {"aten::addmm", "aten::copy_", "aten::add"} | {
+        n for n in q2.evidence["work_ops"] if n.startswith("## Call CompiledFxGraph")}
+
+
+def test_of_two_steps_one_that_compiled_the_other_is_the_steady_state(tmp_path):
+    """The 4096² cold run cut after its second step: two steps, the first compiling. The steady state is the other
+    one alone (before, the median of two steps was their mean, 2.1 s, for a step of 294 µs)."""
+    import gzip
+    doc = json.loads(gzip.decompress(AT_4096.read_bytes()))
+    cut = next(e["ts"] for e in doc["traceEvents"] if e.get("name") == "ProfilerStep#2"
+               and e.get("cat") != "gpu_user_annotation")
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not (e.get("ph") == "X" and e.get("ts", 0) >= cut)]
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(doc))
+    r, f, _d = run(path, with_config=False)
+    _ev, steps, _m = scan(path)
+    assert len(steps) == 2
+    ss = r.summary["steady_state"]
+    assert ss["basis_steps"] == [1] and ss["compile_steps"] == [0]
+    assert ss["cpu_us_per_step"] == pytest.approx(steps[1]["dur"], abs=0.01)
+    assert "In steady state (step 1; step 0 left out, as torch.compile's compiler ran in it" in f["q2.bound"].text
