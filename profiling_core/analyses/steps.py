@@ -503,26 +503,29 @@ def working_steps(df: pd.DataFrame) -> pd.DataFrame:
 def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
     """The steps a steady-state verdict rests on, of the :func:`working_steps`: with 3 or more, those after the
     first (the first carries start-up effects that differ with the schedule and warm-up); otherwise all of them.
-    Of those, a step in which torch.compile's compiler ran (``compile_us``: it compiled, recompiled or recorded a
-    CUDA graph, one-time work like the first step's) is left out where a step without it remains
-    (:func:`compile_steps`): a cold reduce-overhead run's second step records its graph in 16.7 ms where the
-    steps that replay it take 0.38 ms (an H100, max-autotune at 64²)."""
+    Of those, a step in which torch.compile's compiler ran is left out too (:func:`without_compile_steps`): a cold
+    reduce-overhead run's second step records its graph in 16.7 ms where the steps that replay it take 0.38 ms (an
+    H100, max-autotune at 64²)."""
     df = working_steps(df)
-    df = df.iloc[1:] if len(df) >= 3 else df
-    if "compile_us" in df:
-        plain = df[~(df["compile_us"] > 0)]
-        if len(plain):
-            return plain
-    return df
+    return without_compile_steps(df.iloc[1:] if len(df) >= 3 else df)[0]
+
+
+def without_compile_steps(df: pd.DataFrame) -> tuple[pd.DataFrame, list[int]]:
+    """Of these steps, those in which torch.compile's compiler did not run (``compile_us``: it compiled, recompiled
+    or recorded a CUDA graph, one-time work like a first step's), and the numbers of those in which it did, where a
+    step without it remains; else all of them, and none."""
+    if "compile_us" not in df or not len(df):
+        return df, []
+    comp = df["compile_us"] > 0
+    if comp.any() and not comp.all():
+        return df[~comp], [int(k) for k in df.loc[comp, "step"]]
+    return df, []
 
 
 def compile_steps(df: pd.DataFrame) -> list[int]:
     """The steps :func:`basis_steps` leaves out because torch.compile's compiler ran in them."""
     work = working_steps(df)
-    kept = set(basis_steps(df)["step"].tolist()) if len(work) else set()
-    after = work.iloc[1:] if len(work) >= 3 else work
-    return [int(k) for k, c in zip(after["step"], after.get("compile_us", pd.Series(0.0, index=after.index)))
-            if c > 0 and k not in kept]
+    return without_compile_steps(work.iloc[1:] if len(work) >= 3 else work)[1]
 
 
 DATA_WAIT_AT = 0.2

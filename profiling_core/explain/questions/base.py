@@ -247,6 +247,14 @@ def _table_rows(r, names) -> pd.DataFrame:
     return t[(t["lane"] == "cpu") & t["name"].astype(str).isin(names)] if not t.empty else t
 
 
+def _compile_steps_text(steps: list) -> str:
+    """"step 1 left out, as torch.compile's compiler ran in it: ..." (``analyses.basis_steps``,
+    ``analyses.compile_in_working_steps``)."""
+    many = len(steps) > 1
+    return (f"step{'s' if many else ''} {', '.join(map(str, steps))} left out, as torch.compile's compiler ran in "
+            f"{'them' if many else 'it'}: compiling or recording a CUDA graph, one-time work like a first step's")
+
+
 def _is_cold(r, config) -> bool:
     """Whether the profile holds the process's first run of the workload: the config's warm-up when known, else
     the trace (runtime calls only the first step makes, lazy-loading slices, or torch.compile compiling in the first

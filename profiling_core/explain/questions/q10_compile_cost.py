@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from ...config import config_field as _cfg
 from ...units import format_duration_us as _us
-from .base import Finding, _app_run, _listed, _num
+from .base import Finding, _app_run, _compile_steps_text, _listed, _num
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
-    from ...analyses import compile_in_working_steps
+    from ...analyses import compile_in_working_steps, compile_steps_left_out
     if r.compile_breakdown.empty:
         return []
     cb = compile_in_working_steps(r)  # per step: the steps the loop worked in
@@ -43,7 +43,12 @@ def _q10_cost(r, config=None) -> list[Finding]:
         ev["backward_wait_us"] = _num(wait)
     which = f"in ProfilerStep#{int(at['step'])}" + (
         "" if len(compiled) == 1 else f" ({'the' if len(compiled) % 2 else 'a'} middle step by its region's time)")
-    head = f"Compiled steps took a median {_us(cpu_med)} of CPU time; {which}, Torch-Compiled Region {_us(region)}"
+    left = compile_steps_left_out(r)
+    if left:
+        ev["compile_steps"] = left
+    head = (f"Compiled steps took a median {_us(cpu_med)} of CPU time"
+            + (f" ({_compile_steps_text(left)})" if left else "")
+            + f"; {which}, Torch-Compiled Region {_us(region)}")
     if int(cb["fx_graph_calls"].sum()) == 0:  # the trace names no graph call: nothing to split off
         del ev["fx_graph_us"], ev["wrapper_us"]
         text = (f"{head}; the trace records no CompiledFxGraph call inside it, so the compiled graph's own time cannot "

@@ -17,7 +17,7 @@ from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
 from ...units import format_rate, format_share, format_times
-from .base import NO_GPU_TEXT, Finding, _num, _per_name, _self_times_by_slice, _work_ops
+from .base import NO_GPU_TEXT, Finding, _compile_steps_text, _num, _per_name, _self_times_by_slice, _work_ops
 
 _TOP_WORK_OPS = 3
 
@@ -38,13 +38,6 @@ def _stubs_left_out(stubs: list) -> str:
             f"(no op or launch call began in {'them' if many else 'it'}), left out")
 
 
-def compile_steps_left_out(steps: list) -> str:
-    """"step 1 left out, as torch.compile's compiler ran in it: ..." (``analyses.basis_steps``)."""
-    many = len(steps) > 1
-    return (f"step{'s' if many else ''} {', '.join(map(str, steps))} left out, as torch.compile's compiler ran in "
-            f"{'them' if many else 'it'}: compiling or recording a CUDA graph, one-time work like a first step's")
-
-
 def _basis_text(ss: dict, n_steps: int) -> str:
     comp = ss.get("compile_steps") or []
     if ss["basis"] == "after_first":
@@ -56,7 +49,7 @@ def _basis_text(ss: dict, n_steps: int) -> str:
     else:
         text = _all_steps(n_steps)
     if comp:
-        text += "; " + compile_steps_left_out(comp)
+        text += "; " + _compile_steps_text(comp)
     empty = ss.get("empty_steps") or []
     if empty and ss["basis"] != "after_first":
         text = "the only step with work in it" if n_steps == 1 else f"all {n_steps} steps with work in them"
@@ -411,7 +404,7 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     left = [_stubs_left_out(stubs)] if stubs else []
     comp = s["compile_us"] > 0
     if comp.any() and not comp.all():  # (as analyses.basis_steps: one-time work, where a step without it remains)
-        left.append(compile_steps_left_out([int(k) for k in s.loc[comp, "step"]]))
+        left.append(_compile_steps_text([int(k) for k in s.loc[comp, "step"]]))
         s = s[~comp]
         cpu_med = float(s["cpu_dur_us"].median())
     left = f" ({'; '.join(left)})" if left else ""

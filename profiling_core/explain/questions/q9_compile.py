@@ -7,7 +7,7 @@ torch.compile's code launched them and as eager code did (``launch_paths``' ``fr
 first, at most :data:`KERNELS_LISTED` names of each."""
 from __future__ import annotations
 
-from .base import NO_GPU_TEXT, Finding, _n, _num, _short
+from .base import NO_GPU_TEXT, Finding, _compile_steps_text, _n, _num, _short
 
 
 def _as_config(config):
@@ -22,7 +22,7 @@ def _as_config(config):
 
 
 def _q9_compile(r, config=None) -> list[Finding]:
-    from ...analyses import compile_in_working_steps
+    from ...analyses import compile_in_working_steps, compile_steps_left_out
     if r.compile_breakdown.empty:
         return []
     cb = compile_in_working_steps(r)  # per step: the steps the loop worked in
@@ -75,7 +75,11 @@ def _q9_compile(r, config=None) -> list[Finding]:
         ev["kernel_launches_from_compiled"] = int(lp["from_compiled"].sum())
         ev["kernel_launches_from_compiler"] = int(lp["from_compiler"].sum())
         ev["kernel_launches"] = int(lp["count"].sum())
-    text = (f"torch.compile ran: {_n(regions, 'Torch-Compiled Region slice')} over {_n(len(cb), 'step')}, with "
+    left = compile_steps_left_out(r)
+    if left:
+        ev["compile_steps"] = left
+    text = (f"torch.compile ran: {_n(regions, 'Torch-Compiled Region slice')} over {_n(len(cb), 'step')}"
+            + (f" ({_compile_steps_text(left)})" if left else "") + ", with "
             + (f"{len(forward)} distinct CompiledFxGraph hash{'es' if len(forward) != 1 else ''}" if hashes
                else "no CompiledFxGraph call recorded")
             + (_same_graph(cb, forward[0], forward_calls) if len(forward) == 1 and forward_calls > 1 else "")
