@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core import ExperimentConfig
-from profiling_core.analyses import compile_payoff
+from profiling_core.analyses import compile_in_working_steps, compile_payoff
 from profiling_core.errors import ConfigError
 from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts
 from profiling_core.run import SPREAD_WARN_PCT, sweep_points
@@ -69,7 +69,7 @@ if unlike:
 
 def per_step(run_id: str) -> dict:
     rep = ui.report(run_id)
-    cb = rep.compile_breakdown
+    cb = compile_in_working_steps(rep)  # (the steps in which the compiler ran are left out, as question 10 does)
     med = (lambda c: float(cb[c].median())) if len(cb) else (lambda c: float("nan"))
     return {"run": f"{ui.mode_label(run_id)} · {run_id[-4:]}", "mode": ui.mode_label(run_id),
             "CPU per step (µs)": med("cpu_dur_us"), "launches per step": med("launches"),
@@ -77,7 +77,8 @@ def per_step(run_id: str) -> dict:
             "memsets per step": med("memsets"), "cudaGraphLaunch per step": med("graph_launches"),
             "Dynamo cache lookup (µs)": med("cache_lookup_us"), "compiled region (µs)": med("compiled_region_us"),
             "AOT prologue (µs)": med("prologue_us"), "CompiledFxGraph (µs)": med("fx_graph_us"),
-            "FX graph hash": ", ".join(sorted({h for h in cb["fx_graph_hash"].dropna()})) if len(cb) else ""}
+            "FX graph hash": ", ".join(sorted({h for h in cb["fx_graph_hash"].dropna()})) if len(cb) else "",
+            "compile in the steps (s)": float(rep.steps["compile_us"].sum()) / 1e6 if len(rep.steps) else 0.0}
 
 
 per_run = pd.DataFrame([per_step(r) for r in chosen])
@@ -93,7 +94,7 @@ GPU_COUNTS = ["launches per step", "kernels per step", "memcpy DtoD per step", "
               "cudaGraphLaunch per step"]
 any_gpu = any(ui.report(r).has_gpu for r in chosen)
 metrics = [c for c in per_run.columns if c not in ("run", "mode", "FX graph hash", "warmup_s", "warmup_calls",
-                                                   "cache_reused")
+                                                   "cache_reused", "compile in the steps (s)")
            and (any_gpu or c not in GPU_COUNTS)]  # (without a GPU lane there is nothing to count: no zeros)
 if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, with the range of its CPU time
     g = per_run.groupby("mode", sort=False)
@@ -104,6 +105,7 @@ if per_run["mode"].duplicated().any():  # repeated runs of a mode: its median, w
     table["warmup_s"] = g["warmup_s"].median()
     table["warmup_calls"] = g["warmup_calls"].first()  # (one setting: the runs of another were left out above)
     table["cache_reused"] = g["cache_reused"].any()
+    table["compile in the steps (s)"] = g["compile in the steps (s)"].median()
     table["FX graph hash"] = g["FX graph hash"].agg(lambda h: ", ".join(sorted({x for x in h if x})))
     table = table.reset_index()
     table["run"] = [f"{m} (median of {n})" for m, n in zip(table["mode"], table["runs"])]
@@ -186,14 +188,17 @@ if not base_rows.empty:
             continue
         calls = row["warmup_calls"]
         p = compile_payoff(base["warmup_s"], row["warmup_s"], base["CPU per step (µs)"], row["CPU per step (µs)"],
-                           warmup_calls=None if pd.isna(calls) else int(calls))
+                           warmup_calls=None if pd.isna(calls) else int(calls),
+                           traced_compile_s=row["compile in the steps (s)"])
         noisy = sorted({"eager", row["mode"]} & noisy_modes)
         if not p["measured"] and p["why"] == "no warm-up":
             payoff_rows.append({"run": row["run"], "one-time compile (s)": None,
-                                "compiled from": "no warm-up call: it compiled in its profiled steps",
+                                "compiled from": "no warm-up call, and no compile in its recorded steps: it "
+                                                 "compiled in a step the profiler's schedule did not record",
                                 "CPU saved per step (µs)": round(p["saving_us_per_step"], 1),
                                 "pays off after": "not measured: make the runs with warm-up calls (its compile is "
-                                                  "then their warm-up time's difference)"})
+                                                  "then their warm-up time's difference), or record from the "
+                                                  "first step"})
             continue
         if not p["measured"]:
             payoff_rows.append({"run": row["run"], "one-time compile (s)": None,
@@ -206,7 +211,8 @@ if not base_rows.empty:
         payoff_rows.append({"run": row["run"], "one-time compile (s)": round(p["compile_s"], 2),
                             "compiled from": ("a warm cache: Inductor found the graph an earlier run compiled, "
                                               "so this is less than a first compile costs") if row["cache_reused"]
-                            else "an empty cache",
+                            else "an empty cache" + (", in its recorded steps: their time inside torch.compile's "
+                                                     "compiler ranges" if p["source"] == "trace" else ""),
                             "CPU saved per step (µs)": round(p["saving_us_per_step"], 1),
                             "pays off after": (f"unclear: the runs of {' and '.join(noisy)} spread by more than "
                                                f"{SPREAD_WARN_PCT:.0f}% (see the warning above)") if noisy
@@ -214,8 +220,9 @@ if not base_rows.empty:
                             if p["payoff_steps"] is None else f"{p['payoff_steps']:,} steps"})
 if payoff_rows:
     st.caption("The compile happens in the first warm-up call: its one-time cost is the compiled run's warm-up time "
-               "minus the eager run's (the same number of calls). It pays off once the per-step CPU saving has "
-               "added up to it.")
+               "minus the eager run's (the same number of calls). A run without warm-up compiles in its first "
+               "step: its cost is then the time the recorded steps spent inside torch.compile's compiler ranges. "
+               "It pays off once the per-step CPU saving has added up to it.")
     ui.table_block(pd.DataFrame(payoff_rows), "compile_payoff", key="compile_payoff", width="stretch")
 elif base_rows.empty or (table["mode"] == "eager").all():
     st.caption("Compare an eager and a compiled run to see the one-time compile cost beside the per-step saving.")

@@ -866,6 +866,17 @@ def test_compile_payoff_of_runs_without_warm_up_calls_is_not_measured():
     assert (p["measured"], p["compile_s"], p["payoff_steps"]) == (False, None, None)
     assert p["saving_us_per_step"] == pytest.approx(51.03)
     assert compile_payoff(0.1, 2.1, 400.0, 300.0, warmup_calls=3)["payoff_steps"] == 20000
+    # where its recorded steps hold no compile (the schedule skipped the step that compiled): still not measured
+    assert compile_payoff(6e-06, 5e-06, 400.0, 300.0, warmup_calls=0, traced_compile_s=0.0)["measured"] is False
+
+
+def test_compile_payoff_of_a_cold_run_is_the_compile_its_trace_holds():
+    """A cold run's compile, where its recorded steps hold it: the time in the compiler's ranges, 1.2 s, paid back
+    by 100 µs a step after 12,000 steps (the warm-up times, 5 and 6 µs, hold none of it)."""
+    from profiling_core.analyses import compile_payoff
+    p = compile_payoff(6e-06, 5e-06, 400.0, 300.0, warmup_calls=0, traced_compile_s=1.2)
+    assert (p["measured"], p["source"], p["compile_s"], p["payoff_steps"]) == (True, "trace", 1.2, 12000)
+    assert compile_payoff(0.1, 2.1, 400.0, 300.0, warmup_calls=3, traced_compile_s=1.2)["source"] == "warm-up"
 
 
 @pytest.mark.parametrize("eager_w,comp_w", [(1.0, 0.9), (0.1, 0.1)])

@@ -267,15 +267,19 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
 
 
 def compile_payoff(eager_warmup_s: float, compiled_warmup_s: float, eager_step_us: float,
-                   compiled_step_us: float, warmup_calls: Optional[int] = None) -> dict:
+                   compiled_step_us: float, warmup_calls: Optional[int] = None,
+                   traced_compile_s: Optional[float] = None) -> dict:
     """What torch.compile costs once against what it saves per step, on the CPU, from an eager and a compiled run
     of the same workload with the same number of warm-up calls.
 
     The compile happens in the compiled run's first warm-up call, so its one-time cost is the compiled run's warm-up
     time minus the eager run's (the same calls, eagerly). It pays off after ``ceil(cost / saving)`` steps when the
     compiled step is cheaper on the CPU, and never otherwise. Runs without warm-up calls (``warmup_calls`` 0: cold
-    runs) compiled in their profiled steps, not in a warm-up: their warm-up times hold no compile, so nothing is
-    said of its cost (``measured`` False), not a cost of 0 s paid back after 0 steps. Nor is it where the compiled
+    runs) compiled in their profiled steps, not in a warm-up: their warm-up times hold no compile. Their compile
+    is then the time their recorded steps spent inside torch.compile's compiler ranges (``traced_compile_s``, the
+    sum of ``steps.compile_us``), where the trace holds it; where it does not (the schedule did not record the
+    step that compiled), nothing is said of its cost (``measured`` False), not a cost of 0 s paid back after 0
+    steps. Nor is it where the compiled
     run's warm-up took no longer than the eager one's: a compile, even one served from a warm cache, costs time, so
     a difference of 0 s or less says the runs' noise is larger than the compile, not that it cost nothing (or
     less than nothing).
@@ -284,27 +288,33 @@ def compile_payoff(eager_warmup_s: float, compiled_warmup_s: float, eager_step_u
         eager_warmup_s, compiled_warmup_s: the runs' ``warmup_s`` timings (meta.json), seconds.
         eager_step_us, compiled_step_us: their median CPU time per profiled step, µs.
         warmup_calls: the runs' number of warm-up calls (their config's ``warmup``), where known.
+        traced_compile_s: the compiled run's time in the compiler's ranges in its recorded steps, s, where known.
 
     Returns:
         ``compile_s`` (one-time cost, s; None where not measured), ``saving_us_per_step`` (eager − compiled;
         negative: compiled costs more), ``payoff_steps`` (steps after which compiling has paid for itself; None:
-        never, or not measured), ``measured`` (False where the warm-up held no compile, or its cost is lost in the
-        noise), ``why`` (where not measured: ``"no warm-up"`` or ``"no slower"``; else None).
+        never, or not measured), ``measured`` (False where neither the warm-up nor the trace held the compile, or
+        its cost is lost in the noise), ``source`` (``"warm-up"`` or ``"trace"`` where measured, else None), ``why``
+        (where not measured: ``"no warm-up"`` or ``"no slower"``; else None).
     """
     saving = float(eager_step_us) - float(compiled_step_us)
+    source = "warm-up"
     if warmup_calls is not None and int(warmup_calls) == 0:
-        return {"compile_s": None, "saving_us_per_step": saving, "payoff_steps": None, "measured": False,
-                "why": "no warm-up"}
-    compile_s = float(compiled_warmup_s) - float(eager_warmup_s)
+        if not (traced_compile_s is not None and traced_compile_s > 0):
+            return {"compile_s": None, "saving_us_per_step": saving, "payoff_steps": None, "measured": False,
+                    "source": None, "why": "no warm-up"}
+        compile_s, source = float(traced_compile_s), "trace"
+    else:
+        compile_s = float(compiled_warmup_s) - float(eager_warmup_s)
     if not compile_s > 0:
         return {"compile_s": None, "saving_us_per_step": saving, "payoff_steps": None, "measured": False,
-                "why": "no slower"}
+                "source": None, "why": "no slower"}
     if saving > 0:
         steps = max(0, math.ceil(round(compile_s * 1e6 / saving, 6)))  # (rounded: 500.0000000000004 is 500)
     else:
         steps = None
     return {"compile_s": compile_s, "saving_us_per_step": saving, "payoff_steps": steps, "measured": True,
-            "why": None}
+            "source": source, "why": None}
 
 
 _TRITON = re.compile(r"^triton_(poi|red|per|tem|for)_fused_(.+?)(?:_\d+)?$")
