@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core import ExperimentConfig
-from profiling_core.analyses import compile_in_working_steps, compile_payoff
+from profiling_core.analyses import compile_in_working_steps, compile_payoff, compile_steps_left_out
 from profiling_core.errors import ConfigError
 from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts
 from profiling_core.run import SPREAD_WARN_PCT, sweep_points
@@ -67,9 +67,15 @@ if unlike:
     chosen = [r for r in chosen if r not in set(unlike)]
 
 
+# the steps in which torch.compile's compiler ran in any of the runs: left out of every run's per-step figures, so
+# that each run is read over the same steps (a cold eager run's first step is its cold start, not a compile)
+compiling = sorted({k for r in chosen for k in compile_steps_left_out(ui.report(r))})
+
+
 def per_step(run_id: str) -> dict:
     rep = ui.report(run_id)
     cb = compile_in_working_steps(rep)  # (the steps in which the compiler ran are left out, as question 10 does)
+    cb = cb[~cb["step"].isin(compiling)]
     med = (lambda c: float(cb[c].median())) if len(cb) else (lambda c: float("nan"))
     return {"run": f"{ui.mode_label(run_id)} · {run_id[-4:]}", "mode": ui.mode_label(run_id),
             "CPU per step (µs)": med("cpu_dur_us"), "launches per step": med("launches"),
@@ -82,6 +88,11 @@ def per_step(run_id: str) -> dict:
 
 
 per_run = pd.DataFrame([per_step(r) for r in chosen])
+if compiling:
+    many = len(compiling) > 1
+    st.caption(f"Step{'s' if many else ''} {', '.join(map(str, compiling))} {'are' if many else 'is'} left out of "
+               f"every run's per-step figures: torch.compile's compiler ran in {'them' if many else 'it'} (compiling, "
+               "or recording a CUDA graph) in one of the runs, so each run is read over the same steps.")
 per_run["warmup_s"] = [(ui.load_run(r).meta.get("timings") or {}).get("warmup_s") for r in chosen]
 per_run["warmup_calls"] = [getattr(ui.load_run(r).config, "warmup", None) for r in chosen]
 per_run["cache_reused"] = [bool(ui.load_run(r).compile_cache_reused) for r in chosen]

@@ -12,6 +12,7 @@ from typing import Optional
 import pandas as pd
 import streamlit as st
 
+from profiling_core.analyses import measured_steps, working_steps
 from profiling_core.errors import InvalidRunIdError, RunNotFoundError
 from profiling_core.explain import cut_steps_text, devices_text
 from profiling_core.present import export, md_text
@@ -22,10 +23,9 @@ from .cache import chart, diagnosis, environment, load_run
 PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in the left bar and pick the "
                   "downloaded `trace.json` (the file stays in your browser; nothing is uploaded).")
 
-STEP_MEDIAN_HELP = ("The median over every step with work in it; the diagnosis and question 2's GPU verdict read the "
-                    "steady state (the steps after the first, from 3 steps on, less any in which torch.compile's "
-                    "compiler ran); on a run without a GPU lane, question 2 reads every step with work in it but "
-                    "those.")
+STEP_MEDIAN_HELP = ("The median over every step with work in it, less those in which torch.compile's compiler ran; "
+                    "the diagnosis and question 2's GPU verdict read the steady state (of those, the steps after the "
+                    "first, from 3 steps on); on a run without a GPU lane, question 2 reads all of them.")
 """The help of a page's per-step median metrics (``summary["cpu_step_median_us"]``)."""
 
 TABLE_ROWS_SHOWN = 25
@@ -38,7 +38,7 @@ ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "ti
 def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
     """Under a page's per-step metrics: which steps are empty and left out of them (``steady_state``'s
     ``empty_steps``, :func:`profiling_core.analyses.working_steps`), which ran torch.compile's compiler and are left
-    out of the steady state (``compile_steps``), which step slices outlast the recording and are
+    out of them (:func:`profiling_core.analyses.measured_steps`), which step slices outlast the recording and are
     cut at its end (``steps``: the report's, :func:`profiling_core.explain.cut_steps_text`), and, where one process
     drove several GPUs (``step_devices``), what its GPU figures count and each GPU's own busy time; nothing when none
     holds."""
@@ -49,12 +49,13 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
                    f"closing stub{'s' if many else ''} (no op or launch call began in {'them' if many else 'it'}; "
                    f"{'each is the last step of its thread' if many else 'it is the last step'}, closed as the "
                    f"profiler stopped): the per-step figures leave {'them' if many else 'it'} out.")
-    comp = (summary.get("steady_state") or {}).get("compile_steps") or []
+    comp = sorted(set(working_steps(steps)["step"]) - set(measured_steps(steps)["step"])) if steps is not None \
+        and len(steps) else []
     if comp:
         many = len(comp) > 1
         st.caption(f"In step{'s' if many else ''} {', '.join(map(str, comp))} torch.compile's compiler ran (compiling, "
-                   "or recording a CUDA graph): one-time work, which the steady state leaves out as it does the "
-                   "first step.")
+                   "or recording a CUDA graph): one-time work, which the per-step figures and the steady state leave "
+                   "out.")
     cut = cut_steps_text(steps) if steps is not None else ""
     if cut:
         st.caption(md_text(cut))  # (step names are the trace's: escaped)

@@ -38,13 +38,14 @@ from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, GPU_PACED, GROWS_AT,
                     QUEUE_GREW, RISES_AT, STARVED_AT, SYNC_WAIT_AT,
                     annotation_ranges, basis_steps, bound, counted_wait, cpu_vs_gpu, data_wait, device_busy, gpu_busy,
-                    gpu_paced_up_to, queue_growth, steady_state, steps, working_steps)
+                    gpu_paced_up_to, measured_steps, queue_growth, steady_state, steps, working_steps)
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
     "analyze", "Report", "Shared",
     "steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
+    "measured_steps",
     "annotation_ranges",
     "data_wait", "DATA_WAIT_AT", "GPU_BOUND_AT", "GPU_PACED",
     "STARVED_AT", "SYNC_WAIT_AT", "counted_wait", "gpu_paced_up_to", "queue_growth", "QUEUE_GREW", "GROWS_AT",

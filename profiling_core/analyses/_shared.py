@@ -985,15 +985,25 @@ class Shared:
     @cached_property
     def compiler_work(self) -> np.ndarray:
         """Boolean over ``slices``: the slice is one of torch.compile's compiler ranges (:data:`COMPILER_RANGE`) or
-        lies under one (its parent chain): the compiler's own work, which a step that compiles (a cold compiled
-        run's first step, a recompile, a CUDA graph's recording) holds and the steps after it do not. All False in
-        a trace without such ranges (eager code, or a compile outside the recording)."""
+        lies under one (its parent chain), or is one of Kineto's overhead events (category ``overhead``, on a thread
+        of their own) that starts inside one's time: the compiler's own work, which a step that compiles (a cold
+        compiled run's first step, a recompile, a CUDA graph's recording) holds and the steps after it do not. All
+        False in a trace without such ranges (eager code, or a compile outside the recording)."""
         ranges = self.name_mask(lambda x: isinstance(x, str) and x.endswith(COMPILER_RANGE))
         if not ranges.any():
             return ranges
         rows = np.flatnonzero(~ranges)
         out = ranges.copy()
         out[rows] = self.under(rows, ranges)
+        # Kineto's overhead events (``Lazy Function Loading``…) are written on a thread of their own, under no slice:
+        # one that starts inside a compiler range's time is the compiler's (loading the kernels it benchmarks)
+        t = self.slices
+        over = np.flatnonzero(self.cat_mask(lambda c: isinstance(c, str) and c.lower() == "overhead") & ~out)
+        if len(over):
+            top = np.flatnonzero(ranges)
+            b, e = merged(t["ts"][top], t["ts"][top] + t["dur"][top])
+            k = np.searchsorted(b, t["ts"][over], side="right") - 1
+            out[over] = (k >= 0) & (t["ts"][over] < e[np.maximum(k, 0)])
         return out
 
     def compiler_ns(self, lo: np.ndarray, hi: np.ndarray, utids: list) -> np.ndarray:

@@ -23,7 +23,9 @@ The rules match lower-cased substrings of the name; the first rule that matches 
    copy or the bias) stay ``elementwise`` (rule 6 checks their prefix first). cuDNN's layout transposes around a
    convolution (``nchwToNhwcKernel``, ``nhwcToNchwKernel``) are copies of data and stay ``other``;
 5. ``gemm`` (:func:`is_gemm_kernel`): ``gemm``, ``gemv``, ``nvjet``, ``cutlass``, ``xmma``; names starting with
-   ``triton_tem_fused_`` (Inductor's GEMM templates) or ``cijk_`` (AMD's Tensile GEMMs, ``Cijk_Alik_Bljk_…``);
+   ``triton_tem_fused_`` (Inductor's GEMM templates), ``triton_mm`` or ``triton_bmm`` (the same templates as
+   max-autotune benchmarks them: 1,696 ``triton_mm`` kernels in an H100's cold run) or ``cijk_`` (AMD's Tensile
+   GEMMs, ``Cijk_Alik_Bljk_…``);
 6. ``elementwise`` (elementwise, reductions and normalisation): ``elementwise`` (ATen's
    ``vectorized_elementwise_kernel``, ``unrolled_…``, ``elementwise_kernel``), ``reduce_kernel``, ``softmax``,
    ``layer_norm``/``layernorm``, ``rms_norm``/``rmsnorm``, ``group_norm``, ``batch_norm``/``batchnorm``, cuDNN's
@@ -59,7 +61,7 @@ _CONVOLUTION = ("fprop", "dgrad", "wgrad", "convolve", "winograd", "conv2d", "co
                 "miopensp")
 _INDUCTOR_POINTWISE = ("triton_poi_", "triton_red_", "triton_per_")
 _GEMM = ("gemm", "gemv", "nvjet", "cutlass", "xmma")
-_GEMM_PREFIX = ("triton_tem_fused_", "cijk_")
+_GEMM_PREFIX = ("triton_tem_fused_", "triton_mm", "triton_bmm", "cijk_")
 _ELEMENTWISE = ("elementwise", "reduce_kernel", "softmax", "layer_norm", "layernorm", "rms_norm", "rmsnorm",
                 "group_norm", "batch_norm", "batchnorm", "bn_fw", "bn_bw", "multi_tensor_apply", "triton_poi_",
                 "triton_red_", "triton_per_")

@@ -88,11 +88,12 @@ def compiler_launches(session, shared: Shared | None = None) -> pd.DataFrame:
 
     Returns:
         DataFrame ``step`` (the first step whose window holds the launch call; NA outside every step), ``name``,
-        ``category`` (lower case), ``count``, ``total_us`` (their summed durations), by step, most launched first;
+        ``category`` (lower case), ``op`` (the innermost ``aten::`` op around the launch call, as ``top_kernels``
+        names it; "" for none), ``count``, ``total_us`` (their summed durations), by step, most launched first;
         empty where the trace holds no compiler range.
     """
     sh = shared_for(session, shared)
-    cols = ["step", "name", "category", "count", "total_us"]
+    cols = ["step", "name", "category", "op", "count", "total_us"]
     work = sh.compiler_work
     if not work.any():
         return frame([], cols)
@@ -107,10 +108,12 @@ def compiler_launches(session, shared: Shared | None = None) -> pd.DataFrame:
     numbers = np.array([s[1] for s in sh.steps_list] or [0], dtype=np.int64)
     first = np.unique(i, return_index=True)[1] if len(i) else np.zeros(0, dtype=np.int64)
     step[i[first]] = numbers[k[first]]
+    op = sh.aten_op_of(p["launch_id"][hit])  # (as top_kernels names a launch's op: its innermost aten:: op)
     df = pd.DataFrame({"step": step[hit], "name": pd.Series(p["gpu_name"][hit], dtype=object),
                        "category": pd.Series(p["gpu_category"][hit], dtype=object),
+                       "op": pd.Series(np.where(op >= 0, sh.names_at(np.maximum(op, 0)), ""), dtype=object),
                        "dur": p["gpu_dur"][hit].astype(np.float64) / 1000.0})
-    g = df.groupby(["step", "name", "category"], sort=False)["dur"].agg(["size", "sum"]).reset_index()
+    g = df.groupby(["step", "name", "category", "op"], sort=False)["dur"].agg(["size", "sum"]).reset_index()
     g.columns = cols
     g = g.sort_values(["step", "count", "name"], ascending=[True, False, True], kind="stable").reset_index(drop=True)
     g["step"] = g["step"].astype("Int64").where(g["step"] >= 0)
@@ -207,14 +210,14 @@ def compile_in_working_steps(report) -> pd.DataFrame:
     figures of questions 9 and 10 and of the compile rules rest on these, so that an empty step the profiler closed
     right after it began counts as no step (two steps of 30 launches and three empty ones: 30 launches per step, not
     the median 0). A step in which torch.compile's compiler ran (the first call's compile, a CUDA graph's recording)
-    is left out too where a step without it remains (``steps.without_compile_steps``; :func:`compile_steps_left_out`
+    is left out too where a step without it remains (``steps.measured_steps``; :func:`compile_steps_left_out`
     names them): its compile is no per-step cost (a cold max-autotune run's median step was its 16.67 ms
     recording, against 0.38 ms for the step that replays the graph)."""
-    from .steps import without_compile_steps, working_steps
+    from .steps import measured_steps
     cb = report.compile_breakdown
     if not len(cb):
         return cb
-    return cb[cb["step"].isin(without_compile_steps(working_steps(report.steps))[0]["step"])]
+    return cb[cb["step"].isin(measured_steps(report.steps)["step"])]
 
 
 def compile_steps_left_out(report) -> list[int]:

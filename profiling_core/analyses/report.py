@@ -16,8 +16,8 @@ from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared, frame
-from .steps import (basis_steps, cpu_vs_gpu, device_busy, first_ops, gpu_busy, queue_growth, steady_state, steps,
-                    working_steps)
+from .steps import (basis_steps, cpu_vs_gpu, device_busy, first_ops, gpu_busy, measured_steps, queue_growth,
+                    steady_state, steps)
 from .table import cpu_own_times, idle_frames, profiler_table
 from .timing import cold_start_gap, sync_wait
 
@@ -73,8 +73,8 @@ class Report:
     where a step's CPU time goes, the autograd engine's thread included; ``beside_us`` and ``beside_calls`` the part
     on threads that run beside the step (no step slice, no launch call in it); ``compile_us`` and ``compile_calls``
     the part inside torch.compile's compiler ranges."""
-    compiler_launches: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "category", "count",
-                                                                            "total_us"]))
+    compiler_launches: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "name", "category", "op",
+                                                                            "count", "total_us"]))
     """Per GPU op name, the ops torch.compile's compiler launched while it worked (max-autotune's benchmarks, a CUDA
     graph's recording: :func:`~profiling_core.analyses.compile.compiler_launches`)."""
     device_busy: pd.DataFrame = field(default_factory=lambda: frame([], ["step", "slice_id", "device", "gpu_busy_us",
@@ -130,7 +130,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
     scope = "steps" if "steps" in busy.index else "trace"
     has_gpu = r.has_gpu
     n_steps = len(r.steps)
-    work = working_steps(r.steps)  # (the per-step figures leave out an empty step)
+    work = measured_steps(r.steps)  # (the per-step figures leave out an empty step, and the compiler's steps)
     apis = sorted(set(_distinct(r.launch_latency["launch_name"]).astype(str))) if not r.launch_latency.empty else []
     regions = int(r.compile_breakdown["compiled_regions"].sum()) if n_steps else 0
     dtod = int((r.gpu_ops["name"].str.startswith("Memcpy DtoD", na=False)).sum()) if has_gpu else 0
@@ -147,6 +147,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
                               if has_gpu and scope in busy.index and pd.notna(busy.loc[scope, "busy_fraction"])
                               else None),
         "cpu_step_median_us": _median(work["cpu_dur_us"]),
+        "measured_steps": [int(k) for k in work["step"]] if n_steps else [],
         "steady_state": ss,
         "queue_growth": queue_growth(r.launch_latency, r.steps),
         "devices": list(getattr(session, "devices", None) or []),
@@ -221,7 +222,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         A :class:`Report`. ``summary`` holds: ``engine``, ``steps``, ``has_gpu``, ``gpu_ops``, ``kernels``,
         ``gpu_busy_scope``/``gpu_busy_us``/``gpu_busy_fraction`` (from :func:`gpu_busy`, the ``steps`` scope when the
         trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us`` (over the
-        steps the loop worked in: :func:`~profiling_core.analyses.steps.working_steps`),
+        steps the loop worked in, less those in which torch.compile's compiler ran: ``measured_steps``, their
+        numbers, :func:`~profiling_core.analyses.steps.measured_steps`),
         ``steady_state`` (:func:`~profiling_core.analyses.steps.steady_state`: the one bound rule's verdict on the
         steps after the first, with its evidence), ``queue_growth``
         (:func:`~profiling_core.analyses.steps.queue_growth`: whether the launch queue grew, and its figures),

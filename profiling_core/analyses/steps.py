@@ -522,6 +522,13 @@ def without_compile_steps(df: pd.DataFrame) -> tuple[pd.DataFrame, list[int]]:
     return df, []
 
 
+def measured_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """The steps a run's per-step medians read (the summary's, the pages', questions 9 and 10's): the
+    :func:`working_steps`, less those in which torch.compile's compiler ran where a step without it remains
+    (:func:`without_compile_steps`): a cold compiled run's first step is its compile, no step of the loop's cost."""
+    return without_compile_steps(working_steps(df))[0]
+
+
 def compile_steps(df: pd.DataFrame) -> list[int]:
     """The steps :func:`basis_steps` leaves out because torch.compile's compiler ran in them."""
     work = working_steps(df)

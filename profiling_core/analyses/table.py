@@ -451,8 +451,9 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     step's window (a DataLoader's pin-memory thread, its queues' feeder threads, recorded with ``with_stack``; an idle
     thread's frames, :func:`idle_frames`) runs *beside* it, and its time is no cost of the step's (its waits overlap
     the step's own). ``beside_us`` is the part of ``own_us`` on such threads, ``beside_calls`` the part of ``calls``.
-    ``compile_us`` and ``compile_calls`` are the parts (on the step's threads) inside torch.compile's compiler ranges
-    (``Shared.compiler_work``): the compiler's own calls, made once where it compiles.
+    ``compile_us`` and ``compile_calls`` are the parts that are torch.compile's compiler's own work
+    (``Shared.compiler_work``: inside its ranges, or Kineto's overhead events in their time), made once where it
+    compiles, on whatever thread; they are no part of ``beside_us`` and ``beside_calls``.
 
     Returns:
         DataFrame ``step``, ``name``, ``category`` (lower case, of the name's first slice in the step), ``calls``,
@@ -480,9 +481,9 @@ def cpu_own_times(session, shared: Shared | None = None) -> pd.DataFrame:
     wait = autograd_wait(sh)[rows]
     ns = np.bincount(inv, weights=(own[rows] - wait).astype(np.float64), minlength=len(uk))
     waited = np.bincount(inv, weights=wait.astype(np.float64), minlength=len(uk))
-    beside = _beside_step(sh, steps, rows, j)
+    compiling = sh.compiler_work[rows]  # (the compiler's, on whatever thread: Kineto's overhead events too)
+    beside = _beside_step(sh, steps, rows, j) & ~compiling
     aside = np.bincount(inv, weights=np.where(beside, own[rows] - wait, 0).astype(np.float64), minlength=len(uk))
-    compiling = sh.compiler_work[rows] & ~beside
     comp = np.bincount(inv, weights=np.where(compiling, own[rows] - wait, 0).astype(np.float64), minlength=len(uk))
     k_step, k_name = uk // (len(t["name_uniq"]) + 1), uk % (len(t["name_uniq"]) + 1) - 1
     names = t["name_uniq"]

@@ -124,9 +124,11 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     if len(gpus) > 1:
         from ..explain import devices_text
         lines.append("  note: " + devices_text(gpus))
-    if s["steps"]:  # (medians of every step with work in it; the steady state's figures follow)
-        n = s["steps"] - len((s.get("steady_state") or {}).get("empty_steps") or [])
-        lines.append(f"  CPU per step (median of {n} step{'s' if n != 1 else ''}) "
+    if s["steps"]:  # (medians of every step with work in it but the compiler's; the steady state's figures follow)
+        n = len(s.get("measured_steps") or [])
+        comp = s["steps"] - len((s.get("steady_state") or {}).get("empty_steps") or []) - n
+        lines.append(f"  CPU per step (median of {n} step{'s' if n != 1 else ''}"
+                     + (f"; {comp} more ran torch.compile's compiler" if comp > 0 else "") + ") "
                      f"{format_duration_us(s['cpu_step_median_us'])}"
                      + (f"   GPU work launched per step (median) {format_duration_us(s['gpu_step_median_us'])}"
                         if s["has_gpu"] else ""))

@@ -361,12 +361,13 @@ def step_summary(run: Run, report: Report) -> dict:
     """One run's median step: CPU µs, GPU busy µs (of the ops it launched), the share of its wall time the GPU was
     busy, launches and GPU ops; with the run's name, its machine's label (``store.machine_of``), size
     (:func:`run_size`) and its axis (:func:`run_size_axis`), what a step runs (:func:`step_kind`) and mode
-    (:func:`mode_label`). The medians are over the steps the loop worked in (``analyses.working_steps``: an empty
-    step is no step of the loop), as the report's summary takes them. NaN medians when the trace has no ProfilerStep,
+    (:func:`mode_label`). The medians are over the steps the loop worked in, less those in which torch.compile's
+    compiler ran (``analyses.measured_steps``: an empty step is no step of the loop, a compile no step's cost), as
+    the report's summary takes them. NaN medians when the trace has no ProfilerStep,
     and NaN GPU figures (busy, share, launches, GPU ops) when it has no GPU lane: nothing was there to count, which a
     0 would not say."""
-    from ..analyses import working_steps
-    st_ = working_steps(report.steps) if len(report.steps) else report.steps
+    from ..analyses import measured_steps
+    st_ = measured_steps(report.steps) if len(report.steps) else report.steps
     med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
     gpu = med if report.has_gpu else (lambda c: float("nan"))
     return {"run_id": run.run_id, "name": run.name, "machine": machine_of(run).label, "axis": run_size_axis(run),

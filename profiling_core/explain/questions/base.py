@@ -14,10 +14,11 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses._shared import factorize
+from ...analyses._shared import COMPILER_RANGE, factorize
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...config import config_field as _cfg
-from ...units import cut_apart, format_count
+from ...units import cut_apart, format_count, format_share
+from ...units import format_duration_us as _us
 
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
@@ -247,12 +248,74 @@ def _table_rows(r, names) -> pd.DataFrame:
     return t[(t["lane"] == "cpu") & t["name"].astype(str).isin(names)] if not t.empty else t
 
 
+def _lazy_loading(r) -> pd.DataFrame:
+    """The profiler table's lazy-loading rows (:data:`_LAZY_LOADING`) with a call outside torch.compile's compiler
+    ranges: those all made while the compiler worked (loading the kernels it benchmarked) are the compiler's."""
+    lazy = _table_rows(r, _LAZY_LOADING)
+    own = r.cpu_own_times
+    if lazy.empty or own.empty:
+        return lazy
+    theirs = own.groupby("name")["compile_calls"].sum()
+    return lazy[lazy["calls"].to_numpy() > lazy["name"].map(theirs).fillna(0).to_numpy()]
+
+
 def _compile_steps_text(steps: list) -> str:
     """"step 1 left out, as torch.compile's compiler ran in it: ..." (``analyses.basis_steps``,
     ``analyses.compile_in_working_steps``)."""
     many = len(steps) > 1
     return (f"step{'s' if many else ''} {', '.join(map(str, steps))} left out, as torch.compile's compiler ran in "
             f"{'them' if many else 'it'}: compiling or recording a CUDA graph, one-time work like a first step's")
+
+
+def _compiler_ids(r) -> set:
+    """The ids of the steps' CPU slices (``report.dispatch_chains``) that are torch.compile's compiler ranges
+    (``COMPILER_RANGE``) or lie under one: the compiler's own calls (its benchmarks' synchronisations among them)."""
+    ch = r.dispatch_chains
+    if ch.empty:
+        return set()
+    roots = ch.loc[_per_name(ch["name"], lambda t: t.str.endswith(COMPILER_RANGE)).astype(bool), "id"]
+    if roots.empty:
+        return set()
+    kids: dict = {}
+    par = ch["parent_id"].astype("Int64").fillna(-1).astype("int64")
+    for i, p in zip(ch["id"].astype("int64").tolist(), par.tolist()):
+        if p >= 0:
+            kids.setdefault(p, []).append(i)
+    out, todo = set(), [int(x) for x in roots]
+    while todo:
+        i = todo.pop()
+        if i not in out:
+            out.add(i)
+            todo.extend(kids.get(i, ()))
+    return out
+
+
+def _compiler_every_step(steps) -> str:
+    """Where torch.compile's compiler ran in every one of ``steps`` (the measured steps: ``analyses.measured_steps``
+    keeps them all then), a sentence that says how much of a step it took; "" otherwise."""
+    if not len(steps) or "compile_us" not in steps or not (steps["compile_us"] > 0).all():
+        return ""
+    share = float((steps["compile_us"] / steps["cpu_dur_us"]).median())
+    return (f" torch.compile's compiler ran in every step (it compiled again each time): a median "
+            f"{_us(float(steps['compile_us'].median()))} a step, {format_share(share)} of it, which is compiling, not "
+            "the loop's own cost.")
+
+
+def _eager_after_compiling(r, cb, left: list) -> str:
+    """Where the compiled regions all lie in the steps left out for the compiler (``left``) and the other steps
+    (``cb``) ran none, what happened, as a sentence; "" otherwise."""
+    if not left or int(cb["compiled_regions"].sum()) > 0:
+        return ""
+    allcb = r.compile_breakdown
+    if int(allcb.loc[allcb["step"].isin(left), "compiled_regions"].sum()) == 0:
+        return ""
+    lookups = int(cb["cache_lookups"].sum())
+    return (f"torch.compile ran compiled code only in step{'s' if len(left) > 1 else ''} "
+            f"{', '.join(map(str, left))}, each of which also ran its compiler (it compiled or recompiled there); "
+            f"the other {_n(len(cb), 'step')} ran no compiled region"
+            + (f", only Dynamo's cache lookup ({_n(lookups, 'TorchDynamo Cache Lookup')})" if lookups else "")
+            + ", and then the code eagerly: Dynamo gave up compiling the frame (its recompile limit, "
+            "torch._dynamo.config.recompile_limit, or code it cannot compile).")
 
 
 def _is_cold(r, config) -> bool:
@@ -264,5 +327,5 @@ def _is_cold(r, config) -> bool:
         return warmup == 0
     if r.steps.empty:
         return bool(len(_table_rows(r, _LAZY_LOADING)))
-    return bool(len(_first_step_only_calls(r, int(r.steps["step"].iloc[0]))) or len(_table_rows(r, _LAZY_LOADING))
+    return bool(len(_first_step_only_calls(r, int(r.steps["step"].iloc[0]))) or len(_lazy_loading(r))
                 or r.steps["compile_us"].iloc[0] > 0)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ...config import config_field as _cfg
 from ...units import format_duration_us as _us
-from .base import Finding, _app_run, _compile_steps_text, _listed, _num
+from .base import (Finding, _app_run, _compile_steps_text, _compiler_every_step, _eager_after_compiling, _listed,
+                   _num)
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
@@ -18,6 +19,12 @@ def _q10_cost(r, config=None) -> list[Finding]:
         return []
     cb = compile_in_working_steps(r)  # per step: the steps the loop worked in
     cpu_med = float(cb["cpu_dur_us"].median())
+    gave_up = _eager_after_compiling(r, cb, compile_steps_left_out(r))
+    if gave_up:  # no step shows what the compiled code costs a step
+        return [Finding("q10.compile_cost", 10, "CPU cost per step (eager after compiling)",
+                        f"No step shows the compiled code's cost per step: {gave_up} The eager steps took a median "
+                        f"{_us(cpu_med)} of CPU time.", {"cpu_step_median_us": _num(cpu_med), "compiled": False,
+                                                          "compile_steps": compile_steps_left_out(r)})]
     if int(cb["compiled_regions"].sum()) == 0:
         return [_eager(r, config, set(cb["step"]), cpu_med)]
     # the split is one step's, so that its parts add up: the step whose compiled region took the median time (of an
@@ -46,6 +53,8 @@ def _q10_cost(r, config=None) -> list[Finding]:
     left = compile_steps_left_out(r)
     if left:
         ev["compile_steps"] = left
+    every = _compiler_every_step(cb[cb["step"].isin(compiled["step"])].merge(
+        r.steps[["step", "compile_us"]], on="step")) if len(r.steps) else ""
     head = (f"Compiled steps took a median {_us(cpu_med)} of CPU time"
             + (f" ({_compile_steps_text(left)})" if left else "")
             + f"; {which}, Torch-Compiled Region {_us(region)}")
@@ -77,7 +86,7 @@ def _q10_cost(r, config=None) -> list[Finding]:
                  f"{_us(backward)} more per step.")
     if int(cb["graph_launches"].sum()):
         text += _graph_sentence(r.launch_paths)
-    return [Finding("q10.compile_cost", 10, "CPU cost of torch.compile", text, ev)]
+    return [Finding("q10.compile_cost", 10, "CPU cost of torch.compile", text + every, ev)]
 
 
 def _graph_sentence(lp) -> str:

@@ -10,14 +10,15 @@ import numpy as np
 
 from ...analyses.steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, STARVED_AT,
                                 QUEUE_GREW, bound, counted_wait, data_wait, gpu_paced_up_to, queue_growth,
-                                steady_state, working_steps)
+                                measured_steps, steady_state, working_steps)
 from ...analyses import recorded_with
 from ...analyses._shared import COMPILER_RANGE, merged
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
 from ...units import format_rate, format_share, format_times
-from .base import NO_GPU_TEXT, Finding, _compile_steps_text, _num, _per_name, _self_times_by_slice, _work_ops
+from .base import (NO_GPU_TEXT, Finding, _compile_steps_text, _compiler_every_step, _num, _per_name,
+                   _self_times_by_slice, _work_ops)
 
 _TOP_WORK_OPS = 3
 
@@ -172,7 +173,8 @@ def _q2_verdict(r) -> list[Finding]:
                         f"No ProfilerStep in this trace; over the whole trace the GPU was busy "
                         f"{_us(r.summary['gpu_busy_us'])}, {format_share(frac or 0, 1)} of its span.",
                         {"steps": 0, "gpu_busy_us": _num(r.summary["gpu_busy_us"]), "gpu_busy_fraction": _num(frac)})]
-    all_steps, s = s, working_steps(s)  # the per-step figures: the steps the loop worked in
+    # the per-step figures: the steps the loop worked in, less those in which torch.compile's compiler ran
+    all_steps, s = s, measured_steps(s)
     cpu_med = float(s["cpu_dur_us"].median())
     if not r.has_gpu:
         return [_q2_cpu(r, cpu_med)]
@@ -205,7 +207,7 @@ def _q2_verdict(r) -> list[Finding]:
           "unlaunched_wait_us_per_step": _num(ss.get("unlaunched_wait_us_per_step")),
           "bound_counts": {k: int(v) for k, v in bounds.items()},
           "gpu_busy_fraction": _num(r.summary.get("gpu_busy_fraction"))}
-    basis = _basis_text(ss, len(s))
+    basis = _basis_text(ss, len(working_steps(all_steps)))
     if label == "no-gpu":
         text = (f"In steady state ({basis}) no step launched GPU work (median {_us(ss['cpu_us_per_step'])} of CPU "
                 "per step), so there is no overhead/compute verdict.")
@@ -318,6 +320,7 @@ def _q2_verdict(r) -> list[Finding]:
                      "*The step waits for its batch*).")
     if len(s) > 1:
         text += f" Step by step, by the same rule: {counts}."
+    text += _compiler_every_step(s)
     return [Finding("q2.bound", 2, label.capitalize(), text, ev)]
 
 
@@ -399,14 +402,11 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     the DataLoader took to hand out the batch (``steps.data_us``), the rest being framework overhead (Python,
     dispatch, the profiler); the verdict by :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` (the rule is
     stated there); the GEMMs' achieved GFLOP/s where their FLOPs are known."""
-    s = working_steps(r.steps)  # (the profiler's closing stub is no step of the loop)
-    stubs = [int(k) for k in r.steps.loc[~r.steps.index.isin(s.index), "step"]]
-    left = [_stubs_left_out(stubs)] if stubs else []
-    comp = s["compile_us"] > 0
-    if comp.any() and not comp.all():  # (as analyses.basis_steps: one-time work, where a step without it remains)
-        left.append(_compile_steps_text([int(k) for k in s.loc[comp, "step"]]))
-        s = s[~comp]
-        cpu_med = float(s["cpu_dur_us"].median())
+    work = working_steps(r.steps)  # (the profiler's closing stub is no step of the loop)
+    stubs = [int(k) for k in r.steps.loc[~r.steps.index.isin(work.index), "step"]]
+    s = measured_steps(r.steps)  # (nor a step in which torch.compile's compiler ran, where another remains)
+    comp = [int(k) for k in work.loc[~work.index.isin(s.index), "step"]]
+    left = ([_stubs_left_out(stubs)] if stubs else []) + ([_compile_steps_text(comp)] if comp else [])
     left = f" ({'; '.join(left)})" if left else ""
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0,
           **({"empty_steps": stubs} if stubs else {})}
@@ -457,9 +457,10 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
                  "ops (Python, "
                  "dispatch through the wrapping ops, the profiler's step). ")
     else:
-        text += (f"the other {format_share(1 - share, 1)} is framework overhead around them (Python, dispatch through "
-                 "the "
-                 "wrapping ops, the profiler's step). ")
+        text += (f"the other {format_share(1 - share, 1)} is "
+                 + ("torch.compile's compiler (below) and " if _compiler_every_step(s) else "")
+                 + "framework overhead around them (Python, dispatch through the wrapping ops, the profiler's "
+                 "step). ")
     if label == "compute-bound":
         text += f"At or above {100 * CPU_MATH_BOUND_AT:.0f}%, so on this CPU the workload is compute-bound."
     elif label == "input-bound":
@@ -478,18 +479,26 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
                  "close one: profile more steps, on a quiet machine, before acting on it.")
     g = r.gemm_throughput
     cpu_g = g[g["device"] == "cpu"] if not g.empty else g
+    if len(cpu_g):  # the calls of the steps read here (not the first call of a graph compiled in a step left out)
+        lo = s["start_ns"].to_numpy(dtype=np.int64, na_value=0)
+        hi = lo + np.round(s["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)
+        at = cpu_g["start_ns"].to_numpy(dtype=np.int64)
+        cpu_g = cpu_g[((at[:, None] >= lo[None, :]) & (at[:, None] < hi[None, :])).any(axis=1)]
+    every = _compiler_every_step(s)
     if len(cpu_g):
         gflops = float(cpu_g["tflops"].median()) * 1000
         ev["gemm_gflops_median"] = _num(gflops)
         text += (f" The GEMM calls ran at a median {format_rate(gflops)} GFLOP/s each (FLOPs from "
                  f"{cpu_g['flops_from'].iloc[0]}; the roofline divides a GEMM's FLOPs by its mean call, so its slow "
                  "calls weigh more there).")
-        if gflops < CPU_GEMM_FLOOR_GFLOPS:
+        if every:  # each the first call of a graph compiled in its own step
+            text += " Each is the first call of a graph compiled in its own step."
+        elif gflops < CPU_GEMM_FLOOR_GFLOPS:
             ev["gemm_below_floor_gflops"] = CPU_GEMM_FLOOR_GFLOPS
             text += (f" That is below the {CPU_GEMM_FLOOR_GFLOPS:g} GFLOP/s any core exceeds: the GEMMs' time is "
                      "threads waiting for cores, not math (What to change: *CPU ops stalled*), so read the verdict "
                      "as where the step's time went, not as heavy compute.")
-    return Finding("q2.bound", 2, label.capitalize(), text, ev)
+    return Finding("q2.bound", 2, label.capitalize(), text + every, ev)
 
 
 def _grew_text(q: dict) -> str:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import pandas as pd
 
 from ...analyses import GEMM_OPS, working_steps
+from ...analyses.steps import without_compile_steps
 from ...analyses._shared import COMPILER_RANGE
 from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
-from .base import (_LAZY_LOADING, Finding, _first_step_only_calls, _first_step_slower_calls, _is_cold, _num,
-                   _self_times_by_step, _short, _table_rows)
+from .base import (Finding, _compile_steps_text, _first_step_only_calls, _first_step_slower_calls, _is_cold,
+                   _lazy_loading, _num, _self_times_by_step, _short, _table_rows)
 
 
 FIRST_STEP_SLOWER_PCT = 5.0
@@ -70,7 +71,9 @@ def _q3_cold(r, config=None) -> list[Finding]:
         return [Finding("q3.cold_start", 3, "First step vs the others", text,
                         {"first_step": int(first["step"]), "first_step_cpu_us": _num(first["cpu_dur_us"]),
                          "empty_steps": [int(k) for k in empty["step"]], "first_step_slower": None})]
-    first, rest = s.iloc[0], s.iloc[1:]
+    # the others: the later steps in which torch.compile's compiler did not run (a recompile in step 2 is no noise
+    # of the loop's), where one remains
+    first, (rest, recompiled) = s.iloc[0], without_compile_steps(s.iloc[1:])
     first_step = int(first["step"])
     rest_med = float(rest["cpu_dur_us"].median())
     ratio = float(first["cpu_dur_us"]) / rest_med if rest_med > 0 else None
@@ -79,8 +82,11 @@ def _q3_cold(r, config=None) -> list[Finding]:
     ev = {"first_step": first_step, "first_step_cpu_us": _num(first["cpu_dur_us"]),
           "other_steps_median_us": _num(rest_med), "ratio": _num(ratio), "extra_us": _num(extra),
           "first_step_slower": bool(slower)}
+    if recompiled:
+        ev["compile_steps"] = recompiled
     text = (f"The first profiled step (ProfilerStep#{first_step}) took {_us(first['cpu_dur_us'])} on the "
             f"CPU against a median {_us(rest_med)} for the {len(rest)} others"
+            + (f" ({_compile_steps_text(recompiled)})" if recompiled else "")
             + (f" ({ratio:.{2 if ratio < 10 else 1}f}×)." if ratio is not None else "."))
     later = rest[rest["step"] != first_step]["cpu_dur_us"]  # (another rank's slice of the first step is not later)
     lo, hi = (float(later.min()), float(later.max())) if len(later) else (0.0, 0.0)
@@ -208,6 +214,10 @@ def _compiled_in(r, first_step: int, extra: float, ev: dict) -> str:
         text += (f", and in them it launched {n:,} GPU op{'s' if n != 1 else ''} of its own ({listed}"
                  + (f" and {len(cl) - 3} more" if len(cl) > 3 else "")
                  + "; under max-autotune, its benchmarks of candidate kernels)")
+    later = r.steps[(r.steps["step"] != first_step) & (r.steps["compile_us"] > 0)]["step"].tolist()
+    if later:  # (they compiled again: a recompile, or a graph recorded later)
+        return text + (f"; the compiler ran again in step{'s' if len(later) > 1 else ''} "
+                       f"{', '.join(map(str, later))}.")
     return text + ("; the later steps replayed the graph." if recorded else
                    "; the later steps ran the code it compiled.")
 
@@ -217,7 +227,7 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
     µs of the profiler's start-up the text gives as a part of the extra (0 where it gives none)."""
     only = _first_step_only_calls(r, first_step)
     unrec = _not_held_before(r, first_step)
-    lazy = _table_rows(r, _LAZY_LOADING)
+    lazy = _lazy_loading(r)
     startup = _table_rows(r, _PROFILER_STARTUP)
     startup_us = float(startup["cpu_total_us"].sum()) if len(startup) else 0.0
     warmup = _cfg(config, "warmup")

@@ -7,7 +7,7 @@ torch.compile's code launched them and as eager code did (``launch_paths``' ``fr
 first, at most :data:`KERNELS_LISTED` names of each."""
 from __future__ import annotations
 
-from .base import NO_GPU_TEXT, Finding, _compile_steps_text, _n, _num, _short
+from .base import NO_GPU_TEXT, Finding, _compile_steps_text, _eager_after_compiling, _n, _num, _short
 
 
 def _as_config(config):
@@ -38,6 +38,12 @@ def _q9_compile(r, config=None) -> list[Finding]:
           "memsets": int(cb["memsets"].sum()), "graph_launches": int(cb["graph_launches"].sum()),
           "memcpy_dtod_per_step": _num(cb["memcpy_dtod"].median()), "memsets_per_step": _num(cb["memsets"].median()),
           "graph_launches_per_step": _num(cb["graph_launches"].median())}
+    left = compile_steps_left_out(r)
+    gave_up = _eager_after_compiling(r, cb, left)
+    if gave_up:
+        ev["compile_steps"] = left
+        return [Finding("q9.compile", 9, "Compiled only while compiling", gave_up
+                        + ("" if r.has_gpu else f" {NO_GPU_TEXT}."), ev)]
     if regions == 0 and not r.has_gpu:
         return [Finding("q9.compile", 9, "Eager execution", "No torch.compile rows (TorchDynamo Cache Lookup, "
                         "Torch-Compiled Region) in this trace: it ran eagerly. " + NO_GPU_TEXT + ".", ev)]
@@ -75,7 +81,6 @@ def _q9_compile(r, config=None) -> list[Finding]:
         ev["kernel_launches_from_compiled"] = int(lp["from_compiled"].sum())
         ev["kernel_launches_from_compiler"] = int(lp["from_compiler"].sum())
         ev["kernel_launches"] = int(lp["count"].sum())
-    left = compile_steps_left_out(r)
     if left:
         ev["compile_steps"] = left
     text = (f"torch.compile ran: {_n(regions, 'Torch-Compiled Region slice')} over {_n(len(cb), 'step')}"
@@ -192,10 +197,20 @@ def _bias_copy(r, config, ev: dict) -> str:
     shape = f" {cfg.bias_shape()}" if cfg is not None else ""
     if bias:
         ev["bias"] = bias
+    cl = r.compiler_launches
+    theirs = int(cl.loc[cl["name"].astype(str).str.startswith("Memcpy DtoD") & (cl["op"] == "aten::addmm"),
+                        "count"].sum()) if len(cl) else 0
+    if theirs:
+        ev["bias_copies_by_addmm_of_the_compiler"] = theirs
+    if by_addmm and theirs >= by_addmm:  # all of them the compiler's (max-autotune's benchmarks of cuBLAS's addmm)
+        return (f" The {_n(by_addmm, 'device-to-device copy', 'device-to-device copies')} aten::addmm launched "
+                f"{'was' if by_addmm == 1 else 'were all'} the compiler's, while it compiled (under max-autotune, "
+                "its benchmarks of the library GEMM); the compiled code's own steps launched no such copy.")
     if by_addmm:
         which = ("The device-to-device copy is" if by_addmm == all_copies else
                  f"{by_addmm:,} of the trace's {all_copies:,} device-to-device copies are")
-        return (f" {which} launched by aten::addmm: Inductor turned add(matmul) into addmm, "
+        mine = f" ({theirs:,} of them while the compiler benchmarked it)" if theirs else ""
+        return (f" {which} launched by aten::addmm{mine}: Inductor turned add(matmul) into addmm, "
                 f"which first copies the bias{shape if bias == 'matrix' else ''} into the output, then runs the GEMM "
                 f"adding its product to it; a bias shaped like the output does that (the study's matrix bias), "
                 f"while a vector bias rides in the GEMM's epilogue with no copy.")
