@@ -3,6 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from pages import _ui as ui
+from profiling_core.analyses import compiler_only_kernels
 from profiling_core.units import format_duration_us
 from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts
 from profiling_core.explain import MIN_LAUNCHES_FOR_SKEW, mean_above_median_pct, skew_text
@@ -64,7 +65,13 @@ by_total = list(dur.groupby("kernel")["dur_us"].sum().sort_values(ascending=Fals
 top = st.slider("Kernels shown (by total time)", 1, 10, 3, key="variance_top", help="display only")
 picked = st.multiselect("… or these kernels (any of the trace's)", by_total, key="variance_kernels",
                         help="display only; empty: the largest by total time, as many as the slider says")
-keep = picked or by_total[:top]
+theirs = set(compiler_only_kernels(rep)) if kind == "kernel" else set()
+ours = [k for k in by_total if k not in theirs] or by_total  # the workload's kernels first (question 8 reads them)
+keep = picked or ours[:top]
+if theirs and not picked:
+    st.caption(f"{len(theirs)} kernel name{'s' if len(theirs) > 1 else ''} only torch.compile's compiler launched, "
+               "while it compiled (under max-autotune, its benchmarks of candidates), "
+               f"{'are' if len(theirs) > 1 else 'is'} left out of the largest; pick them above to see them.")
 if kind == "kernel":  # the library's statistics: the numbers the question-8 finding quotes
     stats = rep.kernel_stats.rename(columns={"name": "kernel"})
     stats = stats[stats["kernel"].isin(keep)].reset_index(drop=True)

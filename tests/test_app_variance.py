@@ -162,3 +162,18 @@ def test_a_kernel_whose_median_launch_is_0_us_is_not_said_to_equal_its_mean(runs
     (line,) = [m.value for m in at.markdown if "fill_kernel" in m.value and "launches" in m.value]
     assert "over 6 launches; the mean is 2.0 µs where the median is 0 µs" in line
     assert "equals" not in line
+
+
+def test_the_kernels_only_the_compiler_launched_are_not_the_largest_shown(runs_dir):
+    """An H100's cold max-autotune run: its largest kernels by total time are the compiler's benchmarks (a fill
+    between candidates ×3,502, ``triton_mm`` ×1,696), which question 8 leaves out; the page showed them first."""
+    path = Path(__file__).parent / "data" / "h100" / "autotune_64_cold_ma.json.gz"
+    rid = import_trace(runs_dir, path, "autotune_64_cold_ma")
+    at = app("variance")
+    at.selectbox(key="variance_run").set_value(rid).run()
+    assert not errors_of(at), errors_of(at)
+    shown = set(at.dataframe[0].value["kernel"])
+    names = {e["name"] for e in scan_trace(path) if e.get("cat") == "kernel"}
+    assert "triton_mm" in names and "triton_mm" not in shown
+    assert "triton_tem_fused_addmm_0" in shown  # the kernel the steps run, which question 8 reads
+    assert any("only torch.compile's compiler launched" in c.value for c in at.caption)

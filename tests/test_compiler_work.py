@@ -340,3 +340,20 @@ def test_the_compilers_syncs_lazy_loading_and_copies_are_not_the_steps():
     assert lazy and all(any(b <= e["ts"] < x for xs in merged.values() for b, x in xs) for e in lazy)
     assert "lazy module loading" not in f["q3.cold_start"].text
     assert gpu_op_category("triton_mm", "kernel") == "gemm" == gpu_op_category("triton_bmm", "kernel")
+
+
+def test_question_4_reads_the_steps_launches_not_the_compilers():
+    """The 4096² cold run's 4,951 launch pairs are the compiler's benchmarks but for 9: question 4's "median 968.4
+    µs" was theirs. The workload's, from the JSON (each op against its launch call by correlation): 17.3 µs."""
+    _r, f, _d = run(AT_4096)
+    ev, _steps, merged = scan(AT_4096)
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    waits = sorted(g["ts"] - c["ts"] for g in ev if g.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+                   for c in [calls.get(g.get("args", {}).get("correlation"))]
+                   if c is not None and not inside(merged, c["tid"], c["ts"]))
+    q4 = f["q4.offset"]
+    assert len(waits) == q4.evidence["pairs"] == 9
+    assert q4.evidence["median_us"] == pytest.approx(waits[4], abs=0.01)
+    assert q4.evidence["compiler_pairs"] == 4942
+    assert "4,942 GPU ops launched inside torch.compile's compiler ranges" in q4.text

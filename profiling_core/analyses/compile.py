@@ -15,7 +15,7 @@ from ._shared import Shared, covered_ns, frame, shared_for
 from .table import cpu_slices_by_step, engine_work_beside
 
 __all__ = ["compile_breakdown", "compile_in_working_steps", "compile_payoff", "compile_steps_left_out",
-           "compiler_launches", "STAGING_OP",
+           "compiler_launches", "compiler_only_kernels", "STAGING_OP",
            "triton_fusions",
            "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
            "GRAPH_LAUNCHES"]
@@ -118,6 +118,18 @@ def compiler_launches(session, shared: Shared | None = None) -> pd.DataFrame:
     g = g.sort_values(["step", "count", "name"], ascending=[True, False, True], kind="stable").reset_index(drop=True)
     g["step"] = g["step"].astype("Int64").where(g["step"] >= 0)
     return g
+
+
+def compiler_only_kernels(report) -> list[str]:
+    """The kernel names whose every launch torch.compile's compiler made while it compiled (``report``'s
+    ``compiler_launches`` against its ``kernel_stats``): under max-autotune, its benchmarks of candidates
+    (``triton_mm``) and what runs between them, which no step of the workload runs. Question 8 and the Kernel
+    variance page read the other kernels first."""
+    cl, ks = report.compiler_launches, report.kernel_stats
+    if cl.empty or ks.empty:
+        return []
+    ours = cl[cl["category"] == "kernel"].groupby("name")["count"].sum()
+    return [str(n) for n, c in zip(ks["name"], ks["count"]) if ours.get(n, 0) >= c]
 
 
 def _compile_cpu_rows(sh: Shared) -> list[tuple]:

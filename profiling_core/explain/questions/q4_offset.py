@@ -7,7 +7,7 @@ import numpy as np
 from ...analyses.steps import first_ops, queue_growth
 from ...units import format_duration_us as _us
 from ...units import format_share
-from .base import NO_GPU_TEXT, Finding, _n, _num
+from .base import NO_GPU_TEXT, Finding, _compiler_ids, _n, _num
 
 
 def _q4_offset(r, config=None) -> list[Finding]:
@@ -19,6 +19,10 @@ def _q4_offset(r, config=None) -> list[Finding]:
         return [Finding("q4.offset", 4, "No launch pairs", "The trace has GPU ops but no flow or correlation links "
                         "them to launch calls, so the queueing delay cannot be measured.",
                         {"gpu_ops": int(len(r.gpu_ops)), "pairs": 0})]
+    theirs = ll["launch_id"].isin(_compiler_ids(r))  # torch.compile's compiler's launches (its benchmarks)
+    left = int(theirs.sum()) if theirs.any() and not theirs.all() else 0
+    if left:
+        ll = ll[~theirs]
     lat = ll["latency_us"]
     ev = {"pairs": int(len(ll)), "median_us": _num(lat.median()), "min_us": _num(lat.min()),
           "max_us": _num(lat.max()), "first_us": _num(lat.iloc[0]), "last_us": _num(lat.iloc[-1]),
@@ -45,6 +49,11 @@ def _q4_offset(r, config=None) -> list[Finding]:
         text = (f"Each GPU op started a median {_us(abs(med))} {'after' if med >= 0 else 'before'} its launch call "
                 f"began (min {offset_text(float(lat.min()))}, max {offset_text(float(lat.max()))}, over "
                 f"{_n(len(ll), 'op')} paired by {' and '.join(ev['paired_by'])}).")
+    if left:
+        ev["compiler_pairs"] = left
+        text += (f" The {left:,} GPU op{'s' if left != 1 else ''} launched inside torch.compile's compiler ranges "
+                 "(compiling, benchmarking candidates under max-autotune, or recording a CUDA graph) are left out: "
+                 "they are the compiler's.")
     early = int((lat < 0).sum())
     if early:  # no op starts before it is launched: the timestamps, not the queue, say so
         ev["started_before_launch"] = early

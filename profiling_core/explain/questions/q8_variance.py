@@ -87,12 +87,9 @@ def _q8_variance(r, config=None) -> list[Finding]:
 
 def _compilers_only(r, ks) -> pd.Series:
     """Which of these ``kernel_stats`` rows are kernels that only torch.compile's compiler launched, while it
-    compiled (``compiler_launches``: under max-autotune, its benchmarks of candidate kernels)."""
-    cl = r.compiler_launches
-    if cl.empty:
-        return pd.Series(False, index=ks.index)
-    ours = cl.groupby("name")["count"].sum()
-    return ks["name"].map(ours).fillna(0).to_numpy() >= ks["count"].to_numpy()
+    compiled (``analyses.compiler_only_kernels``: under max-autotune, its benchmarks of candidate kernels)."""
+    from ...analyses import compiler_only_kernels
+    return ks["name"].isin(compiler_only_kernels(r))
 
 
 def _which(ks, repeated, left_out: int = 0) -> str:
