@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses._shared import COMPILER_RANGE, factorize
+from ...analyses._shared import COMPILER_RANGE, factorize, merged
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...config import config_field as _cfg
 from ...units import cut_apart, format_count, format_share
@@ -269,25 +269,21 @@ def _compile_steps_text(steps: list) -> str:
 
 def _compiler_ids(r) -> set:
     """The ids of the steps' CPU slices (``report.dispatch_chains``) that are torch.compile's compiler ranges
-    (``COMPILER_RANGE``) or lie under one: the compiler's own calls (its benchmarks' synchronisations among them)."""
+    (``COMPILER_RANGE``) or lie under one: the compiler's own calls (its benchmarks' synchronisations among them).
+    A step's chain is its thread's slices, properly nested, so a slice lies under a range where it starts inside
+    the range's time."""
     ch = r.dispatch_chains
     if ch.empty:
         return set()
-    roots = ch.loc[_per_name(ch["name"], lambda t: t.str.endswith(COMPILER_RANGE)).astype(bool), "id"]
-    if roots.empty:
+    is_range = _per_name(ch["name"], lambda t: t.str.endswith(COMPILER_RANGE)).astype(bool)
+    if not is_range.any():
         return set()
-    kids: dict = {}
-    par = ch["parent_id"].astype("Int64").fillna(-1).astype("int64")
-    for i, p in zip(ch["id"].astype("int64").tolist(), par.tolist()):
-        if p >= 0:
-            kids.setdefault(p, []).append(i)
-    out, todo = set(), [int(x) for x in roots]
-    while todo:
-        i = todo.pop()
-        if i not in out:
-            out.add(i)
-            todo.extend(kids.get(i, ()))
-    return out
+    start = ch["start_ns"].to_numpy(dtype=np.int64, na_value=-1)
+    end = start + np.round(ch["dur_us"].to_numpy(dtype=float, na_value=0.0) * 1000).astype(np.int64)
+    b, e = merged(start[is_range], end[is_range])
+    k = np.searchsorted(b, start, side="right") - 1
+    under = (k >= 0) & (start < e[np.maximum(k, 0)]) & (start >= 0)
+    return set(ch["id"].to_numpy(dtype=np.int64)[under].tolist())
 
 
 def _compiler_every_step(steps) -> str:
