@@ -1,10 +1,33 @@
 """AppTest: Compile vs eager runs through its form and compares compiled traces."""
 from __future__ import annotations
 
+import gzip
+import json
+from pathlib import Path
+
 import pytest
 
 from conftest_app import app, download, errors_of, import_trace, H200
 from profiling_core.present import md_text
+
+
+CPU = Path(__file__).parent / "data" / "cpu"
+
+
+def cpu_runs(runs_dir: Path, *names: str) -> list[str]:
+    """The CPU runs of tests/data/cpu named (``<name>.json`` or ``.json.gz`` with ``<name>.meta.json``) as run
+    folders of the store at ``runs_dir``; their run ids."""
+    ids = []
+    for name in names:
+        meta = json.loads((CPU / f"{name}.meta.json").read_text())
+        d = runs_dir / meta["run_id"]
+        d.mkdir(parents=True)
+        packed = CPU / f"{name}.json.gz"
+        (d / "trace.json").write_bytes(gzip.decompress(packed.read_bytes()) if packed.exists()
+                                       else (CPU / f"{name}.json").read_bytes())
+        (d / "meta.json").write_text(json.dumps(meta))
+        ids.append(meta["run_id"])
+    return ids
 
 
 @pytest.mark.slow
@@ -105,18 +128,7 @@ def test_the_report_holds_the_pages_findings_and_gemm_table(runs_dir, media):
 def test_two_cpu_runs_show_no_gpu_counts(runs_dir):
     """This app's MLP on a CPU, eager and compiled (one setting, two modes): the page says there is nothing to count
     on a GPU, and its table of deltas holds no launch, kernel or copy row of zeros beside that."""
-    import json
-    import shutil
-    from pathlib import Path
-    cpu = Path(__file__).parent / "data" / "cpu"
-    ids = []
-    for name in ("mlp_bf16_warm_eager", "mlp_bf16_warm_compile"):
-        meta = json.loads((cpu / f"{name}.meta.json").read_text())
-        d = runs_dir / meta["run_id"]
-        d.mkdir(parents=True)
-        shutil.copyfile(cpu / f"{name}.json", d / "trace.json")
-        (d / "meta.json").write_text(json.dumps(meta))
-        ids.append(meta["run_id"])
+    ids = cpu_runs(runs_dir, "mlp_bf16_warm_eager", "mlp_bf16_warm_compile")
     at = app("compile_vs_eager")
     at.multiselect(key="compile_chosen").set_value(ids).run()
     assert not errors_of(at)
@@ -169,19 +181,9 @@ def test_a_cold_compiled_run_is_charged_the_compile_its_trace_holds(runs_dir):
     """A cold compiled run (no warm-up call, recorded from its first step) compiles in its first recorded step: its
     one-time cost is the time its steps spent inside torch.compile's compiler ranges, from the trace (the CPU runs
     of tests/data/cpu: 1.11 s, by a scan of the JSON), where the page said "not measured"."""
-    import gzip
-    import json
-    from pathlib import Path
     from conftest import scan_trace
-    data = Path(__file__).parent / "data" / "cpu"
-    made = []
-    for name in ("eager_cold", "compile_cold"):
-        m = json.loads((data / f"{name}.meta.json").read_text())
-        d = runs_dir / m["run_id"]
-        d.mkdir(parents=True)
-        (d / "trace.json").write_bytes(gzip.decompress((data / f"{name}.json.gz").read_bytes()))
-        (d / "meta.json").write_text(json.dumps(m))
-        made.append(m["run_id"])
+    data = CPU
+    made = cpu_runs(runs_dir, "eager_cold", "compile_cold")
     ev = scan_trace(data / "compile_cold.json.gz")
     ranges = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if str(e.get("name", "")).endswith(" (dynamo_timed)"))
     union, end = 0.0, float("-inf")
