@@ -357,3 +357,17 @@ def test_question_4_reads_the_steps_launches_not_the_compilers():
     assert q4.evidence["median_us"] == pytest.approx(waits[4], abs=0.01)
     assert q4.evidence["compiler_pairs"] == 4942
     assert "4,942 GPU ops launched inside torch.compile's compiler ranges" in q4.text
+
+
+def test_a_recompile_in_a_warm_runs_first_step_is_no_cold_start():
+    """Compiled at 64 rows before the recording and called with 96 rows from the first recorded step: the region is
+    ``Torch-Compiled Region: 0/1``, the frame's second compile. Question 3, with no config to ask, called it a cold
+    start."""
+    path = CASES / "warm_recompile_first.json.gz"
+    ev, steps, merged = scan(path)
+    regions = {e["name"] for e in ev if e["name"].startswith("Torch-Compiled Region")}
+    assert regions == {"Torch-Compiled Region: 0/1"} and compile_us_by_scan(steps, merged)[0] > 0
+    _r, f, _d = run(path, with_config=False)
+    q3 = f["q3.cold_start"]
+    assert "This is no cold start (from the trace: its compiled region, Torch-Compiled Region: 0/1," in q3.text
+    assert q3.evidence["cold_start"] is False and "torch.compile compiled in this step" in q3.text

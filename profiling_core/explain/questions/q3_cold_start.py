@@ -222,6 +222,19 @@ def _compiled_in(r, first_step: int, extra: float, ev: dict) -> str:
                    "; the later steps ran the code it compiled.")
 
 
+def _recompiled(r, first_step: int) -> str | None:
+    """Where the first step's only compiled regions are later compiles of their frames (``Torch-Compiled Region:
+    F/N`` with N > 0: torch.compile numbers a frame's compiles from 0), the first of them; else None (a region
+    ``F/0`` is a frame's first compile)."""
+    own = r.cpu_own_times
+    names = own.loc[own["step"] == first_step, "name"].astype(str)
+    regions = [n for n in names if n.startswith("Torch-Compiled Region: ")]
+    counts = [n.rsplit("/", 1)[-1] for n in regions]
+    if not regions or not all(c.isdigit() for c in counts) or any(int(c) == 0 for c in counts):
+        return None
+    return sorted(regions)[0]
+
+
 def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, float]:
     """Cold start or the profiler's own start-up: from the config's warm-up when known, else from the trace; and the
     µs of the profiler's start-up the text gives as a part of the extra (0 where it gives none)."""
@@ -243,6 +256,11 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
     why = (f"the run's config has {'no' if warmup == 0 else f'{warmup} iterations of'} warm-up"
            if warmup is not None else None)
     comp = _compiled_in(r, first_step, extra, ev)
+    again = _recompiled(r, first_step) if comp and warmup is None else None
+    if again:  # the trace says the frame had been compiled before: a recompile, whatever else the step did first
+        ev.update(cold_start=False, recompiled_region=again)
+        return (f" This is no cold start (from the trace: its compiled region, {again}, is a later compile of a "
+                f"frame compiled before the recording), but{comp}"), 0.0
     if comp and not cold:  # a warm run whose first recorded step compiled again
         return f" This is not a cold start ({why}), but{comp}", 0.0
     if cold and (len(only) or len(lazy) or comp):
