@@ -82,6 +82,12 @@ if not no_gpu:  # a CPU trace has no launches, GPU lane or synchronize: the note
     if rep is not None and len(rep.launch_latency):
         ll = rep.launch_latency.rename(columns={"gpu_name": "kernel", "launch_name": "launch",
                                                 "gpu_start_ns": "t_ns"})
+        theirs = int(ll["compiler"].sum()) if ll["compiler"].any() and not ll["compiler"].all() else 0
+        if theirs:  # the compiler's launches (its benchmarks under max-autotune): as question 4, not the steps'
+            ll = ll[~ll["compiler"]]
+            st.caption(f"{theirs:,} GPU ops launched inside torch.compile's compiler ranges (compiling, benchmarking "
+                       "candidates under max-autotune, or recording a CUDA graph) are left out, as question 4 "
+                       "leaves them out: they are the compiler's.")
         ll = ll[["kernel", "launch", "step", "latency_us", "gpu_category", "t_ns"]].copy()
         ll["step"] = ll["step"].astype("float").fillna(-1).astype(int)
         lat = ui.chart("launch_latency", ll)

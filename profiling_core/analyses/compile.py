@@ -79,6 +79,23 @@ def ran_compiled(session, ids, shared: Shared | None = None) -> np.ndarray:
     return hit
 
 
+def compiler_pairs(sh: Shared) -> np.ndarray:
+    """Boolean over the launch pairs (``Shared.p``): the GPU op was launched from torch.compile's compiler at work
+    (``Shared.compiler_work``: its launch call, or the slice the call sits in, is the compiler's), outside the
+    compiled code (a CUDA graph's recording inside a compiled graph's call is the compiled code's, as
+    ``launch_paths``' ``from_compiled`` counts it). Once per trace."""
+    def build(sh):
+        work = sh.compiler_work
+        p = sh.p
+        if not work.any():
+            return np.zeros(len(p["launch_id"]), dtype=bool)
+        par = p["launch_parent"]
+        hit = work[p["launch_id"]] | ((par >= 0) & work[np.maximum(par, 0)])
+        hit[hit] &= ~ran_compiled(sh.session, par[hit], shared=sh)
+        return hit
+    return sh.cached("compile.compiler_pairs", build)
+
+
 def compiler_launches(session, shared: Shared | None = None) -> pd.DataFrame:
     """Per step and GPU op name, the ops launched from torch.compile's compiler at work (``Shared.compiler_work``: a
     launch call inside one of its ranges, or in an op inside one): max-autotune's benchmarks of GEMM candidates and
@@ -94,15 +111,10 @@ def compiler_launches(session, shared: Shared | None = None) -> pd.DataFrame:
     """
     sh = shared_for(session, shared)
     cols = ["step", "name", "category", "op", "count", "total_us"]
-    work = sh.compiler_work
-    if not work.any():
-        return frame([], cols)
-    p = sh.p
-    par = p["launch_parent"]
-    hit = work[p["launch_id"]] | ((par >= 0) & work[np.maximum(par, 0)])
-    hit[hit] &= ~ran_compiled(sh.session, par[hit], shared=sh)  # (a recording inside compiled code: its code's)
+    hit = compiler_pairs(sh)
     if not hit.any():
         return frame([], cols)
+    p = sh.p
     step = np.full(len(hit), -1, dtype=np.int64)
     i, k = sh.pair_steps
     numbers = np.array([s[1] for s in sh.steps_list] or [0], dtype=np.int64)

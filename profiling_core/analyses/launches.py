@@ -8,7 +8,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from .compile import ran_compiled
+from .compile import compiler_pairs, ran_compiled
 from ._shared import _RUNTIME_CATS, Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
 from .table import _cpu_own_ns, autograd_wait
 
@@ -18,7 +18,7 @@ __all__ = ["launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "di
 def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
     """Each launch pair whose GPU op is on a GPU lane (a thread track), in (GPU op ts, id) order, with ns columns."""
     cols = ["gpu_id", "gpu_name", "gpu_category", "gpu_start_ns", "gpu_dur_ns", "stream", "launch_id", "launch_name",
-            "launch_start_ns", "launch_dur_ns", "latency_ns", "paired_by", "step", "occupancy_query_before"]
+            "launch_start_ns", "launch_dur_ns", "latency_ns", "paired_by", "step", "occupancy_query_before", "compiler"]
     p = sh.p
     if len(p["gpu_id"]) == 0:
         return frame([], cols)
@@ -43,7 +43,8 @@ def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
         "launch_id": p["launch_id"][idx], "launch_name": sh.pair_codes("launch_name").take(idx),
         "launch_start_ns": p["launch_ts"][idx], "launch_dur_ns": p["launch_dur"][idx],
         "latency_ns": p["gpu_ts"][idx] - p["launch_ts"][idx], "paired_by": sh.pair_codes("paired_by").take(idx),
-        "step": take_rows(step, idx), "occupancy_query_before": sh.cached("occupancy_sized", _sized_by_query)[idx]})
+        "step": take_rows(step, idx), "occupancy_query_before": sh.cached("occupancy_sized", _sized_by_query)[idx],
+        "compiler": compiler_pairs(sh)[idx]})
 
 
 def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
@@ -60,7 +61,9 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
         ``launch_name``, ``launch_start_ns``, ``gpu_start_ns``, ``launch_dur_us``, ``gpu_dur_us``, ``latency_us``
         (GPU op start − launch call start), ``paired_by`` (``flow`` or ``correlation``), ``step`` (the step whose
         window holds the launch, or NA), ``occupancy_query_before`` (an occupancy query sized the launch: the rule of
-        :func:`launch_paths`). Empty on CPU-only traces.
+        :func:`launch_paths`), ``compiler`` (torch.compile's compiler launched it while it worked:
+        :func:`~profiling_core.analyses.compile.compiler_pairs`, its benchmarks under max-autotune). Empty on
+        CPU-only traces.
     """
     df = _launch_latency_raw(shared_for(session, shared))
     df = ints(df, "gpu_id", "launch_id")
@@ -70,7 +73,7 @@ def launch_latency(session, shared: Shared | None = None) -> pd.DataFrame:
     df = us(df, {"launch_dur_ns": "launch_dur_us", "gpu_dur_ns": "gpu_dur_us", "latency_ns": "latency_us"})
     return df[["gpu_id", "gpu_name", "gpu_category", "stream", "launch_id", "launch_name", "launch_start_ns",
                "gpu_start_ns", "launch_dur_us", "gpu_dur_us", "latency_us", "paired_by", "step",
-               "occupancy_query_before"]]
+               "occupancy_query_before", "compiler"]]
 
 
 def launch_ops(session, launch_ids, shared: Shared | None = None) -> np.ndarray:

@@ -105,7 +105,8 @@ def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
         intervals inside the call), ``unrecorded_us`` (the time inside the call a GPU spent on work the trace does
         not hold, where no recorded op ran: ``Shared.unrecorded_waits``), ``gpu_ops`` (ops overlapping it),
         ``idle_pct`` (100 × (1 − (busy + unrecorded) / dur)), ``gpu_tail_us`` (call start → end of the last GPU op
-        it waited for; NaN when none).
+        it waited for; NaN when none), ``compiler`` (the call is torch.compile's compiler's own,
+        ``Shared.compiler_work``: its benchmarks' synchronisations under max-autotune).
     """
     sh = shared_for(session, shared)
     df = ints(sh.sync_waits.copy(), "id", "gpu_ops")
@@ -117,5 +118,6 @@ def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
     den = df["dur_us"].where(df["dur_us"] > 0)
     df["idle_pct"] = (100.0 * (1.0 - (df["gpu_busy_us"] + df["unrecorded_us"]) / den)).fillna(100.0)
     df["name"] = df["name"].astype("object")
+    df["compiler"] = sh.compiler_work[sh.pos(df["id"].to_numpy(dtype=np.int64))] if len(df) else np.zeros(0, bool)
     return df[["id", "name", "start_ns", "dur_us", "gpu_busy_us", "unrecorded_us", "gpu_ops", "idle_pct",
-               "gpu_tail_us"]]
+               "gpu_tail_us", "compiler"]]

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses._shared import COMPILER_RANGE, factorize, merged
+from ...analyses._shared import COMPILER_RANGE, factorize
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...config import config_field as _cfg
 from ...units import cut_apart, format_count, format_share
@@ -265,25 +265,6 @@ def _compile_steps_text(steps: list) -> str:
     many = len(steps) > 1
     return (f"step{'s' if many else ''} {', '.join(map(str, steps))} left out, as torch.compile's compiler ran in "
             f"{'them' if many else 'it'}: compiling or recording a CUDA graph, one-time work like a first step's")
-
-
-def _compiler_ids(r) -> set:
-    """The ids of the steps' CPU slices (``report.dispatch_chains``) that are torch.compile's compiler ranges
-    (``COMPILER_RANGE``) or lie under one: the compiler's own calls (its benchmarks' synchronisations among them).
-    A step's chain is its thread's slices, properly nested, so a slice lies under a range where it starts inside
-    the range's time."""
-    ch = r.dispatch_chains
-    if ch.empty:
-        return set()
-    is_range = _per_name(ch["name"], lambda t: t.str.endswith(COMPILER_RANGE)).astype(bool)
-    if not is_range.any():
-        return set()
-    start = ch["start_ns"].to_numpy(dtype=np.int64, na_value=-1)
-    end = start + np.round(ch["dur_us"].to_numpy(dtype=float, na_value=0.0) * 1000).astype(np.int64)
-    b, e = merged(start[is_range], end[is_range])
-    k = np.searchsorted(b, start, side="right") - 1
-    under = (k >= 0) & (start < e[np.maximum(k, 0)]) & (start >= 0)
-    return set(ch["id"].to_numpy(dtype=np.int64)[under].tolist())
 
 
 def _compiler_every_step(steps) -> str:

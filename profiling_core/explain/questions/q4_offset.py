@@ -7,7 +7,7 @@ import numpy as np
 from ...analyses.steps import first_ops, queue_growth
 from ...units import format_duration_us as _us
 from ...units import format_share
-from .base import NO_GPU_TEXT, Finding, _compiler_ids, _n, _num
+from .base import NO_GPU_TEXT, Finding, _n, _num
 
 
 def _q4_offset(r, config=None) -> list[Finding]:
@@ -19,7 +19,7 @@ def _q4_offset(r, config=None) -> list[Finding]:
         return [Finding("q4.offset", 4, "No launch pairs", "The trace has GPU ops but no flow or correlation links "
                         "them to launch calls, so the queueing delay cannot be measured.",
                         {"gpu_ops": int(len(r.gpu_ops)), "pairs": 0})]
-    theirs = ll["launch_id"].isin(_compiler_ids(r))  # torch.compile's compiler's launches (its benchmarks)
+    theirs = ll["compiler"].astype(bool)  # torch.compile's compiler's launches (its benchmarks)
     left = int(theirs.sum()) if theirs.any() and not theirs.all() else 0
     if left:
         ll = ll[~theirs]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...units import format_duration_us as _us
 from ...units import format_share
-from .base import ELSEWHERE, NO_GPU_TEXT, Finding, _compiler_ids, _n, _num, _on_step_thread
+from .base import ELSEWHERE, NO_GPU_TEXT, Finding, _n, _num, _on_step_thread
 
 
 def _q7_sync(r, config=None) -> list[Finding]:
@@ -12,7 +12,7 @@ def _q7_sync(r, config=None) -> list[Finding]:
     if sw.empty:
         return [Finding("q7.sync", 7, "No synchronize call", "No cudaDeviceSynchronize / cudaStreamSynchronize call "
                         "in this trace." + ("" if r.has_gpu else " " + NO_GPU_TEXT + "."), {"syncs": 0})]
-    theirs = sw["id"].isin(_compiler_ids(r))  # torch.compile's compiler's own syncs (max-autotune's benchmarks)
+    theirs = sw["compiler"].astype(bool)  # torch.compile's compiler's own syncs (max-autotune's benchmarks)
     mine = sw[~theirs] if theirs.any() and not theirs.all() else sw
     longest = mine.sort_values("dur_us", ascending=False).iloc[0]
     unrec = float(longest["unrecorded_us"])
@@ -76,7 +76,8 @@ def _place(r, ts: int, call_id: int, ev: dict) -> str:
                 "before the first step" if ts < starts.min() else "between two steps")
     step = int(inside[0])
     ev["on_step_thread"] = bool(_on_step_thread(r, [step], [call_id])[0])
-    if ev["on_step_thread"] and call_id in _compiler_ids(r):
+    sw = r.sync_wait
+    if ev["on_step_thread"] and bool(sw.loc[sw["id"] == call_id, "compiler"].any()):
         return f"a call inside step {step}, made by torch.compile's compiler while it compiled"
     if ev["on_step_thread"]:
         return f"a call inside step {step}, made by the step's own code"
