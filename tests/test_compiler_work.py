@@ -371,3 +371,21 @@ def test_a_recompile_in_a_warm_runs_first_step_is_no_cold_start():
     q3 = f["q3.cold_start"]
     assert "This is no cold start (from the trace: its compiled region, Torch-Compiled Region: 0/1," in q3.text
     assert q3.evidence["cold_start"] is False and "torch.compile compiled in this step" in q3.text
+
+
+def test_the_roofline_judges_the_steps_copies_not_the_benchmarks():
+    """The 4096² cold run's 109 copies of the bias (32 MiB): 106 were launched by the autotuner's cuBLAS runs inside the
+    compiler's ranges, 3 by the steps' addmm (the JSON, by correlation). The roofline's copy row averaged all 109."""
+    s = open_trace(AT_4096, engine="sqlite")
+    r = analyze(s)
+    rows = diagnose(s, r, None, None).roofline
+    ev, _steps, merged = scan(AT_4096)
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime" and "correlation" in
+             e.get("args", {})}
+    dtod = [g for g in ev if str(g.get("name", "")).startswith("Memcpy DtoD")]
+    mine = [g for g in dtod if not inside(merged, calls[g["args"]["correlation"]]["tid"],
+                                          calls[g["args"]["correlation"]]["ts"])]
+    bias = [g for g in dtod if g["args"]["bytes"] == 4096 * 4096 * 2]  # (the roofline's row: a kind and a size)
+    assert len(bias) == 109 and len(mine) == 3 and all(g in bias for g in mine)
+    [copy] = rows[rows["kind"] == "copy"].to_dict("records")
+    assert copy["count"] == 3 and copy["time_us"] == pytest.approx(sum(g["dur"] for g in mine) / 3, abs=1e-3)

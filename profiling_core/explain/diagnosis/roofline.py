@@ -501,13 +501,21 @@ def _attention_rows(report: Report, session, peaks, shared=None) -> list[dict]:
 
 
 def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
-    """Copies (bytes from the trace) and the elementwise kernels their CPU op's shapes size."""
+    """Copies (bytes from the trace) and the elementwise kernels their CPU op's shapes size; not those torch.compile's
+    compiler launched while it worked (``launch_latency``'s ``compiler``)."""
     out = []
     ops = report.gpu_ops
     if ops.empty:
         return out
     bw = peaks.bandwidth_gbs if peaks is not None else None
     cp = ops[ops["category"] == "gpu_memcpy"]
+    lat = report.launch_latency
+    # (what torch.compile's compiler launched while it worked, its benchmarks' copies under max-autotune, is no work
+    # of the workload's: the GEMM rows leave its ops out the same way, analyses.gemm)
+    theirs = lat.loc[lat["compiler"].astype(bool), "gpu_id"] if "compiler" in lat else lat.iloc[:0]
+    if len(theirs):
+        cp = cp[~cp["id"].isin(theirs)]
+        lat = lat[~lat["compiler"].astype(bool)]
     if not cp.empty:
         nb = _args_of(session, "bytes", cp["id"].tolist())
         # one row per kind of copy and size, as a GEMM's per shape: a 4 KiB copy and a 1 GiB one run at rates a
@@ -530,7 +538,6 @@ def _memory_rows(report: Report, session, peaks, shared=None) -> list[dict]:
                         "compute_peak": None,
                         "fraction_of_peak": gbs / peak if peak and gbs else None, "flops_from": None,
                         "slice_ids": grp["id"].astype(int).tolist()})
-    lat = report.launch_latency
     if lat.empty:
         return out
     kern = lat[(lat["gpu_category"] == "kernel") & ~lat["gpu_name"].map(is_gemm_kernel)]
