@@ -210,7 +210,8 @@ def _compiled_in(r, first_step: int, extra: float, ev: dict) -> str:
     if len(cl):
         n = int(cl["count"].sum())
         ev["compiler_gpu_ops"] = n
-        listed = ", ".join(f"{_short(nm)} ×{int(c):,}" for nm, c in zip(cl["name"].head(3), cl["count"].head(3)))
+        cl = cl.groupby("name", sort=False)["count"].sum().sort_values(ascending=False, kind="stable")  # (per name)
+        listed = ", ".join(f"{_short(nm)} ×{int(c):,}" for nm, c in zip(cl.index[:3], cl.iloc[:3]))
         text += (f", and in them it launched {n:,} GPU op{'s' if n != 1 else ''} of its own ({listed}"
                  + (f" and {len(cl) - 3} more" if len(cl) > 3 else "")
                  + "; under max-autotune, its benchmarks of candidate kernels)")
