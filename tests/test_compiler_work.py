@@ -374,8 +374,8 @@ def test_a_recompile_in_a_warm_runs_first_step_is_no_cold_start():
 
 
 def test_the_roofline_judges_the_steps_copies_not_the_benchmarks():
-    """The 4096² cold run's 109 copies of the bias (32 MiB): 106 were launched by the autotuner's cuBLAS runs inside the
-    compiler's ranges, 3 by the steps' addmm (the JSON, by correlation). The roofline's copy row averaged all 109."""
+    """The 4096² cold run's 109 copies of the bias (32 MiB): 106 were launched by the autotuner's cuBLAS runs inside
+    the compiler's ranges, 3 by the steps' addmm (the JSON, by correlation). The roofline's copy row averaged all 109."""
     s = open_trace(AT_4096, engine="sqlite")
     r = analyze(s)
     rows = diagnose(s, r, None, None).roofline

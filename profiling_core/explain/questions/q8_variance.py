@@ -50,7 +50,8 @@ def _q8_variance(r, config=None) -> list[Finding]:
     stat = {c: _us(k[c], fine=True) for c in ("median_us", "mean_us", "min_us", "max_us")}
     left_out = int(theirs.sum()) if not theirs.all() else 0
     text = (f"{_short(k['name'])} ({_which(ks, repeated, left_out)}) ran {int(k['count'])}×: "
-            f"median {stat['median_us']}, mean {stat['mean_us']}, min {stat['min_us']}, max {stat['max_us']} ({spread}, "
+            f"median {stat['median_us']}, mean {stat['mean_us']}, min {stat['min_us']}, max {stat['max_us']} "
+            f"({spread}, "
             f"CV {100 * (k['cv'] if pd.notna(k['cv']) else 0):.1f}%).")
     cl = r.compiler_launches
     ours = int(cl.loc[cl["name"] == k["name"], "count"].sum()) if len(cl) else 0

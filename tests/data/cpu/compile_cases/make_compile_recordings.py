@@ -11,7 +11,8 @@ torch.manual_seed(0)
 def rec(name, step_fns, wait=0, warm=0):
     """step_fns: list of callables, one per step (all recorded, after wait+warm)."""
     n = len(step_fns)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=wait, warmup=warm, active=n - wait - warm, repeat=1),
+    with profile(activities=[ProfilerActivity.CPU],
+                 schedule=schedule(wait=wait, warmup=warm, active=n - wait - warm, repeat=1),
                  record_shapes=True, on_trace_ready=lambda p: p.export_chrome_trace(f"{OUT}/{name}.json")) as prof:
         for f in step_fns:
             f(); prof.step()
@@ -23,7 +24,7 @@ def mm(x, w, b): return x @ w + b
 if case == "recompile_mid":  # warm at 64, shape change at step 2, then another shape
     f = torch.compile(mm)
     for _ in range(3): f(torch.randn(64, 64), w, b)
-    xs = [torch.randn(64, 64), torch.randn(64, 64), torch.randn(96, 64), torch.randn(96, 64), torch.randn(128, 64), torch.randn(128, 64)]
+    xs = [torch.randn(n, 64) for n in (64, 64, 96, 96, 128, 128)]
     rec(name=case, step_fns=[lambda x=x: f(x, w, b) for x in xs])
 elif case == "recompile_static_every":  # dynamic=False: every step a new shape
     f = torch.compile(mm, dynamic=False)
@@ -57,7 +58,8 @@ elif case.startswith("graph_break"):
 elif case.startswith("train"):
     opt_name = "adam" if "adam" in case else "sgd"
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64))
-    opt = torch.optim.Adam(model.parameters(), 1e-3) if opt_name == "adam" else torch.optim.SGD(model.parameters(), 1e-2)
+    opt = (torch.optim.Adam(model.parameters(), 1e-3) if opt_name == "adam"
+           else torch.optim.SGD(model.parameters(), 1e-2))
     cm = torch.compile(model)
     x = torch.randn(32, 64); y = torch.randn(32, 64)
     def step():
