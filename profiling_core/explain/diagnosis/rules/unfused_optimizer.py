@@ -39,12 +39,17 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
         return None  # fused or foreach ran
     if "optimizer" in _multi_tensor_kernels(c)[1]:
         return None  # a multi-tensor update ran without torch's foreach or fused ops
-    n_steps = max(1, int((opt["cpu_us"] > 0).sum()))
+    # per step: over the steady state's steps in which the optimizer ran (the first step creates the optimizer's
+    # state, a recompile is no update's cost), where there are any; else over every step it ran in
+    ran = opt[opt["cpu_us"] > 0]
+    basis = ran[ran["step"].isin(basis_steps(r.steps)["step"])]
+    basis = basis if len(basis) else ran
+    n_steps = max(1, len(set(basis["step"])))
+    in_basis = ops[ops["step"].isin(basis["step"])]
+    ops, names = (in_basis, in_basis["name"].astype(str)) if len(in_basis) else (ops, names)
     per_step = len(ops) / n_steps
     if per_step < PER_PARAMETER_OPS_AT:
         return None
-    basis = opt[opt["cpu_us"] > 0]
-    basis = basis.iloc[1:] if len(basis) >= 3 else basis
     cpu_us, gpu_us = float(basis["cpu_us"].median()), float(basis["gpu_us"].median())
     kernels = float(basis["kernels"].median())
     cls = next((m.group(1) for n in c.session.tables.name.uniq if isinstance(n, str) and (m := _CLASS.match(n))),

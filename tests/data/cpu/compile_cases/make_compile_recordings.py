@@ -1,6 +1,6 @@
 """CPU recordings of torch.compile recompiling inside the recorded steps (torch 2.13.0+cpu, one thread):
 `python make_compile_recordings.py CASE` for CASE in recompile_mid, recompile_static_every, cold_then_recompile,
-recompile_all, warm_recompile_first (and the other cases below, not kept)."""
+recompile_all, warm_recompile_first, tr3_recompile_step1 (and the other cases below, not kept)."""
 import sys, os, torch, torch.nn as nn
 from torch.profiler import profile, schedule, ProfilerActivity
 torch.set_num_threads(1)
