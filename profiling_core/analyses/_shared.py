@@ -377,6 +377,21 @@ class Shared:
         return np.concatenate(idx).astype(np.int64), np.concatenate(which)
 
     @cached_property
+    def pair_step(self) -> np.ndarray:
+        """Per launch pair (``p``): the number of the first step (time order) whose window holds its launch call, -1
+        for none."""
+        at = np.full(len(self.p["launch_id"]), -1, dtype=np.int64)
+        i, k = self.pair_steps
+        if len(i):
+            order = np.lexsort((k, i))
+            i, k = i[order], k[order]
+            first = np.ones(len(i), dtype=bool)
+            first[1:] = i[1:] != i[:-1]
+            numbers = np.array([r[1] for r in self.steps_list], dtype=np.int64)
+            at[i[first]] = numbers[k[first]]
+        return at
+
+    @cached_property
     def step_counts(self) -> dict[str, np.ndarray]:
         """Per step (``steps_list`` index), over the pairs whose launch lies in its window: the distinct GPU ops
         (``gpu_ops``), of them ``kernels``, ``memcpys`` (``memcpy_dtod``/``htod``/``dtoh`` by name), ``memsets``;

@@ -115,11 +115,7 @@ def compiler_launches(session, shared: Shared | None = None) -> pd.DataFrame:
     if not hit.any():
         return frame([], cols)
     p = sh.p
-    step = np.full(len(hit), -1, dtype=np.int64)
-    i, k = sh.pair_steps
-    numbers = np.array([s[1] for s in sh.steps_list] or [0], dtype=np.int64)
-    first = np.unique(i, return_index=True)[1] if len(i) else np.zeros(0, dtype=np.int64)
-    step[i[first]] = numbers[k[first]]
+    step = sh.pair_step  # (the first step whose window holds the launch call, as launch_latency's)
     op = sh.aten_op_of(p["launch_id"][hit])  # (as top_kernels names a launch's op: its innermost aten:: op)
     df = pd.DataFrame({"step": step[hit], "name": pd.Series(p["gpu_name"][hit], dtype=object),
                        "category": pd.Series(p["gpu_category"][hit], dtype=object),

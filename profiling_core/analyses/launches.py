@@ -24,16 +24,8 @@ def _launch_latency_raw(sh: Shared) -> pd.DataFrame:
         return frame([], cols)
     keep, stream = sh.gpu_lane(p["gpu_id"])
     # the step of a launch: the first step (time order) whose window holds it
-    step = np.full(len(p["gpu_id"]), None, dtype=object)
-    i, k = sh.pair_steps
-    if len(i):
-        order = np.lexsort((k, i))
-        i, k = i[order], k[order]
-        first = np.ones(len(i), dtype=bool)
-        first[1:] = i[1:] != i[:-1]
-        at = np.full(len(step), -1, dtype=np.int64)
-        at[i[first]] = k[first]
-        step = IntsOrNull(np.array([r[1] for r in sh.steps_list], dtype=np.int64)[np.maximum(at, 0)], at < 0)
+    at = sh.pair_step
+    step = IntsOrNull(at, at < 0) if (at >= 0).any() else np.full(len(p["gpu_id"]), None, dtype=object)
     idx = np.flatnonzero(keep)
     idx = idx[np.lexsort((p["gpu_id"][idx], p["gpu_ts"][idx]))]  # ORDER BY g.ts, g.id (then launch_id)
     return frame_cols({
