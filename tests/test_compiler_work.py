@@ -403,3 +403,46 @@ def test_the_for_loop_optimizers_cost_is_the_steady_states():
     _r, _f, d = run(path, with_config=False)
     [x] = [x for x in d.diagnoses if x.rule == "unfused_optimizer"]
     assert f"{opt[2]:.1f} µs of CPU time per step" in x.text and f"{(opt[1] + opt[2]) / 2:.1f} µs" not in x.text
+
+
+def test_question_10_reads_the_replays_of_the_steps_it_measures():
+    """The cold max-autotune run compiles in step 0 (where the compiled code's first call, CUDA graph trees' warm-up,
+    runs its kernels one by one), records its graph in step 1 and replays it in step 2. Question 10 read the
+    launches of all three: "part replayed (3 GPU ops), part launched kernel by kernel (7 kernels)"; the step it
+    measures launches one graph and one copy of its input, nothing else (the JSON: every GPU op of step 2 by the
+    call that launched it)."""
+    _r, f, _d = run(AT_64)
+    ev, steps, _merged = scan(AT_64)
+    calls = {e["args"]["correlation"]: e["name"] for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    lo, hi = steps[2]["ts"], steps[2]["ts"] + steps[2]["dur"]
+    launched = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and lo <= e["ts"] < hi}
+    by_call: dict = {}
+    for e in ev:
+        c = e.get("args", {}).get("correlation")
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and c in launched:
+            by_call[calls[c]] = by_call.get(calls[c], 0) + 1
+    assert by_call == {"cudaGraphLaunch": 1, "cudaLaunchKernel": 1}
+    q10 = f["q10.compile_cost"].text
+    assert ("the compiled code's GPU work is replayed from a CUDA graph (cudaGraphLaunch: a median 1 GPU op per step), "
+            "after its inputs are copied in (aten::_foreach_copy_)") in q10
+    assert "kernel by kernel" not in q10
+
+
+@pytest.mark.parametrize("with_config", [True, False], ids=["config", "trace"])
+def test_a_cpu_trace_does_not_say_a_slow_first_step_was_no_cold_start(with_config):
+    """The CPU's cold eager run: its first step took 31× the others (the JSON), and a CPU trace has no runtime call
+    that a cold start makes. Without the run's config question 3 said "The trace shows no cold start"; it now says
+    that a CPU trace cannot tell, and its evidence says neither yes nor no. With the config (no warm-up) it is a cold
+    start."""
+    path = DATA / "cpu" / "eager_cold.json.gz"
+    _r, f, _d = run(path, with_config=with_config)
+    _ev, steps, _merged = scan(path)
+    assert steps[0]["dur"] > 10 * sorted(s["dur"] for s in steps[1:])[0]
+    q3 = f["q3.cold_start"]
+    assert "no cold start" not in q3.text and "CUDA" not in q3.text
+    if with_config:
+        assert q3.evidence["cold_start"] is True and "No warm-up (the run's config has no warm-up)" in q3.text
+    else:
+        assert q3.evidence["cold_start"] is None and "A CPU trace cannot tell a cold start" in q3.text

@@ -407,16 +407,7 @@ class Shared:
                                                               "memcpy_htod", "memcpy_dtoh", "memsets", "launches",
                                                               "kernel_launches")}
 
-        def firsts(values: np.ndarray, keep: np.ndarray | None = None):
-            """(pair index, step) of the first pair of each distinct (step, value)."""
-            ii, kk = (i, k) if keep is None else (i[keep], k[keep])
-            v = values[ii]
-            order = np.lexsort((v, kk))
-            ii, kk, v = ii[order], kk[order], v[order]
-            new = np.ones(len(ii), dtype=bool)
-            new[1:] = (kk[1:] != kk[:-1]) | (v[1:] != v[:-1])
-            return ii[new], kk[new]
-
+        firsts = self._step_firsts
         cat = p["gpu_category"]
         is_k = cat == "kernel"
         gi, gk = firsts(p["gpu_id"])
@@ -432,6 +423,24 @@ class Shared:
             "launches": np.bincount(firsts(p["launch_id"])[1], minlength=n),
             "kernel_launches": np.bincount(firsts(p["launch_id"], is_k[i])[1], minlength=n),
         }
+
+    def _step_firsts(self, values: np.ndarray, keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Over :attr:`pair_steps` (those whose ``keep``, a mask over them, is set): (pair index, step list index) of
+        the first pair of each distinct (step, ``values[pair]``)."""
+        i, k = self.pair_steps
+        ii, kk = (i, k) if keep is None else (i[keep], k[keep])
+        v = values[ii]
+        order = np.lexsort((v, kk))
+        ii, kk, v = ii[order], kk[order], v[order]
+        new = np.ones(len(ii), dtype=bool)
+        new[1:] = (kk[1:] != kk[:-1]) | (v[1:] != v[:-1])
+        return ii[new], kk[new]
+
+    def step_gpu_ops(self, keep: np.ndarray) -> np.ndarray:
+        """Per step (``steps_list`` index): the distinct GPU ops of the pairs (``p``) that ``keep`` (a mask over them)
+        holds and whose launch lies in the step's window, as :attr:`step_counts` counts ``gpu_ops``."""
+        i, _k = self.pair_steps
+        return np.bincount(self._step_firsts(self.p["gpu_id"], keep[i])[1], minlength=len(self.steps_list))
 
     def launch_pairs_of(self, launch_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(which, pair): for each of ``launch_ids`` in turn, the indices of its pairs in gpu_id order (the pairs are

@@ -30,7 +30,7 @@ reduce-overhead trace here (the H200's ``h200_memory/ro`` and ``train_ro``, its 
 
 _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_calls", "backward_fx_graph_calls",
            "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches",
-           "kernel_launches")
+           "kernel_launches", "graph_ops", "graph_input_copies", "compiled_kernels")
 
 
 _CPU_COLS = ["step_id", "step", "start_ns", "cpu_dur_ns", "cache_lookups", "cache_lookup_ns", "compiled_regions",
@@ -77,6 +77,18 @@ def ran_compiled(session, ids, shared: Shared | None = None) -> np.ndarray:
     on = rows >= 0
     hit[on] = mark[rows[on]] | sh.under(rows[on], mark)
     return hit
+
+
+def compiled_pairs(sh: Shared) -> np.ndarray:
+    """Boolean over the launch pairs (``Shared.p``): the launch call sits in torch.compile's code (its enclosing slice
+    :func:`ran_compiled`): the compiled code launched the GPU op, a CUDA graph's replay included. Once per trace."""
+    def build(sh):
+        par = sh.p["launch_parent"]
+        has = par >= 0
+        out = np.zeros(len(par), dtype=bool)
+        out[has] = ran_compiled(sh.session, par[has], shared=sh)
+        return out
+    return sh.cached("compile.compiled_pairs", build)
 
 
 def compiler_pairs(sh: Shared) -> np.ndarray:
@@ -207,11 +219,22 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
             "compiled_region_ns", "prologues", "prologue_ns", "fx_graph_calls", "fx_graph_ns", "fx_graph_hash",
             "backward_fx_graph_calls", "backward_fx_graph_ns", "backward_fx_graph_hash",
             "graph_launches", "backward_wait_ns", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
-            "memsets", "launches", "kernel_launches"]
+            "memsets", "launches", "kernel_launches", "graph_ops", "graph_input_copies", "compiled_kernels"]
     cpu = frame(_compile_cpu_rows(sh), _CPU_COLS)
     if cpu.empty:
         return frame([], cols)
-    c = sh.step_counts
+    c = dict(sh.step_counts)
+    # the compiled code's GPU ops by how it launched them: replayed from a CUDA graph, copied into a graph's static
+    # inputs (STAGING_OP), or launched kernel by kernel
+    p = sh.p
+    mine = compiled_pairs(sh)
+    graph = sh.name_mask(lambda x: x in GRAPH_LAUNCHES)[p["launch_id"]]
+    par = p["launch_parent"]
+    staging = np.zeros(len(par), dtype=bool)
+    staging[par >= 0] = sh.name_mask(lambda x: x == STAGING_OP)[sh.pos(par[par >= 0])]
+    c["graph_ops"] = sh.step_gpu_ops(mine & graph)
+    c["graph_input_copies"] = sh.step_gpu_ops(mine & ~graph & staging)
+    c["compiled_kernels"] = sh.step_gpu_ops(mine & ~graph & ~staging & (p["gpu_category"] == "kernel"))
     where = {r[0]: j for j, r in enumerate(sh.steps_list)}  # step slice id -> steps_list index (same window)
     out = []
     for r in cpu.itertuples(index=False):
@@ -221,7 +244,8 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
                     r.fx_graph_hash, r.backward_fx_graph_calls, r.backward_fx_graph_ns, r.backward_fx_graph_hash,
                     r.graph_launches, r.backward_wait_ns,
                     *(int(c[x][j]) for x in ("kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh",
-                                             "memsets", "launches", "kernel_launches"))))
+                                             "memsets", "launches", "kernel_launches", "graph_ops",
+                                             "graph_input_copies", "compiled_kernels"))))
     return frame(out, cols)
 
 
@@ -271,7 +295,10 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
         backward on another thread (a compiled function that calls ``backward()`` waits for it inside its region);
         ``graph_launches`` (cudaGraphLaunch calls); GPU ops launched in the step: ``kernels``, ``memcpys``,
         ``memcpy_dtod``, ``memcpy_htod``, ``memcpy_dtoh``, ``memsets``; ``launches`` (calls that launched GPU
-        work) and ``kernel_launches``. All zeros for an eager trace; empty without steps.
+        work) and ``kernel_launches``; of the GPU ops, those torch.compile's code launched (:func:`compiled_pairs`)
+        by how: ``graph_ops`` (replayed from a CUDA graph: a graph launch call), ``graph_input_copies`` (launched by
+        :data:`STAGING_OP`, which copies a graph's inputs into its static buffers) and ``compiled_kernels`` (the
+        other kernels, launched one by one). All zeros for an eager trace; empty without steps.
     """
     df = _compile_breakdown_raw(shared_for(session, shared))
     df = ints(df, *_COUNTS)
@@ -286,7 +313,7 @@ def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
                "compiled_region_us", "prologues", "prologue_us", "fx_graph_calls", "fx_graph_us", "fx_graph_hash",
                "backward_fx_graph_calls", "backward_fx_graph_us", "backward_fx_graph_hash", "backward_wait_us",
                "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets",
-               "launches", "kernel_launches"]]
+               "launches", "kernel_launches", "graph_ops", "graph_input_copies", "compiled_kernels"]]
 
 
 def compile_payoff(eager_warmup_s: float, compiled_warmup_s: float, eager_step_us: float,

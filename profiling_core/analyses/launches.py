@@ -8,7 +8,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from .compile import compiler_pairs, ran_compiled
+from .compile import compiled_pairs, compiler_pairs
 from ._shared import _RUNTIME_CATS, Coded, IntsOrNull, Shared, frame, frame_cols, shared_for, take_rows
 from .table import _cpu_own_ns, autograd_wait
 
@@ -170,8 +170,7 @@ def _launch_path_raw(sh: Shared) -> pd.DataFrame:
     first = np.unique(g, return_index=True)[1]
     count = np.bincount(g)
     with_occ = np.bincount(g[before], minlength=len(count))
-    compiled = np.zeros(n, dtype=bool)
-    compiled[has] = ran_compiled(sh.session, par[has], shared=sh)
+    compiled = compiled_pairs(sh)
     from_compiled = np.bincount(g[compiled], minlength=len(count))
     vals = [col.values()[first].tolist() for col in keys]
     rows = [(*k, int(a), int(b), int(c)) for *k, a, b, c in zip(*vals, count.tolist(), with_occ.tolist(),

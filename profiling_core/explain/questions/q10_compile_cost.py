@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...config import config_field as _cfg
 from ...units import format_duration_us as _us
 from .base import (Finding, _app_run, _compile_steps_text, _compiler_every_step, _eager_after_compiling, _listed,
-                   _num)
+                   _n, _num)
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
@@ -85,36 +85,29 @@ def _q10_cost(r, config=None) -> list[Finding]:
         text += (f" The backward's compiled graph (CompiledFunctionBackward, run by autograd) takes "
                  f"{_us(backward)} more per step.")
     if int(cb["graph_launches"].sum()):
-        text += _graph_sentence(r.launch_paths)
+        text += _graph_sentence(cb)
     return [Finding("q10.compile_cost", 10, "CPU cost of torch.compile", text + every, ev)]
 
 
-def _graph_sentence(lp) -> str:
-    """What the steps' CUDA-graph replays say of the compiled code's GPU work, from ``launch_paths``' launches made
-    from torch.compile's code (``from_compiled``): all of it replayed from graphs (the copies of the graphs' inputs
-    into their static buffers, ``analyses.STAGING_OP``, launched before each replay), part of it (the compiled code
-    also launched kernels one by one: a recompile, graphs skipped for a new shape), or none (the graphs are replayed
-    by code outside it, ``torch.cuda.CUDAGraph.replay`` of the user's own)."""
-    from ...analyses import GRAPH_LAUNCHES, STAGING_OP
-    if lp.empty:
-        return ""
-    graphs = set(GRAPH_LAUNCHES)
-    apis = [set(a.split(", ")) for a in lp["launch_apis"].astype(str)]
-    mine = (lp["from_compiled"].astype(int) > 0).tolist()
-    staging = [p == STAGING_OP for p in lp["parent_ops"].astype(str)]
-    comp = lp["from_compiled"].astype(int).tolist()
-    replayed = sum(k for m, a, k in zip(mine, apis, comp) if m and a & graphs)
-    launched = sum(k for m, a, c, st, k in zip(mine, apis, lp["category"].astype(str), staging, comp)
-                   if m and a - graphs and c == "kernel" and not st)
+def _graph_sentence(cb) -> str:
+    """What the steps' CUDA-graph replays say of the compiled code's GPU work, over the steps ``cb`` holds (those
+    question 10 reads: no step the compiler ran in, whose one-time launches are no mode's): all of it replayed from
+    graphs (``graph_ops``; the copies of the graphs' inputs into their static buffers, ``graph_input_copies``,
+    launched before each replay), part of it (the compiled code also launched kernels one by one,
+    ``compiled_kernels``: a recompile, graphs skipped for a new shape), or none (the graphs are replayed by code
+    outside it, ``torch.cuda.CUDAGraph.replay`` of the user's own)."""
+    from ...analyses import STAGING_OP
+    replayed, launched = float(cb["graph_ops"].median()), float(cb["compiled_kernels"].median())
     if replayed and not launched:
-        return (" In this mode the compiled code's GPU work is replayed from a CUDA graph (cudaGraphLaunch)"
-                + (f", after its inputs are copied in ({STAGING_OP})" if any(m and st for m, st in zip(mine, staging))
+        return (f" In this mode the compiled code's GPU work is replayed from a CUDA graph (cudaGraphLaunch: a median "
+                f"{_n(replayed, 'GPU op')} per step)"
+                + (f", after its inputs are copied in ({STAGING_OP})" if float(cb["graph_input_copies"].median())
                    else "") + ".")
     if replayed:
-        return (" Part of the compiled code's GPU work is replayed from CUDA graphs (cudaGraphLaunch: "
-                f"{replayed:,} GPU op{'s' if replayed != 1 else ''}) and part launched kernel by kernel ({launched:,} "
-                f"kernel{'s' if launched != 1 else ''}; question 9 lists the kernels).")
-    return (" The CUDA graphs this trace replays (cudaGraphLaunch) are launched from outside the compiled code, which "
+        return (f" Part of the compiled code's GPU work is replayed from CUDA graphs (cudaGraphLaunch: a median "
+                f"{_n(replayed, 'GPU op')} per step) and part launched kernel by kernel (a median "
+                f"{_n(launched, 'kernel')} per step; question 9 lists the kernels).")
+    return (" The CUDA graphs these steps replay (cudaGraphLaunch) are launched from outside the compiled code, which "
             "launches its own kernels one by one.")
 
 

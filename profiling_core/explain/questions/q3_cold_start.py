@@ -115,7 +115,8 @@ def _q3_cold(r, config=None) -> list[Finding]:
                     (" (the run's cold-start work fell before the recorded steps)." if _not_held_before(r, first_step)
                      else " (no call in it is missing from the later steps: the cold start left no mark here)."
                      ) if cold else "."))
-        ev["cold_start"] = cold
+        # (on a CPU, without the run's warm-up, the trace cannot tell: see _q3_cause)
+        ev["cold_start"] = cold if cold or r.has_gpu or _cfg(config, "warmup") is not None else None
         return [Finding("q3.cold_start", 3, "First step vs the others", text, ev)]
     ch = r.dispatch_chains
     worst, n_others = None, 0
@@ -302,9 +303,24 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
                    f"the function, so the cold start fell outside this window; nothing in the trace names the extra's "
                    f"cause (the profiler's first recorded step, or other work on the machine: run it again to tell)."
                    if unrec > 0 else
-                   "the cold-start work does not show as CUDA calls here; the extra is the process's first "
-                   "profiled call.")), 0.0
-    if why is not None:
+                   ("the cold-start work does not show as CUDA calls here" if r.has_gpu else
+                    "on a CPU the cold-start work runs inside the ops and makes no call of its own")
+                   + "; the extra is the process's first profiled call.")), 0.0
+    if why is None and not r.has_gpu:
+        # on a CPU a process's first call sets itself up inside its ops (a BLAS's threads and buffers, a oneDNN
+        # primitive, the allocator's first blocks), a CPU trace has no runtime calls: nothing could mark it
+        ev["cold_start"] = None
+        out = (" A CPU trace cannot tell a cold start: the set-up of a process's first call (a BLAS library's threads "
+               "and buffers, the allocator's first blocks) runs inside its ops and makes no call of its own that the "
+               "profiler records, so it shows only as slower ops"
+               + (f" (and the {unrec} schedule step(s) before ProfilerStep#{first_step} are not in this trace)"
+                  if unrec > 0 else ""))
+        if startup_us <= 0:
+            return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). "
+                          "It may be the process's first call of the workload, the profiler's first recorded step or "
+                          "other work on the machine: the run's warm-up tells the first (none: a cold start), running "
+                          "it again the last."), 0.0
+    elif why is not None:
         out = f" This is not a cold start ({why})"
     else:  # the trace alone: what its window shows, and where a cold start would not show
         out = (" The trace shows no cold start (no call in the first step is missing from the later ones"
