@@ -4,7 +4,7 @@ import streamlit as st
 
 from pages import _ui as ui
 from profiling_core import ExperimentConfig
-from profiling_core.analyses import compile_in_working_steps, compile_payoff, compile_steps_left_out
+from profiling_core.analyses import compile_in_measured_steps, compile_payoff, compile_steps
 from profiling_core.errors import ConfigError
 from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts
 from profiling_core.run import SPREAD_WARN_PCT, sweep_points
@@ -69,12 +69,12 @@ if unlike:
 
 # the steps in which torch.compile's compiler ran in any of the runs: left out of every run's per-step figures, so
 # that each run is read over the same steps (a cold eager run's first step is its cold start, not a compile)
-compiling = sorted({k for r in chosen for k in compile_steps_left_out(ui.report(r))})
+compiling = sorted({k for r in chosen for k in compile_steps(ui.report(r).steps)})
 
 
 def per_step(run_id: str) -> dict:
     rep = ui.report(run_id)
-    cb = compile_in_working_steps(rep)  # (the steps in which the compiler ran are left out, as question 10 does)
+    cb = compile_in_measured_steps(rep)  # (the steps in which the compiler ran are left out, as question 10 does)
     cb = cb[~cb["step"].isin(compiling)]
     med = (lambda c: float(cb[c].median())) if len(cb) else (lambda c: float("nan"))
     return {"run": f"{ui.mode_label(run_id)} · {run_id[-4:]}", "mode": ui.mode_label(run_id),

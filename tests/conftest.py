@@ -26,6 +26,15 @@ def store(tmp_path):
     return RunStore(tmp_path / "runs")
 
 
+def steady(rows) -> list:
+    """The steps every per-step figure of a run reads (the steady state's), of a test's own list of a trace's working
+    steps in trace order (the profiler's closing stub already left out): with 3 or more, those after the first (it
+    may carry start-up effects, which question 3 compares); else all of them. Steps in which torch.compile's compiler
+    ran, and on a GPU those that launched no GPU work, the test leaves out itself where its trace has any."""
+    rows = list(rows)
+    return rows[1:] if len(rows) >= 3 else rows
+
+
 def scan_trace(path):
     """Plain json scan of a trace, independent of profiling_core: returns the list of events."""
     import gzip

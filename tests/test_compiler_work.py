@@ -80,17 +80,22 @@ def test_each_steps_compile_time_is_the_time_its_window_spends_in_the_compilers_
 
 def test_a_step_that_records_a_cuda_graph_is_no_step_of_the_steady_state():
     """max-autotune (CUDA graphs) cold: step 0 compiles, step 1 records the graph (`CUDAGraphNode.record` and the
-    syncs around it, 16.7 ms), step 2 replays it (0.38 ms). The steady state is step 2; the sync rule, which read
-    step 1's synchronisations as the loop's, is silent; the GPU-starved rule quotes step 2's time."""
+    syncs around it, 16.7 ms), step 2 replays it (0.38 ms). The steady state is step 2, both compiling steps left out
+    as the compiler's; the sync rule, which read step 1's synchronisations as the loop's, is silent; the GPU-starved
+    rule quotes step 2's time."""
     r, f, d = run(AT_64)
     _ev, steps, merged = scan(AT_64)
     assert [round(s["dur"]) for s in steps] == [3547855, 16670, 381]
-    assert compile_us_by_scan(steps, merged)[1] > 1000  # the recording, from the JSON
+    comp = compile_us_by_scan(steps, merged)
+    assert comp[1] > 1000  # the recording, from the JSON
     assert basis_steps(r.steps)["step"].tolist() == [2]
     ss = r.summary["steady_state"]
-    assert ss["compile_steps"] == [1] and ss["cpu_us_per_step"] == pytest.approx(steps[2]["dur"], abs=0.01)
+    # the steps the compiler ran in are left out, the first (step 0, its compile) among them
+    compiled = [int(s["name"].split("#")[1]) for s, us in zip(steps, comp) if us > 0]
+    assert compiled == [0, 1]
+    assert ss["compile_steps"] == compiled and ss["cpu_us_per_step"] == pytest.approx(steps[2]["dur"], abs=0.01)
     q2 = f["q2.bound"]
-    assert "step 1 left out, as torch.compile's compiler ran in it" in q2.text
+    assert "steps 0, 1 left out, as torch.compile's compiler ran in them" in q2.text
     assert "380.7 µs of CPU time" in q2.text
     got = {x.rule: x for x in d.diagnoses}
     assert "sync_in_step" not in got
@@ -256,6 +261,27 @@ def test_the_summarys_per_step_medians_leave_the_compile_steps_out():
     row = step_summary(Run("r", AT_64.parent, json.loads(AT_64.with_name("autotune_64_cold_ma.meta.json")
                                                          .read_text())), r)
     assert row["cpu_us_per_step"] == pytest.approx(steps[2]["dur"], abs=0.01)
+    # its compiled regions per step: those of the step it reads (the summary summed every step's regions, 3, over
+    # the one step it reads: "compiled regions per step 3")
+    ev, _steps, _m = scan(AT_64)
+    lo, hi = steps[2]["ts"], steps[2]["ts"] + steps[2]["dur"]
+    regions = [e for e in ev if str(e["name"]).startswith("Torch-Compiled Region") and lo <= e["ts"] < hi]
+    assert len(regions) == 1 and r.summary["compiled_regions_per_step"] == 1
+
+
+def test_a_warm_runs_step_has_one_median_in_the_summary_and_the_questions():
+    """The H200's warm 64² eager run of the cold-vs-warm pair: steps of 3,305.6, 246.4 and 129.4 µs (the JSON), the
+    first holding the profiler's start-up. Question 2's steady state read the two after the first (187.9 µs), the
+    summary and question 10 all three (246.4 µs): one step, two medians. All read the steady state's steps now."""
+    path = DATA / "h200_app" / "coldwarm_64_warm_eager.json"
+    _ev, steps, _m = scan(path)
+    assert len(steps) == 3
+    steady = (steps[1]["dur"] + steps[2]["dur"]) / 2
+    r, f, _d = run(path, with_config=False)
+    assert r.summary["cpu_step_median_us"] == pytest.approx(steady, abs=0.01)
+    assert f["q2.bound"].evidence["cpu_us_per_step"] == pytest.approx(steady, abs=0.01)
+    assert f["q10.compile_cost"].evidence["cpu_step_median_us"] == pytest.approx(steady, abs=0.01)
+    assert "(the 2 steps after the first; the first may carry start-up effects" in f["q10.compile_cost"].text
 
 
 CASES = DATA / "cpu" / "compile_cases"  # CPU recordings of recompiles (make_compile_recordings.py there)
@@ -283,20 +309,26 @@ def test_question_3_compares_the_first_step_with_the_steps_that_did_not_compile(
 
 
 def test_a_frame_dynamo_gave_up_on_is_not_said_to_have_run_eagerly_all_along():
-    """dynamic=False and a new shape every step: steps 0–7 each compile, then Dynamo gives up and steps 8–11 run
-    eagerly behind its cache lookup. Questions 9 and 10 said "No torch.compile rows … it ran eagerly"."""
+    """dynamic=False and a new shape every step: steps 0–6 each compile and run the compiled code, in step 7 Dynamo
+    tries once more and gives up (the JSON: a compiler range, no compiled region), and steps 8–11 run eagerly behind
+    its cache lookup. Questions 9 and 10 said "No torch.compile rows … it ran eagerly"."""
     path = CASES / "recompile_static_every.json.gz"
     _r, f, _d = run(path, with_config=False)
     ev, steps, merged = scan(path)
     comp = compile_us_by_scan(steps, merged)
     assert [k for k, us in enumerate(comp) if us > 0] == list(range(8))
+    assert [k for k, st in enumerate(steps) if any(e["name"].startswith("Torch-Compiled Region")
+                                                    and st["ts"] <= e["ts"] < st["ts"] + st["dur"] for e in ev)] \
+        == list(range(7))
     late = [e for e in ev if e["name"] == "TorchDynamo Cache Lookup" and e["ts"] >= steps[8]["ts"]]
     assert len(late) == 4 and not any(e["name"].startswith("Torch-Compiled Region") and e["ts"] >= steps[8]["ts"]
                                       for e in ev)
     for q in ("q9.compile", "q10.compile_cost"):
         text = f[q].text
         assert "ran no compiled region, only Dynamo's cache lookup (4 TorchDynamo Cache Lookups)" in text
-        assert "No torch.compile rows" not in text and "steps 0, 1, 2, 3, 4, 5, 6, 7" in text
+        assert "No torch.compile rows" not in text
+        assert ("torch.compile ran compiled code only in steps 0, 1, 2, 3, 4, 5, 6, each of which also ran its "
+                "compiler") in text and "; in step 7 its compiler ran, but no compiled code; the other 4 steps" in text
     # question 2's GEMM rate is the eager steps' calls (the first call of each new graph left out with its step)
     mm = [e for e in ev if e["name"] == "aten::mm" and e["ts"] >= steps[8]["ts"]]
     rates = sorted(2 * d[0][0] * d[0][1] * d[1][1] / e["dur"] / 1e3 for e in mm for d in [e["args"]["Input Dims"]])
@@ -312,8 +344,8 @@ def test_steps_that_all_compile_are_said_to_be_compiling():
     _ev, steps, merged = scan(path)
     comp = compile_us_by_scan(steps, merged)
     assert all(us > 0 for us in comp)
-    c = sorted(comp)
-    said = f"a median {(c[2] + c[3]) / 2 / 1000:.2f} ms a step"
+    c = sorted(comp[1:])  # (the steady state's steps: the 5 after the first)
+    said = f"a median {c[2] / 1000:.2f} ms a step"
     for q in ("q2.bound", "q10.compile_cost"):
         assert "torch.compile's compiler ran in every step (it compiled again each time)" in f[q].text
         assert said in f[q].text
@@ -446,3 +478,4 @@ def test_a_cpu_trace_does_not_say_a_slow_first_step_was_no_cold_start(with_confi
         assert q3.evidence["cold_start"] is True and "No warm-up (the run's config has no warm-up)" in q3.text
     else:
         assert q3.evidence["cold_start"] is None and "A CPU trace cannot tell a cold start" in q3.text
+

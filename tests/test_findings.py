@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import scan_trace
+from conftest import scan_trace, steady
 
 from profiling_core.config import ExperimentConfig
 from profiling_core.explain.questions import NO_GPU_TEXT, Finding, findings
@@ -56,6 +56,7 @@ def test_q2_bound_evidence(name):
     rows = scan(h200(name)).step_rows()
     ev = by_id(h200(name))["q2.bound"].evidence
     assert ev["steps"] == len(rows)
+    rows = steady(rows)  # (the per-step medians: the steady state's steps)
     assert ev["cpu_step_median_us"] == pytest.approx(statistics.median(r["cpu_dur_us"] for r in rows), abs=0.002)
     assert ev["gpu_step_median_us"] == pytest.approx(statistics.median(r["gpu_busy_us"] for r in rows), abs=0.01)
     expected = "compute-bound" if name.startswith("4096_bf16_warm_eager") else "overhead-bound"
@@ -337,12 +338,15 @@ def test_q8_reads_the_largest_kernel_launched_more_than_once(path):
 @pytest.mark.parametrize("name", H200)
 def test_q9_compile_evidence(name):
     sc = scan(h200(name))
-    regions = [e for e in sc.xs if e["name"].startswith("Torch-Compiled Region")]
-    hashes = {e["name"].split()[3] for e in sc.xs if e["name"].startswith("## Call CompiledFxGraph")}
+    steps = steady(sc.steps)  # (its counts: those of the steady state's steps)
+    within = lambda e: any(st["ts"] <= e["ts"] < st["ts"] + st["dur"] for st in steps)  # noqa: E731
+    regions = [e for e in sc.xs if e["name"].startswith("Torch-Compiled Region") and within(e)]
+    hashes = {e["name"].split()[3] for e in sc.xs if e["name"].startswith("## Call CompiledFxGraph") and within(e)}
     f = by_id(h200(name))["q9.compile"]
     assert f.evidence["compiled_regions"] == len(regions)
-    assert f.evidence["memcpy_dtod"] == sum(1 for e in sc.gpu if e["name"].startswith("Memcpy DtoD"))
-    assert f.evidence["graph_launches"] == len(sc.named("cudaGraphLaunch"))
+    assert f.evidence["memcpy_dtod"] == sum(1 for st in steps for _, g in sc.in_step(st)
+                                            if g["name"].startswith("Memcpy DtoD"))
+    assert f.evidence["graph_launches"] == len([e for e in sc.named("cudaGraphLaunch") if within(e)])
     if regions:
         assert set(f.evidence["fx_graph_hashes"]) == hashes and len(hashes) == 1
         assert "cache hit" in f.text
@@ -354,9 +358,12 @@ def test_q9_compile_evidence(name):
 def test_q10_compile_cost_evidence(name):
     sc = scan(h200(name))
     ev = by_id(h200(name))["q10.compile_cost"].evidence
-    regions = sorted(e["dur"] for e in sc.xs if e["name"].startswith("Torch-Compiled Region"))
-    assert ev["compiled_region_us"] == pytest.approx(statistics.median(regions), abs=0.002)
-    assert ev["cpu_step_median_us"] == pytest.approx(statistics.median(s["dur"] for s in sc.steps), abs=0.002)
+    steps = steady(sc.steps)  # (its per-step figures: the steady state's steps)
+    regions = sorted(e["dur"] for e in sc.xs if e["name"].startswith("Torch-Compiled Region")
+                     and any(st["ts"] <= e["ts"] < st["ts"] + st["dur"] for st in steps))
+    # (one step's region, the middle one by its time; of an even count the lower middle)
+    assert ev["compiled_region_us"] == pytest.approx(regions[(len(regions) - 1) // 2], abs=0.002)
+    assert ev["cpu_step_median_us"] == pytest.approx(statistics.median(s["dur"] for s in steps), abs=0.002)
 
 
 @pytest.mark.parametrize("path", [DATA / "h200_train" / "app" / "mlp_train_adam_foreach_compile.json.gz",
@@ -366,11 +373,12 @@ def test_q10_splits_one_step_s_region_so_its_parts_add_up(path):
     median graph, two medians of different steps: on the H200 training run (foreach Adam, compiled) it said 668 µs of
     wrapping where the step of that region spent 310 µs around its graph. The split is now the middle step's (by its
     regions' time; of an even count the lower middle), read here by a plain scan: the regions that begin in each
-    step's window, the graph calls inside them (the backward's graphs run outside them)."""
+    step's window, the graph calls inside them (the backward's graphs run outside them), of the steady state's steps
+    (those after the first)."""
     from profiling_core.units import format_duration_us as us
     xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
-    steps = sorted((e for e in xs if e["name"].startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"),
-                   key=lambda e: e["ts"])
+    steps = steady(sorted((e for e in xs if e["name"].startswith("ProfilerStep#")
+                           and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"]))
     split = []
     for st in steps:
         regions = [e for e in xs if e["name"].startswith("Torch-Compiled Region: ")
@@ -490,7 +498,9 @@ def test_cpu_traces_say_there_is_no_gpu_lane(path):
         assert NO_GPU_TEXT in fs[fid].text, fid
     assert "occupancy" not in fs["q6.launch_path"].text.lower()
     assert fs["q2.bound"].evidence["gpu_ops"] == 0
-    assert fs["q2.bound"].evidence["steps"] == len(scan(path).steps)
+    steps = steady(scan(path).steps)  # (the steady state's steps: after the first, from 3 on)
+    assert fs["q2.bound"].evidence["steps"] == len(steps)
+    assert fs["q2.bound"].evidence["basis_steps"] == [int(st["name"].split("#")[1]) for st in steps]
 
 
 @pytest.mark.parametrize("path", THIRD, ids=lambda p: p.name)
@@ -534,7 +544,7 @@ def test_q9_says_per_step_counts_per_step_and_totals_as_totals(path):
     launch_by_corr = {e["args"]["correlation"]: e for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver")
                       and "correlation" in e.get("args", {})}
     per: dict[str, list[int]] = {"memsets": [], "memcpy_dtod": [], "graph_launches": []}
-    for st in _plain_steps(evs):
+    for st in steady(_plain_steps(evs)):  # (the steady state's steps: after the first)
         n_set = n_dtod = 0
         for g in xs:
             la = launch_by_corr.get(g.get("args", {}).get("correlation"))
@@ -563,7 +573,8 @@ def test_q9_says_per_step_counts_per_step_and_totals_as_totals(path):
 
 def test_q9_ten_step_trace_reads_one_memset_per_step():
     f = by_id(app("sweep_4096_warm_compile"))["q9.compile"]
-    assert "Per step (median): 1 kernel launch, 1 kernel, 1 memset; in total over the 10 steps: 10 memsets." in f.text
+    # (10 steps, one memset each: the 9 after the first are the steady state's)
+    assert "Per step (median): 1 kernel launch, 1 kernel, 1 memset; in total over the 9 steps: 9 memsets." in f.text
 
 
 def _occupancy_launches(path: Path, kernel: str) -> list[tuple[int, bool]]:
@@ -626,10 +637,11 @@ def test_q6_every_launch_queried_reads_as_the_per_launch_pattern(tmp_path):
     assert "only before" not in f.text
 
 
-def _launched_vs_cpu(steps, evs) -> tuple[float, float, int]:
+def _launched_vs_cpu(steps, evs) -> tuple[float, float, int, int]:
     """The bound rule by a plain scan: per step, the union of the GPU ops whose launch call (same correlation) starts
     inside the step, against the step's duration; (median GPU work, median CPU time) over the steps after the
-    first, and how many of all steps launched less GPU work than their CPU time."""
+    first, and how many of all steps, and of the steps after the first, launched less GPU work than their CPU
+    time."""
     gpu = {e["args"]["correlation"]: e for e in evs if e.get("ph") == "X"
            and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
     calls = [e for e in evs if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
@@ -640,7 +652,8 @@ def _launched_vs_cpu(steps, evs) -> tuple[float, float, int]:
         mine = [gpu[c["args"]["correlation"]] for c in calls if a <= c["ts"] < b]
         work.append(_union((g["ts"], g["ts"] + g["dur"]) for g in mine))
         cpu.append(st["dur"])
-    return statistics.median(work[1:]), statistics.median(cpu[1:]), sum(1 for w, c in zip(work, cpu) if w < c)
+    below = [w < c for w, c in zip(work, cpu)]
+    return statistics.median(work[1:]), statistics.median(cpu[1:]), sum(below), sum(below[1:])
 
 
 def _busy_share_after_first(steps, gpu) -> tuple[float, int]:
@@ -668,18 +681,21 @@ def test_q2_verdict_does_not_flip_with_the_schedule(tmp_path, keep):
     path = _keep_steps(app("sweep_4096_warm_eager"), keep, tmp_path / "t.json")
     evs = _events(path)
     steps = _plain_steps(evs)
-    work, cpu, n_below = _launched_vs_cpu(steps, evs)
+    work, cpu, n_below, n_below_after_first = _launched_vs_cpu(steps, evs)
     expected = "compute-bound" if work >= cpu else "overhead-bound"
     f = {x.id: x for x in findings(session(path))}["q2.bound"]
     assert f.evidence["bound"] == expected == "compute-bound"
     assert f.evidence["gpu_us_per_step"] == pytest.approx(work, abs=1e-3)
     assert f.evidence["cpu_us_per_step"] == pytest.approx(cpu, abs=1e-3)
-    assert f.evidence["bound_counts"].get("overhead-bound", 0) == n_below
+    # (each step's own verdict, counted over the steady state's steps, which every per-step figure reads)
+    assert f.evidence["bound_counts"].get("overhead-bound", 0) == n_below_after_first
     assert f"In steady state (the {len(steps) - 1} steps after the first" in f.text and "compute-bound." in f.text
-    # the numbers stay: CPU and GPU medians over all steps
-    assert f.evidence["cpu_step_median_us"] == pytest.approx(statistics.median(s["dur"] for s in steps), abs=0.002)
+    # the per-step medians are the steady state's: the steps after the first
+    assert f.evidence["cpu_step_median_us"] == pytest.approx(statistics.median(s["dur"] for s in steady(steps)),
+                                                             abs=0.002)
     if keep == {0, 1, 2}:
-        assert n_below == 1  # the first step (cold, longer on the CPU) alone launched less than its CPU time
+        # the first step (cold, longer on the CPU) alone launched less than its CPU time: no step of the steady state
+        assert n_below == 1 and n_below_after_first == 0
 
 
 def test_q2_real_1_1_3_and_0_0_3_windows_agree():
@@ -894,24 +910,31 @@ def test_eager_runs_say_nothing_about_a_bias_copy():
         assert "addmm" not in fs["q9.compile"].text
 
 
-def test_cpu_overhead_vs_compute_from_the_work_ops_own_time():
-    """On a CPU trace question 2 compares the work ops' own time with the step: by a plain scan, the duration of the
-    ops that compute (here aten::mm and aten::add) less their direct children's, over each ProfilerStep's duration
-    (median of the steps); aten::matmul (it dispatches) and aten::resolve_conj (metadata) are not work."""
-    path = Path(__file__).parent / "data" / "cpu" / "64_fp32_warm_eager.json"
-    xs = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
-    steps = [e for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")]
-    shares = []
-    for st in steps:
-        inside = [e for e in xs if e["tid"] == st["tid"] and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
-        mm = [e for e in inside if e["name"] in ("aten::mm", "aten::add")]
+def _work_by_step(path, work=("aten::mm", "aten::add")) -> list[tuple[float, float]]:
+    """By a plain scan, per ProfilerStep slice in order of start: (the own time of the ``work`` ops that begin in it
+    on its thread, their duration less their direct children's; that over the step's duration)."""
+    xs = [e for e in json.loads(Path(path).read_text())["traceEvents"] if e.get("ph") == "X"]
+    out = []
+    for st in sorted((e for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"]):
+        inside = [e for e in xs if (e["pid"], e["tid"]) == (st["pid"], st["tid"])
+                  and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
         own = 0.0
-        for m in mm:
+        for m in (e for e in inside if e["name"] in work):
             kids = [e for e in inside if e is not m and m["ts"] <= e["ts"] and e["ts"] + e["dur"] <= m["ts"] + m["dur"]]
             direct = [k for k in kids if not any(o is not k and o["ts"] <= k["ts"] and
                                                  k["ts"] + k["dur"] <= o["ts"] + o["dur"] for o in kids)]
             own += m["dur"] - sum(k["dur"] for k in direct)
-        shares.append(own / st["dur"])
+        out.append((own, own / st["dur"]))
+    return out
+
+
+def test_cpu_overhead_vs_compute_from_the_work_ops_own_time():
+    """On a CPU trace question 2 compares the work ops' own time with the step: by a plain scan, the duration of the
+    ops that compute (here aten::mm and aten::add) less their direct children's, over each ProfilerStep's duration
+    (median of the steady state's steps, those after the first); aten::matmul (it dispatches) and
+    aten::resolve_conj (metadata) are not work."""
+    path = Path(__file__).parent / "data" / "cpu" / "64_fp32_warm_eager.json"
+    shares = [share for _own, share in steady(_work_by_step(path))]
     from profiling_core.trace import open_trace
     with open_trace(path, engine="sqlite") as s:
         f = next(x for x in findings(s) if x.id == "q2.bound")
@@ -1092,7 +1115,7 @@ def test_q2_on_a_cpu_counts_a_compiled_graphs_code_as_work():
         kids = [o for o in xs if inside(e, o)]
         return e["dur"] - sum(o["dur"] for o in kids if not any(inside(p, o) for p in kids))
     graph = {}
-    for st in steps:  # (Q2 on a CPU reads every step with work in it)
+    for st in steady(steps):  # (Q2 on a CPU reads the steady state's steps: those after the first)
         calls = [e for e in xs if e["name"].startswith("## Call CompiledFxGraph") and inside(st, e)]
         assert len(calls) == 1
         graph[int(st["name"].split("#")[1])] = own(calls[0])
@@ -1125,12 +1148,13 @@ def test_q5_counts_the_slices_of_other_threads_by_name_and_no_memory_instant(tmp
     assert "[memory]" not in f.text and "(aten::copy_)" in f.text and "ProfilerStep#2)" not in f.text
 
 
-@pytest.mark.parametrize("works, straddles", [((70, 30, 60), True), ((70, 55, 60), False)],
+@pytest.mark.parametrize("works, straddles", [((90, 70, 30, 60), True), ((20, 70, 55, 60), False)],
                          ids=["straddling", "all above"])
 def test_q2_on_a_cpu_says_when_its_steps_fall_on_both_sides_of_the_line(tmp_path, works, straddles):
-    """Three 100 µs CPU steps whose one aten::mm takes ``works`` µs: a work share of 70%, 30% and 60% gives the
-    median's compute-bound verdict, but one step (a stall elsewhere, say) fell below the 50% line: Q2 says the
-    verdict is close. Steps all above it get no such word."""
+    """Four 100 µs CPU steps whose one aten::mm takes ``works`` µs: Q2 reads the three after the first (the steady
+    state's). A work share of 70%, 30% and 60% gives the median's compute-bound verdict, but one step (a stall
+    elsewhere, say) fell below the 50% line: Q2 says the verdict is close. Steps all above it get no such word (the
+    first step, below it or not, is no step of the steady state)."""
     events = []
     for k, us in enumerate(works, 1):
         t0 = 200 * k
@@ -1252,15 +1276,21 @@ def test_q9_counts_only_the_copies_aten_addmm_launched(tmp_path):
 def test_q2_on_a_cpu_reads_each_rank_s_step_as_a_step(tmp_path):
     """The same CPU run twice in one file, as a merge of two ranks' traces makes it: Q2 pooled both ranks' work
     of step N against one rank's step, so the share doubled (35.5% → 71.0%) and the verdict flipped to
-    compute-bound. Each rank's step slice is a step: the shares are the one rank's, under 100%."""
+    compute-bound. Each rank's step slice is a step: the shares are the one rank's, under 100% (by a plain scan of
+    each step slice's work ops on its own thread, over the file's step slices after the first: the steady state's,
+    which here keeps the second rank's first step)."""
     import verdict_traces as vt
     src = CPU_TRACE
     two = vt.as_ranks(src, tmp_path / "two_ranks.json")
     assert len({e["pid"] for e in scan_trace(two) if str(e.get("name")).startswith("ProfilerStep#")}) == 2
     one_f, two_f = by_id(src)["q2.bound"], by_id(two)["q2.bound"]
-    assert two_f.evidence["steps"] == 2 * one_f.evidence["steps"]
-    for key in ("cpu_work_share_median", "cpu_work_us_median", "bound"):
-        assert two_f.evidence[key] == one_f.evidence[key], key
+    one, both = _work_by_step(src), _work_by_step(two)
+    assert len(both) == 2 * len(one) == 6
+    assert (one_f.evidence["steps"], two_f.evidence["steps"]) == (len(steady(one)), len(steady(both))) == (2, 5)
+    for f, rows in ((one_f, steady(one)), (two_f, steady(both))):
+        assert f.evidence["cpu_work_us_median"] == pytest.approx(statistics.median(o for o, _ in rows), abs=0.002)
+        assert f.evidence["cpu_work_share_median"] == pytest.approx(statistics.median(s for _, s in rows), abs=1e-3)
+    assert two_f.evidence["bound"] == one_f.evidence["bound"]
     assert 0 < two_f.evidence["cpu_work_share_median"] < 1
 
 
@@ -1407,23 +1437,25 @@ def _profiler_steps(path) -> list[dict]:
 
 def test_steps_that_only_sleep_are_steps_of_the_loop():
     """A real CPU run (torch 2.13, tests/data/cpu/make_step_recordings.py) whose iterations 3 and 4 only sleep 10 ms:
-    no op begins in those steps, yet they are the loop's, and its per-step figures count them. They were dropped as
-    empty: "all 2 steps ran on the CPU, median 302.7 µs per step … compute-bound"."""
+    no op begins in those steps, yet they are the loop's, and its per-step figures (the steady state's: the steps
+    after the first) count them. They were dropped as empty: "all 2 steps ran on the CPU, median 302.7 µs per step …
+    compute-bound"."""
     path = DATA / "cpu" / "steps_sleeping.json.gz"
     steps = _profiler_steps(path)
     durs = [float(e["dur"]) for e in steps]
     assert len(steps) == 4 and min(durs[1:3]) > 10 * max(durs[0], durs[3])
     r = report(path)
     assert r.summary["steady_state"]["empty_steps"] == []
-    assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(durs), abs=0.01)
+    assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(steady(durs)), abs=0.01)
     q2 = by_id(path)["q2.bound"]
-    assert q2.evidence["steps"] == 4 and "left out" not in q2.text
+    assert q2.evidence["steps"] == 3 and "left out" not in q2.text  # (the 3 steps after the first: steady state)
 
 
 def test_the_profilers_closing_stub_is_left_out_though_the_loader_ran_in_it():
     """A real CPU run over a DataLoader of 5 batches whose loop ends while the profiler records: the profiler's exit
     closes a last step of 28 µs holding only the loader's ``__next__`` that raised StopIteration. It counted as a
-    step (a slice began in it): "all 4 steps … median 975.8 µs"; the loop's three steps have a median of 1,015.8 µs."""
+    step (a slice began in it). The per-step figures read the loop's steps after the first of its three (the steady
+    state's)."""
     path = DATA / "cpu" / "steps_loader_stub.json.gz"
     steps = _profiler_steps(path)
     last = steps[-1]
@@ -1435,7 +1467,7 @@ def test_the_profilers_closing_stub_is_left_out_though_the_loader_ran_in_it():
     r = report(path)
     n = int(last["name"].split("#")[1])
     assert r.summary["steady_state"]["empty_steps"] == [n]
-    assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(loop), abs=0.01)
+    assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(steady(loop)), abs=0.01)
     assert f"step {n}, the profiler's closing stub (no op or launch call began in it), left out" in \
         by_id(path)["q2.bound"].text
 

@@ -311,9 +311,9 @@ def test_a_gap_counts_only_beyond_both_machines_spread(tmp_path):
         assert (g["gap"], g["spread_a"], g["spread_b"]) == (pytest.approx(abs(mb - ma), abs=2 * TOL),
                                                             pytest.approx(ha - la, abs=2 * TOL),
                                                             pytest.approx(hb - lb, abs=2 * TOL))
-    # by hand: the CPU medians are 199.6 µs (78.8–246.4) and 72.0 µs (61.5–82.4): a gap of 127.6 µs, inside the
-    # H200 runs' own 167.6 µs; the GPU busy medians 3.55 µs (3.01–3.57) and 1524.5 µs (1524.0–1525.0): a gap of
-    # some 1521 µs, beyond both spreads (0.56 and 0.95 µs)
+    # by hand (each run's median over its steps after the first): the CPU medians are 180.5 µs (74.7–187.9) and
+    # 71.2 µs (60.8–81.7): a gap of 109.3 µs, inside the H200 runs' own 113.2 µs; the GPU busy medians 3.55 µs
+    # (3.02–3.55) and 1524.5 µs (1523.9–1525.0): a gap of some 1521 µs, beyond both spreads (0.53 and 1.11 µs)
     assert gaps.loc["cpu_us_per_step", "verdict"] == "too noisy to tell"
     assert gaps.loc["gpu_busy_us_per_step", "verdict"] == "differs"
     assert differences_of(cmp) == expected_differences(per)

@@ -12,7 +12,6 @@ from typing import Optional
 import pandas as pd
 import streamlit as st
 
-from profiling_core.analyses import measured_steps, working_steps
 from profiling_core.errors import InvalidRunIdError, RunNotFoundError
 from profiling_core.explain import cut_steps_text, devices_text
 from profiling_core.present import export, md_text
@@ -23,9 +22,10 @@ from .cache import chart, diagnosis, environment, load_run
 PERFETTO_HOWTO = ("Open https://ui.perfetto.dev, click **Open trace file** in the left bar and pick the "
                   "downloaded `trace.json` (the file stays in your browser; nothing is uploaded).")
 
-STEP_MEDIAN_HELP = ("The median over every step with work in it, less those in which torch.compile's compiler ran; "
-                    "the diagnosis and question 2's GPU verdict read the steady state (of those, the steps after the "
-                    "first, from 3 steps on); on a run without a GPU lane, question 2 reads all of them.")
+STEP_MEDIAN_HELP = ("The median over the steady state's steps, which every per-step figure, question 2's verdict and "
+                    "the diagnosis read: the steps with work in them after the first (from 3 steps on: the first may "
+                    "carry start-up effects, which question 3 reads), less those in which torch.compile's compiler "
+                    "ran and, on a GPU, those that launched no GPU work.")
 """The help of a page's per-step median metrics (``summary["cpu_step_median_us"]``)."""
 
 TABLE_ROWS_SHOWN = 25
@@ -37,11 +37,11 @@ ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "ti
 
 def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
     """Under a page's per-step metrics: which steps are empty and left out of them (``steady_state``'s
-    ``empty_steps``, :func:`profiling_core.analyses.working_steps`), which ran torch.compile's compiler and are left
-    out of them (:func:`profiling_core.analyses.measured_steps`), which step slices outlast the recording and are
-    cut at its end (``steps``: the report's, :func:`profiling_core.explain.cut_steps_text`), and, where one process
-    drove several GPUs (``step_devices``), what its GPU figures count and each GPU's own busy time; nothing when none
-    holds."""
+    ``empty_steps``, :func:`profiling_core.analyses.working_steps`), whether the first is, which ran torch.compile's
+    compiler and are left out (:func:`profiling_core.analyses.measured_steps`), which step slices outlast the
+    recording and are cut at its end (``steps``: the report's, :func:`profiling_core.explain.cut_steps_text`), and,
+    where one process drove several GPUs (``step_devices``), what its GPU figures count and each GPU's own busy
+    time; nothing when none holds."""
     empty = (summary.get("steady_state") or {}).get("empty_steps") or []
     if empty:
         many = len(empty) > 1
@@ -49,8 +49,11 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
                    f"closing stub{'s' if many else ''} (no op or launch call began in {'them' if many else 'it'}; "
                    f"{'each is the last step of its thread' if many else 'it is the last step'}, closed as the "
                    f"profiler stopped): the per-step figures leave {'them' if many else 'it'} out.")
-    comp = sorted(set(working_steps(steps)["step"]) - set(measured_steps(steps)["step"])) if steps is not None \
-        and len(steps) else []
+    ss = summary.get("steady_state") or {}
+    if ss.get("basis") == "after_first":
+        st.caption("The per-step figures read the steps after the first (the steady state): the first may carry "
+                   "start-up effects, which question 3 compares with them.")
+    comp = ss.get("compile_steps") or []
     if comp:
         many = len(comp) > 1
         st.caption(f"In step{'s' if many else ''} {', '.join(map(str, comp))} torch.compile's compiler ran (compiling, "

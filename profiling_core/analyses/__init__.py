@@ -23,9 +23,8 @@ from __future__ import annotations
 from ._common import recorded_with
 from .breakdown import category_totals, step_breakdown, top_kernels
 from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, gpu_op_category
-from .compile import (GRAPH_LAUNCHES, STAGING_OP, compile_breakdown, compile_in_working_steps, compile_payoff,
-                      compile_steps_left_out, compiler_launches, compiler_only_kernels, fused_ops, ran_compiled,
-                      triton_fusions)
+from .compile import (GRAPH_LAUNCHES, STAGING_OP, compile_breakdown, compile_in_measured_steps, compile_payoff,
+                      compiler_launches, compiler_only_kernels, fused_ops, ran_compiled, triton_fusions)
 from .gemm import (GEMM_OPS, gemm_dims, gemm_flops_from_dims, gemm_kernel_shapes, gemm_leading_dims,
                    gemm_shape_text, gemm_throughput, is_shapes)
 from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_stats
@@ -38,23 +37,24 @@ from ._shared import Shared
 from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, GPU_PACED, GROWS_AT,
                     QUEUE_GREW, RISES_AT, STARVED_AT, SYNC_WAIT_AT,
-                    annotation_ranges, basis_steps, bound, counted_wait, cpu_vs_gpu, data_wait, device_busy, gpu_busy,
-                    gpu_paced_up_to, measured_steps, queue_growth, steady_state, steps, working_steps)
+                    annotation_ranges, basis_steps, bound, compile_steps, counted_wait, cpu_vs_gpu, data_wait,
+                    device_busy, gpu_busy, gpu_paced_up_to, measured_steps, queue_growth, steady_state, steps,
+                    working_steps)
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
     "analyze", "Report", "Shared",
     "steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
-    "measured_steps",
+    "measured_steps", "compile_steps",
     "annotation_ranges",
     "data_wait", "DATA_WAIT_AT", "GPU_BOUND_AT", "GPU_PACED",
     "STARVED_AT", "SYNC_WAIT_AT", "counted_wait", "gpu_paced_up_to", "queue_growth", "QUEUE_GREW", "GROWS_AT",
     "RISES_AT",
     "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "gpu_ops", "kernel_stats", "kernel_configs", "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
-    "cold_start_gap", "sync_wait", "GRAPH_LAUNCHES", "STAGING_OP", "compile_breakdown", "compile_in_working_steps",
-    "compile_payoff", "compile_steps_left_out", "compiler_launches", "compiler_only_kernels",
+    "cold_start_gap", "sync_wait", "GRAPH_LAUNCHES", "STAGING_OP", "compile_breakdown", "compile_in_measured_steps",
+    "compile_payoff", "compiler_launches", "compiler_only_kernels",
     "triton_fusions", "fused_ops", "ran_compiled",
     "GEMM_OPS", "gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims",
     "gemm_shape_text", "is_shapes",

@@ -14,7 +14,7 @@ from ._common import ints, nullable_int, us
 from ._shared import Shared, covered_ns, frame, shared_for
 from .table import cpu_slices_by_step, engine_work_beside
 
-__all__ = ["compile_breakdown", "compile_in_working_steps", "compile_payoff", "compile_steps_left_out",
+__all__ = ["compile_breakdown", "compile_in_measured_steps", "compile_payoff",
            "compiler_launches", "compiler_only_kernels", "STAGING_OP",
            "triton_fusions",
            "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
@@ -249,26 +249,20 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
     return frame(out, cols)
 
 
-def compile_in_working_steps(report) -> pd.DataFrame:
-    """``report.compile_breakdown``'s rows of the steps the loop worked in (``steps.working_steps``): the per-step
-    figures of questions 9 and 10 and of the compile rules rest on these, so that an empty step the profiler closed
-    right after it began counts as no step (two steps of 30 launches and three empty ones: 30 launches per step, not
-    the median 0). A step in which torch.compile's compiler ran (the first call's compile, a CUDA graph's recording)
-    is left out too where a step without it remains (``steps.measured_steps``; :func:`compile_steps_left_out`
-    names them): its compile is no per-step cost (a cold max-autotune run's median step was its 16.67 ms
-    recording, against 0.38 ms for the step that replays the graph)."""
+def compile_in_measured_steps(report) -> pd.DataFrame:
+    """``report.compile_breakdown``'s rows of the steps every per-step figure reads (``steps.measured_steps``: the
+    steady state's): the per-step figures of questions 9 and 10 and of the compile rules rest on these. An empty step
+    the profiler closed right after it began counts as no step (two steps of 30 launches and three empty ones: 30
+    launches per step, not the median 0); a step in which torch.compile's compiler ran (the first call's compile, a
+    CUDA graph's recording) is left out where a step without it remains (``steps.compile_steps`` names them): its
+    compile is no per-step cost (a cold max-autotune run's median step was its 16.67 ms recording, against 0.38 ms
+    for the step that replays the graph); and the first of 3 or more steps, whose start-up effects question 3
+    reads."""
     from .steps import measured_steps
     cb = report.compile_breakdown
     if not len(cb):
         return cb
     return cb[cb["step"].isin(measured_steps(report.steps)["step"])]
-
-
-def compile_steps_left_out(report) -> list[int]:
-    """The working steps that :func:`compile_in_working_steps` leaves out because torch.compile's compiler ran in
-    them."""
-    from .steps import without_compile_steps, working_steps
-    return without_compile_steps(working_steps(report.steps))[1]
 
 
 def compile_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:

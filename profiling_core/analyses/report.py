@@ -16,7 +16,7 @@ from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared, frame
-from .steps import (basis_steps, cpu_vs_gpu, device_busy, first_ops, gpu_busy, measured_steps, queue_growth,
+from .steps import (cpu_vs_gpu, device_busy, first_ops, gpu_busy, measured_steps, queue_growth,
                     steady_state, steps)
 from .table import cpu_own_times, idle_frames, profiler_table
 from .timing import cold_start_gap, sync_wait
@@ -130,9 +130,10 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
     scope = "steps" if "steps" in busy.index else "trace"
     has_gpu = r.has_gpu
     n_steps = len(r.steps)
-    work = measured_steps(r.steps)  # (the per-step figures leave out an empty step, and the compiler's steps)
+    work = measured_steps(r.steps)  # (the steady state's steps, which every per-step figure reads)
     apis = sorted(set(_distinct(r.launch_latency["launch_name"]).astype(str))) if not r.launch_latency.empty else []
-    regions = int(r.compile_breakdown["compiled_regions"].sum()) if n_steps else 0
+    cb = r.compile_breakdown
+    regions = int(cb.loc[cb["step"].isin(work["step"]), "compiled_regions"].sum()) if n_steps else 0
     dtod = int((r.gpu_ops["name"].str.startswith("Memcpy DtoD", na=False)).sum()) if has_gpu else 0
     ss = steady_state(r.steps)
     return {
@@ -196,14 +197,14 @@ def _step_devices(db: pd.DataFrame, basis: list) -> list[dict]:
 
 
 def _phase_medians(df: pd.DataFrame, steps_df: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """{phase: {cpu_us, gpu_us, kernels}} medians over the steps (the steady state's basis steps of ``steps_df``);
+    """{phase: {cpu_us, gpu_us, kernels}} medians over the steady state's steps (``measured_steps`` of ``steps_df``);
     {} without phases. A phase no step has any time or GPU op in is left out: the trace marks no such phase (a loop
     without a DataLoader has no ``data``), and a 0 would say the step had none."""
     if df.empty:
         return {}
     seen = df.groupby("phase", sort=False)[["cpu_us", "gpu_ops"]].sum()
     seen = set(seen.index[(seen["cpu_us"] > 0) | (seen["gpu_ops"] > 0)]) | {"other"}
-    basis = df[df["step"].isin(basis_steps(steps_df.drop_duplicates("step"))["step"])]
+    basis = df[df["step"].isin(measured_steps(steps_df.drop_duplicates("step"))["step"])]
     g = basis.groupby("phase", sort=False)
     return {ph: {"cpu_us": float(x["cpu_us"].median()), "gpu_us": float(x["gpu_us"].median()),
                  "kernels": float(x["kernels"].median())} for ph, x in g if ph in seen}
@@ -221,9 +222,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
     Returns:
         A :class:`Report`. ``summary`` holds: ``engine``, ``steps``, ``has_gpu``, ``gpu_ops``, ``kernels``,
         ``gpu_busy_scope``/``gpu_busy_us``/``gpu_busy_fraction`` (from :func:`gpu_busy`, the ``steps`` scope when the
-        trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us`` (over the
-        steps the loop worked in, less those in which torch.compile's compiler ran: ``measured_steps``, their
-        numbers, :func:`~profiling_core.analyses.steps.measured_steps`),
+        trace has steps; fraction None without GPU ops), ``cpu_step_median_us``, ``gpu_step_median_us``,
+        ``compiled_regions_per_step`` (over the steady state's steps, which every per-step figure reads:
+        ``measured_steps``, their numbers, :func:`~profiling_core.analyses.steps.measured_steps`),
         ``steady_state`` (:func:`~profiling_core.analyses.steps.steady_state`: the one bound rule's verdict on the
         steps after the first, with its evidence), ``queue_growth``
         (:func:`~profiling_core.analyses.steps.queue_growth`: whether the launch queue grew, and its figures),

@@ -124,33 +124,30 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     if len(gpus) > 1:
         from ..explain import devices_text
         lines.append("  note: " + devices_text(gpus))
-    if s["steps"]:  # (medians of every step with work in it but the compiler's; the steady state's figures follow)
-        n = len(s.get("measured_steps") or [])
-        comp = s["steps"] - len((s.get("steady_state") or {}).get("empty_steps") or []) - n
-        lines.append(f"  CPU per step (median of {n} step{'s' if n != 1 else ''}"
-                     + (f"; {comp} more ran torch.compile's compiler" if comp > 0 else "") + ") "
-                     f"{format_duration_us(s['cpu_step_median_us'])}"
-                     + (f"   GPU work launched per step (median) {format_duration_us(s['gpu_step_median_us'])}"
-                        if s["has_gpu"] else ""))
     ss = s.get("steady_state") or {}
-    if ss.get("bound") in ("compute-bound", "copy-bound", "overhead-bound"):
-        from ..explain import blocked_in
-        wait = ss.get("sync_wait_us_per_step") or 0.0
+    if s["steps"]:  # (the medians of the steady state's steps, which every per-step figure reads)
+        n = len(s.get("measured_steps") or [])
         empty, idle = ss.get("empty_steps") or [], ss.get("steps_without_gpu") or []
-        basis = ("the steps after the first" if ss.get("basis") == "after_first"
-                 else "all the steps with work in them" if empty else "all the steps")
+        basis = ", those after the first" if ss.get("basis") == "after_first" else ""
         for left, why in ((empty, "(the profiler's closing stub)"), (ss.get("compile_steps") or [],
                                                                       "ran torch.compile's compiler"),
                           (idle, "launched no GPU work")):
             if left:
                 basis += f"; step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} {why}, left out"
+        lines.append(f"  CPU per step (median of {n} step{'s' if n != 1 else ''}{basis}) "
+                     f"{format_duration_us(s['cpu_step_median_us'])}"
+                     + (f"   GPU work launched per step (median) {format_duration_us(s['gpu_step_median_us'])}"
+                        if s["has_gpu"] else ""))
+    if ss.get("bound") in ("compute-bound", "copy-bound", "overhead-bound"):
+        from ..explain import blocked_in
+        wait = ss.get("sync_wait_us_per_step") or 0.0
         lines.append(f"  steady state: {ss['bound']}: {format_duration_us(ss['gpu_us_per_step'])} of GPU work launched "
                      f"per {format_duration_us(ss['cpu_us_per_step'])} of CPU per step"
                      + (f", {format_duration_us(wait)} of it blocked in {blocked_in(report.steps, ss)} while the GPU "
                         "worked" if wait > 0 else "")
                      + (f", {format_duration_us(ss['copy_us_per_step'])} of the GPU work copies between host and "
                         "device" if ss["bound"] == "copy-bound" else "")
-                     + f" ({basis})" + (_compute_bound_why(ss) if ss["bound"] == "compute-bound"
+                     + " (the same steps)" + (_compute_bound_why(ss) if ss["bound"] == "compute-bound"
                                         and ss["gpu_us_per_step"] < ss["cpu_us_per_step"] - wait else ""))
     if s["has_gpu"]:
         frac = s["gpu_busy_fraction"]
@@ -181,10 +178,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
                      "recorded, nor such a wait): "
                      + ", ".join(f"{c} {format_share(v, 1)}" for c, v in shares.items() if v > 0))
     ph = report.summary.get("train_phases") or {}
-    if ph:  # a training step: where each phase's time goes (medians of the steps after the first)
-        after_first = (report.summary.get("steady_state") or {}).get("basis") == "after_first"
-        lines.append("  training phases (per step, median of the "
-                     + ("steps after the first" if after_first else "steps") + "): " + ", ".join(
+    if ph:  # a training step: where each phase's time goes (medians of the steady state's steps)
+        lines.append("  training phases (per step, median of the same steps): " + ", ".join(
             f"{name} {format_duration_us(v['cpu_us'])} CPU"
             + (f" / {format_duration_us(v['gpu_us'])} GPU, {format_count(v['kernels'])} "
                f"kernel{'s' if v['kernels'] != 1 else ''}"

@@ -361,9 +361,9 @@ def step_summary(run: Run, report: Report) -> dict:
     """One run's median step: CPU µs, GPU busy µs (of the ops it launched), the share of its wall time the GPU was
     busy, launches and GPU ops; with the run's name, its machine's label (``store.machine_of``), size
     (:func:`run_size`) and its axis (:func:`run_size_axis`), what a step runs (:func:`step_kind`) and mode
-    (:func:`mode_label`). The medians are over the steps the loop worked in, less those in which torch.compile's
-    compiler ran (``analyses.measured_steps``: an empty step is no step of the loop, a compile no step's cost), as
-    the report's summary takes them. NaN medians when the trace has no ProfilerStep,
+    (:func:`mode_label`). The medians are over the steady state's steps, as the report's summary and every per-step
+    figure take them (``analyses.measured_steps``: an empty step is no step of the loop, the first of 3 or more carries
+    start-up effects, a compile is no step's cost). NaN medians when the trace has no ProfilerStep,
     and NaN GPU figures (busy, share, launches, GPU ops) when it has no GPU lane: nothing was there to count, which a
     0 would not say."""
     from ..analyses import measured_steps

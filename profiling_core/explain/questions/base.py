@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses._shared import COMPILER_RANGE, factorize
+from ...analyses._shared import factorize
 from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...config import config_field as _cfg
 from ...units import cut_apart, format_count, format_share
@@ -261,10 +261,60 @@ def _lazy_loading(r) -> pd.DataFrame:
 
 def _compile_steps_text(steps: list) -> str:
     """"step 1 left out, as torch.compile's compiler ran in it: ..." (``analyses.basis_steps``,
-    ``analyses.compile_in_working_steps``)."""
+    ``analyses.compile_in_measured_steps``)."""
     many = len(steps) > 1
     return (f"step{'s' if many else ''} {', '.join(map(str, steps))} left out, as torch.compile's compiler ran in "
             f"{'them' if many else 'it'}: compiling or recording a CUDA graph, one-time work like a first step's")
+
+
+def _all_steps(n: int) -> str:
+    return "the only step" if n == 1 else "both steps" if n == 2 else f"all {n} steps"
+
+
+def _stubs_left_out(stubs: list) -> str:
+    """"step 5, the profiler's closing stub (no op or launch call began in it), left out" (``analyses.working_steps``:
+    no step of the loop, so no per-step figure counts it)."""
+    many = len(stubs) > 1
+    return (f"step{'s' if many else ''} {', '.join(map(str, stubs))}, the profiler's closing stub{'s' if many else ''} "
+            f"(no op or launch call began in {'them' if many else 'it'}), left out")
+
+
+def _basis_text(ss: dict, n_steps: int) -> str:
+    """Which of a run's ``n_steps`` working steps its per-step figures read (``ss``: ``analyses.steady_state``'s
+    dict; ``analyses.measured_steps``) and which they leave out, and why: "the 2 steps after the first; the first may
+    carry start-up effects …; step 3 left out, as torch.compile's compiler ran in it …"."""
+    comp = ss.get("compile_steps") or []
+    if ss["basis"] == "after_first":
+        text = (f"the {n_steps - 1} steps after the first; the first may carry start-up effects, and question 3 "
+                "compares it with them")
+    elif comp:  # (two steps, one of which compiled: the other alone)
+        kept = ss.get("basis_steps") or []
+        text = f"step{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}"
+    else:
+        text = _all_steps(n_steps)
+    if comp:
+        text += "; " + _compile_steps_text(comp)
+    empty = ss.get("empty_steps") or []
+    if empty and ss["basis"] != "after_first":
+        text = "the only step with work in it" if n_steps == 1 else f"all {n_steps} steps with work in them"
+    if empty:  # no step of the loop: the figures leave it out (analyses.working_steps)
+        text += "; " + _stubs_left_out(empty)
+    idle = ss.get("steps_without_gpu") or []
+    if idle:  # the figures are those of the steps that launched GPU work
+        text += (f"; of them, the {len(ss['basis_steps'])} that launched GPU work, as step"
+                 f"{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))} launched none")
+    return text
+
+
+def _left_out_text(r) -> str:
+    """:func:`_basis_text` of report ``r``'s steps in parentheses, to follow a per-step figure, where its steps leave
+    any out; "" where they read every step."""
+    from ...analyses import steady_state, working_steps
+    ss = r.summary.get("steady_state") or steady_state(r.steps)
+    if ss.get("basis") != "after_first" and not any(ss.get(k) for k in ("compile_steps", "empty_steps",
+                                                                         "steps_without_gpu")):
+        return ""
+    return f" ({_basis_text(ss, len(working_steps(r.steps)))})"
 
 
 def _compiler_every_step(steps) -> str:
@@ -278,21 +328,34 @@ def _compiler_every_step(steps) -> str:
             "the loop's own cost.")
 
 
-def _eager_after_compiling(r, cb, left: list) -> str:
-    """Where the compiled regions all lie in the steps left out for the compiler (``left``) and the other steps
-    (``cb``) ran none, what happened, as a sentence; "" otherwise."""
-    if not left or int(cb["compiled_regions"].sum()) > 0:
+def _eager_after_compiling(r, cb) -> str:
+    """Where the compiled regions all lie in steps the per-step figures leave out (``cb``: ``compile_breakdown``'s
+    rows of the steps they read, ``analyses.compile_in_measured_steps``) and the steps they read ran none, what
+    happened, as a sentence; "" otherwise. Steps that compiled and ran compiled code, then none after: Dynamo gave up
+    on the frame; compiled code only in the first step (left out as the first): the steps read ran eagerly."""
+    from ...analyses import compile_steps, working_steps
+    if not len(cb) or int(cb["compiled_regions"].sum()) > 0:
         return ""
     allcb = r.compile_breakdown
-    if int(allcb.loc[allcb["step"].isin(left), "compiled_regions"].sum()) == 0:
+    out = set(working_steps(r.steps)["step"]) - set(cb["step"])
+    ran = sorted(int(k) for k in allcb.loc[allcb["step"].isin(out) & (allcb["compiled_regions"] > 0), "step"])
+    if not ran:
         return ""
+    comp = set(compile_steps(r.steps))
     lookups = int(cb["cache_lookups"].sum())
-    return (f"torch.compile ran compiled code only in step{'s' if len(left) > 1 else ''} "
-            f"{', '.join(map(str, left))}, each of which also ran its compiler (it compiled or recompiled there); "
-            f"the other {_n(len(cb), 'step')} ran no compiled region"
+    gave_up = all(k in comp for k in ran)
+    tried = sorted(k for k in comp if k in out and k not in ran)  # (the compiler's last try, which gave up)
+    many = len(ran) > 1
+    return (f"torch.compile ran compiled code only in step{'s' if many else ''} {', '.join(map(str, ran))}, "
+            + ("each of which also ran its compiler (it compiled or recompiled there)" if gave_up else
+               f"which the per-step figures leave out{_left_out_text(r)}")
+            + (f"; in step{'s' if len(tried) > 1 else ''} {', '.join(map(str, tried))} its compiler ran, but no "
+               "compiled code" if tried else "")
+            + f"; the other {_n(len(cb), 'step')} ran no compiled region"
             + (f", only Dynamo's cache lookup ({_n(lookups, 'TorchDynamo Cache Lookup')})" if lookups else "")
-            + ", and then the code eagerly: Dynamo gave up compiling the frame (its recompile limit, "
-            "torch._dynamo.config.recompile_limit, or code it cannot compile).")
+            + (", and then the code eagerly: Dynamo gave up compiling the frame (its recompile limit, "
+               "torch._dynamo.config.recompile_limit, or code it cannot compile)." if gave_up else
+               ": the steps the per-step figures read ran eagerly."))
 
 
 def _is_cold(r, config) -> bool:

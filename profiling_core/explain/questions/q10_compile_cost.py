@@ -9,22 +9,23 @@ from __future__ import annotations
 
 from ...config import config_field as _cfg
 from ...units import format_duration_us as _us
-from .base import (Finding, _app_run, _compile_steps_text, _compiler_every_step, _eager_after_compiling, _listed,
-                   _n, _num)
+from .base import (Finding, _app_run, _compiler_every_step, _eager_after_compiling, _left_out_text, _listed, _n,
+                   _num)
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
-    from ...analyses import compile_in_working_steps, compile_steps_left_out
+    from ...analyses import compile_in_measured_steps, compile_steps
     if r.compile_breakdown.empty:
         return []
-    cb = compile_in_working_steps(r)  # per step: the steps the loop worked in
+    cb = compile_in_measured_steps(r)  # per step: the steady state's steps
     cpu_med = float(cb["cpu_dur_us"].median())
-    gave_up = _eager_after_compiling(r, cb, compile_steps_left_out(r))
+    left = compile_steps(r.steps)
+    gave_up = _eager_after_compiling(r, cb)
     if gave_up:  # no step shows what the compiled code costs a step
         return [Finding("q10.compile_cost", 10, "CPU cost per step (eager after compiling)",
                         f"No step shows the compiled code's cost per step: {gave_up} The eager steps took a median "
                         f"{_us(cpu_med)} of CPU time.", {"cpu_step_median_us": _num(cpu_med), "compiled": False,
-                                                          "compile_steps": compile_steps_left_out(r)})]
+                                                          "compile_steps": left})]
     if int(cb["compiled_regions"].sum()) == 0:
         return [_eager(r, config, set(cb["step"]), cpu_med)]
     # the split is one step's, so that its parts add up: the step whose compiled region took the median time (of an
@@ -50,13 +51,11 @@ def _q10_cost(r, config=None) -> list[Finding]:
         ev["backward_wait_us"] = _num(wait)
     which = f"in ProfilerStep#{int(at['step'])}" + (
         "" if len(compiled) == 1 else f" ({'the' if len(compiled) % 2 else 'a'} middle step by its region's time)")
-    left = compile_steps_left_out(r)
     if left:
         ev["compile_steps"] = left
     every = _compiler_every_step(cb[cb["step"].isin(compiled["step"])].merge(
         r.steps[["step", "compile_us"]], on="step")) if len(r.steps) else ""
-    head = (f"Compiled steps took a median {_us(cpu_med)} of CPU time"
-            + (f" ({_compile_steps_text(left)})" if left else "")
+    head = (f"Compiled steps took a median {_us(cpu_med)} of CPU time{_left_out_text(r)}"
             + f"; {which}, Torch-Compiled Region {_us(region)}")
     if int(cb["fx_graph_calls"].sum()) == 0:  # the trace names no graph call: nothing to split off
         del ev["fx_graph_us"], ev["wrapper_us"]
@@ -118,7 +117,8 @@ def _eager(r, config, steps: set, cpu_med: float) -> Finding:
     ch = r.dispatch_chains
     if ch.empty or ((ch["lane"] == "cpu") & (ch["depth"] > 0) & ch["step"].isin(steps)).any():
         return Finding("q10.compile_cost", 10, "CPU cost per step (eager)",
-                       f"Eager steps took a median {_us(cpu_med)} of CPU time; profile {_same_work(r, config)} with "
+                       f"Eager steps took a median {_us(cpu_med)} of CPU time{_left_out_text(r)}; profile "
+                       f"{_same_work(r, config)} with "
                        "torch.compile to compare the compiled path's CPU cost.", ev)
     own = r.cpu_own_times
     mine = own[own["step"].isin(steps)].sort_values("own_us", ascending=False, kind="stable") if len(own) else own

@@ -17,7 +17,7 @@ from ...analyses.compile import COMPILED_GRAPH_CALL
 from ...analyses.phases import is_data_loader_next
 from ...units import format_duration_us as _us
 from ...units import format_rate, format_share, format_times
-from .base import (NO_GPU_TEXT, Finding, _compile_steps_text, _compiler_every_step, _num, _per_name,
+from .base import (NO_GPU_TEXT, Finding, _all_steps, _basis_text, _compiler_every_step, _num, _per_name,
                    _self_times_by_slice, _work_ops)
 
 _TOP_WORK_OPS = 3
@@ -25,42 +25,6 @@ _TOP_WORK_OPS = 3
 
 UNLIKE_STEPS = 2.0
 """Two steady-state steps whose CPU times differ by this factor or more: their median, their mean, is no step's."""
-
-
-def _all_steps(n: int) -> str:
-    return "the only step" if n == 1 else "both steps" if n == 2 else f"all {n} steps"
-
-
-def _stubs_left_out(stubs: list) -> str:
-    """"step 5, the profiler's closing stub (no op or launch call began in it), left out" (``analyses.working_steps``:
-    no step of the loop, so no per-step figure counts it)."""
-    many = len(stubs) > 1
-    return (f"step{'s' if many else ''} {', '.join(map(str, stubs))}, the profiler's closing stub{'s' if many else ''} "
-            f"(no op or launch call began in {'them' if many else 'it'}), left out")
-
-
-def _basis_text(ss: dict, n_steps: int) -> str:
-    comp = ss.get("compile_steps") or []
-    if ss["basis"] == "after_first":
-        text = (f"the {n_steps - 1} steps after the first; the first may carry start-up effects, and question 3 "
-                "compares it with them")
-    elif comp:  # (two steps, one of which compiled: the other alone)
-        kept = ss.get("basis_steps") or []
-        text = f"step{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}"
-    else:
-        text = _all_steps(n_steps)
-    if comp:
-        text += "; " + _compile_steps_text(comp)
-    empty = ss.get("empty_steps") or []
-    if empty and ss["basis"] != "after_first":
-        text = "the only step with work in it" if n_steps == 1 else f"all {n_steps} steps with work in them"
-    if empty:  # no step of the loop: the figures leave it out (analyses.working_steps)
-        text += "; " + _stubs_left_out(empty)
-    idle = ss.get("steps_without_gpu") or []
-    if idle:  # the figures are those of the steps that launched GPU work
-        text += (f"; of them, the {len(ss['basis_steps'])} that launched GPU work, as step"
-                 f"{'s' if len(idle) > 1 else ''} {', '.join(map(str, idle))} launched none")
-    return text
 
 
 def _q2_bound(r, config=None) -> list[Finding]:
@@ -403,21 +367,22 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     dispatch, the profiler); the verdict by :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` (the rule is
     stated there); the GEMMs' achieved GFLOP/s where their FLOPs are known."""
     work = working_steps(r.steps)  # (the profiler's closing stub is no step of the loop)
-    stubs = [int(k) for k in r.steps.loc[~r.steps.index.isin(work.index), "step"]]
-    s = measured_steps(r.steps)  # (nor a step in which torch.compile's compiler ran, where another remains)
-    comp = [int(k) for k in work.loc[~work.index.isin(s.index), "step"]]
-    left = ([_stubs_left_out(stubs)] if stubs else []) + ([_compile_steps_text(comp)] if comp else [])
-    left = f" ({'; '.join(left)})" if left else ""
+    ss = r.summary.get("steady_state") or steady_state(r.steps)
+    stubs = ss.get("empty_steps") or []
+    # the steady state's steps: after the first (from 3 on), none in which torch.compile's compiler ran
+    s = measured_steps(r.steps)
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0,
-          **({"empty_steps": stubs} if stubs else {})}
+          **({"empty_steps": stubs} if stubs else {}), "basis_steps": [int(k) for k in s["step"]]}
+    if ss.get("compile_steps"):
+        ev["compile_steps"] = ss["compile_steps"]
+    steady = f"in steady state ({_basis_text(ss, len(work))}) a step took a median {_us(cpu_med)}"
     devices = [d.get("name") for d in r.summary.get("devices") or [] if d.get("name")]
     if devices:  # a trace from a GPU machine whose steps ran no GPU op: say so, not "ran on the CPU"
         text = (f"This trace names {devices[0]}{' and more GPUs' if len(devices) > 1 else ''} but recorded no kernel, "
-                f"memcpy or memset: {_all_steps(len(s))}{left} did their work on the CPU, median {_us(cpu_med)} per "
-                "step.")
+                f"memcpy or memset: {_all_steps(len(work))} did their work on the CPU; {steady}.")
         ev["devices"] = devices[:8]
     else:
-        text = f"{NO_GPU_TEXT}: {_all_steps(len(s))}{left} ran on the CPU, median {_us(cpu_med)} per step."
+        text = f"{NO_GPU_TEXT}: {_all_steps(len(work))} ran on the CPU; {steady}."
     ch = r.dispatch_chains
     # by step slice: two ranks' step N in one file are two steps, each with its own work and duration
     slices = [int(x) for x in s["slice_id"]]

@@ -7,7 +7,7 @@ torch.compile's code launched them and as eager code did (``launch_paths``' ``fr
 first, at most :data:`KERNELS_LISTED` names of each."""
 from __future__ import annotations
 
-from .base import NO_GPU_TEXT, Finding, _compile_steps_text, _eager_after_compiling, _n, _num, _short
+from .base import NO_GPU_TEXT, Finding, _eager_after_compiling, _left_out_text, _n, _num, _short
 
 
 def _as_config(config):
@@ -22,10 +22,10 @@ def _as_config(config):
 
 
 def _q9_compile(r, config=None) -> list[Finding]:
-    from ...analyses import compile_in_working_steps, compile_steps_left_out
+    from ...analyses import compile_in_measured_steps, compile_steps
     if r.compile_breakdown.empty:
         return []
-    cb = compile_in_working_steps(r)  # per step: the steps the loop worked in
+    cb = compile_in_measured_steps(r)  # per step: the steady state's steps
     regions = int(cb["compiled_regions"].sum())
     ev = {"steps": int(len(cb)), "compiled_regions": regions,
           "compiled_regions_per_step": _num(regions / len(cb)),
@@ -38,8 +38,8 @@ def _q9_compile(r, config=None) -> list[Finding]:
           "memsets": int(cb["memsets"].sum()), "graph_launches": int(cb["graph_launches"].sum()),
           "memcpy_dtod_per_step": _num(cb["memcpy_dtod"].median()), "memsets_per_step": _num(cb["memsets"].median()),
           "graph_launches_per_step": _num(cb["graph_launches"].median())}
-    left = compile_steps_left_out(r)
-    gave_up = _eager_after_compiling(r, cb, left)
+    left = compile_steps(r.steps)
+    gave_up = _eager_after_compiling(r, cb)
     if gave_up:
         ev["compile_steps"] = left
         return [Finding("q9.compile", 9, "Compiled only while compiling", gave_up
@@ -84,7 +84,7 @@ def _q9_compile(r, config=None) -> list[Finding]:
     if left:
         ev["compile_steps"] = left
     text = (f"torch.compile ran: {_n(regions, 'Torch-Compiled Region slice')} over {_n(len(cb), 'step')}"
-            + (f" ({_compile_steps_text(left)})" if left else "") + ", with "
+            + _left_out_text(r) + ", with "
             + (f"{len(forward)} distinct CompiledFxGraph hash{'es' if len(forward) != 1 else ''}" if hashes
                else "no CompiledFxGraph call recorded")
             + (_same_graph(cb, forward[0], forward_calls) if len(forward) == 1 and forward_calls > 1 else "")

@@ -13,7 +13,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import (GRAPH_LAUNCHES, STAGING_OP, annotation_ranges, compile_in_working_steps, launch_ops,
+from ....analyses import (GRAPH_LAUNCHES, STAGING_OP, annotation_ranges, compile_in_measured_steps, launch_ops,
                           ran_compiled)
 from ....config import config_field as _cfg
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels, _steps
@@ -89,7 +89,7 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     names = tb.name.tolist()
     regions = sorted({n for n in names if isinstance(n, str) and n.startswith("Torch-Compiled Region: ")})
     recompiled = [n for n in regions if not n.endswith("/0")]
-    per_step = float(compile_in_working_steps(c.report)["compiled_regions"].median())
+    per_step = float(compile_in_measured_steps(c.report)["compiled_regions"].median())
     hashes, backward = set(), set()
     for h in cb["fx_graph_hash"].dropna():
         hashes.update(str(h).split(","))

@@ -10,7 +10,7 @@ allocation then happened in the pools, or before the window: the run's ``max_mem
 figure)."""
 from __future__ import annotations
 
-from ....analyses import compile_in_working_steps, recorded_with
+from ....analyses import compile_in_measured_steps, recorded_with
 from ....analyses.memory import device_of
 from ....config import config_field as _cfg
 from ....units import human_bytes
@@ -27,9 +27,9 @@ def _rule_cudagraph_pools(c: _Ctx) -> Diagnosis | None:
     recorded_nothing = not m.has_events and recorded_with("profile_memory", r.summary.get("recorded_with"), c.config)
     if gpu.empty and not recorded_nothing:
         return None
-    # per step as question 9 counts them: the median over the steps the loop worked in (replays outside the steps,
+    # per step as question 9 counts them: the median over the steady state's steps (replays outside the steps,
     # a warm-up or an evaluation loop recorded without step slices, count in the trace's total only)
-    cb = compile_in_working_steps(r)
+    cb = compile_in_measured_steps(r)
     per_step = float(cb["graph_launches"].median()) if len(cb) else float("nan")
     mode = _cfg(c.config, "compile")
     asked = graph_mode_asked(c.config)  # a torch.compile mode that replays CUDA graphs (reduce-overhead, max-autotune)

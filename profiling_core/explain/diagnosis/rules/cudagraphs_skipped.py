@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ....analyses import compile_in_working_steps
+from ....analyses import compile_in_measured_steps
 from ....config import config_field as _cfg
 from ....workloads.causal_lm import CUDA_GRAPH_MODES
 from ..base import Diagnosis, _Ctx, _fmt_n
@@ -38,7 +38,7 @@ def _rule_cudagraphs_skipped(c: _Ctx) -> Optional[Diagnosis]:
     mode = graphs_skipped(c)
     if mode is None:
         return None
-    cb = compile_in_working_steps(c.report)
+    cb = compile_in_measured_steps(c.report)
     launches = float(cb["kernel_launches"].median())
     text = (f"This run asked torch.compile for mode='{mode}' (CUDA graphs), but no step replays one: no "
             f"cudaGraphLaunch in any step, {_fmt_n(launches)} kernel launches per step instead. Inductor skipped the "

@@ -28,7 +28,7 @@ from ....analyses import GPU_PACED, after_phase, basis_steps, phases_at, working
 from ....analyses._common import is_size
 from ....analyses._shared import SYNC_CALLS, union_ns
 from ....units import human_bytes
-from ...questions.base import ELSEWHERE, _on_step_thread, _per_name
+from ...questions.base import ELSEWHERE, _basis_text, _on_step_thread, _per_name
 from ..base import Diagnosis, _args_of, _cpu_time_cost, _Ctx, _fmt_n, _fmt_us, _other_steps_empty
 
 _SYNC_CALLS = (*sorted(SYNC_CALLS), "cudaMemcpy", "hipMemcpy", "hipMemcpyWithStream")
@@ -136,10 +136,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
             parts.append(f"{_fmt_n(logged)} per step after the optimizer, outside every phase: the loop reading a "
                          "value back (logging the loss with .item()) every step")
     pageable = any(row["memory"] == "pageable" for row in copy_rows)
-    comp = ss.get("compile_steps") or []  # (analyses.basis_steps: steps in which torch.compile's compiler ran)
-    scope = (" of the steady state (the steps after the first" + (f", less step{'s' if len(comp) > 1 else ''} "
-             f"{', '.join(map(str, comp))}, in which torch.compile's compiler ran" if comp else "") + ")"
-             if len(steady) < len(work) else "")
+    scope = f" of the steady state ({_basis_text(ss, len(work))})" if len(steady) < len(work) and ss else ""
     if len(work) == 1 < len(r.steps):  # one step with work beside empty ones: no steady state to speak of
         where = f"Inside the only step with work in it (step {steady[0]}; {_other_steps_empty(r)})"
     else:
