@@ -18,6 +18,8 @@ CPU_COLD = DATA / "cpu" / "compile_cold.json.gz"  # 64² fp32 matmul + add, comp
 AT_64 = DATA / "h100" / "autotune_64_cold_ma.json.gz"  # 64² bf16, max-autotune, no warm-up, 0/0/3
 AT_4096 = DATA / "h100" / "autotune_4096_cold_manc.json.gz"  # 4096² bf16, max-autotune-no-cudagraphs, cold
 WARM_64 = DATA / "h100" / "autotune_64_warm_manc.json.gz"  # 64², max-autotune-no-cudagraphs, 10 warm-up calls
+COLD_DEFAULT = DATA / "h100" / "cold_64_compile.json.gz"  # 64² bf16, compile default, no warm-up, 0/0/3
+COLD_RO = DATA / "h100" / "cold_64_ro.json.gz"  # 64² bf16, reduce-overhead, no warm-up, 0/0/3
 _REGION = ("Torch-Compiled Region", "## Call CompiledFxGraph")
 
 
@@ -67,15 +69,17 @@ def compile_us_by_scan(steps, merged) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("path", [CPU_COLD, AT_64, AT_4096, WARM_64], ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize("path", [CPU_COLD, AT_64, AT_4096, WARM_64, COLD_DEFAULT, COLD_RO],
+                         ids=lambda p: p.name.split(".")[0])
 def test_each_steps_compile_time_is_the_time_its_window_spends_in_the_compilers_ranges(path):
     r, _f, _d = run(path)
     _ev, steps, merged = scan(path)
     assert r.steps["compile_us"].tolist() == pytest.approx(compile_us_by_scan(steps, merged), abs=0.01)
     if path is WARM_64:  # compiled in the warm-up: nothing of the compiler in the recorded steps
         assert not merged and (r.steps["compile_us"] == 0).all()
-    else:  # the first step compiled: nearly all of it (the JSON: over 97% of its window)
-        assert r.steps["compile_us"].iloc[0] > 0.97 * steps[0]["dur"]
+    else:  # the first step compiled: nearly all of it (the JSON: over 97% of its window; 94–95% on the default and
+        # reduce-overhead runs, whose first step also sets up CUDA outside the compiler)
+        assert r.steps["compile_us"].iloc[0] > (0.9 if path in (COLD_DEFAULT, COLD_RO) else 0.97) * steps[0]["dur"]
 
 
 def test_a_step_that_records_a_cuda_graph_is_no_step_of_the_steady_state():
@@ -227,7 +231,8 @@ def test_of_two_steps_one_that_compiled_the_other_is_the_steady_state(tmp_path):
     assert "In steady state (step 1; step 0 left out, as torch.compile's compiler ran in it" in f["q2.bound"].text
 
 
-@pytest.mark.parametrize("path", [CPU_COLD, AT_64, AT_4096], ids=["cpu", "64_ma", "4096_manc"])
+@pytest.mark.parametrize("path", [CPU_COLD, AT_64, AT_4096, COLD_DEFAULT, COLD_RO],
+                         ids=["cpu", "64_ma", "4096_manc", "64_default", "64_ro"])
 def test_questions_9_and_10_read_the_steps_without_the_compile(path):
     """Their per-step figures leave out the steps in which the compiler ran, as question 2's steady state does: the
     same CPU time per step in both (before, question 10 gave the 64² run's 16.67 ms recording step as its
@@ -479,3 +484,24 @@ def test_a_cpu_trace_does_not_say_a_slow_first_step_was_no_cold_start(with_confi
     else:
         assert q3.evidence["cold_start"] is None and "A CPU trace cannot tell a cold start" in q3.text
 
+
+def test_a_default_compiles_copies_are_not_called_benchmarks():
+    """A cold default compile on the H100: inside the compiler's ranges its first step launches 48 copies (the JSON:
+    their launch calls sit in compiler ranges; 24 of them under ``_recursive_joint_graph_passes``, its pattern
+    passes moving tensors to the GPU). Question 3 glossed them "under max-autotune, its benchmarks of candidate
+    kernels", which a default compile runs none of; it says so only where the trace holds an autotuning range."""
+    path = COLD_DEFAULT
+    ev, steps, merged = scan(path)
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    lo, hi = steps[0]["ts"], steps[0]["ts"] + steps[0]["dur"]
+    ours = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+            and (c := calls.get(e.get("args", {}).get("correlation"))) is not None
+            and lo <= c["ts"] < hi and inside(merged, c["tid"], c["ts"])]
+    assert len(ours) == 48 and all(e["cat"] == "gpu_memcpy" for e in ours)
+    assert not any("autotun" in str(e["name"]) for e in ev if str(e["name"]).endswith(" (dynamo_timed)"))
+    _r, f, _d = run(path)
+    q3 = f["q3.cold_start"].text
+    assert "in them it launched 48 GPU ops of its own (" in q3 and "benchmark" not in q3
+    _r, f, _d = run(AT_64)  # (max-autotune: addmm_template_autotuning's benchmarks)
+    assert "; under max-autotune, its benchmarks of candidate kernels)" in f["q3.cold_start"].text

@@ -201,6 +201,9 @@ def _compiled_in(r, first_step: int, extra: float, ev: dict) -> str:
     # CUDA graph trees' recording (reduce-overhead, max-autotune) is the compiler's too, but compiles nothing
     recorded = len(ranges) > 0 and ranges.astype(str).str.startswith(_GRAPH_RECORDING).all()
     ev["compile_work"] = "cuda_graph_recording" if recorded else "compile"
+    # max-autotune's benchmarks run in ranges of their own (``addmm_template_autotuning (dynamo_timed)``); a default
+    # compile also launches copies (its pattern passes moving constants to the GPU), which are no benchmarks
+    autotuned = ranges.astype(str).str.contains("autotun", case=False).any()
     share = f", {format_share(comp / extra)} of the {_us(extra)} extra" if 0 < comp <= extra * 1.0005 else ""
     text = (f" torch.compile recorded a CUDA graph in this step: its compiler's ranges "
             f"({', '.join(sorted(set(ranges)))}) took {_us(comp)}{share}" if recorded else
@@ -215,7 +218,7 @@ def _compiled_in(r, first_step: int, extra: float, ev: dict) -> str:
         listed = ", ".join(f"{_short(nm)} ×{int(c):,}" for nm, c in zip(cl.index[:3], cl.iloc[:3]))
         text += (f", and in them it launched {n:,} GPU op{'s' if n != 1 else ''} of its own ({listed}"
                  + (f" and {len(cl) - 3} more" if len(cl) > 3 else "")
-                 + "; under max-autotune, its benchmarks of candidate kernels)")
+                 + ("; under max-autotune, its benchmarks of candidate kernels" if autotuned else "") + ")")
     later = r.steps[(r.steps["step"] != first_step) & (r.steps["compile_us"] > 0)]["step"].tolist()
     if later:  # (they compiled again: a recompile, or a graph recorded later)
         return text + (f"; the compiler ran again in step{'s' if len(later) > 1 else ''} "
