@@ -88,6 +88,9 @@ def per_step(run_id: str) -> dict:
 
 
 per_run = pd.DataFrame([per_step(r) for r in chosen])
+if any((ui.report(r).summary.get("steady_state") or {}).get("basis") == "after_first" for r in chosen):
+    st.caption("Each run's per-step figures read its steady state, as every per-step figure does: the steps after the "
+               "first (the first may carry start-up effects; the Dispatch page and question 3 compare it).")
 if compiling:
     many = len(compiling) > 1
     st.caption(f"Step{'s' if many else ''} {', '.join(map(str, compiling))} {'are' if many else 'is'} left out of "

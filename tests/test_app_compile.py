@@ -113,6 +113,8 @@ def test_runs_of_another_setting_are_left_out_not_pooled_into_the_baseline(runs_
     launches = [sum(1 for c in xs("sweep_4096_warm_eager", "cuda_runtime", "cuda_driver")  # calls that launched work
                     if c["args"].get("correlation") in ran and s["ts"] <= c["ts"] < s["ts"] + s["dur"]) for s in steps]
     assert delta.loc["launches per step", "eager"] == statistics.median(launches) == 3
+    # (and the page says which steps its per-step figures read)
+    assert any("Each run's per-step figures read its steady state" in c.value for c in at.caption)
 
 
 def test_the_report_holds_the_pages_findings_and_gemm_table(runs_dir, media):
