@@ -24,6 +24,7 @@ from profiling_core.present import (ABSENT, MACHINE_COMPARISON_COLUMNS, comparis
 from profiling_core.store import (DATASHEETS, UNKNOWN, DevicePeaks, PeakBook, Run, group_by_machine, machine_of,
                                   match_configs)
 
+from conftest import steady
 from test_h200_app_traces import DATA as APP, meta
 from test_summaries import plain_step_medians
 
@@ -164,10 +165,12 @@ def judged(store: RunStore, run: Run):
 
 
 def plain_cpu_step_median(path: Path) -> tuple[int, float]:
-    """(ProfilerStep slices, their median duration) of a trace, by a plain scan of its JSON."""
+    """(ProfilerStep slices, the median duration of those after the first: the steady state's, which every per-step
+    figure reads) of a trace, by a plain scan of its JSON."""
     evs = json.loads(path.read_text())["traceEvents"]
-    steps = [e["dur"] for e in evs if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")]
-    return len(steps), statistics.median(steps)
+    steps = sorted((e for e in evs if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])
+    return len(steps), statistics.median(e["dur"] for e in steady(steps))
 
 
 def by_id(pairs) -> dict[str, str]:
