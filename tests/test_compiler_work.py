@@ -505,3 +505,21 @@ def test_a_default_compiles_copies_are_not_called_benchmarks():
     assert "in them it launched 48 GPU ops of its own (" in q3 and "benchmark" not in q3
     _r, f, _d = run(AT_64)  # (max-autotune: addmm_template_autotuning's benchmarks)
     assert "; under max-autotune, its benchmarks of candidate kernels)" in f["q3.cold_start"].text
+
+
+def test_staging_copies_are_weighed_against_the_gemms_of_the_same_steps():
+    """The cold reduce-overhead run on the H100: the step the per-step figures read (step 2) replays the GEMM from its
+    CUDA graph and copies one input in before it (the JSON: each kernel by its launch call's step). The rule said
+    the staging copies "cost more than the GEMMs (0.73 µs per step)": it summed the copies of steps 1 and 2 against
+    the one GEMM the roofline could size (step 0's, spread over three steps)."""
+    ev, steps, _m = scan(COLD_RO)
+    calls = {e["args"]["correlation"]: e for e in ev
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    lo, hi = steps[2]["ts"], steps[2]["ts"] + steps[2]["dur"]
+    mine = [e for e in ev if e.get("cat") == "kernel" and (c := calls.get(e["args"].get("correlation")))
+            and lo <= c["ts"] < hi]
+    gemm = sum(e["dur"] for e in mine if e["name"].startswith("nvjet"))
+    copy = sum(e["dur"] for e in mine if "multi_tensor_apply" in e["name"])
+    assert 0 < copy < gemm
+    _r, _f, d = run(COLD_RO)
+    assert not any("staging copies" in x.text for x in d.diagnoses)

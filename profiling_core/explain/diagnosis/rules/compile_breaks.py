@@ -13,8 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import (GRAPH_LAUNCHES, STAGING_OP, annotation_ranges, compile_in_measured_steps, launch_ops,
-                          ran_compiled)
+from ....analyses import (GRAPH_LAUNCHES, STAGING_OP, annotation_ranges, compile_in_measured_steps, gpu_op_category,
+                          launch_ops, measured_steps, ran_compiled)
 from ....config import config_field as _cfg
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels, _steps
 from .decode_launch_bound import TOKEN_RANGE
@@ -81,6 +81,27 @@ def _staging_copies(c: _Ctx):
     return k[copying]
 
 
+def _staging_and_gemms(c: _Ctx):
+    """(staging copies, GEMM kernels, steps) over the steps every per-step figure reads (``analyses.measured_steps``)
+    where the trace has steps: the :func:`_staging_copies` and the GPU ops of category ``gemm`` (a CUDA graph's
+    replayed GEMM included, which no CPU op sizes) whose launch lies in one of them, the compiler's own launches left
+    out. Both sides over the same steps: a cold reduce-overhead run's graph replays its GEMM in the step it measures,
+    while its copies also ran in the recording step, and the roofline's GEMM rows hold only the ops it can size."""
+    r = c.report
+    staging = _staging_copies(c)
+    ops, lat = r.gpu_ops, r.launch_latency
+    pairs = list(zip(ops["name"], ops["category"]))
+    kinds = {p: gpu_op_category(*p) for p in set(pairs)}  # (once per distinct name and category)
+    gemms = ops[[kinds[p] == "gemm" for p in pairs]] if len(ops) else ops
+    if r.steps.empty or lat.empty:
+        return staging, gemms, _steps(r)
+    steps = set(measured_steps(r.steps)["step"].astype(int))
+    launched = lat[lat["step"].notna() & ~lat["compiler"].astype(bool)].drop_duplicates("gpu_id")
+    kept = set(launched.loc[launched["step"].astype(int).isin(steps), "gpu_id"].astype(int))
+    return (staging[staging["id"].astype(int).isin(kept)], gemms[gemms["id"].astype(int).isin(kept)],
+            max(1, len(steps)))
+
+
 def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
     cb = c.report.compile_breakdown
     if cb.empty or not (cb["compiled_regions"] > 0).any():
@@ -123,18 +144,16 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
                      "(or torch._dynamo.explain)"
                      + ("; mark dynamic sizes (torch._dynamo.mark_dynamic) or compile with dynamic=True"
                         if "recompiles" in hunt else "") + ".")
-    staging = _staging_copies(c)
-    math_us = float(c.roof.loc[c.roof["kind"] == "gemm", "time_us"].mul(
-        c.roof.loc[c.roof["kind"] == "gemm", "count"]).sum()) if not c.roof.empty else 0.0
-    stage_us = float(staging["dur_us"].sum())
+    staging, gemms, n_steps = _staging_and_gemms(c)
+    stage_us, math_us = float(staging["dur_us"].sum()), float(gemms["dur_us"].sum())
     if len(staging) and math_us and stage_us > math_us:
         fixes.append("Under mode='reduce-overhead' each replay first copies every input that is not a parameter or "
                      "buffer into the CUDA graph's static buffers: keep such an input in one tensor that every call "
                      "reuses and mark it with torch._dynamo.mark_static_address, so the graph reads it in place and "
                      "nothing is copied in.")
         parts.append(f"CUDA-graph input staging copies ({len(staging)} multi_tensor_apply kernels, "
-                     f"{_fmt_us(stage_us / _steps(c.report))} per step) cost more than the GEMMs "
-                     f"({_fmt_us(math_us / _steps(c.report))} per step)")
+                     f"{_fmt_us(stage_us / n_steps)} per step) cost more than the GEMMs "
+                     f"({_fmt_us(math_us / n_steps)} per step)")
     decode = decode if recompiled else {}
     if decode:
         knobs = _cfg(c.config, "knobs") or {}
