@@ -453,7 +453,7 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
     if len(cpu_g):
         gflops = float(cpu_g["tflops"].median()) * 1000
         ev["gemm_gflops_median"] = _num(gflops)
-        text += (f" The GEMM calls ran at a median {format_rate(gflops)} GFLOP/s each (FLOPs from "
+        text += (f" The GEMM calls of these steps ran at a median {format_rate(gflops)} GFLOP/s each (FLOPs from "
                  f"{cpu_g['flops_from'].iloc[0]}; the roofline divides a GEMM's FLOPs by its mean call, so its slow "
                  "calls weigh more there).")
         if every:  # each the first call of a graph compiled in its own step
