@@ -15,7 +15,7 @@ from ._shared import Shared, covered_ns, frame, shared_for
 from .table import cpu_slices_by_step, engine_work_beside
 
 __all__ = ["compile_breakdown", "compile_in_measured_steps", "compile_payoff",
-           "compiler_launches", "compiler_only_kernels", "STAGING_OP",
+           "compiler_launches", "compiler_only_kernels", "STAGING_OP", "staging_pairs",
            "triton_fusions",
            "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
            "GRAPH_LAUNCHES"]
@@ -89,6 +89,19 @@ def compiled_pairs(sh: Shared) -> np.ndarray:
         out[has] = ran_compiled(sh.session, par[has], shared=sh)
         return out
     return sh.cached("compile.compiled_pairs", build)
+
+
+def staging_pairs(sh: Shared) -> np.ndarray:
+    """Boolean over the launch pairs (``Shared.p``): a copy of a CUDA graph's input into its static buffers, i.e. a
+    GPU op that :data:`STAGING_OP` launched inside torch.compile's code (:func:`compiled_pairs`); the user's own
+    foreach ops (an optimizer's, ``clip_grad_norm_``'s) run the same kernels outside it and copy nothing in. Once per
+    trace."""
+    def build(sh):
+        par = sh.p["launch_parent"]
+        out = np.zeros(len(par), dtype=bool)
+        out[par >= 0] = sh.name_mask(lambda x: x == STAGING_OP)[sh.pos(par[par >= 0])]
+        return out & compiled_pairs(sh)
+    return sh.cached("compile.staging_pairs", build)
 
 
 def compiler_pairs(sh: Shared) -> np.ndarray:
@@ -229,11 +242,9 @@ def _compile_breakdown_raw(sh: Shared) -> pd.DataFrame:
     p = sh.p
     mine = compiled_pairs(sh)
     graph = sh.name_mask(lambda x: x in GRAPH_LAUNCHES)[p["launch_id"]]
-    par = p["launch_parent"]
-    staging = np.zeros(len(par), dtype=bool)
-    staging[par >= 0] = sh.name_mask(lambda x: x == STAGING_OP)[sh.pos(par[par >= 0])]
+    staging = staging_pairs(sh)
     c["graph_ops"] = sh.step_gpu_ops(mine & graph)
-    c["graph_input_copies"] = sh.step_gpu_ops(mine & ~graph & staging)
+    c["graph_input_copies"] = sh.step_gpu_ops(staging)
     c["compiled_kernels"] = sh.step_gpu_ops(mine & ~graph & ~staging & (p["gpu_category"] == "kernel"))
     where = {r[0]: j for j, r in enumerate(sh.steps_list)}  # step slice id -> steps_list index (same window)
     out = []

@@ -13,8 +13,9 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import (GRAPH_LAUNCHES, STAGING_OP, annotation_ranges, compile_in_measured_steps, gpu_op_category,
-                          launch_ops, measured_steps, ran_compiled)
+from ....analyses import (GRAPH_LAUNCHES, annotation_ranges, compile_in_measured_steps, gpu_op_category,
+                          measured_steps, staging_pairs)
+from ....analyses._shared import shared_for
 from ....config import config_field as _cfg
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels, _steps
 from .decode_launch_bound import TOKEN_RANGE
@@ -61,8 +62,8 @@ def _token_regions(c: _Ctx, names: list) -> tuple[Optional[float], dict[str, dic
 
 def _staging_copies(c: _Ctx):
     """The GPU ops that copy inputs into CUDA graphs' static buffers, in a trace that replays graphs
-    (``cudaGraphLaunch``): the ``multi_tensor_apply`` kernels that :data:`STAGING_OP` launched from torch.compile's
-    code (``analyses.ran_compiled``). The user's own foreach ops (an optimizer's ``_foreach_add_``,
+    (``cudaGraphLaunch``): the ``multi_tensor_apply`` kernels of ``analyses.staging_pairs`` (launched by
+    ``analyses.STAGING_OP`` inside torch.compile's code). The user's own foreach ops (an optimizer's ``_foreach_add_``,
     ``clip_grad_norm_``'s ``_foreach_norm`` and ``_foreach_mul_``) run the same kernels and copy nothing in."""
     ops, lat = c.report.gpu_ops, c.report.launch_latency
     if ops.empty or lat.empty or not lat["launch_name"].isin(GRAPH_LAUNCHES).any():
@@ -70,15 +71,9 @@ def _staging_copies(c: _Ctx):
     k, _phase = _multi_tensor_kernels(c)
     if not len(k):
         return k
-    pairs = lat.drop_duplicates("gpu_id")
-    launch = dict(zip(pairs["gpu_id"].astype(int), pairs["launch_id"].astype(int)))
-    ids = np.array([launch.get(int(i), -1) for i in k["id"]], dtype=np.int64)
-    op = np.full(len(ids), -1, dtype=np.int64)
-    op[ids >= 0] = launch_ops(c.session, ids[ids >= 0], shared=c.shared)
-    names = c.session.tables.name
-    copying = np.array([o >= 0 and names.uniq[names.codes[o]] == STAGING_OP for o in op.tolist()], dtype=bool)
-    copying &= ran_compiled(c.session, op, shared=c.shared)
-    return k[copying]
+    sh = shared_for(c.session, c.shared)
+    copying = set(sh.p["gpu_id"][staging_pairs(sh)].tolist())
+    return k[k["id"].astype(int).isin(copying)]
 
 
 def _staging_and_gemms(c: _Ctx):
