@@ -497,7 +497,8 @@ def working_steps(df: pd.DataFrame) -> pd.DataFrame:
     per-step figures rest on these steps."""
     if "stub" not in df or df.empty:
         return df
-    return df[~df["stub"].astype(bool)]
+    stub = df["stub"].to_numpy(dtype=bool)
+    return df[~stub] if stub.any() else df
 
 
 def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
