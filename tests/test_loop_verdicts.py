@@ -931,3 +931,42 @@ def test_another_gpu_s_work_hides_none_of_this_gpu_s_collectives(tmp_path, gpu1_
     assert x.evidence["exposed_us_per_step"] == pytest.approx(2000.0)
     assert x.evidence["hidden_share"] == pytest.approx(0.0)
     assert ("device 0" in x.text) == bool(gpu1_us) and "its other work (compute, copies) hid 0%" in x.text
+
+
+def _without_gpu_work_of(src: Path, step: str, out: Path) -> Path:
+    """``src`` with the GPU ops launched inside the step slice named ``step`` dropped (kernels, copies and memsets whose
+    correlation is one of its launch calls', and their flow events), as a trace whose GPU buffer filled up before the
+    profiler stopped loses them: the step's launch calls stay, its GPU work is gone."""
+    events = scan_trace(src)
+    (win,) = [e for e in events
+              if e.get("ph") == "X" and e.get("name") == step and e.get("cat") != "gpu_user_annotation"]
+    a, b = win["ts"], win["ts"] + win["dur"]
+    ids = {e["args"]["correlation"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+           and a <= e["ts"] < b and "correlation" in (e.get("args") or {})}
+    gpu = ("kernel", "gpu_memcpy", "gpu_memset")
+    kept = [e for e in events if not ((e.get("cat") in gpu and (e.get("args") or {}).get("correlation") in ids)
+                                      or (e.get("ph") in ("s", "f") and e.get("cat") == "ac2g" and e.get("id") in ids))]
+    assert len(events) - len(kept) > 10  # (the step launched work, now gone)
+    out.write_text(json.dumps({"traceEvents": kept}))
+    return out
+
+
+def test_the_rules_read_the_steps_question_2_reads_where_one_lost_its_gpu_work(tmp_path):
+    """A training trace of three steps whose last step's GPU work is missing (its launch calls stay): question 2's
+    steady state is then step 2 alone, as every per-step figure's. The sync rule gave the sync calls' time per step
+    over steps 2 and 3 beside a text that named one step, and the optimizer rule counted two steady steps."""
+    src = DATA / "h200_train" / "mlp_train_adam_forloop_fp32.json.gz"
+    path = _without_gpu_work_of(src, "ProfilerStep#3", tmp_path / "lost.json")
+    events = scan_trace(path)
+    (s2,) = [e for e in events if e.get("name") == "ProfilerStep#2" and e.get("cat") == "user_annotation"]
+    a, b = s2["ts"], s2["ts"] + s2["dur"]
+    syncs = [e["dur"] for e in events if e.get("ph") == "X" and e.get("name") == "cudaDeviceSynchronize"
+             and a <= e["ts"] and e["ts"] + e["dur"] <= b]
+    assert len(syncs) >= 1
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        d = {x.rule: x for x in diagnose(s, r).diagnoses}
+    q2 = next(f for f in findings(r) if f.id == "q2.bound")
+    assert q2.evidence["bound_basis_steps"] == [2]
+    assert d["sync_in_step"].evidence["sync_calls_us_per_step"] == pytest.approx(sum(syncs), abs=1e-3)
+    assert d["unfused_optimizer"].evidence["steady_steps"] == 1

@@ -556,12 +556,12 @@ loop waits on its input: question 2 and the ``input_bound`` rule say so."""
 
 
 def data_wait(steps_df: pd.DataFrame) -> dict:
-    """How long the steady state's steps (:func:`basis_steps`) waited for their batches (``data_us``): ``steps`` (their
-    numbers), ``data_us_per_step`` and ``cpu_us_per_step`` (means), ``share`` (the sum of ``data_us`` over the sum of
-    ``cpu_dur_us``; None without CPU time), ``by_step`` ({step: data_us}). Sums and means, not medians: a DataLoader's
-    workers hand out prefetched batches for a while and then the loop waits for the next ones at once, so most steps
-    wait for nothing and a median would hide the waits."""
-    b = basis_steps(steps_df) if len(steps_df) else steps_df
+    """How long the steady state's steps (:func:`measured_steps`) waited for their batches (``data_us``): ``steps``
+    (their numbers), ``data_us_per_step`` and ``cpu_us_per_step`` (means), ``share`` (the sum of ``data_us`` over
+    the sum of ``cpu_dur_us``; None without CPU time), ``by_step`` ({step: data_us}). Sums and means, not medians: a
+    DataLoader's workers hand out prefetched batches for a while and then the loop waits for the next ones at once,
+    so most steps wait for nothing and a median would hide the waits."""
+    b = measured_steps(steps_df) if len(steps_df) else steps_df
     n = len(b)
     data = b["data_us"].astype(float) if "data_us" in b else pd.Series(0.0, index=b.index)
     cpu = float(b["cpu_dur_us"].sum()) if n else 0.0

@@ -2,7 +2,7 @@
 allocator keeps the blocks a step frees and hands them to the next step, so a warm loop calls neither ``cudaMalloc``
 nor ``cudaFree`` (nor, with ``expandable_segments``, the driver's ``cuMemCreate``/``cuMemMap``/``cuMemUnmap``/
 ``cuMemRelease``). Found by those calls on the threads that run the step in every step of the steady state
-(``analyses.basis_steps``; ``report.cpu_own_times`` less its part beside the step: a thread that holds no step slice
+(``analyses.measured_steps``; ``report.cpu_own_times`` less its part beside the step: a thread that holds no step slice
 and launches nothing in the step's window spends its own time, not the step's, and is named apart): once in one step
 is a cache that grew, and no rule. Frees in every step (on any thread: the cache is the process's) mean cached blocks
 are given back each step, by ``torch.cuda.empty_cache()`` in the loop or by the allocator itself when an allocation
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ....analyses import basis_steps
+from ....analyses import measured_steps
 from ....units import format_share
 from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us
 
@@ -28,7 +28,7 @@ def _rule_allocator_in_step(c: _Ctx) -> Optional[Diagnosis]:
     own = r.cpu_own_times
     if not r.has_gpu or own.empty or r.steps.empty:
         return None
-    basis = [int(x) for x in basis_steps(r.steps)["step"]]
+    basis = [int(x) for x in measured_steps(r.steps)["step"]]
     every = own[own["step"].isin(basis) & own["name"].astype(str).isin(FREES + ALLOCS)]
     calls = every.assign(calls=every["calls"] - every["beside_calls"], own_us=every["own_us"] - every["beside_us"])
     calls = calls[calls["calls"] > 0]

@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import basis_steps
+from ....analyses import measured_steps
 from ....config import config_field as _cfg
 from ....units import format_share
 from ..base import Diagnosis, _Ctx, _args_of, _fmt_n, _fmt_us, _gpu_time_cost
@@ -78,8 +78,8 @@ PAD_OPS = ("aten::pad", "aten::constant_pad_nd")
 
 
 def _sdpa_padding(c: _Ctx) -> Optional[dict]:
-    """What padding the attention's inputs cost the steady-state steps (``analyses.basis_steps``): of the GPU ops whose
-    launch call (``launch_latency``) lies inside an :data:`SDPA` call, those launched from inside one of its
+    """What padding the attention's inputs cost the steady-state steps (``analyses.measured_steps``): of the GPU ops
+    whose launch call (``launch_latency``) lies inside an :data:`SDPA` call, those launched from inside one of its
     :data:`PAD_OPS` (``pad_us``, ``pad_ops``: per step), beside all of them (``sdpa_us``); None where none was
     padded."""
     col, tb = c.session.tables.name, c.session.tables
@@ -87,7 +87,7 @@ def _sdpa_padding(c: _Ctx) -> Optional[dict]:
     lat = c.report.launch_latency
     if SDPA not in codes or len(codes) < 2 or lat.empty or c.report.steps.empty:
         return None
-    steps = basis_steps(c.report.steps)["step"].tolist()
+    steps = measured_steps(c.report.steps)["step"].tolist()
     rows = lat[lat["step"].isin(steps)].drop_duplicates("gpu_id")
     sdpa, pads = codes[SDPA], {v for k, v in codes.items() if k != SDPA}
     pad_us = sdpa_us = 0.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ....analyses import GPU_PACED, basis_steps
+from ....analyses import GPU_PACED, measured_steps
 from ....units import format_share
 from ...questions.base import _per_name, _short
 from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _gpu_time_cost, _in_steps, _steps
@@ -25,7 +25,7 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     k = _in_steps(r, ops[ops["category"] == "kernel"])
     lat = r.launch_latency
     if len(r.steps) and not lat.empty:  # the steady state's steps (after the first, from 3 on), as the bound's
-        basis = set(basis_steps(r.steps)["step"].tolist())
+        basis = set(measured_steps(r.steps)["step"].tolist())
         k = k[k["id"].isin(set(lat.loc[lat["step"].isin(basis), "gpu_id"].astype(int)))]
         n = max(1, len(basis))
     else:

@@ -1,5 +1,5 @@
 """``exposed_communication``: the GPU waits for collectives that no other work overlaps. Found per GPU over the steady
-state's steps (``analyses.basis_steps``): the time its collectives ran with nothing else beside them on the same GPU
+state's steps (``analyses.measured_steps``): the time its collectives ran with nothing else beside them on the same GPU
 (any stream; as ``step_breakdown`` counts communication, whose rule compute, copies and memsets come before; another
 GPU's work hides none of it), at least :data:`EXPOSED_AT` of the steps' windows (``step_breakdown``'s), summed;
 where several GPUs ran collectives, the one that waited most. The text names the collectives (``nccl``/``rccl``
@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import basis_steps
+from ....analyses import measured_steps
 from ....analyses._shared import unions_ns
 from ....analyses.categories import gpu_op_category
 from ....units import format_share
@@ -42,7 +42,7 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
     sb = r.step_breakdown
     if not r.has_gpu or sb.empty:
         return None
-    basis = [int(x) for x in basis_steps(r.steps)["step"]]
+    basis = [int(x) for x in measured_steps(r.steps)["step"]]
     comm = sb[(sb["category"] == "communication") & sb["step"].isin(basis)]
     window = float(comm["window_us"].sum())
     n = len(comm)

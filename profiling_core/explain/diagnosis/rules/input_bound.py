@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ....analyses import DATA_WAIT_AT, GPU_PACED, basis_steps, data_wait, is_data_loader_next
+from ....analyses import DATA_WAIT_AT, GPU_PACED, measured_steps, data_wait, is_data_loader_next
 from ....units import format_share
 from ..base import Diagnosis, _Ctx, _fmt_us
 
@@ -68,7 +68,7 @@ def _rule_input_bound(c: _Ctx) -> Optional[Diagnosis]:
     if r.has_gpu:
         # the same rows as data_wait's, means over them: the GPU work the steps launched stays, so making the
         # batches beside them saves at most their CPU time less that work; the idle share is of their windows
-        st = basis_steps(r.steps)
+        st = measured_steps(r.steps)
         gpu = float(st["gpu_busy_us"].astype(float).sum()) / n
         cpu_all = float(st["cpu_dur_us"].astype(float).sum())
         idle = max(0.0, 1.0 - float(st["gpu_busy_in_step_us"].astype(float).sum()) / cpu_all) if cpu_all > 0 else 0.0

@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses import GPU_PACED, after_phase, basis_steps, phases_at, working_steps
+from ....analyses import GPU_PACED, after_phase, measured_steps, phases_at, working_steps
 from ....analyses._common import is_size
 from ....analyses._shared import SYNC_CALLS, union_ns
 from ....units import human_bytes
@@ -57,7 +57,7 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
                          & ~np.isin(tb.category.codes, _codes(tb.category, ("gpu_user_annotation",))))
     ss = r.summary.get("steady_state") or {}
     work = working_steps(r.steps)  # (an empty step is no step of the loop)
-    st = basis_steps(r.steps)  # the steady state's steps: after the first, from 3 steps on (as the bound's)
+    st = measured_steps(r.steps)  # the steady state's steps: after the first, from 3 steps on (as the bound's)
     steady = st["step"].tolist()
     starts = st["start_ns"].to_numpy(dtype=np.int64)
     ends = starts + np.round(st["cpu_dur_us"].to_numpy(dtype=float) * 1000).astype(np.int64)

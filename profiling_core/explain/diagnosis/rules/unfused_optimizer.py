@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ....analyses import GPU_PACED, basis_steps, phase_ops
+from ....analyses import GPU_PACED, measured_steps, phase_ops
 from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels
 
 PER_PARAMETER_OPS_AT = 8
@@ -42,7 +42,7 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     # per step: over the steady state's steps in which the optimizer ran (the first step creates the optimizer's
     # state, a recompile is no update's cost), where there are any; else over every step it ran in
     ran = opt[opt["cpu_us"] > 0]
-    basis = ran[ran["step"].isin(basis_steps(r.steps)["step"])]
+    basis = ran[ran["step"].isin(measured_steps(r.steps)["step"])]
     basis = basis if len(basis) else ran
     n_steps = max(1, len(set(basis["step"])))
     in_basis = ops[ops["step"].isin(basis["step"])]
@@ -72,7 +72,7 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     # gradient accumulation: the optimizer runs in one step of several; the cost is per step, all steps counted
     # (each step number once: in a file of merged ranks a number names one step slice per rank, and the phases'
     # rows, by step number, hold them all)
-    steady = sorted({int(x) for x in basis_steps(r.steps)["step"]})
+    steady = sorted({int(x) for x in measured_steps(r.steps)["step"]})
     ran = set(int(x) for x in opt.loc[opt["cpu_us"] > 0, "step"])
     k = len(ran & set(steady))
     every = k / len(steady) if steady and k else 1.0
