@@ -541,6 +541,12 @@ def test_a_trace_of_merged_ranks_says_its_per_step_figures_mix_them(tmp_path, ca
         assert r.summary["step_processes"] == step_pids(p)
         q2 = next(f for f in findings(r) if f.id == "q2.bound")
         assert (note in q2.text) == merged
+        # the steps' verdicts are counted once per step slice the figures read (each rank's step N is one), and the
+        # GPUs named are those of the processes that hold the steps
+        assert sum(q2.evidence["bound_counts"].values()) == len(q2.evidence["bound_basis_steps"])
+        gpu_pids = sorted({e["pid"] for e in scan_trace(p) if e.get("cat") == "kernel"})
+        assert ("GPU work ran on 2 GPUs of these 2 processes" in q2.text) == (merged and len(gpu_pids) == 2)
+        assert "GPUs of this process" not in q2.text
         assert analyze_cli.main([str(p), "--engine", "sqlite"]) == 0
         assert (f"  note: {note}" in capsys.readouterr().out) == merged
     assert analyze_cli.main([str(path), "--engine", "sqlite", "--json"]) == 0

@@ -64,7 +64,7 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
         st.caption(md_text(cut))  # (step names are the trace's: escaped)
     gpus = summary.get("step_devices") or []
     if len(gpus) > 1:
-        st.caption(md_text(devices_text(gpus)))  # (device ids are the trace's process ids: escaped)
+        st.caption(md_text(devices_text(gpus, len(summary.get("step_processes") or []))))  # (ids: escaped)
 
 
 def show_findings(items: list, *, questions: Optional[set] = None) -> None:

@@ -123,7 +123,7 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     gpus = s.get("step_devices") or []
     if len(gpus) > 1:
         from ..explain import devices_text
-        lines.append("  note: " + devices_text(gpus))
+        lines.append("  note: " + devices_text(gpus, len(pids)))
     ss = s.get("steady_state") or {}
     if s["steps"]:  # (the medians of the steady state's steps, which every per-step figure reads)
         n = len(s.get("measured_steps") or [])

@@ -36,9 +36,10 @@ def _q2_bound(r, config=None) -> list[Finding]:
         ev = {**f.evidence, "steps_cut_us": {str(nm): _num(float(c)) for nm, c in zip(cut["name"], cut["cut_us"])}}
         found = [replace(f, text=f"{f.text} {said}", evidence=ev), *found[1:]]
     gpus = r.summary.get("step_devices") or []
-    if len(gpus) > 1 and found:  # one process, several GPUs: say what each GPU figure counts, and each GPU's own
+    if len(gpus) > 1 and found:  # several GPUs: say what each GPU figure counts, and each GPU's own
         f = found[0]
-        found = [replace(f, text=f"{f.text} {devices_text(gpus)}", evidence={**f.evidence, "step_devices": gpus}),
+        text = f"{f.text} {devices_text(gpus, len(r.summary.get('step_processes') or []))}"
+        found = [replace(f, text=text, evidence={**f.evidence, "step_devices": gpus}),
                  *found[1:]]
     note = stack_note(r, config, found[0].evidence) if found else None
     if note:  # the recording's own cost, said where the verdict it can sway is read
@@ -112,15 +113,17 @@ def merged_processes_text(pids: list) -> str:
             "Every per-step figure here mixes their steps and their GPU work: read each rank's own trace.")
 
 
-def devices_text(gpus: list) -> str:
-    """What question 2 and ``analyze``'s summary say of steps whose GPU work ran on several GPUs of one process
-    (``gpus``, ``Report.summary["step_devices"]``: the first eight named): every other GPU figure is the time at
-    least one of them was busy, so each one's own busy time is given beside it, measured the same two ways (the work
-    a step launched on it; its busy share of the step's window)."""
+def devices_text(gpus: list, processes: int = 1) -> str:
+    """What question 2 and ``analyze``'s summary say of steps whose GPU work ran on several GPUs (``gpus``,
+    ``Report.summary["step_devices"]``: the first eight named) of one process, or of the ``processes`` whose threads
+    hold step slices (``Report.summary["step_processes"]``: ranks' traces merged into one file): every other GPU
+    figure is the time at least one of them was busy, so each one's own busy time is given beside it, measured the
+    same two ways (the work a step launched on it; its busy share of the step's window)."""
     each = "; ".join(f"device {g['device']} {_us(g['busy_us'])} launched, busy "
                      f"{format_share(g['busy_fraction'], 1)} of "
                      "the step's window" for g in gpus[:8]) + (f"; and {len(gpus) - 8} more" if len(gpus) > 8 else "")
-    return (f"The steps' GPU work ran on {len(gpus)} GPUs of this process: every GPU figure here counts the time at "
+    whose = "of this process" if processes <= 1 else f"of these {processes} processes"
+    return (f"The steps' GPU work ran on {len(gpus)} GPUs {whose}: every GPU figure here counts the time at "
             "least one of them was busy with the work it counts (the steps' own, or all of it for the busy share of a "
             "step's window), so no GPU on its own was busy with that work for longer than they say. Each GPU's own "
             f"figures per step (median): {each}.")
@@ -146,7 +149,9 @@ def _q2_verdict(r) -> list[Finding]:
     queue = r.summary.get("queue_growth") or queue_growth(r.launch_latency, all_steps)
     label = ss["bound"]
     cv = r.cpu_vs_gpu
-    cv = cv[cv["step"].isin(s["step"])] if "step" in cv else cv
+    # (row for row: cpu_vs_gpu has one row per step slice, as the steps; in a file of merged ranks one step number
+    # names a step slice of each rank)
+    cv = cv[all_steps.index.isin(s.index)] if len(cv) == len(all_steps) else cv[cv["step"].isin(s["step"])]
     bounds = cv["bound"].value_counts().to_dict()
     counts = ", ".join(f"{int(v)} {k}" for k, v in sorted(bounds.items(), key=lambda kv: -kv[1]))
     ev = {"steps": int(len(all_steps)), **({"empty_steps": ss["empty_steps"]} if ss.get("empty_steps") else {}),
@@ -197,7 +202,7 @@ def _q2_verdict(r) -> list[Finding]:
         text += (f"(The median of two steps is their mean, and these two differ: {_us(two[0])} and {_us(two[1])} of "
                  "CPU time; profile more steps to tell a steady state from a one-off.) ")
     if ss.get("bound_of_every_step"):  # every step gets this verdict on its own figures; their medians would not
-        rows = cv[cv["step"].isin(ss["basis_steps"])]
+        rows = cv
         each = "; ".join(f"step {int(x.step)}: "
                          + (f"{format_times(x.gpu_to_cpu)}× GPU work per CPU time" if _num(x.gpu_to_cpu) is not None
                             else "no CPU time of its own")
