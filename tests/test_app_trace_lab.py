@@ -120,6 +120,30 @@ def test_a_trace_of_two_gpus_in_one_process_says_what_its_gpu_figures_count(runs
     assert not [c.value for c in one.caption if "GPUs of this process" in c.value]
 
 
+def test_a_file_of_merged_ranks_says_under_the_metrics_that_its_figures_mix_them(runs_dir, tmp_path):
+    """Two ranks' copies of the study's cold 64² trace in one file (each under its own pids): the page says so where
+    the per-step figures are read, naming the processes that hold step slices (a plain scan), and names the GPUs as
+    those of these processes; one rank's own trace says neither."""
+    import json
+    from conftest import scan_trace
+    doc = json.loads((H200 / "64_bf16_cold_eager.json").read_text())
+    events = [{**e, "pid": e["pid"] + 1_000_000 * k} if isinstance(e.get("pid"), int) else e
+              for k in range(2) for e in doc["traceEvents"]]
+    path = tmp_path / "merged.json"
+    path.write_text(json.dumps({**doc, "traceEvents": events}))
+    pids = sorted({e["pid"] for e in scan_trace(path) if str(e.get("name", "")).startswith("ProfilerStep#")
+                   and e.get("cat") != "gpu_user_annotation"})
+    at = app("trace_lab")
+    upload(at, "merged.json", path.read_bytes())
+    assert not errors_of(at), errors_of(at)
+    [note] = [w.value for w in at.warning if "processes" in w.value]
+    assert md_text(f"This trace holds the steps of 2 processes (pid {pids[0]}, {pids[1]})") in note
+    assert any(md_text("2 GPUs of these 2 processes") in c.value for c in at.caption)
+    one = app("trace_lab")
+    upload(one, "one.json", (H200 / "64_bf16_cold_eager.json").read_bytes())
+    assert not [w.value for w in one.warning if "processes" in w.value]
+
+
 def test_the_steps_table_shows_both_busy_figures_its_share_is_made_of(runs_dir):
     """TraceLens' Qwen trace: its one step's window holds 13.48 ms of GPU work queued before the recording began, so
     the GPU work the step launched (31.91 ms) is not what its busy share (0.918 of 47.15 ms) divides: the table shows

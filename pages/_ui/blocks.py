@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from profiling_core.errors import InvalidRunIdError, RunNotFoundError
-from profiling_core.explain import cut_steps_text, devices_text
+from profiling_core.explain import cut_steps_text, devices_text, merged_processes_text
 from profiling_core.present import export, md_text
 from profiling_core.store import machine_of
 
@@ -40,8 +40,13 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
     ``empty_steps``, :func:`profiling_core.analyses.working_steps`), whether the first is, which ran torch.compile's
     compiler and are left out (:func:`profiling_core.analyses.measured_steps`), which step slices outlast the
     recording and are cut at its end (``steps``: the report's, :func:`profiling_core.explain.cut_steps_text`), and,
-    where one process drove several GPUs (``step_devices``), what its GPU figures count and each GPU's own busy
-    time; nothing when none holds."""
+    where the steps' work ran on several GPUs (``step_devices``), what its GPU figures count and each GPU's own busy
+    time; first of all, where the step slices belong to several processes (``step_processes``: ranks' traces merged
+    into one file), that every per-step figure mixes them (:func:`profiling_core.explain.merged_processes_text`);
+    nothing when none holds."""
+    pids = summary.get("step_processes") or []
+    if len(pids) > 1:
+        st.warning(md_text(merged_processes_text(pids)), icon=":material/call_merge:")  # (pids: escaped)
     empty = (summary.get("steady_state") or {}).get("empty_steps") or []
     if empty:
         many = len(empty) > 1
