@@ -523,3 +523,30 @@ def test_staging_copies_are_weighed_against_the_gemms_of_the_same_steps():
     assert 0 < copy < gemm
     _r, _f, d = run(COLD_RO)
     assert not any("staging copies" in x.text for x in d.diagnoses)
+
+
+@pytest.mark.parametrize("path", [COLD_RO, AT_64])
+def test_a_sync_inside_the_compiled_graphs_call_is_not_the_steps_own_code(path):
+    """The cold CUDA-graph runs' longest synchronising call outside the compiler's ranges sits in step 1, under the
+    compiled graph's call (``## Call CompiledFxGraph``) of the step that recorded the CUDA graph: question 7 said it was
+    "made by the step's own code", as of a ``.item()`` in the loop. It says where it was made, and that the step is one
+    the per-step figures leave out. A sync of the loop's own code (the BERT trace's, a plain scan: under no compiled
+    call) is still the step's own."""
+    ev, steps, merged = scan(path)
+    syncs = [e for e in ev if e["name"] == "cudaDeviceSynchronize" and not inside(merged, e["tid"], e["ts"])]
+    longest = max(syncs, key=lambda e: e["dur"])
+    around = [e["name"] for e in ev if e["tid"] == longest["tid"] and e is not longest
+              and e["ts"] <= longest["ts"] and longest["ts"] + longest["dur"] <= e["ts"] + e["dur"]]
+    assert any(n.startswith("## Call CompiledFxGraph") for n in around)
+    (step,) = [s for s in steps if s["ts"] <= longest["ts"] < s["ts"] + s["dur"]]
+    assert step["name"] == "ProfilerStep#1" and compile_us_by_scan([step], merged)[0] > 0  # (it recorded a graph)
+    _r, f, _d = run(path)
+    q7 = f["q7.sync"]
+    assert q7.evidence["dur_us"] == pytest.approx(longest["dur"], abs=0.01) and q7.evidence["in_compiled_call"]
+    assert "made by the step's own code" not in q7.text
+    assert ("a call inside step 1, made inside a call of the torch.compile'd graph" in q7.text
+            and "step 1 left out, as torch.compile's compiler ran in it" in q7.text)
+    bert = DATA / "traces" / "gaunernst_bert-small-uncased__1016001.json.gz"
+    with open_trace(bert, engine="sqlite") as s:
+        q7 = next(x for x in findings(analyze(s)) if x.id == "q7.sync")
+    assert "made by the step's own code" in q7.text and "in_compiled_call" not in q7.evidence

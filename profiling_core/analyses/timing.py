@@ -7,6 +7,7 @@ import numpy as np
 
 from ._common import ints, nullable_int, us
 from ._shared import Shared, frame, shared_for
+from .compile import COMPILED_GRAPH_CALL
 
 __all__ = ["cold_start_gap", "sync_wait"]
 
@@ -106,7 +107,9 @@ def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
         not hold, where no recorded op ran: ``Shared.unrecorded_waits``), ``gpu_ops`` (ops overlapping it),
         ``idle_pct`` (100 × (1 − (busy + unrecorded) / dur)), ``gpu_tail_us`` (call start → end of the last GPU op
         it waited for; NaN when none), ``compiler`` (the call is torch.compile's compiler's own,
-        ``Shared.compiler_work``: its benchmarks' synchronisations under max-autotune).
+        ``Shared.compiler_work``: its benchmarks' synchronisations under max-autotune), ``compiled_call`` (the call
+        lies inside a call of a torch.compile'd graph, ``## Call CompiledFxGraph …``, in its parent chain: made by
+        the compiled code or by the CUDA-graph runtime around it, which synchronises while it records a graph).
     """
     sh = shared_for(session, shared)
     df = ints(sh.sync_waits.copy(), "id", "gpu_ops")
@@ -118,6 +121,10 @@ def sync_wait(session, shared: Shared | None = None) -> pd.DataFrame:
     den = df["dur_us"].where(df["dur_us"] > 0)
     df["idle_pct"] = (100.0 * (1.0 - (df["gpu_busy_us"] + df["unrecorded_us"]) / den)).fillna(100.0)
     df["name"] = df["name"].astype("object")
-    df["compiler"] = sh.compiler_work[sh.pos(df["id"].to_numpy(dtype=np.int64))] if len(df) else np.zeros(0, bool)
+    rows = sh.pos(df["id"].to_numpy(dtype=np.int64)) if len(df) else np.zeros(0, dtype=np.int64)
+    df["compiler"] = sh.compiler_work[rows] if len(df) else np.zeros(0, bool)
+    df["compiled_call"] = (sh.under(rows, sh.name_mask(lambda u: isinstance(u, str)
+                                                      and u.startswith(COMPILED_GRAPH_CALL)))
+                           if len(df) else np.zeros(0, bool))
     return df[["id", "name", "start_ns", "dur_us", "gpu_busy_us", "unrecorded_us", "gpu_ops", "idle_pct",
-               "gpu_tail_us", "compiler"]]
+               "gpu_tail_us", "compiler", "compiled_call"]]

@@ -2,9 +2,10 @@
 time within it."""
 from __future__ import annotations
 
+from ...analyses import compile_steps
 from ...units import format_duration_us as _us
 from ...units import format_share
-from .base import ELSEWHERE, NO_GPU_TEXT, Finding, _n, _num, _on_step_thread
+from .base import ELSEWHERE, NO_GPU_TEXT, Finding, _compile_steps_text, _n, _num, _on_step_thread
 
 
 def _q7_sync(r, config=None) -> list[Finding]:
@@ -77,8 +78,15 @@ def _place(r, ts: int, call_id: int, ev: dict) -> str:
     step = int(inside[0])
     ev["on_step_thread"] = bool(_on_step_thread(r, [step], [call_id])[0])
     sw = r.sync_wait
-    if ev["on_step_thread"] and bool(sw.loc[sw["id"] == call_id, "compiler"].any()):
+    mine = sw.loc[sw["id"] == call_id]
+    if ev["on_step_thread"] and bool(mine["compiler"].any()):
         return f"a call inside step {step}, made by torch.compile's compiler while it compiled"
+    if ev["on_step_thread"] and "compiled_call" in mine and bool(mine["compiled_call"].any()):
+        ev["in_compiled_call"] = True
+        once = step in compile_steps(r.steps)  # (CUDA graph trees synchronise while they record a graph)
+        return (f"a call inside step {step}, made inside a call of the torch.compile'd graph (## Call "
+                "CompiledFxGraph …), by the compiled code or the CUDA-graph runtime around it rather than by a line "
+                "of the step's own Python" + (f"; {_compile_steps_text([step])}" if once else ""))
     if ev["on_step_thread"]:
         return f"a call inside step {step}, made by the step's own code"
     return f"a call in step {step}'s window, {ELSEWHERE}"
