@@ -149,9 +149,9 @@ def _q2_verdict(r) -> list[Finding]:
     queue = r.summary.get("queue_growth") or queue_growth(r.launch_latency, all_steps)
     label = ss["bound"]
     cv = r.cpu_vs_gpu
-    # (row for row: cpu_vs_gpu has one row per step slice, as the steps; in a file of merged ranks one step number
-    # names a step slice of each rank)
-    cv = cv[all_steps.index.isin(s.index)] if len(cv) == len(all_steps) else cv[cv["step"].isin(s["step"])]
+    # (row for row: cpu_vs_gpu has one row per step slice, in the steps' order; in a file of merged ranks one step
+    # number names a step slice of each rank)
+    cv = cv[all_steps.index.isin(s.index)]
     bounds = cv["bound"].value_counts().to_dict()
     counts = ", ".join(f"{int(v)} {k}" for k, v in sorted(bounds.items(), key=lambda kv: -kv[1]))
     ev = {"steps": int(len(all_steps)), **({"empty_steps": ss["empty_steps"]} if ss.get("empty_steps") else {}),
