@@ -30,15 +30,17 @@ def _replaced(df: pd.DataFrame, new: dict, drop=()) -> pd.DataFrame:
     return pd.DataFrame(cols, index=df.index, copy=False)
 
 
+def _floats(s: pd.Series) -> np.ndarray:
+    """A column's values as float64 (text or NULL where a number should be: NaN)."""
+    if _numpy_kind(s) in ("i", "u", "f"):
+        return s.to_numpy(dtype=np.float64)
+    return pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
 def us(df: pd.DataFrame, mapping: dict[str, str]) -> pd.DataFrame:
     """Add float µs columns from integer ns ones: ``mapping`` is ``{ns_column: us_column}`` (no µs column named as
     an ns one); drops the ns columns. Text or NULL where a number should be reads as NaN."""
-    new = {}
-    for ns_col, us_col in mapping.items():
-        s = df[ns_col]
-        ns = (s.to_numpy(dtype=np.float64) if _numpy_kind(s) in ("i", "u", "f")
-              else pd.to_numeric(s, errors="coerce").astype("float64").to_numpy())
-        new[us_col] = ns / 1000.0
+    new = {us_col: _floats(df[ns_col]) / 1000.0 for ns_col, us_col in mapping.items()}
     return _replaced(df, new, drop=list(mapping))
 
 
@@ -61,13 +63,6 @@ def ints(df: pd.DataFrame, *cols: str) -> pd.DataFrame:
     new = {c: pd.to_numeric(df[c], errors="coerce").fillna(0).astype("int64").to_numpy()
            for c in cols if df[c].dtype != np.int64}
     return _replaced(df, new)
-
-
-def _floats(s: pd.Series) -> np.ndarray:
-    """A column's values as float64 (text or NULL where a number should be: NaN)."""
-    if _numpy_kind(s) in ("i", "u", "f"):
-        return s.to_numpy(dtype=np.float64)
-    return pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def ratio(num: pd.Series, den: pd.Series) -> pd.Series:

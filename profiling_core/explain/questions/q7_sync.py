@@ -81,7 +81,7 @@ def _place(r, ts: int, call_id: int, ev: dict) -> str:
     mine = sw.loc[sw["id"] == call_id]
     if ev["on_step_thread"] and bool(mine["compiler"].any()):
         return f"a call inside step {step}, made by torch.compile's compiler while it compiled"
-    if ev["on_step_thread"] and "compiled_call" in mine and bool(mine["compiled_call"].any()):
+    if ev["on_step_thread"] and bool(mine["compiled_call"].any()):
         ev["in_compiled_call"] = True
         once = step in compile_steps(r.steps)  # (CUDA graph trees synchronise while they record a graph)
         return (f"a call inside step {step}, made inside a call of the torch.compile'd graph (## Call "
