@@ -492,6 +492,8 @@ def test_collectives_that_no_compute_overlaps_are_found_on_a_real_training_trace
     assert sum(kinds.values()) == pytest.approx(comm / len(basis), abs=0.01)  # they never ran at the same time
     said = f"send/receive {kinds['send/receive']:,.1f} µs, all-reduce {kinds['all-reduce']:,.1f} µs per step."
     assert said in x.text
+    # a mean over the steps, said as one (question 2 gives the median step's exposed collectives beside it)
+    assert f"only collectives for {alone / len(basis):,.1f} µs per step on average," in x.text
 
 
 def test_collectives_mostly_alone_but_a_small_share_of_the_step_are_not_a_verdict():

@@ -56,7 +56,7 @@ def _rule_exposed_communication(c: _Ctx) -> Optional[Diagnosis]:
     several = len(set(r.gpu_ops["device"].dropna().tolist())) > 1
     text = (f"The GPU{f' (device {device}, the one whose collectives waited most)' if several else ''} waits for "
             f"communication that no other work overlaps: in the steady state ({n} step"
-            f"{'s' if n != 1 else ''}) it ran only collectives for {_fmt_us(exposed / n)} per step, "
+            f"{'s' if n != 1 else ''}) it ran only collectives for {_fmt_us(exposed / n)} per step on average, "
             f"{format_share(exposed / window)} of the steps' windows; its other work (compute, copies) hid "
             f"{format_share(hidden)} of the "
             "collectives' "
