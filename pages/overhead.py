@@ -4,8 +4,8 @@ import streamlit as st
 from pages import _ui as ui
 from profiling_core.present import charts
 from profiling_core.errors import ConfigError
-from profiling_core.present import (ReportSection, comparison_warnings, crossover_sentence, setting_labels,
-                                    setting_parts, size_axis_title)
+from profiling_core.present import (ReportSection, bound_sentence, comparison_warnings, crossover_sentence,
+                                    setting_labels, setting_parts, size_axis_title, sweep_bounds)
 from profiling_core.run import sweep_configs, sweep_points, sweep_values
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -112,7 +112,10 @@ x_title, symbol = size_axis_title(axes[0]) if len(axes) == 1 else (
     " / ".join(size_axis_title(x)[0] for x in axes) + ", each curve along its own", "size")
 axis_of = dict(zip(per_run["mode"], per_run["axis"]))  # each curve's axis, for the crossover's wording
 # each (axis, step, size, mode) point: the median of its runs with their min–max (one run: no spread to show)
-sweep = sweep_points(per_run, keys=("axis", "step", "size", "mode")).sort_values(["mode", "size"])
+keys = ("axis", "step", "size", "mode")
+sweep = sweep_points(per_run, keys=keys, values=("cpu_us_per_step", "cpu_own_us_per_step", "gpu_busy_us_per_step",
+                                                 "gpu_busy_fraction"))
+sweep = sweep.merge(sweep_bounds(per_run, keys), on=list(keys), how="left").sort_values(["mode", "size"])
 sweep["has_gpu"] = sweep["gpu_busy_us_per_step"] > 0
 warnings = comparison_warnings(sweep, ["size", "mode"], runs=[ui.load_run(r) for r in chosen])
 for w in warnings:
@@ -126,19 +129,22 @@ if not per_run["has_gpu"].any():
             "drawn and there is no crossover. Run the sweep on a CUDA device to see the GPU take over.",
             icon=":material/info:")
 cols = ["axis", "step", "size", "mode", "n", "cpu_us_per_step", "cpu_us_per_step_min", "cpu_us_per_step_max",
-        "cpu_us_per_step_spread_pct", "gpu_busy_us_per_step", "gpu_busy_us_per_step_min", "gpu_busy_us_per_step_max",
-        "gpu_busy_fraction"]
+        "cpu_us_per_step_spread_pct", "cpu_own_us_per_step", "gpu_busy_us_per_step", "gpu_busy_us_per_step_min",
+        "gpu_busy_us_per_step_max", "gpu_busy_fraction", "bound"]
 main = ui.chart("overhead_vs_compute", sweep[cols], x_title=x_title, symbol=symbol)
 ui.chart_block(main, sweep[cols], "overhead_vs_compute", key="overhead_main")
 cross = charts.crossover_points(sweep)
 crossings = []  # (curve, what the page says of it), plain text: the report says it too
-if len(cross):
-    for _, r in cross.iterrows():
-        said = crossover_sentence(r, axis_of.get(r["mode"]))
-        crossings.append((str(r["mode"]), said))
-        st.success(f"**{ui.md_text(r['mode'])}**: {ui.md_text(said)}")
-elif per_run["has_gpu"].any():
-    st.caption("The curves do not cross inside this sweep: extend the sizes to find the crossover.")
+for mode, curve in sweep.groupby("mode", sort=False):
+    said = " ".join([*(crossover_sentence(r, axis_of.get(mode)) for _, r in cross[cross["mode"] == mode].iterrows()),
+                     *filter(None, [bound_sentence(curve, axis_of.get(mode))])])
+    if said:
+        crossings.append((str(mode), said))
+        st.success(f"**{ui.md_text(mode)}**: {ui.md_text(said)}")
+if per_run["has_gpu"].any() and cross.empty:
+    st.caption("The curves do not cross inside this sweep"
+               + (": extend the sizes to find the crossover." if (sweep.groupby("mode")["bound"].nunique() <= 1).all()
+                  else ", though the verdict changes along it, as said above."))
 
 frac_charts = []
 if per_run["has_gpu"].any():  # a CPU run has no GPU busy fraction to draw

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest_app import app, download, errors_of, import_trace, H200
+from conftest_app import DATA, app, download, errors_of, import_trace, H200
 
 
 def test_overhead_renders_without_runs(runs_dir):
@@ -50,6 +50,26 @@ def test_overhead_marks_the_crossover_on_gpu_traces(runs_dir):
                and md_text("the sizes between were not measured") in s.value for s in at.success), [
         s.value for s in at.success]
     assert "GPU busy fraction of the step" in {h.value for h in at.header}
+    # question 2's verdicts on the two runs, beside the crossing: they agree with it here
+    assert any(md_text("calls the step overhead-bound at n = 64; compute-bound at n = 4,096: it turns "
+                       "compute-bound between n = 64 and n = 4,096.") in s.value for s in at.success)
+
+
+def test_a_synchronizing_loop_gets_its_verdicts_where_the_curves_never_cross(runs_dir, media):
+    """A loop that calls .item() every step holds its GPU work inside its CPU time: the curves never cross though
+    question 2 turns compute-bound, so the page must not send the reader to "extend the sizes to find the
+    crossover"; it says the verdicts, the wait that keeps the curves apart, and the report says it too."""
+    from profiling_core.present import md_text
+    import_trace(runs_dir, H200 / "64_bf16_warm_eager_b8.json", "64_b8")
+    import_trace(runs_dir, DATA / "h200_verdicts" / "readback_item_eager.json", "4096_item")
+    at = app("overhead")
+    assert not errors_of(at)
+    [said] = [s.value for s in at.success]
+    assert md_text("overhead-bound at n = 64; compute-bound at n = 4,096: it turns compute-bound between") in said
+    assert md_text("the CPU time holds the time the CPU blocked waiting for the GPU") in said
+    assert not any("extend the sizes" in c.value for c in at.caption)
+    assert any("do not cross inside this sweep, though the verdict changes along it" in c.value for c in at.caption)
+    assert "it turns compute-bound between n = 64 and n = 4,096" in download(at, media, "report_overhead").decode()
 
 
 @pytest.mark.slow

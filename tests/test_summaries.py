@@ -574,9 +574,84 @@ def test_the_crossover_sentence_says_where_the_curves_cross_and_what_it_leaves_u
     far = {"below": 64, "above": 4096, "size": 812.4, "value_us": 40.0, "overtakes": True}
     said = crossover_sentence(far, "matmul_add size")
     assert said.startswith("GPU busy time per step overtakes CPU time per step between n = 64 and n = 4,096, near "
-                           "n ≈ 812 by log-log interpolation (~40.0 µs per step). The step is overhead-bound at n = 64 "
-                           "and compute-bound at n = 4,096; the sizes between were not measured")
+                           "n ≈ 812 by log-log interpolation (~40.0 µs per step); the sizes between were not measured")
     near = {"below": 2048, "above": 4096, "size": 3000.0, "value_us": 900.0, "overtakes": False}
     said = crossover_sentence(near, "attention seq_len")
     assert "falls below CPU time per step between seq_len = 2,048 and seq_len = 4,096" in said
-    assert said.endswith("compute-bound at seq_len = 2,048 and overhead-bound at seq_len = 4,096.")
+    assert said.endswith("(~900.0 µs per step).")
+    # the curves' crossing alone says no verdict: question 2's rule, run by run, does (bound_sentence)
+    assert "bound" not in crossover_sentence(far, "matmul_add size") + said
+
+
+# --- question 2's verdict along a sweep ----------------------------------------------------------------------------
+
+def _curve(tmp_path, traces: dict):
+    """Each trace imported under its name (its size the name's leading number), the runs' step summaries, and the
+    sweep's points with question 2's verdict at each (as the Overhead page builds them)."""
+    from profiling_core.present import sweep_bounds
+    from profiling_core.run import sweep_points
+    store = RunStore(tmp_path / "runs")
+    runs = [store.import_trace(path, name=name) for name, path in traces.items()]
+    per_run = step_summaries((r, report(r)) for r in runs)
+    keys = ("size", "mode")
+    pts = sweep_points(per_run, keys=keys, values=("cpu_us_per_step", "cpu_own_us_per_step", "gpu_busy_us_per_step"))
+    return per_run, pts.merge(sweep_bounds(per_run, keys), on=list(keys))
+
+
+def test_a_synchronizing_loop_is_compute_bound_where_its_curves_never_cross(tmp_path):
+    """A loop that reads its result back with .item() every step (eight 4096² GEMMs, 0.5 ms of the CPU's own work:
+    H200) waits for its GPU inside the step, so its CPU time per step holds all its GPU work and the two curves never
+    cross, while question 2 finds the GPU setting the pace. The sweep's sentence said "extend the sizes to find the
+    crossover"; it now gives question 2's verdict at each size, where it turns, and the wait that keeps the curves
+    apart, all by the plain scan of the two traces."""
+    from profiling_core.analyses import GPU_BOUND_AT
+    from profiling_core.present import bound_sentence, charts
+    from profiling_core.units import format_duration_us
+    from test_copy_bound import scan
+    small, big = DATA / "h200" / "64_bf16_warm_eager_b8.json", DATA / "h200_verdicts" / "readback_item_eager.json"
+    per_run, pts = _curve(tmp_path, {"64_b8": small, "4096_item": big})
+    rows = {n: scan(p) for n, p in ((64, small), (4096, big))}
+    med = {n: {k: statistics.median(x[k] for x in r[1:]) for k in ("cpu", "gpu", "in_syncs")} for n, r in rows.items()}
+    # by the scan: the GPU curve under the CPU curve at both sizes, the small step's GPU idle, the big one's GPU work
+    # at least the CPU time less the wait in the .item()'s synchronize
+    assert all(m["gpu"] < m["cpu"] for m in med.values())
+    assert med[64]["gpu"] < GPU_BOUND_AT * (med[64]["cpu"] - med[64]["in_syncs"])
+    assert med[4096]["gpu"] >= GPU_BOUND_AT * (med[4096]["cpu"] - med[4096]["in_syncs"])
+    assert charts.crossover_points(pts).empty
+    by = per_run.set_index("size")
+    assert (by.loc[64, "bound"], by.loc[4096, "bound"]) == ("overhead-bound", "compute-bound")
+    assert by.loc[4096, "cpu_own_us_per_step"] == pytest.approx(med[4096]["cpu"] - med[4096]["in_syncs"], abs=TOL)
+    said = bound_sentence(pts, None)
+    assert said.startswith("Question 2's rule (each run's GPU work per step against the CPU's own time) calls the "
+                           "step overhead-bound at n = 64; compute-bound at n = 4,096: it turns compute-bound "
+                           "between n = 64 and n = 4,096.")
+    wait = med[4096]["cpu"] - med[4096]["in_syncs"]
+    assert (f"at n = 4,096, {format_duration_us(med[4096]['in_syncs'])} of the step's "
+            f"{format_duration_us(med[4096]['cpu'])} of CPU time, leaving {format_duration_us(wait)} of the CPU's own "
+            f"against {format_duration_us(med[4096]['gpu'])} of GPU work.") in said
+
+
+def test_question_2_s_verdict_along_a_sweep_is_each_run_s_own(tmp_path):
+    """Each point's verdict is question 2's on that run (its finding's evidence), the point's runs agreeing or said
+    as mixed; a full launch queue (the H200's fp16 4096² GEMMs: the GPU never waits for a launch, its busy time
+    just under the CPU's) is compute-bound with its curves uncrossed and no wait to show, and the sentence sends
+    the reader to question 2 on that run; a CPU run has no verdict to give."""
+    from profiling_core.explain import findings
+    from profiling_core.present import bound_sentence
+    from test_copy_bound import scan
+    queue = DATA / "h200_diag" / "fp16_4096.json"
+    per_run, pts = _curve(tmp_path, {"4096_q": queue, "4096_again": queue, "64_cpu": CPU_TRACE})
+    rows = scan(queue)
+    cpu, gpu = (statistics.median(x[k] for x in rows[1:]) for k in ("cpu", "gpu"))
+    assert gpu < cpu and statistics.median(x["in_syncs"] for x in rows[1:]) == 0.0
+    f = {x.id: x for x in findings(report_of(str(queue)))}
+    assert f["q2.bound"].evidence["bound"] == "compute-bound"
+    assert per_run["bound"].tolist()[:2] == ["compute-bound", "compute-bound"] and pd.isna(per_run["bound"].iloc[2])
+    said = bound_sentence(pts, None)
+    assert said.startswith("Question 2's rule (each run's GPU work per step against the CPU's own time) calls the "
+                           "step compute-bound at every size of this curve (n = 4,096)")
+    assert said.endswith("At n = 4,096 the curves read otherwise than the rule: question 2 on that run says why.")
+    mixed = pts.assign(bound=["mixed (1 compute-bound, 1 overhead-bound)" if s == 4096 else b
+                              for s, b in zip(pts["size"], pts["bound"])])
+    assert "mixed (1 compute-bound, 1 overhead-bound) at every size" in bound_sentence(mixed, None)
+    assert bound_sentence(pts[pts["size"] == 64], None) is None

@@ -32,7 +32,8 @@ __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "cha
            "run_labels", "newest_run", "store_size_text", "config_summary", "mode_label", "run_size",
            "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame", "GEMM_VS_PEAK_COLUMNS",
            "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind", "different_work", "run_size_axis",
-           "size_axis_title", "crossover_sentence", "PHASE_SUMMARY_COLUMNS", "phase_summary", "setting_parts",
+           "size_axis_title", "crossover_sentence", "sweep_bounds", "bound_sentence", "PHASE_SUMMARY_COLUMNS",
+           "phase_summary", "setting_parts",
            "setting_labels", "chain_lines", "memory",
            "MEMORY_HOWTO", "MEMORY_HOWTO_RUNS",
            "MemorySection", "memory_section", "memory_steps", "memory_comparison", "peak_sentence", "machines",
@@ -45,8 +46,8 @@ _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec
 _SUMMARIES = {"RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
               "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
               "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind",
-              "different_work", "run_size_axis", "size_axis_title", "crossover_sentence", "PHASE_SUMMARY_COLUMNS",
-              "phase_summary",
+              "different_work", "run_size_axis", "size_axis_title", "crossover_sentence", "sweep_bounds",
+              "bound_sentence", "PHASE_SUMMARY_COLUMNS", "phase_summary",
               "setting_parts", "setting_labels", "chain_lines"}
 _MEMORY = {"MEMORY_HOWTO", "MEMORY_HOWTO_RUNS", "MemorySection", "memory_section", "memory_steps", "memory_comparison",
            "peak_sentence"}

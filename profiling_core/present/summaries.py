@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
            "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
            "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind",
-           "different_work", "run_size_axis", "size_axis_title", "crossover_sentence", "PHASE_SUMMARY_COLUMNS",
-           "phase_summary"]
+           "different_work", "run_size_axis", "size_axis_title", "crossover_sentence", "sweep_bounds",
+           "bound_sentence", "PHASE_SUMMARY_COLUMNS", "phase_summary"]
 
 RUNS_COLUMNS = ["run_id", "name", "source", "status", "started_at", "workload", "size", "dtype", "compile", "warmup",
                 "active", "device", "machine", "wall_s"]
@@ -330,14 +330,84 @@ def crossover_sentence(point, axis: str | None) -> str:
     between which measured sizes GPU busy time per step overtakes (or falls below) CPU time per step, where the
     log-log interpolation puts it, and that it says nothing of the sizes between where they lie far apart."""
     sym = size_axis_title(axis)[1]
-    lo, hi = ("overhead", "compute") if point["overtakes"] else ("compute", "overhead")
     return (f"GPU busy time per step "
             f"{'overtakes CPU time per step' if point['overtakes'] else 'falls below CPU time per step'} between "
             f"{sym} = {point['below']:,.0f} and {sym} = {point['above']:,.0f}, near {sym} ≈ {point['size']:,.0f} by "
-            f"log-log interpolation (~{format_duration_us(point['value_us'])} per step). The step is {lo}-bound at "
-            f"{sym} = {point['below']:,.0f} and {hi}-bound at {sym} = {point['above']:,.0f}"
+            f"log-log interpolation (~{format_duration_us(point['value_us'])} per step)"
             + ("; the sizes between were not measured, and the curves may cross anywhere among them: run "
                "some to place it." if point["above"] > 2 * point["below"] else "."))
+
+
+def sweep_bounds(runs: pd.DataFrame, keys=("size", "mode")) -> pd.DataFrame:
+    """Question 2's verdict at each point of a sweep: per ``keys`` of ``runs`` (rows of :func:`step_summaries`), the
+    ``bound`` its runs share, or ``mixed (…)`` with their counts where they differ; None where none of its runs has
+    one (no GPU lane, no steps)."""
+    def one(b: pd.Series):
+        counts = b.dropna().value_counts()
+        if counts.empty:
+            return None
+        if len(counts) == 1:
+            return str(counts.index[0])
+        return "mixed (" + ", ".join(f"{int(n)} {k}" for k, n in counts.items()) + ")"
+    if runs is None or len(runs) == 0:
+        return pd.DataFrame(columns=[*keys, "bound"])
+    return runs.groupby(list(keys), sort=True, dropna=False)["bound"].agg(one).rename("bound").reset_index()
+
+
+def _sizes_text(sym: str, sizes: list) -> str:
+    return (f"{sym} = {sizes[0]:,.0f}" if len(sizes) == 1 else f"{sym} = {sizes[0]:,.0f} and {sym} = {sizes[1]:,.0f}"
+            if len(sizes) == 2 else f"the {len(sizes)} sizes from {sym} = {sizes[0]:,.0f} to {sym} = {sizes[-1]:,.0f}")
+
+
+def bound_sentence(curve: pd.DataFrame, axis: str | None) -> str | None:
+    """What question 2's rule (``analyses.steps.bound``, one run at a time) says along one curve of a size sweep:
+    its verdict at each measured size (``curve``: rows of one curve, ``size`` and :func:`sweep_bounds`' ``bound``),
+    between which sizes it changes, and, at each size where the two curves read otherwise (GPU busy time per step at
+    least the CPU time per step, or not, against the rule's GPU-paced verdict, or not), why: the rule takes the
+    time the CPU blocked waiting for the GPU (``cpu_us_per_step`` less ``cpu_own_us_per_step``) out of the CPU's
+    time, so a loop that synchronizes every step can be compute-bound with its GPU curve below its CPU curve; any
+    other reason is question 2's to give on that run. None where no size of the curve has a verdict."""
+    from ..analyses.steps import GPU_PACED
+    sym = size_axis_title(axis)[1]
+    rows = curve.dropna(subset=["bound"]).sort_values("size")
+    rows = rows[rows["bound"] != "no-gpu"]
+    if rows.empty:
+        return None
+    groups: list[tuple[str, list]] = []
+    for size, b in zip(rows["size"].tolist(), rows["bound"].tolist()):
+        if groups and groups[-1][0] == b:
+            groups[-1][1].append(size)
+        else:
+            groups.append((b, [size]))
+    said = ("Question 2's rule (each run's GPU work per step against the CPU's own time) calls the step "
+            + (f"{groups[0][0]} at every size of this curve ({_sizes_text(sym, groups[0][1])})" if len(groups) == 1
+               else "; ".join(f"{b} at {_sizes_text(sym, sz)}" for b, sz in groups)))
+    turns = [f"{b} between {sym} = {prev[-1]:,.0f} and {sym} = {sz[0]:,.0f}"
+             for (_, prev), (b, sz) in zip(groups, groups[1:])]
+    said += (f": it turns {' and back '.join(turns)}." if turns else ".")
+    waits, others = [], []
+    for _, r in rows.iterrows():
+        if str(r["bound"]).startswith("mixed"):
+            continue
+        paced, crossed = r["bound"] in GPU_PACED, r["gpu_busy_us_per_step"] >= r["cpu_us_per_step"]
+        if paced == crossed:
+            continue
+        wait = r["cpu_us_per_step"] - r["cpu_own_us_per_step"]
+        if paced and wait > 0:
+            waits.append(f"at {sym} = {r['size']:,.0f}, {format_duration_us(wait)} of the step's "
+                         f"{format_duration_us(r['cpu_us_per_step'])} of CPU time, leaving "
+                         f"{format_duration_us(r['cpu_own_us_per_step'])} of the CPU's own against "
+                         f"{format_duration_us(r['gpu_busy_us_per_step'])} of GPU work")
+        else:
+            others.append(f"{sym} = {r['size']:,.0f}")
+    if waits:
+        said += (" Where the GPU busy curve stays under the CPU curve yet the rule finds the GPU setting the pace, "
+                 "the CPU time holds the time the CPU blocked waiting for the GPU (in synchronize calls and in "
+                 "copies to or from pageable memory), which the GPU's pace sets: " + "; ".join(waits) + ".")
+    if others:
+        said += (f" At {' and '.join(others)} the curves read otherwise than the rule: question 2 on "
+                 f"{'that run' if len(others) == 1 else 'those runs'} says why.")
+    return said
 
 
 def run_size(run: Run) -> Optional[int]:
@@ -352,8 +422,9 @@ def run_size(run: Run) -> Optional[int]:
     return int(head) if head.isdecimal() else None  # (isdigit() also takes "²", which int() refuses)
 
 
-STEP_SUMMARY_COLUMNS = ["run_id", "name", "machine", "axis", "size", "step", "mode", "steps", "cpu_us_per_step", "gpu_busy_us_per_step",
-                        "gpu_busy_fraction", "launches_per_step", "gpu_ops_per_step", "has_gpu"]
+STEP_SUMMARY_COLUMNS = ["run_id", "name", "machine", "axis", "size", "step", "mode", "steps", "cpu_us_per_step",
+                        "cpu_own_us_per_step", "gpu_busy_us_per_step", "gpu_busy_fraction", "launches_per_step",
+                        "gpu_ops_per_step", "has_gpu", "bound"]
 """The keys of :func:`step_summary`, the columns of :func:`step_summaries`."""
 
 
@@ -365,17 +436,22 @@ def step_summary(run: Run, report: Report) -> dict:
     figure take them (``analyses.measured_steps``: an empty step is no step of the loop, the first of 3 or more carries
     start-up effects, a compile is no step's cost). NaN medians when the trace has no ProfilerStep,
     and NaN GPU figures (busy, share, launches, GPU ops) when it has no GPU lane: nothing was there to count, which a
-    0 would not say."""
-    from ..analyses import measured_steps
+    0 would not say. With a GPU lane, question 2's reading of the same steps (``analyses.steady_state``): ``bound``,
+    its verdict, and ``cpu_own_us_per_step``, the CPU time per step less the time it blocked waiting for the GPU,
+    which the verdict weighs the GPU work against (NaN and None without a GPU lane or steps)."""
+    from ..analyses import measured_steps, steady_state
     st_ = measured_steps(report.steps) if len(report.steps) else report.steps
     med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
     gpu = med if report.has_gpu else (lambda c: float("nan"))
+    ss = (report.summary.get("steady_state") or steady_state(report.steps)) if report.has_gpu and len(st_) else {}
+    own = ss.get("cpu_own_us_per_step")
     return {"run_id": run.run_id, "name": run.name, "machine": machine_of(run).label, "axis": run_size_axis(run),
             "size": run_size(run), "step": step_kind(run, report), "mode": mode_label(run, report),
             "steps": len(report.steps), "cpu_us_per_step": med("cpu_dur_us"),
+            "cpu_own_us_per_step": float(own) if own is not None else float("nan"),
             "gpu_busy_us_per_step": gpu("gpu_busy_us"),
             "gpu_busy_fraction": gpu("gpu_busy_fraction"), "launches_per_step": gpu("launches"),
-            "gpu_ops_per_step": gpu("gpu_ops"), "has_gpu": report.has_gpu}
+            "gpu_ops_per_step": gpu("gpu_ops"), "has_gpu": report.has_gpu, "bound": ss.get("bound")}
 
 
 def step_summaries(items: Iterable[tuple[Run, Report]]) -> pd.DataFrame:
