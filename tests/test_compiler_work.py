@@ -550,3 +550,31 @@ def test_a_sync_inside_the_compiled_graphs_call_is_not_the_steps_own_code(path):
     with open_trace(bert, engine="sqlite") as s:
         q7 = next(x for x in findings(analyze(s)) if x.id == "q7.sync")
     assert "made by the step's own code" in q7.text and "in_compiled_call" not in q7.evidence
+
+
+def test_the_roofline_finds_the_gemm_a_cold_max_autotune_run_replays():
+    """The cold max-autotune run's steady step replays a CUDA graph holding Inductor's Triton template GEMM
+    (``triton_tem_fused_addmm_0``): no CPU op recorded its shapes, so its FLOPs come from the run's config (the
+    study's one GEMM per step). The roofline counted every GEMM kernel of the trace against that one per step,
+    the first step's 1,696 ``triton_mm`` and 106 cuBLAS benchmark runs among them, and left the run without a GEMM
+    row (the Overhead page's GEMM-against-peak table skipped it). The JSON: step 2 launched one GEMM kernel; the
+    template ran 3 times in the trace."""
+    ev, steps, _merged = scan(AT_64)
+    lo, hi = steps[2]["ts"], steps[2]["ts"] + steps[2]["dur"]
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and "correlation" in e.get("args", {})}
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    in_step = [k for k in kernels if lo <= calls[k["args"]["correlation"]]["ts"] < hi
+               and ("gemm" in k["name"].lower() or "_mm" in k["name"] or "addmm" in k["name"])]
+    assert [k["name"] for k in in_step] == ["triton_tem_fused_addmm_0"]
+    assert sum(k["name"].startswith("triton_mm") for k in kernels) == 1696
+    tem = [k["dur"] for k in kernels if k["name"] == "triton_tem_fused_addmm_0"]
+    _r, _f, d = run(AT_64)
+    [g] = d.roofline[d.roofline["kind"] == "gemm"].to_dict("records")
+    assert len(tem) == 3
+    assert (g["kernel"], g["flops_from"], g["flops"], g["count"]) == ("triton_tem_fused_addmm_0", "config",
+                                                                       2 * 64 ** 3, 3)
+    assert g["time_us"] == pytest.approx(sum(tem) / 3, abs=1e-3)
+    assert g["tflops"] == pytest.approx(2 * 64 ** 3 / (sum(tem) / 3) / 1e6, rel=1e-6)
+    _r, _f, d = run(AT_64, with_config=False)  # without the config nothing says the template's shapes
+    assert (d.roofline["kind"] == "gemm").sum() == 0

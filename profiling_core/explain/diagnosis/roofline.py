@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses import Report, gemm_dims, gemm_leading_dims, is_shapes, launch_ops
+from ...analyses import Report, gemm_dims, gemm_leading_dims, is_shapes, launch_ops, measured_steps
 from ...analyses._common import is_size
 from ...analyses._shared import shared_for
 from ...analyses.categories import gpu_op_category, is_gemm_kernel, ran_tf32
@@ -239,15 +239,24 @@ def _gemm_row(op, kernel, dtype, d, flops, ids, times, src, peaks, nbytes=None, 
 
 def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dict]:
     """GEMM kernels no CPU GEMM op launched (replayed from a CUDA graph, or a Triton template), with FLOPs from the
-    run's config (one GEMM per step: the study's workload); none without a matmul_add config."""
+    run's config (one GEMM per step: the study's workload); none without a matmul_add config. Where the trace has
+    steps and launch pairs, the steady state's steps (``analyses.measured_steps``) must have launched one such kernel
+    each, and the rows are the kernels of their names, every call in the trace as the roofline counts them: a cold
+    max-autotune run's first step benchmarks hundreds of GEMM candidates, none of them the step's GEMM."""
     study = _study_matmul(config)
     if have_cpu_gemm or study is None or report.gpu_ops.empty:
         return []
     ops = report.gpu_ops
     k = ops[(ops["category"] == "kernel") & ops["name"].map(is_gemm_kernel)]
+    steps, lat = measured_steps(report.steps), report.launch_latency
+    if len(k) and len(steps) and not lat.empty:
+        ids = lat.loc[lat["step"].isin(steps["step"]) & lat["gpu_id"].notna(), "gpu_id"].astype(int)
+        ran = k[k["id"].astype(int).isin(set(ids.tolist()))]
+        k, per_step = k[k["name"].isin(set(ran["name"]))], len(ran) / len(steps)
+    else:
+        per_step = len(k) / _steps(report)
     if k.empty:
         return []
-    per_step = len(k) / _steps(report)
     if abs(per_step - 1) > 1e-9:  # the config says one GEMM per step; any other count cannot be matched to it
         return []
     (batch, n), dtype = study, _cfg(config, "dtype")
