@@ -465,6 +465,20 @@ def test_the_sweep_legend_names_only_the_curves_drawn():
     assert not any("launched no GPU work" in t for t in shown)
 
 
+def test_the_sweep_draws_the_cpus_own_time_where_it_waited_for_the_gpu():
+    """A loop that syncs every step holds its GPU work in its CPU time: the CPU's own time (less the wait) is the
+    line question 2 weighs the GPU's against, drawn where it differs from the CPU time at some size, else left out."""
+    synced = pd.DataFrame({"size": [64, 4096], "cpu_us_per_step": [76.8, 2145.1], "cpu_own_us_per_step": [76.8, 1129.5],
+                           "gpu_busy_us_per_step": [3.3, 1454.9]})
+    own = "CPU's own per step (less its waits for the GPU)"
+    spec = C.overhead_vs_compute(synced).to_dict()
+    [data] = [v for k, v in spec["datasets"].items() if any(r.get("metric") == own for r in v)]
+    assert sorted((r["size"], r["us_per_step"]) for r in data if r["metric"] == own) == [(64, 76.8), (4096, 1129.5)]
+    assert own in _svg_texts(C.overhead_vs_compute(synced))
+    shown = _svg_texts(C.overhead_vs_compute(synced.assign(cpu_own_us_per_step=synced["cpu_us_per_step"])))
+    assert own not in shown and {"CPU per step", "GPU busy per step"} <= set(shown)
+
+
 def test_a_mean_far_above_the_median_is_explained_in_its_panel():
     skewed = pd.DataFrame({"step": list(range(2, 12)), "kernel": "gemm", "dur_us": [50.0] * 9 + [950.0]})
     steady = pd.DataFrame({"step": list(range(2, 12)), "kernel": "add", "dur_us": [10.0, 10.1] * 5})

@@ -9,6 +9,10 @@ import pandas as pd
 from ._style import LOG_AXIS_FORMAT, WIDTH, _require, empty_chart, log_ticks
 
 
+OWN = "CPU's own per step (less its waits for the GPU)"
+"""The overhead chart's name for the CPU time per step less the time it blocked waiting for the GPU."""
+
+
 def crossover_points(sweep: pd.DataFrame, a: str = "cpu_us_per_step", b: str = "gpu_busy_us_per_step"
                      ) -> pd.DataFrame:
     """Where curve ``b`` overtakes curve ``a`` along ``size``, per ``mode`` (log-log interpolation).
@@ -49,31 +53,38 @@ def overhead_vs_compute(sweep: pd.DataFrame, *, title: str = "CPU time vs GPU bu
 
     sweep: ``size``, ``cpu_us_per_step``, ``gpu_busy_us_per_step``, optional ``mode`` (eager /
     compile mode; drawn as dashes so both overlay). With repeated points (``profiling_core.run.sweep_points``:
-    the values are medians, ``<value>_min`` / ``<value>_max`` their range) each point carries its min–max bar.
+    the values are medians, ``<value>_min`` / ``<value>_max`` their range) each point carries its min–max bar. With
+    ``cpu_own_us_per_step`` (``present.step_summary``'s: the CPU time less the time it blocked waiting for the GPU,
+    which question 2 weighs the GPU work against), a third line where it is below the CPU time at some size: a loop
+    that synchronizes every step holds its GPU work inside its CPU time, and only this line can meet the GPU's.
     """
     _require(sweep, ["size", "cpu_us_per_step", "gpu_busy_us_per_step"], "overhead_vs_compute")
     data = sweep.copy()
     if "mode" not in data.columns:
         data["mode"] = "eager"
-    long = data.melt(id_vars=["size", "mode"], value_vars=["cpu_us_per_step", "gpu_busy_us_per_step"],
+    names = {"cpu_us_per_step": "CPU per step", "gpu_busy_us_per_step": "GPU busy per step",
+             "cpu_own_us_per_step": OWN}
+    own = "cpu_own_us_per_step" in data.columns and bool((data["cpu_own_us_per_step"] < data["cpu_us_per_step"]).any())
+    long = data.melt(id_vars=["size", "mode"], value_vars=[c for c in names if c in data.columns and
+                                                           (own or c != "cpu_own_us_per_step")],
                      var_name="metric", value_name="us_per_step")
-    long["metric"] = long["metric"].map({"cpu_us_per_step": "CPU per step",
-                                         "gpu_busy_us_per_step": "GPU busy per step"})
+    long["metric"] = long["metric"].map(names)
     long = long[long["us_per_step"] > 0]
     # the legend names only the curves drawn: a CPU run's GPU busy time is zero at every size, and has no line
-    metrics = [m for m in ("CPU per step", "GPU busy per step") if (long["metric"] == m).any()]
-    colors = alt.Scale(domain=metrics, range=[{"CPU per step": "#1f77b4", "GPU busy per step": "#2ca02c"}[m]
-                                              for m in metrics])
+    metrics = [m for m in ("CPU per step", OWN, "GPU busy per step") if (long["metric"] == m).any()]
+    colors = alt.Scale(domain=metrics, range=[{"CPU per step": "#1f77b4", OWN: "#9ecae1",
+                                               "GPU busy per step": "#2ca02c"}[m] for m in metrics])
     x = alt.X("size:Q", scale=alt.Scale(type="log", base=2), title=x_title,
               axis=alt.Axis(format=",.0f"))
-    spans = [data[c] for c in data.columns if c.startswith(("cpu_us_per_step", "gpu_busy_us_per_step"))
+    spans = [data[c] for c in data.columns if c.startswith(("cpu_us_per_step", "gpu_busy_us_per_step")
+                                                            + (("cpu_own_us_per_step",) if own else ()))
              and not c.endswith("_pct")]
     ticks = log_ticks(pd.concat(spans, ignore_index=True)) if spans else []
     lines = (alt.Chart(long).mark_line(point=True)
              .encode(x=x,
                      y=alt.Y("us_per_step:Q", scale=alt.Scale(type="log"), title="µs per step",
                              axis=alt.Axis(values=ticks, format=LOG_AXIS_FORMAT)),
-                     color=alt.Color("metric:N", title=None, scale=colors),
+                     color=alt.Color("metric:N", title=None, scale=colors, legend=alt.Legend(labelLimit=0)),
                      strokeDash=alt.StrokeDash("mode:N", title="mode"),
                      tooltip=["mode:N", "metric:N", alt.Tooltip("size:Q", format=",.0f"),
                               alt.Tooltip("us_per_step:Q", format=",.2f", title="µs per step")]))
