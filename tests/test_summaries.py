@@ -649,9 +649,11 @@ def test_question_2_s_verdict_along_a_sweep_is_each_run_s_own(tmp_path):
     assert per_run["bound"].tolist()[:2] == ["compute-bound", "compute-bound"] and pd.isna(per_run["bound"].iloc[2])
     said = bound_sentence(pts, None)
     assert said.startswith("Question 2's rule (each run's GPU work per step against the CPU's own time) calls the "
-                           "step compute-bound at every size of this curve (n = 4,096)")
+                           "step compute-bound at n = 4,096.")
     assert said.endswith("At n = 4,096 the curves read otherwise than the rule: question 2 on that run says why.")
     mixed = pts.assign(bound=["mixed (1 compute-bound, 1 overhead-bound)" if s == 4096 else b
                               for s, b in zip(pts["size"], pts["bound"])])
-    assert "mixed (1 compute-bound, 1 overhead-bound) at every size" in bound_sentence(mixed, None)
+    assert "calls the step mixed (1 compute-bound, 1 overhead-bound) at n = 4,096." in bound_sentence(mixed, None)
+    two = pd.concat([pts, pts.assign(size=8192)], ignore_index=True)
+    assert "compute-bound at every size of this curve (n = 4,096 and n = 8,192)." in bound_sentence(two, None)
     assert bound_sentence(pts[pts["size"] == 64], None) is None

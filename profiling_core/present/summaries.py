@@ -380,7 +380,8 @@ def bound_sentence(curve: pd.DataFrame, axis: str | None) -> str | None:
         else:
             groups.append((b, [size]))
     said = ("Question 2's rule (each run's GPU work per step against the CPU's own time) calls the step "
-            + (f"{groups[0][0]} at every size of this curve ({_sizes_text(sym, groups[0][1])})" if len(groups) == 1
+            + (f"{groups[0][0]} at every size of this curve ({_sizes_text(sym, groups[0][1])})"
+               if len(groups) == 1 and len(groups[0][1]) > 1
                else "; ".join(f"{b} at {_sizes_text(sym, sz)}" for b, sz in groups)))
     turns = [f"{b} between {sym} = {prev[-1]:,.0f} and {sym} = {sz[0]:,.0f}"
              for (_, prev), (b, sz) in zip(groups, groups[1:])]
