@@ -22,6 +22,29 @@ from ...units import format_duration_us as _us
 
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
+NO_STEPS_TEXT = "This trace has no ProfilerStep slices"
+STEPS_HOWTO = ("profile with a schedule (torch.profiler.schedule) and call prof.step() at the end of each iteration, "
+               "which makes each iteration a ProfilerStep#N slice")
+"""What a trace without steps lacks, and how to record one with them: the questions that compare or count steps
+say so rather than nothing."""
+
+
+def _compile_rows(r) -> dict:
+    """torch.compile's rows of the profiler table (its CPU rows: a graph call's GPU-side annotation is another row),
+    over the whole trace, for questions 9 and 10 on a trace without steps: ``regions``, ``graph_calls``,
+    ``lookups`` (calls), their CPU time (``*_us``, the table's total) and ``hashes`` (the graphs' distinct hashes)."""
+    t = r.profiler_table
+    cpu = t[t["lane"] == "cpu"] if len(t) else t
+    names = cpu["name"].astype(str) if len(cpu) else pd.Series([], dtype=object)
+    out = {}
+    for key, mask in (("regions", names.str.startswith("Torch-Compiled Region")),
+                      ("graph_calls", names.str.startswith(COMPILED_GRAPH_CALL)),
+                      ("lookups", names == "TorchDynamo Cache Lookup")):
+        out[key] = int(cpu.loc[mask, "calls"].sum()) if len(cpu) else 0
+        out[key + "_us"] = float(cpu.loc[mask, "cpu_total_us"].sum()) if len(cpu) else 0.0
+    graphs = names[names.str.startswith(COMPILED_GRAPH_CALL)] if len(cpu) else names
+    out["hashes"] = sorted({n[len(COMPILED_GRAPH_CALL):].strip(" #") for n in graphs})
+    return out
 _MAX_LISTED = 6
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from ...config import config_field as _cfg
 from ...units import format_duration_us as _us
-from .base import (Finding, _app_run, _compiler_every_step, _eager_after_compiling, _left_out_text, _listed, _n,
-                   _num)
+from .base import (NO_STEPS_TEXT, STEPS_HOWTO, Finding, _app_run, _compile_rows, _compiler_every_step,
+                   _eager_after_compiling, _left_out_text, _listed, _n, _num)
 
 
 def _q10_cost(r, config=None) -> list[Finding]:
     from ...analyses import compile_in_measured_steps, compile_steps
+    if r.steps.empty:
+        return [_q10_without_steps(r)]
     if r.compile_breakdown.empty:
         return []
     cb = compile_in_measured_steps(r)  # per step: the steady state's steps
@@ -108,6 +110,22 @@ def _graph_sentence(cb) -> str:
                 f"{_n(launched, 'kernel')} per step; question 9 lists the kernels).")
     return (" The CUDA graphs these steps replay (cudaGraphLaunch) are launched from outside the compiled code, which "
             "launches its own kernels one by one.")
+
+
+def _q10_without_steps(r) -> Finding:
+    """Question 10 on a trace without steps: no CPU cost per step to read; where torch.compile ran, what its rows took
+    over the whole trace (the profiler table's totals)."""
+    rows = _compile_rows(r)
+    ev = {"steps": 0, "compiled": bool(rows["regions"] or rows["graph_calls"])}
+    text = f"{NO_STEPS_TEXT}, so there is no CPU cost per step to read"
+    if ev["compiled"]:
+        ev.update(compiled_region_us=_num(rows["regions_us"]), fx_graph_us=_num(rows["graph_calls_us"]),
+                  cache_lookup_us=_num(rows["lookups_us"]))
+        text += (f". Over the whole trace (the profiler table's total CPU time): "
+                 f"{_n(rows['regions'], 'Torch-Compiled Region slice')} {_us(rows['regions_us'])}, "
+                 f"{_n(rows['graph_calls'], 'call')} of CompiledFxGraph {_us(rows['graph_calls_us'])}, "
+                 f"{_n(rows['lookups'], 'cache lookup')} {_us(rows['lookups_us'])}")
+    return Finding("q10.compile_cost", 10, "No steps", text + f". To read it per step, {STEPS_HOWTO}.", ev)
 
 
 def _eager(r, config, steps: set, cpu_med: float) -> Finding:

@@ -11,8 +11,8 @@ from ...analyses._shared import COMPILER_RANGE
 from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
-from .base import (Finding, _compile_steps_text, _first_step_only_calls, _first_step_slower_calls, _is_cold,
-                   _lazy_loading, _num, _self_times_by_step, _short, _table_rows)
+from .base import (NO_STEPS_TEXT, STEPS_HOWTO, Finding, _compile_steps_text, _first_step_only_calls,
+                   _first_step_slower_calls, _is_cold, _lazy_loading, _num, _self_times_by_step, _short, _table_rows)
 
 
 FIRST_STEP_SLOWER_PCT = 5.0
@@ -56,11 +56,22 @@ def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) 
 
 def _q3_cold(r, config=None) -> list[Finding]:
     s = working_steps(r.steps)  # an empty step is no step of the loop to compare the first with
+    if r.steps.empty:
+        return [Finding("q3.cold_start", 3, "No steps to compare",
+                        f"{NO_STEPS_TEXT}, so it has no first step to compare with later ones: to see one, "
+                        f"{STEPS_HOWTO}.", {"steps": 0, "first_step_slower": None})]
     if len(s) < 2:
         empty = r.steps[~r.steps.index.isin(s.index)]
-        if len(s) != 1 or empty.empty:
+        if len(s) != 1:
             return []
         first = s.iloc[0]
+        if empty.empty:
+            return [Finding("q3.cold_start", 3, "First step vs the others",
+                            f"Only one step was profiled: ProfilerStep#{int(first['step'])}, "
+                            f"{_us(first['cpu_dur_us'])} on the CPU. There is no later step to compare the first "
+                            "with: profile more active steps (the schedule's active count).",
+                            {"first_step": int(first["step"]), "first_step_cpu_us": _num(first["cpu_dur_us"]),
+                             "first_step_slower": None})]
         names = ", ".join(f"ProfilerStep#{int(k)} ({_us(d)})" for k, d in zip(empty["step"], empty["cpu_dur_us"]))
         text = (f"Only one profiled step did any work: ProfilerStep#{int(first['step'])}, "
                 f"{_us(first['cpu_dur_us'])} on the CPU. The other{'s' if len(empty) > 1 else ''}, {names}, "

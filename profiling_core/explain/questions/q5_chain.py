@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .base import _MAX_LISTED, NO_GPU_TEXT, Finding, _listed, _n, _short
+from .base import _MAX_LISTED, NO_GPU_TEXT, NO_STEPS_TEXT, STEPS_HOWTO, Finding, _listed, _n, _short
 
 
 def _missing(x) -> bool:
@@ -77,6 +77,13 @@ def _chain_paths(chain: pd.DataFrame) -> list[list[str]]:
 
 def _q5_chain(r, config=None) -> list[Finding]:
     ch = r.dispatch_chains
+    if r.steps.empty:
+        return [Finding("q5.chain", 5, "No steps",
+                        (f"{NO_GPU_TEXT} and no ProfilerStep slices: no chain from a step down to a GPU op to follow."
+                         if not r.has_gpu else
+                         f"{NO_STEPS_TEXT}, and question 5 follows the chain inside a step, from its ProfilerStep "
+                         f"slice down to each GPU op it launched: to see it, {STEPS_HOWTO}. Question 6 names each "
+                         "kernel's launch call and the op that made it, over the whole trace."), {"steps": 0})]
     if ch.empty:
         return []
     with_gpu = r.steps.loc[r.steps["gpu_ops"] > 0, "step"]

@@ -7,7 +7,8 @@ torch.compile's code launched them and as eager code did (``launch_paths``' ``fr
 first, at most :data:`KERNELS_LISTED` names of each."""
 from __future__ import annotations
 
-from .base import NO_GPU_TEXT, Finding, _eager_after_compiling, _left_out_text, _n, _num, _short
+from .base import (NO_GPU_TEXT, NO_STEPS_TEXT, STEPS_HOWTO, Finding, _compile_rows, _eager_after_compiling,
+                   _left_out_text, _n, _num, _short)
 
 
 def _as_config(config):
@@ -23,6 +24,8 @@ def _as_config(config):
 
 def _q9_compile(r, config=None) -> list[Finding]:
     from ...analyses import compile_in_measured_steps, compile_steps
+    if r.steps.empty:
+        return [_q9_without_steps(r)]
     if r.compile_breakdown.empty:
         return []
     cb = compile_in_measured_steps(r)  # per step: the steady state's steps
@@ -129,6 +132,38 @@ def _q9_compile(r, config=None) -> list[Finding]:
         text += f" Kernels: {_kernel_list(lp, lp['count'])}."
     text += _bias_copy(r, config, ev)
     return [Finding("q9.compile", 9, "What torch.compile changed", text, ev)]
+
+
+def _q9_without_steps(r) -> Finding:
+    """Question 9 on a trace without steps: whether torch.compile ran (its rows in the profiler table, over the whole
+    trace) and which kernels its code launched, and that the per-step counts need steps."""
+    rows = _compile_rows(r)
+    lp = r.launch_paths[r.launch_paths["category"] == "kernel"] if len(r.launch_paths) else r.launch_paths
+    launches = int(lp["count"].sum()) if len(lp) else 0
+    ev = {"steps": 0, "compiled_regions": rows["regions"], "fx_graph_calls": rows["graph_calls"],
+          "fx_graph_hashes": rows["hashes"], "kernel_launches": launches}
+    per_step = (f" {NO_STEPS_TEXT}, so there is no step to count launches, kernels and copies per step and set beside "
+                f"another run's: to get them, {STEPS_HOWTO}.")
+    if not rows["regions"] and not rows["graph_calls"]:
+        text = ("No torch.compile rows (TorchDynamo Cache Lookup, Torch-Compiled Region) in this trace: it ran "
+                "eagerly" + (f", with {_n(launches, 'kernel launch', 'kernel launches')} over the whole trace."
+                             if r.has_gpu else f". {NO_GPU_TEXT}."))
+        return Finding("q9.compile", 9, "Eager execution", text + per_step, ev)
+    compiled = lp[lp["from_compiled"] > 0] if len(lp) else lp
+    ev["kernel_launches_from_compiled"] = int(compiled["from_compiled"].sum()) if len(compiled) else 0
+    text = (f"torch.compile ran: {_n(rows['regions'], 'Torch-Compiled Region slice')} in this trace, with "
+            + (f"{_n(len(rows['hashes']), 'distinct CompiledFxGraph hash', 'distinct CompiledFxGraph hashes')} "
+               f"({_n(rows['graph_calls'], 'call')})" if rows["graph_calls"] else "no CompiledFxGraph call recorded")
+            + ".")
+    if r.has_gpu and launches:
+        text += (f" Of the {launches:,} kernels whose launch call the trace pairs with them, "
+                 + (f"{'all ' if ev['kernel_launches_from_compiled'] == launches else ''}"
+                    f"{ev['kernel_launches_from_compiled']:,} were launched from torch.compile's code: "
+                    f"{_kernel_list(compiled, compiled['from_compiled'])}." if len(compiled)
+                    else "none was launched from torch.compile's code."))
+    elif not r.has_gpu:
+        text += f" {NO_GPU_TEXT}: the compiled code ran on the CPU."
+    return Finding("q9.compile", 9, "What torch.compile changed", text + per_step, ev)
 
 
 _COPY_KEYS = {"Memcpy DtoD": "memcpy_dtod", "Memcpy HtoD": "memcpy_htod", "Memcpy DtoH": "memcpy_dtoh"}
