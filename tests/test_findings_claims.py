@@ -108,7 +108,10 @@ def test_findings_of_every_test_trace_agree_with_their_numbers(path):
     with open_trace(path, engine="sqlite") as s:
         from profiling_core.analyses import analyze
         r = analyze(s)
-    assert problems(findings(r)) == []
+    fs = findings(r)
+    assert problems(fs) == []
+    # every question gets an answer, or says what this trace lacks for it (no steps, no GPU lane)
+    assert {f.question for f in fs} == set(range(1, 11))
     config = _config_of(path)
     if config is not None:
         assert problems(findings(r, config=config)) == []

@@ -51,8 +51,9 @@ def findings(report_or_session, config=None) -> list[Finding]:
         config: the ``ExperimentConfig`` of the run, if known (passed to ``analyze``).
 
     Returns:
-        A list of :class:`Finding`, one or more per study question the trace can answer (questions that need
-        data the trace lacks, e.g. a dispatch chain without steps, are left out; a missing GPU lane is said).
+        A list of :class:`Finding`, one or more per study question: where the trace lacks what a question reads (a
+        GPU lane, ProfilerStep slices for the questions that compare or count steps) the finding says so and how to
+        record it.
     """
     from ...analyses import Report, analyze
     r = report_or_session if isinstance(report_or_session, Report) else analyze(report_or_session, config=config)
