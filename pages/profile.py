@@ -74,17 +74,19 @@ bound_shown = (ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get
 # (a CPU run's verdict is by question 2's CPU rule: the label says so, and the value stays one word that a quarter
 # of the page's width shows whole)
 bound_label = "Bound, steady state" + (" (CPU rule)" if isinstance(cpu_bound, str) else "")
-report_summary = (f"Profiled steps: {s.get('steps', 0)}. CPU per step (median of every step with work in it): "
+report_summary = (f"Profiled steps: {s.get('steps', 0)}. CPU per step (median over the steady state's steps): "
                   f"{format_duration_us(s.get('cpu_step_median_us'))}. GPU work launched per step (median): "
                   + (format_duration_us(s.get("gpu_step_median_us")) if s.get("has_gpu") else "no GPU")
                   + f". {bound_label}: {bound_shown}.")
 c4.metric(bound_label, bound_shown,
-          help="the bound rule (question 2): GPU work launched per step against CPU time per step, over the steps "
-               "after the first; at or above 1× the GPU sets the pace (compute-bound; copy-bound when most of its "
-               "work is copies between host and device), below it the GPU waits on the CPU (overhead-bound). The "
-               "GPU's busy share inside each step's own window is evidence only: when the CPU runs ahead, a step's GPU "
-               "work runs after its window. On a run without a GPU lane, question 2's CPU rule: the work ops' own "
-               "time against the rest of each step, compute-bound from half of it.")
+          help="the bound rule (question 2): GPU work launched per step against the CPU's own time per step (its "
+               "time less what it spent blocked waiting for the GPU, in synchronize calls and in copies to or from "
+               "pageable memory), over the steady state's steps; at or above 1× the GPU sets the pace "
+               "(compute-bound; copy-bound when most of its work is copies between host and device), and so it does "
+               "where the GPU never waited for a launch (a full launch queue); otherwise the GPU waits on the CPU "
+               "(overhead-bound). The GPU's busy share inside each step's own window is evidence only: when the CPU "
+               "runs ahead, a step's GPU work runs after its window. On a run without a GPU lane, question 2's CPU "
+               "rule: the work ops' own time against the rest of each step, compute-bound from half of it.")
 ui.per_step_notes(s, rep.steps)
 
 # --- the whole run ---------------------------------------------------------------------------------
