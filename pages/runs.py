@@ -230,8 +230,9 @@ if ra.has_phases or rb.has_phases:
             ui.chart_block(pchart, r.phases, f"{label}_phases", key=f"runs_phases_{key}")
             phase_charts.append(pchart)
     st.caption("Each training step split into data, forward, backward, optimizer, zero_grad and other (what no phase "
-               "covers), as on the Profile page; the table gives the median step's (of the steps after the first, from "
-               "3 steps on: the summary's CPU time per step above is the median of them all).")
+               "covers), as on the Profile page; the table gives each phase's median over the steady state's steps, "
+               "the steps the summary's CPU time per step above is the median of (each phase's own median: they "
+               "need not add up to it).")
 
 both = {name_a: ra.step_breakdown, name_b: rb.step_breakdown}
 per_run = charts.breakdown_bars(both, per="run")
