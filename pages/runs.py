@@ -218,7 +218,7 @@ if ra.has_phases or rb.has_phases:
     phases = phase_summary([(name_a, ra), (name_b, rb)])
     st.dataframe(phases, hide_index=True, width="stretch", height=ui.fit_height(phases),
                  column_config={c: st.column_config.NumberColumn(c, format="%.2f") for c in ("cpu_us", "gpu_us")})
-    phase_tables = [("training phases (median step)", phases)]
+    phase_tables = [("training phases (each phase's median over the steady state's steps)", phases)]
     cols = st.columns(2)
     for col, (label, r, key) in zip(cols, ((name_a, ra, "a"), (name_b, rb, "b"))):
         with col:
