@@ -1550,3 +1550,18 @@ def test_one_profiled_step_has_no_later_step_to_compare():
     assert q3.text.startswith(f"Only one step was profiled: {st['name']}, {_us_text(st['dur'])} on the CPU. There is "
                               "no later step to compare the first with")
     assert q3.evidence["first_step"] == int(st["name"].split("#")[1])
+
+
+def test_distinct_dispatch_chains_never_read_alike():
+    """The H200 compiled decode block's step 4 launches triton_poi_fused_copy_permute_slice_unbind_view_1 and _2 (the
+    JSON) through the same ops: cut to 48 characters, question 5 listed the two chains as the same words twice. The
+    cut now lengthens until distinct chains read apart."""
+    path = DATA / "h200_verdicts" / "decode_compile.json"
+    names = {e["name"] for e in scan_trace(path) if e.get("ph") == "X" and e.get("cat") == "kernel"}
+    twins = sorted(n for n in names if n.startswith("triton_poi_fused_copy_permute_slice_unbind_view_"))
+    assert twins == ["triton_poi_fused_copy_permute_slice_unbind_view_1",
+                     "triton_poi_fused_copy_permute_slice_unbind_view_2"]
+    q5 = by_id(path)["q5.chain"]
+    shown = [c for c in q5.text.split(": ", 1)[1].rstrip(".").split("; ") if not c.startswith("and ")]
+    assert len(shown) == len(set(shown)) == 6
+    assert all(any(c.endswith(f"→ {n}") for c in shown) for n in twins)

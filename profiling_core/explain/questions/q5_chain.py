@@ -2,6 +2,8 @@
 one step."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pandas as pd
 
@@ -75,6 +77,23 @@ def _chain_paths(chain: pd.DataFrame) -> list[list[str]]:
     return paths
 
 
+def _chain_texts(paths: list, widths=(48, 120, None)) -> list[str]:
+    """Each chain as ``a → b → …``, its names cut to the first of ``widths``; chains that the cut makes read alike
+    (``triton_poi_fused_copy_permute_slice_unbind_view_1`` and ``_2``, both cut before their number) get the next,
+    longer cut, down to their whole names: distinct chains never read the same."""
+    out = [None] * len(paths)
+    todo = list(range(len(paths)))
+    for w in widths:
+        texts = {i: " → ".join(_short(n, w) if w else str(n) for n in paths[i]) for i in todo}
+        seen = Counter(texts.values())
+        for i in todo:
+            out[i] = texts[i]
+        todo = [i for i in todo if seen[texts[i]] > 1]
+        if not todo:
+            break
+    return out
+
+
 def _q5_chain(r, config=None) -> list[Finding]:
     ch = r.dispatch_chains
     if r.steps.empty:
@@ -122,7 +141,7 @@ def _q5_chain(r, config=None) -> list[Finding]:
                         {"step": step, "cpu_slices": int(len(cpu)), "names": names, "gpu_ops_launched": launched,
                          "cpu_slices_elsewhere": others})]
     shown = paths[:_MAX_LISTED]
-    text = f"In ProfilerStep#{step}: " + "; ".join(" → ".join(_short(n, 48) for n in p) for p in shown)
+    text = f"In ProfilerStep#{step}: " + "; ".join(_chain_texts(shown))
     more = len(paths) - len(shown)
     text += f"; and {more} more distinct chain{'s' if more > 1 else ''}." if more > 0 else "."
     return [Finding("q5.chain", 5, "Dispatch chain", text, {"step": step, "paths": [list(p) for p in paths]})]
