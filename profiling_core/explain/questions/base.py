@@ -22,6 +22,7 @@ from ...units import format_duration_us as _us
 
 
 NO_GPU_TEXT = "This trace has no GPU lane (no kernel, memcpy or memset events)"
+_MAX_LISTED = 6
 NO_STEPS_TEXT = "This trace has no ProfilerStep slices"
 STEPS_HOWTO = ("profile with a schedule (torch.profiler.schedule) and call prof.step() at the end of each iteration, "
                "which makes each iteration a ProfilerStep#N slice")
@@ -45,7 +46,6 @@ def _compile_rows(r) -> dict:
     graphs = names[names.str.startswith(COMPILED_GRAPH_CALL)] if len(cpu) else names
     out["hashes"] = sorted({n[len(COMPILED_GRAPH_CALL):].strip(" #") for n in graphs})
     return out
-_MAX_LISTED = 6
 
 
 @dataclass(frozen=True)
