@@ -237,8 +237,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}
         over the steady state's steps, :func:`~profiling_core.analyses.steps.measured_steps`; empty without
         phases), ``memory`` (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device
-        the peak allocated and reserved bytes; ``note`` says how to record memory events when the trace has none), ``step_processes``
-        (the pids whose threads hold the step slices: more than one where ranks' traces were merged into one file),
+        the peak allocated and reserved bytes; ``note`` says how to record memory events when the trace has none),
+        ``step_processes`` (the pids whose threads hold the step slices: more than one where ranks' traces were
+        merged into one file),
         ``step_devices`` (per GPU that ran the steps' work: ``device``, and the medians of its own ``busy_us`` (the
         work the step launched on it), ``busy_in_step_us`` and ``busy_fraction`` of the step's window; several where
         one process drove several GPUs), ``idle_thread_frames`` ({row name: self µs} of the table's Python frames of
