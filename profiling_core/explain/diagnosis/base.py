@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses import GPU_PACED, GRAPH_LAUNCHES, STARVED_AT, Report, working_steps
+from ...analyses import GPU_PACED, GRAPH_LAUNCHES, STARVED_AT, Report, measured_steps, working_steps
 from ...store.peaks import DevicePeaks
 from ...units import format_count as _fmt_n  # (a count per step: 1e+06 never, see format_count)
 from ..questions.base import _app_run
@@ -86,6 +86,15 @@ def _in_steps(report: Report, ops: pd.DataFrame) -> pd.DataFrame:
         return ops
     launched = lat.loc[lat["step"].notna(), "gpu_id"].astype(int)
     return ops[ops["id"].astype(int).isin(set(launched))]
+
+
+def _in_measured_steps(report: Report, ops: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``ops`` (``report.gpu_ops``) that the steady state's steps launched (``analyses.measured_steps``):
+    those whose launch call, paired by ``launch_latency``, lies in one of those steps."""
+    lat = report.launch_latency
+    steps = measured_steps(report.steps)["step"]
+    ids = lat.loc[lat["step"].isin(steps) & lat["gpu_id"].notna(), "gpu_id"].astype(int)
+    return ops[ops["id"].astype(int).isin(set(ids.tolist()))]
 
 
 def _gemm_rows_in_steps(c: "_Ctx", rows: pd.DataFrame) -> pd.DataFrame:

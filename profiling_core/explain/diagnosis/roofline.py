@@ -23,7 +23,7 @@ from ...analyses.categories import gpu_op_category, is_gemm_kernel, ran_tf32
 from ...config import DTYPES, config_field as _cfg
 from ...store.peaks import DevicePeaks
 from ..questions.base import _per_name
-from .base import _args_each, _args_of, _steps
+from .base import _args_each, _args_of, _in_measured_steps, _steps
 
 
 _ESIZE = {**DTYPES, "fp64": 8, "tf32": 4, "fp8": 1, "int8": 1}  # bytes per element of _TORCH_DTYPES' dtypes
@@ -248,10 +248,9 @@ def _graph_gemms(report: Report, config, peaks, have_cpu_gemm: bool) -> list[dic
         return []
     ops = report.gpu_ops
     k = ops[(ops["category"] == "kernel") & ops["name"].map(is_gemm_kernel)]
-    steps, lat = measured_steps(report.steps), report.launch_latency
-    if len(k) and len(steps) and not lat.empty:
-        ids = lat.loc[lat["step"].isin(steps["step"]) & lat["gpu_id"].notna(), "gpu_id"].astype(int)
-        ran = k[k["id"].astype(int).isin(set(ids.tolist()))]
+    steps = measured_steps(report.steps)
+    if len(k) and len(steps) and not report.launch_latency.empty:
+        ran = _in_measured_steps(report, k)
         k, per_step = k[k["name"].isin(set(ran["name"]))], len(ran) / len(steps)
     else:
         per_step = len(k) / _steps(report)

@@ -12,7 +12,7 @@ from typing import Optional
 from ....analyses import GPU_PACED, measured_steps
 from ....units import format_share
 from ...questions.base import _per_name, _short
-from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _gpu_time_cost, _in_steps, _steps
+from ..base import Diagnosis, _Ctx, _fmt_n, _fmt_us, _gpu_time_cost, _in_measured_steps, _in_steps, _steps
 
 _TRANSPOSES = ("nchwtonhwc", "nhwctonchw")
 
@@ -25,9 +25,8 @@ def _rule_conv_layout(c: _Ctx) -> Optional[Diagnosis]:
     k = _in_steps(r, ops[ops["category"] == "kernel"])
     lat = r.launch_latency
     if len(r.steps) and not lat.empty:  # the steady state's steps (after the first, from 3 on), as the bound's
-        basis = set(measured_steps(r.steps)["step"].tolist())
-        k = k[k["id"].isin(set(lat.loc[lat["step"].isin(basis), "gpu_id"].astype(int)))]
-        n = max(1, len(basis))
+        k = _in_measured_steps(r, k)
+        n = max(1, len(set(measured_steps(r.steps)["step"].tolist())))
     else:
         n = _steps(r)
     tr = k[_per_name(k["name"], lambda t: t.str.lower().str.contains("|".join(_TRANSPOSES), na=False)).astype(bool)]
