@@ -20,6 +20,12 @@ The processes, per trace:
   traces with a recording get this row.
 - ``traceinsight``: traceinsight 0.6.1 (Meta's HTA, ``hta`` package) in its own venv (``--ti-python``): import,
   ``TraceAnalysis`` load, ``get_gpu_kernel_breakdown`` and ``get_temporal_breakdown``.
+- ``sqlite, traceinsight's work``: this library doing what the traceinsight process does, through its public API,
+  started as an ``analyze`` process starts (no pyarrow, one BLAS thread) with its imports done while the trace loads:
+  ``open_trace`` on the mirror, then the per-kernel table (``kernel_stats``), the GPU time by category of kernel
+  (``step_breakdown`` → ``category_totals``) and the busy and idle time of the GPU (``gpu_busy``), printed as JSON.
+  The ``analyze`` row does this and some twenty analyses more, the findings and the diagnosis; this row says what
+  the loader and the tables cost beside traceinsight's for the same questions.
 
 Traces: the three largest real traces of different shapes in ``/work/shared/traces`` (HTA's A100 control trace,
 integer µs; the 2021 ResNet-50 V100 trace of the ``Operator``/``Kernel`` era with correlation fallback; HTA's
@@ -55,6 +61,7 @@ import io
 import json
 import os
 import pstats
+import re
 import shutil
 import statistics
 import subprocess
@@ -90,6 +97,21 @@ ta.get_temporal_breakdown(visualize=False)
 shutil.rmtree(d)
 """
 
+SAME_WORK_CHILD = r"""
+import json
+from profiling_core.cli._process import starting_analyze
+starting_analyze()
+from profiling_core.trace import open_trace
+def imports():
+    global A
+    from profiling_core import analyses as A
+s = open_trace({path!r}, engine="sqlite", while_loading=imports)
+out = {{"kernels": A.kernel_stats(s).to_dict("records"),
+        "by_category": A.category_totals(A.step_breakdown(s)).to_dict("records"),
+        "busy": A.gpu_busy(s).to_dict("records")}}
+s.close()
+print(json.dumps(out, default=str))
+"""
 
 # --- the perfetto engine against a stand-in trace_processor serving recorded answers ---------------------------
 
@@ -193,6 +215,7 @@ def processes(case: dict, ti_python: str | None, before: str | None) -> list[tup
                                                                shell_load_s(case["mib"]))
             out.append((f"{engine}{tag}", [py, "-m", "profiling_core", "analyze", case["path"], "--engine", engine,
                                            "--json"], root, more))
+    out.append(("sqlite, traceinsight's work", [py, "-c", SAME_WORK_CHILD.format(path=case["path"])], ROOT, {}))
     if ti_python:
         out.append(("traceinsight", [ti_python, "-c", TI_CHILD.format(path=case["path"])], None, {}))
     return out
@@ -223,7 +246,7 @@ def bench(args) -> int:
             # the host's own pace: an interpreter that does nothing (hosts of one kind differ several times over here)
             results[("", "empty interpreter")].append(run_process([sys.executable, "-c", "pass"], env_of(None)))
             for c, label, argv, e, cwd in plan[k:] + plan[:k]:
-                keep = os.path.join(outputs, f"{c['name']}.{label.replace(' ', '_')}.json") \
+                keep = os.path.join(outputs, f"{c['name']}.{re.sub(r'[^A-Za-z0-9.-]+', '_', label)}.json") \
                     if r == 0 and label != "traceinsight" else None
                 results[(c["name"], label)].append(run_process(argv, e, keep, cwd))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
@@ -276,7 +299,8 @@ def report(args, cases: list, results: dict) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for c in cases:
         ti = results.get((c["name"], "traceinsight"))
-        for label in ("sqlite", "sqlite before", "perfetto", "perfetto before", "traceinsight"):
+        for label in ("sqlite", "sqlite before", "perfetto", "perfetto before", "sqlite, traceinsight's work",
+                      "traceinsight"):
             runs = results.get((c["name"], label))
             if not runs:
                 continue
