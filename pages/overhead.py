@@ -113,8 +113,8 @@ x_title, symbol = size_axis_title(axes[0]) if len(axes) == 1 else (
 axis_of = dict(zip(per_run["mode"], per_run["axis"]))  # each curve's axis, for the crossover's wording
 # each (axis, step, size, mode) point: the median of its runs with their min–max (one run: no spread to show)
 keys = ("axis", "step", "size", "mode")
-sweep = sweep_points(per_run, keys=keys, values=("cpu_us_per_step", "cpu_own_us_per_step", "gpu_busy_us_per_step",
-                                                 "gpu_busy_fraction"))
+sweep = sweep_points(per_run, keys=keys, values=("cpu_us_per_step", "cpu_own_us_per_step", "cpu_work_share",
+                                                 "gpu_busy_us_per_step", "gpu_busy_fraction"))
 sweep = sweep.merge(sweep_bounds(per_run, keys), on=list(keys), how="left").sort_values(["mode", "size"])
 sweep["has_gpu"] = sweep["gpu_busy_us_per_step"] > 0
 warnings = comparison_warnings(sweep, ["size", "mode"], runs=[ui.load_run(r) for r in chosen])
@@ -126,10 +126,12 @@ if (sweep["n"] == 1).all():
 st.header("CPU time per step against GPU busy time per step", divider="gray")
 if not per_run["has_gpu"].any():
     st.info("These runs have no GPU lane (recorded on the CPU): GPU busy time is zero, so only the CPU curve is "
-            "drawn and there is no crossover. Run the sweep on a CUDA device to see the GPU take over.",
+            "drawn and there is no crossover; question 2's rule on a CPU (the work ops' share of each step) gives "
+            "each size's verdict below the chart. Run the sweep on a CUDA device to see the GPU take over.",
             icon=":material/info:")
 cols = ["axis", "step", "size", "mode", "n", "cpu_us_per_step", "cpu_us_per_step_min", "cpu_us_per_step_max",
-        "cpu_us_per_step_spread_pct", "cpu_own_us_per_step", "gpu_busy_us_per_step", "gpu_busy_us_per_step_min",
+        "cpu_us_per_step_spread_pct", "cpu_own_us_per_step", "cpu_work_share", "gpu_busy_us_per_step",
+        "gpu_busy_us_per_step_min",
         "gpu_busy_us_per_step_max", "gpu_busy_fraction", "bound"]
 main = ui.chart("overhead_vs_compute", sweep[cols], x_title=x_title, symbol=symbol)
 ui.chart_block(main, sweep[cols], "overhead_vs_compute", key="overhead_main")

@@ -72,6 +72,26 @@ def test_a_synchronizing_loop_gets_its_verdicts_where_the_curves_never_cross(run
     assert "it turns compute-bound between n = 64 and n = 4,096" in download(at, media, "report_overhead").decode()
 
 
+def test_a_cpu_sweep_gets_its_verdict_at_each_size(runs_dir, media):
+    """A sweep recorded on the CPU had no verdict on this page. The study's matmul + add at n = 8, 64 and 512 on a
+    2-core VM (its work ops take 22%, 40% and 96% of a step): question 2's CPU rule turns compute-bound between 64
+    and 512, said under the chart and in the report, with each point's share in the table."""
+    from profiling_core.present import md_text
+    for n in (8, 64, 512):
+        import_trace(runs_dir, DATA / "cpu" / "sweep" / f"{n}_fp32_warm_eager.json", f"{n}_cpu")
+    at = app("overhead")
+    assert not errors_of(at)
+    assert any("no GPU lane" in i.value and "each size's verdict below the chart" in i.value for i in at.info)
+    [said] = [s.value for s in at.success]
+    assert md_text("Question 2's rule on a CPU (each run's work ops' own time against its step: compute-bound from "
+                   "50% of the step) calls the step overhead-bound at n = 8 and n = 64; compute-bound at n = 512: it "
+                   "turns compute-bound between n = 64 and n = 512.") in said
+    [table] = [d.value for d in at.dataframe if "cpu_work_share" in d.value.columns]
+    assert table["bound"].tolist() == ["overhead-bound", "overhead-bound", "compute-bound"]
+    assert (table["cpu_work_share"] < 0.5).tolist() == [True, True, False]
+    assert "it turns compute-bound between n = 64 and n = 512" in download(at, media, "report_overhead").decode()
+
+
 @pytest.mark.slow
 def test_a_sweep_of_another_workload_varies_its_size_knob(runs_dir):
     from profiling_core import RunStore

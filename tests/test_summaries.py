@@ -646,7 +646,11 @@ def test_question_2_s_verdict_along_a_sweep_is_each_run_s_own(tmp_path):
     assert gpu < cpu and statistics.median(x["in_syncs"] for x in rows[1:]) == 0.0
     f = {x.id: x for x in findings(report_of(str(queue)))}
     assert f["q2.bound"].evidence["bound"] == "compute-bound"
-    assert per_run["bound"].tolist()[:2] == ["compute-bound", "compute-bound"] and pd.isna(per_run["bound"].iloc[2])
+    cpu = {x.id: x for x in findings(report_of(str(CPU_TRACE)))}["q2.bound"].evidence
+    assert per_run["bound"].tolist() == ["compute-bound", "compute-bound", cpu["bound"]]  # (the CPU's rule)
+    assert per_run["cpu_work_share"].iloc[2] == pytest.approx(cpu["cpu_work_share_median"], abs=1e-3)
+    assert per_run["cpu_work_share"].iloc[:2].isna().all() and per_run["cpu_own_us_per_step"].iloc[2] != 0
+    pts = pts[pts["size"] == 4096]  # (the page draws CPU runs as a curve of their own)
     said = bound_sentence(pts, None)
     assert said.startswith("Question 2's rule (each run's GPU work per step against the CPU's own time) calls the "
                            "step compute-bound at n = 4,096.")
@@ -656,4 +660,60 @@ def test_question_2_s_verdict_along_a_sweep_is_each_run_s_own(tmp_path):
     assert "calls the step mixed (1 compute-bound, 1 overhead-bound) at n = 4,096." in bound_sentence(mixed, None)
     two = pd.concat([pts, pts.assign(size=8192)], ignore_index=True)
     assert "compute-bound at every size of this curve (n = 4,096 and n = 8,192)." in bound_sentence(two, None)
-    assert bound_sentence(pts[pts["size"] == 64], None) is None
+    assert bound_sentence(pts.assign(bound=None), None) is None
+
+
+CPU_SWEEP = DATA / "cpu" / "sweep"
+
+
+def _work_shares(path) -> list[float]:
+    """Each steady-state step's share in the ops that do the work, by a plain scan of a CPU trace of the study's
+    matmul + add: the own time of each ``aten::mm`` and ``aten::add`` (its duration less the ops nested in it on its
+    thread: ``aten::mm``'s ``aten::resolve_conj``) over the step's duration, for the steps after the first."""
+    ev = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    steps = sorted((e for e in ev if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])[1:]
+    ops = [e for e in ev if e.get("cat") == "cpu_op"]
+    shares = []
+    for st in steps:
+        work = 0.0
+        for w in ops:
+            if w["name"] in ("aten::mm", "aten::add") and st["ts"] <= w["ts"] < st["ts"] + st["dur"]:
+                inner = sum(o["dur"] for o in ops if o is not w and o["tid"] == w["tid"]
+                            and w["ts"] <= o["ts"] and o["ts"] + o["dur"] <= w["ts"] + w["dur"])
+                work += w["dur"] - inner
+        shares.append(work / st["dur"])
+    return shares
+
+
+def test_a_cpu_sweep_gets_question_2_s_cpu_verdict_at_each_size(tmp_path):
+    """The Overhead page gave a sweep recorded on the CPU no verdict at all (the CPU rule lived in question 2's
+    finding alone). The study's matmul + add on a 2-core VM at n = 8, 64 and 512, one thread, 10 warm-up calls, 5
+    recorded steps: by a plain scan its work ops take well under half of each step at 8 and 64 and nearly all of it
+    at 512, so the rule (compute-bound from half the step) turns between 64 and 512; each point's verdict and share
+    are the scan's, and the sentence says them."""
+    from profiling_core.analyses import CPU_MATH_BOUND_AT
+    from profiling_core.present import bound_sentence
+    traces = {f"{n}_cpu": CPU_SWEEP / f"{n}_fp32_warm_eager.json" for n in (8, 64, 512)}
+    per_run, _ = _curve(tmp_path, traces)
+    from profiling_core.run import sweep_points
+    pts = sweep_points(per_run, keys=("size", "mode"), values=("cpu_us_per_step", "cpu_own_us_per_step",
+                                                               "cpu_work_share", "gpu_busy_us_per_step"))
+    from profiling_core.present import sweep_bounds
+    pts = pts.merge(sweep_bounds(per_run, ("size", "mode")), on=["size", "mode"])
+    by = per_run.set_index("size")
+    for n, path in zip((8, 64, 512), traces.values()):
+        shares = _work_shares(path)
+        assert len(shares) == 4
+        want = "compute-bound" if statistics.median(shares) >= CPU_MATH_BOUND_AT else "overhead-bound"
+        assert by.loc[n, "bound"] == want
+        assert by.loc[n, "cpu_work_share"] == pytest.approx(statistics.median(shares), abs=0.002)
+        assert not by.loc[n, "has_gpu"] and pd.isna(by.loc[n, "gpu_busy_us_per_step"])
+    assert [by.loc[n, "bound"] for n in (8, 64, 512)] == ["overhead-bound", "overhead-bound", "compute-bound"]
+    said = bound_sentence(pts, None)
+    assert said.startswith("Question 2's rule on a CPU (each run's work ops' own time against its step: compute-bound "
+                           "from 50% of the step) calls the step overhead-bound at n = 8 and n = 64; compute-bound at "
+                           "n = 512: it turns compute-bound between n = 64 and n = 512.")
+    shares = {n: statistics.median(_work_shares(p)) for n, p in zip((8, 64, 512), traces.values())}
+    assert said.endswith(f" The work ops took {100 * shares[8]:.1f}% of a step at n = 8, {100 * shares[64]:.1f}% of a "
+                         f"step at n = 64, {100 * shares[512]:.1f}% of a step at n = 512.")
+    assert "GPU" not in said

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import pandas as pd
 
 from ..store.machines import comparable_config, machine_of
-from ..units import format_duration_us, human_bytes
+from ..units import format_duration_us, format_share, human_bytes
 from ..workloads import get_workload
 from .markdown import md_code, md_text
 from .terminal import terminal_safe
@@ -366,8 +366,10 @@ def bound_sentence(curve: pd.DataFrame, axis: str | None) -> str | None:
     least the CPU time per step, or not, against the rule's GPU-paced verdict, or not), why: the rule takes the
     time the CPU blocked waiting for the GPU (``cpu_us_per_step`` less ``cpu_own_us_per_step``) out of the CPU's
     time, so a loop that synchronizes every step can be compute-bound with its GPU curve below its CPU curve; any
-    other reason is question 2's to give on that run. None where no size of the curve has a verdict."""
-    from ..analyses.steps import GPU_PACED
+    other reason is question 2's to give on that run. On a curve of CPU runs (no GPU lane: NaN GPU busy time) the
+    rule is the CPU's (``explain.cpu_bound``), and its evidence at each size the share of a step in work ops
+    (``cpu_work_share``, where the curve has it). None where no size of the curve has a verdict."""
+    from ..analyses.steps import CPU_MATH_BOUND_AT, GPU_PACED
     sym = size_axis_title(axis)[1]
     rows = curve.dropna(subset=["bound"]).sort_values("size")
     rows = rows[rows["bound"] != "no-gpu"]
@@ -379,16 +381,26 @@ def bound_sentence(curve: pd.DataFrame, axis: str | None) -> str | None:
             groups[-1][1].append(size)
         else:
             groups.append((b, [size]))
-    said = ("Question 2's rule (each run's GPU work per step against the CPU's own time) calls the step "
+    on_cpu = "gpu_busy_us_per_step" not in rows or bool(rows["gpu_busy_us_per_step"].isna().all())
+    rule = (f"Question 2's rule on a CPU (each run's work ops' own time against its step: compute-bound from "
+            f"{100 * CPU_MATH_BOUND_AT:.0f}% of the step)" if on_cpu
+            else "Question 2's rule (each run's GPU work per step against the CPU's own time)")
+    said = (f"{rule} calls the step "
             + (f"{groups[0][0]} at every size of this curve ({_sizes_text(sym, groups[0][1])})"
                if len(groups) == 1 and len(groups[0][1]) > 1
                else "; ".join(f"{b} at {_sizes_text(sym, sz)}" for b, sz in groups)))
     turns = [f"{b} between {sym} = {prev[-1]:,.0f} and {sym} = {sz[0]:,.0f}"
              for (_, prev), (b, sz) in zip(groups, groups[1:])]
     said += (f": it turns {' and back '.join(turns)}." if turns else ".")
+    if on_cpu:
+        shares = rows.dropna(subset=["cpu_work_share"]) if "cpu_work_share" in rows else rows.iloc[:0]
+        if len(shares):
+            said += (" The work ops took " + ", ".join(f"{format_share(x, 1)} of a step at {sym} = {z:,.0f}" for z, x
+                                                       in zip(shares["size"], shares["cpu_work_share"])) + ".")
+        return said
     waits, others = [], []
     for _, r in rows.iterrows():
-        if str(r["bound"]).startswith("mixed"):
+        if str(r["bound"]).startswith("mixed") or pd.isna(r["gpu_busy_us_per_step"]):
             continue
         paced, crossed = r["bound"] in GPU_PACED, r["gpu_busy_us_per_step"] >= r["cpu_us_per_step"]
         if paced == crossed:
@@ -424,8 +436,8 @@ def run_size(run: Run) -> Optional[int]:
 
 
 STEP_SUMMARY_COLUMNS = ["run_id", "name", "machine", "axis", "size", "step", "mode", "steps", "cpu_us_per_step",
-                        "cpu_own_us_per_step", "gpu_busy_us_per_step", "gpu_busy_fraction", "launches_per_step",
-                        "gpu_ops_per_step", "has_gpu", "bound"]
+                        "cpu_own_us_per_step", "cpu_work_share", "gpu_busy_us_per_step", "gpu_busy_fraction",
+                        "launches_per_step", "gpu_ops_per_step", "has_gpu", "bound"]
 """The keys of :func:`step_summary`, the columns of :func:`step_summaries`."""
 
 
@@ -437,19 +449,26 @@ def step_summary(run: Run, report: Report) -> dict:
     figure take them (``analyses.measured_steps``: an empty step is no step of the loop, the first of 3 or more carries
     start-up effects, a compile is no step's cost). NaN medians when the trace has no ProfilerStep,
     and NaN GPU figures (busy, share, launches, GPU ops) when it has no GPU lane: nothing was there to count, which a
-    0 would not say. With a GPU lane, question 2's reading of the same steps (``analyses.steady_state``): ``bound``,
-    its verdict, and ``cpu_own_us_per_step``, the CPU time per step less the time it blocked waiting for the GPU,
-    which the verdict weighs the GPU work against (NaN and None without a GPU lane or steps)."""
+    0 would not say. ``bound`` is question 2's verdict on the same steps: with a GPU lane, ``analyses.steady_state``'s,
+    with ``cpu_own_us_per_step``, the CPU time per step less the time it blocked waiting for the GPU, which the
+    verdict weighs the GPU work against; without one, the CPU's rule (``explain.cpu_bound``), with
+    ``cpu_work_share``, the median share of a step in the ops that do the work, which that verdict reads. None, and
+    NaN, where a run has no steps (or, on a CPU, no work op in them)."""
     from ..analyses import measured_steps, steady_state
     st_ = measured_steps(report.steps) if len(report.steps) else report.steps
     med = (lambda c: float(st_[c].median())) if len(st_) else (lambda c: float("nan"))
     gpu = med if report.has_gpu else (lambda c: float("nan"))
     ss = (report.summary.get("steady_state") or steady_state(report.steps)) if report.has_gpu and len(st_) else {}
-    own = ss.get("cpu_own_us_per_step")
+    own, share = ss.get("cpu_own_us_per_step"), None
+    if not report.has_gpu and len(st_):
+        from ..explain import cpu_bound
+        ss = cpu_bound(report)
+        share = ss["cpu_work_share"]
     return {"run_id": run.run_id, "name": run.name, "machine": machine_of(run).label, "axis": run_size_axis(run),
             "size": run_size(run), "step": step_kind(run, report), "mode": mode_label(run, report),
             "steps": len(report.steps), "cpu_us_per_step": med("cpu_dur_us"),
             "cpu_own_us_per_step": float(own) if own is not None else float("nan"),
+            "cpu_work_share": float(share) if share is not None else float("nan"),
             "gpu_busy_us_per_step": gpu("gpu_busy_us"),
             "gpu_busy_fraction": gpu("gpu_busy_fraction"), "launches_per_step": gpu("launches"),
             "gpu_ops_per_step": gpu("gpu_ops"), "has_gpu": report.has_gpu, "bound": ss.get("bound")}

@@ -364,18 +364,61 @@ def blocked_in(steps, ss: dict) -> str:
     return "synchronize calls"
 
 
+def cpu_bound(r) -> dict:
+    """Question 2's rule on a CPU, over the steady state's steps (``analyses.measured_steps``): the work ops' own time
+    (ATen ops that do arithmetic or move data, and the calls of torch.compile'd graphs, whose own time is Inductor's
+    generated code; metadata-only ops and composite wrappers excluded; those inside a DataLoader's batch are the
+    input's) against each step, beside the time the DataLoader took to hand out the batch (``steps.data_us``), the
+    rest being framework overhead (Python, dispatch, the profiler). The verdict, of the medians of the steps' own
+    shares: ``compute-bound`` from :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` of the step in work ops
+    (the rule is stated there), else ``input-bound`` where the batches take at least what the overhead takes, else
+    ``overhead-bound``.
+
+    Returns a dict: ``bound`` (None without steps, or where no step did any work), ``steps`` (the measured steps'
+    frame), ``cpu_work_share`` and ``cpu_work_us`` (medians of each step's share and time in work ops),
+    ``data_share`` (median share in the batches), ``overhead_share`` (what is left), ``shares`` (each step's share,
+    in the steps' order), ``work_ops`` ({op: its own time in each step}). Two ranks' step N in one file are two
+    steps, each with its own work and duration."""
+    s = measured_steps(r.steps) if len(r.steps) else r.steps
+    out = {"bound": None, "steps": s, "cpu_work_share": None, "cpu_work_us": None, "data_share": None,
+           "overhead_share": None, "shares": [], "work_ops": {}}
+    ch = r.dispatch_chains
+    if not len(s) or ch.empty:
+        return out
+    by_slice = _self_times_by_slice(ch, [int(x) for x in s["slice_id"]])
+    data = s["data_us"].astype(float).tolist() if "data_us" in s else [0.0] * len(s)
+    shares, works, data_shares, per_op = [], [], [], {}
+    for k, dur, data_us in zip(s["slice_id"].tolist(), s["cpu_dur_us"].astype(float), data):
+        g = by_slice.get(int(k))
+        if g is None or dur <= 0:
+            continue
+        w = _work_ops(_outside_input_and_compiler(g))
+        work_us = float(w["self_us"].sum())
+        works.append(work_us)
+        shares.append(work_us / dur)
+        data_shares.append(min(1.0, data_us / dur))
+        for name, us in w.groupby(w["name"].astype(str))["self_us"].sum().items():
+            per_op.setdefault(name, []).append(float(us))
+    if not shares or max(works) <= 0:
+        return out
+    share, work_med, data_share = float(np.median(shares)), float(np.median(works)), float(np.median(data_shares))
+    rest = max(0.0, 1.0 - share - data_share)
+    label = ("compute-bound" if share >= CPU_MATH_BOUND_AT else "input-bound" if data_share > 0 and data_share >= rest
+             else "overhead-bound")
+    out.update(bound=label, cpu_work_share=share, cpu_work_us=work_med, data_share=data_share, overhead_share=rest,
+               shares=shares, work_ops=per_op)
+    return out
+
+
 def _q2_cpu(r, cpu_med: float) -> Finding:
-    """Question 2 on a CPU: the work ops' own time (ATen ops that do arithmetic or move data, and the calls of
-    torch.compile'd graphs, whose own time is Inductor's generated code; metadata-only ops and composite wrappers
-    excluded; those inside a DataLoader's batch are the input's) against the step, beside the time
-    the DataLoader took to hand out the batch (``steps.data_us``), the rest being framework overhead (Python,
-    dispatch, the profiler); the verdict by :data:`~profiling_core.analyses.steps.CPU_MATH_BOUND_AT` (the rule is
-    stated there); the GEMMs' achieved GFLOP/s where their FLOPs are known."""
+    """Question 2 on a CPU: :func:`cpu_bound`'s verdict with its evidence, and the GEMMs' achieved GFLOP/s where
+    their FLOPs are known."""
     work = working_steps(r.steps)  # (the profiler's closing stub is no step of the loop)
     ss = r.summary.get("steady_state") or steady_state(r.steps)
     stubs = ss.get("empty_steps") or []
+    cb = cpu_bound(r)
     # the steady state's steps: after the first (from 3 on), none in which torch.compile's compiler ran
-    s = measured_steps(r.steps)
+    s = cb["steps"]
     ev = {"steps": int(len(s)), "cpu_step_median_us": _num(cpu_med), "gpu_ops": 0,
           **({"empty_steps": stubs} if stubs else {}), "basis_steps": [int(k) for k in s["step"]]}
     if ss.get("compile_steps"):
@@ -388,29 +431,10 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
         ev["devices"] = devices[:8]
     else:
         text = f"{NO_GPU_TEXT}: {_all_steps(len(work))} ran on the CPU; {steady}."
-    ch = r.dispatch_chains
-    # by step slice: two ranks' step N in one file are two steps, each with its own work and duration
-    slices = [int(x) for x in s["slice_id"]]
-    by_slice = _self_times_by_slice(ch, slices) if not ch.empty else {}
-    data = s["data_us"].astype(float).tolist() if "data_us" in s else [0.0] * len(s)
-    shares, works, data_shares, per_op = [], [], [], {}
-    for k, dur, data_us in zip(slices, s["cpu_dur_us"].astype(float), data):
-        g = by_slice.get(k)
-        if g is None or dur <= 0:
-            continue
-        w = _work_ops(_outside_input_and_compiler(g))
-        work_us = float(w["self_us"].sum())
-        works.append(work_us)
-        shares.append(work_us / dur)
-        data_shares.append(min(1.0, data_us / dur))
-        for name, us in w.groupby(w["name"].astype(str))["self_us"].sum().items():
-            per_op.setdefault(name, []).append(float(us))
-    if not shares or max(works) <= 0:
+    if cb["bound"] is None:
         return Finding("q2.bound", 2, "CPU only", text, ev)
-    share, work_med, data_share = float(np.median(shares)), float(np.median(works)), float(np.median(data_shares))
-    rest = max(0.0, 1.0 - share - data_share)
-    label = ("compute-bound" if share >= CPU_MATH_BOUND_AT else "input-bound" if data_share > 0 and data_share >= rest
-             else "overhead-bound")
+    label, share, work_med = cb["bound"], cb["cpu_work_share"], cb["cpu_work_us"]
+    data_share, rest, shares, per_op = cb["data_share"], cb["overhead_share"], cb["shares"], cb["work_ops"]
     top = sorted(((float(np.median(v)), n) for n, v in per_op.items()), reverse=True)[:_TOP_WORK_OPS]
     listed = ", ".join(f"{n} {_us(us)}" for us, n in top)
     ev.update({"cpu_work_us_median": _num(work_med), "cpu_work_share_median": _num(share), "bound": label,
