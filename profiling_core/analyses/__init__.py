@@ -36,8 +36,8 @@ from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_
 from .phases import PHASES, SUM_TOLERANCE_US, after_phase, is_data_loader_next, phase_ops, phases, phases_at
 from ._shared import Shared
 from .report import Report, analyze
-from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT, GPU_PACED, GROWS_AT,
-                    QUEUE_GREW, RISES_AT, STARVED_AT, SYNC_WAIT_AT,
+from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_GEMM_FLOOR_MIN_US, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT,
+                    GPU_PACED, GROWS_AT, QUEUE_GREW, RISES_AT, STARVED_AT, SYNC_WAIT_AT,
                     annotation_ranges, basis_steps, bound, compile_steps, counted_wait, cpu_vs_gpu, data_wait,
                     device_busy, gpu_busy, gpu_paced_up_to, measured_steps, queue_growth, steady_state, steps,
                     working_steps)
@@ -52,7 +52,8 @@ __all__ = [
     "data_wait", "DATA_WAIT_AT", "GPU_BOUND_AT", "GPU_PACED",
     "STARVED_AT", "SYNC_WAIT_AT", "counted_wait", "gpu_paced_up_to", "queue_growth", "QUEUE_GREW", "GROWS_AT",
     "RISES_AT",
-    "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "gpu_ops", "kernel_stats", "kernel_configs", "kernel_durations_by_step",
+    "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "CPU_GEMM_FLOOR_MIN_US", "gpu_ops", "kernel_stats", "kernel_configs",
+    "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
     "cold_start_gap", "sync_wait", "GRAPH_LAUNCHES", "STAGING_OP", "compile_breakdown", "compile_in_measured_steps",
     "compile_payoff", "compiler_launches", "staging_pairs", "compiler_only_kernels",

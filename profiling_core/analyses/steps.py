@@ -13,7 +13,7 @@ from .table import _beside_step
 __all__ = ["steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
            "annotation_ranges", "data_wait", "queue_growth",
            "GROWS_AT", "RISES_AT", "HELD_WITHIN", "QUEUED_AT", "QUEUE_GREW",
-           "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "DATA_WAIT_AT"]
+           "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "CPU_GEMM_FLOOR_MIN_US", "DATA_WAIT_AT"]
 
 _STEP_COUNTS = ("step", "slice_id", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches")
 
@@ -405,7 +405,14 @@ around the ops (overhead-bound)."""
 
 CPU_GEMM_FLOOR_GFLOPS = 1.0
 """GFLOP/s below which no CPU core runs a GEMM of a measurable size (one core of a 2-core cloud VM runs an fp32 64³
-product at ~25 GFLOP/s): a CPU GEMM slower than this spent its time stalled, not computing."""
+product at ~25 GFLOP/s): a CPU GEMM call of at least :data:`CPU_GEMM_FLOOR_MIN_US` slower than this spent its time
+stalled, not computing."""
+
+CPU_GEMM_FLOOR_MIN_US = 100.0
+"""A CPU GEMM call's time from which its rate is judged against :data:`CPU_GEMM_FLOOR_GFLOPS`. A shorter call's time is
+mostly its dispatch and set-up, not its math: on a 2-core VM an 8×8 fp32 product (1,024 FLOPs: 1 µs at 1 GFLOP/s)
+took 2.6 to 15.4 µs a call through ``aten::mm`` in the steady steps of a one-thread run (``tests/data/cpu/sweep``),
+0.07 to 0.39 GFLOP/s."""
 
 
 def bound(gpu_us: float, cpu_us: float, gpu_ops: int = 1, at: float = GPU_BOUND_AT, sync_wait_us: float = 0.0,

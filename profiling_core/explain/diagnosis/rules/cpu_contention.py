@@ -4,8 +4,9 @@ trace, either enough:
 - a work op's call takes at least :data:`SLOW_CALL_AT` times the median of the same call (same op, same recorded
   shapes and dtypes; calls whose shapes the trace did not record are never the same call) over the run's steps
   after the first, over at least :data:`MIN_CALLS` calls;
-- a GEMM of at least :data:`MIN_GEMM_US` of own time runs below ``analyses.steps.CPU_GEMM_FLOOR_GFLOPS``, a rate
-  any core exceeds on a product of that size (FLOPs from its recorded shapes).
+- a GEMM of at least ``analyses.steps.CPU_GEMM_FLOOR_MIN_US`` of own time runs below
+  ``analyses.steps.CPU_GEMM_FLOOR_GFLOPS``, a rate any core exceeds on a product of that size (FLOPs from its
+  recorded shapes); question 2 judges a CPU run's GEMM calls by the same two figures.
 
 Both are what an op's intra-op threads look like when they do not get their cores: torch runs a CPU op's parallel
 region on its OpenMP threads (one per core by default) and waits for the slowest; on a machine busy with other work
@@ -21,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from ....analyses.steps import CPU_GEMM_FLOOR_GFLOPS, working_steps
+from ....analyses.steps import CPU_GEMM_FLOOR_GFLOPS, CPU_GEMM_FLOOR_MIN_US, working_steps
 from ....config import config_field as _cfg
 from ....units import format_rate, format_share
 from ...questions.base import _self_times_by_step, _work_ops
@@ -31,8 +32,6 @@ SLOW_CALL_AT = 10.0
 """A call at least this many times the median of the same call is slow."""
 MIN_CALLS = 3
 """Calls of one op and shape needed to read a median."""
-MIN_GEMM_US = 100.0
-"""A GEMM's own time from which the floor rate is judged (shorter ones are mostly dispatch)."""
 MIN_LOST_SHARE = 0.1
 """Share of the median step the slow calls must lose for the rule to speak."""
 TOP_CALLS = 5
@@ -85,7 +84,7 @@ def _rule_cpu_contention(c: _Ctx) -> Optional[Diagnosis]:
         lost_vs_median = us - med if med and us >= SLOW_CALL_AT * med else 0.0
         f = flops.get(i)
         floor_us = f / (CPU_GEMM_FLOOR_GFLOPS * 1e3) if f else None
-        lost_vs_floor = us - floor_us if floor_us is not None and us >= MIN_GEMM_US and us > floor_us else 0.0
+        lost_vs_floor = us - floor_us if floor_us is not None and us >= CPU_GEMM_FLOOR_MIN_US and us > floor_us else 0.0
         if max(lost_vs_median, lost_vs_floor) > 0:
             slow.append({"step": k, "id": i, "name": n, "shape": json.loads(shape), "own_us": us,
                          "median_us": med, "gflops": f / us / 1e3 if f else None,
