@@ -553,6 +553,36 @@ def test_a_trace_of_merged_ranks_says_its_per_step_figures_mix_them(tmp_path, ca
     assert json.loads(capsys.readouterr().out)["step_processes"] == pids
 
 
+def test_each_rank_s_first_step_is_left_out_of_the_steady_state(tmp_path):
+    """Two copies of the H200's cold 64² run as two ranks in one file: its first step took 187.5 µs against 63–69 µs
+    for the others (a plain scan). The steady state left out only the file's first step slice, so the second rank's
+    first stayed among the per-step figures (basis [2, 3, 3, 4, 4], CPU median 69.3 against the run's 66.3 µs).
+    Each process's first is now left out: the medians are the run's own, and question 3 compares the first step
+    with the other steps, not with the other rank's first."""
+    from profiling_core import analyze, findings, open_trace
+    src = DATA / "h200" / "64_bf16_cold_eager.json"
+    path = _merged_ranks(src, tmp_path / "merged.json")
+    steps = sorted((e for e in scan_trace(src) if str(e.get("name", "")).startswith("ProfilerStep#")
+                    and e.get("cat") != "gpu_user_annotation"), key=lambda e: e["ts"])
+    durs = [e["dur"] for e in steps]
+    assert len(durs) == 3 and durs[0] > 2 * max(durs[1:])  # by the JSON: a first step far longer than the others
+    reports = {}
+    for p in (src, path):
+        with open_trace(p, engine="sqlite") as s:
+            reports[p] = analyze(s)
+    one, two = reports[src].summary, reports[path].summary
+    assert two["steady_state"]["first_steps"] == [2, 2] and one["steady_state"]["first_steps"] == [2]
+    assert two["steady_state"]["basis_steps"] == [3, 3, 4, 4]
+    assert two["cpu_step_median_us"] == pytest.approx(statistics.median(durs[1:]), abs=0.002)
+    assert two["cpu_step_median_us"] == pytest.approx(one["cpu_step_median_us"])
+    assert two["steady_state"]["bound"] == one["steady_state"]["bound"]
+    f = {x.id: x for x in findings(reports[path])}
+    assert "the 4 steps after each of the 2 processes' first" in f["q2.bound"].text
+    q3 = f["q3.cold_start"]
+    assert q3.evidence["other_steps_median_us"] == pytest.approx(statistics.median(durs[1:]), abs=0.002)
+    assert "for the 4 others (" in q3.text and "the other process's first step left out of the others" in q3.text
+
+
 def test_the_kernel_table_tells_apart_names_that_share_a_long_head(capsys):
     """The MI300X trace's Tensile GEMM kernels share their first ~300 characters and differ deep inside: each row of
     the five longest (by total time, a plain scan) must still read as its own kernel."""

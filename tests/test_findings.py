@@ -910,12 +910,14 @@ def test_eager_runs_say_nothing_about_a_bias_copy():
         assert "addmm" not in fs["q9.compile"].text
 
 
-def _work_by_step(path, work=("aten::mm", "aten::add")) -> list[tuple[float, float]]:
-    """By a plain scan, per ProfilerStep slice in order of start: (the own time of the ``work`` ops that begin in it
-    on its thread, their duration less their direct children's; that over the step's duration)."""
+def _work_by_step(path, work=("aten::mm", "aten::add"), pid=None) -> list[tuple[float, float]]:
+    """By a plain scan, per ProfilerStep slice in order of start (of process ``pid`` only, where given): (the own
+    time of the ``work`` ops that begin in it on its thread, their duration less their direct children's; that over
+    the step's duration)."""
     xs = [e for e in json.loads(Path(path).read_text())["traceEvents"] if e.get("ph") == "X"]
     out = []
-    for st in sorted((e for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"]):
+    for st in sorted((e for e in xs if str(e.get("name", "")).startswith("ProfilerStep#")
+                      and pid in (None, e["pid"])), key=lambda e: e["ts"]):
         inside = [e for e in xs if (e["pid"], e["tid"]) == (st["pid"], st["tid"])
                   and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
         own = 0.0
@@ -1277,17 +1279,19 @@ def test_q2_on_a_cpu_reads_each_rank_s_step_as_a_step(tmp_path):
     """The same CPU run twice in one file, as a merge of two ranks' traces makes it: Q2 pooled both ranks' work
     of step N against one rank's step, so the share doubled (35.5% → 71.0%) and the verdict flipped to
     compute-bound. Each rank's step slice is a step: the shares are the one rank's, under 100% (by a plain scan of
-    each step slice's work ops on its own thread, over the file's step slices after the first: the steady state's,
-    which here keeps the second rank's first step)."""
+    each step slice's work ops on its own thread, over each rank's step slices after its first: the steady state's;
+    it kept the second rank's first step, which carries that rank's start-up effects as the first rank's does)."""
     import verdict_traces as vt
     src = CPU_TRACE
     two = vt.as_ranks(src, tmp_path / "two_ranks.json")
-    assert len({e["pid"] for e in scan_trace(two) if str(e.get("name")).startswith("ProfilerStep#")}) == 2
+    pids = sorted({e["pid"] for e in scan_trace(two) if str(e.get("name")).startswith("ProfilerStep#")})
+    assert len(pids) == 2
     one_f, two_f = by_id(src)["q2.bound"], by_id(two)["q2.bound"]
     one, both = _work_by_step(src), _work_by_step(two)
     assert len(both) == 2 * len(one) == 6
-    assert (one_f.evidence["steps"], two_f.evidence["steps"]) == (len(steady(one)), len(steady(both))) == (2, 5)
-    for f, rows in ((one_f, steady(one)), (two_f, steady(both))):
+    each = [row for p in pids for row in steady(_work_by_step(two, pid=p))]  # each rank's steps after its first
+    assert (one_f.evidence["steps"], two_f.evidence["steps"]) == (len(steady(one)), len(each)) == (2, 4)
+    for f, rows in ((one_f, steady(one)), (two_f, each)):
         assert f.evidence["cpu_work_us_median"] == pytest.approx(statistics.median(o for o, _ in rows), abs=0.002)
         assert f.evidence["cpu_work_share_median"] == pytest.approx(statistics.median(s for _, s in rows), abs=1e-3)
     assert two_f.evidence["bound"] == one_f.evidence["bound"]

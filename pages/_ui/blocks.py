@@ -57,7 +57,10 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
     ss = summary.get("steady_state") or {}
     if ss.get("basis") == "after_first":
         st.caption("The per-step figures read the steps after the first (the steady state): the first may carry "
-                   "start-up effects, which question 3 compares with them.")
+                   "start-up effects, which question 3 compares with them." if len(ss.get("first_steps") or []) <= 1
+                   else f"The per-step figures read the steps after each of the {len(ss['first_steps'])} processes' "
+                   "first (the steady state): a first step may carry start-up effects, which question 3 compares "
+                   "with the others.")
     comp = ss.get("compile_steps") or []
     if comp:
         many = len(comp) > 1

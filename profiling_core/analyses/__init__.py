@@ -39,14 +39,15 @@ from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_GEMM_FLOOR_MIN_US, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT,
                     GPU_PACED, GROWS_AT, QUEUE_GREW, RISES_AT, STARVED_AT, SYNC_WAIT_AT,
                     annotation_ranges, basis_steps, bound, compile_steps, counted_wait, cpu_vs_gpu, data_wait,
-                    device_busy, gpu_busy, gpu_paced_up_to, measured_steps, queue_growth, steady_state, steps,
-                    working_steps)
+                    device_busy, first_steps, gpu_busy, gpu_paced_up_to, measured_steps, queue_growth, steady_state,
+                    steps, working_steps)
 from .table import cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
     "analyze", "Report", "Shared",
-    "steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
+    "steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "first_steps",
+    "working_steps",
     "measured_steps", "compile_steps",
     "annotation_ranges",
     "data_wait", "DATA_WAIT_AT", "GPU_BOUND_AT", "GPU_PACED",

@@ -1,6 +1,8 @@
 """Profiler steps: CPU time per step against GPU busy time (study questions 1 and 2)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 
 import numpy as np
@@ -10,7 +12,8 @@ from ._shared import Shared, covered_ns, frame, is_host_copy, merged, shared_for
 from .phases import data_ranges
 from .table import _beside_step
 
-__all__ = ["steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "working_steps",
+__all__ = ["steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "first_steps",
+           "working_steps",
            "annotation_ranges", "data_wait", "queue_growth",
            "GROWS_AT", "RISES_AT", "HELD_WITHIN", "QUEUED_AT", "QUEUE_GREW",
            "GPU_BOUND_AT", "CPU_MATH_BOUND_AT", "CPU_GEMM_FLOOR_GFLOPS", "CPU_GEMM_FLOOR_MIN_US", "DATA_WAIT_AT"]
@@ -86,8 +89,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
         DataLoader's ``enumerate(DataLoader)#...__next__`` range: the loop waiting for its batch, the ``data`` phase's
         rule in ``analyses.phases``; 0 where no DataLoader is profiled), ``compile_us`` (the time of the step's
         window inside torch.compile's compiler ranges on its process's threads, ``Shared.compiler_work``: the step
-        compiled, recompiled or recorded a CUDA graph; 0 in a step that ran code compiled before it). Empty (same
-        columns) when the trace has no steps.
+        compiled, recompiled or recorded a CUDA graph; 0 in a step that ran code compiled before it), ``pid`` (the
+        process whose thread holds the step's slice: several where ranks' traces were merged into one file, each
+        with its own first step). Empty (same columns) when the trace has no steps.
     """
     sh = shared_for(session, shared)
     df = _steps_raw(sh)
@@ -122,6 +126,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df["data_ns"] = (covered_ns(starts, starts + durs, db, de) if len(db) and len(rows)
                      else np.zeros(len(rows), dtype=np.int64))
     df["compile_ns"] = sh.compiler_ns(starts, starts + durs, sh.slices["utid"][rows].tolist() if len(rows) else [])
+    lanes = sh.lanes
+    df["pid"] = [(lanes.get(u) or (None, None))[1] for u in (sh.slices["utid"][rows].tolist() if len(rows) else [])]
     df = us(df, {"cpu_dur_ns": "cpu_dur_us", "gpu_busy_ns": "gpu_busy_us",
                  "gpu_busy_in_step_ns": "gpu_busy_in_step_us", "sync_wait_ns": "sync_wait_us",
                  "copy_busy_ns": "copy_busy_us", "other_busy_ns": "other_busy_us", "copy_wait_ns": "copy_wait_us",
@@ -134,7 +140,7 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
             "gpu_busy_fraction", "gpu_ops", "kernels", "memcpys", "memsets", "launches", "kernel_launches",
             "first_gpu_start_ns", "last_gpu_end_ns", "sync_wait_us", "copy_wait_us", "unlaunched_wait_us",
             "copy_busy_us", "other_busy_us", "launch_call_us", "gpu_starved_us", "unlaunched_in_step_us",
-            "unrecorded_in_step_us", "cut_us", "slices", "stub", "data_us", "compile_us"]
+            "unrecorded_in_step_us", "cut_us", "slices", "stub", "data_us", "compile_us", "pid"]
     return df[cols].reset_index(drop=True)
 
 
@@ -511,11 +517,29 @@ def working_steps(df: pd.DataFrame) -> pd.DataFrame:
 def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
     """The steps a steady-state verdict rests on, of the :func:`working_steps`: with 3 or more, those after the
     first (the first carries start-up effects that differ with the schedule and warm-up); otherwise all of them.
-    Of those, a step in which torch.compile's compiler ran is left out too (:func:`without_compile_steps`): a cold
-    reduce-overhead run's second step records its graph in 16.7 ms where the steps that replay it take 0.38 ms (an
-    H100, max-autotune at 64²)."""
+    Where ranks' traces were merged into one file, each process's steps are its own loop: each one's first is left
+    out where it has 3 or more (:func:`first_steps`). Of those, a step in which torch.compile's compiler ran is
+    left out too (:func:`without_compile_steps`): a cold reduce-overhead run's second step records its graph in
+    16.7 ms where the steps that replay it take 0.38 ms (an H100, max-autotune at 64²)."""
     df = working_steps(df)
-    return without_compile_steps(df.iloc[1:] if len(df) >= 3 else df)[0]
+    firsts = first_steps(df)
+    return without_compile_steps(df[~df.index.isin(firsts.index)] if len(firsts) else df)[0]
+
+
+def first_steps(df: pd.DataFrame) -> pd.DataFrame:
+    """Of these steps (in time order, as :func:`steps` gives them), the first of each process (``pid``) that has 3
+    or more: the steps :func:`basis_steps` leaves out as first steps. One row for a trace of one loop; one per rank
+    where ranks' traces were merged into one file (two copies of the H200's cold 64² run: its first step's 187.5 µs
+    against 63–69 µs for the others stayed among the second rank's steady steps, and in their median)."""
+    if not len(df):
+        return df
+    pids = df["pid"].tolist() if "pid" in df else [0] * len(df)
+    keys = [x if x is not None and x == x else None for x in pids]  # (a lane without a pid: one loop of its own)
+    count, seen, first = Counter(keys), set(), []
+    for k in keys:
+        first.append(k not in seen and count[k] >= 3)
+        seen.add(k)
+    return df[np.asarray(first, dtype=bool)]
 
 
 def without_compile_steps(df: pd.DataFrame) -> tuple[pd.DataFrame, list[int]]:
@@ -586,8 +610,10 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
 
     Returns a dict: ``bound`` (``compute-bound``, ``copy-bound``, ``overhead-bound``, ``no-gpu``; ``None`` without
     steps),
-    ``basis`` (``after_first`` or ``all``), ``basis_steps`` (those of the basis that launched GPU work, when some
-    did; ``steps_without_gpu`` then lists the others), ``empty_steps`` (those left out as empty), ``compile_steps``
+    ``basis`` (``after_first`` or ``all``), ``first_steps`` (the steps left out as first steps, :func:`first_steps`:
+    one per process where ranks' traces were merged), ``basis_steps`` (those of the basis that launched GPU work,
+    when some did; ``steps_without_gpu`` then lists the others), ``empty_steps`` (those left out as empty),
+    ``compile_steps``
     (those left out because torch.compile's compiler ran in them, :func:`compile_steps`),
     ``cpu_us_per_step``, ``sync_wait_us_per_step`` (as
     :func:`counted_wait` counts it: 0 under :data:`SYNC_WAIT_AT` of the CPU time; ``sync_wait_measured_us_per_step``
@@ -613,7 +639,8 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None, "unlaunched_in_window": None,
            "unrecorded_in_window": None,
            "unlaunched_wait_us_per_step": None,
-           "steps_without_gpu": [], "empty_steps": [], "compile_steps": [], "bound_of_every_step": False}
+           "steps_without_gpu": [], "empty_steps": [], "compile_steps": [], "first_steps": [],
+           "bound_of_every_step": False}
     if steps_df is None or steps_df.empty:
         return out
     work = working_steps(steps_df)
@@ -621,7 +648,9 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     basis = basis_steps(steps_df)
     out["compile_steps"] = comp = compile_steps(steps_df)
     # the first step left out as the first (its compile, where it compiled, is said as the compiler's)
-    out["basis"] = ("after_first" if len(work) >= 3 and int(work["step"].iloc[0]) not in comp else "all")
+    firsts = [int(x) for x in first_steps(work)["step"]]
+    out["first_steps"] = firsts  # (one per process that has 3 or more: where ranks' traces were merged, several)
+    out["basis"] = ("after_first" if firsts and not set(firsts) & set(comp) else "all")
     out["basis_steps"] = [int(x) for x in basis["step"]]
     cpu = float(basis["cpu_dur_us"].median())
     out["cpu_us_per_step"] = cpu

@@ -128,7 +128,8 @@ def _human(path: str, report, found, diagnosis=None) -> list[str]:
     if s["steps"]:  # (the medians of the steady state's steps, which every per-step figure reads)
         n = len(s.get("measured_steps") or [])
         empty, idle = ss.get("empty_steps") or [], ss.get("steps_without_gpu") or []
-        basis = ", those after the first" if ss.get("basis") == "after_first" else ""
+        basis = ("" if ss.get("basis") != "after_first" else ", those after the first"
+                 if len(ss.get("first_steps") or []) <= 1 else ", those after each process's first")
         for left, why in ((empty, "(the profiler's closing stub)"), (ss.get("compile_steps") or [],
                                                                       "ran torch.compile's compiler"),
                           (idle, "launched no GPU work")):

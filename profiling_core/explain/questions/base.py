@@ -308,8 +308,11 @@ def _basis_text(ss: dict, n_steps: int) -> str:
     carry start-up effects …; step 3 left out, as torch.compile's compiler ran in it …"."""
     comp = ss.get("compile_steps") or []
     if ss["basis"] == "after_first":
+        k = len(ss.get("first_steps") or []) or 1
         text = (f"the {n_steps - 1} steps after the first; the first may carry start-up effects, and question 3 "
-                "compares it with them")
+                "compares it with them" if k == 1 else
+                f"the {n_steps - k} steps after each of the {k} processes' first; a first step may carry start-up "
+                "effects, and question 3 compares the first with the others")
     elif comp:  # (two steps, one of which compiled: the other alone)
         kept = ss.get("basis_steps") or []
         text = f"step{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}"
