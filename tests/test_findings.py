@@ -946,6 +946,23 @@ def test_cpu_overhead_vs_compute_from_the_work_ops_own_time():
     assert f.evidence["gemm_gflops_median"] > 0 and "GFLOP/s each (FLOPs from shapes;" in f.text
 
 
+def test_cpu_work_ops_are_found_under_python_frames():
+    """Recorded with with_stack=True, a CPU run's ops run inside the Python frames around the loop, which began
+    before each step (``workload.py(121): inner`` and those above it): question 2 found no work op in any step and
+    gave no verdict at all ("CPU only"), so the Overhead page had none either. By a plain scan, aten::mm and
+    aten::add take most of each step, as in the run without stacks."""
+    path = DATA / "cpu" / "stack_256_fp32_warm_eager.json"
+    frames = [e for e in scan_trace(path) if e.get("cat") == "python_function"]
+    steps = [e for e in scan_trace(path) if str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert any(f["ts"] < st["ts"] and f["ts"] + f["dur"] > st["ts"] + st["dur"] for f in frames for st in steps)
+    shares = [share for _own, share in steady(_work_by_step(path))]
+    f = by_id(path)["q2.bound"]
+    assert f.evidence["cpu_work_share_median"] == pytest.approx(statistics.median(shares), abs=1e-3)
+    assert set(f.evidence["work_ops"]) == {"aten::mm", "aten::add"}
+    want = "compute-bound" if statistics.median(shares) >= 0.5 else "overhead-bound"
+    assert f.evidence["bound"] == want == "compute-bound"
+
+
 def test_q9_counts_one_region_in_one_step_in_the_singular():
     """HTA's Triton example (A100) has one Torch-Compiled Region in its one ProfilerStep (a plain scan of
     the JSON counts them): the finding reads "1 Torch-Compiled Region slice over 1 step", not "1 ... slices over 1
