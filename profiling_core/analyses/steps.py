@@ -522,8 +522,7 @@ def basis_steps(df: pd.DataFrame) -> pd.DataFrame:
     left out too (:func:`without_compile_steps`): a cold reduce-overhead run's second step records its graph in
     16.7 ms where the steps that replay it take 0.38 ms (an H100, max-autotune at 64²)."""
     df = working_steps(df)
-    firsts = first_steps(df)
-    return without_compile_steps(df[~df.index.isin(firsts.index)] if len(firsts) else df)[0]
+    return without_compile_steps(df[~df.index.isin(first_steps(df).index)])[0]
 
 
 def first_steps(df: pd.DataFrame) -> pd.DataFrame:

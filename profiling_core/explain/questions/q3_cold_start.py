@@ -87,7 +87,7 @@ def _q3_cold(r, config=None) -> list[Finding]:
     # (and, where ranks' traces were merged into one file, not another process's first step: each is its loop's
     # first, analyses.first_steps)
     firsts = first_steps(s)
-    others = s.iloc[1:][~s.index[1:].isin(firsts.index)] if len(firsts) > 1 else s.iloc[1:]
+    others = s.iloc[1:][~s.index[1:].isin(firsts.index)]
     first, (rest, recompiled) = s.iloc[0], without_compile_steps(others)
     first_step = int(first["step"])
     rest_med = float(rest["cpu_dur_us"].median())
@@ -99,14 +99,14 @@ def _q3_cold(r, config=None) -> list[Finding]:
           "first_step_slower": bool(slower)}
     if recompiled:
         ev["compile_steps"] = recompiled
+    notes = [f"{ratio:.{2 if ratio < 10 else 1}f}×"] if ratio is not None else []
+    if len(firsts) > 1:
+        notes.append(("the other process's first step" if len(firsts) == 2 else
+                      f"the first steps of the other {len(firsts) - 1} processes") + " left out of the others")
     text = (f"The first profiled step (ProfilerStep#{first_step}) took {_us(first['cpu_dur_us'])} on the "
             f"CPU against a median {_us(rest_med)} for the {len(rest)} others"
             + (f" ({_compile_steps_text(recompiled)})" if recompiled else "")
-            + (f" ({ratio:.{2 if ratio < 10 else 1}f}×" if ratio is not None else "")
-            + ("" if len(firsts) <= 1 else ("; " if ratio is not None else " (")
-               + ("the other process's first step" if len(firsts) == 2 else
-                  f"the first steps of the other {len(firsts) - 1} processes") + " left out of the others")
-            + (")." if ratio is not None or len(firsts) > 1 else "."))
+            + (f" ({'; '.join(notes)})" if notes else "") + ".")
     later = rest[rest["step"] != first_step]["cpu_dur_us"]  # (another rank's slice of the first step is not later)
     lo, hi = (float(later.min()), float(later.max())) if len(later) else (0.0, 0.0)
     spread = (hi - lo) / rest_med * 100 if rest_med > 0 else 0.0
