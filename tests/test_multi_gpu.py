@@ -135,7 +135,7 @@ def test_merged_ranks_pair_each_gpu_op_with_its_own_process_s_call(tmp_path):
             and c["pid"] // 100000 == k["pid"] // 100000] for k in kernels]
     assert all(len(c) == 1 for c in own)
     waits = sorted(k["ts"] - c[0]["ts"] for k, c in zip(kernels, own))
-    from test_study_queries import SPECS, compare
+    from test_study_queries import compare
     from profiling_core.queries import load_query
     with open_trace(two, engine="sqlite") as s:
         r = analyze(s)
@@ -148,3 +148,73 @@ def test_merged_ranks_pair_each_gpu_op_with_its_own_process_s_call(tmp_path):
     assert sorted(lat["latency_us"].round(3)) == pytest.approx(waits)
     q4 = next(f for f in findings(r) if f.id == "q4.offset")
     assert "started before their launch call" not in q4.text
+
+
+def _own_waits(path: Path) -> list[float]:
+    """Each GPU op's wait after the call of its own rank (pid // 100000) with its correlation id, from the JSON."""
+    ev = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    ops = [e for e in ev if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")]
+    calls = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+             and any(k in e["name"].lower() for k in ("launch", "memset", "memcpy"))]
+    waits = []
+    for g in ops:
+        (c,) = [c for c in calls if c["args"]["correlation"] == g["args"]["correlation"]
+                and c["pid"] // 100000 == g["pid"] // 100000]
+        waits.append(g["ts"] - c["ts"])
+    return sorted(waits)
+
+
+H200 = ROOT / "tests" / "data" / "h200"
+
+
+def test_ranks_merged_in_step_pair_each_op_with_its_own_rank_s_call(tmp_path):
+    """The H200's warm 4096² run and a copy of it 7 µs later as a second rank: their correlation and flow ids
+    repeat, and the reader binds each repeated flow to the first rank's call, so both ranks' ops were the first
+    rank's: question 4 took its 9 calls for CUDA graph replays of 2 ops each, question 5 threaded both ranks'
+    slices into one chain, question 7 counted the other GPU's ops in a sync. Every op starts more than 7 µs after
+    its call, so both ranks' calls precede it: the GPU's place in each correlation id's group decides. By a plain
+    scan, each op has one call of its own rank; the answers read as those of the single run."""
+    one = vt.as_ranks(H200 / "4096_bf16_warm_eager.json", tmp_path / "one.json", ranks=1)
+    two = vt.as_ranks(one, tmp_path / "two.json")
+    waits = _own_waits(two)
+    assert min(waits) > 7.0  # (what makes the first rule unable to tell the ranks apart)
+    r1, f1, _ = run(one)
+    r2, f2, _ = run(two)
+    lat = r2.launch_latency
+    assert lat["gpu_id"].is_unique and lat["launch_id"].is_unique and len(lat) == len(waits) == 18
+    assert sorted(lat["latency_us"]) == pytest.approx(waits, abs=0.002)  # (the trace's times are in ns)
+    assert "graph" not in f2["q4.offset"].text and "over 18 ops" in f2["q4.offset"].text
+    assert f2["q5.chain"].evidence["paths"] == f1["q5.chain"].evidence["paths"]
+    assert f2["q5.chain"].evidence["pid"] == r2.steps["pid"].iloc[0]
+    assert f2["q5.chain"].text.startswith(f"In ProfilerStep#4 of pid {f2['q5.chain'].evidence['pid']}: ")
+    for k in ("gpu_ops", "gpu_busy_us", "idle_pct"):
+        assert f2["q7.sync"].evidence.get(k) == f1["q7.sync"].evidence.get(k), k
+    # question 3 reads the first rank's first step against the others one step slice at a time, as in one run
+    for k in ("largest_excess_slice", "largest_excess_us", "largest_excess_self_us", "largest_excess_usual_us"):
+        assert f2["q3.cold_start"].evidence[k] == f1["q3.cold_start"].evidence[k], k
+    _same_in_sql(two, ("launch_latency", "dispatch_chain"))
+
+
+def _same_in_sql(path: Path, queries) -> None:
+    """The study's SQL (its launch_pairing fragment) pairs the trace's ops and calls as the analyses do."""
+    from test_study_queries import compare
+    from profiling_core.queries import load_query
+    with open_trace(path, engine="sqlite") as s:
+        r = analyze(s)
+        for name in queries:
+            n, problems = compare(name, s.query(load_query(name)), r)
+            assert n and not problems, (name, problems[:3])
+
+
+def test_a_graph_replay_of_merged_ranks_stays_with_its_launch(tmp_path):
+    """The H200's reduce-overhead run (a CUDA graph's replay: one cudaGraphLaunch, several kernels) as two ranks 7 µs
+    apart: each replay's kernels stay with their own rank's launch, which still runs several ops."""
+    one = vt.as_ranks(H200 / "64_bf16_warm_compile_ro.json", tmp_path / "one.json", ranks=1)
+    two = vt.as_ranks(one, tmp_path / "two.json")
+    r1, f1, _ = run(one)
+    r2, f2, _ = run(two)
+    assert sorted(r2.launch_latency["latency_us"]) == pytest.approx(_own_waits(two), abs=0.002)
+    per_call = r2.launch_latency.groupby("launch_id").size()
+    assert sorted(per_call) == sorted(list(r1.launch_latency.groupby("launch_id").size()) * 2)
+    assert ("graph" in f1["q4.offset"].text) == ("graph" in f2["q4.offset"].text)
+    _same_in_sql(two, ("launch_latency", "dispatch_chain"))

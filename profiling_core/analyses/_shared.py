@@ -567,7 +567,9 @@ class Shared:
         ``args.correlation`` is its own: a flow whose call has another correlation is dropped (:func:`_misbound`).
         A GPU op with no such flow (2021-era traces, or the op whose flow was dropped) is paired with every runtime
         call (category cuda_runtime, cuda_driver or runtime) that can launch work (:meth:`_launches_nothing`) and
-        whose ``args.correlation`` equals its own."""
+        whose ``args.correlation`` equals its own; where calls of several processes can launch work (ranks' traces
+        merged into one file), so is an op with a flow whose correlation id such calls of two or more processes
+        share, and each GPU's ops keep the calls of one process (:meth:`_one_process_each`)."""
         tb = self.tables
         n = tb.slice_count
         gr = self.gpu_rows
@@ -583,45 +585,80 @@ class Shared:
         by_corr = np.zeros(len(lo), dtype=bool)
         has_flow = np.zeros(n, dtype=bool)
         has_flow[gi] = True
-        orphans = gr[~has_flow[gr] & (tb.arg_set_id[gr] >= 0)]
-        if len(orphans):
-            runtime = np.flatnonzero(self.cat_mask(
-                lambda c: isinstance(c, str) and c.lower() in _RUNTIME_CATS)
-                & (tb.arg_set_id >= 0))
-            runtime = runtime[~self._launches_nothing(runtime)]
-            c_lo, c_gi = _equal_arg(tb, "correlation", runtime, orphans)
+        runtime = np.flatnonzero(self.cat_mask(lambda c: isinstance(c, str) and c.lower() in _RUNTIME_CATS)
+                                 & (tb.arg_set_id >= 0))
+        runtime = runtime[~self._launches_nothing(runtime)]
+        several = len(set(self.pids_of(np.unique(self.slices["utid"][runtime]))) - {None}) > 1
+        corr = (tb.args.get("correlation", tb.arg_set_id[runtime].tolist() + tb.arg_set_id[gr].tolist())
+                if several else None)
+        # one process: only the ops without a flow are paired by correlation; several (ranks merged into one
+        # file): every op, so that :meth:`_one_process_each` sees each rank's call where their ids repeat
+        wanted = gr[(tb.arg_set_id[gr] >= 0) & (several | ~has_flow[gr])]
+        if len(wanted):
+            c_lo, c_gi = _equal_arg(tb, "correlation", runtime, wanted, corr)
+            if several:  # an op with a flow gains its other calls only where its correlation id repeats
+                c_pid = self.pid_codes(self.slices["utid"][c_lo])
+                n_pids = pd.Series(c_pid).groupby(c_gi).transform("nunique").to_numpy()
+                keep = ~has_flow[c_gi] | (n_pids > 1)
+                c_lo, c_gi = c_lo[keep], c_gi[keep]
             lo, gi = np.concatenate([lo, c_lo]), np.concatenate([gi, c_gi])
             by_corr = np.concatenate([by_corr, np.ones(len(c_lo), dtype=bool)])
-        lo, gi, by_corr = self._one_process_each(lo, gi, by_corr)
-        order = np.lexsort((gi, lo))
+        lo, gi, by_corr = self._one_process_each(lo, gi, by_corr, corr)
+        order = np.lexsort((by_corr, gi, lo))  # a pair found by flow and by correlation is kept as a flow's
         lo, gi, by_corr = lo[order], gi[order], by_corr[order]
         keep = np.ones(len(lo), dtype=bool)
         keep[1:] = (lo[1:] != lo[:-1]) | (gi[1:] != gi[:-1])
         return lo[keep], gi[keep], by_corr[keep]
 
-    def _one_process_each(self, lo: np.ndarray, gi: np.ndarray, by_corr: np.ndarray) -> tuple:
-        """The pairs less those that tie a GPU op to calls of several processes: where ranks' traces were merged
-        into one file, their correlation ids (and flow ids) repeat, so one rank's GPU op matched the other rank's
-        call too. A GPU op is launched by one process: of its calls, those of the process whose call started last
-        at or before the op started (the op cannot start before its launch); where none did, of the earliest."""
-        if not len(lo):
+    def _one_process_each(self, lo: np.ndarray, gi: np.ndarray, by_corr: np.ndarray, corr: dict | None) -> tuple:
+        """The pairs less those that tie a GPU op to a call of another process than the one that drives its GPU.
+
+        Where ranks' traces were merged into one file their correlation ids repeat (each process counts its own
+        from 1), and so do their flow ids, whose repeats the reader binds to the first call that began them: a GPU
+        op then matches a call of each rank. A GPU (the process its ops are written under) is driven by one
+        process. Of the processes whose calls such ops match, the GPU's ops keep the calls of the one that
+        1. has a call at or before the start of the most of them (an op cannot start before its launch), then
+        2. most often holds the GPU's place in its correlation id's group: the k-th process to make a call of that
+           id, the k-th GPU to start an op of it (ranks that run in step launch and run in the same order; where
+           the first rule cannot tell them apart their figures differ by no more than their offset), then
+        3. has the lower pid.
+        An op that matches calls of one process only, or none of the chosen process, keeps its pairs. ``corr``: the
+        ``args.correlation`` of the GPU ops by arg set (None where one process made the launch calls)."""
+        if not len(lo) or corr is None:
             return lo, gi, by_corr
-        pids = self.pids_of(self.slices["utid"][lo])
-        code, uniq = factorize(np.array(pids, dtype=object), use_na_sentinel=False)
-        if len(uniq) < 2:
+        t = self.slices
+        lp = self.pid_codes(t["utid"][lo])
+        df = pd.DataFrame({"gi": gi, "lp": lp, "lts": t["ts"][lo], "gts": t["ts"][gi]})
+        amb = df.groupby("gi")["lp"].transform("nunique").to_numpy() > 1
+        if not amb.any():
             return lo, gi, by_corr
-        df = pd.DataFrame({"gi": gi, "code": code, "lts": self.slices["ts"][lo], "gts": self.slices["ts"][gi]})
-        many = df.groupby("gi")["code"].transform("nunique").to_numpy() > 1
-        if not many.any():
-            return lo, gi, by_corr
-        sub = df[many]
-        before = sub[sub["lts"] <= sub["gts"]]
-        last = before.loc[before.groupby("gi")["lts"].idxmax()].set_index("gi")["code"]
-        first = sub.loc[sub.groupby("gi")["lts"].idxmin()].set_index("gi")["code"]
-        chosen = first.copy()
-        chosen.loc[last.index] = last
-        keep = np.ones(len(lo), dtype=bool)
-        keep[many] = sub["code"].to_numpy() == chosen.reindex(sub["gi"]).to_numpy()
+        a = df[amb].copy()
+        ag = a["gi"].to_numpy()
+        a["gp"] = self.pid_codes(t["utid"][ag])
+        values = [corr.get(x) for x in self.tables.arg_set_id[ag].tolist()]
+        grp = factorize(np.array([None if isinstance(v, list) else v for v in values], dtype=object))[0]
+        a["grp"] = np.where(grp >= 0, grp, -1 - ag)  # an op without a correlation id is a group of its own
+        calls = a.groupby(["grp", "lp"], as_index=False)["lts"].min().sort_values(["grp", "lts", "lp"])
+        calls["k"] = calls.groupby("grp").cumcount()
+        gpus = a.groupby(["grp", "gp"], as_index=False)["gts"].min().sort_values(["grp", "gts", "gp"])
+        gpus["k"] = gpus.groupby("grp").cumcount()
+        a = a.merge(calls[["grp", "lp", "k"]], on=["grp", "lp"]).merge(gpus[["grp", "gp", "k"]], on=["grp", "gp"],
+                                                                       suffixes=("_call", "_gpu"))
+        pairs = a.groupby(["gp", "lp"]).size().index
+        score = pd.DataFrame({  # per (GPU, process): how many of the GPU's ops each rule holds for
+            "causal": a[a["lts"] <= a["gts"]].groupby(["gp", "lp"])["gi"].nunique(),
+            "placed": a[a["k_call"] == a["k_gpu"]].groupby(["gp", "lp"])["gi"].nunique()}).reindex(pairs).fillna(0)
+        score = score.reset_index().sort_values(["gp", "causal", "placed", "lp"],
+                                                ascending=[True, False, False, True])
+        chosen = score.drop_duplicates("gp").set_index("gp")["lp"]
+        rows = np.flatnonzero(amb)
+        gp_all = np.full(len(lo), -2, dtype=np.int64)
+        gp_all[rows] = self.pid_codes(t["utid"][gi[rows]])
+        want = np.full(len(lo), -2, dtype=np.int64)
+        want[rows] = chosen.reindex(gp_all[rows]).to_numpy()
+        own = lp == want
+        has_own = pd.Series(own).groupby(gi).transform("any").to_numpy()
+        keep = ~amb | own | ~has_own
         return lo[keep], gi[keep], by_corr[keep]
 
     def _launches_nothing(self, rows: np.ndarray) -> np.ndarray:
@@ -1147,6 +1184,22 @@ class Shared:
         pid_of = {upid: pid for upid, pid, _name in tb.processes}
         return {utid: (tid, pid_of.get(upid)) for utid, tid, _name, upid, _main in sorted(tb.threads)}
 
+    @cached_property
+    def _pid_by_utid(self) -> np.ndarray:
+        """pid per utid (int64, -1 for a thread without a process row), and one more -1 at the end for no thread."""
+        lanes = self.lanes
+        out = np.full(max((u for u in lanes if u >= 0), default=-1) + 2, -1, dtype=np.int64)
+        for u, (_tid, pid) in lanes.items():
+            if u >= 0 and pid is not None:
+                out[u] = int(pid)
+        return out
+
+    def pid_codes(self, utids: np.ndarray) -> np.ndarray:
+        """:meth:`pids_of` as int64 (-1 for none), for arrays of utids (-1 for a slice on no thread)."""
+        table = self._pid_by_utid
+        u = np.asarray(utids, dtype=np.int64)
+        return table[np.where((u >= 0) & (u < len(table) - 1), u, len(table) - 1)]
+
     def pids_of(self, utids) -> list:
         """The process id (pid) of each of these threads (utids): None for no thread (None, NaN or a negative
         utid: a slice written on no thread) and for a thread without a process row."""
@@ -1227,10 +1280,12 @@ def _misbound(tb, launch_rows: np.ndarray, gpu_rows: np.ndarray) -> np.ndarray:
     return bad
 
 
-def _equal_arg(tb, key: str, a_rows: np.ndarray, b_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _equal_arg(tb, key: str, a_rows: np.ndarray, b_rows: np.ndarray, values: dict | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """(a, b) rows of every pair of an ``a_rows`` slice and a ``b_rows`` slice whose argument ``key`` is one equal
-    scalar (not None)."""
-    values = tb.args.get(key, tb.arg_set_id[a_rows].tolist() + tb.arg_set_id[b_rows].tolist())  # both sides at once
+    scalar (not None); ``values``: that argument by arg set where already read for both sides."""
+    if values is None:
+        values = tb.args.get(key, tb.arg_set_id[a_rows].tolist() + tb.arg_set_id[b_rows].tolist())  # both at once
     by_value: dict = {}
     for r, asid in zip(a_rows.tolist(), tb.arg_set_id[a_rows].tolist()):
         v = values.get(asid)

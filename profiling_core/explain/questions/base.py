@@ -153,22 +153,29 @@ def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
 
 def _self_times_by_slice(ch: pd.DataFrame, slice_ids) -> dict:
     """``{step slice id: CPU slices of that step slice's chain}``, as :func:`_self_times_by_step` gives them for a
-    step number: one entry per step slice (``steps.slice_id``), so two ranks' step N in one file are two steps. A
-    chain row belongs to the step slice at the top of its parents (depth 0); one whose parents lead out of the
-    chain (recorded with ``with_stack=True``, the Python frames around the loop began before the step, and the ops
-    run inside them: a CPU run's ``aten::mm`` under ``workload.py(121): inner``) belongs to the step slice of its
-    step number, where one slice has that number."""
+    step number: one entry per step slice (``steps.slice_id``), so two ranks' step N in one file are two steps; a row
+    belongs to the step slice :func:`_step_slice_of` names."""
     cpu = ch[ch["lane"] == "cpu"]
-    top = _chain_tops(cpu)
-    orphan = np.flatnonzero(top < 0)
-    if len(orphan):
-        tops = cpu[cpu["depth"].to_numpy() == 0]
-        per_number = tops.groupby("step")["id"].agg(list)
-        single = {int(k): int(v[0]) for k, v in per_number.items() if len(v) == 1}
-        top[orphan] = [single.get(int(k), -1) for k in cpu["step"].to_numpy()[orphan]]
+    top = _step_slice_of(cpu)
     keep = pd.Series(np.isin(top, np.asarray(list(slice_ids), dtype=np.int64)), index=cpu.index)
     out = _self_rows(cpu, keep).assign(top=top[keep.to_numpy()])
     return {int(k): g.drop(columns=["step", "top"]) for k, g in out.groupby("top", sort=False)}
+
+
+def _step_slice_of(rows: pd.DataFrame) -> np.ndarray:
+    """For each of these dispatch-chain rows, the id of the step slice whose chain holds it: the row at depth 0
+    above it through ``parent_id`` (a GPU op's parent is its launch call); for a row whose parents lead out of the
+    chain (recorded with ``with_stack=True``, the Python frames around the loop began before the step, and the ops
+    run inside them: a CPU run's ``aten::mm`` under ``workload.py(121): inner``), the step slice of its step number
+    where one slice has that number; -1 where two or more have it (ranks' traces merged into one file)."""
+    top = _chain_tops(rows)
+    orphan = np.flatnonzero(top < 0)
+    if len(orphan):
+        tops = rows[rows["depth"].to_numpy() == 0]
+        per_number = tops.groupby("step")["id"].agg(list)
+        single = {int(k): int(v[0]) for k, v in per_number.items() if len(v) == 1}
+        top[orphan] = [single.get(int(k), -1) for k in rows["step"].to_numpy()[orphan]]
+    return top
 
 
 def _self_rows(ch: pd.DataFrame, keep) -> pd.DataFrame:

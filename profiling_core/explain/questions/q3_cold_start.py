@@ -12,7 +12,7 @@ from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
 from .base import (NO_STEPS_TEXT, STEPS_HOWTO, Finding, _compile_steps_text, _first_step_only_calls,
-                   _first_step_slower_calls, _is_cold, _lazy_loading, _num, _self_times_by_step, _short, _table_rows)
+                   _first_step_slower_calls, _is_cold, _lazy_loading, _num, _self_times_by_slice, _short, _table_rows)
 
 
 FIRST_STEP_SLOWER_PCT = 5.0
@@ -140,13 +140,13 @@ def _q3_cold(r, config=None) -> list[Finding]:
     ch = r.dispatch_chains
     worst, n_others = None, 0
     if not ch.empty:
-        # the other step numbers, each once: with several ranks or threads in one trace a number names one step
-        # slice per rank, and the chains of a number hold them all (counting them once per slice made the
-        # reference grow with the square of the ranks, and counted the first step among "the others")
-        rest_steps = list(dict.fromkeys(k for k in map(int, rest["step"]) if k != first_step))
-        by_step = _self_times_by_step(ch, {first_step, *rest_steps})
-        f0 = by_step.get(first_step)
-        others = [by_step[k] for k in rest_steps if k in by_step]
+        # each step slice on its own: with several ranks in one trace a number names one step slice per rank, and
+        # the chains of a number hold them all (the first step's figures then summed both ranks' calls)
+        first_slice = int(first["slice_id"])
+        rest_slices = [k for k in map(int, rest["slice_id"]) if k != first_slice]
+        by_slice = _self_times_by_slice(ch, {first_slice, *rest_slices})
+        f0 = by_slice.get(first_slice)
+        others = [by_slice[k] for k in rest_slices if k in by_slice]
         if f0 is not None and others:
             # each name's self time summed over the step (all its calls), against the median of those sums over the
             # other steps (0 where a step did not call it): what a step spent in it, as the steps' own figures count

@@ -7,7 +7,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from .base import _MAX_LISTED, NO_GPU_TEXT, NO_STEPS_TEXT, STEPS_HOWTO, Finding, _listed, _n, _short
+from .base import (_MAX_LISTED, NO_GPU_TEXT, NO_STEPS_TEXT, STEPS_HOWTO, Finding, _listed, _n, _short,
+                   _step_slice_of)
 
 
 def _missing(x) -> bool:
@@ -108,6 +109,14 @@ def _q5_chain(r, config=None) -> list[Finding]:
     with_gpu = r.steps.loc[r.steps["gpu_ops"] > 0, "step"]
     step = int(with_gpu.iloc[-1] if len(with_gpu) else r.steps["step"].iloc[-1])
     chain = ch[ch["step"] == step]
+    of = r.steps[r.steps["step"] == step]
+    where, pid = "", None
+    if len(of) > 1:  # one slice per rank (ranks' traces merged into one file): the chain of the first, on its own
+        mine = _step_slice_of(chain) == int(of["slice_id"].iloc[0])
+        chain = chain[mine]
+        pid = of["pid"].iloc[0] if "pid" in of else None
+        pid = None if pid is None or pd.isna(pid) else int(pid)
+        where = f" of pid {pid}" if pid is not None else ""
     paths = list(dict.fromkeys(tuple(p) for p in _chain_paths(chain)))
     if not paths:
         # (the profiler's [memory] instants are no slices of work: they are left out of the counts)
@@ -141,7 +150,10 @@ def _q5_chain(r, config=None) -> list[Finding]:
                         {"step": step, "cpu_slices": int(len(cpu)), "names": names, "gpu_ops_launched": launched,
                          "cpu_slices_elsewhere": others})]
     shown = paths[:_MAX_LISTED]
-    text = f"In ProfilerStep#{step}: " + "; ".join(_chain_texts(shown))
+    text = f"In ProfilerStep#{step}{where}: " + "; ".join(_chain_texts(shown))
     more = len(paths) - len(shown)
     text += f"; and {more} more distinct chain{'s' if more > 1 else ''}." if more > 0 else "."
-    return [Finding("q5.chain", 5, "Dispatch chain", text, {"step": step, "paths": [list(p) for p in paths]})]
+    ev = {"step": step, "paths": [list(p) for p in paths]}
+    if pid is not None:
+        ev["pid"] = pid
+    return [Finding("q5.chain", 5, "Dispatch chain", text, ev)]
