@@ -35,9 +35,17 @@ report_sections = []
 st.header("The dispatch chain of a step", divider="gray")
 if rep is not None and len(rep.dispatch_chains):
     chains = rep.dispatch_chains
-    steps = list(dict.fromkeys(chains.sort_values("start_ns")["step"]))
-    step = st.selectbox("Step", steps, key="dispatch_step", format_func=lambda s: f"ProfilerStep#{s}")
-    chain = chains[chains["step"] == step]
+    # one entry per step slice: where ranks' traces were merged into one file, each rank's step N is a slice of its
+    # own, named by its process
+    slices = chains.sort_values("start_ns", kind="stable").drop_duplicates("step_slice_id")
+    step_of = dict(zip(slices["step_slice_id"].astype(int), slices["step"].astype(int)))
+    shared = set(slices.loc[slices["step"].duplicated(keep=False), "step_slice_id"].astype(int))
+    pid_of = dict(zip(rep.steps["slice_id"].astype(int), rep.steps["pid"])) if "pid" in rep.steps else {}
+    sid = st.selectbox("Step", list(step_of), key="dispatch_step",
+                       format_func=lambda k: f"ProfilerStep#{step_of[k]}"
+                       + (f" (pid {pid_of[k]})" if k in shared and pid_of.get(k) is not None else ""))
+    step = step_of[sid]
+    chain = chains[chains["step_slice_id"] == sid]
     cpu_ops = chain[(chain["lane"] == "cpu") & (chain["depth"] > 0)  # ([memory] instants are no ops)
                     & (chain["category"].astype(str) != "cpu_instant_event")].sort_values("start_ns")
     picks = ["the whole step"] + list(dict.fromkeys(cpu_ops["name"].astype(str)))

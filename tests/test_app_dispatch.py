@@ -151,3 +151,27 @@ def test_the_latency_chart_leaves_the_compilers_launches_out(runs_dir, media):
     assert any("4,942 GPU ops launched inside torch.compile's compiler ranges" in c.value for c in at.caption)
     median = statistics.median(float(r["latency_us"]) for r in rows)
     assert any(f"Median launch → start: {median:.1f} µs" in c.value for c in at.caption)
+
+
+def test_each_rank_s_step_of_a_merged_file_is_a_step_of_its_own(runs_dir, tmp_path):
+    """The H200's 64² cold run and a copy of it 7 µs later as a second rank (pid + 100000) in one file: step N is a
+    slice per rank, and the chain of "ProfilerStep#N" held both ranks' trees. The picker names each slice by its
+    process, and a slice's chain holds its own rank's step alone (one ProfilerStep line, its kernels once)."""
+    import verdict_traces as vt
+    from conftest import scan_trace
+    from conftest_app import DATA
+    two = vt.as_ranks(DATA / "h200" / "64_bf16_cold_eager.json", tmp_path / "two.json")
+    steps = [e for e in scan_trace(two) if e.get("ph") == "X" and str(e.get("name")).startswith("ProfilerStep#")
+             and e.get("cat") != "gpu_user_annotation"]
+    pids = sorted({e["pid"] for e in steps})
+    import_trace(runs_dir, two, "two_ranks")
+    at = app("dispatch")
+    assert not errors_of(at)
+    options = at.selectbox(key="dispatch_step").options
+    numbers = sorted({e["name"] for e in steps})
+    assert sorted(options) == sorted(f"{n} (pid {p})" for n in numbers for p in pids)
+    last = [o for o in options if o.startswith(numbers[-1]) and o.endswith(f"(pid {pids[1]})")]
+    at.selectbox(key="dispatch_step").select_index(options.index(last[0])).run()
+    assert not errors_of(at)
+    code = at.code[0].value
+    assert code.count("ProfilerStep#") == 1 and code.count("nvjet") == 1

@@ -228,8 +228,9 @@ def launch_paths(session, shared: Shared | None = None) -> pd.DataFrame:
 
 def _dispatch_cpu(sh: Shared) -> dict | None:
     """The rows of ``dispatch_cpu.sql`` (CPU half of the dispatch chain) from the shared slice tree, same order, as
-    arrays: ``row`` (of ``slices``), ``step`` (N), ``depth`` (below the step), ``parent`` (-1 for NULL: the step
-    itself, or no parent); None without steps on a thread.
+    arrays: ``row`` (of ``slices``), ``step`` (N), ``step_slice`` (the id of the step slice whose window holds the
+    row), ``depth`` (below the step), ``parent`` (-1 for NULL: the step itself, or no parent); None without steps on
+    a thread.
 
     Each step's slices are a range of its thread's slices sorted by start (``searchsorted``), then those ending by
     the step's end; all steps' rows are then ordered by (step, ts, depth, track_id, id) with one stable lexsort."""
@@ -255,9 +256,11 @@ def _dispatch_cpu(sh: Shared) -> dict | None:
     rows, k = np.concatenate(sel), np.concatenate(k)
     step_n = np.array([r[1] for r in steps], dtype=np.int64)[k]
     depth = t["depth"][rows] - np.array([r[5] for r in steps], dtype=np.int64)[k]
-    parent = np.where(id_[rows] == np.array([r[0] for r in steps], dtype=np.int64)[k], -1, t["parent"][rows])
+    step_slice = np.array([r[0] for r in steps], dtype=np.int64)[k]
+    parent = np.where(id_[rows] == step_slice, -1, t["parent"][rows])
     order = np.lexsort((id_[rows], t["track_id"][rows], depth, ts_[rows], step_n))  # stable: ties keep step order
-    return {"row": rows[order], "step": step_n[order], "depth": depth[order], "parent": parent[order]}
+    return {"row": rows[order], "step": step_n[order], "step_slice": step_slice[order], "depth": depth[order],
+            "parent": parent[order]}
 
 
 def _dispatch_chain_cols(sh: Shared) -> dict | None:
@@ -274,6 +277,7 @@ def _dispatch_chain_cols(sh: Shared) -> dict | None:
     w, g = sh.launch_pairs_of(cid)  # the GPU ops of each CPU row that launched some
     nc, ng = len(rows), len(g)
     step = np.concatenate([c["step"], c["step"][w]])
+    step_slice = np.concatenate([c["step_slice"], c["step_slice"][w]])
     start = np.concatenate([t["ts"][rows], p["gpu_ts"][g]])
     depth = np.concatenate([c["depth"], c["depth"][w] + 1])
     lane = np.concatenate([np.zeros(nc, dtype=np.int64), np.ones(ng, dtype=np.int64)])
@@ -281,7 +285,8 @@ def _dispatch_chain_cols(sh: Shared) -> dict | None:
     parent = np.concatenate([c["parent"], cid[w]])[order]
     every = np.concatenate([rows, sh.pos(p["gpu_id"][g])])[order]  # GPU rows: the GPU op's own slice (name, category)
     return {
-        "step": step[order], "id": np.concatenate([cid, p["gpu_id"][g]])[order],
+        "step": step[order], "step_slice_id": step_slice[order],
+        "id": np.concatenate([cid, p["gpu_id"][g]])[order],
         "parent_id": IntsOrNull(parent, parent < 0), "depth": depth[order],
         "name": sh.name_codes_at(every), "category": sh.category_codes_at(every),
         "start_ns": start[order], "dur_ns": np.concatenate([t["dur"][rows], p["gpu_dur"][g]])[order],
@@ -297,7 +302,8 @@ def dispatch_chains(session, shared: Shared | None = None) -> pd.DataFrame:
     the frames around it), as ``cpu_own_times`` counts it; a GPU row's duration."""
     sh = shared_for(session, shared)
     cols = _dispatch_chain_cols(sh)
-    names = ["step", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us", "wait_us", "own_us"]
+    names = ["step", "step_slice_id", "id", "parent_id", "depth", "name", "category", "lane", "start_ns", "dur_us",
+             "wait_us", "own_us"]
     if cols is None:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in names})
     # One row per slice of every step (83k on a 93 MB trace): built once from the arrays with its final dtypes.
@@ -323,7 +329,9 @@ def dispatch_chain(session, step: Optional[int] = None, chains: pd.DataFrame | N
         chains: the result of :func:`dispatch_chains` when already computed.
 
     Returns:
-        DataFrame with ``step``, ``id``, ``parent_id`` (NA for the step itself; a GPU op's parent is its launch
+        DataFrame with ``step``, ``step_slice_id`` (the id of the ProfilerStep slice whose window, on its thread,
+        holds the row: where ranks' traces were merged into one file, each rank's step N is a slice of its own, and
+        the chain of N holds both), ``id``, ``parent_id`` (NA for the step itself; a GPU op's parent is its launch
         call), ``depth`` (0 for the step), ``name``, ``category``, ``lane`` (``cpu`` or ``gpu``), ``start_ns``,
         ``dur_us``; CPU rows in time order, then GPU rows. Empty when the trace has no steps.
 

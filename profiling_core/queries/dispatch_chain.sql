@@ -1,5 +1,7 @@
 -- The slice tree of every ProfilerStep#N: the CPU slices inside it on its thread, then the GPU ops its launch calls produced
--- (each GPU op is a child of its launch call). Rows: step, id, parent_id, depth below the step, name, category, lane.
+-- (each GPU op is a child of its launch call). Rows: step, step_slice_id (the step slice whose window holds the row:
+-- each rank's step N is a slice of its own where ranks' traces were merged into one file), id, parent_id, depth below
+-- the step, name, category, lane.
 WITH
 -- @include recording
 step AS (
@@ -14,7 +16,8 @@ gpu_op AS (
 ),
 -- @include launch_pairing
 cpu AS (
-  SELECT st.step, s.id, CASE WHEN s.id = st.step_id THEN NULL ELSE s.parent_id END AS parent_id,
+  SELECT st.step, st.step_id AS step_slice_id, s.id,
+  CASE WHEN s.id = st.step_id THEN NULL ELSE s.parent_id END AS parent_id,
     s.depth - st.depth AS depth, s.name, s.category, s.ts,
     CASE WHEN s.id = st.step_id THEN st.dur ELSE s.dur END AS dur, 'cpu' AS lane
   FROM step st
@@ -22,8 +25,8 @@ cpu AS (
   JOIN slice s ON s.track_id = tt.id
   WHERE s.id = st.step_id OR (s.ts >= st.ts AND s.ts + s.dur <= st.ts + st.dur)
 )
-SELECT step, id, parent_id, depth, name, category, ts AS start_ns, dur AS dur_ns, lane FROM cpu
+SELECT step, step_slice_id, id, parent_id, depth, name, category, ts AS start_ns, dur AS dur_ns, lane FROM cpu
 UNION ALL
-SELECT c.step, g.id, c.id, c.depth + 1, g.name, g.category, g.ts, g.dur, 'gpu'
+SELECT c.step, c.step_slice_id, g.id, c.id, c.depth + 1, g.name, g.category, g.ts, g.dur, 'gpu'
 FROM cpu c JOIN launch p ON p.launch_id = c.id JOIN gpu_op g ON g.id = p.gpu_id
-ORDER BY 1, 9, 7, 4
+ORDER BY 1, 10, 8, 5

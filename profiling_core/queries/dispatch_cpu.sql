@@ -1,5 +1,5 @@
--- The CPU half of dispatch_chain: every slice inside each ProfilerStep#N on its thread, with its depth below the step
--- (the GPU ops its launches produced come from the shared launch pairs).
+-- The CPU half of dispatch_chain: every slice inside each ProfilerStep#N on its thread, its step slice and depth.
+-- (The GPU ops its launches produced come from the shared launch pairs.)
 WITH
 -- @include recording
 step AS (
@@ -8,7 +8,8 @@ step AS (
   FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 )
-SELECT st.step, s.id, CASE WHEN s.id = st.step_id THEN NULL ELSE s.parent_id END AS parent_id,
+SELECT st.step, st.step_id AS step_slice_id, s.id,
+  CASE WHEN s.id = st.step_id THEN NULL ELSE s.parent_id END AS parent_id,
   s.depth - st.depth AS depth, s.name, s.category, s.ts AS start_ns,
   CASE WHEN s.id = st.step_id THEN st.dur ELSE s.dur END AS dur_ns, s.track_id
 FROM step st

@@ -153,52 +153,18 @@ def _self_times_by_step(ch: pd.DataFrame, steps) -> dict:
 
 def _self_times_by_slice(ch: pd.DataFrame, slice_ids) -> dict:
     """``{step slice id: CPU slices of that step slice's chain}``, as :func:`_self_times_by_step` gives them for a
-    step number: one entry per step slice (``steps.slice_id``), so two ranks' step N in one file are two steps; a row
-    belongs to the step slice :func:`_step_slice_of` names."""
+    step number: one entry per step slice (``steps.slice_id``, the chains' ``step_slice_id``), so two ranks' step N
+    in one file are two steps."""
     cpu = ch[ch["lane"] == "cpu"]
-    top = _step_slice_of(cpu)
-    keep = pd.Series(np.isin(top, np.asarray(list(slice_ids), dtype=np.int64)), index=cpu.index)
-    out = _self_rows(cpu, keep).assign(top=top[keep.to_numpy()])
+    keep = cpu["step_slice_id"].isin([int(x) for x in slice_ids])
+    out = _self_rows(cpu, keep).assign(top=cpu.loc[keep, "step_slice_id"])
     return {int(k): g.drop(columns=["step", "top"]) for k, g in out.groupby("top", sort=False)}
-
-
-def _step_slice_of(rows: pd.DataFrame) -> np.ndarray:
-    """For each of these dispatch-chain rows, the id of the step slice whose chain holds it: the row at depth 0
-    above it through ``parent_id`` (a GPU op's parent is its launch call); for a row whose parents lead out of the
-    chain (recorded with ``with_stack=True``, the Python frames around the loop began before the step, and the ops
-    run inside them: a CPU run's ``aten::mm`` under ``workload.py(121): inner``), the step slice of its step number
-    where one slice has that number; -1 where two or more have it (ranks' traces merged into one file)."""
-    top = _chain_tops(rows)
-    orphan = np.flatnonzero(top < 0)
-    if len(orphan):
-        tops = rows[rows["depth"].to_numpy() == 0]
-        per_number = tops.groupby("step")["id"].agg(list)
-        single = {int(k): int(v[0]) for k, v in per_number.items() if len(v) == 1}
-        top[orphan] = [single.get(int(k), -1) for k in rows["step"].to_numpy()[orphan]]
-    return top
 
 
 def _self_rows(ch: pd.DataFrame, keep) -> pd.DataFrame:
     out = ch.loc[keep, ["step", "id", "name", "start_ns", "dur_us", "own_us"]].rename(columns={"own_us": "self_us"})
     out["name"] = _per_name(out["name"], lambda t: t.map(_step_star, na_action="ignore"))
     return out
-
-
-def _chain_tops(rows: pd.DataFrame) -> np.ndarray:
-    """For each row of dispatch-chain rows ``rows``, the id of the row at depth 0 above it through ``parent_id``
-    (the step slice whose chain holds it); -1 where no parent chain leads to one."""
-    ids = rows["id"].to_numpy(dtype=np.int64)
-    parent = pd.to_numeric(rows["parent_id"]).fillna(-1).to_numpy(dtype=np.int64)  # -1: none (ids are >= 0)
-    depth = rows["depth"].to_numpy(dtype=np.int64)
-    top = np.where(depth == 0, ids, -1)
-    row_of = pd.Series(np.arange(len(ids)), index=ids)
-    row_of = row_of[~row_of.index.duplicated()]  # (an id is one slice, in one step's chain)
-    for d in range(1, int(depth.max()) + 1 if len(depth) else 0):
-        at = np.flatnonzero(depth == d)
-        pos = row_of.reindex(parent[at]).to_numpy(dtype=np.float64)  # NaN: no parent among the rows
-        ok = ~np.isnan(pos)
-        top[at[ok]] = top[pos[ok].astype(np.int64)]
-    return top
 
 
 # ATen ops that only make or reshape tensor metadata (no arithmetic, no data moved): on a CPU their own time is

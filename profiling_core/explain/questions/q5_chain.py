@@ -7,8 +7,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from .base import (_MAX_LISTED, NO_GPU_TEXT, NO_STEPS_TEXT, STEPS_HOWTO, Finding, _listed, _n, _short,
-                   _step_slice_of)
+from .base import _MAX_LISTED, NO_GPU_TEXT, NO_STEPS_TEXT, STEPS_HOWTO, Finding, _listed, _n, _short
 
 
 def _missing(x) -> bool:
@@ -112,8 +111,7 @@ def _q5_chain(r, config=None) -> list[Finding]:
     of = r.steps[r.steps["step"] == step]
     where, pid = "", None
     if len(of) > 1:  # one slice per rank (ranks' traces merged into one file): the chain of the first, on its own
-        mine = _step_slice_of(chain) == int(of["slice_id"].iloc[0])
-        chain = chain[mine]
+        chain = chain[chain["step_slice_id"] == int(of["slice_id"].iloc[0])]
         pid = of["pid"].iloc[0] if "pid" in of else None
         pid = None if pid is None or pd.isna(pid) else int(pid)
         where = f" of pid {pid}" if pid is not None else ""
