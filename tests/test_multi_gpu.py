@@ -171,9 +171,10 @@ def test_ranks_merged_in_step_pair_each_op_with_its_own_rank_s_call(tmp_path):
     """The H200's warm 4096² run and a copy of it 7 µs later as a second rank: their correlation and flow ids
     repeat, and the reader binds each repeated flow to the first rank's call, so both ranks' ops were the first
     rank's: question 4 took its 9 calls for CUDA graph replays of 2 ops each, question 5 threaded both ranks'
-    slices into one chain, question 7 counted the other GPU's ops in a sync. Every op starts more than 7 µs after
-    its call, so both ranks' calls precede it: the GPU's place in each correlation id's group decides. By a plain
-    scan, each op has one call of its own rank; the answers read as those of the single run."""
+    slices into one chain, question 7 counted the other GPU's ops in a sync, and each step slice counted both
+    ranks' launches in its window. Every op starts more than 7 µs after its call, so both ranks' calls precede it:
+    the GPU's place in each correlation id's group decides. By a plain scan, each op has one call of its own rank,
+    and each step slice its own rank's launches; the answers read as those of the single run."""
     one = vt.as_ranks(H200 / "4096_bf16_warm_eager.json", tmp_path / "one.json", ranks=1)
     two = vt.as_ranks(one, tmp_path / "two.json")
     waits = _own_waits(two)
@@ -192,7 +193,22 @@ def test_ranks_merged_in_step_pair_each_op_with_its_own_rank_s_call(tmp_path):
     # question 3 reads the first rank's first step against the others one step slice at a time, as in one run
     for k in ("largest_excess_slice", "largest_excess_us", "largest_excess_self_us", "largest_excess_usual_us"):
         assert f2["q3.cold_start"].evidence[k] == f1["q3.cold_start"].evidence[k], k
-    _same_in_sql(two, ("launch_latency", "dispatch_chain"))
+    # each step slice counts its own rank's launches (both ranks' steps overlap in time), by a plain scan
+    ev = [e for e in scan_trace(two) if e.get("ph") == "X"]
+    calls = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+             and any(k in e["name"].lower() for k in ("launch", "memset", "memcpy"))]
+    step_ev = [e for e in ev if str(e["name"]).startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
+    by_scan = sorted((e["pid"], e["ts"], sum(1 for c in calls if c["pid"] == e["pid"]
+                                              and e["ts"] <= c["ts"] < e["ts"] + e["dur"])) for e in step_ev)
+    got = sorted(zip(r2.steps["pid"], r2.steps["start_ns"] / 1000.0, r2.steps["launches"]))
+    assert [(p, n) for p, _t, n in got] == [(p, n) for p, _t, n in by_scan]
+    assert [t for _p, t, _n in got] == pytest.approx([t for _p, t, _n in by_scan], abs=0.001)
+    for k in ("kernel_launches_per_step", "kernels_per_step"):
+        assert f2["q9.compile"].evidence[k] == f1["q9.compile"].evidence[k], k
+    assert r2.summary["gpu_step_median_us"] == pytest.approx(r1.summary["gpu_step_median_us"])
+    (own,) = r1.summary["step_devices"]
+    assert [d["busy_us"] for d in r2.summary["step_devices"]] == pytest.approx([own["busy_us"]] * 2)
+    _same_in_sql(two, ("launch_latency", "dispatch_chain", "steps", "gpu_busy", "compile_breakdown"))
 
 
 def _same_in_sql(path: Path, queries) -> None:

@@ -68,11 +68,13 @@ def test_includes_expand_to_the_fragment_text():
     pairing = (QUERY_DIR / "_launch_pairing.sql").read_text()
     correlation = (QUERY_DIR / "_launch_correlation.sql").read_text()
     recording = (QUERY_DIR / "_recording.sql").read_text()
+    launch_step = (QUERY_DIR / "_launch_step.sql").read_text()
     assert "-- @include launch_pairing\n" in raw and "-- @include launch_correlation\n" in pairing
-    assert "-- @include recording\n" in raw
+    assert "-- @include recording\n" in raw and "-- @include launch_step\n" in raw
     expected = raw.replace("-- @include launch_pairing\n",
                            pairing.replace("-- @include launch_correlation\n", correlation))
     expected = expected.replace("-- @include recording\n", recording)
+    expected = expected.replace("-- @include launch_step\n", launch_step)
     assert load_query("steps") == expected
     assert "_launch_pairing" not in query_names()
     for name in query_names():

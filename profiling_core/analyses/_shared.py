@@ -366,15 +366,36 @@ class Shared:
 
     @cached_property
     def pair_steps(self) -> tuple[np.ndarray, np.ndarray]:
-        """(pair index, step list index) for every pair whose launch lies in a step window (any step slice)."""
+        """(pair index, step list index) for every pair whose launch lies in a step slice's window. A call counts in
+        the steps of its own process where that process has step slices (ranks' traces merged into one file: each
+        rank's steps overlap the others' in time), else in any step whose window holds it (the study's SQL states the
+        same rule in its ``launch_step`` fragment)."""
         idx, which = [], []
-        for k, (_sid, _n, _nm, ts, dur, _d, _u) in enumerate(self.steps_list):
+        steps = self.steps_list
+        for k, (_sid, _n, _nm, ts, dur, _d, _u) in enumerate(steps):
             i = self.pairs_in(ts, ts + dur)
             idx.append(i)
             which.append(np.full(len(i), k, dtype=np.int64))
         if not idx:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        return np.concatenate(idx).astype(np.int64), np.concatenate(which)
+        i, k = np.concatenate(idx).astype(np.int64), np.concatenate(which)
+        step_pid = self.pid_codes(np.array([-1 if r[6] is None else r[6] for r in steps], dtype=np.int64))
+        if len(np.unique(step_pid)) > 1 and len(i):
+            call_pid = self.pid_codes(self.slices["utid"][self.pos(self.p["launch_id"][i])])
+            keep = (call_pid == step_pid[k]) | ~np.isin(call_pid, step_pid)
+            i, k = i[keep], k[keep]
+        return i, k
+
+    @cached_property
+    def _pairs_by_step(self) -> list[np.ndarray]:
+        i, k = self.pair_steps
+        order = np.argsort(k, kind="stable")
+        bounds = np.searchsorted(k[order], np.arange(len(self.steps_list) + 1))
+        return [i[order][a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+
+    def step_pairs(self, j: int) -> np.ndarray:
+        """The pairs (indices, sorted) that count in the step at ``steps_list`` index ``j`` (:attr:`pair_steps`)."""
+        return self._pairs_by_step[j]
 
     @cached_property
     def pair_step(self) -> np.ndarray:

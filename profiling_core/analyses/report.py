@@ -163,7 +163,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
                              if pd.notna(c.share)},
         "memory": r.memory.summary,
         "step_processes": _step_processes(sh),
-        "step_devices": _step_devices(r.device_busy, ss["basis_steps"]),
+        "step_devices": _step_devices(r.device_busy, ss["basis_steps"], r.steps),
         "idle_thread_frames": _idle_thread_frames(sh),
     }
 
@@ -178,22 +178,30 @@ def _idle_thread_frames(sh: Shared) -> dict[str, float]:
     return dict(sorted(per.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _step_devices(db: pd.DataFrame, basis: list) -> list[dict]:
+def _step_devices(db: pd.DataFrame, basis: list, steps: pd.DataFrame) -> list[dict]:
     """Per GPU that ran the steps' work (``db``, :func:`device_busy`), in device order: ``device``, ``busy_us``
     (the work the step launched on it: the per-device twin of ``steps.gpu_busy_us``), ``busy_in_step_us`` and
     ``busy_fraction`` (its busy time inside the step's window and that time's share of the window), each the median
-    over the steady state's ``basis`` steps, or over every step when it has none. One entry for a process of one
-    GPU; several where it drove several GPUs, whose other per-step figures then count the time at least one of them
-    was busy."""
+    over the steady state's ``basis`` steps, or over every step when it has none; where the steps are several
+    processes' (ranks' traces merged into one file), over the steps of the processes that launched work on it (a
+    rank's step launches nothing on another rank's GPU). One entry for a process of one GPU; several where it drove
+    several GPUs, whose other per-step figures then count the time at least one of them was busy."""
     if db.empty:
         return []
     b = db[db["step"].isin(basis)] if basis else db
     b = b if len(b) else db
-    return [{"device": d.item() if isinstance(d, np.generic) else d,
-             "busy_us": float(g["gpu_busy_us"].median()),
-             "busy_in_step_us": float(g["gpu_busy_in_step_us"].median()),
-             "busy_fraction": float(g["gpu_busy_fraction"].median())}
-            for d, g in b.groupby("device", sort=True)]
+    pid_of = dict(zip(steps["slice_id"].tolist(), steps["pid"].tolist())) if "pid" in steps else {}
+    out = []
+    for d, g in b.groupby("device", sort=True):
+        pids = g["slice_id"].map(pid_of)
+        own = set(pids[g["gpu_ops"].to_numpy() > 0].dropna().tolist())
+        if own and pids.nunique() > 1:
+            g = g[pids.isin(own).to_numpy()]
+        out.append({"device": d.item() if isinstance(d, np.generic) else d,
+                    "busy_us": float(g["gpu_busy_us"].median()),
+                    "busy_in_step_us": float(g["gpu_busy_in_step_us"].median()),
+                    "busy_fraction": float(g["gpu_busy_fraction"].median())})
+    return out
 
 
 def _phase_medians(df: pd.DataFrame, steps_df: pd.DataFrame) -> dict[str, dict[str, float]]:

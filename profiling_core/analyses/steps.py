@@ -32,7 +32,7 @@ def _steps_raw(sh: Shared) -> pd.DataFrame:
         if utid is None:
             continue  # steps.sql joins thread_track
         end = ts + dur
-        i = sh.pairs_in(ts, end)
+        i = sh.step_pairs(j)
         b, e = p["gpu_ts"][i], p["gpu_end"][i]
         m = (ops["ts"] < end) & (ops["end"] > ts)
         launched.append((b, e))
@@ -54,7 +54,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     end of the recording (the profiler's own ``Trace`` slice: a step slice written with a later end is cut there,
     ``cut_us`` says by how much; the queries' ``_recording.sql`` fragment states the same rule). GPU ops (kernel,
     memcpy, memset) belong to the step whose window holds their *launch call*, paired by flow events or, where a
-    trace has none, by ``args.correlation``; they may run after the step ends.
+    trace has none, by ``args.correlation``; they may run after the step ends. Where several processes have step
+    slices (ranks' traces merged into one file, whose steps overlap in time), a call counts in the steps of its own
+    process (``Shared.pair_steps``).
 
     Args:
         session: a trace session from ``profiling_core.open_trace``.
@@ -112,7 +114,8 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
     df["unlaunched_in_step_ns"] = (covered_ns(starts, starts + durs, *early) if len(early[0]) and len(starts)
                                    else np.zeros(len(starts), dtype=np.int64))
     df["unrecorded_in_step_ns"] = sh.unrecorded_in(starts, starts + durs)
-    df["copy_busy_ns"], df["other_busy_ns"], calls = _launched_in(sh, starts, durs)
+    counted = [sh.step_pairs(j) for j, r in enumerate(sh.steps_list) if r[6] is not None]  # (_steps_raw's rows)
+    df["copy_busy_ns"], df["other_busy_ns"], calls = _launched_in(sh, counted)
     # (less the copies' waits: sync_wait_us holds those, and the bound rule takes them out of the CPU's own time)
     df["launch_call_ns"] = (calls - df["copy_wait_ns"].to_numpy()).clip(min=0)
     df["gpu_starved_ns"] = _starved_in(sh, starts, starts + durs)
@@ -187,7 +190,8 @@ def device_busy(session, shared: Shared | None = None) -> pd.DataFrame:
     """
     sh = shared_for(session, shared)
     cols = ["step", "slice_id", "device", "gpu_busy_ns", "gpu_busy_in_step_ns", "dur_ns", "gpu_ops"]
-    windows = [(step, sid, ts, dur) for sid, step, _n, ts, dur, _d, utid in sh.steps_list if utid is not None]
+    windows = [(step, sid, ts, dur, j) for j, (sid, step, _n, ts, dur, _d, utid) in enumerate(sh.steps_list)
+               if utid is not None]
     code, devices = sh.op_devices if windows else (None, [])
     rows, launched, clipped = [], [], []
     if devices:
@@ -196,13 +200,13 @@ def device_busy(session, shared: Shared | None = None) -> pd.DataFrame:
         by_row[sh.gpu_rows] = code
         pair_dev = by_row[p["gpu_id"]]
         parts = []
-        for step, sid, ts, dur in windows:
-            i = sh.pairs_in(ts, ts + dur)
+        for step, sid, ts, dur, j in windows:
+            i = sh.step_pairs(j)
             m = (ops["ts"] < ts + dur) & (ops["end"] > ts)
             parts.append((i, m, ts, ts + dur))
         seen = sorted((set(code[np.logical_or.reduce([m for _i, m, _b, _e in parts])].tolist())
                        | set(pair_dev[np.concatenate([i for i, *_ in parts])].tolist())) - {-1})
-        for (step, sid, ts, dur), (i, m, b, e) in zip(windows, parts):
+        for (step, sid, ts, dur, _j), (i, m, b, e) in zip(windows, parts):
             for d in seen:
                 k, j = m & (code == d), i[pair_dev[i] == d]
                 rows.append([step, sid, devices[d], 0, 0, dur, len(np.unique(p["gpu_id"][j]))])
@@ -301,20 +305,19 @@ def _waits_in(sh: Shared, calls: tuple[pd.DataFrame, ...], starts: np.ndarray, d
     return out
 
 
-def _launched_in(sh: Shared, starts: np.ndarray, durs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per window [start, start + dur) (ns), of the launch pairs whose call starts in it (as ``gpu_busy_us`` counts a
-    step's), in one pass: the union of the intervals of the host↔device copies
+def _launched_in(sh: Shared, counted: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step, of the launch pairs that count in it (``counted``: :meth:`Shared.step_pairs`, as ``gpu_busy_us``
+    counts them), in one pass: the union of the intervals of the host↔device copies
     (:func:`~profiling_core.analyses._shared.is_host_copy`), the union of the other GPU ops' (kernels, memsets,
     device copies), and the summed durations of the distinct calls that launched them (as ``launches`` counts
     them)."""
     p = sh.p
-    zeros = np.zeros(len(starts), dtype=np.int64)
-    if not len(starts) or not len(p["gpu_id"]):
+    zeros = np.zeros(len(counted), dtype=np.int64)
+    if not len(counted) or not len(p["gpu_id"]):
         return zeros, zeros.copy(), zeros.copy()
     copy = sh.name_mask(is_host_copy)[p["gpu_id"]]
     copies, rest, calls = [], [], zeros.copy()
-    for j, (a, d) in enumerate(zip(starts.tolist(), durs.tolist())):
-        i = sh.pairs_in(a, a + d)
+    for j, i in enumerate(counted):
         c, o = i[copy[i]], i[~copy[i]]
         copies.append((p["gpu_ts"][c], p["gpu_end"][c]))
         rest.append((p["gpu_ts"][o], p["gpu_end"][o]))

@@ -8,8 +8,8 @@ WITH RECURSIVE
 -- @include recording
 step AS (
   SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts,
-    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, tt.utid
-  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, tt.utid, t.upid
+  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id LEFT JOIN thread t ON t.utid = tt.utid
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 gpu_op AS (
@@ -17,6 +17,7 @@ gpu_op AS (
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
 -- @include launch_pairing
+-- @include launch_step
 compile_row AS (
   SELECT s.id, s.ts, s.dur, s.name, s.parent_id,
     (SELECT st.step_id FROM step st WHERE s.ts >= st.ts AND s.ts < st.ts + st.dur
@@ -71,8 +72,8 @@ gpu AS (
     COUNT(DISTINCT p.launch_id) AS launches,
     COUNT(DISTINCT CASE WHEN g.cat = 'kernel' THEN p.launch_id END) AS kernel_launches
   FROM step st
-  JOIN slice l ON l.ts >= st.ts AND l.ts < st.ts + st.dur
-  JOIN launch p ON p.launch_id = l.id
+  JOIN launch_step ls ON ls.step_id = st.step_id
+  JOIN launch p ON p.launch_id = ls.launch_id
   JOIN gpu_op g ON g.id = p.gpu_id
   GROUP BY st.step_id
 )

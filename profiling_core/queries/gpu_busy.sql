@@ -5,8 +5,9 @@ WITH
 -- @include recording
 step AS (
   SELECT s.id AS step_id, s.ts,
-    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, t.upid
   FROM slice s CROSS JOIN recording r
+  LEFT JOIN thread_track tt ON tt.id = s.track_id LEFT JOIN thread t ON t.utid = tt.utid
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 gpu_op AS (
@@ -14,12 +15,12 @@ gpu_op AS (
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
 -- @include launch_pairing
+-- @include launch_step
 ops AS (
   SELECT 'trace' AS scope, id, ts, ts + dur AS end_ts FROM gpu_op
   UNION
   SELECT 'steps', g.id, g.ts, g.ts + g.dur
-  FROM launch p JOIN slice l ON l.id = p.launch_id JOIN gpu_op g ON g.id = p.gpu_id
-  JOIN step st ON l.ts >= st.ts AND l.ts < st.ts + st.dur
+  FROM launch p JOIN launch_step ls ON ls.launch_id = p.launch_id JOIN gpu_op g ON g.id = p.gpu_id
 ),
 prev AS (
   SELECT scope, ts, end_ts,

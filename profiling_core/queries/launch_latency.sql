@@ -9,16 +9,24 @@ gpu_op AS (
 -- @include launch_pairing
 step AS (
   SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.ts,
-    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, t.upid
   FROM slice s CROSS JOIN recording r
+  LEFT JOIN thread_track tt ON tt.id = s.track_id LEFT JOIN thread t ON t.utid = tt.utid
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
+),
+-- @include launch_step
+first_step AS (
+  SELECT ls.launch_id, st.step FROM launch_step ls JOIN step st ON st.step_id = ls.step_id
+  WHERE NOT EXISTS (SELECT 1 FROM launch_step o WHERE o.launch_id = ls.launch_id
+                    AND (o.step_ts < ls.step_ts OR (o.step_ts = ls.step_ts AND o.step_id < ls.step_id)))
 )
 SELECT g.id AS gpu_id, g.name AS gpu_name, g.cat AS gpu_category, g.ts AS gpu_start_ns, g.dur AS gpu_dur_ns,
   t.tid AS stream,
   l.id AS launch_id, l.name AS launch_name, l.ts AS launch_start_ns, l.dur AS launch_dur_ns,
   g.ts - l.ts AS latency_ns, p.paired_by,
-  (SELECT st.step FROM step st WHERE l.ts >= st.ts AND l.ts < st.ts + st.dur ORDER BY st.ts LIMIT 1) AS step
+  fs.step
 FROM launch p
+LEFT JOIN first_step fs ON fs.launch_id = p.launch_id
 JOIN slice l ON l.id = p.launch_id
 JOIN gpu_op g ON g.id = p.gpu_id
 JOIN thread_track tt ON tt.id = g.track_id

@@ -1,5 +1,6 @@
 -- One row per ProfilerStep#N (CPU slice) in time order: CPU duration, GPU ops and launch calls, GPU busy time (union).
--- GPU ops (kernel, memcpy, memset) belong to the step whose time window holds their launch call; a launch call is
+-- GPU ops (kernel, memcpy, memset) belong to the step whose time window holds their launch call (of the call's own
+-- process, where it has steps: the launch_step fragment); a launch call is
 -- paired with its GPU op by the flow table, or by args.correlation where the trace has no flow for that op.
 -- gpu_busy_ns: union of the intervals of the GPU ops launched in the step (they may run after the step ends).
 -- gpu_busy_in_step_ns: union of all GPU op intervals clipped to the step's own window [ts, ts + dur).
@@ -7,8 +8,8 @@ WITH
 -- @include recording
 step AS (
   SELECT s.id AS step_id, CAST(substr(s.name, 14) AS INT) AS step, s.name, s.ts,
-    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, tt.utid
-  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id
+    CASE WHEN s.ts + s.dur > r.end_ts THEN MAX(0, r.end_ts - s.ts) ELSE s.dur END AS dur, tt.utid, t.upid
+  FROM slice s CROSS JOIN recording r JOIN thread_track tt ON tt.id = s.track_id LEFT JOIN thread t ON t.utid = tt.utid
   WHERE s.name GLOB 'ProfilerStep#*' AND coalesce(s.category, '') <> 'gpu_user_annotation'
 ),
 gpu_op AS (
@@ -16,12 +17,12 @@ gpu_op AS (
   WHERE lower(category) IN ('kernel', 'gpu_memcpy', 'gpu_memset', 'memcpy', 'memset')
 ),
 -- @include launch_pairing
+-- @include launch_step
 op_in_step AS (
-  SELECT DISTINCT st.step_id, p.launch_id, g.id AS gpu_id, g.cat, g.ts, g.ts + g.dur AS end_ts
+  SELECT DISTINCT ls.step_id, p.launch_id, g.id AS gpu_id, g.cat, g.ts, g.ts + g.dur AS end_ts
   FROM launch p
-  JOIN slice l ON l.id = p.launch_id
+  JOIN launch_step ls ON ls.launch_id = p.launch_id
   JOIN gpu_op g ON g.id = p.gpu_id
-  JOIN step st ON l.ts >= st.ts AND l.ts < st.ts + st.dur
 ),
 -- union of intervals, "gaps and islands": an op opens a new island when it starts after every earlier op ended
 launched_prev AS (
