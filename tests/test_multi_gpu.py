@@ -208,7 +208,7 @@ def test_ranks_merged_in_step_pair_each_op_with_its_own_rank_s_call(tmp_path):
     assert r2.summary["gpu_step_median_us"] == pytest.approx(r1.summary["gpu_step_median_us"])
     (own,) = r1.summary["step_devices"]
     assert [d["busy_us"] for d in r2.summary["step_devices"]] == pytest.approx([own["busy_us"]] * 2)
-    _same_in_sql(two, ("launch_latency", "dispatch_chain", "steps", "gpu_busy", "compile_breakdown"))
+    _same_in_sql(two, ("launch_latency", "dispatch_chain", "steps", "gpu_busy", "compile_breakdown", "sync_wait"))
 
 
 def _same_in_sql(path: Path, queries) -> None:

@@ -606,10 +606,8 @@ class Shared:
         by_corr = np.zeros(len(lo), dtype=bool)
         has_flow = np.zeros(n, dtype=bool)
         has_flow[gi] = True
-        runtime = np.flatnonzero(self.cat_mask(lambda c: isinstance(c, str) and c.lower() in _RUNTIME_CATS)
-                                 & (tb.arg_set_id >= 0))
-        runtime = runtime[~self._launches_nothing(runtime)]
-        several = len(set(self.pids_of(np.unique(self.slices["utid"][runtime]))) - {None}) > 1
+        runtime = self._launch_calls
+        several = self.several_launchers
         corr = (tb.args.get("correlation", tb.arg_set_id[runtime].tolist() + tb.arg_set_id[gr].tolist())
                 if several else None)
         # one process: only the ops without a flow are paired by correlation; several (ranks merged into one
@@ -630,6 +628,21 @@ class Shared:
         keep = np.ones(len(lo), dtype=bool)
         keep[1:] = (lo[1:] != lo[:-1]) | (gi[1:] != gi[:-1])
         return lo[keep], gi[keep], by_corr[keep]
+
+    @cached_property
+    def _launch_calls(self) -> np.ndarray:
+        """Rows of the runtime calls (category cuda_runtime, cuda_driver or runtime) with args that can launch work
+        (:meth:`_launches_nothing`): the calls a GPU op without a flow is paired with by correlation."""
+        tb = self.tables
+        runtime = np.flatnonzero(self.cat_mask(lambda c: isinstance(c, str) and c.lower() in _RUNTIME_CATS)
+                                 & (tb.arg_set_id >= 0))
+        return runtime[~self._launches_nothing(runtime)]
+
+    @cached_property
+    def several_launchers(self) -> bool:
+        """Whether two or more processes made such calls (ranks' traces merged into one file; the SQL's
+        ``launch_procs``)."""
+        return len(set(self.pids_of(np.unique(self.slices["utid"][self._launch_calls]))) - {None}) > 1
 
     def _one_process_each(self, lo: np.ndarray, gi: np.ndarray, by_corr: np.ndarray, corr: dict | None) -> tuple:
         """The pairs less those that tie a GPU op to a call of another process than the one that drives its GPU.
@@ -925,15 +938,14 @@ class Shared:
 
     def _launching_processes(self, rows: np.ndarray) -> tuple:
         """(process code of each of these slices, process code of each GPU op in :attr:`ops_by_ts` order: its launch
-        call's, -1 without one); (None, None) where one process at most launched GPU work."""
+        call's, -1 without one); (None, None) where one process at most made launch calls (:attr:`several_launchers`)
+        or no call launched any."""
         p = self.p
-        if not len(p["gpu_id"]):
+        if not len(p["gpu_id"]) or not self.several_launchers:
             return None, None
         pid = self.pids_of(p["launch_utid"])
         codes: dict = {}
         pc = np.array([-1 if x is None else codes.setdefault(x, len(codes)) for x in pid], dtype=np.int64)
-        if len(codes) < 2:
-            return None, None
         o = self.ops
         order = np.argsort(o["ts"], kind="stable")
         op_proc = np.full(len(o["ts"]), -1, dtype=np.int64)
