@@ -1217,21 +1217,16 @@ class Shared:
         pid_of = {upid: pid for upid, pid, _name in tb.processes}
         return {utid: (tid, pid_of.get(upid)) for utid, tid, _name, upid, _main in sorted(tb.threads)}
 
-    @cached_property
-    def _pid_by_utid(self) -> np.ndarray:
-        """pid per utid (int64, -1 for a thread without a process row), and one more -1 at the end for no thread."""
-        lanes = self.lanes
-        out = np.full(max((u for u in lanes if u >= 0), default=-1) + 2, -1, dtype=np.int64)
-        for u, (_tid, pid) in lanes.items():
-            if u >= 0 and pid is not None:
-                out[u] = int(pid)
-        return out
-
     def pid_codes(self, utids: np.ndarray) -> np.ndarray:
-        """:meth:`pids_of` as int64 (-1 for none), for arrays of utids (-1 for a slice on no thread)."""
-        table = self._pid_by_utid
-        u = np.asarray(utids, dtype=np.int64)
-        return table[np.where((u >= 0) & (u < len(table) - 1), u, len(table) - 1)]
+        """:meth:`pids_of` as int64 codes (-1 for none), for arrays of utids (-1 for a slice on no thread), from
+        :attr:`lane_of`: the pid itself where every pid is an integer (so codes order as pids do)."""
+        _has, _tid, pid = self.lane_of
+        u = np.asarray(utids, dtype=np.int64) + 1
+        u = np.where((u >= 0) & (u < len(pid)), u, 0)  # (index 0: no thread)
+        if isinstance(pid, IntsOrNull):
+            return np.where(pid.missing[u], -1, pid.values[u])
+        codes, _uniq = factorize(pid)  # (pids of another type: codes in order of first sight, -1 for None)
+        return codes[u]
 
     def pids_of(self, utids) -> list:
         """The process id (pid) of each of these threads (utids): None for no thread (None, NaN or a negative
