@@ -35,6 +35,7 @@ from .memory import (BEFORE_WINDOW, NO_MEMORY_TEXT, NOTHING_RECORDED_TEXT, PEAK_
                      memory_timeline, unfreed)
 from .phases import PHASES, SUM_TOLERANCE_US, after_phase, is_data_loader_next, phase_ops, phases, phases_at
 from ._shared import Shared
+from .ranks import ranks, step_processes, unparted, write_rank
 from .report import Report, analyze
 from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_GEMM_FLOOR_MIN_US, CPU_MATH_BOUND_AT, DATA_WAIT_AT, GPU_BOUND_AT,
                     GPU_PACED, GROWS_AT, QUEUE_GREW, RISES_AT, STARVED_AT, SYNC_WAIT_AT,
@@ -49,7 +50,7 @@ __all__ = [
     "steps", "device_busy", "cpu_vs_gpu", "gpu_busy", "bound", "steady_state", "basis_steps", "first_steps",
     "working_steps",
     "measured_steps", "compile_steps",
-    "annotation_ranges",
+    "annotation_ranges", "ranks", "step_processes", "unparted", "write_rank",
     "data_wait", "DATA_WAIT_AT", "GPU_BOUND_AT", "GPU_PACED",
     "STARVED_AT", "SYNC_WAIT_AT", "counted_wait", "gpu_paced_up_to", "queue_growth", "QUEUE_GREW", "GROWS_AT",
     "RISES_AT",

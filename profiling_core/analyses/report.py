@@ -15,7 +15,8 @@ from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_s
 from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
-from ._shared import Shared, frame
+from ._shared import Shared, frame, shared_for
+from .ranks import step_processes
 from .steps import (cpu_vs_gpu, device_busy, first_ops, gpu_busy, measured_steps, queue_growth,
                     steady_state, steps)
 from .table import cpu_own_times, idle_frames, profiler_table
@@ -117,14 +118,6 @@ def _distinct(s: pd.Series) -> pd.Series:
     return pd.Series(u, dtype=object) if all(type(x) is str or x is None for x in u.tolist()) else s
 
 
-def _step_processes(sh: Shared) -> list:
-    """The process ids (``pid``) whose threads hold the trace's step slices, sorted: one for a trace of one process's
-    loop; several where ranks' traces were merged into one file, whose per-step figures then mix them."""
-    lanes = sh.lanes
-    return sorted({lanes[u][1] for *_rest, u in sh.steps_list if u is not None and u in lanes
-                   and lanes[u][1] is not None})
-
-
 def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
     busy = r.gpu_busy.set_index("scope") if not r.gpu_busy.empty else r.gpu_busy
     scope = "steps" if "steps" in busy.index else "trace"
@@ -162,7 +155,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
         "time_by_category": {c.category: float(c.share) for c in category_totals(r.step_breakdown).itertuples()
                              if pd.notna(c.share)},
         "memory": r.memory.summary,
-        "step_processes": _step_processes(sh),
+        "step_processes": step_processes(session, sh),
         "step_devices": _step_devices(r.device_busy, ss["basis_steps"], r.steps),
         "idle_thread_frames": _idle_thread_frames(sh),
     }
@@ -218,7 +211,7 @@ def _phase_medians(df: pd.DataFrame, steps_df: pd.DataFrame) -> dict[str, dict[s
                  "kernels": float(x["kernels"].median())} for ph, x in g if ph in seen}
 
 
-def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report:
+def analyze(session, config=None, peak_tflops: Optional[float] = None, shared: Optional[Shared] = None) -> Report:
     """Run every analysis on ``session`` once.
 
     Args:
@@ -226,6 +219,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         config: the ``ExperimentConfig`` the trace came from, or its dict (meta.json's ``config``), if known (gives
             GEMM FLOPs); ConfigError for anything else.
         peak_tflops: the peak TFLOP/s the user sets for ``gemm_throughput``'s fraction of peak.
+        shared: the session's :class:`Shared` where the caller already made one (what it computed is not computed
+            again); by default a new one.
 
     Returns:
         A :class:`Report`. ``summary`` holds: ``engine``, ``steps``, ``has_gpu``, ``gpu_ops``, ``kernels``,
@@ -254,7 +249,7 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None) -> Report
         threads that ran no Python code while recording: :func:`~profiling_core.analyses.table.idle_frames`).
     """
     config = as_config(config)
-    sh = Shared(session)  # the launch pairs, step windows and GPU op intervals, computed once for all analyses
+    sh = shared_for(session, shared)  # the launch pairs, step windows and GPU op intervals, computed once for all
     # Largest temporaries first, while few results are held yet, smallest last, when all are: the peak memory of the
     # whole run is then lower (93 MB trace: 6 MiB less than in the Report's field order); each result is the same in
     # any order.

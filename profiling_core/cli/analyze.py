@@ -1,12 +1,14 @@
-"""``python -m profiling_core analyze PATH [--engine E] [--json] [--peaks FILE] [--peak-tflops X]``.
+"""``python -m profiling_core analyze PATH [--engine E] [--json] [--process PID] [--peaks FILE] [--peak-tflops X]``.
 
 Opens a Chrome/Kineto trace, runs every analysis once and prints a readable summary, or with ``--json`` one JSON
 object (``engine``, ``steps``, ``kernels``, ``launch_latency_median_us``, ``launch_apis``,
 ``compiled_regions_per_step``, ``memcpy_dtod``, ``gpu_busy_fraction``, ``steady_state`` (the bound rule's verdict
 and evidence), ``queue_growth`` (whether the launch queue grew, and the figures it rests on), ``devices``,
 ``recorded_with`` (the torch.profiler options the trace says it was recorded with),
-``step_processes`` (the pids holding step slices: several where ranks' traces were
-merged into one file, which the summary then notes), ``step_devices`` (per GPU that ran the steps' work: its
+``rank`` (null, or where the file merged several ranks' traces, the rank read: ``pid``, ``steps``, ``gpus``, and
+``processes``, every pid that holds steps in the file), ``ranks_read_whole`` (null, or why such a file was read
+whole: ranks whose GPUs share a lane, a pipe), ``step_processes`` (the pids holding step slices of what was
+read), ``step_devices`` (per GPU that ran the steps' work: its
 own median ``busy_us`` and ``busy_fraction`` of a step; several where one process drove several GPUs, which the
 summary then notes), ``gemm``, ``time_by_category``, ``memory`` (``events``,
 ``skipped_events``, per device in ``devices`` its ``peak_allocated_bytes`` and ``peak_reserved_bytes`` (null without
@@ -16,6 +18,13 @@ record them), ``step_breakdown`` rows, ``top_kernels`` rows with their ``cpu_ops
 are per). A file that cannot be read exits with status 2 and a one-line reason on stderr. Standalone: ``python -m
 profiling_core.cli.analyze``.
 
+A file that merged several ranks' traces (the steps of several processes, each step number once per rank) is read
+one rank at a time, as that rank's own trace would hold it (``analyses.write_rank``): by default the first process
+by pid, ``--process PID`` another; the summary says which and what was left out. Read whole, every per-step figure
+would mix the ranks' steps and GPU work. Such a file is read whole where its ranks cannot be read apart (their GPUs
+share a lane's pid: ``analyses.unparted``) or where it comes through a pipe, which cannot be read twice; the summary
+then says so, and that its per-step figures mix the ranks.
+
 A trace inside the run store (``runs/RUN/trace.json``) is analysed with its run's config and device from
 ``meta.json``, and judged against the newest calibration of that device in the store (``calibrate``); ``--peaks``
 names a calibration file instead.
@@ -24,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from typing import Optional
 
 from ..errors import ProfilingError
@@ -44,6 +55,9 @@ def _configure(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     p.add_argument("--peak-tflops", type=float, default=None, metavar="X",
                    help="a peak TFLOP/s you set for the 'gemm' rows' fraction of peak (the diagnosis uses --peaks)")
+    p.add_argument("--process", default=None, metavar="PID",
+                   help="of a file that merged several ranks' traces, the rank to read: the process that holds its "
+                        "steps (default: the first, by pid); the other ranks' events are left out")
     p.add_argument("--peaks", default=None, metavar="FILE",
                    help="a calibration JSON (the store's .calibrations/*.json) to judge GEMMs and copies against; "
                         "default: the newest calibration of the run's device, for a trace in the run store")
@@ -71,13 +85,17 @@ def _records(df, cols: list[str]) -> list[dict]:
     return [{c: _clean(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
 
 
-def build_json(report, found, diagnosis=None) -> dict:
+def build_json(report, found, diagnosis=None, rank: Optional[dict] = None, whole: str = "") -> dict:
     """The ``--json`` object for a :class:`~profiling_core.analyses.Report`, its findings and its diagnosis
-    (a :class:`~profiling_core.explain.DiagnosisReport`, if given)."""
+    (a :class:`~profiling_core.explain.DiagnosisReport`, if given); ``rank``: the rank the report reads, where it was
+    read out of a file that merged several ranks' traces (an entry of ``analyses.ranks`` with ``processes``);
+    ``whole``: why such a file was read whole instead (``ranks_read_whole``)."""
     s = report.summary
     extra = _clean(diagnosis.to_dict()) if diagnosis is not None else {"peaks": None, "roofline": [], "diagnoses": []}
     return {**extra,
         "engine": report.engine,
+        "rank": _clean(rank),
+        "ranks_read_whole": whole or None,
         "steps": _records(report.steps, ["step", "cpu_dur_us", "gpu_busy_us", "kernels", "launches",
                                          "gpu_busy_fraction"]),
         "kernels": _records(report.kernel_stats, ["name", "count", "median_us", "mean_us", "min_us", "max_us",
@@ -111,15 +129,18 @@ def build_json(report, found, diagnosis=None) -> dict:
     }
 
 
-def _human(path: str, report, found, diagnosis=None) -> list[str]:
+def _human(path: str, report, found, diagnosis=None, rank: Optional[dict] = None, whole: str = "") -> list[str]:
     s = report.summary
     lines = [f"{path}  (engine {report.engine})",
              f"  steps {s['steps']}   GPU ops {s['gpu_ops']}   kernels {s['kernels']}" +
              ("" if s["has_gpu"] else "   (no GPU lane)")]
+    if rank is not None:
+        from ..explain import rank_text
+        lines.append("  note: " + rank_text(rank) + " --process PID reads another.")
     pids = s.get("step_processes") or []
     if len(pids) > 1:
         from ..explain import merged_processes_text
-        lines.append("  note: " + merged_processes_text(pids))
+        lines.append("  note: " + merged_processes_text(pids) + (f" It is read whole: {whole}." if whole else ""))
     gpus = s.get("step_devices") or []
     if len(gpus) > 1:
         from ..explain import devices_text
@@ -250,24 +271,46 @@ def run(args: argparse.Namespace) -> int:
     The analyses' imports (pandas, most of a process's start) and the run's context are done while the trace loads
     (``open_trace``'s ``while_loading``)."""
     from ..trace import open_trace
+    from ..trace._source import is_stream
     ctx: dict = {}
 
     def meanwhile() -> None:
-        from ..analyses import analyze
+        from ..analyses import Shared, analyze, ranks, step_processes, unparted, write_rank
         from ..explain.diagnosis import diagnose
         from ..explain.questions import findings
-        ctx.update(analyze=analyze, diagnose=diagnose, findings=findings)
+        ctx.update(analyze=analyze, diagnose=diagnose, findings=findings, Shared=Shared, step_processes=step_processes,
+                   ranks=ranks, unparted=unparted, write_rank=write_rank)
         ctx["context"] = _run_context(args.path, args.peaks)
 
+    rank, whole = None, ""
     try:
-        session = open_trace(args.path, engine=args.engine, while_loading=meanwhile)
-        config, device, peaks, process_peak = ctx["context"]
-        report = ctx["analyze"](session, config=config, peak_tflops=args.peak_tflops)
-        found = ctx["findings"](report, config)
-        cc = device.get("compute_capability") if isinstance(device, dict) else None
-        diagnosis = ctx["diagnose"](session, report, config, peaks,
-                                    compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc) else None,
-                                    process_peak_bytes=process_peak)
+        with tempfile.TemporaryDirectory(prefix="profiling_core-rank-") as tmp:
+            session = open_trace(args.path, engine=args.engine, while_loading=meanwhile)
+            config, device, peaks, process_peak = ctx["context"]
+            shared = ctx["Shared"](session)
+            pids = ctx["step_processes"](session, shared)
+            if len(pids) > 1 or (args.process is not None and not _is_pid(args.process, pids)):
+                pid = pids[0] if args.process is None else _pid(args.process)
+                if args.process is None or _is_pid(args.process, pids):  # (else write_rank says which pids hold steps)
+                    whole = ctx["unparted"](ctx["ranks"](session, shared))
+                    if not whole and is_stream(args.path):
+                        whole = (f"{args.path} is a pipe or a device, which cannot be read a second time: save the "
+                                 "trace to a file to read one rank")
+                if whole and args.process is not None:
+                    raise ValueError(f"cannot read process {args.process} on its own: {whole}")
+                if not whole:
+                    dst = os.path.join(tmp, "rank.json")
+                    rank = {**ctx["write_rank"](session, pid, dst, shared=shared), "processes": pids}
+                    session.close()
+                    session = open_trace(dst, engine=session.engine)
+                    shared = ctx["Shared"](session)
+            report = ctx["analyze"](session, config=config, peak_tflops=args.peak_tflops, shared=shared)
+            found = ctx["findings"](report, config)
+            cc = device.get("compute_capability") if isinstance(device, dict) else None
+            diagnosis = ctx["diagnose"](session, report, config, peaks,
+                                        compute_capability=float(cc) if isinstance(cc, str) and _is_number(cc)
+                                        else None, process_peak_bytes=process_peak)
+            session.close()
     except (ProfilingError, OSError, ValueError) as exc:
         echo("error: " + " ".join(str(exc).split())[:500], file=sys.stderr)
         return 2
@@ -276,10 +319,21 @@ def run(args: argparse.Namespace) -> int:
         if callable(close):
             close()
     if args.json:
-        print(escaped(json.dumps(build_json(report, found, diagnosis), ensure_ascii=False)))
+        print(escaped(json.dumps(build_json(report, found, diagnosis, rank, whole), ensure_ascii=False)))
     else:
-        echo(*_human(args.path, report, found, diagnosis))
+        echo(*_human(args.path, report, found, diagnosis, rank, whole))
     return 0
+
+
+def _pid(text: str):
+    """A ``--process`` value as a trace's pid: an integer where it reads as one, else the text itself."""
+    t = text.strip()
+    return int(t) if t.lstrip("+-").isdigit() and t.isascii() else text
+
+
+def _is_pid(text: str, pids: list) -> bool:
+    want = _pid(text)
+    return any(type(p) is type(want) and p == want for p in pids)
 
 
 def _compute_bound_why(ss: dict) -> str:

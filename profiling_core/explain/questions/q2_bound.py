@@ -113,6 +113,21 @@ def merged_processes_text(pids: list) -> str:
             "Every per-step figure here mixes their steps and their GPU work: read each rank's own trace.")
 
 
+def rank_text(rank: dict) -> str:
+    """What ``analyze``'s summary says of one rank read out of a file that merged several ranks' traces (``rank``:
+    an entry of :func:`profiling_core.analyses.ranks` with ``processes``, the pids that hold steps in the file)."""
+    pids = rank["processes"]
+    named = ", ".join(map(str, pids[:8])) + (f" and {len(pids) - 8} more" if len(pids) > 8 else "")
+    gpus = rank["gpus"]
+    lanes = (f"the GPU lane{'s' if len(gpus) > 1 else ''} its calls launched work on (pid "
+             f"{', '.join(map(str, gpus[:8]))}{' and more' if len(gpus) > 8 else ''})" if gpus
+             else "no GPU lane (its calls launched no GPU op the trace pairs with them)")
+    return (f"This file holds the steps of {len(pids)} processes (pid {named}): ranks' traces merged into one file. "
+            f"Everything here reads one rank, as its own trace would hold it: process {rank['pid']} "
+            f"({rank['steps']} step slice{'s' if rank['steps'] != 1 else ''}) and {lanes}; the other ranks' events "
+            "are left out.")
+
+
 def devices_text(gpus: list, processes: int = 1) -> str:
     """What question 2 and ``analyze``'s summary say of steps whose GPU work ran on several GPUs (``gpus``,
     ``Report.summary["step_devices"]``: the first eight named) of one process, or of the ``processes`` whose threads

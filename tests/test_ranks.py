@@ -1,0 +1,240 @@
+"""One rank of a file that merged several ranks' traces, read as its own trace (``analyses.ranks``, ``write_rank``,
+``trace.write_without_processes``, ``analyze --process``, the Trace lab's import of a rank).
+
+Read whole, such a file's per-step figures mix the ranks: on two copies of the H200's compiled decode loop (16
+``decode::token`` ranges per step, CUDA graphs replayed), question 9 said the compiled graph ran "in 2 of the 4
+steps", the sync rule "inside 2 of the 4 steps", the starved rule took the other rank's main thread for threads
+"beside" the step and its fix blamed a recompile, and the decode rule counted 32 tokens per step. The oracles here
+are plain scans of the JSON and the single run's own answers."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import verdict_traces as vt
+from conftest import scan_trace
+from profiling_core import analyze, open_trace
+from profiling_core.analyses import ranks, step_processes, write_rank
+from profiling_core.trace import write_without_processes
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+DECODE = DATA / "h200_train" / "llm_decode_static_compile_ro.json.gz"
+H200 = DATA / "h200"
+
+
+def _step_pids(events) -> list:
+    return sorted({e["pid"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+                   and e.get("cat") != "gpu_user_annotation" and e.get("ph") == "X"})
+
+
+def _kernel_pids(events) -> list:
+    return sorted({e["pid"] for e in events if e.get("cat") == "kernel"})
+
+
+@pytest.fixture(scope="module")
+def decode_two(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ranks")
+    (d / "src.json").write_bytes(gzip.decompress(DECODE.read_bytes()))
+    one = vt.as_ranks(d / "src.json", d / "one.json", ranks=1)
+    return one, vt.as_ranks(one, d / "two.json")
+
+
+def test_what_is_written_is_the_file_less_those_processes_events(tmp_path):
+    """By a plain scan: every event whose pid is one of those given goes, metadata included; every other event stays
+    as it was and where it was (the profiler's own ``Spans``/``Traces`` events, the global instants with pid "", the
+    GPU lanes that ran nothing), and so do the document's other members."""
+    src = H200 / "4096_bf16_warm_eager.json"
+    doc = json.loads(src.read_text())
+    events = doc["traceEvents"]
+    drop = [_step_pids(events)[0], 0]
+    assert any(e.get("pid") == "Spans" for e in events) and any(e.get("pid") == "" for e in events)
+    n = write_without_processes(src, tmp_path / "out.json", drop)
+    out = json.loads((tmp_path / "out.json").read_text())
+    kept = [e for e in events if e.get("pid") not in drop]
+    assert out["traceEvents"] == kept and n == len(kept) < len(events)
+    assert {k: v for k, v in out.items() if k != "traceEvents"} == {k: v for k, v in doc.items() if k != "traceEvents"}
+    assert not any(e.get("pid") in drop for e in out["traceEvents"])
+    # a pid is a JSON value: the text "0" is not the GPU's 0; nothing to drop leaves the file as it was
+    write_without_processes(src, tmp_path / "same.json", ["0", str(drop[0])])
+    assert json.loads((tmp_path / "same.json").read_text()) == doc
+    # a bare list of events stays a list; a gzip is read as the loader reads it
+    (tmp_path / "list.json").write_text(json.dumps(events))
+    write_without_processes(tmp_path / "list.json", tmp_path / "list_out.json", drop)
+    assert json.loads((tmp_path / "list_out.json").read_text()) == kept
+
+
+def test_a_file_that_is_no_trace_is_refused_with_its_reason(tmp_path):
+    from profiling_core.errors import TraceFormatError
+    for text, reason in ((b"{not json", "is not valid JSON"), (b'{"traceEvents": 3}', "'traceEvents' must be a list"),
+                         (b"3", "top level must be a JSON object")):
+        (tmp_path / "bad.json").write_bytes(text)
+        with pytest.raises(TraceFormatError, match=reason):
+            write_without_processes(tmp_path / "bad.json", tmp_path / "out.json", [1])
+        assert not (tmp_path / "out.json").exists()
+
+
+def test_each_rank_is_its_process_and_the_gpu_its_calls_launched_on(decode_two):
+    """By a plain scan: the processes that hold step slices and, for each, the pid of the GPU lane under which its
+    copy of the kernels sits (the second rank's pids are the first's + 100000)."""
+    one, two = decode_two
+    ev1, ev2 = scan_trace(one), scan_trace(two)
+    (p,), (g,) = _step_pids(ev1), _kernel_pids(ev1)
+    assert _step_pids(ev2) == [p, p + 100000] and _kernel_pids(ev2) == [g, g + 100000]
+    steps = sum(1 for e in ev1 if e.get("pid") == p and str(e.get("name", "")).startswith("ProfilerStep#")
+                and e.get("ph") == "X")
+    with open_trace(two, engine="sqlite") as s:
+        calls = ranks(s)[0]["launch_calls"]
+        assert ranks(s) == [{"pid": p, "steps": steps, "launch_calls": calls, "gpus": [g]},
+                            {"pid": p + 100000, "steps": steps, "launch_calls": calls, "gpus": [g + 100000]}]
+        assert step_processes(s) == [p, p + 100000]
+    # its launch calls, by a plain scan: the runtime calls with a correlation id that launch kernels, copy or set
+    assert calls == sum(1 for e in ev1 if e.get("pid") == p and e.get("cat") in ("cuda_runtime", "cuda_driver")
+                        and "correlation" in (e.get("args") or {})
+                        and any(k in e["name"].lower() for k in ("launch", "memcpy", "memset")))
+    with open_trace(one, engine="sqlite") as s:
+        assert ranks(s) == [{"pid": p, "steps": steps, "launch_calls": calls, "gpus": [g]}]
+
+
+def test_a_rank_read_on_its_own_answers_as_its_own_run(decode_two, tmp_path):
+    """The second rank of the merged decode loop, written out and analysed, prints every line the single run prints
+    (the file's name aside), where the whole file's answers disagree with them; its file holds exactly that rank's
+    events and those of no process (a plain scan)."""
+    one, two = decode_two
+    with open_trace(two, engine="sqlite") as s:
+        (p, p2) = step_processes(s)
+        rank = write_rank(s, p2, tmp_path / "rank.json")
+        with pytest.raises(ValueError, match=rf"process 7 holds no step slice in this trace; the processes that hold "
+                                             rf"steps: {p}, {p2}"):
+            write_rank(s, 7, tmp_path / "none.json")
+    assert not (tmp_path / "none.json").exists()
+    assert rank["pid"] == p2
+    ev = scan_trace(tmp_path / "rank.json")
+    assert {e.get("pid") for e in ev if isinstance(e.get("pid"), int) and e.get("ph") != "M"} == {p2, 100000}
+    assert [e for e in ev if e.get("pid") in (p2, 100000)] == \
+        [e for e in scan_trace(two) if e.get("pid") in (p2, 100000)]
+    lines = {}
+    for name, path in (("one", one), ("rank", tmp_path / "rank.json"), ("two", two)):
+        lines[name] = _cli(path).stdout.splitlines()[1:]  # (the first line names the file)
+    assert lines["rank"] == lines["one"]
+    assert lines["two"] != lines["one"]  # (read whole it mixes them: what this module exists for)
+
+
+def test_the_command_line_reads_the_first_rank_and_names_the_others(decode_two):
+    one, two = decode_two
+    single = _cli(one).stdout.splitlines()[1:]
+    with open_trace(two, engine="sqlite") as s:
+        (p, p2), every = step_processes(s), ranks(s)
+    out = _cli(two).stdout.splitlines()
+    note = (f"  note: This file holds the steps of 2 processes (pid {p}, {p2}): ranks' traces merged into one file. "
+            f"Everything here reads one rank, as its own trace would hold it: process {p} "
+            f"({every[0]['steps']} step slices) and the GPU lane its calls launched work on (pid 0); the other "
+            "ranks' events are left out. --process PID reads another.")
+    assert out[2] == note and [x for x in out[1:] if x != note] == single
+    second = _cli(two, "--process", str(p2)).stdout.splitlines()
+    assert second[2] == note.replace(f"process {p} ", f"process {p2} ").replace("(pid 0)", "(pid 100000)")
+    assert second[1:2] + second[3:] == single
+    doc = json.loads(_cli(two, "--json").stdout)
+    assert doc["rank"] == {**every[0], "processes": [p, p2]} and doc["step_processes"] == [p]
+    assert json.loads(_cli(one, "--json").stdout)["rank"] is None
+
+
+@pytest.mark.parametrize("args,reason", [
+    (["--process", "7"], "error: process 7 holds no step slice in this trace; the processes that hold steps: "),
+    (["--process", "abc"], "error: process 'abc' holds no step slice in this trace; the processes that hold steps: "),
+], ids=["unknown-pid", "text"])
+def test_a_process_that_holds_no_step_is_refused_naming_those_that_do(args, reason):
+    p = _cli(H200 / "4096_bf16_warm_eager.json", *args, check=False)
+    pid = _step_pids(scan_trace(H200 / "4096_bf16_warm_eager.json"))[0]
+    assert p.returncode == 2 and p.stdout == "" and p.stderr == f"{reason}{pid}\n"
+    ok = _cli(H200 / "4096_bf16_warm_eager.json", "--process", str(pid))  # (its own process: the whole file)
+    assert ok.stdout == _cli(H200 / "4096_bf16_warm_eager.json").stdout
+
+
+def test_a_merged_trace_piped_in_is_read_whole_and_says_so(decode_two):
+    """A pipe cannot be read a second time: the file is read whole, with the note that its per-step figures mix the
+    ranks and why it is read whole; asking for one rank of it is refused with the reason."""
+    _one, two = decode_two
+    data = Path(two).read_bytes()
+    whole = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", "/dev/stdin", "--engine", "sqlite"],
+                           input=data, cwd=ROOT, capture_output=True, timeout=300)
+    assert whole.returncode == 0 and b"Every per-step figure here mixes their steps" in whole.stdout
+    assert (b"It is read whole: /dev/stdin is a pipe or a device, which cannot be read a second time: save the trace "
+            b"to a file to read one rank.") in whole.stdout
+    p = _step_pids(scan_trace(two))[1]
+    for pid, reason in ((p, f"cannot read process {p} on its own: /dev/stdin is a pipe or a device"),
+                        (1, "process 1 holds no step slice in this trace")):  # (the pid's own fault first)
+        one = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", "/dev/stdin", "--engine", "sqlite",
+                              "--process", str(pid)], input=data, cwd=ROOT, capture_output=True, timeout=300)
+        assert one.returncode == 2 and one.stderr.startswith(f"error: {reason}".encode()), one.stderr
+
+
+def _cli(path, *args, check=True):
+    p = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(path), "--engine", "sqlite", *args],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_the_report_of_one_process_is_the_same_with_a_shared_handed_over():
+    """``analyze(session, shared=...)`` (what the command line does after asking for the step processes) gives what
+    ``analyze(session)`` gives."""
+    from profiling_core.analyses import Shared
+    with open_trace(H200 / "4096_bf16_warm_eager.json", engine="sqlite") as s:
+        a = analyze(s)
+        sh = Shared(s)
+        step_processes(s, sh)
+        b = analyze(s, shared=sh)
+    assert a.summary == b.summary
+    for name in ("steps", "kernel_stats", "launch_latency"):
+        assert getattr(a, name).equals(getattr(b, name)), name
+
+
+def _shared_lane(tmp_path) -> Path:
+    """The H200's warm 4096² run and a copy 7 µs later as a second process whose GPU ops stay under the first's GPU
+    pid: two nodes' device 0 merged into one file."""
+    doc = json.loads((H200 / "4096_bf16_warm_eager.json").read_text())
+    gpus = set(_kernel_pids(doc["traceEvents"]))
+    copy = [dict(e, pid=e["pid"] if e["pid"] in gpus else e["pid"] + 100000, **({"ts": e["ts"] + 7.0} if "ts" in e
+                                                                              else {}))
+            for e in doc["traceEvents"] if isinstance(e.get("pid"), int)]
+    path = tmp_path / "shared_lane.json"
+    path.write_text(json.dumps({**doc, "traceEvents": doc["traceEvents"] + copy}))
+    return path
+
+
+def test_ranks_whose_gpus_share_a_lane_are_read_whole_and_say_why(tmp_path):
+    """One GPU lane holds both ranks' ops: no rule by process parts them, so a rank read alone would either count
+    the other's ops (18 where the run has 9, a plain scan) or have no GPU at all (and read as a CPU run). The
+    command line reads the file whole and says why; asking for one rank is refused with the reason."""
+    from profiling_core.analyses import unparted
+    path = _shared_lane(tmp_path)
+    ev = scan_trace(path)
+    (p, p2), (g,) = _step_pids(ev), _kernel_pids(ev)
+    with open_trace(path, engine="sqlite") as s:
+        every = ranks(s)
+        assert [(r["pid"], r["gpus"]) for r in every] == [(p, [g]), (p2, [])]
+        assert every[1]["launch_calls"] == every[0]["launch_calls"] > 0
+        why = unparted(every)
+        assert why == (f"process {p2} launches GPU work but no GPU lane holds its ops apart from another rank's (GPU "
+                       f"lane {g}): ranks whose GPUs share a pid, as two nodes' device 0 merged into one file do, "
+                       "cannot be read apart")
+        with pytest.raises(ValueError, match=f"cannot read process {p} on its own: process {p2} launches"):
+            write_rank(s, p, tmp_path / "rank.json")
+    out = _cli(path).stdout
+    assert f"It is read whole: {why}." in out and "Every per-step figure here mixes their steps" in out
+    assert json.loads(_cli(path, "--json").stdout)["ranks_read_whole"] == why
+    bad = _cli(path, "--process", str(p2), check=False)
+    assert bad.returncode == 2 and bad.stderr == f"error: cannot read process {p2} on its own: {why}\n"
+    # a CPU rank beside a GPU one (its calls launch nothing) is no reason to refuse; one lane that two ranks' calls
+    # launched ops on is
+    assert unparted([{**every[0]}, {**every[1], "launch_calls": 0}]) == ""
+    assert unparted([{**every[0]}, {**every[1], "gpus": [g]}]) == (
+        f"GPU lane {g} ran ops that calls of several ranks launched: ranks whose GPUs share a pid, as two nodes' "
+        "device 0 merged into one file do, cannot be read apart")
