@@ -5,6 +5,7 @@ from pathlib import Path
 import streamlit as st
 
 from pages import _ui as ui
+from profiling_core.analyses import unparted, write_rank
 from profiling_core.units import format_duration_us
 from profiling_core.errors import ProfilingError
 from profiling_core.queries import list_queries, load_query
@@ -55,7 +56,37 @@ c2.metric("GPU ops" if rep.has_gpu else "GPU ops (a CPU trace)", s.get("gpu_ops"
 c3.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us")),
           help=ui.STEP_MEDIAN_HELP)
 c4.metric("SQL engine", sess.engine, help=ui.md_text(sess.engine_reason))
-ui.per_step_notes(s, rep.steps)
+ui.per_step_notes(s, rep.steps, rank_link=False)
+# ranks' traces merged into one file: each rank can become a run of its own, unless the ranks share a GPU lane
+every = ui.run_ranks(rid) if len(s.get("step_processes") or []) > 1 else []
+apart = unparted(every)
+if apart:
+    st.caption(f"Its ranks cannot be read on their own: {ui.md_text(apart)}.")
+elif every:
+    with st.form("lab_rank"):
+        pick = st.selectbox("Read one rank on its own: the process that holds its steps", range(len(every)),
+                            format_func=lambda i: (f"pid {every[i]['pid']}: {every[i]['steps']} step slices, GPU "
+                                                   f"lane{'s' if len(every[i]['gpus']) > 1 else ''} "
+                                                   f"{', '.join(map(str, every[i]['gpus'])) or 'none'}"))
+        add = st.form_submit_button("Import this rank as a run", icon=":material/call_split:",
+                                    help="A new run holds that process's events and those of the GPU lanes its calls "
+                                         "launched work on, as its own trace would; this run stays as it is.")
+    if add:
+        rank = every[pick]
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "rank.json"
+            try:
+                write_rank(sess, rank["pid"], path)
+                label = f"{ui.load_run(rid).name} pid {rank['pid']}"
+                run = ui.store().import_trace(path, name=label, filename=label + ".json",
+                                              checked=ui.hand_over_session)
+            except (ProfilingError, ValueError, OSError) as exc:
+                ui.show_error(exc, f"Could not import pid {rank['pid']}'s rank")
+            else:
+                ui.end_action("lab_import", [run.run_id],
+                              [("success", f"Pid {ui.md_code(str(rank['pid']), 60)}'s rank imported as run "
+                                           f"{ui.md_code(run.run_id, 200)}; it is now the current run of every "
+                                           "page.")])
 
 st.header("The same analyses", divider="gray")
 st.caption("This trace is now the current run of every page. A quick look:")

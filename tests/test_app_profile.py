@@ -205,3 +205,20 @@ def test_profile_shows_a_training_traces_phases_and_not_a_forward_ones(runs_dir)
     import_trace(runs_dir, CPU_TRACE, name="64_fp32_warm_eager")
     at = app("profile")
     assert "Forward, backward, optimizer" not in [h.value for h in at.header]
+
+
+def test_a_run_of_merged_ranks_links_to_reading_one_rank(runs_dir, tmp_path):
+    """The Profile page of a file that merged two ranks says that its per-step figures mix them, and links to the
+    Trace lab, which imports one rank as a run of its own (tests/test_app_trace_lab.py); one rank's run has neither."""
+    import verdict_traces as vt
+    from conftest_app import H200, import_trace
+    one = vt.as_ranks(H200 / "4096_bf16_warm_eager.json", tmp_path / "one.json", ranks=1)
+    two = vt.as_ranks(one, tmp_path / "two.json")
+    for path, merged in ((one, False), (two, True)):
+        import_trace(runs_dir, path, name=path.stem)  # (the newest run: the one the page shows)
+        at = app("profile")
+        assert not errors_of(at), errors_of(at)
+        assert at.subheader[0].value == path.stem
+        assert any("holds the steps of 2 processes" in w.value for w in at.warning) == merged
+        links = [(p.proto.page, p.proto.label) for p in at.get("page_link")]
+        assert (("trace_lab", "Read one rank on its own: the Trace lab imports it as a run →") in links) == merged

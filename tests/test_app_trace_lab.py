@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiling_core.present import md_text
+from profiling_core.present import md_code, md_text
 
 from conftest_app import CPU_TRACE, H200, app, download, errors_of
 
@@ -205,3 +205,62 @@ def test_a_join_s_repeated_names_and_mixed_blobs_show_as_a_table(runs_dir, sql, 
     assert list(result.columns) == columns
     if first is not None:
         assert result.iloc[0, 0] == first
+
+
+def test_a_rank_of_merged_ranks_is_imported_as_a_run_of_its_own(runs_dir, tmp_path):
+    """Two ranks' traces merged into one file (the H200's warm 4096² run and a copy 7 µs later): the page says that
+    its per-step figures mix them and offers each rank (a plain scan: the pids that hold step slices, and the GPU
+    lanes of their kernels); importing the second makes a new run holding that rank's steps only, and the merged run
+    stays."""
+    import json
+
+    import verdict_traces as vt
+    from conftest import scan_trace
+    from profiling_core import analyze, open_trace
+    one = vt.as_ranks(H200 / "4096_bf16_warm_eager.json", tmp_path / "one.json", ranks=1)
+    two = vt.as_ranks(one, tmp_path / "two.json")
+    ev = scan_trace(two)
+    pids = sorted({e["pid"] for e in ev if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"
+                   and e.get("cat") != "gpu_user_annotation"})
+    gpus = sorted({e["pid"] for e in ev if e.get("cat") == "kernel"})
+    at = app("trace_lab")
+    upload(at, "two ranks.json", two.read_bytes())
+    assert not errors_of(at), errors_of(at)
+    assert any("holds the steps of 2 processes" in w.value for w in at.warning)
+    pick = at.selectbox[[s.label for s in at.selectbox].index(
+        "Read one rank on its own: the process that holds its steps")]
+    steps = [sum(1 for e in ev if e.get("pid") == p and str(e.get("name", "")).startswith("ProfilerStep#")
+                 and e.get("ph") == "X") for p in pids]
+    assert pick.options == [f"pid {p}: {n} step slices, GPU lane {g}" for p, n, g in zip(pids, steps, gpus)]
+    pick.set_value(1)
+    [go] = [b for b in at.button if b.label == "Import this rank as a run"]
+    go.click().run()
+    assert not errors_of(at), errors_of(at)
+    runs = stored_runs(runs_dir)
+    assert len(runs) == 2
+    new = next(r for r in runs if (runs_dir / r / "meta.json").exists()
+               and json.loads((runs_dir / r / "meta.json").read_text())["name"] == f"two ranks pid {pids[1]}")
+    assert [s.value for s in at.success] == [f"Pid {md_code(str(pids[1]), 60)}'s rank imported as run "
+                                             f"{md_code(new, 200)}; it is now the current run of every page."]
+    trace = next((runs_dir / new).glob("trace.json*"))
+    with open_trace(trace, engine="sqlite") as s:
+        assert analyze(s).summary["step_processes"] == [pids[1]]
+    assert {e["pid"] for e in scan_trace(trace) if e.get("cat") == "kernel"} == {gpus[1]}
+
+
+def test_ranks_that_share_a_gpu_lane_are_not_offered(runs_dir):
+    """Two ranks whose GPU ops share one lane (two nodes' device 0 merged into one file): the page says why its
+    ranks cannot be read on their own (``analyses.unparted``, tests/test_ranks.py) and offers none."""
+    import tempfile
+    from pathlib import Path
+
+    from test_ranks import _shared_lane
+    with tempfile.TemporaryDirectory() as tmp:
+        data = _shared_lane(Path(tmp)).read_bytes()
+    at = app("trace_lab")
+    upload(at, "shared lane.json", data)
+    assert not errors_of(at), errors_of(at)
+    assert any("holds the steps of 2 processes" in w.value for w in at.warning)
+    assert any(c.value.startswith("Its ranks cannot be read on their own: process 100445 launches GPU work but no GPU "
+                                  "lane holds its ops apart") for c in at.caption), [c.value for c in at.caption]
+    assert "Import this rank as a run" not in [b.label for b in at.button]

@@ -35,18 +35,22 @@ ROOFLINE_COLUMNS = ["kind", "op", "kernel", "dtype", "m", "k", "n", "count", "ti
                     "tflops", "gbs", "peak", "peak_unit", "roof", "intensity", "flops_from"]
 
 
-def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None) -> None:
+def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None, *, rank_link: bool = True) -> None:
     """Under a page's per-step metrics: which steps are empty and left out of them (``steady_state``'s
     ``empty_steps``, :func:`profiling_core.analyses.working_steps`), whether the first is, which ran torch.compile's
     compiler and are left out (:func:`profiling_core.analyses.measured_steps`), which step slices outlast the
     recording and are cut at its end (``steps``: the report's, :func:`profiling_core.explain.cut_steps_text`), and,
     where the steps' work ran on several GPUs (``step_devices``), what its GPU figures count and each GPU's own busy
     time; first of all, where the step slices belong to several processes (``step_processes``: ranks' traces merged
-    into one file), that every per-step figure mixes them (:func:`profiling_core.explain.merged_processes_text`);
+    into one file), that every per-step figure mixes them (:func:`profiling_core.explain.merged_processes_text`),
+    with a link to the Trace lab, which imports one rank as a run of its own (``rank_link``; not on that page);
     nothing when none holds."""
     pids = summary.get("step_processes") or []
     if len(pids) > 1:
         st.warning(md_text(merged_processes_text(pids)), icon=":material/call_merge:")  # (pids: escaped)
+        if rank_link:
+            st.page_link("pages/trace_lab.py", label="Read one rank on its own: the Trace lab imports it as a run →",
+                         icon=":material/call_split:")
     empty = (summary.get("steady_state") or {}).get("empty_steps") or []
     if empty:
         many = len(empty) > 1
