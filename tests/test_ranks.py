@@ -63,7 +63,10 @@ def test_what_is_written_is_the_file_less_those_processes_events(tmp_path):
     # a pid is a JSON value: the text "0" is not the GPU's 0; nothing to drop leaves the file as it was
     write_without_processes(src, tmp_path / "same.json", ["0", str(drop[0])])
     assert json.loads((tmp_path / "same.json").read_text()) == doc
-    # a bare list of events stays a list; a gzip is read as the loader reads it
+    # a gzip is read as the loader reads it; a bare list of events stays a list
+    (tmp_path / "src.json.gz").write_bytes(gzip.compress(src.read_bytes()))
+    write_without_processes(tmp_path / "src.json.gz", tmp_path / "from_gz.json", drop)
+    assert (tmp_path / "from_gz.json").read_bytes() == (tmp_path / "out.json").read_bytes()
     (tmp_path / "list.json").write_text(json.dumps(events))
     write_without_processes(tmp_path / "list.json", tmp_path / "list_out.json", drop)
     assert json.loads((tmp_path / "list_out.json").read_text()) == kept
