@@ -202,18 +202,6 @@ def report(run_id: str):
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _ranks(path: str, mtime_ns: int) -> list[dict]:
-    from profiling_core.analyses import ranks
-    return ranks(_open_session(path, mtime_ns))
-
-
-def run_ranks(run_id: str) -> list[dict]:
-    """The ranks of a run whose trace merged several ranks' traces (``profiling_core.analyses.ranks``), computed once
-    per trace version."""
-    return _readable(run_id, lambda: _ranks(*_trace_stamp(run_id)))
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
 def _overview(path: str, mtime_ns: int, config_json: str) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     return charts.overview_from_chains(_report(path, mtime_ns, config_json).dispatch_chains)
 

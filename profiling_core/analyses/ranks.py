@@ -57,8 +57,10 @@ def ranks(session, shared: Shared | None = None) -> list[dict]:
     p = sh.p
     gpus: dict = {pid: set() for pid in steps}
     if len(p["launch_id"]):
-        pairs = np.unique(np.stack([t["utid"][p["launch_id"]], t["utid"][p["gpu_id"]]], axis=1), axis=0)
-        for call_pid, gpu_pid in zip(sh.pids_of(pairs[:, 0]), sh.pids_of(pairs[:, 1])):
+        a, b = t["utid"][p["launch_id"]].astype(np.int64) + 1, t["utid"][p["gpu_id"]].astype(np.int64) + 1
+        k = int(b.max()) + 1
+        pairs = np.unique(a * k + b)  # (each distinct thread pair once: utids from -1)
+        for call_pid, gpu_pid in zip(sh.pids_of(pairs // k - 1), sh.pids_of(pairs % k - 1)):
             if call_pid in gpus and gpu_pid is not None:
                 gpus[call_pid].add(gpu_pid)
     return [{"pid": pid, "steps": steps[pid], "launch_calls": calls.get(pid, 0), "gpus": sorted(gpus[pid], key=_order)}

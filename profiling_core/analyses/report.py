@@ -16,7 +16,7 @@ from .launches import dispatch_chains, launch_latency, launch_paths
 from .memory import MemoryReport, memory_report
 from .phases import empty_phases, phases
 from ._shared import Shared, frame, shared_for
-from .ranks import step_processes
+from .ranks import ranks, step_processes
 from .steps import (cpu_vs_gpu, device_busy, first_ops, gpu_busy, measured_steps, queue_growth,
                     steady_state, steps)
 from .table import cpu_own_times, idle_frames, profiler_table
@@ -156,6 +156,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
                              if pd.notna(c.share)},
         "memory": r.memory.summary,
         "step_processes": step_processes(session, sh),
+        "ranks": ranks(session, sh),
         "step_devices": _step_devices(r.device_busy, ss["basis_steps"], r.steps),
         "idle_thread_frames": _idle_thread_frames(sh),
     }
@@ -242,7 +243,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None, shared: O
         phases), ``memory`` (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device
         the peak allocated and reserved bytes; ``note`` says how to record memory events when the trace has none),
         ``step_processes`` (the pids whose threads hold the step slices: more than one where ranks' traces were
-        merged into one file),
+        merged into one file), ``ranks`` (:func:`~profiling_core.analyses.ranks.ranks`: each of those processes with
+        its steps, launch calls and GPU lanes),
         ``step_devices`` (per GPU that ran the steps' work: ``device``, and the medians of its own ``busy_us`` (the
         work the step launched on it), ``busy_in_step_us`` and ``busy_fraction`` of the step's window; several where
         one process drove several GPUs), ``idle_thread_frames`` ({row name: self µs} of the table's Python frames of
