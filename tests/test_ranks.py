@@ -72,6 +72,21 @@ def test_what_is_written_is_the_file_less_those_processes_events(tmp_path):
     assert json.loads((tmp_path / "list_out.json").read_text()) == kept
 
 
+def test_a_pid_goes_only_where_it_is_the_same_integer_or_text(tmp_path):
+    """A pid is compared as the JSON value it is: true, 1.0, "1", [1] and {"pid": 1} are not the integer 1, and a
+    pid that is a list or an object belongs to no process (those events stay); the integer 1 goes wherever it comes,
+    however many events carry it."""
+    pids = [1, True, 1.0, "1", [1], {"pid": 1}, None, 2, 1, "Spans", 1, False, 0, "x"]
+    events = [{"name": f"e{k}", "ph": "X", "ts": k, "dur": 1, "pid": pid, "tid": 1} for k, pid in enumerate(pids)]
+    events.append({"name": "no pid", "ph": "i", "ts": 99, "s": "g"})
+    (tmp_path / "odd.json").write_text(json.dumps({"traceEvents": events, "schemaVersion": 1}))
+    for drop, gone in (([1], {0, 8, 10}), (["1", 0], {3, 12}), ([2, "Spans"], {7, 9}), ([True, 1.0, None], set())):
+        n = write_without_processes(tmp_path / "odd.json", tmp_path / "out.json", drop)
+        out = json.loads((tmp_path / "out.json").read_text())
+        assert out["traceEvents"] == [e for k, e in enumerate(events) if k not in gone], drop
+        assert n == len(events) - len(gone) and out["schemaVersion"] == 1
+
+
 def test_a_file_that_is_no_trace_is_refused_with_its_reason(tmp_path):
     from profiling_core.errors import TraceFormatError
     for text, reason in ((b"{not json", "is not valid JSON"), (b'{"traceEvents": 3}', "'traceEvents' must be a list"),

@@ -77,12 +77,19 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
     except (msgspec.ValidationError, msgspec.DecodeError):
         found = [_pid_or_none(pid_of, msgspec, e) for e in events]
     kept = 0
+    ints: dict = {}  # an integer pid: whether its events go, decided once per distinct pid (most events have one)
     with open(dst, "wb") as f:  # (written a piece at a time: no second copy of the file in memory)
         def write_events() -> None:
             nonlocal kept
             f.write(b"[")
             for e, pid in zip(events, found):
-                if _key(pid) not in dropped:
+                if type(pid) is int:
+                    goes = ints.get(pid)
+                    if goes is None:
+                        goes = ints[pid] = _key(pid) in dropped
+                else:
+                    goes = _key(pid) in dropped
+                if not goes:
                     f.write(b"," if kept else b"")
                     f.write(e)
                     kept += 1
