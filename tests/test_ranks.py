@@ -256,3 +256,36 @@ def test_ranks_whose_gpus_share_a_lane_are_read_whole_and_say_why(tmp_path):
     assert unparted([{**every[0]}, {**every[1], "gpus": [g]}]) == (
         f"GPU lane {g} ran ops that calls of several ranks launched: ranks whose GPUs share a pid, as two nodes' "
         "device 0 merged into one file do, cannot be read apart")
+
+
+def test_a_gpu_lane_with_another_ranks_pid_is_read_whole_and_says_why(tmp_path):
+    """Ranks renumbered 0, 1... beside GPUs written as their device index: rank A (pid 5) drives the GPU written
+    under pid 1, rank B is pid 1 and drives the GPU under pid 0. One pid then holds B's threads and A's GPU ops, so
+    leaving B out takes A's GPU with it (A read alone had no GPU op) and leaving A out took B's steps (B read alone
+    had 0 steps). The file is read whole, saying why; asking for either rank is refused."""
+    from profiling_core.analyses import unparted
+    doc = json.loads((H200 / "4096_bf16_warm_eager.json").read_text())
+    (cpu,), (gpu,) = _step_pids(doc["traceEvents"]), _kernel_pids(doc["traceEvents"])
+
+    def moved(pids: dict, shift: float) -> list:
+        return [dict(e, pid=pids[e["pid"]], **({"ts": e["ts"] + shift} if "ts" in e else {}))
+                for e in doc["traceEvents"] if e.get("pid") in pids]
+    events = moved({cpu: 5, gpu: 1}, 0.0) + moved({cpu: 1, gpu: 0}, 7.0)
+    path = tmp_path / "renumbered.json"
+    path.write_text(json.dumps({**doc, "traceEvents": events}))
+    ev = scan_trace(path)
+    assert _step_pids(ev) == [1, 5] and _kernel_pids(ev) == [0, 1]  # pid 1: B's steps and A's kernels
+    with open_trace(path, engine="sqlite") as s:
+        every = ranks(s)
+        assert [(r["pid"], r["gpus"]) for r in every] == [(1, [0]), (5, [1])]
+        why = unparted(every)
+        assert why == ("GPU lane 1, which ran ops that process 5's calls launched, has the pid of another rank's "
+                       "process: ranks whose GPU lanes and processes share pids cannot be read apart")
+        for pid in (1, 5):
+            with pytest.raises(ValueError, match=f"cannot read process {pid} on its own: GPU lane 1"):
+                write_rank(s, pid, tmp_path / "rank.json")
+    got = json.loads(_cli(path, "--json").stdout)
+    assert got["ranks_read_whole"] == why and got["rank"] is None
+    assert len(got["steps"]) == 6  # both ranks' 3 steps: the whole file, as the note says
+    bad = _cli(path, "--process", "5", check=False)
+    assert bad.returncode == 2 and bad.stderr == f"error: cannot read process 5 on its own: {why}\n"

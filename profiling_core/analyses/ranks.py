@@ -70,8 +70,9 @@ def ranks(session, shared: Shared | None = None) -> list[dict]:
 def unparted(every: list[dict]) -> str:
     """Why the ranks :func:`ranks` found cannot be read apart, or "" where they can: a rank whose calls launch GPU
     work but that has no GPU lane of its own ran its ops on a lane another rank's ops share (two nodes' device 0
-    merged into one file writes both under pid 0), and a lane that ran ops of two ranks' calls holds both; no rule by
-    process can part them."""
+    merged into one file writes both under pid 0), a lane that ran ops of two ranks' calls holds both, and a lane
+    whose pid is another rank's process (ranks renumbered 0, 1... beside GPUs written as their device index) holds
+    that rank's threads too; no rule by process can part them."""
     if len(every) < 2:
         return ""
     lanes = sorted({g for r in every for g in r["gpus"]}, key=_order)
@@ -80,6 +81,12 @@ def unparted(every: list[dict]) -> str:
         return (f"GPU lane{'s' if len(shared) > 1 else ''} {', '.join(map(str, shared))} ran"
                 " ops that calls of several ranks launched: ranks whose GPUs share a pid, as two nodes' device 0 "
                 "merged into one file do, cannot be read apart")
+    crossed = [(g, r["pid"]) for r in every for g in r["gpus"]
+               if any(_same(q["pid"], g) for q in every if q is not r)]
+    if crossed:  # (one pid for one rank's threads and another's GPU lane: leaving out either takes the other too)
+        return ("; ".join(f"GPU lane {g}, which ran ops that process {p}'s calls launched, has the pid of another "
+                          f"rank's process" for g, p in crossed)
+                + ": ranks whose GPU lanes and processes share pids cannot be read apart")
     lost = [r for r in every if r["launch_calls"] and not r["gpus"]]
     if not lost:
         return ""
