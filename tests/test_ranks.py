@@ -60,8 +60,12 @@ def test_what_is_written_is_the_file_less_those_processes_events(tmp_path):
     assert out["traceEvents"] == kept and n == len(kept) < len(events)
     assert {k: v for k, v in out.items() if k != "traceEvents"} == {k: v for k, v in doc.items() if k != "traceEvents"}
     assert not any(e.get("pid") in drop for e in out["traceEvents"])
-    # a pid is a JSON value: the text "0" is not the GPU's 0; nothing to drop leaves the file as it was
-    write_without_processes(src, tmp_path / "same.json", ["0", str(drop[0])])
+    # a pid is a JSON value: the text "0" is not the GPU's 0, and a process no event has is refused, naming it (what
+    # would be left out is not what was asked for); nothing to drop leaves the file as it was
+    with pytest.raises(ValueError, match=f"no event has the pid of processes '0', '{drop[0]}': what to leave out"):
+        write_without_processes(src, tmp_path / "none.json", ["0", str(drop[0])])
+    assert not (tmp_path / "none.json").exists()
+    write_without_processes(src, tmp_path / "same.json", [])
     assert json.loads((tmp_path / "same.json").read_text()) == doc
     # a gzip is read as the loader reads it; a bare list of events stays a list
     (tmp_path / "src.json.gz").write_bytes(gzip.compress(src.read_bytes()))
@@ -75,12 +79,12 @@ def test_what_is_written_is_the_file_less_those_processes_events(tmp_path):
 def test_a_pid_goes_only_where_it_is_the_same_integer_or_text(tmp_path):
     """A pid is compared as the JSON value it is: true, 1.0, "1", [1] and {"pid": 1} are not the integer 1, and a
     pid that is a list or an object belongs to no process (those events stay); the integer 1 goes wherever it comes,
-    however many events carry it."""
+    however many events carry it. A tuple is one process written as any of its values."""
     pids = [1, True, 1.0, "1", [1], {"pid": 1}, None, 2, 1, "Spans", 1, False, 0, "x"]
     events = [{"name": f"e{k}", "ph": "X", "ts": k, "dur": 1, "pid": pid, "tid": 1} for k, pid in enumerate(pids)]
     events.append({"name": "no pid", "ph": "i", "ts": 99, "s": "g"})
     (tmp_path / "odd.json").write_text(json.dumps({"traceEvents": events, "schemaVersion": 1}))
-    for drop, gone in (([1], {0, 8, 10}), (["1", 0], {3, 12}), ([2, "Spans"], {7, 9}), ([True, 1.0, None], set())):
+    for drop, gone in (([1], {0, 8, 10}), (["1", 0], {3, 12}), ([2, "Spans"], {7, 9}), ([(1.0, "x")], {13})):
         n = write_without_processes(tmp_path / "odd.json", tmp_path / "out.json", drop)
         out = json.loads((tmp_path / "out.json").read_text())
         assert out["traceEvents"] == [e for k, e in enumerate(events) if k not in gone], drop
@@ -289,3 +293,59 @@ def test_a_gpu_lane_with_another_ranks_pid_is_read_whole_and_says_why(tmp_path):
     assert len(got["steps"]) == 6  # both ranks' 3 steps: the whole file, as the note says
     bad = _cli(path, "--process", "5", check=False)
     assert bad.returncode == 2 and bad.stderr == f"error: cannot read process 5 on its own: {why}\n"
+
+
+def _text_ranks(tmp_path, a: str, b: str) -> Path:
+    """The H200's warm 4096² run as two ranks whose processes the file writes as texts ``a`` and ``b`` (GPU lanes 0
+    and 1; b's events 7 µs later), their ``process_name`` metadata kept ("python3" for both, as Kineto writes)."""
+    doc = json.loads((H200 / "4096_bf16_warm_eager.json").read_text())
+    (cpu,), (gpu,) = _step_pids(doc["traceEvents"]), _kernel_pids(doc["traceEvents"])
+
+    def moved(pids: dict, shift: float) -> list:
+        return [dict(e, pid=pids[e["pid"]], **({"ts": e["ts"] + shift} if "ts" in e else {}))
+                for e in doc["traceEvents"] if e.get("pid") in pids]
+    path = tmp_path / f"{a}_{b}.json"
+    path.write_text(json.dumps({**doc, "traceEvents": moved({cpu: a, gpu: 0}, 0.0) + moved({cpu: b, gpu: 1}, 7.0)}))
+    (tmp_path / f"{b}.json").write_text(json.dumps({**doc, "traceEvents": moved({cpu: b, gpu: 1}, 7.0)}))
+    return path
+
+
+def test_ranks_written_with_text_pids_are_read_each_as_its_own_run(tmp_path):
+    """Processes written as texts ("rank0", "rank1") are numbered by the reader, and renamed by their process_name
+    metadata, so no pid the tables hold is written in the file: the rank's file is left out by the text the reader
+    numbered. Each rank read alone prints what its own trace prints; before, leaving out by the number left out
+    nothing, and "one rank" read both (6 steps)."""
+    path = _text_ranks(tmp_path, "rank0", "rank1")
+    with open_trace(path, engine="sqlite") as s:
+        every = ranks(s)
+        names = {pid: name for _u, pid, name in s.tables.processes}
+        assert [names[r["pid"]] for r in every] == ["python3", "python3"]
+        (one,) = [r for r in every if r["gpus"] == [1]]  # (rank1: the ranks come in the order of their numbers)
+        write_rank(s, one["pid"], tmp_path / "rank1_alone.json")
+    kept = scan_trace(tmp_path / "rank1_alone.json")
+    assert {e.get("pid") for e in kept} - {"Spans", "Traces", ""} == {"rank1", 1}
+    assert [e for e in kept if e.get("pid") in ("rank1", 1)] == [
+        e for e in scan_trace(tmp_path / "rank1.json") if e.get("pid") in ("rank1", 1)]
+    alone = _cli(tmp_path / "rank1.json").stdout.splitlines()[1:]
+    got = _cli(path, "--process", str(one["pid"])).stdout.splitlines()
+    assert "Everything here reads one rank" in got[2] and got[1] == alone[0] == "  steps 3   GPU ops 9   kernels 6"
+    assert [line for line in got[1:] if not line.startswith("  note: This file holds")] == alone
+
+
+def test_text_pids_the_reader_numbers_alike_are_read_whole_and_say_why(tmp_path):
+    """Two texts whose crc32 agree in the 30 bits the reader keeps ("rank-3985819", "rank-4420602") get the number
+    and the number after it: the file cannot say which of their events carry which, so the ranks are read whole,
+    with the reason, and asking for either is refused."""
+    a, b = "rank-3985819", "rank-4420602"
+    path = _text_ranks(tmp_path, a, b)
+    with open_trace(path, engine="sqlite") as s:
+        pa, pb = [r["pid"] for r in ranks(s)]
+        assert pb == pa + 1
+        for pid in (pa, pb):
+            with pytest.raises(ValueError, match="cannot be told apart"):
+                write_rank(s, pid, tmp_path / "rank.json")
+            assert not (tmp_path / "rank.json").exists()
+    got = json.loads(_cli(path, "--json").stdout)
+    assert got["rank"] is None and len(got["steps"]) == 6 and "cannot be told apart" in got["ranks_read_whole"]
+    bad = _cli(path, "--process", str(pb), check=False)
+    assert bad.returncode == 2 and "share the number a reader gives them" in bad.stderr

@@ -109,8 +109,10 @@ def write_rank(session, pid, dst: str | os.PathLike, shared: Shared | None = Non
     file's other members (``deviceProperties``...). A trace of one process's loop is written whole. Returns that
     rank's entry of :func:`ranks`.
 
-    ValueError where ``pid`` holds no step slice in this trace, naming those that do, and where the ranks cannot be
-    read apart (:func:`unparted`), saying why."""
+    ValueError where ``pid`` holds no step slice in this trace, naming those that do, where the ranks cannot be
+    read apart (:func:`unparted`), saying why, and where the pids the file writes do not say which events are whose
+    (a text pid the engine numbered otherwise and metadata renamed: ``trace.write_without_processes`` refuses what
+    it cannot find)."""
     every = ranks(session, shared)
     rank = next((r for r in every if _same(r["pid"], pid)), None)
     if rank is None:
@@ -119,7 +121,11 @@ def write_rank(session, pid, dst: str | os.PathLike, shared: Shared | None = Non
     why = unparted(every)
     if why:
         raise ValueError(f"cannot read process {pid!r} on its own: {why}")
-    others = [q for r in every if r is not rank for q in (r["pid"], *r["gpus"])]
+    # each as the file may write it: its number, or its name where the file wrote a text pid, which the reader
+    # numbers and names by that text (both engines: docs/SQL.md) unless metadata renamed it
+    names = {p: name for _upid, p, name in session.tables.processes}
+    others = [(q, names[q]) if isinstance(names.get(q), str) else q
+              for r in every if r is not rank for q in (r["pid"], *r["gpus"])]
     write_without_processes(session.path, dst, others)
     return rank
 

@@ -22,8 +22,9 @@ A file that merged several ranks' traces (the steps of several processes, each s
 one rank at a time, as that rank's own trace would hold it (``analyses.write_rank``): by default the first process
 by pid, ``--process PID`` another; the summary says which and what was left out. Read whole, every per-step figure
 would mix the ranks' steps and GPU work. Such a file is read whole where its ranks cannot be read apart (their GPUs
-share a lane's pid: ``analyses.unparted``) or where it comes through a pipe, which cannot be read twice; the summary
-then says so, and that its per-step figures mix the ranks.
+share a lane's pid: ``analyses.unparted``), where the pids the file writes do not say which events are whose (text
+pids a reader numbered otherwise: ``analyses.write_rank`` refuses), or where it comes through a pipe, which cannot be
+read twice; the summary then says so, and that its per-step figures mix the ranks.
 
 A trace inside the run store (``runs/RUN/trace.json``) is analysed with its run's config and device from
 ``meta.json``, and judged against the newest calibration of that device in the store (``calibrate``); ``--peaks``
@@ -300,10 +301,16 @@ def run(args: argparse.Namespace) -> int:
                     raise ValueError(f"cannot read process {args.process} on its own: {whole}")
                 if not whole:
                     dst = os.path.join(tmp, "rank.json")
-                    rank = {**ctx["write_rank"](session, pid, dst, shared=shared), "processes": pids}
-                    session.close()
-                    session = open_trace(dst, engine=session.engine)
-                    shared = ctx["Shared"](session)
+                    try:
+                        rank = {**ctx["write_rank"](session, pid, dst, shared=shared), "processes": pids}
+                    except ValueError as exc:  # (the file's pids do not say which events are whose)
+                        if args.process is not None:
+                            raise
+                        whole = str(exc)
+                    else:
+                        session.close()
+                        session = open_trace(dst, engine=session.engine)
+                        shared = ctx["Shared"](session)
             report = ctx["analyze"](session, config=config, peak_tflops=args.peak_tflops, shared=shared)
             found = ctx["findings"](report, config)
             cc = device.get("compute_capability") if isinstance(device, dict) else None

@@ -40,14 +40,21 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
                             max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     """Write to ``dst`` (plain JSON) the trace ``src`` less every event of the processes ``pids``.
 
-    An event goes where its ``pid`` equals one of ``pids`` (integers or texts; 1 and "1" differ), metadata events
+    Each of ``pids`` is a process's pid as the file writes it (an integer or a text; 1 and "1" differ), or a tuple of
+    the values one process may be written as (``(number, name)``). A text pid also stands for the number this
+    project's reader gives it (``_ids.Ids``: 2**30 + its crc32), the pid the tables hold for its process. An event
+    goes where its ``pid`` equals one of them, metadata events
     (``process_name``, ``thread_name``...) included; every other event stays, in the file's order, as its bytes: those
     of other processes, and those of none (the profiler's own ``Spans``/``Traces`` and its global instants, which no
     one rank owns). Returns how many events were kept.
-    Raises TraceFormatError for a file that is not a trace (a JSON object with a ``traceEvents`` list, or a list of
-    events), TraceTooLargeError past ``max_bytes`` decompressed, OSError where ``dst`` cannot be written.
+    Raises ValueError where a process (no value of its tuple) is the pid of no event of the file, naming it, or where
+    text pids that share such a number would go: what is left out would not be what was asked for (``dst`` is then
+    removed); TraceFormatError for a file that is not a
+    trace (a JSON object with a ``traceEvents`` list, or a list of events), TraceTooLargeError past ``max_bytes``
+    decompressed, OSError where ``dst`` cannot be written.
     """
     from ._decode import repair_surrogates, repair_utf8
+    from ._ids import Ids
     msgspec, top, list_of, pids_of, pid_of, encoder = _codecs()
     source = os.fspath(src)
     data = read_trace_bytes(src, max_bytes)
@@ -71,13 +78,16 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
         events = None
     if events is None:
         raise TraceFormatError(f"{source}: 'traceEvents' must be a list of events")
-    dropped = {_key(w) for w in pids} - {None}  # (an event whose pid is neither has no key: it stays)
+    asked = [tuple(w) if isinstance(w, tuple) else (w,) for w in pids]
+    dropped = {_key(v) for w in asked for v in w} - {None}  # (an event whose pid is neither has no key: it stays)
     try:  # every event's pid in one pass; one event at a time where some element is not an object
         found = [e.pid for e in pids_of.decode(raw if not isinstance(doc, list) else data)]
     except (msgspec.ValidationError, msgspec.DecodeError):
         found = [_pid_or_none(pid_of, msgspec, e) for e in events]
     kept = 0
     ints: dict = {}  # an integer pid: whether its events go, decided once per distinct pid (most events have one)
+    texts: dict = {}  # the same for a text pid
+    others: set = set()  # the other pids written, as keys
     with open(dst, "wb") as f:  # (written a piece at a time: no second copy of the file in memory)
         def write_events() -> None:
             nonlocal kept
@@ -87,8 +97,14 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
                     goes = ints.get(pid)
                     if goes is None:
                         goes = ints[pid] = _key(pid) in dropped
+                elif type(pid) is str:
+                    goes = texts.get(pid)
+                    if goes is None:  # (the text, or the number a reader gives it)
+                        goes = texts[pid] = ("str", pid) in dropped or ("int", Ids().num(pid)) in dropped
                 else:
-                    goes = _key(pid) in dropped
+                    key = _key(pid)
+                    others.add(key)
+                    goes = key in dropped
                 if not goes:
                     f.write(b"," if kept else b"")
                     f.write(e)
@@ -105,6 +121,19 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
                 else:
                     f.write(v)
             f.write(b"}")
+    numbered: dict = {}  # the number a reader gives each text pid: which texts share one
+    for text in texts:
+        numbered.setdefault(Ids().num(text), []).append(text)
+    clash = [t for n, t in numbered.items() if len(t) > 1 and ("int", n) in dropped]
+    written = others | {("int", p) for p in ints} | {("str", t) for t in texts} | {("int", n) for n in numbered}
+    absent = [w for w in asked if not any(_key(v) in written for v in w)]
+    if absent or clash:
+        os.unlink(dst)
+        raise ValueError(f"{source}: " + (
+            f"no event has the pid of process{'es' if len(absent) > 1 else ''} "
+            + ", ".join(" or ".join(repr(v) for v in w) for w in absent) if absent else
+            "the text pids " + "; ".join(" and ".join(map(repr, t)) for t in clash) + " share the number a reader "
+            "gives them") + ": what to leave out cannot be told apart from the rest")
     return kept
 
 
