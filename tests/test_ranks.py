@@ -91,6 +91,14 @@ def test_a_pid_goes_only_where_it_is_the_same_integer_or_text(tmp_path):
         assert n == len(events) - len(gone) and out["schemaVersion"] == 1
 
 
+def test_two_pids_name_one_process_where_they_are_one_integer_or_one_text():
+    import numpy as np
+    from profiling_core.trace import same_pid
+    assert same_pid(445, 445) and same_pid(445, np.int64(445)) and same_pid(np.int32(0), 0) and same_pid("0", "0")
+    for a, b in ((1, "1"), (1, True), (True, True), (1, 1.0), (1.0, 1.0), (None, None), (0, None), ([1], [1]), (1, 2)):
+        assert not same_pid(a, b) and not same_pid(b, a), (a, b)
+
+
 def test_a_file_that_is_no_trace_is_refused_with_its_reason(tmp_path):
     from profiling_core.errors import TraceFormatError
     for text, reason in ((b"{not json", "is not valid JSON"), (b'{"traceEvents": 3}', "'traceEvents' must be a list"),

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from ..trace import write_without_processes
+from ..trace import same_pid, write_without_processes
 from ._shared import Shared, shared_for
 
 __all__ = ["ranks", "step_processes", "unparted", "write_rank"]
@@ -82,7 +82,7 @@ def unparted(every: list[dict]) -> str:
                 " ops that calls of several ranks launched: ranks whose GPUs share a pid, as two nodes' device 0 "
                 "merged into one file do, cannot be read apart")
     crossed = [(g, r["pid"]) for r in every for g in r["gpus"]
-               if any(_same(q["pid"], g) for q in every if q is not r)]
+               if any(same_pid(q["pid"], g) for q in every if q is not r)]
     if crossed:  # (one pid for one rank's threads and another's GPU lane: leaving out either takes the other too)
         return ("; ".join(f"GPU lane {g}, which ran ops that process {p}'s calls launched, has the pid of another "
                           f"rank's process" for g, p in crossed)
@@ -114,7 +114,7 @@ def write_rank(session, pid, dst: str | os.PathLike, shared: Shared | None = Non
     (a text pid the engine numbered otherwise and metadata renamed: ``trace.write_without_processes`` refuses what
     it cannot find)."""
     every = ranks(session, shared)
-    rank = next((r for r in every if _same(r["pid"], pid)), None)
+    rank = next((r for r in every if same_pid(r["pid"], pid)), None)
     if rank is None:
         held = ", ".join(str(r["pid"]) for r in every) or "none"
         raise ValueError(f"process {pid!r} holds no step slice in this trace; the processes that hold steps: {held}")
@@ -129,8 +129,3 @@ def write_rank(session, pid, dst: str | os.PathLike, shared: Shared | None = Non
     write_without_processes(session.path, dst, others)
     return rank
 
-
-def _same(a, b) -> bool:
-    if isinstance(a, int) and not isinstance(b, bool) and isinstance(b, (int, np.integer)):
-        return a == int(b)
-    return type(a) is type(b) and a == b

@@ -339,8 +339,9 @@ def _pid(text: str):
 
 
 def _is_pid(text: str, pids: list) -> bool:
+    from ..trace import same_pid
     want = _pid(text)
-    return any(type(p) is type(want) and p == want for p in pids)
+    return any(same_pid(p, want) for p in pids)
 
 
 def _compute_bound_why(ss: dict) -> str:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ._stats import LoadStats
 from ._session import ConsoleResult, QueryLimits, TraceSession, open_trace
-from ._processes import write_without_processes
+from ._processes import same_pid, write_without_processes
 from ._source import DEFAULT_MAX_BYTES
 
-__all__ = ["open_trace", "TraceSession", "QueryLimits", "ConsoleResult", "LoadStats", "DEFAULT_MAX_BYTES", "write_without_processes"]
+__all__ = ["open_trace", "TraceSession", "QueryLimits", "ConsoleResult", "LoadStats", "DEFAULT_MAX_BYTES", "same_pid",
+           "write_without_processes"]

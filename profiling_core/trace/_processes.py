@@ -12,7 +12,7 @@ import os
 from ..errors import TraceFormatError
 from ._source import DEFAULT_MAX_BYTES, read_trace_bytes
 
-__all__ = ["write_without_processes"]
+__all__ = ["same_pid", "write_without_processes"]
 
 
 @functools.cache
@@ -34,6 +34,13 @@ def _key(pid):
     if isinstance(pid, numbers.Integral) and not isinstance(pid, bool):
         return ("int", int(pid))
     return ("str", pid) if isinstance(pid, str) else None
+
+
+def same_pid(a, b) -> bool:
+    """Whether two pids name one process: the same integer (Python's or numpy's; true and 1.0 are none) or the same
+    text (1 and "1" differ); anything else names no process."""
+    k = _key(a)
+    return k is not None and k == _key(b)
 
 
 def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids,
