@@ -213,7 +213,8 @@ def test_dev_zero_is_refused_at_the_cap():
     got = _load_in_child("/dev/zero", extra=", max_bytes=8 << 20", limit=2 << 30)
     assert got.get("error") == "TraceTooLargeError", got
     assert got["message"] == ("/dev/zero (a character device) gave more than 8.0 MiB (the cap, 8388608 bytes); "
-                              "stopped reading it; open_trace(path, max_bytes=N) opens a larger one")
+                              "stopped reading it; set PROFILING_MAX_TRACE_MIB (MiB) or pass open_trace(path, "
+                              "max_bytes=N) to open a larger one")
 
 
 def _fifo_writer(path, data: bytes, forever: bool = False):
@@ -239,7 +240,8 @@ def test_fifo_is_refused_at_the_cap(tmp_path):
     with pytest.raises(TraceTooLargeError) as ei:
         open_trace(fifo, engine="sqlite", max_bytes=8 << 20)
     assert str(ei.value) == (f"{fifo} (a pipe (FIFO)) gave more than 8.0 MiB (the cap, 8388608 bytes); stopped "
-                             "reading it; open_trace(path, max_bytes=N) opens a larger one")
+                             "reading it; set PROFILING_MAX_TRACE_MIB (MiB) or pass open_trace(path, max_bytes=N) "
+                             "to open a larger one")
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["json", "gzip"])
@@ -324,3 +326,54 @@ def test_fuzz_pathological(tmp_path, shape, size, inner, odd, cut, gz):
         data[at:at] = text
     data = bytes(data[:len(data) if cut > 0.8 else int(cut / 0.8 * len(data))])
     _try(tmp_path, gzip.compress(data, 1) if gz else data)
+
+
+def _padded_trace(path: Path, mib: float) -> Path:
+    """A valid one-event trace padded with spaces to ``mib`` MiB."""
+    data = _doc(GOOD)
+    path.write_bytes(data[:-1] + b" " * (int(mib * (1 << 20)) - len(data)) + data[-1:])
+    return path
+
+
+def test_the_trace_cap_is_raised_or_lowered_by_one_variable_everywhere(tmp_path, monkeypatch):
+    """``$PROFILING_MAX_TRACE_MIB`` sets the cap every reader of a trace applies (the library's open_trace, the run
+    store's import, the rank writer, the command line), read when a trace is opened; ``max_bytes`` given still wins;
+    the refusal names the variable."""
+    import subprocess
+    import sys
+    from profiling_core import RunStore
+    from profiling_core.trace import write_without_processes
+    p = _padded_trace(tmp_path / "t.json", 1.5)
+    root = str(Path(profiling_core.__file__).resolve().parent.parent)
+
+    def cli(mib: str):
+        return subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(p), "--engine", "sqlite"],
+                              capture_output=True, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": root, "PROFILING_MAX_TRACE_MIB": mib})
+    monkeypatch.setenv("PROFILING_MAX_TRACE_MIB", "1")
+    refusal = (f"{p} is 1.5 MiB (1572864 bytes), over the cap of 1.0 MiB (1048576 bytes); set PROFILING_MAX_TRACE_MIB "
+               "(MiB) or pass open_trace(path, max_bytes=N) to open a larger one")
+    with pytest.raises(TraceTooLargeError) as ei:
+        open_trace(p, engine="sqlite")
+    assert str(ei.value) == refusal
+    with pytest.raises(TraceTooLargeError, match="over the cap of 1.0 MiB"):
+        RunStore(tmp_path / "runs").import_trace(p)
+    with pytest.raises(TraceTooLargeError, match="over the cap of 1.0 MiB"):
+        write_without_processes(p, tmp_path / "out.json", [])
+    got = cli("1")
+    assert got.returncode == 2 and got.stderr == f"error: {refusal}\n"
+    with open_trace(p, engine="sqlite", max_bytes=2 << 20) as s:  # (given: it wins)
+        assert s.load_stats.slices == 1
+    monkeypatch.setenv("PROFILING_MAX_TRACE_MIB", "2")
+    with open_trace(p, engine="sqlite") as s:
+        assert s.load_stats.slices == 1
+    assert RunStore(tmp_path / "runs").import_trace(p).run_id
+    assert cli("2").returncode == 0
+    for bad in ("0", "1.5", "-1", "lots", "1048577", "２"):
+        monkeypatch.setenv("PROFILING_MAX_TRACE_MIB", bad)
+        with pytest.raises(ValueError) as ei:
+            open_trace(p, engine="sqlite")
+        assert str(ei.value) == ("PROFILING_MAX_TRACE_MIB must be a whole number of MiB from 1 to 1048576 (unset: "
+                                 f"512), got {bad!r}")
+        got = cli(bad)
+        assert got.returncode == 2 and got.stderr == f"error: {ei.value}\n", bad

@@ -65,12 +65,11 @@ RUN_FILES = (TRACE_FILE, TRACE_GZ_FILE, TABLE_FILE, MEMORY_CATEGORIES_FILE)
 """The artifacts of a run that travel between stores (``import_run``): its trace, table and memory categories."""
 OWNER_FILE = ".owner"
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,159}")  # used with fullmatch: '$' would accept a final '\n'
-IMPORT_MAX_BYTES = 512 * 2**20  # of JSON, decompressed: the loader's own default cap
 META_MAX_BYTES = 2**20  # a run's meta.json is a few KiB
 META_MAX_DEPTH = 32  # a run's meta.json nests 2 levels (the object, its config)
 TABLE_MAX_BYTES = 16 * 2**20  # torch's table of a run is some KiB; of a large model some hundred
 MEMORY_CATEGORIES_MAX_BYTES = 64 * 2**20  # memory.MAX_BYTES, the reader's own cap
-STORE_IMPORT_MAX_BYTES = 8 * IMPORT_MAX_BYTES  # an archive of a store: every member's size, added up
+STORE_IMPORT_TRACES = 8  # an archive of a store: every member's size, added up, at most this many traces' cap
 STORE_IMPORT_MAX_MEMBERS = 100_000  # an archive of a store: its members (a run has 3 to 5 files)
 CALIBRATIONS_DIR = ".calibrations"
 
@@ -388,12 +387,13 @@ class RunStore:
 
     # --- import ----------------------------------------------------------------------------------
     def import_trace(self, source: os.PathLike | str, name: Optional[str] = None,
-                     max_bytes: int = IMPORT_MAX_BYTES, filename: Optional[str] = None,
+                     max_bytes: Optional[int] = None, filename: Optional[str] = None,
                      checked: Optional[Callable[[Run, Any], None]] = None) -> Run:
         """Copy an external Chrome/Kineto trace (.json or .json.gz) into the store as a run.
 
         The trace is first read by the loader every analysis uses (``open_trace``, the offline mirror): what it
-        refuses (not JSON, truncated, no events list, NaN, over ``max_bytes`` decompressed, ...) is refused here
+        refuses (not JSON, truncated, no events list, NaN, over ``max_bytes`` decompressed (None: the loader's cap,
+        ``trace.trace_cap``), ...) is refused here
         with its message (TraceError), and nothing is kept. ``filename`` is the file's name as the user knows it
         (an upload's own name, which may not fit a file name): it names the file in messages and is kept in
         meta.json as ``original_filename``; by default the source's name. ``checked``: called once the run has
@@ -401,6 +401,8 @@ class RunStore:
         (``open_trace(run.trace_path, loaded=session)`` opens the run without loading the file again); without it
         the session is closed.
         """
+        from ..trace import trace_cap
+        max_bytes = trace_cap(max_bytes)
         src = Path(source)
         shown = filename or src.name
         kept: list = []
@@ -473,7 +475,7 @@ class RunStore:
         meta.pop("run_id", None)
         return self._land(str(meta.get("name") or "run"), meta, write, "could not write the run into the store")
 
-    def import_store(self, source: os.PathLike | str, max_bytes: int = IMPORT_MAX_BYTES,
+    def import_store(self, source: os.PathLike | str, max_bytes: Optional[int] = None,
                      filename: Optional[str] = None) -> StoreImport:
         """Import every run of another run store (another machine's): its folder, or a ``.tar`` / ``.tar.gz`` (any
         compression ``tarfile`` reads) of it, whose run folders sit at the archive's top or inside one folder (as
@@ -498,10 +500,12 @@ class RunStore:
         An archive is refused whole, with RunStoreError naming the member, when a member's path is absolute or
         holds ``..``, a member is a link (symbolic or hard), a device or a FIFO, a path appears twice, a run's file
         is over its cap, or the archive holds more than ``STORE_IMPORT_MAX_MEMBERS`` members or
-        ``STORE_IMPORT_MAX_BYTES`` bytes (its members' sizes, added up). Only the files of run folders and
+        ``STORE_IMPORT_TRACES`` times the trace cap (its members' sizes, added up). Only the files of run folders and
         calibrations are extracted, into a private temporary folder, never by ``tarfile``'s own extraction.
         ``filename`` names the source in messages and in ``imported_from`` (an upload's name); by default its path.
         """
+        from ..trace import trace_cap
+        max_bytes = trace_cap(max_bytes)
         src = Path(source)
         shown = filename or str(src)
         try:
@@ -704,9 +708,10 @@ def _extract_store_archive(src: Path, dest: Path, shown: str, max_bytes: int) ->
                 if len(members) > STORE_IMPORT_MAX_MEMBERS:
                     raise RunStoreError(f"{shown} holds more than {STORE_IMPORT_MAX_MEMBERS:,} members, the most an "
                                         "archive of a run store may hold")
-                if total > STORE_IMPORT_MAX_BYTES:
-                    raise RunStoreError(f"{shown} holds more than {STORE_IMPORT_MAX_BYTES:,} bytes, the most an "
-                                        "archive of a run store may hold")
+                if total > STORE_IMPORT_TRACES * max_bytes:
+                    raise RunStoreError(f"{shown} holds more than {STORE_IMPORT_TRACES * max_bytes:,} bytes, the most "
+                                        f"an archive of a run store may hold ({STORE_IMPORT_TRACES} times the trace "
+                                        "cap)")
         except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
             raise RunStoreError(f"{shown} is not a readable tar archive: {exc}") from None
         seen = set()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ._stats import LoadStats
 from ._session import ConsoleResult, QueryLimits, TraceSession, open_trace
 from ._processes import same_pid, write_without_processes
-from ._source import DEFAULT_MAX_BYTES
+from ._source import CAP_VARIABLE, DEFAULT_MAX_BYTES, trace_cap
 
-__all__ = ["open_trace", "TraceSession", "QueryLimits", "ConsoleResult", "LoadStats", "DEFAULT_MAX_BYTES", "same_pid",
-           "write_without_processes"]
+__all__ = ["open_trace", "TraceSession", "QueryLimits", "ConsoleResult", "LoadStats", "DEFAULT_MAX_BYTES",
+           "CAP_VARIABLE", "trace_cap", "same_pid", "write_without_processes"]

@@ -10,7 +10,7 @@ import numbers
 import os
 
 from ..errors import TraceFormatError
-from ._source import DEFAULT_MAX_BYTES, read_trace_bytes
+from ._source import read_trace_bytes
 
 __all__ = ["same_pid", "write_without_processes"]
 
@@ -44,7 +44,7 @@ def same_pid(a, b) -> bool:
 
 
 def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids,
-                            max_bytes: int = DEFAULT_MAX_BYTES) -> int:
+                            max_bytes: int | None = None) -> int:
     """Write to ``dst`` (plain JSON) the trace ``src`` less every event of the processes ``pids``.
 
     Each of ``pids`` is a process's pid as the file writes it (an integer or a text; 1 and "1" differ), or a tuple of
@@ -58,7 +58,7 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
     text pids that share such a number would go: what is left out would not be what was asked for (``dst`` is then
     removed); TraceFormatError for a file that is not a
     trace (a JSON object with a ``traceEvents`` list, or a list of events), TraceTooLargeError past ``max_bytes``
-    decompressed, OSError where ``dst`` cannot be written.
+    decompressed (None: ``trace_cap``'s), OSError where ``dst`` cannot be written.
     """
     from ._decode import repair_surrogates, repair_utf8
     from ._ids import Ids

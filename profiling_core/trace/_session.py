@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import EngineUnavailableError, ProfilingError, QueryError
-from ._source import DEFAULT_MAX_BYTES
+from ._source import trace_cap
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -203,7 +203,7 @@ def _taken_over(loaded: "TraceSession", path: str, reason: str, sql_tables: str)
     return TraceSession(path, "sqlite", reason, backend, loaded.load_stats)
 
 
-def _header_of_file(path: str) -> LoadStats:
+def _header_of_file(path: str, max_bytes: int | None = None) -> LoadStats:
     """The document-level facts of the trace at ``path`` as a ``LoadStats`` (its ``devices``, from ``deviceProperties``,
     and its ``recorded_with``), read as the mirror's loader reads them: the document streamed a chunk at a time
     (``STREAM_CHUNK``, as the mirror reads it) and split around its events, which are not decoded, else (a document that
@@ -214,11 +214,11 @@ def _header_of_file(path: str) -> LoadStats:
 
     stats = LoadStats()
     try:
-        for _ in stream_events(iter_trace_chunks(path, DEFAULT_MAX_BYTES, STREAM_CHUNK), stats):
+        for _ in stream_events(iter_trace_chunks(path, max_bytes, STREAM_CHUNK), stats):
             pass
     except NotStreamable:
         try:
-            split_events(read_trace_bytes(path, DEFAULT_MAX_BYTES), path, stats)
+            split_events(read_trace_bytes(path, max_bytes), path, stats)
         except (ProfilingError, OSError):
             return LoadStats()
     except (ProfilingError, OSError):
@@ -226,16 +226,16 @@ def _header_of_file(path: str) -> LoadStats:
     return stats
 
 
-def open_mirror(path: str, max_bytes: int = DEFAULT_MAX_BYTES, reason: str = "",
+def open_mirror(path: str, max_bytes: int | None = None, reason: str = "",
                 sql_tables: str = "on_first_query", while_loading: Callable[[], Any] | None = None) -> TraceSession:
     from ._mirror import MirrorBackend
 
-    backend = MirrorBackend(path, max_bytes, sql_tables=sql_tables, while_loading=while_loading)
+    backend = MirrorBackend(path, trace_cap(max_bytes), sql_tables=sql_tables, while_loading=while_loading)
     return TraceSession(os.fspath(path), "sqlite", reason or "sqlite: the offline SQLite mirror was asked for",
                         _MirrorAdapter(backend), backend.stats)
 
 
-def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int = DEFAULT_MAX_BYTES,
+def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int | None = None,
                perfetto_bin: str | None = None, perfetto_timeout_s: float = 5.0,
                sql_tables: str = "on_first_query",
                while_loading: Callable[[], Any] | None = None,
@@ -248,8 +248,8 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
             ``"sqlite"`` (the offline mirror of trace_processor's tables), or ``"auto"``
             (default): perfetto if a binary is given (``perfetto_bin`` or ``$PERFETTO_BIN``) or can be
             fetched within ``perfetto_timeout_s``, else the mirror; ``engine_reason`` says which and why.
-        max_bytes: refuse traces larger than this once decompressed (default 512 MiB) with
-            TraceTooLargeError.
+        max_bytes: refuse traces larger than this once decompressed with TraceTooLargeError (default:
+            ``$PROFILING_MAX_TRACE_MIB`` MiB where set, else 512 MiB; ``trace.trace_cap``).
         perfetto_bin: path of a ``trace_processor_shell`` binary (overrides ``$PERFETTO_BIN``).
         perfetto_timeout_s: how long auto mode waits for perfetto to start before falling back.
         sql_tables: the mirror only: when its SQLite tables are written from the loaded columns —
@@ -272,6 +272,7 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    max_bytes = trace_cap(max_bytes)
     if not isinstance(max_bytes, int) or max_bytes <= 0:
         raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
     if sql_tables not in SQL_TABLES:
@@ -296,7 +297,7 @@ def open_trace(path: str | os.PathLike, engine: str = "auto", *, max_bytes: int 
         if while_loading is not None:
             ran.append(True)
             while_loading()
-        header.append(_header_of_file(path))
+        header.append(_header_of_file(path, max_bytes))
     try:
         backend, why = open_perfetto(path, binary, max_bytes=max_bytes,
                                      timeout_s=None if engine == "perfetto" else perfetto_timeout_s,

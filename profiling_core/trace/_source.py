@@ -2,7 +2,8 @@
 
 The cap holds for whatever the path is: a regular file is refused by its size before it is read (and bounded while
 read, should it grow); a .gz, a pipe (FIFO, ``/dev/stdin``) or a device (``/dev/zero``) is refused as soon as what
-it gave passes the cap.
+it gave passes the cap. It is ``DEFAULT_MAX_BYTES`` unless ``$PROFILING_MAX_TRACE_MIB`` sets another
+(:func:`trace_cap`), for every reader of a trace: the app, the command line and the library alike.
 """
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import os
 import stat
 import zlib
 
-from ..errors import TraceFormatError, TraceTooLargeError
+from ..errors import ConfigError, TraceFormatError, TraceTooLargeError
 
 DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # uncompressed bytes
+CAP_VARIABLE = "PROFILING_MAX_TRACE_MIB"
+_LARGER = f"set {CAP_VARIABLE} (MiB) or pass open_trace(path, max_bytes=N) to open a larger one"
 STREAM_CHUNK = 4 << 20  # bytes of JSON read (and split into events) at a time by the streamed readers
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 4 * 1024 * 1024
@@ -22,6 +25,20 @@ _KINDS = ((stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISCHR, "a character device")
 
 def _mib(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def trace_cap(max_bytes: int | None = None) -> int:
+    """The most (decompressed) bytes a trace may hold: ``max_bytes`` where given, else ``$PROFILING_MAX_TRACE_MIB``
+    MiB where set, else ``DEFAULT_MAX_BYTES`` (512 MiB). Read at each call, so a setting made after the import holds.
+    ConfigError where the variable is not a whole number of MiB from 1 to 1,048,576 (1 TiB)."""
+    if max_bytes is not None:
+        return max_bytes
+    raw = os.environ.get(CAP_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 1 << 20):
+        raise ConfigError(CAP_VARIABLE, raw[:40], "a whole number of MiB from 1 to 1048576 (unset: 512)")
+    return int(raw) << 20
 
 
 def stream_kind(path: str | os.PathLike) -> str | None:
@@ -47,12 +64,12 @@ def is_stream(path: str | os.PathLike) -> bool:
     return stream_kind(path) is not None
 
 
-def read_trace_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes | bytearray:
+def read_trace_bytes(path: str | os.PathLike, max_bytes: int | None = None) -> bytes | bytearray:
     """Return the (decompressed) JSON bytes of ``path``.
 
-    Raises TraceError subclasses for a missing file, gzip garbage or a size past ``max_bytes``.
-    A .gz (or a pipe, a device) is streamed in chunks and refused as soon as its output passes the cap, so a
-    gzip bomb (or ``/dev/zero``) never lands in memory.
+    Raises TraceError subclasses for a missing file, gzip garbage or a size past ``max_bytes`` (None:
+    :func:`trace_cap`'s). A .gz (or a pipe, a device) is streamed in chunks and refused as soon as its output passes
+    the cap, so a gzip bomb (or ``/dev/zero``) never lands in memory.
     """
     out: bytes | bytearray | None = None
     for chunk in iter_trace_chunks(path, max_bytes):
@@ -65,14 +82,14 @@ def read_trace_bytes(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES
     return b"" if out is None else out
 
 
-def iter_trace_chunks(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES, chunk: int | None = None):
+def iter_trace_chunks(path: str | os.PathLike, max_bytes: int | None = None, chunk: int | None = None):
     """The (decompressed) JSON bytes of ``path``, a chunk at a time (a regular file in one go when ``chunk`` is None).
 
     A UTF-8 byte order mark before the JSON (of a plain file or of a gzip's content) is dropped: RFC 8259 lets a
     parser ignore one, and Windows tools write one. Raises the same TraceError subclasses, with the same messages, as
     :func:`read_trace_bytes`.
     """
-    return _without_bom(_iter_chunks(path, max_bytes, chunk))
+    return _without_bom(_iter_chunks(path, trace_cap(max_bytes), chunk))
 
 
 _BOM = b"\xef\xbb\xbf"
@@ -109,7 +126,7 @@ def _iter_chunks(path, max_bytes: int, chunk: int | None):
             if st.st_size > max_bytes:
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} is {_mib(st.st_size)} ({st.st_size} bytes), over the cap of "
-                    f"{_mib(max_bytes)} ({max_bytes} bytes); open_trace(path, max_bytes=N) opens a larger one")
+                    f"{_mib(max_bytes)} ({max_bytes} bytes); {_LARGER}")
             f.seek(0)
             if chunk is None:
                 data = f.read(st.st_size)
@@ -139,7 +156,7 @@ def _iter_bounded(f, first: bytes, path, max_bytes: int, chunk: int, kind: str):
             if total > max_bytes:
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} ({kind}) gave more than {_mib(max_bytes)} (the cap, {max_bytes} bytes); "
-                    f"stopped reading it; open_trace(path, max_bytes=N) opens a larger one")
+                    f"stopped reading it; {_LARGER}")
             yield data
         data = f.read(chunk)
         if not data:
@@ -164,7 +181,7 @@ def _iter_gzip(f, head: bytes, path, max_bytes: int, chunk: int):
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
                     f"(the cap, {max_bytes} bytes); stopped reading it; "
-                    "open_trace(path, max_bytes=N) opens a larger one")
+                    f"{_LARGER}")
             if out:
                 yield out
             pending = d.unconsumed_tail
@@ -181,7 +198,7 @@ def _iter_gzip(f, head: bytes, path, max_bytes: int, chunk: int):
                 raise TraceTooLargeError(
                     f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
                     f"(the cap, {max_bytes} bytes); stopped reading it; "
-                    "open_trace(path, max_bytes=N) opens a larger one")
+                    f"{_LARGER}")
             yield out
         if not d.eof:
             raise TraceFormatError(f"{os.fspath(path)} is a truncated gzip file (unexpected end of stream)")
@@ -189,11 +206,13 @@ def _iter_gzip(f, head: bytes, path, max_bytes: int, chunk: int):
         raise TraceFormatError(f"{os.fspath(path)} is not a valid gzip file: {e}") from None
 
 
-__all__ = ["read_trace_bytes", "iter_trace_chunks", "DEFAULT_MAX_BYTES"]
+__all__ = ["read_trace_bytes", "iter_trace_chunks", "trace_cap", "DEFAULT_MAX_BYTES", "CAP_VARIABLE"]
 
 
-def check_size(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
-    """Raise TraceTooLargeError if ``path`` (decompressed) is over ``max_bytes``; keeps nothing in memory."""
+def check_size(path: str | os.PathLike, max_bytes: int | None = None) -> None:
+    """Raise TraceTooLargeError if ``path`` (decompressed) is over ``max_bytes`` (None: :func:`trace_cap`'s); keeps
+    nothing in memory."""
+    max_bytes = trace_cap(max_bytes)
     try:
         with open(path, "rb") as f:
             if f.read(2) != _GZIP_MAGIC:
@@ -201,7 +220,7 @@ def check_size(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> N
                 if size > max_bytes:
                     raise TraceTooLargeError(
                         f"{os.fspath(path)} is {_mib(size)} ({size} bytes), over the cap of "
-                        f"{_mib(max_bytes)} ({max_bytes} bytes); open_trace(path, max_bytes=N) opens a larger one")
+                        f"{_mib(max_bytes)} ({max_bytes} bytes); {_LARGER}")
                 return
             f.seek(0)
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -213,7 +232,7 @@ def check_size(path: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES) -> N
                     if total > max_bytes:
                         raise TraceTooLargeError(
                             f"{os.fspath(path)} decompresses to more than {_mib(max_bytes)} "
-                            f"(the cap, {max_bytes} bytes); open_trace(path, max_bytes=N) opens a larger one")
+                            f"(the cap, {max_bytes} bytes); {_LARGER}")
                 if d.eof:
                     break
     except FileNotFoundError:
