@@ -669,8 +669,9 @@ class Shared:
         a = df[amb].copy()
         ag = a["gi"].to_numpy()
         a["gp"] = self.pid_codes(t["utid"][ag])
-        values = [corr.get(x) for x in self.tables.arg_set_id[ag].tolist()]
-        grp = factorize(np.array([None if isinstance(v, list) else v for v in values], dtype=object))[0]
+        ops, at = np.unique(ag, return_inverse=True)  # (each op's id read once, not once per call it matches)
+        values = [corr.get(x) for x in self.tables.arg_set_id[ops].tolist()]
+        grp = factorize(np.array([None if isinstance(v, list) else v for v in values], dtype=object))[0][at]
         a["grp"] = np.where(grp >= 0, grp, -1 - ag)  # an op without a correlation id is a group of its own
         calls = a.groupby(["grp", "lp"], as_index=False)["lts"].min().sort_values(["grp", "lts", "lp"])
         calls["k"] = calls.groupby("grp").cumcount()
