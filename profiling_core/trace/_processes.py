@@ -136,7 +136,7 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
     absent = [w for w in asked if not any(_key(v) in written for v in w)]
     if absent or clash:
         os.unlink(dst)
-        raise ValueError(f"{source}: " + (
+        raise ValueError((
             f"no event has the pid of process{'es' if len(absent) > 1 else ''} "
             + ", ".join(" or ".join(repr(v) for v in w) for w in absent) if absent else
             "the text pids " + "; ".join(" and ".join(map(repr, t)) for t in clash) + " share the number a reader "
