@@ -7,8 +7,9 @@ import streamlit as st
 from pages import _ui as ui
 from profiling_core.analyses import unparted, write_rank
 from profiling_core.units import format_duration_us
-from profiling_core.errors import ProfilingError
+from profiling_core.errors import ConfigError, ProfilingError
 from profiling_core.queries import list_queries, load_query
+from profiling_core.trace import CAP_VARIABLE, trace_cap
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -19,7 +20,12 @@ st.caption("Upload a trace written by torch.profiler (`export_chrome_trace`, .js
 # --- upload --------------------------------------------------------------------------------------
 cap = st.get_option("server.maxUploadSize")
 ui.show_notices("lab_import")
-upload = st.file_uploader(f"Trace file (up to {cap} MB)", type=["json", "gz"], key="lab_upload")
+try:
+    inflated = f"; read up to {trace_cap() >> 20:,} MiB once decompressed (`{CAP_VARIABLE}` sets it)"
+except ConfigError as exc:
+    inflated = ""
+    ui.show_error(exc, "The trace cap is not set right")
+upload = st.file_uploader(f"Trace file (up to {cap} MB{inflated})", type=["json", "gz"], key="lab_upload")
 imported = st.session_state.setdefault("lab_imported", {})
 if upload is not None and upload.file_id not in imported:
     imported[upload.file_id] = None  # one try per upload, whatever happens: a rerun never imports it again

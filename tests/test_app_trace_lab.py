@@ -264,3 +264,24 @@ def test_ranks_that_share_a_gpu_lane_are_not_offered(runs_dir):
     assert any(c.value.startswith("Its ranks cannot be read on their own: process 100445 launches GPU work but no GPU "
                                   "lane holds its ops apart") for c in at.caption), [c.value for c in at.caption]
     assert "Import this rank as a run" not in [b.label for b in at.button]
+
+
+def test_the_upload_says_the_trace_cap_and_refuses_past_it(runs_dir, monkeypatch):
+    """The uploader names the loader's cap (512 MiB, or what PROFILING_MAX_TRACE_MIB sets), a trace past it is
+    refused with the variable named and nothing kept, and a bad value is said, not raised."""
+    at = app("trace_lab")
+    assert "read up to 512 MiB once decompressed" in at.get("file_uploader")[0].proto.label
+    monkeypatch.setenv("PROFILING_MAX_TRACE_MIB", "1")
+    at = app("trace_lab")
+    assert "read up to 1 MiB once decompressed (`PROFILING_MAX_TRACE_MIB` sets it)" in \
+        at.get("file_uploader")[0].proto.label
+    big = CPU[:-1] + b" " * (3 << 19) + CPU[-1:]  # (the CPU trace, padded past 1.5 MiB)
+    upload(at, "big.json", big)
+    assert any(md_text("big.json is 1.5 MiB (1583482 bytes), over the cap of 1.0 MiB (1048576 bytes); set "
+                       "PROFILING_MAX_TRACE_MIB (MiB)") in e.value for e in at.error), [e.value for e in at.error]
+    assert stored_runs(runs_dir) == []
+    monkeypatch.setenv("PROFILING_MAX_TRACE_MIB", "one")
+    at = app("trace_lab")
+    assert not at.exception
+    assert any(md_text("PROFILING_MAX_TRACE_MIB must be a whole number of MiB from 1 to 1048576 (unset: 512), got "
+                       "'one'") in e.value for e in at.error), [e.value for e in at.error]
