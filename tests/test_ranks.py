@@ -89,6 +89,9 @@ def test_a_pid_goes_only_where_it_is_the_same_integer_or_text(tmp_path):
         out = json.loads((tmp_path / "out.json").read_text())
         assert out["traceEvents"] == [e for k, e in enumerate(events) if k not in gone], drop
         assert n == len(events) - len(gone) and out["schemaVersion"] == 1
+    # a value that is no pid (1.0, true, null) names no process, though events carry such values
+    with pytest.raises(ValueError, match=r"no event has the pid of processes 1\.0, True: what to leave out"):
+        write_without_processes(tmp_path / "odd.json", tmp_path / "out.json", [1.0, True])
 
 
 def test_two_pids_name_one_process_where_they_are_one_integer_or_one_text():

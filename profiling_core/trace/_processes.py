@@ -56,9 +56,9 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
     one rank owns). Returns how many events were kept.
     Raises ValueError where a process (no value of its tuple) is the pid of no event of the file, naming it, or where
     text pids that share such a number would go: what is left out would not be what was asked for (``dst`` is then
-    removed); TraceFormatError for a file that is not a
-    trace (a JSON object with a ``traceEvents`` list, or a list of events), TraceTooLargeError past ``max_bytes``
-    decompressed (None: ``trace_cap``'s), OSError where ``dst`` cannot be written.
+    removed); TraceFormatError for a file that is not a trace (a JSON object with a ``traceEvents`` list, or a list
+    of events), TraceTooLargeError past ``max_bytes`` decompressed (None: ``trace_cap``'s), OSError where ``dst``
+    cannot be written.
     """
     from ._decode import repair_surrogates, repair_utf8
     from ._ids import Ids
@@ -133,7 +133,7 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
         numbered.setdefault(Ids().num(text), []).append(text)
     clash = [t for n, t in numbered.items() if len(t) > 1 and ("int", n) in dropped]
     written = others | {("int", p) for p in ints} | {("str", t) for t in texts} | {("int", n) for n in numbered}
-    absent = [w for w in asked if not any(_key(v) in written for v in w)]
+    absent = [w for w in asked if not any(k is not None and k in written for k in map(_key, w))]
     if absent or clash:
         os.unlink(dst)
         raise ValueError((
