@@ -89,6 +89,12 @@ def test_a_pid_goes_only_where_it_is_the_same_integer_or_text(tmp_path):
         out = json.loads((tmp_path / "out.json").read_text())
         assert out["traceEvents"] == [e for k, e in enumerate(events) if k not in gone], drop
         assert n == len(events) - len(gone) and out["schemaVersion"] == 1
+    # a document the loader reads whole, not streamed (the key twice: the last one holds, as the loader reads it)
+    twice = b'{"traceEvents": [], "schemaVersion": 1, "traceEvents": ' + json.dumps(events).encode() + b"}"
+    (tmp_path / "twice.json").write_bytes(twice)
+    assert write_without_processes(tmp_path / "twice.json", tmp_path / "out.json", [1]) == len(events) - 3
+    assert json.loads((tmp_path / "out.json").read_text()) == {
+        "traceEvents": [e for k, e in enumerate(events) if k not in {0, 8, 10}], "schemaVersion": 1}
     # a value that is no pid (1.0, true, null) names no process, though events carry such values
     with pytest.raises(ValueError, match=r"no event has the pid of processes 1\.0, True: what to leave out"):
         write_without_processes(tmp_path / "odd.json", tmp_path / "out.json", [1.0, True])

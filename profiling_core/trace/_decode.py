@@ -240,9 +240,12 @@ _HEAD_MAX = 64 << 20  # bytes read looking for "traceEvents" before giving up on
 _SCAN_BLOCK = 1 << 20  # bytes the scanner looks at in one step (bounds its temporary arrays)
 
 
-def stream_events(chunks, stats=None):
-    """Split the trace's event list into raw JSON slices while its bytes arrive; see :func:`_stream`."""
-    for raws, _events in _stream(chunks, False, stats):
+def stream_events(chunks, stats=None, around: dict | None = None):
+    """Split the trace's event list into raw JSON slices while its bytes arrive; see :func:`_stream`. ``around``
+    (a dict) is given the document's bytes around the list: ``head``, those before its ``"traceEvents"`` key (None
+    for a bare list), set before the first slices are yielded, and ``tail``, those after the list's closing bracket,
+    set before the last."""
+    for raws, _events in _stream(chunks, False, stats, around):
         yield raws
 
 
@@ -255,7 +258,7 @@ def stream_typed(chunks, stats=None):
     return _stream(chunks, True, stats)
 
 
-def _stream(chunks, typed: bool, stats):
+def _stream(chunks, typed: bool, stats, around: dict | None = None):
     """Split the trace's event list into raw JSON slices while its bytes arrive (``chunks``: an iterator).
 
     Yields lists of msgspec.Raw, in file order, whose concatenation is exactly what
@@ -316,6 +319,8 @@ def _stream(chunks, typed: bool, stats):
         pos = buf.index(b"[", j) + 1
     else:
         raise NotStreamable("not an object or a list")
+    if around is not None:
+        around["head"] = head
     del buf[:pos]
     # 2. the events, a chunk at a time (typed: a piece of about _PIECE bytes at a time, see stream_typed)
     cuts = 0
@@ -395,6 +400,8 @@ def _stream(chunks, typed: bool, stats):
         if stats is not None:
             stats.devices = devices_of(doc.deviceProperties)
             stats.recorded_with = recording_options(doc)
+    if around is not None:
+        around["tail"] = bytes(buf[end:])
     buf.clear()
     yield raws, None
 

@@ -5,6 +5,7 @@ document's other members (``deviceProperties``, the recording options, ``distrib
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import numbers
 import os
@@ -60,9 +61,110 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
     of events), TraceTooLargeError past ``max_bytes`` decompressed (None: ``trace_cap``'s), OSError where ``dst``
     cannot be written.
     """
+    from ._decode import NotStreamable
+    asked = [tuple(w) if isinstance(w, tuple) else (w,) for w in pids]
+    rule = _Rule({_key(v) for w in asked for v in w} - {None})  # (a pid that is neither has no key: it stays)
+    try:
+        try:
+            kept = _write_streamed(src, dst, max_bytes, rule)
+        except NotStreamable:  # (a document the loader too reads whole: its errors are said there)
+            rule = _Rule(rule.dropped)
+            kept = _write_whole(src, dst, max_bytes, rule)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(dst)  # (what was written of it is no trace)
+        raise
+    absent, clash = rule.missing(asked)
+    if absent or clash:
+        os.unlink(dst)
+        raise ValueError((
+            f"no event has the pid of process{'es' if len(absent) > 1 else ''} "
+            + ", ".join(" or ".join(repr(v) for v in w) for w in absent) if absent else
+            "the text pids " + "; ".join(" and ".join(map(repr, t)) for t in clash) + " share the number a reader "
+            "gives them") + ": what to leave out cannot be told apart from the rest")
+    return kept
+
+
+class _Rule:
+    """Which events go, by their pid, decided once per distinct pid; and which pids the file wrote."""
+
+    def __init__(self, dropped: set) -> None:
+        self.dropped = dropped
+        self.ints: dict = {}  # an integer pid: whether its events go (most events have one)
+        self.texts: dict = {}  # a text pid: the same (the text, or the number a reader gives it)
+        self.others: set = set()  # the other pids written, as keys
+
+    def write(self, f, raws, pids, kept: int) -> int:
+        """Write the events ``raws`` (their ``pids``) that stay to ``f``, comma-separated after ``kept`` written
+        before; returns the new count."""
+        from ._ids import Ids
+        ints, texts, dropped = self.ints, self.texts, self.dropped
+        for e, pid in zip(raws, pids):
+            if type(pid) is int:
+                goes = ints.get(pid)
+                if goes is None:
+                    goes = ints[pid] = _key(pid) in dropped
+            elif type(pid) is str:
+                goes = texts.get(pid)
+                if goes is None:
+                    goes = texts[pid] = ("str", pid) in dropped or ("int", Ids().num(pid)) in dropped
+            else:
+                key = _key(pid)
+                self.others.add(key)
+                goes = key in dropped
+            if not goes:
+                f.write(b"," if kept else b"")
+                f.write(e)
+                kept += 1
+        return kept
+
+    def missing(self, asked: list) -> tuple[list, list]:
+        """(the processes asked for that no event has, the groups of text pids a reader numbers alike of which one
+        would go)."""
+        from ._ids import Ids
+        numbered: dict = {}  # the number a reader gives each text pid: which texts share one
+        for text in self.texts:
+            numbered.setdefault(Ids().num(text), []).append(text)
+        clash = [t for n, t in numbered.items() if len(t) > 1 and ("int", n) in self.dropped]
+        written = (self.others | {("int", p) for p in self.ints} | {("str", t) for t in self.texts}
+                   | {("int", n) for n in numbered})
+        return [w for w in asked if not any(k is not None and k in written for k in map(_key, w))], clash
+
+
+def _pids(raws: list) -> list:
+    """Each event's pid (None for an element that is not an object): one decode for the lot, one per event where
+    that fails (an element that is no object; text that is not Unicode, read as the loader reads it)."""
+    msgspec, _top, _list_of, pids_of, _pid_of, _enc = _codecs()
+    try:
+        return [e.pid for e in pids_of.decode(b"".join((b"[", b",".join(raws), b"]")))]
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return [_pid_or_none(e) for e in raws]
+
+
+def _write_streamed(src, dst, max_bytes, rule: _Rule) -> int:
+    """The file written as the loader streams it (:func:`._decode.stream_events`: a chunk of events at a time, the
+    document's bytes around its list kept as they are). NotStreamable where the loader reads it whole."""
+    from ._decode import stream_events
+    from ._source import STREAM_CHUNK, iter_trace_chunks
+    around: dict = {}
+    kept = 0
+    with open(dst, "wb") as f:
+        started = False
+        for raws in stream_events(iter_trace_chunks(src, max_bytes, STREAM_CHUNK), around=around):
+            if not started:
+                head = around["head"]
+                f.write(b"[" if head is None else head + b'"traceEvents":[')
+                started = True
+            kept = rule.write(f, raws, _pids(raws), kept)
+        f.write(b"]" + around["tail"])
+    return kept
+
+
+def _write_whole(src, dst, max_bytes, rule: _Rule) -> int:
+    """The file read whole (a document the streamed reader refuses: its members then re-encoded around the events'
+    bytes), with the loader's errors for what is no trace."""
     from ._decode import repair_surrogates, repair_utf8
-    from ._ids import Ids
-    msgspec, top, list_of, pids_of, pid_of, encoder = _codecs()
+    msgspec, top, list_of, _pids_of, _pid_of, encoder = _codecs()
     source = os.fspath(src)
     data = read_trace_bytes(src, max_bytes)
     data, _ = repair_utf8(data)
@@ -85,67 +187,36 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
         events = None
     if events is None:
         raise TraceFormatError(f"{source}: 'traceEvents' must be a list of events")
-    asked = [tuple(w) if isinstance(w, tuple) else (w,) for w in pids]
-    dropped = {_key(v) for w in asked for v in w} - {None}  # (an event whose pid is neither has no key: it stays)
-    try:  # every event's pid in one pass; one event at a time where some element is not an object
-        found = [e.pid for e in pids_of.decode(raw if not isinstance(doc, list) else data)]
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        found = [_pid_or_none(pid_of, msgspec, e) for e in events]
     kept = 0
-    ints: dict = {}  # an integer pid: whether its events go, decided once per distinct pid (most events have one)
-    texts: dict = {}  # the same for a text pid
-    others: set = set()  # the other pids written, as keys
-    with open(dst, "wb") as f:  # (written a piece at a time: no second copy of the file in memory)
-        def write_events() -> None:
-            nonlocal kept
-            f.write(b"[")
-            for e, pid in zip(events, found):
-                if type(pid) is int:
-                    goes = ints.get(pid)
-                    if goes is None:
-                        goes = ints[pid] = _key(pid) in dropped
-                elif type(pid) is str:
-                    goes = texts.get(pid)
-                    if goes is None:  # (the text, or the number a reader gives it)
-                        goes = texts[pid] = ("str", pid) in dropped or ("int", Ids().num(pid)) in dropped
-                else:
-                    key = _key(pid)
-                    others.add(key)
-                    goes = key in dropped
-                if not goes:
-                    f.write(b"," if kept else b"")
-                    f.write(e)
-                    kept += 1
-            f.write(b"]")
+    with open(dst, "wb") as f:
         if isinstance(doc, list):
-            write_events()
-        else:
-            f.write(b"{")
-            for i, (k, v) in enumerate(doc.items()):
-                f.write((b"," if i else b"") + encoder.encode(k) + b":")
-                if k == "traceEvents":
-                    write_events()
-                else:
-                    f.write(v)
-            f.write(b"}")
-    numbered: dict = {}  # the number a reader gives each text pid: which texts share one
-    for text in texts:
-        numbered.setdefault(Ids().num(text), []).append(text)
-    clash = [t for n, t in numbered.items() if len(t) > 1 and ("int", n) in dropped]
-    written = others | {("int", p) for p in ints} | {("str", t) for t in texts} | {("int", n) for n in numbered}
-    absent = [w for w in asked if not any(k is not None and k in written for k in map(_key, w))]
-    if absent or clash:
-        os.unlink(dst)
-        raise ValueError((
-            f"no event has the pid of process{'es' if len(absent) > 1 else ''} "
-            + ", ".join(" or ".join(repr(v) for v in w) for w in absent) if absent else
-            "the text pids " + "; ".join(" and ".join(map(repr, t)) for t in clash) + " share the number a reader "
-            "gives them") + ": what to leave out cannot be told apart from the rest")
+            f.write(b"[")
+            kept = rule.write(f, events, _pids(events), 0)
+            f.write(b"]")
+            return kept
+        f.write(b"{")
+        for i, (k, v) in enumerate(doc.items()):
+            f.write((b"," if i else b"") + encoder.encode(k) + b":")
+            if k == "traceEvents":
+                f.write(b"[")
+                kept = rule.write(f, events, _pids(events), 0)
+                f.write(b"]")
+            else:
+                f.write(v)
+        f.write(b"}")
     return kept
 
 
-def _pid_or_none(pid_of, msgspec, raw):
-    try:
-        return pid_of.decode(raw).pid
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None  # (not an object: no process's event; it stays, as the loader's to skip)
+def _pid_or_none(raw):
+    """One event's pid: None where it is no object (no process's event: it stays, as the loader's to skip); text
+    that is not Unicode is read as the loader reads it (U+FFFD)."""
+    from ._decode import repair_surrogates, repair_utf8
+    msgspec, _top, _list_of, _pids_of, pid_of, _enc = _codecs()
+    for text in (raw, repair_surrogates(repair_utf8(bytes(raw))[0])[0]):
+        try:
+            return pid_of.decode(text).pid
+        except msgspec.ValidationError:
+            return None
+        except msgspec.DecodeError:
+            continue
+    return None
