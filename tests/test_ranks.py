@@ -95,6 +95,11 @@ def test_a_pid_goes_only_where_it_is_the_same_integer_or_text(tmp_path):
     assert write_without_processes(tmp_path / "twice.json", tmp_path / "out.json", [1]) == len(events) - 3
     assert json.loads((tmp_path / "out.json").read_text()) == {
         "traceEvents": [e for k, e in enumerate(events) if k not in {0, 8, 10}], "schemaVersion": 1}
+    # text that is not Unicode (a byte that is no UTF-8, a lone surrogate) does not hide an event's pid
+    bad = twice.replace(b'"name": "e8"', b'"name": "e8\xff"').replace(b'"name": "e10"', b'"name": "e10\\ud800"')
+    (tmp_path / "bad_text.json").write_bytes(bad.replace(b'"traceEvents": [], ', b""))
+    assert write_without_processes(tmp_path / "bad_text.json", tmp_path / "out.json", [1]) == len(events) - 3
+    assert b"e8" not in (tmp_path / "out.json").read_bytes() and b"e10" not in (tmp_path / "out.json").read_bytes()
     # a value that is no pid (1.0, true, null) names no process, though events carry such values
     with pytest.raises(ValueError, match=r"no event has the pid of processes 1\.0, True: what to leave out"):
         write_without_processes(tmp_path / "odd.json", tmp_path / "out.json", [1.0, True])
