@@ -63,7 +63,7 @@ c3.metric("CPU per step (median)", format_duration_us(s.get("cpu_step_median_us"
           help=ui.STEP_MEDIAN_HELP)
 c4.metric("SQL engine", sess.engine, help=ui.md_text(sess.engine_reason))
 ui.per_step_notes(s, rep.steps, rank_link=False)
-# ranks' traces merged into one file: each rank can become a run of its own, unless the ranks share a GPU lane
+# ranks' traces merged into one file: each rank can become a run of its own, unless they cannot be read apart
 every = s["ranks"] if len(s.get("step_processes") or []) > 1 else []
 apart = unparted(every)
 if apart:

@@ -10,7 +10,6 @@ import functools
 import numbers
 import os
 
-from ..errors import TraceFormatError
 from ._source import read_trace_bytes
 
 __all__ = ["same_pid", "write_without_processes"]
@@ -26,8 +25,7 @@ def _codecs():
         pid: object = None
 
     return (msgspec, msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw]),
-            msgspec.json.Decoder(list[msgspec.Raw]), msgspec.json.Decoder(list[Pid]), msgspec.json.Decoder(Pid),
-            msgspec.json.Encoder())
+            msgspec.json.Decoder(list[Pid]), msgspec.json.Decoder(Pid), msgspec.json.Encoder())
 
 
 def _key(pid):
@@ -134,7 +132,7 @@ class _Rule:
 def _pids(raws: list) -> list:
     """Each event's pid (None for an element that is not an object): one decode for the lot, one per event where
     that fails (an element that is no object; text that is not Unicode, read as the loader reads it)."""
-    msgspec, _top, _list_of, pids_of, _pid_of, _enc = _codecs()
+    msgspec, _top, pids_of, _pid_of, _enc = _codecs()
     try:
         return [e.pid for e in pids_of.decode(b"".join((b"[", b",".join(raws), b"]")))]
     except (msgspec.ValidationError, msgspec.DecodeError):
@@ -161,32 +159,17 @@ def _write_streamed(src, dst, max_bytes, rule: _Rule) -> int:
 
 
 def _write_whole(src, dst, max_bytes, rule: _Rule) -> int:
-    """The file read whole (a document the streamed reader refuses: its members then re-encoded around the events'
-    bytes), with the loader's errors for what is no trace."""
-    from ._decode import repair_surrogates, repair_utf8
-    msgspec, top, list_of, _pids_of, _pid_of, encoder = _codecs()
-    source = os.fspath(src)
+    """The file read whole, as the loader reads a document its splitter refuses (``_decode.split_events``: its
+    errors for what is no trace, its reading of a lone surrogate escape); the document's other members re-encoded
+    around the events' bytes."""
+    from ._decode import repair_surrogates, split_events
+    msgspec, top, _pids_of, _pid_of, encoder = _codecs()
     data = read_trace_bytes(src, max_bytes)
-    data, _ = repair_utf8(data)
-    doc = None
-    for attempt in (0, 1):
-        try:
-            doc = top.decode(data)
-            break
-        except msgspec.ValidationError:  # (a DecodeError too: asked first)
-            raise TraceFormatError(f"{source}: top level must be a JSON object with 'traceEvents' or a list of "
-                                   "events") from None
-        except msgspec.DecodeError as e:
-            if attempt:
-                raise TraceFormatError(f"{source} is not valid JSON: {e}") from None
-            data, _ = repair_surrogates(data)  # (as the loader reads a lone surrogate escape: U+FFFD)
-    raw = doc if isinstance(doc, list) else doc.get("traceEvents")
+    events = split_events(data, os.fspath(src))
     try:
-        events = raw if isinstance(doc, list) else list_of.decode(raw) if raw is not None else None
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        events = None
-    if events is None:
-        raise TraceFormatError(f"{source}: 'traceEvents' must be a list of events")
+        doc = top.decode(data)
+    except msgspec.DecodeError:  # (a lone surrogate escape, which split_events read as U+FFFD)
+        doc = top.decode(repair_surrogates(data)[0])
     kept = 0
     with open(dst, "wb") as f:
         if isinstance(doc, list):
@@ -211,7 +194,7 @@ def _pid_or_none(raw):
     """One event's pid: None where it is no object (no process's event: it stays, as the loader's to skip); text
     that is not Unicode is read as the loader reads it (U+FFFD)."""
     from ._decode import repair_surrogates, repair_utf8
-    msgspec, _top, _list_of, _pids_of, pid_of, _enc = _codecs()
+    msgspec, _top, _pids_of, pid_of, _enc = _codecs()
     for text in (raw, repair_surrogates(repair_utf8(bytes(raw))[0])[0]):
         try:
             return pid_of.decode(text).pid
