@@ -3054,3 +3054,17 @@ def test_syncs_inside_the_input_copies_get_the_copies_fix_first():
     x = rules(run(path)[2])["sync_in_step"]
     assert x.fix.startswith("The synchronising calls are those of the copies to the device from pageable memory")
     assert ".item()" not in x.fix and "pin_memory()" in x.fix
+
+
+def test_copies_whose_names_say_no_memory_kind_are_not_called_pageable():
+    """ROCm 6.2's MI250 trace names its two host-to-device copies "Memcpy HtoD (Host -> Device)": neither pageable nor
+    pinned (a plain scan). The fix called them copies "from pageable memory", which the trace cannot say; it now says
+    so, and names both ways such a copy holds the CPU."""
+    path = DATA / "third_party" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    names = {e["name"] for e in scan_trace(path) if e.get("cat") == "gpu_memcpy"}
+    assert names == {"Memcpy HtoD (Host -> Device)"}
+    x = rules(run(path, peaks=None)[2])["sync_in_step"]
+    assert "pageable memory (aten::copy_" not in x.fix
+    assert x.fix.startswith("The synchronising calls are those of the copies to the device (aten::copy_ of a "
+                            ".to(device)); the trace does not say whether they copied from pageable or pinned memory")
+    assert "non_blocking=True" in x.fix

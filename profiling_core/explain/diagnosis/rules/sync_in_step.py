@@ -153,11 +153,16 @@ def _rule_sync_in_step(c: _Ctx) -> Optional[Diagnosis]:
     # every sync inside a copy, and every copy an input's: the syncs are the pageable copies' own (a .to(device)),
     # and no .item() or .cpu() of the step's makes them
     in_copies = bool(calls) and all(_under(names, tb, i, _COPY_OP) for i in calls) and copy_kinds["DtoH"] == 0
+    # (a copy's name says pageable or pinned where the profiler wrote it: ROCm's and older traces' names say neither)
+    named = any(row["kind"] == "host-to-device" and row["memory"] == "pageable" for row in copy_rows)
     fix = (("Keep values on the GPU inside the step: avoid .item(), .cpu(), .tolist(), printing tensors and "
             "data-dependent shapes (nonzero, boolean masks) in the hot loop; log every N steps. "
             if not (in_copies and unpinned) else
             "The synchronising calls are those of the copies to the device from pageable memory (aten::copy_ of a "
-            ".to(device)). ")
+            ".to(device)). " if named else
+            "The synchronising calls are those of the copies to the device (aten::copy_ of a .to(device)); the trace "
+            "does not say whether they copied from pageable or pinned memory (their names say neither), but a copy "
+            "from pageable memory, or one without non_blocking=True, holds the CPU until it ends. ")
            + ("Move inputs to the device once, or with tensor.pin_memory() and .to(device, non_blocking=True) ahead "
               "of the step; bring" if unpinned else "Bring")
            + " a value back with a non_blocking copy and an event when it must come back.")
