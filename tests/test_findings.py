@@ -1524,6 +1524,22 @@ def _us_text(us: float) -> str:
     return format_duration_us(us)
 
 
+@pytest.mark.parametrize("path", ["h200/4096_bf16_warm_eager.json", "third_party/inference_rank_1.json.gz",
+                                  "third_party/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+                                  "cpu/stack_256_fp32_warm_eager.json"])
+def test_the_summary_counts_the_cpu_ops_a_trace_recorded(path):
+    """``summary["cpu_ops"]``: the slices on the threads that are ops, ranges or Python frames, not runtime calls (a
+    plain count of the JSON's categories); none in the old format's inference trace, whose threads hold only its
+    eight runtime calls."""
+    from profiling_core import analyze, open_trace
+    ev = scan_trace(DATA / path)
+    want = sum(1 for e in ev if e.get("ph") == "X"
+               and str(e.get("cat")).lower() in ("cpu_op", "user_annotation", "python_function"))
+    with open_trace(DATA / path, engine="sqlite") as s:
+        assert analyze(s).summary["cpu_ops"] == want
+    assert (want == 0) == (path == "third_party/inference_rank_1.json.gz")
+
+
 @pytest.mark.parametrize("name", ["trace.json.gz", "inference_rank_1.json.gz", "event_sync_trace.json.gz"])
 def test_the_questions_that_count_steps_say_why_on_a_trace_without_them(name):
     """An imported trace recorded without a schedule has no ProfilerStep (the JSON: none). Questions 3, 5, 9 and 10
@@ -1544,6 +1560,14 @@ def test_the_questions_that_count_steps_say_why_on_a_trace_without_them(name):
                                                                                        "runtime")
              and "correlation" in e.get("args", {})}
     paired = [k for k in kernels if k.get("args", {}).get("correlation") in calls]
+    ops = [e for e in cpu if str(e.get("cat")).lower() in ("cpu_op", "operator", "user_annotation", "python_function")]
+    if not ops:  # the old format's inference trace: runtime calls and kernels only, so no row could say "compiled"
+        assert not regions and name == "inference_rank_1.json.gz"
+        assert "ran eagerly" not in f["q9.compile"].text
+        assert f["q9.compile"].text.startswith("This trace records no CPU op, only runtime calls on its threads")
+        assert (f"whether it ran compiled or eagerly cannot be read from it; {len(paired):,} kernel launches over "
+                "the whole trace.") in f["q9.compile"].text
+        return
     if not regions:
         assert f"it ran eagerly, with {len(paired):,} kernel launches over the whole trace." in f["q9.compile"].text
         assert "Over the whole trace" not in f["q10.compile_cost"].text

@@ -19,7 +19,7 @@ from ._shared import Shared, frame, shared_for
 from .ranks import ranks, step_processes
 from .steps import (cpu_vs_gpu, device_busy, first_ops, gpu_busy, measured_steps, queue_growth,
                     steady_state, steps)
-from .table import cpu_own_times, idle_frames, profiler_table
+from .table import cpu_op_count, cpu_own_times, idle_frames, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = ["Report", "analyze"]
@@ -159,6 +159,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
         "ranks": ranks(session, sh),
         "step_devices": _step_devices(r.device_busy, ss["basis_steps"], r.steps),
         "idle_thread_frames": _idle_thread_frames(sh),
+        "cpu_ops": cpu_op_count(sh),
     }
 
 
@@ -248,7 +249,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None, shared: O
         ``step_devices`` (per GPU that ran the steps' work: ``device``, and the medians of its own ``busy_us`` (the
         work the step launched on it), ``busy_in_step_us`` and ``busy_fraction`` of the step's window; several where
         one process drove several GPUs), ``idle_thread_frames`` ({row name: self µs} of the table's Python frames of
-        threads that ran no Python code while recording: :func:`~profiling_core.analyses.table.idle_frames`).
+        threads that ran no Python code while recording: :func:`~profiling_core.analyses.table.idle_frames`), ``cpu_ops``
+        (the CPU slices that are not runtime or driver calls: ATen ops, ranges, Python frames, steps;
+        :func:`~profiling_core.analyses.table.cpu_op_count`: none where the profiler recorded no CPU activity).
     """
     config = as_config(config)
     sh = shared_for(session, shared)  # the launch pairs, step windows and GPU op intervals, computed once for all

@@ -6,7 +6,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, us
-from ._shared import Shared, covered_ns, factorize, frame, merged, shared_for, union_ns
+from ._shared import _RUNTIME_CATS, Shared, covered_ns, factorize, frame, merged, shared_for, union_ns
 
 _NOT_CPU = {"trace", "kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset", "gpu_user_annotation",
             "ac2g", "flow", "cuda_sync"}  # (cuda_sync: a stream's wait, on a GPU lane)
@@ -21,6 +21,16 @@ def _cpu_mask(sh: Shared) -> np.ndarray:
     t = sh.slices
     low = t["cat_low_uniq"]  # lower(category) of each category code (NULL: None)
     return np.array([c is not None and c not in _NOT_CPU for c in low], dtype=bool)[t["cat_codes"]] & (t["utid"] >= 0)
+
+
+def cpu_op_count(sh: Shared) -> int:
+    """How many CPU slices (:func:`_cpu_mask`) are not runtime or driver calls: the ATen ops, ``record_function``
+    ranges, Python frames and step slices a trace recorded on its threads. None in a trace recorded without the
+    profiler's CPU activity (an old format's, or ``activities=[CUDA]``), whose threads hold only the launch and other
+    runtime calls: such a trace cannot show a row that is an op, a torch.compile range among them."""
+    low = sh.slices["cat_low_uniq"]
+    runtime = np.array([c in _RUNTIME_CATS for c in low], dtype=bool)[sh.slices["cat_codes"]]
+    return int((_cpu_mask(sh) & ~runtime).sum())
 
 
 def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:

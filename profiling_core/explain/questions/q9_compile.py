@@ -144,6 +144,15 @@ def _q9_without_steps(r) -> Finding:
           "fx_graph_hashes": rows["hashes"], "kernel_launches": launches}
     per_step = (f" {NO_STEPS_TEXT}, so there is no step to count launches, kernels and copies per step and set beside "
                 f"another run's: to get them, {STEPS_HOWTO}.")
+    if not rows["regions"] and not rows["graph_calls"] and r.summary.get("cpu_ops", 1) == 0:
+        # torch.compile's rows are CPU ranges: a trace whose threads hold only runtime calls cannot show them
+        text = ("This trace records no CPU op, only runtime calls on its threads (recorded without the profiler's "
+                "CPU activity, or with its ops left out of the file), and torch.compile's rows (TorchDynamo Cache "
+                "Lookup, Torch-Compiled Region) are CPU ranges: whether it ran compiled or eagerly cannot be read "
+                "from it"
+                + (f"; {_n(launches, 'kernel launch', 'kernel launches')} over the whole trace." if r.has_gpu
+                   else "."))
+        return Finding("q9.compile", 9, "No CPU ops to tell compiled from eager", text + per_step, ev)
     if not rows["regions"] and not rows["graph_calls"]:
         text = ("No torch.compile rows (TorchDynamo Cache Lookup, Torch-Compiled Region) in this trace: it ran "
                 "eagerly" + (f", with {_n(launches, 'kernel launch', 'kernel launches')} over the whole trace."
