@@ -129,7 +129,7 @@ def _q9_compile(r, config=None) -> list[Finding]:
         text += (f" Of the {ev['kernel_launches']:,} kernels whose launch call the trace pairs with them, "
                  + "; ".join(parts) + ".")
     elif kernels:
-        text += f" Kernels: {_kernel_list(lp, lp['count'])}."
+        text += f" Kernels: {_kernel_list(lp, lp['count'], counts=False)}."
     text += _bias_copy(r, config, ev)
     return [Finding("q9.compile", 9, "What torch.compile changed", text, ev)]
 
@@ -205,10 +205,12 @@ def _same_graph(cb, graph: str, calls: int) -> str:
             f"step{'s' if len(cb) - ran > 1 else ''} called no compiled graph)")
 
 
-def _kernel_list(lp, launches) -> str:
+def _kernel_list(lp, launches, counts: bool = True) -> str:
     """Kernel names of launch-path rows ``lp``, most launched first (``launches``: a number per row), each cut to 48
-    characters and before a ", " (a template's arguments: the list is comma-separated); names the cut makes alike are
-    one entry that says how many kernels it stands for; then how many more kernels there are."""
+    characters and before a ", " (a template's arguments: the list is comma-separated), with its launches (×N); names
+    the cut makes alike are one entry that says how many kernel names it stands for; then how many more names there
+    are, and their launches: the launches listed add up to the count the sentence gives (``counts``; without it,
+    the names alone, for a list beside per-step figures)."""
     by: dict[str, list] = {}
     for name, k in zip(lp["name"].astype(str), list(launches)):
         cut = name.find(", ", 0, 47)
@@ -216,10 +218,12 @@ def _kernel_list(lp, launches) -> str:
         e[0] += int(k)
         e[1].add(name)
     order = sorted(by.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    shown = [label + (f" ({len(names)} kernels)" if len(names) > 1 else "")
-             for label, (_k, names) in order[:KERNELS_LISTED]]
+    shown = [label + (f" ×{k:,}" if counts else "") + (f" ({len(names)} kernel names)" if len(names) > 1 else "")
+             for label, (k, names) in order[:KERNELS_LISTED]]
     rest = sum(len(names) for _label, (_k, names) in order[KERNELS_LISTED:])
-    return ", ".join(shown) + (f" and {rest} more" if rest else "")
+    more = sum(k for _label, (k, _names) in order[KERNELS_LISTED:])
+    return ", ".join(shown) + (f" and {rest} more kernel name{'s' if rest > 1 else ''}" if rest else "") \
+        + (f" (×{more:,})" if rest and counts else "")
 
 
 def _bias_copy(r, config, ev: dict) -> str:
