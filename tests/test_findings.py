@@ -2,6 +2,7 @@
 what the trace in hand shows (not a fixed story)."""
 from __future__ import annotations
 
+import collections
 import json
 import re
 import statistics
@@ -1582,6 +1583,12 @@ def test_the_questions_that_count_steps_say_why_on_a_trace_without_them(name):
     assert ("torch.compile ran: 1 Torch-Compiled Region slice in this trace, with 1 distinct CompiledFxGraph hash "
             "(1 call). Of the 12 kernels whose launch call the trace pairs with them, all 12 were launched from "
             "torch.compile's code") in f["q9.compile"].text
+    # each listed name says its launches, which add up to the 12 (a hand count of the scan: 4 + 2 + 1 of the GEMM's
+    # three names the cut makes alike, one of each other kernel)
+    listed = f["q9.compile"].text.split("torch.compile's code: ")[1].split(". This trace")[0]
+    assert sum(int(n) for n in re.findall(r" ×(\d+)", listed)) == 12
+    gemm = collections.Counter(k["name"] for k in inside if k["name"].startswith("Cijk_Alik_Bljk"))
+    assert sorted(gemm.values()) == [1, 2, 4] and f" ×7 ({len(gemm)} kernel names)" in listed
     assert (f"1 Torch-Compiled Region slice {_us_text(regions[0]['dur'])}, 1 call of CompiledFxGraph "
             f"{_us_text(g['dur'])}") in f["q10.compile_cost"].text
 
