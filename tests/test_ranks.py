@@ -134,15 +134,16 @@ def test_each_rank_is_its_process_and_the_gpu_its_calls_launched_on(decode_two):
                 and e.get("ph") == "X")
     with open_trace(two, engine="sqlite") as s:
         calls = ranks(s)[0]["launch_calls"]
-        assert ranks(s) == [{"pid": p, "steps": steps, "launch_calls": calls, "gpus": [g]},
-                            {"pid": p + 100000, "steps": steps, "launch_calls": calls, "gpus": [g + 100000]}]
+        assert ranks(s) == [{"pid": p, "steps": steps, "launch_calls": calls, "gpus": [g], "unowned_launchers": []},
+                            {"pid": p + 100000, "steps": steps, "launch_calls": calls, "gpus": [g + 100000],
+                             "unowned_launchers": []}]
         assert step_processes(s) == [p, p + 100000]
     # its launch calls, by a plain scan: the runtime calls with a correlation id that launch kernels, copy or set
     assert calls == sum(1 for e in ev1 if e.get("pid") == p and e.get("cat") in ("cuda_runtime", "cuda_driver")
                         and "correlation" in (e.get("args") or {})
                         and any(k in e["name"].lower() for k in ("launch", "memcpy", "memset")))
     with open_trace(one, engine="sqlite") as s:
-        assert ranks(s) == [{"pid": p, "steps": steps, "launch_calls": calls, "gpus": [g]}]
+        assert ranks(s) == [{"pid": p, "steps": steps, "launch_calls": calls, "gpus": [g], "unowned_launchers": []}]
 
 
 def test_a_rank_read_on_its_own_answers_as_its_own_run(decode_two, tmp_path):
@@ -282,6 +283,51 @@ def test_ranks_whose_gpus_share_a_lane_are_read_whole_and_say_why(tmp_path):
     assert unparted([{**every[0]}, {**every[1], "gpus": [g]}]) == (
         f"GPU lane {g} ran ops that calls of several ranks launched: ranks whose GPUs share a pid, as two nodes' "
         "device 0 merged into one file do, cannot be read apart")
+
+
+def test_ranks_beside_a_process_that_launches_without_steps_are_read_whole_and_say_why(tmp_path):
+    """HTA's triton example writes its step slice under another pid than its launch calls (a plain scan: the step's
+    pid launches nothing). Two such runs merged: each rank's step process launches nothing, so the launching
+    processes and their GPU lanes were no rank's and stayed in every rank's file (each "rank" read 18 GPU ops where
+    its run has 9, on "2 GPUs of this process"). Which rank a launching process belongs to no pid says: the file is
+    read whole, saying why, and asking for a rank is refused."""
+    from profiling_core.analyses import unparted
+    doc = json.loads((H200 / "4096_bf16_warm_eager.json").read_text())
+    (cpu,), (gpu,) = _step_pids(doc["traceEvents"]), _kernel_pids(doc["traceEvents"])
+
+    def rank(k: int) -> list:
+        out = []
+        for e in doc["traceEvents"]:
+            if not isinstance(e.get("pid"), int):
+                continue
+            f = dict(e, pid=e["pid"] + 100000 * k, **({"ts": e["ts"] + 7.0 * k} if "ts" in e else {}))
+            if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X":
+                f["pid"] += 50000  # the step slice under a pid of its own
+            out.append(f)
+        return out
+    path = tmp_path / "steps_apart.json"
+    path.write_text(json.dumps({**doc, "traceEvents": rank(0) + rank(1)}))
+    ev = scan_trace(path)
+    steppers = _step_pids(ev)
+    launchers = sorted({e["pid"] for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                        and str(e.get("name", "")).startswith(("cudaLaunch", "cuLaunch", "cudaMemsetAsync"))})
+    assert steppers == [cpu + 50000, cpu + 150000] and launchers == [cpu, cpu + 100000]
+    with open_trace(path, engine="sqlite") as s:
+        every = ranks(s)
+        assert [(r["pid"], r["launch_calls"], r["gpus"], r["unowned_launchers"]) for r in every] == [
+            (cpu + 50000, 0, [], launchers), (cpu + 150000, 0, [], launchers)]
+        why = unparted(every)
+        assert why == (f"processes {cpu}, {cpu + 100000} launch GPU work but hold no step slice, so no pid says "
+                       "which rank they belong to: ranks whose work a process without steps launches cannot be read "
+                       "apart")
+        with pytest.raises(ValueError, match=f"cannot read process {cpu + 50000} on its own: processes {cpu}, "):
+            write_rank(s, cpu + 50000, tmp_path / "rank.json")
+    got = json.loads(_cli(path, "--json").stdout)
+    assert got["ranks_read_whole"] == why and got["rank"] is None
+    # one such run alone is one rank: read as the run it is
+    (tmp_path / "one.json").write_text(json.dumps({**doc, "traceEvents": rank(0)}))
+    with open_trace(tmp_path / "one.json", engine="sqlite") as s:
+        assert unparted(ranks(s)) == ""
 
 
 def test_a_gpu_lane_with_another_ranks_pid_is_read_whole_and_says_why(tmp_path):

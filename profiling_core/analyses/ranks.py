@@ -42,9 +42,11 @@ def step_processes(session, shared: Shared | None = None) -> list:
 
 def ranks(session, shared: Shared | None = None) -> list[dict]:
     """Per process whose threads hold step slices, in pid order (:func:`step_processes`): ``pid``, ``steps`` (its step
-    slices), ``launch_calls`` (its runtime calls that launch GPU work: kernels, copies, memsets) and ``gpus`` (the
-    pids of the GPU lanes that ran ops its calls launched, sorted). One entry for a trace of one process's loop,
-    several where ranks' traces were merged into one file; none for a trace without step slices on a thread."""
+    slices), ``launch_calls`` (its runtime calls that launch GPU work: kernels, copies, memsets), ``gpus`` (the
+    pids of the GPU lanes that ran ops its calls launched, sorted) and ``unowned_launchers`` (the processes whose
+    calls launched GPU work but that hold no step slice, the same in every entry: no rank's by pid). One entry for
+    a trace of one process's loop, several where ranks' traces were merged into one file; none for a trace without
+    step slices on a thread."""
     sh = shared_for(session, shared)
     steps = _steps_by_process(sh)
     if not steps:
@@ -63,8 +65,11 @@ def ranks(session, shared: Shared | None = None) -> list[dict]:
         for call_pid, gpu_pid in zip(sh.pids_of(pairs // k - 1), sh.pids_of(pairs % k - 1)):
             if call_pid in gpus and gpu_pid is not None:
                 gpus[call_pid].add(gpu_pid)
-    return [{"pid": pid, "steps": steps[pid], "launch_calls": calls.get(pid, 0), "gpus": sorted(gpus[pid], key=_order)}
-            for pid in sorted(steps, key=_order)]
+    # processes whose calls launched GPU work but that hold no step slice (a trace may write its steps under another
+    # pid than its launches': HTA's triton example): no rank's by pid
+    apart = sorted((p for p, k in calls.items() if k and p is not None and p not in steps), key=_order)
+    return [{"pid": pid, "steps": steps[pid], "launch_calls": calls.get(pid, 0), "gpus": sorted(gpus[pid], key=_order),
+             "unowned_launchers": apart} for pid in sorted(steps, key=_order)]
 
 
 def unparted(every: list[dict]) -> str:
@@ -72,7 +77,9 @@ def unparted(every: list[dict]) -> str:
     work but that has no GPU lane of its own ran its ops on a lane another rank's ops share (two nodes' device 0
     merged into one file writes both under pid 0), a lane that ran ops of two ranks' calls holds both, and a lane
     whose pid is another rank's process (ranks renumbered 0, 1... beside GPUs written as their device index) holds
-    that rank's threads too; no rule by process can part them."""
+    that rank's threads too; no rule by process can part them. Nor can it part ranks beside a process whose calls
+    launch GPU work but that holds no step slice (a trace that writes its steps under another pid than its
+    launches): which rank its work is, no pid says."""
     if len(every) < 2:
         return ""
     lanes = sorted({g for r in every for g in r["gpus"]}, key=_order)
@@ -87,6 +94,14 @@ def unparted(every: list[dict]) -> str:
         return ("; ".join(f"GPU lane {g}, which ran ops that process {p}'s calls launched, has the pid of another "
                           f"rank's process" for g, p in crossed)
                 + ": ranks whose GPU lanes and processes share pids cannot be read apart")
+    unowned = every[0].get("unowned_launchers") or []
+    if unowned:
+        many = len(unowned) > 1
+        named = ", ".join(map(str, unowned[:8])) + (" and more" if len(unowned) > 8 else "")
+        return (f"process{'es' if many else ''} {named} launch{'' if many else 'es'} GPU work but "
+                f"hold{'' if many else 's'} no step slice, so no pid says which rank "
+                f"{'they belong' if many else 'it belongs'} to: ranks whose work a process without steps launches "
+                "cannot be read apart")
     lost = [r for r in every if r["launch_calls"] and not r["gpus"]]
     if not lost:
         return ""
