@@ -38,6 +38,29 @@ def _calls_text(calls: pd.DataFrame, count: str, us: str) -> str:
     return listed + (f" and {len(calls) - 4} more" if len(calls) > 4 else "")
 
 
+def _first_step_extra_ops(r, first_step: int) -> pd.DataFrame:
+    """The ATen ops the first step calls more often than a later step does, on the threads that run the steps
+    (``cpu_own_times``' calls less those beside the steps and inside torch.compile's compiler): ``name``, ``calls``
+    (the first step's) and ``usual`` (the median over the later working steps), most extra calls first. One-time work
+    that runs inside the loop's first iteration (an optimizer creating its state, a cache filled on first use)
+    shows here, on a CPU as on a GPU, where no runtime call marks it."""
+    cols = ["name", "calls", "usual"]
+    own = r.cpu_own_times
+    later = [int(k) for k in working_steps(r.steps)["step"] if int(k) != first_step]
+    if own.empty or not later:
+        return pd.DataFrame(columns=cols)
+    ops = own[own["name"].astype(str).str.startswith("aten::") & own["step"].isin([first_step, *later])]
+    n = (ops["calls"] - ops["beside_calls"] - ops["compile_calls"]).astype("int64")
+    per = pd.DataFrame({"step": ops["step"], "name": ops["name"].astype(str), "n": n}).pivot_table(
+        index="name", columns="step", values="n", aggfunc="sum", fill_value=0)
+    per = per.reindex(columns=[first_step, *later], fill_value=0)
+    out = pd.DataFrame({"name": per.index, "calls": per[first_step].to_numpy(),
+                        "usual": per[later].median(axis=1).to_numpy()})
+    out = out[out["calls"] > out["usual"]]
+    return out.assign(_d=out["calls"] - out["usual"]).sort_values(["_d", "name"], ascending=[False, True],
+                                                                   kind="stable")[cols].reset_index(drop=True)
+
+
 def _cold_start_causes(only: pd.DataFrame, lazy: pd.DataFrame, slice_name: str) -> str:
     """What the calls found point at (workspace, library heuristics, lazy loading), only for those present."""
     names = " ".join(only["name"])
@@ -319,6 +342,17 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
         if causes:
             out += f" These point at {causes}; warm-up before profiling moves that cost out of the profile."
         return out, 0.0
+    extra_ops = _first_step_extra_ops(r, first_step) if cold and unrec <= 0 else pd.DataFrame()
+    if len(extra_ops):
+        ev["first_step_extra_ops"] = {n: [int(c), _num(u)] for n, c, u in extra_ops.itertuples(index=False)}
+        listed = ", ".join(f"{n} ×{int(c)} against {_num(u):g}"
+                           for n, c, u in extra_ops.head(4).itertuples(index=False))
+        more = f" and {len(extra_ops) - 4} more" if len(extra_ops) > 4 else ""
+        return (f" No warm-up ({why}), and the first step does work no later step repeats: it calls ATen ops more "
+                f"often than a later step does ({listed}{more}; a median over the later steps), one-time work inside "
+                "the loop's first iteration, such as an optimizer creating its state or a cache filled on first use"
+                + ("" if r.has_gpu else ", which on a CPU makes no runtime call of its own")
+                + "; warm-up before profiling moves it out of the profile."), 0.0
     if cold:
         return (f" No warm-up ({why}), but no call in the first step is missing from the later ones: "
                 + (f"the {unrec} schedule step(s) before ProfilerStep#{first_step}, not in this trace, already ran "
