@@ -124,6 +124,18 @@ def test_a_cpus_growth_says_its_levels_count_from_when_profiling_began(tmp_path)
     assert ("(16.0 KiB over 4 steps, from 4.0 KiB left by step 1 to 20.0 KiB left by step 5, counted from when the "
             "profiler began recording)") in d["memory_growth"].text
     assert "counted from when the profiler began recording" in f["q1.memory"].text
+    # torch.cuda's memory history records the CUDA allocator only: on a CPU the fix points at the profiler's own
+    # stacks (it named _record_memory_history, which records nothing of a CPU's blocks)
+    fix = d["memory_growth"].fix
+    assert "_record_memory_history() and its snapshot" not in fix
+    assert "records only the CUDA allocator" in fix and "group_by_stack_n" in fix
+
+
+def test_a_gpus_growth_points_at_the_cuda_allocators_history(tmp_path):
+    """The same on the GPU (Device Type 1): the CUDA allocator's history names the stack of every block alive."""
+    path = vt.memory_steps(tmp_path / "t.json", kept=0, temp=MiB, leak=4096, steps=5, kind=1)
+    d, _f = diagnosis(path)
+    assert "torch.cuda.memory._record_memory_history() and its snapshot" in d["memory_growth"].fix
 
 
 def test_without_steps_the_peak_is_measured_against_what_the_window_keeps(tmp_path):

@@ -89,8 +89,13 @@ def _rule_memory_growth(c: _Ctx) -> Diagnosis | None:
             for op, b, n, s in zip(u["op"], u["bytes"], u["blocks"], u["steps"])) + "."
     fix = ("Find what the loop keeps: a loss or output appended to a list (keep loss.item() every N steps, or "
            "loss.detach(), not the tensor with its graph), a dict or cache filled per step, a tensor accumulated "
-           "without .detach() (total += loss keeps every step's graph). torch.cuda.memory._record_memory_history() and "
-           "its snapshot name the stack of every block still alive.")
+           "without .detach() (total += loss keeps every step's graph). "
+           + ("torch.cuda.memory._record_memory_history() and its snapshot name the stack of every block still alive."
+              if str(dev).startswith(("cuda", "hip")) else
+              "torch.cuda's memory history records only the CUDA allocator, not this device's: profile again with "
+              "profile_memory=True and with_stack=True, and the profiler's table grouped by stack "
+              "(prof.key_averages(group_by_stack_n=5).table(sort_by='self_cpu_memory_usage')) says where the kept "
+              "memory is allocated."))
     ev = {"device": dev, "steps": steps, "growth_bytes_per_step": [int(x) for x in rise],
           "median_growth_bytes": per, "growth_bytes": total, "min_growing_steps": MIN_GROWING_STEPS,
           "unfreed": [{"op": op, "bytes": int(b), "blocks": int(n), "steps": list(s)}
