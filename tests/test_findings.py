@@ -1099,8 +1099,26 @@ def test_q5_names_what_other_threads_started_in_a_step_without_a_chain():
     assert inside == []
     q5 = by_id(path)["q5.chain"]
     assert q5.evidence["cpu_slices_elsewhere"] == 2 and q5.evidence["cpu_slices"] == 0
-    assert ("ProfilerStep#551's own slice holds no CPU slice below it; 2 CPU slices of other threads or tracks start "
-            "in its window (gloo:all_reduce)") in q5.text
+    assert ("ProfilerStep#551's own slice holds no CPU slice below it; 2 CPU slices start in its window outside its "
+            "own slice (on other threads or tracks, or on its thread past its end) (gloo:all_reduce)") in q5.text
+
+
+def test_q5_counts_the_slices_that_run_past_the_steps_end_as_outside_its_slice():
+    """A with_stack CPU run: the profiler's own step() frames start in the last step's window on its thread and end
+    after it (a plain scan), so the step's slice does not hold them. Question 5 called them slices "of other threads
+    or tracks"; it now says they may run past its end."""
+    path = DATA / "cpu" / "stack_256_fp32_warm_eager.json"
+    xs = scan(path).xs
+    st = max((e for e in xs if str(e["name"]).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    past = [e for e in xs if e["tid"] == st["tid"] and e.get("cat") not in ("Trace",) and e is not st
+            and st["ts"] <= e["ts"] < st["ts"] + st["dur"] < e["ts"] + e["dur"]]
+    elsewhere = [e for e in xs if e["tid"] != st["tid"] and e.get("cat") not in ("Trace",)
+                 and st["ts"] <= e["ts"] < st["ts"] + st["dur"]]
+    assert len(past) == 4 and not elsewhere
+    q5 = by_id(path)["q5.chain"]
+    assert q5.evidence["cpu_slices_elsewhere"] == 4
+    assert "4 more CPU slices start in its window outside its own slice (on other threads or tracks, or on its " \
+           "thread past its end)" in q5.text
 
 
 def test_q9_counts_a_compiled_steps_host_to_device_copies():

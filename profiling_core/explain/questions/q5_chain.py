@@ -138,8 +138,8 @@ def _q5_chain(r, config=None) -> list[Finding]:
         extra = {n: int(c) - int(in_chain.get(n, 0)) for n, c in zip(mine["name"].astype(str), mine["calls"])}
         extra = {n: c for n, c in extra.items() if c > 0}  # (in the window, not in the step's own slice)
         others = sum(extra.values())
-        elsewhere = (f"; {_n(others, 'more CPU slice' if len(cpu) else 'CPU slice')} of other threads or tracks start "
-                     "in its window"
+        elsewhere = (f"; {_n(others, 'more CPU slice' if len(cpu) else 'CPU slice')} start in its window outside "
+                     "its own slice (on other threads or tracks, or on its thread past its end)"
                      f" ({_listed(extra)})" if others > 0 else "")
         return [Finding("q5.chain", 5, "CPU-only dispatch" if not launched else "Dispatch outside the step's slice",
                         f"{why}: ProfilerStep#{step}'s own slice holds "
