@@ -3068,3 +3068,26 @@ def test_copies_whose_names_say_no_memory_kind_are_not_called_pageable():
     assert x.fix.startswith("The synchronising calls are those of the copies to the device (aten::copy_ of a "
                             ".to(device)); the trace does not say whether they copied from pageable or pinned memory")
     assert "non_blocking=True" in x.fix
+
+
+def test_a_for_loop_optimizers_ops_are_those_of_its_own_step_not_the_scalers():
+    """A CPU training step with a for-loop AdamW and a GradScaler (tests/data/cpu/README.md): its optimizer phase
+    holds 87 ATen ops a step, 62 of them inside the profiler's Optimizer.step#AdamW.step range and, outside it, the
+    GradScaler's unscale and step, among them the multi-tensor aten::_amp_foreach_non_finite_check_and_unscale_ (a
+    plain scan). The rule counted all 87 as the optimizer's and said none of them was a multi-tensor op; it now
+    counts the optimizer's own 62 and says what the other 25 are."""
+    path = DATA / "cpu" / "linear_train_adamw_fp16_scaler.json.gz"
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+
+    def aten_in(r) -> list:
+        return [e for e in xs if e.get("cat") == "cpu_op" and str(e["name"]).startswith("aten::")
+                and e["tid"] == r["tid"] and r["ts"] <= e["ts"] < r["ts"] + r["dur"]]
+    own = {len(aten_in(r)) for r in xs if str(r["name"]).startswith("Optimizer.step#AdamW.step")}
+    phase = [aten_in(r) for r in xs if r["name"] == "train::optimizer"]
+    assert own == {62} and {len(p) for p in phase} == {87}
+    assert all(any(e["name"] == "aten::_amp_foreach_non_finite_check_and_unscale_" for e in p) for p in phase)
+    x = rules(run(path, peaks=None)[2])["unfused_optimizer"]
+    assert x.evidence["aten_ops_per_step"] == 62
+    assert ("The optimizer (AdamW) ran its for-loop implementation: 62 ATen ops per step inside its Optimizer.step "
+            "range") in x.text
+    assert "(the optimizer phase's 25 other ATen ops per step are outside that range" in x.text

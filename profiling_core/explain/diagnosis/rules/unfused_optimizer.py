@@ -16,7 +16,10 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+import numpy as np
+
 from ....analyses import GPU_PACED, measured_steps, phase_ops
+from ....analyses._shared import shared_for
 from ..base import Diagnosis, _Ctx, _cpu_time_cost, _fmt_n, _fmt_us, _in_this_app, _multi_tensor_kernels
 
 PER_PARAMETER_OPS_AT = 8
@@ -24,6 +27,22 @@ PER_PARAMETER_OPS_AT = 8
 about ten per parameter; SGD on one or two tensors stays below)."""
 
 _CLASS = re.compile(r"Optimizer\.step#([A-Za-z0-9_]+)\.step")
+
+
+def _inside_optimizer_step(c: _Ctx, ops) -> Optional[np.ndarray]:
+    """Which of the phase's ATen ops ``ops`` (``phase_ops`` rows) start inside a ``Optimizer.step#...`` range on
+    their thread (a mask), or None where the trace recorded no such range (or none holds any of them)."""
+    sh = c.shared if c.shared is not None else shared_for(c.session)
+    t = sh.slices
+    ranges = np.flatnonzero(sh.name_mask(lambda n: isinstance(n, str) and _CLASS.match(n) is not None))
+    if not len(ranges) or not len(ops):
+        return None
+    rows = sh.pos(ops["slice_id"].to_numpy(dtype=np.int64))
+    ts, utid = t["ts"][rows], t["utid"][rows]
+    inside = np.zeros(len(rows), dtype=bool)
+    for j in ranges.tolist():
+        inside |= (utid == t["utid"][j]) & (ts >= t["ts"][j]) & (ts < t["ts"][j] + t["dur"][j])
+    return inside if inside.any() else None
 
 
 def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
@@ -47,6 +66,12 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
     n_steps = max(1, len(set(basis["step"])))
     in_basis = ops[ops["step"].isin(basis["step"])]
     ops, names = (in_basis, in_basis["name"].astype(str)) if len(in_basis) else (ops, names)
+    # the optimizer's own ops: those inside the profiler's Optimizer.step#... range where it recorded one (the phase
+    # also holds a GradScaler's unscale and step, whose multi-tensor _amp_foreach_ op is no update's)
+    phase_n = len(ops)
+    own = _inside_optimizer_step(c, ops)
+    if own is not None:
+        ops, names = ops[own], names[own]
     per_step = len(ops) / n_steps
     if per_step < PER_PARAMETER_OPS_AT:
         return None
@@ -60,8 +85,13 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
         f" and {len(counts) - len(top)} more op name{'s' if len(counts) - len(top) > 1 else ''}"
         if len(counts) > len(top) else "")
     on_gpu = r.has_gpu
+    aside = phase_n - len(ops)
     text = (f"The optimizer{f' ({cls})' if cls else ''} ran its for-loop implementation: {_fmt_n(per_step)} ATen "
-            f"ops per step ({what}), none of them a multi-tensor (_foreach_) or fused (_fused_) op"
+            f"ops per step{' inside its Optimizer.step range' if own is not None else ''} ({what}), none of them a "
+            "multi-tensor (_foreach_) or fused (_fused_) op"
+            + (f" (the optimizer phase's {_fmt_n(aside / n_steps)} other ATen ops per step are outside that range: a "
+               "GradScaler's unscale and step, say; the time figures that follow are the phase's, theirs included)"
+               if aside else "")
             + (f"; {_fmt_n(kernels)} kernels per step in the optimizer phase, {_fmt_us(gpu_us)} of GPU time" if on_gpu
                else "")
             + f", {_fmt_us(cpu_us)} of CPU time per step. Each parameter's update is a few small ops, each "
