@@ -185,7 +185,8 @@ def test_the_command_line_reads_the_first_rank_and_names_the_others(decode_two):
     assert second[2] == note.replace(f"process {p} ", f"process {p2} ").replace("(pid 0)", "(pid 100000)")
     assert second[1:2] + second[3:] == single
     doc = json.loads(_cli(two, "--json").stdout)
-    assert doc["rank"] == {**every[0], "processes": [p, p2]} and doc["step_processes"] == [p]
+    assert doc["rank"] == {**every[0], "processes": [p, p2], "unowned_events_placed": True}
+    assert doc["step_processes"] == [p]
     assert json.loads(_cli(one, "--json").stdout)["rank"] is None
 
 
@@ -239,6 +240,67 @@ def test_the_report_of_one_process_is_the_same_with_a_shared_handed_over():
     assert a.summary == b.summary
     for name in ("steps", "kernel_stats", "launch_latency"):
         assert getattr(a, name).equals(getattr(b, name)), name
+
+
+def _a20_ranks(tmp_path, interleave: bool = False) -> tuple[Path, list]:
+    """The H200's warm 4096² run of 20 steps as two ranks (the second's pids + 100000, its GPU lane pid 1, 7 µs
+    later), each with its profiler's own events as Kineto writes them: its overhead event on pid -1 (Activity Buffer
+    Request) and its recording span on pid "Spans", which no rank's pid names. Joined one after the other, or with
+    their events interleaved one by one. Returns the merged file and each rank's own events."""
+    doc = json.loads((H200 / "4096_bf16_warm_eager_a20.json").read_text())
+    gpu = set(_kernel_pids(doc["traceEvents"]))
+
+    def rank(k: int) -> list:
+        def pid(p):
+            return p if not isinstance(p, int) or p < 0 else (k if p in gpu else p + 100000 * k)
+        return [dict(e, pid=pid(e["pid"]), **({"ts": e["ts"] + 7.0 * k} if "ts" in e else {})) if "pid" in e else e
+                for e in doc["traceEvents"]]
+    own = [rank(0), rank(1)]
+    events = ([e for pair in zip(*own) for e in pair] if interleave else own[0] + own[1])
+    path = tmp_path / ("interleaved.json" if interleave else "joined.json")
+    path.write_text(json.dumps({**doc, "traceEvents": events}))
+    for k in (0, 1):
+        (tmp_path / f"rank{k}.json").write_text(json.dumps({**doc, "traceEvents": own[k]}))
+    return path, own
+
+
+def test_each_ranks_profiler_events_go_with_it_where_the_file_joins_the_ranks(tmp_path):
+    """Each rank's trace holds its profiler's own events under pids no rank has (pid -1: Activity Buffer Request;
+    "Spans": its recording span). All stayed in every rank's file: a rank read alone counted both ranks' Activity
+    Buffer Requests (question 1's table one row more, question 4 a start-up twice as long) and took the later
+    rank's recording end for its own. Where the file joins the ranks one after the other, each such event goes
+    with the rank whose events came before it: each rank's file holds its own (a plain scan) and reads as its own
+    trace does."""
+    path, own = _a20_ranks(tmp_path)
+    unowned = [[e for e in events if e.get("pid") in (-1, "Spans")] for events in own]
+    assert [len(u) for u in unowned] == [3, 3]
+    with open_trace(path, engine="sqlite") as s:
+        every = ranks(s)
+        for k, r in enumerate(every):
+            got = write_rank(s, r["pid"], tmp_path / f"alone{k}.json")
+            assert got["unowned_events_placed"] is True
+            kept = scan_trace(tmp_path / f"alone{k}.json")
+            assert [e for e in kept if e.get("pid") in (-1, "Spans")] == unowned[k]
+    for k, r in enumerate(every):
+        alone = _cli(tmp_path / f"rank{k}.json").stdout.splitlines()[1:]
+        got = _cli(path, "--process", str(r["pid"])).stdout.splitlines()
+        assert [x for x in got[1:] if not x.startswith("  note: This file holds")] == alone
+
+
+def test_ranks_interleaved_in_the_file_keep_every_ranks_profiler_events_and_say_so(tmp_path):
+    """The same ranks with their events interleaved one by one (a merge sorted by time does the like): no place in
+    the file says whose the profiler's own events are, so each rank's file keeps both ranks' (a plain scan) and
+    the note says so."""
+    path, own = _a20_ranks(tmp_path, interleave=True)
+    with open_trace(path, engine="sqlite") as s:
+        r = ranks(s)[0]
+        got = write_rank(s, r["pid"], tmp_path / "alone.json")
+    assert got["unowned_events_placed"] is False
+    kept = scan_trace(tmp_path / "alone.json")
+    assert sum(1 for e in kept if e.get("pid") == "Spans" and e.get("ph") == "X") == 2
+    out = _cli(path).stdout
+    assert "stay for every rank: the ranks' events interleave in the file" in out
+    assert json.loads(_cli(path, "--json").stdout)["rank"]["unowned_events_placed"] is False
 
 
 def _shared_lane(tmp_path) -> Path:

@@ -119,10 +119,13 @@ def _order(pid) -> tuple:
 def write_rank(session, pid, dst: str | os.PathLike, shared: Shared | None = None) -> dict:
     """Write to ``dst`` (plain JSON) the rank of process ``pid`` as its own trace: the file less the events of the
     other ranks (each other process that holds step slices, and the GPU lanes its calls launched work on:
-    :func:`ranks`). Everything else stays as the file holds it: the events of
-    processes that belong to no rank (the profiler's own recording spans, a GPU's lane that ran nothing) and the
-    file's other members (``deviceProperties``...). A trace of one process's loop is written whole. Returns that
-    rank's entry of :func:`ranks`.
+    :func:`ranks`). The events of processes that belong to no rank (the profiler's own recording span and overhead
+    events, which every rank's trace holds a set of, a GPU's lane that ran nothing) go with the rank the file holds
+    them in (``trace.write_without_processes``' ``keep``: after its other events, as a file that joined the ranks'
+    traces one after the other holds them), or all stay where the rank's events do not sit in one run of the file;
+    the file's other members (``deviceProperties``...) stay as they are. A trace of one process's loop is written
+    whole. Returns that rank's entry of :func:`ranks`, with ``unowned_events_placed`` (whether those events were
+    placed, False where they all stayed).
 
     ValueError where ``pid`` holds no step slice in this trace, naming those that do, where the ranks cannot be
     read apart (:func:`unparted`), saying why, and where the pids the file writes do not say which events are whose
@@ -139,8 +142,11 @@ def write_rank(session, pid, dst: str | os.PathLike, shared: Shared | None = Non
     # each as the file may write it: its number, or its name where the file wrote a text pid, which the reader
     # numbers and names by that text (both engines: docs/SQL.md) unless metadata renamed it
     names = {p: name for _upid, p, name in session.tables.processes}
-    others = [(q, names[q]) if isinstance(names.get(q), str) else q
-              for r in every if r is not rank for q in (r["pid"], *r["gpus"])]
-    write_without_processes(session.path, dst, others)
-    return rank
+    def written(q):
+        return (q, names[q]) if isinstance(names.get(q), str) else q
+    others = [written(q) for r in every if r is not rank for q in (r["pid"], *r["gpus"])]
+    placed: dict = {}
+    write_without_processes(session.path, dst, others, keep=[written(q) for q in (rank["pid"], *rank["gpus"])],
+                            placed=placed)
+    return {**rank, "unowned_events_placed": placed["by_position"]}
 

@@ -23,6 +23,7 @@ def _codecs():
 
     class Pid(msgspec.Struct, gc=False):
         pid: object = None
+        ph: object = None
 
     return (msgspec, msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw]),
             msgspec.json.Decoder(list[Pid]), msgspec.json.Decoder(Pid), msgspec.json.Encoder())
@@ -43,7 +44,7 @@ def same_pid(a, b) -> bool:
 
 
 def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids,
-                            max_bytes: int | None = None) -> int:
+                            max_bytes: int | None = None, keep=None, placed: dict | None = None) -> int:
     """Write to ``dst`` (plain JSON) the trace ``src`` less every event of the processes ``pids``.
 
     Each of ``pids`` is a process's pid as the file writes it (an integer or a text; 1 and "1" differ), or a tuple of
@@ -53,6 +54,15 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
     (``process_name``, ``thread_name``...) included; every other event stays, in the file's order, as its bytes: those
     of other processes, and those of none (the profiler's own ``Spans``/``Traces`` and its global instants, which no
     one rank owns). Returns how many events were kept.
+
+    ``keep`` (the same form as ``pids``): the processes of the part the file is written for, where ``pids`` are the
+    other parts' (the other ranks of a file that merged ranks' traces). The events of processes in neither (the
+    profiler's own ``Spans``/``Traces`` and its overhead events on pid -1, one set per rank) then go with the part
+    the file holds them in: the one whose events last came before them, or, before any part's, the first part's (a
+    rank's trace ends with its profiler's own events, so a file that joined the ranks' traces one after the other
+    holds each rank's after its other events). Where the kept part's events do not sit in one run (ranks merged event
+    by event, or sorted by time), no place says whose they are: they all stay, and ``placed`` (a dict, where given)
+    gets ``by_position`` False (True where they were placed).
     Raises ValueError where a process (no value of its tuple) is the pid of no event of the file, naming it, or where
     text pids that share such a number would go: what is left out would not be what was asked for (``dst`` is then
     removed); TraceFormatError for a file that is not a trace (a JSON object with a ``traceEvents`` list, or a list
@@ -61,17 +71,26 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
     """
     from ._decode import NotStreamable
     asked = [tuple(w) if isinstance(w, tuple) else (w,) for w in pids]
-    rule = _Rule({_key(v) for w in asked for v in w} - {None})  # (a pid that is neither has no key: it stays)
+    dropped = {_key(v) for w in asked for v in w} - {None}  # (a pid that is neither has no key: it stays)
+    own = None if keep is None else {_key(v) for w in keep for v in (w if isinstance(w, tuple) else (w,))} - {None}
+    whole = False
     try:
-        try:
-            kept = _write_streamed(src, dst, max_bytes, rule)
-        except NotStreamable:  # (a document the loader too reads whole: its errors are said there)
-            rule = _Rule(rule.dropped)
-            kept = _write_whole(src, dst, max_bytes, rule)
+        for kept_keys in ((own, None) if own is not None else (None,)):
+            rule = _Rule(dropped, kept_keys)
+            try:
+                kept = (_write_whole if whole else _write_streamed)(src, dst, max_bytes, rule)
+            except NotStreamable:  # (a document the loader too reads whole: its errors are said there)
+                whole = True
+                rule = _Rule(dropped, kept_keys)
+                kept = _write_whole(src, dst, max_bytes, rule)
+            if rule.runs <= 1:  # (without kept_keys, runs stays 0)
+                break
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(dst)  # (what was written of it is no trace)
         raise
+    if placed is not None:
+        placed["by_position"] = own is not None and rule.kept is not None
     absent, clash = rule.missing(asked)
     if absent or clash:
         os.unlink(dst)
@@ -84,36 +103,79 @@ def write_without_processes(src: str | os.PathLike, dst: str | os.PathLike, pids
 
 
 class _Rule:
-    """Which events go, by their pid, decided once per distinct pid; and which pids the file wrote."""
+    """Which events go, by their pid, decided once per distinct pid; and which pids the file wrote.
 
-    def __init__(self, dropped: set) -> None:
+    With ``kept`` (the processes of the part kept), a process in neither set (the profiler's own ``Spans`` and
+    ``Traces``, its overhead events on pid -1) has its events placed by the file's order: they go with the part whose
+    events last came before them (before any, with the first part's), where the kept part's events sit in one run
+    (``runs``: how many runs of the kept part's events the file holds)."""
+
+    _GO, _STAY, _NONE = 1, 0, -1
+
+    def __init__(self, dropped: set, kept: set | None = None) -> None:
         self.dropped = dropped
-        self.ints: dict = {}  # an integer pid: whether its events go (most events have one)
+        self.kept = kept
+        self.ints: dict = {}  # an integer pid: _GO, _STAY or _NONE (most events have one)
         self.texts: dict = {}  # a text pid: the same (the text, or the number a reader gives it)
         self.others: set = set()  # the other pids written, as keys
+        self.side = None  # (with kept) whose events came last: _GO or _STAY; None before any
+        self.lead: list = []  # (with kept) events of no part before the first part's: placed with it
+        self.runs = 0
 
-    def write(self, f, raws, pids, kept: int) -> int:
-        """Write the events ``raws`` (their ``pids``) that stay to ``f``, comma-separated after ``kept`` written
-        before; returns the new count."""
+    def _of(self, keys) -> int:
+        if any(k in self.dropped for k in keys):
+            return self._GO
+        if self.kept is None or any(k in self.kept for k in keys):
+            return self._STAY
+        return self._NONE
+
+    def write(self, f, raws, pids, meta, kept: int) -> int:
+        """Write the events ``raws`` (their ``pids``; ``meta``: whether each is metadata, ``"ph": "M"``) that stay
+        to ``f``, comma-separated after ``kept`` written before; returns the new count. A metadata event (a trace
+        names its processes and threads first, the GPUs it never used among them) places nothing."""
         from ._ids import Ids
-        ints, texts, dropped = self.ints, self.texts, self.dropped
-        for e, pid in zip(raws, pids):
+        ints, texts = self.ints, self.texts
+        go, stay = self._GO, self._STAY
+        for e, pid, m in zip(raws, pids, meta):
             if type(pid) is int:
-                goes = ints.get(pid)
-                if goes is None:
-                    goes = ints[pid] = _key(pid) in dropped
+                what = ints.get(pid)
+                if what is None:
+                    what = ints[pid] = self._of((_key(pid),))
             elif type(pid) is str:
-                goes = texts.get(pid)
-                if goes is None:
-                    goes = texts[pid] = ("str", pid) in dropped or ("int", Ids().num(pid)) in dropped
+                what = texts.get(pid)
+                if what is None:
+                    what = texts[pid] = self._of((("str", pid), ("int", Ids().num(pid))))
             else:
                 key = _key(pid)
                 self.others.add(key)
-                goes = key in dropped
-            if not goes:
+                what = self._of((key,))
+            if what < 0:  # an event of no part: where the file holds it
+                if self.side is None:
+                    self.lead.append(e)
+                    continue
+                what = self.side
+            elif self.kept is not None and what != self.side and not m:
+                if what == stay:
+                    self.runs += 1
+                if self.side is None and what == stay:
+                    for b in self.lead:
+                        f.write(b"," if kept else b"")
+                        f.write(b)
+                        kept += 1
+                self.side, self.lead = what, []
+            if what != go:
                 f.write(b"," if kept else b"")
                 f.write(e)
                 kept += 1
+        return kept
+
+    def finish(self, f, kept: int) -> int:
+        """Write what is left to place (events of no part in a file of no part's events: they stay)."""
+        for b in self.lead:
+            f.write(b"," if kept else b"")
+            f.write(b)
+            kept += 1
+        self.lead = []
         return kept
 
     def missing(self, asked: list) -> tuple[list, list]:
@@ -129,14 +191,15 @@ class _Rule:
         return [w for w in asked if not any(k is not None and k in written for k in map(_key, w))], clash
 
 
-def _pids(raws: list) -> list:
+def _pids(raws: list) -> tuple[list, list]:
     """Each event's pid (None for an element that is not an object): one decode for the lot, one per event where
     that fails (an element that is no object; text that is not Unicode, read as the loader reads it)."""
     msgspec, _top, pids_of, _pid_of, _enc = _codecs()
     try:
-        return [e.pid for e in pids_of.decode(b"".join((b"[", b",".join(raws), b"]")))]
+        got = pids_of.decode(b"".join((b"[", b",".join(raws), b"]")))
+        return [e.pid for e in got], [e.ph == "M" for e in got]
     except (msgspec.ValidationError, msgspec.DecodeError):
-        return [_pid_or_none(e) for e in raws]
+        return [_pid_or_none(e) for e in raws], [False] * len(raws)
 
 
 def _write_streamed(src, dst, max_bytes, rule: _Rule) -> int:
@@ -153,7 +216,8 @@ def _write_streamed(src, dst, max_bytes, rule: _Rule) -> int:
                 head = around["head"]
                 f.write(b"[" if head is None else head + b'"traceEvents":[')
                 started = True
-            kept = rule.write(f, raws, _pids(raws), kept)
+            kept = rule.write(f, raws, *_pids(raws), kept)
+        kept = rule.finish(f, kept)
         f.write(b"]" + around["tail"])
     return kept
 
@@ -174,7 +238,7 @@ def _write_whole(src, dst, max_bytes, rule: _Rule) -> int:
     with open(dst, "wb") as f:
         if isinstance(doc, list):
             f.write(b"[")
-            kept = rule.write(f, events, _pids(events), 0)
+            kept = rule.finish(f, rule.write(f, events, *_pids(events), 0))
             f.write(b"]")
             return kept
         f.write(b"{")
@@ -182,7 +246,7 @@ def _write_whole(src, dst, max_bytes, rule: _Rule) -> int:
             f.write((b"," if i else b"") + encoder.encode(k) + b":")
             if k == "traceEvents":
                 f.write(b"[")
-                kept = rule.write(f, events, _pids(events), 0)
+                kept = rule.finish(f, rule.write(f, events, *_pids(events), 0))
                 f.write(b"]")
             else:
                 f.write(v)

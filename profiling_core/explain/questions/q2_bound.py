@@ -125,7 +125,11 @@ def rank_text(rank: dict) -> str:
     return (f"This file holds the steps of {len(pids)} processes (pid {named}): ranks' traces merged into one file. "
             f"Everything here reads one rank, as its own trace would hold it: process {rank['pid']} "
             f"({rank['steps']} step slice{'s' if rank['steps'] != 1 else ''}) and {lanes}; the other ranks' events "
-            "are left out.")
+            "are left out"
+            + (". The events that carry no rank's pid (the profiler's own recording span and overhead events, one "
+               "set per rank) stay for every rank: the ranks' events interleave in the file, so no place says whose "
+               "they are, and the profiler's start-up and the recording's window may count every rank's."
+               if rank.get("unowned_events_placed") is False else "."))
 
 
 def devices_text(gpus: list, processes: int = 1) -> str:
