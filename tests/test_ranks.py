@@ -355,7 +355,7 @@ def test_ranks_beside_a_process_that_launches_without_steps_are_read_whole_and_s
     read whole, saying why, and asking for a rank is refused."""
     from profiling_core.analyses import unparted
     doc = json.loads((H200 / "4096_bf16_warm_eager.json").read_text())
-    (cpu,), (gpu,) = _step_pids(doc["traceEvents"]), _kernel_pids(doc["traceEvents"])
+    (cpu,) = _step_pids(doc["traceEvents"])
 
     def rank(k: int) -> list:
         out = []
