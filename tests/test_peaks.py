@@ -22,6 +22,9 @@ def test_a_cpu_calibration_measures_every_dtype_and_the_copy(cpu_peaks):
         assert 0 < p.gemm_tflops_median[d] <= best < 50
     assert 0 < p.bandwidth_gbs_median <= p.bandwidth_gbs and p.copy_bytes == 16 << 20
     assert p.threads == torch.get_num_threads() and f"{p.threads} CPU threads" in p.method
+    # the method says what a CPU calibration measured: no TF32 row, no device-to-device copy (it said both)
+    assert "tf32" not in p.method and "device-to-device" not in p.method
+    assert "a copy_ in the CPU's memory of 16 MiB counting bytes read + written" in p.method
     assert p.datasheet() is None  # no datasheet for a CPU
 
 

@@ -132,9 +132,10 @@ def measure_peaks(device: str = "cuda", *, gemm_size: Optional[int] = None, copy
     timing = (f"CUDA events around {repeats} back-to-back calls per round after {warmup} warm-up calls"
               if on_gpu else f"time.perf_counter around rounds of about {round_s:g} s (at most {repeats} calls) "
                              f"after {warmup} warm-up calls; {threads} CPU threads")
-    method = (f"torch.mm of two random square matrices per dtype (M = N = K: {shapes}; tf32 = fp32 with "
-              f"torch.backends.cuda.matmul.allow_tf32 on, fp32 with it off), and a device-to-device copy_ of "
-              f"{nbytes / 2**20:,.0f} MiB counting bytes read + written; {timing}; {rounds} rounds, the best kept "
+    method = (f"torch.mm of two random square matrices per dtype (M = N = K: {shapes}"
+              + ("; tf32 = fp32 with torch.backends.cuda.matmul.allow_tf32 on, fp32 with it off), and a "
+                 "device-to-device copy_ of " if on_gpu else "), and a copy_ in the CPU's memory of ")
+              + f"{nbytes / 2**20:,.0f} MiB counting bytes read + written; {timing}; {rounds} rounds, the best kept "
               f"(the median stored beside it)")
     return DevicePeaks(device=name, kind=device, driver=driver, torch_version=torch.__version__,
                        measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), method=method,
