@@ -19,7 +19,7 @@ import pytest
 import verdict_traces as vt
 from conftest import scan_trace
 from profiling_core import analyze, open_trace
-from profiling_core.analyses import ranks, step_processes, write_rank
+from profiling_core.analyses import ranks, step_processes, unparted, write_rank
 from profiling_core.trace import write_without_processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -301,6 +301,43 @@ def test_ranks_interleaved_in_the_file_keep_every_ranks_profiler_events_and_say_
     out = _cli(path).stdout
     assert "stay for every rank: the ranks' events interleave in the file" in out
     assert json.loads(_cli(path, "--json").stdout)["rank"]["unowned_events_placed"] is False
+
+
+def test_an_op_launched_before_the_recording_is_no_other_ranks(tmp_path):
+    """Rank 0's first GPU op (a memset) was launched before the recording: its call and its flow's start are not in
+    the file, its flow's end and correlation id (1069) are, and rank 1's call of the same id is. The pairing gave
+    the op to rank 1's call, so rank 1 "launched work" on rank 0's GPU and both ranks were refused as sharing a lane.
+    The op now stays unpaired, as in rank 0's own trace; each rank reads as its own trace does, and the study's SQL
+    pairs as the analyses do."""
+    from test_multi_gpu import _same_in_sql
+    doc = json.loads((H200 / "4096_bf16_warm_eager.json").read_text())
+    gpu = set(_kernel_pids(doc["traceEvents"]))
+    first = min((e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memset")), key=lambda e: e["ts"])
+    corr = first["args"]["correlation"]
+
+    def rank(k: int) -> list:
+        out = []
+        for e in doc["traceEvents"]:
+            if k == 0 and ((e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") == corr)
+                           or (e.get("ph") == "s" and e.get("id") == corr)):
+                continue  # (launched before the recording)
+            p = e.get("pid")
+            p = p if not isinstance(p, int) or p < 0 else (k if p in gpu else p + 100000 * k)
+            out.append(dict(e, pid=p, **({"ts": e["ts"] + 150.0 * k} if "ts" in e else {})) if "pid" in e else e)
+        return out
+    path = tmp_path / "before.json"
+    path.write_text(json.dumps({**doc, "traceEvents": rank(0) + rank(1)}))
+    (tmp_path / "rank0.json").write_text(json.dumps({**doc, "traceEvents": rank(0)}))
+    assert first["cat"] == "gpu_memset" and any(e.get("ph") == "f" and e.get("id") == corr for e in rank(0))
+    with open_trace(path, engine="sqlite") as s:
+        every = ranks(s)
+        assert [(r["pid"], r["gpus"]) for r in every] == [(every[0]["pid"], [0]), (every[0]["pid"] + 100000, [1])]
+        assert unparted(every) == ""
+        p = every[0]["pid"]
+    alone = _cli(tmp_path / "rank0.json").stdout.splitlines()[1:]
+    got = _cli(path, "--process", str(p)).stdout.splitlines()
+    assert [x for x in got[1:] if not x.startswith("  note: This file holds")] == alone
+    _same_in_sql(path, ("launch_latency", "sync_wait"))
 
 
 def _shared_lane(tmp_path) -> Path:

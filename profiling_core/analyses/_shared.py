@@ -656,8 +656,11 @@ class Shared:
            id, the k-th GPU to start an op of it (ranks that run in step launch and run in the same order; where
            the first rule cannot tell them apart their figures differ by no more than their offset), then
         3. has the lower pid.
-        An op that matches calls of one process only, or none of the chosen process, keeps its pairs. ``corr``: the
-        ``args.correlation`` of the GPU ops by arg set (None where one process made the launch calls)."""
+        An op that matches calls of none of the chosen process keeps its pairs; so does one that matches calls of
+        one process only, unless its GPU's ops keep another process's calls: then that call is another rank's whose
+        id the op's own launch (before the recording, not in the file) shared, and the op is left unpaired, as an
+        op whose launch the trace does not hold. ``corr``: the ``args.correlation`` of the GPU ops by arg set (None
+        where one process made the launch calls)."""
         if not len(lo) or corr is None:
             return lo, gi, by_corr
         t = self.slices
@@ -686,14 +689,11 @@ class Shared:
         score = score.reset_index().sort_values(["gp", "causal", "placed", "lp"],
                                                 ascending=[True, False, False, True])
         chosen = score.drop_duplicates("gp").set_index("gp")["lp"]
-        rows = np.flatnonzero(amb)
-        gp_all = np.full(len(lo), -2, dtype=np.int64)
-        gp_all[rows] = self.pid_codes(t["utid"][gi[rows]])
-        want = np.full(len(lo), -2, dtype=np.int64)
-        want[rows] = chosen.reindex(gp_all[rows]).to_numpy()
+        gp_all = self.pid_codes(t["utid"][gi])
+        want = chosen.reindex(gp_all).to_numpy(dtype=float, na_value=np.nan)  # (NaN: a GPU no rule chose for)
         own = lp == want
-        has_own = pd.Series(own).groupby(gi).transform("any").to_numpy()
-        keep = ~amb | own | ~has_own
+        has_own = pd.Series(own & amb).groupby(gi).transform("any").to_numpy()
+        keep = np.where(amb, own | ~has_own, own | np.isnan(want))
         return lo[keep], gi[keep], by_corr[keep]
 
     def _launches_nothing(self, rows: np.ndarray) -> np.ndarray:

@@ -38,8 +38,10 @@ launch_any AS (
 -- whose calls such ops match, the GPU's ops keep the calls of the one that (1) has a call at or before the start of
 -- the most of them (an op cannot start before its launch), then (2) most often holds the GPU's place in its
 -- correlation id's group (the k-th process to make a call of that id, the k-th GPU to start an op of it: ranks
--- that run in step launch and run in the same order), then (3) has the lower pid. An op that matches calls of one
--- process only, or none of the chosen one, keeps its pairs.
+-- that run in step launch and run in the same order), then (3) has the lower pid. An op that matches calls of none of
+-- the chosen one keeps its pairs; so does one that matches calls of one process only, unless its GPU's ops keep
+-- another process's calls: that call is then another rank's whose id the op's own launch (before the recording, not
+-- in the file) shared, and the op is left unpaired.
 launch_proc AS (
   SELECT a.launch_id, a.gpu_id, a.paired_by, coalesce(p.pid, -1) AS lp, c.ts AS lts
   FROM launch_any a JOIN slice c ON c.id = a.launch_id
@@ -73,7 +75,12 @@ launch_pick AS (
   WHERE r = 1
 ),
 launch AS (
-  SELECT launch_id, gpu_id, paired_by FROM launch_proc WHERE gpu_id NOT IN (SELECT gpu_id FROM launch_amb)
+  SELECT x.launch_id, x.gpu_id, x.paired_by FROM launch_proc x
+  WHERE x.gpu_id NOT IN (SELECT gpu_id FROM launch_amb)
+    AND NOT EXISTS (
+      SELECT 1 FROM slice g LEFT JOIN thread_track tt ON tt.id = g.track_id LEFT JOIN thread t ON t.utid = tt.utid
+      LEFT JOIN process p ON p.upid = t.upid JOIN launch_pick k ON k.gp = coalesce(p.pid, -1)
+      WHERE g.id = x.gpu_id AND k.lp <> x.lp)
   UNION ALL
   SELECT a.launch_id, a.gpu_id, a.paired_by FROM launch_amb a JOIN launch_pick k ON k.gp = a.gp
   WHERE a.lp = k.lp OR NOT EXISTS (SELECT 1 FROM launch_amb q WHERE q.gpu_id = a.gpu_id AND q.lp = k.lp)
