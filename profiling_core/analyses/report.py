@@ -249,8 +249,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None, shared: O
         ``step_devices`` (per GPU that ran the steps' work: ``device``, and the medians of its own ``busy_us`` (the
         work the step launched on it), ``busy_in_step_us`` and ``busy_fraction`` of the step's window; several where
         one process drove several GPUs), ``idle_thread_frames`` ({row name: self µs} of the table's Python frames of
-        threads that ran no Python code while recording: :func:`~profiling_core.analyses.table.idle_frames`), ``cpu_ops``
-        (the CPU slices that are not runtime or driver calls: ATen ops, ranges, Python frames, steps;
+        threads that ran no Python code while recording: :func:`~profiling_core.analyses.table.idle_frames`),
+        ``cpu_ops`` (the CPU slices that are not runtime or driver calls: ATen ops, ranges, Python frames, steps;
         :func:`~profiling_core.analyses.table.cpu_op_count`: none where the profiler recorded no CPU activity).
     """
     config = as_config(config)
