@@ -11,7 +11,9 @@ run it through :func:`shell_command`). Not the engine: it parses nothing.
   ends only once that file exists (at most a minute later); ``$FAKE_TP_PARSE_ERROR`` is the error every chunk gets.
 - ``POST /query`` answers a ``QueryArgs`` with the ``QueryResult`` trace_processor would send: from
   ``$FAKE_TP_ANSWERS`` (msgpack ``{sql: QueryResult bytes}``, recorded by ``scripts/bench_processes.py``), else
-  over trace_processor's recorded tables ``$FAKE_TP_TABLES`` (:class:`tp_recorded.RecordedTrace`); an error as
+  over trace_processor's recorded tables ``$FAKE_TP_TABLES`` (:class:`tp_recorded.RecordedTrace`), or over those of
+  ``$FAKE_TP_TABLES_BY_SHA/<sha256 of what was loaded>`` (a folder of recordings, one per trace: each server answers
+  for the file it was sent, as a command that opens two traces starts two); an error as
   ``QueryResult.error``. A query whose SQL holds the text ``$FAKE_TP_SLOW`` runs for a minute (a statement still running);
   ``$FAKE_TP_RECORD`` (a path) keeps every answer given, as ``$FAKE_TP_ANSWERS`` reads them.
 """
@@ -141,6 +143,14 @@ def main(argv: list[str]) -> int:
             if sql in answers:
                 return answers[sql]
             try:
+                by_sha = os.environ.get("FAKE_TP_TABLES_BY_SHA")
+                if ctx["recording"] is None and by_sha:
+                    sys.path.insert(0, str(HERE))
+                    import tp_recorded
+                    with lock:
+                        folder = Path(by_sha) / state["sha"].hexdigest()
+                        ctx["tp_recorded"] = tp_recorded
+                        ctx["recording"] = tp_recorded.RecordedTrace(folder, full_schema=True)
                 if ctx["recording"] is None:
                     raise RuntimeError(f"no recorded answer for: {sql[:200]}")
                 with lock:

@@ -228,6 +228,37 @@ def _cli(path, *args, check=True):
     return p
 
 
+def test_the_perfetto_engine_reads_a_rank_as_the_mirror_does(decode_two, tmp_path):
+    """`analyze` on the perfetto engine (auto's choice wherever trace_processor runs) reads a merged file's first
+    rank as on the mirror: it asks trace_processor's tables for the ranks, writes the rank (its processes as
+    trace_processor names them) and has a second trace_processor load that file. No trace_processor runs here: the
+    stand-in server answers from the mirror's tables of whichever file it was sent (``record_from_mirror``), so this
+    tests the engine's side of the path between the two traces, not trace_processor's reading of them."""
+    import hashlib
+    import os
+
+    import tp_recorded
+    from fake_tp_shell import shell_command
+    _one, two = decode_two
+    rank = tmp_path / "rank.json"
+    with open_trace(two, engine="sqlite") as s:
+        write_rank(s, ranks(s)[0]["pid"], rank)
+    recordings = tmp_path / "recordings"
+    shas = [hashlib.sha256(t.read_bytes()).hexdigest() for t in (two, rank)]
+    for t, sha in zip((two, rank), shas):
+        tp_recorded.record_from_mirror(t, recordings / sha)
+    log = tmp_path / "log.jsonl"
+    exe, env = shell_command(tmp_path, FAKE_TP_TABLES_BY_SHA=recordings, FAKE_TP_LOG=log)
+    p = subprocess.run([sys.executable, "-m", "profiling_core", "analyze", str(two), "--engine", "perfetto"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, **env, "PERFETTO_BIN": exe})
+    assert p.returncode == 0, p.stderr
+    got, want = p.stdout.splitlines(), _cli(two).stdout.splitlines()
+    assert got[0].endswith("(engine perfetto)") and got[1:] == want[1:]
+    assert "Everything here reads one rank" in got[2]
+    assert [json.loads(line)["sha256"] for line in log.read_text().splitlines()] == shas  # (the file, then its rank)
+
+
 def test_the_report_of_one_process_is_the_same_with_a_shared_handed_over():
     """``analyze(session, shared=...)`` (what the command line does after asking for the step processes) gives what
     ``analyze(session)`` gives."""

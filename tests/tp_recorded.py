@@ -77,6 +77,26 @@ def read_csv(folder: Path, table: str) -> tuple[list[str], list[list]]:
     return rows[0], [[None if v == NULL else v for v in r] for r in rows[1:]]
 
 
+def record_from_mirror(trace: Path, folder: Path) -> Path:
+    """Write ``trace``'s tables as this project's offline mirror holds them, in the recorded tables' format (one
+    ``TABLE.csv.gz`` per table of ``SCHEMA``, a header, NULL as ``[NULL]``), for a trace no trace_processor recorded:
+    a stand-in server then answers from them, which tests the perfetto engine's side of a path (its start, its
+    hand-over, what it does between two traces), not trace_processor's reading of the file."""
+    from profiling_core.trace import open_trace
+    folder.mkdir(parents=True, exist_ok=True)
+    with open_trace(trace, engine="sqlite") as s:
+        for table, cols in SCHEMA.items():
+            names = [c.split()[0] for c in cols.split(", ")]
+            # (as text: a column with NULLs would come back as floats, and int_value holds 64-bit ids)
+            df = s.query(f"SELECT {', '.join(f'CAST({c} AS TEXT) AS {c}' for c in names)} FROM {table}")
+            with gzip.open(folder / f"{table}.csv.gz", "wt", encoding="utf-8", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(names)
+                for row in df.itertuples(index=False):
+                    w.writerow([NULL if v is None or (isinstance(v, float) and v != v) else v for v in row])
+    return folder
+
+
 class RecordedTrace:
     """One trace's recorded tables in an in-memory SQLite database; ``query(sql)`` returns a DataFrame. With
     ``full_schema`` every other table and view of the recorded schema (``TP_SCHEMA``) is there too, empty."""
