@@ -8,6 +8,7 @@ from pages import _ui as ui
 from profiling_core.analyses import unparted, write_rank
 from profiling_core.units import format_duration_us
 from profiling_core.errors import ConfigError, ProfilingError
+from profiling_core.explain import UNPLACED_EVENTS_TEXT
 from profiling_core.queries import list_queries, load_query
 from profiling_core.trace import CAP_VARIABLE, trace_cap
 
@@ -82,7 +83,7 @@ elif every:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "rank.json"
             try:
-                write_rank(sess, rank["pid"], path)
+                written = write_rank(sess, rank["pid"], path)
                 label = f"{ui.load_run(rid).name} pid {rank['pid']}"
                 run = ui.store().import_trace(path, name=label, filename=label + ".json",
                                               checked=ui.hand_over_session)
@@ -92,7 +93,9 @@ elif every:
                 ui.end_action("lab_import", [run.run_id],
                               [("success", f"Pid {ui.md_code(str(rank['pid']), 60)}'s rank imported as run "
                                            f"{ui.md_code(run.run_id, 200)}; it is now the current run of every "
-                                           "page.")])
+                                           "page.")]
+                              + ([("warning", UNPLACED_EVENTS_TEXT)] if written["unowned_events_placed"] is False
+                                 else []))
 
 st.header("The same analyses", divider="gray")
 st.caption("This trace is now the current run of every page. A quick look:")

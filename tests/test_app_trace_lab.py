@@ -242,10 +242,34 @@ def test_a_rank_of_merged_ranks_is_imported_as_a_run_of_its_own(runs_dir, tmp_pa
                and json.loads((runs_dir / r / "meta.json").read_text())["name"] == f"two ranks pid {pids[1]}")
     assert [s.value for s in at.success] == [f"Pid {md_code(str(pids[1]), 60)}'s rank imported as run "
                                              f"{md_code(new, 200)}; it is now the current run of every page."]
+    assert not any("stay for every rank" in w.value for w in at.warning)  # (each rank's profiler events placed)
     trace = next((runs_dir / new).glob("trace.json*"))
     with open_trace(trace, engine="sqlite") as s:
         assert analyze(s).summary["step_processes"] == [pids[1]]
     assert {e["pid"] for e in scan_trace(trace) if e.get("cat") == "kernel"} == {gpus[1]}
+
+
+def test_a_rank_of_interleaved_ranks_is_imported_with_what_it_keeps_of_the_others(runs_dir, tmp_path):
+    """Two ranks whose events interleave in the file (tests/test_ranks.py): no place says whose the profiler's own
+    events are, so the imported rank keeps every rank's (a plain scan: both recording spans), and the page says so
+    beside the import's success."""
+    import json
+
+    from conftest import scan_trace
+    from test_ranks import _a20_ranks
+    from profiling_core.explain import UNPLACED_EVENTS_TEXT
+    path, _own = _a20_ranks(tmp_path, interleave=True)
+    at = app("trace_lab")
+    upload(at, "interleaved.json", path.read_bytes())
+    assert not errors_of(at), errors_of(at)
+    [go] = [b for b in at.button if b.label == "Import this rank as a run"]
+    go.click().run()
+    assert not errors_of(at), errors_of(at)
+    assert len(at.success) == 1 and UNPLACED_EVENTS_TEXT in [w.value for w in at.warning]
+    [new] = [r for r in stored_runs(runs_dir) if (runs_dir / r / "meta.json").exists()
+             and json.loads((runs_dir / r / "meta.json").read_text())["name"].startswith("interleaved pid ")]
+    trace = next((runs_dir / new).glob("trace.json*"))
+    assert sum(1 for e in scan_trace(trace) if e.get("pid") == "Spans" and e.get("ph") == "X") == 2
 
 
 def test_ranks_that_share_a_gpu_lane_are_not_offered(runs_dir):

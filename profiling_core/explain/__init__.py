@@ -12,11 +12,12 @@ Pure functions of the trace's tables, the report, the run's config and the peaks
 from __future__ import annotations
 
 from .diagnosis import Diagnosis, DiagnosisReport, diagnose, roofline
-from .questions import (FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW, NO_GPU_TEXT, Finding,
-                        blocked_in, cpu_bound, cut_steps_text, devices_text, findings, mean_above_median_pct,
-                        merged_processes_text, rank_text, offset_text, skew_text, started_before_launch_text)
+from .questions import (FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW, NO_GPU_TEXT,
+                        UNPLACED_EVENTS_TEXT, Finding, blocked_in, cpu_bound, cut_steps_text, devices_text, findings,
+                        mean_above_median_pct, merged_processes_text, rank_text, offset_text, skew_text,
+                        started_before_launch_text)
 
 __all__ = ["findings", "Finding", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
-           "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "cpu_bound", "cut_steps_text", "devices_text",
-           "merged_processes_text", "rank_text", "mean_above_median_pct", "offset_text", "skew_text",
+           "MIN_LAUNCHES_FOR_SKEW", "UNPLACED_EVENTS_TEXT", "blocked_in", "cpu_bound", "cut_steps_text",
+           "devices_text", "merged_processes_text", "rank_text", "mean_above_median_pct", "offset_text", "skew_text",
            "started_before_launch_text", "diagnose", "DiagnosisReport", "Diagnosis", "roofline"]

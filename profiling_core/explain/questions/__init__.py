@@ -23,7 +23,7 @@ from .base import NO_GPU_TEXT, Finding
 from .q1_memory import _q1_memory
 from .q1_table import _q1_table
 from .q2_bound import (_q2_bound, blocked_in, cpu_bound, cut_steps_text, devices_text,
-                       merged_processes_text, rank_text)
+                       merged_processes_text, rank_text, UNPLACED_EVENTS_TEXT)
 from .q3_cold_start import FIRST_STEP_SLOWER_PCT, _q3_cold
 from .q4_offset import _q4_offset, offset_text, started_before_launch_text
 from .q5_chain import _q5_chain
@@ -35,8 +35,8 @@ from .q9_compile import _q9_compile
 from .q10_compile_cost import _q10_cost
 
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
-           "MIN_LAUNCHES_FOR_SKEW", "blocked_in", "cpu_bound", "cut_steps_text", "devices_text",
-           "merged_processes_text", "rank_text", "mean_above_median_pct", "offset_text", "skew_text",
+           "MIN_LAUNCHES_FOR_SKEW", "UNPLACED_EVENTS_TEXT", "blocked_in", "cpu_bound", "cut_steps_text",
+           "devices_text", "merged_processes_text", "rank_text", "mean_above_median_pct", "offset_text", "skew_text",
            "started_before_launch_text"]
 
 

@@ -113,6 +113,14 @@ def merged_processes_text(pids: list) -> str:
             "Every per-step figure here mixes their steps and their GPU work: read each rank's own trace.")
 
 
+UNPLACED_EVENTS_TEXT = ("The events that carry no rank's pid (the profiler's own recording span and overhead events, "
+                        "one set per rank) stay for every rank: the ranks' events interleave in the file, so no place "
+                        "says whose they are, and the profiler's start-up and the recording's window may count every "
+                        "rank's.")
+"""What a rank written out of a merged file (``analyses.write_rank``) holds besides its own events where the file's
+ranks interleave (its entry's ``unowned_events_placed`` False)."""
+
+
 def rank_text(rank: dict) -> str:
     """What ``analyze``'s summary says of one rank read out of a file that merged several ranks' traces (``rank``:
     an entry of :func:`profiling_core.analyses.ranks` with ``processes``, the pids that hold steps in the file)."""
@@ -125,11 +133,7 @@ def rank_text(rank: dict) -> str:
     return (f"This file holds the steps of {len(pids)} processes (pid {named}): ranks' traces merged into one file. "
             f"Everything here reads one rank, as its own trace would hold it: process {rank['pid']} "
             f"({rank['steps']} step slice{'s' if rank['steps'] != 1 else ''}) and {lanes}; the other ranks' events "
-            "are left out"
-            + (". The events that carry no rank's pid (the profiler's own recording span and overhead events, one "
-               "set per rank) stay for every rank: the ranks' events interleave in the file, so no place says whose "
-               "they are, and the profiler's start-up and the recording's window may count every rank's."
-               if rank.get("unowned_events_placed") is False else "."))
+            "are left out." + (" " + UNPLACED_EVENTS_TEXT if rank.get("unowned_events_placed") is False else ""))
 
 
 def devices_text(gpus: list, processes: int = 1) -> str:
