@@ -717,3 +717,23 @@ def test_a_cpu_sweep_gets_question_2_s_cpu_verdict_at_each_size(tmp_path):
     assert said.endswith(f" The work ops took {100 * shares[8]:.1f}% of a step at n = 8, {100 * shares[64]:.1f}% of a "
                          f"step at n = 64, {100 * shares[512]:.1f}% of a step at n = 512.")
     assert "GPU" not in said
+
+
+def test_a_steps_gpu_busy_share_counts_the_work_queued_before_the_recording():
+    """The H200's 4096² fp32 run: every recorded GPU op starts after the last step ends (a plain scan), the GPU busy
+    all along with work launched before the recording. Question 2 says it was busy 100% of each step's window; the
+    Overhead and Runs pages' share (``step_summary``) said 0%. It is now question 2's figure."""
+    from conftest import scan_trace
+    from profiling_core import findings
+    path = DATA / "h200_diag" / "fp32_tf32_off.json"
+    ev = scan_trace(path)
+    steps = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"
+             and e.get("cat") != "gpu_user_annotation"]
+    ops = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    assert max(e["ts"] + e["dur"] for e in steps) < min(e["ts"] for e in ops)
+    with open_trace(path, engine="sqlite") as s:
+        rep = analyze(s)
+    q2 = {f.id: f for f in findings(rep)}["q2.bound"]
+    assert q2.evidence["busy_in_window"] == 1.0 and "busy 100.0%" in q2.text
+    row = step_summary(Run("r", path.parent, json.loads(path.with_name("fp32_tf32_off.meta.json").read_text())), rep)
+    assert row["gpu_busy_fraction"] == q2.evidence["busy_in_window"]

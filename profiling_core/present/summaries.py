@@ -443,7 +443,8 @@ STEP_SUMMARY_COLUMNS = ["run_id", "name", "machine", "axis", "size", "step", "mo
 
 def step_summary(run: Run, report: Report) -> dict:
     """One run's median step: CPU µs, GPU busy µs (of the ops it launched), the share of its wall time the GPU was
-    busy, launches and GPU ops; with the run's name, its machine's label (``store.machine_of``), size
+    busy (question 2's ``busy_in_window``: running recorded work, or a first op waiting behind work queued before the
+    recording), launches and GPU ops; with the run's name, its machine's label (``store.machine_of``), size
     (:func:`run_size`) and its axis (:func:`run_size_axis`), what a step runs (:func:`step_kind`) and mode
     (:func:`mode_label`). The medians are over the steady state's steps, as the report's summary and every per-step
     figure take them (``analyses.measured_steps``: an empty step is no step of the loop, the first of 3 or more carries
@@ -470,7 +471,10 @@ def step_summary(run: Run, report: Report) -> dict:
             "cpu_own_us_per_step": float(own) if own is not None else float("nan"),
             "cpu_work_share": float(share) if share is not None else float("nan"),
             "gpu_busy_us_per_step": gpu("gpu_busy_us"),
-            "gpu_busy_fraction": gpu("gpu_busy_fraction"), "launches_per_step": gpu("launches"),
+            # (question 2's figure: the GPU busy with recorded work, or a first op waiting behind work queued
+            # before the recording; the steps' own column counts only the first)
+            "gpu_busy_fraction": (float(ss["busy_in_window"]) if report.has_gpu and ss.get("busy_in_window") is not None
+                                  else gpu("gpu_busy_fraction")), "launches_per_step": gpu("launches"),
             "gpu_ops_per_step": gpu("gpu_ops"), "has_gpu": report.has_gpu, "bound": ss.get("bound")}
 
 
