@@ -146,9 +146,10 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
                      "buffer into the CUDA graph's static buffers: keep such an input in one tensor that every call "
                      "reuses and mark it with torch._dynamo.mark_static_address, so the graph reads it in place and "
                      "nothing is copied in.")
-        parts.append(f"CUDA-graph input staging copies ({len(staging)} multi_tensor_apply kernels, "
-                     f"{_fmt_us(stage_us / n_steps)} per step) cost more than the GEMMs "
-                     f"({_fmt_us(math_us / n_steps)} per step)")
+        per = len(staging) / n_steps  # (the kernels, like their time, per step: the 2 of two steps are 1 a step)
+        parts.append(f"CUDA-graph input staging copies ({_fmt_n(per)} multi_tensor_apply kernel"
+                     f"{'' if per == 1 else 's'} a step, {_fmt_us(stage_us / n_steps)} per step) cost more than the "
+                     f"GEMMs ({_fmt_us(math_us / n_steps)} per step)")
     decode = decode if recompiled else {}
     if decode:
         knobs = _cfg(c.config, "knobs") or {}
