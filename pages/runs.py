@@ -11,7 +11,7 @@ from profiling_core.errors import ProfilingError
 from profiling_core.present import charts
 from profiling_core.present import (ABSENT, DIFFERS, MEMORY_HOWTO_RUNS, ONE_RUN, ONE_RUN_DIFFERS, TOO_NOISY, VARIES,
                                       ReportSection, comparison_warnings, different_work, memory_comparison,
-                                      phase_summary)
+                                      phase_summary, setting_labels, setting_parts)
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -208,6 +208,11 @@ work = different_work([("A", ui.load_run(a), ra), ("B", ui.load_run(b), rb)])
 busy = ([work] if work else []) + busy
 for w in busy:  # a run timed on a busy machine, or one whose step does other work, is not compared as if it were not
     st.warning(ui.md_text(w), icon=":material/warning:")
+a_label, b_label = setting_labels([setting_parts(ui.load_run(r), rep) for r, rep in ((a, ra), (b, rb))])
+if a_label:  # (another size, dtype, mode or machine: each side's figures are its own setting's)
+    st.caption(ui.md_text(f"A and B measured different settings (A: {a_label}; B: {b_label}): each side's figures "
+                          "are its own setting's, and a kernel of the same name may do another amount of work in "
+                          "each (a launch in another grid does)."))
 summary = ui.summaries([a, b]).drop(columns=["run_id"])
 summary.insert(0, "run", [name_a, name_b])
 st.dataframe(summary, hide_index=True, width="stretch", height=ui.fit_height(summary))

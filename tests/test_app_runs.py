@@ -148,3 +148,21 @@ def test_comparing_a_forward_run_with_a_training_run_says_they_run_different_wor
     assert "different work" in report and "Training phases" in report
     at.selectbox(key="runs_b").set_value(fwd).run()  # the same kind of step on both sides: nothing to say
     assert not [w.value for w in at.warning if "different work" in w.value]
+
+
+def test_comparing_runs_of_different_settings_says_which_parts_differ(runs_dir):
+    """Two H200 runs of the study, 4096² warm and 64² cold: the page set their kernels' medians side by side (the
+    same name at another size is another amount of work) and said nothing; it now names the parts that differ, as
+    the Kernel variance page does (``setting_parts``). Two imports of one setting get no such note."""
+    big = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "4096_bf16_warm_eager")
+    small = import_trace(runs_dir, H200 / "64_bf16_cold_eager.json", "64_bf16_cold_eager")
+    again = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "4096_bf16_warm_eager again")
+    at = app("runs")
+    at.selectbox(key="runs_a").set_value(big)
+    at.selectbox(key="runs_b").set_value(small).run()
+    assert not errors_of(at)
+    [note] = [c.value for c in at.caption if c.value.startswith("A and B measured different settings")]
+    assert "size 4096" in note and "size 64" in note, note
+    at.selectbox(key="runs_b").set_value(again).run()
+    assert not errors_of(at)
+    assert not [c.value for c in at.caption if c.value.startswith("A and B measured different settings")]
