@@ -146,7 +146,7 @@ def test_an_eager_trace_without_steps_gets_no_kernel_count_per_step(runs_dir, tm
     """Beside a compiled run's Triton kernels the page quotes the eager run's kernels per step; an eager trace with no
     ProfilerStep has none, and the caption said "Eager: nan kernels per step"."""
     import json
-    doc = json.loads((H200 / "64_bf16_warm_eager_b8.json").read_text())
+    doc = json.loads((H200 / "64_bf16_cold_eager.json").read_text())  # (unbatched, as the compiled run)
     doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
     (tmp_path / "no_steps.json").write_text(json.dumps(doc))
     eager = import_trace(runs_dir, tmp_path / "no_steps.json", "eager_no_steps")

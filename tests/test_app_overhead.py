@@ -60,7 +60,7 @@ def test_a_synchronizing_loop_gets_its_verdicts_where_the_curves_never_cross(run
     question 2 turns compute-bound, so the page must not send the reader to "extend the sizes to find the
     crossover"; it says the verdicts, the wait that keeps the curves apart, and the report says it too."""
     from profiling_core.present import md_text
-    import_trace(runs_dir, H200 / "64_bf16_warm_eager_b8.json", "64_b8")
+    import_trace(runs_dir, H200 / "64_bf16_cold_eager.json", "64_cold")  # (unbatched, as the .item() loop)
     import_trace(runs_dir, DATA / "h200_verdicts" / "readback_item_eager.json", "4096_item")
     at = app("overhead")
     assert not errors_of(at)

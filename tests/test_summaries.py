@@ -737,3 +737,26 @@ def test_a_steps_gpu_busy_share_counts_the_work_queued_before_the_recording():
     assert q2.evidence["busy_in_window"] == 1.0 and "busy 100.0%" in q2.text
     row = step_summary(Run("r", path.parent, json.loads(path.with_name("fp32_tf32_off.meta.json").read_text())), rep)
     assert row["gpu_busy_fraction"] == q2.evidence["busy_in_window"]
+
+
+def test_imported_traces_of_a_batched_and_a_plain_gemm_are_two_settings(tmp_path):
+    """Two imported H200 traces at size 64, one batch 8 (its steps run aten::bmm) and one plain (aten::mm; a plain
+    scan of each step's ops): the sweep pages took them for repeats of one setting, as an imported trace's parts
+    were its size and mode alone. Its parts now say whether its steps' GEMMs are batched (not the op: compiled code
+    runs addmm where eager runs mm); two imports of one trace still share a setting."""
+    from conftest import scan_trace
+    from profiling_core.present import setting_labels, setting_parts
+    h200 = DATA / "h200"
+    for name, op in (("64_bf16_warm_eager_b8", "aten::bmm"), ("64_bf16_cold_eager", "aten::mm")):
+        ev = scan_trace(h200 / f"{name}.json")
+        steps = [e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"
+                 and e.get("cat") != "gpu_user_annotation"]
+        gemms = {e["name"] for e in ev if e.get("ph") == "X" and e["name"] in ("aten::mm", "aten::bmm")
+                 and any(s["ts"] <= e["ts"] < s["ts"] + s["dur"] for s in steps)}
+        assert gemms == {op}
+    s = RunStore(tmp_path / "runs")
+    runs = [s.import_trace(h200 / f"{n}.json", name=n)
+            for n in ("64_bf16_warm_eager_b8", "64_bf16_cold_eager", "64_bf16_cold_eager")]
+    parts = [setting_parts(r, report(r), besides=("size",)) for r in runs]
+    assert setting_labels(parts[:2]) == ["batched GEMM", "unbatched GEMM"]
+    assert parts[1] == parts[2]

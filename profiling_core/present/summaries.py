@@ -189,8 +189,10 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
     (:func:`mode_label`; left out when ``besides`` holds ``mode``), and ``option <name>`` for every other field that
     :func:`~profiling_core.store.machines.comparable_config` compares (CPU threads, the profiler's options): the
     config's parts are that function's fields, so a setting is a comparable config on one machine. An imported trace
-    has no config: its parts are ``where`` (from ``report``: GPU work or not), ``workload`` ``imported trace`` and
-    its size where its name gives one (:func:`run_size`), and its mode; what else it ran is unknown."""
+    has no config: its parts are ``where`` (from ``report``: GPU work or not), ``workload`` ``imported trace``, its
+    size where its name gives one (:func:`run_size`), whether its steps' GEMMs are batched (``knob gemm``, from
+    ``report``: ``aten::bmm`` is other work than ``aten::mm`` at one size, whatever the mode) and its mode; what else
+    it ran is unknown."""
     besides = set(besides)
     cfg = run.config
     gpu = report.has_gpu if report is not None else (run.meta.get("device") or {}).get("type") == "cuda"
@@ -200,6 +202,9 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
         size = run_size(run)  # (from a name like 64_bf16_warm_eager, as the sweep pages read it)
         if size is not None and "size" not in besides:
             parts["knob size"] = f"size {size}"
+        gemm = _step_gemm_kind(report) if report is not None else ""
+        if gemm:  # (what its steps ran: a batched GEMM, aten::bmm, is other work than aten::mm at the same size)
+            parts["knob gemm"] = gemm
     else:
         parts.update({"workload": cfg.workload, "dtype": cfg.dtype})
         parts.update({f"knob {k}": f"{k} {v}" for k, v in cfg.workload_knobs.items()
@@ -213,6 +218,27 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
         parts.update({f"option {k}": f"{k} {v}" for k, v in (comparable_config(run) or {}).items()
                       if k not in _SETTING_NAMED})
     return {k: v for k, v in parts.items() if k not in besides and v != ""}
+
+
+_BATCHED_GEMMS = ("aten::bmm", "aten::baddbmm")
+
+
+def _step_gemm_kind(report: Report) -> str:
+    """"batched GEMM" where the steady state's steps ran a batched GEMM op (``aten::bmm``, ``aten::baddbmm``) on the
+    threads that run them (``cpu_own_times``, less the calls beside the steps and inside torch.compile's compiler),
+    else "unbatched GEMM" where they ran another of ``analyses.GEMM_OPS``, else "" (no GEMM, or no steps). Not the
+    op itself: torch.compile turns mm + add into addmm, which is no other setting. A trace without steps is read
+    whole (its profiler table's CPU rows)."""
+    from ..analyses import GEMM_OPS, measured_steps
+    own, table = report.cpu_own_times, report.profiler_table
+    if len(report.steps) and not own.empty:
+        basis = set(measured_steps(report.steps)["step"].tolist())
+        ran = own[own["step"].isin(basis) & (own["calls"] - own["beside_calls"] - own["compile_calls"] > 0)]
+        names = ran["name"]
+    else:
+        names = table.loc[table["lane"] == "cpu", "name"] if len(table) else table.get("name", [])
+    ops = set(pd.Series(names, dtype=object).astype(str)) & set(GEMM_OPS)
+    return "batched GEMM" if ops & set(_BATCHED_GEMMS) else "unbatched GEMM" if ops else ""
 
 
 def setting_labels(parts: Iterable[dict[str, str]]) -> list[str]:
