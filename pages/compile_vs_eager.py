@@ -258,6 +258,9 @@ else:
     ui.table_block(gemm.drop(columns=["run_id"]), "compile_gemm_vs_peak", key="compile_peak", width="stretch",
                    column_config={"fraction_of_peak": st.column_config.ProgressColumn(
                        "of peak", format="percent", min_value=0.0, max_value=1.0)})
+    st.caption("µs per call: the mean over every call of the GEMM in the trace, the steps left out above included "
+               "(the roofline's, as on the Profile page): a cold run's first calls carry its start-up, so compare "
+               "warm runs here, or read the per-step figures above.")
 
 st.header("What the findings say, run by run", divider="gray")
 compiled_chosen = [r for r in chosen if ui.mode_label(r) != "eager"]

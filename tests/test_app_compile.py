@@ -86,6 +86,8 @@ def test_compile_vs_eager_on_h200_traces(runs_dir, media):
     assert [delta.loc["kernels per step", c] for c in compiled_cols] == [1, 3]  # as a plain scan of the two traces counts
     assert [delta.loc["cudaGraphLaunch per step", c] for c in compiled_cols] == [0, 1]
     assert download(at, media, "svg_compile_region").lstrip().startswith(b"<svg")
+    # the GEMM table's mean per call is over every call, the steps the per-step figures leave out included: said
+    assert any(c.value.startswith("µs per call: the mean over every call of the GEMM in the trace") for c in at.caption)
 
 
 def test_runs_of_another_setting_are_left_out_not_pooled_into_the_baseline(runs_dir):
