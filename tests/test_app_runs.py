@@ -26,6 +26,16 @@ def test_runs_compare_and_delete(seed_run, runs_dir, media):
     assert not (runs_dir / other).exists() and (runs_dir / seed_run).exists()
 
 
+def _compared(runs_dir, a: tuple, b: tuple):
+    """The Runs page comparing two H200 traces, each (file stem, run name) imported as a run: A and B set, run."""
+    first, second = (import_trace(runs_dir, H200 / f"{stem}.json", name) for stem, name in (a, b))
+    at = app("runs")
+    at.selectbox(key="runs_a").set_value(first)
+    at.selectbox(key="runs_b").set_value(second).run()
+    assert not errors_of(at), errors_of(at)
+    return at
+
+
 def test_open_switches_to_profile(seed_run):
     at = app("runs")
     [go] = [b for b in at.button if b.label == "Open on the Profile page"]
@@ -39,12 +49,7 @@ def test_runs_compare_breakdowns_side_by_side(runs_dir, media):
     """Both runs' GPU time by category, in the same category order, next to each other."""
     from profiling_core import open_trace
     from profiling_core.analyses import category_totals, step_breakdown
-    eager = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "eager")
-    comp = import_trace(runs_dir, H200 / "4096_bf16_warm_compile.json", "compile")
-    at = app("runs")
-    at.selectbox(key="runs_a").set_value(eager)
-    at.selectbox(key="runs_b").set_value(comp).run()
-    assert not errors_of(at)
+    at = _compared(runs_dir, ("4096_bf16_warm_eager", "eager"), ("4096_bf16_warm_compile", "compile"))
     assert "Where the GPU time goes" in [h.value for h in at.subheader]
     tables = [d.value for d in at.dataframe if list(d.value.columns) == ["category", "per_step_us", "share",
                                                                           "overlapped_us"]]
@@ -154,13 +159,9 @@ def test_comparing_runs_of_different_settings_says_which_parts_differ(runs_dir):
     """Two H200 runs of the study, 4096² warm and 64² cold: the page set their kernels' medians side by side (the
     same name at another size is another amount of work) and said nothing; it now names the parts that differ, as
     the Kernel variance page does (``setting_parts``). Two imports of one setting get no such note."""
-    big = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "4096_bf16_warm_eager")
-    small = import_trace(runs_dir, H200 / "64_bf16_cold_eager.json", "64_bf16_cold_eager")
     again = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "4096_bf16_warm_eager again")
-    at = app("runs")
-    at.selectbox(key="runs_a").set_value(big)
-    at.selectbox(key="runs_b").set_value(small).run()
-    assert not errors_of(at)
+    at = _compared(runs_dir, ("4096_bf16_warm_eager", "4096_bf16_warm_eager"), ("64_bf16_cold_eager",
+                                                                                   "64_bf16_cold_eager"))
     [note] = [c.value for c in at.caption if c.value.startswith("A and B measured different settings")]
     assert "size 4096" in note and "size 64" in note, note
     at.selectbox(key="runs_b").set_value(again).run()
