@@ -32,7 +32,7 @@ _CLASS = re.compile(r"Optimizer\.step#([A-Za-z0-9_]+)\.step")
 def _inside_optimizer_step(c: _Ctx, ops) -> Optional[np.ndarray]:
     """Which of the phase's ATen ops ``ops`` (``phase_ops`` rows) start inside a ``Optimizer.step#...`` range on
     their thread (a mask), or None where the trace recorded no such range (or none holds any of them)."""
-    sh = c.shared if c.shared is not None else shared_for(c.session)
+    sh = shared_for(c.session, c.shared)
     t = sh.slices
     ranges = np.flatnonzero(sh.name_mask(lambda n: isinstance(n, str) and _CLASS.match(n) is not None))
     if not len(ranges) or not len(ops):
