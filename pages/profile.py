@@ -131,12 +131,15 @@ if rep.has_gpu:
             "elementwise: elementwise, reduce, norm, softmax, Triton pointwise and reductions; communication: "
             "nccl, rccl). Where streams overlap, an instant counts once, for the first category in the legend's "
             "order: communication is what nothing else hid, and *overlapped* gives what ran under an earlier one.")
-        totals = charts.breakdown_bars({"": rep.step_breakdown}, per="run").drop(columns=["bar"])
+        totals = charts.breakdown_bars({"": rep.step_breakdown}, per="run",
+                                       steps={"": rep.steps}).drop(columns=["bar"])
         ui.table_block(totals[["category", "per_step_us", "share", "time_us", "overlapped_us"]],
                        f"{run.name}_breakdown_totals", key="profile_breakdown_totals",
                        column_config={"share": st.column_config.NumberColumn("share", format="percent"),
                                       **{c: st.column_config.NumberColumn(c, format="%.2f")
                                          for c in ("per_step_us", "time_us", "overlapped_us")}})
+        st.caption("The table: each category over the steady state's steps, those the GPU work per step above "
+                   "reads (the chart shows every step).")
     st.subheader("Top kernels")
     tk = rep.top_kernels
     shown = st.number_input("Kernels shown", min_value=1, max_value=max(1, len(tk)), value=min(10, max(1, len(tk))),
@@ -152,7 +155,8 @@ if rep.has_gpu:
                                      for c in ("total_us", "mean_us", "per_step")}})
     st.caption("Per GPU op name: its share of the summed GPU op time, and the CPU op(s) that launched it (the "
                "innermost aten:: op around each launch call, else the launch call's parent, e.g. a compiled "
-               "graph's call for a CUDA graph replay), with how many launches each accounts for.")
+               "graph's call for a CUDA graph replay), with how many launches each accounts for; *per_step*: its "
+               "launches per step of the steady state (the totals are the whole trace's).")
 
 # --- the phases of a training step ----------------------------------------------------------------
 phase_chart = None

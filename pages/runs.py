@@ -240,7 +240,7 @@ if ra.has_phases or rb.has_phases:
                "need not add up to it).")
 
 both = {name_a: ra.step_breakdown, name_b: rb.step_breakdown}
-per_run = charts.breakdown_bars(both, per="run")
+per_run = charts.breakdown_bars(both, per="run", steps={name_a: ra.steps, name_b: rb.steps})
 breakdown_charts = []
 if ra.has_gpu or rb.has_gpu:  # two CPU runs have no GPU time: no section for it
     st.subheader("Where the GPU time goes")
@@ -250,7 +250,7 @@ elif per_run.empty:
     st.caption("Neither trace has ProfilerStep slices, so there is no per-step breakdown to compare.")
 else:
     share_chart = ui.chart("time_by_category", per_run, bar="bar", value="share",
-                           title="Share of the steps' time, per run")
+                           title="Share of the steady state's time, per run")
     ui.chart_block(share_chart, per_run, "compare_breakdown", key="runs_breakdown")
     per_step = charts.breakdown_bars(both)
     step_chart_bd = ui.chart("time_by_category", per_step, bar="bar", value="time_us",

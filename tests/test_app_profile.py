@@ -132,14 +132,14 @@ def test_profile_shows_the_breakdown_and_the_top_kernels(runs_dir, media):
     """The breakdown by category per step and the top-kernels table of an H200 run, as the analyses give them."""
     from conftest_app import H200, import_trace
     from profiling_core import open_trace
-    from profiling_core.analyses import category_totals, step_breakdown, top_kernels
+    from profiling_core.analyses import category_totals, step_breakdown, steps, top_kernels
     path = H200 / "4096_bf16_warm_eager_a20.json"
     import_trace(runs_dir, path, "a20")
     at = app("profile")
     assert not errors_of(at)
     assert "Where the GPU time goes" in [h.value for h in at.header]
     with open_trace(path, engine="sqlite") as s:
-        totals = category_totals(step_breakdown(s))
+        totals = category_totals(step_breakdown(s), steps(s))
         top = top_kernels(s, n=None)
     frames = [d.value for d in at.dataframe]
     [shown] = [f for f in frames if list(f.columns) == ["category", "per_step_us", "share", "time_us",

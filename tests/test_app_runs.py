@@ -48,7 +48,7 @@ def test_open_switches_to_profile(seed_run):
 def test_runs_compare_breakdowns_side_by_side(runs_dir, media):
     """Both runs' GPU time by category, in the same category order, next to each other."""
     from profiling_core import open_trace
-    from profiling_core.analyses import category_totals, step_breakdown
+    from profiling_core.analyses import category_totals, step_breakdown, steps
     at = _compared(runs_dir, ("4096_bf16_warm_eager", "eager"), ("4096_bf16_warm_compile", "compile"))
     assert "Where the GPU time goes" in [h.value for h in at.subheader]
     tables = [d.value for d in at.dataframe if list(d.value.columns) == ["category", "per_step_us", "share",
@@ -56,7 +56,7 @@ def test_runs_compare_breakdowns_side_by_side(runs_dir, media):
     assert len(tables) == 2
     for shown, name in zip(tables, ("4096_bf16_warm_eager", "4096_bf16_warm_compile")):
         with open_trace(H200 / f"{name}.json", engine="sqlite") as s:
-            want = category_totals(step_breakdown(s))
+            want = category_totals(step_breakdown(s), steps(s))
         assert shown["category"].tolist() == want["category"].tolist()  # same rows, same order in both
         assert shown["per_step_us"].tolist() == pytest.approx(want["per_step_us"].tolist())
     memcpy = [t.set_index("category").loc["memcpy", "per_step_us"] for t in tables]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from profiling_core.analyses import (BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, analyze, category_totals,
-                                     gpu_busy, gpu_op_category, launch_ops, step_breakdown, top_kernels)
+                                     gpu_busy, gpu_op_category, launch_ops, step_breakdown, steps, top_kernels)
 from profiling_core.analyses._shared import coverage_ns, union_ns
 from profiling_core.analyses.categories import is_gemm_kernel
 from profiling_core.trace import open_trace
@@ -217,7 +217,8 @@ def test_step_breakdown_hand_counts_h200():
     assert s2.loc["idle", "time_us"] == pytest.approx(187.518 - 1.92 - 0.864, abs=3 * NS)
     assert s2.loc[["attention", "other", "memcpy", "memset", "communication"], "time_us"].tolist() == [0.0] * 5
     # compile: a DtoD memcpy and a memset before the GEMM in every step
-    c = category_totals(step_breakdown(session(h200("4096_bf16_warm_compile")))).set_index("category")
+    s = session(h200("4096_bf16_warm_compile"))
+    c = category_totals(step_breakdown(s), steps(s)).set_index("category")
     assert c.loc["memcpy", "per_step_us"] > 10 and c.loc["memset", "per_step_us"] > 0.5
 
 
@@ -475,7 +476,7 @@ def test_step_breakdown_empty_without_steps():
     b = step_breakdown(session(path))
     assert b.empty and list(b.columns) == ["step", "category", "time_us", "share", "busy_us", "overlapped_us",
                                            "window_us"]
-    assert category_totals(b).empty
+    assert category_totals(b, steps(session(path))).empty
     assert len(top_kernels(session(path))) == 4  # the trace's four kernels, without per-step counts
     assert top_kernels(session(path))["per_step"].isna().all()
 
@@ -632,3 +633,26 @@ def test_top_kernels_per_step_is_over_the_steps_the_loop_worked_in(tmp_path):
         r = analyze(s)
     row = r.top_kernels[r.top_kernels["name"] == vt.BF16_GEMM].iloc[0]
     assert row["per_step"] == launches / len(worked) == 1.0
+
+
+def test_run_totals_and_per_step_counts_read_the_steady_state():
+    """A cold max-autotune run on an H100: step 0 holds torch.compile's autotuning (610 ms of GPU work, every
+    ``triton_mm`` candidate), steps 1 and 2 the compiled GEMM (0.2 ms each). The run's totals per step and the top
+    kernels' launches per step are the steady steps' (1 and 2), as the summary's GPU work per step is: not 184 ms
+    of GEMM "per step", nor 408 ``triton_mm`` launches per step that no step after the first made."""
+    path = DATA / "h100" / "autotune_4096_cold_manc.json.gz"
+    sc = scan(path)
+    assert [e["name"] for e in sc.steps] == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+    started = [[g for g in sc.gpu if e["ts"] <= g["ts"] < e["ts"] + e["dur"]] for e in sc.steps]
+    work = [sum(g["dur"] for g in gs) for gs in started]
+    assert work[0] > 600_000 and work[1] < 200 and work[2] < 200
+    assert all(g["ts"] < sc.steps[1]["ts"] for g in sc.gpu if g["name"] == "triton_mm")
+    s = session(path)
+    assert analyze(s).summary["measured_steps"] == [1, 2]
+    t = category_totals(step_breakdown(s), steps(s)).set_index("category")
+    assert t.loc[list(GPU_OP_CATEGORIES), "per_step_us"].sum() == pytest.approx((work[1] + work[2]) / 2, rel=1e-3)
+    top = top_kernels(s, n=None).set_index("name")
+    assert top.loc["triton_mm", "count"] == 1223 and top.loc["triton_mm", "per_step"] == 0
+    nvjet = [n for n in top.index if str(n).startswith("nvjet")]
+    assert [sum(1 for g in gs if g["name"] in nvjet) for gs in started[1:]] == [1, 1]
+    assert top.loc[nvjet, "per_step"].sum() == 1.0

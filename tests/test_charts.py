@@ -413,14 +413,18 @@ def test_breakdown_bars_per_step_and_per_run():
     b = _breakdown({7: {"communication": 30.0, "idle": 10.0}})
     steps = C.breakdown_bars({"A": a, "B": b})
     assert list(dict.fromkeys(steps["bar"])) == ["A · step 2", "A · step 3", "B · step 7"]
-    runs = C.breakdown_bars({"A": a, "B": b}, per="run").set_index(["bar", "category"])
+    runs = C.breakdown_bars({"A": a, "B": b}, per="run", steps={"A": pd.DataFrame({"step": [2, 3]}),
+                                                                "B": pd.DataFrame({"step": [7]})})
+    runs = runs.set_index(["bar", "category"])
     assert runs.loc[("A", "gemm"), "per_step_us"] == 75.0
     assert runs.loc[("A", "gemm"), "share"] == pytest.approx(150.0 / 400.0)  # over the sum of the windows
     assert runs.loc[("B", "communication"), "share"] == pytest.approx(0.75)
-    none = C.breakdown_bars({"A": a.iloc[0:0]}, per="run")
+    none = C.breakdown_bars({"A": a.iloc[0:0]}, per="run", steps={"A": pd.DataFrame({"step": [2, 3]})})
     assert none.empty and "per_step_us" in none.columns
     with pytest.raises(ValueError, match="per must be 'step' or 'run'; got 'kernel'"):
         C.breakdown_bars({"A": a}, per="kernel")
+    with pytest.raises(ValueError, match="per='run' needs steps="):
+        C.breakdown_bars({"A": a}, per="run")
 
 
 def test_time_by_category_names_what_is_wrong():

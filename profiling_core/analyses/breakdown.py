@@ -13,7 +13,7 @@ import pandas as pd
 from ._common import ratio
 from ._shared import Shared, frame, frame_cols, shared_for
 from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES
-from .steps import steps, working_steps
+from .steps import measured_steps, steps
 
 __all__ = ["step_breakdown", "category_totals", "top_kernels"]
 
@@ -73,18 +73,28 @@ def step_breakdown(session, shared: Shared | None = None) -> pd.DataFrame:
     return df[_BREAKDOWN_COLS]
 
 
-def category_totals(breakdown: pd.DataFrame) -> pd.DataFrame:
-    """A run's breakdown over all its steps: one row per category in ``BREAKDOWN_CATEGORIES`` order.
+def category_totals(breakdown: pd.DataFrame, steps_df: pd.DataFrame) -> pd.DataFrame:
+    """A run's breakdown over the steps every per-step figure reads: one row per category in
+    ``BREAKDOWN_CATEGORIES`` order.
+
+    The steps are the steady state's (:func:`~profiling_core.analyses.steps.measured_steps` of ``steps_df``), as
+    for the summary's GPU work per step: a cold first step or a step in which torch.compile's compiler ran would
+    otherwise put its compile time in every category's mean (an H100's cold max-autotune run: 184.3 ms of GEMM "per
+    step" where each steady step launched 0.19 ms), and the profiler's closing stub would halve it.
 
     Args:
         breakdown: the result of :func:`step_breakdown`.
+        steps_df: the same trace's :func:`~profiling_core.analyses.steps.steps`.
 
     Returns:
-        DataFrame with ``category``, ``time_us`` (sum over the steps), ``per_step_us`` (mean per step), ``share``
+        DataFrame with ``category``, ``time_us`` (sum over those steps), ``per_step_us`` (mean per step), ``share``
         (``time_us`` over the sum of the steps' windows: longer steps weigh more), ``busy_us``, ``overlapped_us``
-        (sums). Empty (same columns) for a breakdown without steps.
+        (sums). Empty (same columns) for a breakdown without steps, or without a steady-state step.
     """
     cols = ["category", "time_us", "per_step_us", "share", "busy_us", "overlapped_us"]
+    if breakdown.empty or steps_df.empty:
+        return frame([], cols)
+    breakdown = breakdown[breakdown["step"].isin(measured_steps(steps_df)["step"])]
     if breakdown.empty:
         return frame([], cols)
     g = breakdown.groupby("category", sort=False)
@@ -109,9 +119,9 @@ def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None,
 
     Returns:
         DataFrame sorted by ``total_us`` (largest first, then by name): ``name``, ``category``, ``count``,
-        ``per_step`` (those launched inside a step's slice ÷ the number of steps the loop worked in,
-        :func:`~profiling_core.analyses.steps.working_steps`: an empty step at the end is the profiler stopping; NaN
-        without steps), ``total_us``,
+        ``per_step`` (those launched inside the steps every per-step figure reads ÷ their number: the steady
+        state's, :func:`~profiling_core.analyses.steps.measured_steps`, so that a kernel torch.compile's autotuning
+        launched in the first step only is not "per step"; NaN without such steps), ``total_us``,
         ``mean_us``, ``share`` (of the summed duration of all GPU ops), ``cpu_ops``: a tuple of (CPU op name,
         launches) pairs, most launches first, for the op's launch calls: the innermost ``aten::`` op enclosing each
         (:func:`launch_ops`), else the launch call's parent slice (e.g. Inductor's ``triton_poi_fused_…`` launcher or
@@ -140,13 +150,15 @@ def top_kernels(session, n: Optional[int] = 10, shared: Shared | None = None,
     np.add.at(total, grp, dur)
     # launched inside a step (its ProfilerStep slice)
     p = sh.p
-    n_steps = len(sh.steps_list)
-    if n_steps:  # (per step the loop worked in, as every per-step figure; ``steps_df``: ``steps(session)``)
-        n_steps = len(working_steps(steps(session, shared=sh) if steps_df is None else steps_df))
+    n_steps = 0
     in_step = np.zeros(ng, dtype=np.int64)
-    if n_steps:
+    if sh.steps_list:  # (the steady state's steps, as every per-step figure; ``steps_df``: ``steps(session)``)
+        kept = measured_steps(steps(session, shared=sh) if steps_df is None else steps_df)["slice_id"].to_numpy()
+        n_steps = len(kept)
+        pair, at_step = sh.pair_steps
+        pair = pair[np.isin(np.array([r[0] for r in sh.steps_list], dtype=np.int64), kept)[at_step]]
         launched = np.zeros(len(t["ts"]), dtype=bool)  # over the slices' rows (the pairs' gpu_id are rows)
-        launched[p["gpu_id"][sh.pair_steps[0]]] = True
+        launched[p["gpu_id"][pair]] = True
         in_step = np.bincount(grp[launched[rows]], minlength=ng)
     # the CPU op of each launch pair whose GPU op is one of these rows
     by_row = np.argsort(rows)

@@ -152,8 +152,8 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
         "compiled_regions_per_step": regions / len(work) if n_steps else None,
         "memcpy_dtod": dtod,
         "train_phases": _phase_medians(r.phases, r.steps),
-        "time_by_category": {c.category: float(c.share) for c in category_totals(r.step_breakdown).itertuples()
-                             if pd.notna(c.share)},
+        "time_by_category": {c.category: float(c.share)
+                             for c in category_totals(r.step_breakdown, r.steps).itertuples() if pd.notna(c.share)},
         "memory": r.memory.summary,
         "step_processes": step_processes(session, sh),
         "ranks": ranks(session, sh),
@@ -238,8 +238,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None, shared: O
         first GPU op's wait, :func:`~profiling_core.analyses.steps.first_ops`; None without pairs),
         ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
-        ``time_by_category`` ({category: share of the steps' windows}, :func:`category_totals` of the step
-        breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}
+        ``time_by_category`` ({category: share of the steady state's steps' windows}, :func:`category_totals` of
+        the step breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}
         over the steady state's steps, :func:`~profiling_core.analyses.steps.measured_steps`; empty without
         phases), ``memory`` (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device
         the peak allocated and reserved bytes; ``note`` says how to record memory events when the trace has none),

@@ -193,7 +193,8 @@ def _human(path: str, report, found, diagnosis=None, rank: Optional[dict] = None
                      + (f"   memcpy DtoD {s['memcpy_dtod']}" if s["has_gpu"] else ""))
     shares = s.get("time_by_category") or {}
     if s["has_gpu"] and shares:
-        lines.append("  GPU time by category (share of the steps' windows, whatever launched the work; where streams "
+        lines.append("  GPU time by category (share of the steady state's steps' windows, whatever launched the work; "
+                     "where streams "
                      "overlap, an instant counts once, for the first category listed: communication is what nothing "
                      "else overlapped; unrecorded: a GPU's first recorded op waiting, after its launch call "
                      "returned (or, launched before the recording, after the recording began), behind work the "

@@ -129,21 +129,27 @@ def phase_bars(phases: pd.DataFrame, *, value: str = "cpu_us",
             .properties(title=title, width=WIDTH, height=max(60, 24 * data["bar"].nunique() + 20)))
 
 
-def breakdown_bars(breakdowns: "dict[str, pd.DataFrame]", *, per: str = "step") -> pd.DataFrame:
+def breakdown_bars(breakdowns: "dict[str, pd.DataFrame]", *, per: str = "step",
+                   steps: "dict[str, pd.DataFrame] | None" = None) -> pd.DataFrame:
     """The rows of :func:`time_by_category` (bar column ``bar``) for one or more runs' ``step_breakdown``.
 
     breakdowns: {run label: that run's ``analyses.step_breakdown``}; a label "" for a single run.
     per: ``"step"``: one bar per step of each run (``"label · step N"``, or ``"step N"``), columns ``time_us``,
-    ``share``, ``overlapped_us``; ``"run"``: one bar per run over all its steps (``analyses.category_totals``),
-    columns ``time_us``, ``per_step_us``, ``share``, ``overlapped_us``. Runs without steps give no rows.
+    ``share``, ``overlapped_us``; ``"run"``: one bar per run over the steady state's steps
+    (``analyses.category_totals``), columns ``time_us``, ``per_step_us``, ``share``, ``overlapped_us``. Runs without
+    steps give no rows.
+    steps: with ``per="run"``, {run label: that run's ``analyses.steps``} (which steps are the steady state's).
     """
     if per not in ("step", "run"):
         raise ValueError(f"breakdown_bars: per must be 'step' or 'run'; got {per!r}")
+    if per == "run" and (steps is None or set(steps) != set(breakdowns)):
+        raise ValueError("breakdown_bars: per='run' needs steps={label: that run's analyses.steps} for every run "
+                         f"of breakdowns ({sorted(breakdowns)}); got {None if steps is None else sorted(steps)}")
     parts = []
     for label, bd in breakdowns.items():
         _require(bd, ["step", "category", "time_us", "share", "overlapped_us"], "breakdown_bars")
         if per == "run":
-            t = category_totals(bd)
+            t = category_totals(bd, steps[label])
             parts.append(t[["category", "time_us", "per_step_us", "share", "overlapped_us"]]
                          .assign(bar=label or "this run"))
         else:
