@@ -3093,3 +3093,15 @@ def test_a_for_loop_optimizers_ops_are_those_of_its_own_step_not_the_scalers():
     assert ("The optimizer (AdamW) ran its for-loop implementation: 62 ATen ops per step inside its Optimizer.step "
             "range") in x.text
     assert "(the optimizer phase's 25 other ATen ops per step are outside that range" in x.text
+
+
+def test_an_op_of_one_step_in_four_is_no_step_s_median(tmp_path):
+    """An evaluation's convolution in one step of four (steps 2-5 the steady state): question 2 listed it at its own
+    time in that step, 5,000 µs, beside "a median 80 µs per step" of work. Each op's figure is its median over the
+    same steps, 0 where it did not run."""
+    mm = [("aten::addmm", 40.0), ("aten::add", 40.0)]
+    steps = [mm, mm, mm + [("aten::mkldnn_convolution", 5000.0)], mm, mm]
+    _, f, _ = run(vt.cpu_steps(tmp_path / "t.json", steps, gemm_dims=GEMM_64), peaks=None)
+    q2 = f["q2.bound"]
+    assert q2.evidence["work_ops"] == {"aten::addmm": 40.0, "aten::add": 40.0}  # the conv: 0, 5000, 0, 0 µs
+    assert "their own time: aten::addmm 40.0 µs, aten::add 40.0 µs) took a median 80.0 µs per step" in q2.text

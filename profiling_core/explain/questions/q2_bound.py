@@ -400,7 +400,7 @@ def cpu_bound(r) -> dict:
     Returns a dict: ``bound`` (None without steps, or where no step did any work), ``steps`` (the measured steps'
     frame), ``cpu_work_share`` and ``cpu_work_us`` (medians of each step's share and time in work ops),
     ``data_share`` (median share in the batches), ``overhead_share`` (what is left), ``shares`` (each step's share,
-    in the steps' order), ``work_ops`` ({op: its own time in each step}). Two ranks' step N in one file are two
+    in the steps' order), ``work_ops`` ({op: its own time in each step, 0 in a step without it}). Two ranks' step N in one file are two
     steps, each with its own work and duration."""
     s = measured_steps(r.steps) if len(r.steps) else r.steps
     out = {"bound": None, "steps": s, "cpu_work_share": None, "cpu_work_us": None, "data_share": None,
@@ -410,7 +410,7 @@ def cpu_bound(r) -> dict:
         return out
     by_slice = _self_times_by_slice(ch, [int(x) for x in s["slice_id"]])
     data = s["data_us"].astype(float).tolist() if "data_us" in s else [0.0] * len(s)
-    shares, works, data_shares, per_op = [], [], [], {}
+    shares, works, data_shares, op_steps = [], [], [], []
     for k, dur, data_us in zip(s["slice_id"].tolist(), s["cpu_dur_us"].astype(float), data):
         g = by_slice.get(int(k))
         if g is None or dur <= 0:
@@ -420,10 +420,12 @@ def cpu_bound(r) -> dict:
         works.append(work_us)
         shares.append(work_us / dur)
         data_shares.append(min(1.0, data_us / dur))
-        for name, us in w.groupby(w["name"].astype(str))["self_us"].sum().items():
-            per_op.setdefault(name, []).append(float(us))
+        op_steps.append({name: float(us) for name, us in w.groupby(w["name"].astype(str))["self_us"].sum().items()})
     if not shares or max(works) <= 0:
         return out
+    # an op absent from a step took none of it: each op's median is over every step counted (an evaluation's conv
+    # in one step of four is no step's median)
+    per_op = {n: [d.get(n, 0.0) for d in op_steps] for n in dict.fromkeys(n for d in op_steps for n in d)}
     share, work_med, data_share = float(np.median(shares)), float(np.median(works)), float(np.median(data_shares))
     rest = max(0.0, 1.0 - share - data_share)
     label = ("compute-bound" if share >= CPU_MATH_BOUND_AT else "input-bound" if data_share > 0 and data_share >= rest
@@ -458,14 +460,16 @@ def _q2_cpu(r, cpu_med: float) -> Finding:
         return Finding("q2.bound", 2, "CPU only", text, ev)
     label, share, work_med = cb["bound"], cb["cpu_work_share"], cb["cpu_work_us"]
     data_share, rest, shares, per_op = cb["data_share"], cb["overhead_share"], cb["shares"], cb["work_ops"]
-    top = sorted(((float(np.median(v)), n) for n, v in per_op.items()), reverse=True)[:_TOP_WORK_OPS]
+    top = sorted(((float(np.median(v)), n) for n, v in per_op.items() if np.median(v) > 0),
+                 reverse=True)[:_TOP_WORK_OPS]
     listed = ", ".join(f"{n} {_us(us)}" for us, n in top)
     ev.update({"cpu_work_us_median": _num(work_med), "cpu_work_share_median": _num(share), "bound": label,
                "bound_threshold": CPU_MATH_BOUND_AT, "bound_basis": "cpu_work_share",
                "work_ops": {n: _num(us) for us, n in top}})
     compiled = (", and compiled graphs' generated code" if any(n.startswith(COMPILED_GRAPH_CALL) for n in per_op)
                 else "")
-    text += (f" The work ops (the ATen ops that compute or move data{compiled}, their own time: {listed}) took a median "
+    listed = f"their own time: {listed}" if listed else "each absent from half the steps or more"
+    text += (f" The work ops (the ATen ops that compute or move data{compiled}, {listed}) took a median "
              f"{_us(work_med)} per step and a median {format_share(share, 1)} of each step (each step's own share); ")
     if data_share > 0:
         ev["data_share_median"] = _num(data_share)
