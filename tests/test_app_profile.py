@@ -183,12 +183,12 @@ def test_the_profile_metrics_leave_an_empty_step_out_and_say_so(runs_dir):
     assert not errors_of(at), errors_of(at)
     [m] = [m for m in at.metric if m.label == "CPU per step (median)"]
     assert m.value == f"{steps[0]['dur'] / 1000:.2f} ms"
-    assert any("Step 2 is the profiler's closing stub" in c.value and "leave it out" in c.value for c in at.caption)
+    assert any("Step 2, the profiler's closing stub" in c.value and "leave it out" in c.value for c in at.caption)
     at = app("trace_lab")  # the other page with a CPU-per-step metric
     assert not errors_of(at), errors_of(at)
     [m] = [m for m in at.metric if m.label == "CPU per step (median)"]
     assert m.value == f"{steps[0]['dur'] / 1000:.2f} ms"
-    assert any("Step 2 is the profiler's closing stub" in c.value for c in at.caption)
+    assert any("Step 2, the profiler's closing stub" in c.value for c in at.caption)
 
 
 def test_profile_shows_a_training_traces_phases_and_not_a_forward_ones(runs_dir):

@@ -1542,6 +1542,29 @@ def test_the_profilers_closing_stub_is_left_out_though_the_loader_ran_in_it():
         by_id(path)["q2.bound"].text
 
 
+def test_a_loop_that_calls_step_twice_is_read_on_the_steps_that_worked():
+    """A real CPU run (torch 2.13, tests/data/cpu/make_step_recordings.py) that calls ``prof.step()`` twice per
+    iteration: every other step holds no event, a few µs between the two calls. Counted as steps of the loop, they
+    made the median step one of them, and flipped question 2's verdict on a compute-bound loop (half the steps at a
+    0% share). The per-step figures read the steps that worked, after the first, and the text says why the others
+    are left out."""
+    path = DATA / "cpu" / "steps_double_step.json.gz"
+    steps = _profiler_steps(path)
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X" and not str(e["name"]).startswith("ProfilerStep#")]
+    began = [sum(1 for e in xs if s["ts"] <= e["ts"] < s["ts"] + s["dur"]) for s in steps]
+    empty = [int(s["name"].split("#")[1]) for s, n in zip(steps, began) if n == 0]
+    worked = [float(s["dur"]) for s, n in zip(steps, began) if n > 0]
+    assert empty == [3, 5, 7, 9] and len(worked) == 5
+    assert max(float(s["dur"]) for s, n in zip(steps, began) if n == 0) < min(worked)
+    r = report(path)
+    assert r.summary["steady_state"]["empty_steps"] == empty
+    assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(worked[1:]), abs=0.01)
+    q2 = by_id(path)["q2.bound"]
+    assert "compute-bound" in q2.text and q2.evidence["cpu_work_share_median"] > 0.5
+    assert ("steps 3, 5, 7, 9, empty (no op or launch call began in them, each shorter than every step in which one "
+            "did: profile.step() called again with no iteration in between), left out") in q2.text
+
+
 def test_a_first_step_with_no_step_before_it_is_not_told_its_cold_start_fell_before_it(tmp_path):
     """A CPU run whose schedule records from ProfilerStep#0 (no wait, no warm-up step) and that had no warm-up calls:
     its first step was not slower, and Q3 said "the run's cold-start work fell before the recorded steps", where no

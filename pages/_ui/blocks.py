@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from profiling_core.errors import InvalidRunIdError, RunNotFoundError
-from profiling_core.explain import cut_steps_text, devices_text, merged_processes_text
+from profiling_core.explain import cut_steps_text, devices_text, empty_steps_text, merged_processes_text
 from profiling_core.present import export, md_text
 from profiling_core.store import machine_of
 
@@ -51,14 +51,11 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None, *, rank_
         if rank_link:
             st.page_link("pages/trace_lab.py", label="Read one rank on its own: the Trace lab imports it as a run →",
                          icon=":material/call_split:")
-    empty = (summary.get("steady_state") or {}).get("empty_steps") or []
-    if empty:
-        many = len(empty) > 1
-        st.caption(f"Step{'s' if many else ''} {', '.join(map(str, empty))} {'are' if many else 'is'} the profiler's "
-                   f"closing stub{'s' if many else ''} (no op or launch call began in {'them' if many else 'it'}; "
-                   f"{'each is the last step of its thread' if many else 'it is the last step'}, closed as the "
-                   f"profiler stopped): the per-step figures leave {'them' if many else 'it'} out.")
     ss = summary.get("steady_state") or {}
+    if ss.get("empty_steps"):
+        text = empty_steps_text(ss)
+        st.caption(text[0].upper() + text[1:] + ": the per-step figures leave "
+                   + ("them" if len(ss["empty_steps"]) > 1 else "it") + " out.")
     if ss.get("basis") == "after_first":
         st.caption("The per-step figures read the steps after the first (the steady state): the first may carry "
                    "start-up effects, which question 3 compares with them." if len(ss.get("first_steps") or []) <= 1

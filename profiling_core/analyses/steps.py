@@ -148,10 +148,9 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
 
 
 def _stubs(sh: Shared, rows: np.ndarray, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
-    """Per step (its slice's row, start and length, ns): whether it is the profiler's closing stub
-    (:func:`working_steps`): the last step of its thread, shorter than each of that thread's others, in whose window
-    no ATen op and no launch call began on any thread, where one began in another (a trace of steps alone, with no
-    op in any, has no stub to tell apart)."""
+    """Per step (its slice's row, start and length, ns): whether it is an empty step (:func:`working_steps`): one in
+    whose window no ATen op and no launch call began on any thread, shorter than each step of its thread in which
+    one began (a trace of steps alone, with no op in any, has none to tell apart)."""
     out = np.zeros(len(rows), dtype=bool)
     if len(rows) < 2:
         return out
@@ -165,9 +164,9 @@ def _stubs(sh: Shared, rows: np.ndarray, starts: np.ndarray, durs: np.ndarray) -
         mine = np.flatnonzero(utid == u)
         if len(mine) < 2:
             continue
-        last = mine[np.argmax(starts[mine])]
-        others = mine[mine != last]
-        out[last] = ops[last] == 0 and durs[last] < durs[others].min() and ops[others].max() > 0
+        worked = mine[ops[mine] > 0]
+        if len(worked):
+            out[mine] = (ops[mine] == 0) & (durs[mine] < durs[worked].min())
     return out
 
 
@@ -500,15 +499,17 @@ def _step_bounds(df: pd.DataFrame, at: float = GPU_BOUND_AT) -> list[str]:
 
 
 def working_steps(df: pd.DataFrame) -> pd.DataFrame:
-    """The steps the loop worked in: all but the profiler's closing stub (``stub``). ``profile.step()`` closes a
-    step and opens the next, so a profiler that stops while it records (no schedule, or a loop that ends mid-cycle)
-    closes one last step that holds no iteration, only what ran between the last ``step()`` and the stop: the last
-    step of its thread, shorter than each of its others, in which no ATen op and no launch call began where one
-    began in another (HTA's MI250 trace: ProfilerStep#2, 49 µs with nothing in it, beside 9.29 ms steps; a
-    DataLoader loop's stub holds the ``__next__`` that ended it, a GPU-bound loop's the kernels queued before it).
-    A per-step median over it would stand for no step, and a first step compared with it would look 189× slower.
-    Any other step is one of the loop, however little it recorded: a step that only sleeps in Python is a step of
-    the loop, and its time is the loop's.
+    """The steps the loop worked in: all but the empty ones (``stub``): those in which no ATen op and no launch call
+    began, shorter than each step of their thread in which one began. ``profile.step()`` closes a step and opens the
+    next, so a profiler that stops while it records (no schedule, or a loop that ends mid-cycle) closes one last step
+    that holds no iteration, only what ran between the last ``step()`` and the stop: the profiler's closing stub
+    (HTA's MI250 trace: ProfilerStep#2, 49 µs with nothing in it, beside 9.29 ms steps; a DataLoader loop's stub
+    holds the ``__next__`` that ended it, a GPU-bound loop's the kernels queued before it). A loop that calls
+    ``step()`` twice per iteration makes one such step per iteration (7.8–13.2 µs beside 139–204 ms steps on a
+    CPU): with them, half the steps held nothing and the median step stood for none. A per-step median over such
+    steps would stand for no step, and a first step compared with one would look 189× slower. Any other step is one
+    of the loop, however little it recorded: a step that only sleeps in Python, longer than those that work, is a
+    step of the loop, and its time is the loop's.
     The summary's per-step medians, :func:`basis_steps` (and so the steady state) and the questions' and rules'
     per-step figures rest on these steps."""
     if "stub" not in df or df.empty:
@@ -614,7 +615,9 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
     steps),
     ``basis`` (``after_first`` or ``all``), ``first_steps`` (the steps left out as first steps, :func:`first_steps`:
     one per process where ranks' traces were merged), ``basis_steps`` (those of the basis that launched GPU work,
-    when some did; ``steps_without_gpu`` then lists the others), ``empty_steps`` (those left out as empty),
+    when some did; ``steps_without_gpu`` then lists the others), ``empty_steps`` (those left out as empty,
+    :func:`working_steps`), ``closing_stubs`` (whether each of them is the last step of its process, the profiler's
+    closing stub; else some lie between steps of the loop),
     ``compile_steps``
     (those left out because torch.compile's compiler ran in them, :func:`compile_steps`),
     ``cpu_us_per_step``, ``sync_wait_us_per_step`` (as
@@ -641,12 +644,17 @@ def steady_state(steps_df: pd.DataFrame, at: float = GPU_BOUND_AT) -> dict:
            "threshold": at, "gpu_idle_share": None, "busy_in_window": None, "unlaunched_in_window": None,
            "unrecorded_in_window": None,
            "unlaunched_wait_us_per_step": None,
-           "steps_without_gpu": [], "empty_steps": [], "compile_steps": [], "first_steps": [],
+           "steps_without_gpu": [], "empty_steps": [], "closing_stubs": True, "compile_steps": [], "first_steps": [],
            "bound_of_every_step": False}
     if steps_df is None or steps_df.empty:
         return out
     work = working_steps(steps_df)
-    out["empty_steps"] = [int(x) for x in steps_df.loc[~steps_df.index.isin(work.index), "step"]]
+    empty = steps_df[~steps_df.index.isin(work.index)]
+    out["empty_steps"] = [int(x) for x in empty["step"]]
+    if len(empty):  # (each the last of its process: the profiler's closing stub)
+        by = steps_df["pid"].fillna(-1) if "pid" in steps_df else pd.Series(0, index=steps_df.index)
+        last = steps_df.groupby(by, sort=False)["start_ns"].transform("max")
+        out["closing_stubs"] = bool((empty["start_ns"] == last[empty.index]).all())
     basis = basis_steps(steps_df)
     out["compile_steps"] = comp = compile_steps(steps_df)
     # the first step left out as the first (its compile, where it compiled, is said as the compiler's)

@@ -152,8 +152,10 @@ def _human(path: str, report, found, diagnosis=None, rank: Optional[dict] = None
         empty, idle = ss.get("empty_steps") or [], ss.get("steps_without_gpu") or []
         basis = ("" if ss.get("basis") != "after_first" else ", those after the first"
                  if len(ss.get("first_steps") or []) <= 1 else ", those after each process's first")
-        for left, why in ((empty, "(the profiler's closing stub)"), (ss.get("compile_steps") or [],
-                                                                      "ran torch.compile's compiler"),
+        if empty:
+            from ..explain import empty_steps_text
+            basis += f"; {empty_steps_text(ss)}, left out"
+        for left, why in (((ss.get("compile_steps") or []), "ran torch.compile's compiler"),
                           (idle, "launched no GPU work")):
             if left:
                 basis += f"; step{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} {why}, left out"

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ...analyses import GPU_PACED, GRAPH_LAUNCHES, STARVED_AT, Report, measured_steps, working_steps
+from ...analyses import GPU_PACED, GRAPH_LAUNCHES, STARVED_AT, Report, measured_steps, steady_state, working_steps
 from ...store.peaks import DevicePeaks
 from ...units import format_count as _fmt_n  # (a count per step: 1e+06 never, see format_count)
 from ..questions.base import _app_run
@@ -137,9 +137,15 @@ def _per(report: Report) -> str:
 
 def _other_steps_empty(report: Report) -> str:
     """Beside the only step with work in it: "the other step is the profiler's closing stub" (or "other steps are
-    the profiler's closing stubs", of a file that merges several processes' steps: ``analyses.working_steps``)."""
-    return ("the other step is the profiler's closing stub" if len(report.steps) == 2 else
-            "the other steps are the profiler's closing stubs")
+    the profiler's closing stubs", of a file that merges several processes' steps), or, where some lie between steps
+    of the loop, that they are empty (``analyses.working_steps``, ``analyses.steady_state``'s ``closing_stubs``)."""
+    ss = report.summary.get("steady_state") or steady_state(report.steps)
+    many = len(ss.get("empty_steps") or []) > 1
+    if not ss.get("closing_stubs", True):
+        return (f"the other step{'s are' if many else ' is'} empty: profile.step() was called again with no "
+                "iteration in between")
+    return ("the other steps are the profiler's closing stubs" if many else
+            "the other step is the profiler's closing stub")
 
 
 def _gpus_idle(report: Report) -> str:

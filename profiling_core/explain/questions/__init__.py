@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .base import NO_GPU_TEXT, Finding
+from .base import NO_GPU_TEXT, Finding, empty_steps_text
 from .q1_memory import _q1_memory
 from .q1_table import _q1_table
 from .q2_bound import (_q2_bound, blocked_in, cpu_bound, cut_steps_text, devices_text,
@@ -37,7 +37,7 @@ from .q10_compile_cost import _q10_cost
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
            "MIN_LAUNCHES_FOR_SKEW", "UNPLACED_EVENTS_TEXT", "blocked_in", "cpu_bound", "cut_steps_text",
            "devices_text", "merged_processes_text", "rank_text", "mean_above_median_pct", "offset_text", "skew_text",
-           "started_before_launch_text"]
+           "started_before_launch_text", "empty_steps_text"]
 
 
 _RULES: tuple[Callable, ...] = (_q1_table, _q1_memory, _q2_bound, _q3_cold, _q4_offset, _q5_chain, _q6_paths, _q7_sync,

@@ -276,12 +276,21 @@ def _all_steps(n: int) -> str:
     return "the only step" if n == 1 else "both steps" if n == 2 else f"all {n} steps"
 
 
-def _stubs_left_out(stubs: list) -> str:
-    """"step 5, the profiler's closing stub (no op or launch call began in it), left out" (``analyses.working_steps``:
-    no step of the loop, so no per-step figure counts it)."""
+def empty_steps_text(ss: dict) -> str:
+    """The empty steps of ``ss`` (``analyses.steady_state``'s dict: ``empty_steps``, ``closing_stubs``), named with
+    why they are no step of the loop (``analyses.working_steps``): "step 5, the profiler's closing stub (no op or
+    launch call began in it)", or, where some lie between steps of the loop, "steps 3, 5 and 7, empty (no op or
+    launch call began in them, each shorter than every step in which one did: ``profile.step()`` called again with
+    no iteration in between)"."""
+    stubs = ss.get("empty_steps") or []
     many = len(stubs) > 1
-    return (f"step{'s' if many else ''} {', '.join(map(str, stubs))}, the profiler's closing stub{'s' if many else ''} "
-            f"(no op or launch call began in {'them' if many else 'it'}), left out")
+    names = f"step{'s' if many else ''} {', '.join(map(str, stubs))}"
+    if ss.get("closing_stubs", True):
+        return (f"{names}, the profiler's closing stub{'s' if many else ''} (no op or launch call began in "
+                f"{'them' if many else 'it'})")
+    return (f"{names}, empty (no op or launch call began in {'them' if many else 'it'}, "
+            f"{'each' if many else 'it is'} shorter than every step in which one did: profile.step() called again "
+            "with no iteration in between)")
 
 
 def _basis_text(ss: dict, n_steps: int) -> str:
@@ -306,7 +315,7 @@ def _basis_text(ss: dict, n_steps: int) -> str:
     if empty and ss["basis"] != "after_first":
         text = "the only step with work in it" if n_steps == 1 else f"all {n_steps} steps with work in them"
     if empty:  # no step of the loop: the figures leave it out (analyses.working_steps)
-        text += "; " + _stubs_left_out(empty)
+        text += "; " + empty_steps_text(ss) + ", left out"
     idle = ss.get("steps_without_gpu") or []
     if idle:  # the figures are those of the steps that launched GPU work
         text += (f"; of them, the {len(ss['basis_steps'])} that launched GPU work, as step"

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...analyses import GEMM_OPS, first_steps, working_steps
+from ...analyses import GEMM_OPS, first_steps, steady_state, working_steps
 from ...analyses.steps import without_compile_steps
 from ...analyses._shared import COMPILER_RANGE
 from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
 from .base import (NO_STEPS_TEXT, STEPS_HOWTO, Finding, _compile_steps_text, _first_step_only_calls,
-                   _first_step_slower_calls, _is_cold, _lazy_loading, _num, _self_times_by_slice, _short, _table_rows)
+                   empty_steps_text, _first_step_slower_calls, _is_cold, _lazy_loading, _num, _self_times_by_slice, _short, _table_rows)
 
 
 FIRST_STEP_SLOWER_PCT = 5.0
@@ -95,12 +95,11 @@ def _q3_cold(r, config=None) -> list[Finding]:
                             "with: profile more active steps (the schedule's active count).",
                             {"first_step": int(first["step"]), "first_step_cpu_us": _num(first["cpu_dur_us"]),
                              "first_step_slower": None})]
-        names = ", ".join(f"ProfilerStep#{int(k)} ({_us(d)})" for k, d in zip(empty["step"], empty["cpu_dur_us"]))
+        ss = r.summary.get("steady_state") or steady_state(r.steps)
+        names = ", ".join(f"ProfilerStep#{int(k)} {_us(d)}" for k, d in zip(empty["step"], empty["cpu_dur_us"]))
         text = (f"Only one profiled step did any work: ProfilerStep#{int(first['step'])}, "
-                f"{_us(first['cpu_dur_us'])} on the CPU. The other{'s' if len(empty) > 1 else ''}, {names}, "
-                f"{'are' if len(empty) > 1 else 'is'} the profiler's closing stub{'s' if len(empty) > 1 else ''}: "
-                f"no op or launch call began in {'their windows' if len(empty) > 1 else 'its window'}, which closed "
-                "as the profiler stopped. There is no later step to compare the first with: profile more active "
+                f"{_us(first['cpu_dur_us'])} on the CPU. The other{'s' if len(empty) > 1 else ''} ({names}): "
+                f"{empty_steps_text(ss)}. There is no later step to compare the first with: profile more active "
                 "steps (the schedule's active count).")
         return [Finding("q3.cold_start", 3, "First step vs the others", text,
                         {"first_step": int(first["step"]), "first_step_cpu_us": _num(first["cpu_dur_us"]),

@@ -5,6 +5,9 @@
 - ``steps_loader_stub.json.gz``: a DataLoader of 5 batches, ``schedule(wait=1, warmup=1, active=4)``: the loop ends
   while the profiler records, so ``profile``'s exit closes one last step that holds only the ``__next__`` that raised
   StopIteration (the profiler's closing stub).
+- ``steps_double_step.json.gz``: ``schedule(wait=1, warmup=1, active=9)``, exported by ``on_trace_ready``; each of 6 iterations trains an MLP
+  (Linear 256→512, ReLU, Linear 512→256, SGD) and then calls ``prof.step()`` twice, so every other recorded step
+  holds nothing but the time between the two calls.
 """
 import gzip
 import shutil
@@ -46,3 +49,17 @@ with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup
             y = (b @ w).relu() @ w.t()
         prof.step()
 keep(prof, "steps_loader_stub.json")
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(64, 256)
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=9),
+             on_trace_ready=lambda p: keep(p, "steps_double_step.json")) as prof:
+    for i in range(6):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        prof.step()
+        prof.step()
