@@ -87,6 +87,57 @@ def test_a_step_of_13905_slices_is_drawn_with_its_longest(runs_dir, media):
     assert dur[charts.MAX_SLICES] <= dur[charts.MAX_SLICES - 1]
 
 
+def _long_training(path, steps: int):
+    """A training loop of ``steps`` steps on an H200 (forward, backward and optimizer ranges, one kernel each), no two
+    steps of the same length."""
+    import verdict_traces as vt
+    t = vt.Trace()
+    for n in range(steps):
+        x = (n * 263) % 509  # a permutation of 0..508
+
+        def body(t, x=x):
+            for phase, cpu_us, gpu_us in (("forward", 30 + x / 4, 5 + x / 8), ("backward", 40.0, 10.0),
+                                          ("optimizer", 15.0, 6.0)):
+                vt._annotate(t, f"train::{phase}", lambda t, c=cpu_us, g=gpu_us: t.cpu(
+                    "aten::mm", c, children=lambda t: t.launch(vt.BF16_GEMM, g)))
+        t.step(n + 1, body)
+    return t.write(path)
+
+
+def _longest_bars(rows: list[dict], by: str, label) -> list[str]:
+    """The MAX_BARS longest bars of a chart's CSV (a bar's length: the sum of its rows' ``by``), named as drawn."""
+    length: dict = {}
+    for r in rows:
+        length[r["step"]] = length.get(r["step"], 0.0) + float(r[by])
+    return [label(s) for s in sorted(length, key=lambda s: -length[s])[:charts.MAX_BARS]]
+
+
+def test_a_run_of_501_steps_draws_its_longest_steps(runs_dir, media, tmp_path):
+    """A loop profiled for 501 steps: the per-step breakdown (ten categories a step) was 5,010 rows, and Altair's
+    MaxRowsError stopped the Profile and Runs pages there (no phases, timeline, findings or downloads after it).
+    Each per-step bar chart draws its MAX_BARS longest steps, says how many it left out, and exports."""
+    for name in ("long A", "long B"):
+        import_trace(runs_dir, _long_training(tmp_path / f"{name}.json", 501), name)
+    at = app("profile")
+    _bounded(at)
+    for title, csv_key, by in (("Where each step's time goes on the GPU", "profile_breakdown", "time_us"),
+                               ("Where each training step's time goes", "profile_phases", "cpu_us")):
+        every = _rows(download(at, media, f"csv_{csv_key}"))
+        spec = _chart(at, title)
+        drawn = {r["bar"] for rows in _datasets(spec).values() for r in rows if "bar" in r}
+        assert drawn == set(_longest_bars(every, by, lambda s: f"step {s}")), title
+        assert f"501 {'bars' if by == 'time_us' else 'steps'}: the {501 - charts.MAX_BARS:,} shortest" in \
+            _subtitle(spec)
+        assert download(at, media, f"png_{csv_key}")[:4] == b"\x89PNG"
+    assert "What this trace says" in " ".join(h.value for h in at.header)  # the page goes on past them
+    at = app("runs")
+    _bounded(at)
+    spec = _chart(at, "Every profiled step of both runs")
+    assert len({r["bar"] for rows in _datasets(spec).values() for r in rows if "bar" in r}) == charts.MAX_BARS
+    assert f"1,002 bars: the {1002 - charts.MAX_BARS:,} shortest" in _subtitle(spec)
+    assert download(at, media, "png_runs_breakdown_steps")[:4] == b"\x89PNG"
+
+
 def test_dispatch_on_9450_launches_and_61_syncs(runs_dir, media):
     """HTA's A100 trace on the Dispatch page: each synchronize counted as a plain scan counts them, the latency
     chart's points each a real launch and every step's lowest and highest latency among them, the chain's text cut

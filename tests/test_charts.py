@@ -526,6 +526,43 @@ def test_keep_longest_keeps_the_longest_in_their_order_and_says_how_long_the_res
     assert list(ties["name"]) == ["c", "f"]
 
 
+def test_a_breakdown_of_533_steps_draws_its_longest_steps_and_says_so():
+    """An H200 loop profiled for 533 steps gave the per-step breakdown 5,330 rows (ten categories a step): Altair
+    refused it with MaxRowsError and the Profile and Runs pages stopped there. The chart draws the MAX_BARS longest
+    steps (by their window), in their order, in either view, and its subtitle says how many it left out."""
+    from profiling_core.units import format_duration_us
+    window = {s: 100.0 + (s * 263) % 541 for s in range(533)}  # each step's own length
+    bd = _breakdown({s: {"gemm": w - 10.0, "idle": 10.0} for s, w in window.items()})
+    longest = sorted(window, key=lambda s: -window[s])
+    for value in ("time_us", "share"):
+        spec = C.time_by_category(C.breakdown_bars({"": bd}), bar="bar", value=value).to_dict()
+        rows = _datasets(spec)[0]
+        assert len(rows) <= C.MAX_ROWS
+        drawn = [f"step {s}" for s in sorted(longest[:C.MAX_BARS])]
+        assert list(dict.fromkeys(r["bar"] for r in rows)) == drawn == spec["encoding"]["y"]["sort"]
+        assert spec["title"]["subtitle"] == [
+            f"533 bars: the {533 - C.MAX_BARS} shortest, each {format_duration_us(window[longest[C.MAX_BARS]])} or "
+            "shorter, are left out to keep the chart drawable (the CSV has them all)"]
+    few = C.time_by_category(C.breakdown_bars({"": _breakdown({2: {"gemm": 5.0}})}), bar="bar").to_dict()
+    assert few["title"] == "Where each step's time goes on the GPU"  # nothing left out: nothing said
+
+
+def test_the_phases_of_900_steps_draw_the_longest_steps_and_say_so():
+    """Six phases a step: 900 training steps were 5,400 rows, over MAX_ROWS. The chart draws the MAX_BARS steps of
+    the most CPU time, in their order, and says how many it left out."""
+    from profiling_core.analyses import PHASES
+    cpu = {s: 50.0 + (s * 263) % 907 for s in range(900)}
+    phases = pd.DataFrame([{"step": s, "phase": p, "cpu_us": cpu[s] / len(PHASES), "share": 1 / len(PHASES)}
+                           for s in cpu for p in PHASES])
+    longest = sorted(cpu, key=lambda s: -cpu[s])
+    for value in ("cpu_us", "share"):
+        spec = C.phase_bars(phases, value=value).to_dict()
+        rows = _datasets(spec)[0]
+        assert len(rows) <= C.MAX_ROWS
+        assert list(dict.fromkeys(r["bar"] for r in rows)) == [f"step {s}" for s in sorted(longest[:C.MAX_BARS])]
+        assert spec["title"]["subtitle"][0].startswith(f"900 steps: the {900 - C.MAX_BARS} shortest, each ")
+
+
 def test_thin_by_time_keeps_each_slice_of_times_lowest_highest_and_last():
     n = 10_000
     t = pd.Series(range(n)) * 1000

@@ -22,7 +22,8 @@ The modules, by what they chart (every name is importable from here: ``charts.st
 - ``_style``: what they share: ``WIDTH``, ``CATEGORY_COLORS``, ``BREAKDOWN_COLORS``, :func:`empty_chart`, the
   column check and number formats, and the bounds that keep a big trace's charts drawable (``MAX_ROWS``: the
   longest ``MAX_SLICES`` slices of a timeline, ``keep_longest``; the lowest, highest and last of each slice of time
-  for ``MAX_POINTS`` points, ``thin_by_time``); each chart's subtitle says what it left out.
+  for ``MAX_POINTS`` points, ``thin_by_time``; the longest ``MAX_BARS`` bars of a bar chart, ``keep_longest_bars``);
+  each chart's subtitle says what it left out.
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ from .bars import breakdown_bars, grouped_bars, phase_bars, time_by_category
 from .kernels import (cold_vs_warm, kernel_durations_by_step, kernel_spread, launch_latency, sync_idle,
                       sync_parts)
 from .kernels import MAX_CALL_LINES, MAX_COLOURS, MAX_SYNC_BARS  # noqa: F401
-from ._style import MAX_POINTS, MAX_ROWS, MAX_SLICES, keep_longest, thin_by_time  # noqa: F401
+from ._style import (MAX_BARS, MAX_POINTS, MAX_ROWS, MAX_SLICES, keep_longest, keep_longest_bars,  # noqa: F401
+                     thin_by_time)  # noqa: F401
 from .memory import memory_categories_chart, memory_comparison_chart, memory_timeline_chart
 from .peaks import achieved_vs_peak, roofline
 from .sweep import crossover_points, gpu_busy_fraction, overhead_vs_compute

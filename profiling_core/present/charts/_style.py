@@ -1,8 +1,8 @@
-"""What every chart shares: the width, the palettes, the column check, number formats, the empty chart, and the two
+"""What every chart shares: the width, the palettes, the column check, number formats, the empty chart, and the
 rules by which a chart of a big trace's events stays drawable (:data:`MAX_ROWS`)."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import altair as alt
 import numpy as np
@@ -76,8 +76,8 @@ MAX_ROWS = 5000
 """Altair's cap on the rows of one dataset of a chart (``alt.data_transformers``' default ``max_rows``): a chart given
 more raises ``MaxRowsError`` instead of drawing, and a real trace has far more events (9,450 launches in HTA's A100
 trace, 13,905 slices in one step of TraceLens' Qwen trace). So every chart that draws one mark per event keeps each of
-its datasets at or under a bound of its own, by one of the two rules below, and says in its subtitle what it left
-out; the CSV beside a chart in the app keeps every row."""
+its datasets at or under a bound of its own, by one of the rules below, and says in its subtitle what it left out;
+the CSV beside a chart in the app keeps every row."""
 
 MAX_SLICES = 4000
 """The most slices a timeline draws (``step_timeline``, ``dispatch_flame``, ``trace_overview``): beyond it the
@@ -88,12 +88,19 @@ MAX_POINTS = 2000
 ``MAX_POINTS // 4`` equal slices of time, the points of its lowest and highest value and its last one
 (:func:`thin_by_time`)."""
 
+MAX_BARS = 200
+"""The most bars a bar chart draws (a bar per step or run of ``time_by_category``, per step of ``phase_bars``): beyond
+it the longest (:func:`keep_longest_bars`). A step's bar stacks up to ten categories of GPU time, one row each, so 500
+steps were over ``MAX_ROWS``; and vl-convert (the PNG, SVG and HTML report) fails on a chart whose y order lists some
+1,400 bars."""
+
 
 def keep_longest(data: pd.DataFrame, max_rows: int = MAX_SLICES, *, dur: str = "dur_us",
-                 what: str = "slices") -> tuple[pd.DataFrame, Optional[str]]:
+                 what: str = "slices", fmt: Optional[Callable[[float], str]] = format_duration_us
+                 ) -> tuple[pd.DataFrame, Optional[str]]:
     """The ``max_rows`` longest rows of ``data`` by ``dur`` (between equal ones, the earlier row), in their order,
-    and a note saying how many shorter ones were left out and the longest of those; ``data`` itself and None when it
-    has no more rows than that.
+    and a note saying how many shorter ones were left out and the longest of those (as ``fmt`` writes it; None: not
+    said); ``data`` itself and None when it has no more rows than that.
 
     The rule for timelines: a chart ``WIDTH`` pixels wide shows a slice only when it spans a visible part of the
     time axis, so the longest slices are the ones a reader can see; what is left out is each at most as long as the
@@ -105,10 +112,28 @@ def keep_longest(data: pd.DataFrame, max_rows: int = MAX_SLICES, *, dur: str = "
     order = np.lexsort((np.arange(n), -d))  # longest first; the earlier row first among equals
     keep = np.sort(order[:max_rows])
     longest_out = float(d[order[max_rows]])
-    bound = f", each {format_duration_us(longest_out)} or shorter," if np.isfinite(longest_out) else ""
+    bound = f", each {fmt(longest_out)} or shorter," if fmt is not None and np.isfinite(longest_out) else ""
     note = (f"{n:,} {what}: the {n - max_rows:,} shortest{bound} are left out to keep the chart drawable "
             "(the CSV has them all)")
     return data.iloc[keep], note
+
+
+def keep_longest_bars(data: pd.DataFrame, bar: str, by: str, max_bars: int = MAX_BARS, *, stacked: bool = True,
+                      what: str = "bars") -> tuple[pd.DataFrame, Optional[str]]:
+    """The rows of the ``max_bars`` longest bars of ``data`` (a bar: the rows of one value of its column ``bar``), in
+    their order, and :func:`keep_longest`'s note on those left out; ``data`` itself and None when it has no more
+    bars than that. A bar's length is the sum of its rows' ``by`` (``stacked``: parts stacked into one bar) or their
+    largest (bars side by side); the note gives the longest left out when ``by`` is in µs (``*_us``).
+
+    The rule for bar charts of many steps or names: the longest bars are the ones a reader compares; the rest are
+    each at most as long as the note says."""
+    values = pd.to_numeric(data[by], errors="coerce").groupby(data[bar].to_numpy(), sort=False)
+    length = values.sum() if stacked else values.max()
+    if len(length) <= max_bars:
+        return data, None
+    kept, note = keep_longest(pd.DataFrame({"bar": length.index, "length": length.to_numpy()}), max_bars,
+                              dur="length", what=what, fmt=format_duration_us if by.endswith("_us") else None)
+    return data[data[bar].isin(set(kept["bar"])).to_numpy()], note
 
 
 def thin_by_time(t_ns: pd.Series, values: list[pd.Series], max_points: int = MAX_POINTS,

@@ -10,8 +10,8 @@ import pandas as pd
 
 from ...analyses.breakdown import category_totals
 from ...analyses.categories import BREAKDOWN_CATEGORIES
-from ._style import (BREAKDOWN_COLORS, LOG_AXIS_FORMAT, PHASE_COLORS, WIDTH, _plain_format, _require, _us_format, decade_ticks,
-                     empty_chart, names_legend)
+from ._style import (BREAKDOWN_COLORS, LOG_AXIS_FORMAT, PHASE_COLORS, WIDTH, _plain_format, _require, _us_format,
+                     decade_ticks, empty_chart, keep_longest_bars, names_legend, with_notes)
 
 
 def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional[str] = None,
@@ -72,6 +72,7 @@ def time_by_category(breakdown: pd.DataFrame, *, bar: str = "step", value: str =
     extra = [c for c in ("time_us", "per_step_us", "share", "overlapped_us") if c in breakdown.columns and c != value]
     data = breakdown[["category", bar, value, *extra]].copy()
     data[bar] = data[bar].astype(str)
+    data, note = keep_longest_bars(data, bar, "time_us" if "time_us" in data.columns else value, what=f"{bar}s")
     data["order"] = data["category"].map({c: k for k, c in enumerate(BREAKDOWN_CATEGORIES)})
     is_share = value == "share"
     fmt = ".1%" if is_share else _us_format(data[value])
@@ -89,7 +90,8 @@ def time_by_category(breakdown: pd.DataFrame, *, bar: str = "step", value: str =
                                     legend=alt.Legend(orient="top", direction="horizontal")),
                     order=alt.Order("order:Q", sort="ascending"),
                     tooltip=tips)
-            .properties(title=title, width=WIDTH, height=max(60, 24 * data[bar].nunique() + 20)))
+            .properties(title=with_notes(title, [note]), width=WIDTH,
+                        height=max(60, 24 * data[bar].nunique() + 20)))
 
 
 def phase_bars(phases: pd.DataFrame, *, value: str = "cpu_us",
@@ -99,7 +101,9 @@ def phase_bars(phases: pd.DataFrame, *, value: str = "cpu_us",
     phases: ``analyses.phases`` (``step``, ``phase``: a key of PHASE_COLORS, and ``value``: ``cpu_us`` (the step's CPU
     time, the phases summing to it), ``gpu_us`` (the GPU work launched in each phase; no ``other`` bar part when it
     is 0) or ``share`` (0..1)); ``cpu_us``, ``gpu_us``, ``kernels`` and ``share`` join the tooltip where present.
-    Phases stack in PHASE_COLORS order with their own colours. An empty frame gives :func:`empty_chart`.
+    Phases stack in PHASE_COLORS order with their own colours. An empty frame gives :func:`empty_chart`. Over
+    ``MAX_BARS`` steps the longest are drawn (by ``cpu_us`` where present, else ``value``: :func:`keep_longest_bars`),
+    and the subtitle says how many were left out.
     """
     _require(phases, ["step", "phase", value], "phase_bars")
     if phases.empty:
@@ -110,6 +114,7 @@ def phase_bars(phases: pd.DataFrame, *, value: str = "cpu_us",
     extra = [c for c in ("cpu_us", "gpu_us", "kernels", "share") if c in phases.columns and c != value]
     data = phases[["step", "phase", value, *extra]].copy()
     data["bar"] = [f"step {s}" for s in data["step"].tolist()]
+    data, note = keep_longest_bars(data, "bar", "cpu_us" if "cpu_us" in data.columns else value, what="steps")
     data["order"] = data["phase"].map({c: k for k, c in enumerate(PHASE_COLORS)})
     is_share = value == "share"
     fmt = ".1%" if is_share else _us_format(data[value])
@@ -126,7 +131,8 @@ def phase_bars(phases: pd.DataFrame, *, value: str = "cpu_us",
                                     legend=alt.Legend(orient="top", direction="horizontal")),
                     order=alt.Order("order:Q", sort="ascending"),
                     tooltip=tips)
-            .properties(title=title, width=WIDTH, height=max(60, 24 * data["bar"].nunique() + 20)))
+            .properties(title=with_notes(title, [note]), width=WIDTH,
+                        height=max(60, 24 * data["bar"].nunique() + 20)))
 
 
 def breakdown_bars(breakdowns: "dict[str, pd.DataFrame]", *, per: str = "step",
