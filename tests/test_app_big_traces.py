@@ -138,6 +138,31 @@ def test_a_run_of_501_steps_draws_its_longest_steps(runs_dir, media, tmp_path):
     assert download(at, media, "png_runs_breakdown_steps")[:4] == b"\x89PNG"
 
 
+def test_two_runs_of_1500_kernels_compare_their_longest(runs_dir, media, tmp_path):
+    """Two runs of a step launching 1,500 distinct kernels (a compiled model's Triton kernels) on the Runs page: the
+    median kernel duration chart listed every name, and vl-convert's PNG and SVG export, and so the page's report,
+    failed ("Maximum call stack size exceeded"); above 2,500 names the page stopped with MaxRowsError. It draws the
+    kernels of the MAX_BARS longest bars, says how many it left out, and exports; the CSV has every kernel."""
+    import verdict_traces as vt
+    t = vt.Trace()
+    t.step(1, lambda t: [t.launch(f"triton_poi_fused_{k:04d}", 1.0 + (k * 263) % 1499 / 100, call_us=1.0)
+                         for k in range(1500)])
+    for name in ("A", "B"):
+        import_trace(runs_dir, t.write(tmp_path / f"{name}.json"), name)
+    at = app("runs")
+    _bounded(at)
+    every = _rows(download(at, media, "csv_runs_kernels"))
+    assert len(every) == 2 * 1500
+    spec = _chart(at, "Median kernel duration")
+    drawn = [r["kernel"] for rows in _datasets(spec).values() for r in rows if "kernel" in r]
+    longest = sorted({r["kernel"]: float(r["median_us"]) for r in every}.items(), key=lambda kv: -kv[1])
+    assert set(drawn) == {k for k, _ in longest[:charts.MAX_BARS // 2]} and len(drawn) == charts.MAX_BARS
+    assert f"1,500 kernels: the {1500 - charts.MAX_BARS // 2:,} shortest" in _subtitle(spec)
+    assert download(at, media, "png_runs_kernels")[:4] == b"\x89PNG"
+    assert b"<svg" in download(at, media, "svg_runs_kernels")[:200]
+    assert "Median kernel duration" in download(at, media, "report_runs").decode()
+
+
 def test_dispatch_on_9450_launches_and_61_syncs(runs_dir, media):
     """HTA's A100 trace on the Dispatch page: each synchronize counted as a plain scan counts them, the latency
     chart's points each a real launch and every step's lowest and highest latency among them, the chain's text cut

@@ -563,6 +563,26 @@ def test_the_phases_of_900_steps_draw_the_longest_steps_and_say_so():
         assert spec["title"]["subtitle"][0].startswith(f"900 steps: the {900 - C.MAX_BARS} shortest, each ")
 
 
+def test_grouped_bars_of_3000_kernels_draw_the_longest_and_say_so():
+    """Two runs' median kernel durations side by side (the Runs page): 3,000 distinct kernel names were 6,000 rows,
+    over MAX_ROWS, and from some 1,400 names vl-convert's PNG/SVG export failed ("Maximum call stack size
+    exceeded"). The chart draws the kernels of the longest bars, MAX_BARS bars in all, in their order; it exports."""
+    from profiling_core.present.export import chart_svg
+    n = 3000
+    median = [1.0 + (k * 263) % 2999 / 10 for k in range(n)]
+    df = pd.DataFrame({"kernel": [f"triton_poi_fused_{k:05d}" for k in range(n)] * 2,
+                       "median_us": median + [m / 2 for m in median], "run": ["A"] * n + ["B"] * n})
+    chart = C.grouped_bars(df, category="kernel", value="median_us", group="run", title="Median kernel duration")
+    spec = chart.to_dict()
+    rows = _datasets(spec)[0]
+    kept = sorted(range(n), key=lambda k: -median[k])[:C.MAX_BARS // 2]  # A's bar is each kernel's longest
+    assert [r["kernel"] for r in rows] == [f"triton_poi_fused_{k:05d}" for k in sorted(kept)] * 2
+    assert spec["title"]["subtitle"][0].startswith(f"3,000 kernels: the {n - C.MAX_BARS // 2:,} shortest, each ")
+    assert chart_svg(chart).lstrip().startswith("<svg")
+    few = C.grouped_bars(df.head(3), category="kernel", value="median_us", title="t").to_dict()
+    assert few["title"] == "t"
+
+
 def test_thin_by_time_keeps_each_slice_of_times_lowest_highest_and_last():
     n = 10_000
     t = pd.Series(range(n)) * 1000

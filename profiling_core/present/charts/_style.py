@@ -89,10 +89,10 @@ MAX_POINTS = 2000
 (:func:`thin_by_time`)."""
 
 MAX_BARS = 200
-"""The most bars a bar chart draws (a bar per step or run of ``time_by_category``, per step of ``phase_bars``): beyond
-it the longest (:func:`keep_longest_bars`). A step's bar stacks up to ten categories of GPU time, one row each, so 500
-steps were over ``MAX_ROWS``; and vl-convert (the PNG, SVG and HTML report) fails on a chart whose y order lists some
-1,400 bars."""
+"""The most bars a bar chart draws (a bar per step or run of ``time_by_category``, per step of ``phase_bars``, per
+category and group of ``grouped_bars``): beyond it the longest (:func:`keep_longest_bars`). A step's bar stacks up to
+ten categories of GPU time, one row each, so 500 steps were over ``MAX_ROWS``; and vl-convert (the PNG, SVG and HTML
+report) fails on a chart whose y order lists some 1,400 bars (two runs' kernels of a compiled model)."""
 
 
 def keep_longest(data: pd.DataFrame, max_rows: int = MAX_SLICES, *, dur: str = "dur_us",

@@ -10,8 +10,8 @@ import pandas as pd
 
 from ...analyses.breakdown import category_totals
 from ...analyses.categories import BREAKDOWN_CATEGORIES
-from ._style import (BREAKDOWN_COLORS, LOG_AXIS_FORMAT, PHASE_COLORS, WIDTH, _plain_format, _require, _us_format,
-                     decade_ticks, empty_chart, keep_longest_bars, names_legend, with_notes)
+from ._style import (BREAKDOWN_COLORS, LOG_AXIS_FORMAT, MAX_BARS, PHASE_COLORS, WIDTH, _plain_format, _require,
+                     _us_format, decade_ticks, empty_chart, keep_longest_bars, names_legend, with_notes)
 
 
 def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional[str] = None,
@@ -21,6 +21,8 @@ def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional
 
     df: the three named columns (``group`` optional). Values are labelled at the bar end. ``spread``: two columns
     (low, high) of each bar's range (the min and max of repeated runs whose median the bar is), drawn as a rule.
+    Over ``MAX_BARS`` bars, those of the categories with the longest bars are drawn (:func:`keep_longest_bars`), and
+    the subtitle says how many categories were left out.
     """
     cols = [category, value] + ([group] if group else []) + (list(spread) if spread else [])
     _require(df, cols, "grouped_bars")
@@ -30,6 +32,10 @@ def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional
     if not len(vals) or not (vals.fillna(0) != 0).any():
         return empty_chart(f"{title or value}: every value is zero" + (f" ({', '.join(sorted(set(data[category])))})"
                                                                        if len(data) else ""))
+    groups = data[group].nunique() if group else 1
+    data, note = keep_longest_bars(data, category, value, max(1, MAX_BARS // max(1, groups)), stacked=False,
+                                   what=f"{category}s")
+    vals = pd.to_numeric(data[value], errors="coerce")
     fmt = _us_format(data[value]) if value.endswith("_us") else _plain_format(vals)
     positive = vals[vals > 0]
     log = log or (len(positive) > 1 and float(positive.max()) >= 100 * float(positive.min()))  # spans decades
@@ -52,7 +58,7 @@ def grouped_bars(df: pd.DataFrame, *, category: str, value: str, group: Optional
             x=alt.X(f"{lo}:Q", scale=scale), x2=f"{hi}:Q",
             tooltip=[alt.Tooltip(f"{lo}:Q", format=fmt, title="min"), alt.Tooltip(f"{hi}:Q", format=fmt, title="max")]))
     n = data[category].nunique() * (data[group].nunique() if group else 1)
-    return alt.layer(*layers).properties(title=title, width=WIDTH, height=max(60, 22 * n + 20))
+    return alt.layer(*layers).properties(title=with_notes(title, [note]), width=WIDTH, height=max(60, 22 * n + 20))
 
 
 def time_by_category(breakdown: pd.DataFrame, *, bar: str = "step", value: str = "time_us",
