@@ -44,3 +44,22 @@ def test_peaks_of_another_machine_are_not_called_this_machines(runs_dir):
     from profiling_core.present import md_text
     notes = [c.value for c in at.caption if md_text("None of them is of this machine's device") in c.value]
     assert len(notes) == (0 if "H200" in next(m.value for m in at.markdown if "**Device name**" in m.value) else 1)
+
+
+def test_an_unreadable_current_run_leaves_the_rest_of_home_drawn(runs_dir):
+    """The newest run's trace cut off mid-file: the SQL engine line asks for its session, whose error box and stop
+    (meant for a page that shows the run) ended the Home page there, past an ``except Exception`` that a stop is not:
+    no peaks, no Calibrate button, no recent runs, from which the run could be opened or deleted. The line now says
+    the engine is unavailable and why, and the rest of the page is drawn."""
+    from conftest_app import H200, import_trace
+    rid = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "cut off")
+    trace = runs_dir / rid / "trace.json"
+    trace.write_bytes(trace.read_bytes()[:5000])
+    at = app()
+    assert not at.exception, [e.value for e in at.exception]
+    assert {"Measured peaks", "Recent runs"} <= {s.value for s in at.subheader}
+    assert [b.label for b in at.button if b.label == "Calibrate this device"]
+    [recent] = [d.value for d in at.dataframe if "run_id" in d.value.columns]
+    assert list(recent["run_id"]) == [rid]
+    engine_line = next(m.value for m in at.markdown if "SQL engine" in m.value)
+    assert "unavailable" in engine_line

@@ -180,9 +180,16 @@ def _readable(run_id: str, make: Callable[[], Any]) -> Any:
         st.stop()
 
 
+def open_session(run_id: str) -> _LockedSession:
+    """The open trace session of a run (kept per trace path + mtime), or the error that its trace cannot be read
+    (``ProfilingError``): for a part of a page that says so itself and lets the rest be drawn."""
+    return _open_session(*_trace_stamp(run_id))
+
+
 def session(run_id: str) -> _LockedSession:
-    """The open trace session of a run (kept per trace path + mtime)."""
-    return _readable(run_id, lambda: _open_session(*_trace_stamp(run_id)))
+    """The open trace session of a run (:func:`open_session`); when its trace cannot be read, an error box and a stop
+    of the page (:func:`_readable`)."""
+    return _readable(run_id, lambda: open_session(run_id))
 
 
 @st.cache_data(show_spinner="Analysing the trace ...", max_entries=64)

@@ -11,7 +11,7 @@ import streamlit as st
 
 import profiling_core.present as present
 
-from .cache import forget_runs, load_run, memo, runs_frame, session
+from .cache import forget_runs, load_run, memo, open_session, runs_frame
 from .notices import leave_notices
 
 CURRENT_RUN = "current_run_id"
@@ -114,8 +114,8 @@ def sql_engine() -> tuple[str, str]:
     rid = current_run_id()
     if rid is None:
         return "not chosen yet", "the engine is picked when the first trace is opened"
-    try:
-        s = session(rid)
+    try:  # (not session(): its error box and stop, a BaseException, are for a page that shows the run)
+        s = open_session(rid)
         return str(getattr(s, "engine", "?")), str(getattr(s, "engine_reason", ""))
     except Exception as exc:  # an unreadable trace must not break the home page
         return "unavailable", f"{type(exc).__name__}: {exc}"
