@@ -94,6 +94,14 @@ def import_form() -> None:
             _import_result(result, upload.name)
 
 
+def forms_then_stop() -> None:
+    """The import and delete forms, then a stop: where a run the page was to show cannot be read (its error box is
+    above), the forms stay reachable, so that it can be deleted as the box says."""
+    import_form()
+    delete_form()
+    st.stop()
+
+
 if runs.empty:
     if len(broken):
         delete_form()
@@ -133,7 +141,10 @@ else:
               for i, (name, ms) in enumerate(matches)]
     pick_cfg = st.selectbox("Config run on several machines", labels, key="runs_machines_config")
     _name, per_machine = matches[labels.index(pick_cfg)]
-    every = [r for _label, ids in per_machine for r in ids]  # all of each machine's runs of it
+    every = [r for _label, ids in per_machine for r in ids  # all of each machine's runs of it ...
+             if ui.readable(r)]  # ... but those whose trace cannot be read: an error box each
+    if not every:
+        forms_then_stop()
     cmp = ui.machine_comparison(every)
     for w in comparison_warnings(cmp.table, ["machine"], runs=[ui.load_run(r) for r in every]):
         st.warning(ui.md_text(w), icon=":material/warning:")
@@ -195,6 +206,8 @@ with a_col:
     a = ui.run_picker("A", key="runs_a")
 with b_col:
     b = ui.run_picker("B", key="runs_b", default=next((r for r in runs["run_id"] if r != a), a))
+if not all([ui.readable(r) for r in dict.fromkeys((a, b))]):  # (an error box for each that cannot be read)
+    forms_then_stop()
 ra, rb = ui.report(a), ui.report(b)
 name_a, name_b = f"A · {ui.load_run(a).name}", f"B · {ui.load_run(b).name}"
 

@@ -162,3 +162,20 @@ def test_a_verdict_that_differs_with_one_run_each_is_not_called_a_machine_differ
     assert "differs" not in set(diff["verdict"])
     said = [c.value.replace("\\", "") for c in at.caption if "By id:" in c.value]
     assert len(said) == 1 and "one run cannot tell the machines apart from run-to-run variation" in said[0]
+
+
+def test_a_run_whose_trace_is_lost_is_left_out_of_the_machines_comparison(runs_dir):
+    """One machine's run of the config shown lost its trace: the comparison of machines stopped the page at its error
+    box, before Compare two runs and the delete form the box points to. It now says which run cannot be read,
+    compares the others, and the rest of the page is drawn."""
+    ids = seed_two_machines(runs_dir)
+    (runs_dir / ids["o2048"] / "trace.json").unlink()
+    at = app("runs")
+    at.selectbox(key="runs_a").set_value(ids["h64"])
+    at.selectbox(key="runs_b").set_value(ids["h2048"]).run()
+    assert not at.exception, [e.value for e in at.exception]
+    [error] = [e.value for e in at.error]
+    assert "Cannot read the trace of run" in error and ids["o2048"] in error.replace("\\", "")  # (escaped)
+    assert list(comparison_table(at)["machine"]) == ["NVIDIA H200 on vm"]
+    assert [h.value for h in at.header][-3:] == ["Compare two runs", "Import another machine's runs", "Delete a run"]
+    assert "Findings" in [s.value for s in at.subheader]

@@ -167,3 +167,24 @@ def test_comparing_runs_of_different_settings_says_which_parts_differ(runs_dir):
     at.selectbox(key="runs_b").set_value(again).run()
     assert not errors_of(at)
     assert not [c.value for c in at.caption if c.value.startswith("A and B measured different settings")]
+
+
+def test_a_run_whose_trace_is_lost_can_still_be_deleted_here(runs_dir):
+    """The store's only run lost its trace: Compare two runs (A and B that run) stopped the page at its error box,
+    which says "delete it on the Runs page", before the page's import and delete forms were drawn. The forms now
+    follow the error box, and deleting the run works."""
+    rid = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "lost")
+    (runs_dir / rid / "trace.json").unlink()
+    at = app("runs")
+    assert not at.exception, [e.value for e in at.exception]
+    assert len([e for e in at.error if "Cannot read the trace of run" in e.value]) == 1
+    headers = [h.value for h in at.header]
+    assert headers[-3:] == ["Compare two runs", "Import another machine's runs", "Delete a run"]
+    at.selectbox(key="runs_delete").set_value(rid)
+    at.checkbox(key="runs_delete_sure").check()
+    [go] = [b for b in at.button if b.label == "Delete"]
+    go.click().run()
+    assert not at.exception and not (runs_dir / rid).exists()
+    at = app("runs")
+    assert not errors_of(at), errors_of(at)
+    assert any(i.value.startswith("No runs yet") for i in at.info)

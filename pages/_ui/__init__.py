@@ -23,7 +23,7 @@ from .blocks import (PERFETTO_HOWTO, STEP_MEDIAN_HELP, chart_block, fit_height, 
                      show_diagnosis, show_findings, table_block, peaks_note, cost_line)
 from .cache import (calibrations, chart, config_matches, config_summary, corrupt_runs, diagnosis, environment, findings,
                     fusions, gemm_vs_peak, hand_over_session, load_run, machine_comparison, machines, memory,
-                    memory_categories, memory_section, mode_label, overview, report, runs_frame, session,
+                    memory_categories, memory_section, mode_label, overview, readable, report, runs_frame, session,
                     step_timeline, store, store_summary, summaries)
 from .form import (COMPILE_MODES, DEVICES, SCHEDULE_WARMUP_LABEL, SIZES, WARMUP_CALLS_HELP, WARMUP_CALLS_LABEL,
                    chosen_process, config_form, dtype_select, executor_control, knob_widget)
@@ -41,7 +41,7 @@ __all__ = [
     "calibrations", "chart", "config_matches", "config_summary", "corrupt_runs", "diagnosis", "environment", "findings",
     "fusions", "machine_comparison", "machines",
     "gemm_vs_peak", "hand_over_session", "load_run", "memory", "memory_categories", "memory_section", "mode_label",
-    "overview", "report", "runs_frame",
+    "overview", "readable", "report", "runs_frame",
     "session", "step_timeline", "store",
     "store_summary", "summaries",
     "COMPILE_MODES", "DEVICES", "SCHEDULE_WARMUP_LABEL", "SIZES", "WARMUP_CALLS_HELP", "WARMUP_CALLS_LABEL",

@@ -169,15 +169,30 @@ def _open_session(path: str, mtime_ns: int) -> _LockedSession:
     return _LockedSession(open_trace(path, sql_tables="background", loaded=loaded))
 
 
+def _unreadable(run_id: str, exc: ProfilingError) -> None:
+    show_error(exc, f"Cannot read the trace of run {run_id}")
+    st.caption("The run is kept in the store; open another one, or delete it on the Runs page.")
+
+
 def _readable(run_id: str, make: Callable[[], Any]) -> Any:
     """``make()``, or — when the run's trace cannot be read (corrupt, truncated, not a trace) — one clear error
     box naming the run and a stop of this page's script: the app stays up and the store is untouched."""
     try:
         return make()
     except ProfilingError as exc:
-        show_error(exc, f"Cannot read the trace of run {run_id}")
-        st.caption("The run is kept in the store; open another one, or delete it on the Runs page.")
+        _unreadable(run_id, exc)
         st.stop()
+
+
+def readable(run_id: str) -> bool:
+    """Whether the run's trace can be read (its :func:`report` is made, and kept); when it cannot, the same error box
+    as :func:`report`'s, and False instead of a stop, so that the page can go on to what does not need the run."""
+    try:
+        _report_of(run_id)
+    except ProfilingError as exc:
+        _unreadable(run_id, exc)
+        return False
+    return True
 
 
 def open_session(run_id: str) -> _LockedSession:
@@ -199,13 +214,17 @@ def _report(path: str, mtime_ns: int, config_json: str):
     return analyze(_open_session(path, mtime_ns), config=config)
 
 
-def report(run_id: str):
-    """Every analysis of a run (``profiling_core.analyses.Report``), computed once per trace version.
-    Treat its DataFrames as read-only."""
+def _report_of(run_id: str):
     def make():
         cfg = load_run(run_id).config
         return _report(*_trace_stamp(run_id), cfg.to_json() if cfg else "")
-    return _readable(run_id, lambda: memo(("report", run_id), make))
+    return memo(("report", run_id), make)
+
+
+def report(run_id: str):
+    """Every analysis of a run (``profiling_core.analyses.Report``), computed once per trace version.
+    Treat its DataFrames as read-only."""
+    return _readable(run_id, lambda: _report_of(run_id))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
