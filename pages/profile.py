@@ -7,7 +7,7 @@ from pages import _ui as ui
 from profiling_core.units import format_duration_us
 from profiling_core.run import machine_busy
 from profiling_core.present import charts
-from profiling_core.present import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html
+from profiling_core.present import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html, safe_filename
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -260,12 +260,13 @@ diag = ui.diagnosis(rid)
 # --- downloads -----------------------------------------------------------------------------------
 st.header("5 · Take it with you", divider="gray")
 d1, d2, d3, d4 = st.columns(4)
+base = safe_filename(run.name)  # (a run's name is anyone's text: no path, no control or bidi character, ≤ 120)
 d1.download_button("Trace JSON", data=lambda: run.trace_path.read_bytes(),
-                   file_name=f"{run.name}.{run.trace_path.name}",
+                   file_name=f"{base}.{run.trace_path.name}",
                    mime="application/json", key="dl_trace", on_click="ignore", icon=":material/download:")
-d2.download_button("Table text", data=table_text or "", file_name=f"{run.name}.txt", mime="text/plain",
+d2.download_button("Table text", data=table_text or "", file_name=f"{base}.txt", mime="text/plain",
                    key="dl_table", on_click="ignore", icon=":material/download:", disabled=not table_text)
-d3.download_button("Meta JSON", data=json.dumps(run.meta, indent=1, default=str), file_name=f"{run.name}.meta.json",
+d3.download_button("Meta JSON", data=json.dumps(run.meta, indent=1, default=str), file_name=f"{base}.meta.json",
                    mime="application/json", key="dl_meta", on_click="ignore", icon=":material/download:")
 with d4:
     ui.report_button(

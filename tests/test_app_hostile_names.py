@@ -202,3 +202,26 @@ def test_the_html_report_escapes_hostile_names(hostile_run, media):
     assert "&lt;img src=x onerror=alert(1)&gt;" in report  # the run's name, the kernel's in the findings
     assert html_text(SCRIPTY) in report
     assert "<img" not in report and "<script" not in report and "<!--" not in report
+
+
+def _served_name(at, media, key: str) -> str:
+    """The file name the download button ``key`` serves its file under."""
+    [button] = [b for b in at.get("download_button") if b.proto.id.endswith(f"-{key}")]
+    mgr = media.managers[-1]
+    url = mgr.execute_deferred(button.proto.deferred_file_id) if button.proto.deferred_file_id else button.proto.url
+    return mgr._storage.get_file(url.rsplit("/", 1)[-1]).filename
+
+
+def test_the_profile_pages_own_downloads_have_safe_file_names(runs_dir, media):
+    """A run name with a right-to-left override, a newline, a path and 300 more characters: the Profile page's
+    Trace JSON, Table text and Meta JSON buttons served it as the file name as it was ("q\\u202egnp.exe /etc/x...",
+    which a browser shows as "...exe.png"), where every chart's, table's and report's download takes the file-name-safe
+    slug of its name (``safe_filename``)."""
+    from profiling_core.present import safe_filename
+    name = 'q\u202egnp.exe /etc/x:"*?|<>\nnl ' + "L" * 300
+    import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", name)
+    at = app("profile")
+    slug = safe_filename(name)
+    assert len(slug) <= 120 and "/" not in slug and "\u202e" not in slug and "\n" not in slug
+    assert {k: _served_name(at, media, k) for k in ("dl_trace", "dl_table", "dl_meta")} == {
+        "dl_trace": f"{slug}.trace.json", "dl_table": f"{slug}.txt", "dl_meta": f"{slug}.meta.json"}
