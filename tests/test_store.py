@@ -265,6 +265,19 @@ def test_a_refused_import_names_the_file_as_the_user_knows_it(store, tmp_path):
     assert run.meta["original_filename"] == "my trace.json" and run.name == "my trace"
 
 
+@pytest.mark.parametrize("file_name,name", [("resnet50..bf16.json", None), ("sweep_1..4.json", None),
+                                            ("trace...json", None), ("t.json", "a/..b"), ("t.json", "v1..v2")])
+def test_a_name_with_two_dots_in_a_row_imports(store, tmp_path, file_name, name):
+    """A trace file named ``resnet50..bf16.json`` (or a run named ``v1..v2``) could not be imported: its run id kept
+    the '..' that the store's own id check refuses, and the error spoke of run ids the user never typed. The trace
+    lands as the file was, under an id the store opens again."""
+    p = tmp_path / file_name
+    p.write_bytes(H200.read_bytes())
+    run = store.import_trace(p, name=name)
+    assert ".." not in run.run_id
+    assert store.load(run.run_id).trace_path.read_bytes() == H200.read_bytes()
+
+
 def test_import_size_cap(store, tmp_path):
     p = tmp_path / "big.json"
     p.write_bytes(b"[" + b" " * 2048 + b"]")

@@ -101,6 +101,8 @@ def test_bad_workloads_and_knobs_say_what_is_allowed(kwargs, message):
      "transformer_block_decode_b4_kv4096_d512_h8_r4_bf16_warm_eager"),
     (dict(workload="script", knobs={"path": "/tmp/my model.py", "function": "build"}, dtype="fp32",
           matmul_precision="high"), "script_my-model_build_fp32_cold_eager_mm-high"),
+    # a script's file name with dots in a row: never '..' in a run name (a run id may not hold it)
+    (dict(workload="script", knobs={"path": "/tmp/my..model.py"}), "script_my.model_bf16_cold_eager"),
 ])
 def test_run_names(kwargs, name):
     assert ExperimentConfig(**kwargs).name == name
@@ -322,6 +324,18 @@ def test_each_workload_runs_for_real_and_its_trace_shows_it(store, workload):
     assert {op: names[op] for op in ops} == ops
     assert "matmul_add" not in names
     assert run.meta["config"] == cfg.to_dict() and run.meta["name"] == cfg.name
+
+
+@pytest.mark.slow
+def test_a_script_whose_file_name_holds_two_dots_in_a_row_is_profiled(store, tmp_path):
+    """``my..step.py`` could not be profiled: its run name kept the '..' that the store's run-id check refuses, and
+    the run failed with an error about run ids. It runs, and its trace holds the script's steps."""
+    script = tmp_path / "my..step.py"
+    script.write_text((SCRIPTS / "good_step.py").read_text())
+    run = run_experiment(ExperimentConfig(workload="script", knobs={"path": str(script)}, **FAST), store=store)
+    names = x_names(scan_trace(run.trace_path))
+    assert names["script"] == 2 and names["aten::conv1d"] == 2
+    assert ".." not in run.run_id and store.load(run.run_id).meta["name"] == run.meta["name"]
 
 
 @pytest.mark.slow

@@ -88,7 +88,9 @@ def validate_run_id(run_id: object) -> str:
 
 
 def _slug(text: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    """A run id's name part: letters, digits, '_', '.' and '-', at most 80 characters, never '..' (a run of dots is
+    one: ``resnet50..bf16`` is ``resnet50.bf16``), which :func:`validate_run_id` refuses."""
+    s = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9_.-]+", "-", text)).strip("-.")
     return (s or "trace")[:80]
 
 

@@ -178,8 +178,9 @@ class Knobs(Mapping):
 
 
 def _safe(text: str) -> str:
-    """A run-name part: letters, digits, dots and dashes only, at most 40 characters."""
-    return re.sub(r"[^A-Za-z0-9.-]+", "-", text).strip("-.")[:40]
+    """A run-name part: letters, digits, dots and dashes only, at most 40 characters, never '..' (a run of dots is
+    one: a script ``my..model.py`` is ``my.model``), which a run id may not hold."""
+    return re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9.-]+", "-", text)).strip("-.")[:40]
 
 
 # --- workloads -------------------------------------------------------------------------------------------------------
