@@ -5,7 +5,8 @@ import streamlit as st
 from pages import _ui as ui
 from profiling_core.analyses import compiler_only_kernels
 from profiling_core.units import format_duration_us
-from profiling_core.present import ReportSection, comparison_warnings, setting_labels, setting_parts
+from profiling_core.present import (ReportSection, comparison_warnings, setting_labels, setting_parts,
+                                    significant_figures)
 from profiling_core.explain import MIN_LAUNCHES_FOR_SKEW, mean_above_median_pct, skew_text
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
@@ -89,7 +90,10 @@ if stats is None:
                "aten ops' spread from the charts.")
 else:
     stats["mean_above_median_pct"] = [mean_above_median_pct(m, d) for m, d in zip(stats["mean_us"], stats["median_us"])]
-    ui.table_block(stats.round(3), "kernel_stats", key="variance_stats", width="stretch")
+    # (six significant figures, as the HTML report writes them: 3 decimals showed a CV of 0.00815 as 0.008)
+    ui.table_block(significant_figures(stats), "kernel_stats", key="variance_stats", width="stretch",
+                   column_config={c: st.column_config.NumberColumn(format="%.6g")
+                                  for c in stats.columns if pd.api.types.is_float_dtype(stats[c])})
     configs = rep.kernel_configs
     for _, k in stats.iterrows():
         mine = configs[configs["name"].astype(object) == k["kernel"]] if len(configs) else configs

@@ -27,7 +27,8 @@ from .terminal import echo, terminal_safe
 from .web import html_text, script_json, vega_safe
 
 __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv",
-           "safe_filename", "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI", "md_text", "md_code",
+           "significant_figures", "safe_filename", "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI",
+           "md_text", "md_code",
            "html_text", "script_json", "vega_safe", "terminal_safe", "echo", "summaries", "RUNS_COLUMNS", "runs_table",
            "run_labels", "newest_run", "store_size_text", "config_summary", "mode_label", "run_size",
            "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame", "GEMM_VS_PEAK_COLUMNS",
@@ -42,7 +43,7 @@ __all__ = ["charts", "export", "ReportSection", "html_report", "chart_png", "cha
            "machine_comparison", "machines_table", "machine_labels"]
 
 _EXPORT = {"ReportSection", "html_report", "chart_png", "chart_svg", "chart_spec", "dataframe_csv", "safe_filename",
-           "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}
+           "significant_figures", "perfetto_open_html", "PERFETTO_OPEN_MAX_BYTES", "PERFETTO_UI"}
 _SUMMARIES = {"RUNS_COLUMNS", "runs_table", "run_labels", "newest_run", "store_size_text", "config_summary",
               "mode_label", "run_size", "STEP_SUMMARY_COLUMNS", "step_summary", "step_summaries", "peaks_frame",
               "GEMM_VS_PEAK_COLUMNS", "gemm_vs_peak", "comparison_warnings", "STEP_KINDS", "step_kind",

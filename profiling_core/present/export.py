@@ -23,8 +23,8 @@ import pandas as pd
 from ..units import format_count
 from .web import html_text, script_json, vega_safe
 
-__all__ = ["chart_spec", "chart_png", "chart_svg", "dataframe_csv", "ReportSection", "html_report",
-           "safe_filename"]
+__all__ = ["chart_spec", "chart_png", "chart_svg", "dataframe_csv", "significant_figures", "ReportSection",
+           "html_report", "safe_filename"]
 
 ChartLike = Union[alt.TopLevelMixin, Mapping[str, Any]]
 
@@ -77,6 +77,20 @@ def dataframe_csv(df: pd.DataFrame) -> bytes:
         if col.dtype == object or pd.api.types.is_string_dtype(col):
             out.isetitem(k, col.map(_csv_cell))
     return out.to_csv(index=False).encode("utf-8")
+
+
+def significant_figures(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with every float cell rounded to the figures the HTML report's tables write (:func:`format_count`: six
+    significant digits, never an exponent), so a page's table, its CSV and the report read alike: a fixed 3 decimals
+    wrote a kernel's CV of 0.00815 as 0.008 and one under 0.0005 as 0. Other columns, and NaN or infinite cells, are
+    kept as they are."""
+    out = df.copy(deep=False)
+    for k in range(df.shape[1]):  # (by position: column names may repeat)
+        col = df.iloc[:, k]
+        if pd.api.types.is_float_dtype(col):
+            out.isetitem(k, col.map(lambda v: float(format_count(v)) if pd.notna(v) and abs(v) != float("inf")
+                                    else v))
+    return out
 
 
 def safe_filename(text: str, default: str = "export") -> str:
