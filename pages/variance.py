@@ -7,7 +7,7 @@ from profiling_core.analyses import compiler_only_kernels
 from profiling_core.units import format_duration_us
 from profiling_core.present import (ReportSection, comparison_warnings, setting_labels, setting_parts,
                                     significant_figures)
-from profiling_core.explain import MIN_LAUNCHES_FOR_SKEW, mean_above_median_pct, skew_text
+from profiling_core.explain import MIN_LAUNCHES_FOR_SKEW, kernel_groups, mean_above_median_pct, skew_text
 
 ui.in_frame(__file__)  # a deep link's first load goes through the app's frame
 
@@ -94,24 +94,30 @@ else:
     ui.table_block(significant_figures(stats), "kernel_stats", key="variance_stats", width="stretch",
                    column_config={c: st.column_config.NumberColumn(format="%.6g")
                                   for c in stats.columns if pd.api.types.is_float_dtype(stats[c])})
-    configs = rep.kernel_configs
     for _, k in stats.iterrows():
-        mine = configs[configs["name"].astype(object) == k["kernel"]] if len(configs) else configs
         line = (f"- {ui.md_code(k['kernel'])}: median {format_duration_us(k['median_us'])}, mean "
                 f"{format_duration_us(k['mean_us'])}, min {format_duration_us(k['min_us'])}, max "
                 f"{format_duration_us(k['max_us'])}, std {format_duration_us(k['std_us'])} over "
                 f"{int(k['count'])} launches")
-        if len(mine) < 2:
+        # launches of another GEMM shape, or in another grid or block, do another amount of work: Q8's reading
+        by, groups = kernel_groups(rep, str(k["kernel"]))
+        if not groups:
             st.markdown(f"{line}; {skew_verdict(k)}.")
             continue
-        # launches in another grid or block do another amount of work: the same per-configuration reading as Q8
-        st.markdown(f"{line}, in {len(mine)} launch configurations: its spread is partly work, not noise; each "
-                    "configuration's own:")
-        for _, c in mine.iterrows():
-            st.markdown(f"    - grid {ui.md_code(c['grid'] or 'not recorded')}, block "
-                        f"{ui.md_code(c['block'] or 'not recorded')}: median {format_duration_us(c['median_us'])}, "
-                        f"min {format_duration_us(c['min_us'])}, max {format_duration_us(c['max_us'])} over "
-                        f"{int(c['count'])} launches; {skew_verdict(c)}.")
+        if by == "shape":
+            shaped = sum(g["count"] for g in groups)
+            st.markdown(f"{line}, in {len(groups)} GEMM shapes (M×K×N, from the launching ops' recorded shapes"
+                        + (f"; {int(k['count']) - shaped} launches have none" if shaped < int(k["count"]) else "")
+                        + "): its spread is shape, not noise; each shape's own:")
+        else:
+            st.markdown(f"{line}, in {len(groups)} launch configurations: its spread is partly work, not noise; each "
+                        "configuration's own:")
+        for g in groups:
+            what = (f"{ui.md_code(g['shape'])} ({g['gflop']:,.3g} GFLOP)" if by == "shape" else
+                    f"grid {ui.md_code(g['grid'])}, block {ui.md_code(g['block'])}")
+            st.markdown(f"    - {what}: median {format_duration_us(g['median_us'])}, "
+                        f"min {format_duration_us(g['min_us'])}, max {format_duration_us(g['max_us'])} over "
+                        f"{g['count']} launches; {skew_verdict(g)}.")
 
 st.header("Compare two runs", divider="gray")
 other = ui.run_picker("Second run", key="variance_other",

@@ -59,25 +59,24 @@ def _q8_variance(r, config=None) -> list[Finding]:
         ev["compiler_launches"] = ours
         text += (f" {ours:,} of its {int(k['count']):,} launches were torch.compile's compiler's, while it compiled "
                  "(under max-autotune, its benchmarks), and are in these figures.")
-    shapes = _by_shape(r, str(k["name"]))
-    if len(shapes) > 1:
-        ev["shapes"] = [{k: _num(v) if k in ("median_us", "mean_us", "cv") else v for k, v in g.items()}
-                        for g in shapes]
-        shaped = sum(g["count"] for g in shapes)
+    kind, groups = kernel_groups(r, str(k["name"]))
+    if kind == "shape":
+        ev["shapes"] = [{c: _num(g[c]) if c in ("median_us", "mean_us", "cv") else g[c]
+                         for c in ("shape", "gflop", "count", "median_us", "mean_us", "cv")} for g in groups]
+        shaped = sum(g["count"] for g in groups)
         unshaped = (f"; {int(k['count']) - shaped} of its {int(k['count'])} launches have none: launched before "
                     "the profiler started, or by an op that recorded none" if shaped < int(k["count"]) else "")
         return _per_group(
-            text, ev, shapes, lambda g: f"{g['shape']} ({g['gflop']:,.3g} GFLOP)",
-            f" It ran {len(shapes)} GEMM shapes (M×K×N, from the launching ops' recorded shapes{unshaped}): ",
+            text, ev, groups, lambda g: f"{g['shape']} ({g['gflop']:,.3g} GFLOP)",
+            f" It ran {len(groups)} GEMM shapes (M×K×N, from the launching ops' recorded shapes{unshaped}): ",
             "The spread over all its launches is shape, not noise: read each shape's own.",
             lambda g: f"At {g['shape']} its mean")
-    configs = _by_config(r, str(k["name"]))
-    if len(configs) > 1:
-        ev["configs"] = [{k: _num(v) if k in ("median_us", "mean_us", "cv") else v for k, v in g.items()}
-                         for g in configs]
+    if kind == "config":
+        ev["configs"] = [{c: _num(g[c]) if c in ("median_us", "mean_us", "cv") else g[c]
+                          for c in ("grid", "block", "count", "median_us", "mean_us", "cv")} for g in groups]
         return _per_group(
-            text, ev, configs, lambda g: f"grid {g['grid']}, block {g['block']}",
-            f" It ran in {len(configs)} launch configurations (grid and block, from the kernels' args): ",
+            text, ev, groups, lambda g: f"grid {g['grid']}, block {g['block']}",
+            f" It ran in {len(groups)} launch configurations (grid and block, from the kernels' args): ",
             "A launch in another configuration does another amount of work, so the spread over all its launches is "
             "partly work, not noise: read each configuration's own.",
             lambda g: f"In grid {g['grid']}, block {g['block']} its mean")
@@ -167,32 +166,52 @@ def skew_text(mean_us: float, median_us: float, median: str = "the median") -> s
     return f"is {abs(pct):.1f}% {side} {median}, within {MEAN_ABOVE_MEDIAN_PCT:g}%: mean and median agree"
 
 
+def kernel_groups(r, name: str) -> tuple[str, list[dict]]:
+    """How question 8 reads the launches of kernel ``name``: ``("shape", groups)`` where the GEMM ops that launched
+    it recorded more than one shape (:func:`_by_shape`), else ``("config", groups)`` where it ran in more than one
+    launch configuration (:func:`_by_config`), else ``("", [])``: its spread over all its launches is then its own.
+    Each group has ``count``, ``median_us``, ``mean_us``, ``min_us``, ``max_us`` and ``cv``, and ``shape`` and
+    ``gflop`` or ``grid`` and ``block``. The question-8 finding and the Kernel variance page both read a kernel so:
+    the page gives each group its skew verdict, the finding that of the group with the largest total."""
+    shapes = _by_shape(r, name)
+    if len(shapes) > 1:
+        return "shape", shapes
+    configs = _by_config(r, name)
+    if len(configs) > 1:
+        return "config", configs
+    return "", []
+
+
+def _stats(n, med, mean, lo, hi, cv) -> dict:
+    """A group's duration statistics as plain numbers (a CV the trace cannot give, one launch's, as 0)."""
+    return {"count": int(n), "median_us": float(med), "mean_us": float(mean), "min_us": float(lo),
+            "max_us": float(hi), "cv": float(cv) if cv == cv and cv is not None else 0.0}
+
+
 def _by_config(r, name: str) -> list[dict]:
     """The launches of kernel ``name`` by launch configuration (``report.kernel_configs``), the largest total first:
-    [{"grid", "block", "count", "median_us", "mean_us", "cv"}]; [] where the report has none."""
+    [{"grid", "block", "count", "median_us", "mean_us", "min_us", "max_us", "cv"}]; [] where the report has none."""
     c = getattr(r, "kernel_configs", None)
     if c is None or c.empty:
         return []
     mine = c[c["name"].astype(object) == name]
     return [{"grid": g if g is not None else "not recorded", "block": b if b is not None else "not recorded",
-             "count": int(n), "median_us": float(med), "mean_us": float(mean),
-             "cv": float(cv) if cv == cv and cv is not None else 0.0}
-            for g, b, n, med, mean, cv in zip(mine["grid"], mine["block"], mine["count"], mine["median_us"],
-                                              mine["mean_us"], mine["cv"])]
+             **_stats(*rest)}
+            for g, b, *rest in zip(mine["grid"], mine["block"], mine["count"], mine["median_us"], mine["mean_us"],
+                                   mine["min_us"], mine["max_us"], mine["cv"])]
 
 
 def _by_shape(r, name: str) -> list[dict]:
     """The launches of kernel ``name`` grouped by the shape (M×K×N) of the GEMM op that launched each
     (``report.gemm_kernel_shapes``: recorded shapes; two shapes of equal FLOPs are two groups), largest FLOPs first,
-    then shape: [{"shape", "gflop", "count", "median_us", "mean_us", "cv"}]; [] where no such op recorded its
-    shapes."""
+    then shape: [{"shape", "gflop", "count", "median_us", "mean_us", "min_us", "max_us", "cv"}]; [] where no such
+    op recorded its shapes."""
     g = getattr(r, "gemm_kernel_shapes", None)
     if g is None or g.empty:
         return []
     mine = g[g["name"].astype(object) == name]
-    out = [{"shape": str(shape), "gflop": float(flops) / 1e9, "count": int(n), "median_us": float(med),
-            "mean_us": float(mean), "cv": float(cv) if cv == cv else 0.0}
-           for shape, flops, n, med, mean, cv in zip(mine["shape"], mine["flops"], mine["count"], mine["median_us"],
-                                                      mine["mean_us"], mine["cv"])]
+    out = [{"shape": str(shape), "gflop": float(flops) / 1e9, **_stats(*rest)}
+           for shape, flops, *rest in zip(mine["shape"], mine["flops"], mine["count"], mine["median_us"],
+                                          mine["mean_us"], mine["min_us"], mine["max_us"], mine["cv"])]
     out.sort(key=lambda x: (-x["gflop"], x["shape"]))
     return out
