@@ -4,7 +4,7 @@ import json
 import streamlit as st
 
 from pages import _ui as ui
-from profiling_core.units import format_duration_us
+from profiling_core.units import MISSING, format_duration_us
 from profiling_core.run import machine_busy
 from profiling_core.present import charts
 from profiling_core.present import PERFETTO_OPEN_MAX_BYTES, ReportSection, perfetto_open_html, safe_filename
@@ -70,7 +70,8 @@ found = ui.findings(rid)
 q2 = next((f for f in found if getattr(f, "id", None) == "q2.bound"), None)
 cpu_bound = (q2.evidence or {}).get("bound") if q2 is not None and not s.get("has_gpu") else None
 bound_shown = (ss["bound"].removesuffix("-bound") if s.get("has_gpu") and ss.get("bound") else
-               cpu_bound.removesuffix("-bound") if isinstance(cpu_bound, str) else "no GPU")
+               cpu_bound.removesuffix("-bound") if isinstance(cpu_bound, str) else
+               MISSING if s.get("has_gpu") else "no GPU")  # (a GPU trace without steps has no steady state)
 # (a CPU run's verdict is by question 2's CPU rule: the label says so, and the value stays one word that a quarter
 # of the page's width shows whole)
 bound_label = "Bound, steady state" + (" (CPU rule)" if isinstance(cpu_bound, str) else "")

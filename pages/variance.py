@@ -30,7 +30,7 @@ def durations(run_id: str) -> tuple[pd.DataFrame, str]:
     workload (aten::mm is, aten::matmul around it is not)."""
     rep = ui.report(run_id)
     k = rep.kernel_durations_by_step
-    if len(k):
+    if len(k) or rep.has_gpu:  # (a GPU trace without steps has kernels, none per step: not a CPU trace)
         return k.rename(columns={"name": "kernel"})[["step", "kernel", "dur_us"]], "kernel"
     ch = rep.dispatch_chains
     cpu = ch[ch["lane"] == "cpu"]
@@ -53,16 +53,22 @@ if rid is None:
     st.info("No run yet: press **Run 20-step profile** above.")
     st.stop()
 dur, kind = durations(rid)
+rep = ui.report(rid)
 if kind == "cpu_op":
     st.info("This trace has no GPU kernels (recorded on the CPU), so the kernel panels show the CPU durations of "
             "the aten ops that do the work instead. Run on a CUDA device for GPU kernel durations.",
             icon=":material/info:")
-if dur.empty:
-    st.warning("No per-step durations in this trace (it has no ProfilerStep slices).")
+steps_note = "it has no ProfilerStep slices" if rep.steps.empty else "no kernel of it ran inside a ProfilerStep"
+if dur.empty and (kind == "cpu_op" or rep.kernel_stats.empty):
+    st.warning(f"No per-step durations in this trace ({steps_note}).")
     st.stop()
-
-rep = ui.report(rid)
-by_total = list(dur.groupby("kernel")["dur_us"].sum().sort_values(ascending=False).index)
+if dur.empty:  # a GPU trace without steps: its kernels' statistics over all their launches, as question 8 reads them
+    st.info(f"No per-step durations in this trace ({steps_note}): the statistics below are over all the launches "
+            f"of its {len(rep.kernel_stats):,} kernel names, as question 8 reads them; the per-step chart and the "
+            "comparison of runs need steps.", icon=":material/info:")
+    by_total = list(rep.kernel_stats.sort_values("total_us", ascending=False, kind="stable")["name"].astype(str))
+else:
+    by_total = list(dur.groupby("kernel")["dur_us"].sum().sort_values(ascending=False).index)
 top = st.slider("Kernels shown (by total time)", 1, 10, 3, key="variance_top", help="display only")
 picked = st.multiselect("… or these kernels (any of the trace's)", by_total, key="variance_kernels",
                         help="display only; empty: the largest by total time, as many as the slider says")
@@ -80,9 +86,10 @@ else:
     stats = None
 dur = dur[dur["kernel"].isin(keep)]
 
-st.header("Per-step durations", divider="gray")
-per_step = ui.chart("kernel_durations_by_step", dur)
-ui.chart_block(per_step, dur, "kernel_durations_by_step", key="variance_steps")
+st.header("Per-step durations" if len(dur) else "Kernel durations", divider="gray")
+per_step = ui.chart("kernel_durations_by_step", dur) if len(dur) else None
+if per_step is not None:
+    ui.chart_block(per_step, dur, "kernel_durations_by_step", key="variance_steps")
 
 
 if stats is None:
@@ -118,6 +125,12 @@ else:
             st.markdown(f"    - {what}: median {format_duration_us(g['median_us'])}, "
                         f"min {format_duration_us(g['min_us'])}, max {format_duration_us(g['max_us'])} over "
                         f"{g['count']} launches; {skew_verdict(g)}.")
+
+if per_step is None:  # (no steps: the question-8 finding and the statistics are the page)
+    ui.show_findings(ui.findings(rid), questions={8})
+    ui.report_button("Kernel variance", [ReportSection("Kernel durations", tables=[("kernel_stats", stats)])],
+                     configs={rid: ui.load_run(rid).meta.get("config") or {}}, key="variance")
+    st.stop()
 
 st.header("Compare two runs", divider="gray")
 other = ui.run_picker("Second run", key="variance_other",

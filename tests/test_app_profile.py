@@ -116,6 +116,22 @@ def test_a_cpu_runs_metric_is_the_verdict_its_finding_states(runs_dir):
     assert m.label == "Bound, steady state (CPU rule)"  # (the value one word, whole in a quarter of the page)
 
 
+@pytest.mark.parametrize("name", ["benchmark_result_2869224_1695835535_trace.json.gz", "inference_rank_1.json.gz"])
+def test_a_gpu_trace_without_steps_has_no_bound_and_is_not_said_to_have_no_gpu(runs_dir, name):
+    """Two third-party GPU traces without ProfilerStep slices (a plain scan: 79 and 4 kernels on the GPU lane, no
+    step): the metric read "no GPU" while question 2 below it says the GPU was busy 66.14 ms (30 µs). Without steps
+    there is no steady state to judge: the metric says n/a, as the per-step metrics beside it, and question 2 gives
+    no verdict either."""
+    from conftest import scan_trace
+    path = Path(__file__).parent / "data" / "third_party" / name
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    assert [e for e in xs if str(e.get("cat", "")).lower() == "kernel"]
+    assert not [e for e in xs if str(e.get("name")).startswith("ProfilerStep#")]
+    m, q2 = _bound_metric_and_q2(runs_dir, path)
+    assert m.value == "n/a" and m.label == "Bound, steady state"
+    assert "the GPU was busy" in q2.text and "bound" not in q2.evidence
+
+
 def test_a_copy_bound_run_shows_its_verdict_on_the_profile_page(runs_dir):
     """The H200 step that streams 64 MiB from pinned memory each step: the page's metric reads copy, and every page
     section renders."""

@@ -253,3 +253,28 @@ def test_a_gemm_kernel_of_several_shapes_is_read_per_shape(runs_dir, path, kerne
     for f in q8:  # (the prefill's kernel is the one question 8 reads: the same shapes, the same reading)
         assert {g["shape"]: g["count"] for g in f.evidence["shapes"]} == {k: len(v) for k, v in want.items()}
         assert "shape, not noise" in f.text
+
+
+THIRD_PARTY = Path(__file__).parent / "data" / "third_party"
+
+
+@pytest.mark.parametrize("name", ["benchmark_result_2869224_1695835535_trace.json.gz", "inference_rank_1.json.gz"])
+def test_a_gpu_trace_without_steps_is_read_from_its_kernels(runs_dir, name):
+    """Two third-party GPU traces without ProfilerStep slices (a plain scan: 79 and 4 kernels, no step): the page
+    said "This trace has no GPU kernels (recorded on the CPU)… Run on a CUDA device" and showed nothing. It says
+    the trace has no steps, and gives each largest kernel's statistics over all its launches, as a scan counts
+    them."""
+    path = THIRD_PARTY / name
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    kernels = [e for e in xs if str(e.get("cat", "")).lower() == "kernel"]
+    assert kernels and not [e for e in xs if str(e.get("name")).startswith("ProfilerStep#")]
+    import_trace(runs_dir, path, name.split(".")[0])
+    at = app("variance")
+    assert not errors_of(at), errors_of(at)
+    said = " ".join(x.value for x in [*at.info, *at.warning])
+    assert "no GPU kernels" not in said and "recorded on the CPU" not in said and "no ProfilerStep slices" in said
+    stats = at.dataframe[0].value
+    assert len(stats) >= 1
+    for row in stats.itertuples():
+        durs = _kernel_durations_from_json(path, row.kernel)
+        assert row.count == len(durs) and row.median_us == pytest.approx(statistics.median(durs), abs=1e-3)
