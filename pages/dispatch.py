@@ -6,7 +6,7 @@ from pages import _ui as ui
 from profiling_core import ExperimentConfig
 from profiling_core.units import format_duration_us, format_share
 from profiling_core.present import charts
-from profiling_core.analyses import chain_subtree
+from profiling_core.analyses import chain_subtree, outside_compiler
 from profiling_core.explain import offset_text, started_before_launch_text
 from profiling_core.errors import ConfigError
 from profiling_core.present import ReportSection, chain_lines, comparison_warnings
@@ -90,9 +90,8 @@ if not no_gpu:  # a CPU trace has no launches, GPU lane or synchronize: the note
     if rep is not None and len(rep.launch_latency):
         ll = rep.launch_latency.rename(columns={"gpu_name": "kernel", "launch_name": "launch",
                                                 "gpu_start_ns": "t_ns"})
-        theirs = int(ll["compiler"].sum()) if ll["compiler"].any() and not ll["compiler"].all() else 0
-        if theirs:  # the compiler's launches (its benchmarks under max-autotune): as question 4, not the steps'
-            ll = ll[~ll["compiler"]]
+        ll, theirs = outside_compiler(ll)  # not the compiler's launches (its benchmarks under max-autotune): as Q4
+        if theirs:
             st.caption(f"{theirs:,} GPU ops launched inside torch.compile's compiler ranges (compiling, benchmarking "
                        "candidates under max-autotune, or recording a CUDA graph) are left out, as question 4 "
                        "leaves them out: they are the compiler's.")
@@ -196,7 +195,12 @@ if not no_gpu:
     # --- question 7: sync wait ------------------------------------------------------------------------
     st.header("The synchronize at the end: busy or idle?", divider="gray")
     if rep is not None and len(rep.sync_wait):
-        sw = rep.sync_wait
+        sw, theirs = outside_compiler(rep.sync_wait)  # not the compiler's own (max-autotune's benchmarks): as Q7
+        if theirs:
+            st.caption(f"{theirs:,} synchronize call{'s' if theirs != 1 else ''} made inside torch.compile's "
+                       "compiler ranges (compiling, benchmarking candidates under max-autotune, or recording a CUDA "
+                       f"graph) {'are' if theirs != 1 else 'is'} left out, as question 7 leaves them out: they are "
+                       "the compiler's.")
         syn = ui.chart("sync_idle", charts.sync_parts(sw))
         ui.chart_block(syn, sw, "sync_wait", key="dispatch_sync")
         longest = sw.sort_values("dur_us", ascending=False, kind="stable").head(charts.MAX_SYNC_BARS)

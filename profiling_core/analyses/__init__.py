@@ -24,8 +24,8 @@ from ._common import recorded_with
 from .breakdown import category_totals, step_breakdown, top_kernels
 from .categories import BREAKDOWN_CATEGORIES, GPU_OP_CATEGORIES, gpu_op_category
 from .compile import (GRAPH_LAUNCHES, STAGING_OP, compile_breakdown, compile_in_measured_steps, compile_payoff,
-                      compiler_launches, compiler_only_kernels, fused_ops, ran_compiled, staging_pairs,
-                      triton_fusions)
+                      compiler_launches, compiler_only_kernels, fused_ops, outside_compiler, ran_compiled,
+                      staging_pairs, triton_fusions)
 from .gemm import (GEMM_OPS, gemm_dims, gemm_flops_from_dims, gemm_kernel_shapes, gemm_leading_dims,
                    gemm_shape_text, gemm_throughput, is_shapes)
 from .kernels import gpu_ops, kernel_configs, kernel_durations_by_step, kernel_stats
@@ -58,7 +58,7 @@ __all__ = [
     "kernel_durations_by_step",
     "launch_latency", "launch_paths", "launch_ops", "dispatch_chain", "dispatch_chains", "chain_subtree",
     "cold_start_gap", "sync_wait", "GRAPH_LAUNCHES", "STAGING_OP", "compile_breakdown", "compile_in_measured_steps",
-    "compile_payoff", "compiler_launches", "staging_pairs", "compiler_only_kernels",
+    "compile_payoff", "compiler_launches", "staging_pairs", "compiler_only_kernels", "outside_compiler",
     "triton_fusions", "fused_ops", "ran_compiled",
     "GEMM_OPS", "gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims",
     "gemm_shape_text", "is_shapes",

@@ -15,7 +15,7 @@ from ._shared import Shared, covered_ns, frame, shared_for
 from .table import cpu_slices_by_step, engine_work_beside
 
 __all__ = ["compile_breakdown", "compile_in_measured_steps", "compile_payoff",
-           "compiler_launches", "compiler_only_kernels", "STAGING_OP", "staging_pairs",
+           "compiler_launches", "compiler_only_kernels", "outside_compiler", "STAGING_OP", "staging_pairs",
            "triton_fusions",
            "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
            "GRAPH_LAUNCHES"]
@@ -163,6 +163,17 @@ def compiler_only_kernels(report) -> list[str]:
         return []
     ours = cl[cl["category"] == "kernel"].groupby("name")["count"].sum()
     return [str(n) for n, c in zip(ks["name"], ks["count"]) if ours.get(n, 0) >= c]
+
+
+def outside_compiler(rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The rows of ``launch_latency`` or ``sync_wait`` that are not torch.compile's compiler's own (their ``compiler``
+    flag: made while it compiled, benchmarked candidates under max-autotune or recorded a CUDA graph), and how many
+    of its own were left out. Only where some rows are the compiler's and some are not: where all are (a trace of
+    compiling alone) or none, every row, and 0. Questions 4 and 7 and the Dispatch page read the rows so."""
+    theirs = rows["compiler"].astype(bool)
+    if theirs.any() and not theirs.all():
+        return rows[~theirs], int(theirs.sum())
+    return rows, 0
 
 
 def _compile_cpu_rows(sh: Shared) -> list[tuple]:

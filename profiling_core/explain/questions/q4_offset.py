@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...analyses.compile import outside_compiler
 from ...analyses.steps import first_ops, queue_growth
 from ...units import format_duration_us as _us
 from ...units import format_share
@@ -19,10 +20,7 @@ def _q4_offset(r, config=None) -> list[Finding]:
         return [Finding("q4.offset", 4, "No launch pairs", "The trace has GPU ops but no flow or correlation links "
                         "them to launch calls, so the queueing delay cannot be measured.",
                         {"gpu_ops": int(len(r.gpu_ops)), "pairs": 0})]
-    theirs = ll["compiler"].astype(bool)  # torch.compile's compiler's launches (its benchmarks)
-    left = int(theirs.sum()) if theirs.any() and not theirs.all() else 0
-    if left:
-        ll = ll[~theirs]
+    ll, left = outside_compiler(ll)  # not torch.compile's compiler's launches (its benchmarks)
     lat = ll["latency_us"]
     ev = {"pairs": int(len(ll)), "median_us": _num(lat.median()), "min_us": _num(lat.min()),
           "max_us": _num(lat.max()), "first_us": _num(lat.iloc[0]), "last_us": _num(lat.iloc[-1]),

@@ -2,7 +2,7 @@
 time within it."""
 from __future__ import annotations
 
-from ...analyses import compile_steps
+from ...analyses import compile_steps, outside_compiler
 from ...units import format_duration_us as _us
 from ...units import format_share
 from .base import ELSEWHERE, NO_GPU_TEXT, Finding, _compile_steps_text, _n, _num, _on_step_thread
@@ -13,8 +13,7 @@ def _q7_sync(r, config=None) -> list[Finding]:
     if sw.empty:
         return [Finding("q7.sync", 7, "No synchronize call", "No cudaDeviceSynchronize / cudaStreamSynchronize call "
                         "in this trace." + ("" if r.has_gpu else " " + NO_GPU_TEXT + "."), {"syncs": 0})]
-    theirs = sw["compiler"].astype(bool)  # torch.compile's compiler's own syncs (max-autotune's benchmarks)
-    mine = sw[~theirs] if theirs.any() and not theirs.all() else sw
+    mine, theirs = outside_compiler(sw)  # not torch.compile's compiler's own syncs (max-autotune's benchmarks)
     longest = mine.sort_values("dur_us", ascending=False).iloc[0]
     unrec = float(longest["unrecorded_us"])
     ev = {"syncs": int(len(sw)), "name": str(longest["name"]), "dur_us": _num(longest["dur_us"]),
@@ -26,7 +25,7 @@ def _q7_sync(r, config=None) -> list[Finding]:
                         f"{longest['name']} among them) took 0 µs as recorded: too short for the trace to measure, so "
                         "there is no wait to explain.", ev)]
     # said where the longest of all was the compiler's (a sync left out that no reader would miss goes unsaid)
-    left = int(theirs.sum()) if len(mine) < len(sw) and bool(theirs.loc[sw["dur_us"].idxmax()]) else 0
+    left = theirs if theirs and bool(sw["compiler"].astype(bool).loc[sw["dur_us"].idxmax()]) else 0
     if left:
         ev["compiler_syncs"] = left
     text = (f"The longest {longest['name']}"
