@@ -7,7 +7,7 @@ from profiling_core import ExperimentConfig
 from profiling_core.units import format_duration_us, format_share
 from profiling_core.present import charts
 from profiling_core.analyses import chain_subtree, outside_compiler
-from profiling_core.explain import offset_text, started_before_launch_text
+from profiling_core.explain import occupancy_pattern, offset_text, started_before_launch_text
 from profiling_core.errors import ConfigError
 from profiling_core.present import ReportSection, chain_lines, comparison_warnings
 from profiling_core.run import SPREAD_WARN_PCT
@@ -70,16 +70,28 @@ if not no_gpu:  # a CPU trace has no launches, GPU lane or synchronize: the note
     if rep is not None and len(rep.launch_paths):
         lp = rep.launch_paths
         ui.table_block(lp, "launch_paths", key="dispatch_paths", width="stretch")
-        occ = lp[lp["occupancy_query_before"]]
+        pat = occupancy_pattern(rep, ui.load_run(rid).config)  # question 6's verdict, in one line
         apis = sorted(set(", ".join(lp["launch_apis"]).split(", ")))
-        if len(occ):
-            st.markdown(f"**Pattern: occupancy query before the launch** (as on the A100 in the post) for "
-                        f"{', '.join(ui.md_code(n, 50) for n in occ['name'])}.")
-            pattern = f"Pattern: an occupancy query before the launch of {', '.join(map(str, occ['name']))}."
-        else:
-            st.markdown("**Pattern: no occupancy query** precedes any launch in this trace; the launch APIs are "
-                        f"{', '.join(ui.md_code(a) for a in apis)}.")
-            pattern = f"Pattern: no occupancy query precedes any launch; the launch APIs are {', '.join(apis)}."
+
+        def pattern_line(name) -> tuple[str, str]:
+            """The pattern's head (bold on the page) and the rest, each kernel and API written by ``name``."""
+            kernels = ", ".join(name(n) for n in pat["every"] or pat["some"])
+            apis_are = f"; the launch APIs are {', '.join(name(a) for a in apis)}."
+            return {"per_launch": ("Pattern: an occupancy query before every launch", f" of {kernels}"
+                                   + (" (as on the A100 in the post)." if pat["study"] else ".")),
+                    "first_launch_only": ("Pattern: no occupancy query per launch", ": queries only before the "
+                                          f"first launch of {kernels}, a one-time query on the op's first call"
+                                          + apis_are),
+                    "some_launches": ("Pattern: no occupancy query per launch",
+                                      f": queries before only some launches of {kernels}" + apis_are),
+                    "unreadable": ("Pattern: not readable from this trace", f": it holds {pat['queries']:,} "
+                                   "occupancy queries, none under an op that launched a kernel, so which launch each "
+                                   "one sizes is unknown" + apis_are),
+                    "none": ("Pattern: no occupancy query", " precedes any launch in this trace" + apis_are),
+                    }[pat["pattern"]]
+        head, rest = pattern_line(lambda n: ui.md_code(n, 50))
+        st.markdown(f"**{head}**{rest}")
+        pattern = "".join(pattern_line(str))
         report_sections.append(ReportSection("How each kernel was launched", text=pattern,
                                              tables=[("launch paths", lp)]))
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from conftest_app import app, download, errors_of, import_trace, H200
+from profiling_core.present import md_code, md_text
 from profiling_core.units import format_duration_us
 
 
@@ -204,3 +205,72 @@ def test_the_sync_section_leaves_the_compilers_synchronizes_out(runs_dir, media,
     assert f"lasted {format_duration_us(max(e['dur'] for e in mine))}" in bullets[0]
     assert any(c.value.startswith(f"{inside:,} synchronize calls made inside torch.compile's compiler ranges")
                for c in at.caption)
+
+
+def _queried_launches(path) -> tuple[dict, int]:
+    """A plain scan of the launch calls in time order: {kernel name: [whether one or more occupancy queries came
+    right before each of its launch calls, in order]}, and how many occupancy queries the trace holds."""
+    from conftest import scan_trace
+    xs = sorted((e for e in scan_trace(path) if e.get("ph") == "X"), key=lambda e: e["ts"])
+    kernel_of = {e["args"]["correlation"]: e["name"] for e in xs
+                 if str(e.get("cat", "")).lower() == "kernel" and "correlation" in (e.get("args") or {})}
+    out: dict = {}
+    pending = queries = 0
+    for e in xs:
+        if str(e.get("cat", "")).lower() not in ("cuda_runtime", "cuda_driver", "runtime"):
+            continue
+        if "Occupancy" in e["name"]:
+            pending, queries = pending + 1, queries + 1
+        elif "LaunchKernel" in e["name"]:
+            name = kernel_of.get((e.get("args") or {}).get("correlation"))
+            if name is not None:
+                out.setdefault(name, []).append(pending > 0)
+            pending = 0
+    return out, queries
+
+
+def _pattern_line(at) -> str:
+    (line,) = [m.value for m in at.markdown if m.value.startswith("**Pattern")]
+    return line
+
+
+@pytest.mark.parametrize("name", ["coldwarm_64_cold_eager", "autotune_4096_cold_manc"])
+def test_the_pattern_line_says_a_first_launch_query_is_no_per_launch_pattern(runs_dir, name):
+    """The H200's cold 64 run and an H100's cold max-autotune run: a plain scan finds occupancy queries before one
+    launch call alone, the first of a GEMM kernel's (3 launches; 109), none before the other 5 (4,684) calls. The
+    bold line said "Pattern: occupancy query before the launch (as on the A100 in the post)" where question 6 on
+    the page says "only before the first of its launches ... a one-time query, not a per-launch pattern"."""
+    from conftest_app import DATA
+    from test_machines import copy_h200_run
+    path = DATA / "h200_app" / f"{name}.json" if name.startswith("coldwarm") else DATA / "h100" / f"{name}.json.gz"
+    launches, _ = _queried_launches(path)
+    (queried,) = [n for n, flags in launches.items() if any(flags)]
+    assert launches[queried][0] and sum(launches[queried]) == 1 < len(launches[queried])
+    if name.startswith("coldwarm"):
+        copy_h200_run(runs_dir, name)
+    else:
+        import_trace(runs_dir, path, name)
+    at = app("dispatch")
+    assert not errors_of(at), errors_of(at)
+    line = _pattern_line(at)
+    assert line.startswith("**Pattern: no occupancy query per launch**: queries only before the first launch of")
+    assert md_code(queried, 50) in line and "every launch" not in line and "A100" not in line
+    assert any(md_text("a one-time query on the op's first call") in m.value
+               and md_text("not a per-launch pattern") in m.value for m in at.markdown)  # question 6, below
+
+
+def test_the_pattern_line_does_not_deny_queries_question_6_cannot_place(runs_dir):
+    """A third-party inference trace: a plain scan finds 4 occupancy queries, 2 right before 2 of its 4 launch calls,
+    but none sits under an op that launched a kernel, so question 6 says which launch each sizes cannot be read. The
+    bold line said "Pattern: no occupancy query precedes any launch"; it now says what question 6 says."""
+    from conftest_app import DATA
+    path = DATA / "third_party" / "inference_rank_1.json.gz"
+    launches, queries = _queried_launches(path)
+    assert queries == 4 and sum(f for flags in launches.values() for f in flags) == 2
+    import_trace(runs_dir, path, "inference_rank_1")
+    at = app("dispatch")
+    assert not errors_of(at), errors_of(at)
+    line = _pattern_line(at)
+    assert "no occupancy query" not in line
+    assert line.startswith(f"**Pattern: not readable from this trace**: it holds {queries} occupancy queries")
+    assert any(md_text("which launch each one sizes cannot be read") in m.value for m in at.markdown)  # question 6

@@ -14,11 +14,11 @@ from __future__ import annotations
 from .diagnosis import Diagnosis, DiagnosisReport, diagnose, roofline
 from .questions import (FIRST_STEP_SLOWER_PCT, MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW, NO_GPU_TEXT,
                         UNPLACED_EVENTS_TEXT, Finding, blocked_in, cpu_bound, cut_steps_text, devices_text, findings,
-                        empty_steps_text, kernel_groups, mean_above_median_pct, merged_processes_text, rank_text,
-                        offset_text, skew_text, started_before_launch_text)
+                        empty_steps_text, kernel_groups, mean_above_median_pct, merged_processes_text,
+                        occupancy_pattern, rank_text, offset_text, skew_text, started_before_launch_text)
 
 __all__ = ["findings", "Finding", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
            "MIN_LAUNCHES_FOR_SKEW", "UNPLACED_EVENTS_TEXT", "blocked_in", "cpu_bound", "cut_steps_text",
            "devices_text", "merged_processes_text", "rank_text", "kernel_groups", "mean_above_median_pct",
-           "offset_text", "skew_text", "started_before_launch_text", "empty_steps_text", "diagnose",
-           "DiagnosisReport", "Diagnosis", "roofline"]
+           "occupancy_pattern", "offset_text", "skew_text", "started_before_launch_text", "empty_steps_text",
+           "diagnose", "DiagnosisReport", "Diagnosis", "roofline"]

@@ -27,7 +27,7 @@ from .q2_bound import (_q2_bound, blocked_in, cpu_bound, cut_steps_text, devices
 from .q3_cold_start import FIRST_STEP_SLOWER_PCT, _q3_cold
 from .q4_offset import _q4_offset, offset_text, started_before_launch_text
 from .q5_chain import _q5_chain
-from .q6_launch_path import _q6_paths
+from .q6_launch_path import _q6_paths, occupancy_pattern
 from .q7_sync import _q7_sync
 from .q8_variance import (MEAN_ABOVE_MEDIAN_PCT, MIN_LAUNCHES_FOR_SKEW, _q8_variance, kernel_groups,
                           mean_above_median_pct, skew_text)
@@ -37,7 +37,7 @@ from .q10_compile_cost import _q10_cost
 __all__ = ["Finding", "findings", "NO_GPU_TEXT", "FIRST_STEP_SLOWER_PCT", "MEAN_ABOVE_MEDIAN_PCT",
            "MIN_LAUNCHES_FOR_SKEW", "UNPLACED_EVENTS_TEXT", "blocked_in", "cpu_bound", "cut_steps_text",
            "devices_text", "merged_processes_text", "rank_text", "kernel_groups", "mean_above_median_pct",
-           "offset_text", "skew_text", "started_before_launch_text", "empty_steps_text"]
+           "occupancy_pattern", "offset_text", "skew_text", "started_before_launch_text", "empty_steps_text"]
 
 
 _RULES: tuple[Callable, ...] = (_q1_table, _q1_memory, _q2_bound, _q3_cold, _q4_offset, _q5_chain, _q6_paths, _q7_sync,

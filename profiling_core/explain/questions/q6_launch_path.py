@@ -47,12 +47,11 @@ def _occupancy_clause(who: str, n_launch: int, n_query: int, steps_with: list[in
     return f"{who}, only before {which} of its {_n(n_launch, 'launch', 'launches')}{where}"
 
 
-def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool, app: bool,
-                    first_queried: dict | None = None) -> str:
+def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool, app: bool, once: bool) -> str:
     """The occupancy-query sentences: kernels queried before every launch (sized launch by launch: on a run of this
     app, ``app``, said to be the post's pattern) apart from kernels queried before only some launches: a one-time
-    query on the op's first call where each such kernel was queried once, before its first launch
-    (``first_queried``), else only that not every launch is preceded by one."""
+    query on the op's first call where each such kernel was queried once, before its first launch (``once``,
+    :func:`occupancy_pattern`'s), else only that not every launch is preceded by one."""
     every_row = list(zip(occ["name"].astype(str), occ["count"].astype(int), occ["occupancy_queries"].astype(int)))
     rows = every_row[:_MAX_LISTED]
     left = len({n for n, _c, _q in every_row} - {n for n, _c, _q in rows})
@@ -65,12 +64,49 @@ def _occupancy_text(occ: pd.DataFrame, steps_of: dict, first_step, cold: bool, a
                      + ": sized adaptively launch by launch"
                      + (" (the per-launch pattern of the study's post)" if app else ""))
     if some:
-        once = all(q == 1 and (first_queried or {}).get(n, False) for n, _, q in some)
         parts.append("; ".join(_occupancy_clause(shown[n], c, q, steps_of.get(n, []), first_step) for n, c, q in some)
                      + (": a one-time query on the op's first call" + (" in a cold process" if cold else "")
                         + ", not a per-launch pattern" if once else ": not every launch is preceded by one"))
     return ("An occupancy query precedes the launch of " + ". And of ".join(parts)
             + (f". And of {_n(left, 'more kernel name')}, not listed" if left else "") + ". ")
+
+
+def _kernel_launches(r) -> tuple[pd.DataFrame, int]:
+    """The kernels' rows of ``launch_paths`` and how many occupancy queries the trace holds on the CPU (the
+    profiler table's calls of :data:`OCCUPANCY_PREFIXES`), tied to a launch or not."""
+    lp = r.launch_paths[r.launch_paths["category"] == "kernel"]
+    tb = r.profiler_table
+    queries = int(tb.loc[(tb["lane"] == "cpu") & tb["name"].astype(str).str.startswith(OCCUPANCY_PREFIXES),
+                         "calls"].sum()) if len(tb) else 0
+    return lp, queries
+
+
+def occupancy_pattern(r, config=None) -> dict:
+    """What question 6 says of the occupancy queries before kernel launches, as one verdict (the Dispatch page states
+    it too): ``pattern`` is
+
+    - ``"per_launch"``: some kernel was queried before every one of its launches (sized launch by launch; on a run of
+      this app, ``study``, the pattern of the study's post);
+    - ``"first_launch_only"``: none was, and each queried kernel was queried once, before its first launch: a
+      one-time query on the op's first call, not a per-launch pattern;
+    - ``"some_launches"``: none was, and not every launch of the queried kernels is preceded by one;
+    - ``"unreadable"``: the trace holds ``queries`` occupancy queries, none under an op that launched a kernel, so
+      which launch each one sizes cannot be read from it;
+    - ``"none"``: no occupancy query in the trace.
+
+    ``every``: the kernels queried before every launch; ``some``: those queried before only some; ``once``: each of
+    ``some`` was queried once, before its first launch (``launch_latency``'s order)."""
+    lp, queries = _kernel_launches(r)
+    occ = lp[lp["occupancy_query_before"].astype(bool)] if len(lp) else lp
+    rows = list(zip(occ["name"].astype(str), occ["count"].astype(int), occ["occupancy_queries"].astype(int)))
+    every = [n for n, c, q in rows if q >= c]
+    some = [n for n, c, q in rows if q < c]
+    first = _first_launch_queried(r) if some else {}
+    once = bool(some) and all(q == 1 and first.get(n, False) for n, c, q in rows if q < c)
+    pattern = ("per_launch" if every else "first_launch_only" if once else "some_launches" if some
+               else "unreadable" if queries else "none")
+    return {"pattern": pattern, "every": every, "some": some, "once": once, "queries": queries,
+            "study": _app_run(r, config)}
 
 
 def _hip(lp: pd.DataFrame) -> bool:
@@ -83,9 +119,10 @@ def _q6_paths(r, config=None) -> list[Finding]:
     if not r.has_gpu:
         return [Finding("q6.launch_path", 6, "No GPU lane", NO_GPU_TEXT + ": no kernel was launched.",
                         {"gpu_ops": 0})]
-    lp = r.launch_paths[r.launch_paths["category"] == "kernel"]
+    lp, queries = _kernel_launches(r)
     if lp.empty:
         return []
+    pat = occupancy_pattern(r, config)
     occ = lp[lp["occupancy_query_before"]]
     ev = {"kernels": {str(n): a for n, a in zip(lp["name"], lp["launch_apis"])},
           "occupancy_query_kernels": sorted(map(str, occ["name"])),
@@ -96,16 +133,13 @@ def _q6_paths(r, config=None) -> list[Finding]:
                         top["count"]))
     if len(lp) > len(top):
         per += f"; and {len(lp) - len(top)} more kernel{'s' if len(lp) - len(top) > 1 else ''}"
-    tb = r.profiler_table
-    queries = int(tb.loc[(tb["lane"] == "cpu") & tb["name"].astype(str).str.startswith(OCCUPANCY_PREFIXES), "calls"].sum()) \
-        if len(tb) else 0
     ev["occupancy_queries_in_trace"] = queries
-    if occ.empty and queries:
+    if pat["pattern"] == "unreadable":
         text = (f"This trace holds {queries} occupancy quer{'y' if queries == 1 else 'ies'} "
                 f"({'hipOccupancy' if _hip(lp) else 'cudaOccupancy'}…), none "
                 "under an op that launched a kernel (a query is tied to a launch through the op both sit in), so "
                 f"which launch each one sizes cannot be read from it. Launches: {per}.")
-    elif occ.empty:
+    elif pat["pattern"] == "none":
         text = (f"No occupancy query ({'hipOccupancy' if _hip(lp) else 'cudaOccupancy'}…) precedes any kernel launch "
                 f"in this trace. Launches: {per}.")
     else:
@@ -115,8 +149,7 @@ def _q6_paths(r, config=None) -> list[Finding]:
                                                    "steps": sorted(set(steps_of.get(str(n), [])))}
                                           for n, c, q in zip(occ["name"], occ["count"], occ["occupancy_queries"])}
         plain = set(lp.loc[~lp["occupancy_query_before"], "name"].astype(str)) - set(occ["name"].astype(str))
-        text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config), _app_run(r, config),
-                                _first_launch_queried(r))
+        text = (_occupancy_text(occ, steps_of, first_step, _is_cold(r, config), pat["study"], pat["once"])
                 + (f"{_n(len(plain), 'other kernel name')} launch{'es' if len(plain) == 1 else ''} without one. "
                    if plain else "")
                 + f"Launches: {per}.")
