@@ -1565,6 +1565,32 @@ def test_a_loop_that_calls_step_twice_is_read_on_the_steps_that_worked():
             "did: profile.step() called again with no iteration in between), left out") in q2.text
 
 
+def test_a_trace_of_the_profilers_own_slices_gets_no_verdict(capsys):
+    """``export_chrome_trace()`` after a loop whose schedule finished its cycle (tests/data/cpu/make_step_recordings.py)
+    writes one empty ``ProfilerStep#6`` and the profiler's span: no op (a plain scan). The questions gave verdicts on
+    it ("it ran eagerly", "profile more active steps", a step of 51 µs); they now say the trace recorded no work and
+    why, no rule fires, and the memory note and the command line say the same."""
+    from profiling_core.analyses import NO_WORK_TEXT
+    from profiling_core.cli import analyze as analyze_cli
+    from profiling_core.explain import diagnose
+    from profiling_core.trace import open_trace
+    path = DATA / "cpu" / "steps_exported_after_cycle.json.gz"
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    assert sorted(e["name"] for e in xs) == ["ProfilerStep#6", "PyTorch Profiler (0)"]
+    r = report(path)
+    assert r.summary["work"] == 0 and r.memory.summary["note"] == NO_WORK_TEXT
+    got = findings(r)
+    assert [f.question for f in got] == list(range(1, 11)) and got[0].text == NO_WORK_TEXT
+    assert all("no work" in f.text for f in got) and not any("eagerly" in f.text for f in got)
+    with open_trace(str(path), engine="sqlite") as s:
+        assert diagnose(s, r).diagnoses == []
+    assert analyze_cli.main([str(path), "--engine", "sqlite"]) == 0
+    out = capsys.readouterr().out
+    assert "note: " + NO_WORK_TEXT in out and "CPU per step" not in out
+    # a trace with one op is work: the rule reads nothing else
+    assert report(DATA / "cpu" / "steps_sleeping.json.gz").summary["work"] > 0
+
+
 def test_a_first_step_with_no_step_before_it_is_not_told_its_cold_start_fell_before_it(tmp_path):
     """A CPU run whose schedule records from ProfilerStep#0 (no wait, no warm-up step) and that had no warm-up calls:
     its first step was not slower, and Q3 said "the run's cold-start work fell before the recorded steps", where no

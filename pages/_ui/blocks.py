@@ -12,6 +12,7 @@ from typing import Optional
 import pandas as pd
 import streamlit as st
 
+from profiling_core.analyses import NO_WORK_TEXT
 from profiling_core.errors import InvalidRunIdError, RunNotFoundError
 from profiling_core.explain import cut_steps_text, devices_text, empty_steps_text, merged_processes_text
 from profiling_core.present import export, md_text
@@ -45,6 +46,8 @@ def per_step_notes(summary: dict, steps: Optional[pd.DataFrame] = None, *, rank_
     into one file), that every per-step figure mixes them (:func:`profiling_core.explain.merged_processes_text`),
     with a link to the Trace lab, which imports one rank as a run of its own (``rank_link``; not on that page);
     nothing when none holds."""
+    if summary.get("work", 1) == 0:  # (the profiler's own slices alone: no figure below stands for any work)
+        st.warning(NO_WORK_TEXT, icon=":material/block:")
     pids = summary.get("step_processes") or []
     if len(pids) > 1:
         st.warning(md_text(merged_processes_text(pids)), icon=":material/call_merge:")  # (pids: escaped)

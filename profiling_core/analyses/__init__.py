@@ -42,7 +42,7 @@ from .steps import (CPU_GEMM_FLOOR_GFLOPS, CPU_GEMM_FLOOR_MIN_US, CPU_MATH_BOUND
                     annotation_ranges, basis_steps, bound, compile_steps, counted_wait, cpu_vs_gpu, data_wait,
                     device_busy, first_steps, gpu_busy, gpu_paced_up_to, measured_steps, queue_growth, steady_state,
                     steps, working_steps)
-from .table import cpu_own_times, profiler_table
+from .table import NO_WORK_TEXT, cpu_own_times, profiler_table
 from .timing import cold_start_gap, sync_wait
 
 __all__ = [
@@ -62,7 +62,7 @@ __all__ = [
     "triton_fusions", "fused_ops", "ran_compiled",
     "GEMM_OPS", "gemm_throughput", "gemm_kernel_shapes", "gemm_flops_from_dims", "gemm_dims", "gemm_leading_dims",
     "gemm_shape_text", "is_shapes",
-    "profiler_table",
+    "profiler_table", "NO_WORK_TEXT",
     "cpu_own_times",
     "phases", "phase_ops", "phases_at", "after_phase", "PHASES", "SUM_TOLERANCE_US", "is_data_loader_next",
     "step_breakdown", "category_totals", "top_kernels", "gpu_op_category", "GPU_OP_CATEGORIES", "BREAKDOWN_CATEGORIES",

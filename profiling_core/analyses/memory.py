@@ -90,7 +90,7 @@ import pandas as pd
 
 from ._common import recorded_with
 from ._shared import Shared, frame, shared_for
-from .table import row_label
+from .table import NO_WORK_TEXT, row_label, work_count
 
 __all__ = [
     "BEFORE_WINDOW",
@@ -694,7 +694,8 @@ class MemoryReport:
     them), and ``summary``: ``events``, ``skipped_events``, ``devices`` ({device: ``peak_allocated_bytes``,
     ``peak_reserved_bytes``, ``basis``, ``first_allocated_bytes``, ``last_allocated_bytes``, ``gap_at_peak_bytes``,
     ``op``, ``step``, ``events``, ``at_opening``}) and ``note`` (without events :data:`NO_MEMORY_TEXT`, or
-    :data:`NOTHING_RECORDED_TEXT` for a run that recorded memory; else None)."""
+    :data:`NOTHING_RECORDED_TEXT` for a run that recorded memory, :data:`~.table.NO_WORK_TEXT` for a trace that
+    recorded no work at all; else None)."""
 
     timeline: pd.DataFrame = field(default_factory=lambda: _empty(_TIMELINE))
     peaks: pd.DataFrame = field(default_factory=lambda: _empty(_PEAKS))
@@ -735,7 +736,9 @@ def memory_report(session, shared: Shared | None = None, config=None) -> MemoryR
     ev = _events(session, sh)
     peaks = memory_peaks(session, shared=sh)
     summary = _summary(ev, peaks)
-    if not len(ev.ts) and recorded_with("profile_memory", getattr(session, "recorded_with", None), config):
+    if not len(ev.ts) and not work_count(sh):  # (nothing recorded at all: no sign of the allocator's work either)
+        summary["note"] = NO_WORK_TEXT
+    elif not len(ev.ts) and recorded_with("profile_memory", getattr(session, "recorded_with", None), config):
         summary["note"] = NOTHING_RECORDED_TEXT
     return MemoryReport(timeline=memory_timeline(session, shared=sh), peaks=peaks,
                         live_at_peak=live_at_peak(session, shared=sh), by_op=memory_by_op(session, shared=sh),

@@ -19,7 +19,7 @@ from ._shared import Shared, frame, shared_for
 from .ranks import ranks, step_processes
 from .steps import (cpu_vs_gpu, device_busy, first_ops, gpu_busy, measured_steps, queue_growth,
                     steady_state, steps)
-from .table import cpu_op_count, cpu_own_times, idle_frames, profiler_table
+from .table import cpu_op_count, cpu_own_times, idle_frames, profiler_table, work_count
 from .timing import cold_start_gap, sync_wait
 
 __all__ = ["Report", "analyze"]
@@ -160,6 +160,7 @@ def _summary(r: Report, session, sh: Shared) -> dict[str, Any]:
         "step_devices": _step_devices(r.device_busy, ss["basis_steps"], r.steps),
         "idle_thread_frames": _idle_thread_frames(sh),
         "cpu_ops": cpu_op_count(sh),
+        "work": work_count(sh),
     }
 
 
@@ -251,7 +252,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None, shared: O
         one process drove several GPUs), ``idle_thread_frames`` ({row name: self µs} of the table's Python frames of
         threads that ran no Python code while recording: :func:`~profiling_core.analyses.table.idle_frames`),
         ``cpu_ops`` (the CPU slices that are not runtime or driver calls: ATen ops, ranges, Python frames, steps;
-        :func:`~profiling_core.analyses.table.cpu_op_count`: none where the profiler recorded no CPU activity).
+        :func:`~profiling_core.analyses.table.cpu_op_count`: none where the profiler recorded no CPU activity),
+        ``work`` (the ATen ops, runtime calls and GPU ops: :func:`~profiling_core.analyses.table.work_count`; 0 in a
+        trace of the profiler's own slices alone, :data:`~profiling_core.analyses.table.NO_WORK_TEXT`).
     """
     config = as_config(config)
     sh = shared_for(session, shared)  # the launch pairs, step windows and GPU op intervals, computed once for all

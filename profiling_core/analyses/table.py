@@ -33,6 +33,25 @@ def cpu_op_count(sh: Shared) -> int:
     return int((_cpu_mask(sh) & ~runtime).sum())
 
 
+NO_WORK_TEXT = ("This trace recorded no work: no ATen op, no runtime call and no GPU op, only the profiler's own "
+                "slices (its steps' and its start's and stop's). A schedule's recording ends with its cycle: torch "
+                "hands each cycle's trace to on_trace_ready and clears its events (\"Profiler clears events at the end "
+                "of each cycle\", it warns), so export_chrome_trace() called after the loop writes what came after "
+                "the last cycle, or nothing. Export from on_trace_ready (torch.profiler.tensorboard_trace_handler, or "
+                "a function that calls prof.export_chrome_trace), or keep every cycle with acc_events=True.")
+"""What the findings, the memory note and the command line say of a trace in which :func:`work_count` is 0."""
+
+
+def work_count(sh: Shared) -> int:
+    """How many slices of the trace are the program's work: ATen ops, runtime and driver calls, GPU ops. 0 in a trace
+    of the profiler's own slices alone (its step slices, its ``PyTorch Profiler`` span, Python frames of its start
+    and stop), which holds nothing any question or rule can read (:data:`NO_WORK_TEXT`)."""
+    low = sh.slices["cat_low_uniq"]
+    runtime = np.array([c in _RUNTIME_CATS for c in low], dtype=bool)[sh.slices["cat_codes"]]
+    aten = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("aten::"))
+    return int((runtime | aten).sum()) + len(sh.gpu_rows)
+
+
 def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     """(is a CPU slice (:func:`_cpu_mask`), own ns) for every row of ``sh.slices``: a slice's own (self) time is its
     duration less its children's (the profiler table's "Self CPU"; of a step cut at the recording's end, their time

@@ -146,8 +146,12 @@ def _human(path: str, report, found, diagnosis=None, rank: Optional[dict] = None
     if len(gpus) > 1:
         from ..explain import devices_text
         lines.append("  note: " + devices_text(gpus, len(pids)))
+    work = s.get("work", 1)
+    if not work:  # (the profiler's own slices alone: no per-step figure or memory line stands for any work)
+        from ..analyses import NO_WORK_TEXT
+        lines.append("  note: " + NO_WORK_TEXT)
     ss = s.get("steady_state") or {}
-    if s["steps"]:  # (the medians of the steady state's steps, which every per-step figure reads)
+    if s["steps"] and work:  # (the medians of the steady state's steps, which every per-step figure reads)
         n = len(s.get("measured_steps") or [])
         empty, idle = ss.get("empty_steps") or [], ss.get("steps_without_gpu") or []
         basis = ("" if ss.get("basis") != "after_first" else ", those after the first"
@@ -210,7 +214,8 @@ def _human(path: str, report, found, diagnosis=None, rank: Optional[dict] = None
             + (f" / {format_duration_us(v['gpu_us'])} GPU, {format_count(v['kernels'])} "
                f"kernel{'s' if v['kernels'] != 1 else ''}"
                if s["has_gpu"] else "") for name, v in ph.items()))
-    lines.extend(_memory_lines(s.get("memory") or {}))
+    if work:
+        lines.extend(_memory_lines(s.get("memory") or {}))
     ks = report.kernel_stats.head(5)
     if len(ks):
         lines.append("  kernels (by total time):")

@@ -95,6 +95,8 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
         compute_capability: the GPU's (e.g. 9.0, from meta.json); else read from kernel names where they say.
         process_peak_bytes: the run's ``peak_device_memory_bytes`` (meta.json: ``torch.cuda.max_memory_allocated()``
             of the whole process) when known; the memory rules tell an earlier peak from fragmentation by it.
+
+    A trace that recorded no work (``report.summary["work"]`` 0) gets no rule's finding.
     """
     report = report if report is not None else analyze(session, config=config)
     if peaks is None and report.has_gpu:  # a CPU run on a GPU host names the GPU too: its GEMMs did not run there
@@ -103,5 +105,6 @@ def diagnose(session, report: Optional[Report] = None, config=None, peaks: Optio
     shared = shared_for(session, report._shared)  # what analyze computed, where the report is its own
     roof = roofline(report, session, config, peaks, shared=shared)
     ctx = _Ctx(report, session, config, peaks, roof, compute_capability, process_peak_bytes, shared)
-    found = [d for rule in RULES if (d := rule(ctx)) is not None]
+    # a trace of the profiler's own slices alone holds nothing a rule can judge (``analyses.NO_WORK_TEXT``)
+    found = [d for rule in RULES if (d := rule(ctx)) is not None] if report.summary.get("work", 1) else []
     return DiagnosisReport(roof, found, peaks, "per step" if len(report.steps) else "in the trace")

@@ -56,8 +56,12 @@ def findings(report_or_session, config=None) -> list[Finding]:
         GPU lane, ProfilerStep slices for the questions that compare or count steps) the finding says so and how to
         record it.
     """
-    from ...analyses import Report, analyze
+    from ...analyses import NO_WORK_TEXT, Report, analyze
     r = report_or_session if isinstance(report_or_session, Report) else analyze(report_or_session, config=config)
+    if r.summary.get("work", 1) == 0:  # (the profiler's own slices alone: nothing any question can read)
+        return [Finding("q1.no_work", 1, "Nothing recorded", NO_WORK_TEXT, {"work": 0})] + [
+            Finding(f"q{q}.no_work", q, "Nothing recorded", "This trace recorded no work (question 1 says why): "
+                    "nothing to read for this question.", {"work": 0}) for q in range(2, 11)]
     out: list[Finding] = []
     for rule in _RULES:
         out.extend(rule(r, config))

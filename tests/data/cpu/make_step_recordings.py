@@ -8,6 +8,9 @@
 - ``steps_double_step.json.gz``: ``schedule(wait=1, warmup=1, active=9)``, exported by ``on_trace_ready``; each of 6 iterations trains an MLP
   (Linear 256→512, ReLU, Linear 512→256, SGD) and then calls ``prof.step()`` twice, so every other recorded step
   holds nothing but the time between the two calls.
+- ``steps_exported_after_cycle.json.gz``: ``schedule(wait=1, warmup=1, active=2)`` over 6 iterations, exported with
+  ``export_chrome_trace`` after the loop: the cycle's events were handed on and cleared, and the file holds only the
+  profiler's own slices.
 """
 import gzip
 import shutil
@@ -63,3 +66,10 @@ with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup
         opt.zero_grad()
         prof.step()
         prof.step()
+
+x = torch.randn(64, 64)
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2)) as prof:
+    for i in range(6):
+        y = x @ x
+        prof.step()
+keep(prof, "steps_exported_after_cycle.json")
