@@ -972,3 +972,21 @@ def test_the_rules_read_the_steps_question_2_reads_where_one_lost_its_gpu_work(t
     assert q2.evidence["bound_basis_steps"] == [2]
     assert d["sync_in_step"].evidence["sync_calls_us_per_step"] == pytest.approx(sum(syncs), abs=1e-3)
     assert d["unfused_optimizer"].evidence["steady_steps"] == 1
+
+
+def test_a_step_that_accumulates_gradients_reads_every_micro_batch_s_forward():
+    """A real CPU run (tests/data/cpu/make_step_recordings.py) whose steps each run 4 micro-batches (a
+    ``micro_forward`` range of the loop's own naming around each forward and loss, then ``backward()``) before the
+    optimizer's step. A forward read by position took only what came before the step's first backward: one micro-batch
+    of four, the other three's forwards counted as "other". Each step's forward is now its 4 ranges (a plain scan)."""
+    path = DATA / "cpu" / "steps_grad_accumulation.json.gz"
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    steps = [e for e in xs if str(e["name"]).startswith("ProfilerStep#")]
+    fwd = {int(s["name"].split("#")[1]): [e for e in xs if e["name"] == "micro_forward"
+                                         and s["ts"] <= e["ts"] < s["ts"] + s["dur"]] for s in steps}
+    assert {n: len(v) for n, v in fwd.items()} == {2: 4, 3: 4, 4: 4}
+    with open_trace(path, engine="sqlite") as s:
+        ph = analyze(s).phases
+    for n, ranges in fwd.items():
+        got = ph[(ph["step"] == n) & (ph["phase"] == "forward")]["cpu_us"].item()
+        assert got == pytest.approx(sum(e["dur"] for e in ranges), rel=0.02)

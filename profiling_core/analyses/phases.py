@@ -10,9 +10,10 @@ its name, the profiler's backward by where its node lies too:
   thread of the loop's own that prefetches batches while the step runs keeps nobody waiting.
 - ``forward``: the ``train::forward`` range the app's training workloads add (``workloads._train.TRAIN_RANGES``). A
   trace without any (an imported one) has no forward annotation, so its forward is read from where it sits: the
-  step's own sub-slices that end before the step's first backward range begins and mark no other phase (descending
-  into the one that holds that instant, so a range the loop wraps around its whole step is looked inside); that is
-  the forward pass and the loss, and whatever the loop did before them (moving the batch to the device, say).
+  step's own sub-slices that end before the step's last backward range begins, overlap no backward range and mark no
+  other phase (descending into one that does overlap, so a range the loop wraps around its whole step is looked
+  inside); that is the forward pass and the loss, and whatever the loop did before them (moving the batch to the
+  device, say), before each backward of a loop that accumulates gradients over several micro-batches.
 - ``backward``: ``train::backward``, or the backward's work as the profiler records it (``Shared.backward_work``,
   the one rule ``autograd_wait`` reads too): its ``autograd::engine::evaluate_function: ...`` slices, or in the 2021
   format, which has none, the backward nodes' own slices (``MmBackward``, ``torch::autograd::AccumulateGrad``) that
@@ -112,12 +113,14 @@ def data_ranges(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
     return merged(t["ts"][r], t["ts"][r] + t["dur"][r])
 
 
-def _forward_before(sh: Shared, lanes: dict, step_row: int, until: int, marks: np.ndarray) -> list[tuple[int, int]]:
+def _forward_before(sh: Shared, lanes: dict, step_row: int, until: int, marks: np.ndarray,
+                    backward: tuple[np.ndarray, np.ndarray]) -> list[tuple[int, int]]:
     """The forward of a step without ``train::forward``: the outermost slices on the step's thread that start in
-    the step, end by ``until`` (its first backward's start), are no Python frame (``with_stack``'s frames, opened
-    before the step, hold its ops: the step slice is then no parent of them) and mark no phase nor lie in a slice
-    that does (the DataLoader's batch, ``zero_grad``). ``lanes``: per thread its slice rows sorted by start, and
-    their starts."""
+    the step, end by ``until`` (the start of its last backward), overlap none of the ``backward`` ranges (merged,
+    sorted: a loop that accumulates gradients runs a forward before each micro-batch's backward), are no Python
+    frame (``with_stack``'s frames, opened before the step, hold its ops: the step slice is then no parent of them)
+    and mark no phase nor lie in a slice that does (the DataLoader's batch, ``zero_grad``). ``lanes``: per thread
+    its slice rows sorted by start, and their starts."""
     t = sh.slices
     got = lanes.get(int(t["utid"][step_row]))
     if got is None:
@@ -126,6 +129,9 @@ def _forward_before(sh: Shared, lanes: dict, step_row: int, until: int, marks: n
     lo, hi = np.searchsorted(starts, [t["ts"][step_row], until], side="left")
     r = rows[lo:hi]
     r = r[(r != step_row) & (t["ts"][r] + t["dur"][r] <= until)]
+    bb, be = backward
+    k = np.searchsorted(bb, t["ts"][r] + t["dur"][r], side="left") - 1  # the last backward range starting before
+    r = r[(k < 0) | (be[np.maximum(k, 0)] <= t["ts"][r])]  # each slice's end: it must end before the slice begins
     r = r[sh.cats_at(r) != "python_function"]
     marked = r[marks[r] >= 0]
     r = r[~_inside(t["ts"][r], *merged(t["ts"][marked], t["ts"][marked] + t["dur"][marked]))] if len(marked) else r
@@ -163,7 +169,7 @@ class _Phased:
             r = np.flatnonzero(self.marks == k)
             self.ranges.append(merged(b[r], e[r]))
         if len(self.ranges[_FORWARD][0]) == 0:  # no train::forward: read each step's forward by position
-            bw_b = self.ranges[_BACKWARD][0]
+            bw_b, bw_e = self.ranges[_BACKWARD]
             fb, fe = [], []
             lanes = {}  # the steps' threads: their rows by start (ties: the longer, the outer, first)
             for u in {int(s[6]) for s in self.steps}:
@@ -171,9 +177,9 @@ class _Phased:
                 rows = rows[np.lexsort((-t["dur"][rows], t["ts"][rows]))]
                 lanes[u] = (rows, t["ts"][rows])
             for sid, _n, _nm, ts, dur, _d, _u in self.steps:
-                i = np.searchsorted(bw_b, ts, side="left")
-                if i < len(bw_b) and bw_b[i] < ts + dur:
-                    for x, y in _forward_before(sh, lanes, int(sid), int(bw_b[i]), self.marks):
+                i, j = np.searchsorted(bw_b, [ts, ts + dur], side="left")  # the backward ranges starting in it
+                if i < j:
+                    for x, y in _forward_before(sh, lanes, int(sid), int(bw_b[j - 1]), self.marks, (bw_b, bw_e)):
                         fb.append(x)
                         fe.append(y)
             self.ranges[_FORWARD] = merged(np.array(fb, dtype=np.int64), np.array(fe, dtype=np.int64))

@@ -11,6 +11,9 @@
 - ``steps_exported_after_cycle.json.gz``: ``schedule(wait=1, warmup=1, active=2)`` over 6 iterations, exported with
   ``export_chrome_trace`` after the loop: the cycle's events were handed on and cleared, and the file holds only the
   profiler's own slices.
+- ``steps_grad_accumulation.json.gz``: ``schedule(wait=1, warmup=1, active=3)``, exported by ``on_trace_ready``; each
+  step accumulates gradients over 4 micro-batches (a ``micro_forward`` range around each forward and loss, then
+  ``backward()``), then steps SGD and zeroes the gradients.
 """
 import gzip
 import shutil
@@ -19,7 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 from torch.utils.data import DataLoader, TensorDataset
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent)
@@ -73,3 +76,18 @@ with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup
         y = x @ x
         prof.step()
 keep(prof, "steps_exported_after_cycle.json")
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(64, 128)
+with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
+             on_trace_ready=lambda p: keep(p, "steps_grad_accumulation.json")) as prof:
+    for i in range(5):
+        for micro in range(4):
+            with record_function("micro_forward"):
+                loss = model(x).pow(2).mean() / 4
+            loss.backward()
+        opt.step()
+        opt.zero_grad()
+        prof.step()
