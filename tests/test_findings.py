@@ -1591,6 +1591,23 @@ def test_a_trace_of_the_profilers_own_slices_gets_no_verdict(capsys):
     assert report(DATA / "cpu" / "steps_sleeping.json.gz").summary["work"] > 0
 
 
+def test_a_cpu_first_step_after_schedule_steps_is_not_called_a_first_call(tmp_path):
+    """An imported CPU trace whose first recorded step is ProfilerStep#2 (two schedule steps ran the loop before the
+    recording) and took twice the others' time, with no profiler start-up slice: question 3 said the extra "may be the
+    process's first call of the workload … (none: a cold start)", where its own sentence said the two steps before it
+    ran."""
+    from verdict_traces import Trace
+    t = Trace()
+    for n in range(2, 6):
+        us = 1000.0 if n == 2 else 500.0
+        t.step(n, lambda t, us=us: t.cpu("aten::mm", us, dims=[[512, 512], [512, 512]], types=["float", "float"]))
+    path = t.write(tmp_path / "t.json", device_properties=False)
+    assert _profiler_steps(path)[0]["name"] == "ProfilerStep#2"
+    f = {x.id: x for x in findings(report(path))}["q3.cold_start"]  # (an imported trace: no run's warm-up)
+    assert "the 2 schedule step(s) before ProfilerStep#2 are not in this trace" in f.text
+    assert "first call of the workload" not in f.text and "this is not its first call" in f.text
+
+
 def test_a_first_step_with_no_step_before_it_is_not_told_its_cold_start_fell_before_it(tmp_path):
     """A CPU run whose schedule records from ProfilerStep#0 (no wait, no warm-up step) and that had no warm-up calls:
     its first step was not slower, and Q3 said "the run's cold-start work fell before the recorded steps", where no

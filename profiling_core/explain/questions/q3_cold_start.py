@@ -370,6 +370,11 @@ def _q3_cause(r, config, first_step: int, extra: float, ev: dict) -> tuple[str, 
                "profiler records, so it shows only as slower ops"
                + (f" (and the {unrec} schedule step(s) before ProfilerStep#{first_step} are not in this trace)"
                   if unrec > 0 else ""))
+        if startup_us <= 0 and unrec > 0:  # (those steps ran the function: the first recorded is no first call)
+            return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). "
+                          "Those schedule steps already ran the function, so this is not its first call: it may be "
+                          "the profiler's first recorded step or other work on the machine; running it again tells."
+                          ), 0.0
         if startup_us <= 0:
             return out + ("; nothing in the trace names the extra's cause (no profiler start-up slice shows either). "
                           "It may be the process's first call of the workload, the profiler's first recorded step or "
