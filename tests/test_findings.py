@@ -1540,6 +1540,9 @@ def test_the_profilers_closing_stub_is_left_out_though_the_loader_ran_in_it():
     assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(steady(loop)), abs=0.01)
     assert f"step {n}, the profiler's closing stub (no op or launch call began in it), left out" in \
         by_id(path)["q2.bound"].text
+    # question 5 follows the chain of a step of the loop, the last, not the stub every other figure leaves out
+    q5 = by_id(path)["q5.chain"].text
+    assert f"ProfilerStep#{n - 1}'s own slice holds" in q5 and f"ProfilerStep#{n}" not in q5
 
 
 def test_a_loop_that_calls_step_twice_is_read_on_the_steps_that_worked():

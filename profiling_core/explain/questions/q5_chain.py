@@ -7,6 +7,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from ...analyses import working_steps
 from .base import _MAX_LISTED, NO_GPU_TEXT, NO_STEPS_TEXT, STEPS_HOWTO, Finding, _listed, _n, _short
 
 
@@ -105,8 +106,10 @@ def _q5_chain(r, config=None) -> list[Finding]:
                          "kernel's launch call and the op that made it, over the whole trace."), {"steps": 0})]
     if ch.empty:
         return []
-    with_gpu = r.steps.loc[r.steps["gpu_ops"] > 0, "step"]
-    step = int(with_gpu.iloc[-1] if len(with_gpu) else r.steps["step"].iloc[-1])
+    work = working_steps(r.steps)  # (an empty step, the profiler's closing stub say, holds no chain to follow)
+    work = work if len(work) else r.steps
+    with_gpu = work.loc[work["gpu_ops"] > 0, "step"]
+    step = int(with_gpu.iloc[-1] if len(with_gpu) else work["step"].iloc[-1])
     chain = ch[ch["step"] == step]
     of = r.steps[r.steps["step"] == step]
     where, pid = "", None
