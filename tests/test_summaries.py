@@ -760,3 +760,17 @@ def test_imported_traces_of_a_batched_and_a_plain_gemm_are_two_settings(tmp_path
     parts = [setting_parts(r, report(r), besides=("size",)) for r in runs]
     assert setting_labels(parts[:2]) == ["batched GEMM", "unbatched GEMM"]
     assert parts[1] == parts[2]
+
+
+def test_a_setting_names_only_the_knobs_that_apply_to_it():
+    """A decode block has no prompt length and a forward pass no optimizer: the config still holds their defaults
+    (seq_len 128, optimizer adamw), and the setting named them ("transformer_block · mode decode · … seq_len 128")."""
+    from profiling_core import ExperimentConfig
+    from profiling_core.present import setting_parts
+    from test_machines import run_with
+    from test_h200_app_traces import meta
+    cfg = ExperimentConfig.for_workload("transformer_block", {"mode": "decode", "kv_len": 64}, device="cpu")
+    assert cfg.workload_knobs["seq_len"] == 128 and cfg.workload_knobs["optimizer"] == "adamw"  # (the defaults)
+    parts = setting_parts(run_with(dict(meta("coldwarm_64_cold_eager"), config=cfg.to_dict())))
+    assert parts["knob kv_len"] == "kv_len 64" and parts["knob mode"] == "mode decode"
+    assert "knob seq_len" not in parts and "knob optimizer" not in parts and "knob log_loss" not in parts
