@@ -60,7 +60,8 @@ with right:
                 "(launch latency), 6 (how kernels are launched), 7 (sync wait against GPU busy), 8 (kernel "
                 "variance) and the GPU side of 9 (what compile changes on the GPU); their panels say so. On the CPU "
                 "question 2 compares the work ops' own time (the ATen ops that compute or move data: the GEMM and "
-                "the rest) with the framework overhead around them, and gives the GEMMs' GFLOP/s; import an H200 trace (Trace lab) for the GPU panels.", icon=":material/info:")
+                "the rest) with the framework overhead around them, and gives the GEMMs' GFLOP/s; import an H200 "
+                "trace (Trace lab) for the GPU panels.", icon=":material/info:")
     engine, reason = ui.sql_engine()
     st.markdown(f"- **SQL engine**: {ui.md_code(engine)} — {ui.md_text(reason)}")
     root, size = ui.store_summary()

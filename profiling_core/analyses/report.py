@@ -239,9 +239,9 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None, shared: O
         first GPU op's wait, :func:`~profiling_core.analyses.steps.first_ops`; None without pairs),
         ``launch_apis`` (distinct calls that launched GPU work),
         ``compiled_regions_per_step`` (Torch-Compiled Region slices ÷ steps, None without steps), ``memcpy_dtod``,
-        ``time_by_category`` ({category: share of the steady state's steps' windows}, :func:`category_totals` of
-        the step breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``, ``kernels``}
-        over the steady state's steps, :func:`~profiling_core.analyses.steps.measured_steps`; empty without
+        ``time_by_category`` ({category: share of the steady state's steps' windows}, :func:`category_totals`
+        of the step breakdown; empty without steps), ``train_phases`` ({phase: medians of ``cpu_us``, ``gpu_us``,
+        ``kernels``} over the steady state's steps, :func:`~profiling_core.analyses.steps.measured_steps`; empty without
         phases), ``memory`` (:attr:`MemoryReport.summary <profiling_core.analyses.memory.MemoryReport>`: per device
         the peak allocated and reserved bytes; ``note`` says how to record memory events when the trace has none),
         ``step_processes`` (the pids whose threads hold the step slices: more than one where ranks' traces were

@@ -183,7 +183,8 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
     Parts, as the dict's keys in this order: ``where`` (the machine, :func:`~profiling_core.store.machine_of`, and
     whether the trace holds GPU work: a CPU-only trace of a GPU host is another measurement), ``workload``,
     ``dtype``, ``knob <name>`` for each knob of the workload that has a value and applies to the others' values (a
-    decode block's ``seq_len`` does not; the size knob is left out when ``besides`` holds ``size``), ``precision`` (``torch.set_float32_matmul_precision`` when not ``highest``),
+    decode block's ``seq_len`` does not; the size knob is left out when ``besides`` holds ``size``), ``precision``
+    (``torch.set_float32_matmul_precision`` when not ``highest``),
     ``warm-up`` (``cold``, or ``warm`` with its calls), ``schedule`` (the profiler's wait/warmup/active×repeat:
     which steps are recorded, so whether the first recorded one carries start-up effects), ``mode``
     (:func:`mode_label`; left out when ``besides`` holds ``mode``), and ``option <name>`` for every other field that

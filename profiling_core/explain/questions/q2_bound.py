@@ -400,8 +400,8 @@ def cpu_bound(r) -> dict:
     Returns a dict: ``bound`` (None without steps, or where no step did any work), ``steps`` (the measured steps'
     frame), ``cpu_work_share`` and ``cpu_work_us`` (medians of each step's share and time in work ops),
     ``data_share`` (median share in the batches), ``overhead_share`` (what is left), ``shares`` (each step's share,
-    in the steps' order), ``work_ops`` ({op: its own time in each step, 0 in a step without it}). Two ranks' step N in one file are two
-    steps, each with its own work and duration."""
+    in the steps' order), ``work_ops`` ({op: its own time in each step, 0 in a step without it}). Two ranks' step
+    N in one file are two steps, each with its own work and duration."""
     s = measured_steps(r.steps) if len(r.steps) else r.steps
     out = {"bound": None, "steps": s, "cpu_work_share": None, "cpu_work_us": None, "data_share": None,
            "overhead_share": None, "shares": [], "work_ops": {}}

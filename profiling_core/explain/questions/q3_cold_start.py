@@ -12,7 +12,8 @@ from ...config import SPREAD_WARN_PCT, config_field as _cfg
 from ...units import format_duration_us as _us
 from ...units import format_share
 from .base import (NO_STEPS_TEXT, STEPS_HOWTO, Finding, _compile_steps_text, _first_step_only_calls,
-                   empty_steps_text, _first_step_slower_calls, _is_cold, _lazy_loading, _num, _self_times_by_slice, _short, _table_rows)
+                   empty_steps_text, _first_step_slower_calls, _is_cold, _lazy_loading, _num, _self_times_by_slice,
+                   _short, _table_rows)
 
 
 FIRST_STEP_SLOWER_PCT = 5.0

@@ -5,9 +5,9 @@
 - ``steps_loader_stub.json.gz``: a DataLoader of 5 batches, ``schedule(wait=1, warmup=1, active=4)``: the loop ends
   while the profiler records, so ``profile``'s exit closes one last step that holds only the ``__next__`` that raised
   StopIteration (the profiler's closing stub).
-- ``steps_double_step.json.gz``: ``schedule(wait=1, warmup=1, active=9)``, exported by ``on_trace_ready``; each of 6 iterations trains an MLP
-  (Linear 256→512, ReLU, Linear 512→256, SGD) and then calls ``prof.step()`` twice, so every other recorded step
-  holds nothing but the time between the two calls.
+- ``steps_double_step.json.gz``: ``schedule(wait=1, warmup=1, active=9)``, exported by ``on_trace_ready``; each of
+  6 iterations trains an MLP (Linear 256→512, ReLU, Linear 512→256, SGD) and then calls ``prof.step()`` twice, so
+  every other recorded step holds nothing but the time between the two calls.
 - ``steps_exported_after_cycle.json.gz``: ``schedule(wait=1, warmup=1, active=2)`` over 6 iterations, exported with
   ``export_chrome_trace`` after the loop: the cycle's events were handed on and cleared, and the file holds only the
   profiler's own slices.
