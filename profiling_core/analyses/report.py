@@ -253,8 +253,8 @@ def analyze(session, config=None, peak_tflops: Optional[float] = None, shared: O
         threads that ran no Python code while recording: :func:`~profiling_core.analyses.table.idle_frames`),
         ``cpu_ops`` (the CPU slices that are not runtime or driver calls: ATen ops, ranges, Python frames, steps;
         :func:`~profiling_core.analyses.table.cpu_op_count`: none where the profiler recorded no CPU activity),
-        ``work`` (the ATen ops, runtime calls and GPU ops: :func:`~profiling_core.analyses.table.work_count`; 0 in a
-        trace of the profiler's own slices alone, :data:`~profiling_core.analyses.table.NO_WORK_TEXT`).
+        ``work`` (the ops, ranges, runtime calls and GPU ops: :func:`~profiling_core.analyses.table.work_count`; 0
+        in a trace of the profiler's own slices alone, :data:`~profiling_core.analyses.table.NO_WORK_TEXT`).
     """
     config = as_config(config)
     sh = shared_for(session, shared)  # the launch pairs, step windows and GPU op intervals, computed once for all

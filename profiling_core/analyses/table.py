@@ -33,8 +33,8 @@ def cpu_op_count(sh: Shared) -> int:
     return int((_cpu_mask(sh) & ~runtime).sum())
 
 
-NO_WORK_TEXT = ("This trace recorded no work: no ATen op, no runtime call and no GPU op, only the profiler's own "
-                "slices (its steps' and its start's and stop's). A schedule's recording ends with its cycle: torch "
+NO_WORK_TEXT = ("This trace recorded no work: no op, range, runtime call or GPU op, only the profiler's own "
+                "slices (its steps', its span and the Python frames of its start and stop). A schedule's recording ends with its cycle: torch "
                 "hands each cycle's trace to on_trace_ready and clears its events (\"Profiler clears events at the end "
                 "of each cycle\", it warns), so export_chrome_trace() called after the loop writes what came after "
                 "the last cycle, or nothing. Export from on_trace_ready (torch.profiler.tensorboard_trace_handler, or "
@@ -43,13 +43,13 @@ NO_WORK_TEXT = ("This trace recorded no work: no ATen op, no runtime call and no
 
 
 def work_count(sh: Shared) -> int:
-    """How many slices of the trace are the program's work: ATen ops, runtime and driver calls, GPU ops. 0 in a trace
-    of the profiler's own slices alone (its step slices, its ``PyTorch Profiler`` span, Python frames of its start
-    and stop), which holds nothing any question or rule can read (:data:`NO_WORK_TEXT`)."""
-    low = sh.slices["cat_low_uniq"]
-    runtime = np.array([c in _RUNTIME_CATS for c in low], dtype=bool)[sh.slices["cat_codes"]]
-    aten = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("aten::"))
-    return int((runtime | aten).sum()) + len(sh.gpu_rows)
+    """How many slices of the trace are the program's: the CPU slices (:func:`_cpu_mask`: ATen ops, ranges, runtime
+    calls) that are neither a step slice nor a Python frame, and the GPU ops. 0 in a trace of the profiler's own
+    slices alone (its step slices, its ``PyTorch Profiler`` span, the Python frames of its start and stop), which
+    holds nothing any question or rule can read (:data:`NO_WORK_TEXT`)."""
+    step = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("ProfilerStep#"))
+    frame = sh.cat_mask(lambda c: isinstance(c, str) and c.lower() == "python_function")
+    return int((_cpu_mask(sh) & ~step & ~frame).sum()) + len(sh.gpu_rows)
 
 
 def _cpu_own_ns(sh: Shared) -> tuple[np.ndarray, np.ndarray]:
