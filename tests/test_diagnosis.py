@@ -573,6 +573,20 @@ def test_recompiles_and_graph_breaks_are_named(tmp_path):
     assert "TORCH_LOGS='graph_breaks,recompiles'" in x.fix
 
 
+def test_a_frame_recompiled_twice_is_one_recompiled_frame(tmp_path):
+    """Frame 1 compiled as 1/0, then recompiled twice (1/1, 1/2), frame 0 never: one recompiled frame, where the
+    rule counted its two recompiled regions as "2 recompiled frames"."""
+    evs = []
+    for i, region in enumerate(["1/0", "1/1", "1/2"]):
+        t = i * 1000
+        evs += [_x(f"ProfilerStep#{i + 1}", t, 900, "user_annotation"),
+                _x("Torch-Compiled Region: 0/0", t + 20, 300, "user_annotation"),
+                _x(f"Torch-Compiled Region: {region}", t + 400, 300, "user_annotation")]
+    with open_trace(_trace(tmp_path, evs), engine="sqlite") as s:
+        (x,) = [d for d in diagnose(s).diagnoses if d.rule == "compile_breaks"]
+    assert "1 recompiled frame (1/1, 1/2: frame/recompile count)" in x.text
+
+
 def test_one_compiled_function_called_often_is_not_a_graph_break(tmp_path):
     evs = []
     for i in range(3):  # a loop that calls one compiled function 4 times a step: frame 0, never recompiled

@@ -113,8 +113,9 @@ def _rule_compile(c: _Ctx) -> Optional[Diagnosis]:
         backward.update(str(h).split(","))
     hashes -= backward
     parts, fixes = [], []  # (a fix for each kind of part that fired, and only for those)
-    if recompiled:
-        parts.append(f"{len(recompiled)} recompiled frame{'s' if len(recompiled) > 1 else ''} "
+    if recompiled:  # (a frame recompiled twice has two such regions, 1/1 and 1/2: one frame)
+        frames_again = {x.split(": ", 1)[1].split("/")[0] for x in recompiled}
+        parts.append(f"{len(frames_again)} recompiled frame{'s' if len(frames_again) > 1 else ''} "
                      f"({', '.join(x.split(': ', 1)[1] for x in recompiled[:4])}: frame/recompile count)")
     per_token, decode, token_frames = _token_regions(c, names)
     breaks = False
