@@ -829,3 +829,24 @@ def test_an_overhead_bound_steps_gpu_cost_is_the_time_blocked_while_the_gpu_work
     [x] = [x for x in d.diagnoses if x.rule == "unaligned_gemm_dims"]
     assert x.cost_us_per_step == pytest.approx(blocked, abs=0.01)
     assert f"{blocked:.2f} µs per step" in x.cost_basis and "while the GPU worked" in x.cost_basis
+
+
+def test_a_fix_names_a_knob_only_where_the_run_can_set_it():
+    """A CPU linear training step with AdamW's for-loop (tests/data/cpu, with its meta): the unfused_optimizer fix
+    names the app's impl knob. The same trace read as a ``script`` run whose train knob is off (a user's own
+    training step, its own optimizer) was told "In this app: the impl knob", a knob the app refuses there ("must be
+    left at its default 'auto' when train is False")."""
+    from profiling_core.analyses import analyze
+    from profiling_core.errors import ConfigError
+    path = DATA / "cpu" / "linear_train_adamw_fp16_scaler.json.gz"
+    own = json.loads((DATA / "cpu" / "linear_train_adamw_fp16_scaler.meta.json").read_text())["config"]
+    script = ExperimentConfig.for_workload("script", {"path": str(DATA.parent / "data" / "scripts" / "train_step.py")},
+                                           device="cpu")
+    assert script.knobs["train"] is False
+    with pytest.raises(ConfigError, match="when train is False"):
+        ExperimentConfig.for_workload("script", {"path": "step.py", "impl": "fused"}, device="cpu")
+    with open_trace(path, engine="sqlite") as s:
+        fixes = {name: [d.fix for d in diagnose(s, analyze(s, config=cfg), cfg).diagnoses
+                        if d.rule == "unfused_optimizer"][0] for name, cfg in (("own", own), ("script", script))}
+    assert fixes["own"].endswith("In this app: the impl knob.")
+    assert "In this app" not in fixes["script"]

@@ -53,10 +53,20 @@ class _Ctx:
     the launch pairs, step windows and phase ranges are computed once, not once per call."""
 
 
-def _in_this_app(c: "_Ctx", setting: str) -> str:
+def _in_this_app(c: "_Ctx", setting: str, knob: Optional[str] = None) -> str:
     """`` In this app: <setting>.``: the app's setting that makes a fix, on a run of this app
-    (``questions.base._app_run``); "" on a trace another program wrote, which has no such setting."""
-    return f" In this app: {setting}." if _app_run(c.report, c.config) else ""
+    (``questions.base._app_run``); "" on a trace another program wrote, which has no such setting, and where the
+    setting is a workload's ``knob`` that the run's workload lacks or does not apply to its values (a ``script``
+    run's own optimizer, its ``train`` off: the app refuses its ``impl`` knob then)."""
+    if not _app_run(c.report, c.config):
+        return ""
+    if knob is not None:
+        from ...config import as_config
+        from ...workloads import get_workload
+        cfg = as_config(c.config)
+        if cfg is None or knob not in get_workload(cfg.workload).applicable(cfg.workload_knobs):
+            return ""
+    return f" In this app: {setting}."
 
 
 def _ampere_or_later(c: "_Ctx", kernel_names) -> bool:

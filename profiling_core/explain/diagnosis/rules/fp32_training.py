@@ -65,7 +65,7 @@ def _rule_fp32_training(c: _Ctx) -> Optional[Diagnosis]:
     else:
         fix = ("Wrap the forward and the loss in torch.autocast('cuda', dtype=torch.bfloat16) (backward then follows "
                "the forward's dtypes; parameters and optimizer state stay fp32). For fp16, add torch.amp.GradScaler."
-               + _in_this_app(c, "the autocast knob, with dtype fp32"))
+               + _in_this_app(c, "the autocast knob, with dtype fp32", knob="autocast"))
     return Diagnosis("fp32_training", "fp32 training where autocast would do", text, fix, cost, basis,
                      {"slice_ids": [int(i) for ids in fp32["slice_ids"] for i in (ids or [])][:50],
                       "fp32_gemm_us_per_step": t32, "gemm_us_per_step": tall, "dtypes": kinds,

@@ -98,7 +98,7 @@ def _rule_unfused_optimizer(c: _Ctx) -> Optional[Diagnosis]:
             "dispatched (and on a GPU launched) on its own.")
     fix = ("Construct the optimizer with fused=True (torch.optim.Adam/AdamW/SGD(..., fused=True): one kernel updates "
            "every parameter; CUDA, and the CPU in recent torch) or foreach=True (one multi-tensor op per update term; "
-           "torch's default on CUDA, not on a CPU)." + _in_this_app(c, "the impl knob"))
+           "torch's default on CUDA, not on a CPU)." + _in_this_app(c, "the impl knob", knob="impl"))
     # gradient accumulation: the optimizer runs in one step of several; the cost is per step, all steps counted
     # (each step number once: in a file of merged ranks a number names one step slice per rank, and the phases'
     # rows, by step number, hold them all)
