@@ -1568,6 +1568,25 @@ def test_a_loop_that_calls_step_twice_is_read_on_the_steps_that_worked():
             "did: profile.step() called again with no iteration in between), left out") in q2.text
 
 
+def test_steps_that_run_only_compiled_code_are_steps_of_the_loop():
+    """A cold compiled CPU run at n = 1 (tests/data/cpu/README.md): steps 1-4 each call the compiled graph, whose
+    Inductor C++ code runs no ATen op, so no ATen op or launch call begins in them (a plain scan). Read as empty,
+    they left the compile step (9.3 s) as the run's only step: "CPU per step 9299715 µs", "compiled again each
+    time". They are the loop's steps: the per-step figures read 1-4 (the steady state, without the compile)."""
+    path = DATA / "cpu" / "compile_cases" / "cold_1x1_compiled_steps.json.gz"
+    steps = _profiler_steps(path)
+    xs = [e for e in scan_trace(path) if e.get("ph") == "X"]
+    inside = [[e["name"] for e in xs if s["ts"] <= e["ts"] < s["ts"] + s["dur"] and e is not s] for s in steps]
+    assert len(steps) == 5 and steps[0]["dur"] > 1e6
+    for names in inside[1:]:
+        assert not any(n.startswith("aten::") for n in names)
+        assert any(n.startswith("Torch-Compiled Region") for n in names)
+    r = report(path)
+    assert r.summary["steady_state"]["empty_steps"] == [] and r.summary["measured_steps"] == [1, 2, 3, 4]
+    assert r.summary["cpu_step_median_us"] == pytest.approx(statistics.median(float(s["dur"]) for s in steps[1:]),
+                                                            abs=0.01)
+
+
 def test_a_trace_of_the_profilers_own_slices_gets_no_verdict(capsys):
     """``export_chrome_trace()`` after a loop whose schedule finished its cycle (tests/data/cpu/make_step_recordings.py)
     writes one empty ``ProfilerStep#6`` and the profiler's span: no op (a plain scan). The questions gave verdicts on

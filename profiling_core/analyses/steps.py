@@ -9,6 +9,7 @@ import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
 from ._shared import Shared, covered_ns, frame, is_host_copy, merged, shared_for, union_ns, unions_ns
+from .compile import COMPILED_GRAPH_CALL
 from .phases import data_ranges
 from .table import _beside_step
 
@@ -149,13 +150,15 @@ def steps(session, shared: Shared | None = None) -> pd.DataFrame:
 
 def _stubs(sh: Shared, rows: np.ndarray, starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
     """Per step (its slice's row, start and length, ns): whether it is an empty step (:func:`working_steps`): one in
-    whose window no ATen op and no launch call began on any thread, shorter than each step of its thread in which
-    one began (a trace of steps alone, with no op in any, has none to tell apart)."""
+    whose window no ATen op, no launch call and no torch.compile'd code (a ``Torch-Compiled Region``, a compiled
+    graph's call: on a CPU Inductor's code runs no ATen op) began on any thread, shorter than each step of its thread
+    in which one began (a trace of steps alone, with no op in any, has none to tell apart)."""
     out = np.zeros(len(rows), dtype=bool)
     if len(rows) < 2:
         return out
     t = sh.slices
-    work = sh.name_mask(lambda x: isinstance(x, str) and x.startswith("aten::"))
+    work = sh.name_mask(lambda x: isinstance(x, str) and x.startswith(("aten::", "Torch-Compiled Region",
+                                                                        COMPILED_GRAPH_CALL)))
     work[sh.pos(sh.p["launch_id"])] = True
     began = np.sort(t["ts"][work].astype(np.int64))
     ops = np.searchsorted(began, starts + durs, side="left") - np.searchsorted(began, starts, side="left")
