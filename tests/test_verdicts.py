@@ -3105,3 +3105,15 @@ def test_an_op_of_one_step_in_four_is_no_step_s_median(tmp_path):
     q2 = f["q2.bound"]
     assert q2.evidence["work_ops"] == {"aten::addmm": 40.0, "aten::add": 40.0}  # the conv: 0, 5000, 0, 0 µs
     assert "their own time: aten::addmm 40.0 µs, aten::add 40.0 µs) took a median 80.0 µs per step" in q2.text
+
+
+def test_in_place_and_composite_views_are_no_work(tmp_path):
+    """A user's step that transposes a tensor in place 1,000 times (aten::t_ → aten::transpose_ → aten::as_strided_:
+    no arithmetic, no data moved) beside one small GEMM: question 2 listed the three views as "the ATen ops that
+    compute or move data" and called the step compute-bound."""
+    views = [("aten::t_", 400.0), ("aten::transpose_", 300.0), ("aten::as_strided_", 200.0),
+             ("aten::unbind", 100.0), ("aten::flatten", 100.0)]
+    steps = [views + [("aten::addmm", 50.0)]] * 4
+    _, f, _ = run(vt.cpu_steps(tmp_path / "t.json", steps, gemm_dims=GEMM_64), peaks=None)
+    q2 = f["q2.bound"]
+    assert q2.evidence["work_ops"] == {"aten::addmm": 50.0} and "overhead-bound" in q2.text

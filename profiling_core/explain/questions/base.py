@@ -176,6 +176,12 @@ _NO_WORK = frozenset({
     "aten::alias", "aten::lift_fresh", "aten::_unsafe_view", "aten::resolve_conj", "aten::resolve_neg",
     "aten::contiguous", "aten::numpy_T", "aten::result_type", "aten::broadcast_tensors", "aten::set_",
     "aten::resize_", "aten::to", "aten::dropout",
+    # in-place and composite views: they change or split the metadata, and move no data either
+    "aten::t_", "aten::transpose_", "aten::as_strided_", "aten::squeeze_", "aten::unsqueeze_", "aten::detach_",
+    "aten::unbind", "aten::flatten", "aten::unflatten", "aten::movedim", "aten::moveaxis", "aten::swapaxes",
+    "aten::swapdims", "aten::view_as", "aten::expand_as", "aten::reshape_as", "aten::split_with_sizes",
+    "aten::tensor_split", "aten::unsafe_split", "aten::diagonal", "aten::real", "aten::imag", "aten::view_as_real",
+    "aten::view_as_complex", "aten::unfold", "aten::indices", "aten::values",
     # composite ops whose own time is dispatch: the op they call does the work
     "aten::matmul", "aten::linear", "aten::layer_norm", "aten::scaled_dot_product_attention", "aten::conv1d",
     "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution", "aten::batch_norm",
