@@ -278,7 +278,9 @@ else:
             st.markdown(f"**{ui.md_text(label)}**")
             t = per_run[per_run["bar"] == label]
             if t.empty:
-                st.caption("No ProfilerStep slices in this trace.")
+                st.caption("No GPU work in this trace: it ran on the CPU." if not r.has_gpu else
+                           "No ProfilerStep slices in this trace." if r.steps.empty else
+                           "No step of this trace's steady state to total.")
             else:
                 st.dataframe(t[["category", "per_step_us", "share", "overlapped_us"]], hide_index=True,
                              width="stretch", height=ui.fit_height(t),

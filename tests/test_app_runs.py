@@ -5,7 +5,7 @@ import pytest
 
 from profiling_core.present import md_text
 
-from conftest_app import app, download, errors_of, import_trace, H200
+from conftest_app import app, download, errors_of, import_trace, DATA, H200
 
 
 def test_runs_compare_and_delete(seed_run, runs_dir, media):
@@ -188,3 +188,22 @@ def test_a_run_whose_trace_is_lost_can_still_be_deleted_here(runs_dir):
     at = app("runs")
     assert not errors_of(at), errors_of(at)
     assert any(i.value.startswith("No runs yet") for i in at.info)
+
+
+def test_a_cpu_run_beside_a_gpu_run_is_not_said_to_have_no_steps(runs_dir):
+    """A CPU run (3 ProfilerStep slices, no GPU lane: a plain scan) compared with an H200 run: under "Where the GPU
+    time goes" its column said "No ProfilerStep slices in this trace"."""
+    from conftest import scan_trace
+    cpu = DATA / "cpu" / "64_fp32_warm_eager.json"
+    xs = [e for e in scan_trace(cpu) if e.get("ph") == "X"]
+    assert sum(1 for e in xs if str(e["name"]).startswith("ProfilerStep#")) == 3
+    assert not any(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in xs)
+    first = import_trace(runs_dir, cpu, "cpu")
+    second = import_trace(runs_dir, H200 / "4096_bf16_warm_eager.json", "gpu")
+    at = app("runs")
+    at.selectbox(key="runs_a").set_value(first)
+    at.selectbox(key="runs_b").set_value(second).run()
+    assert not errors_of(at), errors_of(at)
+    captions = [c.value for c in at.caption]
+    assert "No GPU work in this trace: it ran on the CPU." in captions
+    assert "No ProfilerStep slices in this trace." not in captions
