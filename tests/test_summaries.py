@@ -774,3 +774,27 @@ def test_a_setting_names_only_the_knobs_that_apply_to_it():
     parts = setting_parts(run_with(dict(meta("coldwarm_64_cold_eager"), config=cfg.to_dict())))
     assert parts["knob kv_len"] == "kv_len 64" and parts["knob mode"] == "mode decode"
     assert "knob seq_len" not in parts and "knob optimizer" not in parts and "knob log_loss" not in parts
+
+
+def test_imported_traces_of_two_gpus_are_two_settings(tmp_path):
+    """An H200 trace and an H100 trace imported (no meta: an unknown machine each) at sizes 64 and 4095 were one
+    curve on the Overhead page, with a crossover between the two GPUs. Their traces name their GPUs
+    (``deviceProperties``, a plain scan); the setting's ``where`` says it."""
+    import gzip
+    from profiling_core import analyze, open_trace
+    from profiling_core.present import setting_parts
+    from profiling_core.store import RunStore
+    store = RunStore(tmp_path)
+    out = {}
+    for name, path in (("64_bf16_warm_eager", DATA / "h200" / "64_bf16_warm_compile_ro.json"),
+                       ("4095_bf16_warm_eager", DATA / "h100" / "mm4095_ro_ro.json.gz")):
+        raw = path.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        gpu = {d["name"] for d in doc["deviceProperties"]}
+        run = store.import_trace(path, name=name)
+        with open_trace(str(path), engine="sqlite") as s:
+            out[name] = (gpu, setting_parts(run, analyze(s), besides=("size",))["where"])
+    assert out["64_bf16_warm_eager"][0] == {"NVIDIA H200"}
+    assert out["4095_bf16_warm_eager"][0] == {"NVIDIA H100 80GB HBM3"}
+    assert out["64_bf16_warm_eager"][1].endswith("(NVIDIA H200)")
+    assert out["4095_bf16_warm_eager"][1].endswith("(NVIDIA H100 80GB HBM3)")

@@ -190,7 +190,7 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
     (:func:`mode_label`; left out when ``besides`` holds ``mode``), and ``option <name>`` for every other field that
     :func:`~profiling_core.store.machines.comparable_config` compares (CPU threads, the profiler's options): the
     config's parts are that function's fields, so a setting is a comparable config on one machine. An imported trace
-    has no config: its parts are ``where`` (from ``report``: GPU work or not), ``workload`` ``imported trace``, its
+    has no config: its parts are ``where`` (from ``report``: GPU work or not, and the GPUs the trace names), ``workload`` ``imported trace``, its
     size where its name gives one (:func:`run_size`), whether its steps' GEMMs are batched (``knob gemm``, from
     ``report``: ``aten::bmm`` is other work than ``aten::mm`` at one size, whatever the mode) and its mode; what else
     it ran is unknown."""
@@ -198,6 +198,10 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
     cfg = run.config
     gpu = report.has_gpu if report is not None else (run.meta.get("device") or {}).get("type") == "cuda"
     parts = {"where": f"{machine_of(run).label}{'' if gpu else ' (no GPU work)'}"}
+    if cfg is None and gpu and report is not None:  # (an imported trace names its GPUs: an H100's is no H200's)
+        names = sorted({str(d.get("name")) for d in report.summary.get("devices") or [] if d.get("name")})
+        if names:
+            parts["where"] += f" ({', '.join(names)})"
     if cfg is None:
         parts["workload"] = "imported trace"
         size = run_size(run)  # (from a name like 64_bf16_warm_eager, as the sweep pages read it)
