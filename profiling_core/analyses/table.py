@@ -34,8 +34,8 @@ def cpu_op_count(sh: Shared) -> int:
 
 
 NO_WORK_TEXT = ("This trace recorded no work: no op, range, runtime call or GPU op, only the profiler's own "
-                "slices (its steps', its span and the Python frames of its start and stop). A schedule's recording ends with its cycle: torch "
-                "hands each cycle's trace to on_trace_ready and clears its events (\"Profiler clears events at the end "
+                "slices (its steps', its span and the Python frames of its start and stop). A schedule's recording "
+                "ends with its cycle: torch hands each cycle's trace to on_trace_ready and clears its events (\"Profiler clears events at the end "
                 "of each cycle\", it warns), so export_chrome_trace() called after the loop writes what came after "
                 "the last cycle, or nothing. Export from on_trace_ready (torch.profiler.tensorboard_trace_handler, or "
                 "a function that calls prof.export_chrome_trace), or keep every cycle with acc_events=True.")

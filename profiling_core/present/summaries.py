@@ -190,8 +190,8 @@ def setting_parts(run: Run, report: Optional[Report] = None, besides: Iterable[s
     (:func:`mode_label`; left out when ``besides`` holds ``mode``), and ``option <name>`` for every other field that
     :func:`~profiling_core.store.machines.comparable_config` compares (CPU threads, the profiler's options): the
     config's parts are that function's fields, so a setting is a comparable config on one machine. An imported trace
-    has no config: its parts are ``where`` (from ``report``: GPU work or not, and the GPUs the trace names), ``workload`` ``imported trace``, its
-    size where its name gives one (:func:`run_size`), whether its steps' GEMMs are batched (``knob gemm``, from
+    has no config: its parts are ``where`` (from ``report``: GPU work or not, and the GPUs the trace names),
+    ``workload`` ``imported trace``, its size where its name gives one (:func:`run_size`), whether its steps' GEMMs are batched (``knob gemm``, from
     ``report``: ``aten::bmm`` is other work than ``aten::mm`` at one size, whatever the mode) and its mode; what else
     it ran is unknown."""
     besides = set(besides)
