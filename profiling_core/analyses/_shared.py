@@ -43,6 +43,8 @@ benchmarks of GEMM candidates (``addmm_template_autotuning (dynamo_timed)``), CU
 (``CUDAGraphNode.record (dynamo_timed)``). What runs inside such a range is the compiler's work, not the step's
 code: the ops it runs on fake tensors (no kernel), the candidates it benchmarks on the GPU, the synchronisations
 around them (:attr:`Shared.compiler_work`)."""
+COMPILED_GRAPH_CALL = "## Call CompiledFxGraph "
+"""How the profiler names a call of a torch.compile'd graph (``## Call CompiledFxGraph <hash> ##``)."""
 UNRECORDED_WAIT_NS = 100_000
 """How long after its launch call returned (or, launched before the recording, after the recording began) a GPU's
 first recorded op must start for :attr:`Shared.unrecorded_waits` to say that it waited behind work the trace does

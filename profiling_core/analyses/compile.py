@@ -11,7 +11,7 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, us
-from ._shared import Shared, covered_ns, frame, shared_for
+from ._shared import COMPILED_GRAPH_CALL, Shared, covered_ns, frame, shared_for
 from .table import cpu_slices_by_step, engine_work_beside
 
 __all__ = ["compile_breakdown", "compile_in_measured_steps", "compile_payoff",
@@ -20,13 +20,11 @@ __all__ = ["compile_breakdown", "compile_in_measured_steps", "compile_payoff",
            "fused_ops", "ran_compiled", "COMPILED_GRAPH_CALL",
            "GRAPH_LAUNCHES"]
 
-COMPILED_GRAPH_CALL = "## Call CompiledFxGraph "
 STAGING_OP = "aten::_foreach_copy_"
 """The op through which CUDA graphs' replays copy their inputs into the graphs' static buffers: on every
 reduce-overhead trace here (the H200's ``h200_memory/ro`` and ``train_ro``, its decode and sweep runs, the H100's
 ``mm4095_ro``) each input copy is a ``multi_tensor_apply`` kernel that this op launched inside the compiled code (a
 ``Torch-Compiled Region``, or ``CompiledFunctionBackward`` for the backward's graph), before the graph's replay."""
-"""How the profiler names a call of a torch.compile'd graph (``## Call CompiledFxGraph <hash> ##``)."""
 
 _COUNTS = ("step", "cache_lookups", "compiled_regions", "prologues", "fx_graph_calls", "backward_fx_graph_calls",
            "graph_launches", "kernels", "memcpys", "memcpy_dtod", "memcpy_htod", "memcpy_dtoh", "memsets", "launches",

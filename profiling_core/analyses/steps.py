@@ -8,8 +8,8 @@ import pandas as pd
 import numpy as np
 
 from ._common import ints, nullable_int, ratio, us
-from ._shared import Shared, covered_ns, frame, is_host_copy, merged, shared_for, union_ns, unions_ns
-from .compile import COMPILED_GRAPH_CALL
+from ._shared import (COMPILED_GRAPH_CALL, Shared, covered_ns, frame, is_host_copy, merged, shared_for, union_ns,
+                      unions_ns)
 from .phases import data_ranges
 from .table import _beside_step
 
