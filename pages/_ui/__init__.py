@@ -22,14 +22,14 @@ from profiling_core.workloads import get_workload, workload_names
 from .blocks import (PERFETTO_HOWTO, STEP_MEDIAN_HELP, chart_block, fit_height, per_step_notes, report_button,
                      show_diagnosis, show_findings, table_block, peaks_note, cost_line)
 from .cache import (calibrations, chart, config_matches, config_summary, corrupt_runs, diagnosis, environment, findings,
-                    fusions, gemm_vs_peak, hand_over_session, load_run, machine_comparison, machines, memory,
-                    memory_categories, memory_section, mode_label, overview, readable, report, runs_frame, session,
-                    step_timeline, store, store_summary, summaries)
+                    fusions, gemm_vs_peak, hand_over_session, load_run, machine_comparison, machines, mode_label,
+                    overview, readable, report, runs_frame, session, step_timeline, store, store_summary, summaries)
 from .form import (COMPILE_MODES, DEVICES, SCHEDULE_WARMUP_LABEL, SIZES, WARMUP_CALLS_HELP, WARMUP_CALLS_LABEL,
                    chosen_process, config_form, dtype_select, executor_control, knob_widget)
 from .frame import follow_deep_link, in_frame, new_script_run, sidebar
 from .jobs import (finish_calibration, finish_profile, finish_sweep, follow_job, get_job, pop_job, start_calibration,
                    start_profile, start_sweep)
+from .memory import memory, memory_categories, memory_section
 from .notices import show_error, show_notices
 from .state import (CURRENT_RUN, current_run_id, end_action, label_of, newest_run, run_picker, runs_multiselect,
                     set_current_run, sql_engine)
